@@ -1,0 +1,61 @@
+"""daskstraggle: straggler-resilient iterative learning on Dask.
+
+PCA, logistic regression and least squares over Zarr-chunked matrices whose row
+partitions are pinned to Dask workers; methods are pure policies driven by a Dask
+runtime or an in-process one.
+"""
+
+from __future__ import annotations
+
+from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca, solve
+from daskstraggle.data import Matrix, open_matrix
+from daskstraggle.errors import (
+    ClusterConnectionError,
+    DataNotFoundError,
+    InputError,
+    InvalidDataError,
+    InvalidParameterError,
+    NonFiniteDataError,
+    OutputExistsError,
+    StraggleError,
+)
+from daskstraggle.methods import GD, NAG, Method, make_method
+from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem, make_problem
+from daskstraggle.runtime import DaskRuntime, LocalRuntime, StopRule
+from daskstraggle.trace import Result
+
+try:
+    from daskstraggle._version import __version__
+except ImportError:  # running from a source tree without a build
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "GD",
+    "NAG",
+    "PCA",
+    "ClusterConnectionError",
+    "DaskRuntime",
+    "DataNotFoundError",
+    "InputError",
+    "InvalidDataError",
+    "InvalidParameterError",
+    "LeastSquares",
+    "LocalRuntime",
+    "Logistic",
+    "Matrix",
+    "Method",
+    "NonFiniteDataError",
+    "OutputExistsError",
+    "Problem",
+    "Result",
+    "StopRule",
+    "StraggleError",
+    "__version__",
+    "fit_least_squares",
+    "fit_logistic",
+    "fit_pca",
+    "make_method",
+    "make_problem",
+    "open_matrix",
+    "solve",
+]

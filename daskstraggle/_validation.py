@@ -1,0 +1,91 @@
+"""Parameter checks shared by every layer (pure Python, no dask).
+
+Each ``check_*`` returns the normalised value or raises
+:class:`~daskstraggle.errors.InvalidParameterError` with the message template
+"The {name!r} parameter of {caller} must be {constraint}. Got {value!r} instead."
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+
+import numpy as np
+
+from daskstraggle.errors import InvalidParameterError
+
+
+def _fail(name: str, caller: str, constraint: str, value: object, remedy: str = "") -> None:
+    message = f"The {name!r} parameter of {caller} must be {constraint}. Got {value!r} instead."
+    if remedy:
+        message += f" {remedy}"
+    raise InvalidParameterError(message)
+
+
+def check_int(
+    value: object,
+    *,
+    name: str,
+    caller: str,
+    low: int | None = None,
+    high: int | None = None,
+    remedy: str = "",
+) -> int:
+    """Return ``value`` as an int in ``[low, high]`` or raise InvalidParameterError."""
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if ok:
+        value = int(value)  # type: ignore[arg-type]
+        ok = (low is None or value >= low) and (high is None or value <= high)
+    if not ok:
+        if low is not None and high is not None:
+            constraint = f"an int in [{low}, {high}]"
+        elif low is not None:
+            constraint = f"an int >= {low}"
+        elif high is not None:
+            constraint = f"an int <= {high}"
+        else:
+            constraint = "an int"
+        _fail(name, caller, constraint, value, remedy)
+    return value  # type: ignore[return-value]
+
+
+def check_positive(
+    value: object, *, name: str, caller: str, allow_none: bool = False, remedy: str = ""
+) -> float | None:
+    """Return ``value`` as a finite float > 0 (or None when allowed)."""
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if ok:
+        value = float(value)  # type: ignore[arg-type]
+        ok = bool(np.isfinite(value)) and value > 0
+    if not ok:
+        constraint = "a finite number > 0" + (" or None" if allow_none else "")
+        _fail(name, caller, constraint, value, remedy)
+    return value  # type: ignore[return-value]
+
+
+def check_nonnegative(value: object, *, name: str, caller: str) -> float:
+    """Return ``value`` as a finite float >= 0."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if ok:
+        value = float(value)  # type: ignore[arg-type]
+        ok = bool(np.isfinite(value)) and value >= 0
+    if not ok:
+        _fail(name, caller, "a finite number >= 0", value)
+    return value  # type: ignore[return-value]
+
+
+def check_choice(value: object, *, name: str, caller: str, choices: Iterable[str]) -> str:
+    """Return ``value`` if it is one of ``choices``."""
+    options = list(choices)
+    if not isinstance(value, str) or value not in options:
+        _fail(name, caller, f"one of {options}", value)
+    return value  # type: ignore[return-value]
+
+
+def check_bool(value: object, *, name: str, caller: str) -> bool:
+    """Return ``value`` if it is a bool."""
+    if not isinstance(value, bool | np.bool_):
+        _fail(name, caller, "True or False", value)
+    return bool(value)

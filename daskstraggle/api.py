@@ -1,0 +1,275 @@
+"""``fit_pca``, ``fit_logistic``, ``fit_least_squares``: one call from data to Result.
+
+These are faces: they validate everything they can *before* any cluster work, open the
+data, pick a runtime, and hand over to :meth:`daskstraggle.runtime.Runtime.run`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from daskstraggle._validation import check_bool, check_int
+from daskstraggle.data.matrix import Matrix, open_matrix
+from daskstraggle.errors import InvalidDataError, InvalidParameterError
+from daskstraggle.methods import make_method
+from daskstraggle.problems import LeastSquares, Logistic, PCA, Problem
+from daskstraggle.runtime import DaskRuntime, LocalRuntime, Runtime, StopRule
+from daskstraggle.trace import Result, check_output_path
+
+__all__ = ["fit_least_squares", "fit_logistic", "fit_pca", "solve"]
+
+
+@contextmanager
+def _resolve_runtime(
+    runtime: Runtime | str | None, client: Any, scheduler: str | None, n_workers: int | None
+) -> Iterator[Runtime]:
+    """Yield the runtime to use; close it afterwards only if it was made here."""
+    if isinstance(runtime, Runtime):
+        if client is not None or scheduler is not None or n_workers is not None:
+            raise InvalidParameterError(
+                "Pass either runtime=... or client/scheduler/n_workers, not both."
+            )
+        yield runtime
+        return
+    if runtime == "local":
+        with LocalRuntime(n_workers=4 if n_workers is None else n_workers) as rt:
+            yield rt
+        return
+    if runtime not in (None, "dask"):
+        raise InvalidParameterError(
+            f"The 'runtime' parameter must be a Runtime, 'dask', 'local' or None. Got {runtime!r} instead."
+        )
+    if client is None and scheduler is None and n_workers is None:
+        try:
+            from distributed import get_client
+
+            client = get_client()
+        except ValueError:  # no default client: start a LocalCluster for this call
+            client = None
+    with DaskRuntime(client, address=scheduler, n_workers=n_workers) as rt:
+        yield rt
+
+
+def solve(
+    problem: Problem,
+    X: Any,
+    *,
+    labels: Any = None,
+    array: str | None = None,
+    method: str = "gd",
+    step_size: float | None = None,
+    max_iter: int = 100,
+    tol: float | None = 1e-6,
+    gap_tol: float | None = None,
+    time_budget: float | None = None,
+    reference: bool = False,
+    n_partitions: int | None = None,
+    runtime: Runtime | str | None = None,
+    client: Any = None,
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    rng: int | np.random.Generator | None = None,
+    progress: bool = False,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    method_params: dict[str, Any] | None = None,
+) -> Result:
+    """Fit ``problem`` on ``X``; the engine behind the ``fit_*`` functions.
+
+    Parameters
+    ----------
+    problem : Problem
+        Unbound problem, e.g. ``PCA(n_components=3)``.
+    X : str, path, array-like or Matrix
+        Anything :func:`~daskstraggle.open_matrix` accepts.
+    labels : str, array-like or None, default=None
+        Labels or targets (see :func:`~daskstraggle.open_matrix`).
+    array : str or None, default=None
+        Member of a Zarr group holding the matrix.
+    method : str, default="gd"
+        ``"gd"`` (synchronous gradient descent; the power method for PCA) or ``"nag"``
+        (Nesterov, regression only).
+    step_size : float or None, default=None
+        None: the problem's safe default.
+    max_iter, tol, gap_tol, time_budget
+        Stop rule, see :class:`~daskstraggle.runtime.StopRule`.
+    reference : bool, default=False
+        Also compute the exact optimum independently and report the gap.
+    n_partitions : int or None, default=None
+        Row partitions (None: storage chunks, at least one per worker).
+    runtime : Runtime, {"dask", "local"} or None, default=None
+        ``"local"`` runs in process (no cluster). None or ``"dask"``: a Dask cluster from
+        ``client``, ``scheduler`` or ``n_workers``; with none of them, the default client
+        if there is one, else a LocalCluster started (and closed) for this call.
+    client : distributed.Client or None, default=None
+        Cluster to run on.
+    scheduler : str or None, default=None
+        Scheduler address to connect to.
+    n_workers : int or None, default=None
+        Workers of the LocalCluster (or logical workers of the local runtime).
+    rng : int, Generator or None, default=None
+        Seed of the starting point and step-size estimate.
+    progress : bool, default=False
+        Show a progress bar on stderr.
+    out : str, path or None, default=None
+        Also save the result (fitted quantities and trace) as a Zarr store here.
+    overwrite : bool, default=False
+        Allow ``out`` to replace an existing path.
+    method_params : dict or None, default=None
+        Extra parameters of the method.
+
+    Returns
+    -------
+    result : Result
+
+    Raises
+    ------
+    InvalidParameterError, InvalidDataError, DataNotFoundError, OutputExistsError,
+    ClusterConnectionError, NonFiniteDataError
+        Bad input, reported before cluster work starts (NaN/inf: when loading).
+    """
+    caller = f"fit_{problem.name.replace('-', '_')}"
+    stop = StopRule(max_iter=max_iter, tol=tol, gap_tol=gap_tol, time_budget=time_budget)
+    check_bool(reference, name="reference", caller=caller)
+    if gap_tol is not None and not reference:
+        raise InvalidParameterError(
+            f"The 'gap_tol' parameter of {caller} needs reference=True (CLI: --reference)."
+        )
+    if step_size is not None:
+        from daskstraggle._validation import check_positive
+
+        step_size = check_positive(step_size, name="step_size", caller=caller)
+    meth = make_method(method, **(method_params or {}))
+    meth.check_problem(problem)
+    if n_workers is not None:
+        check_int(n_workers, name="n_workers", caller=caller, low=1, high=256)
+    out_path = check_output_path(out, overwrite=overwrite)
+    matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions)
+    problem.check_shape(matrix.n_rows, matrix.n_columns)
+    if problem.needs_labels:
+        if matrix.labels is None:
+            raise InvalidParameterError(
+                f"{caller} needs labels: pass labels=... (an array, or the name of an array "
+                "in the Zarr group; CLI: --labels)."
+            )
+        if isinstance(problem, Logistic):
+            matrix = matrix.with_labels(to_plus_minus_one(matrix.labels))
+    with _resolve_runtime(runtime, client, scheduler, n_workers) as rt:
+        result = rt.run(meth, problem, matrix, stop=stop, step_size=step_size,
+                        reference=reference, rng=rng, progress=progress)
+    if out_path is not None:
+        result.save(out_path, overwrite=overwrite)
+    return result
+
+
+def to_plus_minus_one(labels: np.ndarray) -> np.ndarray:
+    """Map binary labels {0, 1} or {-1, +1} to {-1.0, +1.0}.
+
+    Raises
+    ------
+    InvalidDataError
+        If the labels do not take exactly two values of one of these sets.
+    """
+    values = np.unique(labels)
+    if len(values) == 2 and set(values.tolist()) in ({0.0, 1.0}, {-1.0, 1.0}):
+        return np.where(labels > 0, 1.0, -1.0)
+    shown = values[:5].tolist() + (["..."] if len(values) > 5 else [])
+    raise InvalidDataError(
+        "The labels of logistic regression must take exactly two values, {-1, +1} or "
+        f"{{0, 1}}; got {len(values)} distinct value(s): {shown}."
+    )
+
+
+def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None, **kwargs: Any) -> Result:
+    """Fit a PCA of ``X`` (rows = samples) with a straggler-aware method.
+
+    Parameters
+    ----------
+    X : str, path, array-like or Matrix
+        Data; a VCF Zarr path gives genotype PCA (rows = variants, columns = samples).
+    n_components : int, default=2
+        Number of principal components.
+    center : bool or None, default=None
+        Subtract the column means (implicitly, no dense centred copy). None: True,
+        except for Patterson-scaled genotypes whose rows are already centred.
+    **kwargs
+        Passed to :func:`solve` (method, max_iter, tol, reference, client, out, ...).
+
+    Returns
+    -------
+    result : Result
+        ``result.fitted`` holds ``components`` (k, n_features), ``explained_variance``,
+        ``explained_variance_ratio``, ``singular_values`` and ``mean``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskstraggle import fit_pca
+    >>> X = np.random.default_rng(0).normal(size=(300, 6)) * [5, 3, 1, 1, 1, 1]
+    >>> res = fit_pca(X, 2, runtime="local", rng=0)
+    >>> res.fitted["explained_variance_ratio"].round(2)
+    array([0.66, 0.24])
+    """
+    if center is None:
+        matrix = X if isinstance(X, Matrix) else None
+        if matrix is None and isinstance(X, str | os.PathLike):
+            matrix = open_matrix(X, array=kwargs.get("array"))
+        center = not (matrix is not None and matrix.rows_standardized)
+    return solve(PCA(n_components=n_components, center=center), X, **kwargs)
+
+
+def fit_logistic(
+    X: Any, labels: Any, *, alpha: float | None = None, fit_intercept: bool = True, **kwargs: Any
+) -> Result:
+    """Fit L2-regularised logistic regression with a straggler-aware method.
+
+    Parameters
+    ----------
+    X : str, path, array-like or Matrix
+        Features (rows = examples).
+    labels : str or array-like
+        Labels in {0, 1} or {-1, +1}, or the name of such an array in the Zarr group.
+    alpha : float or None, default=None
+        L2 penalty ``alpha/2 |w|^2`` (None: ``1/n_samples``); the intercept is not penalised.
+    fit_intercept : bool, default=True
+        Fit an intercept.
+    **kwargs
+        Passed to :func:`solve`.
+
+    Returns
+    -------
+    result : Result
+        ``result.fitted`` holds ``coef`` and ``intercept``.
+    """
+    return solve(Logistic(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels, **kwargs)
+
+
+def fit_least_squares(
+    X: Any, labels: Any, *, alpha: float = 0.0, fit_intercept: bool = True, **kwargs: Any
+) -> Result:
+    """Fit (ridge) least-squares regression with a straggler-aware method.
+
+    Parameters
+    ----------
+    X : str, path, array-like or Matrix
+        Features (rows = examples).
+    labels : str or array-like
+        Targets, or the name of the target array in the Zarr group.
+    alpha : float, default=0.0
+        L2 penalty ``alpha/2 |w|^2``.
+    fit_intercept : bool, default=True
+        Fit an intercept.
+    **kwargs
+        Passed to :func:`solve`.
+
+    Returns
+    -------
+    result : Result
+        ``result.fitted`` holds ``coef`` and ``intercept``.
+    """
+    return solve(LeastSquares(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels, **kwargs)

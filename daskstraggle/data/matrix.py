@@ -1,0 +1,461 @@
+"""``open_matrix``: any supported input -> a row-partitioned :class:`Matrix`.
+
+Rows are samples (genotype *sites* for genomics PCA, examples for regression); columns
+are features (individuals for genomics PCA). A Matrix is metadata only: shape, dtype, row
+partition boundaries, a picklable source that workers read their rows from, optional labels
+and column metadata. Nothing is loaded until a runtime asks a worker to load a partition.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from daskstraggle._validation import check_choice, check_int
+from daskstraggle.data.sources import (
+    GENOTYPE_SCALINGS,
+    MISSING_POLICIES,
+    ArraySource,
+    DaskSource,
+    GenotypeSource,
+    RowSource,
+    RowValues,
+    ZarrSource,
+)
+from daskstraggle.errors import DataNotFoundError, InvalidDataError, NonFiniteDataError
+from daskstraggle.problems.block import Block
+
+__all__ = ["Matrix", "open_matrix", "partition_bounds"]
+
+#: Default rows per chunk for in-memory inputs without chunking of their own.
+DEFAULT_CHUNK_BYTES = 32 * 2**20
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class PartitionLoader:
+    """Picklable task body that loads one partition on a worker into a :class:`Block`.
+
+    Raises :class:`~daskstraggle.errors.NonFiniteDataError` naming the partition when
+    floating-point rows hold NaN or infinity.
+    """
+
+    read: Callable[[], RowValues]
+    partition: int
+    start: int
+    stop: int
+    y: np.ndarray | None
+
+    def __call__(self) -> Block:
+        """Read the rows and return them as a Block."""
+        rows = self.read()
+        values = rows.values
+        if values.shape[0] != self.stop - self.start:
+            raise InvalidDataError(
+                f"Partition {self.partition} (rows {self.start}-{self.stop}) read "
+                f"{values.shape[0]} rows; the store changed while it was open."
+            )
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            bad = int(np.flatnonzero(~np.isfinite(values).all(axis=1))[0]) + self.start
+            raise NonFiniteDataError(
+                f"Partition {self.partition} (rows {self.start}-{self.stop}) contains NaN or "
+                f"infinite values (first at row {bad}). Remove or impute them before fitting."
+            )
+        return Block(
+            values=values,
+            start=self.start,
+            y=self.y,
+            fill=rows.fill,
+            center=rows.center,
+            scale=rows.scale,
+        )
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Matrix:
+    """A 2-D matrix split into row partitions, readable by workers.
+
+    Build one with :func:`open_matrix`.
+
+    Attributes
+    ----------
+    source : RowSource
+        Where the rows live.
+    bounds : ndarray of int of shape (n_partitions + 1,)
+        Row partition boundaries, from 0 to ``n_rows``.
+    labels : ndarray of shape (n_rows,) or None
+        Per-row labels or targets (float64).
+    columns : ndarray of shape (n_columns,) or None
+        Column names (sample ids for genotypes, feature names for DataFrames/xarray).
+    column_groups : ndarray of shape (n_columns,) or None
+        A group per column (population of each sample for simulated genotypes).
+    dims : tuple of str
+        Names of the row and column dimensions (from xarray input, or defaults).
+    """
+
+    source: RowSource
+    bounds: np.ndarray
+    labels: np.ndarray | None = None
+    columns: np.ndarray | None = None
+    column_groups: np.ndarray | None = None
+    dims: tuple[str, str] = ("sample", "feature")
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(n_rows, n_columns)``."""
+        return self.source.shape
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows (samples)."""
+        return self.shape[0]
+
+    @property
+    def n_columns(self) -> int:
+        """Number of columns (features)."""
+        return self.shape[1]
+
+    @property
+    def dtype(self) -> np.dtype:
+        """dtype of the stored values (int8 for genotype dosages)."""
+        return self.source.dtype
+
+    @property
+    def kind(self) -> str:
+        """Kind of input: numpy, dask, zarr or vcf-zarr."""
+        return self.source.kind
+
+    @property
+    def n_partitions(self) -> int:
+        """Number of row partitions."""
+        return len(self.bounds) - 1
+
+    @property
+    def rows_standardized(self) -> bool:
+        """Whether each row is centred by the loader (Patterson-scaled genotypes)."""
+        return isinstance(self.source, GenotypeSource) and self.source.scaling == "patterson"
+
+    def partition_rows(self) -> np.ndarray:
+        """Return the number of rows of each partition."""
+        return np.diff(self.bounds)
+
+    def loader(self, partition: int) -> PartitionLoader:
+        """Return the picklable callable that loads ``partition`` where it runs."""
+        a, b = int(self.bounds[partition]), int(self.bounds[partition + 1])
+        y = None if self.labels is None else self.labels[a:b]
+        return PartitionLoader(self.source.loader(a, b), partition, a, b, y)
+
+    def repartition(self, n_partitions: int) -> Matrix:
+        """Return the matrix split into ``n_partitions`` row partitions.
+
+        Boundaries fall on storage chunk boundaries when there are at least as many
+        chunks as partitions; otherwise rows are split evenly.
+        """
+        n = check_int(
+            n_partitions, name="n_partitions", caller="Matrix.repartition", low=1, high=self.n_rows,
+            remedy="Use at most one partition per row.",
+        )
+        return replace(self, bounds=partition_bounds(self.source.chunk_bounds, n))
+
+    def with_labels(self, labels: np.ndarray | None) -> Matrix:
+        """Return the matrix with other labels (already validated, float64)."""
+        return replace(self, labels=labels)
+
+    def describe(self) -> dict[str, Any]:
+        """Return a JSON-serialisable description (for traces and reports)."""
+        return {
+            **self.source.describe(),
+            "n_partitions": self.n_partitions,
+            "has_labels": self.labels is not None,
+            "dims": list(self.dims),
+        }
+
+
+def partition_bounds(chunk_bounds: np.ndarray, n_partitions: int) -> np.ndarray:
+    """Return ``n_partitions + 1`` row boundaries, aligned to chunks where possible.
+
+    Parameters
+    ----------
+    chunk_bounds : ndarray of int
+        Storage chunk boundaries from 0 to ``n_rows``.
+    n_partitions : int
+        Number of partitions wanted (at most ``n_rows``).
+
+    Returns
+    -------
+    bounds : ndarray of int of shape (n_partitions + 1,)
+        Strictly increasing, from 0 to ``n_rows``. With at least ``n_partitions`` chunks
+        every boundary is a chunk boundary (the one nearest an even split of rows).
+    """
+    chunk_bounds = np.asarray(chunk_bounds, dtype=np.int64)
+    n_rows = int(chunk_bounds[-1])
+    even = np.linspace(0, n_rows, n_partitions + 1)
+    if len(chunk_bounds) - 1 >= n_partitions:
+        bounds = [0]
+        for k in range(1, n_partitions):
+            # nearest chunk boundary past the previous one, leaving enough chunks for the rest
+            lo = np.searchsorted(chunk_bounds, bounds[-1], side="right")
+            hi = len(chunk_bounds) - 1 - (n_partitions - k)
+            candidates = chunk_bounds[lo : hi + 1]
+            bounds.append(int(candidates[np.argmin(np.abs(candidates - even[k]))]))
+        bounds.append(n_rows)
+        return np.asarray(bounds, dtype=np.int64)
+    return np.round(even).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------- open_matrix
+def open_matrix(
+    source: Any,
+    *,
+    array: str | None = None,
+    labels: Any = None,
+    n_partitions: int | None = None,
+    chunk_rows: int | None = None,
+    missing: str = "mean",
+    genotype_scaling: str = "patterson",
+) -> Matrix:
+    """Describe a 2-D matrix as row partitions that Dask workers can load.
+
+    Parameters
+    ----------
+    source : str, path, numpy.ndarray, dask.array.Array, xarray.DataArray or Matrix
+        A path to a Zarr v2 or v3 array, or to a group with ``array`` naming the
+        member; a VCF Zarr store (a group with ``call_genotype``, as written by bio2zarr
+        or sgkit); or an in-memory array. Rows are samples.
+    array : str or None, default=None
+        Member of a Zarr group to use. None: the store itself if it is an array,
+        ``call_genotype`` if it is a VCF Zarr store, the only 2-D array of a group, or
+        ``"X"`` when the group has one.
+    labels : str, array-like or None, default=None
+        Per-row labels or targets: an array of length ``n_rows``, or the name of a 1-D
+        array in the same Zarr group (e.g. ``"y"``).
+    n_partitions : int or None, default=None
+        Number of row partitions; None keeps one partition per storage chunk. Runtimes
+        repartition to suit their workers when this is None.
+    chunk_rows : int or None, default=None
+        Rows per chunk for in-memory numpy input (None: about 32 MiB per chunk).
+    missing : {"mean", "zero"}, default="mean"
+        VCF Zarr only: how missing calls (-1) are imputed: the variant's mean dosage over
+        its non-missing calls, or 0.
+    genotype_scaling : {"patterson", "none"}, default="patterson"
+        VCF Zarr only: centre each variant at its mean dosage and scale it by
+        ``1 / sqrt(p (1 - p))`` (Patterson et al. 2006), or use raw dosages.
+
+    Returns
+    -------
+    matrix : Matrix
+        Metadata only; no rows are read.
+
+    Raises
+    ------
+    DataNotFoundError
+        If the path does not exist, is not a Zarr store, or ``array`` is not in it.
+    InvalidDataError
+        If the matrix is not 2-D (not 3-D integer genotypes for VCF Zarr), is empty, or
+        the labels have the wrong length or are not finite.
+    InvalidParameterError
+        If ``n_partitions``, ``chunk_rows``, ``missing`` or ``genotype_scaling`` is invalid.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskstraggle import open_matrix
+    >>> m = open_matrix(np.ones((100, 3)), n_partitions=4)
+    >>> m.shape, m.n_partitions
+    ((100, 3), 4)
+    """
+    caller = "open_matrix"
+    check_choice(missing, name="missing", caller=caller, choices=MISSING_POLICIES)
+    check_choice(genotype_scaling, name="genotype_scaling", caller=caller, choices=GENOTYPE_SCALINGS)
+    if chunk_rows is not None:
+        check_int(chunk_rows, name="chunk_rows", caller=caller, low=1)
+    if isinstance(source, Matrix):
+        matrix = source
+        if labels is not None:
+            matrix = matrix.with_labels(_parse_labels(labels, None, matrix.n_rows))
+    else:
+        matrix = _open(source, array, labels, chunk_rows, missing, genotype_scaling)
+    if n_partitions is not None:
+        check_int(n_partitions, name="n_partitions", caller=caller, low=1, high=matrix.n_rows,
+                  remedy="Use at most one partition per row.")
+        matrix = matrix.repartition(n_partitions)
+    return matrix
+
+
+def _open(
+    source: Any,
+    array: str | None,
+    labels: Any,
+    chunk_rows: int | None,
+    missing: str,
+    scaling: str,
+) -> Matrix:
+    if isinstance(source, str | os.PathLike):
+        return _open_zarr(Path(source), array, labels, missing, scaling)
+    if array is not None:
+        raise InvalidDataError(
+            "The 'array' parameter of open_matrix names a member of a Zarr group; "
+            f"it cannot be used with an in-memory {type(source).__name__}."
+        )
+    dims = ("sample", "feature")
+    columns = None
+    data = source
+    if _is_xarray(source):
+        _check_2d(source.shape, f"xarray.DataArray {source.name!r}")
+        dims = (str(source.dims[0]), str(source.dims[1]))
+        if dims[1] in source.coords:
+            columns = np.asarray(source.coords[dims[1]].values)
+        data = source.data
+    if _is_dask(data):
+        _check_2d(data.shape, "dask array")
+        src: RowSource = DaskSource(data)
+    else:
+        try:
+            values = np.asarray(data)
+        except Exception as err:  # anything numpy cannot turn into an array
+            raise InvalidDataError(
+                f"open_matrix cannot read a {type(source).__name__}; pass a Zarr path, a "
+                "numpy array, a dask array or an xarray.DataArray."
+            ) from err
+        _check_2d(values.shape, "array")
+        if values.dtype.kind not in "fiub":
+            raise InvalidDataError(
+                f"The matrix must hold numbers; got dtype {values.dtype}. Convert it first."
+            )
+        if chunk_rows is None:
+            row_bytes = max(1, values.shape[1] * values.dtype.itemsize)
+            chunk_rows = max(1, min(values.shape[0], DEFAULT_CHUNK_BYTES // row_bytes))
+        src = ArraySource(values, chunk_rows=chunk_rows)
+    y = _parse_labels(labels, None, src.shape[0])
+    return Matrix(src, src.chunk_bounds, labels=y, columns=columns, dims=dims)
+
+
+def _open_zarr(path: Path, array: str | None, labels: Any, missing: str, scaling: str) -> Matrix:
+    import zarr
+
+    if not path.exists():
+        raise DataNotFoundError(f"No Zarr store at {str(path)!r}: the path does not exist.")
+    try:
+        node = zarr.open(str(path), mode="r")
+    except Exception as err:  # zarr raises several unrelated types for unreadable stores
+        raise DataNotFoundError(
+            f"{str(path)!r} is not a readable Zarr array or group ({type(err).__name__}: {err})."
+        ) from err
+    group = None
+    name = None
+    if isinstance(node, zarr.Group):
+        group = node
+        members = sorted(group.array_keys())
+        if array is None:
+            if "call_genotype" in members:
+                array = "call_genotype"
+            else:
+                two_d = [m for m in members if len(group[m].shape) == 2]
+                array = "X" if "X" in two_d else (two_d[0] if len(two_d) == 1 else None)
+            if array is None:
+                raise InvalidDataError(
+                    f"The Zarr group {str(path)!r} holds {members or 'no arrays'}; name the "
+                    "matrix with the 'array' parameter (CLI: --array NAME)."
+                )
+        if array not in members:
+            raise DataNotFoundError(
+                f"Array {array!r} not found in the Zarr group {str(path)!r}; it holds "
+                f"{members or 'no arrays'}. Pass one of these as 'array' (CLI: --array)."
+            )
+        name = array
+        node = group[array]
+    elif array is not None:
+        raise DataNotFoundError(
+            f"{str(path)!r} is a Zarr array, not a group, so it has no member {array!r}; "
+            "drop the 'array' parameter."
+        )
+    columns = groups = None
+    dims = ("sample", "feature")
+    if name == "call_genotype":
+        if len(node.shape) != 3 or np.dtype(node.dtype).kind not in "iu":
+            raise InvalidDataError(
+                f"{str(path)!r}/call_genotype must be an integer array of shape "
+                f"(variants, samples, ploidy) as written by bio2zarr; got shape {node.shape} "
+                f"and dtype {node.dtype}."
+            )
+        _check_2d(node.shape[:2], f"{path}/call_genotype")
+        src: RowSource = GenotypeSource(
+            path, node, name=name, missing=missing, scaling=scaling
+        )
+        dims = ("variants", "samples")
+        if "sample_id" in group:
+            columns = np.asarray(group["sample_id"][:]).astype(str)
+        if "sample_population" in group:
+            groups = np.asarray(group["sample_population"][:]).astype(str)
+    else:
+        _check_2d(node.shape, f"Zarr array {str(path)!r}" + (f"/{name}" if name else ""))
+        if np.dtype(node.dtype).kind not in "fiub":
+            raise InvalidDataError(
+                f"The matrix must hold numbers; {str(path)!r} has dtype {node.dtype}."
+            )
+        src = ZarrSource(path, name, node)
+    y = _parse_labels(labels, group, src.shape[0])
+    return Matrix(
+        src, src.chunk_bounds, labels=y, columns=columns, column_groups=groups, dims=dims,
+        attrs={"path": str(path)},
+    )
+
+
+def _check_2d(shape: tuple[int, ...], what: str) -> None:
+    if len(shape) != 2:
+        raise InvalidDataError(
+            f"The matrix must be 2-D (rows = samples, columns = features); the {what} has "
+            f"shape {tuple(shape)}."
+        )
+    if shape[0] == 0 or shape[1] == 0:
+        raise InvalidDataError(f"The matrix is empty: the {what} has shape {tuple(shape)}.")
+
+
+def _parse_labels(labels: Any, group: Any, n_rows: int) -> np.ndarray | None:
+    if labels is None:
+        return None
+    if isinstance(labels, str):
+        if group is None:
+            raise InvalidDataError(
+                f"labels={labels!r} names an array of a Zarr group, but the matrix is not "
+                "read from a Zarr group; pass the labels as an array instead."
+            )
+        if labels not in group:
+            raise DataNotFoundError(
+                f"Labels array {labels!r} not found in the Zarr group; it holds "
+                f"{sorted(group.array_keys())}."
+            )
+        labels = group[labels][:]
+    if _is_xarray(labels):
+        labels = labels.data
+    if _is_dask(labels):
+        labels = labels.compute()
+    y = np.asarray(labels)
+    if y.ndim == 2 and 1 in y.shape:
+        y = y.reshape(-1)
+    if y.ndim != 1 or y.shape[0] != n_rows:
+        raise InvalidDataError(
+            f"The labels must be 1-D with one value per row ({n_rows}); got shape {y.shape}."
+        )
+    if y.dtype.kind not in "fiub":
+        raise InvalidDataError(f"The labels must be numbers; got dtype {y.dtype}.")
+    y = y.astype(np.float64)
+    if not np.isfinite(y).all():
+        raise InvalidDataError(
+            f"The labels contain NaN or infinite values (first at row "
+            f"{int(np.flatnonzero(~np.isfinite(y))[0])}); remove or fix them."
+        )
+    return y
+
+
+def _is_xarray(obj: Any) -> bool:
+    return type(obj).__module__.startswith("xarray") and hasattr(obj, "dims")
+
+
+def _is_dask(obj: Any) -> bool:
+    return hasattr(obj, "__dask_graph__") and hasattr(obj, "chunks")

@@ -1,0 +1,283 @@
+"""Row sources: picklable descriptions of where a matrix's rows live.
+
+A source never holds a Dask client. ``source.loader(start, stop)`` returns a small
+picklable callable that reads rows ``[start, stop)`` *where it runs* (on a worker) and
+returns them as raw values plus optional per-row transforms. Only the loader for a
+partition travels to the worker: a Zarr loader carries a path, a numpy loader carries only
+its own rows.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ArraySource",
+    "DaskSource",
+    "GenotypeSource",
+    "RowSource",
+    "RowValues",
+    "ZarrSource",
+]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class RowValues:
+    """Rows read by a loader: stored values and optional per-row transforms.
+
+    See :class:`daskstraggle.problems.Block` for the meaning of ``fill``, ``center`` and
+    ``scale``.
+    """
+
+    values: np.ndarray
+    fill: np.ndarray | None = None
+    center: np.ndarray | None = None
+    scale: np.ndarray | None = None
+
+
+class RowSource(ABC):
+    """Where the rows of a 2-D matrix live.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        ``(n_rows, n_columns)`` of the matrix the source presents.
+    dtype : numpy.dtype
+        dtype of the values a loader returns.
+    chunk_bounds : ndarray of int
+        Row boundaries of the storage chunks, from 0 to ``n_rows``; partitions are
+        aligned to them where possible.
+    kind : str
+        ``"numpy"``, ``"dask"``, ``"zarr"`` or ``"vcf-zarr"``.
+    """
+
+    shape: tuple[int, int]
+    dtype: np.dtype
+    chunk_bounds: np.ndarray
+    kind: str
+
+    @abstractmethod
+    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
+        """Return a picklable callable reading rows ``[start, stop)`` where it runs."""
+
+    def describe(self) -> dict[str, Any]:
+        """Return a JSON-serialisable description (for traces and reports)."""
+        return {"kind": self.kind, "shape": list(self.shape), "dtype": str(self.dtype)}
+
+
+def regular_bounds(n_rows: int, chunk_rows: int) -> np.ndarray:
+    """Return row boundaries ``0, c, 2c, ..., n_rows`` for chunks of ``chunk_rows`` rows."""
+    bounds = np.arange(0, n_rows, max(int(chunk_rows), 1), dtype=np.int64)
+    return np.append(bounds, np.int64(n_rows))
+
+
+# --------------------------------------------------------------------------- numpy
+@dataclass(frozen=True, eq=False, slots=True)
+class _ValuesLoader:
+    values: np.ndarray
+
+    def __call__(self) -> RowValues:
+        return RowValues(np.ascontiguousarray(self.values))
+
+
+class ArraySource(RowSource):
+    """Rows held in an in-memory numpy array on the client.
+
+    Each loader carries only its own rows (a view pickled as a copy of just those rows).
+    """
+
+    kind = "numpy"
+
+    def __init__(self, array: np.ndarray, *, chunk_rows: int) -> None:
+        self.array = array
+        self.shape = (int(array.shape[0]), int(array.shape[1]))
+        self.dtype = array.dtype
+        self.chunk_bounds = regular_bounds(self.shape[0], chunk_rows)
+
+    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
+        """Return a loader carrying rows ``[start, stop)``."""
+        return _ValuesLoader(self.array[start:stop])
+
+
+# --------------------------------------------------------------------------- dask
+@dataclass(frozen=True, eq=False, slots=True)
+class _DaskLoader:
+    rows: Any  # a culled dask array of the rows
+
+    def __call__(self) -> RowValues:
+        import dask
+
+        (values,) = dask.compute(self.rows, scheduler="sync")
+        return RowValues(np.ascontiguousarray(values))
+
+
+class DaskSource(RowSource):
+    """Rows of a dask array, computed on the worker that loads them.
+
+    Each loader carries the culled graph of its rows only and computes it with the
+    synchronous scheduler inside the load task, so every partition (and every replica of
+    it) is its own keyed task and never shares keys with the user's graph.
+    """
+
+    kind = "dask"
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+        self.shape = (int(array.shape[0]), int(array.shape[1]))
+        self.dtype = np.dtype(array.dtype)
+        self.chunk_bounds = np.concatenate([[0], np.cumsum(array.chunks[0])]).astype(np.int64)
+
+    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
+        """Return a loader carrying the culled graph of rows ``[start, stop)``."""
+        import dask
+
+        (rows,) = dask.optimize(self.array[start:stop])
+        return _DaskLoader(rows)
+
+
+# --------------------------------------------------------------------------- zarr
+@dataclass(frozen=True, eq=False, slots=True)
+class _ZarrLoader:
+    path: str
+    name: str | None
+    start: int
+    stop: int
+
+    def __call__(self) -> RowValues:
+        return RowValues(np.ascontiguousarray(_open_zarr_array(self.path, self.name)[self.start : self.stop]))
+
+
+def _open_zarr_array(path: str, name: str | None) -> Any:
+    import zarr
+
+    node = zarr.open(path, mode="r") if name is None else zarr.open_group(path, mode="r")[name]
+    return node
+
+
+class ZarrSource(RowSource):
+    """Rows of a 2-D Zarr array (v2 or v3) on a file system the workers can read."""
+
+    kind = "zarr"
+
+    def __init__(self, path: str | os.PathLike[str], name: str | None, array: Any) -> None:
+        self.path = os.fspath(path)
+        self.name = name
+        self.shape = (int(array.shape[0]), int(array.shape[1]))
+        self.dtype = np.dtype(array.dtype)
+        self.chunk_bounds = regular_bounds(self.shape[0], int(array.chunks[0]))
+
+    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
+        """Return a loader that opens the store and reads rows ``[start, stop)``."""
+        return _ZarrLoader(self.path, self.name, start, stop)
+
+    def describe(self) -> dict[str, Any]:
+        """Return a JSON-serialisable description of the source."""
+        return {**super().describe(), "path": self.path, "array": self.name}
+
+
+# --------------------------------------------------------------------------- VCF Zarr
+GENOTYPE_SCALINGS = ("patterson", "none")
+MISSING_POLICIES = ("mean", "zero")
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class _GenotypeLoader:
+    path: str
+    name: str
+    start: int
+    stop: int
+    missing: str
+    scaling: str
+
+    def __call__(self) -> RowValues:
+        calls = _open_zarr_array(self.path, self.name)[self.start : self.stop]
+        return genotype_rows(calls, missing=self.missing, scaling=self.scaling)
+
+
+def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues:
+    """Turn genotype calls (variants, samples, ploidy) into dosage rows.
+
+    The dosage of a call is its number of non-reference alleles (allele index > 0). A call
+    with any negative allele index (-1 missing, -2 fill for mixed ploidy) is missing and
+    stored as -1; its value comes from the row's ``fill``: the mean dosage of the variant
+    over its non-missing calls (``missing="mean"``, the usual imputation) or 0
+    (``missing="zero"``). With ``scaling="patterson"`` each variant is centred at its mean
+    dosage and divided by ``sqrt(p (1 - p))``, ``p = mean / ploidy`` (Patterson et al.
+    2006); monomorphic variants get scale 0 and so contribute nothing.
+
+    Parameters
+    ----------
+    calls : ndarray of shape (n_variants, n_samples, ploidy)
+        Integer allele indices as in VCF Zarr ``call_genotype``.
+    missing : {"mean", "zero"}
+        Imputation of missing calls.
+    scaling : {"patterson", "none"}
+        Per-variant standardisation.
+
+    Returns
+    -------
+    rows : RowValues
+        int8 dosages (-1 where missing) with per-row fill/centre/scale.
+    """
+    ploidy = calls.shape[2]
+    is_missing = (calls < 0).any(axis=2)
+    dosage = (calls > 0).sum(axis=2, dtype=np.int8)
+    counted = (~is_missing).sum(axis=1)
+    sums = np.where(is_missing, 0, dosage).sum(axis=1, dtype=np.float64)
+    mean = np.divide(sums, counted, out=np.zeros(len(sums)), where=counted > 0)
+    fill = None
+    if is_missing.any():
+        dosage[is_missing] = -1
+        fill = mean.copy() if missing == "mean" else np.zeros_like(mean)
+    center = scale = None
+    if scaling == "patterson":
+        p = mean / ploidy
+        var = p * (1.0 - p)
+        center = mean
+        scale = np.divide(1.0, np.sqrt(var), out=np.zeros_like(var), where=var > 1e-12)
+    return RowValues(dosage, fill=fill, center=center, scale=scale)
+
+
+class GenotypeSource(RowSource):
+    """Dosage rows (one per variant) from a VCF Zarr store's ``call_genotype``."""
+
+    kind = "vcf-zarr"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        array: Any,
+        *,
+        name: str = "call_genotype",
+        missing: str = "mean",
+        scaling: str = "patterson",
+    ) -> None:
+        self.path = os.fspath(path)
+        self.name = name
+        self.missing = missing
+        self.scaling = scaling
+        self.ploidy = int(array.shape[2])
+        self.shape = (int(array.shape[0]), int(array.shape[1]))
+        self.dtype = np.dtype(np.int8)
+        self.chunk_bounds = regular_bounds(self.shape[0], int(array.chunks[0]))
+
+    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
+        """Return a loader reading variants ``[start, stop)`` as dosages."""
+        return _GenotypeLoader(self.path, self.name, start, stop, self.missing, self.scaling)
+
+    def describe(self) -> dict[str, Any]:
+        """Return a JSON-serialisable description of the source."""
+        return {
+            **super().describe(),
+            "path": self.path,
+            "array": self.name,
+            "missing": self.missing,
+            "scaling": self.scaling,
+            "ploidy": self.ploidy,
+        }

@@ -1,0 +1,57 @@
+"""Exceptions raised by daskstraggle.
+
+Every exception the library raises on purpose derives from :class:`StraggleError`;
+those about bad input also derive from the matching builtin (``ValueError``,
+``TypeError``, ``FileNotFoundError``, ...) so that ``except ValueError`` keeps working.
+The command line turns any :class:`InputError` into one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClusterConnectionError",
+    "DataNotFoundError",
+    "InputError",
+    "InvalidDataError",
+    "InvalidParameterError",
+    "NonFiniteDataError",
+    "OutputExistsError",
+    "StraggleError",
+    "StraggleWarning",
+]
+
+
+class StraggleError(Exception):
+    """Base class of every error daskstraggle raises on purpose."""
+
+
+class InputError(StraggleError):
+    """Base class of errors caused by what the user passed (the CLI exits with 2)."""
+
+
+class InvalidParameterError(InputError, ValueError):
+    """A parameter has a value outside its allowed range or set."""
+
+
+class InvalidDataError(InputError, ValueError):
+    """The data has the wrong shape, dtype or content (e.g. not 2-D, empty, bad labels)."""
+
+
+class NonFiniteDataError(InvalidDataError):
+    """The data contains NaN or infinity; raised on the worker that loaded the partition."""
+
+
+class DataNotFoundError(InputError, FileNotFoundError):
+    """A store, a group member or a file does not exist or cannot be read."""
+
+
+class OutputExistsError(InputError, FileExistsError):
+    """An output path exists already and overwriting was not asked for."""
+
+
+class ClusterConnectionError(InputError, ConnectionError):
+    """The Dask scheduler could not be reached."""
+
+
+class StraggleWarning(UserWarning):
+    """Base class of the warnings daskstraggle emits."""

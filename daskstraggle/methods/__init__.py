@@ -1,0 +1,51 @@
+"""Optimisation policies (pure: no dask): the Method contract, GD and NAG."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.methods.base import (
+    Method,
+    RoundSummary,
+    WorkResult,
+    WorkUnit,
+    contiguous_placement,
+)
+from daskstraggle.methods.gd import GD, NAG
+
+__all__ = [
+    "GD",
+    "NAG",
+    "Method",
+    "RoundSummary",
+    "WorkResult",
+    "WorkUnit",
+    "contiguous_placement",
+    "list_methods",
+    "make_method",
+]
+
+_METHODS: dict[str, type[Method]] = {"gd": GD, "nag": NAG}
+
+
+def list_methods() -> list[str]:
+    """Return the registered method names."""
+    return sorted(_METHODS)
+
+
+def make_method(name: str | Method, **params: Any) -> Method:
+    """Return a new method by registry name (or pass a Method through).
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``name`` is not registered.
+    """
+    if isinstance(name, Method):
+        return name
+    if name not in _METHODS:
+        raise InvalidParameterError(
+            f"The 'method' parameter must be one of {list_methods()}. Got {name!r} instead."
+        )
+    return _METHODS[name](**params)

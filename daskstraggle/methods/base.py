@@ -1,0 +1,186 @@
+"""The Method contract: a pure policy driven by a runtime.
+
+A method consumes *events* (a :class:`WorkResult` arrived) and emits *decisions* (which
+:class:`WorkUnit` an idle worker should compute, whether the iterate may step). It never
+imports dask: the same object runs on a real cluster (``DaskRuntime``), in process
+(``LocalRuntime``) or in simulated time.
+
+The runtime drives it like this::
+
+    method.start(problem, x0, placement)
+    give every idle worker ``method.dispatch(worker_index)`` (None: stay idle)
+    loop:
+        method.receive(next completed result)
+        the worker that sent it is idle: give it ``method.dispatch(worker_index)``
+        if method.ready():
+            summary = method.summary()        # objective at the evaluated point
+            record a trace row; stop? -> finish with summary
+            method.step()                     # next iterate, version + 1
+            give every idle worker work
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from daskstraggle.problems.base import KernelResult, Problem
+
+__all__ = ["Method", "RoundSummary", "WorkResult", "WorkUnit", "contiguous_placement"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkUnit:
+    """One task for one worker: sum the kernel over some of its partitions.
+
+    Parameters
+    ----------
+    worker_index : int
+        Row of the placement (not a Dask address).
+    partitions : tuple of int
+        Partitions the worker holds and sums over.
+    iterate : ndarray
+        Point at which the kernel is evaluated.
+    version : int
+        Iterate version (iteration number) the unit was computed for.
+    """
+
+    worker_index: int
+    partitions: tuple[int, ...]
+    iterate: np.ndarray
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkResult:
+    """A completed :class:`WorkUnit`.
+
+    Parameters
+    ----------
+    unit : WorkUnit
+        What was computed.
+    result : KernelResult
+        Kernel sums over the unit's partitions.
+    compute_duration : float
+        Seconds the kernel took, measured on the worker.
+    """
+
+    unit: WorkUnit
+    result: KernelResult
+    compute_duration: float
+
+
+@dataclass(frozen=True, slots=True)
+class RoundSummary:
+    """What a method knows when it is ready to step.
+
+    Parameters
+    ----------
+    iterate : ndarray
+        The point the gradient was evaluated at this round.
+    result : KernelResult
+        The (exact or estimated) kernel sum at ``iterate`` over all rows.
+    objective : float or None
+        Objective at ``iterate`` when the round saw every row, else None.
+    workers_used : tuple of int
+        Worker indices whose results entered this round.
+    n_fresh : int
+        Results computed at the current version.
+    n_stale : int
+        Results computed at older versions that were used.
+    """
+
+    iterate: np.ndarray
+    result: KernelResult
+    objective: float | None
+    workers_used: tuple[int, ...]
+    n_fresh: int
+    n_stale: int = 0
+
+
+def contiguous_placement(n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
+    """Return the uncoded placement: contiguous, near-equal runs of partitions per worker.
+
+    Parameters
+    ----------
+    n_partitions : int
+        Number of row partitions (at least ``n_workers``).
+    n_workers : int
+        Number of workers.
+
+    Returns
+    -------
+    placement : list of tuple of int
+        ``placement[i]`` lists the partitions worker index ``i`` stores; every partition
+        appears exactly once.
+
+    Examples
+    --------
+    >>> contiguous_placement(5, 2)
+    [(0, 1, 2), (3, 4)]
+    """
+    if n_partitions < n_workers:
+        raise ValueError(f"need at least one partition per worker ({n_partitions} < {n_workers})")
+    edges = np.linspace(0, n_partitions, n_workers + 1).round().astype(int)
+    return [tuple(range(int(edges[i]), int(edges[i + 1]))) for i in range(n_workers)]
+
+
+class Method(ABC):
+    """Abstract base of the optimisation policies.
+
+    Subclasses hold their parameters (set in ``__init__``) and their run state (set in
+    :meth:`start`). One instance drives one run at a time.
+    """
+
+    #: Registry name, e.g. ``"gd"``.
+    name: ClassVar[str]
+
+    def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
+        """Return which partitions each worker index stores (default: uncoded, contiguous)."""
+        return contiguous_placement(n_partitions, n_workers)
+
+    def check_problem(self, problem: Problem) -> None:  # noqa: B027 - optional hook
+        """Raise InvalidParameterError if the method cannot solve ``problem``."""
+
+    @abstractmethod
+    def start(
+        self,
+        problem: Problem,
+        iterate: np.ndarray,
+        placement: list[tuple[int, ...]],
+        *,
+        step_size: float,
+    ) -> None:
+        """Reset the run state: bound problem, starting iterate, placement, step size."""
+
+    @abstractmethod
+    def dispatch(self, worker_index: int) -> WorkUnit | None:
+        """Return the work an idle worker should do now, or None to leave it idle."""
+
+    @abstractmethod
+    def receive(self, result: WorkResult) -> None:
+        """Take in a completed result."""
+
+    @abstractmethod
+    def ready(self) -> bool:
+        """Return whether enough results arrived to step."""
+
+    @abstractmethod
+    def summary(self) -> RoundSummary:
+        """Return the round's evaluated point, kernel sum and counts (when ready)."""
+
+    @abstractmethod
+    def step(self) -> None:
+        """Advance the iterate and the version."""
+
+    @property
+    @abstractmethod
+    def version(self) -> int:
+        """Current iterate version (number of steps taken)."""
+
+    def get_params(self) -> dict[str, Any]:
+        """Return the method's parameters (for traces)."""
+        return {}

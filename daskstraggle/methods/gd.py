@@ -1,0 +1,183 @@
+"""Synchronous gradient descent and Nesterov's accelerated gradient (wait for all workers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from daskstraggle._validation import check_choice
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.problems.base import KernelResult, Problem
+
+__all__ = ["GD", "NAG"]
+
+
+class GD(Method):
+    """Synchronous gradient descent: every worker's result, every iteration.
+
+    Each worker index sums the kernel over all partitions it stores; the iterate steps
+    once all workers have answered for the current version. With PCA and step size 1
+    this is the (block) power method with QR re-orthonormalisation.
+
+    Results from an older version (impossible here unless a runtime retries) are ignored.
+
+    Examples
+    --------
+    >>> from daskstraggle.methods import GD
+    >>> GD().name
+    'gd'
+    """
+
+    name = "gd"
+
+    def __init__(self) -> None:
+        self._problem: Problem | None = None
+
+    def start(
+        self,
+        problem: Problem,
+        iterate: np.ndarray,
+        placement: list[tuple[int, ...]],
+        *,
+        step_size: float,
+    ) -> None:
+        """Reset the run state."""
+        self.check_problem(problem)
+        self._problem = problem
+        self._placement = placement
+        self._step_size = float(step_size)
+        self._x = np.array(iterate, dtype=np.float64)
+        self._version = 0
+        self._sent: set[int] = set()
+        self._results: dict[int, WorkResult] = {}
+
+    @property
+    def version(self) -> int:
+        """Number of steps taken."""
+        return self._version
+
+    def _point(self) -> np.ndarray:
+        """The point where gradients are evaluated this round."""
+        return self._x
+
+    def dispatch(self, worker_index: int) -> WorkUnit | None:
+        """Send the current point to a worker that has not had it yet this round."""
+        if worker_index in self._sent or not self._placement[worker_index]:
+            return None
+        self._sent.add(worker_index)
+        return WorkUnit(worker_index, self._placement[worker_index], self._point(), self._version)
+
+    def receive(self, result: WorkResult) -> None:
+        """Keep results of the current version; ignore older ones."""
+        if result.unit.version == self._version:
+            self._results[result.unit.worker_index] = result
+
+    def ready(self) -> bool:
+        """True once every worker holding data has answered for this version."""
+        return len(self._results) == sum(1 for p in self._placement if p)
+
+    def summary(self) -> RoundSummary:
+        """Return the exact kernel sum at the evaluated point."""
+        assert self._problem is not None and self.ready()
+        order = sorted(self._results)
+        total: KernelResult = self._results[order[0]].result
+        for i in order[1:]:
+            total = total + self._results[i].result
+        point = self._point()
+        return RoundSummary(
+            iterate=point,
+            result=total,
+            objective=self._problem.objective(total.values, point),
+            workers_used=tuple(order),
+            n_fresh=len(order),
+        )
+
+    def step(self) -> None:
+        """Take the gradient step from the evaluated point."""
+        assert self._problem is not None
+        total = self.summary().result
+        self._x = self._problem.update(self._point(), total.gradient, self._step_size)
+        self._advance()
+
+    def _advance(self) -> None:
+        self._version += 1
+        self._sent.clear()
+        self._results.clear()
+
+
+class NAG(GD):
+    """Nesterov's accelerated gradient with adaptive restart, synchronous.
+
+    ``x_{t+1} = y_t - eta grad f(y_t)``, ``y_{t+1} = x_{t+1} + beta_t (x_{t+1} - x_t)``,
+    ``beta_t = t / (t + 3)``. The momentum restarts (``t <- 0``) when the objective at the
+    evaluated point rises (O'Donoghue & Candès 2015), which keeps the iterates monotone
+    near the optimum of strongly convex problems. Only for convex problems (logistic
+    regression, least squares): PCA's iterates live on a Grassmannian, where the
+    difference of two bases is not a direction.
+
+    Parameters
+    ----------
+    restart : {"objective", "none"}, default="objective"
+        Adaptive restart rule.
+
+    References
+    ----------
+    Nesterov, "A method of solving a convex programming problem with convergence rate
+    O(1/k^2)", 1983. O'Donoghue & Candès, "Adaptive restart for accelerated gradient
+    schemes", 2015.
+    """
+
+    name = "nag"
+
+    def __init__(self, *, restart: str = "objective") -> None:
+        super().__init__()
+        self.restart = check_choice(restart, name="restart", caller="NAG", choices=("objective", "none"))
+
+    def get_params(self) -> dict[str, Any]:
+        """Return the parameters."""
+        return {"restart": self.restart}
+
+    def check_problem(self, problem: Problem) -> None:
+        """Refuse problems whose iterates are not in a vector space (PCA)."""
+        if not getattr(problem, "supports_momentum", True):
+            raise InvalidParameterError(
+                f"The 'method' parameter must be 'gd' for {problem.name}: Nesterov momentum "
+                "needs iterates in a vector space. Got 'nag' instead."
+            )
+
+    def start(
+        self,
+        problem: Problem,
+        iterate: np.ndarray,
+        placement: list[tuple[int, ...]],
+        *,
+        step_size: float,
+    ) -> None:
+        """Reset the run state (momentum counter included)."""
+        super().start(problem, iterate, placement, step_size=step_size)
+        self._y = self._x.copy()
+        self._k = 0
+        self._last_objective = np.inf
+
+    def _point(self) -> np.ndarray:
+        return self._y
+
+    def step(self) -> None:
+        """Gradient step from the look-ahead point, then extrapolate."""
+        assert self._problem is not None
+        summary = self.summary()
+        if (
+            self.restart == "objective"
+            and summary.objective is not None
+            and summary.objective > self._last_objective
+        ):
+            self._k = 0
+        self._last_objective = summary.objective if summary.objective is not None else np.inf
+        x_new = self._problem.update(self._y, summary.result.gradient, self._step_size)
+        beta = self._k / (self._k + 3.0)
+        self._y = x_new + beta * (x_new - self._x)
+        self._x = x_new
+        self._k += 1
+        self._advance()

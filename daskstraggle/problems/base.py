@@ -1,0 +1,170 @@
+"""The Problem contract: block kernels, objective, update and an exact reference.
+
+A problem is a frozen value object. It is created with its user parameters
+(``make_problem("pca", n_components=3)``), then *bound* to the statistics of the matrix
+(:meth:`Problem.bind`), which fixes the number of samples, column means and defaults that
+depend on the data. Only bound problems are used for kernels; they are small and pickled
+to the workers with each task.
+
+Kernels return **sums over the rows of a block** so that partial results from any set of
+partitions add up (the property every straggler method relies on).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, Self
+
+import numpy as np
+
+from daskstraggle.problems.block import Block, MatrixStats
+
+__all__ = [
+    "KernelResult",
+    "MapReduce",
+    "Problem",
+    "Reference",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelResult:
+    """Sum over a set of rows of the gradient-like quantity and the objective terms.
+
+    Parameters
+    ----------
+    gradient : ndarray
+        Shape of the iterate. For PCA ``X_c^T X_c V`` over the rows; for regression the
+        sum of per-sample loss gradients divided by the global number of samples.
+    values : ndarray of shape (n_values,)
+        Objective terms summed over the rows (per-component captured variance for PCA,
+        the mean-loss contribution for regression).
+    n_rows : int
+        Number of rows summed.
+    """
+
+    gradient: np.ndarray
+    values: np.ndarray
+    n_rows: int
+
+    def __add__(self, other: KernelResult) -> KernelResult:
+        """Add the results of two disjoint row sets."""
+        return KernelResult(
+            gradient=self.gradient + other.gradient,
+            values=self.values + other.values,
+            n_rows=self.n_rows + other.n_rows,
+        )
+
+    def scaled(self, weight: float) -> KernelResult:
+        """Return the result multiplied by ``weight`` (coding coefficients, 1/coverage)."""
+        return KernelResult(self.gradient * weight, self.values * weight, self.n_rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """The exact optimum of a bound problem, computed independently of the methods.
+
+    Parameters
+    ----------
+    iterate : ndarray
+        The optimal iterate (PCA: orthonormal basis of the top-k subspace, shape
+        (n_features, k); regression: coefficients with the intercept last).
+    objective : float
+        Objective at the optimum.
+    info : dict
+        Solver details (passes over the data, iterations, final gradient norm...).
+    """
+
+    iterate: np.ndarray
+    objective: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class MapReduce(Protocol):
+    """Apply ``fn(block, *args)`` to every partition once and fold the results.
+
+    ``combine`` folds two results (default: ``+``). Runtimes provide this; problems use it
+    for the reference solution and for step-size estimation.
+    """
+
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        combine: Callable[[Any, Any], Any] | None = None,
+    ) -> Any: ...
+
+
+class Problem(ABC):
+    """Abstract base of the learning problems (PCA, logistic, least squares).
+
+    Subclasses are frozen dataclasses. Attributes set by :meth:`bind` are None (or empty)
+    until then; :attr:`is_bound` tells.
+    """
+
+    #: Registry name, e.g. ``"pca"``.
+    name: ClassVar[str]
+    #: Whether the problem needs labels ``y``.
+    needs_labels: ClassVar[bool] = False
+
+    @property
+    @abstractmethod
+    def is_bound(self) -> bool:
+        """Whether :meth:`bind` has fixed the data-dependent fields."""
+
+    @abstractmethod
+    def bind(self, stats: MatrixStats) -> Self:
+        """Return a copy fixed to a matrix's statistics, after validating parameters.
+
+        Raises
+        ------
+        InvalidParameterError
+            If a parameter does not fit the data (e.g. more components than columns).
+        InvalidDataError
+            If the labels do not fit the problem (e.g. three classes for logistic).
+        """
+
+    @abstractmethod
+    def init_iterate(self, rng: np.random.Generator) -> np.ndarray:
+        """Return the starting iterate (PCA: a random orthonormal basis; else zeros)."""
+
+    @abstractmethod
+    def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
+        """Return the gradient-like sum and objective terms over the block's rows.
+
+        One pass over the block, tile by tile.
+        """
+
+    @abstractmethod
+    def objective(self, values: np.ndarray, iterate: np.ndarray) -> float:
+        """Return the objective (lower is better) from the summed ``values`` at ``iterate``."""
+
+    @abstractmethod
+    def update(self, iterate: np.ndarray, gradient: np.ndarray, step_size: float) -> np.ndarray:
+        """Return the next iterate from a full (or estimated) gradient sum.
+
+        Regularisation and projection (orthonormalisation for PCA) happen here.
+        """
+
+    @abstractmethod
+    def default_step_size(self, map_reduce: MapReduce, rng: np.random.Generator) -> float:
+        """Return a safe step size for gradient descent (may use a few passes)."""
+
+    @abstractmethod
+    def finalize(self, iterate: np.ndarray, result: KernelResult) -> dict[str, np.ndarray]:
+        """Return the fitted quantities from the final iterate and its kernel sum."""
+
+    @abstractmethod
+    def reference_solution(self, map_reduce: MapReduce) -> Reference:
+        """Compute the exact optimum with an independent solver, via ``map_reduce``."""
+
+    def distance(self, iterate: np.ndarray, reference: Reference) -> float:
+        """Return a distance between ``iterate`` and the reference optimum.
+
+        Regression: relative Euclidean distance of the coefficients. PCA overrides this
+        with the sine of the largest principal angle between the subspaces.
+        """
+        denom = max(float(np.linalg.norm(reference.iterate)), 1e-300)
+        return float(np.linalg.norm(iterate - reference.iterate) / denom)

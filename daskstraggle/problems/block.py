@@ -1,0 +1,196 @@
+"""The row block that problem kernels consume.
+
+A :class:`Block` is one partition's rows as held in a worker's memory: the stored values
+(float, or int8 genotype dosages where -1 marks a missing call), optional per-row
+transforms (fill value for missing entries, centre, scale) and optional labels. Kernels
+never materialise a float copy of the whole block: :meth:`Block.tiles` converts it one
+cache-sized tile of rows at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Block", "MatrixStats", "block_stats"]
+
+#: Target size in bytes of one float64 tile of rows (fits in L2 cache on common CPUs).
+TILE_BYTES = 1 << 19
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Block:
+    """Rows ``[start, start + n_rows)`` of a matrix, as stored on a worker.
+
+    Parameters
+    ----------
+    values : ndarray of shape (n_rows, n_features)
+        Stored values. Floating point, or a signed integer dtype for genotype
+        dosages where negative entries mark missing calls.
+    start : int, default=0
+        Global index of the first row.
+    y : ndarray of shape (n_rows,) or None, default=None
+        Labels (float64) of the rows, if the matrix has labels.
+    fill : ndarray of shape (n_rows,) or None, default=None
+        Value that replaces missing (negative) entries of integer blocks, per row.
+        None means the block has no missing entries.
+    center : ndarray of shape (n_rows,) or None, default=None
+        Subtracted from every entry of a row after filling.
+    scale : ndarray of shape (n_rows,) or None, default=None
+        Multiplies every entry of a row after centring.
+    """
+
+    values: np.ndarray
+    start: int = 0
+    y: np.ndarray | None = None
+    fill: np.ndarray | None = None
+    center: np.ndarray | None = None
+    scale: np.ndarray | None = None
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows in the block."""
+        return int(self.values.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        """Number of columns of the matrix."""
+        return int(self.values.shape[1])
+
+    @property
+    def stop(self) -> int:
+        """Global index one past the last row."""
+        return self.start + self.n_rows
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the stored values."""
+        return int(self.values.nbytes)
+
+    def tile_rows(self, tile_bytes: int = TILE_BYTES) -> int:
+        """Return the number of rows per tile so a float64 tile has about ``tile_bytes``."""
+        return max(1, tile_bytes // (8 * max(1, self.n_features)))
+
+    def tiles(self, tile_rows: int | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
+        """Yield ``(a, b, tile)`` with ``tile`` the float64 rows ``[a, b)`` (block-local).
+
+        Tiles of a float64 block without transforms are views; otherwise each tile is
+        converted (filled, centred, scaled) on its own, so at most one tile-sized float
+        copy exists at a time.
+
+        Parameters
+        ----------
+        tile_rows : int or None, default=None
+            Rows per tile; None picks a cache-sized tile (:meth:`tile_rows`).
+        """
+        step = tile_rows or self.tile_rows()
+        plain = (
+            self.values.dtype == np.float64
+            and self.fill is None
+            and self.center is None
+            and self.scale is None
+        )
+        for a in range(0, self.n_rows, step):
+            b = min(a + step, self.n_rows)
+            raw = self.values[a:b]
+            if plain:
+                yield a, b, raw
+                continue
+            tile = raw.astype(np.float64)
+            if self.fill is not None:
+                missing = raw < 0
+                if missing.any():
+                    tile[missing] = np.broadcast_to(self.fill[a:b, None], raw.shape)[missing]
+            if self.center is not None:
+                tile -= self.center[a:b, None]
+            if self.scale is not None:
+                tile *= self.scale[a:b, None]
+            yield a, b, tile
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixStats:
+    """Column sums and squared norm of a whole matrix (after per-row transforms).
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of rows.
+    column_sums : ndarray of shape (n_features,)
+        Sum of each column.
+    sq_norm : float
+        Squared Frobenius norm of the (uncentred) matrix.
+    label_counts : dict of float to int or None, default=None
+        Count of each distinct label value, when there are at most a few distinct
+        values (classification) — None for regression targets or no labels.
+    label_sum : float, default=0.0
+        Sum of the labels (0 without labels).
+    """
+
+    n_samples: int
+    column_sums: np.ndarray
+    sq_norm: float
+    label_counts: dict[float, int] | None = None
+    label_sum: float = 0.0
+
+    @property
+    def n_features(self) -> int:
+        """Number of columns."""
+        return int(self.column_sums.shape[0])
+
+    @property
+    def column_means(self) -> np.ndarray:
+        """Mean of each column, shape (n_features,)."""
+        return self.column_sums / max(self.n_samples, 1)
+
+    @property
+    def centered_sq_norm(self) -> float:
+        """Squared Frobenius norm of the column-centred matrix."""
+        mu = self.column_means
+        return float(self.sq_norm - self.n_samples * mu @ mu)
+
+    def __add__(self, other: MatrixStats) -> MatrixStats:
+        """Combine the statistics of two disjoint row ranges."""
+        if self.label_counts is None or other.label_counts is None:
+            counts = None
+        else:
+            counts = dict(self.label_counts)
+            for key, value in other.label_counts.items():
+                counts[key] = counts.get(key, 0) + value
+            if len(counts) > _MAX_CLASSES:
+                counts = None
+        return MatrixStats(
+            n_samples=self.n_samples + other.n_samples,
+            column_sums=self.column_sums + other.column_sums,
+            sq_norm=self.sq_norm + other.sq_norm,
+            label_counts=counts,
+            label_sum=self.label_sum + other.label_sum,
+        )
+
+
+_MAX_CLASSES = 16
+
+
+def block_stats(block: Block) -> MatrixStats:
+    """Return the :class:`MatrixStats` of one block (one pass over its tiles)."""
+    sums = np.zeros(block.n_features)
+    sq = 0.0
+    for _, _, tile in block.tiles():
+        sums += tile.sum(axis=0)
+        sq += float(np.einsum("ij,ij->", tile, tile))
+    counts = None
+    label_sum = 0.0
+    if block.y is not None:
+        label_sum = float(block.y.sum())
+        values, number = np.unique(block.y, return_counts=True)
+        if len(values) <= _MAX_CLASSES:
+            counts = {float(v): int(c) for v, c in zip(values, number, strict=True)}
+    return MatrixStats(
+        n_samples=block.n_rows,
+        column_sums=sums,
+        sq_norm=sq,
+        label_counts=counts,
+        label_sum=label_sum,
+    )

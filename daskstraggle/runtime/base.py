@@ -1,0 +1,309 @@
+"""The Runtime contract and the driving loop every runtime shares.
+
+A runtime places partitions on workers, loads them, and moves work units and results;
+all decisions come from the Method. Subclasses implement four primitives:
+``_start``/``_load`` (place and load partitions, return their statistics),
+``_map_reduce`` (fold a function over every partition), ``_submit`` (send a unit) and
+``_next`` (block until some unit completes).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from daskstraggle.data.matrix import Matrix
+from daskstraggle.errors import InvalidParameterError, StraggleError
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.problems.base import KernelResult, Problem, Reference
+from daskstraggle.problems.block import Block, MatrixStats
+from daskstraggle.runtime.stop import StopRule
+from daskstraggle.trace import Result, TraceRecorder
+
+__all__ = ["Runtime", "fold_map", "run_unit"]
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------- worker-side task bodies
+def run_unit(problem: Problem, iterate: np.ndarray, *blocks: Block) -> tuple[KernelResult, float]:
+    """Sum the problem's kernel over ``blocks`` at ``iterate``; time it on the worker."""
+    t0 = time.perf_counter()
+    total = problem.kernel(blocks[0], iterate)
+    for block in blocks[1:]:
+        total = total + problem.kernel(block, iterate)
+    return total, time.perf_counter() - t0
+
+
+def fold_map(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    combine: Callable[[Any, Any], Any] | None,
+    *blocks: Block,
+) -> Any:
+    """Apply ``fn(block, *args)`` to each block and fold with ``combine`` (default ``+``)."""
+    join = combine or (lambda a, b: a + b)
+    total = fn(blocks[0], *args)
+    for block in blocks[1:]:
+        total = join(total, fn(block, *args))
+    return total
+
+
+class Runtime(ABC):
+    """Abstract base of the runtimes: move data and time, decide nothing.
+
+    Use as a context manager (or call :meth:`close`) so clusters it started are shut down.
+    """
+
+    #: Name recorded in traces.
+    name: str = "runtime"
+
+    @property
+    @abstractmethod
+    def n_workers(self) -> int:
+        """Number of workers (worker indices ``0 .. n_workers - 1``)."""
+
+    @property
+    def worker_names(self) -> list[str]:
+        """A name per worker index (Dask addresses for the Dask runtime)."""
+        return [str(i) for i in range(self.n_workers)]
+
+    @abstractmethod
+    def _load(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> MatrixStats:
+        """Load every partition on the workers of ``placement``; return total statistics."""
+
+    @abstractmethod
+    def _map_reduce(
+        self, fn: Callable[..., Any], *args: Any, combine: Callable[[Any, Any], Any] | None = None
+    ) -> Any:
+        """Fold ``fn(block, *args)`` over every partition once (one task per worker)."""
+
+    @abstractmethod
+    def _submit(self, unit: WorkUnit, problem: Problem) -> None:
+        """Start computing ``unit`` on its worker."""
+
+    @abstractmethod
+    def _next(self) -> WorkResult:
+        """Block until a submitted unit completes and return its result."""
+
+    def _unload(self) -> None:  # noqa: B027 - optional hook
+        """Release loaded partitions and pending work."""
+
+    def close(self) -> None:
+        """Release resources (and clusters the runtime started)."""
+        self._unload()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --------------------------------------------------------------------------- run
+    def run(
+        self,
+        method: Method,
+        problem: Problem,
+        matrix: Matrix,
+        *,
+        stop: StopRule | None = None,
+        step_size: float | None = None,
+        reference: bool = False,
+        rng: int | np.random.Generator | None = None,
+        progress: bool = False,
+    ) -> Result:
+        """Solve ``problem`` on ``matrix`` with ``method``.
+
+        Parameters
+        ----------
+        method : Method
+            The policy (e.g. ``GD()``).
+        problem : Problem
+            Unbound problem (e.g. ``PCA(n_components=3)``); bound here to the data.
+        matrix : Matrix
+            The data; repartitioned to one partition per worker when it has fewer
+            partitions than workers.
+        stop : StopRule or None, default=None
+            When to stop (None: ``StopRule()``).
+        step_size : float or None, default=None
+            None: the problem's default (1 for PCA, ``1/L`` from a power-iteration
+            estimate of the smoothness for regression).
+        reference : bool, default=False
+            Also compute the exact optimum with an independent solver and record the gap.
+        rng : int, Generator or None, default=None
+            Seeds the starting iterate and the step-size estimate.
+        progress : bool, default=False
+            Show a progress bar (iteration, objective, elapsed) on stderr.
+
+        Returns
+        -------
+        result : Result
+
+        Raises
+        ------
+        InvalidParameterError
+            If the method cannot solve the problem, or a parameter does not fit the data.
+        InvalidDataError
+            If the labels do not fit the problem; NonFiniteDataError if a partition holds
+            NaN or infinity (raised by the worker that loaded it).
+        """
+        stop = stop or StopRule()
+        rng = np.random.default_rng(rng)
+        if problem.needs_labels and matrix.labels is None:
+            raise InvalidParameterError(
+                f"The {problem.name} problem needs labels: pass labels=... (CLI: --labels)."
+            )
+        method.check_problem(problem)
+        if matrix.n_partitions < self.n_workers:
+            if matrix.n_rows < self.n_workers:
+                raise InvalidParameterError(
+                    f"The matrix has {matrix.n_rows} rows, fewer than the {self.n_workers} "
+                    "workers; use fewer workers."
+                )
+            matrix = matrix.repartition(self.n_workers)
+        placement = method.placement(matrix.n_partitions, self.n_workers)
+        t_load = time.perf_counter()
+        stats = self._load(matrix, placement)
+        load_duration = time.perf_counter() - t_load
+        bound = problem.bind(stats)
+        if step_size is None:
+            step_size = bound.default_step_size(self._map_reduce, rng)
+        ref: Reference | None = bound.reference_solution(self._map_reduce) if reference else None
+        x0 = bound.init_iterate(rng)
+        summary, recorder, reason = self._drive(
+            method, bound, x0, placement, step_size=step_size, stop=stop, reference=ref,
+            progress=progress,
+        )
+        fitted = bound.finalize(summary.iterate, summary.result)
+        objective = summary.objective
+        if objective is None:  # stochastic rounds: evaluate the final point exactly
+            total = self._map_reduce(_kernel_at, bound, summary.iterate)
+            objective = bound.objective(total.values, summary.iterate)
+        return Result(
+            problem=bound.name,
+            method=method.name,
+            fitted=fitted,
+            trace=recorder.to_dataset(),
+            iterate=summary.iterate,
+            objective=float(objective),
+            stop_reason=reason,
+            reference_objective=None if ref is None else ref.objective,
+            distance=None if ref is None else bound.distance(summary.iterate, ref),
+            attrs={
+                "runtime": self.name,
+                "workers": self.worker_names,
+                "placement": [list(p) for p in placement],
+                "matrix": matrix.describe(),
+                "step_size": step_size,
+                "load_duration_s": load_duration,
+                "method_params": method.get_params(),
+                "stop": {"max_iter": stop.max_iter, "tol": stop.tol, "gap_tol": stop.gap_tol,
+                         "time_budget": stop.time_budget},
+                "reference_info": {} if ref is None else ref.info,
+            },
+            feature_dim=matrix.dims[1],
+            feature_coords=matrix.columns,
+        )
+
+    def _drive(
+        self,
+        method: Method,
+        problem: Problem,
+        x0: np.ndarray,
+        placement: list[tuple[int, ...]],
+        *,
+        step_size: float,
+        stop: StopRule,
+        reference: Reference | None,
+        progress: bool,
+    ) -> tuple[RoundSummary, TraceRecorder, str]:
+        """Run the event loop: dispatch to idle workers, receive, step, record, stop."""
+        from tqdm.auto import tqdm
+
+        method.start(problem, x0, placement, step_size=step_size)
+        recorder = TraceRecorder(self.n_workers)
+        idle = set(range(self.n_workers))
+        in_flight = 0
+        durations: dict[int, float] = {}
+        previous: float | None = None
+        bar = tqdm(
+            total=stop.max_iter, disable=not progress, file=sys.stderr, unit="it",
+            desc=f"{method.name} {problem.name}", leave=False,
+        )
+        t0 = t_round = time.perf_counter()
+
+        def feed() -> None:
+            nonlocal in_flight
+            for i in sorted(idle):
+                unit = method.dispatch(i)
+                if unit is not None:
+                    idle.discard(i)
+                    self._submit(unit, problem)
+                    in_flight += 1
+
+        try:
+            feed()
+            while True:
+                if in_flight == 0:
+                    raise StraggleError(
+                        f"Method {method.name!r} stalled: no work in flight and not ready to step."
+                    )
+                result = self._next()
+                in_flight -= 1
+                idle.add(result.unit.worker_index)
+                durations[result.unit.worker_index] = result.compute_duration
+                method.receive(result)
+                if method.ready():
+                    summary = method.summary()
+                    now = time.perf_counter()
+                    gap = (
+                        None
+                        if reference is None or summary.objective is None
+                        else summary.objective - reference.objective
+                    )
+                    recorder.add(
+                        wall_time=now - t0,
+                        iteration_duration=now - t_round,
+                        objective=summary.objective,
+                        gap=gap,
+                        n_fresh=summary.n_fresh,
+                        n_stale=summary.n_stale,
+                        workers_used=summary.workers_used,
+                        compute_durations={i: durations[i] for i in summary.workers_used},
+                    )
+                    bar.update(1)
+                    if progress:
+                        bar.set_postfix(objective=f"{summary.objective:.6g}" if summary.objective
+                                        is not None else "?", refresh=False)
+                    reason = stop.check(
+                        iteration=len(recorder) - 1,
+                        objective=summary.objective,
+                        previous=previous,
+                        gap=gap,
+                        elapsed=now - t0,
+                    )
+                    if reason is not None:
+                        logger.info("%s stopped after %d iterations (%s)", method.name,
+                                    len(recorder), reason)
+                        return summary, recorder, reason
+                    previous = summary.objective
+                    method.step()
+                    durations.clear()
+                    t_round = time.perf_counter()
+                feed()
+        finally:
+            bar.close()
+            self._cancel_pending()
+
+    def _cancel_pending(self) -> None:  # noqa: B027 - optional hook
+        """Forget work still in flight when a run ends."""
+
+
+def _kernel_at(block: Block, problem: Problem, iterate: np.ndarray) -> KernelResult:
+    return problem.kernel(block, iterate)

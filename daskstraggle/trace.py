@@ -1,0 +1,327 @@
+"""Results of a run: fitted quantities plus a per-iteration trace as an xarray.Dataset.
+
+Saved as one Zarr group (``Result.save``), written under a temporary name and renamed
+into place, so a failed save never leaves a half-written store nor touches an existing
+one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from daskstraggle.errors import DataNotFoundError, OutputExistsError
+
+__all__ = ["Result", "TraceRecorder", "check_output_path"]
+
+#: Dimensions of the fitted arrays; "feature" is renamed to the matrix's column dimension.
+_FITTED_DIMS: dict[str, tuple[str, ...]] = {
+    "components": ("component", "feature"),
+    "explained_variance": ("component",),
+    "explained_variance_ratio": ("component",),
+    "singular_values": ("component",),
+    "mean": ("feature",),
+    "coef": ("feature",),
+    "intercept": (),
+}
+
+
+class TraceRecorder:
+    """Collects one row per iteration (round) while a runtime drives a method.
+
+    Parameters
+    ----------
+    n_workers : int
+        Number of worker indices (columns of the per-worker variables).
+    """
+
+    def __init__(self, n_workers: int) -> None:
+        self.n_workers = n_workers
+        self.rows: list[dict[str, float]] = []
+        self.compute: list[np.ndarray] = []
+
+    def add(
+        self,
+        *,
+        wall_time: float,
+        iteration_duration: float,
+        objective: float | None,
+        gap: float | None,
+        n_fresh: int,
+        n_stale: int,
+        workers_used: tuple[int, ...],
+        compute_durations: dict[int, float],
+    ) -> None:
+        """Append a row."""
+        per_worker = np.full(self.n_workers, np.nan)
+        for i, d in compute_durations.items():
+            per_worker[i] = d
+        self.rows.append(
+            {
+                "wall_time": wall_time,
+                "iteration_duration": iteration_duration,
+                "objective": np.nan if objective is None else objective,
+                "gap": np.nan if gap is None else gap,
+                "n_workers_used": len(workers_used),
+                "n_fresh": n_fresh,
+                "n_stale": n_stale,
+                "max_compute_duration": float(np.nanmax(per_worker)) if compute_durations else np.nan,
+            }
+        )
+        self.compute.append(per_worker)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def to_dataset(self) -> xr.Dataset:
+        """Return the trace as a Dataset over ``iteration`` (and ``worker``)."""
+        n = len(self.rows)
+        keys = (
+            list(self.rows[0])
+            if self.rows
+            else ["wall_time", "iteration_duration", "objective", "gap", "n_workers_used",
+                  "n_fresh", "n_stale", "max_compute_duration"]
+        )
+        data: dict[str, Any] = {
+            key: ("iteration", np.array([row[key] for row in self.rows], dtype=np.float64))
+            for key in keys
+        }
+        for key in ("n_workers_used", "n_fresh", "n_stale"):
+            data[key] = ("iteration", data[key][1].astype(np.int64))
+        data["compute_duration"] = (
+            ("iteration", "worker"),
+            np.array(self.compute).reshape(n, self.n_workers),
+        )
+        ds = xr.Dataset(data, coords={"iteration": np.arange(n), "worker": np.arange(self.n_workers)})
+        units = {"wall_time": "s", "iteration_duration": "s", "max_compute_duration": "s",
+                 "compute_duration": "s"}
+        for key, unit in units.items():
+            ds[key].attrs["units"] = unit
+        return ds
+
+
+def check_output_path(path: str | os.PathLike[str] | None, *, overwrite: bool) -> Path | None:
+    """Refuse an existing output path unless ``overwrite``; return it as a Path.
+
+    Raises
+    ------
+    OutputExistsError
+        If ``path`` exists and ``overwrite`` is False.
+    """
+    if path is None:
+        return None
+    out = Path(path)
+    if out.exists() and not overwrite:
+        raise OutputExistsError(
+            f"Output {str(out)!r} exists already; pass overwrite=True (CLI: --overwrite) or "
+            "choose another path."
+        )
+    return out
+
+
+@dataclass
+class Result:
+    """The outcome of a run.
+
+    Attributes
+    ----------
+    problem : str
+        Problem name (``"pca"``, ``"logistic"``, ``"least-squares"``).
+    method : str
+        Method name.
+    fitted : dict of str to ndarray
+        Fitted quantities (``components``, ``explained_variance``,
+        ``explained_variance_ratio``... for PCA; ``coef`` and ``intercept`` otherwise).
+    trace : xarray.Dataset
+        One row per iteration: ``wall_time``, ``iteration_duration``, ``objective``,
+        ``gap`` (NaN without a reference), ``n_workers_used``, ``n_fresh``, ``n_stale``,
+        ``max_compute_duration`` and per-worker ``compute_duration``.
+    iterate : ndarray
+        The final iterate (evaluated: its objective is exact).
+    objective : float
+        Objective at the final iterate (lower is better; for PCA the unexplained variance
+        fraction ``1 - sum(explained_variance_ratio)``).
+    stop_reason : str
+        ``"tol"``, ``"gap"``, ``"max_iter"`` or ``"time"``.
+    reference_objective : float or None
+        Objective of the exact optimum, when it was computed.
+    distance : float or None
+        Distance to the exact optimum (PCA: sine of the largest principal angle;
+        regression: relative coefficient error), when it was computed.
+    attrs : dict
+        Run metadata (runtime, workers, matrix description, parameters).
+    """
+
+    problem: str
+    method: str
+    fitted: dict[str, np.ndarray]
+    trace: xr.Dataset
+    iterate: np.ndarray
+    objective: float
+    stop_reason: str
+    reference_objective: float | None = None
+    distance: float | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+    feature_dim: str = "feature"
+    feature_coords: np.ndarray | None = None
+
+    @property
+    def n_iter(self) -> int:
+        """Number of iterations (rounds over the data)."""
+        return int(self.trace.sizes["iteration"])
+
+    @property
+    def wall_time(self) -> float:
+        """Seconds from the first dispatch to the last result."""
+        return float(self.trace["wall_time"].values[-1]) if self.n_iter else 0.0
+
+    @property
+    def gap(self) -> float | None:
+        """Objective minus the reference objective, when a reference was computed."""
+        if self.reference_objective is None:
+            return None
+        return self.objective - self.reference_objective
+
+    def summary(self) -> dict[str, Any]:
+        """Return a JSON-serialisable summary (what ``--json`` prints)."""
+        out: dict[str, Any] = {
+            "problem": self.problem,
+            "method": self.method,
+            "n_iter": self.n_iter,
+            "wall_time_s": self.wall_time,
+            "objective": self.objective,
+            "stop_reason": self.stop_reason,
+        }
+        if self.problem == "pca":
+            out["explained_variance"] = self.fitted["explained_variance"].tolist()
+            out["explained_variance_ratio"] = self.fitted["explained_variance_ratio"].tolist()
+        else:
+            out["coef"] = self.fitted["coef"].tolist()
+            out["intercept"] = float(self.fitted["intercept"])
+        if self.reference_objective is not None:
+            out["reference_objective"] = self.reference_objective
+            out["gap"] = self.gap
+            out["distance"] = self.distance
+        return {k: _jsonable(v) for k, v in out.items()}
+
+    def to_dataset(self) -> xr.Dataset:
+        """Return fitted quantities and trace in one Dataset."""
+        ds = self.trace.copy()
+        for name, value in self.fitted.items():
+            dims = tuple(self.feature_dim if d == "feature" else d for d in _FITTED_DIMS.get(
+                name, tuple(f"{name}_dim_{i}" for i in range(np.ndim(value)))
+            ))
+            ds[name] = (dims, np.asarray(value))
+        ds["iterate"] = (tuple(f"iterate_dim_{i}" for i in range(self.iterate.ndim)), self.iterate)
+        if self.feature_coords is not None and self.feature_dim in ds.dims:
+            ds = ds.assign_coords({self.feature_dim: self.feature_coords})
+        ds.attrs.update(
+            problem=self.problem,
+            method=self.method,
+            objective=self.objective,
+            stop_reason=self.stop_reason,
+            feature_dim=self.feature_dim,
+            reference_objective="none" if self.reference_objective is None else self.reference_objective,
+            distance="none" if self.distance is None else self.distance,
+            run=json.dumps(_jsonable(self.attrs)),
+        )
+        return ds
+
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+        """Write the result as a Zarr store, atomically.
+
+        Parameters
+        ----------
+        path : str or path
+            Destination directory (conventionally ``*.zarr``).
+        overwrite : bool, default=False
+            Replace an existing store (only once the new one is complete).
+
+        Returns
+        -------
+        path : Path
+            Where the result was written.
+
+        Raises
+        ------
+        OutputExistsError
+            If ``path`` exists and ``overwrite`` is False.
+        """
+        out = check_output_path(path, overwrite=overwrite)
+        assert out is not None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+        try:
+            self.to_dataset().to_zarr(tmp, mode="w", consolidated=False, zarr_format=3)
+            if out.exists():
+                old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+                out.rename(old)
+                tmp.rename(out)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(out)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return out
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Result:
+        """Read a result written by :meth:`save`.
+
+        Raises
+        ------
+        DataNotFoundError
+            If there is no result at ``path``.
+        """
+        if not Path(path).exists():
+            raise DataNotFoundError(f"No result at {str(path)!r}.")
+        ds = xr.open_zarr(path, consolidated=False).load()
+        feature_dim = ds.attrs["feature_dim"]
+        names = [n for n in _FITTED_DIMS if n in ds]
+        fitted = {n: ds[n].values for n in names}
+        trace_vars = [v for v in ds.data_vars if "iteration" in ds[v].dims]
+        trace = ds[trace_vars]
+        trace = trace.drop_vars([c for c in trace.coords if c not in ("iteration", "worker")])
+        ref = ds.attrs["reference_objective"]
+        dist = ds.attrs["distance"]
+        coords = ds[feature_dim].values if feature_dim in ds.coords else None
+        return cls(
+            problem=ds.attrs["problem"],
+            method=ds.attrs["method"],
+            fitted=fitted,
+            trace=trace,
+            iterate=ds["iterate"].values,
+            objective=float(ds.attrs["objective"]),
+            stop_reason=ds.attrs["stop_reason"],
+            reference_objective=None if ref == "none" else float(ref),
+            distance=None if dist == "none" else float(dist),
+            attrs=json.loads(ds.attrs["run"]),
+            feature_dim=feature_dim,
+            feature_coords=coords,
+        )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return _jsonable(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Path):
+        return str(value)
+    return value
