@@ -389,9 +389,9 @@ def _open_zarr(path: Path, array: str | None, labels: Any, missing: str, scaling
         )
         dims = ("variants", "samples")
         if "sample_id" in group:
-            columns = np.asarray(group["sample_id"][:]).astype(str)
+            columns = _strings(group["sample_id"][:])
         if "sample_population" in group:
-            groups = np.asarray(group["sample_population"][:]).astype(str)
+            groups = _strings(group["sample_population"][:])
     else:
         _check_2d(node.shape, f"Zarr array {str(path)!r}" + (f"/{name}" if name else ""))
         if np.dtype(node.dtype).kind not in "fiub":
@@ -451,6 +451,11 @@ def _parse_labels(labels: Any, group: Any, n_rows: int) -> np.ndarray | None:
             f"{int(np.flatnonzero(~np.isfinite(y))[0])}); remove or fix them."
         )
     return y
+
+
+def _strings(values: Any) -> np.ndarray:
+    """Return fixed-width str values (numpy StringDType and object arrays included)."""
+    return np.array([str(v) for v in np.asarray(values, dtype=object).ravel()])
 
 
 def _is_xarray(obj: Any) -> bool:

@@ -114,6 +114,12 @@ class Problem(ABC):
     def is_bound(self) -> bool:
         """Whether :meth:`bind` has fixed the data-dependent fields."""
 
+    def check_shape(self, n_samples: int, n_features: int) -> None:  # noqa: B027 - optional
+        """Raise InvalidParameterError if the parameters cannot fit a matrix of this shape.
+
+        Called before any cluster work, so bad input fails fast; :meth:`bind` checks again.
+        """
+
     @abstractmethod
     def bind(self, stats: MatrixStats) -> Self:
         """Return a copy fixed to a matrix's statistics, after validating parameters.

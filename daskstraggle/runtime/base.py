@@ -233,7 +233,7 @@ class Runtime(ABC):
         durations: dict[int, float] = {}
         previous: float | None = None
         bar = tqdm(
-            total=stop.max_iter, disable=not progress, file=sys.stderr, unit="it",
+            total=stop.max_iter, disable=None if progress else True, file=sys.stderr, unit="it",
             desc=f"{method.name} {problem.name}", leave=False,
         )
         t0 = t_round = time.perf_counter()

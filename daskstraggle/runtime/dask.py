@@ -166,7 +166,7 @@ class DaskRuntime(Runtime):
         self._addresses: list[str] = workers
         self._held: list[dict[int, Any]] = []
         self._pending: dict[str, WorkUnit] = {}
-        self._ac = as_completed(with_results=False)
+        self._ac = as_completed(loop=self.client.loop, with_results=False)
         self._token = uuid.uuid4().hex[:8]
 
     @property

@@ -1,0 +1,331 @@
+"""The ``daskstraggle`` command: demo, solves (pca, logreg, linreg) and datasets.
+
+Bad input prints one line ``error: ...`` on stderr and exits with code 2, before any
+cluster work and without writing anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from daskstraggle.errors import InputError, StraggleError
+
+logger = logging.getLogger(__name__)
+
+
+def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Options every solve command takes."""
+    options = [
+        click.option("--scheduler", metavar="ADDRESS", default=None,
+                     help="Dask scheduler address (tcp://host:port). Default: start a LocalCluster."),
+        click.option("--workers", "n_workers", type=int, default=None,
+                     help="Process workers of the LocalCluster to start (default 4)."),
+        click.option("--method", default="gd", show_default=True,
+                     help="Optimisation method: gd (power method for PCA) or nag (regression)."),
+        click.option("--max-iter", type=int, default=100, show_default=True,
+                     help="Maximum number of iterations."),
+        click.option("--tol", type=float, default=1e-6, show_default=True,
+                     help="Stop when the relative objective change is below this."),
+        click.option("--time-budget", type=float, default=None, help="Stop after this many seconds."),
+        click.option("--step-size", type=float, default=None,
+                     help="Step size (default: 1 for PCA, 1/L estimated for regression)."),
+        click.option("--partitions", "n_partitions", type=int, default=None,
+                     help="Row partitions (default: storage chunks, at least one per worker)."),
+        click.option("--array", default=None, help="Member of the Zarr group holding the matrix."),
+        click.option("--reference", is_flag=True,
+                     help="Also compute the exact optimum independently and report the gap."),
+        click.option("--out", type=click.Path(path_type=Path), default=None,
+                     help="Write fitted quantities and the trace to this Zarr store."),
+        click.option("--overwrite", is_flag=True, help="Allow --out to replace an existing path."),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Seed of the starting point and step-size estimate."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table."),
+        click.option("--quiet", is_flag=True, help="No progress bar."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="daskstraggle")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """Straggler-resilient PCA, logistic regression and least squares on Dask."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> None:
+    from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca
+
+    as_json = params.pop("as_json")
+    quiet = params.pop("quiet")
+    seed = params.pop("seed")
+    common = dict(params, rng=seed, progress=not quiet and not as_json)
+    if kind == "pca":
+        result = fit_pca(source, **extra, **common)
+    elif kind == "logreg":
+        result = fit_logistic(source, **extra, **common)
+    else:
+        result = fit_least_squares(source, **extra, **common)
+    summary = result.summary()
+    if params.get("out") is not None:
+        summary["out"] = str(params["out"])
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        click.echo(format_result(result, out=params.get("out")))
+
+
+@cli.command()
+@click.argument("source")
+@click.option("-k", "--components", "n_components", type=int, default=2, show_default=True,
+              help="Number of principal components.")
+@click.option("--center/--no-center", default=None,
+              help="Centre the columns (default: yes, except Patterson-scaled genotypes).")
+@_solve_options
+def pca(source: str, n_components: int, center: bool | None, **params: Any) -> None:
+    """PCA of the matrix at SOURCE (Zarr array/group or VCF Zarr store)."""
+    _run_solve("pca", source, params, n_components=n_components, center=center)
+
+
+def _labels_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--labels", default=None,
+        help="Name of the labels array in the Zarr group (default: 'y' when present).",
+    )(fn)
+
+
+def _default_labels(source: str, labels: str | None) -> str | None:
+    if labels is not None:
+        return labels
+    path = Path(source)
+    if (path / "y").exists():
+        return "y"
+    return None
+
+
+@cli.command()
+@click.argument("source")
+@_labels_option
+@click.option("--alpha", type=float, default=None, help="L2 penalty (default 1/n_samples).")
+@_solve_options
+def logreg(source: str, labels: str | None, alpha: float | None, **params: Any) -> None:
+    """L2-regularised logistic regression on the Zarr group at SOURCE."""
+    _run_solve("logreg", source, params, labels=_default_labels(source, labels), alpha=alpha)
+
+
+@cli.command()
+@click.argument("source")
+@_labels_option
+@click.option("--alpha", type=float, default=0.0, show_default=True, help="L2 penalty.")
+@_solve_options
+def linreg(source: str, labels: str | None, alpha: float, **params: Any) -> None:
+    """Least-squares regression on the Zarr group at SOURCE."""
+    _run_solve("linreg", source, params, labels=_default_labels(source, labels), alpha=alpha)
+
+
+# ------------------------------------------------------------------------------ datasets
+@cli.group()
+def datasets() -> None:
+    """Generate datasets (see datasets/README.md)."""
+
+
+@datasets.command("make")
+@click.argument("name")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Store to write.")
+@click.option("--size", type=int, default=None,
+              help="Rows: variants for genotypes, examples for logistic/linear.")
+@click.option("--features", type=int, default=None,
+              help="Columns: samples (individuals) for genotypes, features otherwise.")
+@click.option("--populations", type=int, default=None, help="genotypes: number of populations.")
+@click.option("--missing-rate", type=float, default=None, help="genotypes: fraction of missing calls.")
+@click.option("--chunk-rows", type=int, default=None, help="Rows per Zarr chunk.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--overwrite", is_flag=True, help="Replace an existing store.")
+def make(name: str, out: Path, size: int | None, features: int | None, populations: int | None,
+         missing_rate: float | None, chunk_rows: int | None, seed: int, overwrite: bool) -> None:
+    """Generate dataset NAME (genotypes, logistic, linear) into OUT."""
+    from daskstraggle.data.datasets import DATASETS, make_dataset
+
+    if name not in DATASETS:
+        raise click.BadParameter(f"unknown dataset {name!r}; choose one of {sorted(DATASETS)}",
+                                 param_hint="NAME")
+    params: dict[str, Any] = {"seed": seed, "overwrite": overwrite, "progress": True}
+    rows_key, cols_key = ("n_variants", "n_samples") if name == "genotypes" else ("n_samples", "n_features")
+    for key, value in ((rows_key, size), (cols_key, features), ("chunk_rows", chunk_rows),
+                       ("n_populations", populations), ("missing_rate", missing_rate)):
+        if value is not None:
+            if name != "genotypes" and key in ("n_populations", "missing_rate"):
+                raise click.BadParameter(f"only for genotypes, not {name}",
+                                         param_hint=f"--{key.replace('n_', '').replace('_', '-')}")
+            params[key] = value
+    t0 = time.perf_counter()
+    path = make_dataset(name, out, **params)
+    click.echo(f"wrote {name} to {path} in {time.perf_counter() - t0:.1f} s")
+
+
+# ---------------------------------------------------------------------------------- demo
+@cli.command()
+@click.option("--workers", "n_workers", type=int, default=4, show_default=True,
+              help="Process workers of the LocalCluster.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Folder for data and results (default: results/demo-TIMESTAMP).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def demo(n_workers: int, out: Path | None, as_json: bool) -> None:
+    """Genotype PCA on a LocalCluster with simulated data; prints a result table."""
+    from daskstraggle.api import fit_pca
+    from daskstraggle.data import open_matrix
+
+    try:
+        from daskstraggle.data.datasets import make_genotypes
+    except ImportError as err:
+        raise InputError(
+            f"the demo simulates genotypes with msprime and bio2zarr ({err}); install them with "
+            "pip install 'daskstraggle[genomics]'"
+        ) from err
+    folder = out or Path("results") / time.strftime("demo-%Y%m%d-%H%M%S")
+    if folder.exists() and any(folder.iterdir()):
+        raise InputError(f"--out {str(folder)!r} exists and is not empty; choose a new folder")
+    data_path = folder / "genotypes.vcz"
+    result_path = folder / "pca.zarr"
+    note = (lambda msg: None) if as_json else (lambda msg: click.echo(msg, err=True))
+    note("simulating genotypes (msprime, 3 populations) and writing VCF Zarr (bio2zarr)...")
+    t0 = time.perf_counter()
+    make_genotypes(data_path)
+    t_data = time.perf_counter() - t0
+    matrix = open_matrix(data_path)
+    note(f"PCA on a LocalCluster with {n_workers} process workers...")
+    result = fit_pca(matrix, 3, n_workers=n_workers, reference=True, rng=0, progress=not as_json,
+                     out=result_path)
+    if as_json:
+        summary = result.summary()
+        summary.update(data=str(data_path), out=str(result_path), data_time_s=t_data)
+        click.echo(json.dumps(summary))
+        return
+    click.echo(format_result(result, out=result_path, matrix=matrix, data_path=data_path))
+
+
+# ------------------------------------------------------------------------------- output
+def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
+                  data_path: Path | None = None) -> str:
+    """Return a human-readable table of a Result."""
+    lines: list[str] = []
+    attrs = result.attrs
+    shape = attrs["matrix"]["shape"]
+    lines.append(
+        f"{result.problem} of a {shape[0]} x {shape[1]} matrix ({attrs['matrix']['kind']}), "
+        f"method {result.method}, {attrs['runtime']} runtime with {len(attrs['workers'])} workers, "
+        f"{attrs['matrix']['n_partitions']} partitions"
+    )
+    lines.append("")
+    if result.problem == "pca":
+        ev = result.fitted["explained_variance"]
+        ratio = result.fitted["explained_variance_ratio"]
+        ref_ratio = _reference_ratios(result)
+        header = f"{'component':>10} {'explained variance':>19} {'ratio':>9}"
+        header += f" {'exact ratio':>12}" if ref_ratio is not None else ""
+        lines.append(header)
+        for j in range(len(ev)):
+            row = f"{'PC' + str(j + 1):>10} {ev[j]:>19.6g} {ratio[j]:>9.4%}"
+            if ref_ratio is not None:
+                row += f" {ref_ratio[j]:>12.4%}"
+            lines.append(row)
+        lines.append(f"{'total':>10} {ev.sum():>19.6g} {ratio.sum():>9.4%}")
+    else:
+        coef = result.fitted["coef"]
+        lines.append(f"coefficients: {coef.size} (|coef| = {np.linalg.norm(coef):.6g}), "
+                     f"intercept {float(result.fitted['intercept']):.6g}")
+        shown = ", ".join(f"{c:.4g}" for c in coef[:8]) + (", ..." if coef.size > 8 else "")
+        lines.append(f"coef[:8]: {shown}")
+    lines.append("")
+    lines.append(f"objective   {result.objective:.10g}")
+    if result.reference_objective is not None:
+        lines.append(f"exact       {result.reference_objective:.10g}   gap {result.gap:.3g}   "
+                     f"distance {result.distance:.3g}")
+    lines.append(f"iterations  {result.n_iter} (stopped by {result.stop_reason})")
+    per_iter = result.wall_time / max(result.n_iter, 1)
+    lines.append(f"time        {result.wall_time:.3f} s solve ({per_iter * 1e3:.1f} ms/iteration), "
+                 f"{attrs['load_duration_s']:.3f} s load")
+    if matrix is not None and matrix.column_groups is not None and result.problem == "pca":
+        lines.append("")
+        lines.append(_population_table(result, matrix))
+    if data_path is not None:
+        lines.append(f"data        {data_path}")
+    if out is not None:
+        lines.append(f"results     {out}  (fitted quantities + trace, Zarr)")
+    return "\n".join(lines)
+
+
+def _reference_ratios(result: Any) -> np.ndarray | None:
+    eig = result.attrs.get("reference_info", {}).get("eigenvalues")
+    if eig is None:
+        return None
+    ev = result.fitted["explained_variance"]
+    ratio = result.fitted["explained_variance_ratio"]
+    # total variance = eigenvalue / ratio for any component with a non-zero ratio
+    j = int(np.argmax(ratio))
+    n = result.attrs["matrix"]["shape"][0]
+    total = ev[j] * (n - 1) / ratio[j]
+    return np.asarray(eig, dtype=float) / total
+
+
+def _population_table(result: Any, matrix: Any) -> str:
+    comps = result.fitted["components"]
+    groups = np.asarray(matrix.column_groups)
+    k = min(2, comps.shape[0])
+    lines = ["population   samples" + "".join(f"  mean PC{j + 1} score" for j in range(k))]
+    for g in np.unique(groups):
+        sel = groups == g
+        row = f"{g:<12} {int(sel.sum()):>7}"
+        row += "".join(f"  {comps[j, sel].mean():>+14.4f}" for j in range(k))
+        lines.append(row)
+    r2 = []
+    for j in range(k):
+        scores = comps[j]
+        means = {g: scores[groups == g].mean() for g in np.unique(groups)}
+        between = sum((groups == g).sum() * (m - scores.mean()) ** 2 for g, m in means.items())
+        total = ((scores - scores.mean()) ** 2).sum()
+        r2.append(between / total if total > 0 else 0.0)
+    lines.append("share of each PC's variance that lies between populations: "
+                 + ", ".join(f"PC{j + 1} {v:.1%}" for j, v in enumerate(r2)))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------- main
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; exit 2 with one line on bad input, 1 on other library errors."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 1
+    except click.ClickException as err:
+        err.show()
+        return err.exit_code
+    except InputError as err:
+        click.echo(f"error: {err}", err=True)
+        return 2
+    except StraggleError as err:
+        click.echo(f"error: {err}", err=True)
+        return 1
+    return 0
+
+
+def _entry() -> None:  # pragma: no cover - console script shim
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Runtimes: the Dask runtime on process workers matches the in-process runtime exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+from daskstraggle import (
+    GD,
+    PCA,
+    DaskRuntime,
+    LocalRuntime,
+    Logistic,
+    NonFiniteDataError,
+    StopRule,
+    open_matrix,
+)
+from daskstraggle.errors import ClusterConnectionError, InvalidParameterError
+from daskstraggle.runtime import connect
+
+
+@pytest.fixture
+def zarr_matrix(tmp_path, low_rank_matrix):
+    z = zarr.create_array(tmp_path / "X.zarr", shape=low_rank_matrix.shape, chunks=(50, 12),
+                          dtype="f8")
+    z[:] = low_rank_matrix
+    return open_matrix(tmp_path / "X.zarr")
+
+
+def test_dask_and_local_runtimes_agree(dask_client, zarr_matrix):
+    stop = StopRule(max_iter=30, tol=None)
+    with LocalRuntime(n_workers=3) as rt:
+        local = rt.run(GD(), PCA(n_components=3), zarr_matrix, stop=stop, rng=0)
+    with DaskRuntime(dask_client) as rt:
+        remote = rt.run(GD(), PCA(n_components=3), zarr_matrix, stop=stop, rng=0, reference=True)
+    np.testing.assert_allclose(remote.iterate, local.iterate, atol=1e-12)
+    assert remote.n_iter == local.n_iter == 30
+    assert remote.attrs["workers"] == sorted(dask_client.scheduler_info()["workers"])
+    assert remote.distance < 1e-6
+    trace = remote.trace
+    assert (trace["n_workers_used"] == 3).all()
+    assert np.isfinite(trace["compute_duration"]).all()
+    assert (np.diff(trace["wall_time"]) > 0).all()
+
+
+def test_partitions_are_pinned_to_their_workers(dask_client, zarr_matrix):
+    with DaskRuntime(dask_client) as rt:
+        m = zarr_matrix.repartition(6)
+        placement = GD().placement(m.n_partitions, rt.n_workers)
+        rt._load(m, placement)
+        who = dask_client.who_has([f for held in rt._held for f in held.values()])
+        for i, held in enumerate(rt._held):
+            for fut in held.values():
+                assert list(who[fut.key]) == [rt.worker_names[i]]
+        # each partition is loaded from the source by a task of its own key
+        keys = [f.key for held in rt._held for f in held.values()]
+        assert len(set(keys)) == 6 and all("load-p" in k for k in keys)
+
+
+def test_nan_is_detected_on_the_worker_with_its_partition(dask_client):
+    X = np.random.default_rng(0).normal(size=(90, 3))
+    X[70, 2] = np.inf
+    y = np.sign(X[:, 0])
+    with DaskRuntime(dask_client) as rt:
+        with pytest.raises(NonFiniteDataError, match=r"Partition 2 \(rows 60-90\).*row 70"):
+            rt.run(GD(), Logistic(), open_matrix(X, labels=y, n_partitions=3))
+
+
+def test_runtime_starts_and_closes_its_own_cluster():
+    with DaskRuntime(n_workers=2, processes=False) as rt:
+        assert rt.n_workers == 2
+        client = rt.client
+    assert client.status == "closed"
+
+
+def test_unreachable_scheduler_fails_fast():
+    with pytest.raises(ClusterConnectionError, match="Could not reach the Dask scheduler"):
+        connect(address="tcp://127.0.0.1:1", timeout=1.0)
+
+
+def test_only_one_cluster_source():
+    with pytest.raises(InvalidParameterError, match="Pass only one of"):
+        connect(address="tcp://127.0.0.1:1", n_workers=2)
+
+
+def test_fewer_rows_than_workers():
+    with LocalRuntime(n_workers=5) as rt:
+        with pytest.raises(InvalidParameterError, match="fewer than the 5 workers"):
+            rt.run(GD(), PCA(n_components=1), open_matrix(np.eye(3)))
+
+
+def test_time_budget_stops_the_run(low_rank_matrix):
+    with LocalRuntime(n_workers=2) as rt:
+        res = rt.run(GD(), PCA(n_components=2), open_matrix(low_rank_matrix),
+                     stop=StopRule(max_iter=10**6, tol=None, time_budget=0.05))
+    assert res.stop_reason == "time"
+    assert res.wall_time >= 0.05

@@ -1,0 +1,55 @@
+"""The pure packages never import dask or distributed (ARCHITECTURE.md §3)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import daskstraggle
+
+PURE = ["problems", "coding", "latency", "methods", "balance"]
+FORBIDDEN = ("dask", "distributed")
+ROOT = Path(daskstraggle.__file__).parent
+
+
+def _imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+    return names
+
+
+@pytest.mark.parametrize("package", PURE)
+def test_pure_package_sources_do_not_import_dask(package: str) -> None:
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for name in _imports(path):
+            top = name.split(".")[0]
+            assert top not in FORBIDDEN, f"{path.relative_to(ROOT)} imports {name}"
+            # nor the impure layers of this package, which would drag dask in
+            assert not name.startswith(("daskstraggle.runtime", "daskstraggle.data",
+                                        "daskstraggle.api", "daskstraggle.cli")), (
+                f"{path.relative_to(ROOT)} imports {name}"
+            )
+
+
+def test_pure_packages_load_without_dask() -> None:
+    code = (
+        "import sys\n"
+        + "".join(f"import daskstraggle.{p}\n" for p in PURE if (ROOT / p / "__init__.py").exists())
+        + "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from distributed import Client\nimport numpy\n")
+    assert "distributed" in _imports(bad)
