@@ -6,7 +6,6 @@ cluster work and without writing anything.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import sys
@@ -62,8 +61,15 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def cli(verbose: int) -> None:
     """Straggler-resilient PCA, logistic regression and least squares on Dask."""
-    level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # bio2zarr logs through the root logger, which installs a root handler on first use;
+    # distributed's INFO records would then reach the terminal. A NullHandler prevents it.
+    logging.getLogger().addHandler(logging.NullHandler())
+    if verbose:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        ours = logging.getLogger("daskstraggle")
+        ours.addHandler(handler)
+        ours.setLevel(logging.INFO if verbose == 1 else logging.DEBUG)
 
 
 def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> None:
@@ -207,7 +213,11 @@ def demo(n_workers: int, out: Path | None, as_json: bool) -> None:
     t_data = time.perf_counter() - t0
     matrix = open_matrix(data_path)
     note(f"PCA on a LocalCluster with {n_workers} process workers...")
-    result = fit_pca(matrix, 3, n_workers=n_workers, reference=True, rng=0, progress=not as_json,
+    # K populations give K - 1 structure components with a clear eigengap; further
+    # components are noise-level (tiny eigengap, slow power iteration and meaningless)
+    n_populations = len(np.unique(matrix.column_groups)) if matrix.column_groups is not None else 3
+    n_components = max(1, n_populations - 1)
+    result = fit_pca(matrix, n_components, n_workers=n_workers, reference=True, rng=0, progress=not as_json,
                      out=result_path)
     if as_json:
         summary = result.summary()

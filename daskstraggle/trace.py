@@ -223,7 +223,10 @@ class Result:
             ds[name] = (dims, np.asarray(value))
         ds["iterate"] = (tuple(f"iterate_dim_{i}" for i in range(self.iterate.ndim)), self.iterate)
         if self.feature_coords is not None and self.feature_dim in ds.dims:
-            ds = ds.assign_coords({self.feature_dim: self.feature_coords})
+            coords = np.asarray(self.feature_coords)
+            if coords.dtype.kind in "USTO":  # variable-length strings: stable in Zarr v3
+                coords = np.array([str(c) for c in coords], dtype=object)
+            ds = ds.assign_coords({self.feature_dim: coords})
         ds.attrs.update(
             problem=self.problem,
             method=self.method,
