@@ -119,8 +119,8 @@ def contiguous_placement(n_partitions: int, n_workers: int) -> list[tuple[int, .
 
     Examples
     --------
-    >>> contiguous_placement(5, 2)
-    [(0, 1, 2), (3, 4)]
+    >>> contiguous_placement(6, 3)
+    [(0, 1), (2, 3), (4, 5)]
     """
     if n_partitions < n_workers:
         raise ValueError(f"need at least one partition per worker ({n_partitions} < {n_workers})")

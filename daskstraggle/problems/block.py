@@ -127,6 +127,10 @@ class MatrixStats:
         values (classification) — None for regression targets or no labels.
     label_sum : float, default=0.0
         Sum of the labels (0 without labels).
+    column_sq_dev : ndarray of shape (n_features,) or None, default=None
+        Sum over rows of the squared deviation from the column mean, per column,
+        accumulated stably (Chan et al.'s pairwise update). None: derived from
+        ``sq_norm``, which cancels badly when the means dwarf the spread.
     """
 
     n_samples: int
@@ -134,6 +138,7 @@ class MatrixStats:
     sq_norm: float
     label_counts: dict[float, int] | None = None
     label_sum: float = 0.0
+    column_sq_dev: np.ndarray | None = None
 
     @property
     def n_features(self) -> int:
@@ -148,6 +153,8 @@ class MatrixStats:
     @property
     def centered_sq_norm(self) -> float:
         """Squared Frobenius norm of the column-centred matrix."""
+        if self.column_sq_dev is not None:
+            return float(self.column_sq_dev.sum())
         mu = self.column_means
         return float(self.sq_norm - self.n_samples * mu @ mu)
 
@@ -161,13 +168,32 @@ class MatrixStats:
                 counts[key] = counts.get(key, 0) + value
             if len(counts) > _MAX_CLASSES:
                 counts = None
+        sq_dev = None
+        if self.column_sq_dev is not None and other.column_sq_dev is not None:
+            sq_dev = _combine_sq_dev(
+                self.n_samples, self.column_sums, self.column_sq_dev,
+                other.n_samples, other.column_sums, other.column_sq_dev,
+            )
         return MatrixStats(
             n_samples=self.n_samples + other.n_samples,
             column_sums=self.column_sums + other.column_sums,
             sq_norm=self.sq_norm + other.sq_norm,
             label_counts=counts,
             label_sum=self.label_sum + other.label_sum,
+            column_sq_dev=sq_dev,
         )
+
+
+def _combine_sq_dev(
+    n_a: int, sum_a: np.ndarray, dev_a: np.ndarray, n_b: int, sum_b: np.ndarray, dev_b: np.ndarray
+) -> np.ndarray:
+    """Squared deviations of the union of two row sets (Chan, Golub & LeVeque 1979)."""
+    if n_a == 0:
+        return dev_b.copy()
+    if n_b == 0:
+        return dev_a.copy()
+    delta = sum_b / n_b - sum_a / n_a
+    return dev_a + dev_b + delta * delta * (n_a * n_b / (n_a + n_b))
 
 
 _MAX_CLASSES = 16
@@ -176,9 +202,16 @@ _MAX_CLASSES = 16
 def block_stats(block: Block) -> MatrixStats:
     """Return the :class:`MatrixStats` of one block (one pass over its tiles)."""
     sums = np.zeros(block.n_features)
+    sq_dev = np.zeros(block.n_features)
     sq = 0.0
-    for _, _, tile in block.tiles():
-        sums += tile.sum(axis=0)
+    count = 0
+    for a, b, tile in block.tiles():
+        tile_sums = tile.sum(axis=0)
+        deviation = tile - tile_sums / (b - a)
+        sq_dev = _combine_sq_dev(count, sums, sq_dev, b - a, tile_sums,
+                                 np.einsum("ij,ij->j", deviation, deviation))
+        sums += tile_sums
+        count += b - a
         sq += float(np.einsum("ij,ij->", tile, tile))
     counts = None
     label_sum = 0.0
@@ -193,4 +226,5 @@ def block_stats(block: Block) -> MatrixStats:
         sq_norm=sq,
         label_counts=counts,
         label_sum=label_sum,
+        column_sq_dev=sq_dev,
     )

@@ -1,0 +1,91 @@
+"""Learning problems (pure: no dask): the Problem contract, PCA and two regressions.
+
+A problem turns a row block and an iterate into a :class:`KernelResult` (sums over the
+block's rows), and knows its objective, update rule, safe step size and an exact
+reference solver. Problems are looked up by name with :func:`make_problem`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.problems.base import KernelResult, MapReduce, Problem, Reference
+from daskstraggle.problems.block import Block, MatrixStats, block_stats
+from daskstraggle.problems.least_squares import LeastSquares
+from daskstraggle.problems.logistic import Logistic
+from daskstraggle.problems.pca import PCA
+
+__all__ = [
+    "PCA",
+    "Block",
+    "KernelResult",
+    "LeastSquares",
+    "Logistic",
+    "MapReduce",
+    "MatrixStats",
+    "Problem",
+    "Reference",
+    "block_stats",
+    "list_problems",
+    "make_problem",
+]
+
+_PROBLEMS: dict[str, type[Problem]] = {
+    PCA.name: PCA,
+    Logistic.name: Logistic,
+    LeastSquares.name: LeastSquares,
+}
+
+
+def list_problems() -> list[str]:
+    """Return the registered problem names.
+
+    Returns
+    -------
+    names : list of str
+        Sorted, e.g. ``["least-squares", "logistic", "pca"]``.
+    """
+    return sorted(_PROBLEMS)
+
+
+def make_problem(name: str, **params: Any) -> Problem:
+    """Return a new, unbound problem by registry name.
+
+    Parameters
+    ----------
+    name : str
+        One of :func:`list_problems`.
+    **params
+        The problem's parameters (e.g. ``n_components=3`` for ``"pca"``).
+
+    Returns
+    -------
+    problem : Problem
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``name`` is not registered, a parameter is unknown, or a value is invalid.
+
+    Examples
+    --------
+    >>> from daskstraggle.problems import make_problem
+    >>> make_problem("pca", n_components=3).n_components
+    3
+    """
+    if not isinstance(name, str) or name not in _PROBLEMS:
+        raise InvalidParameterError(
+            f"The 'name' parameter of make_problem must be one of {list_problems()}. "
+            f"Got {name!r} instead."
+        )
+    cls = _PROBLEMS[name]
+    accepted = list(cls().get_params())  # type: ignore[attr-defined]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise InvalidParameterError(
+            f"Unknown parameter(s) {unknown} for the {name!r} problem; valid parameters are "
+            f"{accepted}."
+        )
+    return cls(**params)
+

@@ -1,0 +1,223 @@
+"""Dense linear-algebra helpers shared by the problems (pure numpy/scipy).
+
+Everything here works on small dense arrays (an iterate, a d x d Gram matrix, an R
+factor); nothing touches a whole data block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import scipy.linalg
+
+from daskstraggle.errors import InvalidParameterError
+
+__all__ = [
+    "MAX_DENSE_FEATURES",
+    "check_dense_size",
+    "orthonormalize",
+    "power_iteration",
+    "qr_r",
+    "sin_largest_angle",
+    "solve_psd",
+    "stack_r",
+    "with_ones",
+]
+
+#: Largest number of columns for which the exact reference solvers build a dense
+#: d x d matrix (20000 columns: 3.2 GB in float64).
+MAX_DENSE_FEATURES = 20_000
+
+#: Seed of the generator that fills rank-deficient columns in :func:`orthonormalize`.
+_FILL_SEED = 20_240_917
+
+#: Relative size below which :func:`orthonormalize` treats a column as dependent.
+_RANK_TOL = 1e-12
+
+
+def orthonormalize(Y: np.ndarray, *, tol: float = _RANK_TOL) -> np.ndarray:
+    """Return an orthonormal basis of the columns of ``Y`` by QR, deterministically.
+
+    The signs are fixed so that the diagonal of R is positive, so the result depends on
+    ``Y`` only (not on LAPACK's choice of reflector signs).
+
+    Parameters
+    ----------
+    Y : ndarray of shape (d, k)
+        Columns to orthonormalise, ``k <= d``.
+    tol : float, default=1e-12
+        A column whose part orthogonal to the previous columns is at most ``tol`` times
+        the largest column norm of ``Y`` is numerically dependent: it is replaced by a
+        random direction orthogonal to the kept columns, drawn from a generator with a
+        fixed seed (so the result stays deterministic). This happens when the data has
+        rank below ``k`` or when ``Y`` has a zero column.
+
+    Returns
+    -------
+    Q : ndarray of shape (d, k)
+        Orthonormal columns; the first columns span the same space as those of ``Y``
+        wherever ``Y`` has full column rank.
+    """
+    Y = np.asarray(Y, dtype=np.float64)
+    d, k = Y.shape
+    Q, R = np.linalg.qr(Y)
+    diag = np.diag(R).copy()
+    signs = np.where(diag < 0, -1.0, 1.0)
+    Q = Q * signs
+    scale = float(np.max(np.linalg.norm(Y, axis=0), initial=0.0))
+    weak = np.abs(diag) <= tol * scale if scale > 0 else np.ones(k, dtype=bool)
+    if not weak.any():
+        return Q
+    keep = Q[:, ~weak]
+    fill = np.random.default_rng(_FILL_SEED).standard_normal((d, int(weak.sum())))
+    for _ in range(2):  # project twice: one pass can leave O(eps) components behind
+        fill -= keep @ (keep.T @ fill)
+    basis, r_fill = np.linalg.qr(fill)
+    basis = basis * np.where(np.diag(r_fill) < 0, -1.0, 1.0)
+    Q = Q.copy()
+    Q[:, weak] = basis
+    return Q
+
+
+def sin_largest_angle(A: np.ndarray, B: np.ndarray) -> float:
+    """Return the sine of the largest principal angle between two column spaces.
+
+    Parameters
+    ----------
+    A : ndarray of shape (d, k)
+        Orthonormal columns.
+    B : ndarray of shape (d, k)
+        Orthonormal columns.
+
+    Returns
+    -------
+    sine : float
+        In [0, 1]; 0 when the spaces coincide, 1 when some direction of one is
+        orthogonal to the other. Computed as the spectral norm of ``A - B (B^T A)``,
+        which stays accurate for tiny angles (unlike ``sqrt(1 - cos^2)``).
+    """
+    residual = A - B @ (B.T @ A)
+    if residual.size == 0:
+        return 0.0
+    return float(min(1.0, np.linalg.norm(residual, ord=2)))
+
+
+def power_iteration(
+    matvec: Callable[[np.ndarray], np.ndarray],
+    v0: np.ndarray,
+    *,
+    n_iter: int = 20,
+) -> float:
+    """Estimate the largest eigenvalue of a symmetric positive semi-definite operator.
+
+    Parameters
+    ----------
+    matvec : callable
+        ``matvec(v)`` returns the operator applied to ``v`` (one pass over the data when
+        the operator is a Gram matrix held on workers).
+    v0 : ndarray of shape (p,)
+        Starting vector (random, so it is not orthogonal to the top eigenvector).
+    n_iter : int, default=20
+        Number of operator applications.
+
+    Returns
+    -------
+    lam : float
+        The Rayleigh quotient at the last vector: a lower bound on the largest
+        eigenvalue that converges to it; 0 for the zero operator.
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``v0`` is zero.
+    """
+    v = np.asarray(v0, dtype=np.float64)
+    norm = float(np.linalg.norm(v))
+    if norm == 0:
+        raise InvalidParameterError(
+            "The 'v0' parameter of power_iteration must be a non-zero vector. Got zeros instead."
+        )
+    v = v / norm
+    lam = 0.0
+    for _ in range(n_iter):
+        w = np.asarray(matvec(v), dtype=np.float64)
+        lam = float(v @ w)
+        norm = float(np.linalg.norm(w))
+        if norm == 0:
+            return 0.0
+        v = w / norm
+    return max(lam, 0.0)
+
+
+def with_ones(tile: np.ndarray, *, fit_intercept: bool) -> np.ndarray:
+    """Return ``[tile, 1]`` (a column of ones appended) or ``tile`` itself.
+
+    Parameters
+    ----------
+    tile : ndarray of shape (m, d)
+        Rows of the design matrix.
+    fit_intercept : bool
+        Whether to append the intercept column.
+
+    Returns
+    -------
+    design : ndarray of shape (m, d + 1) or (m, d)
+    """
+    if not fit_intercept:
+        return tile
+    return np.hstack([tile, np.ones((tile.shape[0], 1))])
+
+
+def qr_r(A: np.ndarray) -> np.ndarray:
+    """Return the R factor of ``A`` (shape ``(min(m, c), c)``; ``(0, c)`` for no rows)."""
+    if A.shape[0] == 0:
+        return np.zeros((0, A.shape[1]))
+    return np.linalg.qr(A, mode="r")
+
+
+def stack_r(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
+    """Return the R factor of ``vstack(top, bottom)``: the TSQR combine step.
+
+    Parameters
+    ----------
+    top, bottom : ndarray of shape (m1, c), (m2, c)
+        R factors (or raw rows) of two disjoint row sets.
+
+    Returns
+    -------
+    R : ndarray of shape (min(m1 + m2, c), c)
+        ``R^T R = top^T top + bottom^T bottom``.
+    """
+    return qr_r(np.vstack([top, bottom]))
+
+
+def check_dense_size(n_features: int, caller: str) -> None:
+    """Refuse an exact reference solve that would need a dense d x d matrix too large.
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``n_features`` exceeds :data:`MAX_DENSE_FEATURES`.
+    """
+    if n_features > MAX_DENSE_FEATURES:
+        gib = 8 * n_features**2 / 2**30
+        raise InvalidParameterError(
+            f"The 'reference' parameter of {caller} must be False for a matrix with more "
+            f"than {MAX_DENSE_FEATURES} columns: the exact solver builds a dense "
+            f"{n_features} x {n_features} matrix ({gib:.1f} GiB). Got True instead. "
+            "Pass reference=False (CLI: drop --reference)."
+        )
+
+
+def solve_psd(H: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Solve ``H x = b`` for symmetric positive (semi-)definite ``H``.
+
+    Cholesky when ``H`` is positive definite; the minimum-norm least-squares solution
+    when it is singular (e.g. no regularisation and collinear columns).
+    """
+    try:
+        factor = scipy.linalg.cho_factor(H)
+    except np.linalg.LinAlgError:
+        return scipy.linalg.lstsq(H, b)[0]
+    return scipy.linalg.cho_solve(factor, b)

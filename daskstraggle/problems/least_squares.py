@@ -1,0 +1,455 @@
+"""(Ridge) least-squares regression, and the plumbing shared with logistic regression."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import scipy.linalg
+
+from daskstraggle._validation import check_bool, check_nonnegative
+from daskstraggle.errors import InvalidDataError, StraggleError
+from daskstraggle.problems._linalg import (
+    check_dense_size,
+    power_iteration,
+    stack_r,
+)
+from daskstraggle.problems.base import KernelResult, MapReduce, Problem, Reference
+from daskstraggle.problems.block import Block, MatrixStats
+
+__all__ = ["LeastSquares"]
+
+#: Safety factor on the power-iteration estimate of the largest Gram eigenvalue (the
+#: Rayleigh quotient is a lower bound).
+_SMOOTHNESS_MARGIN = 1.05
+#: Power iterations (passes over the data) used by ``default_step_size``.
+_POWER_ITERATIONS = 20
+#: Rows of [X, 1, y] factorised at once by the TSQR leaf (bytes, at least one square).
+_QR_BUFFER_BYTES = 1 << 25
+
+
+class _LinearModel(Problem):
+    """Shared parts of the regressions on ``[X, 1] @ x`` with ``x = [w, b]``.
+
+    Subclasses are frozen dataclasses with the fields ``alpha``, ``fit_intercept``,
+    ``n_samples``, ``n_features`` and ``penalty`` (the resolved ``alpha``), and set
+    :attr:`_curvature`, the bound on the second derivative of the per-sample loss.
+    """
+
+    __slots__ = ()
+
+    needs_labels: ClassVar[bool] = True
+    #: Iterates live in a vector space: momentum (NAG) applies.
+    supports_momentum: ClassVar[bool] = True
+    #: Bound on the second derivative of the per-sample loss in the linear prediction.
+    _curvature: ClassVar[float] = 1.0
+
+    alpha: float | None
+    fit_intercept: bool
+    n_samples: int | None
+    n_features: int | None
+    penalty: float | None
+
+    # ---------------------------------------------------------------- parameters
+    def get_params(self) -> dict[str, Any]:
+        """Return the user parameters (``make_problem(name, **params)`` rebuilds it)."""
+        return {"alpha": self.alpha, "fit_intercept": self.fit_intercept}
+
+    @property
+    def is_bound(self) -> bool:
+        """Whether :meth:`bind` has fixed the data-dependent fields."""
+        return self.penalty is not None
+
+    @property
+    def n_params(self) -> int:
+        """Length of the iterate: ``n_features`` plus one with an intercept.
+
+        Raises
+        ------
+        StraggleError
+            If the problem is not bound.
+        """
+        return self._bound()[0] + int(self.fit_intercept)
+
+    def _bound(self) -> tuple[int, int, float]:
+        """Return ``(n_features, n_samples, penalty)`` or raise if not bound."""
+        if self.penalty is None or self.n_features is None or self.n_samples is None:
+            raise StraggleError(
+                f"{type(self).__name__} is not bound to data: call bind(stats) first."
+            )
+        return self.n_features, self.n_samples, self.penalty
+
+    def _bind_fields(self, stats: MatrixStats) -> dict[str, Any]:
+        """Check the statistics common to the regressions; return the bound fields."""
+        cls = type(self).__name__
+        if stats.n_samples < 1:
+            raise InvalidDataError(f"{cls} needs a matrix with at least one row; got 0 rows.")
+        if not np.isfinite(stats.label_sum):
+            raise InvalidDataError(
+                f"The labels of {cls} must be finite; their sum is {stats.label_sum!r}."
+            )
+        return {"n_samples": int(stats.n_samples), "n_features": int(stats.n_features)}
+
+    def _split(self, iterate: np.ndarray) -> tuple[np.ndarray, float]:
+        """Return ``(w, b)``; ``b = 0`` without an intercept."""
+        d = self._bound()[0]
+        x = np.asarray(iterate, dtype=np.float64)
+        if x.shape != (self.n_params,):
+            raise StraggleError(
+                f"{type(self).__name__} iterates have shape ({self.n_params},); "
+                f"got {x.shape}."
+            )
+        return x[:d], float(x[d]) if self.fit_intercept else 0.0
+
+    def _labels(self, block: Block) -> np.ndarray:
+        if block.y is None:
+            raise InvalidDataError(
+                f"{type(self).__name__} needs labels, but the block of rows "
+                f"[{block.start}, {block.stop}) has none."
+            )
+        return block.y
+
+    def _penalty_gradient(self, iterate: np.ndarray) -> np.ndarray:
+        """Return ``alpha * [w, 0]`` (the intercept is not regularised)."""
+        d, _, penalty = self._bound()
+        out = np.zeros(self.n_params)
+        out[:d] = penalty * np.asarray(iterate, dtype=np.float64)[:d]
+        return out
+
+    # ---------------------------------------------------------------- iteration
+    def init_iterate(self, rng: np.random.Generator) -> np.ndarray:
+        """Return zeros (the regressions are convex; ``rng`` is unused).
+
+        Parameters
+        ----------
+        rng : Generator
+            Unused.
+
+        Returns
+        -------
+        x : ndarray of shape (n_params,)
+            Coefficients, the intercept last.
+        """
+        return np.zeros(self.n_params)
+
+    def objective(self, values: np.ndarray, iterate: np.ndarray) -> float:
+        """Return the mean loss plus ``alpha/2 |w|^2``.
+
+        Parameters
+        ----------
+        values : ndarray of shape (1,)
+            Summed kernel values: the mean loss.
+        iterate : ndarray of shape (n_params,)
+            Coefficients, the intercept last.
+
+        Returns
+        -------
+        objective : float
+        """
+        d, _, penalty = self._bound()
+        w = np.asarray(iterate, dtype=np.float64)[:d]
+        return float(values[0] + 0.5 * penalty * (w @ w))
+
+    def update(self, iterate: np.ndarray, gradient: np.ndarray, step_size: float) -> np.ndarray:
+        """Return ``x - eta (g + alpha [w, 0])``: a gradient step with the L2 penalty.
+
+        Parameters
+        ----------
+        iterate : ndarray of shape (n_params,)
+            Current coefficients.
+        gradient : ndarray of shape (n_params,)
+            (Estimate of) the gradient of the mean loss.
+        step_size : float
+            ``eta``.
+
+        Returns
+        -------
+        x_next : ndarray of shape (n_params,)
+        """
+        x = np.asarray(iterate, dtype=np.float64)
+        return x - float(step_size) * (gradient + self._penalty_gradient(x))
+
+    def gram_matvec(self, block: Block, v: np.ndarray) -> np.ndarray:
+        """Return ``A_b^T (A_b v)`` with ``A_b = [X_b, 1]`` (or ``X_b``), tile by tile.
+
+        Parameters
+        ----------
+        block : Block
+            Rows of the matrix.
+        v : ndarray of shape (n_params,)
+            Vector.
+
+        Returns
+        -------
+        product : ndarray of shape (n_params,)
+            Sum over the block's rows (not divided by ``n_samples``).
+        """
+        w, b = self._split(v)
+        d = w.shape[0]
+        out = np.zeros(self.n_params)
+        for _, _, tile in block.tiles():
+            z = tile @ w + b
+            out[:d] += tile.T @ z
+            if self.fit_intercept:
+                out[d] += z.sum()
+        return out
+
+    def default_step_size(self, map_reduce: MapReduce, rng: np.random.Generator) -> float:
+        """Return ``1/L`` with ``L`` a power-iteration estimate of the smoothness.
+
+        ``L = c * 1.05 * lam + alpha`` where ``lam`` estimates the largest eigenvalue of
+        ``A^T A / n`` (``A = [X, 1]``) from 20 power iterations (20 passes over the
+        data) from a random start, and ``c`` bounds the loss's second derivative (1 for
+        squared loss, 1/4 for the logistic loss).
+
+        Parameters
+        ----------
+        map_reduce : MapReduce
+            Folds :meth:`gram_matvec` over the partitions.
+        rng : Generator
+            Draws the starting vector.
+
+        Returns
+        -------
+        step_size : float
+            1.0 if ``L`` is zero (all-zero matrix, no intercept, no penalty).
+        """
+        _, n, penalty = self._bound()
+
+        def matvec(v: np.ndarray) -> np.ndarray:
+            return np.asarray(map_reduce(self.gram_matvec, v), dtype=np.float64) / n
+
+        lam = power_iteration(matvec, rng.standard_normal(self.n_params), n_iter=_POWER_ITERATIONS)
+        smoothness = self._curvature * _SMOOTHNESS_MARGIN * lam + penalty
+        return 1.0 / smoothness if smoothness > 0 else 1.0
+
+    # ---------------------------------------------------------------- results
+    def finalize(self, iterate: np.ndarray, result: KernelResult) -> dict[str, np.ndarray]:
+        """Return the coefficients and the intercept.
+
+        Parameters
+        ----------
+        iterate : ndarray of shape (n_params,)
+            Final coefficients, the intercept last.
+        result : KernelResult
+            Unused.
+
+        Returns
+        -------
+        fitted : dict
+            ``coef`` of shape (n_features,) and ``intercept`` (0-d array; 0.0 without
+            an intercept).
+        """
+        w, b = self._split(iterate)
+        return {"coef": w.copy(), "intercept": np.array(b, dtype=np.float64)}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeastSquares(_LinearModel):
+    r"""(Ridge) least-squares regression.
+
+    Minimises
+
+    .. math:: f(w, b) = \frac{1}{2n} \sum_i (x_i^T w + b - y_i)^2
+              + \frac{\alpha}{2} \|w\|^2,
+
+    the intercept ``b`` not being penalised. The iterate is ``[w, b]`` (shape
+    (n_features + 1,)), or ``w`` without an intercept.
+
+    Parameters
+    ----------
+    alpha : float, default=0.0
+        L2 penalty, >= 0.
+    fit_intercept : bool, default=True
+        Fit an intercept.
+
+    Attributes
+    ----------
+    n_samples : int or None
+        Number of rows; set by :meth:`bind`.
+    n_features : int or None
+        Number of columns; set by :meth:`bind`.
+    penalty : float or None
+        The penalty in use (``alpha``); set by :meth:`bind`.
+
+    See Also
+    --------
+    Logistic : L2-regularised logistic regression.
+
+    Notes
+    -----
+    The reference solution is a communication-avoiding TSQR: each partition returns the
+    R factor of ``[X_b, 1, y_b]`` and the factors are stacked and re-factorised, so it
+    never forms the (worse conditioned) normal equations.
+
+    References
+    ----------
+    Demmel, Grigori, Hoemmen & Langou, "Communication-optimal parallel and sequential QR
+    and LU factorizations", SIAM J. Sci. Comput. 2012 (TSQR).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskstraggle.problems import Block, LeastSquares, block_stats
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(50, 3))
+    >>> y = X @ [1.0, -2.0, 0.5] + 3.0
+    >>> block = Block(X, y=y)
+    >>> problem = LeastSquares().bind(block_stats(block))
+    >>> ref = problem.reference_solution(lambda fn, *a, combine=None: fn(block, *a))
+    >>> ref.iterate.round(6)
+    array([ 1. , -2. ,  0.5,  3. ])
+    """
+
+    name: ClassVar[str] = "least-squares"
+    _curvature: ClassVar[float] = 1.0
+
+    alpha: float = 0.0
+    fit_intercept: bool = True
+    n_samples: int | None = None
+    n_features: int | None = None
+    penalty: float | None = None
+
+    def __post_init__(self) -> None:
+        """Validate the user parameters."""
+        object.__setattr__(
+            self, "alpha", check_nonnegative(self.alpha, name="alpha", caller="LeastSquares")
+        )
+        object.__setattr__(
+            self,
+            "fit_intercept",
+            check_bool(self.fit_intercept, name="fit_intercept", caller="LeastSquares"),
+        )
+
+    def bind(self, stats: MatrixStats) -> Self:
+        """Return a copy fixed to the matrix's shape.
+
+        Parameters
+        ----------
+        stats : MatrixStats
+            Statistics of the whole matrix, labels included.
+
+        Returns
+        -------
+        bound : LeastSquares
+
+        Raises
+        ------
+        InvalidDataError
+            If the matrix has no rows or the labels are not finite.
+        """
+        fields = self._bind_fields(stats)
+        return dataclasses.replace(self, penalty=self.alpha, **fields)
+
+    def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
+        """Return the gradient of the mean squared loss and the loss over a block.
+
+        Parameters
+        ----------
+        block : Block
+            Rows with their targets.
+        iterate : ndarray of shape (n_params,)
+            Coefficients ``[w, b]``.
+
+        Returns
+        -------
+        result : KernelResult
+            ``gradient = [X_b^T r, sum(r)] / n`` with ``r = X_b w + b - y_b`` and
+            ``values = [|r|^2 / (2n)]``, ``n`` the number of rows of the whole matrix.
+
+        Raises
+        ------
+        InvalidDataError
+            If the block has no labels.
+        """
+        w, b = self._split(iterate)
+        n = self._bound()[1]
+        y = self._labels(block)
+        d = w.shape[0]
+        grad = np.zeros(self.n_params)
+        loss = 0.0
+        for lo, hi, tile in block.tiles():
+            r = tile @ w + (b - y[lo:hi])
+            grad[:d] += tile.T @ r
+            if self.fit_intercept:
+                grad[d] += r.sum()
+            loss += float(r @ r)
+        return KernelResult(
+            gradient=grad / n, values=np.array([loss / (2.0 * n)]), n_rows=block.n_rows
+        )
+
+    def qr_kernel(self, block: Block) -> np.ndarray:
+        """Return the R factor of ``[X_b, 1, y_b]`` (TSQR leaf), folded tile by tile.
+
+        Parameters
+        ----------
+        block : Block
+            Rows with their targets.
+
+        Returns
+        -------
+        R : ndarray of shape (min(n_rows, n_params + 1), n_params + 1)
+            Upper triangular (trapezoidal for short blocks); ``R^T R`` is the Gram
+            matrix of ``[X_b, 1, y_b]``.
+        """
+        y = self._labels(block)
+        width = self.n_params + 1
+        R = np.zeros((0, width))
+        # buffer tiles until they hold at least ``width`` rows (and about 32 MiB), so
+        # each factorisation costs O(rows * width^2) even when tiles are short
+        target = max(width, _QR_BUFFER_BYTES // (8 * width))
+        pending: list[np.ndarray] = []
+        n_pending = 0
+        for lo, hi, tile in block.tiles():
+            columns = [tile, np.ones((hi - lo, 1))] if self.fit_intercept else [tile]
+            pending.append(np.hstack([*columns, y[lo:hi, None]]))
+            n_pending += hi - lo
+            if n_pending >= target:
+                R = stack_r(R, np.vstack(pending))
+                pending, n_pending = [], 0
+        if pending:
+            R = stack_r(R, np.vstack(pending))
+        return R
+
+    def reference_solution(self, map_reduce: MapReduce) -> Reference:
+        """Return the exact (ridge) least-squares solution by TSQR (one pass).
+
+        The ridge penalty is folded in exactly by appending ``sqrt(n alpha) I`` rows for
+        ``w`` before the last factorisation. With ``R = [[R11, r], [0, rho]]`` the final
+        factor, the solution solves ``R11 x = r`` (minimum-norm least squares when
+        ``R11`` is singular, e.g. collinear columns without penalty, matching
+        :func:`numpy.linalg.lstsq`) and the objective is
+        ``(|R11 x - r|^2 + rho^2) / (2n)``.
+
+        Parameters
+        ----------
+        map_reduce : MapReduce
+            Folds :meth:`qr_kernel` over the partitions.
+
+        Returns
+        -------
+        reference : Reference
+            ``info`` holds ``passes`` (1) and ``rank`` (numerical rank of ``R11``).
+
+        Raises
+        ------
+        InvalidParameterError
+            If the matrix has more than 20000 columns (pass ``reference=False``).
+        """
+        d, n, penalty = self._bound()
+        check_dense_size(d, "LeastSquares")
+        p = self.n_params
+        R = np.asarray(map_reduce(self.qr_kernel, combine=stack_r), dtype=np.float64)
+        if penalty > 0:
+            ridge = np.zeros((d, p + 1))
+            ridge[:, :d] = np.sqrt(n * penalty) * np.eye(d)
+            R = stack_r(R, ridge)
+        if R.shape[0] < p + 1:  # fewer rows than unknowns: pad the trapezoid
+            R = np.vstack([R, np.zeros((p + 1 - R.shape[0], p + 1))])
+        R11, rhs, rho = R[:p, :p], R[:p, p], float(R[p, p])
+        x, _, rank, _ = scipy.linalg.lstsq(R11, rhs)
+        residual = R11 @ x - rhs
+        objective = (float(residual @ residual) + rho * rho) / (2.0 * n)
+        return Reference(iterate=x, objective=objective, info={"passes": 1, "rank": int(rank)})

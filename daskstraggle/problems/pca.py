@@ -1,0 +1,433 @@
+"""Principal component analysis by (relaxed) block power iteration on row partitions."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import scipy.linalg
+
+from daskstraggle._validation import check_bool, check_int
+from daskstraggle.errors import InvalidDataError, InvalidParameterError, StraggleError
+from daskstraggle.problems._linalg import (
+    check_dense_size,
+    orthonormalize,
+    sin_largest_angle,
+)
+from daskstraggle.problems.base import KernelResult, MapReduce, Problem, Reference
+from daskstraggle.problems.block import Block, MatrixStats
+
+__all__ = ["PCA"]
+
+#: Below this fraction of the uncentred squared norm, the centred norm is rounding noise.
+_CONSTANT_TOL = 1e-12
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PCA(Problem):
+    r"""Top-``k`` principal subspace of a matrix whose rows are samples.
+
+    The iterate is an orthonormal basis ``V`` of shape (n_features, k). A kernel returns
+    ``X_c^T X_c V`` summed over a block's rows, where ``X_c`` is the column-centred
+    matrix; centring is implicit (no centred copy of the data is ever made). The update
+
+    .. math:: V \leftarrow \operatorname{orth}\big((1 - \eta) V + \eta\, G / \|X_c\|_F^2\big)
+
+    is the block power method for :math:`\eta = 1` (the default step size) and the
+    relaxed update of DSAG for :math:`\eta < 1`. The objective is the fraction of the
+    total variance left unexplained, ``1 - |X_c V|_F^2 / |X_c|_F^2`` (lower is better).
+
+    Parameters
+    ----------
+    n_components : int, default=2
+        Number of principal components ``k``, in ``[1, n_features]``.
+    center : bool, default=True
+        Subtract the column means (implicitly). False analyses ``X`` as it is, e.g.
+        genotypes whose rows the data layer has already standardised.
+
+    Attributes
+    ----------
+    n_samples : int or None
+        Number of rows; set by :meth:`bind`.
+    mean : ndarray of shape (n_features,) or None
+        Column means subtracted (zeros when ``center=False``); set by :meth:`bind`.
+    total : float or None
+        Squared Frobenius norm ``|X_c|_F^2`` of the (centred) matrix; set by :meth:`bind`.
+
+    See Also
+    --------
+    Logistic, LeastSquares : The two regression problems.
+
+    Notes
+    -----
+    PCA iterates live on a Grassmannian, not in a vector space, so momentum methods
+    (NAG) are refused (:attr:`supports_momentum` is False).
+
+    References
+    ----------
+    Halko, Martinsson & Tropp, "Finding structure with randomness", SIAM Review 2011
+    (block power iteration, Rayleigh-Ritz). Severinson, Rosnes, El Rouayheb & Graell i
+    Amat, "DSAG: a mixed synchronous-asynchronous iterative method for
+    straggler-resilient learning", IEEE Trans. Commun. 2023 (relaxed update for PCA).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskstraggle.problems import PCA, Block, block_stats
+    >>> X = np.random.default_rng(0).normal(size=(100, 4)) * [3.0, 2.0, 1.0, 0.5]
+    >>> block = Block(X)
+    >>> pca = PCA(n_components=2).bind(block_stats(block))
+    >>> V = pca.init_iterate(np.random.default_rng(0))
+    >>> for _ in range(100):
+    ...     V = pca.update(V, pca.kernel(block, V).gradient, 1.0)
+    >>> result = pca.kernel(block, V)
+    >>> fitted = pca.finalize(V, result)
+    >>> fitted["components"].shape
+    (2, 4)
+    """
+
+    name: ClassVar[str] = "pca"
+    needs_labels: ClassVar[bool] = False
+    #: Momentum methods are refused: iterates are subspaces.
+    supports_momentum: ClassVar[bool] = False
+
+    n_components: int = 2
+    center: bool = True
+    n_samples: int | None = None
+    mean: np.ndarray | None = field(default=None, compare=False, repr=False)
+    total: float | None = None
+
+    def __post_init__(self) -> None:
+        """Validate the user parameters."""
+        object.__setattr__(
+            self,
+            "n_components",
+            check_int(self.n_components, name="n_components", caller="PCA", low=1),
+        )
+        object.__setattr__(self, "center", check_bool(self.center, name="center", caller="PCA"))
+
+    # ---------------------------------------------------------------- parameters
+    def get_params(self) -> dict[str, Any]:
+        """Return the user parameters (``make_problem("pca", **params)`` rebuilds it)."""
+        return {"n_components": self.n_components, "center": self.center}
+
+    @property
+    def is_bound(self) -> bool:
+        """Whether :meth:`bind` has fixed the data-dependent fields."""
+        return self.mean is not None
+
+    @property
+    def n_features(self) -> int:
+        """Number of columns of the bound matrix.
+
+        Raises
+        ------
+        StraggleError
+            If the problem is not bound.
+        """
+        return int(self._bound_mean().shape[0])
+
+    def _bound_mean(self) -> np.ndarray:
+        if self.mean is None:
+            raise StraggleError("PCA is not bound to data: call bind(stats) first.")
+        return self.mean
+
+    def check_shape(self, n_samples: int, n_features: int) -> None:
+        """Raise if ``n_components`` exceeds the number of columns.
+
+        Parameters
+        ----------
+        n_samples : int
+            Number of rows of the matrix.
+        n_features : int
+            Number of columns of the matrix.
+
+        Raises
+        ------
+        InvalidParameterError
+            If ``n_components > n_features``.
+        """
+        if self.n_components > n_features:
+            raise InvalidParameterError(
+                f"The 'n_components' parameter of PCA must be an int in [1, {n_features}] "
+                f"(the matrix has {n_features} columns). Got {self.n_components!r} instead."
+            )
+
+    def bind(self, stats: MatrixStats) -> Self:
+        """Return a copy fixed to the column means and total variance of the matrix.
+
+        Parameters
+        ----------
+        stats : MatrixStats
+            Statistics of the whole matrix.
+
+        Returns
+        -------
+        bound : PCA
+
+        Raises
+        ------
+        InvalidParameterError
+            If ``n_components`` exceeds the number of columns.
+        InvalidDataError
+            If the matrix has no rows, or its (centred) total variance is zero (every
+            column constant, or an all-zero matrix without centring).
+        """
+        self.check_shape(stats.n_samples, stats.n_features)
+        if stats.n_samples < 1:
+            raise InvalidDataError("PCA needs a matrix with at least one row; got 0 rows.")
+        if self.center:
+            mean = np.asarray(stats.column_means, dtype=np.float64).copy()
+            total = float(stats.centered_sq_norm)
+        else:
+            mean = np.zeros(stats.n_features)
+            total = float(stats.sq_norm)
+        if not np.isfinite(total) or total <= _CONSTANT_TOL * float(stats.sq_norm):
+            kind = "every column is constant" if self.center else "the matrix is all zeros"
+            raise InvalidDataError(
+                f"PCA needs a matrix with non-zero variance, but {kind} (total "
+                f"{'centred ' if self.center else ''}squared norm {total:.3g})."
+            )
+        return dataclasses.replace(self, n_samples=int(stats.n_samples), mean=mean, total=total)
+
+    # ---------------------------------------------------------------- iteration
+    def init_iterate(self, rng: np.random.Generator) -> np.ndarray:
+        """Return a random orthonormal basis.
+
+        Parameters
+        ----------
+        rng : Generator
+            Source of the Gaussian starting matrix.
+
+        Returns
+        -------
+        V : ndarray of shape (n_features, n_components)
+        """
+        return orthonormalize(rng.standard_normal((self.n_features, self.n_components)))
+
+    def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
+        """Return ``X_c^T X_c V`` and the per-component captured variance over a block.
+
+        One pass over the block's tiles. With ``mu`` the column means and
+        ``m = V^T mu``, each tile ``T`` contributes ``P = T V - m`` (its rows' centred
+        projections): ``G += T^T P``; at the end ``G -= mu (sum of P)^T``, which equals
+        ``X_c^T X_c V`` exactly without centring the data.
+
+        Parameters
+        ----------
+        block : Block
+            Rows of the matrix.
+        iterate : ndarray of shape (n_features, n_components)
+            Orthonormal basis ``V``.
+
+        Returns
+        -------
+        result : KernelResult
+            ``gradient`` of shape (n_features, n_components); ``values`` of shape
+            (n_components,) holding ``|X_c v_j|^2`` over the block's rows.
+        """
+        mean = self._bound_mean()
+        V = np.asarray(iterate, dtype=np.float64)
+        k = V.shape[1]
+        G = np.zeros((V.shape[0], k))
+        colsum = np.zeros(k)
+        values = np.zeros(k)
+        shift = V.T @ mean if self.center else None
+        for _, _, tile in block.tiles():
+            P = tile @ V
+            if shift is not None:
+                P -= shift
+                colsum += P.sum(axis=0)
+            G += tile.T @ P
+            values += np.einsum("ij,ij->j", P, P)
+        if shift is not None:
+            G -= np.outer(mean, colsum)
+        return KernelResult(gradient=G, values=values, n_rows=block.n_rows)
+
+    def objective(self, values: np.ndarray, iterate: np.ndarray) -> float:
+        """Return the unexplained variance fraction ``1 - sum(values) / |X_c|_F^2``.
+
+        Parameters
+        ----------
+        values : ndarray of shape (n_components,)
+            Summed kernel values (captured variance per component).
+        iterate : ndarray of shape (n_features, n_components)
+            Unused (the values already depend on it).
+
+        Returns
+        -------
+        objective : float
+            In [0, 1] for an orthonormal iterate; lower is better.
+        """
+        total = self._bound_total()
+        return float(1.0 - np.sum(values) / total)
+
+    def _bound_total(self) -> float:
+        if self.total is None:
+            raise StraggleError("PCA is not bound to data: call bind(stats) first.")
+        return self.total
+
+    def update(self, iterate: np.ndarray, gradient: np.ndarray, step_size: float) -> np.ndarray:
+        """Return ``orth((1 - eta) V + eta G / |X_c|_F^2)``.
+
+        Parameters
+        ----------
+        iterate : ndarray of shape (n_features, n_components)
+            Current basis ``V``.
+        gradient : ndarray of shape (n_features, n_components)
+            (Estimate of) ``X_c^T X_c V``.
+        step_size : float
+            ``eta``; 1 gives the power method.
+
+        Returns
+        -------
+        V_next : ndarray of shape (n_features, n_components)
+            Orthonormal (QR with a positive diagonal of R; numerically dependent columns,
+            e.g. when the data has rank below ``k``, are replaced by a fixed-seed random
+            orthogonal complement, see :func:`~daskstraggle.problems._linalg.orthonormalize`).
+        """
+        eta = float(step_size)
+        total = self._bound_total()
+        Y = (1.0 - eta) * np.asarray(iterate, dtype=np.float64) + (eta / total) * gradient
+        return orthonormalize(Y)
+
+    def default_step_size(self, map_reduce: MapReduce, rng: np.random.Generator) -> float:
+        """Return 1.0 (the power method); no pass over the data.
+
+        Parameters
+        ----------
+        map_reduce : MapReduce
+            Unused.
+        rng : Generator
+            Unused.
+
+        Returns
+        -------
+        step_size : float
+        """
+        return 1.0
+
+    # ---------------------------------------------------------------- results
+    def finalize(self, iterate: np.ndarray, result: KernelResult) -> dict[str, np.ndarray]:
+        """Return components and explained variances by a Rayleigh-Ritz step.
+
+        The ``k x k`` matrix ``M = V^T X_c^T X_c V`` is diagonalised; its eigenvectors
+        rotate ``V`` into the Ritz vectors, ordered by decreasing variance.
+
+        Parameters
+        ----------
+        iterate : ndarray of shape (n_features, n_components)
+            Final basis ``V``.
+        result : KernelResult
+            Kernel sum at ``iterate`` (its gradient is ``X_c^T X_c V``).
+
+        Returns
+        -------
+        fitted : dict
+            ``components`` (n_components, n_features): Ritz vectors as rows, each with
+            its largest-magnitude entry positive; ``explained_variance``
+            (n_components,): eigenvalues over ``n_samples - 1`` (as scikit-learn;
+            ``n_samples`` when there is one row); ``explained_variance_ratio``:
+            eigenvalues over ``|X_c|_F^2``; ``singular_values``: square roots of the
+            eigenvalues; ``mean`` (n_features,).
+        """
+        mean = self._bound_mean()
+        total = self._bound_total()
+        V = np.asarray(iterate, dtype=np.float64)
+        M = V.T @ result.gradient
+        M = 0.5 * (M + M.T)
+        eigvals, U = np.linalg.eigh(M)
+        order = np.argsort(eigvals)[::-1]
+        eigvals, U = eigvals[order], U[:, order]
+        components = (V @ U).T
+        pivot = np.argmax(np.abs(components), axis=1)
+        signs = np.where(components[np.arange(components.shape[0]), pivot] < 0, -1.0, 1.0)
+        components = components * signs[:, None]
+        assert self.n_samples is not None
+        dof = max(self.n_samples - 1, 1)
+        return {
+            "components": np.ascontiguousarray(components, dtype=np.float64),
+            "explained_variance": (eigvals / dof).astype(np.float64),
+            "explained_variance_ratio": (eigvals / total).astype(np.float64),
+            "singular_values": np.sqrt(np.maximum(eigvals, 0.0)),
+            "mean": mean.astype(np.float64, copy=True),
+        }
+
+    def gram_kernel(self, block: Block) -> np.ndarray:
+        """Return ``X_c^T X_c`` over the block's rows (centred by the global means).
+
+        Each tile is shifted by the column means before its Gram matrix is accumulated
+        (one tile-sized copy at a time), which avoids the cancellation of
+        ``X^T X - n mu mu^T`` when the means are large.
+
+        Parameters
+        ----------
+        block : Block
+            Rows of the matrix.
+
+        Returns
+        -------
+        gram : ndarray of shape (n_features, n_features)
+        """
+        mean = self._bound_mean()
+        gram = np.zeros((mean.shape[0], mean.shape[0]))
+        for _, _, tile in block.tiles():
+            shifted = tile - mean if self.center else tile
+            gram += shifted.T @ shifted
+        return gram
+
+    def reference_solution(self, map_reduce: MapReduce) -> Reference:
+        """Return the exact top-``k`` subspace from the dense covariance (one pass).
+
+        Needs ``n_features x n_features`` memory on every worker and on the client, so
+        it is refused above 20000 columns.
+
+        Parameters
+        ----------
+        map_reduce : MapReduce
+            Folds :meth:`gram_kernel` over the partitions.
+
+        Returns
+        -------
+        reference : Reference
+            ``iterate`` of shape (n_features, n_components): top eigenvectors of
+            ``X_c^T X_c``; ``objective``: unexplained variance fraction;
+            ``info``: ``eigenvalues`` (descending) and ``passes`` (1).
+
+        Raises
+        ------
+        InvalidParameterError
+            If the matrix has more than 20000 columns (pass ``reference=False``).
+        """
+        d = self.n_features
+        total = self._bound_total()
+        check_dense_size(d, "PCA")
+        gram = np.asarray(map_reduce(self.gram_kernel), dtype=np.float64)
+        gram = 0.5 * (gram + gram.T)
+        k = self.n_components
+        eigvals, vectors = scipy.linalg.eigh(gram, subset_by_index=[d - k, d - 1])
+        eigvals, vectors = eigvals[::-1], vectors[:, ::-1]
+        return Reference(
+            iterate=np.ascontiguousarray(vectors),
+            objective=float(1.0 - eigvals.sum() / total),
+            info={"eigenvalues": eigvals.copy(), "passes": 1},
+        )
+
+    def distance(self, iterate: np.ndarray, reference: Reference) -> float:
+        """Return the sine of the largest principal angle to the reference subspace.
+
+        Parameters
+        ----------
+        iterate : ndarray of shape (n_features, n_components)
+            Orthonormal basis.
+        reference : Reference
+            Output of :meth:`reference_solution`.
+
+        Returns
+        -------
+        distance : float
+            In [0, 1]; 0 when the subspaces coincide.
+        """
+        return sin_largest_angle(np.asarray(iterate, dtype=np.float64), reference.iterate)
