@@ -52,6 +52,7 @@ class GD(Method):
         self._version = 0
         self._sent: set[int] = set()
         self._results: dict[int, WorkResult] = {}
+        self._summary: RoundSummary | None = None
 
     @property
     def version(self) -> int:
@@ -79,20 +80,23 @@ class GD(Method):
         return len(self._results) == sum(1 for p in self._placement if p)
 
     def summary(self) -> RoundSummary:
-        """Return the exact kernel sum at the evaluated point."""
+        """Return the exact kernel sum at the evaluated point (computed once per round)."""
         assert self._problem is not None and self.ready()
+        if self._summary is not None:
+            return self._summary
         order = sorted(self._results)
         total: KernelResult = self._results[order[0]].result
         for i in order[1:]:
             total = total + self._results[i].result
         point = self._point()
-        return RoundSummary(
+        self._summary = RoundSummary(
             iterate=point,
             result=total,
             objective=self._problem.objective(total.values, point),
             workers_used=tuple(order),
             n_fresh=len(order),
         )
+        return self._summary
 
     def step(self) -> None:
         """Take the gradient step from the evaluated point."""
@@ -105,6 +109,7 @@ class GD(Method):
         self._version += 1
         self._sent.clear()
         self._results.clear()
+        self._summary = None
 
 
 class NAG(GD):
