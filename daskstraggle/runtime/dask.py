@@ -166,7 +166,7 @@ class DaskRuntime(Runtime):
         self._addresses: list[str] = workers
         self._held: list[dict[int, Any]] = []
         self._pending: dict[str, WorkUnit] = {}
-        self._ac = as_completed(loop=self.client.loop, with_results=False)
+        self._ac = as_completed(loop=self.client.loop, with_results=True)
         self._token = uuid.uuid4().hex[:8]
 
     @property
@@ -230,9 +230,9 @@ class DaskRuntime(Runtime):
         self._ac.add(future)
 
     def _next(self) -> WorkResult:
-        future = next(self._ac)
+        # results are fetched in the background as tasks finish (with_results=True)
+        future, (result, duration) = next(self._ac)
         unit = self._pending.pop(future.key)
-        result, duration = future.result()
         return WorkResult(unit, result, duration)
 
     def _cancel_pending(self) -> None:
