@@ -1,0 +1,729 @@
+"""Dataset recipes: simulated genotypes and synthetic regression data, written as Zarr.
+
+Every recipe validates its parameters, writes its store chunk by chunk into a hidden
+temporary sibling of ``out`` (``.{name}.tmp-XXXX``) and renames it into place only when it
+is complete, so ``out`` never holds a half-written store. The result is deterministic for
+a seed: data-global quantities (mixture mean, true coefficients, the msprime seeds) come
+from the first child of ``np.random.SeedSequence(seed)``, and the rows of chunk ``i`` from
+child ``i + 1``. The rows therefore depend on ``(seed, chunk_rows)``; the global
+quantities on ``seed`` only.
+
+See ``datasets/README.md`` for the layouts, defaults and measured sizes and times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from daskstraggle._validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_nonnegative,
+    check_positive,
+)
+from daskstraggle.errors import InvalidParameterError, OutputExistsError, StraggleError
+
+__all__ = ["DATASETS", "make_dataset", "make_genotypes", "make_linear", "make_logistic"]
+
+logger = logging.getLogger(__name__)
+
+#: Individuals per island of the simulated island model (msprime ``population_size``).
+POPULATION_SIZE = 10_000
+#: Per-base, per-generation mutation rate of the genotype simulation.
+MUTATION_RATE = 1e-8
+#: Per-base, per-generation recombination rate of the genotype simulation.
+RECOMBINATION_RATE = 1e-8
+#: Largest number of samples in one VCF Zarr sample chunk.
+MAX_SAMPLES_CHUNK = 10_000
+#: Longest independent segment of one msprime simulation (bases).
+SEGMENT_LENGTH = 2_000_000
+_DTYPES = ("float64", "float32")
+_Arrays = dict[str, np.ndarray]
+_Globals = Callable[[np.random.Generator], tuple[_Arrays, dict[str, Any]]]
+_Rows = Callable[[np.random.Generator, int, _Arrays, dict[str, Any]], tuple[np.ndarray, np.ndarray]]
+_Seqs = list[np.random.SeedSequence]
+
+
+# ---------------------------------------------------------------------------- helpers
+def _check_out(out: object, *, caller: str, overwrite: bool) -> Path:
+    if not isinstance(out, str | os.PathLike) or not os.fspath(out):
+        raise InvalidParameterError(
+            f"The 'out' parameter of {caller} must be a non-empty str or os.PathLike. "
+            f"Got {out!r} (type {type(out).__name__}) instead."
+        )
+    path = Path(os.fspath(out)).expanduser().absolute()
+    if os.path.lexists(path) and not overwrite:
+        raise OutputExistsError(
+            f"{str(path)!r} exists; pass overwrite=True (CLI: --overwrite) or choose another path"
+        )
+    return path
+
+
+def _check_fraction(value: object, *, name: str, caller: str) -> float:
+    value = check_nonnegative(value, name=name, caller=caller)
+    if value >= 1:
+        raise InvalidParameterError(
+            f"The {name!r} parameter of {caller} must be a number in [0, 1). "
+            f"Got {value!r} instead."
+        )
+    return value
+
+
+@contextlib.contextmanager
+def _staged(out: Path, *, overwrite: bool) -> Iterator[Path]:
+    """Yield a path in a temporary sibling of ``out``; move it to ``out`` on success.
+
+    The old ``out`` (when ``overwrite``) is removed only after the new store is complete
+    and in place; on any failure the temporary directory is removed and ``out`` is left
+    as it was.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        yield staging / out.name
+        if os.path.lexists(out):
+            if not overwrite:  # appeared while we were writing
+                raise OutputExistsError(
+                    f"{str(out)!r} exists; pass overwrite=True (CLI: --overwrite) or "
+                    "choose another path"
+                )
+            old = staging / ".old"
+            os.replace(out, old)
+            try:
+                os.replace(staging / out.name, out)
+            except BaseException:
+                os.replace(old, out)
+                raise
+        else:
+            os.replace(staging / out.name, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _streams(seed: int, n_chunks: int) -> tuple[np.random.SeedSequence, _Seqs]:
+    """Return the global seed sequence and one per chunk."""
+    children = np.random.SeedSequence(seed).spawn(n_chunks + 1)
+    return children[0], children[1:]
+
+
+def _chunk_bounds(n_rows: int, chunk_rows: int) -> list[tuple[int, int]]:
+    return [(start, min(start + chunk_rows, n_rows)) for start in range(0, n_rows, chunk_rows)]
+
+
+def _progress(iterable: Any, *, enabled: bool, desc: str, total: int, unit: str = "chunk") -> Any:
+    """Wrap ``iterable`` in a tqdm bar on stderr (or return a bar to update if None)."""
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, unit=unit, leave=False)
+
+
+# --------------------------------------------------------------------- tabular recipes
+def _write_table(
+    out: Path,
+    *,
+    name: str,
+    params: dict[str, Any],
+    overwrite: bool,
+    progress: bool,
+    global_arrays: _Globals,
+    rows: _Rows,
+) -> Path:
+    """Write X (n_samples, n_features) and y chunk by chunk into a Zarr v3 group."""
+    import zarr
+
+    n_samples, n_features = params["n_samples"], params["n_features"]
+    chunk = min(params["chunk_rows"], n_samples)
+    bounds = _chunk_bounds(n_samples, chunk)
+    global_seq, chunk_seqs = _streams(params["seed"], len(bounds))
+    arrays, attrs = global_arrays(np.random.default_rng(global_seq))
+    with _staged(out, overwrite=overwrite) as tmp:
+        group = zarr.open_group(tmp, mode="w", zarr_format=3)
+        group.attrs.update({"daskstraggle_dataset": name, "params": params,
+                            "seed": params["seed"], **attrs})
+        X = group.create_array("X", shape=(n_samples, n_features), chunks=(chunk, n_features),
+                               dtype=params["dtype"], dimension_names=("sample", "feature"))
+        y = group.create_array("y", shape=(n_samples,), chunks=(chunk,), dtype="float64",
+                               dimension_names=("sample",))
+        for key, value in arrays.items():
+            group.create_array(key, data=value, dimension_names=("feature",))
+        chunks = zip(bounds, chunk_seqs, strict=True)
+        for (start, stop), seq in _progress(chunks, enabled=progress, desc=name, total=len(bounds)):
+            X_rows, y_rows = rows(np.random.default_rng(seq), stop - start, arrays, attrs)
+            X[start:stop] = X_rows
+            y[start:stop] = y_rows
+    logger.info("wrote %s dataset (%d x %d) to %s", name, n_samples, n_features, out)
+    return out
+
+
+def _table_params(caller: str, **values: Any) -> dict[str, Any]:
+    params = dict(values)
+    params["n_samples"] = check_int(values["n_samples"], name="n_samples", caller=caller, low=1)
+    params["n_features"] = check_int(values["n_features"], name="n_features", caller=caller, low=1)
+    params["chunk_rows"] = check_int(values["chunk_rows"], name="chunk_rows", caller=caller, low=1)
+    params["dtype"] = check_choice(values["dtype"], name="dtype", caller=caller, choices=_DTYPES)
+    params["seed"] = check_int(values["seed"], name="seed", caller=caller, low=0)
+    return params
+
+
+def make_logistic(
+    out: str | os.PathLike[str],
+    *,
+    n_samples: int = 100_000,
+    n_features: int = 50,
+    chunk_rows: int = 10_000,
+    separation: float = 1.0,
+    dtype: str = "float64",
+    seed: int = 0,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> Path:
+    """Write a two-Gaussian-mixture classification dataset as a Zarr v3 group.
+
+    Each label is drawn as ``y = -1`` or ``y = +1`` with probability 1/2 and its features
+    as ``x ~ N(y μ, I)``. The mean ``μ`` is drawn once, ``μ = separation · g / ‖g‖`` with
+    ``g ~ N(0, I)``, so ``‖μ‖ = separation`` whatever ``n_features``: the Bayes error is
+    ``Φ(-separation)`` (about 16% at the default 1.0). The class posterior is exactly
+    logistic, ``P(y = 1 | x) = 1 / (1 + exp(-2 μᵀx))``, so ``coef = 2μ`` (intercept 0) are
+    the true logistic-regression coefficients.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        Directory of the Zarr v3 group to write (parents are created).
+    n_samples : int, default=100_000
+        Rows (examples).
+    n_features : int, default=50
+        Columns (features).
+    chunk_rows : int, default=10_000
+        Rows per Zarr chunk; each chunk's rows come from their own random stream.
+    separation : float, default=1.0
+        ``‖μ‖``, half the distance between the class means; 0 makes the labels
+        independent of the features.
+    dtype : {"float64", "float32"}, default="float64"
+        Storage dtype of ``X``; rows are drawn in float64 and rounded, so a float32 store
+        holds the float64 store's values rounded.
+    seed : int, default=0
+        Seed of ``np.random.SeedSequence``.
+    overwrite : bool, default=False
+        Replace an existing ``out`` (after the new store is complete).
+    progress : bool, default=False
+        Show a progress bar over chunks on stderr.
+
+    Returns
+    -------
+    path : pathlib.Path
+        The absolute path of the store: arrays ``X`` (n_samples, n_features), ``y``
+        (n_samples,) in {-1, +1}, ``mu`` and ``coef`` (n_features,); group attrs
+        ``daskstraggle_dataset``, ``params``, ``seed``, ``intercept``.
+
+    Raises
+    ------
+    InvalidParameterError
+        If a parameter is invalid (nothing is written).
+    OutputExistsError
+        If ``out`` exists and ``overwrite`` is False.
+
+    Notes
+    -----
+    Differences from the papers: Tandon et al. (2017) and Li et al. (2018) draw the
+    features from the mixture ``0.5 N(μ₁, I) + 0.5 N(μ₂, I)`` and then the label from a
+    logistic model with separately chosen true weights (Li et al.: ``μ₁,₂ = ±1.5 w*/p``,
+    ``w* ∈ {±1}^p``). Here the label is the mixture component itself, which is also an
+    exact logistic model (weights ``2μ``) and keeps the difficulty fixed by
+    ``separation`` instead of shrinking with ``n_features``.
+
+    References
+    ----------
+    .. [1] R. Tandon, Q. Lei, A. G. Dimakis, N. Karampatziakis, "Gradient Coding:
+       Avoiding Stragglers in Distributed Learning", ICML 2017, Sec. 5.
+    .. [2] S. Li, S. M. M. Kalan, A. S. Avestimehr, M. Soltanolkotabi, "Near-Optimal
+       Straggler Mitigation for Distributed Gradient Methods" (batched coupon
+       collector), IPDPSW 2018, Sec. VI.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> path = make_logistic(tempfile.mkdtemp() + "/mix.zarr", n_samples=1000, n_features=5)
+    >>> zarr.open_group(path, mode="r")["X"].shape
+    (1000, 5)
+    """
+    caller = "make_logistic"
+    params = _table_params(caller, n_samples=n_samples, n_features=n_features,
+                           chunk_rows=chunk_rows, dtype=dtype, seed=seed)
+    params["separation"] = check_nonnegative(separation, name="separation", caller=caller)
+    overwrite = check_bool(overwrite, name="overwrite", caller=caller)
+    progress = check_bool(progress, name="progress", caller=caller)
+    path = _check_out(out, caller=caller, overwrite=overwrite)
+    storage = np.dtype(params["dtype"])
+
+    def global_arrays(rng: np.random.Generator) -> tuple[_Arrays, dict[str, Any]]:
+        g = rng.standard_normal(params["n_features"])
+        mu = params["separation"] * g / np.linalg.norm(g)
+        return {"mu": mu, "coef": 2.0 * mu}, {"intercept": 0.0}
+
+    def rows(
+        rng: np.random.Generator, m: int, arrays: _Arrays, attrs: dict[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.integers(0, 2, size=m).astype(np.float64) * 2.0 - 1.0
+        X = rng.standard_normal((m, params["n_features"]))
+        X += y[:, None] * arrays["mu"]
+        return X.astype(storage, copy=False), y
+
+    return _write_table(path, name="logistic", params=params, overwrite=overwrite,
+                        progress=progress, global_arrays=global_arrays, rows=rows)
+
+
+def make_linear(
+    out: str | os.PathLike[str],
+    *,
+    n_samples: int = 100_000,
+    n_features: int = 50,
+    chunk_rows: int = 10_000,
+    noise: float = 0.1,
+    dtype: str = "float64",
+    seed: int = 0,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> Path:
+    """Write a linear-regression dataset ``y = X w* + b* + noise · ε`` as a Zarr v3 group.
+
+    Features are ``x ~ N(0, I)``; the true coefficients ``w* ~ N(0, I)`` and intercept
+    ``b* ~ N(0, 1)`` are drawn once; ``ε ~ N(0, 1)`` per row. ``y`` is computed from the
+    stored (possibly float32-rounded) ``X``, so the model holds exactly for the stored data.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        Directory of the Zarr v3 group to write (parents are created).
+    n_samples : int, default=100_000
+        Rows (examples).
+    n_features : int, default=50
+        Columns (features).
+    chunk_rows : int, default=10_000
+        Rows per Zarr chunk; each chunk's rows come from their own random stream.
+    noise : float, default=0.1
+        Standard deviation of the additive Gaussian noise (0: noiseless).
+    dtype : {"float64", "float32"}, default="float64"
+        Storage dtype of ``X``.
+    seed : int, default=0
+        Seed of ``np.random.SeedSequence``.
+    overwrite : bool, default=False
+        Replace an existing ``out`` (after the new store is complete).
+    progress : bool, default=False
+        Show a progress bar over chunks on stderr.
+
+    Returns
+    -------
+    path : pathlib.Path
+        The absolute path of the store: arrays ``X`` (n_samples, n_features), ``y``
+        (n_samples,) and ``coef`` (n_features,); group attrs ``daskstraggle_dataset``,
+        ``params``, ``seed``, ``intercept``.
+
+    Raises
+    ------
+    InvalidParameterError
+        If a parameter is invalid (nothing is written).
+    OutputExistsError
+        If ``out`` exists and ``overwrite`` is False.
+
+    Examples
+    --------
+    >>> import tempfile, zarr
+    >>> path = make_linear(tempfile.mkdtemp() + "/lin.zarr", n_samples=1000, n_features=5)
+    >>> zarr.open_group(path, mode="r")["coef"].shape
+    (5,)
+    """
+    caller = "make_linear"
+    params = _table_params(caller, n_samples=n_samples, n_features=n_features,
+                           chunk_rows=chunk_rows, dtype=dtype, seed=seed)
+    params["noise"] = check_nonnegative(noise, name="noise", caller=caller)
+    overwrite = check_bool(overwrite, name="overwrite", caller=caller)
+    progress = check_bool(progress, name="progress", caller=caller)
+    path = _check_out(out, caller=caller, overwrite=overwrite)
+    storage = np.dtype(params["dtype"])
+
+    def global_arrays(rng: np.random.Generator) -> tuple[_Arrays, dict[str, Any]]:
+        coef = rng.standard_normal(params["n_features"])
+        return {"coef": coef}, {"intercept": float(rng.standard_normal())}
+
+    def rows(
+        rng: np.random.Generator, m: int, arrays: _Arrays, attrs: dict[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        X = rng.standard_normal((m, params["n_features"])).astype(storage, copy=False)
+        y = X.astype(np.float64) @ arrays["coef"] + attrs["intercept"]
+        y += params["noise"] * rng.standard_normal(m)
+        return X, y
+
+    return _write_table(path, name="linear", params=params, overwrite=overwrite,
+                        progress=progress, global_arrays=global_arrays, rows=rows)
+
+
+# ------------------------------------------------------------------------- genotypes
+def _sites_per_base(n_nodes: int, n_populations: int, migration_rate: float, ploidy: int) -> float:
+    """Approximate the expected segregating sites per base under the island model.
+
+    Watterson: ``E[S] = μ L E[tree length]``, and a Kingman tree with mean pairwise time
+    ``T₂`` has mean length ``2 T₂ a_n``, ``a_n = Σ_{i<n} 1/i``. With ``D`` islands of ``N``
+    individuals of ploidy ``k`` and migration rate ``m``, two lineages coalesce after
+    ``D k N`` generations on average from one island and ``D k N + 1 / (2 m)`` from two.
+    Fast migration: one Kingman tree with ``T₂`` averaged over random pairs. Slow
+    migration: ``D`` island trees (``T₂ = k N``, ``n / D`` lineages each) joined by a tree
+    of ``D`` lineages with ``T₂ = D k N + 1 / (2 m)``. The smaller of the two is used;
+    a shortfall is made up by simulating more segments (see ``_simulate``).
+    """
+
+    def harmonic(n: float) -> float:
+        return float(np.sum(1.0 / np.arange(1, max(int(n), 2))))
+
+    within = n_populations * ploidy * POPULATION_SIZE
+    if n_populations == 1:
+        return MUTATION_RATE * 2.0 * within * harmonic(n_nodes)
+    between = within + 1.0 / (2.0 * migration_rate)
+    pairs = (within + (n_populations - 1) * between) / n_populations
+    fast = 2.0 * pairs * harmonic(n_nodes)
+    slow = (n_populations * 2.0 * ploidy * POPULATION_SIZE * harmonic(n_nodes / n_populations)
+            + 2.0 * between * harmonic(n_populations))
+    return MUTATION_RATE * min(fast, slow)
+
+
+def _segregating_sites(ts: Any) -> np.ndarray:
+    """Return the ids of sites that vary among the samples and have a position > 0."""
+    import tskit
+
+    site_ids = np.arange(ts.num_sites)
+    n_mutations = np.bincount(ts.tables.mutations.site, minlength=ts.num_sites)
+    keep = n_mutations > 0
+    # one mutation on a branch of a coalesced tree always segregates; recurrent or back
+    # mutations (binary model) may not, so decode those few sites
+    variant = tskit.Variant(ts)
+    for site in np.flatnonzero(n_mutations > 1):
+        variant.decode(int(site))
+        genotypes = variant.genotypes
+        keep[site] = bool((genotypes != genotypes[0]).any())
+    keep &= ts.tables.sites.position > 0  # VCF positions are 1-based; tskit's can be 0
+    return site_ids[keep]
+
+
+def _concatenate(pieces: list[Any]) -> Any:
+    """Join tree sequences that share their sample nodes end to end, as unlinked segments.
+
+    Equivalent to ``tskit.TreeSequence.concatenate(..., add_populations=False)`` but linear
+    in the number of pieces (that one grows the union table by table).
+    """
+    if len(pieces) == 1:
+        return pieces[0]
+    tables = pieces[0].dump_tables()
+    n_samples = pieces[0].num_samples
+    tables.sequence_length = sum(ts.sequence_length for ts in pieces)
+    offset = pieces[0].sequence_length
+    for ts in pieces[1:]:
+        assert (ts.samples() == np.arange(n_samples)).all()  # msprime numbers samples first
+        t = ts.tables
+        node_map = np.arange(ts.num_nodes, dtype=np.int32)
+        node_map[n_samples:] = tables.nodes.num_rows + np.arange(ts.num_nodes - n_samples)
+        nodes, edges, sites, muts = t.nodes, t.edges, t.sites, t.mutations
+        tables.nodes.append_columns(
+            flags=nodes.flags[n_samples:], time=nodes.time[n_samples:],
+            population=nodes.population[n_samples:], individual=nodes.individual[n_samples:],
+        )
+        tables.edges.append_columns(left=edges.left + offset, right=edges.right + offset,
+                                    parent=node_map[edges.parent], child=node_map[edges.child])
+        site_base, mutation_base = tables.sites.num_rows, tables.mutations.num_rows
+        tables.sites.append_columns(position=sites.position + offset,
+                                    ancestral_state=sites.ancestral_state,
+                                    ancestral_state_offset=sites.ancestral_state_offset)
+        tables.mutations.append_columns(
+            site=muts.site + site_base, node=node_map[muts.node], time=muts.time,
+            derived_state=muts.derived_state, derived_state_offset=muts.derived_state_offset,
+            parent=np.where(muts.parent >= 0, muts.parent + mutation_base, -1).astype(np.int32),
+        )
+        offset += ts.sequence_length
+    tables.sort()
+    tables.build_index()
+    tables.compute_mutation_parents()
+    return tables.tree_sequence()
+
+
+def _simulate(
+    params: dict[str, Any], rng: np.random.Generator, *, progress: bool = False
+) -> tuple[Any, dict[str, Any]]:
+    """Simulate an island-model tree sequence with exactly ``n_variants`` biallelic sites.
+
+    The genome is a series of independent segments of at most ``SEGMENT_LENGTH`` bases
+    (unlinked, like short chromosomes): the cost of one Hudson simulation grows about
+    quadratically with its length, that of the series linearly. Segments are simulated
+    until they hold ``n_variants`` segregating sites; the surplus sites are deleted.
+    """
+    import msprime
+
+    n_variants, n_samples = params["n_variants"], params["n_samples"]
+    n_pop, ploidy = params["n_populations"], params["ploidy"]
+    demography = msprime.Demography.island_model(
+        [POPULATION_SIZE] * n_pop, migration_rate=params["migration_rate"]
+    )
+    samples = {f"pop_{i}": n_samples // n_pop + (i < n_samples % n_pop) for i in range(n_pop)}
+    rate = _sites_per_base(n_samples * ploidy, n_pop, params["migration_rate"], ploidy)
+    total = max((1.05 * n_variants + 4.0 * math.sqrt(n_variants) + 10.0) / rate, 10.0)
+    n_expected = math.ceil(total / SEGMENT_LENGTH)
+    length = math.ceil(total / n_expected)
+    bar = _progress(None, enabled=progress, desc="msprime", total=n_expected, unit="segment")
+    pieces: list[Any] = []
+    found = 0
+    while found < n_variants:
+        if len(pieces) >= 10 * n_expected + 10:  # pragma: no cover - needs a 10x misestimate
+            raise StraggleError(
+                f"msprime gave {found} < {n_variants} segregating sites in {len(pieces)} "
+                f"segments of {length} bp"
+            )
+        ancestry_seed, mutation_seed = (int(s) for s in rng.integers(1, 2**31 - 1, size=2))
+        ts = msprime.sim_ancestry(
+            samples, demography=demography, ploidy=ploidy, sequence_length=length,
+            recombination_rate=RECOMBINATION_RATE, random_seed=ancestry_seed,
+        )
+        ts = msprime.sim_mutations(ts, rate=MUTATION_RATE, model=msprime.BinaryMutationModel(),
+                                   random_seed=mutation_seed)
+        kept = _segregating_sites(ts)[: n_variants - found]
+        pieces.append(ts.delete_sites(np.setdiff1d(np.arange(ts.num_sites), kept)))
+        found += len(kept)
+        logger.debug("segment %d (%d bp): %d of %d sites", len(pieces), length, found, n_variants)
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        bar.close()
+    info = {"population_size": POPULATION_SIZE, "mutation_rate": MUTATION_RATE,
+            "recombination_rate": RECOMBINATION_RATE, "segment_length": length,
+            "n_segments": len(pieces), "msprime_version": msprime.__version__}
+    logger.info("simulated %d segments of %d bp for %d variants", len(pieces), length, n_variants)
+    return _concatenate(pieces), info
+
+
+def _add_missing(group: Any, *, missing_rate: float, seqs: _Seqs,
+                 chunk_rows: int, progress: bool) -> None:
+    """Set a fraction ``missing_rate`` of calls to -1, chunk by chunk, and update the mask."""
+    calls = group["call_genotype"]
+    mask = group["call_genotype_mask"] if "call_genotype_mask" in group else None
+    n_variants, n_samples, ploidy = calls.shape
+    bounds = _chunk_bounds(n_variants, chunk_rows)
+    chunks = zip(bounds, seqs, strict=True)
+    for (start, stop), seq in _progress(chunks, enabled=progress, desc="missing calls",
+                                        total=len(bounds)):
+        missing = np.random.default_rng(seq).random((stop - start, n_samples)) < missing_rate
+        block = calls[start:stop]
+        block[missing] = -1
+        calls[start:stop] = block
+        if mask is not None:
+            mask[start:stop] = np.repeat(missing[:, :, None], ploidy, axis=2) | (block < 0)
+
+
+def make_genotypes(
+    out: str | os.PathLike[str],
+    *,
+    n_variants: int = 20_000,
+    n_samples: int = 300,
+    n_populations: int = 3,
+    migration_rate: float = 1e-4,
+    ploidy: int = 2,
+    chunk_rows: int = 5_000,
+    missing_rate: float = 0.0,
+    seed: int = 0,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> Path:
+    """Simulate structured genotypes with msprime and write them as VCF Zarr (bio2zarr).
+
+    ``msprime.sim_ancestry`` runs a symmetric island model of ``n_populations`` islands
+    of ``POPULATION_SIZE`` (10 000) individuals each, recombination rate 1e-8 per base
+    per generation; ``msprime.sim_mutations`` adds mutations at rate 1e-8 under the
+    binary model, so every site is biallelic (dosages 0..ploidy). The genome is a series
+    of independent (unlinked) segments of at most 2 Mb, one msprime simulation each, whose
+    total length is chosen from the expected number of segregating sites; more segments
+    are simulated if they hold too few. Non-segregating sites and the sites beyond the
+    first ``n_variants`` are deleted, leaving exactly ``n_variants`` variants, all on one
+    VCF contig ``"1"``.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        Directory of the VCF Zarr store to write (Zarr format 2, as bio2zarr writes
+        by default; parents are created).
+    n_variants : int, default=20_000
+        Variants (rows of the genotype matrix).
+    n_samples : int, default=300
+        Individuals, split as evenly as possible over the islands (the first
+        ``n_samples % n_populations`` islands get one more).
+    n_populations : int, default=3
+        Islands; 1 gives a single panmictic population.
+    migration_rate : float, default=1e-4
+        msprime per-generation migration rate between each pair of islands (the scaled
+        rate ``4 N m`` is 4 at the default). Hudson's F_ST is ``1 / (1 + 2 m D k N)``,
+        about 0.077 with the defaults (``D`` islands, ploidy ``k``, ``N`` = 10 000).
+    ploidy : int, default=2
+        Ploidy of the individuals (1 to 16).
+    chunk_rows : int, default=5_000
+        Variants per Zarr chunk; the samples are one chunk up to 10 000 of them.
+    missing_rate : float, default=0.0
+        Fraction of calls (whole calls, all ploidy entries) set to -1 after conversion,
+        to emulate missing data (msprime simulates none); ``call_genotype_mask`` is set to
+        match.
+    seed : int, default=0
+        Seed of ``np.random.SeedSequence``; the msprime seeds come from its first child,
+        the missing calls of variant chunk ``i`` from child ``i + 1``.
+    overwrite : bool, default=False
+        Replace an existing ``out`` (after the new store is complete).
+    progress : bool, default=False
+        Show progress bars (bio2zarr's and one over chunks) on stderr.
+
+    Returns
+    -------
+    path : pathlib.Path
+        The absolute path of the store. Beside bio2zarr's arrays (``call_genotype``
+        (variants, samples, ploidy) int8, ``call_genotype_mask``, ``sample_id``,
+        ``variant_position``, ...) it holds ``sample_population`` (samples,) with the
+        island name (``"pop_0"``, ...) of each sample, and group attrs
+        ``daskstraggle_dataset``, ``params``, ``seed`` and ``simulation``.
+
+    Raises
+    ------
+    InvalidParameterError
+        If a parameter is invalid (nothing is written).
+    OutputExistsError
+        If ``out`` exists and ``overwrite`` is False.
+    ImportError
+        If msprime or bio2zarr is not installed (``pip install 'daskstraggle[genomics]'``).
+
+    References
+    ----------
+    .. [1] F. Baumdicker et al., "Efficient ancestry and mutation simulation with
+       msprime 1.0", Genetics 220(3), 2022.
+    .. [2] E. Czech et al., "Analysis-ready VCF at Biobank scale using Zarr", bioRxiv
+       2024 (VCF Zarr; bio2zarr, https://github.com/sgkit-dev/bio2zarr).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = make_genotypes(tempfile.mkdtemp() + "/g.vcz", n_variants=100,
+    ...                       n_samples=30)  # doctest: +SKIP
+    """
+    caller = "make_genotypes"
+    params: dict[str, Any] = {
+        "n_variants": check_int(n_variants, name="n_variants", caller=caller, low=1),
+        "n_samples": check_int(n_samples, name="n_samples", caller=caller, low=1),
+        "n_populations": check_int(n_populations, name="n_populations", caller=caller, low=1),
+        "migration_rate": check_positive(migration_rate, name="migration_rate", caller=caller),
+        "ploidy": check_int(ploidy, name="ploidy", caller=caller, low=1, high=16),
+        "chunk_rows": check_int(chunk_rows, name="chunk_rows", caller=caller, low=1),
+        "missing_rate": _check_fraction(missing_rate, name="missing_rate", caller=caller),
+        "seed": check_int(seed, name="seed", caller=caller, low=0),
+    }
+    if params["n_samples"] < params["n_populations"]:
+        raise InvalidParameterError(
+            f"The 'n_samples' parameter of {caller} must be an int >= {params['n_populations']} "
+            f"(n_populations). Got {n_samples!r} instead. Every population needs a sample."
+        )
+    overwrite = check_bool(overwrite, name="overwrite", caller=caller)
+    progress = check_bool(progress, name="progress", caller=caller)
+    path = _check_out(out, caller=caller, overwrite=overwrite)
+    try:
+        import bio2zarr.tskit
+        import msprime  # noqa: F401
+        import zarr
+    except ImportError as err:
+        raise ImportError(
+            f"make_genotypes needs msprime and bio2zarr ({err}); install them with "
+            "pip install 'daskstraggle[genomics]'"
+        ) from err
+
+    chunk = min(params["chunk_rows"], params["n_variants"])
+    n_chunks = len(_chunk_bounds(params["n_variants"], chunk))
+    global_seq, chunk_seqs = _streams(params["seed"], n_chunks)
+    ts, simulation = _simulate(params, np.random.default_rng(global_seq), progress=progress)
+    mapping = ts.map_to_vcf_model()
+    # bio2zarr sample i is row i of the mapping; its population is that of its first node
+    node_population = ts.tables.nodes.population[mapping.individuals_nodes[:, 0]]
+    names = np.array([ts.population(p).metadata["name"] for p in range(ts.num_populations)])
+    populations = names[node_population]
+    with _staged(path, overwrite=overwrite) as tmp:
+        bio2zarr.tskit.convert(
+            ts, tmp, model_mapping=mapping, variants_chunk_size=chunk,
+            samples_chunk_size=min(params["n_samples"], MAX_SAMPLES_CHUNK),
+            show_progress=progress, zarr_format=2,
+        )
+        group = zarr.open_group(tmp, mode="r+")
+        sample_chunks = group["sample_id"].chunks
+        member = group.create_array("sample_population", chunks=sample_chunks,
+                                    data=populations.astype(np.dtypes.StringDType()))
+        member.attrs["_ARRAY_DIMENSIONS"] = ["samples"]
+        member.attrs["description"] = "Simulated population (island) of each sample"
+        if params["missing_rate"] > 0:
+            _add_missing(group, missing_rate=params["missing_rate"], seqs=chunk_seqs,
+                         chunk_rows=chunk, progress=progress)
+        group.attrs.update({"daskstraggle_dataset": "genotypes", "params": params,
+                            "seed": params["seed"], "simulation": simulation})
+    logger.info("wrote genotypes (%d variants x %d samples) to %s",
+                params["n_variants"], params["n_samples"], path)
+    return path
+
+
+# --------------------------------------------------------------------------- registry
+DATASETS: dict[str, Callable[..., Path]] = {
+    "genotypes": make_genotypes,
+    "logistic": make_logistic,
+    "linear": make_linear,
+}
+
+
+def make_dataset(name: str, out: str | os.PathLike[str], **params: Any) -> Path:
+    """Write the dataset recipe ``name`` to ``out``.
+
+    Parameters
+    ----------
+    name : {"genotypes", "logistic", "linear"}
+        Key of :data:`DATASETS`.
+    out : str or os.PathLike
+        Store to write.
+    **params
+        Keyword arguments of the recipe (see :func:`make_genotypes`,
+        :func:`make_logistic`, :func:`make_linear`).
+
+    Returns
+    -------
+    path : pathlib.Path
+        The absolute path of the written store.
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``name`` is not a recipe, a parameter is unknown to it or invalid.
+    OutputExistsError
+        If ``out`` exists and ``overwrite`` is not True.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> make_dataset("linear", tempfile.mkdtemp() + "/lin.zarr", n_samples=100).name
+    'lin.zarr'
+    """
+    check_choice(name, name="name", caller="make_dataset", choices=sorted(DATASETS))
+    recipe = DATASETS[name]
+    accepted = [p for p in inspect.signature(recipe).parameters if p != "out"]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise InvalidParameterError(
+            f"The 'params' parameter of make_dataset must hold only parameters of "
+            f"{recipe.__name__}: {accepted}. Got unknown {unknown} instead."
+        )
+    return recipe(out, **params)

@@ -1,0 +1,876 @@
+#!/usr/bin/env python
+"""Foundation benchmark: kernel throughput, per-iteration overhead, GD vs dask-glm.
+
+Three measurements, side by side in one run, each the median of several repeats
+(``pipelines/README.md`` explains what they mean and lists measured numbers):
+
+(a) kernel throughput as a ratio to a plain read of the same bytes, single-threaded,
+    for a float64 block (PCA k=2, k=10, logistic) and an int8 genotype-dosage block with
+    Patterson centre/scale (PCA k=2, k=10);
+(b) per-iteration overhead of synchronous GD (PCA) on LocalClusters of 2, 4 and 8
+    single-threaded process workers: iteration time minus the slowest worker's kernel
+    time, next to a no-op round-trip floor, the in-process driver cost and the
+    uncontended kernel time;
+(c) our synchronous GD vs dask-glm's ``gradient_descent`` on the same logistic data and
+    the same LocalCluster: time per iteration, per pass over the data, and the objective
+    reached after the same number of iterations and after the same wall time.
+
+The script only composes public pieces of daskstraggle (``open_matrix``, problems and
+their kernels, ``Block``, ``DaskRuntime``, ``LocalRuntime``, ``GD``, ``StopRule``, the
+dataset recipe); it holds no library logic. Results go to
+``results/bench_foundation/<UTC timestamp>.json``.
+
+Usage::
+
+    python pipelines/bench_foundation.py            # default sizes, ~7 minutes
+    python pipelines/bench_foundation.py --quick    # smoke run, < 1 minute
+"""
+
+from __future__ import annotations
+
+import os
+
+# Workers run single-threaded BLAS; the in-process kernel timings must too. This has to
+# happen before numpy is imported (also in the spawned worker processes, which re-import
+# this module as __mp_main__).
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import gc  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import math  # noqa: E402
+import pickle  # noqa: E402
+import platform  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: Sizes of a full run (the defaults of the command-line options).
+DEFAULTS: dict[str, Any] = {
+    "repeats": 5,
+    "inner": 3,
+    "float_rows": 200_000,
+    "float_cols": 100,
+    "geno_rows": 200_000,
+    "geno_samples": 300,
+    "geno_missing": 0.01,
+    "components": [2, 10],
+    "store_rows": 400_000,
+    "store_cols": 50,
+    "chunk_rows": 25_000,
+    "workers": [2, 4, 8],
+    "pca_components": 4,
+    "max_iter": 30,
+    "glm_workers": 4,
+    "glm_iter": 15,
+}
+#: Sizes of ``--quick`` (a smoke run of every section in well under a minute).
+QUICK: dict[str, Any] = {
+    "repeats": 2,
+    "inner": 1,
+    "float_rows": 20_000,
+    "float_cols": 100,
+    "geno_rows": 20_000,
+    "geno_samples": 300,
+    "components": [2, 10],
+    "store_rows": 40_000,
+    "store_cols": 20,
+    "chunk_rows": 5_000,
+    "workers": [2],
+    "pca_components": 2,
+    "max_iter": 5,
+    "glm_workers": 2,
+    "glm_iter": 3,
+}
+SECTIONS = ("kernel", "overhead", "glm")
+
+
+# ============================================================================ helpers
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    """Median, quartiles, extremes and count of finite values."""
+    a = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=np.float64)
+    if a.size == 0:
+        return {"median": math.nan, "q25": math.nan, "q75": math.nan, "min": math.nan,
+                "max": math.nan, "n": 0}
+    q25, med, q75 = np.percentile(a, [25, 50, 75])
+    return {"median": float(med), "q25": float(q25), "q75": float(q75),
+            "min": float(a.min()), "max": float(a.max()), "n": int(a.size)}
+
+
+def best_of(fn: Callable[[], Any], inner: int) -> float:
+    """Seconds of the fastest of ``inner`` consecutive calls (filters preemptions)."""
+    best = math.inf
+    for _ in range(max(1, inner)):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def read_every_byte(a: np.ndarray) -> int:
+    """Read every byte of ``a`` once: bitwise-OR reduction over its 64-bit words.
+
+    The baseline "plain read": no arithmetic beyond one integer OR per 8 bytes, no
+    conversion, no temporary; the same operation for any dtype.
+    """
+    flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    n8 = flat.size - flat.size % 8
+    words = flat[:n8].view(np.uint64)
+    return int(np.bitwise_or.reduce(words)) | int(np.bitwise_or.reduce(flat[n8:], initial=0))
+
+
+def fmt_stats(s: dict[str, float], scale: float = 1.0, digits: int = 1) -> str:
+    """``median [min-max]`` of a summary, scaled."""
+    if not s or s.get("n", 0) == 0:
+        return "n/a"
+    return (f"{s['median'] * scale:.{digits}f} "
+            f"[{s['min'] * scale:.{digits}f}-{s['max'] * scale:.{digits}f}]")
+
+
+def fmt_iqr(s: dict[str, float], scale: float = 1.0, digits: int = 1) -> str:
+    """``median (IQR q25-q75)`` of a summary, scaled."""
+    if not s or s.get("n", 0) == 0:
+        return "n/a"
+    return (f"{s['median'] * scale:.{digits}f} "
+            f"({s['q25'] * scale:.{digits}f}-{s['q75'] * scale:.{digits}f})")
+
+
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Print (and return) a fixed-width table."""
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    text = "\n".join([f"\n{title}", line(header), line(["-" * w for w in widths]),
+                      *(line(r) for r in rows)])
+    print(text, flush=True)
+    return text
+
+
+def quiet(cfg: argparse.Namespace, client: Any = None) -> None:
+    """Silence distributed's shutdown warnings and dask-glm's benign overflow warnings.
+
+    LocalCluster resets the ``distributed`` log level when it starts, so this runs after
+    every cluster start. With a client, RuntimeWarnings are also ignored on its workers
+    (dask-glm's first line-search trial overflows ``exp``; the trial is then rejected).
+    """
+    if cfg.verbose:
+        return
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    if client is not None:
+        client.run(_ignore_runtime_warnings)
+
+
+def _ignore_runtime_warnings() -> None:
+    warnings.filterwarnings("ignore", category=RuntimeWarning)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def machine_info() -> dict[str, Any]:
+    import dask
+    import dask_glm
+    import distributed
+    import scipy
+    import zarr
+
+    import daskstraggle
+
+    mem_gib = None
+    try:
+        with open("/proc/meminfo") as f:
+            for row in f:
+                if row.startswith("MemTotal:"):
+                    mem_gib = round(int(row.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    cpu = platform.processor() or None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for row in f:
+                if row.startswith("model name"):
+                    cpu = row.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+
+    def git(*args: str) -> str | None:  # read-only queries
+        try:
+            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                                  timeout=10, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    status = git("status", "--porcelain")
+    return {
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "mem_gib": mem_gib,
+        "load_avg_start": list(os.getloadavg()),
+        "git_commit": git("rev-parse", "HEAD"),
+        "git_dirty": None if status is None else bool(status),
+        "versions": {"numpy": np.__version__, "scipy": scipy.__version__,
+                     "dask": dask.__version__, "distributed": distributed.__version__,
+                     "zarr": zarr.__version__, "dask_glm": getattr(dask_glm, "__version__", "?"),
+                     "daskstraggle": daskstraggle.__version__},
+        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+    }
+
+
+# ====================================================== (a) kernel throughput vs a read
+def float_block(n: int, d: int, rng: np.random.Generator) -> Any:
+    from daskstraggle.problems import Block
+
+    X = rng.standard_normal((n, d))
+    y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    return Block(X, y=y)
+
+
+def genotype_block(n: int, m: int, missing: float, rng: np.random.Generator) -> Any:
+    """int8 dosages with Patterson centre/scale, made by the data layer's genotype_rows.
+
+    Diploid calls with a per-variant allele frequency ``p ~ U(0.05, 0.5)``; a fraction
+    ``missing`` of calls is missing (-1), imputed with the variant's mean dosage.
+    """
+    from daskstraggle.data.sources import genotype_rows
+    from daskstraggle.problems import Block
+
+    parts = []
+    for a in range(0, n, 20_000):
+        c = min(20_000, n - a)
+        p = rng.uniform(0.05, 0.5, size=c)
+        calls = (rng.random((c, m, 2)) < p[:, None, None]).astype(np.int8)
+        if missing > 0:
+            calls[rng.random((c, m)) < missing] = -1
+        parts.append(genotype_rows(calls, missing="mean", scaling="patterson"))
+        del calls
+    has_fill = any(part.fill is not None for part in parts)
+    return Block(
+        np.concatenate([part.values for part in parts]),
+        fill=np.concatenate([part.fill if part.fill is not None else part.center
+                             for part in parts]) if has_fill else None,
+        center=np.concatenate([part.center for part in parts]),
+        scale=np.concatenate([part.scale for part in parts]),
+    )
+
+
+def run_ops(ops: dict[str, Callable[[], Any]], repeats: int, inner: int) -> dict[str, list[float]]:
+    """Time every op once per repeat (best of ``inner``), rotating the order each repeat."""
+    names = list(ops)
+    for name in names:  # warm-up: page in, BLAS init, caches of scipy ufuncs
+        ops[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            times[name].append(best_of(ops[name], inner))
+    return times
+
+
+_Case = tuple[str, str, str, int, float | None]  # key, kind, label, bytes, flops
+
+
+def _float_cases(cfg: argparse.Namespace, rng: np.random.Generator
+                 ) -> tuple[dict[str, list[float]], list[_Case], dict[str, Any]]:
+    from daskstraggle.problems import PCA, Logistic, block_stats
+
+    n, d = cfg.float_rows, cfg.float_cols
+    log(f"(a) float64 block {n} x {d} ({n * d * 8 / 1e6:.0f} MB)")
+    block = float_block(n, d, rng)
+    X, nbytes = block.values, block.nbytes
+    stats = block_stats(block)
+    ops: dict[str, Callable[[], Any]] = {
+        "read": lambda: read_every_byte(X),
+        "sum": lambda: X.sum(),
+    }
+    cases: list[_Case] = [
+        ("read", "baseline", "plain read: OR-reduce of the 64-bit words", nbytes, None),
+        ("sum", "reference", "numpy X.sum()", nbytes, float(n * d)),
+    ]
+    for k in cfg.components:
+        pca = PCA(n_components=k).bind(stats)
+        V = pca.init_iterate(rng)
+        ops[f"gemm{k}"] = lambda V=V: X @ V
+        cases.append((f"gemm{k}", "reference", f"numpy X @ V, one BLAS product, k={k}",
+                      nbytes, 2.0 * n * d * k))
+        ops[f"pca{k}"] = lambda pca=pca, V=V: pca.kernel(block, V)
+        cases.append((f"pca{k}", "kernel", f"PCA.kernel k={k} (centred)", nbytes,
+                      4.0 * n * d * k))
+    logistic = Logistic().bind(stats)
+    w = 0.1 * rng.standard_normal(logistic.n_params)
+    ops["gemv"] = lambda: X @ w[:d]
+    cases.append(("gemv", "reference", "numpy X @ w, one BLAS product", nbytes, 2.0 * n * d))
+    ops["logistic"] = lambda: logistic.kernel(block, w)
+    cases.append(("logistic", "kernel", "Logistic.kernel (labels, intercept)", nbytes,
+                  4.0 * n * d))
+    info = {"shape": [n, d], "dtype": "float64", "nbytes": int(nbytes),
+            "tile_rows": block.tile_rows()}
+    return run_ops(ops, cfg.repeats, cfg.inner), cases, info
+
+
+def _int8_cases(cfg: argparse.Namespace, rng: np.random.Generator
+                ) -> tuple[dict[str, list[float]], list[_Case], dict[str, Any]]:
+    from daskstraggle.problems import PCA, block_stats
+
+    n, m = cfg.geno_rows, cfg.geno_samples
+    log(f"(a) int8 genotype block {n} x {m} ({n * m / 1e6:.0f} MB), missing {cfg.geno_missing}")
+    block = genotype_block(n, m, cfg.geno_missing, rng)
+    stats = block_stats(block)
+    as_float = block.values.astype(np.float64)  # same shape, float64: what a float store costs
+    ops: dict[str, Callable[[], Any]] = {
+        "read": lambda: read_every_byte(block.values),
+        "read_f64": lambda: read_every_byte(as_float),
+    }
+    cases: list[_Case] = [
+        ("read", "baseline", "plain read of the int8 bytes (OR-reduce)", block.nbytes, None),
+        ("read_f64", "baseline", "plain read of a float64 copy, same shape (OR-reduce)",
+         as_float.nbytes, None),
+    ]
+    for k in cfg.components:
+        pca = PCA(n_components=k).bind(stats)
+        V = pca.init_iterate(rng)
+        ops[f"pca{k}"] = lambda pca=pca, V=V: pca.kernel(block, V)
+        cases.append((f"pca{k}", "kernel", f"PCA.kernel k={k} (centred)", block.nbytes,
+                      4.0 * n * m * k))
+    info = {"shape": [n, m], "dtype": str(block.values.dtype), "nbytes": int(block.nbytes),
+            "missing_fraction": float((block.values < 0).mean()),
+            "tile_rows": block.tile_rows()}
+    return run_ops(ops, cfg.repeats, cfg.inner), cases, info
+
+
+def bench_kernels(cfg: argparse.Namespace, rng: np.random.Generator) -> dict[str, Any]:
+    """Time kernels next to plain reads (and plain BLAS products) of the same block.
+
+    Every case's ratio is ``baseline time / case time`` within one repeat (so both saw the
+    same machine state); the primary baseline is ``read`` (every byte once).
+    """
+    out: dict[str, Any] = {"cases": []}
+    for block_name, make, baselines in (("float64", _float_cases, ["read"]),
+                                        ("int8 genotypes", _int8_cases, ["read", "read_f64"])):
+        times, cases, info = make(cfg, rng)
+        out["float64" if block_name == "float64" else "int8"] = info
+        for key, kind, label, nbytes, flops in cases:
+            case: dict[str, Any] = {
+                "block": block_name, "key": key, "case": label, "kind": kind,
+                "bytes": nbytes, "time_s": summarize(times[key]),
+                "gb_per_s": summarize([nbytes / t / 1e9 for t in times[key]]),
+            }
+            if flops:
+                case["gflop_per_s"] = summarize([flops / t / 1e9 for t in times[key]])
+            for base in baselines:
+                if kind != "baseline":
+                    case[f"ratio_{base}"] = summarize(
+                        [b / t for b, t in zip(times[base], times[key], strict=True)]
+                    )
+            out["cases"].append(case)
+        gc.collect()
+    return out
+
+
+def table_kernels(res: dict[str, Any]) -> str:
+    rows = []
+    for case in res["cases"]:
+        ratios = []
+        if "ratio_read" in case:
+            int8 = case["block"].startswith("int8")
+            ratios.append(f"{'int8 read' if int8 else 'read'} "
+                          f"{fmt_stats(case['ratio_read'], digits=3 if int8 else 2)}")
+        if "ratio_read_f64" in case:
+            ratios.append(f"f64 read {fmt_stats(case['ratio_read_f64'], digits=2)}")
+        rows.append([case["block"], case["kind"], case["case"], fmt_stats(case["time_s"], 1e3),
+                     f"{case['gb_per_s']['median']:.2f}",
+                     f"{case['gflop_per_s']['median']:.1f}" if "gflop_per_s" in case else "",
+                     "; ".join(ratios) or "-"])
+    f, g = res["float64"], res["int8"]
+    title = (f"(a) Kernel throughput, 1 thread: float64 {f['shape'][0]}x{f['shape'][1]} "
+             f"({f['nbytes'] / 1e6:.0f} MB), int8 {g['shape'][0]}x{g['shape'][1]} "
+             f"({g['nbytes'] / 1e6:.0f} MB, {100 * g['missing_fraction']:.1f}% missing); "
+             "ratio = read time / case time (target for kernels >= 0.7)")
+    return print_table(title, ["block", "kind", "case", "ms median [min-max]", "GB/s",
+                               "GFLOP/s", "ratio median [min-max]"], rows)
+
+
+# ================================================ shared data: a logistic Zarr store
+def write_store(cfg: argparse.Namespace, tmp: Path) -> Path:
+    """Two-Gaussian-mixture data (X ~ N(y mu, I), y in {-1,+1}) as a Zarr group X, y."""
+    out = tmp / "logistic.zarr"
+    try:
+        from daskstraggle.data.datasets import make_logistic
+    except ImportError:  # recipe not available: write the same mixture directly
+        import zarr
+
+        rng = np.random.default_rng(cfg.seed)
+        n, d = cfg.store_rows, cfg.store_cols
+        mu = rng.standard_normal(d)
+        mu /= np.linalg.norm(mu)
+        group = zarr.open_group(str(out), mode="w")
+        X = group.create_array("X", shape=(n, d), chunks=(cfg.chunk_rows, d), dtype="f8")
+        y = group.create_array("y", shape=(n,), chunks=(cfg.chunk_rows,), dtype="f8")
+        for a in range(0, n, cfg.chunk_rows):
+            b = min(a + cfg.chunk_rows, n)
+            yy = np.where(rng.random(b - a) < 0.5, -1.0, 1.0)
+            X[a:b] = yy[:, None] * mu + rng.standard_normal((b - a, d))
+            y[a:b] = yy
+        return out
+    return make_logistic(out, n_samples=cfg.store_rows, n_features=cfg.store_cols,
+                         chunk_rows=cfg.chunk_rows, seed=cfg.seed)
+
+
+def load_store(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    import zarr
+
+    group = zarr.open_group(str(path), mode="r")
+    return np.asarray(group["X"][:]), np.asarray(group["y"][:], dtype=np.float64)
+
+
+# ============================================= (b) per-iteration overhead of sync GD
+def _noop() -> None:
+    return None
+
+
+def noop_floor(client: Any, workers: list[str], rounds: int) -> dict[str, Any]:
+    """A pinned no-op submit+result to one worker, and one to every worker per round."""
+    from distributed import as_completed
+
+    single, fan = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        client.submit(_noop, pure=False, workers=[workers[0]], allow_other_workers=False).result()
+        single.append(time.perf_counter() - t0)
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        futures = [client.submit(_noop, pure=False, workers=[w], allow_other_workers=False)
+                   for w in workers]
+        for future in as_completed(futures, loop=client.loop):
+            future.result()
+        fan.append(time.perf_counter() - t0)
+    return {"single_s": summarize(single), "all_workers_s": summarize(fan)}
+
+
+def trace_rows(res: Any, *, skip_first: bool = True) -> dict[str, np.ndarray]:
+    """Per-iteration arrays of a Result's trace (iteration 0 dropped: one-time costs)."""
+    tr = res.trace
+    it = tr["iteration_duration"].values
+    mx = tr["max_compute_duration"].values
+    per_worker = tr["compute_duration"].values
+    mn = np.nanmin(per_worker, axis=1)
+    total = np.nansum(per_worker, axis=1)
+    wall = tr["wall_time"].values
+    # the client-side step() runs between iterations and is in neither iteration's duration
+    between = np.concatenate([[np.nan], np.diff(wall) - it[1:]])
+    s = slice(1, None) if skip_first and len(it) > 1 else slice(None)
+    return {"iter": it[s], "max_compute": mx[s], "min_compute": mn[s], "sum_compute": total[s],
+            "between": between[s], "objective": tr["objective"].values}
+
+
+def bench_overhead(cfg: argparse.Namespace, store: Path, X_np: np.ndarray,
+                   rng: np.random.Generator) -> dict[str, Any]:
+    from daskstraggle import GD, PCA, DaskRuntime, LocalRuntime, StopRule, open_matrix
+    from daskstraggle.problems import Block, block_stats
+
+    matrix = open_matrix(store, array="X")
+    k = cfg.pca_components
+    stop = StopRule(max_iter=cfg.max_iter, tol=None)
+    out: dict[str, Any] = {"problem": f"PCA k={k}", "shape": list(matrix.shape),
+                           "n_partitions": matrix.n_partitions, "max_iter": cfg.max_iter,
+                           "by_workers": {}}
+    for n_workers in cfg.workers:
+        log(f"(b) {n_workers} workers: in-process kernel and driver cost")
+        # uncontended kernel time of one worker's share, in this process
+        rows = X_np[: math.ceil(X_np.shape[0] / n_workers)]
+        share = Block(rows)
+        bound = PCA(n_components=k).bind(block_stats(share))
+        V = bound.init_iterate(rng)
+        solo = [best_of(lambda b=bound, x=share, v=V: b.kernel(x, v), cfg.inner)
+                for _ in range(cfg.repeats)]
+        unit_bytes = len(pickle.dumps((bound, V)))
+        result_bytes = len(pickle.dumps(bound.kernel(share, V)))
+        # the driver + method cost with zero latency: LocalRuntime, same data and shapes
+        with LocalRuntime(n_workers=n_workers) as local:
+            lres = local.run(GD(), PCA(n_components=k), matrix, stop=stop, rng=cfg.seed)
+        lrows = trace_rows(lres)
+        driver = lrows["iter"] - lrows["sum_compute"]
+        in_process = lrows["iter"]
+
+        log(f"(b) {n_workers} workers: starting LocalCluster")
+        t0 = time.perf_counter()
+        with DaskRuntime(n_workers=n_workers) as rt:
+            startup = time.perf_counter() - t0
+            quiet(cfg)
+            rt.run(GD(), PCA(n_components=k), matrix, stop=StopRule(max_iter=2, tol=None),
+                   rng=cfg.seed)  # warm-up: imports and first deserialisation on workers
+            floor = noop_floor(rt.client, rt.worker_names, rounds=max(10, 4 * cfg.repeats))
+            pooled: dict[str, list[float]] = {key: [] for key in
+                                              ("iter", "max_compute", "min_compute", "between")}
+            per_repeat, loads, totals = [], [], []
+            for r in range(cfg.repeats):
+                t1 = time.perf_counter()
+                res = rt.run(GD(), PCA(n_components=k), matrix, stop=stop, rng=cfg.seed + r)
+                totals.append(time.perf_counter() - t1)
+                loads.append(res.attrs["load_duration_s"])
+                rows_r = trace_rows(res)
+                for key in pooled:
+                    pooled[key].extend(rows_r[key].tolist())
+                per_repeat.append(float(np.median(rows_r["iter"] - rows_r["max_compute"])))
+                log(f"    repeat {r}: {res.n_iter} it, median overhead "
+                    f"{1e3 * per_repeat[-1]:.1f} ms")
+        it = np.asarray(pooled["iter"])
+        mx = np.asarray(pooled["max_compute"])
+        mn = np.asarray(pooled["min_compute"])
+        overhead = it - mx
+        out["by_workers"][str(n_workers)] = {
+            "cluster_startup_s": startup,
+            "load_s": summarize(loads),
+            "run_total_s": summarize(totals),
+            "iteration_s": summarize(it),
+            "max_compute_s": summarize(mx),
+            "min_compute_s": summarize(mn),
+            "compute_spread_s": summarize(mx - mn),
+            "overhead_s": summarize(overhead),
+            "overhead_fraction": summarize(overhead / it),
+            "overhead_per_repeat_median_s": per_repeat,
+            "step_between_iterations_s": summarize(pooled["between"]),
+            "solo_kernel_s": summarize(solo),
+            "contention_factor": float(np.median(mx) / np.median(solo)),
+            "noop_floor": floor,
+            "driver_in_process_s": summarize(driver),
+            "iteration_in_process_s": summarize(in_process),
+            "unit_pickle_bytes": unit_bytes,
+            "result_pickle_bytes": result_bytes,
+            "rows_per_worker": int(rows.shape[0]),
+        }
+    return out
+
+
+def table_overhead(res: dict[str, Any]) -> str:
+    rows = []
+    for n, r in res["by_workers"].items():
+        rows.append([
+            n,
+            fmt_iqr(r["iteration_s"], 1e3),
+            fmt_iqr(r["max_compute_s"], 1e3),
+            f"{1e3 * r['solo_kernel_s']['median']:.1f}",
+            fmt_iqr(r["overhead_s"], 1e3),
+            fmt_iqr(r["overhead_fraction"], 100, 0),
+            f"{1e3 * r['noop_floor']['single_s']['median']:.1f} / "
+            f"{1e3 * r['noop_floor']['all_workers_s']['median']:.1f}",
+            f"{1e3 * r['iteration_in_process_s']['median']:.1f}",
+            f"{1e3 * r['driver_in_process_s']['median']:.2f}",
+            f"{1e3 * r['step_between_iterations_s']['median']:.2f}",
+        ])
+    title = (f"(b) Per-iteration overhead of synchronous GD, {res['problem']} on "
+             f"{res['shape'][0]}x{res['shape'][1]} float64 Zarr ({res['n_partitions']} "
+             f"partitions), {res['max_iter']} iterations x repeats; overhead = iteration - "
+             "slowest worker's kernel; median (IQR)")
+    return print_table(title, ["workers", "iteration ms", "slowest kernel ms",
+                               "solo kernel ms", "overhead ms", "overhead %",
+                               "no-op 1 / all ms", "in-process it ms", "driver ms", "step ms"],
+                       rows)
+
+
+# ================================================== (c) our GD vs dask-glm (logistic)
+def counting_family() -> tuple[Any, dict[str, int]]:
+    """dask-glm's Logistic family, counting (client-side) graph constructions."""
+    from dask_glm.families import Logistic as GLMLogistic
+
+    calls = {"loglike": 0, "gradient": 0}
+
+    class CountingLogistic(GLMLogistic):
+        @staticmethod
+        def loglike(Xbeta: Any, y: Any) -> Any:
+            calls["loglike"] += 1
+            return GLMLogistic.loglike(Xbeta, y)
+
+        @staticmethod
+        def gradient(Xbeta: Any, X: Any, y: Any) -> Any:
+            calls["gradient"] += 1
+            return GLMLogistic.gradient(Xbeta, X, y)
+
+    return CountingLogistic, calls
+
+
+def bench_glm(cfg: argparse.Namespace, store: Path, X_np: np.ndarray, y_np: np.ndarray,
+              rng: np.random.Generator) -> dict[str, Any]:
+    import dask.array as da
+    from dask_glm.algorithms import gradient_descent
+    from distributed import wait
+
+    from daskstraggle import GD, DaskRuntime, Logistic, StopRule, open_matrix
+    from daskstraggle.problems import Block, block_stats
+
+    T = cfg.glm_iter
+    # dask-glm fits sum-of-log-losses without intercept or penalty: solve the same problem
+    model = Logistic(alpha=0.0, fit_intercept=False)
+    block = Block(X_np, y=y_np)
+    bound = model.bind(block_stats(block))
+
+    def objective(beta: np.ndarray) -> float:  # mean log-loss, evaluated in this process
+        beta = np.asarray(beta, dtype=np.float64)
+        return bound.objective(bound.kernel(block, beta).values, beta)
+
+    log("(c) exact optimum (Newton, in process)")
+    ref = bound.reference_solution(lambda fn, *a, combine=None: fn(block, *a))
+    f_star = ref.objective
+    matrix = open_matrix(store, array="X", labels="y")
+    family, calls = counting_family()
+    out: dict[str, Any] = {"shape": list(matrix.shape), "n_workers": cfg.glm_workers,
+                           "iterations": T, "f_star": f_star, "reference_info":
+                           {k: v for k, v in ref.info.items() if np.isscalar(v)}}
+    glm_runs: list[dict[str, Any]] = []
+    ours_runs: list[dict[str, Any]] = []
+
+    def run_glm(X: Any, y01: Any, n_iter: int) -> dict[str, Any]:
+        calls["loglike"] = calls["gradient"] = 0
+        t0 = time.perf_counter()
+        beta = gradient_descent(X, y01, max_iter=n_iter, tol=0.0, family=family,
+                                normalize=False)
+        elapsed = time.perf_counter() - t0
+        iters = calls["gradient"]
+        recalcs = math.ceil(iters / 10)  # X @ beta recomputed every 10 iterations
+        evals = calls["loglike"] - recalcs
+        f = objective(np.asarray(beta))
+        return {
+            "time_s": elapsed, "iterations": iters,
+            # X^T (p - y) and X @ grad each iteration, plus the recomputations of X @ beta
+            "x_passes": 2 * iters + recalcs,
+            "line_search_evals": evals,
+            # blocking client round trips, from the code: compute(step) and the final
+            # compute per iteration, one compute per trial, (beta == obeta).all() per retry,
+            # plus one per call (checked against a count of Client.get calls)
+            "blocking_computes": 2 * iters + evals + max(0, evals - iters) + 1,
+            "objective": f, "gap": f - f_star,
+        }
+
+    log(f"(c) starting LocalCluster of {cfg.glm_workers} workers")
+    with DaskRuntime(n_workers=cfg.glm_workers) as rt:
+        client = rt.client
+        quiet(cfg, client)
+        with client.as_current():
+            t0 = time.perf_counter()
+            X = da.from_zarr(str(store), component="X")
+            y01 = (da.from_zarr(str(store), component="y") + 1.0) / 2.0  # dask-glm: {0, 1}
+            X, y01 = client.persist([X, y01])
+            wait([X, y01])
+            out["dask_glm_persist_s"] = time.perf_counter() - t0
+            layout: dict[str, int] = {}
+            for holders in client.who_has(X).values():
+                for w in holders:
+                    layout[w] = layout.get(w, 0) + 1
+            out["dask_glm_chunks"] = {"n_chunks": int(X.npartitions),
+                                      "chunks_per_worker": sorted(layout.values())}
+            # warm-up both sides (imports, first deserialisation)
+            run_glm(X, y01, 2)
+            rt.run(GD(), model, matrix, stop=StopRule(max_iter=2, tol=None), rng=cfg.seed)
+            for r in range(cfg.repeats):
+                # dask-glm: T iterations, data persisted on the cluster
+                glm = run_glm(X, y01, T)
+                # ours: T steps = T + 1 evaluated points (the last point is not stepped from)
+                t1 = time.perf_counter()
+                res = rt.run(GD(), model, matrix, stop=StopRule(max_iter=T + 1, tol=None),
+                             rng=cfg.seed + r)
+                t_total = time.perf_counter() - t1
+                drive = float(res.trace["wall_time"].values[-1])
+                ours = {
+                    "time_total_s": t_total, "drive_s": drive, "setup_s": t_total - drive,
+                    "load_s": res.attrs["load_duration_s"],
+                    "iteration_s": float(np.median(res.trace["iteration_duration"].values)),
+                    "iterations": T, "x_passes": res.n_iter,
+                    "objective": float(res.objective), "gap": float(res.objective) - f_star,
+                    "step_size": float(res.attrs["step_size"]),
+                }
+                # dask-glm for (about) our wall time: as many iterations as fit in it
+                k = max(1, round(drive / (glm["time_s"] / max(glm["iterations"], 1))))
+                glm["same_time"] = run_glm(X, y01, k) if k < T else dict(glm)
+                glm_runs.append(glm)
+                ours_runs.append(ours)
+                log(f"    repeat {r}: dask-glm {glm['time_s']:.2f} s, gap {glm['gap']:.2e} "
+                    f"({glm['line_search_evals']} line-search evals); ours {drive:.2f} s, gap "
+                    f"{ours['gap']:.2e}; dask-glm {k} it in {glm['same_time']['time_s']:.2f} s, "
+                    f"gap {glm['same_time']['gap']:.2e}")
+            # once: ours for as long as dask-glm's T iterations took (time to its gap)
+            t_glm = float(np.median([g["time_s"] for g in glm_runs]))
+            # dask-glm's gap, or rounding level (1e-12 relative) if it is below that
+            target = max(float(np.median([g["gap"] for g in glm_runs])), 1e-12 * abs(f_star))
+            res = rt.run(GD(), model, matrix,
+                         stop=StopRule(max_iter=100 * T, tol=None, time_budget=t_glm),
+                         rng=cfg.seed)
+            wall = res.trace["wall_time"].values
+            gaps = res.trace["objective"].values - f_star
+            within = np.flatnonzero(wall <= t_glm)
+            reached = np.flatnonzero(gaps <= target)
+            out["ours_at_glm_time"] = {
+                "time_budget_s": t_glm,
+                "iterations": int(within[-1]) if within.size else 0,
+                "gap": float(gaps[within[-1]]) if within.size else math.nan,
+                "dask_glm_gap": target,
+                "time_to_dask_glm_gap_s": float(wall[reached[0]]) if reached.size else None,
+                "iterations_to_dask_glm_gap": int(reached[0]) if reached.size else None,
+            }
+    out["dask_glm_runs"] = glm_runs
+    out["ours_runs"] = ours_runs
+    per_it = lambda runs, key: summarize([g[key] / g["iterations"] for g in runs])  # noqa: E731
+    same = [g["same_time"] for g in glm_runs]
+    out["dask_glm"] = {
+        "time_s": summarize([g["time_s"] for g in glm_runs]),
+        "iteration_s": per_it(glm_runs, "time_s"),
+        "pass_s": summarize([g["time_s"] / g["x_passes"] for g in glm_runs]),
+        "x_passes_per_iteration": per_it(glm_runs, "x_passes"),
+        "line_search_evals_per_iteration": per_it(glm_runs, "line_search_evals"),
+        "blocking_computes_per_iteration": per_it(glm_runs, "blocking_computes"),
+        "gap": summarize([g["gap"] for g in glm_runs]),
+        "same_time_iterations": summarize([g["iterations"] for g in same]),
+        "same_time_s": summarize([g["time_s"] for g in same]),
+        "same_time_gap": summarize([g["gap"] for g in same]),
+    }
+    out["ours"] = {
+        "drive_s": summarize([o["drive_s"] for o in ours_runs]),
+        "setup_s": summarize([o["setup_s"] for o in ours_runs]),
+        "load_s": summarize([o["load_s"] for o in ours_runs]),
+        "iteration_s": summarize([o["iteration_s"] for o in ours_runs]),
+        "pass_s": summarize([o["drive_s"] / o["x_passes"] for o in ours_runs]),
+        "gap": summarize([o["gap"] for o in ours_runs]),
+    }
+    return out
+
+
+def table_glm(res: dict[str, Any]) -> str:
+    g, o, a = res["dask_glm"], res["ours"], res["ours_at_glm_time"]
+    T = res["iterations"]
+    reach = ("not reached" if a["time_to_dask_glm_gap_s"] is None else
+             f"{a['time_to_dask_glm_gap_s']:.2f} s ({a['iterations_to_dask_glm_gap']} it)")
+    glm_iters = summarize([run["iterations"] for run in res["dask_glm_runs"]])
+    rows = [
+        ["dask-glm gradient_descent", f"{glm_iters['median']:.0f}",
+         f"{g['time_s']['median']:.2f} (+{res['dask_glm_persist_s']:.2f} persist)",
+         fmt_stats(g["iteration_s"], 1e3, 0), f"{g['x_passes_per_iteration']['median']:.1f}",
+         fmt_stats(g["pass_s"], 1e3, 0),
+         f"{g['line_search_evals_per_iteration']['median']:.1f} / "
+         f"{g['blocking_computes_per_iteration']['median']:.1f}",
+         f"{g['gap']['median']:.1e}",
+         f"{g['same_time_gap']['median']:.1e} after {g['same_time_iterations']['median']:.0f} it "
+         f"({g['same_time_s']['median']:.2f} s)"],
+        ["daskstraggle GD (step 1/L)", f"{T}",
+         f"{o['drive_s']['median']:.2f} (+{o['setup_s']['median']:.2f} setup)",
+         fmt_stats(o["iteration_s"], 1e3, 0), "1.0", fmt_stats(o["pass_s"], 1e3, 0), "0 / 1",
+         f"{o['gap']['median']:.1e}",
+         f"{a['gap']:.1e} after {a['iterations']} it ({a['time_budget_s']:.1f} s); "
+         f"reached {a['dask_glm_gap']:.1e} in {reach}"],
+    ]
+    title = (f"(c) Logistic regression {res['shape'][0]}x{res['shape'][1]} (no intercept, no "
+             f"penalty; f* = {res['f_star']:.6f} by Newton), LocalCluster of "
+             f"{res['n_workers']} process workers, max {T} iterations (dask-glm stops by itself "
+             "at rounding level); median [min-max] over repeats")
+    return print_table(title, ["method", "iterations", "s", "ms / iteration", "X passes / it",
+                               "ms / X pass", "line-search evals / blocking computes per it",
+                               "final gap", "gap at the other's wall time"], rows)
+
+
+# ============================================================================== main
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("--quick", action="store_true",
+                   help="tiny sizes, 2 repeats, 2 workers: a smoke run in < 1 minute "
+                        "(explicit size options still win)")
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                   help="which measurements to run")
+    sizes = [
+        ("--repeats", int, "repeats per measurement"),
+        ("--inner", int, "(a) calls per repeat, the fastest kept"),
+        ("--float-rows", int, "(a) rows of the float64 block"),
+        ("--float-cols", int, "(a) columns of the float64 block"),
+        ("--geno-rows", int, "(a) variants (rows) of the int8 genotype block"),
+        ("--geno-samples", int, "(a) samples (columns) of the int8 genotype block"),
+        ("--geno-missing", float, "(a) fraction of missing genotype calls"),
+        ("--components", int, "(a) PCA components (several allowed)"),
+        ("--store-rows", int, "(b, c) rows of the logistic Zarr store"),
+        ("--store-cols", int, "(b, c) columns of the logistic Zarr store"),
+        ("--chunk-rows", int, "(b, c) rows per Zarr chunk"),
+        ("--workers", int, "(b) LocalCluster sizes (several allowed)"),
+        ("--pca-components", int, "(b) PCA components"),
+        ("--max-iter", int, "(b) GD iterations per run"),
+        ("--glm-workers", int, "(c) LocalCluster size"),
+        ("--glm-iter", int, "(c) iterations of both methods (dask-glm may stop earlier)"),
+    ]
+    for flag, kind, text in sizes:
+        key = flag[2:].replace("-", "_")
+        many = isinstance(DEFAULTS[key], list)
+        quick = QUICK.get(key, DEFAULTS[key])
+        p.add_argument(flag, type=kind, nargs="+" if many else None,
+                       help=f"{text} (default {DEFAULTS[key]}; with --quick {quick})")
+    p.add_argument("--seed", type=int, default=0, help="seed of all random data and starts")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON output (default results/bench_foundation/<UTC timestamp>.json)")
+    p.add_argument("--tmpdir", type=Path, default=None,
+                   help="where to write the temporary Zarr store")
+    p.add_argument("--verbose", action="store_true", help="keep distributed's log warnings")
+    cfg = p.parse_args(argv)
+    sizes = {**DEFAULTS, **(QUICK if cfg.quick else {})}
+    for key, value in sizes.items():
+        if getattr(cfg, key, None) is None:
+            setattr(cfg, key, value)
+    if cfg.repeats < 1 or cfg.inner < 1:
+        p.error("--repeats and --inner must be >= 1")
+    return cfg
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    if not cfg.verbose:
+        logging.getLogger("distributed").setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", category=FutureWarning)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_path = cfg.out or REPO / "results" / "bench_foundation" / f"{stamp}.json"
+    rng = np.random.default_rng(cfg.seed)
+    report: dict[str, Any] = {"machine": machine_info(),
+                              "config": {k: (str(v) if isinstance(v, Path) else v)
+                                         for k, v in vars(cfg).items()}}
+    tables: list[str] = []
+    t_start = time.perf_counter()
+    if "kernel" in cfg.sections:
+        report["kernel"] = bench_kernels(cfg, rng)
+        tables.append(table_kernels(report["kernel"]))
+    if {"overhead", "glm"} & set(cfg.sections):
+        with tempfile.TemporaryDirectory(prefix="bench_foundation-", dir=cfg.tmpdir) as tmp:
+            log(f"writing the {cfg.store_rows} x {cfg.store_cols} logistic Zarr store")
+            store = write_store(cfg, Path(tmp))
+            X_np, y_np = load_store(store)
+            if "overhead" in cfg.sections:
+                report["overhead"] = bench_overhead(cfg, store, X_np, rng)
+                tables.append(table_overhead(report["overhead"]))
+            if "glm" in cfg.sections:
+                report["glm"] = bench_glm(cfg, store, X_np, y_np, rng)
+                tables.append(table_glm(report["glm"]))
+    report["machine"]["load_avg_end"] = list(os.getloadavg())
+    report["elapsed_s"] = time.perf_counter() - t_start
+    report["tables"] = tables
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(report, indent=1, default=float))
+    load = report["machine"]
+    print(f"\nelapsed {report['elapsed_s']:.0f} s; load average "
+          f"{load['load_avg_start'][0]:.1f} -> {load['load_avg_end'][0]:.1f}; wrote {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
