@@ -122,8 +122,8 @@ def check_output_path(path: str | os.PathLike[str] | None, *, overwrite: bool) -
     out = Path(path)
     if out.exists() and not overwrite:
         raise OutputExistsError(
-            f"Output {str(out)!r} exists already; pass overwrite=True (CLI: --overwrite) or "
-            "choose another path."
+            f"The output path (CLI: --out) {str(out)!r} exists already; pass overwrite=True "
+            "(CLI: --overwrite) or choose another path."
         )
     return out
 

@@ -339,7 +339,8 @@ def _open_zarr(path: Path, array: str | None, labels: Any, missing: str, scaling
     import zarr
 
     if not path.exists():
-        raise DataNotFoundError(f"No Zarr store at {str(path)!r}: the path does not exist.")
+        raise DataNotFoundError(f"No Zarr store at {str(path)!r}: the path does not exist. Check the data "
+            "path (the 'source' parameter; CLI: the SOURCE argument).")
     try:
         node = zarr.open(str(path), mode="r")
     except Exception as err:  # zarr raises several unrelated types for unreadable stores
@@ -410,10 +411,14 @@ def _check_2d(shape: tuple[int, ...], what: str) -> None:
     if len(shape) != 2:
         raise InvalidDataError(
             f"The matrix must be 2-D (rows = samples, columns = features); the {what} has "
-            f"shape {tuple(shape)}."
+            f"shape {tuple(shape)}. Pass a 2-D array (with a Zarr group, name it with 'array', "
+            "CLI: --array)."
         )
     if shape[0] == 0 or shape[1] == 0:
-        raise InvalidDataError(f"The matrix is empty: the {what} has shape {tuple(shape)}.")
+        raise InvalidDataError(
+            f"The matrix is empty: the {what} has shape {tuple(shape)}. Pass data with at "
+            "least one row and one column."
+        )
 
 
 def _parse_labels(labels: Any, group: Any, n_rows: int) -> np.ndarray | None:

@@ -87,9 +87,15 @@ def connect(
     if client is not None:
         return client, []
     if address is not None:
-        if not isinstance(address, str) or not address.strip():
+        from distributed.comm.addressing import get_address_host_port
+
+        try:  # check before building a Client: a half-built one hangs in __del__
+            valid = isinstance(address, str) and bool(get_address_host_port(address.strip()))
+        except ValueError:
+            valid = False
+        if not valid:
             raise InvalidParameterError(
-                f"The 'address' parameter must be a scheduler address like "
+                f"The scheduler address (CLI: --scheduler) must look like "
                 f"'tcp://127.0.0.1:8786'. Got {address!r} instead."
             )
         try:
@@ -108,7 +114,10 @@ def connect(
             n_workers=n,
             threads_per_worker=threads_per_worker,
             processes=processes,
-            dashboard_address=None,
+            dashboard_address=":0",  # any free port: never collide with another cluster
+            # worker logs would print tracebacks of errors the caller already reports
+            # (e.g. NaN found while loading); the exception itself still propagates
+            silence_logs=logging.CRITICAL,
         )
     client = Client(cluster, set_as_default=False)
     return client, [client, cluster]
