@@ -17,7 +17,7 @@ from daskstraggle._validation import check_bool, check_int
 from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
 from daskstraggle.methods import make_method
-from daskstraggle.problems import LeastSquares, Logistic, PCA, Problem
+from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, Runtime, StopRule
 from daskstraggle.trace import Result, check_output_path
 
@@ -37,6 +37,11 @@ def _resolve_runtime(
         yield runtime
         return
     if runtime == "local":
+        if client is not None or scheduler is not None:
+            raise InvalidParameterError(
+                "runtime='local' runs in this process; drop client/scheduler (or use the "
+                "Dask runtime)."
+            )
         with LocalRuntime(n_workers=4 if n_workers is None else n_workers) as rt:
             yield rt
         return

@@ -192,3 +192,14 @@ def test_nag_logistic_on_the_cluster_reaches_the_reference(dask_client):
     assert res.reference_objective is not None and res.reference_objective > 0
     assert abs(res.objective - res.reference_objective) <= 1e-8 * res.reference_objective
     assert res.distance < 1e-3
+
+
+def test_local_runtime_refuses_a_cluster_argument():
+    import numpy as np
+    import pytest
+
+    from daskstraggle import fit_pca
+    from daskstraggle.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="runtime='local' runs in this process"):
+        fit_pca(np.eye(4), 1, runtime="local", scheduler="tcp://127.0.0.1:8786")

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from daskstraggle import PCA, GD, LocalRuntime, Result, StopRule, open_matrix
+from daskstraggle import GD, PCA, LocalRuntime, Result, StopRule, open_matrix
 from daskstraggle.errors import OutputExistsError
 
 
