@@ -221,10 +221,9 @@ def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None, **kwar
     array([0.67, 0.23])
     """
     if center is None:
-        matrix = X if isinstance(X, Matrix) else None
-        if matrix is None and isinstance(X, str | os.PathLike):
-            matrix = open_matrix(X, array=kwargs.get("array"))
-        center = not (matrix is not None and matrix.rows_standardized)
+        if isinstance(X, str | os.PathLike):  # open once here; solve() takes the Matrix
+            X = open_matrix(X, array=kwargs.pop("array", None))
+        center = not (isinstance(X, Matrix) and X.rows_standardized)
     return solve(PCA(n_components=n_components, center=center), X, **kwargs)
 
 
