@@ -1,0 +1,395 @@
+"""The LatencyModel contract: seeded, per-worker, possibly stateful task latency.
+
+A :class:`LatencyModel` is an immutable value object holding parameters only. Its
+:meth:`LatencyModel.sampler` builds a :class:`LatencySampler`, the stateful part that
+draws the latency of one task of one worker::
+
+    sampler = model.sampler(n_workers=4, rng=0)
+    compute, communication = sampler.sample(2, time=0.3, iteration=5, load=1.0)
+
+Rules every sampler follows (the conformance tests check them):
+
+- **Per-worker streams.** Worker ``i``'s draws come only from ``sampler.streams[i]``
+  (see :func:`worker_streams`) and its state evolves only through calls for worker ``i``.
+  So a sampler built on worker ``i`` alone (the worker-side injector) draws exactly the
+  sequence a full sampler in the simulator would.
+- **Load.** Compute time of a model with a distribution scales linearly with ``load``
+  (the work a task carries: 1.0 = an equal ``1/n_workers`` share of the rows);
+  communication time does not depend on ``load``.
+- **Measured compute.** Pure slow-down models (``has_distribution`` is False, e.g.
+  ``slowdown(worker=1, factor=4)`` without a base) scale the compute time a real kernel
+  took, passed as ``measured``; communication is then 0. Models with a distribution ignore
+  ``measured``.
+- **Time and iteration.** ``time`` (seconds since the run started) and ``iteration`` (the
+  iterate version the task computes) are non-decreasing per worker; stateful models
+  (Markov chains, bursts, scheduled changes) advance their state lazily to them.
+- ``size=None`` returns floats; ``size=k`` returns ``k`` independent draws (arrays) at
+  the state for ``(time, iteration)``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+from daskstraggle.errors import InvalidParameterError
+
+__all__ = [
+    "Constant",
+    "LatencyModel",
+    "LatencySampler",
+    "check_per_worker",
+    "get_model_class",
+    "list_models",
+    "make_model",
+    "register_model",
+    "worker_streams",
+]
+
+Draw = tuple[Any, Any]
+
+_REGISTRY: dict[str, type[LatencyModel]] = {}
+
+
+def register_model(cls: type[LatencyModel]) -> type[LatencyModel]:
+    """Register a LatencyModel subclass under ``cls.name`` (class decorator)."""
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"latency model name {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def list_models() -> list[str]:
+    """Return the registered latency model names."""
+    return sorted(_REGISTRY)
+
+
+def get_model_class(name: str) -> type[LatencyModel]:
+    """Return the LatencyModel class registered as ``name`` (``_`` and ``-`` are equal).
+
+    Raises
+    ------
+    InvalidParameterError
+        If no model has that name.
+    """
+    key = str(name).replace("_", "-")
+    if key not in _REGISTRY:
+        raise InvalidParameterError(
+            f"Unknown latency model {name!r}; choose one of {list_models()}."
+        )
+    return _REGISTRY[key]
+
+
+def make_model(name: str, **params: Any) -> LatencyModel:
+    """Build a registered latency model from its name and parameters.
+
+    Raises
+    ------
+    InvalidParameterError
+        If the name is unknown, a parameter is not accepted, or a value is invalid.
+    """
+    cls = get_model_class(name)
+    allowed = [f.name for f in fields(cls)]
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise InvalidParameterError(
+            f"The latency model {cls.name!r} does not take {unknown}; it takes {allowed}."
+        )
+    return cls(**params)
+
+
+def worker_streams(
+    rng: int | np.random.SeedSequence | np.random.Generator | None, n_workers: int
+) -> list[np.random.Generator]:
+    """Return one independent Generator per worker, spawned from one seed.
+
+    Parameters
+    ----------
+    rng : int, SeedSequence, Generator or None
+        The seed. A Generator is used to draw a seed (so it advances); None is fresh
+        entropy.
+    n_workers : int
+        Number of streams.
+
+    Returns
+    -------
+    streams : list of Generator
+        ``streams[i]`` depends only on the seed and ``i`` (not on ``n_workers``).
+
+    Examples
+    --------
+    >>> a = worker_streams(7, 3)[1].random()
+    >>> b = worker_streams(7, 5)[1].random()
+    >>> a == b
+    True
+    """
+    if isinstance(rng, np.random.Generator):
+        seq = np.random.SeedSequence(int(rng.integers(2**63)))
+    elif isinstance(rng, np.random.SeedSequence):
+        seq = rng
+    else:
+        seq = np.random.SeedSequence(rng)
+    # child i of a SeedSequence is SeedSequence(entropy, spawn_key=(i,)) whatever n is
+    return [
+        np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, i)))
+        for i in range(n_workers)
+    ]
+
+
+def check_per_worker(
+    value: Any, *, name: str, caller: str, low: float = 0.0, strict: bool = False
+) -> float | tuple[float, ...]:
+    """Normalise a scalar-or-per-worker parameter to a float or a tuple of floats.
+
+    Parameters
+    ----------
+    value : float or sequence of float
+        One value for every worker, or one per worker.
+    name, caller : str
+        For the error message.
+    low : float, default=0.0
+        Lower bound of every value.
+    strict : bool, default=False
+        Whether ``low`` itself is excluded.
+
+    Raises
+    ------
+    InvalidParameterError
+        If a value is not a finite number above the bound.
+    """
+    constraint = f"a finite number {'>' if strict else '>='} {low:g} or a list of them"
+    values = value if isinstance(value, Sequence | np.ndarray) and not isinstance(value, str) \
+        else None
+    items = list(values) if values is not None else [value]
+    out = []
+    for v in items:
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and np.isfinite(v)
+        if ok:
+            ok = v > low if strict else v >= low
+        if not ok:
+            raise InvalidParameterError(
+                f"The {name!r} parameter of {caller} must be {constraint}. Got {value!r} instead."
+            )
+        out.append(float(v))
+    if values is None:
+        return out[0]
+    if not out:
+        raise InvalidParameterError(
+            f"The {name!r} parameter of {caller} must be {constraint}. Got an empty list."
+        )
+    return tuple(out)
+
+
+class LatencyModel(ABC):
+    """Abstract base of the latency models: parameters only, immutable.
+
+    Subclasses are ``@dataclass(frozen=True, kw_only=True, slots=True)``, validate in
+    ``__post_init__``, are decorated with :func:`register_model` and set ``name``
+    (hyphenated, e.g. ``"shifted-exponential"``). Per-worker parameters are a float
+    (every worker alike) or a tuple with one value per worker.
+    """
+
+    #: Registry name.
+    name: ClassVar[str]
+
+    @property
+    def has_distribution(self) -> bool:
+        """Whether the model draws compute times itself (False: scales ``measured``)."""
+        return True
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Raise InvalidParameterError if per-worker parameters do not fit ``n_workers``."""
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, LatencyModel):
+                value.check_n_workers(n_workers)
+            elif isinstance(value, tuple) and len(value) != n_workers:
+                raise InvalidParameterError(
+                    f"The {f.name!r} parameter of the {self.name!r} latency model has "
+                    f"{len(value)} values but there are {n_workers} workers; give one value "
+                    "per worker or a single number."
+                )
+
+    @abstractmethod
+    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+        """Return the sampler (``n_workers`` already checked)."""
+
+    def sampler(
+        self,
+        n_workers: int,
+        rng: int | np.random.SeedSequence | np.random.Generator | None = None,
+    ) -> LatencySampler:
+        """Return a stateful sampler for ``n_workers`` workers.
+
+        Parameters
+        ----------
+        n_workers : int
+            Number of workers (indices ``0 .. n_workers - 1``).
+        rng : int, SeedSequence, Generator or None, default=None
+            Seed of the per-worker streams (:func:`worker_streams`).
+
+        Returns
+        -------
+        sampler : LatencySampler
+
+        Raises
+        ------
+        InvalidParameterError
+            If per-worker parameters do not have ``n_workers`` values.
+        """
+        if not isinstance(n_workers, numbers.Integral) or n_workers < 1:
+            raise InvalidParameterError(
+                f"The 'n_workers' parameter of {type(self).__name__}.sampler must be an int "
+                f">= 1. Got {n_workers!r} instead."
+            )
+        self.check_n_workers(int(n_workers))
+        return self._make_sampler(int(n_workers), worker_streams(rng, int(n_workers)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return ``{"name": ..., **parameters}`` (nested models as dicts)."""
+        out: dict[str, Any] = {"name": self.name}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, LatencyModel):
+                value = value.to_dict()
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> LatencyModel:
+        """Rebuild a model written by :meth:`to_dict`."""
+        params = dict(data)
+        name = params.pop("name")
+        for key, value in params.items():
+            if isinstance(value, dict) and "name" in value:
+                params[key] = LatencyModel.from_dict(value)
+            elif isinstance(value, list):
+                params[key] = tuple(value)
+        return make_model(name, **params)
+
+    def to_spec(self) -> str:
+        """Return the model as a spec string that ``parse_latency`` reads back."""
+        args = []
+        base = None
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, LatencyModel) or (f.name == "base" and value is None):
+                base = value
+                continue
+            if isinstance(value, tuple):
+                value = list(value)
+            args.append(f"{f.name}={value!r}")
+        term = f"{self.name.replace('-', '_')}({', '.join(args)})"
+        return term if base is None else f"{base.to_spec()} + {term}"
+
+
+class LatencySampler(ABC):
+    """Stateful draws of task latency for each worker (see the module docstring).
+
+    Parameters
+    ----------
+    n_workers : int
+        Number of workers.
+    streams : list of Generator
+        One random stream per worker.
+    """
+
+    #: True when draws depend on nothing but the worker's stream and ``load`` (not on
+    #: ``time``, ``iteration`` or history), so callers may draw many at once with ``size``
+    #: and use them in order.
+    stateless: bool = False
+
+    def __init__(self, n_workers: int, streams: list[np.random.Generator]) -> None:
+        self.n_workers = n_workers
+        self.streams = streams
+
+    @abstractmethod
+    def sample(
+        self,
+        worker_index: int,
+        *,
+        time: float = 0.0,
+        iteration: int = 0,
+        load: float = 1.0,
+        measured: float | None = None,
+        size: int | None = None,
+    ) -> Draw:
+        """Return ``(compute, communication)`` seconds for one task of ``worker_index``.
+
+        Parameters
+        ----------
+        worker_index : int
+            Which worker.
+        time : float, default=0.0
+            Seconds since the run started when the task starts.
+        iteration : int, default=0
+            Iterate version the task computes.
+        load : float, default=1.0
+            Work the task carries relative to an equal share of the rows.
+        measured : float or None, default=None
+            Compute seconds the real kernel took (used by pure slow-down models).
+        size : int or None, default=None
+            Number of independent draws (None: one, returned as floats).
+
+        Returns
+        -------
+        compute, communication : float or ndarray of shape (size,)
+        """
+
+
+class _ConstantSampler(LatencySampler):
+    stateless = True
+
+    def __init__(self, model: Constant, n_workers: int, streams: list[np.random.Generator]):
+        super().__init__(n_workers, streams)
+        self.compute = np.broadcast_to(np.asarray(model.compute, dtype=float), (n_workers,))
+        self.communication = np.broadcast_to(
+            np.asarray(model.communication, dtype=float), (n_workers,)
+        )
+
+    def sample(self, worker_index, *, time=0.0, iteration=0, load=1.0, measured=None, size=None):
+        c = float(self.compute[worker_index]) * load
+        m = float(self.communication[worker_index])
+        if size is None:
+            return c, m
+        return np.full(size, c), np.full(size, m)
+
+
+@register_model
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Constant(LatencyModel):
+    """Deterministic latency: the same compute and communication time for every task.
+
+    Parameters
+    ----------
+    compute : float or tuple of float, default=0.0
+        Compute seconds per task at load 1 (one value, or one per worker).
+    communication : float or tuple of float, default=0.0
+        Communication seconds per task (one value, or one per worker).
+
+    Examples
+    --------
+    >>> s = Constant(compute=(1.0, 2.0)).sampler(2)
+    >>> s.sample(1, load=0.5)
+    (1.0, 0.0)
+    """
+
+    name: ClassVar[str] = "constant"
+    compute: float | tuple[float, ...] = 0.0
+    communication: float | tuple[float, ...] = 0.0
+
+    def __post_init__(self) -> None:
+        for f in ("compute", "communication"):
+            object.__setattr__(
+                self, f, check_per_worker(getattr(self, f), name=f, caller="Constant")
+            )
+
+    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+        return _ConstantSampler(self, n_workers, streams)
