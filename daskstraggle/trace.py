@@ -48,6 +48,7 @@ class TraceRecorder:
         self.n_workers = n_workers
         self.rows: list[dict[str, float]] = []
         self.compute: list[np.ndarray] = []
+        self.latency: list[np.ndarray] = []
 
     def add(
         self,
@@ -60,11 +61,21 @@ class TraceRecorder:
         n_stale: int,
         workers_used: tuple[int, ...],
         compute_durations: dict[int, float],
-    ) -> None:
-        """Append a row."""
+        latencies: dict[int, float] | None = None,
+    ) -> int:
+        """Append a row; return its index.
+
+        ``compute_durations`` and ``latencies`` (send-to-receive seconds) hold the last
+        result each worker delivered during the round, used or not; communication is
+        their difference.
+        """
         per_worker = np.full(self.n_workers, np.nan)
         for i, d in compute_durations.items():
             per_worker[i] = d
+        lat = np.full(self.n_workers, np.nan)
+        for i, d in (latencies or {}).items():
+            lat[i] = d
+        used = [per_worker[i] for i in workers_used if np.isfinite(per_worker[i])]
         self.rows.append(
             {
                 "wall_time": wall_time,
@@ -74,10 +85,16 @@ class TraceRecorder:
                 "n_workers_used": len(workers_used),
                 "n_fresh": n_fresh,
                 "n_stale": n_stale,
-                "max_compute_duration": float(np.nanmax(per_worker)) if compute_durations else np.nan,
+                "max_compute_duration": float(max(used)) if used else np.nan,
             }
         )
         self.compute.append(per_worker)
+        self.latency.append(lat)
+        return len(self.rows) - 1
+
+    def set_compute(self, row: int, worker_index: int, duration: float) -> None:
+        """Replace a recorded compute duration (e.g. with the scheduler's measurement)."""
+        self.compute[row][worker_index] = duration
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -97,13 +114,17 @@ class TraceRecorder:
         }
         for key in ("n_workers_used", "n_fresh", "n_stale"):
             data[key] = ("iteration", data[key][1].astype(np.int64))
-        data["compute_duration"] = (
+        compute = np.array(self.compute).reshape(n, self.n_workers)
+        latency = np.array(self.latency).reshape(n, self.n_workers)
+        data["compute_duration"] = (("iteration", "worker"), compute)
+        data["latency"] = (("iteration", "worker"), latency)
+        data["communication_duration"] = (
             ("iteration", "worker"),
-            np.array(self.compute).reshape(n, self.n_workers),
+            np.maximum(latency - compute, 0.0),
         )
         ds = xr.Dataset(data, coords={"iteration": np.arange(n), "worker": np.arange(self.n_workers)})
         units = {"wall_time": "s", "iteration_duration": "s", "max_compute_duration": "s",
-                 "compute_duration": "s"}
+                 "compute_duration": "s", "latency": "s", "communication_duration": "s"}
         for key, unit in units.items():
             ds[key].attrs["units"] = unit
         return ds
@@ -144,7 +165,12 @@ class Result:
     trace : xarray.Dataset
         One row per iteration: ``wall_time``, ``iteration_duration``, ``objective``,
         ``gap`` (NaN without a reference), ``n_workers_used``, ``n_fresh``, ``n_stale``,
-        ``max_compute_duration`` and per-worker ``compute_duration``.
+        ``max_compute_duration`` (slowest used worker), and per ``(iteration, worker)``
+        for the last result each worker delivered in the round: ``compute_duration`` (on
+        the worker; the scheduler's measurement when recorded), ``latency`` (send to
+        receive, seen by the coordinator) and ``communication_duration`` (their
+        difference); NaN where a worker delivered nothing. Times are simulated seconds
+        for the simulated runtime.
     iterate : ndarray
         The final iterate (evaluated: its objective is exact).
     objective : float

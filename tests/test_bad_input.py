@@ -364,9 +364,9 @@ CASES = [
          _fit(pca, "a", 2.5), None),
     # ---- method
     Case("method-unknown", InvalidParameterError,
-         r"'method' parameter must be one of \['gd', 'nag'\]\. Got 'sgd'",
-         _fit(lstsq, "g", "y", method="sgd"), lambda s: ["linreg", str(s.g), "--method", "sgd"],
-         ("'method'", "['gd', 'nag']", "'sgd'")),
+         r"'method' parameter must be one of \['gd', 'nag', 'sgd'\]\. Got 'bogus'",
+         _fit(lstsq, "g", "y", method="bogus"), lambda s: ["linreg", str(s.g), "--method", "bogus"],
+         ("'method'", "['gd', 'nag', 'sgd']", "'bogus'")),
     Case("method-unknown-pca", InvalidParameterError, r"'method' parameter must be one of",
          _fit(pca, "a", method="power"), lambda s: ["pca", str(s.a), "--method", "power"],
          ("'method'",)),

@@ -1,4 +1,4 @@
-"""Optimisation policies (pure: no dask): the Method contract, GD and NAG."""
+"""Optimisation policies (pure: no dask): the Method contract, GD, NAG and SGD."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from daskstraggle.methods.base import (
     contiguous_placement,
 )
 from daskstraggle.methods.gd import GD, NAG
+from daskstraggle.methods.sgd import SGD
 
 __all__ = [
     "GD",
     "NAG",
     "Method",
     "RoundSummary",
+    "SGD",
     "WorkResult",
     "WorkUnit",
     "contiguous_placement",
@@ -26,7 +28,7 @@ __all__ = [
     "make_method",
 ]
 
-_METHODS: dict[str, type[Method]] = {"gd": GD, "nag": NAG}
+_METHODS: dict[str, type[Method]] = {"gd": GD, "nag": NAG, "sgd": SGD}
 
 
 def list_methods() -> list[str]:

@@ -7,12 +7,13 @@ imports dask: the same object runs on a real cluster (``DaskRuntime``), in proce
 
 The runtime drives it like this::
 
-    method.start(problem, x0, placement)
+    method.start(problem, x0, placement, step_size=..., partition_rows=...)
     give every idle worker ``method.dispatch(worker_index)`` (None: stay idle)
     loop:
         method.receive(next completed result)
         the worker that sent it is idle: give it ``method.dispatch(worker_index)``
         if method.ready():
+            keep receiving for method.collect_window x the round's elapsed time
             summary = method.summary()        # objective at the evaluated point
             record a trace row; stop? -> finish with summary
             method.step()                     # next iterate, version + 1
@@ -65,12 +66,16 @@ class WorkResult:
     result : KernelResult
         Kernel sums over the unit's partitions.
     compute_duration : float
-        Seconds the kernel took, measured on the worker.
+        Seconds the task took on the worker (kernel plus any injected delay).
+    latency : float or None, default=None
+        Seconds from sending the unit to receiving its result, as the runtime saw it
+        (None when the runtime did not measure it).
     """
 
     unit: WorkUnit
     result: KernelResult
     compute_duration: float
+    latency: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +142,10 @@ class Method(ABC):
 
     #: Registry name, e.g. ``"gd"``.
     name: ClassVar[str]
+    #: After :meth:`ready` first holds, the runtime keeps receiving results for this
+    #: fraction of the round's elapsed time before it calls :meth:`summary` (DSAG's 2 %
+    #: window). Results arriving then are passed to :meth:`receive` as usual.
+    collect_window: float = 0.0
 
     def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
         """Return which partitions each worker index stores (default: uncoded, contiguous)."""
@@ -153,8 +162,24 @@ class Method(ABC):
         placement: list[tuple[int, ...]],
         *,
         step_size: float,
+        partition_rows: list[int] | None = None,
     ) -> None:
-        """Reset the run state: bound problem, starting iterate, placement, step size."""
+        """Reset the run state.
+
+        Parameters
+        ----------
+        problem : Problem
+            The bound problem.
+        iterate : ndarray
+            Starting point.
+        placement : list of tuple of int
+            Partitions stored by each worker index.
+        step_size : float
+            Step size of the updates.
+        partition_rows : list of int or None, default=None
+            Number of rows of each partition (runtimes always pass it; methods that
+            weigh partial results by the rows they cover need it).
+        """
 
     @abstractmethod
     def dispatch(self, worker_index: int) -> WorkUnit | None:

@@ -42,6 +42,7 @@ class GD(Method):
         placement: list[tuple[int, ...]],
         *,
         step_size: float,
+        partition_rows: list[int] | None = None,
     ) -> None:
         """Reset the run state."""
         self.check_problem(problem)
@@ -159,9 +160,11 @@ class NAG(GD):
         placement: list[tuple[int, ...]],
         *,
         step_size: float,
+        partition_rows: list[int] | None = None,
     ) -> None:
         """Reset the run state (momentum counter included)."""
-        super().start(problem, iterate, placement, step_size=step_size)
+        super().start(problem, iterate, placement, step_size=step_size,
+                      partition_rows=partition_rows)
         self._y = self._x.copy()
         self._k = 0
         self._last_objective = np.inf

@@ -89,8 +89,32 @@ class Runtime(ABC):
         """Start computing ``unit`` on its worker."""
 
     @abstractmethod
-    def _next(self) -> WorkResult:
-        """Block until a submitted unit completes and return its result."""
+    def _next(self, timeout: float | None = None) -> WorkResult | None:
+        """Return the next completed unit; wait at most ``timeout`` seconds (None: block).
+
+        Returns None when nothing completed within ``timeout``.
+        """
+
+    def _clock(self) -> float:
+        """Return the runtime's time in seconds (simulated for the simulated runtime)."""
+        return time.perf_counter()
+
+    def _begin(self, placement: list[tuple[int, ...]], partition_rows: list[int]) -> None:  # noqa: B027
+        """Prepare a run's event loop (e.g. install straggler injection)."""
+
+    def _end(self) -> None:  # noqa: B027 - optional hook
+        """Undo :meth:`_begin`; called even when the run fails or is interrupted."""
+
+    def _after_step(self) -> None:  # noqa: B027 - optional hook
+        """Called after each ``method.step()`` (the simulated runtime charges update time)."""
+
+    def _on_row(self, row: int, recorder: TraceRecorder, final: bool = False) -> None:  # noqa: B027
+        """Called after each trace row (and once with ``final=True`` at the end)."""
+
+    def _unit_load(self, unit: WorkUnit) -> float:
+        """Work a unit carries relative to an equal share (1.0 = ``n_rows / n_workers``)."""
+        rows = sum(self._partition_rows[p] for p in unit.partitions)
+        return rows * self.n_workers / max(sum(self._partition_rows), 1)
 
     def _unload(self) -> None:  # noqa: B027 - optional hook
         """Release loaded partitions and pending work."""
@@ -176,10 +200,15 @@ class Runtime(ABC):
             step_size = bound.default_step_size(self._map_reduce, rng)
         ref: Reference | None = bound.reference_solution(self._map_reduce) if reference else None
         x0 = bound.init_iterate(rng)
-        summary, recorder, reason = self._drive(
-            method, bound, x0, placement, step_size=step_size, stop=stop, reference=ref,
-            progress=progress,
-        )
+        self._partition_rows = [int(r) for r in matrix.partition_rows()]
+        self._begin(placement, self._partition_rows)
+        try:
+            summary, recorder, reason = self._drive(
+                method, bound, x0, placement, step_size=step_size, stop=stop, reference=ref,
+                progress=progress,
+            )
+        finally:
+            self._end()
         fitted = bound.finalize(summary.iterate, summary.result)
         objective = summary.objective
         if objective is None:  # stochastic rounds: evaluate the final point exactly
@@ -226,17 +255,20 @@ class Runtime(ABC):
         """Run the event loop: dispatch to idle workers, receive, step, record, stop."""
         from tqdm.auto import tqdm
 
-        method.start(problem, x0, placement, step_size=step_size)
+        method.start(problem, x0, placement, step_size=step_size,
+                     partition_rows=list(self._partition_rows))
         recorder = TraceRecorder(self.n_workers)
         idle = set(range(self.n_workers))
         in_flight = 0
         durations: dict[int, float] = {}
+        latencies: dict[int, float] = {}
         previous: float | None = None
+        window = float(getattr(method, "collect_window", 0.0) or 0.0)
         bar = tqdm(
             total=stop.max_iter, disable=None if progress else True, file=sys.stderr, unit="it",
             desc=f"{method.name} {problem.name}", leave=False,
         )
-        t0 = t_round = time.perf_counter()
+        t0 = t_round = self._clock()
 
         def feed() -> None:
             nonlocal in_flight
@@ -247,6 +279,16 @@ class Runtime(ABC):
                     self._submit(unit, problem)
                     in_flight += 1
 
+        def take(result: WorkResult) -> None:
+            nonlocal in_flight
+            in_flight -= 1
+            i = result.unit.worker_index
+            idle.add(i)
+            durations[i] = result.compute_duration
+            if result.latency is not None:
+                latencies[i] = result.latency
+            method.receive(result)
+
         try:
             feed()
             while True:
@@ -254,20 +296,25 @@ class Runtime(ABC):
                     raise StraggleError(
                         f"Method {method.name!r} stalled: no work in flight and not ready to step."
                     )
-                result = self._next()
-                in_flight -= 1
-                idle.add(result.unit.worker_index)
-                durations[result.unit.worker_index] = result.compute_duration
-                method.receive(result)
+                take(self._next())
                 if method.ready():
+                    if window > 0:  # keep collecting for a fraction of the round's time
+                        t_ready = self._clock()
+                        deadline = t_ready + window * (t_ready - t_round)
+                        while in_flight:
+                            feed()
+                            result = self._next(timeout=max(deadline - self._clock(), 0.0))
+                            if result is None:
+                                break
+                            take(result)
                     summary = method.summary()
-                    now = time.perf_counter()
+                    now = self._clock()
                     gap = (
                         None
                         if reference is None or summary.objective is None
                         else summary.objective - reference.objective
                     )
-                    recorder.add(
+                    row = recorder.add(
                         wall_time=now - t0,
                         iteration_duration=now - t_round,
                         objective=summary.objective,
@@ -275,8 +322,10 @@ class Runtime(ABC):
                         n_fresh=summary.n_fresh,
                         n_stale=summary.n_stale,
                         workers_used=summary.workers_used,
-                        compute_durations={i: durations[i] for i in summary.workers_used},
+                        compute_durations=dict(durations),
+                        latencies=dict(latencies),
                     )
+                    self._on_row(row, recorder)
                     bar.update(1)
                     if progress:
                         bar.set_postfix(objective=f"{summary.objective:.6g}" if summary.objective
@@ -294,11 +343,14 @@ class Runtime(ABC):
                         return summary, recorder, reason
                     previous = summary.objective
                     method.step()
+                    self._after_step()
                     durations.clear()
-                    t_round = time.perf_counter()
+                    latencies.clear()
+                    t_round = self._clock()
                 feed()
         finally:
             bar.close()
+            self._on_row(len(recorder) - 1, recorder, final=True)
             self._cancel_pending()
 
     def _cancel_pending(self) -> None:  # noqa: B027 - optional hook

@@ -17,6 +17,7 @@ Placement and data movement follow ARCHITECTURE.md §6:
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -174,7 +175,7 @@ class DaskRuntime(Runtime):
             raise
         self._addresses: list[str] = workers
         self._held: list[dict[int, Any]] = []
-        self._pending: dict[str, WorkUnit] = {}
+        self._pending: dict[str, tuple[WorkUnit, float]] = {}
         self._ac = as_completed(loop=self.client.loop, with_results=True)
         self._token = uuid.uuid4().hex[:8]
 
@@ -235,14 +236,22 @@ class DaskRuntime(Runtime):
             key=f"unit-v{unit.version}-w{unit.worker_index}-{uuid.uuid4().hex[:6]}",
             worker_index=unit.worker_index,
         )
-        self._pending[future.key] = unit
+        self._pending[future.key] = (unit, time.perf_counter())
         self._ac.add(future)
 
-    def _next(self) -> WorkResult:
+    def _next(self, timeout: float | None = None) -> WorkResult | None:
         # results are fetched in the background as tasks finish (with_results=True)
+        if timeout is not None and not self._ac.has_ready():
+            deadline = time.perf_counter() + timeout
+            while not self._ac.has_ready():
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    return None
+                with self._ac.thread_condition:  # notified when a result is queued
+                    self._ac.thread_condition.wait(timeout=min(remaining, 0.1))
         future, (result, duration) = next(self._ac)
-        unit = self._pending.pop(future.key)
-        return WorkResult(unit, result, duration)
+        unit, sent = self._pending.pop(future.key)
+        return WorkResult(unit, result, duration, latency=time.perf_counter() - sent)
 
     def _cancel_pending(self) -> None:
         self._ac.clear()

@@ -69,10 +69,10 @@ class LocalRuntime(Runtime):
     def _submit(self, unit: WorkUnit, problem: Problem) -> None:
         held = self._blocks[unit.worker_index]
         result, duration = run_unit(problem, unit.iterate, *(held[p] for p in unit.partitions))
-        self._queue.append(WorkResult(unit, result, duration))
+        self._queue.append(WorkResult(unit, result, duration, latency=duration))
 
-    def _next(self) -> WorkResult:
-        return self._queue.popleft()
+    def _next(self, timeout: float | None = None) -> WorkResult | None:
+        return self._queue.popleft() if self._queue else None
 
     def _cancel_pending(self) -> None:
         self._queue.clear()
