@@ -16,39 +16,83 @@ import numpy as np
 from daskstraggle._validation import check_bool, check_int
 from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
+from daskstraggle.latency.base import LatencyModel
+from daskstraggle.latency.spec import Stragglers, parse_stragglers
 from daskstraggle.methods import make_method
 from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem
-from daskstraggle.runtime import DaskRuntime, LocalRuntime, Runtime, StopRule
+from daskstraggle.runtime import DaskRuntime, LocalRuntime, Runtime, SimRuntime, StopRule
 from daskstraggle.trace import Result, check_output_path
 
 __all__ = ["fit_least_squares", "fit_logistic", "fit_pca", "solve"]
 
 
-@contextmanager
-def _resolve_runtime(
-    runtime: Runtime | str | None, client: Any, scheduler: str | None, n_workers: int | None
-) -> Iterator[Runtime]:
-    """Yield the runtime to use; close it afterwards only if it was made here."""
+def _check_runtime_args(
+    runtime: Runtime | str | None,
+    client: Any,
+    scheduler: str | None,
+    n_workers: int | None,
+    stragglers: Stragglers,
+) -> None:
+    """Refuse combinations that cannot work, before anything starts."""
     if isinstance(runtime, Runtime):
         if client is not None or scheduler is not None or n_workers is not None:
             raise InvalidParameterError(
                 "Pass either runtime=... or client/scheduler/n_workers, not both."
             )
+        if stragglers:
+            raise InvalidParameterError(
+                "Pass stragglers to the runtime you built (DaskRuntime(stragglers=...) or "
+                "SimRuntime(latency=...)), not to the fit function."
+            )
+        return
+    if runtime not in (None, "dask", "local", "sim"):
+        raise InvalidParameterError(
+            f"The 'runtime' parameter must be a Runtime, 'dask', 'local', 'sim' or None. "
+            f"Got {runtime!r} instead."
+        )
+    if runtime in ("local", "sim") and (client is not None or scheduler is not None):
+        raise InvalidParameterError(
+            f"runtime={runtime!r} runs in this process; drop client/scheduler (or use the "
+            "Dask runtime)."
+        )
+    if runtime == "local" and stragglers:
+        raise InvalidParameterError(
+            "runtime='local' has no latency to slow down; use runtime='sim' (simulated "
+            "stragglers) or the Dask runtime (injected stragglers)."
+        )
+    if runtime == "sim" and stragglers.throttle is not None:
+        raise InvalidParameterError(
+            "The throttle straggler slows real worker processes; it needs the Dask runtime, "
+            "not runtime='sim'."
+        )
+    if n_workers is not None or runtime in ("local", "sim"):
+        stragglers.check_n_workers(4 if n_workers is None else n_workers)
+
+
+@contextmanager
+def _resolve_runtime(
+    runtime: Runtime | str | None,
+    client: Any,
+    scheduler: str | None,
+    n_workers: int | None,
+    stragglers: Stragglers,
+    rng: Any,
+) -> Iterator[Runtime]:
+    """Yield the runtime to use; close it afterwards only if it was made here."""
+    _check_runtime_args(runtime, client, scheduler, n_workers, stragglers)
+    seed = rng if isinstance(rng, int | np.integer) else None
+    if isinstance(runtime, Runtime):
         yield runtime
         return
     if runtime == "local":
-        if client is not None or scheduler is not None:
-            raise InvalidParameterError(
-                "runtime='local' runs in this process; drop client/scheduler (or use the "
-                "Dask runtime)."
-            )
         with LocalRuntime(n_workers=4 if n_workers is None else n_workers) as rt:
             yield rt
         return
-    if runtime not in (None, "dask"):
-        raise InvalidParameterError(
-            f"The 'runtime' parameter must be a Runtime, 'dask', 'local' or None. Got {runtime!r} instead."
-        )
+    if runtime == "sim":
+        with SimRuntime(4 if n_workers is None else n_workers, latency=stragglers.model,
+                        rng=seed) as sim:
+            yield sim
+        return
     if client is None and scheduler is None and n_workers is None:
         try:
             from distributed import get_client
@@ -56,7 +100,8 @@ def _resolve_runtime(
             client = get_client()
         except ValueError:  # no default client: start a LocalCluster for this call
             client = None
-    with DaskRuntime(client, address=scheduler, n_workers=n_workers) as rt:
+    with DaskRuntime(client, address=scheduler, n_workers=n_workers, stragglers=stragglers,
+                     rng=seed) as rt:
         yield rt
 
 
@@ -83,6 +128,7 @@ def solve(
     out: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     method_params: dict[str, Any] | None = None,
+    stragglers: str | LatencyModel | Stragglers | None = None,
 ) -> Result:
     """Fit ``problem`` on ``X``; the engine behind the ``fit_*`` functions.
 
@@ -97,8 +143,9 @@ def solve(
     array : str or None, default=None
         Member of a Zarr group holding the matrix.
     method : str, default="gd"
-        ``"gd"`` (synchronous gradient descent; the power method for PCA) or ``"nag"``
-        (Nesterov, regression only).
+        ``"gd"`` (synchronous gradient descent; the power method for PCA), ``"nag"``
+        (Nesterov, regression only) or ``"sgd"`` (wait for the fastest ``n_wait``
+        workers; pass ``method_params={"n_wait": w}``).
     step_size : float or None, default=None
         None: the problem's safe default.
     max_iter, tol, gap_tol, time_budget
@@ -107,10 +154,12 @@ def solve(
         Also compute the exact optimum independently and report the gap.
     n_partitions : int or None, default=None
         Row partitions (None: storage chunks, at least one per worker).
-    runtime : Runtime, {"dask", "local"} or None, default=None
-        ``"local"`` runs in process (no cluster). None or ``"dask"``: a Dask cluster from
-        ``client``, ``scheduler`` or ``n_workers``; with none of them, the default client
-        if there is one, else a LocalCluster started (and closed) for this call.
+    runtime : Runtime, {"dask", "local", "sim"} or None, default=None
+        ``"local"`` runs in process (no cluster, no latency). ``"sim"`` runs in process in
+        simulated time with ``stragglers`` as the latency model (see
+        :class:`~daskstraggle.runtime.SimRuntime`). None or ``"dask"``: a Dask cluster
+        from ``client``, ``scheduler`` or ``n_workers``; with none of them, the default
+        client if there is one, else a LocalCluster started (and closed) for this call.
     client : distributed.Client or None, default=None
         Cluster to run on.
     scheduler : str or None, default=None
@@ -127,6 +176,15 @@ def solve(
         Allow ``out`` to replace an existing path.
     method_params : dict or None, default=None
         Extra parameters of the method.
+    stragglers : str, LatencyModel, Stragglers or None, default=None
+        Slow some workers down on purpose (see :mod:`daskstraggle.latency.spec` for the
+        grammar), e.g. ``"slowdown(workers=1, factor=4)"``,
+        ``"markov(p_slow=0.05, p_fast=0.2, slow_factor=4)"``, ``"bursts()"``,
+        ``"artificial()"``, ``"gamma(mean=0.05, var=1e-4)"`` or
+        ``"throttle(workers=1, factor=4)"``. On Dask a latency model is injected on the
+        workers (a delay added to each of our tasks) and a throttle stops and resumes the
+        whole worker process; with ``runtime="sim"`` the model is the simulated latency.
+        Seeded by ``rng`` when it is an int.
 
     Returns
     -------
@@ -151,8 +209,12 @@ def solve(
         step_size = check_positive(step_size, name="step_size", caller=caller)
     meth = make_method(method, **(method_params or {}))
     meth.check_problem(problem)
+    spec = parse_stragglers(stragglers)
     if n_workers is not None:
-        check_int(n_workers, name="n_workers", caller=caller, low=1, high=256)
+        high = 100_000 if runtime in ("sim", "local") else 256
+        check_int(n_workers, name="n_workers", caller=caller, low=1, high=high)
+        meth.check_n_workers(n_workers)
+    _check_runtime_args(runtime, client, scheduler, n_workers, spec)
     out_path = check_output_path(out, overwrite=overwrite)
     matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions)
     problem.check_shape(matrix.n_rows, matrix.n_columns)
@@ -164,7 +226,7 @@ def solve(
             )
         if isinstance(problem, Logistic):
             matrix = matrix.with_labels(to_plus_minus_one(matrix.labels))
-    with _resolve_runtime(runtime, client, scheduler, n_workers) as rt:
+    with _resolve_runtime(runtime, client, scheduler, n_workers, spec, rng) as rt:
         result = rt.run(meth, problem, matrix, stop=stop, step_size=step_size,
                         reference=reference, rng=rng, progress=progress)
     if out_path is not None:

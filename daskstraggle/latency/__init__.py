@@ -1,6 +1,8 @@
 """Latency models, fitting, order statistics, the event-driven simulator and the profiler.
 
-Pure numpy/scipy: nothing here imports dask or distributed.
+Pure numpy/scipy: nothing here imports dask or distributed. Spec strings such as
+``"gamma(mean=0.05, var=1e-4) + slowdown(workers=1, factor=4)"`` are read by
+:func:`parse_latency` / :func:`parse_stragglers` (grammar in :mod:`daskstraggle.latency.spec`).
 """
 
 from __future__ import annotations
@@ -15,14 +17,50 @@ from daskstraggle.latency.base import (
     register_model,
     worker_streams,
 )
+from daskstraggle.latency.fit import fit_gamma, fit_shifted_exponential, fit_trace
+from daskstraggle.latency.models import (
+    Artificial,
+    Bursts,
+    Gamma,
+    MultiMessage,
+    Replay,
+    ShiftedExponential,
+    Slowdown,
+    TwoStateMarkov,
+)
+from daskstraggle.latency.order import OrderStatistics, order_statistics
+from daskstraggle.latency.profiler import LatencyProfiler, ProfileStatistics
+from daskstraggle.latency.simulator import SimulationResult, simulate
+from daskstraggle.latency.spec import Stragglers, ThrottleSpec, parse_latency, parse_stragglers
 
 __all__ = [
+    "Artificial",
+    "Bursts",
     "Constant",
+    "Gamma",
     "LatencyModel",
+    "LatencyProfiler",
     "LatencySampler",
+    "MultiMessage",
+    "OrderStatistics",
+    "ProfileStatistics",
+    "Replay",
+    "ShiftedExponential",
+    "SimulationResult",
+    "Slowdown",
+    "Stragglers",
+    "ThrottleSpec",
+    "TwoStateMarkov",
+    "fit_gamma",
+    "fit_shifted_exponential",
+    "fit_trace",
     "get_model_class",
     "list_models",
     "make_model",
+    "order_statistics",
+    "parse_latency",
+    "parse_stragglers",
     "register_model",
+    "simulate",
     "worker_streams",
 ]

@@ -280,8 +280,11 @@ class LatencyModel(ABC):
         base = None
         for f in fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
-            if isinstance(value, LatencyModel) or (f.name == "base" and value is None):
+            if f.name == "base":
                 base = value
+                continue
+            if isinstance(value, LatencyModel):
+                args.append(f"{f.name}={value.to_spec()}")
                 continue
             if isinstance(value, tuple):
                 value = list(value)
@@ -303,7 +306,9 @@ class LatencySampler(ABC):
 
     #: True when draws depend on nothing but the worker's stream and ``load`` (not on
     #: ``time``, ``iteration`` or history), so callers may draw many at once with ``size``
-    #: and use them in order.
+    #: and use them in order. A stateless sampler's ``size=k`` draw must equal ``k``
+    #: successive single draws (the simulator pre-draws blocks; the simulated runtime
+    #: draws one task at a time; both must see the same numbers from the same seed).
     stateless: bool = False
 
     def __init__(self, n_workers: int, streams: list[np.random.Generator]) -> None:

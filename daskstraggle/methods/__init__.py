@@ -18,9 +18,9 @@ from daskstraggle.methods.sgd import SGD
 __all__ = [
     "GD",
     "NAG",
+    "SGD",
     "Method",
     "RoundSummary",
-    "SGD",
     "WorkResult",
     "WorkUnit",
     "contiguous_placement",

@@ -154,6 +154,9 @@ class Method(ABC):
     def check_problem(self, problem: Problem) -> None:  # noqa: B027 - optional hook
         """Raise InvalidParameterError if the method cannot solve ``problem``."""
 
+    def check_n_workers(self, n_workers: int) -> None:  # noqa: B027 - optional hook
+        """Raise InvalidParameterError if the parameters do not fit ``n_workers`` workers."""
+
     @abstractmethod
     def start(
         self,

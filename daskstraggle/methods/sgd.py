@@ -63,6 +63,14 @@ class SGD(Method):
         """Return the parameters."""
         return {"n_wait": self.n_wait, "collect_window": self.collect_window}
 
+    def check_n_workers(self, n_workers: int) -> None:
+        """Refuse ``n_wait`` > ``n_workers``."""
+        if self.n_wait is not None and self.n_wait > n_workers:
+            raise InvalidParameterError(
+                f"The 'n_wait' parameter of SGD must be an int in [1, {n_workers}] (the number "
+                f"of workers). Got {self.n_wait!r} instead."
+            )
+
     def start(
         self,
         problem: Problem,

@@ -1,10 +1,11 @@
-"""Runtimes that drive methods: in process (zero latency) and on a Dask cluster."""
+"""Runtimes that drive methods: in process (zero latency), simulated time, a Dask cluster."""
 
 from __future__ import annotations
 
 from daskstraggle.runtime.base import Runtime
 from daskstraggle.runtime.dask import DaskRuntime, connect
 from daskstraggle.runtime.local import LocalRuntime
+from daskstraggle.runtime.sim import SimRuntime
 from daskstraggle.runtime.stop import StopRule
 
-__all__ = ["DaskRuntime", "LocalRuntime", "Runtime", "StopRule", "connect"]
+__all__ = ["DaskRuntime", "LocalRuntime", "Runtime", "SimRuntime", "StopRule", "connect"]

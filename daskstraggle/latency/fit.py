@@ -1,0 +1,251 @@
+"""Fit latency models to recorded latencies (moment and maximum-likelihood fits).
+
+Pure numpy: nothing here imports dask, distributed or xarray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from daskstraggle._validation import check_bool, check_choice, check_int
+from daskstraggle.errors import InvalidDataError, InvalidParameterError
+from daskstraggle.latency.models import Gamma, ShiftedExponential
+
+__all__ = ["fit_gamma", "fit_shifted_exponential", "fit_trace"]
+
+
+def _as_samples(values: ArrayLike, *, name: str, caller: str) -> NDArray[np.float64]:
+    """Return ``values`` as a float array of shape (n_samples, n_workers)."""
+    try:
+        data = np.array(values, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise InvalidDataError(
+            f"The {name!r} parameter of {caller} must be an array of seconds of shape "
+            f"(n_samples, n_workers) with NaN for missing samples. Got {values!r} instead."
+        ) from err
+    if data.ndim == 1:
+        data = data[:, None]
+    if data.ndim != 2 or data.shape[1] == 0:
+        raise InvalidDataError(
+            f"The {name!r} parameter of {caller} must be an array of shape "
+            f"(n_samples, n_workers) with NaN for missing samples. Got shape {data.shape} "
+            "instead."
+        )
+    if np.isinf(data).any() or (data < 0).any():
+        raise InvalidDataError(
+            f"The {name!r} parameter of {caller} has infinite or negative latencies; "
+            "durations must be finite seconds >= 0 (NaN marks a missing sample)."
+        )
+    return data
+
+
+def _columns(
+    data: NDArray[np.float64], *, iid: bool, min_samples: int, name: str, caller: str
+) -> list[NDArray[np.float64]]:
+    """Return the finite samples of each worker (or one pooled column when ``iid``)."""
+    if iid:
+        pooled = data[np.isfinite(data)]
+        if pooled.size < min_samples:
+            raise InvalidParameterError(
+                f"The {name!r} parameter of {caller} has {pooled.size} finite samples in all; "
+                f"at least {min_samples} are needed (min_samples). Record more iterations."
+            )
+        return [pooled]
+    out = []
+    for i in range(data.shape[1]):
+        column = data[:, i]
+        column = column[np.isfinite(column)]
+        if column.size < min_samples:
+            raise InvalidParameterError(
+                f"The {name!r} parameter of {caller} has {column.size} finite samples for "
+                f"worker {i}; at least {min_samples} are needed (min_samples). Record more "
+                "iterations, drop that worker's column, or pool the workers with iid=True."
+            )
+        out.append(column)
+    return out
+
+
+def _pack(values: list[float], iid: bool) -> float | tuple[float, ...]:
+    return float(values[0]) if iid else tuple(float(v) for v in values)
+
+
+def fit_gamma(
+    compute: ArrayLike,
+    communication: ArrayLike | None = None,
+    *,
+    iid: bool = False,
+    min_samples: int = 2,
+) -> Gamma:
+    """Fit the per-worker gamma latency model by moments.
+
+    Parameters
+    ----------
+    compute : array-like of shape (n_samples, n_workers)
+        Compute seconds at load 1, NaN where a worker has no sample. A 1-D array is one
+        worker.
+    communication : array-like of shape (n_samples, n_workers) or None, default=None
+        Communication seconds, NaN where missing (None: communication takes no time).
+    iid : bool, default=False
+        Pool every worker's samples into one law (scalar parameters): the i.i.d.
+        baseline.
+    min_samples : int, default=2
+        Fewest finite samples a worker (or the pool) needs.
+
+    Returns
+    -------
+    model : Gamma
+        Mean and sample variance (``ddof=1``) per worker, tuples with one value per
+        worker (floats when ``iid``).
+
+    Raises
+    ------
+    InvalidParameterError
+        If a worker has fewer than ``min_samples`` finite samples, or an option is invalid.
+    InvalidDataError
+        If the data is not 2-D or holds negative or infinite durations.
+
+    See Also
+    --------
+    fit_trace : The same from the trace of a run.
+
+    References
+    ----------
+    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb and A. Graell i Amat, "DSAG: A Mixed
+       Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
+       IEEE Trans. Commun., 2023, §III.
+
+    Examples
+    --------
+    >>> fit_gamma([[1.0, 2.0], [3.0, np.nan], [2.0, 4.0]])
+    Gamma(mean=(2.0, 3.0), var=(1.0, 2.0), communication_mean=0.0, communication_var=0.0)
+    >>> fit_gamma([[1.0, 2.0], [3.0, 4.0]], iid=True).mean
+    2.5
+    """
+    caller = "fit_gamma"
+    iid = check_bool(iid, name="iid", caller=caller)
+    min_samples = check_int(min_samples, name="min_samples", caller=caller, low=2)
+    params: dict[str, Any] = {}
+    sources = (("compute", compute, "mean", "var"),
+               ("communication", communication, "communication_mean", "communication_var"))
+    for name, values, mean_name, var_name in sources:
+        if values is None:
+            continue
+        data = _as_samples(values, name=name, caller=caller)
+        columns = _columns(data, iid=iid, min_samples=min_samples, name=name, caller=caller)
+        params[mean_name] = _pack([c.mean() for c in columns], iid)
+        params[var_name] = _pack([c.var(ddof=1) for c in columns], iid)
+    return Gamma(**params)
+
+
+def fit_shifted_exponential(
+    samples: ArrayLike, *, method: str = "moments", min_samples: int = 2
+) -> ShiftedExponential:
+    """Fit a shifted-exponential law per worker.
+
+    Parameters
+    ----------
+    samples : array-like of shape (n_samples, n_workers)
+        Latencies at load 1 in seconds, NaN where missing. A 1-D array is one worker.
+    method : {"moments", "mle"}, default="moments"
+        ``"moments"``: ``rate = 1 / std``, ``shift = max(mean - std, 0)``; ``"mle"``:
+        ``shift = min``, ``rate = 1 / (mean - min)``.
+    min_samples : int, default=2
+        Fewest finite samples a worker needs.
+
+    Returns
+    -------
+    model : ShiftedExponential
+        Tuples with one value per worker.
+
+    Raises
+    ------
+    InvalidParameterError
+        If a worker has fewer than ``min_samples`` finite samples, or an option is invalid.
+    InvalidDataError
+        If a worker's samples are all equal (no spread to fit a rate to), or the data is
+        not 2-D or holds negative or infinite durations.
+
+    References
+    ----------
+    .. [1] S. Li, S. M. M. Kalan, A. S. Avestimehr and M. Soltanolkotabi, "Near-Optimal
+       Straggler Mitigation for Distributed Gradient Methods", IEEE IPDPSW, 2018, eq. (15).
+
+    Examples
+    --------
+    >>> fit_shifted_exponential([[1.0], [2.0], [3.0]], method="mle")
+    ShiftedExponential(shift=(1.0,), rate=(1.0,))
+    """
+    caller = "fit_shifted_exponential"
+    method = check_choice(method, name="method", caller=caller, choices=["moments", "mle"])
+    min_samples = check_int(min_samples, name="min_samples", caller=caller, low=2)
+    data = _as_samples(samples, name="samples", caller=caller)
+    columns = _columns(data, iid=False, min_samples=min_samples, name="samples", caller=caller)
+    shifts, rates = [], []
+    for i, column in enumerate(columns):
+        mean = column.mean()
+        if method == "moments":
+            spread = column.std(ddof=1)
+            shift = max(mean - spread, 0.0)
+        else:
+            shift = column.min()
+            spread = mean - shift
+        if not spread > 0:
+            raise InvalidDataError(
+                f"The samples of worker {i} passed to {caller} are all equal ({column[0]!r}); "
+                "a shifted exponential needs some spread. Use Constant for a fixed latency."
+            )
+        shifts.append(float(shift))
+        rates.append(float(1.0 / spread))
+    return ShiftedExponential(shift=tuple(shifts), rate=tuple(rates))
+
+
+def fit_trace(trace: Mapping[str, Any], *, iid: bool = False) -> Gamma:
+    """Fit the gamma latency model to the trace of a run.
+
+    This is how fitted statistics saved from a run become a model: pass the run's trace
+    (the ``xarray.Dataset`` of ``Result.trace``, or any mapping with the same arrays)
+    and simulate or inject the returned model.
+
+    Parameters
+    ----------
+    trace : mapping
+        Holds ``"compute_duration"`` and optionally ``"communication_duration"``, each of
+        shape (n_iterations, n_workers) with NaN where a worker delivered nothing.
+    iid : bool, default=False
+        Pool the workers into one law (the i.i.d. baseline).
+
+    Returns
+    -------
+    model : Gamma
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``"compute_duration"`` is missing or a worker has fewer than 2 samples.
+    InvalidDataError
+        If the arrays are not 2-D or hold negative or infinite durations.
+
+    See Also
+    --------
+    fit_gamma : The moment fit used here.
+
+    Examples
+    --------
+    >>> trace = {"compute_duration": [[0.1, 0.2], [0.3, 0.2], [0.2, np.nan]]}
+    >>> fit_trace(trace, iid=True).mean
+    0.2
+    """
+    if "compute_duration" not in trace:
+        raise InvalidParameterError(
+            "The 'trace' parameter of fit_trace must hold a 'compute_duration' array "
+            f"(iteration x worker). Got the keys {sorted(map(str, trace))} instead."
+        )
+    compute = np.asarray(trace["compute_duration"], dtype=float)
+    communication = None
+    if "communication_duration" in trace:
+        communication = np.asarray(trace["communication_duration"], dtype=float)
+    return fit_gamma(compute, communication, iid=iid)

@@ -1,0 +1,581 @@
+"""Latency models with a distribution: shifted exponential, multi-message, gamma, replay.
+
+Importing this module registers every model of the package, the modifiers of
+:mod:`daskstraggle.latency.modifiers` included (they are re-exported here).
+
+Pure numpy: nothing here imports dask or distributed.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from daskstraggle._validation import check_int
+from daskstraggle.errors import (
+    DataNotFoundError,
+    InvalidDataError,
+    InvalidParameterError,
+    NonFiniteDataError,
+)
+from daskstraggle.latency.base import (
+    Draw,
+    LatencyModel,
+    LatencySampler,
+    check_per_worker,
+    register_model,
+)
+from daskstraggle.latency.modifiers import Artificial, Bursts, Slowdown, TwoStateMarkov
+
+__all__ = [
+    "Artificial",
+    "Bursts",
+    "Gamma",
+    "MultiMessage",
+    "Replay",
+    "ShiftedExponential",
+    "Slowdown",
+    "TwoStateMarkov",
+]
+
+
+def _per_worker(value: float | tuple[float, ...], n_workers: int) -> NDArray[np.float64]:
+    return np.broadcast_to(np.asarray(value, dtype=float), (n_workers,)).copy()
+
+
+def _out(compute: NDArray[np.float64], communication: NDArray[np.float64] | float,
+         size: int | None) -> Draw:
+    if size is None:
+        return float(compute[0]), float(np.ravel(communication)[0])
+    return compute, np.broadcast_to(communication, (size,)).astype(float)
+
+
+# --------------------------------------------------------------------------- shifted exponential
+
+
+class _ShiftedExponentialSampler(LatencySampler):
+    stateless = True
+
+    def __init__(
+        self, model: ShiftedExponential, n_workers: int, streams: list[np.random.Generator]
+    ) -> None:
+        super().__init__(n_workers, streams)
+        self.shift = _per_worker(model.shift, n_workers)
+        self.scale = 1.0 / _per_worker(model.rate, n_workers)
+
+    def sample(
+        self,
+        worker_index: int,
+        *,
+        time: float = 0.0,
+        iteration: int = 0,
+        load: float = 1.0,
+        measured: float | None = None,
+        size: int | None = None,
+    ) -> Draw:
+        draws = self.streams[worker_index].exponential(
+            self.scale[worker_index], size=1 if size is None else size
+        )
+        return _out(load * (self.shift[worker_index] + draws), 0.0, size)
+
+
+@register_model
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShiftedExponential(LatencyModel):
+    """Shifted-exponential compute time that scales with the load (BCC eq. 15).
+
+    A task of load ``r`` takes ``r * (shift + E)`` seconds with ``E ~ Exp(rate)``, i.e.
+
+    .. math:: P(T \\le t) = 1 - e^{-(\\mu / r)(t - a r)}, \\quad t \\ge a r,
+
+    with ``a = shift`` and ``mu = rate``. Communication takes no time.
+
+    Parameters
+    ----------
+    shift : float or tuple of float, default=0.0
+        Minimum seconds per unit of load (>= 0; one value, or one per worker).
+    rate : float or tuple of float, default=1.0
+        Rate of the exponential part per unit of load (> 0; one value, or one per worker).
+
+    See Also
+    --------
+    MultiMessage : The same law seen message by message.
+    fit_shifted_exponential : Fit it to recorded latencies.
+
+    References
+    ----------
+    .. [1] S. Li, S. M. M. Kalan, A. S. Avestimehr and M. Soltanolkotabi, "Near-Optimal
+       Straggler Mitigation for Distributed Gradient Methods", IEEE IPDPSW, 2018, eq. (15).
+
+    Examples
+    --------
+    >>> s = ShiftedExponential(shift=(0.1, 0.2), rate=10.0).sampler(2, rng=0)
+    >>> compute, communication = s.sample(1, load=2.0)
+    >>> bool(compute >= 0.4), communication
+    (True, 0.0)
+    """
+
+    name: ClassVar[str] = "shifted-exponential"
+    shift: float | tuple[float, ...] = 0.0
+    rate: float | tuple[float, ...] = 1.0
+
+    def __post_init__(self) -> None:
+        caller = "ShiftedExponential"
+        object.__setattr__(self, "shift", check_per_worker(self.shift, name="shift",
+                                                           caller=caller))
+        object.__setattr__(self, "rate", check_per_worker(self.rate, name="rate", caller=caller,
+                                                          strict=True))
+
+    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+        return _ShiftedExponentialSampler(self, n_workers, streams)
+
+
+# --------------------------------------------------------------------------- multi-message
+
+
+class _MultiMessageSampler(LatencySampler):
+    stateless = True
+
+    def __init__(
+        self, model: MultiMessage, n_workers: int, streams: list[np.random.Generator]
+    ) -> None:
+        super().__init__(n_workers, streams)
+        self.alpha = _per_worker(model.alpha, n_workers)
+        self.scale = 1.0 / _per_worker(model.rate, n_workers)
+
+    def _unit(self, worker_index: int, n: int) -> NDArray[np.float64]:
+        # alpha + X: the time of one computation in this task
+        draws = self.streams[worker_index].exponential(self.scale[worker_index], size=n)
+        return self.alpha[worker_index] + draws
+
+    def sample(
+        self,
+        worker_index: int,
+        *,
+        time: float = 0.0,
+        iteration: int = 0,
+        load: float = 1.0,
+        measured: float | None = None,
+        size: int | None = None,
+    ) -> Draw:
+        return _out(load * self._unit(worker_index, 1 if size is None else size), 0.0, size)
+
+    def message_times(
+        self, worker_index: int, n_messages: int, *, time: float = 0.0, iteration: int = 0
+    ) -> NDArray[np.float64]:
+        """Return the finishing times of a task's ``n_messages`` computations (one draw).
+
+        Parameters
+        ----------
+        worker_index : int
+            Which worker.
+        n_messages : int
+            Number of computations (messages) in the task.
+        time : float, default=0.0
+            Seconds since the run started (unused: the model is stateless).
+        iteration : int, default=0
+            Iterate version (unused).
+
+        Returns
+        -------
+        times : ndarray of shape (n_messages,)
+            ``[1, 2, ..., n_messages] * (alpha + X)`` seconds after the task starts.
+        """
+        n = check_int(n_messages, name="n_messages", caller="MultiMessage.message_times", low=1)
+        unit = self._unit(worker_index, 1)[0]
+        return np.arange(1, n + 1) * unit
+
+
+@register_model
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MultiMessage(LatencyModel):
+    """Multi-message latency: the j-th computation of a task finishes at ``j (alpha + X)``.
+
+    For each task one ``X ~ Exp(rate)`` is drawn; a task of ``load`` computations sends
+    its ``j``-th result at ``j * (alpha + X)``, so ``s`` computations are done by ``t`` with
+
+    .. math:: P = 1 - e^{-\\mu (t / s - \\alpha)}, \\quad t \\ge s \\alpha.
+
+    :meth:`LatencySampler.sample` returns the last message's time ``load * (alpha + X)``
+    as compute (communication 0); the sampler's ``message_times(worker_index, n_messages)``
+    returns every message's time from one draw.
+
+    Parameters
+    ----------
+    alpha : float or tuple of float, default=0.0
+        Fixed seconds per computation (>= 0; one value, or one per worker).
+    rate : float or tuple of float, default=1.0
+        Rate ``mu`` of the exponential part (> 0; one value, or one per worker).
+
+    See Also
+    --------
+    ShiftedExponential : The same law for the whole task.
+    TwoStateMarkov : Switch between a fast and a slow rate.
+
+    References
+    ----------
+    .. [1] E. Ozfatura, B. Buyukates, D. Gündüz and S. Ulukus, "Age-Based Coded Computation
+       for Bias Reduction in Distributed Learning", IEEE GLOBECOM, 2020, eq. (18).
+
+    Examples
+    --------
+    >>> s = MultiMessage(alpha=0.01, rate=10.0).sampler(1, rng=0)
+    >>> times = s.message_times(0, 3)
+    >>> times.shape, bool(np.allclose(times, times[0] * np.arange(1, 4)))
+    ((3,), True)
+    """
+
+    name: ClassVar[str] = "multi-message"
+    alpha: float | tuple[float, ...] = 0.0
+    rate: float | tuple[float, ...] = 1.0
+
+    def __post_init__(self) -> None:
+        caller = "MultiMessage"
+        object.__setattr__(self, "alpha", check_per_worker(self.alpha, name="alpha",
+                                                           caller=caller))
+        object.__setattr__(self, "rate", check_per_worker(self.rate, name="rate", caller=caller,
+                                                          strict=True))
+
+    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+        return _MultiMessageSampler(self, n_workers, streams)
+
+
+# --------------------------------------------------------------------------- gamma
+
+
+class _GammaSampler(LatencySampler):
+    stateless = True
+
+    def __init__(self, model: Gamma, n_workers: int, streams: list[np.random.Generator]) -> None:
+        super().__init__(n_workers, streams)
+        params = []
+        for mean_name, var_name in (("mean", "var"), ("communication_mean", "communication_var")):
+            mean = _per_worker(getattr(model, mean_name), n_workers)
+            var = _per_worker(getattr(model, var_name), n_workers)
+            random = var > 0
+            safe_mean = np.where(random, mean, 1.0)
+            params.append((mean, random, mean**2 / np.where(random, var, 1.0),
+                           np.where(random, var, 1.0) / safe_mean))
+        self.compute, self.communication = params
+
+    def sample(
+        self,
+        worker_index: int,
+        *,
+        time: float = 0.0,
+        iteration: int = 0,
+        load: float = 1.0,
+        measured: float | None = None,
+        size: int | None = None,
+    ) -> Draw:
+        n = 1 if size is None else size
+        i = worker_index
+        (c_mean, c_random, c_shape, c_scale) = self.compute
+        (m_mean, m_random, m_shape, m_scale) = self.communication
+        stream = self.streams[i]
+        if c_random[i] and m_random[i]:
+            # draws interleaved (compute, communication) so size=k equals k single calls
+            both = stream.gamma([c_shape[i], m_shape[i]], [c_scale[i], m_scale[i]], size=(n, 2))
+            compute, communication = both[:, 0], both[:, 1]
+        else:
+            compute = stream.gamma(c_shape[i], c_scale[i], size=n) if c_random[i] \
+                else np.full(n, c_mean[i])
+            communication = stream.gamma(m_shape[i], m_scale[i], size=n) if m_random[i] \
+                else np.full(n, m_mean[i])
+        return _out(load * compute, communication, size)
+
+
+@register_model
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Gamma(LatencyModel):
+    """Independent gamma compute and communication times per worker (DSAG §III).
+
+    Worker ``i``'s compute time at load 1 is gamma distributed with mean ``mean[i]`` and
+    variance ``var[i]`` (shape ``m^2/v``, scale ``v/m``) and scales linearly with the
+    load; its communication time is an independent gamma with ``communication_mean`` and
+    ``communication_var`` and does not depend on the load. A variance of 0 means a
+    deterministic time. With scalar parameters every worker has the same law: that is
+    the i.i.d. baseline the paper compares against.
+
+    Parameters
+    ----------
+    mean : float or tuple of float
+        Mean compute seconds at load 1 (>= 0; one value, or one per worker).
+    var : float or tuple of float
+        Variance of the compute time at load 1 (>= 0; > 0 needs ``mean > 0``).
+    communication_mean : float or tuple of float, default=0.0
+        Mean communication seconds (>= 0).
+    communication_var : float or tuple of float, default=0.0
+        Variance of the communication time (>= 0).
+
+    See Also
+    --------
+    fit_gamma : Fit per-worker parameters to recorded latencies.
+    fit_trace : Fit them to the trace of a run.
+
+    References
+    ----------
+    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb and A. Graell i Amat, "DSAG: A Mixed
+       Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
+       IEEE Trans. Commun., 2023, §III (latency model).
+
+    Examples
+    --------
+    >>> m = Gamma(mean=(0.02, 0.04), var=1e-5, communication_mean=0.01)
+    >>> compute, communication = m.sampler(2, rng=0).sample(1, size=1000)
+    >>> bool(abs(compute.mean() - 0.04) < 0.002), float(communication[0])
+    (True, 0.01)
+    """
+
+    name: ClassVar[str] = "gamma"
+    mean: float | tuple[float, ...]
+    var: float | tuple[float, ...]
+    communication_mean: float | tuple[float, ...] = 0.0
+    communication_var: float | tuple[float, ...] = 0.0
+
+    def __post_init__(self) -> None:
+        caller = "Gamma"
+        for name in ("mean", "var", "communication_mean", "communication_var"):
+            object.__setattr__(self, name, check_per_worker(getattr(self, name), name=name,
+                                                            caller=caller))
+        for mean_name, var_name in (("mean", "var"), ("communication_mean", "communication_var")):
+            mean, var = getattr(self, mean_name), getattr(self, var_name)
+            means = np.atleast_1d(mean)
+            variances = np.atleast_1d(var)
+            if means.size != variances.size and min(means.size, variances.size) > 1:
+                continue  # check_n_workers reports the length mismatch
+            bad = (variances > 0) & (means == 0)
+            if bad.any():
+                raise InvalidParameterError(
+                    f"The {var_name!r} parameter of {caller} must be 0 where {mean_name!r} is "
+                    f"0 (a gamma law needs a positive mean). Got {mean_name}={mean!r}, "
+                    f"{var_name}={var!r} instead."
+                )
+
+    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+        return _GammaSampler(self, n_workers, streams)
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def _check_table(
+    data: NDArray[np.float64],
+    *,
+    what: str,
+    names: list[str] | None = None,
+    row_labels: list[str] | None = None,
+    error: type[Exception] = InvalidParameterError,
+) -> None:
+    """Raise if a cell is non-finite or negative, naming its row and column."""
+    bad = ~np.isfinite(data) | (data < 0)
+    if not bad.any():
+        return
+    row, col = (int(k) for k in np.argwhere(bad)[0])
+    value = float(data[row, col])
+    kind = "negative" if np.isfinite(value) else "non-finite"
+    if error is InvalidDataError and kind == "non-finite":
+        error = NonFiniteDataError
+    where = row_labels[row] if row_labels else f"row {row}"
+    column = f"column {col}" + (f" ({names[col]!r})" if names else "")
+    raise error(
+        f"{what} has a {kind} latency {value!r} at {where}, {column}; every cell must be a "
+        "finite number of seconds >= 0."
+    )
+
+
+def _read_csv(path: str) -> NDArray[np.float64]:
+    """Read a replay CSV: one column per worker, optional header, '#' comment lines."""
+    try:
+        with open(path, newline="") as fh:
+            lines = [
+                (number, line) for number, line in enumerate(fh, start=1)
+                if line.strip() and not line.lstrip().startswith("#")
+            ]
+    except OSError as err:
+        raise DataNotFoundError(f"Could not read the replay file {path!r}: {err}.") from err
+    rows = list(csv.reader(line for _, line in lines))
+    numbers = [n for n, _ in lines]
+    names: list[str] | None = None
+    if rows:
+        try:
+            [float(cell) for cell in rows[0]]
+        except ValueError:
+            names = [cell.strip() for cell in rows[0]]
+            rows, numbers = rows[1:], numbers[1:]
+    if not rows:
+        raise InvalidDataError(
+            f"The replay file {path!r} has no rows of latencies; write one row per task and "
+            "one column per worker."
+        )
+    width = len(names) if names is not None else len(rows[0])
+    data = np.empty((len(rows), width))
+    for k, (row, number) in enumerate(zip(rows, numbers, strict=True)):
+        if len(row) != width:
+            raise InvalidDataError(
+                f"Line {number} of the replay file {path!r} has {len(row)} cells but the "
+                f"file has {width} columns (one per worker); make every row the same length."
+            )
+        try:
+            data[k] = [float(cell) for cell in row]
+        except ValueError:
+            raise InvalidDataError(
+                f"Line {number} of the replay file {path!r} has a cell that is not a number: "
+                f"{row!r}."
+            ) from None
+    _check_table(
+        data, what=f"The replay file {path!r}", names=names,
+        row_labels=[f"row {k} (line {n})" for k, n in enumerate(numbers)], error=InvalidDataError,
+    )
+    return data
+
+
+class _ReplaySampler(LatencySampler):
+    stateless = False
+
+    def __init__(self, data: NDArray[np.float64], n_workers: int,
+                 streams: list[np.random.Generator]) -> None:
+        super().__init__(n_workers, streams)
+        self.data = data
+        self.count = [0] * n_workers
+
+    def sample(
+        self,
+        worker_index: int,
+        *,
+        time: float = 0.0,
+        iteration: int = 0,
+        load: float = 1.0,
+        measured: float | None = None,
+        size: int | None = None,
+    ) -> Draw:
+        n = 1 if size is None else size
+        start = self.count[worker_index]
+        rows = np.arange(start, start + n) % self.data.shape[0]
+        self.count[worker_index] = start + n
+        return _out(load * self.data[rows, worker_index], 0.0, size)
+
+
+@register_model
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Replay(LatencyModel):
+    """Replay recorded latencies: worker ``i``'s ``k``-th task takes row ``k`` of column ``i``.
+
+    Each worker keeps its own counter and wraps around cyclically at the end of the
+    recording. The recorded (total) latency times ``load`` is returned as compute time;
+    communication is 0.
+
+    Parameters
+    ----------
+    path : str or None, default=None
+        CSV file with one column per worker and one row per task (seconds). An optional
+        first row holds column names; lines starting with ``#`` are comments. The file is
+        read when a sampler is built.
+    table : tuple of tuple of float or None, default=None
+        The same in memory, rows of a table (see :meth:`from_array`).
+
+    Raises
+    ------
+    InvalidParameterError
+        If not exactly one of ``path`` and ``table`` is given, or a cell of ``table`` is
+        not a finite number >= 0.
+    DataNotFoundError
+        If ``path`` does not exist.
+
+    References
+    ----------
+    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb and A. Graell i Amat, "DSAG: A Mixed
+       Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
+       IEEE Trans. Commun., 2023, §III (latency traces recorded on AWS and Azure).
+
+    Examples
+    --------
+    >>> s = Replay.from_array([[1.0, 2.0], [3.0, 4.0]]).sampler(2)
+    >>> [s.sample(1)[0] for _ in range(3)]
+    [2.0, 4.0, 2.0]
+    """
+
+    name: ClassVar[str] = "replay"
+    path: str | None = None
+    table: tuple[tuple[float, ...], ...] | None = None
+
+    def __post_init__(self) -> None:
+        caller = "Replay"
+        if (self.path is None) == (self.table is None):
+            raise InvalidParameterError(
+                f"The 'path' and 'table' parameters of {caller}: give exactly one of them (a "
+                f"CSV file or rows of latencies). Got path={self.path!r} and "
+                f"{'a table' if self.table is not None else 'table=None'} instead."
+            )
+        if self.path is not None:
+            if not isinstance(self.path, str | os.PathLike):
+                raise InvalidParameterError(
+                    f"The 'path' parameter of {caller} must be a path to a CSV file. "
+                    f"Got {type(self.path).__name__} instead."
+                )
+            path = os.fspath(self.path)
+            if not os.path.isfile(path):
+                raise DataNotFoundError(
+                    f"The replay file {path!r} does not exist; give the path of a CSV file "
+                    "with one column of latencies per worker."
+                )
+            object.__setattr__(self, "path", path)
+            return
+        try:
+            data = np.array(self.table, dtype=float)
+        except (TypeError, ValueError):
+            data = np.empty(0)
+        if data.ndim != 2 or data.size == 0:
+            raise InvalidParameterError(
+                f"The 'table' parameter of {caller} must be a non-empty list of equally long "
+                f"rows of numbers (one column per worker). Got {self.table!r} instead."
+            )
+        _check_table(data, what=f"The 'table' parameter of {caller}")
+        object.__setattr__(self, "table", tuple(tuple(float(x) for x in row) for row in data))
+
+    @classmethod
+    def from_array(cls, array: ArrayLike) -> Replay:
+        """Return a Replay of an in-memory table.
+
+        Parameters
+        ----------
+        array : array-like of shape (n_tasks, n_workers)
+            Recorded latencies in seconds, one column per worker.
+
+        Returns
+        -------
+        model : Replay
+        """
+        data = np.asarray(array, dtype=float)
+        if data.ndim != 2:
+            raise InvalidParameterError(
+                f"The 'array' parameter of Replay.from_array must be 2-D (n_tasks, n_workers). "
+                f"Got an array of shape {data.shape} instead."
+            )
+        return cls(table=tuple(tuple(float(x) for x in row) for row in data))
+
+    def _data(self) -> NDArray[np.float64]:
+        if self.path is not None:
+            return _read_csv(self.path)
+        return np.array(self.table, dtype=float)
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Raise InvalidParameterError unless there is one column per worker."""
+        n_columns = self._data().shape[1]
+        if n_columns != n_workers:
+            source = f"the replay file {self.path!r}" if self.path is not None \
+                else "the 'table' parameter"
+            raise InvalidParameterError(
+                f"The 'replay' latency model has {n_columns} columns in {source} but there "
+                f"are {n_workers} workers; record one column per worker or use {n_columns} "
+                "workers."
+            )
+
+    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+        return _ReplaySampler(self._data(), n_workers, streams)
+

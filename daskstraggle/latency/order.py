@@ -1,0 +1,226 @@
+"""Order statistics of per-worker latency by Monte Carlo integration.
+
+The latency of the ``w``-th fastest of ``N`` workers, when every worker starts a task at
+the same time, is the ``w``-th order statistic of the per-worker latencies
+``X_i = Z_i + Y_i`` (compute plus communication). Workers need not be identically
+distributed; an i.i.d. model fitted to pooled statistics mispredicts it (dsag.txt §IV-A,
+Fig. 5). Computing the distribution analytically is expensive for many workers, so we
+draw every worker's latency independently and sort.
+
+Pure numpy: nothing here imports dask or distributed.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from daskstraggle._validation import check_int, check_nonnegative
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.latency.base import LatencyModel
+
+__all__ = ["OrderStatistics", "order_statistics"]
+
+_CALLER = "order_statistics"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OrderStatistics:
+    """Monte Carlo estimates of the latency of the ``w``-th fastest worker, w = 1..N.
+
+    Parameters
+    ----------
+    mean : ndarray of shape (n_workers,)
+        ``mean[w - 1]`` estimates the expected latency (compute + communication) of the
+        ``w``-th fastest worker.
+    std : ndarray of shape (n_workers,)
+        Standard deviation of that latency (not of the estimate of its mean; divide by
+        ``sqrt(n_samples)`` for the standard error, see :attr:`stderr`).
+    n_samples : int
+        Number of Monte Carlo draws.
+    samples : ndarray of shape (n_samples, n_workers)
+        The draws, each row sorted ascending: ``samples[k, w - 1]`` is the ``w``-th
+        fastest latency of draw ``k``.
+
+    See Also
+    --------
+    order_statistics : Build this object from a latency model.
+    """
+
+    mean: NDArray[np.float64]
+    std: NDArray[np.float64]
+    n_samples: int
+    samples: NDArray[np.float64] = field(repr=False, compare=False)
+
+    @property
+    def n_workers(self) -> int:
+        """Number of workers ``N``."""
+        return int(self.mean.shape[0])
+
+    @property
+    def stderr(self) -> NDArray[np.float64]:
+        """Standard error of :attr:`mean`, ndarray of shape (n_workers,)."""
+        return self.std / np.sqrt(self.n_samples)
+
+    def quantiles(self, q: ArrayLike) -> NDArray[np.float64]:
+        """Return quantiles of the ``w``-th fastest latency for every ``w``.
+
+        Parameters
+        ----------
+        q : float or array-like of float in [0, 1]
+            Quantile levels.
+
+        Returns
+        -------
+        values : ndarray of shape (n_workers,) or (len(q), n_workers)
+            ``values[..., w - 1]`` is the quantile of the ``w``-th fastest latency.
+
+        Raises
+        ------
+        InvalidParameterError
+            If a level is outside [0, 1].
+        """
+        levels = np.asarray(q, dtype=float)
+        if not np.all(np.isfinite(levels)) or np.any((levels < 0) | (levels > 1)):
+            raise InvalidParameterError(
+                f"The 'q' parameter of OrderStatistics.quantiles must be a number in [0, 1] "
+                f"or an array of them. Got {q!r} instead."
+            )
+        return np.quantile(self.samples, levels, axis=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready summary: mean, std and the 5/50/95 % quantiles per ``w``."""
+        q05, q50, q95 = self.quantiles([0.05, 0.5, 0.95])
+        return {
+            "n_workers": self.n_workers,
+            "n_samples": self.n_samples,
+            "mean": self.mean.tolist(),
+            "std": self.std.tolist(),
+            "q05": q05.tolist(),
+            "q50": q50.tolist(),
+            "q95": q95.tolist(),
+        }
+
+
+def _check_load(load: Any, n_workers: int, caller: str) -> NDArray[np.float64]:
+    """Return ``load`` as an array of shape (n_workers,) of finite values > 0."""
+    message = (
+        f"The 'load' parameter of {caller} must be a finite number > 0 or an array of "
+        f"{n_workers} of them (one per worker). Got {load!r} instead."
+    )
+    if isinstance(load, bool | str) or (
+        not isinstance(load, numbers.Real | list | tuple | np.ndarray)
+    ):
+        raise InvalidParameterError(message)
+    try:
+        arr = np.asarray(load, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise InvalidParameterError(message) from err
+    if arr.ndim == 0:
+        arr = np.full(n_workers, float(arr))
+    if arr.shape != (n_workers,) or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise InvalidParameterError(message)
+    return arr
+
+
+def _check_model(model: Any, n_workers: int, caller: str) -> None:
+    """Raise unless ``model`` is a LatencyModel with a distribution fitting ``n_workers``."""
+    if not isinstance(model, LatencyModel):
+        raise InvalidParameterError(
+            f"The 'model' parameter of {caller} must be a LatencyModel. "
+            f"Got {type(model).__name__} instead."
+        )
+    if not model.has_distribution:
+        raise InvalidParameterError(
+            f"The 'model' parameter of {caller} must draw latencies itself, but the "
+            f"{model.name!r} latency model only scales measured compute times. Give it a "
+            "base distribution such as 'gamma(mean=0.05, var=1e-4) + ...'."
+        )
+    model.check_n_workers(n_workers)
+
+
+def order_statistics(
+    model: LatencyModel,
+    n_workers: int,
+    *,
+    n_samples: int = 10_000,
+    load: float | ArrayLike = 1.0,
+    time: float = 0.0,
+    iteration: int = 0,
+    rng: int | np.random.Generator | None = None,
+) -> OrderStatistics:
+    """Estimate the latency of the ``w``-th fastest worker for every ``w`` by Monte Carlo.
+
+    Every worker starts one task at ``time``; worker ``i``'s latency is its compute plus
+    communication time drawn from ``model`` (``n_samples`` independent draws per worker,
+    in one call with ``size=n_samples``). Sorting each draw across workers gives samples
+    of the order statistics ``X_(1:N) <= ... <= X_(N:N)``.
+
+    Parameters
+    ----------
+    model : LatencyModel
+        Per-worker latency; it must have a distribution (``model.has_distribution``).
+    n_workers : int
+        Number of workers ``N``.
+    n_samples : int, default=10_000
+        Number of Monte Carlo draws.
+    load : float or array-like of shape (n_workers,), default=1.0
+        Work per task relative to an equal share of the rows (one value, or per worker).
+    time : float, default=0.0
+        Seconds since the run started (the state of time-dependent models).
+    iteration : int, default=0
+        Iterate version (the state of iteration-dependent models).
+    rng : int, Generator or None, default=None
+        Seed of the per-worker streams.
+
+    Returns
+    -------
+    stats : OrderStatistics
+        ``stats.mean[w - 1]`` is the expected latency of the ``w``-th fastest worker.
+
+    Raises
+    ------
+    InvalidParameterError
+        If a parameter is out of range, or ``model`` has no distribution or does not fit
+        ``n_workers``.
+
+    See Also
+    --------
+    daskstraggle.latency.simulator.simulate : Iterative latency, where workers may stay
+        busy over several iterations.
+
+    References
+    ----------
+    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb, A. Graell i Amat, "DSAG: A
+       Mixed Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
+       §IV-A (``shared/papers/dsag.txt``).
+
+    Examples
+    --------
+    >>> from daskstraggle.latency import Constant
+    >>> stats = order_statistics(Constant(compute=(3.0, 1.0, 2.0)), 3, n_samples=10)
+    >>> stats.mean
+    array([1., 2., 3.])
+    """
+    n_workers = check_int(n_workers, name="n_workers", caller=_CALLER, low=1)
+    n_samples = check_int(n_samples, name="n_samples", caller=_CALLER, low=1)
+    time = check_nonnegative(time, name="time", caller=_CALLER)
+    iteration = check_int(iteration, name="iteration", caller=_CALLER, low=0)
+    loads = _check_load(load, n_workers, _CALLER)
+    _check_model(model, n_workers, _CALLER)
+
+    sampler = model.sampler(n_workers, rng=rng)
+    samples = np.empty((n_samples, n_workers))
+    for i in range(n_workers):
+        compute, communication = sampler.sample(
+            i, time=time, iteration=iteration, load=float(loads[i]), size=n_samples
+        )
+        np.add(compute, communication, out=samples[:, i])
+    samples.sort(axis=1)
+    mean = samples.mean(axis=0)
+    std = samples.std(axis=0, ddof=1) if n_samples > 1 else np.zeros(n_workers)
+    return OrderStatistics(mean=mean, std=std, n_samples=n_samples, samples=samples)

@@ -1,0 +1,333 @@
+"""Moving-window latency statistics per worker, the input of the load balancer.
+
+For each worker the coordinator records the compute time the worker measured and the
+communication time (the coordinator's round trip minus the compute time). The profiler
+keeps, per worker, the samples of the last ``window`` seconds (relative to that worker's
+newest sample), trims each window to the inner quantiles and reports mean and variance
+(dsag.txt §VI-A; window 10 s, 10-90 % trimming as in the authors' code).
+
+Pure numpy: nothing here imports dask or distributed.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from daskstraggle._validation import check_bool, check_int, check_nonnegative, check_positive
+from daskstraggle.errors import InvalidParameterError
+
+__all__ = ["LatencyProfiler", "ProfileStatistics"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProfileStatistics:
+    """Per-worker latency statistics over each worker's recent window.
+
+    Parameters
+    ----------
+    compute_mean, compute_var : ndarray of shape (n_workers,)
+        Mean and variance of the compute time *per unit load* (seconds a task of load
+        1.0 takes), over the trimmed window. NaN for a worker with too few samples.
+    communication_mean, communication_var : ndarray of shape (n_workers,)
+        Mean and variance of the communication time over the trimmed window. NaN for a
+        worker with too few samples.
+    n_samples : ndarray of int of shape (n_workers,)
+        Compute samples in each worker's window (before trimming).
+
+    See Also
+    --------
+    LatencyProfiler.statistics : Build this object.
+    """
+
+    compute_mean: NDArray[np.float64]
+    compute_var: NDArray[np.float64]
+    communication_mean: NDArray[np.float64]
+    communication_var: NDArray[np.float64]
+    n_samples: NDArray[np.int64]
+
+    @property
+    def ready(self) -> NDArray[np.bool_]:
+        """Which workers have statistics (no NaN), ndarray of bool of shape (n_workers,)."""
+        return ~(
+            np.isnan(self.compute_mean)
+            | np.isnan(self.compute_var)
+            | np.isnan(self.communication_mean)
+            | np.isnan(self.communication_var)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the statistics as lists (NaN becomes None, so the dict is JSON-ready)."""
+
+        def clean(a: NDArray[Any]) -> list[Any]:
+            return [None if isinstance(v, float) and math.isnan(v) else v for v in a.tolist()]
+
+        return {
+            "compute_mean": clean(self.compute_mean),
+            "compute_var": clean(self.compute_var),
+            "communication_mean": clean(self.communication_mean),
+            "communication_var": clean(self.communication_var),
+            "n_samples": self.n_samples.tolist(),
+        }
+
+
+def _trimmed_stats(values: NDArray[np.float64], q_lo: float, q_hi: float) -> tuple[float, float]:
+    """Return mean and variance (ddof=1; 0 for one value) of the values in [q_lo, q_hi]."""
+    lo, hi = np.quantile(values, [q_lo, q_hi])
+    kept = values[(values >= lo) & (values <= hi)]
+    if kept.size == 0:  # cannot happen (the quantiles are attained), kept as a guard
+        kept = values
+    var = float(kept.var(ddof=1)) if kept.size > 1 else 0.0
+    return float(kept.mean()), var
+
+
+class LatencyProfiler:
+    """Keep each worker's recent latency samples and summarise them.
+
+    Parameters
+    ----------
+    n_workers : int
+        Number of workers (indices ``0 .. n_workers - 1``).
+    window : float, default=10.0
+        Seconds of samples kept per worker, counted back from that worker's newest
+        sample.
+    quantiles : tuple of (float, float), default=(0.1, 0.9)
+        Statistics use only the samples between these quantiles of the window (compute
+        and communication trimmed separately), which removes outliers.
+    min_samples : int, default=10
+        Workers with fewer samples in their window get NaN statistics.
+    max_samples : int, default=1000
+        At most this many samples are kept per worker (the oldest go first), which
+        bounds memory whatever the sampling rate.
+
+    See Also
+    --------
+    daskstraggle.latency.simulator.simulate : Predict iteration times from a model fitted
+        to these statistics.
+
+    References
+    ----------
+    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb, A. Graell i Amat, "DSAG: A
+       Mixed Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
+       §VI-A (``shared/papers/dsag.txt``).
+
+    Notes
+    -----
+    Differences from the paper: the paper takes plain means and variances over the
+    window; like the authors' code we trim to the inner quantiles first. Compute times
+    are divided by the task's load so that windows mixing loads (after load balancing)
+    stay comparable, and a stale result's communication sample is replaced by the
+    worker's recent average: its round trip includes time the result waited behind the
+    iteration that made it stale.
+
+    Examples
+    --------
+    >>> prof = LatencyProfiler(2, min_samples=3)
+    >>> for k in range(5):
+    ...     prof.record(0, time=float(k), compute=0.2 * (1 + k % 2), communication=0.01,
+    ...                 load=float(1 + k % 2))
+    >>> stats = prof.statistics()
+    >>> stats.compute_mean
+    array([0.2, nan])
+    >>> stats.n_samples
+    array([5, 0])
+    """
+
+    def __init__(
+        self,
+        n_workers: int,
+        *,
+        window: float = 10.0,
+        quantiles: tuple[float, float] = (0.1, 0.9),
+        min_samples: int = 10,
+        max_samples: int = 1000,
+    ) -> None:
+        caller = "LatencyProfiler"
+        self.n_workers = check_int(n_workers, name="n_workers", caller=caller, low=1)
+        self.window = check_positive(window, name="window", caller=caller)
+        self.quantiles = _check_quantiles(quantiles, caller)
+        self.min_samples = check_int(min_samples, name="min_samples", caller=caller, low=1)
+        self.max_samples = check_int(
+            max_samples, name="max_samples", caller=caller, low=self.min_samples,
+            remedy="It must be at least min_samples.",
+        )
+        # per worker: (time, compute per unit load, communication or NaN)
+        self._samples: list[deque[tuple[float, float, float]]] = [
+            deque() for _ in range(self.n_workers)
+        ]
+        self._newest = [-math.inf] * self.n_workers
+        self._comm_sum = [0.0] * self.n_workers
+        self._comm_count = [0] * self.n_workers
+
+    def __repr__(self) -> str:
+        counts = [len(s) for s in self._samples]
+        return (
+            f"LatencyProfiler(n_workers={self.n_workers}, window={self.window}, "
+            f"quantiles={self.quantiles}, min_samples={self.min_samples}, "
+            f"samples={sum(counts)})"
+        )
+
+    def _drop_left(self, worker_index: int) -> None:
+        _, _, comm = self._samples[worker_index].popleft()
+        if not math.isnan(comm):
+            self._comm_sum[worker_index] -= comm
+            self._comm_count[worker_index] -= 1
+            if self._comm_count[worker_index] == 0:
+                self._comm_sum[worker_index] = 0.0  # no drift carried over
+
+    def record(
+        self,
+        worker_index: int,
+        *,
+        time: float,
+        compute: float,
+        communication: float,
+        load: float = 1.0,
+        stale: bool = False,
+    ) -> None:
+        """Add one task's latency sample for a worker.
+
+        Parameters
+        ----------
+        worker_index : int
+            Which worker.
+        time : float
+            When the result arrived (seconds, any fixed origin; the window is measured
+            on this clock). A sample older than the worker's window is ignored.
+        compute : float
+            Compute seconds the worker measured (>= 0).
+        communication : float
+            Communication seconds: round trip minus compute (>= 0).
+        load : float, default=1.0
+            Work the task carried relative to an equal share of the rows; the compute
+            sample is stored as ``compute / load``.
+        stale : bool, default=False
+            Whether the result was stale. Its communication sample is then replaced by
+            the mean of the worker's communication samples in the window, or dropped if
+            there are none yet (the compute sample is kept).
+
+        Raises
+        ------
+        InvalidParameterError
+            If an argument is out of range.
+        """
+        caller = "LatencyProfiler.record"
+        i = check_int(worker_index, name="worker_index", caller=caller, low=0,
+                      high=self.n_workers - 1)
+        if not (isinstance(time, numbers.Real) and not isinstance(time, bool)
+                and math.isfinite(time)):
+            raise InvalidParameterError(
+                f"The 'time' parameter of {caller} must be a finite number. "
+                f"Got {time!r} instead."
+            )
+        compute = check_nonnegative(compute, name="compute", caller=caller)
+        communication = check_nonnegative(communication, name="communication", caller=caller)
+        load = check_positive(load, name="load", caller=caller)
+        stale = check_bool(stale, name="stale", caller=caller)
+        time = float(time)
+
+        newest = max(self._newest[i], time)
+        cutoff = newest - self.window
+        if time < cutoff:
+            return
+        self._newest[i] = newest
+        samples = self._samples[i]
+        while samples and samples[0][0] < cutoff:
+            self._drop_left(i)
+        if stale:
+            count = self._comm_count[i]
+            communication = self._comm_sum[i] / count if count else math.nan
+        while len(samples) >= self.max_samples:
+            self._drop_left(i)
+        samples.append((time, compute / load, communication))
+        if not math.isnan(communication):
+            self._comm_sum[i] += communication
+            self._comm_count[i] += 1
+
+    def reset(self, worker_index: int | None = None) -> None:
+        """Forget the samples of one worker (or of all workers with None).
+
+        Parameters
+        ----------
+        worker_index : int or None, default=None
+            Which worker (e.g. after it was restarted or repartitioned).
+
+        Raises
+        ------
+        InvalidParameterError
+            If ``worker_index`` is out of range.
+        """
+        if worker_index is None:
+            indices: Sequence[int] = range(self.n_workers)
+        else:
+            indices = [check_int(worker_index, name="worker_index",
+                                 caller="LatencyProfiler.reset", low=0,
+                                 high=self.n_workers - 1)]
+        for i in indices:
+            self._samples[i].clear()
+            self._newest[i] = -math.inf
+            self._comm_sum[i] = 0.0
+            self._comm_count[i] = 0
+
+    def n_samples(self, worker_index: int) -> int:
+        """Return the number of samples held for ``worker_index``."""
+        i = check_int(worker_index, name="worker_index", caller="LatencyProfiler.n_samples",
+                      low=0, high=self.n_workers - 1)
+        return len(self._samples[i])
+
+    def statistics(self) -> ProfileStatistics:
+        """Return each worker's trimmed mean and variance of compute and communication.
+
+        Returns
+        -------
+        stats : ProfileStatistics
+            Arrays of shape (n_workers,); NaN where a worker has fewer than
+            ``min_samples`` samples (compute and communication counted separately).
+        """
+        n = self.n_workers
+        out = np.full((4, n), np.nan)
+        counts = np.zeros(n, dtype=np.int64)
+        q_lo, q_hi = self.quantiles
+        for i, samples in enumerate(self._samples):
+            if not samples:
+                continue
+            data = np.array(samples)
+            data = data[data[:, 0] >= self._newest[i] - self.window]
+            counts[i] = data.shape[0]
+            if data.shape[0] >= self.min_samples:
+                out[0, i], out[1, i] = _trimmed_stats(data[:, 1], q_lo, q_hi)
+            comm = data[:, 2]
+            comm = comm[~np.isnan(comm)]
+            if comm.size >= self.min_samples:
+                out[2, i], out[3, i] = _trimmed_stats(comm, q_lo, q_hi)
+        return ProfileStatistics(
+            compute_mean=out[0],
+            compute_var=out[1],
+            communication_mean=out[2],
+            communication_var=out[3],
+            n_samples=counts,
+        )
+
+
+def _check_quantiles(value: Any, caller: str) -> tuple[float, float]:
+    """Return ``value`` as ``(lo, hi)`` with ``0 <= lo < hi <= 1``."""
+    ok = isinstance(value, Sequence | np.ndarray) and not isinstance(value, str) \
+        and len(value) == 2
+    if ok:
+        ok = all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value)
+    if ok:
+        lo, hi = float(value[0]), float(value[1])
+        ok = 0.0 <= lo < hi <= 1.0
+    if not ok:
+        raise InvalidParameterError(
+            f"The 'quantiles' parameter of {caller} must be a pair (lo, hi) with "
+            f"0 <= lo < hi <= 1. Got {value!r} instead."
+        )
+    return lo, hi

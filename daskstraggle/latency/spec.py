@@ -1,0 +1,277 @@
+"""Straggler and latency specs: one line of text -> models (``--stragglers``).
+
+Grammar: terms joined by ``+``; each term is ``name(key=value, ...)`` (or a bare
+``name``) where ``name`` is a registered latency model (``_`` or ``-`` alike) and the
+values are Python literals (numbers, strings, lists) or nested terms. The first term may
+be a model with a distribution (``gamma``, ``shifted_exponential``, ...); every later
+term is a modifier (``slowdown``, ``markov``, ``bursts``, ``artificial``) applied on top
+of what precedes it. A spec made of modifiers only slows down the *real* compute time.
+The term ``throttle(workers=..., factor=..., period=...)`` asks for the whole-process
+throttle (it slows any Dask workload on those workers) and may stand alone or beside a
+model. ``none`` means no stragglers.
+
+Examples (CLI ``--stragglers``)::
+
+    slowdown(workers=1, factor=4)                      worker 1 four times slower
+    markov(p_slow=0.05, p_fast=0.2, slow_factor=4)     two-state Markov stragglers
+    bursts()                                           DSAG's 10 s burst chain
+    artificial()                                       DSAG's artificial scenario
+    gamma(mean=[0.02, 0.04, 0.06, 0.08], var=1e-4)     added gamma delays per worker
+    gamma(mean=0.05, var=1e-4) + slowdown(workers=[0, 2], factor=3)
+    throttle(workers=1, factor=4)                      SIGSTOP/SIGCONT duty cycle
+"""
+
+from __future__ import annotations
+
+import ast
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.latency.base import LatencyModel, get_model_class, list_models, make_model
+
+__all__ = ["Stragglers", "ThrottleSpec", "parse_latency", "parse_stragglers"]
+
+_HELP = (
+    "Write terms like 'slowdown(workers=1, factor=4)', 'markov(p_slow=0.05, slow_factor=4)', "
+    "'gamma(mean=0.05, var=1e-4) + slowdown(workers=0, factor=3)' or "
+    "'throttle(workers=1, factor=4)'"
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ThrottleSpec:
+    """Whole-process throttle of some workers (see ``daskstraggle.runtime.throttle``).
+
+    Parameters
+    ----------
+    workers : tuple of int
+        Worker indices to slow down.
+    factor : float
+        Slow-down factor (>= 1): the process runs ``1/factor`` of the time.
+    period : float, default=0.05
+        Seconds of one run/stop cycle.
+    """
+
+    workers: tuple[int, ...]
+    factor: float
+    period: float = 0.05
+
+    def __post_init__(self) -> None:
+        workers = self.workers
+        if isinstance(workers, numbers.Integral) and not isinstance(workers, bool):
+            workers = (int(workers),)
+        if (
+            not isinstance(workers, tuple | list)
+            or not workers
+            or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= 0
+                       for w in workers)
+        ):
+            raise InvalidParameterError(
+                f"The 'workers' parameter of throttle must be a worker index or a list of "
+                f"them (ints >= 0). Got {self.workers!r} instead."
+            )
+        object.__setattr__(self, "workers", tuple(int(w) for w in workers))
+        for name, low in (("factor", 1.0), ("period", 0.0)):
+            value = getattr(self, name)
+            ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            if not ok or not (value >= low if name == "factor" else value > low):
+                constraint = "a number >= 1" if name == "factor" else "a number of seconds > 0"
+                raise InvalidParameterError(
+                    f"The {name!r} parameter of throttle must be {constraint}. "
+                    f"Got {value!r} instead."
+                )
+            object.__setattr__(self, name, float(value))
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Raise InvalidParameterError if a worker index is out of range."""
+        bad = [w for w in self.workers if w >= n_workers]
+        if bad:
+            raise InvalidParameterError(
+                f"throttle: worker {bad[0]} is out of range for {n_workers} workers "
+                f"(indices 0..{n_workers - 1})."
+            )
+
+    def to_spec(self) -> str:
+        """Return the term that parses back to this spec."""
+        return f"throttle(workers={list(self.workers)}, factor={self.factor:g}, " \
+               f"period={self.period:g})"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Stragglers:
+    """What slows workers down in a run: a latency model, a process throttle, or both.
+
+    Parameters
+    ----------
+    model : LatencyModel or None, default=None
+        Injected on the worker (Dask) or simulated (SimRuntime).
+    throttle : ThrottleSpec or None, default=None
+        Whole-process throttle (Dask only).
+    """
+
+    model: LatencyModel | None = None
+    throttle: ThrottleSpec | None = None
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Raise InvalidParameterError if the spec does not fit ``n_workers`` workers."""
+        if self.model is not None:
+            self.model.check_n_workers(n_workers)
+        if self.throttle is not None:
+            self.throttle.check_n_workers(n_workers)
+
+    def to_spec(self) -> str:
+        """Return the spec text (``"none"`` when empty)."""
+        terms = [t.to_spec() for t in (self.model, self.throttle) if t is not None]
+        return " + ".join(terms) or "none"
+
+    def __bool__(self) -> bool:
+        return self.model is not None or self.throttle is not None
+
+
+def _load_models() -> None:
+    # registration happens on import of the model modules
+    import daskstraggle.latency.models  # noqa: F401
+
+
+def _literal(node: ast.AST, text: str) -> Any:
+    if isinstance(node, ast.Call):
+        return _term(node, text, base=None)
+    if isinstance(node, ast.List | ast.Tuple):
+        return [_literal(elt, text) for elt in node.elts]
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise InvalidParameterError(
+            f"Could not read {ast.get_source_segment(text, node)!r} in the stragglers spec "
+            f"{text!r}: values must be numbers, strings, lists or model terms."
+        ) from None
+
+
+def _term(node: ast.AST, text: str, *, base: LatencyModel | None) -> Any:
+    if isinstance(node, ast.Name):
+        name, kwargs = node.id, {}
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        if node.args:
+            raise InvalidParameterError(
+                f"Write the parameters of {node.func.id!r} as key=value in the stragglers spec "
+                f"{text!r}. {_HELP}."
+            )
+        name = node.func.id
+        kwargs = {kw.arg: _literal(kw.value, text) for kw in node.keywords}
+    else:
+        raise InvalidParameterError(
+            f"Could not read {ast.get_source_segment(text, node)!r} in the stragglers spec "
+            f"{text!r}. {_HELP}."
+        )
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+    if name == "throttle":
+        try:
+            return ThrottleSpec(**kwargs)
+        except TypeError as err:
+            raise InvalidParameterError(
+                f"throttle takes workers, factor and period; got {sorted(kwargs)}."
+            ) from err
+    cls = get_model_class(name)
+    if base is not None:
+        if "base" not in {f for f in cls.__dataclass_fields__}:  # type: ignore[attr-defined]
+            raise InvalidParameterError(
+                f"{name!r} is not a modifier and cannot follow another term in {text!r}; "
+                f"put the distribution first. Models: {list_models()}."
+            )
+        kwargs["base"] = base
+    return make_model(cls.name, **kwargs)
+
+
+def parse_stragglers(spec: str | LatencyModel | Stragglers | None) -> Stragglers:
+    """Read a straggler spec (see the module docstring for the grammar).
+
+    Parameters
+    ----------
+    spec : str, LatencyModel, Stragglers or None
+        Text such as ``"slowdown(workers=1, factor=4)"``, a model, or None / ``"none"``.
+
+    Returns
+    -------
+    stragglers : Stragglers
+
+    Raises
+    ------
+    InvalidParameterError
+        For unknown models, unknown or invalid parameters, or text that does not parse;
+        the message names the problem and shows valid examples.
+
+    Examples
+    --------
+    >>> parse_stragglers("throttle(workers=[1, 2], factor=4)").throttle.workers
+    (1, 2)
+    >>> parse_stragglers("none")
+    Stragglers(model=None, throttle=None)
+    """
+    if spec is None:
+        return Stragglers()
+    if isinstance(spec, Stragglers):
+        return spec
+    if isinstance(spec, LatencyModel):
+        return Stragglers(model=spec)
+    if isinstance(spec, ThrottleSpec):
+        return Stragglers(throttle=spec)
+    if not isinstance(spec, str):
+        raise InvalidParameterError(
+            f"The 'stragglers' parameter must be a spec string, a LatencyModel or None. "
+            f"Got {type(spec).__name__} instead."
+        )
+    text = spec.strip()
+    if text.lower() in ("", "none"):
+        return Stragglers()
+    _load_models()
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        raise InvalidParameterError(
+            f"Could not parse the stragglers spec {spec!r}. {_HELP}."
+        ) from None
+    terms: list[ast.AST] = []
+
+    def flatten(node: ast.AST) -> None:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            flatten(node.left)
+            flatten(node.right)
+        else:
+            terms.append(node)
+
+    flatten(tree)
+    model: LatencyModel | None = None
+    throttle: ThrottleSpec | None = None
+    for node in terms:
+        value = _term(node, text, base=model)
+        if isinstance(value, ThrottleSpec):
+            if throttle is not None:
+                raise InvalidParameterError(f"Give at most one throttle term in {spec!r}.")
+            throttle = value
+        else:
+            model = value
+    return Stragglers(model=model, throttle=throttle)
+
+
+def parse_latency(spec: str | LatencyModel) -> LatencyModel:
+    """Read a latency model spec (no throttle term); see :func:`parse_stragglers`.
+
+    Raises
+    ------
+    InvalidParameterError
+        If the text does not describe exactly one latency model.
+
+    Examples
+    --------
+    >>> parse_latency("constant(compute=0.5)")
+    Constant(compute=0.5, communication=0.0)
+    """
+    out = parse_stragglers(spec)
+    if out.throttle is not None or out.model is None:
+        raise InvalidParameterError(
+            f"Expected a latency model such as 'gamma(mean=0.05, var=1e-4)', got {spec!r}. "
+            f"Models: {list_models()}."
+        )
+    return out.model
