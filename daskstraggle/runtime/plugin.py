@@ -1,0 +1,724 @@
+"""Record the latency of daskstraggle's tasks on the Dask scheduler.
+
+:class:`LatencyPlugin` is a :class:`~distributed.diagnostics.plugin.SchedulerPlugin`. Each
+time one of our tasks (a string key starting with ``prefix``, by default every work unit
+``daskstraggle-unit-v{version}-w{worker_index}-...``) goes from ``processing`` to
+``memory``, it stores the worker and the compute and transfer spans the worker reported
+(``startstops``: spans on the worker's own clock, so only their lengths are compared
+across workers). It tracks the workers present when it starts, those that join and those
+that leave, and keeps bounded memory: at most ``maxlen`` records per worker and at most
+``max_departed`` departed workers.
+
+:class:`LatencyRecorder` is the coordinator's side: it installs the plugin (or finds a
+preloaded one) and returns the new records at each :meth:`LatencyRecorder.poll`. By
+default the plugin *pushes* each record to the recorder as a scheduler event
+(``Scheduler.log_event`` / ``Client.subscribe_topic``), and ``poll`` only reads a local
+buffer. The scheduler sends the event before it tells the client that the task's result
+is ready, on the same ordered stream, so the record of every task whose result the
+coordinator has seen is already there. A gap in the record numbers (a full buffer, a
+reconnect) is filled with one round trip to the scheduler. ``push=False`` polls with one
+``Client.run_on_scheduler`` round trip instead.
+
+Two ways to install the plugin:
+
+- **From the client** (the default, any cluster): ``LatencyRecorder(client)`` registers a
+  plugin under a name of its own and removes it at :meth:`LatencyRecorder.close`. The
+  scheduler does not need daskstraggle installed: this module is registered with
+  ``cloudpickle.register_pickle_by_value``, so the plugin class and the small functions
+  run on the scheduler travel by value. They need only ``distributed`` there, and client
+  and scheduler must run the same Python version (as Dask requires anyway). This module
+  therefore imports nothing else from daskstraggle at module level.
+- **Preload** (the scheduler must be able to import daskstraggle): start the scheduler with
+  ``dask scheduler --preload daskstraggle.runtime.plugin`` (or
+  ``distributed.scheduler.preload: [daskstraggle.runtime.plugin]`` in the Dask config of
+  a deployed cluster). :func:`dask_setup` installs one shared plugin named
+  :data:`PRELOAD_NAME` before any worker connects, so it records the whole life of the
+  cluster; every recorder with the default prefix attaches to it and leaves it in place
+  at close. Use it when the scheduler's administrator forbids code sent by clients, or
+  to record from the scheduler's start.
+
+A plugin registered from a client removes itself when that client disconnects without
+closing its recorder, so a dropped notebook kernel leaves nothing behind on a long-lived
+scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+from distributed.metrics import time
+
+if TYPE_CHECKING:
+    import numpy as np
+    from distributed import Client, Scheduler
+
+__all__ = [
+    "DEFAULT_MAXLEN",
+    "DEFAULT_PREFIX",
+    "PRELOAD_NAME",
+    "LatencyPlugin",
+    "LatencyRecorder",
+    "TaskLatency",
+    "dask_setup",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Keys recorded by default: the work units of :class:`~daskstraggle.runtime.DaskRuntime`.
+DEFAULT_PREFIX = "daskstraggle-unit-"
+#: Records kept per worker by default (a record takes about 0.4 kB on the scheduler).
+DEFAULT_MAXLEN = 1000
+#: Name of the plugin installed by the ``--preload daskstraggle.runtime.plugin`` route.
+PRELOAD_NAME = "daskstraggle-latency"
+#: The recorder keeps at most this many times ``maxlen`` records not yet read.
+_BUFFER_FACTOR = 64
+#: The recorder keeps the recent compute durations of at most this many workers.
+_MAX_WORKERS = 4096
+
+# A record travels as a tuple (msgpack turns it into a list):
+# (seq, key, worker, compute_duration, transfer_duration, start_time, stop_time, nbytes)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskLatency:
+    """What the scheduler learnt about one finished task.
+
+    Parameters
+    ----------
+    seq : int
+        Number of the record: increases by one with each recorded task.
+    key : str
+        The task's key.
+    worker : str
+        Address of the worker that computed it.
+    compute_duration : float
+        Seconds spent computing (sum of the worker's ``compute`` spans).
+    transfer_duration : float
+        Seconds spent fetching dependencies from other workers (0 when none).
+    start_time, stop_time : float
+        Start and end of the computation on the worker's own clock: compare only their
+        differences, never across workers.
+    nbytes : int
+        Size of the result in the worker's memory.
+
+    Examples
+    --------
+    >>> record = TaskLatency(seq=1, key="daskstraggle-unit-v0-w0-ab12cd-ef34", worker="w",
+    ...                      compute_duration=0.2, transfer_duration=0.0,
+    ...                      start_time=10.0, stop_time=10.2, nbytes=8)
+    >>> record.compute_duration
+    0.2
+    """
+
+    seq: int
+    key: str
+    worker: str
+    compute_duration: float
+    transfer_duration: float
+    start_time: float
+    stop_time: float
+    nbytes: int
+
+    @classmethod
+    def from_tuple(cls, record: tuple[Any, ...] | list[Any]) -> TaskLatency:
+        """Build a record from the tuple the plugin stores and sends.
+
+        Parameters
+        ----------
+        record : tuple or list of length 8
+            ``(seq, key, worker, compute_duration, transfer_duration, start_time,
+            stop_time, nbytes)``.
+
+        Returns
+        -------
+        latency : TaskLatency
+        """
+        seq, key, worker, compute, transfer, start, stop, nbytes = record
+        return cls(seq=seq, key=key, worker=worker, compute_duration=compute,
+                   transfer_duration=transfer, start_time=start, stop_time=stop,
+                   nbytes=nbytes)
+
+
+class _WorkerLog:
+    """One worker's records and membership, as the plugin sees it."""
+
+    __slots__ = ("initial", "joined_time", "left_time", "n_records", "records")
+
+    def __init__(self, maxlen: int) -> None:
+        self.records: deque[tuple[Any, ...]] = deque(maxlen=maxlen)
+        self.n_records = 0
+        self.initial = False
+        self.joined_time: float | None = None
+        self.left_time: float | None = None
+
+
+class LatencyPlugin(SchedulerPlugin):
+    """Record the worker, compute and transfer spans of our tasks on the scheduler.
+
+    Parameters
+    ----------
+    prefix : str, default="daskstraggle-unit-"
+        Record tasks whose key is a string starting with this.
+    maxlen : int, default=1000
+        Records kept per worker (the newest).
+    max_departed : int, default=100
+        Departed workers remembered (with their records); older ones are forgotten.
+    topic : str or None, default=None
+        Also publish every record as a scheduler event on this topic.
+    client : str or None, default=None
+        Id of the client that owns this plugin: it is subscribed to ``topic`` when the
+        plugin starts, and the plugin removes itself when that client leaves.
+
+    See Also
+    --------
+    LatencyRecorder : Install the plugin from a client and read its records.
+    dask_setup : Install it when the scheduler starts (preload).
+
+    Notes
+    -----
+    The scheduler calls :meth:`transition` synchronously for every task: it returns at
+    once for other tasks and keeps the work for ours to a few tuple operations.
+    """
+
+    name = PRELOAD_NAME
+
+    def __init__(
+        self,
+        prefix: str = DEFAULT_PREFIX,
+        *,
+        maxlen: int = DEFAULT_MAXLEN,
+        max_departed: int = 100,
+        topic: str | None = None,
+        client: str | None = None,
+    ) -> None:
+        # runs on the client (or in dask_setup), never after unpickling on the scheduler
+        from daskstraggle._validation import check_int
+
+        if not isinstance(prefix, str) or not prefix:
+            from daskstraggle.errors import InvalidParameterError
+
+            raise InvalidParameterError(
+                f"The 'prefix' parameter of LatencyPlugin must be a non-empty str. "
+                f"Got {prefix!r} instead."
+            )
+        self.prefix = prefix
+        self.maxlen = check_int(maxlen, name="maxlen", caller="LatencyPlugin", low=1)
+        self.max_departed = check_int(max_departed, name="max_departed",
+                                      caller="LatencyPlugin", low=0)
+        self.owner = client
+        self.topics: dict[str, str | None] = {} if topic is None else {topic: client}
+        self.seq = 0
+        self._workers: dict[str, _WorkerLog] = {}
+        self._departed: deque[str] = deque()
+        self._scheduler: Any = None
+
+    # --- scheduler hooks ---------------------------------------------------------------
+
+    async def start(self, scheduler: Scheduler) -> None:
+        """Learn the workers present now (``add_worker`` never fires for them)."""
+        # no await in here: no worker can join between this and the plugin being added
+        self._scheduler = scheduler
+        for address in scheduler.workers:
+            log = self._log(address)
+            if log.joined_time is None:
+                log.initial = True
+        for topic, client in self.topics.items():
+            if client is not None:
+                scheduler.subscribe_topic(topic, client)
+
+    def add_worker(self, scheduler: Scheduler, worker: str) -> None:
+        """Note a worker that joined."""
+        log = self._log(worker)
+        if log.left_time is not None:  # the same address is back
+            log.left_time = None
+            try:
+                self._departed.remove(worker)
+            except ValueError:
+                pass
+        log.joined_time = time()
+
+    def remove_worker(
+        self, scheduler: Scheduler, worker: str, *, stimulus_id: str, **kwargs: Any
+    ) -> None:
+        """Note a worker that left; forget the oldest departed beyond ``max_departed``."""
+        log = self._workers.get(worker)
+        if log is None or log.left_time is not None:
+            return
+        log.left_time = time()
+        self._departed.append(worker)
+        while len(self._departed) > self.max_departed:
+            gone = self._departed.popleft()
+            old = self._workers.get(gone)
+            if old is not None and old.left_time is not None:
+                del self._workers[gone]
+
+    def transition(
+        self, key: Any, start: str, finish: str, *args: Any, stimulus_id: str, **kwargs: Any
+    ) -> None:
+        """Record one of our tasks going from ``processing`` to ``memory``."""
+        if (finish != "memory" or start != "processing" or not isinstance(key, str)
+                or not key.startswith(self.prefix)):
+            return
+        worker = kwargs.get("worker")
+        if not isinstance(worker, str):
+            return
+        compute = transfer = 0.0
+        start_time = stop_time = float("nan")
+        for span in kwargs.get("startstops") or ():
+            action = span.get("action")
+            if action == "compute":
+                compute += span["stop"] - span["start"]
+                if not span["start"] >= start_time:  # also true while start_time is nan
+                    start_time = span["start"]
+                if not span["stop"] <= stop_time:
+                    stop_time = span["stop"]
+            elif action == "transfer":
+                transfer += span["stop"] - span["start"]
+        self.seq += 1
+        record = (self.seq, key, worker, compute, transfer, start_time, stop_time,
+                  kwargs.get("nbytes", 0))
+        log = self._log(worker)
+        log.records.append(record)
+        log.n_records += 1
+        if self.topics and self._scheduler is not None:
+            self._scheduler.log_event(list(self.topics), record)
+
+    def remove_client(self, scheduler: Scheduler, client: str) -> None:
+        """Stop publishing to a departed client; remove the plugin if it owned it."""
+        for topic, owner in list(self.topics.items()):
+            if owner == client:
+                self.detach(topic)
+        if self.owner is not None and self.owner == client:
+            for name, plugin in list(scheduler.plugins.items()):
+                if plugin is self:
+                    scheduler.remove_plugin(name)
+
+    # --- reading -----------------------------------------------------------------------
+
+    def drain(self, after_seq: int) -> tuple[list[tuple[Any, ...]], int]:
+        """Return the kept records numbered after ``after_seq``, and the last number.
+
+        Parameters
+        ----------
+        after_seq : int
+            Number of the last record already read (0 for all).
+
+        Returns
+        -------
+        records : list of tuple
+            ``(seq, key, worker, compute_duration, transfer_duration, start_time,
+            stop_time, nbytes)`` in increasing ``seq``.
+        seq : int
+            Number of the newest record; numbers in ``(after_seq, seq]`` missing from
+            ``records`` were dropped (``maxlen`` or ``max_departed``).
+        """
+        out: list[tuple[Any, ...]] = []
+        for log in self._workers.values():
+            for record in reversed(log.records):
+                if record[0] <= after_seq:
+                    break
+                out.append(record)
+        out.sort(key=itemgetter(0))
+        return out, self.seq
+
+    def workers(self) -> dict[str, Any]:
+        """Return the workers seen: initial, current, joined and left, with counts.
+
+        Returns
+        -------
+        summary : dict
+            ``initial`` (sorted addresses present when the plugin started), ``current``
+            (sorted addresses present now), ``joined`` and ``left`` (address -> scheduler
+            time of the event), ``n_records`` (address -> tasks recorded) and ``seq``
+            (number of the newest record). Departed workers beyond ``max_departed`` are
+            forgotten.
+        """
+        items = self._workers.items()
+        return {
+            "initial": sorted(a for a, log in items if log.initial),
+            "current": sorted(a for a, log in items if log.left_time is None),
+            "joined": {a: log.joined_time for a, log in items if log.joined_time is not None},
+            "left": {a: log.left_time for a, log in items if log.left_time is not None},
+            "n_records": {a: log.n_records for a, log in items},
+            "seq": self.seq,
+        }
+
+    def attach(self, topic: str, client: str | None) -> int:
+        """Publish every new record on ``topic`` and subscribe ``client`` to it.
+
+        Returns
+        -------
+        seq : int
+            Number of the newest record so far.
+        """
+        self.topics[topic] = client
+        if client is not None and self._scheduler is not None:
+            self._scheduler.subscribe_topic(topic, client)
+        return self.seq
+
+    def detach(self, topic: str) -> None:
+        """Stop publishing on ``topic`` and drop the events the scheduler kept for it."""
+        client = self.topics.pop(topic, None)
+        scheduler = self._scheduler
+        if scheduler is None:
+            return
+        if client is not None:
+            scheduler.unsubscribe_topic(topic, client)
+        broker = getattr(scheduler, "_broker", None)  # private: guard, it may move
+        if broker is not None and hasattr(broker, "truncate"):
+            broker.truncate(topic)
+
+    def _log(self, worker: str) -> _WorkerLog:
+        log = self._workers.get(worker)
+        if log is None:
+            log = self._workers[worker] = _WorkerLog(self.maxlen)
+        return log
+
+
+def dask_setup(scheduler: Scheduler) -> None:
+    """Install the shared plugin when the scheduler starts (``--preload`` entry point).
+
+    Parameters
+    ----------
+    scheduler : distributed.Scheduler
+        The scheduler being started.
+
+    Notes
+    -----
+    Start the scheduler with ``dask scheduler --preload daskstraggle.runtime.plugin``; the
+    plugin records the default prefix with the default ``maxlen``.
+    """
+    scheduler.add_plugin(LatencyPlugin(), name=PRELOAD_NAME, idempotent=True)
+
+
+# --- functions run on the scheduler (travel by value) ----------------------------------
+
+
+def _attach(name: str, topic: str | None, client: str, prefix: str, *,
+            dask_scheduler: Scheduler) -> dict[str, Any]:
+    plugin = dask_scheduler.plugins.get(name)
+    if plugin is None:
+        return {"found": False}
+    found_prefix = getattr(plugin, "prefix", None)
+    if found_prefix != prefix or not hasattr(plugin, "drain"):
+        return {"found": True, "prefix": found_prefix}
+    seq = plugin.attach(topic, client) if topic is not None else plugin.seq
+    return {"found": True, "prefix": found_prefix, "seq": seq}
+
+
+def _drain(name: str, after_seq: int, *, dask_scheduler: Scheduler) -> Any:
+    plugin = dask_scheduler.plugins.get(name)
+    return None if plugin is None else plugin.drain(after_seq)
+
+
+def _summary(name: str, *, dask_scheduler: Scheduler) -> Any:
+    plugin = dask_scheduler.plugins.get(name)
+    return None if plugin is None else plugin.workers()
+
+
+def _release(name: str, topic: str | None, owned: bool, *, dask_scheduler: Scheduler) -> None:
+    plugin = dask_scheduler.plugins.get(name)
+    if plugin is None:
+        return
+    if topic is not None:
+        plugin.detach(topic)
+    if owned:
+        dask_scheduler.remove_plugin(name)
+
+
+def _ship_by_value() -> None:
+    """Send this module's classes and functions to the scheduler by value."""
+    import cloudpickle
+
+    module = sys.modules[__name__]
+    if __name__ not in cloudpickle.list_registry_pickle_by_value():
+        cloudpickle.register_pickle_by_value(module)
+
+
+# --- the client side ---------------------------------------------------------------------
+
+
+class LatencyRecorder:
+    """Install the latency plugin on a cluster and read its records from the client.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A synchronous client of the cluster.
+    prefix : str, default="daskstraggle-unit-"
+        Record tasks whose key starts with this.
+    maxlen : int, default=1000
+        Records kept per worker, on the scheduler and in :meth:`per_worker`.
+    name : str or None, default=None
+        Plugin to use: an installed plugin of that name (with the same ``prefix``), or a
+        new one registered under it. By default, the preloaded plugin
+        (:data:`PRELOAD_NAME`) when it records ``prefix``, else a new plugin with a
+        unique name.
+    push : bool, default=True
+        The plugin pushes each record to this client as it happens, so :meth:`poll`
+        reads a local buffer; with False each :meth:`poll` asks the scheduler.
+
+    Attributes
+    ----------
+    name : str
+        Name of the plugin on the scheduler.
+    owned : bool
+        Whether this recorder registered the plugin (and removes it at :meth:`close`).
+    n_lost : int
+        Records dropped before :meth:`poll` returned them: the scheduler keeps ``maxlen``
+        per worker, this recorder ``64 * maxlen`` unread ones.
+
+    Raises
+    ------
+    StraggleError
+        If the scheduler cannot load the plugin.
+    InvalidParameterError
+        If a parameter is out of range, or the plugin called ``name`` records another
+        prefix.
+
+    Notes
+    -----
+    A plugin registered by this recorder removes itself when the client disconnects
+    (also on a reconnect): :meth:`workers` then raises, and :meth:`poll` returns nothing
+    more (a ``push=False`` recorder logs a warning).
+
+    Examples
+    --------
+    >>> with LatencyRecorder(client) as recorder:  # doctest: +SKIP
+    ...     futures = client.map(work, parts, key=[f"daskstraggle-unit-{i}" for i in ...])
+    ...     client.gather(futures)
+    ...     for record in recorder.poll():
+    ...         print(record.worker, record.compute_duration)
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        maxlen: int = DEFAULT_MAXLEN,
+        name: str | None = None,
+        push: bool = True,
+    ) -> None:
+        from daskstraggle._validation import check_bool, check_int
+        from daskstraggle.errors import InvalidParameterError
+
+        if not isinstance(prefix, str) or not prefix:
+            raise InvalidParameterError(
+                f"The 'prefix' parameter of LatencyRecorder must be a non-empty str. "
+                f"Got {prefix!r} instead."
+            )
+        if name is not None and (not isinstance(name, str) or not name):
+            raise InvalidParameterError(
+                f"The 'name' parameter of LatencyRecorder must be a non-empty str or None. "
+                f"Got {name!r} instead."
+            )
+        if getattr(client, "asynchronous", False):
+            raise InvalidParameterError(
+                "The 'client' parameter of LatencyRecorder must be a synchronous Client. "
+                "Got an asynchronous one instead."
+            )
+        self.client = client
+        self.prefix = prefix
+        self.maxlen = check_int(maxlen, name="maxlen", caller="LatencyRecorder", low=1)
+        self.push = check_bool(push, name="push", caller="LatencyRecorder")
+        self.n_lost = 0
+        self.owned = False
+        self._closed = False
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._topic = f"{PRELOAD_NAME}-{uuid.uuid4().hex[:12]}"
+        self._inbox: deque[Any] = deque(maxlen=_BUFFER_FACTOR * self.maxlen)
+        self._unread: deque[TaskLatency] = deque(maxlen=_BUFFER_FACTOR * self.maxlen)
+        self._history: dict[str, deque[float]] = {}
+        _ship_by_value()
+        if self.push:  # the handler must exist before the first event arrives
+            client.subscribe_topic(self._topic, self._on_event)
+        try:
+            self.name = self._install(name)
+        except BaseException:
+            if self.push:
+                client.unsubscribe_topic(self._topic)
+            raise
+
+    def _install(self, name: str | None) -> str:
+        from daskstraggle.errors import InvalidParameterError
+
+        topic = self._topic if self.push else None
+        wanted = PRELOAD_NAME if name is None else name
+        try:
+            found = self.client.run_on_scheduler(_attach, wanted, topic, self.client.id,
+                                                 self.prefix)
+            if "seq" in found:
+                self._seq = found["seq"]
+                return wanted
+            if found["found"] and name is not None:
+                raise InvalidParameterError(
+                    f"The 'name' parameter of LatencyRecorder must be a free plugin name or "
+                    f"that of a latency plugin recording prefix {self.prefix!r}. Got "
+                    f"{name!r} instead, a plugin recording {found.get('prefix')!r}. Pass "
+                    f"another name, or None for a new plugin."
+                )
+            own = self._topic if name is None else name
+            plugin = LatencyPlugin(self.prefix, maxlen=self.maxlen, topic=topic,
+                                   client=self.client.id)
+            self.client.register_plugin(plugin, name=own)
+        except (InvalidParameterError, OSError, TimeoutError):
+            raise
+        except Exception as err:
+            from daskstraggle.errors import StraggleError
+
+            raise StraggleError(
+                f"The Dask scheduler could not load the latency plugin "
+                f"({type(err).__name__}: {err}). Run the client and the scheduler with the "
+                f"same Python and cloudpickle versions, or install daskstraggle on the "
+                f"scheduler and start it with 'dask scheduler --preload "
+                f"daskstraggle.runtime.plugin'; or run without it (DaskRuntime("
+                f"record_latency=False))."
+            ) from err
+        self.owned = True
+        return own
+
+    def _on_event(self, event: tuple[float, Any]) -> None:
+        # runs on the client's event loop thread: only append (atomic on a deque)
+        if not self._closed:
+            self._inbox.append(event[1])
+
+    def _drain(self) -> tuple[list[Any], int]:
+        answer = self.client.run_on_scheduler(_drain, self.name, self._seq)
+        if answer is None:
+            logger.warning("latency plugin %r is gone from the scheduler", self.name)
+            return [], self._seq
+        return answer
+
+    def _absorb(self) -> None:
+        """Move new records from the scheduler or the push buffer into the unread list."""
+        with self._lock:
+            if self._closed:
+                return
+            if self.push:
+                pushed = []
+                while self._inbox:
+                    record = self._inbox.popleft()
+                    if record[0] > self._seq:
+                        pushed.append(record)
+                newest = pushed[-1][0] if pushed else self._seq
+                if newest - self._seq != len(pushed):  # a gap: ask the scheduler
+                    drained, last = self._drain()
+                    merged = {r[0]: r for r in pushed}
+                    merged.update((r[0], r) for r in drained if r[0] > self._seq)
+                    records = [merged[seq] for seq in sorted(merged)]
+                    newest = max(newest, last)
+                else:
+                    records = pushed
+            else:
+                records, newest = self._drain()
+            lost = newest - self._seq - len(records)
+            if lost > 0:
+                self.n_lost += lost
+                logger.warning(
+                    "%d latency records were dropped before they were read; poll more "
+                    "often or raise maxlen (now %d)", lost, self.maxlen,
+                )
+            self._seq = max(self._seq, newest)
+            for raw in records:
+                record = TaskLatency.from_tuple(raw)
+                if len(self._unread) == self._unread.maxlen:  # never polled: drop the oldest
+                    self.n_lost += 1
+                self._unread.append(record)
+                history = self._history.get(record.worker)
+                if history is None:
+                    if len(self._history) >= _MAX_WORKERS:
+                        del self._history[next(iter(self._history))]
+                    history = self._history[record.worker] = deque(maxlen=self.maxlen)
+                history.append(record.compute_duration)
+
+    def poll(self) -> list[TaskLatency]:
+        """Return the records of the tasks finished since the last call.
+
+        With ``push=True`` this reads a local buffer (no round trip, except to fill a
+        gap); with ``push=False`` it asks the scheduler.
+
+        Returns
+        -------
+        records : list of TaskLatency
+            In increasing ``seq``; each record is returned once.
+        """
+        self._absorb()
+        with self._lock:
+            out = list(self._unread)
+            self._unread.clear()
+        return out
+
+    def per_worker(self) -> dict[str, np.ndarray]:
+        """Return each worker's recent compute durations, oldest first.
+
+        Records not yet returned by :meth:`poll` are counted here and still returned by
+        the next :meth:`poll`.
+
+        Returns
+        -------
+        durations : dict of str to ndarray of shape (n_records,)
+            Worker address -> its last (at most ``maxlen``) compute durations in seconds.
+        """
+        import numpy as np
+
+        self._absorb()
+        with self._lock:
+            return {w: np.fromiter(h, dtype=float, count=len(h))
+                    for w, h in self._history.items()}
+
+    def workers(self) -> dict[str, Any]:
+        """Return the plugin's view of the workers (one round trip).
+
+        Returns
+        -------
+        summary : dict
+            As :meth:`LatencyPlugin.workers`: ``initial``, ``current``, ``joined``,
+            ``left``, ``n_records`` and ``seq``.
+        """
+        summary = self.client.run_on_scheduler(_summary, self.name)
+        if summary is None:
+            from daskstraggle.errors import StraggleError
+
+            raise StraggleError(
+                f"The latency plugin {self.name!r} is no longer installed on the scheduler "
+                f"(closed, or its client disconnected). Create a new LatencyRecorder."
+            )
+        return summary
+
+    def close(self) -> None:
+        """Stop recording: unregister the plugin if this recorder installed it.
+
+        Safe to call more than once, and after the client closed.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._inbox.clear()
+            self._unread.clear()
+        if self.client.status != "running":
+            return  # the plugin drops what a departed client owned
+        if self.push:
+            self.client.unsubscribe_topic(self._topic)
+        self.client.run_on_scheduler(_release, self.name, self._topic if self.push else None,
+                                     self.owned)
+
+    def __enter__(self) -> LatencyRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "push" if self.push else "poll"
+        return f"<LatencyRecorder {self.name!r} prefix={self.prefix!r} {state}>"
