@@ -1,0 +1,380 @@
+"""Worker-side straggler injection: a latency model's delays added to our tasks.
+
+:class:`StragglerInjector` is a WorkerPlugin holding a latency model's sampler on every
+worker; our task bodies call :func:`inject_delay` after computing, which draws that
+worker's next latency and sleeps for it in the task's thread. Because samplers keep
+per-worker streams (:func:`~daskstraggle.latency.base.worker_streams`), the injector on
+worker ``i`` draws exactly the sequence ``model.sampler(n_workers, seed).sample(i, ...)``
+draws on the client or in the simulator, and model state (Markov chains, bursts) lives on
+the worker across tasks.
+
+- A model with a distribution (``gamma``, ``constant``, ...) *adds* its draw
+  (compute + communication) to the real work.
+- A pure slow-down (``slowdown(workers=1, factor=3)`` without a base) stretches the task:
+  the sleep is the scaled compute time minus the measured one, so the task takes
+  ``factor`` times as long.
+
+Only tasks that call :func:`inject_delay` are slowed; to slow any Dask workload (peer
+libraries) use :class:`daskstraggle.runtime.throttle.ProcessThrottle`.
+
+Examples
+--------
+>>> from daskstraggle.latency.base import Constant
+>>> name = install_injector(client, Constant(compute=(0.0, 0.2)), workers,
+...                         seed=0)  # doctest: +SKIP
+>>> remove_injector(client, name)  # doctest: +SKIP
+
+Outside a worker task nothing is injected:
+
+>>> inject_delay(iteration=0, load=1.0, measured=0.1)
+0.0
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import numbers
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.latency.base import LatencyModel
+
+if TYPE_CHECKING:
+    from distributed import Worker
+
+__all__ = [
+    "INJECTOR_PREFIX",
+    "StragglerInjector",
+    "inject_delay",
+    "injected",
+    "install_injector",
+    "remove_injector",
+]
+
+#: Every injector is registered on the workers under a name starting with this.
+INJECTOR_PREFIX = "daskstraggle-injector"
+
+
+class StragglerInjector(WorkerPlugin):
+    """WorkerPlugin that delays our tasks on each worker by a latency model's draws.
+
+    Parameters
+    ----------
+    model : LatencyModel
+        The latency model (its per-worker parameters fit ``len(workers)``).
+    workers : sequence of str
+        Worker addresses; a worker's index is its position. Workers not listed (e.g. ones
+        that join later) inject nothing.
+    seed : int
+        Seed of the per-worker streams (the same on every worker).
+
+    Attributes
+    ----------
+    worker_index : int or None
+        This worker's index after :meth:`setup` (None: not listed, inactive).
+
+    See Also
+    --------
+    install_injector : Register an injector on the cluster.
+    inject_delay : What a task calls to get delayed.
+    """
+
+    idempotent = False
+
+    def __init__(self, model: LatencyModel, workers: Sequence[str], seed: int) -> None:
+        self.model = model
+        self.workers = tuple(workers)
+        self.seed = seed
+        self.worker_index: int | None = None
+        self._sampler: Any = None
+        self._lock: Any = None
+        self._start_time = 0.0
+        self._added = model.has_distribution
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The plugin travels to the workers before setup: no sampler or lock to pickle.
+        # The model goes through cloudpickle, so models from modules the workers cannot
+        # import work once that module is registered with
+        # ``cloudpickle.register_pickle_by_value`` (or defined in ``__main__``).
+        import cloudpickle
+
+        return (_rebuild_injector, (cloudpickle.dumps(self.model), self.workers, self.seed))
+
+    def setup(self, worker: Worker) -> None:
+        """Build this worker's sampler (only its own index is ever drawn)."""
+        self.activate(worker.address)
+
+    def activate(self, address: str) -> None:
+        """Become the injector of the worker at ``address`` (inactive if not listed)."""
+        self._lock = threading.Lock()
+        self._start_time = time.monotonic()
+        if address in self.workers:
+            self.worker_index = self.workers.index(address)
+            self._sampler = self.model.sampler(len(self.workers), self.seed)
+        else:
+            self.worker_index = None
+            self._sampler = None
+
+    def delay(
+        self,
+        *,
+        iteration: int = 0,
+        load: float = 1.0,
+        measured: float | None = None,
+        sleep: bool = True,
+    ) -> float:
+        """Draw this worker's next latency and sleep for the injected part.
+
+        Parameters
+        ----------
+        iteration : int, default=0
+            Iterate version the task computed.
+        load : float, default=1.0
+            Work the task carried relative to an equal share of the rows.
+        measured : float or None, default=None
+            Seconds the real work took (needed by pure slow-down models).
+        sleep : bool, default=True
+            Sleep here (in the task's thread). False only returns the seconds, e.g. for
+            an ``async`` task that awaits ``asyncio.sleep`` itself.
+
+        Returns
+        -------
+        extra : float
+            Injected seconds: the draw (compute + communication) for models with a
+            distribution, the scaled minus the measured compute time for pure slow-downs
+            (never negative). 0.0 when this worker is not listed.
+
+        Raises
+        ------
+        RuntimeError
+            If asked to sleep inside a running event loop (it would block the worker).
+        """
+        if self._sampler is None:
+            return 0.0
+        if sleep:
+            _check_not_in_event_loop()
+        with self._lock:
+            compute, communication = self._sampler.sample(
+                self.worker_index, time=time.monotonic() - self._start_time,
+                iteration=iteration, load=load, measured=measured,
+            )
+        extra = float(compute) + float(communication)
+        if not self._added:
+            extra -= float(measured or 0.0)
+        extra = max(extra, 0.0)
+        if sleep and extra > 0:
+            time.sleep(extra)
+        return extra
+
+
+def _rebuild_injector(model: bytes, workers: tuple[str, ...], seed: int) -> StragglerInjector:
+    import pickle
+
+    return StragglerInjector(pickle.loads(model), workers, seed)
+
+
+def _check_not_in_event_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        "inject_delay would block the worker's event loop: call it from a task running in a "
+        "worker thread, or pass sleep=False and await asyncio.sleep(delay) yourself."
+    )
+
+
+def inject_delay(
+    *,
+    iteration: int = 0,
+    load: float = 1.0,
+    measured: float | None = None,
+    sleep: bool = True,
+) -> float:
+    """Delay the calling task by the worker's injected straggler latency.
+
+    Call it at the end of a task body. Finds the injectors registered on the current
+    worker (names starting with :data:`INJECTOR_PREFIX`) and lets each draw and sleep.
+
+    Parameters
+    ----------
+    iteration : int, default=0
+        Iterate version the task computed.
+    load : float, default=1.0
+        Work the task carried relative to an equal share of the rows.
+    measured : float or None, default=None
+        Seconds the task's real work took (pure slow-down models scale it).
+    sleep : bool, default=True
+        Sleep here; False only returns the seconds (for ``async`` tasks).
+
+    Returns
+    -------
+    extra : float
+        Seconds injected; 0.0 when not on a worker or no injector is installed.
+
+    Raises
+    ------
+    RuntimeError
+        If asked to sleep inside a running event loop (an ``async`` task).
+
+    Examples
+    --------
+    >>> inject_delay(iteration=3, load=1.0, measured=0.5)
+    0.0
+    """
+    from distributed import get_worker
+
+    try:
+        worker = get_worker()
+    except ValueError:
+        return 0.0
+    total = 0.0
+    for name, plugin in list(worker.plugins.items()):
+        if name.startswith(INJECTOR_PREFIX) and isinstance(plugin, StragglerInjector):
+            total += plugin.delay(iteration=iteration, load=load, measured=measured,
+                                  sleep=sleep)
+    return total
+
+
+def _check_addresses(addresses: Any, caller: str) -> tuple[str, ...]:
+    items = [addresses] if isinstance(addresses, str) else addresses
+    try:
+        items = list(items)
+    except TypeError:
+        items = []
+    if not items or not all(isinstance(a, str) for a in items):
+        raise InvalidParameterError(
+            f"The 'addresses' parameter of {caller} must be a non-empty list of worker "
+            f"addresses (the worker index is the position). Got {addresses!r} instead."
+        )
+    if len(set(items)) != len(items):
+        raise InvalidParameterError(
+            f"The 'addresses' parameter of {caller} lists a worker twice. Got {addresses!r} "
+            "instead; list each worker once."
+        )
+    return tuple(items)
+
+
+def _check_seed(seed: Any, caller: str) -> int:
+    if seed is None:
+        import numpy as np
+
+        return int(np.random.SeedSequence().entropy)  # fresh, but one for all workers
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
+        raise InvalidParameterError(
+            f"The 'seed' parameter of {caller} must be an int >= 0 or None. "
+            f"Got {seed!r} instead."
+        )
+    return int(seed)
+
+
+def install_injector(
+    client: Any,
+    model: LatencyModel,
+    addresses: Sequence[str],
+    *,
+    seed: int | None = None,
+) -> str:
+    """Register a :class:`StragglerInjector` on every worker and return its name.
+
+    Parameters
+    ----------
+    client : distributed.Client or None
+        Client of the cluster (None: ``distributed.get_client()``).
+    model : LatencyModel
+        Latency model to inject.
+    addresses : sequence of str
+        Worker addresses by worker index.
+    seed : int or None, default=None
+        Seed of the per-worker streams (None: fresh entropy, the same on every worker).
+
+    Returns
+    -------
+    name : str
+        Plugin name, unique per call (starts with :data:`INJECTOR_PREFIX`); pass it to
+        :func:`remove_injector`.
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``model`` is not a LatencyModel, its per-worker parameters do not fit
+        ``len(addresses)``, or ``addresses`` or ``seed`` is invalid (checked before any
+        cluster work).
+
+    Examples
+    --------
+    >>> name = install_injector(client, model, workers, seed=0)  # doctest: +SKIP
+    """
+    caller = "install_injector"
+    if not isinstance(model, LatencyModel):
+        raise InvalidParameterError(
+            f"The 'model' parameter of {caller} must be a LatencyModel. "
+            f"Got {type(model).__name__} instead."
+        )
+    workers = _check_addresses(addresses, caller)
+    model.check_n_workers(len(workers))
+    seed = _check_seed(seed, caller)
+    if client is None:
+        from distributed import get_client
+
+        client = get_client()
+    name = f"{INJECTOR_PREFIX}-{uuid.uuid4().hex[:10]}"
+    try:
+        client.register_plugin(StragglerInjector(model, workers, seed), name=name)
+    except BaseException:
+        remove_injector(client, name)
+        raise
+    return name
+
+
+def remove_injector(client: Any, name: str) -> None:
+    """Unregister the injector ``name`` from every worker (no-op if it is not there).
+
+    Parameters
+    ----------
+    client : distributed.Client or None
+        Client of the cluster (None: ``distributed.get_client()``).
+    name : str
+        What :func:`install_injector` returned.
+    """
+    if client is None:
+        from distributed import get_client
+
+        client = get_client()
+    try:
+        client.unregister_worker_plugin(name)
+    except ValueError as err:
+        if "does not exist" not in str(err):
+            raise
+
+
+@contextlib.contextmanager
+def injected(
+    client: Any,
+    model: LatencyModel,
+    addresses: Sequence[str],
+    *,
+    seed: int | None = None,
+) -> Iterator[str]:
+    """Inject ``model`` on the workers inside a ``with`` block (yields the plugin name).
+
+    Parameters are those of :func:`install_injector`; the injector is removed on exit,
+    also on errors.
+
+    Examples
+    --------
+    >>> with injected(client, model, workers, seed=0):  # doctest: +SKIP
+    ...     client.submit(task_calling_inject_delay).result()
+    """
+    name = install_injector(client, model, addresses, seed=seed)
+    try:
+        yield name
+    finally:
+        remove_injector(client, name)

@@ -1,0 +1,495 @@
+"""Whole-process throttle: slow chosen Dask workers down for *any* workload.
+
+:class:`ProcessThrottle` stops and resumes worker processes on a duty cycle
+(``SIGSTOP``/``SIGCONT``): with factor ``f`` and period ``P`` a worker runs ``P/f``
+seconds, then is stopped for ``P(1 - 1/f)`` seconds, again and again, so every task it
+runs (ours, dask-ml's, dask-glm's, a plain ``dask.array`` reduction) takes about ``f``
+times as long. That is the straggler injection for peer comparisons that ARCHITECTURE.md
+§8 asks for: it acts on the worker, not inside our kernels.
+
+How it works. For each target worker a tiny standard-library script
+(:mod:`daskstraggle.runtime._throttler`) runs on the worker's host, started by the
+worker's **nanny** (``client.run(..., nanny=True)``; the nanny knows the worker's pid,
+is never stopped itself and can resume the worker). Without a nanny the worker starts it
+itself. The script always leaves the worker running when it ends: on ``SIGTERM``,
+``SIGINT`` or ``SIGHUP``, when the worker is gone, on any error, and when its *lease*
+expires. The client renews the leases from a daemon thread every ``lease / 4`` seconds,
+so a client that dies, even by ``SIGKILL``, releases its workers within ``lease``
+seconds. :meth:`ProcessThrottle.stop` (also run by ``with``, and at interpreter exit while
+the throttle is active) ends the scripts, resumes the workers and checks that none is left
+stopped.
+
+Limitations
+-----------
+- POSIX only (``SIGSTOP``/``SIGCONT``); the check that a worker is running reads
+  ``/proc/PID/stat`` (Linux), elsewhere it trusts the signals.
+- The whole process stops: its event loop, heartbeats and transfers to other workers too
+  (peers that fetch data from a throttled worker wait for it, as with a real straggler).
+  Keep ``period`` short next to Dask's timeouts (the default 0.05 s is far below them).
+- Periods below ~10 ms get inaccurate (OS scheduling latency); on a machine with fewer
+  cores than busy processes the worker may not get a core as soon as it is resumed, which
+  makes the slow-down somewhat larger than ``factor``.
+- Workers that run as threads of the client's (or the scheduler's) process cannot be
+  throttled: that would stop the client. Use process workers (``processes=True``).
+- Only ``SIGKILL`` of the throttler script itself can leave a worker stopped;
+  :meth:`ProcessThrottle.stop` resumes it anyway.
+- Alternative not implemented: a cgroup CPU quota (cgroup v2 ``cpu.max``, or v1
+  ``cpu.cfs_quota_us``) slows a process more smoothly but needs write access to the
+  cgroup hierarchy (root or a delegated subtree), which clusters rarely grant.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import numbers
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from daskstraggle.errors import InvalidParameterError, StraggleError
+
+__all__ = ["ProcessThrottle", "ThrottleError"]
+
+logger = logging.getLogger(__name__)
+
+_CALLER = "ProcessThrottle"
+
+#: Throttler scripts started in this process (a nanny or a worker): token -> (Popen, pid,
+#: lease file).
+_LIVE: dict[str, tuple[subprocess.Popen[bytes], int, str]] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+class ThrottleError(StraggleError, RuntimeError):
+    """A throttle could not be started, or a worker could not be confirmed running."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _process_state(pid: int) -> str | None:
+    """Return the state letter of ``pid`` from /proc ('R', 'S', 'T', ...; None: gone).
+
+    Returns ``"?"`` when /proc is not available (not Linux).
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None if os.path.isdir("/proc") else "?"
+    except OSError:
+        return "?"
+    return data[data.rfind(b")") + 2 :][:1].decode()
+
+
+def _resume_and_check(pid: int, *, attempts: int = 20) -> str | None:
+    """Send SIGCONT to ``pid`` until /proc no longer shows it stopped; return its state."""
+    state: str | None = "?"
+    for _ in range(attempts):
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return "?"
+        state = _process_state(pid)
+        if state not in ("T", "t"):
+            return state
+        time.sleep(0.01)
+    return state
+
+
+def _identity(dask_worker: Any = None) -> tuple[str, int]:
+    """Return ``(hostname, pid)`` of the process this runs in."""
+    return socket.gethostname(), os.getpid()
+
+
+def _throttler_command(pid: int, factor: float, period: float, lease_file: str,
+                       lease: float) -> list[str]:
+    from daskstraggle.runtime import _throttler
+
+    # -I: isolated (no script directory on sys.path, no user site); the script needs only
+    # the standard library, so it starts in milliseconds
+    return [
+        sys.executable, "-I", os.path.abspath(_throttler.__file__),
+        "--pid", str(pid), "--factor", repr(factor), "--period", repr(period),
+        "--lease-file", lease_file, "--lease", repr(lease),
+    ]
+
+
+def _spawn(token: str, factor: float, period: float, lease: float,
+           dask_worker: Any = None) -> dict[str, Any]:
+    """Start the throttler script (runs on the nanny, or on the worker without one)."""
+    from distributed import Nanny
+
+    pid = dask_worker.pid if isinstance(dask_worker, Nanny) else os.getpid()
+    if not pid:
+        raise ThrottleError("The nanny has no running worker process to throttle.")
+    fd, lease_file = tempfile.mkstemp(prefix=f"daskstraggle-lease-{token}-")
+    os.close(fd)
+    proc = subprocess.Popen(
+        _throttler_command(int(pid), factor, period, lease_file, lease),
+        stdin=subprocess.DEVNULL, close_fds=True,
+    )
+    with _LIVE_LOCK:
+        _LIVE[token] = (proc, int(pid), lease_file)
+    return {"host": socket.gethostname(), "pid": int(pid), "throttler_pid": proc.pid,
+            "lease_file": lease_file}
+
+
+def _renew(tokens: list[str], dask_worker: Any = None) -> dict[str, bool]:
+    """Touch the lease files of ``tokens`` living here; return which throttlers still run."""
+    out = {}
+    with _LIVE_LOCK:
+        entries = {t: _LIVE[t] for t in tokens if t in _LIVE}
+    for token, (proc, _pid, lease_file) in entries.items():
+        running = proc.poll() is None  # poll also reaps an exited script
+        if running:
+            try:
+                os.utime(lease_file)
+            except OSError:
+                running = False
+        out[token] = running
+    return out
+
+
+def _release(token: str, pid: int, dask_worker: Any = None) -> str | None:
+    """End the throttler ``token``, resume ``pid`` and return its state (None: gone)."""
+    with _LIVE_LOCK:
+        entry = _LIVE.pop(token, None)
+    if entry is not None:
+        proc, pid, lease_file = entry
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        try:
+            os.unlink(lease_file)
+        except OSError:
+            pass
+    return _resume_and_check(pid)
+
+
+def _release_locally(throttler_pid: int, pid: int) -> str | None:
+    """Release a throttler on this host without Dask (client gone): signal, then resume."""
+    try:
+        os.kill(throttler_pid, signal.SIGTERM)
+    except OSError:
+        pass
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline and _process_state(throttler_pid) not in (None, "Z", "?"):
+        time.sleep(0.01)
+    return _resume_and_check(pid)
+
+
+def _check_number(value: Any, *, name: str, constraint: str, ok: Any) -> float:
+    good = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if good:
+        value = float(value)
+        good = value == value and value != float("inf") and bool(ok(value))
+    if not good:
+        raise InvalidParameterError(
+            f"The {name!r} parameter of {_CALLER} must be {constraint}. Got {value!r} instead."
+        )
+    return float(value)
+
+
+def _parse_period(value: Any, name: str) -> Any:
+    if isinstance(value, str):
+        from dask.utils import parse_timedelta
+
+        try:
+            return parse_timedelta(value)
+        except (ValueError, KeyError) as err:
+            raise InvalidParameterError(
+                f"The {name!r} parameter of {_CALLER} must be seconds or a duration like "
+                f"'50ms'. Got {value!r} instead."
+            ) from err
+    return value
+
+
+@dataclass(slots=True)
+class _Target:
+    worker: str
+    via_nanny: bool
+    token: str
+    host: str = ""
+    pid: int = 0
+    throttler_pid: int = 0
+
+
+# --------------------------------------------------------------------------- the throttle
+
+
+class ProcessThrottle:
+    """Slow chosen workers down by stopping and resuming their processes.
+
+    A worker throttled by ``factor`` runs ``period / factor`` seconds out of every
+    ``period``, so any Dask task on it takes about ``factor`` times as long. See the
+    module docstring for how it works and its limitations.
+
+    Parameters
+    ----------
+    client : distributed.Client or None
+        Client of the cluster (None: ``distributed.get_client()``).
+    workers : str or sequence of str
+        Addresses of the workers to throttle.
+    factor : float
+        Slow-down factor (>= 1; 1 leaves the workers alone).
+    period : float or str, default=0.05
+        Seconds of one run/stop cycle (or a duration such as ``"50ms"``).
+    lease : float or str, default=10.0
+        Seconds after which a throttle whose client stopped renewing it (a crashed or
+        killed client) releases its worker by itself.
+
+    Raises
+    ------
+    InvalidParameterError
+        If a parameter is invalid, a worker is unknown, or a worker runs in this client's
+        or the scheduler's process (thread-based workers); nothing is started then.
+
+    See Also
+    --------
+    daskstraggle.runtime.inject.StragglerInjector : Injected delays in our own tasks.
+
+    Examples
+    --------
+    >>> with ProcessThrottle(client, [worker], factor=4):  # doctest: +SKIP
+    ...     client.submit(work, workers=[worker]).result()  # about 4x slower
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        workers: str | Any,
+        factor: float,
+        *,
+        period: float | str = 0.05,
+        lease: float | str = 10.0,
+    ) -> None:
+        self.factor = _check_number(factor, name="factor", constraint="a number >= 1",
+                                    ok=lambda v: v >= 1)
+        self.period = _check_number(_parse_period(period, "period"), name="period",
+                                    constraint="a number of seconds > 0", ok=lambda v: v > 0)
+        self.lease = _check_number(_parse_period(lease, "lease"), name="lease",
+                                   constraint="a number of seconds > 0", ok=lambda v: v > 0)
+        if self.lease < 2 * self.period:
+            raise InvalidParameterError(
+                f"The 'lease' parameter of {_CALLER} must be at least twice the period "
+                f"({2 * self.period:g} s). Got {lease!r} instead."
+            )
+        items = [workers] if isinstance(workers, str) else workers
+        try:
+            items = list(items)
+        except TypeError:
+            items = None
+        if not items or not all(isinstance(w, str) for w in items):
+            raise InvalidParameterError(
+                f"The 'workers' parameter of {_CALLER} must be a worker address or a "
+                f"non-empty list of them. Got {workers!r} instead."
+            )
+        if len(set(items)) != len(items):
+            raise InvalidParameterError(
+                f"The 'workers' parameter of {_CALLER} lists a worker twice. Got {workers!r} "
+                "instead; list each worker once."
+            )
+        if client is None:
+            from distributed import get_client
+
+            client = get_client()
+        self.client = client
+        self.workers: tuple[str, ...] = tuple(items)
+
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        unknown = [w for w in self.workers if w not in info]
+        if unknown:
+            raise InvalidParameterError(
+                f"The 'workers' parameter of {_CALLER} must list addresses of workers of "
+                f"this cluster. Got unknown {unknown!r}; known workers are {sorted(info)}."
+            )
+        ids = client.run(_identity, workers=list(self.workers))
+        here = _identity()
+        scheduler = client.run_on_scheduler(_identity)
+        for w in self.workers:
+            where = tuple(ids[w])
+            if where in (here, tuple(scheduler)):
+                whose = "this client's" if where == here else "the scheduler's"
+                raise InvalidParameterError(
+                    f"The 'workers' parameter of {_CALLER} must name workers that run in "
+                    f"their own processes. Got {w!r}, which runs in {whose} process (a "
+                    "thread-based cluster such as LocalCluster(processes=False)); stopping "
+                    "it would stop that process too. Use process workers (processes=True)."
+                )
+        token = uuid.uuid4().hex[:10]
+        self._targets = [
+            _Target(worker=w, via_nanny=info[w].get("nanny") is not None,
+                    token=f"{token}-{i}")
+            for i, w in enumerate(self.workers)
+        ]
+        self._active = False
+        self._stop_event = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def active(self) -> bool:
+        """Whether the throttle is running (between :meth:`start` and :meth:`stop`)."""
+        return self._active
+
+    @property
+    def throttlers(self) -> list[dict[str, Any]]:
+        """Per target worker: address, host, worker pid, throttler pid, nanny used."""
+        return [
+            {"worker": t.worker, "host": t.host, "pid": t.pid,
+             "throttler_pid": t.throttler_pid, "via_nanny": t.via_nanny}
+            for t in self._targets
+        ]
+
+    # ------------------------------------------------------------------ start / stop
+
+    def start(self) -> ProcessThrottle:
+        """Start throttling the workers (no-op when already active).
+
+        Returns
+        -------
+        self : ProcessThrottle
+
+        Raises
+        ------
+        ThrottleError
+            If a throttler could not be started (those already started are stopped).
+        """
+        with self._lock:
+            if self._active:
+                return self
+            self._active = True
+            self._stop_event.clear()
+            atexit.register(self.stop)
+        if self.factor == 1:
+            return self
+        try:
+            for target in self._targets:
+                result = self.client.run(
+                    _spawn, target.token, self.factor, self.period, self.lease,
+                    nanny=target.via_nanny, workers=[target.worker],
+                )
+                if target.worker not in result:
+                    raise ThrottleError(
+                        f"Could not start the throttle on worker {target.worker!r}: it (or its "
+                        "nanny) did not answer."
+                    )
+                started = result[target.worker]
+                target.host = started["host"]
+                target.pid = started["pid"]
+                target.throttler_pid = started["throttler_pid"]
+            self._thread = threading.Thread(
+                target=self._renew_loop, name="daskstraggle-throttle-lease", daemon=True
+            )
+            self._thread.start()
+        except BaseException:
+            self.stop()
+            raise
+        logger.info("throttling %s by a factor %g (period %g s)", list(self.workers),
+                    self.factor, self.period)
+        return self
+
+    def _renew_loop(self) -> None:
+        interval = self.lease / 4
+        groups = {
+            via: [t for t in self._targets if t.via_nanny == via and t.throttler_pid]
+            for via in (True, False)
+        }
+        while not self._stop_event.wait(interval):
+            if self.client.status in ("closing", "closed"):
+                logger.warning("throttle lease not renewed: the client is closed; the "
+                               "workers are released within %g s", self.lease)
+                return
+            for via, targets in groups.items():
+                if not targets:
+                    continue
+                try:
+                    self.client.run(
+                        _renew, [t.token for t in targets], nanny=via,
+                        workers=[t.worker for t in targets], on_error="return",
+                    )
+                except Exception as err:  # keep renewing; the lease covers a lost client
+                    if not self._stop_event.is_set():
+                        logger.warning("renewing the throttle lease failed: %s", err)
+
+    def stop(self) -> None:
+        """Stop throttling, resume every target worker and check that none is stopped.
+
+        Idempotent.
+
+        Raises
+        ------
+        ThrottleError
+            If a worker could not be confirmed running (it was resumed as far as possible).
+        """
+        with self._lock:
+            if not self._active:
+                return
+            self._active = False
+            self._stop_event.set()
+            atexit.unregister(self.stop)
+        here = socket.gethostname()
+        stuck = []
+        for target in self._targets:
+            if not target.pid:
+                continue  # never started there
+            state: str | None = "?"
+            try:
+                result = self.client.run(
+                    _release, target.token, target.pid, nanny=target.via_nanny,
+                    workers=[target.worker], on_error="return",
+                )
+                state = result.get(target.worker, "?")
+                if isinstance(state, BaseException):
+                    raise state
+            except Exception as err:
+                logger.warning("could not release the throttle of %s through Dask: %s",
+                               target.worker, err)
+                state = "?"
+            if target.host == here:
+                if state == "?":
+                    state = _release_locally(target.throttler_pid, target.pid)
+                else:
+                    state = _resume_and_check(target.pid)
+            if state in ("T", "t"):
+                stuck.append(target.worker)
+            elif state == "?":
+                logger.warning("could not confirm that worker %s runs again; its throttle "
+                               "ends by itself within %g s", target.worker, self.lease)
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)  # a daemon: never hold up the caller for long
+            self._thread = None
+        if stuck:
+            raise ThrottleError(
+                f"Workers {stuck} still appear stopped after the throttle ended; resume them "
+                "with `kill -CONT <pid>` on their hosts."
+            )
+        logger.info("throttle of %s stopped", list(self.workers))
+
+    def __enter__(self) -> ProcessThrottle:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return (f"ProcessThrottle(workers={list(self.workers)!r}, factor={self.factor:g}, "
+                f"period={self.period:g}, lease={self.lease:g}, active={self._active})")

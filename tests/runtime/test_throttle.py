@@ -1,0 +1,339 @@
+"""Whole-process throttle (SIGSTOP/SIGCONT duty cycle) on a LocalCluster of its own.
+
+The cluster is module-scoped and separate from the session's, so a worker left stopped by
+a failing test cannot hurt other tests (the fixture resumes every worker at the end).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import daskstraggle
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.runtime.throttle import ProcessThrottle, _process_state
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc and SIGSTOP"),
+]
+
+THROTTLER = Path(daskstraggle.__file__).parent / "runtime" / "_throttler.py"
+STOPPED = ("T", "t")
+
+
+@pytest.fixture(scope="module")
+def client():
+    import dask
+    from distributed import Client, LocalCluster
+
+    from daskstraggle.runtime.dask import OWN_CLUSTER_CONFIG
+
+    with dask.config.set(OWN_CLUSTER_CONFIG):
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.CRITICAL)
+    client = Client(cluster, set_as_default=False)
+    try:
+        yield client
+    finally:
+        for pid in client.run(os.getpid).values():
+            os.kill(pid, signal.SIGCONT)  # never leave a worker stopped
+        client.close()
+        cluster.close()
+
+
+@pytest.fixture
+def workers(client):
+    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+
+
+@pytest.fixture
+def pids(client):
+    return client.run(os.getpid)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _work(n: int) -> float:
+    """CPU-bound numpy loop without allocations; return its wall duration."""
+    t0 = time.perf_counter()
+    x = np.ones(200_000)
+    for _ in range(n):
+        np.multiply(x, 1.0001, out=x)
+        np.add(x, 0.5, out=x)
+        np.sqrt(x, out=x)
+    return time.perf_counter() - t0
+
+
+def _on(client, worker, n):
+    return client.submit(_work, n, workers=[worker], allow_other_workers=False, pure=False)
+
+
+def _median_ratio(client, slow, fast, n, reps):
+    """Median duration on ``slow`` over median on ``fast``, run side by side."""
+    a, b = [], []
+    for _ in range(reps):
+        fa, fb = _on(client, slow, n), _on(client, fast, n)
+        a.append(fa.result())
+        b.append(fb.result())
+    return statistics.median(a) / statistics.median(b)
+
+
+def _states(pid, duration=0.3, interval=0.005):
+    seen = set()
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        seen.add(_process_state(pid))
+        time.sleep(interval)
+    return seen
+
+
+def _gone(pid):
+    return _process_state(pid) in (None, "Z")
+
+
+def _wait_released(pid, throttler_pid, timeout):
+    """Wait until the throttler has exited; then the worker must never be seen stopped."""
+    end = time.monotonic() + timeout
+    while not _gone(throttler_pid):
+        assert time.monotonic() < end, f"throttler {throttler_pid} still running"
+        time.sleep(0.02)
+    assert not _states(pid, duration=0.3) & set(STOPPED)
+
+
+@pytest.fixture(scope="module")
+def n_loops(client):
+    """Loop count for a ~0.3 s task on a worker of this machine."""
+    w = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+    duration = client.submit(_work, 100, workers=[w], pure=False).result()
+    return int(np.clip(100 * 0.3 / max(duration, 1e-3), 50, 20_000))
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_factor_4_slows_the_worker_about_4x_and_stop_restores_it(client, workers, pids,
+                                                                   n_loops):
+    slow, fast = workers
+    with ProcessThrottle(client, [slow], 4, period=0.05) as throttle:
+        assert throttle.active
+        (info,) = throttle.throttlers
+        assert info["via_nanny"] and info["pid"] == pids[slow]
+        assert "T" in _states(pids[slow])  # really stopped part of the time
+        assert not _states(pids[fast], duration=0.1) & set(STOPPED)
+        throttled = _median_ratio(client, slow, fast, n_loops, reps=5)
+    assert not throttle.active
+    assert _gone(info["throttler_pid"])
+    assert not _states(pids[slow]) & set(STOPPED)
+    restored = _median_ratio(client, slow, fast, n_loops, reps=5)
+    print(f"median slow/fast duration ratio: throttled {throttled:.2f}, after {restored:.2f}")
+    # the issue's band; the throttler adds ~1 ms to each run window for the time a
+    # resumed process loses (without it: 4.3-5.0 here)
+    assert 3.0 < throttled < 5.0
+    assert 0.6 < restored < 1.5
+    throttle.stop()  # idempotent
+
+
+def test_exception_inside_with_leaves_every_worker_running(client, workers, pids):
+    with pytest.raises(ZeroDivisionError), ProcessThrottle(client, workers, 10,
+                                                           period=0.05) as throttle:
+        infos = throttle.throttlers
+        assert all("T" in _states(pids[w], duration=0.2) for w in workers)
+        1 / 0  # noqa: B018
+    assert not throttle.active
+    for info in infos:
+        assert _gone(info["throttler_pid"])
+        assert not _states(info["pid"], duration=0.2) & set(STOPPED)
+    # the cluster still works
+    assert client.submit(_work, 1, workers=[workers[0]], pure=False).result() >= 0
+
+
+def test_factor_1_starts_nothing(client, workers):
+    with ProcessThrottle(client, workers[0], 1.0) as throttle:
+        assert throttle.throttlers[0]["throttler_pid"] == 0
+
+
+def test_worker_without_a_nanny_throttles_itself(client, workers):
+    env = dict(os.environ, PYTHONPATH=str(Path(daskstraggle.__file__).parent.parent))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_worker", client.scheduler.address,
+         "--no-nanny", "--nthreads", "1", "--name", "no-nanny", "--no-dashboard"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )
+    try:
+        client.wait_for_workers(len(workers) + 1, timeout=30)
+        (extra,) = set(client.scheduler_info(n_workers=-1)["workers"]) - set(workers)
+        with ProcessThrottle(client, [extra], 10, period=0.05) as throttle:
+            (info,) = throttle.throttlers
+            assert not info["via_nanny"] and info["pid"] == proc.pid
+            assert "T" in _states(proc.pid, duration=0.3)
+        assert _gone(info["throttler_pid"])
+        assert not _states(proc.pid, duration=0.2) & set(STOPPED)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.terminate()
+        proc.wait(timeout=30)
+        end = time.monotonic() + 30
+        while len(client.scheduler_info(n_workers=-1)["workers"]) > len(workers):
+            assert time.monotonic() < end
+            time.sleep(0.05)
+
+
+_CLIENT_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    from distributed import Client
+    from daskstraggle.runtime.throttle import ProcessThrottle
+
+    client = Client(sys.argv[1], set_as_default=False)
+    throttle = ProcessThrottle(client, [sys.argv[2]], 10, period=0.05, lease=2.0).start()
+    print(json.dumps(throttle.throttlers[0]), flush=True)
+    time.sleep(120)
+""")
+
+
+def _readline(proc, timeout):
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, "the client subprocess did not start the throttle in time"
+    return proc.stdout.readline()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_killed_client_releases_the_worker_within_the_lease(client, workers, pids, tmp_path,
+                                                            sig):
+    script = tmp_path / "client.py"
+    script.write_text(_CLIENT_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=str(Path(daskstraggle.__file__).parent.parent))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), client.scheduler.address, workers[1]],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+    )
+    try:
+        info = json.loads(_readline(proc, timeout=30))
+        assert info["pid"] == pids[workers[1]]
+        assert "T" in _states(info["pid"], duration=0.2)
+        killed = time.monotonic()
+        proc.send_signal(sig)
+        proc.wait(timeout=10)
+        _wait_released(info["pid"], info["throttler_pid"], timeout=2.0 + 3.0)
+        assert time.monotonic() - killed < 2.0 + 3.5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+# --------------------------------------------------------------------------- the script
+
+
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _script(pid, lease_file, *, factor=20.0, period=0.2, lease=30.0):
+    return subprocess.Popen([
+        sys.executable, "-I", str(THROTTLER), "--pid", str(pid), "--factor", str(factor),
+        "--period", str(period), "--lease-file", str(lease_file), "--lease", str(lease),
+    ])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_script_resumes_the_process_on_signals(sleeper, tmp_path, sig):
+    lease = tmp_path / "lease"
+    lease.touch()
+    throttler = _script(sleeper.pid, lease)
+    assert "T" in _states(sleeper.pid, duration=0.5)
+    throttler.send_signal(sig)
+    assert throttler.wait(timeout=5) == 0
+    assert not _states(sleeper.pid, duration=0.2) & set(STOPPED)
+    assert not lease.exists()  # the script removes its lease file
+
+
+def test_script_releases_on_an_expired_or_removed_lease(sleeper, tmp_path):
+    lease = tmp_path / "lease"
+    lease.touch()
+    throttler = _script(sleeper.pid, lease, lease=0.5)
+    assert "T" in _states(sleeper.pid, duration=0.3)
+    assert throttler.wait(timeout=5) == 0  # not renewed: expires after 0.5 s
+    assert not _states(sleeper.pid, duration=0.2) & set(STOPPED)
+    lease.touch()
+    throttler = _script(sleeper.pid, lease)
+    assert "T" in _states(sleeper.pid, duration=0.3)
+    lease.unlink()
+    assert throttler.wait(timeout=5) == 0
+    assert not _states(sleeper.pid, duration=0.2) & set(STOPPED)
+
+
+def test_script_exits_when_the_process_is_gone(sleeper, tmp_path):
+    lease = tmp_path / "lease"
+    lease.touch()
+    throttler = _script(sleeper.pid, lease, factor=2, period=0.05)
+    time.sleep(0.1)
+    sleeper.kill()
+    sleeper.wait()
+    assert throttler.wait(timeout=5) == 0
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"factor": 0.5}, "The 'factor' parameter of ProcessThrottle must be a number >= 1. "
+                      "Got 0.5 instead."),
+    ({"factor": "4"}, "The 'factor' parameter of ProcessThrottle must be a number >= 1."),
+    ({"factor": float("nan")}, "The 'factor' parameter of ProcessThrottle must be"),
+    ({"period": 0}, "The 'period' parameter of ProcessThrottle must be a number of seconds "
+                    "> 0. Got 0.0 instead."),
+    ({"period": "soon"}, "The 'period' parameter of ProcessThrottle must be seconds or a "
+                         "duration like '50ms'. Got 'soon' instead."),
+    ({"lease": -1}, "The 'lease' parameter of ProcessThrottle must be a number of seconds"),
+    ({"lease": 0.05}, "The 'lease' parameter of ProcessThrottle must be at least twice the "
+                      "period"),
+    ({"workers": []}, "The 'workers' parameter of ProcessThrottle must be a worker address "
+                      "or a non-empty list of them. Got [] instead."),
+    ({"workers": 3}, "The 'workers' parameter of ProcessThrottle must be a worker address"),
+    ({"workers": ["tcp://127.0.0.1:1"]}, "must list addresses of workers of this cluster. "
+                                         "Got unknown ['tcp://127.0.0.1:1']"),
+])
+def test_bad_input(client, workers, kwargs, message):
+    args = {"workers": workers[:1], "factor": 4, **kwargs}
+    with pytest.raises(InvalidParameterError, match=re.escape(message)):
+        ProcessThrottle(client, args.pop("workers"), args.pop("factor"), **args)
+
+
+def test_duplicate_workers_and_period_strings(client, workers):
+    with pytest.raises(InvalidParameterError, match="lists a worker twice"):
+        ProcessThrottle(client, [workers[0], workers[0]], 2)
+    throttle = ProcessThrottle(client, workers[0], 2, period="100ms", lease="5s")
+    assert (throttle.period, throttle.lease) == (0.1, 5.0)
+    assert not throttle.active
+    throttle.stop()  # never started: a no-op
+
+
+def test_thread_workers_in_this_process_are_refused():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        (w,) = c.scheduler_info()["workers"]
+        with pytest.raises(InvalidParameterError, match=re.escape(
+                "runs in this client's process (a thread-based cluster")):
+            ProcessThrottle(c, [w], 4)
