@@ -2,11 +2,13 @@
 
 PCA, logistic regression and least squares over Zarr-chunked matrices whose row
 partitions are pinned to Dask workers; methods are pure policies driven by a Dask
-runtime or an in-process one.
+runtime, an in-process one, or a simulated clock with a latency model
+(:mod:`daskstraggle.latency`).
 """
 
 from __future__ import annotations
 
+from daskstraggle import latency
 from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca, solve
 from daskstraggle.data import Matrix, open_matrix
 from daskstraggle.errors import (
@@ -19,9 +21,10 @@ from daskstraggle.errors import (
     OutputExistsError,
     StraggleError,
 )
-from daskstraggle.methods import GD, NAG, Method, make_method
+from daskstraggle.latency import LatencyModel, Stragglers, parse_stragglers, simulate
+from daskstraggle.methods import GD, NAG, SGD, Method, make_method
 from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem, make_problem
-from daskstraggle.runtime import DaskRuntime, LocalRuntime, StopRule
+from daskstraggle.runtime import DaskRuntime, LocalRuntime, SimRuntime, StopRule
 from daskstraggle.trace import Result
 
 try:
@@ -33,12 +36,14 @@ __all__ = [
     "GD",
     "NAG",
     "PCA",
+    "SGD",
     "ClusterConnectionError",
     "DaskRuntime",
     "DataNotFoundError",
     "InputError",
     "InvalidDataError",
     "InvalidParameterError",
+    "LatencyModel",
     "LeastSquares",
     "LocalRuntime",
     "Logistic",
@@ -48,14 +53,19 @@ __all__ = [
     "OutputExistsError",
     "Problem",
     "Result",
+    "SimRuntime",
     "StopRule",
     "StraggleError",
+    "Stragglers",
     "__version__",
     "fit_least_squares",
     "fit_logistic",
     "fit_pca",
+    "latency",
     "make_method",
     "make_problem",
     "open_matrix",
+    "parse_stragglers",
+    "simulate",
     "solve",
 ]

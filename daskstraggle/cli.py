@@ -30,7 +30,19 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--workers", "n_workers", type=int, default=None,
                      help="Process workers of the LocalCluster to start (default 4)."),
         click.option("--method", default="gd", show_default=True,
-                     help="Optimisation method: gd (power method for PCA) or nag (regression)."),
+                     help="Optimisation method: gd (power method for PCA), nag (regression) or "
+                          "sgd (wait for the fastest --wait workers)."),
+        click.option("--wait", "n_wait", type=int, default=None,
+                     help="sgd: fresh results waited for each iteration (default: all workers)."),
+        click.option("--runtime", type=click.Choice(["dask", "sim", "local"]), default="dask",
+                     show_default=True,
+                     help="dask: a Dask cluster; sim: in process, simulated time with "
+                          "--stragglers as the latency model; local: in process, no latency."),
+        click.option("--stragglers", metavar="SPEC", default=None,
+                     help="Slow workers down on purpose, e.g. 'slowdown(workers=1, factor=4)', "
+                          "'markov(p_slow=0.05, p_fast=0.2, slow_factor=4)', 'bursts()', "
+                          "'artificial()', 'gamma(mean=0.05, var=1e-4)', "
+                          "'throttle(workers=1, factor=4)'. See README, 'Stragglers'."),
         click.option("--max-iter", type=int, default=100, show_default=True,
                      help="Maximum number of iterations."),
         click.option("--tol", type=float, default=1e-6, show_default=True,
@@ -78,6 +90,13 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
     as_json = params.pop("as_json")
     quiet = params.pop("quiet")
     seed = params.pop("seed")
+    n_wait = params.pop("n_wait")
+    if n_wait is not None:
+        if params["method"] != "sgd":
+            raise InputError(f"--wait applies to --method sgd, not {params['method']!r}")
+        params["method_params"] = {"n_wait": n_wait}
+    if params["runtime"] == "dask":
+        params["runtime"] = None
     common = dict(params, rng=seed, progress=not quiet and not as_json)
     if kind == "pca":
         result = fit_pca(source, **extra, **common)
@@ -180,6 +199,126 @@ def make(name: str, out: Path, size: int | None, features: int | None, populatio
     t0 = time.perf_counter()
     path = make_dataset(name, out, **params)
     click.echo(f"wrote {name} to {path} in {time.perf_counter() - t0:.1f} s")
+
+
+# ------------------------------------------------------------------------------ simulate
+@cli.command()
+@click.option("--workers", "n_workers", type=int, default=None,
+              help="Number of workers N (default: as many as the trace has, else 100).")
+@click.option("--wait", "n_wait", type=int, default=None,
+              help="Results waited for each iteration, w (default: N).")
+@click.option("--latency", "latency", metavar="SPEC", default=None,
+              help="Latency model, e.g. 'gamma(mean=0.05, var=1e-4)' or "
+                   "'shifted_exponential(shift=0.01, rate=50) + slowdown(workers=0, factor=3)'.")
+@click.option("--from-trace", type=click.Path(path_type=Path), default=None,
+              help="Fit per-worker gamma latency to a result saved with --out instead.")
+@click.option("--iid", is_flag=True,
+              help="With --from-trace: fit one gamma to all workers (the i.i.d. baseline).")
+@click.option("--iterations", "n_iterations", type=int, default=100, show_default=True,
+              help="Iterations to simulate.")
+@click.option("--samples", "n_samples", type=int, default=10_000, show_default=True,
+              help="Monte Carlo samples for the order statistics.")
+@click.option("--collect-window", type=float, default=0.02, show_default=True,
+              help="Fraction of an iteration's time to keep collecting after the w-th result.")
+@click.option("--update-duration", type=float, default=0.0, show_default=True,
+              help="Seconds the coordinator spends on each update.")
+@click.option("--load", type=float, default=1.0, show_default=True,
+              help="Work per task relative to an equal 1/N share of the rows.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
+             from_trace: Path | None, iid: bool, n_iterations: int, n_samples: int,
+             collect_window: float, update_duration: float, load: float, seed: int,
+             as_json: bool) -> None:
+    """Predict latency: order statistics and per-iteration times of waiting for w of N.
+
+    Prints the expected latency of the w-th fastest of N workers (Monte Carlo) and
+    simulates N workers iterating while the coordinator waits for the w fastest fresh
+    results (DSAG semantics: stale workers are re-tasked at once).
+    """
+    from daskstraggle.latency.order import order_statistics
+    from daskstraggle.latency.simulator import simulate as run_simulation
+    from daskstraggle.latency.spec import parse_latency
+
+    if (latency is None) == (from_trace is None):
+        raise InputError("give exactly one of --latency SPEC and --from-trace RESULT")
+    if iid and from_trace is None:
+        raise InputError("--iid applies to --from-trace")
+    if from_trace is not None:
+        from daskstraggle.latency.fit import fit_trace
+        from daskstraggle.trace import Result
+
+        trace = Result.load(from_trace).trace
+        model = fit_trace(trace, iid=iid)
+        n_trace = trace.sizes["worker"]
+        if n_workers is not None and n_workers != n_trace and not iid:
+            raise InputError(
+                f"--workers {n_workers} does not match the {n_trace} workers of the trace; "
+                "drop --workers, or add --iid to use the pooled fit for any N"
+            )
+        if n_workers is None:
+            n_workers = n_trace
+        source = f"fitted to {from_trace}" + (" (i.i.d.)" if iid else " (per worker)")
+    else:
+        model = parse_latency(latency)  # type: ignore[arg-type]
+        source = model.to_spec()
+    n_workers = 100 if n_workers is None else n_workers
+    if n_workers < 1:
+        raise InputError(f"--workers must be >= 1, got {n_workers}")
+    n_wait = n_workers if n_wait is None else n_wait
+    sim = run_simulation(model, n_workers, n_wait, n_iterations, load=load,
+                         collect_window=collect_window, update_duration=update_duration,
+                         rng=seed)
+    order = order_statistics(model, n_workers, n_samples=n_samples, load=load, rng=seed)
+    durations = np.asarray(sim.iteration_duration)
+    summary = {
+        "model": model.to_dict(),
+        "source": source,
+        "n_workers": n_workers,
+        "n_wait": n_wait,
+        "n_iterations": n_iterations,
+        "order_statistics": {"w": list(range(1, n_workers + 1)),
+                             "mean_s": [float(v) for v in order.mean]},
+        "predicted_wth_fastest_s": float(order.mean[n_wait - 1]),
+        "iteration_duration_s": {"mean": float(durations.mean()),
+                                 "median": float(np.median(durations)),
+                                 "p95": float(np.quantile(durations, 0.95))},
+        "total_time_s": float(sim.total_time),
+        "mean_fresh": float(np.mean(sim.n_fresh)),
+        "mean_stale": float(np.mean(sim.n_stale)),
+        "participation": [float(u) for u in sim.participation],
+    }
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    lines = [
+        f"latency model: {source}",
+        f"N = {n_workers} workers, waiting for w = {n_wait}, load {load:g}",
+        "",
+        "expected latency of the w-th fastest worker (one round, all workers start together):",
+    ]
+    shown = sorted({1, n_wait, n_workers} | (set(range(1, n_workers + 1)) if n_workers <= 12
+                   else {max(1, round(q * n_workers)) for q in (0.25, 0.5, 0.75, 0.9)}))
+    lines += [f"  w = {w:>5d}   {_seconds(order.mean[w - 1])}" for w in shown]
+    u = np.asarray(sim.participation)
+    lines += [
+        "",
+        f"{n_iterations} iterations waiting for the {n_wait} fastest fresh results "
+        f"(stale workers re-tasked at once, {collect_window:g} collect window):",
+        f"  per iteration: mean {_seconds(durations.mean())}, median "
+        f"{_seconds(np.median(durations))}, "
+        f"95th percentile {_seconds(np.quantile(durations, 0.95))}",
+        f"  total time:    {_seconds(sim.total_time)}",
+        f"  fresh results per iteration: {np.mean(sim.n_fresh):.2f}; stale: "
+        f"{np.mean(sim.n_stale):.2f}",
+        f"  share of iterations each worker is fresh in: min {u.min():.2f}, max {u.max():.2f}",
+    ]
+    click.echo("\n".join(lines))
+
+
+def _seconds(value: float) -> str:
+    value = float(value)
+    return f"{value * 1e3:8.2f} ms" if value < 1 else f"{value:8.3f} s "
 
 
 # ---------------------------------------------------------------------------------- demo

@@ -99,6 +99,9 @@ class Runtime(ABC):
         """Return the runtime's time in seconds (simulated for the simulated runtime)."""
         return time.perf_counter()
 
+    def _validate(self) -> None:  # noqa: B027 - optional hook
+        """Raise InvalidParameterError if the runtime's settings do not fit the cluster."""
+
     def _begin(self, placement: list[tuple[int, ...]], partition_rows: list[int]) -> None:  # noqa: B027
         """Prepare a run's event loop (e.g. install straggler injection)."""
 
@@ -110,6 +113,10 @@ class Runtime(ABC):
 
     def _on_row(self, row: int, recorder: TraceRecorder, final: bool = False) -> None:  # noqa: B027
         """Called after each trace row (and once with ``final=True`` at the end)."""
+
+    def _run_attrs(self) -> dict[str, Any]:
+        """Extra attributes recorded in the result (runtime specific)."""
+        return {}
 
     def _unit_load(self, unit: WorkUnit) -> float:
         """Work a unit carries relative to an equal share (1.0 = ``n_rows / n_workers``)."""
@@ -184,6 +191,8 @@ class Runtime(ABC):
                 f"The {problem.name} problem needs labels: pass labels=... (CLI: --labels)."
             )
         method.check_problem(problem)
+        method.check_n_workers(self.n_workers)
+        self._validate()
         if matrix.n_partitions < self.n_workers:
             if matrix.n_rows < self.n_workers:
                 raise InvalidParameterError(
@@ -235,6 +244,7 @@ class Runtime(ABC):
                 "stop": {"max_iter": stop.max_iter, "tol": stop.tol, "gap_tol": stop.gap_tol,
                          "time_budget": stop.time_budget},
                 "reference_info": {} if ref is None else ref.info,
+                **self._run_attrs(),
             },
             feature_dim=matrix.dims[1],
             feature_coords=matrix.columns,
@@ -298,15 +308,16 @@ class Runtime(ABC):
                     )
                 take(self._next())
                 if method.ready():
-                    if window > 0:  # keep collecting for a fraction of the round's time
-                        t_ready = self._clock()
-                        deadline = t_ready + window * (t_ready - t_round)
-                        while in_flight:
-                            feed()
-                            result = self._next(timeout=max(deadline - self._clock(), 0.0))
-                            if result is None:
-                                break
-                            take(result)
+                    # keep collecting for a fraction of the round's time (DSAG's window);
+                    # with no window, still take results that arrived at the same time
+                    t_ready = self._clock()
+                    deadline = t_ready + window * (t_ready - t_round)
+                    while in_flight:
+                        feed()
+                        result = self._next(timeout=max(deadline - self._clock(), 0.0))
+                        if result is None:
+                            break
+                        take(result)
                     summary = method.summary()
                     now = self._clock()
                     gap = (

@@ -19,18 +19,25 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any
 
-from daskstraggle._validation import check_int
+from daskstraggle._validation import check_bool, check_int
 from daskstraggle.data.matrix import Matrix
-from daskstraggle.errors import ClusterConnectionError, InvalidParameterError
+from daskstraggle.errors import (
+    ClusterConnectionError,
+    InvalidParameterError,
+    StraggleError,
+    StraggleWarning,
+)
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
-from daskstraggle.problems.block import MatrixStats, block_stats
+from daskstraggle.problems.block import Block, MatrixStats, block_stats
 from daskstraggle.runtime.base import Runtime, fold_map, run_unit
+from daskstraggle.trace import TraceRecorder
 
-__all__ = ["DaskRuntime", "connect"]
+__all__ = ["DaskRuntime", "connect", "run_unit_task"]
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +131,21 @@ def connect(
     return client, [client, cluster]
 
 
+def run_unit_task(
+    problem: Problem, iterate: Any, version: int, load: float, *blocks: Block
+) -> tuple[Any, float]:
+    """Worker task: the kernel over ``blocks``, then any injected straggler delay.
+
+    Returns the kernel sum and the seconds the whole task took on the worker.
+    """
+    from daskstraggle.runtime.inject import inject_delay
+
+    t0 = time.perf_counter()
+    result, measured = run_unit(problem, iterate, *blocks)
+    inject_delay(iteration=version, load=load, measured=measured)
+    return result, time.perf_counter() - t0
+
+
 class DaskRuntime(Runtime):
     """Run methods on a Dask cluster with partitions pinned to workers.
 
@@ -140,6 +162,18 @@ class DaskRuntime(Runtime):
         For a started LocalCluster: process (True) or thread workers.
     timeout : float, default=10.0
         Seconds to wait for the scheduler and for at least one worker.
+    stragglers : str, LatencyModel, Stragglers or None, default=None
+        Slow workers down on purpose during each run (grammar in
+        :mod:`daskstraggle.latency.spec`): a latency model is injected on the workers by a
+        WorkerPlugin (each of our tasks sleeps for the model's draw for that worker after
+        computing; model state such as Markov chains lives on the worker), a throttle term
+        stops and resumes whole worker processes (slowing any Dask workload). Both are
+        removed when the run ends, also on errors and interrupts.
+    rng : int or None, default=None
+        Seed of the injected latency draws.
+    record_latency : bool, default=True
+        Register the latency-recording scheduler plugin, so the trace's per-worker
+        compute durations are the scheduler's own measurements.
 
     Examples
     --------
@@ -158,9 +192,23 @@ class DaskRuntime(Runtime):
         n_workers: int | None = None,
         processes: bool = True,
         timeout: float = 10.0,
+        stragglers: Any = None,
+        rng: int | None = None,
+        record_latency: bool = True,
     ) -> None:
         from distributed import as_completed
 
+        from daskstraggle.latency.spec import parse_stragglers
+
+        self.stragglers = parse_stragglers(stragglers)
+        self._seed = rng
+        self._record_latency = check_bool(record_latency, name="record_latency",
+                                          caller="DaskRuntime")
+        self._injector: str | None = None
+        self._throttle: Any = None
+        self._recorder: Any = None
+        self._round_keys: dict[int, str] = {}
+        self._key_rows: dict[str, tuple[int, int]] = {}
         self._owned: list[Any] = []
         self.client, self._owned = connect(
             client, address=address, n_workers=n_workers, processes=processes, timeout=timeout
@@ -229,10 +277,69 @@ class DaskRuntime(Runtime):
             total = join(total, part)
         return total
 
+    def _validate(self) -> None:
+        self.stragglers.check_n_workers(self.n_workers)
+
+    def _begin(self, placement: list[tuple[int, ...]], partition_rows: list[int]) -> None:
+        self._round_keys.clear()
+        self._key_rows.clear()
+        if self._record_latency and self._recorder is None:
+            from daskstraggle.runtime.plugin import LatencyRecorder
+
+            try:
+                self._recorder = LatencyRecorder(self.client)
+            except StraggleError as err:  # the run still works with worker-side timings
+                warnings.warn(f"{err} Recording compute time on the workers instead.",
+                              StraggleWarning, stacklevel=4)
+                self._record_latency = False
+        model, throttle = self.stragglers.model, self.stragglers.throttle
+        try:
+            if model is not None:
+                from daskstraggle.runtime.inject import install_injector
+
+                self._injector = install_injector(self.client, model, self._addresses,
+                                                  seed=self._seed)
+            if throttle is not None:
+                from daskstraggle.runtime.throttle import ProcessThrottle
+
+                self._throttle = ProcessThrottle(
+                    self.client, [self._addresses[i] for i in throttle.workers],
+                    throttle.factor, period=throttle.period,
+                )
+                self._throttle.start()
+        except BaseException:
+            self._end()
+            raise
+
+    def _end(self) -> None:
+        try:
+            if self._throttle is not None:
+                self._throttle.stop()
+        finally:
+            self._throttle = None
+            if self._injector is not None:
+                from daskstraggle.runtime.inject import remove_injector
+
+                name, self._injector = self._injector, None
+                remove_injector(self.client, name)
+
+    def _on_row(self, row: int, recorder: TraceRecorder, final: bool = False) -> None:
+        if not final:
+            for worker_index, key in self._round_keys.items():
+                self._key_rows[key] = (row, worker_index)
+            self._round_keys.clear()
+        if self._recorder is None or not self._key_rows:
+            return
+        for record in self._recorder.poll():
+            where = self._key_rows.pop(record.key, None)
+            if where is not None:
+                recorder.set_compute(where[0], where[1], record.compute_duration)
+
     def _submit(self, unit: WorkUnit, problem: Problem) -> None:
         held = self._held[unit.worker_index]
         future = self._pinned(
-            run_unit, problem, unit.iterate, *(held[p] for p in unit.partitions),
+            run_unit_task, problem, unit.iterate, unit.version, self._unit_load(unit),
+            *(held[p] for p in unit.partitions),
             key=f"unit-v{unit.version}-w{unit.worker_index}-{uuid.uuid4().hex[:6]}",
             worker_index=unit.worker_index,
         )
@@ -251,6 +358,7 @@ class DaskRuntime(Runtime):
                     self._ac.thread_condition.wait(timeout=min(remaining, 0.1))
         future, (result, duration) = next(self._ac)
         unit, sent = self._pending.pop(future.key)
+        self._round_keys[unit.worker_index] = future.key
         return WorkResult(unit, result, duration, latency=time.perf_counter() - sent)
 
     def _cancel_pending(self) -> None:
@@ -264,6 +372,12 @@ class DaskRuntime(Runtime):
     def close(self) -> None:
         """Release data; close the client and cluster if this runtime started them."""
         self._unload()
+        if self._recorder is not None:
+            try:
+                self._recorder.close()
+            except Exception as err:  # closing must not mask the run's own error
+                logger.warning("closing the latency recorder failed: %s", err)
+            self._recorder = None
         for obj in self._owned:
             try:
                 obj.close()
