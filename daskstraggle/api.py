@@ -18,7 +18,7 @@ from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
 from daskstraggle.latency.base import LatencyModel
 from daskstraggle.latency.spec import Stragglers, parse_stragglers
-from daskstraggle.methods import make_method
+from daskstraggle.methods import Method, make_method
 from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, Runtime, SimRuntime, StopRule
 from daskstraggle.trace import Result, check_output_path
@@ -32,6 +32,7 @@ def _check_runtime_args(
     scheduler: str | None,
     n_workers: int | None,
     stragglers: Stragglers,
+    method: Method | None = None,
 ) -> None:
     """Refuse combinations that cannot work, before anything starts."""
     if isinstance(runtime, Runtime):
@@ -44,6 +45,8 @@ def _check_runtime_args(
                 "Pass stragglers to the runtime you built (DaskRuntime(stragglers=...) or "
                 "SimRuntime(latency=...)), not to the fit function."
             )
+        if method is not None:
+            method.check_n_workers(runtime.n_workers)
         return
     if runtime not in (None, "dask", "local", "sim"):
         raise InvalidParameterError(
@@ -65,8 +68,34 @@ def _check_runtime_args(
             "The throttle straggler slows real worker processes; it needs the Dask runtime, "
             "not runtime='sim'."
         )
-    if n_workers is not None or runtime in ("local", "sim"):
-        stragglers.check_n_workers(4 if n_workers is None else n_workers)
+    n_expected = _expected_workers(runtime, client, scheduler, n_workers)
+    if n_expected is not None:
+        stragglers.check_n_workers(n_expected)
+        if method is not None:
+            method.check_n_workers(n_expected)
+
+
+def _expected_workers(
+    runtime: Runtime | str | None, client: Any, scheduler: str | None, n_workers: int | None
+) -> int | None:
+    """Workers the run will have when known before connecting (None: ask the cluster)."""
+    if isinstance(runtime, Runtime):
+        return runtime.n_workers
+    if n_workers is not None:
+        return n_workers
+    if runtime in ("local", "sim") or (client is None and scheduler is None):
+        return 4  # the runtimes' and the LocalCluster's default
+    return None
+
+
+def _default_client() -> Any:
+    """Return the default Dask client, or None when there is none."""
+    try:
+        from distributed import get_client
+
+        return get_client()
+    except ValueError:
+        return None
 
 
 @contextmanager
@@ -79,7 +108,6 @@ def _resolve_runtime(
     rng: Any,
 ) -> Iterator[Runtime]:
     """Yield the runtime to use; close it afterwards only if it was made here."""
-    _check_runtime_args(runtime, client, scheduler, n_workers, stragglers)
     seed = rng if isinstance(rng, int | np.integer) else None
     if isinstance(runtime, Runtime):
         yield runtime
@@ -93,13 +121,6 @@ def _resolve_runtime(
                         rng=seed) as sim:
             yield sim
         return
-    if client is None and scheduler is None and n_workers is None:
-        try:
-            from distributed import get_client
-
-            client = get_client()
-        except ValueError:  # no default client: start a LocalCluster for this call
-            client = None
     with DaskRuntime(client, address=scheduler, n_workers=n_workers, stragglers=stragglers,
                      rng=seed) as rt:
         yield rt
@@ -213,8 +234,9 @@ def solve(
     if n_workers is not None:
         high = 100_000 if runtime in ("sim", "local") else 256
         check_int(n_workers, name="n_workers", caller=caller, low=1, high=high)
-        meth.check_n_workers(n_workers)
-    _check_runtime_args(runtime, client, scheduler, n_workers, spec)
+    if runtime in (None, "dask") and client is None and scheduler is None and n_workers is None:
+        client = _default_client()  # None: a LocalCluster is started for this call
+    _check_runtime_args(runtime, client, scheduler, n_workers, spec, meth)
     out_path = check_output_path(out, overwrite=overwrite)
     matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions)
     problem.check_shape(matrix.n_rows, matrix.n_columns)

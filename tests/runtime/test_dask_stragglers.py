@@ -1,0 +1,69 @@
+"""DaskRuntime with --stragglers: injected per run, recorded in the trace, always removed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daskstraggle import open_matrix
+from daskstraggle.methods import GD
+from daskstraggle.problems import PCA
+from daskstraggle.runtime import DaskRuntime, StopRule
+from daskstraggle.runtime.inject import INJECTOR_PREFIX
+
+pytestmark = pytest.mark.cluster
+
+
+def _plugins(client):
+    names = client.run(lambda dask_worker: sorted(dask_worker.plugins))
+    return {n for names in names.values() for n in names if n.startswith(INJECTOR_PREFIX)}
+
+
+@pytest.fixture
+def matrix():
+    return open_matrix(np.random.default_rng(0).normal(size=(300, 5)), n_partitions=3)
+
+
+def test_injected_delay_shows_in_the_scheduler_measured_compute(dask_client, matrix):
+    with DaskRuntime(dask_client, stragglers="constant(compute=[0.0, 0.15, 0.0])") as rt:
+        res = rt.run(GD(), PCA(n_components=2), matrix, stop=StopRule(max_iter=4, tol=None),
+                     rng=0)
+    c = res.trace.compute_duration.values
+    assert (c[:, 1] > 0.15).all() and (c[:, 1] < 0.3).all()
+    assert (c[:, [0, 2]] < 0.1).all()
+    assert (res.trace.latency.values >= c).all()
+    assert (res.trace.iteration_duration > 0.15).all()
+    assert not _plugins(dask_client)  # removed after the run
+
+
+class _Boom(GD):
+    name = "boom"
+
+    def step(self) -> None:
+        raise RuntimeError("boom")
+
+
+def test_a_failed_run_removes_its_injector_and_throttle(dask_client, matrix):
+    stragglers = "constant(compute=0.01) + throttle(workers=2, factor=2)"
+    with DaskRuntime(dask_client, stragglers=stragglers) as rt:
+        with pytest.raises(RuntimeError, match="boom"):
+            rt.run(_Boom(), PCA(n_components=2), matrix, stop=StopRule(max_iter=5, tol=None))
+        assert rt._throttle is None
+    assert not _plugins(dask_client)
+    states = dask_client.run(_state)
+    assert all(s not in ("T", "t") for s in states.values()), states
+
+
+def _state() -> str:
+    import os
+
+    with open(f"/proc/{os.getpid()}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_stragglers_that_do_not_fit_the_cluster_fail_before_loading(dask_client, matrix):
+    from daskstraggle.errors import InvalidParameterError
+
+    with DaskRuntime(dask_client, stragglers="slowdown(workers=5, factor=2)") as rt:
+        with pytest.raises(InvalidParameterError, match="worker 5 is out of range for 3"):
+            rt.run(GD(), PCA(n_components=2), matrix)

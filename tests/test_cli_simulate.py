@@ -1,0 +1,100 @@
+"""``daskstraggle simulate`` and the straggler options of the solve commands (no cluster)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from daskstraggle import fit_pca
+from daskstraggle.cli import main
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_order_statistics_and_iterations_of_a_deterministic_model(capsys):
+    out = _json(capsys, ["simulate", "--workers", "3", "--wait", "2", "--latency",
+                         "constant(compute=[1.0, 2.0, 3.0])", "--collect-window", "0",
+                         "--iterations", "3", "--json"])
+    assert out["order_statistics"]["mean_s"] == [1.0, 2.0, 3.0]
+    assert out["predicted_wth_fastest_s"] == 2.0
+    # it 0 ends at 2; it 1 starts at 2 (w0 -> 3, w1 -> 4; w2's stale result at 3 re-tasks it
+    # until 6) and ends at 4; it 2: w0 -> 5, w1 -> 6 (w2 stale at 6): ends at 6
+    assert out["total_time_s"] == pytest.approx(6.0)
+    assert out["iteration_duration_s"]["mean"] == pytest.approx(2.0)
+    assert out["participation"] == [1.0, 1.0, 0.0]
+
+
+def test_table_output_names_the_numbers(capsys):
+    assert main(["simulate", "--workers", "20", "--wait", "10", "--latency",
+                 "gamma(mean=0.05, var=1e-4) + artificial()", "--iterations", "20"]) == 0
+    text = capsys.readouterr().out
+    for words in ("N = 20 workers, waiting for w = 10", "w-th fastest", "w =    10",
+                  "total time", "stale workers re-tasked at once", "artificial("):
+        assert words in text
+
+
+def test_fitted_statistics_saved_from_a_run(capsys, tmp_path):
+    X = np.random.default_rng(0).normal(size=(300, 5))
+    path = tmp_path / "run.zarr"
+    fit_pca(X, 2, runtime="sim", n_workers=3, method="sgd", method_params={"n_wait": 2},
+            stragglers="gamma(mean=[0.1, 0.2, 0.4], var=1e-3)", max_iter=40, tol=None,
+            rng=0, out=path)
+    out = _json(capsys, ["simulate", "--from-trace", str(path), "--wait", "2", "--json"])
+    assert out["n_workers"] == 3 and "per worker" in out["source"]
+    np.testing.assert_allclose(out["model"]["mean"], [0.1, 0.2, 0.4], rtol=0.15)
+    pooled = _json(capsys, ["simulate", "--from-trace", str(path), "--iid", "--workers", "10",
+                            "--json"])
+    assert pooled["n_workers"] == 10 and np.isscalar(pooled["model"]["mean"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--workers", "4", "--wait", "5", "--latency", "gamma(mean=0.1, var=0.01)"],
+         ("'n_wait'", "[1, 4]", "5")),
+        (["--workers", "4", "--wait", "0", "--latency", "gamma(mean=0.1, var=0.01)"],
+         ("'n_wait'", "0")),
+        (["--workers", "4", "--latency", "weibull(shape=2)"], ("'weibull'", "gamma")),
+        (["--workers", "4", "--latency", "gamma(mean=0.1, var=-1)"], ("'var'", "-1")),
+        (["--workers", "2", "--latency", "slowdown(workers=3, factor=2) + gamma(mean=1, var=1)"],
+         ("not a modifier",)),
+        (["--workers", "4", "--latency", "slowdown(workers=1, factor=4)"],
+         ("base distribution",)),
+        (["--workers", "4"], ("--latency", "--from-trace")),
+        (["--from-trace", "nowhere.zarr"], ("nowhere.zarr",)),
+        (["--workers", "0", "--latency", "gamma(mean=0.1, var=0.01)"], ("--workers",)),
+        (["--latency", "gamma(mean=0.1, var=0.01)", "--iid"], ("--iid",)),
+    ],
+    ids=["w-above-n", "w-zero", "unknown-model", "negative-var", "modifier-first",
+         "no-distribution", "no-model", "missing-trace", "no-workers", "iid-without-trace"],
+)
+def test_bad_input_exits_2_with_one_line(argv, words, capsys):
+    assert main(["simulate", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    for word in words:
+        assert word.lower() in lines[0].lower(), (word, lines[0])
+
+
+def test_wait_needs_sgd(capsys):
+    assert main(["pca", "whatever.zarr", "--wait", "2"]) == 2
+    assert "--wait applies to --method sgd" in capsys.readouterr().err
+
+
+def test_pca_in_simulated_time_with_stragglers(capsys, tmp_path):
+    X = np.random.default_rng(1).normal(size=(400, 6))
+    import zarr
+
+    z = zarr.create_array(tmp_path / "x.zarr", shape=X.shape, chunks=(50, 6), dtype="f8")
+    z[:] = X
+    out = _json(capsys, ["pca", str(tmp_path / "x.zarr"), "--runtime", "sim", "--workers", "8",
+                         "--method", "sgd", "--wait", "4", "--max-iter", "5", "--stragglers",
+                         "gamma(mean=0.1, var=1e-3) + slowdown(workers=0, factor=10)", "--json"])
+    assert out["n_iter"] == 5 and out["wall_time_s"] > 5 * 0.05
