@@ -58,7 +58,7 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--out", type=click.Path(path_type=Path), default=None,
                      help="Write fitted quantities and the trace to this Zarr store."),
         click.option("--overwrite", is_flag=True, help="Allow --out to replace an existing path."),
-        click.option("--seed", type=int, default=0, show_default=True,
+        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Seed of the starting point and step-size estimate."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table."),
         click.option("--quiet", is_flag=True, help="No progress bar."),
@@ -224,7 +224,7 @@ def make(name: str, out: Path, size: int | None, features: int | None, populatio
               help="Seconds the coordinator spends on each update.")
 @click.option("--load", type=float, default=1.0, show_default=True,
               help="Work per task relative to an equal 1/N share of the rows.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
              from_trace: Path | None, iid: bool, n_iterations: int, n_samples: int,
@@ -265,11 +265,19 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
     n_workers = 100 if n_workers is None else n_workers
     if n_workers < 1:
         raise InputError(f"--workers must be >= 1, got {n_workers}")
+    if n_samples < 1 or n_workers * n_samples > 50_000_000:
+        raise InputError(
+            f"--samples x --workers must be in [1, 5e7] (memory: one double each); got "
+            f"{n_samples} x {n_workers}; lower --samples"
+        )
     n_wait = n_workers if n_wait is None else n_wait
+    sim_seed, order_seed = np.random.SeedSequence(seed).spawn(2)  # independent draws
     sim = run_simulation(model, n_workers, n_wait, n_iterations, load=load,
                          collect_window=collect_window, update_duration=update_duration,
-                         rng=seed)
-    order = order_statistics(model, n_workers, n_samples=n_samples, load=load, rng=seed)
+                         rng=sim_seed)
+    stateful = not model.sampler(n_workers, rng=0).stateless
+    order = None if stateful else order_statistics(model, n_workers, n_samples=n_samples,
+                                                   load=load, rng=order_seed)
     durations = np.asarray(sim.iteration_duration)
     summary = {
         "model": model.to_dict(),
@@ -277,9 +285,9 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
         "n_workers": n_workers,
         "n_wait": n_wait,
         "n_iterations": n_iterations,
-        "order_statistics": {"w": list(range(1, n_workers + 1)),
-                             "mean_s": [float(v) for v in order.mean]},
-        "predicted_wth_fastest_s": float(order.mean[n_wait - 1]),
+        "order_statistics": None if order is None else {
+            "w": list(range(1, n_workers + 1)), "mean_s": [float(v) for v in order.mean]},
+        "predicted_wth_fastest_s": None if order is None else float(order.mean[n_wait - 1]),
         "iteration_duration_s": {"mean": float(durations.mean()),
                                  "median": float(np.median(durations)),
                                  "p95": float(np.quantile(durations, 0.95))},
@@ -295,11 +303,16 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
         f"latency model: {source}",
         f"N = {n_workers} workers, waiting for w = {n_wait}, load {load:g}",
         "",
-        "expected latency of the w-th fastest worker (one round, all workers start together):",
     ]
-    shown = sorted({1, n_wait, n_workers} | (set(range(1, n_workers + 1)) if n_workers <= 12
-                   else {max(1, round(q * n_workers)) for q in (0.25, 0.5, 0.75, 0.9)}))
-    lines += [f"  w = {w:>5d}   {_seconds(order.mean[w - 1])}" for w in shown]
+    if order is None:
+        lines.append("(no one-round order statistics: the model has state over time; see the "
+                     "simulated iterations)")
+    else:
+        lines.append("expected latency of the w-th fastest worker (one round, all workers "
+                     "start together):")
+        shown = sorted({1, n_wait, n_workers} | (set(range(1, n_workers + 1)) if n_workers <= 12
+                       else {max(1, round(q * n_workers)) for q in (0.25, 0.5, 0.75, 0.9)}))
+        lines += [f"  w = {w:>5d}   {_seconds(order.mean[w - 1])}" for w in shown]
     u = np.asarray(sim.participation)
     lines += [
         "",

@@ -132,8 +132,11 @@ def bench_prediction(repeats: int, n_iter: int) -> dict[str, Any]:
                          stop=StopRule(max_iter=50, tol=None), rng=0)
             tr = gd.trace.isel(iteration=slice(3, None))
             measured = np.sort(tr.latency.values, axis=1).mean(axis=0)
-            per_worker = order_statistics(fit_trace(tr), 4, n_samples=50_000, rng=0).mean
-            iid = order_statistics(fit_trace(tr, iid=True), 4, n_samples=50_000, rng=0).mean
+            per_worker = order_statistics(fit_trace(tr, split=False), 4, n_samples=50_000,
+                                          rng=0).mean
+            split = order_statistics(fit_trace(tr), 4, n_samples=50_000, rng=0).mean
+            iid = order_statistics(fit_trace(tr, iid=True, split=False), 4, n_samples=50_000,
+                                   rng=0).mean
             wall = sgd.trace.wall_time.values
             update = float(np.median(np.diff(wall) - sgd.trace.iteration_duration.values[1:]))
 
@@ -141,14 +144,18 @@ def bench_prediction(repeats: int, n_iter: int) -> dict[str, Any]:
                 return float(np.mean([simulate(m, 4, 2, 50, update_duration=update,
                                                rng=s).total_time for s in range(20)]))
 
-            own = fit_trace(sgd.trace)
+            own = fit_trace(sgd.trace, split=False)
             rows.append({
                 "measured_wth_s": measured.tolist(),
                 "per_worker_rel_error": (per_worker / measured - 1).tolist(),
+                "split_rel_error": (split / measured - 1).tolist(),
+                "corr_compute_comm": [float(np.corrcoef(tr.compute_duration[:, i],
+                                                        tr.communication_duration[:, i])[0, 1])
+                                      for i in range(4)],
                 "iid_rel_error": (iid / measured - 1).tolist(),
                 "real_total_s": float(wall[-1]),
                 "sim_own_fit_rel_error": total(own) / wall[-1] - 1,
-                "sim_gd_fit_rel_error": total(fit_trace(tr)) / wall[-1] - 1,
+                "sim_gd_fit_rel_error": total(fit_trace(tr, split=False)) / wall[-1] - 1,
                 "naive_order_stat_rel_error": float(
                     50 * order_statistics(own, 4, n_samples=50_000, rng=0).mean[1] / wall[-1] - 1
                 ),
@@ -235,6 +242,8 @@ def main(argv: list[str] | None = None) -> None:
                                                        for v in p["measured_wth_s"]))
     print("    per-worker fit error:        " + "  ".join(f"{100 * v:+5.1f}%"
                                                        for v in p["per_worker_rel_error"]))
+    print("    compute+comm split error:    " + "  ".join(f"{100 * v:+5.1f}%"
+                                                       for v in p["split_rel_error"]))
     print("    i.i.d. fit error:            " + "  ".join(f"{100 * v:+5.1f}%"
                                                        for v in p["iid_rel_error"]))
     print(f"    SGD w=2, 50 it: real {p['real_total_s']:.2f} s; simulator "

@@ -31,10 +31,11 @@ def test_order_statistics_and_iterations_of_a_deterministic_model(capsys):
 
 def test_table_output_names_the_numbers(capsys):
     assert main(["simulate", "--workers", "20", "--wait", "10", "--latency",
-                 "gamma(mean=0.05, var=1e-4) + artificial()", "--iterations", "20"]) == 0
+                 "gamma(mean=0.05, var=1e-4) + slowdown(workers=0, factor=3)", "--iterations",
+                 "20"]) == 0
     text = capsys.readouterr().out
     for words in ("N = 20 workers, waiting for w = 10", "w-th fastest", "w =    10",
-                  "total time", "stale workers re-tasked at once", "artificial("):
+                  "total time", "stale workers re-tasked at once", "slowdown("):
         assert words in text
 
 
@@ -69,9 +70,12 @@ def test_fitted_statistics_saved_from_a_run(capsys, tmp_path):
         (["--from-trace", "nowhere.zarr"], ("nowhere.zarr",)),
         (["--workers", "0", "--latency", "gamma(mean=0.1, var=0.01)"], ("--workers",)),
         (["--latency", "gamma(mean=0.1, var=0.01)", "--iid"], ("--iid",)),
+        (["--latency", "gamma(mean=0.1)"], ("'gamma'", "needs ['var']")),
+        (["--workers", "100000", "--latency", "gamma(mean=0.1, var=0.01)"], ("--samples",)),
     ],
     ids=["w-above-n", "w-zero", "unknown-model", "negative-var", "modifier-first",
-         "no-distribution", "no-model", "missing-trace", "no-workers", "iid-without-trace"],
+         "no-distribution", "no-model", "missing-trace", "no-workers", "iid-without-trace",
+         "missing-parameter", "too-many-samples"],
 )
 def test_bad_input_exits_2_with_one_line(argv, words, capsys):
     assert main(["simulate", *argv]) == 2
@@ -81,6 +85,22 @@ def test_bad_input_exits_2_with_one_line(argv, words, capsys):
     assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
     for word in words:
         assert word.lower() in lines[0].lower(), (word, lines[0])
+
+
+def test_stateful_models_are_simulated_without_a_one_round_table(capsys):
+    out = _json(capsys, ["simulate", "--workers", "4", "--latency",
+                         "gamma(mean=0.1, var=1e-4) + markov(p_slow=0.5, slow_factor=10)",
+                         "--json"])
+    assert out["order_statistics"] is None
+    assert out["iteration_duration_s"]["mean"] > 0.3  # the slow state shows up
+    assert main(["simulate", "--workers", "4", "--latency", "bursts(base=constant(compute=1))"]
+                ) == 0
+    assert "model has state over time" in capsys.readouterr().out
+
+
+def test_negative_seed_is_a_usage_error(capsys):
+    assert main(["simulate", "--latency", "gamma(mean=0.1, var=0.01)", "--seed", "-1"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_wait_needs_sgd(capsys):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -99,6 +99,14 @@ def make_model(name: str, **params: Any) -> LatencyModel:
     if unknown:
         raise InvalidParameterError(
             f"The latency model {cls.name!r} does not take {unknown}; it takes {allowed}."
+        )
+    required = [f.name for f in fields(cls)
+                if f.default is MISSING and f.default_factory is MISSING]
+    missing = [name for name in required if name not in params]
+    if missing:
+        raise InvalidParameterError(
+            f"The latency model {cls.name!r} needs {missing}, e.g. "
+            f"{cls.name.replace('-', '_')}({', '.join(f'{m}=...' for m in required)})."
         )
     return cls(**params)
 

@@ -203,7 +203,7 @@ def fit_shifted_exponential(
     return ShiftedExponential(shift=tuple(shifts), rate=tuple(rates))
 
 
-def fit_trace(trace: Mapping[str, Any], *, iid: bool = False) -> Gamma:
+def fit_trace(trace: Mapping[str, Any], *, iid: bool = False, split: bool = True) -> Gamma:
     """Fit the gamma latency model to the trace of a run.
 
     This is how fitted statistics saved from a run become a model: pass the run's trace
@@ -217,6 +217,11 @@ def fit_trace(trace: Mapping[str, Any], *, iid: bool = False) -> Gamma:
         shape (n_iterations, n_workers) with NaN where a worker delivered nothing.
     iid : bool, default=False
         Pool the workers into one law (the i.i.d. baseline).
+    split : bool, default=True
+        Fit compute and communication as independent gammas (the DSAG model). False fits
+        one gamma per worker to their sum (the ``"latency"`` array when present), which is
+        the better predictor when the two parts are correlated, as they are when the
+        coordinator and the workers share a few cores.
 
     Returns
     -------
@@ -248,4 +253,10 @@ def fit_trace(trace: Mapping[str, Any], *, iid: bool = False) -> Gamma:
     communication = None
     if "communication_duration" in trace:
         communication = np.asarray(trace["communication_duration"], dtype=float)
+    if not split:
+        if "latency" in trace:
+            total = np.asarray(trace["latency"], dtype=float)
+        else:
+            total = compute if communication is None else compute + communication
+        return fit_gamma(total, None, iid=iid)
     return fit_gamma(compute, communication, iid=iid)

@@ -214,6 +214,13 @@ def order_statistics(
     _check_model(model, n_workers, _CALLER)
 
     sampler = model.sampler(n_workers, rng=rng)
+    if not sampler.stateless:
+        raise InvalidParameterError(
+            f"order_statistics needs a model whose draws do not depend on time or history; "
+            f"{model.to_spec()!r} has state (Markov chains, bursts, schedules or replays), so "
+            "one round's order statistics are not defined by it. Use simulate() for its "
+            "per-iteration latency."
+        )
     samples = np.empty((n_samples, n_workers))
     for i in range(n_workers):
         compute, communication = sampler.sample(

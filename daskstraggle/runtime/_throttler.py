@@ -76,7 +76,8 @@ def _resume(pid: int) -> None:
         pass
 
 
-#: Seconds added to each run window to make up for the time a resumed process needs.
+#: Seconds added to each run window (at most 10 % of it) to make up for the time a
+#: resumed process needs; the factor stays approximate (about +-10 %) across machines.
 RESUME_OVERHEAD = 0.001
 
 
@@ -100,7 +101,9 @@ def throttle(pid: int, factor: float, period: float, lease_file: str, lease: flo
     # a resumed process loses about a millisecond of each run window (waking up, cold
     # caches); measured on a 2-core Linux VM, a 4x throttle slowed a numpy loop 4.3-5x
     # without this compensation
-    run_duration = min(period / factor + RESUME_OVERHEAD, period) if factor > 1 else period
+    nominal = period / factor
+    run_duration = min(nominal + min(RESUME_OVERHEAD, 0.1 * nominal), period) \
+        if factor > 1 else period
     stop_duration = period - run_duration
     try:
         if stop_duration <= 0:

@@ -361,8 +361,11 @@ class Runtime(ABC):
                 feed()
         finally:
             bar.close()
-            self._on_row(len(recorder) - 1, recorder, final=True)
-            self._cancel_pending()
+            self._cancel_pending()  # first: nothing of this run may reach the next one
+            try:
+                self._on_row(len(recorder) - 1, recorder, final=True)
+            except Exception as err:  # bookkeeping must not mask the run's own outcome
+                logger.warning("final latency bookkeeping failed: %s", err)
 
     def _cancel_pending(self) -> None:  # noqa: B027 - optional hook
         """Forget work still in flight when a run ends."""

@@ -209,6 +209,7 @@ class DaskRuntime(Runtime):
         self._recorder: Any = None
         self._round_keys: dict[int, str] = {}
         self._key_rows: dict[str, tuple[int, int]] = {}
+        self._unmatched: dict[str, float] = {}
         self._owned: list[Any] = []
         self.client, self._owned = connect(
             client, address=address, n_workers=n_workers, processes=processes, timeout=timeout
@@ -281,8 +282,10 @@ class DaskRuntime(Runtime):
         self.stragglers.check_n_workers(self.n_workers)
 
     def _begin(self, placement: list[tuple[int, ...]], partition_rows: list[int]) -> None:
+        self._cancel_pending()
         self._round_keys.clear()
         self._key_rows.clear()
+        self._unmatched.clear()
         if self._record_latency and self._recorder is None:
             from daskstraggle.runtime.plugin import LatencyRecorder
 
@@ -328,12 +331,17 @@ class DaskRuntime(Runtime):
             for worker_index, key in self._round_keys.items():
                 self._key_rows[key] = (row, worker_index)
             self._round_keys.clear()
-        if self._recorder is None or not self._key_rows:
+        if self._recorder is None:
             return
         for record in self._recorder.poll():
-            where = self._key_rows.pop(record.key, None)
-            if where is not None:
-                recorder.set_compute(where[0], where[1], record.compute_duration)
+            # a task may finish on the scheduler before the coordinator takes its result:
+            # keep its record until the key is placed in a row (bounded)
+            self._unmatched[record.key] = record.compute_duration
+        while len(self._unmatched) > 10_000:
+            self._unmatched.pop(next(iter(self._unmatched)))
+        for key in [k for k in self._key_rows if k in self._unmatched]:
+            row_index, worker_index = self._key_rows.pop(key)
+            recorder.set_compute(row_index, worker_index, self._unmatched.pop(key))
 
     def _submit(self, unit: WorkUnit, problem: Problem) -> None:
         held = self._held[unit.worker_index]

@@ -127,3 +127,14 @@ def test_fitted_model_samples():
     sampler = fit_gamma(compute).sampler(3, rng=0)
     draws, _ = sampler.sample(2, size=20000)
     assert draws.mean() == pytest.approx(MEAN[2], rel=0.03)
+
+
+def test_fit_trace_unsplit_fits_the_whole_latency():
+    lat = np.array([[0.3, 0.5], [0.5, 0.7], [0.4, np.nan]])
+    trace = {"compute_duration": lat - 0.1, "communication_duration": np.full_like(lat, 0.1),
+             "latency": lat}
+    model = fit_trace(trace, split=False)
+    np.testing.assert_allclose(model.mean, [0.4, 0.6])
+    np.testing.assert_allclose(model.var, [0.01, 0.02])
+    assert model.communication_mean == 0.0
+    np.testing.assert_allclose(fit_trace(trace).communication_mean, 0.1)

@@ -173,3 +173,12 @@ def test_bad_quantile_level():
     stats = order_statistics(Constant(compute=1.0), 2, n_samples=3)
     with pytest.raises(InvalidParameterError, match=r"'q' parameter .* in \[0, 1\]"):
         stats.quantiles(1.5)
+
+
+def test_stateful_models_are_refused_with_a_pointer_to_simulate():
+    from daskstraggle.errors import InvalidParameterError
+    from daskstraggle.latency.models import Gamma, TwoStateMarkov
+
+    model = TwoStateMarkov(base=Gamma(mean=1.0, var=0.01), p_slow=0.5, slow_factor=10.0)
+    with pytest.raises(InvalidParameterError, match=r"has state .* Use simulate\(\)"):
+        order_statistics(model, 2)

@@ -76,6 +76,9 @@ def test_models_and_specs_pass_through():
         ("throttle(workers=1, factor=0.5)", "'factor' parameter of throttle must be a number >= 1"),
         ("throttle(workers=-1, factor=2)", "'workers' parameter of throttle"),
         ("throttle(workers=1, factor=2) + throttle(workers=2, factor=2)", "at most one throttle"),
+        ("gamma", "The latency model 'gamma' needs ['mean', 'var'], e.g. gamma(mean=..., var=...)"),
+        ("gamma(mean=0.05)", "needs ['var']"),
+        ("slowdown(workers=1)", "The latency model 'slowdown' needs ['factor']"),
     ],
 )
 def test_bad_specs_give_one_clear_error(spec, message):

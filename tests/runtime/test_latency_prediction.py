@@ -2,7 +2,7 @@
 
 The issue's acceptance check: a LocalCluster with 4 process workers and injected gamma
 delays of different means. From the latency the scheduler plugin and the coordinator
-recorded during a GD run (w = N) we fit one gamma per worker, then
+recorded during a GD run (w = N) we fit one gamma per worker to its latency, then
 
 - the Monte Carlo expected latency of the w-th fastest worker matches the measured mean of
   the w-th smallest per-iteration latency within 10 % for every w, and
@@ -56,14 +56,17 @@ def test_predicted_latency_matches_a_real_run():
     np.testing.assert_allclose(trace.compute_duration.mean("iteration"), MEANS, rtol=0.15,
                                atol=0.005)
     measured = np.sort(trace.latency.values, axis=1).mean(axis=0)
-    fitted = fit_trace(trace)
+    # one gamma per worker for its whole latency: on 2 shared cores the scheduler-measured
+    # compute and the rest of the round trip are correlated (about -0.2 for the fastest
+    # worker), which the independent compute + communication split does not model
+    fitted = fit_trace(trace, split=False)
     predicted = order_statistics(fitted, 4, n_samples=50_000, rng=0).mean
     np.testing.assert_allclose(predicted, measured, rtol=0.10)
 
     # coordinator time between rounds (update, trace, dispatch bookkeeping)
     wall = sgd.trace.wall_time.values
     update = float(np.median(np.diff(wall) - sgd.trace.iteration_duration.values[1:]))
-    fitted = fit_trace(sgd.trace)
+    fitted = fit_trace(sgd.trace, split=False)
     totals = [
         simulate(fitted, 4, 2, 50, collect_window=0.02, update_duration=update, rng=seed)
         .total_time
