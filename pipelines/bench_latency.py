@@ -167,11 +167,12 @@ def bench_prediction(repeats: int, n_iter: int) -> dict[str, Any]:
     return {"repeats": rows, "median": med}
 
 
-def _numpy_task(n: int = 6) -> float:
+def _numpy_task(n: int = 20) -> float:
+    """About 0.4 s of single-threaded numpy, many throttle periods long; timed on the worker."""
     t0 = time.perf_counter()
-    a = np.random.default_rng(0).normal(size=(250, 250))
+    a = np.random.default_rng(0).normal(size=(400, 400))
     for _ in range(n):
-        a = np.tanh(a @ a.T / 250.0)
+        a = np.tanh(a @ a.T / 400.0)
     return time.perf_counter() - t0
 
 
