@@ -132,17 +132,20 @@ def connect(
 
 
 def run_unit_task(
-    problem: Problem, iterate: Any, version: int, load: float, *blocks: Block
+    problem: Problem, iterate: Any, version: int, load: float, injector: str | None,
+    *blocks: Block,
 ) -> tuple[Any, float]:
-    """Worker task: the kernel over ``blocks``, then any injected straggler delay.
+    """Worker task: the kernel over ``blocks``, then the run's injected straggler delay.
 
-    Returns the kernel sum and the seconds the whole task took on the worker.
+    ``injector`` names the run's straggler injector (None: no injection). Returns the
+    kernel sum and the seconds the whole task took on the worker.
     """
-    from daskstraggle.runtime.inject import inject_delay
-
     t0 = time.perf_counter()
     result, measured = run_unit(problem, iterate, *blocks)
-    inject_delay(iteration=version, load=load, measured=measured)
+    if injector is not None:
+        from daskstraggle.runtime.inject import inject_delay
+
+        inject_delay(iteration=version, load=load, measured=measured, name=injector)
     return result, time.perf_counter() - t0
 
 
@@ -347,7 +350,7 @@ class DaskRuntime(Runtime):
         held = self._held[unit.worker_index]
         future = self._pinned(
             run_unit_task, problem, unit.iterate, unit.version, self._unit_load(unit),
-            *(held[p] for p in unit.partitions),
+            self._injector, *(held[p] for p in unit.partitions),
             key=f"unit-v{unit.version}-w{unit.worker_index}-{uuid.uuid4().hex[:6]}",
             worker_index=unit.worker_index,
         )

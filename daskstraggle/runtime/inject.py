@@ -197,6 +197,7 @@ def inject_delay(
     load: float = 1.0,
     measured: float | None = None,
     sleep: bool = True,
+    name: str | None = None,
 ) -> float:
     """Delay the calling task by the worker's injected straggler latency.
 
@@ -213,6 +214,10 @@ def inject_delay(
         Seconds the task's real work took (pure slow-down models scale it).
     sleep : bool, default=True
         Sleep here; False only returns the seconds (for ``async`` tasks).
+    name : str or None, default=None
+        Use only the injector registered under this name (the one of the task's own run,
+        so a task still running after its run ended never draws from the next run's
+        injector); None uses every injector on the worker.
 
     Returns
     -------
@@ -236,8 +241,10 @@ def inject_delay(
     except ValueError:
         return 0.0
     total = 0.0
-    for name, plugin in list(worker.plugins.items()):
-        if name.startswith(INJECTOR_PREFIX) and isinstance(plugin, StragglerInjector):
+    for key, plugin in list(worker.plugins.items()):
+        if name is not None and key != name:
+            continue
+        if key.startswith(INJECTOR_PREFIX) and isinstance(plugin, StragglerInjector):
             total += plugin.delay(iteration=iteration, load=load, measured=measured,
                                   sleep=sleep)
     return total

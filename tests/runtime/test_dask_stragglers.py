@@ -67,3 +67,25 @@ def test_stragglers_that_do_not_fit_the_cluster_fail_before_loading(dask_client,
     with DaskRuntime(dask_client, stragglers="slowdown(workers=5, factor=2)") as rt:
         with pytest.raises(InvalidParameterError, match="worker 5 is out of range for 3"):
             rt.run(GD(), PCA(n_components=2), matrix)
+
+
+def _delay(name):
+    from daskstraggle.runtime.inject import inject_delay
+
+    return inject_delay(measured=0.0, name=name, sleep=False)
+
+
+def test_a_task_draws_only_from_its_own_runs_injector(dask_client):
+    from daskstraggle.latency.base import Constant
+    from daskstraggle.runtime.inject import install_injector, remove_injector
+
+    addresses = sorted(dask_client.scheduler_info(n_workers=-1)["workers"])
+    a = install_injector(dask_client, Constant(compute=0.05), addresses, seed=0)
+    b = install_injector(dask_client, Constant(compute=0.2), addresses, seed=0)
+    try:
+        assert dask_client.submit(_delay, a, pure=False).result() == pytest.approx(0.05)
+        assert dask_client.submit(_delay, b, pure=False).result() == pytest.approx(0.2)
+        assert dask_client.submit(_delay, None, pure=False).result() == pytest.approx(0.25)
+    finally:
+        remove_injector(dask_client, a)
+        remove_injector(dask_client, b)
