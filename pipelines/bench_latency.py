@@ -45,6 +45,8 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from daskstraggle.runtime.dask import worker_addresses  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 PAPER_SIMULATOR_S = 1.5e-3  # DSAG paper: 100 iterations, N = 100, w = 50
 MEANS = (0.03, 0.05, 0.07, 0.09)
@@ -184,7 +186,7 @@ def bench_throttle(repeats: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
-        a, b = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        a, b = worker_addresses(client)
 
         def ratio() -> float:
             slow = [client.submit(_numpy_task, pure=False, workers=[a]).result()

@@ -37,7 +37,7 @@ from daskstraggle.problems.block import Block, MatrixStats, block_stats
 from daskstraggle.runtime.base import Runtime, fold_map, run_unit
 from daskstraggle.trace import TraceRecorder
 
-__all__ = ["DaskRuntime", "connect", "run_unit_task"]
+__all__ = ["DaskRuntime", "connect", "run_unit_task", "worker_addresses"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +131,21 @@ def connect(
     return client, [client, cluster]
 
 
+def worker_addresses(client: Any) -> list[str]:
+    """Return the sorted addresses of the cluster's workers, asked of the scheduler now.
+
+    ``Client.scheduler_info()`` returns a cache that the client's periodic update (which
+    asks for no per-worker details) can overwrite between the fetch and the return, so
+    it sometimes lists no workers (distributed 2026.8); this asks the scheduler directly.
+    """
+    if client.asynchronous:
+        raise InvalidParameterError(
+            "daskstraggle needs a synchronous distributed.Client (asynchronous=False)."
+        )
+    info = client.sync(client.scheduler.identity, n_workers=-1)
+    return sorted(info["workers"])
+
+
 def run_unit_task(
     problem: Problem, iterate: Any, version: int, load: float, injector: str | None,
     *blocks: Block,
@@ -218,10 +233,10 @@ class DaskRuntime(Runtime):
             client, address=address, n_workers=n_workers, processes=processes, timeout=timeout
         )
         try:
-            workers = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+            workers = worker_addresses(self.client)
             if not workers:
                 self.client.wait_for_workers(1, timeout=timeout)
-                workers = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+                workers = worker_addresses(self.client)
         except BaseException:
             self.close()
             raise

@@ -312,7 +312,9 @@ class ProcessThrottle:
         self.client = client
         self.workers: tuple[str, ...] = tuple(items)
 
-        info = client.scheduler_info(n_workers=-1)["workers"]
+        # ask the scheduler directly: Client.scheduler_info() can return a cache without
+        # per-worker details (see daskstraggle.runtime.dask.worker_addresses)
+        info = client.sync(client.scheduler.identity, n_workers=-1)["workers"]
         unknown = [w for w in self.workers if w not in info]
         if unknown:
             raise InvalidParameterError(

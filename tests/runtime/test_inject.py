@@ -14,6 +14,7 @@ import pytest
 
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import Constant, LatencyModel, LatencySampler
+from daskstraggle.runtime.dask import worker_addresses
 from daskstraggle.runtime.inject import (
     INJECTOR_PREFIX,
     StragglerInjector,
@@ -127,7 +128,7 @@ def _run_on(client, worker, fn, *args):
 
 @pytest.fixture
 def workers(dask_client):
-    return sorted(dask_client.scheduler_info(n_workers=-1)["workers"])
+    return worker_addresses(dask_client)
 
 
 # --------------------------------------------------------------------------- tests

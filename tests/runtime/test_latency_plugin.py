@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from daskstraggle.errors import InvalidParameterError, StraggleError
+from daskstraggle.runtime.dask import worker_addresses
 from daskstraggle.runtime.plugin import (
     DEFAULT_PREFIX,
     PRELOAD_NAME,
@@ -158,7 +159,7 @@ def _keys(n: int, prefix: str = DEFAULT_PREFIX) -> list[str]:
 
 
 def _workers(client: Any) -> list[str]:
-    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+    return worker_addresses(client)
 
 
 def _plugins(client: Any) -> list[str]:

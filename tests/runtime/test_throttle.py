@@ -24,6 +24,7 @@ import pytest
 
 import daskstraggle
 from daskstraggle.errors import InvalidParameterError
+from daskstraggle.runtime.dask import worker_addresses
 from daskstraggle.runtime.throttle import ProcessThrottle, _process_state
 
 pytestmark = [
@@ -57,7 +58,7 @@ def client():
 
 @pytest.fixture
 def workers(client):
-    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+    return worker_addresses(client)
 
 
 @pytest.fixture
@@ -118,7 +119,7 @@ def _wait_released(pid, throttler_pid, timeout):
 @pytest.fixture(scope="module")
 def n_loops(client):
     """Loop count for a ~0.3 s task on a worker of this machine."""
-    w = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+    w = worker_addresses(client)[0]
     duration = client.submit(_work, 100, workers=[w], pure=False).result()
     return int(np.clip(100 * 0.3 / max(duration, 1e-3), 50, 20_000))
 
@@ -176,7 +177,7 @@ def test_worker_without_a_nanny_throttles_itself(client, workers):
     )
     try:
         client.wait_for_workers(len(workers) + 1, timeout=30)
-        (extra,) = set(client.scheduler_info(n_workers=-1)["workers"]) - set(workers)
+        (extra,) = set(worker_addresses(client)) - set(workers)
         with ProcessThrottle(client, [extra], 10, period=0.05) as throttle:
             (info,) = throttle.throttlers
             assert not info["via_nanny"] and info["pid"] == proc.pid
@@ -188,7 +189,7 @@ def test_worker_without_a_nanny_throttles_itself(client, workers):
         proc.terminate()
         proc.wait(timeout=30)
         end = time.monotonic() + 30
-        while len(client.scheduler_info(n_workers=-1)["workers"]) > len(workers):
+        while len(worker_addresses(client)) > len(workers):
             assert time.monotonic() < end
             time.sleep(0.05)
 
@@ -333,7 +334,7 @@ def test_thread_workers_in_this_process_are_refused():
 
     with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
             Client(cluster, set_as_default=False) as c:
-        (w,) = c.scheduler_info()["workers"]
+        (w,) = worker_addresses(c)
         with pytest.raises(InvalidParameterError, match=re.escape(
                 "runs in this client's process (a thread-based cluster")):
             ProcessThrottle(c, [w], 4)
