@@ -1,0 +1,214 @@
+"""The CodingScheme contract: which partitions each worker stores, what it sends, how to decode.
+
+The data (rows) is split into ``K`` partitions; ``g_k`` is the kernel sum over partition
+``k``. A scheme, for ``N`` workers, draws a :class:`CodeAssignment` (its random parts, e.g.
+cyclic repetition's ``H`` or BCC's batch choices, seeded by ``rng``):
+
+- ``placement[i]``: the partitions worker ``i`` stores (loaded on it, one keyed task each);
+- ``coefficients[i]``: array of shape ``(n_messages_i, len(placement[i]))``; worker ``i``'s
+  message ``j`` is ``sum_p coefficients[i][j, p] * g_{placement[i][p]}`` (most schemes send
+  one message per worker; the partial-straggler scheme sends two, BCC-heterogeneous one
+  per stored partition);
+- ``decode(received)``: given the ``(worker, message)`` pairs that arrived, weights ``w``
+  with ``sum w[(i, j)] * message_(i, j) = sum_k g_k`` exactly (float64), or None when the
+  received messages cannot give the full sum (never a wrong answer: decoders check the
+  residual of the combination and refuse above a tolerance).
+
+Schemes are pure numpy (no dask); a method turns an assignment into work units and a
+runtime loads ``placement`` (every replica with its own pinned task).
+"""
+
+from __future__ import annotations
+
+import numbers
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+from daskstraggle.errors import InvalidParameterError
+
+__all__ = [
+    "CodeAssignment",
+    "CodingScheme",
+    "get_scheme_class",
+    "list_schemes",
+    "make_scheme",
+    "register_scheme",
+]
+
+Received = tuple[int, int]  # (worker_index, message_index)
+
+_REGISTRY: dict[str, type[CodingScheme]] = {}
+
+
+def register_scheme(cls: type[CodingScheme]) -> type[CodingScheme]:
+    """Register a CodingScheme subclass under ``cls.name`` (class decorator)."""
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"coding scheme name {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def list_schemes() -> list[str]:
+    """Return the registered scheme names."""
+    return sorted(_REGISTRY)
+
+
+def get_scheme_class(name: str) -> type[CodingScheme]:
+    """Return the scheme class registered as ``name`` (``_`` and ``-`` are equal).
+
+    Raises
+    ------
+    InvalidParameterError
+        If no scheme has that name.
+    """
+    key = str(name).replace("_", "-")
+    if key not in _REGISTRY:
+        raise InvalidParameterError(
+            f"The 'scheme' parameter must be one of {list_schemes()}. Got {name!r} instead."
+        )
+    return _REGISTRY[key]
+
+
+def make_scheme(name: str, **params: Any) -> CodingScheme:
+    """Build a registered scheme from its name and parameters.
+
+    Raises
+    ------
+    InvalidParameterError
+        If the name is unknown or a parameter is not accepted or invalid.
+    """
+    cls = get_scheme_class(name)
+    allowed = [f.name for f in fields(cls)]
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise InvalidParameterError(
+            f"The coding scheme {cls.name!r} does not take {unknown}; it takes {allowed}."
+        )
+    return cls(**params)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CodeAssignment:
+    """One drawn realisation of a scheme for ``n_workers`` workers (see module docstring).
+
+    Parameters
+    ----------
+    scheme : str
+        Registry name of the scheme that drew it.
+    n_workers : int
+        Number of workers ``N``.
+    n_partitions : int
+        Number of data partitions ``K`` the rows are split into.
+    placement : tuple of tuple of int
+        Partitions each worker stores.
+    coefficients : tuple of ndarray
+        ``coefficients[i]`` has shape ``(n_messages_i, len(placement[i]))``.
+    info : dict, default={}
+        Closed-form figures of the scheme where the paper gives them, e.g.
+        ``recovery_threshold`` (workers needed), ``communication_load`` (messages per
+        worker per iteration), ``coverage_probability``, ``covers`` (whether this drawn
+        assignment can ever decode), ``latency_only`` (an idealised bound whose weights
+        stand for an exact evaluation, not for the received messages).
+    """
+
+    scheme: str
+    n_workers: int
+    n_partitions: int
+    placement: tuple[tuple[int, ...], ...]
+    coefficients: tuple[np.ndarray, ...]
+    info: dict[str, Any] = field(default_factory=dict)
+    decoder: Any = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.placement) != self.n_workers or len(self.coefficients) != self.n_workers:
+            raise ValueError("placement and coefficients need one entry per worker")
+        for i, (parts, coef) in enumerate(zip(self.placement, self.coefficients, strict=True)):
+            if coef.ndim != 2 or coef.shape[1] != len(parts):
+                raise ValueError(f"worker {i}: coefficients must have shape (messages, "
+                                 f"{len(parts)}), got {coef.shape}")
+
+    def n_messages(self, worker_index: int) -> int:
+        """Number of messages worker ``worker_index`` sends per iteration."""
+        return int(self.coefficients[worker_index].shape[0])
+
+    def load(self) -> np.ndarray:
+        """Return the fraction of the partitions each worker computes over, shape (N,)."""
+        return np.array([len(p) / self.n_partitions for p in self.placement])
+
+    def encoding_matrix(self) -> tuple[np.ndarray, list[Received]]:
+        """Return ``A`` of shape (all messages, K) with ``message = A @ g`` and its row labels."""
+        rows, labels = [], []
+        for i, (parts, coef) in enumerate(zip(self.placement, self.coefficients, strict=True)):
+            for j in range(coef.shape[0]):
+                row = np.zeros(self.n_partitions)
+                np.add.at(row, list(parts), coef[j])
+                rows.append(row)
+                labels.append((i, j))
+        return np.array(rows).reshape(len(rows), self.n_partitions), labels
+
+    def decode(self, received: Iterable[Received]) -> dict[Received, float] | None:
+        """Return weights recovering ``sum_k g_k`` from the received messages, or None.
+
+        Parameters
+        ----------
+        received : iterable of (int, int)
+            ``(worker_index, message_index)`` pairs that arrived.
+
+        Returns
+        -------
+        weights : dict of (int, int) to float or None
+            None when the received messages cannot give the full sum.
+        """
+        if self.decoder is None:
+            raise NotImplementedError(f"{self.scheme} assignments have no decoder")
+        return self.decoder(self, frozenset(received))
+
+
+class CodingScheme(ABC):
+    """Abstract base of the coding schemes: parameters only, immutable.
+
+    Subclasses are ``@dataclass(frozen=True, kw_only=True, slots=True)``, validate in
+    ``__post_init__`` (STYLE.md message template), are decorated with
+    :func:`register_scheme` and set ``name`` (hyphenated, e.g. ``"cyclic-repetition"``).
+    """
+
+    #: Registry name.
+    name: ClassVar[str]
+
+    def check_n_workers(self, n_workers: int) -> None:  # noqa: B027 - optional hook
+        """Raise InvalidParameterError if the parameters do not fit ``n_workers`` workers."""
+
+    @abstractmethod
+    def partition_count(self, n_workers: int, n_rows: int | None = None) -> int:
+        """Return how many partitions ``K`` the rows are split into for ``n_workers``."""
+
+    @abstractmethod
+    def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
+        """Draw the assignment (``n_workers`` already checked)."""
+
+    def assign(
+        self, n_workers: int, rng: int | np.random.Generator | None = None
+    ) -> CodeAssignment:
+        """Draw an assignment for ``n_workers`` workers.
+
+        Raises
+        ------
+        InvalidParameterError
+            If the scheme's parameters do not fit ``n_workers``.
+        """
+        if not isinstance(n_workers, numbers.Integral) or n_workers < 1:
+            raise InvalidParameterError(
+                f"The 'n_workers' parameter of {type(self).__name__}.assign must be an int "
+                f">= 1. Got {n_workers!r} instead."
+            )
+        self.check_n_workers(int(n_workers))
+        return self._assign(int(n_workers), np.random.default_rng(rng))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return ``{"name": ..., **parameters}``."""
+        return {"name": self.name, **{f.name: getattr(self, f.name)
+                                      for f in fields(self)}}  # type: ignore[arg-type]
