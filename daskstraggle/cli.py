@@ -30,10 +30,22 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--workers", "n_workers", type=int, default=None,
                      help="Process workers of the LocalCluster to start (default 4)."),
         click.option("--method", default="gd", show_default=True,
-                     help="Optimisation method: gd (power method for PCA), nag (regression) or "
-                          "sgd (wait for the fastest --wait workers)."),
+                     help="Optimisation method: gd (power method for PCA), nag (regression), "
+                          "sgd (wait for the fastest --wait workers), coded (exact gradient "
+                          "from a subset, see --scheme) or ignore-stragglers."),
         click.option("--wait", "n_wait", type=int, default=None,
                      help="sgd: fresh results waited for each iteration (default: all workers)."),
+        click.option("--scheme", default=None,
+                     help="coded: the code (uncoded, fractional-repetition, cyclic-repetition, "
+                          "partial-straggler, bcc, bcc-heterogeneous; default "
+                          "cyclic-repetition)."),
+        click.option("--stragglers-tolerated", "n_stragglers", type=int, default=None,
+                     help="coded (repetition codes) and ignore-stragglers: s, the workers "
+                          "that may not answer."),
+        click.option("--batch-size", type=int, default=None,
+                     help="coded with --scheme bcc: partitions per batch (r)."),
+        click.option("--straggler-alpha", "alpha_slowdown", type=float, default=None,
+                     help="coded with --scheme partial-straggler: slow-down factor alpha > 1."),
         click.option("--runtime", type=click.Choice(["dask", "sim", "local"]), default="dask",
                      show_default=True,
                      help="dask: a Dask cluster; sim: in process, simulated time with "
@@ -91,10 +103,27 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
     quiet = params.pop("quiet")
     seed = params.pop("seed")
     n_wait = params.pop("n_wait")
+    coding = {"scheme": params.pop("scheme"), "n_stragglers": params.pop("n_stragglers"),
+              "batch_size": params.pop("batch_size"), "alpha": params.pop("alpha_slowdown")}
+    method = params["method"]
     if n_wait is not None:
-        if params["method"] != "sgd":
-            raise InputError(f"--wait applies to --method sgd, not {params['method']!r}")
+        if method != "sgd":
+            raise InputError(f"--wait applies to --method sgd, not {method!r}")
         params["method_params"] = {"n_wait": n_wait}
+    flags = {"scheme": "--scheme", "n_stragglers": "--stragglers-tolerated",
+             "batch_size": "--batch-size", "alpha": "--straggler-alpha"}
+    given = {k: v for k, v in coding.items() if v is not None}
+    if method == "coded":
+        params["method_params"] = {"scheme": given.pop("scheme", "cyclic-repetition"),
+                                   "rng": seed, **given}
+    elif method == "ignore-stragglers" and set(given) <= {"n_stragglers"}:
+        params["method_params"] = given
+    elif given:
+        raise InputError(
+            f"{', '.join(flags[k] for k in given)}: only with --method coded"
+            + (" (--stragglers-tolerated also to ignore-stragglers)" if "n_stragglers" in given
+               else "") + f", not {method!r}"
+        )
     if params["runtime"] == "dask":
         params["runtime"] = None
     common = dict(params, rng=seed, progress=not quiet and not as_json)

@@ -103,6 +103,11 @@ def test_negative_seed_is_a_usage_error(capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
+def test_coding_flags_need_coded(capsys):
+    assert main(["pca", "whatever.zarr", "--batch-size", "2"]) == 2
+    assert "--batch-size: only with --method coded" in capsys.readouterr().err
+
+
 def test_wait_needs_sgd(capsys):
     assert main(["pca", "whatever.zarr", "--wait", "2"]) == 2
     assert "--wait applies to --method sgd" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Optimisation policies (pure: no dask): the Method contract, GD, NAG and SGD."""
+"""Optimisation policies (pure: no dask): the Method contract, GD, NAG, SGD, coded GD."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from daskstraggle.methods.base import (
     WorkUnit,
     contiguous_placement,
 )
+from daskstraggle.methods.coded import CodedGD, IgnoreStragglers
 from daskstraggle.methods.gd import GD, NAG
 from daskstraggle.methods.sgd import SGD
 
@@ -19,6 +20,8 @@ __all__ = [
     "GD",
     "NAG",
     "SGD",
+    "CodedGD",
+    "IgnoreStragglers",
     "Method",
     "RoundSummary",
     "WorkResult",
@@ -28,7 +31,13 @@ __all__ = [
     "make_method",
 ]
 
-_METHODS: dict[str, type[Method]] = {"gd": GD, "nag": NAG, "sgd": SGD}
+_METHODS: dict[str, type[Method]] = {
+    "coded": CodedGD,
+    "gd": GD,
+    "ignore-stragglers": IgnoreStragglers,
+    "nag": NAG,
+    "sgd": SGD,
+}
 
 
 def list_methods() -> list[str]:

@@ -47,12 +47,16 @@ class WorkUnit:
         Point at which the kernel is evaluated.
     version : int
         Iterate version (iteration number) the unit was computed for.
+    coefficients : ndarray of shape (n_messages, len(partitions)) or None, default=None
+        Coded units: the worker returns one message per row,
+        ``sum_p coefficients[j, p] * kernel(partition p)``, instead of the plain sum.
     """
 
     worker_index: int
     partitions: tuple[int, ...]
     iterate: np.ndarray
     version: int
+    coefficients: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +67,8 @@ class WorkResult:
     ----------
     unit : WorkUnit
         What was computed.
-    result : KernelResult
-        Kernel sums over the unit's partitions.
+    result : KernelResult or tuple of KernelResult
+        Kernel sums over the unit's partitions (one per message for coded units).
     compute_duration : float
         Seconds the task took on the worker (kernel plus any injected delay).
     latency : float or None, default=None
@@ -73,7 +77,7 @@ class WorkResult:
     """
 
     unit: WorkUnit
-    result: KernelResult
+    result: KernelResult | tuple[KernelResult, ...]
     compute_duration: float
     latency: float | None = None
 
@@ -156,6 +160,10 @@ class Method(ABC):
 
     def check_n_workers(self, n_workers: int) -> None:  # noqa: B027 - optional hook
         """Raise InvalidParameterError if the parameters do not fit ``n_workers`` workers."""
+
+    def partition_count(self, n_workers: int, n_rows: int) -> int | None:
+        """Return the number of row partitions the method needs (None: any, >= workers)."""
+        return None
 
     @abstractmethod
     def start(

@@ -26,6 +26,7 @@ __all__ = [
     "MapReduce",
     "Problem",
     "Reference",
+    "combine",
 ]
 
 
@@ -60,6 +61,19 @@ class KernelResult:
     def scaled(self, weight: float) -> KernelResult:
         """Return the result multiplied by ``weight`` (coding coefficients, 1/coverage)."""
         return KernelResult(self.gradient * weight, self.values * weight, self.n_rows)
+
+
+def combine(results: list[KernelResult], weights: Any) -> KernelResult:
+    """Return ``sum_k weights[k] * results[k]`` in float64 (``n_rows`` weighted, rounded).
+
+    Coded messages are such combinations of partition results, and decoding is one too.
+    """
+    pairs = list(zip(weights, results, strict=True))
+    gradient = sum(float(w) * r.gradient for w, r in pairs)
+    values = sum(float(w) * r.values for w, r in pairs)
+    n_rows = sum(float(w) * r.n_rows for w, r in pairs)
+    return KernelResult(np.asarray(gradient, dtype=np.float64),
+                        np.asarray(values, dtype=np.float64), round(n_rows))
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ import numpy as np
 from daskstraggle.data.matrix import Matrix
 from daskstraggle.errors import InvalidParameterError, StraggleError
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
-from daskstraggle.problems.base import KernelResult, Problem, Reference
+from daskstraggle.problems.base import KernelResult, Problem, Reference, combine
 from daskstraggle.problems.block import Block, MatrixStats
 from daskstraggle.runtime.stop import StopRule
 from daskstraggle.trace import Result, TraceRecorder
@@ -32,13 +32,26 @@ logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------- worker-side task bodies
-def run_unit(problem: Problem, iterate: np.ndarray, *blocks: Block) -> tuple[KernelResult, float]:
-    """Sum the problem's kernel over ``blocks`` at ``iterate``; time it on the worker."""
+def run_unit(
+    problem: Problem,
+    iterate: np.ndarray,
+    *blocks: Block,
+    coefficients: np.ndarray | None = None,
+) -> tuple[KernelResult | tuple[KernelResult, ...], float]:
+    """Sum the problem's kernel over ``blocks`` at ``iterate``; time it on the worker.
+
+    With ``coefficients`` of shape (n_messages, len(blocks)) return one coded message
+    per row instead, ``sum_p coefficients[j, p] * kernel(blocks[p])``.
+    """
     t0 = time.perf_counter()
-    total = problem.kernel(blocks[0], iterate)
-    for block in blocks[1:]:
-        total = total + problem.kernel(block, iterate)
-    return total, time.perf_counter() - t0
+    if coefficients is None:
+        total = problem.kernel(blocks[0], iterate)
+        for block in blocks[1:]:
+            total = total + problem.kernel(block, iterate)
+        return total, time.perf_counter() - t0
+    parts = [problem.kernel(block, iterate) for block in blocks]
+    messages = tuple(combine(parts, row) for row in np.asarray(coefficients, dtype=np.float64))
+    return messages, time.perf_counter() - t0
 
 
 def fold_map(
@@ -193,7 +206,17 @@ class Runtime(ABC):
         method.check_problem(problem)
         method.check_n_workers(self.n_workers)
         self._validate()
-        if matrix.n_partitions < self.n_workers:
+        wanted = method.partition_count(self.n_workers, matrix.n_rows)
+        if wanted is not None:
+            if matrix.n_rows < wanted:
+                raise InvalidParameterError(
+                    f"Method {method.name!r} splits the rows into {wanted} partitions for "
+                    f"{self.n_workers} workers, but the matrix has only {matrix.n_rows} rows; "
+                    "use fewer workers or other scheme parameters."
+                )
+            if matrix.n_partitions != wanted:
+                matrix = matrix.repartition(wanted)
+        elif matrix.n_partitions < self.n_workers:
             if matrix.n_rows < self.n_workers:
                 raise InvalidParameterError(
                     f"The matrix has {matrix.n_rows} rows, fewer than the {self.n_workers} "

@@ -148,7 +148,7 @@ def worker_addresses(client: Any) -> list[str]:
 
 def run_unit_task(
     problem: Problem, iterate: Any, version: int, load: float, injector: str | None,
-    *blocks: Block,
+    *blocks: Block, coefficients: Any = None,
 ) -> tuple[Any, float]:
     """Worker task: the kernel over ``blocks``, then the run's injected straggler delay.
 
@@ -156,7 +156,7 @@ def run_unit_task(
     kernel sum and the seconds the whole task took on the worker.
     """
     t0 = time.perf_counter()
-    result, measured = run_unit(problem, iterate, *blocks)
+    result, measured = run_unit(problem, iterate, *blocks, coefficients=coefficients)
     if injector is not None:
         from daskstraggle.runtime.inject import inject_delay
 
@@ -256,9 +256,11 @@ class DaskRuntime(Runtime):
         """Worker addresses, by worker index."""
         return list(self._addresses)
 
-    def _pinned(self, fn: Callable[..., Any], *args: Any, key: str, worker_index: int) -> Any:
+    def _pinned(
+        self, fn: Callable[..., Any], *args: Any, key: str, worker_index: int, **kwargs: Any
+    ) -> Any:
         return self.client.submit(
-            fn, *args, key=f"daskstraggle-{key}-{self._token}",
+            fn, *args, **kwargs, key=f"daskstraggle-{key}-{self._token}",
             workers=[self._addresses[worker_index]], allow_other_workers=False, pure=False,
         )
 
@@ -365,7 +367,7 @@ class DaskRuntime(Runtime):
         held = self._held[unit.worker_index]
         future = self._pinned(
             run_unit_task, problem, unit.iterate, unit.version, self._unit_load(unit),
-            self._injector, *(held[p] for p in unit.partitions),
+            self._injector, *(held[p] for p in unit.partitions), coefficients=unit.coefficients,
             key=f"unit-v{unit.version}-w{unit.worker_index}-{uuid.uuid4().hex[:6]}",
             worker_index=unit.worker_index,
         )

@@ -91,9 +91,9 @@ def test_nag_refuses_pca():
 
 
 def test_registry():
-    assert list_methods() == ["gd", "nag", "sgd"]
+    assert list_methods() == ["coded", "gd", "ignore-stragglers", "nag", "sgd"]
     assert isinstance(make_method("nag"), NAG)
-    with pytest.raises(InvalidParameterError, match=r"'method' parameter must be one of \['gd', 'nag', 'sgd'\]"):
+    with pytest.raises(InvalidParameterError, match=r"'method' parameter must be one of \['coded', 'gd', 'ignore-stragglers', 'nag', 'sgd'\]"):
         make_method("sgd-typo")
 
 

@@ -1,0 +1,247 @@
+"""Coded gradient descent (exact gradients from a subset of workers) and the biased baseline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from daskstraggle._validation import check_int
+from daskstraggle.coding.base import CodeAssignment, CodingScheme, make_scheme
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.methods.sgd import SGD
+from daskstraggle.problems.base import KernelResult, Problem, combine
+
+__all__ = ["CodedGD", "IgnoreStragglers"]
+
+
+class CodedGD(Method):
+    """Gradient descent with a coding scheme: step as soon as the responders decode.
+
+    Every worker stores the partitions of the scheme's placement (each replica loaded by
+    its own pinned task on the Dask runtime) and returns its coded messages. Each
+    iteration the method steps as soon as the messages received for the current iterate
+    decode to the exact full gradient, so its iterates equal plain GD's while the
+    slowest workers are ignored. A straggler still busy with an older iterate gets the new
+    one when it finishes (work is never queued behind a busy worker).
+
+    Parameters
+    ----------
+    scheme : str or CodingScheme, default="cyclic-repetition"
+        The code (see :func:`daskstraggle.coding.list_schemes`).
+    rng : int or None, default=None
+        Seed of the scheme's random parts (cyclic repetition's ``H``, BCC's batches).
+    **scheme_params
+        Parameters of the scheme when given by name, e.g. ``n_stragglers=1``,
+        ``batch_size=2``, ``alpha=2``.
+
+    Raises
+    ------
+    InvalidParameterError
+        For an unknown scheme or invalid scheme parameters; at the start of a run, for a
+        drawn assignment that can never decode (e.g. BCC batches no worker picked) and
+        for latency-only schemes (``mds-ideal``: use the latency simulator).
+
+    References
+    ----------
+    Tandon, Lei, Dimakis, Karampatziakis, "Gradient coding", ICML 2017
+    (``papers/gradient-coding.txt``). Li, Kalan, Avestimehr, Soltanolkotabi, "Near-
+    optimal straggler mitigation for distributed gradient methods" (batched coupon's
+    collector, ``papers/bcc-batched-coupon-collector.txt``).
+
+    Examples
+    --------
+    >>> CodedGD("cyclic-repetition", n_stragglers=1).get_params()["scheme"]["n_stragglers"]
+    1
+    """
+
+    name = "coded"
+
+    def __init__(self, scheme: str | CodingScheme = "cyclic-repetition", *,
+                 rng: int | None = None, **scheme_params: Any) -> None:
+        if isinstance(scheme, CodingScheme):
+            if scheme_params:
+                raise InvalidParameterError(
+                    "Pass scheme parameters either inside the CodingScheme or by name, not both."
+                )
+            self.scheme = scheme
+        else:
+            self.scheme = make_scheme(scheme, **scheme_params)
+        self.rng = rng
+        self._assignment: CodeAssignment | None = None
+        self._problem: Problem | None = None
+
+    def get_params(self) -> dict[str, Any]:
+        """Return the parameters."""
+        return {"scheme": self.scheme.to_dict(), "rng": self.rng}
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Refuse scheme parameters that do not fit ``n_workers`` (e.g. s >= N)."""
+        self.scheme.check_n_workers(n_workers)
+
+    def partition_count(self, n_workers: int, n_rows: int) -> int:
+        """Return the scheme's number of partitions ``K``."""
+        return self.scheme.partition_count(n_workers, n_rows)
+
+    def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
+        """Draw the assignment and return which partitions each worker stores."""
+        assignment = self.scheme.assign(n_workers, rng=self.rng)
+        if assignment.info.get("latency_only"):
+            raise InvalidParameterError(
+                f"The {assignment.scheme!r} scheme is a latency-only bound; it has no "
+                "encoding to run. Use `daskstraggle simulate` (or latency.simulate) for it."
+            )
+        if not assignment.info.get("covers", True):
+            raise InvalidParameterError(
+                f"The drawn {assignment.scheme!r} assignment leaves some data on no worker, "
+                "so it can never decode (probability of coverage "
+                f"{assignment.info.get('coverage_probability', float('nan')):.3g}); use more "
+                "workers, a larger batch size or another rng."
+            )
+        if assignment.n_partitions != n_partitions:
+            raise InvalidParameterError(
+                f"The {assignment.scheme!r} scheme needs {assignment.n_partitions} partitions, "
+                f"the runtime has {n_partitions}."
+            )
+        self._assignment = assignment
+        return [tuple(p) for p in assignment.placement]
+
+    def start(
+        self,
+        problem: Problem,
+        iterate: np.ndarray,
+        placement: list[tuple[int, ...]],
+        *,
+        step_size: float,
+        partition_rows: list[int] | None = None,
+    ) -> None:
+        """Reset the run state."""
+        if self._assignment is None or [tuple(p) for p in self._assignment.placement] != \
+                [tuple(p) for p in placement]:
+            raise InvalidParameterError("CodedGD.start needs the placement it drew itself.")
+        self._problem = problem
+        self._step_size = float(step_size)
+        self._x = np.array(iterate, dtype=np.float64)
+        self._version = 0
+        self._sent: set[int] = set()
+        self._messages: dict[tuple[int, int], KernelResult] = {}
+        self._weights: dict[tuple[int, int], float] | None = None
+        self._summary: RoundSummary | None = None
+
+    @property
+    def version(self) -> int:
+        """Number of steps taken."""
+        return self._version
+
+    @property
+    def assignment(self) -> CodeAssignment | None:
+        """The drawn assignment of the current run."""
+        return self._assignment
+
+    def dispatch(self, worker_index: int) -> WorkUnit | None:
+        """Send the current iterate and the worker's coefficients, once per iterate."""
+        assert self._assignment is not None
+        parts = self._assignment.placement[worker_index]
+        if worker_index in self._sent or not parts or self._weights is not None:
+            return None
+        self._sent.add(worker_index)
+        return WorkUnit(worker_index, tuple(parts), self._x, self._version,
+                        coefficients=self._assignment.coefficients[worker_index])
+
+    def receive(self, result: WorkResult) -> None:
+        """Keep the messages of the current iterate; try to decode."""
+        assert self._assignment is not None
+        if result.unit.version != self._version or self._weights is not None:
+            return
+        messages = result.result if isinstance(result.result, tuple) else (result.result,)
+        for j, message in enumerate(messages):
+            self._messages[(result.unit.worker_index, j)] = message
+        self._weights = self._assignment.decode(self._messages)
+
+    def ready(self) -> bool:
+        """True once the received messages decode to the full gradient."""
+        return self._weights is not None
+
+    def summary(self) -> RoundSummary:
+        """Return the decoded exact kernel sum."""
+        assert self._problem is not None and self._weights is not None
+        if self._summary is None:
+            keys = sorted(k for k, w in self._weights.items() if w != 0)
+            total = combine([self._messages[k] for k in keys], [self._weights[k] for k in keys])
+            responders = {k[0] for k in self._messages}
+            self._summary = RoundSummary(
+                iterate=self._x,
+                result=total,
+                objective=self._problem.objective(total.values, self._x),
+                workers_used=tuple(sorted({k[0] for k in keys})),
+                n_fresh=len(responders),
+            )
+        return self._summary
+
+    def step(self) -> None:
+        """Take the exact gradient step."""
+        assert self._problem is not None
+        total = self.summary().result
+        self._x = self._problem.update(self._x, total.gradient, self._step_size)
+        self._version += 1
+        self._sent.clear()
+        self._messages.clear()
+        self._weights = None
+        self._summary = None
+
+
+class IgnoreStragglers(SGD):
+    """Uncoded baseline: wait for the fastest ``N - s`` workers, scale their partial sum.
+
+    The gradient-coding paper's "ignoring stragglers" comparison: a biased, noisy
+    gradient (the sum over the responders' rows divided by the fraction of rows covered)
+    at the latency of the ``(N - s)``-th fastest worker. It is :class:`SGD` with
+    ``n_wait = N - s`` and no collect window.
+
+    Parameters
+    ----------
+    n_stragglers : int, default=1
+        Workers not waited for (``s``); must be below the number of workers.
+
+    Examples
+    --------
+    >>> IgnoreStragglers(n_stragglers=2).get_params()
+    {'n_stragglers': 2}
+    """
+
+    name = "ignore-stragglers"
+
+    def __init__(self, n_stragglers: int = 1) -> None:
+        self.n_stragglers = check_int(n_stragglers, name="n_stragglers",
+                                      caller="IgnoreStragglers", low=0)
+        super().__init__(None, collect_window=0.0)
+
+    def get_params(self) -> dict[str, Any]:
+        """Return the parameters."""
+        return {"n_stragglers": self.n_stragglers}
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Refuse ``n_stragglers >= n_workers``."""
+        if self.n_stragglers >= n_workers:
+            raise InvalidParameterError(
+                f"The 'n_stragglers' parameter of IgnoreStragglers must be an int in "
+                f"[0, {n_workers - 1}] (below the number of workers). Got "
+                f"{self.n_stragglers!r} instead."
+            )
+
+    def start(
+        self,
+        problem: Problem,
+        iterate: np.ndarray,
+        placement: list[tuple[int, ...]],
+        *,
+        step_size: float,
+        partition_rows: list[int] | None = None,
+    ) -> None:
+        """Wait for all workers holding data but ``n_stragglers``."""
+        holders = sum(1 for p in placement if p)
+        self.check_n_workers(holders)
+        self.n_wait = holders - self.n_stragglers
+        super().start(problem, iterate, placement, step_size=step_size,
+                      partition_rows=partition_rows)

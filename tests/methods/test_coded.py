@@ -1,0 +1,133 @@
+"""Coded GD: exact GD iterates from a subset of workers, on simulated and real clusters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daskstraggle import open_matrix
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.latency.base import Constant
+from daskstraggle.methods import GD, CodedGD, IgnoreStragglers, make_method
+from daskstraggle.problems import PCA, LeastSquares
+from daskstraggle.runtime import DaskRuntime, LocalRuntime, SimRuntime, StopRule
+
+STOP = StopRule(max_iter=8, tol=None)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(720, 6)) @ np.diag([4.0, 3, 2, 1, 1, 0.5])
+    return X, X @ rng.normal(size=6) + 0.1 * rng.normal(size=720)
+
+
+def _gd(X, y, n_workers):
+    with LocalRuntime(n_workers) as rt:
+        return rt.run(GD(), LeastSquares(), open_matrix(X, labels=y), stop=STOP,
+                      step_size=1e-3, rng=0)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "params", "n"),
+    [
+        ("uncoded", {}, 4),
+        ("fractional-repetition", {"n_stragglers": 1}, 6),
+        ("cyclic-repetition", {"n_stragglers": 2}, 7),
+        ("partial-straggler", {"n_stragglers": 1, "alpha": 2}, 3),
+        ("bcc", {"batch_size": 3}, 12),
+        ("bcc-heterogeneous", {"shift": 0.1, "rate": 5.0, "n_partitions": 6}, 12),
+    ],
+)
+def test_iterates_equal_gd_despite_a_straggler(data, scheme, params, n):
+    X, y = data
+    slow = tuple(1.0 if i else 20.0 for i in range(n))  # worker 0 is 20x slower
+    with SimRuntime(n, latency=Constant(compute=slow), rng=0) as rt:
+        coded = rt.run(CodedGD(scheme, rng=1, **params), LeastSquares(),
+                       open_matrix(X, labels=y), stop=STOP, step_size=1e-3, rng=0)
+    ref = _gd(X, y, n)
+    np.testing.assert_allclose(coded.iterate, ref.iterate, rtol=1e-10, atol=1e-12)
+    assert coded.trace.sizes["iteration"] == 8
+    # a code that tolerates full stragglers never waits for worker 0 (the partial-straggler
+    # scheme needs every worker's naive part: it tolerates slow workers, not absent ones)
+    if scheme not in ("uncoded", "partial-straggler"):
+        used = np.asarray(coded.trace.n_workers_used)
+        assert float(coded.trace.wall_time[-1]) < 8 * 20.0
+        assert (used <= n).all()
+
+
+def test_uncoded_waits_for_the_straggler(data):
+    X, y = data
+    with SimRuntime(4, latency=Constant(compute=(5.0, 1.0, 1.0, 1.0)), rng=0) as rt:
+        res = rt.run(CodedGD("uncoded"), LeastSquares(), open_matrix(X, labels=y),
+                     stop=STOP, step_size=1e-3, rng=0)
+    np.testing.assert_allclose(res.trace.iteration_duration, 5.0)
+
+
+def test_cyclic_repetition_step_time_ignores_one_straggler(data):
+    X, y = data
+    times = []
+    for delay in (10.0, 100.0):
+        latency = Constant(compute=(delay, 1.0, 1.0, 1.0, 1.0))
+        with SimRuntime(5, latency=latency, rng=0) as rt:
+            res = rt.run(CodedGD("cyclic-repetition", n_stragglers=1, rng=0), LeastSquares(),
+                         open_matrix(X, labels=y), stop=STOP, step_size=1e-3, rng=0)
+        times.append(np.asarray(res.trace.iteration_duration))
+    # each worker stores s + 1 = 2 partitions: twice the work of an uncoded worker
+    np.testing.assert_allclose(times[0], 2.0)
+    np.testing.assert_allclose(times[1], 2.0)
+
+
+def test_pca_iterates_equal_the_power_method(data):
+    X, _ = data
+    with SimRuntime(5, latency=Constant(compute=(9.0, 1, 1, 1, 1)), rng=0) as rt:
+        coded = rt.run(CodedGD("cyclic-repetition", n_stragglers=1, rng=2), PCA(n_components=2),
+                       open_matrix(X), stop=STOP, rng=0)
+    with LocalRuntime(5) as rt:
+        ref = rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
+    np.testing.assert_allclose(coded.iterate, ref.iterate, rtol=1e-9, atol=1e-12)
+
+
+def test_bad_schemes_and_settings(data):
+    X, y = data
+    with pytest.raises(InvalidParameterError, match="'scheme' parameter must be one of"):
+        CodedGD("lt-code")
+    with pytest.raises(InvalidParameterError, match="latency-only bound"):
+        with SimRuntime(4) as rt:
+            rt.run(CodedGD("mds-ideal", rate=0.5), LeastSquares(), open_matrix(X, labels=y),
+                   stop=STOP)
+    with pytest.raises(InvalidParameterError, match="n_stragglers"):
+        with SimRuntime(4) as rt:
+            rt.run(CodedGD("cyclic-repetition", n_stragglers=4), LeastSquares(),
+                   open_matrix(X, labels=y), stop=STOP)
+    with pytest.raises(InvalidParameterError, match="never decode"):
+        with SimRuntime(2) as rt:  # 2 workers pick among 6 batches of 1: never covers
+            rt.run(CodedGD("bcc", batch_size=1, n_partitions=6, rng=0), LeastSquares(),
+                   open_matrix(X, labels=y), stop=STOP)
+    assert isinstance(make_method("coded", scheme="bcc", batch_size=2), CodedGD)
+
+
+def test_ignore_stragglers_waits_for_n_minus_s(data):
+    X, y = data
+    with SimRuntime(5, latency=Constant(compute=(1.0, 2.0, 3.0, 4.0, 50.0)), rng=0) as rt:
+        res = rt.run(IgnoreStragglers(n_stragglers=1), LeastSquares(), open_matrix(X, labels=y),
+                     stop=StopRule(max_iter=2, tol=None), step_size=1e-3, rng=0)
+    np.testing.assert_allclose(res.trace.wall_time, [4.0, 8.0])
+    np.testing.assert_array_equal(res.trace.n_fresh, [4, 4])
+    with pytest.raises(InvalidParameterError, match="'n_stragglers' parameter of IgnoreStr"):
+        with SimRuntime(3) as rt:
+            rt.run(IgnoreStragglers(n_stragglers=3), LeastSquares(), open_matrix(X, labels=y))
+
+
+@pytest.mark.cluster
+def test_on_six_process_workers_a_1s_straggler_does_not_slow_coded_gd(data):
+    X, y = data
+    with DaskRuntime(n_workers=6, stragglers="constant(compute=[1.0, 0, 0, 0, 0, 0])") as rt:
+        coded = rt.run(CodedGD("cyclic-repetition", n_stragglers=1, rng=0), LeastSquares(),
+                       open_matrix(X, labels=y), stop=STOP, step_size=1e-3, rng=0)
+    ref = _gd(X, y, 6)
+    np.testing.assert_allclose(coded.iterate, ref.iterate, rtol=1e-10, atol=1e-12)
+    # every round decodes without the 1 s worker: far below its delay
+    assert float(np.median(coded.trace.iteration_duration)) < 0.5
+    # worker 0 (1 s per task) delivers in at most one round in three
+    assert np.isnan(coded.trace.compute_duration.values[:, 0]).mean() > 0.6
