@@ -62,11 +62,20 @@ class _ShiftedExponentialSampler(LatencySampler):
     stateless = True
 
     def __init__(
-        self, model: ShiftedExponential, n_workers: int, streams: list[np.random.Generator]
+        self,
+        shift: float | tuple[float, ...],
+        rate: float | tuple[float, ...],
+        n_workers: int,
+        streams: list[np.random.Generator],
     ) -> None:
         super().__init__(n_workers, streams)
-        self.shift = _per_worker(model.shift, n_workers)
-        self.scale = 1.0 / _per_worker(model.rate, n_workers)
+        self.shift = _per_worker(shift, n_workers)
+        self.scale = 1.0 / _per_worker(rate, n_workers)
+
+    def _unit(self, worker_index: int, n: int) -> NDArray[np.float64]:
+        # shift + X, X ~ Exp(rate): the latency per unit of load (one computation)
+        draws = self.streams[worker_index].exponential(self.scale[worker_index], size=n)
+        return self.shift[worker_index] + draws
 
     def sample(
         self,
@@ -78,10 +87,7 @@ class _ShiftedExponentialSampler(LatencySampler):
         measured: float | None = None,
         size: int | None = None,
     ) -> Draw:
-        draws = self.streams[worker_index].exponential(
-            self.scale[worker_index], size=1 if size is None else size
-        )
-        return _out(load * (self.shift[worker_index] + draws), 0.0, size)
+        return _out(load * self._unit(worker_index, 1 if size is None else size), 0.0, size)
 
 
 @register_model
@@ -132,38 +138,14 @@ class ShiftedExponential(LatencyModel):
                                                           strict=True))
 
     def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
-        return _ShiftedExponentialSampler(self, n_workers, streams)
+        return _ShiftedExponentialSampler(self.shift, self.rate, n_workers, streams)
 
 
 # --------------------------------------------------------------------------- multi-message
 
 
-class _MultiMessageSampler(LatencySampler):
-    stateless = True
-
-    def __init__(
-        self, model: MultiMessage, n_workers: int, streams: list[np.random.Generator]
-    ) -> None:
-        super().__init__(n_workers, streams)
-        self.alpha = _per_worker(model.alpha, n_workers)
-        self.scale = 1.0 / _per_worker(model.rate, n_workers)
-
-    def _unit(self, worker_index: int, n: int) -> NDArray[np.float64]:
-        # alpha + X: the time of one computation in this task
-        draws = self.streams[worker_index].exponential(self.scale[worker_index], size=n)
-        return self.alpha[worker_index] + draws
-
-    def sample(
-        self,
-        worker_index: int,
-        *,
-        time: float = 0.0,
-        iteration: int = 0,
-        load: float = 1.0,
-        measured: float | None = None,
-        size: int | None = None,
-    ) -> Draw:
-        return _out(load * self._unit(worker_index, 1 if size is None else size), 0.0, size)
+class _MultiMessageSampler(_ShiftedExponentialSampler):
+    """The shifted exponential law (shift = alpha) seen message by message."""
 
     def message_times(
         self, worker_index: int, n_messages: int, *, time: float = 0.0, iteration: int = 0
@@ -242,7 +224,7 @@ class MultiMessage(LatencyModel):
                                                           strict=True))
 
     def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
-        return _MultiMessageSampler(self, n_workers, streams)
+        return _MultiMessageSampler(self.alpha, self.rate, n_workers, streams)
 
 
 # --------------------------------------------------------------------------- gamma

@@ -161,16 +161,18 @@ class _Modifier(LatencyModel):
 # --------------------------------------------------------------------------- slowdown
 
 
-class _SlowdownSampler(LatencySampler):
+class _FactorSampler(LatencySampler):
+    """A base draw (or the measured time) with the compute part times ``factor(i, time)``."""
+
     def __init__(
-        self, model: Slowdown, n_workers: int, streams: list[np.random.Generator]
+        self, base: LatencyModel | None, n_workers: int, streams: list[np.random.Generator]
     ) -> None:
         super().__init__(n_workers, streams)
-        self.base = _sub_sampler(model.base, n_workers, streams)
-        self.stateless = self.base is None or self.base.stateless
-        self.factors = np.ones(n_workers)
-        factors = np.broadcast_to(np.asarray(model.factor, dtype=float), (len(model.workers),))
-        self.factors[list(model.workers)] = factors
+        self.base = _sub_sampler(base, n_workers, streams)
+
+    def factor(self, worker_index: int, time: float) -> float:
+        """Return the compute-time factor of ``worker_index`` at ``time``."""
+        raise NotImplementedError
 
     def sample(
         self,
@@ -183,9 +185,24 @@ class _SlowdownSampler(LatencySampler):
         size: int | None = None,
     ) -> Draw:
         return _scaled(
-            self.base, float(self.factors[worker_index]), worker_index, time=time,
+            self.base, self.factor(worker_index, time), worker_index, time=time,
             iteration=iteration, load=load, measured=measured, size=size,
         )
+
+
+class _SlowdownSampler(_FactorSampler):
+    def __init__(
+        self, model: Slowdown, n_workers: int, streams: list[np.random.Generator]
+    ) -> None:
+        super().__init__(model.base, n_workers, streams)
+        self.stateless = self.base is None or self.base.stateless
+        self.factors = np.ones(n_workers)
+        factors = np.broadcast_to(np.asarray(model.factor, dtype=float), (len(model.workers),))
+        self.factors[list(model.workers)] = factors
+
+    def factor(self, worker_index: int, time: float) -> float:
+        """Return the persistent factor of ``worker_index``."""
+        return float(self.factors[worker_index])
 
 
 @register_model
@@ -559,14 +576,13 @@ class Bursts(_Modifier):
 # --------------------------------------------------------------------------- artificial
 
 
-class _ArtificialSampler(LatencySampler):
+class _ArtificialSampler(_FactorSampler):
     stateless = False
 
     def __init__(
         self, model: Artificial, n_workers: int, streams: list[np.random.Generator]
     ) -> None:
-        super().__init__(n_workers, streams)
-        self.base = _sub_sampler(model.base, n_workers, streams)
+        super().__init__(model.base, n_workers, streams)
         self.factors = 1.0 + model.spread * np.arange(1, n_workers + 1) / n_workers
         self.first_recovered = n_workers - min(model.n_recover, n_workers)
         self.recover_time = model.recover_time
@@ -576,21 +592,6 @@ class _ArtificialSampler(LatencySampler):
         if worker_index >= self.first_recovered and time >= self.recover_time:
             return 1.0
         return float(self.factors[worker_index])
-
-    def sample(
-        self,
-        worker_index: int,
-        *,
-        time: float = 0.0,
-        iteration: int = 0,
-        load: float = 1.0,
-        measured: float | None = None,
-        size: int | None = None,
-    ) -> Draw:
-        return _scaled(
-            self.base, self.factor(worker_index, time), worker_index, time=time,
-            iteration=iteration, load=load, measured=measured, size=size,
-        )
 
 
 @register_model
