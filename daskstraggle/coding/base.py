@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
 
 __all__ = [
@@ -41,20 +42,22 @@ __all__ = [
 
 Received = tuple[int, int]  # (worker_index, message_index)
 
-_REGISTRY: dict[str, type[CodingScheme]] = {}
+_REGISTRY: Registry[CodingScheme] = Registry(
+    "coding scheme",
+    unknown=lambda name, names: (
+        f"The 'scheme' parameter must be one of {names}. Got {name!r} instead."
+    ),
+)
 
 
 def register_scheme(cls: type[CodingScheme]) -> type[CodingScheme]:
     """Register a CodingScheme subclass under ``cls.name`` (class decorator)."""
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"coding scheme name {cls.name!r} registered twice")
-    _REGISTRY[cls.name] = cls
-    return cls
+    return _REGISTRY.register(cls)
 
 
 def list_schemes() -> list[str]:
     """Return the registered scheme names."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get_scheme_class(name: str) -> type[CodingScheme]:
@@ -65,12 +68,7 @@ def get_scheme_class(name: str) -> type[CodingScheme]:
     InvalidParameterError
         If no scheme has that name.
     """
-    key = str(name).replace("_", "-")
-    if key not in _REGISTRY:
-        raise InvalidParameterError(
-            f"The 'scheme' parameter must be one of {list_schemes()}. Got {name!r} instead."
-        )
-    return _REGISTRY[key]
+    return _REGISTRY.get(name)
 
 
 def make_scheme(name: str, **params: Any) -> CodingScheme:
@@ -79,16 +77,9 @@ def make_scheme(name: str, **params: Any) -> CodingScheme:
     Raises
     ------
     InvalidParameterError
-        If the name is unknown or a parameter is not accepted or invalid.
+        If the name is unknown or a parameter is missing, not accepted or invalid.
     """
-    cls = get_scheme_class(name)
-    allowed = [f.name for f in fields(cls)]
-    unknown = sorted(set(params) - set(allowed))
-    if unknown:
-        raise InvalidParameterError(
-            f"The coding scheme {cls.name!r} does not take {unknown}; it takes {allowed}."
-        )
-    return cls(**params)
+    return _REGISTRY.make(name, **params)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,11 +32,12 @@ from __future__ import annotations
 import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import numpy as np
 
+from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
 
 __all__ = [
@@ -53,20 +54,20 @@ __all__ = [
 
 Draw = tuple[Any, Any]
 
-_REGISTRY: dict[str, type[LatencyModel]] = {}
+_REGISTRY: Registry[LatencyModel] = Registry(
+    "latency model",
+    unknown=lambda name, names: f"Unknown latency model {name!r}; choose one of {names}.",
+)
 
 
 def register_model(cls: type[LatencyModel]) -> type[LatencyModel]:
     """Register a LatencyModel subclass under ``cls.name`` (class decorator)."""
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"latency model name {cls.name!r} registered twice")
-    _REGISTRY[cls.name] = cls
-    return cls
+    return _REGISTRY.register(cls)
 
 
 def list_models() -> list[str]:
     """Return the registered latency model names."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get_model_class(name: str) -> type[LatencyModel]:
@@ -77,12 +78,7 @@ def get_model_class(name: str) -> type[LatencyModel]:
     InvalidParameterError
         If no model has that name.
     """
-    key = str(name).replace("_", "-")
-    if key not in _REGISTRY:
-        raise InvalidParameterError(
-            f"Unknown latency model {name!r}; choose one of {list_models()}."
-        )
-    return _REGISTRY[key]
+    return _REGISTRY.get(name)
 
 
 def make_model(name: str, **params: Any) -> LatencyModel:
@@ -91,24 +87,10 @@ def make_model(name: str, **params: Any) -> LatencyModel:
     Raises
     ------
     InvalidParameterError
-        If the name is unknown, a parameter is not accepted, or a value is invalid.
+        If the name is unknown, a parameter is missing or not accepted, or a value is
+        invalid.
     """
-    cls = get_model_class(name)
-    allowed = [f.name for f in fields(cls)]
-    unknown = sorted(set(params) - set(allowed))
-    if unknown:
-        raise InvalidParameterError(
-            f"The latency model {cls.name!r} does not take {unknown}; it takes {allowed}."
-        )
-    required = [f.name for f in fields(cls)
-                if f.default is MISSING and f.default_factory is MISSING]
-    missing = [name for name in required if name not in params]
-    if missing:
-        raise InvalidParameterError(
-            f"The latency model {cls.name!r} needs {missing}, e.g. "
-            f"{cls.name.replace('-', '_')}({', '.join(f'{m}=...' for m in required)})."
-        )
-    return cls(**params)
+    return _REGISTRY.make(name, **params)
 
 
 def worker_streams(

@@ -7,6 +7,7 @@ so it cannot skip these checks.
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -102,3 +103,9 @@ def test_uncoded_needs_everyone():
         for subset in itertools.combinations([(i, 0) for i in range(4)], k):
             assert a.decode(subset) is None
     assert a.decode([(i, 0) for i in range(4)]) == {(i, 0): 1.0 for i in range(4)}
+
+
+def test_missing_parameter_is_one_clear_error():
+    with pytest.raises(InvalidParameterError,
+                       match=re.escape("The coding scheme 'bcc' needs ['batch_size']")):
+        make_scheme("bcc")
