@@ -89,3 +89,24 @@ def check_bool(value: object, *, name: str, caller: str) -> bool:
     if not isinstance(value, bool | np.bool_):
         _fail(name, caller, "True or False", value)
     return bool(value)
+
+
+def check_addresses(value: object, *, name: str, caller: str, constraint: str) -> tuple[str, ...]:
+    """Return worker addresses (one string, or a non-empty list of distinct strings).
+
+    Raises InvalidParameterError saying ``constraint`` when the value is not such a
+    list, and asking to list each worker once when one repeats.
+    """
+    items: object = [value] if isinstance(value, str) else value
+    try:
+        listed = list(items)  # type: ignore[call-overload]
+    except TypeError:
+        listed = []
+    if not listed or not all(isinstance(a, str) for a in listed):
+        _fail(name, caller, constraint, value)
+    if len(set(listed)) != len(listed):
+        raise InvalidParameterError(
+            f"The {name!r} parameter of {caller} lists a worker twice. Got {value!r} "
+            "instead; list each worker once."
+        )
+    return tuple(listed)

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from daskstraggle._validation import check_addresses
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel
 
@@ -251,22 +252,10 @@ def inject_delay(
 
 
 def _check_addresses(addresses: Any, caller: str) -> tuple[str, ...]:
-    items = [addresses] if isinstance(addresses, str) else addresses
-    try:
-        items = list(items)
-    except TypeError:
-        items = []
-    if not items or not all(isinstance(a, str) for a in items):
-        raise InvalidParameterError(
-            f"The 'addresses' parameter of {caller} must be a non-empty list of worker "
-            f"addresses (the worker index is the position). Got {addresses!r} instead."
-        )
-    if len(set(items)) != len(items):
-        raise InvalidParameterError(
-            f"The 'addresses' parameter of {caller} lists a worker twice. Got {addresses!r} "
-            "instead; list each worker once."
-        )
-    return tuple(items)
+    return check_addresses(
+        addresses, name="addresses", caller=caller,
+        constraint="a non-empty list of worker addresses (the worker index is the position)",
+    )
 
 
 def _check_seed(seed: Any, caller: str) -> int:

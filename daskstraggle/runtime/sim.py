@@ -20,25 +20,26 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from daskstraggle._validation import check_int, check_nonnegative
-from daskstraggle.data.matrix import Matrix
 from daskstraggle.latency.base import LatencyModel, LatencySampler
 from daskstraggle.latency.spec import parse_latency
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
-from daskstraggle.problems.block import Block, MatrixStats, block_stats
-from daskstraggle.runtime.base import Runtime, fold_map, run_unit
+from daskstraggle.runtime.base import run_unit
+from daskstraggle.runtime.local import LocalRuntime
 
 __all__ = ["SimRuntime"]
 
 
-class SimRuntime(Runtime):
+class SimRuntime(LocalRuntime):
     """Run methods in process, in simulated time, with a latency model per worker.
+
+    Partitions are loaded in process as by :class:`LocalRuntime`; only the delivery of
+    results differs.
 
     Parameters
     ----------
@@ -79,7 +80,7 @@ class SimRuntime(Runtime):
         update_duration: float = 0.0,
         rng: int | np.random.Generator | None = None,
     ) -> None:
-        self._n_workers = check_int(n_workers, name="n_workers", caller="SimRuntime", low=1)
+        super().__init__(check_int(n_workers, name="n_workers", caller="SimRuntime", low=1))
         self.latency = None if latency is None else parse_latency(latency)
         if self.latency is not None:
             self.latency.check_n_workers(self._n_workers)
@@ -88,32 +89,14 @@ class SimRuntime(Runtime):
         self._seed = np.random.SeedSequence(
             int(rng.integers(2**63)) if isinstance(rng, np.random.Generator) else rng
         )
-        self._blocks: list[dict[int, Block]] = []
-        self._partitions: dict[int, Block] = {}
         self._heap: list[tuple[float, int, WorkResult]] = []
         self._order = itertools.count()
         self._now = 0.0
         self._sampler: LatencySampler | None = None
         self._real_start = 0.0
 
-    @property
-    def n_workers(self) -> int:
-        """Number of simulated workers."""
-        return self._n_workers
-
     def _clock(self) -> float:
         return self._now
-
-    def _load(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> MatrixStats:
-        loaded = {p: matrix.loader(p)() for p in range(matrix.n_partitions)}
-        self._blocks = [{p: loaded[p] for p in parts} for parts in placement]
-        self._partitions = loaded
-        return self._map_reduce(block_stats)
-
-    def _map_reduce(
-        self, fn: Callable[..., Any], *args: Any, combine: Callable[[Any, Any], Any] | None = None
-    ) -> Any:
-        return fold_map(fn, args, combine, *self._partitions.values())
 
     def _begin(self, placement: list[tuple[int, ...]], partition_rows: list[int]) -> None:
         self._now = 0.0
@@ -166,6 +149,5 @@ class SimRuntime(Runtime):
         self._heap.clear()
 
     def _unload(self) -> None:
-        self._blocks = []
-        self._partitions = {}
+        super()._unload()
         self._heap.clear()

@@ -55,6 +55,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from daskstraggle._validation import check_addresses
 from daskstraggle.errors import InvalidParameterError, StraggleError
 
 __all__ = ["ProcessThrottle", "ThrottleError"]
@@ -290,21 +291,8 @@ class ProcessThrottle:
                 f"The 'lease' parameter of {_CALLER} must be at least twice the period "
                 f"({2 * self.period:g} s). Got {lease!r} instead."
             )
-        items = [workers] if isinstance(workers, str) else workers
-        try:
-            items = list(items)
-        except TypeError:
-            items = None
-        if not items or not all(isinstance(w, str) for w in items):
-            raise InvalidParameterError(
-                f"The 'workers' parameter of {_CALLER} must be a worker address or a "
-                f"non-empty list of them. Got {workers!r} instead."
-            )
-        if len(set(items)) != len(items):
-            raise InvalidParameterError(
-                f"The 'workers' parameter of {_CALLER} lists a worker twice. Got {workers!r} "
-                "instead; list each worker once."
-            )
+        items = check_addresses(workers, name="workers", caller=_CALLER,
+                                constraint="a worker address or a non-empty list of them")
         if client is None:
             from distributed import get_client
 
