@@ -46,6 +46,8 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="coded with --scheme bcc: partitions per batch (r)."),
         click.option("--straggler-alpha", "alpha_slowdown", type=float, default=None,
                      help="coded with --scheme partial-straggler: slow-down factor alpha > 1."),
+        click.option("--nesterov", is_flag=True, default=None,
+                     help="coded: Nesterov momentum on the decoded exact gradient (regression)."),
         click.option("--runtime", type=click.Choice(["dask", "sim", "local"]), default="dask",
                      show_default=True,
                      help="dask: a Dask cluster; sim: in process, simulated time with "
@@ -104,14 +106,16 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
     seed = params.pop("seed")
     n_wait = params.pop("n_wait")
     coding = {"scheme": params.pop("scheme"), "n_stragglers": params.pop("n_stragglers"),
-              "batch_size": params.pop("batch_size"), "alpha": params.pop("alpha_slowdown")}
+              "batch_size": params.pop("batch_size"), "alpha": params.pop("alpha_slowdown"),
+              "nesterov": params.pop("nesterov") or None}
     method = params["method"]
     if n_wait is not None:
         if method != "sgd":
             raise InputError(f"--wait applies to --method sgd, not {method!r}")
         params["method_params"] = {"n_wait": n_wait}
     flags = {"scheme": "--scheme", "n_stragglers": "--stragglers-tolerated",
-             "batch_size": "--batch-size", "alpha": "--straggler-alpha"}
+             "batch_size": "--batch-size", "alpha": "--straggler-alpha",
+             "nesterov": "--nesterov"}
     given = {k: v for k, v in coding.items() if v is not None}
     if method == "coded":
         params["method_params"] = {"scheme": given.pop("scheme", "cyclic-repetition"),

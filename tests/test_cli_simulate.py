@@ -106,6 +106,8 @@ def test_negative_seed_is_a_usage_error(capsys):
 def test_coding_flags_need_coded(capsys):
     assert main(["pca", "whatever.zarr", "--batch-size", "2"]) == 2
     assert "--batch-size: only with --method coded" in capsys.readouterr().err
+    assert main(["logreg", "whatever.zarr", "--method", "nag", "--nesterov"]) == 2
+    assert "--nesterov: only with --method coded, not 'nag'" in capsys.readouterr().err
 
 
 def test_wait_needs_sgd(capsys):

@@ -11,7 +11,7 @@ from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
 from daskstraggle.problems.base import KernelResult, Problem
 
-__all__ = ["GD", "NAG"]
+__all__ = ["GD", "NAG", "Nesterov"]
 
 
 class GD(Method):
@@ -165,27 +165,51 @@ class NAG(GD):
         """Reset the run state (momentum counter included)."""
         super().start(problem, iterate, placement, step_size=step_size,
                       partition_rows=partition_rows)
-        self._y = self._x.copy()
-        self._k = 0
-        self._last_objective = np.inf
+        self._momentum = Nesterov(self._x, restart=self.restart)
 
     def _point(self) -> np.ndarray:
-        return self._y
+        return self._momentum.point
 
     def step(self) -> None:
         """Gradient step from the look-ahead point, then extrapolate."""
         assert self._problem is not None
         summary = self.summary()
-        if (
-            self.restart == "objective"
-            and summary.objective is not None
-            and summary.objective > self._last_objective
-        ):
-            self._k = 0
-        self._last_objective = summary.objective if summary.objective is not None else np.inf
-        x_new = self._problem.update(self._y, summary.result.gradient, self._step_size)
-        beta = self._k / (self._k + 3.0)
-        self._y = x_new + beta * (x_new - self._x)
-        self._x = x_new
-        self._k += 1
+        self._x = self._momentum.step(self._problem, summary.result.gradient,
+                                      summary.objective, self._step_size)
         self._advance()
+
+
+class Nesterov:
+    """Nesterov momentum with objective restart: the state NAG and accelerated codes share.
+
+    Holds the last iterate ``x_t``, the look-ahead point ``y_t`` where the next gradient
+    is evaluated, and the momentum counter.
+
+    Parameters
+    ----------
+    iterate : ndarray
+        Starting point (``x_0 = y_0``).
+    restart : {"objective", "none"}, default="objective"
+        Restart the momentum when the objective at the evaluated point rises.
+    """
+
+    def __init__(self, iterate: np.ndarray, *, restart: str = "objective") -> None:
+        self.restart = restart
+        self.x = np.array(iterate, dtype=np.float64)
+        self.point = self.x.copy()
+        self._k = 0
+        self._last_objective = np.inf
+
+    def step(self, problem: Problem, gradient: np.ndarray, objective: float | None,
+             step_size: float) -> np.ndarray:
+        """Step from the look-ahead point with ``gradient`` (taken there); return ``x_{t+1}``."""
+        if self.restart == "objective" and objective is not None \
+                and objective > self._last_objective:
+            self._k = 0
+        self._last_objective = objective if objective is not None else np.inf
+        x_new = problem.update(self.point, gradient, step_size)
+        beta = self._k / (self._k + 3.0)
+        self.point = x_new + beta * (x_new - self.x)
+        self.x = x_new
+        self._k += 1
+        return x_new

@@ -8,8 +8,8 @@ import pytest
 from daskstraggle import open_matrix
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import Constant
-from daskstraggle.methods import GD, CodedGD, IgnoreStragglers, make_method
-from daskstraggle.problems import PCA, LeastSquares
+from daskstraggle.methods import GD, NAG, CodedGD, IgnoreStragglers, make_method
+from daskstraggle.problems import PCA, LeastSquares, Logistic
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, SimRuntime, StopRule
 
 STOP = StopRule(max_iter=8, tol=None)
@@ -88,6 +88,27 @@ def test_pca_iterates_equal_the_power_method(data):
     np.testing.assert_allclose(coded.iterate, ref.iterate, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("scheme", ["cyclic-repetition", "bcc"])
+def test_nesterov_iterates_equal_nag(data, scheme):
+    X, y = data
+    labels = np.where(y > 0, 1.0, -1.0)
+    params = {"n_stragglers": 2} if scheme == "cyclic-repetition" else {"batch_size": 3}
+    slow = (20.0,) + (1.0,) * 11
+    stop = StopRule(max_iter=30, tol=None)
+    with SimRuntime(12, latency=Constant(compute=slow), rng=0) as rt:
+        coded = rt.run(CodedGD(scheme, rng=1, nesterov=True, **params), Logistic(),
+                       open_matrix(X, labels=labels), stop=stop, rng=0)
+    with LocalRuntime(12) as rt:
+        ref = rt.run(NAG(), Logistic(), open_matrix(X, labels=labels), stop=stop,
+                     rng=0)
+        plain = rt.run(GD(), Logistic(), open_matrix(X, labels=labels), stop=stop,
+                       rng=0)
+    np.testing.assert_allclose(coded.iterate, ref.iterate, rtol=1e-10, atol=1e-12)
+    # the momentum is really applied: after 30 steps NAG is not where plain GD is
+    assert np.abs(ref.iterate - plain.iterate).max() > 1e-3
+    assert float(coded.trace.wall_time[-1]) < 30 * 20.0  # worker 0 was never waited for
+
+
 def test_bad_schemes_and_settings(data):
     X, y = data
     with pytest.raises(InvalidParameterError, match="'scheme' parameter must be one of"):
@@ -105,6 +126,12 @@ def test_bad_schemes_and_settings(data):
             rt.run(CodedGD("bcc", batch_size=1, n_partitions=6, rng=0), LeastSquares(),
                    open_matrix(X, labels=y), stop=STOP)
     assert isinstance(make_method("coded", scheme="bcc", batch_size=2), CodedGD)
+    with pytest.raises(InvalidParameterError, match="'nesterov' parameter of CodedGD must be False"):
+        with SimRuntime(5) as rt:
+            rt.run(CodedGD("cyclic-repetition", n_stragglers=1, nesterov=True),
+                   PCA(n_components=2), open_matrix(X), stop=STOP)
+    with pytest.raises(InvalidParameterError, match="'nesterov' parameter of CodedGD"):
+        CodedGD(nesterov="yes")
 
 
 def test_ignore_stragglers_waits_for_n_minus_s(data):
