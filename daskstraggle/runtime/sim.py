@@ -52,6 +52,13 @@ class SimRuntime(LocalRuntime):
         measured time.
     update_duration : float, default=0.0
         Simulated seconds the coordinator spends on each update (``method.step``).
+    receive_duration : float, default=0.0
+        Simulated seconds the coordinator spends receiving each message (a result, or
+        each part of a multi-message result). Messages are received one at a time in
+        arrival order, so those that arrive while the coordinator is busy queue: the
+        coordinator's link as the bottleneck, where total time grows with the number of
+        results waited for (the BCC paper's EC2 setting, §III-C). Results of older
+        iterations are received too.
     rng : int, Generator or None, default=None
         Seed of the latency draws (independent of the run's ``rng``).
 
@@ -78,6 +85,7 @@ class SimRuntime(LocalRuntime):
         latency: LatencyModel | str | None = None,
         *,
         update_duration: float = 0.0,
+        receive_duration: float = 0.0,
         rng: int | np.random.Generator | None = None,
     ) -> None:
         super().__init__(check_int(n_workers, name="n_workers", caller="SimRuntime", low=1))
@@ -86,6 +94,8 @@ class SimRuntime(LocalRuntime):
             self.latency.check_n_workers(self._n_workers)
         self.update_duration = check_nonnegative(update_duration, name="update_duration",
                                                  caller="SimRuntime")
+        self.receive_duration = check_nonnegative(receive_duration, name="receive_duration",
+                                                  caller="SimRuntime")
         self._seed = np.random.SeedSequence(
             int(rng.integers(2**63)) if isinstance(rng, np.random.Generator) else rng
         )
@@ -126,13 +136,15 @@ class SimRuntime(LocalRuntime):
             if timeout is not None:
                 self._now += timeout
             return None
-        finish = self._heap[0][0]
-        if timeout is not None and finish > self._now + timeout:
+        finish, _, head = self._heap[0]
+        n_messages = len(head.result) if isinstance(head.result, tuple) else 1
+        received = max(self._now, finish) + self.receive_duration * n_messages
+        if timeout is not None and received > self._now + timeout:
             self._now += timeout
             return None
-        _, _, result = heapq.heappop(self._heap)
-        self._now = max(self._now, finish)
-        return result
+        heapq.heappop(self._heap)
+        self._now = received
+        return head
 
     def _after_step(self) -> None:
         self._now += self.update_duration
@@ -142,6 +154,7 @@ class SimRuntime(LocalRuntime):
             "simulated": True,
             "latency_model": "none" if self.latency is None else self.latency.to_spec(),
             "update_duration_s": self.update_duration,
+            "receive_duration_s": self.receive_duration,
             "real_duration_s": time.perf_counter() - self._real_start,
         }
 
