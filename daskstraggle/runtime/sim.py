@@ -57,8 +57,10 @@ class SimRuntime(LocalRuntime):
         each part of a multi-message result). Messages are received one at a time in
         arrival order, so those that arrive while the coordinator is busy queue: the
         coordinator's link as the bottleneck, where total time grows with the number of
-        results waited for (the BCC paper's EC2 setting, §III-C). Results of older
-        iterations are received too.
+        results waited for (the BCC paper's EC2 setting, §III-C). Only results computed
+        for the newest dispatched version cost time: as in the paper's master, which
+        stops receiving once it can step, results of older versions are dropped at no
+        cost (with ``receive_duration=0`` nothing changes).
     rng : int, Generator or None, default=None
         Seed of the latency draws (independent of the run's ``rng``).
 
@@ -102,6 +104,7 @@ class SimRuntime(LocalRuntime):
         self._heap: list[tuple[float, int, WorkResult]] = []
         self._order = itertools.count()
         self._now = 0.0
+        self._newest = 0  # newest version dispatched
         self._sampler: LatencySampler | None = None
         self._real_start = 0.0
 
@@ -110,6 +113,7 @@ class SimRuntime(LocalRuntime):
 
     def _begin(self, placement: list[tuple[int, ...]], partition_rows: list[int]) -> None:
         self._now = 0.0
+        self._newest = 0
         self._heap.clear()
         self._real_start = time.perf_counter()
         self._sampler = None if self.latency is None else self.latency.sampler(
@@ -127,6 +131,7 @@ class SimRuntime(LocalRuntime):
                 unit.worker_index, time=self._now, iteration=unit.version,
                 load=self._unit_load(unit), measured=measured,
             )
+        self._newest = max(self._newest, unit.version)
         latency = float(compute) + float(communication)
         done = WorkResult(unit, result, float(compute), latency=latency)
         heapq.heappush(self._heap, (self._now + latency, next(self._order), done))
@@ -138,6 +143,8 @@ class SimRuntime(LocalRuntime):
             return None
         finish, _, head = self._heap[0]
         n_messages = len(head.result) if isinstance(head.result, tuple) else 1
+        if head.unit.version < self._newest:
+            n_messages = 0
         received = max(self._now, finish) + self.receive_duration * n_messages
         if timeout is not None and received > self._now + timeout:
             self._now += timeout

@@ -99,14 +99,15 @@ def test_receive_duration_serialises_messages_at_the_coordinator(X):
 
     GD: three results arrive at 1 and are received at 1.25, 1.5, 1.75; the fourth arrives
     at 3 and is received at 3.25, the round ends there. SGD waiting for 2: step at 1.5;
-    the third result (arrived at 1, stale after the step) is received at 1.75 in round 1.
+    w0, w1 re-tasked finish at 2.5 and are received at 2.75 and 3.0. The third result of
+    round 0 (arrived at 1, stale after the step) is dropped at no cost (w2 re-tasked at
+    1.5 finishes at 2.5 too, but after w0 and w1 in arrival order).
     """
     latency = Constant(compute=(1.0, 1.0, 1.0, 3.0))
     res = _run(SimRuntime(4, latency=latency, receive_duration=0.25), GD(), X, n_iter=2)
     np.testing.assert_allclose(res.trace.wall_time, [3.25, 6.5])
     res = _run(SimRuntime(4, latency=latency, receive_duration=0.25),
                SGD(n_wait=2, collect_window=0.0), X, n_iter=2)
-    # round 1: w0, w1 re-tasked at 1.5 finish at 2.5 -> received 2.75, 3.0
     np.testing.assert_allclose(res.trace.wall_time, [1.5, 3.0])
     assert res.attrs["receive_duration_s"] == 0.25
     with pytest.raises(InvalidParameterError, match="'receive_duration' parameter"):
