@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import numbers
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,6 +227,9 @@ def parse_stragglers(spec: str | LatencyModel | Stragglers | None) -> Stragglers
     if text.lower() in ("", "none"):
         return Stragglers()
     _load_models()
+    # registered names are hyphenated ("shifted-exponential"); Python reads "a-b" as a
+    # subtraction, so spell a hyphen between two letters as "_" before parsing
+    text = re.sub(r"(?<=[A-Za-z])-(?=[A-Za-z])", "_", text)
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError:

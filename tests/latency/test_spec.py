@@ -49,6 +49,14 @@ def test_nested_model_argument():
     assert parse_latency(m.to_spec()) == m
 
 
+def test_registered_hyphenated_names_are_accepted():
+    a = parse_latency("shifted-exponential(shift=1e-3, rate=50) + slowdown(workers=0, factor=2)")
+    b = parse_latency("shifted_exponential(shift=1e-3, rate=50) + slowdown(workers=0, factor=2)")
+    assert a == b and a.base.shift == 1e-3  # "1e-3" is still a number
+    assert parse_latency("multi-message(alpha=0.01, rate=10)") == parse_latency(
+        "multi_message(alpha=0.01, rate=10)")
+
+
 @pytest.mark.parametrize("spec", ["none", "", "  NONE ", None])
 def test_none(spec):
     assert parse_stragglers(spec) == Stragglers()
