@@ -1,4 +1,4 @@
-"""Optimisation policies (pure: no dask): the Method contract, GD, NAG, SGD, coded GD."""
+"""Optimisation policies (pure: no dask): the Method contract, GD, NAG, SGD, SAG, DSAG, coded GD."""
 
 from __future__ import annotations
 
@@ -13,12 +13,15 @@ from daskstraggle.methods.base import (
     contiguous_placement,
 )
 from daskstraggle.methods.coded import CodedGD, IgnoreStragglers
+from daskstraggle.methods.dsag import DSAG, SAG
 from daskstraggle.methods.gd import GD, NAG
 from daskstraggle.methods.sgd import SGD
 
 __all__ = [
+    "DSAG",
     "GD",
     "NAG",
+    "SAG",
     "SGD",
     "CodedGD",
     "IgnoreStragglers",
@@ -33,9 +36,11 @@ __all__ = [
 
 _METHODS: dict[str, type[Method]] = {
     "coded": CodedGD,
+    "dsag": DSAG,
     "gd": GD,
     "ignore-stragglers": IgnoreStragglers,
     "nag": NAG,
+    "sag": SAG,
     "sgd": SGD,
 }
 

@@ -50,6 +50,9 @@ class WorkUnit:
     coefficients : ndarray of shape (n_messages, len(partitions)) or None, default=None
         Coded units: the worker returns one message per row,
         ``sum_p coefficients[j, p] * kernel(partition p)``, instead of the plain sum.
+    rows : tuple of (int, int) or None, default=None
+        Only rows ``[a, b)`` of the listed partitions, counted along their concatenation
+        (DSAG's subpartitions); None: all their rows. Not with ``coefficients``.
     """
 
     worker_index: int
@@ -57,6 +60,7 @@ class WorkUnit:
     iterate: np.ndarray
     version: int
     coefficients: np.ndarray | None = None
+    rows: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

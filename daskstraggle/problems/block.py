@@ -9,6 +9,7 @@ cache-sized tile of rows at a time.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -68,6 +69,15 @@ class Block:
     def nbytes(self) -> int:
         """Bytes held by the stored values."""
         return int(self.values.nbytes)
+
+    def slice(self, a: int, b: int) -> Block:
+        """Return rows ``[a, b)`` (block-local) as a block that shares the stored values."""
+        if not 0 <= a <= b <= self.n_rows:
+            raise ValueError(f"rows [{a}, {b}) are outside a block of {self.n_rows} rows")
+        return dataclasses.replace(
+            self, values=self.values[a:b], start=self.start + a,
+            y=None if self.y is None else self.y[a:b],
+        )
 
     def tile_rows(self, tile_bytes: int = TILE_BYTES) -> int:
         """Return the number of rows per tile so a float64 tile has about ``tile_bytes``."""

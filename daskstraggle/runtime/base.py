@@ -37,13 +37,17 @@ def run_unit(
     iterate: np.ndarray,
     *blocks: Block,
     coefficients: np.ndarray | None = None,
+    rows: tuple[int, int] | None = None,
 ) -> tuple[KernelResult | tuple[KernelResult, ...], float]:
     """Sum the problem's kernel over ``blocks`` at ``iterate``; time it on the worker.
 
     With ``coefficients`` of shape (n_messages, len(blocks)) return one coded message
-    per row instead, ``sum_p coefficients[j, p] * kernel(blocks[p])``.
+    per row instead, ``sum_p coefficients[j, p] * kernel(blocks[p])``. With ``rows =
+    (a, b)`` only rows ``[a, b)`` of the blocks' concatenation are summed.
     """
     t0 = time.perf_counter()
+    if rows is not None:
+        blocks = select_rows(blocks, *rows)
     if coefficients is None:
         total = problem.kernel(blocks[0], iterate)
         for block in blocks[1:]:
@@ -52,6 +56,20 @@ def run_unit(
     parts = [problem.kernel(block, iterate) for block in blocks]
     messages = tuple(combine(parts, row) for row in np.asarray(coefficients, dtype=np.float64))
     return messages, time.perf_counter() - t0
+
+
+def select_rows(blocks: tuple[Block, ...], a: int, b: int) -> tuple[Block, ...]:
+    """Return rows ``[a, b)`` of the concatenation of ``blocks`` as views of them."""
+    total = sum(block.n_rows for block in blocks)
+    if not 0 <= a < b <= total:
+        raise ValueError(f"rows [{a}, {b}) are not a non-empty range of {total} rows")
+    out, offset = [], 0
+    for block in blocks:
+        lo, hi = max(a - offset, 0), min(b - offset, block.n_rows)
+        if lo < hi:
+            out.append(block.slice(lo, hi))
+        offset += block.n_rows
+    return tuple(out)
 
 
 def fold_map(
@@ -133,7 +151,10 @@ class Runtime(ABC):
 
     def _unit_load(self, unit: WorkUnit) -> float:
         """Work a unit carries relative to an equal share (1.0 = ``n_rows / n_workers``)."""
-        rows = sum(self._partition_rows[p] for p in unit.partitions)
+        if unit.rows is not None:
+            rows = unit.rows[1] - unit.rows[0]
+        else:
+            rows = sum(self._partition_rows[p] for p in unit.partitions)
         return rows * self.n_workers / max(sum(self._partition_rows), 1)
 
     def _unload(self) -> None:  # noqa: B027 - optional hook

@@ -148,7 +148,7 @@ def worker_addresses(client: Any) -> list[str]:
 
 def run_unit_task(
     problem: Problem, iterate: Any, version: int, load: float, injector: str | None,
-    *blocks: Block, coefficients: Any = None,
+    *blocks: Block, coefficients: Any = None, rows: tuple[int, int] | None = None,
 ) -> tuple[Any, float]:
     """Worker task: the kernel over ``blocks``, then the run's injected straggler delay.
 
@@ -156,7 +156,8 @@ def run_unit_task(
     kernel sum and the seconds the whole task took on the worker.
     """
     t0 = time.perf_counter()
-    result, measured = run_unit(problem, iterate, *blocks, coefficients=coefficients)
+    result, measured = run_unit(problem, iterate, *blocks, coefficients=coefficients,
+                                rows=rows)
     if injector is not None:
         from daskstraggle.runtime.inject import inject_delay
 
@@ -368,6 +369,7 @@ class DaskRuntime(Runtime):
         future = self._pinned(
             run_unit_task, problem, unit.iterate, unit.version, self._unit_load(unit),
             self._injector, *(held[p] for p in unit.partitions), coefficients=unit.coefficients,
+            rows=unit.rows,
             key=f"unit-v{unit.version}-w{unit.worker_index}-{uuid.uuid4().hex[:6]}",
             worker_index=unit.worker_index,
         )

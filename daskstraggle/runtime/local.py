@@ -69,7 +69,7 @@ class LocalRuntime(Runtime):
     def _submit(self, unit: WorkUnit, problem: Problem) -> None:
         held = self._blocks[unit.worker_index]
         result, duration = run_unit(problem, unit.iterate, *(held[p] for p in unit.partitions),
-                                    coefficients=unit.coefficients)
+                                    coefficients=unit.coefficients, rows=unit.rows)
         self._queue.append(WorkResult(unit, result, duration, latency=duration))
 
     def _next(self, timeout: float | None = None) -> WorkResult | None:

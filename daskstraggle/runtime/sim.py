@@ -123,7 +123,7 @@ class SimRuntime(LocalRuntime):
     def _submit(self, unit: WorkUnit, problem: Problem) -> None:
         held = self._blocks[unit.worker_index]
         result, measured = run_unit(problem, unit.iterate, *(held[p] for p in unit.partitions),
-                                    coefficients=unit.coefficients)
+                                    coefficients=unit.coefficients, rows=unit.rows)
         if self._sampler is None:
             compute, communication = measured, 0.0
         else:
