@@ -31,10 +31,15 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Process workers of the LocalCluster to start (default 4)."),
         click.option("--method", default="gd", show_default=True,
                      help="Optimisation method: gd (power method for PCA), nag (regression), "
-                          "sgd (wait for the fastest --wait workers), coded (exact gradient "
-                          "from a subset, see --scheme) or ignore-stragglers."),
+                          "sgd (wait for the fastest --wait workers), sag (sgd with a cache of "
+                          "every worker's last fresh result), dsag (sag that also folds in "
+                          "stale results), coded (exact gradient from a subset, see --scheme) "
+                          "or ignore-stragglers."),
         click.option("--wait", "n_wait", type=int, default=None,
-                     help="sgd: fresh results waited for each iteration (default: all workers)."),
+                     help="sgd, sag, dsag: fresh results waited for each iteration (default: "
+                          "all workers)."),
+        click.option("--subpartitions", type=int, default=None,
+                     help="sag, dsag: subpartitions per worker, processed in turn (default 1)."),
         click.option("--scheme", default=None,
                      help="coded: the code (uncoded, fractional-repetition, cyclic-repetition, "
                           "partial-straggler, bcc, bcc-heterogeneous; default "
@@ -105,14 +110,20 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
     quiet = params.pop("quiet")
     seed = params.pop("seed")
     n_wait = params.pop("n_wait")
+    subpartitions = params.pop("subpartitions")
     coding = {"scheme": params.pop("scheme"), "n_stragglers": params.pop("n_stragglers"),
               "batch_size": params.pop("batch_size"), "alpha": params.pop("alpha_slowdown"),
               "nesterov": params.pop("nesterov") or None}
     method = params["method"]
     if n_wait is not None:
-        if method != "sgd":
-            raise InputError(f"--wait applies to --method sgd, not {method!r}")
+        if method not in ("sgd", "sag", "dsag"):
+            raise InputError(f"--wait applies to --method sgd, sag or dsag, not {method!r}")
         params["method_params"] = {"n_wait": n_wait}
+    if subpartitions is not None:
+        if method not in ("sag", "dsag"):
+            raise InputError(f"--subpartitions applies to --method sag or dsag, not {method!r}")
+        params["method_params"] = {**params.get("method_params", {}),
+                                   "subpartitions": subpartitions}
     flags = {"scheme": "--scheme", "n_stragglers": "--stragglers-tolerated",
              "batch_size": "--batch-size", "alpha": "--straggler-alpha",
              "nesterov": "--nesterov"}

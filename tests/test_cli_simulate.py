@@ -112,7 +112,9 @@ def test_coding_flags_need_coded(capsys):
 
 def test_wait_needs_sgd(capsys):
     assert main(["pca", "whatever.zarr", "--wait", "2"]) == 2
-    assert "--wait applies to --method sgd" in capsys.readouterr().err
+    assert "--wait applies to --method sgd, sag or dsag" in capsys.readouterr().err
+    assert main(["pca", "whatever.zarr", "--method", "sgd", "--subpartitions", "2"]) == 2
+    assert "--subpartitions applies to --method sag or dsag, not 'sgd'" in capsys.readouterr().err
 
 
 def test_pca_in_simulated_time_with_stragglers(capsys, tmp_path):
@@ -125,3 +127,18 @@ def test_pca_in_simulated_time_with_stragglers(capsys, tmp_path):
                          "--method", "sgd", "--wait", "4", "--max-iter", "5", "--stragglers",
                          "gamma(mean=0.1, var=1e-3) + slowdown(workers=0, factor=10)", "--json"])
     assert out["n_iter"] == 5 and out["wall_time_s"] > 5 * 0.05
+
+
+def test_dsag_from_the_command_line_reaches_the_optimum(capsys, tmp_path):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(600, 6)) @ np.diag([4.0, 2, 1, 1, 0.5, 0.5])
+    import zarr
+
+    z = zarr.create_array(tmp_path / "x.zarr", shape=X.shape, chunks=(50, 6), dtype="f8")
+    z[:] = X
+    out = _json(capsys, ["pca", str(tmp_path / "x.zarr"), "--runtime", "sim", "--workers", "6",
+                         "--method", "dsag", "--wait", "4", "--subpartitions", "2",
+                         "--max-iter", "200", "--tol", "1e-14", "--reference", "--stragglers",
+                         "constant(compute=1) + slowdown(workers=5, factor=6)", "--json"])
+    assert out["method"] == "dsag" and out["n_iter"] == 200
+    assert abs(out["gap"]) < 1e-8 * abs(out["objective"]), out

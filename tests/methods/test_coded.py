@@ -126,7 +126,8 @@ def test_bad_schemes_and_settings(data):
             rt.run(CodedGD("bcc", batch_size=1, n_partitions=6, rng=0), LeastSquares(),
                    open_matrix(X, labels=y), stop=STOP)
     assert isinstance(make_method("coded", scheme="bcc", batch_size=2), CodedGD)
-    with pytest.raises(InvalidParameterError, match="'nesterov' parameter of CodedGD must be False"):
+    with pytest.raises(InvalidParameterError,
+                       match="'nesterov' parameter of CodedGD must be False"):
         with SimRuntime(5) as rt:
             rt.run(CodedGD("cyclic-repetition", n_stragglers=1, nesterov=True),
                    PCA(n_components=2), open_matrix(X), stop=STOP)
