@@ -79,3 +79,19 @@ def vcz_missing_path(vcz_path, tmp_path_factory: pytest.TempPathFactory):
     calls[0, 0, 1] = -2
     gt[:] = calls
     return path
+
+
+@pytest.fixture(scope="session")
+def load_pipeline():
+    """Return a loader of a ``pipelines/<name>.py`` script as a module (they are not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    def load(name: str):
+        path = Path(__file__).resolve().parents[1] / "pipelines" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"pipeline_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -364,10 +364,10 @@ CASES = [
          _fit(pca, "a", 2.5), None),
     # ---- method
     Case("method-unknown", InvalidParameterError,
-         r"'method' parameter must be one of \['coded', 'gd', 'ignore-stragglers', 'nag', "
-         r"'sgd'\]\. Got 'bogus'",
+         r"'method' parameter must be one of \['coded', 'dsag', 'gd', 'ignore-stragglers', "
+         r"'nag', 'sag', 'sgd'\]\. Got 'bogus'",
          _fit(lstsq, "g", "y", method="bogus"), lambda s: ["linreg", str(s.g), "--method", "bogus"],
-         ("'method'", "'coded', 'gd'", "'bogus'")),
+         ("'method'", "'coded', 'dsag', 'gd'", "'bogus'")),
     Case("method-unknown-pca", InvalidParameterError, r"'method' parameter must be one of",
          _fit(pca, "a", method="power"), lambda s: ["pca", str(s.a), "--method", "power"],
          ("'method'",)),

@@ -8,23 +8,13 @@ as the bottleneck the total time follows the number of results waited for.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-
-PIPELINE = Path(__file__).resolve().parents[1] / "pipelines" / "bcc_comparison.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("bcc_comparison", PIPELINE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_quick_simulated_comparison(tmp_path, capsys):
+def test_quick_simulated_comparison(tmp_path, capsys, load_pipeline):
     out = tmp_path / "bcc.json"
-    results = _load().main(["--quick", "--sections", "sim", "--out", str(out)])
+    results = load_pipeline("bcc_comparison").main(
+        ["--quick", "--sections", "sim", "--out", str(out)])
     saved = json.loads(out.read_text())
     assert saved["quick"] is True and set(saved["sim"]) == {"20"}
     block = results["sim"]["20"]

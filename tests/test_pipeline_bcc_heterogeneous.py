@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "pipelines" / "bcc_heterogeneous.py"
-
-
-def _load_pipeline():
-    spec = importlib.util.spec_from_file_location("bcc_heterogeneous_pipeline", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.timeout(60)
-def test_quick_run_writes_sane_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_quick_run_writes_sane_json(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    load_pipeline) -> None:
     out = tmp_path / "bcc.json"
-    _load_pipeline().main(["--quick", "--seed", "3", "--out", str(out)])
+    load_pipeline("bcc_heterogeneous").main(["--quick", "--seed", "3", "--out", str(out)])
     assert "29.28" in capsys.readouterr().out
     res = json.loads(out.read_text())
 

@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from daskstraggle._validation import check_int, check_nonnegative
+from daskstraggle._validation import check_int
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.methods.base import RoundSummary, WorkResult, WorkUnit
 from daskstraggle.methods.cache import GradientCache, Ranges, normalize_ranges
+from daskstraggle.methods.sgd import SGD
 from daskstraggle.problems.base import Problem
 
 __all__ = ["DSAG", "SAG", "subpartition_bounds"]
@@ -33,7 +34,7 @@ def subpartition_bounds(n_rows: int, n_sub: int) -> np.ndarray:
     return np.linspace(0, n_rows, n_sub + 1).round().astype(int)
 
 
-class DSAG(Method):
+class DSAG(SGD):
     """Distributed SAG: wait for ``w`` fresh results, fold in stale ones (DSAG paper §V).
 
     The coordinator loop:
@@ -87,10 +88,8 @@ class DSAG(Method):
 
     def __init__(self, n_wait: int | None = None, *, subpartitions: int | Any = 1,
                  collect_window: float = 0.02) -> None:
+        super().__init__(n_wait, collect_window=collect_window)
         caller = type(self).__name__
-        if n_wait is not None:
-            n_wait = check_int(n_wait, name="n_wait", caller=caller, low=1)
-        self.n_wait = n_wait
         if isinstance(subpartitions, (list, tuple, np.ndarray)):
             subpartitions = tuple(check_int(p, name="subpartitions", caller=caller, low=1)
                                   for p in subpartitions)
@@ -102,9 +101,6 @@ class DSAG(Method):
         else:
             subpartitions = check_int(subpartitions, name="subpartitions", caller=caller, low=1)
         self.subpartitions = subpartitions
-        self.collect_window = check_nonnegative(collect_window, name="collect_window",
-                                                caller=caller)
-        self._problem: Problem | None = None
 
     def get_params(self) -> dict[str, Any]:
         """Return the parameters."""
@@ -113,16 +109,12 @@ class DSAG(Method):
 
     def check_n_workers(self, n_workers: int) -> None:
         """Refuse ``n_wait`` above ``n_workers`` and per-worker lists of another length."""
-        caller = type(self).__name__
-        if self.n_wait is not None and self.n_wait > n_workers:
-            raise InvalidParameterError(
-                f"The 'n_wait' parameter of {caller} must be an int in [1, {n_workers}] (the "
-                f"number of workers). Got {self.n_wait!r} instead."
-            )
+        super().check_n_workers(n_workers)
         if isinstance(self.subpartitions, tuple) and len(self.subpartitions) != n_workers:
             raise InvalidParameterError(
-                f"The 'subpartitions' parameter of {caller} has {len(self.subpartitions)} "
-                f"values but there are {n_workers} workers; give one value or one per worker."
+                f"The 'subpartitions' parameter of {type(self).__name__} has "
+                f"{len(self.subpartitions)} values but there are {n_workers} workers; give "
+                "one value or one per worker."
             )
 
     # ------------------------------------------------------------------ run state
@@ -137,29 +129,13 @@ class DSAG(Method):
         partition_rows: list[int] | None = None,
     ) -> None:
         """Reset the run state: empty cache, every worker at its first subpartition."""
-        caller = type(self).__name__
-        if partition_rows is None:
-            raise InvalidParameterError(f"{caller} needs the partition row counts from the "
-                                        "runtime.")
         self.check_n_workers(len(placement))
-        holders = [i for i, parts in enumerate(placement) if parts]
-        n_wait = len(holders) if self.n_wait is None else self.n_wait
-        if n_wait > len(holders):
-            raise InvalidParameterError(
-                f"The 'n_wait' parameter of {caller} must be an int in [1, {len(holders)}] "
-                f"(the workers holding data). Got {n_wait!r} instead."
-            )
-        starts = np.concatenate([[0], np.cumsum(partition_rows)]).astype(int)
-        self._problem = problem
-        self._placement = placement
-        self._partition_starts = starts
-        self._worker_rows = [sum(partition_rows[p] for p in parts) for parts in placement]
-        self._n_wait_run = n_wait
-        self._step_size = float(step_size)
-        self._x = np.array(iterate, dtype=np.float64)
-        self._version = 0
-        self._cache = GradientCache(int(starts[-1]))
-        self._fresh: set[int] = set()
+        super().start(problem, iterate, placement, step_size=step_size,
+                      partition_rows=partition_rows)
+        assert partition_rows is not None
+        caller = type(self).__name__
+        self._partition_starts = np.concatenate([[0], np.cumsum(partition_rows)]).astype(int)
+        self._cache = GradientCache(self._total_rows)
         self._n_stale = 0
         self._next_sub = [0] * len(placement)
         self._bounds: list[np.ndarray] = []
@@ -230,14 +206,10 @@ class DSAG(Method):
         kept = self._cache.insert(self._ranges_of(unit), unit.version, result.result,
                                   unit.worker_index)
         if fresh:
-            self._fresh.add(unit.worker_index)
+            self._fresh[unit.worker_index] = result
         elif kept:
             self._n_stale += 1
         self._summary = None
-
-    def ready(self) -> bool:
-        """True once ``n_wait`` workers delivered a result for the current iterate."""
-        return len(self._fresh) >= self._n_wait_run
 
     def summary(self) -> RoundSummary:
         """Return the cache's sum scaled by the covered fraction of rows."""
@@ -264,13 +236,8 @@ class DSAG(Method):
 
     def step(self) -> None:
         """Step along the cached estimate."""
-        assert self._problem is not None
-        estimate = self.summary().result
-        self._x = self._problem.update(self._x, estimate.gradient, self._step_size)
-        self._version += 1
-        self._fresh.clear()
+        super().step()
         self._n_stale = 0
-        self._summary = None
 
 
 class SAG(DSAG):

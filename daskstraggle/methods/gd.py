@@ -139,7 +139,8 @@ class NAG(GD):
 
     def __init__(self, *, restart: str = "objective") -> None:
         super().__init__()
-        self.restart = check_choice(restart, name="restart", caller="NAG", choices=("objective", "none"))
+        self.restart = check_choice(restart, name="restart", caller="NAG",
+                                    choices=("objective", "none"))
 
     def get_params(self) -> dict[str, Any]:
         """Return the parameters."""

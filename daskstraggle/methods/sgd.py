@@ -53,10 +53,10 @@ class SGD(Method):
 
     def __init__(self, n_wait: int | None = None, *, collect_window: float = 0.02) -> None:
         if n_wait is not None:
-            n_wait = check_int(n_wait, name="n_wait", caller="SGD", low=1)
+            n_wait = check_int(n_wait, name="n_wait", caller=type(self).__name__, low=1)
         self.n_wait = n_wait
         self.collect_window = check_nonnegative(collect_window, name="collect_window",
-                                                caller="SGD")
+                                                caller=type(self).__name__)
         self._problem: Problem | None = None
 
     def get_params(self) -> dict[str, Any]:
@@ -67,7 +67,8 @@ class SGD(Method):
         """Refuse ``n_wait`` > ``n_workers``."""
         if self.n_wait is not None and self.n_wait > n_workers:
             raise InvalidParameterError(
-                f"The 'n_wait' parameter of SGD must be an int in [1, {n_workers}] (the number "
+                f"The 'n_wait' parameter of {type(self).__name__} must be an int in "
+                f"[1, {n_workers}] (the number "
                 f"of workers). Got {self.n_wait!r} instead."
             )
 
@@ -85,11 +86,14 @@ class SGD(Method):
         n_wait = len(holders) if self.n_wait is None else self.n_wait
         if n_wait > len(holders):
             raise InvalidParameterError(
-                f"The 'n_wait' parameter of SGD must be an int in [1, {len(holders)}] (the "
+                f"The 'n_wait' parameter of {type(self).__name__} must be an int in "
+                f"[1, {len(holders)}] (the "
                 f"workers holding data). Got {n_wait!r} instead."
             )
         if partition_rows is None:
-            raise InvalidParameterError("SGD needs the partition row counts from the runtime.")
+            raise InvalidParameterError(
+                f"{type(self).__name__} needs the partition row counts from the runtime."
+            )
         self._problem = problem
         self._placement = placement
         self._worker_rows = [sum(partition_rows[p] for p in parts) for parts in placement]

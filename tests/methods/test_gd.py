@@ -91,9 +91,10 @@ def test_nag_refuses_pca():
 
 
 def test_registry():
-    assert list_methods() == ["coded", "gd", "ignore-stragglers", "nag", "sgd"]
+    assert list_methods() == ["coded", "dsag", "gd", "ignore-stragglers", "nag", "sag", "sgd"]
     assert isinstance(make_method("nag"), NAG)
-    with pytest.raises(InvalidParameterError, match=r"'method' parameter must be one of \['coded', 'gd', 'ignore-stragglers', 'nag', 'sgd'\]"):
+    with pytest.raises(InvalidParameterError,
+                       match=r"'method' parameter must be one of \['coded', 'dsag', 'gd'"):
         make_method("sgd-typo")
 
 
