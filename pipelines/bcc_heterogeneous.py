@@ -253,10 +253,8 @@ def run_bounds(spec: dict[str, Any], n_samples: int,
 
 def machine() -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).parent))
-    try:
-        from bench_foundation import machine_info
-    except ImportError as err:  # the bench extra (dask-glm) is missing
-        return {"python": sys.version, "numpy": np.__version__, "machine_info_error": str(err)}
+    from bench_foundation import machine_info
+
     return machine_info()
 
 

@@ -183,8 +183,8 @@ def log(msg: str) -> None:
 
 
 def machine_info() -> dict[str, Any]:
+    """Machine, load, git state and library versions (None for a library not installed)."""
     import dask
-    import dask_glm
     import distributed
     import scipy
     import zarr
@@ -230,10 +230,19 @@ def machine_info() -> dict[str, Any]:
         "git_dirty": None if status is None else bool(status),
         "versions": {"numpy": np.__version__, "scipy": scipy.__version__,
                      "dask": dask.__version__, "distributed": distributed.__version__,
-                     "zarr": zarr.__version__, "dask_glm": getattr(dask_glm, "__version__", "?"),
+                     "zarr": zarr.__version__, "dask_glm": _installed_version("dask-glm"),
                      "daskstraggle": daskstraggle.__version__},
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
     }
+
+
+def _installed_version(dist: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 # ====================================================== (a) kernel throughput vs a read
