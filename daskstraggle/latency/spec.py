@@ -228,8 +228,12 @@ def parse_stragglers(spec: str | LatencyModel | Stragglers | None) -> Stragglers
         return Stragglers()
     _load_models()
     # registered names are hyphenated ("shifted-exponential"); Python reads "a-b" as a
-    # subtraction, so spell a hyphen between two letters as "_" before parsing
-    text = re.sub(r"(?<=[A-Za-z])-(?=[A-Za-z])", "_", text)
+    # subtraction, so spell a hyphen between two letters as "_" before parsing, outside
+    # string literals (a replay path may contain hyphens)
+    text = "".join(
+        part if part[:1] in ("'", '"') else re.sub(r"(?<=[A-Za-z])-(?=[A-Za-z])", "_", part)
+        for part in re.split(r"(\"[^\"]*\"|'[^']*')", text)
+    )
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from daskstraggle.errors import InvalidParameterError
+from daskstraggle.errors import DataNotFoundError, InvalidParameterError
 from daskstraggle.latency import (
     Artificial,
     Bursts,
@@ -55,6 +55,9 @@ def test_registered_hyphenated_names_are_accepted():
     assert a == b and a.base.shift == 1e-3  # "1e-3" is still a number
     assert parse_latency("multi-message(alpha=0.01, rate=10)") == parse_latency(
         "multi_message(alpha=0.01, rate=10)")
+    # hyphens inside string literals (file names) are left alone
+    with pytest.raises(DataNotFoundError, match=r"my-trace\.csv"):
+        parse_latency("replay(path='/nonexistent/my-trace.csv')")
 
 
 @pytest.mark.parametrize("spec", ["none", "", "  NONE ", None])
