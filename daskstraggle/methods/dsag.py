@@ -151,11 +151,6 @@ class DSAG(SGD):
         self._summary: RoundSummary | None = None
 
     @property
-    def version(self) -> int:
-        """Number of steps taken."""
-        return self._version
-
-    @property
     def cache(self) -> GradientCache:
         """The gradient cache of the current run."""
         return self._cache
