@@ -125,6 +125,17 @@ def _compare_iterates(by_scheme: dict[str, list[dict[str, Any]]]) -> float:
     return worst
 
 
+def _setting(by_scheme: dict[str, list[dict[str, Any]]], load: int) -> dict[str, Any]:
+    """One setting's report: medians, every run (without iterates), iterate agreement."""
+    return {
+        "compute_load": load,
+        "max_rel_iterate_difference": _compare_iterates(by_scheme),
+        "median": {s: _medians(r) for s, r in by_scheme.items()},
+        "runs": {s: [{k: v for k, v in r.items() if k != "iterate"} for r in runs]
+                 for s, runs in by_scheme.items()},
+    }
+
+
 def run_sim(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
     from daskstraggle import open_matrix
     from daskstraggle.problems import Logistic
@@ -152,13 +163,7 @@ def run_sim(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
                 log(f"  sim n={n} {scheme:18s} repeat {rep}: "
                     f"{by_scheme[scheme][-1]['total_s']:7.3f} s simulated "
                     f"({time.perf_counter() - t0:.1f} s real)")
-        out[str(n)] = {
-            "compute_load": load,
-            "max_rel_iterate_difference": _compare_iterates(by_scheme),
-            "median": {s: _medians(r) for s, r in by_scheme.items()},
-            "runs": {s: [{k: v for k, v in r.items() if k != "iterate"} for r in runs]
-                     for s, runs in by_scheme.items()},
-        }
+        out[str(n)] = _setting(by_scheme, load)
     return out
 
 
@@ -184,15 +189,7 @@ def run_cluster(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
                 by_scheme[scheme].append(summarize(res))
                 log(f"  cluster n={n} {scheme:18s} repeat {rep}: "
                     f"{by_scheme[scheme][-1]['total_s']:7.3f} s")
-    return {
-        str(n): {
-            "compute_load": load,
-            "max_rel_iterate_difference": _compare_iterates(by_scheme),
-            "median": {s: _medians(r) for s, r in by_scheme.items()},
-            "runs": {s: [{k: v for k, v in r.items() if k != "iterate"} for r in runs]
-                     for s, runs in by_scheme.items()},
-        }
-    }
+    return {str(n): _setting(by_scheme, load)}
 
 
 def _table(title: str, section: dict[str, Any], paper: bool) -> None:

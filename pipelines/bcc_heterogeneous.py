@@ -251,13 +251,6 @@ def run_bounds(spec: dict[str, Any], n_samples: int,
             "t_star": t_star, "t_hat_mc": mean_se(that)}
 
 
-def machine() -> dict[str, Any]:
-    sys.path.insert(0, str(Path(__file__).parent))
-    from bench_foundation import machine_info
-
-    return machine_info()
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC,
@@ -268,6 +261,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     parser.add_argument("--out", type=Path, default=None, help="JSON file to write")
     args = parser.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_foundation import machine_info
+
     spec = load_spec(args.spec)
     exp = spec["experiment"]
     q = args.quick
@@ -281,7 +277,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     root = np.random.SeedSequence(args.seed)
     lb_seed, bound_seed, *case_seeds, uniform_seed = root.spawn(3 + len(factors))
     results: dict[str, Any] = {
-        "spec": spec, "spec_path": str(args.spec), "machine": machine(), "quick": q,
+        "spec": spec, "spec_path": str(args.spec), "machine": machine_info(), "quick": q,
         "seed": args.seed, "samples": n_samples, "placements": n_placements,
         "paper_reduction_percent": exp.get("paper_reduction_percent"),
     }
