@@ -150,6 +150,7 @@ def solve(
     overwrite: bool = False,
     method_params: dict[str, Any] | None = None,
     stragglers: str | LatencyModel | Stragglers | None = None,
+    record_iterates: bool = False,
 ) -> Result:
     """Fit ``problem`` on ``X``; the engine behind the ``fit_*`` functions.
 
@@ -164,9 +165,13 @@ def solve(
     array : str or None, default=None
         Member of a Zarr group holding the matrix.
     method : str, default="gd"
-        ``"gd"`` (synchronous gradient descent; the power method for PCA), ``"nag"``
-        (Nesterov, regression only) or ``"sgd"`` (wait for the fastest ``n_wait``
-        workers; pass ``method_params={"n_wait": w}``).
+        A registered method (:func:`daskstraggle.methods.list_methods`): ``"gd"``
+        (synchronous gradient descent; the power method for PCA), ``"nag"`` (Nesterov,
+        regression only), ``"sgd"``, ``"sag"``, ``"dsag"`` (wait for the fastest
+        ``n_wait`` workers; pass ``method_params={"n_wait": w}``), ``"coded"``,
+        ``"ignore-stragglers"``, ``"partial"`` (RCS partial recovery, parameters
+        ``degrees``, ``tolerance``, ``ordering``, ``age_threshold``) or ``"async"``
+        (bounded-delay asynchronous updates, parameters ``max_delay``, ``order``).
     step_size : float or None, default=None
         None: the problem's safe default.
     max_iter, tol, gap_tol, time_budget
@@ -206,6 +211,9 @@ def solve(
         workers (a delay added to each of our tasks) and a throttle stops and resumes the
         whole worker process; with ``runtime="sim"`` the model is the simulated latency.
         Seeded by ``rng`` when it is an int.
+    record_iterates : bool, default=False
+        Evaluate the exact objective at every iteration's point after the run (trace
+        variables ``exact_objective`` and, with ``reference``, ``exact_gap``).
 
     Returns
     -------
@@ -250,7 +258,8 @@ def solve(
             matrix = matrix.with_labels(to_plus_minus_one(matrix.labels))
     with _resolve_runtime(runtime, client, scheduler, n_workers, spec, rng) as rt:
         result = rt.run(meth, problem, matrix, stop=stop, step_size=step_size,
-                        reference=reference, rng=rng, progress=progress)
+                        reference=reference, rng=rng, progress=progress,
+                        record_iterates=record_iterates)
     if out_path is not None:
         result.save(out_path, overwrite=overwrite)
     return result

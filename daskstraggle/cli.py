@@ -33,13 +33,33 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Optimisation method: gd (power method for PCA), nag (regression), "
                           "sgd (wait for the fastest --wait workers), sag (sgd with a cache of "
                           "every worker's last fresh result), dsag (sag that also folds in "
-                          "stale results), coded (exact gradient from a subset, see --scheme) "
-                          "or ignore-stragglers."),
+                          "stale results), coded (exact gradient from a subset, see --scheme), "
+                          "partial (RCS codes with partial recovery, see --tolerance, "
+                          "--ordering), async (updates applied as they arrive, see "
+                          "--max-delay) or ignore-stragglers."),
         click.option("--wait", "n_wait", type=int, default=None,
                      help="sgd, sag, dsag: fresh results waited for each iteration (default: "
                           "all workers)."),
         click.option("--subpartitions", type=int, default=None,
                      help="sag, dsag: subpartitions per worker, processed in turn (default 1)."),
+        click.option("--tolerance", type=float, default=None,
+                     help="partial: fraction q of partitions that may stay unrecovered per "
+                          "iteration (default 0)."),
+        click.option("--ordering", type=click.Choice(["static", "shift", "age"]), default=None,
+                     help="partial: reorder the codeword lists each iteration: static (RCS), "
+                          "shift (RCS-1, default) or age (RCS-adaptive)."),
+        click.option("--age-threshold", type=int, default=None,
+                     help="partial with --ordering age: partitions older than this are "
+                          "promoted (default 2)."),
+        click.option("--degrees", default=None, metavar="D1,D2,...",
+                     help="partial: codeword degrees, e.g. 1,2,3 (default; their sum is the "
+                          "partitions each worker stores, at most the workers)."),
+        click.option("--max-delay", type=int, default=None,
+                     help="async: drop updates computed more than this many versions ago "
+                          "(default: no bound)."),
+        click.option("--update-order", type=click.Choice(["arrival", "shortest"]), default=None,
+                     help="async: apply pending updates as they arrived (default) or the "
+                          "freshest first, under deadlines."),
         click.option("--scheme", default=None,
                      help="coded: the code (uncoded, fractional-repetition, cyclic-repetition, "
                           "partial-straggler, bcc, bcc-heterogeneous; default "
@@ -111,6 +131,9 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
     seed = params.pop("seed")
     n_wait = params.pop("n_wait")
     subpartitions = params.pop("subpartitions")
+    partial = {"tolerance": params.pop("tolerance"), "ordering": params.pop("ordering"),
+               "age_threshold": params.pop("age_threshold"), "degrees": params.pop("degrees")}
+    bounded = {"max_delay": params.pop("max_delay"), "order": params.pop("update_order")}
     coding = {"scheme": params.pop("scheme"), "n_stragglers": params.pop("n_stragglers"),
               "batch_size": params.pop("batch_size"), "alpha": params.pop("alpha_slowdown"),
               "nesterov": params.pop("nesterov") or None}
@@ -124,6 +147,27 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
             raise InputError(f"--subpartitions applies to --method sag or dsag, not {method!r}")
         params["method_params"] = {**params.get("method_params", {}),
                                    "subpartitions": subpartitions}
+    for group, owner, names in (
+        (partial, "partial", {"tolerance": "--tolerance", "ordering": "--ordering",
+                              "age_threshold": "--age-threshold", "degrees": "--degrees"}),
+        (bounded, "async", {"max_delay": "--max-delay", "order": "--update-order"}),
+    ):
+        chosen = {k: v for k, v in group.items() if v is not None}
+        if chosen and method != owner:
+            raise InputError(f"{', '.join(names[k] for k in chosen)}: only with --method "
+                             f"{owner}, not {method!r}")
+        if "degrees" in chosen:
+            try:
+                chosen["degrees"] = tuple(int(d) for d in chosen["degrees"].split(","))
+            except ValueError:
+                raise InputError(
+                    f"--degrees must be comma-separated ints such as 1,2,3; got "
+                    f"{group['degrees']!r}"
+                ) from None
+        if method == owner:
+            params["method_params"] = chosen
+            if owner == "partial":
+                params["method_params"]["rng"] = seed
     flags = {"scheme": "--scheme", "n_stragglers": "--stragglers-tolerated",
              "batch_size": "--batch-size", "alpha": "--straggler-alpha",
              "nesterov": "--nesterov"}

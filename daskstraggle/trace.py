@@ -49,6 +49,8 @@ class TraceRecorder:
         self.rows: list[dict[str, float]] = []
         self.compute: list[np.ndarray] = []
         self.latency: list[np.ndarray] = []
+        self.ages: list[np.ndarray | None] = []
+        self.extras: list[dict[str, float]] = []
 
     def add(
         self,
@@ -62,12 +64,18 @@ class TraceRecorder:
         workers_used: tuple[int, ...],
         compute_durations: dict[int, float],
         latencies: dict[int, float] | None = None,
+        coverage: float = 1.0,
+        n_dropped: int = 0,
+        ages: np.ndarray | None = None,
+        extras: dict[str, float] | None = None,
     ) -> int:
         """Append a row; return its index.
 
         ``compute_durations`` and ``latencies`` (send-to-receive seconds) hold the last
         result each worker delivered during the round, used or not; communication is
-        their difference.
+        their difference. ``ages`` (one per partition) become the ``age`` variable over
+        ``(iteration, partition)``; ``extras`` become variables over ``iteration``
+        (NaN in rows that lack them).
         """
         per_worker = np.full(self.n_workers, np.nan)
         for i, d in compute_durations.items():
@@ -86,8 +94,12 @@ class TraceRecorder:
                 "n_fresh": n_fresh,
                 "n_stale": n_stale,
                 "max_compute_duration": float(max(used)) if used else np.nan,
+                "coverage": float(coverage),
+                "n_dropped": n_dropped,
             }
         )
+        self.ages.append(None if ages is None else np.asarray(ages, dtype=np.float64))
+        self.extras.append(dict(extras or {}))
         self.compute.append(per_worker)
         self.latency.append(lat)
         return len(self.rows) - 1
@@ -106,13 +118,16 @@ class TraceRecorder:
             list(self.rows[0])
             if self.rows
             else ["wall_time", "iteration_duration", "objective", "gap", "n_workers_used",
-                  "n_fresh", "n_stale", "max_compute_duration"]
+                  "n_fresh", "n_stale", "max_compute_duration", "coverage", "n_dropped"]
         )
         data: dict[str, Any] = {
             key: ("iteration", np.array([row[key] for row in self.rows], dtype=np.float64))
             for key in keys
         }
-        for key in ("n_workers_used", "n_fresh", "n_stale"):
+        for key in sorted({k for extra in self.extras for k in extra}):
+            data[key] = ("iteration", np.array([e.get(key, np.nan) for e in self.extras],
+                                               dtype=np.float64))
+        for key in ("n_workers_used", "n_fresh", "n_stale", "n_dropped"):
             data[key] = ("iteration", data[key][1].astype(np.int64))
         compute = np.array(self.compute).reshape(n, self.n_workers)
         latency = np.array(self.latency).reshape(n, self.n_workers)
@@ -122,6 +137,14 @@ class TraceRecorder:
             ("iteration", "worker"),
             np.maximum(latency - compute, 0.0),
         )
+        sized = [a for a in self.ages if a is not None]
+        if sized:
+            n_parts = max(a.size for a in sized)
+            age = np.full((n, n_parts), np.nan)
+            for r, a in enumerate(self.ages):
+                if a is not None:
+                    age[r, : a.size] = a
+            data["age"] = (("iteration", "partition"), age)
         ds = xr.Dataset(data, coords={"iteration": np.arange(n), "worker": np.arange(self.n_workers)})
         units = {"wall_time": "s", "iteration_duration": "s", "max_compute_duration": "s",
                  "compute_duration": "s", "latency": "s", "communication_duration": "s"}

@@ -11,6 +11,7 @@ from daskstraggle.coding.base import (
     register_scheme,
 )
 from daskstraggle.coding.bcc import BCC, HeterogeneousBCC, IdealMDS, coverage_time
+from daskstraggle.coding.rcs import RCS, IncrementalDecoder, rcs_codewords
 from daskstraggle.coding.repetition import (
     CyclicRepetition,
     FractionalRepetition,
@@ -20,17 +21,20 @@ from daskstraggle.coding.repetition import (
 
 __all__ = [
     "BCC",
+    "RCS",
     "CodeAssignment",
     "CodingScheme",
     "CyclicRepetition",
     "FractionalRepetition",
     "HeterogeneousBCC",
     "IdealMDS",
+    "IncrementalDecoder",
     "PartialStraggler",
     "Uncoded",
     "coverage_time",
     "get_scheme_class",
     "list_schemes",
     "make_scheme",
+    "rcs_codewords",
     "register_scheme",
 ]

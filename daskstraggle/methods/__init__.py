@@ -1,4 +1,4 @@
-"""Optimisation policies (pure: no dask): the Method contract, GD, NAG, SGD, SAG, DSAG, coded GD."""
+"""Optimisation policies (pure: no dask): GD, NAG, SGD, SAG, DSAG, coded, partial, async."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from daskstraggle.methods.base import (
     WorkUnit,
     contiguous_placement,
 )
+from daskstraggle.methods.bounded_async import BoundedAsync
 from daskstraggle.methods.coded import CodedGD, IgnoreStragglers
 from daskstraggle.methods.dsag import DSAG, SAG
 from daskstraggle.methods.gd import GD, NAG
+from daskstraggle.methods.partial import PartialRecovery
 from daskstraggle.methods.sgd import SGD
 
 __all__ = [
@@ -23,9 +25,11 @@ __all__ = [
     "NAG",
     "SAG",
     "SGD",
+    "BoundedAsync",
     "CodedGD",
     "IgnoreStragglers",
     "Method",
+    "PartialRecovery",
     "RoundSummary",
     "WorkResult",
     "WorkUnit",
@@ -35,11 +39,13 @@ __all__ = [
 ]
 
 _METHODS: dict[str, type[Method]] = {
+    "async": BoundedAsync,
     "coded": CodedGD,
     "dsag": DSAG,
     "gd": GD,
     "ignore-stragglers": IgnoreStragglers,
     "nag": NAG,
+    "partial": PartialRecovery,
     "sag": SAG,
     "sgd": SGD,
 }

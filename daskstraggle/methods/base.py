@@ -23,7 +23,7 @@ The runtime drives it like this::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -53,6 +53,10 @@ class WorkUnit:
     rows : tuple of (int, int) or None, default=None
         Only rows ``[a, b)`` of the listed partitions, counted along their concatenation
         (DSAG's subpartitions); None: all their rows. Not with ``coefficients``.
+    stream : bool, default=False
+        With ``coefficients``: compute the messages one after another and deliver each
+        as soon as it is computed (multi-message results, one :class:`WorkResult` per
+        message, ``final`` on the last); False: one result with every message.
     """
 
     worker_index: int
@@ -61,6 +65,14 @@ class WorkUnit:
     version: int
     coefficients: np.ndarray | None = None
     rows: tuple[int, int] | None = None
+    stream: bool = False
+
+    def message_supports(self) -> list[tuple[int, ...]]:
+        """Positions (into ``partitions``) each message of a coded unit sums over."""
+        if self.coefficients is None:
+            return [tuple(range(len(self.partitions)))]
+        coef = np.asarray(self.coefficients)
+        return [tuple(int(p) for p in np.flatnonzero(row)) for row in coef]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +90,19 @@ class WorkResult:
     latency : float or None, default=None
         Seconds from sending the unit to receiving its result, as the runtime saw it
         (None when the runtime did not measure it).
+    message : int or None, default=None
+        For a streamed unit (``unit.stream``): which message (row of the coefficients)
+        ``result`` is; None otherwise.
+    final : bool, default=True
+        Whether this is the unit's last result (the worker is idle after it).
     """
 
     unit: WorkUnit
     result: KernelResult | tuple[KernelResult, ...]
     compute_duration: float
     latency: float | None = None
+    message: int | None = None
+    final: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +123,17 @@ class RoundSummary:
         Results computed at the current version.
     n_stale : int
         Results computed at older versions that were used.
+    coverage : float, default=1.0
+        Fraction of the rows the estimate's results cover (1: every row).
+    n_dropped : int, default=0
+        Results received since the last round and thrown away by design (e.g. updates
+        over the delay bound, superseded cache entries).
+    ages : ndarray of shape (n_partitions,) or None, default=None
+        Per-partition age (rounds since the partition was last recovered), for methods
+        that track it.
+    extras : dict of str to float, default={}
+        Other per-round figures recorded in the trace under their names (e.g.
+        ``delay`` of an asynchronous update).
     """
 
     iterate: np.ndarray
@@ -112,6 +142,10 @@ class RoundSummary:
     workers_used: tuple[int, ...]
     n_fresh: int
     n_stale: int = 0
+    coverage: float = 1.0
+    n_dropped: int = 0
+    ages: np.ndarray | None = None
+    extras: dict[str, float] = field(default_factory=dict)
 
 
 def contiguous_placement(n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
@@ -154,6 +188,11 @@ class Method(ABC):
     #: fraction of the round's elapsed time before it calls :meth:`summary` (DSAG's 2 %
     #: window). Results arriving then are passed to :meth:`receive` as usual.
     collect_window: float = 0.0
+    #: When True, after each step the runtime abandons the undelivered messages of
+    #: streamed units computed for older versions, and their workers become idle at once
+    #: (the partial-recovery loop, where every iteration starts afresh). A message
+    #: already being computed on a Dask worker still finishes there; its result is dropped.
+    abandon_stale: bool = False
 
     def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
         """Return which partitions each worker index stores (default: uncoded, contiguous)."""

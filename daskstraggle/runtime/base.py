@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from daskstraggle._validation import check_bool
 from daskstraggle.data.matrix import Matrix
 from daskstraggle.errors import InvalidParameterError, StraggleError
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
@@ -26,7 +27,7 @@ from daskstraggle.problems.block import Block, MatrixStats
 from daskstraggle.runtime.stop import StopRule
 from daskstraggle.trace import Result, TraceRecorder
 
-__all__ = ["Runtime", "fold_map", "run_unit"]
+__all__ = ["Runtime", "fold_map", "run_unit", "stream_messages"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,19 @@ def run_unit(
     parts = [problem.kernel(block, iterate) for block in blocks]
     messages = tuple(combine(parts, row) for row in np.asarray(coefficients, dtype=np.float64))
     return messages, time.perf_counter() - t0
+
+
+def stream_messages(unit: WorkUnit) -> list[tuple[tuple[int, ...], np.ndarray]]:
+    """Split a streamed unit into its messages: (partitions, coefficients of shape (1, m))."""
+    if unit.coefficients is None or unit.rows is not None:
+        raise ValueError("a streamed work unit needs coefficients and no row range")
+    coef = np.asarray(unit.coefficients, dtype=np.float64)
+    out = []
+    for positions, row in zip(unit.message_supports(), coef, strict=True):
+        if not positions:
+            raise ValueError("a streamed message must use at least one partition")
+        out.append((tuple(unit.partitions[p] for p in positions), row[list(positions)][None, :]))
+    return out
 
 
 def select_rows(blocks: tuple[Block, ...], a: int, b: int) -> tuple[Block, ...]:
@@ -157,6 +171,11 @@ class Runtime(ABC):
             rows = sum(self._partition_rows[p] for p in unit.partitions)
         return rows * self.n_workers / max(sum(self._partition_rows), 1)
 
+    def _rows_load(self, partitions: tuple[int, ...]) -> float:
+        """Load (as :meth:`_unit_load`) of the full rows of ``partitions``."""
+        rows = sum(self._partition_rows[p] for p in partitions)
+        return rows * self.n_workers / max(sum(self._partition_rows), 1)
+
     def _unload(self) -> None:  # noqa: B027 - optional hook
         """Release loaded partitions and pending work."""
 
@@ -182,6 +201,7 @@ class Runtime(ABC):
         reference: bool = False,
         rng: int | np.random.Generator | None = None,
         progress: bool = False,
+        record_iterates: bool = False,
     ) -> Result:
         """Solve ``problem`` on ``matrix`` with ``method``.
 
@@ -205,6 +225,12 @@ class Runtime(ABC):
             Seeds the starting iterate and the step-size estimate.
         progress : bool, default=False
             Show a progress bar (iteration, objective, elapsed) on stderr.
+        record_iterates : bool, default=False
+            Keep every round's point and, after the run (outside its timing), evaluate
+            the exact objective there with a pass over all partitions: the trace gains
+            ``exact_objective`` (and ``exact_gap`` with ``reference``). Stochastic
+            methods record no per-round objective otherwise; time-to-accuracy curves
+            need this.
 
         Returns
         -------
@@ -255,13 +281,24 @@ class Runtime(ABC):
         x0 = bound.init_iterate(rng)
         self._partition_rows = [int(r) for r in matrix.partition_rows()]
         self._begin(placement, self._partition_rows)
+        record_iterates = check_bool(record_iterates, name="record_iterates", caller="run")
+        iterates: list[np.ndarray] | None = [] if record_iterates else None
         try:
             summary, recorder, reason = self._drive(
                 method, bound, x0, placement, step_size=step_size, stop=stop, reference=ref,
-                progress=progress,
+                progress=progress, iterates=iterates,
             )
         finally:
             self._end()
+        trace = recorder.to_dataset()
+        if iterates is not None:
+            exact = np.array([
+                bound.objective(self._map_reduce(_kernel_at, bound, x).values, x)
+                for x in iterates
+            ])
+            trace["exact_objective"] = ("iteration", exact)
+            if ref is not None:
+                trace["exact_gap"] = ("iteration", exact - ref.objective)
         fitted = bound.finalize(summary.iterate, summary.result)
         objective = summary.objective
         if objective is None:  # stochastic rounds: evaluate the final point exactly
@@ -271,7 +308,7 @@ class Runtime(ABC):
             problem=bound.name,
             method=method.name,
             fitted=fitted,
-            trace=recorder.to_dataset(),
+            trace=trace,
             iterate=summary.iterate,
             objective=float(objective),
             stop_reason=reason,
@@ -305,8 +342,13 @@ class Runtime(ABC):
         stop: StopRule,
         reference: Reference | None,
         progress: bool,
+        iterates: list[np.ndarray] | None = None,
     ) -> tuple[RoundSummary, TraceRecorder, str]:
-        """Run the event loop: dispatch to idle workers, receive, step, record, stop."""
+        """Run the event loop: dispatch to idle workers, receive, step, record, stop.
+
+        With ``iterates`` (a list), the point each round evaluated is appended to it.
+        """
+        record_iterates = iterates is not None
         from tqdm.auto import tqdm
 
         method.start(problem, x0, placement, step_size=step_size,
@@ -335,9 +377,10 @@ class Runtime(ABC):
 
         def take(result: WorkResult) -> None:
             nonlocal in_flight
-            in_flight -= 1
             i = result.unit.worker_index
-            idle.add(i)
+            if result.final:
+                in_flight -= 1
+                idle.add(i)
             durations[i] = result.compute_duration
             if result.latency is not None:
                 latencies[i] = result.latency
@@ -346,11 +389,13 @@ class Runtime(ABC):
         try:
             feed()
             while True:
-                if in_flight == 0:
-                    raise StraggleError(
-                        f"Method {method.name!r} stalled: no work in flight and not ready to step."
-                    )
-                take(self._next())
+                if not method.ready():  # (asynchronous methods may hold several updates)
+                    if in_flight == 0:
+                        raise StraggleError(
+                            f"Method {method.name!r} stalled: no work in flight and not ready "
+                            "to step."
+                        )
+                    take(self._next())
                 if method.ready():
                     # keep collecting for a fraction of the round's time (DSAG's window);
                     # with no window, still take results that arrived at the same time
@@ -379,6 +424,10 @@ class Runtime(ABC):
                         workers_used=summary.workers_used,
                         compute_durations=dict(durations),
                         latencies=dict(latencies),
+                        coverage=summary.coverage,
+                        n_dropped=summary.n_dropped,
+                        ages=summary.ages,
+                        extras=summary.extras,
                     )
                     self._on_row(row, recorder)
                     bar.update(1)
@@ -393,12 +442,21 @@ class Runtime(ABC):
                         elapsed=now - t0,
                     )
                     if reason is not None:
+                        if record_iterates:
+                            iterates.append(np.array(summary.iterate, dtype=np.float64,
+                                                     copy=True))
                         logger.info("%s stopped after %d iterations (%s)", method.name,
                                     len(recorder), reason)
                         return summary, recorder, reason
                     previous = summary.objective
+                    if record_iterates:
+                        iterates.append(np.array(summary.iterate, dtype=np.float64, copy=True))
                     method.step()
                     self._after_step()
+                    if method.abandon_stale:
+                        for i in self._abandon(method.version):
+                            in_flight -= 1
+                            idle.add(i)
                     durations.clear()
                     latencies.clear()
                     t_round = self._clock()
@@ -413,6 +471,13 @@ class Runtime(ABC):
 
     def _cancel_pending(self) -> None:  # noqa: B027 - optional hook
         """Forget work still in flight when a run ends."""
+
+    def _abandon(self, version: int) -> list[int]:
+        """Drop undelivered messages of streamed units older than ``version``.
+
+        Returns the worker index of every unit abandoned (each frees its worker).
+        """
+        return []
 
 
 def _kernel_at(block: Block, problem: Problem, iterate: np.ndarray) -> KernelResult:

@@ -34,7 +34,7 @@ from daskstraggle.errors import (
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
-from daskstraggle.runtime.base import Runtime, fold_map, run_unit
+from daskstraggle.runtime.base import Runtime, fold_map, run_unit, stream_messages
 from daskstraggle.trace import TraceRecorder
 
 __all__ = ["DaskRuntime", "connect", "run_unit_task", "worker_addresses"]
@@ -149,11 +149,13 @@ def worker_addresses(client: Any) -> list[str]:
 def run_unit_task(
     problem: Problem, iterate: Any, version: int, load: float, injector: str | None,
     *blocks: Block, coefficients: Any = None, rows: tuple[int, int] | None = None,
+    after: Any = None,
 ) -> tuple[Any, float]:
     """Worker task: the kernel over ``blocks``, then the run's injected straggler delay.
 
-    ``injector`` names the run's straggler injector (None: no injection). Returns the
-    kernel sum and the seconds the whole task took on the worker.
+    ``injector`` names the run's straggler injector (None: no injection). ``after`` is
+    ignored: passing the previous message's future orders a streamed unit's tasks on
+    the worker. Returns the kernel sum and the seconds the whole task took on the worker.
     """
     t0 = time.perf_counter()
     result, measured = run_unit(problem, iterate, *blocks, coefficients=coefficients,
@@ -243,7 +245,7 @@ class DaskRuntime(Runtime):
             raise
         self._addresses: list[str] = workers
         self._held: list[dict[int, Any]] = []
-        self._pending: dict[str, tuple[WorkUnit, float]] = {}
+        self._pending: dict[str, tuple[WorkUnit, float, int | None, bool, Any]] = {}
         self._ac = as_completed(loop=self.client.loop, with_results=True)
         self._token = uuid.uuid4().hex[:8]
 
@@ -366,6 +368,26 @@ class DaskRuntime(Runtime):
 
     def _submit(self, unit: WorkUnit, problem: Problem) -> None:
         held = self._held[unit.worker_index]
+        if unit.stream:
+            # one task per message, each depending on the one before (same worker, so
+            # nothing moves): the worker computes them in order and each result reaches
+            # the coordinator as soon as it is done
+            previous = None
+            messages = stream_messages(unit)
+            sent = time.perf_counter()
+            token = uuid.uuid4().hex[:6]
+            for j, (parts, coef) in enumerate(messages):
+                future = self._pinned(
+                    run_unit_task, problem, unit.iterate, unit.version, self._rows_load(parts),
+                    self._injector, *(held[p] for p in parts), coefficients=coef,
+                    after=previous,
+                    key=f"unit-v{unit.version}-w{unit.worker_index}-m{j}-{token}",
+                    worker_index=unit.worker_index,
+                )
+                self._pending[future.key] = (unit, sent, j, j == len(messages) - 1, future)
+                self._ac.add(future)
+                previous = future
+            return
         future = self._pinned(
             run_unit_task, problem, unit.iterate, unit.version, self._unit_load(unit),
             self._injector, *(held[p] for p in unit.partitions), coefficients=unit.coefficients,
@@ -373,23 +395,46 @@ class DaskRuntime(Runtime):
             key=f"unit-v{unit.version}-w{unit.worker_index}-{uuid.uuid4().hex[:6]}",
             worker_index=unit.worker_index,
         )
-        self._pending[future.key] = (unit, time.perf_counter())
+        self._pending[future.key] = (unit, time.perf_counter(), None, True, future)
         self._ac.add(future)
 
     def _next(self, timeout: float | None = None) -> WorkResult | None:
         # results are fetched in the background as tasks finish (with_results=True)
-        if timeout is not None and not self._ac.has_ready():
-            deadline = time.perf_counter() + timeout
-            while not self._ac.has_ready():
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0:
-                    return None
-                with self._ac.thread_condition:  # notified when a result is queued
-                    self._ac.thread_condition.wait(timeout=min(remaining, 0.1))
-        future, (result, duration) = next(self._ac)
-        unit, sent = self._pending.pop(future.key)
-        self._round_keys[unit.worker_index] = future.key
-        return WorkResult(unit, result, duration, latency=time.perf_counter() - sent)
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        while True:
+            if deadline is not None:
+                while not self._ac.has_ready():
+                    remaining = deadline - time.perf_counter()
+                    if remaining <= 0:
+                        return None
+                    with self._ac.thread_condition:  # notified when a result is queued
+                        self._ac.thread_condition.wait(timeout=min(remaining, 0.1))
+            future, outcome = next(self._ac)
+            if future.key not in self._pending:  # an abandoned message (cancelled)
+                continue
+            unit, sent, message, final, _ = self._pending.pop(future.key)
+            if isinstance(outcome, BaseException):  # only cancellations come back as values
+                raise outcome
+            result, duration = outcome
+            if message is not None:
+                (result,) = result
+            self._round_keys[unit.worker_index] = future.key
+            return WorkResult(unit, result, duration, latency=time.perf_counter() - sent,
+                              message=message, final=final)
+
+    def _abandon(self, version: int) -> list[int]:
+        stale = [key for key, (unit, *_rest) in self._pending.items()
+                 if unit.stream and unit.version < version]
+        if not stale:
+            return []
+        futures, freed = [], []
+        for key in stale:
+            unit, _, _, final, future = self._pending.pop(key)
+            futures.append(future)
+            if final:
+                freed.append(unit.worker_index)
+        self.client.cancel(futures)
+        return freed
 
     def _cancel_pending(self) -> None:
         self._ac.clear()

@@ -11,7 +11,7 @@ from daskstraggle.data.matrix import Matrix
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
-from daskstraggle.runtime.base import Runtime, fold_map, run_unit
+from daskstraggle.runtime.base import Runtime, fold_map, run_unit, stream_messages
 
 __all__ = ["LocalRuntime"]
 
@@ -68,9 +68,26 @@ class LocalRuntime(Runtime):
 
     def _submit(self, unit: WorkUnit, problem: Problem) -> None:
         held = self._blocks[unit.worker_index]
+        if unit.stream:
+            messages = stream_messages(unit)
+            elapsed = 0.0
+            for j, (parts, coef) in enumerate(messages):
+                (message,), duration = run_unit(problem, unit.iterate, *(held[p] for p in parts),
+                                                coefficients=coef)
+                elapsed += duration
+                self._queue.append(WorkResult(unit, message, duration, latency=elapsed,
+                                              message=j, final=j == len(messages) - 1))
+            return
         result, duration = run_unit(problem, unit.iterate, *(held[p] for p in unit.partitions),
                                     coefficients=unit.coefficients, rows=unit.rows)
         self._queue.append(WorkResult(unit, result, duration, latency=duration))
+
+    def _abandon(self, version: int) -> list[int]:
+        dropped = [r for r in self._queue if r.unit.stream and r.unit.version < version]
+        if dropped:
+            self._queue = deque(r for r in self._queue
+                                if not (r.unit.stream and r.unit.version < version))
+        return [r.unit.worker_index for r in dropped if r.final]
 
     def _next(self, timeout: float | None = None) -> WorkResult | None:
         return self._queue.popleft() if self._queue else None

@@ -29,7 +29,7 @@ from daskstraggle.latency.base import LatencyModel, LatencySampler
 from daskstraggle.latency.spec import parse_latency
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
-from daskstraggle.runtime.base import run_unit
+from daskstraggle.runtime.base import run_unit, stream_messages
 from daskstraggle.runtime.local import LocalRuntime
 
 __all__ = ["SimRuntime"]
@@ -122,6 +122,9 @@ class SimRuntime(LocalRuntime):
 
     def _submit(self, unit: WorkUnit, problem: Problem) -> None:
         held = self._blocks[unit.worker_index]
+        if unit.stream:
+            self._submit_stream(unit, problem)
+            return
         result, measured = run_unit(problem, unit.iterate, *(held[p] for p in unit.partitions),
                                     coefficients=unit.coefficients, rows=unit.rows)
         if self._sampler is None:
@@ -135,6 +138,55 @@ class SimRuntime(LocalRuntime):
         latency = float(compute) + float(communication)
         done = WorkResult(unit, result, float(compute), latency=latency)
         heapq.heappush(self._heap, (self._now + latency, next(self._order), done))
+
+    def _submit_stream(self, unit: WorkUnit, problem: Problem) -> None:
+        """Schedule each message of a streamed unit at its own completion time.
+
+        One latency draw covers the whole unit (load = all its rows); message ``j``
+        completes once the rows of messages ``0 .. j`` are computed, at that fraction of
+        the compute time, plus the communication time: with the multi-message model and
+        equal partitions the ``j``-th partition is done at ``j (alpha + X)``.
+        """
+        held = self._blocks[unit.worker_index]
+        parts = stream_messages(unit)
+        results, measured = [], []
+        for positions, coef in parts:
+            (message,), seconds = run_unit(problem, unit.iterate, *(held[p] for p in positions),
+                                           coefficients=coef)
+            results.append(message)
+            measured.append(seconds)
+        if self._sampler is None:
+            compute, communication = sum(measured), 0.0
+        else:
+            compute, communication = self._sampler.sample(
+                unit.worker_index, time=self._now, iteration=unit.version,
+                load=self._unit_load(unit), measured=sum(measured),
+            )
+        self._newest = max(self._newest, unit.version)
+        rows = np.cumsum([sum(self._partition_rows[p] for p in positions)
+                          for positions, _ in parts], dtype=np.float64)
+        done_at = float(compute) * rows / rows[-1]
+        previous = 0.0
+        for j, message in enumerate(results):
+            latency = float(done_at[j]) + float(communication)
+            done = WorkResult(unit, message, float(done_at[j] - previous), latency=latency,
+                              message=j, final=j == len(results) - 1)
+            previous = float(done_at[j])
+            heapq.heappush(self._heap, (self._now + latency, next(self._order), done))
+
+    def _abandon(self, version: int) -> list[int]:
+        keep, freed = [], []
+        for entry in self._heap:
+            unit = entry[2].unit
+            if unit.stream and unit.version < version:
+                if entry[2].final:
+                    freed.append(unit.worker_index)
+            else:
+                keep.append(entry)
+        if len(keep) != len(self._heap):
+            self._heap = keep
+            heapq.heapify(self._heap)
+        return freed
 
     def _next(self, timeout: float | None = None) -> WorkResult | None:
         if not self._heap:

@@ -25,6 +25,7 @@ EXAMPLES: dict[str, tuple[dict, int]] = {
     "bcc": ({"batch_size": 2}, 12),
     "bcc-heterogeneous": ({"shift": 1.0, "rate": 2.0, "n_partitions": 6}, 12),
     "mds-ideal": ({"rate": 0.5}, 6),
+    "rcs": ({"degrees": (1, 2)}, 6),
 }
 
 

@@ -91,10 +91,11 @@ def test_nag_refuses_pca():
 
 
 def test_registry():
-    assert list_methods() == ["coded", "dsag", "gd", "ignore-stragglers", "nag", "sag", "sgd"]
+    assert list_methods() == ["async", "coded", "dsag", "gd", "ignore-stragglers", "nag",
+                              "partial", "sag", "sgd"]
     assert isinstance(make_method("nag"), NAG)
     with pytest.raises(InvalidParameterError,
-                       match=r"'method' parameter must be one of \['coded', 'dsag', 'gd'"):
+                       match=r"'method' parameter must be one of \['async', 'coded', 'dsag'"):
         make_method("sgd-typo")
 
 

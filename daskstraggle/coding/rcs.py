@@ -1,0 +1,269 @@
+"""Random circularly shifted (RCS) codes for partial recovery, and an incremental decoder.
+
+The age-based coded computation paper (Ozfatura, Buyukates, Gündüz, Ulukus;
+``papers/age-based-coded-computation.txt``) splits the data into ``K`` blocks and, with
+``N = K`` workers, builds an ``L x N`` assignment matrix whose rows are ``L`` distinct
+random circular shifts of ``[0, ..., K-1]``. Column ``i`` is worker ``i``'s ordered list
+of ``L`` blocks (so every block is stored on exactly ``L`` workers). A degree vector
+``d`` with ``sum(d) = L`` groups the list into codewords: the first ``d_1`` blocks are
+summed into codeword 1, the next ``d_2`` into codeword 2, and so on. Each codeword is
+sent as soon as it is computed. The coordinator decodes incrementally and counts a
+block as *recovered* once it is isolated by the codewords received so far.
+
+For us a block is one row partition's kernel sum (the coded-communication variant of
+the paper's coordinate blocks).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from daskstraggle.coding.base import CodeAssignment, CodingScheme, Received, register_scheme
+from daskstraggle.errors import InvalidParameterError
+
+__all__ = ["RCS", "IncrementalDecoder", "rcs_codewords"]
+
+
+def rcs_codewords(order: Sequence[int], degrees: Sequence[int]) -> list[tuple[int, ...]]:
+    """Group an ordered list of blocks into consecutive codewords of the given degrees.
+
+    Examples
+    --------
+    >>> rcs_codewords([4, 0, 2, 3, 1, 5], (1, 2, 3))
+    [(4,), (0, 2), (3, 1, 5)]
+    """
+    out, start = [], 0
+    for d in degrees:
+        out.append(tuple(int(b) for b in order[start:start + d]))
+        start += d
+    return out
+
+
+class IncrementalDecoder:
+    """Row-reduce 0/1 (or real) codewords as they arrive; report isolated blocks.
+
+    Keeps the received codewords in reduced row echelon form together with the
+    combination of received messages each reduced row stands for. Block ``k`` is
+    recovered when some reduced row equals the unit vector ``e_k``: then
+    ``g_k = sum_m weights[m] * message_m`` exactly. Peeling (subtracting recovered
+    blocks from codewords) is the special case of this elimination, which also isolates
+    blocks only a combination of several codewords reveals (``a + b``, ``b + c``,
+    ``a + c``).
+
+    Parameters
+    ----------
+    n_blocks : int
+        Number of blocks ``K``.
+    tol : float, default=1e-9
+        Entries below this magnitude are zero.
+
+    Examples
+    --------
+    >>> dec = IncrementalDecoder(3)
+    >>> dec.add("x", [0, 1])
+    []
+    >>> dec.add("y", [1])
+    [0, 1]
+    >>> dec.weights(0)
+    {'x': 1.0, 'y': -1.0}
+    """
+
+    def __init__(self, n_blocks: int, *, tol: float = 1e-9) -> None:
+        self.n_blocks = int(n_blocks)
+        self.tol = float(tol)
+        self._labels: list[Hashable] = []
+        self._rows: list[np.ndarray] = []  # reduced rows over blocks
+        self._combos: list[np.ndarray] = []  # same rows as combinations of messages
+        self._pivots: list[int] = []
+        self._recovered: dict[int, int] = {}  # block -> index of its unit row
+
+    @property
+    def recovered(self) -> frozenset[int]:
+        """Blocks isolated so far."""
+        return frozenset(self._recovered)
+
+    @property
+    def n_received(self) -> int:
+        """Number of codewords added."""
+        return len(self._labels)
+
+    def add(self, label: Hashable, blocks: Iterable[int],
+            coefficients: Iterable[float] | None = None) -> list[int]:
+        """Add a received codeword ``sum_b coefficients[b] * g_b``; return newly recovered blocks.
+
+        Parameters
+        ----------
+        label : hashable
+            Name of the message (e.g. ``(worker, iteration, codeword)``), used in
+            :meth:`weights`.
+        blocks : iterable of int
+            Blocks the codeword sums over.
+        coefficients : iterable of float or None, default=None
+            Their coefficients (None: all 1).
+        """
+        blocks = [int(b) for b in blocks]
+        if any(not 0 <= b < self.n_blocks for b in blocks):
+            raise ValueError(f"codeword blocks {blocks} outside [0, {self.n_blocks})")
+        row = np.zeros(self.n_blocks)
+        coef = np.ones(len(blocks)) if coefficients is None else np.asarray(
+            list(coefficients), dtype=np.float64)
+        np.add.at(row, blocks, coef)
+        m = len(self._labels)
+        self._labels.append(label)
+        for combo in self._combos:
+            combo.resize(m + 1, refcheck=False)
+        combo = np.zeros(m + 1)
+        combo[m] = 1.0
+        for idx, (r, p) in enumerate(zip(self._rows, self._pivots, strict=True)):
+            if abs(row[p]) > self.tol:  # reduce against the existing pivots
+                factor = row[p]
+                row -= factor * r
+                combo -= factor * self._combos[idx]
+        row[np.abs(row) <= self.tol] = 0.0
+        nonzero = np.flatnonzero(row)
+        if nonzero.size == 0:
+            return []
+        pivot = int(nonzero[np.argmax(np.abs(row[nonzero]))])
+        scale = row[pivot]
+        row /= scale
+        combo /= scale
+        for idx, r in enumerate(self._rows):  # eliminate the new pivot elsewhere
+            if abs(r[pivot]) > self.tol:
+                factor = r[pivot]
+                r -= factor * row
+                r[np.abs(r) <= self.tol] = 0.0
+                self._combos[idx] -= factor * combo
+        self._rows.append(row)
+        self._combos.append(combo)
+        self._pivots.append(pivot)
+        new = []
+        for idx, (r, p) in enumerate(zip(self._rows, self._pivots, strict=True)):
+            if p not in self._recovered and np.count_nonzero(r) == 1:
+                self._recovered[p] = idx
+                new.append(p)
+        return sorted(new)
+
+    def weights(self, block: int) -> dict[Hashable, float]:
+        """Return ``{label: weight}`` with ``g_block = sum weight * message`` (recovered blocks)."""
+        if block not in self._recovered:
+            raise KeyError(f"block {block} is not recovered")
+        combo = self._combos[self._recovered[block]]
+        return {self._labels[m]: float(c) for m, c in enumerate(combo) if abs(c) > self.tol}
+
+
+def _check_degrees(degrees: Any) -> tuple[int, ...]:
+    ok = isinstance(degrees, (list, tuple)) and len(degrees) > 0 and all(
+        isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in degrees)
+    if not ok:
+        raise InvalidParameterError(
+            "The 'degrees' parameter of RCS must be a non-empty sequence of ints >= 1 "
+            f"(e.g. (1, 2, 3)). Got {degrees!r} instead."
+        )
+    return tuple(int(d) for d in degrees)
+
+
+def _rcs_decoder(assignment: CodeAssignment, received: frozenset[Received]) -> dict | None:
+    """Weights of the full sum once every block is isolated (static order), else None."""
+    dec = IncrementalDecoder(assignment.n_partitions)
+    for i, j in sorted(received):
+        parts = assignment.placement[i]
+        coef = assignment.coefficients[i][j]
+        support = np.flatnonzero(coef)
+        dec.add((i, j), [parts[p] for p in support], coef[support])
+    if len(dec.recovered) < assignment.n_partitions:
+        return None
+    weights: dict[Received, float] = {}
+    for k in range(assignment.n_partitions):
+        for label, w in dec.weights(k).items():
+            weights[label] = weights.get(label, 0.0) + w  # type: ignore[index]
+    return {k: w for k, w in weights.items() if abs(w) > 1e-12}
+
+
+@register_scheme
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RCS(CodingScheme):
+    """Random circularly shifted code: ``L = sum(degrees)`` blocks per worker, ``K = N``.
+
+    Worker ``i`` stores blocks ``(i + c_r) mod N`` for ``r = 0 .. L-1``, where
+    ``c_0 .. c_{L-1}`` are distinct random shifts, in that order; its messages are the
+    sums of consecutive runs of its list of lengths ``degrees`` (see the module
+    docstring). ``decode`` returns the weights of the full sum once every block is
+    isolated (the static order; :class:`~daskstraggle.methods.PartialRecovery` reorders
+    the lists each iteration and stops at a tolerance instead).
+
+    Parameters
+    ----------
+    degrees : sequence of int, default=(1, 2, 3)
+        Codeword degrees; their sum ``L`` is the number of blocks each worker stores
+        (at most the number of workers).
+
+    References
+    ----------
+    .. [1] E. Ozfatura, B. Buyukates, D. Gündüz, S. Ulukus, "Age-Based Coded Computation
+       for Bias Reduction in Distributed Learning", IEEE GLOBECOM 2020.
+
+    Examples
+    --------
+    >>> a = RCS(degrees=(1, 2)).assign(5, rng=0)
+    >>> [len(p) for p in a.placement], a.coefficients[0].tolist()
+    ([3, 3, 3, 3, 3], [[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])
+    >>> sorted(sum((list(p) for p in a.placement), [])) == sorted(list(range(5)) * 3)
+    True
+    """
+
+    name: ClassVar[str] = "rcs"
+
+    degrees: tuple[int, ...] = (1, 2, 3)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "degrees", _check_degrees(self.degrees))
+
+    @property
+    def n_stored(self) -> int:
+        """Blocks each worker stores, ``L = sum(degrees)``."""
+        return int(sum(self.degrees))
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Refuse ``sum(degrees)`` above the number of workers."""
+        if self.n_stored > n_workers:
+            raise InvalidParameterError(
+                f"The 'degrees' parameter of RCS sums to {self.n_stored}, the blocks each "
+                f"worker stores, but there are only {n_workers} workers (= blocks); use "
+                f"degrees summing to at most {n_workers}, e.g. {(1,) * min(n_workers, 3)}."
+            )
+
+    def partition_count(self, n_workers: int, n_rows: int | None = None) -> int:
+        """Return ``K = n_workers``."""
+        return int(n_workers)
+
+    def coefficient_rows(self, n_stored: int | None = None) -> np.ndarray:
+        """Return the ``(len(degrees), L)`` 0/1 matrix grouping a list into codewords."""
+        L = self.n_stored if n_stored is None else n_stored
+        coef = np.zeros((len(self.degrees), L))
+        start = 0
+        for j, d in enumerate(self.degrees):
+            coef[j, start:start + d] = 1.0
+            start += d
+        return coef
+
+    def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
+        shifts = rng.choice(n_workers, size=self.n_stored, replace=False)
+        placement = tuple(
+            tuple(int((i + c) % n_workers) for c in shifts) for i in range(n_workers)
+        )
+        coef = self.coefficient_rows()
+        info = {
+            "shifts": [int(c) for c in shifts],
+            "replication": self.n_stored,
+            "communication_load": len(self.degrees),
+            "covers": True,
+        }
+        return CodeAssignment(
+            scheme=self.name, n_workers=n_workers, n_partitions=n_workers,
+            placement=placement, coefficients=tuple(coef.copy() for _ in range(n_workers)),
+            info=info, decoder=_rcs_decoder)

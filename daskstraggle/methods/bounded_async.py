@@ -1,0 +1,190 @@
+"""Bounded-delay asynchronous updates (MLfabric, Mai et al., ``papers/mlfabric.txt`` §3.1, §5.1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from daskstraggle._validation import check_int
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.problems.base import Problem
+
+__all__ = ["UPDATE_ORDERS", "BoundedAsync"]
+
+#: How pending updates are ordered: as they arrived, or shortest delay first under deadlines.
+UPDATE_ORDERS = ("arrival", "shortest")
+
+
+class BoundedAsync(Method):
+    """Asynchronous updates applied as they arrive; those delayed over ``max_delay`` dropped.
+
+    Every worker computes its partitions' kernel sum at the iterate it was sent, tagged
+    with that iterate's version ``v(g)``. The coordinator applies results one at a time:
+    each application is one iteration (one trace row) and advances the version by one.
+    The *delay* of an update applied at version ``V`` is ``V - v(g)``. An update whose
+    delay would exceed ``max_delay`` (``tau_max``) is dropped and counted in the trace's
+    ``n_dropped``; a worker is re-tasked with the current iterate as soon as it
+    delivers. So no applied update ever has delay above ``max_delay``.
+
+    Each update steps along the worker's sum scaled by (all rows) / (its rows), an
+    unbiased estimate of the full kernel sum (asynchronous SGD over data shards).
+
+    Updates that arrive together (in the same instant, or while the coordinator is busy)
+    wait in a buffer. ``order="arrival"`` applies them first come, first served;
+    ``order="shortest"`` applies the freshest first (the smallest delay, MLfabric's
+    shortest-first ordering), except that an update at its deadline
+    ``dl(g) = v(g) + max_delay`` goes first, so ordering never causes a drop that
+    arrival order would have avoided.
+
+    Parameters
+    ----------
+    max_delay : int or None, default=None
+        ``tau_max``: largest delay (in versions) an applied update may have (None: no
+        bound, plain asynchronous SGD).
+    order : {"arrival", "shortest"}, default="arrival"
+        Order of pending updates.
+
+    Notes
+    -----
+    MLfabric suggests a step size ``C / sqrt(tau_max t)``; with large delays use a
+    smaller ``step_size`` than the synchronous default. MLfabric also drops updates at
+    the worker before transfer; here the worker's result reaches the coordinator and is
+    dropped there (the worker cannot know the coordinator's version without a round
+    trip).
+
+    References
+    ----------
+    .. [1] L. Mai, C. Hong, P. Costa, "MLfabric: Leveraging Network Control for
+       Distributed Machine Learning" (``papers/mlfabric.txt``), §3.1 and §5.1.
+
+    Examples
+    --------
+    >>> BoundedAsync(max_delay=4, order="shortest").get_params()
+    {'max_delay': 4, 'order': 'shortest'}
+    """
+
+    name = "async"
+
+    def __init__(self, max_delay: int | None = None, *, order: str = "arrival") -> None:
+        if max_delay is not None:
+            max_delay = check_int(max_delay, name="max_delay", caller="BoundedAsync", low=0)
+        self.max_delay = max_delay
+        if order not in UPDATE_ORDERS:
+            raise InvalidParameterError(
+                f"The 'order' parameter of BoundedAsync must be one of {list(UPDATE_ORDERS)}. "
+                f"Got {order!r} instead."
+            )
+        self.order = order
+        self._problem: Problem | None = None
+
+    def get_params(self) -> dict[str, Any]:
+        """Return the parameters."""
+        return {"max_delay": self.max_delay, "order": self.order}
+
+    def start(
+        self,
+        problem: Problem,
+        iterate: np.ndarray,
+        placement: list[tuple[int, ...]],
+        *,
+        step_size: float,
+        partition_rows: list[int] | None = None,
+    ) -> None:
+        """Reset the run state."""
+        if partition_rows is None:
+            raise InvalidParameterError("BoundedAsync needs the partition row counts.")
+        self._problem = problem
+        self._placement = placement
+        self._worker_rows = [sum(partition_rows[p] for p in parts) for parts in placement]
+        self._total_rows = sum(partition_rows)
+        self._step_size = float(step_size)
+        self._x = np.array(iterate, dtype=np.float64)
+        self._version = 0
+        self._pending: list[WorkResult] = []
+        self._dropped = 0
+        self._summary: RoundSummary | None = None
+        self._choice: WorkResult | None = None
+        self.applied_delays: list[int] = []
+
+    @property
+    def version(self) -> int:
+        """Number of updates applied."""
+        return self._version
+
+    def dispatch(self, worker_index: int) -> WorkUnit | None:
+        """Give an idle worker the current iterate (once no update is waiting to be applied)."""
+        if not self._placement[worker_index] or self._pending:
+            return None
+        return WorkUnit(worker_index, self._placement[worker_index], self._x, self._version)
+
+    def _delay(self, result: WorkResult) -> int:
+        return self._version - result.unit.version
+
+    def _expire(self) -> None:
+        """Drop pending updates whose delay is over the bound."""
+        if self.max_delay is None:
+            return
+        keep = [r for r in self._pending if self._delay(r) <= self.max_delay]
+        self._dropped += len(self._pending) - len(keep)
+        self._pending = keep
+
+    def receive(self, result: WorkResult) -> None:
+        """Buffer the update (dropped at once if already over the delay bound)."""
+        if isinstance(result.result, tuple):
+            raise InvalidParameterError("BoundedAsync takes plain (uncoded) results.")
+        self._pending.append(result)
+        self._expire()
+        self._summary = None
+        self._choice = None
+
+    def ready(self) -> bool:
+        """True while an update is pending."""
+        return bool(self._pending)
+
+    def _pick(self) -> WorkResult:
+        if self._choice is None:
+            if self.order == "arrival":
+                self._choice = self._pending[0]
+            else:
+                due = [r for r in self._pending
+                       if self.max_delay is not None and self._delay(r) == self.max_delay]
+                pool = due or self._pending
+                self._choice = min(pool, key=lambda r: (self._delay(r), self._pending.index(r)))
+        return self._choice
+
+    def summary(self) -> RoundSummary:
+        """Return the chosen update's scaled kernel sum (the point is the current iterate)."""
+        assert self._problem is not None and self.ready()
+        if self._summary is None:
+            chosen = self._pick()
+            i = chosen.unit.worker_index
+            assert not isinstance(chosen.result, tuple)
+            delay = self._delay(chosen)
+            self._summary = RoundSummary(
+                iterate=self._x,
+                result=chosen.result.scaled(self._total_rows / self._worker_rows[i]),
+                objective=None,
+                workers_used=(i,),
+                n_fresh=int(delay == 0),
+                n_stale=int(delay > 0),
+                coverage=self._worker_rows[i] / self._total_rows,
+                n_dropped=self._dropped,
+                extras={"delay": float(delay), "n_pending": float(len(self._pending) - 1)},
+            )
+        return self._summary
+
+    def step(self) -> None:
+        """Apply the chosen update; the version advances and pending updates age by one."""
+        assert self._problem is not None
+        summary = self.summary()
+        chosen = self._pick()
+        self.applied_delays.append(self._delay(chosen))
+        self._pending.remove(chosen)
+        self._x = self._problem.update(self._x, summary.result.gradient, self._step_size)
+        self._version += 1
+        self._dropped = 0
+        self._summary = None
+        self._choice = None
+        self._expire()

@@ -1,0 +1,291 @@
+"""Partial recovery with RCS codes and age-aware ordering (Ozfatura et al., GLOBECOM 2020).
+
+Each iteration every worker computes the codewords of its (reordered) list of blocks
+and sends each as soon as it is done; the coordinator decodes incrementally and steps as
+soon as a fraction ``1 - q`` of the blocks is recovered, with the recovered blocks' sum
+scaled by the fraction of rows they cover. Workers still busy with an older iteration
+are abandoned (their remaining codewords are not waited for).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from daskstraggle._validation import check_int
+from daskstraggle.coding.base import CodeAssignment
+from daskstraggle.coding.rcs import RCS, IncrementalDecoder
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.problems.base import KernelResult, Problem, combine
+
+__all__ = ["ORDERINGS", "PartialRecovery"]
+
+#: Ordering policies: static RCS, RCS-1 (shift by one each iteration), RCS-adaptive.
+ORDERINGS = ("static", "shift", "age")
+
+
+class PartialRecovery(Method):
+    """Coded computation with partial recovery, tolerance ``q`` and age-aware ordering.
+
+    The data is split into ``K = N`` partitions; worker ``i`` stores ``L = sum(degrees)``
+    of them, drawn by the :class:`~daskstraggle.coding.RCS` code (each partition on ``L``
+    workers). Each iteration a worker processes its list in the current order, sums
+    consecutive runs of lengths ``degrees`` into codewords and sends each codeword as
+    soon as it is computed. The coordinator row-reduces the codewords as they arrive;
+    once ``ceil((1 - q) K)`` partitions are isolated it steps along their sum scaled by
+    (all rows) / (rows recovered). The *age* of a partition is the number of iterations
+    since it was last recovered (0 in the iteration it is).
+
+    Orderings (the paper's §III):
+
+    - ``"static"``: the order never changes (RCS); with persistent stragglers the same
+      partitions are missed every iteration and the model is biased;
+    - ``"shift"``: every worker's list is circularly shifted by one position per
+      iteration (RCS-1);
+    - ``"age"``: the shift (common to all workers) is chosen to put the most partitions
+      older than ``age_threshold`` first in the lists of the workers that returned at
+      least one codeword in the previous iteration (RCS-adaptive). A shift of 0 is never
+      chosen (it would keep the order, the "shift-0 freeze"); with no aged partition to
+      promote the shift is 1.
+
+    Parameters
+    ----------
+    degrees : sequence of int, default=(1, 2, 3)
+        Codeword degrees; their sum ``L`` is the partitions each worker stores and
+        computes per iteration (at most the number of workers).
+    tolerance : float, default=0.0
+        ``q`` in [0, 1): fraction of the partitions that may stay unrecovered in an
+        iteration (0: exact gradients).
+    ordering : {"static", "shift", "age"}, default="shift"
+        How the lists are reordered between iterations.
+    age_threshold : int, default=2
+        ``A_th`` of the age-adaptive ordering: partitions with a larger age are "aged".
+    rng : int or None, default=None
+        Seed of the RCS code's random shifts.
+
+    Notes
+    -----
+    A partition here is one row partition's kernel sum (the paper's blocks are gradient
+    coordinates; for data partitions the same code applies to the partial gradients).
+    The estimate is scaled by the recovered fraction of rows (the paper applies the
+    recovered entries without scaling; scaling keeps the step size meaningful when
+    ``q > 0``).
+
+    References
+    ----------
+    .. [1] E. Ozfatura, B. Buyukates, D. Gündüz, S. Ulukus, "Age-Based Coded Computation
+       for Bias Reduction in Distributed Learning", IEEE GLOBECOM 2020
+       (``papers/age-based-coded-computation.txt``).
+
+    Examples
+    --------
+    >>> PartialRecovery(degrees=(1, 1), tolerance=0.25, ordering="age").get_params()
+    {'degrees': (1, 1), 'tolerance': 0.25, 'ordering': 'age', 'age_threshold': 2, 'rng': None}
+    """
+
+    name = "partial"
+    abandon_stale = True
+
+    def __init__(self, degrees: Any = (1, 2, 3), *, tolerance: float = 0.0,
+                 ordering: str = "shift", age_threshold: int = 2,
+                 rng: int | None = None) -> None:
+        self.code = RCS(degrees=tuple(degrees) if isinstance(degrees, list) else degrees)
+        self.degrees = self.code.degrees
+        ok = isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool)
+        if not ok or not 0 <= float(tolerance) < 1:
+            raise InvalidParameterError(
+                "The 'tolerance' parameter of PartialRecovery must be a number in [0, 1) "
+                f"(the fraction of partitions that may stay unrecovered). Got {tolerance!r} "
+                "instead."
+            )
+        self.tolerance = float(tolerance)
+        if ordering not in ORDERINGS:
+            raise InvalidParameterError(
+                f"The 'ordering' parameter of PartialRecovery must be one of {list(ORDERINGS)}. "
+                f"Got {ordering!r} instead."
+            )
+        self.ordering = ordering
+        self.age_threshold = check_int(age_threshold, name="age_threshold",
+                                       caller="PartialRecovery", low=0)
+        self.rng = rng
+        self._assignment: CodeAssignment | None = None
+        self._problem: Problem | None = None
+
+    def get_params(self) -> dict[str, Any]:
+        """Return the parameters."""
+        return {"degrees": self.degrees, "tolerance": self.tolerance, "ordering": self.ordering,
+                "age_threshold": self.age_threshold, "rng": self.rng}
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Refuse degrees summing to more than the number of workers."""
+        self.code.check_n_workers(n_workers)
+
+    def partition_count(self, n_workers: int, n_rows: int) -> int:
+        """Return ``K = n_workers``."""
+        return self.code.partition_count(n_workers, n_rows)
+
+    def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
+        """Draw the RCS assignment; worker ``i`` stores its list of ``L`` partitions."""
+        assignment = self.code.assign(n_workers, rng=self.rng)
+        if assignment.n_partitions != n_partitions:
+            raise InvalidParameterError(
+                f"PartialRecovery needs {assignment.n_partitions} partitions (one per "
+                f"worker), the runtime has {n_partitions}."
+            )
+        self._assignment = assignment
+        return [tuple(p) for p in assignment.placement]
+
+    @property
+    def assignment(self) -> CodeAssignment | None:
+        """The drawn RCS assignment of the current run."""
+        return self._assignment
+
+    # ------------------------------------------------------------------ run state
+
+    def start(
+        self,
+        problem: Problem,
+        iterate: np.ndarray,
+        placement: list[tuple[int, ...]],
+        *,
+        step_size: float,
+        partition_rows: list[int] | None = None,
+    ) -> None:
+        """Reset the run state: all ages 0, the static order."""
+        if self._assignment is None or [tuple(p) for p in self._assignment.placement] != \
+                [tuple(p) for p in placement]:
+            raise InvalidParameterError("PartialRecovery.start needs the placement it drew.")
+        if partition_rows is None:
+            raise InvalidParameterError("PartialRecovery needs the partition row counts.")
+        self._problem = problem
+        self._lists = [tuple(p) for p in placement]
+        self._rows = np.asarray(partition_rows, dtype=np.int64)
+        self._K = len(partition_rows)
+        self._need = min(self._K, math.ceil((1.0 - self.tolerance) * self._K - 1e-9))
+        self._coef = self.code.coefficient_rows()
+        self._step_size = float(step_size)
+        self._x = np.array(iterate, dtype=np.float64)
+        self._version = 0
+        self._offset = 0
+        self._ages = np.zeros(self._K, dtype=np.int64)
+        self._offsets: list[int] = []
+        self._new_round()
+
+    def _new_round(self) -> None:
+        self._decoder = IncrementalDecoder(self._K)
+        self._messages: dict[tuple[int, int], KernelResult] = {}
+        self._sent: set[int] = set()
+        self._responders: set[int] = set()
+        self._dropped = 0
+        self._summary: RoundSummary | None = None
+
+    @property
+    def version(self) -> int:
+        """Number of steps taken."""
+        return self._version
+
+    @property
+    def ages(self) -> np.ndarray:
+        """Current age of every partition."""
+        return self._ages.copy()
+
+    @property
+    def offset(self) -> int:
+        """Current shift of every worker's list (positions)."""
+        return self._offset
+
+    def order(self, worker_index: int, offset: int | None = None) -> tuple[int, ...]:
+        """Return a worker's list of partitions in the order of ``offset`` (default: now)."""
+        base = self._lists[worker_index]
+        s = self._offset if offset is None else offset
+        return tuple(base[(s + r) % len(base)] for r in range(len(base)))
+
+    # ------------------------------------------------------------------ the loop
+
+    def dispatch(self, worker_index: int) -> WorkUnit | None:
+        """Send the current iterate and the worker's reordered list, once per iteration."""
+        if worker_index in self._sent or not self._lists[worker_index] or self.ready():
+            return None
+        self._sent.add(worker_index)
+        return WorkUnit(worker_index, self.order(worker_index), self._x, self._version,
+                        coefficients=self._coef, stream=True)
+
+    def receive(self, result: WorkResult) -> None:
+        """Row-reduce a codeword of the current iteration; drop older ones."""
+        unit = result.unit
+        if unit.version != self._version or self.ready():
+            self._dropped += 1
+            return
+        if isinstance(result.result, tuple) or result.message is None:
+            raise InvalidParameterError("PartialRecovery takes streamed codeword results.")
+        j = result.message
+        support = np.flatnonzero(unit.coefficients[j])
+        key = (unit.worker_index, j)
+        self._messages[key] = result.result
+        self._responders.add(unit.worker_index)
+        self._decoder.add(key, [unit.partitions[p] for p in support],
+                          unit.coefficients[j][support])
+        self._summary = None
+
+    def ready(self) -> bool:
+        """True once ``ceil((1 - q) K)`` partitions are recovered."""
+        return len(self._decoder.recovered) >= self._need
+
+    def summary(self) -> RoundSummary:
+        """Return the recovered partitions' sum scaled by the rows they cover."""
+        assert self._problem is not None and self.ready()
+        if self._summary is not None:
+            return self._summary
+        recovered = sorted(self._decoder.recovered)
+        weights: dict[tuple[int, int], float] = {}
+        for k in recovered:
+            for label, w in self._decoder.weights(k).items():
+                weights[label] = weights.get(label, 0.0) + w  # type: ignore[index]
+        keys = sorted(k for k, w in weights.items() if abs(w) > 1e-12)
+        total = combine([self._messages[k] for k in keys], [weights[k] for k in keys])
+        covered = int(self._rows[recovered].sum())
+        exact = len(recovered) == self._K
+        estimate = total if exact else total.scaled(float(self._rows.sum()) / covered)
+        ages = np.where(np.isin(np.arange(self._K), recovered), 0, self._ages + 1)
+        self._summary = RoundSummary(
+            iterate=self._x,
+            result=estimate,
+            objective=self._problem.objective(total.values, self._x) if exact else None,
+            workers_used=tuple(sorted({k[0] for k in keys})),
+            n_fresh=len(self._messages),
+            coverage=covered / float(self._rows.sum()),
+            n_dropped=self._dropped,
+            ages=ages.astype(np.float64),
+            extras={"n_recovered": float(len(recovered)), "shift": float(self._offset),
+                    "max_age": float(ages.max())},
+        )
+        return self._summary
+
+    def step(self) -> None:
+        """Step, age the partitions, and reorder the lists for the next iteration."""
+        assert self._problem is not None
+        summary = self.summary()
+        self._x = self._problem.update(self._x, summary.result.gradient, self._step_size)
+        assert summary.ages is not None
+        self._ages = summary.ages.astype(np.int64)
+        self._offset = (self._offset + self._next_shift()) % self.code.n_stored
+        self._version += 1
+        self._new_round()
+
+    def _next_shift(self) -> int:
+        """Shift to apply before the next iteration (by the ordering policy)."""
+        L = self.code.n_stored
+        if self.ordering == "static" or L == 1:
+            return 0
+        if self.ordering == "shift":
+            return 1
+        best, best_count = 1, 0
+        for s in range(1, L):  # never 0: that would freeze the order
+            first = {self.order(i, self._offset + s)[0] for i in self._responders}
+            count = sum(1 for k in first if self._ages[k] > self.age_threshold)
+            if count > best_count:
+                best, best_count = s, count
+        return best
