@@ -142,3 +142,31 @@ def test_dsag_from_the_command_line_reaches_the_optimum(capsys, tmp_path):
                          "constant(compute=1) + slowdown(workers=5, factor=6)", "--json"])
     assert out["method"] == "dsag" and out["n_iter"] == 200
     assert abs(out["gap"]) < 1e-8 * abs(out["objective"]), out
+
+
+def test_partial_and_async_from_the_command_line(capsys, tmp_path):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(600, 5))
+    import zarr
+
+    root = zarr.open_group(tmp_path / "g.zarr", mode="w")
+    root.create_array("X", shape=X.shape, chunks=(100, 5), dtype="f8")[:] = X
+    root.create_array("y", shape=(600,), chunks=(100,), dtype="f8")[:] = X @ np.ones(5)
+    base = ["linreg", str(tmp_path / "g.zarr"), "--array", "X", "--labels", "y", "--runtime",
+            "sim", "--workers", "6", "--stragglers", "multi-message(alpha=0.01, rate=10)",
+            "--max-iter", "30", "--tol", "1e-14", "--json"]
+    out = _json(capsys, base + ["--method", "partial", "--degrees", "1,2", "--tolerance",
+                                "0.3", "--ordering", "age", "--age-threshold", "1"])
+    assert out["method"] == "partial" and out["n_iter"] == 30
+    out = _json(capsys, base + ["--method", "async", "--max-delay", "3", "--update-order",
+                                "shortest", "--step-size", "0.05"])
+    assert out["method"] == "async" and out["n_iter"] == 30
+
+
+def test_partial_and_async_flags_need_their_method(capsys):
+    assert main(["pca", "whatever.zarr", "--tolerance", "0.2"]) == 2
+    assert "--tolerance: only with --method partial, not 'gd'" in capsys.readouterr().err
+    assert main(["pca", "whatever.zarr", "--method", "dsag", "--max-delay", "2"]) == 2
+    assert "--max-delay: only with --method async, not 'dsag'" in capsys.readouterr().err
+    assert main(["pca", "whatever.zarr", "--method", "partial", "--degrees", "1,x"]) == 2
+    assert "--degrees must be comma-separated ints" in capsys.readouterr().err

@@ -49,3 +49,25 @@ def test_existing_output_is_never_overwritten_without_permission(result, tmp_pat
     assert not (path / "precious.txt").exists()
     assert Result.load(path).n_iter == result.n_iter
     assert [p.name for p in tmp_path.iterdir()] == ["r.zarr"]  # no temporaries left
+
+
+def test_recorded_iterates_give_the_exact_objective_of_every_round():
+    from daskstraggle.methods import SGD
+    from daskstraggle.runtime import SimRuntime
+
+    X = np.random.default_rng(4).normal(size=(300, 6)) @ np.diag([3.0, 2, 1, 1, 1, 1])
+    with LocalRuntime(3) as rt:
+        gd = rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=StopRule(max_iter=8, tol=None),
+                    rng=0, reference=True, record_iterates=True)
+    tr = gd.trace
+    assert (tr.coverage == 1).all() and (tr.n_dropped == 0).all() and "age" not in tr
+    # GD evaluates its objective exactly each round: the post-hoc pass must agree
+    np.testing.assert_allclose(tr.exact_objective, tr.objective, rtol=1e-12)
+    np.testing.assert_allclose(tr.exact_gap, tr.gap, rtol=1e-9, atol=1e-15)
+    with SimRuntime(3, latency="constant(compute=(1.0, 1.0, 5.0))") as rt:
+        sgd = rt.run(SGD(n_wait=2), PCA(n_components=2), open_matrix(X),
+                     stop=StopRule(max_iter=8, tol=None), rng=0, record_iterates=True)
+    tr = sgd.trace
+    assert np.isnan(tr.objective).all() and np.isfinite(tr.exact_objective).all()
+    assert (tr.coverage < 1).all() and "exact_gap" not in tr
+    assert float(tr.exact_objective[-1]) == pytest.approx(sgd.objective, rel=1e-12)

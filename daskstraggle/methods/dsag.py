@@ -195,6 +195,7 @@ class DSAG(SGD):
         unit = result.unit
         fresh = unit.version == self._version
         if not fresh and not self.use_stale:
+            self._dropped += 1
             return
         if isinstance(result.result, tuple):
             raise InvalidParameterError(f"{type(self).__name__} takes plain (uncoded) results.")
@@ -204,6 +205,8 @@ class DSAG(SGD):
             self._fresh[unit.worker_index] = result
         elif kept:
             self._n_stale += 1
+        if not kept:
+            self._dropped += 1
         self._summary = None
 
     def summary(self) -> RoundSummary:
@@ -226,6 +229,8 @@ class DSAG(SGD):
             workers_used=tuple(sorted({e.worker_index for e in self._cache})),
             n_fresh=len(self._fresh),
             n_stale=self._n_stale,
+            coverage=covered / self._cache.n_rows,
+            n_dropped=self._dropped,
         )
         return self._summary
 

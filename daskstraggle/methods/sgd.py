@@ -103,6 +103,7 @@ class SGD(Method):
         self._x = np.array(iterate, dtype=np.float64)
         self._version = 0
         self._fresh: dict[int, WorkResult] = {}
+        self._dropped = 0
         self._summary: RoundSummary | None = None
 
     @property
@@ -121,6 +122,8 @@ class SGD(Method):
         if result.unit.version == self._version:
             self._fresh[result.unit.worker_index] = result
             self._summary = None
+        else:
+            self._dropped += 1
 
     def ready(self) -> bool:
         """True once ``n_wait`` fresh results arrived."""
@@ -145,6 +148,8 @@ class SGD(Method):
             workers_used=tuple(order),
             n_fresh=len(order),
             n_stale=0,
+            coverage=covered / self._total_rows,
+            n_dropped=self._dropped,
         )
         return self._summary
 
@@ -155,4 +160,5 @@ class SGD(Method):
         self._x = self._problem.update(self._x, estimate.gradient, self._step_size)
         self._version += 1
         self._fresh.clear()
+        self._dropped = 0
         self._summary = None

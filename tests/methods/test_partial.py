@@ -1,0 +1,147 @@
+"""Partial recovery with RCS codes: exact at q = 0, static order stalls, shifts keep ages bounded."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from daskstraggle import open_matrix
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.methods import GD, PartialRecovery, make_method
+from daskstraggle.problems import LeastSquares
+from daskstraggle.runtime import DaskRuntime, LocalRuntime, SimRuntime, StopRule
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1200, 10))
+    y = X @ rng.normal(size=10) + rng.normal(size=1200)
+    return open_matrix(X, labels=y)
+
+
+def _run(rt, method, matrix, n_iter, **kw):
+    with rt:
+        return rt.run(method, LeastSquares(), matrix, stop=StopRule(max_iter=n_iter, tol=None),
+                      rng=0, **kw)
+
+
+@pytest.mark.parametrize("ordering", ["static", "shift", "age"])
+def test_zero_tolerance_gives_gd_iterates(data, ordering):
+    gd = _run(LocalRuntime(6), GD(), data, 15)
+    method = PartialRecovery(degrees=(1, 2), tolerance=0.0, ordering=ordering, rng=1)
+    sim = _run(SimRuntime(6, latency="multi-message(alpha=0.01, rate=10) + "
+                                     "slowdown(workers=2, factor=5)", rng=3), method, data, 15)
+    local = _run(LocalRuntime(6), PartialRecovery(degrees=(1, 2), ordering=ordering, rng=1),
+                 data, 15)
+    np.testing.assert_allclose(sim.iterate, gd.iterate, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(local.iterate, gd.iterate, rtol=1e-10, atol=1e-12)
+    tr = sim.trace
+    assert (tr.coverage == 1).all() and (tr.n_recovered == 6).all() and (tr.age == 0).all()
+    assert np.isfinite(tr.objective).all()
+
+
+# near-deterministic multi-message latency and 4 persistent stragglers among 12 workers:
+# with q = 1/3 the coordinator needs 8 partitions, exactly the first (degree-1) codewords
+# of the 8 live workers, so the static order recovers the same 8 partitions every time
+PERSISTENT = ("multi-message(alpha=0.1, rate=100) + "
+              "slowdown(workers=(0, 3, 6, 9), factor=1e6)")
+
+
+def _persistent(data, ordering, n_iter=120):
+    method = PartialRecovery(degrees=(1, 2, 3), tolerance=0.34, ordering=ordering,
+                             age_threshold=1, rng=2)
+    return _run(SimRuntime(12, latency=PERSISTENT, rng=1), method, data, n_iter,
+                reference=True, record_iterates=True)
+
+
+def test_static_order_never_recovers_some_partitions_and_stalls(data):
+    res = _persistent(data, "static")
+    age = res.trace.age.values
+    never = age[-1] == len(age)  # aged every iteration since the start
+    assert never.sum() >= 1
+    assert (res.trace.n_recovered == 8).all()
+    gap = res.trace.exact_gap.values
+    # stuck at the optimum of the recovered partitions only
+    assert gap[-1] > 1e-3
+    np.testing.assert_allclose(gap[-20:], gap[-1], rtol=1e-9)
+    shifted = _persistent(data, "shift")
+    assert float(np.median(shifted.trace.exact_gap[-50:])) < gap[-1]
+
+
+@pytest.mark.parametrize("ordering", ["shift", "age"])
+def test_shifted_orders_keep_every_age_bounded(data, ordering):
+    res = _persistent(data, ordering)
+    L = 6
+    age = res.trace.age.values
+    assert age[L:].max() <= L, age.max(axis=0)
+    shift = res.trace["shift"].values
+    # never the shift-0 freeze: the lists move every iteration
+    assert (np.diff(shift) % L != 0).all()
+    assert res.trace.n_dropped.sum() >= 0 and (res.trace.coverage < 1).all()
+
+
+def test_age_ordering_promotes_aged_partitions():
+    method = PartialRecovery(degrees=(1, 1, 1), ordering="age", age_threshold=0, rng=0)
+    method.placement(5, 5)
+    matrix_rows = [10] * 5
+    from daskstraggle.problems import Block, block_stats
+
+    blocks = [Block(np.ones((10, 2)) * (k + 1), start=10 * k, y=np.ones(10)) for k in range(5)]
+    stats = block_stats(blocks[0])
+    for b in blocks[1:]:
+        stats = stats + block_stats(b)
+    problem = LeastSquares().bind(stats)
+    method.start(problem, np.zeros(2), [tuple(p) for p in method.assignment.placement],
+                 step_size=0.01, partition_rows=matrix_rows)
+    method._ages = np.array([0, 5, 0, 0, 7])
+    method._responders = {0, 1}
+    s = method._next_shift()
+    first = {method.order(i, method.offset + s)[0] for i in (0, 1)}
+    best = max(len({method.order(i, method.offset + t)[0] for i in (0, 1)} & {1, 4})
+               for t in range(1, 3))
+    assert len(first & {1, 4}) == best >= 1
+
+
+def test_bad_settings(data):
+    with pytest.raises(InvalidParameterError, match="'ordering' parameter of PartialRecovery"):
+        PartialRecovery(ordering="random")
+    with pytest.raises(InvalidParameterError, match=r"'tolerance' .* \[0, 1\)"):
+        PartialRecovery(tolerance=-0.1)
+    with pytest.raises(InvalidParameterError, match="sums to 6"):
+        _run(LocalRuntime(4), PartialRecovery(), data, 2)
+    assert isinstance(make_method("partial", degrees=(1, 1)), PartialRecovery)
+
+
+class _Recording(PartialRecovery):
+    """Remembers when each codeword of the current iteration arrived."""
+
+    def start(self, *args, **kwargs):
+        super().start(*args, **kwargs)
+        self.arrivals: dict[tuple[int, int], dict[int, float]] = {}
+
+    def receive(self, result):
+        key = (result.unit.worker_index, result.unit.version)
+        self.arrivals.setdefault(key, {})[result.message] = time.perf_counter()
+        super().receive(result)
+
+
+@pytest.mark.cluster
+def test_on_process_workers_codewords_stream_and_stragglers_are_abandoned(data):
+    gd = _run(LocalRuntime(4), GD(), data, 4)
+    # every codeword is its own task with an injected delay (0.15 s; 3 s on worker 3):
+    # the first codewords of workers 0-2 isolate three partitions, so the fourth comes from
+    # their later codewords, which reach the coordinator one by one about 0.15 s apart,
+    # while worker 3 is never waited for (its units are abandoned at each step)
+    method = _Recording(degrees=(1, 1, 1), tolerance=0.0, rng=0)
+    slow = "constant(compute=(0.15, 0.15, 0.15, 3.0))"
+    with DaskRuntime(n_workers=4, stragglers=slow, rng=0) as rt:
+        res = rt.run(method, LeastSquares(), data, stop=StopRule(max_iter=4, tol=None), rng=0)
+    np.testing.assert_allclose(res.iterate, gd.iterate, rtol=1e-10, atol=1e-12)
+    spaced = [times[j + 1] - times[j] for times in method.arrivals.values()
+              for j in range(2) if j in times and j + 1 in times]
+    assert len(spaced) >= 3
+    assert np.median(spaced) > 0.08, spaced
+    assert float(res.trace.wall_time[-1]) < 3.0
