@@ -155,11 +155,11 @@ def test_partial_and_async_from_the_command_line(capsys, tmp_path):
     base = ["linreg", str(tmp_path / "g.zarr"), "--array", "X", "--labels", "y", "--runtime",
             "sim", "--workers", "6", "--stragglers", "multi-message(alpha=0.01, rate=10)",
             "--max-iter", "30", "--tol", "1e-14", "--json"]
-    out = _json(capsys, base + ["--method", "partial", "--degrees", "1,2", "--tolerance",
-                                "0.3", "--ordering", "age", "--age-threshold", "1"])
+    out = _json(capsys, [*base, "--method", "partial", "--degrees", "1,2", "--tolerance",
+                         "0.3", "--ordering", "age", "--age-threshold", "1"])
     assert out["method"] == "partial" and out["n_iter"] == 30
-    out = _json(capsys, base + ["--method", "async", "--max-delay", "3", "--update-order",
-                                "shortest", "--step-size", "0.05"])
+    out = _json(capsys, [*base, "--method", "async", "--max-delay", "3", "--update-order",
+                         "shortest", "--step-size", "0.05"])
     assert out["method"] == "async" and out["n_iter"] == 30
 
 

@@ -1,4 +1,4 @@
-"""Partial recovery with RCS codes: exact at q = 0, static order stalls, shifts keep ages bounded."""
+"""Partial recovery (RCS): exact at q = 0, the static order stalls, shifts bound the ages."""
 
 from __future__ import annotations
 
