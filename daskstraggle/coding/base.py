@@ -122,6 +122,10 @@ class CodeAssignment:
                 raise ValueError(f"worker {i}: coefficients must have shape (messages, "
                                  f"{len(parts)}), got {coef.shape}")
 
+    def matches(self, placement: Iterable[Iterable[int]]) -> bool:
+        """Return whether ``placement`` is this assignment's placement."""
+        return [tuple(p) for p in self.placement] == [tuple(p) for p in placement]
+
     def n_messages(self, worker_index: int) -> int:
         """Number of messages worker ``worker_index`` sends per iteration."""
         return int(self.coefficients[worker_index].shape[0])

@@ -132,8 +132,7 @@ class CodedGD(Method):
         partition_rows: list[int] | None = None,
     ) -> None:
         """Reset the run state."""
-        if self._assignment is None or [tuple(p) for p in self._assignment.placement] != \
-                [tuple(p) for p in placement]:
+        if self._assignment is None or not self._assignment.matches(placement):
             raise InvalidParameterError("CodedGD.start needs the placement it drew itself.")
         self.check_problem(problem)
         self._problem = problem

@@ -155,8 +155,7 @@ class PartialRecovery(Method):
         partition_rows: list[int] | None = None,
     ) -> None:
         """Reset the run state: all ages 0, the static order."""
-        if self._assignment is None or [tuple(p) for p in self._assignment.placement] != \
-                [tuple(p) for p in placement]:
+        if self._assignment is None or not self._assignment.matches(placement):
             raise InvalidParameterError("PartialRecovery.start needs the placement it drew.")
         if partition_rows is None:
             raise InvalidParameterError("PartialRecovery needs the partition row counts.")
