@@ -74,9 +74,12 @@ class Block:
         """Return rows ``[a, b)`` (block-local) as a block that shares the stored values."""
         if not 0 <= a <= b <= self.n_rows:
             raise ValueError(f"rows [{a}, {b}) are outside a block of {self.n_rows} rows")
+        def rows(per_row: np.ndarray | None) -> np.ndarray | None:
+            return None if per_row is None else per_row[a:b]
+
         return dataclasses.replace(
-            self, values=self.values[a:b], start=self.start + a,
-            y=None if self.y is None else self.y[a:b],
+            self, values=self.values[a:b], start=self.start + a, y=rows(self.y),
+            fill=rows(self.fill), center=rows(self.center), scale=rows(self.scale),
         )
 
     def tile_rows(self, tile_bytes: int = TILE_BYTES) -> int:

@@ -212,3 +212,14 @@ def test_centered_norm_is_accurate_when_means_dwarf_the_spread():
     assert stats.centered_sq_norm == pytest.approx(exact, rel=1e-9)
     naive = stats.sq_norm - stats.n_samples * stats.column_means @ stats.column_means
     assert abs(naive - exact) > 1e-6 * exact  # the cancellation this guards against
+
+
+def test_a_slice_keeps_each_rows_own_fill_centre_and_scale():
+    values = np.array([[0, 1], [2, -1], [1, 0], [-1, 1]], dtype=np.int8)
+    block = Block(values, start=10, y=np.arange(4.0), fill=np.array([0.5, 1.5, 2.5, 3.5]),
+                  center=np.array([0.0, 10.0, 20.0, 30.0]), scale=np.array([1.0, 2.0, 3.0, 4.0]))
+    full = np.vstack([t for _, _, t in block.tiles()])
+    for a, b in [(0, 4), (1, 3), (2, 4), (3, 4)]:
+        part = block.slice(a, b)
+        assert part.start == 10 + a and part.y.tolist() == list(range(a, b))
+        np.testing.assert_array_equal(np.vstack([t for _, _, t in part.tiles()]), full[a:b])
