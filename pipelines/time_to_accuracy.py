@@ -491,7 +491,9 @@ def plot(results: dict[str, Any], path: Path) -> Path | None:
                 for r in runs:
                     ax.scatter([r["tried"][-1]["time_s"]], [max(r["final_gap"], 1e-16)],
                                marker="x" if name.endswith("tsqr") else "^",
-                               label=LABELS[name] if r is runs[0] else None, zorder=3)
+                               color="tab:gray" if name.endswith("tsqr") else "tab:olive",
+                               label=f"{LABELS[name]} (each repeat)" if r is runs[0] else None,
+                               zorder=3)
                 continue
             c = runs[0]["curve"]
             style = {"color": "k", "lw": 2.0, "zorder": 4} if name == "gd" else {}
