@@ -148,6 +148,14 @@ class IncrementalDecoder:
                 new.append(p)
         return sorted(new)
 
+    def sum_weights(self, blocks: Iterable[int]) -> dict[Hashable, float]:
+        """Return ``{label: weight}`` with ``sum_k g_k = sum weight * message`` over ``blocks``."""
+        total: dict[Hashable, float] = {}
+        for k in blocks:
+            for label, w in self.weights(k).items():
+                total[label] = total.get(label, 0.0) + w
+        return {label: w for label, w in total.items() if abs(w) > 1e-12}
+
     def weights(self, block: int) -> dict[Hashable, float]:
         """Return ``{label: weight}`` with ``g_block = sum weight * message`` (recovered blocks)."""
         if block not in self._recovered:
@@ -177,11 +185,7 @@ def _rcs_decoder(assignment: CodeAssignment, received: frozenset[Received]) -> d
         dec.add((i, j), [parts[p] for p in support], coef[support])
     if len(dec.recovered) < assignment.n_partitions:
         return None
-    weights: dict[Received, float] = {}
-    for k in range(assignment.n_partitions):
-        for label, w in dec.weights(k).items():
-            weights[label] = weights.get(label, 0.0) + w  # type: ignore[index]
-    return {k: w for k, w in weights.items() if abs(w) > 1e-12}
+    return dec.sum_weights(range(assignment.n_partitions))  # type: ignore[return-value]
 
 
 @register_scheme

@@ -239,11 +239,8 @@ class PartialRecovery(Method):
         if self._summary is not None:
             return self._summary
         recovered = sorted(self._decoder.recovered)
-        weights: dict[tuple[int, int], float] = {}
-        for k in recovered:
-            for label, w in self._decoder.weights(k).items():
-                weights[label] = weights.get(label, 0.0) + w  # type: ignore[index]
-        keys = sorted(k for k, w in weights.items() if abs(w) > 1e-12)
+        weights = self._decoder.sum_weights(recovered)
+        keys = sorted(weights)  # type: ignore[type-var]
         total = combine([self._messages[k] for k in keys], [weights[k] for k in keys])
         covered = int(self._rows[recovered].sum())
         exact = len(recovered) == self._K

@@ -167,9 +167,8 @@ class Runtime(ABC):
         """Work a unit carries relative to an equal share (1.0 = ``n_rows / n_workers``)."""
         if unit.rows is not None:
             rows = unit.rows[1] - unit.rows[0]
-        else:
-            rows = sum(self._partition_rows[p] for p in unit.partitions)
-        return rows * self.n_workers / max(sum(self._partition_rows), 1)
+            return rows * self.n_workers / max(sum(self._partition_rows), 1)
+        return self._rows_load(unit.partitions)
 
     def _rows_load(self, partitions: tuple[int, ...]) -> float:
         """Load (as :meth:`_unit_load`) of the full rows of ``partitions``."""
@@ -348,7 +347,6 @@ class Runtime(ABC):
 
         With ``iterates`` (a list), the point each round evaluated is appended to it.
         """
-        record_iterates = iterates is not None
         from tqdm.auto import tqdm
 
         method.start(problem, x0, placement, step_size=step_size,
@@ -430,6 +428,8 @@ class Runtime(ABC):
                         extras=summary.extras,
                     )
                     self._on_row(row, recorder)
+                    if iterates is not None:
+                        iterates.append(np.array(summary.iterate, dtype=np.float64, copy=True))
                     bar.update(1)
                     if progress:
                         bar.set_postfix(objective=f"{summary.objective:.6g}" if summary.objective
@@ -442,15 +442,10 @@ class Runtime(ABC):
                         elapsed=now - t0,
                     )
                     if reason is not None:
-                        if record_iterates:
-                            iterates.append(np.array(summary.iterate, dtype=np.float64,
-                                                     copy=True))
                         logger.info("%s stopped after %d iterations (%s)", method.name,
                                     len(recorder), reason)
                         return summary, recorder, reason
                     previous = summary.objective
-                    if record_iterates:
-                        iterates.append(np.array(summary.iterate, dtype=np.float64, copy=True))
                     method.step()
                     self._after_step()
                     if method.abandon_stale:

@@ -69,18 +69,26 @@ class LocalRuntime(Runtime):
     def _submit(self, unit: WorkUnit, problem: Problem) -> None:
         held = self._blocks[unit.worker_index]
         if unit.stream:
-            messages = stream_messages(unit)
             elapsed = 0.0
-            for j, (parts, coef) in enumerate(messages):
-                (message,), duration = run_unit(problem, unit.iterate, *(held[p] for p in parts),
-                                                coefficients=coef)
+            computed = self._compute_stream(unit, problem)
+            for j, (_, message, duration) in enumerate(computed):
                 elapsed += duration
                 self._queue.append(WorkResult(unit, message, duration, latency=elapsed,
-                                              message=j, final=j == len(messages) - 1))
+                                              message=j, final=j == len(computed) - 1))
             return
         result, duration = run_unit(problem, unit.iterate, *(held[p] for p in unit.partitions),
                                     coefficients=unit.coefficients, rows=unit.rows)
         self._queue.append(WorkResult(unit, result, duration, latency=duration))
+
+    def _compute_stream(self, unit: WorkUnit, problem: Problem) -> list[tuple[Any, Any, float]]:
+        """Compute each message of a streamed unit: (partitions, message, seconds) in order."""
+        held = self._blocks[unit.worker_index]
+        out = []
+        for parts, coef in stream_messages(unit):
+            (message,), seconds = run_unit(problem, unit.iterate, *(held[p] for p in parts),
+                                           coefficients=coef)
+            out.append((parts, message, seconds))
+        return out
 
     def _abandon(self, version: int) -> list[int]:
         dropped = [r for r in self._queue if r.unit.stream and r.unit.version < version]

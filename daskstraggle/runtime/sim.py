@@ -29,7 +29,7 @@ from daskstraggle.latency.base import LatencyModel, LatencySampler
 from daskstraggle.latency.spec import parse_latency
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
-from daskstraggle.runtime.base import run_unit, stream_messages
+from daskstraggle.runtime.base import run_unit
 from daskstraggle.runtime.local import LocalRuntime
 
 __all__ = ["SimRuntime"]
@@ -147,14 +147,8 @@ class SimRuntime(LocalRuntime):
         the compute time, plus the communication time: with the multi-message model and
         equal partitions the ``j``-th partition is done at ``j (alpha + X)``.
         """
-        held = self._blocks[unit.worker_index]
-        parts = stream_messages(unit)
-        results, measured = [], []
-        for positions, coef in parts:
-            (message,), seconds = run_unit(problem, unit.iterate, *(held[p] for p in positions),
-                                           coefficients=coef)
-            results.append(message)
-            measured.append(seconds)
+        computed = self._compute_stream(unit, problem)
+        measured = [seconds for _, _, seconds in computed]
         if self._sampler is None:
             compute, communication = sum(measured), 0.0
         else:
@@ -163,14 +157,14 @@ class SimRuntime(LocalRuntime):
                 load=self._unit_load(unit), measured=sum(measured),
             )
         self._newest = max(self._newest, unit.version)
-        rows = np.cumsum([sum(self._partition_rows[p] for p in positions)
-                          for positions, _ in parts], dtype=np.float64)
+        rows = np.cumsum([sum(self._partition_rows[p] for p in parts)
+                          for parts, _, _ in computed], dtype=np.float64)
         done_at = float(compute) * rows / rows[-1]
         previous = 0.0
-        for j, message in enumerate(results):
+        for j, (_, message, _) in enumerate(computed):
             latency = float(done_at[j]) + float(communication)
             done = WorkResult(unit, message, float(done_at[j] - previous), latency=latency,
-                              message=j, final=j == len(results) - 1)
+                              message=j, final=j == len(computed) - 1)
             previous = float(done_at[j])
             heapq.heappush(self._heap, (self._now + latency, next(self._order), done))
 
