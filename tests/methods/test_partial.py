@@ -80,7 +80,7 @@ def test_shifted_orders_keep_every_age_bounded(data, ordering):
     shift = res.trace["shift"].values
     # never the shift-0 freeze: the lists move every iteration
     assert (np.diff(shift) % L != 0).all()
-    assert res.trace.n_dropped.sum() >= 0 and (res.trace.coverage < 1).all()
+    assert (res.trace.coverage < 1).all()
 
 
 def test_age_ordering_promotes_aged_partitions():
