@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -270,7 +271,7 @@ class PCA(Problem):
         return self.total
 
     def update(self, iterate: np.ndarray, gradient: np.ndarray, step_size: float) -> np.ndarray:
-        """Return ``orth((1 - eta) V + eta G / |X_c|_F^2)``.
+        """Return ``orth((1 - eta) V + eta G / lambda)``, ``lambda`` the top Rayleigh quotient.
 
         Parameters
         ----------
@@ -287,11 +288,31 @@ class PCA(Problem):
             Orthonormal (QR with a positive diagonal of R; numerically dependent columns,
             e.g. when the data has rank below ``k``, are replaced by a fixed-seed random
             orthogonal complement, see :func:`~daskstraggle.problems._linalg.orthonormalize`).
+
+        Notes
+        -----
+        ``lambda`` is the largest eigenvalue of the symmetric part of ``V^T G``, the
+        current estimate of the top eigenvalue of ``X_c^T X_c`` (free: ``G`` is the
+        kernel sum). Scaled so, ``G / lambda`` has eigenvalues near 1 on the components
+        found, and the relaxed step ``eta < 1`` (the stochastic methods' 0.9) costs only a
+        few iterations more than the power method. Normalising by the total variance
+        ``|X_c|_F^2`` instead would let the ``(1 - eta) V`` term dominate whenever the top
+        components explain less than ``(1 - eta) / eta`` of the variance (11 % for 0.9,
+        the usual case for genotypes), slowing convergence 3-4x. When the estimate is not
+        positive (e.g. a zero gradient) the total variance is used. ``eta = 1`` is
+        unaffected: the QR removes any scale.
         """
         eta = float(step_size)
-        total = self._bound_total()
-        Y = (1.0 - eta) * np.asarray(iterate, dtype=np.float64) + (eta / total) * gradient
-        return orthonormalize(Y)
+        V = np.asarray(iterate, dtype=np.float64)
+        G = np.asarray(gradient, dtype=np.float64)
+        if eta == 1.0:  # the power method: any positive scale gives the same basis
+            return orthonormalize((1.0 / self._bound_total()) * G)
+        M = V.T @ G
+        scale = float(np.linalg.eigvalsh(0.5 * (M + M.T))[-1]) if np.isfinite(M).all() \
+            else math.nan
+        if not (math.isfinite(scale) and scale > 0.0):
+            scale = self._bound_total()
+        return orthonormalize((1.0 - eta) * V + (eta / scale) * G)
 
     def default_step_size(self, map_reduce: MapReduce, rng: np.random.Generator) -> float:
         """Return 1.0 (the power method); no pass over the data.
