@@ -1,0 +1,24 @@
+"""Dynamic load balancing (DSAG paper §VI): the optimizer (Alg. 1) and partition alignment (Alg. 2).
+
+Pure numpy: nothing here imports dask or distributed. The runtime feeds a
+:class:`~daskstraggle.latency.profiler.LatencyProfiler` and asks :class:`LoadBalancer`
+for plans in the background; methods apply them with ``set_subpartitions``.
+"""
+
+from daskstraggle.balance.partition import (
+    align,
+    align_next,
+    part_start,
+    part_stop,
+    part_trans,
+    subpartition_bounds,
+)
+
+__all__ = [
+    "align",
+    "align_next",
+    "part_start",
+    "part_stop",
+    "part_trans",
+    "subpartition_bounds",
+]
