@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from daskstraggle import latency
 from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca, solve
+from daskstraggle.balance import LoadBalancer
 from daskstraggle.data import Matrix, open_matrix
 from daskstraggle.errors import (
     ClusterConnectionError,
@@ -22,7 +23,7 @@ from daskstraggle.errors import (
     StraggleError,
 )
 from daskstraggle.latency import LatencyModel, Stragglers, parse_stragglers, simulate
-from daskstraggle.methods import GD, NAG, SGD, Method, make_method
+from daskstraggle.methods import DSAG, GD, NAG, SAG, SGD, Method, make_method
 from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem, make_problem
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, SimRuntime, StopRule
 from daskstraggle.trace import Result
@@ -33,9 +34,11 @@ except ImportError:  # running from a source tree without a build
     __version__ = "0.0.0+unknown"
 
 __all__ = [
+    "DSAG",
     "GD",
     "NAG",
     "PCA",
+    "SAG",
     "SGD",
     "ClusterConnectionError",
     "DaskRuntime",
@@ -45,6 +48,7 @@ __all__ = [
     "InvalidParameterError",
     "LatencyModel",
     "LeastSquares",
+    "LoadBalancer",
     "LocalRuntime",
     "Logistic",
     "Matrix",

@@ -41,7 +41,18 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="sgd, sag, dsag: fresh results waited for each iteration (default: "
                           "all workers)."),
         click.option("--subpartitions", type=int, default=None,
-                     help="sag, dsag: subpartitions per worker, processed in turn (default 1)."),
+                     help="sgd, sag, dsag: subpartitions per worker, processed in turn "
+                          "(default 1)."),
+        click.option("--balance", is_flag=True, default=False,
+                     help="sgd, sag, dsag: balance the load while running (DSAG paper "
+                          "§VI): resize each worker's subpartitions from its measured "
+                          "latency; start from --subpartitions well above 1 (e.g. 10)."),
+        click.option("--balance-margin", type=float, default=None,
+                     help="with --balance: send a new plan only if it lowers the max/min "
+                          "expected worker latency by this fraction (default 0.1)."),
+        click.option("--balance-window", type=float, default=None,
+                     help="with --balance: seconds of latency samples kept per worker "
+                          "(default 10)."),
         click.option("--tolerance", type=float, default=None,
                      help="partial: fraction q of partitions that may stay unrecovered per "
                           "iteration (default 0)."),
@@ -131,6 +142,8 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
     seed = params.pop("seed")
     n_wait = params.pop("n_wait")
     subpartitions = params.pop("subpartitions")
+    balance = {"margin": params.pop("balance_margin"), "window": params.pop("balance_window")}
+    balanced = params.pop("balance")
     partial = {"tolerance": params.pop("tolerance"), "ordering": params.pop("ordering"),
                "age_threshold": params.pop("age_threshold"), "degrees": params.pop("degrees")}
     bounded = {"max_delay": params.pop("max_delay"), "order": params.pop("update_order")}
@@ -143,10 +156,22 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
             raise InputError(f"--wait applies to --method sgd, sag or dsag, not {method!r}")
         params["method_params"] = {"n_wait": n_wait}
     if subpartitions is not None:
-        if method not in ("sag", "dsag"):
-            raise InputError(f"--subpartitions applies to --method sag or dsag, not {method!r}")
+        if method not in ("sgd", "sag", "dsag"):
+            raise InputError(
+                f"--subpartitions applies to --method sgd, sag or dsag, not {method!r}")
         params["method_params"] = {**params.get("method_params", {}),
                                    "subpartitions": subpartitions}
+    chosen_balance = {k: v for k, v in balance.items() if v is not None}
+    if chosen_balance and not balanced:
+        raise InputError(f"{', '.join('--balance-' + k for k in chosen_balance)}: only with "
+                         "--balance")
+    if balanced:
+        if method not in ("sgd", "sag", "dsag"):
+            raise InputError(f"--balance applies to --method sgd, sag or dsag, not {method!r}")
+        from daskstraggle.balance.balancer import LoadBalancer
+
+        params["method_params"] = {**params.get("method_params", {}),
+                                   "balance": LoadBalancer(**chosen_balance)}
     for group, owner, names in (
         (partial, "partial", {"tolerance": "--tolerance", "ordering": "--ordering",
                               "age_threshold": "--age-threshold", "degrees": "--degrees"}),

@@ -51,6 +51,8 @@ class TraceRecorder:
         self.latency: list[np.ndarray] = []
         self.ages: list[np.ndarray | None] = []
         self.extras: list[dict[str, float]] = []
+        self.subpartitions: list[tuple[int, ...] | None] = []
+        self.events: list[dict[str, Any]] = []
 
     def add(
         self,
@@ -68,6 +70,7 @@ class TraceRecorder:
         n_dropped: int = 0,
         ages: np.ndarray | None = None,
         extras: dict[str, float] | None = None,
+        subpartitions: tuple[int, ...] | None = None,
     ) -> int:
         """Append a row; return its index.
 
@@ -75,7 +78,8 @@ class TraceRecorder:
         result each worker delivered during the round, used or not; communication is
         their difference. ``ages`` (one per partition) become the ``age`` variable over
         ``(iteration, partition)``; ``extras`` become variables over ``iteration``
-        (NaN in rows that lack them).
+        (NaN in rows that lack them); ``subpartitions`` (per worker, load-balanced runs)
+        becomes ``subpartitions`` over ``(iteration, worker)``.
         """
         per_worker = np.full(self.n_workers, np.nan)
         for i, d in compute_durations.items():
@@ -100,9 +104,19 @@ class TraceRecorder:
         )
         self.ages.append(None if ages is None else np.asarray(ages, dtype=np.float64))
         self.extras.append(dict(extras or {}))
+        self.subpartitions.append(None if subpartitions is None else tuple(subpartitions))
         self.compute.append(per_worker)
         self.latency.append(lat)
         return len(self.rows) - 1
+
+    def add_event(self, event: dict[str, Any]) -> None:
+        """Record a load-balancing event.
+
+        ``event`` has ``iteration`` (the first row run with the new counts),
+        ``previous`` and ``subpartitions`` (per worker), ``improvement``,
+        ``previous_imbalance`` and ``imbalance`` (predicted max/min expected latency).
+        """
+        self.events.append(dict(event))
 
     def set_compute(self, row: int, worker_index: int, duration: float) -> None:
         """Replace a recorded compute duration (e.g. with the scheduler's measurement)."""
@@ -145,6 +159,22 @@ class TraceRecorder:
                 if a is not None:
                     age[r, : a.size] = a
             data["age"] = (("iteration", "partition"), age)
+        if any(p is not None for p in self.subpartitions):
+            counts = np.array([[-1] * self.n_workers if p is None else list(p)
+                               for p in self.subpartitions], dtype=np.int64)
+            data["subpartitions"] = (("iteration", "worker"), counts.reshape(n, self.n_workers))
+        if any(p is not None for p in self.subpartitions) or self.events:
+            ev = self.events
+            data["balance_iteration"] = ("balance_event",
+                                         np.array([e["iteration"] for e in ev], dtype=np.int64))
+            for key in ("improvement", "previous_imbalance", "imbalance"):
+                data[f"balance_{key}"] = ("balance_event",
+                                          np.array([e[key] for e in ev], dtype=np.float64))
+            for key, name in (("previous", "balance_previous"),
+                              ("subpartitions", "balance_subpartitions")):
+                data[name] = (("balance_event", "worker"),
+                              np.array([e[key] for e in ev], dtype=np.int64)
+                              .reshape(len(ev), self.n_workers))
         ds = xr.Dataset(data, coords={"iteration": np.arange(n), "worker": np.arange(self.n_workers)})
         units = {"wall_time": "s", "iteration_duration": "s", "max_compute_duration": "s",
                  "compute_duration": "s", "latency": "s", "communication_duration": "s"}
@@ -260,6 +290,15 @@ class Result:
             out["reference_objective"] = self.reference_objective
             out["gap"] = self.gap
             out["distance"] = self.distance
+        if "balance_event" in self.trace.dims:
+            events = self.trace["balance_iteration"].values.tolist()
+            out["balance_events"] = [
+                {"iteration": int(it), "subpartitions": new, "improvement": imp}
+                for it, new, imp in zip(events,
+                                        self.trace["balance_subpartitions"].values.tolist(),
+                                        self.trace["balance_improvement"].values.tolist(),
+                                        strict=True)
+            ]
         return {k: _jsonable(v) for k, v in out.items()}
 
     def to_dataset(self) -> xr.Dataset:

@@ -113,8 +113,42 @@ def test_coding_flags_need_coded(capsys):
 def test_wait_needs_sgd(capsys):
     assert main(["pca", "whatever.zarr", "--wait", "2"]) == 2
     assert "--wait applies to --method sgd, sag or dsag" in capsys.readouterr().err
-    assert main(["pca", "whatever.zarr", "--method", "sgd", "--subpartitions", "2"]) == 2
-    assert "--subpartitions applies to --method sag or dsag, not 'sgd'" in capsys.readouterr().err
+    assert main(["pca", "whatever.zarr", "--method", "nag", "--subpartitions", "2"]) == 2
+    assert "--subpartitions applies to --method sgd, sag or dsag, not 'nag'" in \
+        capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--method", "gd", "--balance"], "--balance applies to --method sgd, sag or dsag"),
+        (["--method", "dsag", "--balance-margin", "0.2"], "--balance-margin: only with --balance"),
+        (["--method", "dsag", "--balance", "--balance-margin", "1.5"],
+         "'margin' parameter of LoadBalancer must be a number in (0, 1)"),
+        (["--method", "dsag", "--balance", "--balance-window", "0"],
+         "'window' parameter of LoadBalancer"),
+    ],
+)
+def test_bad_balance_settings_exit_2_with_one_line(capsys, args, message):
+    assert main(["pca", "whatever.zarr", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_dsag_lb_from_the_command_line(capsys, tmp_path):
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(1200, 6)) @ np.diag([4.0, 2, 1, 1, 0.5, 0.5])
+    import zarr
+
+    z = zarr.create_array(tmp_path / "x.zarr", shape=X.shape, chunks=(100, 6), dtype="f8")
+    z[:] = X
+    out = _json(capsys, ["pca", str(tmp_path / "x.zarr"), "--runtime", "sim", "--workers", "4",
+                         "--method", "dsag", "--subpartitions", "10", "--balance",
+                         "--max-iter", "120", "--tol", "1e-14", "--stragglers",
+                         "gamma(mean=0.2, var=1e-4) + slowdown(workers=2, factor=2)", "--json"])
+    events = out["balance_events"]
+    assert events and events[0]["subpartitions"][2] > max(
+        v for i, v in enumerate(events[0]["subpartitions"]) if i != 2)
 
 
 def test_pca_in_simulated_time_with_stragglers(capsys, tmp_path):

@@ -5,6 +5,8 @@ Pure numpy: nothing here imports dask or distributed. The runtime feeds a
 for plans in the background; methods apply them with ``set_subpartitions``.
 """
 
+from daskstraggle.balance.balancer import LoadBalancer, check_balance
+from daskstraggle.balance.optimizer import BalancePlan, optimize
 from daskstraggle.balance.partition import (
     align,
     align_next,
@@ -15,6 +17,10 @@ from daskstraggle.balance.partition import (
 )
 
 __all__ = [
+    "BalancePlan",
+    "LoadBalancer",
+    "check_balance",
+    "optimize",
     "align",
     "align_next",
     "part_start",

@@ -1,4 +1,4 @@
-"""Straggler modifiers: slow-downs, Markov and burst chains, DSAG's artificial scenario.
+"""Straggler modifiers: slow-downs, Markov and burst chains, artificial ramps, schedules.
 
 A modifier takes an optional ``base`` model. With a base it draws from the base and
 multiplies the compute part by its factor (communication comes from the base); without
@@ -11,6 +11,7 @@ Pure numpy: nothing here imports dask or distributed.
 
 from __future__ import annotations
 
+import bisect
 import math
 import numbers
 from dataclasses import dataclass, fields
@@ -22,7 +23,7 @@ from daskstraggle._validation import check_choice, check_int, check_nonnegative,
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import Draw, LatencyModel, LatencySampler, register_model
 
-__all__ = ["Artificial", "Bursts", "Slowdown", "TwoStateMarkov"]
+__all__ = ["Artificial", "Bursts", "Schedule", "Slowdown", "TwoStateMarkov"]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -647,3 +648,191 @@ class Artificial(_Modifier):
 
     def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
         return _ArtificialSampler(self, n_workers, streams)
+
+
+# --------------------------------------------------------------------------- schedule
+
+_SCHEDULE_FORM = (
+    "Write changes=[[iteration, workers, factor], ...], e.g. [[40, [1, 4, 6], 2.0]]."
+)
+
+
+def _check_changes(value: Any, *, caller: str) -> tuple[tuple[int, tuple[int, ...], float], ...]:
+    """Normalise ``[[iteration, workers, factor], ...]``, sorted stably by iteration."""
+    if not isinstance(value, tuple | list) or not value:
+        raise InvalidParameterError(
+            f"The 'changes' parameter of {caller} must be a non-empty list of "
+            f"[iteration, workers, factor] entries. Got {value!r} instead. {_SCHEDULE_FORM}"
+        )
+    out = []
+    for k, entry in enumerate(value):
+        if not isinstance(entry, tuple | list) or len(entry) != 3:
+            raise InvalidParameterError(
+                f"The 'changes' parameter of {caller} has a bad entry {entry!r} (entry {k}): "
+                f"each entry must be [iteration, workers, factor]. {_SCHEDULE_FORM}"
+            )
+        iteration, workers, factor = entry
+        ok = isinstance(iteration, numbers.Integral) and not isinstance(iteration, bool)
+        if not ok or iteration < 0:
+            raise InvalidParameterError(
+                f"The 'changes' parameter of {caller} has a bad entry {entry!r} (entry {k}): "
+                f"its iteration must be an int >= 0. Got {iteration!r} instead."
+            )
+        items = workers if isinstance(workers, tuple | list) else (workers,)
+        ok = bool(items) and all(
+            isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= 0 for w in items
+        )
+        if not ok or len(set(items)) != len(items):
+            raise InvalidParameterError(
+                f"The 'changes' parameter of {caller} has a bad entry {entry!r} (entry {k}): "
+                f"its workers must be a worker index or a list of distinct ones (ints >= 0). "
+                f"Got {workers!r} instead."
+            )
+        ok = isinstance(factor, numbers.Real) and not isinstance(factor, bool)
+        if not ok or not (math.isfinite(factor) and factor > 0):
+            raise InvalidParameterError(
+                f"The 'changes' parameter of {caller} has a bad entry {entry!r} (entry {k}): "
+                f"its factor must be a finite number > 0. Got {factor!r} instead."
+            )
+        out.append((int(iteration), tuple(int(w) for w in items), float(factor)))
+    return tuple(sorted(out, key=lambda change: change[0]))  # stable: list order breaks ties
+
+
+class _ScheduleSampler(LatencySampler):
+    """A base draw (or the measured time) times a factor looked up by iteration."""
+
+    stateless = False  # the factor depends on ``iteration``
+
+    def __init__(
+        self, model: Schedule, n_workers: int, streams: list[np.random.Generator]
+    ) -> None:
+        super().__init__(n_workers, streams)
+        self.base = _sub_sampler(model.base, n_workers, streams)
+        # per worker: the iterations at which its factor changes and the factor from there
+        self._at: list[list[int]] = [[] for _ in range(n_workers)]
+        self._factor: list[list[float]] = [[] for _ in range(n_workers)]
+        for iteration, workers, factor in model.changes:  # type: ignore[union-attr]
+            for w in workers:
+                self._at[w].append(iteration)
+                self._factor[w].append(factor)
+
+    def factor(self, worker_index: int, iteration: int) -> float:
+        """Return the compute-time factor of ``worker_index`` at ``iteration``."""
+        k = bisect.bisect_right(self._at[worker_index], int(iteration))
+        return 1.0 if k == 0 else self._factor[worker_index][k - 1]
+
+    def sample(
+        self,
+        worker_index: int,
+        *,
+        time: float = 0.0,
+        iteration: int = 0,
+        load: float = 1.0,
+        measured: float | None = None,
+        size: int | None = None,
+    ) -> Draw:
+        return _scaled(
+            self.base, self.factor(worker_index, iteration), worker_index, time=time,
+            iteration=iteration, load=load, measured=measured, size=size,
+        )
+
+
+@register_model
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Schedule(_Modifier):
+    """Scheduled slow-downs and speed-ups: compute factors that change at given iterations.
+
+    Each change ``[iteration, workers, factor]`` sets the compute-time factor of the
+    listed workers to ``factor`` for every task computing iterate version ``iteration``
+    or later (the sampler's ``iteration`` argument, which the simulated runtime and the
+    Dask straggler injector both pass). A later change overrides an earlier one for the
+    workers they share (at the same iteration, the one listed last wins); workers never
+    listed keep factor 1. Factors multiply the base model's compute time, or without a
+    base the compute time the real kernel took (``measured``).
+
+    Parameters
+    ----------
+    base : LatencyModel or None, default=None
+        Model drawn from before scaling. None scales the real (``measured``) compute time.
+    changes : list of [int, int or list of int, float]
+        ``[iteration, workers, factor]`` entries: from iterate version ``iteration``
+        (>= 0) the listed workers (distinct indices >= 0) have compute factor ``factor``
+        (> 0, may be below 1).
+
+    See Also
+    --------
+    Slowdown : A fixed factor for the whole run.
+    Artificial : DSAG's ramp over workers, partly removed after some seconds.
+
+    Notes
+    -----
+    The factor depends on the iteration, so the sampler is not stateless: the vectorised
+    simulator (:func:`~daskstraggle.latency.simulate` with ``method="vectorised"``) refuses
+    it and ``"auto"`` picks the event-driven one.
+
+    On a real cluster without a base (the measured compute scaled), the injector can only
+    add time: a factor below 1 cannot make a task finish faster than its real compute took
+    (the injected extra is clipped at 0). To model speed-ups on a cluster, give a base
+    model (e.g. ``gamma(...) + schedule(...)``) so that most of a task's time is injected
+    delay.
+
+    References
+    ----------
+    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb and A. Graell i Amat, "DSAG: A Mixed
+       Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
+       IEEE Trans. Commun., 2023, §VI, Fig. 7 (3 workers slowed down after 40 iterations,
+       3 others sped up after 90).
+
+    Examples
+    --------
+    >>> m = Schedule(changes=[[2, [0, 1], 3.0], [4, 0, 0.5]])
+    >>> s = m.sampler(2)
+    >>> [s.sample(0, iteration=k, measured=1.0)[0] for k in range(6)]
+    [1.0, 1.0, 3.0, 3.0, 0.5, 0.5]
+    >>> [s.sample(1, iteration=k, measured=1.0)[0] for k in range(6)]
+    [1.0, 1.0, 3.0, 3.0, 3.0, 3.0]
+
+    As a spec (``--stragglers``), on top of a gamma law:
+
+    >>> from daskstraggle.latency.spec import parse_latency
+    >>> m = parse_latency("gamma(mean=0.1, var=1e-4) + schedule(changes=[[40, [1, 4], 2.0]])")
+    >>> m.changes
+    ((40, (1, 4), 2.0),)
+    """
+
+    name: ClassVar[str] = "schedule"
+    base: LatencyModel | None = None
+    changes: Any
+
+    def __post_init__(self) -> None:
+        caller = "Schedule"
+        object.__setattr__(self, "base", _check_base(self.base, name="base", caller=caller))
+        object.__setattr__(self, "changes", _check_changes(self.changes, caller=caller))
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Raise InvalidParameterError if a listed worker is out of range."""
+        _check_nested(self, n_workers)
+        for iteration, workers, _ in self.changes:
+            for w in workers:
+                if w >= n_workers:
+                    raise InvalidParameterError(
+                        f"The 'changes' parameter of Schedule is invalid: worker {w} (change "
+                        f"at iteration {iteration}) is out of range for {n_workers} workers "
+                        f"(indices 0..{n_workers - 1}); list indices below {n_workers}."
+                    )
+
+    def _changes_as_lists(self) -> list[list[Any]]:
+        return [[it, list(workers), factor] for it, workers, factor in self.changes]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return ``{"name": "schedule", "base": ..., "changes": [[it, [w, ...], f], ...]}``."""
+        return {"name": self.name, "base": None if self.base is None else self.base.to_dict(),
+                "changes": self._changes_as_lists()}
+
+    def to_spec(self) -> str:
+        """Return the model as a spec string that ``parse_latency`` reads back."""
+        term = f"schedule(changes={self._changes_as_lists()!r})"
+        return term if self.base is None else f"{self.base.to_spec()} + {term}"
+
+    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+        return _ScheduleSampler(self, n_workers, streams)

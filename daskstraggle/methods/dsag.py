@@ -9,29 +9,19 @@ results discarded.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
-from daskstraggle._validation import check_int
+from daskstraggle.balance.balancer import LoadBalancer
+from daskstraggle.balance.partition import subpartition_bounds
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import RoundSummary, WorkResult, WorkUnit
-from daskstraggle.methods.cache import GradientCache, Ranges, normalize_ranges
+from daskstraggle.methods.cache import GradientCache, Ranges
 from daskstraggle.methods.sgd import SGD
 from daskstraggle.problems.base import Problem
 
-__all__ = ["DSAG", "SAG", "subpartition_bounds"]
-
-
-def subpartition_bounds(n_rows: int, n_sub: int) -> np.ndarray:
-    """Return the ``n_sub + 1`` boundaries of near-equal subpartitions of ``n_rows`` rows.
-
-    Examples
-    --------
-    >>> subpartition_bounds(10, 3).tolist()
-    [0, 3, 7, 10]
-    """
-    return np.linspace(0, n_rows, n_sub + 1).round().astype(int)
+__all__ = ["DSAG", "SAG", "subpartition_bounds"]  # subpartition_bounds: re-exported
 
 
 class DSAG(SGD):
@@ -62,6 +52,10 @@ class DSAG(SGD):
     collect_window : float, default=0.02
         Fraction of the round's elapsed time to keep collecting after the ``n_wait``-th
         fresh result.
+    balance : bool or LoadBalancer or None, default=None
+        Balance the load while running (DSAG-LB, paper §VI); see :class:`SGD`. Resized
+        subpartitions start where old ones started (Algorithm 2), so the cache entries
+        they evict are re-covered with the fewest rows missing.
 
     Notes
     -----
@@ -80,42 +74,17 @@ class DSAG(SGD):
     Examples
     --------
     >>> DSAG(n_wait=3, subpartitions=2).get_params()
-    {'n_wait': 3, 'subpartitions': 2, 'collect_window': 0.02}
+    {'n_wait': 3, 'subpartitions': 2, 'collect_window': 0.02, 'balance': None}
     """
 
     name = "dsag"
     use_stale = True
 
-    def __init__(self, n_wait: int | None = None, *, subpartitions: int | Any = 1,
-                 collect_window: float = 0.02) -> None:
-        super().__init__(n_wait, collect_window=collect_window)
-        caller = type(self).__name__
-        if isinstance(subpartitions, (list, tuple, np.ndarray)):
-            subpartitions = tuple(check_int(p, name="subpartitions", caller=caller, low=1)
-                                  for p in subpartitions)
-            if not subpartitions:
-                raise InvalidParameterError(
-                    f"The 'subpartitions' parameter of {caller} must be an int >= 1 or one "
-                    "per worker. Got an empty sequence instead."
-                )
-        else:
-            subpartitions = check_int(subpartitions, name="subpartitions", caller=caller, low=1)
-        self.subpartitions = subpartitions
-
-    def get_params(self) -> dict[str, Any]:
-        """Return the parameters."""
-        return {"n_wait": self.n_wait, "subpartitions": self.subpartitions,
-                "collect_window": self.collect_window}
-
-    def check_n_workers(self, n_workers: int) -> None:
-        """Refuse ``n_wait`` above ``n_workers`` and per-worker lists of another length."""
-        super().check_n_workers(n_workers)
-        if isinstance(self.subpartitions, tuple) and len(self.subpartitions) != n_workers:
-            raise InvalidParameterError(
-                f"The 'subpartitions' parameter of {type(self).__name__} has "
-                f"{len(self.subpartitions)} values but there are {n_workers} workers; give "
-                "one value or one per worker."
-            )
+    def __init__(self, n_wait: int | None = None, *, subpartitions: int | Sequence[int] = 1,
+                 collect_window: float = 0.02,
+                 balance: bool | LoadBalancer | None = None) -> None:
+        super().__init__(n_wait, subpartitions=subpartitions, collect_window=collect_window,
+                         balance=balance)
 
     # ------------------------------------------------------------------ run state
 
@@ -129,61 +98,16 @@ class DSAG(SGD):
         partition_rows: list[int] | None = None,
     ) -> None:
         """Reset the run state: empty cache, every worker at its first subpartition."""
-        self.check_n_workers(len(placement))
         super().start(problem, iterate, placement, step_size=step_size,
                       partition_rows=partition_rows)
-        assert partition_rows is not None
-        caller = type(self).__name__
-        self._partition_starts = np.concatenate([[0], np.cumsum(partition_rows)]).astype(int)
         self._cache = GradientCache(self._total_rows)
         self._n_stale = 0
-        self._next_sub = [0] * len(placement)
-        self._bounds: list[np.ndarray] = []
-        for i, rows in enumerate(self._worker_rows):
-            p = self.subpartitions[i] if isinstance(self.subpartitions, tuple) \
-                else self.subpartitions
-            if placement[i] and p > rows:
-                raise InvalidParameterError(
-                    f"The 'subpartitions' parameter of {caller} asks for {p} subpartitions of "
-                    f"worker {i}, which holds {rows} rows; use at most {rows}."
-                )
-            self._bounds.append(subpartition_bounds(rows, p))
         self._summary: RoundSummary | None = None
 
     @property
     def cache(self) -> GradientCache:
         """The gradient cache of the current run."""
         return self._cache
-
-    def subpartition_ranges(self, worker_index: int, k: int) -> Ranges:
-        """Global row ranges of subpartition ``k`` of a worker."""
-        bounds = self._bounds[worker_index]
-        return self._global_ranges(worker_index, int(bounds[k]), int(bounds[k + 1]))
-
-    def _global_ranges(self, worker_index: int, a: int, b: int) -> Ranges:
-        """Map rows ``[a, b)`` of a worker's concatenated partitions to global ranges."""
-        out, offset = [], 0
-        for p in self._placement[worker_index]:
-            lo, hi = int(self._partition_starts[p]), int(self._partition_starts[p + 1])
-            n = hi - lo
-            s, e = max(a - offset, 0), min(b - offset, n)
-            if s < e:
-                out.append((lo + s, lo + e))
-            offset += n
-        return normalize_ranges(out)
-
-    # ------------------------------------------------------------------ the loop
-
-    def dispatch(self, worker_index: int) -> WorkUnit | None:
-        """Give an idle worker the current iterate and its next subpartition."""
-        if worker_index in self._fresh or not self._placement[worker_index]:
-            return None
-        bounds = self._bounds[worker_index]
-        k = self._next_sub[worker_index]
-        self._next_sub[worker_index] = (k + 1) % (len(bounds) - 1)
-        rows = None if len(bounds) == 2 else (int(bounds[k]), int(bounds[k + 1]))
-        return WorkUnit(worker_index, self._placement[worker_index], self._x, self._version,
-                        rows=rows)
 
     def _ranges_of(self, unit: WorkUnit) -> Ranges:
         if unit.rows is None:

@@ -1,14 +1,22 @@
-"""Distributed SGD that waits only for the fastest ``n_wait`` workers (DSAG paper, §V)."""
+"""Distributed SGD that waits only for the fastest ``n_wait`` workers (DSAG paper, §V).
+
+Also the home of what SGD, SAG and DSAG share: subpartitions of each worker's rows,
+processed in turn, and their live resizing by the load balancer (DSAG paper §VI).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from daskstraggle._validation import check_int, check_nonnegative
+from daskstraggle.balance.balancer import LoadBalancer, check_balance
+from daskstraggle.balance.partition import align_next, subpartition_bounds
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.methods.cache import normalize_ranges
 from daskstraggle.problems.base import KernelResult, Problem
 
 __all__ = ["SGD"]
@@ -27,15 +35,25 @@ class SGD(Method):
       elapsed time, collected by the runtime), the gradient estimate is the sum of the
       fresh results divided by ``xi`` = rows covered / all rows, and the iterate steps.
 
-    With ``n_wait`` equal to the number of workers this is :class:`~daskstraggle.methods.GD`.
+    With ``n_wait`` equal to the number of workers and one subpartition each this is
+    :class:`~daskstraggle.methods.GD`.
 
     Parameters
     ----------
     n_wait : int or None, default=None
         Fresh results waited for each iteration (None: all workers holding data).
+    subpartitions : int or sequence of int, default=1
+        Subpartitions ``p_i`` per worker (one value for all, or one per worker). Each
+        task covers one subpartition of the worker's rows, in turn; the load balancer
+        changes them without moving data.
     collect_window : float, default=0.02
         Fraction of the round's elapsed time to keep collecting after the ``n_wait``-th
         fresh result.
+    balance : bool or LoadBalancer or None, default=None
+        Balance the load while running (DSAG paper §VI; SGD-LB, SAG-LB, DSAG-LB): the
+        runtime profiles each worker's latency and, in the background, asks the
+        balancer for new subpartition counts, which take effect with each worker's next
+        task. True uses ``LoadBalancer()``; None or False: fixed subpartitions.
 
     References
     ----------
@@ -46,30 +64,44 @@ class SGD(Method):
     Examples
     --------
     >>> SGD(n_wait=2).get_params()
-    {'n_wait': 2, 'collect_window': 0.02}
+    {'n_wait': 2, 'subpartitions': 1, 'collect_window': 0.02, 'balance': None}
     """
 
     name = "sgd"
 
-    def __init__(self, n_wait: int | None = None, *, collect_window: float = 0.02) -> None:
+    def __init__(self, n_wait: int | None = None, *, subpartitions: int | Sequence[int] = 1,
+                 collect_window: float = 0.02,
+                 balance: bool | LoadBalancer | None = None) -> None:
+        caller = type(self).__name__
         if n_wait is not None:
-            n_wait = check_int(n_wait, name="n_wait", caller=type(self).__name__, low=1)
+            n_wait = check_int(n_wait, name="n_wait", caller=caller, low=1)
         self.n_wait = n_wait
+        self.subpartitions = _check_subpartitions(subpartitions, caller)
         self.collect_window = check_nonnegative(collect_window, name="collect_window",
-                                                caller=type(self).__name__)
+                                                caller=caller)
+        self.balance = balance
+        self.balancer = check_balance(balance, caller=caller)
         self._problem: Problem | None = None
 
     def get_params(self) -> dict[str, Any]:
         """Return the parameters."""
-        return {"n_wait": self.n_wait, "collect_window": self.collect_window}
+        return {"n_wait": self.n_wait, "subpartitions": self.subpartitions,
+                "collect_window": self.collect_window,
+                "balance": None if self.balancer is None else self.balancer.get_params()}
 
     def check_n_workers(self, n_workers: int) -> None:
-        """Refuse ``n_wait`` > ``n_workers``."""
+        """Refuse ``n_wait`` > ``n_workers`` and per-worker lists of another length."""
         if self.n_wait is not None and self.n_wait > n_workers:
             raise InvalidParameterError(
                 f"The 'n_wait' parameter of {type(self).__name__} must be an int in "
                 f"[1, {n_workers}] (the number "
                 f"of workers). Got {self.n_wait!r} instead."
+            )
+        if isinstance(self.subpartitions, tuple) and len(self.subpartitions) != n_workers:
+            raise InvalidParameterError(
+                f"The 'subpartitions' parameter of {type(self).__name__} has "
+                f"{len(self.subpartitions)} values but there are {n_workers} workers; give "
+                "one value or one per worker."
             )
 
     def start(
@@ -81,7 +113,8 @@ class SGD(Method):
         step_size: float,
         partition_rows: list[int] | None = None,
     ) -> None:
-        """Reset the run state."""
+        """Reset the run state: every worker at its first subpartition."""
+        self.check_n_workers(len(placement))
         holders = [i for i, parts in enumerate(placement) if parts]
         n_wait = len(holders) if self.n_wait is None else self.n_wait
         if n_wait > len(holders):
@@ -105,17 +138,114 @@ class SGD(Method):
         self._fresh: dict[int, WorkResult] = {}
         self._dropped = 0
         self._summary: RoundSummary | None = None
+        self._partition_starts = np.concatenate([[0], np.cumsum(partition_rows)]).astype(int)
+        self._next_sub = [0] * len(placement)
+        self._bounds: list[np.ndarray] = []
+        for i, rows in enumerate(self._worker_rows):
+            p = self.subpartitions[i] if isinstance(self.subpartitions, tuple) \
+                else self.subpartitions
+            if placement[i] and p > rows:
+                raise InvalidParameterError(
+                    f"The 'subpartitions' parameter of {type(self).__name__} asks for {p} "
+                    f"subpartitions of worker {i}, which holds {rows} rows; use at most {rows}."
+                )
+            self._bounds.append(subpartition_bounds(rows, p) if rows else np.zeros(2, int))
 
     @property
     def version(self) -> int:
         """Number of steps taken."""
         return self._version
 
+    @property
+    def n_wait_run(self) -> int:
+        """Fresh results waited for per iteration in the current run."""
+        return self._n_wait_run
+
+    @property
+    def subpartition_counts(self) -> tuple[int, ...]:
+        """Current number of subpartitions ``p_i`` of each worker (1 for workers without rows)."""
+        return tuple(len(b) - 1 for b in self._bounds)
+
+    @property
+    def worker_rows(self) -> tuple[int, ...]:
+        """Rows each worker stores (``n_i``)."""
+        return tuple(self._worker_rows)
+
+    def set_subpartitions(self, counts: Sequence[int]) -> list[tuple[int, int, int]]:
+        """Resize the subpartitions; each worker's next task uses its new ``p_i``.
+
+        The next subpartition of a resized worker is chosen by the DSAG paper's
+        Algorithm 2 (:func:`~daskstraggle.balance.partition.align_next`), so it starts
+        where an old one started; no data moves (a task is a row range of what the
+        worker holds). Results in flight keep their old ranges: the gradient cache
+        (SAG, DSAG) evicts overlapping entries whole as new results arrive.
+
+        Parameters
+        ----------
+        counts : sequence of int
+            New ``p_i`` per worker, each in ``[1, n_i]`` (ignored for workers without rows).
+
+        Returns
+        -------
+        changes : list of (int, int, int)
+            ``(worker, old p, new p)`` for every worker whose count changed.
+
+        Raises
+        ------
+        InvalidParameterError
+            If ``counts`` has the wrong length or a count is out of range.
+        """
+        caller = f"{type(self).__name__}.set_subpartitions"
+        if len(counts) != len(self._bounds):
+            raise InvalidParameterError(
+                f"The 'counts' parameter of {caller} needs one value per worker "
+                f"({len(self._bounds)}). Got {len(counts)} instead."
+            )
+        changes = []
+        for i, (p_new, rows) in enumerate(zip(counts, self._worker_rows, strict=True)):
+            if not rows:
+                continue
+            p_new = check_int(p_new, name="counts", caller=caller, low=1, high=rows,
+                              remedy=f"Worker {i} holds {rows} rows.")
+            p_old = len(self._bounds[i]) - 1
+            if p_new == p_old:
+                continue
+            self._next_sub[i] = align_next(rows, p_old, p_new, self._next_sub[i])
+            self._bounds[i] = subpartition_bounds(rows, p_new)
+            changes.append((i, p_old, p_new))
+        return changes
+
+    def subpartition_ranges(self, worker_index: int, k: int) -> tuple[tuple[int, int], ...]:
+        """Global row ranges of subpartition ``k`` (0-based) of a worker."""
+        bounds = self._bounds[worker_index]
+        return self._global_ranges(worker_index, int(bounds[k]), int(bounds[k + 1]))
+
+    def _global_ranges(self, worker_index: int, a: int, b: int) -> tuple[tuple[int, int], ...]:
+        """Map rows ``[a, b)`` of a worker's concatenated partitions to global ranges."""
+        out, offset = [], 0
+        for p in self._placement[worker_index]:
+            lo, hi = int(self._partition_starts[p]), int(self._partition_starts[p + 1])
+            n = hi - lo
+            s, e = max(a - offset, 0), min(b - offset, n)
+            if s < e:
+                out.append((lo + s, lo + e))
+            offset += n
+        return normalize_ranges(out)
+
+    def _unit_rows(self, unit: WorkUnit) -> int:
+        return self._worker_rows[unit.worker_index] if unit.rows is None \
+            else unit.rows[1] - unit.rows[0]
+
     def dispatch(self, worker_index: int) -> WorkUnit | None:
-        """Give the current iterate to an idle worker that has no fresh result yet."""
+        """Give an idle worker with no fresh result the current iterate and its next rows."""
         if worker_index in self._fresh or not self._placement[worker_index]:
             return None
-        return WorkUnit(worker_index, self._placement[worker_index], self._x, self._version)
+        bounds = self._bounds[worker_index]
+        k = self._next_sub[worker_index]
+        self._next_sub[worker_index] = (k + 1) % (len(bounds) - 1)
+        rows = None if len(bounds) == 2 else (int(bounds[k]), int(bounds[k + 1]))
+        return WorkUnit(worker_index, self._placement[worker_index], self._x, self._version,
+                        rows=rows)
 
     def receive(self, result: WorkResult) -> None:
         """Keep fresh results; drop stale ones (the runtime re-tasks their workers)."""
@@ -138,7 +268,7 @@ class SGD(Method):
         total: KernelResult = self._fresh[order[0]].result
         for i in order[1:]:
             total = total + self._fresh[i].result
-        covered = sum(self._worker_rows[i] for i in order)
+        covered = sum(self._unit_rows(self._fresh[i].unit) for i in order)
         exact = covered == self._total_rows
         estimate = total if exact else total.scaled(self._total_rows / covered)
         self._summary = RoundSummary(
@@ -162,3 +292,16 @@ class SGD(Method):
         self._fresh.clear()
         self._dropped = 0
         self._summary = None
+
+
+def _check_subpartitions(value: Any, caller: str) -> int | tuple[int, ...]:
+    """Return ``subpartitions`` as an int >= 1 or a non-empty tuple of them."""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        values = tuple(check_int(p, name="subpartitions", caller=caller, low=1) for p in value)
+        if not values:
+            raise InvalidParameterError(
+                f"The 'subpartitions' parameter of {caller} must be an int >= 1 or one "
+                "per worker. Got an empty sequence instead."
+            )
+        return values
+    return check_int(value, name="subpartitions", caller=caller, low=1)

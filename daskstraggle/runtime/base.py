@@ -108,6 +108,9 @@ class Runtime(ABC):
 
     #: Name recorded in traces.
     name: str = "runtime"
+    #: Run the load balancer's optimizer in a background thread (False: inline, for
+    #: runtimes whose clock does not move while the coordinator computes).
+    balance_in_background: bool = True
 
     @property
     @abstractmethod
@@ -352,6 +355,12 @@ class Runtime(ABC):
         method.start(problem, x0, placement, step_size=step_size,
                      partition_rows=list(self._partition_rows))
         recorder = TraceRecorder(self.n_workers)
+        balancing = None
+        if getattr(method, "balancer", None) is not None:
+            from daskstraggle.runtime.balancing import BalanceLoop
+
+            balancing = BalanceLoop(method, self.n_workers,
+                                    background=self.balance_in_background)
         idle = set(range(self.n_workers))
         in_flight = 0
         durations: dict[int, float] = {}
@@ -382,6 +391,9 @@ class Runtime(ABC):
             durations[i] = result.compute_duration
             if result.latency is not None:
                 latencies[i] = result.latency
+            if balancing is not None:
+                balancing.record(result, now=self._clock(), load=self._unit_load(result.unit),
+                                 stale=result.unit.version != method.version)
             method.receive(result)
 
         try:
@@ -426,6 +438,8 @@ class Runtime(ABC):
                         n_dropped=summary.n_dropped,
                         ages=summary.ages,
                         extras=summary.extras,
+                        subpartitions=None if balancing is None
+                        else method.subpartition_counts,  # type: ignore[attr-defined]
                     )
                     self._on_row(row, recorder)
                     if iterates is not None:
@@ -448,6 +462,11 @@ class Runtime(ABC):
                     previous = summary.objective
                     method.step()
                     self._after_step()
+                    if balancing is not None:
+                        event = balancing.after_step(now=self._clock(),
+                                                     iteration=len(recorder))
+                        if event is not None:
+                            recorder.add_event(event)
                     if method.abandon_stale:
                         for i in self._abandon(method.version):
                             in_flight -= 1
@@ -458,6 +477,8 @@ class Runtime(ABC):
                 feed()
         finally:
             bar.close()
+            if balancing is not None:
+                balancing.close()
             self._cancel_pending()  # first: nothing of this run may reach the next one
             try:
                 self._on_row(len(recorder) - 1, recorder, final=True)

@@ -231,6 +231,7 @@ class DaskRuntime(Runtime):
         self._round_keys: dict[int, str] = {}
         self._key_rows: dict[str, tuple[int, int]] = {}
         self._unmatched: dict[str, float] = {}
+        self._transfers: list[tuple[str, float]] = []
         self._owned: list[Any] = []
         self.client, self._owned = connect(
             client, address=address, n_workers=n_workers, processes=processes, timeout=timeout
@@ -309,6 +310,7 @@ class DaskRuntime(Runtime):
         self._round_keys.clear()
         self._key_rows.clear()
         self._unmatched.clear()
+        self._transfers = []
         if self._record_latency and self._recorder is None:
             from daskstraggle.runtime.plugin import LatencyRecorder
 
@@ -360,11 +362,22 @@ class DaskRuntime(Runtime):
             # a task may finish on the scheduler before the coordinator takes its result:
             # keep its record until the key is placed in a row (bounded)
             self._unmatched[record.key] = record.compute_duration
+            if record.transfer_duration > 0 and "-unit-" in record.key:
+                self._transfers.append((record.key, record.transfer_duration))
         while len(self._unmatched) > 10_000:
             self._unmatched.pop(next(iter(self._unmatched)))
         for key in [k for k in self._key_rows if k in self._unmatched]:
             row_index, worker_index = self._key_rows.pop(key)
             recorder.set_compute(row_index, worker_index, self._unmatched.pop(key))
+
+    def _run_attrs(self) -> dict[str, Any]:
+        # work units whose inputs had to be fetched from another worker, as the scheduler
+        # plugin recorded them (0 when partitions stay where they were loaded, also after
+        # the load balancer resizes subpartitions)
+        if self._recorder is None:
+            return {}
+        return {"unit_transfers": len(self._transfers),
+                "unit_transfer_s": float(sum(d for _, d in self._transfers))}
 
     def _submit(self, unit: WorkUnit, problem: Problem) -> None:
         held = self._held[unit.worker_index]

@@ -81,6 +81,8 @@ class SimRuntime(LocalRuntime):
 
     name = "sim"
 
+    balance_in_background = False  # the simulated clock stands still while planning
+
     def __init__(
         self,
         n_workers: int = 4,

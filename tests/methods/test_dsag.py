@@ -68,7 +68,7 @@ def test_dsag_reaches_the_optimum_where_sgd_and_sag_stall(data, problem, tol):
                 "iteration").values]
     assert gaps[("dsag", 1)] < tol and gaps[("dsag", 3)] < tol, gaps
     # SAG never refreshes the straggler's rows with a fresh result; SGD ignores them
-    assert gaps[("sag", 1)] > 1e-4 and gaps[("sgd", None)] > 1e-4, gaps
+    assert gaps[("sag", 1)] > 1e-4 and gaps[("sgd", 1)] > 1e-4, gaps
 
 
 def _bound_problem(n_rows: int) -> LeastSquares:

@@ -1,0 +1,193 @@
+"""The load balancer's settings and its one entry point for runtimes: :meth:`LoadBalancer.plan`.
+
+A runtime that drives a method with ``balance`` on keeps a
+:class:`~daskstraggle.latency.profiler.LatencyProfiler` built by
+:meth:`LoadBalancer.make_profiler`, feeds it every result's compute and communication
+time, and in the background asks :meth:`LoadBalancer.plan` for new subpartition counts
+(the DSAG paper's Algorithm 1, :func:`~daskstraggle.balance.optimizer.optimize`). An
+accepted plan reaches the method through ``method.set_subpartitions``.
+
+Pure numpy: nothing here imports dask or distributed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from daskstraggle._validation import check_int, check_positive
+from daskstraggle.balance.optimizer import BalancePlan, optimize
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.latency.profiler import LatencyProfiler, ProfileStatistics
+
+__all__ = ["LoadBalancer", "check_balance"]
+
+
+def _check_fraction(value: Any, name: str, caller: str) -> float:
+    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
+    if not ok or not 0.0 < float(value) < 1.0:
+        raise InvalidParameterError(
+            f"The {name!r} parameter of {caller} must be a number in (0, 1). "
+            f"Got {value!r} instead."
+        )
+    return float(value)
+
+
+class LoadBalancer:
+    """Settings of the DSAG load balancer (paper §VI) and the plan it proposes.
+
+    Parameters
+    ----------
+    margin : float, default=0.1
+        A plan is sent only if it lowers the max/min ratio of the workers' expected
+        latencies by at least this fraction (paper: 10 %); in (0, 1).
+    window : float, default=10.0
+        Seconds of latency samples the profiler keeps per worker (paper: 10 s; runtime
+        clock, so simulated seconds for the simulated runtime); > 0.
+    min_samples : int, default=10
+        Samples a worker needs in its window before any plan is made (>= 2).
+    tolerance : float, default=0.01
+        Tolerance of the contribution constraint ``h(p') >= (1 - tolerance) h_min``;
+        in (0, 1).
+    comm_fraction : float, default=0.1
+        Workers whose compute is below this fraction of their latency are left alone.
+    interval : float, default=0.5
+        Seconds (runtime clock) between the starts of two optimizer runs; > 0.
+    n_iterations : int, default=100
+        Simulated iterations per estimate of the participation ``u_i`` (``n_wait < N``).
+    rng : int, default=0
+        Seed of those simulations (the same for every candidate: common random numbers).
+
+    Examples
+    --------
+    >>> LoadBalancer(margin=0.2).get_params()["margin"]
+    0.2
+    >>> LoadBalancer(margin=1.5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    daskstraggle.errors.InvalidParameterError: The 'margin' parameter of LoadBalancer must be ...
+    """
+
+    def __init__(self, *, margin: float = 0.1, window: float = 10.0, min_samples: int = 10,
+                 tolerance: float = 0.01, comm_fraction: float = 0.1, interval: float = 0.5,
+                 n_iterations: int = 100, rng: int = 0) -> None:
+        caller = "LoadBalancer"
+        self.margin = _check_fraction(margin, "margin", caller)
+        self.window = check_positive(window, name="window", caller=caller)
+        self.min_samples = check_int(min_samples, name="min_samples", caller=caller, low=2)
+        self.tolerance = _check_fraction(tolerance, "tolerance", caller)
+        ok = isinstance(comm_fraction, (int, float)) and not isinstance(comm_fraction, bool) \
+            and 0.0 <= comm_fraction < 1.0
+        if not ok:
+            raise InvalidParameterError(
+                f"The 'comm_fraction' parameter of {caller} must be a number in [0, 1). "
+                f"Got {comm_fraction!r} instead."
+            )
+        self.comm_fraction = float(comm_fraction)
+        self.interval = check_positive(interval, name="interval", caller=caller)
+        self.n_iterations = check_int(n_iterations, name="n_iterations", caller=caller, low=10)
+        self.rng = check_int(rng, name="rng", caller=caller, low=0)
+
+    def get_params(self) -> dict[str, Any]:
+        """Return the settings."""
+        return {"margin": self.margin, "window": self.window, "min_samples": self.min_samples,
+                "tolerance": self.tolerance, "comm_fraction": self.comm_fraction,
+                "interval": self.interval, "n_iterations": self.n_iterations, "rng": self.rng}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"LoadBalancer({args})"
+
+    def make_profiler(self, n_workers: int) -> LatencyProfiler:
+        """Return a profiler with this balancer's window and sample threshold."""
+        return LatencyProfiler(n_workers, window=self.window, min_samples=self.min_samples)
+
+    def plan(
+        self,
+        stats: ProfileStatistics,
+        subpartitions: Sequence[int],
+        rows: Sequence[int],
+        *,
+        n_wait: int,
+        p_initial: Sequence[int],
+        collect_window: float = 0.02,
+    ) -> BalancePlan | None:
+        """Propose new subpartition counts from the profiler's statistics.
+
+        Parameters
+        ----------
+        stats : ProfileStatistics
+            The profiler's statistics; compute times are per unit load, where load 1.0
+            is ``n / N`` rows (``N`` workers, ``n`` rows in all), as runtimes record them.
+        subpartitions : sequence of int
+            Current ``p_i`` per worker.
+        rows : sequence of int
+            Rows ``n_i`` per worker; workers without rows are left out.
+        n_wait : int
+            Fresh results the method waits for per iteration.
+        p_initial : sequence of int
+            The run's first counts: the contribution constraint is ``h_min = h(p0)``.
+        collect_window : float, default=0.02
+            The method's collect window (used by the participation estimate).
+
+        Returns
+        -------
+        plan : BalancePlan or None
+            None while some worker holding rows lacks statistics or has no measurable
+            compute; else the optimizer's plan over all workers (``plan.accepted`` says
+            whether to send it).
+        """
+        n_workers = len(subpartitions)
+        rows_a = np.asarray(rows, dtype=np.int64)
+        holders = np.flatnonzero(rows_a > 0)
+        if holders.size == 0 or not bool(stats.ready[holders].all()):
+            return None
+        p = np.asarray(subpartitions, dtype=np.int64)
+        load = rows_a[holders] / p[holders] * n_workers / rows_a.sum()
+        compute_mean = stats.compute_mean[holders] * load
+        if not (compute_mean > 0).all():
+            return None
+        plan = optimize(
+            p[holders], rows_a[holders], compute_mean, stats.compute_var[holders] * load**2,
+            stats.communication_mean[holders], stats.communication_var[holders],
+            n_wait=min(int(n_wait), int(holders.size)),
+            p_initial=np.asarray(p_initial, dtype=np.int64)[holders],
+            margin=self.margin, tolerance=self.tolerance, comm_fraction=self.comm_fraction,
+            collect_window=collect_window, n_iterations=self.n_iterations, rng=self.rng,
+        )
+        if holders.size == n_workers:
+            return plan
+        full = p.copy()
+        full[holders] = plan.subpartitions
+        return _widen(plan, tuple(int(v) for v in full), tuple(int(v) for v in p), holders,
+                      n_workers)
+
+
+def _widen(plan: BalancePlan, new: tuple[int, ...], old: tuple[int, ...],
+           holders: np.ndarray, n_workers: int) -> BalancePlan:
+    """Return ``plan`` over all workers (NaN latency for workers without rows)."""
+    def spread(values: np.ndarray) -> np.ndarray:
+        out = np.full(n_workers, np.nan)
+        out[holders] = values
+        return out
+
+    return dataclasses.replace(plan, subpartitions=new, previous=old,
+                               expected_latency=spread(plan.expected_latency),
+                               previous_latency=spread(plan.previous_latency))
+
+
+def check_balance(balance: Any, *, caller: str) -> LoadBalancer | None:
+    """Return the LoadBalancer a method's ``balance`` parameter asks for (None: off)."""
+    if balance is None or balance is False:
+        return None
+    if balance is True:
+        return LoadBalancer()
+    if isinstance(balance, LoadBalancer):
+        return balance
+    raise InvalidParameterError(
+        f"The 'balance' parameter of {caller} must be True, False, None or a LoadBalancer. "
+        f"Got {balance!r} instead."
+    )

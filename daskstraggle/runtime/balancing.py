@@ -1,0 +1,148 @@
+"""Load balancing inside a run: the profiler fed by every result, the optimizer off the loop.
+
+:class:`BalanceLoop` is what :meth:`Runtime._drive` uses when the method has a
+``balancer`` (``SGD``/``SAG``/``DSAG`` with ``balance=True``):
+
+- every final result feeds a :class:`~daskstraggle.latency.profiler.LatencyProfiler`:
+  the compute time the worker measured (the span the scheduler plugin also records) and
+  the communication time (the coordinator's send-to-receive latency minus it), normalised
+  by the task's load, with stale results' communication replaced by a recent average;
+- after each step, at most every ``balancer.interval`` seconds, the optimizer
+  (:meth:`~daskstraggle.balance.LoadBalancer.plan`) is started on fresh statistics: in a
+  background thread on real runtimes, so it never holds up an iteration, or inline on the
+  simulated runtime, whose clock does not move while the coordinator computes;
+- a finished, accepted plan computed from the current counts is applied with
+  ``method.set_subpartitions``; each worker's next task carries its new row range, so
+  no data moves. The event is recorded in the trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from daskstraggle.balance.balancer import LoadBalancer
+from daskstraggle.balance.optimizer import BalancePlan
+from daskstraggle.methods.base import Method, WorkResult
+
+__all__ = ["BalanceLoop"]
+
+logger = logging.getLogger(__name__)
+
+
+class BalanceLoop:
+    """Profile, optimise in the background, apply plans between iterations.
+
+    Parameters
+    ----------
+    method : Method
+        A started method with ``balancer``, ``subpartition_counts``, ``worker_rows``,
+        ``n_wait_run`` and ``set_subpartitions``.
+    n_workers : int
+        Worker indices of the runtime.
+    background : bool
+        Run the optimizer in a thread (real runtimes) or inline (simulated time).
+    """
+
+    def __init__(self, method: Method, n_workers: int, *, background: bool) -> None:
+        balancer: LoadBalancer = method.balancer  # type: ignore[attr-defined]
+        self.method = method
+        self.balancer = balancer
+        self.profiler = balancer.make_profiler(n_workers)
+        self.initial = tuple(method.subpartition_counts)  # type: ignore[attr-defined]
+        self.events: list[dict[str, Any]] = []
+        self.n_plans = 0
+        self._fresh_seen = [False] * n_workers
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="daskstraggle-balance") \
+            if background else None
+        self._job: Future[BalancePlan | None] | None = None
+        self._inline: BalancePlan | None = None
+        self._last_start: float | None = None
+
+    def record(self, result: WorkResult, *, now: float, load: float, stale: bool) -> None:
+        """Feed one final result's timings to the profiler."""
+        if not result.final or result.latency is None:
+            return
+        i = result.unit.worker_index
+        compute = max(float(result.compute_duration), 0.0)
+        communication = max(float(result.latency) - compute, 0.0)
+        # a stale result's round trip may include time it waited for the coordinator, so
+        # the profiler substitutes the worker's recent fresh average; a worker that is
+        # never fresh (always slower than the n_wait fastest) has none, and its measured
+        # span is the only estimate there is
+        self.profiler.record(i, time=now, compute=compute, communication=communication,
+                             load=max(load, 1e-12), stale=stale and self._fresh_seen[i])
+        if not stale:
+            self._fresh_seen[i] = True
+
+    def _plan(self, stats: Any, counts: tuple[int, ...]) -> BalancePlan | None:
+        method = self.method
+        return self.balancer.plan(
+            stats, counts, method.worker_rows,  # type: ignore[attr-defined]
+            n_wait=method.n_wait_run,  # type: ignore[attr-defined]
+            p_initial=self.initial, collect_window=float(method.collect_window),
+        )
+
+    def after_step(self, *, now: float, iteration: int) -> dict[str, Any] | None:
+        """Apply a finished plan, then start the optimizer again if it is due.
+
+        Returns the balancing event applied now (None if none).
+        """
+        event = None
+        plan = self._take_finished()
+        if plan is not None:
+            event = self._apply(plan, iteration)
+        due = self._last_start is None or now - self._last_start >= self.balancer.interval
+        if due and self._job is None and self._inline is None:
+            counts = tuple(self.method.subpartition_counts)  # type: ignore[attr-defined]
+            stats = self.profiler.statistics()
+            self._last_start = now
+            if self._executor is not None:
+                self._job = self._executor.submit(self._plan, stats, counts)
+            else:
+                self._inline = self._plan(stats, counts)
+        return event
+
+    def _take_finished(self) -> BalancePlan | None:
+        if self._inline is not None:
+            plan, self._inline = self._inline, None
+            return plan
+        if self._job is None or not self._job.done():
+            return None
+        job, self._job = self._job, None
+        try:
+            return job.result()
+        except Exception as err:  # a failed plan must not end the run
+            logger.warning("the load balancer's optimizer failed: %s", err)
+            return None
+
+    def _apply(self, plan: BalancePlan, iteration: int) -> dict[str, Any] | None:
+        self.n_plans += 1
+        current = tuple(self.method.subpartition_counts)  # type: ignore[attr-defined]
+        if not plan.accepted or tuple(plan.previous) != current:
+            return None
+        changes = self.method.set_subpartitions(plan.subpartitions)  # type: ignore[attr-defined]
+        if not changes:
+            return None
+        event = {
+            "iteration": iteration,
+            "previous": list(current),
+            "subpartitions": [int(v) for v in plan.subpartitions],
+            "improvement": float(plan.improvement),
+            "previous_imbalance": float(plan.previous_imbalance),
+            "imbalance": float(plan.imbalance),
+        }
+        self.events.append(event)
+        logger.info("load balancer: iteration %d, subpartitions %s -> %s (predicted max/min "
+                    "latency %.3g -> %.3g)", iteration, event["previous"],
+                    event["subpartitions"], plan.previous_imbalance, plan.imbalance)
+        # new counts: latency samples are normalised by load, so the window stays usable
+        return event
+
+    def close(self) -> None:
+        """Stop the background thread (a running optimizer finishes on its own)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        self._job = None
