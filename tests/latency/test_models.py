@@ -27,6 +27,7 @@ from daskstraggle.latency.models import (
     Slowdown,
     TwoStateMarkov,
 )
+from daskstraggle.latency.modifiers import Schedule
 from daskstraggle.latency.spec import parse_latency
 
 SEEDS = range(20)
@@ -46,6 +47,7 @@ EXAMPLES: dict[str, LatencyModel] = {
                              initial="stationary", workers=(1, 2)),
     "bursts": Bursts(base=GAMMA, p_enter=0.3, p_leave=0.4, period=0.5),
     "artificial": Artificial(base=GAMMA, spread=0.4, n_recover=1, recover_time=1.0),
+    "schedule": Schedule(base=GAMMA, changes=[[2, [0, 2], 3.0], [5, 0, 0.5]]),
     "replay": Replay.from_array(np.arange(15.0).reshape(5, 3) / 10),
 }
 
@@ -53,7 +55,7 @@ EXAMPLES: dict[str, LatencyModel] = {
 DEPENDS_ON_N = {"artificial", "replay"}
 
 #: Models whose samplers depend on time, iteration or history.
-STATEFUL = {"markov", "bursts", "artificial", "replay"}
+STATEFUL = {"markov", "bursts", "artificial", "replay", "schedule"}
 
 GAMMA1 = Gamma(mean=0.2, var=4e-3, communication_mean=0.01, communication_var=1e-5)
 #: Examples with scalar parameters (they fit any number of workers).
@@ -66,6 +68,7 @@ SCALAR_EXAMPLES: dict[str, LatencyModel] = {
     "markov": TwoStateMarkov(base=GAMMA1, slow=ShiftedExponential(shift=0.1, rate=5.0),
                              p_slow=0.2, p_fast=0.5, initial="stationary", workers=(1, 2)),
     "bursts": Bursts(base=GAMMA1, p_enter=0.3, p_leave=0.4, period=0.5),
+    "schedule": Schedule(base=GAMMA1, changes=[[2, [0, 1], 3.0], [5, 0, 0.5]]),
 }
 
 #: Per model: (parameters, name of the bad parameter).
@@ -95,6 +98,8 @@ BAD: dict[str, list[tuple[dict, str]]] = {
                ({"p_leave": -0.5}, "p_leave"), ({"period": -1.0}, "period")],
     "artificial": [({"spread": -1.0}, "spread"), ({"n_recover": -1}, "n_recover"),
                    ({"n_recover": 1.5}, "n_recover"), ({"recover_time": math.nan}, "recover_time")],
+    "schedule": [({"changes": [[-1, 0, 2.0]]}, "changes"), ({"changes": [[1, 0, 0.0]]}, "changes"),
+                 ({"changes": [[1, -1, 2.0]]}, "changes"), ({"changes": "soon"}, "changes")],
     "replay": [({}, "path"), ({"table": ((1.0, -1.0),)}, "table"),
                ({"table": ((1.0,), (1.0, 2.0))}, "table"), ({"table": ()}, "table")],
 }
