@@ -1,0 +1,72 @@
+"""Smoke test of ``pipelines/load_balancing.py`` (simulated sections, quick settings).
+
+Checks what must hold whatever the latency draws: the balanced Fig. 7 runs balance (events
+recorded, the trace's subpartitions follow them) and end with a smaller spread of the
+per-worker mean latency and shorter iterations than the unbalanced runs; the unbalanced
+runs show the scheduled slow-down and speed-up; the time-to-accuracy section holds every
+variant, seed and target; the JSON, the Markdown report and the figures are written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+
+def test_quick_simulated_load_balancing(tmp_path, capsys, load_pipeline):
+    out = tmp_path / "lb.json"
+    results = load_pipeline("load_balancing").main(
+        ["--quick", "--sections", "sim,tta", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["quick"] is True and "cluster" not in saved
+    assert (tmp_path / "lb.md").read_text().startswith("# Load balancing")
+    assert sorted(saved["figures"]) == ["lb-fig7.png", "lb-tta.png"]
+    assert all((tmp_path / name).stat().st_size > 0 for name in saved["figures"])
+
+    fig7 = results["sim"]
+    cfg = fig7["settings"]
+    slowed, sped_up = fig7["slowed"], fig7["sped_up"]
+    assert len(slowed) == cfg["n_slow"] and len(sped_up) == cfg["n_fast"]
+    assert not set(slowed) & set(sped_up)
+    final = fig7["final_phase"]
+    for unbalanced, balanced in zip(fig7["runs"]["unbalanced"], fig7["runs"]["balanced"],
+                                    strict=True):
+        assert unbalanced["events"] == [] and "subpartitions" not in unbalanced
+        assert balanced["events"], "the balanced run never rebalanced"
+        # the trace's per-iteration counts follow the events
+        counts = np.array(balanced["subpartitions"])
+        for event in balanced["events"]:
+            if event["iteration"] < len(counts):
+                assert counts[event["iteration"]].tolist() == event["subpartitions"]
+            assert counts[event["iteration"] - 1].tolist() == event["previous"]
+        # the balancer moved work off the slowed workers and onto the sped-up ones
+        assert counts[-1][slowed].min() > cfg["subpartitions"]
+        assert counts[-1][sped_up].max() < cfg["subpartitions"]
+        # unbalanced: the schedule is visible in the per-worker means
+        u = unbalanced["phases"]
+        for w in slowed:
+            assert u["slowed"]["worker_mean_s"][w] > 1.5 * u["before"]["worker_mean_s"][w]
+        for w in sped_up:
+            assert u["sped-up"]["worker_mean_s"][w] < 0.7 * u["before"]["worker_mean_s"][w]
+        # balancing shrinks the per-worker latency spread and the iteration time
+        b = balanced["phases"][final]
+        assert b["max_min_ratio"] < 0.5 * unbalanced["phases"][final]["max_min_ratio"]
+        assert b["mean_iteration_s"] < 0.8 * unbalanced["phases"][final]["mean_iteration_s"]
+    assert fig7["final_unbalanced_over_balanced"]["median"] > 1.25
+
+    tta = saved["tta"]
+    keys = {f"{t:g}" for t in tta["targets"]}
+    assert set(tta["median"]) == {"dsag", "dsag-lb", "dsag-lb-short"} == set(tta["runs"])
+    for label, runs in tta["runs"].items():
+        assert len(runs) == tta["settings"]["repeats"]
+        for r in runs:
+            assert set(r["time_to"]) == keys
+            assert len(r["gap"]) == len(r["wall_time"]) == r["iterations"]
+            assert math.isfinite(r["final_gap"]) and r["final_gap"] >= 0, label
+            assert r["gap"][-1] < 0.1 * r["gap"][0], label  # it converges
+            assert r["wall_time"][-1] >= tta["settings"]["horizon"]
+        assert len(tta["median"][label]["curve"]) == len(tta["grid"])
+    assert tta["median"]["dsag"]["n_events"] == 0
+    assert "Reduction of the median time" in capsys.readouterr().out
