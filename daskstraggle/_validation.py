@@ -65,6 +65,17 @@ def check_positive(
     return value  # type: ignore[return-value]
 
 
+def check_fraction(value: object, *, name: str, caller: str, closed_low: bool = False) -> float:
+    """Return ``value`` as a float in (0, 1), or in [0, 1) with ``closed_low``."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if ok:
+        value = float(value)  # type: ignore[arg-type]
+        ok = 0.0 <= value < 1.0 if closed_low else 0.0 < value < 1.0
+    if not ok:
+        _fail(name, caller, f"a number in {'[' if closed_low else '('}0, 1)", value)
+    return value  # type: ignore[return-value]
+
+
 def check_nonnegative(value: object, *, name: str, caller: str) -> float:
     """Return ``value`` as a finite float >= 0."""
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -19,10 +19,10 @@ from daskstraggle.balance.partition import (
 __all__ = [
     "BalancePlan",
     "LoadBalancer",
-    "check_balance",
-    "optimize",
     "align",
     "align_next",
+    "check_balance",
+    "optimize",
     "part_start",
     "part_stop",
     "part_trans",

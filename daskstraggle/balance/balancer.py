@@ -18,22 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from daskstraggle._validation import check_int, check_positive
+from daskstraggle._validation import check_fraction, check_int, check_positive
 from daskstraggle.balance.optimizer import BalancePlan, optimize
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.profiler import LatencyProfiler, ProfileStatistics
 
 __all__ = ["LoadBalancer", "check_balance"]
-
-
-def _check_fraction(value: Any, name: str, caller: str) -> float:
-    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
-    if not ok or not 0.0 < float(value) < 1.0:
-        raise InvalidParameterError(
-            f"The {name!r} parameter of {caller} must be a number in (0, 1). "
-            f"Got {value!r} instead."
-        )
-    return float(value)
 
 
 class LoadBalancer:
@@ -75,18 +65,12 @@ class LoadBalancer:
                  tolerance: float = 0.01, comm_fraction: float = 0.1, interval: float = 0.5,
                  n_iterations: int = 100, rng: int = 0) -> None:
         caller = "LoadBalancer"
-        self.margin = _check_fraction(margin, "margin", caller)
+        self.margin = check_fraction(margin, name="margin", caller=caller)
         self.window = check_positive(window, name="window", caller=caller)
         self.min_samples = check_int(min_samples, name="min_samples", caller=caller, low=2)
-        self.tolerance = _check_fraction(tolerance, "tolerance", caller)
-        ok = isinstance(comm_fraction, (int, float)) and not isinstance(comm_fraction, bool) \
-            and 0.0 <= comm_fraction < 1.0
-        if not ok:
-            raise InvalidParameterError(
-                f"The 'comm_fraction' parameter of {caller} must be a number in [0, 1). "
-                f"Got {comm_fraction!r} instead."
-            )
-        self.comm_fraction = float(comm_fraction)
+        self.tolerance = check_fraction(tolerance, name="tolerance", caller=caller)
+        self.comm_fraction = check_fraction(comm_fraction, name="comm_fraction", caller=caller,
+                                            closed_low=True)
         self.interval = check_positive(interval, name="interval", caller=caller)
         self.n_iterations = check_int(n_iterations, name="n_iterations", caller=caller, low=10)
         self.rng = check_int(rng, name="rng", caller=caller, low=0)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from daskstraggle._validation import check_int, check_nonnegative, check_positive
+from daskstraggle._validation import check_fraction, check_int, check_nonnegative, check_positive
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.models import Gamma
 from daskstraggle.latency.simulator import simulate
@@ -130,14 +130,6 @@ def _check_stat(value: object, name: str, n_workers: int, *, strict: bool) -> ND
         _fail(name, f"finite numbers {'>' if strict else '>='} 0, one per worker",
               f"{name}[{k}]={arr[k].item()!r}", remedy)
     return arr
-
-
-def _check_fraction(value: object, name: str, *, closed_low: bool = False) -> float:
-    ok = isinstance(value, int | float | np.floating | np.integer) and not isinstance(value, bool)
-    ok = ok and (0 <= value < 1 if closed_low else 0 < value < 1)  # type: ignore[operator]
-    if not ok:
-        _fail(name, "in [0, 1)" if closed_low else "in (0, 1)", repr(value))
-    return float(value)  # type: ignore[arg-type]
 
 
 class _Contribution:
@@ -329,9 +321,10 @@ def optimize(
               f"communication_var[{k}]={v_y[k].item()!r}")
     n_wait = check_int(n_wait, name="n_wait", caller=_CALLER, low=1, high=n_workers)
     h_min = check_positive(h_min, name="h_min", caller=_CALLER, allow_none=True)
-    margin = _check_fraction(margin, "margin")
-    tolerance = _check_fraction(tolerance, "tolerance")
-    comm_fraction = _check_fraction(comm_fraction, "comm_fraction", closed_low=True)
+    margin = check_fraction(margin, name="margin", caller=_CALLER)
+    tolerance = check_fraction(tolerance, name="tolerance", caller=_CALLER)
+    comm_fraction = check_fraction(comm_fraction, name="comm_fraction", caller=_CALLER,
+                                   closed_low=True)
     collect_window = check_nonnegative(collect_window, name="collect_window", caller=_CALLER)
     n_iterations = check_int(n_iterations, name="n_iterations", caller=_CALLER, low=1)
 

@@ -9,11 +9,8 @@ results discarded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from daskstraggle.balance.balancer import LoadBalancer
 from daskstraggle.balance.partition import subpartition_bounds
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import RoundSummary, WorkResult, WorkUnit
@@ -79,12 +76,6 @@ class DSAG(SGD):
 
     name = "dsag"
     use_stale = True
-
-    def __init__(self, n_wait: int | None = None, *, subpartitions: int | Sequence[int] = 1,
-                 collect_window: float = 0.02,
-                 balance: bool | LoadBalancer | None = None) -> None:
-        super().__init__(n_wait, subpartitions=subpartitions, collect_window=collect_window,
-                         balance=balance)
 
     # ------------------------------------------------------------------ run state
 

@@ -52,7 +52,6 @@ class BalanceLoop:
         self.profiler = balancer.make_profiler(n_workers)
         self.initial = tuple(method.subpartition_counts)  # type: ignore[attr-defined]
         self.events: list[dict[str, Any]] = []
-        self.n_plans = 0
         self._fresh_seen = [False] * n_workers
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="daskstraggle-balance") \
             if background else None
@@ -118,7 +117,6 @@ class BalanceLoop:
             return None
 
     def _apply(self, plan: BalancePlan, iteration: int) -> dict[str, Any] | None:
-        self.n_plans += 1
         current = tuple(self.method.subpartition_counts)  # type: ignore[attr-defined]
         if not plan.accepted or tuple(plan.previous) != current:
             return None
