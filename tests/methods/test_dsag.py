@@ -142,7 +142,7 @@ def test_on_process_workers_dsag_reaches_the_optimum_despite_a_straggler(data):
     slow = Constant(compute=(0.005, 0.005, 0.005, 0.3))
     with DaskRuntime(n_workers=4, stragglers=slow, rng=0) as rt:
         res = rt.run(DSAG(n_wait=3, subpartitions=2), problem, open_matrix(X),
-                     stop=StopRule(max_iter=300, tol=None), rng=0)
+                     stop=StopRule(max_iter=450, tol=None), rng=0)
         gd = rt.run(GD(), problem, open_matrix(X), stop=StopRule(max_iter=15, tol=None), rng=0)
     assert abs(res.objective - ref) / abs(ref) < 1e-8
     assert int(res.trace.n_stale.sum()) > 0
