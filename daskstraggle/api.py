@@ -173,7 +173,10 @@ def solve(
         ``degrees``, ``tolerance``, ``ordering``, ``age_threshold``) or ``"async"``
         (bounded-delay asynchronous updates, parameters ``max_delay``, ``order``).
     step_size : float or None, default=None
-        None: the problem's safe default.
+        None: the problem's safe default for the method (see
+        :meth:`~daskstraggle.runtime.Runtime.run`: GD's step, times 0.9 for PCA or
+        ``min(1, 2 / subpartitions)`` for regression with SGD, SAG and DSAG, and divided
+        by the workers for ``async``).
     max_iter, tol, gap_tol, time_budget
         Stop rule, see :class:`~daskstraggle.runtime.StopRule`.
     reference : bool, default=False

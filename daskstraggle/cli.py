@@ -99,7 +99,9 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Stop when the relative objective change is below this."),
         click.option("--time-budget", type=float, default=None, help="Stop after this many seconds."),
         click.option("--step-size", type=float, default=None,
-                     help="Step size (default: 1 for PCA, 1/L estimated for regression)."),
+                     help="Step size (default: GD's 1 for PCA, 1/L estimated for regression; "
+                          "x0.9 (PCA) or x min(1, 2/subpartitions) (regression) for sgd, "
+                          "sag and dsag; /workers for async)."),
         click.option("--partitions", "n_partitions", type=int, default=None,
                      help="Row partitions (default: storage chunks, at least one per worker)."),
         click.option("--array", default=None, help="Member of the Zarr group holding the matrix."),

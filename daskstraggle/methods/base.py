@@ -204,6 +204,13 @@ class Method(ABC):
     def check_n_workers(self, n_workers: int) -> None:  # noqa: B027 - optional hook
         """Raise InvalidParameterError if the parameters do not fit ``n_workers`` workers."""
 
+    def step_factor(self, problem: Problem, n_workers: int) -> float:
+        """Return the multiple of ``problem.default_step_size`` to use when none is given.
+
+        1.0 (the exact-gradient step) unless the method steps from gradient estimates.
+        """
+        return 1.0
+
     def partition_count(self, n_workers: int, n_rows: int) -> int | None:
         """Return the number of row partitions the method needs (None: any, >= workers)."""
         return None

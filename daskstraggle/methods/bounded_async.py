@@ -48,11 +48,13 @@ class BoundedAsync(Method):
 
     Notes
     -----
-    MLfabric suggests a step size ``C / sqrt(tau_max t)``; with large delays use a
-    smaller ``step_size`` than the synchronous default. MLfabric also drops updates at
-    the worker before transfer; here the worker's result reaches the coordinator and is
-    dropped there (the worker cannot know the coordinator's version without a round
-    trip).
+    MLfabric suggests a step size ``C / sqrt(tau_max t)``. Without an explicit
+    ``step_size`` the runtime uses the problem's GD step over ``N``
+    (:meth:`step_factor`): about ``N`` updates are applied per round of all workers,
+    each along a full-gradient estimate. With large delays use a smaller step still.
+    MLfabric also drops updates at the worker before transfer; here the worker's result
+    reaches the coordinator and is dropped there (the worker cannot know the
+    coordinator's version without a round trip).
 
     References
     ----------
@@ -78,6 +80,10 @@ class BoundedAsync(Method):
             )
         self.order = order
         self._problem: Problem | None = None
+
+    def step_factor(self, problem: Problem, n_workers: int) -> float:
+        """Return ``1 / n_workers``: each result is a step along a full-gradient estimate."""
+        return 1.0 / max(int(n_workers), 1)
 
     def get_params(self) -> dict[str, Any]:
         """Return the parameters."""

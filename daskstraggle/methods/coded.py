@@ -246,6 +246,10 @@ class IgnoreStragglers(SGD):
         """Return the parameters."""
         return {"n_stragglers": self.n_stragglers}
 
+    def step_factor(self, problem: Problem, n_workers: int) -> float:
+        """Return 1.0: the gradient-coding baseline takes GD's step, like the coded methods."""
+        return 1.0
+
     def check_n_workers(self, n_workers: int) -> None:
         """Refuse ``n_stragglers >= n_workers``."""
         if self.n_stragglers >= n_workers:

@@ -55,6 +55,14 @@ class SGD(Method):
         balancer for new subpartition counts, which take effect with each worker's next
         task. True uses ``LoadBalancer()``; None or False: fixed subpartitions.
 
+    Notes
+    -----
+    Without an explicit ``step_size`` the runtime scales the problem's GD step by
+    :meth:`step_factor`: 0.9 for PCA (the DSAG paper's eta); for regression
+    ``min(1, 2 / p)`` with ``p`` the largest subpartition count (doubled with
+    ``balance``), since cached parts age about ``p`` iterations and a full ``1/L`` step
+    on such a sum can stall or diverge.
+
     References
     ----------
     Severinson, Rosnes, El Rouayheb, Graell i Amat, "DSAG: A mixed synchronous-
@@ -88,6 +96,19 @@ class SGD(Method):
         return {"n_wait": self.n_wait, "subpartitions": self.subpartitions,
                 "collect_window": self.collect_window,
                 "balance": None if self.balancer is None else self.balancer.get_params()}
+
+    def step_factor(self, problem: Problem, n_workers: int) -> float:
+        """Return ``problem.stochastic_step_factor`` for the largest ``p_i``.
+
+        A cached part ages about ``p_i`` iterations between refreshes; with ``balance``
+        on, the load balancer typically doubles the slowest workers' counts, so the
+        staleness taken is twice the largest starting count.
+        """
+        p = self.subpartitions
+        staleness = max(p) if isinstance(p, tuple) else int(p)
+        if self.balancer is not None:
+            staleness *= 2
+        return float(problem.stochastic_step_factor(staleness))
 
     def check_n_workers(self, n_workers: int) -> None:
         """Refuse ``n_wait`` > ``n_workers`` and per-worker lists of another length."""

@@ -220,7 +220,10 @@ class Runtime(ABC):
             When to stop (None: ``StopRule()``).
         step_size : float or None, default=None
             None: the problem's default (1 for PCA, ``1/L`` from a power-iteration
-            estimate of the smoothness for regression).
+            estimate of the smoothness for regression) times the method's
+            ``step_factor``: 1 for GD and coded GD; for SGD, SAG and DSAG 0.9 with PCA
+            and ``min(1, 2 / p)`` with regression (``p`` the largest subpartition
+            count, doubled with ``balance``); one over the workers for ``async``.
         reference : bool, default=False
             Also compute the exact optimum with an independent solver and record the gap.
         rng : int, Generator or None, default=None
@@ -278,7 +281,8 @@ class Runtime(ABC):
         load_duration = time.perf_counter() - t_load
         bound = problem.bind(stats)
         if step_size is None:
-            step_size = bound.default_step_size(self._map_reduce, rng)
+            step_size = (bound.default_step_size(self._map_reduce, rng)
+                         * method.step_factor(bound, self.n_workers))
         ref: Reference | None = bound.reference_solution(self._map_reduce) if reference else None
         x0 = bound.init_iterate(rng)
         self._partition_rows = [int(r) for r in matrix.partition_rows()]
