@@ -89,6 +89,19 @@ class LoadBalancer:
         """Return a profiler with this balancer's window and sample threshold."""
         return LatencyProfiler(n_workers, window=self.window, min_samples=self.min_samples)
 
+    def ready(self, stats: ProfileStatistics, rows: Sequence[int]) -> bool:
+        """Return whether every worker holding rows has enough samples for a plan.
+
+        Parameters
+        ----------
+        stats : ProfileStatistics
+            The profiler's statistics.
+        rows : sequence of int
+            Rows ``n_i`` per worker; workers without rows need no statistics.
+        """
+        holders = np.flatnonzero(np.asarray(rows, dtype=np.int64) > 0)
+        return holders.size > 0 and bool(stats.ready[holders].all())
+
     def plan(
         self,
         stats: ProfileStatistics,
@@ -127,7 +140,7 @@ class LoadBalancer:
         n_workers = len(subpartitions)
         rows_a = np.asarray(rows, dtype=np.int64)
         holders = np.flatnonzero(rows_a > 0)
-        if holders.size == 0 or not bool(stats.ready[holders].all()):
+        if not self.ready(stats, rows_a):
             return None
         p = np.asarray(subpartitions, dtype=np.int64)
         load = rows_a[holders] / p[holders] * n_workers / rows_a.sum()

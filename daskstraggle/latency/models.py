@@ -30,7 +30,7 @@ from daskstraggle.latency.base import (
     check_per_worker,
     register_model,
 )
-from daskstraggle.latency.modifiers import Artificial, Bursts, Slowdown, TwoStateMarkov
+from daskstraggle.latency.modifiers import Artificial, Bursts, Schedule, Slowdown, TwoStateMarkov
 
 __all__ = [
     "Artificial",
@@ -38,6 +38,7 @@ __all__ = [
     "Gamma",
     "MultiMessage",
     "Replay",
+    "Schedule",
     "ShiftedExponential",
     "Slowdown",
     "TwoStateMarkov",

@@ -56,7 +56,6 @@ class BalanceLoop:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="daskstraggle-balance") \
             if background else None
         self._job: Future[BalancePlan | None] | None = None
-        self._inline: BalancePlan | None = None
         self._last_start: float | None = None
 
     def record(self, result: WorkResult, *, now: float, load: float, stale: bool) -> None:
@@ -86,27 +85,34 @@ class BalanceLoop:
     def after_step(self, *, now: float, iteration: int) -> dict[str, Any] | None:
         """Apply a finished plan, then start the optimizer again if it is due.
 
+        The optimizer is due ``balancer.interval`` after its last start and only once
+        every worker holding rows has enough samples, so a run whose statistics are not
+        ready yet retries at the next step instead of a full interval later. Inline
+        (simulated time) the plan is applied at once.
+
         Returns the balancing event applied now (None if none).
         """
         event = None
         plan = self._take_finished()
         if plan is not None:
             event = self._apply(plan, iteration)
-        due = self._last_start is None or now - self._last_start >= self.balancer.interval
-        if due and self._job is None and self._inline is None:
-            counts = tuple(self.method.subpartition_counts)  # type: ignore[attr-defined]
-            stats = self.profiler.statistics()
-            self._last_start = now
-            if self._executor is not None:
-                self._job = self._executor.submit(self._plan, stats, counts)
-            else:
-                self._inline = self._plan(stats, counts)
+        if self._job is not None or (self._last_start is not None
+                                     and now - self._last_start < self.balancer.interval):
+            return event
+        stats = self.profiler.statistics()
+        if not self.balancer.ready(stats, self.method.worker_rows):  # type: ignore[attr-defined]
+            return event
+        counts = tuple(self.method.subpartition_counts)  # type: ignore[attr-defined]
+        self._last_start = now
+        if self._executor is not None:
+            self._job = self._executor.submit(self._plan, stats, counts)
+            return event
+        plan = self._plan(stats, counts)
+        if plan is not None and event is None:
+            event = self._apply(plan, iteration)
         return event
 
     def _take_finished(self) -> BalancePlan | None:
-        if self._inline is not None:
-            plan, self._inline = self._inline, None
-            return plan
         if self._job is None or not self._job.done():
             return None
         job, self._job = self._job, None

@@ -161,3 +161,19 @@ def test_pca_dsag_lb_reaches_the_optimum():
                      stop=StopRule(max_iter=300, tol=None), rng=0, reference=True)
     assert res.trace.sizes["balance_event"] >= 1
     assert abs(res.objective - res.reference_objective) < 1e-8
+
+
+def test_first_plan_comes_as_soon_as_statistics_are_ready(logistic_data):
+    # every worker answers once per iteration (w = N), so min_samples=5 is reached after
+    # 5 rows; a not-ready attempt must not start the interval (100 simulated seconds,
+    # longer than the run), and on the simulated runtime the plan applies at once
+    X, y = logistic_data
+    with SimRuntime(4, latency=SLOW, rng=2) as rt:
+        res = rt.run(SGD(n_wait=4, subpartitions=12,
+                         balance=LoadBalancer(min_samples=5, interval=100.0)),
+                     Logistic(alpha=0.05), open_matrix(X, labels=y),
+                     stop=StopRule(max_iter=30, tol=None), rng=0)
+    trace = res.trace
+    assert trace.balance_iteration.values.tolist() == [5]
+    assert (trace.subpartitions.values[:5] == 12).all()
+    assert (trace.subpartitions.values[5] == trace.balance_subpartitions.values[0]).all()
