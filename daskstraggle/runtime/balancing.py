@@ -9,8 +9,10 @@
   by the task's load, with stale results' communication replaced by a recent average;
 - after each step, at most every ``balancer.interval`` seconds, the optimizer
   (:meth:`~daskstraggle.balance.LoadBalancer.plan`) is started on fresh statistics: in a
-  background thread on real runtimes, so it never holds up an iteration, or inline on the
-  simulated runtime, whose clock does not move while the coordinator computes;
+  child process on real runtimes (:class:`~daskstraggle.balance._planner.PlannerProcess`;
+  a thread of this process would compete with the Dask client for the GIL), so it never
+  holds up an iteration, or inline on the simulated runtime, whose clock does not move
+  while the coordinator computes;
 - a finished, accepted plan computed from the current counts is applied with
   ``method.set_subpartitions``; each worker's next task carries its new row range, so
   no data moves. The event is recorded in the trace.
@@ -22,6 +24,7 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from daskstraggle.balance._planner import PlannerProcess
 from daskstraggle.balance.balancer import LoadBalancer
 from daskstraggle.balance.optimizer import BalancePlan
 from daskstraggle.methods.base import Method, WorkResult
@@ -42,7 +45,8 @@ class BalanceLoop:
     n_workers : int
         Worker indices of the runtime.
     background : bool
-        Run the optimizer in a thread (real runtimes) or inline (simulated time).
+        Run the optimizer in a child process (real runtimes; a thread if the process
+        cannot be started or dies) or inline (simulated time).
     """
 
     def __init__(self, method: Method, n_workers: int, *, background: bool) -> None:
@@ -53,8 +57,15 @@ class BalanceLoop:
         self.initial = tuple(method.subpartition_counts)  # type: ignore[attr-defined]
         self.events: list[dict[str, Any]] = []
         self._fresh_seen = [False] * n_workers
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="daskstraggle-balance") \
-            if background else None
+        self._process: PlannerProcess | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        if background:
+            try:
+                self._process = PlannerProcess()
+            except OSError as err:
+                logger.warning("the load balancer's planner process did not start (%s); "
+                               "planning in a thread", err)
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="daskstraggle-balance")
         self._job: Future[BalancePlan | None] | None = None
         self._last_start: float | None = None
 
@@ -74,13 +85,13 @@ class BalanceLoop:
         if not stale:
             self._fresh_seen[i] = True
 
-    def _plan(self, stats: Any, counts: tuple[int, ...]) -> BalancePlan | None:
+    def _plan_arguments(self, stats: Any, counts: tuple[int, ...]) -> tuple[tuple[Any, ...],
+                                                                            dict[str, Any]]:
         method = self.method
-        return self.balancer.plan(
-            stats, counts, method.worker_rows,  # type: ignore[attr-defined]
-            n_wait=method.n_wait_run,  # type: ignore[attr-defined]
-            p_initial=self.initial, collect_window=float(method.collect_window),
-        )
+        args = (stats, counts, tuple(method.worker_rows))  # type: ignore[attr-defined]
+        kwargs = {"n_wait": int(method.n_wait_run),  # type: ignore[attr-defined]
+                  "p_initial": self.initial, "collect_window": float(method.collect_window)}
+        return args, kwargs
 
     def after_step(self, *, now: float, iteration: int) -> dict[str, Any] | None:
         """Apply a finished plan, then start the optimizer again if it is due.
@@ -104,10 +115,14 @@ class BalanceLoop:
             return event
         counts = tuple(self.method.subpartition_counts)  # type: ignore[attr-defined]
         self._last_start = now
-        if self._executor is not None:
-            self._job = self._executor.submit(self._plan, stats, counts)
+        args, kwargs = self._plan_arguments(stats, counts)
+        if self._process is not None:
+            self._job = self._process.submit(self.balancer, *args, **kwargs)
             return event
-        plan = self._plan(stats, counts)
+        if self._executor is not None:
+            self._job = self._executor.submit(self.balancer.plan, *args, **kwargs)
+            return event
+        plan = self.balancer.plan(*args, **kwargs)
         if plan is not None and event is None:
             event = self._apply(plan, iteration)
         return event
@@ -120,6 +135,12 @@ class BalanceLoop:
             return job.result()
         except Exception as err:  # a failed plan must not end the run
             logger.warning("the load balancer's optimizer failed: %s", err)
+            if self._process is not None and not self._process.running:
+                logger.warning("the load balancer's planner process exited; planning in a "
+                               "thread from now on")
+                self._process.close()
+                self._process = None
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="daskstraggle-balance")
             return None
 
     def _apply(self, plan: BalancePlan, iteration: int) -> dict[str, Any] | None:
@@ -145,7 +166,10 @@ class BalanceLoop:
         return event
 
     def close(self) -> None:
-        """Stop the background thread (a running optimizer finishes on its own)."""
+        """Stop the planner process, or the thread (a running plan there finishes alone)."""
+        if self._process is not None:
+            self._process.close()
+            self._process = None
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
