@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """DSAG load balancing: per-worker latency (paper Fig. 7) and DSAG vs DSAG-LB time to accuracy.
 
-Two experiments of ``papers/dsag.txt``, read from ``pipelines/load_balancing.toml``:
+Two experiments of ``papers/dsag.txt`` and the load-balancing issue's check, read from
+``pipelines/load_balancing.toml``:
 
 (fig7) §VI, Fig. 7: N = 8 workers, DSAG waiting for all of them (w = N). From iteration
        40 three randomly chosen (seeded) workers compute twice as slowly, from iteration
@@ -22,11 +23,22 @@ Two experiments of ``papers/dsag.txt``, read from ``pipelines/load_balancing.tom
        simulated time at which each variant first reaches each target gap (medians over
        latency seeds) and DSAG-LB's reduction of that time (the paper: 30-40 % at gaps
        1e-6 to 1e-12).
+(check) The load-balancing issue's acceptance check, asserted once by
+       ``tests/runtime/test_balance_dask.py``, repeated: a LocalCluster of 4 process
+       workers, worker 0 twice as slow (injected delays), DSAG with w = N and 20
+       subpartitions, logistic regression on 4000 x 8 Gaussian data; an unbalanced run,
+       then a balanced run (``LoadBalancer(min_samples=5)``) in the same cluster, a new
+       cluster per repeat. Reported per repeat and as medians: balancing events, when the
+       balanced run settled, the spread (max/min) of the per-worker mean latency, the
+       median iteration time of both runs and their ratio, the data transfers (the run's
+       ``unit_transfers`` and the workers' ``transfer_incoming_log``), and whether the
+       issue's thresholds hold (spread < 1.2, iterations >= 25 % shorter, no transfers).
 
 Usage::
 
     python pipelines/load_balancing.py                      # all sections, ~10 minutes
     python pipelines/load_balancing.py --sections sim,tta   # simulation only
+    python pipelines/load_balancing.py --sections check     # the issue's check, ~1.2 minutes
     python pipelines/load_balancing.py --quick --sections sim tta   # smoke run, seconds
 
 Results go to ``results/load_balancing/<UTC timestamp>.json`` (every run's numbers, the
@@ -55,7 +67,7 @@ import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = Path(__file__).with_suffix(".toml")
-SECTIONS = ("sim", "cluster", "tta")
+SECTIONS = ("sim", "cluster", "tta", "check")
 # a gap of exactly 0 is drawn at this floor
 GAP_FLOOR = 1e-16
 
@@ -79,7 +91,7 @@ def make_logistic_data(cfg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def settings(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
-    """The spec with the ``[quick]`` overrides applied (data, fig7, cluster, tta)."""
+    """The spec with the ``[quick]`` overrides applied (data, fig7, cluster, tta, check)."""
     data = dict(spec["data"])
     fig7 = {k: v for k, v in spec["fig7"].items() if not isinstance(v, dict) or k == "balancer"}
     fig7["balancer"] = dict(fig7["balancer"])
@@ -87,6 +99,9 @@ def settings(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
     cluster = dict(spec["fig7"]["cluster"])
     tta = {k: v for k, v in spec["tta"].items() if k != "balancers"}
     balancers = {k: dict(v) for k, v in spec["tta"]["balancers"].items()}
+    check = dict(spec["check"])
+    check["balancer"] = dict(check["balancer"])
+    check["thresholds"] = dict(check["thresholds"])
     if quick:
         q = spec["quick"]
         data.update({k: q[k] for k in ("n_rows", "n_features")})
@@ -98,8 +113,9 @@ def settings(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
         cluster["warmup_iterations"] = qc.pop("warmup_iterations")
         cluster["fig7"] = qc
         tta.update(q["tta"])
+        check.update(q["check"])
     return {"data": data, "fig7": fig7, "sim": sim, "cluster": cluster, "tta": tta,
-            "balancers": balancers}
+            "balancers": balancers, "check": check}
 
 
 def pick_workers(n_workers: int, n_slow: int, n_fast: int, seed: int) -> tuple[list[int],
@@ -347,6 +363,166 @@ def _median_first_event(runs: list[dict[str, Any]]) -> float | None:
     return float(np.median(firsts)) if firsts else None
 
 
+# --------------------------------------------------------------------------- issue check
+
+
+def make_check_data(cfg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The test's data: ``X ~ N(0, I)``, ``y = sign(x_0 + 0.5 noise)`` (labels +-1)."""
+    rng = np.random.default_rng(cfg["data_seed"])
+    X = rng.normal(size=(cfg["n_rows"], cfg["n_features"]))
+    y = np.where(X[:, 0] + 0.5 * rng.normal(size=cfg["n_rows"]) > 0, 1.0, -1.0)
+    return X, y
+
+
+def window_stats(trace: Any, start: int) -> dict[str, Any]:
+    """Per-worker mean latency and median iteration time over iterations ``[start:]``.
+
+    Every value is None when the window is empty (the run ended before ``start``).
+    """
+    latency = trace.latency.values[start:]
+    duration = trace.iteration_duration.values[start:]
+    out: dict[str, Any] = {"window": [start, int(trace.sizes["iteration"])],
+                           "worker_mean_s": None, "max_worker_mean_s": None,
+                           "min_worker_mean_s": None, "spread": None,
+                           "median_iteration_s": None}
+    if duration.size == 0:
+        return out
+    seen = np.isfinite(latency)
+    counts = seen.sum(axis=0)
+    means = np.where(counts > 0, np.where(seen, latency, 0.0).sum(axis=0)
+                     / np.maximum(counts, 1), np.nan)
+    out["worker_mean_s"] = means.tolist()
+    if np.isfinite(means).all():
+        out["max_worker_mean_s"] = float(means.max())
+        out["min_worker_mean_s"] = float(means.min())
+        out["spread"] = float(means.max() / means.min())
+    out["median_iteration_s"] = float(np.median(duration))
+    return out
+
+
+def _check_run(rt: Any, cfg: dict[str, Any], matrix: Any, balanced: bool, n_iterations: int,
+               seed: int) -> Any:
+    from daskstraggle.methods import DSAG
+    from daskstraggle.problems import Logistic
+    from daskstraggle.runtime import StopRule
+
+    balance = make_balancer(cfg["balancer"]) if balanced else None
+    method = DSAG(cfg["n_wait"], subpartitions=cfg["subpartitions"], balance=balance)
+    return rt.run(method, Logistic(alpha=cfg["alpha"]), matrix,
+                  stop=StopRule(max_iter=n_iterations, tol=None), step_size=cfg["step_size"],
+                  rng=seed)
+
+
+def _count_incoming(dask_worker: Any) -> int:
+    """Transfers this worker fetched from other workers (run on every worker)."""
+    return len(dask_worker.transfer_incoming_log)
+
+
+def summarise_check(unbalanced: Any, balanced: Any, incoming: dict[str, int],
+                    cfg: dict[str, Any]) -> dict[str, Any]:
+    """One repeat of the check: events, settling, spread, iteration times, transfers."""
+    u, b = unbalanced.trace, balanced.trace
+    ev = events(b)
+    settled = ev[-1]["iteration"] + cfg["settle"] if ev else None
+    before = window_stats(u, cfg["skip"])
+    # without any event the balanced run is another unbalanced run: same window
+    after = window_stats(b, cfg["skip"] if settled is None else settled)
+    ratio = None
+    if before["median_iteration_s"] and after["median_iteration_s"] is not None:
+        ratio = after["median_iteration_s"] / before["median_iteration_s"]
+    return {
+        "n_events": len(ev),
+        "first_event": ev[0]["iteration"] if ev else None,
+        "settled": settled,
+        "final_subpartitions": (b.subpartitions.values[-1].tolist()
+                                if "subpartitions" in b else None),
+        "unbalanced": before,
+        "balanced": after,
+        "iteration_ratio": ratio,
+        "unit_transfers": int(balanced.attrs["unit_transfers"]),
+        "unit_transfers_unbalanced": int(unbalanced.attrs["unit_transfers"]),
+        "incoming_transfers": int(sum(incoming.values())),
+        "incoming_per_worker": {str(k): int(v) for k, v in incoming.items()},
+        "events": ev,
+        "iterations": {"unbalanced": int(u.sizes["iteration"]),
+                       "balanced": int(b.sizes["iteration"])},
+        "latency": {"unbalanced": u.latency.values.tolist(),
+                    "balanced": b.latency.values.tolist()},
+        "iteration_duration": {"unbalanced": u.iteration_duration.values.tolist(),
+                               "balanced": b.iteration_duration.values.tolist()},
+        "subpartitions": (b.subpartitions.values.tolist() if "subpartitions" in b else None),
+    }
+
+
+def _median_of(values: list[float | None]) -> float | None:
+    """Median of the values that exist (None if there are none)."""
+    present = [v for v in values if v is not None]
+    return float(np.median(present)) if present else None
+
+
+def check_verdict(spread: float | None, ratio: float | None, transfers: int,
+                  thresholds: dict[str, float]) -> dict[str, bool]:
+    """The issue's three thresholds (a missing value fails its threshold)."""
+    return {
+        "spread": spread is not None and spread < thresholds["max_spread"],
+        "iteration_time": ratio is not None and ratio <= 1.0 - thresholds["min_improvement"],
+        "no_transfers": transfers == 0,
+    }
+
+
+def run_check(s: dict[str, Any]) -> dict[str, Any]:
+    """The issue's LocalCluster check, repeated with a new cluster and latency seed each time."""
+    from daskstraggle import open_matrix
+    from daskstraggle.runtime import DaskRuntime
+
+    cfg = s["check"]
+    X, y = make_check_data(cfg)
+    matrix = open_matrix(X, labels=y)
+    runs: list[dict[str, Any]] = []
+    for rep in range(cfg["repeats"]):
+        t0 = time.perf_counter()
+        with DaskRuntime(n_workers=cfg["workers"], stragglers=cfg["latency"], rng=rep) as rt:
+            started = time.perf_counter() - t0
+            unbalanced = _check_run(rt, cfg, matrix, False, cfg["unbalanced_iterations"], rep)
+            balanced = _check_run(rt, cfg, matrix, True, cfg["balanced_iterations"], rep)
+            incoming = rt.client.run(_count_incoming)
+        r = summarise_check(unbalanced, balanced, incoming, cfg)
+        r["seed"] = rep
+        r["cluster_start_s"] = started
+        r["real_s"] = time.perf_counter() - t0
+        r["passes"] = check_verdict(r["balanced"]["spread"], r["iteration_ratio"],
+                                    r["unit_transfers"] + r["incoming_transfers"],
+                                    cfg["thresholds"])
+        runs.append(r)
+        log(f"  check seed {rep}: {r['n_events']} events (first {r['first_event']}, settled "
+            f"{r['settled']}), spread {_fmt(r['unbalanced']['spread'], '.2f')} -> "
+            f"{_fmt(r['balanced']['spread'], '.2f')}, median iteration "
+            f"{_fmt(r['unbalanced']['median_iteration_s'])} -> "
+            f"{_fmt(r['balanced']['median_iteration_s'])} s, transfers "
+            f"{r['unit_transfers']}/{r['incoming_transfers']} ({r['real_s']:.1f} s real, "
+            f"cluster start {started:.1f} s)")
+    median = {
+        "n_events": _median_of([r["n_events"] for r in runs]),
+        "first_event": _median_of([r["first_event"] for r in runs]),
+        "settled": _median_of([r["settled"] for r in runs]),
+        **{f"{label}_{key}": _median_of([r[label][key] for r in runs])
+           for label in ("unbalanced", "balanced")
+           for key in ("max_worker_mean_s", "min_worker_mean_s", "spread",
+                       "median_iteration_s")},
+        "iteration_ratio": _median_of([r["iteration_ratio"] for r in runs]),
+    }
+    transfers = {"unit_transfers": sum(r["unit_transfers"] for r in runs),
+                 "incoming_transfers": sum(r["incoming_transfers"] for r in runs)}
+    return {
+        "workers": cfg["workers"], "n_wait": cfg["n_wait"], "latency": cfg["latency"],
+        "settings": cfg, "repeats": cfg["repeats"], "runs": runs, "median": median,
+        "transfers": transfers,
+        "passes": check_verdict(median["balanced_spread"], median["iteration_ratio"],
+                                sum(transfers.values()), cfg["thresholds"]),
+        "all_repeats_pass": all(all(r["passes"].values()) for r in runs),
+    }
+
+
 # --------------------------------------------------------------------------- output
 
 
@@ -405,6 +581,41 @@ def tta_table(block: dict[str, Any]) -> list[str]:
     return lines
 
 
+def check_table(block: dict[str, Any]) -> list[str]:
+    """Markdown table of the issue check: one row per repeat, then the medians."""
+    lines = [
+        "| latency seed | events | first event | settled | final subpartitions | "
+        "unbalanced worker max / min (s) | unbalanced spread | balanced worker max / min (s) | "
+        "balanced spread | unbalanced median it (s) | balanced median it (s) | "
+        "balanced / unbalanced | unit transfers | incoming transfers |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def row(name: str, r: dict[str, Any], u: dict[str, Any], b: dict[str, Any],
+            final: str, unit: Any, incoming: Any) -> str:
+        return (f"| {name} | {_fmt(r['n_events'], 'g')} | {_fmt(r['first_event'], 'g')} | "
+                f"{_fmt(r['settled'], 'g')} | {final} | "
+                f"{_fmt(u['max_worker_mean_s'])} / {_fmt(u['min_worker_mean_s'])} | "
+                f"{_fmt(u['spread'], '.2f')} | "
+                f"{_fmt(b['max_worker_mean_s'])} / {_fmt(b['min_worker_mean_s'])} | "
+                f"{_fmt(b['spread'], '.2f')} | {_fmt(u['median_iteration_s'])} | "
+                f"{_fmt(b['median_iteration_s'])} | {_fmt(r['iteration_ratio'], '.2f')} | "
+                f"{unit} | {incoming} |")
+
+    for r in block["runs"]:
+        final = "-" if r["final_subpartitions"] is None else str(r["final_subpartitions"])
+        lines.append(row(str(r["seed"]), r, r["unbalanced"], r["balanced"], final,
+                         r["unit_transfers"], r["incoming_transfers"]))
+    m = block["median"]
+    split = {label: {k: m[f"{label}_{k}"] for k in ("max_worker_mean_s", "min_worker_mean_s",
+                                                     "spread", "median_iteration_s")}
+             for label in ("unbalanced", "balanced")}
+    lines.append(row("**median**", m, split["unbalanced"], split["balanced"], "",
+                     f"{block['transfers']['unit_transfers']} (sum)",
+                     f"{block['transfers']['incoming_transfers']} (sum)"))
+    return lines
+
+
 def report(results: dict[str, Any]) -> str:
     """The Markdown report: settings, tables, figures, every number from this run."""
     out = ["# Load balancing (DSAG paper §VI Fig. 7, §VII-B DSAG-LB)", "",
@@ -448,6 +659,33 @@ def report(results: dict[str, Any]) -> str:
                 f"{b['balancers']}.", ""]
         out += tta_table(b)
         out.append("")
+    if "check" in results:
+        b = results["check"]
+        cfg = b["settings"]
+        th = cfg["thresholds"]
+        verdict = b["passes"]
+        out += ["## Issue check: 4 workers, one 2x slower, w = N (LocalCluster)", "",
+                f"DaskRuntime LocalCluster of {b['workers']} single-threaded process workers, "
+                f"latency `{b['latency']}` injected; logistic regression (alpha "
+                f"{cfg['alpha']:g}) on {cfg['n_rows']} x {cfg['n_features']} Gaussian data; "
+                f"DSAG w = {b['n_wait']}, {cfg['subpartitions']} subpartitions, step "
+                f"{cfg['step_size']:g}; {cfg['unbalanced_iterations']} unbalanced iterations, "
+                f"then {cfg['balanced_iterations']} balanced (balancer {cfg['balancer']}) in "
+                f"the same cluster; a new cluster per repeat, latency seed = repeat. "
+                f"Unbalanced statistics over iterations [{cfg['skip']}:], balanced over "
+                f"[settled:], settled = last event + {cfg['settle']}; spread = max / min of "
+                f"the per-worker mean latency.", ""]
+        out += check_table(b)
+
+        def yes(ok: bool) -> str:
+            return "yes" if ok else "**no**"
+
+        out += ["", "Thresholds on the medians: balanced spread < "
+                f"{th['max_spread']:g}: {yes(verdict['spread'])}; iterations at least "
+                f"{100 * th['min_improvement']:g} % shorter (balanced / unbalanced <= "
+                f"{1 - th['min_improvement']:g}): {yes(verdict['iteration_time'])}; no "
+                f"transfers: {yes(verdict['no_transfers'])}. Every repeat passes all three: "
+                f"{yes(b['all_repeats_pass'])}.", ""]
     for name in results.get("figures", []):
         out += [f"![{name}]({name})", ""]
     return "\n".join(out)
@@ -538,7 +776,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, default=SPEC, help="experiment spec (TOML)")
     parser.add_argument("--sections", nargs="+", default=list(SECTIONS),
-                        help="which experiments: sim, cluster, tta (space or comma separated)")
+                        help="which experiments: sim, cluster, tta, check (space or comma "
+                        "separated)")
     parser.add_argument("--quick", action="store_true", help="smoke run (tiny settings)")
     parser.add_argument("--out", type=Path, default=None, help="JSON file to write")
     args = parser.parse_args(argv)
@@ -558,6 +797,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if section == "tta":
             log("(tta) DSAG vs DSAG-LB, time to accuracy, SimRuntime")
             results["tta"] = run_tta(s)
+        elif section == "check":
+            log("(check) the issue's LocalCluster check: 4 workers, one 2x slower, w = N")
+            results["check"] = run_check(s)
         else:
             log(f"(fig7 {section}) per-worker latency with and without balancing")
             results[section] = run_fig7(section, s)

@@ -1,10 +1,15 @@
-"""Smoke test of ``pipelines/load_balancing.py`` (simulated sections, quick settings).
+"""Smoke tests of ``pipelines/load_balancing.py`` (quick settings).
 
-Checks what must hold whatever the latency draws: the balanced Fig. 7 runs balance (events
-recorded, the trace's subpartitions follow them) and end with a smaller spread of the
-per-worker mean latency and shorter iterations than the unbalanced runs; the unbalanced
-runs show the scheduled slow-down and speed-up; the time-to-accuracy section holds every
-variant, seed and target; the JSON, the Markdown report and the figures are written.
+The simulated sections: checks what must hold whatever the latency draws: the balanced
+Fig. 7 runs balance (events recorded, the trace's subpartitions follow them) and end with
+a smaller spread of the per-worker mean latency and shorter iterations than the unbalanced
+runs; the unbalanced runs show the scheduled slow-down and speed-up; the time-to-accuracy
+section holds every variant, seed and target; the JSON, the Markdown report and the
+figures are written.
+
+The ``check`` section (a LocalCluster, so marked ``cluster``): one short repeat of the
+issue's check runs, balances, moves no data and is reported. The issue's thresholds
+themselves are asserted by ``tests/runtime/test_balance_dask.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 
 
 def test_quick_simulated_load_balancing(tmp_path, capsys, load_pipeline):
@@ -70,3 +76,40 @@ def test_quick_simulated_load_balancing(tmp_path, capsys, load_pipeline):
         assert len(tta["median"][label]["curve"]) == len(tta["grid"])
     assert tta["median"]["dsag"]["n_events"] == 0
     assert "Reduction of the median time" in capsys.readouterr().out
+
+
+@pytest.mark.cluster
+def test_quick_issue_check(tmp_path, capsys, load_pipeline):
+    out = tmp_path / "check.json"
+    load_pipeline("load_balancing").main(["--quick", "--sections", "check", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["quick"] is True and set(saved) & {"sim", "cluster", "tta"} == set()
+    assert saved["figures"] == []
+    text = (tmp_path / "check.md").read_text()
+    assert "## Issue check: 4 workers, one 2x slower, w = N" in text
+    assert "Thresholds on the medians" in capsys.readouterr().out
+
+    check = saved["check"]
+    cfg = check["settings"]
+    assert check["workers"] == check["n_wait"] == 4 and cfg["step_size"] == 0.25
+    assert len(check["runs"]) == cfg["repeats"] == 1
+    r = check["runs"][0]
+    assert r["iterations"] == {"unbalanced": cfg["unbalanced_iterations"],
+                               "balanced": cfg["balanced_iterations"]}
+    assert np.array(r["latency"]["balanced"]).shape == (cfg["balanced_iterations"], 4)
+    # the unbalanced run shows the slow worker
+    means = r["unbalanced"]["worker_mean_s"]
+    assert r["unbalanced"]["window"] == [cfg["skip"], cfg["unbalanced_iterations"]]
+    assert means[0] > 1.5 * max(means[1:]), means
+    # the balanced run rebalanced: the slow worker got smaller tasks, the trace follows
+    assert r["n_events"] >= 1 and r["first_event"] == r["events"][0]["iteration"]
+    assert r["settled"] == r["events"][-1]["iteration"] + cfg["settle"]
+    first = r["events"][0]["subpartitions"]
+    assert first[0] > max(first[1:])
+    final = r["final_subpartitions"]
+    assert final == r["subpartitions"][-1] and final[0] > max(final[1:])
+    assert r["balanced"]["window"][0] == r["settled"]
+    # no partition data moved
+    assert r["unit_transfers"] == r["incoming_transfers"] == 0
+    assert check["passes"]["no_transfers"]
+    assert check["median"]["n_events"] == r["n_events"]
