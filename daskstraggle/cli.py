@@ -26,7 +26,8 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Options every solve command takes."""
     options = [
         click.option("--scheduler", metavar="ADDRESS", default=None,
-                     help="Dask scheduler address (tcp://host:port). Default: start a LocalCluster."),
+                     help="Dask scheduler address (tcp://host:port). "
+                          "Default: start a LocalCluster."),
         click.option("--workers", "n_workers", type=int, default=None,
                      help="Process workers of the LocalCluster to start (default 4)."),
         click.option("--method", default="gd", show_default=True,
@@ -97,7 +98,8 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Maximum number of iterations."),
         click.option("--tol", type=float, default=1e-6, show_default=True,
                      help="Stop when the relative objective change is below this."),
-        click.option("--time-budget", type=float, default=None, help="Stop after this many seconds."),
+        click.option("--time-budget", type=float, default=None,
+                     help="Stop after this many seconds."),
         click.option("--step-size", type=float, default=None,
                      help="Step size (default: GD's 1 for PCA, 1/L estimated for regression; "
                           "x0.9 (PCA) or x min(1, 2/subpartitions) (regression) for sgd, "
@@ -112,7 +114,8 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--overwrite", is_flag=True, help="Allow --out to replace an existing path."),
         click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Seed of the starting point and step-size estimate."),
-        click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table."),
+        click.option("--json", "as_json", is_flag=True,
+                     help="Print one JSON object instead of a table."),
         click.option("--quiet", is_flag=True, help="No progress bar."),
     ]
     for option in reversed(options):
@@ -290,7 +293,8 @@ def datasets() -> None:
 @click.option("--features", type=int, default=None,
               help="Columns: samples (individuals) for genotypes, features otherwise.")
 @click.option("--populations", type=int, default=None, help="genotypes: number of populations.")
-@click.option("--missing-rate", type=float, default=None, help="genotypes: fraction of missing calls.")
+@click.option("--missing-rate", type=float, default=None,
+              help="genotypes: fraction of missing calls.")
 @click.option("--chunk-rows", type=int, default=None, help="Rows per Zarr chunk.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
@@ -303,7 +307,8 @@ def make(name: str, out: Path, size: int | None, features: int | None, populatio
         raise click.BadParameter(f"unknown dataset {name!r}; choose one of {sorted(DATASETS)}",
                                  param_hint="NAME")
     params: dict[str, Any] = {"seed": seed, "overwrite": overwrite, "progress": True}
-    rows_key, cols_key = ("n_variants", "n_samples") if name == "genotypes" else ("n_samples", "n_features")
+    rows_key, cols_key = (("n_variants", "n_samples") if name == "genotypes"
+                          else ("n_samples", "n_features"))
     for key, value in ((rows_key, size), (cols_key, features), ("chunk_rows", chunk_rows),
                        ("n_populations", populations), ("missing_rate", missing_rate)):
         if value is not None:
@@ -484,8 +489,8 @@ def demo(n_workers: int, out: Path | None, as_json: bool) -> None:
     # components are noise-level (tiny eigengap, slow power iteration and meaningless)
     n_populations = len(np.unique(matrix.column_groups)) if matrix.column_groups is not None else 3
     n_components = max(1, n_populations - 1)
-    result = fit_pca(matrix, n_components, n_workers=n_workers, reference=True, rng=0, progress=not as_json,
-                     out=result_path)
+    result = fit_pca(matrix, n_components, n_workers=n_workers, reference=True, rng=0,
+                     progress=not as_json, out=result_path)
     if as_json:
         summary = result.summary()
         summary.update(data=str(data_path), out=str(result_path), data_time_s=t_data)

@@ -175,7 +175,8 @@ class TraceRecorder:
                 data[name] = (("balance_event", "worker"),
                               np.array([e[key] for e in ev], dtype=np.int64)
                               .reshape(len(ev), self.n_workers))
-        ds = xr.Dataset(data, coords={"iteration": np.arange(n), "worker": np.arange(self.n_workers)})
+        ds = xr.Dataset(data, coords={"iteration": np.arange(n),
+                                      "worker": np.arange(self.n_workers)})
         units = {"wall_time": "s", "iteration_duration": "s", "max_compute_duration": "s",
                  "compute_duration": "s", "latency": "s", "communication_duration": "s"}
         for key, unit in units.items():
@@ -321,7 +322,8 @@ class Result:
             objective=self.objective,
             stop_reason=self.stop_reason,
             feature_dim=self.feature_dim,
-            reference_objective="none" if self.reference_objective is None else self.reference_objective,
+            reference_objective=("none" if self.reference_objective is None
+                                 else self.reference_objective),
             distance="none" if self.distance is None else self.distance,
             run=json.dumps(_jsonable(self.attrs)),
         )

@@ -271,7 +271,8 @@ def open_matrix(
     """
     caller = "open_matrix"
     check_choice(missing, name="missing", caller=caller, choices=MISSING_POLICIES)
-    check_choice(genotype_scaling, name="genotype_scaling", caller=caller, choices=GENOTYPE_SCALINGS)
+    check_choice(genotype_scaling, name="genotype_scaling", caller=caller,
+                 choices=GENOTYPE_SCALINGS)
     if chunk_rows is not None:
         check_int(chunk_rows, name="chunk_rows", caller=caller, low=1)
     if isinstance(source, Matrix):
@@ -339,8 +340,10 @@ def _open_zarr(path: Path, array: str | None, labels: Any, missing: str, scaling
     import zarr
 
     if not path.exists():
-        raise DataNotFoundError(f"No Zarr store at {str(path)!r}: the path does not exist. Check the data "
-            "path (the 'source' parameter; CLI: the SOURCE argument).")
+        raise DataNotFoundError(
+            f"No Zarr store at {str(path)!r}: the path does not exist. Check the data "
+            "path (the 'source' parameter; CLI: the SOURCE argument)."
+        )
     try:
         node = zarr.open(str(path), mode="r")
     except Exception as err:  # zarr raises several unrelated types for unreadable stores

@@ -150,7 +150,8 @@ class _ZarrLoader:
     stop: int
 
     def __call__(self) -> RowValues:
-        return RowValues(np.ascontiguousarray(_open_zarr_array(self.path, self.name)[self.start : self.stop]))
+        array = _open_zarr_array(self.path, self.name)
+        return RowValues(np.ascontiguousarray(array[self.start : self.stop]))
 
 
 def _open_zarr_array(path: str, name: str | None) -> Any:

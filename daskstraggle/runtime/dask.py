@@ -85,8 +85,8 @@ def connect(
     import dask
     from distributed import Client, LocalCluster
 
-    given = [name for name, v in (("client", client), ("address", address), ("n_workers", n_workers))
-             if v is not None]
+    given = [name for name, v in (("client", client), ("address", address),
+                                  ("n_workers", n_workers)) if v is not None]
     if len(given) > 1:
         raise InvalidParameterError(
             f"Pass only one of client, address (CLI: --scheduler) and n_workers (CLI: "
@@ -272,7 +272,8 @@ class DaskRuntime(Runtime):
         self._unload()
         self._token = uuid.uuid4().hex[:8]
         self._held = [
-            {p: self._pinned(matrix.loader(p), key=f"load-p{p}-w{i}", worker_index=i) for p in parts}
+            {p: self._pinned(matrix.loader(p), key=f"load-p{p}-w{i}", worker_index=i)
+             for p in parts}
             for i, parts in enumerate(placement)
         ]
         try:
