@@ -183,6 +183,12 @@ def _release(token: str, pid: int, dask_worker: Any = None) -> str | None:
     return _resume_and_check(pid)
 
 
+#: Seconds ``stop`` waits for the Dask call that releases a throttler on another host, and
+#: for the clean-up call after a release on this host by signals.
+_RELEASE_TIMEOUT = 10.0
+_LOCAL_RELEASE_TIMEOUT = 2.0
+
+
 def _release_locally(throttler_pid: int, pid: int) -> str | None:
     """Release a throttler on this host without Dask (client gone): signal, then resume."""
     try:
@@ -441,24 +447,31 @@ class ProcessThrottle:
         for target in self._targets:
             if not target.pid:
                 continue  # never started there
+            local = target.host == here
             state: str | None = "?"
+            if local:
+                # signals first: they need no round trip, so the worker runs again even
+                # when the Dask call below stalls (seen once while the interpreter was
+                # exiting after Ctrl-C)
+                state = _release_locally(target.throttler_pid, target.pid)
             try:
+                # on the worker's side: reap the throttler, drop its entry and lease
                 result = self.client.run(
                     _release, target.token, target.pid, nanny=target.via_nanny,
                     workers=[target.worker], on_error="return",
+                    callback_timeout=_LOCAL_RELEASE_TIMEOUT if local else _RELEASE_TIMEOUT,
                 )
-                state = result.get(target.worker, "?")
-                if isinstance(state, BaseException):
-                    raise state
+                remote = result.get(target.worker, "?")
+                if isinstance(remote, BaseException):
+                    raise remote
+                if not local:
+                    state = remote
             except Exception as err:
-                logger.warning("could not release the throttle of %s through Dask: %s",
-                               target.worker, err)
-                state = "?"
-            if target.host == here:
-                if state == "?":
-                    state = _release_locally(target.throttler_pid, target.pid)
-                else:
-                    state = _resume_and_check(target.pid)
+                if not local:
+                    logger.warning("could not release the throttle of %s through Dask: %s",
+                                   target.worker, err)
+            if local:
+                state = _resume_and_check(target.pid)
             if state in ("T", "t"):
                 stuck.append(target.worker)
             elif state == "?":
