@@ -1,13 +1,13 @@
 """Run the load balancer's optimizer in a child process, away from the coordinator's GIL.
 
 With many workers and ``n_wait < N`` one optimizer call simulates for seconds (N = 49,
-w = 10: about 2.7 s). In a thread of the coordinator's process that pure-Python and
-numpy work competes for the GIL with the Dask client: measured on a LocalCluster of 4
-workers, DSAG's iterations took 1.32x as long while such a thread ran. A child process
-costs one interpreter start, once per run.
+w = 10: 2.4-2.7 s in a thread). In a thread of the coordinator's process that pure-Python
+and numpy work competes for the GIL with the Dask client: measured on a LocalCluster of 4
+workers, DSAG's iterations took 1.3x as long while such a thread ran, and 1.08x with
+this child process. A child process costs one interpreter start, once per run.
 
-The child is ``python -m daskstraggle.balance._planner``, not a ``multiprocessing``
-worker, so it never imports the user's ``__main__`` (a script without an
+The child is a fresh ``python -c`` that imports this module and serves, not a
+``multiprocessing`` worker, so it never imports the user's ``__main__`` (a script without an
 ``if __name__ == "__main__"`` guard would run again in a spawned child). Requests and
 replies are length-prefixed pickles over its stdin and stdout.
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import pickle
 import struct
 import subprocess
@@ -33,6 +32,8 @@ __all__ = ["PlannerProcess"]
 logger = logging.getLogger(__name__)
 
 _HEADER = struct.Struct("!Q")
+_CHILD = ("import sys; sys.path.append(sys.argv[1]); "
+          "from daskstraggle.balance._planner import _serve; _serve()")
 
 
 def _send(stream: IO[bytes], obj: Any) -> None:
@@ -63,13 +64,13 @@ class PlannerProcess:
     """
 
     def __init__(self) -> None:
-        env = dict(os.environ)
-        # the child must import this very package, installed or not
+        # the child must import this very package, installed or not: its parent folder
+        # goes to the end of the child's sys.path (not PYTHONPATH, which would put it,
+        # possibly site-packages, ahead of the standard library)
         root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "daskstraggle.balance._planner"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            [sys.executable, "-c", _CHILD, root],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         )
         self._lock = threading.Lock()
         self._pending: list[Future[Any]] = []
@@ -161,6 +162,3 @@ def _serve() -> None:
         except (OSError, ValueError):
             return
 
-
-if __name__ == "__main__":
-    _serve()
