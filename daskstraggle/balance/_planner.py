@@ -66,10 +66,11 @@ class PlannerProcess:
     def __init__(self) -> None:
         # the child must import this very package, installed or not: its parent folder
         # goes to the end of the child's sys.path (not PYTHONPATH, which would put it,
-        # possibly site-packages, ahead of the standard library)
+        # possibly site-packages, ahead of the standard library); -P keeps the working
+        # directory off sys.path, so another checkout there cannot shadow it
         root = str(Path(__file__).resolve().parents[2])
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, root],
+            [sys.executable, "-P", "-c", _CHILD, root],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         )
         self._lock = threading.Lock()
