@@ -163,7 +163,7 @@ class _Modifier(LatencyModel):
 
 
 class _FactorSampler(LatencySampler):
-    """A base draw (or the measured time) with the compute part times ``factor(i, time)``."""
+    """A base draw (or the measured time) with the compute part times ``factor(...)``."""
 
     def __init__(
         self, base: LatencyModel | None, n_workers: int, streams: list[np.random.Generator]
@@ -171,8 +171,8 @@ class _FactorSampler(LatencySampler):
         super().__init__(n_workers, streams)
         self.base = _sub_sampler(base, n_workers, streams)
 
-    def factor(self, worker_index: int, time: float) -> float:
-        """Return the compute-time factor of ``worker_index`` at ``time``."""
+    def factor(self, worker_index: int, time: float, iteration: int) -> float:
+        """Return the compute-time factor of ``worker_index`` at ``time`` / ``iteration``."""
         raise NotImplementedError
 
     def sample(
@@ -186,7 +186,7 @@ class _FactorSampler(LatencySampler):
         size: int | None = None,
     ) -> Draw:
         return _scaled(
-            self.base, self.factor(worker_index, time), worker_index, time=time,
+            self.base, self.factor(worker_index, time, iteration), worker_index, time=time,
             iteration=iteration, load=load, measured=measured, size=size,
         )
 
@@ -201,7 +201,7 @@ class _SlowdownSampler(_FactorSampler):
         factors = np.broadcast_to(np.asarray(model.factor, dtype=float), (len(model.workers),))
         self.factors[list(model.workers)] = factors
 
-    def factor(self, worker_index: int, time: float) -> float:
+    def factor(self, worker_index: int, time: float, iteration: int) -> float:
         """Return the persistent factor of ``worker_index``."""
         return float(self.factors[worker_index])
 
@@ -588,7 +588,7 @@ class _ArtificialSampler(_FactorSampler):
         self.first_recovered = n_workers - min(model.n_recover, n_workers)
         self.recover_time = model.recover_time
 
-    def factor(self, worker_index: int, time: float) -> float:
+    def factor(self, worker_index: int, time: float, iteration: int) -> float:
         """Return the compute-time factor of ``worker_index`` at ``time``."""
         if worker_index >= self.first_recovered and time >= self.recover_time:
             return 1.0
@@ -698,7 +698,7 @@ def _check_changes(value: Any, *, caller: str) -> tuple[tuple[int, tuple[int, ..
     return tuple(sorted(out, key=lambda change: change[0]))  # stable: list order breaks ties
 
 
-class _ScheduleSampler(LatencySampler):
+class _ScheduleSampler(_FactorSampler):
     """A base draw (or the measured time) times a factor looked up by iteration."""
 
     stateless = False  # the factor depends on ``iteration``
@@ -706,8 +706,7 @@ class _ScheduleSampler(LatencySampler):
     def __init__(
         self, model: Schedule, n_workers: int, streams: list[np.random.Generator]
     ) -> None:
-        super().__init__(n_workers, streams)
-        self.base = _sub_sampler(model.base, n_workers, streams)
+        super().__init__(model.base, n_workers, streams)
         # per worker: the iterations at which its factor changes and the factor from there
         self._at: list[list[int]] = [[] for _ in range(n_workers)]
         self._factor: list[list[float]] = [[] for _ in range(n_workers)]
@@ -716,25 +715,10 @@ class _ScheduleSampler(LatencySampler):
                 self._at[w].append(iteration)
                 self._factor[w].append(factor)
 
-    def factor(self, worker_index: int, iteration: int) -> float:
+    def factor(self, worker_index: int, time: float, iteration: int) -> float:
         """Return the compute-time factor of ``worker_index`` at ``iteration``."""
         k = bisect.bisect_right(self._at[worker_index], int(iteration))
         return 1.0 if k == 0 else self._factor[worker_index][k - 1]
-
-    def sample(
-        self,
-        worker_index: int,
-        *,
-        time: float = 0.0,
-        iteration: int = 0,
-        load: float = 1.0,
-        measured: float | None = None,
-        size: int | None = None,
-    ) -> Draw:
-        return _scaled(
-            self.base, self.factor(worker_index, iteration), worker_index, time=time,
-            iteration=iteration, load=load, measured=measured, size=size,
-        )
 
 
 @register_model
