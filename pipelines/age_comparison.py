@@ -244,13 +244,10 @@ def _table(title: str, block: dict[str, Any]) -> None:
 
 
 def _plot(results: dict[str, Any], path: Path) -> Path | None:
-    try:
-        import matplotlib
+    from bench_foundation import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib not installed: no figure (pip install '.[plot]')")
+    plt = pyplot()
+    if plt is None:
         return None
     panels = [(s, label, block) for s in SECTIONS for label, block in results.get(s, {}).items()]
     if not panels:

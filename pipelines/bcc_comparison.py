@@ -213,13 +213,10 @@ def _table(title: str, section: dict[str, Any], paper: bool) -> None:
 
 
 def _plot(results: dict[str, Any], path: Path) -> Path | None:
-    try:
-        import matplotlib
+    from bench_foundation import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib not installed: no figure (pip install '.[plot]')")
+    plt = pyplot()
+    if plt is None:
         return None
     panels = [(f"simulated, n={n}", b) for n, b in results.get("sim", {}).items()]
     panels += [(f"LocalCluster, n={n}", b) for n, b in results.get("cluster", {}).items()]

@@ -182,6 +182,34 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def pyplot() -> Any | None:
+    """Return ``matplotlib.pyplot`` on the Agg backend, or None (logged) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib not installed: no figure (pip install '.[plot]')")
+        return None
+    return plt
+
+
+def make_logistic_data(cfg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Two-Gaussian mixture ``x ~ N(y mu, I)``, ``|mu| = separation``, labels +-1, standardised.
+
+    ``cfg`` holds ``n_rows``, ``n_features``, ``separation`` and ``seed`` (the ``[data]``
+    tables of ``dsag_comparison.toml`` and ``load_balancing.toml``).
+    """
+    rng = np.random.default_rng(cfg["seed"])
+    g = rng.normal(size=cfg["n_features"])
+    mu = cfg["separation"] * g / np.linalg.norm(g)
+    y = rng.choice([-1.0, 1.0], size=cfg["n_rows"])
+    X = rng.normal(size=(cfg["n_rows"], cfg["n_features"])) + y[:, None] * mu
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    return X, y
+
+
 def machine_info() -> dict[str, Any]:
     """Machine, load, git state and library versions (None for a library not installed)."""
     import dask

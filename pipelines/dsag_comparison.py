@@ -99,17 +99,6 @@ def make_pca_matrix(cfg: dict[str, Any]) -> np.ndarray:
     return np.ascontiguousarray(np.vstack(parts), dtype=np.float64)
 
 
-def make_logistic_data(cfg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Two-Gaussian mixture ``x ~ N(y mu, I)``, ``|mu| = separation``, labels +-1, standardised."""
-    rng = np.random.default_rng(cfg["seed"])
-    g = rng.normal(size=cfg["n_features"])
-    mu = cfg["separation"] * g / np.linalg.norm(g)
-    y = rng.choice([-1.0, 1.0], size=cfg["n_rows"])
-    X = rng.normal(size=(cfg["n_rows"], cfg["n_features"])) + y[:, None] * mu
-    X = (X - X.mean(axis=0)) / X.std(axis=0)
-    return X, y
-
-
 # --------------------------------------------------------------------------- methods
 
 
@@ -240,6 +229,8 @@ def _problem_setup(problem: str, spec: dict[str, Any], quick: bool) -> dict[str,
         X, y = make_pca_matrix(cfg), None
         factory = lambda: PCA(n_components=cfg["n_components"], center=False)  # noqa: E731
     else:
+        from bench_foundation import make_logistic_data
+
         X, y = make_logistic_data(cfg)
         factory = Logistic
     return {"X": X, "y": y, "factory": factory, "subpartitions": p,
@@ -353,13 +344,10 @@ def _table(title: str, section: dict[str, Any], targets: list[float]) -> None:
 
 
 def _plot(results: dict[str, Any], path: Path) -> Path | None:
-    try:
-        import matplotlib
+    from bench_foundation import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib not installed: no figure (pip install '.[plot]')")
+    plt = pyplot()
+    if plt is None:
         return None
     panels = [(s, p) for s in ("sim", "cluster") if s in results for p in PROBLEMS]
     if not panels:

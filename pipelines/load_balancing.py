@@ -79,17 +79,6 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------- setup
 
 
-def make_logistic_data(cfg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Two-Gaussian mixture ``x ~ N(y mu, I)``, ``|mu| = separation``, labels +-1, standardised."""
-    rng = np.random.default_rng(cfg["seed"])
-    g = rng.normal(size=cfg["n_features"])
-    mu = cfg["separation"] * g / np.linalg.norm(g)
-    y = rng.choice([-1.0, 1.0], size=cfg["n_rows"])
-    X = rng.normal(size=(cfg["n_rows"], cfg["n_features"])) + y[:, None] * mu
-    X = (X - X.mean(axis=0)) / X.std(axis=0)
-    return X, y
-
-
 def settings(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
     """The spec with the ``[quick]`` overrides applied (data, fig7, cluster, tta, check)."""
     data = dict(spec["data"])
@@ -216,6 +205,8 @@ def _phase_medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_fig7(section: str, s: dict[str, Any]) -> dict[str, Any]:
     """Fig. 7 without and with balancing, simulated (``sim``) or on a LocalCluster."""
+    from bench_foundation import make_logistic_data
+
     from daskstraggle import open_matrix
     from daskstraggle.runtime import DaskRuntime, SimRuntime
 
@@ -293,6 +284,8 @@ def _grid_median(runs: list[dict[str, Any]], grid: np.ndarray) -> list[float]:
 
 def run_tta(s: dict[str, Any]) -> dict[str, Any]:
     """DSAG vs DSAG-LB variants: relative gap vs simulated time, times to target gaps."""
+    from bench_foundation import make_logistic_data
+
     from daskstraggle import open_matrix
     from daskstraggle.methods import DSAG
     from daskstraggle.problems import Logistic
@@ -785,7 +778,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     spec = tomllib.loads(args.spec.read_text())
     s = settings(spec, args.quick)
     sys.path.insert(0, str(Path(__file__).parent))
-    from bench_foundation import machine_info
+    from bench_foundation import machine_info, pyplot
 
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     results: dict[str, Any] = {"spec": spec, "quick": args.quick, "stamp": stamp,
@@ -808,13 +801,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = args.out or REPO / "results" / "load_balancing" / f"{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     figures: list[str] = []
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-    except ImportError:
-        log("matplotlib not installed: no figures (pip install '.[plot]')")
-    else:
+    if pyplot() is not None:
         for suffix, plot in (("fig7", _plot_fig7), ("tta", _plot_tta)):
             path = plot(results, out.with_name(f"{out.stem}-{suffix}.png"))
             if path is not None:

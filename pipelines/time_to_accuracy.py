@@ -472,13 +472,10 @@ def targets(results: dict[str, Any]) -> list[str]:
 
 
 def plot(results: dict[str, Any], path: Path) -> Path | None:
-    try:
-        import matplotlib
+    from bench_foundation import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib not installed: no figure (pip install '.[plot]')")
+    plt = pyplot()
+    if plt is None:
         return None
     cases = results["cases"]
     if not cases:
