@@ -14,7 +14,9 @@ from daskstraggle.balance import LoadBalancer
 from daskstraggle.data import Matrix, open_matrix
 from daskstraggle.errors import (
     ClusterConnectionError,
+    ConvergenceWarning,
     DataNotFoundError,
+    DivergenceError,
     InputError,
     InvalidDataError,
     InvalidParameterError,
@@ -41,8 +43,10 @@ __all__ = [
     "SAG",
     "SGD",
     "ClusterConnectionError",
+    "ConvergenceWarning",
     "DaskRuntime",
     "DataNotFoundError",
+    "DivergenceError",
     "InputError",
     "InvalidDataError",
     "InvalidParameterError",

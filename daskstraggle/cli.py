@@ -10,6 +10,7 @@ import json
 import logging
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import click
 import numpy as np
 
-from daskstraggle.errors import InputError, StraggleError
+from daskstraggle.errors import DivergenceError, InputError, StraggleError
 
 logger = logging.getLogger(__name__)
 
@@ -516,13 +517,17 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
         ev = result.fitted["explained_variance"]
         ratio = result.fitted["explained_variance_ratio"]
         ref_ratio = _reference_ratios(result)
+        residuals = result.fitted.get("residuals")
         header = f"{'component':>10} {'explained variance':>19} {'ratio':>9}"
         header += f" {'exact ratio':>12}" if ref_ratio is not None else ""
+        header += f" {'residual':>9}" if residuals is not None else ""
         lines.append(header)
         for j in range(len(ev)):
             row = f"{'PC' + str(j + 1):>10} {ev[j]:>19.6g} {ratio[j]:>9.4%}"
             if ref_ratio is not None:
                 row += f" {ref_ratio[j]:>12.4%}"
+            if residuals is not None:
+                row += f" {residuals[j]:>9.2g}"
             lines.append(row)
         lines.append(f"{'total':>10} {ev.sum():>19.6g} {ratio.sum():>9.4%}")
     else:
@@ -531,12 +536,17 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
                      f"intercept {float(result.fitted['intercept']):.6g}")
         shown = ", ".join(f"{c:.4g}" for c in coef[:8]) + (", ..." if coef.size > 8 else "")
         lines.append(f"coef[:8]: {shown}")
+        if "grad_norm" in result.fitted:
+            lines.append(f"gradient norm {float(result.fitted['grad_norm']):.3g}")
     lines.append("")
     lines.append(f"objective   {result.objective:.10g}")
     if result.reference_objective is not None:
         lines.append(f"exact       {result.reference_objective:.10g}   gap {result.gap:.3g}   "
                      f"distance {result.distance:.3g}")
     lines.append(f"iterations  {result.n_iter} (stopped by {result.stop_reason})")
+    verdict = "yes" if result.converged else "NO"
+    lines.append(f"converged   {verdict} ({_optimality_name(result)} {result.optimality:.3g}, "
+                 f"tol {attrs.get('stop', {}).get('tol')})")
     per_iter = result.wall_time / max(result.n_iter, 1)
     lines.append(f"time        {result.wall_time:.3f} s solve ({per_iter * 1e3:.1f} ms/iteration), "
                  f"{attrs['load_duration_s']:.3f} s load")
@@ -548,6 +558,10 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
     if out is not None:
         lines.append(f"results     {out}  (fitted quantities + trace, Zarr)")
     return "\n".join(lines)
+
+
+def _optimality_name(result: Any) -> str:
+    return "largest eigen-residual" if result.problem == "pca" else "relative gradient norm"
 
 
 def _reference_ratios(result: Any) -> np.ndarray | None:
@@ -586,8 +600,23 @@ def _population_table(result: Any, matrix: Any) -> str:
 
 
 # --------------------------------------------------------------------------------- main
+def _show_warning(message: Warning | str, category: type[Warning], filename: str,
+                  lineno: int, file: Any = None, line: str | None = None) -> None:
+    """Print a warning as one line ``warning: ...`` on stderr (no source location)."""
+    click.echo(f"warning: {message}", err=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; exit 2 with one line on bad input, 1 on other library errors."""
+    """Run the CLI; exit 2 with one line on bad input, 3 on divergence, 1 on other errors.
+
+    Warnings (e.g. a run that did not converge) are printed as one ``warning:`` line.
+    """
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
     except click.exceptions.Abort:
@@ -599,6 +628,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as err:
         click.echo(f"error: {err}", err=True)
         return 2
+    except DivergenceError as err:
+        click.echo(f"error: {err}", err=True)
+        return 3
     except StraggleError as err:
         click.echo(f"error: {err}", err=True)
         return 1

@@ -3,14 +3,17 @@
 Every exception the library raises on purpose derives from :class:`StraggleError`;
 those about bad input also derive from the matching builtin (``ValueError``,
 ``TypeError``, ``FileNotFoundError``, ...) so that ``except ValueError`` keeps working.
-The command line turns any :class:`InputError` into one line on stderr and exit code 2.
+The command line turns any :class:`InputError` into one line on stderr and exit code 2,
+and a :class:`DivergenceError` into one line and exit code 3.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "ClusterConnectionError",
+    "ConvergenceWarning",
     "DataNotFoundError",
+    "DivergenceError",
     "InputError",
     "InvalidDataError",
     "InvalidParameterError",
@@ -53,5 +56,20 @@ class ClusterConnectionError(InputError, ConnectionError):
     """The Dask scheduler could not be reached."""
 
 
+class DivergenceError(StraggleError, ArithmeticError):
+    """A run diverged (non-finite values, or an objective that grew far past its best).
+
+    Nothing is returned or written: the iterate cannot be trusted. The message names the
+    step size and what to try; the CLI exits with code 3.
+    """
+
+
 class StraggleWarning(UserWarning):
     """Base class of the warnings daskstraggle emits."""
+
+
+class ConvergenceWarning(StraggleWarning):
+    """A run ended before its convergence criterion held (``Result.converged`` is False).
+
+    Like scikit-learn's ``ConvergenceWarning``: the result is returned, flagged.
+    """

@@ -30,8 +30,10 @@ _FITTED_DIMS: dict[str, tuple[str, ...]] = {
     "explained_variance_ratio": ("component",),
     "singular_values": ("component",),
     "mean": ("feature",),
+    "residuals": ("component",),
     "coef": ("feature",),
     "intercept": (),
+    "grad_norm": (),
 }
 
 
@@ -226,12 +228,25 @@ class Result:
         difference); NaN where a worker delivered nothing. Times are simulated seconds
         for the simulated runtime.
     iterate : ndarray
-        The final iterate (evaluated: its objective is exact).
+        The final iterate. Everything in :attr:`fitted`, :attr:`objective` and
+        :attr:`optimality` comes from one exact pass over the data at this point, made
+        after the run, whatever the method estimated while it ran.
     objective : float
         Objective at the final iterate (lower is better; for PCA the unexplained variance
         fraction ``1 - sum(explained_variance_ratio)``).
     stop_reason : str
-        ``"tol"``, ``"gap"``, ``"max_iter"`` or ``"time"``.
+        ``"tol"`` (converged), ``"gap"`` (within ``gap_tol`` of the reference),
+        ``"max_iter"``, ``"time_budget"`` or ``"stalled"`` (a stochastic method whose
+        iterate stopped moving before the tolerance held).
+    converged : bool
+        Whether the optimality measure, evaluated exactly at :attr:`iterate`, is at most
+        the run's ``tol`` (see :mod:`daskstraggle.runtime.convergence`); without ``tol``,
+        whether the run stopped within ``gap_tol`` of the reference. When False, the run
+        warned with a :class:`~daskstraggle.errors.ConvergenceWarning`.
+    optimality : float
+        The relative optimality measure at :attr:`iterate`, exact: for PCA the largest
+        relative eigen-residual of the components, for regression the gradient norm over
+        its value at the start.
     reference_objective : float or None
         Objective of the exact optimum, when it was computed.
     distance : float or None
@@ -248,6 +263,8 @@ class Result:
     iterate: np.ndarray
     objective: float
     stop_reason: str
+    converged: bool = False
+    optimality: float = math.nan
     reference_objective: float | None = None
     distance: float | None = None
     attrs: dict[str, Any] = field(default_factory=dict)
@@ -271,6 +288,25 @@ class Result:
             return None
         return self.objective - self.reference_objective
 
+    def convergence_message(self) -> str:
+        """Return one line saying whether and why the run converged (or did not)."""
+        tol = self.attrs.get("stop", {}).get("tol")
+        what = ("largest relative eigen-residual of the components" if self.problem == "pca"
+                else "relative gradient norm")
+        if self.converged:
+            return f"{self.problem} with {self.method} converged: {what} {self.optimality:.3g}."
+        if tol is None:
+            bound = "no tolerance was set (tol=None)"
+        else:
+            bound = f"above tol {tol:g}"
+        fix = {"stalled": "the method's iterate stopped moving at this noise level; wait "
+                          "for more workers (--wait) or use dsag",
+               "time_budget": "raise the time budget (--time-budget)"}.get(
+            self.stop_reason, "raise max_iter (--max-iter) or tol (--tol)")
+        return (f"{self.problem} with {self.method} did not converge in {self.n_iter} "
+                f"iterations (stopped by {self.stop_reason}): {what} {self.optimality:.3g}, "
+                f"{bound}; {fix}.")
+
     def summary(self) -> dict[str, Any]:
         """Return a JSON-serialisable summary (what ``--json`` prints)."""
         out: dict[str, Any] = {
@@ -279,14 +315,20 @@ class Result:
             "n_iter": self.n_iter,
             "wall_time_s": self.wall_time,
             "objective": self.objective,
+            "converged": self.converged,
             "stop_reason": self.stop_reason,
+            "optimality": self.optimality,
         }
         if self.problem == "pca":
             out["explained_variance"] = self.fitted["explained_variance"].tolist()
             out["explained_variance_ratio"] = self.fitted["explained_variance_ratio"].tolist()
+            if "residuals" in self.fitted:
+                out["residuals"] = self.fitted["residuals"].tolist()
         else:
             out["coef"] = self.fitted["coef"].tolist()
             out["intercept"] = float(self.fitted["intercept"])
+            if "grad_norm" in self.fitted:
+                out["grad_norm"] = float(self.fitted["grad_norm"])
         if self.reference_objective is not None:
             out["reference_objective"] = self.reference_objective
             out["gap"] = self.gap
@@ -321,6 +363,8 @@ class Result:
             method=self.method,
             objective=self.objective,
             stop_reason=self.stop_reason,
+            converged=int(self.converged),
+            optimality=self.optimality if math.isfinite(self.optimality) else "none",
             feature_dim=self.feature_dim,
             reference_objective=("none" if self.reference_objective is None
                                  else self.reference_objective),
@@ -396,12 +440,18 @@ class Result:
             iterate=ds["iterate"].values,
             objective=float(ds.attrs["objective"]),
             stop_reason=ds.attrs["stop_reason"],
+            converged=bool(ds.attrs.get("converged", 0)),
+            optimality=_float_attr(ds.attrs.get("optimality", "none")),
             reference_objective=None if ref == "none" else float(ref),
             distance=None if dist == "none" else float(dist),
             attrs=json.loads(ds.attrs["run"]),
             feature_dim=feature_dim,
             feature_coords=coords,
         )
+
+
+def _float_attr(value: Any) -> float:
+    return math.nan if value == "none" else float(value)
 
 
 def _jsonable(value: Any) -> Any:

@@ -211,6 +211,12 @@ class Method(ABC):
         """
         return 1.0
 
+    def convergence_window(self, n_workers: int) -> int:
+        """Return the rounds over which the iterate's change is judged (see the runtime's
+        convergence monitor): 1, or more when one round refreshes only part of the rows.
+        """
+        return 1
+
     def partition_count(self, n_workers: int, n_rows: int) -> int | None:
         """Return the number of row partitions the method needs (None: any, >= workers)."""
         return None

@@ -85,6 +85,11 @@ class BoundedAsync(Method):
         """Return ``1 / n_workers``: each result is a step along a full-gradient estimate."""
         return 1.0 / max(int(n_workers), 1)
 
+    def convergence_window(self, n_workers: int) -> int:
+        """Return ``n_workers``: one update per result, so a round of all workers is that
+        many versions."""
+        return max(int(n_workers), 1)
+
     def get_params(self) -> dict[str, Any]:
         """Return the parameters."""
         return {"max_delay": self.max_delay, "order": self.order}

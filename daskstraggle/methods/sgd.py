@@ -110,6 +110,13 @@ class SGD(Method):
             staleness *= 2
         return float(problem.stochastic_step_factor(staleness))
 
+    def convergence_window(self, n_workers: int) -> int:
+        """Return the largest subpartition count (doubled with ``balance``): a cached part
+        is refreshed about that often."""
+        p = self.subpartitions
+        window = max(p) if isinstance(p, tuple) else int(p)
+        return 2 * window if self.balancer is not None else window
+
     def check_n_workers(self, n_workers: int) -> None:
         """Refuse ``n_wait`` > ``n_workers`` and per-worker lists of another length."""
         if self.n_wait is not None and self.n_wait > n_workers:

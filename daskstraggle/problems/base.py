@@ -134,6 +134,9 @@ class Problem(ABC):
         Called before any cluster work, so bad input fails fast; :meth:`bind` checks again.
         """
 
+    def check_step_size(self, step_size: float) -> None:  # noqa: B027 - optional hook
+        """Raise DivergenceError if ``step_size`` is known to make the iteration diverge."""
+
     @abstractmethod
     def bind(self, stats: MatrixStats) -> Self:
         """Return a copy fixed to a matrix's statistics, after validating parameters.
@@ -192,6 +195,26 @@ class Problem(ABC):
     @abstractmethod
     def finalize(self, iterate: np.ndarray, result: KernelResult) -> dict[str, np.ndarray]:
         """Return the fitted quantities from the final iterate and its kernel sum."""
+
+    @abstractmethod
+    def optimality(self, result: KernelResult, iterate: np.ndarray) -> float:
+        """Return how far ``iterate`` is from optimal, from the kernel sum there.
+
+        Exact when ``result`` is the exact kernel sum over every row at ``iterate``; an
+        estimate when it is a method's estimate. Zero at an optimum.
+        """
+
+    def optimality_scale(self, result: KernelResult, iterate: np.ndarray) -> float:
+        """Return what :meth:`optimality` is divided by to make it relative.
+
+        ``result`` is the exact kernel sum at the starting point ``iterate``. Default:
+        1 (the measure is relative already).
+        """
+        return 1.0
+
+    @abstractmethod
+    def iterate_change(self, new: np.ndarray, old: np.ndarray) -> float:
+        """Return the relative change between two iterates (0 when they are equal)."""
 
     @abstractmethod
     def reference_solution(self, map_reduce: MapReduce) -> Reference:

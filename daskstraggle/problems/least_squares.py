@@ -226,24 +226,79 @@ class _LinearModel(Problem):
         return 1.0 / smoothness if smoothness > 0 else 1.0
 
     # ---------------------------------------------------------------- results
+    def _full_gradient(self, result: KernelResult, iterate: np.ndarray) -> np.ndarray:
+        """Return the objective's gradient: the loss part plus ``alpha [w, 0]``."""
+        return np.asarray(result.gradient, dtype=np.float64) + self._penalty_gradient(iterate)
+
+    def optimality(self, result: KernelResult, iterate: np.ndarray) -> float:
+        """Return the norm of the objective's gradient at ``iterate``.
+
+        Parameters
+        ----------
+        result : KernelResult
+            Kernel sum at ``iterate`` (exact or estimated).
+        iterate : ndarray of shape (n_params,)
+            Coefficients, the intercept last.
+
+        Returns
+        -------
+        optimality : float
+            ``|grad f(iterate)|`` (the penalty included); 0 at the optimum.
+        """
+        return float(np.linalg.norm(self._full_gradient(result, iterate)))
+
+    def optimality_scale(self, result: KernelResult, iterate: np.ndarray) -> float:
+        """Return the gradient norm at the starting point (floored at 1e-300).
+
+        Parameters
+        ----------
+        result : KernelResult
+            Exact kernel sum at the starting point.
+        iterate : ndarray of shape (n_params,)
+            The starting point.
+
+        Returns
+        -------
+        scale : float
+        """
+        return max(self.optimality(result, iterate), 1e-300)
+
+    def iterate_change(self, new: np.ndarray, old: np.ndarray) -> float:
+        """Return ``|new - old| / |new|`` (1e-300 floor on the denominator).
+
+        Parameters
+        ----------
+        new, old : ndarray of shape (n_params,)
+            Coefficients.
+
+        Returns
+        -------
+        change : float
+        """
+        new = np.asarray(new, dtype=np.float64)
+        return float(np.linalg.norm(new - np.asarray(old, dtype=np.float64))
+                     / max(float(np.linalg.norm(new)), 1e-300))
+
     def finalize(self, iterate: np.ndarray, result: KernelResult) -> dict[str, np.ndarray]:
-        """Return the coefficients and the intercept.
+        """Return the coefficients, the intercept and the gradient norm.
 
         Parameters
         ----------
         iterate : ndarray of shape (n_params,)
             Final coefficients, the intercept last.
         result : KernelResult
-            Unused.
+            Exact kernel sum at ``iterate`` (the runtime's pass after the run).
 
         Returns
         -------
         fitted : dict
-            ``coef`` of shape (n_features,) and ``intercept`` (0-d array; 0.0 without
-            an intercept).
+            ``coef`` of shape (n_features,), ``intercept`` (0-d array; 0.0 without
+            an intercept) and ``grad_norm`` (0-d array): the norm of the objective's
+            gradient at ``iterate``.
         """
         w, b = self._split(iterate)
-        return {"coef": w.copy(), "intercept": np.array(b, dtype=np.float64)}
+        return {"coef": w.copy(), "intercept": np.array(b, dtype=np.float64),
+                "grad_norm": np.array(self.optimality(result, iterate), dtype=np.float64)}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -11,7 +12,13 @@ import numpy as np
 import scipy.linalg
 
 from daskstraggle._validation import check_bool, check_int
-from daskstraggle.errors import InvalidDataError, InvalidParameterError, StraggleError
+from daskstraggle.errors import (
+    DivergenceError,
+    InvalidDataError,
+    InvalidParameterError,
+    StraggleError,
+    StraggleWarning,
+)
 from daskstraggle.problems._linalg import (
     check_dense_size,
     orthonormalize,
@@ -24,6 +31,11 @@ __all__ = ["PCA"]
 
 #: Below this fraction of the uncentred squared norm, the centred norm is rounding noise.
 _CONSTANT_TOL = 1e-12
+#: Eigen-residuals are relative to the component's eigenvalue, floored at this
+#: fraction of the top one (components with no variance are not judged on rounding).
+_RESIDUAL_FLOOR = 1e-8
+#: Ritz values at most this fraction of the top one are zero variance (rank < k).
+_RANK_FLOOR = 1e-10
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -148,12 +160,46 @@ class PCA(Problem):
         Raises
         ------
         InvalidParameterError
-            If ``n_components > n_features``.
+            If ``n_components`` exceeds the number of columns, or the rank the number of
+            rows allows (rows minus one when centring).
         """
         if self.n_components > n_features:
             raise InvalidParameterError(
                 f"The 'n_components' parameter of PCA must be an int in [1, {n_features}] "
                 f"(the matrix has {n_features} columns). Got {self.n_components!r} instead."
+            )
+        rank = n_samples - 1 if self.center else n_samples
+        if self.n_components > max(rank, 1):
+            why = "rows minus one (centring removes one dimension)" if self.center else "rows"
+            raise InvalidParameterError(
+                f"The 'n_components' parameter of PCA (CLI: -k) must be at most {max(rank, 1)}, "
+                f"the matrix's {why}: further components have zero variance. "
+                f"Got {self.n_components!r} instead."
+            )
+
+    def check_step_size(self, step_size: float) -> None:
+        """Refuse a relaxed power step of 2 or more: it converges to the wrong components.
+
+        The update multiplies the part of ``V`` along an eigenvector with eigenvalue
+        ``mu`` (relative to the top one) by ``1 - eta + eta mu``: for ``eta >= 2`` the
+        smallest components (``|1 - eta| >= 1``) grow at least as fast as the largest.
+
+        Parameters
+        ----------
+        step_size : float
+            ``eta``.
+
+        Raises
+        ------
+        DivergenceError
+            If ``step_size >= 2``.
+        """
+        if float(step_size) >= 2.0:
+            raise DivergenceError(
+                f"A PCA step size of {float(step_size):.6g} diverges: relaxed power steps of 2 "
+                "or more converge to the smallest components, not the largest. Use a step "
+                "size in (0, 2) (CLI: --step-size), e.g. 1 (the power method), or leave it "
+                "unset for the default."
             )
 
     def bind(self, stats: MatrixStats) -> Self:
@@ -340,11 +386,75 @@ class PCA(Problem):
         return 1.0
 
     # ---------------------------------------------------------------- results
+    def _ritz(self, iterate: np.ndarray, gradient: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Return Ritz values (descending), rotation ``U`` and relative residuals.
+
+        ``M = V^T G`` (symmetrised) is diagonalised; ``V U`` are the Ritz vectors and
+        ``|G u_i - lambda_i V u_i| / max(lambda_i, 1e-8 lambda_1)`` their residuals.
+        """
+        V = np.asarray(iterate, dtype=np.float64)
+        G = np.asarray(gradient, dtype=np.float64)
+        M = V.T @ G
+        eigvals, U = np.linalg.eigh(0.5 * (M + M.T))
+        order = np.argsort(eigvals)[::-1]
+        eigvals, U = eigvals[order], U[:, order]
+        R = G @ U - (V @ U) * eigvals
+        top = max(float(eigvals[0]), 0.0)
+        denom = np.maximum(eigvals, _RESIDUAL_FLOOR * top)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            residuals = np.linalg.norm(R, axis=0) / denom
+        residuals = np.where(denom > 0, residuals, np.inf)
+        return eigvals, U, residuals
+
+    def optimality(self, result: KernelResult, iterate: np.ndarray) -> float:
+        """Return the largest relative eigen-residual of the Ritz pairs at ``iterate``.
+
+        With ``G = X_c^T X_c V`` (``result.gradient``), the Ritz pairs
+        ``(lambda_i, y_i = V u_i)`` of ``V^T G`` have residuals
+        ``r_i = |X_c^T X_c y_i - lambda_i y_i| / lambda_i``. Every component is judged on
+        its own (the total explained variance, which the first component dominates, is
+        not). A component with ``r_i <= tol`` is within an angle of about
+        ``tol * lambda_i / gap_i`` of an eigenvector, ``gap_i`` the distance from
+        ``lambda_i`` to the nearest other eigenvalue.
+
+        Parameters
+        ----------
+        result : KernelResult
+            Kernel sum at ``iterate`` (exact or estimated).
+        iterate : ndarray of shape (n_features, n_components)
+            Orthonormal basis ``V``.
+
+        Returns
+        -------
+        optimality : float
+            ``max_i r_i`` (inf when the top Ritz value is not positive).
+        """
+        return float(np.max(self._ritz(iterate, result.gradient)[2]))
+
+    def iterate_change(self, new: np.ndarray, old: np.ndarray) -> float:
+        """Return the sine of the largest principal angle between two bases.
+
+        Parameters
+        ----------
+        new, old : ndarray of shape (n_features, n_components)
+            Orthonormal bases.
+
+        Returns
+        -------
+        change : float
+            In [0, 1].
+        """
+        return sin_largest_angle(np.asarray(new, dtype=np.float64),
+                                 np.asarray(old, dtype=np.float64))
+
     def finalize(self, iterate: np.ndarray, result: KernelResult) -> dict[str, np.ndarray]:
         """Return components and explained variances by a Rayleigh-Ritz step.
 
         The ``k x k`` matrix ``M = V^T X_c^T X_c V`` is diagonalised; its eigenvectors
-        rotate ``V`` into the Ritz vectors, ordered by decreasing variance.
+        rotate ``V`` into the Ritz vectors, ordered by decreasing variance. The runtime
+        passes the exact kernel sum at ``iterate`` (one pass after the run), so
+        ``1 - sum(explained_variance_ratio)`` is the objective at ``iterate``.
 
         Parameters
         ----------
@@ -361,16 +471,28 @@ class PCA(Problem):
             (n_components,): eigenvalues over ``n_samples - 1`` (as scikit-learn;
             ``n_samples`` when there is one row); ``explained_variance_ratio``:
             eigenvalues over ``|X_c|_F^2``; ``singular_values``: square roots of the
-            eigenvalues; ``mean`` (n_features,).
+            eigenvalues; ``mean`` (n_features,); ``residuals`` (n_components,): each
+            component's relative eigen-residual (see :meth:`optimality`).
+
+        Warns
+        -----
+        StraggleWarning
+            If some components have (numerically) zero variance: the matrix's rank is
+            below ``n_components``; their variances are reported as 0.
         """
         mean = self._bound_mean()
         total = self._bound_total()
         V = np.asarray(iterate, dtype=np.float64)
-        M = V.T @ result.gradient
-        M = 0.5 * (M + M.T)
-        eigvals, U = np.linalg.eigh(M)
-        order = np.argsort(eigvals)[::-1]
-        eigvals, U = eigvals[order], U[:, order]
+        eigvals, U, residuals = self._ritz(V, result.gradient)
+        null = eigvals <= _RANK_FLOOR * max(float(eigvals[0]), 0.0)
+        if null.any():
+            warnings.warn(
+                f"PCA: only {int((~null).sum())} of the {self.n_components} components have "
+                "non-zero variance (the matrix's rank is lower); the others are arbitrary "
+                "directions with variance 0. Ask for fewer components (CLI: -k).",
+                StraggleWarning, stacklevel=2,
+            )
+            eigvals = np.where(null, 0.0, eigvals)
         components = (V @ U).T
         pivot = np.argmax(np.abs(components), axis=1)
         signs = np.where(components[np.arange(components.shape[0]), pivot] < 0, -1.0, 1.0)
@@ -383,6 +505,7 @@ class PCA(Problem):
             "explained_variance_ratio": (eigvals / total).astype(np.float64),
             "singular_values": np.sqrt(np.maximum(eigvals, 0.0)),
             "mean": mean.astype(np.float64, copy=True),
+            "residuals": residuals.astype(np.float64),
         }
 
     def gram_kernel(self, block: Block) -> np.ndarray:

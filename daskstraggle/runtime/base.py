@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -20,10 +21,11 @@ import numpy as np
 
 from daskstraggle._validation import check_bool
 from daskstraggle.data.matrix import Matrix
-from daskstraggle.errors import InvalidParameterError, StraggleError
+from daskstraggle.errors import ConvergenceWarning, InvalidParameterError, StraggleError
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
 from daskstraggle.problems.base import KernelResult, Problem, Reference, combine
 from daskstraggle.problems.block import Block, MatrixStats
+from daskstraggle.runtime.convergence import ConvergenceMonitor
 from daskstraggle.runtime.stop import StopRule
 from daskstraggle.trace import Result, TraceRecorder
 
@@ -257,24 +259,10 @@ class Runtime(ABC):
             )
         method.check_problem(problem)
         method.check_n_workers(self.n_workers)
+        if step_size is not None:
+            problem.check_step_size(step_size)
         self._validate()
-        wanted = method.partition_count(self.n_workers, matrix.n_rows)
-        if wanted is not None:
-            if matrix.n_rows < wanted:
-                raise InvalidParameterError(
-                    f"Method {method.name!r} splits the rows into {wanted} partitions for "
-                    f"{self.n_workers} workers, but the matrix has only {matrix.n_rows} rows; "
-                    "use fewer workers or other scheme parameters."
-                )
-            if matrix.n_partitions != wanted:
-                matrix = matrix.repartition(wanted)
-        elif matrix.n_partitions < self.n_workers:
-            if matrix.n_rows < self.n_workers:
-                raise InvalidParameterError(
-                    f"The matrix has {matrix.n_rows} rows, fewer than the {self.n_workers} "
-                    "workers; use fewer workers."
-                )
-            matrix = matrix.repartition(self.n_workers)
+        matrix = self._fit_partitions(method, matrix)
         placement = method.placement(matrix.n_partitions, self.n_workers)
         t_load = time.perf_counter()
         stats = self._load(matrix, placement)
@@ -285,6 +273,9 @@ class Runtime(ABC):
                          * method.step_factor(bound, self.n_workers))
         ref: Reference | None = bound.reference_solution(self._map_reduce) if reference else None
         x0 = bound.init_iterate(rng)
+        monitor = ConvergenceMonitor(
+            bound, tol=stop.tol, start_result=self._exact_pass(bound, x0), start=x0,
+            step_size=step_size, window=method.convergence_window(self.n_workers))
         self._partition_rows = [int(r) for r in matrix.partition_rows()]
         self._begin(placement, self._partition_rows)
         record_iterates = check_bool(record_iterates, name="record_iterates", caller="run")
@@ -292,34 +283,33 @@ class Runtime(ABC):
         try:
             summary, recorder, reason = self._drive(
                 method, bound, x0, placement, step_size=step_size, stop=stop, reference=ref,
-                progress=progress, iterates=iterates,
+                progress=progress, iterates=iterates, monitor=monitor,
             )
         finally:
             self._end()
         trace = recorder.to_dataset()
         if iterates is not None:
-            exact = np.array([
-                bound.objective(self._map_reduce(_kernel_at, bound, x).values, x)
-                for x in iterates
-            ])
-            trace["exact_objective"] = ("iteration", exact)
-            if ref is not None:
-                trace["exact_gap"] = ("iteration", exact - ref.objective)
-        fitted = bound.finalize(summary.iterate, summary.result)
-        objective = summary.objective
-        if objective is None:  # stochastic rounds: evaluate the final point exactly
-            total = self._map_reduce(_kernel_at, bound, summary.iterate)
-            objective = bound.objective(total.values, summary.iterate)
-        return Result(
+            self._record_exact(trace, bound, iterates, ref)
+        # the fitted quantities come from one exact pass at the returned point, outside
+        # the timed loop, whatever the method estimated during the run
+        x = summary.iterate
+        total = self._exact_pass(bound, x)
+        objective = bound.objective(total.values, x)
+        optimality = monitor.final(x, total, objective)
+        converged = monitor.converged(optimality, reason)
+        fitted = bound.finalize(x, total)
+        result = Result(
             problem=bound.name,
             method=method.name,
             fitted=fitted,
             trace=trace,
-            iterate=summary.iterate,
+            iterate=x,
             objective=float(objective),
             stop_reason=reason,
+            converged=converged,
+            optimality=float(optimality),
             reference_objective=None if ref is None else ref.objective,
-            distance=None if ref is None else bound.distance(summary.iterate, ref),
+            distance=None if ref is None else bound.distance(x, ref),
             attrs={
                 "runtime": self.name,
                 "workers": self.worker_names,
@@ -330,12 +320,49 @@ class Runtime(ABC):
                 "method_params": method.get_params(),
                 "stop": {"max_iter": stop.max_iter, "tol": stop.tol, "gap_tol": stop.gap_tol,
                          "time_budget": stop.time_budget},
+                "convergence": monitor.describe(),
                 "reference_info": {} if ref is None else ref.info,
                 **self._run_attrs(),
             },
             feature_dim=matrix.dims[1],
             feature_coords=matrix.columns,
         )
+        if not converged and (stop.tol is not None or stop.gap_tol is not None):
+            warnings.warn(result.convergence_message(), ConvergenceWarning, stacklevel=2)
+        return result
+
+    def _fit_partitions(self, method: Method, matrix: Matrix) -> Matrix:
+        """Repartition ``matrix`` to what the method needs (at least one per worker)."""
+        wanted = method.partition_count(self.n_workers, matrix.n_rows)
+        if wanted is not None:
+            if matrix.n_rows < wanted:
+                raise InvalidParameterError(
+                    f"Method {method.name!r} splits the rows into {wanted} partitions for "
+                    f"{self.n_workers} workers, but the matrix has only {matrix.n_rows} rows; "
+                    "use fewer workers or other scheme parameters."
+                )
+            return matrix if matrix.n_partitions == wanted else matrix.repartition(wanted)
+        if matrix.n_partitions < self.n_workers:
+            if matrix.n_rows < self.n_workers:
+                raise InvalidParameterError(
+                    f"The matrix has {matrix.n_rows} rows, fewer than the {self.n_workers} "
+                    "workers; use fewer workers."
+                )
+            return matrix.repartition(self.n_workers)
+        return matrix
+
+    def _exact_pass(self, problem: Problem, iterate: np.ndarray) -> KernelResult:
+        """Return the exact kernel sum over every partition at ``iterate`` (one pass)."""
+        return self._map_reduce(_kernel_at, problem, iterate)
+
+    def _record_exact(self, trace: Any, problem: Problem, iterates: list[np.ndarray],
+                      ref: Reference | None) -> None:
+        """Add ``exact_objective`` (and ``exact_gap``) at every recorded point to the trace."""
+        exact = np.array([problem.objective(self._exact_pass(problem, x).values, x)
+                          for x in iterates])
+        trace["exact_objective"] = ("iteration", exact)
+        if ref is not None:
+            trace["exact_gap"] = ("iteration", exact - ref.objective)
 
     def _drive(
         self,
@@ -349,10 +376,12 @@ class Runtime(ABC):
         reference: Reference | None,
         progress: bool,
         iterates: list[np.ndarray] | None = None,
+        monitor: ConvergenceMonitor,
     ) -> tuple[RoundSummary, TraceRecorder, str]:
         """Run the event loop: dispatch to idle workers, receive, step, record, stop.
 
         With ``iterates`` (a list), the point each round evaluated is appended to it.
+        ``monitor`` judges every round (converged, diverged, or an exact check first).
         """
         from tqdm.auto import tqdm
 
@@ -369,7 +398,6 @@ class Runtime(ABC):
         in_flight = 0
         durations: dict[int, float] = {}
         latencies: dict[int, float] = {}
-        previous: float | None = None
         window = float(getattr(method, "collect_window", 0.0) or 0.0)
         bar = tqdm(
             total=stop.max_iter, disable=None if progress else True, file=sys.stderr, unit="it",
@@ -428,6 +456,7 @@ class Runtime(ABC):
                         if reference is None or summary.objective is None
                         else summary.objective - reference.objective
                     )
+                    verdict, checked = self._judge(monitor, len(recorder), summary, problem)
                     row = recorder.add(
                         wall_time=now - t0,
                         iteration_duration=now - t_round,
@@ -441,7 +470,8 @@ class Runtime(ABC):
                         coverage=summary.coverage,
                         n_dropped=summary.n_dropped,
                         ages=summary.ages,
-                        extras=summary.extras,
+                        extras={**summary.extras, "optimality": monitor.optimality,
+                                "exact_check": float(checked)},
                         subpartitions=None if balancing is None
                         else method.subpartition_counts,  # type: ignore[attr-defined]
                     )
@@ -452,18 +482,12 @@ class Runtime(ABC):
                     if progress:
                         bar.set_postfix(objective=f"{summary.objective:.6g}" if summary.objective
                                         is not None else "?", refresh=False)
-                    reason = stop.check(
-                        iteration=len(recorder) - 1,
-                        objective=summary.objective,
-                        previous=previous,
-                        gap=gap,
-                        elapsed=now - t0,
-                    )
+                    reason = verdict or stop.check(
+                        iteration=len(recorder) - 1, gap=gap, elapsed=now - t0)
                     if reason is not None:
                         logger.info("%s stopped after %d iterations (%s)", method.name,
                                     len(recorder), reason)
                         return summary, recorder, reason
-                    previous = summary.objective
                     method.step()
                     self._after_step()
                     if balancing is not None:
@@ -488,6 +512,16 @@ class Runtime(ABC):
                 self._on_row(len(recorder) - 1, recorder, final=True)
             except Exception as err:  # bookkeeping must not mask the run's own outcome
                 logger.warning("final latency bookkeeping failed: %s", err)
+
+    def _judge(self, monitor: ConvergenceMonitor, iteration: int, summary: RoundSummary,
+               problem: Problem) -> tuple[str | None, bool]:
+        """Return the monitor's verdict on a round (``"tol"``, ``"stalled"`` or None) and
+        whether an exact check pass was made for it."""
+        verdict = monitor.observe(iteration, summary.iterate, summary.result, summary.objective)
+        if verdict != "check":
+            return verdict, False
+        exact = self._exact_pass(problem, summary.iterate)
+        return monitor.verify(iteration, summary.iterate, exact), True
 
     def _cancel_pending(self) -> None:  # noqa: B027 - optional hook
         """Forget work still in flight when a run ends."""

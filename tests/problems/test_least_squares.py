@@ -171,12 +171,19 @@ def test_default_step_size_bounds_the_smoothness(
     assert 0.999 * lam + 0.3 <= 1 / step <= 1.05 * lam + 0.3 + 1e-12
 
 
-def test_finalize_returns_coef_and_intercept(rng, split_blocks, total_stats):
-    X = rng.normal(size=(10, 2))
-    problem = LeastSquares().bind(total_stats(split_blocks(X, rng.normal(size=10))))
-    fitted = problem.finalize(np.array([1.0, -2.0, 0.5]), None)
+def test_finalize_returns_coef_intercept_and_gradient_norm(rng, split_blocks, total_stats):
+    X, y = rng.normal(size=(10, 2)), rng.normal(size=10)
+    blocks = split_blocks(X, y)
+    problem = LeastSquares(alpha=0.3).bind(total_stats(blocks))
+    x = np.array([1.0, -2.0, 0.5])
+    total = sum((problem.kernel(b, x) for b in blocks[1:]), problem.kernel(blocks[0], x))
+    fitted = problem.finalize(x, total)
     np.testing.assert_array_equal(fitted["coef"], [1.0, -2.0])
     assert fitted["intercept"].shape == () and float(fitted["intercept"]) == 0.5
+    # independent: gradient of mean(0.5 (A x - y)^2) + 0.15 |w|^2, A = [X, 1]
+    A = np.column_stack([X, np.ones(10)])
+    grad = A.T @ (A @ x - y) / 10 + 0.3 * np.array([1.0, -2.0, 0.0])
+    np.testing.assert_allclose(float(fitted["grad_norm"]), np.linalg.norm(grad), rtol=1e-12)
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), None, "0.1", False])

@@ -196,7 +196,9 @@ def test_finalize_without_intercept(rng, split_blocks, total_stats):
     X = rng.normal(size=(20, 3))
     problem = Logistic(fit_intercept=False).bind(total_stats(split_blocks(X, _labels_from(X, rng))))
     assert problem.n_params == 3
-    fitted = problem.finalize(np.array([1.0, 2.0, 3.0]), None)
+    fitted = problem.finalize(np.array([1.0, 2.0, 3.0]),
+                              problem.kernel(split_blocks(X, _labels_from(X, rng))[0],
+                                             np.array([1.0, 2.0, 3.0])))
     np.testing.assert_array_equal(fitted["coef"], [1.0, 2.0, 3.0])
     assert float(fitted["intercept"]) == 0.0
     x = np.array([1.0, 2.0, 3.0])

@@ -95,5 +95,5 @@ def test_time_budget_stops_the_run(low_rank_matrix):
     with LocalRuntime(n_workers=2) as rt:
         res = rt.run(GD(), PCA(n_components=2), open_matrix(low_rank_matrix),
                      stop=StopRule(max_iter=10**6, tol=None, time_budget=0.05))
-    assert res.stop_reason == "time"
+    assert res.stop_reason == "time_budget"
     assert res.wall_time >= 0.05

@@ -75,7 +75,7 @@ def test_update_duration_and_time_budget_are_simulated(X):
     with SimRuntime(4, latency=Constant(compute=10.0)) as rt:
         res = rt.run(GD(), PCA(n_components=2), open_matrix(X),
                      stop=StopRule(max_iter=100, tol=None, time_budget=35.0), rng=0)
-    assert res.stop_reason == "time" and len(res.trace.iteration) == 4
+    assert res.stop_reason == "time_budget" and len(res.trace.iteration) == 4
 
 
 def test_without_a_model_tasks_take_their_measured_time(X):

@@ -1,0 +1,216 @@
+"""When a run has converged, when it has diverged: the coordinator's verdict (pure).
+
+Every method reports, each round, the point it evaluated and the (exact or estimated)
+kernel sum there. From that the :class:`ConvergenceMonitor` computes the problem's
+*optimality measure* (:meth:`~daskstraggle.problems.Problem.optimality`, made relative):
+
+- PCA: the largest relative eigen-residual ``|X_c^T X_c y_i - lambda_i y_i| / lambda_i``
+  over the Ritz pairs, so every requested component is judged, not the total variance;
+- regression: the norm of the objective's gradient over its norm at the starting point.
+
+A run is **converged** when this measure, evaluated *exactly* at the returned point, is
+at most ``tol``. Methods whose rounds are exact (gd, nag, coded, and any round that saw
+every row at one iterate) are judged every round. For the stochastic methods (sgd, sag,
+dsag with subpartitions, partial with a tolerance, async) the measure is an estimate; when
+the estimate, or the iterate's change over a window of ``window`` rounds, falls below
+``tol``, the runtime makes one exact pass at the current point and the monitor decides on
+that. Exact checks are rate-limited (at least ``window`` rounds apart, the gap doubling
+after each failed check). When the iterate has stopped moving but three exact checks in a
+row fail, the method is at its noise floor: the run stops as ``"stalled"``, unconverged.
+
+Divergence is an error (:class:`~daskstraggle.errors.DivergenceError`): a non-finite
+iterate, kernel sum or objective; an exact objective above its best by more than ten
+times ``max(|best|, start - best)``; or a final objective above the starting one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from daskstraggle.errors import DivergenceError
+from daskstraggle.problems.base import KernelResult, Problem
+
+__all__ = ["ConvergenceMonitor", "GROWTH_FACTOR", "STALL_CHECKS"]
+
+#: An exact objective this many times ``max(|best|, start - best)`` above its best
+#: diverged.
+GROWTH_FACTOR = 10.0
+#: Failed exact checks in a row, each triggered by a standing iterate, that end a run
+#: as stalled.
+STALL_CHECKS = 3
+#: Largest gap between exact checks, in multiples of the window.
+_MAX_INTERVAL = 64
+
+
+class ConvergenceMonitor:
+    """Judge each round of a run: converged, needs an exact check, or diverged.
+
+    Parameters
+    ----------
+    problem : Problem
+        The bound problem.
+    tol : float or None
+        Tolerance on the relative optimality measure (None: never converged by ``tol``).
+    start_result : KernelResult
+        Exact kernel sum at the starting point.
+    start : ndarray
+        The starting point.
+    step_size : float
+        Step size of the run (named in divergence messages).
+    window : int, default=1
+        Rounds over which the iterate's change is measured, and the least number of
+        rounds between exact checks (a worker's subpartitions, or the workers for
+        asynchronous updates).
+    """
+
+    def __init__(self, problem: Problem, *, tol: float | None, start_result: KernelResult,
+                 start: np.ndarray, step_size: float, window: int = 1) -> None:
+        self.problem = problem
+        self.tol = tol
+        self.step_size = float(step_size)
+        self.window = max(int(window), 1)
+        self.scale = problem.optimality_scale(start_result, start)
+        self.start_objective = problem.objective(start_result.values, start)
+        self.best = self.start_objective
+        self.optimality = math.nan  # last measure (exact or estimated)
+        self.n_checks = 0
+        self._iterates: deque[np.ndarray] = deque(maxlen=self.window + 1)
+        self._next_check = 0
+        self._interval = self.window
+        self._stalls = 0
+        self._pending_stall = False
+
+    # ------------------------------------------------------------------ per round
+    def observe(self, iteration: int, iterate: np.ndarray, result: KernelResult,
+                objective: float | None) -> str | None:
+        """Judge a round from the evaluated point and its kernel sum.
+
+        Parameters
+        ----------
+        iteration : int
+            0-based round.
+        iterate : ndarray
+            The point the round evaluated.
+        result : KernelResult
+            The round's kernel sum at ``iterate`` (exact when ``objective`` is not None).
+        objective : float or None
+            Exact objective at ``iterate``, when the round saw every row there.
+
+        Returns
+        -------
+        decision : {"tol", "check"} or None
+            ``"tol"``: converged (exact); ``"check"``: make an exact pass at ``iterate``
+            and call :meth:`verify`; None: go on.
+
+        Raises
+        ------
+        DivergenceError
+            If the round's values are not finite or the objective exploded.
+        """
+        self._check_finite(iteration, iterate, result, objective)
+        if objective is not None:
+            self._check_growth(iteration, objective)
+        self.optimality = self.problem.optimality(result, iterate) / self.scale
+        self._iterates.append(np.array(iterate, dtype=np.float64, copy=True))
+        if self.tol is None:
+            return None
+        if objective is not None:
+            return "tol" if self.optimality <= self.tol else None
+        standing = self._standing()
+        if (self.optimality <= self.tol or standing) and iteration >= self._next_check:
+            self._pending_stall = standing and self.optimality > self.tol
+            return "check"
+        return None
+
+    def verify(self, iteration: int, iterate: np.ndarray, result: KernelResult) -> str | None:
+        """Decide on an exact pass at ``iterate`` asked for by :meth:`observe`.
+
+        Parameters
+        ----------
+        iteration : int
+            0-based round.
+        iterate : ndarray
+            The point checked.
+        result : KernelResult
+            Exact kernel sum at ``iterate``.
+
+        Returns
+        -------
+        decision : {"tol", "stalled"} or None
+        """
+        self.n_checks += 1
+        objective = self.problem.objective(result.values, iterate)
+        self._check_finite(iteration, iterate, result, objective)
+        self._check_growth(iteration, objective)
+        self.optimality = self.problem.optimality(result, iterate) / self.scale
+        if self.tol is not None and self.optimality <= self.tol:
+            return "tol"
+        self._stalls = self._stalls + 1 if self._pending_stall else 0
+        self._interval = min(2 * self._interval, _MAX_INTERVAL * self.window)
+        self._next_check = iteration + self._interval
+        return "stalled" if self._stalls >= STALL_CHECKS else None
+
+    def final(self, iterate: np.ndarray, result: KernelResult, objective: float) -> float:
+        """Check the exact final pass; return the relative optimality measure there.
+
+        Raises
+        ------
+        DivergenceError
+            If the final values are not finite or the objective ended above the start.
+        """
+        self._check_finite(-1, iterate, result, objective)
+        slack = 1e-9 * max(1.0, abs(self.start_objective))
+        if objective > self.start_objective + slack:
+            raise DivergenceError(self._message(
+                f"the objective ended at {objective:.6g}, above its starting value "
+                f"{self.start_objective:.6g}"))
+        return self.problem.optimality(result, iterate) / self.scale
+
+    def converged(self, optimality: float, reason: str) -> bool:
+        """Return the verdict for the final point's exact ``optimality`` measure."""
+        if self.tol is None:
+            return reason == "gap"
+        return bool(optimality <= self.tol)
+
+    # ------------------------------------------------------------------ internals
+    def _standing(self) -> bool:
+        """Whether the iterate moved by at most ``tol`` over the last window."""
+        if self.tol is None or len(self._iterates) <= self.window:
+            return False
+        change = self.problem.iterate_change(self._iterates[-1], self._iterates[0])
+        return change <= self.tol
+
+    def _check_finite(self, iteration: int, iterate: np.ndarray, result: KernelResult,
+                      objective: float | None) -> None:
+        bad = [name for name, value in (("iterate", iterate), ("gradient", result.gradient),
+                                        ("objective terms", result.values))
+               if not np.all(np.isfinite(value))]
+        if objective is not None and not math.isfinite(objective):
+            bad.append("objective")
+        if bad:
+            where = "at the end" if iteration < 0 else f"at iteration {iteration}"
+            raise DivergenceError(self._message(
+                f"non-finite {' and '.join(bad)} {where}"))
+
+    def _check_growth(self, iteration: int, objective: float) -> None:
+        limit = self.best + GROWTH_FACTOR * max(abs(self.best),
+                                                self.start_objective - self.best)
+        if objective > limit:
+            raise DivergenceError(self._message(
+                f"the objective grew to {objective:.6g} at iteration {iteration}, far above "
+                f"its best {self.best:.6g}"))
+        self.best = min(self.best, objective)
+
+    def _message(self, what: str) -> str:
+        return (f"The run diverged: {what}, with step size {self.step_size:.6g}. Use a "
+                f"smaller step size (CLI: --step-size), e.g. {self.step_size / 10:.3g}, or "
+                "leave it unset for the method's safe default.")
+
+    def describe(self) -> dict[str, Any]:
+        """Return the monitor's settings and counters (for the result's attributes)."""
+        return {"tol": self.tol, "window": self.window, "scale": self.scale,
+                "start_objective": self.start_objective, "exact_checks": self.n_checks}
