@@ -18,7 +18,7 @@ from typing import Any
 import click
 import numpy as np
 
-from daskstraggle.errors import DivergenceError, InputError, StraggleError
+from daskstraggle.errors import DivergenceError, InputError, StraggleError, StraggleWarning
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,9 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--max-iter", type=int, default=100, show_default=True,
                      help="Maximum number of iterations."),
         click.option("--tol", type=float, default=1e-6, show_default=True,
-                     help="Stop when the relative objective change is below this."),
+                     help="Stop, converged, once the optimality measure (PCA: every component's "
+                          "relative eigen-residual; regression: gradient norm relative to "
+                          "the start) is at most this, judged exactly."),
         click.option("--time-budget", type=float, default=None,
                      help="Stop after this many seconds."),
         click.option("--step-size", type=float, default=None,
@@ -613,6 +615,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
+        warnings.simplefilter("default", StraggleWarning)  # ours always reach the user
         return _main(argv)
 
 
