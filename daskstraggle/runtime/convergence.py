@@ -34,7 +34,7 @@ import numpy as np
 from daskstraggle.errors import DivergenceError
 from daskstraggle.problems.base import KernelResult, Problem
 
-__all__ = ["ConvergenceMonitor", "GROWTH_FACTOR", "STALL_CHECKS"]
+__all__ = ["GROWTH_FACTOR", "STALL_CHECKS", "ConvergenceMonitor"]
 
 #: An exact objective this many times ``max(|best|, start - best)`` above its best
 #: diverged.
