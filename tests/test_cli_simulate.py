@@ -174,7 +174,9 @@ def test_dsag_from_the_command_line_reaches_the_optimum(capsys, tmp_path):
                          "--method", "dsag", "--wait", "4", "--subpartitions", "2",
                          "--max-iter", "200", "--tol", "1e-14", "--reference", "--stragglers",
                          "constant(compute=1) + slowdown(workers=5, factor=6)", "--json"])
-    assert out["method"] == "dsag" and out["n_iter"] == 200
+    # converged by the exact eigen-residual check before the iteration budget
+    assert out["method"] == "dsag" and out["n_iter"] <= 200
+    assert out["converged"] is True and out["stop_reason"] == "tol", out
     assert abs(out["gap"]) < 1e-8 * abs(out["objective"]), out
 
 
@@ -191,10 +193,13 @@ def test_partial_and_async_from_the_command_line(capsys, tmp_path):
             "--max-iter", "30", "--tol", "1e-14", "--json"]
     out = _json(capsys, [*base, "--method", "partial", "--degrees", "1,2", "--tolerance",
                          "0.3", "--ordering", "age", "--age-threshold", "1"])
-    assert out["method"] == "partial" and out["n_iter"] == 30
+    # y = X 1 exactly: every partition's gradient vanishes at the optimum, so even with
+    # q = 0.3 of the partitions left out the exact check can confirm convergence
+    assert out["method"] == "partial" and out["n_iter"] <= 30
+    assert out["converged"] is (out["stop_reason"] == "tol"), out
     out = _json(capsys, [*base, "--method", "async", "--max-delay", "3", "--update-order",
                          "shortest", "--step-size", "0.05"])
-    assert out["method"] == "async" and out["n_iter"] == 30
+    assert out["method"] == "async" and out["n_iter"] <= 30
 
 
 def test_partial_and_async_flags_need_their_method(capsys):
