@@ -14,10 +14,12 @@ from daskstraggle.balance import LoadBalancer
 from daskstraggle.data import Matrix, open_matrix
 from daskstraggle.errors import (
     ClusterConnectionError,
+    CorruptDataError,
     DataNotFoundError,
     InputError,
     InvalidDataError,
     InvalidParameterError,
+    MissingChunksError,
     NonFiniteDataError,
     OutputExistsError,
     StraggleError,
@@ -41,6 +43,7 @@ __all__ = [
     "SAG",
     "SGD",
     "ClusterConnectionError",
+    "CorruptDataError",
     "DaskRuntime",
     "DataNotFoundError",
     "InputError",
@@ -53,6 +56,7 @@ __all__ = [
     "Logistic",
     "Matrix",
     "Method",
+    "MissingChunksError",
     "NonFiniteDataError",
     "OutputExistsError",
     "Problem",

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from daskstraggle.data._zarr import check_chunks, describe, open_array, read
+
 __all__ = [
     "ArraySource",
     "DaskSource",
@@ -148,38 +150,54 @@ class _ZarrLoader:
     name: str | None
     start: int
     stop: int
+    missing_chunks: str = "error"
 
     def __call__(self) -> RowValues:
-        array = _open_zarr_array(self.path, self.name)
-        return RowValues(np.ascontiguousarray(array[self.start : self.stop]))
+        return RowValues(np.ascontiguousarray(_read_rows(self)))
 
 
-def _open_zarr_array(path: str, name: str | None) -> Any:
-    import zarr
-
-    node = zarr.open(path, mode="r") if name is None else zarr.open_group(path, mode="r")[name]
-    return node
+def _read_rows(loader: _ZarrLoader | _GenotypeLoader) -> np.ndarray:
+    """Read the loader's rows where it runs, refusing absent or undecodable chunks."""
+    what = describe(loader.path, loader.name)
+    array = open_array(loader.path, loader.name)
+    check_chunks(array, loader.start, loader.stop, what=what,
+                 missing_chunks=loader.missing_chunks)
+    return np.asarray(read(array, slice(loader.start, loader.stop), what=what))
 
 
 class ZarrSource(RowSource):
-    """Rows of a 2-D Zarr array (v2 or v3) on a file system the workers can read."""
+    """Rows of a 2-D Zarr array (v2 or v3) on a file system the workers can read.
+
+    Each loader checks, where it runs, that every chunk of its rows exists (unless
+    ``missing_chunks="fill"``) and turns decoding errors into one
+    :class:`~daskstraggle.errors.CorruptDataError` line.
+    """
 
     kind = "zarr"
 
-    def __init__(self, path: str | os.PathLike[str], name: str | None, array: Any) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        name: str | None,
+        array: Any,
+        *,
+        missing_chunks: str = "error",
+    ) -> None:
         self.path = os.fspath(path)
         self.name = name
+        self.missing_chunks = missing_chunks
         self.shape = (int(array.shape[0]), int(array.shape[1]))
         self.dtype = np.dtype(array.dtype)
         self.chunk_bounds = regular_bounds(self.shape[0], int(array.chunks[0]))
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a loader that opens the store and reads rows ``[start, stop)``."""
-        return _ZarrLoader(self.path, self.name, start, stop)
+        return _ZarrLoader(self.path, self.name, start, stop, self.missing_chunks)
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
-        return {**super().describe(), "path": self.path, "array": self.name}
+        return {**super().describe(), "path": self.path, "array": self.name,
+                "missing_chunks": self.missing_chunks}
 
 
 # --------------------------------------------------------------------------- VCF Zarr
@@ -195,10 +213,10 @@ class _GenotypeLoader:
     stop: int
     missing: str
     scaling: str
+    missing_chunks: str = "error"
 
     def __call__(self) -> RowValues:
-        calls = _open_zarr_array(self.path, self.name)[self.start : self.stop]
-        return genotype_rows(calls, missing=self.missing, scaling=self.scaling)
+        return genotype_rows(_read_rows(self), missing=self.missing, scaling=self.scaling)
 
 
 def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues:
@@ -258,11 +276,13 @@ class GenotypeSource(RowSource):
         name: str = "call_genotype",
         missing: str = "mean",
         scaling: str = "patterson",
+        missing_chunks: str = "error",
     ) -> None:
         self.path = os.fspath(path)
         self.name = name
         self.missing = missing
         self.scaling = scaling
+        self.missing_chunks = missing_chunks
         self.ploidy = int(array.shape[2])
         self.shape = (int(array.shape[0]), int(array.shape[1]))
         self.dtype = np.dtype(np.int8)
@@ -270,7 +290,8 @@ class GenotypeSource(RowSource):
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a loader reading variants ``[start, stop)`` as dosages."""
-        return _GenotypeLoader(self.path, self.name, start, stop, self.missing, self.scaling)
+        return _GenotypeLoader(self.path, self.name, start, stop, self.missing, self.scaling,
+                               self.missing_chunks)
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
@@ -281,4 +302,5 @@ class GenotypeSource(RowSource):
             "missing": self.missing,
             "scaling": self.scaling,
             "ploidy": self.ploidy,
+            "missing_chunks": self.missing_chunks,
         }
