@@ -219,16 +219,24 @@ class _GenotypeLoader:
         return genotype_rows(_read_rows(self), missing=self.missing, scaling=self.scaling)
 
 
+#: Allele index that pads a call of lower ploidy than the array (VCF Zarr, e.g. chrX in males).
+PADDING = -2
+
+
 def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues:
     """Turn genotype calls (variants, samples, ploidy) into dosage rows.
 
-    The dosage of a call is its number of non-reference alleles (allele index > 0). A call
-    with any negative allele index (-1 missing, -2 fill for mixed ploidy) is missing and
-    stored as -1; its value comes from the row's ``fill``: the mean dosage of the variant
-    over its non-missing calls (``missing="mean"``, the usual imputation) or 0
+    The dosage of a call is its number of non-reference alleles (allele index > 0), scaled
+    to the array's ploidy ``P`` when the call has fewer alleles: an allele index of -2
+    pads a call of lower ploidy (a haploid call on chrX of a male in a diploid array), so a
+    call with ``m`` real alleles has dosage ``alt * P / m`` (haploid calls in a diploid
+    array count 0 or 2, as PLINK counts haploid X). A call with an allele index of -1 (or
+    any negative index other than -2), or with only padding, is missing and stored as -1;
+    its value comes from the row's ``fill``: the mean dosage of the variant over its
+    non-missing calls (``missing="mean"``, the usual imputation) or 0
     (``missing="zero"``). With ``scaling="patterson"`` each variant is centred at its mean
-    dosage and divided by ``sqrt(p (1 - p))``, ``p = mean / ploidy`` (Patterson et al.
-    2006); monomorphic variants get scale 0 and so contribute nothing.
+    dosage and divided by ``sqrt(p (1 - p))``, ``p = mean / P`` (Patterson et al. 2006);
+    monomorphic variants get scale 0 and so contribute nothing.
 
     Parameters
     ----------
@@ -242,11 +250,15 @@ def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues
     Returns
     -------
     rows : RowValues
-        int8 dosages (-1 where missing) with per-row fill/centre/scale.
+        Dosages (-1 where missing) with per-row fill/centre/scale: int8, or float64 when a
+        call of lower ploidy scales to a fraction (``P / m`` not an integer, e.g. a
+        diploid call in a triploid array).
     """
     ploidy = calls.shape[2]
-    is_missing = (calls < 0).any(axis=2)
-    dosage = (calls > 0).sum(axis=2, dtype=np.int8)
+    real = calls != PADDING
+    n_alleles = real.sum(axis=2)
+    is_missing = ((calls < 0) & real).any(axis=2) | (n_alleles == 0)
+    dosage = _dosage((calls > 0).sum(axis=2), n_alleles, ploidy, is_missing)
     counted = (~is_missing).sum(axis=1)
     sums = np.where(is_missing, 0, dosage).sum(axis=1, dtype=np.float64)
     mean = np.divide(sums, counted, out=np.zeros(len(sums)), where=counted > 0)
@@ -263,8 +275,26 @@ def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues
     return RowValues(dosage, fill=fill, center=center, scale=scale)
 
 
+def _dosage(alt: np.ndarray, n_alleles: np.ndarray, ploidy: int,
+            is_missing: np.ndarray) -> np.ndarray:
+    """Return ``alt * ploidy / n_alleles`` per call: int8 when every value is an integer."""
+    partial = (n_alleles < ploidy) & ~is_missing
+    if not partial.any():
+        return alt.astype(np.int8)
+    scaled = alt * ploidy
+    alleles = np.maximum(n_alleles, 1)
+    if not (scaled[partial] % alleles[partial]).any():
+        return np.where(partial, scaled // alleles, alt).astype(np.int8)
+    return np.where(partial, scaled / alleles, alt).astype(np.float64)
+
+
+
 class GenotypeSource(RowSource):
-    """Dosage rows (one per variant) from a VCF Zarr store's ``call_genotype``."""
+    """Dosage rows (one per variant) from a VCF Zarr store's ``call_genotype``.
+
+    See :func:`genotype_rows` for the dosages (calls of lower ploidy are scaled to the
+    array's), the imputation of missing calls and the Patterson scaling.
+    """
 
     kind = "vcf-zarr"
 
