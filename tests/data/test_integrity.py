@@ -382,3 +382,30 @@ def test_datasets_write_every_chunk_even_when_it_is_all_fill_value(tmp_path):
         assert (out / key).is_file(), key
     m = open_matrix(out, labels="y")
     np.testing.assert_array_equal(_dense(m), 0.0)
+
+
+@pytest.mark.parametrize("fit", ["fit_pca", "fit_logistic", "fit_least_squares"])
+def test_fit_functions_check_missing_chunks_before_cluster_work(fit, damaged, monkeypatch):
+    import distributed
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError(f"{type(self).__name__} created before the input was validated")
+
+    monkeypatch.setattr(distributed.LocalCluster, "__init__", refuse)
+    monkeypatch.setattr(distributed.Client, "__init__", refuse)
+    args = () if fit == "fit_pca" else ("y",)
+    with pytest.raises(InvalidParameterError, match="'missing_chunks' parameter of open_matrix"):
+        getattr(daskstraggle, fit)(damaged["good"], *args, missing_chunks="ignore", n_workers=2)
+
+
+def test_console_logreg_on_a_store_with_a_deleted_chunk(damaged, tmp_path):
+    """The issue's case: ``rm m.zarr/X/c/2/0; daskstraggle logreg m.zarr`` exited 0."""
+    proc = subprocess.run([sys.executable, "-m", "daskstraggle.cli", "logreg",
+                           str(damaged["absent"]), "--workers", "2", "--out",
+                           str(tmp_path / "out.zarr")],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    line = one_error_line(proc.stderr)
+    assert "Partition 2 (rows 200-300): 1 of 1 chunks of array 'X'" in line, line
+    assert not (tmp_path / "out.zarr").exists()
