@@ -21,10 +21,13 @@ from daskstraggle.errors import CorruptDataError, MissingChunksError
 __all__ = [
     "MISSING_CHUNKS",
     "GroupArrays",
+    "absent_keys",
     "check_chunks",
+    "chunk_keys",
     "describe",
     "group_arrays",
     "open_array",
+    "open_node",
     "read",
 ]
 
