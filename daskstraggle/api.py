@@ -132,6 +132,7 @@ def solve(
     *,
     labels: Any = None,
     array: str | None = None,
+    missing_chunks: str = "error",
     method: str = "gd",
     step_size: float | None = None,
     max_iter: int = 100,
@@ -164,6 +165,10 @@ def solve(
         Labels or targets (see :func:`~daskstraggle.open_matrix`).
     array : str or None, default=None
         Member of a Zarr group holding the matrix.
+    missing_chunks : {"error", "fill"}, default="error"
+        A chunk absent from a Zarr store: refuse it (each worker checks the chunks of its
+        partitions) or read it as the fill value, for stores written with
+        ``write_empty_chunks=False`` (see :func:`~daskstraggle.open_matrix`).
     method : str, default="gd"
         A registered method (:func:`daskstraggle.methods.list_methods`): ``"gd"``
         (synchronous gradient descent; the power method for PCA), ``"nag"`` (Nesterov,
@@ -225,8 +230,9 @@ def solve(
     Raises
     ------
     InvalidParameterError, InvalidDataError, DataNotFoundError, OutputExistsError,
-    ClusterConnectionError, NonFiniteDataError
-        Bad input, reported before cluster work starts (NaN/inf: when loading).
+    ClusterConnectionError, NonFiniteDataError, CorruptDataError, MissingChunksError
+        Bad input, reported before cluster work starts (NaN/inf and absent or corrupt
+        chunks of the matrix: when a worker loads the partition).
     """
     caller = f"fit_{problem.name.replace('-', '_')}"
     stop = StopRule(max_iter=max_iter, tol=tol, gap_tol=gap_tol, time_budget=time_budget)
@@ -249,7 +255,8 @@ def solve(
         client = _default_client()  # None: a LocalCluster is started for this call
     _check_runtime_args(runtime, client, scheduler, n_workers, spec, meth)
     out_path = check_output_path(out, overwrite=overwrite)
-    matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions)
+    matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions,
+                         missing_chunks=missing_chunks)
     problem.check_shape(matrix.n_rows, matrix.n_columns)
     if problem.needs_labels:
         if matrix.labels is None:
@@ -318,7 +325,8 @@ def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None, **kwar
     """
     if center is None:
         if isinstance(X, str | os.PathLike):  # open once here; solve() takes the Matrix
-            X = open_matrix(X, array=kwargs.pop("array", None))
+            X = open_matrix(X, array=kwargs.pop("array", None),
+                            missing_chunks=kwargs.get("missing_chunks", "error"))
         center = not (isinstance(X, Matrix) and X.rows_standardized)
     return solve(PCA(n_components=n_components, center=center), X, **kwargs)
 

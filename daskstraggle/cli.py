@@ -110,6 +110,11 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--partitions", "n_partitions", type=int, default=None,
                      help="Row partitions (default: storage chunks, at least one per worker)."),
         click.option("--array", default=None, help="Member of the Zarr group holding the matrix."),
+        click.option("--missing-chunks", type=click.Choice(["error", "fill"]), default="error",
+                     show_default=True,
+                     help="A chunk absent from the Zarr store: refuse it (error), or read it "
+                          "as the fill value (fill: stores written with "
+                          "write_empty_chunks=False)."),
         click.option("--reference", is_flag=True,
                      help="Also compute the exact optimum independently and report the gap."),
         click.option("--out", type=click.Path(path_type=Path), default=None,

@@ -12,11 +12,13 @@ from __future__ import annotations
 __all__ = [
     "ClusterConnectionError",
     "ConvergenceWarning",
+    "CorruptDataError",
     "DataNotFoundError",
     "DivergenceError",
     "InputError",
     "InvalidDataError",
     "InvalidParameterError",
+    "MissingChunksError",
     "NonFiniteDataError",
     "OutputExistsError",
     "StraggleError",
@@ -42,6 +44,23 @@ class InvalidDataError(InputError, ValueError):
 
 class NonFiniteDataError(InvalidDataError):
     """The data contains NaN or infinity; raised on the worker that loaded the partition."""
+
+
+class CorruptDataError(InvalidDataError):
+    """A Zarr store is damaged: metadata or a chunk cannot be read or decoded.
+
+    Metadata is checked on the client when the store is opened; chunks on the worker that
+    loads the partition they belong to.
+    """
+
+
+class MissingChunksError(CorruptDataError):
+    """Chunks of a Zarr array are absent from the store (checked per partition, on workers).
+
+    Raised unless ``missing_chunks="fill"`` (CLI: ``--missing-chunks fill``) says absent
+    chunks are meant to read as the fill value (stores written with
+    ``write_empty_chunks=False``).
+    """
 
 
 class DataNotFoundError(InputError, FileNotFoundError):

@@ -112,6 +112,19 @@ def _staged(out: Path, *, overwrite: bool) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _every_chunk_written() -> Iterator[None]:
+    """Write chunks that hold only the fill value too (zarr's default skips them).
+
+    An absent chunk is refused when the store is read (``missing_chunks="error"``), so the
+    stores written here must have every chunk, e.g. a chunk of labels that are all 0.
+    """
+    import zarr
+
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        yield
+
+
 def _streams(seed: int, n_chunks: int) -> tuple[np.random.SeedSequence, _Seqs]:
     """Return the global seed sequence and one per chunk."""
     children = np.random.SeedSequence(seed).spawn(n_chunks + 1)
@@ -150,7 +163,7 @@ def _write_table(
     bounds = _chunk_bounds(n_samples, chunk)
     global_seq, chunk_seqs = _streams(params["seed"], len(bounds))
     arrays, attrs = global_arrays(np.random.default_rng(global_seq))
-    with _staged(out, overwrite=overwrite) as tmp:
+    with _staged(out, overwrite=overwrite) as tmp, _every_chunk_written():
         group = zarr.open_group(tmp, mode="w", zarr_format=3)
         group.attrs.update({"daskstraggle_dataset": name, "params": params,
                             "seed": params["seed"], **attrs})
@@ -656,7 +669,7 @@ def make_genotypes(
     node_population = ts.tables.nodes.population[mapping.individuals_nodes[:, 0]]
     names = np.array([ts.population(p).metadata["name"] for p in range(ts.num_populations)])
     populations = names[node_population]
-    with _staged(path, overwrite=overwrite) as tmp:
+    with _staged(path, overwrite=overwrite) as tmp, _every_chunk_written():
         bio2zarr.tskit.convert(
             ts, tmp, model_mapping=mapping, variants_chunk_size=chunk,
             samples_chunk_size=min(params["n_samples"], MAX_SAMPLES_CHUNK),

@@ -17,6 +17,15 @@ from typing import Any
 import numpy as np
 
 from daskstraggle._validation import check_choice, check_int
+from daskstraggle.data._zarr import (
+    MISSING_CHUNKS,
+    GroupArrays,
+    check_chunks,
+    describe,
+    group_arrays,
+    open_node,
+    read,
+)
 from daskstraggle.data.sources import (
     GENOTYPE_SCALINGS,
     MISSING_POLICIES,
@@ -27,7 +36,12 @@ from daskstraggle.data.sources import (
     RowValues,
     ZarrSource,
 )
-from daskstraggle.errors import DataNotFoundError, InvalidDataError, NonFiniteDataError
+from daskstraggle.errors import (
+    CorruptDataError,
+    DataNotFoundError,
+    InvalidDataError,
+    NonFiniteDataError,
+)
 from daskstraggle.problems.block import Block
 
 __all__ = ["Matrix", "open_matrix", "partition_bounds"]
@@ -41,7 +55,9 @@ class PartitionLoader:
     """Picklable task body that loads one partition on a worker into a :class:`Block`.
 
     Raises :class:`~daskstraggle.errors.NonFiniteDataError` naming the partition when
-    floating-point rows hold NaN or infinity.
+    floating-point rows hold NaN or infinity, and re-raises a source's
+    :class:`~daskstraggle.errors.CorruptDataError` (absent or undecodable chunks) with the
+    partition named.
     """
 
     read: Callable[[], RowValues]
@@ -52,7 +68,11 @@ class PartitionLoader:
 
     def __call__(self) -> Block:
         """Read the rows and return them as a Block."""
-        rows = self.read()
+        try:
+            rows = self.read()
+        except CorruptDataError as err:
+            raise type(err)(f"Partition {self.partition} (rows {self.start}-{self.stop}): {err}"
+                            ) from err
         values = rows.values
         if values.shape[0] != self.stop - self.start:
             raise InvalidDataError(
@@ -218,6 +238,7 @@ def open_matrix(
     chunk_rows: int | None = None,
     missing: str = "mean",
     genotype_scaling: str = "patterson",
+    missing_chunks: str = "error",
 ) -> Matrix:
     """Describe a 2-D matrix as row partitions that Dask workers can load.
 
@@ -229,8 +250,8 @@ def open_matrix(
         or sgkit); or an in-memory array. Rows are samples.
     array : str or None, default=None
         Member of a Zarr group to use. None: the store itself if it is an array,
-        ``call_genotype`` if it is a VCF Zarr store, the only 2-D array of a group, or
-        ``"X"`` when the group has one.
+        ``call_genotype`` if it is a VCF Zarr store, ``"X"`` when the group has one, or
+        the only 2-D array of the group.
     labels : str, array-like or None, default=None
         Per-row labels or targets: an array of length ``n_rows``, or the name of a 1-D
         array in the same Zarr group (e.g. ``"y"``).
@@ -245,6 +266,12 @@ def open_matrix(
     genotype_scaling : {"patterson", "none"}, default="patterson"
         VCF Zarr only: centre each variant at its mean dosage and scale it by
         ``1 / sqrt(p (1 - p))`` (Patterson et al. 2006), or use raw dosages.
+    missing_chunks : {"error", "fill"}, default="error"
+        Zarr only: what to do with a chunk absent from the store (of the matrix, of
+        ``call_genotype``, of the labels or of the sample ids). ``"error"`` refuses it:
+        each worker checks the chunks of the partition it loads (the client checks the
+        labels and sample ids). ``"fill"`` reads it as the array's fill value, as zarr
+        does, for stores written with ``write_empty_chunks=False``.
 
     Returns
     -------
@@ -256,10 +283,16 @@ def open_matrix(
     DataNotFoundError
         If the path does not exist, is not a Zarr store, or ``array`` is not in it.
     InvalidDataError
-        If the matrix is not 2-D (not 3-D integer genotypes for VCF Zarr), is empty, or
-        the labels have the wrong length or are not finite.
+        If the matrix is not 2-D (not 3-D integer genotypes for VCF Zarr), is empty, is
+        sparse, or the labels have the wrong length or are not finite.
+    CorruptDataError
+        If the metadata of the store or of an array it needs cannot be read, or a chunk of
+        the labels or sample ids cannot be decoded (:class:`MissingChunksError` if absent).
+        Chunks of the matrix are checked when a worker loads its partition, which raises
+        the same errors naming the partition.
     InvalidParameterError
-        If ``n_partitions``, ``chunk_rows``, ``missing`` or ``genotype_scaling`` is invalid.
+        If ``n_partitions``, ``chunk_rows``, ``missing``, ``genotype_scaling`` or
+        ``missing_chunks`` is invalid.
 
     Examples
     --------
@@ -273,14 +306,18 @@ def open_matrix(
     check_choice(missing, name="missing", caller=caller, choices=MISSING_POLICIES)
     check_choice(genotype_scaling, name="genotype_scaling", caller=caller,
                  choices=GENOTYPE_SCALINGS)
+    check_choice(missing_chunks, name="missing_chunks", caller=caller, choices=MISSING_CHUNKS)
     if chunk_rows is not None:
         check_int(chunk_rows, name="chunk_rows", caller=caller, low=1)
     if isinstance(source, Matrix):
         matrix = source
         if labels is not None:
             matrix = matrix.with_labels(_parse_labels(labels, None, matrix.n_rows))
+    elif isinstance(source, str | os.PathLike):
+        options = _ZarrOptions(missing, genotype_scaling, missing_chunks)
+        matrix = _open_zarr(Path(source), array, labels, options)
     else:
-        matrix = _open(source, array, labels, chunk_rows, missing, genotype_scaling)
+        matrix = _open(source, array, labels, chunk_rows)
     if n_partitions is not None:
         check_int(n_partitions, name="n_partitions", caller=caller, low=1, high=matrix.n_rows,
                   remedy="Use at most one partition per row.")
@@ -288,21 +325,14 @@ def open_matrix(
     return matrix
 
 
-def _open(
-    source: Any,
-    array: str | None,
-    labels: Any,
-    chunk_rows: int | None,
-    missing: str,
-    scaling: str,
-) -> Matrix:
-    if isinstance(source, str | os.PathLike):
-        return _open_zarr(Path(source), array, labels, missing, scaling)
+def _open(source: Any, array: str | None, labels: Any, chunk_rows: int | None) -> Matrix:
+    """Open an in-memory input (numpy, dask, xarray)."""
     if array is not None:
         raise InvalidDataError(
             "The 'array' parameter of open_matrix names a member of a Zarr group; "
             f"it cannot be used with an in-memory {type(source).__name__}."
         )
+    _check_dense(source)
     dims = ("sample", "feature")
     columns = None
     data = source
@@ -312,31 +342,60 @@ def _open(
         if dims[1] in source.coords:
             columns = np.asarray(source.coords[dims[1]].values)
         data = source.data
+        _check_dense(data)
     if _is_dask(data):
         _check_2d(data.shape, "dask array")
         src: RowSource = DaskSource(data)
     else:
-        try:
-            values = np.asarray(data)
-        except Exception as err:  # anything numpy cannot turn into an array
-            raise InvalidDataError(
-                f"open_matrix cannot read a {type(source).__name__}; pass a Zarr path, a "
-                "numpy array, a dask array or an xarray.DataArray."
-            ) from err
-        _check_2d(values.shape, "array")
-        if values.dtype.kind not in "fiub":
-            raise InvalidDataError(
-                f"The matrix must hold numbers; got dtype {values.dtype}. Convert it first."
-            )
-        if chunk_rows is None:
-            row_bytes = max(1, values.shape[1] * values.dtype.itemsize)
-            chunk_rows = max(1, min(values.shape[0], DEFAULT_CHUNK_BYTES // row_bytes))
-        src = ArraySource(values, chunk_rows=chunk_rows)
+        src = _array_source(source, data, chunk_rows)
     y = _parse_labels(labels, None, src.shape[0])
     return Matrix(src, src.chunk_bounds, labels=y, columns=columns, dims=dims)
 
 
-def _open_zarr(path: Path, array: str | None, labels: Any, missing: str, scaling: str) -> Matrix:
+def _array_source(source: Any, data: Any, chunk_rows: int | None) -> ArraySource:
+    try:
+        values = np.asarray(data)
+    except Exception as err:  # anything numpy cannot turn into an array
+        raise _unreadable(source) from err
+    if values.ndim == 0 and values.dtype == object:  # an object numpy does not see into
+        raise _unreadable(source)
+    _check_2d(values.shape, "array")
+    if values.dtype.kind not in "fiub":
+        raise InvalidDataError(
+            f"The matrix must hold numbers; got dtype {values.dtype}. Convert it first."
+        )
+    if chunk_rows is None:
+        row_bytes = max(1, values.shape[1] * values.dtype.itemsize)
+        chunk_rows = max(1, min(values.shape[0], DEFAULT_CHUNK_BYTES // row_bytes))
+    return ArraySource(values, chunk_rows=chunk_rows)
+
+
+def _unreadable(source: Any) -> InvalidDataError:
+    return InvalidDataError(
+        f"open_matrix cannot read a {type(source).__name__}; pass a Zarr path, a "
+        "numpy array, a dask array or an xarray.DataArray."
+    )
+
+
+def _check_dense(data: Any) -> None:
+    """Refuse sparse matrices (scipy.sparse, pydata sparse), which numpy sees as 0-D."""
+    module = type(data).__module__
+    if module.startswith(("scipy.sparse", "sparse")):
+        raise InvalidDataError(
+            f"The 'source' parameter of open_matrix must be a dense array; got a sparse "
+            f"{type(data).__name__} of shape {tuple(data.shape)}. Densify it "
+            "(X.toarray() if it fits in memory) or write it to a Zarr array first."
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _ZarrOptions:
+    missing: str
+    scaling: str
+    missing_chunks: str
+
+
+def _open_zarr(path: Path, array: str | None, labels: Any, options: _ZarrOptions) -> Matrix:
     import zarr
 
     if not path.exists():
@@ -345,7 +404,9 @@ def _open_zarr(path: Path, array: str | None, labels: Any, missing: str, scaling
             "path (the 'source' parameter; CLI: the SOURCE argument)."
         )
     try:
-        node = zarr.open(str(path), mode="r")
+        node = open_node(str(path))
+    except CorruptDataError:
+        raise
     except Exception as err:  # zarr raises several unrelated types for unreadable stores
         raise DataNotFoundError(
             f"{str(path)!r} is not a readable Zarr array or group ({type(err).__name__}: {err})."
@@ -353,26 +414,9 @@ def _open_zarr(path: Path, array: str | None, labels: Any, missing: str, scaling
     group = None
     name = None
     if isinstance(node, zarr.Group):
-        group = node
-        members = sorted(group.array_keys())
-        if array is None:
-            if "call_genotype" in members:
-                array = "call_genotype"
-            else:
-                two_d = [m for m in members if len(group[m].shape) == 2]
-                array = "X" if "X" in two_d else (two_d[0] if len(two_d) == 1 else None)
-            if array is None:
-                raise InvalidDataError(
-                    f"The Zarr group {str(path)!r} holds {members or 'no arrays'}; name the "
-                    "matrix with the 'array' parameter (CLI: --array NAME)."
-                )
-        if array not in members:
-            raise DataNotFoundError(
-                f"Array {array!r} not found in the Zarr group {str(path)!r}; it holds "
-                f"{members or 'no arrays'}. Pass one of these as 'array' (CLI: --array)."
-            )
-        name = array
-        node = group[array]
+        group = group_arrays(node, str(path))
+        name = _choose_array(group, array)
+        node = group[name]
     elif array is not None:
         raise DataNotFoundError(
             f"{str(path)!r} is a Zarr array, not a group, so it has no member {array!r}; "
@@ -381,33 +425,87 @@ def _open_zarr(path: Path, array: str | None, labels: Any, missing: str, scaling
     columns = groups = None
     dims = ("sample", "feature")
     if name == "call_genotype":
-        if len(node.shape) != 3 or np.dtype(node.dtype).kind not in "iu":
-            raise InvalidDataError(
-                f"{str(path)!r}/call_genotype must be an integer array of shape "
-                f"(variants, samples, ploidy) as written by bio2zarr; got shape {node.shape} "
-                f"and dtype {node.dtype}."
-            )
-        _check_2d(node.shape[:2], f"{path}/call_genotype")
-        src: RowSource = GenotypeSource(
-            path, node, name=name, missing=missing, scaling=scaling
-        )
+        assert group is not None  # call_genotype is only chosen from a group
+        src: RowSource = _genotype_source(path, node, options)
         dims = ("variants", "samples")
-        if "sample_id" in group:
-            columns = _strings(group["sample_id"][:])
-        if "sample_population" in group:
-            groups = _strings(group["sample_population"][:])
+        columns = _sample_strings(group, "sample_id", options.missing_chunks)
+        groups = _sample_strings(group, "sample_population", options.missing_chunks)
     else:
         _check_2d(node.shape, f"Zarr array {str(path)!r}" + (f"/{name}" if name else ""))
         if np.dtype(node.dtype).kind not in "fiub":
             raise InvalidDataError(
                 f"The matrix must hold numbers; {str(path)!r} has dtype {node.dtype}."
             )
-        src = ZarrSource(path, name, node)
-    y = _parse_labels(labels, group, src.shape[0])
+        src = ZarrSource(path, name, node, missing_chunks=options.missing_chunks)
+    y = _parse_labels(labels, group, src.shape[0], options.missing_chunks)
     return Matrix(
         src, src.chunk_bounds, labels=y, columns=columns, column_groups=groups, dims=dims,
         attrs={"path": str(path)},
     )
+
+
+def _choose_array(group: GroupArrays, array: str | None) -> str:
+    """Return the member holding the matrix: ``array``, or the default one."""
+    if array is None:
+        array = _default_array(group)
+    if array not in group:
+        raise DataNotFoundError(
+            f"Array {array!r} not found in the Zarr group {group.path!r}; it holds "
+            f"{group.names or 'no arrays'}. Pass one of these as 'array' (CLI: --array)."
+        )
+    return array
+
+
+def _default_array(group: GroupArrays) -> str:
+    """``call_genotype``, a 2-D ``X``, the only 2-D array, or ``X`` whatever its shape."""
+    if "call_genotype" in group:
+        return "call_genotype"
+    two_d = [m for m, node in group.arrays.items() if len(node.shape) == 2]
+    if "X" in two_d:
+        return "X"
+    if len(two_d) == 1:
+        return two_d[0]
+    if "X" in group.corrupt:
+        return "X"  # opening it reports its unreadable metadata
+    if "X" in group.arrays:
+        raise InvalidDataError(
+            f"The Zarr group {group.path!r} holds no 2-D matrix: its array 'X' has shape "
+            f"{tuple(group.arrays['X'].shape)}. Write X as (rows, columns) (one feature: "
+            "shape (n_rows, 1)), or name a 2-D array with the 'array' parameter "
+            "(CLI: --array NAME)."
+        )
+    unreadable = f" ({sorted(group.corrupt)} cannot be read)" if group.corrupt else ""
+    raise InvalidDataError(
+        f"The Zarr group {group.path!r} holds {group.names or 'no arrays'}{unreadable}; name "
+        "the matrix with the 'array' parameter (CLI: --array NAME)."
+    )
+
+
+def _genotype_source(path: Path, node: Any, options: _ZarrOptions) -> GenotypeSource:
+    if len(node.shape) != 3 or np.dtype(node.dtype).kind not in "iu":
+        raise InvalidDataError(
+            f"{str(path)!r}/call_genotype must be an integer array of shape "
+            f"(variants, samples, ploidy) as written by bio2zarr; got shape {node.shape} "
+            f"and dtype {node.dtype}."
+        )
+    _check_2d(node.shape[:2], f"{path}/call_genotype")
+    return GenotypeSource(path, node, name="call_genotype", missing=options.missing,
+                          scaling=options.scaling, missing_chunks=options.missing_chunks)
+
+
+def _sample_strings(group: GroupArrays, name: str, missing_chunks: str) -> np.ndarray | None:
+    if name not in group:
+        return None
+    return _strings(_read_whole(group, name, missing_chunks))
+
+
+def _read_whole(group: GroupArrays, name: str, missing_chunks: str) -> np.ndarray:
+    """Read a (small) member on the client, refusing absent or undecodable chunks."""
+    node = group[name]
+    what = describe(group.path, name)
+    if node.ndim > 0:
+        check_chunks(node, 0, node.shape[0], what=what, missing_chunks=missing_chunks)
+    return np.asarray(read(node, ..., what=what))
 
 
 def _check_2d(shape: tuple[int, ...], what: str) -> None:
@@ -424,7 +522,9 @@ def _check_2d(shape: tuple[int, ...], what: str) -> None:
         )
 
 
-def _parse_labels(labels: Any, group: Any, n_rows: int) -> np.ndarray | None:
+def _parse_labels(
+    labels: Any, group: GroupArrays | None, n_rows: int, missing_chunks: str = "error"
+) -> np.ndarray | None:
     if labels is None:
         return None
     if isinstance(labels, str):
@@ -436,9 +536,9 @@ def _parse_labels(labels: Any, group: Any, n_rows: int) -> np.ndarray | None:
         if labels not in group:
             raise DataNotFoundError(
                 f"Labels array {labels!r} not found in the Zarr group; it holds "
-                f"{sorted(group.array_keys())}."
+                f"{group.names}."
             )
-        labels = group[labels][:]
+        labels = _read_whole(group, labels, missing_chunks)
     if _is_xarray(labels):
         labels = labels.data
     if _is_dask(labels):

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from daskstraggle.data._zarr import check_chunks, describe, open_array, read
+
 __all__ = [
     "ArraySource",
     "DaskSource",
@@ -148,38 +150,54 @@ class _ZarrLoader:
     name: str | None
     start: int
     stop: int
+    missing_chunks: str = "error"
 
     def __call__(self) -> RowValues:
-        array = _open_zarr_array(self.path, self.name)
-        return RowValues(np.ascontiguousarray(array[self.start : self.stop]))
+        return RowValues(np.ascontiguousarray(_read_rows(self)))
 
 
-def _open_zarr_array(path: str, name: str | None) -> Any:
-    import zarr
-
-    node = zarr.open(path, mode="r") if name is None else zarr.open_group(path, mode="r")[name]
-    return node
+def _read_rows(loader: _ZarrLoader | _GenotypeLoader) -> np.ndarray:
+    """Read the loader's rows where it runs, refusing absent or undecodable chunks."""
+    what = describe(loader.path, loader.name)
+    array = open_array(loader.path, loader.name)
+    check_chunks(array, loader.start, loader.stop, what=what,
+                 missing_chunks=loader.missing_chunks)
+    return np.asarray(read(array, slice(loader.start, loader.stop), what=what))
 
 
 class ZarrSource(RowSource):
-    """Rows of a 2-D Zarr array (v2 or v3) on a file system the workers can read."""
+    """Rows of a 2-D Zarr array (v2 or v3) on a file system the workers can read.
+
+    Each loader checks, where it runs, that every chunk of its rows exists (unless
+    ``missing_chunks="fill"``) and turns decoding errors into one
+    :class:`~daskstraggle.errors.CorruptDataError` line.
+    """
 
     kind = "zarr"
 
-    def __init__(self, path: str | os.PathLike[str], name: str | None, array: Any) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        name: str | None,
+        array: Any,
+        *,
+        missing_chunks: str = "error",
+    ) -> None:
         self.path = os.fspath(path)
         self.name = name
+        self.missing_chunks = missing_chunks
         self.shape = (int(array.shape[0]), int(array.shape[1]))
         self.dtype = np.dtype(array.dtype)
         self.chunk_bounds = regular_bounds(self.shape[0], int(array.chunks[0]))
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a loader that opens the store and reads rows ``[start, stop)``."""
-        return _ZarrLoader(self.path, self.name, start, stop)
+        return _ZarrLoader(self.path, self.name, start, stop, self.missing_chunks)
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
-        return {**super().describe(), "path": self.path, "array": self.name}
+        return {**super().describe(), "path": self.path, "array": self.name,
+                "missing_chunks": self.missing_chunks}
 
 
 # --------------------------------------------------------------------------- VCF Zarr
@@ -195,22 +213,30 @@ class _GenotypeLoader:
     stop: int
     missing: str
     scaling: str
+    missing_chunks: str = "error"
 
     def __call__(self) -> RowValues:
-        calls = _open_zarr_array(self.path, self.name)[self.start : self.stop]
-        return genotype_rows(calls, missing=self.missing, scaling=self.scaling)
+        return genotype_rows(_read_rows(self), missing=self.missing, scaling=self.scaling)
+
+
+#: Allele index that pads a call of lower ploidy than the array (VCF Zarr, e.g. chrX in males).
+PADDING = -2
 
 
 def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues:
     """Turn genotype calls (variants, samples, ploidy) into dosage rows.
 
-    The dosage of a call is its number of non-reference alleles (allele index > 0). A call
-    with any negative allele index (-1 missing, -2 fill for mixed ploidy) is missing and
-    stored as -1; its value comes from the row's ``fill``: the mean dosage of the variant
-    over its non-missing calls (``missing="mean"``, the usual imputation) or 0
+    The dosage of a call is its number of non-reference alleles (allele index > 0), scaled
+    to the array's ploidy ``P`` when the call has fewer alleles: an allele index of -2
+    pads a call of lower ploidy (a haploid call on chrX of a male in a diploid array), so a
+    call with ``m`` real alleles has dosage ``alt * P / m`` (haploid calls in a diploid
+    array count 0 or 2, as PLINK counts haploid X). A call with an allele index of -1 (or
+    any negative index other than -2), or with only padding, is missing and stored as -1;
+    its value comes from the row's ``fill``: the mean dosage of the variant over its
+    non-missing calls (``missing="mean"``, the usual imputation) or 0
     (``missing="zero"``). With ``scaling="patterson"`` each variant is centred at its mean
-    dosage and divided by ``sqrt(p (1 - p))``, ``p = mean / ploidy`` (Patterson et al.
-    2006); monomorphic variants get scale 0 and so contribute nothing.
+    dosage and divided by ``sqrt(p (1 - p))``, ``p = mean / P`` (Patterson et al. 2006);
+    monomorphic variants get scale 0 and so contribute nothing.
 
     Parameters
     ----------
@@ -224,11 +250,15 @@ def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues
     Returns
     -------
     rows : RowValues
-        int8 dosages (-1 where missing) with per-row fill/centre/scale.
+        Dosages (-1 where missing) with per-row fill/centre/scale: int8, or float64 when a
+        call of lower ploidy scales to a fraction (``P / m`` not an integer, e.g. a
+        diploid call in a triploid array).
     """
     ploidy = calls.shape[2]
-    is_missing = (calls < 0).any(axis=2)
-    dosage = (calls > 0).sum(axis=2, dtype=np.int8)
+    real = calls != PADDING
+    n_alleles = real.sum(axis=2)
+    is_missing = ((calls < 0) & real).any(axis=2) | (n_alleles == 0)
+    dosage = _dosage((calls > 0).sum(axis=2), n_alleles, ploidy, is_missing)
     counted = (~is_missing).sum(axis=1)
     sums = np.where(is_missing, 0, dosage).sum(axis=1, dtype=np.float64)
     mean = np.divide(sums, counted, out=np.zeros(len(sums)), where=counted > 0)
@@ -245,8 +275,26 @@ def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues
     return RowValues(dosage, fill=fill, center=center, scale=scale)
 
 
+def _dosage(alt: np.ndarray, n_alleles: np.ndarray, ploidy: int,
+            is_missing: np.ndarray) -> np.ndarray:
+    """Return ``alt * ploidy / n_alleles`` per call: int8 when every value is an integer."""
+    partial = (n_alleles < ploidy) & ~is_missing
+    if not partial.any():
+        return alt.astype(np.int8)
+    scaled = alt * ploidy
+    alleles = np.maximum(n_alleles, 1)
+    if not (scaled[partial] % alleles[partial]).any():
+        return np.where(partial, scaled // alleles, alt).astype(np.int8)
+    return np.where(partial, scaled / alleles, alt).astype(np.float64)
+
+
+
 class GenotypeSource(RowSource):
-    """Dosage rows (one per variant) from a VCF Zarr store's ``call_genotype``."""
+    """Dosage rows (one per variant) from a VCF Zarr store's ``call_genotype``.
+
+    See :func:`genotype_rows` for the dosages (calls of lower ploidy are scaled to the
+    array's), the imputation of missing calls and the Patterson scaling.
+    """
 
     kind = "vcf-zarr"
 
@@ -258,11 +306,13 @@ class GenotypeSource(RowSource):
         name: str = "call_genotype",
         missing: str = "mean",
         scaling: str = "patterson",
+        missing_chunks: str = "error",
     ) -> None:
         self.path = os.fspath(path)
         self.name = name
         self.missing = missing
         self.scaling = scaling
+        self.missing_chunks = missing_chunks
         self.ploidy = int(array.shape[2])
         self.shape = (int(array.shape[0]), int(array.shape[1]))
         self.dtype = np.dtype(np.int8)
@@ -270,7 +320,8 @@ class GenotypeSource(RowSource):
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a loader reading variants ``[start, stop)`` as dosages."""
-        return _GenotypeLoader(self.path, self.name, start, stop, self.missing, self.scaling)
+        return _GenotypeLoader(self.path, self.name, start, stop, self.missing, self.scaling,
+                               self.missing_chunks)
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
@@ -281,4 +332,5 @@ class GenotypeSource(RowSource):
             "missing": self.missing,
             "scaling": self.scaling,
             "ploidy": self.ploidy,
+            "missing_chunks": self.missing_chunks,
         }

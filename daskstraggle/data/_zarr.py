@@ -1,0 +1,275 @@
+"""Zarr reads that refuse damaged stores: absent chunks, undecodable chunks, bad metadata.
+
+Zarr reads an absent chunk as the array's fill value, silently, and lets a decoding error
+or a metadata parsing error escape as a long traceback. The helpers here turn each into one
+:class:`~daskstraggle.errors.CorruptDataError` line naming the store and the array. They
+touch only the keys they need: :func:`check_chunks` tests one storage key per chunk (shard,
+for sharded arrays) of the rows read, so a worker checks its own partition and the client
+never lists a whole store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from daskstraggle.errors import CorruptDataError, MissingChunksError
+
+__all__ = [
+    "MISSING_CHUNKS",
+    "GroupArrays",
+    "absent_keys",
+    "check_chunks",
+    "chunk_keys",
+    "describe",
+    "group_arrays",
+    "open_array",
+    "open_node",
+    "read",
+]
+
+#: Values of ``missing_chunks``: refuse absent chunks, or read them as the fill value.
+MISSING_CHUNKS = ("error", "fill")
+
+#: Metadata documents of Zarr v3 and v2 nodes.
+_METADATA_KEYS = ("zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata")
+
+#: Existence checks issued at once.
+_BATCH = 256
+
+
+def describe(path: str, name: str | None) -> str:
+    """Return how messages name an array: ``array 'X' in the Zarr store '/p/g.zarr'``."""
+    if name is None:
+        return f"the Zarr array {path!r}"
+    return f"array {name!r} in the Zarr store {path!r}"
+
+
+def _reason(err: BaseException) -> str:
+    """Return ``Type: first line of the message`` (messages stay on one line)."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+# ---------------------------------------------------------------------------- chunks
+def chunk_keys(array: Any, start: int, stop: int) -> list[str]:
+    """Return the storage keys (relative to the array) of the chunks holding rows ``[start, stop)``.
+
+    Every chunk along the other dimensions is included. For sharded arrays the keys are
+    those of the shards.
+    """
+    grid = tuple(array.metadata.chunk_grid.chunk_shape)
+    rows = range(start // grid[0], -(-stop // grid[0]))
+    others = [range(-(-int(n) // int(c))) for n, c in zip(array.shape[1:], grid[1:], strict=True)]
+    encode = array.metadata.encode_chunk_key
+    return [encode(coords) for coords in itertools.product(rows, *others)]
+
+
+def absent_keys(array: Any, keys: Iterable[str]) -> list[str]:
+    """Return the keys (relative to the array) that do not exist in its store."""
+    from zarr.core.sync import sync
+
+    store_path = array.store_path
+    keys = list(keys)
+
+    async def exists() -> list[bool]:
+        found: list[bool] = []
+        for i in range(0, len(keys), _BATCH):
+            batch = keys[i : i + _BATCH]
+            found += await asyncio.gather(*[(store_path / key).exists() for key in batch])
+        return found
+
+    return [key for key, ok in zip(keys, sync(exists()), strict=True) if not ok]
+
+
+def check_chunks(array: Any, start: int, stop: int, *, what: str, missing_chunks: str) -> None:
+    """Refuse rows ``[start, stop)`` of ``array`` if a chunk holding them is absent.
+
+    Parameters
+    ----------
+    array : zarr.Array
+        The array about to be read.
+    start, stop : int
+        Row range (first dimension) about to be read.
+    what : str
+        How the message names the array (see :func:`describe`).
+    missing_chunks : {"error", "fill"}
+        ``"fill"`` skips the check: absent chunks read as the fill value.
+
+    Raises
+    ------
+    MissingChunksError
+        If a chunk is absent and ``missing_chunks="error"``.
+    """
+    if missing_chunks == "fill":
+        return
+    keys = chunk_keys(array, start, stop)
+    absent = absent_keys(array, keys)
+    if absent:
+        raise MissingChunksError(
+            f"{len(absent)} of {len(keys)} chunks of {what} are missing (first: "
+            f"{absent[0]!r}). Restore the store, or if it was written with "
+            "write_empty_chunks=False pass missing_chunks='fill' (CLI: --missing-chunks fill) "
+            f"to read absent chunks as the fill value {_plain(array.fill_value)!r}."
+        )
+
+
+# ---------------------------------------------------------------------------- reads
+def read(array: Any, selection: Any, *, what: str) -> Any:
+    """Return ``array[selection]``, or raise one line if a chunk cannot be decoded.
+
+    Raises
+    ------
+    CorruptDataError
+        If zarr or a codec fails to decode a chunk (I/O errors propagate unchanged).
+    """
+    try:
+        return array[selection]
+    except (OSError, MemoryError):
+        raise
+    except Exception as err:  # codecs raise RuntimeError, ValueError, TypeError, ...
+        raise CorruptDataError(
+            f"{what} could not be decoded ({_reason(err)}): a chunk is corrupt. Restore the "
+            "store from a good copy or write it again."
+        ) from err
+
+
+def open_array(path: str, name: str | None) -> Any:
+    """Open the array ``name`` of the store at ``path`` (the store itself if None), read-only.
+
+    Raises
+    ------
+    CorruptDataError
+        If its metadata cannot be read (I/O errors propagate unchanged).
+    """
+    import zarr
+
+    try:
+        if name is None:
+            return zarr.open_array(path, mode="r")
+        return zarr.open_group(path, mode="r")[name]
+    except (OSError, MemoryError):
+        raise
+    except Exception as err:  # JSONDecodeError, KeyError, TypeError, ValueError, ...
+        raise CorruptDataError(_bad_metadata(describe(path, name), err)) from err
+
+
+def _bad_metadata(what: str, err: BaseException) -> str:
+    return (
+        f"The metadata of {what} cannot be read ({_reason(err)}): the store is damaged. "
+        "Restore it from a good copy or write it again."
+    )
+
+
+# ---------------------------------------------------------------------------- groups
+@dataclass(frozen=True, slots=True)
+class GroupArrays:
+    """The arrays of a Zarr group, and the members whose metadata cannot be read.
+
+    Attributes
+    ----------
+    path : str
+        Path of the store (for messages).
+    arrays : dict of str to zarr.Array
+        Readable arrays, by name.
+    corrupt : dict of str to str
+        Members with unreadable metadata: name to reason.
+    """
+
+    path: str
+    arrays: dict[str, Any]
+    corrupt: dict[str, str]
+
+    @property
+    def names(self) -> list[str]:
+        """Every array name, readable or not, sorted."""
+        return sorted({*self.arrays, *self.corrupt})
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.arrays or name in self.corrupt
+
+    def __getitem__(self, name: str) -> Any:
+        """Return the array ``name``.
+
+        Raises
+        ------
+        CorruptDataError
+            If its metadata cannot be read.
+        KeyError
+            If the group has no such array.
+        """
+        if name in self.corrupt:
+            raise CorruptDataError(
+                f"The metadata of {describe(self.path, name)} cannot be read "
+                f"({self.corrupt[name]}): the store is damaged. Restore it from a good copy "
+                "or write it again."
+            )
+        return self.arrays[name]
+
+
+def group_arrays(group: Any, path: str) -> GroupArrays:
+    """Open each direct member of ``group`` that is an array; note those that cannot be read.
+
+    Lists one level of the group (as zarr's own ``array_keys`` does); a member whose
+    metadata document exists but does not parse is recorded in ``corrupt`` instead of
+    failing the whole group.
+    """
+    import zarr
+    from zarr.core.sync import collect_aiterator
+
+    store_path = group.store_path
+    names = collect_aiterator(store_path.store.list_dir(store_path.path))
+    arrays: dict[str, Any] = {}
+    corrupt: dict[str, str] = {}
+    for name in sorted(set(names) - set(_METADATA_KEYS)):
+        try:
+            node = group[name]
+        except (OSError, MemoryError):
+            raise
+        except Exception as err:  # KeyError when not a node; parse errors when damaged
+            if _has_metadata(store_path / name):
+                corrupt[name] = _reason(err)
+            continue
+        if isinstance(node, zarr.Array):
+            arrays[name] = node
+    return GroupArrays(path, arrays, corrupt)
+
+
+def _has_metadata(store_path: Any) -> bool:
+    from zarr.core.sync import sync
+
+    async def any_exists() -> bool:
+        found = await asyncio.gather(*[(store_path / k).exists() for k in _METADATA_KEYS[:3]])
+        return any(found)
+
+    return bool(sync(any_exists()))
+
+
+def open_node(path: str) -> Any:
+    """Open the Zarr array or group at ``path`` read-only.
+
+    Raises
+    ------
+    CorruptDataError
+        If ``path`` holds a Zarr metadata document that cannot be read.
+    Exception
+        Whatever zarr raises when ``path`` is not a Zarr store at all (the caller words it).
+    """
+    import zarr
+    from zarr.storage import LocalStore, StorePath
+
+    try:
+        return zarr.open(path, mode="r")
+    except (OSError, MemoryError):
+        raise
+    except Exception as err:
+        if _has_metadata(StorePath(LocalStore(path, read_only=True))):
+            raise CorruptDataError(_bad_metadata(f"the Zarr store {path!r}", err)) from err
+        raise
