@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from daskstraggle.errors import DataNotFoundError, OutputExistsError
+from daskstraggle.errors import DataNotFoundError, InvalidDataError, OutputExistsError
 
 __all__ = ["Result", "TraceRecorder", "check_output_path"]
 
@@ -375,10 +375,24 @@ class Result:
         ------
         DataNotFoundError
             If there is no result at ``path``.
+        InvalidDataError
+            If ``path`` is not a result (another Zarr store, a plain file or folder).
         """
         if not Path(path).exists():
             raise DataNotFoundError(f"No result at {str(path)!r}.")
-        ds = xr.open_zarr(path, consolidated=False).load()
+        not_result = (f"{str(path)!r} is not a daskstraggle result (a store written by "
+                      "Result.save or the CLI's --out)")
+        try:
+            ds = xr.open_zarr(path, consolidated=False).load()
+        except Exception as err:  # any unreadable store is the same mistake
+            reason = (str(err).splitlines() or [""])[0]
+            raise InvalidDataError(f"{not_result}: {type(err).__name__}: {reason}") from None
+        needed = ("problem", "method", "objective", "stop_reason", "feature_dim",
+                  "reference_objective", "distance", "run")
+        missing = [k for k in needed if k not in ds.attrs] + [
+            v for v in ("iterate",) if v not in ds.variables]
+        if missing:
+            raise InvalidDataError(f"{not_result}: it has no {missing}.")
         feature_dim = ds.attrs["feature_dim"]
         names = [n for n in _FITTED_DIMS if n in ds]
         fitted = {n: ds[n].values for n in names}
