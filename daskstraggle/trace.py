@@ -271,6 +271,35 @@ class Result:
             return None
         return self.objective - self.reference_objective
 
+    def __repr__(self) -> str:
+        """A few lines, xarray style: what was solved, how it ended, what it holds."""
+        converged = getattr(self, "converged", None)
+        head = f"<daskstraggle.Result> {self.problem} by {self.method}: {self.n_iter} iterations, "
+        head += f"stopped by {self.stop_reason}"
+        head += "" if converged is None else f", converged: {converged}"
+        objective = f"objective:  {self.objective:.10g}"
+        if self.reference_objective is not None:
+            objective += f"  (exact {self.reference_objective:.10g}, gap {self.gap:.3g}"
+            objective += "" if self.distance is None else f", distance {self.distance:.3g}"
+            objective += ")"
+        run = f"time:       {self.wall_time:.3f} s solve"
+        if "runtime" in self.attrs:
+            run += f", {self.attrs['runtime']} runtime"
+            run += f" with {len(self.attrs.get('workers', ()))} workers"
+        lines = [head, objective, run]
+        matrix = self.attrs.get("matrix", {})
+        if "shape" in matrix:
+            lines.append(f"matrix:     {matrix['shape'][0]} x {matrix['shape'][1]} "
+                         f"({matrix.get('kind', '?')}), {matrix.get('n_partitions', '?')} "
+                         "partitions")
+        lines.append("fitted:     " + ", ".join(
+            f"{name} {np.shape(value)}" for name, value in self.fitted.items()))
+        names = list(self.trace.data_vars)
+        shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+        sizes = ", ".join(f"{dim}: {n}" for dim, n in self.trace.sizes.items())
+        lines.append(f"trace:      ({sizes}) {len(names)} variables: {shown}")
+        return "\n".join(lines)
+
     def summary(self) -> dict[str, Any]:
         """Return a JSON-serialisable summary (what ``--json`` prints)."""
         out: dict[str, Any] = {

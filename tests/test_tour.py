@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import xarray as xr
 import zarr
 
 import daskstraggle
@@ -164,3 +165,53 @@ def test_loading_a_store_that_is_not_a_result(kind, not_results, capsys, no_clus
     assert isinstance(info.value, InputError) and "\n" not in str(info.value)
     line = cli_error(["simulate", "--from-trace", str(path), "--iterations", "3"], capsys)
     assert str(path) in line and "not a daskstraggle result" in line
+
+
+# ------------------------------------------------------------------------------ reprs
+def test_matrix_repr_is_short_and_says_what_it_is(store, tmp_path):
+    from daskstraggle.data.datasets import make_genotypes
+
+    vcz = make_genotypes(tmp_path / "g.vcz", n_variants=400, n_samples=30, chunk_rows=100)
+    names = np.array([f"sample_{i}" for i in range(5000)])
+    labelled = daskstraggle.open_matrix(store, labels="y")
+    genotypes = daskstraggle.open_matrix(vcz)
+    wide = daskstraggle.open_matrix(
+        xr.DataArray(np.zeros((50, 5000)), dims=("row", "name"), coords={"name": names}),
+        n_partitions=3)
+    for m in (labelled, genotypes, wide):
+        text = repr(m)
+        assert len(text) < 500 and len(text.splitlines()) <= 7, text
+        assert text.startswith("<daskstraggle.Matrix (")
+        assert f"partitions:  {m.n_partitions} of" in text
+    assert "(sample: 120, feature: 4)> float64, zarr" in repr(labelled)
+    assert "lin.zarr, array 'X'" in repr(labelled)
+    assert "labels:      float64 (120,)" in repr(labelled)
+    assert "(variants: 400, samples: 30)> int8, vcf-zarr" in repr(genotypes)
+    assert "'call_genotype'" in repr(genotypes) and "scaling='patterson'" in repr(genotypes)
+    assert "groups:" in repr(genotypes)
+    assert "'sample_0', 'sample_1', 'sample_2', ... (5000)" in repr(wide)
+    assert "partitions:  3 of 16-17 rows" in repr(wide)
+
+
+def test_result_repr_is_short_and_says_how_it_ended(store, tmp_path):
+    res = daskstraggle.fit_pca(store, 2, array="X", runtime="local", n_workers=3, rng=0,
+                               reference=True)
+    res.save(tmp_path / "r.zarr")
+    balanced = daskstraggle.fit_least_squares(
+        store, "y", runtime="local", method="dsag", rng=0, max_iter=5,
+        method_params={"n_wait": 2, "subpartitions": 4, "balance": True})
+    for r in (res, Result.load(tmp_path / "r.zarr"), balanced):
+        text = repr(r)
+        assert len(text) < 800 and len(text.splitlines()) <= 8, text
+        assert f"iterations, stopped by {r.stop_reason}" in text
+        assert f"objective:  {r.objective:.10g}" in text
+        assert "(iteration: " in text and "worker: " in text
+    text = repr(res)
+    assert text.startswith(f"<daskstraggle.Result> pca by gd: {res.n_iter} iterations")
+    assert f"gap {res.gap:.3g}, distance {res.distance:.3g}" in text
+    assert "components (2, 4), explained_variance (2,)" in text
+    assert "matrix:     120 x 4 (zarr)" in text and "local runtime with 3 workers" in text
+    assert "coef (4,), intercept ()" in repr(balanced) and "balance_event" in repr(balanced)
+    assert "converged" not in text or hasattr(res, "converged")
+    res.converged = False  # the verdict another change adds: shown when present
+    assert "converged: False" in repr(res).splitlines()[0]
