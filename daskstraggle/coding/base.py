@@ -187,7 +187,7 @@ class CodingScheme(ABC):
     """Abstract base of the coding schemes: parameters only, immutable.
 
     Subclasses are ``@dataclass(frozen=True, kw_only=True, slots=True)``, validate in
-    ``__post_init__`` (STYLE.md message template), are decorated with
+    ``__post_init__`` (the message template of ``daskstraggle._validation``), are decorated with
     :func:`register_scheme` and set ``name`` (hyphenated, e.g. ``"cyclic-repetition"``).
     """
 

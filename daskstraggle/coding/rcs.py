@@ -1,7 +1,7 @@
 """Random circularly shifted (RCS) codes for partial recovery, and an incremental decoder.
 
-The age-based coded computation paper (Ozfatura, Buyukates, Gündüz, Ulukus;
-``papers/age-based-coded-computation.txt``) splits the data into ``K`` blocks and, with
+The age-based coded computation paper (Ozfatura, Buyukates, Gündüz, Ulukus, IEEE
+GLOBECOM 2020; notes in ``docs/algorithms.md``) splits the data into ``K`` blocks and, with
 ``N = K`` workers, builds an ``L x N`` assignment matrix whose rows are ``L`` distinct
 random circular shifts of ``[0, ..., K-1]``. Column ``i`` is worker ``i``'s ordered list
 of ``L`` blocks (so every block is stored on exactly ``L`` workers). A degree vector

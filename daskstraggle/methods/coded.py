@@ -50,10 +50,10 @@ class CodedGD(Method):
 
     References
     ----------
-    Tandon, Lei, Dimakis, Karampatziakis, "Gradient coding", ICML 2017
-    (``papers/gradient-coding.txt``). Li, Kalan, Avestimehr, Soltanolkotabi, "Near-
-    optimal straggler mitigation for distributed gradient methods" (batched coupon's
-    collector, ``papers/bcc-batched-coupon-collector.txt``).
+    Tandon, Lei, Dimakis, Karampatziakis, "Gradient coding", ICML 2017. Li, Kalan,
+    Avestimehr, Soltanolkotabi, "Near-optimal straggler mitigation for distributed
+    gradient methods" (batched coupon's collector), IPDPSW 2018. Notes:
+    ``docs/algorithms.md``.
 
     Examples
     --------

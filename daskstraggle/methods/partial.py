@@ -81,8 +81,8 @@ class PartialRecovery(Method):
     References
     ----------
     .. [1] E. Ozfatura, B. Buyukates, D. Gündüz, S. Ulukus, "Age-Based Coded Computation
-       for Bias Reduction in Distributed Learning", IEEE GLOBECOM 2020
-       (``papers/age-based-coded-computation.txt``).
+       for Bias Reduction in Distributed Learning", IEEE GLOBECOM 2020 (notes:
+       ``docs/algorithms.md``).
 
     Examples
     --------
