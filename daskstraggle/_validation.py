@@ -8,7 +8,7 @@ Each ``check_*`` returns the normalised value or raises
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -100,6 +100,29 @@ def check_bool(value: object, *, name: str, caller: str) -> bool:
     if not isinstance(value, bool | np.bool_):
         _fail(name, caller, "True or False", value)
     return bool(value)
+
+
+def check_rng(value: object, *, caller: str) -> object:
+    """Return ``rng`` if numpy can seed from it: None, an int >= 0 or a Generator.
+
+    Also accepts a ``SeedSequence`` or a ``BitGenerator``.
+    """
+    seedable = (np.random.Generator, np.random.SeedSequence, np.random.BitGenerator)
+    ok = value is None or isinstance(value, seedable) or (
+        isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0)
+    if not ok:
+        _fail("rng", caller, "None, an int >= 0 (CLI: --seed) or a numpy.random.Generator",
+              value)
+    return value
+
+
+def check_mapping(value: object, *, name: str, caller: str) -> dict:
+    """Return ``value`` as a dict (None: empty) if it is a mapping with str keys."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        _fail(name, caller, "a dict of parameter names to values, or None", value)
+    return dict(value)  # type: ignore[arg-type]
 
 
 def check_addresses(value: object, *, name: str, caller: str, constraint: str) -> tuple[str, ...]:

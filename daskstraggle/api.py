@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from daskstraggle._validation import check_bool, check_int
+from daskstraggle._validation import check_bool, check_int, check_mapping, check_rng
 from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
 from daskstraggle.latency.base import LatencyModel
@@ -245,7 +245,8 @@ def solve(
         from daskstraggle._validation import check_positive
 
         step_size = check_positive(step_size, name="step_size", caller=caller)
-    meth = make_method(method, **(method_params or {}))
+    check_rng(rng, caller=caller)
+    meth = make_method(method, **check_mapping(method_params, name="method_params", caller=caller))
     meth.check_problem(problem)
     spec = parse_stragglers(stragglers)
     if n_workers is not None:

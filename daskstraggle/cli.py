@@ -65,8 +65,10 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="partial with --ordering age: partitions older than this are "
                           "promoted (default 2)."),
         click.option("--degrees", default=None, metavar="D1,D2,...",
-                     help="partial: codeword degrees, e.g. 1,2,3 (default; their sum is the "
-                          "partitions each worker stores, at most the workers)."),
+                     help="partial: codeword degrees, e.g. 1,2,3; their sum is the "
+                          "partitions each worker stores, at most the workers (default: the "
+                          "longest prefix of 1,2,3 that fits: 1 for 1-2 workers, 1,2 for "
+                          "3-5, 1,2,3 from 6)."),
         click.option("--max-delay", type=int, default=None,
                      help="async: drop updates computed more than this many versions ago "
                           "(default: no bound)."),

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from daskstraggle.errors import DataNotFoundError, OutputExistsError
+from daskstraggle.errors import DataNotFoundError, InvalidDataError, OutputExistsError
 
 __all__ = ["Result", "TraceRecorder", "check_output_path"]
 
@@ -307,6 +307,33 @@ class Result:
                 f"iterations (stopped by {self.stop_reason}): {what} {self.optimality:.3g}, "
                 f"{bound}; {fix}.")
 
+    def __repr__(self) -> str:
+        """A few lines, xarray style: what was solved, how it ended, what it holds."""
+        head = f"<daskstraggle.Result> {self.problem} by {self.method}: {self.n_iter} iterations, "
+        head += f"stopped by {self.stop_reason}, converged: {self.converged}"
+        objective = f"objective:  {self.objective:.10g}"
+        if self.reference_objective is not None:
+            objective += f"  (exact {self.reference_objective:.10g}, gap {self.gap:.3g}"
+            objective += "" if self.distance is None else f", distance {self.distance:.3g}"
+            objective += ")"
+        run = f"time:       {self.wall_time:.3f} s solve"
+        if "runtime" in self.attrs:
+            run += f", {self.attrs['runtime']} runtime"
+            run += f" with {len(self.attrs.get('workers', ()))} workers"
+        lines = [head, objective, run]
+        matrix = self.attrs.get("matrix", {})
+        if "shape" in matrix:
+            lines.append(f"matrix:     {matrix['shape'][0]} x {matrix['shape'][1]} "
+                         f"({matrix.get('kind', '?')}), {matrix.get('n_partitions', '?')} "
+                         "partitions")
+        lines.append("fitted:     " + ", ".join(
+            f"{name} {np.shape(value)}" for name, value in self.fitted.items()))
+        names = list(self.trace.data_vars)
+        shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+        sizes = ", ".join(f"{dim}: {n}" for dim, n in self.trace.sizes.items())
+        lines.append(f"trace:      ({sizes}) {len(names)} variables: {shown}")
+        return "\n".join(lines)
+
     def summary(self) -> dict[str, Any]:
         """Return a JSON-serialisable summary (what ``--json`` prints)."""
         out: dict[str, Any] = {
@@ -419,10 +446,24 @@ class Result:
         ------
         DataNotFoundError
             If there is no result at ``path``.
+        InvalidDataError
+            If ``path`` is not a result (another Zarr store, a plain file or folder).
         """
         if not Path(path).exists():
             raise DataNotFoundError(f"No result at {str(path)!r}.")
-        ds = xr.open_zarr(path, consolidated=False).load()
+        not_result = (f"{str(path)!r} is not a daskstraggle result (a store written by "
+                      "Result.save or the CLI's --out)")
+        try:
+            ds = xr.open_zarr(path, consolidated=False).load()
+        except Exception as err:  # any unreadable store is the same mistake
+            reason = (str(err).splitlines() or [""])[0]
+            raise InvalidDataError(f"{not_result}: {type(err).__name__}: {reason}") from None
+        needed = ("problem", "method", "objective", "stop_reason", "feature_dim",
+                  "reference_objective", "distance", "run")
+        missing = [k for k in needed if k not in ds.attrs] + [
+            v for v in ("iterate",) if v not in ds.variables]
+        if missing:
+            raise InvalidDataError(f"{not_result}: it has no {missing}.")
         feature_dim = ds.attrs["feature_dim"]
         names = [n for n in _FITTED_DIMS if n in ds]
         fitted = {n: ds[n].values for n in names}

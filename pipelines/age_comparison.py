@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Age-based coded computation: static RCS vs RCS-1 vs RCS-adaptive partial recovery.
 
-Reproduces §IV of ``papers/age-based-coded-computation.txt`` (Fig. 3-5, Table I) with
+Reproduces §IV of the age-based coded computation paper (Fig. 3-5, Table I) with
 ``PartialRecovery`` in simulated time (``SimRuntime``): least squares on the authors'
 synthetic data (2000 training and 400 test rows, d = 1000), K = N = 40 workers and
 partitions, RCS codes with degrees (1, 2, 3), multi-message latency (alpha = 0.01,

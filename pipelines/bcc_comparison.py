@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """BCC paper comparison: uncoded vs cyclic repetition vs BCC (exact coded gradients).
 
-Reproduces §III-C of ``papers/bcc-batched-coupon-collector.txt`` (Fig. 4, Tables I and
+Reproduces §III-C of the BCC paper (Li et al., IPDPSW 2018; Fig. 4, Tables I and
 II): logistic regression with Nesterov's accelerated gradient on the paper's generated
 data, one data batch of 100 points per worker (m = n), 100 iterations, and three ways to
 get the exact gradient every iteration:

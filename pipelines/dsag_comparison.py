@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """DSAG paper comparison: GD vs SGD vs SAG vs DSAG vs an ideal MDS code, time to accuracy.
 
-Reproduces Fig. 8 (top row) of ``papers/dsag.txt`` (§VII-B, the artificial scenario at
+Reproduces Fig. 8 (top row) of the DSAG paper (§VII-B, the artificial scenario at
 N = 49 workers): PCA (k = 3) and L2-regularised logistic regression solved by
 
 - ``gd``: every worker's whole share each iteration, wait for all N (the power method for

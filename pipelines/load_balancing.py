@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """DSAG load balancing: per-worker latency (paper Fig. 7) and DSAG vs DSAG-LB time to accuracy.
 
-Two experiments of ``papers/dsag.txt`` and the load-balancing issue's check, read from
+Two experiments of the DSAG paper and the load-balancing issue's check, read from
 ``pipelines/load_balancing.toml``:
 
 (fig7) §VI, Fig. 7: N = 8 workers, DSAG waiting for all of them (w = N). From iteration

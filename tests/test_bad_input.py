@@ -372,9 +372,10 @@ CASES = [
     Case("method-unknown-pca", InvalidParameterError, r"'method' parameter must be one of",
          _fit(pca, "a", method="power"), lambda s: ["pca", str(s.a), "--method", "power"],
          ("'method'",)),
-    Case("method-nag-for-pca", InvalidParameterError, r"'method' parameter must be 'gd' for pca",
-         _fit(pca, "a", method="nag"), lambda s: ["pca", str(s.a), "--method", "nag"],
-         ("'method'", "'gd'")),
+    Case("method-nag-for-pca", InvalidParameterError,
+         r"'method' parameter .* must be one of \['async', .*\] for pca: its iterates are "
+         r"subspaces", _fit(pca, "a", method="nag"), lambda s: ["pca", str(s.a), "--method", "nag"],
+         ("'method'", "'gd'", "subspaces")),
     # ---- stop rule
     Case("tol-zero", InvalidParameterError,
          r"'tol' parameter .* must be a finite number > 0 or None\. Got 0\.0",
@@ -519,9 +520,10 @@ CASES = [
          lambda s: ["linreg", str(s.g), "--method", "partial", "--tolerance", "1"],
          ("'tolerance'", "[0, 1)")),
     Case("degrees-above-workers", InvalidParameterError,
-         r"'degrees' parameter of RCS sums to 6, .* only \d workers",
-         _fit(lstsq, "g", "y", method="partial"),
-         lambda s: ["linreg", str(s.g), "--method", "partial"], ("'degrees'", "at most")),
+         r"'degrees' parameter of PartialRecovery \(CLI: --degrees\) sums to 6, .* only \d "
+         r"workers", _fit(lstsq, "g", "y", method="partial", method_params={"degrees": (1, 2, 3)}),
+         lambda s: ["linreg", str(s.g), "--method", "partial", "--degrees", "1,2,3"],
+         ("'degrees'", "at most", "--degrees 1,2")),
     Case("degrees-zero", InvalidParameterError, r"'degrees' parameter of RCS must be",
          _fit(lstsq, "g", "y", method="partial", method_params={"degrees": (1, 0)}),
          lambda s: ["linreg", str(s.g), "--method", "partial", "--degrees", "1,0"],

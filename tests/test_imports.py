@@ -1,4 +1,4 @@
-"""The pure packages never import dask or distributed (ARCHITECTURE.md §3)."""
+"""The pure packages never import dask or distributed (docs/architecture.md §3)."""
 
 from __future__ import annotations
 

@@ -256,7 +256,7 @@ def optimize(
     ----------
     .. [1] A. Severinson, E. Rosnes, S. El Rouayheb, A. Graell i Amat, "DSAG: A
        Mixed Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
-       §VI-B, Algorithm 1 (``shared/papers/dsag.txt``).
+       IEEE Trans. Commun., 2022, §VI-B, Algorithm 1 (notes: ``docs/algorithms.md``).
 
     Notes
     -----

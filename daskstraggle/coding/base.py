@@ -23,7 +23,7 @@ from __future__ import annotations
 import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -79,7 +79,27 @@ def make_scheme(name: str, **params: Any) -> CodingScheme:
     InvalidParameterError
         If the name is unknown or a parameter is missing, not accepted or invalid.
     """
+    cls = _REGISTRY.get(name)
+    missing = [f.name for f in fields(cls)  # type: ignore[arg-type]
+               if f.default is MISSING and f.default_factory is MISSING and f.name not in params]
+    if missing:
+        raise InvalidParameterError(_missing_message(cls.name, missing))
     return _REGISTRY.make(name, **params)
+
+
+#: Command-line flags of the scheme parameters (``daskstraggle pca ... --method coded``).
+_CLI_FLAGS = {"n_stragglers": "--stragglers-tolerated S", "batch_size": "--batch-size R",
+              "alpha": "--straggler-alpha A"}
+
+
+def _missing_message(label: str, missing: list[str]) -> str:
+    """Say which parameters a scheme needs, in Python and on the command line."""
+    python = ", ".join(f"{m}=..." for m in missing)
+    flags = [_CLI_FLAGS[m] for m in missing if m in _CLI_FLAGS]
+    cli = (f"CLI: {' '.join(flags)}" if len(flags) == len(missing)
+           else "the CLI has no flags for them: use the Python API")
+    return (f"The coding scheme {label!r} needs {missing}: pass {python} with the scheme "
+            f"(Python: in method_params, or CodedGD({label!r}, {python}); {cli}).")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,7 +187,7 @@ class CodingScheme(ABC):
     """Abstract base of the coding schemes: parameters only, immutable.
 
     Subclasses are ``@dataclass(frozen=True, kw_only=True, slots=True)``, validate in
-    ``__post_init__`` (STYLE.md message template), are decorated with
+    ``__post_init__`` (the message template of ``daskstraggle._validation``), are decorated with
     :func:`register_scheme` and set ``name`` (hyphenated, e.g. ``"cyclic-repetition"``).
     """
 

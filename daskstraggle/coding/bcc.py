@@ -230,7 +230,8 @@ class BCC(CodingScheme):
         """Raise InvalidParameterError if ``batch_size`` exceeds ``K`` for ``n_workers``."""
         check_int(self.batch_size, name="batch_size", caller="BCC", low=1,
                   high=self.partition_count(n_workers),
-                  remedy="With n_partitions=None, K equals n_workers.")
+                  remedy="A batch holds at most K partitions, and K equals n_workers unless "
+                         "n_partitions is given; lower batch_size (CLI: --batch-size R).")
 
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
         k = self.partition_count(n_workers)

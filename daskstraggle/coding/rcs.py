@@ -1,7 +1,7 @@
 """Random circularly shifted (RCS) codes for partial recovery, and an incremental decoder.
 
-The age-based coded computation paper (Ozfatura, Buyukates, Gündüz, Ulukus;
-``papers/age-based-coded-computation.txt``) splits the data into ``K`` blocks and, with
+The age-based coded computation paper (Ozfatura, Buyukates, Gündüz, Ulukus, IEEE
+GLOBECOM 2020; notes in ``docs/algorithms.md``) splits the data into ``K`` blocks and, with
 ``N = K`` workers, builds an ``L x N`` assignment matrix whose rows are ``L`` distinct
 random circular shifts of ``[0, ..., K-1]``. Column ``i`` is worker ``i``'s ordered list
 of ``L`` blocks (so every block is stored on exactly ``L`` workers). A degree vector
@@ -26,7 +26,30 @@ import numpy as np
 from daskstraggle.coding.base import CodeAssignment, CodingScheme, Received, register_scheme
 from daskstraggle.errors import InvalidParameterError
 
-__all__ = ["RCS", "IncrementalDecoder", "rcs_codewords"]
+__all__ = ["RCS", "IncrementalDecoder", "default_degrees", "rcs_codewords"]
+
+#: The paper's degree vector; :func:`default_degrees` keeps the prefix that fits.
+PAPER_DEGREES = (1, 2, 3)
+
+
+def default_degrees(n_workers: int) -> tuple[int, ...]:
+    """Return the longest prefix of ``(1, 2, 3)`` whose sum is at most ``n_workers``.
+
+    Each worker stores ``sum(degrees)`` of the ``K = N`` partitions, so the degrees must
+    sum to at most the number of workers: 1 worker gets ``(1,)``, 2 get ``(1,)``, 3 to 5
+    get ``(1, 2)`` and 6 or more the paper's ``(1, 2, 3)``.
+
+    Examples
+    --------
+    >>> [default_degrees(n) for n in (1, 2, 3, 5, 6, 100)]
+    [(1,), (1,), (1, 2), (1, 2), (1, 2, 3), (1, 2, 3)]
+    """
+    degrees: tuple[int, ...] = ()
+    for d in PAPER_DEGREES:
+        if sum(degrees) + d > max(int(n_workers), 1):
+            break
+        degrees += (d,)
+    return degrees or (1,)
 
 
 def rcs_codewords(order: Sequence[int], degrees: Sequence[int]) -> list[tuple[int, ...]]:
@@ -170,7 +193,7 @@ def _check_degrees(degrees: Any) -> tuple[int, ...]:
     if not ok:
         raise InvalidParameterError(
             "The 'degrees' parameter of RCS must be a non-empty sequence of ints >= 1 "
-            f"(e.g. (1, 2, 3)). Got {degrees!r} instead."
+            f"(e.g. degrees=(1, 2, 3); CLI: --degrees 1,2,3). Got {degrees!r} instead."
         )
     return tuple(int(d) for d in degrees)
 
@@ -235,10 +258,12 @@ class RCS(CodingScheme):
     def check_n_workers(self, n_workers: int) -> None:
         """Refuse ``sum(degrees)`` above the number of workers."""
         if self.n_stored > n_workers:
+            fit = default_degrees(n_workers)
             raise InvalidParameterError(
                 f"The 'degrees' parameter of RCS sums to {self.n_stored}, the blocks each "
                 f"worker stores, but there are only {n_workers} workers (= blocks); use "
-                f"degrees summing to at most {n_workers}, e.g. {(1,) * min(n_workers, 3)}."
+                f"degrees summing to at most {n_workers}, e.g. degrees={fit} (CLI: "
+                f"--degrees {','.join(map(str, fit))})."
             )
 
     def partition_count(self, n_workers: int, n_rows: int | None = None) -> int:

@@ -12,7 +12,7 @@ Pure numpy: no dask here.
 References
 ----------
 .. [1] R. Tandon, Q. Lei, A. G. Dimakis, N. Karampatziakis, "Gradient Coding: Avoiding
-   Stragglers in Distributed Learning", ICML 2017 (``/work/shared/papers/gradient-coding.txt``).
+   Stragglers in Distributed Learning", ICML 2017 (notes: ``docs/algorithms.md``).
 """
 
 from __future__ import annotations

@@ -186,6 +186,37 @@ class Matrix:
         """Return the matrix with other labels (already validated, float64)."""
         return replace(self, labels=labels)
 
+    def __repr__(self) -> str:
+        """A few lines, xarray style: shape, dtype, partitions, source, labels, columns."""
+        info = self.source.describe()
+        rows, cols = self.dims
+        sizes = self.partition_rows()
+        low, high = int(sizes.min()), int(sizes.max())
+        span = f"{low}" if low == high else f"{low}-{high}"
+        where = info.get("path", f"in memory ({self.kind})")
+        if info.get("array"):
+            where += f", array {info['array']!r}"
+        extra = [f"{k}={info[k]!r}" for k in ("missing", "scaling") if k in info]
+        lines = [
+            f"<daskstraggle.Matrix ({rows}: {self.n_rows}, {cols}: {self.n_columns})> "
+            f"{self.dtype}, {self.kind}",
+            f"partitions:  {self.n_partitions} of {span} rows",
+            f"source:      {where}" + (f" ({', '.join(extra)})" if extra else ""),
+            "labels:      " + ("none" if self.labels is None
+                               else f"{self.labels.dtype} ({self.labels.shape[0]},)"),
+        ]
+        if self.columns is not None:
+            lines.append(f"columns:     {self._preview(self.columns)}")
+        if self.column_groups is not None:
+            lines.append(f"groups:      {self._preview(np.unique(self.column_groups))}")
+        return "\n".join(lines)
+
+    @staticmethod
+    def _preview(values: np.ndarray, n: int = 3) -> str:
+        """``'a', 'b', 'c', ... (k)``: the first ``n`` values and the count."""
+        shown = ", ".join(repr(str(v)) for v in values[:n])
+        return shown + (f", ... ({len(values)})" if len(values) > n else f" ({len(values)})")
+
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description (for traces and reports)."""
         return {

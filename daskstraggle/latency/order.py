@@ -197,7 +197,7 @@ def order_statistics(
     ----------
     .. [1] A. Severinson, E. Rosnes, S. El Rouayheb, A. Graell i Amat, "DSAG: A
        Mixed Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
-       §IV-A (``shared/papers/dsag.txt``).
+       IEEE Trans. Commun., 2022, §IV-A.
 
     Examples
     --------

@@ -116,7 +116,7 @@ class LatencyProfiler:
     ----------
     .. [1] A. Severinson, E. Rosnes, S. El Rouayheb, A. Graell i Amat, "DSAG: A
        Mixed Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
-       §VI-A (``shared/papers/dsag.txt``).
+       IEEE Trans. Commun., 2022, §VI-A.
 
     Notes
     -----

@@ -303,7 +303,7 @@ def simulate(
     .. [1] A. Severinson, E. Rosnes, S. El Rouayheb, A. Graell i Amat, "DSAG: A
        Mixed Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
        §IV-B (event-driven simulation) and §V-A (coordinator loop, 2 % collect window)
-       (``shared/papers/dsag.txt``).
+       (IEEE Trans. Commun., 2022).
 
     Notes
     -----

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from daskstraggle.errors import InvalidParameterError
@@ -65,9 +66,30 @@ def make_method(name: str | Method, **params: Any) -> Method:
         If ``name`` is not registered.
     """
     if isinstance(name, Method):
+        if params:
+            raise InvalidParameterError(
+                f"method_params {sorted(params)} apply to a method given by name; pass them "
+                f"to the {type(name).__name__} you built instead."
+            )
         return name
     if name not in _METHODS:
         raise InvalidParameterError(
             f"The 'method' parameter must be one of {list_methods()}. Got {name!r} instead."
         )
+    _check_params(name, params)
     return _METHODS[name](**params)
+
+
+def _check_params(name: str, params: dict[str, Any]) -> None:
+    """Refuse parameters the method does not take (schemes check their own: ``**``)."""
+    signature = inspect.signature(_METHODS[name])
+    if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        return
+    unknown = sorted(set(params) - set(signature.parameters))
+    if unknown:
+        names = sorted(signature.parameters)
+        takes = f"it takes {names}" if names else "it takes none: drop method_params"
+        raise InvalidParameterError(
+            f"The 'method_params' parameter has {unknown}, which method {name!r} does not "
+            f"take; {takes}."
+        )

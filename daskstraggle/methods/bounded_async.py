@@ -1,4 +1,4 @@
-"""Bounded-delay asynchronous updates (MLfabric, Mai et al., ``papers/mlfabric.txt`` §3.1, §5.1)."""
+"""Bounded-delay asynchronous updates (MLfabric, Viswanathan and Akella, §3.1, §5.1)."""
 
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ class BoundedAsync(Method):
 
     References
     ----------
-    .. [1] L. Mai, C. Hong, P. Costa, "MLfabric: Leveraging Network Control for
-       Distributed Machine Learning" (``papers/mlfabric.txt``), §3.1 and §5.1.
+    .. [1] R. Viswanathan, A. Akella, "Network-accelerated Distributed Machine Learning
+       Using MLfabric", §3.1 and §5.1 (notes: ``docs/algorithms.md``).
 
     Examples
     --------

@@ -5,7 +5,7 @@ Pure bookkeeping (numpy only). Each entry holds the kernel sum over a set of row
 
 - a result whose ranges overlap an entry computed at the same or a newer version is
   *superseded* and discarded (retries, replicas and reordered deliveries happen on a real
-  cluster; ALGORITHMS.md, "SAG / DSAG");
+  cluster; ``docs/algorithms.md``, "SAG / DSAG");
 - otherwise every overlapping entry is evicted whole (its rows outside the new ranges
   become uncovered holes), and the result is inserted.
 

@@ -50,10 +50,10 @@ class CodedGD(Method):
 
     References
     ----------
-    Tandon, Lei, Dimakis, Karampatziakis, "Gradient coding", ICML 2017
-    (``papers/gradient-coding.txt``). Li, Kalan, Avestimehr, Soltanolkotabi, "Near-
-    optimal straggler mitigation for distributed gradient methods" (batched coupon's
-    collector, ``papers/bcc-batched-coupon-collector.txt``).
+    Tandon, Lei, Dimakis, Karampatziakis, "Gradient coding", ICML 2017. Li, Kalan,
+    Avestimehr, Soltanolkotabi, "Near-optimal straggler mitigation for distributed
+    gradient methods" (batched coupon's collector), IPDPSW 2018. Notes:
+    ``docs/algorithms.md``.
 
     Examples
     --------
@@ -87,8 +87,9 @@ class CodedGD(Method):
         """Refuse Nesterov momentum for problems whose iterates are not vectors (PCA)."""
         if self.nesterov and not getattr(problem, "supports_momentum", True):
             raise InvalidParameterError(
-                f"The 'nesterov' parameter of CodedGD must be False for {problem.name}: "
-                "momentum needs iterates in a vector space. Got True instead."
+                f"The 'nesterov' parameter of CodedGD must be False for {problem.name} (CLI: "
+                "drop --nesterov): its iterates are subspaces (orthonormal bases), not "
+                "vectors, so momentum does not apply. Got True instead."
             )
 
     def check_n_workers(self, n_workers: int) -> None:

@@ -1,6 +1,6 @@
 """SAG and DSAG: wait for the fastest ``w`` workers, keep what the slow ones computed.
 
-DSAG (Severinson et al., ``papers/dsag.txt`` §V) keeps a cache of the latest result for
+DSAG (Severinson et al., IEEE Trans. Commun. 2022, §V) keeps a cache of the latest result for
 every sample range; each iteration the coordinator waits for ``w`` results computed at the
 current iterate, also folds in the stale results that arrive meanwhile, and steps along
 the cache's sum scaled by the covered fraction of rows. SAG is the same loop with stale
@@ -66,7 +66,7 @@ class DSAG(SGD):
     ----------
     Severinson, Rosnes, El Rouayheb, Graell i Amat, "DSAG: A mixed synchronous-
     asynchronous iterative method for straggler-resilient learning", IEEE Trans.
-    Commun., 2022 (``papers/dsag.txt``), §V.
+    Commun., 2022, §V (notes: ``docs/algorithms.md``).
 
     Examples
     --------

@@ -149,9 +149,14 @@ class NAG(GD):
     def check_problem(self, problem: Problem) -> None:
         """Refuse problems whose iterates are not in a vector space (PCA)."""
         if not getattr(problem, "supports_momentum", True):
+            from daskstraggle.methods import list_methods  # the registry imports this module
+
+            usable = [m for m in list_methods() if m != "nag"]
             raise InvalidParameterError(
-                f"The 'method' parameter must be 'gd' for {problem.name}: Nesterov momentum "
-                "needs iterates in a vector space. Got 'nag' instead."
+                f"The 'method' parameter (CLI: --method) must be one of {usable} for "
+                f"{problem.name}: its iterates are subspaces (orthonormal bases), not "
+                "vectors, so Nesterov momentum does not apply; 'gd' is the power method. "
+                "Got 'nag' instead."
             )
 
     def start(

@@ -16,7 +16,7 @@ import numpy as np
 
 from daskstraggle._validation import check_int
 from daskstraggle.coding.base import CodeAssignment
-from daskstraggle.coding.rcs import RCS, IncrementalDecoder
+from daskstraggle.coding.rcs import RCS, IncrementalDecoder, default_degrees
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
 from daskstraggle.problems.base import KernelResult, Problem, combine
@@ -53,9 +53,13 @@ class PartialRecovery(Method):
 
     Parameters
     ----------
-    degrees : sequence of int, default=(1, 2, 3)
-        Codeword degrees; their sum ``L`` is the partitions each worker stores and
-        computes per iteration (at most the number of workers).
+    degrees : sequence of int or None, default=None
+        Codeword degrees (CLI: ``--degrees 1,2,3``); their sum ``L`` is the partitions
+        each worker stores and computes per iteration (at most the number of workers).
+        None: the longest prefix of the paper's ``(1, 2, 3)`` that fits the workers
+        (:func:`~daskstraggle.coding.rcs.default_degrees`: ``(1,)`` for 1 or 2 workers,
+        ``(1, 2)`` for 3 to 5, ``(1, 2, 3)`` from 6), so the default works for any
+        number of workers.
     tolerance : float, default=0.0
         ``q`` in [0, 1): fraction of the partitions that may stay unrecovered in an
         iteration (0: exact gradients).
@@ -77,8 +81,8 @@ class PartialRecovery(Method):
     References
     ----------
     .. [1] E. Ozfatura, B. Buyukates, D. Gündüz, S. Ulukus, "Age-Based Coded Computation
-       for Bias Reduction in Distributed Learning", IEEE GLOBECOM 2020
-       (``papers/age-based-coded-computation.txt``).
+       for Bias Reduction in Distributed Learning", IEEE GLOBECOM 2020 (notes:
+       ``docs/algorithms.md``).
 
     Examples
     --------
@@ -89,11 +93,12 @@ class PartialRecovery(Method):
     name = "partial"
     abandon_stale = True
 
-    def __init__(self, degrees: Any = (1, 2, 3), *, tolerance: float = 0.0,
+    def __init__(self, degrees: Any = None, *, tolerance: float = 0.0,
                  ordering: str = "shift", age_threshold: int = 2,
                  rng: int | None = None) -> None:
-        self.code = RCS(degrees=tuple(degrees) if isinstance(degrees, list) else degrees)
-        self.degrees = self.code.degrees
+        self.code: RCS | None = None  # the code of the current run (set by placement)
+        self.degrees = None if degrees is None else RCS(
+            degrees=tuple(degrees) if isinstance(degrees, list) else degrees).degrees
         ok = isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool)
         if not ok or not 0 <= float(tolerance) < 1:
             raise InvalidParameterError(
@@ -119,16 +124,32 @@ class PartialRecovery(Method):
         return {"degrees": self.degrees, "tolerance": self.tolerance, "ordering": self.ordering,
                 "age_threshold": self.age_threshold, "rng": self.rng}
 
+    def _code_for(self, n_workers: int) -> RCS:
+        """The RCS code for ``n_workers``: the given degrees, or the default that fits."""
+        degrees = self.degrees if self.degrees is not None else default_degrees(n_workers)
+        return RCS(degrees=degrees)
+
     def check_n_workers(self, n_workers: int) -> None:
         """Refuse degrees summing to more than the number of workers."""
-        self.code.check_n_workers(n_workers)
+        L = self._code_for(n_workers).n_stored
+        if L > n_workers:
+            fit = default_degrees(n_workers)
+            raise InvalidParameterError(
+                f"The 'degrees' parameter of PartialRecovery (CLI: --degrees) sums to {L}, "
+                f"the partitions each worker stores, but there are only {n_workers} workers "
+                f"(= partitions); use degrees summing to at most {n_workers}, e.g. "
+                f"degrees={fit} (CLI: --degrees {','.join(map(str, fit))}), or leave it "
+                "unset: the default fits any number of workers."
+            )
 
     def partition_count(self, n_workers: int, n_rows: int) -> int:
         """Return ``K = n_workers``."""
-        return self.code.partition_count(n_workers, n_rows)
+        return self._code_for(n_workers).partition_count(n_workers, n_rows)
 
     def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
         """Draw the RCS assignment; worker ``i`` stores its list of ``L`` partitions."""
+        self.check_n_workers(n_workers)
+        self.code = self._code_for(n_workers)
         assignment = self.code.assign(n_workers, rng=self.rng)
         if assignment.n_partitions != n_partitions:
             raise InvalidParameterError(
@@ -164,6 +185,7 @@ class PartialRecovery(Method):
         self._rows = np.asarray(partition_rows, dtype=np.int64)
         self._K = len(partition_rows)
         self._need = min(self._K, math.ceil((1.0 - self.tolerance) * self._K - 1e-9))
+        assert self.code is not None
         self._coef = self.code.coefficient_rows()
         self._step_size = float(step_size)
         self._x = np.array(iterate, dtype=np.float64)
@@ -262,7 +284,7 @@ class PartialRecovery(Method):
 
     def step(self) -> None:
         """Step, age the partitions, and reorder the lists for the next iteration."""
-        assert self._problem is not None
+        assert self._problem is not None and self.code is not None
         summary = self.summary()
         self._x = self._problem.update(self._x, summary.result.gradient, self._step_size)
         assert summary.ages is not None
@@ -273,6 +295,7 @@ class PartialRecovery(Method):
 
     def _next_shift(self) -> int:
         """Shift to apply before the next iteration (by the ordering policy)."""
+        assert self.code is not None
         L = self.code.n_stored
         if self.ordering == "static" or L == 1:
             return 0

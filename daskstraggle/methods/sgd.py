@@ -67,7 +67,7 @@ class SGD(Method):
     ----------
     Severinson, Rosnes, El Rouayheb, Graell i Amat, "DSAG: A mixed synchronous-
     asynchronous iterative method for straggler-resilient learning", IEEE Trans.
-    Commun., 2022 (``papers/dsag.txt``), §V-A.
+    Commun., 2022, §V-A (notes: ``docs/algorithms.md``).
 
     Examples
     --------

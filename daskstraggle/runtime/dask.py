@@ -1,6 +1,6 @@
 """DaskRuntime: partitions on pinned workers, futures and one long-lived as_completed.
 
-Placement and data movement follow ARCHITECTURE.md §6:
+Placement and data movement follow ``docs/architecture.md`` §6:
 
 - every partition (and later every replica of it) is loaded from its source by its own
   keyed task, strictly pinned (``workers=[w], allow_other_workers=False``), so the data is

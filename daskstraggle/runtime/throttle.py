@@ -4,7 +4,7 @@
 (``SIGSTOP``/``SIGCONT``): with factor ``f`` and period ``P`` a worker runs ``P/f``
 seconds, then is stopped for ``P(1 - 1/f)`` seconds, again and again, so every task it
 runs (ours, dask-ml's, dask-glm's, a plain ``dask.array`` reduction) takes about ``f``
-times as long. That is the straggler injection for peer comparisons that ARCHITECTURE.md
+times as long. That is the straggler injection for peer comparisons that docs/architecture.md
 §8 asks for: it acts on the worker, not inside our kernels.
 
 How it works. For each target worker a tiny standard-library script

@@ -85,7 +85,7 @@ def test_nag_converges_faster_than_gd_and_reaches_the_optimum():
 
 
 def test_nag_refuses_pca():
-    with pytest.raises(InvalidParameterError, match="must be 'gd' for pca"):
+    with pytest.raises(InvalidParameterError, match="for pca: its iterates are subspaces"):
         with LocalRuntime(n_workers=2) as rt:
             rt.run(NAG(), PCA(n_components=1), open_matrix(np.eye(4)))
 

@@ -111,7 +111,7 @@ def test_bad_settings(data):
     with pytest.raises(InvalidParameterError, match=r"'tolerance' .* \[0, 1\)"):
         PartialRecovery(tolerance=-0.1)
     with pytest.raises(InvalidParameterError, match="sums to 6"):
-        _run(LocalRuntime(4), PartialRecovery(), data, 2)
+        _run(LocalRuntime(4), PartialRecovery(degrees=(1, 2, 3)), data, 2)
     assert isinstance(make_method("partial", degrees=(1, 1)), PartialRecovery)
 
 
