@@ -346,7 +346,8 @@ def open_matrix(
             matrix = matrix.with_labels(_parse_labels(labels, None, matrix.n_rows))
     elif isinstance(source, str | os.PathLike):
         options = _ZarrOptions(missing, genotype_scaling, missing_chunks)
-        matrix = _open_zarr(Path(source), array, labels, options)
+        # absolute: workers may run in another working directory (--scheduler)
+        matrix = _open_zarr(Path(source).absolute(), array, labels, options)
     else:
         matrix = _open(source, array, labels, chunk_rows)
     if n_partitions is not None:

@@ -200,3 +200,16 @@ def test_bad_parameters():
         open_matrix(np.ones((4, 2)), missing="drop")
     with pytest.raises(InvalidParameterError, match="'n_partitions' parameter"):
         open_matrix(np.ones((4, 2)), n_partitions=5)
+
+
+def test_a_relative_path_still_loads_from_another_working_directory(tmp_path, monkeypatch):
+    # workers of an existing cluster (--scheduler) need not share the client's directory
+    X = np.arange(24.0).reshape(6, 4)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    zarr.create_array(tmp_path / "a" / "x.zarr", data=X, chunks=(3, 4))
+    monkeypatch.chdir(tmp_path / "a")
+    matrix = open_matrix("x.zarr")
+    monkeypatch.chdir(tmp_path / "b")
+    block = matrix.loader(1)()
+    np.testing.assert_array_equal(block.values, X[3:])
