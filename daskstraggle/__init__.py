@@ -20,6 +20,7 @@ from daskstraggle.errors import (
     InvalidParameterError,
     NonFiniteDataError,
     OutputExistsError,
+    OutputNotWritableError,
     StraggleError,
 )
 from daskstraggle.latency import LatencyModel, Stragglers, parse_stragglers, simulate
@@ -55,6 +56,7 @@ __all__ = [
     "Method",
     "NonFiniteDataError",
     "OutputExistsError",
+    "OutputNotWritableError",
     "Problem",
     "Result",
     "SimRuntime",

@@ -473,9 +473,7 @@ def demo(n_workers: int, out: Path | None, as_json: bool) -> None:
             f"the demo simulates genotypes with msprime and bio2zarr ({err}); install them with "
             "pip install 'daskstraggle[genomics]'"
         ) from err
-    folder = out or Path("results") / time.strftime("demo-%Y%m%d-%H%M%S")
-    if folder.exists() and any(folder.iterdir()):
-        raise InputError(f"--out {str(folder)!r} exists and is not empty; choose a new folder")
+    folder = _check_demo_options(n_workers, out)
     data_path = folder / "genotypes.vcz"
     result_path = folder / "pca.zarr"
     note = (lambda msg: None) if as_json else (lambda msg: click.echo(msg, err=True))
@@ -497,6 +495,21 @@ def demo(n_workers: int, out: Path | None, as_json: bool) -> None:
         click.echo(json.dumps(summary))
         return
     click.echo(format_result(result, out=result_path, matrix=matrix, data_path=data_path))
+
+
+def _check_demo_options(n_workers: int, out: Path | None) -> Path:
+    """Refuse bad demo options before the data is simulated; return the output folder."""
+    from daskstraggle._output import check_writable_folder
+
+    if not 1 <= n_workers <= 256:
+        raise InputError(f"--workers must be an int in [1, 256]; got {n_workers}")
+    folder = out or Path("results") / time.strftime("demo-%Y%m%d-%H%M%S")
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"--out {str(folder)!r} is a file; choose a new folder")
+    if folder.exists() and any(folder.iterdir()):
+        raise InputError(f"--out {str(folder)!r} exists and is not empty; choose a new folder")
+    check_writable_folder(folder.absolute(), out=folder)
+    return folder
 
 
 # ------------------------------------------------------------------------------- output

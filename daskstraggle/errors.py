@@ -16,6 +16,7 @@ __all__ = [
     "InvalidParameterError",
     "NonFiniteDataError",
     "OutputExistsError",
+    "OutputNotWritableError",
     "StraggleError",
     "StraggleWarning",
 ]
@@ -47,6 +48,10 @@ class DataNotFoundError(InputError, FileNotFoundError):
 
 class OutputExistsError(InputError, FileExistsError):
     """An output path exists already and overwriting was not asked for."""
+
+
+class OutputNotWritableError(InputError, PermissionError):
+    """The folder of an output path cannot be created or written."""
 
 
 class ClusterConnectionError(InputError, ConnectionError):
