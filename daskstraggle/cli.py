@@ -6,18 +6,20 @@ cluster work and without writing anything.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 import numpy as np
 
-from daskstraggle.errors import InputError, StraggleError
+from daskstraggle.errors import InputError, StraggleError, StraggleWarning
 
 logger = logging.getLogger(__name__)
 
@@ -600,12 +602,13 @@ def _population_table(result: Any, matrix: Any) -> str:
 
 # --------------------------------------------------------------------------------- main
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; exit 2 with one line on bad input, 1 on other library errors."""
+    """Run the CLI; exit 2 with one line on bad input, 1 on library errors, 130 on Ctrl-C."""
     try:
-        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
-    except click.exceptions.Abort:
+        with _one_line_warnings():
+            cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except click.exceptions.Abort:  # Ctrl-C (the cluster's workers ignore it)
         click.echo("aborted", err=True)
-        return 1
+        return 130  # 128 + SIGINT, what shells report for an interrupted command
     except click.ClickException as err:
         err.show()
         return err.exit_code
@@ -616,6 +619,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         click.echo(f"error: {err}", err=True)
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Show our warnings as one line ``warning: ...`` on stderr, not file, line and code."""
+    original = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        if issubclass(category, StraggleWarning):
+            click.echo(f"warning: {message}", err=True)
+        else:
+            original(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = original
 
 
 def _entry() -> None:  # pragma: no cover - console script shim
