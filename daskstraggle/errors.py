@@ -14,6 +14,7 @@ __all__ = [
     "InputError",
     "InvalidDataError",
     "InvalidParameterError",
+    "InvalidTypeError",
     "NonFiniteDataError",
     "OutputExistsError",
     "OutputNotWritableError",
@@ -32,6 +33,10 @@ class InputError(StraggleError):
 
 class InvalidParameterError(InputError, ValueError):
     """A parameter has a value outside its allowed range or set."""
+
+
+class InvalidTypeError(InputError, TypeError):
+    """A parameter has the wrong type (e.g. an address string where a Client is expected)."""
 
 
 class InvalidDataError(InputError, ValueError):
