@@ -21,9 +21,11 @@ from daskstraggle.errors import (
     InputError,
     InvalidDataError,
     InvalidParameterError,
+    InvalidTypeError,
     MissingChunksError,
     NonFiniteDataError,
     OutputExistsError,
+    OutputNotWritableError,
     StraggleError,
 )
 from daskstraggle.latency import LatencyModel, Stragglers, parse_stragglers, simulate
@@ -53,6 +55,7 @@ __all__ = [
     "InputError",
     "InvalidDataError",
     "InvalidParameterError",
+    "InvalidTypeError",
     "LatencyModel",
     "LeastSquares",
     "LoadBalancer",
@@ -63,6 +66,7 @@ __all__ = [
     "MissingChunksError",
     "NonFiniteDataError",
     "OutputExistsError",
+    "OutputNotWritableError",
     "Problem",
     "Result",
     "SimRuntime",

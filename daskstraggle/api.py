@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from daskstraggle._output import source_paths
 from daskstraggle._validation import check_bool, check_int, check_mapping, check_rng
 from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
@@ -205,7 +206,9 @@ def solve(
     progress : bool, default=False
         Show a progress bar on stderr.
     out : str, path or None, default=None
-        Also save the result (fitted quantities and trace) as a Zarr store here.
+        Also save the result (fitted quantities and trace) as a Zarr store here; checked
+        before any cluster work: never the input store, a path inside it or one that
+        contains it, and its folder must be writable.
     overwrite : bool, default=False
         Allow ``out`` to replace an existing path.
     method_params : dict or None, default=None
@@ -230,7 +233,8 @@ def solve(
     Raises
     ------
     InvalidParameterError, InvalidDataError, DataNotFoundError, OutputExistsError,
-    ClusterConnectionError, NonFiniteDataError, CorruptDataError, MissingChunksError
+    OutputNotWritableError, ClusterConnectionError, NonFiniteDataError, CorruptDataError,
+    MissingChunksError
         Bad input, reported before cluster work starts (NaN/inf and absent or corrupt
         chunks of the matrix: when a worker loads the partition).
     """
@@ -255,7 +259,8 @@ def solve(
     if runtime in (None, "dask") and client is None and scheduler is None and n_workers is None:
         client = _default_client()  # None: a LocalCluster is started for this call
     _check_runtime_args(runtime, client, scheduler, n_workers, spec, meth)
-    out_path = check_output_path(out, overwrite=overwrite)
+    # never the input store, nor inside or around it (even with overwrite)
+    out_path = check_output_path(out, overwrite=overwrite, inputs=source_paths(X))
     matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions,
                          missing_chunks=missing_chunks)
     problem.check_shape(matrix.n_rows, matrix.n_columns)

@@ -6,12 +6,13 @@ cluster work and without writing anything.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -483,9 +484,7 @@ def demo(n_workers: int, out: Path | None, as_json: bool) -> None:
             f"the demo simulates genotypes with msprime and bio2zarr ({err}); install them with "
             "pip install 'daskstraggle[genomics]'"
         ) from err
-    folder = out or Path("results") / time.strftime("demo-%Y%m%d-%H%M%S")
-    if folder.exists() and any(folder.iterdir()):
-        raise InputError(f"--out {str(folder)!r} exists and is not empty; choose a new folder")
+    folder = _check_demo_options(n_workers, out)
     data_path = folder / "genotypes.vcz"
     result_path = folder / "pca.zarr"
     note = (lambda msg: None) if as_json else (lambda msg: click.echo(msg, err=True))
@@ -507,6 +506,21 @@ def demo(n_workers: int, out: Path | None, as_json: bool) -> None:
         click.echo(json.dumps(summary))
         return
     click.echo(format_result(result, out=result_path, matrix=matrix, data_path=data_path))
+
+
+def _check_demo_options(n_workers: int, out: Path | None) -> Path:
+    """Refuse bad demo options before the data is simulated; return the output folder."""
+    from daskstraggle._output import check_writable_folder
+
+    if not 1 <= n_workers <= 256:
+        raise InputError(f"--workers must be an int in [1, 256]; got {n_workers}")
+    folder = out or Path("results") / time.strftime("demo-%Y%m%d-%H%M%S")
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"--out {str(folder)!r} is a file; choose a new folder")
+    if folder.exists() and any(folder.iterdir()):
+        raise InputError(f"--out {str(folder)!r} exists and is not empty; choose a new folder")
+    check_writable_folder(folder.absolute(), out=folder)
+    return folder
 
 
 # ------------------------------------------------------------------------------- output
@@ -609,29 +623,24 @@ def _population_table(result: Any, matrix: Any) -> str:
 
 
 # --------------------------------------------------------------------------------- main
-def _show_warning(message: Warning | str, category: type[Warning], filename: str,
-                  lineno: int, file: Any = None, line: str | None = None) -> None:
-    """Print a warning as one line ``warning: ...`` on stderr (no source location)."""
-    click.echo(f"warning: {message}", err=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; exit 2 with one line on bad input, 3 on divergence, 1 on other errors.
+    """Run the CLI; exit 2 with one line on bad input, 3 on divergence, 130 on Ctrl-C,
+    1 on other library errors.
 
-    Warnings (e.g. a run that did not converge) are printed as one ``warning:`` line.
+    Our warnings (e.g. a run that did not converge) are printed as one ``warning:`` line.
     """
     with warnings.catch_warnings():
-        warnings.showwarning = _show_warning
         warnings.simplefilter("default", StraggleWarning)  # ours always reach the user
         return _main(argv)
 
 
 def _main(argv: Sequence[str] | None) -> int:
     try:
-        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
-    except click.exceptions.Abort:
+        with _one_line_warnings():
+            cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except click.exceptions.Abort:  # Ctrl-C (the cluster's workers ignore it)
         click.echo("aborted", err=True)
-        return 1
+        return 130  # 128 + SIGINT, what shells report for an interrupted command
     except click.ClickException as err:
         err.show()
         return err.exit_code
@@ -645,6 +654,25 @@ def _main(argv: Sequence[str] | None) -> int:
         click.echo(f"error: {err}", err=True)
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Show our warnings as one line ``warning: ...`` on stderr, not file, line and code."""
+    original = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        if issubclass(category, StraggleWarning):
+            click.echo(f"warning: {message}", err=True)
+        else:
+            original(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = original
 
 
 def _entry() -> None:  # pragma: no cover - console script shim

@@ -18,9 +18,11 @@ __all__ = [
     "InputError",
     "InvalidDataError",
     "InvalidParameterError",
+    "InvalidTypeError",
     "MissingChunksError",
     "NonFiniteDataError",
     "OutputExistsError",
+    "OutputNotWritableError",
     "StraggleError",
     "StraggleWarning",
 ]
@@ -36,6 +38,10 @@ class InputError(StraggleError):
 
 class InvalidParameterError(InputError, ValueError):
     """A parameter has a value outside its allowed range or set."""
+
+
+class InvalidTypeError(InputError, TypeError):
+    """A parameter has the wrong type (e.g. an address string where a Client is expected)."""
 
 
 class InvalidDataError(InputError, ValueError):
@@ -69,6 +75,10 @@ class DataNotFoundError(InputError, FileNotFoundError):
 
 class OutputExistsError(InputError, FileExistsError):
     """An output path exists already and overwriting was not asked for."""
+
+
+class OutputNotWritableError(InputError, PermissionError):
+    """The folder of an output path cannot be created or written."""
 
 
 class ClusterConnectionError(InputError, ConnectionError):

@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from daskstraggle.errors import DataNotFoundError, InvalidDataError, OutputExistsError
+from daskstraggle._output import check_output_path, source_paths, write_atomically
+from daskstraggle.errors import DataNotFoundError, InvalidDataError
 
 __all__ = ["Result", "TraceRecorder", "check_output_path"]
 
@@ -184,25 +184,6 @@ class TraceRecorder:
         for key, unit in units.items():
             ds[key].attrs["units"] = unit
         return ds
-
-
-def check_output_path(path: str | os.PathLike[str] | None, *, overwrite: bool) -> Path | None:
-    """Refuse an existing output path unless ``overwrite``; return it as a Path.
-
-    Raises
-    ------
-    OutputExistsError
-        If ``path`` exists and ``overwrite`` is False.
-    """
-    if path is None:
-        return None
-    out = Path(path)
-    if out.exists() and not overwrite:
-        raise OutputExistsError(
-            f"The output path (CLI: --out) {str(out)!r} exists already; pass overwrite=True "
-            "(CLI: --overwrite) or choose another path."
-        )
-    return out
 
 
 @dataclass
@@ -400,7 +381,13 @@ class Result:
         )
         return ds
 
-    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        protect: Iterable[str | os.PathLike[str]] = (),
+    ) -> Path:
         """Write the result as a Zarr store, atomically.
 
         Parameters
@@ -409,6 +396,9 @@ class Result:
             Destination directory (conventionally ``*.zarr``).
         overwrite : bool, default=False
             Replace an existing store (only once the new one is complete).
+        protect : iterable of str or path, default=()
+            Stores that ``path`` must neither be, lie inside, nor contain, besides the
+            matrix's source recorded in ``attrs["matrix"]["path"]``.
 
         Returns
         -------
@@ -419,24 +409,18 @@ class Result:
         ------
         OutputExistsError
             If ``path`` exists and ``overwrite`` is False.
+        InvalidParameterError
+            If ``path`` is, is inside or contains the input data (even with ``overwrite``).
+        OutputNotWritableError
+            If the folder of ``path`` cannot be written.
         """
-        out = check_output_path(path, overwrite=overwrite)
+        inputs = [*protect, *source_paths(self.attrs.get("matrix", {}))]
+        out = check_output_path(path, overwrite=overwrite, inputs=inputs)
         assert out is not None
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-        try:
-            self.to_dataset().to_zarr(tmp, mode="w", consolidated=False, zarr_format=3)
-            if out.exists():
-                old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-                out.rename(old)
-                tmp.rename(out)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(out)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-        return out
+        return write_atomically(
+            out, lambda tmp: self.to_dataset().to_zarr(tmp, mode="w", consolidated=False,
+                                                       zarr_format=3)
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Result:

@@ -34,6 +34,7 @@ from daskstraggle.errors import (
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
+from daskstraggle.runtime._connect import check_client, probe_scheduler, start_local_cluster
 from daskstraggle.runtime.base import Runtime, fold_map, run_unit, stream_messages
 from daskstraggle.trace import TraceRecorder
 
@@ -78,12 +79,19 @@ def connect(
     Raises
     ------
     ClusterConnectionError
-        If the scheduler at ``address`` cannot be reached in time.
+        If the scheduler at ``address`` cannot be reached in time, refuses the connection
+        (raised at once) or does not answer the handshake as a Dask scheduler in time.
     InvalidParameterError
         If more than one of ``client``, ``address`` and ``n_workers`` is given.
+    InvalidTypeError
+        If ``client`` is not a ``distributed.Client`` (e.g. an address string).
+
+    Warns
+    -----
+    StraggleWarning
+        If a LocalCluster would start more than 4 worker processes per CPU core.
     """
-    import dask
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     given = [name for name, v in (("client", client), ("address", address),
                                   ("n_workers", n_workers)) if v is not None]
@@ -92,6 +100,7 @@ def connect(
             f"Pass only one of client, address (CLI: --scheduler) and n_workers (CLI: "
             f"--workers); got {', '.join(given)}."
         )
+    check_client(client)
     if client is not None:
         return client, []
     if address is not None:
@@ -106,6 +115,9 @@ def connect(
                 f"The scheduler address (CLI: --scheduler) must look like "
                 f"'tcp://127.0.0.1:8786'. Got {address!r} instead."
             )
+        # Client bounds the connection but not the handshake after it (an HTTP server
+        # would hang it forever) and retries a refused connection until the timeout
+        probe_scheduler(address, timeout=timeout)
         try:
             client = Client(address, timeout=timeout, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as err:
@@ -117,18 +129,8 @@ def connect(
         return client, [client]
     n = check_int(4 if n_workers is None else n_workers, name="n_workers", caller="connect",
                   low=1, high=256)
-    with dask.config.set(OWN_CLUSTER_CONFIG):
-        cluster = LocalCluster(
-            n_workers=n,
-            threads_per_worker=threads_per_worker,
-            processes=processes,
-            dashboard_address=":0",  # any free port: never collide with another cluster
-            # worker logs would print tracebacks of errors the caller already reports
-            # (e.g. NaN found while loading); the exception itself still propagates
-            silence_logs=logging.CRITICAL,
-        )
-    client = Client(cluster, set_as_default=False)
-    return client, [client, cluster]
+    return start_local_cluster(n, threads_per_worker=threads_per_worker, processes=processes,
+                               config=OWN_CLUSTER_CONFIG)
 
 
 def worker_addresses(client: Any) -> list[str]:
@@ -232,23 +234,39 @@ class DaskRuntime(Runtime):
         self._key_rows: dict[str, tuple[int, int]] = {}
         self._unmatched: dict[str, float] = {}
         self._transfers: list[tuple[str, float]] = []
+        # everything close() uses exists before connecting: a failure below must end in
+        # its own error, not in an AttributeError of the clean-up
         self._owned: list[Any] = []
+        self._addresses: list[str] = []
+        self._held: list[dict[int, Any]] = []
+        self._pending: dict[str, tuple[WorkUnit, float, int | None, bool, Any]] = {}
+        self._ac: Any = None
+        self._token = uuid.uuid4().hex[:8]
         self.client, self._owned = connect(
             client, address=address, n_workers=n_workers, processes=processes, timeout=timeout
         )
         try:
-            workers = worker_addresses(self.client)
-            if not workers:
-                self.client.wait_for_workers(1, timeout=timeout)
-                workers = worker_addresses(self.client)
+            self._addresses = self._wait_for_workers(timeout)
         except BaseException:
             self.close()
             raise
-        self._addresses: list[str] = workers
-        self._held: list[dict[int, Any]] = []
-        self._pending: dict[str, tuple[WorkUnit, float, int | None, bool, Any]] = {}
         self._ac = as_completed(loop=self.client.loop, with_results=True)
-        self._token = uuid.uuid4().hex[:8]
+
+    def _wait_for_workers(self, timeout: float) -> list[str]:
+        """Return the workers' addresses, waiting up to ``timeout`` s for the first one."""
+        workers = worker_addresses(self.client)
+        if workers:
+            return workers
+        try:
+            self.client.wait_for_workers(1, timeout=timeout)
+        except TimeoutError:
+            address = self.client.scheduler.address
+            raise ClusterConnectionError(
+                f"The Dask scheduler at {address!r} has no workers (waited {timeout:g} s). "
+                f"Start some (dask worker {address}), or omit the scheduler to start a local "
+                "cluster."
+            ) from None
+        return worker_addresses(self.client)
 
     @property
     def n_workers(self) -> int:
@@ -451,7 +469,8 @@ class DaskRuntime(Runtime):
         return freed
 
     def _cancel_pending(self) -> None:
-        self._ac.clear()
+        if self._ac is not None:
+            self._ac.clear()
         self._pending.clear()
 
     def _unload(self) -> None:

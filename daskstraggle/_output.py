@@ -1,0 +1,214 @@
+"""Output paths that cannot destroy data: checks before any work, atomic replacement.
+
+A run writes its result under a temporary sibling name and renames it into place, so a
+failed run leaves an existing output untouched. Before any work starts the output path
+is refused when it is, lies inside or contains an input store (compared as resolved real
+paths, so symlinks do not hide the overlap), and when its folder cannot be written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import uuid
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from daskstraggle.errors import (
+    InvalidParameterError,
+    OutputExistsError,
+    OutputNotWritableError,
+    StraggleWarning,
+)
+
+__all__ = [
+    "check_output_path",
+    "check_writable_folder",
+    "discard",
+    "source_paths",
+    "write_atomically",
+]
+
+#: Attempts at deleting a replaced output before warning that it is left behind.
+_DISCARD_ATTEMPTS = 3
+
+
+def source_paths(source: Any) -> list[str]:
+    """Return the file-system paths a data source reads (empty for in-memory data).
+
+    ``source`` is a path, a :class:`~daskstraggle.data.Matrix` (its source's ``path``) or
+    a description dict (``Matrix.describe()``, recorded in ``Result.attrs["matrix"]``).
+    """
+    if isinstance(source, str | os.PathLike):
+        return [os.fspath(source)]
+    if isinstance(source, dict):
+        path = source.get("path")
+    else:
+        path = getattr(getattr(source, "source", None), "path", None)
+    return [os.fspath(path)] if isinstance(path, str | os.PathLike) else []
+
+
+def check_output_path(
+    path: str | os.PathLike[str] | None,
+    *,
+    overwrite: bool,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+) -> Path | None:
+    """Refuse an output path that would destroy data or cannot be written; return it.
+
+    Parameters
+    ----------
+    path : str, path or None
+        The output store (None: no output, nothing is checked).
+    overwrite : bool
+        Whether an existing ``path`` may be replaced.
+    inputs : iterable of str or path, default=()
+        Input stores the output must neither be, lie inside, nor contain.
+
+    Returns
+    -------
+    path : Path or None
+        ``path`` as a Path.
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``path`` is, is inside or contains one of ``inputs`` (even with ``overwrite``).
+    OutputExistsError
+        If ``path`` exists and ``overwrite`` is False.
+    OutputNotWritableError
+        If the folder that would hold ``path`` cannot be created or written.
+    """
+    if path is None:
+        return None
+    out = Path(path)
+    check_not_input(out, inputs)
+    if os.path.lexists(out) and not overwrite:
+        raise OutputExistsError(
+            f"The output path (CLI: --out) {str(out)!r} exists already; pass overwrite=True "
+            "(CLI: --overwrite) or choose another path."
+        )
+    check_writable_folder(out.absolute().parent, out=out)
+    return out
+
+
+def check_not_input(out: Path, inputs: Iterable[str | os.PathLike[str]]) -> None:
+    """Raise InvalidParameterError if ``out`` is, is inside or contains an input."""
+    real_out = Path(os.path.realpath(out))
+    for source in inputs:
+        real_in = Path(os.path.realpath(source))
+        if real_out == real_in:
+            relation = "is the input store"
+        elif real_in in real_out.parents:
+            relation = "lies inside the input store"
+        elif real_out in real_in.parents:
+            relation = "contains the input store"
+        else:
+            continue
+        raise InvalidParameterError(
+            f"The output path (CLI: --out) {str(out)!r} {relation} {os.fspath(source)!r}; "
+            "writing the result there would destroy the data, also with overwrite=True "
+            "(CLI: --overwrite). Choose an output path outside the input."
+        )
+
+
+def check_writable_folder(folder: Path, *, out: Path | None = None) -> None:
+    """Raise OutputNotWritableError unless files can be created in ``folder``.
+
+    A missing ``folder`` is checked at its nearest existing ancestor (where it would be
+    created). Besides the permission bits (which do not bind root) a probe file is
+    created and deleted, so read-only file systems and pseudo file systems are caught.
+    """
+    target = out if out is not None else folder
+    ancestor = folder
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputNotWritableError(
+            f"The output path (CLI: --out) {str(target)!r} cannot be created: "
+            f"{str(ancestor)!r} is a file, not a folder. Choose another path."
+        )
+    reason = None if os.access(ancestor, os.W_OK | os.X_OK) else "permission denied"
+    if reason is None:
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".daskstraggle-probe-", dir=ancestor)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as err:
+            reason = err.strerror or type(err).__name__
+    if reason is not None:
+        raise OutputNotWritableError(
+            f"The output path (CLI: --out) {str(target)!r} cannot be written: the folder "
+            f"{str(ancestor)!r} is not writable ({reason}). Choose another path or fix the "
+            "folder's permissions."
+        )
+
+
+def write_atomically(out: Path, write: Callable[[Path], object]) -> Path:
+    """Call ``write(tmp)`` on a temporary sibling of ``out``, then rename it to ``out``.
+
+    An existing ``out`` is moved aside, replaced, then deleted; if the rename fails it is
+    put back. Nothing hidden is left behind: the temporary and the replaced store are
+    deleted (retried; a warning names what could not be deleted), and so are replaced
+    stores that an earlier interrupted save left next to ``out``.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    old: Path | None = None
+    try:
+        write(tmp)
+        if os.path.lexists(out):
+            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+            out.rename(old)
+        try:
+            tmp.rename(out)
+        except BaseException:
+            if old is not None and not os.path.lexists(out):
+                old.rename(out)
+                old = None
+            raise
+    finally:
+        for leftover in (tmp, old, *_stale_replaced(out)):
+            if leftover is not None and os.path.lexists(leftover):
+                discard(leftover)
+    return out
+
+
+def _stale_replaced(out: Path) -> list[Path]:
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.old-[0-9a-f]{{8}}")
+    try:
+        return [p for p in out.parent.iterdir() if pattern.fullmatch(p.name)]
+    except OSError:
+        return []
+
+
+def discard(path: Path) -> bool:
+    """Delete a file or folder tree, retrying; warn and return False if it stays.
+
+    A deletion can fail midway (a file busy or appearing meanwhile, a network file
+    system's delayed unlink); each attempt resumes where the previous one stopped.
+    """
+    error: OSError | None = None
+    for _ in range(_DISCARD_ATTEMPTS):
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            error = err
+        if not os.path.lexists(path):
+            return True
+    warnings.warn(
+        f"Could not delete {str(path)!r}, a temporary or replaced output ({error}); "
+        "delete it by hand.",
+        StraggleWarning,
+        stacklevel=3,
+    )
+    return False

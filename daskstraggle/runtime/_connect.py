@@ -1,0 +1,213 @@
+"""Reaching a cluster without hanging: the handshake probe, the client check, LocalCluster.
+
+``distributed.Client(address, timeout=...)`` bounds the TCP connection but not the
+handshake that follows it, so a server that accepts connections and never answers (an
+HTTP server, the scheduler's dashboard port) makes it wait forever; and it retries a
+refused connection until the timeout. :func:`probe_scheduler` asks the address for its
+identity under one deadline first, failing at once on a refused connection.
+
+A LocalCluster started here blocks SIGINT in its worker processes: Ctrl-C in a terminal
+reaches every process of the foreground group, and each worker would print its own
+``KeyboardInterrupt`` traceback. The client's process alone handles the interrupt and
+closes the cluster. Its workers also skip zarr's exit hook (see :class:`QuietExit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from daskstraggle.errors import (
+    ClusterConnectionError,
+    InvalidTypeError,
+    StraggleWarning,
+)
+
+__all__ = ["QuietExit", "check_client", "probe_scheduler", "start_local_cluster"]
+
+#: A LocalCluster with more single-threaded worker processes than this many per core
+#: gets a warning: they only take turns on the cores, each costs start-up time and memory.
+WORKERS_PER_CORE_WARNING = 4
+
+_REMEDY = ("Check the address and that the scheduler runs, or omit it to start a local "
+           "cluster.")
+
+
+def check_client(client: Any) -> None:
+    """Raise InvalidTypeError unless ``client`` is a ``distributed.Client`` (or None)."""
+    from distributed import Client
+
+    if client is None or isinstance(client, Client):
+        return
+    hint = (f" To connect to the scheduler at {client!r}, pass scheduler={client!r} "
+            "(DaskRuntime: address=...; CLI: --scheduler)." if isinstance(client, str) else "")
+    raise InvalidTypeError(
+        f"The 'client' parameter must be a distributed.Client or None. Got a "
+        f"{type(client).__name__} instead.{hint}"
+    )
+
+
+def probe_scheduler(address: str, *, timeout: float) -> None:
+    """Check within ``timeout`` seconds that a Dask scheduler answers at ``address``.
+
+    Raises
+    ------
+    ClusterConnectionError
+        If the connection is refused (at once), cannot be made in time, or the server
+        does not answer the handshake as a Dask scheduler in time.
+    """
+    from distributed.comm.addressing import get_address_host_port, parse_address
+
+    scheme, _ = parse_address(address)
+    if scheme != "tcp":  # tls, inproc, ucx: leave them to distributed
+        return
+    deadline = time.monotonic() + timeout
+    try:
+        with socket.create_connection(get_address_host_port(address), timeout=timeout):
+            pass
+    except ConnectionRefusedError:
+        raise ClusterConnectionError(
+            f"Could not reach the Dask scheduler at {address!r} within {timeout:g} s: the "
+            f"connection was refused (nothing listens on that port). {_REMEDY}"
+        ) from None
+    except OSError as err:
+        raise ClusterConnectionError(
+            f"Could not reach the Dask scheduler at {address!r} within {timeout:g} s "
+            f"({type(err).__name__}: {err}). {_REMEDY}"
+        ) from None
+    remaining = max(deadline - time.monotonic(), 0.5)
+    with ThreadPoolExecutor(1) as pool:  # its own event loop, also under a running one
+        reply = pool.submit(asyncio.run, _identity(address, remaining)).result()
+    _check_identity(address, reply, timeout)
+
+
+async def _identity(address: str, timeout: float) -> Any:
+    """Return the server's identity reply, or the exception that prevented it."""
+    from distributed.comm import connect
+
+    async def ask() -> Any:
+        comm = await connect(address, timeout=timeout)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    try:
+        return await asyncio.wait_for(ask(), timeout)
+    except Exception as err:  # reported as "not a scheduler", whatever the server sent
+        return err
+
+
+def _check_identity(address: str, reply: Any, timeout: float) -> None:
+    if isinstance(reply, dict) and reply.get("type") == "Scheduler":
+        return
+    check = ("Check the address and port: a scheduler listens on 8786 by default, its "
+             "dashboard (HTTP) on 8787.")
+    if isinstance(reply, asyncio.TimeoutError | TimeoutError):
+        what = f"did not answer the Dask handshake within {timeout:g} s"
+    elif isinstance(reply, BaseException):
+        what = f"broke off the Dask handshake ({type(reply).__name__})"
+    elif isinstance(reply, dict) and "type" in reply:
+        what = f"is a Dask {reply['type']}, not the scheduler"
+    else:
+        what = "answered the Dask handshake with something else"
+    raise ClusterConnectionError(
+        f"The server at {address!r} {what}: it is not a Dask scheduler. {check}"
+    )
+
+
+def check_oversubscription(n_workers: int, *, processes: bool) -> None:
+    """Warn when a LocalCluster would start far more worker processes than cores."""
+    cores = os.cpu_count() or 1
+    if processes and n_workers > WORKERS_PER_CORE_WARNING * cores:
+        warnings.warn(
+            f"Starting {n_workers} worker processes on {cores} CPU core(s): they only take "
+            f"turns on the cores and each needs memory and start-up time; use at most "
+            f"{WORKERS_PER_CORE_WARNING * cores} (--workers), or connect to a larger "
+            "cluster (--scheduler).",
+            StraggleWarning,
+            stacklevel=5,
+        )
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread meanwhile (threads and processes it starts inherit)."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    # started later from the cluster's loop thread, the tracker would *unblock* SIGINT
+    # there afterwards (it blocks, spawns, then unblocks rather than restoring the mask)
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def start_local_cluster(
+    n_workers: int, *, threads_per_worker: int, processes: bool, config: dict[str, Any]
+) -> tuple[Any, list[Any]]:
+    """Start a LocalCluster whose workers ignore Ctrl-C; return a client and what to close."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    check_oversubscription(n_workers, processes=processes)
+    cluster = None
+    try:
+        # the cluster's event loop thread starts the worker processes: both keep SIGINT
+        # blocked; a Ctrl-C meanwhile is delivered to this thread once it unblocks
+        with dask.config.set(config), _sigint_blocked():
+            cluster = LocalCluster(
+                n_workers=n_workers,
+                threads_per_worker=threads_per_worker,
+                processes=processes,
+                dashboard_address=":0",  # any free port: never collide with another cluster
+                # worker logs would print tracebacks of errors the caller already reports
+                # (e.g. NaN found while loading); the exception itself still propagates
+                silence_logs=logging.CRITICAL,
+            )
+        client = Client(cluster, set_as_default=False)
+        client.register_plugin(QuietExit())
+    except BaseException:
+        if cluster is not None:
+            cluster.close()
+        raise
+    return client, [client, cluster]
+
+
+class QuietExit(WorkerPlugin):
+    """Drop zarr's exit hook in the worker processes of a cluster this package started.
+
+    At interpreter exit zarr stops its I/O thread, waits 0.2 s for it, then closes the
+    thread's event loop; on a busy machine (many workers per core, all closing at once)
+    the thread is still running, and each worker prints a warning and a
+    ``RuntimeError: Cannot close a running event loop`` traceback. The thread is a
+    daemon and the process is ending, so nothing is lost by skipping the hook.
+    """
+
+    name = "daskstraggle-quiet-exit"
+
+    def setup(self, worker: Any) -> None:
+        """Unregister the hook in this worker process."""
+        try:
+            from zarr.core import sync
+        except ImportError:  # another zarr layout: nothing known to silence
+            return
+        atexit.unregister(sync.cleanup_resources)

@@ -1,0 +1,273 @@
+"""Output paths cannot destroy data: never the input, a writable folder, no hidden leftovers.
+
+Refusals happen before any cluster work (the ``no_cluster`` guard makes starting one fail
+the test) and reach the command line as one line ``error: ...`` with exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+import daskstraggle
+from daskstraggle import Result
+from daskstraggle.cli import main
+from daskstraggle.errors import (
+    InputError,
+    InvalidParameterError,
+    OutputNotWritableError,
+    StraggleWarning,
+)
+
+
+@pytest.fixture
+def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make starting a LocalCluster or connecting a Client fail the test."""
+    import distributed
+
+    def refuse(self: object, *args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{type(self).__name__} created before the output was checked")
+
+    monkeypatch.setattr(distributed.LocalCluster, "__init__", refuse)
+    monkeypatch.setattr(distributed.Client, "__init__", refuse)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """A Zarr group with X (100 x 3) and y, inside its own folder ``data``."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "data" / "v.zarr"
+    group = zarr.open_group(path, mode="w")
+    group.create_array("X", shape=(100, 3), chunks=(25, 3), dtype="f8")[:] = rng.normal(
+        size=(100, 3))
+    group.create_array("y", shape=(100,), chunks=(25,), dtype="f8")[:] = rng.normal(size=100)
+    return path
+
+
+def snapshot(path: Path) -> dict[str, bytes]:
+    """Relative path -> bytes of every file below ``path``."""
+    return {str(p.relative_to(path)): p.read_bytes()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def one_error_line(err: str) -> str:
+    assert "Traceback" not in err, err
+    lines = err.strip("\n").splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def small_result(store: Path | None = None) -> Result:
+    X = np.random.default_rng(1).normal(size=(40, 3))
+    source = daskstraggle.open_matrix(store, array="X") if store is not None else X
+    return daskstraggle.fit_pca(source, 1, runtime="local", n_workers=2, rng=0, max_iter=3)
+
+
+# --------------------------------------------------------------- never the input store
+#: ``--out`` relative to the input store ``data/v.zarr``: the store, a path inside it, the
+#: folder holding it, and the store through a symlink.
+OVERLAPS = {
+    "same": ("v.zarr", "is the input store"),
+    "inside": ("v.zarr/X/out.zarr", "lies inside the input store"),
+    "parent": (".", "contains the input store"),
+    "symlink": ("alias.zarr", "is the input store"),
+}
+
+
+def _out(store: Path, which: str) -> Path:
+    rel = OVERLAPS[which][0]
+    if which == "symlink":
+        (store.parent / rel).symlink_to(store.name)
+    return store.parent / rel
+
+
+@pytest.mark.parametrize("which", list(OVERLAPS))
+def test_cli_refuses_out_overlapping_the_input_even_with_overwrite(which, store, capsys,
+                                                                   no_cluster):
+    before = snapshot(store)
+    out = _out(store, which)
+    code = main(["linreg", str(store), "--out", str(out), "--overwrite"])
+    captured = capsys.readouterr()
+    assert code == 2, captured
+    assert captured.out == ""
+    line = one_error_line(captured.err)
+    assert OVERLAPS[which][1] in line and "--out" in line, line
+    assert snapshot(store) == before
+
+
+@pytest.mark.parametrize("which", list(OVERLAPS))
+@pytest.mark.parametrize("opened", [False, True], ids=["path", "matrix"])
+def test_api_refuses_out_overlapping_the_input(which, opened, store, no_cluster):
+    before = snapshot(store)
+    out = _out(store, which)
+    X = daskstraggle.open_matrix(store, array="X", labels="y") if opened else store
+    with pytest.raises(InvalidParameterError, match=OVERLAPS[which][1]):
+        daskstraggle.fit_least_squares(X, "y", out=out, overwrite=True, n_workers=2)
+    with pytest.raises(InvalidParameterError, match=OVERLAPS[which][1]):
+        daskstraggle.fit_pca(store, 1, array="X", out=out, overwrite=True, n_workers=2)
+    assert snapshot(store) == before
+
+
+def test_result_save_refuses_the_recorded_source_and_protected_paths(store, tmp_path):
+    result = small_result(store)
+    before = snapshot(store)
+    for out in (store, store / "X", store.parent):
+        with pytest.raises(InvalidParameterError, match="would destroy the data"):
+            result.save(out, overwrite=True)
+    other = tmp_path / "other.zarr"
+    other.mkdir()
+    with pytest.raises(InvalidParameterError, match="is the input store"):
+        small_result().save(other, overwrite=True, protect=[other])
+    assert snapshot(store) == before
+    assert small_result().save(tmp_path / "fine.zarr").exists()
+
+
+# ---------------------------------------------------------------- unwritable folders
+def _unwritable(tmp_path: Path, kind: str) -> Path:
+    if kind == "under-a-file":
+        (tmp_path / "somefile").write_text("x")
+        return tmp_path / "somefile" / "out.zarr"
+    if kind == "pseudo-fs":  # writes fail in /proc, also for root
+        return Path("/proc") / "daskstraggle-test" / "out.zarr"
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    return locked / "out.zarr"
+
+
+UNWRITABLE = [
+    "under-a-file",
+    pytest.param("pseudo-fs", marks=pytest.mark.skipif(not Path("/proc/self").exists(),
+                                                         reason="no /proc")),
+    pytest.param("read-only-folder", marks=pytest.mark.skipif(
+        os.name != "posix" or os.geteuid() == 0, reason="permission bits do not bind root")),
+]
+
+
+@pytest.mark.parametrize("kind", UNWRITABLE)
+def test_unwritable_out_is_refused_before_cluster_work(kind, store, tmp_path, capsys,
+                                                       no_cluster):
+    out = _unwritable(tmp_path, kind)
+    code = main(["linreg", str(store), "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 2, captured
+    line = one_error_line(captured.err)
+    assert str(out) in line and "--out" in line, line
+    with pytest.raises(OutputNotWritableError, match="cannot be"):
+        daskstraggle.fit_least_squares(store, "y", out=out, n_workers=2)
+    with pytest.raises(OutputNotWritableError):
+        small_result().save(out)
+    assert not os.path.lexists(out)
+
+
+# ---------------------------------------------------------- overwrite leaves nothing
+def hidden(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+def test_overwrite_leaves_no_hidden_sibling(tmp_path):
+    out = tmp_path / "r.zarr"
+    small_result().save(out)
+    (tmp_path / ".r.zarr.old-0123abcd").mkdir()  # left by an earlier interrupted save
+    result = small_result()
+    result.objective = 42.0
+    result.save(out, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.zarr"]
+    assert Result.load(out).objective == 42.0
+
+
+def test_overwrite_retries_a_removal_that_fails_midway(tmp_path, monkeypatch):
+    out = tmp_path / "r.zarr"
+    small_result().save(out)
+    real_rmtree = shutil.rmtree
+    calls = []
+
+    def flaky(path, *args, **kwargs):  # deletes one file, then fails, the first time
+        if ".old-" not in str(path):  # zarr deletes with rmtree too
+            return real_rmtree(path, *args, **kwargs)
+        calls.append(path)
+        if len(calls) == 1:
+            next(p for p in Path(path).rglob("*") if p.is_file()).unlink()
+            raise OSError(16, "Device or resource busy", str(path))
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr("daskstraggle._output.shutil.rmtree", flaky)
+    result = small_result()
+    result.objective = 7.0
+    result.save(out, overwrite=True)
+    assert len(calls) >= 2
+    assert hidden(tmp_path) == []
+    assert Result.load(out).objective == 7.0
+
+
+def test_overwrite_warns_naming_what_it_could_not_delete(tmp_path, monkeypatch):
+    out = tmp_path / "r.zarr"
+    small_result().save(out)
+    real_rmtree = shutil.rmtree
+
+    def stuck(path, *args, **kwargs):
+        if ".old-" not in str(path):  # zarr deletes with rmtree too
+            return real_rmtree(path, *args, **kwargs)
+        raise OSError(16, "Device or resource busy", str(path))
+
+    monkeypatch.setattr("daskstraggle._output.shutil.rmtree", stuck)
+    with pytest.warns(StraggleWarning, match=r"Could not delete '.*\.r\.zarr\.old-.*busy"):
+        small_result().save(out, overwrite=True)
+    monkeypatch.undo()
+    assert len(hidden(tmp_path)) == 1  # named by the warning
+    assert Result.load(out).n_iter >= 1
+
+
+def test_failed_write_keeps_the_existing_store_and_leaves_nothing(tmp_path, monkeypatch):
+    out = tmp_path / "r.zarr"
+    small_result().save(out)
+    before = snapshot(out)
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr("xarray.Dataset.to_zarr", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        small_result().save(out, overwrite=True)
+    assert snapshot(out) == before
+    assert hidden(tmp_path) == []
+
+
+# ------------------------------------------------------------- demo checks its options
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [(["--workers", "0"], ("--workers", "got 0")),
+     (["--workers", "-2"], ("--workers",)),
+     (["--out", "{file}"], ("--out", "is a file")),
+     (["--out", "{file}/demo"], ("--out", "not a folder")),
+     (["--out", "{full}"], ("--out", "not empty"))],
+    ids=["workers-zero", "workers-negative", "out-is-a-file", "out-under-a-file",
+         "out-not-empty"],
+)
+def test_demo_checks_options_before_simulating(args, words, tmp_path, capsys, monkeypatch,
+                                               no_cluster):
+    datasets = pytest.importorskip("daskstraggle.data.datasets")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("genotypes simulated before the options were checked")
+
+    monkeypatch.setattr(datasets, "make_genotypes", refuse)
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("x")
+    argv = [a.format(file=tmp_path / "file", full=tmp_path / "full") for a in args]
+    code = main(["demo", *argv])
+    line = one_error_line(capsys.readouterr().err)
+    assert code == 2
+    for word in words:
+        assert word in line, line
+    assert (tmp_path / "full" / "keep.txt").read_text() == "x"
+
+
+def test_errors_are_input_errors():
+    assert issubclass(OutputNotWritableError, InputError)
+    assert issubclass(OutputNotWritableError, PermissionError)
