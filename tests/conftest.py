@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,15 @@ def load_pipeline():
         return module
 
     return load
+
+
+@pytest.fixture
+def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make starting a LocalCluster or connecting a Client fail the test."""
+    import distributed
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise AssertionError(f"{type(self).__name__} created before the input was validated")
+
+    monkeypatch.setattr(distributed.LocalCluster, "__init__", refuse)
+    monkeypatch.setattr(distributed.Client, "__init__", refuse)

@@ -110,18 +110,6 @@ def s(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     )
 
 
-@pytest.fixture
-def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make starting a LocalCluster or connecting a Client fail the test."""
-    import distributed
-
-    def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
-        raise AssertionError(f"{type(self).__name__} created before the input was validated")
-
-    monkeypatch.setattr(distributed.LocalCluster, "__init__", refuse)
-    monkeypatch.setattr(distributed.Client, "__init__", refuse)
-
-
 def snapshot(path: Path) -> dict[str, bytes]:
     """Relative path -> bytes of every file below ``path``."""
     files = sorted(p for p in path.rglob("*") if p.is_file())

@@ -7,7 +7,6 @@ Each case runs before any cluster work: the tests replace ``LocalCluster.__init_
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -20,18 +19,6 @@ from daskstraggle.coding.rcs import default_degrees
 from daskstraggle.errors import InputError, InvalidDataError, InvalidParameterError
 from daskstraggle.methods import GD, PartialRecovery
 from daskstraggle.trace import Result
-
-
-@pytest.fixture
-def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make starting a LocalCluster or connecting a Client fail the test."""
-    import distributed
-
-    def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
-        raise AssertionError(f"{type(self).__name__} created before the input was validated")
-
-    monkeypatch.setattr(distributed.LocalCluster, "__init__", refuse)
-    monkeypatch.setattr(distributed.Client, "__init__", refuse)
 
 
 @pytest.fixture(scope="module")
