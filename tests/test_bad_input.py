@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +38,7 @@ from daskstraggle.errors import (
     NonFiniteDataError,
     OutputExistsError,
 )
+from daskstraggle.testing import BackgroundCommand, one_error_line
 
 CLI = [sys.executable, "-m", "daskstraggle.cli"]
 
@@ -124,13 +124,6 @@ def existing_result(path: Path) -> dict[str, bytes]:
     return snapshot(path)
 
 
-def one_error_line(err: str) -> str:
-    """Assert ``err`` is exactly one line ``error: ...`` and return it."""
-    assert "Traceback" not in err, err
-    lines = err.strip("\n").splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: "), err
-    return lines[0]
 
 
 def assert_names(line: str, words: tuple[str, ...]) -> None:
@@ -139,33 +132,6 @@ def assert_names(line: str, words: tuple[str, ...]) -> None:
 
 
 # ------------------------------------------------------ slow commands, in the background
-class Background:
-    """A command run in the background; ``result()`` waits for it.
-
-    The scheduler commands wait for a connection timeout (10 s) and the NaN/inf command
-    starts a cluster; they start with the first test of the module and run alongside it.
-    """
-
-    def __init__(self, argv: list[str], cwd: Path) -> None:
-        self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, cwd=cwd)
-        self.out = self.err = ""
-        self.elapsed = float("nan")
-        self._thread = threading.Thread(target=self._wait, daemon=True)
-        self._thread.start()
-
-    def _wait(self) -> None:
-        try:
-            self.out, self.err = self.proc.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.out, self.err = self.proc.communicate()
-        self.elapsed = time.monotonic() - self.t0
-
-    def result(self) -> Background:
-        self._thread.join()
-        return self
 
 
 @pytest.fixture(scope="module")
@@ -173,11 +139,11 @@ def background(s, tmp_path_factory: pytest.TempPathFactory):
     """Start the slow commands: unreachable and malformed scheduler, inf in the data."""
     cwd = tmp_path_factory.mktemp("background")
     runs = {
-        "unreachable": Background([*CLI, "pca", str(s.a), "--scheduler", "tcp://127.0.0.1:1",
+        "unreachable": BackgroundCommand([*CLI, "pca", str(s.a), "--scheduler", "tcp://127.0.0.1:1",
                                    "--out", str(cwd / "out1.zarr")], cwd),
-        "malformed": Background([*CLI, "pca", str(s.a), "--scheduler", "not-an-address",
+        "malformed": BackgroundCommand([*CLI, "pca", str(s.a), "--scheduler", "not-an-address",
                                  "--out", str(cwd / "out2.zarr")], cwd),
-        "inf": Background([*CLI, "pca", str(s.inf), "--workers", "2",
+        "inf": BackgroundCommand([*CLI, "pca", str(s.inf), "--workers", "2",
                            "--out", str(cwd / "out3.zarr")], cwd),
     }
     yield SimpleNamespace(cwd=cwd, **runs)

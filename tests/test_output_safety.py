@@ -23,6 +23,7 @@ from daskstraggle.errors import (
     OutputNotWritableError,
     StraggleWarning,
 )
+from daskstraggle.testing import one_error_line
 
 
 @pytest.fixture
@@ -43,11 +44,6 @@ def snapshot(path: Path) -> dict[str, bytes]:
             for p in sorted(path.rglob("*")) if p.is_file()}
 
 
-def one_error_line(err: str) -> str:
-    assert "Traceback" not in err, err
-    lines = err.strip("\n").splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 def small_result(store: Path | None = None) -> Result:

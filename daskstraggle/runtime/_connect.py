@@ -9,13 +9,13 @@ identity under one deadline first, failing at once on a refused connection.
 A LocalCluster started here blocks SIGINT in its worker processes: Ctrl-C in a terminal
 reaches every process of the foreground group, and each worker would print its own
 ``KeyboardInterrupt`` traceback. The client's process alone handles the interrupt and
-closes the cluster. Its workers also skip zarr's exit hook (see :class:`QuietExit`).
+closes the cluster. Its workers also skip zarr's exit hook
+(:class:`~daskstraggle.runtime._quiet.QuietExit`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import logging
 import os
@@ -27,15 +27,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from distributed.diagnostics.plugin import WorkerPlugin
-
 from daskstraggle.errors import (
     ClusterConnectionError,
     InvalidTypeError,
     StraggleWarning,
 )
 
-__all__ = ["QuietExit", "check_client", "probe_scheduler", "start_local_cluster"]
+__all__ = ["check_client", "probe_scheduler", "start_local_cluster"]
 
 #: A LocalCluster with more single-threaded worker processes than this many per core
 #: gets a warning: they only take turns on the cores, each costs start-up time and memory.
@@ -168,6 +166,8 @@ def start_local_cluster(
     import dask
     from distributed import Client, LocalCluster
 
+    from daskstraggle.runtime._quiet import QuietExit
+
     check_oversubscription(n_workers, processes=processes)
     cluster = None
     try:
@@ -190,24 +190,3 @@ def start_local_cluster(
             cluster.close()
         raise
     return client, [client, cluster]
-
-
-class QuietExit(WorkerPlugin):
-    """Drop zarr's exit hook in the worker processes of a cluster this package started.
-
-    At interpreter exit zarr stops its I/O thread, waits 0.2 s for it, then closes the
-    thread's event loop; on a busy machine (many workers per core, all closing at once)
-    the thread is still running, and each worker prints a warning and a
-    ``RuntimeError: Cannot close a running event loop`` traceback. The thread is a
-    daemon and the process is ending, so nothing is lost by skipping the hook.
-    """
-
-    name = "daskstraggle-quiet-exit"
-
-    def setup(self, worker: Any) -> None:
-        """Unregister the hook in this worker process."""
-        try:
-            from zarr.core import sync
-        except ImportError:  # another zarr layout: nothing known to silence
-            return
-        atexit.unregister(sync.cleanup_resources)

@@ -31,6 +31,7 @@ from daskstraggle.errors import (
     InvalidParameterError,
     MissingChunksError,
 )
+from daskstraggle.testing import one_error_line
 
 ROWS, COLS, CHUNK = 200, 6, 50
 
@@ -43,12 +44,6 @@ def _dense(matrix) -> np.ndarray:
     ])
 
 
-def one_error_line(err: str) -> str:
-    assert "Traceback" not in err, err
-    lines = err.strip("\n").splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: "), err
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

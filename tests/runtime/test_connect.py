@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,6 +27,7 @@ import daskstraggle
 from daskstraggle.cli import main
 from daskstraggle.errors import ClusterConnectionError, InvalidTypeError, StraggleWarning
 from daskstraggle.runtime import DaskRuntime
+from daskstraggle.testing import BackgroundCommand, one_error_line
 
 CLI = [sys.executable, "-m", "daskstraggle.cli"]
 
@@ -50,36 +50,8 @@ def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> No
     raise AssertionError(f"nothing listens on port {port} after {timeout} s")
 
 
-def one_error_line(err: str) -> str:
-    assert "Traceback" not in err, err
-    lines = err.strip("\n").splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
 
 
-class Background:
-    """A CLI command run in the background; ``result()`` waits for it."""
-
-    def __init__(self, argv: list[str], cwd: Path) -> None:
-        self.t0 = time.monotonic()
-        self.proc = subprocess.Popen([*CLI, *argv], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, cwd=cwd)
-        self.out = self.err = ""
-        self.elapsed = float("nan")
-        self._thread = threading.Thread(target=self._wait, daemon=True)
-        self._thread.start()
-
-    def _wait(self) -> None:
-        try:
-            self.out, self.err = self.proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.out, self.err = self.proc.communicate()
-        self.elapsed = time.monotonic() - self.t0
-
-    def result(self) -> Background:
-        self._thread.join()
-        return self
 
 
 @pytest.fixture(scope="module")
@@ -107,10 +79,12 @@ def servers(data, tmp_path_factory: pytest.TempPathFactory):
                              scheduler=f"tcp://127.0.0.1:{sched_port}")
         cwd = tmp_path_factory.mktemp("bg")
         ns.cwd = cwd
-        ns.http_run = Background(["pca", str(data), "--scheduler", ns.http, "--out",
-                                  str(cwd / "o1.zarr")], cwd)
-        ns.empty_run = Background(["pca", str(data), "--scheduler", ns.scheduler, "--out",
-                                   str(cwd / "o2.zarr")], cwd)
+        ns.http_run = BackgroundCommand(
+            [*CLI, "pca", str(data), "--scheduler", ns.http, "--out", str(cwd / "o1.zarr")],
+            cwd, timeout=60)
+        ns.empty_run = BackgroundCommand(
+            [*CLI, "pca", str(data), "--scheduler", ns.scheduler, "--out", str(cwd / "o2.zarr")],
+            cwd, timeout=60)
         yield ns
         for run in (ns.http_run, ns.empty_run):
             if run.proc.poll() is None:
