@@ -175,6 +175,8 @@ def solve(
         (synchronous gradient descent; the power method for PCA), ``"nag"`` (Nesterov,
         regression only), ``"sgd"``, ``"sag"``, ``"dsag"`` (wait for the fastest
         ``n_wait`` workers; pass ``method_params={"n_wait": w}``), ``"coded"``,
+        ``"gram"`` (PCA only: exact in one round from the summed Gram matrices, coded with
+        ``method_params={"scheme": ..., ...}``),
         ``"ignore-stragglers"``, ``"partial"`` (RCS partial recovery, parameters
         ``degrees``, ``tolerance``, ``ordering``, ``age_threshold``) or ``"async"``
         (bounded-delay asynchronous updates, parameters ``max_delay``, ``order``).

@@ -37,6 +37,8 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "sgd (wait for the fastest --wait workers), sag (sgd with a cache of "
                           "every worker's last fresh result), dsag (sag that also folds in "
                           "stale results), coded (exact gradient from a subset, see --scheme), "
+                          "gram (PCA: exact in one round from the summed Gram matrices, "
+                          "coded with --scheme; up to 20000 columns), "
                           "partial (RCS codes with partial recovery, see --tolerance, "
                           "--ordering), async (updates applied as they arrive, see "
                           "--max-delay) or ignore-stragglers."),
@@ -213,14 +215,18 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
              "batch_size": "--batch-size", "alpha": "--straggler-alpha",
              "nesterov": "--nesterov"}
     given = {k: v for k, v in coding.items() if v is not None}
-    if method == "coded":
-        params["method_params"] = {"scheme": given.pop("scheme", "cyclic-repetition"),
-                                   "rng": seed, **given}
+    if method == "gram" and "nesterov" in given:
+        raise InputError("--nesterov: only with --method coded, not 'gram' (one exact round, "
+                         "no iterations to accelerate)")
+    if method in ("coded", "gram"):
+        default = "cyclic-repetition" if method == "coded" else "uncoded"
+        params["method_params"] = {"scheme": given.pop("scheme", default), "rng": seed, **given}
     elif method == "ignore-stragglers" and set(given) <= {"n_stragglers"}:
         params["method_params"] = given
     elif given:
         raise InputError(
             f"{', '.join(flags[k] for k in given)}: only with --method coded"
+            + ("" if "nesterov" in given else " or gram")
             + (" (--stragglers-tolerated also to ignore-stragglers)" if "n_stragglers" in given
                else "") + f", not {method!r}"
         )

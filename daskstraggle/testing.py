@@ -4,6 +4,8 @@
   the CLI's contract for bad input and failed runs.
 - :class:`BackgroundCommand`: run a command in a subprocess while a test does other work,
   with a bound on how long it may take.
+- :func:`reference_dosages`, :func:`reference_matrix`: an independent, call-by-call
+  decoding of VCF genotype calls (oracle for the data layer's vectorised one).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["BackgroundCommand", "one_error_line"]
+import numpy as np
+
+__all__ = ["BackgroundCommand", "one_error_line", "reference_dosages", "reference_matrix"]
 
 
 def one_error_line(err: str) -> str:
@@ -90,3 +94,57 @@ class BackgroundCommand:
         """
         self._thread.join()
         return self
+
+
+def reference_dosages(calls: np.ndarray) -> np.ndarray:
+    """Return the dosage of every call (NaN when missing), one call at a time.
+
+    An allele -2 pads a call of lower ploidy; a call with another negative allele, or
+    only padding, is missing; the dosage is the alternate alleles scaled to the ploidy.
+
+    Parameters
+    ----------
+    calls : ndarray of shape (n_variants, n_samples, ploidy)
+        Allele indices (``call_genotype`` of VCF Zarr).
+
+    Returns
+    -------
+    dosage : ndarray of shape (n_variants, n_samples)
+    """
+    n_variants, n_samples, ploidy = calls.shape
+    out = np.full((n_variants, n_samples), np.nan)
+    for v in range(n_variants):
+        for s in range(n_samples):
+            alleles = [int(a) for a in calls[v, s] if a != -2]  # -2: padding
+            if alleles and min(alleles) >= 0:
+                out[v, s] = sum(a > 0 for a in alleles) * ploidy / len(alleles)
+    return out
+
+
+def reference_matrix(dosage: np.ndarray, ploidy: int, *, patterson: bool) -> np.ndarray:
+    """Return the dosages with missing calls mean-imputed, optionally Patterson-scaled.
+
+    Parameters
+    ----------
+    dosage : ndarray of shape (n_variants, n_samples)
+        From :func:`reference_dosages`.
+    ploidy : int
+        The store's ploidy.
+    patterson : bool
+        Centre each variant and divide by ``sqrt(p (1 - p))``, ``p = mean / ploidy``
+        (variants with ``p (1 - p) <= 1e-12`` become 0).
+
+    Returns
+    -------
+    matrix : ndarray of shape (n_variants, n_samples)
+    """
+    dense = dosage.copy()
+    for v in range(dense.shape[0]):
+        seen = dense[v][~np.isnan(dense[v])]
+        mean = seen.mean() if len(seen) else 0.0
+        dense[v][np.isnan(dense[v])] = mean
+        if patterson:
+            p = mean / ploidy
+            var = p * (1 - p)
+            dense[v] = (dense[v] - mean) / np.sqrt(var) if var > 1e-12 else 0.0
+    return dense

@@ -319,7 +319,7 @@ CASES = [
          _fit(pca, "a", 2.5), None),
     # ---- method
     Case("method-unknown", InvalidParameterError,
-         r"'method' parameter must be one of \['async', 'coded', 'dsag', 'gd', "
+         r"'method' parameter must be one of \['async', 'coded', 'dsag', 'gd', 'gram', "
          r"'ignore-stragglers', 'nag', 'partial', 'sag', 'sgd'\]\. Got 'bogus'",
          _fit(lstsq, "g", "y", method="bogus"), lambda s: ["linreg", str(s.g), "--method", "bogus"],
          ("'method'", "'async', 'coded', 'dsag'", "'bogus'")),

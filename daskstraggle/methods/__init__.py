@@ -1,4 +1,4 @@
-"""Optimisation policies (pure: no dask): GD, NAG, SGD, SAG, DSAG, coded, partial, async."""
+"""Optimisation policies (pure: no dask): GD, NAG, SGD, SAG, DSAG, coded, gram, partial, async."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from daskstraggle.methods.bounded_async import BoundedAsync
 from daskstraggle.methods.coded import CodedGD, IgnoreStragglers
 from daskstraggle.methods.dsag import DSAG, SAG
 from daskstraggle.methods.gd import GD, NAG
+from daskstraggle.methods.gram import Gram
 from daskstraggle.methods.partial import PartialRecovery
 from daskstraggle.methods.sgd import SGD
 
@@ -28,6 +29,7 @@ __all__ = [
     "SGD",
     "BoundedAsync",
     "CodedGD",
+    "Gram",
     "IgnoreStragglers",
     "Method",
     "PartialRecovery",
@@ -44,6 +46,7 @@ _METHODS: dict[str, type[Method]] = {
     "coded": CodedGD,
     "dsag": DSAG,
     "gd": GD,
+    "gram": Gram,
     "ignore-stragglers": IgnoreStragglers,
     "nag": NAG,
     "partial": PartialRecovery,

@@ -211,6 +211,14 @@ class Method(ABC):
         """
         return 1.0
 
+    def work_problem(self, problem: Problem) -> Any:
+        """Return what the workers run for this method's units (default: ``problem``).
+
+        It must offer ``kernel(block, iterate) -> KernelResult`` and pickle; the exact
+        passes (start, checks, final) always use ``problem`` itself.
+        """
+        return problem
+
     def convergence_window(self, n_workers: int) -> int:
         """Return the rounds over which the iterate's change is judged (see the runtime's
         convergence monitor): 1, or more when one round refreshes only part of the rows.

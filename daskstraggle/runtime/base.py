@@ -387,6 +387,7 @@ class Runtime(ABC):
 
         method.start(problem, x0, placement, step_size=step_size,
                      partition_rows=list(self._partition_rows))
+        work = method.work_problem(problem)
         recorder = TraceRecorder(self.n_workers)
         balancing = None
         if getattr(method, "balancer", None) is not None:
@@ -411,7 +412,7 @@ class Runtime(ABC):
                 unit = method.dispatch(i)
                 if unit is not None:
                     idle.discard(i)
-                    self._submit(unit, problem)
+                    self._submit(unit, work)
                     in_flight += 1
 
         def take(result: WorkResult) -> None:

@@ -15,32 +15,7 @@ import zarr
 from daskstraggle import fit_pca, open_matrix
 from daskstraggle.data.sources import genotype_rows
 from daskstraggle.problems.block import Block
-
-
-def reference_dosages(calls: np.ndarray) -> np.ndarray:
-    """Dosage per call (NaN when missing), one call at a time."""
-    n_variants, n_samples, ploidy = calls.shape
-    out = np.full((n_variants, n_samples), np.nan)
-    for v in range(n_variants):
-        for s in range(n_samples):
-            alleles = [int(a) for a in calls[v, s] if a != -2]  # -2: padding
-            if alleles and min(alleles) >= 0:
-                out[v, s] = sum(a > 0 for a in alleles) * ploidy / len(alleles)
-    return out
-
-
-def reference_matrix(dosage: np.ndarray, ploidy: int, *, patterson: bool) -> np.ndarray:
-    """Mean-impute each variant's missing calls; optionally Patterson-scale it."""
-    dense = dosage.copy()
-    for v in range(dense.shape[0]):
-        seen = dense[v][~np.isnan(dense[v])]
-        mean = seen.mean() if len(seen) else 0.0
-        dense[v][np.isnan(dense[v])] = mean
-        if patterson:
-            p = mean / ploidy
-            var = p * (1 - p)
-            dense[v] = (dense[v] - mean) / np.sqrt(var) if var > 1e-12 else 0.0
-    return dense
+from daskstraggle.testing import reference_dosages, reference_matrix
 
 
 def _rows_as_dense(calls: np.ndarray, *, scaling: str) -> np.ndarray:

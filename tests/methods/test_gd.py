@@ -91,7 +91,7 @@ def test_nag_refuses_pca():
 
 
 def test_registry():
-    assert list_methods() == ["async", "coded", "dsag", "gd", "ignore-stragglers", "nag",
+    assert list_methods() == ["async", "coded", "dsag", "gd", "gram", "ignore-stragglers", "nag",
                               "partial", "sag", "sgd"]
     assert isinstance(make_method("nag"), NAG)
     with pytest.raises(InvalidParameterError,

@@ -31,6 +31,7 @@ METHODS = [
     ("sag", {"n_wait": 3, "subpartitions": 2}),
     ("dsag", {"n_wait": 3, "subpartitions": 2}),
     ("coded", {}),
+    ("gram", {"scheme": "cyclic-repetition", "n_stragglers": 1}),
     ("partial", {"degrees": (1, 1)}),
     ("async", {}),
     ("ignore-stragglers", {"n_stragglers": 1}),
@@ -140,6 +141,8 @@ def _check_pca(res, data):
 def test_fitted_values_are_exact_at_the_returned_iterate(kind, method, params, data):
     if method == "nag" and kind == "pca":
         pytest.skip("momentum does not apply to PCA (refused, tested in test_bad_input)")
+    if method == "gram" and kind != "pca":
+        pytest.skip("gram is PCA only (refused, tested in tests/methods/test_gram.py)")
     res = _fit(kind, data, method, params, max_iter=150)
     if kind == "pca":
         _check_pca(res, data)
