@@ -250,6 +250,22 @@ class Runtime(ABC):
         InvalidDataError
             If the labels do not fit the problem; NonFiniteDataError if a partition holds
             NaN or infinity (raised by the worker that loaded it).
+        DivergenceError
+            If the run diverged: non-finite values, an exploding objective, a final
+            objective above the start, or a PCA step size of 2 or more (see
+            :mod:`daskstraggle.runtime.convergence`).
+
+        Warns
+        -----
+        ConvergenceWarning
+            If the stop rule has ``tol`` or ``gap_tol`` and the run ended without meeting
+            it (``result.converged`` is False).
+
+        Notes
+        -----
+        Before the loop one exact pass at the starting point gives the scale of the
+        optimality measure and the starting objective; after it, one exact pass at the
+        returned point gives every fitted value, the objective and ``optimality``.
         """
         stop = stop or StopRule()
         rng = np.random.default_rng(rng)
