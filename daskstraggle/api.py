@@ -24,7 +24,12 @@ from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, Runtime, SimRuntime, StopRule
 from daskstraggle.trace import Result, check_output_path
 
-__all__ = ["fit_least_squares", "fit_logistic", "fit_pca", "solve"]
+__all__ = ["GRAM_AUTO_MAX_FEATURES", "fit_least_squares", "fit_logistic", "fit_pca", "solve"]
+
+#: ``method="auto"`` solves PCA by the one-round exact Gram method up to this many
+#: columns (a 4096 x 4096 float64 matrix is 128 MB per worker and on the coordinator),
+#: and by the power method (``"gd"``) above.
+GRAM_AUTO_MAX_FEATURES = 4096
 
 
 def _check_runtime_args(
@@ -134,7 +139,7 @@ def solve(
     labels: Any = None,
     array: str | None = None,
     missing_chunks: str = "error",
-    method: str = "gd",
+    method: str | Method = "auto",
     step_size: float | None = None,
     max_iter: int = 100,
     tol: float | None = 1e-6,
@@ -170,8 +175,10 @@ def solve(
         A chunk absent from a Zarr store: refuse it (each worker checks the chunks of its
         partitions) or read it as the fill value, for stores written with
         ``write_empty_chunks=False`` (see :func:`~daskstraggle.open_matrix`).
-    method : str, default="gd"
-        A registered method (:func:`daskstraggle.methods.list_methods`): ``"gd"``
+    method : str or Method, default="auto"
+        ``"auto"``: for PCA ``"gram"`` (exact in one round) when the matrix has at most
+        ``GRAM_AUTO_MAX_FEATURES`` (4096) columns, else ``"gd"``; for regression ``"gd"``.
+        Or a registered method (:func:`daskstraggle.methods.list_methods`): ``"gd"``
         (synchronous gradient descent; the power method for PCA), ``"nag"`` (Nesterov,
         regression only), ``"sgd"``, ``"sag"``, ``"dsag"`` (wait for the fastest
         ``n_wait`` workers; pass ``method_params={"n_wait": w}``), ``"coded"``,
@@ -252,7 +259,15 @@ def solve(
 
         step_size = check_positive(step_size, name="step_size", caller=caller)
     check_rng(rng, caller=caller)
-    meth = make_method(method, **check_mapping(method_params, name="method_params", caller=caller))
+    method_params = check_mapping(method_params, name="method_params", caller=caller)
+    auto = isinstance(method, str) and method == "auto"
+    if auto and method_params:
+        raise InvalidParameterError(
+            f"The 'method_params' parameter of {caller} needs an explicit method (CLI: "
+            "--method); with method='auto' the method is chosen from the data."
+        )
+    name = ("gram" if isinstance(problem, PCA) else "gd") if auto else method
+    meth = make_method(name, **(method_params or {}))
     meth.check_problem(problem)
     spec = parse_stragglers(stragglers)
     if n_workers is not None:
@@ -266,6 +281,8 @@ def solve(
     matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions,
                          missing_chunks=missing_chunks)
     problem.check_shape(matrix.n_rows, matrix.n_columns)
+    if auto and matrix.n_columns > GRAM_AUTO_MAX_FEATURES:
+        meth = make_method("gd")  # a d x d Gram matrix would not fit comfortably
     if problem.needs_labels:
         if matrix.labels is None:
             raise InvalidParameterError(

@@ -32,8 +32,9 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "Default: start a LocalCluster."),
         click.option("--workers", "n_workers", type=int, default=None,
                      help="Process workers of the LocalCluster to start (default 4)."),
-        click.option("--method", default="gd", show_default=True,
-                     help="Optimisation method: gd (power method for PCA), nag (regression), "
+        click.option("--method", default="auto", show_default=True,
+                     help="Optimisation method: auto (PCA: gram up to 4096 columns, else gd; "
+                          "regression: gd), gd (power method for PCA), nag (regression), "
                           "sgd (wait for the fastest --wait workers), sag (sgd with a cache of "
                           "every worker's last fresh result), dsag (sag that also folds in "
                           "stale results), coded (exact gradient from a subset, see --scheme), "

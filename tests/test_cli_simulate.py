@@ -204,7 +204,7 @@ def test_partial_and_async_from_the_command_line(capsys, tmp_path):
 
 def test_partial_and_async_flags_need_their_method(capsys):
     assert main(["pca", "whatever.zarr", "--tolerance", "0.2"]) == 2
-    assert "--tolerance: only with --method partial, not 'gd'" in capsys.readouterr().err
+    assert "--tolerance: only with --method partial, not 'auto'" in capsys.readouterr().err
     assert main(["pca", "whatever.zarr", "--method", "dsag", "--max-delay", "2"]) == 2
     assert "--max-delay: only with --method async, not 'dsag'" in capsys.readouterr().err
     assert main(["pca", "whatever.zarr", "--method", "partial", "--degrees", "1,x"]) == 2

@@ -110,7 +110,10 @@ def test_nag_on_pca_explains_subspaces_and_lists_methods(store, capsys, no_clust
 
 # ---------------------------------------------------------- raw exceptions: now ours
 @pytest.mark.parametrize(("kwargs", "match"), [
-    ({"method_params": {"bogus": 1}}, r"'method_params' .*\['bogus'\].* 'gd' does not take"),
+    ({"method": "gd", "method_params": {"bogus": 1}},
+     r"'method_params' .*\['bogus'\].* 'gd' does not take"),
+    ({"method_params": {"n_wait": 1}}, r"'method_params' parameter of fit_pca needs an explicit "
+                                       r"method \(CLI: --method\)"),
     ({"method": "sgd", "method_params": {"bogus": 1, "n_wait": 1}},
      r"\['bogus'\].*'sgd'.*'n_wait'"),
     ({"method": "coded", "method_params": {"bogus": 1}}, r"does not take \['bogus'\]"),
@@ -194,7 +197,7 @@ def test_result_repr_is_short_and_says_how_it_ended(store, tmp_path):
         assert f"objective:  {r.objective:.10g}" in text
         assert "(iteration: " in text and "worker: " in text
     text = repr(res)
-    assert text.startswith(f"<daskstraggle.Result> pca by gd: {res.n_iter} iterations")
+    assert text.startswith(f"<daskstraggle.Result> pca by gram: {res.n_iter} iterations")
     assert f"gap {res.gap:.3g}, distance {res.distance:.3g}" in text
     assert "components (2, 4), explained_variance (2,)" in text
     assert "matrix:     120 x 4 (zarr)" in text and "local runtime with 3 workers" in text

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
+from daskstraggle.coding.base import CodeAssignment
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import RoundSummary
+from daskstraggle.methods.base import RoundSummary, contiguous_placement
 from daskstraggle.methods.coded import CodedGD
 from daskstraggle.problems._linalg import check_dense_size
 from daskstraggle.problems.base import KernelResult, Problem, combine
@@ -119,6 +120,30 @@ class Gram(CodedGD):
         if getattr(problem, "is_bound", False):
             check_dense_size(problem.n_features, "PCA with method 'gram'")
 
+    def partition_count(self, n_workers: int, n_rows: int) -> int | None:
+        """Return the scheme's ``K``; uncoded keeps the storage partitions (None)."""
+        if self.scheme.name == "uncoded":
+            return None
+        return super().partition_count(n_workers, n_rows)
+
+    def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
+        """Draw the scheme's placement; uncoded: contiguous runs of the partitions.
+
+        Uncoded, each worker sums the Gram matrices of all its partitions into one message
+        and every worker holding data must answer (as :class:`~daskstraggle.methods.GD`).
+        """
+        if self.scheme.name != "uncoded":
+            return super().placement(n_partitions, n_workers)
+        placement = contiguous_placement(n_partitions, n_workers)
+        self._assignment = CodeAssignment(
+            scheme="uncoded", n_workers=n_workers, n_partitions=n_partitions,
+            placement=tuple(placement),
+            coefficients=tuple(np.ones((1, len(parts))) for parts in placement),
+            info={"recovery_threshold": sum(1 for parts in placement if parts)},
+            decoder=_every_holder,
+        )
+        return placement
+
     def work_problem(self, problem: Problem) -> GramKernel:  # type: ignore[override]
         """Return the kernel the workers run: the partitions' centred Gram matrices."""
         return GramKernel(problem)
@@ -153,3 +178,10 @@ class Gram(CodedGD):
         self._messages.clear()
         self._weights = None
         self._summary = None
+
+
+def _every_holder(assignment: CodeAssignment, received: frozenset[tuple[int, int]]
+                  ) -> dict[tuple[int, int], float] | None:
+    """Decode the uncoded sum: weight 1 for every worker holding data, once all arrived."""
+    needed = {(i, 0) for i, parts in enumerate(assignment.placement) if parts}
+    return dict.fromkeys(needed, 1.0) if needed <= received else None
