@@ -283,6 +283,7 @@ def solve(
     problem.check_shape(matrix.n_rows, matrix.n_columns)
     if auto and matrix.n_columns > GRAM_AUTO_MAX_FEATURES:
         meth = make_method("gd")  # a d x d Gram matrix would not fit comfortably
+    meth.check_shape(matrix.n_rows, matrix.n_columns)
     if problem.needs_labels:
         if matrix.labels is None:
             raise InvalidParameterError(

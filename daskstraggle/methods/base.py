@@ -204,6 +204,9 @@ class Method(ABC):
     def check_n_workers(self, n_workers: int) -> None:  # noqa: B027 - optional hook
         """Raise InvalidParameterError if the parameters do not fit ``n_workers`` workers."""
 
+    def check_shape(self, n_rows: int, n_columns: int) -> None:  # noqa: B027 - optional hook
+        """Raise InvalidParameterError if the method cannot handle a matrix of this shape."""
+
     def step_factor(self, problem: Problem, n_workers: int) -> float:
         """Return the multiple of ``problem.default_step_size`` to use when none is given.
 

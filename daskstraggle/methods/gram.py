@@ -120,6 +120,10 @@ class Gram(CodedGD):
         if getattr(problem, "is_bound", False):
             check_dense_size(problem.n_features, "PCA with method 'gram'")
 
+    def check_shape(self, n_rows: int, n_columns: int) -> None:
+        """Refuse more than 20000 columns (the ``d x d`` matrix), before any work."""
+        check_dense_size(n_columns, "PCA with method 'gram'")
+
     def partition_count(self, n_workers: int, n_rows: int) -> int | None:
         """Return the scheme's ``K``; uncoded keeps the storage partitions (None)."""
         if self.scheme.name == "uncoded":

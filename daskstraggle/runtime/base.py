@@ -275,6 +275,7 @@ class Runtime(ABC):
             )
         method.check_problem(problem)
         method.check_n_workers(self.n_workers)
+        method.check_shape(matrix.n_rows, matrix.n_columns)
         if step_size is not None:
             problem.check_step_size(step_size)
         self._validate()

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 import zarr
 
-from daskstraggle import fit_logistic, fit_pca
+from daskstraggle import fit_logistic, fit_pca, open_matrix
 from daskstraggle.cli import main
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods import Gram, make_method
+from daskstraggle.problems import PCA
+from daskstraggle.runtime import LocalRuntime
 from daskstraggle.testing import reference_dosages, reference_matrix
 
 K = 5
@@ -57,7 +59,7 @@ def test_coded_sum_ignores_stragglers_and_gives_the_same_answer(X, scheme, param
     plain = fit_pca(X, K, runtime="local", n_workers=4, method="gram", rng=0)
     slow = "gamma(mean=0.05, var=1e-4) + slowdown(workers=[0], factor=20)"
     coded = fit_pca(X, K, runtime="sim", n_workers=4, method="gram", rng=0, stragglers=slow,
-                    method_params={"scheme": scheme, **params})
+                    method_params={"scheme": scheme, "rng": 0, **params})
     _assert_exact(coded, X, K)
     np.testing.assert_allclose(coded.fitted["components"], plain.fitted["components"],
                                atol=1e-10)
@@ -95,6 +97,8 @@ def test_gram_refuses_what_it_cannot_do(X):
     wide = np.random.default_rng(0).normal(size=(4, 20_001))
     with pytest.raises(InvalidParameterError, match="20000 columns"):
         fit_pca(wide, 1, runtime="local", n_workers=2, method="gram")
+    with pytest.raises(InvalidParameterError, match="20000 columns"):  # before any loading
+        LocalRuntime(2).run(Gram(), PCA(n_components=1), open_matrix(wide))
     assert isinstance(make_method("gram", scheme="cyclic-repetition", n_stragglers=1), Gram)
 
 
