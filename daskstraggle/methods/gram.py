@@ -148,7 +148,7 @@ class Gram(CodedGD):
         )
         return placement
 
-    def work_problem(self, problem: Problem) -> GramKernel:  # type: ignore[override]
+    def work_problem(self, problem: Problem) -> GramKernel:
         """Return the kernel the workers run: the partitions' centred Gram matrices."""
         return GramKernel(problem)
 
