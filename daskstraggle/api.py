@@ -22,6 +22,7 @@ from daskstraggle.latency.spec import Stragglers, parse_stragglers
 from daskstraggle.methods import Method, make_method
 from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, Runtime, SimRuntime, StopRule
+from daskstraggle.runtime.dask import MAX_LOCAL_WORKERS
 from daskstraggle.trace import Result, check_output_path
 
 __all__ = ["GRAM_AUTO_MAX_FEATURES", "fit_least_squares", "fit_logistic", "fit_pca", "solve"]
@@ -267,11 +268,11 @@ def solve(
             "--method); with method='auto' the method is chosen from the data."
         )
     name = ("gram" if isinstance(problem, PCA) else "gd") if auto else method
-    meth = make_method(name, **(method_params or {}))
+    meth = make_method(name, **method_params)
     meth.check_problem(problem)
     spec = parse_stragglers(stragglers)
     if n_workers is not None:
-        high = 100_000 if runtime in ("sim", "local") else 256
+        high = 100_000 if runtime in ("sim", "local") else MAX_LOCAL_WORKERS
         check_int(n_workers, name="n_workers", caller=caller, low=1, high=high)
     if runtime in (None, "dask") and client is None and scheduler is None and n_workers is None:
         client = _default_client()  # None: a LocalCluster is started for this call

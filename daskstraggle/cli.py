@@ -518,9 +518,10 @@ def demo(n_workers: int, out: Path | None, as_json: bool) -> None:
 def _check_demo_options(n_workers: int, out: Path | None) -> Path:
     """Refuse bad demo options before the data is simulated; return the output folder."""
     from daskstraggle._output import check_writable_folder
+    from daskstraggle.runtime.dask import MAX_LOCAL_WORKERS
 
-    if not 1 <= n_workers <= 256:
-        raise InputError(f"--workers must be an int in [1, 256]; got {n_workers}")
+    if not 1 <= n_workers <= MAX_LOCAL_WORKERS:
+        raise InputError(f"--workers must be an int in [1, {MAX_LOCAL_WORKERS}]; got {n_workers}")
     folder = out or Path("results") / time.strftime("demo-%Y%m%d-%H%M%S")
     if folder.exists() and not folder.is_dir():
         raise InputError(f"--out {str(folder)!r} is a file; choose a new folder")
@@ -636,12 +637,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Our warnings (e.g. a run that did not converge) are printed as one ``warning:`` line.
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("default", StraggleWarning)  # ours always reach the user
-        return _main(argv)
-
-
-def _main(argv: Sequence[str] | None) -> int:
     try:
         with _one_line_warnings():
             cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
@@ -665,7 +660,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
 @contextlib.contextmanager
 def _one_line_warnings() -> Iterator[None]:
-    """Show our warnings as one line ``warning: ...`` on stderr, not file, line and code."""
+    """Show each of our warnings as one line ``warning: ...`` on stderr (always, not file,
+    line and code); others as usual. The filters and ``showwarning`` are restored after."""
     original = warnings.showwarning
 
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -675,11 +671,10 @@ def _one_line_warnings() -> Iterator[None]:
         else:
             original(message, category, filename, lineno, file, line)
 
-    warnings.showwarning = show
-    try:
+    with warnings.catch_warnings():  # restores the filters and showwarning on exit
+        warnings.simplefilter("default", StraggleWarning)
+        warnings.showwarning = show
         yield
-    finally:
-        warnings.showwarning = original
 
 
 def _entry() -> None:  # pragma: no cover - console script shim

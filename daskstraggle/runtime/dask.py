@@ -43,6 +43,9 @@ __all__ = ["DaskRuntime", "connect", "run_unit_task", "worker_addresses"]
 logger = logging.getLogger(__name__)
 
 #: Config for clusters this package starts itself.
+#: Most worker processes a LocalCluster started by this package may have.
+MAX_LOCAL_WORKERS = 256
+
 OWN_CLUSTER_CONFIG = {
     "distributed.scheduler.work-stealing": False,
     "distributed.scheduler.active-memory-manager.start": False,
@@ -128,7 +131,7 @@ def connect(
             ) from err
         return client, [client]
     n = check_int(4 if n_workers is None else n_workers, name="n_workers", caller="connect",
-                  low=1, high=256)
+                  low=1, high=MAX_LOCAL_WORKERS)
     return start_local_cluster(n, threads_per_worker=threads_per_worker, processes=processes,
                                config=OWN_CLUSTER_CONFIG)
 
