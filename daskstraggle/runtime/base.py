@@ -310,7 +310,9 @@ class Runtime(ABC):
         # the fitted quantities come from one exact pass at the returned point, outside
         # the timed loop, whatever the method estimated during the run
         x = summary.iterate
-        total = self._exact_pass(bound, x)
+        total = monitor.checked_result(x)  # a run that stopped on an exact check: reuse it
+        if total is None:
+            total = self._exact_pass(bound, x)
         objective = bound.objective(total.values, x)
         optimality = monitor.final(x, total, objective)
         converged = monitor.converged(optimality, reason)

@@ -83,6 +83,7 @@ class ConvergenceMonitor:
         self._interval = self.window
         self._stalls = 0
         self._pending_stall = False
+        self._checked: tuple[np.ndarray, KernelResult] | None = None
 
     # ------------------------------------------------------------------ per round
     def observe(self, iteration: int, iterate: np.ndarray, result: KernelResult,
@@ -143,6 +144,7 @@ class ConvergenceMonitor:
         decision : {"tol", "stalled"} or None
         """
         self.n_checks += 1
+        self._checked = (iterate, result)
         objective = self.problem.objective(result.values, iterate)
         self._check_finite(iteration, iterate, result, objective)
         self._check_growth(iteration, objective)
@@ -153,6 +155,13 @@ class ConvergenceMonitor:
         self._interval = min(2 * self._interval, _MAX_INTERVAL * self.window)
         self._next_check = iteration + self._interval
         return "stalled" if self._stalls >= STALL_CHECKS else None
+
+    def checked_result(self, iterate: np.ndarray) -> KernelResult | None:
+        """Return the exact kernel sum of the last exact check if it was made at ``iterate``
+        (the same array), so the final pass need not be made again; else None."""
+        if self._checked is not None and self._checked[0] is iterate:
+            return self._checked[1]
+        return None
 
     def final(self, iterate: np.ndarray, result: KernelResult, objective: float) -> float:
         """Check the exact final pass; return the relative optimality measure there.

@@ -292,3 +292,25 @@ def test_k_above_the_rank_is_refused_or_capped(capsys):
     assert any("only 2 of the 4 components" in str(w.message) for w in caught)
     assert (res.fitted["explained_variance"] >= 0).all()
     np.testing.assert_array_equal(res.fitted["explained_variance_ratio"][2:], 0.0)
+
+
+def test_the_final_pass_reuses_an_exact_check_at_the_returned_point(well):
+    from daskstraggle import open_matrix
+    from daskstraggle.methods import DSAG
+    from daskstraggle.runtime import LocalRuntime, StopRule
+
+    class Counting(LocalRuntime):
+        passes = 0
+
+        def _exact_pass(self, problem, iterate):
+            Counting.passes += 1
+            return super()._exact_pass(problem, iterate)
+
+    with Counting(4) as rt:
+        res = rt.run(DSAG(subpartitions=3), LeastSquares(alpha=0.01),
+                     open_matrix(well["X"], labels=well["y"]), stop=StopRule(max_iter=1000),
+                     rng=0)
+    checks = res.attrs["convergence"]["exact_checks"]
+    assert res.stop_reason == "tol" and checks >= 1
+    assert Counting.passes == 1 + checks  # the start, the checks; no second final pass
+    _check_regression("least-squares", res, well)
