@@ -29,7 +29,7 @@ __all__ = ["GRAM_AUTO_MAX_FEATURES", "fit_least_squares", "fit_logistic", "fit_p
 
 #: ``method="auto"`` solves PCA by the one-round exact Gram method up to this many
 #: columns (a 4096 x 4096 float64 matrix is 128 MB per worker and on the coordinator),
-#: and by the power method (``"gd"``) above.
+#: and by the block Krylov method (``"block"``) above.
 GRAM_AUTO_MAX_FEATURES = 4096
 
 
@@ -178,14 +178,16 @@ def solve(
         ``write_empty_chunks=False`` (see :func:`~daskstraggle.open_matrix`).
     method : str or Method, default="auto"
         ``"auto"``: for PCA ``"gram"`` (exact in one round) when the matrix has at most
-        ``GRAM_AUTO_MAX_FEATURES`` (4096) columns, else ``"gd"``; for regression ``"gd"``.
+        ``GRAM_AUTO_MAX_FEATURES`` (4096) columns, else ``"block"`` (block Krylov, every
+        component converged); for regression ``"gd"``.
         Or a registered method (:func:`daskstraggle.methods.list_methods`): ``"gd"``
         (synchronous gradient descent; the power method for PCA), ``"nag"`` (Nesterov,
         regression only), ``"sgd"``, ``"sag"``, ``"dsag"`` (wait for the fastest
         ``n_wait`` workers; pass ``method_params={"n_wait": w}``), ``"coded"``,
         ``"gram"`` (PCA only: exact in one round from the summed Gram matrices, coded with
-        ``method_params={"scheme": ..., ...}``),
-        ``"ignore-stragglers"``, ``"partial"`` (RCS partial recovery, parameters
+        ``method_params={"scheme": ..., ...}``), ``"block"`` (PCA only: block Krylov with
+        thick restarts, one exact pass per round, coded as gram; ``oversample``,
+        ``max_blocks``), ``"ignore-stragglers"``, ``"partial"`` (RCS partial recovery, parameters
         ``degrees``, ``tolerance``, ``ordering``, ``age_threshold``) or ``"async"``
         (bounded-delay asynchronous updates, parameters ``max_delay``, ``order``).
     step_size : float or None, default=None
@@ -283,7 +285,7 @@ def solve(
                          missing_chunks=missing_chunks)
     problem.check_shape(matrix.n_rows, matrix.n_columns)
     if auto and matrix.n_columns > GRAM_AUTO_MAX_FEATURES:
-        meth = make_method("gd")  # a d x d Gram matrix would not fit comfortably
+        meth = make_method("block")  # a d x d Gram matrix would not fit comfortably
     meth.check_shape(matrix.n_rows, matrix.n_columns)
     if problem.needs_labels:
         if matrix.labels is None:

@@ -33,13 +33,15 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--workers", "n_workers", type=int, default=None,
                      help="Process workers of the LocalCluster to start (default 4)."),
         click.option("--method", default="auto", show_default=True,
-                     help="Optimisation method: auto (PCA: gram up to 4096 columns, else gd; "
+                     help="Optimisation method: auto (PCA: gram up to 4096 columns, else block; "
                           "regression: gd), gd (power method for PCA), nag (regression), "
                           "sgd (wait for the fastest --wait workers), sag (sgd with a cache of "
                           "every worker's last fresh result), dsag (sag that also folds in "
                           "stale results), coded (exact gradient from a subset, see --scheme), "
                           "gram (PCA: exact in one round from the summed Gram matrices, "
-                          "coded with --scheme; up to 20000 columns), "
+                          "coded with --scheme; up to 20000 columns), block (PCA: block "
+                          "Krylov, every component converged, any number of columns; "
+                          "coded with --scheme; see --oversample), "
                           "partial (RCS codes with partial recovery, see --tolerance, "
                           "--ordering), async (updates applied as they arrive, see "
                           "--max-delay) or ignore-stragglers."),
@@ -166,6 +168,7 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
     partial = {"tolerance": params.pop("tolerance"), "ordering": params.pop("ordering"),
                "age_threshold": params.pop("age_threshold"), "degrees": params.pop("degrees")}
     bounded = {"max_delay": params.pop("max_delay"), "order": params.pop("update_order")}
+    oversample = params.pop("oversample", None)
     coding = {"scheme": params.pop("scheme"), "n_stragglers": params.pop("n_stragglers"),
               "batch_size": params.pop("batch_size"), "alpha": params.pop("alpha_slowdown"),
               "nesterov": params.pop("nesterov") or None}
@@ -216,18 +219,20 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
              "batch_size": "--batch-size", "alpha": "--straggler-alpha",
              "nesterov": "--nesterov"}
     given = {k: v for k, v in coding.items() if v is not None}
-    if method == "gram" and "nesterov" in given:
-        raise InputError("--nesterov: only with --method coded, not 'gram' (one exact round, "
-                         "no iterations to accelerate)")
-    if method in ("coded", "gram"):
+    if method in ("gram", "block") and "nesterov" in given:
+        raise InputError(f"--nesterov: only with --method coded, not {method!r} (PCA "
+                         "iterates are subspaces: no momentum)")
+    if method in ("coded", "gram", "block"):
         default = "cyclic-repetition" if method == "coded" else "uncoded"
         params["method_params"] = {"scheme": given.pop("scheme", default), "rng": seed, **given}
+        if oversample is not None:
+            params["method_params"]["oversample"] = oversample
     elif method == "ignore-stragglers" and set(given) <= {"n_stragglers"}:
         params["method_params"] = given
     elif given:
         raise InputError(
             f"{', '.join(flags[k] for k in given)}: only with --method coded"
-            + ("" if "nesterov" in given else " or gram")
+            + ("" if "nesterov" in given else ", gram or block")
             + (" (--stragglers-tolerated also to ignore-stragglers)" if "n_stragglers" in given
                else "") + f", not {method!r}"
         )
@@ -255,9 +260,18 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
               help="Number of principal components.")
 @click.option("--center/--no-center", default=None,
               help="Centre the columns (default: yes, except Patterson-scaled genotypes).")
+@click.option("--oversample", type=int, default=None,
+              help="block: extra columns p of each block beyond the k components "
+                   "(default k).")
 @_solve_options
-def pca(source: str, n_components: int, center: bool | None, **params: Any) -> None:
+def pca(source: str, n_components: int, center: bool | None, oversample: int | None,
+        **params: Any) -> None:
     """PCA of the matrix at SOURCE (Zarr array/group or VCF Zarr store)."""
+    if oversample is not None:
+        if params["method"] != "block":
+            raise InputError(f"--oversample: only with --method block, not "
+                             f"{params['method']!r}")
+        params["oversample"] = oversample
     _run_solve("pca", source, params, n_components=n_components, center=center)
 
 

@@ -319,10 +319,10 @@ CASES = [
          _fit(pca, "a", 2.5), None),
     # ---- method
     Case("method-unknown", InvalidParameterError,
-         r"'method' parameter must be one of \['async', 'coded', 'dsag', 'gd', 'gram', "
+         r"'method' parameter must be one of \['async', 'block', 'coded', 'dsag', 'gd', 'gram', "
          r"'ignore-stragglers', 'nag', 'partial', 'sag', 'sgd'\]\. Got 'bogus'",
          _fit(lstsq, "g", "y", method="bogus"), lambda s: ["linreg", str(s.g), "--method", "bogus"],
-         ("'method'", "'async', 'coded', 'dsag'", "'bogus'")),
+         ("'method'", "'async', 'block', 'coded'", "'bogus'")),
     Case("method-unknown-pca", InvalidParameterError, r"'method' parameter must be one of",
          _fit(pca, "a", method="power"), lambda s: ["pca", str(s.a), "--method", "power"],
          ("'method'",)),

@@ -1,4 +1,5 @@
-"""Optimisation policies (pure: no dask): GD, NAG, SGD, SAG, DSAG, coded, gram, partial, async."""
+"""Optimisation policies (pure: no dask): GD, NAG, SGD, SAG, DSAG, coded, gram, block, partial,
+async."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from daskstraggle.methods.base import (
     WorkUnit,
     contiguous_placement,
 )
+from daskstraggle.methods.block import BlockKrylov
 from daskstraggle.methods.bounded_async import BoundedAsync
-from daskstraggle.methods.coded import CodedGD, IgnoreStragglers
+from daskstraggle.methods.coded import CodedGD, CodedSum, IgnoreStragglers
 from daskstraggle.methods.dsag import DSAG, SAG
 from daskstraggle.methods.gd import GD, NAG
 from daskstraggle.methods.gram import Gram
@@ -27,8 +29,10 @@ __all__ = [
     "NAG",
     "SAG",
     "SGD",
+    "BlockKrylov",
     "BoundedAsync",
     "CodedGD",
+    "CodedSum",
     "Gram",
     "IgnoreStragglers",
     "Method",
@@ -43,6 +47,7 @@ __all__ = [
 
 _METHODS: dict[str, type[Method]] = {
     "async": BoundedAsync,
+    "block": BlockKrylov,
     "coded": CodedGD,
     "dsag": DSAG,
     "gd": GD,

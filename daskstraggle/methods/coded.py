@@ -9,12 +9,18 @@ import numpy as np
 from daskstraggle._validation import check_bool, check_int
 from daskstraggle.coding.base import CodeAssignment, CodingScheme, make_scheme
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.methods.base import (
+    Method,
+    RoundSummary,
+    WorkResult,
+    WorkUnit,
+    contiguous_placement,
+)
 from daskstraggle.methods.gd import Nesterov
 from daskstraggle.methods.sgd import SGD
 from daskstraggle.problems.base import KernelResult, Problem, combine
 
-__all__ = ["CodedGD", "IgnoreStragglers"]
+__all__ = ["CodedGD", "CodedSum", "IgnoreStragglers"]
 
 
 class CodedGD(Method):
@@ -215,6 +221,69 @@ class CodedGD(Method):
         self._messages.clear()
         self._weights = None
         self._summary = None
+
+
+class CodedSum(CodedGD):
+    """Base of the exact PCA methods whose every round is one sum, coded or not.
+
+    ``scheme="uncoded"`` keeps the storage partitions: each worker sums its partitions
+    into one message and every worker holding data must answer (as
+    :class:`~daskstraggle.methods.GD`). Any other scheme works as in :class:`CodedGD`.
+    """
+
+    def __init__(self, scheme: str | CodingScheme = "uncoded", *, rng: int | None = None,
+                 **scheme_params: Any) -> None:
+        super().__init__(scheme, rng=rng, **scheme_params)
+
+    def get_params(self) -> dict[str, Any]:
+        """Return the parameters."""
+        return {"scheme": self.scheme.to_dict(), "rng": self.rng}
+
+    def partition_count(self, n_workers: int, n_rows: int) -> int | None:
+        """Return the scheme's ``K``; uncoded keeps the storage partitions (None)."""
+        if self.scheme.name == "uncoded":
+            return None
+        return super().partition_count(n_workers, n_rows)
+
+    def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
+        """Draw the scheme's placement; uncoded: contiguous runs of the partitions."""
+        if self.scheme.name != "uncoded":
+            return super().placement(n_partitions, n_workers)
+        placement = contiguous_placement(n_partitions, n_workers)
+        self._assignment = CodeAssignment(
+            scheme="uncoded", n_workers=n_workers, n_partitions=n_partitions,
+            placement=tuple(placement),
+            coefficients=tuple(np.ones((1, len(parts))) for parts in placement),
+            info={"recovery_threshold": sum(1 for parts in placement if parts)},
+            decoder=_every_holder,
+        )
+        return placement
+
+    def _decoded(self) -> KernelResult:
+        """Return the decoded exact sum of the current round (once it decodes)."""
+        assert self._weights is not None
+        keys = sorted(k for k, w in self._weights.items() if w != 0)
+        return combine([self._messages[k] for k in keys], [self._weights[k] for k in keys])
+
+    def _responders(self) -> tuple[tuple[int, ...], int]:
+        """Return the workers whose messages entered the sum, and how many answered."""
+        assert self._weights is not None
+        used = sorted({k[0] for k, w in self._weights.items() if w != 0})
+        return tuple(used), len({k[0] for k in self._messages})
+
+    def _clear_round(self) -> None:
+        self._version += 1
+        self._sent.clear()
+        self._messages.clear()
+        self._weights = None
+        self._summary = None
+
+
+def _every_holder(assignment: CodeAssignment, received: frozenset[tuple[int, int]]
+                  ) -> dict[tuple[int, int], float] | None:
+    """Decode the uncoded sum: weight 1 for every worker holding data, once all arrived."""
+    needed = {(i, 0) for i, parts in enumerate(assignment.placement) if parts}
+    return dict.fromkeys(needed, 1.0) if needed <= received else None
 
 
 class IgnoreStragglers(SGD):

@@ -17,12 +17,11 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
-from daskstraggle.coding.base import CodeAssignment
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import RoundSummary, contiguous_placement
-from daskstraggle.methods.coded import CodedGD
+from daskstraggle.methods.base import RoundSummary
+from daskstraggle.methods.coded import CodedSum
 from daskstraggle.problems._linalg import check_dense_size
-from daskstraggle.problems.base import KernelResult, Problem, combine
+from daskstraggle.problems.base import KernelResult, Problem
 from daskstraggle.problems.block import Block
 
 __all__ = ["Gram", "GramKernel"]
@@ -59,7 +58,7 @@ class GramKernel:
                             n_rows=block.n_rows)
 
 
-class Gram(CodedGD):
+class Gram(CodedSum):
     """Exact PCA from one round of summed Gram matrices (optionally coded).
 
     Each worker returns the centred Gram matrix ``X_i^T X_i`` of its partitions (coded
@@ -101,14 +100,6 @@ class Gram(CodedGD):
 
     name = "gram"
 
-    def __init__(self, scheme: Any = "uncoded", *, rng: int | None = None,
-                 **scheme_params: Any) -> None:
-        super().__init__(scheme, rng=rng, **scheme_params)
-
-    def get_params(self) -> dict[str, Any]:
-        """Return the parameters."""
-        return {"scheme": self.scheme.to_dict(), "rng": self.rng}
-
     def check_problem(self, problem: Problem) -> None:
         """Refuse problems other than PCA, and PCA with too many columns."""
         if not hasattr(problem, "gram_kernel"):
@@ -124,30 +115,6 @@ class Gram(CodedGD):
         """Refuse more than 20000 columns (the ``d x d`` matrix), before any work."""
         check_dense_size(n_columns, "PCA with method 'gram'")
 
-    def partition_count(self, n_workers: int, n_rows: int) -> int | None:
-        """Return the scheme's ``K``; uncoded keeps the storage partitions (None)."""
-        if self.scheme.name == "uncoded":
-            return None
-        return super().partition_count(n_workers, n_rows)
-
-    def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
-        """Draw the scheme's placement; uncoded: contiguous runs of the partitions.
-
-        Uncoded, each worker sums the Gram matrices of all its partitions into one message
-        and every worker holding data must answer (as :class:`~daskstraggle.methods.GD`).
-        """
-        if self.scheme.name != "uncoded":
-            return super().placement(n_partitions, n_workers)
-        placement = contiguous_placement(n_partitions, n_workers)
-        self._assignment = CodeAssignment(
-            scheme="uncoded", n_workers=n_workers, n_partitions=n_partitions,
-            placement=tuple(placement),
-            coefficients=tuple(np.ones((1, len(parts))) for parts in placement),
-            info={"recovery_threshold": sum(1 for parts in placement if parts)},
-            decoder=_every_holder,
-        )
-        return placement
-
     def work_problem(self, problem: Problem) -> GramKernel:
         """Return the kernel the workers run: the partitions' centred Gram matrices."""
         return GramKernel(problem)
@@ -156,36 +123,24 @@ class Gram(CodedGD):
         """Return the exact sum's top eigenvectors and ``X_c^T X_c V`` there."""
         assert self._problem is not None and self._weights is not None
         if self._summary is None:
-            keys = sorted(k for k, w in self._weights.items() if w != 0)
-            total = combine([self._messages[k] for k in keys], [self._weights[k] for k in keys])
+            total = self._decoded()
             gram = 0.5 * (total.gradient + total.gradient.T)
             d, k = gram.shape[0], self._x.shape[1]
             _, vectors = scipy.linalg.eigh(gram, subset_by_index=[d - k, d - 1])
             V = np.ascontiguousarray(vectors[:, ::-1])
             GV = gram @ V
             values = np.einsum("ij,ij->j", V, GV)
-            result = KernelResult(gradient=GV, values=values, n_rows=total.n_rows)
+            used, answered = self._responders()
             self._summary = RoundSummary(
                 iterate=V,
-                result=result,
+                result=KernelResult(gradient=GV, values=values, n_rows=total.n_rows),
                 objective=self._problem.objective(values, V),
-                workers_used=tuple(sorted({key[0] for key in keys})),
-                n_fresh=len({key[0] for key in self._messages}),
+                workers_used=used,
+                n_fresh=answered,
             )
         return self._summary
 
     def step(self) -> None:
         """Keep the eigenvectors (a further round would compute the same matrix)."""
         self._x = self.summary().iterate
-        self._version += 1
-        self._sent.clear()
-        self._messages.clear()
-        self._weights = None
-        self._summary = None
-
-
-def _every_holder(assignment: CodeAssignment, received: frozenset[tuple[int, int]]
-                  ) -> dict[tuple[int, int], float] | None:
-    """Decode the uncoded sum: weight 1 for every worker holding data, once all arrived."""
-    needed = {(i, 0) for i, parts in enumerate(assignment.placement) if parts}
-    return dict.fromkeys(needed, 1.0) if needed <= received else None
+        self._clear_round()

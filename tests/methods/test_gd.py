@@ -91,11 +91,11 @@ def test_nag_refuses_pca():
 
 
 def test_registry():
-    assert list_methods() == ["async", "coded", "dsag", "gd", "gram", "ignore-stragglers", "nag",
-                              "partial", "sag", "sgd"]
+    assert list_methods() == ["async", "block", "coded", "dsag", "gd", "gram",
+                              "ignore-stragglers", "nag", "partial", "sag", "sgd"]
     assert isinstance(make_method("nag"), NAG)
     with pytest.raises(InvalidParameterError,
-                       match=r"'method' parameter must be one of \['async', 'coded', 'dsag'"):
+                       match=r"'method' parameter must be one of \['async', 'block', 'coded'"):
         make_method("sgd-typo")
 
 

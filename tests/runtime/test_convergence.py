@@ -32,6 +32,7 @@ METHODS = [
     ("dsag", {"n_wait": 3, "subpartitions": 2}),
     ("coded", {}),
     ("gram", {"scheme": "cyclic-repetition", "n_stragglers": 1}),
+    ("block", {"oversample": 1}),
     ("partial", {"degrees": (1, 1)}),
     ("async", {}),
     ("ignore-stragglers", {"n_stragglers": 1}),
@@ -141,8 +142,8 @@ def _check_pca(res, data):
 def test_fitted_values_are_exact_at_the_returned_iterate(kind, method, params, data):
     if method == "nag" and kind == "pca":
         pytest.skip("momentum does not apply to PCA (refused, tested in test_bad_input)")
-    if method == "gram" and kind != "pca":
-        pytest.skip("gram is PCA only (refused, tested in tests/methods/test_gram.py)")
+    if method in ("gram", "block") and kind != "pca":
+        pytest.skip(f"{method} is PCA only (refused, tested in tests/methods/test_{method})")
     res = _fit(kind, data, method, params, max_iter=150)
     if kind == "pca":
         _check_pca(res, data)
