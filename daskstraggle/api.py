@@ -19,7 +19,8 @@ from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
 from daskstraggle.latency.base import LatencyModel
 from daskstraggle.latency.spec import Stragglers, parse_stragglers
-from daskstraggle.methods import Method, make_method
+from daskstraggle.methods import Gram, Method, make_method
+from daskstraggle.methods.base import check_oversampling
 from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, Runtime, SimRuntime, StopRule
 from daskstraggle.runtime.dask import MAX_LOCAL_WORKERS
@@ -31,6 +32,14 @@ __all__ = ["GRAM_AUTO_MAX_FEATURES", "fit_least_squares", "fit_logistic", "fit_p
 #: columns (a 4096 x 4096 float64 matrix is 128 MB per worker and on the coordinator),
 #: and by the block Krylov method (``"block"``) above.
 GRAM_AUTO_MAX_FEATURES = 4096
+
+
+def _auto_method(problem: Problem) -> str:
+    """``method="auto"`` before the data is open: gram for PCA (block when oversampling
+    is asked for, or above ``GRAM_AUTO_MAX_FEATURES`` columns once known), else gd."""
+    if isinstance(problem, PCA):
+        return "gram" if problem.oversample is None else "block"
+    return "gd"
 
 
 def _check_runtime_args(
@@ -269,9 +278,10 @@ def solve(
             f"The 'method_params' parameter of {caller} needs an explicit method (CLI: "
             "--method); with method='auto' the method is chosen from the data."
         )
-    name = ("gram" if isinstance(problem, PCA) else "gd") if auto else method
+    name = _auto_method(problem) if auto else method
     meth = make_method(name, **method_params)
     meth.check_problem(problem)
+    check_oversampling(meth, problem)
     spec = parse_stragglers(stragglers)
     if n_workers is not None:
         high = 100_000 if runtime in ("sim", "local") else MAX_LOCAL_WORKERS
@@ -284,7 +294,7 @@ def solve(
     matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions,
                          missing_chunks=missing_chunks)
     problem.check_shape(matrix.n_rows, matrix.n_columns)
-    if auto and matrix.n_columns > GRAM_AUTO_MAX_FEATURES:
+    if auto and isinstance(meth, Gram) and matrix.n_columns > GRAM_AUTO_MAX_FEATURES:
         meth = make_method("block")  # a d x d Gram matrix would not fit comfortably
     meth.check_shape(matrix.n_rows, matrix.n_columns)
     if problem.needs_labels:
@@ -322,7 +332,8 @@ def to_plus_minus_one(labels: np.ndarray) -> np.ndarray:
     )
 
 
-def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None, **kwargs: Any) -> Result:
+def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None,
+            oversample: int | None = None, **kwargs: Any) -> Result:
     """Fit a PCA of ``X`` (rows = samples) with a straggler-aware method.
 
     Parameters
@@ -334,6 +345,11 @@ def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None, **kwar
     center : bool or None, default=None
         Subtract the column means (implicitly, no dense centred copy). None: True,
         except for Patterson-scaled genotypes whose rows are already centred.
+    oversample : int or None, default=None
+        Extra columns ``p`` carried beyond the ``k`` components by the iterative
+        methods (subspace iteration with Rayleigh-Ritz for gd, sgd, sag, dsag, coded,
+        partial, async; the block size ``k + p`` of ``"block"``). None: 0, the power
+        method, except ``p = k`` for ``"block"``. Not with ``"gram"`` (exact anyway).
     **kwargs
         Passed to :func:`solve` (method, max_iter, tol, reference, client, out, ...).
 
@@ -357,7 +373,8 @@ def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None, **kwar
             X = open_matrix(X, array=kwargs.pop("array", None),
                             missing_chunks=kwargs.get("missing_chunks", "error"))
         center = not (isinstance(X, Matrix) and X.rows_standardized)
-    return solve(PCA(n_components=n_components, center=center), X, **kwargs)
+    return solve(PCA(n_components=n_components, center=center, oversample=oversample), X,
+                 **kwargs)
 
 
 def fit_logistic(

@@ -168,7 +168,6 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
     partial = {"tolerance": params.pop("tolerance"), "ordering": params.pop("ordering"),
                "age_threshold": params.pop("age_threshold"), "degrees": params.pop("degrees")}
     bounded = {"max_delay": params.pop("max_delay"), "order": params.pop("update_order")}
-    oversample = params.pop("oversample", None)
     coding = {"scheme": params.pop("scheme"), "n_stragglers": params.pop("n_stragglers"),
               "batch_size": params.pop("batch_size"), "alpha": params.pop("alpha_slowdown"),
               "nesterov": params.pop("nesterov") or None}
@@ -225,8 +224,6 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
     if method in ("coded", "gram", "block"):
         default = "cyclic-repetition" if method == "coded" else "uncoded"
         params["method_params"] = {"scheme": given.pop("scheme", default), "rng": seed, **given}
-        if oversample is not None:
-            params["method_params"]["oversample"] = oversample
     elif method == "ignore-stragglers" and set(given) <= {"n_stragglers"}:
         params["method_params"] = given
     elif given:
@@ -261,18 +258,14 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
 @click.option("--center/--no-center", default=None,
               help="Centre the columns (default: yes, except Patterson-scaled genotypes).")
 @click.option("--oversample", type=int, default=None,
-              help="block: extra columns p of each block beyond the k components "
-                   "(default k).")
+              help="Extra columns p carried beyond the k components (block k + p with "
+                   "Rayleigh-Ritz; default: 0, or k with --method block).")
 @_solve_options
 def pca(source: str, n_components: int, center: bool | None, oversample: int | None,
         **params: Any) -> None:
     """PCA of the matrix at SOURCE (Zarr array/group or VCF Zarr store)."""
-    if oversample is not None:
-        if params["method"] != "block":
-            raise InputError(f"--oversample: only with --method block, not "
-                             f"{params['method']!r}")
-        params["oversample"] = oversample
-    _run_solve("pca", source, params, n_components=n_components, center=center)
+    _run_solve("pca", source, params, n_components=n_components, center=center,
+               oversample=oversample)
 
 
 def _labels_option(fn: Callable[..., Any]) -> Callable[..., Any]:

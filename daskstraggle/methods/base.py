@@ -28,9 +28,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from daskstraggle.errors import InvalidParameterError
 from daskstraggle.problems.base import KernelResult, Problem
 
-__all__ = ["Method", "RoundSummary", "WorkResult", "WorkUnit", "contiguous_placement"]
+__all__ = [
+    "Method",
+    "RoundSummary",
+    "WorkResult",
+    "WorkUnit",
+    "check_oversampling",
+    "contiguous_placement",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +183,23 @@ def contiguous_placement(n_partitions: int, n_workers: int) -> list[tuple[int, .
     return [tuple(range(int(edges[i]), int(edges[i + 1]))) for i in range(n_workers)]
 
 
+def check_oversampling(method: Method, problem: Problem) -> None:
+    """Refuse an oversampled problem (PCA's ``oversample``) for a method without exact rounds.
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``problem.oversampled`` and not ``method.exact_rounds``.
+    """
+    if problem.oversampled and not method.exact_rounds:
+        raise InvalidParameterError(
+            "The 'oversample' parameter of PCA (CLI: --oversample) needs a method whose "
+            f"rounds are exact (gd, coded, block); {method.name!r} estimates the products "
+            "from cached or partial sums, which the extra columns keep from ever becoming "
+            f"exact. Drop oversample, or use one of those. Got {method.name!r} instead."
+        )
+
+
 class Method(ABC):
     """Abstract base of the optimisation policies.
 
@@ -193,6 +218,11 @@ class Method(ABC):
     #: (the partial-recovery loop, where every iteration starts afresh). A message
     #: already being computed on a Dask worker still finishes there; its result is dropped.
     abandon_stale: bool = False
+    #: Whether every round's kernel sum is exact, at one iterate, over every row (GD,
+    #: NAG, the coded methods). Only such methods take an oversampled PCA block: the
+    #: extra columns follow the bulk of the spectrum and never settle, so the caches of
+    #: SAG and DSAG, and partial sums, would never become exact.
+    exact_rounds: ClassVar[bool] = False
 
     def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
         """Return which partitions each worker index stores (default: uncoded, contiguous)."""

@@ -29,6 +29,7 @@ from daskstraggle.methods.base import RoundSummary, WorkUnit
 from daskstraggle.methods.coded import CodedSum
 from daskstraggle.problems._linalg import orthonormalize
 from daskstraggle.problems.base import KernelResult, Problem
+from daskstraggle.problems.pca import PCA
 
 __all__ = ["BlockKrylov"]
 
@@ -49,10 +50,6 @@ class BlockKrylov(CodedSum):
         :func:`daskstraggle.coding.list_schemes`): ``"uncoded"`` waits for every worker;
         ``"fractional-repetition"`` or ``"cyclic-repetition"`` with ``n_stragglers=s``
         decode from any ``N - s`` workers; ``"bcc"`` from a covering set of batches.
-    oversample : int or None, default=None
-        Extra columns ``p`` of each block, beyond the ``k`` components (block size
-        ``b = k + p``, at most the number of columns). None: ``p = k``. A larger block
-        costs more per pass and usually needs fewer passes.
     max_blocks : int, default=6
         Blocks the basis holds before a thick restart (at least 3). The coordinator
         keeps ``2 x max_blocks x b x d`` floats (the basis and its products).
@@ -64,14 +61,16 @@ class BlockKrylov(CodedSum):
 
     Notes
     -----
-    Per pass the workers compute ``X_c^T X_c B`` for ``b = k + p`` columns (twice the
-    power method's work at the default ``p = k``); the coordinator does ``O(d b^2
-    max_blocks)`` flops. Measured on simulated genotypes (1000 samples, 4 populations,
-    ``k = 10``, relative residual ``1e-8``): 21 passes, against 1371 for the power
-    method and 133 for subspace iteration with the same oversampling. Every round is
-    exact, so the runtime judges convergence on every component each round
-    (``docs/convergence.md``) and the iterates equal an uncoded run's whichever workers
-    answer.
+    The block has ``b = k + p`` columns, ``p`` the problem's ``oversample`` (CLI:
+    ``--oversample``; None gives ``p = k`` here), at most the number of columns. A larger
+    block costs more per pass and usually needs fewer passes. Per pass the workers
+    compute ``X_c^T X_c B`` (twice the power method's work at the default ``p = k``); the
+    coordinator does ``O(d b^2 max_blocks)`` flops. Measured on simulated genotypes (1000
+    samples, 4 populations, ``k = 10``, relative residual ``1e-8``): 21 passes, against
+    1371 for the power method and 133 for subspace iteration with the same oversampling.
+    Every round is exact, so the runtime judges convergence on every component each
+    round (``docs/convergence.md``), and the iterates equal an uncoded run's (to
+    rounding) whichever workers answer.
 
     References
     ----------
@@ -81,28 +80,25 @@ class BlockKrylov(CodedSum):
 
     Examples
     --------
-    >>> BlockKrylov(oversample=4).get_params()["oversample"]
-    4
+    >>> BlockKrylov(max_blocks=8).get_params()["max_blocks"]
+    8
     """
 
     name = "block"
 
-    def __init__(self, scheme: Any = "uncoded", *, oversample: int | None = None,
-                 max_blocks: int = 6, rng: int | None = None, **scheme_params: Any) -> None:
+    def __init__(self, scheme: Any = "uncoded", *, max_blocks: int = 6,
+                 rng: int | None = None, **scheme_params: Any) -> None:
         super().__init__(scheme, rng=rng, **scheme_params)
-        self.oversample = None if oversample is None else check_int(
-            oversample, name="oversample", caller="BlockKrylov", low=0)
         self.max_blocks = check_int(max_blocks, name="max_blocks", caller="BlockKrylov",
                                     low=3)
 
     def get_params(self) -> dict[str, Any]:
         """Return the parameters."""
-        return {**super().get_params(), "oversample": self.oversample,
-                "max_blocks": self.max_blocks}
+        return {**super().get_params(), "max_blocks": self.max_blocks}
 
     def check_problem(self, problem: Problem) -> None:
         """Refuse problems other than PCA."""
-        if getattr(problem, "name", None) != "pca":
+        if not isinstance(problem, PCA):
             raise InvalidParameterError(
                 f"The 'method' parameter (CLI: --method) 'block' applies to PCA only (it is "
                 f"an eigensolver); for {problem.name} use 'gd', 'nag', 'coded', 'dsag' or "
@@ -118,13 +114,15 @@ class BlockKrylov(CodedSum):
         step_size: float,
         partition_rows: list[int] | None = None,
     ) -> None:
-        """Reset the run state: the first block is ``iterate`` plus ``p`` random columns."""
+        """Reset the run state: the first block is ``iterate`` plus random columns up to
+        ``b`` (``iterate`` already has ``k + p`` columns when the problem oversamples)."""
         super().start(problem, iterate, placement, step_size=step_size,
                       partition_rows=partition_rows)
-        d, k = self._x.shape
-        p = k if self.oversample is None else self.oversample
+        d, width = self._x.shape
+        assert isinstance(problem, PCA)  # check_problem refused the others
+        k = problem.n_components
         self._k = k
-        self._b = max(min(k + p, d), k)
+        self._b = min(2 * k, d) if problem.oversample is None else width
         self._max_basis = min(self.max_blocks * self._b, d)
         self._fill = np.random.default_rng(0 if self.rng is None else self.rng)
         extra = self._fill.standard_normal((d, self._b - k))

@@ -68,6 +68,7 @@ class CodedGD(Method):
     """
 
     name = "coded"
+    exact_rounds = True
 
     def __init__(self, scheme: str | CodingScheme = "cyclic-repetition", *,
                  rng: int | None = None, nesterov: bool = False,

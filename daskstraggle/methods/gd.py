@@ -31,6 +31,7 @@ class GD(Method):
     """
 
     name = "gd"
+    exact_rounds = True
 
     def __init__(self) -> None:
         self._problem: Problem | None = None

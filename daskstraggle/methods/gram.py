@@ -23,6 +23,7 @@ from daskstraggle.methods.coded import CodedSum
 from daskstraggle.problems._linalg import check_dense_size
 from daskstraggle.problems.base import KernelResult, Problem
 from daskstraggle.problems.block import Block
+from daskstraggle.problems.pca import PCA
 
 __all__ = ["Gram", "GramKernel"]
 
@@ -101,14 +102,20 @@ class Gram(CodedSum):
     name = "gram"
 
     def check_problem(self, problem: Problem) -> None:
-        """Refuse problems other than PCA, and PCA with too many columns."""
-        if not hasattr(problem, "gram_kernel"):
+        """Refuse problems other than PCA, oversampling, and PCA with too many columns."""
+        if not isinstance(problem, PCA):
             raise InvalidParameterError(
                 f"The 'method' parameter (CLI: --method) 'gram' applies to PCA only (it "
                 f"eigendecomposes the Gram matrix); for {problem.name} use 'gd', 'nag', "
                 "'coded', 'dsag' or another iterative method. Got 'gram' instead."
             )
-        if getattr(problem, "is_bound", False):
+        if problem.oversample is not None:
+            raise InvalidParameterError(
+                "The 'oversample' parameter of PCA (CLI: --oversample) applies to the "
+                "iterative methods; 'gram' is exact in one round: drop it, or use 'block'. "
+                f"Got {problem.oversample!r} with method 'gram' instead."
+            )
+        if problem.is_bound:
             check_dense_size(problem.n_features, "PCA with method 'gram'")
 
     def check_shape(self, n_rows: int, n_columns: int) -> None:

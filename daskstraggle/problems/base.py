@@ -216,6 +216,34 @@ class Problem(ABC):
     def iterate_change(self, new: np.ndarray, old: np.ndarray) -> float:
         """Return the relative change between two iterates (0 when they are equal)."""
 
+    @property
+    def oversampled(self) -> bool:
+        """Whether the iterate carries extra columns beyond the answer (PCA's
+        ``oversample``); such iterates need methods with exact rounds."""
+        return False
+
+    def conclude(self, iterate: np.ndarray, result: KernelResult
+                 ) -> tuple[np.ndarray, KernelResult]:
+        """Return the point to report and its exact kernel sum, from the final pass.
+
+        The runtime calls it once, on the exact kernel sum at the last iterate, before
+        the objective and the fitted values are computed. Default: both unchanged. PCA
+        with oversampling keeps the top ``k`` Ritz vectors of its wider block (their
+        products follow from the same pass).
+
+        Parameters
+        ----------
+        iterate : ndarray
+            The last iterate.
+        result : KernelResult
+            Exact kernel sum at ``iterate``.
+
+        Returns
+        -------
+        iterate, result : ndarray, KernelResult
+        """
+        return iterate, result
+
     @abstractmethod
     def reference_solution(self, map_reduce: MapReduce) -> Reference:
         """Compute the exact optimum with an independent solver, via ``map_reduce``."""

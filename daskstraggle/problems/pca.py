@@ -59,6 +59,14 @@ class PCA(Problem):
     center : bool, default=True
         Subtract the column means (implicitly). False analyses ``X`` as it is, e.g.
         genotypes whose rows the data layer has already standardised.
+    oversample : int or None, default=None
+        Extra columns ``p`` carried beyond the ``k`` components (block ``k + p``, at most
+        the number of columns): the update then rotates the block to its Ritz vectors
+        before orthonormalising (subspace iteration with Rayleigh-Ritz), so component
+        ``i`` converges at the rate ``lambda_{k+p+1} / lambda_i`` instead of
+        ``lambda_{k+1} / lambda_i``; only the top ``k`` Ritz pairs are judged and
+        returned. None: the method's default (0, the paper's power method, for every
+        method but ``block``, whose default is ``p = k``).
 
     Attributes
     ----------
@@ -108,6 +116,7 @@ class PCA(Problem):
 
     n_components: int = 2
     center: bool = True
+    oversample: int | None = None
     n_samples: int | None = None
     mean: np.ndarray | None = field(default=None, compare=False, repr=False)
     total: float | None = None
@@ -120,11 +129,15 @@ class PCA(Problem):
             check_int(self.n_components, name="n_components", caller="PCA", low=1),
         )
         object.__setattr__(self, "center", check_bool(self.center, name="center", caller="PCA"))
+        if self.oversample is not None:
+            object.__setattr__(self, "oversample", check_int(
+                self.oversample, name="oversample", caller="PCA", low=0))
 
     # ---------------------------------------------------------------- parameters
     def get_params(self) -> dict[str, Any]:
         """Return the user parameters (``make_problem("pca", **params)`` rebuilds it)."""
-        return {"n_components": self.n_components, "center": self.center}
+        return {"n_components": self.n_components, "center": self.center,
+                "oversample": self.oversample}
 
     @property
     def is_bound(self) -> bool:
@@ -141,6 +154,17 @@ class PCA(Problem):
             If the problem is not bound.
         """
         return int(self._bound_mean().shape[0])
+
+    @property
+    def oversampled(self) -> bool:
+        """Whether the iterate carries ``oversample > 0`` extra columns."""
+        return bool(self.oversample)
+
+    @property
+    def block_width(self) -> int:
+        """Columns of the iterate: ``k + p`` (``p`` the oversampling, 0 when None), at
+        most the number of columns of the bound matrix."""
+        return min(self.n_components + (self.oversample or 0), self.n_features)
 
     def _bound_mean(self) -> np.ndarray:
         if self.mean is None:
@@ -250,9 +274,10 @@ class PCA(Problem):
 
         Returns
         -------
-        V : ndarray of shape (n_features, n_components)
+        V : ndarray of shape (n_features, block_width)
+            ``block_width`` is ``n_components`` plus the oversampling.
         """
-        return orthonormalize(rng.standard_normal((self.n_features, self.n_components)))
+        return orthonormalize(rng.standard_normal((self.n_features, self.block_width)))
 
     def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
         """Return ``X_c^T X_c V`` and the per-component captured variance over a block.
@@ -294,13 +319,17 @@ class PCA(Problem):
         return KernelResult(gradient=G, values=values, n_rows=block.n_rows)
 
     def objective(self, values: np.ndarray, iterate: np.ndarray) -> float:
-        """Return the unexplained variance fraction ``1 - sum(values) / |X_c|_F^2``.
+        """Return the unexplained variance fraction ``1 - sum(values[:k]) / |X_c|_F^2``.
+
+        With oversampling only the first ``k`` columns count: the update orders the
+        block by decreasing Ritz value, so they hold its leading directions (the
+        reported point, see :meth:`conclude`, is the top ``k`` Ritz vectors).
 
         Parameters
         ----------
-        values : ndarray of shape (n_components,)
-            Summed kernel values (captured variance per component).
-        iterate : ndarray of shape (n_features, n_components)
+        values : ndarray of shape (block_width,)
+            Summed kernel values (captured variance per column).
+        iterate : ndarray of shape (n_features, block_width)
             Unused (the values already depend on it).
 
         Returns
@@ -309,7 +338,7 @@ class PCA(Problem):
             In [0, 1] for an orthonormal iterate; lower is better.
         """
         total = self._bound_total()
-        return float(1.0 - np.sum(values) / total)
+        return float(1.0 - np.sum(np.asarray(values)[:self.n_components]) / total)
 
     def _bound_total(self) -> float:
         if self.total is None:
@@ -351,6 +380,8 @@ class PCA(Problem):
         eta = float(step_size)
         V = np.asarray(iterate, dtype=np.float64)
         G = np.asarray(gradient, dtype=np.float64)
+        if V.shape[1] > self.n_components:  # oversampled: order the block by Ritz value
+            V, G = self._ritz_rotate(V, G)
         if eta == 1.0:  # the power method: any positive scale gives the same basis
             return orthonormalize((1.0 / self._bound_total()) * G)
         M = V.T @ G
@@ -359,6 +390,23 @@ class PCA(Problem):
         if not (math.isfinite(scale) and scale > 0.0):
             scale = self._bound_total()
         return orthonormalize((1.0 - eta) * V + (eta / scale) * G)
+
+    def _ritz_rotate(self, V: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rotate ``V`` and ``G`` (same span) so the first ``k`` columns span the top ``k``
+        Ritz vectors of ``V^T G`` and the others the rest, each group by the rotation
+        closest to the identity: the QR that follows keeps the leading directions in the
+        leading columns, and the columns move continuously from step to step, so the
+        stale partial products that SAG and DSAG cache still match the current basis.
+        """
+        M = V.T @ G
+        if not np.isfinite(M).all():
+            return V, G
+        eigvals, U = np.linalg.eigh(0.5 * (M + M.T))
+        U = U[:, np.argsort(eigvals)[::-1]]
+        k = self.n_components
+        R = np.hstack([_closest_rotation(U[:, :k], slice(0, k)),
+                       _closest_rotation(U[:, k:], slice(k, None))])
+        return V @ R, G @ R
 
     def stochastic_step_factor(self, staleness: int) -> float:
         """Return the DSAG paper's eta = 0.9 for stochastic methods, however stale.
@@ -416,28 +464,33 @@ class PCA(Problem):
         its own (the total explained variance, which the first component dominates, is
         not). A component with ``r_i <= tol`` is within an angle of about
         ``tol * lambda_i / gap_i`` of an eigenvector, ``gap_i`` the distance from
-        ``lambda_i`` to the nearest other eigenvalue.
+        ``lambda_i`` to the nearest other eigenvalue. With oversampling only the top
+        ``k`` pairs are judged.
 
         Parameters
         ----------
         result : KernelResult
             Kernel sum at ``iterate`` (exact or estimated).
-        iterate : ndarray of shape (n_features, n_components)
+        iterate : ndarray of shape (n_features, block_width)
             Orthonormal basis ``V``.
 
         Returns
         -------
         optimality : float
-            ``max_i r_i`` (inf when the top Ritz value is not positive).
+            ``max_i r_i`` over the top ``k`` pairs (inf when the top Ritz value is not
+            positive).
         """
-        return float(np.max(self._ritz(iterate, result.gradient)[2]))
+        return float(np.max(self._ritz(iterate, result.gradient)[2][:self.n_components]))
 
     def iterate_change(self, new: np.ndarray, old: np.ndarray) -> float:
         """Return the sine of the largest principal angle between two bases.
 
+        With oversampling only the leading ``k`` columns are compared (the others
+        follow the bulk of the spectrum and need not settle).
+
         Parameters
         ----------
-        new, old : ndarray of shape (n_features, n_components)
+        new, old : ndarray of shape (n_features, block_width)
             Orthonormal bases.
 
         Returns
@@ -445,8 +498,39 @@ class PCA(Problem):
         change : float
             In [0, 1].
         """
-        return sin_largest_angle(np.asarray(new, dtype=np.float64),
-                                 np.asarray(old, dtype=np.float64))
+        k = self.n_components
+        return sin_largest_angle(np.asarray(new, dtype=np.float64)[:, :k],
+                                 np.asarray(old, dtype=np.float64)[:, :k])
+
+    def conclude(self, iterate: np.ndarray, result: KernelResult
+                 ) -> tuple[np.ndarray, KernelResult]:
+        """Return the top ``k`` Ritz vectors of an oversampled block and their products.
+
+        With ``G = X_c^T X_c V`` exact at the block ``V`` and ``U`` the top ``k``
+        eigenvectors of ``V^T G``, ``V U`` has the exact products ``G U``: no further
+        pass. Without oversampling both are returned unchanged.
+
+        Parameters
+        ----------
+        iterate : ndarray of shape (n_features, block_width)
+            Final block ``V``.
+        result : KernelResult
+            Exact kernel sum at ``V``.
+
+        Returns
+        -------
+        iterate : ndarray of shape (n_features, n_components)
+        result : KernelResult
+            Its gradient ``G U`` and values ``|X_c V u_i|^2``.
+        """
+        V = np.asarray(iterate, dtype=np.float64)
+        k = self.n_components
+        if V.shape[1] <= k:
+            return iterate, result
+        _, U, _ = self._ritz(V, result.gradient)
+        Y, AY = V @ U[:, :k], np.asarray(result.gradient, dtype=np.float64) @ U[:, :k]
+        values = np.einsum("ij,ij->j", Y, AY)
+        return Y, KernelResult(gradient=AY, values=values, n_rows=result.n_rows)
 
     def finalize(self, iterate: np.ndarray, result: KernelResult) -> dict[str, np.ndarray]:
         """Return components and explained variances by a Rayleigh-Ritz step.
@@ -484,6 +568,8 @@ class PCA(Problem):
         total = self._bound_total()
         V = np.asarray(iterate, dtype=np.float64)
         eigvals, U, residuals = self._ritz(V, result.gradient)
+        k = self.n_components
+        eigvals, U, residuals = eigvals[:k], U[:, :k], residuals[:k]
         null = eigvals <= _RANK_FLOOR * max(float(eigvals[0]), 0.0)
         if null.any():
             warnings.warn(
@@ -584,3 +670,12 @@ class PCA(Problem):
             In [0, 1]; 0 when the subspaces coincide.
         """
         return sin_largest_angle(np.asarray(iterate, dtype=np.float64), reference.iterate)
+
+
+def _closest_rotation(U: np.ndarray, rows: slice) -> np.ndarray:
+    """Return ``U Q`` (same span) with ``Q`` orthogonal and ``U Q`` closest to the
+    coordinate directions ``rows`` (the polar factor of ``U[rows]^T``)."""
+    if U.shape[1] == 0:
+        return U
+    left, _, right = np.linalg.svd(U[rows].T)
+    return U @ (left @ right)

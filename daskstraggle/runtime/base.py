@@ -22,7 +22,13 @@ import numpy as np
 from daskstraggle._validation import check_bool
 from daskstraggle.data.matrix import Matrix
 from daskstraggle.errors import ConvergenceWarning, InvalidParameterError, StraggleError
-from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.methods.base import (
+    Method,
+    RoundSummary,
+    WorkResult,
+    WorkUnit,
+    check_oversampling,
+)
 from daskstraggle.problems.base import KernelResult, Problem, Reference, combine
 from daskstraggle.problems.block import Block, MatrixStats
 from daskstraggle.runtime.convergence import ConvergenceMonitor
@@ -274,6 +280,7 @@ class Runtime(ABC):
                 f"The {problem.name} problem needs labels: pass labels=... (CLI: --labels)."
             )
         method.check_problem(problem)
+        check_oversampling(method, problem)
         method.check_n_workers(self.n_workers)
         method.check_shape(matrix.n_rows, matrix.n_columns)
         if step_size is not None:
@@ -313,6 +320,7 @@ class Runtime(ABC):
         total = monitor.checked_result(x)  # a run that stopped on an exact check: reuse it
         if total is None:
             total = self._exact_pass(bound, x)
+        x, total = bound.conclude(x, total)
         objective = bound.objective(total.values, x)
         optimality = monitor.final(x, total, objective)
         converged = monitor.converged(optimality, reason)

@@ -73,7 +73,7 @@ def test_converges_every_component_where_the_power_method_crawls(flat):
 def test_restarts_keep_converging(flat):
     # the smallest basis restarts every round or two; convergence must survive it
     res = fit_pca(flat, K, runtime="local", n_workers=2, method="block", rng=3, tol=TOL,
-                  max_iter=400, method_params={"oversample": 2, "max_blocks": 3})
+                  max_iter=400, oversample=2, method_params={"max_blocks": 3})
     _assert_every_component(res, flat, K)
     assert res.trace.basis_size.values.max() <= 3 * (K + 2)
 
@@ -81,7 +81,7 @@ def test_restarts_keep_converging(flat):
 @pytest.mark.parametrize("oversample", [0, 1, 20])
 def test_any_oversampling(flat, oversample):
     res = fit_pca(flat, 3, runtime="local", n_workers=2, method="block", rng=0, tol=TOL,
-                  method_params={"oversample": oversample})
+                  oversample=oversample)
     _assert_every_component(res, flat, 3)
 
 
@@ -160,8 +160,10 @@ def test_refuses_what_it_cannot_do(flat):
     y = (flat[:, 0] > flat[:, 0].mean()).astype(float)
     with pytest.raises(InvalidParameterError, match="'block' applies to PCA only"):
         fit_logistic(flat, y, runtime="local", method="block")
-    with pytest.raises(InvalidParameterError, match="'oversample' parameter of BlockKrylov"):
-        BlockKrylov(oversample=-1)
+    with pytest.raises(InvalidParameterError, match="'oversample' parameter of PCA"):
+        PCA(oversample=-1)
+    with pytest.raises(InvalidParameterError, match=r"'oversample' parameter of PCA .* 'gram'"):
+        fit_pca(flat, 2, runtime="local", method="gram", oversample=2)
     with pytest.raises(InvalidParameterError, match="'max_blocks' parameter of BlockKrylov"):
         BlockKrylov(max_blocks=2)
     assert isinstance(make_method("block", scheme="cyclic-repetition", n_stragglers=1),
@@ -189,9 +191,9 @@ def test_cli(tmp_path, capsys, flat):
                  "--stragglers-tolerated", "1", "--tol", "1e-9", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["converged"] is True and out["method"] == "block"
-    assert main(["pca", str(path), "--method", "gd", "--oversample", "2", "--runtime",
+    assert main(["pca", str(path), "--method", "gram", "--oversample", "2", "--runtime",
                  "local"]) == 2
-    assert "--oversample: only with --method block, not 'gd'" in capsys.readouterr().err
+    assert "'oversample' parameter of PCA (CLI: --oversample)" in capsys.readouterr().err
     assert main(["pca", str(path), "--method", "block", "--nesterov", "--runtime",
                  "local"]) == 2
     assert "--nesterov: only with --method coded, not 'block'" in capsys.readouterr().err

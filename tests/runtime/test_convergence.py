@@ -32,7 +32,7 @@ METHODS = [
     ("dsag", {"n_wait": 3, "subpartitions": 2}),
     ("coded", {}),
     ("gram", {"scheme": "cyclic-repetition", "n_stragglers": 1}),
-    ("block", {"oversample": 1}),
+    ("block", {"max_blocks": 3}),
     ("partial", {"degrees": (1, 1)}),
     ("async", {}),
     ("ignore-stragglers", {"n_stragglers": 1}),
