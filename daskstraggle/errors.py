@@ -23,8 +23,10 @@ __all__ = [
     "NonFiniteDataError",
     "OutputExistsError",
     "OutputNotWritableError",
+    "SchedulerLostError",
     "StraggleError",
     "StraggleWarning",
+    "WorkerLostError",
 ]
 
 
@@ -83,6 +85,14 @@ class OutputNotWritableError(InputError, PermissionError):
 
 class ClusterConnectionError(InputError, ConnectionError):
     """The Dask scheduler could not be reached."""
+
+
+class SchedulerLostError(StraggleError, ConnectionError):
+    """The Dask scheduler stopped answering during a run (the CLI exits with code 1)."""
+
+
+class WorkerLostError(StraggleError, RuntimeError):
+    """Workers left and none came back in time to take over their partitions."""
 
 
 class DivergenceError(StraggleError, ArithmeticError):

@@ -17,6 +17,7 @@ Placement and data movement follow ``docs/architecture.md`` §6:
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 import warnings
@@ -28,8 +29,10 @@ from daskstraggle.data.matrix import Matrix
 from daskstraggle.errors import (
     ClusterConnectionError,
     InvalidParameterError,
+    SchedulerLostError,
     StraggleError,
     StraggleWarning,
+    WorkerLostError,
 )
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
@@ -38,13 +41,21 @@ from daskstraggle.runtime._connect import check_client, probe_scheduler, start_l
 from daskstraggle.runtime.base import Runtime, fold_map, run_unit, stream_messages
 from daskstraggle.trace import TraceRecorder
 
-__all__ = ["DaskRuntime", "connect", "run_unit_task", "worker_addresses"]
+__all__ = ["DaskRuntime", "connect", "replacement_targets", "run_unit_task", "worker_addresses"]
 
 logger = logging.getLogger(__name__)
 
 #: Config for clusters this package starts itself.
 #: Most worker processes a LocalCluster started by this package may have.
 MAX_LOCAL_WORKERS = 256
+
+#: Seconds between checks that every worker holding our partitions is still there, while
+#: the runtime waits for results (one scheduler round-trip each).
+MEMBERSHIP_INTERVAL = 1.0
+#: Seconds to wait for a worker to (re)join when every worker has left.
+NO_WORKER_TIMEOUT = 60.0
+#: Seconds the scheduler may take to answer a membership check.
+SCHEDULER_TIMEOUT = 30.0
 
 OWN_CLUSTER_CONFIG = {
     "distributed.scheduler.work-stealing": False,
@@ -136,6 +147,46 @@ def connect(
                                config=OWN_CLUSTER_CONFIG)
 
 
+def replacement_targets(addresses: list[str], live: list[str]) -> dict[int, str]:
+    """Return a live worker for every worker index whose worker has left (pure).
+
+    A live worker that no index uses yet (a nanny's restart of the lost worker, or a
+    worker that joined) is taken first, in sorted order; then the live worker that the
+    fewest indices use, so the lost work is spread over the survivors.
+
+    Parameters
+    ----------
+    addresses : list of str
+        Current worker address of each worker index.
+    live : list of str
+        Addresses of the workers in the cluster now (not empty).
+
+    Returns
+    -------
+    moves : dict of int to str
+        New address of each index whose address is not live.
+
+    Examples
+    --------
+    >>> replacement_targets(["a", "b", "c"], ["a", "c", "d"])
+    {1: 'd'}
+    >>> replacement_targets(["a", "b", "c"], ["a"])
+    {1: 'a', 2: 'a'}
+    """
+    alive = set(live)
+    lost = [i for i, a in enumerate(addresses) if a not in alive]
+    load = {a: 0 for a in sorted(alive)}
+    for a in addresses:
+        if a in load:
+            load[a] += 1
+    moves: dict[int, str] = {}
+    for i in lost:
+        target = min(load, key=lambda a: (load[a], a))
+        moves[i] = target
+        load[target] += 1
+    return moves
+
+
 def worker_addresses(client: Any) -> list[str]:
     """Return the sorted addresses of the cluster's workers, asked of the scheduler now.
 
@@ -147,7 +198,14 @@ def worker_addresses(client: Any) -> list[str]:
         raise InvalidParameterError(
             "daskstraggle needs a synchronous distributed.Client (asynchronous=False)."
         )
-    info = client.sync(client.scheduler.identity, n_workers=-1)
+    try:
+        info = client.sync(client.scheduler.identity, n_workers=-1,
+                           callback_timeout=SCHEDULER_TIMEOUT)
+    except (OSError, TimeoutError) as err:
+        raise SchedulerLostError(
+            f"Lost the Dask scheduler at {client.scheduler.address!r} ({type(err).__name__}: "
+            f"{err}); no result can be trusted. Restart the scheduler and run again."
+        ) from None
     return sorted(info["workers"])
 
 
@@ -244,6 +302,10 @@ class DaskRuntime(Runtime):
         self._held: list[dict[int, Any]] = []
         self._pending: dict[str, tuple[WorkUnit, float, int | None, bool, Any]] = {}
         self._ac: Any = None
+        self._matrix: Matrix | None = None
+        self._work: Any = None
+        self._losses: list[dict[str, Any]] = []
+        self._last_check = time.perf_counter()
         self._token = uuid.uuid4().hex[:8]
         self.client, self._owned = connect(
             client, address=address, n_workers=n_workers, processes=processes, timeout=timeout
@@ -292,6 +354,8 @@ class DaskRuntime(Runtime):
     def _load(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> MatrixStats:
         self._unload()
         self._token = uuid.uuid4().hex[:8]
+        self._matrix = matrix
+        self._losses = []
         self._held = [
             {p: self._pinned(matrix.loader(p), key=f"load-p{p}-w{i}", worker_index=i)
              for p in parts}
@@ -306,6 +370,32 @@ class DaskRuntime(Runtime):
     def _map_reduce(
         self, fn: Callable[..., Any], *args: Any, combine: Callable[[Any, Any], Any] | None = None
     ) -> Any:
+        """Fold ``fn`` over every partition (once each) on the workers holding them.
+
+        The wait is bounded: if a holder leaves, its partitions are reloaded on a live
+        worker and the pass starts again (it is idempotent).
+        """
+        self._check_membership()
+        while True:
+            futures = self._fold_tasks(fn, args, combine)
+            while not all(f.done() for f in futures):
+                if time.perf_counter() - self._last_check >= MEMBERSHIP_INTERVAL \
+                        and self._check_membership():
+                    break
+                time.sleep(0.005)
+            else:
+                break
+            self.client.cancel(futures)  # a holder left: the pass starts again
+        parts = self.client.gather(futures)
+        join = combine or (lambda a, b: a + b)
+        total = parts[0]
+        for part in parts[1:]:
+            total = join(total, part)
+        return total
+
+    def _fold_tasks(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                    combine: Callable[[Any, Any], Any] | None) -> list[Any]:
+        """Submit one fold per worker index over the partitions it is first to hold."""
         owner: dict[int, int] = {}
         for i, held in enumerate(self._held):
             for p in held:
@@ -317,12 +407,83 @@ class DaskRuntime(Runtime):
                 key = f"map-{uuid.uuid4().hex[:6]}-w{i}"
                 futures.append(self._pinned(fold_map, fn, args, combine, *mine, key=key,
                                             worker_index=i))
-        parts = self.client.gather(futures)
-        join = combine or (lambda a, b: a + b)
-        total = parts[0]
-        for part in parts[1:]:
-            total = join(total, part)
-        return total
+        return futures
+
+    def _check_membership(self) -> bool:
+        """Move the partitions of workers that left to live ones; return whether any left.
+
+        Each lost worker index is re-pointed at a live worker (see
+        :func:`replacement_targets`), its partitions are reloaded there from the source
+        by new pinned tasks, and its undelivered work is sent again. Nothing waits on a
+        task pinned to a worker that is gone.
+
+        Raises
+        ------
+        WorkerLostError
+            If every worker left and none joined within ``NO_WORKER_TIMEOUT`` seconds.
+        SchedulerLostError
+            If the scheduler does not answer.
+        """
+        self._last_check = time.perf_counter()
+        if not self._held:
+            return False
+        live = worker_addresses(self.client)
+        moves = replacement_targets(self._addresses, live or [])
+        if not moves:
+            return False
+        if not live:
+            live = self._wait_for_any_worker()
+            moves = replacement_targets(self._addresses, live)
+        for i, target in moves.items():
+            self._move(i, target)
+        return True
+
+    def _wait_for_any_worker(self) -> list[str]:
+        try:
+            self.client.wait_for_workers(1, timeout=NO_WORKER_TIMEOUT)
+        except TimeoutError:
+            raise WorkerLostError(
+                f"Every worker left the cluster and none joined within "
+                f"{NO_WORKER_TIMEOUT:g} s; the run cannot go on. Start workers (or check why "
+                "they died: memory limit, walltime, preemption) and run again."
+            ) from None
+        return worker_addresses(self.client)
+
+    def _move(self, index: int, target: str) -> None:
+        """Reload worker index ``index``'s partitions on ``target``; resend its work."""
+        assert self._matrix is not None
+        lost, self._addresses[index] = self._addresses[index], target
+        parts = sorted(self._held[index])
+        token = uuid.uuid4().hex[:6]
+        self._held[index] = {p: self._pinned(self._matrix.loader(p), key=f"reload-p{p}-w{index}-"
+                                             f"{token}", worker_index=index) for p in parts}
+        self._losses.append({"worker_index": index, "lost": lost, "moved_to": target,
+                             "partitions": parts})
+        message = (f"worker {lost} left the cluster; its partitions {parts} are reloaded "
+                   f"from the source on {target}")
+        logger.warning(message)
+        warnings.warn(f"{message[0].upper()}{message[1:]}.", StraggleWarning, stacklevel=2)
+        stale = [key for key, entry in self._pending.items() if entry[0].worker_index == index]
+        units: dict[int, tuple[WorkUnit, list[int | None]]] = {}
+        for key in stale:
+            unit, _, message_index, _, future = self._pending.pop(key)
+            units.setdefault(id(unit), (unit, []))[1].append(message_index)
+            self.client.cancel([future])
+        for unit, messages in units.values():
+            self._submit(unit, self._work,
+                         only=None if None in messages else {int(j) for j in messages
+                                                             if j is not None})
+
+    def _distinct(self) -> list[str]:
+        """Worker addresses by index, a repeated one (an index moved to a survivor after
+        a loss) replaced by a placeholder: the worker injects the delays of its first
+        index."""
+        seen: set[str] = set()
+        names = []
+        for i, address in enumerate(self._addresses):
+            names.append(address if address not in seen else f"{address} (also index {i})")
+            seen.add(address)
+        return names
 
     def _validate(self) -> None:
         self.stragglers.check_n_workers(self.n_workers)
@@ -347,13 +508,13 @@ class DaskRuntime(Runtime):
             if model is not None:
                 from daskstraggle.runtime.inject import install_injector
 
-                self._injector = install_injector(self.client, model, self._addresses,
+                self._injector = install_injector(self.client, model, self._distinct(),
                                                   seed=self._seed)
             if throttle is not None:
                 from daskstraggle.runtime.throttle import ProcessThrottle
 
                 self._throttle = ProcessThrottle(
-                    self.client, [self._addresses[i] for i in throttle.workers],
+                    self.client, sorted({self._addresses[i] for i in throttle.workers}),
                     throttle.factor, period=throttle.period,
                 )
                 self._throttle.start()
@@ -396,12 +557,16 @@ class DaskRuntime(Runtime):
         # work units whose inputs had to be fetched from another worker, as the scheduler
         # plugin recorded them (0 when partitions stay where they were loaded, also after
         # the load balancer resizes subpartitions)
+        losses = {"worker_losses": list(self._losses)} if self._losses else {}
         if self._recorder is None:
-            return {}
-        return {"unit_transfers": len(self._transfers),
+            return losses
+        return {**losses, "unit_transfers": len(self._transfers),
                 "unit_transfer_s": float(sum(d for _, d in self._transfers))}
 
-    def _submit(self, unit: WorkUnit, problem: Problem) -> None:
+    def _submit(self, unit: WorkUnit, problem: Problem, only: set[int] | None = None) -> None:
+        """Send ``unit`` to its worker (``only``: just those messages of a streamed unit,
+        when it is sent again after its worker left)."""
+        self._work = problem
         held = self._held[unit.worker_index]
         if unit.stream:
             # one task per message, each depending on the one before (same worker, so
@@ -412,6 +577,8 @@ class DaskRuntime(Runtime):
             sent = time.perf_counter()
             token = uuid.uuid4().hex[:6]
             for j, (parts, coef) in enumerate(messages):
+                if only is not None and j not in only:
+                    continue
                 future = self._pinned(
                     run_unit_task, problem, unit.iterate, unit.version, self._rows_load(parts),
                     self._injector, *(held[p] for p in parts), coefficients=coef,
@@ -434,16 +601,18 @@ class DaskRuntime(Runtime):
         self._ac.add(future)
 
     def _next(self, timeout: float | None = None) -> WorkResult | None:
-        # results are fetched in the background as tasks finish (with_results=True)
-        deadline = None if timeout is None else time.perf_counter() + timeout
+        # results are fetched in the background as tasks finish (with_results=True); while
+        # waiting, check every MEMBERSHIP_INTERVAL that the workers are still there
+        deadline = math.inf if timeout is None else time.perf_counter() + timeout
         while True:
-            if deadline is not None:
-                while not self._ac.has_ready():
-                    remaining = deadline - time.perf_counter()
-                    if remaining <= 0:
-                        return None
-                    with self._ac.thread_condition:  # notified when a result is queued
-                        self._ac.thread_condition.wait(timeout=min(remaining, 0.1))
+            while not self._ac.has_ready():
+                now = time.perf_counter()
+                if now >= deadline:
+                    return None
+                if now - self._last_check >= MEMBERSHIP_INTERVAL:
+                    self._check_membership()
+                with self._ac.thread_condition:  # notified when a result is queued
+                    self._ac.thread_condition.wait(timeout=min(deadline - now, 0.1))
             future, outcome = next(self._ac)
             if future.key not in self._pending:  # an abandoned message (cancelled)
                 continue

@@ -1,0 +1,144 @@
+"""A worker that dies mid-run: its partitions are reloaded on a live worker, the run goes on.
+
+Faults are real: SIGKILL to a worker process of a LocalCluster (whose nanny restarts it at a
+new address) and to a `dask worker --no-nanny` process (nothing restarts it). Exact methods
+must end with the same iterates as a clean run; nothing may wait on a task pinned to a
+worker that is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from daskstraggle import open_matrix
+from daskstraggle.errors import StraggleWarning
+from daskstraggle.methods import DSAG, GD, CodedGD
+from daskstraggle.problems import PCA, Logistic
+from daskstraggle.runtime import DaskRuntime, LocalRuntime, StopRule
+from daskstraggle.runtime.dask import replacement_targets
+
+pytestmark = pytest.mark.cluster
+
+#: Each task sleeps ~0.1 s, so a 40-round run lasts several seconds.
+SLOW = "gamma(mean=0.1, var=1e-6)"
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3000, 12)) * np.linspace(3.0, 1.0, 12)
+    y = np.where(X[:, 0] + 0.5 * rng.normal(size=3000) > 0, 1.0, -1.0)
+    return open_matrix(X, labels=y)
+
+
+def _kill_later(pid: int, delay: float) -> threading.Thread:
+    def kill() -> None:
+        time.sleep(delay)
+        os.kill(pid, signal.SIGKILL)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+def _worker_pid(rt: DaskRuntime, index: int) -> int:
+    address = rt.worker_names[index]
+    return rt.client.run(os.getpid, workers=[address])[address]
+
+
+def test_replacement_targets_prefer_new_workers_then_spread():
+    assert replacement_targets(["a", "b"], ["a", "b"]) == {}
+    assert replacement_targets(["a", "b", "c"], ["a", "c", "x"]) == {1: "x"}
+    assert replacement_targets(["a", "b", "c", "d"], ["a", "d"]) == {1: "a", 2: "d"}
+    assert replacement_targets(["a", "a", "b"], ["b"]) == {0: "b", 1: "b"}
+
+
+@pytest.mark.parametrize(("method", "problem"), [
+    (GD(), PCA(n_components=3)),
+    (CodedGD("cyclic-repetition", n_stragglers=1, rng=0), Logistic(alpha=0.01)),
+])
+def test_exact_methods_finish_with_the_clean_iterates(data, method, problem):
+    clean = LocalRuntime(3).run(method, problem, data, stop=StopRule(max_iter=40, tol=None),
+                                rng=0)
+    with DaskRuntime(n_workers=3, stragglers=SLOW, rng=0) as rt:
+        killer = _kill_later(_worker_pid(rt, 1), delay=1.5)
+        t0 = time.perf_counter()
+        with pytest.warns(StraggleWarning, match="left the cluster; its partitions"):
+            res = rt.run(method, problem, data, stop=StopRule(max_iter=40, tol=None), rng=0)
+        killer.join()
+    assert time.perf_counter() - t0 < 60
+    assert res.n_iter == 40
+    np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
+    (loss,) = res.attrs["worker_losses"]
+    assert loss["worker_index"] == 1 and loss["moved_to"] != loss["lost"]
+
+
+def test_dsag_goes_on_and_its_final_pass_does_not_hang(data):
+    with DaskRuntime(n_workers=3, stragglers=SLOW, rng=0) as rt:
+        killer = _kill_later(_worker_pid(rt, 2), delay=1.5)
+        with pytest.warns(StraggleWarning, match="left the cluster"):
+            res = rt.run(DSAG(n_wait=2), Logistic(alpha=0.01), data,
+                         stop=StopRule(max_iter=40, tol=None), rng=0)
+        killer.join()
+    assert res.n_iter == 40 and np.isfinite(res.objective)
+    # the fitted values come from an exact pass over every partition, after the loss
+    assert res.attrs["worker_losses"][0]["worker_index"] == 2
+
+
+def test_a_worker_without_a_nanny_is_replaced_by_a_survivor(data, tmp_path):
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                           dashboard_address=None)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
+         "--no-nanny", "--nthreads", "1", "--no-dashboard"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with Client(cluster, set_as_default=False) as client:
+            client.wait_for_workers(3, timeout=30)
+            with DaskRuntime(client, stragglers=SLOW, rng=0) as rt:
+                clean = LocalRuntime(3).run(GD(), PCA(n_components=2), data,
+                                            stop=StopRule(max_iter=30, tol=None), rng=0)
+                index = next(i for i in range(rt.n_workers)
+                             if _worker_pid(rt, i) == worker.pid)
+                killer = _kill_later(worker.pid, delay=1.0)
+                with pytest.warns(StraggleWarning, match="left the cluster"):
+                    res = rt.run(GD(), PCA(n_components=2), data,
+                                 stop=StopRule(max_iter=30, tol=None), rng=0)
+                killer.join()
+        (loss,) = res.attrs["worker_losses"]
+        assert loss["worker_index"] == index and loss["moved_to"] in rt.worker_names
+        np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
+    finally:
+        worker.kill()
+        worker.wait()
+        cluster.close()
+
+
+def test_a_retired_worker_hands_over_its_partitions(data):
+    clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data,
+                                stop=StopRule(max_iter=40, tol=None), rng=0)
+    with DaskRuntime(n_workers=3, stragglers=SLOW, rng=0) as rt:
+        address = rt.worker_names[0]
+
+        def retire() -> None:  # adaptive scale-down, from another thread
+            time.sleep(1.5)
+            rt.client.retire_workers([address], close_workers=True)
+
+        thread = threading.Thread(target=retire, daemon=True)
+        thread.start()
+        with pytest.warns(StraggleWarning, match="left the cluster"):
+            res = rt.run(GD(), PCA(n_components=3), data,
+                         stop=StopRule(max_iter=40, tol=None), rng=0)
+        thread.join()
+    assert res.n_iter == 40 and res.attrs["worker_losses"][0]["lost"] == address
+    np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
