@@ -588,6 +588,9 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
     per_iter = result.wall_time / max(result.n_iter, 1)
     lines.append(f"time        {result.wall_time:.3f} s solve ({per_iter * 1e3:.1f} ms/iteration), "
                  f"{attrs['load_duration_s']:.3f} s load")
+    for loss in attrs.get("worker_losses", []):
+        lines.append(f"worker lost {loss['lost']} (index {loss['worker_index']}): partitions "
+                     f"{loss['partitions']} reloaded on {loss['moved_to']}")
     if matrix is not None and matrix.column_groups is not None and result.problem == "pca":
         lines.append("")
         lines.append(_population_table(result, matrix))

@@ -185,6 +185,15 @@ def start_local_cluster(
             )
         client = Client(cluster, set_as_default=False)
         client.register_plugin(QuietExit())
+    except (RuntimeError, OSError, TimeoutError) as err:
+        if cluster is not None:
+            cluster.close()
+        cause = err.__cause__ or err
+        raise ClusterConnectionError(
+            f"Could not start a LocalCluster of {n_workers} worker processes ("
+            f"{type(cause).__name__}: {cause}); a worker process died while starting. Check "
+            "free memory and the process limit, or start fewer workers (CLI: --workers)."
+        ) from err
     except BaseException:
         if cluster is not None:
             cluster.close()

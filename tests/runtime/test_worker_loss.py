@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import open_matrix
+from daskstraggle.cli import format_result
 from daskstraggle.errors import StraggleWarning
 from daskstraggle.methods import DSAG, GD, CodedGD
 from daskstraggle.problems import PCA, Logistic
@@ -141,4 +142,21 @@ def test_a_retired_worker_hands_over_its_partitions(data):
                          stop=StopRule(max_iter=40, tol=None), rng=0)
         thread.join()
     assert res.n_iter == 40 and res.attrs["worker_losses"][0]["lost"] == address
+    assert f"worker lost {address} (index 0): partitions" in format_result(res)
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
+
+
+def test_a_worker_dying_while_the_cluster_starts_is_one_line(monkeypatch):
+    import distributed
+
+    from daskstraggle.errors import ClusterConnectionError
+    from daskstraggle.runtime._connect import start_local_cluster
+
+    def dies(*args, **kwargs):  # what LocalCluster raises when a worker process is killed
+        raise RuntimeError("Nanny failed to start.") from RuntimeError(
+            "Nanny failed to start worker process")
+
+    monkeypatch.setattr(distributed, "LocalCluster", dies)
+    with pytest.raises(ClusterConnectionError, match=r"Could not start a LocalCluster of 2 "
+                       r"worker processes \(RuntimeError: Nanny failed to start worker"):
+        start_local_cluster(2, threads_per_worker=1, processes=True, config={})
