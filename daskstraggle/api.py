@@ -91,6 +91,20 @@ def _check_runtime_args(
             method.check_n_workers(n_expected)
 
 
+def _check_min_workers(min_workers: Any, runtime: Any, client: Any, scheduler: str | None,
+                       caller: str) -> None:
+    """``min_workers`` waits for an existing cluster's workers: refuse it elsewhere."""
+    if min_workers is None:
+        return
+    check_int(min_workers, name="min_workers", caller=caller, low=1)
+    if runtime not in (None, "dask") or (client is None and scheduler is None):
+        raise InvalidParameterError(
+            f"The 'min_workers' parameter of {caller} (CLI: --min-workers) waits for the "
+            "workers of an existing cluster: pass client or scheduler (CLI: --scheduler) "
+            "with it, or drop it."
+        )
+
+
 def _expected_workers(
     runtime: Runtime | str | None, client: Any, scheduler: str | None, n_workers: int | None
 ) -> int | None:
@@ -122,6 +136,8 @@ def _resolve_runtime(
     n_workers: int | None,
     stragglers: Stragglers,
     rng: Any,
+    *,
+    min_workers: int | None = None,
 ) -> Iterator[Runtime]:
     """Yield the runtime to use; close it afterwards only if it was made here."""
     seed = rng if isinstance(rng, int | np.integer) else None
@@ -138,7 +154,7 @@ def _resolve_runtime(
             yield sim
         return
     with DaskRuntime(client, address=scheduler, n_workers=n_workers, stragglers=stragglers,
-                     rng=seed) as rt:
+                     rng=seed, min_workers=min_workers) as rt:
         yield rt
 
 
@@ -161,6 +177,7 @@ def solve(
     client: Any = None,
     scheduler: str | None = None,
     n_workers: int | None = None,
+    min_workers: int | None = None,
     rng: int | np.random.Generator | None = None,
     progress: bool = False,
     out: str | os.PathLike[str] | None = None,
@@ -222,6 +239,9 @@ def solve(
         Scheduler address to connect to.
     n_workers : int or None, default=None
         Workers of the LocalCluster (or logical workers of the local runtime).
+    min_workers : int or None, default=None
+        With ``client`` or ``scheduler``: wait (up to 300 s) until the cluster has this
+        many workers before starting, e.g. while dask-jobqueue jobs start.
     rng : int, Generator or None, default=None
         Seed of the starting point and step-size estimate.
     progress : bool, default=False
@@ -289,6 +309,7 @@ def solve(
     if runtime in (None, "dask") and client is None and scheduler is None and n_workers is None:
         client = _default_client()  # None: a LocalCluster is started for this call
     _check_runtime_args(runtime, client, scheduler, n_workers, spec, meth)
+    _check_min_workers(min_workers, runtime, client, scheduler, caller)
     # never the input store, nor inside or around it (even with overwrite)
     out_path = check_output_path(out, overwrite=overwrite, inputs=source_paths(X))
     matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions,
@@ -305,7 +326,8 @@ def solve(
             )
         if isinstance(problem, Logistic):
             matrix = matrix.with_labels(to_plus_minus_one(matrix.labels))
-    with _resolve_runtime(runtime, client, scheduler, n_workers, spec, rng) as rt:
+    with _resolve_runtime(runtime, client, scheduler, n_workers, spec, rng,
+                          min_workers=min_workers) as rt:
         result = rt.run(meth, problem, matrix, stop=stop, step_size=step_size,
                         reference=reference, rng=rng, progress=progress,
                         record_iterates=record_iterates)

@@ -32,6 +32,9 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "Default: start a LocalCluster."),
         click.option("--workers", "n_workers", type=int, default=None,
                      help="Process workers of the LocalCluster to start (default 4)."),
+        click.option("--min-workers", "min_workers", type=int, default=None,
+                     help="With --scheduler: wait (up to 300 s) until the cluster has this "
+                          "many workers before starting (e.g. jobqueue jobs starting)."),
         click.option("--method", default="auto", show_default=True,
                      help="Optimisation method: auto (PCA: gram up to 4096 columns, else block; "
                           "regression: gd), gd (power method for PCA), nag (regression), "

@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from daskstraggle._validation import check_bool, check_int
+from daskstraggle._validation import check_bool, check_int, check_positive
 from daskstraggle.data.matrix import Matrix
 from daskstraggle.errors import (
     ClusterConnectionError,
@@ -258,6 +258,11 @@ class DaskRuntime(Runtime):
     record_latency : bool, default=True
         Register the latency-recording scheduler plugin, so the trace's per-worker
         compute durations are the scheduler's own measurements.
+    min_workers : int or None, default=None
+        Wait until the cluster has at least this many workers (e.g. jobs of
+        dask-jobqueue still starting) instead of starting with whoever is up.
+    min_workers_timeout : float, default=300.0
+        Seconds to wait for ``min_workers``; then one ClusterConnectionError line.
 
     Examples
     --------
@@ -279,12 +284,18 @@ class DaskRuntime(Runtime):
         stragglers: Any = None,
         rng: int | None = None,
         record_latency: bool = True,
+        min_workers: int | None = None,
+        min_workers_timeout: float = 300.0,
     ) -> None:
         from distributed import as_completed
 
         from daskstraggle.latency.spec import parse_stragglers
 
         self.stragglers = parse_stragglers(stragglers)
+        self._min_workers = None if min_workers is None else check_int(
+            min_workers, name="min_workers", caller="DaskRuntime", low=1)
+        self._min_workers_timeout = check_positive(
+            min_workers_timeout, name="min_workers_timeout", caller="DaskRuntime")
         self._seed = rng
         self._record_latency = check_bool(record_latency, name="record_latency",
                                           caller="DaskRuntime")
@@ -318,10 +329,24 @@ class DaskRuntime(Runtime):
         self._ac = as_completed(loop=self.client.loop, with_results=True)
 
     def _wait_for_workers(self, timeout: float) -> list[str]:
-        """Return the workers' addresses, waiting up to ``timeout`` s for the first one."""
+        """Return the workers' addresses, waiting up to ``timeout`` s for the first one
+        (or ``min_workers_timeout`` s for ``min_workers``)."""
         workers = worker_addresses(self.client)
-        if workers:
+        wanted = self._min_workers or 1
+        if len(workers) >= wanted:
             return workers
+        if self._min_workers is not None:
+            logger.warning("waiting for %d workers (%d up)", wanted, len(workers))
+            try:
+                self.client.wait_for_workers(wanted, timeout=self._min_workers_timeout)
+            except TimeoutError:
+                raise ClusterConnectionError(
+                    f"Only {len(worker_addresses(self.client))} of the {wanted} workers asked "
+                    f"for (min_workers, CLI: --min-workers) joined the scheduler at "
+                    f"{self.client.scheduler.address!r} within {self._min_workers_timeout:g} "
+                    "s. Check that the workers' jobs started, or ask for fewer."
+                ) from None
+            return worker_addresses(self.client)
         try:
             self.client.wait_for_workers(1, timeout=timeout)
         except TimeoutError:

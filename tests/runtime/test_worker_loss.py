@@ -160,3 +160,38 @@ def test_a_worker_dying_while_the_cluster_starts_is_one_line(monkeypatch):
     with pytest.raises(ClusterConnectionError, match=r"Could not start a LocalCluster of 2 "
                        r"worker processes \(RuntimeError: Nanny failed to start worker"):
         start_local_cluster(2, threads_per_worker=1, processes=True, config={})
+
+
+def test_min_workers_waits_for_workers_that_join_late():
+    from distributed import Client, LocalCluster
+
+    from daskstraggle.errors import ClusterConnectionError
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        with pytest.raises(ClusterConnectionError, match=r"Only 1 of the 3 workers asked for "
+                           r"\(min_workers, CLI: --min-workers\) joined"):
+            DaskRuntime(client, min_workers=3, min_workers_timeout=1.0)
+        late = threading.Timer(1.0, cluster.scale, args=(2,))
+        late.start()
+        with DaskRuntime(client, min_workers=2, min_workers_timeout=60.0) as rt:
+            assert rt.n_workers == 2
+        late.join()
+
+
+def test_min_workers_needs_an_existing_cluster(capsys, tmp_path):
+    import zarr
+
+    from daskstraggle import fit_pca
+    from daskstraggle.cli import main
+    from daskstraggle.errors import InvalidParameterError
+
+    X = np.random.default_rng(0).normal(size=(100, 4))
+    with pytest.raises(InvalidParameterError, match="'min_workers' parameter of fit_pca"):
+        fit_pca(X, 2, runtime="local", min_workers=2)
+    path = tmp_path / "x.zarr"
+    zarr.create_array(path, data=X, chunks=(50, 4))
+    assert main(["pca", str(path), "--min-workers", "2", "--workers", "2"]) == 2
+    assert "(CLI: --min-workers) waits for the workers of an existing cluster" in \
+        capsys.readouterr().err
