@@ -317,6 +317,7 @@ class DaskRuntime(Runtime):
         self._work: Any = None
         self._losses: list[dict[str, Any]] = []
         self._last_check = time.perf_counter()
+        self._scheduler_lost = False
         self._token = uuid.uuid4().hex[:8]
         self.client, self._owned = connect(
             client, address=address, n_workers=n_workers, processes=processes, timeout=timeout
@@ -411,7 +412,15 @@ class DaskRuntime(Runtime):
             else:
                 break
             self.client.cancel(futures)  # a holder left: the pass starts again
-        parts = self.client.gather(futures)
+        try:
+            parts = self.client.gather(futures)
+        except (OSError, TimeoutError) as err:
+            raise self._lost_scheduler(err) or err from None
+        except Exception as err:  # a cancelled future; task errors propagate as they are
+            lost = self._lost_scheduler(err)
+            if lost is None:
+                raise
+            raise lost from None
         join = combine or (lambda a, b: a + b)
         total = parts[0]
         for part in parts[1:]:
@@ -462,6 +471,26 @@ class DaskRuntime(Runtime):
         for i, target in moves.items():
             self._move(i, target)
         return True
+
+    def _lost_scheduler(self, err: BaseException) -> SchedulerLostError | None:
+        """Return a one-line SchedulerLostError when ``err`` means the scheduler is gone."""
+        text = str(err)
+        if not (isinstance(err, OSError | TimeoutError) or "scheduler-connection-lost" in text
+                or type(err).__name__ in ("FutureCancelledError", "CancelledError")):
+            return None
+        if "scheduler-connection-lost" not in text:
+            try:  # cancelled for another reason: is the scheduler still there?
+                worker_addresses(self.client)
+                return None
+            except SchedulerLostError as lost:
+                self._scheduler_lost = True
+                return lost
+        self._scheduler_lost = True
+        return SchedulerLostError(
+            f"Lost the connection to the Dask scheduler at {self.client.scheduler.address!r} "
+            "during the run; nothing was written. Restart the scheduler (and workers) and "
+            "run again."
+        )
 
     def _wait_for_any_worker(self) -> list[str]:
         try:
@@ -548,16 +577,18 @@ class DaskRuntime(Runtime):
             raise
 
     def _end(self) -> None:
-        try:
-            if self._throttle is not None:
-                self._throttle.stop()
-        finally:
-            self._throttle = None
-            if self._injector is not None:
-                from daskstraggle.runtime.inject import remove_injector
+        """Stop the throttle and remove the injector; a failure here (e.g. the scheduler
+        is gone) is a warning, never an error that would hide the run's own outcome."""
+        throttle, self._throttle = self._throttle, None
+        name, self._injector = self._injector, None
+        if self._scheduler_lost:  # nothing to talk to (the workers lost it too)
+            return
+        if throttle is not None:
+            _quietly("stop the straggler throttle", throttle.stop)
+        if name is not None:
+            from daskstraggle.runtime.inject import remove_injector
 
-                name, self._injector = self._injector, None
-                remove_injector(self.client, name)
+            _quietly("remove the straggler injector", remove_injector, self.client, name)
 
     def _on_row(self, row: int, recorder: TraceRecorder, final: bool = False) -> None:
         if not final:
@@ -643,7 +674,7 @@ class DaskRuntime(Runtime):
                 continue
             unit, sent, message, final, _ = self._pending.pop(future.key)
             if isinstance(outcome, BaseException):  # only cancellations come back as values
-                raise outcome
+                raise self._lost_scheduler(outcome) or outcome
             result, duration = outcome
             if message is not None:
                 (result,) = result
@@ -689,3 +720,12 @@ class DaskRuntime(Runtime):
             except Exception as err:  # closing must not mask the run's own error
                 logger.warning("closing %r failed: %s", obj, err)
         self._owned = []
+
+
+def _quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:
+    """Call a clean-up step; turn its failure into a warning."""
+    try:
+        fn(*args)
+    except Exception as err:
+        warnings.warn(f"Could not {what} ({type(err).__name__}: {err}); the workers may "
+                      "stay slowed until they restart.", StraggleWarning, stacklevel=3)

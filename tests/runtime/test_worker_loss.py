@@ -195,3 +195,49 @@ def test_min_workers_needs_an_existing_cluster(capsys, tmp_path):
     assert main(["pca", str(path), "--min-workers", "2", "--workers", "2"]) == 2
     assert "(CLI: --min-workers) waits for the workers of an existing cluster" in \
         capsys.readouterr().err
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_killed_scheduler_ends_the_run_in_one_line(tmp_path):
+    import zarr
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20000, 10))
+    path = tmp_path / "x.zarr"
+    zarr.create_array(path, data=X, chunks=(2000, 10))
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    dask = [sys.executable, "-m", "distributed.cli"]
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    scheduler = subprocess.Popen([*dask[:2], "distributed.cli.dask_scheduler", "--host",
+                                  "127.0.0.1", "--port", address.rsplit(":", 1)[1],
+                                  "--no-dashboard"], **quiet)
+    workers = [subprocess.Popen([*dask[:2], "distributed.cli.dask_worker", address,
+                                 "--nthreads", "1", "--no-dashboard"], **quiet)
+               for _ in range(2)]
+    try:
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "daskstraggle", "pca", str(path), "--scheduler", address,
+             "--min-workers", "2", "--method", "gd", "--tol", "1e-14", "--max-iter", "500",
+             "--stragglers", "gamma(mean=0.2, var=1e-6)", "--quiet"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(12)  # connected, loaded, iterating
+        scheduler.kill()
+        killed = time.perf_counter()
+        out, err = cli.communicate(timeout=120)
+        assert time.perf_counter() - killed < 60
+        assert cli.returncode == 1, (out, err)
+        lines = err.strip().splitlines()
+        assert lines == [f"error: Lost the connection to the Dask scheduler at {address!r} "
+                         "during the run; nothing was written. Restart the scheduler (and "
+                         "workers) and run again."], err
+    finally:
+        for proc in [scheduler, *workers]:
+            proc.kill()
+            proc.wait()
