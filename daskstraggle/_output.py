@@ -8,9 +8,11 @@ paths, so symlinks do not hide the overlap), and when its folder cannot be writt
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
+import sys
 import tempfile
 import uuid
 import warnings
@@ -149,41 +151,82 @@ def check_writable_folder(folder: Path, *, out: Path | None = None) -> None:
 
 
 def write_atomically(out: Path, write: Callable[[Path], object]) -> Path:
-    """Call ``write(tmp)`` on a temporary sibling of ``out``, then rename it to ``out``.
+    """Call ``write(tmp)`` on a temporary sibling of ``out``, then put it in place.
 
-    An existing ``out`` is moved aside, replaced, then deleted; if the rename fails it is
-    put back. Nothing hidden is left behind: the temporary and the replaced store are
-    deleted (retried; a warning names what could not be deleted), and so are replaced
-    stores that an earlier interrupted save left next to ``out``.
+    An existing ``out`` is swapped with the temporary in one atomic step where the
+    system offers it (Linux ``renameat2(RENAME_EXCHANGE)``), so a kill at any instant
+    leaves the old or the new store at ``out``, never neither; elsewhere it is moved
+    aside and replaced by two renames (put back if the second fails). The replaced store
+    is then deleted (retried; a warning names what could not be deleted), and so are
+    temporaries and replaced stores that an earlier save killed midway left next to
+    ``out`` (their process is gone).
     """
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staged = out.parent / f".{out.name}.tmp-{tag}"
+    tmp: Path | None = staged
     old: Path | None = None
     try:
-        write(tmp)
-        if os.path.lexists(out):
-            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+        write(staged)
+        if not os.path.lexists(out):
+            staged.rename(out)
+        elif _exchange(staged, out):  # the temporary's name now holds the replaced store
+            old = out.parent / f".{out.name}.old-{tag}"
+            staged.rename(old)
+            tmp = None
+        else:
+            old = out.parent / f".{out.name}.old-{tag}"
             out.rename(old)
-        try:
-            tmp.rename(out)
-        except BaseException:
-            if old is not None and not os.path.lexists(out):
-                old.rename(out)
-                old = None
-            raise
+            try:
+                staged.rename(out)
+            except BaseException:
+                if not os.path.lexists(out):
+                    old.rename(out)
+                    old = None
+                raise
     finally:
-        for leftover in (tmp, old, *_stale_replaced(out)):
+        for leftover in (tmp, old, *_stale_leftovers(out)):
             if leftover is not None and os.path.lexists(leftover):
                 discard(leftover)
     return out
 
 
-def _stale_replaced(out: Path) -> list[Path]:
-    pattern = re.compile(rf"\.{re.escape(out.name)}\.old-[0-9a-f]{{8}}")
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2``); False where not supported."""
+    if sys.platform != "linux":
+        return False
     try:
-        return [p for p in out.parent.iterdir() if pattern.fullmatch(p.name)]
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    done = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return done == 0
+
+
+def _stale_leftovers(out: Path) -> list[Path]:
+    """Temporaries and replaced stores of ``out`` whose writing process is gone."""
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.(?:tmp|old)-(\d+)-[0-9a-f]{{8}}"
+                         rf"|\.{re.escape(out.name)}\.old-[0-9a-f]{{8}}")
+    try:
+        found = [(p, pattern.fullmatch(p.name)) for p in out.parent.iterdir()]
     except OSError:
         return []
+    return [p for p, match in found
+            if match is not None and (match.group(1) is None or not _alive(int(match.group(1))))]
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True  # this process: a save in progress on another thread
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def discard(path: Path) -> bool:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -256,3 +258,40 @@ def test_demo_checks_options_before_simulating(args, words, tmp_path, capsys, mo
 def test_errors_are_input_errors():
     assert issubclass(OutputNotWritableError, InputError)
     assert issubclass(OutputNotWritableError, PermissionError)
+
+
+def test_overwrite_swaps_in_one_step_where_the_system_can(tmp_path, monkeypatch):
+    # a kill at any instant must leave the old or the new store at the path: on Linux the
+    # two are exchanged atomically, so the path never goes missing in between
+    from daskstraggle import _output
+
+    out = tmp_path / "r.zarr"
+    small_result().save(out)
+    swaps = []
+    real = _output._exchange
+
+    def watched(a, b):
+        done = real(a, b)
+        swaps.append(done)
+        assert os.path.isdir(b)  # right after the swap the path holds a store
+        return done
+
+    monkeypatch.setattr(_output, "_exchange", watched)
+    result = small_result()
+    result.objective = 3.0
+    result.save(out, overwrite=True)
+    assert swaps == [sys.platform == "linux"]
+    assert Result.load(out).objective == 3.0
+    assert hidden(tmp_path) == []
+
+
+def test_leftovers_of_a_killed_save_are_cleaned_but_not_a_running_one(tmp_path):
+    out = tmp_path / "r.zarr"
+    small_result().save(out)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for name in (f".r.zarr.tmp-{dead.pid}-0123abcd", f".r.zarr.old-{dead.pid}-4567abcd",
+                 f".r.zarr.tmp-{os.getppid()}-89abcdef"):  # the last: a live process
+        (tmp_path / name).mkdir()
+    small_result().save(out, overwrite=True)
+    assert hidden(tmp_path) == [f".r.zarr.tmp-{os.getppid()}-89abcdef"]
