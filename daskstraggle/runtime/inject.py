@@ -324,6 +324,10 @@ def install_injector(
     name = f"{INJECTOR_PREFIX}-{uuid.uuid4().hex[:10]}"
     try:
         client.register_plugin(StragglerInjector(model, workers, seed), name=name)
+        # a client killed before remove_injector: the scheduler removes it
+        from daskstraggle.runtime.plugin import guard_worker_plugin
+
+        guard_worker_plugin(client, name)
     except BaseException:
         remove_injector(client, name)
         raise
@@ -344,11 +348,14 @@ def remove_injector(client: Any, name: str) -> None:
         from distributed import get_client
 
         client = get_client()
+    from daskstraggle.runtime.plugin import unguard_worker_plugin
+
     try:
         client.unregister_worker_plugin(name)
     except ValueError as err:
         if "does not exist" not in str(err):
             raise
+    unguard_worker_plugin(client, name)
 
 
 @contextlib.contextmanager

@@ -63,11 +63,15 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAXLEN",
     "DEFAULT_PREFIX",
+    "JANITOR_PREFIX",
     "PRELOAD_NAME",
     "LatencyPlugin",
     "LatencyRecorder",
     "TaskLatency",
+    "WorkerPluginJanitor",
     "dask_setup",
+    "guard_worker_plugin",
+    "unguard_worker_plugin",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,6 +82,8 @@ DEFAULT_PREFIX = "daskstraggle-unit-"
 DEFAULT_MAXLEN = 1000
 #: Name of the plugin installed by the ``--preload daskstraggle.runtime.plugin`` route.
 PRELOAD_NAME = "daskstraggle-latency"
+#: Scheduler plugins guarding a worker plugin are named this plus the worker plugin's name.
+JANITOR_PREFIX = "daskstraggle-janitor-"
 #: The recorder keeps at most this many times ``maxlen`` records not yet read.
 _BUFFER_FACTOR = 64
 #: The recorder keeps the recent compute durations of at most this many workers.
@@ -399,7 +405,78 @@ def dask_setup(scheduler: Scheduler) -> None:
     scheduler.add_plugin(LatencyPlugin(), name=PRELOAD_NAME, idempotent=True)
 
 
+class WorkerPluginJanitor(SchedulerPlugin):
+    """Unregister a worker plugin when the client that registered it leaves the scheduler.
+
+    A client killed mid-run (SIGKILL, a crashed notebook kernel) cannot remove what it
+    installed on the workers; on a shared cluster a straggler injector would then slow
+    our tasks of every later run forever. The scheduler notices the client's
+    departure and this plugin removes the worker plugin, then itself.
+
+    Parameters
+    ----------
+    client : str
+        Id of the client that registered the worker plugin.
+    plugin : str
+        Name of the worker plugin.
+    """
+
+    def __init__(self, client: str, plugin: str) -> None:
+        self.client = client
+        self.plugin = plugin
+
+    def remove_client(self, scheduler: Scheduler, client: str) -> None:
+        """Remove the worker plugin and this janitor when their client leaves."""
+        if client != self.client:
+            return
+        import asyncio
+
+        if self.plugin in scheduler.worker_plugins:
+            asyncio.get_running_loop().create_task(_unregister(scheduler, self.plugin))
+        for name, plugin in list(scheduler.plugins.items()):
+            if plugin is self:
+                scheduler.remove_plugin(name)
+
+
+async def _unregister(scheduler: Scheduler, name: str) -> None:
+    try:
+        await scheduler.unregister_worker_plugin(None, name)
+    except ValueError:  # already removed
+        pass
+
+
 # --- functions run on the scheduler (travel by value) ----------------------------------
+
+
+def _add_janitor(client: str, plugin: str, *, dask_scheduler: Scheduler) -> None:
+    dask_scheduler.add_plugin(WorkerPluginJanitor(client, plugin),
+                              name=f"{JANITOR_PREFIX}{plugin}", idempotent=True)
+
+
+def _remove_janitor(plugin: str, *, dask_scheduler: Scheduler) -> None:
+    if f"{JANITOR_PREFIX}{plugin}" in dask_scheduler.plugins:
+        dask_scheduler.remove_plugin(f"{JANITOR_PREFIX}{plugin}")
+
+
+def guard_worker_plugin(client: Client, plugin: str) -> None:
+    """Have the scheduler unregister worker plugin ``plugin`` if ``client`` leaves.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The client that registered the plugin.
+    plugin : str
+        The worker plugin's name.
+    """
+    _ship_by_value()
+    client.run_on_scheduler(_add_janitor, client.id, plugin)
+
+
+def unguard_worker_plugin(client: Client, plugin: str) -> None:
+    """Remove the guard of :func:`guard_worker_plugin` (the plugin was removed)."""
+    _ship_by_value()
+    client.run_on_scheduler(_remove_janitor, plugin)
+
 
 
 def _attach(name: str, topic: str | None, client: str, prefix: str, *,

@@ -241,3 +241,47 @@ def test_a_killed_scheduler_ends_the_run_in_one_line(tmp_path):
         for proc in [scheduler, *workers]:
             proc.kill()
             proc.wait()
+
+
+def test_a_killed_client_leaves_no_injector_on_a_shared_cluster():
+    from distributed import Client, LocalCluster
+
+    from daskstraggle.runtime.inject import INJECTOR_PREFIX
+
+    script = (
+        "import sys, time\n"
+        "from distributed import Client\n"
+        "from daskstraggle.latency.spec import parse_stragglers\n"
+        "from daskstraggle.runtime.dask import worker_addresses\n"
+        "from daskstraggle.runtime.inject import install_injector\n"
+        "client = Client(sys.argv[1], set_as_default=False)\n"
+        "model = parse_stragglers('gamma(mean=1.0, var=0.01)').model\n"
+        "install_injector(client, model, worker_addresses(client), seed=0)\n"
+        "print('installed', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+
+    def injectors(client: Client) -> list[str]:
+        plugins = client.run(lambda dask_worker: list(dask_worker.plugins))
+        return sorted({p for names in plugins.values() for p in names
+                       if p.startswith(INJECTOR_PREFIX)})
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        user = subprocess.Popen([sys.executable, "-c", script, cluster.scheduler_address],
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            assert user.stdout.readline().strip() == "installed"
+            assert len(injectors(client)) == 1
+            user.kill()
+            user.wait()
+            deadline = time.perf_counter() + 30
+            while injectors(client) and time.perf_counter() < deadline:
+                time.sleep(0.2)
+            assert injectors(client) == []
+            assert not [n for n in client.run_on_scheduler(
+                lambda dask_scheduler: list(dask_scheduler.plugins)) if "janitor" in n]
+        finally:
+            user.kill()
+            user.wait()
