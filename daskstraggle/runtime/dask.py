@@ -56,6 +56,8 @@ MEMBERSHIP_INTERVAL = 1.0
 NO_WORKER_TIMEOUT = 60.0
 #: Seconds the scheduler may take to answer a membership check.
 SCHEDULER_TIMEOUT = 30.0
+#: Seconds a clean-up step (removing the injector, stopping the throttle) may take.
+CLEANUP_TIMEOUT = 15.0
 
 OWN_CLUSTER_CONFIG = {
     "distributed.scheduler.work-stealing": False,
@@ -723,9 +725,26 @@ class DaskRuntime(Runtime):
 
 
 def _quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:
-    """Call a clean-up step; turn its failure into a warning."""
-    try:
-        fn(*args)
-    except Exception as err:
-        warnings.warn(f"Could not {what} ({type(err).__name__}: {err}); the workers may "
-                      "stay slowed until they restart.", StraggleWarning, stacklevel=3)
+    """Call a clean-up step, waiting at most ``CLEANUP_TIMEOUT`` s (a frozen worker never
+    answers the scheduler's broadcast); turn its failure or overrun into a warning."""
+    import threading
+
+    failure: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            fn(*args)
+        except Exception as err:
+            failure.append(err)
+
+    thread = threading.Thread(target=call, name=f"daskstraggle-{what}", daemon=True)
+    thread.start()
+    thread.join(CLEANUP_TIMEOUT)
+    if thread.is_alive():
+        why = f"no answer within {CLEANUP_TIMEOUT:g} s: a worker may be frozen"
+    elif failure:
+        why = f"{type(failure[0]).__name__}: {failure[0]}"
+    else:
+        return
+    warnings.warn(f"Could not {what} ({why}); the workers may stay slowed until they "
+                  "restart.", StraggleWarning, stacklevel=3)

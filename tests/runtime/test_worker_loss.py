@@ -285,3 +285,24 @@ def test_a_killed_client_leaves_no_injector_on_a_shared_cluster():
         finally:
             user.kill()
             user.wait()
+
+
+def test_a_clean_up_step_that_never_answers_is_bounded(monkeypatch):
+    # removing a plugin waits for every worker's answer; a frozen (SIGSTOPped) worker never
+    # gives one, so the run's end must not wait for it
+    from daskstraggle.runtime import dask as runtime_dask
+
+    monkeypatch.setattr(runtime_dask, "CLEANUP_TIMEOUT", 0.5)
+    release = threading.Event()
+    t0 = time.perf_counter()
+    with pytest.warns(StraggleWarning, match=r"Could not remove the injector \(no answer "
+                      r"within 0.5 s: a worker may be frozen\)"):
+        runtime_dask._quietly("remove the injector", release.wait, 30)
+    assert time.perf_counter() - t0 < 5
+    release.set()
+    with pytest.warns(StraggleWarning, match=r"Could not stop it \(OSError: gone\)"):
+        runtime_dask._quietly("stop it", _raise, OSError("gone"))
+
+
+def _raise(err: BaseException) -> None:
+    raise err
