@@ -38,6 +38,7 @@ from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
 from daskstraggle.runtime._connect import check_client, probe_scheduler, start_local_cluster
+from daskstraggle.runtime._resilience import quietly, replacement_targets
 from daskstraggle.runtime.base import Runtime, fold_map, run_unit, stream_messages
 from daskstraggle.trace import TraceRecorder
 
@@ -56,8 +57,10 @@ MEMBERSHIP_INTERVAL = 1.0
 NO_WORKER_TIMEOUT = 60.0
 #: Seconds the scheduler may take to answer a membership check.
 SCHEDULER_TIMEOUT = 30.0
-#: Seconds a clean-up step (removing the injector, stopping the throttle) may take.
-CLEANUP_TIMEOUT = 15.0
+#: An exact pass's fold still running this many times after half the folds finished
+#: (and at least BACKUP_MIN seconds after the start) is computed again elsewhere.
+BACKUP_FACTOR = 4.0
+BACKUP_MIN = 2.0
 
 OWN_CLUSTER_CONFIG = {
     "distributed.scheduler.work-stealing": False,
@@ -147,46 +150,6 @@ def connect(
                   low=1, high=MAX_LOCAL_WORKERS)
     return start_local_cluster(n, threads_per_worker=threads_per_worker, processes=processes,
                                config=OWN_CLUSTER_CONFIG)
-
-
-def replacement_targets(addresses: list[str], live: list[str]) -> dict[int, str]:
-    """Return a live worker for every worker index whose worker has left (pure).
-
-    A live worker that no index uses yet (a nanny's restart of the lost worker, or a
-    worker that joined) is taken first, in sorted order; then the live worker that the
-    fewest indices use, so the lost work is spread over the survivors.
-
-    Parameters
-    ----------
-    addresses : list of str
-        Current worker address of each worker index.
-    live : list of str
-        Addresses of the workers in the cluster now (not empty).
-
-    Returns
-    -------
-    moves : dict of int to str
-        New address of each index whose address is not live.
-
-    Examples
-    --------
-    >>> replacement_targets(["a", "b", "c"], ["a", "c", "d"])
-    {1: 'd'}
-    >>> replacement_targets(["a", "b", "c"], ["a"])
-    {1: 'a', 2: 'a'}
-    """
-    alive = set(live)
-    lost = [i for i, a in enumerate(addresses) if a not in alive]
-    load = {a: 0 for a in sorted(alive)}
-    for a in addresses:
-        if a in load:
-            load[a] += 1
-    moves: dict[int, str] = {}
-    for i in lost:
-        target = min(load, key=lambda a: (load[a], a))
-        moves[i] = target
-        load[target] += 1
-    return moves
 
 
 def worker_addresses(client: Any) -> list[str]:
@@ -401,19 +364,16 @@ class DaskRuntime(Runtime):
         """Fold ``fn`` over every partition (once each) on the workers holding them.
 
         The wait is bounded: if a holder leaves, its partitions are reloaded on a live
-        worker and the pass starts again (it is idempotent).
+        worker and the pass starts again (it is idempotent); a fold far slower than the
+        others (a frozen worker) gets a backup on another worker, and the first of the
+        two to finish counts.
         """
         self._check_membership()
         while True:
-            futures = self._fold_tasks(fn, args, combine)
-            while not all(f.done() for f in futures):
-                if time.perf_counter() - self._last_check >= MEMBERSHIP_INTERVAL \
-                        and self._check_membership():
-                    break
-                time.sleep(0.005)
-            else:
+            folds = self._fold_tasks(fn, args, combine)
+            futures = self._wait_folds(folds, fn, args, combine)
+            if futures is not None:
                 break
-            self.client.cancel(futures)  # a holder left: the pass starts again
         try:
             parts = self.client.gather(futures)
         except (OSError, TimeoutError) as err:
@@ -430,20 +390,70 @@ class DaskRuntime(Runtime):
         return total
 
     def _fold_tasks(self, fn: Callable[..., Any], args: tuple[Any, ...],
-                    combine: Callable[[Any, Any], Any] | None) -> list[Any]:
-        """Submit one fold per worker index over the partitions it is first to hold."""
+                    combine: Callable[[Any, Any], Any] | None) -> list[list[Any]]:
+        """Submit one fold per worker index over the partitions it is first to hold.
+
+        Returns ``[index, partitions, future]`` per fold (a backup appends its future).
+        """
         owner: dict[int, int] = {}
         for i, held in enumerate(self._held):
             for p in held:
                 owner.setdefault(p, i)
-        futures = []
+        folds = []
         for i, held in enumerate(self._held):
-            mine = [held[p] for p in held if owner[p] == i]
+            mine = [p for p in held if owner[p] == i]
             if mine:
                 key = f"map-{uuid.uuid4().hex[:6]}-w{i}"
-                futures.append(self._pinned(fold_map, fn, args, combine, *mine, key=key,
-                                            worker_index=i))
-        return futures
+                folds.append([i, mine, self._pinned(fold_map, fn, args, combine,
+                                                    *(held[p] for p in mine), key=key,
+                                                    worker_index=i)])
+        return folds
+
+    def _wait_folds(self, folds: list[list[Any]], fn: Callable[..., Any],
+                    args: tuple[Any, ...], combine: Callable[[Any, Any], Any] | None
+                    ) -> list[Any] | None:
+        """Wait for every fold (a backup's result if it comes first); None: a holder left
+        (the folds are cancelled and the pass must start again)."""
+        t0 = time.perf_counter()
+        half: float | None = None
+        while True:
+            done = [next((f for f in fold[2:] if f.done()), None) for fold in folds]
+            if all(f is not None for f in done):
+                self.client.cancel([f for fold in folds for f in fold[2:]
+                                    if f not in done])
+                return done
+            now = time.perf_counter()
+            if half is None and 2 * sum(f is not None for f in done) >= len(folds):
+                half = now - t0
+            if half is not None and now - t0 > max(BACKUP_MIN, BACKUP_FACTOR * half):
+                for fold, finished in zip(folds, done, strict=True):
+                    if finished is None and len(fold) == 3:
+                        fold.append(self._backup(fold, fn, args, combine))
+            if now - self._last_check >= MEMBERSHIP_INTERVAL and self._check_membership():
+                self.client.cancel([f for fold in folds for f in fold[2:]])
+                return None
+            time.sleep(0.005)
+
+    def _backup(self, fold: list[Any], fn: Callable[..., Any], args: tuple[Any, ...],
+                combine: Callable[[Any, Any], Any] | None) -> Any:
+        """Run a slow fold again on the next worker index with another address, from its
+        replicas there or from the source."""
+        assert self._matrix is not None
+        index, parts = fold[0], fold[1]
+        others = [j for j in range(len(self._held))
+                  if self._addresses[j] != self._addresses[index]]
+        if not others:
+            return fold[2]
+        j = others[0] if len(others) == 1 else min(
+            others, key=lambda o: (-sum(p in self._held[o] for p in parts), o))
+        token = uuid.uuid4().hex[:6]
+        blocks = [self._held[j][p] if p in self._held[j] else self._pinned(
+            self._matrix.loader(p), key=f"backup-load-p{p}-w{j}-{token}", worker_index=j)
+            for p in parts]
+        logger.warning("exact pass: worker %s is slow; its partitions %s are computed again "
+                       "on %s", self._addresses[index], parts, self._addresses[j])
+        return self._pinned(fold_map, fn, args, combine, *blocks,
+                            key=f"map-backup-{token}-w{j}", worker_index=j)
 
     def _check_membership(self) -> bool:
         """Move the partitions of workers that left to live ones; return whether any left.
@@ -586,11 +596,11 @@ class DaskRuntime(Runtime):
         if self._scheduler_lost:  # nothing to talk to (the workers lost it too)
             return
         if throttle is not None:
-            _quietly("stop the straggler throttle", throttle.stop)
+            quietly("stop the straggler throttle", throttle.stop)
         if name is not None:
             from daskstraggle.runtime.inject import remove_injector
 
-            _quietly("remove the straggler injector", remove_injector, self.client, name)
+            quietly("remove the straggler injector", remove_injector, self.client, name)
 
     def _on_row(self, row: int, recorder: TraceRecorder, final: bool = False) -> None:
         if not final:
@@ -722,29 +732,3 @@ class DaskRuntime(Runtime):
             except Exception as err:  # closing must not mask the run's own error
                 logger.warning("closing %r failed: %s", obj, err)
         self._owned = []
-
-
-def _quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:
-    """Call a clean-up step, waiting at most ``CLEANUP_TIMEOUT`` s (a frozen worker never
-    answers the scheduler's broadcast); turn its failure or overrun into a warning."""
-    import threading
-
-    failure: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            fn(*args)
-        except Exception as err:
-            failure.append(err)
-
-    thread = threading.Thread(target=call, name=f"daskstraggle-{what}", daemon=True)
-    thread.start()
-    thread.join(CLEANUP_TIMEOUT)
-    if thread.is_alive():
-        why = f"no answer within {CLEANUP_TIMEOUT:g} s: a worker may be frozen"
-    elif failure:
-        why = f"{type(failure[0]).__name__}: {failure[0]}"
-    else:
-        return
-    warnings.warn(f"Could not {what} ({why}); the workers may stay slowed until they "
-                  "restart.", StraggleWarning, stacklevel=3)

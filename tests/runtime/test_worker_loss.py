@@ -32,11 +32,16 @@ pytestmark = pytest.mark.cluster
 SLOW = "gamma(mean=0.1, var=1e-6)"
 
 
-@pytest.fixture(scope="module")
-def data():
+def _arrays() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
     X = rng.normal(size=(3000, 12)) * np.linspace(3.0, 1.0, 12)
     y = np.where(X[:, 0] + 0.5 * rng.normal(size=3000) > 0, 1.0, -1.0)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = _arrays()
     return open_matrix(X, labels=y)
 
 
@@ -290,19 +295,44 @@ def test_a_killed_client_leaves_no_injector_on_a_shared_cluster():
 def test_a_clean_up_step_that_never_answers_is_bounded(monkeypatch):
     # removing a plugin waits for every worker's answer; a frozen (SIGSTOPped) worker never
     # gives one, so the run's end must not wait for it
-    from daskstraggle.runtime import dask as runtime_dask
+    from daskstraggle.runtime import _resilience
 
-    monkeypatch.setattr(runtime_dask, "CLEANUP_TIMEOUT", 0.5)
+    monkeypatch.setattr(_resilience, "CLEANUP_TIMEOUT", 0.5)
     release = threading.Event()
     t0 = time.perf_counter()
     with pytest.warns(StraggleWarning, match=r"Could not remove the injector \(no answer "
                       r"within 0.5 s: a worker may be frozen\)"):
-        runtime_dask._quietly("remove the injector", release.wait, 30)
+        _resilience.quietly("remove the injector", release.wait, 30)
     assert time.perf_counter() - t0 < 5
     release.set()
     with pytest.warns(StraggleWarning, match=r"Could not stop it \(OSError: gone\)"):
-        runtime_dask._quietly("stop it", _raise, OSError("gone"))
+        _resilience.quietly("stop it", _raise, OSError("gone"))
 
 
 def _raise(err: BaseException) -> None:
     raise err
+
+
+def test_a_frozen_worker_does_not_hold_up_the_final_exact_pass(data):
+    # DSAG goes on without the frozen worker; the exact pass after the run needs its
+    # partitions, which a backup computes on another worker (from the source)
+    with DaskRuntime(n_workers=3, rng=0) as rt:
+        pid = _worker_pid(rt, 2)
+        timer = threading.Timer(1.0, os.kill, args=(pid, signal.SIGSTOP))
+        try:
+            timer.start()
+            t0 = time.perf_counter()
+            res = rt.run(DSAG(n_wait=2), Logistic(alpha=0.01), data,
+                         stop=StopRule(max_iter=200, tol=None, time_budget=4.0), rng=0)
+            elapsed = time.perf_counter() - t0
+        finally:
+            timer.join()
+            os.kill(pid, signal.SIGCONT)
+    assert elapsed < 30
+    # the fitted values are the exact ones at the returned point
+    from daskstraggle.problems import Block, block_stats
+
+    block = Block(*_arrays()[:1], y=_arrays()[1])
+    bound = Logistic(alpha=0.01).bind(block_stats(block))
+    exact = bound.objective(bound.kernel(block, res.iterate).values, res.iterate)
+    assert res.objective == pytest.approx(exact, rel=1e-12)
