@@ -167,11 +167,16 @@ def worker_addresses(client: Any) -> list[str]:
         info = client.sync(client.scheduler.identity, n_workers=-1,
                            callback_timeout=SCHEDULER_TIMEOUT)
     except (OSError, TimeoutError) as err:
-        raise SchedulerLostError(
-            f"Lost the Dask scheduler at {client.scheduler.address!r} ({type(err).__name__}: "
-            f"{err}); no result can be trusted. Restart the scheduler and run again."
-        ) from None
+        raise scheduler_lost(client, f"{type(err).__name__}: {err}") from None
     return sorted(info["workers"])
+
+
+def scheduler_lost(client: Any, cause: str) -> SchedulerLostError:
+    """Return the one-line error for a scheduler that stopped answering."""
+    return SchedulerLostError(
+        f"Lost the connection to the Dask scheduler at {client.scheduler.address!r} "
+        f"({cause}); nothing was written. Restart the scheduler (and workers) and run again."
+    )
 
 
 def run_unit_task(
@@ -498,11 +503,7 @@ class DaskRuntime(Runtime):
                 self._scheduler_lost = True
                 return lost
         self._scheduler_lost = True
-        return SchedulerLostError(
-            f"Lost the connection to the Dask scheduler at {self.client.scheduler.address!r} "
-            "during the run; nothing was written. Restart the scheduler (and workers) and "
-            "run again."
-        )
+        return scheduler_lost(self.client, "our work was cancelled: scheduler-connection-lost")
 
     def _wait_for_any_worker(self) -> list[str]:
         try:

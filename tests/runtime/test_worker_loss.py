@@ -238,10 +238,11 @@ def test_a_killed_scheduler_ends_the_run_in_one_line(tmp_path):
         out, err = cli.communicate(timeout=120)
         assert time.perf_counter() - killed < 60
         assert cli.returncode == 1, (out, err)
-        lines = err.strip().splitlines()
-        assert lines == [f"error: Lost the connection to the Dask scheduler at {address!r} "
-                         "during the run; nothing was written. Restart the scheduler (and "
-                         "workers) and run again."], err
+        (line,) = err.strip().splitlines()  # one line, whichever check saw it first
+        assert line.startswith(f"error: Lost the connection to the Dask scheduler at "
+                               f"{address!r} ("), err
+        assert line.endswith("); nothing was written. Restart the scheduler (and workers) "
+                             "and run again."), err
     finally:
         for proc in [scheduler, *workers]:
             proc.kill()
