@@ -11,9 +11,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from daskstraggle.errors import StraggleWarning
+from daskstraggle.errors import InvalidParameterError, StraggleWarning
 
-__all__ = ["CLEANUP_TIMEOUT", "quietly", "replacement_targets"]
+__all__ = ["CLEANUP_TIMEOUT", "check_memory", "quietly", "replacement_targets"]
 
 #: Seconds a clean-up step (removing the injector, stopping the throttle) may take.
 CLEANUP_TIMEOUT = 15.0
@@ -81,3 +81,45 @@ def quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:
         return
     warnings.warn(f"Could not {what} ({why}); the workers may stay slowed until they "
                   "restart.", StraggleWarning, stacklevel=3)
+
+
+def check_memory(addresses: list[str], shares: list[int], limits: dict[str, int],
+                 pause: float) -> None:
+    """Refuse a placement that gives a worker more data than its memory limit allows.
+
+    Dask pauses a worker at ``pause`` (``distributed.worker.memory.pause``, 0.8) of its
+    limit and its nanny restarts it near the limit; a share above that would be lost and
+    reloaded forever instead of computed.
+
+    Parameters
+    ----------
+    addresses : list of str
+        Worker address by worker index.
+    shares : list of int
+        Bytes each worker index would hold.
+    limits : dict of str to int
+        Memory limit of each worker (0 or absent: none).
+    pause : float
+        Fraction of the limit at which Dask pauses a worker.
+
+    Raises
+    ------
+    InvalidParameterError
+        Naming the worker, its share and its limit.
+
+    Examples
+    --------
+    >>> check_memory(["a"], [10], {"a": 100}, 0.8)
+    """
+    held: dict[str, int] = {}
+    for address, share in zip(addresses, shares, strict=True):
+        held[address] = held.get(address, 0) + share
+    for address, share in held.items():
+        limit = limits.get(address) or 0
+        if limit and share > pause * limit:
+            raise InvalidParameterError(
+                f"Worker {address} would hold {share / 1e9:.3g} GB of the matrix, more than "
+                f"{pause:.0%} of its memory limit of {limit / 1e9:.3g} GB (where Dask pauses "
+                "it): use more workers (CLI: --workers), workers with more memory (dask "
+                "worker --memory-limit), or a smaller matrix."
+            )

@@ -38,7 +38,7 @@ from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
 from daskstraggle.runtime._connect import check_client, probe_scheduler, start_local_cluster
-from daskstraggle.runtime._resilience import quietly, replacement_targets
+from daskstraggle.runtime._resilience import check_memory, quietly, replacement_targets
 from daskstraggle.runtime.base import Runtime, fold_map, run_unit, stream_messages
 from daskstraggle.trace import TraceRecorder
 
@@ -352,6 +352,7 @@ class DaskRuntime(Runtime):
         self._token = uuid.uuid4().hex[:8]
         self._matrix = matrix
         self._losses = []
+        self._check_memory(matrix, placement)
         self._held = [
             {p: self._pinned(matrix.loader(p), key=f"load-p{p}-w{i}", worker_index=i)
              for p in parts}
@@ -488,6 +489,19 @@ class DaskRuntime(Runtime):
         for i, target in moves.items():
             self._move(i, target)
         return True
+
+    def _check_memory(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> None:
+        """Refuse, before loading, a share of the data above a worker's memory limit."""
+        import dask
+
+        rows = matrix.partition_rows()
+        row_bytes = matrix.n_columns * matrix.dtype.itemsize + 24  # + fill, centre, scale
+        shares = [int(sum(rows[p] for p in parts)) * row_bytes for parts in placement]
+        info = self.client.sync(self.client.scheduler.identity, n_workers=-1,
+                                callback_timeout=SCHEDULER_TIMEOUT)
+        limits = {a: int(w.get("memory_limit") or 0) for a, w in info["workers"].items()}
+        pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
+        check_memory(self._addresses, shares, limits, float(pause))
 
     def _lost_scheduler(self, err: BaseException) -> SchedulerLostError | None:
         """Return a one-line SchedulerLostError when ``err`` means the scheduler is gone."""

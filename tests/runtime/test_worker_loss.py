@@ -337,3 +337,26 @@ def test_a_frozen_worker_does_not_hold_up_the_final_exact_pass(data):
     bound = Logistic(alpha=0.01).bind(block_stats(block))
     exact = bound.objective(bound.kernel(block, res.iterate).values, res.iterate)
     assert res.objective == pytest.approx(exact, rel=1e-12)
+
+
+def test_a_share_above_the_memory_limit_is_refused_before_loading():
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    from daskstraggle.errors import InvalidParameterError
+
+    X = da.zeros((40_000, 1000), chunks=(10_000, 1000))  # 320 MB, never computed
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit="300MB",
+                      dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        address = next(iter(client.scheduler_info()["workers"]))
+        with DaskRuntime(client) as rt, pytest.raises(
+                InvalidParameterError, match=rf"Worker {address} would hold 0.321 GB of the "
+                r"matrix, more than 80% of its memory limit of 0.3 GB"):
+            rt.run(GD(), PCA(n_components=2), open_matrix(X), rng=0)
+        # a share that fits runs
+        small = np.random.default_rng(0).normal(size=(1000, 1000))
+        with DaskRuntime(client) as rt:
+            res = rt.run(GD(), PCA(n_components=1), open_matrix(small),
+                         stop=StopRule(max_iter=2, tol=None), rng=0)
+        assert res.n_iter == 2
