@@ -259,8 +259,7 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
             z = p[r, 0] + b
             if logistic:
                 margin = label * z
-                loss += _log1pexp(-margin)
-                weight = -label * _expit(-margin)
+                loss, weight = _logistic_terms(margin, label, loss)
             else:
                 weight = z - label
                 loss += weight * weight
@@ -274,20 +273,17 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _log1pexp(x):
-    """``log(1 + exp(x))`` without overflow (numpy's ``logaddexp(0, x)``)."""
-    if x > 0.0:
-        return x + math.log1p(math.exp(-x))
-    return math.log1p(math.exp(x))
+def _logistic_terms(margin, label, loss):
+    """Return ``loss + log(1 + exp(-margin))`` and ``-label expit(-margin)``, one ``exp``.
 
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _expit(x):
-    """The logistic function ``1 / (1 + exp(-x))`` without overflow."""
-    if x >= 0.0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
+    With ``e = exp(-|margin|)``: ``log(1 + exp(-margin)) = max(-margin, 0) + log1p(e)``
+    (numpy's ``logaddexp(0, -margin)``) and ``expit(-margin)`` is ``1 / (1 + e)`` for
+    ``margin <= 0``, ``e / (1 + e)`` otherwise; neither overflows.
+    """
+    e = math.exp(-abs(margin))
+    if margin > 0.0:
+        return loss + math.log1p(e), -label * (e / (1.0 + e))
+    return loss + (-margin + math.log1p(e)), -label * (1.0 / (1.0 + e))
 
 
 @numba.njit(**_JIT)

@@ -255,3 +255,15 @@ def test_environment_variable_selects_numpy(monkeypatch):
 def test_unknown_implementation_is_refused(rng):
     with pytest.raises(ValueError, match="unknown kernel implementation"):
         kernels.pca_pass(Block(np.ones((2, 2))), np.ones((2, 1)), None, implementation="c")
+
+
+@pytest.mark.parametrize("kind", ["float64", "int8-patterson", "packed-patterson"])
+def test_logistic_pass_does_not_overflow_on_huge_margins(kind, implementation, rng):
+    block = make_block(kind, 40, 6, rng)
+    X, y = dense(block), block.y
+    w = 1e4 * rng.normal(size=6)
+    grad, total, loss = kernels.glm_pass(block, w, 0.0, logistic=True,
+                                         implementation=implementation)
+    q = -y * expit(-y * (X @ w))
+    assert np.isfinite(loss) and close(loss, np.logaddexp(0.0, -y * (X @ w)).sum())
+    assert close(grad, X.T @ q) and close(total, q.sum())
