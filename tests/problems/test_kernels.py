@@ -267,3 +267,41 @@ def test_logistic_pass_does_not_overflow_on_huge_margins(kind, implementation, r
     q = -y * expit(-y * (X @ w))
     assert np.isfinite(loss) and close(loss, np.logaddexp(0.0, -y * (X @ w)).sum())
     assert close(grad, X.T @ q) and close(total, q.sum())
+
+
+def test_numpy_is_the_default_without_numba(monkeypatch, rng):
+    monkeypatch.setattr(kernels, "_numba_missing", True)
+    monkeypatch.delenv(kernels.NUMBA_VARIABLE, raising=False)
+    assert kernels.default_implementation() == "numpy"
+    with pytest.raises(ImportError, match="pip install numba"):
+        kernels.pca_pass(Block(np.ones((2, 2))), np.ones((2, 1)), None, implementation="numba")
+    block = make_block("int8-patterson", 9, 5, rng)
+    pca = PCA(n_components=2).bind(block_stats(block))
+    assert pca.kernel(block, pca.init_iterate(rng)).gradient.shape == (5, 2)
+
+
+@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
+def test_unwritable_package_moves_the_numba_cache_to_tmp(monkeypatch, tmp_path):
+    import importlib
+    import sys
+    import tempfile
+
+    import numba
+
+    real = importlib.import_module
+    calls = []
+
+    def import_module(name, *args, **kwargs):
+        calls.append(name)
+        if len(calls) == 1:
+            raise RuntimeError("cannot cache function 'pca': no locator available")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", numba.config.CACHE_DIR)
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    # the module imported here (its cache in tmp_path) must not outlive the test
+    monkeypatch.delitem(sys.modules, "daskstraggle.problems._numba_kernels", raising=False)
+    module = kernels._import_numba_kernels()
+    assert calls == [module.__name__] * 2
+    assert numba.config.CACHE_DIR.startswith(str(tmp_path))
