@@ -14,14 +14,16 @@ being ``T`` with its missing entries replaced by ``f``. The kernels here compute
 each in one pass over the stored bytes. Two implementations compute the same sums:
 
 ``"numba"``
-    Four rows at a time are converted (filled, centred, scaled, or decoded from 2 bits)
-    into an L1-resident buffer that feeds register-blocked products (see
-    :mod:`daskstraggle.problems._numba_kernels`). Compiled lazily, one kernel at a time,
-    and cached on disk.
+    Four rows at a time are converted to float64 with their missing entries filled (or
+    decoded from 2 bits) into an L1-resident buffer that feeds register-blocked products
+    (see :mod:`daskstraggle.problems._numba_kernels`). Compiled lazily, one kernel at a
+    time, and cached on disk.
 ``"numpy"``
     Tile by tile, the raw values are cast to float64 and only the few missing entries are
-    filled; centre and scale are applied to the thin products instead of the wide tile:
-    ``X V = s * (T' V - c (1^T V))`` and ``X^T Q = T'^T (s Q) - 1 (c^T (s Q))``.
+    filled.
+
+Both apply centre and scale to the thin products instead of the wide rows:
+``X V = s * (T' V - c (1^T V))`` and ``X^T Q = T'^T (s Q) - 1 (c^T (s Q))``.
 
 The default is numba when it can be imported, unless the environment variable
 ``DASKSTRAGGLE_NUMBA`` is ``0``. Both agree with the float64 tiles of :meth:`Block.tiles`
@@ -146,9 +148,14 @@ def _call_numba(name: str, *args: Any) -> None:
 def _use_numba(block: Block, implementation: str | None) -> bool:
     if _resolve(implementation) != "numba":
         return False
+    values = block.values
+    if not values.flags.c_contiguous:
+        return False
     if block.is_packed:
-        return bool(block.values.flags.c_contiguous)
-    return block.values.dtype in _NUMBA_DTYPES and bool(block.values.flags.c_contiguous)
+        return True
+    # float64 rows are used in place, typed like the (writeable) conversion buffer
+    return values.dtype in _NUMBA_DTYPES and (values.dtype != np.float64
+                                              or bool(values.flags.writeable))
 
 
 def _transforms(block: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

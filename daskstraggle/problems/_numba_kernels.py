@@ -1,13 +1,12 @@
 """Numba bodies of the fused kernels (imported lazily by :mod:`._kernels`, never directly).
 
-Every kernel walks a block four rows at a time. The four rows are converted into a small
-float64 buffer that stays in L1 cache: int8 dosages are filled (missing -> ``fill``),
-centred and scaled on the way, packed 2-bit codes go through a four-entry per-row table,
-float64 rows are copied. The buffer then feeds two register-blocked loops: the
-projections ``p = x V`` of the four rows (one read of each ``V`` column for four rows), and
-the rank-4 update ``G^T += q^T x``. So the wide data is read once from memory, no
-tile-sized float copy exists, and the transform costs a few operations per entry of an
-L1-resident row instead of several passes over a wide tile.
+Every kernel walks a block four rows at a time. int8 dosages are converted to float64
+(missing -> ``fill``) into a small buffer that stays in L1 cache, packed 2-bit codes are
+decoded into it through a four-entry table, float64 rows are used in place. The four rows
+then feed two register-blocked loops: the projections ``p = x V`` (each ``V`` column read
+once for four rows) and the rank-4 update ``G^T += q^T x``. Centre and scale are applied to
+the thin products (``k`` values per row), not to the wide rows. So the stored bytes are
+read once from memory and no tile-sized float copy exists.
 
 Arrays that a block lacks (fill, centre, scale) are passed as empty arrays with a
 ``False`` flag, so each kernel has one compiled signature per stored dtype.
@@ -28,56 +27,60 @@ _FAST = {"reassoc", "contract", "nsz"}
 _JIT = {"cache": True, "nogil": True, "fastmath": _FAST, "error_model": "numpy"}
 
 
-def _load(values, i0, nr, fill, center, scale, flags, buf):
-    """Convert rows ``i0 .. i0 + nr`` into ``buf`` (dispatched on the stored dtype)."""
+def _rows(values, i0, nr, fill, has_fill, buf):
+    """Return rows ``i0 .. i0 + nr`` as float64 with missing entries filled (see overload)."""
 
 
-@numba.extending.overload(_load, jit_options=_JIT)
-def _load_overload(values, i0, nr, fill, center, scale, flags, buf):
-    """uint8 values are packed 2-bit codes; int8 and float64 values are dense."""
+@numba.extending.overload(_rows, jit_options=_JIT)
+def _rows_overload(values, i0, nr, fill, has_fill, buf):
+    """Dispatch on the stored dtype: float64 rows are used in place when nothing is missing,
+    int8 rows are converted into ``buf``, uint8 rows are packed codes decoded into ``buf``.
+    """
     if values.dtype == numba.types.uint8:
-        return _load_packed
-    return _load_dense
+        return _decode_packed
+    if values.dtype == numba.types.float64:
+        return _float_rows
+    return _int_rows
 
 
-def _load_dense(values, i0, nr, fill, center, scale, flags, buf):
-    """Convert rows ``i0 .. i0 + nr`` into ``buf`` as ``(filled - centre) * scale``."""
+def _int_rows(values, i0, nr, fill, has_fill, buf):
+    return _convert_dense(values, i0, nr, fill, has_fill, buf)
+
+
+def _float_rows(values, i0, nr, fill, has_fill, buf):
+    if nr == ROWS and not has_fill:
+        return values[i0 : i0 + ROWS]
+    return _convert_dense(values, i0, nr, fill, has_fill, buf)
+
+
+@numba.njit(**_JIT)
+def _convert_dense(values, i0, nr, fill, has_fill, buf):
+    """Write rows ``i0 .. i0 + nr`` to ``buf`` as float64, missing entries filled."""
     m = values.shape[1]
-    has_fill, has_center, has_scale = flags[0], flags[1], flags[2]
     for r in range(nr):
-        i = i0 + r
-        row = values[i]
+        row = values[i0 + r]
         out = buf[r]
-        c = center[i] if has_center else 0.0
-        s = scale[i] if has_scale else 1.0
         if has_fill:
-            f = fill[i]
+            f = fill[i0 + r]
             for j in range(m):
                 t = row[j]
-                v = f if t < 0 else float(t)
-                out[j] = (v - c) * s
+                out[j] = f if t < 0 else float(t)
         else:
             for j in range(m):
-                out[j] = (float(row[j]) - c) * s
+                out[j] = float(row[j])
     for r in range(nr, ROWS):
         buf[r, :] = 0.0
+    return buf
 
 
-def _load_packed(values, i0, nr, fill, center, scale, flags, buf):
-    """Decode packed rows ``i0 .. i0 + nr`` into ``buf`` through a per-row table."""
+def _decode_packed(values, i0, nr, fill, has_fill, buf):
     m = buf.shape[1]
     full = m // 4
-    has_fill, has_center, has_scale = flags[0], flags[1], flags[2]
-    table = np.empty(4)
+    table = np.array([0.0, 1.0, 2.0, -1.0])
     for r in range(nr):
-        i = i0 + r
-        row = values[i]
+        row = values[i0 + r]
         out = buf[r]
-        c = center[i] if has_center else 0.0
-        s = scale[i] if has_scale else 1.0
-        for code in range(3):
-            table[code] = (float(code) - c) * s
-        table[3] = ((fill[i] if has_fill else -1.0) - c) * s
+        table[3] = fill[i0 + r] if has_fill else -1.0
         for jb in range(full):
             byte = row[jb]
             out[4 * jb] = table[byte & 3]
@@ -88,6 +91,7 @@ def _load_packed(values, i0, nr, fill, center, scale, flags, buf):
             out[j] = table[(row[full] >> (2 * (j - 4 * full))) & 3]
     for r in range(nr, ROWS):
         buf[r, :] = 0.0
+    return buf
 
 
 @numba.njit(**_JIT)
@@ -214,60 +218,83 @@ def _scatter(buf, q, GT):
 
 @numba.njit(**_JIT)
 def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
-    """Add ``P^T X`` to ``GT``, ``1^T P`` to ``colsum``, ``|P_j|^2`` to ``sq``.
+    """Add ``X^T P`` to ``GT^T``, ``1^T P`` to ``colsum``, ``|P_j|^2`` to ``sq``.
 
-    ``P = X V - 1 shift^T`` with ``X`` the transformed rows and ``V = VT^T``.
+    ``P = X V - 1 shift^T`` with ``X = diag(s) (T' - c 1^T)``: the rows ``T'`` (filled)
+    are multiplied as stored; centre and scale act on the thin products,
+    ``X V = s (T' V - c (1^T V))`` and ``X^T Q = T'^T (s Q) - 1 (c^T (s Q))``.
     """
     n = values.shape[0]
     k, m = VT.shape
+    has_fill, has_center, has_scale = flags[0], flags[1], flags[2]
     buf = np.zeros((ROWS, m))
     p = np.zeros((ROWS, k))
     q = np.zeros((ROWS, k))
+    vsum = np.zeros(k)
+    for col in range(k):
+        vsum[col] = VT[col].sum()
+    correction = np.zeros(k)
     for i0 in range(0, n, ROWS):
         nr = min(ROWS, n - i0)
-        _load(values, i0, nr, fill, center, scale, flags, buf)
-        _project(buf, VT, p)
+        rows = _rows(values, i0, nr, fill, has_fill, buf)
+        _project(rows, VT, p)
         for r in range(nr):
+            c = center[i0 + r] if has_center else 0.0
+            s = scale[i0 + r] if has_scale else 1.0
             for col in range(k):
-                value = p[r, col] - shift[col]
+                value = (p[r, col] - c * vsum[col]) * s - shift[col]
                 colsum[col] += value
                 sq[col] += value * value
-                q[r, col] = value
+                q[r, col] = value * s
+                correction[col] += c * q[r, col]
         for r in range(nr, ROWS):
             q[r, :] = 0.0
-        _scatter(buf, q, GT)
+        _scatter(rows, q, GT)
+    if has_center:
+        for col in range(k):
+            GT[col] -= correction[col]
 
 
 @numba.njit(**_JIT)
 def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
-    """Add ``X^T q`` to ``grad``, ``sum(q)`` to ``out[0]`` and the loss to ``out[1]``."""
+    """Add ``X^T q`` to ``grad``, ``sum(q)`` to ``out[0]`` and the loss to ``out[1]``.
+
+    ``z = X w + b`` with centre and scale applied to ``T' w`` as in :func:`pca`.
+    """
     n = values.shape[0]
     m = w.shape[0]
+    has_fill, has_center, has_scale = flags[0], flags[1], flags[2]
     VT = w.reshape(1, m)
     GT = grad.reshape(1, m)
+    wsum = w.sum()
     buf = np.zeros((ROWS, m))
     p = np.zeros((ROWS, 1))
     q = np.zeros((ROWS, 1))
     total = 0.0
     loss = 0.0
+    correction = 0.0
     for i0 in range(0, n, ROWS):
         nr = min(ROWS, n - i0)
-        _load(values, i0, nr, fill, center, scale, flags, buf)
-        _project(buf, VT, p)
+        rows = _rows(values, i0, nr, fill, has_fill, buf)
+        _project(rows, VT, p)
         for r in range(nr):
+            c = center[i0 + r] if has_center else 0.0
+            s = scale[i0 + r] if has_scale else 1.0
             label = y[i0 + r]
-            z = p[r, 0] + b
+            z = (p[r, 0] - c * wsum) * s + b
             if logistic:
-                margin = label * z
-                loss, weight = _logistic_terms(margin, label, loss)
+                loss, weight = _logistic_terms(label * z, label, loss)
             else:
                 weight = z - label
                 loss += weight * weight
             total += weight
-            q[r, 0] = weight
+            q[r, 0] = weight * s
+            correction += c * q[r, 0]
         for r in range(nr, ROWS):
             q[r, 0] = 0.0
-        _scatter(buf, q, GT)
+        _scatter(rows, q, GT)
+    if has_center:
+        grad -= correction
     out[0] += total
     out[1] += loss
 
@@ -290,11 +317,14 @@ def _logistic_terms(margin, label, loss):
 def convert(values, a, b, fill, center, scale, flags, mean, out):
     """Write rows ``[a, b)`` as ``(filled - centre) * scale - mean`` into ``out``."""
     m = out.shape[1]
+    has_fill, has_center, has_scale = flags[0], flags[1], flags[2]
     buf = np.zeros((ROWS, m))
     for i0 in range(a, b, ROWS):
         nr = min(ROWS, b - i0)
-        _load(values, i0, nr, fill, center, scale, flags, buf)
+        rows = _rows(values, i0, nr, fill, has_fill, buf)
         for r in range(nr):
+            c = center[i0 + r] if has_center else 0.0
+            s = scale[i0 + r] if has_scale else 1.0
             row = out[i0 - a + r]
             for j in range(m):
-                row[j] = buf[r, j] - mean[j]
+                row[j] = (rows[r, j] - c) * s - mean[j]

@@ -305,3 +305,11 @@ def test_unwritable_package_moves_the_numba_cache_to_tmp(monkeypatch, tmp_path):
     module = kernels._import_numba_kernels()
     assert calls == [module.__name__] * 2
     assert numba.config.CACHE_DIR.startswith(str(tmp_path))
+
+
+def test_read_only_float_blocks_fall_back_to_numpy(rng):
+    X = rng.normal(size=(10, 3))
+    X.setflags(write=False)
+    block = Block(X)
+    G, *_ = kernels.pca_pass(block, np.eye(3), None)
+    assert close(G, X.T @ X)
