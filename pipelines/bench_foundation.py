@@ -4,9 +4,15 @@
 Three measurements, side by side in one run, each the median of several repeats
 (``pipelines/README.md`` explains what they mean and lists measured numbers):
 
-(a) kernel throughput as a ratio to a plain read of the same bytes, single-threaded,
-    for a float64 block (PCA k=2, k=10, logistic) and an int8 genotype-dosage block with
-    Patterson centre/scale (PCA k=2, k=10);
+(a) kernel throughput as a fraction of this machine's roofline, single-threaded:
+    ``max(bytes / read bandwidth, flops / peak GEMM flops) / kernel time``, the read of the
+    block's stored bytes and a float64 1000^3 GEMM timed in the same repeat as the kernel.
+    PCA k = 2, 5, 10, 20 on a float64 block, an int8 genotype-dosage block with Patterson
+    centre/scale and 2 % missing calls, and the same genotypes packed in 2 bits; the Gram
+    kernel (d = 1000 samples) on int8 and float64 blocks; the logistic and least-squares
+    kernels on the float64 block. Each with the numba and the numpy kernels
+    (``DASKSTRAGGLE_NUMBA``), plus the numba start-up cost of a fresh process (cold
+    compile, cached);
 (b) per-iteration overhead of synchronous GD (PCA) on LocalClusters of 2, 4 and 8
     single-threaded process workers: iteration time minus the slowest worker's kernel
     time, next to a no-op round-trip floor, the in-process driver cost and the
@@ -17,13 +23,15 @@ Three measurements, side by side in one run, each the median of several repeats
 
 The script only composes public pieces of daskstraggle (``open_matrix``, problems and
 their kernels, ``Block``, ``DaskRuntime``, ``LocalRuntime``, ``GD``, ``StopRule``, the
-dataset recipe); it holds no library logic. Results go to
+dataset recipe; ``pack_dosages`` to pack the genotype block as ``genotype_storage="packed"``
+workers hold it); it holds no library logic. Results go to
 ``results/bench_foundation/<UTC timestamp>.json``.
 
 Usage::
 
-    python pipelines/bench_foundation.py            # default sizes, ~7 minutes
+    python pipelines/bench_foundation.py            # default sizes, ~9 minutes
     python pipelines/bench_foundation.py --quick    # smoke run, < 1 minute
+    flock /tmp/daskstraggle-bench.lock python pipelines/bench_foundation.py --sections kernel
 """
 
 from __future__ import annotations
