@@ -158,7 +158,7 @@ def cli(verbose: int) -> None:
         ours.setLevel(logging.INFO if verbose == 1 else logging.DEBUG)
 
 
-def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> None:
+def _run_solve(kind: str, source: Any, params: dict[str, Any], **extra: Any) -> None:
     from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca
 
     as_json = params.pop("as_json")
@@ -263,11 +263,20 @@ def _run_solve(kind: str, source: str, params: dict[str, Any], **extra: Any) -> 
 @click.option("--oversample", type=int, default=None,
               help="Extra columns p carried beyond the k components (block k + p with "
                    "Rayleigh-Ritz; default: 0, or k with --method block).")
+@click.option("--packed-genotypes", is_flag=True,
+              help="VCF Zarr: workers hold the dosages as 2-bit codes (4 calls per byte, a "
+                   "quarter of the int8 memory); ploidy 1 or 2 only.")
 @_solve_options
 def pca(source: str, n_components: int, center: bool | None, oversample: int | None,
-        **params: Any) -> None:
+        packed_genotypes: bool, **params: Any) -> None:
     """PCA of the matrix at SOURCE (Zarr array/group or VCF Zarr store)."""
-    _run_solve("pca", source, params, n_components=n_components, center=center,
+    data: Any = source
+    if packed_genotypes:
+        from daskstraggle.data import open_matrix
+
+        data = open_matrix(source, array=params["array"], missing_chunks=params["missing_chunks"],
+                           genotype_storage="packed")
+    _run_solve("pca", data, params, n_components=n_components, center=center,
                oversample=oversample)
 
 

@@ -4,9 +4,15 @@
 Three measurements, side by side in one run, each the median of several repeats
 (``pipelines/README.md`` explains what they mean and lists measured numbers):
 
-(a) kernel throughput as a ratio to a plain read of the same bytes, single-threaded,
-    for a float64 block (PCA k=2, k=10, logistic) and an int8 genotype-dosage block with
-    Patterson centre/scale (PCA k=2, k=10);
+(a) kernel throughput as a fraction of this machine's roofline, single-threaded:
+    ``max(bytes / read bandwidth, flops / peak GEMM flops) / kernel time``, the read of the
+    block's stored bytes and a float64 1000^3 GEMM timed in the same repeat as the kernel.
+    PCA k = 2, 5, 10, 20 on a float64 block, an int8 genotype-dosage block with Patterson
+    centre/scale and 2 % missing calls, and the same genotypes packed in 2 bits; the Gram
+    kernel (d = 1000 samples) on int8 and float64 blocks; the logistic and least-squares
+    kernels on the float64 block. Each with the numba and the numpy kernels
+    (``DASKSTRAGGLE_NUMBA``), plus the numba start-up cost of a fresh process (cold
+    compile, cached);
 (b) per-iteration overhead of synchronous GD (PCA) on LocalClusters of 2, 4 and 8
     single-threaded process workers: iteration time minus the slowest worker's kernel
     time, next to a no-op round-trip floor, the in-process driver cost and the
@@ -17,13 +23,15 @@ Three measurements, side by side in one run, each the median of several repeats
 
 The script only composes public pieces of daskstraggle (``open_matrix``, problems and
 their kernels, ``Block``, ``DaskRuntime``, ``LocalRuntime``, ``GD``, ``StopRule``, the
-dataset recipe); it holds no library logic. Results go to
+dataset recipe; ``pack_dosages`` to pack the genotype block as ``genotype_storage="packed"``
+workers hold it); it holds no library logic. Results go to
 ``results/bench_foundation/<UTC timestamp>.json``.
 
 Usage::
 
-    python pipelines/bench_foundation.py            # default sizes, ~7 minutes
+    python pipelines/bench_foundation.py            # default sizes, ~9 minutes
     python pipelines/bench_foundation.py --quick    # smoke run, < 1 minute
+    flock /tmp/daskstraggle-bench.lock python pipelines/bench_foundation.py --sections kernel
 """
 
 from __future__ import annotations
@@ -65,8 +73,11 @@ DEFAULTS: dict[str, Any] = {
     "float_cols": 100,
     "geno_rows": 200_000,
     "geno_samples": 300,
-    "geno_missing": 0.01,
-    "components": [2, 10],
+    "geno_missing": 0.02,
+    "components": [2, 5, 10, 20],
+    "gram_rows": 20_000,
+    "gram_samples": 1000,
+    "gemm_size": 1000,
     "store_rows": 400_000,
     "store_cols": 50,
     "chunk_rows": 25_000,
@@ -85,6 +96,9 @@ QUICK: dict[str, Any] = {
     "geno_rows": 20_000,
     "geno_samples": 300,
     "components": [2, 10],
+    "gram_rows": 2_000,
+    "gram_samples": 1000,
+    "gemm_size": 500,
     "store_rows": 40_000,
     "store_cols": 20,
     "chunk_rows": 5_000,
@@ -273,7 +287,7 @@ def _installed_version(dist: str) -> str | None:
         return None
 
 
-# ====================================================== (a) kernel throughput vs a read
+# ============================================ (a) kernel throughput vs this machine's roofline
 def float_block(n: int, d: int, rng: np.random.Generator) -> Any:
     from daskstraggle.problems import Block
 
@@ -282,14 +296,18 @@ def float_block(n: int, d: int, rng: np.random.Generator) -> Any:
     return Block(X, y=y)
 
 
-def genotype_block(n: int, m: int, missing: float, rng: np.random.Generator) -> Any:
+def genotype_block(n: int, m: int, missing: float, rng: np.random.Generator, *,
+                   packed: bool = False) -> Any:
     """int8 dosages with Patterson centre/scale, made by the data layer's genotype_rows.
 
     Diploid calls with a per-variant allele frequency ``p ~ U(0.05, 0.5)``; a fraction
-    ``missing`` of calls is missing (-1), imputed with the variant's mean dosage.
+    ``missing`` of calls is missing (-1), imputed with the variant's mean dosage. With
+    ``packed`` the dosages are stored as 2-bit codes, as ``genotype_storage="packed"``
+    workers hold them.
     """
     from daskstraggle.data.sources import genotype_rows
     from daskstraggle.problems import Block
+    from daskstraggle.problems._packing import pack_dosages
 
     parts = []
     for a in range(0, n, 20_000):
@@ -301,19 +319,21 @@ def genotype_block(n: int, m: int, missing: float, rng: np.random.Generator) -> 
         parts.append(genotype_rows(calls, missing="mean", scaling="patterson"))
         del calls
     has_fill = any(part.fill is not None for part in parts)
+    values = np.concatenate([part.values for part in parts])
     return Block(
-        np.concatenate([part.values for part in parts]),
+        pack_dosages(values) if packed else values,
         fill=np.concatenate([part.fill if part.fill is not None else part.center
                              for part in parts]) if has_fill else None,
         center=np.concatenate([part.center for part in parts]),
         scale=np.concatenate([part.scale for part in parts]),
+        packed_columns=m if packed else None,
     )
 
 
 def run_ops(ops: dict[str, Callable[[], Any]], repeats: int, inner: int) -> dict[str, list[float]]:
     """Time every op once per repeat (best of ``inner``), rotating the order each repeat."""
     names = list(ops)
-    for name in names:  # warm-up: page in, BLAS init, caches of scipy ufuncs
+    for name in names:  # warm-up: page in, BLAS init, numba compile or cache load
         ops[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
@@ -323,127 +343,243 @@ def run_ops(ops: dict[str, Callable[[], Any]], repeats: int, inner: int) -> dict
     return times
 
 
-_Case = tuple[str, str, str, int, float | None]  # key, kind, label, bytes, flops
+IMPLEMENTATIONS = ("numba", "numpy")
+
+
+def with_kernels(implementation: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """Return ``fn`` run with the numba or numpy kernels (``DASKSTRAGGLE_NUMBA``)."""
+    flag = "1" if implementation == "numba" else "0"
+
+    def run() -> Any:
+        os.environ["DASKSTRAGGLE_NUMBA"] = flag
+        return fn()
+
+    return run
+
+
+def gemm_op(n: int, rng: np.random.Generator) -> tuple[Callable[[], Any], float]:
+    """Single-threaded float64 ``A @ B`` of n x n matrices: the peak-flops probe, and its flops."""
+    A, B = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    return (lambda: A @ B), 2.0 * n ** 3
+
+
+# key, kind, label, implementation, bytes, flops
+_Case = tuple[str, str, str, str, int, float | None]
+
+
+def _gram_cases(cfg: argparse.Namespace, rng: np.random.Generator, block: Any, name: str
+                ) -> tuple[dict[str, Callable[[], Any]], list[_Case]]:
+    from daskstraggle.problems import PCA, block_stats
+
+    pca = PCA(n_components=2).bind(block_stats(block))
+    ops: dict[str, Callable[[], Any]] = {}
+    cases: list[_Case] = []
+    for impl in IMPLEMENTATIONS:
+        ops[f"gram-{impl}"] = with_kernels(impl, lambda: pca.gram_kernel(block))
+        cases.append((f"gram-{impl}", "kernel", f"PCA.gram_kernel d={block.n_features} "
+                      f"({name}, centred)", impl, block.nbytes,
+                      float(block.n_rows) * block.n_features * (block.n_features + 1)))
+    return ops, cases
+
+
+def _pca_cases(cfg: argparse.Namespace, rng: np.random.Generator, block: Any, stats: Any
+               ) -> tuple[dict[str, Callable[[], Any]], list[_Case]]:
+    from daskstraggle.problems import PCA
+
+    n, d = block.n_rows, block.n_features
+    ops: dict[str, Callable[[], Any]] = {}
+    cases: list[_Case] = []
+    for k in cfg.components:
+        pca = PCA(n_components=k).bind(stats)
+        V = pca.init_iterate(rng)
+        for impl in IMPLEMENTATIONS:
+            key = f"pca{k}-{impl}"
+            ops[key] = with_kernels(impl, lambda pca=pca, V=V: pca.kernel(block, V))
+            cases.append((key, "kernel", f"PCA.kernel k={k} (centred)", impl, block.nbytes,
+                          4.0 * n * d * k))
+    return ops, cases
 
 
 def _float_cases(cfg: argparse.Namespace, rng: np.random.Generator
-                 ) -> tuple[dict[str, list[float]], list[_Case], dict[str, Any]]:
-    from daskstraggle.problems import PCA, Logistic, block_stats
+                 ) -> tuple[dict[str, Callable[[], Any]], list[_Case], dict[str, Any]]:
+    from daskstraggle.problems import LeastSquares, Logistic, block_stats
 
     n, d = cfg.float_rows, cfg.float_cols
     log(f"(a) float64 block {n} x {d} ({n * d * 8 / 1e6:.0f} MB)")
     block = float_block(n, d, rng)
     X, nbytes = block.values, block.nbytes
     stats = block_stats(block)
-    ops: dict[str, Callable[[], Any]] = {
-        "read": lambda: read_every_byte(X),
-        "sum": lambda: X.sum(),
-    }
+    ops: dict[str, Callable[[], Any]] = {"read": lambda: read_every_byte(X),
+                                         "sum": lambda: X.sum()}
     cases: list[_Case] = [
-        ("read", "baseline", "plain read: OR-reduce of the 64-bit words", nbytes, None),
-        ("sum", "reference", "numpy X.sum()", nbytes, float(n * d)),
+        ("read", "baseline", "plain read: OR-reduce of the 64-bit words", "", nbytes, None),
+        ("sum", "reference", "numpy X.sum()", "", nbytes, float(n * d)),
     ]
-    for k in cfg.components:
-        pca = PCA(n_components=k).bind(stats)
-        V = pca.init_iterate(rng)
-        ops[f"gemm{k}"] = lambda V=V: X @ V
-        cases.append((f"gemm{k}", "reference", f"numpy X @ V, one BLAS product, k={k}",
-                      nbytes, 2.0 * n * d * k))
-        ops[f"pca{k}"] = lambda pca=pca, V=V: pca.kernel(block, V)
-        cases.append((f"pca{k}", "kernel", f"PCA.kernel k={k} (centred)", nbytes,
-                      4.0 * n * d * k))
-    logistic = Logistic().bind(stats)
-    w = 0.1 * rng.standard_normal(logistic.n_params)
-    ops["gemv"] = lambda: X @ w[:d]
-    cases.append(("gemv", "reference", "numpy X @ w, one BLAS product", nbytes, 2.0 * n * d))
-    ops["logistic"] = lambda: logistic.kernel(block, w)
-    cases.append(("logistic", "kernel", "Logistic.kernel (labels, intercept)", nbytes,
-                  4.0 * n * d))
-    info = {"shape": [n, d], "dtype": "float64", "nbytes": int(nbytes),
-            "tile_rows": block.tile_rows()}
-    return run_ops(ops, cfg.repeats, cfg.inner), cases, info
+    more_ops, more_cases = _pca_cases(cfg, rng, block, stats)
+    ops.update(more_ops)
+    cases += more_cases
+    for problem, label in ((Logistic(), "Logistic.kernel (labels, intercept)"),
+                           (LeastSquares(), "LeastSquares.kernel (intercept)")):
+        bound = problem.bind(stats)
+        w = 0.1 * rng.standard_normal(bound.n_params)
+        for impl in IMPLEMENTATIONS:
+            key = f"{bound.name}-{impl}"
+            ops[key] = with_kernels(impl, lambda b=bound, w=w: b.kernel(block, w))
+            cases.append((key, "kernel", label, impl, nbytes, 4.0 * n * d))
+    info = {"shape": [n, d], "dtype": "float64", "nbytes": int(nbytes)}
+    return ops, cases, info
 
 
-def _int8_cases(cfg: argparse.Namespace, rng: np.random.Generator
-                ) -> tuple[dict[str, list[float]], list[_Case], dict[str, Any]]:
-    from daskstraggle.problems import PCA, block_stats
+def _genotype_cases(cfg: argparse.Namespace, rng: np.random.Generator, *, packed: bool
+                    ) -> tuple[dict[str, Callable[[], Any]], list[_Case], dict[str, Any]]:
+    from daskstraggle.problems import block_stats
 
     n, m = cfg.geno_rows, cfg.geno_samples
-    log(f"(a) int8 genotype block {n} x {m} ({n * m / 1e6:.0f} MB), missing {cfg.geno_missing}")
-    block = genotype_block(n, m, cfg.geno_missing, rng)
+    kind = "packed 2-bit" if packed else "int8"
+    log(f"(a) {kind} genotype block {n} x {m}, missing {cfg.geno_missing}")
+    block = genotype_block(n, m, cfg.geno_missing, rng, packed=packed)
     stats = block_stats(block)
-    as_float = block.values.astype(np.float64)  # same shape, float64: what a float store costs
-    ops: dict[str, Callable[[], Any]] = {
-        "read": lambda: read_every_byte(block.values),
-        "read_f64": lambda: read_every_byte(as_float),
-    }
+    ops: dict[str, Callable[[], Any]] = {"read": lambda: read_every_byte(block.values)}
+    cases: list[_Case] = [("read", "baseline", f"plain read of the {kind} bytes (OR-reduce)",
+                           "", block.nbytes, None)]
+    more_ops, more_cases = _pca_cases(cfg, rng, block, stats)
+    ops.update(more_ops)
+    cases += more_cases
+    info = {"shape": [n, m], "dtype": kind, "nbytes": int(block.nbytes),
+            "missing_fraction": float(cfg.geno_missing)}
+    return ops, cases, info
+
+
+def _gram_block_cases(cfg: argparse.Namespace, rng: np.random.Generator
+                      ) -> tuple[dict[str, Callable[[], Any]], list[_Case], dict[str, Any]]:
+    n, m = cfg.gram_rows, cfg.gram_samples
+    log(f"(a) Gram: int8 genotype block {n} x {m} and float64 block {n // 2} x {m}")
+    geno = genotype_block(n, m, cfg.geno_missing, rng)
+    floats = float_block(n // 2, m, rng)
+    ops: dict[str, Callable[[], Any]] = {"read": lambda: read_every_byte(geno.values),
+                                         "read_f64": lambda: read_every_byte(floats.values)}
     cases: list[_Case] = [
-        ("read", "baseline", "plain read of the int8 bytes (OR-reduce)", block.nbytes, None),
-        ("read_f64", "baseline", "plain read of a float64 copy, same shape (OR-reduce)",
-         as_float.nbytes, None),
+        ("read", "baseline", "plain read of the int8 bytes (OR-reduce)", "", geno.nbytes, None),
+        ("read_f64", "baseline", "plain read of the float64 bytes (OR-reduce)", "",
+         floats.nbytes, None),
     ]
-    for k in cfg.components:
-        pca = PCA(n_components=k).bind(stats)
-        V = pca.init_iterate(rng)
-        ops[f"pca{k}"] = lambda pca=pca, V=V: pca.kernel(block, V)
-        cases.append((f"pca{k}", "kernel", f"PCA.kernel k={k} (centred)", block.nbytes,
-                      4.0 * n * m * k))
-    info = {"shape": [n, m], "dtype": str(block.values.dtype), "nbytes": int(block.nbytes),
-            "missing_fraction": float((block.values < 0).mean()),
-            "tile_rows": block.tile_rows()}
-    return run_ops(ops, cfg.repeats, cfg.inner), cases, info
+    for block, name, read in ((geno, "int8 genotypes", "read"), (floats, "float64", "read_f64")):
+        more_ops, more_cases = _gram_cases(cfg, rng, block, name)
+        suffix = "" if read == "read" else "-f64"
+        ops.update({key + suffix: op for key, op in more_ops.items()})
+        cases += [(key + suffix, *rest) for key, *rest in more_cases]
+    info = {"shape": [n, m], "dtype": "int8 + float64", "nbytes": int(geno.nbytes)}
+    return ops, cases, info
+
+
+def numba_startup() -> dict[str, float]:
+    """Seconds a fresh process spends on its first PCA kernel call: cold compile and cached.
+
+    Two child processes share a new empty numba cache directory: the first compiles the
+    kernel (what the first worker of a new install pays), the second loads it from the
+    cache (what every later worker process pays). Each also reports the same call's second
+    run, the kernel itself.
+    """
+    code = (
+        "import time, numpy as np\n"
+        "t0 = time.perf_counter()\n"
+        "from daskstraggle.problems import PCA, Block, block_stats\n"
+        "t1 = time.perf_counter()\n"
+        "b = Block((np.arange(4000) % 3).astype(np.int8).reshape(100, 40))\n"
+        "p = PCA(n_components=2).bind(block_stats(b))\n"
+        "V = p.init_iterate(np.random.default_rng(0))\n"
+        "t2 = time.perf_counter(); p.kernel(b, V); t3 = time.perf_counter(); p.kernel(b, V)\n"
+        "t4 = time.perf_counter()\n"
+        "print(t1 - t0, t3 - t2, t4 - t3)\n"
+    )
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-numba-") as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache, "DASKSTRAGGLE_NUMBA": "1",
+               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        for label in ("cold", "cached"):
+            proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                  text=True, timeout=600, check=True)
+            imported, first, second = (float(v) for v in proc.stdout.split())
+            out[f"{label}_first_call_s"] = first
+            out[f"{label}_import_s"] = imported
+            out[f"{label}_second_call_s"] = second
+    return out
 
 
 def bench_kernels(cfg: argparse.Namespace, rng: np.random.Generator) -> dict[str, Any]:
-    """Time kernels next to plain reads (and plain BLAS products) of the same block.
+    """Time kernels next to a plain read of their block and a peak-GEMM probe.
 
-    Every case's ratio is ``baseline time / case time`` within one repeat (so both saw the
-    same machine state); the primary baseline is ``read`` (every byte once).
+    Every repeat times, for each block, the plain read of its bytes, a single-threaded
+    float64 GEMM (the peak flop rate) and each kernel; a kernel's roofline fraction in that
+    repeat is ``max(read time, flops / peak) / kernel time``.
     """
-    out: dict[str, Any] = {"cases": []}
-    for block_name, make, baselines in (("float64", _float_cases, ["read"]),
-                                        ("int8 genotypes", _int8_cases, ["read", "read_f64"])):
-        times, cases, info = make(cfg, rng)
-        out["float64" if block_name == "float64" else "int8"] = info
-        for key, kind, label, nbytes, flops in cases:
+    out: dict[str, Any] = {"cases": [], "gemm_n": cfg.gemm_size}
+    gemm, gemm_flops = gemm_op(cfg.gemm_size, rng)
+    makers = {"float64": _float_cases,
+              "int8 genotypes": lambda c, r: _genotype_cases(c, r, packed=False),
+              "packed genotypes": lambda c, r: _genotype_cases(c, r, packed=True),
+              "gram": _gram_block_cases}
+    for block_name, make in makers.items():
+        ops, cases, info = make(cfg, rng)
+        ops["gemm"] = gemm
+        times = run_ops(ops, cfg.repeats, cfg.inner)
+        out.setdefault("blocks", {})[block_name] = info
+        peak = [gemm_flops / t for t in times["gemm"]]
+        out.setdefault("gemm_gflop_per_s", []).extend(p / 1e9 for p in peak)
+        for key, kind, label, impl, nbytes, flops in cases:
             case: dict[str, Any] = {
                 "block": block_name, "key": key, "case": label, "kind": kind,
-                "bytes": nbytes, "time_s": summarize(times[key]),
+                "implementation": impl, "bytes": nbytes, "time_s": summarize(times[key]),
                 "gb_per_s": summarize([nbytes / t / 1e9 for t in times[key]]),
             }
             if flops:
                 case["gflop_per_s"] = summarize([flops / t / 1e9 for t in times[key]])
-            for base in baselines:
-                if kind != "baseline":
-                    case[f"ratio_{base}"] = summarize(
-                        [b / t for b, t in zip(times[base], times[key], strict=True)]
-                    )
+            if kind == "kernel":
+                read = times["read_f64" if key.endswith("-f64") else "read"]
+                roof = [max(r, flops / p) for r, p in zip(read, peak, strict=True)]
+                case["bound"] = "compute" if np.median([flops / p for p in peak]) > \
+                    np.median(read) else "memory"
+                case["roofline"] = summarize(
+                    [f / t for f, t in zip(roof, times[key], strict=True)])
             out["cases"].append(case)
+        out[block_name] = {"read_gb_per_s": summarize(
+            [cases[0][4] / t / 1e9 for t in times["read"]])}
         gc.collect()
+    out["gemm_gflop_per_s"] = summarize(out["gemm_gflop_per_s"])
+    if "numba" in IMPLEMENTATIONS:
+        log("(a) numba start-up: cold compile and cached load in fresh processes")
+        out["numba_startup"] = numba_startup()
     return out
 
 
 def table_kernels(res: dict[str, Any]) -> str:
     rows = []
     for case in res["cases"]:
-        ratios = []
-        if "ratio_read" in case:
-            int8 = case["block"].startswith("int8")
-            ratios.append(f"{'int8 read' if int8 else 'read'} "
-                          f"{fmt_stats(case['ratio_read'], digits=3 if int8 else 2)}")
-        if "ratio_read_f64" in case:
-            ratios.append(f"f64 read {fmt_stats(case['ratio_read_f64'], digits=2)}")
-        rows.append([case["block"], case["kind"], case["case"], fmt_stats(case["time_s"], 1e3),
-                     f"{case['gb_per_s']['median']:.2f}",
+        roof = fmt_stats(case["roofline"], digits=2) if "roofline" in case else "-"
+        rows.append([case["block"], case["kind"], case["case"], case["implementation"] or "-",
+                     fmt_stats(case["time_s"], 1e3), f"{case['gb_per_s']['median']:.2f}",
                      f"{case['gflop_per_s']['median']:.1f}" if "gflop_per_s" in case else "",
-                     "; ".join(ratios) or "-"])
-    f, g = res["float64"], res["int8"]
+                     case.get("bound", ""), roof])
+    f, g = res["blocks"]["float64"], res["blocks"]["int8 genotypes"]
+    p = res["blocks"]["packed genotypes"]
+    peak = res["gemm_gflop_per_s"]
     title = (f"(a) Kernel throughput, 1 thread: float64 {f['shape'][0]}x{f['shape'][1]} "
-             f"({f['nbytes'] / 1e6:.0f} MB), int8 {g['shape'][0]}x{g['shape'][1]} "
-             f"({g['nbytes'] / 1e6:.0f} MB, {100 * g['missing_fraction']:.1f}% missing); "
-             "ratio = read time / case time (target for kernels >= 0.7)")
-    return print_table(title, ["block", "kind", "case", "ms median [min-max]", "GB/s",
-                               "GFLOP/s", "ratio median [min-max]"], rows)
+             f"({f['nbytes'] / 1e6:.0f} MB), genotypes {g['shape'][0]}x{g['shape'][1]} "
+             f"(int8 {g['nbytes'] / 1e6:.0f} MB, packed {p['nbytes'] / 1e6:.0f} MB, "
+             f"{100 * g['missing_fraction']:.1f}% missing); peak GEMM "
+             f"{peak['median']:.1f} GFLOP/s (float64 {res['gemm_n']}^3); roofline = "
+             "max(read time, flops / peak) / case time (target >= 0.5)")
+    text = print_table(title, ["block", "kind", "case", "impl", "ms median [min-max]", "GB/s",
+                               "GFLOP/s", "bound", "roofline median [min-max]"], rows)
+    start = res.get("numba_startup")
+    if start:
+        line = (f"numba start-up per process (first PCA kernel call): cold compile "
+                f"{start['cold_first_call_s']:.2f} s, from the cache "
+                f"{start['cached_first_call_s']:.2f} s (import of daskstraggle.problems "
+                f"{start['cached_import_s']:.2f} s)")
+        print(line, flush=True)
+        text += "\n" + line
+    return text
 
 
 # ================================================ shared data: a logistic Zarr store
@@ -840,6 +976,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ("--geno-samples", int, "(a) samples (columns) of the int8 genotype block"),
         ("--geno-missing", float, "(a) fraction of missing genotype calls"),
         ("--components", int, "(a) PCA components (several allowed)"),
+        ("--gram-rows", int, "(a) variants of the Gram kernel's genotype block (float: half)"),
+        ("--gram-samples", int, "(a) samples (columns) of the Gram kernel's blocks"),
+        ("--gemm-size", int, "(a) n of the n x n float64 GEMM that measures peak flops"),
         ("--store-rows", int, "(b, c) rows of the logistic Zarr store"),
         ("--store-cols", int, "(b, c) columns of the logistic Zarr store"),
         ("--chunk-rows", int, "(b, c) rows per Zarr chunk"),

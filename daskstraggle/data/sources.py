@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from daskstraggle.data._zarr import check_chunks, describe, open_array, read
+from daskstraggle.problems._packing import pack_dosages
 
 __all__ = [
     "ArraySource",
@@ -33,14 +34,15 @@ __all__ = [
 class RowValues:
     """Rows read by a loader: stored values and optional per-row transforms.
 
-    See :class:`daskstraggle.problems.Block` for the meaning of ``fill``, ``center`` and
-    ``scale``.
+    See :class:`daskstraggle.problems.Block` for the meaning of ``fill``, ``center``,
+    ``scale`` and ``packed_columns`` (set when ``values`` holds 2-bit genotype codes).
     """
 
     values: np.ndarray
     fill: np.ndarray | None = None
     center: np.ndarray | None = None
     scale: np.ndarray | None = None
+    packed_columns: int | None = None
 
 
 class RowSource(ABC):
@@ -203,6 +205,8 @@ class ZarrSource(RowSource):
 # --------------------------------------------------------------------------- VCF Zarr
 GENOTYPE_SCALINGS = ("patterson", "none")
 MISSING_POLICIES = ("mean", "zero")
+#: How a worker holds genotype dosages: one int8 per call, or 2-bit codes (4 per byte).
+GENOTYPE_STORAGES = ("int8", "packed")
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -214,9 +218,14 @@ class _GenotypeLoader:
     missing: str
     scaling: str
     missing_chunks: str = "error"
+    storage: str = "int8"
 
     def __call__(self) -> RowValues:
-        return genotype_rows(_read_rows(self), missing=self.missing, scaling=self.scaling)
+        rows = genotype_rows(_read_rows(self), missing=self.missing, scaling=self.scaling)
+        if self.storage != "packed":
+            return rows
+        return RowValues(pack_dosages(rows.values), fill=rows.fill, center=rows.center,
+                         scale=rows.scale, packed_columns=int(rows.values.shape[1]))
 
 
 #: Allele index that pads a call of lower ploidy than the array (VCF Zarr, e.g. chrX in males).
@@ -293,7 +302,10 @@ class GenotypeSource(RowSource):
     """Dosage rows (one per variant) from a VCF Zarr store's ``call_genotype``.
 
     See :func:`genotype_rows` for the dosages (calls of lower ploidy are scaled to the
-    array's), the imputation of missing calls and the Patterson scaling.
+    array's), the imputation of missing calls and the Patterson scaling. With
+    ``storage="packed"`` a worker holds the dosages as 2-bit codes, four calls per byte
+    (:mod:`daskstraggle.problems._packing`): a quarter of the int8 memory. Only arrays of
+    ploidy 1 or 2 can be packed (dosages 0-2); the caller checks that.
     """
 
     kind = "vcf-zarr"
@@ -307,11 +319,13 @@ class GenotypeSource(RowSource):
         missing: str = "mean",
         scaling: str = "patterson",
         missing_chunks: str = "error",
+        storage: str = "int8",
     ) -> None:
         self.path = os.fspath(path)
         self.name = name
         self.missing = missing
         self.scaling = scaling
+        self.storage = storage
         self.missing_chunks = missing_chunks
         self.ploidy = int(array.shape[2])
         self.shape = (int(array.shape[0]), int(array.shape[1]))
@@ -321,7 +335,7 @@ class GenotypeSource(RowSource):
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a loader reading variants ``[start, stop)`` as dosages."""
         return _GenotypeLoader(self.path, self.name, start, stop, self.missing, self.scaling,
-                               self.missing_chunks)
+                               self.missing_chunks, self.storage)
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
@@ -333,4 +347,5 @@ class GenotypeSource(RowSource):
             "scaling": self.scaling,
             "ploidy": self.ploidy,
             "missing_chunks": self.missing_chunks,
+            "storage": self.storage,
         }

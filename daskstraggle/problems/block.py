@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from daskstraggle.problems._packing import packed_width, unpack_dosages
+
 __all__ = ["Block", "MatrixStats", "block_stats"]
 
 #: Target size in bytes of one float64 tile of rows (fits in L2 cache on common CPUs).
@@ -41,6 +43,9 @@ class Block:
         Subtracted from every entry of a row after filling.
     scale : ndarray of shape (n_rows,) or None, default=None
         Multiplies every entry of a row after centring.
+    packed_columns : int or None, default=None
+        Set when ``values`` holds 2-bit genotype codes (uint8, four calls per byte, see
+        :mod:`daskstraggle.problems._packing`): the number of columns they encode.
     """
 
     values: np.ndarray
@@ -49,6 +54,24 @@ class Block:
     fill: np.ndarray | None = None
     center: np.ndarray | None = None
     scale: np.ndarray | None = None
+    packed_columns: int | None = None
+
+    def __post_init__(self) -> None:
+        """Check that packed values have the width their column count needs."""
+        if self.packed_columns is not None and (
+            self.values.dtype != np.uint8
+            or self.values.shape[1] != packed_width(self.packed_columns)
+        ):
+            raise ValueError(
+                f"packed values of {self.packed_columns} columns must be uint8 of width "
+                f"{packed_width(self.packed_columns)}; got {self.values.dtype} of shape "
+                f"{self.values.shape}"
+            )
+
+    @property
+    def is_packed(self) -> bool:
+        """Whether ``values`` holds 2-bit genotype codes."""
+        return self.packed_columns is not None
 
     @property
     def n_rows(self) -> int:
@@ -57,7 +80,9 @@ class Block:
 
     @property
     def n_features(self) -> int:
-        """Number of columns of the matrix."""
+        """Number of columns of the matrix (samples of packed genotypes)."""
+        if self.packed_columns is not None:
+            return int(self.packed_columns)
         return int(self.values.shape[1])
 
     @property
@@ -67,7 +92,7 @@ class Block:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the stored values."""
+        """Bytes held by the stored values (the packed bytes of packed genotypes)."""
         return int(self.values.nbytes)
 
     def slice(self, a: int, b: int) -> Block:
@@ -86,12 +111,18 @@ class Block:
         """Return the number of rows per tile so a float64 tile has about ``tile_bytes``."""
         return max(1, tile_bytes // (8 * max(1, self.n_features)))
 
+    def raw_tile(self, a: int, b: int) -> np.ndarray:
+        """Return the stored rows ``[a, b)`` (block-local), unpacked to int8 if packed."""
+        if self.packed_columns is not None:
+            return unpack_dosages(self.values[a:b], self.packed_columns)
+        return self.values[a:b]
+
     def tiles(self, tile_rows: int | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
         """Yield ``(a, b, tile)`` with ``tile`` the float64 rows ``[a, b)`` (block-local).
 
         Tiles of a float64 block without transforms are views; otherwise each tile is
-        converted (filled, centred, scaled) on its own, so at most one tile-sized float
-        copy exists at a time.
+        converted (unpacked, filled, centred, scaled) on its own, so at most one
+        tile-sized float copy exists at a time.
 
         Parameters
         ----------
@@ -107,7 +138,7 @@ class Block:
         )
         for a in range(0, self.n_rows, step):
             b = min(a + step, self.n_rows)
-            raw = self.values[a:b]
+            raw = self.raw_tile(a, b)
             if plain:
                 yield a, b, raw
                 continue

@@ -11,6 +11,7 @@ import scipy.linalg
 
 from daskstraggle._validation import check_bool, check_nonnegative
 from daskstraggle.errors import InvalidDataError, StraggleError
+from daskstraggle.problems._kernels import glm_pass
 from daskstraggle.problems._linalg import (
     check_dense_size,
     power_iteration,
@@ -421,16 +422,12 @@ class LeastSquares(_LinearModel):
         """
         w, b = self._split(iterate)
         n = self._bound()[1]
-        y = self._labels(block)
+        self._labels(block)
         d = w.shape[0]
         grad = np.zeros(self.n_params)
-        loss = 0.0
-        for lo, hi, tile in block.tiles():
-            r = tile @ w + (b - y[lo:hi])
-            grad[:d] += tile.T @ r
-            if self.fit_intercept:
-                grad[d] += r.sum()
-            loss += float(r @ r)
+        grad[:d], total, loss = glm_pass(block, w, b, logistic=False)
+        if self.fit_intercept:
+            grad[d] = total
         return KernelResult(
             gradient=grad / n, values=np.array([loss / (2.0 * n)]), n_rows=block.n_rows
         )

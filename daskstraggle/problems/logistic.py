@@ -12,6 +12,7 @@ from scipy.special import expit
 
 from daskstraggle._validation import check_bool, check_nonnegative
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
+from daskstraggle.problems._kernels import glm_pass
 from daskstraggle.problems._linalg import check_dense_size, solve_psd
 from daskstraggle.problems.base import KernelResult, MapReduce, Reference
 from daskstraggle.problems.block import Block, MatrixStats
@@ -190,16 +191,12 @@ class Logistic(_LinearModel):
         """
         w, b = self._split(iterate)
         n = self._bound()[1]
+        self._labels(block)
         d = w.shape[0]
         grad = np.zeros(self.n_params)
-        loss = 0.0
-        for tile, y in self._tiles(block):
-            margin = y * (tile @ w + b)
-            loss += float(np.logaddexp(0.0, -margin).sum())
-            s = -y * expit(-margin)
-            grad[:d] += tile.T @ s
-            if self.fit_intercept:
-                grad[d] += s.sum()
+        grad[:d], total, loss = glm_pass(block, w, b, logistic=True)
+        if self.fit_intercept:
+            grad[d] = total
         return KernelResult(gradient=grad / n, values=np.array([loss / n]), n_rows=block.n_rows)
 
     def newton_kernel(self, block: Block, iterate: np.ndarray) -> _NewtonTerms:

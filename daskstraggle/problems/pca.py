@@ -19,6 +19,7 @@ from daskstraggle.errors import (
     StraggleError,
     StraggleWarning,
 )
+from daskstraggle.problems._kernels import gram, pca_pass
 from daskstraggle.problems._linalg import (
     check_dense_size,
     orthonormalize,
@@ -282,10 +283,11 @@ class PCA(Problem):
     def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
         """Return ``X_c^T X_c V`` and the per-component captured variance over a block.
 
-        One pass over the block's tiles. With ``mu`` the column means and
-        ``m = V^T mu``, each tile ``T`` contributes ``P = T V - m`` (its rows' centred
-        projections): ``G += T^T P``; at the end ``G -= mu (sum of P)^T``, which equals
-        ``X_c^T X_c V`` exactly without centring the data.
+        One fused pass over the block's stored bytes
+        (:func:`~daskstraggle.problems._kernels.pca_pass`). With ``mu`` the column means
+        and ``m = V^T mu``, the rows' centred projections are ``P = X V - 1 m^T``;
+        ``G = X^T P - mu (1^T P)^T`` equals ``X_c^T X_c V`` exactly without centring the
+        data.
 
         Parameters
         ----------
@@ -302,18 +304,8 @@ class PCA(Problem):
         """
         mean = self._bound_mean()
         V = np.asarray(iterate, dtype=np.float64)
-        k = V.shape[1]
-        G = np.zeros((V.shape[0], k))
-        colsum = np.zeros(k)
-        values = np.zeros(k)
         shift = V.T @ mean if self.center else None
-        for _, _, tile in block.tiles():
-            P = tile @ V
-            if shift is not None:
-                P -= shift
-                colsum += P.sum(axis=0)
-            G += tile.T @ P
-            values += np.einsum("ij,ij->j", P, P)
+        G, colsum, values = pca_pass(block, V, shift)
         if shift is not None:
             G -= np.outer(mean, colsum)
         return KernelResult(gradient=G, values=values, n_rows=block.n_rows)
@@ -598,8 +590,9 @@ class PCA(Problem):
         """Return ``X_c^T X_c`` over the block's rows (centred by the global means).
 
         Each tile is shifted by the column means before its Gram matrix is accumulated
-        (one tile-sized copy at a time), which avoids the cancellation of
-        ``X^T X - n mu mu^T`` when the means are large.
+        (one tile-sized copy at a time, one BLAS ``syrk``), which avoids the
+        cancellation of ``X^T X - n mu mu^T`` when the means are large
+        (:func:`~daskstraggle.problems._kernels.gram`).
 
         Parameters
         ----------
@@ -611,11 +604,7 @@ class PCA(Problem):
         gram : ndarray of shape (n_features, n_features)
         """
         mean = self._bound_mean()
-        gram = np.zeros((mean.shape[0], mean.shape[0]))
-        for _, _, tile in block.tiles():
-            shifted = tile - mean if self.center else tile
-            gram += shifted.T @ shifted
-        return gram
+        return gram(block, mean if self.center else None)
 
     def reference_solution(self, map_reduce: MapReduce) -> Reference:
         """Return the exact top-``k`` subspace from the dense covariance (one pass).

@@ -1,0 +1,383 @@
+r"""Fused block kernels: products of a block with a thin matrix, without a float tile.
+
+A block stores raw values ``T`` (float64, int8 dosages with -1 for a missing call, or
+packed 2-bit dosage codes) and per-row transforms: fill ``f`` for missing entries, centre
+``c`` and scale ``s``. The matrix the problems see is ``X = diag(s) (T' - c 1^T)``, ``T'``
+being ``T`` with its missing entries replaced by ``f``. The kernels here compute
+
+- ``pca_pass``: ``P = X V - 1 shift^T`` and ``G = X^T P``, the column sums of ``P`` and
+  the squared norms of its columns (:meth:`PCA.kernel`);
+- ``glm_pass``: ``z = X w + b``, a per-row weight ``q(z, y)`` (the residual for least
+  squares, ``-y expit(-y z)`` for logistic regression), ``X^T q``, ``sum q`` and the loss;
+- ``gram``: ``(X - 1 mean^T)^T (X - 1 mean^T)`` (:meth:`PCA.gram_kernel`),
+
+each in one pass over the stored bytes. Two implementations compute the same sums:
+
+``"numba"``
+    Four rows at a time are converted to float64 with their missing entries filled (or
+    decoded from 2 bits) into an L1-resident buffer that feeds register-blocked products
+    (see :mod:`daskstraggle.problems._numba_kernels`). Compiled lazily, one kernel at a
+    time, and cached on disk.
+``"numpy"``
+    Tile by tile, the raw values are cast to float64 and only the few missing entries are
+    filled.
+
+Both apply centre and scale to the thin products instead of the wide rows:
+``X V = s * (T' V - c (1^T V))`` and ``X^T Q = T'^T (s Q) - 1 (c^T (s Q))``.
+
+The default is numba when it can be imported, unless the environment variable
+``DASKSTRAGGLE_NUMBA`` is ``0``. Both agree with the float64 tiles of :meth:`Block.tiles`
+to rounding. The Gram kernel's products are one BLAS ``syrk`` per tile in both.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import scipy.linalg.blas
+
+from daskstraggle.problems.block import Block
+
+__all__ = ["IMPLEMENTATIONS", "default_implementation", "glm_pass", "gram", "pca_pass"]
+
+#: The implementations, fastest first.
+IMPLEMENTATIONS = ("numba", "numpy")
+#: Environment variable that disables numba when set to ``0``.
+NUMBA_VARIABLE = "DASKSTRAGGLE_NUMBA"
+#: Stored dtypes the numba kernels take (others use the numpy kernels).
+_NUMBA_DTYPES = (np.dtype(np.int8), np.dtype(np.float64))
+#: Bytes of a converted Gram tile (rows of ``d`` float64 values): large enough that
+#: ``syrk`` runs near peak, small enough to stay in L2 cache.
+_GRAM_TILE_BYTES = 1 << 21
+
+_lock = threading.Lock()
+_numba_module: Any = None
+_numba_missing: bool | None = None
+_compiled: set[tuple[str, Any]] = set()
+
+
+# ----------------------------------------------------------------- implementation choice
+def numba_available() -> bool:
+    """Return whether numba can be imported (checked once per process)."""
+    global _numba_missing
+    if _numba_missing is None:
+        try:
+            import numba  # noqa: F401
+        except ImportError:
+            _numba_missing = True
+        else:
+            _numba_missing = False
+    return not _numba_missing
+
+
+def default_implementation() -> str:
+    """Return ``"numba"`` if it is importable and not disabled, else ``"numpy"``.
+
+    Returns
+    -------
+    implementation : {"numba", "numpy"}
+        ``"numpy"`` when numba is missing or ``DASKSTRAGGLE_NUMBA=0``.
+    """
+    if os.environ.get(NUMBA_VARIABLE, "1").strip() == "0" or not numba_available():
+        return "numpy"
+    return "numba"
+
+
+def _resolve(implementation: str | None) -> str:
+    name = default_implementation() if implementation is None else implementation
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f"unknown kernel implementation {name!r}; use one of {IMPLEMENTATIONS}")
+    if name == "numba" and not numba_available():
+        raise ImportError("the numba kernels need numba (pip install numba)")
+    return name
+
+
+def _numba_kernel(name: str) -> Callable[..., Any]:
+    """Return a compiled numba kernel, importing (and compiling) it on first use.
+
+    The import compiles nothing: each kernel compiles (or loads from numba's on-disk cache)
+    the first time it is called with a signature. Numba's warnings while doing so (e.g. a
+    cache directory that cannot be written) are silenced; a package directory without
+    write access moves the cache to the temporary directory.
+    """
+    global _numba_module
+    if _numba_module is None:
+        with _lock, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if _numba_module is None:
+                _numba_module = _import_numba_kernels()
+    return getattr(_numba_module, name)  # type: ignore[no-any-return]
+
+
+def _import_numba_kernels() -> Any:
+    import importlib
+    import sys
+
+    name = "daskstraggle.problems._numba_kernels"
+    try:
+        return importlib.import_module(name)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        import numba
+
+        sys.modules.pop(name, None)
+        numba.config.CACHE_DIR = os.path.join(tempfile.gettempdir(),
+                                              f"daskstraggle-numba-{os.getuid()}")
+        return importlib.import_module(name)
+
+
+def _call_numba(name: str, *args: Any) -> None:
+    """Call a numba kernel; the first call per signature compiles it, warnings silenced."""
+    import numba
+
+    kernel = _numba_kernel(name)
+    signature = tuple(numba.typeof(a) for a in args)
+    if (name, signature) not in _compiled:
+        with _lock, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kernel.compile(signature)
+            _compiled.add((name, signature))
+    kernel(*args)
+
+
+def _use_numba(block: Block, implementation: str | None) -> bool:
+    if _resolve(implementation) != "numba":
+        return False
+    values = block.values
+    if not values.flags.c_contiguous:
+        return False
+    if block.is_packed:
+        return True
+    # float64 rows are used in place, typed like the (writeable) conversion buffer
+    return values.dtype in _NUMBA_DTYPES and (values.dtype != np.float64
+                                              or bool(values.flags.writeable))
+
+
+def _transforms(block: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``fill, center, scale`` (empty when absent) and the flags saying which exist."""
+    empty = np.zeros(0)
+
+    def vector(values: np.ndarray | None) -> np.ndarray:
+        return empty if values is None else np.ascontiguousarray(values, dtype=np.float64)
+
+    flags = np.array([block.fill is not None, block.center is not None,
+                      block.scale is not None])
+    return vector(block.fill), vector(block.center), vector(block.scale), flags
+
+
+# ----------------------------------------------------------------------------- PCA
+def pca_pass(block: Block, V: np.ndarray, shift: np.ndarray | None, *,
+             implementation: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``X^T P``, the column sums of ``P`` and ``|P_j|^2``, ``P = X V - 1 shift^T``.
+
+    Parameters
+    ----------
+    block : Block
+        Rows ``X`` (stored values and per-row transforms).
+    V : ndarray of shape (n_features, k)
+        Thin matrix.
+    shift : ndarray of shape (k,) or None
+        Subtracted from every row of ``X V`` (``V^T mean`` when centring); None: 0.
+    implementation : {"numba", "numpy"} or None, default=None
+        None: :func:`default_implementation`.
+
+    Returns
+    -------
+    G : ndarray of shape (n_features, k)
+        ``X^T P``.
+    colsum : ndarray of shape (k,)
+        ``1^T P``.
+    sq : ndarray of shape (k,)
+        Squared norm of each column of ``P``.
+    """
+    V = np.asarray(V, dtype=np.float64)
+    m, k = V.shape
+    offset = np.zeros(k) if shift is None else np.asarray(shift, dtype=np.float64)
+    colsum, sq = np.zeros(k), np.zeros(k)
+    if block.n_rows == 0:
+        return np.zeros((m, k)), colsum, sq
+    if _use_numba(block, implementation):
+        GT = np.zeros((k, m))
+        fill, center, scale, flags = _transforms(block)
+        _call_numba("pca", block.values, fill, center, scale, flags,
+                    np.ascontiguousarray(V.T), np.ascontiguousarray(offset), GT, colsum, sq)
+        return np.ascontiguousarray(GT.T), colsum, sq
+
+    def weights(a: int, b: int, P: np.ndarray) -> np.ndarray:
+        P -= offset
+        colsum[:] += P.sum(axis=0)
+        sq[:] += np.einsum("ij,ij->j", P, P)
+        return P
+
+    return _numpy_pass(block, V, weights), colsum, sq
+
+
+# ----------------------------------------------------------------------------- GLM
+def glm_pass(block: Block, w: np.ndarray, b: float, *, logistic: bool,
+             implementation: str | None = None) -> tuple[np.ndarray, float, float]:
+    """Return ``X^T q``, ``sum(q)`` and the summed loss of a regression over a block.
+
+    With ``z = X w + b`` and labels ``y``: least squares has ``q = z - y`` and loss
+    ``sum(q^2)``; logistic regression has ``q = -y expit(-y z)`` and loss
+    ``sum(log(1 + exp(-y z)))``. Nothing is divided by the number of rows.
+
+    Parameters
+    ----------
+    block : Block
+        Rows ``X`` with labels ``y``.
+    w : ndarray of shape (n_features,)
+        Coefficients.
+    b : float
+        Intercept.
+    logistic : bool
+        Logistic regression (True) or least squares (False).
+    implementation : {"numba", "numpy"} or None, default=None
+        None: :func:`default_implementation`.
+
+    Returns
+    -------
+    gradient : ndarray of shape (n_features,)
+        ``X^T q``.
+    total : float
+        ``sum(q)``.
+    loss : float
+        Summed loss over the block's rows.
+    """
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    assert block.y is not None  # the problems check labels first
+    y = np.ascontiguousarray(block.y, dtype=np.float64)
+    if block.n_rows == 0:
+        return np.zeros(w.shape[0]), 0.0, 0.0
+    if _use_numba(block, implementation):
+        grad = np.zeros(w.shape[0])
+        out = np.zeros(2)
+        fill, center, scale, flags = _transforms(block)
+        _call_numba("glm", block.values, fill, center, scale, flags, w, float(b), y,
+                    bool(logistic), grad, out)
+        return grad, float(out[0]), float(out[1])
+    sums = np.zeros(2)
+
+    def weights(lo: int, hi: int, Z: np.ndarray) -> np.ndarray:
+        z = Z[:, 0] + b
+        label = y[lo:hi]
+        if logistic:
+            from scipy.special import expit
+
+            margin = label * z
+            sums[1] += float(np.logaddexp(0.0, -margin).sum())
+            q = -label * expit(-margin)
+        else:
+            q = z - label
+            sums[1] += float(q @ q)
+        sums[0] += float(q.sum())
+        return q[:, None]
+
+    grad = _numpy_pass(block, w[:, None], weights)[:, 0]
+    return grad, float(sums[0]), float(sums[1])
+
+
+# ------------------------------------------------------------------------ numpy pass
+def _numpy_pass(block: Block, W: np.ndarray,
+                weights: Callable[[int, int, np.ndarray], np.ndarray]) -> np.ndarray:
+    """Return ``X^T weights(X W)`` tile by tile, transforms applied to the thin products.
+
+    ``weights(a, b, Z)`` gets ``Z = X[a:b] W`` (it may modify ``Z``) and returns the
+    per-row weights ``Q`` of shape (b - a, k).
+    """
+    center = block.center
+    scale = block.scale
+    G = np.zeros((block.n_features, W.shape[1]))
+    correction = np.zeros(W.shape[1])
+    column_sums = W.sum(axis=0)
+    for a, b, tile in _filled_tiles(block):
+        Z = tile @ W
+        if center is not None:
+            Z -= np.outer(center[a:b], column_sums)
+        if scale is not None:
+            Z *= scale[a:b, None]
+        Q = weights(a, b, Z)
+        if scale is not None:
+            Q = Q * scale[a:b, None]
+        G += tile.T @ Q
+        if center is not None:
+            correction += center[a:b] @ Q
+    if center is not None:
+        G -= correction
+    return G
+
+
+def _filled_tiles(block: Block) -> Any:
+    """Yield ``(a, b, T')``: float64 raw rows with missing entries filled, not transformed."""
+    step = block.tile_rows()
+    buffer = None
+    for a in range(0, block.n_rows, step):
+        b = min(a + step, block.n_rows)
+        raw = block.raw_tile(a, b)
+        if raw.dtype == np.float64 and block.fill is None:
+            yield a, b, raw
+            continue
+        if buffer is None:
+            buffer = np.empty((min(step, block.n_rows), block.n_features))
+        tile = buffer[: b - a]
+        np.copyto(tile, raw, casting="unsafe")
+        if block.fill is not None:
+            # flat indices of the few missing entries (a 1-D nonzero is ~10x faster than 2-D)
+            where = np.flatnonzero(raw < 0)
+            if where.size:
+                tile.reshape(-1)[where] = block.fill[a + where // tile.shape[1]]
+        yield a, b, tile
+
+
+# ---------------------------------------------------------------------------- Gram
+def gram(block: Block, mean: np.ndarray | None, *,
+         implementation: str | None = None) -> np.ndarray:
+    """Return ``(X - 1 mean^T)^T (X - 1 mean^T)`` over a block's rows.
+
+    Each tile is converted exactly as :meth:`Block.tiles` does and shifted by ``mean``
+    (in one fused pass with numba), then folded in with one BLAS ``syrk``.
+
+    Parameters
+    ----------
+    block : Block
+        Rows ``X``.
+    mean : ndarray of shape (n_features,) or None
+        Subtracted from every row; None: nothing.
+    implementation : {"numba", "numpy"} or None, default=None
+        None: :func:`default_implementation`.
+
+    Returns
+    -------
+    gram : ndarray of shape (n_features, n_features)
+        Symmetric.
+    """
+    d = block.n_features
+    acc = np.zeros((d, d), order="F")
+    step = max(1, _GRAM_TILE_BYTES // (8 * max(d, 1)))
+    if _use_numba(block, implementation):
+        fill, center, scale, flags = _transforms(block)
+        shift = np.zeros(d) if mean is None else np.ascontiguousarray(mean, dtype=np.float64)
+        buffer = np.empty((min(step, block.n_rows), d))
+        for a in range(0, block.n_rows, step):
+            b = min(a + step, block.n_rows)
+            tile = buffer[: b - a]
+            _call_numba("convert", block.values, a, b, fill, center, scale, flags, shift, tile)
+            acc = _syrk(tile, acc)
+    else:
+        for _, _, tile in block.tiles(step):
+            acc = _syrk(tile if mean is None else tile - mean, acc)
+    upper = np.triu(acc)
+    return np.ascontiguousarray(upper + np.triu(acc, 1).T)
+
+
+def _syrk(tile: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    """Return ``acc + tile^T tile`` (upper triangle), updating ``acc`` in place."""
+    if tile.shape[0] == 0:
+        return acc
+    # tile.T is Fortran-ordered (d, rows): syrk(trans=0) forms tile.T @ tile without a copy
+    return scipy.linalg.blas.dsyrk(1.0, np.ascontiguousarray(tile).T, beta=1.0, c=acc,
+                                   trans=0, lower=0, overwrite_c=1)

@@ -1,0 +1,315 @@
+"""Fused kernels (problems/_kernels.py) against float64 references, both implementations.
+
+Every kernel of both implementations (numba and numpy) must agree with the same maths
+written on the float64 tiles of :meth:`Block.tiles` to 1e-12, relative to the largest
+entry of the reference, on float64, int8 and packed blocks with and without fill, centre
+and scale, empty blocks and one-row blocks.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+from daskstraggle.errors import InvalidDataError
+from daskstraggle.problems import PCA, Block, LeastSquares, Logistic, block_stats
+from daskstraggle.problems import _kernels as kernels
+from daskstraggle.problems._packing import pack_dosages, packed_width, unpack_dosages
+
+TOL = 1e-12
+IMPLEMENTATIONS = [
+    "numpy",
+    pytest.param("numba", marks=pytest.mark.skipif(not kernels.numba_available(),
+                                                   reason="numba is not installed")),
+]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def implementation(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def close(actual: np.ndarray | float, expected: np.ndarray | float) -> bool:
+    """Whether ``actual`` is within 1e-12 of ``expected``, relative to its largest entry."""
+    a, e = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    assert a.shape == e.shape
+    scale = max(float(np.abs(e).max(initial=0.0)), 1e-300)
+    return float(np.abs(a - e).max(initial=0.0)) <= TOL * scale
+
+
+def dosages(n: int, m: int, rng: np.random.Generator, missing: float = 0.03) -> np.ndarray:
+    values = rng.integers(0, 3, size=(n, m)).astype(np.int8)
+    values[rng.random((n, m)) < missing] = -1
+    return values
+
+
+def make_block(kind: str, n: int, m: int, rng: np.random.Generator) -> Block:
+    """A block of one of the kinds in KINDS, with labels in {-1, +1}."""
+    y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    center, scale = rng.uniform(0.1, 1.9, n), rng.uniform(0.5, 3.0, n)
+    fill = np.where(rng.random(n) < 0.5, rng.uniform(0.0, 2.0, n), 0.0)  # mean or zero
+    if kind == "float64":
+        return Block(rng.normal(size=(n, m)) + 3.0, y=y)
+    if kind == "float64-transformed":
+        return Block(rng.normal(size=(n, m)), y=y, center=center, scale=scale)
+    if kind == "float64-strided":
+        return Block(rng.normal(size=(n, 2 * m))[:, ::2], y=y, scale=scale)
+    if kind == "int8-raw":
+        return Block(rng.integers(0, 3, size=(n, m)).astype(np.int8), y=y)
+    if kind == "int8-center":
+        return Block(dosages(n, m, rng), y=y, fill=fill, center=center)
+    if kind == "int8-scale":
+        return Block(dosages(n, m, rng), y=y, fill=fill, scale=scale)
+    if kind == "int8-patterson":
+        return Block(dosages(n, m, rng), y=y, fill=fill, center=center, scale=scale)
+    if kind == "packed-patterson":
+        packed = pack_dosages(dosages(n, m, rng))
+        return Block(packed, y=y, fill=fill, center=center, scale=scale, packed_columns=m)
+    if kind == "packed-raw":
+        packed = pack_dosages(rng.integers(0, 3, size=(n, m)))
+        return Block(packed, y=y, packed_columns=m)
+    raise AssertionError(kind)
+
+
+KINDS = ["float64", "float64-transformed", "float64-strided", "int8-raw", "int8-center",
+         "int8-scale", "int8-patterson", "packed-patterson", "packed-raw"]
+SHAPES = [(0, 7), (1, 9), (5, 1), (23, 13), (130, 37)]
+
+
+def dense(block: Block) -> np.ndarray:
+    """The float64 matrix the problems see, from the reference tiles."""
+    tiles = [tile for *_, tile in block.tiles()]
+    return np.vstack(tiles) if tiles else np.zeros((0, block.n_features))
+
+
+# ------------------------------------------------------------------------------ PCA
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_pca_pass_matches_the_float64_reference(kind, shape, implementation, rng):
+    block = make_block(kind, *shape, rng)
+    X = dense(block)
+    V = rng.normal(size=(shape[1], 3))
+    shift = rng.normal(size=3)
+    G, colsum, sq = kernels.pca_pass(block, V, shift, implementation=implementation)
+    P = X @ V - shift
+    assert close(G, X.T @ P)
+    assert close(colsum, P.sum(axis=0))
+    assert close(sq, (P * P).sum(axis=0))
+
+
+@pytest.mark.parametrize("k", range(1, 26))
+def test_pca_pass_every_width(k, implementation, rng):
+    block = make_block("int8-patterson", 41, 30, rng)
+    X = dense(block)
+    V = rng.normal(size=(30, k))
+    G, colsum, sq = kernels.pca_pass(block, V, None, implementation=implementation)
+    assert close(G, X.T @ (X @ V))
+    assert close(colsum, (X @ V).sum(axis=0))
+    assert close(sq, ((X @ V) ** 2).sum(axis=0))
+
+
+@pytest.mark.parametrize("kind", ["float64", "int8-patterson", "packed-patterson"])
+def test_pca_kernel_equals_the_centred_product(kind, implementation, rng, monkeypatch):
+    monkeypatch.setenv(kernels.NUMBA_VARIABLE, "1" if implementation == "numba" else "0")
+    block = make_block(kind, 57, 11, rng)
+    X = dense(block)
+    pca = PCA(n_components=4).bind(block_stats(block))
+    V = pca.init_iterate(rng)
+    Xc = X - X.mean(axis=0)
+    result = pca.kernel(block, V)
+    assert close(result.gradient, Xc.T @ Xc @ V)
+    assert close(result.values, ((Xc @ V) ** 2).sum(axis=0))
+
+
+# ----------------------------------------------------------------------------- Gram
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("centred", [False, True])
+def test_gram_matches_the_float64_reference(kind, shape, centred, implementation, rng):
+    block = make_block(kind, *shape, rng)
+    X = dense(block)
+    mean = rng.normal(size=shape[1]) if centred else None
+    out = kernels.gram(block, mean, implementation=implementation)
+    shifted = X - mean if centred else X
+    assert close(out, shifted.T @ shifted)
+    np.testing.assert_array_equal(out, out.T)
+
+
+def test_gram_kernel_of_pca_uses_the_global_means(implementation, rng, monkeypatch):
+    monkeypatch.setenv(kernels.NUMBA_VARIABLE, "1" if implementation == "numba" else "0")
+    block = make_block("int8-patterson", 300, 17, rng)
+    X = dense(block)
+    pca = PCA(n_components=2).bind(block_stats(block))
+    Xc = X - X.mean(axis=0)
+    assert close(pca.gram_kernel(block.slice(10, 200)), Xc[10:200].T @ Xc[10:200])
+
+
+# ------------------------------------------------------------------------ regressions
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("logistic", [False, True], ids=["least-squares", "logistic"])
+def test_glm_pass_matches_the_float64_reference(kind, shape, logistic, implementation, rng):
+    block = make_block(kind, *shape, rng)
+    X = dense(block)
+    y = block.y
+    w, b = 0.3 * rng.normal(size=shape[1]), 0.7
+    grad, total, loss = kernels.glm_pass(block, w, b, logistic=logistic,
+                                         implementation=implementation)
+    z = X @ w + b
+    if logistic:
+        q = -y * expit(-y * z)
+        expected_loss = np.logaddexp(0.0, -y * z).sum()
+    else:
+        q = z - y
+        expected_loss = q @ q
+    assert close(grad, X.T @ q)
+    assert close(total, q.sum())
+    assert close(loss, expected_loss)
+
+
+@pytest.mark.parametrize("problem", [LeastSquares(), Logistic(alpha=0.1)], ids=["ls", "logistic"])
+def test_regression_kernels_use_the_fused_pass(problem, implementation, rng, monkeypatch):
+    monkeypatch.setenv(kernels.NUMBA_VARIABLE, "1" if implementation == "numba" else "0")
+    block = make_block("int8-patterson", 60, 8, rng)
+    bound = problem.bind(block_stats(block))
+    x = 0.2 * rng.normal(size=bound.n_params)
+    X1 = np.hstack([dense(block), np.ones((60, 1))])
+    z = X1 @ x
+    y = block.y
+    if isinstance(problem, Logistic):
+        q = -y * expit(-y * z)
+        loss = np.logaddexp(0.0, -y * z).sum() / 60
+    else:
+        q = z - y
+        loss = (q @ q) / 120
+    result = bound.kernel(block, x)
+    assert close(result.gradient, X1.T @ q / 60)
+    assert close(result.values[0], loss)
+
+
+# --------------------------------------------------------------------- packed storage
+def test_packing_round_trips_and_is_four_times_smaller(rng):
+    values = dosages(33, 21, rng)
+    packed = pack_dosages(values)
+    assert packed.dtype == np.uint8 and packed.shape == (33, packed_width(21)) == (33, 6)
+    np.testing.assert_array_equal(unpack_dosages(packed, 21), values)
+    big = dosages(16, 4000, rng)
+    assert pack_dosages(big).nbytes * 4 == big.nbytes
+
+
+def test_packed_block_tiles_equal_the_int8_tiles(rng):
+    values = dosages(29, 10, rng)
+    fill, center, scale = rng.uniform(0, 2, 29), rng.uniform(0, 2, 29), rng.uniform(1, 2, 29)
+    int8 = Block(values, fill=fill, center=center, scale=scale)
+    packed = Block(pack_dosages(values), fill=fill, center=center, scale=scale,
+                   packed_columns=10)
+    assert (packed.n_rows, packed.n_features, packed.nbytes) == (29, 10, 29 * 3)
+    np.testing.assert_array_equal(dense(packed), dense(int8))
+    np.testing.assert_array_equal(dense(packed.slice(3, 17)), dense(int8)[3:17])
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 10, 20])
+def test_packed_kernels_agree_with_int8(k, implementation, rng):
+    values = dosages(97, 43, rng)
+    transforms = {"fill": rng.uniform(0, 2, 97), "center": rng.uniform(0, 2, 97),
+                  "scale": rng.uniform(1, 2, 97), "y": np.sign(rng.normal(size=97))}
+    int8 = Block(values, **transforms)
+    packed = Block(pack_dosages(values), packed_columns=43, **transforms)
+    V = rng.normal(size=(43, k))
+    for a, b in zip(kernels.pca_pass(packed, V, None, implementation=implementation),
+                    kernels.pca_pass(int8, V, None, implementation=implementation),
+                    strict=True):
+        assert close(a, b)
+    assert close(kernels.gram(packed, V[:, 0], implementation=implementation),
+                 kernels.gram(int8, V[:, 0], implementation=implementation))
+    for a, b in zip(kernels.glm_pass(packed, V[:, 0], 0.5, logistic=True,
+                                     implementation=implementation),
+                    kernels.glm_pass(int8, V[:, 0], 0.5, logistic=True,
+                                     implementation=implementation), strict=True):
+        assert close(a, b)
+
+
+@pytest.mark.parametrize("bad", [np.array([[0, 3]]), np.array([[0.5, 1.0]])], ids=["3", "float"])
+def test_packing_refuses_what_two_bits_cannot_hold(bad):
+    with pytest.raises(InvalidDataError, match=re.escape("genotype_storage='int8'")):
+        pack_dosages(bad)
+
+
+def test_packed_block_checks_its_width():
+    with pytest.raises(ValueError, match="width 2"):
+        Block(np.zeros((3, 3), dtype=np.uint8), packed_columns=5)
+
+
+# ------------------------------------------------------------------ implementation choice
+def test_environment_variable_selects_numpy(monkeypatch):
+    monkeypatch.setenv(kernels.NUMBA_VARIABLE, "0")
+    assert kernels.default_implementation() == "numpy"
+    monkeypatch.setenv(kernels.NUMBA_VARIABLE, "1")
+    expected = "numba" if kernels.numba_available() else "numpy"
+    assert kernels.default_implementation() == expected
+
+
+def test_unknown_implementation_is_refused(rng):
+    with pytest.raises(ValueError, match="unknown kernel implementation"):
+        kernels.pca_pass(Block(np.ones((2, 2))), np.ones((2, 1)), None, implementation="c")
+
+
+@pytest.mark.parametrize("kind", ["float64", "int8-patterson", "packed-patterson"])
+def test_logistic_pass_does_not_overflow_on_huge_margins(kind, implementation, rng):
+    block = make_block(kind, 40, 6, rng)
+    X, y = dense(block), block.y
+    w = 1e4 * rng.normal(size=6)
+    grad, total, loss = kernels.glm_pass(block, w, 0.0, logistic=True,
+                                         implementation=implementation)
+    q = -y * expit(-y * (X @ w))
+    assert np.isfinite(loss) and close(loss, np.logaddexp(0.0, -y * (X @ w)).sum())
+    assert close(grad, X.T @ q) and close(total, q.sum())
+
+
+def test_numpy_is_the_default_without_numba(monkeypatch, rng):
+    monkeypatch.setattr(kernels, "_numba_missing", True)
+    monkeypatch.delenv(kernels.NUMBA_VARIABLE, raising=False)
+    assert kernels.default_implementation() == "numpy"
+    with pytest.raises(ImportError, match="pip install numba"):
+        kernels.pca_pass(Block(np.ones((2, 2))), np.ones((2, 1)), None, implementation="numba")
+    block = make_block("int8-patterson", 9, 5, rng)
+    pca = PCA(n_components=2).bind(block_stats(block))
+    assert pca.kernel(block, pca.init_iterate(rng)).gradient.shape == (5, 2)
+
+
+@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
+def test_unwritable_package_moves_the_numba_cache_to_tmp(monkeypatch, tmp_path):
+    import importlib
+    import sys
+    import tempfile
+
+    import numba
+
+    real = importlib.import_module
+    calls = []
+
+    def import_module(name, *args, **kwargs):
+        calls.append(name)
+        if len(calls) == 1:
+            raise RuntimeError("cannot cache function 'pca': no locator available")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", numba.config.CACHE_DIR)
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    # the module imported here (its cache in tmp_path) must not outlive the test
+    monkeypatch.delitem(sys.modules, "daskstraggle.problems._numba_kernels", raising=False)
+    module = kernels._import_numba_kernels()
+    assert calls == [module.__name__] * 2
+    assert numba.config.CACHE_DIR.startswith(str(tmp_path))
+
+
+def test_read_only_float_blocks_fall_back_to_numpy(rng):
+    X = rng.normal(size=(10, 3))
+    X.setflags(write=False)
+    block = Block(X)
+    G, *_ = kernels.pca_pass(block, np.eye(3), None)
+    assert close(G, X.T @ X)
