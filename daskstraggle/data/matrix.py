@@ -149,6 +149,16 @@ class Matrix:
         return self.source.dtype
 
     @property
+    def row_nbytes(self) -> int:
+        """Bytes a worker holds per row: the stored values (2-bit codes for packed
+        genotypes) and, for genotypes, the row's fill, centre and scale (float64)."""
+        if isinstance(self.source, GenotypeSource):
+            values = (-(-self.n_columns // 4) if self.source.storage == "packed"
+                      else self.n_columns)
+            return values + 24
+        return self.n_columns * self.dtype.itemsize
+
+    @property
     def kind(self) -> str:
         """Kind of input: numpy, dask, zarr or vcf-zarr."""
         return self.source.kind

@@ -495,8 +495,7 @@ class DaskRuntime(Runtime):
         import dask
 
         rows = matrix.partition_rows()
-        row_bytes = matrix.n_columns * matrix.dtype.itemsize + 24  # + fill, centre, scale
-        shares = [int(sum(rows[p] for p in parts)) * row_bytes for parts in placement]
+        shares = [int(sum(rows[p] for p in parts)) * matrix.row_nbytes for parts in placement]
         info = self.client.sync(self.client.scheduler.identity, n_workers=-1,
                                 callback_timeout=SCHEDULER_TIMEOUT)
         limits = {a: int(w.get("memory_limit") or 0) for a, w in info["workers"].items()}

@@ -84,3 +84,16 @@ def test_cli_packed_genotypes_flag(diploid, tmp_path, capsys):
     triploid = _store(tmp_path / "triploid.vcz", np.zeros((8, 5, 3), dtype=np.int8))
     assert main(["pca", str(triploid), "--runtime", "local", "--packed-genotypes"]) == 2
     assert "drop --packed-genotypes" in capsys.readouterr().err
+
+
+def test_row_nbytes_counts_what_a_worker_holds(tmp_path):
+    import zarr
+
+    from daskstraggle import open_matrix
+
+    calls = np.zeros((40, 10, 2), dtype=np.int8)
+    path = tmp_path / "g.vcz"
+    zarr.open_group(path, mode="w").create_array("call_genotype", data=calls, chunks=(20, 10, 2))
+    assert open_matrix(path).row_nbytes == 10 + 24  # int8 dosages + fill, centre, scale
+    assert open_matrix(path, genotype_storage="packed").row_nbytes == 3 + 24
+    assert open_matrix(np.zeros((5, 7))).row_nbytes == 56

@@ -345,14 +345,14 @@ def test_a_share_above_the_memory_limit_is_refused_before_loading():
 
     from daskstraggle.errors import InvalidParameterError
 
-    X = da.zeros((40_000, 1000), chunks=(10_000, 1000))  # 320 MB, never computed
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit="300MB",
+    X = da.zeros((120_000, 1000), chunks=(10_000, 1000))  # 960 MB, never computed
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit="1GB",
                       dashboard_address=None) as cluster, \
             Client(cluster, set_as_default=False) as client:
         address = next(iter(client.scheduler_info()["workers"]))
         with DaskRuntime(client) as rt, pytest.raises(
-                InvalidParameterError, match=rf"Worker {address} would hold 0.321 GB of the "
-                r"matrix, more than 80% of its memory limit of 0.3 GB"):
+                InvalidParameterError, match=rf"Worker {address} would hold 0.96 GB of the "
+                r"matrix, more than 80% of its memory limit of 1 GB"):
             rt.run(GD(), PCA(n_components=2), open_matrix(X), rng=0)
         # a share that fits runs
         small = np.random.default_rng(0).normal(size=(1000, 1000))
