@@ -265,7 +265,7 @@ def prepare(size: list[int], cfg: dict[str, Any], workdir: Path,
         stamp["vcf_step"] = simulate_to_vcf(size, cfg, folder / "calls.vcf.gz")
         stamp.pop("vcz_step", None), stamp.pop("pgen_step", None)
         stamp_path.write_text(json.dumps(stamp, indent=1))
-    vcf = Path(stamp["vcf_step"]["path"])  # calls.vcf.gz, or calls.vcf without bgzip
+    vcf = Path(stamp["vcf_step"].get("path", folder / "calls.vcf.gz"))  # or calls.vcf
     if "vcz_step" not in stamp:
         log(f"{size_name(size)}: vcf2zarr convert")
         shutil.rmtree(vcz, ignore_errors=True)
@@ -377,12 +377,17 @@ def run_ours(name: str, args: list[str], data: dict[str, Any], cfg: dict[str, An
     return run
 
 
-def run_plink2(name: str, modifiers: list[str], data: dict[str, Any], cfg: dict[str, Any],
+def run_plink2(name: str, params: dict[str, Any], data: dict[str, Any], cfg: dict[str, Any],
                tmp: Path, plink2: str) -> dict[str, Any]:
     prefix = tmp / "plink_pca"
-    cmd = [plink2, "--pfile", data["pgen"], "--pca", *modifiers, str(cfg["components"]),
-           "--threads", str(cfg["plink2_threads"]), "--out", str(prefix)]
-    run = run_command(cmd, cfg=cfg, gnu_time=True)
+    cmd = [plink2, "--pfile", data["pgen"], "--pca", *params["modifiers"],
+           str(cfg["components"]), "--threads", str(cfg["plink2_threads"]), "--out",
+           str(prefix)]
+    env = None
+    if params["library_path"]:  # e.g. Debian's plink2 with OpenBLAS instead of netlib BLAS
+        env = {**os.environ, "LD_LIBRARY_PATH": params["library_path"]}
+    run = run_command(cmd, cfg=cfg, gnu_time=True, env=env)
+    run["library_path"] = params["library_path"]
     check_ok(run, name)
     rows = [line.split() for line in Path(f"{prefix}.eigenvec").read_text().splitlines()]
     k = cfg["components"]
@@ -460,8 +465,12 @@ def tool_table(cfg: dict[str, Any], plink2: str | None, dask_ml: bool,
     for name, mods in cfg["plink2_tools"].items():
         if plink2 is None:
             skipped[name] = "plink2 binary not found"
-        else:
-            tools[name] = ("plink2", mods)
+            continue
+        if not cfg.get("plink2_blas_only"):
+            tools[name] = ("plink2", {"modifiers": mods, "library_path": None})
+        for lib in cfg.get("plink2_blas", []):  # the same binary with another BLAS/LAPACK
+            tools[f"{name}, {Path(lib).name}"] = ("plink2", {"modifiers": mods,
+                                                            "library_path": lib})
     for name, params in cfg["dask_ml_tools"].items():
         if not dask_ml:
             skipped[name] = "dask-ml is not installed"
@@ -526,7 +535,8 @@ def run_size(size: list[int], cfg: dict[str, Any], workdir: Path, plink2: str | 
                 run_tool(name, tool, warmup, cfg, tmp, plink2)
         names = list(tools)
         for r in range(cfg["repeats"]):
-            order = names[r % len(names):] + names[: r % len(names)]
+            shift = r % max(len(names), 1)
+            order = names[shift:] + names[:shift]
             for name in order:
                 load = os.getloadavg()[0]
                 run = run_tool(name, tools[name], data, cfg, tmp, plink2)
@@ -574,11 +584,12 @@ def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def versus_plink2(block: dict[str, Any], m: int, cfg: dict[str, Any]) -> dict[str, Any]:
     """Eigenvalue ratios and eigenvector |cos| of every tool against plink2 --pca (exact)."""
-    runs = block["runs"].get("plink2 exact")
-    if not runs:
+    exact = [n for n in block["runs"] if n.startswith("plink2 exact") and block["runs"][n]]
+    if not exact:
         return {"skipped": "no plink2 exact run"}
-    plink = runs[-1]
-    out: dict[str, Any] = {"predicted_ours_over_plink": 2 * m / (m - 1),
+    plink = block["runs"][exact[0]][-1]
+    out: dict[str, Any] = {"plink2_run": exact[0],
+                           "predicted_ours_over_plink": 2 * m / (m - 1),
                            "predicted_s2_over_plink": 2 * m,
                            "reference_s2_over_plink": (np.asarray(block["reference"]["s2"])
                                                        / plink["eigenvalues"]).tolist(),
@@ -763,6 +774,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="run only these tool names (default: all of the spec)")
     parser.add_argument("--plink2", default="plink2",
                         help="plink2 binary (a missing one skips the plink2 rows)")
+    parser.add_argument("--plink2-blas", nargs="+", default=[], metavar="DIR",
+                        help="also run plink2 with LD_LIBRARY_PATH=DIR (another BLAS/LAPACK, "
+                        "e.g. /usr/lib/x86_64-linux-gnu/openblas-pthread)")
+    parser.add_argument("--plink2-blas-only", action="store_true",
+                        help="with --plink2-blas: skip plink2 with its default libraries")
     parser.add_argument("--no-warmup", action="store_true")
     parser.add_argument("--scale-variants", type=int, default=None)
     parser.add_argument("--workdir", type=Path, default=None,
@@ -783,6 +799,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cfg["scale"]["n_variants"] = args.scale_variants
     if args.no_warmup:
         cfg["warmup"] = False
+    cfg["plink2_blas"] = args.plink2_blas
+    cfg["plink2_blas_only"] = args.plink2_blas_only
     workdir = (args.workdir or REPO / "results" / "genotype_pca" / "data").resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(Path(__file__).parent))
@@ -810,6 +828,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         tools = {n: t for n, t in tools.items() if n in args.tools}
     if plink2 is None:
         log(f"plink2 binary {args.plink2!r} not found: the plink2 rows are skipped")
+    else:
+        out = subprocess.run(["ldd", os.path.realpath(plink2)], capture_output=True, text=True)
+        machine["plink2_ldd"] = out.stdout  # a dispatch script has none: see the README
     results: dict[str, Any] = {"spec": spec, "quick": args.quick, "settings": cfg,
                                "machine": machine, "methods_listed": sorted(methods),
                                "skipped": skipped, "tools": {n: list(t) for n, t in
