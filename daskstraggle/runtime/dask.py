@@ -377,18 +377,17 @@ class DaskRuntime(Runtime):
         self._check_membership()
         while True:
             folds = self._fold_tasks(fn, args, combine)
-            futures = self._wait_folds(folds, fn, args, combine)
-            if futures is not None:
+            try:
+                parts = self._wait_folds(folds, fn, args, combine)
+            except (OSError, TimeoutError) as err:
+                raise self._lost_scheduler(err) or err from None
+            except Exception as err:  # a cancelled future; task errors propagate as they are
+                lost = self._lost_scheduler(err)
+                if lost is None:
+                    raise
+                raise lost from None
+            if parts is not None:
                 break
-        try:
-            parts = self.client.gather(futures)
-        except (OSError, TimeoutError) as err:
-            raise self._lost_scheduler(err) or err from None
-        except Exception as err:  # a cancelled future; task errors propagate as they are
-            lost = self._lost_scheduler(err)
-            if lost is None:
-                raise
-            raise lost from None
         join = combine or (lambda a, b: a + b)
         total = parts[0]
         for part in parts[1:]:
@@ -418,27 +417,42 @@ class DaskRuntime(Runtime):
     def _wait_folds(self, folds: list[list[Any]], fn: Callable[..., Any],
                     args: tuple[Any, ...], combine: Callable[[Any, Any], Any] | None
                     ) -> list[Any] | None:
-        """Wait for every fold (a backup's result if it comes first); None: a holder left
-        (the folds are cancelled and the pass must start again)."""
+        """Return every fold's result (a backup's if it arrives first); None: a holder
+        left (the folds are cancelled and the pass must start again).
+
+        A fold counts once its result has reached the client: a worker frozen right
+        after computing one still holds it, and is backed up like a slow one.
+        """
+        from distributed import as_completed
+
+        ac = as_completed([fold[2] for fold in folds], loop=self.client.loop,
+                          with_results=True)
+        fold_of = {fold[2].key: n for n, fold in enumerate(folds)}
+        results: dict[int, Any] = {}
         t0 = time.perf_counter()
         half: float | None = None
-        while True:
-            done = [next((f for f in fold[2:] if f.done()), None) for fold in folds]
-            if all(f is not None for f in done):
-                self.client.cancel([f for fold in folds for f in fold[2:]
-                                    if f not in done])
-                return done
-            now = time.perf_counter()
-            if half is None and 2 * sum(f is not None for f in done) >= len(folds):
-                half = now - t0
-            if half is not None and now - t0 > max(BACKUP_MIN, BACKUP_FACTOR * half):
-                for fold, finished in zip(folds, done, strict=True):
-                    if finished is None and len(fold) == 3:
-                        fold.append(self._backup(fold, fn, args, combine))
-            if now - self._last_check >= MEMBERSHIP_INTERVAL and self._check_membership():
-                self.client.cancel([f for fold in folds for f in fold[2:]])
-                return None
-            time.sleep(0.005)
+        try:
+            while len(results) < len(folds):
+                while ac.has_ready():
+                    future, value = next(ac)
+                    results.setdefault(fold_of[future.key], value)
+                now = time.perf_counter()
+                if half is None and 2 * len(results) >= len(folds):
+                    half = now - t0
+                if half is not None and now - t0 > max(BACKUP_MIN, BACKUP_FACTOR * half):
+                    for n, fold in enumerate(folds):
+                        if n not in results and len(fold) == 3:
+                            fold.append(self._backup(fold, fn, args, combine))
+                            fold_of[fold[3].key] = n
+                            ac.add(fold[3])
+                if now - self._last_check >= MEMBERSHIP_INTERVAL and self._check_membership():
+                    return None
+                with ac.thread_condition:  # notified when a result is queued
+                    ac.thread_condition.wait(timeout=0.05)
+            return [results[n] for n in range(len(folds))]
+        finally:
+            ac.clear()
+            self.client.cancel([f for fold in folds for f in fold[2:]])
 
     def _backup(self, fold: list[Any], fn: Callable[..., Any], args: tuple[Any, ...],
                 combine: Callable[[Any, Any], Any] | None) -> Any:
