@@ -14,10 +14,42 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["BackgroundCommand", "one_error_line", "reference_dosages", "reference_matrix"]
+__all__ = [
+    "BackgroundCommand",
+    "assert_exact_components",
+    "one_error_line",
+    "reference_dosages",
+    "reference_matrix",
+]
+
+
+def assert_exact_components(result: Any, dense: np.ndarray, k: int, *, center: bool = True,
+                            rtol: float = 1e-10) -> None:
+    """Assert a PCA result's components and variances equal numpy's SVD of ``dense``.
+
+    Parameters
+    ----------
+    result : Result
+        A fitted PCA.
+    dense : ndarray of shape (n_samples, n_features)
+        The matrix as the kernels see it.
+    k : int
+        Components to check (well separated: each cosine at least ``1 - rtol``).
+    center : bool, default=True
+        Whether the PCA centred the columns.
+    rtol : float, default=1e-10
+        Tolerance on ``1 - |cos|`` and on the explained variances.
+    """
+    A = dense - dense.mean(axis=0) if center else dense
+    _, s, vt = np.linalg.svd(A, full_matrices=False)
+    cos = np.abs(np.sum(result.fitted["components"] * vt[:k], axis=1))
+    assert cos.min() >= 1 - rtol, cos
+    np.testing.assert_allclose(result.fitted["explained_variance"],
+                               s[:k] ** 2 / (dense.shape[0] - 1), rtol=rtol)
 
 
 def one_error_line(err: str) -> str:

@@ -340,10 +340,11 @@ def ours_methods() -> set[str]:
     """The --method values ``daskstraggle pca --help`` lists."""
     out = subprocess.run([sys.executable, "-m", "daskstraggle.cli", "pca", "--help"],
                          capture_output=True, text=True, check=True).stdout
-    text = " ".join(out.split())
-    start = text.find("--method TEXT")
-    end = text.find("--wait", start)
-    segment = text[start:end].replace(",", " ").replace("(", " ").replace(")", " ")
+    start = out.find("--method TEXT")
+    end = out.find("\n  -", start)  # the next option (the help itself names --wait)
+    segment = " ".join(out[start:end].split())
+    for mark in ",;().":
+        segment = segment.replace(mark, " ")
     known = ("auto", "gd", "nag", "sgd", "sag", "dsag", "coded", "gram", "partial", "async",
              "ignore-stragglers", "block", "krylov", "lanczos")
     return {m for m in known if f" {m} " in f" {segment} "}

@@ -16,7 +16,7 @@ from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods import Gram, make_method
 from daskstraggle.problems import PCA
 from daskstraggle.runtime import LocalRuntime
-from daskstraggle.testing import reference_dosages, reference_matrix
+from daskstraggle.testing import assert_exact_components, reference_dosages, reference_matrix
 
 K = 5
 
@@ -27,18 +27,8 @@ def X() -> np.ndarray:
     return rng.normal(size=(1200, 30)) * np.linspace(3.0, 1.0, 30) + 2.0
 
 
-def _svd(dense: np.ndarray, *, center: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    A = dense - dense.mean(axis=0) if center else dense
-    _, s, vt = np.linalg.svd(A, full_matrices=False)
-    return s, vt
-
-
 def _assert_exact(res, dense: np.ndarray, k: int, *, center: bool = True) -> None:
-    s, vt = _svd(dense, center=center)
-    cos = np.abs(np.sum(res.fitted["components"] * vt[:k], axis=1))
-    assert cos.min() >= 1 - 1e-10, cos
-    np.testing.assert_allclose(res.fitted["explained_variance"],
-                               s[:k] ** 2 / (dense.shape[0] - 1), rtol=1e-10)
+    assert_exact_components(res, dense, k, center=center)
     assert res.converged and res.stop_reason == "tol" and res.n_iter == 1
     assert res.fitted["residuals"].max() < 1e-10
 
