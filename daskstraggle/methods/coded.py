@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
 from daskstraggle._validation import check_bool, check_int
 from daskstraggle.coding.base import CodeAssignment, CodingScheme, make_scheme
-from daskstraggle.errors import InvalidParameterError
+from daskstraggle.errors import InvalidParameterError, StraggleWarning
 from daskstraggle.methods.base import (
     Method,
     RoundSummary,
@@ -128,7 +129,15 @@ class CodedGD(Method):
                 f"the runtime has {n_partitions}."
             )
         self._assignment = assignment
-        return [tuple(p) for p in assignment.placement]
+        placement = [tuple(p) for p in assignment.placement]
+        if n_workers > 1 and all(len(set(p)) == n_partitions for p in placement):
+            warnings.warn(
+                f"The {assignment.scheme!r} scheme with these parameters stores the whole "
+                f"matrix on every one of the {n_workers} workers ({n_workers}x the memory and "
+                "work of uncoded): it tolerates all but one worker. Use more workers or "
+                "fewer tolerated stragglers (CLI: --stragglers-tolerated) to store less.",
+                StraggleWarning, stacklevel=3)
+        return placement
 
     def start(
         self,

@@ -159,3 +159,18 @@ def test_on_six_process_workers_a_1s_straggler_does_not_slow_coded_gd(data):
     assert float(np.median(coded.trace.iteration_duration)) < 0.5
     # worker 0 (1 s per task) delivers in at most one round in three
     assert np.isnan(coded.trace.compute_duration.values[:, 0]).mean() > 0.6
+
+
+def test_a_scheme_that_replicates_everything_says_so():
+    import numpy as np
+
+    from daskstraggle import fit_least_squares
+    from daskstraggle.errors import StraggleWarning
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4))
+    y = X @ rng.normal(size=4)
+    with pytest.warns(StraggleWarning, match="stores the whole matrix on every one of the 3 "
+                      "workers"):
+        fit_least_squares(X, y, runtime="local", n_workers=3, method="coded",
+                          method_params={"scheme": "cyclic-repetition", "n_stragglers": 2})

@@ -56,11 +56,11 @@ def test_oversampling_speeds_up_the_power_method(flat):
 
 @pytest.mark.parametrize(("method", "params"), [
     ("coded", {"scheme": "cyclic-repetition", "n_stragglers": 1}),
-    ("coded", {"scheme": "fractional-repetition", "n_stragglers": 2}),
+    ("coded", {"scheme": "fractional-repetition", "n_stragglers": 1}),
     ("block", {}),
 ])
 def test_every_exact_round_method_takes_it(flat, method, params):
-    res = fit_pca(flat, 4, runtime="local", n_workers=3, method=method, rng=0, tol=TOL,
+    res = fit_pca(flat, 4, runtime="local", n_workers=4, method=method, rng=0, tol=TOL,
                   oversample=6, max_iter=3000, method_params=params)
     _check(res, flat, 4)
 
