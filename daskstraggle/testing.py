@@ -21,6 +21,7 @@ import numpy as np
 __all__ = [
     "BackgroundCommand",
     "assert_exact_components",
+    "free_port",
     "one_error_line",
     "reference_dosages",
     "reference_matrix",
@@ -50,6 +51,20 @@ def assert_exact_components(result: Any, dense: np.ndarray, k: int, *, center: b
     assert cos.min() >= 1 - rtol, cos
     np.testing.assert_allclose(result.fitted["explained_variance"],
                                s[:k] ** 2 / (dense.shape[0] - 1), rtol=rtol)
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now.
+
+    Returns
+    -------
+    port : int
+    """
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def one_error_line(err: str) -> str:

@@ -204,16 +204,15 @@ class CodedGD(Method):
         """Return the decoded exact kernel sum."""
         assert self._problem is not None and self._weights is not None
         if self._summary is None:
-            keys = sorted(k for k, w in self._weights.items() if w != 0)
-            total = combine([self._messages[k] for k in keys], [self._weights[k] for k in keys])
-            responders = {k[0] for k in self._messages}
+            total = self._decoded()
+            used, answered = self._responders()
             point = self._point()
             self._summary = RoundSummary(
                 iterate=point,
                 result=total,
                 objective=self._problem.objective(total.values, point),
-                workers_used=tuple(sorted({k[0] for k in keys})),
-                n_fresh=len(responders),
+                workers_used=used,
+                n_fresh=answered,
             )
         return self._summary
 
@@ -226,6 +225,22 @@ class CodedGD(Method):
         else:
             self._x = self._momentum.step(self._problem, summary.result.gradient,
                                           summary.objective, self._step_size)
+        self._clear_round()
+
+    def _decoded(self) -> KernelResult:
+        """Return the decoded exact sum of the current round (once it decodes)."""
+        assert self._weights is not None
+        keys = sorted(k for k, w in self._weights.items() if w != 0)
+        return combine([self._messages[k] for k in keys], [self._weights[k] for k in keys])
+
+    def _responders(self) -> tuple[tuple[int, ...], int]:
+        """Return the workers whose messages entered the sum, and how many answered."""
+        assert self._weights is not None
+        used = sorted({k[0] for k, w in self._weights.items() if w != 0})
+        return tuple(used), len({k[0] for k in self._messages})
+
+    def _clear_round(self) -> None:
+        """Advance the version and forget the round's messages."""
         self._version += 1
         self._sent.clear()
         self._messages.clear()
@@ -268,25 +283,6 @@ class CodedSum(CodedGD):
             decoder=_every_holder,
         )
         return placement
-
-    def _decoded(self) -> KernelResult:
-        """Return the decoded exact sum of the current round (once it decodes)."""
-        assert self._weights is not None
-        keys = sorted(k for k, w in self._weights.items() if w != 0)
-        return combine([self._messages[k] for k in keys], [self._weights[k] for k in keys])
-
-    def _responders(self) -> tuple[tuple[int, ...], int]:
-        """Return the workers whose messages entered the sum, and how many answered."""
-        assert self._weights is not None
-        used = sorted({k[0] for k, w in self._weights.items() if w != 0})
-        return tuple(used), len({k[0] for k in self._messages})
-
-    def _clear_round(self) -> None:
-        self._version += 1
-        self._sent.clear()
-        self._messages.clear()
-        self._weights = None
-        self._summary = None
 
 
 def _every_holder(assignment: CodeAssignment, received: frozenset[tuple[int, int]]

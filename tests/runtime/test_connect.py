@@ -27,15 +27,10 @@ import daskstraggle
 from daskstraggle.cli import main
 from daskstraggle.errors import ClusterConnectionError, InvalidTypeError, StraggleWarning
 from daskstraggle.runtime import DaskRuntime
-from daskstraggle.testing import BackgroundCommand, one_error_line
+from daskstraggle.testing import BackgroundCommand, free_port, one_error_line
 
 CLI = [sys.executable, "-m", "daskstraggle.cli"]
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:

@@ -25,6 +25,7 @@ from daskstraggle.methods import DSAG, GD, CodedGD
 from daskstraggle.problems import PCA, Logistic
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, StopRule
 from daskstraggle.runtime.dask import replacement_targets
+from daskstraggle.testing import free_port
 
 pytestmark = pytest.mark.cluster
 
@@ -202,14 +203,6 @@ def test_min_workers_needs_an_existing_cluster(capsys, tmp_path):
         capsys.readouterr().err
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_a_killed_scheduler_ends_the_run_in_one_line(tmp_path):
     import zarr
 
@@ -217,7 +210,7 @@ def test_a_killed_scheduler_ends_the_run_in_one_line(tmp_path):
     X = rng.normal(size=(20000, 10))
     path = tmp_path / "x.zarr"
     zarr.create_array(path, data=X, chunks=(2000, 10))
-    address = f"tcp://127.0.0.1:{_free_port()}"
+    address = f"tcp://127.0.0.1:{free_port()}"
     dask = [sys.executable, "-m", "distributed.cli"]
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     scheduler = subprocess.Popen([*dask[:2], "distributed.cli.dask_scheduler", "--host",
