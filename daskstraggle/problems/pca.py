@@ -393,8 +393,7 @@ class PCA(Problem):
         M = V.T @ G
         if not np.isfinite(M).all():
             return V, G
-        eigvals, U = np.linalg.eigh(0.5 * (M + M.T))
-        U = U[:, np.argsort(eigvals)[::-1]]
+        _, U = _ritz_pairs(M)
         k = self.n_components
         R = np.hstack([_closest_rotation(U[:, :k], slice(0, k)),
                        _closest_rotation(U[:, k:], slice(k, None))])
@@ -435,10 +434,7 @@ class PCA(Problem):
         """
         V = np.asarray(iterate, dtype=np.float64)
         G = np.asarray(gradient, dtype=np.float64)
-        M = V.T @ G
-        eigvals, U = np.linalg.eigh(0.5 * (M + M.T))
-        order = np.argsort(eigvals)[::-1]
-        eigvals, U = eigvals[order], U[:, order]
+        eigvals, U = _ritz_pairs(V.T @ G)
         R = G @ U - (V @ U) * eigvals
         top = max(float(eigvals[0]), 0.0)
         denom = np.maximum(eigvals, _RESIDUAL_FLOOR * top)
@@ -659,6 +655,13 @@ class PCA(Problem):
             In [0, 1]; 0 when the subspaces coincide.
         """
         return sin_largest_angle(np.asarray(iterate, dtype=np.float64), reference.iterate)
+
+
+def _ritz_pairs(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenpairs of the symmetric part of ``M = V^T G``, by decreasing value."""
+    eigvals, U = np.linalg.eigh(0.5 * (M + M.T))
+    order = np.argsort(eigvals)[::-1]
+    return eigvals[order], U[:, order]
 
 
 def _closest_rotation(U: np.ndarray, rows: slice) -> np.ndarray:
