@@ -493,7 +493,11 @@ class DaskRuntime(Runtime):
         self._last_check = time.perf_counter()
         if not self._held:
             return False
-        live = worker_addresses(self.client)
+        try:
+            live = worker_addresses(self.client)
+        except SchedulerLostError:
+            self._scheduler_lost = True  # the clean-up must not wait on it either
+            raise
         moves = replacement_targets(self._addresses, live or [])
         if not moves:
             return False
