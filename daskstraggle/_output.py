@@ -98,8 +98,12 @@ def check_output_path(
     return out
 
 
-def check_not_input(out: Path, inputs: Iterable[str | os.PathLike[str]]) -> None:
-    """Raise InvalidParameterError if ``out`` is, is inside or contains an input."""
+def check_not_input(out: Path, inputs: Iterable[str | os.PathLike[str]], *,
+                    what: str = "The output path (CLI: --out)") -> None:
+    """Raise InvalidParameterError if ``out`` is, is inside or contains an input.
+
+    ``what`` names the path in the message.
+    """
     real_out = Path(os.path.realpath(out))
     for source in inputs:
         real_in = Path(os.path.realpath(source))
@@ -112,14 +116,17 @@ def check_not_input(out: Path, inputs: Iterable[str | os.PathLike[str]]) -> None
         else:
             continue
         raise InvalidParameterError(
-            f"The output path (CLI: --out) {str(out)!r} {relation} {os.fspath(source)!r}; "
-            "writing the result there would destroy the data, also with overwrite=True "
-            "(CLI: --overwrite). Choose an output path outside the input."
+            f"{what} {str(out)!r} {relation} {os.fspath(source)!r}; "
+            "writing there would destroy the data, also with overwrite=True "
+            "(CLI: --overwrite). Choose a path outside the input."
         )
 
 
-def check_writable_folder(folder: Path, *, out: Path | None = None) -> None:
+def check_writable_folder(folder: Path, *, out: Path | None = None,
+                          what: str = "The output path (CLI: --out)") -> None:
     """Raise OutputNotWritableError unless files can be created in ``folder``.
+
+    ``what`` names the path (``out``, else ``folder``) in the message.
 
     A missing ``folder`` is checked at its nearest existing ancestor (where it would be
     created). Besides the permission bits (which do not bind root) a probe file is
@@ -131,7 +138,7 @@ def check_writable_folder(folder: Path, *, out: Path | None = None) -> None:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise OutputNotWritableError(
-            f"The output path (CLI: --out) {str(target)!r} cannot be created: "
+            f"{what} {str(target)!r} cannot be created: "
             f"{str(ancestor)!r} is a file, not a folder. Choose another path."
         )
     reason = None if os.access(ancestor, os.W_OK | os.X_OK) else "permission denied"
@@ -144,7 +151,7 @@ def check_writable_folder(folder: Path, *, out: Path | None = None) -> None:
             reason = err.strerror or type(err).__name__
     if reason is not None:
         raise OutputNotWritableError(
-            f"The output path (CLI: --out) {str(target)!r} cannot be written: the folder "
+            f"{what} {str(target)!r} cannot be written: the folder "
             f"{str(ancestor)!r} is not writable ({reason}). Choose another path or fix the "
             "folder's permissions."
         )

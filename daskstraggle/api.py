@@ -16,13 +16,24 @@ import numpy as np
 from daskstraggle._output import source_paths
 from daskstraggle._validation import check_bool, check_int, check_mapping, check_rng
 from daskstraggle.data.matrix import Matrix, open_matrix
-from daskstraggle.errors import InvalidDataError, InvalidParameterError
+from daskstraggle.errors import (
+    InvalidDataError,
+    InvalidParameterError,
+    SchedulerLostError,
+    WorkerLostError,
+)
 from daskstraggle.latency.base import LatencyModel
 from daskstraggle.latency.spec import Stragglers, parse_stragglers
 from daskstraggle.methods import Gram, Method, make_method
 from daskstraggle.methods.base import check_oversampling
 from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, Runtime, SimRuntime, StopRule
+from daskstraggle.runtime.checkpoint import (
+    Checkpointer,
+    check_checkpoint_path,
+    check_resume_iterations,
+    load_checkpoint,
+)
 from daskstraggle.runtime.dask import MAX_LOCAL_WORKERS
 from daskstraggle.trace import Result, check_output_path
 
@@ -185,6 +196,10 @@ def solve(
     method_params: dict[str, Any] | None = None,
     stragglers: str | LatencyModel | Stragglers | None = None,
     record_iterates: bool = False,
+    checkpoint: str | os.PathLike[str] | None = None,
+    checkpoint_interval: float | None = None,
+    checkpoint_iterations: int | None = None,
+    resume: str | os.PathLike[str] | None = None,
 ) -> Result:
     """Fit ``problem`` on ``X``; the engine behind the ``fit_*`` functions.
 
@@ -266,6 +281,21 @@ def solve(
     record_iterates : bool, default=False
         Evaluate the exact objective at every iteration's point after the run (trace
         variables ``exact_objective`` and, with ``reference``, ``exact_gap``).
+    checkpoint : str, path or None, default=None
+        Write the run's state to this file at round boundaries, atomically (a kill at
+        any instant leaves the previous or the new checkpoint); an existing file is
+        refused unless it is ``resume``. See :mod:`daskstraggle.runtime.checkpoint` for
+        what is kept and what is rebuilt.
+    checkpoint_interval : float or None, default=None
+        Seconds between checkpoints (None: 60, unless ``checkpoint_iterations`` is given).
+    checkpoint_iterations : int or None, default=None
+        Also write a checkpoint every this many iterations.
+    resume : str, path or None, default=None
+        Carry on from this checkpoint (keeps writing to it unless ``checkpoint`` names
+        another file). Same method, problem, workers and data as the run that wrote it
+        (checked); the stop rule may differ, e.g. a larger ``max_iter``. Exact methods
+        (gd, nag, coded, gram, block) reach the same iterates as an uninterrupted run.
+        Load only checkpoints your own runs wrote (the file is a pickle).
 
     Returns
     -------
@@ -312,6 +342,10 @@ def solve(
     _check_min_workers(min_workers, runtime, client, scheduler, caller)
     # never the input store, nor inside or around it (even with overwrite)
     out_path = check_output_path(out, overwrite=overwrite, inputs=source_paths(X))
+    checkpointer, state = _checkpointing(checkpoint, checkpoint_interval, checkpoint_iterations,
+                                         resume, inputs=source_paths(X), out=out_path)
+    if state is not None:
+        check_resume_iterations(state, stop.max_iter)
     matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions,
                          missing_chunks=missing_chunks)
     problem.check_shape(matrix.n_rows, matrix.n_columns)
@@ -328,12 +362,43 @@ def solve(
             matrix = matrix.with_labels(to_plus_minus_one(matrix.labels))
     with _resolve_runtime(runtime, client, scheduler, n_workers, spec, rng,
                           min_workers=min_workers) as rt:
-        result = rt.run(meth, problem, matrix, stop=stop, step_size=step_size,
-                        reference=reference, rng=rng, progress=progress,
-                        record_iterates=record_iterates)
+        try:
+            result = rt.run(meth, problem, matrix, stop=stop, step_size=step_size,
+                            reference=reference, rng=rng, progress=progress,
+                            record_iterates=record_iterates, checkpoint=checkpointer,
+                            resume=state)
+        except (SchedulerLostError, WorkerLostError) as err:
+            if checkpointer is None or checkpointer.written is None:
+                raise
+            then = str(err).removesuffix(" and run again.").removesuffix(".")
+            raise type(err)(
+                f"{then} and continue from the last checkpoint (after iteration "
+                f"{checkpointer.written}): --resume {str(checkpointer.path)!r} (API: resume=)."
+            ) from err
     if out_path is not None:
         result.save(out_path, overwrite=overwrite)
     return result
+
+
+def _checkpointing(
+    checkpoint: str | os.PathLike[str] | None, interval: float | None, iterations: int | None,
+    resume: str | os.PathLike[str] | None, *, inputs: list[str], out: Any,
+) -> tuple[Checkpointer | None, dict[str, Any] | None]:
+    """Check the checkpoint settings and read the checkpoint to resume, before any work."""
+    state = None if resume is None else load_checkpoint(resume)
+    path = checkpoint if checkpoint is not None else resume
+    if path is None:
+        given = [name for name, value in (("checkpoint_interval", interval),
+                                          ("checkpoint_iterations", iterations))
+                 if value is not None]
+        if given:
+            raise InvalidParameterError(
+                f"The {given[0]!r} parameter (CLI: --{given[0].replace('_', '-')}) needs a "
+                "checkpoint file: pass checkpoint=PATH (CLI: --checkpoint PATH)."
+            )
+        return None, None
+    path = check_checkpoint_path(path, resume=resume, inputs=inputs, out=out)
+    return Checkpointer(path, interval=interval, iterations=iterations), state
 
 
 def to_plus_minus_one(labels: np.ndarray) -> np.ndarray:

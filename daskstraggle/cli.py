@@ -131,6 +131,18 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--out", type=click.Path(path_type=Path), default=None,
                      help="Write fitted quantities and the trace to this Zarr store."),
         click.option("--overwrite", is_flag=True, help="Allow --out to replace an existing path."),
+        click.option("--checkpoint", type=click.Path(path_type=Path), default=None,
+                     help="Write the run's state to this file at round boundaries, "
+                          "atomically (every 60 s unless --checkpoint-interval or "
+                          "--checkpoint-iterations), so --resume can carry on after a crash."),
+        click.option("--checkpoint-interval", type=float, default=None, metavar="SECONDS",
+                     help="with --checkpoint: seconds between checkpoints (default 60)."),
+        click.option("--checkpoint-iterations", type=int, default=None, metavar="N",
+                     help="with --checkpoint: also write one every N iterations."),
+        click.option("--resume", type=click.Path(path_type=Path), default=None,
+                     help="Carry on from this checkpoint (same data, method and workers; "
+                          "--max-iter etc. may change) and keep checkpointing to it. Exact "
+                          "methods reach the same iterates as an uninterrupted run."),
         click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Seed of the starting point and step-size estimate."),
         click.option("--json", "as_json", is_flag=True,

@@ -39,6 +39,20 @@ def test_pure_package_sources_do_not_import_dask(package: str) -> None:
             )
 
 
+#: Pure modules inside the runtime package (the coordinator's policies).
+PURE_MODULES = ["runtime/convergence.py", "runtime/checkpoint.py", "runtime/stop.py"]
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_pure_runtime_modules_do_not_import_dask(module: str) -> None:
+    path = ROOT / module
+    for name in _imports(path):
+        assert name.split(".")[0] not in FORBIDDEN, f"{module} imports {name}"
+        assert not name.startswith(("daskstraggle.runtime.dask", "daskstraggle.data",
+                                    "daskstraggle.api", "daskstraggle.cli")), (
+            f"{module} imports {name}")
+
+
 def test_pure_packages_load_without_dask() -> None:
     code = (
         "import sys\n"

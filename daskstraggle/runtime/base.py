@@ -15,13 +15,19 @@ import time
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from daskstraggle._validation import check_bool
 from daskstraggle.data.matrix import Matrix
-from daskstraggle.errors import ConvergenceWarning, InvalidParameterError, StraggleError
+from daskstraggle.errors import (
+    ConvergenceWarning,
+    InvalidDataError,
+    InvalidParameterError,
+    StraggleError,
+)
 from daskstraggle.methods.base import (
     Method,
     RoundSummary,
@@ -31,6 +37,12 @@ from daskstraggle.methods.base import (
 )
 from daskstraggle.problems.base import KernelResult, Problem, Reference, combine
 from daskstraggle.problems.block import Block, MatrixStats
+from daskstraggle.runtime.checkpoint import (
+    Checkpointer,
+    resume_state,
+    run_settings,
+    same_stats,
+)
 from daskstraggle.runtime.convergence import ConvergenceMonitor
 from daskstraggle.runtime.stop import StopRule
 from daskstraggle.trace import Result, TraceRecorder
@@ -212,6 +224,8 @@ class Runtime(ABC):
         rng: int | np.random.Generator | None = None,
         progress: bool = False,
         record_iterates: bool = False,
+        checkpoint: Checkpointer | None = None,
+        resume: dict[str, Any] | None = None,
     ) -> Result:
         """Solve ``problem`` on ``matrix`` with ``method``.
 
@@ -244,6 +258,16 @@ class Runtime(ABC):
             ``exact_objective`` (and ``exact_gap`` with ``reference``). Stochastic
             methods record no per-round objective otherwise; time-to-accuracy curves
             need this.
+        checkpoint : Checkpointer or None, default=None
+            Write the run's state to ``checkpoint.path`` at round boundaries, atomically
+            (see :mod:`daskstraggle.runtime.checkpoint`).
+        resume : dict or None, default=None
+            A checkpoint's state (:func:`~daskstraggle.runtime.checkpoint.load_checkpoint`):
+            carry on from it instead of starting afresh. The method, problem, workers and
+            data must be those of the run that wrote it (checked: the data through its
+            statistics after loading); the stop rule may differ (e.g. a larger
+            ``max_iter``). Exact methods then produce the same iterates as a run that was
+            never interrupted.
 
         Returns
         -------
@@ -252,7 +276,8 @@ class Runtime(ABC):
         Raises
         ------
         InvalidParameterError
-            If the method cannot solve the problem, or a parameter does not fit the data.
+            If the method cannot solve the problem, a parameter does not fit the data, or
+            ``resume`` comes from another run.
         InvalidDataError
             If the labels do not fit the problem; NonFiniteDataError if a partition holds
             NaN or infinity (raised by the worker that loaded it).
@@ -285,12 +310,41 @@ class Runtime(ABC):
         method.check_shape(matrix.n_rows, matrix.n_columns)
         if step_size is not None:
             problem.check_step_size(step_size)
+        record_iterates = check_bool(record_iterates, name="record_iterates", caller="run")
         self._validate()
         matrix = self._fit_partitions(method, matrix)
         placement = method.placement(matrix.n_partitions, self.n_workers)
+        settings = run_settings(method=method, problem=problem, n_workers=self.n_workers,
+                                matrix=matrix.describe())
+        if resume is not None:
+            resume_state(resume, method=method, problem=problem, n_workers=self.n_workers,
+                         placement=placement, matrix=matrix.describe(),
+                         max_iter=stop.max_iter)
         t_load = time.perf_counter()
         stats = self._load(matrix, placement)
         load_duration = time.perf_counter() - t_load
+        if resume is None:
+            session = self._new_session(method, problem, stats, placement, settings,
+                                        stop=stop, step_size=step_size,
+                                        reference=reference, rng=rng,
+                                        record_iterates=record_iterates)
+        else:
+            method, session = _resumed_session(resume, stats, record_iterates)
+        session.checkpoint = checkpoint
+        self._partition_rows = [int(r) for r in matrix.partition_rows()]
+        self._begin(placement, self._partition_rows)
+        try:
+            summary, reason = self._drive(method, session, stop=stop, progress=progress)
+        finally:
+            self._end()
+        return self._finish(method, session, summary, reason, matrix=matrix, stop=stop,
+                            load_duration=load_duration)
+
+    def _new_session(self, method: Method, problem: Problem, stats: MatrixStats,
+                     placement: list[tuple[int, ...]], settings: dict[str, Any], *,
+                     stop: StopRule, step_size: float | None, reference: bool,
+                     rng: np.random.Generator, record_iterates: bool) -> _Session:
+        """Bind the problem, pick the step size, start the monitor: a fresh run's state."""
         bound = problem.bind(stats)
         if step_size is None:
             step_size = (bound.default_step_size(self._map_reduce, rng)
@@ -300,22 +354,19 @@ class Runtime(ABC):
         monitor = ConvergenceMonitor(
             bound, tol=stop.tol, start_result=self._exact_pass(bound, x0), start=x0,
             step_size=step_size, window=method.convergence_window(self.n_workers))
-        self._partition_rows = [int(r) for r in matrix.partition_rows()]
-        self._begin(placement, self._partition_rows)
-        record_iterates = check_bool(record_iterates, name="record_iterates", caller="run")
-        iterates: list[np.ndarray] | None = [] if record_iterates else None
-        try:
-            summary, recorder, reason = self._drive(
-                method, bound, x0, placement, step_size=step_size, stop=stop, reference=ref,
-                progress=progress, iterates=iterates, monitor=monitor,
-            )
-        finally:
-            self._end()
-        trace = recorder.to_dataset()
-        if iterates is not None:
-            self._record_exact(trace, bound, iterates, ref)
-        # the fitted quantities come from one exact pass at the returned point, outside
-        # the timed loop, whatever the method estimated during the run
+        return _Session(problem=bound, monitor=monitor, recorder=TraceRecorder(self.n_workers),
+                        reference=ref, step_size=step_size, placement=placement,
+                        settings=settings, stats=stats, x0=x0,
+                        iterates=[] if record_iterates else None)
+
+    def _finish(self, method: Method, session: _Session, summary: RoundSummary, reason: str,
+                *, matrix: Matrix, stop: StopRule, load_duration: float) -> Result:
+        """The fitted quantities, from one exact pass at the returned point (outside the
+        timed loop, whatever the method estimated during the run), as a Result."""
+        bound, monitor, ref = session.problem, session.monitor, session.reference
+        trace = session.recorder.to_dataset()
+        if session.iterates is not None:
+            self._record_exact(trace, bound, session.iterates, ref)
         x = summary.iterate
         total = monitor.checked_result(x)  # a run that stopped on an exact check: reuse it
         if total is None:
@@ -325,6 +376,10 @@ class Runtime(ABC):
         optimality = monitor.final(x, total, objective)
         converged = monitor.converged(optimality, reason)
         fitted = bound.finalize(x, total)
+        extra = {} if session.checkpoint is None else {
+            "checkpoint": session.checkpoint.describe()}
+        if session.resumed_at is not None:
+            extra["resumed_at_iteration"] = session.resumed_at
         result = Result(
             problem=bound.name,
             method=method.name,
@@ -340,22 +395,23 @@ class Runtime(ABC):
             attrs={
                 "runtime": self.name,
                 "workers": self.worker_names,
-                "placement": [list(p) for p in placement],
+                "placement": [list(p) for p in session.placement],
                 "matrix": matrix.describe(),
-                "step_size": step_size,
+                "step_size": session.step_size,
                 "load_duration_s": load_duration,
                 "method_params": method.get_params(),
                 "stop": {"max_iter": stop.max_iter, "tol": stop.tol, "gap_tol": stop.gap_tol,
                          "time_budget": stop.time_budget},
                 "convergence": monitor.describe(),
                 "reference_info": {} if ref is None else ref.info,
+                **extra,
                 **self._run_attrs(),
             },
             feature_dim=matrix.dims[1],
             feature_coords=matrix.columns,
         )
         if not converged and (stop.tol is not None or stop.gap_tol is not None):
-            warnings.warn(result.convergence_message(), ConvergenceWarning, stacklevel=2)
+            warnings.warn(result.convergence_message(), ConvergenceWarning, stacklevel=3)
         return result
 
     def _fit_partitions(self, method: Method, matrix: Matrix) -> Matrix:
@@ -391,31 +447,22 @@ class Runtime(ABC):
         if ref is not None:
             trace["exact_gap"] = ("iteration", exact - ref.objective)
 
-    def _drive(
-        self,
-        method: Method,
-        problem: Problem,
-        x0: np.ndarray,
-        placement: list[tuple[int, ...]],
-        *,
-        step_size: float,
-        stop: StopRule,
-        reference: Reference | None,
-        progress: bool,
-        iterates: list[np.ndarray] | None = None,
-        monitor: ConvergenceMonitor,
-    ) -> tuple[RoundSummary, TraceRecorder, str]:
+    def _drive(self, method: Method, session: _Session, *, stop: StopRule,
+               progress: bool) -> tuple[RoundSummary, str]:
         """Run the event loop: dispatch to idle workers, receive, step, record, stop.
 
-        With ``iterates`` (a list), the point each round evaluated is appended to it.
-        ``monitor`` judges every round (converged, diverged, or an exact check first).
+        ``session`` carries the bound problem, the monitor that judges every round, the
+        trace and, when resuming, where the interrupted run stood.
         """
         from tqdm.auto import tqdm
 
-        method.start(problem, x0, placement, step_size=step_size,
-                     partition_rows=list(self._partition_rows))
+        problem, recorder = session.problem, session.recorder
+        if session.resumed_at is None:
+            method.start(problem, session.x0, session.placement, step_size=session.step_size,
+                         partition_rows=list(self._partition_rows))
+        elif not session.stepped:
+            method.step()  # the checkpoint was taken at a stop, before this round's step
         work = method.work_problem(problem)
-        recorder = TraceRecorder(self.n_workers)
         balancing = None
         if getattr(method, "balancer", None) is not None:
             from daskstraggle.runtime.balancing import BalanceLoop
@@ -428,10 +475,12 @@ class Runtime(ABC):
         latencies: dict[int, float] = {}
         window = float(getattr(method, "collect_window", 0.0) or 0.0)
         bar = tqdm(
-            total=stop.max_iter, disable=None if progress else True, file=sys.stderr, unit="it",
-            desc=f"{method.name} {problem.name}", leave=False,
+            total=stop.max_iter, initial=len(recorder), disable=None if progress else True,
+            file=sys.stderr, unit="it", desc=f"{method.name} {problem.name}", leave=False,
         )
-        t0 = t_round = self._clock()
+        t0 = t_round = self._clock() - session.elapsed
+        if session.checkpoint is not None:
+            session.checkpoint.start(len(recorder), time.monotonic())
 
         def feed() -> None:
             nonlocal in_flight
@@ -479,43 +528,20 @@ class Runtime(ABC):
                         take(result)
                     summary = method.summary()
                     now = self._clock()
-                    gap = (
-                        None
-                        if reference is None or summary.objective is None
-                        else summary.objective - reference.objective
-                    )
-                    verdict, checked = self._judge(monitor, len(recorder), summary, problem)
-                    row = recorder.add(
-                        wall_time=now - t0,
-                        iteration_duration=now - t_round,
-                        objective=summary.objective,
-                        gap=gap,
-                        n_fresh=summary.n_fresh,
-                        n_stale=summary.n_stale,
-                        workers_used=summary.workers_used,
-                        compute_durations=dict(durations),
-                        latencies=dict(latencies),
-                        coverage=summary.coverage,
-                        n_dropped=summary.n_dropped,
-                        ages=summary.ages,
-                        extras={**summary.extras, "optimality": monitor.optimality,
-                                "exact_check": float(checked)},
-                        subpartitions=None if balancing is None
-                        else method.subpartition_counts,  # type: ignore[attr-defined]
-                    )
-                    self._on_row(row, recorder)
-                    if iterates is not None:
-                        iterates.append(np.array(summary.iterate, dtype=np.float64, copy=True))
+                    gap = self._record_round(method, session, summary, now=now, t0=t0,
+                                             t_round=t_round, durations=durations,
+                                             latencies=latencies, balancing=balancing)
                     bar.update(1)
                     if progress:
                         bar.set_postfix(objective=f"{summary.objective:.6g}" if summary.objective
                                         is not None else "?", refresh=False)
-                    reason = verdict or stop.check(
+                    reason = session.verdict or stop.check(
                         iteration=len(recorder) - 1, gap=gap, elapsed=now - t0)
                     if reason is not None:
                         logger.info("%s stopped after %d iterations (%s)", method.name,
                                     len(recorder), reason)
-                        return summary, recorder, reason
+                        self._save_checkpoint(method, session, now - t0, stepped=False)
+                        return summary, reason
                     method.step()
                     self._after_step()
                     if balancing is not None:
@@ -529,6 +555,8 @@ class Runtime(ABC):
                             idle.add(i)
                     durations.clear()
                     latencies.clear()
+                    self._save_checkpoint(method, session, self._clock() - t0, stepped=True,
+                                          due_only=True)
                     t_round = self._clock()
                 feed()
         finally:
@@ -540,6 +568,51 @@ class Runtime(ABC):
                 self._on_row(len(recorder) - 1, recorder, final=True)
             except Exception as err:  # bookkeeping must not mask the run's own outcome
                 logger.warning("final latency bookkeeping failed: %s", err)
+
+    def _record_round(self, method: Method, session: _Session, summary: RoundSummary, *,
+                      now: float, t0: float, t_round: float, durations: dict[int, float],
+                      latencies: dict[int, float], balancing: Any) -> float | None:
+        """Judge the round (``session.verdict``), add its trace row; return its gap."""
+        reference, recorder = session.reference, session.recorder
+        gap = (None if reference is None or summary.objective is None
+               else summary.objective - reference.objective)
+        session.verdict, checked = self._judge(session.monitor, len(recorder), summary,
+                                               session.problem)
+        row = recorder.add(
+            wall_time=now - t0,
+            iteration_duration=now - t_round,
+            objective=summary.objective,
+            gap=gap,
+            n_fresh=summary.n_fresh,
+            n_stale=summary.n_stale,
+            workers_used=summary.workers_used,
+            compute_durations=dict(durations),
+            latencies=dict(latencies),
+            coverage=summary.coverage,
+            n_dropped=summary.n_dropped,
+            ages=summary.ages,
+            extras={**summary.extras, "optimality": session.monitor.optimality,
+                    "exact_check": float(checked)},
+            subpartitions=None if balancing is None
+            else method.subpartition_counts,  # type: ignore[attr-defined]
+        )
+        self._on_row(row, recorder)
+        if session.iterates is not None:
+            session.iterates.append(np.array(summary.iterate, dtype=np.float64, copy=True))
+        return gap
+
+    def _save_checkpoint(self, method: Method, session: _Session, elapsed: float, *,
+                         stepped: bool, due_only: bool = False) -> None:
+        """Write the checkpoint (when one is asked for, and with ``due_only`` when due)."""
+        checkpoint = session.checkpoint
+        if checkpoint is None:
+            return
+        iteration, now = len(session.recorder), time.monotonic()  # real seconds, even in sim
+        if due_only and not checkpoint.due(iteration, now):
+            return
+        checkpoint.write(session.state(method, elapsed=elapsed, stepped=stepped),
+                         iteration=iteration, now=now)
+        logger.info("checkpoint written after %d iterations: %s", iteration, checkpoint.path)
 
     def _judge(self, monitor: ConvergenceMonitor, iteration: int, summary: RoundSummary,
                problem: Problem) -> tuple[str | None, bool]:
@@ -564,3 +637,66 @@ class Runtime(ABC):
 
 def _kernel_at(block: Block, problem: Problem, iterate: np.ndarray) -> KernelResult:
     return problem.kernel(block, iterate)
+
+
+@dataclass(eq=False)
+class _Session:
+    """A run's state besides the method's: what a checkpoint keeps with the method."""
+
+    problem: Problem
+    monitor: ConvergenceMonitor
+    recorder: TraceRecorder
+    reference: Reference | None
+    step_size: float
+    placement: list[tuple[int, ...]]
+    settings: dict[str, Any]
+    stats: MatrixStats
+    x0: np.ndarray
+    iterates: list[np.ndarray] | None = None
+    checkpoint: Checkpointer | None = None
+    elapsed: float = 0.0  # loop seconds before this (resumed) run
+    stepped: bool = True  # a resumed run: whether the checkpoint was taken after a step
+    resumed_at: int | None = None
+    verdict: str | None = None
+
+    def state(self, method: Method, *, elapsed: float, stepped: bool) -> dict[str, Any]:
+        """Everything a resumed run needs, for :class:`Checkpointer.write`."""
+        return {
+            "settings": self.settings,
+            "placement": [list(p) for p in self.placement],
+            "elapsed": elapsed,
+            "stepped": stepped,
+            "iteration": len(self.recorder),
+            # one pickle: the method, monitor and trace share the bound problem
+            "run": {"method": method, "problem": self.problem, "monitor": self.monitor,
+                    "recorder": self.recorder, "reference": self.reference,
+                    "step_size": self.step_size, "stats": self.stats, "x0": self.x0,
+                    "iterates": self.iterates},
+        }
+
+
+def _resumed_session(state: dict[str, Any], stats: MatrixStats,
+                     record_iterates: bool) -> tuple[Method, _Session]:
+    """The method and session of a checkpoint, once the reloaded data is checked."""
+    run = state["run"]
+    if not same_stats(run["stats"], stats):
+        raise InvalidDataError(
+            "The data differ from those of the run that wrote the checkpoint (their column "
+            "sums or norms changed); resume with the same data, or start afresh without "
+            "--resume."
+        )
+    iterates = run["iterates"]
+    if record_iterates and iterates is None:
+        raise InvalidParameterError(
+            "record_iterates=True needs a checkpoint of a run that recorded its iterates; "
+            "resume without it, or start afresh."
+        )
+    session = _Session(
+        problem=run["problem"], monitor=run["monitor"], recorder=run["recorder"],
+        reference=run["reference"], step_size=run["step_size"],
+        placement=[tuple(p) for p in state["placement"]], settings=state["settings"],
+        stats=run["stats"], x0=run["x0"], iterates=iterates if record_iterates else None,
+        elapsed=float(state["elapsed"]), stepped=bool(state["stepped"]),
+        resumed_at=int(state["iteration"]),
+    )
+    return run["method"], session

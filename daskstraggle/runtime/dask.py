@@ -175,7 +175,7 @@ def scheduler_lost(client: Any, cause: str) -> SchedulerLostError:
     """Return the one-line error for a scheduler that stopped answering."""
     return SchedulerLostError(
         f"Lost the connection to the Dask scheduler at {client.scheduler.address!r} "
-        f"({cause}); nothing was written. Restart the scheduler (and workers) and run again."
+        f"({cause}); no result was written. Restart the scheduler (and workers) and run again."
     )
 
 

@@ -24,6 +24,7 @@ from daskstraggle.errors import StraggleWarning
 from daskstraggle.methods import DSAG, GD, CodedGD
 from daskstraggle.problems import PCA, Logistic
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, StopRule
+from daskstraggle.runtime.checkpoint import load_checkpoint
 from daskstraggle.runtime.dask import replacement_targets
 from daskstraggle.testing import free_port
 
@@ -223,7 +224,8 @@ def test_a_killed_scheduler_ends_the_run_in_one_line(tmp_path):
         cli = subprocess.Popen(
             [sys.executable, "-m", "daskstraggle", "pca", str(path), "--scheduler", address,
              "--min-workers", "2", "--method", "gd", "--tol", "1e-14", "--max-iter", "500",
-             "--stragglers", "gamma(mean=0.2, var=1e-6)", "--quiet"],
+             "--stragglers", "gamma(mean=0.2, var=1e-6)", "--quiet",
+             "--checkpoint", str(tmp_path / "run.ckpt"), "--checkpoint-iterations", "2"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(12)  # connected, loaded, iterating
         scheduler.kill()
@@ -234,8 +236,11 @@ def test_a_killed_scheduler_ends_the_run_in_one_line(tmp_path):
         (line,) = err.strip().splitlines()  # one line, whichever check saw it first
         assert line.startswith(f"error: Lost the connection to the Dask scheduler at "
                                f"{address!r} ("), err
-        assert line.endswith("); nothing was written. Restart the scheduler (and workers) "
-                             "and run again."), err
+        # with the last checkpoint to carry on from
+        done = load_checkpoint(tmp_path / "run.ckpt")["iteration"]
+        assert line.endswith(f"); no result was written. Restart the scheduler (and workers) "
+                             f"and continue from the last checkpoint (after iteration {done}): "
+                             f"--resume {str(tmp_path / 'run.ckpt')!r} (API: resume=)."), err
     finally:
         for proc in [scheduler, *workers]:
             proc.kill()

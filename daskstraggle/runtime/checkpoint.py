@@ -1,0 +1,320 @@
+"""Checkpoints of a run, written atomically, and resuming from them.
+
+A checkpoint is one file holding everything the driving loop needs to carry on: the
+method with its whole run state (iterate, version, momentum, caches, Krylov basis,
+random generators), the bound problem (the matrix's statistics), the convergence
+monitor, the trace so far, the elapsed time, the placement and the run's settings.
+What is *not* kept is rebuilt on resume: the data on the workers (reloaded from the
+source, then checked against the recorded statistics), results in flight when it was
+written (their work is sent again: asynchronous methods lose at most one round of
+stale results), the load balancer's latency samples and the stragglers injected.
+
+It is written at a round boundary (after a step, or when the run stops, before the
+step it would take next), every ``interval`` seconds and/or every ``iterations``
+rounds, under a temporary name that is then renamed over the previous one: a kill at
+any instant leaves the previous or the new checkpoint, never a broken one.
+
+The file is a Python pickle: load only checkpoints you (or your own runs) wrote.
+
+Pure module: no Dask imports.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from daskstraggle._output import check_not_input, check_writable_folder, write_atomically
+from daskstraggle._validation import check_int, check_positive
+from daskstraggle.errors import (
+    DataNotFoundError,
+    InvalidDataError,
+    InvalidParameterError,
+    OutputExistsError,
+)
+
+__all__ = [
+    "CHECKPOINT_INTERVAL",
+    "Checkpointer",
+    "check_checkpoint_path",
+    "check_resume_iterations",
+    "load_checkpoint",
+    "resume_state",
+]
+
+#: Seconds between checkpoints when neither an interval nor an iteration count is given.
+CHECKPOINT_INTERVAL = 60.0
+_FORMAT = "daskstraggle-checkpoint"
+_FORMAT_VERSION = 1
+#: Relative difference tolerated between the statistics of the reloaded data and the
+#: checkpoint's (sums folded in another order differ in their last bits).
+_STATS_RTOL = 1e-9
+
+
+@dataclass
+class Checkpointer:
+    """Where and how often a run writes its checkpoint.
+
+    Parameters
+    ----------
+    path : str or path
+        The checkpoint file (replaced atomically at every write).
+    interval : float or None, default=None
+        Seconds between writes. None: 60 s, unless ``iterations`` is given.
+    iterations : int or None, default=None
+        Also write every this many rounds.
+
+    Attributes
+    ----------
+    written : int or None
+        Iteration (trace rows) of the last checkpoint written by this run, None if none.
+    n_written : int
+        Checkpoints written by this run.
+    seconds : float
+        Time spent writing them (pickling and the atomic write).
+    """
+
+    path: Path
+    interval: float | None = None
+    iterations: int | None = None
+    written: int | None = field(default=None, init=False)
+    n_written: int = field(default=0, init=False)
+    seconds: float = field(default=0.0, init=False)
+    _last_time: float = field(default=-math.inf, init=False)
+    _last_iteration: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        if self.interval is not None:
+            self.interval = check_positive(self.interval, name="checkpoint_interval",
+                                           caller="run")
+        if self.iterations is not None:
+            self.iterations = check_int(self.iterations, name="checkpoint_iterations",
+                                        caller="run", low=1)
+        if self.interval is None and self.iterations is None:
+            self.interval = CHECKPOINT_INTERVAL
+
+    def start(self, iteration: int, now: float) -> None:
+        """Start counting from ``iteration`` at time ``now`` (a fresh or resumed run)."""
+        self._last_time, self._last_iteration = now, iteration
+
+    def due(self, iteration: int, now: float) -> bool:
+        """Whether a checkpoint is due after ``iteration`` rounds at time ``now``."""
+        by_time = self.interval is not None and now - self._last_time >= self.interval
+        by_count = (self.iterations is not None
+                    and iteration - self._last_iteration >= self.iterations)
+        return by_time or by_count
+
+    def write(self, state: dict[str, Any], *, iteration: int, now: float) -> None:
+        """Write ``state`` (see :func:`resume_state`) atomically over the previous file."""
+        t0 = time.perf_counter()
+        payload = {"format": _FORMAT, "format_version": _FORMAT_VERSION,
+                   "written_at": time.time(), **state}
+        data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+        write_atomically(self.path, lambda tmp: _write_file(tmp, data))
+        self.written = iteration
+        self.n_written += 1
+        self.seconds += time.perf_counter() - t0
+        self.start(iteration, now)
+
+    def describe(self) -> dict[str, Any]:
+        """The settings and last write, for ``Result.attrs``."""
+        return {"path": str(self.path), "interval_s": self.interval,
+                "iterations": self.iterations, "last_iteration": self.written,
+                "n_written": self.n_written, "write_seconds": self.seconds}
+
+
+def check_checkpoint_path(path: str | os.PathLike[str], *, resume: str | os.PathLike[str] | None,
+                          inputs: list[str], out: str | os.PathLike[str] | None) -> Path:
+    """Refuse a checkpoint path that would destroy something; return it.
+
+    Parameters
+    ----------
+    path : str or path
+        The checkpoint file (CLI: ``--checkpoint``).
+    resume : str, path or None
+        The checkpoint being resumed (CLI: ``--resume``): the only existing file that
+        ``path`` may replace.
+    inputs : list of str
+        The run's input stores, which ``path`` must neither be, lie in, nor contain.
+    out : str, path or None
+        The run's result store, which ``path`` must not be.
+
+    Returns
+    -------
+    path : Path
+
+    Raises
+    ------
+    OutputExistsError
+        If ``path`` exists and is not ``resume``.
+    InvalidParameterError
+        If ``path`` is, lies in or contains an input, or is ``out``.
+    OutputNotWritableError
+        If its folder cannot be written.
+    """
+    p = Path(path)
+    what = "The checkpoint path (CLI: --checkpoint)"
+    check_not_input(p, inputs, what=what)
+    if out is not None and os.path.realpath(p) == os.path.realpath(out):
+        raise InvalidParameterError(
+            f"{what} {str(p)!r} is also the result's path (--out); choose another one."
+        )
+    same = resume is not None and os.path.realpath(p) == os.path.realpath(resume)
+    if os.path.lexists(p) and not same:
+        raise OutputExistsError(
+            f"{what} {str(p)!r} exists already: continue that run with --resume {str(p)!r} "
+            "(API: resume=), or choose another path."
+        )
+    check_writable_folder(p.absolute().parent, out=p, what=what)
+    return p
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a checkpoint written by :class:`Checkpointer`.
+
+    Parameters
+    ----------
+    path : str or path
+        The checkpoint file (CLI: ``--resume``).
+
+    Returns
+    -------
+    state : dict
+        The run state; pass it to the runtime's ``run(..., resume=state)``.
+
+    Raises
+    ------
+    DataNotFoundError
+        If there is no file at ``path``.
+    InvalidDataError
+        If the file is not a daskstraggle checkpoint (or one of another format version).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataNotFoundError(f"No checkpoint at {str(path)!r} (--resume / resume=).")
+    not_ours = f"{str(path)!r} is not a daskstraggle checkpoint (written by --checkpoint)"
+    try:
+        with open(p, "rb") as fh:
+            state = pickle.load(fh)
+    except Exception as err:  # any unreadable file is the same mistake
+        raise InvalidDataError(f"{not_ours}: {type(err).__name__}: {err}") from None
+    if not isinstance(state, dict) or state.get("format") != _FORMAT:
+        raise InvalidDataError(f"{not_ours}.")
+    if state.get("format_version") != _FORMAT_VERSION:
+        raise InvalidDataError(
+            f"{not_ours} of format version {_FORMAT_VERSION}: it has version "
+            f"{state.get('format_version')!r}; resume it with the daskstraggle that wrote it."
+        )
+    return state
+
+
+def resume_state(state: dict[str, Any], *, method: Any, problem: Any, n_workers: int,
+                 placement: list[tuple[int, ...]], matrix: dict[str, Any],
+                 max_iter: int) -> None:
+    """Check that a checkpoint belongs to this run; raise one clear line if not.
+
+    Parameters
+    ----------
+    state : dict
+        From :func:`load_checkpoint`.
+    method, problem
+        The run's method and (unbound) problem: same class and parameters as recorded.
+    n_workers : int
+        The run's workers: as many as recorded (the placement depends on it).
+    placement : list of tuple of int
+        The run's placement: as recorded.
+    matrix : dict
+        ``Matrix.describe()`` of the run's data: same shape as recorded.
+    max_iter : int
+        The run's iteration limit: above the checkpoint's iterations.
+
+    Raises
+    ------
+    InvalidParameterError
+        If any of them differs from the checkpoint's, or ``max_iter`` is reached already.
+    """
+    check_resume_iterations(state, max_iter)
+    settings = state["settings"]
+    mine = run_settings(method=method, problem=problem, n_workers=n_workers, matrix=matrix)
+    for key, what in (("method", "method (and its parameters)"),
+                      ("problem", "problem (and its parameters)"),
+                      ("n_workers", "number of workers"), ("shape", "matrix shape")):
+        if settings[key] != mine[key]:
+            raise InvalidParameterError(
+                f"The checkpoint was written by a run with another {what}: "
+                f"{settings[key]!r}, this run has {mine[key]!r}. Resume with the same "
+                "settings, or start afresh without --resume."
+            )
+    if [tuple(p) for p in state["placement"]] != [tuple(p) for p in placement]:
+        raise InvalidParameterError(
+            "The checkpoint was written with another placement of the partitions; resume "
+            "with the same data partitions (--partitions) and workers."
+        )
+
+
+def check_resume_iterations(state: dict[str, Any], max_iter: int) -> None:
+    """Raise InvalidParameterError unless ``max_iter`` leaves rounds to run after the
+    checkpoint's."""
+    done = int(state["iteration"])
+    if max_iter <= done:
+        raise InvalidParameterError(
+            f"The checkpoint holds {done} iterations already, and max_iter is {max_iter}: "
+            f"pass a larger max_iter (CLI: --max-iter) to carry on."
+        )
+
+
+def run_settings(*, method: Any, problem: Any, n_workers: int,
+                 matrix: dict[str, Any]) -> dict[str, Any]:
+    """What a resumed run must share with the run that wrote the checkpoint."""
+    return {
+        "method": [method.name, _comparable(method.get_params())],
+        "problem": [problem.name, _comparable(problem.get_params())],
+        "n_workers": int(n_workers),
+        "shape": list(matrix.get("shape", [])),
+    }
+
+
+def same_stats(recorded: Any, fresh: Any) -> bool:
+    """Whether two ``MatrixStats`` describe the same data (up to summation order)."""
+    for name in ("n_samples", "column_sums", "sq_norm", "label_counts", "label_sum",
+                 "column_sq_dev"):
+        a, b = getattr(recorded, name, None), getattr(fresh, name, None)
+        if a is None or b is None or isinstance(a, dict):
+            if a != b:
+                return False
+            continue
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        scale = max(float(np.max(np.abs(a), initial=0.0)), 1e-300)
+        if a.shape != b.shape or float(np.max(np.abs(a - b), initial=0.0)) > _STATS_RTOL * scale:
+            return False
+    return True
+
+
+def _comparable(value: Any) -> Any:
+    """Parameters as plain values (objects by class name) so two runs' can be compared."""
+    if isinstance(value, dict):
+        return {str(k): _comparable(v) for k, v in sorted(value.items())}
+    if isinstance(value, list | tuple):
+        return [_comparable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return type(value).__name__
