@@ -612,8 +612,13 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
     per_iter = result.wall_time / max(result.n_iter, 1)
     lines.append(f"time        {result.wall_time:.3f} s solve ({per_iter * 1e3:.1f} ms/iteration), "
                  f"{attrs['load_duration_s']:.3f} s load")
+    if "staleness" in result.trace and result.n_iter:
+        staleness = result.trace["staleness"].values
+        lines.append(f"staleness   cache entries up to {int(np.nanmax(staleness))} iterations "
+                     f"old ({int(staleness[-1])} at the last)")
     for loss in attrs.get("worker_losses", []):
-        lines.append(f"worker lost {loss['lost']} (index {loss['worker_index']}): partitions "
+        what = "lost" if loss.get("reason", "left the cluster") == "left the cluster" else "frozen"
+        lines.append(f"worker {what} {loss['lost']} (index {loss['worker_index']}): partitions "
                      f"{loss['partitions']} reloaded on {loss['moved_to']}")
     if matrix is not None and matrix.column_groups is not None and result.problem == "pca":
         lines.append("")

@@ -341,6 +341,10 @@ class Result:
             out["reference_objective"] = self.reference_objective
             out["gap"] = self.gap
             out["distance"] = self.distance
+        if "staleness" in self.trace:  # sag, dsag: iterations behind of the oldest cache entry
+            staleness = self.trace["staleness"].values
+            out["max_staleness"] = int(np.nanmax(staleness)) if staleness.size else 0
+            out["final_staleness"] = int(staleness[-1]) if staleness.size else 0
         if "balance_event" in self.trace.dims:
             events = self.trace["balance_iteration"].values.tolist()
             out["balance_events"] = [

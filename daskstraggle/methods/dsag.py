@@ -146,6 +146,9 @@ class DSAG(SGD):
             n_stale=self._n_stale,
             coverage=covered / self._cache.n_rows,
             n_dropped=self._dropped,
+            # iterations since the oldest cache entry's iterate: a frozen worker's rows
+            # keep an old result (the runtime moves them once the worker is overdue)
+            extras={"staleness": float(self._version - min(self._cache.versions()))},
         )
         return self._summary
 

@@ -29,11 +29,23 @@ from typing import Any
 
 from daskstraggle.errors import (
     ClusterConnectionError,
+    InvalidParameterError,
     InvalidTypeError,
+    SchedulerLostError,
     StraggleWarning,
 )
 
-__all__ = ["check_client", "probe_scheduler", "start_local_cluster"]
+__all__ = [
+    "SCHEDULER_TIMEOUT",
+    "check_client",
+    "probe_scheduler",
+    "scheduler_lost",
+    "start_local_cluster",
+    "worker_addresses",
+]
+
+#: Seconds the scheduler may take to answer a membership check.
+SCHEDULER_TIMEOUT = 30.0
 
 #: A LocalCluster with more single-threaded worker processes than this many per core
 #: gets a warning: they only take turns on the cores, each costs start-up time and memory.
@@ -199,3 +211,30 @@ def start_local_cluster(
             cluster.close()
         raise
     return client, [client, cluster]
+
+
+def worker_addresses(client: Any) -> list[str]:
+    """Return the sorted addresses of the cluster's workers, asked of the scheduler now.
+
+    ``Client.scheduler_info()`` returns a cache that the client's periodic update (which
+    asks for no per-worker details) can overwrite between the fetch and the return, so
+    it sometimes lists no workers (distributed 2026.8); this asks the scheduler directly.
+    """
+    if client.asynchronous:
+        raise InvalidParameterError(
+            "daskstraggle needs a synchronous distributed.Client (asynchronous=False)."
+        )
+    try:
+        info = client.sync(client.scheduler.identity, n_workers=-1,
+                           callback_timeout=SCHEDULER_TIMEOUT)
+    except (OSError, TimeoutError) as err:
+        raise scheduler_lost(client, f"{type(err).__name__}: {err}") from None
+    return sorted(info["workers"])
+
+
+def scheduler_lost(client: Any, cause: str) -> SchedulerLostError:
+    """Return the one-line error for a scheduler that stopped answering."""
+    return SchedulerLostError(
+        f"Lost the connection to the Dask scheduler at {client.scheduler.address!r} "
+        f"({cause}); no result was written. Restart the scheduler (and workers) and run again."
+    )

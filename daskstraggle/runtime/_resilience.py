@@ -1,22 +1,99 @@
 """What the Dask runtime does when workers leave or freeze (pure helpers, no dask import).
 
-``replacement_targets`` decides where a lost worker index's partitions go; ``quietly``
-bounds a clean-up step that a frozen worker could hold up forever.
+``replacement_targets`` decides where a lost worker index's partitions go;
+``overdue_workers`` finds worker indices whose work is so late that their worker must be
+frozen; ``quietly`` bounds a clean-up step that a frozen worker could hold up forever.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from daskstraggle.errors import InvalidParameterError, StraggleWarning
+from daskstraggle.errors import InvalidParameterError, StraggleError, StraggleWarning
 
-__all__ = ["CLEANUP_TIMEOUT", "check_memory", "quietly", "replacement_targets"]
+__all__ = [
+    "CLEANUP_TIMEOUT",
+    "FROZEN_FACTOR",
+    "FROZEN_MIN",
+    "SETUP_TIMEOUT",
+    "bounded",
+    "check_memory",
+    "frozen_bound",
+    "overdue_workers",
+    "quietly",
+    "replacement_targets",
+]
 
 #: Seconds a clean-up step (removing the injector, stopping the throttle) may take.
 CLEANUP_TIMEOUT = 15.0
+#: Seconds a set-up step that every worker must answer (installing the injector,
+#: starting the throttle) may take.
+SETUP_TIMEOUT = 30.0
+#: A work unit unanswered for FROZEN_FACTOR times the median latency of the run's recent
+#: units, and at least FROZEN_MIN seconds, means its worker is frozen (a stopped process,
+#: a suspended VM): its partitions move to another worker.
+FROZEN_FACTOR = 20.0
+FROZEN_MIN = 30.0
+
+
+def frozen_bound(frozen_after: float | None, recent: Iterable[float]) -> float:
+    """Seconds after which an unanswered unit means a frozen worker.
+
+    Parameters
+    ----------
+    frozen_after : float or None
+        The user's bound; None: ``max(FROZEN_MIN, FROZEN_FACTOR * median(recent))``.
+    recent : iterable of float
+        Latencies (send to result, seconds) of the run's recent units.
+
+    Returns
+    -------
+    bound : float
+
+    Examples
+    --------
+    >>> frozen_bound(None, [0.1, 0.2, 0.3]), frozen_bound(None, [2.0, 3.0]), frozen_bound(5.0, [])
+    (30.0, 50.0, 5.0)
+    """
+    if frozen_after is not None:
+        return float(frozen_after)
+    values = list(recent)
+    typical = statistics.median(values) if values else 0.0
+    return max(FROZEN_MIN, FROZEN_FACTOR * typical)
+
+
+def overdue_workers(sent: Iterable[tuple[int, float]], now: float, bound: float
+                    ) -> dict[int, float]:
+    """Worker indices with a unit unanswered for more than ``bound`` seconds.
+
+    Parameters
+    ----------
+    sent : iterable of (int, float)
+        ``(worker_index, send time)`` of every unit in flight.
+    now : float
+        The current time (same clock as the send times).
+    bound : float
+        See :func:`frozen_bound`.
+
+    Returns
+    -------
+    overdue : dict of int to float
+        Seconds the oldest unanswered unit of each overdue index has waited.
+
+    Examples
+    --------
+    >>> overdue_workers([(0, 1.0), (1, 9.0), (0, 5.0)], now=10.0, bound=4.0)
+    {0: 9.0}
+    """
+    overdue: dict[int, float] = {}
+    for index, t in sent:
+        if now - t > bound:
+            overdue[index] = max(overdue.get(index, 0.0), now - t)
+    return overdue
 
 
 def replacement_targets(addresses: list[str], live: list[str]) -> dict[int, str]:
@@ -57,6 +134,41 @@ def replacement_targets(addresses: list[str], live: list[str]) -> dict[int, str]
         moves[i] = target
         load[target] += 1
     return moves
+
+
+def bounded(what: str, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
+    """Return ``fn(*args)``, waiting at most ``timeout`` s (default ``SETUP_TIMEOUT``).
+
+    For set-up steps that wait for every worker's answer (installing a worker plugin),
+    which a frozen worker would hold up forever.
+
+    Raises
+    ------
+    StraggleError
+        One line naming ``what`` if ``fn`` has not returned in time (it goes on in a
+        background thread); ``fn``'s own errors propagate.
+    """
+    limit = SETUP_TIMEOUT if timeout is None else timeout
+    outcome: list[Any] = []
+
+    def call() -> None:
+        try:
+            outcome.append((True, fn(*args)))
+        except BaseException as err:
+            outcome.append((False, err))
+
+    thread = threading.Thread(target=call, name=f"daskstraggle-{what}", daemon=True)
+    thread.start()
+    thread.join(limit)
+    if not outcome:
+        raise StraggleError(
+            f"Could not {what}: a worker did not answer within {limit:g} s (frozen?); "
+            "nothing was run. Check the workers (or restart them) and run again."
+        )
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:

@@ -21,6 +21,7 @@ import math
 import time
 import uuid
 import warnings
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -37,8 +38,22 @@ from daskstraggle.errors import (
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
-from daskstraggle.runtime._connect import check_client, probe_scheduler, start_local_cluster
-from daskstraggle.runtime._resilience import check_memory, quietly, replacement_targets
+from daskstraggle.runtime._connect import (
+    SCHEDULER_TIMEOUT,
+    check_client,
+    probe_scheduler,
+    scheduler_lost,
+    start_local_cluster,
+    worker_addresses,
+)
+from daskstraggle.runtime._resilience import (
+    bounded,
+    check_memory,
+    frozen_bound,
+    overdue_workers,
+    quietly,
+    replacement_targets,
+)
 from daskstraggle.runtime.base import Runtime, fold_map, run_unit, stream_messages
 from daskstraggle.trace import TraceRecorder
 
@@ -55,8 +70,6 @@ MAX_LOCAL_WORKERS = 256
 MEMBERSHIP_INTERVAL = 1.0
 #: Seconds to wait for a worker to (re)join when every worker has left.
 NO_WORKER_TIMEOUT = 60.0
-#: Seconds the scheduler may take to answer a membership check.
-SCHEDULER_TIMEOUT = 30.0
 #: An exact pass's fold still running this many times after half the folds finished
 #: (and at least BACKUP_MIN seconds after the start) is computed again elsewhere.
 BACKUP_FACTOR = 4.0
@@ -152,33 +165,6 @@ def connect(
                                config=OWN_CLUSTER_CONFIG)
 
 
-def worker_addresses(client: Any) -> list[str]:
-    """Return the sorted addresses of the cluster's workers, asked of the scheduler now.
-
-    ``Client.scheduler_info()`` returns a cache that the client's periodic update (which
-    asks for no per-worker details) can overwrite between the fetch and the return, so
-    it sometimes lists no workers (distributed 2026.8); this asks the scheduler directly.
-    """
-    if client.asynchronous:
-        raise InvalidParameterError(
-            "daskstraggle needs a synchronous distributed.Client (asynchronous=False)."
-        )
-    try:
-        info = client.sync(client.scheduler.identity, n_workers=-1,
-                           callback_timeout=SCHEDULER_TIMEOUT)
-    except (OSError, TimeoutError) as err:
-        raise scheduler_lost(client, f"{type(err).__name__}: {err}") from None
-    return sorted(info["workers"])
-
-
-def scheduler_lost(client: Any, cause: str) -> SchedulerLostError:
-    """Return the one-line error for a scheduler that stopped answering."""
-    return SchedulerLostError(
-        f"Lost the connection to the Dask scheduler at {client.scheduler.address!r} "
-        f"({cause}); no result was written. Restart the scheduler (and workers) and run again."
-    )
-
-
 def run_unit_task(
     problem: Problem, iterate: Any, version: int, load: float, injector: str | None,
     *blocks: Block, coefficients: Any = None, rows: tuple[int, int] | None = None,
@@ -233,6 +219,11 @@ class DaskRuntime(Runtime):
         dask-jobqueue still starting) instead of starting with whoever is up.
     min_workers_timeout : float, default=300.0
         Seconds to wait for ``min_workers``; then one ClusterConnectionError line.
+    frozen_after : float or None, default=None
+        A work unit unanswered for this many seconds means its worker is frozen (a
+        stopped process, a suspended VM): that worker index's partitions are reloaded
+        on another worker and its work sent there, as for a worker that left. None:
+        20 times the median latency of the run's recent units, at least 30 s.
 
     Examples
     --------
@@ -256,6 +247,7 @@ class DaskRuntime(Runtime):
         record_latency: bool = True,
         min_workers: int | None = None,
         min_workers_timeout: float = 300.0,
+        frozen_after: float | None = None,
     ) -> None:
         from distributed import as_completed
 
@@ -266,6 +258,9 @@ class DaskRuntime(Runtime):
             min_workers, name="min_workers", caller="DaskRuntime", low=1)
         self._min_workers_timeout = check_positive(
             min_workers_timeout, name="min_workers_timeout", caller="DaskRuntime")
+        self._frozen_after = None if frozen_after is None else check_positive(
+            frozen_after, name="frozen_after", caller="DaskRuntime")
+        self._recent: deque[float] = deque(maxlen=200)  # latencies of recent units
         self._seed = rng
         self._record_latency = check_bool(record_latency, name="record_latency",
                                           caller="DaskRuntime")
@@ -508,6 +503,24 @@ class DaskRuntime(Runtime):
             self._move(i, target)
         return True
 
+    def _check_frozen(self) -> None:
+        """Move the partitions of a worker whose work is overdue (frozen) elsewhere."""
+        bound = frozen_bound(self._frozen_after, self._recent)
+        overdue = overdue_workers(((e[0].worker_index, e[1]) for e in self._pending.values()),
+                                  time.perf_counter(), bound)
+        if not overdue:
+            return
+        frozen: dict[str, float] = {}
+        for i, waited in overdue.items():
+            frozen[self._addresses[i]] = max(frozen.get(self._addresses[i], 0.0), waited)
+        # the membership check just ran: every address of ours is live
+        live = sorted((set(self._addresses) | set(worker_addresses(self.client))) - set(frozen))
+        if not live:
+            return  # nowhere to go: keep waiting (Dask's worker-ttl ends a dead one)
+        for i, target in replacement_targets(self._addresses, live).items():
+            waited = frozen[self._addresses[i]]
+            self._move(i, target, why=f"has not answered for {waited:.0f} s (frozen?)")
+
     def _check_memory(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> None:
         """Refuse, before loading, a share of the data above a worker's memory limit."""
         import dask
@@ -547,8 +560,11 @@ class DaskRuntime(Runtime):
             ) from None
         return worker_addresses(self.client)
 
-    def _move(self, index: int, target: str) -> None:
-        """Reload worker index ``index``'s partitions on ``target``; resend its work."""
+    def _move(self, index: int, target: str, why: str = "left the cluster") -> None:
+        """Reload worker index ``index``'s partitions on ``target``; resend its work.
+
+        ``why`` says what happened to its worker, in the warning.
+        """
         assert self._matrix is not None
         lost, self._addresses[index] = self._addresses[index], target
         parts = sorted(self._held[index])
@@ -556,8 +572,8 @@ class DaskRuntime(Runtime):
         self._held[index] = {p: self._pinned(self._matrix.loader(p), key=f"reload-p{p}-w{index}-"
                                              f"{token}", worker_index=index) for p in parts}
         self._losses.append({"worker_index": index, "lost": lost, "moved_to": target,
-                             "partitions": parts})
-        message = (f"worker {lost} left the cluster; its partitions {parts} are reloaded "
+                             "partitions": parts, "reason": why})
+        message = (f"worker {lost} {why}; its partitions {parts} are reloaded "
                    f"from the source on {target}")
         logger.warning(message)
         warnings.warn(f"{message[0].upper()}{message[1:]}.", StraggleWarning, stacklevel=2)
@@ -606,8 +622,8 @@ class DaskRuntime(Runtime):
             if model is not None:
                 from daskstraggle.runtime.inject import install_injector
 
-                self._injector = install_injector(self.client, model, self._distinct(),
-                                                  seed=self._seed)
+                self._injector = bounded("install the straggler injector", lambda: (
+                    install_injector(self.client, model, self._distinct(), seed=self._seed)))
             if throttle is not None:
                 from daskstraggle.runtime.throttle import ProcessThrottle
 
@@ -615,7 +631,7 @@ class DaskRuntime(Runtime):
                     self.client, sorted({self._addresses[i] for i in throttle.workers}),
                     throttle.factor, period=throttle.period,
                 )
-                self._throttle.start()
+                bounded("start the straggler throttle", self._throttle.start)
         except BaseException:
             self._end()
             raise
@@ -711,6 +727,7 @@ class DaskRuntime(Runtime):
                     return None
                 if now - self._last_check >= MEMBERSHIP_INTERVAL:
                     self._check_membership()
+                    self._check_frozen()
                 with self._ac.thread_condition:  # notified when a result is queued
                     self._ac.thread_condition.wait(timeout=min(deadline - now, 0.1))
             future, outcome = next(self._ac)
@@ -723,8 +740,10 @@ class DaskRuntime(Runtime):
             if message is not None:
                 (result,) = result
             self._round_keys[unit.worker_index] = future.key
-            return WorkResult(unit, result, duration, latency=time.perf_counter() - sent,
-                              message=message, final=final)
+            latency = time.perf_counter() - sent
+            self._recent.append(latency)
+            return WorkResult(unit, result, duration, latency=latency, message=message,
+                              final=final)
 
     def _abandon(self, version: int) -> list[int]:
         stale = [key for key, (unit, *_rest) in self._pending.items()
