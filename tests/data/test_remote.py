@@ -28,7 +28,7 @@ from daskstraggle.data._remote import parse_storage_options
 from daskstraggle.errors import DataNotFoundError, InvalidParameterError, MissingChunksError
 from daskstraggle.testing import free_port, one_error_line
 
-_NEEDS = "remote-store tests need s3fs and moto[server] (pip install -e '.[test]')"
+_NEEDS = "remote-store tests need s3fs, moto[s3] and flask (pip install -e '.[test]')"
 s3fs = pytest.importorskip("s3fs", reason=_NEEDS)
 moto_app = pytest.importorskip("moto.moto_server.werkzeug_app", reason=_NEEDS)
 
@@ -262,6 +262,37 @@ def test_memory_and_file_urls_give_the_local_result(tmp_path, capsys):
     assert main(["pca", local.as_uri(), "--runtime", "local", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     np.testing.assert_allclose(summary["explained_variance"], expected, rtol=1e-12)
+
+
+def test_an_http_store_is_read_and_its_missing_chunk_refused(tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    X = np.random.default_rng(3).normal(size=(80, 3)) * [3.0, 1.0, 0.5]
+    zarr.create_array(tmp_path / "h.zarr", shape=X.shape, chunks=(20, 3), dtype="f8")[:] = X
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", free_port()), functools.partial(Quiet, directory=str(tmp_path)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/h.zarr"
+        expected = ds.fit_pca(tmp_path / "h.zarr", 2, runtime="local").fitted
+        got = ds.fit_pca(url, 2, runtime="local", storage_options={}).fitted
+        np.testing.assert_allclose(got["explained_variance"], expected["explained_variance"],
+                                   rtol=1e-12)
+        (tmp_path / "h.zarr" / "c" / "1" / "0").unlink()
+        with pytest.raises(MissingChunksError, match=r"rows 20-40.*missing.*c/1/0"):
+            ds.fit_pca(url, 2, runtime="local")
+    finally:
+        server.shutdown()
+        thread.join()
+        server.server_close()
 
 
 # ---------------------------------------------------------------------------- bad input
