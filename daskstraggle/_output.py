@@ -19,7 +19,9 @@ import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
+from daskstraggle.data._remote import is_url
 from daskstraggle.errors import (
     InvalidParameterError,
     OutputExistsError,
@@ -44,14 +46,20 @@ def source_paths(source: Any) -> list[str]:
 
     ``source`` is a path, a :class:`~daskstraggle.data.Matrix` (its source's ``path``) or
     a description dict (``Matrix.describe()``, recorded in ``Result.attrs["matrix"]``).
+    A ``file://`` URL gives its local path; other URLs (remote stores) give none.
     """
-    if isinstance(source, str | os.PathLike):
-        return [os.fspath(source)]
     if isinstance(source, dict):
         path = source.get("path")
+    elif isinstance(source, str | os.PathLike):
+        path = source
     else:
         path = getattr(getattr(source, "source", None), "path", None)
-    return [os.fspath(path)] if isinstance(path, str | os.PathLike) else []
+    if not isinstance(path, str | os.PathLike):
+        return []
+    path = os.fspath(path)
+    if path.startswith("file:"):
+        return [unquote(urlparse(path).path)]
+    return [] if is_url(path) else [path]
 
 
 def check_output_path(
@@ -79,7 +87,8 @@ def check_output_path(
     Raises
     ------
     InvalidParameterError
-        If ``path`` is, is inside or contains one of ``inputs`` (even with ``overwrite``).
+        If ``path`` is, is inside or contains one of ``inputs`` (even with ``overwrite``), or
+        is a URL (``s3://...``).
     OutputExistsError
         If ``path`` exists and ``overwrite`` is False.
     OutputNotWritableError
@@ -87,6 +96,12 @@ def check_output_path(
     """
     if path is None:
         return None
+    # a URL, or one that pathlib folded ('s3://b/k' -> 's3:/b/k'); 2+ letters: not a drive
+    if is_url(os.fspath(path)) or re.match(r"^[A-Za-z][A-Za-z0-9+.\-]+:/", os.fspath(path)):
+        raise InvalidParameterError(
+            f"The output path (CLI: --out) must be a local path; got the URL {os.fspath(path)!r}. "
+            "Results are written locally (copy them to the remote store afterwards)."
+        )
     out = Path(path)
     check_not_input(out, inputs)
     if os.path.lexists(out) and not overwrite:

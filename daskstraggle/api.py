@@ -176,6 +176,7 @@ def solve(
     labels: Any = None,
     array: str | None = None,
     missing_chunks: str = "error",
+    storage_options: dict[str, Any] | None = None,
     method: str | Method = "auto",
     step_size: float | None = None,
     max_iter: int = 100,
@@ -217,6 +218,10 @@ def solve(
         A chunk absent from a Zarr store: refuse it (each worker checks the chunks of its
         partitions) or read it as the fill value, for stores written with
         ``write_empty_chunks=False`` (see :func:`~daskstraggle.open_matrix`).
+    storage_options : dict or None, default=None
+        When ``X`` is a URL (``s3://``, ``gs://``, ...): options of its fsspec file
+        system, e.g. ``{"endpoint_url": ...}``; the workers open the store with them (see
+        :func:`~daskstraggle.open_matrix` and ``docs/remote-stores.md``).
     method : str or Method, default="auto"
         ``"auto"``: for PCA ``"gram"`` (exact in one round) when the matrix has at most
         ``GRAM_AUTO_MAX_FEATURES`` (4096) columns, else ``"block"`` (block Krylov, every
@@ -347,7 +352,7 @@ def solve(
     if state is not None:
         check_resume_iterations(state, stop.max_iter)
     matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions,
-                         missing_chunks=missing_chunks)
+                         missing_chunks=missing_chunks, storage_options=storage_options)
     problem.check_shape(matrix.n_rows, matrix.n_columns)
     if auto and isinstance(meth, Gram) and matrix.n_columns > GRAM_AUTO_MAX_FEATURES:
         meth = make_method("block")  # a d x d Gram matrix would not fit comfortably
@@ -458,7 +463,8 @@ def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None,
     if center is None:
         if isinstance(X, str | os.PathLike):  # open once here; solve() takes the Matrix
             X = open_matrix(X, array=kwargs.pop("array", None),
-                            missing_chunks=kwargs.get("missing_chunks", "error"))
+                            missing_chunks=kwargs.get("missing_chunks", "error"),
+                            storage_options=kwargs.pop("storage_options", None))
         center = not (isinstance(X, Matrix) and X.rows_standardized)
     return solve(PCA(n_components=n_components, center=center, oversample=oversample), X,
                  **kwargs)

@@ -24,6 +24,14 @@ from daskstraggle.errors import DivergenceError, InputError, StraggleError, Stra
 logger = logging.getLogger(__name__)
 
 
+def _storage_options(ctx: click.Context, param: click.Parameter,
+                     value: tuple[str, ...]) -> dict[str, Any] | None:
+    """Parse repeated ``--storage-option KEY=VALUE`` into storage options (None: none)."""
+    from daskstraggle.data._remote import parse_storage_options
+
+    return parse_storage_options(value)
+
+
 def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Options every solve command takes."""
     options = [
@@ -126,6 +134,13 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="A chunk absent from the Zarr store: refuse it (error), or read it "
                           "as the fill value (fill: stores written with "
                           "write_empty_chunks=False)."),
+        click.option("--storage-option", "storage_options", metavar="KEY=VALUE", multiple=True,
+                     callback=_storage_options,
+                     help="Option of the fsspec file system of a URL SOURCE (s3://, gs://, "
+                          "https://, memory://), repeatable; true/false, numbers and JSON "
+                          "values are parsed, e.g. --storage-option anon=true "
+                          "--storage-option endpoint_url=http://127.0.0.1:9000. The workers "
+                          "open the store with the same options (docs/remote-stores.md)."),
         click.option("--reference", is_flag=True,
                      help="Also compute the exact optimum independently and report the gap."),
         click.option("--out", type=click.Path(path_type=Path), default=None,
@@ -287,7 +302,8 @@ def pca(source: str, n_components: int, center: bool | None, oversample: int | N
         from daskstraggle.data import open_matrix
 
         data = open_matrix(source, array=params["array"], missing_chunks=params["missing_chunks"],
-                           genotype_storage="packed")
+                           genotype_storage="packed",
+                           storage_options=params.pop("storage_options"))
     _run_solve("pca", data, params, n_components=n_components, center=center,
                oversample=oversample)
 
@@ -299,10 +315,15 @@ def _labels_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-def _default_labels(source: str, labels: str | None) -> str | None:
+def _default_labels(source: str, labels: str | None,
+                    storage_options: dict[str, Any] | None = None) -> str | None:
     if labels is not None:
         return labels
-    path = Path(source)
+    from daskstraggle.data._remote import is_url, member_exists
+
+    if is_url(source) and not source.startswith("file:"):
+        return "y" if member_exists(source, "y", storage_options or {}) else None
+    path = Path(source.removeprefix("file://"))
     if (path / "y").exists():
         return "y"
     return None
@@ -315,7 +336,8 @@ def _default_labels(source: str, labels: str | None) -> str | None:
 @_solve_options
 def logreg(source: str, labels: str | None, alpha: float | None, **params: Any) -> None:
     """L2-regularised logistic regression on the Zarr group at SOURCE."""
-    _run_solve("logreg", source, params, labels=_default_labels(source, labels), alpha=alpha)
+    _run_solve("logreg", source, params, alpha=alpha,
+               labels=_default_labels(source, labels, params["storage_options"]))
 
 
 @cli.command()
@@ -325,7 +347,8 @@ def logreg(source: str, labels: str | None, alpha: float | None, **params: Any) 
 @_solve_options
 def linreg(source: str, labels: str | None, alpha: float, **params: Any) -> None:
     """Least-squares regression on the Zarr group at SOURCE."""
-    _run_solve("linreg", source, params, labels=_default_labels(source, labels), alpha=alpha)
+    _run_solve("linreg", source, params, alpha=alpha,
+               labels=_default_labels(source, labels, params["storage_options"]))
 
 
 # ------------------------------------------------------------------------------ datasets

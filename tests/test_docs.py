@@ -16,7 +16,7 @@ OUTSIDE = ("../" + "shared", "/work/" + "shared", "shared/" + "papers", "papers/
 
 #: Markdown files whose relative links must resolve.
 MARKDOWN = ["README.md", "docs/architecture.md", "docs/algorithms.md", "pipelines/README.md",
-            "datasets/README.md"]
+            "datasets/README.md", "docs/remote-stores.md"]
 
 
 def _tracked_files() -> list[Path]:
@@ -45,7 +45,7 @@ def test_no_tracked_file_points_outside_the_repository():
 
 def test_the_docs_exist_and_the_readme_links_them():
     readme = (ROOT / "README.md").read_text()
-    for doc in ("docs/architecture.md", "docs/algorithms.md"):
+    for doc in ("docs/architecture.md", "docs/algorithms.md", "docs/remote-stores.md"):
         assert (ROOT / doc).is_file(), doc
         assert f"]({doc})" in readme, f"README.md does not link {doc}"
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from daskstraggle.errors import CorruptDataError, MissingChunksError
+from daskstraggle.errors import CorruptDataError, DataNotFoundError, MissingChunksError
 
 __all__ = [
     "MISSING_CHUNKS",
@@ -29,6 +29,7 @@ __all__ = [
     "open_array",
     "open_node",
     "read",
+    "read_rows",
 ]
 
 #: Values of ``missing_chunks``: refuse absent chunks, or read them as the fill value.
@@ -78,6 +79,9 @@ def absent_keys(array: Any, keys: Iterable[str]) -> list[str]:
 
     store_path = array.store_path
     keys = list(keys)
+    fs = getattr(store_path.store, "fs", None)
+    if fs is not None:  # a remote store: answer from the store, not from listings cached earlier
+        fs.invalidate_cache()
 
     async def exists() -> list[bool]:
         found: list[bool] = []
@@ -141,24 +145,89 @@ def read(array: Any, selection: Any, *, what: str) -> Any:
         ) from err
 
 
-def open_array(path: str, name: str | None) -> Any:
+def open_array(path: str, name: str | None,
+               storage_options: dict[str, Any] | None = None) -> Any:
     """Open the array ``name`` of the store at ``path`` (the store itself if None), read-only.
+
+    ``storage_options`` (None for a local path) opens ``path`` as an fsspec URL.
 
     Raises
     ------
     CorruptDataError
         If its metadata cannot be read (I/O errors propagate unchanged).
+    DataNotFoundError
+        If ``path`` is a URL and no store is found there.
     """
     import zarr
 
+    options = {} if storage_options is None else {"storage_options": storage_options}
     try:
         if name is None:
-            return zarr.open_array(path, mode="r")
-        return zarr.open_group(path, mode="r")[name]
-    except (OSError, MemoryError):
-        raise
+            return zarr.open_array(path, mode="r", **options)
+        return zarr.open_group(path, mode="r", **options)[name]
     except Exception as err:  # JSONDecodeError, KeyError, TypeError, ValueError, ...
-        raise CorruptDataError(_bad_metadata(describe(path, name), err)) from err
+        if storage_options is None or not isinstance(err, _node_not_found()):
+            if isinstance(err, OSError | MemoryError):
+                raise
+            raise CorruptDataError(_bad_metadata(describe(path, name), err)) from err
+        reason = _reason(err)
+    raise _detached(DataNotFoundError(
+        f"{describe(path, name)} is not found by the process reading it ({reason}). Each "
+        "worker opens the store itself: give a URL every worker reaches (a memory:// store "
+        "lives in one process: use it with runtime='local' or threaded workers)."
+    ))
+
+
+def _detached(err: BaseException) -> BaseException:
+    """Return ``err``, raised outside any ``except`` block by the caller: no context.
+
+    On a worker an error travels pickled with its cause and context, and zarr's and
+    botocore's exceptions do not unpickle (the client would get a bare ``Exception``).
+    """
+    err.__cause__ = err.__context__ = None
+    return err
+
+
+def _node_not_found() -> tuple[type[BaseException], ...]:
+    import zarr.errors
+
+    return tuple(getattr(zarr.errors, n) for n in ("NodeNotFoundError", "GroupNotFoundError",
+                                                   "ArrayNotFoundError")
+                 if hasattr(zarr.errors, n))
+
+
+def read_rows(path: str, name: str | None, start: int, stop: int, *, missing_chunks: str,
+              storage_options: dict[str, Any] | None = None) -> Any:
+    """Read rows ``[start, stop)`` of an array where this runs, refusing damaged chunks.
+
+    Opens the store (a local path, or an fsspec URL with ``storage_options``), checks the
+    chunks of the rows (:func:`check_chunks`) and reads them (:func:`read`). For a URL,
+    an I/O error (connection, credentials) becomes one line saying that the process
+    reading (a worker) needs the client's access to the store.
+
+    Raises
+    ------
+    MissingChunksError, CorruptDataError
+        If a chunk of the rows is absent or cannot be decoded.
+    DataNotFoundError
+        If a remote store cannot be reached or read from here.
+    """
+    what = describe(path, name)
+    try:
+        array = open_array(path, name, storage_options)
+        check_chunks(array, start, stop, what=what, missing_chunks=missing_chunks)
+        return read(array, slice(start, stop), what=what)
+    except DataNotFoundError:
+        raise
+    except (OSError, MemoryError) as err:
+        if storage_options is None or isinstance(err, MemoryError):
+            raise
+        reason = _reason(err)
+    raise _detached(DataNotFoundError(
+        f"{what} cannot be read by the process reading it ({reason}). Each worker opens the "
+        "store itself: it needs the same fsspec packages, network access and credentials as "
+        "the client (see docs/remote-stores.md)."
+    ))
 
 
 def _bad_metadata(what: str, err: BaseException) -> str:
@@ -252,8 +321,10 @@ def _has_metadata(store_path: Any) -> bool:
     return bool(sync(any_exists()))
 
 
-def open_node(path: str) -> Any:
+def open_node(path: str, storage_options: dict[str, Any] | None = None) -> Any:
     """Open the Zarr array or group at ``path`` read-only.
+
+    ``storage_options`` (None for a local path) opens ``path`` as an fsspec URL.
 
     Raises
     ------
@@ -263,13 +334,17 @@ def open_node(path: str) -> Any:
         Whatever zarr raises when ``path`` is not a Zarr store at all (the caller words it).
     """
     import zarr
-    from zarr.storage import LocalStore, StorePath
+    from zarr.storage import FsspecStore, LocalStore, StorePath
 
+    options = {} if storage_options is None else {"storage_options": storage_options}
     try:
-        return zarr.open(path, mode="r")
+        return zarr.open(path, mode="r", **options)
     except (OSError, MemoryError):
         raise
     except Exception as err:
-        if _has_metadata(StorePath(LocalStore(path, read_only=True))):
+        store = (LocalStore(path, read_only=True) if storage_options is None
+                 else FsspecStore.from_url(path, storage_options=storage_options,
+                                           read_only=True))
+        if _has_metadata(StorePath(store)):
             raise CorruptDataError(_bad_metadata(f"the Zarr store {path!r}", err)) from err
         raise

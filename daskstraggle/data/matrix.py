@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from daskstraggle._validation import check_choice, check_int
+from daskstraggle.data._remote import check_remote_store, is_url, parse_location
 from daskstraggle.data._zarr import (
     MISSING_CHUNKS,
     GroupArrays,
@@ -284,15 +285,18 @@ def open_matrix(
     genotype_scaling: str = "patterson",
     missing_chunks: str = "error",
     genotype_storage: str = "int8",
+    storage_options: dict[str, Any] | None = None,
 ) -> Matrix:
     """Describe a 2-D matrix as row partitions that Dask workers can load.
 
     Parameters
     ----------
     source : str, path, numpy.ndarray, dask.array.Array, xarray.DataArray or Matrix
-        A path to a Zarr v2 or v3 array, or to a group with ``array`` naming the
-        member; a VCF Zarr store (a group with ``call_genotype``, as written by bio2zarr
-        or sgkit); or an in-memory array. Rows are samples.
+        A path or fsspec URL (``s3://``, ``gs://``, ``https://``, ``memory://``,
+        ``file://``; see ``docs/remote-stores.md``) to a Zarr v2 or v3 array, or to a
+        group with ``array`` naming the member; a VCF Zarr store (a group with
+        ``call_genotype``, as written by bio2zarr or sgkit); or an in-memory array. Rows
+        are samples.
     array : str or None, default=None
         Member of a Zarr group to use. None: the store itself if it is an array,
         ``call_genotype`` if it is a VCF Zarr store, ``"X"`` when the group has one, or
@@ -321,6 +325,11 @@ def open_matrix(
         VCF Zarr only: how workers hold the dosages. ``"packed"`` stores 2-bit codes, four
         calls per byte as in PLINK's .bed (a quarter of the memory of int8), read directly
         by the fused kernels; it needs ploidy 1 or 2 (dosages 0-2).
+    storage_options : dict or None, default=None
+        URLs only: options of the fsspec file system, e.g. ``{"endpoint_url":
+        "http://127.0.0.1:9000"}`` or ``{"anon": True}`` for s3fs. They travel with each
+        partition's load task: every worker opens the store itself from the URL and these
+        options, so give credentials through the workers' environment where you can.
 
     Returns
     -------
@@ -330,7 +339,8 @@ def open_matrix(
     Raises
     ------
     DataNotFoundError
-        If the path does not exist, is not a Zarr store, or ``array`` is not in it.
+        If the path does not exist, is not a Zarr store, or ``array`` is not in it; or a
+        URL's store cannot be reached or read (connection, credentials).
     InvalidDataError
         If the matrix is not 2-D (not 3-D integer genotypes for VCF Zarr), is empty, is
         sparse, or the labels have the wrong length or are not finite.
@@ -342,7 +352,9 @@ def open_matrix(
     InvalidParameterError
         If ``n_partitions``, ``chunk_rows``, ``missing``, ``genotype_scaling``,
         ``missing_chunks`` or ``genotype_storage`` is invalid, or ``genotype_storage`` is
-        ``"packed"`` for genotypes of ploidy above 2.
+        ``"packed"`` for genotypes of ploidy above 2; or a URL's protocol has no fsspec
+        implementation installed (the message names the package), or ``storage_options``
+        is given for a local path or refused by the file system.
 
     Examples
     --------
@@ -361,14 +373,23 @@ def open_matrix(
                  choices=GENOTYPE_STORAGES)
     if chunk_rows is not None:
         check_int(chunk_rows, name="chunk_rows", caller=caller, low=1)
+    if storage_options is not None and not isinstance(source, str | os.PathLike):
+        raise InvalidParameterError(
+            f"The 'storage_options' parameter of {caller} applies to a store given by URL; "
+            f"the source is a {type(source).__name__}. Drop it (CLI: --storage-option)."
+        )
     if isinstance(source, Matrix):
         matrix = source
         if labels is not None:
             matrix = matrix.with_labels(_parse_labels(labels, None, matrix.n_rows))
     elif isinstance(source, str | os.PathLike):
-        options = _ZarrOptions(missing, genotype_scaling, missing_chunks, genotype_storage)
-        # absolute: workers may run in another working directory (--scheduler)
-        matrix = _open_zarr(Path(source).absolute(), array, labels, options)
+        # a path is made absolute: workers may run in another working directory
+        location, remote = parse_location(os.fspath(source), storage_options, caller=caller)
+        if remote is not None:
+            check_remote_store(location, remote, caller=caller)
+        options = _ZarrOptions(missing, genotype_scaling, missing_chunks, genotype_storage,
+                               remote)
+        matrix = _open_zarr(location, array, labels, options)
     else:
         matrix = _open(source, array, labels, chunk_rows)
     if n_partitions is not None:
@@ -447,33 +468,35 @@ class _ZarrOptions:
     scaling: str
     missing_chunks: str
     storage: str = "int8"
+    storage_options: dict[str, Any] | None = None  # a URL's fsspec options; None: a path
 
 
-def _open_zarr(path: Path, array: str | None, labels: Any, options: _ZarrOptions) -> Matrix:
+def _open_zarr(path: str, array: str | None, labels: Any, options: _ZarrOptions) -> Matrix:
+    """Open the store at ``path``: an absolute local path, or a URL (checked already)."""
     import zarr
 
-    if not path.exists():
+    if not is_url(path) and not Path(path).exists():
         raise DataNotFoundError(
-            f"No Zarr store at {str(path)!r}: the path does not exist. Check the data "
+            f"No Zarr store at {path!r}: the path does not exist. Check the data "
             "path (the 'source' parameter; CLI: the SOURCE argument)."
         )
     try:
-        node = open_node(str(path))
+        node = open_node(path, options.storage_options)
     except CorruptDataError:
         raise
     except Exception as err:  # zarr raises several unrelated types for unreadable stores
         raise DataNotFoundError(
-            f"{str(path)!r} is not a readable Zarr array or group ({type(err).__name__}: {err})."
+            f"{path!r} is not a readable Zarr array or group ({type(err).__name__}: {err})."
         ) from err
     group = None
     name = None
     if isinstance(node, zarr.Group):
-        group = group_arrays(node, str(path))
+        group = group_arrays(node, path)
         name = _choose_array(group, array)
         node = group[name]
     elif array is not None:
         raise DataNotFoundError(
-            f"{str(path)!r} is a Zarr array, not a group, so it has no member {array!r}; "
+            f"{path!r} is a Zarr array, not a group, so it has no member {array!r}; "
             "drop the 'array' parameter."
         )
     columns = groups = None
@@ -485,16 +508,17 @@ def _open_zarr(path: Path, array: str | None, labels: Any, options: _ZarrOptions
         columns = _sample_strings(group, "sample_id", options.missing_chunks)
         groups = _sample_strings(group, "sample_population", options.missing_chunks)
     else:
-        _check_2d(node.shape, f"Zarr array {str(path)!r}" + (f"/{name}" if name else ""))
+        _check_2d(node.shape, f"Zarr array {path!r}" + (f"/{name}" if name else ""))
         if np.dtype(node.dtype).kind not in "fiub":
             raise InvalidDataError(
-                f"The matrix must hold numbers; {str(path)!r} has dtype {node.dtype}."
+                f"The matrix must hold numbers; {path!r} has dtype {node.dtype}."
             )
-        src = ZarrSource(path, name, node, missing_chunks=options.missing_chunks)
+        src = ZarrSource(path, name, node, missing_chunks=options.missing_chunks,
+                         storage_options=options.storage_options)
     y = _parse_labels(labels, group, src.shape[0], options.missing_chunks)
     return Matrix(
         src, src.chunk_bounds, labels=y, columns=columns, column_groups=groups, dims=dims,
-        attrs={"path": str(path)},
+        attrs={"path": path},
     )
 
 
@@ -535,10 +559,10 @@ def _default_array(group: GroupArrays) -> str:
     )
 
 
-def _genotype_source(path: Path, node: Any, options: _ZarrOptions) -> GenotypeSource:
+def _genotype_source(path: str, node: Any, options: _ZarrOptions) -> GenotypeSource:
     if len(node.shape) != 3 or np.dtype(node.dtype).kind not in "iu":
         raise InvalidDataError(
-            f"{str(path)!r}/call_genotype must be an integer array of shape "
+            f"{path!r}/call_genotype must be an integer array of shape "
             f"(variants, samples, ploidy) as written by bio2zarr; got shape {node.shape} "
             f"and dtype {node.dtype}."
         )
@@ -546,12 +570,12 @@ def _genotype_source(path: Path, node: Any, options: _ZarrOptions) -> GenotypeSo
     if options.storage == "packed" and node.shape[2] > 2:
         raise InvalidParameterError(
             "The 'genotype_storage' parameter of open_matrix must be 'int8' for genotypes "
-            f"of ploidy {node.shape[2]} ({str(path)!r}): 'packed' holds dosages 0-2 in 2 "
+            f"of ploidy {node.shape[2]} ({path!r}): 'packed' holds dosages 0-2 in 2 "
             "bits (ploidy 1 or 2). Got 'packed' instead (CLI: drop --packed-genotypes)."
         )
     return GenotypeSource(path, node, name="call_genotype", missing=options.missing,
                           scaling=options.scaling, missing_chunks=options.missing_chunks,
-                          storage=options.storage)
+                          storage=options.storage, storage_options=options.storage_options)
 
 
 def _sample_strings(group: GroupArrays, name: str, missing_chunks: str) -> np.ndarray | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from daskstraggle.data._zarr import check_chunks, describe, open_array, read
+from daskstraggle.data._zarr import read_rows
 from daskstraggle.problems._packing import pack_dosages
 
 __all__ = [
@@ -153,6 +153,7 @@ class _ZarrLoader:
     start: int
     stop: int
     missing_chunks: str = "error"
+    storage_options: dict[str, Any] | None = None  # a URL's fsspec options; None: a path
 
     def __call__(self) -> RowValues:
         return RowValues(np.ascontiguousarray(_read_rows(self)))
@@ -160,15 +161,16 @@ class _ZarrLoader:
 
 def _read_rows(loader: _ZarrLoader | _GenotypeLoader) -> np.ndarray:
     """Read the loader's rows where it runs, refusing absent or undecodable chunks."""
-    what = describe(loader.path, loader.name)
-    array = open_array(loader.path, loader.name)
-    check_chunks(array, loader.start, loader.stop, what=what,
-                 missing_chunks=loader.missing_chunks)
-    return np.asarray(read(array, slice(loader.start, loader.stop), what=what))
+    return np.asarray(read_rows(loader.path, loader.name, loader.start, loader.stop,
+                                missing_chunks=loader.missing_chunks,
+                                storage_options=loader.storage_options))
 
 
 class ZarrSource(RowSource):
     """Rows of a 2-D Zarr array (v2 or v3) on a file system the workers can read.
+
+    ``path`` is a local path, or an fsspec URL opened with ``storage_options`` (which
+    travel with each loader: every worker opens the store itself).
 
     Each loader checks, where it runs, that every chunk of its rows exists (unless
     ``missing_chunks="fill"``) and turns decoding errors into one
@@ -184,17 +186,20 @@ class ZarrSource(RowSource):
         array: Any,
         *,
         missing_chunks: str = "error",
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self.name = name
         self.missing_chunks = missing_chunks
+        self.storage_options = storage_options
         self.shape = (int(array.shape[0]), int(array.shape[1]))
         self.dtype = np.dtype(array.dtype)
         self.chunk_bounds = regular_bounds(self.shape[0], int(array.chunks[0]))
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a loader that opens the store and reads rows ``[start, stop)``."""
-        return _ZarrLoader(self.path, self.name, start, stop, self.missing_chunks)
+        return _ZarrLoader(self.path, self.name, start, stop, self.missing_chunks,
+                           self.storage_options)
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
@@ -219,6 +224,7 @@ class _GenotypeLoader:
     scaling: str
     missing_chunks: str = "error"
     storage: str = "int8"
+    storage_options: dict[str, Any] | None = None  # a URL's fsspec options; None: a path
 
     def __call__(self) -> RowValues:
         rows = genotype_rows(_read_rows(self), missing=self.missing, scaling=self.scaling)
@@ -329,8 +335,10 @@ class GenotypeSource(RowSource):
         scaling: str = "patterson",
         missing_chunks: str = "error",
         storage: str = "int8",
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         self.path = os.fspath(path)
+        self.storage_options = storage_options
         self.name = name
         self.missing = missing
         self.scaling = scaling
@@ -344,7 +352,7 @@ class GenotypeSource(RowSource):
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a loader reading variants ``[start, stop)`` as dosages."""
         return _GenotypeLoader(self.path, self.name, start, stop, self.missing, self.scaling,
-                               self.missing_chunks, self.storage)
+                               self.missing_chunks, self.storage, self.storage_options)
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
