@@ -640,7 +640,9 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
         lines.append(f"staleness   cache entries up to {int(np.nanmax(staleness))} iterations "
                      f"old ({int(staleness[-1])} at the last)")
     for loss in attrs.get("worker_losses", []):
-        what = "lost" if loss.get("reason", "left the cluster") == "left the cluster" else "frozen"
+        reason = loss.get("reason", "left the cluster")
+        what = ("lost" if reason == "left the cluster" else
+                "frozen" if reason.startswith("has not answered") else "moved")
         lines.append(f"worker {what} {loss['lost']} (index {loss['worker_index']}): partitions "
                      f"{loss['partitions']} reloaded on {loss['moved_to']}")
     if matrix is not None and matrix.column_groups is not None and result.problem == "pca":

@@ -20,6 +20,7 @@ __all__ = [
     "FROZEN_FACTOR",
     "FROZEN_MIN",
     "SETUP_TIMEOUT",
+    "adoption_moves",
     "bounded",
     "check_memory",
     "frozen_bound",
@@ -169,6 +170,44 @@ def bounded(what: str, fn: Callable[..., Any], *args: Any, timeout: float | None
     if not ok:
         raise value
     return value
+
+
+def adoption_moves(addresses: list[str], live: list[str]) -> dict[int, str]:
+    """Give workers that no index uses (that joined) an index from a doubled-up worker.
+
+    After a loss moved a worker index onto a survivor, that survivor computes for two;
+    a worker that joins later takes one of them back (pure).
+
+    Parameters
+    ----------
+    addresses : list of str
+        Current worker address of each worker index (all live).
+    live : list of str
+        Addresses of the workers in the cluster now.
+
+    Returns
+    -------
+    moves : dict of int to str
+        New address of each index handed to a newcomer: the highest index of the worker
+        holding the most, while some worker holds more than one.
+
+    Examples
+    --------
+    >>> adoption_moves(["a", "a", "b"], ["a", "b", "c"])
+    {1: 'c'}
+    >>> adoption_moves(["a", "b"], ["a", "b", "c"])
+    {}
+    """
+    held: dict[str, list[int]] = {}
+    for i, a in enumerate(addresses):
+        held.setdefault(a, []).append(i)
+    moves: dict[int, str] = {}
+    for newcomer in sorted(set(live) - set(addresses)):
+        busiest = max(held, key=lambda a: (len(held[a]), a), default=None)
+        if busiest is None or len(held[busiest]) < 2:
+            break
+        moves[held[busiest].pop()] = newcomer
+    return moves
 
 
 def quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:

@@ -47,6 +47,7 @@ from daskstraggle.runtime._connect import (
     worker_addresses,
 )
 from daskstraggle.runtime._resilience import (
+    adoption_moves,
     bounded,
     check_memory,
     frozen_bound,
@@ -281,6 +282,7 @@ class DaskRuntime(Runtime):
         self._matrix: Matrix | None = None
         self._work: Any = None
         self._losses: list[dict[str, Any]] = []
+        self._shunned: set[str] = set()  # workers found frozen in this run
         self._last_check = time.perf_counter()
         self._scheduler_lost = False
         self._token = uuid.uuid4().hex[:8]
@@ -347,6 +349,7 @@ class DaskRuntime(Runtime):
         self._token = uuid.uuid4().hex[:8]
         self._matrix = matrix
         self._losses = []
+        self._shunned = set()
         self._check_memory(matrix, placement)
         self._held = [
             {p: self._pinned(matrix.loader(p), key=f"load-p{p}-w{i}", worker_index=i)
@@ -489,12 +492,16 @@ class DaskRuntime(Runtime):
         if not self._held:
             return False
         try:
-            live = worker_addresses(self.client)
+            # a worker found frozen is never given work again in this run
+            live = [a for a in worker_addresses(self.client) if a not in self._shunned]
         except SchedulerLostError:
             self._scheduler_lost = True  # the clean-up must not wait on it either
             raise
         moves = replacement_targets(self._addresses, live or [])
         if not moves:
+            for i, target in adoption_moves(self._addresses, live).items():
+                self._move(i, target, why=f"also computed for another index and {target} "
+                                          "joined", warn=False)
             return False
         if not live:
             live = self._wait_for_any_worker()
@@ -514,9 +521,11 @@ class DaskRuntime(Runtime):
         for i, waited in overdue.items():
             frozen[self._addresses[i]] = max(frozen.get(self._addresses[i], 0.0), waited)
         # the membership check just ran: every address of ours is live
-        live = sorted((set(self._addresses) | set(worker_addresses(self.client))) - set(frozen))
+        live = sorted((set(self._addresses) | set(worker_addresses(self.client)))
+                      - set(frozen) - self._shunned)
         if not live:
             return  # nowhere to go: keep waiting (Dask's worker-ttl ends a dead one)
+        self._shunned |= set(frozen)
         for i, target in replacement_targets(self._addresses, live).items():
             waited = frozen[self._addresses[i]]
             self._move(i, target, why=f"has not answered for {waited:.0f} s (frozen?)")
@@ -560,10 +569,12 @@ class DaskRuntime(Runtime):
             ) from None
         return worker_addresses(self.client)
 
-    def _move(self, index: int, target: str, why: str = "left the cluster") -> None:
+    def _move(self, index: int, target: str, why: str = "left the cluster",
+              warn: bool = True) -> None:
         """Reload worker index ``index``'s partitions on ``target``; resend its work.
 
-        ``why`` says what happened to its worker, in the warning.
+        ``why`` says what happened to its worker, in the warning (``warn``; else a log
+        record only).
         """
         assert self._matrix is not None
         lost, self._addresses[index] = self._addresses[index], target
@@ -575,8 +586,9 @@ class DaskRuntime(Runtime):
                              "partitions": parts, "reason": why})
         message = (f"worker {lost} {why}; its partitions {parts} are reloaded "
                    f"from the source on {target}")
-        logger.warning(message)
-        warnings.warn(f"{message[0].upper()}{message[1:]}.", StraggleWarning, stacklevel=2)
+        logger.log(logging.WARNING if warn else logging.INFO, message)
+        if warn:
+            warnings.warn(f"{message[0].upper()}{message[1:]}.", StraggleWarning, stacklevel=2)
         stale = [key for key, entry in self._pending.items() if entry[0].worker_index == index]
         units: dict[int, tuple[WorkUnit, list[int | None]]] = {}
         for key in stale:

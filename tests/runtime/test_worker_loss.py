@@ -358,3 +358,48 @@ def test_a_share_above_the_memory_limit_is_refused_before_loading():
             res = rt.run(GD(), PCA(n_components=1), open_matrix(small),
                          stop=StopRule(max_iter=2, tol=None), rng=0)
         assert res.n_iter == 2
+
+
+def test_a_worker_that_joins_takes_back_a_doubled_up_index(data):
+    from distributed import Client, LocalCluster
+
+    def no_nanny_worker(address: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", address, "--no-nanny",
+             "--nthreads", "1", "--no-dashboard"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    stop = StopRule(max_iter=100, tol=None)
+    clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                           dashboard_address=None)
+    first = no_nanny_worker(cluster.scheduler_address)
+    late: list[subprocess.Popen] = []
+    try:
+        with Client(cluster, set_as_default=False) as client:
+            client.wait_for_workers(3, timeout=30)
+            with DaskRuntime(client, stragglers=SLOW, rng=0) as rt:
+                index = next(i for i in range(3) if _worker_pid(rt, i) == first.pid)
+                before = rt.worker_names
+                killer = _kill_later(first.pid, delay=1.0)
+                joiner = threading.Timer(2.0, lambda: late.append(
+                    no_nanny_worker(cluster.scheduler_address)))
+                joiner.start()
+                with pytest.warns(StraggleWarning, match="left the cluster"):
+                    res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+                killer.join()
+                joiner.join()
+                assert len(set(rt.worker_names)) == 3  # one worker per index again
+        lost, adopted = res.attrs["worker_losses"]
+        assert lost["worker_index"] == index
+        # the survivor that took the lost index hands one of its two to the newcomer
+        assert adopted["worker_index"] in (index, before.index(lost["moved_to"]))
+        assert adopted["lost"] == lost["moved_to"] and adopted["reason"].endswith("joined")
+        assert adopted["moved_to"] not in (lost["lost"], lost["moved_to"])
+        assert "worker moved " in format_result(res)
+        np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
+    finally:
+        for proc in [first, *late]:
+            proc.kill()
+            proc.wait()
+        cluster.close()
