@@ -149,6 +149,7 @@ def _resolve_runtime(
     rng: Any,
     *,
     min_workers: int | None = None,
+    backup_after: float | None = None,
 ) -> Iterator[Runtime]:
     """Yield the runtime to use; close it afterwards only if it was made here."""
     seed = rng if isinstance(rng, int | np.integer) else None
@@ -165,7 +166,7 @@ def _resolve_runtime(
             yield sim
         return
     with DaskRuntime(client, address=scheduler, n_workers=n_workers, stragglers=stragglers,
-                     rng=seed, min_workers=min_workers) as rt:
+                     rng=seed, min_workers=min_workers, backup_after=backup_after) as rt:
         yield rt
 
 
@@ -197,6 +198,7 @@ def solve(
     method_params: dict[str, Any] | None = None,
     stragglers: str | LatencyModel | Stragglers | None = None,
     record_iterates: bool = False,
+    backup_after: float | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
     checkpoint_interval: float | None = None,
     checkpoint_iterations: int | None = None,
@@ -286,6 +288,12 @@ def solve(
     record_iterates : bool, default=False
         Evaluate the exact objective at every iteration's point after the run (trace
         variables ``exact_objective`` and, with ``reference``, ``exact_gap``).
+    backup_after : float or None, default=None
+        Dask runtime: speculative backups. A work unit unanswered after this many times
+        the median latency of the run's recent units is sent again to another worker
+        (which loads a spare copy of those partitions from the source once); the first
+        answer counts. Helps methods that wait for every worker (gd, nag) past a slow
+        one. None: no backups.
     checkpoint : str, path or None, default=None
         Write the run's state to this file at round boundaries, atomically (a kill at
         any instant leaves the previous or the new checkpoint); an existing file is
@@ -345,6 +353,17 @@ def solve(
         client = _default_client()  # None: a LocalCluster is started for this call
     _check_runtime_args(runtime, client, scheduler, n_workers, spec, meth)
     _check_min_workers(min_workers, runtime, client, scheduler, caller)
+    if backup_after is not None:
+        from daskstraggle._validation import check_positive
+
+        backup_after = check_positive(backup_after, name="backup_after", caller=caller)
+        if runtime in ("local", "sim") or isinstance(runtime, Runtime):
+            raise InvalidParameterError(
+                f"The 'backup_after' parameter of {caller} (CLI: --backup-after) applies to "
+                "the Dask runtime it starts or connects to; "
+                + ("pass it to DaskRuntime(backup_after=...)." if isinstance(runtime, Runtime)
+                   else f"runtime={runtime!r} has no workers to back up.")
+            )
     # never the input store, nor inside or around it (even with overwrite)
     out_path = check_output_path(out, overwrite=overwrite, inputs=source_paths(X))
     checkpointer, state = _checkpointing(checkpoint, checkpoint_interval, checkpoint_iterations,
@@ -366,7 +385,7 @@ def solve(
         if isinstance(problem, Logistic):
             matrix = matrix.with_labels(to_plus_minus_one(matrix.labels))
     with _resolve_runtime(runtime, client, scheduler, n_workers, spec, rng,
-                          min_workers=min_workers) as rt:
+                          min_workers=min_workers, backup_after=backup_after) as rt:
         try:
             result = rt.run(meth, problem, matrix, stop=stop, step_size=step_size,
                             reference=reference, rng=rng, progress=progress,

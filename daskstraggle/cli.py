@@ -146,6 +146,10 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--out", type=click.Path(path_type=Path), default=None,
                      help="Write fitted quantities and the trace to this Zarr store."),
         click.option("--overwrite", is_flag=True, help="Allow --out to replace an existing path."),
+        click.option("--backup-after", type=float, default=None, metavar="FACTOR",
+                     help="Dask runtime: send a work unit unanswered after FACTOR times the "
+                          "median unit latency again to another worker (speculative backup; "
+                          "the first answer counts). Default: no backups."),
         click.option("--checkpoint", type=click.Path(path_type=Path), default=None,
                      help="Write the run's state to this file at round boundaries, "
                           "atomically (every 60 s unless --checkpoint-interval or "

@@ -38,6 +38,7 @@ from daskstraggle.errors import (
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
+from daskstraggle.runtime._backup import SlowWorkMixin
 from daskstraggle.runtime._connect import (
     SCHEDULER_TIMEOUT,
     check_client,
@@ -50,8 +51,6 @@ from daskstraggle.runtime._resilience import (
     adoption_moves,
     bounded,
     check_memory,
-    frozen_bound,
-    overdue_workers,
     quietly,
     replacement_targets,
 )
@@ -187,7 +186,7 @@ def run_unit_task(
     return result, time.perf_counter() - t0
 
 
-class DaskRuntime(Runtime):
+class DaskRuntime(SlowWorkMixin, Runtime):
     """Run methods on a Dask cluster with partitions pinned to workers.
 
     Parameters
@@ -225,6 +224,11 @@ class DaskRuntime(Runtime):
         stopped process, a suspended VM): that worker index's partitions are reloaded
         on another worker and its work sent there, as for a worker that left. None:
         20 times the median latency of the run's recent units, at least 30 s.
+    backup_after : float or None, default=None
+        Speculative backups: a work unit unanswered after this many times the median
+        latency of the run's recent units is sent again to another worker (which loads
+        a spare copy of the partitions from the source once, unless it holds them); the
+        first answer counts. None: no backups. See :mod:`daskstraggle.runtime._backup`.
 
     Examples
     --------
@@ -249,6 +253,7 @@ class DaskRuntime(Runtime):
         min_workers: int | None = None,
         min_workers_timeout: float = 300.0,
         frozen_after: float | None = None,
+        backup_after: float | None = None,
     ) -> None:
         from distributed import as_completed
 
@@ -262,6 +267,9 @@ class DaskRuntime(Runtime):
         self._frozen_after = None if frozen_after is None else check_positive(
             frozen_after, name="frozen_after", caller="DaskRuntime")
         self._recent: deque[float] = deque(maxlen=200)  # latencies of recent units
+        self._backup_after = None if backup_after is None else check_positive(
+            backup_after, name="backup_after", caller="DaskRuntime")
+        self._reset_backups()
         self._seed = rng
         self._record_latency = check_bool(record_latency, name="record_latency",
                                           caller="DaskRuntime")
@@ -350,6 +358,7 @@ class DaskRuntime(Runtime):
         self._matrix = matrix
         self._losses = []
         self._shunned = set()
+        self._recent.clear()
         self._check_memory(matrix, placement)
         self._held = [
             {p: self._pinned(matrix.loader(p), key=f"load-p{p}-w{i}", worker_index=i)
@@ -510,26 +519,6 @@ class DaskRuntime(Runtime):
             self._move(i, target)
         return True
 
-    def _check_frozen(self) -> None:
-        """Move the partitions of a worker whose work is overdue (frozen) elsewhere."""
-        bound = frozen_bound(self._frozen_after, self._recent)
-        overdue = overdue_workers(((e[0].worker_index, e[1]) for e in self._pending.values()),
-                                  time.perf_counter(), bound)
-        if not overdue:
-            return
-        frozen: dict[str, float] = {}
-        for i, waited in overdue.items():
-            frozen[self._addresses[i]] = max(frozen.get(self._addresses[i], 0.0), waited)
-        # the membership check just ran: every address of ours is live
-        live = sorted((set(self._addresses) | set(worker_addresses(self.client)))
-                      - set(frozen) - self._shunned)
-        if not live:
-            return  # nowhere to go: keep waiting (Dask's worker-ttl ends a dead one)
-        self._shunned |= set(frozen)
-        for i, target in replacement_targets(self._addresses, live).items():
-            waited = frozen[self._addresses[i]]
-            self._move(i, target, why=f"has not answered for {waited:.0f} s (frozen?)")
-
     def _check_memory(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> None:
         """Refuse, before loading, a share of the data above a worker's memory limit."""
         import dask
@@ -591,7 +580,8 @@ class DaskRuntime(Runtime):
             warnings.warn(f"{message[0].upper()}{message[1:]}.", StraggleWarning, stacklevel=2)
         stale = [key for key, entry in self._pending.items() if entry[0].worker_index == index]
         units: dict[int, tuple[WorkUnit, list[int | None]]] = {}
-        for key in stale:
+        for key in stale:  # (a backup of the index's unit is among them: same unit)
+            self._twins.pop(key, None)
             unit, _, message_index, _, future = self._pending.pop(key)
             units.setdefault(id(unit), (unit, []))[1].append(message_index)
             self.client.cancel([future])
@@ -686,6 +676,8 @@ class DaskRuntime(Runtime):
         # plugin recorded them (0 when partitions stay where they were loaded, also after
         # the load balancer resizes subpartitions)
         losses = {"worker_losses": list(self._losses)} if self._losses else {}
+        if self._backup_after is not None:
+            losses["backups"] = self._n_backups
         if self._recorder is None:
             return losses
         return {**losses, "unit_transfers": len(self._transfers),
@@ -740,12 +732,14 @@ class DaskRuntime(Runtime):
                 if now - self._last_check >= MEMBERSHIP_INTERVAL:
                     self._check_membership()
                     self._check_frozen()
+                self._check_backups()
                 with self._ac.thread_condition:  # notified when a result is queued
                     self._ac.thread_condition.wait(timeout=min(deadline - now, 0.1))
             future, outcome = next(self._ac)
             if future.key not in self._pending:  # an abandoned message (cancelled)
                 continue
             unit, sent, message, final, _ = self._pending.pop(future.key)
+            self._settle_twin(future.key)
             if isinstance(outcome, BaseException):  # only cancellations come back as values
                 raise self._lost_scheduler(outcome) or outcome
             result, duration = outcome
@@ -775,9 +769,11 @@ class DaskRuntime(Runtime):
         if self._ac is not None:
             self._ac.clear()
         self._pending.clear()
+        self._twins.clear()
 
     def _unload(self) -> None:
         self._cancel_pending()
+        self._reset_backups()
         self._held = []
 
     def close(self) -> None:

@@ -1,6 +1,7 @@
 """A frozen worker (SIGSTOP: a stopped process, a suspended VM) is a straggler that never
 answers: once its work is overdue its partitions move to another worker, and DSAG says how
-stale its cache is. Real signals to real worker processes."""
+stale its cache is; a slow one's units can be backed up on another worker (backup_after).
+Real signals to real worker processes."""
 
 from __future__ import annotations
 
@@ -114,3 +115,27 @@ def test_a_worker_frozen_before_the_injector_is_installed_is_one_line(data, monk
                        rng=0)
         finally:
             os.kill(pid, signal.SIGCONT)
+
+
+def test_backups_of_a_slow_workers_units_keep_the_clean_iterates(data):
+    # worker 1 takes ~0.4 s per unit, the others ~0.1 s: its units are sent again to
+    # another worker after 1.3 x the median latency, and the first answer counts
+    stop = StopRule(max_iter=15, tol=None)
+    clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+    slow = "gamma(mean=0.1, var=1e-6) + slowdown(workers=1, factor=4)"
+    with DaskRuntime(n_workers=3, stragglers=slow, rng=0, backup_after=1.3) as rt:
+        res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+    assert res.attrs["backups"] >= 10  # about one per round, after the first few
+    np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
+
+
+def test_backup_after_needs_the_dask_runtime():
+    from daskstraggle import fit_pca
+    from daskstraggle.errors import InvalidParameterError
+
+    X = np.random.default_rng(0).normal(size=(100, 4))
+    with pytest.raises(InvalidParameterError, match=r"'backup_after' parameter of fit_pca "
+                       r"\(CLI: --backup-after\) applies to the Dask runtime"):
+        fit_pca(X, 2, runtime="local", backup_after=2.0)
+    with pytest.raises(InvalidParameterError, match="backup_after"):
+        fit_pca(X, 2, backup_after=-1.0)
