@@ -40,7 +40,8 @@ def test_pure_package_sources_do_not_import_dask(package: str) -> None:
 
 
 #: Pure modules inside the runtime package (the coordinator's policies).
-PURE_MODULES = ["runtime/convergence.py", "runtime/checkpoint.py", "runtime/stop.py"]
+PURE_MODULES = ["runtime/convergence.py", "runtime/checkpoint.py", "runtime/stop.py",
+                "runtime/coordinator.py", "runtime/balancing.py"]
 
 
 @pytest.mark.parametrize("module", PURE_MODULES)

@@ -27,7 +27,8 @@ from typing import Any
 from daskstraggle.balance._planner import PlannerProcess
 from daskstraggle.balance.balancer import LoadBalancer
 from daskstraggle.balance.optimizer import BalancePlan
-from daskstraggle.methods.base import Method, WorkResult
+from daskstraggle.methods.base import WorkResult
+from daskstraggle.methods.sgd import SGD
 
 __all__ = ["BalanceLoop"]
 
@@ -39,9 +40,8 @@ class BalanceLoop:
 
     Parameters
     ----------
-    method : Method
-        A started method with ``balancer``, ``subpartition_counts``, ``worker_rows``,
-        ``n_wait_run`` and ``set_subpartitions``.
+    method : SGD
+        A started SGD, SAG or DSAG with a ``balancer``.
     n_workers : int
         Worker indices of the runtime.
     background : bool
@@ -49,12 +49,14 @@ class BalanceLoop:
         cannot be started or dies) or inline (simulated time).
     """
 
-    def __init__(self, method: Method, n_workers: int, *, background: bool) -> None:
-        balancer: LoadBalancer = method.balancer  # type: ignore[attr-defined]
+    def __init__(self, method: SGD, n_workers: int, *, background: bool) -> None:
+        if method.balancer is None:
+            raise ValueError("BalanceLoop needs a method with a balancer")
+        balancer: LoadBalancer = method.balancer
         self.method = method
         self.balancer = balancer
         self.profiler = balancer.make_profiler(n_workers)
-        self.initial = tuple(method.subpartition_counts)  # type: ignore[attr-defined]
+        self.initial = tuple(method.subpartition_counts)
         self.events: list[dict[str, Any]] = []
         self._fresh_seen = [False] * n_workers
         self._process: PlannerProcess | None = None
@@ -88,8 +90,8 @@ class BalanceLoop:
     def _plan_arguments(self, stats: Any, counts: tuple[int, ...]) -> tuple[tuple[Any, ...],
                                                                             dict[str, Any]]:
         method = self.method
-        args = (stats, counts, tuple(method.worker_rows))  # type: ignore[attr-defined]
-        kwargs = {"n_wait": int(method.n_wait_run),  # type: ignore[attr-defined]
+        args = (stats, counts, tuple(method.worker_rows))
+        kwargs = {"n_wait": int(method.n_wait_run),
                   "p_initial": self.initial, "collect_window": float(method.collect_window)}
         return args, kwargs
 
@@ -111,9 +113,9 @@ class BalanceLoop:
                                      and now - self._last_start < self.balancer.interval):
             return event
         stats = self.profiler.statistics()
-        if not self.balancer.ready(stats, self.method.worker_rows):  # type: ignore[attr-defined]
+        if not self.balancer.ready(stats, self.method.worker_rows):
             return event
-        counts = tuple(self.method.subpartition_counts)  # type: ignore[attr-defined]
+        counts = tuple(self.method.subpartition_counts)
         self._last_start = now
         args, kwargs = self._plan_arguments(stats, counts)
         if self._process is not None:
@@ -144,10 +146,10 @@ class BalanceLoop:
             return None
 
     def _apply(self, plan: BalancePlan, iteration: int) -> dict[str, Any] | None:
-        current = tuple(self.method.subpartition_counts)  # type: ignore[attr-defined]
+        current = tuple(self.method.subpartition_counts)
         if not plan.accepted or tuple(plan.previous) != current:
             return None
-        changes = self.method.set_subpartitions(plan.subpartitions)  # type: ignore[attr-defined]
+        changes = self.method.set_subpartitions(plan.subpartitions)
         if not changes:
             return None
         event = {

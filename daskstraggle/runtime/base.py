@@ -15,7 +15,6 @@ import time
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,9 +23,7 @@ from daskstraggle._validation import check_bool
 from daskstraggle.data.matrix import Matrix
 from daskstraggle.errors import (
     ConvergenceWarning,
-    InvalidDataError,
     InvalidParameterError,
-    StraggleError,
 )
 from daskstraggle.methods.base import (
     Method,
@@ -35,15 +32,35 @@ from daskstraggle.methods.base import (
     WorkUnit,
     check_oversampling,
 )
+from daskstraggle.methods.sgd import SGD
 from daskstraggle.problems.base import KernelResult, Problem, Reference, combine
 from daskstraggle.problems.block import Block, MatrixStats
 from daskstraggle.runtime.checkpoint import (
     Checkpointer,
     resume_state,
     run_settings,
-    same_stats,
 )
 from daskstraggle.runtime.convergence import ConvergenceMonitor
+from daskstraggle.runtime.coordinator import (
+    Abandon,
+    AfterStep,
+    Arrived,
+    Await,
+    Begin,
+    Checked,
+    CheckExact,
+    Coordinator,
+    Event,
+    Finish,
+    Freed,
+    Instruction,
+    Quiet,
+    RoundDone,
+    RunSession,
+    Stepped,
+    Submit,
+    resumed_session,
+)
 from daskstraggle.runtime.stop import StopRule
 from daskstraggle.trace import Result, TraceRecorder
 
@@ -329,7 +346,7 @@ class Runtime(ABC):
                                         reference=reference, rng=rng,
                                         record_iterates=record_iterates)
         else:
-            method, session = _resumed_session(resume, stats, record_iterates)
+            method, session = resumed_session(resume, stats, record_iterates)
         session.checkpoint = checkpoint
         self._partition_rows = [int(r) for r in matrix.partition_rows()]
         self._begin(placement, self._partition_rows)
@@ -343,7 +360,7 @@ class Runtime(ABC):
     def _new_session(self, method: Method, problem: Problem, stats: MatrixStats,
                      placement: list[tuple[int, ...]], settings: dict[str, Any], *,
                      stop: StopRule, step_size: float | None, reference: bool,
-                     rng: np.random.Generator, record_iterates: bool) -> _Session:
+                     rng: np.random.Generator, record_iterates: bool) -> RunSession:
         """Bind the problem, pick the step size, start the monitor: a fresh run's state."""
         bound = problem.bind(stats)
         if step_size is None:
@@ -354,12 +371,12 @@ class Runtime(ABC):
         monitor = ConvergenceMonitor(
             bound, tol=stop.tol, start_result=self._exact_pass(bound, x0), start=x0,
             step_size=step_size, window=method.convergence_window(self.n_workers))
-        return _Session(problem=bound, monitor=monitor, recorder=TraceRecorder(self.n_workers),
+        return RunSession(problem=bound, monitor=monitor, recorder=TraceRecorder(self.n_workers),
                         reference=ref, step_size=step_size, placement=placement,
                         settings=settings, stats=stats, x0=x0,
                         iterates=[] if record_iterates else None)
 
-    def _finish(self, method: Method, session: _Session, summary: RoundSummary, reason: str,
+    def _finish(self, method: Method, session: RunSession, summary: RoundSummary, reason: str,
                 *, matrix: Matrix, stop: StopRule, load_duration: float) -> Result:
         """The fitted quantities, from one exact pass at the returned point (outside the
         timed loop, whatever the method estimated during the run), as a Result."""
@@ -447,9 +464,10 @@ class Runtime(ABC):
         if ref is not None:
             trace["exact_gap"] = ("iteration", exact - ref.objective)
 
-    def _drive(self, method: Method, session: _Session, *, stop: StopRule,
+    def _drive(self, method: Method, session: RunSession, *, stop: StopRule,
                progress: bool) -> tuple[RoundSummary, str]:
-        """Run the event loop: dispatch to idle workers, receive, step, record, stop.
+        """Execute the coordinator's instructions until it finishes (see
+        :mod:`daskstraggle.runtime.coordinator`, where every decision is made).
 
         ``session`` carries the bound problem, the monitor that judges every round, the
         trace and, when resuming, where the interrupted run stood.
@@ -464,101 +482,40 @@ class Runtime(ABC):
             method.step()  # the checkpoint was taken at a stop, before this round's step
         work = method.work_problem(problem)
         balancing = None
-        if getattr(method, "balancer", None) is not None:
+        if isinstance(method, SGD) and method.balancer is not None:
             from daskstraggle.runtime.balancing import BalanceLoop
 
             balancing = BalanceLoop(method, self.n_workers,
                                     background=self.balance_in_background)
-        idle = set(range(self.n_workers))
-        in_flight = 0
-        durations: dict[int, float] = {}
-        latencies: dict[int, float] = {}
-        window = float(getattr(method, "collect_window", 0.0) or 0.0)
+        coordinator = Coordinator(method, session, stop=stop, n_workers=self.n_workers,
+                                  clock=self._clock, unit_load=self._unit_load,
+                                  balancing=balancing)
+        self.coordinator = coordinator  # its log: the run's stimuli, for a replay
         bar = tqdm(
             total=stop.max_iter, initial=len(recorder), disable=None if progress else True,
             file=sys.stderr, unit="it", desc=f"{method.name} {problem.name}", leave=False,
         )
-        t0 = t_round = self._clock() - session.elapsed
         if session.checkpoint is not None:
             session.checkpoint.start(len(recorder), time.monotonic())
-
-        def feed() -> None:
-            nonlocal in_flight
-            for i in sorted(idle):
-                unit = method.dispatch(i)
-                if unit is not None:
-                    idle.discard(i)
-                    self._submit(unit, work)
-                    in_flight += 1
-
-        def take(result: WorkResult) -> None:
-            nonlocal in_flight
-            i = result.unit.worker_index
-            if result.final:
-                in_flight -= 1
-                idle.add(i)
-            durations[i] = result.compute_duration
-            if result.latency is not None:
-                latencies[i] = result.latency
-            if balancing is not None:
-                balancing.record(result, now=self._clock(), load=self._unit_load(result.unit),
-                                 stale=result.unit.version != method.version)
-            method.receive(result)
-
+        event: Event | None = Begin()
         try:
-            feed()
             while True:
-                if not method.ready():  # (asynchronous methods may hold several updates)
-                    if in_flight == 0:
-                        raise StraggleError(
-                            f"Method {method.name!r} stalled: no work in flight and not ready "
-                            "to step."
-                        )
-                    take(self._next())
-                if method.ready():
-                    # keep collecting for a fraction of the round's time (DSAG's window);
-                    # with no window, still take results that arrived at the same time
-                    t_ready = self._clock()
-                    deadline = t_ready + window * (t_ready - t_round)
-                    while in_flight:
-                        feed()
-                        result = self._next(timeout=max(deadline - self._clock(), 0.0))
-                        if result is None:
-                            break
-                        take(result)
-                    summary = method.summary()
-                    now = self._clock()
-                    gap = self._record_round(method, session, summary, now=now, t0=t0,
-                                             t_round=t_round, durations=durations,
-                                             latencies=latencies, balancing=balancing)
-                    bar.update(1)
-                    if progress:
-                        bar.set_postfix(objective=f"{summary.objective:.6g}" if summary.objective
-                                        is not None else "?", refresh=False)
-                    reason = session.verdict or stop.check(
-                        iteration=len(recorder) - 1, gap=gap, elapsed=now - t0)
-                    if reason is not None:
+                assert event is not None, "the coordinator expected no reply"
+                instructions, event = coordinator.handle(event), None
+                for instruction in instructions:
+                    if isinstance(instruction, Finish):
                         logger.info("%s stopped after %d iterations (%s)", method.name,
-                                    len(recorder), reason)
-                        self._save_checkpoint(method, session, now - t0, stepped=False)
-                        return summary, reason
-                    method.step()
-                    self._after_step()
-                    if balancing is not None:
-                        event = balancing.after_step(now=self._clock(),
-                                                     iteration=len(recorder))
-                        if event is not None:
-                            recorder.add_event(event)
-                    if method.abandon_stale:
-                        for i in self._abandon(method.version):
-                            in_flight -= 1
-                            idle.add(i)
-                    durations.clear()
-                    latencies.clear()
-                    self._save_checkpoint(method, session, self._clock() - t0, stepped=True,
-                                          due_only=True)
-                    t_round = self._clock()
-                feed()
+                                    len(recorder), instruction.reason)
+                        return instruction.summary, instruction.reason
+                    if isinstance(instruction, RoundDone):
+                        self._on_row(instruction.row, recorder)
+                        bar.update(1)
+                        if progress:
+                            objective = instruction.objective
+                            bar.set_postfix(objective="?" if objective is None
+                                            else f"{objective:.6g}", refresh=False)
+                        continue
+                    event = self._execute(instruction, work, problem)
         finally:
             bar.close()
             if balancing is not None:
@@ -569,60 +526,22 @@ class Runtime(ABC):
             except Exception as err:  # bookkeeping must not mask the run's own outcome
                 logger.warning("final latency bookkeeping failed: %s", err)
 
-    def _record_round(self, method: Method, session: _Session, summary: RoundSummary, *,
-                      now: float, t0: float, t_round: float, durations: dict[int, float],
-                      latencies: dict[int, float], balancing: Any) -> float | None:
-        """Judge the round (``session.verdict``), add its trace row; return its gap."""
-        reference, recorder = session.reference, session.recorder
-        gap = (None if reference is None or summary.objective is None
-               else summary.objective - reference.objective)
-        session.verdict, checked = self._judge(session.monitor, len(recorder), summary,
-                                               session.problem)
-        row = recorder.add(
-            wall_time=now - t0,
-            iteration_duration=now - t_round,
-            objective=summary.objective,
-            gap=gap,
-            n_fresh=summary.n_fresh,
-            n_stale=summary.n_stale,
-            workers_used=summary.workers_used,
-            compute_durations=dict(durations),
-            latencies=dict(latencies),
-            coverage=summary.coverage,
-            n_dropped=summary.n_dropped,
-            ages=summary.ages,
-            extras={**summary.extras, "optimality": session.monitor.optimality,
-                    "exact_check": float(checked)},
-            subpartitions=None if balancing is None
-            else method.subpartition_counts,  # type: ignore[attr-defined]
-        )
-        self._on_row(row, recorder)
-        if session.iterates is not None:
-            session.iterates.append(np.array(summary.iterate, dtype=np.float64, copy=True))
-        return gap
-
-    def _save_checkpoint(self, method: Method, session: _Session, elapsed: float, *,
-                         stepped: bool, due_only: bool = False) -> None:
-        """Write the checkpoint (when one is asked for, and with ``due_only`` when due)."""
-        checkpoint = session.checkpoint
-        if checkpoint is None:
-            return
-        iteration, now = len(session.recorder), time.monotonic()  # real seconds, even in sim
-        if due_only and not checkpoint.due(iteration, now):
-            return
-        checkpoint.write(session.state(method, elapsed=elapsed, stepped=stepped),
-                         iteration=iteration, now=now)
-        logger.info("checkpoint written after %d iterations: %s", iteration, checkpoint.path)
-
-    def _judge(self, monitor: ConvergenceMonitor, iteration: int, summary: RoundSummary,
-               problem: Problem) -> tuple[str | None, bool]:
-        """Return the monitor's verdict on a round (``"tol"``, ``"stalled"`` or None) and
-        whether an exact check pass was made for it."""
-        verdict = monitor.observe(iteration, summary.iterate, summary.result, summary.objective)
-        if verdict != "check":
-            return verdict, False
-        exact = self._exact_pass(problem, summary.iterate)
-        return monitor.verify(iteration, summary.iterate, exact), True
+    def _execute(self, instruction: Instruction, work: Any, problem: Problem) -> Event | None:
+        """Carry out one coordinator instruction; return its reply event, if any."""
+        if isinstance(instruction, Submit):
+            self._submit(instruction.unit, work)
+            return None
+        if isinstance(instruction, Await):
+            result = self._next(timeout=instruction.timeout)
+            return Quiet() if result is None else Arrived(result)
+        if isinstance(instruction, CheckExact):
+            return Checked(self._exact_pass(problem, instruction.iterate))
+        if isinstance(instruction, AfterStep):
+            self._after_step()
+            return Stepped()
+        if isinstance(instruction, Abandon):
+            return Freed(tuple(self._abandon(instruction.version)))
+        raise TypeError(f"unknown instruction {instruction!r}")
 
     def _cancel_pending(self) -> None:  # noqa: B027 - optional hook
         """Forget work still in flight when a run ends."""
@@ -637,66 +556,3 @@ class Runtime(ABC):
 
 def _kernel_at(block: Block, problem: Problem, iterate: np.ndarray) -> KernelResult:
     return problem.kernel(block, iterate)
-
-
-@dataclass(eq=False)
-class _Session:
-    """A run's state besides the method's: what a checkpoint keeps with the method."""
-
-    problem: Problem
-    monitor: ConvergenceMonitor
-    recorder: TraceRecorder
-    reference: Reference | None
-    step_size: float
-    placement: list[tuple[int, ...]]
-    settings: dict[str, Any]
-    stats: MatrixStats
-    x0: np.ndarray
-    iterates: list[np.ndarray] | None = None
-    checkpoint: Checkpointer | None = None
-    elapsed: float = 0.0  # loop seconds before this (resumed) run
-    stepped: bool = True  # a resumed run: whether the checkpoint was taken after a step
-    resumed_at: int | None = None
-    verdict: str | None = None
-
-    def state(self, method: Method, *, elapsed: float, stepped: bool) -> dict[str, Any]:
-        """Everything a resumed run needs, for :class:`Checkpointer.write`."""
-        return {
-            "settings": self.settings,
-            "placement": [list(p) for p in self.placement],
-            "elapsed": elapsed,
-            "stepped": stepped,
-            "iteration": len(self.recorder),
-            # one pickle: the method, monitor and trace share the bound problem
-            "run": {"method": method, "problem": self.problem, "monitor": self.monitor,
-                    "recorder": self.recorder, "reference": self.reference,
-                    "step_size": self.step_size, "stats": self.stats, "x0": self.x0,
-                    "iterates": self.iterates},
-        }
-
-
-def _resumed_session(state: dict[str, Any], stats: MatrixStats,
-                     record_iterates: bool) -> tuple[Method, _Session]:
-    """The method and session of a checkpoint, once the reloaded data is checked."""
-    run = state["run"]
-    if not same_stats(run["stats"], stats):
-        raise InvalidDataError(
-            "The data differ from those of the run that wrote the checkpoint (their column "
-            "sums or norms changed); resume with the same data, or start afresh without "
-            "--resume."
-        )
-    iterates = run["iterates"]
-    if record_iterates and iterates is None:
-        raise InvalidParameterError(
-            "record_iterates=True needs a checkpoint of a run that recorded its iterates; "
-            "resume without it, or start afresh."
-        )
-    session = _Session(
-        problem=run["problem"], monitor=run["monitor"], recorder=run["recorder"],
-        reference=run["reference"], step_size=run["step_size"],
-        placement=[tuple(p) for p in state["placement"]], settings=state["settings"],
-        stats=run["stats"], x0=run["x0"], iterates=iterates if record_iterates else None,
-        elapsed=float(state["elapsed"]), stepped=bool(state["stepped"]),
-        resumed_at=int(state["iteration"]),
-    )
-    return run["method"], session

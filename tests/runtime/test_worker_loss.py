@@ -62,6 +62,15 @@ def _worker_pid(rt: DaskRuntime, index: int) -> int:
     return rt.client.run(os.getpid, workers=[address])[address]
 
 
+def _losses(res) -> list[dict]:
+    """The result's worker losses; any other move must be a newcomer's adoption (the
+    nanny's restart may join after the lost index went to a survivor)."""
+    moves = res.attrs["worker_losses"]
+    others = [m for m in moves if m["reason"] != "left the cluster"]
+    assert all(m["reason"].endswith("joined") for m in others), moves
+    return [m for m in moves if m["reason"] == "left the cluster"]
+
+
 def test_replacement_targets_prefer_new_workers_then_spread():
     assert replacement_targets(["a", "b"], ["a", "b"]) == {}
     assert replacement_targets(["a", "b", "c"], ["a", "c", "x"]) == {1: "x"}
@@ -85,7 +94,7 @@ def test_exact_methods_finish_with_the_clean_iterates(data, method, problem):
     assert time.perf_counter() - t0 < 60
     assert res.n_iter == 40
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
-    (loss,) = res.attrs["worker_losses"]
+    (loss,) = _losses(res)
     assert loss["worker_index"] == 1 and loss["moved_to"] != loss["lost"]
 
 
@@ -123,7 +132,7 @@ def test_a_worker_without_a_nanny_is_replaced_by_a_survivor(data, tmp_path):
                     res = rt.run(GD(), PCA(n_components=2), data,
                                  stop=StopRule(max_iter=30, tol=None), rng=0)
                 killer.join()
-        (loss,) = res.attrs["worker_losses"]
+        (loss,) = _losses(res)
         assert loss["worker_index"] == index and loss["moved_to"] in rt.worker_names
         np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
     finally:

@@ -1,0 +1,168 @@
+"""The coordinator on its own, without Dask: a few lines of Python execute its
+instructions, and a run's logged stimuli replay through a fresh coordinator to the same
+instructions."""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+
+import numpy as np
+import pytest
+
+from daskstraggle.errors import StraggleError
+from daskstraggle.methods import DSAG, GD, CodedGD
+from daskstraggle.methods.base import Method, contiguous_placement
+from daskstraggle.problems import PCA, Block, Logistic, block_stats
+from daskstraggle.runtime import LocalRuntime, StopRule
+from daskstraggle.runtime.base import run_unit
+from daskstraggle.runtime.convergence import ConvergenceMonitor
+from daskstraggle.runtime.coordinator import (
+    Abandon,
+    AfterStep,
+    Arrived,
+    Await,
+    Begin,
+    Checked,
+    CheckExact,
+    Coordinator,
+    Finish,
+    Freed,
+    Quiet,
+    RoundDone,
+    RunSession,
+    Stepped,
+    Submit,
+)
+from daskstraggle.trace import TraceRecorder
+
+rng = np.random.default_rng(0)
+X = rng.normal(size=(600, 6)) * np.linspace(3.0, 1.0, 6)
+Y = np.where(X[:, 0] + 0.5 * rng.normal(size=600) > 0, 1.0, -1.0)
+BLOCKS = [Block(X[i:i + 200], y=Y[i:i + 200]) for i in (0, 200, 400)]
+
+
+def _start(method: Method, problem, stop: StopRule, clock) -> Coordinator:
+    """A started method and a coordinator over three in-memory partitions."""
+    bound = problem.bind(block_stats(Block(X, y=Y)))
+    x0 = bound.init_iterate(np.random.default_rng(1))
+    placement = method.placement(3, 3) if not isinstance(method, GD) else \
+        contiguous_placement(3, 3)
+    start = sum((bound.kernel(b, x0) for b in BLOCKS[1:]), bound.kernel(BLOCKS[0], x0))
+    monitor = ConvergenceMonitor(bound, tol=stop.tol, start_result=start, start=x0,
+                                 step_size=0.5, window=method.convergence_window(3))
+    session = RunSession(problem=bound, monitor=monitor, recorder=TraceRecorder(3),
+                         reference=None, step_size=0.5, placement=placement, settings={},
+                         stats=block_stats(Block(X, y=Y)), x0=x0)
+    method.start(bound, x0, placement, step_size=0.5, partition_rows=[200, 200, 200])
+    return Coordinator(method, session, stop=stop, n_workers=3, clock=clock,
+                       unit_load=lambda unit: 1.0)
+
+
+def _execute(coordinator: Coordinator, *, order=lambda queue: queue.popleft()):
+    """Execute every instruction in process; units answer in FIFO order (or ``order``).
+    Return the instructions and the finishing summary."""
+    problem = coordinator.session.problem
+    queue: deque = deque()
+    seen = []
+    event = Begin()
+    for _ in range(100_000):
+        for instruction in coordinator.handle(event):
+            seen.append(instruction)
+            if isinstance(instruction, Finish):
+                return seen, instruction
+            if isinstance(instruction, Submit):
+                queue.append(instruction.unit)
+            elif isinstance(instruction, Await):
+                if not queue:
+                    event = Quiet()
+                    continue
+                unit = order(queue)
+                value, duration = run_unit(problem, unit.iterate,
+                                           *(BLOCKS[p] for p in unit.partitions),
+                                           coefficients=unit.coefficients, rows=unit.rows)
+                event = Arrived(_result(unit, value, duration))
+            elif isinstance(instruction, CheckExact):
+                total = problem.kernel(BLOCKS[0], instruction.iterate)
+                for b in BLOCKS[1:]:
+                    total = total + problem.kernel(b, instruction.iterate)
+                event = Checked(total)
+            elif isinstance(instruction, AfterStep):
+                event = Stepped()
+            elif isinstance(instruction, Abandon):
+                event = Freed(())
+    raise AssertionError("the run did not finish")
+
+
+def _result(unit, value, duration):
+    from daskstraggle.methods.base import WorkResult
+
+    return WorkResult(unit, value, duration, latency=duration)
+
+
+def _ticks():
+    counter = itertools.count()
+    return lambda: 0.01 * next(counter)
+
+
+def test_gd_through_the_coordinator_alone():
+    stop = StopRule(max_iter=80, tol=None)
+    seen, finish = _execute(_start(GD(), PCA(n_components=2), stop, _ticks()))
+    assert finish.reason == "max_iter"
+    # every round: one unit per worker, then a wait per result, then the step
+    first = [type(i).__name__ for i in seen[:5]]
+    assert first == ["Submit", "Submit", "Submit", "Await", "Await"]
+    assert sum(isinstance(i, RoundDone) for i in seen) == 80
+    assert sum(isinstance(i, AfterStep) for i in seen) == 79  # none after the last round
+    # and GD's iterate approaches the top two principal directions (power method)
+    centred = X - X.mean(0)
+    top = np.linalg.svd(centred, full_matrices=False)[2][:2].T
+    cosines = np.linalg.svd(top.T @ np.linalg.qr(finish.summary.iterate)[0])[1]
+    assert cosines.min() > 0.9999
+
+
+def test_a_method_that_neither_dispatches_nor_steps_is_a_stall():
+    class Idle(GD):
+        def dispatch(self, worker_index):
+            return None
+
+    coordinator = _start(Idle(), PCA(n_components=2), StopRule(max_iter=5, tol=None), _ticks())
+    with pytest.raises(StraggleError, match="'gd' stalled: no work in flight and not ready"):
+        coordinator.handle(Begin())
+
+
+@pytest.mark.parametrize(("method", "problem"), [
+    (DSAG(n_wait=2, subpartitions=2), Logistic(alpha=0.01)),
+    (CodedGD("cyclic-repetition", n_stragglers=1, rng=0), Logistic(alpha=0.01)),
+    (GD(), PCA(n_components=2)),
+])
+def test_a_logged_run_replays_to_the_same_instructions(method, problem):
+    import copy
+
+    stop = StopRule(max_iter=15, tol=1e-12)
+    fresh = copy.deepcopy(method)
+    # units answer out of order (the last sent first): stragglers, stale results
+    coordinator = _start(method, problem, stop, _ticks())
+    seen, finish = _execute(coordinator, order=lambda queue: queue.pop())
+    log = list(coordinator.log)
+    readings = iter([value for kind, value in log if kind == "clock"])
+    replay = _start(fresh, problem, stop, lambda: next(readings))
+    again = []
+    for kind, value in log:
+        if kind == "event":
+            again.extend(replay.handle(value))
+    assert [type(i) for i in again] == [type(i) for i in seen]
+    assert [(i.unit.worker_index, i.unit.version) for i in again if isinstance(i, Submit)] == \
+        [(i.unit.worker_index, i.unit.version) for i in seen if isinstance(i, Submit)]
+    np.testing.assert_array_equal(again[-1].summary.iterate, finish.summary.iterate)
+
+
+def test_the_runtimes_leave_their_coordinator_log_for_a_replay():
+    from daskstraggle import open_matrix
+
+    rt = LocalRuntime(3)
+    res = rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=StopRule(max_iter=3, tol=None),
+                 rng=0)
+    events = [value for kind, value in rt.coordinator.log if kind == "event"]
+    assert isinstance(events[0], Begin) and res.n_iter == 3
+    assert sum(isinstance(e, Arrived) for e in events) == 9  # 3 rounds x 3 workers
