@@ -145,7 +145,9 @@ class TreeSampler(threading.Thread):
             for p in procs:
                 try:
                     rss = p.memory_info().rss
-                    if p.pid not in self.cmdline:
+                    # a child of /usr/bin/time seen between fork and exec still shows the
+                    # time command line: read it again until it has its own
+                    if self.cmdline.get(p.pid, str(GNU_TIME)).startswith(str(GNU_TIME)):
                         self.cmdline[p.pid] = " ".join(p.cmdline())[:300]
                 except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                     continue

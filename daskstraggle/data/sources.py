@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from daskstraggle.data._decode import decode_calls
 from daskstraggle.data._zarr import read_rows
 from daskstraggle.problems._packing import pack_dosages
 
@@ -270,6 +271,11 @@ def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues
         diploid call in a triploid array).
     """
     ploidy = calls.shape[2]
+    decoded = decode_calls(calls)  # numba, one pass; None: numpy below
+    if decoded is not None:
+        dosage, counted, sums, any_missing = decoded
+        return _transformed(dosage, counted, sums.astype(np.float64), any_missing, None,
+                            ploidy=ploidy, missing=missing, scaling=scaling)
     # one allele slot at a time, in int8: numpy reduces a short last axis slowly and
     # into int64 temporaries (measured 0.8 s and 20-40 bytes per call on 10^4 x 10^3)
     shape = calls.shape[:2]
@@ -285,10 +291,23 @@ def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues
     dosage = _dosage(alt, n_alleles, ploidy, is_missing)
     counted = shape[1] - np.count_nonzero(is_missing, axis=1)
     sums = np.where(is_missing, 0, dosage).sum(axis=1, dtype=np.float64)
+    return _transformed(dosage, counted, sums, bool(is_missing.any()), is_missing,
+                        ploidy=ploidy, missing=missing, scaling=scaling)
+
+
+def _transformed(dosage: np.ndarray, counted: np.ndarray, sums: np.ndarray,
+                 any_missing: bool, is_missing: np.ndarray | None, *, ploidy: int,
+                 missing: str, scaling: str) -> RowValues:
+    """Rows with fill, centre and scale from the per-variant counts and dosage sums.
+
+    ``is_missing`` (None when ``dosage`` already holds -1 at the missing calls) marks the
+    calls to set to -1.
+    """
     mean = np.divide(sums, counted, out=np.zeros(len(sums)), where=counted > 0)
     fill = None
-    if is_missing.any():
-        dosage[is_missing] = -1
+    if any_missing:
+        if is_missing is not None:
+            dosage[is_missing] = -1
         fill = mean.copy() if missing == "mean" else np.zeros_like(mean)
     center = scale = None
     if scaling == "patterson":

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from daskstraggle._validation import check_int
@@ -11,9 +13,53 @@ from daskstraggle.data.matrix import Matrix
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
-from daskstraggle.runtime.base import Runtime, fold_map, run_unit, stream_messages
+from daskstraggle.runtime.base import Runtime, run_unit, stream_messages
 
 __all__ = ["LocalRuntime"]
+
+
+def _cores() -> int:
+    """Return the number of cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+    """Yield ``fn(item)`` in the order of ``items``, computed in one thread per core.
+
+    The kernels, zarr's codecs and the genotype decoder release the GIL. At most one result
+    per thread waits to be consumed (a pass of d x d Gram matrices holds a few, not one per
+    partition). An error is raised for the first failing item in order, and the items not
+    yet started are not run.
+    """
+    items = list(items)
+    threads = min(len(items), _cores())
+    if threads <= 1:
+        yield from map(fn, items)
+        return
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="daskstraggle-local")
+    try:
+        pending: deque[Future[Any]] = deque()
+        for item in items:
+            if len(pending) == threads:
+                yield pending.popleft().result()
+            pending.append(pool.submit(fn, item))
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _fold(results: Iterable[Any], combine: Callable[[Any, Any], Any] | None) -> Any:
+    """Fold results in order with ``combine`` (default ``+``), as :func:`fold_map` does."""
+    join = combine or (lambda a, b: a + b)
+    results = iter(results)
+    total = next(results)
+    for result in results:
+        total = join(total, result)
+    return total
 
 
 class LocalRuntime(Runtime):
@@ -21,7 +67,10 @@ class LocalRuntime(Runtime):
 
     Results arrive in the order units were submitted and take no time beyond the kernel
     computation itself. Partitions are loaded with the same loaders the Dask runtime
-    sends to workers, so data checks (NaN, shape) behave identically.
+    sends to workers, so data checks (NaN, shape) behave identically. Loading and the
+    passes over every partition outside the timed loop (statistics, exact passes) run in
+    one thread per core and are folded in partition order, so they give the sequential
+    fold's result bit for bit; the work units of the loop run one at a time.
 
     Parameters
     ----------
@@ -55,16 +104,22 @@ class LocalRuntime(Runtime):
         return self._n_workers
 
     def _load(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> MatrixStats:
-        loaded = {p: matrix.loader(p)() for p in range(matrix.n_partitions)}
+        def load(partition: int) -> tuple[Block, MatrixStats]:
+            block = matrix.loader(partition)()
+            return block, block_stats(block)
+
+        results = list(_ordered_map(load, range(matrix.n_partitions)))
+        loaded = {p: block for p, (block, _) in enumerate(results)}
         self._blocks = [{p: loaded[p] for p in parts} for parts in placement]
         self._partitions = loaded
-        return self._map_reduce(block_stats)
+        return _fold((stats for _, stats in results), None)
 
     def _map_reduce(
         self, fn: Callable[..., Any], *args: Any, combine: Callable[[Any, Any], Any] | None = None
     ) -> Any:
         # each partition once, even when a coded placement stores replicas
-        return fold_map(fn, args, combine, *self._partitions.values())
+        return _fold(_ordered_map(lambda block: fn(block, *args), self._partitions.values()),
+                     combine)
 
     def _submit(self, unit: WorkUnit, problem: Problem) -> None:
         held = self._blocks[unit.worker_index]

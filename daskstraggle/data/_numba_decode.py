@@ -1,0 +1,160 @@
+"""Numba body of the genotype decoder (imported lazily by :mod:`._decode`, never directly).
+
+One pass over ``call_genotype`` (variants, samples, ploidy) writes the int8 dosages and,
+per variant, the number of non-missing calls and the sum of their dosages: everything
+:func:`daskstraggle.data.sources.genotype_rows` needs for fill, centre and scale.
+
+A row is first decoded assuming every allele index is ``>= 0`` (no missing allele, no
+padding): the dosage is the number of indices ``> 0``, and one OR over the row tells
+whether a negative index occurred. Only then is the row decoded again call by call with
+the full rules (padding -2, missing -1, calls of lower ploidy scaled to the ploidy); after
+such a row the next one goes straight to the full rules, until a row without a negative
+index comes (data with missing calls in most rows is read once, not twice). Both loops are
+branch-free for diploid arrays and vectorise.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_JIT = {"cache": True, "nogil": True, "error_model": "numpy", "boundscheck": False}
+
+#: Return codes of :func:`decode`.
+OK, MISSING, FRACTIONAL = 0, 1, 2
+#: Allele index padding a call of lower ploidy (as ``sources.PADDING``).
+_PADDING = -2
+
+
+@numba.njit(**_JIT)
+def _fast_row(calls, i, dosage, ploidy):
+    """Decode row ``i`` as if no index were negative; return (dosage sum, OR of indices)."""
+    n_samples = calls.shape[1]
+    total = 0
+    seen = 0
+    if ploidy == 2:
+        for j in range(n_samples):
+            a = calls[i, j, 0]
+            b = calls[i, j, 1]
+            d = np.int8(a > 0) + np.int8(b > 0)
+            dosage[i, j] = d
+            total += d
+            seen |= a | b
+    else:
+        for j in range(n_samples):
+            d = 0
+            for k in range(ploidy):
+                a = calls[i, j, k]
+                d += a > 0
+                seen |= a
+            dosage[i, j] = d
+            total += d
+    return total, seen
+
+
+@numba.njit(**_JIT)
+def _slow_row2(calls, i, dosage):
+    """:func:`_slow_row` for diploid arrays, without branches (a haploid call is 0 or 2)."""
+    n_samples = calls.shape[1]
+    total = 0
+    counted = 0
+    seen = 0
+    for j in range(n_samples):
+        # int32 flags, not booleans: LLVM vectorises this form (4x faster measured)
+        a = np.int32(calls[i, j, 0])
+        b = np.int32(calls[i, j, 1])
+        pad_a = np.int32(a == _PADDING)
+        pad_b = np.int32(b == _PADDING)
+        bad = ((np.int32(a < 0) & (1 - pad_a)) | (np.int32(b < 0) & (1 - pad_b))
+               | (pad_a & pad_b))
+        keep = 1 - bad
+        d = (np.int32(a > 0) + np.int32(b > 0)) << (pad_a ^ pad_b)  # haploid: 0 or 2
+        dosage[i, j] = np.int8(d * keep - bad)
+        total += d * keep
+        counted += keep
+        seen |= a | b
+    return total, counted, counted < n_samples, False, seen < 0
+
+
+@numba.njit(**_JIT)
+def _slow_row(calls, i, dosage, ploidy):
+    """Decode row ``i`` call by call.
+
+    Returns (sum, counted, any missing, fractional, any negative index).
+    """
+    n_samples = calls.shape[1]
+    if ploidy == 2:
+        return _slow_row2(calls, i, dosage)
+    total = 0
+    counted = 0
+    missing = False
+    negative = False
+    for j in range(n_samples):
+        alt = 0
+        real = 0
+        bad = False
+        for k in range(ploidy):
+            a = calls[i, j, k]
+            if a < 0:
+                negative = True
+            if a != _PADDING:
+                real += 1
+                if a > 0:
+                    alt += 1
+                elif a < 0:
+                    bad = True
+        if bad or real == 0:
+            dosage[i, j] = -1
+            missing = True
+            continue
+        d = alt
+        if real < ploidy:
+            scaled = alt * ploidy
+            if scaled % real != 0:
+                return total, counted, missing, True, negative
+            d = scaled // real
+        dosage[i, j] = d
+        total += d
+        counted += 1
+    return total, counted, missing, False, negative
+
+
+@numba.njit(**_JIT)
+def decode(calls, dosage, counted, sums):
+    """Write dosages, per-row non-missing counts and dosage sums; return a status code.
+
+    Parameters
+    ----------
+    calls : int array of shape (n_variants, n_samples, ploidy), C-contiguous
+        Allele indices.
+    dosage : int8 array of shape (n_variants, n_samples)
+        Output: dosages, -1 for a missing call.
+    counted : int64 array of shape (n_variants,)
+        Output: non-missing calls per variant.
+    sums : int64 array of shape (n_variants,)
+        Output: sum of the non-missing dosages per variant.
+
+    Returns
+    -------
+    status : int
+        ``OK``; ``MISSING`` when some call is missing; ``FRACTIONAL`` when a call of lower
+        ploidy scales to a fraction (the outputs are then incomplete: decode in float64).
+    """
+    n_variants, n_samples, ploidy = calls.shape
+    status = OK
+    slow = False  # the last row had a negative index: decode the next one fully at once
+    for i in range(n_variants):
+        if not slow:
+            total, seen = _fast_row(calls, i, dosage, ploidy)
+            if seen >= 0:
+                sums[i] = total
+                counted[i] = n_samples
+                continue
+        total, count, missing, fractional, slow = _slow_row(calls, i, dosage, ploidy)
+        if fractional:
+            return FRACTIONAL
+        sums[i] = total
+        counted[i] = count
+        if missing:
+            status = MISSING
+    return status

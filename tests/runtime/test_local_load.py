@@ -1,0 +1,78 @@
+"""LocalRuntime loads partitions in parallel threads: same blocks, statistics and errors.
+
+The statistics are folded in partition order, so a fit is bit for bit the one the
+sequential load gives; a failing partition is reported as the sequential load would (the
+first in partition order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daskstraggle import fit_pca, open_matrix
+from daskstraggle.errors import NonFiniteDataError
+from daskstraggle.runtime import local
+
+
+@pytest.fixture
+def matrix() -> np.ndarray:
+    return np.random.default_rng(5).normal(size=(700, 9))
+
+
+@pytest.mark.parametrize("method", ["gram", "gd"])
+def test_parallel_and_sequential_loads_give_the_same_fit(matrix, monkeypatch, method):
+    fits = {}
+    for cores in (1, 3):
+        monkeypatch.setattr(local, "_cores", lambda cores=cores: cores)
+        fits[cores] = fit_pca(open_matrix(matrix, chunk_rows=60), 3, method=method,
+                              runtime="local", n_workers=2, max_iter=30, tol=None, rng=0)
+    for name in ("components", "singular_values", "explained_variance"):
+        np.testing.assert_array_equal(fits[1].fitted[name], fits[3].fitted[name])
+
+
+def test_the_first_bad_partition_in_order_is_reported(matrix, monkeypatch):
+    matrix[130, 2] = np.nan  # partition 2
+    matrix[610, 0] = np.inf  # partition 10
+    monkeypatch.setattr(local, "_cores", lambda: 4)
+    with pytest.raises(NonFiniteDataError, match=r"Partition 2 \(rows 120-180\)"):
+        fit_pca(open_matrix(matrix, chunk_rows=60), 2, runtime="local", n_workers=2)
+
+
+def test_ordered_map_keeps_the_order_and_bounds_the_waiting_results(monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setattr(local, "_cores", lambda: 3)
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def work(i):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.002 * (i % 4))
+        with lock:
+            running[0] -= 1
+        return i * i
+
+    got = []
+    for value in local._ordered_map(work, range(40)):
+        got.append(value)
+        time.sleep(0.001)
+    assert got == [i * i for i in range(40)]
+    assert peak[0] <= 3
+
+
+def test_ordered_map_raises_the_first_error_in_order_and_stops(monkeypatch):
+    monkeypatch.setattr(local, "_cores", lambda: 2)
+    started = []
+
+    def work(i):
+        started.append(i)
+        if i in (3, 4):
+            raise ValueError(f"item {i}")
+        return i
+
+    with pytest.raises(ValueError, match="item 3"):
+        list(local._ordered_map(work, range(100)))
+    assert len(started) < 10
