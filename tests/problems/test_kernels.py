@@ -313,3 +313,25 @@ def test_read_only_float_blocks_fall_back_to_numpy(rng):
     block = Block(X)
     G, *_ = kernels.pca_pass(block, np.eye(3), None)
     assert close(G, X.T @ X)
+
+
+@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
+def test_wide_vectors_sets_the_llvm_attributes_on_its_caller_only():
+    import numba
+
+    from daskstraggle.problems._numba_kernels import _wide_vectors
+
+    @numba.njit(cache=False)
+    def wide(a):
+        _wide_vectors()
+        return a.sum()
+
+    @numba.njit(cache=False)
+    def narrow(a):
+        return a.sum()
+
+    a = np.arange(5.0)
+    assert wide(a) == narrow(a) == 10.0
+    wide_ir = "".join(wide.inspect_llvm().values())
+    assert '"prefer-vector-width"="512"' in wide_ir
+    assert "prefer-vector-width" not in "".join(narrow.inspect_llvm().values())
