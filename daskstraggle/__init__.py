@@ -4,6 +4,11 @@ PCA, logistic regression and least squares over Zarr-chunked matrices whose row
 partitions are pinned to Dask workers; methods are pure policies driven by a Dask
 runtime, an in-process one, or a simulated clock with a latency model
 (:mod:`daskstraggle.latency`).
+
+The scikit-learn estimators ``PCA``, ``LogisticRegression``, ``LinearRegression`` and
+``Ridge`` (:mod:`daskstraggle.estimators`) load on first use and need scikit-learn
+(``pip install 'daskstraggle[sklearn]'``); the problem classes are in
+:mod:`daskstraggle.problems` (``daskstraggle.problems.PCA``).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from daskstraggle.errors import (
 )
 from daskstraggle.latency import LatencyModel, Stragglers, parse_stragglers, simulate
 from daskstraggle.methods import DSAG, GD, NAG, SAG, SGD, Method, make_method
-from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem, make_problem
+from daskstraggle.problems import LeastSquares, Logistic, Problem, make_problem
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, SimRuntime, StopRule
 from daskstraggle.trace import Result
 
@@ -58,9 +63,11 @@ __all__ = [
     "InvalidTypeError",
     "LatencyModel",
     "LeastSquares",
+    "LinearRegression",
     "LoadBalancer",
     "LocalRuntime",
     "Logistic",
+    "LogisticRegression",
     "Matrix",
     "Method",
     "MissingChunksError",
@@ -69,6 +76,7 @@ __all__ = [
     "OutputNotWritableError",
     "Problem",
     "Result",
+    "Ridge",
     "SimRuntime",
     "StopRule",
     "StraggleError",
@@ -85,3 +93,20 @@ __all__ = [
     "simulate",
     "solve",
 ]
+
+#: Names loaded from :mod:`daskstraggle.estimators` on first use (they need scikit-learn).
+_ESTIMATORS = ("LinearRegression", "LogisticRegression", "PCA", "Ridge")
+
+
+def __getattr__(name: str) -> object:
+    """Load the scikit-learn estimators lazily, so the rest works without scikit-learn."""
+    if name in _ESTIMATORS:
+        from daskstraggle import estimators
+
+        return getattr(estimators, name)
+    raise AttributeError(f"module 'daskstraggle' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """List the public names, the lazily loaded estimators included."""
+    return sorted(set(globals()) | set(__all__))

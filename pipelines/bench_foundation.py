@@ -657,8 +657,8 @@ def trace_rows(res: Any, *, skip_first: bool = True) -> dict[str, np.ndarray]:
 
 def bench_overhead(cfg: argparse.Namespace, store: Path, X_np: np.ndarray,
                    rng: np.random.Generator) -> dict[str, Any]:
-    from daskstraggle import GD, PCA, DaskRuntime, LocalRuntime, StopRule, open_matrix
-    from daskstraggle.problems import Block, block_stats
+    from daskstraggle import GD, DaskRuntime, LocalRuntime, StopRule, open_matrix
+    from daskstraggle.problems import PCA, Block, block_stats
 
     matrix = open_matrix(store, array="X")
     k = cfg.pca_components

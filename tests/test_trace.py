@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from daskstraggle import GD, PCA, LocalRuntime, Result, StopRule, open_matrix
+from daskstraggle import GD, LocalRuntime, Result, StopRule, open_matrix
 from daskstraggle.errors import OutputExistsError
+from daskstraggle.problems import PCA
 
 
 @pytest.fixture

@@ -206,8 +206,11 @@ class ConvergenceMonitor:
                 f"non-finite {' and '.join(bad)} {where}"))
 
     def _check_growth(self, iteration: int, objective: float) -> None:
-        limit = self.best + GROWTH_FACTOR * max(abs(self.best),
-                                                self.start_objective - self.best)
+        # plus rounding slack: an objective at its floor (0, e.g. PCA with every
+        # component) moves by rounding errors that are not growth
+        slack = 1e-9 * max(1.0, abs(self.start_objective))
+        limit = self.best + slack + GROWTH_FACTOR * max(abs(self.best),
+                                                        self.start_objective - self.best)
         if objective > limit:
             raise DivergenceError(self._message(
                 f"the objective grew to {objective:.6g} at iteration {iteration}, far above "

@@ -243,6 +243,15 @@ def test_growth_rule_and_non_finite_values():
         monitor.final(x0, KernelResult(np.ones(4), np.array([11.0]), 3), 11.0)
 
 
+
+def test_an_objective_at_its_floor_moving_by_rounding_is_not_growth():
+    # every component: the unexplained variance is 0 at the start and ~1e-16 after a step
+    X = np.random.RandomState(0).uniform(size=(56, 10))  # diverged before the slack
+    res = fit_pca(X, 10, runtime="local", rng=0)
+    assert res.objective < 1e-12
+    np.testing.assert_allclose(res.fitted["explained_variance_ratio"].sum(), 1.0)
+
+
 # --------------------------------------------------------------------------------- CLI
 @pytest.fixture(scope="module")
 def linear_store(tmp_path_factory, well):

@@ -8,7 +8,6 @@ import zarr
 
 from daskstraggle import (
     GD,
-    PCA,
     DaskRuntime,
     LocalRuntime,
     Logistic,
@@ -17,6 +16,7 @@ from daskstraggle import (
     open_matrix,
 )
 from daskstraggle.errors import ClusterConnectionError, InvalidParameterError
+from daskstraggle.problems import PCA
 from daskstraggle.runtime import connect
 from daskstraggle.runtime.dask import worker_addresses
 

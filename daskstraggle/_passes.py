@@ -1,0 +1,123 @@
+"""One pass over a matrix's row partitions, for the estimators' predict and transform.
+
+Each pass applies a small function to every partition's :class:`~daskstraggle.problems.Block`
+(as its loader reads it) and returns the per-partition results in row order. With a Dask
+client the partitions are read and reduced on the workers (one task per partition, results
+of a few columns per row travel back); without one they are read in this process, one
+partition at a time, so at most one partition is in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from daskstraggle.data.matrix import Matrix
+from daskstraggle.problems.block import Block
+
+__all__ = [
+    "linear_rows",
+    "map_partitions",
+    "project_rows",
+    "sample_scores",
+    "variant_pass",
+]
+
+
+def _apply(loader: Callable[[], Block], func: Callable[[Block], Any]) -> Any:
+    """Load a partition and apply ``func`` to it (the task body on a worker)."""
+    return func(loader())
+
+
+def map_partitions(
+    matrix: Matrix, make_func: Callable[[int, int], Callable[[Block], Any]], client: Any = None
+) -> list[Any]:
+    """Return ``make_func(a, b)(block)`` for every row partition ``[a, b)``, in order.
+
+    Parameters
+    ----------
+    matrix : Matrix
+        The rows to read.
+    make_func : callable
+        ``make_func(a, b)`` returns the (picklable) function applied to rows ``[a, b)``.
+    client : distributed.Client or None, default=None
+        Run one task per partition on this client's workers; None: in this process.
+
+    Returns
+    -------
+    results : list
+        One result per partition.
+    """
+    bounds = [int(b) for b in matrix.bounds]
+    loaders = [matrix.loader(p) for p in range(matrix.n_partitions)]
+    funcs = [make_func(a, b) for a, b in itertools.pairwise(bounds)]
+    if client is None:
+        return [_apply(loader, func) for loader, func in zip(loaders, funcs, strict=True)]
+    futures = client.map(_apply, loaders, funcs, pure=False)
+    return list(client.gather(futures))
+
+
+def _project(block: Block, mean: np.ndarray, components: np.ndarray) -> np.ndarray:
+    out = np.empty((block.n_rows, components.shape[0]))
+    for a, b, tile in block.tiles():
+        out[a:b] = (tile - mean) @ components.T
+    return out
+
+
+def project_rows(mean: np.ndarray, components: np.ndarray) -> Callable[[int, int], Any]:
+    """``make_func`` of :func:`map_partitions` for ``(X - mean) @ components.T`` per row."""
+    return lambda a, b: partial(_project, mean=mean, components=components)
+
+
+def _linear(block: Block, coef: np.ndarray, intercept: float) -> np.ndarray:
+    out = np.empty(block.n_rows)
+    for a, b, tile in block.tiles():
+        out[a:b] = tile @ coef + intercept
+    return out
+
+
+def linear_rows(coef: np.ndarray, intercept: float) -> Callable[[int, int], Any]:
+    """``make_func`` of :func:`map_partitions` for ``X @ coef + intercept`` per row."""
+    return lambda a, b: partial(_linear, coef=coef, intercept=intercept)
+
+
+def _variant(block: Block, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ZV = np.empty((block.n_rows, V.shape[1]))
+    for a, b, tile in block.tiles():
+        ZV[a:b] = tile @ V
+    n = block.n_rows
+    center = np.zeros(n) if block.center is None else np.asarray(block.center, np.float64)
+    scale = np.ones(n) if block.scale is None else np.asarray(block.scale, np.float64)
+    return center, scale, ZV
+
+
+def variant_pass(V: np.ndarray) -> Callable[[int, int], Any]:
+    """``make_func`` returning each row's centre, scale and ``Z @ V`` (standardised rows)."""
+    return lambda a, b: partial(_variant, V=V)
+
+
+def _scores(block: Block, center: np.ndarray, scale: np.ndarray,
+            loadings: np.ndarray) -> np.ndarray:
+    fill = None if block.fill is None else center  # a missing call contributes 0
+    block = dataclasses.replace(block, fill=fill, center=center, scale=scale)
+    out = np.zeros((block.n_features, loadings.shape[1]))
+    for a, b, tile in block.tiles():
+        out += tile.T @ loadings[a:b]
+    return out
+
+
+def sample_scores(center: np.ndarray, scale: np.ndarray,
+                  loadings: np.ndarray) -> Callable[[int, int], Any]:
+    """``make_func`` summing ``Z_b^T U_b`` over partitions, with the fit's centres and scales.
+
+    Each partition's rows are standardised with the given per-row ``center`` and ``scale``
+    (missing entries filled with the centre, so they contribute 0) instead of the store's
+    own; only that partition's slice of the arrays travels with its task.
+    """
+    return lambda a, b: partial(_scores, center=center[a:b], scale=scale[a:b],
+                                loadings=loadings[a:b])

@@ -1,0 +1,286 @@
+"""PCA on scikit-learn's contract, for plain matrices and for VCF Zarr genotypes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+
+from daskstraggle import _passes
+from daskstraggle._validation import check_int
+from daskstraggle.api import fit_pca
+from daskstraggle.data.matrix import Matrix, open_matrix
+from daskstraggle.errors import InvalidDataError
+from daskstraggle.estimators._base import _COMMON_DOC, _FITTED_DOC, _Estimator, _is_source
+
+__all__ = ["PCA"]
+
+
+class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
+    __doc__ = f"""Principal component analysis with a straggler-aware method.
+
+    **A plain matrix** (numpy, dask, xarray, a Zarr array): rows are samples, as in
+    ``sklearn.decomposition.PCA``, and the fitted attributes are scikit-learn's:
+    ``components_`` (k, n_features) are the principal axes, ``explained_variance_`` the
+    eigenvalues of the covariance (``s**2 / (n_samples - 1)``), and
+    ``transform(X) = (X - mean_) @ components_.T``. Each component's sign makes its
+    largest-magnitude entry positive, as scikit-learn's ``svd_flip(...,
+    u_based_decision=False)``, so the components equal scikit-learn's, signs included
+    (to rounding with the exact default method ``"gram"``; to ``tol`` with iterative ones).
+
+    **VCF Zarr genotypes** (Patterson-scaled, see :func:`~daskstraggle.open_matrix`): rows
+    are variants and columns are samples, so ``components_`` (k, n_samples) are the
+    samples' eigenvectors (unit norm, as plink2's ``.eigenvec`` up to scale),
+    ``n_features_in_`` is the number of samples and ``mean_`` is zero (each variant is
+    centred by the data layer). The fit keeps, per variant, the centre (mean dosage,
+    ploidy times the alternate allele frequency) and scale used, and the variant loadings
+    ``U = Z V / s``. ``transform(store)`` projects the **samples** of a VCF Zarr store with
+    the same variants in the same order onto them: each variant standardised with the
+    fit's centre and scale (a missing call counts 0), the scores are ``Z_new^T U`` (n_samples,
+    k); for the training store this is ``components_.T * singular_values_``, which
+    ``fit_transform`` returns without another pass. ``inverse_transform`` is refused.
+
+    Parameters
+    ----------
+    n_components : int or None, default=None
+        Number of components ``k``. None: every component with variance, ``min(n_rows - 1,
+        n_columns)`` (``min(n_rows, n_columns)`` for genotypes); pass an int for large data.
+    oversample : int or None, default=None
+        Extra columns carried by iterative methods (see :func:`~daskstraggle.fit_pca`).
+    {_COMMON_DOC.format(default='"auto"', max_iter=100,
+                        auto='"gram", exact in one round, up to 4096 columns, else "block"',
+                        tol='1e-6',
+                        tol_doc="every component's relative eigen-residual").strip()}
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components, n_features)
+        Principal axes (for genotypes: the samples' eigenvectors).
+    explained_variance_ : ndarray of shape (n_components,)
+        Eigenvalues over ``n_rows - 1``.
+    explained_variance_ratio_ : ndarray of shape (n_components,)
+        Share of the total variance.
+    singular_values_ : ndarray of shape (n_components,)
+        Singular values of the centred (or standardised) matrix.
+    mean_ : ndarray of shape (n_features,)
+        Column means subtracted (zeros for genotypes).
+    n_components_ : int
+        Number of components.
+    n_samples_ : int
+        Number of rows of the training matrix (variants, for genotypes).
+    noise_variance_ : float
+        Mean variance of the components left out, as scikit-learn's (0 when none).
+    genotypes_ : bool
+        Whether the fit was on genotypes (rows = variants, columns = samples).
+    variant_mean_, variant_scale_ : ndarray of shape (n_variants,)
+        Genotypes only: each variant's centre and scale in the fit.
+    variant_loadings_ : ndarray of shape (n_variants, n_components)
+        Genotypes only: ``U``, the variants' loadings (unit-norm columns).
+    {_FITTED_DOC.strip()}
+
+    See Also
+    --------
+    daskstraggle.fit_pca : The function behind ``fit``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskstraggle import PCA
+    >>> X = np.random.default_rng(0).normal(size=(300, 6)) * [5, 3, 1, 1, 1, 1]
+    >>> pca = PCA(n_components=2, runtime="local").fit(X)
+    >>> pca.explained_variance_ratio_.round(2)
+    array([0.67, 0.23])
+    >>> pca.transform(X[:2]).shape
+    (2, 2)
+    """
+
+    def __init__(self, n_components: int | None = None, *, oversample: int | None = None,
+                 method: str = "auto", method_params: dict[str, Any] | None = None,
+                 max_iter: int = 100, tol: float | None = 1e-6, random_state: Any = None,
+                 runtime: Any = None, n_workers: int | None = None, client: Any = None,
+                 stragglers: Any = None, solve_params: dict[str, Any] | None = None) -> None:
+        self.n_components = n_components
+        self.oversample = oversample
+        self.method = method
+        self.method_params = method_params
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.runtime = runtime
+        self.n_workers = n_workers
+        self.client = client
+        self.stragglers = stragglers
+        self.solve_params = solve_params
+
+    @property
+    def _n_features_out(self) -> int:
+        """Number of output columns of ``transform`` (names ``pca0``, ``pca1``, ...)."""
+        return int(self.n_components_)
+
+    def _resolve_components(self, matrix: Matrix) -> int:
+        if self.n_components is not None:
+            return check_int(self.n_components, name="n_components", caller="PCA", low=1)
+        rows = matrix.n_rows if matrix.rows_standardized else matrix.n_rows - 1
+        return max(1, min(rows, matrix.n_columns))
+
+    def fit(self, X: Any, y: Any = None) -> PCA:
+        """Fit the components.
+
+        Parameters
+        ----------
+        X : str, path, array-like, dask or xarray array, or Matrix
+            Anything :func:`~daskstraggle.open_matrix` accepts; a VCF Zarr store gives
+            genotype PCA (see the class docstring).
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : PCA
+            The fitted estimator.
+        """
+        matrix, _, _ = self._open(X)
+        k = self._resolve_components(matrix)
+        _, extra = self._split_params()
+        result = fit_pca(matrix, k, oversample=self.oversample,
+                         **self._solve_kwargs(matrix, extra))
+        self._store_result(result)
+        fitted = result.fitted
+        self.components_ = np.asarray(fitted["components"], dtype=np.float64)
+        self.explained_variance_ = np.asarray(fitted["explained_variance"], dtype=np.float64)
+        self.explained_variance_ratio_ = np.asarray(fitted["explained_variance_ratio"],
+                                                    dtype=np.float64)
+        self.singular_values_ = np.asarray(fitted["singular_values"], dtype=np.float64)
+        self.mean_ = np.asarray(fitted["mean"], dtype=np.float64)
+        self.n_components_ = k
+        self.n_samples_ = matrix.n_rows
+        self.genotypes_ = bool(matrix.rows_standardized)
+        ratio = float(self.explained_variance_ratio_.sum())
+        total = float(self.explained_variance_.sum()) / ratio if ratio > 0 else 0.0
+        rank = min(matrix.n_rows if self.genotypes_ else matrix.n_rows - 1, matrix.n_columns)
+        left = min(matrix.n_rows, matrix.n_columns) - k
+        self.noise_variance_ = (max(total - float(self.explained_variance_.sum()), 0.0)
+                                / left if left > 0 and k < rank else 0.0)
+        for name in ("variant_mean_", "variant_scale_", "variant_loadings_"):
+            if hasattr(self, name):
+                delattr(self, name)
+        if self.genotypes_:
+            self._fit_variants(matrix)
+        return self
+
+    def _fit_variants(self, matrix: Matrix) -> None:
+        """One pass: each variant's centre, scale and loading ``U = Z V / s``."""
+        parts = _passes.map_partitions(matrix, _passes.variant_pass(self.components_.T),
+                                       self._pass_client())
+        self.variant_mean_ = np.concatenate([p[0] for p in parts])
+        self.variant_scale_ = np.concatenate([p[1] for p in parts])
+        s = self.singular_values_
+        ZV = np.concatenate([p[2] for p in parts])
+        self.variant_loadings_ = np.divide(ZV, s, out=np.zeros_like(ZV), where=s > 0)
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Project ``X`` onto the components.
+
+        Parameters
+        ----------
+        X : str, path, array-like, dask or xarray array, or Matrix
+            Rows to project (a plain-matrix fit), or a VCF Zarr store with the fit's
+            variants whose samples to project (a genotype fit).
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_components)
+            ``(X - mean_) @ components_.T``; for genotypes the samples' scores.
+
+        Raises
+        ------
+        InvalidDataError
+            For a genotype fit: if ``X`` is not a VCF Zarr store (Patterson-scaled) with
+            as many variants as the fit.
+        """
+        check_is_fitted(self)
+        if self.genotypes_:
+            return self._transform_genotypes(X)
+        if _is_source(X):
+            return self._rows(X, _passes.project_rows(self.mean_, self.components_))
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return (X - self.mean_) @ self.components_.T
+
+    def _transform_genotypes(self, X: Any) -> np.ndarray:
+        open_kw, _ = self._split_params()
+        matrix = open_matrix(X, **open_kw) if _is_source(X) else None
+        if matrix is None or not matrix.rows_standardized:
+            raise InvalidDataError(
+                "This PCA was fitted on genotypes (rows = variants, columns = samples): "
+                "transform projects the samples of a VCF Zarr store (path or Matrix with "
+                "Patterson scaling) with the same variants; got "
+                f"{type(X).__name__}. The training samples' scores are "
+                "components_.T * singular_values_."
+            )
+        n_variants = len(self.variant_mean_)
+        if matrix.n_rows != n_variants:
+            raise InvalidDataError(
+                f"The store has {matrix.n_rows} variants but this PCA was fitted on "
+                f"{n_variants}: projecting samples needs the same variants in the same order."
+            )
+        make = _passes.sample_scores(self.variant_mean_, self.variant_scale_,
+                                     self.variant_loadings_)
+        return np.sum(_passes.map_partitions(matrix, make, self._pass_client()), axis=0)
+
+    def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:
+        """Fit and return the projection of the training data.
+
+        Parameters
+        ----------
+        X : str, path, array-like, dask or xarray array, or Matrix
+            Training data (see :meth:`fit`).
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_components)
+            ``transform(X)``; for genotypes ``components_.T * singular_values_``, the
+            training samples' scores (no further pass).
+        """
+        self.fit(X)
+        if self.genotypes_:
+            return self.components_.T * self.singular_values_
+        if _is_source(X):
+            return self.transform(X)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return (X - self.mean_) @ self.components_.T
+
+    def inverse_transform(self, X: Any) -> np.ndarray:
+        """Map scores back to the original space, ``X @ components_ + mean_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_components)
+            Scores.
+
+        Returns
+        -------
+        X_original : ndarray of shape (n_samples, n_features)
+            The rows' projection onto the components' span, in the original space.
+
+        Raises
+        ------
+        InvalidDataError
+            For a genotype fit (its scores are samples, its rows variants).
+        """
+        check_is_fitted(self)
+        if self.genotypes_:
+            raise InvalidDataError(
+                "inverse_transform is not defined for a genotype PCA (scores are samples, "
+                "rows are variants); variant_loadings_ @ diag(singular_values_) @ "
+                "components_ is the rank-k approximation of the standardised genotypes."
+            )
+        X = check_array(X, dtype=np.float64)
+        if X.shape[1] != self.n_components_:
+            raise ValueError(
+                f"X has {X.shape[1]} columns, but PCA has {self.n_components_} components."
+            )
+        return X @ self.components_ + self.mean_
