@@ -18,7 +18,11 @@ from typing import Any
 import numpy as np
 
 from daskstraggle.data.matrix import Matrix
+from daskstraggle.errors import StraggleError
 from daskstraggle.problems.block import Block
+
+#: Seconds a pass may go without any partition finishing before it is given up.
+STALL_TIMEOUT = 300.0
 
 __all__ = [
     "linear_rows",
@@ -59,7 +63,32 @@ def map_partitions(
     if client is None:
         return [_apply(loader, func) for loader, func in zip(loaders, funcs, strict=True)]
     futures = client.map(_apply, loaders, funcs, pure=False)
-    return list(client.gather(futures))
+    try:
+        _wait_progressing(futures)
+        return list(client.gather(futures))
+    finally:
+        client.cancel(futures)
+
+
+def _wait_progressing(futures: list[Any]) -> None:
+    """Wait for every future while some finishes at least every ``STALL_TIMEOUT`` s.
+
+    The tasks are not pinned, so the scheduler reruns a lost worker's elsewhere; a
+    frozen worker holds its task forever, which this bounds with one line.
+    """
+    from distributed import wait
+
+    remaining = list(futures)
+    while remaining:
+        try:
+            _, not_done = wait(remaining, timeout=STALL_TIMEOUT, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            raise StraggleError(
+                f"No partition of the pass finished within {STALL_TIMEOUT:g} s "
+                f"({len(remaining)} of {len(futures)} left): a worker may be frozen. Check "
+                "the workers and run again."
+            ) from None
+        remaining = list(not_done)
 
 
 def _project(block: Block, mean: np.ndarray, components: np.ndarray) -> np.ndarray:
