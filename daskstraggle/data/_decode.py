@@ -15,47 +15,22 @@ directory without write access moves the cache to the temporary directory (as
 
 from __future__ import annotations
 
-import os
-import tempfile
 import threading
 import warnings
 from typing import Any
 
 import numpy as np
 
-from daskstraggle.problems._kernels import default_implementation
+from daskstraggle.problems._kernels import default_implementation, import_numba_module
 
 __all__ = ["decode_calls"]
 
 _lock = threading.Lock()
-_module: Any = None
 _compiled: set[Any] = set()
 
 
 def _numba_module() -> Any:
-    global _module
-    if _module is None:
-        with _lock, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if _module is None:
-                _module = _import()
-    return _module
-
-
-def _import() -> Any:
-    import importlib
-    import sys
-
-    name = "daskstraggle.data._numba_decode"
-    try:
-        return importlib.import_module(name)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        import numba
-
-        sys.modules.pop(name, None)
-        numba.config.CACHE_DIR = os.path.join(tempfile.gettempdir(),
-                                              f"daskstraggle-numba-{os.getuid()}")
-        return importlib.import_module(name)
+    return import_numba_module("daskstraggle.data._numba_decode")
 
 
 def decode_calls(

@@ -59,7 +59,8 @@ _GRAM_MIN_ROWS = 1024
 _GRAM_MAX_TILE_BYTES = 1 << 26
 
 _lock = threading.Lock()
-_numba_module: Any = None
+_NUMBA_KERNELS = "daskstraggle.problems._numba_kernels"
+_numba_modules: dict[str, Any] = {}
 _numba_missing: bool | None = None
 _compiled: set[tuple[str, Any]] = set()
 
@@ -104,24 +105,32 @@ def _numba_kernel(name: str) -> Callable[..., Any]:
     """Return a compiled numba kernel, importing (and compiling) it on first use.
 
     The import compiles nothing: each kernel compiles (or loads from numba's on-disk cache)
-    the first time it is called with a signature. Numba's warnings while doing so (e.g. a
-    cache directory that cannot be written) are silenced; a package directory without
-    write access moves the cache to the temporary directory.
+    the first time it is called with a signature.
     """
-    global _numba_module
-    if _numba_module is None:
+    return getattr(import_numba_module(_NUMBA_KERNELS), name)  # type: ignore[no-any-return]
+
+
+def import_numba_module(name: str) -> Any:
+    """Import a module of numba functions once, thread-safely (also the genotype decoder's).
+
+    Numba's warnings while importing and compiling (e.g. a cache directory that cannot
+    be written) are silenced; a package directory without write access moves numba's
+    cache to the temporary directory.
+    """
+    module = _numba_modules.get(name)
+    if module is None:
         with _lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if _numba_module is None:
-                _numba_module = _import_numba_kernels()
-    return getattr(_numba_module, name)  # type: ignore[no-any-return]
+            module = _numba_modules.get(name)
+            if module is None:
+                module = _numba_modules[name] = _import_numba(name)
+    return module
 
 
-def _import_numba_kernels() -> Any:
+def _import_numba(name: str) -> Any:
     import importlib
     import sys
 
-    name = "daskstraggle.problems._numba_kernels"
     try:
         return importlib.import_module(name)
     except RuntimeError:  # "cannot cache function ...: no locator available"

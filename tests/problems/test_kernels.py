@@ -302,7 +302,7 @@ def test_unwritable_package_moves_the_numba_cache_to_tmp(monkeypatch, tmp_path):
     monkeypatch.setattr(importlib, "import_module", import_module)
     # the module imported here (its cache in tmp_path) must not outlive the test
     monkeypatch.delitem(sys.modules, "daskstraggle.problems._numba_kernels", raising=False)
-    module = kernels._import_numba_kernels()
+    module = kernels._import_numba("daskstraggle.problems._numba_kernels")
     assert calls == [module.__name__] * 2
     assert numba.config.CACHE_DIR.startswith(str(tmp_path))
 
