@@ -28,6 +28,15 @@ pytestmark = pytest.mark.cluster
 SLOW = "gamma(mean=0.05, var=1e-6)"
 
 
+@pytest.fixture(autouse=True)
+def quick_cleanup(monkeypatch):
+    # removing the injector waits for the frozen worker up to this bound (tested in
+    # test_worker_loss with its real value)
+    from daskstraggle.runtime import _resilience
+
+    monkeypatch.setattr(_resilience, "CLEANUP_TIMEOUT", 2.0)
+
+
 @pytest.fixture(scope="module")
 def data():
     rng = np.random.default_rng(0)
@@ -77,11 +86,11 @@ def _run_frozen(rt: DaskRuntime, index: int, method, problem, data, stop):
 
 
 def test_gd_moves_a_frozen_workers_rows_and_ends_with_the_clean_iterates(data):
-    stop = StopRule(max_iter=250, tol=None)
+    stop = StopRule(max_iter=40, tol=None)
     clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
-    with DaskRuntime(n_workers=3, stragglers=SLOW, rng=0, frozen_after=5.0) as rt:
+    with DaskRuntime(n_workers=3, stragglers=SLOW, rng=0, frozen_after=4.0) as rt:
         res, elapsed, said = _run_frozen(rt, 1, GD(), PCA(n_components=3), data, stop)
-    # a bounded wait (5 s, then the 15 s bound on removing the injector from the frozen
+    # a bounded wait (4 s, then the 2 s bound on removing the injector from the frozen
     # worker), not the frozen worker's
     assert elapsed < 60
     assert any(re.search(r"has not answered for \d+ s \(frozen\?\); its partitions \[1\] "
@@ -94,7 +103,7 @@ def test_gd_moves_a_frozen_workers_rows_and_ends_with_the_clean_iterates(data):
 
 def test_dsag_refreshes_a_frozen_workers_rows_and_reports_the_staleness(data):
     problem = Logistic(alpha=0.01)
-    stop = StopRule(max_iter=250, tol=None)
+    stop = StopRule(max_iter=120, tol=None)
     # the exact optimum
     gd = LocalRuntime(3).run(GD(), problem, data, stop=stop, rng=0, reference=True)
     with DaskRuntime(n_workers=3, stragglers=SLOW, rng=0, frozen_after=3.0) as rt:
@@ -106,9 +115,8 @@ def test_dsag_refreshes_a_frozen_workers_rows_and_reports_the_staleness(data):
     assert summary["max_staleness"] == int(staleness.max()) >= 5
     assert summary["final_staleness"] == int(staleness[-1]) <= 2
     assert "staleness   cache entries up to" in format_result(res)
-    # and the run went on converging (gap 7e-6 here against GD's 2e-6 after as many
-    # rounds; the gap at the start is 0.5)
-    assert res.objective - gd.reference_objective < 1e-4
+    # and the run went on converging (the gap at the start is 0.5)
+    assert res.objective - gd.reference_objective < 1e-3
 
 
 def test_a_worker_frozen_before_the_injector_is_installed_is_one_line(data, monkeypatch):
