@@ -21,6 +21,7 @@ Pure module: no Dask imports.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -211,10 +212,13 @@ class Coordinator:
                 self._feed(out)
                 self._top(out)
         elif isinstance(event, Quiet):
-            if self.phase == "collect":
-                self._end_round(out)
-            else:
-                self._top(out)
+            if self.phase != "collect":  # an Await(None) must end with a result
+                raise StraggleError(
+                    f"The runtime returned no result for {self.method.name!r} while "
+                    f"{self.in_flight} unit(s) were in flight and it was asked to wait "
+                    "without a timeout."
+                )
+            self._end_round(out)
         elif isinstance(event, Checked):
             summary = self._pending_round()[0]
             verdict = self.session.monitor.verify(len(self.session.recorder), summary.iterate,
@@ -357,8 +361,6 @@ class Coordinator:
 
     def _save_checkpoint(self, elapsed: float, *, stepped: bool, due_only: bool = False) -> None:
         """Write the checkpoint (when one is asked for, and with ``due_only`` when due)."""
-        import time
-
         checkpoint = self.session.checkpoint
         if checkpoint is None:
             return
@@ -387,7 +389,6 @@ class RunSession:
     elapsed: float = 0.0  # loop seconds before this (resumed) run
     stepped: bool = True  # a resumed run: whether the checkpoint was taken after a step
     resumed_at: int | None = None
-    verdict: str | None = None
 
     def state(self, method: Method, *, elapsed: float, stepped: bool) -> dict[str, Any]:
         """Everything a resumed run needs, for :class:`Checkpointer.write`."""

@@ -166,3 +166,10 @@ def test_the_runtimes_leave_their_coordinator_log_for_a_replay():
     events = [value for kind, value in rt.coordinator.log if kind == "event"]
     assert isinstance(events[0], Begin) and res.n_iter == 3
     assert sum(isinstance(e, Arrived) for e in events) == 9  # 3 rounds x 3 workers
+
+
+def test_a_wait_without_timeout_that_ends_empty_is_an_error_not_a_loop():
+    coordinator = _start(GD(), PCA(n_components=2), StopRule(max_iter=5, tol=None), _ticks())
+    assert isinstance(coordinator.handle(Begin())[-1], Await)
+    with pytest.raises(StraggleError, match="returned no result for 'gd' while 3 unit"):
+        coordinator.handle(Quiet())
