@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,10 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     # run as `python -c` like a kernel would: spawned worker processes must not re-import
     # the script as __main__
     runner = f"exec(compile(open({str(script)!r}).read(), {script.name!r}, 'exec'))"
+    # the notebooks' temporary folders (tempfile) go under tmp_path, removed by pytest
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", runner], capture_output=True, text=True,
-                          timeout=240, cwd=tmp_path)
+                          timeout=240, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
