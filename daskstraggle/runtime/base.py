@@ -347,6 +347,11 @@ class Runtime(ABC):
                                         record_iterates=record_iterates)
         else:
             method, session = resumed_session(resume, stats, record_iterates)
+            if step_size is not None and step_size != session.step_size:
+                raise InvalidParameterError(
+                    f"The checkpoint's run used step_size={session.step_size:g}; resume "
+                    f"without one (CLI: --step-size) or with the same, not {step_size:g}."
+                )
         session.checkpoint = checkpoint
         self._partition_rows = [int(r) for r in matrix.partition_rows()]
         self._begin(placement, self._partition_rows)

@@ -102,6 +102,7 @@ def test_resuming_a_finished_run_needs_more_iterations(tmp_path):
     ({"n_workers": 3}, "another number of workers"),
     ({"X": X[:300]}, "another matrix shape"),
     ({"X": X * 2.0}, "The data differ from those of the run that wrote the checkpoint"),
+    ({"step_size": 0.5}, "The checkpoint's run used step_size=1; resume without one"),
 ])
 def test_a_checkpoint_of_another_run_is_refused(tmp_path, change, match):
     ck = tmp_path / "a.ckpt"
