@@ -1,4 +1,6 @@
-"""Slow work on the Dask runtime: frozen workers and speculative backups.
+"""Slow work on the Dask runtime: frozen workers, speculative backups, and where a moved
+worker index's data comes from (copies left on live workers, e.g. by a retiring worker,
+else the source).
 
 A worker index whose unit is unanswered for ``frozen_after`` seconds (default: 20 times
 the median latency of the run's recent units, at least 30 s) is moved to another worker,
@@ -25,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from daskstraggle.methods.base import WorkUnit
-from daskstraggle.runtime._connect import worker_addresses
+from daskstraggle.runtime._connect import SCHEDULER_TIMEOUT, worker_addresses
 from daskstraggle.runtime._resilience import frozen_bound, overdue_workers, replacement_targets
 
 __all__ = ["SlowWorkMixin"]
@@ -80,6 +82,20 @@ class SlowWorkMixin:
         for i, target in replacement_targets(self._addresses, live).items():
             waited = frozen[self._addresses[i]]
             self._move(i, target, why=f"has not answered for {waited:.0f} s (frozen?)")
+
+    def _copies_elsewhere(self, held: dict[int, Any], avoid: set[str]) -> dict[int, Any]:
+        """The partitions whose loaded data a live worker outside ``avoid`` still holds
+        (a retiring worker's, which Dask copies away before it closes; an adopted index's),
+        by the scheduler's account."""
+        try:
+            holders = self.client.sync(self.client.scheduler.who_has,
+                                       keys=[f.key for f in held.values()],
+                                       callback_timeout=SCHEDULER_TIMEOUT)
+        except Exception as err:  # no copies known: reload
+            logger.info("who_has failed (%s); reloading from the source", err)
+            return {}
+        return {p: future for p, future in held.items()
+                if set(holders.get(future.key, ())) - avoid}
 
     def _reset_backups(self) -> None:
         self._twins = {}

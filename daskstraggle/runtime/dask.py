@@ -568,13 +568,19 @@ class DaskRuntime(SlowWorkMixin, Runtime):
         assert self._matrix is not None
         lost, self._addresses[index] = self._addresses[index], target
         parts = sorted(self._held[index])
+        kept = self._copies_elsewhere(self._held[index], avoid={lost, *self._shunned})
         token = uuid.uuid4().hex[:6]
-        self._held[index] = {p: self._pinned(self._matrix.loader(p), key=f"reload-p{p}-w{index}-"
-                                             f"{token}", worker_index=index) for p in parts}
+        self._held[index] = {p: kept[p] if p in kept else self._pinned(
+            self._matrix.loader(p), key=f"reload-p{p}-w{index}-{token}", worker_index=index)
+            for p in parts}
+        reloaded = [p for p in parts if p not in kept]
         self._losses.append({"worker_index": index, "lost": lost, "moved_to": target,
-                             "partitions": parts, "reason": why})
-        message = (f"worker {lost} {why}; its partitions {parts} are reloaded "
-                   f"from the source on {target}")
+                             "partitions": parts, "reason": why, "reloaded": reloaded})
+        how = (f"are reloaded from the source on {target}" if not kept else
+               f"move to {target} from copies left on other workers" if not reloaded else
+               f"move to {target} ({sorted(kept)} from copies left on other workers, the rest "
+               "reloaded from the source)")
+        message = f"worker {lost} {why}; its partitions {parts} {how}"
         logger.log(logging.WARNING if warn else logging.INFO, message)
         if warn:
             warnings.warn(f"{message[0].upper()}{message[1:]}.", StraggleWarning, stacklevel=2)

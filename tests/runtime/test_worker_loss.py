@@ -158,6 +158,8 @@ def test_a_retired_worker_hands_over_its_partitions(data):
                          stop=StopRule(max_iter=40, tol=None), rng=0)
         thread.join()
     assert res.n_iter == 40 and res.attrs["worker_losses"][0]["lost"] == address
+    # Dask copied the retiring worker's data away before closing it: nothing reloaded
+    assert res.attrs["worker_losses"][0]["reloaded"] == []
     assert f"worker lost {address} (index 0): partitions" in format_result(res)
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
 
