@@ -14,7 +14,7 @@ import sys
 import time
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -64,7 +64,7 @@ from daskstraggle.runtime.coordinator import (
 from daskstraggle.runtime.stop import StopRule
 from daskstraggle.trace import Result, TraceRecorder
 
-__all__ = ["Runtime", "fold_map", "run_unit", "stream_messages"]
+__all__ = ["Runtime", "fold", "fold_map", "run_unit", "stream_messages"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +123,16 @@ def select_rows(blocks: tuple[Block, ...], a: int, b: int) -> tuple[Block, ...]:
     return tuple(out)
 
 
+def fold(results: Iterable[Any], combine: Callable[[Any, Any], Any] | None) -> Any:
+    """Fold ``results`` in order with ``combine`` (default ``+``); at least one result."""
+    join = combine or (lambda a, b: a + b)
+    results = iter(results)
+    total = next(results)
+    for result in results:
+        total = join(total, result)
+    return total
+
+
 def fold_map(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -130,11 +140,7 @@ def fold_map(
     *blocks: Block,
 ) -> Any:
     """Apply ``fn(block, *args)`` to each block and fold with ``combine`` (default ``+``)."""
-    join = combine or (lambda a, b: a + b)
-    total = fn(blocks[0], *args)
-    for block in blocks[1:]:
-        total = join(total, fn(block, *args))
-    return total
+    return fold((fn(block, *args) for block in blocks), combine)
 
 
 class Runtime(ABC):

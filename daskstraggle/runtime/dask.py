@@ -54,7 +54,7 @@ from daskstraggle.runtime._resilience import (
     quietly,
     replacement_targets,
 )
-from daskstraggle.runtime.base import Runtime, fold_map, run_unit, stream_messages
+from daskstraggle.runtime.base import Runtime, fold, fold_map, run_unit, stream_messages
 from daskstraggle.trace import TraceRecorder
 
 __all__ = ["DaskRuntime", "connect", "replacement_targets", "run_unit_task", "worker_addresses"]
@@ -395,11 +395,7 @@ class DaskRuntime(SlowWorkMixin, Runtime):
                 raise lost from None
             if parts is not None:
                 break
-        join = combine or (lambda a, b: a + b)
-        total = parts[0]
-        for part in parts[1:]:
-            total = join(total, part)
-        return total
+        return fold(parts, combine)
 
     def _fold_tasks(self, fn: Callable[..., Any], args: tuple[Any, ...],
                     combine: Callable[[Any, Any], Any] | None) -> list[list[Any]]:

@@ -13,7 +13,7 @@ from daskstraggle.data.matrix import Matrix
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
-from daskstraggle.runtime.base import Runtime, run_unit, stream_messages
+from daskstraggle.runtime.base import Runtime, fold, run_unit, stream_messages
 
 __all__ = ["LocalRuntime"]
 
@@ -50,16 +50,6 @@ def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any
             yield pending.popleft().result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _fold(results: Iterable[Any], combine: Callable[[Any, Any], Any] | None) -> Any:
-    """Fold results in order with ``combine`` (default ``+``), as :func:`fold_map` does."""
-    join = combine or (lambda a, b: a + b)
-    results = iter(results)
-    total = next(results)
-    for result in results:
-        total = join(total, result)
-    return total
 
 
 class LocalRuntime(Runtime):
@@ -112,13 +102,13 @@ class LocalRuntime(Runtime):
         loaded = {p: block for p, (block, _) in enumerate(results)}
         self._blocks = [{p: loaded[p] for p in parts} for parts in placement]
         self._partitions = loaded
-        return _fold((stats for _, stats in results), None)
+        return fold((stats for _, stats in results), None)
 
     def _map_reduce(
         self, fn: Callable[..., Any], *args: Any, combine: Callable[[Any, Any], Any] | None = None
     ) -> Any:
         # each partition once, even when a coded placement stores replicas
-        return _fold(_ordered_map(lambda block: fn(block, *args), self._partitions.values()),
+        return fold(_ordered_map(lambda block: fn(block, *args), self._partitions.values()),
                      combine)
 
     def _submit(self, unit: WorkUnit, problem: Problem) -> None:
