@@ -154,6 +154,11 @@ class Runtime(ABC):
     #: Run the load balancer's optimizer in a background thread (False: inline, for
     #: runtimes whose clock does not move while the coordinator computes).
     balance_in_background: bool = True
+    #: Events and clock readings the coordinator of each run keeps in
+    #: ``runtime.coordinator.log`` for a replay (0: none; set it on an instance, e.g.
+    #: ``coordinator.LOG_SIZE``, to record a run that fails). The events hold the
+    #: workers' results, so a long log of large results takes memory.
+    stimulus_log: int = 0
 
     @property
     @abstractmethod
@@ -500,8 +505,8 @@ class Runtime(ABC):
                                     background=self.balance_in_background)
         coordinator = Coordinator(method, session, stop=stop, n_workers=self.n_workers,
                                   clock=self._clock, unit_load=self._unit_load,
-                                  balancing=balancing)
-        self.coordinator = coordinator  # its log: the run's stimuli, for a replay
+                                  balancing=balancing, log_size=self.stimulus_log)
+        self.coordinator = coordinator  # its log (with stimulus_log): for a replay
         bar = tqdm(
             total=stop.max_iter, initial=len(recorder), disable=None if progress else True,
             file=sys.stderr, unit="it", desc=f"{method.name} {problem.name}", leave=False,

@@ -13,8 +13,9 @@ runtimes (Dask, local, simulated) only execute instructions; membership changes
 worker indices stable.
 
 Each ``handle`` call returns instructions of which at most the last expects a reply
-(the next event). A bounded log of events and clock readings (:attr:`Coordinator.log`)
-lets a test replay a run through the policy without any runtime.
+(the next event). On request, a bounded log of events and clock readings
+(:attr:`Coordinator.log`, ``log_size``) lets a test replay a run through the policy
+without any runtime.
 
 Pure module: no Dask imports.
 """
@@ -45,8 +46,9 @@ __all__ = [
     "resumed_session",
 ]
 
-#: Entries (events and clock readings) kept in :attr:`Coordinator.log`.
-LOG_SIZE = 100_000
+#: Entries (events and clock readings) a logging coordinator keeps by default. The events
+#: hold the workers' results (arrays), so the log is off unless asked for.
+LOG_SIZE = 10_000
 
 
 # ------------------------------------------------------------------------------ events
@@ -163,15 +165,18 @@ class Coordinator:
     balancing : object or None, default=None
         A :class:`~daskstraggle.runtime.balancing.BalanceLoop` (``record`` each result,
         ``after_step`` each step), or None.
+    log_size : int, default=0
+        Keep the last this many events and clock readings in :attr:`log`, for a replay
+        (0: no log; the events hold the results' arrays).
     """
 
     def __init__(self, method: Method, session: RunSession, *, stop: StopRule, n_workers: int,
                  clock: Callable[[], float], unit_load: Callable[[WorkUnit], float],
-                 balancing: Any = None) -> None:
+                 balancing: Any = None, log_size: int = 0) -> None:
         self.method, self.session, self.stop = method, session, stop
         self.balancing = balancing
         self._clock, self._unit_load = clock, unit_load
-        self.log: deque[tuple[str, Any]] = deque(maxlen=LOG_SIZE)
+        self.log: deque[tuple[str, Any]] = deque(maxlen=log_size)
         self.idle = set(range(n_workers))
         self.in_flight = 0
         self.durations: dict[int, float] = {}

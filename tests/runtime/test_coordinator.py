@@ -18,6 +18,7 @@ from daskstraggle.runtime import LocalRuntime, StopRule
 from daskstraggle.runtime.base import run_unit
 from daskstraggle.runtime.convergence import ConvergenceMonitor
 from daskstraggle.runtime.coordinator import (
+    LOG_SIZE,
     Abandon,
     AfterStep,
     Arrived,
@@ -42,7 +43,7 @@ Y = np.where(X[:, 0] + 0.5 * rng.normal(size=600) > 0, 1.0, -1.0)
 BLOCKS = [Block(X[i:i + 200], y=Y[i:i + 200]) for i in (0, 200, 400)]
 
 
-def _start(method: Method, problem, stop: StopRule, clock) -> Coordinator:
+def _start(method: Method, problem, stop: StopRule, clock, log_size: int = 0) -> Coordinator:
     """A started method and a coordinator over three in-memory partitions."""
     bound = problem.bind(block_stats(Block(X, y=Y)))
     x0 = bound.init_iterate(np.random.default_rng(1))
@@ -56,7 +57,7 @@ def _start(method: Method, problem, stop: StopRule, clock) -> Coordinator:
                          stats=block_stats(Block(X, y=Y)), x0=x0)
     method.start(bound, x0, placement, step_size=0.5, partition_rows=[200, 200, 200])
     return Coordinator(method, session, stop=stop, n_workers=3, clock=clock,
-                       unit_load=lambda unit: 1.0)
+                       unit_load=lambda unit: 1.0, log_size=log_size)
 
 
 def _execute(coordinator: Coordinator, *, order=lambda queue: queue.popleft()):
@@ -142,7 +143,7 @@ def test_a_logged_run_replays_to_the_same_instructions(method, problem):
     stop = StopRule(max_iter=15, tol=1e-12)
     fresh = copy.deepcopy(method)
     # units answer out of order (the last sent first): stragglers, stale results
-    coordinator = _start(method, problem, stop, _ticks())
+    coordinator = _start(method, problem, stop, _ticks(), log_size=LOG_SIZE)
     seen, finish = _execute(coordinator, order=lambda queue: queue.pop())
     log = list(coordinator.log)
     readings = iter([value for kind, value in log if kind == "clock"])
@@ -161,10 +162,15 @@ def test_the_runtimes_leave_their_coordinator_log_for_a_replay():
     from daskstraggle import open_matrix
 
     rt = LocalRuntime(3)
+    rt.stimulus_log = LOG_SIZE  # off by default: the events hold the results' arrays
     res = rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=StopRule(max_iter=3, tol=None),
                  rng=0)
     events = [value for kind, value in rt.coordinator.log if kind == "event"]
     assert isinstance(events[0], Begin) and res.n_iter == 3
+    rt.stimulus_log = 0
+    rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=StopRule(max_iter=3, tol=None),
+           rng=0)
+    assert not rt.coordinator.log
     assert sum(isinstance(e, Arrived) for e in events) == 9  # 3 rounds x 3 workers
 
 
