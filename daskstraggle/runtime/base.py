@@ -345,9 +345,7 @@ class Runtime(ABC):
         settings = run_settings(method=method, problem=problem, n_workers=self.n_workers,
                                 matrix=matrix.describe())
         if resume is not None:
-            resume_state(resume, method=method, problem=problem, n_workers=self.n_workers,
-                         placement=placement, matrix=matrix.describe(),
-                         max_iter=stop.max_iter)
+            resume_state(resume, settings=settings, placement=placement, max_iter=stop.max_iter)
         t_load = time.perf_counter()
         stats = self._load(matrix, placement)
         load_duration = time.perf_counter() - t_load

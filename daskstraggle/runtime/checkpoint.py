@@ -223,23 +223,19 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     return state
 
 
-def resume_state(state: dict[str, Any], *, method: Any, problem: Any, n_workers: int,
-                 placement: list[tuple[int, ...]], matrix: dict[str, Any],
-                 max_iter: int) -> None:
+def resume_state(state: dict[str, Any], *, settings: dict[str, Any],
+                 placement: list[tuple[int, ...]], max_iter: int) -> None:
     """Check that a checkpoint belongs to this run; raise one clear line if not.
 
     Parameters
     ----------
     state : dict
         From :func:`load_checkpoint`.
-    method, problem
-        The run's method and (unbound) problem: same class and parameters as recorded.
-    n_workers : int
-        The run's workers: as many as recorded (the placement depends on it).
+    settings : dict
+        The run's :func:`run_settings`: the same method and problem (class and
+        parameters), number of workers and matrix shape as recorded.
     placement : list of tuple of int
         The run's placement: as recorded.
-    matrix : dict
-        ``Matrix.describe()`` of the run's data: same shape as recorded.
     max_iter : int
         The run's iteration limit: above the checkpoint's iterations.
 
@@ -249,15 +245,14 @@ def resume_state(state: dict[str, Any], *, method: Any, problem: Any, n_workers:
         If any of them differs from the checkpoint's, or ``max_iter`` is reached already.
     """
     check_resume_iterations(state, max_iter)
-    settings = state["settings"]
-    mine = run_settings(method=method, problem=problem, n_workers=n_workers, matrix=matrix)
+    recorded = state["settings"]
     for key, what in (("method", "method (and its parameters)"),
                       ("problem", "problem (and its parameters)"),
                       ("n_workers", "number of workers"), ("shape", "matrix shape")):
-        if settings[key] != mine[key]:
+        if recorded[key] != settings[key]:
             raise InvalidParameterError(
                 f"The checkpoint was written by a run with another {what}: "
-                f"{settings[key]!r}, this run has {mine[key]!r}. Resume with the same "
+                f"{recorded[key]!r}, this run has {settings[key]!r}. Resume with the same "
                 "settings, or start afresh without --resume."
             )
     if [tuple(p) for p in state["placement"]] != [tuple(p) for p in placement]:
