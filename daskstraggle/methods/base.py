@@ -223,6 +223,11 @@ class Method(ABC):
     #: extra columns follow the bulk of the spectrum and never settle, so the caches of
     #: SAG and DSAG, and partial sums, would never become exact.
     exact_rounds: ClassVar[bool] = False
+    #: Whether the run starts with an exact pass at the starting point, which gives the
+    #: optimality measure its scale and the divergence checks their starting objective.
+    #: A method whose first round is exact and final (``gram``) skips it; it may only
+    #: solve problems whose optimality measure is relative already (PCA's residuals).
+    start_pass: ClassVar[bool] = True
 
     def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
         """Return which partitions each worker index stores (default: uncoded, contiguous)."""

@@ -20,6 +20,7 @@ import scipy.linalg
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import RoundSummary
 from daskstraggle.methods.coded import CodedSum
+from daskstraggle.problems._kernels import symmetric_from_upper
 from daskstraggle.problems._linalg import check_dense_size
 from daskstraggle.problems.base import KernelResult, Problem
 from daskstraggle.problems.block import Block
@@ -41,7 +42,7 @@ class GramKernel:
     problem: Any
 
     def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
-        """Return ``X_c^T X_c`` over the block's rows as the result's gradient.
+        """Return the upper triangle of ``X_c^T X_c`` over the block's rows as the gradient.
 
         Parameters
         ----------
@@ -53,10 +54,12 @@ class GramKernel:
         Returns
         -------
         result : KernelResult
-            ``gradient`` of shape (n_features, n_features); ``values`` one zero.
+            ``gradient`` of shape (n_features, n_features), zero below the diagonal
+            (sums and coded combinations of such matrices keep the form; the coordinator
+            symmetrises the decoded sum once); ``values`` one zero.
         """
-        return KernelResult(gradient=self.problem.gram_kernel(block), values=np.zeros(1),
-                            n_rows=block.n_rows)
+        return KernelResult(gradient=self.problem.gram_kernel(block, upper=True),
+                            values=np.zeros(1), n_rows=block.n_rows)
 
 
 class Gram(CodedSum):
@@ -100,6 +103,7 @@ class Gram(CodedSum):
     """
 
     name = "gram"
+    start_pass = False  # one exact round: no starting point to measure from
 
     def check_problem(self, problem: Problem) -> None:
         """Refuse problems other than PCA, oversampling, and PCA with too many columns."""
@@ -131,7 +135,7 @@ class Gram(CodedSum):
         assert self._problem is not None and self._weights is not None
         if self._summary is None:
             total = self._decoded()
-            gram = 0.5 * (total.gradient + total.gradient.T)
+            gram = symmetric_from_upper(total.gradient)
             d, k = gram.shape[0], self._x.shape[1]
             _, vectors = scipy.linalg.eigh(gram, subset_by_index=[d - k, d - 1])
             V = np.ascontiguousarray(vectors[:, ::-1])

@@ -10,6 +10,8 @@ being ``T`` with its missing entries replaced by ``f``. The kernels here compute
 - ``glm_pass``: ``z = X w + b``, a per-row weight ``q(z, y)`` (the residual for least
   squares, ``-y expit(-y z)`` for logistic regression), ``X^T q``, ``sum q`` and the loss;
 - ``gram``: ``(X - 1 mean^T)^T (X - 1 mean^T)`` (:meth:`PCA.gram_kernel`),
+- ``column_moments``: the column sums and squared deviations of ``X`` and ``|X|^2``
+  (:func:`~daskstraggle.problems.block.block_stats`),
 
 each in one pass over the stored bytes. Two implementations compute the same sums:
 
@@ -40,11 +42,12 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import scipy.linalg.blas
 
+from daskstraggle.problems._blas import syrk_update
 from daskstraggle.problems.block import Block
 
-__all__ = ["IMPLEMENTATIONS", "default_implementation", "glm_pass", "gram", "pca_pass"]
+__all__ = ["IMPLEMENTATIONS", "column_moments", "default_implementation", "glm_pass", "gram",
+           "pca_pass", "symmetric_from_upper"]
 
 #: The implementations, fastest first.
 IMPLEMENTATIONS = ("numba", "numpy")
@@ -142,8 +145,9 @@ def _import_numba(name: str) -> Any:
         return importlib.import_module(name)
 
 
-def _call_numba(name: str, *args: Any) -> None:
-    """Call a numba kernel; the first call per signature compiles it, warnings silenced."""
+def _call_numba(name: str, *args: Any) -> Any:
+    """Call a numba kernel and return what it returns; the first call per signature
+    compiles it, warnings silenced."""
     import numba
 
     kernel = _numba_kernel(name)
@@ -153,7 +157,7 @@ def _call_numba(name: str, *args: Any) -> None:
             warnings.simplefilter("ignore")
             kernel.compile(signature)
             _compiled.add((name, signature))
-    kernel(*args)
+    return kernel(*args)
 
 
 def _use_numba(block: Block, implementation: str | None) -> bool:
@@ -344,8 +348,39 @@ def _filled_tiles(block: Block) -> Any:
         yield a, b, tile
 
 
+# ------------------------------------------------------------------------ moments
+def column_moments(block: Block, *, implementation: str | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """Return the column sums and squared deviations of ``X`` and ``|X|^2``, or None.
+
+    One compiled pass per tile of :meth:`Block.tiles` (sums, then deviations from the
+    tile's means, tiles merged pairwise), reading the stored bytes without a float copy of
+    the tile. None when the numba kernels do not apply (numba absent or disabled, another
+    dtype): :func:`~daskstraggle.problems.block.block_stats` then uses numpy tiles.
+
+    Parameters
+    ----------
+    block : Block
+        Rows ``X`` (stored values and per-row transforms), at least one.
+    implementation : {"numba", "numpy"} or None, default=None
+        None: :func:`default_implementation`; ``"numpy"`` returns None.
+
+    Returns
+    -------
+    moments : tuple or None
+        ``(column_sums, column_sq_dev, sq_norm)``.
+    """
+    if block.n_rows == 0 or not _use_numba(block, implementation):
+        return None
+    fill, center, scale, flags = _transforms(block)
+    sums, sq_dev = np.zeros(block.n_features), np.zeros(block.n_features)
+    sq = _call_numba("moments", block.values, fill, center, scale, flags,
+                     block.tile_rows(), sums, sq_dev)
+    return sums, sq_dev, float(sq)
+
+
 # ---------------------------------------------------------------------------- Gram
-def gram(block: Block, mean: np.ndarray | None, *,
+def gram(block: Block, mean: np.ndarray | None, *, upper: bool = False,
          implementation: str | None = None) -> np.ndarray:
     """Return ``(X - 1 mean^T)^T (X - 1 mean^T)`` over a block's rows.
 
@@ -358,13 +393,17 @@ def gram(block: Block, mean: np.ndarray | None, *,
         Rows ``X``.
     mean : ndarray of shape (n_features,) or None
         Subtracted from every row; None: nothing.
+    upper : bool, default=False
+        Return the upper triangle only, zeros below the diagonal (what ``syrk``
+        accumulates): a sum of many blocks' matrices is then symmetrised once
+        (:func:`symmetric_from_upper`) instead of once per block.
     implementation : {"numba", "numpy"} or None, default=None
         None: :func:`default_implementation`.
 
     Returns
     -------
     gram : ndarray of shape (n_features, n_features)
-        Symmetric.
+        Symmetric, or its upper triangle with ``upper``.
     """
     d = block.n_features
     acc = np.zeros((d, d), order="F")
@@ -381,8 +420,25 @@ def gram(block: Block, mean: np.ndarray | None, *,
     else:
         for _, _, tile in block.tiles(step):
             acc = _syrk(tile if mean is None else tile - mean, acc)
-    upper = np.triu(acc)
-    return np.ascontiguousarray(upper + np.triu(acc, 1).T)
+    return acc if upper else symmetric_from_upper(acc)
+
+
+def symmetric_from_upper(upper: np.ndarray) -> np.ndarray:
+    """Return the symmetric matrix whose upper triangle (diagonal included) is ``upper``'s.
+
+    Parameters
+    ----------
+    upper : ndarray of shape (d, d)
+        Only its upper triangle is read.
+
+    Returns
+    -------
+    full : ndarray of shape (d, d)
+        C-contiguous.
+    """
+    full = np.triu(upper)
+    full += np.triu(upper, 1).T
+    return np.ascontiguousarray(full)
 
 
 def _gram_tile_rows(d: int) -> int:
@@ -395,9 +451,6 @@ def _gram_tile_rows(d: int) -> int:
 
 
 def _syrk(tile: np.ndarray, acc: np.ndarray) -> np.ndarray:
-    """Return ``acc + tile^T tile`` (upper triangle), updating ``acc`` in place."""
-    if tile.shape[0] == 0:
-        return acc
-    # tile.T is Fortran-ordered (d, rows): syrk(trans=0) forms tile.T @ tile without a copy
-    return scipy.linalg.blas.dsyrk(1.0, np.ascontiguousarray(tile).T, beta=1.0, c=acc,
-                                   trans=0, lower=0, overwrite_c=1)
+    """Return ``acc + tile^T tile`` (upper triangle), updating ``acc`` in place, without
+    holding the GIL (:mod:`daskstraggle.problems._blas`)."""
+    return syrk_update(tile, acc)

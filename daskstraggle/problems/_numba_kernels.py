@@ -382,3 +382,64 @@ def convert(values, a, b, fill, center, scale, flags, mean, out):
             row = out[i0 - a + r]
             for j in range(m):
                 row[j] = (rows[r, j] - c) * s - mean[j]
+
+
+@numba.njit(**_JIT)
+def moments(values, fill, center, scale, flags, step, sums, sq_dev):
+    """Add the column sums and squared deviations of the transformed rows; return ``|X|^2``.
+
+    Rows are taken ``step`` at a time (the tiles of ``Block.tiles``): a first pass gives a
+    tile's column sums, a second its squared deviations from the tile's means, and the
+    tiles are merged with Chan, Golub and LeVeque's pairwise update, as ``block_stats``
+    does with numpy. The four-row buffer is converted twice instead of keeping a float tile.
+    """
+    _wide_vectors()
+    n = values.shape[0]
+    m = sums.shape[0]
+    has_fill, has_center, has_scale = flags[0], flags[1], flags[2]
+    buf = np.zeros((ROWS, m))
+    tile_sum = np.zeros(m)
+    tile_mean = np.zeros(m)
+    tile_dev = np.zeros(m)
+    count = 0
+    sq = 0.0
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        rows_in_tile = b - a
+        tile_sum[:] = 0.0
+        tile_dev[:] = 0.0
+        for i0 in range(a, b, ROWS):
+            nr = min(ROWS, b - i0)
+            rows = _rows(values, i0, nr, fill, has_fill, buf)
+            for r in range(nr):
+                c = center[i0 + r] if has_center else 0.0
+                s = scale[i0 + r] if has_scale else 1.0
+                row = rows[r]
+                for j in range(m):
+                    tile_sum[j] += (row[j] - c) * s
+        for j in range(m):
+            tile_mean[j] = tile_sum[j] / rows_in_tile
+        for i0 in range(a, b, ROWS):
+            nr = min(ROWS, b - i0)
+            rows = _rows(values, i0, nr, fill, has_fill, buf)
+            for r in range(nr):
+                c = center[i0 + r] if has_center else 0.0
+                s = scale[i0 + r] if has_scale else 1.0
+                row = rows[r]
+                for j in range(m):
+                    t = (row[j] - c) * s
+                    dev = t - tile_mean[j]
+                    tile_dev[j] += dev * dev
+                    sq += t * t
+        if count == 0:
+            for j in range(m):
+                sq_dev[j] += tile_dev[j]
+        else:
+            weight = count * rows_in_tile / (count + rows_in_tile)
+            for j in range(m):
+                delta = tile_mean[j] - sums[j] / count
+                sq_dev[j] += tile_dev[j] + delta * delta * weight
+        for j in range(m):
+            sums[j] += tile_sum[j]
+        count += rows_in_tile
+    return sq

@@ -244,19 +244,16 @@ _MAX_CLASSES = 16
 
 
 def block_stats(block: Block) -> MatrixStats:
-    """Return the :class:`MatrixStats` of one block (one pass over its tiles)."""
-    sums = np.zeros(block.n_features)
-    sq_dev = np.zeros(block.n_features)
-    sq = 0.0
-    count = 0
-    for a, b, tile in block.tiles():
-        tile_sums = tile.sum(axis=0)
-        deviation = tile - tile_sums / (b - a)
-        sq_dev = _combine_sq_dev(count, sums, sq_dev, b - a, tile_sums,
-                                 np.einsum("ij,ij->j", deviation, deviation))
-        sums += tile_sums
-        count += b - a
-        sq += float(np.einsum("ij,ij->", tile, tile))
+    """Return the :class:`MatrixStats` of one block (one pass over its tiles).
+
+    The column moments come from the compiled kernel when it applies
+    (:func:`~daskstraggle.problems._kernels.column_moments`), else from numpy tiles; both
+    merge the same tiles with the same pairwise update and agree to rounding.
+    """
+    from daskstraggle.problems._kernels import column_moments  # it imports this module
+
+    moments = column_moments(block)
+    sums, sq_dev, sq = _tile_moments(block) if moments is None else moments
     counts = None
     label_sum = 0.0
     if block.y is not None:
@@ -272,3 +269,20 @@ def block_stats(block: Block) -> MatrixStats:
         label_sum=label_sum,
         column_sq_dev=sq_dev,
     )
+
+
+def _tile_moments(block: Block) -> tuple[np.ndarray, np.ndarray, float]:
+    """Column sums, squared deviations (tiles merged pairwise) and ``|X|^2``, in numpy."""
+    sums = np.zeros(block.n_features)
+    sq_dev = np.zeros(block.n_features)
+    sq = 0.0
+    count = 0
+    for a, b, tile in block.tiles():
+        tile_sums = tile.sum(axis=0)
+        deviation = tile - tile_sums / (b - a)
+        sq_dev = _combine_sq_dev(count, sums, sq_dev, b - a, tile_sums,
+                                 np.einsum("ij,ij->j", deviation, deviation))
+        sums += tile_sums
+        count += b - a
+        sq += float(np.einsum("ij,ij->", tile, tile))
+    return sums, sq_dev, sq

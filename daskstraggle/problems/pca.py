@@ -582,7 +582,7 @@ class PCA(Problem):
             "residuals": residuals.astype(np.float64),
         }
 
-    def gram_kernel(self, block: Block) -> np.ndarray:
+    def gram_kernel(self, block: Block, *, upper: bool = False) -> np.ndarray:
         """Return ``X_c^T X_c`` over the block's rows (centred by the global means).
 
         Each tile is shifted by the column means before its Gram matrix is accumulated
@@ -594,13 +594,16 @@ class PCA(Problem):
         ----------
         block : Block
             Rows of the matrix.
+        upper : bool, default=False
+            Return only the upper triangle (zeros below the diagonal): sums of such
+            matrices are symmetrised once, by :func:`symmetric_from_upper`.
 
         Returns
         -------
         gram : ndarray of shape (n_features, n_features)
         """
         mean = self._bound_mean()
-        return gram(block, mean if self.center else None)
+        return gram(block, mean if self.center else None, upper=upper)
 
     def reference_solution(self, map_reduce: MapReduce) -> Reference:
         """Return the exact top-``k`` subspace from the dense covariance (one pass).

@@ -382,8 +382,9 @@ class Runtime(ABC):
                          * method.step_factor(bound, self.n_workers))
         ref: Reference | None = bound.reference_solution(self._map_reduce) if reference else None
         x0 = bound.init_iterate(rng)
+        start = self._exact_pass(bound, x0) if method.start_pass else None
         monitor = ConvergenceMonitor(
-            bound, tol=stop.tol, start_result=self._exact_pass(bound, x0), start=x0,
+            bound, tol=stop.tol, start_result=start, start=x0,
             step_size=step_size, window=method.convergence_window(self.n_workers))
         return RunSession(problem=bound, monitor=monitor, recorder=TraceRecorder(self.n_workers),
                         reference=ref, step_size=step_size, placement=placement,

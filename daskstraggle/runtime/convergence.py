@@ -55,8 +55,10 @@ class ConvergenceMonitor:
         The bound problem.
     tol : float or None
         Tolerance on the relative optimality measure (None: never converged by ``tol``).
-    start_result : KernelResult
-        Exact kernel sum at the starting point.
+    start_result : KernelResult or None
+        Exact kernel sum at the starting point. None for a method without a starting
+        pass (:attr:`Method.start_pass`): the measure is taken as relative already (scale
+        1) and no objective is compared with a start.
     start : ndarray
         The starting point.
     step_size : float
@@ -67,14 +69,18 @@ class ConvergenceMonitor:
         asynchronous updates).
     """
 
-    def __init__(self, problem: Problem, *, tol: float | None, start_result: KernelResult,
-                 start: np.ndarray, step_size: float, window: int = 1) -> None:
+    def __init__(self, problem: Problem, *, tol: float | None,
+                 start_result: KernelResult | None, start: np.ndarray, step_size: float,
+                 window: int = 1) -> None:
         self.problem = problem
         self.tol = tol
         self.step_size = float(step_size)
         self.window = max(int(window), 1)
-        self.scale = problem.optimality_scale(start_result, start)
-        self.start_objective = problem.objective(start_result.values, start)
+        if start_result is None:
+            self.scale, self.start_objective = 1.0, math.inf
+        else:
+            self.scale = problem.optimality_scale(start_result, start)
+            self.start_objective = problem.objective(start_result.values, start)
         self.best = self.start_objective
         self.optimality = math.nan  # last measure (exact or estimated)
         self.n_checks = 0
@@ -225,4 +231,6 @@ class ConvergenceMonitor:
     def describe(self) -> dict[str, Any]:
         """Return the monitor's settings and counters (for the result's attributes)."""
         return {"tol": self.tol, "window": self.window, "scale": self.scale,
-                "start_objective": self.start_objective, "exact_checks": self.n_checks}
+                "start_objective": (None if math.isinf(self.start_objective)
+                                    else self.start_objective),
+                "exact_checks": self.n_checks}

@@ -15,7 +15,7 @@ from daskstraggle.cli import main
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods import Gram, make_method
 from daskstraggle.problems import PCA
-from daskstraggle.runtime import LocalRuntime
+from daskstraggle.runtime import LocalRuntime, StopRule
 from daskstraggle.testing import assert_exact_components, reference_dosages, reference_matrix
 
 K = 5
@@ -37,6 +37,28 @@ def test_one_round_gives_every_component_exactly(X):
     res = fit_pca(X, K, runtime="local", n_workers=3, method="gram", rng=0, reference=True)
     _assert_exact(res, X, K)
     assert res.distance < 1e-12
+
+
+class _CountingRuntime(LocalRuntime):
+    """The in-process runtime, counting its exact passes over every partition."""
+
+    passes = 0
+
+    def _exact_pass(self, problem, iterate):
+        type(self).passes += 1
+        return super()._exact_pass(problem, iterate)
+
+
+def test_the_only_exact_pass_is_the_final_one(X):
+    """No pass at the (random) starting point: one round, then the final pass that
+    recomputes the fitted values with the PCA kernel, independently of the Gram sum."""
+    _CountingRuntime.passes = 0
+    with _CountingRuntime(n_workers=3) as runtime:
+        res = runtime.run(Gram(), PCA(n_components=K), open_matrix(X), rng=0,
+                          stop=StopRule(tol=1e-8))
+    assert _CountingRuntime.passes == 1
+    _assert_exact(res, X, K)
+    assert res.attrs["convergence"]["start_objective"] is None
 
 
 @pytest.mark.parametrize(("scheme", "params"), [

@@ -138,6 +138,35 @@ def test_gram_matches_the_float64_reference(kind, shape, centred, implementation
     np.testing.assert_array_equal(out, out.T)
 
 
+@pytest.mark.parametrize("kind", ["float64", "int8-patterson", "packed-patterson"])
+def test_gram_upper_triangle_is_the_full_matrix_triangle(kind, implementation, rng):
+    block = make_block(kind, 130, 37, rng)
+    mean = rng.normal(size=37)
+    full = kernels.gram(block, mean, implementation=implementation)
+    upper = kernels.gram(block, mean, upper=True, implementation=implementation)
+    np.testing.assert_array_equal(upper, np.triu(full))
+    np.testing.assert_array_equal(kernels.symmetric_from_upper(upper), full)
+    # sums and coded combinations of upper triangles stay upper triangles
+    combined = kernels.symmetric_from_upper(0.5 * upper + 2.0 * upper)
+    assert close(combined, 2.5 * full)
+
+
+def test_syrk_update_adds_the_upper_triangle_with_or_without_ctypes(rng):
+    from daskstraggle.problems._blas import syrk_update
+
+    tile, start = rng.normal(size=(50, 8)), np.triu(rng.normal(size=(8, 8)))
+    expected = start + np.triu(tile.T @ tile)
+    acc = np.asfortranarray(start)
+    assert syrk_update(tile, acc) is acc  # in place, through scipy's cython_blas
+    assert close(np.triu(acc), expected)
+    strided = rng.normal(size=(50, 16))[:, ::2]  # not contiguous: copied first
+    assert close(np.triu(syrk_update(strided, np.asfortranarray(start))),
+                 start + np.triu(strided.T @ strided))
+    c_ordered = syrk_update(tile, np.ascontiguousarray(start))  # f2py fallback
+    assert close(np.triu(c_ordered), expected)
+    assert syrk_update(tile[:0], acc) is acc
+
+
 def test_gram_kernel_of_pca_uses_the_global_means(implementation, rng, monkeypatch):
     monkeypatch.setenv(kernels.NUMBA_VARIABLE, "1" if implementation == "numba" else "0")
     block = make_block("int8-patterson", 300, 17, rng)
@@ -145,6 +174,45 @@ def test_gram_kernel_of_pca_uses_the_global_means(implementation, rng, monkeypat
     pca = PCA(n_components=2).bind(block_stats(block))
     Xc = X - X.mean(axis=0)
     assert close(pca.gram_kernel(block.slice(10, 200)), Xc[10:200].T @ Xc[10:200])
+
+
+# -------------------------------------------------------------------------- moments
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", [*SHAPES[1:], (1000, 3)], ids=str)
+def test_column_moments_match_the_float64_reference(kind, shape, rng):
+    block = make_block(kind, *shape, rng)
+    X = dense(block)
+    moments = kernels.column_moments(block, implementation="numba"
+                                     if kernels.numba_available() else "numpy")
+    if moments is None:  # the numba kernels do not apply (numba absent, strided rows)
+        assert not kernels.numba_available() or kind == "float64-strided"
+        return
+    sums, sq_dev, sq = moments
+    assert close(sums, X.sum(axis=0))
+    assert close(sq_dev, ((X - X.mean(axis=0)) ** 2).sum(axis=0))
+    assert close(sq, float((X * X).sum()))
+
+
+def test_column_moments_use_the_numpy_tiles_without_numba(rng):
+    block = make_block("int8-patterson", 50, 6, rng)
+    assert kernels.column_moments(block, implementation="numpy") is None
+    assert kernels.column_moments(block.slice(0, 0)) is None
+
+
+def test_block_stats_agree_between_implementations_with_many_tiles(rng, monkeypatch):
+    """Means that dwarf the spread, over many tiles: the pairwise merge keeps the
+    squared deviations accurate in both implementations."""
+    n, m = 5000, 40
+    block = Block(rng.normal(size=(n, m)) * 1e-3 + 1e4)
+    stats = {}
+    for implementation in ("numba", "numpy") if kernels.numba_available() else ("numpy",):
+        monkeypatch.setenv(kernels.NUMBA_VARIABLE, "1" if implementation == "numba" else "0")
+        stats[implementation] = block_stats(block)
+    X = block.values
+    exact = ((X - X.mean(axis=0)) ** 2).sum(axis=0)
+    for got in stats.values():
+        np.testing.assert_allclose(got.column_sq_dev, exact, rtol=1e-9)
+        np.testing.assert_allclose(got.column_sums, X.sum(axis=0), rtol=1e-14)
 
 
 # ------------------------------------------------------------------------ regressions
