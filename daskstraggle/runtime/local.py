@@ -6,7 +6,10 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from typing import Any
+
+from threadpoolctl import ThreadpoolController
 
 from daskstraggle._validation import check_int
 from daskstraggle.data.matrix import Matrix
@@ -26,13 +29,36 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+_controller: list[ThreadpoolController] = []
+
+
+@contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """Limit the BLAS libraries to one thread each while the block is run.
+
+    Several threads that each run a multi-threaded BLAS call oversubscribe the cores, and
+    OpenBLAS threads spin while they wait: measured on 2 cores, two threads folding Gram
+    tiles took 2 to 5 times longer with 2 BLAS threads each than with one. The limit is
+    process-wide; it is set and lifted from the driving thread only, while none of the
+    runtime's threads is inside a BLAS call.
+    """
+    if not _controller:
+        _controller.append(ThreadpoolController())
+    limited = _controller[0].limit(limits=1, user_api="blas")
+    try:
+        yield
+    finally:
+        limited.restore_original_limits()
+
+
 def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
     """Yield ``fn(item)`` in the order of ``items``, computed in one thread per core.
 
-    The kernels, zarr's codecs and the genotype decoder release the GIL. At most one result
-    per thread waits to be consumed (a pass of d x d Gram matrices holds a few, not one per
-    partition). An error is raised for the first failing item in order, and the items not
-    yet started are not run.
+    The kernels, zarr's codecs, the genotype decoder and the Gram tiles' ``syrk`` release
+    the GIL; BLAS runs one thread per thread meanwhile (:func:`_one_blas_thread`). At most
+    one result per thread waits to be consumed (a pass of d x d Gram matrices holds a few,
+    not one per partition). An error is raised for the first failing item in order, and
+    the items not yet started are not run.
     """
     items = list(items)
     threads = min(len(items), _cores())
@@ -41,13 +67,14 @@ def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any
         return
     pool = ThreadPoolExecutor(threads, thread_name_prefix="daskstraggle-local")
     try:
-        pending: deque[Future[Any]] = deque()
-        for item in items:
-            if len(pending) == threads:
+        with _one_blas_thread():
+            pending: deque[Future[Any]] = deque()
+            for item in items:
+                if len(pending) == threads:
+                    yield pending.popleft().result()
+                pending.append(pool.submit(fn, item))
+            while pending:
                 yield pending.popleft().result()
-            pending.append(pool.submit(fn, item))
-        while pending:
-            yield pending.popleft().result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -57,10 +84,11 @@ class LocalRuntime(Runtime):
 
     Results arrive in the order units were submitted and take no time beyond the kernel
     computation itself. Partitions are loaded with the same loaders the Dask runtime
-    sends to workers, so data checks (NaN, shape) behave identically. Loading and the
-    passes over every partition outside the timed loop (statistics, exact passes) run in
-    one thread per core and are folded in partition order, so they give the sequential
-    fold's result bit for bit; the work units of the loop run one at a time.
+    sends to workers, so data checks (NaN, shape) behave identically. Loading, the passes
+    over every partition (statistics, exact passes) and the work units of the loop run in
+    one thread per core, with one BLAS thread each; passes are folded in partition order
+    and units delivered in submission order, so every result is the sequential one bit for
+    bit.
 
     Parameters
     ----------
@@ -87,6 +115,9 @@ class LocalRuntime(Runtime):
         self._blocks: list[dict[int, Block]] = []
         self._partitions: dict[int, Block] = {}
         self._queue: deque[WorkResult] = deque()
+        self._computing: deque[Future[list[WorkResult]]] = deque()
+        self._pool: ThreadPoolExecutor | None = None
+        self._limits = ExitStack()
 
     @property
     def n_workers(self) -> int:
@@ -112,18 +143,40 @@ class LocalRuntime(Runtime):
                      combine)
 
     def _submit(self, unit: WorkUnit, problem: Problem) -> None:
-        held = self._blocks[unit.worker_index]
+        if _cores() <= 1:
+            self._queue.extend(self._compute_unit(unit, problem))
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(_cores(), thread_name_prefix="daskstraggle-local")
+        if not self._computing:
+            self._limits.enter_context(_one_blas_thread())
+        self._computing.append(self._pool.submit(self._compute_unit, unit, problem))
+
+    def _compute_unit(self, unit: WorkUnit, problem: Problem) -> list[WorkResult]:
+        """Compute one unit: its result, or each message of a streamed unit."""
         if unit.stream:
             elapsed = 0.0
             computed = self._compute_stream(unit, problem)
+            out = []
             for j, (_, message, duration) in enumerate(computed):
                 elapsed += duration
-                self._queue.append(WorkResult(unit, message, duration, latency=elapsed,
-                                              message=j, final=j == len(computed) - 1))
-            return
+                out.append(WorkResult(unit, message, duration, latency=elapsed, message=j,
+                                      final=j == len(computed) - 1))
+            return out
+        held = self._blocks[unit.worker_index]
         result, duration = run_unit(problem, unit.iterate, *(held[p] for p in unit.partitions),
                                     coefficients=unit.coefficients, rows=unit.rows)
-        self._queue.append(WorkResult(unit, result, duration, latency=duration))
+        return [WorkResult(unit, result, duration, latency=duration)]
+
+    def _collect(self, *, every: bool) -> None:
+        """Queue the oldest computing unit's results (every unit's with ``every``), in
+        submission order; lift the BLAS limit once none is computing."""
+        try:
+            while self._computing and (every or not self._queue):
+                self._queue.extend(self._computing.popleft().result())
+        finally:
+            if not self._computing:
+                self._limits.close()
 
     def _compute_stream(self, unit: WorkUnit, problem: Problem) -> list[tuple[Any, Any, float]]:
         """Compute each message of a streamed unit: (partitions, message, seconds) in order."""
@@ -136,6 +189,7 @@ class LocalRuntime(Runtime):
         return out
 
     def _abandon(self, version: int) -> list[int]:
+        self._collect(every=True)
         dropped = [r for r in self._queue if r.unit.stream and r.unit.version < version]
         if dropped:
             self._queue = deque(r for r in self._queue
@@ -143,12 +197,23 @@ class LocalRuntime(Runtime):
         return [r.unit.worker_index for r in dropped if r.final]
 
     def _next(self, timeout: float | None = None) -> WorkResult | None:
+        self._collect(every=False)
         return self._queue.popleft() if self._queue else None
 
     def _cancel_pending(self) -> None:
+        for future in self._computing:
+            future.cancel()
+        for future in self._computing:  # the started ones finish; their errors do not matter
+            if not future.cancelled():
+                future.exception()
+        self._computing.clear()
+        self._limits.close()
         self._queue.clear()
 
     def _unload(self) -> None:
+        self._cancel_pending()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self._blocks = []
         self._partitions = {}
-        self._queue.clear()

@@ -1,8 +1,8 @@
-"""LocalRuntime loads partitions in parallel threads: same blocks, statistics and errors.
+"""LocalRuntime loads partitions and runs units in parallel threads: same results.
 
-The statistics are folded in partition order, so a fit is bit for bit the one the
-sequential load gives; a failing partition is reported as the sequential load would (the
-first in partition order).
+The statistics are folded in partition order and the units' results delivered in
+submission order, so a fit is bit for bit the one the sequential runtime gives; a failing
+partition is reported as the sequential load would (the first in partition order).
 """
 
 from __future__ import annotations
@@ -20,15 +20,48 @@ def matrix() -> np.ndarray:
     return np.random.default_rng(5).normal(size=(700, 9))
 
 
-@pytest.mark.parametrize("method", ["gram", "gd"])
-def test_parallel_and_sequential_loads_give_the_same_fit(matrix, monkeypatch, method):
+@pytest.mark.parametrize(("method", "params"), [
+    ("gram", {}), ("gd", {}), ("block", {}), ("dsag", {"n_wait": 2}),
+    ("coded", {"scheme": "cyclic-repetition", "n_stragglers": 1, "rng": 0}),
+    ("sgd", {"n_wait": 3}), ("partial", {"rng": 0}),
+])
+def test_parallel_and_sequential_runtimes_give_the_same_fit(matrix, monkeypatch, method,
+                                                            params):
     fits = {}
     for cores in (1, 3):
         monkeypatch.setattr(local, "_cores", lambda cores=cores: cores)
         fits[cores] = fit_pca(open_matrix(matrix, chunk_rows=60), 3, method=method,
-                              runtime="local", n_workers=2, max_iter=30, tol=None, rng=0)
+                              runtime="local", n_workers=4, max_iter=30, tol=None, rng=0,
+                              method_params=params)
     for name in ("components", "singular_values", "explained_variance"):
         np.testing.assert_array_equal(fits[1].fitted[name], fits[3].fitted[name])
+    np.testing.assert_array_equal(fits[1].trace["objective"], fits[3].trace["objective"])
+
+
+def test_blas_threads_are_limited_during_a_run_and_restored_after(matrix, monkeypatch):
+    from threadpoolctl import threadpool_info
+
+    from daskstraggle.problems import PCA
+
+    before = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+    seen = []
+
+    class Watching(PCA):
+        def kernel(self, block, iterate):
+            seen.append({lib["num_threads"] for lib in threadpool_info()
+                         if lib["user_api"] == "blas"})
+            return super().kernel(block, iterate)
+
+    monkeypatch.setattr(local, "_cores", lambda: 2)
+    with local.LocalRuntime(n_workers=2) as runtime:
+        from daskstraggle.methods import GD
+        from daskstraggle.runtime import StopRule
+
+        runtime.run(GD(), Watching(n_components=2), open_matrix(matrix, chunk_rows=100),
+                    stop=StopRule(max_iter=3, tol=None), rng=0)
+    assert seen and all(threads == {1} for threads in seen)
+    after = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+    assert after == before
 
 
 def test_the_first_bad_partition_in_order_is_reported(matrix, monkeypatch):
