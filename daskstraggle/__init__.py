@@ -8,7 +8,8 @@ runtime, an in-process one, or a simulated clock with a latency model
 The scikit-learn estimators ``PCA``, ``LogisticRegression``, ``LinearRegression`` and
 ``Ridge`` (:mod:`daskstraggle.estimators`) load on first use and need scikit-learn
 (``pip install 'daskstraggle[sklearn]'``); the problem classes are in
-:mod:`daskstraggle.problems` (``daskstraggle.problems.PCA``).
+:mod:`daskstraggle.problems` (``daskstraggle.problems.PCA``). Pictures of runs are in
+:mod:`daskstraggle.plot` (loaded on first use; matplotlib: ``pip install 'daskstraggle[plot]'``).
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ __all__ = [
     "make_problem",
     "open_matrix",
     "parse_stragglers",
+    "plot",
     "simulate",
     "solve",
 ]
@@ -99,11 +101,15 @@ _ESTIMATORS = ("LinearRegression", "LogisticRegression", "PCA", "Ridge")
 
 
 def __getattr__(name: str) -> object:
-    """Load the scikit-learn estimators lazily, so the rest works without scikit-learn."""
+    """Load the scikit-learn estimators (and the plot module) on first use."""
     if name in _ESTIMATORS:
         from daskstraggle import estimators
 
         return getattr(estimators, name)
+    if name == "plot":  # the module; it imports matplotlib only when it draws
+        import importlib
+
+        return importlib.import_module("daskstraggle.plot")
     raise AttributeError(f"module 'daskstraggle' has no attribute {name!r}")
 
 

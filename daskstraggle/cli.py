@@ -145,7 +145,16 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Also compute the exact optimum independently and report the gap."),
         click.option("--out", type=click.Path(path_type=Path), default=None,
                      help="Write fitted quantities and the trace to this Zarr store."),
-        click.option("--overwrite", is_flag=True, help="Allow --out to replace an existing path."),
+        click.option("--overwrite", is_flag=True,
+                     help="Allow --out (and --plot) to replace an existing path."),
+        click.option("--plot", type=click.Path(path_type=Path), default=None,
+                     metavar="PATH.png",
+                     help="Also draw the run (needs matplotlib): convergence against time "
+                          "(gap with --reference, else optimality), with several workers a "
+                          "heatmap of each worker's latency per iteration, for PCA PC1 "
+                          "against PC2 of the matrix's columns (VCF Zarr: the samples, "
+                          "coloured by population). Format from the suffix (.png, .pdf, "
+                          ".svg); refuses an existing path unless --overwrite."),
         click.option("--backup-after", type=float, default=None, metavar="FACTOR",
                      help="Dask runtime: send a work unit unanswered after FACTOR times the "
                           "median unit latency again to another worker (speculative backup; "
@@ -189,7 +198,17 @@ def cli(verbose: int) -> None:
         ours.setLevel(logging.INFO if verbose == 1 else logging.DEBUG)
 
 
-def _run_solve(kind: str, source: Any, params: dict[str, Any], **extra: Any) -> None:
+def _plot_path(source: Any, params: dict[str, Any]) -> Path | None:
+    """Pop ``--plot`` and refuse it before any work (see daskstraggle._cli_plot)."""
+    from daskstraggle._cli_plot import check_plot_path
+    from daskstraggle._output import source_paths
+
+    return check_plot_path(params.pop("plot"), overwrite=params["overwrite"],
+                           out=params["out"], inputs=source_paths(source))
+
+
+def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None = None,
+               **extra: Any) -> None:
     from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca
 
     as_json = params.pop("as_json")
@@ -276,13 +295,21 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], **extra: Any) -> 
         result = fit_logistic(source, **extra, **common)
     else:
         result = fit_least_squares(source, **extra, **common)
+    if plot is not None:
+        from daskstraggle._cli_plot import save_run_figure
+
+        save_run_figure(result, plot, labels=getattr(source, "column_groups", None),
+                        overwrite=params["overwrite"])
     summary = result.summary()
     if params.get("out") is not None:
         summary["out"] = str(params["out"])
+    if plot is not None:
+        summary["plot"] = str(plot)
     if as_json:
         click.echo(json.dumps(summary))
     else:
-        click.echo(format_result(result, out=params.get("out")))
+        click.echo(format_result(result, out=params.get("out"))
+                   + ("" if plot is None else f"\nfigure      {plot}"))
 
 
 @cli.command()
@@ -302,13 +329,14 @@ def pca(source: str, n_components: int, center: bool | None, oversample: int | N
         packed_genotypes: bool, **params: Any) -> None:
     """PCA of the matrix at SOURCE (Zarr array/group or VCF Zarr store)."""
     data: Any = source
-    if packed_genotypes:
+    plot = _plot_path(source, params)
+    if packed_genotypes or plot is not None:  # the figure colours samples by population
         from daskstraggle.data import open_matrix
 
         data = open_matrix(source, array=params["array"], missing_chunks=params["missing_chunks"],
-                           genotype_storage="packed",
+                           genotype_storage="packed" if packed_genotypes else "int8",
                            storage_options=params.pop("storage_options"))
-    _run_solve("pca", data, params, n_components=n_components, center=center,
+    _run_solve("pca", data, params, plot=plot, n_components=n_components, center=center,
                oversample=oversample)
 
 
@@ -340,7 +368,7 @@ def _default_labels(source: str, labels: str | None,
 @_solve_options
 def logreg(source: str, labels: str | None, alpha: float | None, **params: Any) -> None:
     """L2-regularised logistic regression on the Zarr group at SOURCE."""
-    _run_solve("logreg", source, params, alpha=alpha,
+    _run_solve("logreg", source, params, plot=_plot_path(source, params), alpha=alpha,
                labels=_default_labels(source, labels, params["storage_options"]))
 
 
@@ -351,7 +379,7 @@ def logreg(source: str, labels: str | None, alpha: float | None, **params: Any) 
 @_solve_options
 def linreg(source: str, labels: str | None, alpha: float, **params: Any) -> None:
     """Least-squares regression on the Zarr group at SOURCE."""
-    _run_solve("linreg", source, params, alpha=alpha,
+    _run_solve("linreg", source, params, plot=_plot_path(source, params), alpha=alpha,
                labels=_default_labels(source, labels, params["storage_options"]))
 
 

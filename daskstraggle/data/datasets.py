@@ -139,9 +139,9 @@ def _progress(iterable: Any, *, enabled: bool, desc: str, total: int, unit: str 
     """Wrap ``iterable`` in a tqdm bar on stderr (or return a bar to update if None)."""
     if not enabled:
         return iterable
-    from tqdm.auto import tqdm
+    from daskstraggle._progress import progress_bar
 
-    return tqdm(iterable, desc=desc, total=total, unit=unit, leave=False)
+    return progress_bar(iterable, desc=desc, total=total, unit=unit, leave=False)
 
 
 # --------------------------------------------------------------------- tabular recipes

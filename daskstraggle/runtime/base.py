@@ -487,7 +487,7 @@ class Runtime(ABC):
         ``session`` carries the bound problem, the monitor that judges every round, the
         trace and, when resuming, where the interrupted run stood.
         """
-        from tqdm.auto import tqdm
+        from daskstraggle._progress import progress_bar
 
         problem, recorder = session.problem, session.recorder
         if session.resumed_at is None:
@@ -506,7 +506,7 @@ class Runtime(ABC):
                                   clock=self._clock, unit_load=self._unit_load,
                                   balancing=balancing, log_size=self.stimulus_log)
         self.coordinator = coordinator  # its log (with stimulus_log): for a replay
-        bar = tqdm(
+        bar = progress_bar(
             total=stop.max_iter, initial=len(recorder), disable=None if progress else True,
             file=sys.stderr, unit="it", desc=f"{method.name} {problem.name}", leave=False,
         )

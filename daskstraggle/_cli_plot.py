@@ -1,0 +1,145 @@
+"""The solve commands' ``--plot PATH.png``: checks before any work, then the figure.
+
+The path is refused before the run starts when it exists (unless ``--overwrite``; a
+folder always), when its folder is missing or not writable, when it is or lies inside
+``--out`` or the input store, when its suffix is not an image format matplotlib writes,
+and when matplotlib is missing. The figure (:func:`daskstraggle.plot.plot_run`) is drawn
+on the Agg canvas, never a display, written under a temporary name beside the path and
+then put in place without replacing a file that appeared meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from daskstraggle._output import check_not_input, check_writable_folder
+from daskstraggle.errors import (
+    InputError,
+    InvalidParameterError,
+    OutputExistsError,
+    OutputNotWritableError,
+)
+
+__all__ = ["check_plot_path", "save_run_figure"]
+
+
+def check_plot_path(path: str | os.PathLike[str] | None, *, overwrite: bool,
+                    out: str | os.PathLike[str] | None,
+                    inputs: Iterable[str | os.PathLike[str]]) -> Path | None:
+    """Refuse a ``--plot`` path the figure cannot or must not be written to; return it.
+
+    Parameters
+    ----------
+    path : str, path or None
+        The figure's file (None: no figure, nothing is checked).
+    overwrite : bool
+        Whether an existing file may be replaced (``--overwrite``).
+    out : str, path or None
+        The run's ``--out`` store, which the figure must neither be nor lie inside.
+    inputs : iterable of str or path
+        Input stores the figure must neither be, lie inside, nor contain.
+
+    Returns
+    -------
+    path : Path or None
+        ``path`` as a Path.
+
+    Raises
+    ------
+    InputError
+        If matplotlib is not installed.
+    InvalidParameterError
+        If the suffix is not a format matplotlib writes, or the path is ``--out``, inside
+        it, or overlaps an input.
+    OutputExistsError
+        If the path is a folder, or an existing file without ``overwrite``.
+    OutputNotWritableError
+        If its folder does not exist or cannot be written.
+    """
+    if path is None:
+        return None
+    target = Path(path)
+    formats = _formats()
+    if target.is_dir():
+        raise OutputExistsError(f"--plot {str(target)!r} is a folder; name a file in it, "
+                                "e.g. run.png.")
+    if target.suffix.lower().removeprefix(".") not in formats:
+        raise InvalidParameterError(
+            f"--plot {str(target)!r} must end in an image format's suffix, one of "
+            f"{', '.join('.' + f for f in sorted(formats))} (e.g. run.png)."
+        )
+    if os.path.lexists(target) and not overwrite:
+        raise OutputExistsError(f"--plot {str(target)!r} exists already; pass --overwrite or "
+                                "choose another path.")
+    if not target.absolute().parent.is_dir():
+        raise OutputNotWritableError(
+            f"--plot {str(target)!r} cannot be written: the folder "
+            f"{str(target.absolute().parent)!r} does not exist. Create it or choose another path."
+        )
+    check_writable_folder(target.absolute().parent, out=target, what="--plot")
+    if out is not None:
+        real, real_out = Path(os.path.realpath(target)), Path(os.path.realpath(out))
+        if real == real_out or real_out in real.parents:
+            raise InvalidParameterError(
+                f"--plot {str(target)!r} is or lies inside --out {os.fspath(out)!r}; the "
+                "result store would hold a stray file. Choose a path outside it."
+            )
+    check_not_input(target, inputs, what="--plot")
+    return target
+
+
+def _formats() -> set[str]:
+    """Suffixes the Agg canvas writes (png, pdf, svg, ...); InputError without matplotlib."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+    except ImportError:
+        from daskstraggle.plot import INSTALL_HINT
+
+        raise InputError(f"--plot needs matplotlib: {INSTALL_HINT}") from None
+    return set(FigureCanvasAgg.get_supported_filetypes())
+
+
+def save_run_figure(result: Any, path: Path, *, labels: Any = None,
+                    overwrite: bool = False) -> Path:
+    """Draw :func:`~daskstraggle.plot.plot_run` of ``result`` on Agg and write it to ``path``.
+
+    The figure is written to a temporary sibling first; without ``overwrite`` it is then
+    linked into place, which fails instead of replacing a file that appeared meanwhile.
+
+    Raises
+    ------
+    OutputExistsError
+        If ``path`` appeared during the run and ``overwrite`` is False.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from daskstraggle.plot import plot_run
+
+    fig = Figure(layout="constrained")
+    FigureCanvasAgg(fig)
+    plot_run(result, labels=labels, fig=fig)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        fig.savefig(tmp, format=path.suffix.lower().removeprefix("."), dpi=100)
+        appeared = OutputExistsError(f"--plot {str(path)!r} appeared during the run; the "
+                                     "figure was not written. Choose another path.")
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise appeared from None
+            except OSError:  # no hard links here: a rename, after checking once more
+                if os.path.lexists(path):
+                    raise appeared from None
+                os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            tmp.unlink()
+    return path

@@ -1,0 +1,58 @@
+"""Progress bars: tqdm's notebook widget where Jupyter can show it, a text bar elsewhere.
+
+``tqdm.auto`` picks the widget bar in a Jupyter kernel, and when ipywidgets is missing
+it warns ("IProgress not found. Please update jupyter and ipywidgets") before falling
+back to a text bar. :func:`progress_bar` makes the same choice without the warning: in a
+kernel without ipywidgets it returns the text bar directly.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__ = ["progress_bar"]
+
+#: Modules whose presence means this process is a Jupyter kernel (ipykernel; JupyterLite).
+_KERNEL_MODULES = ("ipykernel", "IPython.utils._process_emscripten")
+
+
+def progress_bar(iterable: Any = None, **kwargs: Any) -> Any:
+    """Return a tqdm progress bar: a widget in Jupyter with ipywidgets, else text.
+
+    Parameters
+    ----------
+    iterable : iterable or None, default=None
+        What the bar iterates over (None: a bar to ``update`` by hand).
+    **kwargs
+        Passed to tqdm (``total``, ``desc``, ``unit``, ``disable``, ``file``, ...).
+
+    Returns
+    -------
+    bar : tqdm.std.tqdm
+        ``tqdm.auto.tqdm`` outside a kernel or in a kernel with ipywidgets; in a kernel
+        without ipywidgets, ``tqdm.std.tqdm`` on the cell's output, where
+        ``disable=None`` shows the bar as the widget would (a kernel's streams are not
+        terminals, which would hide a text bar).
+    """
+    if _in_kernel() and not _widgets_available():
+        from tqdm.std import tqdm
+
+        if kwargs.get("disable", False) is None:
+            kwargs["disable"] = False
+        return tqdm(iterable, **kwargs)
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, **kwargs)
+
+
+def _in_kernel() -> bool:
+    """Whether this process runs a Jupyter kernel (where tqdm.auto wants a widget)."""
+    return any(name in sys.modules for name in _KERNEL_MODULES)
+
+
+def _widgets_available() -> bool:
+    """Whether tqdm's notebook bar can draw: the widget class it needs imported."""
+    from tqdm.notebook import IProgress  # None when ipywidgets cannot be imported
+
+    return IProgress is not None
