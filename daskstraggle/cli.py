@@ -113,7 +113,9 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Slow workers down on purpose, e.g. 'slowdown(workers=1, factor=4)', "
                           "'markov(p_slow=0.05, p_fast=0.2, slow_factor=4)', 'bursts()', "
                           "'artificial()', 'gamma(mean=0.05, var=1e-4)', "
-                          "'throttle(workers=1, factor=4)'. See README, 'Stragglers'."),
+                          "'throttle(workers=1, factor=4)'. Terms name(key=value, ...) joined "
+                          "by '+': models gamma, shifted_exponential, multi_message, constant, "
+                          "replay; modifiers slowdown, markov, bursts, artificial, schedule."),
         click.option("--max-iter", type=int, default=100, show_default=True,
                      help="Maximum number of iterations."),
         click.option("--tol", type=float, default=1e-6, show_default=True,
@@ -386,7 +388,13 @@ def linreg(source: str, labels: str | None, alpha: float, **params: Any) -> None
 # ------------------------------------------------------------------------------ datasets
 @cli.group()
 def datasets() -> None:
-    """Generate datasets (see datasets/README.md)."""
+    """Generate synthetic datasets (genotypes, logistic, linear).
+
+    genotypes: an msprime island model written as VCF Zarr by bio2zarr (needs
+    pip install 'daskstraggle[genomics]'); logistic: a two-Gaussian mixture with labels
+    -1/+1 in 'y'; linear: y = X w + b + noise in 'y'. Seeded, written chunk by chunk,
+    and an existing store is replaced only with --overwrite.
+    """
 
 
 @datasets.command("make")

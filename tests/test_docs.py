@@ -14,9 +14,15 @@ ROOT = Path(__file__).parents[1]
 #: this file does not match itself).
 OUTSIDE = ("../" + "shared", "/work/" + "shared", "shared/" + "papers", "papers/" + "dsag.txt")
 
-#: Markdown files whose relative links must resolve.
-MARKDOWN = ["README.md", "docs/architecture.md", "docs/algorithms.md", "pipelines/README.md",
-            "datasets/README.md", "docs/remote-stores.md"]
+#: Markdown files whose relative links (and their #anchors) must resolve: the README, every
+#: page of docs/, the pipelines' and the datasets' READMEs.
+MARKDOWN = sorted({"README.md", "pipelines/README.md", "datasets/README.md",
+                   *(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))})
+#: Where the shipped text lives besides the README: package, docs, pipelines, datasets, notebooks.
+SHIPPED_DIRS = ("docs", "daskstraggle", "pipelines", "datasets", "notebooks")
+#: A repository path written in prose or code, e.g. ``docs/remote-stores.md``.
+REPO_PATH = re.compile(r"(?<![\w./-])((?:docs|datasets|pipelines|notebooks|tests|daskstraggle)/"
+                       r"[\w./-]*\w\.(?:md|py|toml|ipynb))")
 
 
 def _tracked_files() -> list[Path]:
@@ -45,23 +51,98 @@ def test_no_tracked_file_points_outside_the_repository():
 
 def test_the_docs_exist_and_the_readme_links_them():
     readme = (ROOT / "README.md").read_text()
-    for doc in ("docs/architecture.md", "docs/algorithms.md", "docs/remote-stores.md"):
+    for doc in ("docs/README.md", "docs/architecture.md", "docs/algorithms.md",
+                "docs/remote-stores.md", "docs/methods.md", "docs/cli.md", "docs/conventions.md"):
         assert (ROOT / doc).is_file(), doc
         assert f"]({doc})" in readme, f"README.md does not link {doc}"
+
+
+def test_the_docs_index_links_every_page():
+    index = (ROOT / "docs" / "README.md").read_text()
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md") if p.name != "README.md")
+    assert len(pages) >= 8, pages
+    missing = [page for page in pages if f"]({page})" not in index]
+    assert not missing, f"docs/README.md does not link {missing}"
+
+
+def test_the_license_is_shipped_and_declared():
+    assert "BSD 3-Clause License" in (ROOT / "LICENSE").read_text()
+    assert (ROOT / "daskstraggle" / "py.typed").is_file()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'license = "BSD-3-Clause"' in pyproject
+    assert 'license-files = ["LICENSE"]' in pyproject
+
+
+def test_nothing_shipped_points_outside_the_repository():
+    """Also for files git does not track yet (the tracked-file test needs git)."""
+    paths = [ROOT / "README.md"] + [p for d in SHIPPED_DIRS for p in (ROOT / d).rglob("*")
+                                    if p.is_file() and "__pycache__" not in p.parts]
+    found = [f"{p.relative_to(ROOT)}: {needle}" for p in paths
+             for needle in (*OUTSIDE, "/work" + "/")
+             if needle in p.read_bytes().decode("utf-8", errors="ignore")]
+    assert not found, "point these into the repository instead:\n" + "\n".join(found)
+
+
+def test_every_repository_path_named_in_shipped_text_exists():
+    """``docs/x.md``, ``daskstraggle/y.py`` ... named in the docs, the package's docstrings,
+    messages and --help, and the pipelines, exist (a renamed page breaks no pointer)."""
+    paths = [ROOT / "README.md"] + [p for d in SHIPPED_DIRS for p in (ROOT / d).rglob("*")
+                                    if p.suffix in (".md", ".py", ".toml")]
+    missing = sorted({f"{p.relative_to(ROOT)} names {m}" for p in paths
+                      for m in REPO_PATH.findall(p.read_text(errors="ignore"))
+                      if not (ROOT / m).exists()})
+    assert not missing, "\n".join(missing)
+
+
+def test_cli_help_points_only_to_what_it_names_itself():
+    """--help (docs/cli.md is its copy, kept current by test_docs_cli.py) says things itself:
+    no 'see README', and every file it names is a page of this repository."""
+    helps = "\n".join(re.findall(r"```text\n(.*?)```", (ROOT / "docs" / "cli.md").read_text(),
+                                 flags=re.S))
+    assert "daskstraggle pca" in helps and "datasets make" in helps
+    assert "README" not in helps, "a --help refers to a README, which pip installs do not ship"
+    for name in re.findall(r"[\w./-]+\.md\b", helps):
+        assert name.startswith("docs/") and (ROOT / name).is_file(), name
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors of the headings of a Markdown file (outside fenced code)."""
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
+    anchors: set[str] = set()
+    for title in re.findall(r"^#{1,6} +(.+?) *#*$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        anchor, n = slug, 0
+        while anchor in anchors:  # repeated headings get -1, -2, ...
+            n += 1
+            anchor = f"{slug}-{n}"
+        anchors.add(anchor)
+    return anchors
+
+
+def test_anchors_follow_github():
+    assert {"7-faces", "10-extending-one-registry-per-concept-and-how-to-add-a-method-a-"
+            "problem-a-runtime"} <= _anchors(ROOT / "docs" / "architecture.md")
+    runs = {a for a in _anchors(ROOT / "pipelines" / "README.md") if a.startswith("run")}
+    assert {"run", "run-1", "run-2"} <= runs  # repeated headings
+    assert "e-genotype-pca-vs-plink2-genotype_pcapy" in _anchors(ROOT / "pipelines" / "README.md")
 
 
 @pytest.mark.parametrize("name", MARKDOWN)
 def test_relative_markdown_links_resolve(name):
     path = ROOT / name
-    links = re.findall(r"\]\(([^)\s]+)\)", path.read_text())
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
     broken = []
     for link in links:
-        target = link.split("#")[0]
-        if not target or re.match(r"^[a-z]+:", target):
-            continue  # an anchor in the same file, or a URL
-        if not (path.parent / target).exists():
+        target, _, anchor = link.partition("#")
+        if re.match(r"^[a-z]+:", target):
+            continue  # a URL
+        file = (path.parent / target) if target else path
+        if not file.exists():
             broken.append(link)
-    assert not broken, f"{name}: links to missing files {broken}"
+        elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
+            broken.append(link)
+    assert not broken, f"{name}: links to missing files or headings {broken}"
 
 
 def _layout_blocks() -> tuple[str, str]:
