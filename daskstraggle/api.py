@@ -457,10 +457,12 @@ def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None,
         Subtract the column means (implicitly, no dense centred copy). None: True,
         except for Patterson-scaled genotypes whose rows are already centred.
     oversample : int or None, default=None
-        Extra columns ``p`` carried beyond the ``k`` components by the iterative
-        methods (subspace iteration with Rayleigh-Ritz for gd, sgd, sag, dsag, coded,
-        partial, async; the block size ``k + p`` of ``"block"``). None: 0, the power
-        method, except ``p = k`` for ``"block"``. Not with ``"gram"`` (exact anyway).
+        Extra columns ``p`` carried beyond the ``k`` components by the methods whose
+        rounds are exact (subspace iteration with Rayleigh-Ritz for gd, nag and coded;
+        the block size ``k + p`` of ``"block"``). None: 0, the power method, except
+        ``p = k`` for ``"block"``. Refused with ``"gram"`` (exact anyway) and with the
+        methods that step from partial sums or caches (sgd, sag, dsag, partial, async):
+        their extra columns would never settle.
     **kwargs
         Passed to :func:`solve` (method, max_iter, tol, reference, client, out, ...).
 

@@ -47,9 +47,10 @@ class PCA(Problem):
     ``X_c^T X_c V`` summed over a block's rows, where ``X_c`` is the column-centred
     matrix; centring is implicit (no centred copy of the data is ever made). The update
 
-    .. math:: V \leftarrow \operatorname{orth}\big((1 - \eta) V + \eta\, G / \|X_c\|_F^2\big)
+    .. math:: V \leftarrow \operatorname{orth}\big((1 - \eta) V + \eta\, G / \lambda\big)
 
-    is the block power method for :math:`\eta = 1` (the default step size) and the
+    with :math:`\lambda` the current estimate of the top eigenvalue (see :meth:`update`):
+    the block power method for :math:`\eta = 1` (the default step size) and the
     relaxed update of DSAG for :math:`\eta < 1`. The objective is the fraction of the
     total variance left unexplained, ``1 - |X_c V|_F^2 / |X_c|_F^2`` (lower is better).
 

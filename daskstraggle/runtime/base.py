@@ -1,8 +1,9 @@
 """The Runtime contract and the driving loop every runtime shares.
 
 A runtime places partitions on workers, loads them, and moves work units and results;
-all decisions come from the Method. Subclasses implement four primitives:
-``_start``/``_load`` (place and load partitions, return their statistics),
+all decisions come from the coordinator (:mod:`daskstraggle.runtime.coordinator`) and
+the Method. Subclasses implement four primitives: ``_load`` (load the placed partitions,
+return their statistics),
 ``_map_reduce`` (fold a function over every partition), ``_submit`` (send a unit) and
 ``_next`` (block until some unit completes).
 """
