@@ -265,7 +265,9 @@ def solve(
         With ``client`` or ``scheduler``: wait (up to 300 s) until the cluster has this
         many workers before starting, e.g. while dask-jobqueue jobs start.
     rng : int, Generator or None, default=None
-        Seed of the starting point and step-size estimate.
+        Seed of the starting point and step-size estimate; an int also seeds the
+        method's own draws (a coding scheme's matrix, partial recovery's code) when
+        ``method_params`` sets no ``rng``, so a seeded run is reproducible bit for bit.
     progress : bool, default=False
         Show a progress bar on stderr.
     out : str, path or None, default=None
@@ -342,7 +344,7 @@ def solve(
             "--method); with method='auto' the method is chosen from the data."
         )
     name = _auto_method(problem) if auto else method
-    meth = make_method(name, **method_params)
+    meth = make_method(name, **_seeded(name, method_params, rng))
     meth.check_problem(problem)
     check_oversampling(meth, problem)
     spec = parse_stragglers(stragglers)
@@ -441,6 +443,16 @@ def to_plus_minus_one(labels: np.ndarray) -> np.ndarray:
         "The labels of logistic regression must take exactly two values, {-1, +1} or "
         f"{{0, 1}}; got {len(values)} distinct value(s): {shown}."
     )
+
+
+def _seeded(name: Any, params: dict[str, Any], rng: Any) -> dict[str, Any]:
+    """Give a method that draws at random (a coding scheme's matrix, partial recovery's
+    code) the run's integer seed when its own ``rng`` is not set, so a seeded run is
+    reproducible bit for bit."""
+    if (isinstance(rng, int | np.integer) and params.get("rng") is None
+            and isinstance(name, str) and "rng" in make_method(name, **params).get_params()):
+        return {**params, "rng": int(rng)}
+    return params
 
 
 def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None,
