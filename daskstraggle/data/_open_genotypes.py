@@ -66,8 +66,7 @@ def open_dataset(ds: Any, array: str | None, labels: Any, options: _ZarrOptions)
             view.path, node, missing=options.missing, scaling=options.scaling,
             missing_chunks=options.missing_chunks, storage=options.storage,
             variant_index=view.variant_index, sample_index=view.sample_index)
-        variants = VariantTable(StoreArrays(view.path, None, options.missing_chunks),
-                                view.variant_index)
+        variants = VariantTable(StoreArrays(view.path), view.variant_index)
         attrs = {"path": view.path}
     else:
         data = calls.data if _is_dask(calls.data) else np.asarray(calls.values)

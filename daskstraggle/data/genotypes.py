@@ -27,7 +27,7 @@ import numpy as np
 
 from daskstraggle._validation import check_bool
 from daskstraggle.data._zarr import read_selection
-from daskstraggle.data.sources import GenotypeRowSource
+from daskstraggle.data.sources import GenotypeRowSource, RowSource
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
 
 if TYPE_CHECKING:
@@ -493,13 +493,17 @@ class VariantTable:
 
 
 class StoreArrays:
-    """``reader`` of a :class:`VariantTable` over a VCF Zarr store (read on the client)."""
+    """``reader`` of a :class:`VariantTable` over a VCF Zarr store (read on the client).
 
-    def __init__(self, path: str, storage_options: dict[str, Any] | None = None,
-                 missing_chunks: str = "error") -> None:
+    Absent chunks read as the fill value, as zarr, xarray and sgkit read them: bio2zarr
+    leaves out the chunks of constant arrays (``variant_contig`` on a one-contig store).
+    Chunks that do not decode are refused (one line).
+    """
+
+    def __init__(self, path: str, storage_options: dict[str, Any] | None = None) -> None:
         self.path = path
         self.storage_options = storage_options
-        self.missing_chunks = missing_chunks
+        self.missing_chunks = "fill"
         self._names: set[str] | None = None
 
     def __call__(self, name: str, index: np.ndarray | None) -> np.ndarray | None:
@@ -572,7 +576,13 @@ def parse_genotype_dims(value: object, *, caller: str) -> bool:
 
 
 def _first_values(X: Any) -> np.ndarray | None:
-    """A sample of a 2-D integer array's values: all of numpy, a dask array's first block."""
+    """A sample of a 2-D integer array's values: all of numpy, a dask array's first block,
+    a Zarr matrix's first chunk."""
+    source = getattr(X, "source", None)
+    if isinstance(source, RowSource):  # a Matrix: only a plain Zarr array is in question
+        if source.kind != "zarr" or np.dtype(source.dtype).kind not in "iu":
+            return None
+        return source.loader(0, int(source.chunk_bounds[1]))().values
     data = X.data if _is_xarray(X) else X
     dtype = np.dtype(getattr(data, "dtype", "f8"))
     if len(getattr(data, "shape", ())) != 2 or dtype.kind not in "iu":
@@ -625,4 +635,6 @@ def check_not_allele_counts(X: Any, *, caller: str) -> None:
 
 
 def _is_xarray(obj: Any) -> bool:
-    return type(obj).__module__.startswith("xarray") and hasattr(obj, "dims")
+    """An xarray.DataArray (not a Dataset)."""
+    return (type(obj).__module__.startswith("xarray") and hasattr(obj, "dims")
+            and not hasattr(obj, "data_vars"))

@@ -600,8 +600,7 @@ def _open_zarr(path: str, array: str | None, labels: Any, options: _ZarrOptions)
     y = _parse_labels(labels, group, src.shape[0], options.missing_chunks)
     variants = None
     if isinstance(src, GenotypeSource):
-        variants = VariantTable(StoreArrays(path, options.storage_options,
-                                            options.missing_chunks))
+        variants = VariantTable(StoreArrays(path, options.storage_options))
     return Matrix(
         src, src.chunk_bounds, labels=y, columns=columns, column_groups=groups, dims=dims,
         attrs={"path": path}, variants=variants,
