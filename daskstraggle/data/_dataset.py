@@ -75,7 +75,7 @@ def store_view(ds: Any) -> StoreView | None:
         if root is None or len(key) != 3 or not _is_full(key[2], array.shape[2]):
             return None
         indices = [_positions(k, n) for k, n in zip(key[:2], array.shape[:2], strict=True)]
-        if any(i is None for i in indices):
+        if any(i is _UNKNOWN for i in indices):
             return None
         view = StoreView(root, *indices)
     else:
@@ -214,15 +214,20 @@ def _is_full(key: Any, n: int) -> bool:
     return isinstance(key, slice) and range(n)[key] == range(n)
 
 
+#: What :func:`_positions` returns for an indexer it does not know.
+_UNKNOWN = np.empty(0, dtype=np.int64)
+
+
 def _positions(key: Any, n: int) -> np.ndarray | None:
-    """The indices an indexer (slice or int array) selects of ``n``; None: all, in order."""
+    """The indices an indexer (slice or int array) selects of ``n``; None: all, in order;
+    ``_UNKNOWN`` for another indexer."""
     if _is_full(key, n):
         return None
     if isinstance(key, slice):
         return np.arange(n, dtype=np.int64)[key]
     if isinstance(key, np.ndarray) and key.ndim == 1 and key.dtype.kind in "iu":
         return np.where(key < 0, key + n, key).astype(np.int64)
-    return None
+    return _UNKNOWN
 
 
 def _consistent(ds: Any, view: StoreView) -> bool:
