@@ -119,10 +119,11 @@ def merge_into(ds: xr.Dataset, out: xr.Dataset, kept: np.ndarray | None) -> xr.D
     if kept is not None and not kept.all():
         rows = np.full(kept.size, -1)
         rows[np.flatnonzero(kept)] = np.arange(int(kept.sum()))
-        per_variant = [n for n in out.data_vars if "variants" in out[n].dims]
-        full = out[per_variant].isel(variants=np.maximum(rows, 0))
-        out = out.assign({n: full[n].where(xr.DataArray(kept, dims="variants"))
-                          for n in per_variant})
+        mask = xr.DataArray(kept, dims="variants")
+        out = xr.Dataset({
+            name: (var.isel(variants=np.maximum(rows, 0)).where(mask)
+                   if "variants" in var.dims else var)
+            for name, var in out.data_vars.items()})
     clobbered = sorted(set(map(str, ds.data_vars)) & set(map(str, out.data_vars)))
     if clobbered:
         warnings.warn(f"The following variables in the input dataset will be replaced in the "
