@@ -263,10 +263,7 @@ def read_selection(path: str, name: str | None, rows: np.ndarray, columns: np.nd
             absent = absent_keys(array, keys)
             if absent:
                 raise MissingChunksError(_absent_message(what, absent, len(keys), array))
-        index: tuple[Any, ...] = (_as_slice(unique_rows),)
-        if unique_cols is not None:
-            index += (_as_slice(unique_cols),)
-        values = np.asarray(read(array.oindex, index, what=what))
+        values = _read_runs(array, unique_rows, unique_cols, what)
         if len(unique_rows) != len(rows) or (unique_rows != rows).any():
             values = values[row_order]
         if unique_cols is not None and (len(unique_cols) != len(columns)
@@ -277,11 +274,28 @@ def read_selection(path: str, name: str | None, rows: np.ndarray, columns: np.nd
     return _guarded_read(path, name, storage_options, body)
 
 
-def _as_slice(index: np.ndarray) -> slice | np.ndarray:
-    """A slice for sorted unique contiguous indices (zarr reads slices fastest)."""
-    if len(index) and int(index[-1]) - int(index[0]) + 1 == len(index):
-        return slice(int(index[0]), int(index[-1]) + 1)
-    return index
+def _read_runs(array: Any, rows: np.ndarray, columns: np.ndarray | None, what: str) -> np.ndarray:
+    """Read sorted unique ``rows`` (and ``columns``) as slices over runs of touched chunks.
+
+    A slice of whole chunks then a numpy take is several times faster than zarr's
+    orthogonal selection with integer arrays, and reads the same chunks: a run is a series
+    of consecutive row chunks that each hold a selected row.
+    """
+    grid = int(array.metadata.chunk_grid.chunk_shape[0])
+    chunk = rows // grid
+    starts = np.flatnonzero(np.diff(chunk, prepend=-2) > 1)  # a chunk skipped: a new run
+    cols: tuple[slice, ...] = ()
+    if columns is not None and array.ndim > 1:
+        cols = (slice(int(columns[0]), int(columns[-1]) + 1),)
+    parts = []
+    for a, b in zip(starts, [*starts[1:], len(rows)], strict=True):
+        low, high = int(rows[a]), int(rows[b - 1]) + 1
+        block = np.asarray(read(array, (slice(low, high), *cols), what=what))
+        parts.append(block[rows[a:b] - low])
+    values = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    if columns is not None and array.ndim > 1:
+        values = values[:, columns - columns[0]]
+    return values
 
 
 def selection_keys(array: Any, rows: np.ndarray, columns: np.ndarray | None) -> list[str]:

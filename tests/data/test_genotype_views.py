@@ -313,3 +313,19 @@ def test_allele_counts_with_their_orientation_are_genotypes(store):
         ds.open_matrix(counts, genotype_dims=("rows", "cols"))
     with pytest.raises(InvalidDataError, match="The allele counts go up to 3"):
         ds.open_matrix(counts + 1, genotype_dims=("variants", "samples")).loader(0)()
+
+
+def test_read_selection_reads_only_the_chunks_of_the_rows(store, tmp_path):
+    from daskstraggle.data._zarr import read_selection
+
+    path, calls = store
+    damaged = tmp_path / "gap.vcz"
+    shutil.copytree(path, damaged)
+    (damaged / "call_genotype" / "3.0.0").unlink()  # variants 384-511: not selected
+    rows = np.array([700, 5, 5, 130, 899, 131])  # unsorted, repeated, over chunks 0, 1, 5, 7
+    cols = np.array([9, 0, 47, 9])
+    got = read_selection(str(damaged), "call_genotype", rows, cols, missing_chunks="error")
+    np.testing.assert_array_equal(got, calls[rows][:, cols])
+    with pytest.raises(MissingChunksError, match="1 of 3 chunks"):
+        read_selection(str(damaged), "call_genotype", np.array([0, 400, 899]), None,
+                       missing_chunks="error")
