@@ -16,7 +16,7 @@ OUTSIDE = ("../" + "shared", "/work/" + "shared", "shared/" + "papers", "papers/
 
 #: Markdown files whose relative links must resolve.
 MARKDOWN = ["README.md", "docs/architecture.md", "docs/algorithms.md", "pipelines/README.md",
-            "datasets/README.md", "docs/remote-stores.md"]
+            "datasets/README.md", "docs/remote-stores.md", "docs/genotype-pca.md"]
 
 
 def _tracked_files() -> list[Path]:

@@ -72,7 +72,8 @@ def store_view(ds: Any) -> StoreView | None:
     if lazy is not None:
         array, key = lazy
         root = _store_root(array)
-        if root is None or len(key) != 3 or not _is_full(key[2], array.shape[2]):
+        if (root is None or len(key) != 3 or not _is_full(key[2], array.shape[2])
+                or not _is_genotypes(array)):
             return None
         indices = [_positions(k, n) for k, n in zip(key[:2], array.shape[:2], strict=True)]
         if any(i is _UNKNOWN for i in indices):
@@ -91,7 +92,7 @@ def _dask_view(ds: Any) -> StoreView | None:
     if array is None:
         return None
     root = _store_root(array)
-    if root is None or ds.sizes.get("ploidy") != array.shape[2]:
+    if root is None or ds.sizes.get("ploidy") != array.shape[2] or not _is_genotypes(array):
         return None
     indices: list[np.ndarray | None] = []
     for dim, n in zip(("variants", "samples"), array.shape[:2], strict=True):
@@ -208,6 +209,11 @@ def _store_root(array: Any) -> str | None:
     if not isinstance(store, LocalStore) or "/" in array.path.strip("/"):
         return None
     return str(Path(store.root).absolute())
+
+
+def _is_genotypes(array: Any) -> bool:
+    """Whether the zarr array is its store's ``call_genotype`` (not another array renamed)."""
+    return str(array.path).strip("/") == "call_genotype" and len(array.shape) == 3
 
 
 def _is_full(key: Any, n: int) -> bool:
