@@ -148,6 +148,11 @@ def training_statistics(calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.divide(1.0, np.sqrt(var), out=np.zeros_like(var), where=var > 1e-12)
 
 
+def write(view: xr.Dataset, path) -> None:
+    """A new VCF Zarr store holding a Dataset's view (Zarr format 2, as bio2zarr)."""
+    view.compute().drop_encoding().to_zarr(path, zarr_format=2)
+
+
 def test_held_out_samples_project_onto_the_training_pcs(gappy, tmp_path):
     path, calls = gappy
     order = np.random.default_rng(1).permutation(60)
@@ -173,12 +178,12 @@ def test_held_out_samples_project_onto_the_training_pcs(gappy, tmp_path):
     # a second store with those samples, its variants in another order (and extra ones)
     second = tmp_path / "held_out.vcz"
     shuffled = np.random.default_rng(2).permutation(800)
-    store.isel(samples=test, variants=shuffled).compute().drop_encoding().to_zarr(second, zarr_format=2)
+    write(store.isel(samples=test, variants=shuffled), second)
     np.testing.assert_allclose(pca.transform(second), expected, rtol=0, atol=1e-8)
     lacking = tmp_path / "lacking.vcz"
     dropped = np.flatnonzero(keep)[5]
     rows = np.delete(np.arange(800), dropped)
-    store.isel(samples=test, variants=rows).compute().drop_encoding().to_zarr(lacking, zarr_format=2)
+    write(store.isel(samples=test, variants=rows), lacking)
     key = pca.variant_keys_[5]
     with pytest.raises(InvalidDataError, match=re.escape(
             f"Cannot project these samples: 1 of the fit's {keep.sum()} variants are not in "

@@ -94,9 +94,12 @@ def _dask_view(ds: Any) -> StoreView | None:
     root = _store_root(array)
     if root is None or ds.sizes.get("ploidy") != array.shape[2] or not _is_genotypes(array):
         return None
+    selected = {dim: _selected(ds, dim) for dim in ("variants", "samples")}
+    if _has_getitem(data) != any(selected.values()):
+        return None  # call_genotype was indexed apart from the rest (or the reverse)
     indices: list[np.ndarray | None] = []
     for dim, n in zip(("variants", "samples"), array.shape[:2], strict=True):
-        if ds.sizes[dim] == n and not _selected(ds, dim):
+        if ds.sizes[dim] == n and not selected[dim]:
             indices.append(None)
             continue
         index = _probe(ds, dim, n, root)
@@ -110,9 +113,12 @@ def _selected(ds: Any, dim: str) -> bool:
     """Whether any 1-D variable along ``dim`` went through a selection (or is unknown)."""
     for name in _PROBES[dim]:
         if name in ds.variables and _dask_root(ds[name].variable._data) is not None:
-            layers = ds[name].variable._data.__dask_graph__().layers
-            return any(_layer_name(k) == "getitem" for k in layers)
+            return _has_getitem(ds[name].variable._data)
     return True  # no probe: cannot tell, so it must be recovered (and fails)
+
+
+def _has_getitem(data: Any) -> bool:
+    return any(_layer_name(k) == "getitem" for k in data.__dask_graph__().layers)
 
 
 def _probe(ds: Any, dim: str, n: int, root: str) -> np.ndarray | None:

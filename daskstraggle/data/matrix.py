@@ -251,6 +251,8 @@ class Matrix:
         where = info.get("path", f"in memory ({self.kind})")
         if info.get("array"):
             where += f", array {info['array']!r}"
+        if "store_shape" in info:
+            where += f", a view of its {info['store_shape'][0]} x {info['store_shape'][1]}"
         extra = [f"{k}={info[k]!r}" for k in ("missing", "scaling") if k in info]
         lines = [
             f"<daskstraggle.Matrix ({rows}: {self.n_rows}, {cols}: {self.n_columns})> "

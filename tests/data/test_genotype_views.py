@@ -329,3 +329,14 @@ def test_read_selection_reads_only_the_chunks_of_the_rows(store, tmp_path):
     with pytest.raises(MissingChunksError, match="1 of 3 chunks"):
         read_selection(str(damaged), "call_genotype", np.array([0, 400, 899]), None,
                        missing_chunks="error")
+
+
+def test_genotypes_indexed_apart_from_the_dataset_are_read_from_the_dataset(store, tmp_path):
+    path, calls = store
+    lazy = open_zarr(path)
+    lazy["call_genotype"] = lazy.call_genotype.isel(variants=np.arange(N_VARIANTS)[::-1])
+    m = ds.open_matrix(lazy)  # its positions say "not selected": its genotypes are not the store's
+    assert isinstance(m.source, GenotypeArraySource)
+    np.testing.assert_allclose(matrix_values(m), standardized(calls[::-1]), atol=1e-12)
+    with pytest.raises(InvalidParameterError, match="lies inside the input store"):
+        ds.fit_pca(open_zarr(path), 2, runtime="local", out=path / "pca.zarr")
