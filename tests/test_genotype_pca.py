@@ -189,6 +189,11 @@ def test_held_out_samples_project_onto_the_training_pcs(gappy, tmp_path):
             f"Cannot project these samples: 1 of the fit's {keep.sum()} variants are not in "
             f"it (first: {key})")):
         pca.transform(lacking)
+    twice = np.r_[np.arange(800), np.flatnonzero(keep)[7]]
+    with pytest.raises(InvalidDataError, match=re.escape(
+            "1 of the fit's variants repeat in it (first: "
+            f"{pca.variant_keys_[7]})")):
+        pca.transform(store.isel(samples=test, variants=twice))
 
 
 # ---------------------------------------------------------------------------- cluster, CLI

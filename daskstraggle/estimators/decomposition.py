@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -162,10 +163,11 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
             The fitted estimator.
         """
         qc = parse_qc(self.qc, caller="PCA")
-        if _is_source(X) and (self._split_params()[0].get("genotype_dims") is None):
+        oriented = self._split_params()[0].get("genotype_dims") is not None
+        if _is_source(X) and not oriented:
             check_not_allele_counts(X, caller="PCA")
         matrix, _, _ = self._open(X)
-        if self._split_params()[0].get("genotype_dims") is None:
+        if not oriented:
             check_not_allele_counts(matrix, caller="PCA")  # a 2-D integer Zarr array
         matrix = filter_variants(matrix, qc, client=self._pass_client())
         k = self._resolve_components(matrix)
@@ -271,11 +273,13 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         if np.array_equal(keys, self.variant_keys_):
             return matrix
         rows = {key: row for row, key in enumerate(keys)}
-        repeated = len(rows) < len(keys)
         missing = [key for key in self.variant_keys_ if key not in rows]
+        counts = Counter(keys[np.isin(keys, self.variant_keys_)].tolist())
+        repeated = sorted(key for key, n in counts.items() if n > 1)
         if missing or repeated:
             what = (f"{len(missing)} of the fit's {n_variants} variants are not in it "
-                    f"(first: {missing[0]})" if missing else "some of its variants repeat")
+                    f"(first: {missing[0]})" if missing else
+                    f"{len(repeated)} of the fit's variants repeat in it (first: {repeated[0]})")
             raise InvalidDataError(
                 f"Cannot project these samples: {what}. The fit's variants are found by "
                 "contig, position and alleles (variant_keys_); use data with each of them "
