@@ -15,9 +15,10 @@ The scikit-learn estimators ``PCA``, ``LogisticRegression``, ``LinearRegression`
 from __future__ import annotations
 
 from daskstraggle import latency
-from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca, solve
+from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca, genotype_pca, solve
 from daskstraggle.balance import LoadBalancer
 from daskstraggle.data import Matrix, open_matrix
+from daskstraggle.data.genotypes import GenotypeQC
 from daskstraggle.errors import (
     ClusterConnectionError,
     ConvergenceWarning,
@@ -58,6 +59,7 @@ __all__ = [
     "DaskRuntime",
     "DataNotFoundError",
     "DivergenceError",
+    "GenotypeQC",
     "InputError",
     "InvalidDataError",
     "InvalidParameterError",
@@ -86,6 +88,7 @@ __all__ = [
     "fit_least_squares",
     "fit_logistic",
     "fit_pca",
+    "genotype_pca",
     "latency",
     "make_method",
     "make_problem",

@@ -44,12 +44,15 @@ _DISCARD_ATTEMPTS = 3
 def source_paths(source: Any) -> list[str]:
     """Return the file-system paths a data source reads (empty for in-memory data).
 
-    ``source`` is a path, a :class:`~daskstraggle.data.Matrix` (its source's ``path``) or
-    a description dict (``Matrix.describe()``, recorded in ``Result.attrs["matrix"]``).
+    ``source`` is a path, a :class:`~daskstraggle.data.Matrix` (its source's ``path``), an
+    ``xarray.Dataset`` (the store it was opened from) or a description dict
+    (``Matrix.describe()``, recorded in ``Result.attrs["matrix"]``).
     A ``file://`` URL gives its local path; other URLs (remote stores) give none.
     """
     if isinstance(source, dict):
         path = source.get("path")
+    elif type(source).__module__.startswith("xarray") and hasattr(source, "encoding"):
+        path = source.encoding.get("source")  # a Dataset opened from a store
     elif isinstance(source, str | os.PathLike):
         path = source
     else:

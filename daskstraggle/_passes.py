@@ -64,7 +64,8 @@ def map_partitions(
         return [_apply(loader, func) for loader, func in zip(loaders, funcs, strict=True)]
     futures = client.map(_apply, loaders, funcs, pure=False)
     try:
-        _wait_progressing(futures)
+        with client.as_current():  # distributed.wait uses the current client: this one
+            _wait_progressing(futures)
         return list(client.gather(futures))
     finally:
         client.cancel(futures)

@@ -7,6 +7,7 @@ data, pick a runtime, and hand over to :meth:`daskstraggle.runtime.Runtime.run`.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -15,6 +16,11 @@ import numpy as np
 
 from daskstraggle._output import source_paths
 from daskstraggle._validation import check_bool, check_int, check_mapping, check_rng
+from daskstraggle.data.genotypes import (
+    check_not_allele_counts,
+    filter_variants,
+    parse_qc,
+)
 from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import (
     InvalidDataError,
@@ -37,7 +43,8 @@ from daskstraggle.runtime.checkpoint import (
 from daskstraggle.runtime.dask import MAX_LOCAL_WORKERS
 from daskstraggle.trace import Result, check_output_path
 
-__all__ = ["GRAM_AUTO_MAX_FEATURES", "fit_least_squares", "fit_logistic", "fit_pca", "solve"]
+__all__ = ["GRAM_AUTO_MAX_FEATURES", "fit_least_squares", "fit_logistic", "fit_pca",
+           "genotype_pca", "solve"]
 
 #: ``method="auto"`` solves PCA by the one-round exact Gram method up to this many
 #: columns (a 4096 x 4096 float64 matrix is 128 MB per worker and on the coordinator),
@@ -203,6 +210,8 @@ def solve(
     checkpoint_interval: float | None = None,
     checkpoint_iterations: int | None = None,
     resume: str | os.PathLike[str] | None = None,
+    genotype_dims: tuple[str, str] | None = None,
+    qc: Any = None,
 ) -> Result:
     """Fit ``problem`` on ``X``; the engine behind the ``fit_*`` functions.
 
@@ -311,6 +320,14 @@ def solve(
         (checked); the stop rule may differ, e.g. a larger ``max_iter``. Exact methods
         (gd, nag, coded, gram, block) reach the same iterates as an uninterrupted run.
         Load only checkpoints your own runs wrote (the file is a pickle).
+    genotype_dims : tuple of str or None, default=None
+        ``X`` is a 2-D array of allele counts with these dimensions (see
+        :func:`~daskstraggle.open_matrix`).
+    qc : GenotypeQC, dict or None, default=None
+        Genotypes only: the variants used (``min_maf``, ``max_missing``, ``pass_only``,
+        ``region``; :class:`~daskstraggle.GenotypeQC`). Region and FILTER are applied
+        before any cluster work; MAF and missingness by a counting pass on the run's
+        workers (in process for ``runtime="local"`` or ``"sim"``) before the fit.
 
     Returns
     -------
@@ -366,6 +383,7 @@ def solve(
                 + ("pass it to DaskRuntime(backup_after=...)." if isinstance(runtime, Runtime)
                    else f"runtime={runtime!r} has no workers to back up.")
             )
+    qc = parse_qc(qc, caller=caller)
     # never the input store, nor inside or around it (even with overwrite)
     out_path = check_output_path(out, overwrite=overwrite, inputs=source_paths(X))
     checkpointer, state = _checkpointing(checkpoint, checkpoint_interval, checkpoint_iterations,
@@ -373,7 +391,9 @@ def solve(
     if state is not None:
         check_resume_iterations(state, stop.max_iter)
     matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions,
-                         missing_chunks=missing_chunks, storage_options=storage_options)
+                         missing_chunks=missing_chunks, storage_options=storage_options,
+                         genotype_dims=genotype_dims,
+                         qc=None if qc is None else qc.site_steps())
     problem.check_shape(matrix.n_rows, matrix.n_columns)
     if auto and isinstance(meth, Gram) and matrix.n_columns > GRAM_AUTO_MAX_FEATURES:
         meth = make_method("block")  # a d x d Gram matrix would not fit comfortably
@@ -388,6 +408,10 @@ def solve(
             matrix = matrix.with_labels(to_plus_minus_one(matrix.labels))
     with _resolve_runtime(runtime, client, scheduler, n_workers, spec, rng,
                           min_workers=min_workers, backup_after=backup_after) as rt:
+        if qc is not None and qc.needs_counts:  # one counting pass, on the run's workers
+            matrix = filter_variants(matrix, qc.count_steps(), client=getattr(rt, "client", None))
+            problem.check_shape(matrix.n_rows, matrix.n_columns)
+            meth.check_shape(matrix.n_rows, matrix.n_columns)
         try:
             result = rt.run(meth, problem, matrix, stop=stop, step_size=step_size,
                             reference=reference, rng=rng, progress=progress,
@@ -461,8 +485,11 @@ def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None,
 
     Parameters
     ----------
-    X : str, path, array-like or Matrix
-        Data; a VCF Zarr path gives genotype PCA (rows = variants, columns = samples).
+    X : str, path, array-like, xarray.Dataset or Matrix
+        Data; a VCF Zarr path or an ``xarray.Dataset`` in its layout (also a filtered
+        view) gives genotype PCA (rows = variants, columns = samples). A 2-D integer
+        array that looks like allele counts is refused unless ``genotype_dims`` (passed
+        on to :func:`solve`) gives its orientation.
     n_components : int, default=2
         Number of principal components.
     center : bool or None, default=None
@@ -476,13 +503,21 @@ def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None,
         methods that step from partial sums or caches (sgd, sag, dsag, partial, async):
         their extra columns would never settle.
     **kwargs
-        Passed to :func:`solve` (method, max_iter, tol, reference, client, out, ...).
+        Passed to :func:`solve` (method, max_iter, tol, reference, client, out, qc,
+        genotype_dims, ...).
 
     Returns
     -------
     result : Result
         ``result.fitted`` holds ``components`` (k, n_features), ``explained_variance``,
         ``explained_variance_ratio``, ``singular_values`` and ``mean``.
+
+    Raises
+    ------
+    InvalidDataError
+        If ``X`` looks like allele counts and ``genotype_dims`` is not given (see
+        :func:`~daskstraggle.data.genotypes.check_not_allele_counts`); and see
+        :func:`solve`.
 
     Examples
     --------
@@ -493,14 +528,134 @@ def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None,
     >>> res.fitted["explained_variance_ratio"].round(2)
     array([0.67, 0.23])
     """
+    genotype_dims = kwargs.pop("genotype_dims", None)
+    if genotype_dims is None:
+        check_not_allele_counts(X, caller="fit_pca")
     if center is None:
-        if isinstance(X, str | os.PathLike):  # open once here; solve() takes the Matrix
+        opened = isinstance(X, str | os.PathLike) or _is_dataset(X) or genotype_dims is not None
+        if opened:  # open once here; solve() takes the Matrix
             X = open_matrix(X, array=kwargs.pop("array", None),
                             missing_chunks=kwargs.get("missing_chunks", "error"),
-                            storage_options=kwargs.pop("storage_options", None))
+                            storage_options=kwargs.pop("storage_options", None),
+                            genotype_dims=genotype_dims)
+            if genotype_dims is None:
+                check_not_allele_counts(X, caller="fit_pca")  # a 2-D integer Zarr array
+            genotype_dims = None
         center = not (isinstance(X, Matrix) and X.rows_standardized)
     return solve(PCA(n_components=n_components, center=center, oversample=oversample), X,
-                 **kwargs)
+                 genotype_dims=genotype_dims, **kwargs)
+
+
+def _is_dataset(obj: Any) -> bool:
+    return type(obj).__module__.startswith("xarray") and hasattr(obj, "data_vars")
+
+
+#: Keyword arguments of ``genotype_pca`` that say how to open the data.
+_GENOTYPE_OPEN_KEYS = ("array", "missing_chunks", "storage_options")
+
+
+def genotype_pca(ds: Any, n_components: int = 10, *, merge: bool = True, qc: Any = None,
+                 **kwargs: Any) -> Any:
+    """Run a genotype PCA and return it in sgkit's terms (``sgkit.pca``'s variables).
+
+    The same fit as :func:`fit_pca` on a VCF Zarr store or Dataset (rows = variants,
+    Patterson-scaled), then one pass over the variants for their axes. The output follows
+    ``sgkit.pca`` exactly (``docs/genotype-pca.md`` sets the conventions beside
+    scikit-learn's and plink2's): ``sample_pca_projection`` (samples, components) the
+    samples' scores ``U S``; ``sample_pca_component`` (variants, components) the unit
+    variant axes ``V``; ``sample_pca_explained_variance`` ``var(U S)`` with ddof 0
+    (``s² / n_samples``); ``sample_pca_explained_variance_ratio`` (``s² / ‖Z‖²``);
+    ``sample_pca_loading`` ``V * sqrt(explained_variance)``. Signs as dask's
+    ``svd_flip``: each component's ``sample_pca_component`` sums to >= 0. Unlike sgkit,
+    missing calls are imputed (the variant's mean, so they contribute 0) and monomorphic
+    variants contribute nothing instead of failing the fit.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset, str, path or Matrix
+        A Dataset in VCF Zarr layout (also a view from ``ds.sel``/``ds.isel``/a boolean
+        variant mask, read on the workers from its store), a VCF Zarr path, or a genotype
+        Matrix.
+    n_components : int, default=10
+        Number of components (sgkit's default).
+    merge : bool, default=True
+        Return ``ds`` with the PCA variables added, as sgkit's ``merge=True`` (a path is
+        opened with ``xarray.open_zarr``; variants removed by ``qc`` get NaN); False: the
+        PCA variables alone, with ``sample_id``, ``variant_contig`` and
+        ``variant_position`` coordinates.
+    qc : GenotypeQC, dict or None, default=None
+        Variants to use (see :class:`~daskstraggle.GenotypeQC`); the counting pass of
+        ``min_maf`` and ``max_missing`` runs on ``client`` (or the default client; else in
+        this process), as does the variant pass.
+    **kwargs
+        Passed to :func:`fit_pca` (``method``, ``client``, ``runtime``, ``tol``, ...)
+        and :func:`~daskstraggle.open_matrix` (``array``, ``missing_chunks``,
+        ``storage_options``).
+
+    Returns
+    -------
+    ds : xarray.Dataset
+        The ``sample_pca_*`` variables (float64), merged into ``ds`` if ``merge``.
+
+    Raises
+    ------
+    InvalidDataError
+        If ``ds`` is not genotypes.
+    InvalidParameterError
+        If ``merge`` is not a bool, or is True for a Matrix (which has no Dataset to
+        merge into); and as :func:`fit_pca`.
+
+    Examples
+    --------
+    >>> import daskstraggle as ds
+    >>> out = ds.genotype_pca(xr.open_zarr("g.vcz"), 4, qc={"min_maf": 0.01})  # doctest: +SKIP
+    >>> out.sample_pca_projection.shape  # doctest: +SKIP
+    (300, 4)
+    """
+    from daskstraggle import _passes, _sgkit
+
+    caller = "genotype_pca"
+    merge = check_bool(merge, name="merge", caller=caller)
+    if merge and isinstance(ds, Matrix):
+        raise InvalidParameterError(
+            "The 'merge' parameter of genotype_pca must be False for a Matrix (there is no "
+            "Dataset to merge into). Got True instead; pass merge=False or the Dataset."
+        )
+    client = kwargs.get("client")
+    if client is None and kwargs.get("runtime") in (None, "dask") and "scheduler" not in kwargs:
+        client = _default_client()
+    open_kw = {k: kwargs.pop(k) for k in _GENOTYPE_OPEN_KEYS if k in kwargs}
+    matrix = open_matrix(ds, qc=qc, client=client, **open_kw)
+    if not matrix.genotypes or not matrix.rows_standardized:
+        raise InvalidDataError(
+            f"genotype_pca needs genotypes (a VCF Zarr store or Dataset); got {matrix.kind}. "
+            "Use fit_pca for another matrix."
+        )
+    result = fit_pca(matrix, n_components, **kwargs)
+    fitted = result.fitted
+    s = fitted["singular_values"]
+    parts = _passes.map_partitions(matrix, _passes.variant_pass(fitted["components"].T), client)
+    ZV = np.concatenate([p[2] for p in parts])
+    axes = np.divide(ZV, s, out=np.zeros_like(ZV), where=s > 0)
+    table = matrix.variants
+    coords = {} if table is None else {
+        name: values for name in ("variant_contig", "variant_position")
+        if (values := table.get(name)) is not None}
+    out = _sgkit.pca_dataset(fitted["components"], s, fitted["explained_variance_ratio"],
+                             axes, sample_id=matrix.columns, variant_coords=coords)
+    if not merge:
+        return out
+    if not _is_dataset(ds):
+        import xarray as xr
+
+        options = open_kw.get("storage_options")
+        with warnings.catch_warnings():  # a store without consolidated metadata is fine
+            warnings.filterwarnings("ignore", "Failed to open Zarr store with consolidated",
+                                    RuntimeWarning)
+            ds = xr.open_zarr(os.fspath(ds), **({} if options is None
+                                                else {"storage_options": options}))
+    report = matrix.attrs.get("qc")
+    return _sgkit.merge_into(ds, out, None if report is None else report.kept)
 
 
 def fit_logistic(

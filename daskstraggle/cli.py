@@ -19,6 +19,7 @@ from typing import Any
 import click
 import numpy as np
 
+from daskstraggle._cli_genotypes import qc_from_params, qc_line, qc_options
 from daskstraggle.errors import DivergenceError, InputError, StraggleError, StraggleWarning
 
 logger = logging.getLogger(__name__)
@@ -326,10 +327,12 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
 @click.option("--packed-genotypes", is_flag=True,
               help="VCF Zarr: workers hold the dosages as 2-bit codes (4 calls per byte, a "
                    "quarter of the int8 memory); ploidy 1 or 2 only.")
+@qc_options
 @_solve_options
 def pca(source: str, n_components: int, center: bool | None, oversample: int | None,
         packed_genotypes: bool, **params: Any) -> None:
     """PCA of the matrix at SOURCE (Zarr array/group or VCF Zarr store)."""
+    qc = qc_from_params(params)
     data: Any = source
     plot = _plot_path(source, params)
     if packed_genotypes or plot is not None:  # the figure colours samples by population
@@ -339,7 +342,7 @@ def pca(source: str, n_components: int, center: bool | None, oversample: int | N
                            genotype_storage="packed" if packed_genotypes else "int8",
                            storage_options=params.pop("storage_options"))
     _run_solve("pca", data, params, plot=plot, n_components=n_components, center=center,
-               oversample=oversample)
+               oversample=oversample, qc=qc)
 
 
 def _labels_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -688,6 +691,8 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
     if matrix is not None and matrix.column_groups is not None and result.problem == "pca":
         lines.append("")
         lines.append(_population_table(result, matrix))
+    if qc_line(result) is not None:
+        lines.append(qc_line(result))
     if data_path is not None:
         lines.append(f"data        {data_path}")
     if out is not None:

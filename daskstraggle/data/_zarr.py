@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from daskstraggle.errors import CorruptDataError, DataNotFoundError, MissingChunksError
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "open_node",
     "read",
     "read_rows",
+    "read_selection",
 ]
 
 #: Values of ``missing_chunks``: refuse absent chunks, or read them as the fill value.
@@ -117,12 +120,16 @@ def check_chunks(array: Any, start: int, stop: int, *, what: str, missing_chunks
     keys = chunk_keys(array, start, stop)
     absent = absent_keys(array, keys)
     if absent:
-        raise MissingChunksError(
-            f"{len(absent)} of {len(keys)} chunks of {what} are missing (first: "
-            f"{absent[0]!r}). Restore the store, or if it was written with "
-            "write_empty_chunks=False pass missing_chunks='fill' (CLI: --missing-chunks fill) "
-            f"to read absent chunks as the fill value {_plain(array.fill_value)!r}."
-        )
+        raise MissingChunksError(_absent_message(what, absent, len(keys), array))
+
+
+def _absent_message(what: str, absent: list[str], n_keys: int, array: Any) -> str:
+    return (
+        f"{len(absent)} of {n_keys} chunks of {what} are missing (first: "
+        f"{absent[0]!r}). Restore the store, or if it was written with "
+        "write_empty_chunks=False pass missing_chunks='fill' (CLI: --missing-chunks fill) "
+        f"to read absent chunks as the fill value {_plain(array.fill_value)!r}."
+    )
 
 
 # ---------------------------------------------------------------------------- reads
@@ -212,11 +219,107 @@ def read_rows(path: str, name: str | None, start: int, stop: int, *, missing_chu
     DataNotFoundError
         If a remote store cannot be reached or read from here.
     """
+    def body(array: Any, what: str) -> Any:
+        check_chunks(array, start, stop, what=what, missing_chunks=missing_chunks)
+        return read(array, slice(start, stop), what=what)
+
+    return _guarded_read(path, name, storage_options, body)
+
+
+def read_selection(path: str, name: str | None, rows: np.ndarray, columns: np.ndarray | None,
+                   *, missing_chunks: str,
+                   storage_options: dict[str, Any] | None = None) -> np.ndarray:
+    """Read the rows ``rows`` (and the columns ``columns``) of an array, where this runs.
+
+    An orthogonal selection: ``array[rows][:, columns]``, in the order given (repeats
+    allowed). Only the chunks holding a selected (row, column) are checked and read, so a
+    sparse selection reads no chunk it does not need. Errors as :func:`read_rows`.
+
+    Parameters
+    ----------
+    path, name : str
+        Store and array (see :func:`open_array`).
+    rows : ndarray of int of shape (n_rows,)
+        Indices along the first dimension.
+    columns : ndarray of int of shape (n_columns,) or None
+        Indices along the second dimension (None: all).
+    missing_chunks : {"error", "fill"}
+        See :func:`check_chunks`.
+    storage_options : dict or None, default=None
+        A URL's fsspec options.
+
+    Returns
+    -------
+    values : ndarray
+        The selection; the other dimensions whole.
+    """
+    unique_rows, row_order = np.unique(rows, return_inverse=True)
+    unique_cols, col_order = (None, None) if columns is None else np.unique(
+        columns, return_inverse=True)
+
+    def body(array: Any, what: str) -> Any:
+        if missing_chunks == "error":
+            keys = selection_keys(array, unique_rows, unique_cols)
+            absent = absent_keys(array, keys)
+            if absent:
+                raise MissingChunksError(_absent_message(what, absent, len(keys), array))
+        values = _read_runs(array, unique_rows, unique_cols, what)
+        if len(unique_rows) != len(rows) or (unique_rows != rows).any():
+            values = values[row_order]
+        if unique_cols is not None and (len(unique_cols) != len(columns)
+                                        or (unique_cols != columns).any()):
+            values = values[:, col_order]
+        return values
+
+    return _guarded_read(path, name, storage_options, body)
+
+
+def _read_runs(array: Any, rows: np.ndarray, columns: np.ndarray | None, what: str) -> np.ndarray:
+    """Read sorted unique ``rows`` (and ``columns``) as slices over runs of touched chunks.
+
+    A slice of whole chunks then a numpy take is several times faster than zarr's
+    orthogonal selection with integer arrays, and reads the same chunks: a run is a series
+    of consecutive row chunks that each hold a selected row.
+    """
+    grid = int(array.metadata.chunk_grid.chunk_shape[0])
+    chunk = rows // grid
+    starts = np.flatnonzero(np.diff(chunk, prepend=-2) > 1)  # a chunk skipped: a new run
+    cols: tuple[slice, ...] = ()
+    if columns is not None and array.ndim > 1:
+        cols = (slice(int(columns[0]), int(columns[-1]) + 1),)
+    parts = []
+    for a, b in zip(starts, [*starts[1:], len(rows)], strict=True):
+        low, high = int(rows[a]), int(rows[b - 1]) + 1
+        block = np.asarray(read(array, (slice(low, high), *cols), what=what))
+        parts.append(block[rows[a:b] - low])
+    values = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    if columns is not None and array.ndim > 1:
+        values = values[:, columns - columns[0]]
+    return values
+
+
+def selection_keys(array: Any, rows: np.ndarray, columns: np.ndarray | None) -> list[str]:
+    """Return the storage keys of the chunks (shards) holding the selected rows and columns.
+
+    ``rows`` and ``columns`` are indices along the first two dimensions (``columns``
+    None: every chunk); every chunk along the other dimensions is included.
+    """
+    grid = tuple(array.metadata.chunk_grid.chunk_shape)
+    every = [range(-(-int(n) // int(c))) for n, c in zip(array.shape, grid, strict=True)]
+    axes: list[Iterable[int]] = [np.unique(np.asarray(rows) // grid[0]).tolist(), *every[1:]]
+    if columns is not None and array.ndim > 1:
+        axes[1] = np.unique(np.asarray(columns) // grid[1]).tolist()
+    encode = array.metadata.encode_chunk_key
+    return [encode(coords) for coords in itertools.product(*axes)]
+
+
+def _guarded_read(path: str, name: str | None, storage_options: dict[str, Any] | None,
+                  body: Any) -> Any:
+    """Open the array and run ``body(array, what)``, turning remote I/O errors into one line."""
     what = describe(path, name)
     try:
         array = open_array(path, name, storage_options)
-        check_chunks(array, start, stop, what=what, missing_chunks=missing_chunks)
-        return read(array, slice(start, stop), what=what)
+        return body(array, what)
     except DataNotFoundError:
         raise
     except (OSError, MemoryError) as err:

@@ -542,6 +542,23 @@ def _add_missing(group: Any, *, missing_rate: float, seqs: _Seqs,
             mask[start:stop] = np.repeat(missing[:, :, None], ploidy, axis=2) | (block < 0)
 
 
+def _write_filters(group: Any, n_variants: int, chunk_rows: int) -> None:
+    """Every variant PASSes: ``filter_id``, ``filter_description``, ``variant_filter``.
+
+    bio2zarr writes these from a VCF's FILTER column but not from a tree sequence; with
+    them the simulated stores have the whole VCF Zarr layout (``pass_only`` works).
+    """
+    for name, text in (("filter_id", "PASS"), ("filter_description", "All filters passed")):
+        member = group.create_array(name, data=np.array([text], dtype=np.dtypes.StringDType()),
+                                    chunks=(1,))
+        member.attrs["_ARRAY_DIMENSIONS"] = ["filters"]
+    member = group.create_array("variant_filter", shape=(n_variants, 1), dtype=bool,
+                                chunks=(chunk_rows, 1), fill_value=False)
+    member[:] = True
+    member.attrs["_ARRAY_DIMENSIONS"] = ["variants", "filters"]
+    member.attrs["description"] = "Filters applied to each variant (all PASS: simulated)"
+
+
 def make_genotypes(
     out: str | os.PathLike[str],
     *,
@@ -606,7 +623,8 @@ def make_genotypes(
         The absolute path of the store. Beside bio2zarr's arrays (``call_genotype``
         (variants, samples, ploidy) int8, ``call_genotype_mask``, ``sample_id``,
         ``variant_position``, ...) it holds ``sample_population`` (samples,) with the
-        island name (``"pop_0"``, ...) of each sample, and group attrs
+        island name (``"pop_0"``, ...) of each sample, ``variant_filter`` (variants,
+        filters) with ``filter_id`` ``["PASS"]`` (every variant passes), and group attrs
         ``daskstraggle_dataset``, ``params``, ``seed`` and ``simulation``.
 
     Raises
@@ -681,6 +699,7 @@ def make_genotypes(
                                     data=populations.astype(np.dtypes.StringDType()))
         member.attrs["_ARRAY_DIMENSIONS"] = ["samples"]
         member.attrs["description"] = "Simulated population (island) of each sample"
+        _write_filters(group, params["n_variants"], chunk)
         if params["missing_rate"] > 0:
             _add_missing(group, missing_rate=params["missing_rate"], seqs=chunk_seqs,
                          chunk_rows=chunk, progress=progress)

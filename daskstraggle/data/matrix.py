@@ -27,12 +27,20 @@ from daskstraggle.data._zarr import (
     open_node,
     read,
 )
+from daskstraggle.data.genotypes import (
+    StoreArrays,
+    VariantTable,
+    filter_variants,
+    parse_genotype_dims,
+    parse_qc,
+)
 from daskstraggle.data.sources import (
     GENOTYPE_SCALINGS,
     GENOTYPE_STORAGES,
     MISSING_POLICIES,
     ArraySource,
     DaskSource,
+    GenotypeRowSource,
     GenotypeSource,
     RowSource,
     RowValues,
@@ -119,6 +127,12 @@ class Matrix:
         A group per column (population of each sample for simulated genotypes).
     dims : tuple of str
         Names of the row and column dimensions (from xarray input, or defaults).
+    attrs : dict
+        ``path`` of a store; ``qc``, the :class:`~daskstraggle.data.genotypes.QCReport`
+        of a genotype matrix whose variants were filtered.
+    variants : VariantTable or None
+        Genotypes from a VCF Zarr store or Dataset: its per-variant arrays
+        (``variant_position``, ...) at the matrix's rows.
     """
 
     source: RowSource
@@ -128,6 +142,7 @@ class Matrix:
     column_groups: np.ndarray | None = None
     dims: tuple[str, str] = ("sample", "feature")
     attrs: dict[str, Any] = field(default_factory=dict)
+    variants: VariantTable | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -153,7 +168,7 @@ class Matrix:
     def row_nbytes(self) -> int:
         """Bytes a worker holds per row: the stored values (2-bit codes for packed
         genotypes) and, for genotypes, the row's fill, centre and scale (float64)."""
-        if isinstance(self.source, GenotypeSource):
+        if isinstance(self.source, GenotypeRowSource):
             values = (-(-self.n_columns // 4) if self.source.storage == "packed"
                       else self.n_columns)
             return values + 24
@@ -161,7 +176,7 @@ class Matrix:
 
     @property
     def kind(self) -> str:
-        """Kind of input: numpy, dask, zarr or vcf-zarr."""
+        """Kind of input: numpy, dask, zarr, vcf-zarr or genotypes (in memory)."""
         return self.source.kind
 
     @property
@@ -172,7 +187,13 @@ class Matrix:
     @property
     def rows_standardized(self) -> bool:
         """Whether each row is centred by the loader (Patterson-scaled genotypes)."""
-        return isinstance(self.source, GenotypeSource) and self.source.scaling == "patterson"
+        return (isinstance(self.source, GenotypeRowSource)
+                and self.source.scaling == "patterson")
+
+    @property
+    def genotypes(self) -> bool:
+        """Whether rows are variants and columns samples (dosages decoded by the loader)."""
+        return isinstance(self.source, GenotypeRowSource)
 
     def partition_rows(self) -> np.ndarray:
         """Return the number of rows of each partition."""
@@ -196,6 +217,26 @@ class Matrix:
         )
         return replace(self, bounds=partition_bounds(self.source.chunk_bounds, n))
 
+    def select_rows(self, rows: np.ndarray) -> Matrix:
+        """Return the genotype matrix of rows ``rows`` (variants; nothing is copied).
+
+        The source reads the same store (or array) at the selected rows; partitions
+        follow its chunks, as many as before at most.
+        """
+        if not isinstance(self.source, GenotypeRowSource):
+            raise InvalidDataError(f"Only genotype matrices select rows; this is {self.kind}.")
+        rows = np.asarray(rows, dtype=np.int64)
+        source = self.source.select(rows)
+        bounds = source.chunk_bounds
+        aligned = np.array_equal(self.bounds, self.source.chunk_bounds)
+        if not aligned and len(rows) and self.n_partitions < len(bounds) - 1:
+            bounds = partition_bounds(bounds, min(self.n_partitions, len(rows)))
+        return replace(
+            self, source=source, bounds=bounds,
+            labels=None if self.labels is None else self.labels[rows],
+            variants=None if self.variants is None else self.variants.select(rows),
+        )
+
     def with_labels(self, labels: np.ndarray | None) -> Matrix:
         """Return the matrix with other labels (already validated, float64)."""
         return replace(self, labels=labels)
@@ -210,6 +251,8 @@ class Matrix:
         where = info.get("path", f"in memory ({self.kind})")
         if info.get("array"):
             where += f", array {info['array']!r}"
+        if "store_shape" in info:
+            where += f", a view of its {info['store_shape'][0]} x {info['store_shape'][1]}"
         extra = [f"{k}={info[k]!r}" for k in ("missing", "scaling") if k in info]
         lines = [
             f"<daskstraggle.Matrix ({rows}: {self.n_rows}, {cols}: {self.n_columns})> "
@@ -233,12 +276,15 @@ class Matrix:
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description (for traces and reports)."""
-        return {
+        out = {
             **self.source.describe(),
             "n_partitions": self.n_partitions,
             "has_labels": self.labels is not None,
             "dims": list(self.dims),
         }
+        if "qc" in self.attrs:
+            out["qc"] = self.attrs["qc"].to_dict()
+        return out
 
 
 def partition_bounds(chunk_bounds: np.ndarray, n_partitions: int) -> np.ndarray:
@@ -286,17 +332,23 @@ def open_matrix(
     missing_chunks: str = "error",
     genotype_storage: str = "int8",
     storage_options: dict[str, Any] | None = None,
+    genotype_dims: tuple[str, str] | None = None,
+    qc: Any = None,
+    client: Any = None,
 ) -> Matrix:
     """Describe a 2-D matrix as row partitions that Dask workers can load.
 
     Parameters
     ----------
-    source : str, path, numpy.ndarray, dask.array.Array, xarray.DataArray or Matrix
+    source : str, path, numpy.ndarray, dask.array.Array, xarray.DataArray, xarray.Dataset or Matrix
         A path or fsspec URL (``s3://``, ``gs://``, ``https://``, ``memory://``,
         ``file://``; see ``docs/remote-stores.md``) to a Zarr v2 or v3 array, or to a
         group with ``array`` naming the member; a VCF Zarr store (a group with
-        ``call_genotype``, as written by bio2zarr or sgkit); or an in-memory array. Rows
-        are samples.
+        ``call_genotype``, as written by bio2zarr or sgkit); an ``xarray.Dataset`` in VCF
+        Zarr layout (``call_genotype``, ``variant_*``, ``sample_id``), also a view made
+        with ``ds.sel``, ``ds.isel`` or a boolean variant mask (see
+        ``docs/genotype-pca.md``); or an in-memory array. Rows are samples (variants for
+        genotypes).
     array : str or None, default=None
         Member of a Zarr group to use. None: the store itself if it is an array,
         ``call_genotype`` if it is a VCF Zarr store, ``"X"`` when the group has one, or
@@ -330,11 +382,25 @@ def open_matrix(
         "http://127.0.0.1:9000"}`` or ``{"anon": True}`` for s3fs. They travel with each
         partition's load task: every worker opens the store itself from the URL and these
         options, so give credentials through the workers' environment where you can.
+    genotype_dims : tuple of str or None, default=None
+        A 2-D integer array (numpy, dask, xarray, a Zarr array) of alternate allele counts
+        per call (0-2, negative: missing), e.g. sgkit's ``call_alternate_allele_count``:
+        ``("variants", "samples")`` if rows are variants, ``("samples", "variants")`` if
+        rows are samples. It then becomes a genotype matrix (rows = variants, diploid,
+        Patterson-scaled as a VCF Zarr store). None: a plain matrix.
+    qc : GenotypeQC, dict or None, default=None
+        Genotypes only: keep the variants passing these quality-control steps
+        (``min_maf``, ``max_missing``, ``pass_only``, ``region``; see
+        :class:`~daskstraggle.data.genotypes.GenotypeQC`). MAF and missingness need one
+        counting pass over the genotypes, run here on ``client``.
+    client : distributed.Client or None, default=None
+        Where the counting pass of ``qc`` runs: its workers, else the default client's,
+        else this process (one partition at a time).
 
     Returns
     -------
     matrix : Matrix
-        Metadata only; no rows are read.
+        Metadata only; no rows are read (except by the counting pass of ``qc``).
 
     Raises
     ------
@@ -351,10 +417,14 @@ def open_matrix(
         the same errors naming the partition.
     InvalidParameterError
         If ``n_partitions``, ``chunk_rows``, ``missing``, ``genotype_scaling``,
-        ``missing_chunks`` or ``genotype_storage`` is invalid, or ``genotype_storage`` is
-        ``"packed"`` for genotypes of ploidy above 2; or a URL's protocol has no fsspec
-        implementation installed (the message names the package), or ``storage_options``
-        is given for a local path or refused by the file system.
+        ``missing_chunks``, ``genotype_storage``, ``genotype_dims`` or ``qc`` is invalid,
+        or ``genotype_storage`` is ``"packed"`` for genotypes of ploidy above 2; or a
+        URL's protocol has no fsspec implementation installed (the message names the
+        package), or ``storage_options`` is given for a local path or refused by the file
+        system; or a ``qc`` step needs an array the data lacks.
+    InvalidDataError
+        Also if no variant passes ``qc``, or an ``xarray.Dataset`` is not in VCF Zarr
+        layout.
 
     Examples
     --------
@@ -364,6 +434,8 @@ def open_matrix(
     >>> m.shape, m.n_partitions
     ((100, 3), 4)
     """
+    from daskstraggle.data import _open_genotypes as _genotypes
+
     caller = "open_matrix"
     check_choice(missing, name="missing", caller=caller, choices=MISSING_POLICIES)
     check_choice(genotype_scaling, name="genotype_scaling", caller=caller,
@@ -378,6 +450,10 @@ def open_matrix(
             f"The 'storage_options' parameter of {caller} applies to a store given by URL; "
             f"the source is a {type(source).__name__}. Drop it (CLI: --storage-option)."
         )
+    qc = parse_qc(qc, caller=caller)
+    rows_are_variants = (None if genotype_dims is None
+                         else parse_genotype_dims(genotype_dims, caller=caller))
+    options = _ZarrOptions(missing, genotype_scaling, missing_chunks, genotype_storage)
     if isinstance(source, Matrix):
         matrix = source
         if labels is not None:
@@ -387,11 +463,19 @@ def open_matrix(
         location, remote = parse_location(os.fspath(source), storage_options, caller=caller)
         if remote is not None:
             check_remote_store(location, remote, caller=caller)
-        options = _ZarrOptions(missing, genotype_scaling, missing_chunks, genotype_storage,
-                               remote)
+        options = replace(options, storage_options=remote)
         matrix = _open_zarr(location, array, labels, options)
+        if rows_are_variants is not None:
+            matrix = _genotypes.zarr_counts(matrix, rows_are_variants, options)
+    elif _is_dataset(source):
+        matrix = _genotypes.open_dataset(source, array, labels, options)
+    elif rows_are_variants is not None:
+        matrix = _genotypes.open_counts(source, array, labels, rows_are_variants, options)
     else:
         matrix = _open(source, array, labels, chunk_rows)
+    if qc is not None:
+        matrix = filter_variants(matrix, qc, client=client if client is not None
+                                 else _genotypes.default_client())
     if n_partitions is not None:
         check_int(n_partitions, name="n_partitions", caller=caller, low=1, high=matrix.n_rows,
                   remedy="Use at most one partition per row.")
@@ -516,10 +600,22 @@ def _open_zarr(path: str, array: str | None, labels: Any, options: _ZarrOptions)
         src = ZarrSource(path, name, node, missing_chunks=options.missing_chunks,
                          storage_options=options.storage_options)
     y = _parse_labels(labels, group, src.shape[0], options.missing_chunks)
+    variants = None
+    if isinstance(src, GenotypeSource):
+        variants = VariantTable(StoreArrays(path, options.storage_options))
     return Matrix(
         src, src.chunk_bounds, labels=y, columns=columns, column_groups=groups, dims=dims,
-        attrs={"path": path},
+        attrs={"path": path}, variants=variants,
     )
+
+
+def _check_packable(options: _ZarrOptions, ploidy: int, what: str) -> None:
+    if options.storage == "packed" and ploidy > 2:
+        raise InvalidParameterError(
+            "The 'genotype_storage' parameter of open_matrix must be 'int8' for genotypes "
+            f"of ploidy {ploidy} ({what}): 'packed' holds dosages 0-2 in 2 bits (ploidy 1 or "
+            "2). Got 'packed' instead (CLI: drop --packed-genotypes)."
+        )
 
 
 def _choose_array(group: GroupArrays, array: str | None) -> str:
@@ -567,12 +663,7 @@ def _genotype_source(path: str, node: Any, options: _ZarrOptions) -> GenotypeSou
             f"and dtype {node.dtype}."
         )
     _check_2d(node.shape[:2], f"{path}/call_genotype")
-    if options.storage == "packed" and node.shape[2] > 2:
-        raise InvalidParameterError(
-            "The 'genotype_storage' parameter of open_matrix must be 'int8' for genotypes "
-            f"of ploidy {node.shape[2]} ({path!r}): 'packed' holds dosages 0-2 in 2 "
-            "bits (ploidy 1 or 2). Got 'packed' instead (CLI: drop --packed-genotypes)."
-        )
+    _check_packable(options, node.shape[2], repr(path))
     return GenotypeSource(path, node, name="call_genotype", missing=options.missing,
                           scaling=options.scaling, missing_chunks=options.missing_chunks,
                           storage=options.storage, storage_options=options.storage_options)
@@ -653,6 +744,10 @@ def _strings(values: Any) -> np.ndarray:
 
 def _is_xarray(obj: Any) -> bool:
     return type(obj).__module__.startswith("xarray") and hasattr(obj, "dims")
+
+
+def _is_dataset(obj: Any) -> bool:
+    return type(obj).__module__.startswith("xarray") and hasattr(obj, "data_vars")
 
 
 def _is_dask(obj: Any) -> bool:

@@ -9,6 +9,7 @@ its own rows.
 
 from __future__ import annotations
 
+import copy
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -18,12 +19,15 @@ from typing import Any
 import numpy as np
 
 from daskstraggle.data._decode import decode_calls
-from daskstraggle.data._zarr import read_rows
+from daskstraggle.data._zarr import read_rows, read_selection
+from daskstraggle.errors import InvalidDataError
 from daskstraggle.problems._packing import pack_dosages
 
 __all__ = [
     "ArraySource",
     "DaskSource",
+    "GenotypeArraySource",
+    "GenotypeRowSource",
     "GenotypeSource",
     "RowSource",
     "RowValues",
@@ -59,7 +63,8 @@ class RowSource(ABC):
         Row boundaries of the storage chunks, from 0 to ``n_rows``; partitions are
         aligned to them where possible.
     kind : str
-        ``"numpy"``, ``"dask"``, ``"zarr"`` or ``"vcf-zarr"``.
+        ``"numpy"``, ``"dask"``, ``"zarr"``, ``"vcf-zarr"`` or ``"genotypes"`` (in
+        memory).
     """
 
     shape: tuple[int, int]
@@ -226,13 +231,27 @@ class _GenotypeLoader:
     missing_chunks: str = "error"
     storage: str = "int8"
     storage_options: dict[str, Any] | None = None  # a URL's fsspec options; None: a path
+    rows: np.ndarray | None = None  # the store's variants of rows [start, stop); None: those
+    columns: np.ndarray | None = None  # the store's samples read; None: all
 
     def __call__(self) -> RowValues:
-        rows = genotype_rows(_read_rows(self), missing=self.missing, scaling=self.scaling)
-        if self.storage != "packed":
-            return rows
-        return RowValues(pack_dosages(rows.values), fill=rows.fill, center=rows.center,
-                         scale=rows.scale, packed_columns=int(rows.values.shape[1]))
+        if self.rows is None and self.columns is None:
+            calls = _read_rows(self)
+        else:
+            rows = np.arange(self.start, self.stop) if self.rows is None else self.rows
+            calls = read_selection(self.path, self.name, rows, self.columns,
+                                   missing_chunks=self.missing_chunks,
+                                   storage_options=self.storage_options)
+        rows_ = genotype_rows(np.asarray(calls), missing=self.missing, scaling=self.scaling)
+        return _stored(rows_, self.storage)
+
+
+def _stored(rows: RowValues, storage: str) -> RowValues:
+    """The rows as a worker holds them: int8 dosages, or 2-bit codes (``"packed"``)."""
+    if storage != "packed":
+        return rows
+    return RowValues(pack_dosages(rows.values), fill=rows.fill, center=rows.center,
+                     scale=rows.scale, packed_columns=int(rows.values.shape[1]))
 
 
 #: Allele index that pads a call of lower ploidy than the array (VCF Zarr, e.g. chrX in males).
@@ -332,7 +351,42 @@ def _dosage(alt: np.ndarray, n_alleles: np.ndarray, ploidy: int,
 
 
 
-class GenotypeSource(RowSource):
+class GenotypeRowSource(RowSource):
+    """Base of the sources whose rows are variants' dosages (standardised by the loader).
+
+    Attributes
+    ----------
+    missing, scaling, storage : str
+        Imputation of missing calls, per-variant scaling and how workers hold the dosages
+        (see :func:`genotype_rows` and :class:`GenotypeSource`).
+    ploidy : int
+        Alleles per call (the largest dosage).
+    """
+
+    missing: str
+    scaling: str
+    storage: str
+    ploidy: int
+
+    @abstractmethod
+    def select(self, rows: np.ndarray) -> GenotypeRowSource:
+        """Return the source of rows ``rows`` (indices into this source's rows)."""
+
+    def count_source(self) -> GenotypeRowSource:
+        """Return this source with raw int8 dosages (no scaling, not packed), for counting."""
+        out = copy.copy(self)
+        out.scaling, out.storage = "none", "int8"
+        return out
+
+
+def selection_bounds(index: np.ndarray, chunk_rows: int) -> np.ndarray:
+    """Row boundaries where the store chunk of ``index`` (store rows, in order) changes."""
+    chunk = np.asarray(index, dtype=np.int64) // max(int(chunk_rows), 1)
+    inner = np.flatnonzero(np.diff(chunk) != 0) + 1
+    return np.concatenate([[0], inner, [len(chunk)]]).astype(np.int64)
+
+
+class GenotypeSource(GenotypeRowSource):
     """Dosage rows (one per variant) from a VCF Zarr store's ``call_genotype``.
 
     See :func:`genotype_rows` for the dosages (calls of lower ploidy are scaled to the
@@ -340,6 +394,11 @@ class GenotypeSource(RowSource):
     ``storage="packed"`` a worker holds the dosages as 2-bit codes, four calls per byte
     (:mod:`daskstraggle.problems._packing`): a quarter of the int8 memory. Only arrays of
     ploidy 1 or 2 can be packed (dosages 0-2); the caller checks that.
+
+    ``variant_index`` and ``sample_index`` (store rows and columns, None: all) select a
+    view of the store, e.g. from an ``xarray.Dataset`` the user filtered: each loader
+    reads only the chunks holding its selected calls and applies the selection there; the
+    statistics (mean dosage, imputation, scale) are those of the selected samples.
     """
 
     kind = "vcf-zarr"
@@ -355,6 +414,8 @@ class GenotypeSource(RowSource):
         missing_chunks: str = "error",
         storage: str = "int8",
         storage_options: dict[str, Any] | None = None,
+        variant_index: np.ndarray | None = None,
+        sample_index: np.ndarray | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self.storage_options = storage_options
@@ -364,18 +425,46 @@ class GenotypeSource(RowSource):
         self.storage = storage
         self.missing_chunks = missing_chunks
         self.ploidy = int(array.shape[2])
-        self.shape = (int(array.shape[0]), int(array.shape[1]))
+        self.store_shape = (int(array.shape[0]), int(array.shape[1]))
+        self.chunk_rows = int(array.chunks[0])
         self.dtype = np.dtype(np.int8)
-        self.chunk_bounds = regular_bounds(self.shape[0], int(array.chunks[0]))
+        self._set_selection(variant_index, sample_index)
+
+    def _set_selection(self, variants: np.ndarray | None, samples: np.ndarray | None) -> None:
+        self.variant_index = None if variants is None else np.asarray(variants, dtype=np.int64)
+        self.sample_index = None if samples is None else np.asarray(samples, dtype=np.int64)
+        n_rows, n_columns = self.store_shape
+        if self.variant_index is None:
+            self.chunk_bounds = regular_bounds(n_rows, self.chunk_rows)
+        else:
+            n_rows = len(self.variant_index)
+            self.chunk_bounds = selection_bounds(self.variant_index, self.chunk_rows)
+        if self.sample_index is not None:
+            n_columns = len(self.sample_index)
+        self.shape = (n_rows, n_columns)
+
+    def store_rows(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """Return the store's variant indices of this source's rows (all, or ``rows``)."""
+        index = (np.arange(self.store_shape[0]) if self.variant_index is None
+                 else self.variant_index)
+        return index if rows is None else index[np.asarray(rows, dtype=np.int64)]
+
+    def select(self, rows: np.ndarray) -> GenotypeSource:
+        """Return the source of rows ``rows`` (indices into this source's rows)."""
+        out = copy.copy(self)
+        out._set_selection(self.store_rows(rows), self.sample_index)
+        return out
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a loader reading variants ``[start, stop)`` as dosages."""
+        rows = None if self.variant_index is None else self.variant_index[start:stop]
         return _GenotypeLoader(self.path, self.name, start, stop, self.missing, self.scaling,
-                               self.missing_chunks, self.storage, self.storage_options)
+                               self.missing_chunks, self.storage, self.storage_options,
+                               rows, self.sample_index)
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
-        return {
+        out = {
             **super().describe(),
             "path": self.path,
             "array": self.name,
@@ -385,3 +474,121 @@ class GenotypeSource(RowSource):
             "missing_chunks": self.missing_chunks,
             "storage": self.storage,
         }
+        if self.variant_index is not None or self.sample_index is not None:
+            out["store_shape"] = list(self.store_shape)  # a view: the selected shape differs
+        return out
+
+
+# --------------------------------------------------------------------------- in memory
+def dosage_rows(dosages: np.ndarray, *, ploidy: int, missing: str, scaling: str) -> RowValues:
+    """Turn allele counts (variants, samples) into dosage rows, as :func:`genotype_rows`.
+
+    Negative counts are missing calls. Counts above ``ploidy`` are refused.
+
+    Parameters
+    ----------
+    dosages : ndarray of int of shape (n_variants, n_samples)
+        Alternate allele counts per call (sgkit's ``call_alternate_allele_count``).
+    ploidy : int
+        The largest count.
+    missing : {"mean", "zero"}
+        Imputation of missing calls.
+    scaling : {"patterson", "none"}
+        Per-variant standardisation.
+
+    Returns
+    -------
+    rows : RowValues
+        int8 dosages (-1 where missing) with per-row fill, centre and scale.
+
+    Raises
+    ------
+    InvalidDataError
+        If a count exceeds ``ploidy``.
+    """
+    counts = np.asarray(dosages)
+    if counts.size and int(counts.max()) > ploidy:
+        raise InvalidDataError(
+            f"The allele counts go up to {int(counts.max())}; counts of ploidy {ploidy} "
+            f"are 0-{ploidy} (negative: missing). Pass alternate allele counts per call."
+        )
+    is_missing = counts < 0
+    dosage = np.where(is_missing, 0, counts).astype(np.int8)
+    counted = counts.shape[1] - np.count_nonzero(is_missing, axis=1)
+    sums = dosage.sum(axis=1, dtype=np.float64)
+    return _transformed(dosage, counted, sums, bool(is_missing.any()), is_missing,
+                        ploidy=ploidy, missing=missing, scaling=scaling)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class _ArrayGenotypeLoader:
+    rows: Any  # numpy rows, or a culled dask array of them
+    calls: bool  # (variants, samples, ploidy) calls; else (variants, samples) counts
+    ploidy: int
+    missing: str
+    scaling: str
+    storage: str
+
+    def __call__(self) -> RowValues:
+        values = self.rows
+        if hasattr(values, "__dask_graph__"):
+            import dask
+
+            (values,) = dask.compute(values, scheduler="sync")
+        values = np.asarray(values)
+        if self.calls:
+            rows = genotype_rows(values, missing=self.missing, scaling=self.scaling)
+        else:
+            rows = dosage_rows(values, ploidy=self.ploidy, missing=self.missing,
+                               scaling=self.scaling)
+        return _stored(rows, self.storage)
+
+
+class GenotypeArraySource(GenotypeRowSource):
+    """Dosage rows from in-memory genotypes: calls (variants, samples, ploidy) or counts.
+
+    The array is numpy (each loader carries its own rows) or dask (each loader carries the
+    culled graph of its rows and computes it where it runs, e.g. reading a store the
+    Dataset was opened from). Rows are variants; the loader decodes and scales them as
+    :class:`GenotypeSource` does.
+    """
+
+    kind = "genotypes"
+
+    def __init__(self, array: Any, *, ploidy: int | None = None, missing: str = "mean",
+                 scaling: str = "patterson", storage: str = "int8") -> None:
+        self.array = array
+        self.calls = len(array.shape) == 3
+        self.ploidy = int(array.shape[2]) if self.calls else int(ploidy or 2)
+        self.missing = missing
+        self.scaling = scaling
+        self.storage = storage
+        self.shape = (int(array.shape[0]), int(array.shape[1]))
+        self.dtype = np.dtype(np.int8)
+        if hasattr(array, "chunks") and hasattr(array, "__dask_graph__"):
+            self.chunk_bounds = np.concatenate([[0], np.cumsum(array.chunks[0])]).astype(np.int64)
+        else:
+            rows = max(1, (32 * 2**20) // max(1, int(np.prod(array.shape[1:]))))
+            self.chunk_bounds = regular_bounds(self.shape[0], rows)
+
+    def select(self, rows: np.ndarray) -> GenotypeArraySource:
+        """Return the source of rows ``rows`` (a lazy selection of a dask array)."""
+        return GenotypeArraySource(self.array[np.asarray(rows, dtype=np.int64)],
+                                   ploidy=self.ploidy, missing=self.missing,
+                                   scaling=self.scaling, storage=self.storage)
+
+    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
+        """Return a loader carrying rows ``[start, stop)`` (or their culled graph)."""
+        rows = self.array[start:stop]
+        if hasattr(rows, "__dask_graph__"):
+            import dask
+
+            (rows,) = dask.optimize(rows)
+        return _ArrayGenotypeLoader(rows, self.calls, self.ploidy, self.missing, self.scaling,
+                                    self.storage)
+
+    def describe(self) -> dict[str, Any]:
+        """Return a JSON-serialisable description of the source."""
+        return {**super().describe(), "missing": self.missing, "scaling": self.scaling,
+                "ploidy": self.ploidy, "storage": self.storage,
+                "calls": "calls" if self.calls else "allele counts"}

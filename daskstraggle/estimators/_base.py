@@ -26,7 +26,7 @@ from daskstraggle.trace import Result
 __all__: list[str] = []
 
 #: Keys of ``solve_params`` that say how to open the data (the rest go to ``solve``).
-_OPEN_KEYS = ("array", "missing_chunks", "storage_options", "n_partitions")
+_OPEN_KEYS = ("array", "missing_chunks", "storage_options", "n_partitions", "genotype_dims")
 #: Parameters the estimators set themselves; ``solve_params`` may not repeat them.
 _OWN_KEYS = ("method", "method_params", "max_iter", "tol", "rng", "runtime", "n_workers",
              "client", "stragglers", "labels")
@@ -98,7 +98,7 @@ class _Estimator(BaseEstimator):
         """
         open_kw, _ = self._split_params()
         offset = None
-        if _is_source(X):
+        if _is_source(X) or open_kw.get("genotype_dims") is not None:
             matrix = open_matrix(X, **open_kw)
             if supervised and isinstance(y, str):
                 y = open_matrix(X, labels=y, **open_kw).labels
@@ -177,7 +177,7 @@ _COMMON_DOC = """
         Other keyword arguments of :func:`~daskstraggle.solve` (``step_size``,
         ``time_budget``, ``scheduler``, ``reference``, ``progress``, ``checkpoint``, ...)
         and of :func:`~daskstraggle.open_matrix` (``array``, ``missing_chunks``,
-        ``storage_options``, ``n_partitions``).
+        ``storage_options``, ``n_partitions``, ``genotype_dims``).
 """
 
 _FITTED_DOC = """

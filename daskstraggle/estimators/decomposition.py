@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from daskstraggle import _passes
 from daskstraggle._validation import check_int
 from daskstraggle.api import fit_pca
+from daskstraggle.data.genotypes import check_not_allele_counts, filter_variants, parse_qc
 from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import InvalidDataError
 from daskstraggle.estimators._base import _COMMON_DOC, _FITTED_DOC, _Estimator, _is_source
@@ -36,11 +38,19 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
     ``n_features_in_`` is the number of samples and ``mean_`` is zero (each variant is
     centred by the data layer). The fit keeps, per variant, the centre (mean dosage,
     ploidy times the alternate allele frequency) and scale used, and the variant loadings
-    ``U = Z V / s``. ``transform(store)`` projects the **samples** of a VCF Zarr store with
-    the same variants in the same order onto them: each variant standardised with the
+    ``U = Z V / s``. ``transform(store)`` projects the **samples** of a VCF Zarr store (or
+    Dataset) holding the fit's variants onto them: each variant standardised with the
     fit's centre and scale (a missing call counts 0), the scores are ``Z_new^T U`` (n_samples,
     k); for the training store this is ``components_.T * singular_values_``, which
-    ``fit_transform`` returns without another pass. ``inverse_transform`` is refused.
+    ``fit_transform`` returns without another pass. The fit's variants are found in the
+    new data by contig, position and alleles (``variant_keys_``), so it may hold more
+    variants or another order; one it lacks is refused. ``inverse_transform`` is refused.
+    ``qc`` chooses the variants (MAF, missingness, FILTER, region); ``variant_mask_``
+    records which of the input's variants the fit used. A 2-D integer array that looks
+    like allele counts (an xarray DataArray or a dask array; numpy arrays follow
+    scikit-learn: their rows are samples) is refused unless ``solve_params`` gives
+    ``genotype_dims``. :func:`~daskstraggle.genotype_pca` returns the same fit in sgkit's
+    variables.
 
     Parameters
     ----------
@@ -49,6 +59,11 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         n_columns)`` (``min(n_rows, n_columns)`` for genotypes); pass an int for large data.
     oversample : int or None, default=None
         Extra columns carried by iterative methods (see :func:`~daskstraggle.fit_pca`).
+    qc : GenotypeQC, dict or None, default=None
+        Genotypes only: the variants used (``min_maf``, ``max_missing``, ``pass_only``,
+        ``region``; see :class:`~daskstraggle.GenotypeQC`). The counting pass of
+        ``min_maf`` and ``max_missing`` runs where the variant pass does (``client``, the
+        default client, or this process).
     {_COMMON_DOC.format(default='"auto"', max_iter=100,
                         auto='"gram", exact in one round, up to 4096 columns, else "block"',
                         tol='1e-6',
@@ -78,6 +93,11 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         Genotypes only: each variant's centre and scale in the fit.
     variant_loadings_ : ndarray of shape (n_variants, n_components)
         Genotypes only: ``U``, the variants' loadings (unit-norm columns).
+    variant_mask_ : ndarray of bool of shape (n_input_variants,)
+        Genotypes only: the input's variants the fit used (all, without ``qc``).
+    variant_keys_ : ndarray of str of shape (n_variants,) or None
+        Genotypes only: ``contig:position:alleles`` of each variant used (None for
+        in-memory allele counts, which have no variant metadata).
     {_FITTED_DOC.strip()}
 
     See Also
@@ -97,12 +117,13 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
     """
 
     def __init__(self, n_components: int | None = None, *, oversample: int | None = None,
-                 method: str = "auto", method_params: dict[str, Any] | None = None,
+                 qc: Any = None, method: str = "auto", method_params: dict[str, Any] | None = None,
                  max_iter: int = 100, tol: float | None = 1e-6, random_state: Any = None,
                  runtime: Any = None, n_workers: int | None = None, client: Any = None,
                  stragglers: Any = None, solve_params: dict[str, Any] | None = None) -> None:
         self.n_components = n_components
         self.oversample = oversample
+        self.qc = qc
         self.method = method
         self.method_params = method_params
         self.max_iter = max_iter
@@ -130,9 +151,9 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
 
         Parameters
         ----------
-        X : str, path, array-like, dask or xarray array, or Matrix
-            Anything :func:`~daskstraggle.open_matrix` accepts; a VCF Zarr store gives
-            genotype PCA (see the class docstring).
+        X : str, path, array-like, dask or xarray array, xarray.Dataset, or Matrix
+            Anything :func:`~daskstraggle.open_matrix` accepts; a VCF Zarr store or a
+            Dataset in its layout gives genotype PCA (see the class docstring).
         y : None
             Ignored.
 
@@ -141,7 +162,14 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         self : PCA
             The fitted estimator.
         """
+        qc = parse_qc(self.qc, caller="PCA")
+        oriented = self._split_params()[0].get("genotype_dims") is not None
+        if _is_source(X) and not oriented:
+            check_not_allele_counts(X, caller="PCA")
         matrix, _, _ = self._open(X)
+        if not oriented:
+            check_not_allele_counts(matrix, caller="PCA")  # a 2-D integer Zarr array
+        matrix = filter_variants(matrix, qc, client=self._pass_client())
         k = self._resolve_components(matrix)
         _, extra = self._split_params()
         result = fit_pca(matrix, k, oversample=self.oversample,
@@ -163,7 +191,8 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         left = min(matrix.n_rows, matrix.n_columns) - k
         self.noise_variance_ = (max(total - float(self.explained_variance_.sum()), 0.0)
                                 / left if left > 0 and k < rank else 0.0)
-        for name in ("variant_mean_", "variant_scale_", "variant_loadings_"):
+        for name in ("variant_mean_", "variant_scale_", "variant_loadings_", "variant_mask_",
+                     "variant_keys_"):
             if hasattr(self, name):
                 delattr(self, name)
         if self.genotypes_:
@@ -179,15 +208,19 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         s = self.singular_values_
         ZV = np.concatenate([p[2] for p in parts])
         self.variant_loadings_ = np.divide(ZV, s, out=np.zeros_like(ZV), where=s > 0)
+        report = matrix.attrs.get("qc")
+        self.variant_mask_ = (np.ones(matrix.n_rows, dtype=bool) if report is None
+                              else report.kept.copy())
+        self.variant_keys_ = None if matrix.variants is None else matrix.variants.keys()
 
     def transform(self, X: Any) -> np.ndarray:
         """Project ``X`` onto the components.
 
         Parameters
         ----------
-        X : str, path, array-like, dask or xarray array, or Matrix
-            Rows to project (a plain-matrix fit), or a VCF Zarr store with the fit's
-            variants whose samples to project (a genotype fit).
+        X : str, path, array-like, dask or xarray array, xarray.Dataset, or Matrix
+            Rows to project (a plain-matrix fit), or a VCF Zarr store or Dataset holding
+            the fit's variants whose samples to project (a genotype fit).
 
         Returns
         -------
@@ -197,8 +230,8 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         Raises
         ------
         InvalidDataError
-            For a genotype fit: if ``X`` is not a VCF Zarr store (Patterson-scaled) with
-            as many variants as the fit.
+            For a genotype fit: if ``X`` is not a VCF Zarr store or Dataset
+            (Patterson-scaled) holding each of the fit's variants once.
         """
         check_is_fitted(self)
         if self.genotypes_:
@@ -210,24 +243,49 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
 
     def _transform_genotypes(self, X: Any) -> np.ndarray:
         open_kw, _ = self._split_params()
-        matrix = open_matrix(X, **open_kw) if _is_source(X) else None
+        opens = _is_source(X) or open_kw.get("genotype_dims") is not None
+        matrix = open_matrix(X, **open_kw) if opens else None
         if matrix is None or not matrix.rows_standardized:
             raise InvalidDataError(
                 "This PCA was fitted on genotypes (rows = variants, columns = samples): "
-                "transform projects the samples of a VCF Zarr store (path or Matrix with "
-                "Patterson scaling) with the same variants; got "
+                "transform projects the samples of a VCF Zarr store or Dataset (or a "
+                "Patterson-scaled Matrix) holding the fit's variants; got "
                 f"{type(X).__name__}. The training samples' scores are "
                 "components_.T * singular_values_."
             )
-        n_variants = len(self.variant_mean_)
-        if matrix.n_rows != n_variants:
-            raise InvalidDataError(
-                f"The store has {matrix.n_rows} variants but this PCA was fitted on "
-                f"{n_variants}: projecting samples needs the same variants in the same order."
-            )
+        matrix = self._fit_variants_of(matrix)
         make = _passes.sample_scores(self.variant_mean_, self.variant_scale_,
                                      self.variant_loadings_)
         return np.sum(_passes.map_partitions(matrix, make, self._pass_client()), axis=0)
+
+    def _fit_variants_of(self, matrix: Matrix) -> Matrix:
+        """The rows of ``matrix`` holding the fit's variants, in the fit's order."""
+        n_variants = len(self.variant_mean_)
+        keys = None if matrix.variants is None else matrix.variants.keys()
+        if self.variant_keys_ is None or keys is None:
+            if matrix.n_rows != n_variants:
+                raise InvalidDataError(
+                    f"The data has {matrix.n_rows} variants but this PCA was fitted on "
+                    f"{n_variants}: without variant positions (in-memory allele counts) "
+                    "projecting samples needs the same variants in the same order."
+                )
+            return matrix
+        if np.array_equal(keys, self.variant_keys_):
+            return matrix
+        rows = {key: row for row, key in enumerate(keys)}
+        missing = [key for key in self.variant_keys_ if key not in rows]
+        counts = Counter(keys[np.isin(keys, self.variant_keys_)].tolist())
+        repeated = sorted(key for key, n in counts.items() if n > 1)
+        if missing or repeated:
+            what = (f"{len(missing)} of the fit's {n_variants} variants are not in it "
+                    f"(first: {missing[0]})" if missing else
+                    f"{len(repeated)} of the fit's variants repeat in it (first: {repeated[0]})")
+            raise InvalidDataError(
+                f"Cannot project these samples: {what}. The fit's variants are found by "
+                "contig, position and alleles (variant_keys_); use data with each of them "
+                "once, e.g. the same VCF Zarr variants."
+            )
+        return matrix.select_rows(np.array([rows[key] for key in self.variant_keys_]))
 
     def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:
         """Fit and return the projection of the training data.

@@ -1,0 +1,54 @@
+"""The genotype quality-control options of the ``pca`` command (kept out of cli.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from daskstraggle.data.genotypes import GenotypeQC, parse_qc
+
+__all__ = ["qc_from_params", "qc_line", "qc_options"]
+
+
+def qc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--min-maf``, ``--max-missing``, ``--pass-only`` and ``--region``."""
+    options = [
+        click.option("--min-maf", type=float, default=None, metavar="F",
+                     help="VCF Zarr: keep variants whose minor allele frequency is at least "
+                          "F, in [0, 0.5] (as plink --maf; one counting pass on the workers)."),
+        click.option("--max-missing", type=float, default=None, metavar="F",
+                     help="VCF Zarr: keep variants with at most this fraction of missing "
+                          "calls, in [0, 1] (as plink --geno)."),
+        click.option("--pass-only", is_flag=True, default=False,
+                     help="VCF Zarr: keep variants whose FILTER is PASS."),
+        click.option("--region", default=None, metavar="CONTIG[:START-END]",
+                     help="VCF Zarr: keep variants in this region (1-based, inclusive), "
+                          "e.g. 1:1000000-2000000."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def qc_from_params(params: dict[str, Any]) -> GenotypeQC | None:
+    """Pop the options' values from ``params``; return the quality control (None: none).
+
+    Raises
+    ------
+    InvalidParameterError
+        If a value is out of range (one line naming the option).
+    """
+    qc = GenotypeQC(min_maf=params.pop("min_maf"), max_missing=params.pop("max_missing"),
+                    pass_only=params.pop("pass_only"), region=params.pop("region"))
+    return parse_qc(qc, caller="pca")
+
+
+def qc_line(result: Any) -> str | None:
+    """One line of the result table: the variants that quality control kept, or None."""
+    qc = result.attrs.get("matrix", {}).get("qc")
+    if not qc:
+        return None
+    removed = ", ".join(f"{step} removed {n}" for step, n in qc["removed"].items())
+    return f"variants    {qc['n_kept']} of {qc['n_variants']} kept by quality control ({removed})"

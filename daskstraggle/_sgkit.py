@@ -1,0 +1,132 @@
+"""A genotype PCA as sgkit's ``pca`` returns it: the ``sample_pca_*`` variables.
+
+sgkit (``sgkit.stats.pca``, read at sgkit 0.10) fits on ``X``, the Patterson-scaled
+alternate allele counts with samples as rows (N samples x M variants, its
+``PattersonScaler``), dask-ml's ``TruncatedSVD`` (no further centring), ``X = U S Vᵀ``:
+
+- ``sample_pca_projection`` (samples, components): ``U S``, the samples' scores;
+- ``sample_pca_component`` (variants, components): ``V``, unit-norm variant axes;
+- ``sample_pca_explained_variance`` (components): ``var(U S, axis=0)`` with ddof 0, i.e.
+  ``s² / N`` since the columns of ``X`` are centred;
+- ``sample_pca_explained_variance_ratio``: that over ``X.var(axis=0).sum()``, i.e.
+  ``s² / ‖X‖²_F``;
+- ``sample_pca_loading`` (variants, components): ``V * sqrt(explained_variance)``.
+
+Our fit has rows = variants, ``Z = Xᵀ``: ``components`` are ``Uᵀ``, the loadings from a
+variant pass are ``V`` and the singular values are the same. Signs follow dask's
+``svd_flip`` (dask >= 2.26, used by dask-ml's ``TruncatedSVD``): each column of ``V`` sums
+to a non-negative number. See ``docs/genotype-pca.md``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from daskstraggle.errors import StraggleWarning
+
+__all__ = ["SGKIT_PCA_VARIABLES", "merge_into", "pca_dataset"]
+
+#: The variables of ``sgkit.pca(..., merge=False)``, in its order.
+SGKIT_PCA_VARIABLES = (
+    "sample_pca_projection",
+    "sample_pca_component",
+    "sample_pca_explained_variance",
+    "sample_pca_explained_variance_ratio",
+    "sample_pca_loading",
+)
+
+
+def pca_dataset(components: np.ndarray, singular_values: np.ndarray,
+                explained_variance_ratio: np.ndarray, variant_axes: np.ndarray, *,
+                sample_id: np.ndarray | None = None,
+                variant_coords: dict[str, np.ndarray] | None = None) -> xr.Dataset:
+    """Return sgkit's ``sample_pca_*`` variables from a genotype fit (rows = variants).
+
+    Parameters
+    ----------
+    components : ndarray of shape (n_components, n_samples)
+        The samples' unit eigenvectors (``Result.fitted["components"]``).
+    singular_values : ndarray of shape (n_components,)
+        Singular values of the standardised genotypes.
+    explained_variance_ratio : ndarray of shape (n_components,)
+        ``s² / ‖Z‖²_F``.
+    variant_axes : ndarray of shape (n_variants, n_components)
+        The variants' unit axes ``Z V / s``.
+    sample_id : ndarray of shape (n_samples,) or None, default=None
+        A ``sample_id`` coordinate.
+    variant_coords : dict of str to ndarray of shape (n_variants,) or None, default=None
+        Coordinates along ``variants`` (``variant_contig``, ``variant_position``).
+
+    Returns
+    -------
+    ds : xarray.Dataset
+        ``sample_pca_projection`` (samples, components), ``sample_pca_component`` and
+        ``sample_pca_loading`` (variants, components), ``sample_pca_explained_variance``
+        and ``sample_pca_explained_variance_ratio`` (components), float64.
+    """
+    s = np.asarray(singular_values, dtype=np.float64)
+    axes = np.asarray(variant_axes, dtype=np.float64)
+    signs = np.where(axes.sum(axis=0) >= 0, 1.0, -1.0)  # dask's svd_flip (v-based)
+    axes = axes * signs
+    projection = np.asarray(components, dtype=np.float64).T * (s * signs)
+    explained = projection.var(axis=0)  # ddof 0, as dask-ml's TruncatedSVD
+    n_samples = projection.shape[0]
+    ratio = np.asarray(explained_variance_ratio, dtype=np.float64)
+    # sgkit's ratio is explained / X.var(axis=0).sum() = s^2 / |Z|_F^2 for centred variants
+    full = np.divide(s**2, ratio, out=np.zeros_like(s), where=ratio > 0)
+    total = float(full[ratio > 0][0]) / n_samples if (ratio > 0).any() else 0.0
+    ratio = explained / total if total > 0 else np.zeros_like(explained)
+    out = xr.Dataset({
+        "sample_pca_projection": (("samples", "components"), projection),
+        "sample_pca_component": (("variants", "components"), axes),
+        "sample_pca_explained_variance": ("components", explained),
+        "sample_pca_explained_variance_ratio": ("components", ratio),
+        "sample_pca_loading": (("variants", "components"), axes * np.sqrt(explained)),
+    })
+    coords: dict[str, Any] = {}
+    if sample_id is not None:
+        coords["sample_id"] = ("samples", np.asarray(sample_id))
+    for name, values in (variant_coords or {}).items():
+        coords[name] = ("variants", np.asarray(values))
+    return out.assign_coords(coords)
+
+
+def merge_into(ds: xr.Dataset, out: xr.Dataset, kept: np.ndarray | None) -> xr.Dataset:
+    """Merge the PCA variables into ``ds`` as sgkit's ``merge=True`` does.
+
+    ``out``'s variables replace ``ds``'s of the same name (with a warning, as sgkit's
+    ``MergeWarning``); ``ds``'s attrs are kept. Variants that quality control removed
+    (``kept`` False) get NaN in the per-variant variables.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The input (the same variants and samples as the fit's input).
+    out : xarray.Dataset
+        :func:`pca_dataset`'s output, without coordinates.
+    kept : ndarray of bool of shape (ds.sizes["variants"],) or None
+        The variants the fit used (None: all).
+
+    Returns
+    -------
+    merged : xarray.Dataset
+    """
+    out = out.drop_vars(list(out.coords))
+    if kept is not None and not kept.all():
+        rows = np.full(kept.size, -1)
+        rows[np.flatnonzero(kept)] = np.arange(int(kept.sum()))
+        mask = xr.DataArray(kept, dims="variants")
+        out = xr.Dataset({
+            name: (var.isel(variants=np.maximum(rows, 0)).where(mask)
+                   if "variants" in var.dims else var)
+            for name, var in out.data_vars.items()})
+    clobbered = sorted(set(map(str, ds.data_vars)) & set(map(str, out.data_vars)))
+    if clobbered:
+        warnings.warn(f"The following variables in the input dataset will be replaced in the "
+                      f"output: {', '.join(clobbered)}", StraggleWarning, stacklevel=3)
+    merged = out.merge(ds, compat="override")
+    return merged.assign_attrs({**ds.attrs, **out.attrs})

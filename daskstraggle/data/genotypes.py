@@ -1,0 +1,640 @@
+"""Genotype matrices: quality control of variants, per-variant tables, allele-count checks.
+
+Quality control (:class:`GenotypeQC`) decides which variants a genotype PCA uses *before*
+the run, because a matrix's shape is fixed up front. Its cost is stated where it is paid:
+
+- ``region`` and ``pass_only`` read only small per-variant arrays (``variant_contig``,
+  ``variant_position``, ``variant_filter``; a few bytes per variant) on the client;
+- ``min_maf`` and ``max_missing`` need every call: one counting pass over the genotypes
+  (the same reads and decoding as loading them once, no arithmetic beyond a sum per
+  variant) that runs on the cluster's workers, one task per partition, each returning two
+  numbers per variant. It runs after the region and FILTER steps, on the variants they
+  kept only.
+
+The variants kept define the matrix (a selection of the store's rows, no copy); the fit's
+:class:`QCReport` records the mask over the input's variants and what each step removed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from daskstraggle._validation import check_bool
+from daskstraggle.data._zarr import read_selection
+from daskstraggle.data.sources import GenotypeRowSource, RowSource
+from daskstraggle.errors import InvalidDataError, InvalidParameterError
+
+if TYPE_CHECKING:
+    from daskstraggle.data.matrix import Matrix
+    from daskstraggle.problems.block import Block
+
+__all__ = [
+    "GenotypeQC",
+    "QCReport",
+    "VariantTable",
+    "check_not_allele_counts",
+    "filter_variants",
+    "parse_genotype_dims",
+    "parse_qc",
+    "parse_region",
+]
+
+#: The two orientations a 2-D array of allele counts can have.
+GENOTYPE_DIMS = (("variants", "samples"), ("samples", "variants"))
+
+_NUMBER = r"\d[\d,_]*"
+_REGION = re.compile(rf"^(?P<contig>[^\s]+?)(?::(?P<start>{_NUMBER})-(?P<end>{_NUMBER})?)?$")
+
+
+# ---------------------------------------------------------------------------- QC
+@dataclass(frozen=True, slots=True)
+class Region:
+    """A genomic interval: ``contig`` from ``start`` to ``end``, 1-based and inclusive."""
+
+    contig: str
+    start: int = 1
+    end: int | None = None
+
+    def __str__(self) -> str:
+        """``contig`` or ``contig:start-end``."""
+        if self.start == 1 and self.end is None:
+            return self.contig
+        return f"{self.contig}:{self.start}-{'' if self.end is None else self.end}"
+
+
+def parse_region(text: object, *, caller: str = "GenotypeQC") -> Region:
+    """Parse ``"CONTIG"``, ``"CONTIG:START-END"`` or ``"CONTIG:START-"`` (1-based, inclusive).
+
+    Positions may have thousands separators (``chr1:1,000,000-2,000,000``).
+
+    Parameters
+    ----------
+    text : str
+        The region.
+    caller : str, default="GenotypeQC"
+        Named in the error message.
+
+    Returns
+    -------
+    region : Region
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``text`` is not such a region, or ``END < START``.
+    """
+    match = _REGION.match(text) if isinstance(text, str) else None
+    bounds: tuple[int, int | None] = (1, None)
+    if match is not None and match["start"] is not None:
+        start = int(re.sub("[,_]", "", match["start"]))
+        end = None if match["end"] is None else int(re.sub("[,_]", "", match["end"]))
+        bounds = (start, end)
+        if start < 1 or (end is not None and end < start):
+            match = None
+    if match is None:
+        raise InvalidParameterError(
+            f"The 'region' parameter of {caller} (CLI: --region) must be 'CONTIG' or "
+            f"'CONTIG:START-END' with 1 <= START <= END (1-based, inclusive), e.g. "
+            f"'chr1:1000000-2000000'. Got {text!r} instead."
+        )
+    return Region(match["contig"], *bounds)
+
+
+def _check_threshold(value: object, *, name: str, flag: str, high: float) -> float | None:
+    if value is None:
+        return None
+    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+    if not ok or not 0.0 <= float(value) <= high:  # NaN fails too
+        raise InvalidParameterError(
+            f"The {name!r} parameter of GenotypeQC (CLI: {flag}) must be a number in "
+            f"[0, {high:g}] or None. Got {value!r} instead."
+        )
+    return float(value)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GenotypeQC:
+    """Which variants a genotype PCA uses: the usual quality control before PCA.
+
+    A variant is kept when it passes every step given: it lies in ``region``; its FILTER
+    is PASS (``pass_only``); its fraction of missing calls is at most ``max_missing``
+    (as plink's ``--geno``); its minor allele frequency is at least ``min_maf`` (as
+    plink's ``--maf``). The frequencies and missingness are those of the samples in the
+    matrix (after any selection of samples), counted over the non-missing calls.
+
+    Parameters
+    ----------
+    min_maf : float or None, default=None
+        Smallest minor allele frequency kept, in [0, 0.5]. The frequency is the mean
+        dosage over the non-missing calls divided by the ploidy, ``p``; the MAF is
+        ``min(p, 1 - p)``. A variant with no called genotype has none and is removed.
+    max_missing : float or None, default=None
+        Largest fraction of missing calls kept, in [0, 1].
+    pass_only : bool, default=False
+        Keep only variants whose FILTER is PASS (``variant_filter`` at ``filter_id``
+        ``"PASS"``, as bio2zarr writes them).
+    region : str or None, default=None
+        ``"CONTIG"`` or ``"CONTIG:START-END"`` (1-based, inclusive, as samtools and
+        bcftools), on ``variant_contig`` and ``variant_position``.
+
+    Raises
+    ------
+    InvalidParameterError
+        If a value is out of range (one line naming the parameter and its CLI flag).
+
+    Examples
+    --------
+    >>> GenotypeQC(min_maf=0.05, region="1:1-2,000,000").to_dict()
+    {'min_maf': 0.05, 'max_missing': None, 'pass_only': False, 'region': '1:1-2000000'}
+    """
+
+    min_maf: float | None = None
+    max_missing: float | None = None
+    pass_only: bool = False
+    region: str | None = None
+
+    def __post_init__(self) -> None:
+        """Check and normalise every field."""
+        set_ = partial(object.__setattr__, self)
+        set_("min_maf", _check_threshold(self.min_maf, name="min_maf", flag="--min-maf",
+                                         high=0.5))
+        set_("max_missing", _check_threshold(self.max_missing, name="max_missing",
+                                             flag="--max-missing", high=1.0))
+        set_("pass_only", check_bool(self.pass_only, name="pass_only",
+                                     caller="GenotypeQC (CLI: --pass-only)"))
+        if self.region is not None:
+            set_("region", str(parse_region(self.region)))
+
+    @property
+    def needs_counts(self) -> bool:
+        """Whether a counting pass over the genotypes is needed (MAF or missingness)."""
+        return self.min_maf is not None or self.max_missing is not None
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether every variant is kept."""
+        return not self.needs_counts and not self.pass_only and self.region is None
+
+    def site_steps(self) -> GenotypeQC:
+        """The steps that read only per-variant arrays (region, FILTER)."""
+        return replace(self, min_maf=None, max_missing=None)
+
+    def count_steps(self) -> GenotypeQC:
+        """The steps that need a counting pass (MAF, missingness)."""
+        return replace(self, pass_only=False, region=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the parameters as a dict (``GenotypeQC(**d)`` rebuilds it)."""
+        return {"min_maf": self.min_maf, "max_missing": self.max_missing,
+                "pass_only": self.pass_only, "region": self.region}
+
+
+def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
+    """Return ``qc`` as a GenotypeQC (None, or an empty one: None).
+
+    Parameters
+    ----------
+    qc : GenotypeQC, dict or None
+        The quality control, or a dict of :class:`GenotypeQC`'s parameters.
+    caller : str
+        Named in the error message.
+
+    Returns
+    -------
+    qc : GenotypeQC or None
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``qc`` is of another type, has unknown keys or bad values.
+    """
+    if qc is None or isinstance(qc, GenotypeQC):
+        return None if qc is None or qc.is_empty else qc
+    if isinstance(qc, Mapping):
+        known = ("min_maf", "max_missing", "pass_only", "region")
+        unknown = sorted(str(k) for k in qc if k not in known)
+        if unknown:
+            raise InvalidParameterError(
+                f"The 'qc' parameter of {caller} must hold only {list(known)}. Got unknown "
+                f"{unknown} instead."
+            )
+        return parse_qc(GenotypeQC(**qc), caller=caller)
+    raise InvalidParameterError(
+        f"The 'qc' parameter of {caller} must be a GenotypeQC, a dict of its parameters "
+        f"(min_maf, max_missing, pass_only, region) or None. Got {qc!r} instead."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class QCReport:
+    """What quality control kept: a mask over the input's variants and counts per step.
+
+    Attributes
+    ----------
+    qc : GenotypeQC
+        The steps applied.
+    kept : ndarray of bool of shape (n_variants,)
+        Variants of the input (after the user's own selection) that the matrix holds.
+    removed : dict of str to int
+        Variants each step removed, in the order applied (``region``, ``pass``,
+        ``missing``, ``maf``); a variant is counted by the first step that removed it.
+    """
+
+    qc: GenotypeQC
+    kept: np.ndarray
+    removed: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serialisable summary (no mask)."""
+        return {**self.qc.to_dict(), "n_variants": int(self.kept.size),
+                "n_kept": int(self.kept.sum()), "removed": dict(self.removed)}
+
+
+def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None) -> Matrix:
+    """Return the genotype matrix restricted to the variants that pass ``qc``.
+
+    Parameters
+    ----------
+    matrix : Matrix
+        A genotype matrix (rows = variants). One already filtered keeps its report: the
+        new steps apply to its variants and the mask stays over the original input.
+    qc : GenotypeQC or None
+        The quality control (None: the matrix as it is).
+    client : distributed.Client or None, default=None
+        Where the counting pass runs (MAF, missingness): one task per partition on its
+        workers; None: in this process, one partition at a time.
+
+    Returns
+    -------
+    matrix : Matrix
+        The kept variants (a selection of the same store: nothing is copied), with
+        ``attrs["qc"]`` a :class:`QCReport`.
+
+    Raises
+    ------
+    InvalidParameterError
+        If the matrix is not genotypes, or a step needs an array the data lacks.
+    InvalidDataError
+        If no variant passes.
+    """
+    if qc is None or qc.is_empty:
+        return matrix
+    if not isinstance(matrix.source, GenotypeRowSource):
+        raise InvalidParameterError(
+            "The 'qc' parameter (CLI: --min-maf, --max-missing, --pass-only, --region) "
+            "applies to genotypes (a VCF Zarr store or Dataset, or allele counts with "
+            f"genotype_dims); the matrix is {matrix.kind}. Drop it."
+        )
+    keep = np.ones(matrix.n_rows, dtype=bool)
+    removed: dict[str, int] = {}
+    steps: list[tuple[str, Callable[[], np.ndarray]]] = []
+    table = matrix.variants
+    if qc.region is not None:
+        steps.append(("region", lambda: _in_region(_need(table, "region"), qc.region)))
+    if qc.pass_only:
+        steps.append(("pass", lambda: _passes_filter(_need(table, "pass_only"))))
+    for name, step in steps:
+        ok = step()
+        removed[name] = int((keep & ~ok).sum())
+        keep &= ok
+    current = matrix.select_rows(np.flatnonzero(keep)) if not keep.all() else matrix
+    if qc.needs_counts and keep.any():
+        called, maf = variant_counts(current, client=client)
+        inner = np.ones(current.n_rows, dtype=bool)
+        if qc.max_missing is not None:
+            ok = 1.0 - called <= qc.max_missing + 1e-12
+            removed["missing"] = int((inner & ~ok).sum())
+            inner &= ok
+        if qc.min_maf is not None:
+            ok = np.nan_to_num(maf, nan=-1.0) >= qc.min_maf - 1e-12
+            removed["maf"] = int((inner & ~ok).sum())
+            inner &= ok
+        keep[np.flatnonzero(keep)] = inner
+        if not inner.all():
+            current = current.select_rows(np.flatnonzero(inner))
+    return _with_report(matrix, current, qc, keep, removed)
+
+
+def _with_report(original: Matrix, filtered: Matrix, qc: GenotypeQC, keep: np.ndarray,
+                 removed: dict[str, int]) -> Matrix:
+    """Attach the report to ``filtered``, composed with ``original``'s own report."""
+    previous = original.attrs.get("qc")
+    if isinstance(previous, QCReport):  # a second stage: the mask stays over the input
+        mask = previous.kept.copy()
+        mask[np.flatnonzero(mask)] = keep
+        merged = {k: v for k, v in previous.qc.to_dict().items() if v not in (None, False)}
+        merged.update({k: v for k, v in qc.to_dict().items() if v not in (None, False)})
+        qc, keep = GenotypeQC(**merged), mask
+        removed = {**previous.removed, **removed}
+    report = QCReport(qc, keep, removed)
+    if not keep.any():
+        steps = ", ".join(f"{k} removed {v}" for k, v in removed.items())
+        raise InvalidDataError(
+            f"No variant passes the quality control ({keep.size} variants: {steps}); "
+            f"loosen it (min_maf, max_missing, pass_only, region: {qc.to_dict()})."
+        )
+    return replace(filtered, attrs={**filtered.attrs, "qc": report})
+
+
+def _need(table: VariantTable | None, step: str) -> VariantTable:
+    if table is None:
+        raise InvalidParameterError(
+            f"The {step!r} step of the quality control (CLI: --{step.replace('_', '-')}) "
+            "needs the variants' contig, position and FILTER: a VCF Zarr store or an "
+            "xarray.Dataset in its layout; in-memory allele counts have none. Drop it."
+        )
+    return table
+
+
+def _in_region(table: VariantTable, text: str | None) -> np.ndarray:
+    region = parse_region(text)
+    contigs = table.whole("contig_id")
+    codes = table.get("variant_contig")
+    positions = table.get("variant_position")
+    if contigs is None or codes is None or positions is None:
+        raise InvalidParameterError(
+            "The 'region' parameter (CLI: --region) needs variant_contig, contig_id and "
+            "variant_position; the data lacks "
+            + ", ".join(n for n, a in (("contig_id", contigs), ("variant_contig", codes),
+                                       ("variant_position", positions)) if a is None) + "."
+        )
+    names = _strings(contigs)
+    if region.contig not in names:
+        shown = ", ".join(repr(str(n)) for n in names[:10]) + (", ..." if len(names) > 10 else "")
+        raise InvalidParameterError(
+            f"The 'region' parameter (CLI: --region) names contig {region.contig!r}, which "
+            f"the data does not have; its contigs: {shown}."
+        )
+    code = int(np.flatnonzero(names == region.contig)[0])
+    end = np.iinfo(np.int64).max if region.end is None else region.end
+    positions = np.asarray(positions, dtype=np.int64)
+    return (np.asarray(codes) == code) & (positions >= region.start) & (positions <= end)
+
+
+def _passes_filter(table: VariantTable) -> np.ndarray:
+    filters = table.get("variant_filter")
+    names = table.whole("filter_id")
+    if filters is None or names is None:
+        raise InvalidParameterError(
+            "The 'pass_only' parameter (CLI: --pass-only) needs variant_filter and "
+            "filter_id (VCF Zarr as bio2zarr writes it from a VCF's FILTER column); the "
+            "data has none. Drop it."
+        )
+    names = _strings(names)
+    if "PASS" not in names:
+        raise InvalidParameterError(
+            "The 'pass_only' parameter (CLI: --pass-only) needs a 'PASS' entry in "
+            f"filter_id; the data has {names.tolist()}."
+        )
+    filters = np.asarray(filters, dtype=bool)
+    if filters.ndim == 1:
+        return filters
+    return filters[:, int(np.flatnonzero(names == "PASS")[0])]
+
+
+def _count(block: Block) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the non-missing calls and the sum of their dosages."""
+    values = block.values
+    called = values >= 0
+    return (np.count_nonzero(called, axis=1),
+            np.where(called, values, 0).sum(axis=1, dtype=np.float64))
+
+
+def variant_counts(matrix: Matrix, *, client: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Return each variant's fraction of called genotypes and minor allele frequency.
+
+    One pass over the genotypes (raw dosages), on ``client``'s workers or in process.
+
+    Parameters
+    ----------
+    matrix : Matrix
+        A genotype matrix.
+    client : distributed.Client or None, default=None
+        Run one task per partition there; None: in this process.
+
+    Returns
+    -------
+    called : ndarray of shape (n_variants,)
+        Fraction of the samples with a (non-missing) call.
+    maf : ndarray of shape (n_variants,)
+        ``min(p, 1 - p)`` with ``p`` the mean dosage of the called genotypes over the
+        ploidy; NaN where nothing is called.
+    """
+    from daskstraggle._passes import map_partitions
+
+    source = matrix.source
+    assert isinstance(source, GenotypeRowSource)
+    raw = replace(matrix, source=source.count_source())
+    parts = map_partitions(raw, lambda a, b: _count, client)
+    called = np.concatenate([p[0] for p in parts]).astype(np.float64)
+    sums = np.concatenate([p[1] for p in parts])
+    p = np.divide(sums, called * source.ploidy, out=np.full(sums.shape, np.nan),
+                  where=called > 0)
+    return called / matrix.n_columns, np.minimum(p, 1.0 - p)
+
+
+# ---------------------------------------------------------------------------- variant tables
+class VariantTable:
+    """Per-variant arrays (``variant_*``) of a genotype matrix's rows, read when asked.
+
+    They are small (a few bytes per variant) and read on the client: from the store at
+    the matrix's variant indices, or from an in-memory ``xarray.Dataset``.
+
+    Parameters
+    ----------
+    reader : callable
+        ``reader(name, index)`` returns array ``name`` (rows ``index`` along its first
+        dimension, or all when None), or None if the data has no such array.
+    index : ndarray of int or None
+        The matrix's rows in the reader's arrays (None: all of them, in order).
+    """
+
+    def __init__(self, reader: Callable[[str, np.ndarray | None], np.ndarray | None],
+                 index: np.ndarray | None = None) -> None:
+        self.reader = reader
+        self.index = None if index is None else np.asarray(index, dtype=np.int64)
+
+    def get(self, name: str) -> np.ndarray | None:
+        """Return the per-variant array ``name`` at the matrix's rows (None: absent)."""
+        return self.reader(name, self.index)
+
+    def whole(self, name: str) -> np.ndarray | None:
+        """Return a whole array that is not per variant (``contig_id``, ``filter_id``)."""
+        return self.reader(name, None)
+
+    def select(self, rows: np.ndarray) -> VariantTable:
+        """Return the table of rows ``rows`` of this one."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return VariantTable(self.reader, rows if self.index is None else self.index[rows])
+
+    def keys(self) -> np.ndarray | None:
+        """Return one string per variant, ``contig:position:alleles``, or None.
+
+        Two stores' variants are the same when their keys are (alleles in the stored
+        order, so a REF/ALT swap is another variant).
+        """
+        contigs, codes = self.whole("contig_id"), self.get("variant_contig")
+        positions, alleles = self.get("variant_position"), self.get("variant_allele")
+        if contigs is None or codes is None or positions is None:
+            return None
+        names = _strings(contigs)[np.asarray(codes, dtype=np.int64)]
+        text = [f"{c}:{int(p)}" for c, p in zip(names, positions, strict=True)]
+        if alleles is not None:
+            allele_text = _strings(alleles).reshape(len(text), -1)
+            text = [t + ":" + ",".join(a for a in row if a) for t, row in
+                    zip(text, allele_text, strict=True)]
+        return np.array(text)
+
+
+class StoreArrays:
+    """``reader`` of a :class:`VariantTable` over a VCF Zarr store (read on the client).
+
+    Absent chunks read as the fill value, as zarr, xarray and sgkit read them: bio2zarr
+    leaves out the chunks of constant arrays (``variant_contig`` on a one-contig store).
+    Chunks that do not decode are refused (one line).
+    """
+
+    def __init__(self, path: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.path = path
+        self.storage_options = storage_options
+        self.missing_chunks = "fill"
+        self._names: set[str] | None = None
+
+    def __call__(self, name: str, index: np.ndarray | None) -> np.ndarray | None:
+        """Return array ``name`` (rows ``index``) of the store, or None if absent."""
+        import zarr
+
+        if self._names is None:
+            options = ({} if self.storage_options is None
+                       else {"storage_options": self.storage_options})
+            group = zarr.open_group(self.path, mode="r", **options)
+            self._names = set(group.array_keys())
+        if name not in self._names:
+            return None
+        if index is None:
+            from daskstraggle.data._zarr import read_rows
+
+            return np.asarray(read_rows(self.path, name, 0, _length(self, name),
+                                        missing_chunks=self.missing_chunks,
+                                        storage_options=self.storage_options))
+        return read_selection(self.path, name, index, None, missing_chunks=self.missing_chunks,
+                              storage_options=self.storage_options)
+
+
+def _length(arrays: StoreArrays, name: str) -> int:
+    from daskstraggle.data._zarr import open_array
+
+    return int(open_array(arrays.path, name, arrays.storage_options).shape[0])
+
+
+class DatasetArrays:
+    """``reader`` of a :class:`VariantTable` over an in-memory ``xarray.Dataset``."""
+
+    def __init__(self, ds: Any) -> None:
+        self.ds = ds
+
+    def __call__(self, name: str, index: np.ndarray | None) -> np.ndarray | None:
+        """Return variable ``name`` (rows ``index`` of its first dimension), or None."""
+        if name not in self.ds.variables:
+            return None
+        var = self.ds[name]
+        if index is not None:
+            var = var.isel({var.dims[0]: index})
+        return np.asarray(var.values)
+
+
+def _strings(values: Any) -> np.ndarray:
+    """Return str values (numpy StringDType, bytes and object arrays included)."""
+    flat = np.asarray(values, dtype=object)
+    out = [v.decode() if isinstance(v, bytes) else str(v) for v in flat.ravel()]
+    return np.array(out, dtype=object).reshape(flat.shape)
+
+
+# ---------------------------------------------------------------------------- allele counts
+def parse_genotype_dims(value: object, *, caller: str) -> bool:
+    """Return whether rows are variants for ``genotype_dims`` (a pair of dimension names).
+
+    Raises
+    ------
+    InvalidParameterError
+        Unless ``value`` is ``("variants", "samples")`` or ``("samples", "variants")``.
+    """
+    pair = tuple(value) if isinstance(value, list | tuple) else None
+    if pair not in GENOTYPE_DIMS:
+        raise InvalidParameterError(
+            f"The 'genotype_dims' parameter of {caller} must be ('variants', 'samples') "
+            f"(rows are variants) or ('samples', 'variants') (rows are samples). Got "
+            f"{value!r} instead."
+        )
+    return pair == GENOTYPE_DIMS[0]
+
+
+def _first_values(X: Any) -> np.ndarray | None:
+    """A sample of a 2-D integer array's values: all of numpy, a dask array's first block,
+    a Zarr matrix's first chunk."""
+    source = getattr(X, "source", None)
+    if isinstance(source, RowSource):  # a Matrix: only a plain Zarr array is in question
+        if source.kind != "zarr" or np.dtype(source.dtype).kind not in "iu":
+            return None
+        return source.loader(0, int(source.chunk_bounds[1]))().values
+    data = X.data if _is_xarray(X) else X
+    dtype = np.dtype(getattr(data, "dtype", "f8"))
+    if len(getattr(data, "shape", ())) != 2 or dtype.kind not in "iu":
+        return None
+    if hasattr(data, "__dask_graph__"):
+        return np.asarray(data.blocks[0, 0].compute(scheduler="sync"))
+    if type(data).__module__.startswith("numpy"):
+        return data
+    return None
+
+
+def looks_like_allele_counts(X: Any) -> bool:
+    """Whether ``X`` is a 2-D integer array that looks like allele counts.
+
+    An xarray DataArray named ``call_alternate_allele_count`` or with a ``variants`` or
+    ``samples`` dimension does; otherwise a numpy array (every value) or a dask array (its
+    first block) whose values lie in {-1, 0, 1, 2} and include a 2 or a -1. A 0/1 matrix
+    does not (binary features are common).
+    """
+    sample = _first_values(X)
+    if sample is None:
+        return False
+    if _is_xarray(X) and (X.name == "call_alternate_allele_count"
+                          or {"variants", "samples"} & {str(d) for d in X.dims}):
+        return True
+    if sample.size == 0:
+        return False
+    low, high = int(sample.min()), int(sample.max())
+    return low >= -1 and high <= 2 and (high == 2 or low == -1)
+
+
+def check_not_allele_counts(X: Any, *, caller: str) -> None:
+    """Refuse a 2-D integer array that looks like allele counts (see above), in one line.
+
+    Raises
+    ------
+    InvalidDataError
+        If :func:`looks_like_allele_counts` says so.
+    """
+    if not looks_like_allele_counts(X):
+        return
+    what = (f"xarray.DataArray {X.name!r} with dims {tuple(map(str, X.dims))}"
+            if _is_xarray(X) else f"{type(X).__name__} of {np.dtype(X.dtype)}")
+    raise InvalidDataError(
+        f"{caller} got a 2-D integer array that looks like allele counts ({what}, values "
+        "in {-1, 0, 1, 2}); a genotype PCA needs its orientation: pass genotype_dims="
+        "('variants', 'samples') if rows are variants or ('samples', 'variants') if rows "
+        "are samples, or convert it to float for a plain PCA of its rows."
+    )
+
+
+def _is_xarray(obj: Any) -> bool:
+    """An xarray.DataArray (not a Dataset)."""
+    return (type(obj).__module__.startswith("xarray") and hasattr(obj, "dims")
+            and not hasattr(obj, "data_vars"))
