@@ -21,9 +21,6 @@ from daskstraggle.data.matrix import Matrix
 from daskstraggle.errors import StraggleError
 from daskstraggle.problems.block import Block
 
-#: Seconds a pass may go without any partition finishing before it is given up.
-STALL_TIMEOUT = 300.0
-
 __all__ = [
     "linear_rows",
     "map_partitions",
@@ -72,20 +69,24 @@ def map_partitions(
 
 
 def _wait_progressing(futures: list[Any]) -> None:
-    """Wait for every future while some finishes at least every ``STALL_TIMEOUT`` s.
+    """Wait for every future while some finishes at least every ``timeouts.stall``
+    seconds (:mod:`daskstraggle.config`, 300 s by default).
 
     The tasks are not pinned, so the scheduler reruns a lost worker's elsewhere; a
     frozen worker holds its task forever, which this bounds with one line.
     """
     from distributed import wait
 
+    from daskstraggle import config
+
+    bound = config.seconds("timeouts.stall")
     remaining = list(futures)
     while remaining:
         try:
-            _, not_done = wait(remaining, timeout=STALL_TIMEOUT, return_when="FIRST_COMPLETED")
+            _, not_done = wait(remaining, timeout=bound, return_when="FIRST_COMPLETED")
         except TimeoutError:
             raise StraggleError(
-                f"No partition of the pass finished within {STALL_TIMEOUT:g} s "
+                f"No partition of the pass finished within {bound:g} s "
                 f"({len(remaining)} of {len(futures)} left): a worker may be frozen. Check "
                 "the workers and run again."
             ) from None

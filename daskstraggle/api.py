@@ -164,11 +164,11 @@ def _resolve_runtime(
         yield runtime
         return
     if runtime == "local":
-        with LocalRuntime(n_workers=4 if n_workers is None else n_workers) as rt:
+        with LocalRuntime(n_workers=n_workers) as rt:
             yield rt
         return
     if runtime == "sim":
-        with SimRuntime(4 if n_workers is None else n_workers, latency=stragglers.model,
+        with SimRuntime(n_workers, latency=stragglers.model,
                         rng=seed) as sim:
             yield sim
         return

@@ -19,6 +19,7 @@ from typing import Any
 import click
 import numpy as np
 
+from daskstraggle import config
 from daskstraggle._cli_genotypes import qc_from_params, qc_line, qc_options
 from daskstraggle.errors import DivergenceError, InputError, StraggleError, StraggleWarning
 
@@ -40,10 +41,12 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Dask scheduler address (tcp://host:port). "
                           "Default: start a LocalCluster."),
         click.option("--workers", "n_workers", type=int, default=None,
-                     help="Process workers of the LocalCluster to start (default 4)."),
+                     help="Process workers of the LocalCluster to start (default: the "
+                          "daskstraggle.workers setting, 4)."),
         click.option("--min-workers", "min_workers", type=int, default=None,
-                     help="With --scheduler: wait (up to 300 s) until the cluster has this "
-                          "many workers before starting (e.g. jobqueue jobs starting)."),
+                     help="With --scheduler: wait (up to the daskstraggle.timeouts.min-workers "
+                          "setting, 300 s) until the cluster has this many workers before "
+                          "starting (e.g. jobqueue jobs starting)."),
         click.option("--method", default="auto", show_default=True,
                      help="Optimisation method: auto (PCA: gram up to 4096 columns, else block; "
                           "regression: gd), gd (power method for PCA), nag (regression), "
@@ -117,9 +120,11 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "'throttle(workers=1, factor=4)'. Terms name(key=value, ...) joined "
                           "by '+': models gamma, shifted_exponential, multi_message, constant, "
                           "replay; modifiers slowdown, markov, bursts, artificial, schedule."),
-        click.option("--max-iter", type=int, default=100, show_default=True,
+        click.option("--max-iter", type=int, default=None,
+                     show_default="the daskstraggle.max-iter setting, 100",
                      help="Maximum number of iterations."),
-        click.option("--tol", type=float, default=1e-6, show_default=True,
+        click.option("--tol", type=float, default=None,
+                     show_default="the daskstraggle.tol setting, 1e-6",
                      help="Stop, converged, once the optimality measure (PCA: every component's "
                           "relative eigen-residual; regression: gradient norm relative to "
                           "the start) is at most this, judged exactly."),
@@ -291,7 +296,8 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
         )
     if params["runtime"] == "dask":
         params["runtime"] = None
-    common = dict(params, rng=seed, progress=not quiet and not as_json)
+    _configured_defaults(params)
+    common = dict(params, rng=seed, progress=config.progress() and not quiet and not as_json)
     if kind == "pca":
         result = fit_pca(source, **extra, **common)
     elif kind == "logreg":
@@ -571,12 +577,14 @@ def _seconds(value: float) -> str:
 
 # ---------------------------------------------------------------------------------- demo
 @cli.command()
-@click.option("--workers", "n_workers", type=int, default=4, show_default=True,
+@click.option("--workers", "n_workers", type=int, default=None,
+              show_default="the daskstraggle.workers setting, 4",
               help="Process workers of the LocalCluster.")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Folder for data and results (default: results/demo-TIMESTAMP).")
+              help="Folder for data and results (default: OUTPUT/demo-TIMESTAMP, OUTPUT the "
+                   "daskstraggle.output-dir setting, 'results').")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-def demo(n_workers: int, out: Path | None, as_json: bool) -> None:
+def demo(n_workers: int | None, out: Path | None, as_json: bool) -> None:
     """Genotype PCA on a LocalCluster with simulated data; prints a result table."""
     from daskstraggle.api import fit_pca
     from daskstraggle.data import open_matrix
@@ -588,6 +596,8 @@ def demo(n_workers: int, out: Path | None, as_json: bool) -> None:
             f"the demo simulates genotypes with msprime and bio2zarr ({err}); install them with "
             "pip install 'daskstraggle[genomics]'"
         ) from err
+    if n_workers is None:
+        n_workers = config.workers()
     folder = _check_demo_options(n_workers, out)
     data_path = folder / "genotypes.vcz"
     result_path = folder / "pca.zarr"
@@ -612,6 +622,14 @@ def demo(n_workers: int, out: Path | None, as_json: bool) -> None:
     click.echo(format_result(result, out=result_path, matrix=matrix, data_path=data_path))
 
 
+def _configured_defaults(params: dict[str, Any]) -> None:
+    """Fill the solve options left unset from the dask config (daskstraggle.config)."""
+    if params.get("max_iter") is None:
+        params["max_iter"] = config.count("max-iter")
+    if params.get("tol") is None:
+        params["tol"] = config.number("tol")
+
+
 def _check_demo_options(n_workers: int, out: Path | None) -> Path:
     """Refuse bad demo options before the data is simulated; return the output folder."""
     from daskstraggle._output import check_writable_folder
@@ -619,7 +637,7 @@ def _check_demo_options(n_workers: int, out: Path | None) -> Path:
 
     if not 1 <= n_workers <= MAX_LOCAL_WORKERS:
         raise InputError(f"--workers must be an int in [1, {MAX_LOCAL_WORKERS}]; got {n_workers}")
-    folder = out or Path("results") / time.strftime("demo-%Y%m%d-%H%M%S")
+    folder = out or Path(config.output_dir()) / time.strftime("demo-%Y%m%d-%H%M%S")
     if folder.exists() and not folder.is_dir():
         raise InputError(f"--out {str(folder)!r} is a file; choose a new folder")
     if folder.exists() and any(folder.iterdir()):

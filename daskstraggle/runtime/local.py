@@ -92,8 +92,9 @@ class LocalRuntime(Runtime):
 
     Parameters
     ----------
-    n_workers : int, default=4
-        Number of logical workers.
+    n_workers : int or None, default=None
+        Number of logical workers; None: the ``daskstraggle.workers`` setting (4,
+        :mod:`daskstraggle.config`).
 
     Examples
     --------
@@ -110,8 +111,13 @@ class LocalRuntime(Runtime):
 
     name = "local"
 
-    def __init__(self, n_workers: int = 4) -> None:
-        self._n_workers = check_int(n_workers, name="n_workers", caller="LocalRuntime", low=1)
+    def __init__(self, n_workers: int | None = None) -> None:
+        if n_workers is None:
+            from daskstraggle import config  # dask.config: not imported with the package
+
+            n_workers = config.workers()
+        self._n_workers = check_int(n_workers,
+                                    name="n_workers", caller="LocalRuntime", low=1)
         self._blocks: list[dict[int, Block]] = []
         self._partitions: dict[int, Block] = {}
         self._queue: deque[WorkResult] = deque()

@@ -43,8 +43,9 @@ class SimRuntime(LocalRuntime):
 
     Parameters
     ----------
-    n_workers : int, default=4
-        Number of simulated workers.
+    n_workers : int or None, default=None
+        Number of simulated workers; None: the ``daskstraggle.workers`` setting (4,
+        :mod:`daskstraggle.config`).
     latency : LatencyModel, str or None, default=None
         Worker latency (a model or a spec such as ``"gamma(mean=0.05, var=1e-4)"``).
         None: each task takes the compute time its kernel really took here. A model
@@ -85,14 +86,15 @@ class SimRuntime(LocalRuntime):
 
     def __init__(
         self,
-        n_workers: int = 4,
+        n_workers: int | None = None,
         latency: LatencyModel | str | None = None,
         *,
         update_duration: float = 0.0,
         receive_duration: float = 0.0,
         rng: int | np.random.Generator | None = None,
     ) -> None:
-        super().__init__(check_int(n_workers, name="n_workers", caller="SimRuntime", low=1))
+        super().__init__(None if n_workers is None else check_int(
+            n_workers, name="n_workers", caller="SimRuntime", low=1))
         self.latency = None if latency is None else parse_latency(latency)
         if self.latency is not None:
             self.latency.check_n_workers(self._n_workers)

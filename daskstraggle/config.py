@@ -1,0 +1,203 @@
+"""Settings through ``dask.config``, under the key ``daskstraggle``.
+
+The defaults are in ``daskstraggle.yaml`` beside this module and registered with
+``dask.config`` on import, so they are changed the way every Dask setting is: a YAML file
+in ``~/.config/dask/`` (or ``$DASK_CONFIG``), an environment variable, or in code::
+
+    # ~/.config/dask/daskstraggle.yaml
+    daskstraggle:
+      workers: 8
+      timeouts:
+        stall: 10 minutes
+
+    $ DASK_DASKSTRAGGLE__WORKERS=8 daskstraggle pca calls.vcz
+
+    >>> import dask
+    >>> import daskstraggle.config as config
+    >>> with dask.config.set({"daskstraggle.workers": 8}):
+    ...     config.workers()
+    8
+
+The defaults are registered when this module is first imported, which every part of the
+package that reads a setting does; ``dask.config.get("daskstraggle....")`` in your own code
+needs ``import daskstraggle.config`` first. The settings are all read on the client.
+
+Keys (see the YAML file for what each bounds):
+
+``workers``
+    Workers of the LocalCluster a run starts when it is given no cluster, and of the
+    in-process runtimes, when no worker count is given.
+``max-iter``, ``tol``
+    The command line's ``--max-iter`` and ``--tol`` when not given. The Python functions
+    and estimators keep their defaults in their signatures (100 or 1000 iterations,
+    ``tol=1e-6``), so a script gives the same answer on every machine.
+``progress``
+    Whether the command line shows progress bars (``--quiet`` turns them off for a run).
+``output-dir``
+    Where ``daskstraggle demo`` writes when ``--out`` is not given.
+``timeouts.scheduler``, ``.setup``, ``.cleanup``, ``.no-worker``, ``.min-workers``, ``.stall``
+    The bounds on every wait (durations such as ``30s``, ``5m`` or ``10 minutes``, or
+    seconds).
+``frozen.minimum``, ``frozen.factor``
+    A worker is frozen when a unit is unanswered for ``max(minimum, factor x median unit
+    latency)``.
+
+A value of the wrong type is refused when it is read, with one line naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dask.config
+import yaml
+from dask.utils import parse_timedelta
+
+from daskstraggle.errors import InvalidParameterError
+
+__all__ = ["get", "output_dir", "progress", "seconds", "workers"]
+
+#: The file of defaults shipped with the package.
+DEFAULTS_FILE = os.path.join(os.path.dirname(__file__), "daskstraggle.yaml")
+#: The top-level key of every setting.
+KEY = "daskstraggle"
+
+with open(DEFAULTS_FILE, encoding="utf-8") as _file:
+    DEFAULTS: dict[str, Any] = yaml.safe_load(_file)
+
+dask.config.update_defaults(DEFAULTS)
+
+
+def get(key: str) -> Any:
+    """Return the setting ``daskstraggle.<key>`` (dots for nesting).
+
+    Parameters
+    ----------
+    key : str
+        E.g. ``"workers"`` or ``"timeouts.stall"``.
+
+    Returns
+    -------
+    value : object
+        As configured (the shipped default unless changed).
+    """
+    return dask.config.get(f"{KEY}.{key}")
+
+
+def _refuse(key: str, value: Any, expected: str) -> InvalidParameterError:
+    return InvalidParameterError(
+        f"The dask config setting '{KEY}.{key}' must be {expected}; got {value!r} instead "
+        f"(set it in ~/.config/dask/*.yaml, DASK_{KEY.upper()}__"
+        f"{key.upper().replace('.', '__').replace('-', '_')}, or dask.config.set)."
+    )
+
+
+def seconds(key: str) -> float:
+    """Return the duration setting ``daskstraggle.<key>`` in seconds.
+
+    Parameters
+    ----------
+    key : str
+        E.g. ``"timeouts.stall"``: a duration such as ``"30s"``, ``"5m"``, or a number of
+        seconds.
+
+    Returns
+    -------
+    seconds : float
+        Positive.
+
+    Raises
+    ------
+    InvalidParameterError
+        If the value is not a positive duration.
+    """
+    value = get(key)
+    try:
+        parsed = float(parse_timedelta(value, default="seconds"))
+    except (TypeError, ValueError, KeyError, AttributeError):
+        raise _refuse(key, value, "a positive duration such as '30s'") from None
+    if not parsed > 0:
+        raise _refuse(key, value, "a positive duration such as '30s'")
+    return parsed
+
+
+def number(key: str) -> float:
+    """Return the positive number setting ``daskstraggle.<key>``.
+
+    Parameters
+    ----------
+    key : str
+        E.g. ``"frozen.factor"`` or ``"tol"``.
+
+    Returns
+    -------
+    value : float
+        Positive.
+    """
+    value = get(key)
+    try:
+        parsed = float(value)
+    except (TypeError, ValueError):
+        raise _refuse(key, value, "a positive number") from None
+    if not parsed > 0 or isinstance(value, bool):
+        raise _refuse(key, value, "a positive number")
+    return parsed
+
+
+def count(key: str) -> int:
+    """Return the positive integer setting ``daskstraggle.<key>``.
+
+    Parameters
+    ----------
+    key : str
+        E.g. ``"workers"`` or ``"max-iter"``.
+
+    Returns
+    -------
+    value : int
+        At least 1.
+    """
+    value = get(key)
+    if isinstance(value, str) and value.strip().lstrip("+").isdigit():
+        value = int(value)  # environment variables are parsed by YAML rules, but be kind
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _refuse(key, value, "a positive integer")
+    return int(value)
+
+
+def workers() -> int:
+    """Return the default number of workers (``daskstraggle.workers``).
+
+    Returns
+    -------
+    n_workers : int
+    """
+    return count("workers")
+
+
+def progress() -> bool:
+    """Return whether the command line shows progress bars (``daskstraggle.progress``).
+
+    Returns
+    -------
+    progress : bool
+    """
+    value = get("progress")
+    if not isinstance(value, bool):
+        raise _refuse("progress", value, "true or false")
+    return value
+
+
+def output_dir() -> str:
+    """Return the folder ``daskstraggle demo`` writes to by default
+    (``daskstraggle.output-dir``).
+
+    Returns
+    -------
+    path : str
+    """
+    value = get("output-dir")
+    if not isinstance(value, str | os.PathLike) or not str(value):
+        raise _refuse("output-dir", value, "a folder path")
+    return str(value)

@@ -1,0 +1,82 @@
+"""Settings through dask.config (daskstraggle.config): defaults, overrides, bad values."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import dask
+import numpy as np
+import pytest
+import yaml
+
+from daskstraggle import config, fit_pca
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.runtime import LocalRuntime, SimRuntime
+
+
+def test_the_shipped_defaults_are_registered():
+    with open(config.DEFAULTS_FILE, encoding="utf-8") as f:
+        shipped = yaml.safe_load(f)["daskstraggle"]
+    assert config.workers() == shipped["workers"] == 4
+    assert config.seconds("timeouts.stall") == 300.0
+    assert config.seconds("timeouts.scheduler") == 30.0
+    assert config.number("tol") == 1e-6 and config.count("max-iter") == 100
+    assert config.progress() is True and config.output_dir() == "results"
+
+
+def test_the_default_worker_count_follows_the_setting():
+    X = np.random.default_rng(0).normal(size=(120, 5))
+    with dask.config.set({"daskstraggle.workers": 3}):
+        assert LocalRuntime().n_workers == 3 and SimRuntime().n_workers == 3
+        res = fit_pca(X, 2, runtime="local", rng=0)
+    assert len(res.attrs["workers"]) == 3
+    assert LocalRuntime(n_workers=2).n_workers == 2  # an explicit count wins
+
+
+@pytest.mark.parametrize(("key", "value", "reader", "expected"), [
+    ("workers", 0, config.workers, "a positive integer"),
+    ("workers", True, config.workers, "a positive integer"),
+    ("timeouts.stall", "soon", lambda: config.seconds("timeouts.stall"), "a positive duration"),
+    ("timeouts.stall", -1, lambda: config.seconds("timeouts.stall"), "a positive duration"),
+    ("tol", "tiny", lambda: config.number("tol"), "a positive number"),
+    ("progress", "maybe", config.progress, "true or false"),
+])
+def test_a_bad_value_is_one_line_naming_the_key(key, value, reader, expected):
+    with dask.config.set({f"daskstraggle.{key}": value}), \
+            pytest.raises(InvalidParameterError, match=f"'daskstraggle.{key}' must be {expected}"):
+        reader()
+
+
+def test_durations_take_units():
+    with dask.config.set({"daskstraggle.timeouts.stall": "2 minutes"}):
+        assert config.seconds("timeouts.stall") == 120.0
+
+
+def _cli(args, env, cwd):
+    return subprocess.run([sys.executable, "-m", "daskstraggle", *args], capture_output=True,
+                          text=True, env={**os.environ, **env}, cwd=cwd, timeout=120)
+
+
+def test_the_cli_reads_environment_settings(tmp_path):
+    X = np.random.default_rng(0).normal(size=(300, 6)) * [5, 3, 1, 1, 1, 1]
+    import zarr
+
+    zarr.save_array(str(tmp_path / "x.zarr"), X)
+    env = {"DASK_DASKSTRAGGLE__WORKERS": "3", "DASK_DASKSTRAGGLE__MAX_ITER": "2",
+           "DASK_DASKSTRAGGLE__TOL": "1e-300"}
+    done = _cli(["pca", "x.zarr", "-k", "2", "--method", "gd", "--runtime", "local",
+                 "--json"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    summary = json.loads(done.stdout)
+    assert summary["n_iter"] == 2 and summary["converged"] is False
+    bad = _cli(["pca", "x.zarr", "--runtime", "local"], {"DASK_DASKSTRAGGLE__TOL": "x"},
+               tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "error: The dask config setting 'daskstraggle.tol' must be a positive number; got "
+        "'x' instead (set it in ~/.config/dask/*.yaml, DASK_DASKSTRAGGLE__TOL, or "
+        "dask.config.set)."]
