@@ -1,4 +1,5 @@
-"""Every notebook runs top to bottom (code cells executed in order, Agg backend)."""
+"""Every notebook runs top to bottom (code cells executed in order, Agg backend), and is
+stored clean: valid nbformat 4, no outputs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
@@ -31,3 +33,13 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
 
 def test_there_are_notebooks() -> None:
     assert NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_is_stored_clean(path: Path) -> None:
+    notebook = nbformat.read(path, as_version=nbformat.NO_CONVERT)
+    assert notebook.nbformat == 4
+    nbformat.validate(notebook)  # raises on an invalid notebook (cell ids included)
+    dirty = [cell.id for cell in notebook.cells if cell.cell_type == "code"
+             and (cell.outputs or cell.execution_count is not None)]
+    assert not dirty, f"clear the outputs of {path.name} before committing: cells {dirty}"

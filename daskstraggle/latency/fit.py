@@ -203,7 +203,8 @@ def fit_shifted_exponential(
     return ShiftedExponential(shift=tuple(shifts), rate=tuple(rates))
 
 
-def fit_trace(trace: Mapping[str, Any], *, iid: bool = False, split: bool = True) -> Gamma:
+def fit_trace(trace: Mapping[str, Any], *, iid: bool = False, split: bool = True,
+              n_workers: int | None = None) -> Gamma:
     """Fit the gamma latency model to the trace of a run.
 
     This is how fitted statistics saved from a run become a model: pass the run's trace
@@ -222,10 +223,21 @@ def fit_trace(trace: Mapping[str, Any], *, iid: bool = False, split: bool = True
         one gamma per worker to their sum (the ``"latency"`` array when present), which is
         the better predictor when the two parts are correlated, as they are when the
         coordinator and the workers share a few cores.
+    n_workers : int or None, default=None
+        Fit for a cluster of this many workers sharing the same rows, to plan a run on
+        more (or fewer) workers from a calibration run: worker ``j`` follows the law
+        fitted to worker ``j mod N`` of the trace (``N`` its workers; the pooled law
+        when ``iid``), with its compute time scaled by ``N / n_workers`` (mean) and
+        ``(N / n_workers)²`` (variance), as each of its tasks carries that share of a
+        traced task's rows; communication time is kept. With ``split=False`` the whole
+        latency is compute and is scaled. None: the trace's ``N`` workers. The trace
+        must come from tasks carrying equal shares (e.g. gd, sgd, dsag; not coded).
 
     Returns
     -------
     model : Gamma
+        Per-worker tuples of ``N`` values (``n_workers`` values when given), or floats
+        when ``iid``.
 
     Raises
     ------
@@ -243,12 +255,23 @@ def fit_trace(trace: Mapping[str, Any], *, iid: bool = False, split: bool = True
     >>> trace = {"compute_duration": [[0.1, 0.2], [0.3, 0.2], [0.2, np.nan]]}
     >>> fit_trace(trace, iid=True).mean
     0.2
+
+    Two calibrated workers, planned as a cluster of four sharing the same rows: each task
+    carries half the rows, so half the compute time; communication is kept.
+
+    >>> calibration = {"compute_duration": [[0.25, 1.0], [0.75, 1.0]],
+    ...                "communication_duration": [[0.125, 0.25], [0.125, 0.25]]}
+    >>> model = fit_trace(calibration, n_workers=4)
+    >>> model.mean, model.communication_mean
+    ((0.25, 0.5, 0.25, 0.5), (0.125, 0.25, 0.125, 0.25))
     """
     if "compute_duration" not in trace:
         raise InvalidParameterError(
             "The 'trace' parameter of fit_trace must hold a 'compute_duration' array "
             f"(iteration x worker). Got the keys {sorted(map(str, trace))} instead."
         )
+    if n_workers is not None:
+        n_workers = check_int(n_workers, name="n_workers", caller="fit_trace", low=1)
     compute = np.asarray(trace["compute_duration"], dtype=float)
     communication = None
     if "communication_duration" in trace:
@@ -258,5 +281,25 @@ def fit_trace(trace: Mapping[str, Any], *, iid: bool = False, split: bool = True
             total = np.asarray(trace["latency"], dtype=float)
         else:
             total = compute if communication is None else compute + communication
-        return fit_gamma(total, None, iid=iid)
-    return fit_gamma(compute, communication, iid=iid)
+        model = fit_gamma(total, None, iid=iid)
+    else:
+        model = fit_gamma(compute, communication, iid=iid)
+    if n_workers is None:
+        return model
+    return _resized(model, n_traced=compute.shape[1] if compute.ndim == 2 else 1,
+                    n_workers=n_workers)
+
+
+def _resized(model: Gamma, *, n_traced: int, n_workers: int) -> Gamma:
+    """``model`` fitted to ``n_traced`` workers, for ``n_workers`` sharing the same rows."""
+    share = n_traced / n_workers
+    index = np.arange(n_workers) % n_traced
+
+    def spread(value: float | tuple[float, ...], scale: float) -> float | tuple[float, ...]:
+        if isinstance(value, tuple):
+            return tuple(float(value[i]) * scale for i in index)
+        return float(value) * scale
+
+    return Gamma(mean=spread(model.mean, share), var=spread(model.var, share**2),
+                 communication_mean=spread(model.communication_mean, 1.0),
+                 communication_var=spread(model.communication_var, 1.0))

@@ -138,3 +138,47 @@ def test_fit_trace_unsplit_fits_the_whole_latency():
     np.testing.assert_allclose(model.var, [0.01, 0.02])
     assert model.communication_mean == 0.0
     np.testing.assert_allclose(fit_trace(trace).communication_mean, 0.1)
+
+
+def test_fit_trace_for_more_workers_tiles_the_laws_and_scales_compute():
+    model = Gamma(mean=MEAN, var=VAR, communication_mean=(0.01, 0.02, 0.03),
+                  communication_var=(1e-5, 2e-5, 3e-5))
+    compute, communication = _draws(model, 3, 2000)
+    trace = {"compute_duration": compute, "communication_duration": communication}
+    fitted = fit_trace(trace)
+    assert fit_trace(trace, n_workers=3) == fitted
+    bigger = fit_trace(trace, n_workers=7)  # worker j behaves like worker j % 3, share 3/7
+    source = [j % 3 for j in range(7)]
+    np.testing.assert_allclose(bigger.mean, [fitted.mean[i] * 3 / 7 for i in source])
+    np.testing.assert_allclose(bigger.var, [fitted.var[i] * (3 / 7) ** 2 for i in source])
+    assert bigger.communication_mean == tuple(fitted.communication_mean[i] for i in source)
+    assert bigger.communication_var == tuple(fitted.communication_var[i] for i in source)
+    bigger.check_n_workers(7)
+    # a worker of the larger cluster at load 7/3 (a traced task's rows) has the traced law
+    draws, _ = bigger.sampler(7, rng=1).sample(4, load=7 / 3, size=20000)
+    assert draws.mean() == pytest.approx(fitted.mean[1], rel=0.03)
+    assert draws.var() == pytest.approx(fitted.var[1], rel=0.1)
+    fewer = fit_trace(trace, n_workers=2)  # 3/2 the rows per task
+    np.testing.assert_allclose(fewer.mean, np.array(fitted.mean[:2]) * 1.5)
+
+
+def test_fit_trace_for_more_workers_pooled_and_unsplit():
+    lat = np.array([[0.3, 0.5], [0.5, 0.7], [0.4, np.nan]])
+    trace = {"compute_duration": lat - 0.1, "communication_duration": np.full_like(lat, 0.1),
+             "latency": lat}
+    pooled = fit_trace(trace, iid=True, n_workers=8)
+    reference = fit_trace(trace, iid=True)
+    assert pooled.mean == pytest.approx(reference.mean / 4)
+    assert pooled.var == pytest.approx(reference.var / 16)
+    assert pooled.communication_mean == reference.communication_mean
+    whole = fit_trace(trace, split=False, n_workers=4)  # the whole latency is compute
+    np.testing.assert_allclose(whole.mean, [0.2, 0.3, 0.2, 0.3])
+    np.testing.assert_allclose(whole.var, [0.0025, 0.005, 0.0025, 0.005])
+    assert whole.communication_mean == 0.0
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, "4", True])
+def test_fit_trace_bad_n_workers(bad):
+    trace = {"compute_duration": [[0.1, 0.2], [0.3, 0.2]]}
+    with pytest.raises(InvalidParameterError, match="'n_workers' parameter of fit_trace"):
+        fit_trace(trace, n_workers=bad)
