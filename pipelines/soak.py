@@ -7,10 +7,12 @@ method (gd, dsag, coded with cyclic repetition s = 1), a fault and an instant, r
 or a real cluster call:
 
 - ``kill``: SIGKILL a worker process (its nanny restarts it at a new address);
-- ``freeze``: SIGSTOP a worker for 8 s (4 s with ``--quick``), then SIGCONT (``frozen_after``
-  2 s, so its rows move);
-- ``retire``: ``client.retire_workers`` of one worker (adaptive scale-down);
-- ``join``: a fourth worker joins (``cluster.scale(4)``);
+- ``freeze``: SIGSTOP a worker for 8 s (4 s with ``--quick``), then SIGCONT (its rows move
+  after ``frozen_after`` 2 s, or ``stale_after`` 10 rounds for dsag and coded, which go on
+  without it);
+- ``retire``: ``client.retire_workers`` of one worker (adaptive scale-down; its rows move
+  while it retires);
+- ``join``: a fourth worker joins (``cluster.scale(4)``) and helps the slowest index;
 - ``none``: no fault (the clean reference for the timing).
 
 The fault fires when the run has recorded a seeded number of rounds (the coordinator's
@@ -114,7 +116,8 @@ def trial(method: str, fault: str, at_round: int, *, data: Any, clean: dict[str,
                            dashboard_address=None)
     try:
         with Client(cluster, set_as_default=False) as client, \
-                DaskRuntime(client, stragglers=SLOW, rng=0, frozen_after=2.0) as rt:
+                DaskRuntime(client, stragglers=SLOW, rng=0, frozen_after=2.0,
+                            stale_after=10) as rt:
             rt.coordinator = None
             injector = threading.Thread(target=_inject, daemon=True,
                                         args=(fault, rt, cluster, at_round, stop, freeze))

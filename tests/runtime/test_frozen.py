@@ -1,5 +1,6 @@
 """A frozen worker (SIGSTOP: a stopped process, a suspended VM) is a straggler that never
-answers: once its work is overdue its partitions move to another worker, and DSAG says how
+answers: once its work is overdue (``frozen_after`` seconds, or ``stale_after`` rounds for
+methods that go on without it) its partitions move to another worker, and DSAG says how
 stale its cache is; a slow one's units can be backed up on another worker (backup_after).
 Real signals to real worker processes."""
 
@@ -88,21 +89,29 @@ def test_gd_moves_a_frozen_workers_rows_and_ends_with_the_clean_iterates(data, f
     assert "worker frozen " in format_result(res)
 
 
-def test_dsag_refreshes_a_frozen_workers_rows_and_reports_the_staleness(data, fault_cluster,
-                                                                        at_round):
+def test_dsag_moves_rows_grown_too_stale_and_reports_the_staleness(data, fault_cluster,
+                                                                    at_round):
     problem = Logistic(alpha=0.01)
     stop = StopRule(max_iter=120, tol=None)
     # the exact optimum
     gd = LocalRuntime(3).run(GD(), problem, data, stop=stop, rng=0, reference=True)
-    with DaskRuntime(fault_cluster[1], stragglers=SLOW, rng=0, frozen_after=3.0) as rt:
-        res, _, said = _run_frozen(rt, 2, DSAG(n_wait=2), problem, data, stop, at_round)
-    assert any("(frozen?)" in m for m in said), said
+    # no injected delay: rounds take milliseconds, and the frozen worker's rows move once
+    # its unit is 10 rounds old, long before it is a minute late
+    with DaskRuntime(fault_cluster[1], rng=0, stale_after=10, frozen_after=60.0) as rt:
+        res, elapsed, said = _run_frozen(rt, 2, DSAG(n_wait=2), problem, data, stop,
+                                         at_round)
+    assert elapsed < 45
+    assert any(re.search(r"has not answered for \d+ rounds \(stale\); its partitions \[2\] "
+                         "are reloaded", m) for m in said), said
+    (move,) = res.attrs["worker_losses"]
+    assert (move["worker_index"], move["kind"]) == (2, "stale")
     staleness = res.trace["staleness"].values
     summary = res.summary()
     # the frozen worker's rows grew stale, then were computed elsewhere again
-    assert summary["max_staleness"] == int(staleness.max()) >= 5
+    assert summary["max_staleness"] == int(staleness.max()) >= 10
     assert summary["final_staleness"] == int(staleness[-1]) <= 2
     assert "staleness   cache entries up to" in format_result(res)
+    assert f"worker stale {move['lost']} (index 2)" in format_result(res)
     # and the run went on converging (the gap at the start is 0.5)
     assert res.objective - gd.reference_objective < 1e-3
 

@@ -104,26 +104,35 @@ def test_dsag_goes_on_and_its_final_pass_does_not_hang(data, fault_cluster, at_r
     assert res.attrs["worker_losses"][0]["worker_index"] == 2
 
 
-def test_a_retired_worker_hands_over_its_partitions(data):
-    clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data,
-                                stop=StopRule(max_iter=40, tol=None), rng=0)
-    with DaskRuntime(n_workers=3, stragglers=SLOW, rng=0) as rt:
-        address = rt.worker_names[0]
-
-        def retire() -> None:  # adaptive scale-down, from another thread
-            time.sleep(1.5)
-            rt.client.retire_workers([address], close_workers=True)
-
-        thread = threading.Thread(target=retire, daemon=True)
-        thread.start()
-        with pytest.warns(StraggleWarning, match="left the cluster"):
-            res = rt.run(GD(), PCA(n_components=3), data,
-                         stop=StopRule(max_iter=40, tol=None), rng=0)
-        thread.join()
-    assert res.n_iter == 40 and res.attrs["worker_losses"][0]["lost"] == address
-    # Dask copied the retiring worker's data away before closing it: nothing reloaded
-    assert res.attrs["worker_losses"][0]["reloaded"] == []
-    assert f"worker lost {address} (index 0): partitions" in format_result(res)
+def test_retiring_workers_are_left_before_they_go(data, fault_cluster, at_round):
+    stop = StopRule(max_iter=20, tol=None)
+    clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+    client = fault_cluster[1]
+    # frozen_after: a worker index left on a retiring worker (given no task) would be
+    # moved only after a minute, as frozen
+    with DaskRuntime(client, stragglers=SLOW, rng=0, frozen_after=60.0) as rt:
+        stays, goes = rt.worker_names[0], rt.worker_names[1]
+        # a retirement that never ends (the worker stays in the cluster, closing
+        # gracefully, and gets no task ever again: only an early move gets its work
+        # done), then an adaptive scale-down that closes the worker once Dask has copied
+        # its data away
+        at_round(rt, 4, lambda: client.retire_workers([stays], close_workers=False,
+                                                      remove=False))
+        at_round(rt, 8, lambda: client.retire_workers([goes], close_workers=True))
+        t0 = time.perf_counter()
+        with pytest.warns(StraggleWarning, match=r"is retiring \(closing gracefully\); its "
+                          "partitions"):
+            res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+        elapsed = time.perf_counter() - t0
+        assert not {stays, goes} & set(rt.worker_names)
+    assert elapsed < 45  # not the minute of a worker found frozen
+    moves = res.attrs["worker_losses"]
+    assert (moves[0]["lost"], moves[0]["worker_index"]) == (stays, 0)
+    assert {m["lost"] for m in moves} == {stays, goes}  # (goes may have taken index 0)
+    assert all(m["kind"] == "retired" for m in moves), moves
+    # the targets fetched the partitions from the retiring workers: nothing reloaded
+    assert all(m["reloaded"] == [] for m in moves)
+    assert f"worker retired {stays} (index 0): partitions [0] moved to" in format_result(res)
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
 
 
@@ -374,3 +383,28 @@ def test_a_worker_without_a_nanny_is_replaced_then_a_newcomer_takes_its_index_ba
         np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
     finally:
         cluster.close()
+
+
+def test_a_worker_joining_beyond_the_worker_count_helps_the_slowest_index(
+        data, fault_cluster, at_round, dask_worker):
+    from daskstraggle.runtime.dask import worker_addresses
+
+    stop = StopRule(max_iter=30, tol=None)
+    clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+    cluster, client = fault_cluster
+    slow = f"{SLOW} + slowdown(workers=1, factor=4)"  # worker index 1 is the slowest
+    newcomer = dask_worker(cluster.scheduler_address, joins_later=True)
+    with DaskRuntime(client, stragglers=slow, rng=0) as rt:
+        before = rt.worker_names
+        at_round(rt, 3, newcomer.join)
+        res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+        (joined,) = set(worker_addresses(client)) - set(before)
+        assert rt.worker_names == before  # the methods keep their 3 worker indices
+    (join,) = res.attrs["worker_joins"]
+    assert (join["worker"], join["helps"], join["partitions"]) == (joined, 1, [1])
+    # it computed part of index 1's rows in the later rounds, the larger part (no
+    # injected delay there), and the sums of the two parts are the clean run's
+    assert join["split_units"] >= 1 and join["own_share"] < 0.5
+    assert "worker_losses" not in res.attrs
+    np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
+    assert f"worker joined {joined}: helped index 1 (" in format_result(res)
