@@ -4,9 +4,10 @@ A worker index whose unit is unanswered for ``frozen_after`` seconds (default: 2
 the median latency of the run's recent units, at least 30 s) is moved to another worker,
 as for a worker that left: its worker is taken as frozen and gets no more work this run.
 So is one whose unit is still in flight ``stale_after`` rounds (iterate versions) after
-it was sent (default: 10 times the rounds the run's recent units took, at least 50): the
-rows it covers are at least that stale in SAG's and DSAG's cache, and are computed again
-elsewhere (reloaded from the source there), so the cache becomes exact again.
+it was sent (default: 10 times the rounds the run's recent units took, at least 50), and
+at least ``STALE_MIN_SECONDS`` (10 s), its data loaded: the rows it covers are at least
+that stale in SAG's and DSAG's cache, and are computed again elsewhere (reloaded from the
+source there), so the cache becomes exact again.
 
 Speculative backups (``backup_after``):
 A unit still unanswered after ``backup_after`` times the median latency of the run's
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from daskstraggle.methods.base import WorkUnit
+from daskstraggle.runtime import _resilience
 from daskstraggle.runtime._connect import worker_addresses
 from daskstraggle.runtime._resilience import frozen_bound, replacement_targets, stale_bound
 
@@ -61,6 +63,7 @@ class SlowWorkMixin:
     _stale_after: int | None
     _retiring: set[str]
     _helpers: dict[int, str]
+    _helper_held: dict[int, dict[int, Any]]
     _halves: dict[str, Any]
     _pinned: Callable[..., Any]
     _unit_load: Callable[[WorkUnit], float]
@@ -90,6 +93,13 @@ class SlowWorkMixin:
         at = bisect.bisect_right(self._versions, (sent, math.inf))
         return self._newest - (self._versions[at - 1][1] if at else 0)
 
+    def _data_loaded(self, key: str, unit: WorkUnit) -> bool:
+        """Whether the partitions the task ``key`` of ``unit`` reads are loaded (a unit
+        sent again after a move may wait for a reload: that is not the worker's delay)."""
+        held = (self._helper_held.get(unit.worker_index, {}) if self._worker_of(key, unit)
+                != self._addresses[unit.worker_index] else self._held[unit.worker_index])
+        return all(held[p].status == "finished" for p in unit.partitions if p in held)
+
     def _note_arrival(self, unit: WorkUnit, sent: float, latency: float) -> None:
         """A result of ``unit``, sent at ``sent``, arrived ``latency`` seconds later."""
         self._recent.append(latency)
@@ -107,7 +117,9 @@ class SlowWorkMixin:
         for key, (unit, sent, *_rest) in self._pending.items():
             address = self._worker_of(key, unit)
             old = waited.get(address, (0.0, 0))
-            waited[address] = (max(old[0], now - sent), max(old[1], self._age(sent)))
+            age = self._age(sent) if now - sent > _resilience.STALE_MIN_SECONDS and \
+                self._data_loaded(key, unit) else 0
+            waited[address] = (max(old[0], now - sent), max(old[1], age))
         late = {a: (f"has not answered for {s:.0f} s (frozen?)", "frozen") if s > seconds else
                 (f"has not answered for {age} rounds (stale)", "stale")
                 for a, (s, age) in waited.items() if s > seconds or age > rounds}

@@ -29,6 +29,7 @@ __all__ = [
     "SETUP_TIMEOUT",
     "STALE_FACTOR",
     "STALE_MIN",
+    "STALE_MIN_SECONDS",
     "UnitPart",
     "adoption_moves",
     "bounded",
@@ -55,9 +56,12 @@ FROZEN_FACTOR = 20.0
 FROZEN_MIN = 30.0
 #: A work unit still in flight STALE_FACTOR times more rounds (iterate versions) after it
 #: was sent than the run's recent units were when answered, and at least STALE_MIN
-#: rounds, means its worker is frozen or useless: its rows move to another worker.
+#: rounds, means its worker is frozen or useless: its rows move to another worker. Never
+#: before STALE_MIN_SECONDS though (rounds can take milliseconds, and a worker's first
+#: unit takes seconds when it compiles the kernels), nor while the unit's data loads.
 STALE_FACTOR = 10.0
 STALE_MIN = 50
+STALE_MIN_SECONDS = 10.0
 
 
 def frozen_bound(frozen_after: float | None, recent: Iterable[float]) -> float:

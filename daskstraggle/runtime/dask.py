@@ -224,12 +224,22 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
         sent means the same for its worker index (the rows it covers are at least that
         stale in SAG's and DSAG's cache): asynchronous methods go on without a frozen
         worker, so rounds pass faster than seconds. None: 10 times the rounds the run's
-        recent units took, at least 50.
+        recent units took, at least 50. Never before the unit's data is loaded and it has
+        waited 10 s (a worker's first unit compiles the kernels).
     backup_after : float or None, default=None
         Speculative backups: a work unit unanswered after this many times the median
         latency of the run's recent units is sent again to another worker (which loads
         a spare copy of the partitions from the source once, unless it holds them); the
         first answer counts. None: no backups. See :mod:`daskstraggle.runtime._backup`.
+
+    Notes
+    -----
+    The methods keep the worker indices of the run's start; the worker behind an index
+    may change during a run (``docs/architecture.md`` §6): a lost, retiring, frozen or
+    stale worker's index moves to a live worker, a worker that joins takes back an index
+    from a worker computing for two, or else helps the index with the highest latency
+    (its units are split between the two). ``result.attrs["worker_losses"]`` and
+    ``["worker_joins"]`` record what happened.
 
     Examples
     --------

@@ -90,13 +90,17 @@ def test_gd_moves_a_frozen_workers_rows_and_ends_with_the_clean_iterates(data, f
 
 
 def test_dsag_moves_rows_grown_too_stale_and_reports_the_staleness(data, fault_cluster,
-                                                                    at_round):
+                                                                    at_round, monkeypatch):
     problem = Logistic(alpha=0.01)
     stop = StopRule(max_iter=120, tol=None)
     # the exact optimum
     gd = LocalRuntime(3).run(GD(), problem, data, stop=stop, rng=0, reference=True)
     # no injected delay: rounds take milliseconds, and the frozen worker's rows move once
-    # its unit is 10 rounds old, long before it is a minute late
+    # its unit is 10 rounds old, long before it is a minute late (and, lowered here, a
+    # second: the floor that spares a fresh worker compiling its kernels)
+    from daskstraggle.runtime import _resilience
+
+    monkeypatch.setattr(_resilience, "STALE_MIN_SECONDS", 1.0)
     with DaskRuntime(fault_cluster[1], rng=0, stale_after=10, frozen_after=60.0) as rt:
         res, elapsed, said = _run_frozen(rt, 2, DSAG(n_wait=2), problem, data, stop,
                                          at_round)

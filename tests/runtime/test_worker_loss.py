@@ -385,23 +385,29 @@ def test_a_worker_without_a_nanny_is_replaced_then_a_newcomer_takes_its_index_ba
         cluster.close()
 
 
+@pytest.mark.parametrize(("method", "problem"), [
+    (GD(), PCA(n_components=3)),
+    # coded messages: each partition's coefficient applies to its share of the rows
+    (CodedGD("cyclic-repetition", n_stragglers=1, rng=0), Logistic(alpha=0.01)),
+])
 def test_a_worker_joining_beyond_the_worker_count_helps_the_slowest_index(
-        data, fault_cluster, at_round, dask_worker):
+        data, fault_cluster, at_round, dask_worker, method, problem):
     from daskstraggle.runtime.dask import worker_addresses
 
     stop = StopRule(max_iter=30, tol=None)
-    clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+    clean = LocalRuntime(3).run(method, problem, data, stop=stop, rng=0)
     cluster, client = fault_cluster
     slow = f"{SLOW} + slowdown(workers=1, factor=4)"  # worker index 1 is the slowest
     newcomer = dask_worker(cluster.scheduler_address, joins_later=True)
     with DaskRuntime(client, stragglers=slow, rng=0) as rt:
         before = rt.worker_names
         at_round(rt, 3, newcomer.join)
-        res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+        res = rt.run(method, problem, data, stop=stop, rng=0)
         (joined,) = set(worker_addresses(client)) - set(before)
         assert rt.worker_names == before  # the methods keep their 3 worker indices
     (join,) = res.attrs["worker_joins"]
-    assert (join["worker"], join["helps"], join["partitions"]) == (joined, 1, [1])
+    assert (join["worker"], join["helps"]) == (joined, 1)
+    assert join["partitions"] == res.attrs["placement"][1]
     # it computed part of index 1's rows in the later rounds, the larger part (no
     # injected delay there), and the sums of the two parts are the clean run's
     assert join["split_units"] >= 1 and join["own_share"] < 0.5
