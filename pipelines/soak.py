@@ -132,6 +132,8 @@ def trial(method: str, fault: str, at_round: int, *, data: Any, clean: dict[str,
                 out["outcome"] = "result"
                 out["warnings"] = [str(w.message) for w in caught][:5]
                 out["moves"] = [m.get("reason") for m in res.attrs.get("worker_losses", [])]
+                out["joins"] = [{"helps": j["helps"], "split_units": j["split_units"]}
+                                for j in res.attrs.get("worker_joins", [])]
                 if method in ("gd", "coded"):
                     err = float(np.max(np.abs(res.iterate - clean[method])))
                     out["max_abs_diff"] = err
