@@ -27,7 +27,7 @@ Usage::
 
     python pipelines/soak.py                  # 30 trials, ~6 minutes here
     python pipelines/soak.py --trials 100 --seed 1
-    python pipelines/soak.py --quick          # 3 trials of 30 rounds, the test runs this
+    python pipelines/soak.py --quick          # 3 gd trials of 30 rounds, the test runs this
 
 Results go to ``results/soak/<UTC timestamp>.json`` (every trial, the summary, machine and
 load).
@@ -198,12 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bound", type=float, default=120.0,
                         help="seconds a trial may take (default 120)")
     parser.add_argument("--quick", action="store_true",
-                        help="3 trials (none, kill, freeze) of 30 rounds, a 4 s freeze")
+                        help="3 gd trials (none, kill, freeze) of 30 rounds, a 4 s freeze")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     if args.quick:
-        plan = [("gd", "none", 5), ("gd", "kill", 5), ("dsag", "freeze", 5)]
+        # gd waits for the frozen worker: its rows must move for the run to end (dsag goes
+        # on without it, and 30 rounds may end before the 2 s bound)
+        plan = [("gd", "none", 5), ("gd", "kill", 5), ("gd", "freeze", 5)]
     else:
         plan = [(str(rng.choice(METHODS)), str(rng.choice(FAULTS)), int(rng.integers(3, 40)))
                 for _ in range(args.trials)]
