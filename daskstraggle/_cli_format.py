@@ -67,10 +67,16 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
                      f"old ({int(staleness[-1])} at the last)")
     for loss in attrs.get("worker_losses", []):
         reason = loss.get("reason", "left the cluster")
-        what = ("lost" if reason == "left the cluster" else
-                "frozen" if reason.startswith("has not answered") else "moved")
+        what = {"adopted": "moved"}.get(loss.get("kind", ""), loss.get("kind")) or (
+            "lost" if reason == "left the cluster" else
+            "frozen" if reason.startswith("has not answered") else "moved")
+        how = "reloaded on" if loss.get("reloaded", True) else "moved to"
         lines.append(f"worker {what} {loss['lost']} (index {loss['worker_index']}): partitions "
-                     f"{loss['partitions']} reloaded on {loss['moved_to']}")
+                     f"{loss['partitions']} {how} {loss['moved_to']}")
+    for join in attrs.get("worker_joins", []):
+        ended = f"; stopped: {join['ended']}" if join.get("ended") else ""
+        lines.append(f"worker joined {join['worker']}: helped index {join['helps']} "
+                     f"({join['split_units']} units split with it{ended})")
     if matrix is not None and matrix.column_groups is not None and result.problem == "pca":
         lines.append("")
         lines.append(_population_table(result, matrix))

@@ -7,9 +7,12 @@ method (gd, dsag, coded with cyclic repetition s = 1), a fault and an instant, r
 or a real cluster call:
 
 - ``kill``: SIGKILL a worker process (its nanny restarts it at a new address);
-- ``freeze``: SIGSTOP a worker for 8 s, then SIGCONT (``frozen_after`` 2 s, so its rows move);
-- ``retire``: ``client.retire_workers`` of one worker (adaptive scale-down);
-- ``join``: a fourth worker joins (``cluster.scale(4)``);
+- ``freeze``: SIGSTOP a worker for 8 s (4 s with ``--quick``), then SIGCONT (its rows move
+  after ``frozen_after`` 2 s, or ``stale_after`` 10 rounds for dsag and coded, which go on
+  without it);
+- ``retire``: ``client.retire_workers`` of one worker (adaptive scale-down; its rows move
+  while it retires);
+- ``join``: a fourth worker joins (``cluster.scale(4)``) and helps the slowest index;
 - ``none``: no fault (the clean reference for the timing).
 
 The fault fires when the run has recorded a seeded number of rounds (the coordinator's
@@ -24,7 +27,7 @@ Usage::
 
     python pipelines/soak.py                  # 30 trials, ~6 minutes here
     python pipelines/soak.py --trials 100 --seed 1
-    python pipelines/soak.py --quick          # 3 trials, the test runs this
+    python pipelines/soak.py --quick          # 3 gd trials of 30 rounds, the test runs this
 
 Results go to ``results/soak/<UTC timestamp>.json`` (every trial, the summary, machine and
 load).
@@ -71,7 +74,8 @@ def _method(name: str) -> Any:
             "coded": lambda: CodedGD("cyclic-repetition", n_stragglers=1, rng=0)}[name]()
 
 
-def _inject(fault: str, rt: Any, cluster: Any, at_round: int, stop: threading.Event) -> None:
+def _inject(fault: str, rt: Any, cluster: Any, at_round: int, stop: threading.Event,
+            freeze: float) -> None:
     """Wait until the run has recorded ``at_round`` rounds, then inject ``fault``."""
     while not stop.is_set():
         coordinator = getattr(rt, "coordinator", None)
@@ -92,12 +96,12 @@ def _inject(fault: str, rt: Any, cluster: Any, at_round: int, stop: threading.Ev
         os.kill(pid, signal.SIGKILL)
         return
     os.kill(pid, signal.SIGSTOP)
-    stop.wait(8.0)
+    stop.wait(freeze)
     os.kill(pid, signal.SIGCONT)
 
 
 def trial(method: str, fault: str, at_round: int, *, data: Any, clean: dict[str, Any],
-          bound: float) -> dict[str, Any]:
+          bound: float, rounds: int = 60, freeze: float = 8.0) -> dict[str, Any]:
     """Run one trial; return its outcome."""
     import psutil
     from distributed import Client, LocalCluster
@@ -112,21 +116,24 @@ def trial(method: str, fault: str, at_round: int, *, data: Any, clean: dict[str,
                            dashboard_address=None)
     try:
         with Client(cluster, set_as_default=False) as client, \
-                DaskRuntime(client, stragglers=SLOW, rng=0, frozen_after=2.0) as rt:
+                DaskRuntime(client, stragglers=SLOW, rng=0, frozen_after=2.0,
+                            stale_after=10) as rt:
             rt.coordinator = None
             injector = threading.Thread(target=_inject, daemon=True,
-                                        args=(fault, rt, cluster, at_round, stop))
+                                        args=(fault, rt, cluster, at_round, stop, freeze))
             injector.start()
             t0 = time.perf_counter()
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
                     res = rt.run(_method(method), Logistic(alpha=0.01), data,
-                                 stop=StopRule(max_iter=60, tol=None), rng=0)
+                                 stop=StopRule(max_iter=rounds, tol=None), rng=0)
                 out["seconds"] = time.perf_counter() - t0
                 out["outcome"] = "result"
                 out["warnings"] = [str(w.message) for w in caught][:5]
                 out["moves"] = [m.get("reason") for m in res.attrs.get("worker_losses", [])]
+                out["joins"] = [{"helps": j["helps"], "split_units": j["split_units"]}
+                                for j in res.attrs.get("worker_joins", [])]
                 if method in ("gd", "coded"):
                     err = float(np.max(np.abs(res.iterate - clean[method])))
                     out["max_abs_diff"] = err
@@ -156,12 +163,12 @@ def trial(method: str, fault: str, at_round: int, *, data: Any, clean: dict[str,
     return out
 
 
-def _clean_iterates(data: Any) -> dict[str, np.ndarray]:
+def _clean_iterates(data: Any, rounds: int) -> dict[str, np.ndarray]:
     from daskstraggle.problems import Logistic
     from daskstraggle.runtime import LocalRuntime, StopRule
 
     return {m: LocalRuntime(3).run(_method(m), Logistic(alpha=0.01), data,
-                                   stop=StopRule(max_iter=60, tol=None), rng=0).iterate
+                                   stop=StopRule(max_iter=rounds, tol=None), rng=0).iterate
             for m in ("gd", "coded")}
 
 
@@ -190,21 +197,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bound", type=float, default=120.0,
                         help="seconds a trial may take (default 120)")
-    parser.add_argument("--quick", action="store_true", help="3 trials: none, kill, freeze")
+    parser.add_argument("--quick", action="store_true",
+                        help="3 gd trials (none, kill, freeze) of 30 rounds, a 4 s freeze")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     if args.quick:
-        plan = [("gd", "none", 5), ("gd", "kill", 5), ("dsag", "freeze", 5)]
+        # gd waits for the frozen worker: its rows must move for the run to end (dsag goes
+        # on without it, and 30 rounds may end before the 2 s bound)
+        plan = [("gd", "none", 5), ("gd", "kill", 5), ("gd", "freeze", 5)]
     else:
         plan = [(str(rng.choice(METHODS)), str(rng.choice(FAULTS)), int(rng.integers(3, 40)))
                 for _ in range(args.trials)]
     data = _data()
-    clean = _clean_iterates(data)
+    rounds, freeze = (30, 4.0) if args.quick else (60, 8.0)
+    clean = _clean_iterates(data, rounds)
     trials = []
     for n, (method, fault, at_round) in enumerate(plan, 1):
         load = os.getloadavg()[0]
-        result = trial(method, fault, at_round, data=data, clean=clean, bound=args.bound)
+        result = trial(method, fault, at_round, data=data, clean=clean, bound=args.bound,
+                       rounds=rounds, freeze=freeze)
         result["load_before"] = load
         trials.append(result)
         print(f"[{n}/{len(plan)}] {method:5s} {fault:6s} at round {at_round:2d}: "

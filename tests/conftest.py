@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -109,3 +112,159 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(distributed.LocalCluster, "__init__", refuse)
     monkeypatch.setattr(distributed.Client, "__init__", refuse)
+
+
+def _start_fault_cluster() -> tuple[Any, Any]:
+    import dask
+    from distributed import Client, LocalCluster
+
+    from daskstraggle.runtime.dask import OWN_CLUSTER_CONFIG
+
+    with dask.config.set(OWN_CLUSTER_CONFIG):  # as DaskRuntime(n_workers=3) starts one
+        cluster = LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+    return cluster, Client(cluster, set_as_default=False)
+
+
+def _continue_workers(cluster: Any) -> None:
+    """SIGCONT every worker process of ``cluster`` (a test may have left one stopped)."""
+    import os
+    import signal
+
+    for nanny in list(cluster.workers.values()):
+        pid = getattr(nanny, "pid", None)
+        if pid:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
+def _whole(cluster: Any, client: Any) -> bool:
+    """Whether ``cluster`` has its 3 workers running again: a killed one is restarted by
+    its nanny (and a worker a test added and killed leaves); a retired one never comes
+    back, nor does a worker left closing gracefully."""
+    from distributed.core import Status
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if any(n.status in (Status.closing, Status.closed) for n in cluster.workers.values()):
+            return False
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        if any(w.get("status") not in ("running", None) for w in info.values()):
+            return False
+        if len(info) == 3:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture(scope="session")
+def _fault_clusters():
+    held: dict[str, Any] = {}
+    yield held
+    if held:
+        held["client"].close()
+        held["cluster"].close()
+
+
+@pytest.fixture
+def fault_cluster(_fault_clusters: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
+    """``(cluster, client)``: a LocalCluster of 3 single-threaded process workers with
+    nannies, for tests that kill, stop, retire or add workers. Shared across tests (a start
+    costs seconds): after each test its stopped workers are continued and it is checked
+    whole again (3 running workers, a killed one restarted by its nanny), else replaced."""
+    held = _fault_clusters
+    if not held or not _whole(held["cluster"], held["client"]):
+        if held:
+            held["client"].close()
+            held["cluster"].close()
+        held["cluster"], held["client"] = _start_fault_cluster()
+    yield held["cluster"], held["client"]
+    _continue_workers(held["cluster"])
+
+
+@pytest.fixture
+def at_round() -> Iterator[Callable[..., threading.Thread]]:
+    """``at_round(rt, n, action)``: call ``action()`` in a thread once the run of ``rt`` has
+    recorded ``n`` rounds (the coordinator's trace), not at a fixed wall time. The thread
+    ends with the test."""
+    threads: list[tuple[threading.Thread, threading.Event]] = []
+    failures: list[BaseException] = []
+
+    def start(rt: Any, n: int, action: Callable[[], Any]) -> threading.Thread:
+        done = threading.Event()
+        rt.coordinator = None  # the previous run's, if any
+
+        def wait() -> None:
+            while not done.is_set():
+                coordinator = getattr(rt, "coordinator", None)
+                if coordinator is not None and len(coordinator.session.recorder) >= n:
+                    try:
+                        action()
+                    except BaseException as err:  # reported when the test ends
+                        failures.append(err)
+                    return
+                time.sleep(0.01)
+
+        thread = threading.Thread(target=wait, daemon=True)
+        thread.start()
+        threads.append((thread, done))
+        return thread
+
+    yield start
+    for thread, done in threads:
+        done.set()
+        thread.join(timeout=60)
+    if failures:
+        raise failures[0]
+
+
+#: A `dask worker` process that imports first and joins the scheduler when told to (a
+#: line on stdin): joining then takes ~0.1 s instead of the seconds of a cold start.
+_LATE_WORKER = ("import sys\nfrom distributed.cli.dask_worker import main\n"
+                "sys.stdin.readline()\nmain()\n")
+
+
+class DaskWorkerProcess:
+    """A real ``dask worker`` process (``--no-nanny`` unless ``nanny``); killed with the test."""
+
+    def __init__(self, address: str, *, joins_later: bool = False, nanny: bool = False) -> None:
+        import subprocess
+        import sys
+
+        args = [address, "--nthreads", "1", "--no-dashboard", *([] if nanny else ["--no-nanny"])]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _LATE_WORKER, *args], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+        if not joins_later:
+            self.join()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def join(self) -> None:
+        """Let the worker join the scheduler now."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def dask_worker() -> Iterator[Callable[..., DaskWorkerProcess]]:
+    """``dask_worker(address, joins_later=False, nanny=False)``: start a ``dask worker``
+    process for the scheduler at ``address``; every one is killed when the test ends."""
+    started: list[DaskWorkerProcess] = []
+
+    def start(address: str, **kwargs: Any) -> DaskWorkerProcess:
+        started.append(DaskWorkerProcess(address, **kwargs))
+        return started[-1]
+
+    yield start
+    for worker in started:
+        worker.kill()

@@ -26,3 +26,4 @@ def test_quick_soak_ends_every_trial_correct(tmp_path):
     assert trials["kill"]["moves"][0] == "left the cluster"
     assert trials["freeze"]["moves"][0].startswith("has not answered")
     assert trials["kill"]["max_abs_diff"] <= 1e-9
+    assert trials["freeze"]["max_abs_diff"] <= 1e-9

@@ -1,10 +1,13 @@
-"""Slow work on the Dask runtime: frozen workers, speculative backups, and where a moved
-worker index's data comes from (copies left on live workers, e.g. by a retiring worker,
-else the source).
+"""Slow work on the Dask runtime: frozen and stale workers, speculative backups.
 
 A worker index whose unit is unanswered for ``frozen_after`` seconds (default: 20 times
 the median latency of the run's recent units, at least 30 s) is moved to another worker,
 as for a worker that left: its worker is taken as frozen and gets no more work this run.
+So is one whose unit is still in flight ``stale_after`` rounds (iterate versions) after
+it was sent (default: 10 times the rounds the run's recent units took, at least 50), and
+at least ``STALE_MIN_SECONDS`` (10 s), its data loaded: the rows it covers are at least
+that stale in SAG's and DSAG's cache, and are computed again elsewhere (reloaded from the
+source there), so the cache becomes exact again.
 
 Speculative backups (``backup_after``):
 A unit still unanswered after ``backup_after`` times the median latency of the run's
@@ -18,7 +21,9 @@ streamed unit, whose partial recovery already does without the slow ones).
 
 from __future__ import annotations
 
+import bisect
 import logging
+import math
 import statistics
 import time
 import uuid
@@ -27,8 +32,9 @@ from collections.abc import Callable
 from typing import Any
 
 from daskstraggle.methods.base import WorkUnit
-from daskstraggle.runtime._connect import SCHEDULER_TIMEOUT, worker_addresses
-from daskstraggle.runtime._resilience import frozen_bound, overdue_workers, replacement_targets
+from daskstraggle.runtime import _resilience
+from daskstraggle.runtime._connect import worker_addresses
+from daskstraggle.runtime._resilience import frozen_bound, replacement_targets, stale_bound
 
 __all__ = ["SlowWorkMixin"]
 
@@ -54,53 +60,91 @@ class SlowWorkMixin:
     _ac: Any
     _shunned: set[str]
     _frozen_after: float | None
+    _stale_after: int | None
+    _retiring: set[str]
+    _helpers: dict[int, str]
+    _helper_held: dict[int, dict[int, Any]]
+    _halves: dict[str, Any]
     _pinned: Callable[..., Any]
     _unit_load: Callable[[WorkUnit], float]
     _move: Callable[..., None]
+    _drop_helper: Callable[..., None]
+    _worker_of: Callable[[str, WorkUnit], str]
+    _note_latency: Callable[[int, float], None]
     # the backups' own
     _backup_after: float | None
     _twins: dict[str, str]
     _spares: dict[tuple[str, int], Any]
     _n_backups: int
+    _newest: int  # the newest iterate version sent
+    _versions: list[tuple[float, int]]  # (time, version) each time a newer one was sent
+    _ages: deque[int]  # rounds each recent unit was in flight
+
+    def _advance(self, version: int) -> None:
+        """A unit at iterate ``version`` is sent: keep when each version was first sent."""
+        if version > self._newest:
+            self._newest = version
+            self._versions.append((time.perf_counter(), version))
+            if len(self._versions) > 20_000:  # bounded: ages beyond that are beyond any bound
+                del self._versions[:10_000]
+
+    def _age(self, sent: float) -> int:
+        """Rounds (iterate versions) the run went on since a unit was sent at ``sent``."""
+        at = bisect.bisect_right(self._versions, (sent, math.inf))
+        return self._newest - (self._versions[at - 1][1] if at else 0)
+
+    def _data_loaded(self, key: str, unit: WorkUnit) -> bool:
+        """Whether the partitions the task ``key`` of ``unit`` reads are loaded (a unit
+        sent again after a move may wait for a reload: that is not the worker's delay)."""
+        held = (self._helper_held.get(unit.worker_index, {}) if self._worker_of(key, unit)
+                != self._addresses[unit.worker_index] else self._held[unit.worker_index])
+        return all(held[p].status == "finished" for p in unit.partitions if p in held)
+
+    def _note_arrival(self, unit: WorkUnit, sent: float, latency: float) -> None:
+        """A result of ``unit``, sent at ``sent``, arrived ``latency`` seconds later."""
+        self._recent.append(latency)
+        self._ages.append(self._age(sent))
+        self._note_latency(unit.worker_index, latency)
 
     def _check_frozen(self) -> None:
-        """Move the partitions of a worker whose work is overdue (frozen) elsewhere."""
-        bound = frozen_bound(self._frozen_after, self._recent)
-        overdue = overdue_workers(((e[0].worker_index, e[1]) for e in self._pending.values()),
-                                  time.perf_counter(), bound)
-        if not overdue:
+        """Move elsewhere the rows of a worker whose work is overdue: unanswered for
+        ``frozen_after`` seconds (frozen), or sent more than ``stale_after`` rounds ago
+        (stale: the rows it covers are at least that stale in a cache of results)."""
+        now = time.perf_counter()
+        seconds = frozen_bound(self._frozen_after, self._recent)
+        rounds = stale_bound(self._stale_after, self._ages)
+        waited: dict[str, tuple[float, int]] = {}
+        for key, (unit, sent, *_rest) in self._pending.items():
+            address = self._worker_of(key, unit)
+            old = waited.get(address, (0.0, 0))
+            age = self._age(sent) if now - sent > _resilience.STALE_MIN_SECONDS and \
+                self._data_loaded(key, unit) else 0
+            waited[address] = (max(old[0], now - sent), max(old[1], age))
+        late = {a: (f"has not answered for {s:.0f} s (frozen?)", "frozen") if s > seconds else
+                (f"has not answered for {age} rounds (stale)", "stale")
+                for a, (s, age) in waited.items() if s > seconds or age > rounds}
+        if not late:
             return
-        frozen: dict[str, float] = {}
-        for i, waited in overdue.items():
-            frozen[self._addresses[i]] = max(frozen.get(self._addresses[i], 0.0), waited)
-        # the membership check just ran: every address of ours is live
-        live = sorted((set(self._addresses) | set(worker_addresses(self.client)))
-                      - set(frozen) - self._shunned)
+        live = sorted(set(worker_addresses(self.client)) - set(late) - self._shunned
+                      - self._retiring)
         if not live:
             return  # nowhere to go: keep waiting (Dask's worker-ttl ends a dead one)
-        self._shunned |= set(frozen)
+        self._shunned |= set(late)
+        for i, helper in list(self._helpers.items()):
+            if helper in late:
+                self._drop_helper(i, why=late[helper][0])
         for i, target in replacement_targets(self._addresses, live).items():
-            waited = frozen[self._addresses[i]]
-            self._move(i, target, why=f"has not answered for {waited:.0f} s (frozen?)")
-
-    def _copies_elsewhere(self, held: dict[int, Any], avoid: set[str]) -> dict[int, Any]:
-        """The partitions whose loaded data a live worker outside ``avoid`` still holds
-        (a retiring worker's, which Dask copies away before it closes; an adopted index's),
-        by the scheduler's account."""
-        try:
-            holders = self.client.sync(self.client.scheduler.who_has,
-                                       keys=[f.key for f in held.values()],
-                                       callback_timeout=SCHEDULER_TIMEOUT)
-        except Exception as err:  # no copies known: reload
-            logger.info("who_has failed (%s); reloading from the source", err)
-            return {}
-        return {p: future for p, future in held.items()
-                if set(holders.get(future.key, ())) - avoid}
+            why, kind = late.get(self._addresses[i], ("was found frozen", "frozen"))
+            self._move(i, target, why=why, kind=kind)
 
     def _reset_backups(self) -> None:
+        """Forget the previous run's backups, spare copies and unit ages."""
         self._twins = {}
         self._spares = {}
         self._n_backups = 0
+        self._newest = 0
+        self._versions = []
+        self._ages = deque(maxlen=200)
 
     def _check_backups(self) -> None:
         """Send a backup of every whole unit overdue against the run's median latency."""
@@ -109,7 +153,8 @@ class SlowWorkMixin:
         bound = self._backup_after * statistics.median(self._recent)
         now = time.perf_counter()
         for key, (_, sent, message, _, _) in list(self._pending.items()):
-            if message is None and key not in self._twins and now - sent > bound:
+            if message is None and key not in self._twins and key not in self._halves and \
+                    now - sent > bound:
                 self._send_backup(key)
 
     def _send_backup(self, key: str) -> None:

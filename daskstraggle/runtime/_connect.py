@@ -42,6 +42,7 @@ __all__ = [
     "scheduler_lost",
     "start_local_cluster",
     "worker_addresses",
+    "worker_status",
 ]
 
 #: Seconds the scheduler may take to answer a membership check.
@@ -220,6 +221,18 @@ def worker_addresses(client: Any) -> list[str]:
     asks for no per-worker details) can overwrite between the fetch and the return, so
     it sometimes lists no workers (distributed 2026.8); this asks the scheduler directly.
     """
+    return sorted(worker_status(client))
+
+
+def worker_status(client: Any) -> dict[str, str]:
+    """Return each worker's status (``"running"``, ``"paused"``, ``"closing_gracefully"``
+    while it retires, ...) by address, asked of the scheduler now (one round trip).
+
+    Raises
+    ------
+    SchedulerLostError
+        If the scheduler does not answer within ``SCHEDULER_TIMEOUT`` seconds.
+    """
     if client.asynchronous:
         raise InvalidParameterError(
             "daskstraggle needs a synchronous distributed.Client (asynchronous=False)."
@@ -229,7 +242,8 @@ def worker_addresses(client: Any) -> list[str]:
                            callback_timeout=SCHEDULER_TIMEOUT)
     except (OSError, TimeoutError) as err:
         raise scheduler_lost(client, f"{type(err).__name__}: {err}") from None
-    return sorted(info["workers"])
+    return {address: str(worker.get("status", "running"))
+            for address, worker in info["workers"].items()}
 
 
 def scheduler_lost(client: Any, cause: str) -> SchedulerLostError:

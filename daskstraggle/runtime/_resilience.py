@@ -1,8 +1,12 @@
-"""What the Dask runtime does when workers leave or freeze (pure helpers, no dask import).
+"""What the Dask runtime does when workers leave, freeze or join (pure helpers, no dask
+import).
 
 ``replacement_targets`` decides where a lost worker index's partitions go;
 ``overdue_workers`` finds worker indices whose work is so late that their worker must be
-frozen; ``quietly`` bounds a clean-up step that a frozen worker could hold up forever.
+frozen, ``stale_bound`` how many rounds behind a unit in flight may fall; ``helper_targets``
+picks the worker index a newcomer beyond the run's worker count helps, ``split_unit`` how
+a unit's rows are shared between the two and ``next_fraction`` how the share follows their
+speeds; ``quietly`` bounds a clean-up step that a frozen worker could hold up forever.
 """
 
 from __future__ import annotations
@@ -10,8 +14,11 @@ from __future__ import annotations
 import statistics
 import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from daskstraggle.errors import InvalidParameterError, StraggleError, StraggleWarning
 
@@ -20,13 +27,21 @@ __all__ = [
     "FROZEN_FACTOR",
     "FROZEN_MIN",
     "SETUP_TIMEOUT",
+    "STALE_FACTOR",
+    "STALE_MIN",
+    "STALE_MIN_SECONDS",
+    "UnitPart",
     "adoption_moves",
     "bounded",
     "check_memory",
     "frozen_bound",
+    "helper_targets",
+    "next_fraction",
     "overdue_workers",
     "quietly",
     "replacement_targets",
+    "split_unit",
+    "stale_bound",
 ]
 
 #: Seconds a clean-up step (removing the injector, stopping the throttle) may take.
@@ -39,6 +54,14 @@ SETUP_TIMEOUT = 30.0
 #: a suspended VM): its partitions move to another worker.
 FROZEN_FACTOR = 20.0
 FROZEN_MIN = 30.0
+#: A work unit still in flight STALE_FACTOR times more rounds (iterate versions) after it
+#: was sent than the run's recent units were when answered, and at least STALE_MIN
+#: rounds, means its worker is frozen or useless: its rows move to another worker. Never
+#: before STALE_MIN_SECONDS though (rounds can take milliseconds, and a worker's first
+#: unit takes seconds when it compiles the kernels), nor while the unit's data loads.
+STALE_FACTOR = 10.0
+STALE_MIN = 50
+STALE_MIN_SECONDS = 10.0
 
 
 def frozen_bound(frozen_after: float | None, recent: Iterable[float]) -> float:
@@ -65,6 +88,39 @@ def frozen_bound(frozen_after: float | None, recent: Iterable[float]) -> float:
     values = list(recent)
     typical = statistics.median(values) if values else 0.0
     return max(FROZEN_MIN, FROZEN_FACTOR * typical)
+
+
+def stale_bound(stale_after: int | None, ages: Iterable[int]) -> float:
+    """Rounds a unit may stay in flight before its worker index's rows move elsewhere.
+
+    The age of a unit is the number of rounds (iterate versions) the run went on since it
+    was sent; the rows it covers are at least that stale in a cache of results (SAG,
+    DSAG). Methods that wait for every worker (GD) never age a unit; asynchronous ones
+    age every unit by about the number of workers.
+
+    Parameters
+    ----------
+    stale_after : int or None
+        The user's bound; None: ``max(STALE_MIN, STALE_FACTOR * median(ages))``.
+    ages : iterable of int
+        Ages of the run's recent units when their results arrived.
+
+    Returns
+    -------
+    bound : float
+
+    Examples
+    --------
+    >>> stale_bound(None, []), stale_bound(None, [0, 1, 1]), stale_bound(None, [8, 9, 9])
+    (50.0, 50.0, 90.0)
+    >>> stale_bound(10, [100])
+    10.0
+    """
+    if stale_after is not None:
+        return float(stale_after)
+    values = list(ages)
+    typical = statistics.median(values) if values else 0.0
+    return float(max(STALE_MIN, STALE_FACTOR * typical))
 
 
 def overdue_workers(sent: Iterable[tuple[int, float]], now: float, bound: float
@@ -274,3 +330,136 @@ def check_memory(addresses: list[str], shares: list[int], limits: dict[str, int]
                 "it): use more workers (CLI: --workers), workers with more memory (dask "
                 "worker --memory-limit), or a smaller matrix."
             )
+
+
+def helper_targets(addresses: Sequence[str], newcomers: Iterable[str], helped: Iterable[int],
+                   latency: Mapping[int, float]) -> dict[str, int]:
+    """Pick the worker index each newcomer helps: the slowest first (pure).
+
+    A worker that joins when every worker index has its own worker takes over part of
+    the rows of the index with the highest measured latency that has no helper yet (and
+    a worker of its own: a doubled-up index goes to a newcomer whole, see
+    :func:`adoption_moves`).
+
+    Parameters
+    ----------
+    addresses : sequence of str
+        Current worker address of each worker index.
+    newcomers : iterable of str
+        Live workers that neither hold an index nor help one.
+    helped : iterable of int
+        Worker indices that have a helper already.
+    latency : mapping of int to float
+        Recent latency (seconds from send to result) by worker index; absent: 0.
+
+    Returns
+    -------
+    targets : dict of str to int
+        The index each newcomer (in sorted order) helps, while indices are left.
+
+    Examples
+    --------
+    >>> helper_targets(["a", "b", "c"], ["x", "y"], [], {0: 0.1, 1: 0.4, 2: 0.2})
+    {'x': 1, 'y': 2}
+    >>> helper_targets(["a", "a", "c"], ["x"], [2], {2: 1.0})
+    {}
+    """
+    shared = {a for a in addresses if list(addresses).count(a) > 1}
+    taken = set(helped)
+    free = [i for i, a in enumerate(addresses) if a not in shared and i not in taken]
+    free.sort(key=lambda i: (-latency.get(i, 0.0), i))
+    return dict(zip(sorted(newcomers), free, strict=False))
+
+
+@dataclass(frozen=True, slots=True)
+class UnitPart:
+    """One of the two tasks a split work unit becomes.
+
+    Attributes
+    ----------
+    positions : tuple of int
+        Which of the unit's partitions (positions in ``unit.partitions``) it reads.
+    rows : tuple of (int, int)
+        Its rows ``[a, b)`` along the concatenation of those partitions.
+    coefficients : ndarray of shape (n_messages, len(positions)) or None
+        The unit's coding coefficients of those partitions (None: a plain sum).
+    """
+
+    positions: tuple[int, ...]
+    rows: tuple[int, int]
+    coefficients: np.ndarray | None
+
+
+def split_unit(partition_rows: Sequence[int], *, rows: tuple[int, int] | None,
+               coefficients: Any, fraction: float) -> tuple[UnitPart, UnitPart] | None:
+    """Split a work unit's rows into two contiguous parts whose results add up to its own.
+
+    A kernel sum is a sum over rows, and a coded message ``sum_p c_p kernel(p)`` is linear
+    in each partition's rows, so computing rows ``[lo, cut)`` and ``[cut, hi)`` apart
+    (each partition's coefficient on its share of the rows) and adding the two results
+    gives the unit's result, up to rounding.
+
+    Parameters
+    ----------
+    partition_rows : sequence of int
+        Rows of each of the unit's partitions, in order.
+    rows : tuple of (int, int) or None
+        The unit's own row range along their concatenation (None: all rows).
+    coefficients : array of shape (n_messages, n_partitions) or None
+        The unit's coding coefficients.
+    fraction : float
+        Share of the rows in the first part, in (0, 1).
+
+    Returns
+    -------
+    parts : tuple of two UnitPart, or None
+        None when the unit has fewer than two rows (or both a row range and
+        coefficients, which no method sends).
+
+    Examples
+    --------
+    >>> first, second = split_unit([4, 6], rows=None, coefficients=None, fraction=0.5)
+    >>> first.positions, first.rows, second.positions, second.rows
+    ((0, 1), (0, 5), (1,), (1, 6))
+    >>> first, second = split_unit([4, 6], rows=None, coefficients=[[1.0, 2.0]],
+    ...                            fraction=0.5)
+    >>> second.positions, second.rows, second.coefficients
+    ((1,), (1, 6), array([[2.]]))
+    """
+    if rows is not None and coefficients is not None:
+        return None
+    starts = np.concatenate([[0], np.cumsum(partition_rows)]).astype(int)
+    lo, hi = rows if rows is not None else (0, int(starts[-1]))
+    if hi - lo < 2:
+        return None
+    cut = lo + min(max(round((hi - lo) * fraction), 1), hi - lo - 1)
+    coef = None if coefficients is None else np.asarray(coefficients, dtype=np.float64)
+
+    def part(a: int, b: int) -> UnitPart:
+        positions = tuple(k for k in range(len(partition_rows))
+                          if starts[k] < b and starts[k + 1] > a)
+        offset = int(starts[positions[0]])
+        return UnitPart(positions, (a - offset, b - offset),
+                        None if coef is None else coef[:, list(positions)])
+
+    return part(lo, cut), part(cut, hi)
+
+
+def next_fraction(fraction: float, own: float, helper: float) -> float:
+    """The share of a split unit's rows its own worker keeps next time (pure).
+
+    From the seconds each part took (``own`` for the ``fraction`` of the rows, ``helper``
+    for the rest), the share at which both would finish together, halfway averaged with
+    the current one and kept in [0.05, 0.95].
+
+    Examples
+    --------
+    >>> next_fraction(0.5, own=3.0, helper=1.0)  # its own worker is 3 times slower
+    0.375
+    >>> next_fraction(0.5, own=1.0, helper=1.0)
+    0.5
+    """
+    own_speed = fraction / max(own, 1e-9)
+    helper_speed = (1.0 - fraction) / max(helper, 1e-9)
+    balanced = own_speed / (own_speed + helper_speed)
+    return float(min(max(0.5 * (fraction + balanced), 0.05), 0.95))

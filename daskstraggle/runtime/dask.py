@@ -33,7 +33,6 @@ from daskstraggle.errors import (
     SchedulerLostError,
     StraggleError,
     StraggleWarning,
-    WorkerLostError,
 )
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
@@ -47,17 +46,18 @@ from daskstraggle.runtime._connect import (
     start_local_cluster,
     worker_addresses,
 )
-from daskstraggle.runtime._resilience import (
-    adoption_moves,
-    bounded,
-    check_memory,
-    quietly,
-    replacement_targets,
+from daskstraggle.runtime._helpers import HelperMixin
+from daskstraggle.runtime._membership import (
+    MEMBERSHIP_INTERVAL,
+    NO_WORKER_TIMEOUT,
+    MembershipMixin,
 )
+from daskstraggle.runtime._resilience import bounded, check_memory, quietly, replacement_targets
 from daskstraggle.runtime.base import Runtime, fold, fold_map, run_unit, stream_messages
 from daskstraggle.trace import TraceRecorder
 
-__all__ = ["DaskRuntime", "connect", "replacement_targets", "run_unit_task", "worker_addresses"]
+__all__ = ["MEMBERSHIP_INTERVAL", "NO_WORKER_TIMEOUT", "DaskRuntime", "connect",
+           "replacement_targets", "run_unit_task", "worker_addresses"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +65,6 @@ logger = logging.getLogger(__name__)
 #: Most worker processes a LocalCluster started by this package may have.
 MAX_LOCAL_WORKERS = 256
 
-#: Seconds between checks that every worker holding our partitions is still there, while
-#: the runtime waits for results (one scheduler round-trip each).
-MEMBERSHIP_INTERVAL = 1.0
-#: Seconds to wait for a worker to (re)join when every worker has left.
-NO_WORKER_TIMEOUT = 60.0
 #: An exact pass's fold still running this many times after half the folds finished
 #: (and at least BACKUP_MIN seconds after the start) is computed again elsewhere.
 BACKUP_FACTOR = 4.0
@@ -186,7 +181,7 @@ def run_unit_task(
     return result, time.perf_counter() - t0
 
 
-class DaskRuntime(SlowWorkMixin, Runtime):
+class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
     """Run methods on a Dask cluster with partitions pinned to workers.
 
     Parameters
@@ -224,11 +219,27 @@ class DaskRuntime(SlowWorkMixin, Runtime):
         stopped process, a suspended VM): that worker index's partitions are reloaded
         on another worker and its work sent there, as for a worker that left. None:
         20 times the median latency of the run's recent units, at least 30 s.
+    stale_after : int or None, default=None
+        A work unit still unanswered this many rounds (iterate versions) after it was
+        sent means the same for its worker index (the rows it covers are at least that
+        stale in SAG's and DSAG's cache): asynchronous methods go on without a frozen
+        worker, so rounds pass faster than seconds. None: 10 times the rounds the run's
+        recent units took, at least 50. Never before the unit's data is loaded and it has
+        waited 10 s (a worker's first unit compiles the kernels).
     backup_after : float or None, default=None
         Speculative backups: a work unit unanswered after this many times the median
         latency of the run's recent units is sent again to another worker (which loads
         a spare copy of the partitions from the source once, unless it holds them); the
         first answer counts. None: no backups. See :mod:`daskstraggle.runtime._backup`.
+
+    Notes
+    -----
+    The methods keep the worker indices of the run's start; the worker behind an index
+    may change during a run (``docs/architecture.md`` §6): a lost, retiring, frozen or
+    stale worker's index moves to a live worker, a worker that joins takes back an index
+    from a worker computing for two, or else helps the index with the highest latency
+    (its units are split between the two). ``result.attrs["worker_losses"]`` and
+    ``["worker_joins"]`` record what happened.
 
     Examples
     --------
@@ -253,6 +264,7 @@ class DaskRuntime(SlowWorkMixin, Runtime):
         min_workers: int | None = None,
         min_workers_timeout: float = 300.0,
         frozen_after: float | None = None,
+        stale_after: int | None = None,
         backup_after: float | None = None,
     ) -> None:
         from distributed import as_completed
@@ -266,10 +278,14 @@ class DaskRuntime(SlowWorkMixin, Runtime):
             min_workers_timeout, name="min_workers_timeout", caller="DaskRuntime")
         self._frozen_after = None if frozen_after is None else check_positive(
             frozen_after, name="frozen_after", caller="DaskRuntime")
+        self._stale_after = None if stale_after is None else check_int(
+            stale_after, name="stale_after", caller="DaskRuntime", low=1)
         self._recent: deque[float] = deque(maxlen=200)  # latencies of recent units
         self._backup_after = None if backup_after is None else check_positive(
             backup_after, name="backup_after", caller="DaskRuntime")
         self._reset_backups()
+        self._reset_helpers()
+        self._reset_membership()
         self._seed = rng
         self._record_latency = check_bool(record_latency, name="record_latency",
                                           caller="DaskRuntime")
@@ -448,7 +464,7 @@ class DaskRuntime(SlowWorkMixin, Runtime):
                             fold.append(self._backup(fold, fn, args, combine))
                             fold_of[fold[3].key] = n
                             ac.add(fold[3])
-                if now - self._last_check >= MEMBERSHIP_INTERVAL and self._check_membership():
+                if self._membership_due(now) and self._check_membership():
                     return None
                 with ac.thread_condition:  # notified when a result is queued
                     ac.thread_condition.wait(timeout=0.05)
@@ -478,43 +494,6 @@ class DaskRuntime(SlowWorkMixin, Runtime):
         return self._pinned(fold_map, fn, args, combine, *blocks,
                             key=f"map-backup-{token}-w{j}", worker_index=j)
 
-    def _check_membership(self) -> bool:
-        """Move the partitions of workers that left to live ones; return whether any left.
-
-        Each lost worker index is re-pointed at a live worker (see
-        :func:`replacement_targets`), its partitions are reloaded there from the source
-        by new pinned tasks, and its undelivered work is sent again. Nothing waits on a
-        task pinned to a worker that is gone.
-
-        Raises
-        ------
-        WorkerLostError
-            If every worker left and none joined within ``NO_WORKER_TIMEOUT`` seconds.
-        SchedulerLostError
-            If the scheduler does not answer.
-        """
-        self._last_check = time.perf_counter()
-        if not self._held:
-            return False
-        try:
-            # a worker found frozen is never given work again in this run
-            live = [a for a in worker_addresses(self.client) if a not in self._shunned]
-        except SchedulerLostError:
-            self._scheduler_lost = True  # the clean-up must not wait on it either
-            raise
-        moves = replacement_targets(self._addresses, live or [])
-        if not moves:
-            for i, target in adoption_moves(self._addresses, live).items():
-                self._move(i, target, why=f"also computed for another index and {target} "
-                                          "joined", warn=False)
-            return False
-        if not live:
-            live = self._wait_for_any_worker()
-            moves = replacement_targets(self._addresses, live)
-        for i, target in moves.items():
-            self._move(i, target)
-        return True
-
     def _check_memory(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> None:
         """Refuse, before loading, a share of the data above a worker's memory limit."""
         import dask
@@ -542,55 +521,6 @@ class DaskRuntime(SlowWorkMixin, Runtime):
                 return lost
         self._scheduler_lost = True
         return scheduler_lost(self.client, "our work was cancelled: scheduler-connection-lost")
-
-    def _wait_for_any_worker(self) -> list[str]:
-        try:
-            self.client.wait_for_workers(1, timeout=NO_WORKER_TIMEOUT)
-        except TimeoutError:
-            raise WorkerLostError(
-                f"Every worker left the cluster and none joined within "
-                f"{NO_WORKER_TIMEOUT:g} s; the run cannot go on. Start workers (or check why "
-                "they died: memory limit, walltime, preemption) and run again."
-            ) from None
-        return worker_addresses(self.client)
-
-    def _move(self, index: int, target: str, why: str = "left the cluster",
-              warn: bool = True) -> None:
-        """Reload worker index ``index``'s partitions on ``target``; resend its work.
-
-        ``why`` says what happened to its worker, in the warning (``warn``; else a log
-        record only).
-        """
-        assert self._matrix is not None
-        lost, self._addresses[index] = self._addresses[index], target
-        parts = sorted(self._held[index])
-        kept = self._copies_elsewhere(self._held[index], avoid={lost, *self._shunned})
-        token = uuid.uuid4().hex[:6]
-        self._held[index] = {p: kept[p] if p in kept else self._pinned(
-            self._matrix.loader(p), key=f"reload-p{p}-w{index}-{token}", worker_index=index)
-            for p in parts}
-        reloaded = [p for p in parts if p not in kept]
-        self._losses.append({"worker_index": index, "lost": lost, "moved_to": target,
-                             "partitions": parts, "reason": why, "reloaded": reloaded})
-        how = (f"are reloaded from the source on {target}" if not kept else
-               f"move to {target} from copies left on other workers" if not reloaded else
-               f"move to {target} ({sorted(kept)} from copies left on other workers, the rest "
-               "reloaded from the source)")
-        message = f"worker {lost} {why}; its partitions {parts} {how}"
-        logger.log(logging.WARNING if warn else logging.INFO, message)
-        if warn:
-            warnings.warn(f"{message[0].upper()}{message[1:]}.", StraggleWarning, stacklevel=2)
-        stale = [key for key, entry in self._pending.items() if entry[0].worker_index == index]
-        units: dict[int, tuple[WorkUnit, list[int | None]]] = {}
-        for key in stale:  # (a backup of the index's unit is among them: same unit)
-            self._twins.pop(key, None)
-            unit, _, message_index, _, future = self._pending.pop(key)
-            units.setdefault(id(unit), (unit, []))[1].append(message_index)
-            self.client.cancel([future])
-        for unit, messages in units.values():
-            self._submit(unit, self._work,
-                         only=None if None in messages else {int(j) for j in messages
-                                                             if j is not None})
 
     def _distinct(self) -> list[str]:
         """Worker addresses by index, a repeated one (an index moved to a survivor after
@@ -678,6 +608,8 @@ class DaskRuntime(SlowWorkMixin, Runtime):
         # plugin recorded them (0 when partitions stay where they were loaded, also after
         # the load balancer resizes subpartitions)
         losses = {"worker_losses": list(self._losses)} if self._losses else {}
+        if self._joins:
+            losses["worker_joins"] = [dict(join) for join in self._joins]
         if self._backup_after is not None:
             losses["backups"] = self._n_backups
         if self._recorder is None:
@@ -689,6 +621,9 @@ class DaskRuntime(SlowWorkMixin, Runtime):
         """Send ``unit`` to its worker (``only``: just those messages of a streamed unit,
         when it is sent again after its worker left)."""
         self._work = problem
+        self._advance(unit.version)
+        if only is None and self._submit_split(unit, problem):
+            return
         held = self._held[unit.worker_index]
         if unit.stream:
             # one task per message, each depending on the one before (same worker, so
@@ -731,9 +666,9 @@ class DaskRuntime(SlowWorkMixin, Runtime):
                 now = time.perf_counter()
                 if now >= deadline:
                     return None
-                if now - self._last_check >= MEMBERSHIP_INTERVAL:
+                if self._membership_due(now):
                     self._check_membership()
-                    self._check_frozen()
+                self._check_frozen()
                 self._check_backups()
                 with self._ac.thread_condition:  # notified when a result is queued
                     self._ac.thread_condition.wait(timeout=min(deadline - now, 0.1))
@@ -744,12 +679,15 @@ class DaskRuntime(SlowWorkMixin, Runtime):
             self._settle_twin(future.key)
             if isinstance(outcome, BaseException):  # only cancellations come back as values
                 raise self._lost_scheduler(outcome) or outcome
+            outcome = self._join_half(future.key, outcome)
+            if outcome is None:  # one part of a split unit: wait for the other
+                continue
             result, duration = outcome
             if message is not None:
                 (result,) = result
             self._round_keys[unit.worker_index] = future.key
             latency = time.perf_counter() - sent
-            self._recent.append(latency)
+            self._note_arrival(unit, sent, latency)
             return WorkResult(unit, result, duration, latency=latency, message=message,
                               final=final)
 
@@ -772,10 +710,14 @@ class DaskRuntime(SlowWorkMixin, Runtime):
             self._ac.clear()
         self._pending.clear()
         self._twins.clear()
+        self._halves.clear()
+        self._half_done.clear()
 
     def _unload(self) -> None:
         self._cancel_pending()
         self._reset_backups()
+        self._reset_helpers()
+        self._reset_membership()
         self._held = []
 
     def close(self) -> None:

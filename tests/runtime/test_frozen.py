@@ -1,5 +1,6 @@
 """A frozen worker (SIGSTOP: a stopped process, a suspended VM) is a straggler that never
-answers: once its work is overdue its partitions move to another worker, and DSAG says how
+answers: once its work is overdue (``frozen_after`` seconds, or ``stale_after`` rounds for
+methods that go on without it) its partitions move to another worker, and DSAG says how
 stale its cache is; a slow one's units can be backed up on another worker (backup_after).
 Real signals to real worker processes."""
 
@@ -8,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import threading
 import time
 import warnings
 
@@ -34,7 +34,7 @@ def quick_cleanup(monkeypatch):
     # test_worker_loss with its real value)
     from daskstraggle.runtime import _resilience
 
-    monkeypatch.setattr(_resilience, "CLEANUP_TIMEOUT", 2.0)
+    monkeypatch.setattr(_resilience, "CLEANUP_TIMEOUT", 1.0)
 
 
 @pytest.fixture(scope="module")
@@ -54,43 +54,31 @@ def test_the_frozen_bound_follows_the_run_latency():
     assert overdue_workers([(2, 0.0), (2, 3.0), (0, 4.5)], now=5.0, bound=1.0) == {2: 5.0}
 
 
-def _run_frozen(rt: DaskRuntime, index: int, method, problem, data, stop):
+def _run_frozen(rt: DaskRuntime, index: int, method, problem, data, stop, at_round):
     """Run, freezing worker ``index`` once the run has recorded 5 rounds; return the
     result, the seconds the run took and its StraggleWarning messages."""
     address = rt.worker_names[index]
     pid = rt.client.run(os.getpid, workers=[address])[address]
-    rt.coordinator = None
-    done = threading.Event()
-
-    def freeze() -> None:
-        while not done.is_set():
-            coordinator = getattr(rt, "coordinator", None)
-            if coordinator is not None and len(coordinator.session.recorder) >= 5:
-                os.kill(pid, signal.SIGSTOP)
-                return
-            time.sleep(0.02)
-
-    thread = threading.Thread(target=freeze, daemon=True)
+    at_round(rt, 5, lambda: os.kill(pid, signal.SIGSTOP))
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            thread.start()
             t0 = time.perf_counter()
             res = rt.run(method, problem, data, stop=stop, rng=0)
             elapsed = time.perf_counter() - t0
     finally:
-        done.set()
-        thread.join()
         os.kill(pid, signal.SIGCONT)
     return res, elapsed, [str(w.message) for w in caught if w.category is StraggleWarning]
 
 
-def test_gd_moves_a_frozen_workers_rows_and_ends_with_the_clean_iterates(data):
-    stop = StopRule(max_iter=40, tol=None)
+def test_gd_moves_a_frozen_workers_rows_and_ends_with_the_clean_iterates(data, fault_cluster,
+                                                                         at_round):
+    stop = StopRule(max_iter=20, tol=None)
     clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
-    with DaskRuntime(n_workers=3, stragglers=SLOW, rng=0, frozen_after=4.0) as rt:
-        res, elapsed, said = _run_frozen(rt, 1, GD(), PCA(n_components=3), data, stop)
-    # a bounded wait (4 s, then the 2 s bound on removing the injector from the frozen
+    with DaskRuntime(fault_cluster[1], stragglers=SLOW, rng=0, frozen_after=3.0) as rt:
+        res, elapsed, said = _run_frozen(rt, 1, GD(), PCA(n_components=3), data, stop,
+                                         at_round)
+    # a bounded wait (3 s, then the 1 s bound on removing the injector from the frozen
     # worker), not the frozen worker's
     assert elapsed < 60
     assert any(re.search(r"has not answered for \d+ s \(frozen\?\); its partitions \[1\] "
@@ -101,48 +89,65 @@ def test_gd_moves_a_frozen_workers_rows_and_ends_with_the_clean_iterates(data):
     assert "worker frozen " in format_result(res)
 
 
-def test_dsag_refreshes_a_frozen_workers_rows_and_reports_the_staleness(data):
+def test_dsag_moves_rows_grown_too_stale_and_reports_the_staleness(data, fault_cluster,
+                                                                    at_round, monkeypatch):
     problem = Logistic(alpha=0.01)
     stop = StopRule(max_iter=120, tol=None)
     # the exact optimum
     gd = LocalRuntime(3).run(GD(), problem, data, stop=stop, rng=0, reference=True)
-    with DaskRuntime(n_workers=3, stragglers=SLOW, rng=0, frozen_after=3.0) as rt:
-        res, _, said = _run_frozen(rt, 2, DSAG(n_wait=2), problem, data, stop)
-    assert any("(frozen?)" in m for m in said), said
+    # no injected delay: rounds take milliseconds, and the frozen worker's rows move once
+    # its unit is 10 rounds old, long before it is a minute late (and, lowered here, a
+    # second: the floor that spares a fresh worker compiling its kernels)
+    from daskstraggle.runtime import _resilience
+
+    monkeypatch.setattr(_resilience, "STALE_MIN_SECONDS", 1.0)
+    with DaskRuntime(fault_cluster[1], rng=0, stale_after=10, frozen_after=60.0) as rt:
+        res, elapsed, said = _run_frozen(rt, 2, DSAG(n_wait=2), problem, data, stop,
+                                         at_round)
+    assert elapsed < 45
+    assert any(re.search(r"has not answered for \d+ rounds \(stale\); its partitions \[2\] "
+                         "are reloaded", m) for m in said), said
+    (move,) = res.attrs["worker_losses"]
+    assert (move["worker_index"], move["kind"]) == (2, "stale")
     staleness = res.trace["staleness"].values
     summary = res.summary()
     # the frozen worker's rows grew stale, then were computed elsewhere again
-    assert summary["max_staleness"] == int(staleness.max()) >= 5
+    assert summary["max_staleness"] == int(staleness.max()) >= 10
     assert summary["final_staleness"] == int(staleness[-1]) <= 2
     assert "staleness   cache entries up to" in format_result(res)
+    assert f"worker stale {move['lost']} (index 2)" in format_result(res)
     # and the run went on converging (the gap at the start is 0.5)
     assert res.objective - gd.reference_objective < 1e-3
 
 
-def test_a_worker_frozen_before_the_injector_is_installed_is_one_line(data, monkeypatch):
-    from daskstraggle.runtime import _resilience
+def test_a_worker_frozen_before_the_injector_is_installed_is_one_line(data, monkeypatch,
+                                                                      fault_cluster):
+    from daskstraggle.runtime import _resilience, dask
 
-    monkeypatch.setattr(_resilience, "SETUP_TIMEOUT", 2.0)
-    with DaskRuntime(n_workers=2, stragglers=SLOW, rng=0) as rt:
+    monkeypatch.setattr(_resilience, "SETUP_TIMEOUT", 1.0)
+    # the exact passes before it (the data's statistics, the start) back up the frozen
+    # worker's partitions after this long (tested in test_worker_loss with its real value)
+    monkeypatch.setattr(dask, "BACKUP_MIN", 0.5)
+    with DaskRuntime(fault_cluster[1], stragglers=SLOW, rng=0) as rt:
         address = rt.worker_names[0]
         pid = rt.client.run(os.getpid, workers=[address])[address]
         os.kill(pid, signal.SIGSTOP)
         try:
             with pytest.raises(StraggleError, match=r"Could not install the straggler injector: "
-                               r"a worker did not answer within 2 s \(frozen\?\)"):
+                               r"a worker did not answer within 1 s \(frozen\?\)"):
                 rt.run(GD(), PCA(n_components=2), data, stop=StopRule(max_iter=5, tol=None),
                        rng=0)
         finally:
             os.kill(pid, signal.SIGCONT)
 
 
-def test_backups_of_a_slow_workers_units_keep_the_clean_iterates(data):
+def test_backups_of_a_slow_workers_units_keep_the_clean_iterates(data, fault_cluster):
     # worker 1 takes ~0.4 s per unit, the others ~0.1 s: its units are sent again to
     # another worker after 1.3 x the median latency, and the first answer counts
     stop = StopRule(max_iter=15, tol=None)
     clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
     slow = "gamma(mean=0.1, var=1e-6) + slowdown(workers=1, factor=4)"
-    with DaskRuntime(n_workers=3, stragglers=slow, rng=0, backup_after=1.3) as rt:
+    with DaskRuntime(fault_cluster[1], stragglers=slow, rng=0, backup_after=1.3) as rt:
         res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
     assert res.attrs["backups"] >= 10  # about one per round, after the first few
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)

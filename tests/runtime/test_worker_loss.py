@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -30,8 +31,8 @@ from daskstraggle.testing import free_port
 
 pytestmark = pytest.mark.cluster
 
-#: Each task sleeps ~0.1 s, so a 40-round run lasts several seconds.
-SLOW = "gamma(mean=0.1, var=1e-6)"
+#: Each task sleeps ~0.05 s, so a round lasts ~0.1 s.
+SLOW = "gamma(mean=0.05, var=1e-6)"
 
 
 def _arrays() -> tuple[np.ndarray, np.ndarray]:
@@ -47,14 +48,8 @@ def data():
     return open_matrix(X, labels=y)
 
 
-def _kill_later(pid: int, delay: float) -> threading.Thread:
-    def kill() -> None:
-        time.sleep(delay)
-        os.kill(pid, signal.SIGKILL)
-
-    thread = threading.Thread(target=kill, daemon=True)
-    thread.start()
-    return thread
+def _kill(pid: int) -> Callable[[], None]:
+    return lambda: os.kill(pid, signal.SIGKILL)
 
 
 def _worker_pid(rt: DaskRuntime, index: int) -> int:
@@ -82,85 +77,62 @@ def test_replacement_targets_prefer_new_workers_then_spread():
     (GD(), PCA(n_components=3)),
     (CodedGD("cyclic-repetition", n_stragglers=1, rng=0), Logistic(alpha=0.01)),
 ])
-def test_exact_methods_finish_with_the_clean_iterates(data, method, problem):
-    clean = LocalRuntime(3).run(method, problem, data, stop=StopRule(max_iter=40, tol=None),
-                                rng=0)
-    with DaskRuntime(n_workers=3, stragglers=SLOW, rng=0) as rt:
-        killer = _kill_later(_worker_pid(rt, 1), delay=1.5)
+def test_exact_methods_finish_with_the_clean_iterates(data, fault_cluster, at_round, method,
+                                                       problem):
+    stop = StopRule(max_iter=20, tol=None)
+    clean = LocalRuntime(3).run(method, problem, data, stop=stop, rng=0)
+    with DaskRuntime(fault_cluster[1], stragglers=SLOW, rng=0) as rt:
+        at_round(rt, 4, _kill(_worker_pid(rt, 1)))
         t0 = time.perf_counter()
         with pytest.warns(StraggleWarning, match="left the cluster; its partitions"):
-            res = rt.run(method, problem, data, stop=StopRule(max_iter=40, tol=None), rng=0)
-        killer.join()
+            res = rt.run(method, problem, data, stop=stop, rng=0)
     assert time.perf_counter() - t0 < 60
-    assert res.n_iter == 40
+    assert res.n_iter == 20
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
     (loss,) = _losses(res)
     assert loss["worker_index"] == 1 and loss["moved_to"] != loss["lost"]
 
 
-def test_dsag_goes_on_and_its_final_pass_does_not_hang(data):
-    with DaskRuntime(n_workers=3, stragglers=SLOW, rng=0) as rt:
-        killer = _kill_later(_worker_pid(rt, 2), delay=1.5)
+def test_dsag_goes_on_and_its_final_pass_does_not_hang(data, fault_cluster, at_round):
+    with DaskRuntime(fault_cluster[1], stragglers=SLOW, rng=0) as rt:
+        at_round(rt, 4, _kill(_worker_pid(rt, 2)))
         with pytest.warns(StraggleWarning, match="left the cluster"):
             res = rt.run(DSAG(n_wait=2), Logistic(alpha=0.01), data,
-                         stop=StopRule(max_iter=40, tol=None), rng=0)
-        killer.join()
-    assert res.n_iter == 40 and np.isfinite(res.objective)
+                         stop=StopRule(max_iter=30, tol=None), rng=0)
+    assert res.n_iter == 30 and np.isfinite(res.objective)
     # the fitted values come from an exact pass over every partition, after the loss
     assert res.attrs["worker_losses"][0]["worker_index"] == 2
 
 
-def test_a_worker_without_a_nanny_is_replaced_by_a_survivor(data, tmp_path):
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
-         "--no-nanny", "--nthreads", "1", "--no-dashboard"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        with Client(cluster, set_as_default=False) as client:
-            client.wait_for_workers(3, timeout=30)
-            with DaskRuntime(client, stragglers=SLOW, rng=0) as rt:
-                clean = LocalRuntime(3).run(GD(), PCA(n_components=2), data,
-                                            stop=StopRule(max_iter=30, tol=None), rng=0)
-                index = next(i for i in range(rt.n_workers)
-                             if _worker_pid(rt, i) == worker.pid)
-                killer = _kill_later(worker.pid, delay=1.0)
-                with pytest.warns(StraggleWarning, match="left the cluster"):
-                    res = rt.run(GD(), PCA(n_components=2), data,
-                                 stop=StopRule(max_iter=30, tol=None), rng=0)
-                killer.join()
-        (loss,) = _losses(res)
-        assert loss["worker_index"] == index and loss["moved_to"] in rt.worker_names
-        np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
-    finally:
-        worker.kill()
-        worker.wait()
-        cluster.close()
-
-
-def test_a_retired_worker_hands_over_its_partitions(data):
-    clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data,
-                                stop=StopRule(max_iter=40, tol=None), rng=0)
-    with DaskRuntime(n_workers=3, stragglers=SLOW, rng=0) as rt:
-        address = rt.worker_names[0]
-
-        def retire() -> None:  # adaptive scale-down, from another thread
-            time.sleep(1.5)
-            rt.client.retire_workers([address], close_workers=True)
-
-        thread = threading.Thread(target=retire, daemon=True)
-        thread.start()
-        with pytest.warns(StraggleWarning, match="left the cluster"):
-            res = rt.run(GD(), PCA(n_components=3), data,
-                         stop=StopRule(max_iter=40, tol=None), rng=0)
-        thread.join()
-    assert res.n_iter == 40 and res.attrs["worker_losses"][0]["lost"] == address
-    # Dask copied the retiring worker's data away before closing it: nothing reloaded
-    assert res.attrs["worker_losses"][0]["reloaded"] == []
-    assert f"worker lost {address} (index 0): partitions" in format_result(res)
+def test_retiring_workers_are_left_before_they_go(data, fault_cluster, at_round):
+    stop = StopRule(max_iter=20, tol=None)
+    clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+    client = fault_cluster[1]
+    # frozen_after: a worker index left on a retiring worker (given no task) would be
+    # moved only after a minute, as frozen
+    with DaskRuntime(client, stragglers=SLOW, rng=0, frozen_after=60.0) as rt:
+        stays, goes = rt.worker_names[0], rt.worker_names[1]
+        # a retirement that never ends (the worker stays in the cluster, closing
+        # gracefully, and gets no task ever again: only an early move gets its work
+        # done), then an adaptive scale-down that closes the worker once Dask has copied
+        # its data away
+        at_round(rt, 4, lambda: client.retire_workers([stays], close_workers=False,
+                                                      remove=False))
+        at_round(rt, 8, lambda: client.retire_workers([goes], close_workers=True))
+        t0 = time.perf_counter()
+        with pytest.warns(StraggleWarning, match=r"is retiring \(closing gracefully\); its "
+                          "partitions"):
+            res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+        elapsed = time.perf_counter() - t0
+        assert not {stays, goes} & set(rt.worker_names)
+    assert elapsed < 45  # not the minute of a worker found frozen
+    moves = res.attrs["worker_losses"]
+    assert (moves[0]["lost"], moves[0]["worker_index"]) == (stays, 0)
+    assert {m["lost"] for m in moves} == {stays, goes}  # (goes may have taken index 0)
+    assert all(m["kind"] == "retired" for m in moves), moves
+    # the targets fetched the partitions from the retiring workers: nothing reloaded
+    assert all(m["reloaded"] == [] for m in moves)
+    assert f"worker retired {stays} (index 0): partitions [0] moved to" in format_result(res)
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
 
 
@@ -238,7 +210,13 @@ def test_a_killed_scheduler_ends_the_run_in_one_line(tmp_path):
              "--stragglers", "gamma(mean=0.2, var=1e-6)", "--quiet",
              "--checkpoint", str(tmp_path / "run.ckpt"), "--checkpoint-iterations", "2"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(12)  # connected, loaded, iterating
+        ck = tmp_path / "run.ckpt"
+        deadline = time.perf_counter() + 60
+        while not (ck.exists() and load_checkpoint(ck)["iteration"] >= 2):  # iterating
+            if cli.poll() is not None or time.perf_counter() > deadline:
+                cli.kill()
+                pytest.fail(f"the run did not get going: {cli.communicate()}")
+            time.sleep(0.1)
         scheduler.kill()
         killed = time.perf_counter()
         out, err = cli.communicate(timeout=120)
@@ -258,8 +236,8 @@ def test_a_killed_scheduler_ends_the_run_in_one_line(tmp_path):
             proc.wait()
 
 
-def test_a_killed_client_leaves_no_injector_on_a_shared_cluster():
-    from distributed import Client, LocalCluster
+def test_a_killed_client_leaves_no_injector_on_a_shared_cluster(fault_cluster):
+    from distributed import Client
 
     from daskstraggle.runtime.inject import INJECTOR_PREFIX
 
@@ -281,25 +259,24 @@ def test_a_killed_client_leaves_no_injector_on_a_shared_cluster():
         return sorted({p for names in plugins.values() for p in names
                        if p.startswith(INJECTOR_PREFIX)})
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, \
-            Client(cluster, set_as_default=False) as client:
-        user = subprocess.Popen([sys.executable, "-c", script, cluster.scheduler_address],
-                                stdout=subprocess.PIPE, text=True)
-        try:
-            assert user.stdout.readline().strip() == "installed"
-            assert len(injectors(client)) == 1
-            user.kill()
-            user.wait()
-            deadline = time.perf_counter() + 30
-            while injectors(client) and time.perf_counter() < deadline:
-                time.sleep(0.2)
-            assert injectors(client) == []
-            assert not [n for n in client.run_on_scheduler(
-                lambda dask_scheduler: list(dask_scheduler.plugins)) if "janitor" in n]
-        finally:
-            user.kill()
-            user.wait()
+    cluster, client = fault_cluster  # shared: count only the injector installed here
+    before = set(injectors(client))
+    user = subprocess.Popen([sys.executable, "-c", script, cluster.scheduler_address],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert user.stdout.readline().strip() == "installed"
+        (mine,) = set(injectors(client)) - before
+        user.kill()
+        user.wait()
+        deadline = time.perf_counter() + 30
+        while mine in injectors(client) and time.perf_counter() < deadline:
+            time.sleep(0.2)
+        assert mine not in injectors(client)
+        assert not [n for n in client.run_on_scheduler(
+            lambda dask_scheduler: list(dask_scheduler.plugins)) if mine in n]  # its janitor
+    finally:
+        user.kill()
+        user.wait()
 
 
 def test_a_clean_up_step_that_never_answers_is_bounded(monkeypatch):
@@ -323,21 +300,22 @@ def _raise(err: BaseException) -> None:
     raise err
 
 
-def test_a_frozen_worker_does_not_hold_up_the_final_exact_pass(data):
+def test_a_frozen_worker_does_not_hold_up_the_final_exact_pass(data, fault_cluster, at_round):
     # DSAG goes on without the frozen worker; the exact pass after the run needs its
     # partitions, which a backup computes on another worker (from the source)
-    with DaskRuntime(n_workers=3, rng=0) as rt:
+    with DaskRuntime(fault_cluster[1], rng=0) as rt:
         pid = _worker_pid(rt, 2)
-        timer = threading.Timer(1.0, os.kill, args=(pid, signal.SIGSTOP))
         try:
-            timer.start()
+            at_round(rt, 5, lambda: os.kill(pid, signal.SIGSTOP))
             t0 = time.perf_counter()
             res = rt.run(DSAG(n_wait=2), Logistic(alpha=0.01), data,
-                         stop=StopRule(max_iter=200, tol=None, time_budget=4.0), rng=0)
+                         stop=StopRule(max_iter=25, tol=None), rng=0)
             elapsed = time.perf_counter() - t0
         finally:
-            timer.join()
             os.kill(pid, signal.SIGCONT)
+    # the frozen worker kept its index (too short a run to call it frozen): the final
+    # pass computed its partitions elsewhere
+    assert "worker_losses" not in res.attrs
     assert elapsed < 30
     # the fitted values are the exact ones at the returned point
     from daskstraggle.problems import Block, block_stats
@@ -371,38 +349,32 @@ def test_a_share_above_the_memory_limit_is_refused_before_loading():
         assert res.n_iter == 2
 
 
-def test_a_worker_that_joins_takes_back_a_doubled_up_index(data):
+def test_a_worker_without_a_nanny_is_replaced_then_a_newcomer_takes_its_index_back(
+        data, at_round, dask_worker):
     from distributed import Client, LocalCluster
 
-    def no_nanny_worker(address: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_worker", address, "--no-nanny",
-             "--nthreads", "1", "--no-dashboard"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    stop = StopRule(max_iter=100, tol=None)
+    stop = StopRule(max_iter=40, tol=None)
     clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                            dashboard_address=None)
-    first = no_nanny_worker(cluster.scheduler_address)
-    late: list[subprocess.Popen] = []
     try:
+        first = dask_worker(cluster.scheduler_address)  # nothing restarts it
+        late = dask_worker(cluster.scheduler_address, joins_later=True)
         with Client(cluster, set_as_default=False) as client:
             client.wait_for_workers(3, timeout=30)
             with DaskRuntime(client, stragglers=SLOW, rng=0) as rt:
                 index = next(i for i in range(3) if _worker_pid(rt, i) == first.pid)
                 before = rt.worker_names
-                killer = _kill_later(first.pid, delay=1.0)
-                joiner = threading.Timer(2.0, lambda: late.append(
-                    no_nanny_worker(cluster.scheduler_address)))
-                joiner.start()
+                at_round(rt, 3, _kill(first.pid))
+                # GD needs every index each round: by round 6 the lost one has moved
+                at_round(rt, 6, late.join)
                 with pytest.warns(StraggleWarning, match="left the cluster"):
                     res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
-                killer.join()
-                joiner.join()
                 assert len(set(rt.worker_names)) == 3  # one worker per index again
         lost, adopted = res.attrs["worker_losses"]
-        assert lost["worker_index"] == index
+        # no nanny, no restart: a survivor took the lost index
+        assert lost["worker_index"] == index and lost["moved_to"] in before
+        assert lost["moved_to"] != lost["lost"]
         # the survivor that took the lost index hands one of its two to the newcomer
         assert adopted["worker_index"] in (index, before.index(lost["moved_to"]))
         assert adopted["lost"] == lost["moved_to"] and adopted["reason"].endswith("joined")
@@ -410,7 +382,35 @@ def test_a_worker_that_joins_takes_back_a_doubled_up_index(data):
         assert "worker moved " in format_result(res)
         np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
     finally:
-        for proc in [first, *late]:
-            proc.kill()
-            proc.wait()
         cluster.close()
+
+
+@pytest.mark.parametrize(("method", "problem"), [
+    (GD(), PCA(n_components=3)),
+    # coded messages: each partition's coefficient applies to its share of the rows
+    (CodedGD("cyclic-repetition", n_stragglers=1, rng=0), Logistic(alpha=0.01)),
+])
+def test_a_worker_joining_beyond_the_worker_count_helps_the_slowest_index(
+        data, fault_cluster, at_round, dask_worker, method, problem):
+    from daskstraggle.runtime.dask import worker_addresses
+
+    stop = StopRule(max_iter=30, tol=None)
+    clean = LocalRuntime(3).run(method, problem, data, stop=stop, rng=0)
+    cluster, client = fault_cluster
+    slow = f"{SLOW} + slowdown(workers=1, factor=4)"  # worker index 1 is the slowest
+    newcomer = dask_worker(cluster.scheduler_address, joins_later=True)
+    with DaskRuntime(client, stragglers=slow, rng=0) as rt:
+        before = rt.worker_names
+        at_round(rt, 3, newcomer.join)
+        res = rt.run(method, problem, data, stop=stop, rng=0)
+        (joined,) = set(worker_addresses(client)) - set(before)
+        assert rt.worker_names == before  # the methods keep their 3 worker indices
+    (join,) = res.attrs["worker_joins"]
+    assert (join["worker"], join["helps"]) == (joined, 1)
+    assert join["partitions"] == res.attrs["placement"][1]
+    # it computed part of index 1's rows in the later rounds, the larger part (no
+    # injected delay there), and the sums of the two parts are the clean run's
+    assert join["split_units"] >= 1 and join["own_share"] < 0.5
+    assert "worker_losses" not in res.attrs
+    np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
+    assert f"worker joined {joined}: helped index 1 (" in format_result(res)
