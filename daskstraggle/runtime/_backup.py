@@ -5,9 +5,9 @@ the median latency of the run's recent units, at least 30 s) is moved to another
 as for a worker that left: its worker is taken as frozen and gets no more work this run.
 So is one whose unit is still in flight ``stale_after`` rounds (iterate versions) after
 it was sent (default: 10 times the rounds the run's recent units took, at least 50), and
-at least ``STALE_MIN_SECONDS`` (10 s), its data loaded: the rows it covers are at least
-that stale in SAG's and DSAG's cache, and are computed again elsewhere (reloaded from the
-source there), so the cache becomes exact again.
+at least the ``daskstraggle.stale.minimum-wait`` setting (10 s), its data loaded: the rows
+it covers are at least that stale in SAG's and DSAG's cache, and are computed again
+elsewhere (reloaded from the source there), so the cache becomes exact again.
 
 Speculative backups (``backup_after``):
 A unit still unanswered after ``backup_after`` times the median latency of the run's
@@ -117,7 +117,7 @@ class SlowWorkMixin:
         for key, (unit, sent, *_rest) in self._pending.items():
             address = self._worker_of(key, unit)
             old = waited.get(address, (0.0, 0))
-            age = self._age(sent) if now - sent > _resilience.STALE_MIN_SECONDS and \
+            age = self._age(sent) if now - sent > _resilience.stale_wait() and \
                 self._data_loaded(key, unit) else 0
             waited[address] = (max(old[0], now - sent), max(old[1], age))
         late = {a: (f"has not answered for {s:.0f} s (frozen?)", "frozen") if s > seconds else

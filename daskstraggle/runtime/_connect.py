@@ -36,17 +36,20 @@ from daskstraggle.errors import (
 )
 
 __all__ = [
-    "SCHEDULER_TIMEOUT",
     "check_client",
     "probe_scheduler",
     "scheduler_lost",
+    "scheduler_timeout",
     "start_local_cluster",
     "worker_addresses",
     "worker_status",
 ]
 
-#: Seconds the scheduler may take to answer a membership check.
-SCHEDULER_TIMEOUT = 30.0
+def scheduler_timeout() -> float:
+    """Seconds the scheduler may take to answer (``daskstraggle.timeouts.scheduler``)."""
+    from daskstraggle import config
+
+    return float(config.seconds("timeouts.scheduler"))
 
 #: A LocalCluster with more single-threaded worker processes than this many per core
 #: gets a warning: they only take turns on the cores, each costs start-up time and memory.
@@ -231,7 +234,7 @@ def worker_status(client: Any) -> dict[str, str]:
     Raises
     ------
     SchedulerLostError
-        If the scheduler does not answer within ``SCHEDULER_TIMEOUT`` seconds.
+        If the scheduler does not answer within :func:`scheduler_timeout` seconds.
     """
     if client.asynchronous:
         raise InvalidParameterError(
@@ -239,7 +242,7 @@ def worker_status(client: Any) -> dict[str, str]:
         )
     try:
         info = client.sync(client.scheduler.identity, n_workers=-1,
-                           callback_timeout=SCHEDULER_TIMEOUT)
+                           callback_timeout=scheduler_timeout())
     except (OSError, TimeoutError) as err:
         raise scheduler_lost(client, f"{type(err).__name__}: {err}") from None
     return {address: str(worker.get("status", "running"))

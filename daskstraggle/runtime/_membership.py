@@ -33,22 +33,28 @@ from typing import Any
 
 from daskstraggle.errors import SchedulerLostError, StraggleWarning, WorkerLostError
 from daskstraggle.methods.base import WorkUnit
-from daskstraggle.runtime._connect import SCHEDULER_TIMEOUT, worker_addresses, worker_status
+from daskstraggle.runtime._connect import scheduler_timeout, worker_addresses, worker_status
 from daskstraggle.runtime._resilience import adoption_moves, replacement_targets
 
-__all__ = ["MEMBERSHIP_INTERVAL", "NO_WORKER_TIMEOUT", "MembershipMixin"]
+__all__ = ["MEMBERSHIP_INTERVAL", "MembershipMixin", "no_worker_timeout"]
 
 logger = logging.getLogger(__name__)
 
 #: Seconds between checks that every worker holding our partitions is still there, while
 #: the runtime waits for results (one scheduler round-trip each).
 MEMBERSHIP_INTERVAL = 1.0
-#: Seconds to wait for a worker to (re)join when every worker has left.
-NO_WORKER_TIMEOUT = 60.0
 #: The status of a retiring worker (no new task; its data is being copied away).
 _RETIRING = "closing_gracefully"
 #: Statuses of a worker that is going: never a target.
 _GOING = (_RETIRING, "closing", "closed")
+
+
+def no_worker_timeout() -> float:
+    """Seconds to wait for a worker to (re)join when every worker has left
+    (``daskstraggle.timeouts.no-worker``, :mod:`daskstraggle.config`)."""
+    from daskstraggle import config
+
+    return float(config.seconds("timeouts.no-worker"))
 
 
 class MembershipMixin:
@@ -124,7 +130,7 @@ class MembershipMixin:
         Raises
         ------
         WorkerLostError
-            If every worker left and none joined within ``NO_WORKER_TIMEOUT`` seconds.
+            If every worker left and none joined within :func:`no_worker_timeout` seconds.
         SchedulerLostError
             If the scheduler does not answer.
         """
@@ -177,7 +183,7 @@ class MembershipMixin:
         retiring (else it was lost: killed, crashed, cut off)."""
         try:
             events = self.client.sync(self.client.scheduler.events, topic=address,
-                                      callback_timeout=SCHEDULER_TIMEOUT)
+                                      callback_timeout=scheduler_timeout())
         except Exception as err:  # no log: call it lost
             logger.info("reading the events of %s failed (%s)", address, err)
             return False
@@ -186,11 +192,11 @@ class MembershipMixin:
 
     def _wait_for_any_worker(self) -> list[str]:
         try:
-            self.client.wait_for_workers(1, timeout=NO_WORKER_TIMEOUT)
+            self.client.wait_for_workers(1, timeout=no_worker_timeout())
         except TimeoutError:
             raise WorkerLostError(
                 f"Every worker left the cluster and none joined within "
-                f"{NO_WORKER_TIMEOUT:g} s; the run cannot go on. Start workers (or check why "
+                f"{no_worker_timeout():g} s; the run cannot go on. Start workers (or check why "
                 "they died: memory limit, walltime, preemption) and run again."
             ) from None
         return worker_addresses(self.client)
@@ -256,7 +262,7 @@ class MembershipMixin:
         try:
             holders = self.client.sync(self.client.scheduler.who_has,
                                        keys=[f.key for f in held.values()],
-                                       callback_timeout=SCHEDULER_TIMEOUT)
+                                       callback_timeout=scheduler_timeout())
         except Exception as err:  # no copies known: reload
             logger.info("who_has failed (%s); reloading from the source", err)
             return {}

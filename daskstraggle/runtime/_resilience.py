@@ -1,5 +1,5 @@
 """What the Dask runtime does when workers leave, freeze or join (pure helpers, no dask
-import).
+import; the bounds read their settings from :mod:`daskstraggle.config` when called).
 
 ``replacement_targets`` decides where a lost worker index's partitions go;
 ``overdue_workers`` finds worker indices whose work is so late that their worker must be
@@ -23,45 +23,46 @@ import numpy as np
 from daskstraggle.errors import InvalidParameterError, StraggleError, StraggleWarning
 
 __all__ = [
-    "CLEANUP_TIMEOUT",
-    "FROZEN_FACTOR",
-    "FROZEN_MIN",
-    "SETUP_TIMEOUT",
-    "STALE_FACTOR",
-    "STALE_MIN",
-    "STALE_MIN_SECONDS",
     "UnitPart",
     "adoption_moves",
     "bounded",
     "check_memory",
+    "cleanup_timeout",
     "frozen_bound",
     "helper_targets",
     "next_fraction",
     "overdue_workers",
     "quietly",
     "replacement_targets",
+    "setup_timeout",
     "split_unit",
     "stale_bound",
+    "stale_wait",
 ]
 
-#: Seconds a clean-up step (removing the injector, stopping the throttle) may take.
-CLEANUP_TIMEOUT = 15.0
-#: Seconds a set-up step that every worker must answer (installing the injector,
-#: starting the throttle) may take.
-SETUP_TIMEOUT = 30.0
-#: A work unit unanswered for FROZEN_FACTOR times the median latency of the run's recent
-#: units, and at least FROZEN_MIN seconds, means its worker is frozen (a stopped process,
-#: a suspended VM): its partitions move to another worker.
-FROZEN_FACTOR = 20.0
-FROZEN_MIN = 30.0
-#: A work unit still in flight STALE_FACTOR times more rounds (iterate versions) after it
-#: was sent than the run's recent units were when answered, and at least STALE_MIN
-#: rounds, means its worker is frozen or useless: its rows move to another worker. Never
-#: before STALE_MIN_SECONDS though (rounds can take milliseconds, and a worker's first
-#: unit takes seconds when it compiles the kernels), nor while the unit's data loads.
-STALE_FACTOR = 10.0
-STALE_MIN = 50
-STALE_MIN_SECONDS = 10.0
+def _config() -> Any:
+    from daskstraggle import config  # dask.config, read when a bound is needed
+
+    return config
+
+
+def cleanup_timeout() -> float:
+    """Seconds a clean-up step (removing the injector, stopping the throttle) may take
+    (``daskstraggle.timeouts.cleanup``, :mod:`daskstraggle.config`)."""
+    return float(_config().seconds("timeouts.cleanup"))
+
+
+def setup_timeout() -> float:
+    """Seconds a set-up step that every worker must answer (installing the injector,
+    starting the throttle) may take (``daskstraggle.timeouts.setup``)."""
+    return float(_config().seconds("timeouts.setup"))
+
+
+def stale_wait() -> float:
+    """Seconds a unit must have been in flight before its age in rounds can move its rows
+    (``daskstraggle.stale.minimum-wait``): rounds can take milliseconds, and a worker's
+    first unit takes seconds when it compiles the kernels."""
+    return float(_config().seconds("stale.minimum-wait"))
 
 
 def frozen_bound(frozen_after: float | None, recent: Iterable[float]) -> float:
@@ -70,7 +71,8 @@ def frozen_bound(frozen_after: float | None, recent: Iterable[float]) -> float:
     Parameters
     ----------
     frozen_after : float or None
-        The user's bound; None: ``max(FROZEN_MIN, FROZEN_FACTOR * median(recent))``.
+        The user's bound; None: ``max(minimum, factor * median(recent))`` with the
+        ``daskstraggle.frozen`` settings (30 s and 20 by default).
     recent : iterable of float
         Latencies (send to result, seconds) of the run's recent units.
 
@@ -87,7 +89,8 @@ def frozen_bound(frozen_after: float | None, recent: Iterable[float]) -> float:
         return float(frozen_after)
     values = list(recent)
     typical = statistics.median(values) if values else 0.0
-    return max(FROZEN_MIN, FROZEN_FACTOR * typical)
+    config = _config()
+    return max(config.seconds("frozen.minimum"), config.number("frozen.factor") * typical)
 
 
 def stale_bound(stale_after: int | None, ages: Iterable[int]) -> float:
@@ -101,7 +104,8 @@ def stale_bound(stale_after: int | None, ages: Iterable[int]) -> float:
     Parameters
     ----------
     stale_after : int or None
-        The user's bound; None: ``max(STALE_MIN, STALE_FACTOR * median(ages))``.
+        The user's bound; None: ``max(minimum-rounds, factor * median(ages))`` with the
+        ``daskstraggle.stale`` settings (50 and 10 by default).
     ages : iterable of int
         Ages of the run's recent units when their results arrived.
 
@@ -120,7 +124,9 @@ def stale_bound(stale_after: int | None, ages: Iterable[int]) -> float:
         return float(stale_after)
     values = list(ages)
     typical = statistics.median(values) if values else 0.0
-    return float(max(STALE_MIN, STALE_FACTOR * typical))
+    config = _config()
+    return float(max(config.count("stale.minimum-rounds"),
+                     config.number("stale.factor") * typical))
 
 
 def overdue_workers(sent: Iterable[tuple[int, float]], now: float, bound: float
@@ -194,7 +200,7 @@ def replacement_targets(addresses: list[str], live: list[str]) -> dict[int, str]
 
 
 def bounded(what: str, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
-    """Return ``fn(*args)``, waiting at most ``timeout`` s (default ``SETUP_TIMEOUT``).
+    """Return ``fn(*args)``, waiting at most ``timeout`` s (default :func:`setup_timeout`).
 
     For set-up steps that wait for every worker's answer (installing a worker plugin),
     which a frozen worker would hold up forever.
@@ -205,7 +211,7 @@ def bounded(what: str, fn: Callable[..., Any], *args: Any, timeout: float | None
         One line naming ``what`` if ``fn`` has not returned in time (it goes on in a
         background thread); ``fn``'s own errors propagate.
     """
-    limit = SETUP_TIMEOUT if timeout is None else timeout
+    limit = setup_timeout() if timeout is None else timeout
     outcome: list[Any] = []
 
     def call() -> None:
@@ -267,7 +273,7 @@ def adoption_moves(addresses: list[str], live: list[str]) -> dict[int, str]:
 
 
 def quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:
-    """Call a clean-up step, waiting at most ``CLEANUP_TIMEOUT`` s (a frozen worker never
+    """Call a clean-up step, waiting at most :func:`cleanup_timeout` s (a frozen worker never
     answers the scheduler's broadcast); turn its failure or overrun into a warning."""
     failure: list[BaseException] = []
 
@@ -279,9 +285,10 @@ def quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:
 
     thread = threading.Thread(target=call, name=f"daskstraggle-{what}", daemon=True)
     thread.start()
-    thread.join(CLEANUP_TIMEOUT)
+    bound = cleanup_timeout()
+    thread.join(bound)
     if thread.is_alive():
-        why = f"no answer within {CLEANUP_TIMEOUT:g} s: a worker may be frozen"
+        why = f"no answer within {bound:g} s: a worker may be frozen"
     elif failure:
         why = f"{type(failure[0]).__name__}: {failure[0]}"
     else:

@@ -39,24 +39,23 @@ from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
 from daskstraggle.runtime._backup import SlowWorkMixin
 from daskstraggle.runtime._connect import (
-    SCHEDULER_TIMEOUT,
     check_client,
     probe_scheduler,
     scheduler_lost,
+    scheduler_timeout,
     start_local_cluster,
     worker_addresses,
 )
 from daskstraggle.runtime._helpers import HelperMixin
 from daskstraggle.runtime._membership import (
     MEMBERSHIP_INTERVAL,
-    NO_WORKER_TIMEOUT,
     MembershipMixin,
 )
 from daskstraggle.runtime._resilience import bounded, check_memory, quietly, replacement_targets
 from daskstraggle.runtime.base import Runtime, fold, fold_map, run_unit, stream_messages
 from daskstraggle.trace import TraceRecorder
 
-__all__ = ["MEMBERSHIP_INTERVAL", "NO_WORKER_TIMEOUT", "DaskRuntime", "connect",
+__all__ = ["MEMBERSHIP_INTERVAL", "DaskRuntime", "connect",
            "replacement_targets", "run_unit_task", "worker_addresses"]
 
 logger = logging.getLogger(__name__)
@@ -154,8 +153,10 @@ def connect(
                 "omit it to start a local cluster."
             ) from err
         return client, [client]
-    n = check_int(4 if n_workers is None else n_workers, name="n_workers", caller="connect",
-                  low=1, high=MAX_LOCAL_WORKERS)
+    from daskstraggle import config
+
+    n = check_int(config.workers() if n_workers is None else n_workers, name="n_workers",
+                  caller="connect", low=1, high=MAX_LOCAL_WORKERS)
     return start_local_cluster(n, threads_per_worker=threads_per_worker, processes=processes,
                                config=OWN_CLUSTER_CONFIG)
 
@@ -212,8 +213,9 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
     min_workers : int or None, default=None
         Wait until the cluster has at least this many workers (e.g. jobs of
         dask-jobqueue still starting) instead of starting with whoever is up.
-    min_workers_timeout : float, default=300.0
-        Seconds to wait for ``min_workers``; then one ClusterConnectionError line.
+    min_workers_timeout : float or None, default=None
+        Seconds to wait for ``min_workers``, then one ClusterConnectionError line; None:
+        the ``daskstraggle.timeouts.min-workers`` setting (300 s).
     frozen_after : float or None, default=None
         A work unit unanswered for this many seconds means its worker is frozen (a
         stopped process, a suspended VM): that worker index's partitions are reloaded
@@ -262,7 +264,7 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
         rng: int | None = None,
         record_latency: bool = True,
         min_workers: int | None = None,
-        min_workers_timeout: float = 300.0,
+        min_workers_timeout: float | None = None,
         frozen_after: float | None = None,
         stale_after: int | None = None,
         backup_after: float | None = None,
@@ -274,6 +276,10 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
         self.stragglers = parse_stragglers(stragglers)
         self._min_workers = None if min_workers is None else check_int(
             min_workers, name="min_workers", caller="DaskRuntime", low=1)
+        if min_workers_timeout is None:
+            from daskstraggle import config
+
+            min_workers_timeout = config.seconds("timeouts.min-workers")
         self._min_workers_timeout = check_positive(
             min_workers_timeout, name="min_workers_timeout", caller="DaskRuntime")
         self._frozen_after = None if frozen_after is None else check_positive(
@@ -501,7 +507,7 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
         rows = matrix.partition_rows()
         shares = [int(sum(rows[p] for p in parts)) * matrix.row_nbytes for parts in placement]
         info = self.client.sync(self.client.scheduler.identity, n_workers=-1,
-                                callback_timeout=SCHEDULER_TIMEOUT)
+                                callback_timeout=scheduler_timeout())
         limits = {a: int(w.get("memory_limit") or 0) for a, w in info["workers"].items()}
         pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
         check_memory(self._addresses, shares, limits, float(pause))

@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
+from dask import config as dask_config
 
 from daskstraggle import open_matrix
 from daskstraggle.cli import format_result
@@ -32,9 +33,8 @@ SLOW = "gamma(mean=0.05, var=1e-6)"
 def quick_cleanup(monkeypatch):
     # removing the injector waits for the frozen worker up to this bound (tested in
     # test_worker_loss with its real value)
-    from daskstraggle.runtime import _resilience
 
-    monkeypatch.setattr(_resilience, "CLEANUP_TIMEOUT", 1.0)
+    monkeypatch.setitem(dask_config.config["daskstraggle"]["timeouts"], "cleanup", 1.0)
 
 
 @pytest.fixture(scope="module")
@@ -98,9 +98,8 @@ def test_dsag_moves_rows_grown_too_stale_and_reports_the_staleness(data, fault_c
     # no injected delay: rounds take milliseconds, and the frozen worker's rows move once
     # its unit is 10 rounds old, long before it is a minute late (and, lowered here, a
     # second: the floor that spares a fresh worker compiling its kernels)
-    from daskstraggle.runtime import _resilience
 
-    monkeypatch.setattr(_resilience, "STALE_MIN_SECONDS", 1.0)
+    monkeypatch.setitem(dask_config.config["daskstraggle"]["stale"], "minimum-wait", 1.0)
     with DaskRuntime(fault_cluster[1], rng=0, stale_after=10, frozen_after=60.0) as rt:
         res, elapsed, said = _run_frozen(rt, 2, DSAG(n_wait=2), problem, data, stop,
                                          at_round)
@@ -122,9 +121,9 @@ def test_dsag_moves_rows_grown_too_stale_and_reports_the_staleness(data, fault_c
 
 def test_a_worker_frozen_before_the_injector_is_installed_is_one_line(data, monkeypatch,
                                                                       fault_cluster):
-    from daskstraggle.runtime import _resilience, dask
+    from daskstraggle.runtime import dask
 
-    monkeypatch.setattr(_resilience, "SETUP_TIMEOUT", 1.0)
+    monkeypatch.setitem(dask_config.config["daskstraggle"]["timeouts"], "setup", 1.0)
     # the exact passes before it (the data's statistics, the start) back up the frozen
     # worker's partitions after this long (tested in test_worker_loss with its real value)
     monkeypatch.setattr(dask, "BACKUP_MIN", 0.5)

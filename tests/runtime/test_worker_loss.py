@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from dask import config as dask_config
 
 from daskstraggle import open_matrix
 from daskstraggle.cli import format_result
@@ -284,7 +285,7 @@ def test_a_clean_up_step_that_never_answers_is_bounded(monkeypatch):
     # gives one, so the run's end must not wait for it
     from daskstraggle.runtime import _resilience
 
-    monkeypatch.setattr(_resilience, "CLEANUP_TIMEOUT", 0.5)
+    monkeypatch.setitem(dask_config.config["daskstraggle"]["timeouts"], "cleanup", 0.5)
     release = threading.Event()
     t0 = time.perf_counter()
     with pytest.warns(StraggleWarning, match=r"Could not remove the injector \(no answer "
