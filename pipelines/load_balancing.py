@@ -23,8 +23,8 @@ Two experiments of the DSAG paper and the load-balancing issue's check, read fro
        simulated time at which each variant first reaches each target gap (medians over
        latency seeds) and DSAG-LB's reduction of that time (the paper: 30-40 % at gaps
        1e-6 to 1e-12).
-(check) The load-balancing issue's acceptance check, asserted once by
-       ``tests/runtime/test_balance_dask.py``, repeated: a LocalCluster of 4 process
+(check) The load-balancing issue's acceptance check, asserted once (``--quick``: one
+       repeat) by ``tests/test_pipeline_load_balancing.py``, repeated: a LocalCluster of 4 process
        workers, worker 0 twice as slow (injected delays), DSAG with w = N and 20
        subpartitions, logistic regression on 4000 x 8 Gaussian data; an unbalanced run,
        then a balanced run (``LoadBalancer(min_samples=5)``) in the same cluster, a new

@@ -1,5 +1,10 @@
 """Every notebook runs top to bottom (code cells executed in order, Agg backend), and is
-stored clean: valid nbformat 4, no outputs."""
+stored clean: valid nbformat 4, no outputs.
+
+The notebooks run side by side, each in its own process, all started with the module's
+first run test: much of their time is waiting (Dask round trips, throttled workers), which
+overlaps. Each run test then waits for its notebook.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +12,56 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
+TIMEOUT = 300  # seconds for a notebook, from the start of all of them
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(path: Path, tmp_path: Path) -> None:
+def _start(path: Path, folder: Path) -> subprocess.Popen:
+    """Start the notebook's code cells as one script in ``folder`` (output to files there)."""
     cells = json.loads(path.read_text())["cells"]
     code = "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    script = tmp_path / f"{path.stem}.py"
+    script = folder / f"{path.stem}.py"
     script.write_text("import matplotlib\nmatplotlib.use('Agg')\n" + code)
     # run as `python -c` like a kernel would: spawned worker processes must not re-import
     # the script as __main__
     runner = f"exec(compile(open({str(script)!r}).read(), {script.name!r}, 'exec'))"
-    # the notebooks' temporary folders (tempfile) go under tmp_path, removed by pytest
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", runner], capture_output=True, text=True,
-                          timeout=240, cwd=tmp_path, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # the notebooks' temporary folders (tempfile) go under the folder, removed by pytest
+    env = {**os.environ, "TMPDIR": str(folder)}
+    with open(folder / "stdout.txt", "w") as out, open(folder / "stderr.txt", "w") as err:
+        return subprocess.Popen([sys.executable, "-c", runner], stdout=out, stderr=err,
+                                cwd=folder, env=env)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory):
+    """Every notebook started at once: {stem: (process, folder, start time)}."""
+    started = {}
+    for path in NOTEBOOKS:
+        folder = tmp_path_factory.mktemp(path.stem)
+        started[path.stem] = (_start(path, folder), folder, time.monotonic())
+    yield started
+    for proc, _, _ in started.values():
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs(path: Path, runs) -> None:
+    proc, folder, t0 = runs[path.stem]
+    try:
+        proc.wait(timeout=max(TIMEOUT - (time.monotonic() - t0), 1))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    stderr = (folder / "stderr.txt").read_text()
+    assert proc.returncode == 0, stderr[-3000:]
 
 
 def test_there_are_notebooks() -> None:

@@ -135,8 +135,12 @@ def test_bad_settings(data):
 
 
 @pytest.mark.cluster
-def test_on_process_workers_dsag_reaches_the_optimum_despite_a_straggler(data):
-    X, _ = data
+def test_on_process_workers_dsag_reaches_the_optimum_despite_a_straggler():
+    # the module's data with a wider gap after the 3rd singular value (lambda_4 / lambda_3
+    # 0.4, not 0.83): DSAG is within 1e-8 of the optimum after about 115 rounds instead of
+    # 250-310 (measured), and within about 1e-11 at 200
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1200, 12)) @ np.diag([3.0, 2.6, 2.2, 1.4, *np.linspace(1.3, 0.5, 8)])
     problem = PCA(n_components=3)
     with LocalRuntime(4) as rt:
         ref = rt.run(GD(), problem, open_matrix(X), stop=StopRule(max_iter=1, tol=None),
@@ -144,8 +148,8 @@ def test_on_process_workers_dsag_reaches_the_optimum_despite_a_straggler(data):
     slow = Constant(compute=(0.005, 0.005, 0.005, 0.3))
     with DaskRuntime(n_workers=4, stragglers=slow, rng=0) as rt:
         res = rt.run(DSAG(n_wait=3, subpartitions=2), problem, open_matrix(X),
-                     stop=StopRule(max_iter=450, tol=None), rng=0)
-        gd = rt.run(GD(), problem, open_matrix(X), stop=StopRule(max_iter=15, tol=None), rng=0)
+                     stop=StopRule(max_iter=200, tol=None), rng=0)
+        gd = rt.run(GD(), problem, open_matrix(X), stop=StopRule(max_iter=8, tol=None), rng=0)
     assert abs(res.objective - ref) / abs(ref) < 1e-8
     assert int(res.trace.n_stale.sum()) > 0
     # DSAG's rounds do not wait for the 300 ms straggler, GD's do (compared side by side:

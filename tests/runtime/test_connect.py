@@ -4,7 +4,8 @@ Real processes: an HTTP server (not a Dask scheduler), a port nothing listens on
 ``dask scheduler`` without workers, and the CLI interrupted with SIGINT sent to its whole
 process group (as a terminal's Ctrl-C does, so the workers receive it too). The slow
 commands (each waits for the 10 s handshake or worker timeout) start together with the
-first test of the module and run alongside the others.
+first test of the module (the ``servers`` fixture is autouse) and run alongside the others;
+the two tests that wait for them come last.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def servers(data, tmp_path_factory: pytest.TempPathFactory):
     """An HTTP server, a scheduler without workers, and the CLI pointed at each."""
     http_port, sched_port = free_port(), free_port()
@@ -91,24 +92,7 @@ def servers(data, tmp_path_factory: pytest.TempPathFactory):
             proc.wait(timeout=30)
 
 
-# -------------------------------------------------------------- not a Dask scheduler
-def test_http_server_is_refused_within_the_timeout(servers, data):
-    t0 = time.monotonic()
-    with pytest.raises(ClusterConnectionError,
-                       match=re.escape(f"The server at {servers.http!r} did not answer the "
-                                       "Dask handshake within 2 s: it is not a Dask scheduler")):
-        DaskRuntime(address=servers.http, timeout=2)
-    assert time.monotonic() - t0 < 8
-
-    run = servers.http_run.result()
-    assert run.proc.returncode == 2, run.err
-    assert run.out == ""
-    line = one_error_line(run.err)
-    assert servers.http in line and "not a Dask scheduler" in line and "8786" in line
-    assert run.elapsed < 15 + 5, run.elapsed  # 10 s bound plus interpreter start-up
-    assert not (servers.cwd / "o1.zarr").exists()
-
-
+# ------------------------------------------------------------ a port nothing listens on
 def test_refused_connection_fails_at_once(data, tmp_path, capsys):
     address = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
     t0 = time.monotonic()
@@ -124,22 +108,7 @@ def test_refused_connection_fails_at_once(data, tmp_path, capsys):
     assert time.monotonic() - t0 < 3
 
 
-# ------------------------------------------------------------ a scheduler, no workers
-def test_scheduler_without_workers_ends_in_one_line(servers, data):
-    t0 = time.monotonic()
-    with pytest.raises(ClusterConnectionError,
-                       match=re.escape(f"The Dask scheduler at {servers.scheduler!r} has no "
-                                       "workers (waited 1 s). Start some (dask worker")):
-        DaskRuntime(address=servers.scheduler, timeout=1)
-    assert time.monotonic() - t0 < 8
-
-    run = servers.empty_run.result()
-    assert run.proc.returncode == 2, run.err
-    line = one_error_line(run.err)
-    assert servers.scheduler in line and "no workers" in line
-    assert not (servers.cwd / "o2.zarr").exists()
-
-
+# ------------------------------------------------------------ an address string as client
 def test_client_given_an_address_string_is_refused(servers, data, tmp_path):
     for call in (lambda: daskstraggle.fit_pca(data, 1, client=servers.scheduler,
                                               out=tmp_path / "o.zarr"),
@@ -242,3 +211,37 @@ def test_workers_exit_without_zarr_atexit_noise(plugin, tmp_path):
         assert proc.stderr == "", proc.stderr
     else:  # the control shows the test can fail: the noise is there without the plugin
         assert "Cannot close a running event loop" in proc.stderr, proc.stderr
+
+
+# -------------------------------------------------------------- not a Dask scheduler
+def test_http_server_is_refused_within_the_timeout(servers, data):
+    t0 = time.monotonic()
+    with pytest.raises(ClusterConnectionError,
+                       match=re.escape(f"The server at {servers.http!r} did not answer the "
+                                       "Dask handshake within 2 s: it is not a Dask scheduler")):
+        DaskRuntime(address=servers.http, timeout=2)
+    assert time.monotonic() - t0 < 8
+
+    run = servers.http_run.result()
+    assert run.proc.returncode == 2, run.err
+    assert run.out == ""
+    line = one_error_line(run.err)
+    assert servers.http in line and "not a Dask scheduler" in line and "8786" in line
+    assert run.elapsed < 15 + 5, run.elapsed  # 10 s bound plus interpreter start-up
+    assert not (servers.cwd / "o1.zarr").exists()
+
+
+# ------------------------------------------------------------ a scheduler, no workers
+def test_scheduler_without_workers_ends_in_one_line(servers, data):
+    t0 = time.monotonic()
+    with pytest.raises(ClusterConnectionError,
+                       match=re.escape(f"The Dask scheduler at {servers.scheduler!r} has no "
+                                       "workers (waited 1 s). Start some (dask worker")):
+        DaskRuntime(address=servers.scheduler, timeout=1)
+    assert time.monotonic() - t0 < 8
+
+    run = servers.empty_run.result()
+    assert run.proc.returncode == 2, run.err
+    line = one_error_line(run.err)
+    assert servers.scheduler in line and "no workers" in line
+    assert not (servers.cwd / "o2.zarr").exists()
