@@ -103,9 +103,12 @@ class MembershipMixin:
 
     def _watch(self, addresses: list[str]) -> None:
         """Subscribe to the scheduler events of ``addresses`` (a retirement is announced
-        there the moment it starts)."""
+        there the moment it starts). A topic the user's client already handles is left
+        alone (a client keeps one handler per topic): the status poll sees that worker's
+        retirement instead, within a second."""
+        handled = getattr(self.client, "_event_handlers", {})
         for address in addresses:
-            if address not in self._watched:
+            if address not in self._watched and address not in handled:
                 self._watched.add(address)
                 self.client.subscribe_topic(address,
                                             functools.partial(self._on_worker_event, address))

@@ -137,6 +137,24 @@ def test_retiring_workers_are_left_before_they_go(data, fault_cluster, at_round)
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
 
 
+def test_a_users_handler_on_a_workers_topic_is_left_alone(data, fault_cluster):
+    """The runtime subscribes to its workers' event topics (to hear of retirements); a
+    client keeps one handler per topic, so a topic the user already handles is skipped
+    (the status poll covers it)."""
+    client = fault_cluster[1]
+    heard: list[object] = []
+    first, *others = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    client.subscribe_topic(first, heard.append)
+    try:
+        with DaskRuntime(client, rng=0) as rt:
+            rt.run(GD(), PCA(n_components=2), data, stop=StopRule(max_iter=3, tol=None), rng=0)
+            assert client._event_handlers[first] == heard.append
+            assert set(others) <= set(client._event_handlers)  # the runtime's own
+        assert client._event_handlers[first] == heard.append
+    finally:
+        client.unsubscribe_topic(first)
+
+
 def test_a_worker_dying_while_the_cluster_starts_is_one_line(monkeypatch):
     import distributed
 
