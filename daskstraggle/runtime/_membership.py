@@ -84,16 +84,19 @@ class MembershipMixin:
     # membership's own
     _retiring: set[str]
     _retire_news: deque[str]
-    _watched: set[str]
+    _watched: dict[str, Any]
 
     def _reset_membership(self) -> None:
         """Forget the previous run's retirements and event subscriptions."""
-        for address in getattr(self, "_watched", ()):
+        handlers = getattr(getattr(self, "client", None), "_event_handlers", {})
+        for address, handler in getattr(self, "_watched", {}).items():
             try:
                 self.client.unsubscribe_topic(address)
             except Exception as err:  # the scheduler may be gone: nothing to undo there
                 logger.debug("unsubscribing from %s failed: %s", address, err)
-        self._watched = set()
+            if handlers.get(address) is handler:  # distributed keeps it: drop ours
+                handlers.pop(address, None)
+        self._watched = {}
         self._retiring = set()
         self._retire_news = deque(maxlen=1000)
 
@@ -109,9 +112,9 @@ class MembershipMixin:
         handled = getattr(self.client, "_event_handlers", {})
         for address in addresses:
             if address not in self._watched and address not in handled:
-                self._watched.add(address)
-                self.client.subscribe_topic(address,
-                                            functools.partial(self._on_worker_event, address))
+                handler = functools.partial(self._on_worker_event, address)
+                self._watched[address] = handler
+                self.client.subscribe_topic(address, handler)
 
     def _on_worker_event(self, address: str, event: Any) -> None:
         # runs in the client's event loop thread: only queue it (deque appends are atomic)

@@ -140,7 +140,9 @@ def test_retiring_workers_are_left_before_they_go(data, fault_cluster, at_round)
 def test_a_users_handler_on_a_workers_topic_is_left_alone(data, fault_cluster):
     """The runtime subscribes to its workers' event topics (to hear of retirements); a
     client keeps one handler per topic, so a topic the user already handles is skipped
-    (the status poll covers it)."""
+    (the status poll covers it), and the runtime's own are gone once it closes (distributed's
+    unsubscribe_topic keeps the handler: a second run would have taken its own for the
+    user's)."""
     client = fault_cluster[1]
     heard: list[object] = []
     first, *others = sorted(client.scheduler_info(n_workers=-1)["workers"])
@@ -151,6 +153,7 @@ def test_a_users_handler_on_a_workers_topic_is_left_alone(data, fault_cluster):
             assert client._event_handlers[first] == heard.append
             assert set(others) <= set(client._event_handlers)  # the runtime's own
         assert client._event_handlers[first] == heard.append
+        assert not set(others) & set(client._event_handlers)
     finally:
         client.unsubscribe_topic(first)
 
