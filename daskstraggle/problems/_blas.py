@@ -15,7 +15,7 @@ BLAS scipy links. If it cannot be reached the f2py wrapper is used.
 from __future__ import annotations
 
 import ctypes
-import threading
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -23,11 +23,8 @@ import scipy.linalg.blas
 
 __all__ = ["syrk_update"]
 
-_lock = threading.Lock()
-_routine: list[Callable[..., None] | None] = []  # [the ctypes function, or None]
-
-
-def _cython_dsyrk() -> Callable[..., None] | None:
+@functools.cache
+def _dsyrk() -> Callable[..., None] | None:
     """Return scipy's ``dsyrk`` as a ctypes function (which releases the GIL), or None."""
     try:
         from scipy.linalg import cython_blas
@@ -47,14 +44,6 @@ def _cython_dsyrk() -> Callable[..., None] | None:
                                  double, ctypes.c_void_p, integer, double, ctypes.c_void_p,
                                  integer)
     return prototype(address)
-
-
-def _dsyrk() -> Callable[..., None] | None:
-    if not _routine:
-        with _lock:
-            if not _routine:
-                _routine.append(_cython_dsyrk())
-    return _routine[0]
 
 
 def syrk_update(tile: np.ndarray, acc: np.ndarray) -> np.ndarray:
