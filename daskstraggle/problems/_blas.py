@@ -23,6 +23,7 @@ import scipy.linalg.blas
 
 __all__ = ["syrk_update"]
 
+
 @functools.cache
 def _dsyrk() -> Callable[..., None] | None:
     """Return scipy's ``dsyrk`` as a ctypes function (which releases the GIL), or None."""
