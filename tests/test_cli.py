@@ -2,15 +2,14 @@
 
 Solves run in process through ``daskstraggle.cli.main``. Each ``--workers N`` run starts
 its own LocalCluster (seconds), so only one does; the others connect to the session
-cluster with ``--scheduler``, the README's way of using an existing cluster. The demo runs
-as the real command in the background, started with the module's first test; its test,
-the last, waits for it.
+cluster with ``--scheduler``, the README's way of using an existing cluster.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,21 +19,8 @@ import zarr
 
 from daskstraggle import Result
 from daskstraggle.cli import main
-from daskstraggle.testing import BackgroundCommand
 
 CLI = [sys.executable, "-m", "daskstraggle.cli"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def demo_run(tmp_path_factory: pytest.TempPathFactory):
-    """``daskstraggle demo`` started in the background (the module's other tests run meanwhile)."""
-    cwd = tmp_path_factory.mktemp("demo")
-    run = BackgroundCommand([*CLI, "demo", "--out", str(cwd / "demo")], cwd, timeout=240)
-    run.folder = cwd / "demo"
-    yield run
-    if run.proc.poll() is None:
-        run.proc.kill()
-    run.result()
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: object) -> str:
@@ -230,12 +216,13 @@ def test_version(capsys):
 
 
 # ------------------------------------------------------------------------------ demo
-def test_demo_runs_end_to_end(demo_run):
-    out = demo_run.folder
-    demo_run.result()
-    assert demo_run.proc.returncode == 0, demo_run.err
-    assert "Traceback" not in demo_run.err
-    table = demo_run.out
+def test_demo_runs_end_to_end(tmp_path):
+    out = tmp_path / "demo"
+    proc = subprocess.run([*CLI, "demo", "--out", str(out)], capture_output=True, text=True,
+                          timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    table = proc.stdout
     assert re.search(r"component\s+explained variance\s+ratio\s+exact ratio", table)
     assert re.search(r"^\s+PC1\s+\S+\s+\S+%", table, flags=re.MULTILINE)
     assert re.search(r"^\s+PC2\s+\S+\s+\S+%", table, flags=re.MULTILINE)
