@@ -12,6 +12,7 @@ Pure numpy/scipy.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Sequence
@@ -86,6 +87,11 @@ def bcc_coverage_probability(n_batches: int, n_workers: int) -> float:
         new[1:] += dist[:-1] * (1.0 - stay[:-1])
         dist = new
     return float(dist[b])
+
+
+#: :func:`bcc_coverage_probability` remembered per (batches, workers): ``O(N b)`` work that
+#: every assignment of the same shape repeats otherwise.
+_coverage_probability = functools.lru_cache(maxsize=256)(bcc_coverage_probability)
 
 
 def _check_received_sum(
@@ -244,7 +250,7 @@ class BCC(CodingScheme):
             "n_batches": n_batches,
             "batch_of_worker": tuple(picks.tolist()),
             "expected_results": n_batches * harmonic_number(n_batches),
-            "coverage_probability": bcc_coverage_probability(n_batches, n_workers),
+            "coverage_probability": _coverage_probability(n_batches, int(n_workers)),
             "covers": len(set(picks.tolist())) == n_batches,
             "communication_load": 1,
         }

@@ -40,7 +40,7 @@ from daskstraggle.latency.order import order_statistics
 from daskstraggle.latency.simulator import simulate
 from daskstraggle.methods import GD, SGD
 from daskstraggle.problems import LeastSquares
-from daskstraggle.runtime import DaskRuntime, StopRule
+from daskstraggle.runtime import DaskRuntime, LocalRuntime, StopRule
 
 MEANS = (0.03, 0.05, 0.07, 0.09)
 WARMUP = 3  # first rounds pay for deserialising the problem and warming caches
@@ -63,11 +63,17 @@ def test_predicted_latency_matches_a_real_run():
     y = X @ rng.normal(size=10)
     model = Gamma(mean=MEANS, var=tuple((0.2 * m) ** 2 for m in MEANS))
     matrix = open_matrix(X, labels=y, n_partitions=4)
+    # the default step sizes, estimated in process: on the cluster each estimate takes 20
+    # passes over the data before the timed rounds
+    with LocalRuntime(4) as local:
+        step = {name: local.run(method, LeastSquares(), matrix, rng=0,
+                                stop=StopRule(max_iter=1, tol=None)).attrs["step_size"]
+                for name, method in (("gd", GD()), ("sgd", SGD(n_wait=2)))}
     with DaskRuntime(n_workers=4, stragglers=model, rng=1) as rt, _no_automatic_gc():
         gd = rt.run(GD(), LeastSquares(), matrix, stop=StopRule(max_iter=60 + WARMUP, tol=None),
-                    rng=0)
+                    rng=0, step_size=step["gd"])
         sgd = rt.run(SGD(n_wait=2), LeastSquares(), matrix,
-                     stop=StopRule(max_iter=50, tol=None), rng=0)
+                     stop=StopRule(max_iter=50, tol=None), rng=0, step_size=step["sgd"])
 
     trace = gd.trace.isel(iteration=slice(WARMUP, None))
     assert np.isfinite(trace.compute_duration).all() and np.isfinite(trace.latency).all()
