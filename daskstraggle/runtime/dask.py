@@ -60,7 +60,6 @@ __all__ = ["MEMBERSHIP_INTERVAL", "DaskRuntime", "connect",
 
 logger = logging.getLogger(__name__)
 
-#: Config for clusters this package starts itself.
 #: Most worker processes a LocalCluster started by this package may have.
 MAX_LOCAL_WORKERS = 256
 
@@ -68,7 +67,11 @@ MAX_LOCAL_WORKERS = 256
 #: (and at least BACKUP_MIN seconds after the start) is computed again elsewhere.
 BACKUP_FACTOR = 4.0
 BACKUP_MIN = 2.0
+#: Seconds an exact pass sleeps at most between its checks (backups, membership) while
+#: no fold result is queued; an arriving result wakes it at once.
+FOLD_POLL = 0.05
 
+#: Config for clusters this package starts itself.
 OWN_CLUSTER_CONFIG = {
     "distributed.scheduler.work-stealing": False,
     "distributed.scheduler.active-memory-manager.start": False,
@@ -159,6 +162,19 @@ def connect(
                   caller="connect", low=1, high=MAX_LOCAL_WORKERS)
     return start_local_cluster(n, threads_per_worker=threads_per_worker, processes=processes,
                                config=OWN_CLUSTER_CONFIG)
+
+
+def _wait_ready(ac: Any, timeout: float) -> None:
+    """Wait until ``ac`` (an ``as_completed``) has a result queued, at most ``timeout`` s.
+
+    ``as_completed`` queues a result and then notifies ``thread_condition`` under that
+    condition's lock, so the emptiness check must be made under the lock too: a result
+    queued between a check made outside it and the wait would otherwise sleep the whole
+    timeout.
+    """
+    with ac.thread_condition:
+        if not ac.has_ready():
+            ac.thread_condition.wait(timeout=timeout)
 
 
 def run_unit_task(
@@ -461,6 +477,8 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
                 while ac.has_ready():
                     future, value = next(ac)
                     results.setdefault(fold_of[future.key], value)
+                if len(results) == len(folds):
+                    break
                 now = time.perf_counter()
                 if half is None and 2 * len(results) >= len(folds):
                     half = now - t0
@@ -472,8 +490,7 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
                             ac.add(fold[3])
                 if self._membership_due(now) and self._check_membership():
                     return None
-                with ac.thread_condition:  # notified when a result is queued
-                    ac.thread_condition.wait(timeout=0.05)
+                _wait_ready(ac, FOLD_POLL)
             return [results[n] for n in range(len(folds))]
         finally:
             ac.clear()
@@ -676,8 +693,7 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
                     self._check_membership()
                 self._check_frozen()
                 self._check_backups()
-                with self._ac.thread_condition:  # notified when a result is queued
-                    self._ac.thread_condition.wait(timeout=min(deadline - now, 0.1))
+                _wait_ready(self._ac, min(deadline - now, 0.1))
             future, outcome = next(self._ac)
             if future.key not in self._pending:  # an abandoned message (cancelled)
                 continue
