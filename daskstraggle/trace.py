@@ -280,9 +280,11 @@ class Result:
             bound = "no tolerance was set (tol=None)"
         else:
             bound = f"above tol {tol:g}"
-        fix = {"stalled": "the method's iterate stopped moving at this noise level; wait "
-                          "for more workers (--wait) or use dsag",
-               "time_budget": "raise the time budget (--time-budget)"}.get(
+        stalled = ("the iterate stopped moving and the exact measure is not falling fast "
+                   "enough to reach tol within max_iter (a noise floor); wait for more "
+                   "workers (--wait)" + (" or raise max_iter (--max-iter)"
+                                         if self.method == "dsag" else " or use dsag"))
+        fix = {"stalled": stalled, "time_budget": "raise the time budget (--time-budget)"}.get(
             self.stop_reason, "raise max_iter (--max-iter) or tol (--tol)")
         return (f"{self.problem} with {self.method} did not converge in {self.n_iter} "
                 f"iterations (stopped by {self.stop_reason}): {what} {self.optimality:.3g}, "

@@ -386,7 +386,8 @@ class Runtime(ABC):
         start = self._exact_pass(bound, x0) if method.start_pass else None
         monitor = ConvergenceMonitor(
             bound, tol=stop.tol, start_result=start, start=x0,
-            step_size=step_size, window=method.convergence_window(self.n_workers))
+            step_size=step_size, window=method.convergence_window(self.n_workers),
+            max_iter=stop.max_iter)
         return RunSession(problem=bound, monitor=monitor, recorder=TraceRecorder(self.n_workers),
                         reference=ref, step_size=step_size, placement=placement,
                         settings=settings, stats=stats, x0=x0,

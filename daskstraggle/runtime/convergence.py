@@ -16,7 +16,9 @@ the estimate, or the iterate's change over a window of ``window`` rounds, falls 
 ``tol``, the runtime makes one exact pass at the current point and the monitor decides on
 that. Exact checks are rate-limited (at least ``window`` rounds apart, the gap doubling
 after each failed check). When the iterate has stopped moving but three exact checks in a
-row fail, the method is at its noise floor: the run stops as ``"stalled"``, unconverged.
+row fail, and the exact measure is not falling fast enough over those checks to reach
+``tol`` within the rounds left, the method is at its noise floor: the run stops as
+``"stalled"``, unconverged.
 
 Divergence is an error (:class:`~daskstraggle.errors.DivergenceError`): a non-finite
 iterate, kernel sum or objective; an exact objective above its best by more than ten
@@ -67,13 +69,18 @@ class ConvergenceMonitor:
         Rounds over which the iterate's change is measured, and the least number of
         rounds between exact checks (a worker's subpartitions, or the workers for
         asynchronous updates).
+    max_iter : int or None, default=None
+        The run's round limit: a standing iterate whose exact measure still falls fast
+        enough to reach ``tol`` before it is not stalled (None: within ten times the
+        rounds so far).
     """
 
     def __init__(self, problem: Problem, *, tol: float | None,
                  start_result: KernelResult | None, start: np.ndarray, step_size: float,
-                 window: int = 1) -> None:
+                 window: int = 1, max_iter: int | None = None) -> None:
         self.problem = problem
         self.tol = tol
+        self.max_iter = max_iter
         self.step_size = float(step_size)
         self.window = max(int(window), 1)
         if start_result is None:
@@ -90,6 +97,9 @@ class ConvergenceMonitor:
         self._stalls = 0
         self._pending_stall = False
         self._checked: tuple[np.ndarray, KernelResult] | None = None
+        #: The objective found by the last exact check (:meth:`verify`), or None.
+        self.checked_objective: float | None = None
+        self._streak: tuple[int, float] | None = None  # first check of a standing streak
 
     # ------------------------------------------------------------------ per round
     def observe(self, iteration: int, iterate: np.ndarray, result: KernelResult,
@@ -151,16 +161,36 @@ class ConvergenceMonitor:
         """
         self.n_checks += 1
         self._checked = (iterate, result)
-        objective = self.problem.objective(result.values, iterate)
+        objective = self.checked_objective = self.problem.objective(result.values, iterate)
         self._check_finite(iteration, iterate, result, objective)
         self._check_growth(iteration, objective)
         self.optimality = self.problem.optimality(result, iterate) / self.scale
         if self.tol is not None and self.optimality <= self.tol:
             return "tol"
-        self._stalls = self._stalls + 1 if self._pending_stall else 0
+        if self._pending_stall:
+            self._stalls += 1
+            self._streak = self._streak or (iteration, self.optimality)
+        else:
+            self._stalls, self._streak = 0, None
         self._interval = min(2 * self._interval, _MAX_INTERVAL * self.window)
         self._next_check = iteration + self._interval
-        return "stalled" if self._stalls >= STALL_CHECKS else None
+        if self._stalls < STALL_CHECKS or self._reaches_tol(iteration):
+            return None
+        return "stalled"
+
+    def _reaches_tol(self, iteration: int) -> bool:
+        """Whether the exact measure, falling at its rate since the standing streak began,
+        reaches ``tol`` within the rounds left (``max_iter``; without one, ten times the
+        rounds so far): a slowly converging run (a rate close to 1, the iterate moving
+        by less than ``tol`` a window) is not stalled at a noise floor."""
+        assert self._streak is not None and self.tol is not None
+        first, measure = self._streak
+        if not 0 < self.optimality < measure or iteration <= first:
+            return False
+        rate = math.log(measure / self.optimality) / (iteration - first)  # per round
+        left = (10 * (iteration + 1) if self.max_iter is None
+                else self.max_iter - iteration - 1)
+        return math.log(self.optimality / self.tol) / rate <= left
 
     def checked_result(self, iterate: np.ndarray) -> KernelResult | None:
         """Return the exact kernel sum of the last exact check if it was made at ``iterate``

@@ -22,6 +22,7 @@ Pure module: no Dask imports.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
@@ -228,6 +229,7 @@ class Coordinator:
             summary = self._pending_round()[0]
             verdict = self.session.monitor.verify(len(self.session.recorder), summary.iterate,
                                                   event.result)
+            self._exact_objective(self.session.monitor.checked_objective)
             self._record(out, verdict, checked=True)
         elif isinstance(event, Stepped):
             self._after_step(out)
@@ -303,6 +305,17 @@ class Coordinator:
             out.append(CheckExact(summary.iterate))
             return
         self._record(out, verdict, checked=False)
+
+    def _exact_objective(self, objective: float | None) -> None:
+        """Give the judged round the objective its exact check found, when the round's
+        own estimate had none (a round that did not see every row fresh), and the gap to
+        the reference with it."""
+        summary, now, gap = self._pending_round()
+        if summary.objective is not None or objective is None:
+            return
+        reference = self.session.reference
+        gap = None if reference is None else objective - reference.objective
+        self._round = (dataclasses.replace(summary, objective=objective), now, gap)
 
     def _pending_round(self) -> tuple[RoundSummary, float, float | None]:
         assert self._round is not None, "no round is being judged"
