@@ -444,6 +444,11 @@ def make(name: str, out: Path, size: int | None, features: int | None, populatio
 
 
 # ------------------------------------------------------------------------------ simulate
+#: Methods whose tasks do not carry equal 1/N shares of the rows (coded replicas, one
+#: round): their traced latency cannot be rescaled to another number of workers.
+_UNEQUAL_SHARES = frozenset({"coded", "partial", "gram"})
+
+
 @cli.command()
 @click.option("--workers", "n_workers", type=int, default=None,
               help="Number of workers N (default: as many as the trace has, else 100).")
@@ -453,7 +458,10 @@ def make(name: str, out: Path, size: int | None, features: int | None, populatio
               help="Latency model, e.g. 'gamma(mean=0.05, var=1e-4)' or "
                    "'shifted_exponential(shift=0.01, rate=50) + slowdown(workers=0, factor=3)'.")
 @click.option("--from-trace", type=click.Path(path_type=Path), default=None,
-              help="Fit per-worker gamma latency to a result saved with --out instead.")
+              help="Fit per-worker gamma latency to a result saved with --out instead. "
+                   "With --workers M other than the trace's N, worker j follows traced "
+                   "worker j mod N with its compute time scaled by N/M (the same rows "
+                   "shared by M workers).")
 @click.option("--iid", is_flag=True,
               help="With --from-trace: fit one gamma to all workers (the i.i.d. baseline).")
 @click.option("--iterations", "n_iterations", type=int, default=100, show_default=True,
@@ -490,17 +498,23 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
         from daskstraggle.latency.fit import fit_trace
         from daskstraggle.trace import Result
 
-        trace = Result.load(from_trace).trace
-        model = fit_trace(trace, iid=iid)
-        n_trace = trace.sizes["worker"]
-        if n_workers is not None and n_workers != n_trace and not iid:
+        traced = Result.load(from_trace)
+        n_trace = traced.trace.sizes["worker"]
+        resized = n_workers is not None and n_workers != n_trace
+        if resized and traced.method in _UNEQUAL_SHARES:
             raise InputError(
-                f"--workers {n_workers} does not match the {n_trace} workers of the trace; "
-                "drop --workers, or add --iid to use the pooled fit for any N"
+                f"--workers {n_workers} differs from the {n_trace} workers of the trace, and "
+                f"a {traced.method} run's tasks do not carry equal shares of the rows, so its "
+                "latency cannot be rescaled; drop --workers, or calibrate with --method gd"
             )
-        if n_workers is None:
-            n_workers = n_trace
+        if n_workers is not None and n_workers < 1:
+            raise InputError(f"--workers must be >= 1, got {n_workers}")
+        model = fit_trace(traced.trace, iid=iid, n_workers=n_workers if resized else None)
+        n_workers = n_trace if n_workers is None else n_workers
         source = f"fitted to {from_trace}" + (" (i.i.d.)" if iid else " (per worker)")
+        if resized:
+            source += (f", rescaled from {n_trace} to {n_workers} workers sharing the same "
+                       "rows")
     else:
         model = parse_latency(latency)  # type: ignore[arg-type]
         source = model.to_spec()

@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from daskstraggle import fit_pca
+from daskstraggle import Result, fit_pca
 from daskstraggle.cli import main
+from daskstraggle.latency.fit import fit_trace
 
 
 def _json(capsys, argv):
@@ -51,6 +52,24 @@ def test_fitted_statistics_saved_from_a_run(capsys, tmp_path):
     pooled = _json(capsys, ["simulate", "--from-trace", str(path), "--iid", "--workers", "10",
                             "--json"])
     assert pooled["n_workers"] == 10 and np.isscalar(pooled["model"]["mean"])
+    # the same rows on 6 workers: worker j is traced worker j mod 3 with half the compute
+    six = _json(capsys, ["simulate", "--from-trace", str(path), "--workers", "6", "--json"])
+    assert six["n_workers"] == 6 and "rescaled from 3 to 6 workers" in six["source"]
+    np.testing.assert_allclose(six["model"]["mean"], np.tile(out["model"]["mean"], 2) / 2)
+    np.testing.assert_allclose(six["model"]["var"], np.tile(out["model"]["var"], 2) / 4)
+    np.testing.assert_allclose(pooled["model"]["mean"],
+                               fit_trace(Result.load(path).trace, iid=True).mean * 3 / 10)
+
+
+def test_a_coded_trace_is_not_rescaled_to_other_workers(capsys, tmp_path):
+    X = np.random.default_rng(0).normal(size=(300, 5))
+    path = tmp_path / "coded.zarr"
+    fit_pca(X, 2, runtime="sim", n_workers=3, method="coded", max_iter=5, tol=None, rng=0,
+            stragglers="gamma(mean=0.1, var=1e-3)", out=path)
+    assert main(["simulate", "--from-trace", str(path), "--workers", "6"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "coded" in err and "--workers" in err
+    assert main(["simulate", "--from-trace", str(path), "--iterations", "3"]) == 0
 
 
 @pytest.mark.parametrize(
