@@ -443,3 +443,45 @@ def moments(values, fill, center, scale, flags, step, sums, sq_dev):
             sums[j] += tile_sum[j]
         count += rows_in_tile
     return sq
+
+
+@numba.njit(**_JIT)
+def pca_gemm(values, center, scale, flags, V, shift, step, G, colsum, sq):
+    """:func:`pca` for float64 rows without missing entries, by BLAS products on row tiles.
+
+    For each tile of ``step`` rows ``T``: ``P = T V`` (``dgemm``), the transforms applied to
+    the thin ``P`` as in :func:`pca`, then ``G += T^T Q`` (``dgemm`` again, the tile still in
+    cache). numba's ``np.dot`` calls scipy's BLAS without the GIL. ``G`` is ``(d, k)``.
+    """
+    n = values.shape[0]
+    m, k = V.shape
+    has_center, has_scale = flags[1], flags[2]
+    p = np.empty((step, k))
+    product = np.empty((m, k))
+    vsum = np.zeros(k)
+    for j in range(m):
+        for col in range(k):
+            vsum[col] += V[j, col]
+    correction = np.zeros(k)
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        tile = values[a:b]
+        q = p[: b - a]
+        np.dot(tile, V, q)
+        for r in range(b - a):
+            c = center[a + r] if has_center else 0.0
+            s = scale[a + r] if has_scale else 1.0
+            for col in range(k):
+                value = (q[r, col] - c * vsum[col]) * s - shift[col]
+                colsum[col] += value
+                sq[col] += value * value
+                q[r, col] = value * s
+                correction[col] += c * q[r, col]
+        np.dot(tile.T, q, product)
+        for j in range(m):
+            for col in range(k):
+                G[j, col] += product[j, col]
+    if has_center:
+        for j in range(m):
+            for col in range(k):
+                G[j, col] -= correction[col]

@@ -111,6 +111,34 @@ def test_pca_pass_every_width(k, implementation, rng):
     assert close(sq, ((X @ V) ** 2).sum(axis=0))
 
 
+@pytest.mark.parametrize("kind", ["float64", "float64-transformed"])
+@pytest.mark.parametrize("k", [kernels._PCA_GEMM_MIN_K - 1, kernels._PCA_GEMM_MIN_K, 21])
+def test_float_pca_pass_on_blas_tiles(kind, k, implementation, rng):
+    """float64 blocks without missing entries take BLAS products on row tiles from
+    ``_PCA_GEMM_MIN_K`` components on: several tiles, the last one partial."""
+    d = 37
+    step = kernels._PCA_GEMM_TILE_BYTES // (8 * d)
+    block = make_block(kind, 2 * step + 5, d, rng)
+    assert kernels._pca_uses_gemm(block, k) == (k >= kernels._PCA_GEMM_MIN_K)
+    X = dense(block)
+    V = rng.normal(size=(d, k))
+    shift = rng.normal(size=k)
+    G, colsum, sq = kernels.pca_pass(block, V, shift, implementation=implementation)
+    P = X @ V - shift
+    assert close(G, X.T @ P)
+    assert close(colsum, P.sum(axis=0))
+    assert close(sq, (P * P).sum(axis=0))
+
+
+def test_blas_tiles_only_for_float_rows_without_missing_entries(rng):
+    k = kernels._PCA_GEMM_MIN_K
+    assert kernels._pca_uses_gemm(make_block("float64-transformed", 9, 5, rng), k)
+    for kind in ("int8-patterson", "packed-patterson", "int8-raw"):
+        assert not kernels._pca_uses_gemm(make_block(kind, 9, 5, rng), k)
+    filled = Block(rng.normal(size=(9, 5)), fill=np.ones(9))
+    assert not kernels._pca_uses_gemm(filled, k)
+
+
 @pytest.mark.parametrize("kind", ["float64", "int8-patterson", "packed-patterson"])
 def test_pca_kernel_equals_the_centred_product(kind, implementation, rng, monkeypatch):
     monkeypatch.setenv(kernels.NUMBA_VARIABLE, "1" if implementation == "numba" else "0")
