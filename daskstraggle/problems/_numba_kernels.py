@@ -22,7 +22,8 @@ import math
 
 import numba
 import numpy as np
-from numba.core import types
+from llvmlite import ir
+from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 #: Rows converted and multiplied together.
@@ -56,6 +57,117 @@ def _wide_vectors(typingctx):
     return types.none(), codegen
 
 
+def _host_has_avx512() -> bool:
+    """Whether numba compiles for this host and it has AVX-512 (F and BW)."""
+    try:
+        import llvmlite.binding
+
+        features = llvmlite.binding.get_host_cpu_features()
+        host = numba.config.CPU_NAME in (None, "host")
+        return bool(host and features.get("avx512f") and features.get("avx512bw"))
+    except Exception:  # pragma: no cover - an llvmlite without the query
+        return False
+
+
+#: Convert dosages with a 512-bit table permute (:func:`_lookup8`) instead of per-value
+#: conversion and select.
+PERMUTE = _host_has_avx512()
+_VD = ir.VectorType(ir.DoubleType(), 8)
+_VI = ir.VectorType(ir.IntType(64), 8)
+_I32 = ir.IntType(32)
+
+
+def _lookup8_codegen(width, shift, table):
+    """Return the codegen of :func:`_lookup8` for ``width``-bit loads (see its docstring)."""
+
+    def codegen(context, builder, signature, args):
+        src = context.make_array(signature.args[0])(context, builder, args[0])
+        dst = context.make_array(signature.args[4])(context, builder, args[4])
+        at = context.cast(builder, args[1], signature.args[1], types.intp)
+        to = context.cast(builder, args[3], signature.args[3], types.intp)
+        missing = context.cast(builder, args[2], signature.args[2], types.float64)
+        pointer = builder.bitcast(builder.gep(src.data, [at]), ir.IntType(width).as_pointer())
+        word = builder.load(pointer, align=1)
+        if width < 64:
+            word = builder.zext(word, ir.IntType(64))
+        vector = builder.insert_element(ir.Constant(_VI, ir.Undefined), word,
+                                        ir.Constant(_I32, 0))
+        vector = builder.shuffle_vector(vector, ir.Constant(_VI, ir.Undefined),
+                                        ir.Constant(ir.VectorType(_I32, 8), [0] * 8))
+        index = builder.lshr(vector, ir.Constant(_VI, [shift * i for i in range(8)]))
+        lookup = ir.Constant(_VD, [0.0 if v is None else v for v in table])
+        for i, v in enumerate(table):
+            if v is None:
+                lookup = builder.insert_element(lookup, missing, ir.Constant(_I32, i))
+        permute = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_VD, [_VD, _VI]), "llvm.x86.avx512.permvar.df.512")
+        value = builder.call(permute, [lookup, index])
+        out = builder.bitcast(builder.gep(dst.data, [to]), _VD.as_pointer())
+        builder.store(value, out, align=8)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+@intrinsic
+def _lookup8(typingctx, row, at, missing, to, out):
+    """Write eight dosages starting at byte ``at`` of ``row`` to ``out[to : to + 8]``.
+
+    int8 rows (one byte per call, values -1..2): the eight bytes are loaded as one 64-bit
+    word, broadcast to the eight 64-bit lanes, lane ``i`` shifted right by ``8 i``, and its
+    low three bits index the table ``0, 1, 2, m, m, m, m, m`` with ``vpermpd`` (``m`` =
+    ``missing``; -1 is 7). Packed rows (uint8, four 2-bit codes per byte): 16 bits, lane
+    ``i`` shifted by ``2 i``, table ``0, 1, 2, m, 0, 1, 2, m`` (the third bit is the next
+    code's, ignored). One load, one shift and one permute per eight values, where the
+    per-value conversion needs a widening, a conversion and a select (docs/kernels.md).
+    AVX-512 only (:data:`PERMUTE`).
+    """
+    sig = types.void(row, at, missing, to, out)
+    if row.dtype == types.uint8:
+        return sig, _lookup8_codegen(16, 2, (0.0, 1.0, 2.0, None, 0.0, 1.0, 2.0, None))
+    return sig, _lookup8_codegen(64, 8, (0.0, 1.0, 2.0, None, None, None, None, None))
+
+
+@intrinsic
+def _dosages64(typingctx, row, at):
+    """Whether the 64 bytes of the int8 ``row`` from ``at`` on are all in -1..2: one
+    512-bit add, compare and mask test (a scalar loop over a 300-value row costs as much
+    as its conversion)."""
+    vector = ir.VectorType(ir.IntType(8), 64)
+
+    def codegen(context, builder, signature, args):
+        src = context.make_array(signature.args[0])(context, builder, args[0])
+        start = context.cast(builder, args[1], signature.args[1], types.intp)
+        pointer = builder.bitcast(builder.gep(src.data, [start]), vector.as_pointer())
+        shifted = builder.add(builder.load(pointer, align=1), ir.Constant(vector, [1] * 64))
+        inside = builder.icmp_unsigned("<", shifted, ir.Constant(vector, [4] * 64))
+        mask = builder.bitcast(inside, ir.IntType(64))
+        return builder.icmp_unsigned("==", mask, ir.Constant(ir.IntType(64), -1))
+
+    return types.boolean(row, at), codegen
+
+
+def _dosage_row(row):
+    """Whether every value of the int8 ``row`` is in -1..2 (so :func:`_lookup8` applies)."""
+
+
+@numba.extending.overload(_dosage_row, jit_options=_JIT)
+def _dosage_row_overload(row):
+    def check(row):
+        m = row.shape[0]
+        if m < 64:
+            for j in range(m):
+                if row[j] < -1 or row[j] > 2:
+                    return False
+            return True
+        ok = _dosages64(row, m - 64)
+        for j in range(0, m - 64, 64):
+            ok &= _dosages64(row, j)
+        return ok
+
+    return check
+
+
 def _rows(values, i0, nr, fill, has_fill, buf):
     """Return rows ``i0 .. i0 + nr`` as float64 with missing entries filled (see overload)."""
 
@@ -66,10 +178,53 @@ def _rows_overload(values, i0, nr, fill, has_fill, buf):
     int8 rows are converted into ``buf``, uint8 rows are packed codes decoded into ``buf``.
     """
     if values.dtype == numba.types.uint8:
-        return _decode_packed
+        return _decode_packed_permute if PERMUTE else _decode_packed
     if values.dtype == numba.types.float64:
         return _float_rows
-    return _int_rows
+    return _int_rows_permute if PERMUTE and values.dtype == numba.types.int8 else _int_rows
+
+
+def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
+    """int8 rows through :func:`_lookup8`, eight calls at a time; a row with a value
+    outside -1..2 is converted value by value."""
+    _wide_vectors()
+    m = values.shape[1]
+    full = m - m % 8
+    for r in range(nr):
+        row = values[i0 + r]
+        out = buf[r]
+        missing = fill[i0 + r] if has_fill else -1.0
+        start = 0
+        if _dosage_row(row):
+            for j in range(0, full, 8):
+                _lookup8(row, j, missing, j, out)
+            start = full
+        for j in range(start, m):
+            t = row[j]
+            out[j] = missing if has_fill and t < 0 else float(t)
+    for r in range(nr, ROWS):
+        buf[r, :] = 0.0
+    return buf
+
+
+def _decode_packed_permute(values, i0, nr, fill, has_fill, buf):
+    """Packed rows through :func:`_lookup8`, eight calls (two bytes) at a time."""
+    _wide_vectors()
+    m = buf.shape[1]
+    pairs = m // 8
+    table = np.array([0.0, 1.0, 2.0, -1.0])
+    for r in range(nr):
+        row = values[i0 + r]
+        out = buf[r]
+        missing = fill[i0 + r] if has_fill else -1.0
+        table[3] = missing
+        for jb in range(pairs):
+            _lookup8(row, 2 * jb, missing, 8 * jb, out)
+        for j in range(8 * pairs, m):
+            out[j] = table[(row[j // 4] >> (2 * (j % 4))) & 3]
+    for r in range(nr, ROWS):
+        buf[r, :] = 0.0
+    return buf
 
 
 def _int_rows(values, i0, nr, fill, has_fill, buf):

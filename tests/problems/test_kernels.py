@@ -111,6 +111,26 @@ def test_pca_pass_every_width(k, implementation, rng):
     assert close(sq, ((X @ V) ** 2).sum(axis=0))
 
 
+@pytest.mark.parametrize("fill", [False, True])
+@pytest.mark.parametrize("m", [7, 8, 29, 64])
+def test_int8_rows_outside_the_dosage_range(fill, m, implementation, rng):
+    """Rows with values outside -1..2 (tetraploid dosages, -2) are converted value by
+    value, the others eight values at a time; both next to each other in one block."""
+    n = 23
+    values = dosages(n, m, rng, missing=0.1)
+    odd = rng.random(n) < 0.4
+    values[odd] = rng.integers(-2, 5, size=(int(odd.sum()), m)).astype(np.int8)
+    block = Block(values, fill=rng.uniform(0, 2, n) if fill else None,
+                  center=rng.uniform(0, 2, n), scale=rng.uniform(1, 2, n))
+    X = dense(block)
+    V = rng.normal(size=(m, 3))
+    G, colsum, sq = kernels.pca_pass(block, V, None, implementation=implementation)
+    assert close(G, X.T @ (X @ V))
+    assert close(colsum, (X @ V).sum(axis=0))
+    assert close(sq, ((X @ V) ** 2).sum(axis=0))
+    assert close(kernels.gram(block, None, implementation=implementation), X.T @ X)
+
+
 @pytest.mark.parametrize("kind", ["float64", "float64-transformed"])
 @pytest.mark.parametrize("k", [kernels._PCA_GEMM_MIN_K - 1, kernels._PCA_GEMM_MIN_K, 21])
 def test_float_pca_pass_on_blas_tiles(kind, k, implementation, rng):
