@@ -451,3 +451,46 @@ def test_wide_vectors_sets_the_llvm_attributes_on_its_caller_only():
     wide_ir = "".join(wide.inspect_llvm().values())
     assert '"prefer-vector-width"="512"' in wide_ir
     assert "prefer-vector-width" not in "".join(narrow.inspect_llvm().values())
+
+
+_GENERIC_CHECK = """
+import numpy as np
+from daskstraggle.problems import Block
+from daskstraggle.problems import _kernels as kernels
+from daskstraggle.problems import _numba_kernels
+from daskstraggle.problems._packing import pack_dosages
+
+assert not _numba_kernels.PERMUTE
+rng = np.random.default_rng(3)
+values = rng.integers(-1, 3, size=(45, 37)).astype(np.int8)
+transforms = {"fill": rng.uniform(0, 2, 45), "center": rng.uniform(0, 2, 45),
+              "scale": rng.uniform(1, 2, 45)}
+V = rng.normal(size=(37, 3))
+for block in (Block(values, **transforms),
+              Block(pack_dosages(values), packed_columns=37, **transforms)):
+    X = np.vstack([tile for *_, tile in block.tiles()])
+    G, colsum, sq = kernels.pca_pass(block, V, None, implementation="numba")
+    for got, want in ((G, X.T @ (X @ V)), (sq, ((X @ V) ** 2).sum(axis=0)),
+                      (kernels.gram(block, None, implementation="numba"), X.T @ X)):
+        assert np.abs(got - want).max() <= 1e-12 * np.abs(want).max()
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
+def test_kernels_without_avx512_use_the_per_value_conversion(tmp_path):
+    """The conversions for CPUs without AVX-512 (numba compiling for a generic CPU here):
+    int8 converted value by value, packed codes decoded through the four-entry table."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(kernels.__file__).resolve().parents[2]
+    env = {**os.environ, "NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    env.pop(kernels.NUMBA_VARIABLE, None)
+    proc = subprocess.run([sys.executable, "-c", _GENERIC_CHECK], env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "ok"
