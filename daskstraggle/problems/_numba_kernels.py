@@ -196,8 +196,16 @@ def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
         missing = fill[i0 + r] if has_fill else -1.0
         start = 0
         if _dosage_row(row):
-            for j in range(0, full, 8):
+            j = 0
+            while j + 32 <= full:
                 _lookup8(row, j, missing, j, out)
+                _lookup8(row, j + 8, missing, j + 8, out)
+                _lookup8(row, j + 16, missing, j + 16, out)
+                _lookup8(row, j + 24, missing, j + 24, out)
+                j += 32
+            while j < full:
+                _lookup8(row, j, missing, j, out)
+                j += 8
             start = full
         for j in range(start, m):
             t = row[j]
@@ -289,7 +297,7 @@ def _project(buf, VT, p):
     k, m = VT.shape
     x0, x1, x2, x3 = buf[0], buf[1], buf[2], buf[3]
     c = 0
-    while c + 4 <= k:
+    while c + 4 <= k and c + 5 != k:  # the last five columns together (k = 5, 9, ...)
         v0, v1, v2, v3 = VT[c], VT[c + 1], VT[c + 2], VT[c + 3]
         a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = a20 = a21 = a22 = a23 = a30 = a31 = a32 = (
             a33
@@ -336,6 +344,45 @@ def _project(buf, VT, p):
         p[3, c + 2] = a32
         p[3, c + 3] = a33
         c += 4
+    if c + 5 == k:
+        v0, v1, v2, v3, v4 = VT[c], VT[c + 1], VT[c + 2], VT[c + 3], VT[c + 4]
+        a00 = a01 = a02 = a03 = a04 = a10 = a11 = a12 = a13 = a14 = 0.0
+        a20 = a21 = a22 = a23 = a24 = a30 = a31 = a32 = a33 = a34 = 0.0
+        for j in range(m):
+            y0 = x0[j]
+            y1 = x1[j]
+            y2 = x2[j]
+            y3 = x3[j]
+            w = v0[j]
+            a00 += y0 * w
+            a10 += y1 * w
+            a20 += y2 * w
+            a30 += y3 * w
+            w = v1[j]
+            a01 += y0 * w
+            a11 += y1 * w
+            a21 += y2 * w
+            a31 += y3 * w
+            w = v2[j]
+            a02 += y0 * w
+            a12 += y1 * w
+            a22 += y2 * w
+            a32 += y3 * w
+            w = v3[j]
+            a03 += y0 * w
+            a13 += y1 * w
+            a23 += y2 * w
+            a33 += y3 * w
+            w = v4[j]
+            a04 += y0 * w
+            a14 += y1 * w
+            a24 += y2 * w
+            a34 += y3 * w
+        p[0, c], p[0, c + 1], p[0, c + 2], p[0, c + 3], p[0, c + 4] = a00, a01, a02, a03, a04
+        p[1, c], p[1, c + 1], p[1, c + 2], p[1, c + 3], p[1, c + 4] = a10, a11, a12, a13, a14
+        p[2, c], p[2, c + 1], p[2, c + 2], p[2, c + 3], p[2, c + 4] = a20, a21, a22, a23, a24
+        p[3, c], p[3, c + 1], p[3, c + 2], p[3, c + 3], p[3, c + 4] = a30, a31, a32, a33, a34
+        c += 5
     while c + 2 <= k:
         v0, v1 = VT[c], VT[c + 1]
         a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = 0.0
@@ -386,7 +433,7 @@ def _scatter(buf, q, GT):
     k, m = GT.shape
     x0, x1, x2, x3 = buf[0], buf[1], buf[2], buf[3]
     c = 0
-    while c + 4 <= k:
+    while c + 4 <= k and c + 5 != k:  # the last five columns together
         g0, g1, g2, g3 = GT[c], GT[c + 1], GT[c + 2], GT[c + 3]
         q00, q10, q20, q30 = q[0, c], q[1, c], q[2, c], q[3, c]
         q01, q11, q21, q31 = q[0, c + 1], q[1, c + 1], q[2, c + 1], q[3, c + 1]
@@ -402,6 +449,24 @@ def _scatter(buf, q, GT):
             g2[j] += q02 * y0 + q12 * y1 + q22 * y2 + q32 * y3
             g3[j] += q03 * y0 + q13 * y1 + q23 * y2 + q33 * y3
         c += 4
+    if c + 5 == k:
+        g0, g1, g2, g3, g4 = GT[c], GT[c + 1], GT[c + 2], GT[c + 3], GT[c + 4]
+        q00, q10, q20, q30 = q[0, c], q[1, c], q[2, c], q[3, c]
+        q01, q11, q21, q31 = q[0, c + 1], q[1, c + 1], q[2, c + 1], q[3, c + 1]
+        q02, q12, q22, q32 = q[0, c + 2], q[1, c + 2], q[2, c + 2], q[3, c + 2]
+        q03, q13, q23, q33 = q[0, c + 3], q[1, c + 3], q[2, c + 3], q[3, c + 3]
+        q04, q14, q24, q34 = q[0, c + 4], q[1, c + 4], q[2, c + 4], q[3, c + 4]
+        for j in range(m):
+            y0 = x0[j]
+            y1 = x1[j]
+            y2 = x2[j]
+            y3 = x3[j]
+            g0[j] += q00 * y0 + q10 * y1 + q20 * y2 + q30 * y3
+            g1[j] += q01 * y0 + q11 * y1 + q21 * y2 + q31 * y3
+            g2[j] += q02 * y0 + q12 * y1 + q22 * y2 + q32 * y3
+            g3[j] += q03 * y0 + q13 * y1 + q23 * y2 + q33 * y3
+            g4[j] += q04 * y0 + q14 * y1 + q24 * y2 + q34 * y3
+        c += 5
     while c + 2 <= k:
         g0, g1 = GT[c], GT[c + 1]
         q00, q10, q20, q30 = q[0, c], q[1, c], q[2, c], q[3, c]
