@@ -292,7 +292,8 @@ def _decode_packed(values, i0, nr, fill, has_fill, buf):
 
 @numba.njit(**_JIT)
 def _project(buf, VT, p):
-    """``p[r, c] = buf[r] . VT[c]`` for the four buffered rows, four columns at a time."""
+    """``p[r, c] = buf[r] . VT[c]`` for the four buffered rows, four columns at a time (the
+    last five together when ``k`` is 5, 9, 13, ...)."""
     _wide_vectors()
     k, m = VT.shape
     x0, x1, x2, x3 = buf[0], buf[1], buf[2], buf[3]
@@ -428,7 +429,8 @@ def _project(buf, VT, p):
 
 @numba.njit(**_JIT)
 def _scatter(buf, q, GT):
-    """``GT[c] += sum_r q[r, c] buf[r]`` (a rank-4 update of ``G^T``), two columns at a time."""
+    """``GT[c] += sum_r q[r, c] buf[r]`` (a rank-4 update of ``G^T``), four columns at a time
+    (the last five together when ``k`` is 5, 9, 13, ...)."""
     _wide_vectors()
     k, m = GT.shape
     x0, x1, x2, x3 = buf[0], buf[1], buf[2], buf[3]
