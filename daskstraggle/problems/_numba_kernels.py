@@ -58,12 +58,14 @@ def _wide_vectors(typingctx):
 
 
 def _host_has_avx512() -> bool:
-    """Whether numba compiles for this host and it has AVX-512 (F and BW)."""
+    """Whether numba compiles for this host (no ``NUMBA_CPU_NAME`` or
+    ``NUMBA_CPU_FEATURES``) and it has AVX-512 (F and BW). numba's cache is keyed by the
+    CPU name and features, so code compiled here is not loaded on another CPU."""
     try:
         import llvmlite.binding
 
         features = llvmlite.binding.get_host_cpu_features()
-        host = numba.config.CPU_NAME in (None, "host")
+        host = numba.config.CPU_NAME in (None, "host") and not numba.config.CPU_FEATURES
         return bool(host and features.get("avx512f") and features.get("avx512bw"))
     except Exception:  # pragma: no cover - an llvmlite without the query
         return False
