@@ -19,7 +19,8 @@ each in one pass over the stored bytes. Two implementations compute the same sum
     Four rows at a time are converted to float64 with their missing entries filled (or
     decoded from 2 bits) into an L1-resident buffer that feeds register-blocked products
     (see :mod:`daskstraggle.problems._numba_kernels`). Compiled lazily, one kernel at a
-    time, and cached on disk.
+    time, and cached on disk. PCA on float64 rows without missing entries with at least
+    ``_PCA_GEMM_MIN_K`` components runs two BLAS products per row tile instead.
 ``"numpy"``
     Tile by tile, the raw values are cast to float64 and only the few missing entries are
     filled.

@@ -13,7 +13,8 @@ Arrays that a block lacks (fill, centre, scale) are passed as empty arrays with 
 
 Each kernel function calls :func:`_wide_vectors` so that LLVM vectorises it with 512-bit
 registers on AVX-512 CPUs (its default tuning there prefers 256 bits): the int8
-conversion and the FMAs then run twice as wide (docs/kernels.md).
+conversion and the FMAs then run twice as wide (docs/kernels.md). On those CPUs int8 and
+packed dosages are converted eight at a time by a table permute (:func:`_lookup8`).
 """
 
 from __future__ import annotations
