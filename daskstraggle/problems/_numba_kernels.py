@@ -13,7 +13,8 @@ Arrays that a block lacks (fill, centre, scale) are passed as empty arrays with 
 
 Each kernel function calls :func:`_wide_vectors` so that LLVM vectorises it with 512-bit
 registers on AVX-512 CPUs (its default tuning there prefers 256 bits): the int8
-conversion and the FMAs then run twice as wide (docs/kernels.md).
+conversion and the FMAs then run twice as wide (docs/kernels.md). On those CPUs int8 and
+packed dosages are converted eight at a time by a table permute (:func:`_lookup8`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import math
 
 import numba
 import numpy as np
-from numba.core import types
+from llvmlite import ir
+from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 #: Rows converted and multiplied together.
@@ -56,6 +58,119 @@ def _wide_vectors(typingctx):
     return types.none(), codegen
 
 
+def _host_has_avx512() -> bool:
+    """Whether numba compiles for this host (no ``NUMBA_CPU_NAME`` or
+    ``NUMBA_CPU_FEATURES``) and it has AVX-512 (F and BW). numba's cache is keyed by the
+    CPU name and features, so code compiled here is not loaded on another CPU."""
+    try:
+        import llvmlite.binding
+
+        features = llvmlite.binding.get_host_cpu_features()
+        host = numba.config.CPU_NAME in (None, "host") and not numba.config.CPU_FEATURES
+        return bool(host and features.get("avx512f") and features.get("avx512bw"))
+    except Exception:  # pragma: no cover - an llvmlite without the query
+        return False
+
+
+#: Convert dosages with a 512-bit table permute (:func:`_lookup8`) instead of per-value
+#: conversion and select.
+PERMUTE = _host_has_avx512()
+_VD = ir.VectorType(ir.DoubleType(), 8)
+_VI = ir.VectorType(ir.IntType(64), 8)
+_I32 = ir.IntType(32)
+
+
+def _lookup8_codegen(width, shift, table):
+    """Return the codegen of :func:`_lookup8` for ``width``-bit loads (see its docstring)."""
+
+    def codegen(context, builder, signature, args):
+        src = context.make_array(signature.args[0])(context, builder, args[0])
+        dst = context.make_array(signature.args[4])(context, builder, args[4])
+        at = context.cast(builder, args[1], signature.args[1], types.intp)
+        to = context.cast(builder, args[3], signature.args[3], types.intp)
+        missing = context.cast(builder, args[2], signature.args[2], types.float64)
+        pointer = builder.bitcast(builder.gep(src.data, [at]), ir.IntType(width).as_pointer())
+        word = builder.load(pointer, align=1)
+        if width < 64:
+            word = builder.zext(word, ir.IntType(64))
+        vector = builder.insert_element(ir.Constant(_VI, ir.Undefined), word,
+                                        ir.Constant(_I32, 0))
+        vector = builder.shuffle_vector(vector, ir.Constant(_VI, ir.Undefined),
+                                        ir.Constant(ir.VectorType(_I32, 8), [0] * 8))
+        index = builder.lshr(vector, ir.Constant(_VI, [shift * i for i in range(8)]))
+        lookup = ir.Constant(_VD, [0.0 if v is None else v for v in table])
+        for i, v in enumerate(table):
+            if v is None:
+                lookup = builder.insert_element(lookup, missing, ir.Constant(_I32, i))
+        permute = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_VD, [_VD, _VI]), "llvm.x86.avx512.permvar.df.512")
+        value = builder.call(permute, [lookup, index])
+        out = builder.bitcast(builder.gep(dst.data, [to]), _VD.as_pointer())
+        builder.store(value, out, align=8)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+@intrinsic
+def _lookup8(typingctx, row, at, missing, to, out):
+    """Write eight dosages starting at byte ``at`` of ``row`` to ``out[to : to + 8]``.
+
+    int8 rows (one byte per call, values -1..2): the eight bytes are loaded as one 64-bit
+    word, broadcast to the eight 64-bit lanes, lane ``i`` shifted right by ``8 i``, and its
+    low three bits index the table ``0, 1, 2, m, m, m, m, m`` with ``vpermpd`` (``m`` =
+    ``missing``; -1 is 7). Packed rows (uint8, four 2-bit codes per byte): 16 bits, lane
+    ``i`` shifted by ``2 i``, table ``0, 1, 2, m, 0, 1, 2, m`` (the third bit is the next
+    code's, ignored). One load, one shift and one permute per eight values, where the
+    per-value conversion needs a widening, a conversion and a select (docs/kernels.md).
+    AVX-512 only (:data:`PERMUTE`).
+    """
+    sig = types.void(row, at, missing, to, out)
+    if row.dtype == types.uint8:
+        return sig, _lookup8_codegen(16, 2, (0.0, 1.0, 2.0, None, 0.0, 1.0, 2.0, None))
+    return sig, _lookup8_codegen(64, 8, (0.0, 1.0, 2.0, None, None, None, None, None))
+
+
+@intrinsic
+def _dosages64(typingctx, row, at):
+    """Whether the 64 bytes of the int8 ``row`` from ``at`` on are all in -1..2: one
+    512-bit add, compare and mask test (a scalar loop over a 300-value row costs as much
+    as its conversion)."""
+    vector = ir.VectorType(ir.IntType(8), 64)
+
+    def codegen(context, builder, signature, args):
+        src = context.make_array(signature.args[0])(context, builder, args[0])
+        start = context.cast(builder, args[1], signature.args[1], types.intp)
+        pointer = builder.bitcast(builder.gep(src.data, [start]), vector.as_pointer())
+        shifted = builder.add(builder.load(pointer, align=1), ir.Constant(vector, [1] * 64))
+        inside = builder.icmp_unsigned("<", shifted, ir.Constant(vector, [4] * 64))
+        mask = builder.bitcast(inside, ir.IntType(64))
+        return builder.icmp_unsigned("==", mask, ir.Constant(ir.IntType(64), -1))
+
+    return types.boolean(row, at), codegen
+
+
+def _dosage_row(row):
+    """Whether every value of the int8 ``row`` is in -1..2 (so :func:`_lookup8` applies)."""
+
+
+@numba.extending.overload(_dosage_row, jit_options=_JIT)
+def _dosage_row_overload(row):
+    def check(row):
+        m = row.shape[0]
+        if m < 64:
+            for j in range(m):
+                if row[j] < -1 or row[j] > 2:
+                    return False
+            return True
+        ok = _dosages64(row, m - 64)
+        for j in range(0, m - 64, 64):
+            ok &= _dosages64(row, j)
+        return ok
+
+    return check
+
+
 def _rows(values, i0, nr, fill, has_fill, buf):
     """Return rows ``i0 .. i0 + nr`` as float64 with missing entries filled (see overload)."""
 
@@ -66,10 +181,61 @@ def _rows_overload(values, i0, nr, fill, has_fill, buf):
     int8 rows are converted into ``buf``, uint8 rows are packed codes decoded into ``buf``.
     """
     if values.dtype == numba.types.uint8:
-        return _decode_packed
+        return _decode_packed_permute if PERMUTE else _decode_packed
     if values.dtype == numba.types.float64:
         return _float_rows
-    return _int_rows
+    return _int_rows_permute if PERMUTE and values.dtype == numba.types.int8 else _int_rows
+
+
+def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
+    """int8 rows through :func:`_lookup8`, eight calls at a time; a row with a value
+    outside -1..2 is converted value by value."""
+    _wide_vectors()
+    m = values.shape[1]
+    full = m - m % 8
+    for r in range(nr):
+        row = values[i0 + r]
+        out = buf[r]
+        missing = fill[i0 + r] if has_fill else -1.0
+        start = 0
+        if _dosage_row(row):
+            j = 0
+            while j + 32 <= full:
+                _lookup8(row, j, missing, j, out)
+                _lookup8(row, j + 8, missing, j + 8, out)
+                _lookup8(row, j + 16, missing, j + 16, out)
+                _lookup8(row, j + 24, missing, j + 24, out)
+                j += 32
+            while j < full:
+                _lookup8(row, j, missing, j, out)
+                j += 8
+            start = full
+        for j in range(start, m):
+            t = row[j]
+            out[j] = missing if has_fill and t < 0 else float(t)
+    for r in range(nr, ROWS):
+        buf[r, :] = 0.0
+    return buf
+
+
+def _decode_packed_permute(values, i0, nr, fill, has_fill, buf):
+    """Packed rows through :func:`_lookup8`, eight calls (two bytes) at a time."""
+    _wide_vectors()
+    m = buf.shape[1]
+    pairs = m // 8
+    table = np.array([0.0, 1.0, 2.0, -1.0])
+    for r in range(nr):
+        row = values[i0 + r]
+        out = buf[r]
+        missing = fill[i0 + r] if has_fill else -1.0
+        table[3] = missing
+        for jb in range(pairs):
+            _lookup8(row, 2 * jb, missing, 8 * jb, out)
+        for j in range(8 * pairs, m):
+            out[j] = table[(row[j // 4] >> (2 * (j % 4))) & 3]
+    for r in range(nr, ROWS):
+        buf[r, :] = 0.0
+    return buf
 
 
 def _int_rows(values, i0, nr, fill, has_fill, buf):
@@ -129,12 +295,13 @@ def _decode_packed(values, i0, nr, fill, has_fill, buf):
 
 @numba.njit(**_JIT)
 def _project(buf, VT, p):
-    """``p[r, c] = buf[r] . VT[c]`` for the four buffered rows, four columns at a time."""
+    """``p[r, c] = buf[r] . VT[c]`` for the four buffered rows, four columns at a time (the
+    last five together when ``k`` is 5, 9, 13, ...)."""
     _wide_vectors()
     k, m = VT.shape
     x0, x1, x2, x3 = buf[0], buf[1], buf[2], buf[3]
     c = 0
-    while c + 4 <= k:
+    while c + 4 <= k and c + 5 != k:  # the last five columns together (k = 5, 9, ...)
         v0, v1, v2, v3 = VT[c], VT[c + 1], VT[c + 2], VT[c + 3]
         a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = a20 = a21 = a22 = a23 = a30 = a31 = a32 = (
             a33
@@ -181,6 +348,45 @@ def _project(buf, VT, p):
         p[3, c + 2] = a32
         p[3, c + 3] = a33
         c += 4
+    if c + 5 == k:
+        v0, v1, v2, v3, v4 = VT[c], VT[c + 1], VT[c + 2], VT[c + 3], VT[c + 4]
+        a00 = a01 = a02 = a03 = a04 = a10 = a11 = a12 = a13 = a14 = 0.0
+        a20 = a21 = a22 = a23 = a24 = a30 = a31 = a32 = a33 = a34 = 0.0
+        for j in range(m):
+            y0 = x0[j]
+            y1 = x1[j]
+            y2 = x2[j]
+            y3 = x3[j]
+            w = v0[j]
+            a00 += y0 * w
+            a10 += y1 * w
+            a20 += y2 * w
+            a30 += y3 * w
+            w = v1[j]
+            a01 += y0 * w
+            a11 += y1 * w
+            a21 += y2 * w
+            a31 += y3 * w
+            w = v2[j]
+            a02 += y0 * w
+            a12 += y1 * w
+            a22 += y2 * w
+            a32 += y3 * w
+            w = v3[j]
+            a03 += y0 * w
+            a13 += y1 * w
+            a23 += y2 * w
+            a33 += y3 * w
+            w = v4[j]
+            a04 += y0 * w
+            a14 += y1 * w
+            a24 += y2 * w
+            a34 += y3 * w
+        p[0, c], p[0, c + 1], p[0, c + 2], p[0, c + 3], p[0, c + 4] = a00, a01, a02, a03, a04
+        p[1, c], p[1, c + 1], p[1, c + 2], p[1, c + 3], p[1, c + 4] = a10, a11, a12, a13, a14
+        p[2, c], p[2, c + 1], p[2, c + 2], p[2, c + 3], p[2, c + 4] = a20, a21, a22, a23, a24
+        p[3, c], p[3, c + 1], p[3, c + 2], p[3, c + 3], p[3, c + 4] = a30, a31, a32, a33, a34
+        c += 5
     while c + 2 <= k:
         v0, v1 = VT[c], VT[c + 1]
         a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = 0.0
@@ -226,12 +432,13 @@ def _project(buf, VT, p):
 
 @numba.njit(**_JIT)
 def _scatter(buf, q, GT):
-    """``GT[c] += sum_r q[r, c] buf[r]`` (a rank-4 update of ``G^T``), two columns at a time."""
+    """``GT[c] += sum_r q[r, c] buf[r]`` (a rank-4 update of ``G^T``), four columns at a time
+    (the last five together when ``k`` is 5, 9, 13, ...)."""
     _wide_vectors()
     k, m = GT.shape
     x0, x1, x2, x3 = buf[0], buf[1], buf[2], buf[3]
     c = 0
-    while c + 4 <= k:
+    while c + 4 <= k and c + 5 != k:  # the last five columns together
         g0, g1, g2, g3 = GT[c], GT[c + 1], GT[c + 2], GT[c + 3]
         q00, q10, q20, q30 = q[0, c], q[1, c], q[2, c], q[3, c]
         q01, q11, q21, q31 = q[0, c + 1], q[1, c + 1], q[2, c + 1], q[3, c + 1]
@@ -247,6 +454,24 @@ def _scatter(buf, q, GT):
             g2[j] += q02 * y0 + q12 * y1 + q22 * y2 + q32 * y3
             g3[j] += q03 * y0 + q13 * y1 + q23 * y2 + q33 * y3
         c += 4
+    if c + 5 == k:
+        g0, g1, g2, g3, g4 = GT[c], GT[c + 1], GT[c + 2], GT[c + 3], GT[c + 4]
+        q00, q10, q20, q30 = q[0, c], q[1, c], q[2, c], q[3, c]
+        q01, q11, q21, q31 = q[0, c + 1], q[1, c + 1], q[2, c + 1], q[3, c + 1]
+        q02, q12, q22, q32 = q[0, c + 2], q[1, c + 2], q[2, c + 2], q[3, c + 2]
+        q03, q13, q23, q33 = q[0, c + 3], q[1, c + 3], q[2, c + 3], q[3, c + 3]
+        q04, q14, q24, q34 = q[0, c + 4], q[1, c + 4], q[2, c + 4], q[3, c + 4]
+        for j in range(m):
+            y0 = x0[j]
+            y1 = x1[j]
+            y2 = x2[j]
+            y3 = x3[j]
+            g0[j] += q00 * y0 + q10 * y1 + q20 * y2 + q30 * y3
+            g1[j] += q01 * y0 + q11 * y1 + q21 * y2 + q31 * y3
+            g2[j] += q02 * y0 + q12 * y1 + q22 * y2 + q32 * y3
+            g3[j] += q03 * y0 + q13 * y1 + q23 * y2 + q33 * y3
+            g4[j] += q04 * y0 + q14 * y1 + q24 * y2 + q34 * y3
+        c += 5
     while c + 2 <= k:
         g0, g1 = GT[c], GT[c + 1]
         q00, q10, q20, q30 = q[0, c], q[1, c], q[2, c], q[3, c]
@@ -443,3 +668,45 @@ def moments(values, fill, center, scale, flags, step, sums, sq_dev):
             sums[j] += tile_sum[j]
         count += rows_in_tile
     return sq
+
+
+@numba.njit(**_JIT)
+def pca_gemm(values, center, scale, flags, V, shift, step, G, colsum, sq):
+    """:func:`pca` for float64 rows without missing entries, by BLAS products on row tiles.
+
+    For each tile of ``step`` rows ``T``: ``P = T V`` (``dgemm``), the transforms applied to
+    the thin ``P`` as in :func:`pca`, then ``G += T^T Q`` (``dgemm`` again, the tile still in
+    cache). numba's ``np.dot`` calls scipy's BLAS without the GIL. ``G`` is ``(d, k)``.
+    """
+    n = values.shape[0]
+    m, k = V.shape
+    has_center, has_scale = flags[1], flags[2]
+    p = np.empty((step, k))
+    product = np.empty((m, k))
+    vsum = np.zeros(k)
+    for j in range(m):
+        for col in range(k):
+            vsum[col] += V[j, col]
+    correction = np.zeros(k)
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        tile = values[a:b]
+        q = p[: b - a]
+        np.dot(tile, V, q)
+        for r in range(b - a):
+            c = center[a + r] if has_center else 0.0
+            s = scale[a + r] if has_scale else 1.0
+            for col in range(k):
+                value = (q[r, col] - c * vsum[col]) * s - shift[col]
+                colsum[col] += value
+                sq[col] += value * value
+                q[r, col] = value * s
+                correction[col] += c * q[r, col]
+        np.dot(tile.T, q, product)
+        for j in range(m):
+            for col in range(k):
+                G[j, col] += product[j, col]
+    if has_center:
+        for j in range(m):
+            for col in range(k):
+                G[j, col] -= correction[col]

@@ -111,6 +111,54 @@ def test_pca_pass_every_width(k, implementation, rng):
     assert close(sq, ((X @ V) ** 2).sum(axis=0))
 
 
+@pytest.mark.parametrize("fill", [False, True])
+@pytest.mark.parametrize("m", [7, 8, 29, 64])
+def test_int8_rows_outside_the_dosage_range(fill, m, implementation, rng):
+    """Rows with values outside -1..2 (tetraploid dosages, -2) are converted value by
+    value, the others eight values at a time; both next to each other in one block."""
+    n = 23
+    values = dosages(n, m, rng, missing=0.1)
+    odd = rng.random(n) < 0.4
+    values[odd] = rng.integers(-2, 5, size=(int(odd.sum()), m)).astype(np.int8)
+    block = Block(values, fill=rng.uniform(0, 2, n) if fill else None,
+                  center=rng.uniform(0, 2, n), scale=rng.uniform(1, 2, n))
+    X = dense(block)
+    V = rng.normal(size=(m, 3))
+    G, colsum, sq = kernels.pca_pass(block, V, None, implementation=implementation)
+    assert close(G, X.T @ (X @ V))
+    assert close(colsum, (X @ V).sum(axis=0))
+    assert close(sq, ((X @ V) ** 2).sum(axis=0))
+    assert close(kernels.gram(block, None, implementation=implementation), X.T @ X)
+
+
+@pytest.mark.parametrize("kind", ["float64", "float64-transformed"])
+@pytest.mark.parametrize("k", [kernels._PCA_GEMM_MIN_K - 1, kernels._PCA_GEMM_MIN_K, 21])
+def test_float_pca_pass_on_blas_tiles(kind, k, implementation, rng):
+    """float64 blocks without missing entries take BLAS products on row tiles from
+    ``_PCA_GEMM_MIN_K`` components on: several tiles, the last one partial."""
+    d = 37
+    step = kernels._PCA_GEMM_TILE_BYTES // (8 * d)
+    block = make_block(kind, 2 * step + 5, d, rng)
+    assert kernels._pca_uses_gemm(block, k) == (k >= kernels._PCA_GEMM_MIN_K)
+    X = dense(block)
+    V = rng.normal(size=(d, k))
+    shift = rng.normal(size=k)
+    G, colsum, sq = kernels.pca_pass(block, V, shift, implementation=implementation)
+    P = X @ V - shift
+    assert close(G, X.T @ P)
+    assert close(colsum, P.sum(axis=0))
+    assert close(sq, (P * P).sum(axis=0))
+
+
+def test_blas_tiles_only_for_float_rows_without_missing_entries(rng):
+    k = kernels._PCA_GEMM_MIN_K
+    assert kernels._pca_uses_gemm(make_block("float64-transformed", 9, 5, rng), k)
+    for kind in ("int8-patterson", "packed-patterson", "int8-raw"):
+        assert not kernels._pca_uses_gemm(make_block(kind, 9, 5, rng), k)
+    filled = Block(rng.normal(size=(9, 5)), fill=np.ones(9))
+    assert not kernels._pca_uses_gemm(filled, k)
+
+
 @pytest.mark.parametrize("kind", ["float64", "int8-patterson", "packed-patterson"])
 def test_pca_kernel_equals_the_centred_product(kind, implementation, rng, monkeypatch):
     monkeypatch.setenv(kernels.NUMBA_VARIABLE, "1" if implementation == "numba" else "0")
@@ -403,3 +451,46 @@ def test_wide_vectors_sets_the_llvm_attributes_on_its_caller_only():
     wide_ir = "".join(wide.inspect_llvm().values())
     assert '"prefer-vector-width"="512"' in wide_ir
     assert "prefer-vector-width" not in "".join(narrow.inspect_llvm().values())
+
+
+_GENERIC_CHECK = """
+import numpy as np
+from daskstraggle.problems import Block
+from daskstraggle.problems import _kernels as kernels
+from daskstraggle.problems import _numba_kernels
+from daskstraggle.problems._packing import pack_dosages
+
+assert not _numba_kernels.PERMUTE
+rng = np.random.default_rng(3)
+values = rng.integers(-1, 3, size=(45, 37)).astype(np.int8)
+transforms = {"fill": rng.uniform(0, 2, 45), "center": rng.uniform(0, 2, 45),
+              "scale": rng.uniform(1, 2, 45)}
+V = rng.normal(size=(37, 3))
+for block in (Block(values, **transforms),
+              Block(pack_dosages(values), packed_columns=37, **transforms)):
+    X = np.vstack([tile for *_, tile in block.tiles()])
+    G, colsum, sq = kernels.pca_pass(block, V, None, implementation="numba")
+    for got, want in ((G, X.T @ (X @ V)), (sq, ((X @ V) ** 2).sum(axis=0)),
+                      (kernels.gram(block, None, implementation="numba"), X.T @ X)):
+        assert np.abs(got - want).max() <= 1e-12 * np.abs(want).max()
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
+def test_kernels_without_avx512_use_the_per_value_conversion(tmp_path):
+    """The conversions for CPUs without AVX-512 (numba compiling for a generic CPU here):
+    int8 converted value by value, packed codes decoded through the four-entry table."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(kernels.__file__).resolve().parents[2]
+    env = {**os.environ, "NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    env.pop(kernels.NUMBA_VARIABLE, None)
+    proc = subprocess.run([sys.executable, "-c", _GENERIC_CHECK], env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "ok"
