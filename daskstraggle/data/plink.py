@@ -71,8 +71,9 @@ def is_bed_path(path: str) -> bool:
 def _tables(n_codes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Byte tables over the first ``n_codes`` codes of a byte (the rest are padding).
 
-    Returns the dosages of the four codes (256, 4), the dosage sum (missing counts 0), the
-    number of missing calls, and the byte in our packed codes (padding codes 0).
+    Returns the dosages of the four codes (as one uint32 per byte: four int8 in memory
+    order, so a gather writes four dosages at once), the dosage sum (missing counts 0),
+    the number of missing calls, and the byte in our packed codes (padding codes 0).
     """
     codes = (np.arange(256, dtype=np.uint8)[:, None] >> _SHIFTS) & np.uint8(3)
     dosage = _BED_DOSAGE[codes]
@@ -80,28 +81,30 @@ def _tables(n_codes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
     sums = np.where(valid & (dosage > 0), dosage, 0).sum(axis=1).astype(np.uint8)
     missing = (valid & (dosage < 0)).sum(axis=1).astype(np.uint8)
     packed = np.where(valid, _BED_PACKED[codes], 0).astype(np.uint8) << _SHIFTS
-    return dosage, sums, missing, np.bitwise_or.reduce(packed, axis=1).astype(np.uint8)
+    quads = np.ascontiguousarray(dosage).view(np.uint32).reshape(256)
+    return quads, sums, missing, np.bitwise_or.reduce(packed, axis=1).astype(np.uint8)
 
 
 def _row_counts(raw: np.ndarray, n_samples: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row of .bed bytes: the number of missing calls and the dosage sum."""
     full, rest = divmod(n_samples, 4)
     _, sums4, missing4, _ = _tables(4)
-    sums = sums4[raw[:, :full]].sum(axis=1, dtype=np.int64)
-    missing = missing4[raw[:, :full]].sum(axis=1, dtype=np.int64)
+    whole = raw[:, :full]
+    sums = np.take(sums4, whole).sum(axis=1, dtype=np.int64)
+    missing = np.take(missing4, whole).sum(axis=1, dtype=np.int64)
     if rest:
         _, sums_r, missing_r, _ = _tables(rest)
-        sums += sums_r[raw[:, full]]
-        missing += missing_r[raw[:, full]]
+        sums += np.take(sums_r, raw[:, full])
+        missing += np.take(missing_r, raw[:, full])
     return missing, sums
 
 
 def _packed_codes(raw: np.ndarray, n_samples: int) -> np.ndarray:
     """.bed bytes -> our packed bytes (the padding codes of the last byte set to 0)."""
-    packed = _tables(4)[3][raw]
+    packed = np.take(_tables(4)[3], raw)
     rest = n_samples % 4
     if rest:
-        packed[:, -1] = _tables(rest)[3][raw[:, -1]]
+        packed[:, -1] = np.take(_tables(rest)[3], raw[:, -1])
     return packed
 
 
@@ -139,7 +142,7 @@ def bed_rows(raw: np.ndarray, n_samples: int, *, missing: str, scaling: str,
     if storage == "packed":
         values = _packed_codes(raw, n_samples)
     else:
-        dosage = _tables(4)[0][raw].reshape(raw.shape[0], -1)
+        dosage = np.take(_tables(4)[0], raw).view(np.int8)  # (n, 4 * width)
         values = np.ascontiguousarray(dosage[:, :n_samples])
     rows = _transformed(values, counted, sums.astype(np.float64), bool(n_missing.any()), None,
                         ploidy=2, missing=missing, scaling=scaling)
