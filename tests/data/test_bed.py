@@ -174,6 +174,16 @@ def test_same_rows_and_metadata_as_vcf_zarr(pair, storage):
     assert b.variants.keys().tolist() == a.variants.keys().tolist()
 
 
+def test_quality_control_keeps_the_same_variants(pair):
+    vcz, bed = pair
+    qc = {"min_maf": 0.1, "max_missing": 0.04, "region": "1:1-300000"}
+    a, b = open_matrix(vcz, qc=qc), open_matrix(bed, qc=qc)
+    np.testing.assert_array_equal(b.attrs["qc"].kept, a.attrs["qc"].kept)
+    assert b.attrs["qc"].removed == a.attrs["qc"].removed and 0 < b.n_rows < b.source.n_variants
+    with pytest.raises(InvalidParameterError, match="'pass_only' parameter"):
+        open_matrix(bed, qc={"pass_only": True})
+
+
 def test_missing_calls_are_read_as_missing(pair):
     vcz, bed = pair
     values = _rows(open_matrix(bed))[0]
