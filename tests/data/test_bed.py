@@ -221,6 +221,18 @@ def test_same_pca_on_process_workers(vcz_missing_path, tmp_path, dask_client):
                                                        mode="r")["sample_id"][:]]
 
 
+def test_a_fit_on_a_bed_projects_vcf_zarr_samples(pair):
+    """The .bim's keys (contig:position:A2,A1) are the VCF Zarr keys (REF,ALT)."""
+    pytest.importorskip("sklearn")
+    from daskstraggle import PCA
+
+    vcz, bed = pair
+    kw = {"runtime": "local", "method": "gram", "n_workers": 2}
+    ref = PCA(3, **kw).fit(str(vcz)).transform(str(vcz))
+    got = PCA(3, **kw).fit(str(bed)).transform(str(vcz))
+    np.testing.assert_allclose(_aligned(got.T, ref.T), ref.T, atol=1e-9)
+
+
 def test_cli_pca_of_a_bed(pair, capsys):
     import json
 
