@@ -47,7 +47,7 @@ from daskstraggle.errors import (
     InvalidParameterError,
 )
 
-__all__ = ["BedSource", "BimArrays", "bed_rows", "is_bed_path", "open_bed", "read_ids"]
+__all__ = ["BedSource", "BimArrays", "bed_rows", "open_bed", "read_ids"]
 
 #: The first two bytes of every .bed file, then the mode byte of a variant-major file.
 MAGIC = b"\x6c\x1b"
@@ -59,11 +59,6 @@ _CHUNK_CALLS = 2**24
 _BED_DOSAGE = np.array([2, -1, 1, 0], dtype=np.int8)
 _BED_PACKED = np.array([2, 3, 1, 0], dtype=np.uint8)
 _SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint8)
-
-
-def is_bed_path(path: str) -> bool:
-    """Return whether ``path`` names a PLINK 1 ``.bed`` file (by its suffix)."""
-    return path.lower().endswith(".bed")
 
 
 # ---------------------------------------------------------------------------- byte tables
