@@ -16,15 +16,15 @@ def qc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--min-maf``, ``--max-missing``, ``--pass-only`` and ``--region``."""
     options = [
         click.option("--min-maf", type=float, default=None, metavar="F",
-                     help="VCF Zarr: keep variants whose minor allele frequency is at least "
+                     help="Genotypes: keep variants whose minor allele frequency is at least "
                           "F, in [0, 0.5] (as plink --maf; one counting pass on the workers)."),
         click.option("--max-missing", type=float, default=None, metavar="F",
-                     help="VCF Zarr: keep variants with at most this fraction of missing "
+                     help="Genotypes: keep variants with at most this fraction of missing "
                           "calls, in [0, 1] (as plink --geno)."),
         click.option("--pass-only", is_flag=True, default=False,
                      help="VCF Zarr: keep variants whose FILTER is PASS."),
         click.option("--region", default=None, metavar="CONTIG[:START-END]",
-                     help="VCF Zarr: keep variants in this region (1-based, inclusive), "
+                     help="Genotypes: keep variants in this region (1-based, inclusive), "
                           "e.g. 1:1000000-2000000."),
     ]
     for option in reversed(options):

@@ -332,13 +332,13 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
               help="Extra columns p carried beyond the k components (block k + p with "
                    "Rayleigh-Ritz; default: 0, or k with --method block).")
 @click.option("--packed-genotypes", is_flag=True,
-              help="VCF Zarr: workers hold the dosages as 2-bit codes (4 calls per byte, a "
-                   "quarter of the int8 memory); ploidy 1 or 2 only.")
+              help="Genotypes (VCF Zarr, .bed): workers hold the dosages as 2-bit codes "
+                   "(4 calls per byte, a quarter of the int8 memory); ploidy 1 or 2 only.")
 @qc_options
 @_solve_options
 def pca(source: str, n_components: int, center: bool | None, oversample: int | None,
         packed_genotypes: bool, **params: Any) -> None:
-    """PCA of the matrix at SOURCE (Zarr array/group or VCF Zarr store)."""
+    """PCA of the matrix at SOURCE (Zarr array/group, VCF Zarr store or PLINK .bed)."""
     qc = qc_from_params(params)
     data: Any = source
     plot = _plot_path(source, params)

@@ -9,8 +9,9 @@ Issue 14, parts 5 and 6. For each size (variants x samples) read from
    tskit writes the VCF (alleles renamed A/T: plink reads an allele "0" as missing),
    bgzip + tabix (a plain VCF without those binaries); bio2zarr's ``vcf2zarr convert``
    makes the VCF Zarr store that ours and dask-ml read, ``plink2 --vcf ... --make-pgen``
-   the pgen that plink2 reads. Each step is timed once (the conversions are not part of
-   any tool's time).
+   the pgen that plink2 reads, ``plink2 --pfile ... --make-bed`` the PLINK 1 .bed that the
+   ``.bed`` rows of ours read (A1 = ALT). Each step is timed once (the conversions are not
+   part of any tool's time).
 2. **Exact reference.** The Patterson-scaled matrix Z (per variant: dosage centred at its
    mean, missing calls filled with the mean, divided by ``sqrt(p (1 - p))``,
    ``p = mean / 2``; daskstraggle's convention, ``daskstraggle/data/sources.py``) is
@@ -92,6 +93,7 @@ def settings(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
         "dask_ml_workers": spec["dask_ml"]["workers"],
         "dask_ml_tools": dict(spec["dask_ml"]["tools"]),
         "ours_tools": dict(spec["ours"]["tools"]),
+        "ours_inputs": dict(spec["ours"].get("inputs", {})),
         "scale": dict(spec["scale"]),
         "warmup": True,
     }
@@ -256,7 +258,7 @@ def simulate_to_vcf(size: list[int], cfg: dict[str, Any], vcf: Path) -> dict[str
 
 def prepare(size: list[int], cfg: dict[str, Any], workdir: Path,
             plink2: str | None) -> dict[str, Any]:
-    """Write (or reuse) the VCF, VCF Zarr and pgen of one size; return paths and timings."""
+    """Write (or reuse) the VCF, VCF Zarr, pgen and bed of one size; return paths, timings."""
     folder = workdir / f"{size_name(size)}_pop{cfg['n_populations']}_seed{cfg['seed']}"
     folder.mkdir(parents=True, exist_ok=True)
     stamp_path = folder / "prepared.json"
@@ -265,7 +267,7 @@ def prepare(size: list[int], cfg: dict[str, Any], workdir: Path,
     if "vcf_step" not in stamp:
         log(f"{size_name(size)}: simulating (msprime) and writing the VCF")
         stamp["vcf_step"] = simulate_to_vcf(size, cfg, folder / "calls.vcf.gz")
-        stamp.pop("vcz_step", None), stamp.pop("pgen_step", None)
+        stamp.pop("vcz_step", None), stamp.pop("pgen_step", None), stamp.pop("bed_step", None)
         stamp_path.write_text(json.dumps(stamp, indent=1))
     vcf = Path(stamp["vcf_step"].get("path", folder / "calls.vcf.gz"))  # or calls.vcf
     if "vcz_step" not in stamp:
@@ -285,9 +287,17 @@ def prepare(size: list[int], cfg: dict[str, Any], workdir: Path,
                            str(cfg["plink2_threads"]), "--out", str(pgen)], cfg=cfg)
         check_ok(run, "plink2 --make-pgen")
         stamp["pgen_step"] = {"make_pgen_s": run["wall_s"]}
+        stamp.pop("bed_step", None)
+        stamp_path.write_text(json.dumps(stamp, indent=1))
+    if plink2 is not None and "bed_step" not in stamp:
+        log(f"{size_name(size)}: plink2 --make-bed")
+        run = run_command([plink2, "--pfile", str(pgen), "--make-bed", "--threads",
+                           str(cfg["plink2_threads"]), "--out", str(pgen)], cfg=cfg)
+        check_ok(run, "plink2 --make-bed")
+        stamp["bed_step"] = {"make_bed_s": run["wall_s"]}
         stamp_path.write_text(json.dumps(stamp, indent=1))
     return {"folder": str(folder), "vcf": str(vcf), "vcz": str(vcz), "pgen": str(pgen),
-            **stamp}
+            "bed": f"{pgen}.bed", **stamp}
 
 
 def reference(vcz: str, k: int) -> dict[str, Any]:
@@ -363,7 +373,8 @@ def run_ours(name: str, args: list[str], data: dict[str, Any], cfg: dict[str, An
     out = tmp / "ours.zarr"
     shutil.rmtree(out, ignore_errors=True)
     local = "local" in args
-    cmd = [sys.executable, "-m", "daskstraggle.cli", "pca", data["vcz"],
+    source = data[cfg["ours_inputs"].get(name, "vcz")]  # "bed": the .bed of plink2
+    cmd = [sys.executable, "-m", "daskstraggle.cli", "pca", source,
            "-k", str(cfg["components"]), *args, "--json", "--quiet", "--out", str(out)]
     run = run_command(cmd, cfg=cfg, gnu_time=local)
     check_ok(run, name)
@@ -482,6 +493,8 @@ def tool_table(cfg: dict[str, Any], plink2: str | None, dask_ml: bool,
     for name, args in cfg["ours_tools"].items():
         if method_of(args) not in methods:
             skipped[name] = f"--method {method_of(args)} not in `daskstraggle pca --help`"
+        elif cfg["ours_inputs"].get(name) == "bed" and plink2 is None:
+            skipped[name] = "plink2 binary not found (it writes the .bed)"
         else:
             tools[name] = ("ours", args)
     return tools, skipped
@@ -719,7 +732,9 @@ def report(results: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
             f"{prep['vcf_step']['write_vcf_bgzip_tabix_s']:.1f} s, vcf2zarr "
             f"{prep['vcz_step']['vcf2zarr_s']:.1f} s"
             + (f", plink2 --make-pgen {prep['pgen_step']['make_pgen_s']:.1f} s"
-               if "pgen_step" in prep else ""))
+               if "pgen_step" in prep else "")
+            + (f", --make-bed {prep['bed_step']['make_bed_s']:.1f} s"
+               if "bed_step" in prep else ""))
         header = (f"{'tool':50s} {'wall s [min-max]':>20s} {'inner s':>8s} "
                   f"{'>=' + str(cfg['min_cosine']):>9s} {'min |cos|':>10s} "
                   f"{'main MB':>8s} {'worker MB':>9s} {'s2 rel err':>10s}")

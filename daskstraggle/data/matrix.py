@@ -176,7 +176,7 @@ class Matrix:
 
     @property
     def kind(self) -> str:
-        """Kind of input: numpy, dask, zarr, vcf-zarr or genotypes (in memory)."""
+        """Kind of input: numpy, dask, zarr, vcf-zarr, plink-bed or genotypes (in memory)."""
         return self.source.kind
 
     @property
@@ -347,8 +347,9 @@ def open_matrix(
         ``call_genotype``, as written by bio2zarr or sgkit); an ``xarray.Dataset`` in VCF
         Zarr layout (``call_genotype``, ``variant_*``, ``sample_id``), also a view made
         with ``ds.sel``, ``ds.isel`` or a boolean variant mask (see
-        ``docs/genotype-pca.md``); or an in-memory array. Rows are samples (variants for
-        genotypes).
+        ``docs/genotype-pca.md``); a PLINK 1 ``.bed`` with its ``.bim`` and ``.fam``
+        beside it (local paths; dosage = A1 count); or an in-memory array. Rows are
+        samples (variants for genotypes).
     array : str or None, default=None
         Member of a Zarr group to use. None: the store itself if it is an array,
         ``call_genotype`` if it is a VCF Zarr store, ``"X"`` when the group has one, or
@@ -374,7 +375,7 @@ def open_matrix(
         labels and sample ids). ``"fill"`` reads it as the array's fill value, as zarr
         does, for stores written with ``write_empty_chunks=False``.
     genotype_storage : {"int8", "packed"}, default="int8"
-        VCF Zarr only: how workers hold the dosages. ``"packed"`` stores 2-bit codes, four
+        Genotypes only: how workers hold the dosages. ``"packed"`` stores 2-bit codes, four
         calls per byte as in PLINK's .bed (a quarter of the memory of int8), read directly
         by the fused kernels; it needs ploidy 1 or 2 (dosages 0-2).
     storage_options : dict or None, default=None
@@ -461,12 +462,7 @@ def open_matrix(
     elif isinstance(source, str | os.PathLike):
         # a path is made absolute: workers may run in another working directory
         location, remote = parse_location(os.fspath(source), storage_options, caller=caller)
-        if remote is not None:
-            check_remote_store(location, remote, caller=caller)
-        options = replace(options, storage_options=remote)
-        matrix = _open_zarr(location, array, labels, options)
-        if rows_are_variants is not None:
-            matrix = _genotypes.zarr_counts(matrix, rows_are_variants, options)
+        matrix = _open_path(location, remote, array, labels, rows_are_variants, options)
     elif _is_dataset(source):
         matrix = _genotypes.open_dataset(source, array, labels, options)
     elif rows_are_variants is not None:
@@ -480,6 +476,25 @@ def open_matrix(
         check_int(n_partitions, name="n_partitions", caller=caller, low=1, high=matrix.n_rows,
                   remedy="Use at most one partition per row.")
         matrix = matrix.repartition(n_partitions)
+    return matrix
+
+
+def _open_path(location: str, remote: dict[str, Any] | None, array: str | None, labels: Any,
+               rows_are_variants: bool | None, options: _ZarrOptions) -> Matrix:
+    """Open a PLINK .bed fileset, or a Zarr store at a local path or URL."""
+    from daskstraggle.data import _open_genotypes as _genotypes
+
+    if location.lower().endswith(".bed"):
+        from daskstraggle.data.plink import open_bed
+
+        return open_bed(location, remote=remote, array=array, labels=labels,
+                        genotype_dims=rows_are_variants, options=options)
+    if remote is not None:
+        check_remote_store(location, remote, caller="open_matrix")
+    options = replace(options, storage_options=remote)
+    matrix = _open_zarr(location, array, labels, options)
+    if rows_are_variants is not None:
+        matrix = _genotypes.zarr_counts(matrix, rows_are_variants, options)
     return matrix
 
 

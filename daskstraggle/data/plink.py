@@ -1,0 +1,510 @@
+"""PLINK 1 binary filesets (``.bed`` + ``.bim`` + ``.fam``) as genotype matrices.
+
+A ``.bed`` file (https://www.cog-genomics.org/plink/1.9/formats#bed) starts with the magic
+bytes ``0x6c 0x1b`` and the mode byte ``0x01`` (variant-major), then holds one row of
+``ceil(n_samples / 4)`` bytes per variant: 2-bit codes, the first sample in the two lowest
+bits of a byte. ``00`` is homozygous for the first allele (A1, ``.bim`` column 5), ``01`` a
+missing call, ``10`` heterozygous, ``11`` homozygous for the second allele (A2). The
+variants are the lines of the ``.bim``, the samples those of the ``.fam``.
+
+The dosage of a call is its number of **A1** alleles (2, 1, 0). plink2 writes ALT as A1,
+so for its files this counts non-reference alleles, as the VCF Zarr path does (a file
+whose A1 is the REF allele negates the rows, which a Patterson-scaled PCA does not see
+beyond the signs of its loadings).
+
+Each partition's loader reads only its own byte range of the ``.bed`` where it runs (a
+worker) and decodes it with 256-entry byte tables: int8 dosages, or, with
+``storage="packed"``, our 2-bit codes (:mod:`daskstraggle.problems._packing`) translated
+byte for byte. The per-variant non-missing counts and dosage sums come from byte tables
+too; the imputation and Patterson scaling are those of
+:func:`~daskstraggle.data.sources.genotype_rows`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from daskstraggle.data.genotypes import VariantTable
+from daskstraggle.data.matrix import Matrix, _parse_labels
+from daskstraggle.data.sources import (
+    GenotypeRowSource,
+    RowValues,
+    _transformed,
+    regular_bounds,
+    selection_bounds,
+)
+from daskstraggle.errors import (
+    CorruptDataError,
+    DataNotFoundError,
+    InvalidDataError,
+    InvalidParameterError,
+)
+
+__all__ = ["BedSource", "BimArrays", "bed_rows", "open_bed", "read_ids"]
+
+#: The first two bytes of every .bed file, then the mode byte of a variant-major file.
+MAGIC = b"\x6c\x1b"
+VARIANT_MAJOR = 1
+#: Variants per storage chunk at most; fewer when samples are many (about 16 M calls).
+CHUNK_ROWS = 10_000
+_CHUNK_CALLS = 2**24
+#: .bed 2-bit code -> dosage (A1 count; -1 missing) and -> our packed code (3 missing).
+_BED_DOSAGE = np.array([2, -1, 1, 0], dtype=np.int8)
+_BED_PACKED = np.array([2, 3, 1, 0], dtype=np.uint8)
+_SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint8)
+
+
+# ---------------------------------------------------------------------------- byte tables
+@cache
+def _tables(n_codes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Byte tables over the first ``n_codes`` codes of a byte (the rest are padding).
+
+    Returns the dosages of the four codes (as one uint32 per byte: four int8 in memory
+    order, so a gather writes four dosages at once), the dosage sum (missing counts 0),
+    the number of missing calls, and the byte in our packed codes (padding codes 0).
+    """
+    codes = (np.arange(256, dtype=np.uint8)[:, None] >> _SHIFTS) & np.uint8(3)
+    dosage = _BED_DOSAGE[codes]
+    valid = np.arange(4) < n_codes
+    sums = np.where(valid & (dosage > 0), dosage, 0).sum(axis=1).astype(np.uint8)
+    missing = (valid & (dosage < 0)).sum(axis=1).astype(np.uint8)
+    packed = np.where(valid, _BED_PACKED[codes], 0).astype(np.uint8) << _SHIFTS
+    quads = np.ascontiguousarray(dosage).view(np.uint32).reshape(256)
+    return quads, sums, missing, np.bitwise_or.reduce(packed, axis=1).astype(np.uint8)
+
+
+def _row_counts(raw: np.ndarray, n_samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of .bed bytes: the number of missing calls and the dosage sum."""
+    full, rest = divmod(n_samples, 4)
+    _, sums4, missing4, _ = _tables(4)
+    whole = raw[:, :full]
+    sums = np.take(sums4, whole).sum(axis=1, dtype=np.int64)
+    missing = np.take(missing4, whole).sum(axis=1, dtype=np.int64)
+    if rest:
+        _, sums_r, missing_r, _ = _tables(rest)
+        sums += np.take(sums_r, raw[:, full])
+        missing += np.take(missing_r, raw[:, full])
+    return missing, sums
+
+
+def _packed_codes(raw: np.ndarray, n_samples: int) -> np.ndarray:
+    """.bed bytes -> our packed bytes (the padding codes of the last byte set to 0)."""
+    packed = np.take(_tables(4)[3], raw)
+    rest = n_samples % 4
+    if rest:
+        packed[:, -1] = np.take(_tables(rest)[3], raw[:, -1])
+    return packed
+
+
+def bed_rows(raw: np.ndarray, n_samples: int, *, missing: str, scaling: str,
+             storage: str = "int8") -> RowValues:
+    """Turn rows of ``.bed`` bytes into dosage rows, as ``genotype_rows`` does for VCF Zarr.
+
+    The dosage of a call is its number of A1 alleles (code ``00``: 2, ``10``: 1, ``11``:
+    0); ``01`` is a missing call, stored as -1 (int8) or code 3 (packed). Missing calls,
+    the fill, centre and Patterson scale are those of
+    :func:`~daskstraggle.data.sources.genotype_rows` (ploidy 2).
+
+    Parameters
+    ----------
+    raw : ndarray of uint8 of shape (n_variants, ceil(n_samples / 4))
+        Variant-major rows of a ``.bed`` file (without its 3-byte header).
+    n_samples : int
+        Samples per row (the padding codes of the last byte are ignored).
+    missing : {"mean", "zero"}
+        Imputation of missing calls.
+    scaling : {"patterson", "none"}
+        Per-variant standardisation.
+    storage : {"int8", "packed"}, default="int8"
+        int8 dosages, or 2-bit codes four per byte
+        (:mod:`daskstraggle.problems._packing`).
+
+    Returns
+    -------
+    rows : RowValues
+        Dosages or packed codes with per-row fill, centre and scale.
+    """
+    raw = np.asarray(raw, dtype=np.uint8)
+    n_missing, sums = _row_counts(raw, n_samples)
+    counted = n_samples - n_missing
+    if storage == "packed":
+        values = _packed_codes(raw, n_samples)
+    else:
+        dosage = np.take(_tables(4)[0], raw).view(np.int8)  # (n, 4 * width)
+        values = np.ascontiguousarray(dosage[:, :n_samples])
+    rows = _transformed(values, counted, sums.astype(np.float64), bool(n_missing.any()), None,
+                        ploidy=2, missing=missing, scaling=scaling)
+    if storage != "packed":
+        return rows
+    return RowValues(rows.values, fill=rows.fill, center=rows.center, scale=rows.scale,
+                     packed_columns=n_samples)
+
+
+# ---------------------------------------------------------------------------- the source
+@dataclass(frozen=True, eq=False, slots=True)
+class _BedLoader:
+    path: str
+    n_variants: int
+    n_samples: int
+    start: int
+    stop: int
+    missing: str
+    scaling: str
+    storage: str = "int8"
+    rows: np.ndarray | None = None  # the file's variants of rows [start, stop); None: those
+
+    def __call__(self) -> RowValues:
+        width = -(-self.n_samples // 4)
+        expected = 3 + self.n_variants * width
+        size = os.path.getsize(self.path)
+        if size != expected:
+            raise CorruptDataError(
+                f"{self.path!r} has {size} bytes, not the {expected} it had when opened; "
+                "the file changed. Open it again."
+            )
+        if self.rows is None:
+            raw = np.empty((self.stop - self.start, width), dtype=np.uint8)
+            with open(self.path, "rb") as f:
+                f.seek(3 + self.start * width)
+                f.readinto(memoryview(raw).cast("B"))
+        else:
+            mapped = np.memmap(self.path, dtype=np.uint8, mode="r", offset=3,
+                               shape=(self.n_variants, width))
+            raw = np.array(mapped[self.rows])
+            del mapped
+        return bed_rows(raw, self.n_samples, missing=self.missing, scaling=self.scaling,
+                        storage=self.storage)
+
+
+class BedSource(GenotypeRowSource):
+    """Dosage rows (one per variant) from a PLINK 1 ``.bed`` file (variant-major).
+
+    Each loader reads its rows' bytes of the file where it runs, so the workers must see
+    the same file system as the client. See :func:`bed_rows` for the dosages (A1 counts)
+    and the module docstring for the format.
+
+    Parameters
+    ----------
+    path : str or path
+        The ``.bed`` file (already checked by :func:`~daskstraggle.data.plink.open_bed`).
+    n_variants, n_samples : int
+        Lines of the ``.bim`` and of the ``.fam``.
+    missing : {"mean", "zero"}, default="mean"
+        Imputation of missing calls.
+    scaling : {"patterson", "none"}, default="patterson"
+        Per-variant standardisation.
+    storage : {"int8", "packed"}, default="int8"
+        How workers hold the dosages.
+    variant_index : ndarray of int or None, default=None
+        The file's variants that are this source's rows (None: all, in order).
+    """
+
+    kind = "plink-bed"
+
+    def __init__(self, path: str | os.PathLike[str], n_variants: int, n_samples: int, *,
+                 missing: str = "mean", scaling: str = "patterson", storage: str = "int8",
+                 variant_index: np.ndarray | None = None) -> None:
+        self.path = os.fspath(path)
+        self.n_variants = int(n_variants)
+        self.n_samples = int(n_samples)
+        self.missing = missing
+        self.scaling = scaling
+        self.storage = storage
+        self.ploidy = 2
+        self.dtype = np.dtype(np.int8)
+        self.chunk_rows = max(1, min(CHUNK_ROWS, _CHUNK_CALLS // self.n_samples))
+        self._set_selection(variant_index)
+
+    def _set_selection(self, variants: np.ndarray | None) -> None:
+        self.variant_index = None if variants is None else np.asarray(variants, dtype=np.int64)
+        if self.variant_index is None:
+            self.chunk_bounds = regular_bounds(self.n_variants, self.chunk_rows)
+            self.shape = (self.n_variants, self.n_samples)
+        else:
+            self.chunk_bounds = selection_bounds(self.variant_index, self.chunk_rows)
+            self.shape = (len(self.variant_index), self.n_samples)
+
+    def select(self, rows: np.ndarray) -> BedSource:
+        """Return the source of rows ``rows`` (indices into this source's rows).
+
+        Parameters
+        ----------
+        rows : ndarray of int
+            Rows of this source, in the order wanted.
+
+        Returns
+        -------
+        source : BedSource
+            The same file at those variants.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        out = copy.copy(self)
+        out._set_selection(rows if self.variant_index is None else self.variant_index[rows])
+        return out
+
+    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
+        """Return a loader reading variants ``[start, stop)`` of the file as dosages.
+
+        Parameters
+        ----------
+        start, stop : int
+            Rows of this source.
+
+        Returns
+        -------
+        loader : callable
+            Picklable; reads the rows' bytes where it runs.
+        """
+        rows = None if self.variant_index is None else self.variant_index[start:stop]
+        return _BedLoader(self.path, self.n_variants, self.n_samples, start, stop,
+                          self.missing, self.scaling, self.storage, rows)
+
+    def describe(self) -> dict[str, Any]:
+        """Return a JSON-serialisable description of the source."""
+        out = {**super().describe(), "path": self.path, "missing": self.missing,
+               "scaling": self.scaling, "ploidy": self.ploidy, "storage": self.storage}
+        if self.variant_index is not None:
+            out["store_shape"] = [self.n_variants, self.n_samples]
+        return out
+
+
+# ---------------------------------------------------------------------------- .bim and .fam
+def _count_lines(path: str) -> int:
+    """The number of lines of a text file (a last line without newline counts)."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(2**24):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+def read_ids(path: str, column: int) -> np.ndarray:
+    """Return column ``column`` (0-based) of a whitespace-separated text file, as str.
+
+    Parameters
+    ----------
+    path : str
+        A ``.fam`` or ``.bim`` file.
+    column : int
+        The column wanted (``.fam``: 1 is the sample id; ``.bim``: 1 the variant id).
+
+    Returns
+    -------
+    values : ndarray of str of shape (n_lines,)
+
+    Raises
+    ------
+    InvalidDataError
+        If a line has no such column.
+    """
+    values = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            fields = line.split()
+            if len(fields) <= column:
+                raise InvalidDataError(
+                    f"Line {number} of {path!r} has {len(fields)} columns; a PLINK "
+                    f"{os.path.splitext(path)[1]} file has at least {column + 1}. Fix or "
+                    "rewrite the fileset (plink --make-bed)."
+                )
+            values.append(fields[column])
+    return np.array(values, dtype=str)
+
+
+class BimArrays:
+    """``reader`` of a :class:`~daskstraggle.data.genotypes.VariantTable` over a ``.bim``.
+
+    Read on the client when first asked, in the layout of VCF Zarr: ``contig_id`` and
+    ``variant_contig`` (column 1), ``variant_id`` (column 2), ``variant_position``
+    (column 4), ``variant_allele`` (columns 6 then 5: A2 then the counted A1, as REF then
+    ALT). A ``.bim`` has no FILTER (``variant_filter`` is absent).
+
+    Parameters
+    ----------
+    path : str
+        The ``.bim`` file.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._arrays: dict[str, np.ndarray] | None = None
+
+    def __call__(self, name: str, index: np.ndarray | None) -> np.ndarray | None:
+        """Return array ``name`` (rows ``index``, or all when None), or None if absent."""
+        if self._arrays is None:
+            self._arrays = _read_bim(self.path)
+        values = self._arrays.get(name)
+        if values is None or index is None or name == "contig_id":
+            return values
+        return values[np.asarray(index, dtype=np.int64)]
+
+
+def _read_bim(path: str) -> dict[str, np.ndarray]:
+    import pandas as pd
+
+    try:
+        table = pd.read_csv(path, sep=r"\s+", header=None, dtype=str, keep_default_na=False,
+                            engine="c")
+    except (ValueError, pd.errors.ParserError) as err:
+        raise InvalidDataError(
+            f"{path!r} is not a PLINK .bim file (6 whitespace-separated columns: "
+            f"chromosome, id, cM, position, A1, A2): {err}"
+        ) from err
+    if table.shape[1] != 6:
+        raise InvalidDataError(
+            f"{path!r} has {table.shape[1]} columns; a PLINK .bim has 6 (chromosome, id, "
+            "cM, position, A1, A2). Rewrite the fileset with plink --make-bed."
+        )
+    try:
+        position = table[3].to_numpy().astype(np.int64)
+    except ValueError as err:
+        raise InvalidDataError(
+            f"Column 4 (position) of {path!r} must hold integers: {err}."
+        ) from err
+    contigs, codes = np.unique(table[0].to_numpy().astype(str), return_inverse=True)
+    first = np.full(len(contigs), len(codes))
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    order = np.argsort(first)  # contigs in the order of the file, as bio2zarr lists them
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return {"contig_id": contigs[order], "variant_contig": rank[codes].astype(np.int64),
+            "variant_id": table[1].to_numpy().astype(str), "variant_position": position,
+            "variant_allele": table[[5, 4]].to_numpy().astype(str)}
+
+
+# ---------------------------------------------------------------------------- open_bed
+def open_bed(path: str, *, remote: dict[str, Any] | None, array: str | None, labels: Any,
+             genotype_dims: bool | None, options: Any) -> Matrix:
+    """Open a PLINK 1 binary fileset as a genotype matrix (rows = variants).
+
+    Only metadata is read here: the ``.bed`` header and size, the lines of the ``.bim``
+    (counted) and the sample ids of the ``.fam`` (column 2). Every check runs before any
+    cluster work.
+
+    Parameters
+    ----------
+    path : str
+        The absolute path of the ``.bed`` file; the ``.bim`` and ``.fam`` share its prefix.
+    remote : dict or None
+        The fsspec options of a URL (refused: only local paths are read), None for a path.
+    array : str or None
+        ``open_matrix``'s ``array`` (refused: a fileset has no members).
+    labels : array-like or None
+        Per-variant labels (rarely useful), as for ``open_matrix``.
+    genotype_dims : bool or None
+        ``open_matrix``'s parsed ``genotype_dims`` (refused: the orientation is known).
+    options : daskstraggle.data.matrix._ZarrOptions
+        ``missing``, ``scaling`` and ``storage`` of ``open_matrix``.
+
+    Returns
+    -------
+    matrix : Matrix
+        Rows = variants, columns = samples (``columns`` the ``.fam`` sample ids),
+        ``variants`` the ``.bim``'s ids, contigs, positions and alleles.
+
+    Raises
+    ------
+    InvalidParameterError
+        For a URL, ``array`` or ``genotype_dims``.
+    DataNotFoundError
+        If the ``.bed``, ``.bim`` or ``.fam`` does not exist.
+    InvalidDataError
+        If the ``.bed`` has no PLINK 1 magic, is sample-major, or its size is not
+        ``3 + n_variants * ceil(n_samples / 4)``; or the ``.bim`` or ``.fam`` is empty.
+    """
+    _check_parameters(path, remote, array, genotype_dims)
+    prefix = path[: -len(".bed")]
+    if not os.path.isfile(path):
+        raise DataNotFoundError(
+            f"No PLINK .bed file at {path!r}: the path does not exist. Check the data path "
+            "(the 'source' parameter; CLI: the SOURCE argument)."
+        )
+    bim, fam = _companion(path, prefix, ".bim", "variants"), _companion(path, prefix, ".fam",
+                                                                       "samples")
+    _check_header(path)
+    n_variants = _count_lines(bim)
+    samples = read_ids(fam, 1)
+    for what, file, n in (("variants", bim, n_variants), ("samples", fam, len(samples))):
+        if n == 0:
+            raise InvalidDataError(
+                f"{file!r} is empty: the fileset {path!r} has no {what}. Write it again "
+                "(plink --make-bed) from data with at least one variant and one sample."
+            )
+    _check_size(path, n_variants, len(samples))
+    source = BedSource(path, n_variants, len(samples), missing=options.missing,
+                       scaling=options.scaling, storage=options.storage)
+    y = _parse_labels(labels, None, n_variants)
+    return Matrix(source, source.chunk_bounds, labels=y, columns=samples,
+                  dims=("variants", "samples"), attrs={"path": path},
+                  variants=VariantTable(BimArrays(bim)))
+
+
+def _check_parameters(path: str, remote: dict[str, Any] | None, array: str | None,
+                      genotype_dims: bool | None) -> None:
+    if remote is not None:
+        raise InvalidParameterError(
+            f"The 'source' parameter of open_matrix is a URL to a PLINK .bed ({path!r}); "
+            ".bed filesets are read from local (or shared) paths only. Copy the .bed, .bim "
+            "and .fam there first."
+        )
+    if array is not None:
+        raise InvalidParameterError(
+            f"The 'array' parameter of open_matrix names a member of a Zarr group; the "
+            f"PLINK fileset {path!r} has none. Drop it (CLI: --array)."
+        )
+    if genotype_dims is not None:
+        raise InvalidParameterError(
+            f"The 'genotype_dims' parameter of open_matrix applies to arrays of allele "
+            f"counts; a .bed ({path!r}) is variants x samples already. Drop it."
+        )
+
+
+def _companion(path: str, prefix: str, suffix: str, what: str) -> str:
+    """The ``.bim`` or ``.fam`` beside the ``.bed`` (same case of suffix as the .bed's)."""
+    upper = path.endswith(".BED")
+    other = prefix + (suffix.upper() if upper else suffix)
+    if not os.path.isfile(other):
+        raise DataNotFoundError(
+            f"The PLINK fileset {path!r} has no {suffix} file ({other!r} does not exist); "
+            f"a .bed needs its {suffix} (the {what}) beside it with the same prefix."
+        )
+    return other
+
+
+def _check_header(path: str) -> None:
+    with open(path, "rb") as f:
+        head = f.read(3)
+    if head[:2] != MAGIC:
+        raise InvalidDataError(
+            f"{path!r} is not a PLINK 1 .bed file: it starts with bytes "
+            f"{head[:2].hex(' ') or 'none'} instead of 6c 1b. Write it with plink "
+            "--make-bed (a PLINK 2 .pgen converts with plink2 --pfile P --make-bed --out P)."
+        )
+    if head[2:3] != bytes([VARIANT_MAJOR]):
+        mode = head[2:3].hex() or "missing"
+        what = ("sample-major (mode byte 00, written by PLINK before 1.0)" if mode == "00"
+                else f"of unknown mode (byte {mode}; 01 is variant-major)")
+        raise InvalidDataError(
+            f"{path!r} is {what}; only variant-major .bed files are read. Rewrite it with "
+            "plink --bfile PREFIX --make-bed --out NEWPREFIX."
+        )
+
+
+def _check_size(path: str, n_variants: int, n_samples: int) -> None:
+    expected = 3 + n_variants * (-(-n_samples // 4))
+    size = os.path.getsize(path)
+    if size != expected:
+        raise InvalidDataError(
+            f"{path!r} has {size} bytes, but {n_variants} variants (lines of the .bim) x "
+            f"{n_samples} samples (lines of the .fam) need 3 + {n_variants} x "
+            f"ceil({n_samples} / 4) = {expected}; the .bim or .fam is not this .bed's, or "
+            "the .bed is truncated. Write the fileset again (plink --make-bed)."
+        )
