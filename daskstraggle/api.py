@@ -574,8 +574,8 @@ def genotype_pca(ds: Any, n_components: int = 10, *, merge: bool = True, qc: Any
     ----------
     ds : xarray.Dataset, str, path or Matrix
         A Dataset in VCF Zarr layout (also a view from ``ds.sel``/``ds.isel``/a boolean
-        variant mask, read on the workers from its store), a VCF Zarr path, or a genotype
-        Matrix.
+        variant mask, read on the workers from its store), a VCF Zarr path, a PLINK
+        ``.bed`` path (with ``merge=False``), or a genotype Matrix.
     n_components : int, default=10
         Number of components (sgkit's default).
     merge : bool, default=True
@@ -602,8 +602,8 @@ def genotype_pca(ds: Any, n_components: int = 10, *, merge: bool = True, qc: Any
     InvalidDataError
         If ``ds`` is not genotypes.
     InvalidParameterError
-        If ``merge`` is not a bool, or is True for a Matrix (which has no Dataset to
-        merge into); and as :func:`fit_pca`.
+        If ``merge`` is not a bool, or is True for a Matrix or a PLINK ``.bed`` fileset
+        (which have no Dataset to merge into); and as :func:`fit_pca`.
 
     Examples
     --------
@@ -630,6 +630,11 @@ def genotype_pca(ds: Any, n_components: int = 10, *, merge: bool = True, qc: Any
         raise InvalidDataError(
             f"genotype_pca needs genotypes (a VCF Zarr store or Dataset); got {matrix.kind}. "
             "Use fit_pca for another matrix."
+        )
+    if merge and matrix.kind == "plink-bed":
+        raise InvalidParameterError(
+            "The 'merge' parameter of genotype_pca must be False for a PLINK .bed fileset "
+            "(there is no Dataset to merge into). Got True instead; pass merge=False."
         )
     result = fit_pca(matrix, n_components, **kwargs)
     fitted = result.fitted

@@ -233,6 +233,19 @@ def test_a_fit_on_a_bed_projects_vcf_zarr_samples(pair):
     np.testing.assert_allclose(_aligned(got.T, ref.T), ref.T, atol=1e-9)
 
 
+def test_genotype_pca_of_a_bed_needs_merge_false(pair):
+    from daskstraggle import genotype_pca
+
+    vcz, bed = pair
+    with pytest.raises(InvalidParameterError, match=r"'merge' parameter.*PLINK \.bed"):
+        genotype_pca(str(bed), 3, runtime="local", method="gram")
+    kw = {"merge": False, "runtime": "local", "method": "gram", "n_workers": 2}
+    got, ref = genotype_pca(str(bed), 3, **kw), genotype_pca(str(vcz), 3, **kw)
+    np.testing.assert_allclose(np.abs(got.sample_pca_projection.values),
+                               np.abs(ref.sample_pca_projection.values), atol=1e-9)
+    assert got.sample_id.values.tolist() == ref.sample_id.values.tolist()
+
+
 def test_cli_pca_of_a_bed(pair, capsys):
     import json
 
