@@ -409,7 +409,9 @@ def datasets() -> None:
 
 @datasets.command("make")
 @click.argument("name")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Store to write.")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Store to write (genotypes: a path ending in .bed writes the calls as a "
+                   "PLINK 1 fileset, OUT with .bim and .fam beside it).")
 @click.option("--size", type=int, default=None,
               help="Rows: variants for genotypes, examples for logistic/linear.")
 @click.option("--features", type=int, default=None,

@@ -71,6 +71,22 @@ def _check_out(out: object, *, caller: str, overwrite: bool) -> Path:
     return path
 
 
+def _check_fileset(bed: Path, *, ploidy: int, overwrite: bool) -> None:
+    """Refuse a .bed output of another ploidy than 2, or whose .bim or .fam exists."""
+    if ploidy != 2:
+        raise InvalidParameterError(
+            f"The 'ploidy' parameter of make_genotypes must be 2 for a PLINK .bed output "
+            f"({str(bed)!r}): a .bed holds diploid calls. Got {ploidy!r} instead; write a VCF "
+            "Zarr store (a path not ending in .bed) for other ploidies."
+        )
+    for sibling in (bed.with_suffix(".bim"), bed.with_suffix(".fam")):
+        if os.path.lexists(sibling) and not overwrite:
+            raise OutputExistsError(
+                f"{str(sibling)!r} exists; pass overwrite=True (CLI: --overwrite) or choose "
+                "another path"
+            )
+
+
 def _check_fraction(value: object, *, name: str, caller: str) -> float:
     value = check_nonnegative(value, name=name, caller=caller)
     if value >= 1:
@@ -589,7 +605,11 @@ def make_genotypes(
     ----------
     out : str or os.PathLike
         Directory of the VCF Zarr store to write (Zarr format 2, as bio2zarr writes
-        by default; parents are created).
+        by default; parents are created). A path ending in ``.bed`` writes the same calls
+        as a PLINK 1 fileset instead (``.bed``, ``.bim`` and ``.fam`` with that prefix;
+        ploidy 2 only): A1 is the ALT allele, the binary model's alleles ``0`` and ``1``
+        are named ``A`` and ``T`` (plink reads an allele ``0`` as missing), the ``.fam``'s
+        family id is the sample's island (``pop_0``, ...).
     n_variants : int, default=20_000
         Variants (rows of the genotype matrix).
     n_samples : int, default=300
@@ -620,12 +640,13 @@ def make_genotypes(
     Returns
     -------
     path : pathlib.Path
-        The absolute path of the store. Beside bio2zarr's arrays (``call_genotype``
-        (variants, samples, ploidy) int8, ``call_genotype_mask``, ``sample_id``,
-        ``variant_position``, ...) it holds ``sample_population`` (samples,) with the
-        island name (``"pop_0"``, ...) of each sample, ``variant_filter`` (variants,
-        filters) with ``filter_id`` ``["PASS"]`` (every variant passes), and group attrs
-        ``daskstraggle_dataset``, ``params``, ``seed`` and ``simulation``.
+        The absolute path of the store (of the ``.bed`` file for a fileset). Beside
+        bio2zarr's arrays (``call_genotype`` (variants, samples, ploidy) int8,
+        ``call_genotype_mask``, ``sample_id``, ``variant_position``, ...) the store holds
+        ``sample_population`` (samples,) with the island name (``"pop_0"``, ...) of each
+        sample, ``variant_filter`` (variants, filters) with ``filter_id`` ``["PASS"]``
+        (every variant passes), and group attrs ``daskstraggle_dataset``, ``params``,
+        ``seed`` and ``simulation``.
 
     Raises
     ------
@@ -668,6 +689,9 @@ def make_genotypes(
     overwrite = check_bool(overwrite, name="overwrite", caller=caller)
     progress = check_bool(progress, name="progress", caller=caller)
     path = _check_out(out, caller=caller, overwrite=overwrite)
+    bed = path.suffix.lower() == ".bed"
+    if bed:
+        _check_fileset(path, ploidy=params["ploidy"], overwrite=overwrite)
     try:
         import bio2zarr.tskit
         import msprime  # noqa: F401
@@ -687,7 +711,8 @@ def make_genotypes(
     node_population = ts.tables.nodes.population[mapping.individuals_nodes[:, 0]]
     names = np.array([ts.population(p).metadata["name"] for p in range(ts.num_populations)])
     populations = names[node_population]
-    with _staged(path, overwrite=overwrite) as tmp, _every_chunk_written():
+
+    def write_store(tmp: Path) -> None:
         bio2zarr.tskit.convert(
             ts, tmp, model_mapping=mapping, variants_chunk_size=chunk,
             samples_chunk_size=min(params["n_samples"], MAX_SAMPLES_CHUNK),
@@ -705,6 +730,17 @@ def make_genotypes(
                          chunk_rows=chunk, progress=progress)
         group.attrs.update({"daskstraggle_dataset": "genotypes", "params": params,
                             "seed": params["seed"], "simulation": simulation})
+
+    if bed:
+        from daskstraggle.data._bed_writer import staged_fileset, write_bed
+
+        with staged_fileset(path, overwrite=overwrite) as staging, _every_chunk_written():
+            write_store(staging / "calls.vcz")
+            write_bed(staging / "calls.vcz", staging / Path(path.name).with_suffix(""),
+                      family=populations, rename={"0": "A", "1": "T"})
+    else:
+        with _staged(path, overwrite=overwrite) as tmp, _every_chunk_written():
+            write_store(tmp)
     logger.info("wrote genotypes (%d variants x %d samples) to %s",
                 params["n_variants"], params["n_samples"], path)
     return path

@@ -346,3 +346,56 @@ def test_changed_file_is_refused_where_it_is_read(tmp_path):
     path.write_bytes(path.read_bytes()[:-2])
     with pytest.raises(CorruptDataError, match="the file changed"):
         matrix.loader(0)()
+
+
+# ---------------------------------------------------------------------------- writing
+def test_writer_gives_the_spec_encoders_bytes(pair, tmp_path):
+    from daskstraggle.data._bed_writer import write_bed as write_fileset
+
+    vcz, bed = pair
+    write_fileset(vcz, tmp_path / "ours", chunk_rows=37)  # chunks that do not divide
+    assert (tmp_path / "ours.bed").read_bytes() == bed.read_bytes()
+    ours = [line.split() for line in (tmp_path / "ours.bim").read_text().splitlines()]
+    spec = [line.split() for line in bed.with_suffix(".bim").read_text().splitlines()]
+    # contig, position, A1 (ALT), A2 (REF); the variant id is "." without variant_id
+    assert [[r[0], r[3], r[4], r[5]] for r in ours] == [[r[0], r[3], r[4], r[5]] for r in spec]
+    fam = [line.split() for line in (tmp_path / "ours.fam").read_text().splitlines()]
+    assert [r[1] for r in fam] == [r[1] for r in (line.split() for line in bed.with_suffix(
+        ".fam").read_text().splitlines())]
+    assert all(r[2:] == ["0", "0", "0", "-9"] for r in fam)
+
+
+def test_make_genotypes_writes_the_same_calls_as_a_fileset(tmp_path):
+    from daskstraggle.data.datasets import make_genotypes
+
+    kw = {"n_variants": 600, "n_samples": 31, "chunk_rows": 150, "missing_rate": 0.03,
+          "seed": 5}
+    bed = make_genotypes(tmp_path / "g.bed", **kw)
+    vcz = make_genotypes(tmp_path / "g.vcz", **kw)
+    assert bed == tmp_path / "g.bed" and bed.with_suffix(".bim").exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging
+    a, b = open_matrix(bed), open_matrix(vcz)
+    for x, y in zip(_rows(a), _rows(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert (_rows(a)[0] < 0).any()
+    assert a.columns.tolist() == b.columns.tolist()
+    populations = zarr.open_group(str(vcz), mode="r")["sample_population"][:]
+    fam = [line.split() for line in bed.with_suffix(".fam").read_text().splitlines()]
+    assert [r[0] for r in fam] == [str(p) for p in populations]
+    alleles = {tuple(line.split()[4:]) for line in bed.with_suffix(".bim").read_text().splitlines()}
+    assert alleles == {("T", "A")}  # the binary model's 1 (ALT) and 0, renamed for plink
+
+
+def test_make_genotypes_fileset_refusals(tmp_path):
+    from daskstraggle.data.datasets import make_genotypes
+    from daskstraggle.errors import OutputExistsError
+
+    with pytest.raises(InvalidParameterError, match=r"'ploidy' parameter.*must be 2"):
+        make_genotypes(tmp_path / "p.bed", n_variants=50, n_samples=6, ploidy=3)
+    (tmp_path / "g.fam").write_text("keep me\n")
+    with pytest.raises(OutputExistsError, match=r"g\.fam"):
+        make_genotypes(tmp_path / "g.bed", n_variants=50, n_samples=6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.fam"]
+    assert (tmp_path / "g.fam").read_text() == "keep me\n"
+    make_genotypes(tmp_path / "g.bed", n_variants=50, n_samples=6, overwrite=True)
+    assert open_matrix(tmp_path / "g.bed").shape == (50, 6)

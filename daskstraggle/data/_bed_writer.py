@@ -1,0 +1,116 @@
+"""Write a diploid VCF Zarr store's calls as a PLINK 1 binary fileset (.bed/.bim/.fam).
+
+Used by :func:`~daskstraggle.data.datasets.make_genotypes` when its output path ends in
+``.bed``, so the same simulated calls can be given to plink2 and read back by
+:mod:`daskstraggle.data.plink`. The format is the one :mod:`daskstraggle.data.plink`
+reads: variant-major, 2-bit codes with the first sample in the lowest bits, A1 = ALT
+(code ``00`` homozygous ALT, ``10`` heterozygous, ``11`` homozygous REF, ``01`` missing),
+padding codes ``00``, as plink2 ``--make-bed`` writes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from daskstraggle.data.plink import MAGIC, VARIANT_MAJOR
+from daskstraggle.data.sources import genotype_rows
+from daskstraggle.errors import OutputExistsError
+
+__all__ = ["FILESET", "staged_fileset", "write_bed"]
+
+#: The files of a fileset, by suffix.
+FILESET = (".bed", ".bim", ".fam")
+#: Dosage + 1 (-1 missing, 0, 1, 2 ALT alleles) -> .bed 2-bit code.
+_CODES = np.array([0b01, 0b11, 0b10, 0b00], dtype=np.uint8)
+
+
+def _encode(dosages: np.ndarray) -> np.ndarray:
+    """int8 dosages (variants, samples; -1 missing) -> .bed rows of ceil(samples / 4) bytes."""
+    n_rows, n_samples = dosages.shape
+    codes = np.zeros((n_rows, -(-n_samples // 4) * 4), dtype=np.uint8)
+    codes[:, :n_samples] = _CODES[dosages.astype(np.int16) + 1]
+    quads = codes.reshape(n_rows, -1, 4)
+    return quads[..., 0] | quads[..., 1] << 2 | quads[..., 2] << 4 | quads[..., 3] << 6
+
+
+def _strings(values: object) -> np.ndarray:
+    """``values`` (any string dtype, numpy's variable-width StringDType too) as ``str``."""
+    array = np.asarray(values)
+    return np.array([str(v) for v in array.ravel()], dtype=object).reshape(array.shape)
+
+
+def write_bed(store: str | os.PathLike[str], prefix: Path, *, family: np.ndarray | None = None,
+              rename: dict[str, str] | None = None, chunk_rows: int = 10_000) -> None:
+    """Write the calls of the diploid VCF Zarr ``store`` as ``prefix``.bed/.bim/.fam.
+
+    Parameters
+    ----------
+    store : str or os.PathLike
+        A VCF Zarr store with ``call_genotype`` of ploidy 2, ``sample_id``,
+        ``variant_position``, ``variant_contig``, ``contig_id`` and ``variant_allele``.
+    prefix : pathlib.Path
+        The fileset's path without suffix.
+    family : ndarray of str or None, default=None
+        The ``.fam``'s family id (column 1) per sample; None: the sample id.
+    rename : dict of str to str or None, default=None
+        Alleles written under another name (plink reads an allele ``"0"`` as missing, and
+        msprime's binary model names its alleles ``"0"`` and ``"1"``).
+    chunk_rows : int, default=10_000
+        Variants encoded at a time.
+    """
+    import zarr
+
+    group = zarr.open_group(os.fspath(store), mode="r")
+    calls = group["call_genotype"]
+    n_variants = calls.shape[0]
+    with open(prefix.with_suffix(".bed"), "wb") as f:
+        f.write(MAGIC + bytes([VARIANT_MAJOR]))
+        for a in range(0, n_variants, chunk_rows):
+            rows = genotype_rows(np.asarray(calls[a:a + chunk_rows]), missing="zero",
+                                 scaling="none")
+            f.write(_encode(np.asarray(rows.values, dtype=np.int8)).tobytes())
+    contigs = _strings(group["contig_id"][:])[group["variant_contig"][:]]
+    alleles = _strings(group["variant_allele"][:])
+    if rename:
+        alleles = np.vectorize(lambda a: rename.get(a, a), otypes=[object])(alleles)
+    ids = _strings(group["variant_id"][:]) if "variant_id" in group else np.full(n_variants, ".")
+    alt = [a or "0" for a in alleles[:, 1]]  # "0": plink's missing allele
+    lines = (f"{c}\t{i}\t0\t{p}\t{a1}\t{a2}\n" for c, i, p, a1, a2 in
+             zip(contigs, ids, group["variant_position"][:], alt, alleles[:, 0], strict=True))
+    prefix.with_suffix(".bim").write_text("".join(lines))
+    samples = _strings(group["sample_id"][:])
+    family = samples if family is None else _strings(family)
+    prefix.with_suffix(".fam").write_text(
+        "".join(f"{f} {s} 0 0 0 -9\n" for f, s in zip(family, samples, strict=True)))
+
+
+@contextlib.contextmanager
+def staged_fileset(bed: Path, *, overwrite: bool) -> Iterator[Path]:
+    """Yield a staging directory; on success move its ``<name>.bed/.bim/.fam`` next to ``bed``.
+
+    A file of the fileset that exists is replaced only with ``overwrite`` (checked again
+    before the move); on any failure the staging directory is removed and nothing at
+    ``bed`` changes.
+    """
+    bed.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{bed.name}.tmp-", dir=bed.parent))
+    try:
+        yield staging
+        targets = [bed.with_suffix(s) for s in FILESET]
+        existing = [str(t) for t in targets if os.path.lexists(t)]
+        if existing and not overwrite:  # appeared while we were writing
+            raise OutputExistsError(
+                f"{existing[0]!r} exists; pass overwrite=True (CLI: --overwrite) or choose "
+                "another path"
+            )
+        for target in targets:
+            os.replace(staging / target.name, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
