@@ -221,7 +221,7 @@ def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
 def _decode_packed_permute(values, i0, nr, fill, has_fill, buf):
     """Packed rows through :func:`_lookup8`, eight calls (two bytes) at a time."""
     _wide_vectors()
-    m = buf.shape[1]
+    m = _packed_width(values, buf)
     pairs = m // 8
     table = np.array([0.0, 1.0, 2.0, -1.0])
     for r in range(nr):
@@ -236,6 +236,14 @@ def _decode_packed_permute(values, i0, nr, fill, has_fill, buf):
     for r in range(nr, ROWS):
         buf[r, :] = 0.0
     return buf
+
+
+@numba.njit(**_JIT)
+def _packed_width(values, buf):
+    """Codes to decode per packed row: the buffer's width, or the row's whole bytes when the
+    buffer is padded wider (:func:`pca`); codes past the samples (the last byte's padding
+    bits) then meet zero columns of ``V`` and land in dropped columns of ``G``."""
+    return min(buf.shape[1], 4 * values.shape[1])
 
 
 def _int_rows(values, i0, nr, fill, has_fill, buf):
@@ -273,7 +281,7 @@ def _convert_dense(values, i0, nr, fill, has_fill, buf):
 
 def _decode_packed(values, i0, nr, fill, has_fill, buf):
     _wide_vectors()
-    m = buf.shape[1]
+    m = _packed_width(values, buf)
     full = m // 4
     table = np.array([0.0, 1.0, 2.0, -1.0])
     for r in range(nr):
