@@ -188,8 +188,9 @@ def _rows_overload(values, i0, nr, fill, has_fill, buf):
 
 
 def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
-    """int8 rows through :func:`_lookup8`, eight calls at a time; a row with a value
-    outside -1..2 is converted value by value."""
+    """int8 rows through :func:`_lookup8`, eight calls at a time (the last eight overlapping
+    the previous ones when ``m`` is not a multiple of 8); a row with a value outside -1..2
+    is converted value by value."""
     _wide_vectors()
     m = values.shape[1]
     full = m - m % 8
@@ -210,6 +211,9 @@ def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
                 _lookup8(row, j, missing, j, out)
                 j += 8
             start = full
+            if full < m and full >= 8:
+                _lookup8(row, m - 8, missing, m - 8, out)
+                start = m
         for j in range(start, m):
             t = row[j]
             out[j] = missing if has_fill and t < 0 else float(t)
@@ -219,10 +223,13 @@ def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
 
 
 def _decode_packed_permute(values, i0, nr, fill, has_fill, buf):
-    """Packed rows through :func:`_lookup8`, eight calls (two bytes) at a time."""
+    """Packed rows through :func:`_lookup8`, eight calls (two bytes) at a time; four
+    calls left over are decoded with the previous four (an overlapping pair of bytes)."""
     _wide_vectors()
     m = _packed_width(values, buf)
     pairs = m // 8
+    overlap = m - 8 * pairs == 4 and pairs > 0
+    tail = m if overlap else 8 * pairs
     table = np.array([0.0, 1.0, 2.0, -1.0])
     for r in range(nr):
         row = values[i0 + r]
@@ -231,7 +238,9 @@ def _decode_packed_permute(values, i0, nr, fill, has_fill, buf):
         table[3] = missing
         for jb in range(pairs):
             _lookup8(row, 2 * jb, missing, 8 * jb, out)
-        for j in range(8 * pairs, m):
+        if overlap:
+            _lookup8(row, 2 * pairs - 1, missing, 8 * pairs - 4, out)
+        for j in range(tail, m):
             out[j] = table[(row[j // 4] >> (2 * (j % 4))) & 3]
     for r in range(nr, ROWS):
         buf[r, :] = 0.0

@@ -169,11 +169,13 @@ def test_genotype_pca_loops_pad_the_rows_to_whole_vectors(rng):
         assert kernels._pca_width(make_block("float64-transformed", 3, m, rng)) == m
 
 
-@pytest.mark.parametrize("m", [5, 13, 37, 301])
+@pytest.mark.parametrize("m", [5, 12, 13, 37, 300, 301])
 @pytest.mark.parametrize("bits", [0b01, 0b11])
 def test_packed_padding_bits_do_not_reach_the_result(m, bits, implementation, rng):
     """Codes in the unused bits of a packed row's last byte (decoded into the padded
-    columns of the numba loops) must meet zero columns of V and dropped columns of G."""
+    columns of the numba loops) must meet zero columns of V and dropped columns of G.
+    m = 12 and 300 (an odd number of bytes) decode their last four codes with the
+    previous four."""
     n = 19
     values = dosages(n, m, rng)
     packed = pack_dosages(values)
