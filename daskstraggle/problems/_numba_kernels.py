@@ -6,7 +6,8 @@ decoded into it through a four-entry table, float64 rows are used in place. The 
 then feed two register-blocked loops: the projections ``p = x V`` (each ``V`` column read
 once for four rows) and the rank-4 update ``G^T += q^T x``. Centre and scale are applied to
 the thin products (``k`` values per row), not to the wide rows. So the stored bytes are
-read once from memory and no tile-sized float copy exists.
+read once from memory and no tile-sized float copy exists. :func:`pca` takes ``VT`` and
+``GT`` as wide as its buffer: the caller pads genotype rows to whole 512-bit vectors.
 
 Arrays that a block lacks (fill, centre, scale) are passed as empty arrays with a
 ``False`` flag, so each kernel has one compiled signature per stored dtype.
