@@ -66,6 +66,9 @@ _GRAM_MAX_TILE_BYTES = 1 << 26
 #: 20 000 x 1000 blocks, BLAS was 10-25 % faster than the fused loops at k >= 16 and
 #: no faster or slower below (docs/kernels.md).
 _PCA_GEMM_MIN_K = 16
+#: Genotype rows of the fused PCA loops are padded to a multiple of this many columns
+#: (eight float64 values, one 512-bit vector; :func:`_pca_width`).
+_PCA_ALIGN = 8
 #: Bytes of a row tile of the BLAS PCA path (stays in L2 between the two products).
 _PCA_GEMM_TILE_BYTES = 1 << 18
 
@@ -188,6 +191,15 @@ def _pca_uses_gemm(block: Block, k: int) -> bool:
             and block.fill is None)
 
 
+def _pca_width(block: Block) -> int:
+    """Columns of the fused PCA loops: genotype rows are converted into a buffer padded with
+    zeros to a multiple of :data:`_PCA_ALIGN` (``V`` likewise, the extra columns of ``G``
+    dropped), so the vector loops have no scalar remainder; float64 rows are read in place
+    (copying them into a padded buffer costs more than the remainder, docs/kernels.md)."""
+    m = block.n_features
+    return m if block.values.dtype == np.float64 else -(-m // _PCA_ALIGN) * _PCA_ALIGN
+
+
 def _transforms(block: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Return ``fill, center, scale`` (empty when absent) and the flags saying which exist."""
     empty = np.zeros(0)
@@ -240,10 +252,13 @@ def pca_pass(block: Block, V: np.ndarray, shift: np.ndarray | None, *,
                         np.ascontiguousarray(V), np.ascontiguousarray(offset), step, G,
                         colsum, sq)
             return G, colsum, sq
-        GT = np.zeros((k, m))
+        width = _pca_width(block)
+        VT = np.zeros((k, width))
+        VT[:, :m] = V.T
+        GT = np.zeros((k, width))
         _call_numba("pca", block.values, fill, center, scale, flags,
-                    np.ascontiguousarray(V.T), np.ascontiguousarray(offset), GT, colsum, sq)
-        return np.ascontiguousarray(GT.T), colsum, sq
+                    VT, np.ascontiguousarray(offset), GT, colsum, sq)
+        return np.ascontiguousarray(GT[:, :m].T), colsum, sq
 
     def weights(a: int, b: int, P: np.ndarray) -> np.ndarray:
         P -= offset

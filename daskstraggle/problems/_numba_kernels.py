@@ -6,7 +6,8 @@ decoded into it through a four-entry table, float64 rows are used in place. The 
 then feed two register-blocked loops: the projections ``p = x V`` (each ``V`` column read
 once for four rows) and the rank-4 update ``G^T += q^T x``. Centre and scale are applied to
 the thin products (``k`` values per row), not to the wide rows. So the stored bytes are
-read once from memory and no tile-sized float copy exists.
+read once from memory and no tile-sized float copy exists. :func:`pca` takes ``VT`` and
+``GT`` as wide as its buffer: the caller pads genotype rows to whole 512-bit vectors.
 
 Arrays that a block lacks (fill, centre, scale) are passed as empty arrays with a
 ``False`` flag, so each kernel has one compiled signature per stored dtype.
@@ -188,8 +189,9 @@ def _rows_overload(values, i0, nr, fill, has_fill, buf):
 
 
 def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
-    """int8 rows through :func:`_lookup8`, eight calls at a time; a row with a value
-    outside -1..2 is converted value by value."""
+    """int8 rows through :func:`_lookup8`, eight calls at a time (the last eight overlapping
+    the previous ones when ``m`` is not a multiple of 8); a row with a value outside -1..2
+    is converted value by value."""
     _wide_vectors()
     m = values.shape[1]
     full = m - m % 8
@@ -210,6 +212,9 @@ def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
                 _lookup8(row, j, missing, j, out)
                 j += 8
             start = full
+            if full < m and full >= 8:
+                _lookup8(row, m - 8, missing, m - 8, out)
+                start = m
         for j in range(start, m):
             t = row[j]
             out[j] = missing if has_fill and t < 0 else float(t)
@@ -219,10 +224,13 @@ def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
 
 
 def _decode_packed_permute(values, i0, nr, fill, has_fill, buf):
-    """Packed rows through :func:`_lookup8`, eight calls (two bytes) at a time."""
+    """Packed rows through :func:`_lookup8`, eight calls (two bytes) at a time; four
+    calls left over are decoded with the previous four (an overlapping pair of bytes)."""
     _wide_vectors()
-    m = buf.shape[1]
+    m = _packed_width(values, buf)
     pairs = m // 8
+    overlap = m - 8 * pairs == 4 and pairs > 0
+    tail = m if overlap else 8 * pairs
     table = np.array([0.0, 1.0, 2.0, -1.0])
     for r in range(nr):
         row = values[i0 + r]
@@ -231,11 +239,21 @@ def _decode_packed_permute(values, i0, nr, fill, has_fill, buf):
         table[3] = missing
         for jb in range(pairs):
             _lookup8(row, 2 * jb, missing, 8 * jb, out)
-        for j in range(8 * pairs, m):
+        if overlap:
+            _lookup8(row, 2 * pairs - 1, missing, 8 * pairs - 4, out)
+        for j in range(tail, m):
             out[j] = table[(row[j // 4] >> (2 * (j % 4))) & 3]
     for r in range(nr, ROWS):
         buf[r, :] = 0.0
     return buf
+
+
+@numba.njit(**_JIT)
+def _packed_width(values, buf):
+    """Codes to decode per packed row: the buffer's width, or the row's whole bytes when the
+    buffer is padded wider (:func:`pca`); codes past the samples (the last byte's padding
+    bits) then meet zero columns of ``V`` and land in dropped columns of ``G``."""
+    return min(buf.shape[1], 4 * values.shape[1])
 
 
 def _int_rows(values, i0, nr, fill, has_fill, buf):
@@ -273,7 +291,7 @@ def _convert_dense(values, i0, nr, fill, has_fill, buf):
 
 def _decode_packed(values, i0, nr, fill, has_fill, buf):
     _wide_vectors()
-    m = buf.shape[1]
+    m = _packed_width(values, buf)
     full = m // 4
     table = np.array([0.0, 1.0, 2.0, -1.0])
     for r in range(nr):

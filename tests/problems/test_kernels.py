@@ -159,6 +159,40 @@ def test_blas_tiles_only_for_float_rows_without_missing_entries(rng):
     assert not kernels._pca_uses_gemm(filled, k)
 
 
+def test_genotype_pca_loops_pad_the_rows_to_whole_vectors(rng):
+    """Genotype rows run through the fused PCA loops padded to eight columns; float64 rows
+    (read in place) are not padded."""
+    assert kernels._PCA_ALIGN == 8
+    for m, width in ((1, 8), (8, 8), (13, 16), (300, 304)):
+        assert kernels._pca_width(make_block("int8-patterson", 3, m, rng)) == width
+        assert kernels._pca_width(make_block("packed-patterson", 3, m, rng)) == width
+        assert kernels._pca_width(make_block("float64-transformed", 3, m, rng)) == m
+
+
+@pytest.mark.parametrize("m", [5, 12, 13, 37, 300, 301])
+@pytest.mark.parametrize("bits", [0b01, 0b11])
+def test_packed_padding_bits_do_not_reach_the_result(m, bits, implementation, rng):
+    """Codes in the unused bits of a packed row's last byte (decoded into the padded
+    columns of the numba loops) must meet zero columns of V and dropped columns of G.
+    m = 12 and 300 (an odd number of bytes) decode their last four codes with the
+    previous four."""
+    n = 19
+    values = dosages(n, m, rng)
+    packed = pack_dosages(values)
+    used = m % 4  # codes in the last byte (0: it is full)
+    packed[:, -1] |= np.uint8(sum(bits << (2 * i) for i in range(used, 4)) if used else 0)
+    center, scale = rng.uniform(0.1, 1.9, n), rng.uniform(0.5, 3.0, n)
+    block = Block(packed, fill=rng.uniform(0, 2, n), center=center, scale=scale,
+                  packed_columns=m)
+    reference = Block(values, fill=block.fill, center=center, scale=scale)
+    X = dense(reference)
+    V = rng.normal(size=(m, 3))
+    G, colsum, sq = kernels.pca_pass(block, V, None, implementation=implementation)
+    assert close(G, X.T @ (X @ V))
+    assert close(colsum, (X @ V).sum(axis=0))
+    assert close(sq, ((X @ V) ** 2).sum(axis=0))
+
+
 @pytest.mark.parametrize("kind", ["float64", "int8-patterson", "packed-patterson"])
 def test_pca_kernel_equals_the_centred_product(kind, implementation, rng, monkeypatch):
     monkeypatch.setenv(kernels.NUMBA_VARIABLE, "1" if implementation == "numba" else "0")
