@@ -30,7 +30,8 @@ from daskstraggle.latency.base import (
     check_per_worker,
     register_model,
 )
-from daskstraggle.latency.modifiers import Artificial, Bursts, Schedule, Slowdown, TwoStateMarkov
+from daskstraggle.latency.chains import Bursts, TwoStateMarkov
+from daskstraggle.latency.modifiers import Artificial, Schedule, Slowdown
 
 __all__ = [
     "Artificial",

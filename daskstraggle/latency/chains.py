@@ -1,0 +1,332 @@
+"""Straggler modifiers that follow a per-worker chain: two-state Markov and burst models.
+
+Split from :mod:`daskstraggle.latency.modifiers` (whose helpers and base class they share;
+both are re-exported by :mod:`daskstraggle.latency.models`). Pure numpy: nothing here
+imports dask or distributed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from daskstraggle._validation import check_choice, check_positive
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.latency.base import Draw, LatencyModel, LatencySampler, register_model
+from daskstraggle.latency.modifiers import (
+    _check_base,
+    _check_nested,
+    _check_probability,
+    _check_workers,
+    _check_workers_in_range,
+    _Modifier,
+    _scaled,
+    _sub_sampler,
+    _term_spec,
+)
+
+__all__ = ["Bursts", "TwoStateMarkov"]
+
+
+# --------------------------------------------------------------------------- Markov chains
+
+
+class _ChainSampler(LatencySampler):
+    """Per-worker two-state (fast/slow) chains advanced lazily by iteration or by time."""
+
+    stateless = False
+
+    def __init__(
+        self,
+        n_workers: int,
+        streams: list[np.random.Generator],
+        *,
+        base: LatencyModel | None,
+        slow: LatencyModel | None,
+        slow_factor: float | None,
+        p_slow: float,
+        p_fast: float,
+        step: str | float,
+        initial: str,
+        workers: tuple[int, ...] | None,
+    ) -> None:
+        super().__init__(n_workers, streams)
+        self.base = _sub_sampler(base, n_workers, streams)
+        self.slow = _sub_sampler(slow, n_workers, streams)
+        self.slow_factor = slow_factor
+        self.p_slow, self.p_fast = p_slow, p_fast
+        self.step = step
+        self.initial = initial
+        self.listed = np.zeros(n_workers, dtype=bool)
+        self.listed[list(range(n_workers)) if workers is None else list(workers)] = True
+        self._slow: list[bool | None] = [None] * n_workers
+        self._step_index = [0] * n_workers
+
+    def _init(self, worker_index: int) -> bool:
+        state = self._slow[worker_index]
+        if state is None:
+            if self.initial == "stationary":
+                pi = self.p_slow / (self.p_slow + self.p_fast)
+                state = bool(self.streams[worker_index].random() < pi)
+            else:
+                state = self.initial == "slow"
+            self._slow[worker_index] = state
+        return state
+
+    def _advance(self, worker_index: int, time: float, iteration: int) -> bool:
+        state = self._init(worker_index)
+        if self.step == "iteration":
+            target = int(iteration)
+        else:
+            target = math.floor(float(time) / float(self.step))
+        n_steps = target - self._step_index[worker_index]
+        if n_steps <= 0:
+            return state
+        self._step_index[worker_index] = target
+        total = self.p_slow + self.p_fast
+        if total == 0.0:
+            return state
+        # n-step transition of a two-state chain in closed form: one uniform per advance
+        pi = self.p_slow / total
+        prob_slow = pi + (float(state) - pi) * (1.0 - total) ** n_steps
+        state = bool(self.streams[worker_index].random() < prob_slow)
+        self._slow[worker_index] = state
+        return state
+
+    def state(self, worker_index: int) -> bool:
+        """Return whether ``worker_index`` is slow now (True) or fast (False)."""
+        if not self.listed[worker_index]:
+            return False
+        return self._init(worker_index)
+
+    def sample(
+        self,
+        worker_index: int,
+        *,
+        time: float = 0.0,
+        iteration: int = 0,
+        load: float = 1.0,
+        measured: float | None = None,
+        size: int | None = None,
+    ) -> Draw:
+        slow = self.listed[worker_index] and self._advance(worker_index, time, iteration)
+        kwargs = {"time": time, "iteration": iteration, "load": load, "measured": measured,
+                  "size": size}
+        if slow and self.slow is not None:
+            return self.slow.sample(worker_index, **kwargs)  # type: ignore[arg-type]
+        factor = self.slow_factor if slow and self.slow_factor is not None else 1.0
+        return _scaled(self.base, factor, worker_index, **kwargs)  # type: ignore[arg-type]
+
+
+@register_model
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TwoStateMarkov(_Modifier):
+    """Two-state Markov stragglers: each worker is fast or slow and switches at random.
+
+    Each listed worker's chain moves fast -> slow with probability ``p_slow`` and
+    slow -> fast with probability ``p_fast`` once per iteration (``step="iteration"``)
+    or once per ``step`` seconds of time. The chain is advanced lazily to the
+    ``iteration`` / ``time`` of each call, using only that worker's stream. In the slow
+    state the compute time is multiplied by ``slow_factor``, or drawn from the ``slow``
+    model instead of ``base`` (give exactly one of the two).
+
+    Parameters
+    ----------
+    base : LatencyModel or None, default=None
+        Model of the fast state. None scales the real (``measured``) compute time.
+    slow_factor : float or None, default=None
+        Compute-time factor (> 0) in the slow state.
+    slow : LatencyModel or None, default=None
+        Model drawn from in the slow state (must have a distribution).
+    p_slow : float
+        Probability of switching fast -> slow at each step.
+    p_fast : float or None, default=None
+        Probability of switching slow -> fast at each step (None: equal to ``p_slow``).
+    step : "iteration" or float, default="iteration"
+        When the chain steps: at each iteration, or every ``step`` seconds.
+    initial : {"fast", "slow", "stationary"}, default="fast"
+        First state; "stationary" draws it with P(slow) = p_slow / (p_slow + p_fast).
+    workers : int, tuple of int or None, default=None
+        Workers that follow a chain (None: all); the others are always fast.
+
+    See Also
+    --------
+    Bursts : DSAG's burst chain, stepped in time.
+
+    Notes
+    -----
+    The age paper's model (rate mu_s when slow, mu_f when fast, switching with
+    probability p at the start of each iteration) is
+    ``TwoStateMarkov(base=MultiMessage(alpha=a, rate=mu_f),
+    slow=MultiMessage(alpha=a, rate=mu_s), p_slow=p)``.
+
+    Sampler method ``state(worker_index)`` tells whether a worker is slow now.
+
+    References
+    ----------
+    .. [1] E. Ozfatura, B. Buyukates, D. Gündüz and S. Ulukus, "Age-Based Coded Computation
+       for Bias Reduction in Distributed Learning", IEEE GLOBECOM, 2020, §V (two-state
+       Markov straggling).
+
+    Examples
+    --------
+    >>> m = TwoStateMarkov(slow_factor=4.0, p_slow=0.0, initial="slow")
+    >>> s = m.sampler(2, rng=0)
+    >>> s.sample(0, measured=0.5), s.state(0)
+    ((2.0, 0.0), True)
+    """
+
+    name: ClassVar[str] = "markov"
+    base: LatencyModel | None = None
+    slow_factor: float | None = None
+    slow: LatencyModel | None = None
+    p_slow: float
+    p_fast: float | None = None
+    step: str | float = "iteration"
+    initial: str = "fast"
+    workers: int | tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        caller = "TwoStateMarkov"
+        object.__setattr__(self, "base", _check_base(self.base, name="base", caller=caller))
+        slow = _check_base(self.slow, name="slow", caller=caller)
+        slow_factor = check_positive(
+            self.slow_factor, name="slow_factor", caller=caller, allow_none=True
+        )
+        if (slow is None) == (slow_factor is None):
+            raise InvalidParameterError(
+                f"The 'slow_factor' and 'slow' parameters of {caller}: give exactly one of "
+                f"them (a factor on the compute time, or a model for the slow state). Got "
+                f"slow_factor={self.slow_factor!r}, slow={self.slow!r} instead."
+            )
+        if slow is not None and not slow.has_distribution:
+            raise InvalidParameterError(
+                f"The 'slow' parameter of {caller} must be a model with a distribution (such "
+                f"as gamma(...)). Got {slow!r} instead; use slow_factor to scale the measured "
+                "time."
+            )
+        object.__setattr__(self, "slow_factor", slow_factor)
+        p_slow = _check_probability(self.p_slow, name="p_slow", caller=caller)
+        p_fast = p_slow if self.p_fast is None else _check_probability(
+            self.p_fast, name="p_fast", caller=caller
+        )
+        object.__setattr__(self, "p_slow", p_slow)
+        object.__setattr__(self, "p_fast", p_fast)
+        step = self.step
+        if isinstance(step, str):
+            step = check_choice(step, name="step", caller=caller, choices=["iteration"])
+        else:
+            step = check_positive(
+                step, name="step", caller=caller,
+                remedy="Give 'iteration' or a number of seconds.",
+            )
+        object.__setattr__(self, "step", step)
+        initial = check_choice(
+            self.initial, name="initial", caller=caller, choices=["fast", "slow", "stationary"]
+        )
+        if initial == "stationary" and p_slow + p_fast == 0.0:
+            raise InvalidParameterError(
+                f"The 'initial' parameter of {caller} cannot be 'stationary' when p_slow and "
+                "p_fast are both 0 (no stationary law). Choose 'fast' or 'slow'."
+            )
+        workers = _check_workers(self.workers, caller=caller, allow_none=True)
+        object.__setattr__(self, "workers", workers)
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Raise InvalidParameterError if a listed worker is out of range."""
+        _check_nested(self, n_workers)
+        _check_workers_in_range(self.workers, n_workers, caller="TwoStateMarkov")  # type: ignore[arg-type]
+
+    def to_spec(self) -> str:
+        """Return the model as a spec string that ``parse_latency`` reads back."""
+        term = _term_spec(self, skip_base=True)
+        return term if self.base is None else f"{self.base.to_spec()} + {term}"
+
+    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+        return _ChainSampler(
+            n_workers, streams, base=self.base, slow=self.slow, slow_factor=self.slow_factor,
+            p_slow=self.p_slow, p_fast=self.p_fast, step=self.step,  # type: ignore[arg-type]
+            initial=self.initial, workers=self.workers,  # type: ignore[arg-type]
+        )
+
+
+@register_model
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bursts(_Modifier):
+    """Latency bursts: DSAG reference code's two-state chain stepped in time.
+
+    Every ``period`` seconds each listed worker's chain steps with transition matrix
+    ``[[1 - p_enter, p_enter], [p_leave, 1 - p_leave]]`` (state 0: normal, 1: burst);
+    during a burst the compute time is multiplied by ``factor``. Chains start outside a
+    burst.
+
+    Parameters
+    ----------
+    base : LatencyModel or None, default=None
+        Model outside bursts. None scales the real (``measured``) compute time.
+    factor : float, default=1.103
+        Compute-time factor (> 0) during a burst.
+    p_enter : float, default=0.011
+        Probability of entering a burst at each step.
+    p_leave : float, default=0.286
+        Probability of leaving a burst at each step.
+    period : float, default=10.0
+        Seconds between steps.
+    workers : int, tuple of int or None, default=None
+        Workers with bursts (None: all).
+
+    See Also
+    --------
+    TwoStateMarkov : The general chain (this model is a special case).
+
+    References
+    ----------
+    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb and A. Graell i Amat, "DSAG: A Mixed
+       Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
+       IEEE Trans. Commun., 2023, §IV (event-driven simulation) and its reference code
+       (burst model).
+
+    Examples
+    --------
+    >>> s = Bursts(p_enter=1.0, p_leave=0.0, factor=2.0).sampler(1, rng=0)
+    >>> s.sample(0, time=5.0, measured=1.0), s.sample(0, time=10.0, measured=1.0)
+    ((1.0, 0.0), (2.0, 0.0))
+    """
+
+    name: ClassVar[str] = "bursts"
+    base: LatencyModel | None = None
+    factor: float = 1.103
+    p_enter: float = 0.011
+    p_leave: float = 0.286
+    period: float = 10.0
+    workers: int | tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        caller = "Bursts"
+        object.__setattr__(self, "base", _check_base(self.base, name="base", caller=caller))
+        object.__setattr__(self, "factor", check_positive(self.factor, name="factor",
+                                                          caller=caller))
+        for name in ("p_enter", "p_leave"):
+            object.__setattr__(
+                self, name, _check_probability(getattr(self, name), name=name, caller=caller)
+            )
+        object.__setattr__(self, "period", check_positive(self.period, name="period",
+                                                          caller=caller))
+        object.__setattr__(
+            self, "workers", _check_workers(self.workers, caller=caller, allow_none=True)
+        )
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Raise InvalidParameterError if a listed worker is out of range."""
+        _check_nested(self, n_workers)
+        _check_workers_in_range(self.workers, n_workers, caller="Bursts")  # type: ignore[arg-type]
+
+    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+        return _ChainSampler(
+            n_workers, streams, base=self.base, slow=None, slow_factor=self.factor,
+            p_slow=self.p_enter, p_fast=self.p_leave, step=self.period, initial="fast",
+            workers=self.workers,  # type: ignore[arg-type]
+        )
