@@ -621,6 +621,11 @@ def genotype_pca(ds: Any, n_components: int = 10, *, merge: bool = True, qc: Any
             "The 'merge' parameter of genotype_pca must be False for a Matrix (there is no "
             "Dataset to merge into). Got True instead; pass merge=False or the Dataset."
         )
+    if merge and isinstance(ds, str | os.PathLike) and os.fspath(ds).lower().endswith(".bed"):
+        raise InvalidParameterError(
+            "The 'merge' parameter of genotype_pca must be False for a PLINK .bed fileset "
+            "(there is no Dataset to merge into). Got True instead; pass merge=False."
+        )
     client = kwargs.get("client")
     if client is None and kwargs.get("runtime") in (None, "dask") and "scheduler" not in kwargs:
         client = _default_client()
@@ -630,11 +635,6 @@ def genotype_pca(ds: Any, n_components: int = 10, *, merge: bool = True, qc: Any
         raise InvalidDataError(
             f"genotype_pca needs genotypes (a VCF Zarr store or Dataset); got {matrix.kind}. "
             "Use fit_pca for another matrix."
-        )
-    if merge and matrix.kind == "plink-bed":
-        raise InvalidParameterError(
-            "The 'merge' parameter of genotype_pca must be False for a PLINK .bed fileset "
-            "(there is no Dataset to merge into). Got True instead; pass merge=False."
         )
     result = fit_pca(matrix, n_components, **kwargs)
     fitted = result.fitted

@@ -239,6 +239,9 @@ def test_genotype_pca_of_a_bed_needs_merge_false(pair):
     vcz, bed = pair
     with pytest.raises(InvalidParameterError, match=r"'merge' parameter.*PLINK \.bed"):
         genotype_pca(str(bed), 3, runtime="local", method="gram")
+    # refused before anything is opened or counted (a QC pass would run on the workers)
+    with pytest.raises(InvalidParameterError, match=r"'merge' parameter.*PLINK \.bed"):
+        genotype_pca(bed.parent / "nowhere.bed", 3, qc={"min_maf": 0.1}, runtime="local")
     kw = {"merge": False, "runtime": "local", "method": "gram", "n_workers": 2}
     got, ref = genotype_pca(str(bed), 3, **kw), genotype_pca(str(vcz), 3, **kw)
     np.testing.assert_allclose(np.abs(got.sample_pca_projection.values),
