@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from daskstraggle.data.plink import MAGIC, VARIANT_MAJOR
+from daskstraggle.data.genotypes import _strings
+from daskstraggle.data.plink import _BED_DOSAGE, MAGIC, VARIANT_MAJOR
 from daskstraggle.data.sources import genotype_rows
 from daskstraggle.errors import OutputExistsError
 
@@ -27,8 +28,9 @@ __all__ = ["FILESET", "staged_fileset", "write_bed"]
 
 #: The files of a fileset, by suffix.
 FILESET = (".bed", ".bim", ".fam")
-#: Dosage + 1 (-1 missing, 0, 1, 2 ALT alleles) -> .bed 2-bit code.
-_CODES = np.array([0b01, 0b11, 0b10, 0b00], dtype=np.uint8)
+#: Dosage + 1 (-1 missing, 0, 1, 2 ALT alleles) -> .bed 2-bit code: the inverse of the
+#: reader's code -> dosage table (01, 11, 10, 00).
+_CODES = np.argsort(_BED_DOSAGE + 1).astype(np.uint8)
 
 
 def _encode(dosages: np.ndarray) -> np.ndarray:
@@ -38,12 +40,6 @@ def _encode(dosages: np.ndarray) -> np.ndarray:
     codes[:, :n_samples] = _CODES[dosages.astype(np.int16) + 1]
     quads = codes.reshape(n_rows, -1, 4)
     return quads[..., 0] | quads[..., 1] << 2 | quads[..., 2] << 4 | quads[..., 3] << 6
-
-
-def _strings(values: object) -> np.ndarray:
-    """``values`` (any string dtype, numpy's variable-width StringDType too) as ``str``."""
-    array = np.asarray(values)
-    return np.array([str(v) for v in array.ravel()], dtype=object).reshape(array.shape)
 
 
 def write_bed(store: str | os.PathLike[str], prefix: Path, *, family: np.ndarray | None = None,
