@@ -496,6 +496,8 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
         raise InputError("give exactly one of --latency SPEC and --from-trace RESULT")
     if iid and from_trace is None:
         raise InputError("--iid applies to --from-trace")
+    if n_workers is not None and n_workers < 1:
+        raise InputError(f"--workers must be >= 1, got {n_workers}")
     if from_trace is not None:
         from daskstraggle.latency.fit import fit_trace
         from daskstraggle.trace import Result
@@ -509,8 +511,6 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
                 f"a {traced.method} run's tasks do not carry equal shares of the rows, so its "
                 "latency cannot be rescaled; drop --workers, or calibrate with --method gd"
             )
-        if n_workers is not None and n_workers < 1:
-            raise InputError(f"--workers must be >= 1, got {n_workers}")
         model = fit_trace(traced.trace, iid=iid, n_workers=n_workers if resized else None)
         n_workers = n_trace if n_workers is None else n_workers
         source = f"fitted to {from_trace}" + (" (i.i.d.)" if iid else " (per worker)")
@@ -521,8 +521,6 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
         model = parse_latency(latency)  # type: ignore[arg-type]
         source = model.to_spec()
     n_workers = 100 if n_workers is None else n_workers
-    if n_workers < 1:
-        raise InputError(f"--workers must be >= 1, got {n_workers}")
     if n_samples < 1 or n_workers * n_samples > 50_000_000:
         raise InputError(
             f"--samples x --workers must be in [1, 5e7] (memory: one double each); got "
