@@ -294,10 +294,7 @@ class Coordinator:
         """Judge the round: a verdict now, or after an exact check pass."""
         summary = self.method.summary()
         now = self.now()
-        reference = self.session.reference
-        gap = (None if reference is None or summary.objective is None
-               else summary.objective - reference.objective)
-        self._round = (summary, now, gap)
+        self._round = (summary, now, self._gap(summary.objective))
         verdict = self.session.monitor.observe(len(self.session.recorder), summary.iterate,
                                                summary.result, summary.objective)
         if verdict == "check":
@@ -310,12 +307,16 @@ class Coordinator:
         """Give the judged round the objective its exact check found, when the round's
         own estimate had none (a round that did not see every row fresh), and the gap to
         the reference with it."""
-        summary, now, gap = self._pending_round()
+        summary, now, _ = self._pending_round()
         if summary.objective is not None or objective is None:
             return
+        self._round = (dataclasses.replace(summary, objective=objective), now,
+                       self._gap(objective))
+
+    def _gap(self, objective: float | None) -> float | None:
+        """``objective`` minus the reference's, when both exist."""
         reference = self.session.reference
-        gap = None if reference is None else objective - reference.objective
-        self._round = (dataclasses.replace(summary, objective=objective), now, gap)
+        return None if reference is None or objective is None else objective - reference.objective
 
     def _pending_round(self) -> tuple[RoundSummary, float, float | None]:
         assert self._round is not None, "no round is being judged"
