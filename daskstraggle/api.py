@@ -21,7 +21,7 @@ from daskstraggle.data.genotypes import (
     filter_variants,
     parse_qc,
 )
-from daskstraggle.data.matrix import Matrix, open_matrix
+from daskstraggle.data.matrix import Matrix, is_bed_path, open_matrix
 from daskstraggle.errors import (
     InvalidDataError,
     InvalidParameterError,
@@ -621,7 +621,7 @@ def genotype_pca(ds: Any, n_components: int = 10, *, merge: bool = True, qc: Any
             "The 'merge' parameter of genotype_pca must be False for a Matrix (there is no "
             "Dataset to merge into). Got True instead; pass merge=False or the Dataset."
         )
-    if merge and isinstance(ds, str | os.PathLike) and os.fspath(ds).lower().endswith(".bed"):
+    if merge and is_bed_path(ds):
         raise InvalidParameterError(
             "The 'merge' parameter of genotype_pca must be False for a PLINK .bed fileset "
             "(there is no Dataset to merge into). Got True instead; pass merge=False."

@@ -479,12 +479,17 @@ def open_matrix(
     return matrix
 
 
+def is_bed_path(source: Any) -> bool:
+    """Whether ``source`` is a path or URL that ``open_matrix`` reads as a PLINK .bed."""
+    return isinstance(source, str | os.PathLike) and os.fspath(source).lower().endswith(".bed")
+
+
 def _open_path(location: str, remote: dict[str, Any] | None, array: str | None, labels: Any,
                rows_are_variants: bool | None, options: _ZarrOptions) -> Matrix:
     """Open a PLINK .bed fileset, or a Zarr store at a local path or URL."""
     from daskstraggle.data import _open_genotypes as _genotypes
 
-    if location.lower().endswith(".bed"):
+    if is_bed_path(location):
         from daskstraggle.data.plink import open_bed
 
         return open_bed(location, remote=remote, array=array, labels=labels,
