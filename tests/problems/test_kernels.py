@@ -88,11 +88,12 @@ def dense(block: Block) -> np.ndarray:
 # ------------------------------------------------------------------------------ PCA
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_pca_pass_matches_the_float64_reference(kind, shape, implementation, rng):
+@pytest.mark.parametrize("k", [2, 3])  # the numba kernel has its own loop for two columns
+def test_pca_pass_matches_the_float64_reference(kind, shape, k, implementation, rng):
     block = make_block(kind, *shape, rng)
     X = dense(block)
-    V = rng.normal(size=(shape[1], 3))
-    shift = rng.normal(size=3)
+    V = rng.normal(size=(shape[1], k))
+    shift = rng.normal(size=k)
     G, colsum, sq = kernels.pca_pass(block, V, shift, implementation=implementation)
     P = X @ V - shift
     assert close(G, X.T @ P)
@@ -113,17 +114,22 @@ def test_pca_pass_every_width(k, implementation, rng):
 
 @pytest.mark.parametrize("fill", [False, True])
 @pytest.mark.parametrize("m", [7, 8, 29, 64])
-def test_int8_rows_outside_the_dosage_range(fill, m, implementation, rng):
+@pytest.mark.parametrize("k", [2, 3])
+def test_int8_rows_outside_the_dosage_range(fill, m, k, implementation, rng):
     """Rows with values outside -1..2 (tetraploid dosages, -2) are converted value by
-    value, the others eight values at a time; both next to each other in one block."""
+    value, the others eight values at a time; both next to each other in one block, and
+    one value out of range in an otherwise valid four-row group (checked as one span)."""
     n = 23
     values = dosages(n, m, rng, missing=0.1)
     odd = rng.random(n) < 0.4
     values[odd] = rng.integers(-2, 5, size=(int(odd.sum()), m)).astype(np.int8)
+    values[:8] = dosages(8, m, rng, missing=0.1)
+    values[5, m - 1] = 3  # the last byte of a group's span
+    values[0, 0] = -2  # the first
     block = Block(values, fill=rng.uniform(0, 2, n) if fill else None,
                   center=rng.uniform(0, 2, n), scale=rng.uniform(1, 2, n))
     X = dense(block)
-    V = rng.normal(size=(m, 3))
+    V = rng.normal(size=(m, k))
     G, colsum, sq = kernels.pca_pass(block, V, None, implementation=implementation)
     assert close(G, X.T @ (X @ V))
     assert close(colsum, (X @ V).sum(axis=0))
