@@ -7,7 +7,15 @@ then feed two register-blocked loops: the projections ``p = x V`` (each ``V`` co
 once for four rows) and the rank-4 update ``G^T += q^T x``. Centre and scale are applied to
 the thin products (``k`` values per row), not to the wide rows. So the stored bytes are
 read once from memory and no tile-sized float copy exists. :func:`pca` takes ``VT`` and
-``GT`` as wide as its buffer: the caller pads genotype rows to whole 512-bit vectors.
+``GT`` as wide as its buffer: the caller pads genotype rows to whole 512-bit vectors and
+allocates both on 64-byte boundaries. With two columns :func:`pca` runs one flat loop
+(:func:`_pca_two`) that keeps every per-row value in registers. Genotype rows are
+prefetched two groups ahead of their conversion.
+
+All the kernels and the intrinsics they call live in this one module on purpose: numba's
+on-disk cache of a function is invalidated only by changes to the file that defines it,
+so a kernel compiled against a helper from another module would keep running the old
+helper after an edit.
 
 Arrays that a block lacks (fill, centre, scale) are passed as empty arrays with a
 ``False`` flag, so each kernel has one compiled signature per stored dtype.
