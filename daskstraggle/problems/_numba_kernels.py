@@ -9,8 +9,9 @@ the thin products (``k`` values per row), not to the wide rows. So the stored by
 read once from memory and no tile-sized float copy exists. :func:`pca` takes ``VT`` and
 ``GT`` as wide as its buffer: the caller pads genotype rows to whole 512-bit vectors and
 allocates both on 64-byte boundaries. With two columns :func:`pca` runs one flat loop
-(:func:`_pca_two`) that keeps every per-row value in registers. Genotype rows are
-prefetched two groups ahead of their conversion.
+(:func:`_pca_two`) that keeps every per-row value in registers. Rows are
+prefetched one row at a time, at four points of each group, a group (float64) or two
+(genotypes) ahead.
 
 All the kernels and the intrinsics they call live in this one module on purpose: numba's
 on-disk cache of a function is invalidated only by changes to the file that defines it,
@@ -38,8 +39,10 @@ from numba.extending import intrinsic
 
 #: Rows converted and multiplied together.
 ROWS = 4
-#: Genotype rows are prefetched this many rows ahead of their conversion.
-AHEAD = 2 * ROWS
+#: Rows are prefetched this far ahead, one row at each of four points of a group
+#: (:func:`_ahead`): one group for float64 rows, two for genotype rows (docs/kernels.md).
+AHEAD_FLOAT = ROWS
+AHEAD_GENOTYPES = 2 * ROWS
 #: Reassociation lets LLVM vectorise the dot products; results agree with the ordered
 #: sums to rounding (the tests hold them to 1e-12).
 _FAST = {"reassoc", "contract", "nsz"}
@@ -211,6 +214,20 @@ def _dosage_span(typingctx, values, i0, count):
 
 
 
+def _ahead(values):
+    """Rows between a row's prefetch and its use: :data:`AHEAD_FLOAT` for float64 rows,
+    :data:`AHEAD_GENOTYPES` for int8 and packed rows (see overload)."""
+
+
+@numba.extending.overload(_ahead, jit_options=_JIT)
+def _ahead_overload(values):
+    """The kernels prefetch the rows of a later group one row at a time, at four points of
+    each group, so the misses spread over the group's work instead of queueing at its start
+    (prefetching a whole group at once was slower than none: the fill buffers ran out)."""
+    rows = AHEAD_FLOAT if values.dtype == numba.types.float64 else AHEAD_GENOTYPES
+    return lambda values: rows
+
+
 def _rows(values, i0, nr, fill, has_fill, buf):
     """Return rows ``i0 .. i0 + nr`` as float64 with missing entries filled (see overload)."""
 
@@ -236,7 +253,6 @@ def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
     (docs/kernels.md)."""
     _wide_vectors()
     m = values.shape[1]
-    _prefetch_rows(values, i0 + AHEAD, ROWS)
     if m < 8 or nr * m < 64 or not _dosage_span(values, i0, nr):
         return _convert_dense(values, i0, nr, fill, has_fill, buf)
     for r in range(nr):
@@ -272,7 +288,6 @@ def _decode_packed_permute(values, i0, nr, fill, has_fill, buf):
     """Packed rows through :func:`_lookup8`, eight calls (two bytes) at a time; four
     calls left over are decoded with the previous four (an overlapping pair of bytes)."""
     _wide_vectors()
-    _prefetch_rows(values, i0 + AHEAD, ROWS)
     m = _packed_width(values, buf)
     pairs = m // 8
     overlap = m - 8 * pairs == 4 and pairs > 0
@@ -589,6 +604,7 @@ def _pca_two(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, buf)
     _wide_vectors()
     n = values.shape[0]
     m = VT.shape[1]
+    ahead = _ahead(values)
     has_fill, has_center, has_scale = flags[0], flags[1], flags[2]
     v0, v1 = VT[0], VT[1]
     g0, g1 = GT[0], GT[1]
@@ -596,8 +612,10 @@ def _pca_two(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, buf)
     total0 = total1 = square0 = square1 = corr0 = corr1 = 0.0
     done = n - n % ROWS
     for i0 in range(0, done, ROWS):
+        _prefetch_rows(values, i0 + ahead, 1)
         rows = _rows(values, i0, ROWS, fill, has_fill, buf)
         x0, x1, x2, x3 = rows[0], rows[1], rows[2], rows[3]
+        _prefetch_rows(values, i0 + ahead + 1, 1)
         a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = 0.0
         for j in range(m):
             y0 = x0[j]
@@ -614,6 +632,7 @@ def _pca_two(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, buf)
             a11 += y1 * w
             a21 += y2 * w
             a31 += y3 * w
+        _prefetch_rows(values, i0 + ahead + 2, 1)
         args = (center, scale, has_center, has_scale, vsum, shift)
         t0, t1, q00, q01, c0 = _thin_two(a00, a01, i0, *args)
         u0, u1, q10, q11, c1 = _thin_two(a10, a11, i0 + 1, *args)
@@ -625,6 +644,7 @@ def _pca_two(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, buf)
         square1 += t1 * t1 + u1 * u1 + w1 * w1 + z1 * z1
         corr0 += c0 * q00 + c1 * q10 + c2 * q20 + c3 * q30
         corr1 += c0 * q01 + c1 * q11 + c2 * q21 + c3 * q31
+        _prefetch_rows(values, i0 + ahead + 3, 1)
         for j in range(m):
             y0 = x0[j]
             y1 = x1[j]
@@ -653,6 +673,7 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
     _wide_vectors()
     n = values.shape[0]
     k, m = VT.shape
+    ahead = _ahead(values)
     has_fill, has_center, has_scale = flags[0], flags[1], flags[2]
     buf = _aligned_zeros(ROWS, m)
     start = 0
@@ -666,8 +687,11 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
     correction = np.zeros(k)
     for i0 in range(start, n, ROWS):
         nr = min(ROWS, n - i0)
+        _prefetch_rows(values, i0 + ahead, 1)
         rows = _rows(values, i0, nr, fill, has_fill, buf)
+        _prefetch_rows(values, i0 + ahead + 1, 1)
         _project(rows, VT, p)
+        _prefetch_rows(values, i0 + ahead + 2, 1)
         for r in range(nr):
             c = center[i0 + r] if has_center else 0.0
             s = scale[i0 + r] if has_scale else 1.0
@@ -679,6 +703,7 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
                 correction[col] += c * q[r, col]
         for r in range(nr, ROWS):
             q[r, :] = 0.0
+        _prefetch_rows(values, i0 + ahead + 3, 1)
         _scatter(rows, q, GT)
     if has_center:
         for col in range(k):
@@ -694,6 +719,7 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
     _wide_vectors()
     n = values.shape[0]
     m = w.shape[0]
+    ahead = _ahead(values)
     has_fill, has_center, has_scale = flags[0], flags[1], flags[2]
     VT = w.reshape(1, m)
     GT = grad.reshape(1, m)
@@ -706,8 +732,11 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
     correction = 0.0
     for i0 in range(0, n, ROWS):
         nr = min(ROWS, n - i0)
+        _prefetch_rows(values, i0 + ahead, 1)
         rows = _rows(values, i0, nr, fill, has_fill, buf)
+        _prefetch_rows(values, i0 + ahead + 1, 1)
         _project(rows, VT, p)
+        _prefetch_rows(values, i0 + ahead + 2, 1)
         for r in range(nr):
             c = center[i0 + r] if has_center else 0.0
             s = scale[i0 + r] if has_scale else 1.0
@@ -723,6 +752,7 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
             correction += c * q[r, 0]
         for r in range(nr, ROWS):
             q[r, 0] = 0.0
+        _prefetch_rows(values, i0 + ahead + 3, 1)
         _scatter(rows, q, GT)
     if has_center:
         grad -= correction
