@@ -371,203 +371,221 @@ def _decode_packed(values, i0, nr, fill, has_fill, buf):
     return buf
 
 
+_I32X8 = ir.VectorType(ir.IntType(32), 8)
+#: Lane ``i`` of :func:`_sum8`'s result is the sum of its input ``_SUM8_ORDER[i]``.
+_SUM8_ORDER = (0, 4, 2, 6, 1, 5, 3, 7)
+
+
+def _ir_function(builder, name, ret, args):
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, args), name)
+
+
+def _fmuladd(builder, a, b, c):
+    """``a * b + c``, fused where the CPU has FMA (``llvm.fmuladd``)."""
+    return builder.call(_ir_function(builder, "llvm.fmuladd.v8f64", _VD, [_VD] * 3), [a, b, c])
+
+
+def _lane_mask(builder, left):
+    """The ``<8 x i1>`` mask of lanes ``i < left``."""
+    i64x8 = ir.VectorType(ir.IntType(64), 8)
+    splat = builder.insert_element(ir.Constant(i64x8, ir.Undefined), left, ir.Constant(_I32, 0))
+    splat = builder.shuffle_vector(splat, ir.Constant(i64x8, ir.Undefined),
+                                   ir.Constant(_I32X8, [0] * 8))
+    return builder.icmp_signed("<", ir.Constant(i64x8, list(range(8))), splat)
+
+
+def _vload(builder, pointer, mask=None):
+    """Eight float64 from ``pointer``; with ``mask``, the masked lanes only (others 0)."""
+    pointer = builder.bitcast(pointer, _VD.as_pointer())
+    if mask is None:
+        return builder.load(pointer, align=8)
+    load = _ir_function(builder, "llvm.masked.load.v8f64.p0v8f64", _VD,
+                        [_VD.as_pointer(), _I32, ir.VectorType(ir.IntType(1), 8), _VD])
+    return builder.call(load, [pointer, ir.Constant(_I32, 8), mask, ir.Constant(_VD, [0.0] * 8)])
+
+
+def _vstore(builder, value, pointer, mask=None):
+    pointer = builder.bitcast(pointer, _VD.as_pointer())
+    if mask is None:
+        builder.store(value, pointer, align=8)
+        return
+    store = _ir_function(builder, "llvm.masked.store.v8f64.p0v8f64", ir.VoidType(),
+                         [_VD, _VD.as_pointer(), _I32, ir.VectorType(ir.IntType(1), 8)])
+    builder.call(store, [value, pointer, ir.Constant(_I32, 8), mask])
+
+
+def _sum8(builder, vectors):
+    """Eight vectors to one vector of their eight sums (lane order :data:`_SUM8_ORDER`):
+    three levels of two shuffles and one add, 21 µops where eight separate horizontal sums
+    take 48."""
+    def step(a, b, low, high):
+        x = builder.shuffle_vector(a, b, ir.Constant(_I32X8, low))
+        y = builder.shuffle_vector(a, b, ir.Constant(_I32X8, high))
+        return builder.fadd(x, y, flags=("reassoc", "nsz"))
+
+    level = [step(vectors[i], vectors[i + 1], [0, 1, 2, 3, 8, 9, 10, 11],
+                  [4, 5, 6, 7, 12, 13, 14, 15]) for i in range(0, 8, 2)]
+    level = [step(level[i], level[i + 1], [0, 1, 8, 9, 4, 5, 12, 13],
+                  [2, 3, 10, 11, 6, 7, 14, 15]) for i in range(0, 4, 2)]
+    return step(level[0], level[1], [0, 8, 2, 10, 4, 12, 6, 14], [1, 9, 3, 11, 5, 13, 7, 15])
+
+
+def _row_pointers(context, builder, array_type, array, first, count):
+    """Pointers to rows ``first .. first + count`` of a C-contiguous 2-D array, and its
+    row length."""
+    data = context.make_array(array_type)(context, builder, array)
+    width = cgutils.unpack_tuple(builder, data.shape, 2)[1]
+    rows = [builder.gep(data.data, [builder.mul(builder.add(first, ir.Constant(first.type, r)),
+                                                width)]) for r in range(count)]
+    return rows, width
+
+
+def _vector_loop(builder, m, body):
+    """Call ``body(j, mask)`` for ``j = 0, 8, ...`` over ``m`` values: whole vectors with
+    ``mask=None``, then the last ``m % 8`` values once with a lane mask (no scalar tail)."""
+    full = builder.sub(m, builder.srem(m, ir.Constant(m.type, 8)))
+    with cgutils.for_range_slice(builder, ir.Constant(m.type, 0), full,
+                                 ir.Constant(m.type, 8), m.type) as (j, _):
+        body(j, None)
+    left = builder.sub(m, full)
+    with builder.if_then(builder.icmp_signed(">", left, ir.Constant(m.type, 0))):
+        body(full, _lane_mask(builder, left))
+
+
+def _project_block(columns):
+    """An intrinsic ``(x, VT, c0, p)``: ``p[r, c0 + c] = x[r] . VT[c0 + c]`` for the four
+    rows of ``x`` and ``columns`` columns, over the ``x.shape[1]`` values of a row.
+
+    Written in LLVM IR: the ``4 * columns`` accumulators are 512-bit registers, each ``VT``
+    vector is loaded once for four rows, a row's last ``m % 8`` values are one masked load
+    (numba's loops finish with a scalar loop), and the accumulators are summed eight at a
+    time by :func:`_sum8`.
+    """
+    @intrinsic
+    def project(typingctx, x, VT, c0, p):
+        def codegen(context, builder, signature, args):
+            intp = context.get_value_type(types.intp)
+            first = context.cast(builder, args[2], signature.args[2], types.intp)
+            rows, m = _row_pointers(context, builder, signature.args[0], args[0],
+                                    ir.Constant(intp, 0), ROWS)
+            vs, _ = _row_pointers(context, builder, signature.args[1], args[1], first, columns)
+            out = context.make_array(signature.args[3])(context, builder, args[3])
+            k = cgutils.unpack_tuple(builder, out.shape, 2)[1]
+            pairs = [(r, c) for r in range(ROWS) for c in range(columns)]
+            acc = {pair: cgutils.alloca_once_value(builder, ir.Constant(_VD, [0.0] * 8))
+                   for pair in pairs}
+
+            def body(j, mask):
+                xv = [_vload(builder, builder.gep(rows[r], [j]), mask) for r in range(ROWS)]
+                for c in range(columns):
+                    vv = _vload(builder, builder.gep(vs[c], [j]), mask)
+                    for r in range(ROWS):
+                        builder.store(_fmuladd(builder, xv[r], vv, builder.load(acc[r, c])),
+                                      acc[r, c])
+
+            _vector_loop(builder, m, body)
+            zero = ir.Constant(_VD, [0.0] * 8)
+            for start in range(0, len(pairs), 8):
+                chunk = pairs[start : start + 8]
+                sums = _sum8(builder, [builder.load(acc[pair]) for pair in chunk]
+                             + [zero] * (8 - len(chunk)))
+                for lane, source in enumerate(_SUM8_ORDER):
+                    if source < len(chunk):
+                        r, c = chunk[source]
+                        at = builder.add(builder.mul(ir.Constant(intp, r), k),
+                                         builder.add(first, ir.Constant(intp, c)))
+                        builder.store(builder.extract_element(sums, ir.Constant(_I32, lane)),
+                                      builder.gep(out.data, [at]))
+            return context.get_dummy_value()
+
+        return types.void(x, VT, c0, p), codegen
+
+    return project
+
+
+def _scatter_block(columns):
+    """An intrinsic ``(x, q, c0, GT)``: ``GT[c0 + c] += sum_r q[r, c0 + c] x[r]`` for the
+    four rows of ``x`` and ``columns`` columns (a rank-4 update), in LLVM IR as
+    :func:`_project_block`: each ``GT`` vector loaded and stored once for four rows, the
+    last ``m % 8`` values by one masked load and store."""
+    @intrinsic
+    def scatter(typingctx, x, q, c0, GT):
+        def codegen(context, builder, signature, args):
+            intp = context.get_value_type(types.intp)
+            first = context.cast(builder, args[2], signature.args[2], types.intp)
+            rows, m = _row_pointers(context, builder, signature.args[0], args[0],
+                                    ir.Constant(intp, 0), ROWS)
+            gs, _ = _row_pointers(context, builder, signature.args[3], args[3], first, columns)
+            weights = context.make_array(signature.args[1])(context, builder, args[1])
+            k = cgutils.unpack_tuple(builder, weights.shape, 2)[1]
+            qs = {}
+            for r in range(ROWS):
+                for c in range(columns):
+                    at = builder.add(builder.mul(ir.Constant(intp, r), k),
+                                     builder.add(first, ir.Constant(intp, c)))
+                    value = builder.load(builder.gep(weights.data, [at]))
+                    lane = builder.insert_element(ir.Constant(_VD, ir.Undefined), value,
+                                                  ir.Constant(_I32, 0))
+                    qs[r, c] = builder.shuffle_vector(lane, ir.Constant(_VD, ir.Undefined),
+                                                      ir.Constant(_I32X8, [0] * 8))
+
+            def body(j, mask):
+                xv = [_vload(builder, builder.gep(rows[r], [j]), mask) for r in range(ROWS)]
+                for c in range(columns):
+                    pointer = builder.gep(gs[c], [j])
+                    g = _vload(builder, pointer, mask)
+                    for r in range(ROWS):
+                        g = _fmuladd(builder, xv[r], qs[r, c], g)
+                    _vstore(builder, g, pointer, mask)
+
+            _vector_loop(builder, m, body)
+            return context.get_dummy_value()
+
+        return types.void(x, q, c0, GT), codegen
+
+    return scatter
+
+
+_project1, _project2, _project4, _project5 = (_project_block(c) for c in (1, 2, 4, 5))
+_scatter1, _scatter2, _scatter4, _scatter5 = (_scatter_block(c) for c in (1, 2, 4, 5))
+
+
 @numba.njit(**_JIT)
 def _project(buf, VT, p):
-    """``p[r, c] = buf[r] . VT[c]`` for the four buffered rows, four columns at a time (the
-    last five together when ``k`` is 5, 9, 13, ...)."""
-    _wide_vectors()
-    k, m = VT.shape
-    x0, x1, x2, x3 = buf[0], buf[1], buf[2], buf[3]
+    """``p[r, c] = buf[r] . VT[c]`` for the four buffered rows, over ``buf.shape[1]``
+    values, four columns at a time (the last five together when ``k`` is 5, 9, 13, ...)."""
+    k = VT.shape[0]
     c = 0
-    while c + 4 <= k and c + 5 != k:  # the last five columns together (k = 5, 9, ...)
-        v0, v1, v2, v3 = VT[c], VT[c + 1], VT[c + 2], VT[c + 3]
-        a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = a20 = a21 = a22 = a23 = a30 = a31 = a32 = (
-            a33
-        ) = 0.0
-        for j in range(m):
-            y0 = x0[j]
-            y1 = x1[j]
-            y2 = x2[j]
-            y3 = x3[j]
-            w = v0[j]
-            a00 += y0 * w
-            a10 += y1 * w
-            a20 += y2 * w
-            a30 += y3 * w
-            w = v1[j]
-            a01 += y0 * w
-            a11 += y1 * w
-            a21 += y2 * w
-            a31 += y3 * w
-            w = v2[j]
-            a02 += y0 * w
-            a12 += y1 * w
-            a22 += y2 * w
-            a32 += y3 * w
-            w = v3[j]
-            a03 += y0 * w
-            a13 += y1 * w
-            a23 += y2 * w
-            a33 += y3 * w
-        p[0, c] = a00
-        p[0, c + 1] = a01
-        p[0, c + 2] = a02
-        p[0, c + 3] = a03
-        p[1, c] = a10
-        p[1, c + 1] = a11
-        p[1, c + 2] = a12
-        p[1, c + 3] = a13
-        p[2, c] = a20
-        p[2, c + 1] = a21
-        p[2, c + 2] = a22
-        p[2, c + 3] = a23
-        p[3, c] = a30
-        p[3, c + 1] = a31
-        p[3, c + 2] = a32
-        p[3, c + 3] = a33
+    while c + 4 <= k and c + 5 != k:
+        _project4(buf, VT, c, p)
         c += 4
     if c + 5 == k:
-        v0, v1, v2, v3, v4 = VT[c], VT[c + 1], VT[c + 2], VT[c + 3], VT[c + 4]
-        a00 = a01 = a02 = a03 = a04 = a10 = a11 = a12 = a13 = a14 = 0.0
-        a20 = a21 = a22 = a23 = a24 = a30 = a31 = a32 = a33 = a34 = 0.0
-        for j in range(m):
-            y0 = x0[j]
-            y1 = x1[j]
-            y2 = x2[j]
-            y3 = x3[j]
-            w = v0[j]
-            a00 += y0 * w
-            a10 += y1 * w
-            a20 += y2 * w
-            a30 += y3 * w
-            w = v1[j]
-            a01 += y0 * w
-            a11 += y1 * w
-            a21 += y2 * w
-            a31 += y3 * w
-            w = v2[j]
-            a02 += y0 * w
-            a12 += y1 * w
-            a22 += y2 * w
-            a32 += y3 * w
-            w = v3[j]
-            a03 += y0 * w
-            a13 += y1 * w
-            a23 += y2 * w
-            a33 += y3 * w
-            w = v4[j]
-            a04 += y0 * w
-            a14 += y1 * w
-            a24 += y2 * w
-            a34 += y3 * w
-        p[0, c], p[0, c + 1], p[0, c + 2], p[0, c + 3], p[0, c + 4] = a00, a01, a02, a03, a04
-        p[1, c], p[1, c + 1], p[1, c + 2], p[1, c + 3], p[1, c + 4] = a10, a11, a12, a13, a14
-        p[2, c], p[2, c + 1], p[2, c + 2], p[2, c + 3], p[2, c + 4] = a20, a21, a22, a23, a24
-        p[3, c], p[3, c + 1], p[3, c + 2], p[3, c + 3], p[3, c + 4] = a30, a31, a32, a33, a34
+        _project5(buf, VT, c, p)
         c += 5
     while c + 2 <= k:
-        v0, v1 = VT[c], VT[c + 1]
-        a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = 0.0
-        for j in range(m):
-            y0 = x0[j]
-            y1 = x1[j]
-            y2 = x2[j]
-            y3 = x3[j]
-            w = v0[j]
-            a00 += y0 * w
-            a10 += y1 * w
-            a20 += y2 * w
-            a30 += y3 * w
-            w = v1[j]
-            a01 += y0 * w
-            a11 += y1 * w
-            a21 += y2 * w
-            a31 += y3 * w
-        p[0, c] = a00
-        p[0, c + 1] = a01
-        p[1, c] = a10
-        p[1, c + 1] = a11
-        p[2, c] = a20
-        p[2, c + 1] = a21
-        p[3, c] = a30
-        p[3, c + 1] = a31
+        _project2(buf, VT, c, p)
         c += 2
-    while c < k:
-        v = VT[c]
-        a0 = a1 = a2 = a3 = 0.0
-        for j in range(m):
-            w = v[j]
-            a0 += x0[j] * w
-            a1 += x1[j] * w
-            a2 += x2[j] * w
-            a3 += x3[j] * w
-        p[0, c] = a0
-        p[1, c] = a1
-        p[2, c] = a2
-        p[3, c] = a3
-        c += 1
+    if c < k:
+        _project1(buf, VT, c, p)
 
 
 @numba.njit(**_JIT)
 def _scatter(buf, q, GT):
-    """``GT[c] += sum_r q[r, c] buf[r]`` (a rank-4 update of ``G^T``), four columns at a time
-    (the last five together when ``k`` is 5, 9, 13, ...)."""
-    _wide_vectors()
-    k, m = GT.shape
-    x0, x1, x2, x3 = buf[0], buf[1], buf[2], buf[3]
+    """``GT[c] += sum_r q[r, c] buf[r]`` (a rank-4 update of ``G^T``) over ``buf.shape[1]``
+    values, four columns at a time (the last five together when ``k`` is 5, 9, 13, ...)."""
+    k = GT.shape[0]
     c = 0
-    while c + 4 <= k and c + 5 != k:  # the last five columns together
-        g0, g1, g2, g3 = GT[c], GT[c + 1], GT[c + 2], GT[c + 3]
-        q00, q10, q20, q30 = q[0, c], q[1, c], q[2, c], q[3, c]
-        q01, q11, q21, q31 = q[0, c + 1], q[1, c + 1], q[2, c + 1], q[3, c + 1]
-        q02, q12, q22, q32 = q[0, c + 2], q[1, c + 2], q[2, c + 2], q[3, c + 2]
-        q03, q13, q23, q33 = q[0, c + 3], q[1, c + 3], q[2, c + 3], q[3, c + 3]
-        for j in range(m):
-            y0 = x0[j]
-            y1 = x1[j]
-            y2 = x2[j]
-            y3 = x3[j]
-            g0[j] += q00 * y0 + q10 * y1 + q20 * y2 + q30 * y3
-            g1[j] += q01 * y0 + q11 * y1 + q21 * y2 + q31 * y3
-            g2[j] += q02 * y0 + q12 * y1 + q22 * y2 + q32 * y3
-            g3[j] += q03 * y0 + q13 * y1 + q23 * y2 + q33 * y3
+    while c + 4 <= k and c + 5 != k:
+        _scatter4(buf, q, c, GT)
         c += 4
     if c + 5 == k:
-        g0, g1, g2, g3, g4 = GT[c], GT[c + 1], GT[c + 2], GT[c + 3], GT[c + 4]
-        q00, q10, q20, q30 = q[0, c], q[1, c], q[2, c], q[3, c]
-        q01, q11, q21, q31 = q[0, c + 1], q[1, c + 1], q[2, c + 1], q[3, c + 1]
-        q02, q12, q22, q32 = q[0, c + 2], q[1, c + 2], q[2, c + 2], q[3, c + 2]
-        q03, q13, q23, q33 = q[0, c + 3], q[1, c + 3], q[2, c + 3], q[3, c + 3]
-        q04, q14, q24, q34 = q[0, c + 4], q[1, c + 4], q[2, c + 4], q[3, c + 4]
-        for j in range(m):
-            y0 = x0[j]
-            y1 = x1[j]
-            y2 = x2[j]
-            y3 = x3[j]
-            g0[j] += q00 * y0 + q10 * y1 + q20 * y2 + q30 * y3
-            g1[j] += q01 * y0 + q11 * y1 + q21 * y2 + q31 * y3
-            g2[j] += q02 * y0 + q12 * y1 + q22 * y2 + q32 * y3
-            g3[j] += q03 * y0 + q13 * y1 + q23 * y2 + q33 * y3
-            g4[j] += q04 * y0 + q14 * y1 + q24 * y2 + q34 * y3
+        _scatter5(buf, q, c, GT)
         c += 5
     while c + 2 <= k:
-        g0, g1 = GT[c], GT[c + 1]
-        q00, q10, q20, q30 = q[0, c], q[1, c], q[2, c], q[3, c]
-        q01, q11, q21, q31 = q[0, c + 1], q[1, c + 1], q[2, c + 1], q[3, c + 1]
-        for j in range(m):
-            y0 = x0[j]
-            y1 = x1[j]
-            y2 = x2[j]
-            y3 = x3[j]
-            g0[j] += q00 * y0 + q10 * y1 + q20 * y2 + q30 * y3
-            g1[j] += q01 * y0 + q11 * y1 + q21 * y2 + q31 * y3
+        _scatter2(buf, q, c, GT)
         c += 2
-    while c < k:
-        g = GT[c]
-        q0, q1, q2, q3 = q[0, c], q[1, c], q[2, c], q[3, c]
-        for j in range(m):
-            g[j] += q0 * x0[j] + q1 * x1[j] + q2 * x2[j] + q3 * x3[j]
-        c += 1
+    if c < k:
+        _scatter1(buf, q, c, GT)
 
 
 @numba.njit(**_JIT)
