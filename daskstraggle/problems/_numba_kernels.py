@@ -621,35 +621,22 @@ def _pca_two(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, buf)
     """
     _wide_vectors()
     n = values.shape[0]
-    m = VT.shape[1]
     ahead = _ahead(values)
     has_fill, has_center, has_scale = flags[0], flags[1], flags[2]
     v0, v1 = VT[0], VT[1]
     g0, g1 = GT[0], GT[1]
     vsum = np.array([v0.sum(), v1.sum()])
+    p = np.zeros((ROWS, 2))
+    q = np.zeros((ROWS, 2))
     total0 = total1 = square0 = square1 = corr0 = corr1 = 0.0
     done = n - n % ROWS
     for i0 in range(0, done, ROWS):
         _prefetch_rows(values, i0 + ahead, 1)
         rows = _rows(values, i0, ROWS, fill, has_fill, buf)
-        x0, x1, x2, x3 = rows[0], rows[1], rows[2], rows[3]
         _prefetch_rows(values, i0 + ahead + 1, 1)
-        a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = 0.0
-        for j in range(m):
-            y0 = x0[j]
-            y1 = x1[j]
-            y2 = x2[j]
-            y3 = x3[j]
-            w = v0[j]
-            a00 += y0 * w
-            a10 += y1 * w
-            a20 += y2 * w
-            a30 += y3 * w
-            w = v1[j]
-            a01 += y0 * w
-            a11 += y1 * w
-            a21 += y2 * w
-            a31 += y3 * w
+        _project2(rows, VT, 0, p)
+        a00, a01, a10, a11 = p[0, 0], p[0, 1], p[1, 0], p[1, 1]
+        a20, a21, a30, a31 = p[2, 0], p[2, 1], p[3, 0], p[3, 1]
         _prefetch_rows(values, i0 + ahead + 2, 1)
         args = (center, scale, has_center, has_scale, vsum, shift)
         t0, t1, q00, q01, c0 = _thin_two(a00, a01, i0, *args)
@@ -663,13 +650,9 @@ def _pca_two(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, buf)
         corr0 += c0 * q00 + c1 * q10 + c2 * q20 + c3 * q30
         corr1 += c0 * q01 + c1 * q11 + c2 * q21 + c3 * q31
         _prefetch_rows(values, i0 + ahead + 3, 1)
-        for j in range(m):
-            y0 = x0[j]
-            y1 = x1[j]
-            y2 = x2[j]
-            y3 = x3[j]
-            g0[j] += q00 * y0 + q10 * y1 + q20 * y2 + q30 * y3
-            g1[j] += q01 * y0 + q11 * y1 + q21 * y2 + q31 * y3
+        q[0, 0], q[0, 1], q[1, 0], q[1, 1] = q00, q01, q10, q11
+        q[2, 0], q[2, 1], q[3, 0], q[3, 1] = q20, q21, q30, q31
+        _scatter2(rows, q, 0, GT)
     colsum[0] += total0
     colsum[1] += total1
     sq[0] += square0
