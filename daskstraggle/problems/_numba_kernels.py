@@ -128,7 +128,8 @@ def _lookup8_codegen(width, shift, table):
 
 @intrinsic
 def _lookup8(typingctx, row, at, missing, to, out):
-    """Write eight dosages starting at byte ``at`` of ``row`` to ``out[to : to + 8]``.
+    """Write eight dosages starting at byte ``at`` of ``row`` to ``out[to : to + 8]``
+    (``at`` and ``to`` are flat offsets when the arrays are 2-D and C-contiguous).
 
     int8 rows (one byte per call, values -1..2): the eight bytes are loaded as one 64-bit
     word, broadcast to the eight 64-bit lanes, lane ``i`` shifted right by ``8 i``, and its
@@ -255,33 +256,34 @@ def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
     m = values.shape[1]
     if m < 8 or nr * m < 64 or not _dosage_span(values, i0, nr):
         return _convert_dense(values, i0, nr, fill, has_fill, buf)
+    width = buf.shape[1]
     for r in range(nr):
-        _permute_row(values[i0 + r], buf[r], fill[i0 + r] if has_fill else -1.0)
+        _permute_row(values, (i0 + r) * m, m, buf, r * width, fill[i0 + r] if has_fill else -1.0)
     for r in range(nr, ROWS):
         buf[r, :] = 0.0
     return buf
 
 
 @numba.njit(**_JIT)
-def _permute_row(row, out, missing):
-    """Convert the int8 ``row`` (only -1..2, at least eight calls) into ``out`` eight calls
-    at a time, the last eight overlapping the previous ones when its length is not a
-    multiple of 8."""
+def _permute_row(values, src, m, buf, dst, missing):
+    """Convert the ``m`` int8 calls (only -1..2, at least eight) from flat offset ``src`` of
+    ``values`` into ``buf`` from flat offset ``dst``, eight calls at a time, the last eight
+    overlapping the previous ones when ``m`` is not a multiple of 8. Offsets into the 2-D
+    arrays instead of row views: a view per row costs two reference-count updates."""
     _wide_vectors()
-    m = row.shape[0]
     full = m - m % 8
     j = 0
     while j + 32 <= full:
-        _lookup8(row, j, missing, j, out)
-        _lookup8(row, j + 8, missing, j + 8, out)
-        _lookup8(row, j + 16, missing, j + 16, out)
-        _lookup8(row, j + 24, missing, j + 24, out)
+        _lookup8(values, src + j, missing, dst + j, buf)
+        _lookup8(values, src + j + 8, missing, dst + j + 8, buf)
+        _lookup8(values, src + j + 16, missing, dst + j + 16, buf)
+        _lookup8(values, src + j + 24, missing, dst + j + 24, buf)
         j += 32
     while j < full:
-        _lookup8(row, j, missing, j, out)
+        _lookup8(values, src + j, missing, dst + j, buf)
         j += 8
     if full < m:
-        _lookup8(row, m - 8, missing, m - 8, out)
+        _lookup8(values, src + m - 8, missing, dst + m - 8, buf)
 
 
 def _decode_packed_permute(values, i0, nr, fill, has_fill, buf):
@@ -292,17 +294,17 @@ def _decode_packed_permute(values, i0, nr, fill, has_fill, buf):
     pairs = m // 8
     overlap = m - 8 * pairs == 4 and pairs > 0
     tail = m if overlap else 8 * pairs
+    nbytes, width = values.shape[1], buf.shape[1]
     for r in range(nr):
-        row = values[i0 + r]
-        out = buf[r]
+        src, dst = (i0 + r) * nbytes, r * width  # flat offsets, no row views
         missing = fill[i0 + r] if has_fill else -1.0
         for jb in range(pairs):
-            _lookup8(row, 2 * jb, missing, 8 * jb, out)
+            _lookup8(values, src + 2 * jb, missing, dst + 8 * jb, buf)
         if overlap:
-            _lookup8(row, 2 * pairs - 1, missing, 8 * pairs - 4, out)
+            _lookup8(values, src + 2 * pairs - 1, missing, dst + 8 * pairs - 4, buf)
         for j in range(tail, m):  # rows of fewer than eight calls (no heap table per group)
-            code = (row[j // 4] >> (2 * (j % 4))) & 3
-            out[j] = missing if code == 3 else float(code)
+            code = (values[i0 + r, j // 4] >> (2 * (j % 4))) & 3
+            buf[r, j] = missing if code == 3 else float(code)
     for r in range(nr, ROWS):
         buf[r, :] = 0.0
     return buf
