@@ -552,7 +552,7 @@ _project1, _project2, _project4, _project5 = (_project_block(c) for c in (1, 2, 
 _scatter1, _scatter2, _scatter4, _scatter5 = (_scatter_block(c) for c in (1, 2, 4, 5))
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _project(buf, VT, p):
     """``p[r, c] = buf[r] . VT[c]`` for the four buffered rows, over ``buf.shape[1]``
     values, four columns at a time (the last five together when ``k`` is 5, 9, 13, ...)."""
@@ -571,7 +571,7 @@ def _project(buf, VT, p):
         _project1(buf, VT, c, p)
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _scatter(buf, q, GT):
     """``GT[c] += sum_r q[r, c] buf[r]`` (a rank-4 update of ``G^T``) over ``buf.shape[1]``
     values, four columns at a time (the last five together when ``k`` is 5, 9, 13, ...)."""
