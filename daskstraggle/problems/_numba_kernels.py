@@ -442,6 +442,27 @@ def _row_pointers(context, builder, array_type, array, first, count):
     return rows, width
 
 
+def _block_operands(context, builder, signature, args, columns):
+    """Unpack the arguments ``(x, W, c0, small)`` of a block intrinsic: the pointers to the
+    four rows of ``x`` and their length ``m``, the pointers to rows ``c0 ..`` of ``W`` (``V``
+    or ``G``), the ``(4, k)`` array ``small`` (``p`` or ``q``), and a function giving the
+    address of ``small[r, c0 + c]``."""
+    intp = context.get_value_type(types.intp)
+    first = context.cast(builder, args[2], signature.args[2], types.intp)
+    rows, m = _row_pointers(context, builder, signature.args[0], args[0], ir.Constant(intp, 0),
+                            ROWS)
+    wide, _ = _row_pointers(context, builder, signature.args[1], args[1], first, columns)
+    small = context.make_array(signature.args[3])(context, builder, args[3])
+    k = cgutils.unpack_tuple(builder, small.shape, 2)[1]
+
+    def element(r, c):
+        at = builder.add(builder.mul(ir.Constant(intp, r), k),
+                         builder.add(first, ir.Constant(intp, c)))
+        return builder.gep(small.data, [at])
+
+    return rows, m, wide, element
+
+
 def _vector_loop(builder, m, body):
     """Call ``body(j, mask)`` for ``j = 0, 8, ...`` over ``m`` values: whole vectors with
     ``mask=None``, then the last ``m % 8`` values once with a lane mask (no scalar tail)."""
@@ -466,13 +487,7 @@ def _project_block(columns):
     @intrinsic
     def project(typingctx, x, VT, c0, p):
         def codegen(context, builder, signature, args):
-            intp = context.get_value_type(types.intp)
-            first = context.cast(builder, args[2], signature.args[2], types.intp)
-            rows, m = _row_pointers(context, builder, signature.args[0], args[0],
-                                    ir.Constant(intp, 0), ROWS)
-            vs, _ = _row_pointers(context, builder, signature.args[1], args[1], first, columns)
-            out = context.make_array(signature.args[3])(context, builder, args[3])
-            k = cgutils.unpack_tuple(builder, out.shape, 2)[1]
+            rows, m, vs, element = _block_operands(context, builder, signature, args, columns)
             pairs = [(r, c) for r in range(ROWS) for c in range(columns)]
             acc = {pair: cgutils.alloca_once_value(builder, ir.Constant(_VD, [0.0] * 8))
                    for pair in pairs}
@@ -493,11 +508,8 @@ def _project_block(columns):
                              + [zero] * (8 - len(chunk)))
                 for lane, source in enumerate(_SUM8_ORDER):
                     if source < len(chunk):
-                        r, c = chunk[source]
-                        at = builder.add(builder.mul(ir.Constant(intp, r), k),
-                                         builder.add(first, ir.Constant(intp, c)))
                         builder.store(builder.extract_element(sums, ir.Constant(_I32, lane)),
-                                      builder.gep(out.data, [at]))
+                                      element(*chunk[source]))
             return context.get_dummy_value()
 
         return types.void(x, VT, c0, p), codegen
@@ -506,26 +518,18 @@ def _project_block(columns):
 
 
 def _scatter_block(columns):
-    """An intrinsic ``(x, q, c0, GT)``: ``GT[c0 + c] += sum_r q[r, c0 + c] x[r]`` for the
+    """An intrinsic ``(x, GT, c0, q)``: ``GT[c0 + c] += sum_r q[r, c0 + c] x[r]`` for the
     four rows of ``x`` and ``columns`` columns (a rank-4 update), in LLVM IR as
     :func:`_project_block`: each ``GT`` vector loaded and stored once for four rows, the
     last ``m % 8`` values by one masked load and store."""
     @intrinsic
-    def scatter(typingctx, x, q, c0, GT):
+    def scatter(typingctx, x, GT, c0, q):
         def codegen(context, builder, signature, args):
-            intp = context.get_value_type(types.intp)
-            first = context.cast(builder, args[2], signature.args[2], types.intp)
-            rows, m = _row_pointers(context, builder, signature.args[0], args[0],
-                                    ir.Constant(intp, 0), ROWS)
-            gs, _ = _row_pointers(context, builder, signature.args[3], args[3], first, columns)
-            weights = context.make_array(signature.args[1])(context, builder, args[1])
-            k = cgutils.unpack_tuple(builder, weights.shape, 2)[1]
+            rows, m, gs, element = _block_operands(context, builder, signature, args, columns)
             qs = {}
             for r in range(ROWS):
                 for c in range(columns):
-                    at = builder.add(builder.mul(ir.Constant(intp, r), k),
-                                     builder.add(first, ir.Constant(intp, c)))
-                    value = builder.load(builder.gep(weights.data, [at]))
+                    value = builder.load(element(r, c))
                     lane = builder.insert_element(ir.Constant(_VD, ir.Undefined), value,
                                                   ir.Constant(_I32, 0))
                     qs[r, c] = builder.shuffle_vector(lane, ir.Constant(_VD, ir.Undefined),
@@ -543,7 +547,7 @@ def _scatter_block(columns):
             _vector_loop(builder, m, body)
             return context.get_dummy_value()
 
-        return types.void(x, q, c0, GT), codegen
+        return types.void(x, GT, c0, q), codegen
 
     return scatter
 
@@ -578,16 +582,16 @@ def _scatter(buf, q, GT):
     k = GT.shape[0]
     c = 0
     while c + 4 <= k and c + 5 != k:
-        _scatter4(buf, q, c, GT)
+        _scatter4(buf, GT, c, q)
         c += 4
     if c + 5 == k:
-        _scatter5(buf, q, c, GT)
+        _scatter5(buf, GT, c, q)
         c += 5
     while c + 2 <= k:
-        _scatter2(buf, q, c, GT)
+        _scatter2(buf, GT, c, q)
         c += 2
     if c < k:
-        _scatter1(buf, q, c, GT)
+        _scatter1(buf, GT, c, q)
 
 
 @numba.njit(**_JIT)
@@ -615,11 +619,10 @@ def _thin_two(p0, p1, i, center, scale, has_center, has_scale, vsum, shift):
 def _pca_two(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, buf):
     """:func:`pca` for two columns over the whole four-row groups; return the rows done.
 
-    The products of the general loop with the columns fixed at two, written in one
-    function: the eight projections, the thin per-row products and ``q`` stay in
-    registers, where the general loop passes them through small arrays between
-    :func:`_project`, the per-row loop and :func:`_scatter` (docs/kernels.md: int8
-    genotypes 12-13 against 15 ms per 60 M calls).
+    The general loop with the columns fixed at two: the two-column IR blocks for the
+    products, and the thin per-row products of the four rows in registers instead of a
+    loop over rows and columns through arrays (docs/kernels.md: int8 genotypes 12-13
+    against 15 ms per 60 M calls when it was written).
     """
     _wide_vectors()
     n = values.shape[0]
@@ -654,7 +657,7 @@ def _pca_two(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, buf)
         _prefetch_rows(values, i0 + ahead + 3, 1)
         q[0, 0], q[0, 1], q[1, 0], q[1, 1] = q00, q01, q10, q11
         q[2, 0], q[2, 1], q[3, 0], q[3, 1] = q20, q21, q30, q31
-        _scatter2(rows, q, 0, GT)
+        _scatter2(rows, GT, 0, q)
     colsum[0] += total0
     colsum[1] += total1
     sq[0] += square0
