@@ -214,7 +214,6 @@ def _dosage_span(typingctx, values, i0, count):
     return types.boolean(values, i0, count), codegen
 
 
-
 def _ahead(values):
     """Rows between a row's prefetch and its use: :data:`AHEAD_FLOAT` for float64 rows,
     :data:`AHEAD_GENOTYPES` for int8 and packed rows (see overload)."""
