@@ -94,6 +94,14 @@ _VI = ir.VectorType(ir.IntType(64), 8)
 _I32 = ir.IntType(32)
 
 
+def _require_contiguous(name, *arrays):
+    """Refuse to type an intrinsic on arrays that are not C-contiguous: the intrinsics
+    address rows and elements as ``data + offset``, which only holds for those."""
+    for array in arrays:
+        if not isinstance(array, types.Array) or array.layout != "C":
+            raise numba.core.errors.TypingError(f"{name} needs C-contiguous arrays, got {array}")
+
+
 def _lookup8_codegen(width, shift, table):
     """Return the codegen of :func:`_lookup8` for ``width``-bit loads (see its docstring)."""
 
@@ -140,6 +148,7 @@ def _lookup8(typingctx, row, at, missing, to, out):
     per-value conversion needs a widening, a conversion and a select (docs/kernels.md).
     AVX-512 only (:data:`PERMUTE`).
     """
+    _require_contiguous("_lookup8", row, out)
     sig = types.void(row, at, missing, to, out)
     if row.dtype == types.uint8:
         return sig, _lookup8_codegen(16, 2, (0.0, 1.0, 2.0, None, 0.0, 1.0, 2.0, None))
@@ -151,6 +160,7 @@ def _prefetch_rows(typingctx, values, i0, count):
     """Prefetch (``prefetcht0``) every 64-byte line of rows ``i0 .. i0 + count`` of the
     C-contiguous 2-D ``values``, clipped to its last row; nothing past the end is touched
     (prefetches do not fault, but the address is kept inside the array anyway)."""
+    _require_contiguous("_prefetch_rows", values)
     i8p = ir.IntType(8).as_pointer()
     i32 = ir.IntType(32)
 
@@ -184,6 +194,7 @@ def _dosage_span(typingctx, values, i0, count):
     -1..2, checked as one span of ``count * m`` bytes (at least 64): each 64-byte vector
     plus one is folded into a running unsigned maximum (``vpmaxub``), one compare and mask
     test at the end: ~36 cycles for a group of four 300-call rows."""
+    _require_contiguous("_dosage_span", values)
     vector = ir.VectorType(ir.IntType(8), 64)
 
     def codegen(context, builder, signature, args):
@@ -485,6 +496,8 @@ def _project_block(columns):
     """
     @intrinsic
     def project(typingctx, x, VT, c0, p):
+        _require_contiguous("_project_block", x, VT, p)
+
         def codegen(context, builder, signature, args):
             rows, m, vs, element = _block_operands(context, builder, signature, args, columns)
             pairs = [(r, c) for r in range(ROWS) for c in range(columns)]
@@ -523,6 +536,8 @@ def _scatter_block(columns):
     last ``m % 8`` values by one masked load and store."""
     @intrinsic
     def scatter(typingctx, x, GT, c0, q):
+        _require_contiguous("_scatter_block", x, GT, q)
+
         def codegen(context, builder, signature, args):
             rows, m, gs, element = _block_operands(context, builder, signature, args, columns)
             qs = {}

@@ -534,3 +534,22 @@ def test_kernels_without_avx512_use_the_per_value_conversion(tmp_path):
                           text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "ok"
+
+
+@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
+def test_the_ir_intrinsics_refuse_arrays_that_are_not_c_contiguous():
+    """The LLVM-IR products address rows as ``data + offset``: a strided array must be a
+    compile error, never a wrong product."""
+    import numba
+
+    from daskstraggle.problems import _numba_kernels as nk
+
+    @numba.njit(cache=False)
+    def project(x, VT, p):
+        nk._project4(x, VT, 0, p)
+
+    VT, p = np.ones((4, 13)), np.zeros((4, 4))
+    project(np.full((4, 13), 2.0), VT, p)  # 13 values: one whole vector and a masked one
+    assert np.array_equal(p, np.full((4, 4), 26.0))
+    with pytest.raises(numba.core.errors.TypingError, match="C-contiguous"):
+        project(np.ones((4, 26))[:, ::2], VT, p)
