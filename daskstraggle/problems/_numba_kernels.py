@@ -682,6 +682,24 @@ def _pca_two(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, buf)
     return done
 
 
+@numba.njit(inline="always", **_JIT)
+def _thin_rows(p, q, first, count, center, scale, flags, vsum, shift, colsum, sq, correction):
+    """The thin per-row products of rows ``first .. first + count`` (:func:`pca`,
+    :func:`pca_gemm`): ``t = (p - c 1^T V) s - shift`` summed into ``colsum`` and ``sq``,
+    ``q = s t``, ``c q`` summed into ``correction``; ``p`` and ``q`` may be one array.
+    Inlined (numba), so the group loop makes no call taking arrays."""
+    has_center, has_scale = flags[1], flags[2]
+    for r in range(count):
+        c = center[first + r] if has_center else 0.0
+        s = scale[first + r] if has_scale else 1.0
+        for col in range(vsum.shape[0]):
+            value = (p[r, col] - c * vsum[col]) * s - shift[col]
+            colsum[col] += value
+            sq[col] += value * value
+            q[r, col] = value * s
+            correction[col] += c * q[r, col]
+
+
 @numba.njit(**_JIT)
 def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
     """Add ``X^T P`` to ``GT^T``, ``1^T P`` to ``colsum``, ``|P_j|^2`` to ``sq``.
@@ -694,7 +712,7 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
     n = values.shape[0]
     k, m = VT.shape
     ahead = _ahead(values)
-    has_fill, has_center, has_scale = flags[0], flags[1], flags[2]
+    has_fill, has_center = flags[0], flags[1]
     buf = _aligned_zeros(ROWS, m)
     start = 0
     if k == 2:
@@ -712,15 +730,7 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
         _prefetch_rows(values, i0 + ahead + 1, 1)
         _project(rows, VT, p)
         _prefetch_rows(values, i0 + ahead + 2, 1)
-        for r in range(nr):
-            c = center[i0 + r] if has_center else 0.0
-            s = scale[i0 + r] if has_scale else 1.0
-            for col in range(k):
-                value = (p[r, col] - c * vsum[col]) * s - shift[col]
-                colsum[col] += value
-                sq[col] += value * value
-                q[r, col] = value * s
-                correction[col] += c * q[r, col]
+        _thin_rows(p, q, i0, nr, center, scale, flags, vsum, shift, colsum, sq, correction)
         for r in range(nr, ROWS):
             q[r, :] = 0.0
         _prefetch_rows(values, i0 + ahead + 3, 1)
@@ -883,7 +893,7 @@ def pca_gemm(values, center, scale, flags, V, shift, step, G, colsum, sq):
     """
     n = values.shape[0]
     m, k = V.shape
-    has_center, has_scale = flags[1], flags[2]
+    has_center = flags[1]
     p = np.empty((step, k))
     product = np.empty((m, k))
     vsum = np.zeros(k)
@@ -896,15 +906,7 @@ def pca_gemm(values, center, scale, flags, V, shift, step, G, colsum, sq):
         tile = values[a:b]
         q = p[: b - a]
         np.dot(tile, V, q)
-        for r in range(b - a):
-            c = center[a + r] if has_center else 0.0
-            s = scale[a + r] if has_scale else 1.0
-            for col in range(k):
-                value = (q[r, col] - c * vsum[col]) * s - shift[col]
-                colsum[col] += value
-                sq[col] += value * value
-                q[r, col] = value * s
-                correction[col] += c * q[r, col]
+        _thin_rows(q, q, a, b - a, center, scale, flags, vsum, shift, colsum, sq, correction)
         np.dot(tile.T, q, product)
         for j in range(m):
             for col in range(k):
