@@ -86,6 +86,16 @@ def dense(block: Block) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ PCA
+def assert_pca_pass(block: Block, X: np.ndarray, V: np.ndarray, shift: np.ndarray | None,
+                    implementation: str) -> None:
+    """``pca_pass`` of ``block`` against ``P = X V - shift``: ``X^T P``, ``1^T P``, ``|P_j|^2``."""
+    G, colsum, sq = kernels.pca_pass(block, V, shift, implementation=implementation)
+    P = X @ V - (0.0 if shift is None else shift)
+    assert close(G, X.T @ P)
+    assert close(colsum, P.sum(axis=0))
+    assert close(sq, (P * P).sum(axis=0))
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("k", [2, 3])  # the numba kernel has its own loop for two columns
@@ -93,12 +103,7 @@ def test_pca_pass_matches_the_float64_reference(kind, shape, k, implementation, 
     block = make_block(kind, *shape, rng)
     X = dense(block)
     V = rng.normal(size=(shape[1], k))
-    shift = rng.normal(size=k)
-    G, colsum, sq = kernels.pca_pass(block, V, shift, implementation=implementation)
-    P = X @ V - shift
-    assert close(G, X.T @ P)
-    assert close(colsum, P.sum(axis=0))
-    assert close(sq, (P * P).sum(axis=0))
+    assert_pca_pass(block, X, V, rng.normal(size=k), implementation)
 
 
 @pytest.mark.parametrize("k", range(1, 26))
@@ -106,10 +111,7 @@ def test_pca_pass_every_width(k, implementation, rng):
     block = make_block("int8-patterson", 41, 30, rng)
     X = dense(block)
     V = rng.normal(size=(30, k))
-    G, colsum, sq = kernels.pca_pass(block, V, None, implementation=implementation)
-    assert close(G, X.T @ (X @ V))
-    assert close(colsum, (X @ V).sum(axis=0))
-    assert close(sq, ((X @ V) ** 2).sum(axis=0))
+    assert_pca_pass(block, X, V, None, implementation)
 
 
 @pytest.mark.parametrize("fill", [False, True])
@@ -130,10 +132,7 @@ def test_int8_rows_outside_the_dosage_range(fill, m, k, implementation, rng):
                   center=rng.uniform(0, 2, n), scale=rng.uniform(1, 2, n))
     X = dense(block)
     V = rng.normal(size=(m, k))
-    G, colsum, sq = kernels.pca_pass(block, V, None, implementation=implementation)
-    assert close(G, X.T @ (X @ V))
-    assert close(colsum, (X @ V).sum(axis=0))
-    assert close(sq, ((X @ V) ** 2).sum(axis=0))
+    assert_pca_pass(block, X, V, None, implementation)
     assert close(kernels.gram(block, None, implementation=implementation), X.T @ X)
 
 
@@ -148,12 +147,7 @@ def test_float_pca_pass_on_blas_tiles(kind, k, implementation, rng):
     assert kernels._pca_uses_gemm(block, k) == (k >= kernels._PCA_GEMM_MIN_K)
     X = dense(block)
     V = rng.normal(size=(d, k))
-    shift = rng.normal(size=k)
-    G, colsum, sq = kernels.pca_pass(block, V, shift, implementation=implementation)
-    P = X @ V - shift
-    assert close(G, X.T @ P)
-    assert close(colsum, P.sum(axis=0))
-    assert close(sq, (P * P).sum(axis=0))
+    assert_pca_pass(block, X, V, rng.normal(size=k), implementation)
 
 
 def test_blas_tiles_only_for_float_rows_without_missing_entries(rng):
@@ -193,10 +187,7 @@ def test_packed_padding_bits_do_not_reach_the_result(m, bits, implementation, rn
     reference = Block(values, fill=block.fill, center=center, scale=scale)
     X = dense(reference)
     V = rng.normal(size=(m, 3))
-    G, colsum, sq = kernels.pca_pass(block, V, None, implementation=implementation)
-    assert close(G, X.T @ (X @ V))
-    assert close(colsum, (X @ V).sum(axis=0))
-    assert close(sq, ((X @ V) ** 2).sum(axis=0))
+    assert_pca_pass(block, X, V, None, implementation)
 
 
 @pytest.mark.parametrize("kind", ["float64", "int8-patterson", "packed-patterson"])
