@@ -239,20 +239,65 @@ def _ahead_overload(values):
     return lambda values: rows
 
 
-def _rows(values, i0, nr, fill, has_fill, buf):
-    """Return rows ``i0 .. i0 + nr`` as float64 with missing entries filled (see overload)."""
+@intrinsic
+def _row_address(typingctx, values, row):
+    """The address of row ``row`` of the C-contiguous 2-D ``values``, as an integer: the
+    products take the rows they read as an address, so no array crosses a call in the
+    group loop (a function returning an array costs two atomic reference-count updates,
+    each waiting for the stores before it; docs/kernels.md)."""
+    _require_contiguous("_row_address", values)
+
+    def codegen(context, builder, signature, args):
+        src = context.make_array(signature.args[0])(context, builder, args[0])
+        at = context.cast(builder, args[1], signature.args[1], types.intp)
+        width = cgutils.unpack_tuple(builder, src.shape, 2)[1]
+        pointer = builder.gep(src.data, [builder.mul(at, width)])
+        return builder.ptrtoint(pointer, context.get_value_type(types.intp))
+
+    return types.intp(values, row), codegen
 
 
-@numba.extending.overload(_rows, jit_options=_JIT)
-def _rows_overload(values, i0, nr, fill, has_fill, buf):
-    """Dispatch on the stored dtype: float64 rows are used in place when nothing is missing,
-    int8 rows are converted into ``buf``, uint8 rows are packed codes decoded into ``buf``.
-    """
+def _load_rows(values, i0, nr, fill, has_fill, buf):
+    """Return the address of rows ``i0 .. i0 + nr`` as float64 with missing entries filled,
+    ``buf.shape[1]`` values apart: float64 rows in place, others converted into ``buf``
+    (zero rows past ``nr``; see overload)."""
+
+
+@numba.extending.overload(_load_rows, jit_options=_JIT)
+def _load_rows_overload(values, i0, nr, fill, has_fill, buf):
+    """Dispatch on the stored dtype: uint8 rows are packed codes, int8 rows dosages, float64
+    rows are used in place when the group is whole, as wide as ``buf`` and has nothing
+    missing. One call per group, returning an integer: a call returning an array costs
+    two atomic reference-count updates, and numba-level inlining adds six."""
     if values.dtype == numba.types.uint8:
         return _decode_packed_permute if PERMUTE else _decode_packed
     if values.dtype == numba.types.float64:
         return _float_rows
     return _int_rows_permute if PERMUTE and values.dtype == numba.types.int8 else _int_rows
+
+
+def _rows(values, i0, nr, fill, has_fill, buf):
+    """Return rows ``i0 .. i0 + nr`` as a float64 array with missing entries filled: the
+    rows of ``values`` in place or ``buf`` (:func:`convert`, :func:`moments`; see overload)."""
+
+
+@numba.extending.overload(_rows, jit_options=_JIT)
+def _rows_overload(values, i0, nr, fill, has_fill, buf):
+    """float64 rows are used in place when the group is whole and nothing is missing."""
+    if values.dtype == numba.types.float64:
+        def in_place(values, i0, nr, fill, has_fill, buf):
+            if nr == ROWS and not has_fill:
+                return values[i0 : i0 + ROWS]
+            _load_rows(values, i0, nr, fill, has_fill, buf)
+            return buf
+
+        return in_place
+
+    def converted(values, i0, nr, fill, has_fill, buf):
+        _load_rows(values, i0, nr, fill, has_fill, buf)
+        return buf
+
+    return converted
 
 
 def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
@@ -265,13 +310,14 @@ def _int_rows_permute(values, i0, nr, fill, has_fill, buf):
     _wide_vectors()
     m = values.shape[1]
     if m < 8 or nr * m < 64 or not _dosage_span(values, i0, nr):
-        return _convert_dense(values, i0, nr, fill, has_fill, buf)
+        _convert_dense(values, i0, nr, fill, has_fill, buf)
+        return _row_address(buf, 0)
     width = buf.shape[1]
     for r in range(nr):
         _permute_row(values, (i0 + r) * m, m, buf, r * width, fill[i0 + r] if has_fill else -1.0)
     for r in range(nr, ROWS):
         buf[r, :] = 0.0
-    return buf
+    return _row_address(buf, 0)
 
 
 @numba.njit(**_JIT)
@@ -317,7 +363,7 @@ def _decode_packed_permute(values, i0, nr, fill, has_fill, buf):
             buf[r, j] = missing if code == 3 else float(code)
     for r in range(nr, ROWS):
         buf[r, :] = 0.0
-    return buf
+    return _row_address(buf, 0)
 
 
 @numba.njit(**_JIT)
@@ -330,14 +376,16 @@ def _packed_width(values, buf):
 
 def _int_rows(values, i0, nr, fill, has_fill, buf):
     _wide_vectors()
-    return _convert_dense(values, i0, nr, fill, has_fill, buf)
+    _convert_dense(values, i0, nr, fill, has_fill, buf)
+    return _row_address(buf, 0)
 
 
 def _float_rows(values, i0, nr, fill, has_fill, buf):
     _wide_vectors()
-    if nr == ROWS and not has_fill:
-        return values[i0 : i0 + ROWS]
-    return _convert_dense(values, i0, nr, fill, has_fill, buf)
+    if nr == ROWS and not has_fill and values.shape[1] == buf.shape[1]:
+        return _row_address(values, i0)
+    _convert_dense(values, i0, nr, fill, has_fill, buf)
+    return _row_address(buf, 0)
 
 
 @numba.njit(**_JIT)
@@ -358,7 +406,6 @@ def _convert_dense(values, i0, nr, fill, has_fill, buf):
                 out[j] = float(row[j])
     for r in range(nr, ROWS):
         buf[r, :] = 0.0
-    return buf
 
 
 def _decode_packed(values, i0, nr, fill, has_fill, buf):
@@ -380,7 +427,7 @@ def _decode_packed(values, i0, nr, fill, has_fill, buf):
             out[j] = table[(row[full] >> (2 * (j - 4 * full))) & 3]
     for r in range(nr, ROWS):
         buf[r, :] = 0.0
-    return buf
+    return _row_address(buf, 0)
 
 
 _I32X8 = ir.VectorType(ir.IntType(32), 8)
@@ -442,6 +489,16 @@ def _sum8(builder, vectors):
     return step(level[0], level[1], [0, 8, 2, 10, 4, 12, 6, 14], [1, 9, 3, 11, 5, 13, 7, 15])
 
 
+def _store_lanes(builder, vector, lanes, pointer):
+    """Store the first ``lanes`` (8 or 4) values of ``vector`` at ``pointer``."""
+    if lanes == 8:
+        _vstore(builder, vector, pointer)
+        return
+    half = builder.shuffle_vector(vector, ir.Constant(_VD, ir.Undefined),
+                                  ir.Constant(ir.VectorType(_I32, lanes), list(range(lanes))))
+    builder.store(half, builder.bitcast(pointer, half.type.as_pointer()), align=8)
+
+
 def _row_pointers(context, builder, array_type, array, first, count):
     """Pointers to rows ``first .. first + count`` of a C-contiguous 2-D array, and its
     row length."""
@@ -454,23 +511,35 @@ def _row_pointers(context, builder, array_type, array, first, count):
 
 def _block_operands(context, builder, signature, args, columns):
     """Unpack the arguments ``(x, W, c0, small)`` of a block intrinsic: the pointers to the
-    four rows of ``x`` and their length ``m``, the pointers to rows ``c0 ..`` of ``W`` (``V``
-    or ``G``), the ``(4, k)`` array ``small`` (``p`` or ``q``), and a function giving the
-    address of ``small[r, c0 + c]``."""
+    four rows at address ``x`` (:func:`_row_address`), ``m`` values long and ``m`` apart,
+    ``m`` the row length of ``W`` (``V`` or ``G``); the pointers to rows ``c0 ..`` of ``W``;
+    the ``(k, 4)`` array ``small`` (``p`` or ``q``, one row per column, one column per row
+    of ``x``), and a function giving the address of ``small[c0 + c, r]``."""
     intp = context.get_value_type(types.intp)
     first = context.cast(builder, args[2], signature.args[2], types.intp)
-    rows, m = _row_pointers(context, builder, signature.args[0], args[0], ir.Constant(intp, 0),
-                            ROWS)
-    wide, _ = _row_pointers(context, builder, signature.args[1], args[1], first, columns)
+    wide, m = _row_pointers(context, builder, signature.args[1], args[1], first, columns)
+    base = context.cast(builder, args[0], signature.args[0], types.intp)
+    pointer = ir.DoubleType().as_pointer()
+    rows = [builder.inttoptr(builder.add(base, builder.mul(m, ir.Constant(intp, 8 * r))),
+                             pointer) for r in range(ROWS)]
     small = context.make_array(signature.args[3])(context, builder, args[3])
-    k = cgutils.unpack_tuple(builder, small.shape, 2)[1]
 
     def element(r, c):
-        at = builder.add(builder.mul(ir.Constant(intp, r), k),
-                         builder.add(first, ir.Constant(intp, c)))
+        at = builder.add(builder.mul(builder.add(first, ir.Constant(intp, c)),
+                                     ir.Constant(intp, ROWS)), ir.Constant(intp, r))
         return builder.gep(small.data, [at])
 
     return rows, m, wide, element
+
+
+def _require_block(name, x, W, small):
+    """Type check of a block intrinsic: ``x`` an address, ``W`` and ``small`` C-contiguous
+    float64 arrays."""
+    if not isinstance(x, types.Integer):
+        raise numba.core.errors.TypingError(f"{name} takes the rows' address, got {x}")
+    _require_contiguous(name, W, small)
+    if W.dtype != types.float64 or small.dtype != types.float64:
+        raise numba.core.errors.TypingError(f"{name} needs float64 arrays")
 
 
 def _vector_loop(builder, m, body):
@@ -486,21 +555,22 @@ def _vector_loop(builder, m, body):
 
 
 def _project_block(columns):
-    """An intrinsic ``(x, VT, c0, p)``: ``p[r, c0 + c] = x[r] . VT[c0 + c]`` for the four
-    rows of ``x`` and ``columns`` columns, over the ``x.shape[1]`` values of a row.
+    """An intrinsic ``(x, VT, c0, p)``: ``p[c0 + c, r] = x[r] . VT[c0 + c]`` for the four
+    rows ``x[r]`` at address ``x`` (:func:`_block_operands`) and ``columns`` columns.
 
     Written in LLVM IR: the ``4 * columns`` accumulators are 512-bit registers, each ``VT``
     vector is loaded once for four rows, a row's last ``m % 8`` values are one masked load
     (numba's loops finish with a scalar loop), and the accumulators are summed eight at a
-    time by :func:`_sum8`.
+    time by :func:`_sum8` into one vector stored whole: ``p`` holds a column's four rows
+    side by side, so two columns are eight adjacent values (no per-value extract).
     """
     @intrinsic
     def project(typingctx, x, VT, c0, p):
-        _require_contiguous("_project_block", x, VT, p)
+        _require_block("_project_block", x, VT, p)
 
         def codegen(context, builder, signature, args):
             rows, m, vs, element = _block_operands(context, builder, signature, args, columns)
-            pairs = [(r, c) for r in range(ROWS) for c in range(columns)]
+            pairs = [(r, c) for c in range(columns) for r in range(ROWS)]
             acc = {pair: cgutils.alloca_once_value(builder, ir.Constant(_VD, [0.0] * 8))
                    for pair in pairs}
 
@@ -513,15 +583,12 @@ def _project_block(columns):
                                       acc[r, c])
 
             _vector_loop(builder, m, body)
-            zero = ir.Constant(_VD, [0.0] * 8)
-            for start in range(0, len(pairs), 8):
+            for start in range(0, len(pairs), 8):  # two columns' four rows per store
                 chunk = pairs[start : start + 8]
-                sums = _sum8(builder, [builder.load(acc[pair]) for pair in chunk]
-                             + [zero] * (8 - len(chunk)))
-                for lane, source in enumerate(_SUM8_ORDER):
-                    if source < len(chunk):
-                        builder.store(builder.extract_element(sums, ir.Constant(_I32, lane)),
-                                      element(*chunk[source]))
+                inputs = [ir.Constant(_VD, [0.0] * 8)] * 8
+                for lane, pair in enumerate(chunk):
+                    inputs[_SUM8_ORDER[lane]] = builder.load(acc[pair])
+                _store_lanes(builder, _sum8(builder, inputs), len(chunk), element(*chunk[0]))
             return context.get_dummy_value()
 
         return types.void(x, VT, c0, p), codegen
@@ -530,13 +597,13 @@ def _project_block(columns):
 
 
 def _scatter_block(columns):
-    """An intrinsic ``(x, GT, c0, q)``: ``GT[c0 + c] += sum_r q[r, c0 + c] x[r]`` for the
-    four rows of ``x`` and ``columns`` columns (a rank-4 update), in LLVM IR as
+    """An intrinsic ``(x, GT, c0, q)``: ``GT[c0 + c] += sum_r q[c0 + c, r] x[r]`` for the
+    four rows at address ``x`` and ``columns`` columns (a rank-4 update), in LLVM IR as
     :func:`_project_block`: each ``GT`` vector loaded and stored once for four rows, the
     last ``m % 8`` values by one masked load and store."""
     @intrinsic
     def scatter(typingctx, x, GT, c0, q):
-        _require_contiguous("_scatter_block", x, GT, q)
+        _require_block("_scatter_block", x, GT, q)
 
         def codegen(context, builder, signature, args):
             rows, m, gs, element = _block_operands(context, builder, signature, args, columns)
@@ -571,41 +638,43 @@ _scatter1, _scatter2, _scatter4, _scatter5 = (_scatter_block(c) for c in (1, 2, 
 
 
 @numba.njit(inline="always", **_JIT)
-def _project(buf, VT, p):
-    """``p[r, c] = buf[r] . VT[c]`` for the four buffered rows, over ``buf.shape[1]``
-    values, four columns at a time (the last five together when ``k`` is 5, 9, 13, ...)."""
+def _project(x, VT, p):
+    """``p[c, r] = x[r] . VT[c]`` for the four rows at address ``x`` (:func:`_load_rows`),
+    over ``VT.shape[1]`` values, four columns at a time (the last five together when ``k``
+    is 5, 9, 13, ...)."""
     k = VT.shape[0]
     c = 0
     while c + 4 <= k and c + 5 != k:
-        _project4(buf, VT, c, p)
+        _project4(x, VT, c, p)
         c += 4
     if c + 5 == k:
-        _project5(buf, VT, c, p)
+        _project5(x, VT, c, p)
         c += 5
     while c + 2 <= k:
-        _project2(buf, VT, c, p)
+        _project2(x, VT, c, p)
         c += 2
     if c < k:
-        _project1(buf, VT, c, p)
+        _project1(x, VT, c, p)
 
 
 @numba.njit(inline="always", **_JIT)
-def _scatter(buf, q, GT):
-    """``GT[c] += sum_r q[r, c] buf[r]`` (a rank-4 update of ``G^T``) over ``buf.shape[1]``
-    values, four columns at a time (the last five together when ``k`` is 5, 9, 13, ...)."""
+def _scatter(x, q, GT):
+    """``GT[c] += sum_r q[c, r] x[r]`` (a rank-4 update of ``G^T``) for the four rows at
+    address ``x``, over ``GT.shape[1]`` values, four columns at a time (the last five
+    together when ``k`` is 5, 9, 13, ...)."""
     k = GT.shape[0]
     c = 0
     while c + 4 <= k and c + 5 != k:
-        _scatter4(buf, GT, c, q)
+        _scatter4(x, GT, c, q)
         c += 4
     if c + 5 == k:
-        _scatter5(buf, GT, c, q)
+        _scatter5(x, GT, c, q)
         c += 5
     while c + 2 <= k:
-        _scatter2(buf, GT, c, q)
+        _scatter2(x, GT, c, q)
         c += 2
     if c < k:
-        _scatter1(buf, GT, c, q)
+        _scatter1(x, GT, c, q)
 
 
 @numba.njit(**_JIT)
@@ -618,76 +687,11 @@ def _aligned_zeros(rows, m):
     return raw[skip : skip + rows * m].reshape(rows, m)
 
 
-@numba.njit(**_JIT)
-def _thin_two(p0, p1, i, center, scale, has_center, has_scale, vsum, shift):
-    """Row ``i``'s two projections ``p`` after centre, scale and shift, ``t``, and its two
-    weights ``q = s t``, with the centre ``c`` (:func:`pca`'s thin per-row products)."""
-    c = center[i] if has_center else 0.0
-    s = scale[i] if has_scale else 1.0
-    t0 = (p0 - c * vsum[0]) * s - shift[0]
-    t1 = (p1 - c * vsum[1]) * s - shift[1]
-    return t0, t1, t0 * s, t1 * s, c
-
-
-@numba.njit(**_JIT)
-def _pca_two(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, buf):
-    """:func:`pca` for two columns over the whole four-row groups; return the rows done.
-
-    The general loop with the columns fixed at two: the two-column IR blocks for the
-    products, and the thin per-row products of the four rows in registers instead of a
-    loop over rows and columns through arrays (docs/kernels.md: int8 genotypes 12-13
-    against 15 ms per 60 M calls when it was written).
-    """
-    _wide_vectors()
-    n = values.shape[0]
-    ahead = _ahead(values)
-    has_fill, has_center, has_scale = flags[0], flags[1], flags[2]
-    v0, v1 = VT[0], VT[1]
-    g0, g1 = GT[0], GT[1]
-    vsum = np.array([v0.sum(), v1.sum()])
-    p = np.zeros((ROWS, 2))
-    q = np.zeros((ROWS, 2))
-    total0 = total1 = square0 = square1 = corr0 = corr1 = 0.0
-    done = n - n % ROWS
-    for i0 in range(0, done, ROWS):
-        _prefetch_rows(values, i0 + ahead, 1)
-        rows = _rows(values, i0, ROWS, fill, has_fill, buf)
-        _prefetch_rows(values, i0 + ahead + 1, 1)
-        _project2(rows, VT, 0, p)
-        a00, a01, a10, a11 = p[0, 0], p[0, 1], p[1, 0], p[1, 1]
-        a20, a21, a30, a31 = p[2, 0], p[2, 1], p[3, 0], p[3, 1]
-        _prefetch_rows(values, i0 + ahead + 2, 1)
-        args = (center, scale, has_center, has_scale, vsum, shift)
-        t0, t1, q00, q01, c0 = _thin_two(a00, a01, i0, *args)
-        u0, u1, q10, q11, c1 = _thin_two(a10, a11, i0 + 1, *args)
-        w0, w1, q20, q21, c2 = _thin_two(a20, a21, i0 + 2, *args)
-        z0, z1, q30, q31, c3 = _thin_two(a30, a31, i0 + 3, *args)
-        total0 += t0 + u0 + w0 + z0
-        total1 += t1 + u1 + w1 + z1
-        square0 += t0 * t0 + u0 * u0 + w0 * w0 + z0 * z0
-        square1 += t1 * t1 + u1 * u1 + w1 * w1 + z1 * z1
-        corr0 += c0 * q00 + c1 * q10 + c2 * q20 + c3 * q30
-        corr1 += c0 * q01 + c1 * q11 + c2 * q21 + c3 * q31
-        _prefetch_rows(values, i0 + ahead + 3, 1)
-        q[0, 0], q[0, 1], q[1, 0], q[1, 1] = q00, q01, q10, q11
-        q[2, 0], q[2, 1], q[3, 0], q[3, 1] = q20, q21, q30, q31
-        _scatter2(rows, GT, 0, q)
-    colsum[0] += total0
-    colsum[1] += total1
-    sq[0] += square0
-    sq[1] += square1
-    if has_center:
-        g0 -= corr0
-        g1 -= corr1
-    return done
-
-
 @numba.njit(inline="always", **_JIT)
 def _thin_rows(p, q, first, count, center, scale, flags, vsum, shift, colsum, sq, correction):
-    """The thin per-row products of rows ``first .. first + count`` (:func:`pca`,
-    :func:`pca_gemm`): ``t = (p - c 1^T V) s - shift`` summed into ``colsum`` and ``sq``,
-    ``q = s t``, ``c q`` summed into ``correction``; ``p`` and ``q`` may be one array.
-    Inlined (numba), so the group loop makes no call taking arrays."""
+    """The thin per-row products of rows ``first .. first + count`` (:func:`pca_gemm`):
+    ``t = (p - c 1^T V) s - shift`` summed into ``colsum`` and ``sq``, ``q = s t``, ``c q``
+    summed into ``correction``; ``p`` and ``q`` may be one array."""
     has_center, has_scale = flags[1], flags[2]
     for r in range(count):
         c = center[first + r] if has_center else 0.0
@@ -698,6 +702,88 @@ def _thin_rows(p, q, first, count, center, scale, flags, vsum, shift, colsum, sq
             sq[col] += value * value
             q[r, col] = value * s
             correction[col] += c * q[r, col]
+
+
+@numba.njit(inline="always", **_JIT)
+def _row_transforms(i0, nr, center, scale, flags, cs):
+    """Set ``cs[0, r]`` and ``cs[1, r]`` to the centre and scale of row ``i0 + r`` (0 and 1
+    when the block has none; both 0 for ``r >= nr``, rows past the block's end)."""
+    has_center, has_scale = flags[1], flags[2]
+    for r in range(ROWS):
+        live = r < nr
+        cs[0, r] = center[i0 + r] if has_center and live else 0.0
+        cs[1, r] = (scale[i0 + r] if has_scale else 1.0) if live else 0.0
+
+
+@intrinsic
+def _thin_group(typingctx, p, q, cs, vsum, shifts, tail, acc):
+    """The thin per-row products of one group (:func:`pca`). For column ``c`` and row ``r``:
+    ``t = (p[c, r] - cs[0, r] vsum[c]) cs[1, r] - shifts[tail, c, r]`` is added to
+    ``acc[0, c, r]`` and its square to ``acc[1, c, r]``, ``q[c, r] = cs[1, r] t``, and
+    ``cs[0, r] q[c, r]`` is added to ``acc[2, c, r]``.
+
+    ``p``, ``q`` and ``acc`` hold a column's four rows side by side, and each step is one
+    four-wide vector operation, in LLVM IR: numba's loop stayed scalar (LLVM cannot prove
+    that the small arrays do not overlap), four times the operations. A row past the
+    block's end has ``p = 0``, ``cs = 0`` and a zero shift (``tail = 1``).
+    """
+    _require_contiguous("_thin_group", p, q, cs, vsum, shifts, acc)
+    v4 = ir.VectorType(ir.DoubleType(), ROWS)
+
+    def codegen(context, builder, signature, args):
+        arrays = [context.make_array(t)(context, builder, a)
+                  for t, a in zip(signature.args, args, strict=True) if isinstance(t, types.Array)]
+        p_, q_, cs_, vsum_, shifts_, acc_ = (array.data for array in arrays)
+        k = cgutils.unpack_tuple(builder, arrays[0].shape, 2)[0]
+        tail_ = context.cast(builder, args[5], signature.args[5], types.intp)
+
+        def vector(base, at):
+            return builder.bitcast(builder.gep(base, [at]), v4.as_pointer())
+
+        def scaled(*terms):  # sum of (index, factor) products, as intp
+            total = ir.Constant(k.type, 0)
+            for index, factor in terms:
+                total = builder.add(total, builder.mul(index, ir.Constant(k.type, factor)))
+            return total
+
+        centre = builder.load(vector(cs_, ir.Constant(k.type, 0)), align=8)
+        scale = builder.load(vector(cs_, ir.Constant(k.type, ROWS)), align=8)
+        flags = ("reassoc", "contract", "nsz")
+        with cgutils.for_range(builder, k) as loop:
+            c = loop.index
+            at = scaled((c, ROWS))
+            v = builder.load(builder.gep(vsum_, [c]))
+            splat = builder.shuffle_vector(
+                builder.insert_element(ir.Constant(v4, ir.Undefined), v, ir.Constant(_I32, 0)),
+                ir.Constant(v4, ir.Undefined), ir.Constant(ir.VectorType(_I32, ROWS), [0] * ROWS))
+            row = builder.add(builder.mul(tail_, k), c)  # shifts[tail, c]
+            shift = builder.load(vector(shifts_, scaled((row, ROWS))), align=8)
+            t = builder.fsub(builder.load(vector(p_, at), align=8),
+                             builder.fmul(centre, splat, flags=flags), flags=flags)
+            t = builder.fsub(builder.fmul(t, scale, flags=flags), shift, flags=flags)
+            w = builder.fmul(t, scale, flags=flags)
+            builder.store(w, vector(q_, at), align=8)
+            for plane, term in enumerate((t, builder.fmul(t, t, flags=flags),
+                                          builder.fmul(centre, w, flags=flags))):
+                target = vector(acc_, builder.add(scaled((k, plane * ROWS)), at))
+                builder.store(builder.fadd(builder.load(target, align=8), term, flags=flags),
+                              target, align=8)
+        return context.get_dummy_value()
+
+    return types.void(p, q, cs, vsum, shifts, tail, acc), codegen
+
+
+@numba.njit(**_JIT)
+def _group_shifts(shift, left):
+    """``shift`` for every row of a group (``[0]``) and of the last, partial group of
+    ``left`` rows (``[1]``: zero for the rows past the block's end)."""
+    k = shift.shape[0]
+    shifts = np.zeros((2, k, ROWS))
+    for c in range(k):
+        for r in range(ROWS):
+            shifts[0, c, r] = shift[c]
+            shifts[1, c, r] = shift[c] if r < left else 0.0
+    return shifts
 
 
 @numba.njit(**_JIT)
@@ -712,32 +798,32 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
     n = values.shape[0]
     k, m = VT.shape
     ahead = _ahead(values)
-    has_fill, has_center = flags[0], flags[1]
+    has_fill = flags[0]
     buf = _aligned_zeros(ROWS, m)
-    start = 0
-    if k == 2:
-        start = _pca_two(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, buf)
-    p = np.zeros((ROWS, k))
-    q = np.zeros((ROWS, k))
+    p = np.zeros((k, ROWS))
+    q = np.zeros((k, ROWS))
     vsum = np.zeros(k)
     for col in range(k):
         vsum[col] = VT[col].sum()
-    correction = np.zeros(k)
-    for i0 in range(start, n, ROWS):
+    shifts = _group_shifts(shift, n % ROWS)
+    cs = np.zeros((2, ROWS))
+    acc = np.zeros((3, k, ROWS))
+    for i0 in range(0, n, ROWS):
         nr = min(ROWS, n - i0)
         _prefetch_rows(values, i0 + ahead, 1)
-        rows = _rows(values, i0, nr, fill, has_fill, buf)
+        rows = _load_rows(values, i0, nr, fill, has_fill, buf)
         _prefetch_rows(values, i0 + ahead + 1, 1)
         _project(rows, VT, p)
         _prefetch_rows(values, i0 + ahead + 2, 1)
-        _thin_rows(p, q, i0, nr, center, scale, flags, vsum, shift, colsum, sq, correction)
-        for r in range(nr, ROWS):
-            q[r, :] = 0.0
+        _row_transforms(i0, nr, center, scale, flags, cs)
+        _thin_group(p, q, cs, vsum, shifts, 0 if nr == ROWS else 1, acc)
         _prefetch_rows(values, i0 + ahead + 3, 1)
         _scatter(rows, q, GT)
-    if has_center:
-        for col in range(k):
-            GT[col] -= correction[col]
+    for col in range(k):
+        colsum[col] += acc[0, col].sum()
+        sq[col] += acc[1, col].sum()
+        if flags[1]:
+            GT[col] -= acc[2, col].sum()
 
 
 @numba.njit(**_JIT)
@@ -755,15 +841,15 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
     GT = grad.reshape(1, m)
     wsum = w.sum()
     buf = _aligned_zeros(ROWS, m)
-    p = np.zeros((ROWS, 1))
-    q = np.zeros((ROWS, 1))
+    p = np.zeros((1, ROWS))
+    q = np.zeros((1, ROWS))
     total = 0.0
     loss = 0.0
     correction = 0.0
     for i0 in range(0, n, ROWS):
         nr = min(ROWS, n - i0)
         _prefetch_rows(values, i0 + ahead, 1)
-        rows = _rows(values, i0, nr, fill, has_fill, buf)
+        rows = _load_rows(values, i0, nr, fill, has_fill, buf)
         _prefetch_rows(values, i0 + ahead + 1, 1)
         _project(rows, VT, p)
         _prefetch_rows(values, i0 + ahead + 2, 1)
@@ -771,17 +857,17 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
             c = center[i0 + r] if has_center else 0.0
             s = scale[i0 + r] if has_scale else 1.0
             label = y[i0 + r]
-            z = (p[r, 0] - c * wsum) * s + b
+            z = (p[0, r] - c * wsum) * s + b
             if logistic:
                 loss, weight = _logistic_terms(label * z, label, loss)
             else:
                 weight = z - label
                 loss += weight * weight
             total += weight
-            q[r, 0] = weight * s
-            correction += c * q[r, 0]
+            q[0, r] = weight * s
+            correction += c * q[0, r]
         for r in range(nr, ROWS):
-            q[r, 0] = 0.0
+            q[0, r] = 0.0
         _prefetch_rows(values, i0 + ahead + 3, 1)
         _scatter(rows, q, GT)
     if has_center:
