@@ -29,6 +29,7 @@ packed dosages are converted eight at a time by a table permute (:func:`_lookup8
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numba
@@ -102,8 +103,43 @@ def _require_contiguous(name, *arrays):
             raise numba.core.errors.TypingError(f"{name} needs C-contiguous arrays, got {array}")
 
 
-def _lookup8_codegen(width, shift, table):
-    """Return the codegen of :func:`_lookup8` for ``width``-bit loads (see its docstring)."""
+#: How eight calls are read (:func:`_lookup8`): bits loaded, shift per lane, and the table
+#: (None: the row's missing value), for int8 dosages and packed 2-bit codes.
+_CODES = {types.int8: (64, 8, (0.0, 1.0, 2.0, None, None, None, None, None)),
+          types.uint8: (16, 2, (0.0, 1.0, 2.0, None, 0.0, 1.0, 2.0, None))}
+
+
+def _code_table(builder, dtype, missing):
+    """The lookup table of :data:`_CODES` for ``dtype`` with ``missing`` filled in."""
+    table = _CODES[dtype][2]
+    lookup = ir.Constant(_VD, [0.0 if v is None else v for v in table])
+    for i, v in enumerate(table):
+        if v is None:
+            lookup = builder.insert_element(lookup, missing, ir.Constant(_I32, i))
+    return lookup
+
+
+def _decode8(builder, pointer, dtype, lookup, drop=None):
+    """Eight calls read at ``pointer`` (an ``i8*``) as float64 through ``lookup``; with
+    ``drop``, that many low bits of the loaded word are discarded first (a row's last,
+    overlapping load; the lanes past the row then read 0)."""
+    width, shift, _ = _CODES[dtype]
+    word = builder.load(builder.bitcast(pointer, ir.IntType(width).as_pointer()), align=1)
+    if width < 64:
+        word = builder.zext(word, ir.IntType(64))
+    if drop is not None:
+        word = builder.lshr(word, drop)
+    vector = builder.insert_element(ir.Constant(_VI, ir.Undefined), word, ir.Constant(_I32, 0))
+    vector = builder.shuffle_vector(vector, ir.Constant(_VI, ir.Undefined),
+                                    ir.Constant(ir.VectorType(_I32, 8), [0] * 8))
+    index = builder.lshr(vector, ir.Constant(_VI, [shift * i for i in range(8)]))
+    permute = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(_VD, [_VD, _VI]), "llvm.x86.avx512.permvar.df.512")
+    return builder.call(permute, [lookup, index])
+
+
+def _lookup8_codegen(dtype):
+    """Return the codegen of :func:`_lookup8` for ``dtype`` (see its docstring)."""
 
     def codegen(context, builder, signature, args):
         src = context.make_array(signature.args[0])(context, builder, args[0])
@@ -111,22 +147,8 @@ def _lookup8_codegen(width, shift, table):
         at = context.cast(builder, args[1], signature.args[1], types.intp)
         to = context.cast(builder, args[3], signature.args[3], types.intp)
         missing = context.cast(builder, args[2], signature.args[2], types.float64)
-        pointer = builder.bitcast(builder.gep(src.data, [at]), ir.IntType(width).as_pointer())
-        word = builder.load(pointer, align=1)
-        if width < 64:
-            word = builder.zext(word, ir.IntType(64))
-        vector = builder.insert_element(ir.Constant(_VI, ir.Undefined), word,
-                                        ir.Constant(_I32, 0))
-        vector = builder.shuffle_vector(vector, ir.Constant(_VI, ir.Undefined),
-                                        ir.Constant(ir.VectorType(_I32, 8), [0] * 8))
-        index = builder.lshr(vector, ir.Constant(_VI, [shift * i for i in range(8)]))
-        lookup = ir.Constant(_VD, [0.0 if v is None else v for v in table])
-        for i, v in enumerate(table):
-            if v is None:
-                lookup = builder.insert_element(lookup, missing, ir.Constant(_I32, i))
-        permute = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(_VD, [_VD, _VI]), "llvm.x86.avx512.permvar.df.512")
-        value = builder.call(permute, [lookup, index])
+        pointer = builder.bitcast(builder.gep(src.data, [at]), ir.IntType(8).as_pointer())
+        value = _decode8(builder, pointer, dtype, _code_table(builder, dtype, missing))
         out = builder.bitcast(builder.gep(dst.data, [to]), _VD.as_pointer())
         builder.store(value, out, align=8)
         return context.get_dummy_value()
@@ -149,10 +171,7 @@ def _lookup8(typingctx, row, at, missing, to, out):
     AVX-512 only (:data:`PERMUTE`).
     """
     _require_contiguous("_lookup8", row, out)
-    sig = types.void(row, at, missing, to, out)
-    if row.dtype == types.uint8:
-        return sig, _lookup8_codegen(16, 2, (0.0, 1.0, 2.0, None, 0.0, 1.0, 2.0, None))
-    return sig, _lookup8_codegen(64, 8, (0.0, 1.0, 2.0, None, None, None, None, None))
+    return types.void(row, at, missing, to, out), _lookup8_codegen(row.dtype)
 
 
 @intrinsic
@@ -188,14 +207,37 @@ def _prefetch_rows(typingctx, values, i0, count):
     return types.none(values, i0, count), codegen
 
 
+def _span_in_range(builder, base, nbytes):
+    """Whether the ``nbytes`` (at least 64) int8 at ``base`` hold only -1..2: each 64-byte
+    vector plus one is folded into a running unsigned maximum (``vpmaxub``), the last 64
+    bytes overlapping the previous vector, one compare and mask test at the end."""
+    vector = ir.VectorType(ir.IntType(8), 64)
+    last = builder.sub(nbytes, ir.Constant(nbytes.type, 64))
+    one = ir.Constant(vector, [1] * 64)
+    acc = cgutils.alloca_once_value(builder, ir.Constant(vector, [0] * 64))
+
+    def fold(offset):
+        pointer = builder.bitcast(builder.gep(base, [offset]), vector.as_pointer())
+        shifted = builder.add(builder.load(pointer, align=1), one)
+        current = builder.load(acc)
+        larger = builder.icmp_unsigned(">", shifted, current)
+        builder.store(builder.select(larger, shifted, current), acc)
+
+    with cgutils.for_range_slice(builder, ir.Constant(nbytes.type, 0), last,
+                                 ir.Constant(nbytes.type, 64), nbytes.type) as (offset, _):
+        fold(offset)
+    fold(last)
+    inside = builder.icmp_unsigned("<", builder.load(acc), ir.Constant(vector, [4] * 64))
+    mask = builder.bitcast(inside, ir.IntType(64))
+    return builder.icmp_unsigned("==", mask, ir.Constant(ir.IntType(64), -1))
+
+
 @intrinsic
 def _dosage_span(typingctx, values, i0, count):
     """Whether rows ``i0 .. i0 + count`` of the C-contiguous int8 ``values`` hold only
-    -1..2, checked as one span of ``count * m`` bytes (at least 64): each 64-byte vector
-    plus one is folded into a running unsigned maximum (``vpmaxub``), one compare and mask
-    test at the end: ~36 cycles for a group of four 300-call rows."""
+    -1..2, checked as one span of ``count * m`` bytes (at least 64,
+    :func:`_span_in_range`): ~36 cycles for a group of four 300-call rows."""
     _require_contiguous("_dosage_span", values)
-    vector = ir.VectorType(ir.IntType(8), 64)
 
     def codegen(context, builder, signature, args):
         src = context.make_array(signature.args[0])(context, builder, args[0])
@@ -203,24 +245,7 @@ def _dosage_span(typingctx, values, i0, count):
         rows = context.cast(builder, args[2], signature.args[2], types.intp)
         width = cgutils.unpack_tuple(builder, src.shape, 2)[1]
         base = builder.gep(src.data, [builder.mul(first, width)])
-        last = builder.sub(builder.mul(rows, width), ir.Constant(width.type, 64))
-        one = ir.Constant(vector, [1] * 64)
-        acc = cgutils.alloca_once_value(builder, ir.Constant(vector, [0] * 64))
-
-        def fold(offset):
-            pointer = builder.bitcast(builder.gep(base, [offset]), vector.as_pointer())
-            shifted = builder.add(builder.load(pointer, align=1), one)
-            current = builder.load(acc)
-            larger = builder.icmp_unsigned(">", shifted, current)
-            builder.store(builder.select(larger, shifted, current), acc)
-
-        with cgutils.for_range_slice(builder, ir.Constant(width.type, 0), last,
-                                     ir.Constant(width.type, 64), width.type) as (offset, _):
-            fold(offset)
-        fold(last)  # the last 64 bytes, overlapping the previous vector
-        inside = builder.icmp_unsigned("<", builder.load(acc), ir.Constant(vector, [4] * 64))
-        mask = builder.bitcast(inside, ir.IntType(64))
-        return builder.icmp_unsigned("==", mask, ir.Constant(ir.IntType(64), -1))
+        return _span_in_range(builder, base, builder.mul(rows, width))
 
     return types.boolean(values, i0, count), codegen
 
@@ -444,13 +469,13 @@ def _fmuladd(builder, a, b, c):
     return builder.call(_ir_function(builder, "llvm.fmuladd.v8f64", _VD, [_VD] * 3), [a, b, c])
 
 
-def _lane_mask(builder, left):
-    """The ``<8 x i1>`` mask of lanes ``i < left``."""
-    i64x8 = ir.VectorType(ir.IntType(64), 8)
-    splat = builder.insert_element(ir.Constant(i64x8, ir.Undefined), left, ir.Constant(_I32, 0))
-    splat = builder.shuffle_vector(splat, ir.Constant(i64x8, ir.Undefined),
-                                   ir.Constant(_I32X8, [0] * 8))
-    return builder.icmp_signed("<", ir.Constant(i64x8, list(range(8))), splat)
+def _lane_mask(builder, left, lanes=8):
+    """The ``<lanes x i1>`` mask of lanes ``i < left``."""
+    vector = ir.VectorType(ir.IntType(64), lanes)
+    splat = builder.insert_element(ir.Constant(vector, ir.Undefined), left, ir.Constant(_I32, 0))
+    splat = builder.shuffle_vector(splat, ir.Constant(vector, ir.Undefined),
+                                   ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes))
+    return builder.icmp_signed("<", ir.Constant(vector, list(range(lanes))), splat)
 
 
 def _vload(builder, pointer, mask=None):
@@ -522,14 +547,22 @@ def _block_operands(context, builder, signature, args, columns):
     pointer = ir.DoubleType().as_pointer()
     rows = [builder.inttoptr(builder.add(base, builder.mul(m, ir.Constant(intp, 8 * r))),
                              pointer) for r in range(ROWS)]
-    small = context.make_array(signature.args[3])(context, builder, args[3])
+    element = _small_element(context, builder, signature.args[3], args[3], first)
+    return rows, m, wide, element
+
+
+def _small_element(context, builder, small_type, small, first):
+    """A function giving the address of ``small[first + c, r]`` of a C-contiguous ``(k, 4)``
+    array (``p`` or ``q``)."""
+    intp = context.get_value_type(types.intp)
+    data = context.make_array(small_type)(context, builder, small).data
 
     def element(r, c):
         at = builder.add(builder.mul(builder.add(first, ir.Constant(intp, c)),
                                      ir.Constant(intp, ROWS)), ir.Constant(intp, r))
-        return builder.gep(small.data, [at])
+        return builder.gep(data, [at])
 
-    return rows, m, wide, element
+    return element
 
 
 def _require_block(name, x, W, small):
@@ -554,6 +587,30 @@ def _vector_loop(builder, m, body):
         body(full, _lane_mask(builder, left))
 
 
+def _projection(builder, columns, vs, element, run):
+    """The body of the projection intrinsics: ``4 * columns`` accumulators; ``run(fma)``
+    calls ``fma(j, mask, xv)`` for each vector ``j`` of the four rows' values ``xv``; the
+    accumulators are summed eight at a time by :func:`_sum8` into one vector stored whole
+    at ``element(0, c)``, ``p`` holding a column's four rows side by side."""
+    pairs = [(r, c) for c in range(columns) for r in range(ROWS)]
+    acc = {pair: cgutils.alloca_once_value(builder, ir.Constant(_VD, [0.0] * 8))
+           for pair in pairs}
+
+    def fma(j, mask, xv):
+        for c in range(columns):
+            vv = _vload(builder, builder.gep(vs[c], [j]), mask)
+            for r in range(ROWS):
+                builder.store(_fmuladd(builder, xv[r], vv, builder.load(acc[r, c])), acc[r, c])
+
+    run(fma)
+    for start in range(0, len(pairs), 8):  # two columns' four rows per store
+        chunk = pairs[start : start + 8]
+        inputs = [ir.Constant(_VD, [0.0] * 8)] * 8
+        for lane, pair in enumerate(chunk):
+            inputs[_SUM8_ORDER[lane]] = builder.load(acc[pair])
+        _store_lanes(builder, _sum8(builder, inputs), len(chunk), element(*chunk[0]))
+
+
 def _project_block(columns):
     """An intrinsic ``(x, VT, c0, p)``: ``p[c0 + c, r] = x[r] . VT[c0 + c]`` for the four
     rows ``x[r]`` at address ``x`` (:func:`_block_operands`) and ``columns`` columns.
@@ -570,30 +627,143 @@ def _project_block(columns):
 
         def codegen(context, builder, signature, args):
             rows, m, vs, element = _block_operands(context, builder, signature, args, columns)
-            pairs = [(r, c) for c in range(columns) for r in range(ROWS)]
-            acc = {pair: cgutils.alloca_once_value(builder, ir.Constant(_VD, [0.0] * 8))
-                   for pair in pairs}
 
-            def body(j, mask):
-                xv = [_vload(builder, builder.gep(rows[r], [j]), mask) for r in range(ROWS)]
-                for c in range(columns):
-                    vv = _vload(builder, builder.gep(vs[c], [j]), mask)
-                    for r in range(ROWS):
-                        builder.store(_fmuladd(builder, xv[r], vv, builder.load(acc[r, c])),
-                                      acc[r, c])
+            def run(fma):
+                def body(j, mask):
+                    fma(j, mask, [_vload(builder, builder.gep(rows[r], [j]), mask)
+                                  for r in range(ROWS)])
 
-            _vector_loop(builder, m, body)
-            for start in range(0, len(pairs), 8):  # two columns' four rows per store
-                chunk = pairs[start : start + 8]
-                inputs = [ir.Constant(_VD, [0.0] * 8)] * 8
-                for lane, pair in enumerate(chunk):
-                    inputs[_SUM8_ORDER[lane]] = builder.load(acc[pair])
-                _store_lanes(builder, _sum8(builder, inputs), len(chunk), element(*chunk[0]))
+                _vector_loop(builder, m, body)
+
+            _projection(builder, columns, vs, element, run)
             return context.get_dummy_value()
 
         return types.void(x, VT, c0, p), codegen
 
     return project
+
+
+def _codes_fused(values):
+    """Whether rows of ``values``' type (a numba array type) are converted inside the
+    projection loop (:func:`_project_codes`): int8 and packed rows on AVX-512 CPUs."""
+    return PERMUTE and values.dtype in _CODES
+
+
+def _project_codes(columns):
+    """An intrinsic ``(values, i0, fill, flags, VT, p, buf)``: the first ``columns``
+    columns of :func:`_project_block` for rows ``i0 .. i0 + 4`` of int8 dosages (only
+    -1..2) or packed codes, converted in the same loop (:func:`_decode8`; missing calls
+    read ``fill[i0 + r]`` when ``flags[0]``, else -1) and stored into ``buf`` for the
+    update. The conversion's permutes then interleave with the FMAs instead of running as
+    a loop of their own, and the converted rows are not read back for the projections. A
+    row's last calls are read by one load ending at the row's last byte; ``buf``'s columns
+    past the calls get 0. Only for groups :func:`_codes_usable` accepts; for other rows
+    (:func:`_codes_fused` false) the intrinsic is empty, so that one loop serves every
+    dtype.
+    """
+    @intrinsic
+    def project(typingctx, values, i0, fill, flags, VT, p, buf):
+        _require_contiguous("_project_codes", values, fill, flags, VT, p, buf)
+        dtype = values.dtype
+        signature = types.void(values, i0, fill, flags, VT, p, buf)
+        if not _codes_fused(values):
+            return signature, lambda context, builder, sig, args: context.get_dummy_value()
+
+        def codegen(context, builder, signature, args):
+            intp = context.get_value_type(types.intp)
+            zero = ir.Constant(intp, 0)
+            src = context.make_array(signature.args[0])(context, builder, args[0])
+            nbytes = cgutils.unpack_tuple(builder, src.shape, 2)[1]
+            first = context.cast(builder, args[1], signature.args[1], types.intp)
+            vs, m = _row_pointers(context, builder, signature.args[4], args[4], zero, columns)
+            out, _ = _row_pointers(context, builder, signature.args[6], args[6], zero, ROWS)
+            rows, _ = _row_pointers(context, builder, signature.args[0], args[0], first, ROWS)
+            fills = context.make_array(signature.args[2])(context, builder, args[2]).data
+            has = context.make_array(signature.args[3])(context, builder, args[3]).data
+            has_fill = builder.icmp_unsigned("!=", builder.load(has), ir.Constant(
+                has.type.pointee, 0))
+            every = ir.Constant(ir.VectorType(ir.IntType(1), ROWS), [1] * ROWS)
+            missing = _row_vector(builder, fills, first, has_fill, every, -1.0)
+            tables = [_code_table(builder, dtype, builder.extract_element(
+                missing, ir.Constant(_I32, r))) for r in range(ROWS)]
+            per_byte = 4 if dtype == types.uint8 else 1
+            load_bytes = _CODES[dtype][0] // 8
+            calls = builder.mul(nbytes, ir.Constant(intp, per_byte))
+            whole = builder.sub(calls, builder.srem(calls, ir.Constant(intp, 8)))
+            whole = builder.select(builder.icmp_signed("<", whole, m), whole, m)
+            element = _small_element(context, builder, signature.args[5], args[5], zero)
+
+            def run(fma):
+                def body(j, at, drop):
+                    xv = []
+                    for r in range(ROWS):
+                        value = _decode8(builder, builder.gep(rows[r], [at]), dtype, tables[r],
+                                         drop)
+                        _vstore(builder, value, builder.gep(out[r], [j]))
+                        xv.append(value)
+                    fma(j, None, xv)
+
+                step = ir.Constant(intp, 8)
+                with cgutils.for_range_slice(builder, zero, whole, step, intp) as (j, _):
+                    body(j, builder.udiv(j, ir.Constant(intp, per_byte)), None)
+                with builder.if_then(builder.icmp_signed("<", whole, m)):
+                    last = builder.sub(nbytes, ir.Constant(intp, load_bytes))
+                    skip = builder.sub(builder.udiv(whole, ir.Constant(intp, per_byte)), last)
+                    body(whole, last, builder.mul(skip, ir.Constant(intp, 8)))
+
+            _projection(builder, columns, vs, element, run)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return project
+
+
+@intrinsic
+def _codes_usable(typingctx, values, i0, nr, VT, buf):
+    """Whether :func:`_project_codes` takes the group of rows ``i0 .. i0 + nr``: a whole
+    group of int8 or packed rows (:func:`_codes_fused`; constant false for others) whose
+    ``VT`` and ``buf`` rows are the calls padded to whole vectors, with at least 16 int8
+    bytes (the range check's 64 per group) or 2 packed bytes (the last load) per row, and,
+    for int8, only -1..2 in the group (:func:`_span_in_range`; other dosages take
+    :func:`_load_rows`)."""
+    _require_contiguous("_codes_usable", values, VT, buf)
+    fused = _codes_fused(values)
+    dtype = values.dtype
+
+    def codegen(context, builder, signature, args):
+        if not fused:
+            return ir.Constant(ir.IntType(1), 0)
+        intp = context.get_value_type(types.intp)
+        src = context.make_array(signature.args[0])(context, builder, args[0])
+        nbytes = cgutils.unpack_tuple(builder, src.shape, 2)[1]
+        m = cgutils.unpack_tuple(builder, context.make_array(signature.args[3])(
+            context, builder, args[3]).shape, 2)[1]
+        width = cgutils.unpack_tuple(builder, context.make_array(signature.args[4])(
+            context, builder, args[4]).shape, 2)[1]
+        first = context.cast(builder, args[1], signature.args[1], types.intp)
+        count = context.cast(builder, args[2], signature.args[2], types.intp)
+        calls = builder.mul(nbytes, ir.Constant(intp, 4 if dtype == types.uint8 else 1))
+
+        def constant(value):
+            return ir.Constant(intp, value)
+
+        checks = [builder.icmp_signed("==", count, constant(ROWS)),
+                  builder.icmp_signed("==", builder.srem(m, constant(8)), constant(0)),
+                  builder.icmp_signed("<=", calls, m),
+                  builder.icmp_signed("<", m, builder.add(calls, constant(8))),
+                  builder.icmp_signed("==", width, m),
+                  builder.icmp_signed(">=", nbytes, constant(16 if dtype == types.int8 else 2))]
+        usable = functools.reduce(builder.and_, checks)
+        if dtype != types.int8:
+            return usable
+        result = cgutils.alloca_once_value(builder, usable)
+        with builder.if_then(usable):
+            base = builder.gep(src.data, [builder.mul(first, nbytes)])
+            builder.store(_span_in_range(builder, base, builder.mul(count, nbytes)), result)
+        return builder.load(result)
+
+    return types.boolean(values, i0, nr, VT, buf), codegen
 
 
 def _scatter_block(columns):
@@ -635,15 +805,34 @@ def _scatter_block(columns):
 
 _project1, _project2, _project4, _project5 = (_project_block(c) for c in (1, 2, 4, 5))
 _scatter1, _scatter2, _scatter4, _scatter5 = (_scatter_block(c) for c in (1, 2, 4, 5))
+_codes1, _codes2, _codes4, _codes5 = (_project_codes(c) for c in (1, 2, 4, 5))
 
 
 @numba.njit(inline="always", **_JIT)
-def _project(x, VT, p):
-    """``p[c, r] = x[r] . VT[c]`` for the four rows at address ``x`` (:func:`_load_rows`),
-    over ``VT.shape[1]`` values, four columns at a time (the last five together when ``k``
-    is 5, 9, 13, ...)."""
+def _project_first_codes(values, i0, fill, flags, VT, p, buf):
+    """:func:`_project_codes` for the first block of :func:`_project`; return its columns."""
     k = VT.shape[0]
-    c = 0
+    if k == 5:
+        _codes5(values, i0, fill, flags, VT, p, buf)
+        return 5
+    if k >= 4:
+        _codes4(values, i0, fill, flags, VT, p, buf)
+        return 4
+    if k >= 2:
+        _codes2(values, i0, fill, flags, VT, p, buf)
+        return 2
+    _codes1(values, i0, fill, flags, VT, p, buf)
+    return 1
+
+
+@numba.njit(inline="always", **_JIT)
+def _project(x, VT, p, start):
+    """``p[c, r] = x[r] . VT[c]`` for the four rows at address ``x`` (:func:`_load_rows`)
+    and the columns from ``start`` on (:func:`_project_first_codes` may have done the first block), over
+    ``VT.shape[1]`` values, four columns at a time (the last five together when ``k`` is
+    5, 9, 13, ...)."""
+    k = VT.shape[0]
+    c = start
     while c + 4 <= k and c + 5 != k:
         _project4(x, VT, c, p)
         c += 4
@@ -704,86 +893,107 @@ def _thin_rows(p, q, first, count, center, scale, flags, vsum, shift, colsum, sq
             correction[col] += c * q[r, col]
 
 
-@numba.njit(inline="always", **_JIT)
-def _row_transforms(i0, nr, center, scale, flags, cs):
-    """Set ``cs[0, r]`` and ``cs[1, r]`` to the centre and scale of row ``i0 + r`` (0 and 1
-    when the block has none; both 0 for ``r >= nr``, rows past the block's end)."""
-    has_center, has_scale = flags[1], flags[2]
-    for r in range(ROWS):
-        live = r < nr
-        cs[0, r] = center[i0 + r] if has_center and live else 0.0
-        cs[1, r] = (scale[i0 + r] if has_scale else 1.0) if live else 0.0
+def _column_values(builder, array, c, width):
+    """``array[c]`` in four lanes (``width`` 4), or ``array[c]`` in four and ``array[c + 1]``
+    in the next four (``width`` 8): one load and one permute."""
+    count = width // ROWS
+    vector = ir.VectorType(ir.DoubleType(), count)
+    pointer = builder.bitcast(builder.gep(array, [c]), vector.as_pointer())
+    values = builder.load(pointer, align=8)
+    return builder.shuffle_vector(values, ir.Constant(vector, ir.Undefined), ir.Constant(
+        ir.VectorType(_I32, width), [lane // ROWS for lane in range(width)]))
+
+
+def _row_vector(builder, array, at, has, live, otherwise):
+    """Four float64 of ``array`` from ``at`` when ``has`` (an ``i1``), the lanes of ``live``
+    only, the others ``otherwise``. Without ``has`` nothing is read: a masked load from an
+    empty array's pointer plus ``at`` (a masked-off address outside the process's pages)
+    costs a microcode assist on every call (float64 PCA ran 6-10 % slower with it)."""
+    v4 = ir.VectorType(ir.DoubleType(), ROWS)
+    default = ir.Constant(v4, [otherwise] * ROWS)
+    result = cgutils.alloca_once_value(builder, default)
+    with builder.if_then(has, likely=True):
+        load = _ir_function(builder, "llvm.masked.load.v4f64.p0v4f64", v4,
+                            [v4.as_pointer(), _I32, ir.VectorType(ir.IntType(1), ROWS), v4])
+        pointer = builder.bitcast(builder.gep(array, [at]), v4.as_pointer())
+        builder.store(builder.call(load, [pointer, ir.Constant(_I32, 8), live, default]),
+                      result)
+    return builder.load(result)
 
 
 @intrinsic
-def _thin_group(typingctx, p, q, cs, vsum, shifts, tail, acc):
-    """The thin per-row products of one group (:func:`pca`). For column ``c`` and row ``r``:
-    ``t = (p[c, r] - cs[0, r] vsum[c]) cs[1, r] - shifts[tail, c, r]`` is added to
-    ``acc[0, c, r]`` and its square to ``acc[1, c, r]``, ``q[c, r] = cs[1, r] t``, and
-    ``cs[0, r] q[c, r]`` is added to ``acc[2, c, r]``.
+def _thin_group(typingctx, p, q, center, scale, flags, i0, nr, vsum, shift, acc):
+    """The thin per-row products of the group of rows ``i0 .. i0 + nr`` (:func:`pca`).
 
-    ``p``, ``q`` and ``acc`` hold a column's four rows side by side, and each step is one
-    four-wide vector operation, in LLVM IR: numba's loop stayed scalar (LLVM cannot prove
-    that the small arrays do not overlap), four times the operations. A row past the
-    block's end has ``p = 0``, ``cs = 0`` and a zero shift (``tail = 1``).
+    For column ``c`` and row ``r`` with centre ``c_r`` and scale ``s_r`` (0 and 1 when the
+    block has none; ``flags[1]``, ``flags[2]``): ``t = (p[c, r] - c_r vsum[c]) s_r -
+    shift[c]`` is added to ``acc[0, c, r]`` and its square to ``acc[1, c, r]``, ``q[c, r]
+    = s_r t``, and ``c_r q[c, r]`` is added to ``acc[2, c, r]``; rows ``r >= nr`` (past the
+    block's end) get ``t = q = 0``.
+
+    ``p``, ``q`` and ``acc`` hold a column's four rows side by side, so two columns are one
+    eight-wide vector operation, in LLVM IR: numba's loop stayed scalar (LLVM cannot prove
+    that the small arrays do not overlap), eight times the operations. The four centres and
+    scales are read by masked loads (nothing read past the block's end or from an empty
+    array).
     """
-    _require_contiguous("_thin_group", p, q, cs, vsum, shifts, acc)
-    v4 = ir.VectorType(ir.DoubleType(), ROWS)
+    _require_contiguous("_thin_group", p, q, center, scale, flags, vsum, shift, acc)
 
     def codegen(context, builder, signature, args):
-        arrays = [context.make_array(t)(context, builder, a)
-                  for t, a in zip(signature.args, args, strict=True) if isinstance(t, types.Array)]
-        p_, q_, cs_, vsum_, shifts_, acc_ = (array.data for array in arrays)
-        k = cgutils.unpack_tuple(builder, arrays[0].shape, 2)[0]
-        tail_ = context.cast(builder, args[5], signature.args[5], types.intp)
+        arrays = {name: context.make_array(signature.args[i])(context, builder, args[i])
+                  for i, name in ((0, "p"), (1, "q"), (2, "center"), (3, "scale"),
+                                  (4, "flags"), (7, "vsum"), (8, "shift"), (9, "acc"))}
+        data = {name: array.data for name, array in arrays.items()}
+        k = cgutils.unpack_tuple(builder, arrays["p"].shape, 2)[0]
+        first = context.cast(builder, args[5], signature.args[5], types.intp)
+        count = context.cast(builder, args[6], signature.args[6], types.intp)
+        intp = k.type
+        live = _lane_mask(builder, count, ROWS)
 
-        def vector(base, at):
-            return builder.bitcast(builder.gep(base, [at]), v4.as_pointer())
+        def flag(index):
+            value = builder.load(builder.gep(data["flags"], [ir.Constant(intp, index)]))
+            return builder.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
 
-        def scaled(*terms):  # sum of (index, factor) products, as intp
-            total = ir.Constant(k.type, 0)
-            for index, factor in terms:
-                total = builder.add(total, builder.mul(index, ir.Constant(k.type, factor)))
-            return total
+        zero4 = ir.Constant(ir.VectorType(ir.DoubleType(), ROWS), [0.0] * ROWS)
+        centre4 = _row_vector(builder, data["center"], first, flag(1), live, 0.0)
+        scale4 = builder.select(live, _row_vector(builder, data["scale"], first, flag(2), live,
+                                                  1.0),
+                                zero4)
+        alive4 = builder.select(live, ir.Constant(zero4.type, [1.0] * ROWS), zero4)
+        fl = ("reassoc", "contract", "nsz")
 
-        centre = builder.load(vector(cs_, ir.Constant(k.type, 0)), align=8)
-        scale = builder.load(vector(cs_, ir.Constant(k.type, ROWS)), align=8)
-        flags = ("reassoc", "contract", "nsz")
-        with cgutils.for_range(builder, k) as loop:
-            c = loop.index
-            at = scaled((c, ROWS))
-            v = builder.load(builder.gep(vsum_, [c]))
-            splat = builder.shuffle_vector(
-                builder.insert_element(ir.Constant(v4, ir.Undefined), v, ir.Constant(_I32, 0)),
-                ir.Constant(v4, ir.Undefined), ir.Constant(ir.VectorType(_I32, ROWS), [0] * ROWS))
-            row = builder.add(builder.mul(tail_, k), c)  # shifts[tail, c]
-            shift = builder.load(vector(shifts_, scaled((row, ROWS))), align=8)
-            t = builder.fsub(builder.load(vector(p_, at), align=8),
-                             builder.fmul(centre, splat, flags=flags), flags=flags)
-            t = builder.fsub(builder.fmul(t, scale, flags=flags), shift, flags=flags)
-            w = builder.fmul(t, scale, flags=flags)
-            builder.store(w, vector(q_, at), align=8)
-            for plane, term in enumerate((t, builder.fmul(t, t, flags=flags),
-                                          builder.fmul(centre, w, flags=flags))):
-                target = vector(acc_, builder.add(scaled((k, plane * ROWS)), at))
-                builder.store(builder.fadd(builder.load(target, align=8), term, flags=flags),
+        def widen(vector, width):
+            return vector if width == ROWS else builder.shuffle_vector(
+                vector, vector, ir.Constant(ir.VectorType(_I32, 2 * ROWS), list(range(ROWS)) * 2))
+
+        def step(c, width):  # columns c (and c + 1 when width is 8)
+            vector = ir.VectorType(ir.DoubleType(), width)
+            centre, scale, alive = (widen(v, width) for v in (centre4, scale4, alive4))
+            v = _column_values(builder, data["vsum"], c, width)
+            offset = _column_values(builder, data["shift"], c, width)
+            at = builder.mul(c, ir.Constant(intp, ROWS))
+
+            def pointer(name, shift=None):
+                base = builder.gep(data[name], [at if shift is None else builder.add(at, shift)])
+                return builder.bitcast(base, vector.as_pointer())
+
+            t = builder.fsub(builder.load(pointer("p"), align=8),
+                             builder.fmul(centre, v, flags=fl), flags=fl)
+            t = builder.fsub(builder.fmul(t, scale, flags=fl),
+                             builder.fmul(offset, alive, flags=fl), flags=fl)
+            w = builder.fmul(t, scale, flags=fl)
+            builder.store(w, pointer("q"), align=8)
+            for plane, term in enumerate((t, builder.fmul(t, t, flags=fl),
+                                          builder.fmul(centre, w, flags=fl))):
+                target = pointer("acc", builder.mul(k, ir.Constant(intp, plane * ROWS)))
+                builder.store(builder.fadd(builder.load(target, align=8), term, flags=fl),
                               target, align=8)
+
+        with cgutils.for_range(builder, k) as loop:
+            step(loop.index, ROWS)
         return context.get_dummy_value()
 
-    return types.void(p, q, cs, vsum, shifts, tail, acc), codegen
-
-
-@numba.njit(**_JIT)
-def _group_shifts(shift, left):
-    """``shift`` for every row of a group (``[0]``) and of the last, partial group of
-    ``left`` rows (``[1]``: zero for the rows past the block's end)."""
-    k = shift.shape[0]
-    shifts = np.zeros((2, k, ROWS))
-    for c in range(k):
-        for r in range(ROWS):
-            shifts[0, c, r] = shift[c]
-            shifts[1, c, r] = shift[c] if r < left else 0.0
-    return shifts
+    return types.void(p, q, center, scale, flags, i0, nr, vsum, shift, acc), codegen
 
 
 @numba.njit(**_JIT)
@@ -805,18 +1015,20 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
     vsum = np.zeros(k)
     for col in range(k):
         vsum[col] = VT[col].sum()
-    shifts = _group_shifts(shift, n % ROWS)
-    cs = np.zeros((2, ROWS))
     acc = np.zeros((3, k, ROWS))
     for i0 in range(0, n, ROWS):
         nr = min(ROWS, n - i0)
         _prefetch_rows(values, i0 + ahead, 1)
-        rows = _load_rows(values, i0, nr, fill, has_fill, buf)
+        done = 0
+        if _codes_usable(values, i0, nr, VT, buf):
+            done = _project_first_codes(values, i0, fill, flags, VT, p, buf)
+            rows = _row_address(buf, 0)
+        else:
+            rows = _load_rows(values, i0, nr, fill, has_fill, buf)
         _prefetch_rows(values, i0 + ahead + 1, 1)
-        _project(rows, VT, p)
+        _project(rows, VT, p, done)
         _prefetch_rows(values, i0 + ahead + 2, 1)
-        _row_transforms(i0, nr, center, scale, flags, cs)
-        _thin_group(p, q, cs, vsum, shifts, 0 if nr == ROWS else 1, acc)
+        _thin_group(p, q, center, scale, flags, i0, nr, vsum, shift, acc)
         _prefetch_rows(values, i0 + ahead + 3, 1)
         _scatter(rows, q, GT)
     for col in range(k):
@@ -849,9 +1061,14 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
     for i0 in range(0, n, ROWS):
         nr = min(ROWS, n - i0)
         _prefetch_rows(values, i0 + ahead, 1)
-        rows = _load_rows(values, i0, nr, fill, has_fill, buf)
+        done = 0
+        if _codes_usable(values, i0, nr, VT, buf):
+            done = _project_first_codes(values, i0, fill, flags, VT, p, buf)
+            rows = _row_address(buf, 0)
+        else:
+            rows = _load_rows(values, i0, nr, fill, has_fill, buf)
         _prefetch_rows(values, i0 + ahead + 1, 1)
-        _project(rows, VT, p)
+        _project(rows, VT, p, done)
         _prefetch_rows(values, i0 + ahead + 2, 1)
         for r in range(nr):
             c = center[i0 + r] if has_center else 0.0
