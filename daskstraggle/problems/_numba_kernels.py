@@ -282,22 +282,43 @@ def _row_address(typingctx, values, row):
     return types.intp(values, row), codegen
 
 
+@intrinsic
+def _in_place(typingctx, values, nr, flags, buf):
+    """Whether the kernels read the group's rows where they are stored: float64 rows of a
+    whole group, as wide as ``buf`` and without a fill (``flags[0]``); constant false for
+    other dtypes, so the branch is compiled away."""
+    _require_contiguous("_in_place", values, flags, buf)
+    floats = values.dtype == types.float64
+
+    def codegen(context, builder, signature, args):
+        if not floats:
+            return ir.Constant(ir.IntType(1), 0)
+        width = cgutils.unpack_tuple(builder, context.make_array(signature.args[0])(
+            context, builder, args[0]).shape, 2)[1]
+        wide = cgutils.unpack_tuple(builder, context.make_array(signature.args[3])(
+            context, builder, args[3]).shape, 2)[1]
+        count = context.cast(builder, args[1], signature.args[1], types.intp)
+        has = builder.load(context.make_array(signature.args[2])(context, builder, args[2]).data)
+        return functools.reduce(builder.and_, [
+            builder.icmp_signed("==", count, ir.Constant(count.type, ROWS)),
+            builder.icmp_unsigned("==", has, ir.Constant(has.type, 0)),
+            builder.icmp_signed("==", width, wide)])
+
+    return types.boolean(values, nr, flags, buf), codegen
+
+
 def _load_rows(values, i0, nr, fill, has_fill, buf):
-    """Return the address of rows ``i0 .. i0 + nr`` as float64 with missing entries filled,
-    ``buf.shape[1]`` values apart: float64 rows in place, others converted into ``buf``
-    (zero rows past ``nr``; see overload)."""
+    """Convert rows ``i0 .. i0 + nr`` to float64 with missing entries filled into ``buf``
+    (zero rows past ``nr``) and return its address (see overload)."""
 
 
 @numba.extending.overload(_load_rows, jit_options=_JIT)
 def _load_rows_overload(values, i0, nr, fill, has_fill, buf):
     """Dispatch on the stored dtype: uint8 rows are packed codes, int8 rows dosages, float64
-    rows are used in place when the group is whole, as wide as ``buf`` and has nothing
-    missing. One call per group, returning an integer: a call returning an array costs
-    two atomic reference-count updates, and numba-level inlining adds six."""
+    rows copied. One call, returning an integer: a call returning an array costs two
+    atomic reference-count updates, and numba-level inlining of this one added six."""
     if values.dtype == numba.types.uint8:
         return _decode_packed_permute if PERMUTE else _decode_packed
-    if values.dtype == numba.types.float64:
-        return _float_rows
     return _int_rows_permute if PERMUTE and values.dtype == numba.types.int8 else _int_rows
 
 
@@ -401,14 +422,6 @@ def _packed_width(values, buf):
 
 def _int_rows(values, i0, nr, fill, has_fill, buf):
     _wide_vectors()
-    _convert_dense(values, i0, nr, fill, has_fill, buf)
-    return _row_address(buf, 0)
-
-
-def _float_rows(values, i0, nr, fill, has_fill, buf):
-    _wide_vectors()
-    if nr == ROWS and not has_fill and values.shape[1] == buf.shape[1]:
-        return _row_address(values, i0)
     _convert_dense(values, i0, nr, fill, has_fill, buf)
     return _row_address(buf, 0)
 
@@ -828,9 +841,9 @@ def _project_first_codes(values, i0, fill, flags, VT, p, buf):
 @numba.njit(inline="always", **_JIT)
 def _project(x, VT, p, start):
     """``p[c, r] = x[r] . VT[c]`` for the four rows at address ``x`` (:func:`_load_rows`)
-    and the columns from ``start`` on (:func:`_project_first_codes` may have done the first block), over
-    ``VT.shape[1]`` values, four columns at a time (the last five together when ``k`` is
-    5, 9, 13, ...)."""
+    and the columns from ``start`` on (:func:`_project_first_codes` may have projected
+    the first block), over ``VT.shape[1]`` values, four columns at a time (the last five together
+    when ``k`` is 5, 9, 13, ...)."""
     k = VT.shape[0]
     c = start
     while c + 4 <= k and c + 5 != k:
@@ -1008,7 +1021,6 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
     n = values.shape[0]
     k, m = VT.shape
     ahead = _ahead(values)
-    has_fill = flags[0]
     buf = _aligned_zeros(ROWS, m)
     p = np.zeros((k, ROWS))
     q = np.zeros((k, ROWS))
@@ -1019,12 +1031,14 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
     for i0 in range(0, n, ROWS):
         nr = min(ROWS, n - i0)
         _prefetch_rows(values, i0 + ahead, 1)
-        done = 0
-        if _codes_usable(values, i0, nr, VT, buf):
+        done = 0  # columns projected with the conversion (_project_codes)
+        if _in_place(values, nr, flags, buf):
+            rows = _row_address(values, i0)
+        elif _codes_usable(values, i0, nr, VT, buf):
             done = _project_first_codes(values, i0, fill, flags, VT, p, buf)
             rows = _row_address(buf, 0)
         else:
-            rows = _load_rows(values, i0, nr, fill, has_fill, buf)
+            rows = _load_rows(values, i0, nr, fill, flags[0], buf)
         _prefetch_rows(values, i0 + ahead + 1, 1)
         _project(rows, VT, p, done)
         _prefetch_rows(values, i0 + ahead + 2, 1)
@@ -1048,7 +1062,7 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
     n = values.shape[0]
     m = w.shape[0]
     ahead = _ahead(values)
-    has_fill, has_center, has_scale = flags[0], flags[1], flags[2]
+    has_center, has_scale = flags[1], flags[2]
     VT = w.reshape(1, m)
     GT = grad.reshape(1, m)
     wsum = w.sum()
@@ -1061,12 +1075,14 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
     for i0 in range(0, n, ROWS):
         nr = min(ROWS, n - i0)
         _prefetch_rows(values, i0 + ahead, 1)
-        done = 0
-        if _codes_usable(values, i0, nr, VT, buf):
+        done = 0  # columns projected with the conversion (_project_codes)
+        if _in_place(values, nr, flags, buf):
+            rows = _row_address(values, i0)
+        elif _codes_usable(values, i0, nr, VT, buf):
             done = _project_first_codes(values, i0, fill, flags, VT, p, buf)
             rows = _row_address(buf, 0)
         else:
-            rows = _load_rows(values, i0, nr, fill, has_fill, buf)
+            rows = _load_rows(values, i0, nr, fill, flags[0], buf)
         _prefetch_rows(values, i0 + ahead + 1, 1)
         _project(rows, VT, p, done)
         _prefetch_rows(values, i0 + ahead + 2, 1)

@@ -98,7 +98,7 @@ def assert_pca_pass(block: Block, X: np.ndarray, V: np.ndarray, shift: np.ndarra
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("k", [2, 3])  # the numba kernel has its own loop for two columns
+@pytest.mark.parametrize("k", [2, 3])
 def test_pca_pass_matches_the_float64_reference(kind, shape, k, implementation, rng):
     block = make_block(kind, *shape, rng)
     X = dense(block)
@@ -134,6 +134,66 @@ def test_int8_rows_outside_the_dosage_range(fill, m, k, implementation, rng):
     V = rng.normal(size=(m, k))
     assert_pca_pass(block, X, V, None, implementation)
     assert close(kernels.gram(block, None, implementation=implementation), X.T @ X)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["int8", "packed"])
+@pytest.mark.parametrize("fill", [False, True])
+@pytest.mark.parametrize("m", [16, 17, 23, 24, 31, 33])
+@pytest.mark.parametrize("k", [1, 2, 4, 5, 6])
+def test_genotype_rows_converted_inside_the_projection(packed, fill, m, k, implementation, rng):
+    """On AVX-512 the numba loops convert whole groups of genotype rows inside the first
+    projection block's loop (``_project_codes``), a row's last calls by one load ending at
+    its last byte: widths of whole vectors and of one to seven calls past them, every first
+    block (1, 2, 4 and 5 columns), with and without a fill (without, a missing call is
+    -1), and a partial last group (13 rows)."""
+    n = 13
+    values = dosages(n, m, rng, missing=0.1)
+    transforms = {"fill": rng.uniform(0, 2, n) if fill else None,
+                  "center": rng.uniform(0, 2, n), "scale": rng.uniform(1, 2, n)}
+    block = (Block(pack_dosages(values), packed_columns=m, **transforms) if packed
+             else Block(values, **transforms))
+    assert_pca_pass(block, dense(block), rng.normal(size=(m, k)), rng.normal(size=k),
+                    implementation)
+
+
+@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
+def test_which_groups_take_the_fast_paths(rng):
+    """``_codes_usable`` takes whole groups of int8 (only -1..2) or packed rows padded to
+    whole vectors, ``_in_place`` whole groups of float64 rows without a fill, and nothing
+    else: a test of the fast paths being taken at all (the results agree either way)."""
+    import numba
+
+    from daskstraggle.problems import _numba_kernels as nk
+
+    if not nk.PERMUTE:
+        pytest.skip("the conversion inside the projection needs AVX-512")
+
+    @numba.njit(cache=False)
+    def usable(values, i0, nr, width):
+        return nk._codes_usable(values, i0, nr, np.zeros((2, width)), np.zeros((4, width)))
+
+    ints = dosages(8, 30, rng)
+    assert usable(ints, 0, 4, 32) and usable(ints, 4, 4, 32)
+    assert not usable(ints, 4, 3, 32)  # a partial group
+    assert not usable(ints, 0, 4, 30)  # rows not padded to whole vectors
+    assert not usable(ints, 0, 4, 40)  # padded past the calls' last vector
+    ints[5, 29] = 3  # a tetraploid dosage: its group takes the per-value conversion
+    assert usable(ints, 0, 4, 32) and not usable(ints, 4, 4, 32)
+    assert not usable(dosages(8, 15, rng), 0, 4, 16)  # under 16 bytes a row
+    assert usable(pack_dosages(dosages(8, 30, rng)), 0, 4, 32)
+    assert usable(pack_dosages(dosages(8, 5, rng)), 0, 4, 8)  # two bytes a row
+    assert not usable(np.zeros((8, 32)), 0, 4, 32)  # float64 rows are read in place
+
+    @numba.njit(cache=False)
+    def in_place(values, nr, fill):
+        flags = np.array([fill, False, False])
+        return nk._in_place(values, nr, flags, np.zeros((4, values.shape[1])))
+
+    floats = np.zeros((8, 30))
+    assert in_place(floats, 4, False)
+    assert not in_place(floats, 3, False)  # a partial group: copied with zero rows
+    assert not in_place(floats, 4, True)  # missing entries to fill
+    assert not in_place(ints, 4, False)
 
 
 @pytest.mark.parametrize("kind", ["float64", "float64-transformed"])
