@@ -19,8 +19,8 @@ each in one pass over the stored bytes. Two implementations compute the same sum
     Four rows at a time are converted to float64 with their missing entries filled (or
     decoded from 2 bits) into an L1-resident buffer that feeds register-blocked products
     (see :mod:`daskstraggle.problems._numba_kernels`). Compiled lazily, one kernel at a
-    time, and cached on disk. PCA on float64 rows without missing entries with at least
-    ``_PCA_GEMM_MIN_K`` components runs two BLAS products per row tile instead.
+    time, and cached on disk. PCA on wide float64 rows without missing entries with at
+    least ``_PCA_GEMM_MIN_K`` components runs two BLAS products per row tile instead.
 ``"numpy"``
     Tile by tile, the raw values are cast to float64 and only the few missing entries are
     filled.
@@ -61,11 +61,14 @@ _NUMBA_DTYPES = (np.dtype(np.int8), np.dtype(np.float64))
 _GRAM_TILE_BYTES = 1 << 21
 _GRAM_MIN_ROWS = 1024
 _GRAM_MAX_TILE_BYTES = 1 << 26
-#: PCA on float64 blocks without missing entries uses BLAS products on row tiles from this
-#: many components on (``pca_gemm``): measured on 200 000 x 100, 66 667 x 300 and
-#: 20 000 x 1000 blocks, BLAS was 10-25 % faster than the fused loops at k >= 16 and
-#: no faster or slower below (docs/kernels.md).
-_PCA_GEMM_MIN_K = 16
+#: PCA on float64 blocks without missing entries uses BLAS products on row tiles
+#: (``pca_gemm``) from this many components on, for blocks of at least
+#: ``_PCA_GEMM_MIN_FEATURES`` columns: measured on 200 000 x 100, 100 000 x 200,
+#: 66 667 x 300, 40 000 x 500 and 20 000 x 1000 blocks (2026-11-26, session 13), BLAS was
+#: 8-25 % faster than the fused loops at k >= 8 from 500 columns on, equal at 300 columns
+#: for k >= 16, and slower below (d = 100: 39.9 against 32.5 ms at k = 20; docs/kernels.md).
+_PCA_GEMM_MIN_K = 8
+_PCA_GEMM_MIN_FEATURES = 400
 #: Genotype rows of the fused PCA loops are padded to a multiple of this many columns
 #: (eight float64 values, one 512-bit vector; :func:`_pca_width`).
 _PCA_ALIGN = 8
@@ -186,8 +189,10 @@ def _use_numba(block: Block, implementation: str | None) -> bool:
 
 def _pca_uses_gemm(block: Block, k: int) -> bool:
     """Whether the numba PCA pass of ``block`` with ``k`` components uses BLAS on row tiles
-    (float64 rows without missing entries, ``k >= _PCA_GEMM_MIN_K``)."""
-    return (k >= _PCA_GEMM_MIN_K and block.values.dtype == np.float64 and not block.is_packed
+    (float64 rows without missing entries, ``k >= _PCA_GEMM_MIN_K`` and at least
+    ``_PCA_GEMM_MIN_FEATURES`` columns)."""
+    return (k >= _PCA_GEMM_MIN_K and block.n_features >= _PCA_GEMM_MIN_FEATURES
+            and block.values.dtype == np.float64 and not block.is_packed
             and block.fill is None)
 
 

@@ -1,17 +1,18 @@
 """Numba bodies of the fused kernels (imported lazily by :mod:`._kernels`, never directly).
 
-Every kernel walks a block four rows at a time. int8 dosages are converted to float64
-(missing -> ``fill``) into a small buffer that stays in L1 cache, packed 2-bit codes are
-decoded into it through a four-entry table, float64 rows are used in place. The four rows
-then feed two register-blocked loops: the projections ``p = x V`` (each ``V`` column read
-once for four rows) and the rank-4 update ``G^T += q^T x``. Centre and scale are applied to
-the thin products (``k`` values per row), not to the wide rows. So the stored bytes are
-read once from memory and no tile-sized float copy exists. :func:`pca` takes ``VT`` and
-``GT`` as wide as its buffer: the caller pads genotype rows to whole 512-bit vectors and
-allocates both on 64-byte boundaries. With two columns :func:`pca` runs one flat loop
-(:func:`_pca_two`) that keeps every per-row value in registers. Rows are
-prefetched one row at a time, at four points of each group, a group (float64) or two
-(genotypes) ahead.
+Every kernel walks a block four rows at a time. float64 rows are read in place; int8
+dosages (missing -> ``fill``) and packed 2-bit codes are converted to float64 into a small
+buffer that stays in L1 cache, on AVX-512 CPUs inside the first projection loop
+(:func:`_project_codes`). The four rows then feed two register-blocked loops, written in
+LLVM IR: the projections ``p = x V`` (each ``V`` column read once for four rows) and the
+rank-4 update ``G^T += q^T x``. Centre and scale are applied to the thin products (``k``
+values per row, :func:`_thin_group`), not to the wide rows. So the stored bytes are read
+once from memory and no tile-sized float copy exists. :func:`pca` takes ``VT`` and ``GT``
+as wide as its buffer: the caller pads genotype rows to whole 512-bit vectors and
+allocates both on 64-byte boundaries. Rows are prefetched one row at a time, at four
+points of each group, a group (float64) or two (genotypes) ahead. No array crosses a call
+in the group loop: the products take the rows as an address (:func:`_row_address`), since
+numba's reference counting of arrays passed back and forth costs atomic instructions.
 
 All the kernels and the intrinsics they call live in this one module on purpose: numba's
 on-disk cache of a function is invalidated only by changes to the file that defines it,
@@ -24,7 +25,7 @@ Arrays that a block lacks (fill, centre, scale) are passed as empty arrays with 
 Each kernel function calls :func:`_wide_vectors` so that LLVM vectorises it with 512-bit
 registers on AVX-512 CPUs (its default tuning there prefers 256 bits): the int8
 conversion and the FMAs then run twice as wide (docs/kernels.md). On those CPUs int8 and
-packed dosages are converted eight at a time by a table permute (:func:`_lookup8`).
+packed dosages are converted eight at a time by a table permute (:func:`_decode8`).
 """
 
 from __future__ import annotations

@@ -196,15 +196,19 @@ def test_which_groups_take_the_fast_paths(rng):
     assert not in_place(ints, 4, False)
 
 
+WIDE = kernels._PCA_GEMM_MIN_FEATURES
+
+
 @pytest.mark.parametrize("kind", ["float64", "float64-transformed"])
-@pytest.mark.parametrize("k", [kernels._PCA_GEMM_MIN_K - 1, kernels._PCA_GEMM_MIN_K, 21])
-def test_float_pca_pass_on_blas_tiles(kind, k, implementation, rng):
-    """float64 blocks without missing entries take BLAS products on row tiles from
-    ``_PCA_GEMM_MIN_K`` components on: several tiles, the last one partial."""
-    d = 37
+@pytest.mark.parametrize(("d", "k"), [(WIDE - 1, 21), (WIDE, kernels._PCA_GEMM_MIN_K - 1),
+                                      (WIDE, kernels._PCA_GEMM_MIN_K), (WIDE, 21)])
+def test_float_pca_pass_on_blas_tiles(kind, d, k, implementation, rng):
+    """float64 blocks without missing entries of at least ``_PCA_GEMM_MIN_FEATURES``
+    columns take BLAS products on row tiles from ``_PCA_GEMM_MIN_K`` components on:
+    several tiles, the last one partial."""
     step = kernels._PCA_GEMM_TILE_BYTES // (8 * d)
     block = make_block(kind, 2 * step + 5, d, rng)
-    assert kernels._pca_uses_gemm(block, k) == (k >= kernels._PCA_GEMM_MIN_K)
+    assert kernels._pca_uses_gemm(block, k) == (k >= kernels._PCA_GEMM_MIN_K and d >= WIDE)
     X = dense(block)
     V = rng.normal(size=(d, k))
     assert_pca_pass(block, X, V, rng.normal(size=k), implementation)
@@ -212,10 +216,10 @@ def test_float_pca_pass_on_blas_tiles(kind, k, implementation, rng):
 
 def test_blas_tiles_only_for_float_rows_without_missing_entries(rng):
     k = kernels._PCA_GEMM_MIN_K
-    assert kernels._pca_uses_gemm(make_block("float64-transformed", 9, 5, rng), k)
+    assert kernels._pca_uses_gemm(make_block("float64-transformed", 9, WIDE, rng), k)
     for kind in ("int8-patterson", "packed-patterson", "int8-raw"):
-        assert not kernels._pca_uses_gemm(make_block(kind, 9, 5, rng), k)
-    filled = Block(rng.normal(size=(9, 5)), fill=np.ones(9))
+        assert not kernels._pca_uses_gemm(make_block(kind, 9, WIDE, rng), k)
+    filled = Block(rng.normal(size=(9, WIDE)), fill=np.ones(9))
     assert not kernels._pca_uses_gemm(filled, k)
 
 
