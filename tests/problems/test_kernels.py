@@ -592,6 +592,21 @@ def test_kernels_without_avx512_use_the_per_value_conversion(tmp_path):
 
 
 @pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
+def test_the_kernels_record_the_digest_of_their_ir():
+    """numba recompiles a cached kernel only when the kernel's own file changes, and the
+    intrinsics in ``_numba_ir.py`` are compiled into the kernels: an edit there must come
+    with the new digest in ``_numba_kernels.py``, or the old code keeps running."""
+    import hashlib
+    from pathlib import Path
+
+    from daskstraggle.problems import _numba_ir, _numba_kernels
+
+    digest = hashlib.sha256(Path(_numba_ir.__file__).read_bytes()).hexdigest()
+    assert _numba_kernels.IR_DIGEST == digest, (
+        f"_numba_ir.py changed: set IR_DIGEST = {digest!r} in _numba_kernels.py")
+
+
+@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
 def test_the_ir_intrinsics_refuse_arrays_that_are_not_c_contiguous():
     """The LLVM-IR products address rows as ``data + offset``: a strided array must be a
     compile error, never a wrong product."""
