@@ -60,7 +60,7 @@ def _host_has_avx512() -> bool:
         return False
 
 
-#: Convert dosages with a 512-bit table permute (:func:`_lookup8`) instead of per-value
+#: Convert dosages with a 512-bit table permute (:func:`_decode8`) instead of per-value
 #: conversion and select.
 PERMUTE = _host_has_avx512()
 _VD = ir.VectorType(ir.DoubleType(), 8)
@@ -76,7 +76,7 @@ def _require_contiguous(name, *arrays):
             raise numba.core.errors.TypingError(f"{name} needs C-contiguous arrays, got {array}")
 
 
-#: How eight calls are read (:func:`_lookup8`): bits loaded, shift per lane, and the table
+#: How eight calls are read (:func:`_decode8`): bits loaded, shift per lane, and the table
 #: (None: the row's missing value), for int8 dosages and packed 2-bit codes.
 _CODES = {types.int8: (64, 8, (0.0, 1.0, 2.0, None, None, None, None, None)),
           types.uint8: (16, 2, (0.0, 1.0, 2.0, None, 0.0, 1.0, 2.0, None))}

@@ -64,7 +64,7 @@ from daskstraggle.problems._numba_ir import (
 
 #: sha256 of ``_numba_ir.py``: changing it is what makes numba recompile the kernels after
 #: an edit of the IR (module docstring; a test checks that it matches).
-IR_DIGEST = "ebf9c822653c31fa1ae74ebb6fd0569eec3bace6c639cfcf61ba4316c301cd66"
+IR_DIGEST = "a0a5cab6355016b9737fe1489b45c1b0ae733e7137e993a643a6a5717a3bad63"
 #: Rows are prefetched this far ahead, one row at each of four points of a group
 #: (:func:`_ahead`): one group for float64 rows, two for genotype rows (docs/kernels.md).
 AHEAD_FLOAT = ROWS
