@@ -357,6 +357,8 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
     for i0 in range(0, n, ROWS):
         nr = min(ROWS, n - i0)
         _prefetch_rows(values, i0 + ahead, 1)
+        # written out in pca and glm: as a numba-inlined function the branch made numba
+        # add an atomic incref and decref per array argument (docs/kernels.md)
         done = 0  # columns projected with the conversion (_project_codes)
         if _in_place(values, nr, flags, buf):
             rows = _row_address(values, i0)
@@ -401,6 +403,8 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
     for i0 in range(0, n, ROWS):
         nr = min(ROWS, n - i0)
         _prefetch_rows(values, i0 + ahead, 1)
+        # written out in pca and glm: as a numba-inlined function the branch made numba
+        # add an atomic incref and decref per array argument (docs/kernels.md)
         done = 0  # columns projected with the conversion (_project_codes)
         if _in_place(values, nr, flags, buf):
             rows = _row_address(values, i0)
