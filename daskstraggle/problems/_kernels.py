@@ -65,8 +65,9 @@ _GRAM_MAX_TILE_BYTES = 1 << 26
 #: (``pca_gemm``) from this many components on, for blocks of at least
 #: ``_PCA_GEMM_MIN_FEATURES`` columns: measured on 200 000 x 100, 100 000 x 200,
 #: 66 667 x 300, 40 000 x 500 and 20 000 x 1000 blocks (2026-11-26, session 13), BLAS was
-#: 8-25 % faster than the fused loops at k >= 8 from 500 columns on, equal at 300 columns
-#: for k >= 16, and slower below (d = 100: 39.9 against 32.5 ms at k = 20; docs/kernels.md).
+#: 8-25 % faster than the fused loops at k = 8..30 from 500 columns on (10-14 % slower at
+#: k = 40, not acted on), equal at 300 columns for k >= 16, and slower below (d = 100:
+#: 39.9 against 32.5 ms at k = 20; docs/kernels.md).
 _PCA_GEMM_MIN_K = 8
 _PCA_GEMM_MIN_FEATURES = 400
 #: Genotype rows of the fused PCA loops are padded to a multiple of this many columns
