@@ -68,6 +68,14 @@ _VI = ir.VectorType(ir.IntType(64), 8)
 _I32 = ir.IntType(32)
 
 
+def _splat(builder, value, lanes):
+    """``value`` (a scalar IR value) in each of ``lanes`` lanes."""
+    vector = ir.VectorType(value.type, lanes)
+    lane = builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(lane, ir.Constant(vector, ir.Undefined),
+                                  ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes))
+
+
 def _require_contiguous(name, *arrays):
     """Refuse to type an intrinsic on arrays that are not C-contiguous: the intrinsics
     address rows and elements as ``data + offset``, which only holds for those."""
@@ -102,9 +110,7 @@ def _decode8(builder, pointer, dtype, lookup, drop=None):
         word = builder.zext(word, ir.IntType(64))
     if drop is not None:
         word = builder.lshr(word, drop)
-    vector = builder.insert_element(ir.Constant(_VI, ir.Undefined), word, ir.Constant(_I32, 0))
-    vector = builder.shuffle_vector(vector, ir.Constant(_VI, ir.Undefined),
-                                    ir.Constant(ir.VectorType(_I32, 8), [0] * 8))
+    vector = _splat(builder, word, 8)
     index = builder.lshr(vector, ir.Constant(_VI, [shift * i for i in range(8)]))
     permute = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(_VD, [_VD, _VI]), "llvm.x86.avx512.permvar.df.512")
@@ -282,11 +288,9 @@ def _fmuladd(builder, a, b, c):
 
 def _lane_mask(builder, left, lanes=8):
     """The ``<lanes x i1>`` mask of lanes ``i < left``."""
-    vector = ir.VectorType(ir.IntType(64), lanes)
-    splat = builder.insert_element(ir.Constant(vector, ir.Undefined), left, ir.Constant(_I32, 0))
-    splat = builder.shuffle_vector(splat, ir.Constant(vector, ir.Undefined),
-                                   ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes))
-    return builder.icmp_signed("<", ir.Constant(vector, list(range(lanes))), splat)
+    vector = ir.VectorType(left.type, lanes)
+    return builder.icmp_signed("<", ir.Constant(vector, list(range(lanes))),
+                               _splat(builder, left, lanes))
 
 
 def _vload(builder, pointer, mask=None):
@@ -588,14 +592,8 @@ def _scatter_block(columns):
 
         def codegen(context, builder, signature, args):
             rows, m, gs, element = _block_operands(context, builder, signature, args, columns)
-            qs = {}
-            for r in range(ROWS):
-                for c in range(columns):
-                    value = builder.load(element(r, c))
-                    lane = builder.insert_element(ir.Constant(_VD, ir.Undefined), value,
-                                                  ir.Constant(_I32, 0))
-                    qs[r, c] = builder.shuffle_vector(lane, ir.Constant(_VD, ir.Undefined),
-                                                      ir.Constant(_I32X8, [0] * 8))
+            qs = {(r, c): _splat(builder, builder.load(element(r, c)), 8)
+                  for r in range(ROWS) for c in range(columns)}
 
             def body(j, mask):
                 xv = [_vload(builder, builder.gep(rows[r], [j]), mask) for r in range(ROWS)]
@@ -617,17 +615,6 @@ def _scatter_block(columns):
 _project1, _project2, _project4, _project5 = (_project_block(c) for c in (1, 2, 4, 5))
 _scatter1, _scatter2, _scatter4, _scatter5 = (_scatter_block(c) for c in (1, 2, 4, 5))
 _codes1, _codes2, _codes4, _codes5 = (_project_codes(c) for c in (1, 2, 4, 5))
-
-
-def _column_values(builder, array, c, width):
-    """``array[c]`` in four lanes (``width`` 4), or ``array[c]`` in four and ``array[c + 1]``
-    in the next four (``width`` 8): one load and one permute."""
-    count = width // ROWS
-    vector = ir.VectorType(ir.DoubleType(), count)
-    pointer = builder.bitcast(builder.gep(array, [c]), vector.as_pointer())
-    values = builder.load(pointer, align=8)
-    return builder.shuffle_vector(values, ir.Constant(vector, ir.Undefined), ir.Constant(
-        ir.VectorType(_I32, width), [lane // ROWS for lane in range(width)]))
 
 
 def _row_vector(builder, array, at, has, live, otherwise):
@@ -657,11 +644,11 @@ def _thin_group(typingctx, p, q, center, scale, flags, i0, nr, vsum, shift, acc)
     = s_r t``, and ``c_r q[c, r]`` is added to ``acc[2, c, r]``; rows ``r >= nr`` (past the
     block's end) get ``t = q = 0``.
 
-    ``p``, ``q`` and ``acc`` hold a column's four rows side by side, so two columns are one
-    eight-wide vector operation, in LLVM IR: numba's loop stayed scalar (LLVM cannot prove
-    that the small arrays do not overlap), eight times the operations. The four centres and
-    scales are read by masked loads (nothing read past the block's end or from an empty
-    array).
+    ``p``, ``q`` and ``acc`` hold a column's four rows side by side, so each step is one
+    four-wide vector operation per column, in LLVM IR: numba's loop stayed scalar (LLVM
+    cannot prove that the small arrays do not overlap), four times the operations. The four
+    centres and scales are read by masked loads (nothing read past the block's end or from
+    an empty array).
     """
     _require_contiguous("_thin_group", p, q, center, scale, flags, vsum, shift, acc)
 
@@ -687,36 +674,30 @@ def _thin_group(typingctx, p, q, center, scale, flags, i0, nr, vsum, shift, acc)
                                 zero4)
         alive4 = builder.select(live, ir.Constant(zero4.type, [1.0] * ROWS), zero4)
         fl = ("reassoc", "contract", "nsz")
+        v4 = zero4.type.as_pointer()
 
-        def widen(vector, width):
-            return vector if width == ROWS else builder.shuffle_vector(
-                vector, vector, ir.Constant(ir.VectorType(_I32, 2 * ROWS), list(range(ROWS)) * 2))
-
-        def step(c, width):  # columns c (and c + 1 when width is 8)
-            vector = ir.VectorType(ir.DoubleType(), width)
-            centre, scale, alive = (widen(v, width) for v in (centre4, scale4, alive4))
-            v = _column_values(builder, data["vsum"], c, width)
-            offset = _column_values(builder, data["shift"], c, width)
+        with cgutils.for_range(builder, k) as loop:  # column c
+            c = loop.index
+            v = _splat(builder, builder.load(builder.gep(data["vsum"], [c])), ROWS)
+            offset = _splat(builder, builder.load(builder.gep(data["shift"], [c])), ROWS)
             at = builder.mul(c, ir.Constant(intp, ROWS))
 
-            def pointer(name, shift=None):
-                base = builder.gep(data[name], [at if shift is None else builder.add(at, shift)])
-                return builder.bitcast(base, vector.as_pointer())
+            def pointer(name, plane=None):
+                row = at if plane is None else builder.add(
+                    at, builder.mul(k, ir.Constant(intp, plane * ROWS)))
+                return builder.bitcast(builder.gep(data[name], [row]), v4)
 
             t = builder.fsub(builder.load(pointer("p"), align=8),
-                             builder.fmul(centre, v, flags=fl), flags=fl)
-            t = builder.fsub(builder.fmul(t, scale, flags=fl),
-                             builder.fmul(offset, alive, flags=fl), flags=fl)
-            w = builder.fmul(t, scale, flags=fl)
+                             builder.fmul(centre4, v, flags=fl), flags=fl)
+            t = builder.fsub(builder.fmul(t, scale4, flags=fl),
+                             builder.fmul(offset, alive4, flags=fl), flags=fl)
+            w = builder.fmul(t, scale4, flags=fl)
             builder.store(w, pointer("q"), align=8)
             for plane, term in enumerate((t, builder.fmul(t, t, flags=fl),
-                                          builder.fmul(centre, w, flags=fl))):
-                target = pointer("acc", builder.mul(k, ir.Constant(intp, plane * ROWS)))
+                                          builder.fmul(centre4, w, flags=fl))):
+                target = pointer("acc", plane)
                 builder.store(builder.fadd(builder.load(target, align=8), term, flags=fl),
                               target, align=8)
-
-        with cgutils.for_range(builder, k) as loop:
-            step(loop.index, ROWS)
         return context.get_dummy_value()
 
     return types.void(p, q, center, scale, flags, i0, nr, vsum, shift, acc), codegen

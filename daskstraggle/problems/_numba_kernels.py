@@ -64,7 +64,7 @@ from daskstraggle.problems._numba_ir import (
 
 #: sha256 of ``_numba_ir.py``: changing it is what makes numba recompile the kernels after
 #: an edit of the IR (module docstring; a test checks that it matches).
-IR_DIGEST = "a0a5cab6355016b9737fe1489b45c1b0ae733e7137e993a643a6a5717a3bad63"
+IR_DIGEST = "4dedf1055a18c8231ff5c5a0c0f2bcea976f09226c75ef424b19bf2b07604a3c"
 #: Rows are prefetched this far ahead, one row at each of four points of a group
 #: (:func:`_ahead`): one group for float64 rows, two for genotype rows (docs/kernels.md).
 AHEAD_FLOAT = ROWS
