@@ -3,26 +3,42 @@
 Zarr reads an absent chunk as the array's fill value, silently, and lets a decoding error
 or a metadata parsing error escape as a long traceback. The helpers here turn each into one
 :class:`~daskstraggle.errors.CorruptDataError` line naming the store and the array. They
-touch only the keys they need: :func:`check_chunks` tests one storage key per chunk (shard,
-for sharded arrays) of the rows read, so a worker checks its own partition and the client
-never lists a whole store.
+touch only the keys they need: :func:`check_chunks` tests one storage key per chunk of the
+rows read, so a worker checks its own partition and the client never lists a whole store.
+
+A Zarr v3 sharded array stores many inner chunks in one shard object, and zarr reads an
+inner chunk absent from the shard's index (offset and length 2**64-1: not written by
+``write_empty_chunks=False``, or a damaged shard) as the fill value too. For such arrays
+:func:`check_chunks` fetches only the index of each shard of the rows read: one byte-range
+request, at the end of the shard (zarr's default) or at its start, of 16 bytes per inner
+chunk (an (offset, nbytes) pair of uint64) plus 4 for the crc32c checksum that zarr's
+default index codecs append. It never reads data; an absent shard object answers the
+request with nothing, so it needs no existence request of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from daskstraggle.errors import CorruptDataError, DataNotFoundError, MissingChunksError
+from daskstraggle.errors import (
+    CorruptDataError,
+    DataNotFoundError,
+    InvalidDataError,
+    MissingChunksError,
+)
 
 __all__ = [
     "MISSING_CHUNKS",
     "GroupArrays",
+    "ShardLayout",
+    "absent_inner_chunks",
     "absent_keys",
     "check_chunks",
     "chunk_keys",
@@ -33,6 +49,7 @@ __all__ = [
     "read",
     "read_rows",
     "read_selection",
+    "shard_layout",
 ]
 
 #: Values of ``missing_chunks``: refuse absent chunks, or read them as the fill value.
@@ -63,41 +80,75 @@ def _plain(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------- chunks
+def _grid_axes(shape: tuple[int, ...], grid: tuple[int, ...], rows: slice | np.ndarray,
+               columns: np.ndarray | None) -> list[list[int]]:
+    """Return, per dimension, the sorted indices along ``grid`` of the chunks holding a selection.
+
+    ``rows`` is a slice ``[start, stop)`` or sorted indices along the first dimension;
+    ``columns`` indices along the second (None: all); the other dimensions are whole.
+    """
+    def count(n: int, c: int) -> int:
+        return -(-int(n) // int(c))
+
+    if isinstance(rows, slice):
+        first = list(range(rows.start // int(grid[0]), count(rows.stop, grid[0])))
+    else:
+        first = np.unique(np.asarray(rows) // int(grid[0])).tolist()
+    axes = [first, *(list(range(count(n, c))) for n, c in zip(shape[1:], grid[1:], strict=True))]
+    if columns is not None and len(shape) > 1:
+        axes[1] = np.unique(np.asarray(columns) // int(grid[1])).tolist()
+    return axes
+
+
 def chunk_keys(array: Any, start: int, stop: int) -> list[str]:
     """Return the storage keys (relative to the array) of the chunks holding rows ``[start, stop)``.
 
     Every chunk along the other dimensions is included. For sharded arrays the keys are
     those of the shards.
     """
-    grid = tuple(array.metadata.chunk_grid.chunk_shape)
-    rows = range(start // grid[0], -(-stop // grid[0]))
-    others = [range(-(-int(n) // int(c))) for n, c in zip(array.shape[1:], grid[1:], strict=True)]
+    axes = _grid_axes(array.shape, array.metadata.chunk_grid.chunk_shape, slice(start, stop),
+                      None)
     encode = array.metadata.encode_chunk_key
-    return [encode(coords) for coords in itertools.product(rows, *others)]
+    return [encode(coords) for coords in itertools.product(*axes)]
+
+
+def _fresh_store_path(array: Any) -> Any:
+    """Return the array's store path, a remote store's cached listings dropped first."""
+    store_path = array.store_path
+    fs = getattr(store_path.store, "fs", None)
+    if fs is not None:  # a remote store: answer from the store, not from listings cached earlier
+        fs.invalidate_cache()
+    return store_path
+
+
+def _batched(calls: list[Any]) -> list[Any]:
+    """Run the coroutine factories ``calls`` on zarr's event loop, ``_BATCH`` at a time."""
+    from zarr.core.sync import sync
+
+    async def run() -> list[Any]:
+        out: list[Any] = []
+        for i in range(0, len(calls), _BATCH):
+            out += await asyncio.gather(*[call() for call in calls[i : i + _BATCH]])
+        return out
+
+    return sync(run())
 
 
 def absent_keys(array: Any, keys: Iterable[str]) -> list[str]:
     """Return the keys (relative to the array) that do not exist in its store."""
-    from zarr.core.sync import sync
-
-    store_path = array.store_path
+    store_path = _fresh_store_path(array)
     keys = list(keys)
-    fs = getattr(store_path.store, "fs", None)
-    if fs is not None:  # a remote store: answer from the store, not from listings cached earlier
-        fs.invalidate_cache()
-
-    async def exists() -> list[bool]:
-        found: list[bool] = []
-        for i in range(0, len(keys), _BATCH):
-            batch = keys[i : i + _BATCH]
-            found += await asyncio.gather(*[(store_path / key).exists() for key in batch])
-        return found
-
-    return [key for key, ok in zip(keys, sync(exists()), strict=True) if not ok]
+    found = _batched([(store_path / key).exists for key in keys])
+    return [key for key, ok in zip(keys, found, strict=True) if not ok]
 
 
 def check_chunks(array: Any, start: int, stop: int, *, what: str, missing_chunks: str) -> None:
     """Refuse rows ``[start, stop)`` of ``array`` if a chunk holding them is absent.
+
+    For an unsharded array, one existence request per chunk of the rows. For a Zarr v3
+    sharded array, one byte-range request per shard of the rows, for the shard's index
+    only (see :func:`absent_inner_chunks`): an inner chunk of the rows is absent if its
+    shard is, or if the shard's index marks it absent.
 
     Parameters
     ----------
@@ -114,22 +165,232 @@ def check_chunks(array: Any, start: int, stop: int, *, what: str, missing_chunks
     ------
     MissingChunksError
         If a chunk is absent and ``missing_chunks="error"``.
+    CorruptDataError
+        If a shard's index is truncated or fails its checksum.
+    InvalidDataError
+        If the array's sharding layout cannot be checked (nested sharding, codecs around
+        the sharding codec, other index codecs); ``missing_chunks="fill"`` reads it.
     """
     if missing_chunks == "fill":
         return
-    keys = chunk_keys(array, start, stop)
-    absent = absent_keys(array, keys)
-    if absent:
-        raise MissingChunksError(_absent_message(what, absent, len(keys), array))
+    _refuse_absent(array, slice(start, stop), None, what)
 
 
-def _absent_message(what: str, absent: list[str], n_keys: int, array: Any) -> str:
+def _refuse_absent(array: Any, rows: slice | np.ndarray, columns: np.ndarray | None,
+                   what: str) -> None:
+    """Raise :class:`MissingChunksError` if a chunk holding the selection is absent."""
+    shards = shard_layout(array, what)
+    if shards is None:
+        axes = _grid_axes(array.shape, array.metadata.chunk_grid.chunk_shape, rows, columns)
+        encode = array.metadata.encode_chunk_key
+        keys = [encode(coords) for coords in itertools.product(*axes)]
+        absent = absent_keys(array, keys)
+        n_absent, n_checked = len(absent), len(keys)
+        first = repr(absent[0]) if absent else ""
+    else:
+        axes = _grid_axes(array.shape, shards.chunks, rows, columns)
+        n_absent, first = absent_inner_chunks(array, shards, axes, what)
+        n_checked = math.prod(len(axis) for axis in axes)
+    if n_absent:
+        raise MissingChunksError(_absent_message(what, first, n_absent, n_checked, array))
+
+
+def _absent_message(what: str, first: str, n_absent: int, n_checked: int, array: Any) -> str:
     return (
-        f"{len(absent)} of {n_keys} chunks of {what} are missing (first: "
-        f"{absent[0]!r}). Restore the store, or if it was written with "
-        "write_empty_chunks=False pass missing_chunks='fill' (CLI: --missing-chunks fill) "
-        f"to read absent chunks as the fill value {_plain(array.fill_value)!r}."
+        f"{n_absent} of {n_checked} chunks of {what} are missing (first: {first}). Restore "
+        "the store, or if it was written with write_empty_chunks=False pass "
+        "missing_chunks='fill' (CLI: --missing-chunks fill) to read absent chunks as the "
+        f"fill value {_plain(array.fill_value)!r}."
     )
+
+
+# ---------------------------------------------------------------------------- shards
+#: Offset and length of an inner chunk absent from a shard's index.
+_ABSENT = 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ShardLayout:
+    """Where a Zarr v3 sharded array keeps the index of each shard.
+
+    Attributes
+    ----------
+    chunks : tuple of int
+        Shape of an inner chunk.
+    per_shard : tuple of int
+        Inner chunks per shard, along each dimension.
+    at_end : bool
+        The index ends the shard (zarr's default); False: it starts it.
+    byteorder : {"<", ">"}
+        Byte order of the index's uint64 (offset, length) pairs.
+    checksum : bool
+        A crc32c checksum of the pairs follows them (zarr's default).
+    """
+
+    chunks: tuple[int, ...]
+    per_shard: tuple[int, ...]
+    at_end: bool
+    byteorder: str
+    checksum: bool
+
+    @property
+    def index_size(self) -> int:
+        """Bytes of a shard's index: 16 per inner chunk, plus 4 for the checksum."""
+        return 16 * math.prod(self.per_shard) + 4 * self.checksum
+
+    def request(self) -> Any:
+        """Return the byte-range request of a shard's index (a zarr ``ByteRequest``)."""
+        from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+
+        if self.at_end:
+            return SuffixByteRequest(self.index_size)
+        return RangeByteRequest(0, self.index_size)
+
+
+def shard_layout(array: Any, what: str) -> ShardLayout | None:
+    """Return how the shards of ``array`` are indexed, or None if it is not sharded.
+
+    Raises
+    ------
+    InvalidDataError
+        If the array is sharded in a way whose index cannot be read by a byte range:
+        nested sharding, codecs before or after the sharding codec, or index codecs other
+        than ``bytes`` optionally followed by ``crc32c``.
+    """
+    from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
+
+    codecs = tuple(getattr(array.metadata, "codecs", ()))
+    sharding = [c for c in codecs if isinstance(c, ShardingCodec)]
+    if not sharding:
+        return None
+    codec = sharding[0]
+    index = tuple(codec.index_codecs)
+    reason = None
+    if any(isinstance(c, ShardingCodec) for c in codec.codecs):
+        reason = "nested sharding (a sharding codec inside its shards)"
+    elif len(codecs) > 1:
+        reason = "codecs outside its sharding codec"
+    elif not (index and isinstance(index[0], BytesCodec)
+              and [type(c) for c in index[1:]] in ([], [Crc32cCodec])):
+        reason = f"the shard index codecs {[type(c).__name__ for c in index]}"
+    if reason is not None:
+        raise InvalidDataError(
+            f"The chunks of {what} cannot be checked for absence: it uses {reason}. Pass "
+            "missing_chunks='fill' (CLI: --missing-chunks fill) to read it unchecked, absent "
+            f"chunks as the fill value {_plain(array.fill_value)!r}."
+        )
+    shard_shape = tuple(int(n) for n in array.metadata.chunk_grid.chunk_shape)
+    chunks = tuple(int(n) for n in codec.chunk_shape)
+    endian = getattr(index[0].endian, "value", index[0].endian)
+    return ShardLayout(
+        chunks=chunks,
+        per_shard=tuple(s // c for s, c in zip(shard_shape, chunks, strict=True)),
+        at_end=getattr(codec.index_location, "value", codec.index_location) == "end",
+        byteorder=">" if endian == "big" else "<",
+        checksum=len(index) == 2,
+    )
+
+
+def absent_inner_chunks(array: Any, shards: ShardLayout, axes: list[list[int]],
+                        what: str) -> tuple[int, str]:
+    """Count the inner chunks of a sharded array that are absent, reading shard indexes only.
+
+    Parameters
+    ----------
+    array : zarr.Array
+        A Zarr v3 sharded array.
+    shards : ShardLayout
+        Its layout (:func:`shard_layout`).
+    axes : list of list of int
+        Per dimension, the sorted indices of the inner chunks to check (global, along the
+        inner chunk grid). Only the shards holding them are requested: one byte-range
+        request each, of ``shards.index_size`` bytes.
+    what : str
+        How messages name the array.
+
+    Returns
+    -------
+    n_absent : int
+        Inner chunks checked that are absent (those of an absent shard included).
+    first : str
+        The first absent one: its shard's key and its coordinates on the inner chunk grid,
+        e.g. ``'c/1/0', inner chunk (2, 1): absent from the shard's index`` (``""`` if none).
+
+    Raises
+    ------
+    CorruptDataError
+        If a shard is shorter than its index or its index fails its checksum.
+    """
+    groups = [_by_shard(axis, n) for axis, n in zip(axes, shards.per_shard, strict=True)]
+    coords = list(itertools.product(*(sorted(g) for g in groups)))
+    encode = array.metadata.encode_chunk_key
+    keys = [encode(c) for c in coords]
+    store_path = _fresh_store_path(array)
+    request = shards.request()
+    indexes = _batched([
+        lambda key=key: (store_path / key).get(byte_range=request) for key in keys
+    ])
+    n_absent, first = 0, ""
+    for coord, key, raw in zip(coords, keys, indexes, strict=True):
+        local = [g[i] for g, i in zip(groups, coord, strict=True)]
+        absent = _absent_map(raw, shards, key, what)
+        hit = np.ones([len(x) for x in local], bool) if absent is None else absent[np.ix_(*local)]
+        n_absent += int(hit.sum())
+        if not first and hit.any():
+            at = np.argwhere(hit)[0]
+            chunk = tuple(int(c * n + x[i]) for c, n, x, i in
+                          zip(coord, shards.per_shard, local, at, strict=True))
+            where = ("the whole shard is absent" if absent is None
+                     else "absent from the shard's index")
+            first = f"{key!r}, inner chunk {chunk}: {where}"
+    return n_absent, first
+
+
+def _by_shard(axis: list[int], per_shard: int) -> dict[int, np.ndarray]:
+    """Group inner chunk indices by shard: shard index to local indices within it."""
+    groups: dict[int, list[int]] = {}
+    for i in axis:
+        groups.setdefault(i // per_shard, []).append(i % per_shard)
+    return {s: np.asarray(local, dtype=np.intp) for s, local in groups.items()}
+
+
+def _absent_map(raw: Any, shards: ShardLayout, key: str, what: str) -> np.ndarray | None:
+    """Return which inner chunks a shard's index marks absent (None: the shard is absent).
+
+    Raises
+    ------
+    CorruptDataError
+        If the bytes are fewer than the index size or fail the crc32c checksum.
+
+    More bytes than the index (a server ignoring the range) are cut to the index.
+    """
+    if raw is None:
+        return None
+    data, size = raw.to_bytes(), shards.index_size
+    if len(data) > size:  # a server that ignores range requests sends the whole shard
+        data = data[-size:] if shards.at_end else data[:size]
+    if len(data) < size:
+        raise CorruptDataError(
+            f"Shard {key!r} of {what} is truncated: {len(data)} bytes where its index alone "
+            f"takes {shards.index_size}. Restore the store from a good copy or write it again."
+        )
+    pairs = data[:-4] if shards.checksum else data
+    if shards.checksum and not _crc32c_matches(pairs, data[-4:]):
+        raise CorruptDataError(
+            f"The index of shard {key!r} of {what} fails its crc32c checksum: the shard is "
+            "corrupt. Restore the store from a good copy or write it again."
+        )
+    index = np.frombuffer(pairs, dtype=f"{shards.byteorder}u8")
+    return index.reshape(*shards.per_shard, 2)[..., 0] == _ABSENT
+
+
+def _crc32c_matches(data: bytes, stored: bytes) -> bool:
+    """Return whether ``stored`` is the little-endian crc32c of ``data`` (True if unverifiable)."""
+    try:
+        import google_crc32c  # zarr's own crc32c codec uses it
+    except ImportError:  # pragma: no cover - installed with zarr
+        return True
+    return int(google_crc32c.value(data)).to_bytes(4, "little") == stored
 
 
 # ---------------------------------------------------------------------------- reads
@@ -259,10 +520,7 @@ def read_selection(path: str, name: str | None, rows: np.ndarray, columns: np.nd
 
     def body(array: Any, what: str) -> Any:
         if missing_chunks == "error":
-            keys = selection_keys(array, unique_rows, unique_cols)
-            absent = absent_keys(array, keys)
-            if absent:
-                raise MissingChunksError(_absent_message(what, absent, len(keys), array))
+            _refuse_absent(array, unique_rows, unique_cols, what)
         values = _read_runs(array, unique_rows, unique_cols, what)
         if len(unique_rows) != len(rows) or (unique_rows != rows).any():
             values = values[row_order]
@@ -304,11 +562,7 @@ def selection_keys(array: Any, rows: np.ndarray, columns: np.ndarray | None) -> 
     ``rows`` and ``columns`` are indices along the first two dimensions (``columns``
     None: every chunk); every chunk along the other dimensions is included.
     """
-    grid = tuple(array.metadata.chunk_grid.chunk_shape)
-    every = [range(-(-int(n) // int(c))) for n, c in zip(array.shape, grid, strict=True)]
-    axes: list[Iterable[int]] = [np.unique(np.asarray(rows) // grid[0]).tolist(), *every[1:]]
-    if columns is not None and array.ndim > 1:
-        axes[1] = np.unique(np.asarray(columns) // grid[1]).tolist()
+    axes = _grid_axes(array.shape, array.metadata.chunk_grid.chunk_shape, rows, columns)
     encode = array.metadata.encode_chunk_key
     return [encode(coords) for coords in itertools.product(*axes)]
 

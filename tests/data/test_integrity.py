@@ -92,10 +92,11 @@ def test_absent_chunk_is_refused_by_the_partition_that_holds_it(holed, X):
     m.loader(0)()
     m.loader(1)()
     m.loader(3)() if kind != "v3-sharded" else None  # the shard also holds rows 150-200
-    total = 1 if kind in ("v3-sharded", "datasets-make") else 2
+    total = 1 if kind == "datasets-make" else 2
+    absent = 2 if kind == "v3-sharded" else 1  # both inner chunks of rows 100-150
     what = f"array {name!r} in the Zarr store" if name else "the Zarr array"
     with pytest.raises(MissingChunksError,
-                       match=rf"^Partition 2 \(rows 100-150\): 1 of {total} chunks of "
+                       match=rf"^Partition 2 \(rows 100-150\): {absent} of {total} chunks of "
                              rf"{what} '{re.escape(str(path))}' are missing \(first: '") as info:
         m.loader(2)()
     assert "missing_chunks='fill'" in str(info.value) and "--missing-chunks fill" in str(info.value)
@@ -186,6 +187,239 @@ def test_missing_chunks_parameter_is_validated():
                        match=re.escape("The 'missing_chunks' parameter of open_matrix must be "
                                        "one of ['error', 'fill']. Got 'skip' instead.")):
         open_matrix(np.ones((4, 2)), missing_chunks="skip")
+
+
+# --------------------------------------------------------- holes inside Zarr v3 shards
+#: Bytes of a shard index of the stores below: 2 x 2 inner chunks of 16 bytes, and crc32c.
+INDEX = 2 * 2 * 16 + 4
+ABSENT = 2**64 - 1
+
+
+def _write_sharded(path: Path, X: np.ndarray, *, location: str = "end",
+                   write_empty_chunks: bool = False) -> Path:
+    """Write a v3 group: X in shards of 100 x 6 (inner chunks 50 x 3, index at ``location``), y.
+
+    With ``write_empty_chunks=False`` (zarr's default) zarr leaves out of a shard every
+    inner chunk whose values all equal the fill value, 0.
+    """
+    from zarr.codecs import BytesCodec, ShardingCodec, ZstdCodec
+
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    serializer = ShardingCodec(chunk_shape=(CHUNK, 3), codecs=[BytesCodec(), ZstdCodec()],
+                               index_location=location)
+    z = group.create_array("X", shape=X.shape, chunks=(2 * CHUNK, COLS), dtype="f8",
+                           serializer=serializer, compressors=None,
+                           config={"write_empty_chunks": write_empty_chunks})
+    z[:] = X
+    group.create_array("y", shape=(len(X),), chunks=(CHUNK,), dtype="f8")[:] = (
+        X @ np.linspace(1.0, 2.0, COLS))
+    return path
+
+
+def _index_span(shard: Path, location: str) -> slice:
+    """The bytes of a shard's index: (offset, nbytes) pairs, then their crc32c."""
+    size = shard.stat().st_size
+    return slice(size - INDEX, size) if location == "end" else slice(0, INDEX)
+
+
+def _shard_index(shard: Path, location: str) -> np.ndarray:
+    """The (2, 2, 2) index of a shard: offset and length of each inner chunk."""
+    data = shard.read_bytes()[_index_span(shard, location)]
+    return np.frombuffer(data[:-4], "<u8").reshape(2, 2, 2)
+
+
+def _mark_absent(shard: Path, location: str, inner: tuple[int, int], *,
+                 fix_checksum: bool) -> None:
+    """Damage a shard: set the index entry of ``inner`` (local to the shard) to absent."""
+    import google_crc32c
+
+    data = bytearray(shard.read_bytes())
+    span = _index_span(shard, location)
+    index = np.frombuffer(bytes(data[span][:-4]), "<u8").reshape(2, 2, 2).copy()
+    index[inner] = ABSENT
+    crc = (google_crc32c.value(index.tobytes()).to_bytes(4, "little") if fix_checksum
+           else bytes(data[span][-4:]))
+    data[span] = index.tobytes() + crc
+    shard.write_bytes(bytes(data))
+
+
+@pytest.fixture
+def X_hole(X) -> np.ndarray:
+    """``X`` with rows 100-150 of columns 3-5 zero: inner chunk (2, 1), in shard 'c/1/0'."""
+    out = X.copy()
+    out[100:150, 3:] = 0.0
+    return out
+
+
+_HOLE = r"'c/1/0', inner chunk \(2, 1\): absent from the shard's index"
+
+
+@pytest.mark.parametrize("location", ["end", "start"])
+def test_inner_chunk_left_out_of_a_shard_is_refused_by_its_partition(location, tmp_path,
+                                                                      X_hole):
+    path = _write_sharded(tmp_path / "s.zarr", X_hole, location=location)
+    index = _shard_index(path / "X" / "c" / "1" / "0", location)
+    assert (index[0, 1] == ABSENT).all() and (index[[0, 1, 1], [0, 0, 1]] != ABSENT).all()
+    m = open_matrix(path, n_partitions=4)  # rows 0-50, 50-100, 100-150, 150-200
+    for p in (0, 1, 3):  # partition 3 reads the same shard, not the missing inner chunk
+        m.loader(p)()
+    with pytest.raises(MissingChunksError,
+                       match=rf"^Partition 2 \(rows 100-150\): 1 of 2 chunks of array 'X' in "
+                             rf"the Zarr store '{re.escape(str(path))}' are missing \(first: "
+                             rf"{_HOLE}\)\. Restore the store.*\(CLI: --missing-chunks fill\) "
+                             r"to read absent chunks as the fill value 0\.0\.$"):
+        m.loader(2)()
+    filled = open_matrix(path, n_partitions=4, missing_chunks="fill")
+    np.testing.assert_array_equal(_dense(filled), X_hole)
+
+
+def test_a_row_and_column_selection_checks_only_the_inner_chunks_it_reads(tmp_path, X_hole):
+    from daskstraggle.data._zarr import read_selection
+
+    path = str(_write_sharded(tmp_path / "s.zarr", X_hole))
+    rows, cols = np.array([160, 10, 120]), np.array([1, 2])  # columns 0-2: no hole
+    np.testing.assert_array_equal(
+        read_selection(path, "X", rows, cols, missing_chunks="error"), X_hole[rows][:, cols])
+    with pytest.raises(MissingChunksError, match=rf"^1 of 6 chunks of array 'X' .*{_HOLE}"):
+        read_selection(path, "X", rows, np.array([1, 4]), missing_chunks="error")
+    np.testing.assert_array_equal(
+        read_selection(path, "X", rows[:2], np.array([1, 4]), missing_chunks="error"),
+        X_hole[rows[:2]][:, [1, 4]])  # rows 10 and 160 are in whole inner chunks
+
+
+@pytest.mark.parametrize("fit", ["fit_pca", "fit_least_squares"])
+def test_fits_refuse_a_hole_in_a_shard_and_fill_reads_the_fill_value(fit, tmp_path, X_hole):
+    holed = _write_sharded(tmp_path / "holed.zarr", X_hole)
+    whole = _write_sharded(tmp_path / "whole.zarr", X_hole, write_empty_chunks=True)
+    args = () if fit == "fit_pca" else ("y",)
+    kw = {"runtime": "local", "max_iter": 5, "tol": None, "rng": 0}
+    with pytest.raises(MissingChunksError,
+                       match=rf"1 of \d+ chunks of array 'X' .*holed\.zarr.*{_HOLE}"):
+        getattr(daskstraggle, fit)(holed, *args, **kw)
+    filled = getattr(daskstraggle, fit)(holed, *args, missing_chunks="fill", **kw)
+    written = getattr(daskstraggle, fit)(whole, *args, **kw)  # the zeros stored
+    assert filled.attrs["matrix"]["missing_chunks"] == "fill"
+    assert filled.fitted.keys() == written.fitted.keys()
+    for key, value in written.fitted.items():
+        np.testing.assert_allclose(filled.fitted[key], value, rtol=1e-12, err_msg=key)
+
+
+@pytest.mark.parametrize("location", ["end", "start"])
+def test_a_shard_whose_index_marks_a_written_chunk_absent_is_refused(location, tmp_path, X):
+    path = _write_sharded(tmp_path / "d.zarr", X, location=location, write_empty_chunks=True)
+    _mark_absent(path / "X" / "c" / "0" / "0", location, (1, 0), fix_checksum=True)
+    expected = X.copy()
+    expected[50:100, :3] = 0.0  # inner chunk (1, 0): what zarr alone reads, silently
+    np.testing.assert_array_equal(zarr.open_group(path, mode="r")["X"][:], expected)
+    m = open_matrix(path, n_partitions=4)
+    m.loader(0)()  # rows 0-50 of the same shard are whole
+    with pytest.raises(MissingChunksError,
+                       match=r"^Partition 1 \(rows 50-100\): 1 of 2 chunks of array 'X' .* "
+                             r"\(first: 'c/0/0', inner chunk \(1, 0\): absent from the "
+                             r"shard's index\)"):
+        m.loader(1)()
+    filled = open_matrix(path, n_partitions=4, missing_chunks="fill")
+    np.testing.assert_array_equal(_dense(filled), expected)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [("checksum", r"The index of shard 'c/0/0' of array 'X' .* fails its crc32c checksum"),
+     ("truncated", r"Shard 'c/0/0' of array 'X' .* is truncated: 10 bytes where its index "
+                   rf"alone takes {INDEX}\.")],
+)
+def test_a_damaged_shard_index_is_corrupt_data(damage, message, tmp_path, X):
+    path = _write_sharded(tmp_path / "d.zarr", X, write_empty_chunks=True)
+    shard = path / "X" / "c" / "0" / "0"
+    if damage == "checksum":
+        _mark_absent(shard, "end", (1, 0), fix_checksum=False)
+    else:
+        shard.write_bytes(shard.read_bytes()[-10:])
+    m = open_matrix(path, n_partitions=4)
+    with pytest.raises(CorruptDataError, match=rf"^Partition 0 \(rows 0-50\): {message}") as info:
+        m.loader(0)()
+    assert not isinstance(info.value, MissingChunksError)
+
+
+def test_cli_refuses_a_hole_in_a_shard_with_one_line_and_fill_exits_0(tmp_path, X_hole,
+                                                                      capsys):
+    path = _write_sharded(tmp_path / "s.zarr", X_hole)
+    argv = ["pca", str(path), "--runtime", "local", "--quiet", "--max-iter", "3"]
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 2, captured
+    assert captured.out == ""
+    line = one_error_line(captured.err)
+    assert re.search(rf"1 of \d+ chunks of array 'X' .*{_HOLE}.*--missing-chunks fill", line)
+    assert main([*argv, "--missing-chunks", "fill"]) == 0, capsys.readouterr().err
+
+
+def test_a_hole_in_a_shard_is_refused_through_an_fsspec_store(X_hole):
+    url = "memory://daskstraggle-test/sharded.zarr"
+    _write_sharded(url, X_hole)  # zarr opens the URL as an FsspecStore
+    try:
+        m = open_matrix(url, n_partitions=4)
+        m.loader(3)()
+        with pytest.raises(MissingChunksError, match=rf"^Partition 2 .*{_HOLE}"):
+            m.loader(2)()
+        np.testing.assert_array_equal(_dense(open_matrix(url, missing_chunks="fill")), X_hole)
+    finally:
+        import fsspec
+
+        fsspec.filesystem("memory").rm("/daskstraggle-test/sharded.zarr", recursive=True)
+
+
+def test_a_whole_sharded_store_is_read_with_one_index_request_per_shard(tmp_path, X,
+                                                                        monkeypatch):
+    """The check requests each shard's index, nothing else: no data byte is read twice."""
+    from collections import Counter
+
+    from zarr.abc.store import SuffixByteRequest
+    from zarr.storage import LocalStore
+
+    path = _write_sharded(tmp_path / "w.zarr", X)
+    seen: list[tuple[str, object]] = []
+    get = LocalStore.get
+
+    async def spy(self, key, prototype=None, byte_range=None):
+        if key.startswith("X/c/"):
+            seen.append((key, byte_range))
+        return await get(self, key, prototype, byte_range)
+
+    monkeypatch.setattr(LocalStore, "get", spy)
+
+    def requests(missing_chunks: str, partition: int) -> Counter:
+        m = open_matrix(path, n_partitions=3, missing_chunks=missing_chunks)
+        seen.clear()
+        tile = m.loader(partition)().values
+        np.testing.assert_array_equal(tile, X[m.bounds[partition]:m.bounds[partition + 1]])
+        return Counter(seen)
+
+    index = SuffixByteRequest(INDEX)
+    for partition, shards in ((0, ["X/c/0/0"]), (1, ["X/c/0/0", "X/c/1/0"])):
+        checked, unchecked = requests("error", partition), requests("fill", partition)
+        assert checked - unchecked == Counter({(key, index): 1 for key in shards})
+        assert not unchecked - checked
+        assert all(n == 1 for (_, byte_range), n in checked.items() if byte_range != index)
+    assert np.array_equal(_dense(open_matrix(path)), X)
+
+
+def test_nested_sharding_is_refused_with_one_line_unless_fill(tmp_path, X):
+    from zarr.codecs import ShardingCodec
+
+    inner = ShardingCodec(chunk_shape=(CHUNK, 3))
+    nested = ShardingCodec(chunk_shape=(CHUNK, COLS), codecs=[inner])
+    z = zarr.create_array(tmp_path / "n.zarr", shape=X.shape, chunks=(2 * CHUNK, COLS),
+                          dtype="f8", compressors=None, serializer=nested)
+    z[:] = X
+    with pytest.raises(InvalidDataError,
+                       match=r"^The chunks of the Zarr array .* "
+                             r"cannot be checked for absence: it uses nested sharding .*Pass "
+                             r"missing_chunks='fill' \(CLI: --missing-chunks fill\)") as info:
+        open_matrix(tmp_path / "n.zarr", n_partitions=4).loader(0)()
+    assert "\n" not in str(info.value) and not isinstance(info.value, CorruptDataError)
+    filled = open_matrix(tmp_path / "n.zarr", n_partitions=4, missing_chunks="fill")
+    np.testing.assert_array_equal(_dense(filled), X)
 
 
 # -------------------------------------------------------------------- corrupt chunks
