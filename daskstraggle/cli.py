@@ -316,7 +316,7 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
     if plot is not None:
         summary["plot"] = str(plot)
     if as_json:
-        click.echo(json.dumps(summary))
+        _echo_json(summary, what=f"the {kind} run")
     else:
         click.echo(format_result(result, out=params.get("out"))
                    + ("" if plot is None else f"\nfigure      {plot}"))
@@ -450,15 +450,26 @@ def make(name: str, out: Path, size: int | None, features: int | None, populatio
 #: round): their traced latency cannot be rescaled to another number of workers.
 _UNEQUAL_SHARES = frozenset({"coded", "partial", "gram"})
 
+#: Most Monte Carlo draws (--workers x --samples) and simulated worker-iterations
+#: (--workers x --iterations) of ``simulate``: one double each, 400 MB.
+SIMULATE_MAX_CELLS = 50_000_000
+#: Most worker-iterations of a model with state over time, simulated event by event
+#: (about 20 us each: 20 s).
+SIMULATE_MAX_EVENTS = 1_000_000
+
 
 @cli.command()
 @click.option("--workers", "n_workers", type=int, default=None,
-              help="Number of workers N (default: as many as the trace has, else 100).")
+              help="Number of workers N (default: as many as the trace has, else 100). "
+                   "Gamma, shifted-exponential, multi-message and constant models (and "
+                   "slowdowns of them) are simulated vectorised: 10 million workers with "
+                   "--iterations 1 --samples 1 take seconds.")
 @click.option("--wait", "n_wait", type=int, default=None,
               help="Results waited for each iteration, w (default: N).")
 @click.option("--latency", "latency", metavar="SPEC", default=None,
               help="Latency model, e.g. 'gamma(mean=0.05, var=1e-4)' or "
-                   "'shifted_exponential(shift=0.01, rate=50) + slowdown(workers=0, factor=3)'.")
+                   "'shifted_exponential(shift=0.01, rate=50) + slowdown(workers=0, factor=3)'. "
+                   "Times are seconds, at most 1e15.")
 @click.option("--from-trace", type=click.Path(path_type=Path), default=None,
               help="Fit per-worker gamma latency to a result saved with --out instead. "
                    "With --workers M other than the trace's N, worker j follows traced "
@@ -467,9 +478,12 @@ _UNEQUAL_SHARES = frozenset({"coded", "partial", "gram"})
 @click.option("--iid", is_flag=True,
               help="With --from-trace: fit one gamma to all workers (the i.i.d. baseline).")
 @click.option("--iterations", "n_iterations", type=int, default=100, show_default=True,
-              help="Iterations to simulate.")
+              help="Iterations to simulate; --workers x --iterations is at most 5e7 (memory), "
+                   "and 1e6 for a model with state over time (markov, bursts, artificial, "
+                   "schedule, replay: simulated event by event).")
 @click.option("--samples", "n_samples", type=int, default=10_000, show_default=True,
-              help="Monte Carlo samples for the order statistics.")
+              help="Monte Carlo samples for the order statistics; --workers x --samples is at "
+                   "most 5e7 (memory).")
 @click.option("--collect-window", type=float, default=0.02, show_default=True,
               help="Fraction of an iteration's time to keep collecting after the w-th result.")
 @click.option("--update-duration", type=float, default=0.0, show_default=True,
@@ -490,7 +504,6 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
     """
     from daskstraggle.latency.order import order_statistics
     from daskstraggle.latency.simulator import simulate as run_simulation
-    from daskstraggle.latency.spec import parse_latency
 
     if (latency is None) == (from_trace is None):
         raise InputError("give exactly one of --latency SPEC and --from-trace RESULT")
@@ -498,51 +511,84 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
         raise InputError("--iid applies to --from-trace")
     if n_workers is not None and n_workers < 1:
         raise InputError(f"--workers must be >= 1, got {n_workers}")
-    if from_trace is not None:
-        from daskstraggle.latency.fit import fit_trace
-        from daskstraggle.trace import Result
-
-        traced = Result.load(from_trace)
-        n_trace = traced.trace.sizes["worker"]
-        resized = n_workers is not None and n_workers != n_trace
-        if resized and traced.method in _UNEQUAL_SHARES:
-            raise InputError(
-                f"--workers {n_workers} differs from the {n_trace} workers of the trace, and "
-                f"a {traced.method} run's tasks do not carry equal shares of the rows, so its "
-                "latency cannot be rescaled; drop --workers, or calibrate with --method gd"
-            )
-        model = fit_trace(traced.trace, iid=iid, n_workers=n_workers if resized else None)
-        n_workers = n_trace if n_workers is None else n_workers
-        source = f"fitted to {from_trace}" + (" (i.i.d.)" if iid else " (per worker)")
-        if resized:
-            source += (f", rescaled from {n_trace} to {n_workers} workers sharing the same "
-                       "rows")
-    else:
-        model = parse_latency(latency)  # type: ignore[arg-type]
-        source = model.to_spec()
-    n_workers = 100 if n_workers is None else n_workers
-    if n_samples < 1 or n_workers * n_samples > 50_000_000:
-        raise InputError(
-            f"--samples x --workers must be in [1, 5e7] (memory: one double each); got "
-            f"{n_samples} x {n_workers}; lower --samples"
-        )
+    model, source, n_workers = _simulated_model(latency, from_trace, iid, n_workers)
+    stateful = not model.sampler(n_workers, rng=0).stateless
+    _check_simulate_size(n_workers, n_samples, n_iterations, stateful=stateful)
     n_wait = n_workers if n_wait is None else n_wait
     sim_seed, order_seed = np.random.SeedSequence(seed).spawn(2)  # independent draws
     sim = run_simulation(model, n_workers, n_wait, n_iterations, load=load,
                          collect_window=collect_window, update_duration=update_duration,
                          rng=sim_seed)
-    stateful = not model.sampler(n_workers, rng=0).stateless
     order = None if stateful else order_statistics(model, n_workers, n_samples=n_samples,
                                                    load=load, rng=order_seed)
+    if as_json:
+        summary = _simulate_summary(model, source, n_wait, n_iterations, sim, order)
+        _echo_json(summary, what="the simulation")
+        return
+    click.echo(_simulate_table(source, n_wait, n_iterations, load, collect_window, sim, order))
+
+
+def _simulated_model(latency: str | None, from_trace: Path | None, iid: bool,
+                     n_workers: int | None) -> tuple[Any, str, int]:
+    """Return the latency model, its description and the number of workers."""
+    if from_trace is None:
+        from daskstraggle.latency.spec import parse_latency
+
+        model = parse_latency(latency)  # type: ignore[arg-type]
+        return model, model.to_spec(), 100 if n_workers is None else n_workers
+    from daskstraggle.latency.fit import fit_trace
+    from daskstraggle.trace import Result
+
+    traced = Result.load(from_trace)
+    n_trace = traced.trace.sizes["worker"]
+    resized = n_workers is not None and n_workers != n_trace
+    if resized and traced.method in _UNEQUAL_SHARES:
+        raise InputError(
+            f"--workers {n_workers} differs from the {n_trace} workers of the trace, and "
+            f"a {traced.method} run's tasks do not carry equal shares of the rows, so its "
+            "latency cannot be rescaled; drop --workers, or calibrate with --method gd"
+        )
+    model = fit_trace(traced.trace, iid=iid, n_workers=n_workers if resized else None)
+    source = f"fitted to {from_trace}" + (" (i.i.d.)" if iid else " (per worker)")
+    if resized:
+        source += f", rescaled from {n_trace} to {n_workers} workers sharing the same rows"
+    return model, source, n_trace if n_workers is None else n_workers
+
+
+def _check_simulate_size(n_workers: int, n_samples: int, n_iterations: int, *,
+                         stateful: bool) -> None:
+    """Refuse a simulation too large for memory (or, event by event, for time)."""
+    if n_samples < 1 or n_workers * n_samples > SIMULATE_MAX_CELLS:
+        raise InputError(
+            f"--samples x --workers must be in [1, {SIMULATE_MAX_CELLS:,}] (memory: one double "
+            f"each); got {n_samples} x {n_workers}; lower --samples"
+        )
+    if n_iterations < 1 or n_workers * n_iterations > SIMULATE_MAX_CELLS:
+        raise InputError(
+            f"--iterations x --workers must be in [1, {SIMULATE_MAX_CELLS:,}] (memory: one "
+            f"double each); got {n_iterations} x {n_workers}; lower --iterations"
+        )
+    if stateful and n_workers * n_iterations > SIMULATE_MAX_EVENTS:
+        raise InputError(
+            f"--iterations x --workers must be at most {SIMULATE_MAX_EVENTS:,} for a latency "
+            f"model with state over time (simulated event by event, about 20 us each); got "
+            f"{n_iterations} x {n_workers}; lower --iterations or --workers"
+        )
+
+
+def _simulate_summary(model: Any, source: str, n_wait: int, n_iterations: int, sim: Any,
+                      order: Any) -> dict[str, Any]:
+    """Return what ``simulate --json`` prints."""
     durations = np.asarray(sim.iteration_duration)
-    summary = {
+    n_workers = sim.n_workers
+    return {
         "model": model.to_dict(),
         "source": source,
         "n_workers": n_workers,
         "n_wait": n_wait,
         "n_iterations": n_iterations,
         "order_statistics": None if order is None else {
-            "w": list(range(1, n_workers + 1)), "mean_s": [float(v) for v in order.mean]},
+            "w": list(range(1, n_workers + 1)), "mean_s": order.mean.tolist()},
         "predicted_wth_fastest_s": None if order is None else float(order.mean[n_wait - 1]),
         "iteration_duration_s": {"mean": float(durations.mean()),
                                  "median": float(np.median(durations)),
@@ -550,11 +596,15 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
         "total_time_s": float(sim.total_time),
         "mean_fresh": float(np.mean(sim.n_fresh)),
         "mean_stale": float(np.mean(sim.n_stale)),
-        "participation": [float(u) for u in sim.participation],
+        "participation": sim.participation.tolist(),
     }
-    if as_json:
-        click.echo(json.dumps(summary))
-        return
+
+
+def _simulate_table(source: str, n_wait: int, n_iterations: int, load: float,
+                    collect_window: float, sim: Any, order: Any) -> str:
+    """Return what ``simulate`` prints without ``--json``."""
+    n_workers = sim.n_workers
+    durations = np.asarray(sim.iteration_duration)
     lines = [
         f"latency model: {source}",
         f"N = {n_workers} workers, waiting for w = {n_wait}, load {load:g}",
@@ -582,7 +632,35 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
         f"{np.mean(sim.n_stale):.2f}",
         f"  share of iterations each worker is fresh in: min {u.min():.2f}, max {u.max():.2f}",
     ]
-    click.echo("\n".join(lines))
+    return "\n".join(lines)
+
+
+def _echo_json(summary: dict[str, Any], *, what: str) -> None:
+    """Print ``summary`` as strict JSON; refuse a NaN or an infinity (JSON has neither)."""
+    try:
+        text = json.dumps(summary, allow_nan=False)
+    except ValueError:
+        key, value = _non_finite(summary) or ("a value", None)
+        raise InputError(f"{what} gave {key} = {value!r}, not a finite number, which JSON "
+                         "cannot hold; use smaller inputs (times, loads, sizes)") from None
+    click.echo(text)
+
+
+def _non_finite(value: Any, key: str = "") -> tuple[str, Any] | None:
+    """Return the key path (``a.b[2]``) and value of the first NaN or infinite float."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return key, value
+    if isinstance(value, dict):
+        items: Any = ((f"{key}.{k}" if key else str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{key}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for sub_key, sub in items:
+        found = _non_finite(sub, sub_key)
+        if found is not None:
+            return found
+    return None
 
 
 def _seconds(value: float) -> str:
@@ -632,7 +710,7 @@ def demo(n_workers: int | None, out: Path | None, as_json: bool) -> None:
     if as_json:
         summary = result.summary()
         summary.update(data=str(data_path), out=str(result_path), data_time_s=t_data)
-        click.echo(json.dumps(summary))
+        _echo_json(summary, what="the demo")
         return
     click.echo(format_result(result, out=result_path, matrix=matrix, data_path=data_path))
 

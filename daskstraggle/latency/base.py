@@ -25,6 +25,16 @@ Rules every sampler follows (the conformance tests check them):
   (Markov chains, bursts, scheduled changes) advance their state lazily to them.
 - ``size=None`` returns floats; ``size=k`` returns ``k`` independent draws (arrays) at
   the state for ``(time, iteration)``.
+- **Many workers at once.** :meth:`LatencySampler.draw` returns a block of draws of every
+  worker of a stateless sampler (what the simulator and the order statistics use). Up to
+  :data:`PER_WORKER_STREAMS_MAX` workers it takes them worker by worker from the
+  per-worker streams (the same numbers as the simulated runtime draws); above, samplers
+  with ``shared_draws`` draw all workers at once from one stream of the same seed
+  (vectorised: the same laws, other numbers), since building one stream per worker costs
+  about 40 µs each (400 s for 10 million workers).
+- **Finite times.** Every time parameter (seconds) is at most :data:`MAX_SECONDS` and
+  every variance at most its square, so that draws, their sums over many workers and
+  iterations and their squares stay finite in float64.
 """
 
 from __future__ import annotations
@@ -33,17 +43,21 @@ import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 import numpy as np
+from numpy.typing import NDArray
 
 from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
 
 __all__ = [
+    "MAX_SECONDS",
+    "PER_WORKER_STREAMS_MAX",
     "Constant",
     "LatencyModel",
     "LatencySampler",
+    "WorkerStreams",
     "check_per_worker",
     "get_model_class",
     "list_models",
@@ -53,6 +67,17 @@ __all__ = [
 ]
 
 Draw = tuple[Any, Any]
+#: The per-worker random streams a sampler draws from (:func:`worker_streams`).
+Streams = Sequence[np.random.Generator]
+
+#: Largest time parameter (seconds) of a latency model, about 32 million years: far above
+#: any real latency, and far enough below float64's 1.8e308 that draws, their sums over
+#: many workers and iterations and their squares (variances) stay finite.
+MAX_SECONDS = 1e15
+
+#: Most workers whose block draws (:meth:`LatencySampler.draw`) come from one stream per
+#: worker; above, samplers that can draw every worker at once from one stream do so.
+PER_WORKER_STREAMS_MAX = 10_000
 
 _REGISTRY: Registry[LatencyModel] = Registry(
     "latency model",
@@ -93,9 +118,68 @@ def make_model(name: str, **params: Any) -> LatencyModel:
     return _REGISTRY.make(name, **params)
 
 
+class WorkerStreams(Sequence[np.random.Generator]):
+    """One independent Generator per worker, each built when first used.
+
+    ``streams[i]`` is ``default_rng(SeedSequence(entropy, spawn_key=(*key, i)))`` for the
+    seed's entropy and spawn key: it depends only on the seed and ``i``. Building a
+    Generator costs about 40 µs, so they are built lazily: a worker that draws nothing
+    (or a sampler built for 10 million workers that draws them all from :attr:`shared`)
+    costs nothing.
+
+    Parameters
+    ----------
+    seed : SeedSequence
+        The root seed.
+    n_workers : int
+        Number of streams.
+    """
+
+    def __init__(self, seed: np.random.SeedSequence, n_workers: int) -> None:
+        self._seed = seed
+        self._n = n_workers
+        self._built: dict[int, np.random.Generator] = {}
+        self._shared: np.random.Generator | None = None
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> np.random.Generator: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[np.random.Generator]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._n))]
+        i = int(index) + (self._n if index < 0 else 0)
+        if not 0 <= i < self._n:
+            raise IndexError(f"worker {index} out of range for {self._n} streams")
+        stream = self._built.get(i)
+        if stream is None:
+            seed = self._seed
+            # child i of a SeedSequence is SeedSequence(entropy, spawn_key=(i,)) whatever n is
+            stream = np.random.default_rng(
+                np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, i)))
+            self._built[i] = stream
+        return stream
+
+    @property
+    def shared(self) -> np.random.Generator:
+        """One Generator for every worker at once, independent of every worker's stream.
+
+        It is the root seed's own stream (the workers' are its children), built on first
+        use and kept, so successive uses continue it.
+        """
+        if self._shared is None:
+            self._shared = np.random.default_rng(self._seed)
+        return self._shared
+
+
 def worker_streams(
     rng: int | np.random.SeedSequence | np.random.Generator | None, n_workers: int
-) -> list[np.random.Generator]:
+) -> WorkerStreams:
     """Return one independent Generator per worker, spawned from one seed.
 
     Parameters
@@ -108,8 +192,9 @@ def worker_streams(
 
     Returns
     -------
-    streams : list of Generator
-        ``streams[i]`` depends only on the seed and ``i`` (not on ``n_workers``).
+    streams : WorkerStreams
+        A sequence of Generators: ``streams[i]`` depends only on the seed and ``i`` (not
+        on ``n_workers``) and is built when first used.
 
     Examples
     --------
@@ -124,15 +209,12 @@ def worker_streams(
         seq = rng
     else:
         seq = np.random.SeedSequence(rng)
-    # child i of a SeedSequence is SeedSequence(entropy, spawn_key=(i,)) whatever n is
-    return [
-        np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, i)))
-        for i in range(n_workers)
-    ]
+    return WorkerStreams(seq, n_workers)
 
 
 def check_per_worker(
-    value: Any, *, name: str, caller: str, low: float = 0.0, strict: bool = False
+    value: Any, *, name: str, caller: str, low: float = 0.0, strict: bool = False,
+    high: float | None = None,
 ) -> float | tuple[float, ...]:
     """Normalise a scalar-or-per-worker parameter to a float or a tuple of floats.
 
@@ -146,13 +228,16 @@ def check_per_worker(
         Lower bound of every value.
     strict : bool, default=False
         Whether ``low`` itself is excluded.
+    high : float or None, default=None
+        Upper bound of every value (included), e.g. :data:`MAX_SECONDS` for a time.
 
     Raises
     ------
     InvalidParameterError
-        If a value is not a finite number above the bound.
+        If a value is not a finite number within the bounds.
     """
-    constraint = f"a finite number {'>' if strict else '>='} {low:g} or a list of them"
+    bound = "" if high is None else f" and <= {high:g}"
+    constraint = f"a finite number {'>' if strict else '>='} {low:g}{bound} or a list of them"
     values = value if isinstance(value, Sequence | np.ndarray) and not isinstance(value, str) \
         else None
     items = list(values) if values is not None else [value]
@@ -160,7 +245,7 @@ def check_per_worker(
     for v in items:
         ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and np.isfinite(v)
         if ok:
-            ok = v > low if strict else v >= low
+            ok = (v > low if strict else v >= low) and (high is None or v <= high)
         if not ok:
             raise InvalidParameterError(
                 f"The {name!r} parameter of {caller} must be {constraint}. Got {value!r} instead."
@@ -206,7 +291,7 @@ class LatencyModel(ABC):
                 )
 
     @abstractmethod
-    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         """Return the sampler (``n_workers`` already checked)."""
 
     def sampler(
@@ -290,8 +375,8 @@ class LatencySampler(ABC):
     ----------
     n_workers : int
         Number of workers.
-    streams : list of Generator
-        One random stream per worker.
+    streams : sequence of Generator
+        One random stream per worker (:func:`worker_streams`).
     """
 
     #: True when draws depend on nothing but the worker's stream and ``load`` (not on
@@ -301,9 +386,65 @@ class LatencySampler(ABC):
     #: draws one task at a time; both must see the same numbers from the same seed).
     stateless: bool = False
 
-    def __init__(self, n_workers: int, streams: list[np.random.Generator]) -> None:
+    #: True when :meth:`_draw_shared` draws every worker at once from one Generator
+    #: (vectorised over workers), which :meth:`draw` uses above
+    #: :data:`PER_WORKER_STREAMS_MAX` workers.
+    shared_draws: bool = False
+
+    def __init__(self, n_workers: int, streams: Streams) -> None:
         self.n_workers = n_workers
         self.streams = streams
+
+    def draw(self, loads: NDArray[np.float64], size: int) -> NDArray[np.float64]:
+        """Return ``size`` latencies (compute + communication) of every worker, stateless only.
+
+        Up to :data:`PER_WORKER_STREAMS_MAX` workers (or if the sampler cannot draw them
+        all at once), row ``i`` is ``sample(i, load=loads[i], size=size)`` from worker
+        ``i``'s own stream: the numbers ``size`` successive single draws give. Above, a
+        sampler with ``shared_draws`` draws every worker at once from the shared stream of
+        the same seed (``streams.shared``), vectorised: the same laws, other numbers.
+
+        Parameters
+        ----------
+        loads : ndarray of shape (n_workers,)
+            Work per task of each worker relative to an equal share of the rows.
+        size : int
+            Draws per worker.
+
+        Returns
+        -------
+        latency : ndarray of shape (n_workers, size)
+            Seconds; row ``i`` is worker ``i``'s draws in order.
+
+        Raises
+        ------
+        InvalidParameterError
+            If the sampler is not stateless (its draws depend on time or history).
+        """
+        if not self.stateless:
+            raise InvalidParameterError(
+                f"{type(self).__name__}.draw needs a stateless sampler (draws independent of "
+                "time, iteration and history); draw a stateful one task by task with sample()."
+            )
+        shared = getattr(self.streams, "shared", None)
+        if self.shared_draws and shared is not None and self.n_workers > PER_WORKER_STREAMS_MAX:
+            compute, communication = self._draw_shared(loads, size, shared)
+            return np.add(compute, communication, out=compute)
+        out = np.empty((self.n_workers, size))
+        for i in range(self.n_workers):
+            compute, communication = self.sample(i, load=float(loads[i]), size=size)
+            np.add(compute, communication, out=out[i])
+        return out
+
+    def _draw_shared(
+        self, loads: NDArray[np.float64], size: int, generator: np.random.Generator
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Return ``(compute, communication)`` of every worker from ``generator``.
+
+        Both of shape (n_workers, size), compute already times ``loads``; only for
+        samplers with ``shared_draws``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot draw every worker at once")
 
     @abstractmethod
     def sample(
@@ -341,8 +482,9 @@ class LatencySampler(ABC):
 
 class _ConstantSampler(LatencySampler):
     stateless = True
+    shared_draws = True
 
-    def __init__(self, model: Constant, n_workers: int, streams: list[np.random.Generator]):
+    def __init__(self, model: Constant, n_workers: int, streams: Streams):
         super().__init__(n_workers, streams)
         self.compute = np.broadcast_to(np.asarray(model.compute, dtype=float), (n_workers,))
         self.communication = np.broadcast_to(
@@ -356,6 +498,10 @@ class _ConstantSampler(LatencySampler):
             return c, m
         return np.full(size, c), np.full(size, m)
 
+    def _draw_shared(self, loads, size, generator):
+        compute = np.repeat((self.compute * loads)[:, None], size, axis=1)
+        return compute, np.repeat(self.communication[:, None], size, axis=1)
+
 
 @register_model
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -365,9 +511,11 @@ class Constant(LatencyModel):
     Parameters
     ----------
     compute : float or tuple of float, default=0.0
-        Compute seconds per task at load 1 (one value, or one per worker).
+        Compute seconds per task at load 1 (one value, or one per worker; at most
+        :data:`MAX_SECONDS`).
     communication : float or tuple of float, default=0.0
-        Communication seconds per task (one value, or one per worker).
+        Communication seconds per task (one value, or one per worker; at most
+        :data:`MAX_SECONDS`).
 
     Examples
     --------
@@ -383,8 +531,9 @@ class Constant(LatencyModel):
     def __post_init__(self) -> None:
         for f in ("compute", "communication"):
             object.__setattr__(
-                self, f, check_per_worker(getattr(self, f), name=f, caller="Constant")
+                self, f, check_per_worker(getattr(self, f), name=f, caller="Constant",
+                                          high=MAX_SECONDS)
             )
 
-    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _ConstantSampler(self, n_workers, streams)

@@ -15,7 +15,7 @@ import numpy as np
 
 from daskstraggle._validation import check_choice, check_positive
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency.base import Draw, LatencyModel, LatencySampler, register_model
+from daskstraggle.latency.base import Draw, LatencyModel, LatencySampler, Streams, register_model
 from daskstraggle.latency.modifiers import (
     _check_base,
     _check_nested,
@@ -42,7 +42,7 @@ class _ChainSampler(LatencySampler):
     def __init__(
         self,
         n_workers: int,
-        streams: list[np.random.Generator],
+        streams: Streams,
         *,
         base: LatencyModel | None,
         slow: LatencyModel | None,
@@ -245,7 +245,7 @@ class TwoStateMarkov(_Modifier):
         term = _term_spec(self, skip_base=True)
         return term if self.base is None else f"{self.base.to_spec()} + {term}"
 
-    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _ChainSampler(
             n_workers, streams, base=self.base, slow=self.slow, slow_factor=self.slow_factor,
             p_slow=self.p_slow, p_fast=self.p_fast, step=self.step,  # type: ignore[arg-type]
@@ -324,7 +324,7 @@ class Bursts(_Modifier):
         _check_nested(self, n_workers)
         _check_workers_in_range(self.workers, n_workers, caller="Bursts")  # type: ignore[arg-type]
 
-    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _ChainSampler(
             n_workers, streams, base=self.base, slow=None, slow_factor=self.factor,
             p_slow=self.p_enter, p_fast=self.p_leave, step=self.period, initial="fast",

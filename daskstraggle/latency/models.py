@@ -24,9 +24,11 @@ from daskstraggle.errors import (
     NonFiniteDataError,
 )
 from daskstraggle.latency.base import (
+    MAX_SECONDS,
     Draw,
     LatencyModel,
     LatencySampler,
+    Streams,
     check_per_worker,
     register_model,
 )
@@ -62,13 +64,14 @@ def _out(compute: NDArray[np.float64], communication: NDArray[np.float64] | floa
 
 class _ShiftedExponentialSampler(LatencySampler):
     stateless = True
+    shared_draws = True
 
     def __init__(
         self,
         shift: float | tuple[float, ...],
         rate: float | tuple[float, ...],
         n_workers: int,
-        streams: list[np.random.Generator],
+        streams: Streams,
     ) -> None:
         super().__init__(n_workers, streams)
         self.shift = _per_worker(shift, n_workers)
@@ -91,6 +94,13 @@ class _ShiftedExponentialSampler(LatencySampler):
     ) -> Draw:
         return _out(load * self._unit(worker_index, 1 if size is None else size), 0.0, size)
 
+    def _draw_shared(self, loads, size, generator):
+        draws = generator.exponential(size=(self.n_workers, size))
+        draws *= self.scale[:, None]
+        draws += self.shift[:, None]
+        draws *= loads[:, None]
+        return draws, np.zeros_like(draws)
+
 
 @register_model
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -106,9 +116,11 @@ class ShiftedExponential(LatencyModel):
     Parameters
     ----------
     shift : float or tuple of float, default=0.0
-        Minimum seconds per unit of load (>= 0; one value, or one per worker).
+        Minimum seconds per unit of load (in [0, MAX_SECONDS]; one value, or one per
+        worker).
     rate : float or tuple of float, default=1.0
-        Rate of the exponential part per unit of load (> 0; one value, or one per worker).
+        Rate of the exponential part per unit of load (>= 1 / MAX_SECONDS, so that its
+        mean is at most MAX_SECONDS; one value, or one per worker).
 
     See Also
     --------
@@ -135,11 +147,11 @@ class ShiftedExponential(LatencyModel):
     def __post_init__(self) -> None:
         caller = "ShiftedExponential"
         object.__setattr__(self, "shift", check_per_worker(self.shift, name="shift",
-                                                           caller=caller))
+                                                           caller=caller, high=MAX_SECONDS))
         object.__setattr__(self, "rate", check_per_worker(self.rate, name="rate", caller=caller,
-                                                          strict=True))
+                                                          low=1 / MAX_SECONDS))
 
-    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _ShiftedExponentialSampler(self.shift, self.rate, n_workers, streams)
 
 
@@ -192,9 +204,10 @@ class MultiMessage(LatencyModel):
     Parameters
     ----------
     alpha : float or tuple of float, default=0.0
-        Fixed seconds per computation (>= 0; one value, or one per worker).
+        Fixed seconds per computation (in [0, MAX_SECONDS]; one value, or one per worker).
     rate : float or tuple of float, default=1.0
-        Rate ``mu`` of the exponential part (> 0; one value, or one per worker).
+        Rate ``mu`` of the exponential part (>= 1 / MAX_SECONDS; one value, or one per
+        worker).
 
     See Also
     --------
@@ -221,11 +234,11 @@ class MultiMessage(LatencyModel):
     def __post_init__(self) -> None:
         caller = "MultiMessage"
         object.__setattr__(self, "alpha", check_per_worker(self.alpha, name="alpha",
-                                                           caller=caller))
+                                                           caller=caller, high=MAX_SECONDS))
         object.__setattr__(self, "rate", check_per_worker(self.rate, name="rate", caller=caller,
-                                                          strict=True))
+                                                          low=1 / MAX_SECONDS))
 
-    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _MultiMessageSampler(self.alpha, self.rate, n_workers, streams)
 
 
@@ -234,17 +247,19 @@ class MultiMessage(LatencyModel):
 
 class _GammaSampler(LatencySampler):
     stateless = True
+    shared_draws = True
 
-    def __init__(self, model: Gamma, n_workers: int, streams: list[np.random.Generator]) -> None:
+    def __init__(self, model: Gamma, n_workers: int, streams: Streams) -> None:
         super().__init__(n_workers, streams)
         params = []
         for mean_name, var_name in (("mean", "var"), ("communication_mean", "communication_var")):
-            mean = _per_worker(getattr(model, mean_name), n_workers)
-            var = _per_worker(getattr(model, var_name), n_workers)
+            # computed before broadcasting (scalars stay scalars), then read-only views
+            mean, var = np.broadcast_arrays(np.asarray(getattr(model, mean_name), dtype=float),
+                                            np.asarray(getattr(model, var_name), dtype=float))
             random = var > 0
-            safe_mean = np.where(random, mean, 1.0)
-            params.append((mean, random, mean**2 / np.where(random, var, 1.0),
-                           np.where(random, var, 1.0) / safe_mean))
+            safe_var = np.where(random, var, 1.0)
+            values = (mean, random, mean**2 / safe_var, safe_var / np.where(random, mean, 1.0))
+            params.append(tuple(np.broadcast_to(v, (n_workers,)) for v in values))
         self.compute, self.communication = params
 
     def sample(
@@ -273,6 +288,56 @@ class _GammaSampler(LatencySampler):
                 else np.full(n, m_mean[i])
         return _out(load * compute, communication, size)
 
+    def _draw_shared(self, loads, size, generator):
+        # all workers at once: compute then communication, each (n_workers, size)
+        compute, communication = (self._all(part, size, generator)
+                                  for part in (self.compute, self.communication))
+        compute *= loads[:, None]
+        return compute, communication
+
+    def _all(self, part, size, generator):
+        mean, random, shape, scale = part
+        if random.all():
+            return generator.gamma(shape[:, None], scale[:, None], size=(self.n_workers, size))
+        out = np.repeat(mean[:, None], size, axis=1)
+        if random.any():
+            out[random] = generator.gamma(shape[random][:, None], scale[random][:, None],
+                                          size=(int(random.sum()), size))
+        return out
+
+
+def _check_gamma_law(mean: float | tuple[float, ...], var: float | tuple[float, ...], *,
+                     names: tuple[str, str], caller: str) -> None:
+    """Raise unless every random worker's shape ``m^2/v`` and scale ``v/m`` are finite > 0."""
+    means, variances = np.atleast_1d(mean), np.atleast_1d(var)
+    if means.size != variances.size and min(means.size, variances.size) > 1:
+        return  # check_n_workers reports the length mismatch
+    means, variances = np.broadcast_arrays(means, variances)
+    mean_name, var_name = names
+    bad = (variances > 0) & (means == 0)
+    if bad.any():
+        raise InvalidParameterError(
+            f"The {var_name!r} parameter of {caller} must be 0 where {mean_name!r} is "
+            f"0 (a gamma law needs a positive mean). Got {mean_name}={mean!r}, "
+            f"{var_name}={var!r} instead."
+        )
+    random = variances > 0
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        shape = np.where(random, means**2 / np.where(random, variances, 1.0), 1.0)
+        scale = np.where(random, variances / np.where(random, means, 1.0), 1.0)
+    for what, values in (("shape m^2/v", shape), ("scale v/m", scale)):
+        wrong = ~np.isfinite(values) | (values <= 0)
+        if wrong.any():
+            k = int(np.argmax(wrong))
+            m, v = float(means[k]), float(variances[k])
+            raise InvalidParameterError(
+                f"The {mean_name!r} and {var_name!r} parameters of {caller} give a gamma law "
+                f"whose {what} is {float(values[k])!r} ({mean_name}={m!r}, {var_name}={v!r}"
+                f"{'' if means.size == 1 else f' for worker {k}'}), not a finite number > 0 "
+                "in float64, so it cannot be drawn; give a mean and a variance of ordinary "
+                f"sizes relative to each other, e.g. {mean_name}=0.05, {var_name}=1e-4."
+            )
+
 
 @register_model
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -289,13 +354,21 @@ class Gamma(LatencyModel):
     Parameters
     ----------
     mean : float or tuple of float
-        Mean compute seconds at load 1 (>= 0; one value, or one per worker).
+        Mean compute seconds at load 1 (in [0, MAX_SECONDS]; one value, or one per worker).
     var : float or tuple of float
-        Variance of the compute time at load 1 (>= 0; > 0 needs ``mean > 0``).
+        Variance of the compute time at load 1 (in [0, MAX_SECONDS**2]; > 0 needs
+        ``mean > 0``).
     communication_mean : float or tuple of float, default=0.0
-        Mean communication seconds (>= 0).
+        Mean communication seconds (in [0, MAX_SECONDS]).
     communication_var : float or tuple of float, default=0.0
-        Variance of the communication time (>= 0).
+        Variance of the communication time (in [0, MAX_SECONDS**2]).
+
+    Raises
+    ------
+    InvalidParameterError
+        If a value is out of its range, or a worker's shape ``m^2/v`` or scale ``v/m``
+        is not a finite number > 0 in float64 (e.g. ``mean=1e-200, var=1``, whose shape
+        underflows to 0).
 
     See Also
     --------
@@ -325,23 +398,14 @@ class Gamma(LatencyModel):
     def __post_init__(self) -> None:
         caller = "Gamma"
         for name in ("mean", "var", "communication_mean", "communication_var"):
+            high = MAX_SECONDS**2 if name.endswith("var") else MAX_SECONDS
             object.__setattr__(self, name, check_per_worker(getattr(self, name), name=name,
-                                                            caller=caller))
-        for mean_name, var_name in (("mean", "var"), ("communication_mean", "communication_var")):
-            mean, var = getattr(self, mean_name), getattr(self, var_name)
-            means = np.atleast_1d(mean)
-            variances = np.atleast_1d(var)
-            if means.size != variances.size and min(means.size, variances.size) > 1:
-                continue  # check_n_workers reports the length mismatch
-            bad = (variances > 0) & (means == 0)
-            if bad.any():
-                raise InvalidParameterError(
-                    f"The {var_name!r} parameter of {caller} must be 0 where {mean_name!r} is "
-                    f"0 (a gamma law needs a positive mean). Got {mean_name}={mean!r}, "
-                    f"{var_name}={var!r} instead."
-                )
+                                                            caller=caller, high=high))
+        for names in (("mean", "var"), ("communication_mean", "communication_var")):
+            _check_gamma_law(getattr(self, names[0]), getattr(self, names[1]), names=names,
+                             caller=caller)
 
-    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _GammaSampler(self, n_workers, streams)
 
 
@@ -423,7 +487,7 @@ class _ReplaySampler(LatencySampler):
     stateless = False
 
     def __init__(self, data: NDArray[np.float64], n_workers: int,
-                 streams: list[np.random.Generator]) -> None:
+                 streams: Streams) -> None:
         super().__init__(n_workers, streams)
         self.data = data
         self.count = [0] * n_workers
@@ -560,6 +624,6 @@ class Replay(LatencyModel):
                 "workers."
             )
 
-    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _ReplaySampler(self._data(), n_workers, streams)
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from daskstraggle._validation import check_int, check_nonnegative, check_positive
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency.base import Draw, LatencyModel, LatencySampler, register_model
+from daskstraggle.latency.base import Draw, LatencyModel, LatencySampler, Streams, register_model
 
 __all__ = ["Artificial", "Schedule", "Slowdown"]
 
@@ -94,7 +94,7 @@ def _check_nested(model: LatencyModel, n_workers: int) -> None:
 
 
 def _sub_sampler(
-    model: LatencyModel | None, n_workers: int, streams: list[np.random.Generator]
+    model: LatencyModel | None, n_workers: int, streams: Streams
 ) -> LatencySampler | None:
     # the sub-sampler shares the streams: worker i still draws only from streams[i]
     return None if model is None else model._make_sampler(n_workers, streams)
@@ -166,7 +166,7 @@ class _FactorSampler(LatencySampler):
     """A base draw (or the measured time) with the compute part times ``factor(...)``."""
 
     def __init__(
-        self, base: LatencyModel | None, n_workers: int, streams: list[np.random.Generator]
+        self, base: LatencyModel | None, n_workers: int, streams: Streams
     ) -> None:
         super().__init__(n_workers, streams)
         self.base = _sub_sampler(base, n_workers, streams)
@@ -193,13 +193,20 @@ class _FactorSampler(LatencySampler):
 
 class _SlowdownSampler(_FactorSampler):
     def __init__(
-        self, model: Slowdown, n_workers: int, streams: list[np.random.Generator]
+        self, model: Slowdown, n_workers: int, streams: Streams
     ) -> None:
         super().__init__(model.base, n_workers, streams)
         self.stateless = self.base is None or self.base.stateless
+        self.shared_draws = self.base is not None and self.base.shared_draws
         self.factors = np.ones(n_workers)
         factors = np.broadcast_to(np.asarray(model.factor, dtype=float), (len(model.workers),))
         self.factors[list(model.workers)] = factors
+
+    def _draw_shared(self, loads, size, generator):
+        assert self.base is not None  # shared_draws needs a base
+        compute, communication = self.base._draw_shared(loads, size, generator)
+        compute *= self.factors[:, None]
+        return compute, communication
 
     def factor(self, worker_index: int, time: float, iteration: int) -> float:
         """Return the persistent factor of ``worker_index``."""
@@ -269,7 +276,7 @@ class Slowdown(_Modifier):
         _check_nested(self, n_workers)
         _check_workers_in_range(self.workers, n_workers, caller="Slowdown")  # type: ignore[arg-type]
 
-    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _SlowdownSampler(self, n_workers, streams)
 
 
@@ -280,7 +287,7 @@ class _ArtificialSampler(_FactorSampler):
     stateless = False
 
     def __init__(
-        self, model: Artificial, n_workers: int, streams: list[np.random.Generator]
+        self, model: Artificial, n_workers: int, streams: Streams
     ) -> None:
         super().__init__(model.base, n_workers, streams)
         self.factors = 1.0 + model.spread * np.arange(1, n_workers + 1) / n_workers
@@ -345,7 +352,7 @@ class Artificial(_Modifier):
         object.__setattr__(self, "recover_time", check_nonnegative(
             self.recover_time, name="recover_time", caller=caller))
 
-    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _ArtificialSampler(self, n_workers, streams)
 
 
@@ -403,7 +410,7 @@ class _ScheduleSampler(_FactorSampler):
     stateless = False  # the factor depends on ``iteration``
 
     def __init__(
-        self, model: Schedule, n_workers: int, streams: list[np.random.Generator]
+        self, model: Schedule, n_workers: int, streams: Streams
     ) -> None:
         super().__init__(model.base, n_workers, streams)
         # per worker: the iterations at which its factor changes and the factor from there
@@ -517,5 +524,5 @@ class Schedule(_Modifier):
         term = f"schedule(changes={self._changes_as_lists()!r})"
         return term if self.base is None else f"{self.base.to_spec()} + {term}"
 
-    def _make_sampler(self, n_workers: int, streams: list[np.random.Generator]) -> LatencySampler:
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _ScheduleSampler(self, n_workers, streams)

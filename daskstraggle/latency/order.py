@@ -143,6 +143,18 @@ def _check_model(model: Any, n_workers: int, caller: str) -> None:
     model.check_n_workers(n_workers)
 
 
+def _check_finite(values: NDArray[np.float64], *, caller: str, model: LatencyModel,
+                  what: str, remedy: str) -> None:
+    """Raise InvalidParameterError naming ``what`` if ``values`` has an inf or a NaN."""
+    bad = ~np.isfinite(values)
+    if bad.any():
+        first = np.unravel_index(int(np.argmax(bad)), values.shape)
+        raise InvalidParameterError(
+            f"{caller} with the {model.name!r} latency model gives {what} that is not finite "
+            f"in float64 ({float(values[first])!r}); {remedy}"
+        )
+
+
 def order_statistics(
     model: LatencyModel,
     n_workers: int,
@@ -185,13 +197,22 @@ def order_statistics(
     Raises
     ------
     InvalidParameterError
-        If a parameter is out of range, or ``model`` has no distribution or does not fit
-        ``n_workers``.
+        If a parameter is out of range, ``model`` has no distribution or does not fit
+        ``n_workers``, or a latency (times ``load``) or a mean or standard deviation
+        overflows float64.
 
     See Also
     --------
     daskstraggle.latency.simulator.simulate : Iterative latency, where workers may stay
         busy over several iterations.
+
+    Notes
+    -----
+    Up to :data:`~daskstraggle.latency.base.PER_WORKER_STREAMS_MAX` workers, worker
+    ``i``'s draws come from its own stream (``model.sampler(n_workers, rng).streams[i]``);
+    above, every worker's draws come from one stream at once, vectorised (see
+    :meth:`~daskstraggle.latency.base.LatencySampler.draw`): ten million workers and one
+    sample take about a second.
 
     References
     ----------
@@ -221,13 +242,16 @@ def order_statistics(
             "one round's order statistics are not defined by it. Use simulate() for its "
             "per-iteration latency."
         )
-    samples = np.empty((n_samples, n_workers))
-    for i in range(n_workers):
-        compute, communication = sampler.sample(
-            i, time=time, iteration=iteration, load=float(loads[i]), size=n_samples
-        )
-        np.add(compute, communication, out=samples[:, i])
-    samples.sort(axis=1)
-    mean = samples.mean(axis=0)
-    std = samples.std(axis=0, ddof=1) if n_samples > 1 else np.zeros(n_workers)
+    with np.errstate(over="ignore", invalid="ignore"):
+        drawn = sampler.draw(loads, n_samples)  # (n_workers, n_samples); time is unused
+        _check_finite(drawn, caller=_CALLER, model=model, what="a latency times load",
+                      remedy="use smaller times in the model or a smaller load.")
+        samples = np.ascontiguousarray(drawn.T)
+        del drawn
+        samples.sort(axis=1)
+        mean = samples.mean(axis=0)
+        std = samples.std(axis=0, ddof=1) if n_samples > 1 else np.zeros(n_workers)
+    for what, values in (("a mean", mean), ("a standard deviation", std)):
+        _check_finite(values, caller=_CALLER, model=model, what=what,
+                      remedy="use smaller times in the model or a smaller load.")
     return OrderStatistics(mean=mean, std=std, n_samples=n_samples, samples=samples)

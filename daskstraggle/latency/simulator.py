@@ -38,10 +38,16 @@ and starts at most one task. Two implementations give the same numbers:
   operations.
 
 For stateless samplers both draw every worker's latencies up front in one block
-(``sample(i, size=n_iterations, load=load_i)``; a worker starts at most one task per
-iteration) and consume them in task order. The ``k``-th task then uses the ``k``-th entry
-of the block, which equals the ``k``-th one-at-a-time draw only if the sampler's
-``size=k`` draws do.
+(:meth:`~daskstraggle.latency.base.LatencySampler.draw`: ``sample(i, size=n_iterations,
+load=load_i)`` per worker; a worker starts at most one task per iteration) and consume
+them in task order. The ``k``-th task then uses the ``k``-th entry of the block, which
+equals the ``k``-th one-at-a-time draw (what the simulated runtime draws) only if the
+sampler's ``size=k`` draws do. Above
+:data:`~daskstraggle.latency.base.PER_WORKER_STREAMS_MAX` workers, gamma, shifted
+exponential, multi-message and constant models (and slow-downs of them) draw the whole
+block from one stream at once instead: ten million workers take seconds per iteration,
+where one stream per worker would take minutes to build. Stateful models go event by
+event, about 20 µs per worker and iteration.
 
 Pure numpy: nothing here imports dask or distributed.
 """
@@ -60,7 +66,7 @@ from numpy.typing import ArrayLike, NDArray
 from daskstraggle._validation import check_choice, check_int, check_nonnegative
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel, LatencySampler
-from daskstraggle.latency.order import _check_load, _check_model
+from daskstraggle.latency.order import _check_finite, _check_load, _check_model
 
 __all__ = ["SimulationResult", "simulate"]
 
@@ -140,15 +146,6 @@ class SimulationResult:
             "stale": self.stale.tolist(),
             "participation": self.participation.tolist(),
         }
-
-
-def _draw_blocks(sampler: LatencySampler, loads: NDArray[np.float64], size: int) -> NDArray:
-    """Return ``size`` latencies (compute + communication) per worker, shape (N, size)."""
-    out = np.empty((loads.shape[0], size))
-    for i in range(loads.shape[0]):
-        compute, communication = sampler.sample(i, load=float(loads[i]), size=size)
-        np.add(compute, communication, out=out[i])
-    return out
 
 
 def _run_vectorised(
@@ -240,6 +237,36 @@ def _run_events(
         s = e + update_duration
 
 
+def _run(sampler: LatencySampler, method: str, loads: NDArray[np.float64],
+         args: tuple[Any, ...], model: LatencyModel) -> None:
+    """Fill ``ends``, ``fresh`` and ``stale`` (in ``args``) with the chosen engine."""
+    if not sampler.stateless:
+        load_list = loads.tolist()
+
+        def draw_one(i: int, start: float, version: int) -> float:
+            compute, communication = sampler.sample(i, time=start, iteration=version,
+                                                    load=load_list[i])
+            return float(compute) + float(communication)
+
+        _run_events(draw_one, *args)
+        return
+    n_iterations = args[3].shape[0]
+    durations = sampler.draw(loads, n_iterations)  # (n_workers, n_iterations)
+    _check_finite(durations, caller=_CALLER, model=model, what="a latency times load",
+                  remedy="use smaller times in the model or a smaller load.")
+    if method != "event":
+        _run_vectorised(durations, *args)
+        return
+    rows = durations.tolist()
+    used = [0] * len(rows)
+
+    def draw(i: int, start: float, version: int) -> float:
+        used[i] += 1
+        return rows[i][used[i] - 1]
+
+    _run_events(draw, *args)
+
+
 def simulate(
     model: LatencyModel,
     n_workers: int,
@@ -291,7 +318,8 @@ def simulate(
     ------
     InvalidParameterError
         If a parameter is out of range, ``model`` has no distribution or does not fit
-        ``n_workers``, or ``method="vectorised"`` is asked for a stateful model.
+        ``n_workers``, ``method="vectorised"`` is asked for a stateful model, or a
+        latency (times ``load``) or a simulated time overflows float64.
 
     See Also
     --------
@@ -350,31 +378,12 @@ def simulate(
     ends = np.empty(n_iterations)
     fresh = np.zeros((n_iterations, n_workers), dtype=bool)
     stale = np.zeros((n_iterations, n_workers), dtype=bool)
-    args = (n_wait, collect_window, update_duration, ends, fresh, stale)
-    if sampler.stateless:
-        durations = _draw_blocks(sampler, loads, n_iterations)
-        if method == "event":
-            rows = durations.tolist()
-            used = [0] * n_workers
-
-            def draw(i: int, start: float, version: int) -> float:
-                used[i] += 1
-                return rows[i][used[i] - 1]
-
-            _run_events(draw, *args)
-        else:
-            _run_vectorised(durations, *args)
-    else:
-        load_list = loads.tolist()
-
-        def draw(i: int, start: float, version: int) -> float:
-            compute, communication = sampler.sample(
-                i, time=start, iteration=version, load=load_list[i]
-            )
-            return float(compute) + float(communication)
-
-        _run_events(draw, *args)
-
+    with np.errstate(over="ignore", invalid="ignore"):
+        _run(sampler, method, loads, (n_wait, collect_window, update_duration, ends, fresh,
+                                      stale), model)
+    _check_finite(ends, caller=_CALLER, model=model, what="a simulated time",
+                  remedy="use smaller times in the model, a smaller load, collect_window or "
+                  "update_duration.")
     return SimulationResult(
         iteration_time=ends,
         iteration_duration=np.diff(ends, prepend=0.0),

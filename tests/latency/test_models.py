@@ -73,12 +73,20 @@ SCALAR_EXAMPLES: dict[str, LatencyModel] = {
 
 #: Per model: (parameters, name of the bad parameter).
 BAD: dict[str, list[tuple[dict, str]]] = {
-    "constant": [({"compute": -1.0}, "compute"), ({"communication": "x"}, "communication")],
+    "constant": [({"compute": -1.0}, "compute"), ({"communication": "x"}, "communication"),
+                 ({"compute": 1e300}, "compute")],
     "shifted-exponential": [({"rate": 0.0}, "rate"), ({"shift": -1.0}, "shift"),
-                            ({"rate": (1.0, float("nan"))}, "rate")],
-    "multi-message": [({"rate": -1.0}, "rate"), ({"alpha": -0.1}, "alpha")],
+                            ({"rate": (1.0, float("nan"))}, "rate"),
+                            ({"rate": 1e-300}, "rate"), ({"shift": 1e16}, "shift")],
+    "multi-message": [({"rate": -1.0}, "rate"), ({"alpha": -0.1}, "alpha"),
+                      ({"alpha": 1e300}, "alpha")],
     "gamma": [({"mean": 0.0, "var": 1.0}, "var"), ({"mean": -1.0, "var": 0.0}, "mean"),
-              ({"mean": 1.0, "var": 1.0, "communication_var": -1.0}, "communication_var")],
+              ({"mean": 1.0, "var": 1.0, "communication_var": -1.0}, "communication_var"),
+              # moments whose float64 shape m^2/v or draws overflow (issue 25)
+              ({"mean": 1e300, "var": 1e300}, "mean"), ({"mean": 1.0, "var": 1e31}, "var"),
+              ({"mean": 1e-200, "var": 1.0}, "var"), ({"mean": 1.0, "var": 1e-320}, "var"),
+              ({"mean": (1.0, 1e-290), "var": 1.0}, "mean"),
+              ({"mean": 1.0, "var": 1.0, "communication_mean": 1e16}, "communication_mean")],
     "slowdown": [({"workers": -1, "factor": 2.0}, "workers"),
                  ({"workers": 1, "factor": 0.0}, "factor"),
                  ({"workers": (0, 1), "factor": (2.0,)}, "factor"),
@@ -183,6 +191,18 @@ def test_bad_parameters(name):
     for params, bad in BAD[name]:
         with pytest.raises(InvalidParameterError, match=re.escape(repr(bad))):
             cls(**params)
+
+
+def test_overflowing_gamma_is_refused_in_one_line_naming_the_fix():
+    with pytest.raises(InvalidParameterError) as err:
+        Gamma(mean=1e300, var=1e300)
+    assert "1e+15" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(InvalidParameterError) as err:
+        Gamma(mean=(0.1, 1e-200), var=1.0)
+    message = str(err.value)
+    assert "shape m^2/v is 0.0" in message and "worker 1" in message and "\n" not in message
+    with pytest.raises(InvalidParameterError, match="'mean' parameter of Gamma"):
+        parse_latency("gamma(mean=1e300, var=1e300)")
 
 
 def test_sampler_checks_n_workers(name):
@@ -541,3 +561,65 @@ def test_replay_errors(tmp_path):
         Replay.from_array([[1.0, np.inf]])
     with pytest.raises(InvalidParameterError, match="2-D"):
         Replay.from_array([1.0, 2.0])
+
+
+# --------------------------------------------------------------------------- many workers
+
+#: Stateless models that draw every worker at once from one stream (``shared_draws``).
+SHARED = ["constant", "shifted-exponential", "multi-message", "gamma", "slowdown"]
+LOADS = np.array([1.0, 2.0, 0.5])
+
+
+@pytest.fixture
+def few_per_worker_streams(monkeypatch):
+    """Make N = 3 workers count as many: above PER_WORKER_STREAMS_MAX (here 2)."""
+    from daskstraggle.latency import base
+
+    monkeypatch.setattr(base, "PER_WORKER_STREAMS_MAX", 2)
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_many_workers_are_drawn_at_once_with_the_same_law(name, few_per_worker_streams):
+    model = EXAMPLES[name]
+    assert model.sampler(N, rng=0).shared_draws
+    n = 3000
+    for seed in range(5):
+        sampler = model.sampler(N, rng=seed)
+        shared = sampler.draw(LOADS, n)
+        assert shared.shape == (N, n) and np.all(np.isfinite(shared))
+        assert not sampler.streams._built  # no stream per worker was built
+        one_by_one = np.array([np.add(*model.sampler(N, rng=100 + seed).sample(
+            i, load=LOADS[i], size=n)) for i in range(N)])
+        for i in range(N):
+            if name == "constant":
+                np.testing.assert_array_equal(shared[i], one_by_one[i])
+                continue
+            assert not np.array_equal(shared[i], one_by_one[i])  # other numbers...
+            assert stats.ks_2samp(shared[i], one_by_one[i]).pvalue > 1e-3  # ...same law
+        if name != "constant":  # the test can tell workers apart: rows are per worker
+            assert stats.ks_2samp(shared[0], one_by_one[1]).pvalue < 1e-6
+
+
+def test_up_to_the_bound_block_draws_are_each_workers_single_draws():
+    sampler = GAMMA.sampler(N, rng=4)
+    block = sampler.draw(LOADS, 5)
+    assert sorted(sampler.streams._built) == [0, 1, 2]
+    again = GAMMA.sampler(N, rng=4)
+    singles = [[sum(again.sample(i, load=LOADS[i])) for _ in range(5)] for i in range(N)]
+    np.testing.assert_allclose(block, singles, rtol=1e-15)
+
+
+def test_stateful_models_cannot_draw_blocks():
+    with pytest.raises(InvalidParameterError, match="stateless"):
+        EXAMPLES["markov"].sampler(N, rng=0).draw(LOADS, 2)
+
+
+def test_worker_streams_are_built_only_when_used():
+    from daskstraggle.latency.base import worker_streams
+
+    streams = worker_streams(3, 10_000_000)
+    assert len(streams) == 10_000_000 and not streams._built
+    assert streams[9_999_999] is streams[-1] and sorted(streams._built) == [9_999_999]
+    assert worker_streams(3, 10_000_000)[1].random() == worker_streams(3, 2)[1].random()
+    with pytest.raises(IndexError):
+        streams[10_000_000]

@@ -161,12 +161,30 @@ def test_seed_reproducible_and_to_dict_json():
         ({"model": Scaling()}, "base distribution such as 'gamma("),
         ({"model": "gamma"}, "must be a LatencyModel. Got str instead."),
         ({"model": Constant(compute=(1.0, 2.0))}, "has 2 values but there are 3 workers"),
+        # overflow (issue 25): one line, no numpy warning, no inf in the result
+        ({"model": Constant(compute=1e15), "load": 1e300}, "a latency times load that is not "
+         "finite in float64 (inf); use smaller times in the model or a smaller load."),
+        ({"model": Constant(compute=1e15), "load": [1.0, 1e293, 1.0], "n_samples": 3},
+         "a mean that is not finite in float64"),
     ],
 )
 def test_bad_input(kwargs, match):
     args = {"model": Constant(compute=1.0), "n_workers": 3, **kwargs}
     with pytest.raises(InvalidParameterError, match=re.escape(match)):
         order_statistics(args.pop("model"), args.pop("n_workers"), **args)
+
+
+def test_many_workers_are_sorted_from_one_stream(monkeypatch):
+    """Above PER_WORKER_STREAMS_MAX (here 2) the draws of every worker come at once."""
+    from daskstraggle.latency import base
+    from daskstraggle.latency.models import Gamma
+
+    monkeypatch.setattr(base, "PER_WORKER_STREAMS_MAX", 2)
+    monkeypatch.setattr(base.WorkerStreams, "__getitem__", None)  # no stream per worker
+    model = Gamma(mean=(1.0, 2.0, 3.0), var=1e-6)
+    stats = order_statistics(model, 3, n_samples=500, rng=1)
+    assert stats.samples.shape == (500, 3) and np.all(np.diff(stats.samples, axis=1) >= 0)
+    np.testing.assert_allclose(stats.mean, [1.0, 2.0, 3.0], rtol=1e-3)
 
 
 def test_bad_quantile_level():

@@ -281,6 +281,23 @@ def test_engines_agree_on_a_large_run():
     _both(lambda: Random(rate=tuple(np.linspace(1, 3, 50))), 50, 10, 200, rng=11)
 
 
+def test_many_workers_are_simulated_from_one_stream(monkeypatch):
+    """Above PER_WORKER_STREAMS_MAX (here 20) gamma workers are drawn all at once."""
+    from daskstraggle.latency import base
+    from daskstraggle.latency.models import Gamma
+
+    monkeypatch.setattr(base, "PER_WORKER_STREAMS_MAX", 20)
+    built = []
+    monkeypatch.setattr(base.WorkerStreams, "__getitem__",
+                        lambda self, i: built.append(i))  # a stream per worker: recorded
+    model = Gamma(mean=tuple(np.linspace(0.1, 0.3, 50)), var=1e-3)
+    res = _both(lambda: model, 50, 10, 100, rng=2)
+    assert not built
+    assert res.participation[:10].mean() > res.participation[-10:].mean()  # faster: more
+    np.testing.assert_array_equal(res.iteration_time,
+                                  simulate(model, 50, 10, 100, rng=2).iteration_time)
+
+
 def test_waiting_for_everyone_is_the_sum_of_maxima():
     model = Random(rate=(1.0, 2.0, 3.0, 4.0))
     res = simulate(model, 4, 4, 30, collect_window=0.0, update_duration=0.1, rng=3)
@@ -332,6 +349,12 @@ def test_reproducible_and_json():
         ({"method": "fast"}, "The 'method' parameter of simulate must be one of"),
         ({"model": Scaling()}, "base distribution such as 'gamma("),
         ({"model": Constant(compute=(1.0, 2.0))}, "has 2 values but there are 3 workers"),
+        # times that overflow float64 (issue 25): refused, without a numpy warning
+        ({"model": Constant(compute=1e15), "load": 1e300}, "a latency times load that is not "
+         "finite in float64 (inf); use smaller times in the model or a smaller load."),
+        ({"update_duration": 1.7e308, "n_iterations": 3}, "a simulated time that is not finite"),
+        ({"load": 1e308, "method": "event", "n_iterations": 3},
+         "a simulated time that is not finite"),
     ],
 )
 def test_bad_input(kwargs, match):
