@@ -221,6 +221,11 @@ def _open(X: Any, **kwargs: Any) -> Callable[..., Any]:
 
 pca, logit, lstsq = daskstraggle.fit_pca, daskstraggle.fit_logistic, daskstraggle.fit_least_squares
 
+#: Boolean indexing of a dask array leaves its chunk sizes unknown (NaN) until computed.
+_DASK = da.from_array(np.arange(40.0).reshape(10, 4) - 20.0, chunks=(5, 4))
+_UNKNOWN_ROWS = _DASK[_DASK[:, 0] > 0]
+_UNKNOWN_COLUMNS = _DASK[:, _DASK[0] > -19]
+
 CASES = [
     # ---- the store
     Case("missing-store", DataNotFoundError, "No Zarr store at .*missing.zarr.*does not exist",
@@ -268,6 +273,17 @@ CASES = [
          _fit(pca, np.ones((0, 3)), 1), None),
     Case("empty-dask", InvalidDataError, r"matrix is empty.*\(0, 3\)",
          _open(da.ones((0, 3), chunks=(1, 3))), None),
+    # ---- dask arrays with unknown chunk sizes (issue 25): not computed, the fix named
+    Case("dask-unknown-row-chunks", InvalidDataError,
+         r"^The dask array has unknown chunk sizes along its rows \(shape \(nan, 4\)\), .*"
+         r"call x = x\.compute_chunk_sizes\(\) first",
+         _fit(pca, _UNKNOWN_ROWS, 1), None),
+    Case("dask-unknown-column-chunks", InvalidDataError,
+         r"unknown chunk sizes along its columns \(shape \(10, nan\)\).*compute_chunk_sizes",
+         _open(_UNKNOWN_COLUMNS), None),
+    Case("xarray-dask-unknown-chunks", InvalidDataError,
+         r"unknown chunk sizes along its rows .*compute_chunk_sizes",
+         _fit(lstsq, xr.DataArray(_UNKNOWN_ROWS, dims=("sample", "feature")), np.ones(3)), None),
     # ---- labels
     Case("labels-too-short", InvalidDataError,
          r"labels must be 1-D with one value per row \(200\).*\(100,\)",
@@ -519,6 +535,19 @@ def test_cli_exits_2_with_one_line_before_cluster_work(case: Case, s, tmp_path, 
     assert captured.out == ""
     assert_names(one_error_line(captured.err), case.words)
     assert list(tmp_path.iterdir()) == []  # neither out nor a hidden temporary sibling
+
+
+def test_unknown_dask_chunk_sizes_are_refused_without_computing(no_cluster):
+    def boom(block):
+        raise AssertionError("the dask array was computed")
+
+    x = da.from_array(np.ones((10, 4)), chunks=(5, 4)).map_blocks(boom, dtype=float)
+    with pytest.raises(InvalidDataError, match="compute_chunk_sizes") as info:
+        daskstraggle.open_matrix(x[x[:, 0] > 0])
+    assert "\n" not in str(info.value)
+    # once computed (the message's fix), the same selection opens
+    matrix = daskstraggle.open_matrix(_DASK[_DASK[:, 0] > 0].compute_chunk_sizes())
+    assert matrix.shape == (4, 4)
 
 
 def test_the_no_cluster_guard_catches_a_cluster_start(s, tmp_path, no_cluster):

@@ -8,6 +8,7 @@ and column metadata. Nothing is loaded until a runtime asks a worker to load a p
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -410,7 +411,9 @@ def open_matrix(
         URL's store cannot be reached or read (connection, credentials).
     InvalidDataError
         If the matrix is not 2-D (not 3-D integer genotypes for VCF Zarr), is empty, is
-        sparse, or the labels have the wrong length or are not finite.
+        sparse, is a dask array with unknown chunk sizes (after boolean indexing: the
+        message says to call ``compute_chunk_sizes()``; nothing is computed here), or the
+        labels have the wrong length or are not finite.
     CorruptDataError
         If the metadata of the store or of an array it needs cannot be read, or a chunk of
         the labels or sample ids cannot be decoded (:class:`MissingChunksError` if absent).
@@ -522,6 +525,7 @@ def _open(source: Any, array: str | None, labels: Any, chunk_rows: int | None) -
         data = source.data
         _check_dense(data)
     if _is_dask(data):
+        _check_known_chunks(data)
         _check_2d(data.shape, "dask array")
         src: RowSource = DaskSource(data)
     else:
@@ -702,6 +706,25 @@ def _read_whole(group: GroupArrays, name: str, missing_chunks: str) -> np.ndarra
     if node.ndim > 0:
         check_chunks(node, 0, node.shape[0], what=what, missing_chunks=missing_chunks)
     return np.asarray(read(node, ..., what=what))
+
+
+def _check_known_chunks(data: Any) -> None:
+    """Refuse a dask array whose chunk sizes are unknown (NaN), e.g. after boolean indexing.
+
+    Computing them would compute the selection, on the client, before any check of the
+    other arguments: that is the caller's choice, so the error says how.
+    """
+    unknown = [axis for axis, sizes in enumerate(data.chunks)
+               if any(math.isnan(size) for size in sizes)]
+    if unknown:
+        which = " and ".join(("rows", "columns")[axis] if axis < 2 else f"axis {axis}"
+                             for axis in unknown)
+        shape = "(" + ", ".join("nan" if math.isnan(n) else str(n) for n in data.shape) + ")"
+        raise InvalidDataError(
+            f"The dask array has unknown chunk sizes along its {which} (shape {shape}), as "
+            "after boolean indexing such as x[x[:, 0] > 0]; call x = x.compute_chunk_sizes() "
+            "first (it computes the selection once) and pass that."
+        )
 
 
 def _check_2d(shape: tuple[int, ...], what: str) -> None:
