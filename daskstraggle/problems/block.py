@@ -15,9 +15,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from daskstraggle.errors import InvalidDataError
 from daskstraggle.problems._packing import packed_width, unpack_dosages
 
-__all__ = ["Block", "MatrixStats", "block_stats"]
+__all__ = ["Block", "MatrixStats", "block_stats", "check_float_range"]
+
+#: Float64 bounds that the data must respect (:func:`check_float_range`). The solvers form
+#: sums of squares of the values and then squared norms of such sums (fourth powers): the
+#: matrix's sum of squares must lie in ``[_SUM_FLOOR, _SUM_CEILING]`` (whose squares stay
+#: inside float64's normal range with a margin), and each column's largest squared value
+#: above ``_SQUARE_FLOOR`` (float64's smallest normal number times ``2**26``, so that the
+#: rounding of subnormal products stays below ``n * 2**-78`` of the column's sum of squares).
+_SQUARE_FLOOR = float(np.finfo(np.float64).tiny) * 2.0**26
+_SUM_FLOOR = float(np.sqrt(_SQUARE_FLOOR))
+_SUM_CEILING = float(np.sqrt(np.finfo(np.float64).max / 1024))
+_FLOAT_MAX = float(np.finfo(np.float64).max)
+_FLOAT_TINY = float(np.finfo(np.float64).tiny)
 
 #: Target size in bytes of one float64 tile of rows (fits in L2 cache on common CPUs).
 TILE_BYTES = 1 << 19
@@ -175,6 +188,11 @@ class MatrixStats:
         Sum over rows of the squared deviation from the column mean, per column,
         accumulated stably (Chan et al.'s pairwise update). None: derived from
         ``sq_norm``, which cancels badly when the means dwarf the spread.
+    column_max_abs : ndarray of shape (n_features,) or None, default=None
+        Largest absolute value of each column, for floating-point matrices stored without
+        per-row transforms (None otherwise): :func:`check_float_range` reads it.
+    label_max_abs : float, default=0.0
+        Largest absolute label (0 without labels).
     """
 
     n_samples: int
@@ -183,6 +201,8 @@ class MatrixStats:
     label_counts: dict[float, int] | None = None
     label_sum: float = 0.0
     column_sq_dev: np.ndarray | None = None
+    column_max_abs: np.ndarray | None = None
+    label_max_abs: float = 0.0
 
     @property
     def n_features(self) -> int:
@@ -214,10 +234,14 @@ class MatrixStats:
                 counts = None
         sq_dev = None
         if self.column_sq_dev is not None and other.column_sq_dev is not None:
-            sq_dev = _combine_sq_dev(
-                self.n_samples, self.column_sums, self.column_sq_dev,
-                other.n_samples, other.column_sums, other.column_sq_dev,
-            )
+            with np.errstate(over="ignore", invalid="ignore"):  # see check_float_range
+                sq_dev = _combine_sq_dev(
+                    self.n_samples, self.column_sums, self.column_sq_dev,
+                    other.n_samples, other.column_sums, other.column_sq_dev,
+                )
+        max_abs = None
+        if self.column_max_abs is not None and other.column_max_abs is not None:
+            max_abs = np.maximum(self.column_max_abs, other.column_max_abs)
         return MatrixStats(
             n_samples=self.n_samples + other.n_samples,
             column_sums=self.column_sums + other.column_sums,
@@ -225,7 +249,98 @@ class MatrixStats:
             label_counts=counts,
             label_sum=self.label_sum + other.label_sum,
             column_sq_dev=sq_dev,
+            column_max_abs=max_abs,
+            label_max_abs=max(self.label_max_abs, other.label_max_abs),
         )
+
+
+def check_float_range(stats: MatrixStats, *, caller: str, labels: bool = False) -> None:
+    """Refuse data so large or so small that float64 arithmetic on it fails.
+
+    The solvers form sums of squares of the values and squared norms of such sums: the
+    matrix's sum of squares (``stats.sq_norm``) must lie between about 1.2e-150 and
+    4.2e152 (so its square neither overflows nor underflows), and the square of each
+    column's largest ``|value|`` (when known, see :attr:`MatrixStats.column_max_abs`) must
+    be at least 1.5e-300 (float64's smallest normal number times ``2**26``) unless the
+    column is all zeros. With ``labels=True``, ``n`` times the largest squared label must
+    be at most 4.2e152 and that square at least 1.5e-300.
+
+    Parameters
+    ----------
+    stats : MatrixStats
+        Statistics of the whole matrix.
+    caller : str
+        The problem's name, for the message.
+    labels : bool, default=False
+        Check the labels too.
+
+    Raises
+    ------
+    InvalidDataError
+        If a bound is broken; the message names the bound and a power of ten that
+        brings the data to a safe scale.
+    """
+    sq = float(stats.sq_norm)
+    high = None if stats.column_max_abs is None else np.asarray(stats.column_max_abs)
+    largest = _largest(stats)
+    if not sq <= _SUM_CEILING:
+        raise InvalidDataError(
+            f"The values of the matrix of {caller} are too large for float64: the sum of "
+            f"their squares is {sq:.3g}, above {_SUM_CEILING:.3g} (the solvers square such "
+            f"sums, and float64 overflows at {_FLOAT_MAX:.3g}); divide the data by "
+            f"{_power_of_ten(largest)} or so first."
+        )
+    if sq < _SUM_FLOOR and (largest > 0 or np.any(stats.column_sums != 0)):
+        raise InvalidDataError(
+            f"The values of the matrix of {caller} are too small for float64: the sum of "
+            f"their squares is {sq:.3g}, below {_SUM_FLOOR:.3g} (the solvers square such "
+            f"sums, and float64's normal numbers end at {_FLOAT_TINY:.3g}); multiply the "
+            f"data by {_power_of_ten(1.0 / largest if largest > 0 else np.inf)} or so first."
+        )
+    small = [] if high is None else np.flatnonzero((high > 0) & (high < np.sqrt(_SQUARE_FLOOR)))
+    if len(small):
+        j = int(small[0])
+        raise InvalidDataError(
+            f"Column {j} of the matrix of {caller} is too small for float64: its largest "
+            f"|value| is {high[j]:.3g}, whose square is below {_SQUARE_FLOOR:.3g} (float64's "
+            f"normal numbers end at {_FLOAT_TINY:.3g}, and sums of smaller squares lose "
+            f"precision); multiply the data by {_power_of_ten(1.0 / high[j])} or so first."
+        )
+    if labels:
+        _check_label_range(stats, caller)
+
+
+def _check_label_range(stats: MatrixStats, caller: str) -> None:
+    """The labels' part of :func:`check_float_range`."""
+    top = float(stats.label_max_abs)
+    if top > np.sqrt(_SUM_CEILING / max(stats.n_samples, 1)):
+        raise InvalidDataError(
+            f"The labels of {caller} are too large for float64: the largest |label| is "
+            f"{top:.3g}, and {stats.n_samples} squares of that size pass {_SUM_CEILING:.3g}; "
+            f"divide the labels by {_power_of_ten(top)} or so first."
+        )
+    if 0 < top < np.sqrt(_SQUARE_FLOOR):
+        raise InvalidDataError(
+            f"The labels of {caller} are too small for float64: the largest |label| is "
+            f"{top:.3g}, whose square is below {_SQUARE_FLOOR:.3g}; multiply the labels by "
+            f"{_power_of_ten(1.0 / top)} or so first."
+        )
+
+
+def _largest(stats: MatrixStats) -> float:
+    """Largest ``|value|`` of the matrix: known, else the root mean square (maybe inf)."""
+    if stats.column_max_abs is not None and stats.column_max_abs.size:
+        return float(np.max(stats.column_max_abs))
+    count = max(stats.n_samples * stats.n_features, 1)
+    with np.errstate(over="ignore"):
+        return float(np.sqrt(stats.sq_norm / count))
+
+
+def _power_of_ten(value: float) -> str:
+    """``"1e+150"`` for ``value`` near 1e150 (its order of magnitude), as text."""
+    if not np.isfinite(value) or value <= 0:
+        return "a large power of ten"
+    return f"1e{int(np.floor(np.log10(value))):+d}"
 
 
 def _combine_sq_dev(
@@ -252,12 +367,16 @@ def block_stats(block: Block) -> MatrixStats:
     """
     from daskstraggle.problems._kernels import column_moments  # it imports this module
 
-    moments = column_moments(block)
-    sums, sq_dev, sq = _tile_moments(block) if moments is None else moments
+    # values near the float64 limits overflow or underflow here; check_float_range
+    # refuses such matrices with one line when a problem is bound, so no warning
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        moments = column_moments(block)
+        sums, sq_dev, sq = _tile_moments(block) if moments is None else moments
     counts = None
-    label_sum = 0.0
+    label_sum = label_max_abs = 0.0
     if block.y is not None:
         label_sum = float(block.y.sum())
+        label_max_abs = float(np.max(np.abs(block.y), initial=0.0))
         values, number = np.unique(block.y, return_counts=True)
         if len(values) <= _MAX_CLASSES:
             counts = {float(v): int(c) for v, c in zip(values, number, strict=True)}
@@ -268,7 +387,24 @@ def block_stats(block: Block) -> MatrixStats:
         label_counts=counts,
         label_sum=label_sum,
         column_sq_dev=sq_dev,
+        column_max_abs=_column_max_abs(block),
+        label_max_abs=label_max_abs,
     )
+
+
+def _column_max_abs(block: Block) -> np.ndarray | None:
+    """Largest ``|x|`` per column of a floating-point block without transforms, else None.
+
+    Integer (genotype) blocks and transformed blocks hold bounded values: no check needs
+    them.
+    """
+    values = block.values
+    plain = block.fill is None and block.center is None and block.scale is None
+    if not plain or not np.issubdtype(values.dtype, np.floating):
+        return None
+    if block.n_rows == 0:
+        return np.zeros(block.n_features)
+    return np.maximum(values.max(axis=0), -values.min(axis=0)).astype(np.float64)
 
 
 def _tile_moments(block: Block) -> tuple[np.ndarray, np.ndarray, float]:

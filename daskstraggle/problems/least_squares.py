@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -18,7 +18,7 @@ from daskstraggle.problems._linalg import (
     stack_r,
 )
 from daskstraggle.problems.base import KernelResult, MapReduce, Problem, Reference
-from daskstraggle.problems.block import Block, MatrixStats
+from daskstraggle.problems.block import Block, MatrixStats, check_float_range
 
 __all__ = ["LeastSquares"]
 
@@ -35,8 +35,17 @@ class _LinearModel(Problem):
     """Shared parts of the regressions on ``[X, 1] @ x`` with ``x = [w, b]``.
 
     Subclasses are frozen dataclasses with the fields ``alpha``, ``fit_intercept``,
-    ``n_samples``, ``n_features`` and ``penalty`` (the resolved ``alpha``), and set
-    :attr:`_curvature`, the bound on the second derivative of the per-sample loss.
+    ``n_samples``, ``n_features``, ``penalty`` (the resolved ``alpha``), ``column_mean``
+    and ``column_scale`` (set by :meth:`bind`), and set :attr:`_curvature`, the bound on
+    the second derivative of the per-sample loss.
+
+    Optimality is judged in *standardised coordinates*: with an intercept, column ``j``
+    enters as ``z_j = (x_j - m_j) / s_j`` (``m_j`` its mean, ``s_j`` its standard
+    deviation), without one as ``z_j = x_j / s_j`` (``s_j`` its root mean square). The
+    model ``x^T w + b`` is ``z^T v + c`` with ``v = s * w`` and ``c = b + m^T w``, and the
+    gradient in ``(v, c)`` is ``(g_w - m g_b) / s`` and ``g_b``: the same for any column
+    scale and shift, so a tiny or huge column cannot hide its gradient behind the
+    intercept's (or another column's).
     """
 
     __slots__ = ()
@@ -52,6 +61,8 @@ class _LinearModel(Problem):
     n_samples: int | None
     n_features: int | None
     penalty: float | None
+    column_mean: np.ndarray | None
+    column_scale: np.ndarray | None
 
     # ---------------------------------------------------------------- parameters
     def get_params(self) -> dict[str, Any]:
@@ -91,7 +102,105 @@ class _LinearModel(Problem):
             raise InvalidDataError(
                 f"The labels of {cls} must be finite; their sum is {stats.label_sum!r}."
             )
-        return {"n_samples": int(stats.n_samples), "n_features": int(stats.n_features)}
+        check_float_range(stats, caller=cls, labels=True)
+        mean, scale = _column_standardisation(stats, center=self.fit_intercept)
+        return {"n_samples": int(stats.n_samples), "n_features": int(stats.n_features),
+                "column_mean": mean, "column_scale": scale}
+
+    def _standardisation(self) -> tuple[np.ndarray, np.ndarray]:
+        """Return ``(m, s)``: the column shift and scale of the standardised coordinates."""
+        d = self._bound()[0]
+        if self.column_mean is None or self.column_scale is None:
+            return np.zeros(d), np.ones(d)
+        return self.column_mean, self.column_scale
+
+    def standard_gradient(self, gradient: np.ndarray) -> np.ndarray:
+        """Return a gradient in standardised coordinates (see the class notes).
+
+        Parameters
+        ----------
+        gradient : ndarray of shape (n_params,)
+            Gradient in ``[w, b]``.
+
+        Returns
+        -------
+        gradient : ndarray of shape (n_params,)
+            ``[(g_w - m g_b) / s, g_b]`` (``g_w / s`` without an intercept).
+        """
+        mean, scale = self._standardisation()
+        d = mean.shape[0]
+        g = np.array(gradient, dtype=np.float64)
+        if self.fit_intercept:
+            g[:d] -= mean * g[d]
+        g[:d] /= scale
+        return g
+
+    def standard_point(self, iterate: np.ndarray) -> np.ndarray:
+        """Return an iterate in standardised coordinates ``[s * w, b + m^T w]``.
+
+        Parameters
+        ----------
+        iterate : ndarray of shape (n_params,)
+            Coefficients, the intercept last.
+
+        Returns
+        -------
+        point : ndarray of shape (n_params,)
+        """
+        mean, scale = self._standardisation()
+        w, b = self._split(iterate)
+        u = np.empty(self.n_params)
+        u[: w.shape[0]] = scale * w
+        if self.fit_intercept:
+            u[-1] = b + float(mean @ w)
+        return u
+
+    def from_standard_point(self, point: np.ndarray) -> np.ndarray:
+        """Return the iterate ``[w, b]`` of a point in standardised coordinates.
+
+        The inverse of :meth:`standard_point`, and the linear map ``T`` whose transpose
+        :meth:`standard_gradient` applies.
+
+        Parameters
+        ----------
+        point : ndarray of shape (n_params,)
+            ``[v, c]`` (``v`` without an intercept).
+
+        Returns
+        -------
+        iterate : ndarray of shape (n_params,)
+            ``[v / s, c - m^T (v / s)]``.
+        """
+        mean, scale = self._standardisation()
+        d = mean.shape[0]
+        x = np.array(point, dtype=np.float64)
+        x[:d] /= scale
+        if self.fit_intercept:
+            x[d] -= float(mean @ x[:d])
+        return x
+
+    def standard_columns(self, matrix: np.ndarray) -> np.ndarray:
+        """Return ``M T``: the columns of a matrix on ``[w, b]`` moved to ``[v, c]``.
+
+        For ``M = A`` (rows ``[x_i, 1]``) the result's rows are the standardised
+        ``[z_i, 1]``; for a triangular factor ``R`` of ``A``, ``R T`` is one of them.
+
+        Parameters
+        ----------
+        matrix : ndarray of shape (m, n_params)
+            ``M``.
+
+        Returns
+        -------
+        product : ndarray of shape (m, n_params)
+        """
+        mean, scale = self._standardisation()
+        d = mean.shape[0]
+        out = np.array(matrix, dtype=np.float64)
+        if self.fit_intercept:
+            out[:, :d] -= np.outer(out[:, d], mean)
+        out[:, :d] /= scale
+        return out
 
     def _split(self, iterate: np.ndarray) -> tuple[np.ndarray, float]:
         """Return ``(w, b)``; ``b = 0`` without an intercept."""
@@ -232,7 +341,7 @@ class _LinearModel(Problem):
         return np.asarray(result.gradient, dtype=np.float64) + self._penalty_gradient(iterate)
 
     def optimality(self, result: KernelResult, iterate: np.ndarray) -> float:
-        """Return the norm of the objective's gradient at ``iterate``.
+        """Return the norm of the objective's gradient in standardised coordinates.
 
         Parameters
         ----------
@@ -244,12 +353,18 @@ class _LinearModel(Problem):
         Returns
         -------
         optimality : float
-            ``|grad f(iterate)|`` (the penalty included); 0 at the optimum.
+            ``|standard_gradient(grad f(iterate))|`` (the penalty included); 0 at the
+            optimum, unchanged when a column is scaled or shifted.
         """
-        return float(np.linalg.norm(self._full_gradient(result, iterate)))
+        gradient = self.standard_gradient(self._full_gradient(result, iterate))
+        return float(np.linalg.norm(gradient))
 
     def optimality_scale(self, result: KernelResult, iterate: np.ndarray) -> float:
-        """Return the gradient norm at the starting point (floored at 1e-300).
+        """Return the coefficients' standardised gradient norm at the start.
+
+        The intercept's component is left out: it is large whenever the labels' mean
+        is, and vanishes once the intercept fits, long before the coefficients do. It
+        counts only when every coefficient's component is zero (floored at 1e-300).
 
         Parameters
         ----------
@@ -262,10 +377,12 @@ class _LinearModel(Problem):
         -------
         scale : float
         """
-        return max(self.optimality(result, iterate), 1e-300)
+        gradient = self.standard_gradient(self._full_gradient(result, iterate))
+        coefficients = float(np.linalg.norm(gradient[: self._bound()[0]]))
+        return max(coefficients or float(np.linalg.norm(gradient)), 1e-300)
 
     def iterate_change(self, new: np.ndarray, old: np.ndarray) -> float:
-        """Return ``|new - old| / |new|`` (1e-300 floor on the denominator).
+        """Return ``|u_new - u_old| / |u_new|`` in standardised coordinates.
 
         Parameters
         ----------
@@ -275,10 +392,10 @@ class _LinearModel(Problem):
         Returns
         -------
         change : float
+            With ``u = standard_point(x)``; 1e-300 floor on the denominator.
         """
-        new = np.asarray(new, dtype=np.float64)
-        return float(np.linalg.norm(new - np.asarray(old, dtype=np.float64))
-                     / max(float(np.linalg.norm(new)), 1e-300))
+        u_new, u_old = self.standard_point(new), self.standard_point(old)
+        return float(np.linalg.norm(u_new - u_old) / max(float(np.linalg.norm(u_new)), 1e-300))
 
     def finalize(self, iterate: np.ndarray, result: KernelResult) -> dict[str, np.ndarray]:
         """Return the coefficients, the intercept and the gradient norm.
@@ -298,8 +415,29 @@ class _LinearModel(Problem):
             gradient at ``iterate``.
         """
         w, b = self._split(iterate)
+        grad_norm = float(np.linalg.norm(self._full_gradient(result, iterate)))
         return {"coef": w.copy(), "intercept": np.array(b, dtype=np.float64),
-                "grad_norm": np.array(self.optimality(result, iterate), dtype=np.float64)}
+                "grad_norm": np.array(grad_norm, dtype=np.float64)}
+
+
+def _column_standardisation(stats: MatrixStats, *, center: bool
+                            ) -> tuple[np.ndarray, np.ndarray]:
+    """Return the shift ``m`` and scale ``s`` of each column's standardised coordinate.
+
+    With ``center``: the mean and the standard deviation (a constant column's
+    ``|mean|``); without: zero and the root mean square. A column of zeros gets scale 1.
+    Without per-column deviations in ``stats``: zero shifts and unit scales.
+    """
+    n = max(stats.n_samples, 1)
+    mean = np.asarray(stats.column_means, dtype=np.float64)
+    if stats.column_sq_dev is None:
+        return np.zeros_like(mean), np.ones_like(mean)
+    spread = np.sqrt(np.asarray(stats.column_sq_dev, dtype=np.float64) / n)
+    if center:
+        scale = np.where(spread > 0, spread, np.abs(mean))
+    else:
+        scale, mean = np.hypot(spread, mean), np.zeros_like(mean)
+    return mean, np.where(scale > 0, scale, 1.0)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -329,6 +467,9 @@ class LeastSquares(_LinearModel):
         Number of columns; set by :meth:`bind`.
     penalty : float or None
         The penalty in use (``alpha``); set by :meth:`bind`.
+    column_mean, column_scale : ndarray of shape (n_features,) or None
+        Shift and scale of each column's standardised coordinate, in which optimality is
+        judged (see ``_LinearModel``); set by :meth:`bind`.
 
     See Also
     --------
@@ -367,6 +508,8 @@ class LeastSquares(_LinearModel):
     n_samples: int | None = None
     n_features: int | None = None
     penalty: float | None = None
+    column_mean: np.ndarray | None = field(default=None, compare=False, repr=False)
+    column_scale: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Validate the user parameters."""
@@ -394,7 +537,9 @@ class LeastSquares(_LinearModel):
         Raises
         ------
         InvalidDataError
-            If the matrix has no rows or the labels are not finite.
+            If the matrix has no rows, the labels are not finite, or the values' or
+            labels' squares overflow or underflow float64
+            (:func:`~daskstraggle.problems.block.check_float_range`).
         """
         fields = self._bind_fields(stats)
         return dataclasses.replace(self, penalty=self.alpha, **fields)
@@ -470,9 +615,11 @@ class LeastSquares(_LinearModel):
 
         The ridge penalty is folded in exactly by appending ``sqrt(n alpha) I`` rows for
         ``w`` before the last factorisation. With ``R = [[R11, r], [0, rho]]`` the final
-        factor, the solution solves ``R11 x = r`` (minimum-norm least squares when
-        ``R11`` is singular, e.g. collinear columns without penalty, matching
-        :func:`numpy.linalg.lstsq`) and the objective is
+        factor, the solution solves ``R11 x = r`` in standardised coordinates
+        (``R11 T u = r``, ``x = T u``, see :meth:`standard_columns`), so no column is
+        lost to its scale or to the intercept; when that system is singular (e.g.
+        collinear columns without penalty) ``x`` is the minimum-norm least-squares
+        solution of ``R11 x = r``, matching :func:`numpy.linalg.lstsq`. The objective is
         ``(|R11 x - r|^2 + rho^2) / (2n)``.
 
         Parameters
@@ -483,7 +630,7 @@ class LeastSquares(_LinearModel):
         Returns
         -------
         reference : Reference
-            ``info`` holds ``passes`` (1) and ``rank`` (numerical rank of ``R11``).
+            ``info`` holds ``passes`` (1) and ``rank`` (numerical rank of ``R11 T``).
 
         Raises
         ------
@@ -501,7 +648,11 @@ class LeastSquares(_LinearModel):
         if R.shape[0] < p + 1:  # fewer rows than unknowns: pad the trapezoid
             R = np.vstack([R, np.zeros((p + 1 - R.shape[0], p + 1))])
         R11, rhs, rho = R[:p, :p], R[:p, p], float(R[p, p])
-        x, _, rank, _ = scipy.linalg.lstsq(R11, rhs)
+        u, _, rank, _ = scipy.linalg.lstsq(self.standard_columns(R11), rhs)
+        if rank == p:
+            x = self.from_standard_point(u)
+        else:  # not unique: the minimum-norm solution in the user's coordinates
+            x = scipy.linalg.lstsq(R11, rhs)[0]
         residual = R11 @ x - rhs
         objective = (float(residual @ residual) + rho * rho) / (2.0 * n)
         return Reference(iterate=x, objective=objective, info={"passes": 1, "rank": int(rank)})

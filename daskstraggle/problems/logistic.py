@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 import numpy as np
@@ -71,6 +71,9 @@ class Logistic(_LinearModel):
         Number of columns; set by :meth:`bind`.
     penalty : float or None
         The penalty in use (``alpha``, or ``1/n_samples``); set by :meth:`bind`.
+    column_mean, column_scale : ndarray of shape (n_features,) or None
+        Shift and scale of each column's standardised coordinate, in which optimality is
+        judged (see ``_LinearModel``); set by :meth:`bind`.
 
     See Also
     --------
@@ -112,6 +115,8 @@ class Logistic(_LinearModel):
     n_samples: int | None = None
     n_features: int | None = None
     penalty: float | None = None
+    column_mean: np.ndarray | None = field(default=None, compare=False, repr=False)
+    column_scale: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Validate the user parameters."""
@@ -145,8 +150,9 @@ class Logistic(_LinearModel):
         Raises
         ------
         InvalidDataError
-            If the matrix has no rows, or the labels are not exactly the two classes
-            -1 and +1 (both present).
+            If the matrix has no rows, the values' squares overflow or underflow
+            float64 (:func:`~daskstraggle.problems.block.check_float_range`), or the
+            labels are not exactly the two classes -1 and +1 (both present).
         """
         fields = self._bind_fields(stats)
         counts = stats.label_counts
@@ -241,9 +247,12 @@ class Logistic(_LinearModel):
     def reference_solution(self, map_reduce: MapReduce) -> Reference:
         """Return the exact optimum by Newton's method with backtracking line search.
 
-        Each Newton iteration (and each line-search trial) is one pass returning the
-        gradient, Hessian and loss; a trial point that is accepted supplies the next
-        iteration's terms. Stops when the largest gradient entry is below 1e-12, when
+        Newton's method runs in standardised coordinates (see ``_LinearModel``): its
+        steps are the same as in the user's coordinates, but the linear systems are well
+        conditioned and the stopping test is blind to the columns' scales. Each Newton
+        iteration (and each line-search trial) is one pass returning the gradient,
+        Hessian and loss; a trial point that is accepted supplies the next iteration's
+        terms. Stops when the largest standardised gradient entry is below 1e-12, when
         the gradient stops shrinking at rounding level, or after 50 iterations.
 
         Parameters
@@ -254,8 +263,8 @@ class Logistic(_LinearModel):
         Returns
         -------
         reference : Reference
-            ``info`` holds ``newton_iterations``, ``grad_norm`` (largest gradient entry
-            at the returned point), ``passes`` and ``converged``.
+            ``info`` holds ``newton_iterations``, ``grad_norm`` (largest standardised
+            gradient entry at the returned point), ``passes`` and ``converged``.
 
         Raises
         ------
@@ -272,7 +281,7 @@ class Logistic(_LinearModel):
         def evaluate(x: np.ndarray) -> tuple[_NewtonTerms, float, np.ndarray]:
             terms = map_reduce(self.newton_kernel, x)
             value = terms.loss + 0.5 * penalty * float(x[:d] @ x[:d])
-            return terms, value, terms.gradient + ridge * x
+            return terms, value, self.standard_gradient(terms.gradient + ridge * x)
 
         x = np.zeros(p)
         terms, value, grad = evaluate(x)
@@ -285,8 +294,11 @@ class Logistic(_LinearModel):
             stalled = full_step and grad_norm < 1e-8 and grad_norm > 0.5 * previous_norm
             if converged or stalled or iterations >= _NEWTON_MAX_ITER:
                 break
-            direction = -solve_psd(terms.hessian + np.diag(ridge), grad)
-            slope = float(grad @ direction)
+            hessian = self.standard_columns(self.standard_columns(
+                terms.hessian + np.diag(ridge)).T)
+            step = -solve_psd(hessian, grad)
+            direction = self.from_standard_point(step)
+            slope = float(grad @ step)
             t = 1.0
             for _ in range(_MAX_HALVINGS):
                 trial = x + t * direction

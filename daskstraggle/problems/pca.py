@@ -26,7 +26,7 @@ from daskstraggle.problems._linalg import (
     sin_largest_angle,
 )
 from daskstraggle.problems.base import KernelResult, MapReduce, Problem, Reference
-from daskstraggle.problems.block import Block, MatrixStats
+from daskstraggle.problems.block import Block, MatrixStats, check_float_range
 
 __all__ = ["PCA"]
 
@@ -245,12 +245,15 @@ class PCA(Problem):
         InvalidParameterError
             If ``n_components`` exceeds the number of columns.
         InvalidDataError
-            If the matrix has no rows, or its (centred) total variance is zero (every
-            column constant, or an all-zero matrix without centring).
+            If the matrix has no rows, its values' squares overflow or underflow float64
+            (:func:`~daskstraggle.problems.block.check_float_range`), or its (centred)
+            total variance is zero (every column constant, or an all-zero matrix without
+            centring).
         """
         self.check_shape(stats.n_samples, stats.n_features)
         if stats.n_samples < 1:
             raise InvalidDataError("PCA needs a matrix with at least one row; got 0 rows.")
+        check_float_range(stats, caller="PCA")
         if self.center:
             mean = np.asarray(stats.column_means, dtype=np.float64).copy()
             total = float(stats.centered_sq_norm)

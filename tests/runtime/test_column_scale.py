@@ -1,0 +1,239 @@
+"""Column scale cannot fool the verdict or the reference (exact or flagged).
+
+A column scaled by 1e-8 used to leave the coefficients at zero while the relative
+gradient norm, dominated by the intercept's component, said ``converged``; at 1e-150 the
+reference solver dropped the tiny columns too. Now optimality is judged in standardised
+coordinates, the reference solvers work in them, and data whose squares leave float64's
+range is refused with one line. For any column scales, every regression method either
+ends converged on the optimum (checked against scikit-learn on data the test standardises
+itself), or says it did not converge, or the data was refused for a bound it breaks.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sklearn.linear_model import LinearRegression, LogisticRegression
+
+from daskstraggle import fit_least_squares, fit_logistic
+from daskstraggle.cli import main
+from daskstraggle.errors import ConvergenceWarning, InvalidDataError
+from daskstraggle.problems import LeastSquares, Logistic, block_stats
+from daskstraggle.problems.block import Block
+from daskstraggle.testing import one_error_line
+
+N_ROWS, N_COLS = 240, 4
+TOL = 1e-8
+#: Agreement asked of a converged run, relative to the largest standardised coefficient.
+AGREEMENT = 1e-6
+
+REGRESSION_METHODS = [
+    ("gd", {}),
+    ("nag", {}),
+    ("sgd", {"n_wait": 3}),
+    ("sag", {"n_wait": 3, "subpartitions": 2}),
+    ("dsag", {"n_wait": 3, "subpartitions": 2}),
+    ("coded", {}),
+    ("partial", {"degrees": (1, 1)}),
+    ("async", {}),
+    ("ignore-stragglers", {"n_stragglers": 1}),
+]
+
+#: Column exponents: anywhere in float64's range, or (half the draws) where data lives.
+EXPONENTS = st.one_of(st.integers(-300, 300), st.integers(-60, 60))
+
+
+def _base(kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Well-conditioned columns and their labels (noisy, so logistic has an optimum)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N_ROWS, N_COLS)) + rng.normal(size=N_COLS)
+    margin = X @ (0.5 * rng.normal(size=N_COLS)) + 0.5
+    if kind == "logistic":  # labels drawn from the logistic model: never separable
+        return X, (margin + rng.logistic(size=N_ROWS) > 0).astype(float)
+    return X, margin + 0.1 * rng.normal(size=N_ROWS)
+
+
+def _standard(X: np.ndarray, w: np.ndarray, b: float) -> np.ndarray:
+    """``[std * w, b + mean @ w]``: the model on ``(X - mean) / std``."""
+    return np.append(X.std(axis=0) * w, b + X.mean(axis=0) @ w)
+
+
+def _oracle(kind: str, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The optimum in standardised coordinates, by scikit-learn on standardised data."""
+    Z = (X - X.mean(axis=0)) / X.std(axis=0)
+    if kind == "logistic":
+        # C = 1e12: a penalty 1e-12 / n (no change at 1e-8), without the deprecated
+        # penalty=None of newer scikit-learn
+        model = LogisticRegression(C=1e12, solver="newton-cholesky", tol=1e-12,
+                                   max_iter=1000).fit(Z, y)
+        return np.append(model.coef_[0], model.intercept_[0])
+    model = LinearRegression().fit(Z, y)
+    return np.append(model.coef_, model.intercept_)
+
+
+def _breaks_a_bound(X: np.ndarray, y: np.ndarray) -> bool:
+    """Whether the data breaks a documented bound of ``check_float_range``."""
+    with np.errstate(over="ignore", under="ignore"):
+        sq = float(np.sum(X * X))
+        top = np.abs(X).max(axis=0)
+        label = float(np.abs(y).max())
+    return bool(not 1.22e-150 <= sq <= 4.2e152 or np.any(top * top < 1.5e-300)
+                or len(y) * label * label > 4.2e152)
+
+
+def _fit(kind: str, X: np.ndarray, y: np.ndarray, method: str, params: dict):
+    kw = dict(runtime="sim", n_workers=4, rng=0, method=method, method_params=params,
+              stragglers="gamma(mean=0.05, var=1e-4)", tol=TOL, max_iter=300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        if kind == "logistic":
+            return fit_logistic(X, y, alpha=0.0, **kw)
+        return fit_least_squares(X, y, **kw)
+
+
+@pytest.mark.parametrize("kind", ["least-squares", "logistic"])
+@pytest.mark.parametrize(("method", "params"), REGRESSION_METHODS,
+                         ids=[m for m, _ in REGRESSION_METHODS])
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(exponents=st.lists(EXPONENTS, min_size=N_COLS, max_size=N_COLS),
+       seed=st.integers(0, 2**16))
+def test_converged_means_the_optimum_at_any_column_scale(kind, method, params, exponents,
+                                                          seed):
+    X, y = _base(kind, seed)
+    X = X * np.power(10.0, exponents)
+    try:
+        res = _fit(kind, X, y, method, params)
+    except InvalidDataError:
+        assert _breaks_a_bound(X, y), exponents
+        return
+    assert not _breaks_a_bound(X, y), exponents
+    assert res.converged == (res.optimality <= TOL)
+    if res.converged:
+        got = _standard(X, res.fitted["coef"], float(res.fitted["intercept"]))
+        best = _oracle(kind, X, y)
+        np.testing.assert_allclose(got, best, rtol=0, atol=AGREEMENT * np.abs(best).max())
+
+
+@pytest.mark.parametrize("exponents", [(-8, -8, -8, -8), (-150, -150, -150, -150),
+                                       (-5, 4, -5, 4), (40, -40, 0, 10), (60, 60, 60, 60)])
+def test_gd_at_column_scale_never_says_converged_away_from_the_optimum(exponents):
+    """The tour's case: gd on ``X * 1e-8`` said converged with the intercept-only model."""
+    X, y = _base("least-squares", 3)
+    X = X * np.power(10.0, exponents)
+    try:
+        res = _fit("least-squares", X, y, "gd", {})
+    except InvalidDataError:
+        assert _breaks_a_bound(X, y)
+        return
+    best = _oracle("least-squares", X, y)
+    got = _standard(X, res.fitted["coef"], float(res.fitted["intercept"]))
+    if res.converged:
+        np.testing.assert_allclose(got, best, rtol=0, atol=AGREEMENT * np.abs(best).max())
+    else:  # the coefficients are far from the optimum: the verdict says so
+        assert res.optimality > TOL
+        assert np.abs(got - best).max() > AGREEMENT * np.abs(best).max()
+
+
+@pytest.mark.parametrize("kind", ["least-squares", "logistic"])
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(exponents=st.lists(st.integers(-70, 70), min_size=N_COLS, max_size=N_COLS),
+       shift=st.sampled_from([0.0, 1e3, -1e6]), seed=st.integers(0, 2**16))
+def test_reference_solvers_are_exact_at_any_column_scale(kind, exponents, shift, seed):
+    """The exact reference (TSQR, Newton) is the optimum for scaled and shifted columns."""
+    X, y = _base(kind, seed)
+    X = (X + shift) * np.power(10.0, exponents)
+    block = Block(X, y=np.where(y > 0, 1.0, -1.0) if kind == "logistic" else y)
+    problem = (Logistic(alpha=0.0) if kind == "logistic" else LeastSquares())
+    problem = problem.bind(block_stats(block))
+    ref = problem.reference_solution(lambda fn, *a, combine=None: fn(block, *a))
+    got = _standard(X, ref.iterate[:-1], float(ref.iterate[-1]))
+    best = _oracle(kind, X, y)
+    np.testing.assert_allclose(got, best, rtol=0, atol=1e-8 * np.abs(best).max())
+
+
+def test_the_old_reference_would_fail_this_test():
+    """The reference check above can fail: plain lstsq on ``[X, 1]`` drops tiny columns."""
+    X, y = _base("least-squares", 1)
+    X = X * 1e-150
+    plain = np.linalg.lstsq(np.column_stack([X, np.ones(N_ROWS)]), y, rcond=None)[0]
+    got = _standard(X, plain[:-1], float(plain[-1]))
+    best = _oracle("least-squares", X, y)
+    assert np.abs(got - best).max() > 1e-3 * np.abs(best).max()
+
+
+def test_standardised_gradient_is_blind_to_column_scale_and_shift():
+    """The measure of a point is the same after scaling and shifting the columns."""
+    X, y = _base("least-squares", 2)
+    measures = []
+    for scale, shift in [(1.0, 0.0), (1e-8, 0.0), (1e6, 3.0), (1e-40, -7.0)]:
+        Xs = (X + shift) * scale
+        block = Block(Xs, y=y)
+        problem = LeastSquares().bind(block_stats(block))
+        # the same model in every parametrisation: standardised coefficients fixed
+        u = np.array([0.3, -0.2, 0.1, 0.5, 1.0])
+        x = problem.from_standard_point(u)
+        np.testing.assert_allclose(problem.standard_point(x), u, rtol=1e-12, atol=1e-12)
+        result = problem.kernel(block, x)
+        start = problem.kernel(block, np.zeros(problem.n_params))
+        measures.append(problem.optimality(result, x)
+                        / problem.optimality_scale(start, np.zeros(problem.n_params)))
+    np.testing.assert_allclose(measures, measures[0], rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------- CLI
+def _store(path, X, y):
+    group = zarr.open_group(path, mode="w")
+    group.create_array("X", data=X, chunks=(60, N_COLS))
+    group.create_array("y", data=y, chunks=(60,))
+    return str(path)
+
+
+@pytest.mark.parametrize(("command", "scale", "words"), [
+    ("pca", 1e300, "too large for float64"),
+    ("linreg", 1e300, "too large for float64"),
+    ("logreg", 1e200, "too large for float64"),
+    ("pca", 1e-300, "too small for float64"),
+    ("linreg", 1e-300, "too small for float64"),
+    ("linreg", 1e-155, "too small for float64"),
+])
+def test_cli_refuses_values_at_the_float_limits_with_one_line(tmp_path, command, scale, words):
+    """One true line, exit 2, nothing else on stderr (no numpy RuntimeWarning)."""
+    X, y = _base("logistic" if command == "logreg" else "least-squares", 4)
+    source = _store(tmp_path / "x.zarr", X * scale, y)
+    args = [command, source, "--runtime", "local", "--quiet"]
+    if command == "pca":
+        args += ["-k", "2"]
+    proc = subprocess.run([sys.executable, "-m", "daskstraggle", *args], capture_output=True,
+                          text=True, timeout=240, check=False)
+    line = one_error_line(proc.stderr)
+    assert proc.returncode == 2, proc.stderr
+    assert words in line and "1e" in line, line
+
+
+def test_cli_linreg_at_column_scale_1e_minus_8_is_not_converged_on_the_intercept(
+        tmp_path, capsys):
+    """The tour's reproduction: it said ``converged yes`` at the intercept-only model."""
+    X, y = _base("least-squares", 5)
+    source = _store(tmp_path / "x.zarr", X * 1e-8, y)
+    code = main(["linreg", source, "--runtime", "local", "--reference", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    best = _oracle("least-squares", X * 1e-8, y)
+    got = _standard(X * 1e-8, np.asarray(out["coef"]), out["intercept"])
+    assert code == 0
+    if out["converged"]:
+        np.testing.assert_allclose(got, best, rtol=0, atol=AGREEMENT * np.abs(best).max())
+    else:
+        assert out["optimality"] > 1e-6 and out["stop_reason"] == "max_iter"
+    # the exact reference is the optimum at this scale (it was the intercept-only model)
+    Z = (X - X.mean(axis=0)) / X.std(axis=0)
+    optimum = 0.5 * np.mean((Z @ best[:-1] + best[-1] - y) ** 2)
+    assert out["reference_objective"] == pytest.approx(optimum, rel=1e-9)
