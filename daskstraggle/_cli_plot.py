@@ -2,10 +2,11 @@
 
 The path is refused before the run starts when it exists (unless ``--overwrite``; a
 folder always), when its folder is missing or not writable, when it is or lies inside
-``--out`` or the input store, when its suffix is not an image format matplotlib writes,
-and when matplotlib is missing. The figure (:func:`daskstraggle.plot.plot_run`) is drawn
-on the Agg canvas, never a display, written under a temporary name beside the path and
-then put in place without replacing a file that appeared meanwhile.
+``--out``, the input store or any Zarr store, when its suffix is not an image format
+matplotlib writes, and when matplotlib is missing. The figure
+(:func:`daskstraggle.plot.plot_run`) is drawn on the Agg canvas, never a display, written
+under a temporary name beside the path and then put in place without replacing a file
+that appeared meanwhile.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from daskstraggle._output import check_not_input, check_writable_folder
+from daskstraggle._output import check_not_in_zarr, check_not_input, check_writable_folder
 from daskstraggle.errors import (
     InputError,
     InvalidParameterError,
@@ -54,7 +55,7 @@ def check_plot_path(path: str | os.PathLike[str] | None, *, overwrite: bool,
         If matplotlib is not installed.
     InvalidParameterError
         If the suffix is not a format matplotlib writes, or the path is ``--out``, inside
-        it, or overlaps an input.
+        it, overlaps an input or lies inside any other existing Zarr store.
     OutputExistsError
         If the path is a folder, or an existing file without ``overwrite``.
     OutputNotWritableError
@@ -89,6 +90,7 @@ def check_plot_path(path: str | os.PathLike[str] | None, *, overwrite: bool,
                 "result store would hold a stray file. Choose a path outside it."
             )
     check_not_input(target, inputs, what="--plot")
+    check_not_in_zarr(target, what="--plot")
     return target
 
 

@@ -3,7 +3,10 @@
 A run writes its result under a temporary sibling name and renames it into place, so a
 failed run leaves an existing output untouched. Before any work starts the output path
 is refused when it is, lies inside or contains an input store (compared as resolved real
-paths, so symlinks do not hide the overlap), and when its folder cannot be written.
+paths, so symlinks do not hide the overlap), when it lies inside any existing Zarr
+hierarchy (a folder above it holds Zarr metadata: writing there would add a member to
+that store), and when its folder cannot be written. A missing folder above it is
+created when the result is written.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from daskstraggle.errors import (
 )
 
 __all__ = [
+    "ZARR_METADATA",
+    "check_not_in_zarr",
     "check_output_path",
     "check_writable_folder",
     "discard",
@@ -39,6 +44,10 @@ __all__ = [
 
 #: Attempts at deleting a replaced output before warning that it is left behind.
 _DISCARD_ATTEMPTS = 3
+
+#: Files that make a folder a node of a Zarr hierarchy: v3 metadata, v2 group, array and
+#: attributes.
+ZARR_METADATA = ("zarr.json", ".zgroup", ".zarray", ".zattrs")
 
 
 def source_paths(source: Any) -> list[str]:
@@ -90,8 +99,9 @@ def check_output_path(
     Raises
     ------
     InvalidParameterError
-        If ``path`` is, is inside or contains one of ``inputs`` (even with ``overwrite``), or
-        is a URL (``s3://...``).
+        If ``path`` is, is inside or contains one of ``inputs`` (even with ``overwrite``),
+        lies inside an existing Zarr hierarchy (:func:`check_not_in_zarr`), or is a URL
+        (``s3://...``).
     OutputExistsError
         If ``path`` exists and ``overwrite`` is False.
     OutputNotWritableError
@@ -107,6 +117,7 @@ def check_output_path(
         )
     out = Path(path)
     check_not_input(out, inputs)
+    check_not_in_zarr(out)
     if os.path.lexists(out) and not overwrite:
         raise OutputExistsError(
             f"The output path (CLI: --out) {str(out)!r} exists already; pass overwrite=True "
@@ -138,6 +149,25 @@ def check_not_input(out: Path, inputs: Iterable[str | os.PathLike[str]], *,
             "writing there would destroy the data, also with overwrite=True "
             "(CLI: --overwrite). Choose a path outside the input."
         )
+
+
+def check_not_in_zarr(out: Path, *, what: str = "The output path (CLI: --out)") -> None:
+    """Raise InvalidParameterError if a folder above ``out`` is part of a Zarr hierarchy.
+
+    Each existing folder above ``out`` (its real path, so a symlink does not hide a store)
+    is a node of a Zarr hierarchy when it holds one of :data:`ZARR_METADATA`; writing a
+    store (or any file) there adds a member to that store, whatever ``overwrite`` says.
+    ``out`` itself may be a store: replacing it is :func:`check_output_path`'s business.
+    ``what`` names the path in the message.
+    """
+    for folder in Path(os.path.realpath(out)).parents:
+        marker = next((m for m in ZARR_METADATA if (folder / m).is_file()), None)
+        if marker is not None:
+            raise InvalidParameterError(
+                f"{what} {str(out)!r} lies inside the Zarr store {str(folder)!r} (it holds "
+                f"{marker}); writing there would add to that store, also with "
+                "overwrite=True (CLI: --overwrite). Choose a path outside it."
+            )
 
 
 def check_writable_folder(folder: Path, *, out: Path | None = None,

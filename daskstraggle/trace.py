@@ -416,9 +416,12 @@ class Result:
         OutputExistsError
             If ``path`` exists and ``overwrite`` is False.
         InvalidParameterError
-            If ``path`` is, is inside or contains the input data (even with ``overwrite``).
+            If ``path`` is, is inside or contains the input data, or lies inside any
+            existing Zarr store (a folder above it holds ``zarr.json``, ``.zgroup``,
+            ``.zarray`` or ``.zattrs``), even with ``overwrite``.
         OutputNotWritableError
-            If the folder of ``path`` cannot be written.
+            If the folder of ``path`` cannot be written (missing folders above it are
+            created).
         """
         inputs = [*protect, *source_paths(self.attrs.get("matrix", {}))]
         out = check_output_path(path, overwrite=overwrite, inputs=inputs)

@@ -114,6 +114,64 @@ def test_result_save_refuses_the_recorded_source_and_protected_paths(store, tmp_
     assert small_result().save(tmp_path / "fine.zarr").exists()
 
 
+# ------------------------------------------------------- never into any Zarr store
+def _zarr_store(tmp_path: Path, kind: str) -> Path:
+    """A Zarr store of one kind (v3 group, v2 group, v2 array, attributes only)."""
+    path = tmp_path / "other" / "geno.vcz"
+    if kind == "v3-group":
+        zarr.open_group(path, mode="w", zarr_format=3).create_array(
+            "call_genotype", shape=(4, 2), dtype="i1")
+    elif kind == "v2-group":
+        zarr.open_group(path, mode="w", zarr_format=2).attrs["source"] = "test"
+    elif kind == "v2-array":
+        zarr.create_array(path, shape=(4,), dtype="f8", zarr_format=2)[:] = 1.0
+    else:
+        path.mkdir(parents=True)
+        (path / ".zattrs").write_text("{}")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["v3-group", "v2-group", "v2-array", "attributes-only"])
+@pytest.mark.parametrize("inside", ["sub.zarr", "a/b/sub.zarr", "link/sub.zarr"])
+def test_result_save_refuses_a_path_inside_any_zarr_store(kind, inside, tmp_path):
+    """An in-memory fit's result (no input store recorded) is not saved into geno.vcz."""
+    victim = _zarr_store(tmp_path, kind)
+    (tmp_path / "link").symlink_to(victim)  # a symlink does not hide the store
+    before, names = snapshot(victim), listing(victim)
+    out = (tmp_path if inside.startswith("link") else victim) / inside
+    for overwrite in (False, True):
+        with pytest.raises(InvalidParameterError) as info:
+            small_result().save(out, overwrite=overwrite)
+        message = str(info.value)
+        assert f"lies inside the Zarr store {str(victim)!r}" in message, message
+        assert "\n" not in message and "outside" in message
+    assert snapshot(victim) == before and listing(victim) == names  # no folder made either
+    # beside the store is fine
+    assert small_result().save(victim.parent / "pca.zarr").exists()
+
+
+def listing(path: Path) -> list[str]:
+    """Every file and folder below ``path``, relative."""
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def test_cli_refuses_out_and_plot_inside_another_zarr_store(store, tmp_path, capsys,
+                                                            no_cluster):
+    victim = _zarr_store(tmp_path, "v3-group")
+    before = snapshot(victim)
+    for args in (["--out", str(victim / "sub.zarr")],
+                 ["--out", str(victim / "sub.zarr"), "--overwrite"],
+                 ["--plot", str(victim / "run.png")]):
+        code = main(["linreg", str(store), *args])
+        line = one_error_line(capsys.readouterr().err)
+        assert code == 2, line
+        assert f"lies inside the Zarr store {str(victim)!r}" in line and args[0] in line, line
+    with pytest.raises(InvalidParameterError, match="lies inside the Zarr store"):
+        daskstraggle.fit_least_squares(store, "y", out=victim / "call_genotype" / "r.zarr",
+                                       n_workers=2)
+    assert snapshot(victim) == before
+
+
 # ---------------------------------------------------------------- unwritable folders
 def _unwritable(tmp_path: Path, kind: str) -> Path:
     if kind == "under-a-file":
