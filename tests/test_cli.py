@@ -234,3 +234,67 @@ def test_demo_runs_end_to_end(tmp_path):
     assert result.problem == "pca"
     assert result.fitted["components"].shape[0] == 2
     assert result.reference_objective is not None and abs(result.gap) < 1e-4
+
+
+# ------------------------------------------------------------------ Ctrl-C while importing
+def _console_script() -> tuple[str, str]:
+    """The module and function ``[project.scripts]`` names for the ``daskstraggle`` command."""
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    module, function = pyproject["project"]["scripts"]["daskstraggle"].split(":")
+    return module, function
+
+
+#: The console script as pip writes it, plus a finder that sends the process a real SIGINT
+#: as soon as the module ``argv[1]`` starts being imported: the interrupt lands inside
+#: that import whatever the machine's speed (Python raises KeyboardInterrupt at its next
+#: check of pending signals, within the import).
+_INTERRUPTED_SCRIPT = """
+import os, signal, sys
+
+class InterruptOn:
+    def find_spec(self, name, path=None, target=None):
+        if name == TARGET:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+TARGET = sys.argv.pop(1)
+sys.meta_path.insert(0, InterruptOn())
+from {module} import {function}
+sys.exit({function}())
+"""
+
+
+@pytest.mark.parametrize("target", [
+    "daskstraggle.cli",  # the command line module, imported by the entry
+    "distributed",       # imported when pca starts its LocalCluster
+    "numba",             # imported by the in-process runtime's kernels
+    pytest.param("xarray", marks=pytest.mark.xfail(
+        strict=True, reason="daskstraggle/__init__.py imports xarray, scipy and numpy before "
+        "any entry module can run (1.9 s of the 2 s of imports); it needs lazy package "
+        "imports (PEP 562) for Ctrl-C there to print 'aborted'")),
+])
+def test_ctrl_c_while_importing_prints_aborted_and_exits_130(target, gapped, tmp_path):
+    module, function = _console_script()
+    runtime = ["--runtime", "local"] if target == "numba" else ["--workers", "1"]
+    argv = [sys.executable, "-c", _INTERRUPTED_SCRIPT.format(module=module, function=function),
+            target, "pca", str(gapped[0]), *runtime, "--max-iter", "3", "--quiet",
+            "--out", str(tmp_path / "out.zarr")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 130, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["aborted"], proc.stderr
+    assert proc.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_after_the_command_ended_keeps_its_exit_code(tmp_path):
+    """A late Ctrl-C (a cluster closing at exit) does not turn an answer into a traceback."""
+    module, function = _console_script()
+    script = (f"import os, signal, sys\nfrom {module} import {function}\ncode = {function}()\n"
+              "os.kill(os.getpid(), signal.SIGINT)\nsum(range(10**6))\nsys.exit(code)\n")
+    proc = subprocess.run([sys.executable, "-c", script, "pca", str(tmp_path / "missing.zarr")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
