@@ -17,12 +17,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from daskstraggle._output import check_not_in_zarr, check_not_input, check_writable_folder
+from daskstraggle._output import (
+    check_folder_exists,
+    check_not_in_zarr,
+    check_not_input,
+    check_writable_folder,
+)
 from daskstraggle.errors import (
     InputError,
     InvalidParameterError,
     OutputExistsError,
-    OutputNotWritableError,
 )
 
 __all__ = ["check_plot_path", "save_run_figure"]
@@ -59,7 +63,8 @@ def check_plot_path(path: str | os.PathLike[str] | None, *, overwrite: bool,
     OutputExistsError
         If the path is a folder, or an existing file without ``overwrite``.
     OutputNotWritableError
-        If its folder does not exist or cannot be written.
+        If its folder does not exist (it is not created, as for ``--out``) or cannot be
+        written.
     """
     if path is None:
         return None
@@ -76,11 +81,7 @@ def check_plot_path(path: str | os.PathLike[str] | None, *, overwrite: bool,
     if os.path.lexists(target) and not overwrite:
         raise OutputExistsError(f"--plot {str(target)!r} exists already; pass --overwrite or "
                                 "choose another path.")
-    if not target.absolute().parent.is_dir():
-        raise OutputNotWritableError(
-            f"--plot {str(target)!r} cannot be written: the folder "
-            f"{str(target.absolute().parent)!r} does not exist. Create it or choose another path."
-        )
+    check_folder_exists(target, what="--plot")  # as --out: never a folder made for it
     check_writable_folder(target.absolute().parent, out=target, what="--plot")
     if out is not None:
         real, real_out = Path(os.path.realpath(target)), Path(os.path.realpath(out))

@@ -5,8 +5,10 @@ failed run leaves an existing output untouched. Before any work starts the outpu
 is refused when it is, lies inside or contains an input store (compared as resolved real
 paths, so symlinks do not hide the overlap), when it lies inside any existing Zarr
 hierarchy (a folder above it holds Zarr metadata: writing there would add a member to
-that store), and when its folder cannot be written. A missing folder above it is
-created when the result is written.
+that store), and when its folder cannot be written. Through the Python API a missing
+folder above it is created when the result is written (as ``xarray.Dataset.to_zarr``
+does); the command line's ``--out`` and ``--plot`` refuse a missing folder instead
+(:func:`check_folder_exists`), as ``cp``, ``tar`` or ``curl -o`` do.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from daskstraggle.errors import (
 
 __all__ = [
     "ZARR_METADATA",
+    "check_folder_exists",
     "check_not_in_zarr",
     "check_output_path",
     "check_writable_folder",
@@ -168,6 +171,22 @@ def check_not_in_zarr(out: Path, *, what: str = "The output path (CLI: --out)") 
                 f"{marker}); writing there would add to that store, also with "
                 "overwrite=True (CLI: --overwrite). Choose a path outside it."
             )
+
+
+def check_folder_exists(path: Path, *, what: str) -> None:
+    """Raise OutputNotWritableError if the folder that would hold ``path`` does not exist.
+
+    The command line's ``--out`` and ``--plot`` write into an existing folder only, so a
+    typo in a folder name is reported instead of creating a stray tree. ``what`` names the
+    option in the message.
+    """
+    folder = path.absolute().parent
+    if not folder.is_dir():
+        kind = "is not a folder" if os.path.lexists(folder) else "does not exist"
+        raise OutputNotWritableError(
+            f"{what} {str(path)!r} cannot be written: the folder {str(folder)!r} {kind}. "
+            "Create it first (mkdir -p) or choose another path."
+        )
 
 
 def check_writable_folder(folder: Path, *, out: Path | None = None,

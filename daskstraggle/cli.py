@@ -153,7 +153,9 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--reference", is_flag=True,
                      help="Also compute the exact optimum independently and report the gap."),
         click.option("--out", type=click.Path(path_type=Path), default=None,
-                     help="Write fitted quantities and the trace to this Zarr store."),
+                     help="Write fitted quantities and the trace to this Zarr store (in an "
+                          "existing folder: a missing one is refused, not created; never "
+                          "inside the input or another Zarr store)."),
         click.option("--overwrite", is_flag=True,
                      help="Allow --out (and --plot) to replace an existing path."),
         click.option("--plot", type=click.Path(path_type=Path), default=None,
@@ -163,7 +165,8 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "heatmap of each worker's latency per iteration, for PCA PC1 "
                           "against PC2 of the matrix's columns (VCF Zarr: the samples, "
                           "coloured by population). Format from the suffix (.png, .pdf, "
-                          ".svg); refuses an existing path unless --overwrite."),
+                          ".svg); refuses an existing path unless --overwrite, and a missing "
+                          "folder (as --out: it is not created)."),
         click.option("--backup-after", type=float, default=None, metavar="FACTOR",
                      help="Dask runtime: send a work unit unanswered after FACTOR times the "
                           "median unit latency again to another worker (speculative backup; "
@@ -208,10 +211,17 @@ def cli(verbose: int) -> None:
 
 
 def _plot_path(source: Any, params: dict[str, Any]) -> Path | None:
-    """Pop ``--plot`` and refuse it before any work (see daskstraggle._cli_plot)."""
-    from daskstraggle._cli_plot import check_plot_path
-    from daskstraggle._output import source_paths
+    """Refuse a bad ``--out`` (also in a missing folder); pop ``--plot``, refuse a bad one.
 
+    Both before any work (see daskstraggle._output and daskstraggle._cli_plot).
+    """
+    from daskstraggle._cli_plot import check_plot_path
+    from daskstraggle._output import check_folder_exists, check_output_path, source_paths
+
+    if params["out"] is not None:  # the fit checks it again; here for the order of messages
+        check_output_path(params["out"], overwrite=params["overwrite"],
+                          inputs=source_paths(source))
+        check_folder_exists(params["out"], what="--out")
     return check_plot_path(params.pop("plot"), overwrite=params["overwrite"],
                            out=params["out"], inputs=source_paths(source))
 

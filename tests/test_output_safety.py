@@ -172,6 +172,28 @@ def test_cli_refuses_out_and_plot_inside_another_zarr_store(store, tmp_path, cap
     assert snapshot(victim) == before
 
 
+# ------------------------------------------------- a missing folder: refused, not made
+@pytest.mark.parametrize("option", ["--out", "--plot"])
+@pytest.mark.parametrize("depth", ["missing", "missing/deeper"])
+def test_cli_out_and_plot_refuse_a_missing_folder_alike(option, depth, store, tmp_path,
+                                                        capsys, no_cluster):
+    target = tmp_path / depth / ("r.zarr" if option == "--out" else "run.png")
+    before = listing(tmp_path)
+    code = main(["linreg", str(store), option, str(target)])
+    line = one_error_line(capsys.readouterr().err)
+    assert code == 2, line
+    folder = target.parent
+    assert line == (f"error: {option} {str(target)!r} cannot be written: the folder "
+                    f"{str(folder)!r} does not exist. Create it first (mkdir -p) or choose "
+                    "another path.")
+    assert listing(tmp_path) == before  # no folder made
+
+
+def test_the_python_api_creates_a_missing_folder_as_to_zarr_does(tmp_path):
+    out = tmp_path / "runs" / "first" / "r.zarr"
+    assert small_result().save(out) == out and Result.load(out).n_iter >= 1
+
+
 # ---------------------------------------------------------------- unwritable folders
 def _unwritable(tmp_path: Path, kind: str) -> Path:
     if kind == "under-a-file":
