@@ -624,3 +624,26 @@ def test_the_ir_intrinsics_refuse_arrays_that_are_not_c_contiguous():
     for x, V in ((np.ones((4, 26))[:, ::2], VT), (np.ones((4, 13)), np.ones((4, 26))[:, ::2])):
         with pytest.raises(numba.core.errors.TypingError, match="C-contiguous"):
             project(x, V, p)
+
+
+def test_the_compile_cache_key_tells_apart_what_numba_types_tell_apart():
+    """Two arguments with one ``_argument_key`` have one numba type (it may split more)."""
+    numba = pytest.importorskip("numba")
+    from daskstraggle.problems._kernels import _argument_key
+
+    base = np.zeros((6, 4))
+    readonly = base.copy()
+    readonly.flags.writeable = False
+    raw = np.zeros(6 * 4 * 8 + 1, dtype=np.uint8)[1:].view(np.float64).reshape(6, 4)
+    args = [base, base.T, base[:, ::2], readonly, raw, base.astype(np.float32),
+            base.astype(np.int8), base[0], np.zeros((2, 2, 2)), 3, 3.0, True,
+            np.float64(3.0), np.int64(3)]
+    assert not raw.flags.aligned
+    for a in args:
+        for b in args:
+            if _argument_key(a) == _argument_key(b):
+                assert numba.typeof(a) == numba.typeof(b), (a, b)
+    assert len({_argument_key(a) for a in args}) == len(args)  # no two alike here
+    # and one key for arguments of one type: a kernel compiles once per signature
+    assert _argument_key(np.ones((9, 2))) == _argument_key(base)
+    assert _argument_key(7) == _argument_key(3)

@@ -1,5 +1,8 @@
 """LocalRuntime loads partitions and runs units in parallel threads: same results.
 
+Units and passes over small blocks (under ``_INLINE_BYTES`` per logical worker) run inline
+in the driving thread instead; the thread tests below lower that bound to 0.
+
 The statistics are folded in partition order and the units' results delivered in
 submission order, so a fit is bit for bit the one the sequential runtime gives; a failing
 partition is reported as the sequential load would (the first in partition order).
@@ -28,6 +31,7 @@ def matrix() -> np.ndarray:
 def test_parallel_and_sequential_runtimes_give_the_same_fit(matrix, monkeypatch, method,
                                                             params):
     fits = {}
+    monkeypatch.setattr(local, "_INLINE_BYTES", 0)  # threads even for these small blocks
     for cores in (1, 3):
         monkeypatch.setattr(local, "_cores", lambda cores=cores: cores)
         fits[cores] = fit_pca(open_matrix(matrix, chunk_rows=60), 3, method=method,
@@ -53,6 +57,7 @@ def test_blas_threads_are_limited_during_a_run_and_restored_after(matrix, monkey
             return super().kernel(block, iterate)
 
     monkeypatch.setattr(local, "_cores", lambda: 2)
+    monkeypatch.setattr(local, "_INLINE_BYTES", 0)  # threads even for these small blocks
     with local.LocalRuntime(n_workers=2) as runtime:
         from daskstraggle.methods import GD
         from daskstraggle.runtime import StopRule
@@ -62,6 +67,33 @@ def test_blas_threads_are_limited_during_a_run_and_restored_after(matrix, monkey
     assert seen and all(threads == {1} for threads in seen)
     after = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
     assert after == before
+
+
+@pytest.mark.parametrize(("inline_bytes", "inline"), [(None, True), (0, False)])
+def test_small_blocks_run_inline_and_large_ones_in_threads(matrix, monkeypatch, inline_bytes,
+                                                           inline):
+    """Units and passes over small blocks run in the driving thread: no hand-offs."""
+    import threading
+
+    from daskstraggle.methods import GD
+    from daskstraggle.problems import PCA
+    from daskstraggle.runtime import StopRule
+
+    threads = set()
+
+    class Watching(PCA):
+        def kernel(self, block, iterate):
+            threads.add(threading.current_thread() is threading.main_thread())
+            return super().kernel(block, iterate)
+
+    monkeypatch.setattr(local, "_cores", lambda: 2)
+    if inline_bytes is not None:
+        monkeypatch.setattr(local, "_INLINE_BYTES", inline_bytes)
+    with local.LocalRuntime(n_workers=2) as runtime:
+        res = runtime.run(GD(), Watching(n_components=2), open_matrix(matrix, chunk_rows=100),
+                          stop=StopRule(max_iter=3, tol=None), rng=0)
+    assert threads == {inline}
+    assert res.n_iter == 3
 
 
 def test_the_first_bad_partition_in_order_is_reported(matrix, monkeypatch):
