@@ -6,6 +6,7 @@ data, pick a runtime, and hand over to :meth:`daskstraggle.runtime.Runtime.run`.
 
 from __future__ import annotations
 
+import numbers
 import os
 import warnings
 from collections.abc import Iterator
@@ -43,8 +44,59 @@ from daskstraggle.runtime.checkpoint import (
 from daskstraggle.runtime.dask import MAX_LOCAL_WORKERS
 from daskstraggle.trace import Result, check_output_path
 
-__all__ = ["GRAM_AUTO_MAX_FEATURES", "fit_least_squares", "fit_logistic", "fit_pca",
-           "genotype_pca", "solve"]
+__all__ = ["GRAM_AUTO_MAX_FEATURES", "MAX_IN_PROCESS_WORKERS", "MAX_LOCAL_WORKERS",
+           "check_n_workers", "fit_least_squares", "fit_logistic", "fit_pca", "genotype_pca",
+           "solve"]
+
+#: Most workers of the in-process runtimes (``runtime="sim"`` or ``"local"``), where a
+#: worker is a share of the rows (and a latency stream) in this process, not a process.
+#: The Dask runtime's bound, :data:`MAX_LOCAL_WORKERS` (worker processes of a LocalCluster
+#: started on this machine), is declared with the LocalCluster in
+#: :mod:`daskstraggle.runtime.dask`.
+MAX_IN_PROCESS_WORKERS = 100_000
+
+#: The one statement of those bounds, in every error about a number of workers.
+WORKERS_BOUND = (f"an int in [1, {MAX_LOCAL_WORKERS}] with the Dask runtime (worker processes "
+                 f"of a LocalCluster on this machine) or in [1, {MAX_IN_PROCESS_WORKERS}] with "
+                 "runtime='sim' or 'local'")
+
+
+def check_n_workers(value: Any, *, caller: str, runtime: Any,
+                    name: str | None = None) -> int:
+    """Return the number of workers to start, or raise with the one message of the bounds.
+
+    Parameters
+    ----------
+    value : int
+        Workers the run starts itself: LocalCluster processes (the Dask runtime) or the
+        in-process runtime's workers.
+    caller : str
+        The function asked (named in the message).
+    runtime : str, Runtime or None
+        ``"sim"`` or ``"local"`` allow :data:`MAX_IN_PROCESS_WORKERS`; anything else is the
+        Dask runtime, :data:`MAX_LOCAL_WORKERS`.
+    name : str or None, default=None
+        What the value is, for the message (default: the ``n_workers`` parameter of
+        ``caller``, CLI ``--workers``).
+
+    Returns
+    -------
+    n_workers : int
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``value`` is not an int within the runtime's bound; the message states both
+        bounds (:data:`WORKERS_BOUND`) whatever the runtime, and which one applied.
+    """
+    in_process = isinstance(runtime, str) and runtime in ("sim", "local")
+    high = MAX_IN_PROCESS_WORKERS if in_process else MAX_LOCAL_WORKERS
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and 1 <= value <= high:
+        return int(value)
+    what = name or f"The 'n_workers' parameter of {caller} (CLI: --workers)"
+    which = f"runtime={runtime!r}" if in_process else "the Dask runtime"
+    raise InvalidParameterError(f"{what} must be {WORKERS_BOUND}. Got {value!r} with {which} "
+                                "instead.")
 
 #: ``method="auto"`` solves PCA by the one-round exact Gram method up to this many
 #: columns (a 4096 x 4096 float64 matrix is 128 MB per worker and on the coordinator),
@@ -269,7 +321,9 @@ def solve(
     scheduler : str or None, default=None
         Scheduler address to connect to.
     n_workers : int or None, default=None
-        Workers of the LocalCluster (or logical workers of the local runtime).
+        Workers of the LocalCluster, at most :data:`MAX_LOCAL_WORKERS` (256), or logical
+        workers of the in-process runtimes, at most :data:`MAX_IN_PROCESS_WORKERS`
+        (100000); None: the ``daskstraggle.workers`` setting, 4.
     min_workers : int or None, default=None
         With ``client`` or ``scheduler``: wait (up to 300 s) until the cluster has this
         many workers before starting, e.g. while dask-jobqueue jobs start.
@@ -366,10 +420,15 @@ def solve(
     check_oversampling(meth, problem)
     spec = parse_stragglers(stragglers)
     if n_workers is not None:
-        high = 100_000 if runtime in ("sim", "local") else MAX_LOCAL_WORKERS
-        check_int(n_workers, name="n_workers", caller=caller, low=1, high=high)
+        check_n_workers(n_workers, caller=caller, runtime=runtime)
     if runtime in (None, "dask") and client is None and scheduler is None and n_workers is None:
         client = _default_client()  # None: a LocalCluster is started for this call
+    if n_workers is None and client is None and scheduler is None \
+            and not isinstance(runtime, Runtime):  # the runtime starts the configured count
+        from daskstraggle import config
+
+        check_n_workers(config.workers(), caller=caller, runtime=runtime,
+                        name="The daskstraggle.workers setting (the default of --workers)")
     _check_runtime_args(runtime, client, scheduler, n_workers, spec, meth)
     _check_min_workers(min_workers, runtime, client, scheduler, caller)
     if backup_after is not None:

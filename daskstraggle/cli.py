@@ -42,8 +42,9 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Dask scheduler address (tcp://host:port). "
                           "Default: start a LocalCluster."),
         click.option("--workers", "n_workers", type=int, default=None,
-                     help="Process workers of the LocalCluster to start (default: the "
-                          "daskstraggle.workers setting, 4)."),
+                     help="Process workers of the LocalCluster to start, at most 256; with "
+                          "--runtime sim or local the in-process workers, at most 100000 "
+                          "(default: the daskstraggle.workers setting, 4)."),
         click.option("--min-workers", "min_workers", type=int, default=None,
                      help="With --scheduler: wait (up to the daskstraggle.timeouts.min-workers "
                           "setting, 300 s) until the cluster has this many workers before "
@@ -682,7 +683,7 @@ def _seconds(value: float) -> str:
 @cli.command()
 @click.option("--workers", "n_workers", type=int, default=None,
               show_default="the daskstraggle.workers setting, 4",
-              help="Process workers of the LocalCluster.")
+              help="Process workers of the LocalCluster (at most 256).")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Folder for data and results (default: OUTPUT/demo-TIMESTAMP, OUTPUT the "
                    "daskstraggle.output-dir setting, 'results').")
@@ -736,10 +737,9 @@ def _configured_defaults(params: dict[str, Any]) -> None:
 def _check_demo_options(n_workers: int, out: Path | None) -> Path:
     """Refuse bad demo options before the data is simulated; return the output folder."""
     from daskstraggle._output import check_writable_folder
-    from daskstraggle.runtime.dask import MAX_LOCAL_WORKERS
+    from daskstraggle.api import check_n_workers
 
-    if not 1 <= n_workers <= MAX_LOCAL_WORKERS:
-        raise InputError(f"--workers must be an int in [1, {MAX_LOCAL_WORKERS}]; got {n_workers}")
+    check_n_workers(n_workers, caller="demo", runtime="dask")  # the text of every solve
     folder = out or Path(config.output_dir()) / time.strftime("demo-%Y%m%d-%H%M%S")
     if folder.exists() and not folder.is_dir():
         raise InputError(f"--out {str(folder)!r} is a file; choose a new folder")

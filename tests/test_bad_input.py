@@ -11,6 +11,7 @@ workers detect them as they load their partitions, so those cases run on real cl
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ import xarray as xr
 import zarr
 
 import daskstraggle
+from daskstraggle.api import WORKERS_BOUND
 from daskstraggle.cli import main
 from daskstraggle.errors import (
     ClusterConnectionError,
@@ -221,6 +223,15 @@ def _open(X: Any, **kwargs: Any) -> Callable[..., Any]:
 
 pca, logit, lstsq = daskstraggle.fit_pca, daskstraggle.fit_logistic, daskstraggle.fit_least_squares
 
+
+def _fit_runtime(n_workers: int, runtime: str) -> Callable[..., Any]:
+    """fit_pca of the store ``a`` with ``n_workers`` workers of ``runtime``."""
+    return lambda s, out: pca(s.a, n_workers=n_workers, runtime=runtime, out=out)
+
+
+def _cli_runtime(n_workers: int, runtime: str) -> Callable[..., list[str]]:
+    return lambda s: ["pca", str(s.a), "--workers", str(n_workers), "--runtime", runtime]
+
 #: Boolean indexing of a dask array leaves its chunk sizes unknown (NaN) until computed.
 _DASK = da.from_array(np.arange(40.0).reshape(10, 4) - 20.0, chunks=(5, 4))
 _UNKNOWN_ROWS = _DASK[_DASK[:, 0] > 0]
@@ -383,6 +394,17 @@ CASES = [
     Case("workers-zero", InvalidParameterError, r"'n_workers' parameter of fit_pca",
          lambda s, out: pca(s.a, n_workers=0, out=out),
          lambda s: ["pca", str(s.a), "--workers", "0"], ("'n_workers'",)),
+    # the worker-count bound: one text whatever the runtime (issue 25), naming which applied
+    *[Case(f"workers-{value}-{runtime}", InvalidParameterError,
+           re.escape(f"(CLI: --workers) must be {WORKERS_BOUND}. Got {value} with {which} "
+                     "instead."),
+           _fit_runtime(value, runtime),
+           _cli_runtime(value, runtime), ("--workers", WORKERS_BOUND, f"Got {value} with"))
+      for runtime, which, values in (
+          ("dask", "the Dask runtime", (0, -1, 257, 100000)),
+          ("sim", "runtime='sim'", (0, -1, 100001)),
+          ("local", "runtime='local'", (0, -1, 100001)))
+      for value in values],
     Case("scheduler-and-workers", InvalidParameterError,
          r"Pass only one of .*--scheduler.*--workers",
          _fit(pca, "a", scheduler="tcp://127.0.0.1:1"),
@@ -548,6 +570,34 @@ def test_unknown_dask_chunk_sizes_are_refused_without_computing(no_cluster):
     # once computed (the message's fix), the same selection opens
     matrix = daskstraggle.open_matrix(_DASK[_DASK[:, 0] > 0].compute_chunk_sizes())
     assert matrix.shape == (4, 4)
+
+
+def test_the_worker_bound_is_one_text_in_the_api_the_solves_and_the_demo(s, capsys,
+                                                                          monkeypatch, no_cluster):
+    lines = []
+    for argv in (["pca", str(s.a), "--workers", "0"], ["linreg", str(s.g), "--workers", "-1"],
+                 ["logreg", str(s.g), "--runtime", "sim", "--workers", "100001"],
+                 ["demo", "--workers", "300"]):
+        assert main(argv) == 2
+        lines.append(one_error_line(capsys.readouterr().err))
+    monkeypatch.setenv("DASK_DASKSTRAGGLE__WORKERS", "300")  # the default of --workers
+    import dask
+
+    dask.config.refresh()
+    try:
+        assert main(["pca", str(s.a)]) == 2
+        lines.append(one_error_line(capsys.readouterr().err))
+        with pytest.raises(InvalidParameterError, match=r"The daskstraggle\.workers setting"):
+            daskstraggle.fit_pca(s.a)
+    finally:
+        monkeypatch.undo()  # before the refresh, which reads the environment again
+        dask.config.refresh()
+    for line in lines:
+        assert f" must be {WORKERS_BOUND}. Got " in line, line
+    assert "256" in WORKERS_BOUND and "100000" in WORKERS_BOUND
+    from daskstraggle.runtime.dask import MAX_LOCAL_WORKERS
+
+    assert f"[1, {MAX_LOCAL_WORKERS}] with the Dask runtime" in WORKERS_BOUND  # one declaration
 
 
 def test_the_no_cluster_guard_catches_a_cluster_start(s, tmp_path, no_cluster):

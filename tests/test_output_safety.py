@@ -307,7 +307,7 @@ def test_failed_write_keeps_the_existing_store_and_leaves_nothing(tmp_path, monk
 # ------------------------------------------------------------- demo checks its options
 @pytest.mark.parametrize(
     ("args", "words"),
-    [(["--workers", "0"], ("--workers", "got 0")),
+    [(["--workers", "0"], ("--workers", "Got 0", "[1, 256]")),
      (["--workers", "-2"], ("--workers",)),
      (["--out", "{file}"], ("--out", "is a file")),
      (["--out", "{file}/demo"], ("--out", "not a folder")),
