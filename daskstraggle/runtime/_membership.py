@@ -161,6 +161,8 @@ class MembershipMixin:
                 self._drop_helper(i, why="left the cluster" if helper not in status else
                                   "is retiring" if helper in self._retiring else "is frozen")
         self._watch(sorted({*self._addresses, *self._helpers.values()} & set(status)))
+        if not live:  # every worker gone: wait (bounded) for one to join
+            live = self._wait_for_any_worker()
         moves = replacement_targets(self._addresses, live)
         if not moves:
             for i, target in adoption_moves(self._addresses, live).items():
@@ -168,9 +170,6 @@ class MembershipMixin:
                                           "joined", warn=False, kind="adopted")
             self._adopt_newcomers(live)
             return False
-        if not live:
-            live = self._wait_for_any_worker()
-            moves = replacement_targets(self._addresses, live)
         for lost in {self._addresses[i] for i in moves} - set(status) - self._retiring:
             if self._retired_before_leaving(lost):  # too fast for the event to reach us
                 self._retiring.add(lost)
@@ -197,6 +196,8 @@ class MembershipMixin:
                    and msg.get("status") == _RETIRING for _, msg in events or ())
 
     def _wait_for_any_worker(self) -> list[str]:
+        """Wait (at most :func:`no_worker_timeout` s) until the cluster has a worker again;
+        return the addresses of its workers."""
         try:
             self.client.wait_for_workers(1, timeout=no_worker_timeout())
         except TimeoutError:

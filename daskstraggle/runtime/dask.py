@@ -462,7 +462,9 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
         left (the folds are cancelled and the pass must start again).
 
         A fold counts once its result has reached the client: a worker frozen right
-        after computing one still holds it, and is backed up like a slow one.
+        after computing one still holds it, and is backed up like a slow one. A fold that
+        failed or was cancelled raises (``as_completed`` hands its error over as a value,
+        which must never be folded in as a result).
         """
         from distributed import as_completed
 
@@ -476,6 +478,8 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
             while len(results) < len(folds):
                 while ac.has_ready():
                     future, value = next(ac)
+                    if future.status != "finished":  # as_completed hands over the error
+                        future.result()  # raises it: a task's error, or the cancellation
                     results.setdefault(fold_of[future.key], value)
                 if len(results) == len(folds):
                     break
