@@ -39,6 +39,7 @@ from daskstraggle.runtime.checkpoint import (
     Checkpointer,
     check_checkpoint_path,
     check_resume_iterations,
+    check_resume_workers,
     load_checkpoint,
 )
 from daskstraggle.runtime.dask import MAX_LOCAL_WORKERS
@@ -184,7 +185,9 @@ def _expected_workers(
     if n_workers is not None:
         return n_workers
     if runtime in ("local", "sim") or (client is None and scheduler is None):
-        return 4  # the runtimes' and the LocalCluster's default
+        from daskstraggle import config
+
+        return config.workers()  # the runtimes' and the LocalCluster's default
     return None
 
 
@@ -449,6 +452,8 @@ def solve(
                                          resume, inputs=source_paths(X), out=out_path)
     if state is not None:
         check_resume_iterations(state, stop.max_iter)
+        # the worker count, when known before connecting: refused before a cluster starts
+        check_resume_workers(state, _expected_workers(runtime, client, scheduler, n_workers))
     matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions,
                          missing_chunks=missing_chunks, storage_options=storage_options,
                          genotype_dims=genotype_dims,

@@ -230,6 +230,10 @@ class Runtime(ABC):
     def _unload(self) -> None:  # noqa: B027 - optional hook
         """Release loaded partitions and pending work."""
 
+    def _worker_count_note(self) -> str:
+        """What to add to a method's refusal of :attr:`n_workers` (default: nothing)."""
+        return ""
+
     def close(self) -> None:
         """Release resources (and clusters the runtime started)."""
         self._unload()
@@ -335,7 +339,10 @@ class Runtime(ABC):
             )
         method.check_problem(problem)
         check_oversampling(method, problem)
-        method.check_n_workers(self.n_workers)
+        try:
+            method.check_n_workers(self.n_workers)
+        except InvalidParameterError as err:
+            raise InvalidParameterError(f"{err}{self._worker_count_note()}") from None
         method.check_shape(matrix.n_rows, matrix.n_columns)
         if step_size is not None:
             problem.check_step_size(step_size)

@@ -245,21 +245,49 @@ def resume_state(state: dict[str, Any], *, settings: dict[str, Any],
         If any of them differs from the checkpoint's, or ``max_iter`` is reached already.
     """
     check_resume_iterations(state, max_iter)
+    check_resume_workers(state, settings["n_workers"])
     recorded = state["settings"]
     for key, what in (("method", "method (and its parameters)"),
                       ("problem", "problem (and its parameters)"),
-                      ("n_workers", "number of workers"), ("shape", "matrix shape")):
+                      ("shape", "matrix shape")):
         if recorded[key] != settings[key]:
-            raise InvalidParameterError(
-                f"The checkpoint was written by a run with another {what}: "
-                f"{recorded[key]!r}, this run has {settings[key]!r}. Resume with the same "
-                "settings, or start afresh without --resume."
-            )
+            raise _another(what, recorded[key], settings[key])
     if [tuple(p) for p in state["placement"]] != [tuple(p) for p in placement]:
         raise InvalidParameterError(
             "The checkpoint was written with another placement of the partitions; resume "
             "with the same data partitions (--partitions) and workers."
         )
+
+
+def _another(what: str, recorded: Any, now: Any, remedy: str = "") -> InvalidParameterError:
+    """The one line refusing a checkpoint whose run had another ``what``."""
+    return InvalidParameterError(
+        f"The checkpoint was written by a run with another {what}: {recorded!r}, this run has "
+        f"{now!r}. Resume with the same settings{remedy}, or start afresh without --resume."
+    )
+
+
+def check_resume_workers(state: dict[str, Any], n_workers: int | None) -> None:
+    """Raise InvalidParameterError if the run's worker count is not the checkpoint's.
+
+    Parameters
+    ----------
+    state : dict
+        From :func:`load_checkpoint`.
+    n_workers : int or None
+        The run's number of workers; None (not known yet: an existing cluster's count is
+        read when connecting) passes.
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``n_workers`` differs from the recorded count; the message names the count to
+        pass.
+    """
+    recorded = int(state["settings"]["n_workers"])
+    if n_workers is not None and int(n_workers) != recorded:
+        raise _another("number of workers", recorded, int(n_workers),
+                       f" (n_workers={recorded}; CLI: --workers {recorded})")
 
 
 def check_resume_iterations(state: dict[str, Any], max_iter: int) -> None:

@@ -377,6 +377,16 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
         """Number of workers seen when the runtime started."""
         return len(self._addresses)
 
+    def _worker_count_note(self) -> str:
+        """On a cluster we did not start and were not told to wait for: say that its
+        worker count was read when the run started, and how to wait for more."""
+        if self._owned or self._min_workers is not None:
+            return ""
+        n = self.n_workers
+        return (f" The cluster had {n} worker{'s' if n != 1 else ''} when the run started "
+                "(workers still starting or restarting are not counted): pass min_workers "
+                "(CLI: --min-workers) to wait for as many as the method needs.")
+
     @property
     def worker_names(self) -> list[str]:
         """Worker addresses, by worker index."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -259,3 +260,15 @@ def test_the_cli_refuses_an_existing_checkpoint_in_one_line(tmp_path, capsys):
     assert ck.read_text() == "someone's file"
     assert main(["pca", str(path), "--runtime", "local", "--checkpoint-interval", "5"]) == 2
     assert "needs a checkpoint file" in capsys.readouterr().err
+
+
+def test_another_worker_count_is_refused_before_a_cluster_starts(tmp_path, no_cluster):
+    """Resuming with --workers other than the checkpoint's used to start the cluster and
+    load the data first; the count is known before, and so is the refusal."""
+    ck = tmp_path / "a.ckpt"
+    fit_pca(X, 2, method="gd", n_workers=2, runtime="local", rng=0, tol=None, max_iter=3,
+            checkpoint=ck)
+    with pytest.raises(InvalidParameterError, match=re.escape(
+            "another number of workers: 2, this run has 3. Resume with the same settings "
+            "(n_workers=2; CLI: --workers 2)")):
+        fit_pca(X, 2, method="gd", n_workers=3, rng=0, tol=None, max_iter=6, resume=ck)
