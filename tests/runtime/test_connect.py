@@ -34,7 +34,13 @@ CLI = [sys.executable, "-m", "daskstraggle.cli"]
 
 
 
-def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+#: Seconds a started process (a scheduler, a worker, the CLI) may take to reach a state
+#: the test waits for: generous, as a busy machine starts Python processes slowly; a hang
+#: beyond it fails with a message (pytest-timeout's 300 s would end it anyway).
+START = 120
+
+
+def wait_listening(port: int, proc: subprocess.Popen, timeout: float = START) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, "the server process exited"
@@ -77,10 +83,10 @@ def servers(data, tmp_path_factory: pytest.TempPathFactory):
         ns.cwd = cwd
         ns.http_run = BackgroundCommand(
             [*CLI, "pca", str(data), "--scheduler", ns.http, "--out", str(cwd / "o1.zarr")],
-            cwd, timeout=60)
+            cwd, timeout=2 * START)
         ns.empty_run = BackgroundCommand(
             [*CLI, "pca", str(data), "--scheduler", ns.scheduler, "--out", str(cwd / "o2.zarr")],
-            cwd, timeout=60)
+            cwd, timeout=2 * START)
         yield ns
         for run in (ns.http_run, ns.empty_run):
             if run.proc.poll() is None:
@@ -89,23 +95,41 @@ def servers(data, tmp_path_factory: pytest.TempPathFactory):
     finally:
         for proc in (http, sched):
             proc.terminate()
-            proc.wait(timeout=30)
+            proc.wait(timeout=START)
 
 
 # ------------------------------------------------------------ a port nothing listens on
-def test_refused_connection_fails_at_once(data, tmp_path, capsys):
+def test_refused_connection_fails_at_once(data, tmp_path, capsys, monkeypatch):
+    # "at once": one connection attempt, whose refusal ends the call; no distributed
+    # Client is built (it would retry a refused connection until its timeout)
+    import distributed
+
     address = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
-    t0 = time.monotonic()
+    port = int(address.rsplit(":", 1)[1])
+    attempts: list[str] = []
+    create_connection = socket.create_connection
+
+    def attempt(where, *args, **kwargs):
+        try:
+            return create_connection(where, *args, **kwargs)
+        except BaseException as err:
+            if where[1] == port:
+                attempts.append(type(err).__name__)
+            raise
+
+    def no_client(self: object, *args: object, **kwargs: object) -> None:
+        raise AssertionError("a distributed Client was built for a refused address")
+
+    monkeypatch.setattr(socket, "create_connection", attempt)
+    monkeypatch.setattr(distributed.Client, "__init__", no_client)
     code = main(["pca", str(data), "--scheduler", address])
-    elapsed = time.monotonic() - t0
     line = one_error_line(capsys.readouterr().err)
     assert code == 2
     assert address in line and "refused" in line
-    assert elapsed < 3, elapsed
-    t0 = time.monotonic()
+    assert attempts == ["ConnectionRefusedError"]
     with pytest.raises(ClusterConnectionError, match="connection was refused"):
         daskstraggle.fit_pca(data, 1, scheduler=address)
-    assert time.monotonic() - t0 < 3
+    assert attempts == ["ConnectionRefusedError"] * 2
 
 
 # ------------------------------------------------------------ an address string as client
@@ -123,18 +147,21 @@ def test_client_given_an_address_string_is_refused(servers, data, tmp_path):
 # ------------------------------------------------------------------------ interrupts
 def test_ctrl_c_ends_in_one_line_with_quiet_workers(data, tmp_path):
     argv = [*CLI, "pca", str(data), "-k", "1", "--workers", "2", "--method", "sgd", "--wait",
-            "1", "--max-iter", "1000000", "--tol", "1e-300", "--quiet"]
+            "1", "--max-iter", "1000000", "--tol", "1e-300", "--quiet",
+            "--checkpoint", str(tmp_path / "run.ckpt"), "--checkpoint-iterations", "1"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=tmp_path, start_new_session=True)
     try:
-        # running once both worker processes exist (the LocalCluster has started)
-        deadline = time.monotonic() + 30
-        while len(_descendants(proc.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(1.5)  # iterating by now
-        assert proc.poll() is None, proc.communicate()
+        # iterating once the checkpoint of a later iteration is written
+        deadline = time.monotonic() + START
+        while not _iterated(tmp_path / "run.ckpt", 3):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                pytest.fail(f"the run did not get going within {START} s: {proc.communicate()}")
+            time.sleep(0.05)
+        assert len(_descendants(proc.pid)) >= 2  # the LocalCluster's worker processes
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=START)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -142,6 +169,15 @@ def test_ctrl_c_ends_in_one_line_with_quiet_workers(data, tmp_path):
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert err.strip().splitlines() == ["aborted"], err
+
+
+def _iterated(path: Path, iteration: int) -> bool:
+    from daskstraggle.runtime.checkpoint import load_checkpoint
+
+    try:
+        return load_checkpoint(path)["iteration"] >= iteration
+    except Exception:  # not written yet (each write replaces the file whole)
+        return False
 
 
 def _descendants(pid: int) -> list[int]:
@@ -205,7 +241,7 @@ def test_workers_exit_without_zarr_atexit_noise(plugin, tmp_path):
     script.write_text(BUSY_EXIT)
     mode = "with-plugin" if plugin else "without-plugin"
     proc = subprocess.run([sys.executable, str(script), mode], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=2 * START)
     assert proc.returncode == 0, proc.stderr
     if plugin:
         assert proc.stderr == "", proc.stderr
@@ -215,33 +251,31 @@ def test_workers_exit_without_zarr_atexit_noise(plugin, tmp_path):
 
 # -------------------------------------------------------------- not a Dask scheduler
 def test_http_server_is_refused_within_the_timeout(servers, data):
-    t0 = time.monotonic()
+    # the handshake's bound ends the wait: the error is the timeout's and names it
     with pytest.raises(ClusterConnectionError,
                        match=re.escape(f"The server at {servers.http!r} did not answer the "
                                        "Dask handshake within 2 s: it is not a Dask scheduler")):
         DaskRuntime(address=servers.http, timeout=2)
-    assert time.monotonic() - t0 < 8
 
     run = servers.http_run.result()
     assert run.proc.returncode == 2, run.err
     assert run.out == ""
     line = one_error_line(run.err)
     assert servers.http in line and "not a Dask scheduler" in line and "8786" in line
-    assert run.elapsed < 15 + 5, run.elapsed  # 10 s bound plus interpreter start-up
+    assert "did not answer the Dask handshake within 10 s" in line  # the CLI's bound
     assert not (servers.cwd / "o1.zarr").exists()
 
 
 # ------------------------------------------------------------ a scheduler, no workers
 def test_scheduler_without_workers_ends_in_one_line(servers, data):
-    t0 = time.monotonic()
+    # the bound on waiting for workers ends the wait: the error is its timeout's
     with pytest.raises(ClusterConnectionError,
                        match=re.escape(f"The Dask scheduler at {servers.scheduler!r} has no "
                                        "workers (waited 1 s). Start some (dask worker")):
         DaskRuntime(address=servers.scheduler, timeout=1)
-    assert time.monotonic() - t0 < 8
 
     run = servers.empty_run.result()
     assert run.proc.returncode == 2, run.err
     line = one_error_line(run.err)
-    assert servers.scheduler in line and "no workers" in line
+    assert servers.scheduler in line and "no workers (waited 10 s)" in line
     assert not (servers.cwd / "o2.zarr").exists()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 import warnings
 
 import numpy as np
@@ -56,19 +55,17 @@ def test_the_frozen_bound_follows_the_run_latency():
 
 def _run_frozen(rt: DaskRuntime, index: int, method, problem, data, stop, at_round):
     """Run, freezing worker ``index`` once the run has recorded 5 rounds; return the
-    result, the seconds the run took and its StraggleWarning messages."""
+    result and its StraggleWarning messages."""
     address = rt.worker_names[index]
     pid = rt.client.run(os.getpid, workers=[address])[address]
     at_round(rt, 5, lambda: os.kill(pid, signal.SIGSTOP))
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            t0 = time.perf_counter()
             res = rt.run(method, problem, data, stop=stop, rng=0)
-            elapsed = time.perf_counter() - t0
     finally:
         os.kill(pid, signal.SIGCONT)
-    return res, elapsed, [str(w.message) for w in caught if w.category is StraggleWarning]
+    return res, [str(w.message) for w in caught if w.category is StraggleWarning]
 
 
 def test_gd_moves_a_frozen_workers_rows_and_ends_with_the_clean_iterates(data, fault_cluster,
@@ -76,13 +73,16 @@ def test_gd_moves_a_frozen_workers_rows_and_ends_with_the_clean_iterates(data, f
     stop = StopRule(max_iter=20, tol=None)
     clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
     with DaskRuntime(fault_cluster[1], stragglers=SLOW, rng=0, frozen_after=3.0) as rt:
-        res, elapsed, said = _run_frozen(rt, 1, GD(), PCA(n_components=3), data, stop,
-                                         at_round)
-    # a bounded wait (3 s, then the 1 s bound on removing the injector from the frozen
-    # worker), not the frozen worker's
-    assert elapsed < 60
-    assert any(re.search(r"has not answered for \d+ s \(frozen\?\); its partitions \[1\] "
-                         "are reloaded", m) for m in said), said
+        res, said = _run_frozen(rt, 1, GD(), PCA(n_components=3), data, stop, at_round)
+    # bounded waits ended it, not the frozen worker: the 3 s bound moved its rows (the
+    # warning says how long it had been silent: past the bound) ...
+    moved = [m for m in said if re.search(r"has not answered for \d+ s \(frozen\?\); its "
+                                          r"partitions \[1\] are reloaded", m)]
+    assert moved, said
+    assert all(int(re.search(r"for (\d+) s", m)[1]) >= 3 for m in moved), moved
+    # ... and the 1 s bound on removing the injector from it (still frozen) ended that
+    assert any("Could not remove the straggler injector (no answer within 1 s" in m
+               for m in said), said
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
     (move,) = res.attrs["worker_losses"]
     assert move["worker_index"] == 1 and move["reason"].startswith("has not answered")
@@ -103,9 +103,9 @@ def test_dsag_moves_rows_grown_too_stale_and_reports_the_staleness(data, fault_c
 
     monkeypatch.setitem(dask_config.config["daskstraggle"]["stale"], "minimum-wait", 1.0)
     with DaskRuntime(fault_cluster[1], rng=0, stale_after=10, frozen_after=60.0) as rt:
-        res, elapsed, said = _run_frozen(rt, 2, DSAG(n_wait=2), problem, data, stop,
-                                         at_round)
-    assert elapsed < 45
+        res, said = _run_frozen(rt, 2, DSAG(n_wait=2), problem, data, stop, at_round)
+    # the rounds bound moved it (kind "stale" below), not the minute of frozen_after
+    assert not [m for m in said if "(frozen?)" in m], said
     assert any(re.search(r"has not answered for \d+ rounds \(stale\); its partitions \[2\] "
                          "are reloaded", m) for m in said), said
     (move,) = res.attrs["worker_losses"]

@@ -106,19 +106,55 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 # --------------------------------------------------------------------------- tasks
 
 
+class _Sleeps:
+    """Stands in for the ``time`` module of :mod:`daskstraggle.runtime.inject` while a task
+    runs: records every sleep the injector asks for (and sleeps it)."""
+
+    def __init__(self):
+        self.calls: list[float] = []
+
+    def sleep(self, seconds):
+        self.calls.append(seconds)
+        time.sleep(seconds)
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+def _watching_sleeps(fn):
+    """Run ``fn`` with the injector's sleeps recorded; return its result and the sleeps."""
+    from daskstraggle.runtime import inject
+
+    sleeps = _Sleeps()
+    inject.time = sleeps
+    try:
+        return fn(), sleeps.calls
+    finally:
+        inject.time = time
+
+
 def _task(iteration: int = 0, load: float = 1.0, measured: float | None = 0.0):
-    t0 = time.perf_counter()
-    extra = inject_delay(iteration=iteration, load=load, measured=measured)
-    return extra, time.perf_counter() - t0
+    """Return the injected seconds, the task's duration and the sleeps the injector took."""
+    def run():
+        t0 = time.perf_counter()
+        extra = inject_delay(iteration=iteration, load=load, measured=measured)
+        return extra, time.perf_counter() - t0
+
+    (extra, duration), slept = _watching_sleeps(run)
+    return extra, duration, slept
 
 
 def _slow_task(work: float):
     """Sleep ``work`` seconds (the real work), then get stretched by the injector."""
-    t0 = time.perf_counter()
-    time.sleep(work)
-    measured = time.perf_counter() - t0
-    extra = inject_delay(iteration=0, load=1.0, measured=measured)
-    return measured, extra, time.perf_counter() - t0
+    def run():
+        t0 = time.perf_counter()
+        time.sleep(work)
+        measured = time.perf_counter() - t0
+        extra = inject_delay(iteration=0, load=1.0, measured=measured)
+        return measured, extra, time.perf_counter() - t0
+
+    (measured, extra, total), slept = _watching_sleeps(run)
+    return measured, extra, total, slept
 
 
 def _run_on(client, worker, fn, *args):
@@ -138,14 +174,15 @@ def test_constant_delay_only_on_its_worker(dask_client, workers):
     model = Constant(compute=(0.0, 0.3, 0.0), communication=(0.0, 0.05, 0.0))
     with injected(dask_client, model, workers, seed=0) as name:
         assert name.startswith(INJECTOR_PREFIX)
-        extra, duration = _run_on(dask_client, workers[1], _task, 0, 1.0)
-        assert extra == pytest.approx(0.35)
+        extra, duration, slept = _run_on(dask_client, workers[1], _task, 0, 1.0)
+        assert extra == pytest.approx(0.35) and slept == [extra]
         assert duration >= 0.35
-        extra, duration = _run_on(dask_client, workers[0], _task, 0, 1.0)
-        assert extra == 0.0 and duration < 0.3
+        # worker 0's draw is 0: the injector returns at once, without sleeping
+        extra, _, slept = _run_on(dask_client, workers[0], _task, 0, 1.0)
+        assert extra == 0.0 and slept == []
         # load scales the compute part
-        extra, _ = _run_on(dask_client, workers[1], _task, 0, 0.5)
-        assert extra == pytest.approx(0.2)
+        extra, _, slept = _run_on(dask_client, workers[1], _task, 0, 0.5)
+        assert extra == pytest.approx(0.2) and slept == [extra]
 
 
 def test_worker_draws_match_the_client_side_sampler(dask_client, workers):
@@ -177,8 +214,8 @@ def test_removing_the_injector_stops_delays(dask_client, workers):
     assert _run_on(dask_client, workers[0], _task)[0] == pytest.approx(0.2)
     remove_injector(dask_client, name)
     remove_injector(dask_client, name)  # idempotent
-    extra, duration = _run_on(dask_client, workers[0], _task)
-    assert extra == 0.0 and duration < 0.2
+    extra, _, slept = _run_on(dask_client, workers[0], _task)
+    assert extra == 0.0 and slept == []  # no draw, no sleep
 
 
 def test_workers_not_listed_are_inactive(dask_client, workers):
@@ -189,9 +226,11 @@ def test_workers_not_listed_are_inactive(dask_client, workers):
 
 def test_pure_slowdown_stretches_the_measured_work(dask_client, workers):
     with injected(dask_client, _Factor(factor=3.0), workers, seed=0):
-        measured, extra, total = _run_on(dask_client, workers[0], _slow_task, 0.1)
-    assert extra == pytest.approx(2 * measured)
-    assert 2.5 < total / measured < 4.0
+        measured, extra, total, slept = _run_on(dask_client, workers[0], _slow_task, 0.1)
+    # the injector sleeps exactly the scaled minus the measured time, once: the task is
+    # stretched to factor x the measured work, no more (sleeps only ever add time)
+    assert extra == pytest.approx(2 * measured) and slept == [extra]
+    assert total >= 3 * measured
 
 
 def test_error_in_block_still_removes_the_injector(dask_client, workers):
@@ -202,9 +241,9 @@ def test_error_in_block_still_removes_the_injector(dask_client, workers):
 
 
 def test_not_on_a_worker_injects_nothing():
-    t0 = time.perf_counter()
-    assert inject_delay(iteration=0, load=1.0, measured=0.5) == 0.0
-    assert time.perf_counter() - t0 < 0.1
+    (extra, slept) = _watching_sleeps(
+        lambda: inject_delay(iteration=0, load=1.0, measured=0.5))
+    assert extra == 0.0 and slept == []
 
 
 def test_injector_alone_draws_the_worker_sequence():

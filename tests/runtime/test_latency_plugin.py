@@ -170,7 +170,7 @@ def _plugin_names(dask_scheduler: Any = None) -> list[str]:
     return list(dask_scheduler.plugins)
 
 
-def _wait_for(predicate: Any, timeout: float = 20.0) -> None:
+def _wait_for(predicate: Any, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -185,6 +185,7 @@ def test_records_our_tasks_once_with_their_compute_time(dask_client, push) -> No
         assert recorder.owned and recorder.name in _plugins(dask_client)
         assert recorder.workers()["initial"] == workers  # present at registration
         ours = _keys(2)
+        t0 = time.monotonic()
         futures = [
             dask_client.submit(time.sleep, 0.2, key=ours[0], workers=[workers[0]],
                                allow_other_workers=False),
@@ -194,11 +195,13 @@ def test_records_our_tasks_once_with_their_compute_time(dask_client, push) -> No
             dask_client.submit(len, "abc", key=f"daskstraggle-load-{uuid.uuid4().hex}"),
         ]
         dask_client.gather(futures)
+        span = time.monotonic() - t0
         records = {r.key: r for r in recorder.poll()}  # no waiting: pushed before results
         assert set(records) == set(ours)
         slept = records[ours[0]]
         assert slept.worker == workers[0]
-        assert 0.18 < slept.compute_duration < 1.0
+        # the task's own compute: at least its sleep, within the submit-to-result span
+        assert 0.18 < slept.compute_duration <= span
         assert slept.transfer_duration == 0.0
         assert records[ours[1]].worker == workers[1]
         assert records[ours[1]].compute_duration < slept.compute_duration
@@ -369,10 +372,13 @@ def test_a_handed_cluster_needs_no_daskstraggle_on_the_scheduler(
         assert client.run_on_scheduler(importlib.util.find_spec, "daskstraggle") is None
         with LatencyRecorder(client) as recorder:  # travels by value
             keys = _keys(4)
+            t0 = time.monotonic()
             client.gather([client.submit(time.sleep, 0.05, key=k, pure=False) for k in keys])
+            span = time.monotonic() - t0
             records = recorder.poll()
             assert {r.key for r in records} == set(keys)
-            assert all(0.04 < r.compute_duration < 1.0 for r in records)
+            # each its task's compute: its sleep, within the submit-to-result span
+            assert all(0.04 < r.compute_duration <= span for r in records), records
             assert sorted(recorder.per_worker()) == _workers(client)
 
         # by reference, the scheduler cannot load it: one clear error

@@ -6,6 +6,7 @@ a failing test cannot hurt other tests (the fixture resumes every worker at the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -34,6 +35,10 @@ pytestmark = [
 
 THROTTLER = Path(daskstraggle.__file__).parent / "runtime" / "_throttler.py"
 STOPPED = ("T", "t")
+#: Seconds a started process (a throttler, a worker, a client script) may take to reach a
+#: state the test waits for: generous, as a busy machine starts Python processes slowly;
+#: a hang beyond it fails with a message.
+START = 120
 
 
 @pytest.fixture(scope="module")
@@ -84,14 +89,23 @@ def _on(client, worker, n):
     return client.submit(_work, n, workers=[worker], allow_other_workers=False, pure=False)
 
 
-def _median_ratio(client, slow, fast, n, reps):
-    """Median duration on ``slow`` over median on ``fast``, run side by side."""
-    a, b = [], []
-    for _ in range(reps):
-        fa, fb = _on(client, slow, n), _on(client, fast, n)
-        a.append(fa.result())
-        b.append(fb.result())
-    return statistics.median(a) / statistics.median(b)
+def _stopped_fraction(pid, cycles, period):
+    """Fraction of samples of the process's state (every ~2 ms, at times unrelated to the
+    duty cycle, over ``cycles`` periods) that found it stopped."""
+    samples = []
+    end = time.monotonic() + cycles * period
+    while time.monotonic() < end:
+        samples.append(_process_state(pid) in STOPPED)
+        time.sleep(0.002)
+    return statistics.fmean(samples)
+
+
+def _wait_stopped(pid, timeout=START):
+    """Poll until the process is seen stopped (its throttler has started)."""
+    end = time.monotonic() + timeout
+    while _process_state(pid) not in STOPPED:
+        assert time.monotonic() < end, f"process {pid} never seen stopped in {timeout} s"
+        time.sleep(0.002)
 
 
 def _states(pid, duration=0.3, interval=0.005):
@@ -107,7 +121,7 @@ def _gone(pid):
     return _process_state(pid) in (None, "Z")
 
 
-def _wait_released(pid, throttler_pid, timeout):
+def _wait_released(pid, throttler_pid, timeout=START):
     """Wait until the throttler has exited; then the worker must never be seen stopped."""
     end = time.monotonic() + timeout
     while not _gone(throttler_pid):
@@ -116,36 +130,39 @@ def _wait_released(pid, throttler_pid, timeout):
     assert not _states(pid, duration=0.3) & set(STOPPED)
 
 
-@pytest.fixture(scope="module")
-def n_loops(client):
-    """Loop count for a ~0.3 s task on a worker of this machine."""
-    w = worker_addresses(client)[0]
-    duration = client.submit(_work, 100, workers=[w], pure=False).result()
-    return int(np.clip(100 * 0.3 / max(duration, 1e-3), 50, 20_000))
+def _lease_of(throttler_pid):
+    """The throttler's lease file and lease seconds, from its command line."""
+    with open(f"/proc/{throttler_pid}/cmdline", "rb") as f:
+        argv = f.read().decode().split("\0")
+    return Path(argv[argv.index("--lease-file") + 1]), float(argv[argv.index("--lease") + 1])
 
 
 # --------------------------------------------------------------------------- tests
 
 
-def test_factor_4_slows_the_worker_about_4x_and_stop_restores_it(client, workers, pids,
-                                                                   n_loops):
+def test_factor_4_slows_the_worker_about_4x_and_stop_restores_it(client, workers, pids):
+    # the slow-down is the duty cycle: stopped 1 - 1/4 of each period (less the ~2 ms the
+    # throttler adds to each run window), which samples of the worker's state at times
+    # unrelated to the cycle measure whatever else the machine runs (durations of work
+    # side by side do not: on a busy machine a resumed process gets the core first)
     slow, fast = workers
     with ProcessThrottle(client, [slow], 4, period=0.05) as throttle:
         assert throttle.active
         (info,) = throttle.throttlers
         assert info["via_nanny"] and info["pid"] == pids[slow]
-        assert "T" in _states(pids[slow])  # really stopped part of the time
+        _wait_stopped(pids[slow])
+        stopped = _stopped_fraction(pids[slow], cycles=60, period=0.05)
         assert not _states(pids[fast], duration=0.1) & set(STOPPED)
-        throttled = _median_ratio(client, slow, fast, n_loops, reps=5)
+        # it still works, only slowly
+        assert _on(client, slow, 10).result() >= 0
     assert not throttle.active
     assert _gone(info["throttler_pid"])
+    print(f"throttled worker stopped {stopped:.2f} of the time")
+    # about 0.71 (idle and busy machines alike); factor 2 would give 0.46, factor 10 0.88
+    assert 0.55 < stopped < 0.85, stopped
+    # restored: never seen stopped again, over as many cycles
+    assert _stopped_fraction(pids[slow], cycles=60, period=0.05) == 0.0
     assert not _states(pids[slow]) & set(STOPPED)
-    restored = _median_ratio(client, slow, fast, n_loops, reps=5)
-    print(f"median slow/fast duration ratio: throttled {throttled:.2f}, after {restored:.2f}")
-    # the issue's band; the throttler adds ~2 ms to each run window for the time a
-    # resumed process loses (without it: 4.3-5.0 here; with it 3.95-4.6)
-    assert 3.0 < throttled < 5.0
-    assert 0.6 < restored < 1.5
     throttle.stop()  # idempotent
 
 
@@ -153,7 +170,8 @@ def test_exception_inside_with_leaves_every_worker_running(client, workers, pids
     with pytest.raises(ZeroDivisionError), ProcessThrottle(client, workers, 10,
                                                            period=0.05) as throttle:
         infos = throttle.throttlers
-        assert all("T" in _states(pids[w], duration=0.2) for w in workers)
+        for w in workers:
+            _wait_stopped(pids[w])
         1 / 0  # noqa: B018
     assert not throttle.active
     for info in infos:
@@ -176,21 +194,21 @@ def test_worker_without_a_nanny_throttles_itself(client, workers):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
     try:
-        client.wait_for_workers(len(workers) + 1, timeout=30)
+        client.wait_for_workers(len(workers) + 1, timeout=START)
         (extra,) = set(worker_addresses(client)) - set(workers)
         with ProcessThrottle(client, [extra], 10, period=0.05) as throttle:
             (info,) = throttle.throttlers
             assert not info["via_nanny"] and info["pid"] == proc.pid
-            assert "T" in _states(proc.pid, duration=0.3)
+            _wait_stopped(proc.pid)
         assert _gone(info["throttler_pid"])
         assert not _states(proc.pid, duration=0.2) & set(STOPPED)
     finally:
         os.kill(proc.pid, signal.SIGCONT)
         proc.terminate()
-        proc.wait(timeout=30)
-        end = time.monotonic() + 30
+        proc.wait(timeout=START)
+        end = time.monotonic() + START
         while len(worker_addresses(client)) > len(workers):
-            assert time.monotonic() < end
+            assert time.monotonic() < end, "the stopped worker did not leave the scheduler"
             time.sleep(0.05)
 
 
@@ -212,6 +230,18 @@ def _readline(proc, timeout):
     return proc.stdout.readline()
 
 
+def _renewing(lease_file, seconds):
+    """Keep the lease fresh (as a live client would) for ``seconds``; return the time of
+    the last renewal (the lease file's mtime: it is removed when the throttler ends)."""
+    end = time.monotonic() + seconds
+    while True:
+        os.utime(lease_file)
+        last = os.stat(lease_file).st_mtime
+        if time.monotonic() >= end:
+            return last
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
 def test_killed_client_releases_the_worker_within_the_lease(client, workers, pids, tmp_path,
                                                             sig):
@@ -223,14 +253,37 @@ def test_killed_client_releases_the_worker_within_the_lease(client, workers, pid
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
     )
     try:
-        info = json.loads(_readline(proc, timeout=30))
+        info = json.loads(_readline(proc, timeout=START))
         assert info["pid"] == pids[workers[1]]
-        assert "T" in _states(info["pid"], duration=0.2)
-        killed = time.monotonic()
-        proc.send_signal(sig)
-        proc.wait(timeout=10)
-        _wait_released(info["pid"], info["throttler_pid"], timeout=2.0 + 3.0)
-        assert time.monotonic() - killed < 2.0 + 3.5
+        _wait_stopped(info["pid"])
+        lease_file, lease = _lease_of(info["throttler_pid"])
+        assert lease == 2.0
+        if sig == signal.SIGKILL:
+            proc.send_signal(sig)
+            proc.wait(timeout=START)
+            # nothing of the client is left to release the worker: only the lease can.
+            # While the lease is kept fresh for longer than it lasts, the throttle goes on
+            # after the client's death; left alone, it ends no earlier than the lease
+            # after its last renewal, and the worker runs
+            last = _renewing(lease_file, 1.5 * lease)
+            assert not _gone(info["throttler_pid"])
+            _wait_stopped(info["pid"])
+            _wait_released(info["pid"], info["throttler_pid"])
+            assert time.time() - last >= lease
+        else:
+            # Ctrl-C: the client's exit stops the throttle itself, without waiting for the
+            # lease: the throttler ends although the lease is kept fresh all along
+            os.utime(lease_file)
+            proc.send_signal(sig)
+            end = time.monotonic() + START
+            while not _gone(info["throttler_pid"]):
+                assert time.monotonic() < end, "the client's exit did not stop the throttle"
+                with contextlib.suppress(FileNotFoundError):
+                    os.utime(lease_file)
+                time.sleep(0.05)
+            proc.wait(timeout=START)
+            _wait_released(info["pid"], info["throttler_pid"])
+        assert not lease_file.exists()  # the throttler removes its lease file
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -261,9 +314,9 @@ def test_script_resumes_the_process_on_signals(sleeper, tmp_path, sig):
     lease = tmp_path / "lease"
     lease.touch()
     throttler = _script(sleeper.pid, lease)
-    assert "T" in _states(sleeper.pid, duration=0.5)
+    _wait_stopped(sleeper.pid)
     throttler.send_signal(sig)
-    assert throttler.wait(timeout=5) == 0
+    assert throttler.wait(timeout=START) == 0
     assert not _states(sleeper.pid, duration=0.2) & set(STOPPED)
     assert not lease.exists()  # the script removes its lease file
 
@@ -272,14 +325,22 @@ def test_script_releases_on_an_expired_or_removed_lease(sleeper, tmp_path):
     lease = tmp_path / "lease"
     lease.touch()
     throttler = _script(sleeper.pid, lease, lease=0.5)
-    assert "T" in _states(sleeper.pid, duration=0.3)
-    assert throttler.wait(timeout=5) == 0  # not renewed: expires after 0.5 s
+    # renewed until the throttle is seen at work (a busy machine may start the script
+    # later than the lease lasts), then left to expire
+    end = time.monotonic() + START
+    while _process_state(sleeper.pid) not in STOPPED:
+        assert throttler.poll() is None and time.monotonic() < end, "never seen stopped"
+        os.utime(lease)
+        time.sleep(0.002)
+    last = os.stat(lease).st_mtime
+    assert throttler.wait(timeout=START) == 0  # not renewed: expires after 0.5 s
+    assert time.time() - last >= 0.5
     assert not _states(sleeper.pid, duration=0.2) & set(STOPPED)
     lease.touch()
     throttler = _script(sleeper.pid, lease)
-    assert "T" in _states(sleeper.pid, duration=0.3)
+    _wait_stopped(sleeper.pid)
     lease.unlink()
-    assert throttler.wait(timeout=5) == 0
+    assert throttler.wait(timeout=START) == 0
     assert not _states(sleeper.pid, duration=0.2) & set(STOPPED)
 
 
@@ -287,10 +348,10 @@ def test_script_exits_when_the_process_is_gone(sleeper, tmp_path):
     lease = tmp_path / "lease"
     lease.touch()
     throttler = _script(sleeper.pid, lease, factor=2, period=0.05)
-    time.sleep(0.1)
+    _wait_stopped(sleeper.pid)  # throttling
     sleeper.kill()
     sleeper.wait()
-    assert throttler.wait(timeout=5) == 0
+    assert throttler.wait(timeout=START) == 0
 
 
 # --------------------------------------------------------------------------- bad input

@@ -8,6 +8,7 @@ worker that is gone.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -34,6 +35,11 @@ pytestmark = pytest.mark.cluster
 
 #: Each task sleeps ~0.05 s, so a round lasts ~0.1 s.
 SLOW = "gamma(mean=0.05, var=1e-6)"
+
+#: Seconds a started process (a scheduler, a worker, the CLI) may take to reach a state
+#: the test waits for: generous, as a busy machine starts Python processes slowly; a hang
+#: beyond it fails with a message.
+START = 120
 
 
 def _arrays() -> tuple[np.ndarray, np.ndarray]:
@@ -84,14 +90,17 @@ def test_exact_methods_finish_with_the_clean_iterates(data, fault_cluster, at_ro
     clean = LocalRuntime(3).run(method, problem, data, stop=stop, rng=0)
     with DaskRuntime(fault_cluster[1], stragglers=SLOW, rng=0) as rt:
         at_round(rt, 4, _kill(_worker_pid(rt, 1)))
-        t0 = time.perf_counter()
-        with pytest.warns(StraggleWarning, match="left the cluster; its partitions"):
+        with pytest.warns(StraggleWarning, match="left the cluster; its partitions") as said:
             res = rt.run(method, problem, data, stop=stop, rng=0)
-    assert time.perf_counter() - t0 < 60
     assert res.n_iter == 20
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
     (loss,) = _losses(res)
     assert loss["worker_index"] == 1 and loss["moved_to"] != loss["lost"]
+    # nothing waited on the dead worker's task: the membership check saw it leave (not
+    # the frozen-worker bound, a minute by default, which would move it as "frozen")
+    assert loss["kind"] == "lost"
+    assert not [m for m in res.attrs["worker_losses"] if m["kind"] == "frozen"]
+    assert not [w for w in said if "frozen" in str(w.message)]
 
 
 def test_dsag_goes_on_and_its_final_pass_does_not_hang(data, fault_cluster, at_round):
@@ -120,14 +129,12 @@ def test_retiring_workers_are_left_before_they_go(data, fault_cluster, at_round)
         at_round(rt, 4, lambda: client.retire_workers([stays], close_workers=False,
                                                       remove=False))
         at_round(rt, 8, lambda: client.retire_workers([goes], close_workers=True))
-        t0 = time.perf_counter()
         with pytest.warns(StraggleWarning, match=r"is retiring \(closing gracefully\); its "
                           "partitions"):
             res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
-        elapsed = time.perf_counter() - t0
         assert not {stays, goes} & set(rt.worker_names)
-    assert elapsed < 45  # not the minute of a worker found frozen
     moves = res.attrs["worker_losses"]
+    # both moved as retiring (kind "retired" below), none as found frozen after a minute
     assert (moves[0]["lost"], moves[0]["worker_index"]) == (stays, 0)
     assert {m["lost"] for m in moves} == {stays, goes}  # (goes may have taken index 0)
     assert all(m["kind"] == "retired" for m in moves), moves
@@ -187,7 +194,7 @@ def test_min_workers_waits_for_workers_that_join_late():
             DaskRuntime(client, min_workers=3, min_workers_timeout=1.0)
         late = threading.Timer(1.0, cluster.scale, args=(2,))
         late.start()
-        with DaskRuntime(client, min_workers=2, min_workers_timeout=60.0) as rt:
+        with DaskRuntime(client, min_workers=2, min_workers_timeout=float(START)) as rt:
             assert rt.n_workers == 2
         late.join()
 
@@ -233,16 +240,19 @@ def test_a_killed_scheduler_ends_the_run_in_one_line(tmp_path):
              "--checkpoint", str(tmp_path / "run.ckpt"), "--checkpoint-iterations", "2"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ck = tmp_path / "run.ckpt"
-        deadline = time.perf_counter() + 60
+        deadline = time.perf_counter() + START
         while not (ck.exists() and load_checkpoint(ck)["iteration"] >= 2):  # iterating
             if cli.poll() is not None or time.perf_counter() > deadline:
                 cli.kill()
-                pytest.fail(f"the run did not get going: {cli.communicate()}")
+                pytest.fail(f"the run did not get going in {START} s: {cli.communicate()}")
             time.sleep(0.1)
         scheduler.kill()
-        killed = time.perf_counter()
-        out, err = cli.communicate(timeout=120)
-        assert time.perf_counter() - killed < 60
+        try:  # the run's waits are bounded (30 s on the scheduler): it ends by itself
+            out, err = cli.communicate(timeout=START)
+        except subprocess.TimeoutExpired:
+            cli.kill()
+            pytest.fail(f"the run did not end {START} s after the scheduler died: "
+                        f"{cli.communicate()}")
         assert cli.returncode == 1, (out, err)
         (line,) = err.strip().splitlines()  # one line, whichever check saw it first
         assert line.startswith(f"error: Lost the connection to the Dask scheduler at "
@@ -290,10 +300,10 @@ def test_a_killed_client_leaves_no_injector_on_a_shared_cluster(fault_cluster):
         (mine,) = set(injectors(client)) - before
         user.kill()
         user.wait()
-        deadline = time.perf_counter() + 30
+        deadline = time.perf_counter() + START
         while mine in injectors(client) and time.perf_counter() < deadline:
             time.sleep(0.2)
-        assert mine not in injectors(client)
+        assert mine not in injectors(client), f"still installed after {START} s"
         assert not [n for n in client.run_on_scheduler(
             lambda dask_scheduler: list(dask_scheduler.plugins)) if mine in n]  # its janitor
     finally:
@@ -308,11 +318,11 @@ def test_a_clean_up_step_that_never_answers_is_bounded(monkeypatch):
 
     monkeypatch.setitem(dask_config.config["daskstraggle"]["timeouts"], "cleanup", 0.5)
     release = threading.Event()
-    t0 = time.perf_counter()
+    # the bound ends the wait: this warning comes only while the step is still running
+    # (left to itself it would return after 60 s, without a warning)
     with pytest.warns(StraggleWarning, match=r"Could not remove the injector \(no answer "
                       r"within 0.5 s: a worker may be frozen\)"):
-        _resilience.quietly("remove the injector", release.wait, 30)
-    assert time.perf_counter() - t0 < 5
+        _resilience.quietly("remove the injector", release.wait, 60)
     release.set()
     with pytest.warns(StraggleWarning, match=r"Could not stop it \(OSError: gone\)"):
         _resilience.quietly("stop it", _raise, OSError("gone"))
@@ -322,23 +332,26 @@ def _raise(err: BaseException) -> None:
     raise err
 
 
-def test_a_frozen_worker_does_not_hold_up_the_final_exact_pass(data, fault_cluster, at_round):
+def test_a_frozen_worker_does_not_hold_up_the_final_exact_pass(data, fault_cluster, at_round,
+                                                               caplog):
     # DSAG goes on without the frozen worker; the exact pass after the run needs its
     # partitions, which a backup computes on another worker (from the source)
     with DaskRuntime(fault_cluster[1], rng=0) as rt:
         pid = _worker_pid(rt, 2)
+        frozen = rt.worker_names[2]
         try:
             at_round(rt, 5, lambda: os.kill(pid, signal.SIGSTOP))
-            t0 = time.perf_counter()
-            res = rt.run(DSAG(n_wait=2), Logistic(alpha=0.01), data,
-                         stop=StopRule(max_iter=25, tol=None), rng=0)
-            elapsed = time.perf_counter() - t0
+            with caplog.at_level(logging.WARNING, logger="daskstraggle.runtime.dask"):
+                res = rt.run(DSAG(n_wait=2), Logistic(alpha=0.01), data,
+                             stop=StopRule(max_iter=25, tol=None), rng=0)
         finally:
             os.kill(pid, signal.SIGCONT)
     # the frozen worker kept its index (too short a run to call it frozen): the final
-    # pass computed its partitions elsewhere
+    # pass computed its partitions elsewhere, a backup ending the wait for the frozen one
     assert "worker_losses" not in res.attrs
-    assert elapsed < 30
+    backups = [r.getMessage() for r in caplog.records
+               if r.getMessage().startswith(f"exact pass: worker {frozen} is slow")]
+    assert backups, [r.getMessage() for r in caplog.records]
     # the fitted values are the exact ones at the returned point
     from daskstraggle.problems import Block, block_stats
 
@@ -383,7 +396,7 @@ def test_a_worker_without_a_nanny_is_replaced_then_a_newcomer_takes_its_index_ba
         first = dask_worker(cluster.scheduler_address)  # nothing restarts it
         late = dask_worker(cluster.scheduler_address, joins_later=True)
         with Client(cluster, set_as_default=False) as client:
-            client.wait_for_workers(3, timeout=30)
+            client.wait_for_workers(3, timeout=START)
             with DaskRuntime(client, stragglers=SLOW, rng=0) as rt:
                 index = next(i for i in range(3) if _worker_pid(rt, i) == first.pid)
                 before = rt.worker_names
@@ -416,23 +429,38 @@ def test_a_worker_joining_beyond_the_worker_count_helps_the_slowest_index(
         data, fault_cluster, at_round, dask_worker, method, problem):
     from daskstraggle.runtime.dask import worker_addresses
 
-    stop = StopRule(max_iter=30, tol=None)
-    clean = LocalRuntime(3).run(method, problem, data, stop=stop, rng=0)
     cluster, client = fault_cluster
     slow = f"{SLOW} + slowdown(workers=1, factor=4)"  # worker index 1 is the slowest
     newcomer = dask_worker(cluster.scheduler_address, joins_later=True)
+    split = 6  # units of index 1 the helper shares before the run may end
+
+    class UntilHelped(StopRule):
+        """Ends the run once the newcomer has shared ``split`` units, however many rounds
+        its joining and loading took (a busy machine slows them; the rounds go on)."""
+
+        __slots__ = ()
+
+        def check(self, *, iteration: int, gap: float | None, elapsed: float) -> str | None:
+            joins = getattr(rt, "_joins", [])
+            if iteration >= 30 and joins and joins[0]["split_units"] >= split:
+                return "max_iter"
+            return StopRule.check(self, iteration=iteration, gap=gap, elapsed=elapsed)
+
     with DaskRuntime(client, stragglers=slow, rng=0) as rt:
         before = rt.worker_names
         at_round(rt, 3, newcomer.join)
-        res = rt.run(method, problem, data, stop=stop, rng=0)
+        res = rt.run(method, problem, data, stop=UntilHelped(max_iter=1000, tol=None), rng=0)
         (joined,) = set(worker_addresses(client)) - set(before)
         assert rt.worker_names == before  # the methods keep their 3 worker indices
+    assert res.n_iter < 1000, "the newcomer did not help within 1000 rounds"
+    clean = LocalRuntime(3).run(method, problem, data,
+                                stop=StopRule(max_iter=res.n_iter, tol=None), rng=0)
     (join,) = res.attrs["worker_joins"]
     assert (join["worker"], join["helps"]) == (joined, 1)
     assert join["partitions"] == res.attrs["placement"][1]
     # it computed part of index 1's rows in the later rounds, the larger part (no
     # injected delay there), and the sums of the two parts are the clean run's
-    assert join["split_units"] >= 1 and join["own_share"] < 0.5
+    assert join["split_units"] >= split and join["own_share"] < 0.5
     assert "worker_losses" not in res.attrs
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
     assert f"worker joined {joined}: helped index 1 (" in format_result(res)
