@@ -8,10 +8,9 @@ the command line inside the handling, so an interrupt during the import of
 cluster starting) ends like one during a run: ``aborted`` on stderr, exit code 130
 (128 + SIGINT, what shells report for an interrupted command), no traceback.
 
-Limit: Python imports the package (``daskstraggle/__init__.py``) before this module, and
-that package import loads dask, xarray and zarr; an interrupt during it still ends in a
-traceback (with the same exit status 130 from the shell), until the package loads them
-lazily.
+Python imports the package (``daskstraggle/__init__.py``) before this module; the package
+loads its public names on first use (PEP 562), so that import is light and everything heavy
+is imported inside the handling.
 """
 
 from __future__ import annotations

@@ -271,10 +271,7 @@ sys.exit({function}())
     "daskstraggle.cli",  # the command line module, imported by the entry
     "distributed",       # imported when pca starts its LocalCluster
     "numba",             # imported by the in-process runtime's kernels
-    pytest.param("xarray", marks=pytest.mark.xfail(
-        strict=True, reason="daskstraggle/__init__.py imports xarray, scipy and numpy before "
-        "any entry module can run (1.9 s of the 2 s of imports); it needs lazy package "
-        "imports (PEP 562) for Ctrl-C there to print 'aborted'")),
+    "xarray",            # imported by the API (the package itself loads it lazily)
 ])
 def test_ctrl_c_while_importing_prints_aborted_and_exits_130(target, gapped, tmp_path):
     module, function = _console_script()
