@@ -1,13 +1,13 @@
-"""The README's snippets run as written: every ```python block, and its ``daskstraggle`` commands.
+"""The README runs as written: its fenced blocks, in order, in one fresh folder.
 
-Each Python block runs as a script in a subprocess (so it needs, and is checked to have, the
-``if __name__ == "__main__":`` guard that process workers require) in a folder holding small
-versions of the stores it names. The scripts run side by side (much of their time is
-waiting): all start with the first of their tests, and each test waits for its own. The
-```bash blocks' ``daskstraggle`` commands run in README order in a fresh folder through
-``main`` (``$PWD`` is that folder), with three changes that keep the test fast: the dataset
-sizes are small, solves stop after ``--max-iter 10``, and ``--scheduler`` points at the
-test session's cluster instead of 127.0.0.1:8786. The set-up commands (``python3 -m venv``) are
+What a reader does, top to bottom in a new folder: each ```bash block's ``daskstraggle``
+commands run through ``main`` (``$PWD`` is that folder), each ```python block runs as a
+script in a subprocess there (so it needs, and is checked to have, the
+``if __name__ == "__main__":`` guard that process workers require) and sees what the blocks
+above it wrote: a snippet that writes a path an earlier command wrote fails, as it would for
+the reader. Three changes keep the test fast: the dataset sizes are small, solves stop after
+``--max-iter 10``, and ``--scheduler`` points at the test session's cluster instead of
+127.0.0.1:8786 (the README says to start one). The set-up commands (``python3 -m venv``) are
 checked by tests/test_readme.py and ``.ci/run``.
 """
 
@@ -18,44 +18,49 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from daskstraggle.cli import main
-from daskstraggle.data.datasets import make_dataset
 
 ROOT = Path(__file__).parents[1]
 README = (ROOT / "README.md").read_text()
 
 #: Small stand-ins for the README's datasets: (rows, columns, rows per chunk).
 SMALL = {"genotypes": (2000, 60, 500), "logistic": (2000, 10, 500), "linear": (2000, 10, 500)}
-#: The stores the README's Python blocks open, and their recipes.
-STORES = {"geno.vcz": "genotypes", "logit.zarr": "logistic", "lin.zarr": "linear"}
 SOLVES = ("pca", "logreg", "linreg")
-SCRIPT_TIMEOUT = 280  # seconds for a Python block, from the start of all of them
+SCRIPT_TIMEOUT = 280  # seconds for a Python block
+
+
+def fenced() -> list[tuple[str, str]]:
+    """The README's fenced blocks in order, as (language, text)."""
+    return re.findall(r"^```(\w*)\n(.*?)^```", README, flags=re.S | re.M)
 
 
 def blocks(language: str) -> list[str]:
     """The README's fenced blocks of ``language``, in order."""
-    return re.findall(rf"^```{language}\n(.*?)^```", README, flags=re.S | re.M)
+    return [text for lang, text in fenced() if lang == language]
+
+
+def block_commands(block: str) -> list[list[str]]:
+    """The ``daskstraggle`` commands of one bash block, as argument lists (without the name)."""
+    out = []
+    for line in block.replace("\\\n", " ").splitlines():
+        argv: list[str] = []
+        for token in [*shlex.split(line, comments=True), "&&"]:
+            if token != "&&":
+                argv.append(token)
+                continue
+            if argv and argv[0] == "daskstraggle":
+                out.append(argv[1:])
+            argv = []
+    return out
 
 
 def commands() -> list[list[str]]:
-    """The ``daskstraggle`` commands of the bash blocks, as argument lists (without the name)."""
-    out = []
-    for block in blocks("bash"):
-        for line in block.replace("\\\n", " ").splitlines():
-            argv: list[str] = []
-            for token in [*shlex.split(line, comments=True), "&&"]:
-                if token != "&&":
-                    argv.append(token)
-                    continue
-                if argv and argv[0] == "daskstraggle":
-                    out.append(argv[1:])
-                argv = []
-    return out
+    """The ``daskstraggle`` commands of every bash block, in order."""
+    return [argv for block in blocks("bash") for argv in block_commands(block)]
 
 
 def shrink(argv: list[str], scheduler: str) -> list[str]:
@@ -80,65 +85,39 @@ def test_the_readme_has_snippets_to_check():
     assert {"pca", "logreg", "linreg", "simulate", "datasets make"} <= set(names), names
 
 
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Small versions of the stores the Python blocks open."""
-    root = tmp_path_factory.mktemp("readme_stores")
-    for name, recipe in STORES.items():
-        rows, cols, chunk = SMALL[recipe]
-        size = ({"n_variants": rows, "n_samples": cols} if recipe == "genotypes"
-                else {"n_samples": rows, "n_features": cols})
-        make_dataset(recipe, root / name, chunk_rows=chunk, **size)
-    return root
-
-
-@pytest.fixture(scope="module")
-def scripts(stores: Path, tmp_path_factory: pytest.TempPathFactory):
-    """Every Python block started at once as a script, each in its own folder with the stores.
-
-    Returns ``{index: (process, folder, start time)}``; stderr goes to ``stderr.txt`` there.
-    """
-    started = {}
-    for index, code in enumerate(blocks("python")):
-        folder = tmp_path_factory.mktemp(f"snippet_{index}")
-        for name in STORES:
-            (folder / name).symlink_to(stores / name)
-        script = folder / f"snippet_{index}.py"
-        script.write_text(code)
-        with open(folder / "stdout.txt", "w") as out, open(folder / "stderr.txt", "w") as err:
-            proc = subprocess.Popen([sys.executable, script.name], cwd=folder, stdout=out,
-                                    stderr=err)
-        started[index] = (proc, folder, time.monotonic())
-    yield started
-    for proc, _, _ in started.values():
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-
-
-@pytest.mark.cluster
 @pytest.mark.parametrize("index", range(len(blocks("python"))))
-def test_python_snippet_runs_as_a_script(index, scripts):
-    code = blocks("python")[index]
-    assert 'if __name__ == "__main__":' in code, "process workers need the __main__ guard"
-    proc, folder, t0 = scripts[index]
-    try:
-        proc.wait(timeout=max(SCRIPT_TIMEOUT - (time.monotonic() - t0), 1))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    stderr = (folder / "stderr.txt").read_text()
-    assert proc.returncode == 0, f"README python block {index} failed:\n{stderr[-3000:]}"
+def test_python_blocks_can_run_as_scripts(index):
+    assert 'if __name__ == "__main__":' in blocks("python")[index], \
+        "process workers need the __main__ guard"
 
 
 @pytest.mark.cluster
-def test_bash_commands_run(tmp_path, monkeypatch, capsys, dask_client):
-    monkeypatch.chdir(tmp_path)
+@pytest.mark.timeout(1200)  # the whole README one block after the other (a few minutes)
+def test_the_blocks_run_in_order_in_a_fresh_folder(tmp_path, tmp_path_factory, monkeypatch,
+                                                    capsys, dask_client):
+    folder = tmp_path / "reader"
+    folder.mkdir()
+    scripts = tmp_path_factory.mktemp("readme_scripts")  # not in the reader's folder
+    monkeypatch.chdir(folder)
     scheduler = dask_client.scheduler.address
-    for argv in commands():
-        argv = [a.replace("$PWD", str(tmp_path)) for a in shrink(argv, scheduler)]
-        code = main(argv)
-        captured = capsys.readouterr()
-        assert code == 0, f"daskstraggle {shlex.join(argv)} exited {code}:\n{captured.err}"
-        if "--json" in argv:
-            assert "n_iter" in json.loads(captured.out)
+    ran = {"bash": 0, "python": 0}
+    for index, (language, text) in enumerate(fenced()):
+        if language == "bash":
+            for argv in block_commands(text):
+                argv = [a.replace("$PWD", str(folder)) for a in shrink(argv, scheduler)]
+                code = main(argv)
+                captured = capsys.readouterr()
+                assert code == 0, (f"README block {index}: daskstraggle {shlex.join(argv)} "
+                                   f"exited {code}:\n{captured.err}")
+                if "--json" in argv:
+                    assert "n_iter" in json.loads(captured.out)
+                ran["bash"] += 1
+        elif language == "python":
+            script = scripts / f"block_{index}.py"
+            script.write_text(text)
+            proc = subprocess.run([sys.executable, str(script)], cwd=folder, text=True,
+                                  capture_output=True, timeout=SCRIPT_TIMEOUT)
+            assert proc.returncode == 0, \
+                f"README python block {index} failed:\n{proc.stderr[-3000:]}"
+            ran["python"] += 1
+    assert ran["python"] == len(blocks("python")) and ran["bash"] == len(commands())
