@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -295,3 +297,37 @@ def test_ctrl_c_after_the_command_ended_keeps_its_exit_code(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.2, 0.5, 1.0, 2.0])
+def test_ctrl_c_from_outside_at_any_moment_prints_aborted_and_exits_130(delay, gapped, tmp_path):
+    """A real SIGINT from another process, ``delay`` seconds into the command: during the
+    imports, the cluster's start or the run, whichever it lands in on this machine (the
+    test asserts no timing). The delay counts from a marker the script writes once the
+    entry function is imported, as it is called: before that, Python starts and imports the
+    package's light ``__init__`` and the entry module, the few milliseconds no code of
+    ours can cover (an interrupt there is Python's: a traceback, exit status 130)."""
+    module, function = _console_script()
+    marker = tmp_path / "started"
+    script = (f"import sys\nfrom {module} import {function}\n"
+              f"open({str(marker)!r}, 'w').close()\nsys.exit({function}())\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", script, "pca", str(gapped[0]), "--workers",
+                             "1", "--method", "gd", "--max-iter", "1000000", "--tol", "1e-300",
+                             "--quiet", "--out", str(work / "out.zarr")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work)
+    try:
+        while not marker.exists() and proc.poll() is None:
+            time.sleep(0.005)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.strip().splitlines() == ["aborted"], err
+    assert out == "" and list(work.iterdir()) == []
