@@ -130,40 +130,117 @@ def _wait_released(pid, throttler_pid, timeout=START):
     assert not _states(pid, duration=0.3) & set(STOPPED)
 
 
-def _lease_of(throttler_pid):
-    """The throttler's lease file and lease seconds, from its command line."""
+def _throttler_args(throttler_pid):
+    """The throttler's options (``--pid``, ``--factor``, ...), from its command line."""
     with open(f"/proc/{throttler_pid}/cmdline", "rb") as f:
         argv = f.read().decode().split("\0")
-    return Path(argv[argv.index("--lease-file") + 1]), float(argv[argv.index("--lease") + 1])
+    return {a: argv[i + 1] for i, a in enumerate(argv) if a.startswith("--")}
+
+
+def _lease_of(throttler_pid):
+    """The throttler's lease file and lease seconds, from its command line."""
+    args = _throttler_args(throttler_pid)
+    return Path(args["--lease-file"]), float(args["--lease"])
 
 
 # --------------------------------------------------------------------------- tests
 
 
 def test_factor_4_slows_the_worker_about_4x_and_stop_restores_it(client, workers, pids):
-    # the slow-down is the duty cycle: stopped 1 - 1/4 of each period (less the ~2 ms the
-    # throttler adds to each run window), which samples of the worker's state at times
-    # unrelated to the cycle measure whatever else the machine runs (durations of work
-    # side by side do not: on a busy machine a resumed process gets the core first)
+    # the slow-down is the throttler's duty cycle, checked in simulated time below; here
+    # it runs for this worker with factor 4 and period 0.05, the worker is stopped and
+    # still works, and is never stopped afterwards. (Durations of work side by side, or
+    # the share of time the worker is seen stopped, measure it only on an idle machine:
+    # on a busy one a resumed process gets the core first, and a process takes a stop
+    # only once it gets a core)
     slow, fast = workers
     with ProcessThrottle(client, [slow], 4, period=0.05) as throttle:
         assert throttle.active
         (info,) = throttle.throttlers
         assert info["via_nanny"] and info["pid"] == pids[slow]
+        args = _throttler_args(info["throttler_pid"])
+        assert (int(args["--pid"]), float(args["--factor"]), float(args["--period"])) == (
+            pids[slow], 4.0, 0.05)
         _wait_stopped(pids[slow])
-        stopped = _stopped_fraction(pids[slow], cycles=60, period=0.05)
         assert not _states(pids[fast], duration=0.1) & set(STOPPED)
         # it still works, only slowly
         assert _on(client, slow, 10).result() >= 0
     assert not throttle.active
     assert _gone(info["throttler_pid"])
-    print(f"throttled worker stopped {stopped:.2f} of the time")
-    # about 0.71 (idle and busy machines alike); factor 2 would give 0.46, factor 10 0.88
-    assert 0.55 < stopped < 0.85, stopped
-    # restored: never seen stopped again, over as many cycles
+    # restored: never seen stopped again, over 60 cycles
     assert _stopped_fraction(pids[slow], cycles=60, period=0.05) == 0.0
     assert not _states(pids[slow]) & set(STOPPED)
     throttle.stop()  # idempotent
+
+
+class _SimulatedClock:
+    """Time for the throttler script, simulated: each sleep advances it by the seconds
+    asked plus a wake-up delay drawn by ``lag`` (a busy machine wakes a process late);
+    the signals it sends are recorded with their times."""
+
+    def __init__(self, lag):
+        self.now, self.lag, self.sent = 1000.0, lag, []
+
+    def monotonic(self):
+        return self.now
+
+    def time(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds + self.lag()
+
+    def kill(self, pid, sig):
+        self.sent.append((sig, self.now))
+
+
+def _simulated_throttle(monkeypatch, lag, cycles, factor=4, period=0.05):
+    """Run the throttler script's ``main`` in simulated time for ``cycles`` periods;
+    return the signals it sent, with their times."""
+    from types import SimpleNamespace
+
+    from daskstraggle.runtime import _throttler
+
+    clock = _SimulatedClock(lag)
+    monkeypatch.setattr(_throttler, "time", clock)
+    monkeypatch.setattr(_throttler, "os", SimpleNamespace(kill=clock.kill,
+                                                          unlink=lambda path: None))
+    monkeypatch.setattr(_throttler, "signal", SimpleNamespace(
+        signal=lambda *args: None, SIGSTOP=signal.SIGSTOP, SIGCONT=signal.SIGCONT,
+        SIG_IGN=signal.SIG_IGN))
+    monkeypatch.setattr(_throttler, "_lease_valid", lambda path, lease: True)
+    monkeypatch.setattr(_throttler, "_alive", lambda pid: len(clock.sent) < 2 * cycles)
+    assert _throttler.main(["--pid", "4242", "--factor", str(factor), "--period",
+                            str(period), "--lease-file", "lease", "--lease", "10"]) == 0
+    return clock.sent
+
+
+def test_the_duty_cycle_in_simulated_time(monkeypatch):
+    # each period the process runs 1/4 of it plus the 2 ms of RESUME_OVERHEAD, then is
+    # stopped for the rest: at 14.5 ms and resumed at 50 ms, again and again
+    sent = _simulated_throttle(monkeypatch, lag=lambda: 0.0, cycles=20)
+    stop, cont = signal.SIGSTOP, signal.SIGCONT
+    assert [s for s, _ in sent] == [stop, cont] * 20 + [cont]  # left running at the end
+    times = np.array([t for _, t in sent[:40]]) - 1000.0
+    expected = np.ravel([(0.05 * k + 0.0145, 0.05 * (k + 1)) for k in range(20)])
+    np.testing.assert_allclose(times, expected, atol=1e-9)
+
+
+@pytest.mark.parametrize("late", [0.004, 0.02], ids=["4ms", "20ms"])
+def test_the_duty_cycle_holds_when_the_throttler_wakes_late(monkeypatch, late):
+    # on a busy machine the throttler wakes up late: its deadlines are absolute, so a
+    # late stop shortens the stop and a late resume the next run window; the slow-down
+    # stays about 4x (the issue's 3-5 band), on average over the cycles
+    rng = np.random.default_rng(0)
+    sent = _simulated_throttle(monkeypatch, lag=lambda: float(rng.uniform(0, late)),
+                               cycles=400)
+    stop, cont = signal.SIGSTOP, signal.SIGCONT
+    assert [s for s, _ in sent] == [stop, cont] * 400 + [cont]
+    times = np.array([t for _, t in sent[:800]]) - 1000.0
+    stopped = float(np.sum(times[1::2] - times[0::2]))
+    slow_down = times[-1] / (times[-1] - stopped)  # elapsed over time left running
+    assert 3.0 < slow_down < 5.0, slow_down
+
 
 
 def test_exception_inside_with_leaves_every_worker_running(client, workers, pids):
