@@ -191,6 +191,23 @@ def _expected_workers(
     return None
 
 
+def _check_workers(n_workers: Any, runtime: Any, client: Any, scheduler: str | None,
+                   caller: str) -> Any:
+    """Check the workers a run starts itself (``n_workers``, else the configured default);
+    return the client to use (the default client when the Dask runtime is given none)."""
+    if n_workers is not None:
+        check_n_workers(n_workers, caller=caller, runtime=runtime)
+        return client
+    if runtime in (None, "dask") and client is None and scheduler is None:
+        client = _default_client()  # None: a LocalCluster is started for this call
+    if client is None and scheduler is None and not isinstance(runtime, Runtime):
+        from daskstraggle import config  # the runtime starts the configured count
+
+        check_n_workers(config.workers(), caller=caller, runtime=runtime,
+                        name="The daskstraggle.workers setting (the default of --workers)")
+    return client
+
+
 def _default_client() -> Any:
     """Return the default Dask client, or None when there is none."""
     try:
@@ -422,16 +439,7 @@ def solve(
     meth.check_problem(problem)
     check_oversampling(meth, problem)
     spec = parse_stragglers(stragglers)
-    if n_workers is not None:
-        check_n_workers(n_workers, caller=caller, runtime=runtime)
-    if runtime in (None, "dask") and client is None and scheduler is None and n_workers is None:
-        client = _default_client()  # None: a LocalCluster is started for this call
-    if n_workers is None and client is None and scheduler is None \
-            and not isinstance(runtime, Runtime):  # the runtime starts the configured count
-        from daskstraggle import config
-
-        check_n_workers(config.workers(), caller=caller, runtime=runtime,
-                        name="The daskstraggle.workers setting (the default of --workers)")
+    client = _check_workers(n_workers, runtime, client, scheduler, caller)
     _check_runtime_args(runtime, client, scheduler, n_workers, spec, meth)
     _check_min_workers(min_workers, runtime, client, scheduler, caller)
     if backup_after is not None:
