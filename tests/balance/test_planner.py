@@ -71,10 +71,10 @@ def test_close_stops_the_child_and_fails_later_requests():
     assert process.running
     process.close()
     assert not process.running
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # generous: a busy machine reaps slowly
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(pid)
+    assert not _alive(pid), f"the planner's child {pid} still runs 120 s after close()"
     with pytest.raises(RuntimeError, match="not running"):
         process.submit(LoadBalancer(), _stats(), (10,) * 10, (1000,) * 10, n_wait=10,
                        p_initial=(10,) * 10).result(timeout=5)

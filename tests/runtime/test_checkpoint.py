@@ -219,12 +219,13 @@ def test_a_killed_cli_run_resumes_to_the_uninterrupted_answer(tmp_path, capsys, 
          "--stragglers", "gamma(mean=0.05, var=1e-6)"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.perf_counter() + 90
-        while time.perf_counter() < deadline and run.poll() is None:
-            if ck.exists() and load_checkpoint(ck)["iteration"] >= 6:
-                break
+        deadline = time.perf_counter() + 240  # a busy machine starts processes slowly
+        while not (ck.exists() and load_checkpoint(ck)["iteration"] >= 6):
+            if run.poll() is not None or time.perf_counter() > deadline:
+                run.kill()
+                pytest.fail(f"the run wrote no checkpoint at iteration 6 in 240 s: "
+                            f"{run.communicate()}")
             time.sleep(0.1)
-        assert run.poll() is None, run.communicate()
         children = psutil.Process(run.pid).children(recursive=True)
         assert len(children) >= 3  # the LocalCluster's worker processes
         run.send_signal(signal.SIGKILL)  # the client dies mid-run; its cluster with it
@@ -234,15 +235,16 @@ def test_a_killed_cli_run_resumes_to_the_uninterrupted_answer(tmp_path, capsys, 
     _, alive = psutil.wait_procs(children, timeout=30)
     assert not alive, f"stray processes of the killed run: {alive}"
     done = load_checkpoint(ck)["iteration"]
-    assert 6 <= done < 30
+    assert 6 <= done < 400  # killed mid-run (however many rounds the kill took to land)
     # carried on, and compared, on another cluster of as many workers
     on = ["--scheduler", fault_cluster[0].scheduler_address]
     out_resumed, out_full = tmp_path / "resumed.zarr", tmp_path / "full.zarr"
-    assert main([*args, *on, "--max-iter", "30", "--resume", str(ck), "--out",
+    total = str(done + 24)  # rounds after the checkpoint's, however late the kill landed
+    assert main([*args, *on, "--max-iter", total, "--resume", str(ck), "--out",
                  str(out_resumed)]) == 0
-    assert main([*args, *on, "--max-iter", "30", "--out", str(out_full)]) == 0
+    assert main([*args, *on, "--max-iter", total, "--out", str(out_full)]) == 0
     resumed, full = Result.load(out_resumed), Result.load(out_full)
-    assert resumed.attrs["resumed_at_iteration"] == done and resumed.n_iter == 30
+    assert resumed.attrs["resumed_at_iteration"] == done and resumed.n_iter == done + 24
     np.testing.assert_allclose(resumed.iterate, full.iterate, rtol=1e-12, atol=1e-14)
     capsys.readouterr()
 
