@@ -221,7 +221,7 @@ class Result:
         iterate stopped moving before the tolerance held).
     converged : bool
         Whether the optimality measure, evaluated exactly at :attr:`iterate`, is at most
-        the run's ``tol`` (see :mod:`daskstraggle.runtime.convergence`); without ``tol``,
+        the run's ``tol`` (see :mod:`daskstraggle.engine.convergence`); without ``tol``,
         whether the run stopped within ``gap_tol`` of the reference. When False, the run
         warned with a :class:`~daskstraggle.errors.ConvergenceWarning`.
     optimality : float

@@ -11,7 +11,7 @@ import pytest
 
 import daskstraggle
 
-PURE = ["problems", "coding", "latency", "methods", "balance"]
+PURE = ["problems", "coding", "latency", "methods", "balance", "engine"]
 FORBIDDEN = ("dask", "distributed")
 ROOT = Path(daskstraggle.__file__).parent
 
@@ -39,9 +39,9 @@ def test_pure_package_sources_do_not_import_dask(package: str) -> None:
             )
 
 
-#: Pure modules inside the runtime package (the coordinator's policies).
-PURE_MODULES = ["runtime/convergence.py", "runtime/checkpoint.py", "runtime/stop.py",
-                "runtime/coordinator.py", "runtime/balancing.py"]
+#: Pure modules inside the runtime package (the checkpoint's I/O and the balancing loop
+#: import no dask).
+PURE_MODULES = ["runtime/checkpoint.py", "runtime/balancing.py"]
 
 
 @pytest.mark.parametrize("module", PURE_MODULES)
@@ -52,6 +52,31 @@ def test_pure_runtime_modules_do_not_import_dask(module: str) -> None:
         assert not name.startswith(("daskstraggle.runtime.dask", "daskstraggle.data",
                                     "daskstraggle.api", "daskstraggle.cli")), (
             f"{module} imports {name}")
+
+
+#: What the engine may import besides the standard library's pure modules: numpy, scipy
+#: and the package's pure layers.
+ENGINE_ALLOWED = ("numpy", "scipy", "daskstraggle.engine", "daskstraggle.methods",
+                  "daskstraggle.problems", "daskstraggle.coding", "daskstraggle.latency",
+                  "daskstraggle.balance", "daskstraggle.errors", "daskstraggle._validation",
+                  "__future__", "collections", "dataclasses", "enum", "math", "statistics",
+                  "typing", "functools", "itertools", "numbers", "abc", "heapq", "bisect")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "engine").rglob("*.py")),
+                         ids=lambda p: p.name)
+def test_the_engine_imports_only_numpy_scipy_and_the_pure_layers(path: Path) -> None:
+    """No dask, distributed or xarray; no file I/O (os, pathlib, pickle, the trace), no
+    clock (time), no threads: time arrives inside events, writes leave as instructions."""
+    for name in _imports(path):
+        assert name == "daskstraggle" or name.startswith(ENGINE_ALLOWED), (
+            f"engine/{path.name} imports {name}")
+
+
+def test_the_engine_checker_catches_a_clock(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import time\nfrom daskstraggle.trace import TraceRecorder\n")
+    assert not any(n.startswith(ENGINE_ALLOWED) for n in _imports(bad))
 
 
 def test_pure_packages_load_without_dask() -> None:
@@ -68,3 +93,23 @@ def test_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("from distributed import Client\nimport numpy\n")
     assert "distributed" in _imports(bad)
+
+
+@pytest.mark.parametrize(("old", "name"), [
+    ("daskstraggle.runtime.coordinator", "Coordinator"),
+    ("daskstraggle.runtime.coordinator", "RunSession"),
+    ("daskstraggle.runtime.convergence", "ConvergenceMonitor"),
+    ("daskstraggle.runtime.stop", "StopRule"),
+])
+def test_moved_names_keep_a_deprecated_alias(old: str, name: str) -> None:
+    import importlib
+
+    import daskstraggle.engine
+
+    module = importlib.import_module(old)
+    with pytest.warns(DeprecationWarning, match=f"moved to daskstraggle.engine.*{name}"):
+        value = getattr(module, name)
+    assert value is getattr(daskstraggle.engine, name, value)
+    assert value.__module__.startswith("daskstraggle.engine")
+    with pytest.raises(AttributeError):
+        module.no_such_name  # noqa: B018

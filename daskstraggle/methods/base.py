@@ -263,6 +263,16 @@ class Method(ABC):
         """
         return 1
 
+    def load_balancer(self) -> Any:
+        """Return the load balancer to run beside this method, or None (the default).
+
+        A method whose work units can be resized between rounds (``SGD``, ``SAG``, ``DSAG``
+        with ``balance=True``) returns its
+        :class:`~daskstraggle.balance.LoadBalancer`; the runtime then profiles every
+        result and applies the balancer's plans between steps.
+        """
+        return None
+
     def partition_count(self, n_workers: int, n_rows: int) -> int | None:
         """Return the number of row partitions the method needs (None: any, >= workers)."""
         return None

@@ -110,6 +110,10 @@ class SGD(Method):
             staleness *= 2
         return float(problem.stochastic_step_factor(staleness))
 
+    def load_balancer(self) -> LoadBalancer | None:
+        """Return the load balancer (``balance``), or None when balancing is off."""
+        return self.balancer
+
     def convergence_window(self, n_workers: int) -> int:
         """Return the largest subpartition count (doubled with ``balance``): a cached part
         is refreshed about that often."""

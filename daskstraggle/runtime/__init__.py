@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from daskstraggle.engine.stop import StopRule
 from daskstraggle.runtime.base import Runtime
 from daskstraggle.runtime.dask import DaskRuntime, connect
 from daskstraggle.runtime.local import LocalRuntime
 from daskstraggle.runtime.sim import SimRuntime
-from daskstraggle.runtime.stop import StopRule
 
 __all__ = ["DaskRuntime", "LocalRuntime", "Runtime", "SimRuntime", "StopRule", "connect"]

@@ -1,7 +1,7 @@
 """The Runtime contract and the driving loop every runtime shares.
 
 A runtime places partitions on workers, loads them, and moves work units and results;
-all decisions come from the coordinator (:mod:`daskstraggle.runtime.coordinator`) and
+all decisions come from the engine (:mod:`daskstraggle.engine.coordinator`) and
 the Method. Subclasses implement four primitives: ``_load`` (load the placed partitions,
 return their statistics),
 ``_map_reduce`` (fold a function over every partition), ``_submit`` (send a unit) and
@@ -22,6 +22,29 @@ import numpy as np
 
 from daskstraggle._validation import check_bool
 from daskstraggle.data.matrix import Matrix
+from daskstraggle.engine.convergence import ConvergenceMonitor
+from daskstraggle.engine.coordinator import Coordinator
+from daskstraggle.engine.events import (
+    Abandon,
+    AfterStep,
+    Arrived,
+    Await,
+    Begin,
+    Checked,
+    CheckExact,
+    Event,
+    Finish,
+    Freed,
+    Instruction,
+    Quiet,
+    RecordEvent,
+    RecordRow,
+    Stepped,
+    Submit,
+    WriteCheckpoint,
+)
+from daskstraggle.engine.session import RunSession, resumed_session
+from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import (
     ConvergenceWarning,
     InvalidParameterError,
@@ -33,7 +56,6 @@ from daskstraggle.methods.base import (
     WorkUnit,
     check_oversampling,
 )
-from daskstraggle.methods.sgd import SGD
 from daskstraggle.problems.base import KernelResult, Problem, Reference, combine
 from daskstraggle.problems.block import Block, MatrixStats
 from daskstraggle.runtime.checkpoint import (
@@ -41,28 +63,6 @@ from daskstraggle.runtime.checkpoint import (
     resume_state,
     run_settings,
 )
-from daskstraggle.runtime.convergence import ConvergenceMonitor
-from daskstraggle.runtime.coordinator import (
-    Abandon,
-    AfterStep,
-    Arrived,
-    Await,
-    Begin,
-    Checked,
-    CheckExact,
-    Coordinator,
-    Event,
-    Finish,
-    Freed,
-    Instruction,
-    Quiet,
-    RoundDone,
-    RunSession,
-    Stepped,
-    Submit,
-    resumed_session,
-)
-from daskstraggle.runtime.stop import StopRule
 from daskstraggle.trace import Result, TraceRecorder
 
 __all__ = ["Runtime", "fold", "fold_map", "run_unit", "stream_messages"]
@@ -155,9 +155,9 @@ class Runtime(ABC):
     #: Run the load balancer's optimizer in a background thread (False: inline, for
     #: runtimes whose clock does not move while the coordinator computes).
     balance_in_background: bool = True
-    #: Events and clock readings the coordinator of each run keeps in
+    #: Events (with the instructions each gave) the engine of each run keeps in
     #: ``runtime.coordinator.log`` for a replay (0: none; set it on an instance, e.g.
-    #: ``coordinator.LOG_SIZE``, to record a run that fails). The events hold the
+    #: ``engine.coordinator.LOG_SIZE``, to record a run that fails). The events hold the
     #: workers' results, so a long log of large results takes memory.
     stimulus_log: int = 0
 
@@ -317,7 +317,7 @@ class Runtime(ABC):
         DivergenceError
             If the run diverged: non-finite values, an exploding objective, a final
             objective above the start, or a PCA step size of 2 or more (see
-            :mod:`daskstraggle.runtime.convergence`).
+            :mod:`daskstraggle.engine.convergence`).
 
         Warns
         -----
@@ -491,7 +491,7 @@ class Runtime(ABC):
     def _drive(self, method: Method, session: RunSession, *, stop: StopRule,
                progress: bool) -> tuple[RoundSummary, str]:
         """Execute the coordinator's instructions until it finishes (see
-        :mod:`daskstraggle.runtime.coordinator`, where every decision is made).
+        :mod:`daskstraggle.engine.coordinator`, where every decision is made).
 
         ``session`` carries the bound problem, the monitor that judges every round, the
         trace and, when resuming, where the interrupted run stood.
@@ -506,22 +506,22 @@ class Runtime(ABC):
             method.step()  # the checkpoint was taken at a stop, before this round's step
         work = method.work_problem(problem)
         balancing = None
-        if isinstance(method, SGD) and method.balancer is not None:
+        if method.load_balancer() is not None:
             from daskstraggle.runtime.balancing import BalanceLoop
 
             balancing = BalanceLoop(method, self.n_workers,
                                     background=self.balance_in_background)
+        writer = session.checkpoint
         coordinator = Coordinator(method, session, stop=stop, n_workers=self.n_workers,
-                                  clock=self._clock, unit_load=self._unit_load,
-                                  balancing=balancing, log_size=self.stimulus_log)
+                                  unit_load=self._unit_load, balancing=balancing,
+                                  checkpoint=None if writer is None else writer.schedule,
+                                  log_size=self.stimulus_log)
         self.coordinator = coordinator  # its log (with stimulus_log): for a replay
         bar = progress_bar(
             total=stop.max_iter, initial=len(recorder), disable=None if progress else True,
             file=sys.stderr, unit="it", desc=f"{method.name} {problem.name}", leave=False,
         )
-        if session.checkpoint is not None:
-            session.checkpoint.start(len(recorder), time.monotonic())
-        event: Event | None = Begin()
+        event: Event | None = Begin(time=self._clock())
         try:
             while True:
                 assert event is not None, "the coordinator expected no reply"
@@ -531,15 +531,10 @@ class Runtime(ABC):
                         logger.info("%s stopped after %d iterations (%s)", method.name,
                                     len(recorder), instruction.reason)
                         return instruction.summary, instruction.reason
-                    if isinstance(instruction, RoundDone):
-                        self._on_row(instruction.row, recorder)
-                        bar.update(1)
-                        if progress:
-                            objective = instruction.objective
-                            bar.set_postfix(objective="?" if objective is None
-                                            else f"{objective:.6g}", refresh=False)
+                    if isinstance(instruction, RecordRow):
+                        self._record_row(instruction, recorder, bar, progress=progress)
                         continue
-                    event = self._execute(instruction, work, problem)
+                    event = self._execute(instruction, work, problem, session)
         finally:
             bar.close()
             if balancing is not None:
@@ -550,21 +545,44 @@ class Runtime(ABC):
             except Exception as err:  # bookkeeping must not mask the run's own outcome
                 logger.warning("final latency bookkeeping failed: %s", err)
 
-    def _execute(self, instruction: Instruction, work: Any, problem: Problem) -> Event | None:
-        """Carry out one coordinator instruction; return its reply event, if any."""
+    def _record_row(self, instruction: RecordRow, recorder: TraceRecorder, bar: Any, *,
+                    progress: bool) -> None:
+        """Add the engine's trace row; update the progress bar."""
+        row = recorder.add(**instruction.fields)
+        assert row == instruction.row, (row, instruction.row)
+        self._on_row(row, recorder)
+        bar.update(1)
+        if progress:
+            objective = instruction.objective
+            bar.set_postfix(objective="?" if objective is None else f"{objective:.6g}",
+                            refresh=False)
+
+    def _execute(self, instruction: Instruction, work: Any, problem: Problem,
+                 session: RunSession) -> Event | None:
+        """Carry out one engine instruction; return its reply event, if any."""
         if isinstance(instruction, Submit):
             self._submit(instruction.unit, work)
             return None
         if isinstance(instruction, Await):
             result = self._next(timeout=instruction.timeout)
-            return Quiet() if result is None else Arrived(result)
+            if result is None:
+                return Quiet(time=self._clock())
+            return Arrived(result=result, time=self._clock())
         if isinstance(instruction, CheckExact):
-            return Checked(self._exact_pass(problem, instruction.iterate))
+            return Checked(result=self._exact_pass(problem, instruction.iterate),
+                           time=self._clock())
         if isinstance(instruction, AfterStep):
             self._after_step()
-            return Stepped()
+            return Stepped(time=self._clock())
         if isinstance(instruction, Abandon):
-            return Freed(tuple(self._abandon(instruction.version)))
+            freed = tuple(self._abandon(instruction.version))
+            return Freed(workers=freed, time=self._clock())
+        if isinstance(instruction, WriteCheckpoint):
+            session.checkpoint.write(instruction.state, iteration=instruction.iteration)
+            return None
+        if isinstance(instruction, RecordEvent):
+            session.recorder.add_event(instruction.event)
+            return None
         raise TypeError(f"unknown instruction {instruction!r}")
 
     def _cancel_pending(self) -> None:  # noqa: B027 - optional hook

@@ -21,7 +21,6 @@ Pure module: no Dask imports.
 
 from __future__ import annotations
 
-import math
 import os
 import pickle
 import time
@@ -32,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from daskstraggle._output import check_not_input, check_writable_folder, write_atomically
-from daskstraggle._validation import check_int, check_positive
+from daskstraggle.engine.checkpoint import CHECKPOINT_INTERVAL, CheckpointSchedule
 from daskstraggle.errors import (
     DataNotFoundError,
     InvalidDataError,
@@ -49,18 +48,16 @@ __all__ = [
     "resume_state",
 ]
 
-#: Seconds between checkpoints when neither an interval nor an iteration count is given.
-CHECKPOINT_INTERVAL = 60.0
 _FORMAT = "daskstraggle-checkpoint"
 _FORMAT_VERSION = 1
-#: Relative difference tolerated between the statistics of the reloaded data and the
-#: checkpoint's (sums folded in another order differ in their last bits).
-_STATS_RTOL = 1e-9
 
 
 @dataclass
 class Checkpointer:
-    """Where and how often a run writes its checkpoint.
+    """Where and how often a run writes its checkpoint; writes it.
+
+    When it is due is the engine's decision (:attr:`schedule`, a
+    :class:`~daskstraggle.engine.checkpoint.CheckpointSchedule`); this class does the I/O.
 
     Parameters
     ----------
@@ -73,6 +70,8 @@ class Checkpointer:
 
     Attributes
     ----------
+    schedule : CheckpointSchedule
+        When a write is due (``interval`` and ``iterations``, validated).
     written : int or None
         Iteration (trace rows) of the last checkpoint written by this run, None if none.
     n_written : int
@@ -84,36 +83,22 @@ class Checkpointer:
     path: Path
     interval: float | None = None
     iterations: int | None = None
+    schedule: CheckpointSchedule = field(init=False)
     written: int | None = field(default=None, init=False)
     n_written: int = field(default=0, init=False)
     seconds: float = field(default=0.0, init=False)
-    _last_time: float = field(default=-math.inf, init=False)
-    _last_iteration: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
-        if self.interval is not None:
-            self.interval = check_positive(self.interval, name="checkpoint_interval",
-                                           caller="run")
-        if self.iterations is not None:
-            self.iterations = check_int(self.iterations, name="checkpoint_iterations",
-                                        caller="run", low=1)
-        if self.interval is None and self.iterations is None:
-            self.interval = CHECKPOINT_INTERVAL
+        self.schedule = CheckpointSchedule(interval=self.interval, iterations=self.iterations)
+        self.interval, self.iterations = self.schedule.interval, self.schedule.iterations
 
-    def start(self, iteration: int, now: float) -> None:
-        """Start counting from ``iteration`` at time ``now`` (a fresh or resumed run)."""
-        self._last_time, self._last_iteration = now, iteration
+    def write(self, state: dict[str, Any], *, iteration: int, now: float | None = None) -> None:
+        """Write ``state`` (see :func:`resume_state`) atomically over the previous file.
 
-    def due(self, iteration: int, now: float) -> bool:
-        """Whether a checkpoint is due after ``iteration`` rounds at time ``now``."""
-        by_time = self.interval is not None and now - self._last_time >= self.interval
-        by_count = (self.iterations is not None
-                    and iteration - self._last_iteration >= self.iterations)
-        return by_time or by_count
-
-    def write(self, state: dict[str, Any], *, iteration: int, now: float) -> None:
-        """Write ``state`` (see :func:`resume_state`) atomically over the previous file."""
+        ``now`` (the writer's clock), when given, restarts :attr:`schedule` from this
+        write; in a run the engine does that itself.
+        """
         t0 = time.perf_counter()
         payload = {"format": _FORMAT, "format_version": _FORMAT_VERSION,
                    "written_at": time.time(), **state}
@@ -122,7 +107,8 @@ class Checkpointer:
         self.written = iteration
         self.n_written += 1
         self.seconds += time.perf_counter() - t0
-        self.start(iteration, now)
+        if now is not None:
+            self.schedule.start(iteration, now)
 
     def describe(self) -> dict[str, Any]:
         """The settings and last write, for ``Result.attrs``."""
@@ -310,22 +296,6 @@ def run_settings(*, method: Any, problem: Any, n_workers: int,
         "n_workers": int(n_workers),
         "shape": list(matrix.get("shape", [])),
     }
-
-
-def same_stats(recorded: Any, fresh: Any) -> bool:
-    """Whether two ``MatrixStats`` describe the same data (up to summation order)."""
-    for name in ("n_samples", "column_sums", "sq_norm", "label_counts", "label_sum",
-                 "column_sq_dev"):
-        a, b = getattr(recorded, name, None), getattr(fresh, name, None)
-        if a is None or b is None or isinstance(a, dict):
-            if a != b:
-                return False
-            continue
-        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-        scale = max(float(np.max(np.abs(a), initial=0.0)), 1e-300)
-        if a.shape != b.shape or float(np.max(np.abs(a - b), initial=0.0)) > _STATS_RTOL * scale:
-            return False
-    return True
 
 
 def _comparable(value: Any) -> Any:

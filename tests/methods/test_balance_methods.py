@@ -7,12 +7,12 @@ import pytest
 
 from daskstraggle.balance.balancer import LoadBalancer
 from daskstraggle.data import open_matrix
+from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods import DSAG, GD, SAG, SGD
 from daskstraggle.methods.base import WorkResult
 from daskstraggle.problems import PCA, Block, LeastSquares, Logistic, block_stats
 from daskstraggle.runtime import LocalRuntime, SimRuntime
-from daskstraggle.runtime.stop import StopRule
 
 SLOW = ("gamma(mean=0.2, var=1e-4, communication_mean=0.002, communication_var=1e-7)"
         " + slowdown(workers=0, factor=2)")

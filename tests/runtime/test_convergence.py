@@ -16,10 +16,10 @@ import zarr
 
 from daskstraggle import fit_least_squares, fit_logistic, fit_pca
 from daskstraggle.cli import main
+from daskstraggle.engine.convergence import ConvergenceMonitor
 from daskstraggle.errors import ConvergenceWarning, DivergenceError, InvalidParameterError
 from daskstraggle.problems import PCA, LeastSquares
 from daskstraggle.problems.base import KernelResult
-from daskstraggle.runtime.convergence import ConvergenceMonitor
 
 N_ROWS, N_COLS = 600, 8
 TOL = 1e-6

@@ -10,15 +10,10 @@ from collections import deque
 import numpy as np
 import pytest
 
-from daskstraggle.errors import StraggleError
-from daskstraggle.methods import DSAG, GD, CodedGD
-from daskstraggle.methods.base import Method, contiguous_placement
-from daskstraggle.problems import PCA, Block, Logistic, block_stats
-from daskstraggle.runtime import LocalRuntime, StopRule
-from daskstraggle.runtime.base import run_unit
-from daskstraggle.runtime.convergence import ConvergenceMonitor
-from daskstraggle.runtime.coordinator import (
-    LOG_SIZE,
+from daskstraggle.engine import CheckpointSchedule, Phase
+from daskstraggle.engine.convergence import ConvergenceMonitor
+from daskstraggle.engine.coordinator import LOG_SIZE, Coordinator, RunSession
+from daskstraggle.engine.events import (
     Abandon,
     AfterStep,
     Arrived,
@@ -26,15 +21,20 @@ from daskstraggle.runtime.coordinator import (
     Begin,
     Checked,
     CheckExact,
-    Coordinator,
     Finish,
     Freed,
     Quiet,
-    RoundDone,
-    RunSession,
+    RecordRow,
     Stepped,
     Submit,
+    WriteCheckpoint,
 )
+from daskstraggle.errors import StraggleError
+from daskstraggle.methods import DSAG, GD, CodedGD
+from daskstraggle.methods.base import Method, contiguous_placement
+from daskstraggle.problems import PCA, Block, Logistic, block_stats
+from daskstraggle.runtime import LocalRuntime, StopRule
+from daskstraggle.runtime.base import run_unit
 from daskstraggle.trace import TraceRecorder
 
 rng = np.random.default_rng(0)
@@ -43,7 +43,8 @@ Y = np.where(X[:, 0] + 0.5 * rng.normal(size=600) > 0, 1.0, -1.0)
 BLOCKS = [Block(X[i:i + 200], y=Y[i:i + 200]) for i in (0, 200, 400)]
 
 
-def _start(method: Method, problem, stop: StopRule, clock, log_size: int = 0) -> Coordinator:
+def _start(method: Method, problem, stop: StopRule, log_size: int = 0,
+           checkpoint: CheckpointSchedule | None = None) -> Coordinator:
     """A started method and a coordinator over three in-memory partitions."""
     bound = problem.bind(block_stats(Block(X, y=Y)))
     x0 = bound.init_iterate(np.random.default_rng(1))
@@ -56,19 +57,24 @@ def _start(method: Method, problem, stop: StopRule, clock, log_size: int = 0) ->
                          reference=None, step_size=0.5, placement=placement, settings={},
                          stats=block_stats(Block(X, y=Y)), x0=x0)
     method.start(bound, x0, placement, step_size=0.5, partition_rows=[200, 200, 200])
-    return Coordinator(method, session, stop=stop, n_workers=3, clock=clock,
-                       unit_load=lambda unit: 1.0, log_size=log_size)
+    return Coordinator(method, session, stop=stop, n_workers=3, unit_load=lambda unit: 1.0,
+                       log_size=log_size, checkpoint=checkpoint)
 
 
 def _execute(coordinator: Coordinator, *, order=lambda queue: queue.popleft()):
-    """Execute every instruction in process; units answer in FIFO order (or ``order``).
-    Return the instructions and the finishing summary."""
+    """Execute every instruction in process; units answer in FIFO order (or ``order``);
+    each event comes 10 ms after the last. Check the coordinator's invariants after
+    every event. Return the instructions and the finishing summary."""
     problem = coordinator.session.problem
     queue: deque = deque()
     seen = []
-    event = Begin()
+    clock = _ticks()
+    event = Begin(time=clock())
     for _ in range(100_000):
-        for instruction in coordinator.handle(event):
+        instructions = coordinator.handle(event)
+        coordinator.validate_state()
+        assert not any(i.replies for i in instructions[:-1]), instructions
+        for instruction in instructions:
             seen.append(instruction)
             if isinstance(instruction, Finish):
                 return seen, instruction
@@ -76,22 +82,22 @@ def _execute(coordinator: Coordinator, *, order=lambda queue: queue.popleft()):
                 queue.append(instruction.unit)
             elif isinstance(instruction, Await):
                 if not queue:
-                    event = Quiet()
+                    event = Quiet(time=clock())
                     continue
                 unit = order(queue)
                 value, duration = run_unit(problem, unit.iterate,
                                            *(BLOCKS[p] for p in unit.partitions),
                                            coefficients=unit.coefficients, rows=unit.rows)
-                event = Arrived(_result(unit, value, duration))
+                event = Arrived(result=_result(unit, value, duration), time=clock())
             elif isinstance(instruction, CheckExact):
                 total = problem.kernel(BLOCKS[0], instruction.iterate)
                 for b in BLOCKS[1:]:
                     total = total + problem.kernel(b, instruction.iterate)
-                event = Checked(total)
+                event = Checked(result=total, time=clock())
             elif isinstance(instruction, AfterStep):
-                event = Stepped()
+                event = Stepped(time=clock())
             elif isinstance(instruction, Abandon):
-                event = Freed(())
+                event = Freed(workers=(), time=clock())
     raise AssertionError("the run did not finish")
 
 
@@ -108,12 +114,12 @@ def _ticks():
 
 def test_gd_through_the_coordinator_alone():
     stop = StopRule(max_iter=80, tol=None)
-    seen, finish = _execute(_start(GD(), PCA(n_components=2), stop, _ticks()))
+    seen, finish = _execute(_start(GD(), PCA(n_components=2), stop))
     assert finish.reason == "max_iter"
     # every round: one unit per worker, then a wait per result, then the step
     first = [type(i).__name__ for i in seen[:5]]
     assert first == ["Submit", "Submit", "Submit", "Await", "Await"]
-    assert sum(isinstance(i, RoundDone) for i in seen) == 80
+    assert sum(isinstance(i, RecordRow) for i in seen) == 80
     assert sum(isinstance(i, AfterStep) for i in seen) == 79  # none after the last round
     # and GD's iterate approaches the top two principal directions (power method)
     centred = X - X.mean(0)
@@ -127,9 +133,9 @@ def test_a_method_that_neither_dispatches_nor_steps_is_a_stall():
         def dispatch(self, worker_index):
             return None
 
-    coordinator = _start(Idle(), PCA(n_components=2), StopRule(max_iter=5, tol=None), _ticks())
+    coordinator = _start(Idle(), PCA(n_components=2), StopRule(max_iter=5, tol=None))
     with pytest.raises(StraggleError, match="'gd' stalled: no work in flight and not ready"):
-        coordinator.handle(Begin())
+        coordinator.handle(Begin(time=0.0))
 
 
 @pytest.mark.parametrize(("method", "problem"), [
@@ -143,16 +149,19 @@ def test_a_logged_run_replays_to_the_same_instructions(method, problem):
     stop = StopRule(max_iter=15, tol=1e-12)
     fresh = copy.deepcopy(method)
     # units answer out of order (the last sent first): stragglers, stale results
-    coordinator = _start(method, problem, stop, _ticks(), log_size=LOG_SIZE)
+    coordinator = _start(method, problem, stop, log_size=LOG_SIZE)
     seen, finish = _execute(coordinator, order=lambda queue: queue.pop())
     log = list(coordinator.log)
-    readings = iter([value for kind, value in log if kind == "clock"])
-    replay = _start(fresh, problem, stop, lambda: next(readings))
+    replay = _start(fresh, problem, stop)
     again = []
-    for kind, value in log:
-        if kind == "event":
-            again.extend(replay.handle(value))
+    for event, given in log:
+        out = replay.handle(event)
+        assert [type(i) for i in out] == [type(i) for i in given]
+        again.extend(out)
     assert [type(i) for i in again] == [type(i) for i in seen]
+    rows = [i.fields for i in again if isinstance(i, RecordRow)]
+    assert [r["wall_time"] for r in rows] == \
+        [i.fields["wall_time"] for i in seen if isinstance(i, RecordRow)]
     assert [(i.unit.worker_index, i.unit.version) for i in again if isinstance(i, Submit)] == \
         [(i.unit.worker_index, i.unit.version) for i in seen if isinstance(i, Submit)]
     np.testing.assert_array_equal(again[-1].summary.iterate, finish.summary.iterate)
@@ -165,7 +174,7 @@ def test_the_runtimes_leave_their_coordinator_log_for_a_replay():
     rt.stimulus_log = LOG_SIZE  # off by default: the events hold the results' arrays
     res = rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=StopRule(max_iter=3, tol=None),
                  rng=0)
-    events = [value for kind, value in rt.coordinator.log if kind == "event"]
+    events = [event for event, _ in rt.coordinator.log]
     assert isinstance(events[0], Begin) and res.n_iter == 3
     rt.stimulus_log = 0
     rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=StopRule(max_iter=3, tol=None),
@@ -175,7 +184,41 @@ def test_the_runtimes_leave_their_coordinator_log_for_a_replay():
 
 
 def test_a_wait_without_timeout_that_ends_empty_is_an_error_not_a_loop():
-    coordinator = _start(GD(), PCA(n_components=2), StopRule(max_iter=5, tol=None), _ticks())
-    assert isinstance(coordinator.handle(Begin())[-1], Await)
+    coordinator = _start(GD(), PCA(n_components=2), StopRule(max_iter=5, tol=None))
+    assert isinstance(coordinator.handle(Begin(time=0.0))[-1], Await)
     with pytest.raises(StraggleError, match="returned no result for 'gd' while 3 unit"):
-        coordinator.handle(Quiet())
+        coordinator.handle(Quiet(time=1.0))
+
+
+def test_an_event_out_of_phase_is_refused():
+    coordinator = _start(GD(), PCA(n_components=2), StopRule(max_iter=5, tol=None))
+    with pytest.raises(StraggleError, match="got Stepped in phase 'new'"):
+        coordinator.handle(Stepped(time=0.0))
+    coordinator.handle(Begin(time=0.0))
+    assert coordinator.phase is Phase.WAIT
+    with pytest.raises(StraggleError, match="got Begin in phase 'wait'"):
+        coordinator.handle(Begin(time=1.0))
+
+
+def test_the_engine_reads_time_only_from_its_events():
+    """Rows' times are the events' times: a run fed with a fixed 10 ms per event has
+    wall times on that grid, whatever the real clock did."""
+    stop = StopRule(max_iter=4, tol=None)
+    seen, _ = _execute(_start(GD(), PCA(n_components=2), stop))
+    walls = [i.fields["wall_time"] for i in seen if isinstance(i, RecordRow)]
+    # per round: three results and a step hook, each 10 ms apart, after Begin
+    assert walls == pytest.approx([0.03, 0.07, 0.11, 0.15])
+
+
+@pytest.mark.parametrize(("every", "rounds"), [(3, 10), (1, 4)])
+def test_checkpoints_are_asked_for_on_schedule_and_at_the_stop(every, rounds):
+    stop = StopRule(max_iter=rounds, tol=None)
+    schedule = CheckpointSchedule(iterations=every)
+    seen, _ = _execute(_start(GD(), PCA(n_components=2), stop, checkpoint=schedule))
+    writes = [i for i in seen if isinstance(i, WriteCheckpoint)]
+    due = list(range(every, rounds, every))  # after a step, every ``every`` rounds
+    assert [w.iteration for w in writes] == [*due, rounds]
+    assert [w.state["stepped"] for w in writes] == [True] * len(due) + [False]
+    assert all(w.state["iteration"] == w.iteration for w in writes)
+    # the final one comes right before Finish, after the last row
+    assert isinstance(seen[-2], WriteCheckpoint) and isinstance(seen[-3], RecordRow)

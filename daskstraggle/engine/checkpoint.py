@@ -1,0 +1,95 @@
+"""When a run writes its checkpoint, and whether reloaded data are the checkpoint's (pure).
+
+The engine decides *when* (:class:`CheckpointSchedule`, read at round boundaries with the
+time the events carry) and hands the state over in a
+:class:`~daskstraggle.engine.events.WriteCheckpoint` instruction; writing the file is the
+runtime's (:class:`daskstraggle.runtime.checkpoint.Checkpointer`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from daskstraggle._validation import check_int, check_positive
+
+__all__ = ["CHECKPOINT_INTERVAL", "CheckpointSchedule", "same_stats"]
+
+#: Seconds between checkpoints when neither an interval nor an iteration count is given.
+CHECKPOINT_INTERVAL = 60.0
+#: Relative difference tolerated between the statistics of the reloaded data and the
+#: checkpoint's (sums folded in another order differ in their last bits).
+_STATS_RTOL = 1e-9
+
+
+@dataclass
+class CheckpointSchedule:
+    """How often a run writes its checkpoint: every ``interval`` seconds of the runtime's
+    clock (simulated seconds for the simulated runtime) and/or every ``iterations`` rounds.
+
+    Parameters
+    ----------
+    interval : float or None, default=None
+        Seconds between writes. None: 60 s, unless ``iterations`` is given.
+    iterations : int or None, default=None
+        Also write every this many rounds.
+
+    Examples
+    --------
+    >>> schedule = CheckpointSchedule(iterations=3)
+    >>> schedule.start(0, now=0.0)
+    >>> schedule.due(2, now=1.0), schedule.due(3, now=1.0)
+    (False, True)
+    """
+
+    interval: float | None = None
+    iterations: int | None = None
+    _last_time: float = field(default=-math.inf, init=False, repr=False)
+    _last_iteration: int = field(default=0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.interval is not None:
+            self.interval = check_positive(self.interval, name="checkpoint_interval",
+                                           caller="run")
+        if self.iterations is not None:
+            self.iterations = check_int(self.iterations, name="checkpoint_iterations",
+                                        caller="run", low=1)
+        if self.interval is None and self.iterations is None:
+            self.interval = CHECKPOINT_INTERVAL
+
+    def start(self, iteration: int, now: float) -> None:
+        """Count from ``iteration`` at time ``now`` (a fresh or resumed run, or a write)."""
+        self._last_time, self._last_iteration = now, iteration
+
+    def due(self, iteration: int, now: float) -> bool:
+        """Whether a checkpoint is due after ``iteration`` rounds at time ``now``."""
+        by_time = self.interval is not None and now - self._last_time >= self.interval
+        by_count = (self.iterations is not None
+                    and iteration - self._last_iteration >= self.iterations)
+        return by_time or by_count
+
+
+def same_stats(recorded: Any, fresh: Any) -> bool:
+    """Whether two ``MatrixStats`` describe the same data (up to summation order).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as S
+    >>> same_stats(S(n_samples=3, sq_norm=2.0), S(n_samples=3, sq_norm=2.0 + 1e-15))
+    True
+    """
+    for name in ("n_samples", "column_sums", "sq_norm", "label_counts", "label_sum",
+                 "column_sq_dev"):
+        a, b = getattr(recorded, name, None), getattr(fresh, name, None)
+        if a is None or b is None or isinstance(a, dict):
+            if a != b:
+                return False
+            continue
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        scale = max(float(np.max(np.abs(a), initial=0.0)), 1e-300)
+        if a.shape != b.shape or float(np.max(np.abs(a - b), initial=0.0)) > _STATS_RTOL * scale:
+            return False
+    return True

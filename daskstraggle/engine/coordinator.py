@@ -1,0 +1,379 @@
+"""The coordinator: the pure state machine that drives a method on any runtime.
+
+In the style of distributed's ``WorkerState.handle_stimulus``: the runtime feeds it
+*events* (:mod:`daskstraggle.engine.events`: the run began, a result arrived, the collect
+window passed quietly, an exact check pass came back, the step's runtime hook ran, stale
+messages were abandoned), each carrying the time the runtime observed it, and executes
+the *instructions* it returns (submit a unit, wait for a result, run an exact check pass,
+call the step hook, abandon stale messages, record a trace row, write a checkpoint,
+finish). Every decision of the driving loop lives here: dispatching to idle workers, the
+collect window, stall detection, the convergence verdict and its exact checks, the stop
+rule, the balancing cadence, abandoning stale messages and when to checkpoint.
+Membership changes (lost, frozen, joining workers) are still handled below it by the Dask
+runtime, which keeps worker indices stable.
+
+Handlers are registered per event type; :class:`Phase` says which events the
+coordinator expects next, and :meth:`Coordinator.validate_state` checks its invariants.
+On request, a bounded log of events and the instructions they gave
+(:attr:`Coordinator.log`, ``log_size``) lets a test replay a run through a fresh
+coordinator without any runtime.
+
+Pure module: no Dask, no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from daskstraggle.engine.checkpoint import CheckpointSchedule
+from daskstraggle.engine.events import (
+    Abandon,
+    AfterStep,
+    Arrived,
+    Await,
+    Begin,
+    Checked,
+    CheckExact,
+    Event,
+    Finish,
+    Freed,
+    Instruction,
+    Quiet,
+    RecordEvent,
+    RecordRow,
+    Stepped,
+    Submit,
+    WriteCheckpoint,
+)
+from daskstraggle.engine.session import RunSession, resumed_session
+from daskstraggle.engine.stop import StopRule
+from daskstraggle.errors import StraggleError
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+
+__all__ = [
+    "LOG_SIZE",
+    "Coordinator",
+    "Phase",
+    "RunSession",
+    "resumed_session",
+]
+
+#: Entries (an event and its instructions) a logging coordinator keeps by default. The
+#: events hold the workers' results (arrays), so the log is off unless asked for.
+LOG_SIZE = 10_000
+
+
+class Phase(enum.Enum):
+    """Where the coordinator stands in a round, and so which events it accepts."""
+
+    NEW = "new"  # before Begin
+    WAIT = "wait"  # waiting for results until the method is ready (Arrived)
+    COLLECT = "collect"  # ready: taking results until the collect window ends (Arrived, Quiet)
+    CHECK = "check"  # an exact check pass is out (Checked)
+    STEP = "step"  # the method stepped; the runtime's hook runs (Stepped)
+    ABANDON = "abandon"  # stale streamed messages are dropped (Freed)
+    DONE = "done"  # finished: no more events
+
+
+_Handler = Callable[["Coordinator", Any, list[Instruction]], None]
+#: The handler of each event type, and the phases in which that event may come.
+_HANDLERS: dict[type[Event], tuple[_Handler, frozenset[Phase]]] = {}
+
+
+def _handles(kind: type[Event], *phases: Phase) -> Callable[[_Handler], _Handler]:
+    def register(fn: _Handler) -> _Handler:
+        _HANDLERS[kind] = (fn, frozenset(phases))
+        return fn
+
+    return register
+
+
+class Coordinator:
+    """Drive ``method`` through a run: events in, instructions out.
+
+    Parameters
+    ----------
+    method : Method
+        Started (or restored from a checkpoint) by the runtime.
+    session : RunSession
+        The bound problem, monitor, trace, reference and iterates of the run.
+    stop : StopRule
+        When to stop.
+    n_workers : int
+        Worker indices of the runtime.
+    unit_load : callable
+        Work of a unit relative to an equal share (for the load balancer's profile).
+    balancing : object or None, default=None
+        A :class:`~daskstraggle.runtime.balancing.BalanceLoop` (``record`` each result,
+        ``after_step`` each step), or None.
+    checkpoint : CheckpointSchedule or None, default=None
+        When to ask for a checkpoint (None: never).
+    log_size : int, default=0
+        Keep the last this many events, each with the instructions it gave, in
+        :attr:`log`, for a replay (0: no log; the events hold the results' arrays).
+
+    Attributes
+    ----------
+    phase : Phase
+        Which events the coordinator expects next.
+    rows : int
+        Trace rows (rounds) recorded so far, those of a resumed run's checkpoint included.
+    """
+
+    def __init__(self, method: Method, session: RunSession, *, stop: StopRule, n_workers: int,
+                 unit_load: Callable[[WorkUnit], float], balancing: Any = None,
+                 checkpoint: CheckpointSchedule | None = None, log_size: int = 0) -> None:
+        self.method, self.session, self.stop = method, session, stop
+        self.balancing, self.checkpoint = balancing, checkpoint
+        self.n_workers = n_workers
+        self._unit_load = unit_load
+        self.log: deque[tuple[Event, tuple[Instruction, ...]]] = deque(maxlen=log_size)
+        self.idle = set(range(n_workers))
+        self.in_flight = 0
+        self.durations: dict[int, float] = {}
+        self.latencies: dict[int, float] = {}
+        self.window = float(method.collect_window or 0.0)
+        self.phase = Phase.NEW
+        self.rows = session.resumed_at or 0
+        self.time = self.t0 = self.t_round = self.deadline = 0.0
+        self._round: tuple[RoundSummary, float, float | None] | None = None
+
+    # ------------------------------------------------------------------ stimuli
+    def handle(self, event: Event) -> list[Instruction]:
+        """Take in one event; return what the runtime must do next.
+
+        Raises
+        ------
+        StraggleError
+            If the method stalls (no work in flight and not ready to step), or the event
+            is not one the coordinator expects in its phase.
+        """
+        entry = _HANDLERS.get(type(event))
+        if entry is None or self.phase not in entry[1]:
+            raise StraggleError(
+                f"The coordinator got {type(event).__name__} in phase "
+                f"{self.phase.value!r}; the runtime must reply to its last instruction."
+            )
+        self.time = event.time
+        out: list[Instruction] = []
+        entry[0](self, event, out)
+        self.log.append((event, tuple(out)))
+        return out
+
+    def validate_state(self) -> None:
+        """Check the coordinator's invariants (the tests call it after every event).
+
+        Raises
+        ------
+        AssertionError
+            If an invariant does not hold.
+        """
+        assert self.idle <= set(range(self.n_workers)), self.idle
+        # a worker index is idle or has exactly one unit in flight
+        assert self.in_flight == self.n_workers - len(self.idle), (self.in_flight, self.idle)
+        assert self.rows >= (self.session.resumed_at or 0)
+        # a round is being judged exactly while its exact check pass is out
+        assert (self._round is not None) == (self.phase is Phase.CHECK), self.phase
+        assert self.phase is not Phase.NEW or not self.rows or self.session.resumed_at
+
+    @_handles(Begin, Phase.NEW)
+    def _begin(self, event: Begin, out: list[Instruction]) -> None:
+        self.t0 = self.t_round = event.time - self.session.elapsed
+        if self.checkpoint is not None:
+            self.checkpoint.start(self.rows, event.time)
+        self._feed(out)
+        self._top(out)
+
+    @_handles(Arrived, Phase.WAIT, Phase.COLLECT)
+    def _arrived(self, event: Arrived, out: list[Instruction]) -> None:
+        self._take(event.result)
+        if self.phase is Phase.COLLECT:
+            self._collect(out)
+        elif self.method.ready():
+            self._start_collect(out)
+        else:
+            self._feed(out)
+            self._top(out)
+
+    @_handles(Quiet, Phase.WAIT, Phase.COLLECT)
+    def _quiet(self, event: Quiet, out: list[Instruction]) -> None:
+        if self.phase is not Phase.COLLECT:  # an Await(None) must end with a result
+            raise StraggleError(
+                f"The runtime returned no result for {self.method.name!r} while "
+                f"{self.in_flight} unit(s) were in flight and it was asked to wait "
+                "without a timeout."
+            )
+        self._end_round(out)
+
+    @_handles(Checked, Phase.CHECK)
+    def _checked(self, event: Checked, out: list[Instruction]) -> None:
+        summary = self._pending_round()[0]
+        monitor = self.session.monitor
+        verdict = monitor.verify(self.rows, summary.iterate, event.result)
+        self._exact_objective(monitor.checked_objective)
+        self._record(out, verdict, checked=True)
+
+    @_handles(Stepped, Phase.STEP)
+    def _stepped(self, event: Stepped, out: list[Instruction]) -> None:
+        if self.balancing is not None:
+            moved = self.balancing.after_step(now=self.time, iteration=self.rows)
+            if moved is not None:
+                out.append(RecordEvent(moved))
+        if self.method.abandon_stale:
+            self.phase = Phase.ABANDON
+            out.append(Abandon(self.method.version))
+            return
+        self._next_round(out)
+
+    @_handles(Freed, Phase.ABANDON)
+    def _freed(self, event: Freed, out: list[Instruction]) -> None:
+        for i in event.workers:
+            self.in_flight -= 1
+            self.idle.add(i)
+        self._next_round(out)
+
+    # ------------------------------------------------------------------ the loop
+    def _feed(self, out: list[Instruction]) -> None:
+        """Give every idle worker the method's work for it."""
+        for i in sorted(self.idle):
+            unit = self.method.dispatch(i)
+            if unit is not None:
+                self.idle.discard(i)
+                out.append(Submit(unit))
+                self.in_flight += 1
+
+    def _take(self, result: WorkResult) -> None:
+        i = result.unit.worker_index
+        if result.final:
+            self.in_flight -= 1
+            self.idle.add(i)
+        self.durations[i] = result.compute_duration
+        if result.latency is not None:
+            self.latencies[i] = result.latency
+        if self.balancing is not None:
+            self.balancing.record(result, now=self.time, load=self._unit_load(result.unit),
+                                  stale=result.unit.version != self.method.version)
+        self.method.receive(result)
+
+    def _top(self, out: list[Instruction]) -> None:
+        """The top of the loop: wait for a result, or start collecting if ready."""
+        if self.method.ready():
+            self._start_collect(out)
+            return
+        if self.in_flight == 0:
+            raise StraggleError(
+                f"Method {self.method.name!r} stalled: no work in flight and not ready to step."
+            )
+        self.phase = Phase.WAIT
+        out.append(Await(None))
+
+    def _start_collect(self, out: list[Instruction]) -> None:
+        # keep collecting for a fraction of the round's time (DSAG's window); with no
+        # window, still take results that arrived at the same time
+        self.deadline = self.time + self.window * (self.time - self.t_round)
+        self._collect(out)
+
+    def _collect(self, out: list[Instruction]) -> None:
+        if not self.in_flight:
+            self._end_round(out)
+            return
+        self._feed(out)
+        self.phase = Phase.COLLECT
+        out.append(Await(max(self.deadline - self.time, 0.0)))
+
+    def _end_round(self, out: list[Instruction]) -> None:
+        """Judge the round: a verdict now, or after an exact check pass."""
+        summary = self.method.summary()
+        self._round = (summary, self.time, self._gap(summary.objective))
+        verdict = self.session.monitor.observe(self.rows, summary.iterate, summary.result,
+                                               summary.objective)
+        if verdict == "check":
+            self.phase = Phase.CHECK
+            out.append(CheckExact(summary.iterate))
+            return
+        self._record(out, verdict, checked=False)
+
+    def _exact_objective(self, objective: float | None) -> None:
+        """Give the judged round the objective its exact check found, when the round's
+        own estimate had none (a round that did not see every row fresh), and the gap to
+        the reference with it."""
+        summary, now, _ = self._pending_round()
+        if summary.objective is not None or objective is None:
+            return
+        self._round = (dataclasses.replace(summary, objective=objective), now,
+                       self._gap(objective))
+
+    def _gap(self, objective: float | None) -> float | None:
+        """``objective`` minus the reference's, when both exist."""
+        reference = self.session.reference
+        return None if reference is None or objective is None else objective - reference.objective
+
+    def _pending_round(self) -> tuple[RoundSummary, float, float | None]:
+        assert self._round is not None, "no round is being judged"
+        return self._round
+
+    def _row(self, summary: RoundSummary, now: float, gap: float | None,
+             checked: bool) -> dict[str, Any]:
+        """The trace row of a judged round (the fields of ``TraceRecorder.add``)."""
+        return {
+            "wall_time": now - self.t0,
+            "iteration_duration": now - self.t_round,
+            "objective": summary.objective,
+            "gap": gap,
+            "n_fresh": summary.n_fresh,
+            "n_stale": summary.n_stale,
+            "workers_used": summary.workers_used,
+            "compute_durations": dict(self.durations),
+            "latencies": dict(self.latencies),
+            "coverage": summary.coverage,
+            "n_dropped": summary.n_dropped,
+            "ages": summary.ages,
+            "extras": {**summary.extras, "optimality": self.session.monitor.optimality,
+                       "exact_check": float(checked)},
+            "subpartitions": None if self.balancing is None
+            else self.balancing.method.subpartition_counts,
+        }
+
+    def _record(self, out: list[Instruction], verdict: str | None, *, checked: bool) -> None:
+        """Add the round's trace row; stop, or step."""
+        summary, now, gap = self._pending_round()
+        self._round = None
+        out.append(RecordRow(self.rows, self._row(summary, now, gap, checked)))
+        self.rows += 1
+        if self.session.iterates is not None:
+            self.session.iterates.append(np.array(summary.iterate, dtype=np.float64, copy=True))
+        reason = verdict or self.stop.check(iteration=self.rows - 1, gap=gap,
+                                            elapsed=now - self.t0)
+        if reason is not None:
+            self._save_checkpoint(out, now - self.t0, stepped=False)
+            self.phase = Phase.DONE
+            out.append(Finish(summary, reason))
+            return
+        self.method.step()
+        self.phase = Phase.STEP
+        out.append(AfterStep())
+
+    def _next_round(self, out: list[Instruction]) -> None:
+        self.durations.clear()
+        self.latencies.clear()
+        self._save_checkpoint(out, self.time - self.t0, stepped=True, due_only=True)
+        self.t_round = self.time
+        self._feed(out)
+        self._top(out)
+
+    def _save_checkpoint(self, out: list[Instruction], elapsed: float, *, stepped: bool,
+                         due_only: bool = False) -> None:
+        """Ask for a checkpoint (when one is asked for, and with ``due_only`` when due)."""
+        schedule = self.checkpoint
+        if schedule is None or (due_only and not schedule.due(self.rows, self.time)):
+            return
+        state = self.session.state(self.method, elapsed=elapsed, stepped=stepped,
+                                   iteration=self.rows)
+        out.append(WriteCheckpoint(state, self.rows))
+        schedule.start(self.rows, self.time)
