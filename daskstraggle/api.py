@@ -150,6 +150,12 @@ def _check_runtime_args(
             "runtime='local' has no latency to slow down; use runtime='sim' (simulated "
             "stragglers) or the Dask runtime (injected stragglers)."
         )
+    if runtime not in ("sim", "local") and stragglers.faults:
+        raise InvalidParameterError(
+            "The loss, freeze, join and retire terms of stragglers are simulated faults: "
+            "use runtime='sim' (CLI: --runtime sim); on a cluster, stop, kill or retire "
+            "real workers instead."
+        )
     if runtime == "sim" and stragglers.throttle is not None:
         raise InvalidParameterError(
             "The throttle straggler slows real worker processes; it needs the Dask runtime, "
@@ -240,8 +246,8 @@ def _resolve_runtime(
             yield rt
         return
     if runtime == "sim":
-        with SimRuntime(n_workers, latency=stragglers.model,
-                        rng=seed) as sim:
+        with SimRuntime(n_workers, latency=stragglers.model, faults=stragglers.faults,
+                        rng=seed, backup_after=backup_after) as sim:
             yield sim
         return
     with DaskRuntime(client, address=scheduler, n_workers=n_workers, stragglers=stragglers,
@@ -374,10 +380,10 @@ def solve(
         Evaluate the exact objective at every iteration's point after the run (trace
         variables ``exact_objective`` and, with ``reference``, ``exact_gap``).
     backup_after : float or None, default=None
-        Dask runtime: speculative backups. A work unit unanswered after this many times
-        the median latency of the run's recent units is sent again to another worker
-        (which loads a spare copy of those partitions from the source once); the first
-        answer counts. Helps methods that wait for every worker (gd, nag) past a slow
+        Dask and simulated runtimes: speculative backups. A work unit unanswered after
+        this many times the median latency of the run's recent units is sent again to
+        another worker (which loads a spare copy of those partitions from the source
+        once); the first answer counts. Helps methods that wait for every worker (gd, nag) past a slow
         one. None: no backups.
     checkpoint : str, path or None, default=None
         Write the run's state to this file at round boundaries, atomically (a kill at
@@ -446,11 +452,12 @@ def solve(
         from daskstraggle._validation import check_positive
 
         backup_after = check_positive(backup_after, name="backup_after", caller=caller)
-        if runtime in ("local", "sim") or isinstance(runtime, Runtime):
+        if runtime == "local" or isinstance(runtime, Runtime):
             raise InvalidParameterError(
                 f"The 'backup_after' parameter of {caller} (CLI: --backup-after) applies to "
-                "the Dask runtime it starts or connects to; "
-                + ("pass it to DaskRuntime(backup_after=...)." if isinstance(runtime, Runtime)
+                "the Dask or simulated runtime it starts or connects to; "
+                + ("pass it to DaskRuntime(backup_after=...) or SimRuntime(backup_after=...)."
+                   if isinstance(runtime, Runtime)
                    else f"runtime={runtime!r} has no workers to back up.")
             )
     qc = parse_qc(qc, caller=caller)

@@ -8,7 +8,10 @@ term is a modifier (``slowdown``, ``markov``, ``bursts``, ``artificial``) applie
 of what precedes it. A spec made of modifiers only slows down the *real* compute time.
 The term ``throttle(workers=..., factor=..., period=...)`` asks for the whole-process
 throttle (it slows any Dask workload on those workers) and may stand alone or beside a
-model. ``none`` means no stragglers.
+model. The fault terms ``loss(workers=..., at=...)``, ``freeze(workers=..., at=...,
+for=...)``, ``join(count=..., at=...)`` and ``retire(workers=..., at=...)``
+(:mod:`daskstraggle.latency.faults`) are played by the simulated runtime, at those
+simulated seconds. ``none`` means no stragglers.
 
 Examples (CLI ``--stragglers``)::
 
@@ -19,6 +22,7 @@ Examples (CLI ``--stragglers``)::
     gamma(mean=[0.02, 0.04, 0.06, 0.08], var=1e-4)     added gamma delays per worker
     gamma(mean=0.05, var=1e-4) + slowdown(workers=[0, 2], factor=3)
     throttle(workers=1, factor=4)                      SIGSTOP/SIGCONT duty cycle
+    gamma(mean=0.05, var=1e-4) + loss(workers=1, at=2)  (sim) worker 1 dies at 2 s
 """
 
 from __future__ import annotations
@@ -31,13 +35,15 @@ from typing import Any
 
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel, get_model_class, list_models, make_model
+from daskstraggle.latency.faults import FAULTS, Fault, make_fault
 
 __all__ = ["Stragglers", "ThrottleSpec", "parse_latency", "parse_stragglers"]
 
 _HELP = (
     "Write terms like 'slowdown(workers=1, factor=4)', 'markov(p_slow=0.05, slow_factor=4)', "
     "'gamma(mean=0.05, var=1e-4) + slowdown(workers=0, factor=3)' or "
-    "'throttle(workers=1, factor=4)'"
+    "'throttle(workers=1, factor=4)'; with --runtime sim also 'loss(workers=1, at=2)', "
+    "'freeze(workers=1, at=2, for=5)', 'join(count=1, at=2)', 'retire(workers=1, at=2)'"
 )
 
 
@@ -110,10 +116,14 @@ class Stragglers:
         Injected on the worker (Dask) or simulated (SimRuntime).
     throttle : ThrottleSpec or None, default=None
         Whole-process throttle (Dask only).
+    faults : tuple of Fault, default=()
+        Simulated losses, freezes, joins and retirements (simulated runtime only), in the
+        order given.
     """
 
     model: LatencyModel | None = None
     throttle: ThrottleSpec | None = None
+    faults: tuple[Fault, ...] = ()
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if the spec does not fit ``n_workers`` workers."""
@@ -121,14 +131,17 @@ class Stragglers:
             self.model.check_n_workers(n_workers)
         if self.throttle is not None:
             self.throttle.check_n_workers(n_workers)
+        for fault in self.faults:
+            fault.check_n_workers(n_workers)
 
     def to_spec(self) -> str:
         """Return the spec text (``"none"`` when empty)."""
-        terms = [t.to_spec() for t in (self.model, self.throttle) if t is not None]
+        terms = [t.to_spec() for t in (self.model, self.throttle, *self.faults)
+                 if t is not None]
         return " + ".join(terms) or "none"
 
     def __bool__(self) -> bool:
-        return self.model is not None or self.throttle is not None
+        return self.model is not None or self.throttle is not None or bool(self.faults)
 
 
 def _load_models() -> None:
@@ -167,6 +180,8 @@ def _term(node: ast.AST, text: str, *, base: LatencyModel | None) -> Any:
             f"{text!r}. {_HELP}."
         )
     kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+    if name in FAULTS:
+        return make_fault(name, **kwargs)
     if name == "throttle":
         try:
             return ThrottleSpec(**kwargs)
@@ -208,7 +223,7 @@ def parse_stragglers(spec: str | LatencyModel | Stragglers | None) -> Stragglers
     >>> parse_stragglers("throttle(workers=[1, 2], factor=4)").throttle.workers
     (1, 2)
     >>> parse_stragglers("none")
-    Stragglers(model=None, throttle=None)
+    Stragglers(model=None, throttle=None, faults=())
     """
     if spec is None:
         return Stragglers()
@@ -230,8 +245,10 @@ def parse_stragglers(spec: str | LatencyModel | Stragglers | None) -> Stragglers
     # registered names are hyphenated ("shifted-exponential"); Python reads "a-b" as a
     # subtraction, so spell a hyphen between two letters as "_" before parsing, outside
     # string literals (a replay path may contain hyphens)
+    # and the keyword "for" (freeze's duration) as "for_"
     text = "".join(
-        part if part[:1] in ("'", '"') else re.sub(r"(?<=[A-Za-z])-(?=[A-Za-z])", "_", part)
+        part if part[:1] in ("'", '"') else re.sub(
+            r"\bfor(?=\s*=)", "for_", re.sub(r"(?<=[A-Za-z])-(?=[A-Za-z])", "_", part))
         for part in re.split(r"(\"[^\"]*\"|'[^']*')", text)
     )
     try:
@@ -252,15 +269,18 @@ def parse_stragglers(spec: str | LatencyModel | Stragglers | None) -> Stragglers
     flatten(tree)
     model: LatencyModel | None = None
     throttle: ThrottleSpec | None = None
+    faults: list[Fault] = []
     for node in terms:
         value = _term(node, text, base=model)
-        if isinstance(value, ThrottleSpec):
+        if isinstance(value, Fault):
+            faults.append(value)
+        elif isinstance(value, ThrottleSpec):
             if throttle is not None:
                 raise InvalidParameterError(f"Give at most one throttle term in {spec!r}.")
             throttle = value
         else:
             model = value
-    return Stragglers(model=model, throttle=throttle)
+    return Stragglers(model=model, throttle=throttle, faults=tuple(faults))
 
 
 def parse_latency(spec: str | LatencyModel) -> LatencyModel:
@@ -277,7 +297,7 @@ def parse_latency(spec: str | LatencyModel) -> LatencyModel:
     Constant(compute=0.5, communication=0.0)
     """
     out = parse_stragglers(spec)
-    if out.throttle is not None or out.model is None:
+    if out.throttle is not None or out.faults or out.model is None:
         raise InvalidParameterError(
             f"Expected a latency model such as 'gamma(mean=0.05, var=1e-4)', got {spec!r}. "
             f"Models: {list_models()}."

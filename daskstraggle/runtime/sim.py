@@ -13,22 +13,50 @@ times from the same seed.
 
 A 1000-worker run fits on one machine: memory is one copy of the matrix, time is the
 kernels' total compute.
+
+**Faults** (``faults=``, the ``loss``, ``freeze``, ``join`` and ``retire`` terms of the
+stragglers spec, :mod:`daskstraggle.latency.faults`) are played at their simulated times
+through the engine's :class:`~daskstraggle.engine.pool.WorkerPool`, the same decisions the
+Dask runtime takes on a cluster: a lost or retiring worker's indices move to live workers
+and their work is sent again, a frozen worker's once its work is overdue
+(``frozen_after``), a worker that joins takes back a doubled-up index or helps the slowest
+one (its units split between the two), and ``backup_after`` sends backups. The latency
+model describes each worker *index*'s work, whoever computes it; faults act on
+*workers*: a worker computing for two indices computes their units one after the other,
+a frozen one makes no progress while frozen, a lost one never answers. Data moves take
+no simulated time, and the runtime sees a change the moment it happens (a cluster's
+runtime polls every second).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from daskstraggle._validation import check_int, check_nonnegative
+from daskstraggle._validation import check_int, check_nonnegative, check_positive
+from daskstraggle.engine.pool import (
+    AwaitWorkers,
+    Cancel,
+    MoveIndex,
+    Resend,
+    SendBackup,
+    StartHelping,
+    StopHelping,
+    WorkerPool,
+)
+from daskstraggle.errors import InvalidParameterError, WorkerLostError
 from daskstraggle.latency.base import LatencyModel, LatencySampler
-from daskstraggle.latency.spec import parse_latency
+from daskstraggle.latency.faults import Fault, Freeze, Join, Loss, Retire
+from daskstraggle.latency.spec import parse_latency, parse_stragglers
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
+from daskstraggle.problems.block import Block
 from daskstraggle.runtime.base import run_unit
 from daskstraggle.runtime.local import LocalRuntime
 
@@ -64,6 +92,19 @@ class SimRuntime(LocalRuntime):
         cost (with ``receive_duration=0`` nothing changes).
     rng : int, Generator or None, default=None
         Seed of the latency draws (independent of the run's ``rng``).
+    faults : str, sequence of Fault or None, default=None
+        Workers lost, frozen, joining or retiring at simulated times: the ``loss``,
+        ``freeze``, ``join`` and ``retire`` terms of the stragglers spec, e.g.
+        ``"loss(workers=1, at=2) + join(count=1, at=5)"``
+        (:mod:`daskstraggle.latency.faults`).
+    frozen_after : float or None, default=None
+        A unit unanswered for this many simulated seconds means a frozen worker (as
+        ``DaskRuntime(frozen_after=)``). None: the ``daskstraggle.frozen`` settings; the
+        check runs only when ``faults`` are given or a bound is.
+    stale_after : int or None, default=None
+        A unit in flight this many rounds means the same (as ``DaskRuntime``).
+    backup_after : float or None, default=None
+        Send a backup of a unit unanswered after this many times the median latency.
 
     Examples
     --------
@@ -92,25 +133,51 @@ class SimRuntime(LocalRuntime):
         update_duration: float = 0.0,
         receive_duration: float = 0.0,
         rng: int | np.random.Generator | None = None,
+        faults: str | tuple[Fault, ...] | list[Fault] | None = None,
+        frozen_after: float | None = None,
+        stale_after: int | None = None,
+        backup_after: float | None = None,
     ) -> None:
         super().__init__(None if n_workers is None else check_int(
             n_workers, name="n_workers", caller="SimRuntime", low=1))
         self.latency = None if latency is None else parse_latency(latency)
         if self.latency is not None:
             self.latency.check_n_workers(self._n_workers)
+        self.faults = _parse_faults(faults)
+        for fault in self.faults:
+            fault.check_n_workers(self._n_workers)
         self.update_duration = check_nonnegative(update_duration, name="update_duration",
                                                  caller="SimRuntime")
         self.receive_duration = check_nonnegative(receive_duration, name="receive_duration",
                                                   caller="SimRuntime")
+        self.frozen_after = None if frozen_after is None else check_positive(
+            frozen_after, name="frozen_after", caller="SimRuntime")
+        self.stale_after = None if stale_after is None else check_int(
+            stale_after, name="stale_after", caller="SimRuntime", low=1)
+        self.backup_after = None if backup_after is None else check_positive(
+            backup_after, name="backup_after", caller="SimRuntime")
         self._seed = np.random.SeedSequence(
             int(rng.integers(2**63)) if isinstance(rng, np.random.Generator) else rng
         )
-        self._heap: list[tuple[float, int, WorkResult]] = []
+        self._heap: list[tuple[float, int, str]] = []
+        self._tasks: dict[str, _SimTask] = {}
         self._order = itertools.count()
         self._now = 0.0
         self._newest = 0  # newest version dispatched
         self._sampler: LatencySampler | None = None
         self._real_start = 0.0
+        self.worker_pool: WorkerPool | None = None
+        self._events: list[tuple[float, int, Fault]] = []
+        self._freezes: dict[str, list[Freeze]] = {}
+        self._busy: dict[str, float] = {}
+        self._gone: set[str] = set()
+        self._losses: list[dict[str, Any]] = []
+        self._retiring: set[str] = set()
+        self._joined = 0
+        self._watch = False  # check for frozen and stale work
+        self._stuck = False  # overdue work had nowhere to go: wait for the next event
+        self._checked_version = 0
+        self._work: Any = None
 
     def _clock(self) -> float:
         return self._now
@@ -119,105 +186,388 @@ class SimRuntime(LocalRuntime):
         self._now = 0.0
         self._newest = 0
         self._heap.clear()
+        self._tasks.clear()
         self._real_start = time.perf_counter()
         self._sampler = None if self.latency is None else self.latency.sampler(
             self._n_workers, self._seed
         )
+        self.worker_pool = WorkerPool([str(i) for i in range(self._n_workers)], placement=placement,
+                                partition_rows=partition_rows, bounds=self._bounds(),
+                                backup_after=self.backup_after)
+        self._events = sorted((f.at, k, f) for k, f in enumerate(self.faults))
+        self._freezes = {}
+        for fault in self.faults:
+            if isinstance(fault, Freeze):
+                for w in fault.workers:
+                    self._freezes.setdefault(str(w), []).append(fault)
+        for windows in self._freezes.values():
+            windows.sort(key=lambda f: f.at)
+        self._busy = {}
+        self._gone = set()
+        self._retiring = set()
+        self._losses = []
+        self._joined = 0
+        self._watch = bool(self.faults) or self.frozen_after is not None or \
+            self.stale_after is not None
+        self._stuck = False
+        self._checked_version = 0
 
-    def _submit(self, unit: WorkUnit, problem: Problem) -> None:
-        held = self._blocks[unit.worker_index]
+    def _bounds(self) -> Any:
+        from daskstraggle.runtime._resilience import slow_bounds
+
+        return slow_bounds(self.frozen_after, self.stale_after)
+
+    # ------------------------------------------------------------------ sending
+    def _submit(self, unit: WorkUnit, problem: Problem, only: frozenset[int] | None = None
+                ) -> None:
+        assert self.worker_pool is not None
+        self._work = problem
+        self._newest = max(self._newest, unit.version)
         if unit.stream:
-            self._submit_stream(unit, problem)
+            self._submit_stream(unit, problem, only)
             return
+        parts = self.worker_pool.split(unit)
+        if parts is not None:
+            self._submit_split(unit, problem, parts)
+            return
+        held = self._blocks[unit.worker_index]
         result, measured = run_unit(problem, unit.iterate, *(held[p] for p in unit.partitions),
                                     coefficients=unit.coefficients, rows=unit.rows)
-        if self._sampler is None:
-            compute, communication = measured, 0.0
-        else:
-            compute, communication = self._sampler.sample(
-                unit.worker_index, time=self._now, iteration=unit.version,
-                load=self._unit_load(unit), measured=measured,
-            )
-        self._newest = max(self._newest, unit.version)
-        latency = float(compute) + float(communication)
-        done = WorkResult(unit, result, float(compute), latency=latency)
-        heapq.heappush(self._heap, (self._now + latency, next(self._order), done))
+        compute, communication = self._draw(unit.worker_index, unit, self._unit_load(unit),
+                                            measured)
+        key = self._push(self.worker_pool.workers[unit.worker_index], unit, result, compute,
+                         communication)
+        self.worker_pool.sent(key, unit, self._now)
 
-    def _submit_stream(self, unit: WorkUnit, problem: Problem) -> None:
-        """Schedule each message of a streamed unit at its own completion time.
+    def _draw(self, index: int, unit: WorkUnit, load: float, measured: float
+              ) -> tuple[float, float]:
+        """Compute and communication seconds of work on worker index ``index``."""
+        if self._sampler is None:
+            return float(measured), 0.0
+        compute, communication = self._sampler.sample(
+            index, time=self._now, iteration=unit.version, load=load, measured=measured)
+        return float(compute), float(communication)
+
+    def _push(self, worker: str, unit: WorkUnit, result: Any, compute: float,
+              communication: float, *, message: int | None = None, final: bool = True,
+              start: float | None = None, done: float | None = None) -> str:
+        """Schedule a task on ``worker``: it starts when the worker is free (or at
+        ``start``), makes no progress while the worker is frozen, is computed after
+        ``compute`` seconds of work (``done`` for a message of a streamed unit, counted
+        from the unit's start) and answers ``communication`` later. Return its key."""
+        order = next(self._order)
+        key = f"t{order}"
+        if start is None:
+            start = max(self._now, self._busy.get(worker, -math.inf))
+            self._busy[worker] = self._frozen_end(worker, start, compute)
+        work = compute if done is None else done
+        end = self._frozen_end(worker, start, work)
+        # (without a freeze: start + latency, the sum the latency model's own simulator takes)
+        finish = start + (work + communication) if end == start + work else end + communication
+        self._tasks[key] = _SimTask(unit, result, compute, work + communication, message,
+                                    final, worker)
+        heapq.heappush(self._heap, (finish, order, key))
+        return key
+
+    def _frozen_end(self, worker: str, start: float, work: float) -> float:
+        """When ``work`` seconds of computing started at ``start`` end on ``worker``."""
+        end = start + work
+        for fault in self._freezes.get(worker, ()):
+            if fault.at <= start < fault.until:
+                end += fault.until - start
+                start = fault.until
+            elif start < fault.at < end:
+                end += fault.for_
+        return end
+
+    def _submit_split(self, unit: WorkUnit, problem: Problem, parts: Any) -> None:
+        """Send ``unit`` as two parts: its index's worker's rows and its helper's."""
+        assert self.worker_pool is not None
+        index = unit.worker_index
+        held = self._blocks[index]
+        total = max(sum(self._partition_rows), 1)
+        keys = []
+        pool = self.worker_pool
+        for part, worker in zip(parts, (pool.workers[index], pool.helpers[index]), strict=True):
+            blocks = [held[unit.partitions[k]] for k in part.positions]
+            result, measured = run_unit(problem, unit.iterate, *blocks,
+                                        coefficients=part.coefficients, rows=part.rows)
+            load = (part.rows[1] - part.rows[0]) * self._n_workers / total
+            compute, communication = self._draw(index, unit, load, measured)
+            keys.append(self._push(worker, unit, result, compute, communication))
+        self.worker_pool.sent_split(unit, (keys[0], keys[1]), self._now)
+
+    def _submit_stream(self, unit: WorkUnit, problem: Problem,
+                       only: frozenset[int] | None = None) -> None:
+        """Schedule each message of a streamed unit at its own completion time (``only``:
+        just those messages, when the unit is sent again after its worker left).
 
         One latency draw covers the whole unit (load = all its rows); message ``j``
         completes once the rows of messages ``0 .. j`` are computed, at that fraction of
         the compute time, plus the communication time: with the multi-message model and
         equal partitions the ``j``-th partition is done at ``j (alpha + X)``.
         """
+        assert self.worker_pool is not None
         computed = self._compute_stream(unit, problem)
         measured = [seconds for _, _, seconds in computed]
-        if self._sampler is None:
-            compute, communication = sum(measured), 0.0
-        else:
-            compute, communication = self._sampler.sample(
-                unit.worker_index, time=self._now, iteration=unit.version,
-                load=self._unit_load(unit), measured=sum(measured),
-            )
-        self._newest = max(self._newest, unit.version)
+        compute, communication = self._draw(unit.worker_index, unit, self._unit_load(unit),
+                                            sum(measured))
         rows = np.cumsum([sum(self._partition_rows[p] for p in parts)
                           for parts, _, _ in computed], dtype=np.float64)
-        done_at = float(compute) * rows / rows[-1]
+        done_at = compute * rows / rows[-1]
+        worker = self.worker_pool.workers[unit.worker_index]
+        start = max(self._now, self._busy.get(worker, -math.inf))
+        self._busy[worker] = self._frozen_end(worker, start, compute)
         previous = 0.0
         for j, (_, message, _) in enumerate(computed):
-            latency = float(done_at[j]) + float(communication)
-            done = WorkResult(unit, message, float(done_at[j] - previous), latency=latency,
-                              message=j, final=j == len(computed) - 1)
+            final = j == len(computed) - 1
+            if only is None or j in only:
+                key = self._push(worker, unit, message, float(done_at[j] - previous),
+                                 communication, message=j, final=final, start=start,
+                                 done=float(done_at[j]))
+                self.worker_pool.sent(key, unit, self._now, message=j, final=final)
             previous = float(done_at[j])
-            heapq.heappush(self._heap, (self._now + latency, next(self._order), done))
 
     def _abandon(self, version: int) -> list[int]:
-        keep, freed = [], []
-        for entry in self._heap:
-            unit = entry[2].unit
-            if unit.stream and unit.version < version:
-                if entry[2].final:
-                    freed.append(unit.worker_index)
-            else:
-                keep.append(entry)
-        if len(keep) != len(self._heap):
-            self._heap = keep
-            heapq.heapify(self._heap)
+        assert self.worker_pool is not None
+        stale = [k for k, t in self._tasks.items() if t.unit.stream and t.unit.version < version]
+        freed = [self._tasks[k].unit.worker_index for k in stale if self._tasks[k].final]
+        for key in stale:  # the worker drops the rest of the unit's messages at once
+            self._busy[self._tasks.pop(key).worker] = self._now
+        self.worker_pool.forget(stale)
         return freed
 
+    # ------------------------------------------------------------------ receiving
     def _next(self, timeout: float | None = None) -> WorkResult | None:
-        if not self._heap:
-            if timeout is not None:
-                self._now += timeout
+        deadline = math.inf if timeout is None else self._now + timeout
+        while True:
+            self._drop_cancelled()
+            fault_at = self._events[0][0] if self._events else math.inf
+            check_at = self._check_time()
+            if not self._heap:
+                if fault_at <= deadline and fault_at < math.inf:
+                    self._now = max(self._now, fault_at)
+                    self._play_fault()
+                    continue
+                if timeout is not None:
+                    self._now = deadline
+                return None
+            finish, _, key = self._heap[0]
+            task = self._tasks[key]
+            n_messages = len(task.result) if isinstance(task.result, tuple) else 1
+            if task.unit.version < self._newest:
+                n_messages = 0
+            received = max(self._now, finish) + self.receive_duration * n_messages
+            first = min(fault_at, check_at)
+            if first < received and first <= deadline:
+                self._now = max(self._now, first)
+                if fault_at <= check_at:
+                    self._play_fault()
+                else:
+                    self._check_slow()
+                continue
+            if received > deadline:
+                self._now = deadline
+                return None
+            heapq.heappop(self._heap)
+            self._now = received
+            done = self._receive(key, task)
+            if done is not None:
+                return done
+
+    def _receive(self, key: str, task: _SimTask) -> WorkResult | None:
+        """The pool's view of an arrived task: the method's result, or None (the first
+        part of a split unit, or a backup's twin that lost the race)."""
+        assert self.worker_pool is not None
+        del self._tasks[key]
+        sent, outcome, out = self.worker_pool.arrived(key, (task.result, task.compute), self._now)
+        self._carry_out(out)
+        if sent is None or outcome is None:
             return None
-        finish, _, head = self._heap[0]
-        n_messages = len(head.result) if isinstance(head.result, tuple) else 1
-        if head.unit.version < self._newest:
-            n_messages = 0
-        received = max(self._now, finish) + self.receive_duration * n_messages
-        if timeout is not None and received > self._now + timeout:
-            self._now += timeout
-            return None
-        heapq.heappop(self._heap)
-        self._now = received
-        return head
+        result, compute = outcome
+        return WorkResult(task.unit, result, float(compute), latency=task.latency,
+                          message=task.message, final=task.final)
+
+    def _drop_cancelled(self) -> None:
+        """Pop the tasks nobody waits for (cancelled), or that never answer (their
+        worker is gone)."""
+        assert self.worker_pool is not None
+        while self._heap:
+            key = self._heap[0][2]
+            task = self._tasks.get(key)
+            if task is not None and task.worker not in self._gone:
+                return
+            heapq.heappop(self._heap)
+            if task is not None:
+                del self._tasks[key]
+                self.worker_pool.forget([key])
+
+    # ------------------------------------------------------------------ faults
+    def _check_time(self) -> float:
+        """When to look for overdue work next (inf: the checks are off)."""
+        assert self.worker_pool is not None
+        backup = self.worker_pool.next_backup_time()
+        if not self._watch:
+            return backup
+        if self._newest > self._checked_version:  # rounds passed: stale work?
+            return self._now
+        overdue = math.inf if self._stuck else self.worker_pool.next_overdue_time()
+        return min(overdue, backup)
+
+    def _check_slow(self) -> None:
+        assert self.worker_pool is not None
+        self._checked_version = self._newest
+        out: list[Any] = []
+        if self._watch:
+            late = self.worker_pool.overdue(self._now)
+            if late:
+                out += self.worker_pool.shun(late, self._live(), self._now)
+            # overdue work with nowhere to go waits for the next event
+            self._stuck = bool(late) and not out
+        out += self.worker_pool.backups(self._now)
+        self._carry_out(out)
+
+    def _live(self) -> list[str]:
+        assert self.worker_pool is not None
+        named = [str(i) for i in range(self._n_workers + self._joined)]
+        return [w for w in named if w not in self._gone]
+
+    def _status(self) -> dict[str, str]:
+        assert self.worker_pool is not None
+        return {w: "closing_gracefully" if w in self._retiring else "running"
+                for w in self._live()}
+
+    def _play_fault(self) -> None:
+        """Apply the next fault and hand the pool the statuses it leaves."""
+        assert self.worker_pool is not None
+        _, _, fault = heapq.heappop(self._events)
+        if isinstance(fault, Loss):
+            self._gone |= {str(w) for w in fault.workers}
+        elif isinstance(fault, Retire):
+            self._retiring |= {str(w) for w in fault.workers} - self._gone
+        elif isinstance(fault, Join):
+            self._joined += fault.count
+        self._stuck = False
+        self._carry_out(self.worker_pool.on_status(self._status(), self._now))
+
+    def _carry_out(self, instructions: list[Any]) -> None:
+        """Carry out the pool's instructions in simulated time."""
+        assert self.worker_pool is not None
+        for instruction in instructions:
+            if isinstance(instruction, MoveIndex):
+                self._losses.append({
+                    "worker_index": instruction.index, "lost": instruction.previous,
+                    "moved_to": instruction.to, "reason": instruction.why,
+                    "kind": instruction.kind, "time": self._now,
+                    "partitions": sorted(self._blocks[instruction.index]),
+                    "reloaded": [] if instruction.how == "fetch" or instruction.from_helper
+                    else sorted(self._blocks[instruction.index])})
+            elif isinstance(instruction, Resend | Cancel):
+                for key in (instruction.cancel if isinstance(instruction, Resend)
+                            else instruction.keys):
+                    self._tasks.pop(key, None)
+                if isinstance(instruction, Resend):
+                    for unit, only in instruction.units:
+                        self._submit(unit, self._work, only)
+            elif isinstance(instruction, SendBackup):
+                self._send_backup(instruction)
+            elif isinstance(instruction, StartHelping):
+                self.worker_pool.helper_ready(instruction.index)  # data moves take no time
+            elif isinstance(instruction, AwaitWorkers):
+                self._await_workers()
+            else:
+                assert isinstance(instruction, StopHelping), instruction
+
+    def _send_backup(self, instruction: SendBackup) -> None:
+        assert self.worker_pool is not None
+        unit, j = instruction.unit, instruction.to_index
+        blocks: list[Block] = [self._partitions[p] for p in unit.partitions]
+        result, measured = run_unit(self._work, unit.iterate, *blocks,
+                                    coefficients=unit.coefficients, rows=unit.rows)
+        compute, communication = self._draw(j, unit, self._unit_load(unit), measured)
+        key = self._push(self.worker_pool.workers[j], unit, result, compute, communication)
+        self.worker_pool.backup_sent(instruction.key, key)
+
+    def _await_workers(self) -> None:
+        """Every worker is gone: play the faults of the next ``timeouts.no-worker``
+        seconds; a join among them carries on, else the run ends."""
+        from daskstraggle import config
+
+        limit = float(config.seconds("timeouts.no-worker"))
+        joins = [at for at, _, f in self._events if isinstance(f, Join)]
+        if not joins or joins[0] > self._now + limit:
+            raise WorkerLostError(
+                f"Every worker left the cluster and none joined within {limit:g} s; the "
+                "run cannot go on. Start workers (or check why they died: memory limit, "
+                "walltime, preemption) and run again."
+            )
+        self._now = joins[0]
+        while self._events and self._events[0][0] <= joins[0]:
+            self._play_fault()
 
     def _after_step(self) -> None:
         self._now += self.update_duration
 
     def _run_attrs(self) -> dict[str, Any]:
-        return {
+        attrs: dict[str, Any] = {
             "simulated": True,
             "latency_model": "none" if self.latency is None else self.latency.to_spec(),
             "update_duration_s": self.update_duration,
             "receive_duration_s": self.receive_duration,
             "real_duration_s": time.perf_counter() - self._real_start,
         }
+        if self.faults:
+            attrs["faults"] = " + ".join(f.to_spec() for f in self.faults)
+        if self._losses:
+            attrs["worker_losses"] = list(self._losses)
+        if self.worker_pool is not None and self.worker_pool.joins:
+            attrs["worker_joins"] = [dict(j) for j in self.worker_pool.joins]
+        if self.backup_after is not None and self.worker_pool is not None:
+            attrs["backups"] = self.worker_pool.n_backups
+        return attrs
 
     def _cancel_pending(self) -> None:
         self._heap.clear()
+        self._tasks.clear()
+        if self.worker_pool is not None:
+            self.worker_pool.clear()
 
     def _unload(self) -> None:
         super()._unload()
         self._heap.clear()
+        self._tasks.clear()
+
+
+@dataclass(slots=True)
+class _SimTask:
+    """A task in simulated flight: its unit, result and timings."""
+
+    unit: WorkUnit
+    result: Any
+    compute: float
+    latency: float
+    message: int | None
+    final: bool
+    worker: str
+
+
+def _parse_faults(faults: Any) -> tuple[Fault, ...]:
+    """The fault terms of ``faults`` (a spec string, or Fault objects)."""
+    if faults is None:
+        return ()
+    if isinstance(faults, str):
+        spec = parse_stragglers(faults)
+        if spec.model is not None or spec.throttle is not None:
+            raise InvalidParameterError(
+                f"The 'faults' parameter of SimRuntime takes only loss, freeze, join and "
+                f"retire terms; pass the latency model as latency=. Got {faults!r}."
+            )
+        return spec.faults
+    if isinstance(faults, Fault):
+        return (faults,)
+    if isinstance(faults, tuple | list) and all(isinstance(f, Fault) for f in faults):
+        return tuple(faults)
+    raise InvalidParameterError(
+        f"The 'faults' parameter of SimRuntime must be a spec string such as "
+        f"'loss(workers=1, at=2)' or a list of faults. Got {faults!r} instead."
+    )

@@ -160,7 +160,7 @@ def test_backup_after_needs_the_dask_runtime():
 
     X = np.random.default_rng(0).normal(size=(100, 4))
     with pytest.raises(InvalidParameterError, match=r"'backup_after' parameter of fit_pca "
-                       r"\(CLI: --backup-after\) applies to the Dask runtime"):
+                       r"\(CLI: --backup-after\) applies to the Dask or simulated runtime"):
         fit_pca(X, 2, runtime="local", backup_after=2.0)
     with pytest.raises(InvalidParameterError, match="backup_after"):
         fit_pca(X, 2, backup_after=-1.0)

@@ -1,0 +1,636 @@
+"""The worker pool: which worker computes each worker index, what each has in flight, and
+what to do when a worker is slow, lost, retiring or joining (pure).
+
+The methods keep their ``N`` worker indices for the whole run; the worker behind an index
+may change. :class:`WorkerPool` takes what the runtime observes (tasks sent and answered,
+the cluster's worker statuses, the time) and returns instructions
+(:class:`MoveIndex`, :class:`Resend`, :class:`Cancel`, :class:`SendBackup`,
+:class:`StartHelping`, :class:`StopHelping`, :class:`AwaitWorkers`); the Dask runtime
+carries them out on a cluster, the simulated runtime in simulated time. Every decision
+is kept in a bounded log with its time and round, so :meth:`WorkerPool.history` answers
+"why did index 2 move to worker C at round 40".
+
+- **Lost** (gone from the statuses): the index moves to a live worker
+  (:func:`~daskstraggle.engine.resilience.replacement_targets`), its partitions are
+  reloaded there and its work in flight is sent again.
+- **Retiring** (status ``closing_gracefully``): the same, before it goes; the target
+  fetches the partitions from it.
+- **Frozen** (a unit unanswered for :func:`~daskstraggle.engine.resilience.frozen_bound`
+  seconds) or **stale** (in flight for :func:`~daskstraggle.engine.resilience.stale_bound`
+  rounds, its data loaded): the worker gets no more work in this run; its indices move.
+- **Joining**: a newcomer takes back an index from a worker computing for two
+  (:func:`~daskstraggle.engine.resilience.adoption_moves`); beyond that it helps the index
+  with the highest latency: the index's units are split between the two
+  (:func:`~daskstraggle.engine.resilience.split_unit`), the share following their speeds.
+- **Backups** (``backup_after``): a whole unit unanswered after that many times the median
+  latency is sent again to another worker index; the first answer counts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections import deque
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from daskstraggle.engine.resilience import (
+    SlowBounds,
+    UnitPart,
+    adoption_moves,
+    frozen_bound,
+    helper_targets,
+    next_fraction,
+    replacement_targets,
+    split_unit,
+    stale_bound,
+)
+from daskstraggle.methods.base import WorkUnit
+
+__all__ = [
+    "GOING",
+    "RETIRING",
+    "AwaitWorkers",
+    "Cancel",
+    "Decision",
+    "MoveIndex",
+    "Resend",
+    "SendBackup",
+    "StartHelping",
+    "StopHelping",
+    "Task",
+    "WorkerPool",
+]
+
+#: The status of a retiring worker (no new task; its data is being copied away).
+RETIRING = "closing_gracefully"
+#: Statuses of a worker that is going: never a target.
+GOING = (RETIRING, "closing", "closed")
+#: Results needed before the median latency is trusted for a backup decision.
+_MIN_SAMPLES = 3
+
+
+def _just_after(t: float) -> float:
+    """A time strictly after ``t`` (bounds are exceeded, not met)."""
+    return math.nextafter(t + 1e-9 * max(abs(t), 1.0), math.inf)
+
+
+@dataclass(slots=True)
+class Task:
+    """One task in flight: a whole unit, one message of a streamed unit, one part of a
+    split unit, or a backup.
+
+    Attributes
+    ----------
+    key : str
+        The runtime's name of the task.
+    unit : WorkUnit
+        The unit it computes (all or part of).
+    worker : str
+        The worker computing it.
+    sent : float
+        When the unit was sent (a backup keeps its original's).
+    message : int or None
+        For a streamed unit, which message.
+    final : bool
+        Whether its result is the unit's last (its worker index is idle after it).
+    part : int or None
+        For a split unit, 0 (the index's own worker) or 1 (its helper).
+    """
+
+    key: str
+    unit: WorkUnit
+    worker: str
+    sent: float
+    message: int | None = None
+    final: bool = True
+    part: int | None = None
+
+
+# --------------------------------------------------------------------- instructions
+@dataclass(frozen=True, slots=True)
+class MoveIndex:
+    """Worker index ``index`` is now computed by ``to`` (was ``previous``).
+
+    The runtime puts the index's partitions there: from copies live workers hold (with
+    ``how="fetch"``, the retiring ``previous`` included; with ``"reload"`` any but
+    ``previous``), from the helper's data when ``to`` helped this index
+    (``from_helper``), else reloaded from the source. A :class:`Resend` follows.
+    ``kind`` is ``lost``, ``retired``, ``frozen``, ``stale`` or ``adopted``; ``why``
+    says what happened to ``previous``.
+    """
+
+    index: int
+    to: str
+    previous: str
+    kind: str
+    why: str
+    how: str
+    from_helper: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Resend:
+    """Cancel ``cancel`` (the index's tasks in flight) and send each unit of ``units``
+    again, each with the messages to send (None: the whole unit)."""
+
+    index: int
+    units: tuple[tuple[WorkUnit, frozenset[int] | None], ...]
+    cancel: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Cancel these tasks (a backup's twin that lost the race)."""
+
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackup:
+    """Send task ``key``'s unit again, to worker index ``to_index``'s worker; report it
+    with :meth:`WorkerPool.backup_sent`."""
+
+    key: str
+    unit: WorkUnit
+    to_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartHelping:
+    """``worker`` helps worker index ``index``: load the index's partitions there and
+    report :meth:`WorkerPool.helper_ready` once they are; from then on the index's units
+    are split between the two (:meth:`WorkerPool.split`)."""
+
+    worker: str
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class StopHelping:
+    """``worker`` stops helping worker index ``index`` (``why``): drop its copy of the
+    index's data (unless ``keep``: it takes the index over)."""
+
+    index: int
+    worker: str
+    why: str
+    keep: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitWorkers:
+    """No live worker is left: wait (bounded) for one to join, then report the statuses
+    again; an empty cluster after the wait ends the run."""
+
+
+PoolInstruction = MoveIndex | Resend | Cancel | SendBackup | StartHelping | StopHelping | \
+    AwaitWorkers
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One logged decision: at ``time``, in round ``version``, ``instruction``."""
+
+    time: float
+    version: int
+    instruction: Any
+
+
+@dataclass
+class _Helping:
+    """What a helper did for an index (a ``worker_joins`` entry of the result)."""
+
+    record: dict[str, Any]
+    fraction: float = 0.5
+    ready: bool = False
+
+
+class WorkerPool:
+    """Which worker computes each worker index, and every decision about slow, lost,
+    retiring and joining workers.
+
+    Parameters
+    ----------
+    workers : sequence of str
+        The worker of each worker index at the start.
+    placement : sequence of tuple of int
+        The partitions of each worker index.
+    partition_rows : sequence of int
+        Rows of each partition (for split units).
+    bounds : SlowBounds, optional
+        When unanswered work means a frozen or stale worker.
+    backup_after : float or None, default=None
+        Send a backup of a whole unit unanswered after this many times the median
+        latency (None: no backups).
+    log_size : int, default=10_000
+        Decisions kept in :attr:`log`.
+
+    Examples
+    --------
+    >>> pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[5, 5])
+    >>> out = pool.on_status({"a": "running", "c": "running"}, now=1.0)
+    >>> [type(i).__name__ for i in out], out[0].index, out[0].to
+    (['MoveIndex', 'Resend'], 1, 'c')
+    >>> pool.history(1)[0].instruction.kind
+    'lost'
+    """
+
+    def __init__(self, workers: Sequence[str], *, placement: Sequence[tuple[int, ...]],
+                 partition_rows: Sequence[int], bounds: SlowBounds | None = None,
+                 backup_after: float | None = None, log_size: int = 10_000) -> None:
+        self.workers = list(workers)
+        self.placement = [tuple(p) for p in placement]
+        self.partition_rows = list(partition_rows)
+        self.bounds = bounds or SlowBounds()
+        self.backup_after = backup_after
+        self.tasks: dict[str, Task] = {}
+        self.shunned: set[str] = set()  # found frozen or stale: no more work this run
+        self.retiring: set[str] = set()
+        self.helpers: dict[int, str] = {}
+        self.joins: list[dict[str, Any]] = []
+        self.n_backups = 0
+        self.log: deque[Decision] = deque(maxlen=log_size)
+        self._helping: dict[int, _Helping] = {}
+        self._twins: dict[str, str] = {}
+        self._halves: dict[str, tuple[str, int, int]] = {}  # key: (partner, part, index)
+        self._half_done: dict[str, Any] = {}
+        self._recent: deque[float] = deque(maxlen=200)  # latencies of recent units
+        self._ages: deque[int] = deque(maxlen=200)  # rounds recent units were in flight
+        self._index_latency: dict[int, deque[float]] = {}
+        self._versions: list[tuple[float, int]] = []  # (time, version) newer ones sent
+        self._backup_to: dict[str, int] = {}  # the worker index of each backup asked for
+        self._newest = 0
+        self._now = 0.0
+
+    # ------------------------------------------------------------------ sending
+    def split(self, unit: WorkUnit) -> tuple[UnitPart, UnitPart] | None:
+        """The two parts ``unit`` is sent as (own worker's, helper's), or None: send it
+        whole (no ready helper, a streamed unit, or too few rows)."""
+        helping = self._helping.get(unit.worker_index)
+        if helping is None or not helping.ready or unit.stream:
+            return None
+        rows = [self.partition_rows[p] for p in unit.partitions]
+        return split_unit(rows, rows=unit.rows, coefficients=unit.coefficients,
+                          fraction=helping.fraction)
+
+    def sent(self, key: str, unit: WorkUnit, now: float, *, message: int | None = None,
+             final: bool = True) -> Task:
+        """Task ``key`` of ``unit`` (whole, or one message) went to the index's worker."""
+        self._advance(unit.version, now)
+        task = Task(key, unit, self.workers[unit.worker_index], now, message, final)
+        self.tasks[key] = task
+        return task
+
+    def sent_split(self, unit: WorkUnit, keys: tuple[str, str], now: float) -> None:
+        """``unit`` went out as two parts (:meth:`split`): ``keys[0]`` to its worker,
+        ``keys[1]`` to its helper."""
+        index = unit.worker_index
+        self._advance(unit.version, now)
+        for part, (key, worker) in enumerate(zip(keys, (self.workers[index],
+                                                        self.helpers[index]), strict=True)):
+            self.tasks[key] = Task(key, unit, worker, now, part=part)
+            self._halves[key] = (keys[1 - part], part, index)
+        self._helping[index].record["split_units"] += 1
+
+    def backup_sent(self, key: str, backup_key: str) -> None:
+        """The backup :class:`SendBackup` asked for of ``key`` went out as ``backup_key``."""
+        original = self.tasks[key]
+        to = self._backup_to.pop(key)
+        self.tasks[backup_key] = Task(backup_key, original.unit, self.workers[to],
+                                      original.sent)
+        self._twins[key], self._twins[backup_key] = backup_key, key
+        self.n_backups += 1
+
+    def _advance(self, version: int, now: float) -> None:
+        """A unit at iterate ``version`` is sent: keep when each version was first sent."""
+        self._now = now
+        if version > self._newest:
+            self._newest = version
+            self._versions.append((now, version))
+            if len(self._versions) > 20_000:  # bounded: ages beyond that are beyond any bound
+                del self._versions[:10_000]
+
+    def age(self, sent: float) -> int:
+        """Rounds (iterate versions) the run went on since a unit was sent at ``sent``."""
+        at = bisect.bisect_right(self._versions, (sent, math.inf))
+        return self._newest - (self._versions[at - 1][1] if at else 0)
+
+    # ------------------------------------------------------------------ arrivals
+    def arrived(self, key: str, outcome: Any, now: float
+                ) -> tuple[Task | None, Any, list[PoolInstruction]]:
+        """Task ``key`` finished with ``outcome`` (a ``(result, seconds)`` pair).
+
+        Returns
+        -------
+        task : Task or None
+            The task; None if it is no longer wanted (abandoned, cancelled, resent).
+        outcome : object or None
+            What the method receives: ``outcome``, the sum of both parts of a split unit
+            once the second arrives (None for the first), its seconds the slower part's.
+        instructions : list
+            A :class:`Cancel` of a backup's twin that lost the race.
+        """
+        self._now = now
+        task = self.tasks.pop(key, None)
+        if task is None:
+            return None, None, []
+        out: list[PoolInstruction] = []
+        twin = self._twins.pop(key, None)
+        if twin is not None and twin != key:
+            self._twins.pop(twin, None)
+            if self.tasks.pop(twin, None) is not None:
+                out.append(Cancel((twin,)))
+        outcome = self._join_half(key, outcome)
+        if outcome is not None:
+            latency = now - task.sent
+            self._recent.append(latency)
+            self._ages.append(self.age(task.sent))
+            self._index_latency.setdefault(task.unit.worker_index,
+                                           deque(maxlen=5)).append(latency)
+        return task, outcome, out
+
+    def _join_half(self, key: str, outcome: Any) -> Any:
+        if key not in self._halves:
+            return outcome
+        partner, part, index = self._halves.pop(key)
+        if partner not in self._half_done:
+            self._half_done[key] = outcome
+            return None
+        other = self._half_done.pop(partner)
+        (first, own), (second, helper) = (outcome, other) if part == 0 else (other, outcome)
+        helping = self._helping.get(index)
+        if helping is not None:  # (its helper may have stopped meanwhile)
+            helping.fraction = next_fraction(helping.fraction, own, helper)
+            helping.record["own_share"] = round(helping.fraction, 3)
+        if isinstance(first, tuple):  # coded messages
+            return tuple(a + b for a, b in zip(first, second, strict=True)), max(own, helper)
+        return first + second, max(own, helper)
+
+    def forget(self, keys: Iterable[str]) -> None:
+        """These tasks were cancelled by the runtime (abandoned stale messages)."""
+        for key in keys:
+            self._drop_task(key)
+
+    def clear(self) -> None:
+        """Forget every task in flight (the run ended)."""
+        self.tasks.clear()
+        self._twins.clear()
+        self._halves.clear()
+        self._half_done.clear()
+
+    def _drop_task(self, key: str) -> Task | None:
+        twin = self._twins.pop(key, None)
+        if twin is not None and twin != key:  # the other may be backed up again
+            self._twins.pop(twin, None)
+        entry = self._halves.pop(key, None)
+        self._half_done.pop(key, None)
+        if entry is not None:  # the other part may have arrived already
+            self._half_done.pop(entry[0], None)
+        return self.tasks.pop(key, None)
+
+    # ------------------------------------------------------------------ membership
+    def vanished(self, status: Mapping[str, str]) -> list[str]:
+        """Workers of indices that are gone from ``status`` and not known to retire (the
+        runtime may find in the scheduler's log that they retired first)."""
+        return sorted({w for w in self.workers if w not in status} - self.retiring)
+
+    def on_status(self, status: Mapping[str, str], now: float, *,
+                  retiring: Iterable[str] = ()) -> list[PoolInstruction]:
+        """The cluster's workers and their statuses now: move the indices of workers that
+        left or retire, stop helpers that went, give newcomers work.
+
+        ``retiring``: workers known to retire from elsewhere (an event announced it, or
+        the scheduler's log says a vanished one retired before it left).
+        """
+        self._now = now
+        self.retiring |= set(retiring)
+        # (a retirement the scheduler aborted, for want of workers to take the data, is over)
+        self.retiring |= {a for a, s in status.items() if s == RETIRING}
+        self.retiring -= {a for a, s in status.items() if s == "running"}
+        live = sorted({a for a, s in status.items() if s not in GOING} - self.shunned
+                      - self.retiring)
+        out: list[PoolInstruction] = []
+        for i, helper in list(self.helpers.items()):
+            if helper not in live:
+                out += self._stop_helping(i, why="left the cluster" if helper not in status
+                                          else "is retiring" if helper in self.retiring
+                                          else "is frozen")
+        if not live:
+            out.append(self._decide(AwaitWorkers()))
+            return out
+        moves = replacement_targets(self.workers, live)
+        if not moves:
+            for i, target in adoption_moves(self.workers, live).items():
+                out += self._move(i, target, f"also computed for another index and {target} "
+                                  "joined", "adopted")
+            out += self._adopt_newcomers(live)
+            return out
+        for i, target in moves.items():
+            lost = self.workers[i]
+            if lost in self.retiring:
+                out += self._move(i, target, "is retiring (closing gracefully)", "retired")
+            elif lost in self.shunned:
+                out += self._move(i, target, "was found frozen", "frozen")
+            else:
+                out += self._move(i, target, "left the cluster", "lost")
+        return out
+
+    def _move(self, index: int, target: str, why: str, kind: str) -> list[PoolInstruction]:
+        previous, self.workers[index] = self.workers[index], target
+        out: list[PoolInstruction] = []
+        helped = next((i for i, a in self.helpers.items() if a == target), None)
+        if helped is not None:  # target stops helping; keeps the data of this index
+            out += self._stop_helping(helped, why=f"takes over worker index {index}",
+                                      resend=helped != index, keep=helped == index)
+        out.append(self._decide(MoveIndex(index, target, previous, kind, why,
+                                          "fetch" if kind == "retired" else "reload",
+                                          from_helper=helped == index)))
+        out.append(self._resend(index))
+        return out
+
+    def _resend(self, index: int) -> Resend:
+        """Take the index's tasks in flight (backups and split parts included) to send
+        their units again."""
+        keys = [k for k, t in self.tasks.items() if t.unit.worker_index == index]
+        units: dict[int, tuple[WorkUnit, set[int | None]]] = {}
+        for key in keys:
+            task = self._drop_task(key)
+            assert task is not None
+            units.setdefault(id(task.unit), (task.unit, set()))[1].add(task.message)
+        return Resend(index, tuple(
+            (unit, None if None in messages else frozenset(int(j) for j in messages
+                                                           if j is not None))
+            for unit, messages in units.values()), tuple(keys))
+
+    def _adopt_newcomers(self, live: list[str]) -> list[PoolInstruction]:
+        """Make every live worker that neither holds nor helps an index the helper of the
+        slowest index without one."""
+        newcomers = set(live) - set(self.workers) - set(self.helpers.values())
+        if not newcomers:
+            return []
+        latency = {i: statistics.median(v) for i, v in self._index_latency.items() if v}
+        out: list[PoolInstruction] = []
+        for worker, index in helper_targets(self.workers, newcomers, self.helpers,
+                                            latency).items():
+            self.helpers[index] = worker
+            record = {"worker": worker, "helps": index,
+                      "partitions": sorted(self.placement[index]),
+                      "latency_s": latency.get(index), "split_units": 0, "own_share": 0.5}
+            self._helping[index] = _Helping(record)
+            self.joins.append(record)
+            out.append(self._decide(StartHelping(worker, index)))
+        return out
+
+    def helper_ready(self, index: int) -> None:
+        """The helper of ``index`` holds the index's partitions: split its next units."""
+        if index in self._helping:
+            self._helping[index].ready = True
+
+    def _stop_helping(self, index: int, *, why: str, resend: bool = True,
+                      keep: bool = False) -> list[PoolInstruction]:
+        worker = self.helpers.pop(index, None)
+        if worker is None:
+            return []
+        self._helping.pop(index).record["ended"] = why
+        out: list[PoolInstruction] = [self._decide(StopHelping(index, worker, why, keep))]
+        if resend:
+            out.append(self._resend(index))
+        return out
+
+    # ------------------------------------------------------------------ slow work
+    def overdue(self, now: float, *, unloaded: Collection[str] = ()
+                ) -> dict[str, tuple[str, str]]:
+        """Workers whose work is overdue, each with why and the kind (frozen, stale).
+
+        Frozen: a task unanswered for :func:`frozen_bound` seconds. Stale: a task sent
+        :func:`stale_bound` rounds ago, in flight for ``bounds.stale_wait`` seconds and its
+        data loaded (``unloaded``: keys of tasks still waiting for their data).
+        """
+        self._now = now
+        b = self.bounds
+        seconds = frozen_bound(b.frozen_after, self._recent, minimum=b.frozen_minimum,
+                               factor=b.frozen_factor)
+        rounds = stale_bound(b.stale_after, self._ages, minimum=b.stale_minimum_rounds,
+                             factor=b.stale_factor)
+        waited: dict[str, tuple[float, int]] = {}
+        for key, task in self.tasks.items():
+            old = waited.get(task.worker, (0.0, 0))
+            age = self.age(task.sent) if now - task.sent > b.stale_wait and \
+                key not in unloaded else 0
+            waited[task.worker] = (max(old[0], now - task.sent), max(old[1], age))
+        return {w: (f"has not answered for {s:.0f} s (frozen?)", "frozen") if s > seconds
+                else (f"has not answered for {age} rounds (stale)", "stale")
+                for w, (s, age) in waited.items() if s > seconds or age > rounds}
+
+    def next_overdue_time(self) -> float:
+        """When the oldest task in flight becomes overdue in seconds (inf: none in
+        flight): when a simulated runtime must look again.
+
+        The oldest is the first sent of those in flight (a backup, which keeps its
+        original's send time, may be older: it is then found at this later time).
+        """
+        if not self.tasks:
+            return math.inf
+        b = self.bounds
+        seconds = frozen_bound(b.frozen_after, self._recent, minimum=b.frozen_minimum,
+                               factor=b.frozen_factor)
+        return _just_after(next(iter(self.tasks.values())).sent + seconds)
+
+    def shun(self, late: Mapping[str, tuple[str, str]], live: Iterable[str], now: float
+             ) -> list[PoolInstruction]:
+        """Give the overdue workers ``late`` no more work; move their indices to the other
+        ``live`` workers (nothing when none is left: keep waiting)."""
+        self._now = now
+        live = sorted(set(live) - set(late) - self.shunned - self.retiring)
+        if not late or not live:
+            return []
+        self.shunned |= set(late)
+        out: list[PoolInstruction] = []
+        for i, helper in list(self.helpers.items()):
+            if helper in late:
+                out += self._stop_helping(i, why=late[helper][0])
+        for i, target in replacement_targets(self.workers, live).items():
+            why, kind = late.get(self.workers[i], ("was found frozen", "frozen"))
+            out += self._move(i, target, why, kind)
+        return out
+
+    def backups(self, now: float) -> list[SendBackup]:
+        """Backups of every whole unit overdue against the run's median latency."""
+        self._now = now
+        if self.backup_after is None or len(self._recent) < _MIN_SAMPLES:
+            return []
+        bound = self.backup_after * statistics.median(self._recent)
+        out: list[SendBackup] = []
+        for key, task in list(self.tasks.items()):
+            if task.message is None and key not in self._twins and \
+                    key not in self._halves and now - task.sent > bound:
+                backup = self._backup(key, task)
+                if backup is not None:
+                    out.append(backup)
+        return out
+
+    def next_backup_time(self) -> float:
+        """The earliest time a task in flight becomes due for a backup (inf: never)."""
+        if self.backup_after is None or len(self._recent) < _MIN_SAMPLES:
+            return math.inf
+        due = next((t.sent for k, t in self.tasks.items() if t.message is None
+                    and k not in self._twins and k not in self._halves), None)
+        bound = self.backup_after * statistics.median(self._recent)
+        return math.inf if due is None else _just_after(due + bound)
+
+    def _backup(self, key: str, task: Task) -> SendBackup | None:
+        own = self.workers[task.unit.worker_index]
+        others = [j for j in range(len(self.workers)) if self.workers[j] != own
+                  and self.workers[j] not in self.shunned]
+        if not others:
+            self._twins[key] = key  # nowhere to send it: never try again
+            return None
+        # a worker holding the most of the unit's partitions, then the least busy
+        busy = {w: 0 for w in self.workers}
+        for t in self.tasks.values():
+            busy[t.worker] = busy.get(t.worker, 0) + 1
+        parts = task.unit.partitions
+        j = min(others, key=lambda o: (-sum(p in self.placement[o] for p in parts),
+                                       busy[self.workers[o]], o))
+        self._backup_to[key] = j
+        return self._decide(SendBackup(key, task.unit, j))
+
+    # ------------------------------------------------------------------ the log
+    def _decide(self, instruction: Any) -> Any:
+        self.log.append(Decision(self._now, self._newest, instruction))
+        return instruction
+
+    def history(self, index: int) -> list[Decision]:
+        """Every logged decision about worker index ``index``: its moves (with the
+        worker, the kind and why, the time and round) and its helpers' starts and stops.
+
+        Examples
+        --------
+        >>> pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[5, 5])
+        >>> _ = pool.on_status({"b": "running"}, now=3.0)
+        >>> [(d.time, d.instruction.to, d.instruction.why) for d in pool.history(0)]
+        [(3.0, 'b', 'left the cluster')]
+        """
+        return [d for d in self.log if getattr(d.instruction, "index", None) == index]
+
+    def validate_state(self) -> None:
+        """Check the pool's invariants (the tests call it after every step).
+
+        Raises
+        ------
+        AssertionError
+            If an invariant does not hold.
+        """
+        assert set(self.helpers) == set(self._helping), (self.helpers, self._helping)
+        assert not set(self.helpers.values()) & set(self.workers), self.helpers
+        for key, (partner, part, index) in self._halves.items():
+            assert key in self.tasks or key in self._half_done, key
+            assert self.tasks.get(key, self.tasks.get(partner)) is None or \
+                self.tasks.get(key, self.tasks.get(partner)).unit.worker_index == index
+            assert part in (0, 1)
+        for key, twin in self._twins.items():
+            assert twin == key or self._twins.get(twin) == key, (key, twin)
+        assert self._newest >= 0 and len(self.workers) == len(self.placement)
+

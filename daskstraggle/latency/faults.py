@@ -1,0 +1,195 @@
+"""Simulated faults: workers lost, frozen, joining or retiring at given simulated times.
+
+Terms of the stragglers spec (:mod:`daskstraggle.latency.spec`) for the simulated runtime
+(``--runtime sim``): ``loss(workers=..., at=SECONDS)``, ``freeze(workers=..., at=...,
+for=SECONDS)``, ``join(count=..., at=...)`` and ``retire(workers=..., at=...)``. Workers
+are named by their index at the start of the run (0 .. N-1); workers that join are named
+N, N+1, ... in order. The simulated runtime turns each term into the worker statuses the
+engine's :class:`~daskstraggle.engine.pool.WorkerPool` reads, at that time, so a simulated
+loss is handled by the very decisions that handle a real one.
+
+Examples
+--------
+>>> from daskstraggle.latency.spec import parse_stragglers
+>>> spec = parse_stragglers("loss(workers=1, at=2) + join(count=2, at=5.5)")
+>>> [f.to_spec() for f in spec.faults]
+['loss(workers=[1], at=2)', 'join(count=2, at=5.5)']
+>>> parse_stragglers("freeze(workers=[0, 2], at=1, for=3)").faults[0].until
+4.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from daskstraggle.errors import InvalidParameterError
+
+__all__ = ["FAULTS", "Fault", "Freeze", "Join", "Loss", "Retire", "make_fault"]
+
+#: Largest simulated time a fault may name (seconds), as for the latency models.
+_MAX_SECONDS = 1e15
+
+
+def _seconds(value: Any, *, name: str, term: str, positive: bool = False) -> float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+        math.isfinite(value) and (value > 0 if positive else value >= 0) and \
+        value <= _MAX_SECONDS
+    if not ok:
+        bound = "> 0" if positive else ">= 0"
+        raise InvalidParameterError(
+            f"The {name!r} parameter of {term} must be a number of seconds {bound} and at "
+            f"most {_MAX_SECONDS:g}. Got {value!r} instead."
+        )
+    return float(value)
+
+
+def _workers(value: Any, *, term: str) -> tuple[int, ...]:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = (int(value),)
+    if not isinstance(value, tuple | list) or not value or not all(
+            isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= 0
+            for w in value):
+        raise InvalidParameterError(
+            f"The 'workers' parameter of {term} must be a worker index or a list of them "
+            f"(ints >= 0). Got {value!r} instead."
+        )
+    return tuple(sorted({int(w) for w in value}))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fault:
+    """A fault at simulated time ``at`` (seconds from the start of the run's loop)."""
+
+    name: ClassVar[str] = ""
+    at: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "at", _seconds(self.at, name="at", term=self.name))
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Raise InvalidParameterError if a worker index is out of range."""
+        bad = [w for w in getattr(self, "workers", ()) if w >= n_workers]
+        if bad:
+            raise InvalidParameterError(
+                f"{self.name}: worker {bad[0]} is out of range for {n_workers} workers "
+                f"(indices 0..{n_workers - 1})."
+            )
+
+    def to_spec(self) -> str:
+        """Return the term that parses back to this fault."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Loss(Fault):
+    """Workers that die at ``at`` (killed, preempted): their work never answers."""
+
+    name: ClassVar[str] = "loss"
+    workers: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        Fault.__post_init__(self)
+        object.__setattr__(self, "workers", _workers(self.workers, term=self.name))
+
+    def to_spec(self) -> str:
+        """Return the term that parses back to this fault."""
+        return f"loss(workers={list(self.workers)}, at={self.at:g})"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Retire(Fault):
+    """Workers that retire gracefully at ``at`` (scale-down, ``--lifetime``): they take
+    no new work, and their data is fetched from them."""
+
+    name: ClassVar[str] = "retire"
+    workers: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        Fault.__post_init__(self)
+        object.__setattr__(self, "workers", _workers(self.workers, term=self.name))
+
+    def to_spec(self) -> str:
+        """Return the term that parses back to this fault."""
+        return f"retire(workers={list(self.workers)}, at={self.at:g})"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Freeze(Fault):
+    """Workers that stop computing from ``at`` for ``for_`` seconds (spec: ``for=``; a
+    stopped process, a suspended VM): their work is late by the overlap."""
+
+    name: ClassVar[str] = "freeze"
+    workers: tuple[int, ...]
+    for_: float
+
+    def __post_init__(self) -> None:
+        Fault.__post_init__(self)
+        object.__setattr__(self, "workers", _workers(self.workers, term=self.name))
+        object.__setattr__(self, "for_", _seconds(self.for_, name="for", term=self.name,
+                                                  positive=True))
+
+    @property
+    def until(self) -> float:
+        """When the workers compute again."""
+        return self.at + self.for_
+
+    def to_spec(self) -> str:
+        """Return the term that parses back to this fault."""
+        return f"freeze(workers={list(self.workers)}, at={self.at:g}, for={self.for_:g})"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Join(Fault):
+    """``count`` new workers join at ``at``."""
+
+    name: ClassVar[str] = "join"
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        Fault.__post_init__(self)
+        count = self.count
+        if not isinstance(count, numbers.Integral) or isinstance(count, bool) or \
+                not 1 <= count <= 1_000_000:
+            raise InvalidParameterError(
+                f"The 'count' parameter of join must be an int in [1, 1000000]. "
+                f"Got {count!r} instead."
+            )
+        object.__setattr__(self, "count", int(count))
+
+    def to_spec(self) -> str:
+        """Return the term that parses back to this fault."""
+        return f"join(count={self.count}, at={self.at:g})"
+
+
+#: The fault terms of the stragglers spec, by name.
+FAULTS: dict[str, type[Fault]] = {cls.name: cls for cls in (Loss, Freeze, Join, Retire)}
+
+
+def make_fault(name: str, **params: Any) -> Fault:
+    """Build the fault term ``name`` (``for`` may be spelled ``for_``).
+
+    Raises
+    ------
+    InvalidParameterError
+        For a missing or unknown parameter, naming the ones the term takes.
+
+    Examples
+    --------
+    >>> make_fault("retire", workers=[3], at=10)
+    Retire(at=10.0, workers=(3,))
+    """
+    cls = FAULTS[name]
+    if "for" in params:
+        params["for_"] = params.pop("for")
+    takes = [f.name for f in dataclasses.fields(cls)]
+    try:
+        return cls(**params)
+    except TypeError:
+        shown = ", ".join("for" if t == "for_" else t for t in takes)
+        raise InvalidParameterError(
+            f"{name} takes {shown}; got {', '.join(sorted(params)) or 'nothing'}."
+        ) from None
