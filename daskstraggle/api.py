@@ -383,8 +383,8 @@ def solve(
         Dask and simulated runtimes: speculative backups. A work unit unanswered after
         this many times the median latency of the run's recent units is sent again to
         another worker (which loads a spare copy of those partitions from the source
-        once); the first answer counts. Helps methods that wait for every worker (gd, nag) past a slow
-        one. None: no backups.
+        once); the first answer counts. Helps methods that wait for every worker (gd,
+        nag) past a slow one. None: no backups.
     checkpoint : str, path or None, default=None
         Write the run's state to this file at round boundaries, atomically (a kill at
         any instant leaves the previous or the new checkpoint); an existing file is
