@@ -47,6 +47,7 @@ from daskstraggle.engine.events import (
     Quiet,
     RecordEvent,
     RecordRow,
+    Saved,
     Stepped,
     Submit,
     WriteCheckpoint,
@@ -78,6 +79,7 @@ class Phase(enum.Enum):
     CHECK = "check"  # an exact check pass is out (Checked)
     STEP = "step"  # the method stepped; the runtime's hook runs (Stepped)
     ABANDON = "abandon"  # stale streamed messages are dropped (Freed)
+    SAVE = "save"  # a checkpoint is being written (Saved)
     DONE = "done"  # finished: no more events
 
 
@@ -143,6 +145,7 @@ class Coordinator:
         self.rows = session.resumed_at or 0
         self.time = self.t0 = self.t_round = self.deadline = 0.0
         self._round: tuple[RoundSummary, float, float | None] | None = None
+        self._finish: Finish | None = None  # the Finish that waits for the last checkpoint
 
     # ------------------------------------------------------------------ stimuli
     def handle(self, event: Event) -> list[Instruction]:
@@ -237,6 +240,14 @@ class Coordinator:
             self.in_flight -= 1
             self.idle.add(i)
         self._next_round(out)
+
+    @_handles(Saved, Phase.SAVE)
+    def _saved(self, event: Saved, out: list[Instruction]) -> None:
+        if self._finish is not None:
+            out.append(self._finish)
+            self.phase = Phase.DONE
+            return
+        self._continue(out)
 
     # ------------------------------------------------------------------ the loop
     def _feed(self, out: list[Instruction]) -> None:
@@ -351,9 +362,12 @@ class Coordinator:
         reason = verdict or self.stop.check(iteration=self.rows - 1, gap=gap,
                                             elapsed=now - self.t0)
         if reason is not None:
-            self._save_checkpoint(out, now - self.t0, stepped=False)
+            finish = Finish(summary, reason)
+            if self._save_checkpoint(out, now - self.t0, stepped=False):
+                self._finish = finish  # once it is written
+                return
             self.phase = Phase.DONE
-            out.append(Finish(summary, reason))
+            out.append(finish)
             return
         self.method.step()
         self.phase = Phase.STEP
@@ -362,18 +376,25 @@ class Coordinator:
     def _next_round(self, out: list[Instruction]) -> None:
         self.durations.clear()
         self.latencies.clear()
-        self._save_checkpoint(out, self.time - self.t0, stepped=True, due_only=True)
+        if not self._save_checkpoint(out, self.time - self.t0, stepped=True, due_only=True):
+            self._continue(out)
+
+    def _continue(self, out: list[Instruction]) -> None:
+        """Start the next round (after its checkpoint, if one was due)."""
         self.t_round = self.time
         self._feed(out)
         self._top(out)
 
     def _save_checkpoint(self, out: list[Instruction], elapsed: float, *, stepped: bool,
-                         due_only: bool = False) -> None:
-        """Ask for a checkpoint (when one is asked for, and with ``due_only`` when due)."""
+                         due_only: bool = False) -> bool:
+        """Ask for a checkpoint (when one is asked for, and with ``due_only`` when due);
+        return whether one was (then the reply :class:`Saved` carries on)."""
         schedule = self.checkpoint
         if schedule is None or (due_only and not schedule.due(self.rows, self.time)):
-            return
+            return False
         state = self.session.state(self.method, elapsed=elapsed, stepped=stepped,
                                    iteration=self.rows)
         out.append(WriteCheckpoint(state, self.rows))
         schedule.start(self.rows, self.time)
+        self.phase = Phase.SAVE
+        return True

@@ -9,8 +9,9 @@ and a logged run replays through a fresh engine to the same instructions.
 Each :meth:`~daskstraggle.engine.coordinator.Coordinator.handle` call returns a list of
 instructions of which at most the last expects a reply (the next event): :class:`Await`
 (reply :class:`Arrived` or :class:`Quiet`), :class:`CheckExact` (:class:`Checked`),
-:class:`AfterStep` (:class:`Stepped`) and :class:`Abandon` (:class:`Freed`). The others
-(:class:`Submit`, :class:`RecordRow`, :class:`RecordEvent`, :class:`WriteCheckpoint`,
+:class:`AfterStep` (:class:`Stepped`), :class:`Abandon` (:class:`Freed`) and
+:class:`WriteCheckpoint` (:class:`Saved`: the state must be written before the engine
+dispatches again). The others (:class:`Submit`, :class:`RecordRow`, :class:`RecordEvent`,
 :class:`Finish`) are carried out with no reply.
 """
 
@@ -39,6 +40,7 @@ __all__ = [
     "Quiet",
     "RecordEvent",
     "RecordRow",
+    "Saved",
     "Stepped",
     "Submit",
     "WriteCheckpoint",
@@ -88,6 +90,11 @@ class Freed(Event):
     """Abandoning stale messages freed these worker indices (reply to :class:`Abandon`)."""
 
     workers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Saved(Event):
+    """The checkpoint was written (reply to :class:`WriteCheckpoint`)."""
 
 
 # ------------------------------------------------------------------------ instructions
@@ -165,10 +172,12 @@ class RecordEvent(Instruction):
 @dataclass(frozen=True, slots=True)
 class WriteCheckpoint(Instruction):
     """Write ``state`` (see :meth:`~daskstraggle.engine.session.RunSession.state`) as the
-    checkpoint taken after ``iteration`` rounds."""
+    checkpoint taken after ``iteration`` rounds, now: it holds the live method.
+    Reply: :class:`Saved`."""
 
     state: dict[str, Any]
     iteration: int
+    replies: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from daskstraggle.engine.events import (
     Quiet,
     RecordEvent,
     RecordRow,
+    Saved,
     Stepped,
     Submit,
     WriteCheckpoint,
@@ -579,7 +580,7 @@ class Runtime(ABC):
             return Freed(workers=freed, time=self._clock())
         if isinstance(instruction, WriteCheckpoint):
             session.checkpoint.write(instruction.state, iteration=instruction.iteration)
-            return None
+            return Saved(time=self._clock())
         if isinstance(instruction, RecordEvent):
             session.recorder.add_event(instruction.event)
             return None

@@ -21,12 +21,22 @@ import math
 import time
 import uuid
 import warnings
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from daskstraggle._validation import check_bool, check_int, check_positive
 from daskstraggle.data.matrix import Matrix
+from daskstraggle.engine.pool import (
+    AwaitWorkers,
+    Cancel,
+    MoveIndex,
+    Resend,
+    SendBackup,
+    StartHelping,
+    StopHelping,
+    Task,
+    WorkerPool,
+)
 from daskstraggle.errors import (
     ClusterConnectionError,
     InvalidParameterError,
@@ -37,7 +47,6 @@ from daskstraggle.errors import (
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
-from daskstraggle.runtime._backup import SlowWorkMixin
 from daskstraggle.runtime._connect import (
     check_client,
     probe_scheduler,
@@ -45,13 +54,22 @@ from daskstraggle.runtime._connect import (
     scheduler_timeout,
     start_local_cluster,
     worker_addresses,
+    worker_status,
 )
-from daskstraggle.runtime._helpers import HelperMixin
 from daskstraggle.runtime._membership import (
     MEMBERSHIP_INTERVAL,
-    MembershipMixin,
+    RetirementNews,
+    copies_elsewhere,
+    retired_before_leaving,
+    wait_for_any_worker,
 )
-from daskstraggle.runtime._resilience import bounded, check_memory, quietly, replacement_targets
+from daskstraggle.runtime._resilience import (
+    bounded,
+    check_memory,
+    quietly,
+    replacement_targets,
+    slow_bounds,
+)
 from daskstraggle.runtime.base import Runtime, fold, fold_map, run_unit, stream_messages
 from daskstraggle.trace import TraceRecorder
 
@@ -198,7 +216,7 @@ def run_unit_task(
     return result, time.perf_counter() - t0
 
 
-class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
+class DaskRuntime(Runtime):
     """Run methods on a Dask cluster with partitions pinned to workers.
 
     Parameters
@@ -257,7 +275,10 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
     stale worker's index moves to a live worker, a worker that joins takes back an index
     from a worker computing for two, or else helps the index with the highest latency
     (its units are split between the two). ``result.attrs["worker_losses"]`` and
-    ``["worker_joins"]`` record what happened.
+    ``["worker_joins"]`` record what happened. Every such decision is the engine's
+    (:class:`~daskstraggle.engine.pool.WorkerPool`, :attr:`worker_pool`, whose
+    ``history(index)`` says why an index moved); this class observes the cluster for it
+    and carries its instructions out.
 
     Examples
     --------
@@ -308,12 +329,8 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
             frozen_after, name="frozen_after", caller="DaskRuntime")
         self._stale_after = None if stale_after is None else check_int(
             stale_after, name="stale_after", caller="DaskRuntime", low=1)
-        self._recent: deque[float] = deque(maxlen=200)  # latencies of recent units
         self._backup_after = None if backup_after is None else check_positive(
             backup_after, name="backup_after", caller="DaskRuntime")
-        self._reset_backups()
-        self._reset_helpers()
-        self._reset_membership()
         self._seed = rng
         self._record_latency = check_bool(record_latency, name="record_latency",
                                           caller="DaskRuntime")
@@ -327,14 +344,20 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
         # everything close() uses exists before connecting: a failure below must end in
         # its own error, not in an AttributeError of the clean-up
         self._owned: list[Any] = []
-        self._addresses: list[str] = []
-        self._held: list[dict[int, Any]] = []
-        self._pending: dict[str, tuple[WorkUnit, float, int | None, bool, Any]] = {}
+        self._started: list[str] = []  # the workers when the runtime started
+        #: The engine's worker pool of the current (or last) run: the worker of each
+        #: index, the tasks in flight, every decision about slow, lost and new workers.
+        self.worker_pool: WorkerPool | None = None
+        self._held: list[dict[int, Any]] = []  # each index's loaded partitions (futures)
+        self._helper_held: dict[int, dict[int, Any]] = {}  # a helper's copy of them
+        self._handover: dict[int, dict[int, Any]] = {}  # a helper's copy for its new index
+        self._spares: dict[tuple[str, int], Any] = {}  # spare copies for backups
+        self._futures: dict[str, Any] = {}  # the tasks in flight, by key
         self._ac: Any = None
         self._matrix: Matrix | None = None
         self._work: Any = None
         self._losses: list[dict[str, Any]] = []
-        self._shunned: set[str] = set()  # workers found frozen in this run
+        self._news: RetirementNews | None = None
         self._last_check = time.perf_counter()
         self._scheduler_lost = False
         self._token = uuid.uuid4().hex[:8]
@@ -342,7 +365,7 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
             client, address=address, n_workers=n_workers, processes=processes, timeout=timeout
         )
         try:
-            self._addresses = self._wait_for_workers(timeout)
+            self._started = self._wait_for_workers(timeout)
         except BaseException:
             self.close()
             raise
@@ -379,6 +402,16 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
         return worker_addresses(self.client)
 
     @property
+    def _addresses(self) -> list[str]:
+        """The worker of each worker index (the pool's, during and after a run)."""
+        return self.worker_pool.workers if self.worker_pool is not None else self._started
+
+    @property
+    def _helpers(self) -> dict[int, str]:
+        """The helper of each helped worker index."""
+        return {} if self.worker_pool is None else self.worker_pool.helpers
+
+    @property
     def n_workers(self) -> int:
         """Number of workers seen when the runtime started."""
         return len(self._addresses)
@@ -411,8 +444,12 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
         self._token = uuid.uuid4().hex[:8]
         self._matrix = matrix
         self._losses = []
-        self._shunned = set()
-        self._recent.clear()
+        self.worker_pool = WorkerPool(
+            list(self._addresses), placement=placement,
+            partition_rows=[int(r) for r in matrix.partition_rows()],
+            bounds=slow_bounds(self._frozen_after, self._stale_after),
+            backup_after=self._backup_after)
+        self._news = RetirementNews(self.client)
         self._check_memory(matrix, placement)
         self._held = [
             {p: self._pinned(matrix.loader(p), key=f"load-p{p}-w{i}", worker_index=i)
@@ -650,21 +687,25 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
         # work units whose inputs had to be fetched from another worker, as the scheduler
         # plugin recorded them (0 when partitions stay where they were loaded, also after
         # the load balancer resizes subpartitions)
-        losses = {"worker_losses": list(self._losses)} if self._losses else {}
-        if self._joins:
-            losses["worker_joins"] = [dict(join) for join in self._joins]
-        if self._backup_after is not None:
-            losses["backups"] = self._n_backups
+        losses: dict[str, Any] = {"worker_losses": list(self._losses)} if self._losses else {}
+        pool = self.worker_pool
+        if pool is not None and pool.joins:
+            losses["worker_joins"] = [dict(join) for join in pool.joins]
+        if self._backup_after is not None and pool is not None:
+            losses["backups"] = pool.n_backups
         if self._recorder is None:
             return losses
         return {**losses, "unit_transfers": len(self._transfers),
                 "unit_transfer_s": float(sum(d for _, d in self._transfers))}
 
-    def _submit(self, unit: WorkUnit, problem: Problem, only: set[int] | None = None) -> None:
+    # ------------------------------------------------------------------ sending
+    def _submit(self, unit: WorkUnit, problem: Problem,
+                only: frozenset[int] | None = None) -> None:
         """Send ``unit`` to its worker (``only``: just those messages of a streamed unit,
-        when it is sent again after its worker left)."""
+        when it is sent again after its worker left); split it with the index's helper
+        when it has one whose data is loaded."""
+        assert self.worker_pool is not None
         self._work = problem
-        self._advance(unit.version)
         if only is None and self._submit_split(unit, problem):
             return
         held = self._held[unit.worker_index]
@@ -686,8 +727,8 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
                     key=f"unit-v{unit.version}-w{unit.worker_index}-m{j}-{token}",
                     worker_index=unit.worker_index,
                 )
-                self._pending[future.key] = (unit, sent, j, j == len(messages) - 1, future)
-                self._ac.add(future)
+                self._track(future, self.worker_pool.sent(
+                    future.key, unit, sent, message=j, final=j == len(messages) - 1))
                 previous = future
             return
         future = self._pinned(
@@ -697,12 +738,57 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
             key=f"unit-v{unit.version}-w{unit.worker_index}-{uuid.uuid4().hex[:6]}",
             worker_index=unit.worker_index,
         )
-        self._pending[future.key] = (unit, time.perf_counter(), None, True, future)
+        self._track(future, self.worker_pool.sent(future.key, unit, time.perf_counter()))
+
+    def _track(self, future: Any, task: Task | None = None) -> None:
+        """Wait for ``future`` (a task the pool knows) among the run's results."""
+        self._futures[future.key] = future
         self._ac.add(future)
 
+    def _submit_split(self, unit: WorkUnit, problem: Problem) -> bool:
+        """Send ``unit`` as two tasks, on its worker and on its helper, when the pool splits
+        it (a helper whose copy of the data is loaded); return whether it did."""
+        pool = self.worker_pool
+        assert pool is not None
+        index = unit.worker_index
+        helper = pool.helpers.get(index)
+        if helper is None or unit.stream:
+            return False
+        if all(f.status == "finished" for f in self._helper_held.get(index, {}).values()):
+            pool.helper_ready(index)
+        parts = pool.split(unit)
+        if parts is None:
+            return False
+        total = max(sum(self._partition_rows), 1)
+        sent, token, futures = time.perf_counter(), uuid.uuid4().hex[:6], []
+        for position, (part, address, held) in enumerate(zip(
+                parts, (self._addresses[index], helper),
+                (self._held[index], self._helper_held[index]), strict=True)):
+            blocks = [held[unit.partitions[k]] for k in part.positions]
+            load = (part.rows[1] - part.rows[0]) * len(self._addresses) / total
+            futures.append(self._on(
+                address, run_unit_task, problem, unit.iterate, unit.version, load,
+                self._injector, *blocks, coefficients=part.coefficients, rows=part.rows,
+                key=f"unit-v{unit.version}-w{index}-part{position}-{token}"))
+        pool.sent_split(unit, (futures[0].key, futures[1].key), sent)
+        for future in futures:
+            self._track(future)
+        return True
+
+    def _on(self, address: str, fn: Callable[..., Any], *args: Any, key: str,
+            **kwargs: Any) -> Any:
+        """Submit ``fn`` strictly pinned to the worker at ``address``."""
+        return self.client.submit(
+            fn, *args, **kwargs, key=f"daskstraggle-{key}-{uuid.uuid4().hex[:8]}",
+            workers=[address], allow_other_workers=False, pure=False)
+
+    # ------------------------------------------------------------------ receiving
     def _next(self, timeout: float | None = None) -> WorkResult | None:
         # results are fetched in the background as tasks finish (with_results=True); while
-        # waiting, check every MEMBERSHIP_INTERVAL that the workers are still there
+        # waiting, check every MEMBERSHIP_INTERVAL that the workers are still there, and
+        # let the pool judge overdue work
+        pool = self.worker_pool
+        assert pool is not None
         deadline = math.inf if timeout is None else time.perf_counter() + timeout
         while True:
             while not self._ac.has_ready():
@@ -711,56 +797,221 @@ class DaskRuntime(MembershipMixin, HelperMixin, SlowWorkMixin, Runtime):
                     return None
                 if self._membership_due(now):
                     self._check_membership()
-                self._check_frozen()
-                self._check_backups()
+                self._check_slow(now)
                 _wait_ready(self._ac, min(deadline - now, 0.1))
             future, outcome = next(self._ac)
-            if future.key not in self._pending:  # an abandoned message (cancelled)
+            self._futures.pop(future.key, None)
+            if future.key not in pool.tasks:  # abandoned, cancelled or sent again
                 continue
-            unit, sent, message, final, _ = self._pending.pop(future.key)
-            self._settle_twin(future.key)
             if isinstance(outcome, BaseException):  # only cancellations come back as values
+                pool.forget([future.key])
                 raise self._lost_scheduler(outcome) or outcome
-            outcome = self._join_half(future.key, outcome)
-            if outcome is None:  # one part of a split unit: wait for the other
+            task, outcome, out = pool.arrived(future.key, outcome, time.perf_counter())
+            self._carry_out(out)  # a backup's twin that lost the race
+            if task is None or outcome is None:  # one part of a split unit: wait for the other
                 continue
             result, duration = outcome
-            if message is not None:
+            if task.message is not None:
                 (result,) = result
-            self._round_keys[unit.worker_index] = future.key
-            latency = time.perf_counter() - sent
-            self._note_arrival(unit, sent, latency)
-            return WorkResult(unit, result, duration, latency=latency, message=message,
-                              final=final)
+            self._round_keys[task.unit.worker_index] = future.key
+            return WorkResult(task.unit, result, duration,
+                              latency=time.perf_counter() - task.sent, message=task.message,
+                              final=task.final)
 
     def _abandon(self, version: int) -> list[int]:
-        stale = [key for key, (unit, *_rest) in self._pending.items()
-                 if unit.stream and unit.version < version]
+        pool = self.worker_pool
+        assert pool is not None
+        stale = [key for key, task in pool.tasks.items()
+                 if task.unit.stream and task.unit.version < version]
         if not stale:
             return []
-        futures, freed = [], []
-        for key in stale:
-            unit, _, _, final, future = self._pending.pop(key)
-            futures.append(future)
-            if final:
-                freed.append(unit.worker_index)
-        self.client.cancel(futures)
+        freed = [pool.tasks[key].unit.worker_index for key in stale if pool.tasks[key].final]
+        pool.forget(stale)
+        self._cancel(stale)
         return freed
+
+    def _cancel(self, keys: tuple[str, ...] | list[str]) -> None:
+        futures = [f for f in (self._futures.pop(k, None) for k in keys) if f is not None]
+        if futures:
+            self.client.cancel(futures)
 
     def _cancel_pending(self) -> None:
         if self._ac is not None:
             self._ac.clear()
-        self._pending.clear()
-        self._twins.clear()
-        self._halves.clear()
-        self._half_done.clear()
+        self._futures.clear()
+        if self.worker_pool is not None:
+            self.worker_pool.clear()
+
+    # ------------------------------------------------------------------ the pool's view
+    def _membership_due(self, now: float) -> bool:
+        """Whether to check membership now: a retirement was announced, or it is time."""
+        news = self._news is not None and bool(self._news.news)
+        return news or now - self._last_check >= MEMBERSHIP_INTERVAL
+
+    def _check_membership(self) -> bool:
+        """Give the pool the cluster's workers and statuses; carry out its moves. Return
+        whether an index moved off a worker that left, retires or froze (work pinned to
+        it never runs).
+
+        Raises
+        ------
+        WorkerLostError
+            If every worker left and none joined within ``timeouts.no-worker`` seconds.
+        SchedulerLostError
+            If the scheduler does not answer.
+        """
+        self._last_check = time.perf_counter()
+        pool = self.worker_pool
+        if pool is None or not self._held:
+            return False
+        assert self._news is not None
+        announced = self._news.take()  # announced before the status asked for below
+        status = self._status()
+        announced |= {a for a in pool.vanished(status)
+                      if a not in announced and retired_before_leaving(self.client, a)}
+        self._news.watch(sorted({*pool.workers, *pool.helpers.values()} & set(status)))
+        out = pool.on_status(status, time.perf_counter(), retiring=announced)
+        while out and isinstance(out[-1], AwaitWorkers):  # every worker gone: wait, bounded
+            self._carry_out(out[:-1])
+            wait_for_any_worker(self.client)
+            out = pool.on_status(self._status(), time.perf_counter())
+        self._carry_out(out)
+        return any(isinstance(i, MoveIndex) and i.kind != "adopted" for i in out)
+
+    def _status(self) -> dict[str, str]:
+        try:
+            return worker_status(self.client)
+        except SchedulerLostError:
+            self._scheduler_lost = True  # the clean-up must not wait on it either
+            raise
+
+    def _check_slow(self, now: float) -> None:
+        """Let the pool judge overdue work (frozen or stale workers) and send backups."""
+        pool = self.worker_pool
+        assert pool is not None
+        wait = pool.bounds.stale_wait
+        unloaded = {key for key, task in pool.tasks.items()
+                    if now - task.sent > wait and not self._data_loaded(task)}
+        late = pool.overdue(now, unloaded=unloaded)
+        if late:
+            self._carry_out(pool.shun(late, worker_addresses(self.client), now))
+        self._carry_out(pool.backups(now))
+
+    def _data_loaded(self, task: Task) -> bool:
+        """Whether the partitions ``task`` reads are loaded (a unit sent again after a
+        move may wait for a reload: that is not the worker's delay)."""
+        index = task.unit.worker_index
+        held = self._helper_held.get(index, {}) if task.part == 1 else self._held[index]
+        return all(held[p].status == "finished" for p in task.unit.partitions if p in held)
+
+    # ------------------------------------------------------------------ the pool's orders
+    def _carry_out(self, instructions: list[Any]) -> None:
+        """Carry out the pool's instructions on the cluster."""
+        for instruction in instructions:
+            if isinstance(instruction, MoveIndex):
+                self._move(instruction)
+            elif isinstance(instruction, Resend):
+                self._cancel(instruction.cancel)
+                for unit, only in instruction.units:
+                    self._submit(unit, self._work, only)
+            elif isinstance(instruction, Cancel):
+                self._cancel(instruction.keys)
+            elif isinstance(instruction, SendBackup):
+                self._send_backup(instruction)
+            elif isinstance(instruction, StartHelping):
+                self._start_helping(instruction)
+            elif isinstance(instruction, StopHelping):
+                data = self._helper_held.pop(instruction.index, {})
+                if instruction.keep:  # it takes the index over: its copy is the index's
+                    self._handover[instruction.index] = data
+                logger.info("helper %s of worker index %d %s: it stops helping",
+                            instruction.worker, instruction.index, instruction.why)
+            else:
+                raise TypeError(f"unexpected pool instruction {instruction!r}")
+
+    def _move(self, move: MoveIndex) -> None:
+        """Put worker index ``move.index``'s partitions on ``move.to`` (the pool has
+        re-pointed the index): from copies on live workers, the helper's copy, or the
+        source."""
+        assert self._matrix is not None and self.worker_pool is not None
+        index, target = move.index, move.to
+        parts = sorted(self._held[index])
+        given = self._handover.pop(index, {}) if move.from_helper else {}
+        shunned = self.worker_pool.shunned
+        # a retiring worker still serves its data (and Dask copies it away before it goes)
+        avoid = set(shunned) if move.how == "fetch" else {move.previous, *shunned}
+        kept = {**copies_elsewhere(
+            self.client, {p: f for p, f in self._held[index].items() if p not in given},
+            avoid=avoid), **given}
+        token = uuid.uuid4().hex[:6]
+        self._held[index] = {p: kept[p] if p in kept else self._pinned(
+            self._matrix.loader(p), key=f"reload-p{p}-w{index}-{token}", worker_index=index)
+            for p in parts}
+        reloaded = [p for p in parts if p not in kept]
+        self._losses.append({"worker_index": index, "lost": move.previous, "moved_to": target,
+                             "partitions": parts, "reason": move.why, "kind": move.kind,
+                             "reloaded": reloaded})
+        how = (f"are reloaded from the source on {target}" if not kept else
+               f"move to {target}, which fetches them from the workers holding them" if
+               move.kind == "retired" and not reloaded else
+               f"move to {target} from copies left on other workers" if not reloaded else
+               f"move to {target} ({sorted(kept)} from copies left on other workers, the rest "
+               "reloaded from the source)")
+        message = f"worker {move.previous} {move.why}; its partitions {parts} {how}"
+        warn = move.kind != "adopted"
+        logger.log(logging.WARNING if warn else logging.INFO, message)
+        if warn:
+            warnings.warn(f"{message[0].upper()}{message[1:]}.", StraggleWarning, stacklevel=2)
+
+    def _start_helping(self, start: StartHelping) -> None:
+        """Load the helped index's partitions on the newcomer."""
+        assert self._matrix is not None
+        index, address = start.index, start.worker
+        token = uuid.uuid4().hex[:6]
+        self._helper_held[index] = {p: self._on(
+            address, self._matrix.loader(p), key=f"helper-p{p}-w{index}-{token}")
+            for p in sorted(self._held[index])}
+        logger.info("worker %s joined: it helps worker index %d (%s), whose partitions %s it "
+                    "loads from the source", address, index, self._addresses[index],
+                    sorted(self._held[index]))
+
+    def _send_backup(self, backup: SendBackup) -> None:
+        """Send a copy of an overdue unit to another worker index's worker (from its own
+        copies of the partitions, or a spare copy loaded there from the source once)."""
+        assert self.worker_pool is not None
+        unit, j = backup.unit, backup.to_index
+        held = self._held[j]
+        blocks = [held[p] if p in held else self._spare(j, p) for p in unit.partitions]
+        future = self._pinned(
+            run_unit_task, self._work, unit.iterate, unit.version,
+            self._unit_load(unit), self._injector, *blocks,
+            coefficients=unit.coefficients, rows=unit.rows,
+            key=f"unit-backup-v{unit.version}-w{j}-{uuid.uuid4().hex[:6]}", worker_index=j,
+        )
+        self.worker_pool.backup_sent(backup.key, future.key)
+        self._track(future)
+        logger.info("unit of worker %s overdue: backup sent to %s",
+                    self._addresses[unit.worker_index], self._addresses[j])
+
+    def _spare(self, j: int, p: int) -> Any:
+        """Partition ``p`` loaded from the source on worker index ``j``'s worker (once)."""
+        assert self._matrix is not None
+        address = self._addresses[j]
+        if (address, p) not in self._spares:
+            self._spares[(address, p)] = self._pinned(
+                self._matrix.loader(p), key=f"spare-p{p}-w{j}-{uuid.uuid4().hex[:6]}",
+                worker_index=j)
+        return self._spares[(address, p)]
 
     def _unload(self) -> None:
         self._cancel_pending()
-        self._reset_backups()
-        self._reset_helpers()
-        self._reset_membership()
+        if self._news is not None:
+            self._news.close()
+            self._news = None
         self._held = []
+        self._helper_held = {}
+        self._handover = {}
+        self._spares = {}
 
     def close(self) -> None:
         """Release data; close the client and cluster if this runtime started them."""

@@ -172,7 +172,7 @@ def test_jobs_joining_then_an_adaptive_scale_down_keep_gd_exact(
 
         def helped() -> bool:
             """both newcomers helping"""
-            joins = list(getattr(rt, "_joins", []))
+            joins = [] if rt.worker_pool is None else list(rt.worker_pool.joins)
             return len(joins) == 2 and all(j["split_units"] >= 2 for j in joins)
 
         def one_left() -> bool:

@@ -25,6 +25,7 @@ from daskstraggle.engine.events import (
     Freed,
     Quiet,
     RecordRow,
+    Saved,
     Stepped,
     Submit,
     WriteCheckpoint,
@@ -98,6 +99,12 @@ def _execute(coordinator: Coordinator, *, order=lambda queue: queue.popleft()):
                 event = Stepped(time=clock())
             elif isinstance(instruction, Abandon):
                 event = Freed(workers=(), time=clock())
+            elif isinstance(instruction, WriteCheckpoint):
+                # the state is the live run's: it must not have moved on yet
+                assert instruction.state["iteration"] == coordinator.rows
+                assert coordinator.method.version == instruction.iteration - (
+                    0 if instruction.state["stepped"] else 1)
+                event = Saved(time=clock())
     raise AssertionError("the run did not finish")
 
 
@@ -222,3 +229,16 @@ def test_checkpoints_are_asked_for_on_schedule_and_at_the_stop(every, rounds):
     assert all(w.state["iteration"] == w.iteration for w in writes)
     # the final one comes right before Finish, after the last row
     assert isinstance(seen[-2], WriteCheckpoint) and isinstance(seen[-3], RecordRow)
+
+
+def test_a_checkpoint_is_written_before_the_next_round_is_dispatched():
+    """The state holds the live method: nothing may be dispatched (which changes the
+    method) until the runtime says the checkpoint is written."""
+    stop = StopRule(max_iter=5, tol=None)
+    coordinator = _start(GD(), PCA(n_components=2), stop,
+                         checkpoint=CheckpointSchedule(iterations=1))
+    seen, _ = _execute(coordinator)
+    for k, instruction in enumerate(seen):
+        if isinstance(instruction, WriteCheckpoint):
+            assert not isinstance(seen[k - 1], Submit)
+            assert k + 1 == len(seen) - 1 or isinstance(seen[k + 1], Submit)

@@ -441,7 +441,7 @@ def test_a_worker_joining_beyond_the_worker_count_helps_the_slowest_index(
         __slots__ = ()
 
         def check(self, *, iteration: int, gap: float | None, elapsed: float) -> str | None:
-            joins = getattr(rt, "_joins", [])
+            joins = [] if rt.worker_pool is None else rt.worker_pool.joins
             if iteration >= 30 and joins and joins[0]["split_units"] >= split:
                 return "max_iter"
             return StopRule.check(self, iteration=iteration, gap=gap, elapsed=elapsed)
