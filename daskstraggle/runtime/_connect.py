@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from daskstraggle._validation import check_int
 from daskstraggle.errors import (
     ClusterConnectionError,
     InvalidParameterError,
@@ -36,7 +37,10 @@ from daskstraggle.errors import (
 )
 
 __all__ = [
+    "MAX_LOCAL_WORKERS",
+    "OWN_CLUSTER_CONFIG",
     "check_client",
+    "connect",
     "probe_scheduler",
     "scheduler_lost",
     "scheduler_timeout",
@@ -255,3 +259,99 @@ def scheduler_lost(client: Any, cause: str) -> SchedulerLostError:
         f"Lost the connection to the Dask scheduler at {client.scheduler.address!r} "
         f"({cause}); no result was written. Restart the scheduler (and workers) and run again."
     )
+
+
+#: Most worker processes a LocalCluster started by this package may have.
+MAX_LOCAL_WORKERS = 256
+
+#: Config for clusters this package starts itself.
+OWN_CLUSTER_CONFIG = {
+    "distributed.scheduler.work-stealing": False,
+    "distributed.scheduler.active-memory-manager.start": False,
+}
+
+
+def connect(
+    client: Any = None,
+    *,
+    address: str | None = None,
+    n_workers: int | None = None,
+    processes: bool = True,
+    threads_per_worker: int = 1,
+    timeout: float = 10.0,
+) -> tuple[Any, list[Any]]:
+    """Return a Client and the objects to close when done (what this call started).
+
+    Parameters
+    ----------
+    client : distributed.Client or None, default=None
+        Use this client (nothing to close).
+    address : str or None, default=None
+        Connect to the scheduler at this address (``tcp://host:port``).
+    n_workers : int or None, default=None
+        Start a LocalCluster with this many workers (default 4) when neither ``client``
+        nor ``address`` is given.
+    processes : bool, default=True
+        LocalCluster workers are processes (True) or threads.
+    threads_per_worker : int, default=1
+        Threads of each LocalCluster worker.
+    timeout : float, default=10.0
+        Seconds to wait for the scheduler at ``address`` and for workers.
+
+    Raises
+    ------
+    ClusterConnectionError
+        If the scheduler at ``address`` cannot be reached in time, refuses the connection
+        (raised at once) or does not answer the handshake as a Dask scheduler in time.
+    InvalidParameterError
+        If more than one of ``client``, ``address`` and ``n_workers`` is given.
+    InvalidTypeError
+        If ``client`` is not a ``distributed.Client`` (e.g. an address string).
+
+    Warns
+    -----
+    StraggleWarning
+        If a LocalCluster would start more than 4 worker processes per CPU core.
+    """
+    from distributed import Client
+
+    given = [name for name, v in (("client", client), ("address", address),
+                                  ("n_workers", n_workers)) if v is not None]
+    if len(given) > 1:
+        raise InvalidParameterError(
+            f"Pass only one of client, address (CLI: --scheduler) and n_workers (CLI: "
+            f"--workers); got {', '.join(given)}."
+        )
+    check_client(client)
+    if client is not None:
+        return client, []
+    if address is not None:
+        from distributed.comm.addressing import get_address_host_port
+
+        try:  # check before building a Client: a half-built one hangs in __del__
+            valid = isinstance(address, str) and bool(get_address_host_port(address.strip()))
+        except ValueError:
+            valid = False
+        if not valid:
+            raise InvalidParameterError(
+                f"The scheduler address (CLI: --scheduler) must look like "
+                f"'tcp://127.0.0.1:8786'. Got {address!r} instead."
+            )
+        # Client bounds the connection but not the handshake after it (an HTTP server
+        # would hang it forever) and retries a refused connection until the timeout
+        probe_scheduler(address, timeout=timeout)
+        try:
+            client = Client(address, timeout=timeout, set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as err:
+            raise ClusterConnectionError(
+                f"Could not reach the Dask scheduler at {address!r} within {timeout:g} s "
+                f"({type(err).__name__}). Check the address and that the scheduler runs, or "
+                "omit it to start a local cluster."
+            ) from err
+        return client, [client]
+    from daskstraggle import config
+
+    n = check_int(config.workers() if n_workers is None else n_workers, name="n_workers",
+                  caller="connect", low=1, high=MAX_LOCAL_WORKERS)
+    return start_local_cluster(n, threads_per_worker=threads_per_worker, processes=processes,
+                               config=OWN_CLUSTER_CONFIG)

@@ -48,21 +48,21 @@ from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
 from daskstraggle.runtime._connect import (
-    check_client,
-    probe_scheduler,
+    MAX_LOCAL_WORKERS,
+    OWN_CLUSTER_CONFIG,
+    connect,
     scheduler_lost,
     scheduler_timeout,
-    start_local_cluster,
     worker_addresses,
     worker_status,
 )
 from daskstraggle.runtime._membership import (
     MEMBERSHIP_INTERVAL,
     RetirementNews,
-    copies_elsewhere,
     retired_before_leaving,
     wait_for_any_worker,
 )
+from daskstraggle.runtime._partitions import PartitionStore
 from daskstraggle.runtime._resilience import (
     bounded,
     check_memory,
@@ -73,13 +73,11 @@ from daskstraggle.runtime._resilience import (
 from daskstraggle.runtime.base import Runtime, fold, fold_map, run_unit, stream_messages
 from daskstraggle.trace import TraceRecorder
 
-__all__ = ["MEMBERSHIP_INTERVAL", "DaskRuntime", "connect",
+__all__ = ["MAX_LOCAL_WORKERS", "MEMBERSHIP_INTERVAL", "OWN_CLUSTER_CONFIG", "DaskRuntime",
+           "connect",
            "replacement_targets", "run_unit_task", "worker_addresses"]
 
 logger = logging.getLogger(__name__)
-
-#: Most worker processes a LocalCluster started by this package may have.
-MAX_LOCAL_WORKERS = 256
 
 #: An exact pass's fold still running this many times after half the folds finished
 #: (and at least BACKUP_MIN seconds after the start) is computed again elsewhere.
@@ -88,99 +86,6 @@ BACKUP_MIN = 2.0
 #: Seconds an exact pass sleeps at most between its checks (backups, membership) while
 #: no fold result is queued; an arriving result wakes it at once.
 FOLD_POLL = 0.05
-
-#: Config for clusters this package starts itself.
-OWN_CLUSTER_CONFIG = {
-    "distributed.scheduler.work-stealing": False,
-    "distributed.scheduler.active-memory-manager.start": False,
-}
-
-
-def connect(
-    client: Any = None,
-    *,
-    address: str | None = None,
-    n_workers: int | None = None,
-    processes: bool = True,
-    threads_per_worker: int = 1,
-    timeout: float = 10.0,
-) -> tuple[Any, list[Any]]:
-    """Return a Client and the objects to close when done (what this call started).
-
-    Parameters
-    ----------
-    client : distributed.Client or None, default=None
-        Use this client (nothing to close).
-    address : str or None, default=None
-        Connect to the scheduler at this address (``tcp://host:port``).
-    n_workers : int or None, default=None
-        Start a LocalCluster with this many workers (default 4) when neither ``client``
-        nor ``address`` is given.
-    processes : bool, default=True
-        LocalCluster workers are processes (True) or threads.
-    threads_per_worker : int, default=1
-        Threads of each LocalCluster worker.
-    timeout : float, default=10.0
-        Seconds to wait for the scheduler at ``address`` and for workers.
-
-    Raises
-    ------
-    ClusterConnectionError
-        If the scheduler at ``address`` cannot be reached in time, refuses the connection
-        (raised at once) or does not answer the handshake as a Dask scheduler in time.
-    InvalidParameterError
-        If more than one of ``client``, ``address`` and ``n_workers`` is given.
-    InvalidTypeError
-        If ``client`` is not a ``distributed.Client`` (e.g. an address string).
-
-    Warns
-    -----
-    StraggleWarning
-        If a LocalCluster would start more than 4 worker processes per CPU core.
-    """
-    from distributed import Client
-
-    given = [name for name, v in (("client", client), ("address", address),
-                                  ("n_workers", n_workers)) if v is not None]
-    if len(given) > 1:
-        raise InvalidParameterError(
-            f"Pass only one of client, address (CLI: --scheduler) and n_workers (CLI: "
-            f"--workers); got {', '.join(given)}."
-        )
-    check_client(client)
-    if client is not None:
-        return client, []
-    if address is not None:
-        from distributed.comm.addressing import get_address_host_port
-
-        try:  # check before building a Client: a half-built one hangs in __del__
-            valid = isinstance(address, str) and bool(get_address_host_port(address.strip()))
-        except ValueError:
-            valid = False
-        if not valid:
-            raise InvalidParameterError(
-                f"The scheduler address (CLI: --scheduler) must look like "
-                f"'tcp://127.0.0.1:8786'. Got {address!r} instead."
-            )
-        # Client bounds the connection but not the handshake after it (an HTTP server
-        # would hang it forever) and retries a refused connection until the timeout
-        probe_scheduler(address, timeout=timeout)
-        try:
-            client = Client(address, timeout=timeout, set_as_default=False)
-        except (OSError, TimeoutError, ValueError) as err:
-            raise ClusterConnectionError(
-                f"Could not reach the Dask scheduler at {address!r} within {timeout:g} s "
-                f"({type(err).__name__}). Check the address and that the scheduler runs, or "
-                "omit it to start a local cluster."
-            ) from err
-        return client, [client]
-    from daskstraggle import config
-
-    n = check_int(config.workers() if n_workers is None else n_workers, name="n_workers",
-                  caller="connect", low=1, high=MAX_LOCAL_WORKERS)
-    return start_local_cluster(n, threads_per_worker=threads_per_worker, processes=processes,
-                               config=OWN_CLUSTER_CONFIG)
-
 
 def _wait_ready(ac: Any, timeout: float) -> None:
     """Wait until ``ac`` (an ``as_completed``) has a result queued, at most ``timeout`` s.
@@ -348,10 +253,7 @@ class DaskRuntime(Runtime):
         #: The engine's worker pool of the current (or last) run: the worker of each
         #: index, the tasks in flight, every decision about slow, lost and new workers.
         self.worker_pool: WorkerPool | None = None
-        self._held: list[dict[int, Any]] = []  # each index's loaded partitions (futures)
-        self._helper_held: dict[int, dict[int, Any]] = {}  # a helper's copy of them
-        self._handover: dict[int, dict[int, Any]] = {}  # a helper's copy for its new index
-        self._spares: dict[tuple[str, int], Any] = {}  # spare copies for backups
+        self._data: PartitionStore | None = None  # where each index's partitions are loaded
         self._futures: dict[str, Any] = {}  # the tasks in flight, by key
         self._ac: Any = None
         self._matrix: Matrix | None = None
@@ -364,6 +266,7 @@ class DaskRuntime(Runtime):
         self.client, self._owned = connect(
             client, address=address, n_workers=n_workers, processes=processes, timeout=timeout
         )
+        self._data = PartitionStore(self.client, self._submit_to)
         try:
             self._started = self._wait_for_workers(timeout)
         except BaseException:
@@ -407,6 +310,11 @@ class DaskRuntime(Runtime):
         return self.worker_pool.workers if self.worker_pool is not None else self._started
 
     @property
+    def _held(self) -> list[dict[int, Any]]:
+        """Each worker index's loaded partitions (futures)."""
+        return [] if self._data is None else self._data.held
+
+    @property
     def _helpers(self) -> dict[int, str]:
         """The helper of each helped worker index."""
         return {} if self.worker_pool is None else self.worker_pool.helpers
@@ -434,9 +342,14 @@ class DaskRuntime(Runtime):
     def _pinned(
         self, fn: Callable[..., Any], *args: Any, key: str, worker_index: int, **kwargs: Any
     ) -> Any:
+        return self._submit_to(self._addresses[worker_index], fn, *args, key=key, **kwargs)
+
+    def _submit_to(self, address: str, fn: Callable[..., Any], *args: Any, key: str,
+                   **kwargs: Any) -> Any:
+        """Submit ``fn`` strictly pinned to the worker at ``address``."""
         return self.client.submit(
             fn, *args, **kwargs, key=f"daskstraggle-{key}-{self._token}",
-            workers=[self._addresses[worker_index]], allow_other_workers=False, pure=False,
+            workers=[address], allow_other_workers=False, pure=False,
         )
 
     def _load(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> MatrixStats:
@@ -451,11 +364,8 @@ class DaskRuntime(Runtime):
             backup_after=self._backup_after)
         self._news = RetirementNews(self.client)
         self._check_memory(matrix, placement)
-        self._held = [
-            {p: self._pinned(matrix.loader(p), key=f"load-p{p}-w{i}", worker_index=i)
-             for p in parts}
-            for i, parts in enumerate(placement)
-        ]
+        assert self._data is not None
+        self._data.load(matrix, placement, self._addresses)
         try:
             return self._map_reduce(block_stats)
         except BaseException:
@@ -754,7 +664,8 @@ class DaskRuntime(Runtime):
         helper = pool.helpers.get(index)
         if helper is None or unit.stream:
             return False
-        if all(f.status == "finished" for f in self._helper_held.get(index, {}).values()):
+        assert self._data is not None
+        if self._data.helper_loaded(index):
             pool.helper_ready(index)
         parts = pool.split(unit)
         if parts is None:
@@ -763,10 +674,10 @@ class DaskRuntime(Runtime):
         sent, token, futures = time.perf_counter(), uuid.uuid4().hex[:6], []
         for position, (part, address, held) in enumerate(zip(
                 parts, (self._addresses[index], helper),
-                (self._held[index], self._helper_held[index]), strict=True)):
+                (self._data.held[index], self._data.helper[index]), strict=True)):
             blocks = [held[unit.partitions[k]] for k in part.positions]
             load = (part.rows[1] - part.rows[0]) * len(self._addresses) / total
-            futures.append(self._on(
+            futures.append(self._submit_to(
                 address, run_unit_task, problem, unit.iterate, unit.version, load,
                 self._injector, *blocks, coefficients=part.coefficients, rows=part.rows,
                 key=f"unit-v{unit.version}-w{index}-part{position}-{token}"))
@@ -774,13 +685,6 @@ class DaskRuntime(Runtime):
         for future in futures:
             self._track(future)
         return True
-
-    def _on(self, address: str, fn: Callable[..., Any], *args: Any, key: str,
-            **kwargs: Any) -> Any:
-        """Submit ``fn`` strictly pinned to the worker at ``address``."""
-        return self.client.submit(
-            fn, *args, **kwargs, key=f"daskstraggle-{key}-{uuid.uuid4().hex[:8]}",
-            workers=[address], allow_other_workers=False, pure=False)
 
     # ------------------------------------------------------------------ receiving
     def _next(self, timeout: float | None = None) -> WorkResult | None:
@@ -890,26 +794,23 @@ class DaskRuntime(Runtime):
         pool = self.worker_pool
         assert pool is not None
         wait = pool.bounds.stale_wait
+        assert self._data is not None
         unloaded = {key for key, task in pool.tasks.items()
-                    if now - task.sent > wait and not self._data_loaded(task)}
+                    if now - task.sent > wait and not self._data.loaded(task)}
         late = pool.overdue(now, unloaded=unloaded)
         if late:
             self._carry_out(pool.shun(late, worker_addresses(self.client), now))
         self._carry_out(pool.backups(now))
 
-    def _data_loaded(self, task: Task) -> bool:
-        """Whether the partitions ``task`` reads are loaded (a unit sent again after a
-        move may wait for a reload: that is not the worker's delay)."""
-        index = task.unit.worker_index
-        held = self._helper_held.get(index, {}) if task.part == 1 else self._held[index]
-        return all(held[p].status == "finished" for p in task.unit.partitions if p in held)
-
     # ------------------------------------------------------------------ the pool's orders
     def _carry_out(self, instructions: list[Any]) -> None:
         """Carry out the pool's instructions on the cluster."""
+        assert self._data is not None
         for instruction in instructions:
             if isinstance(instruction, MoveIndex):
-                self._move(instruction)
+                assert self.worker_pool is not None
+                self._losses.append(self._data.move(self._matrix, instruction,
+                                                    self.worker_pool.shunned))
             elif isinstance(instruction, Resend):
                 self._cancel(instruction.cancel)
                 for unit, only in instruction.units:
@@ -919,69 +820,19 @@ class DaskRuntime(Runtime):
             elif isinstance(instruction, SendBackup):
                 self._send_backup(instruction)
             elif isinstance(instruction, StartHelping):
-                self._start_helping(instruction)
+                self._data.start_helping(self._matrix, instruction)
             elif isinstance(instruction, StopHelping):
-                data = self._helper_held.pop(instruction.index, {})
-                if instruction.keep:  # it takes the index over: its copy is the index's
-                    self._handover[instruction.index] = data
-                logger.info("helper %s of worker index %d %s: it stops helping",
-                            instruction.worker, instruction.index, instruction.why)
+                self._data.stop_helping(instruction)
             else:
                 raise TypeError(f"unexpected pool instruction {instruction!r}")
-
-    def _move(self, move: MoveIndex) -> None:
-        """Put worker index ``move.index``'s partitions on ``move.to`` (the pool has
-        re-pointed the index): from copies on live workers, the helper's copy, or the
-        source."""
-        assert self._matrix is not None and self.worker_pool is not None
-        index, target = move.index, move.to
-        parts = sorted(self._held[index])
-        given = self._handover.pop(index, {}) if move.from_helper else {}
-        shunned = self.worker_pool.shunned
-        # a retiring worker still serves its data (and Dask copies it away before it goes)
-        avoid = set(shunned) if move.how == "fetch" else {move.previous, *shunned}
-        kept = {**copies_elsewhere(
-            self.client, {p: f for p, f in self._held[index].items() if p not in given},
-            avoid=avoid), **given}
-        token = uuid.uuid4().hex[:6]
-        self._held[index] = {p: kept[p] if p in kept else self._pinned(
-            self._matrix.loader(p), key=f"reload-p{p}-w{index}-{token}", worker_index=index)
-            for p in parts}
-        reloaded = [p for p in parts if p not in kept]
-        self._losses.append({"worker_index": index, "lost": move.previous, "moved_to": target,
-                             "partitions": parts, "reason": move.why, "kind": move.kind,
-                             "reloaded": reloaded})
-        how = (f"are reloaded from the source on {target}" if not kept else
-               f"move to {target}, which fetches them from the workers holding them" if
-               move.kind == "retired" and not reloaded else
-               f"move to {target} from copies left on other workers" if not reloaded else
-               f"move to {target} ({sorted(kept)} from copies left on other workers, the rest "
-               "reloaded from the source)")
-        message = f"worker {move.previous} {move.why}; its partitions {parts} {how}"
-        warn = move.kind != "adopted"
-        logger.log(logging.WARNING if warn else logging.INFO, message)
-        if warn:
-            warnings.warn(f"{message[0].upper()}{message[1:]}.", StraggleWarning, stacklevel=2)
-
-    def _start_helping(self, start: StartHelping) -> None:
-        """Load the helped index's partitions on the newcomer."""
-        assert self._matrix is not None
-        index, address = start.index, start.worker
-        token = uuid.uuid4().hex[:6]
-        self._helper_held[index] = {p: self._on(
-            address, self._matrix.loader(p), key=f"helper-p{p}-w{index}-{token}")
-            for p in sorted(self._held[index])}
-        logger.info("worker %s joined: it helps worker index %d (%s), whose partitions %s it "
-                    "loads from the source", address, index, self._addresses[index],
-                    sorted(self._held[index]))
 
     def _send_backup(self, backup: SendBackup) -> None:
         """Send a copy of an overdue unit to another worker index's worker (from its own
         copies of the partitions, or a spare copy loaded there from the source once)."""
         assert self.worker_pool is not None
+        assert self._data is not None
         unit, j = backup.unit, backup.to_index
-        held = self._held[j]
-        blocks = [held[p] if p in held else self._spare(j, p) for p in unit.partitions]
+        blocks = self._data.blocks(self._matrix, j, self._addresses[j], unit.partitions)
         future = self._pinned(
             run_unit_task, self._work, unit.iterate, unit.version,
             self._unit_load(unit), self._injector, *blocks,
@@ -993,25 +844,13 @@ class DaskRuntime(Runtime):
         logger.info("unit of worker %s overdue: backup sent to %s",
                     self._addresses[unit.worker_index], self._addresses[j])
 
-    def _spare(self, j: int, p: int) -> Any:
-        """Partition ``p`` loaded from the source on worker index ``j``'s worker (once)."""
-        assert self._matrix is not None
-        address = self._addresses[j]
-        if (address, p) not in self._spares:
-            self._spares[(address, p)] = self._pinned(
-                self._matrix.loader(p), key=f"spare-p{p}-w{j}-{uuid.uuid4().hex[:6]}",
-                worker_index=j)
-        return self._spares[(address, p)]
-
     def _unload(self) -> None:
         self._cancel_pending()
         if self._news is not None:
             self._news.close()
             self._news = None
-        self._held = []
-        self._helper_held = {}
-        self._handover = {}
-        self._spares = {}
+        if self._data is not None:
+            self._data.clear()
 
     def close(self) -> None:
         """Release data; close the client and cluster if this runtime started them."""

@@ -1,0 +1,151 @@
+"""Where each worker index's partitions are loaded on a Dask cluster, and moving them.
+
+Every partition is loaded from its source by its own keyed task, strictly pinned to the
+worker of the index that holds it (``docs/architecture.md`` §6); the futures of those
+tasks are the data's handles. When the engine's pool moves an index
+(:class:`~daskstraggle.engine.pool.MoveIndex`), the new worker takes copies that live
+workers still hold (a retiring worker's, which Dask copies away before it closes), the
+copy of a helper that takes the index over, or reloads the rest from the source. A
+helper (:class:`~daskstraggle.engine.pool.StartHelping`) loads its own copy of the
+index's partitions; a backup reads the partitions its worker holds, or a spare copy
+loaded there once.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from daskstraggle.engine.pool import MoveIndex, StartHelping, StopHelping, Task
+from daskstraggle.errors import StraggleWarning
+from daskstraggle.runtime._membership import copies_elsewhere
+
+__all__ = ["PartitionStore"]
+
+logger = logging.getLogger(__name__)
+
+#: ``submit(address, fn, *args, key=...)``: a task strictly pinned to ``address``.
+Submit = Callable[..., Any]
+
+
+class PartitionStore:
+    """The loaded partitions of every worker index, of their helpers, and spare copies.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The runtime's client (asked who holds copies).
+    submit : callable
+        ``submit(address, fn, *args, key=...)`` runs ``fn`` strictly pinned to
+        ``address`` and returns its future.
+
+    Attributes
+    ----------
+    held : list of dict of int to Future
+        Each worker index's partitions.
+    helper : dict of int to dict of int to Future
+        A helper's copy of the partitions of the index it helps.
+    """
+
+    def __init__(self, client: Any, submit: Submit) -> None:
+        self.client = client
+        self._submit = submit
+        self.held: list[dict[int, Any]] = []
+        self.helper: dict[int, dict[int, Any]] = {}
+        self._handover: dict[int, dict[int, Any]] = {}  # a helper's copy for its new index
+        self._spares: dict[tuple[str, int], Any] = {}
+
+    def load(self, matrix: Any, placement: list[tuple[int, ...]], addresses: list[str]) -> None:
+        """Load partition ``p`` on the worker of every index whose placement holds it."""
+        self.clear()
+        self.held = [
+            {p: self._submit(addresses[i], matrix.loader(p), key=f"load-p{p}-w{i}")
+             for p in parts}
+            for i, parts in enumerate(placement)
+        ]
+
+    def clear(self) -> None:
+        """Forget every handle (the data is released with them)."""
+        self.held = []
+        self.helper = {}
+        self._handover = {}
+        self._spares = {}
+
+    def loaded(self, task: Task) -> bool:
+        """Whether the partitions ``task`` reads are loaded where it runs (a unit sent
+        again after a move may wait for a reload: that is not the worker's delay)."""
+        index = task.unit.worker_index
+        held = self.helper.get(index, {}) if task.part == 1 else self.held[index]
+        return all(held[p].status == "finished" for p in task.unit.partitions if p in held)
+
+    def helper_loaded(self, index: int) -> bool:
+        """Whether the helper of ``index`` holds every partition of it."""
+        return all(f.status == "finished" for f in self.helper.get(index, {}).values())
+
+    def move(self, matrix: Any, move: MoveIndex, shunned: set[str]) -> dict[str, Any]:
+        """Put worker index ``move.index``'s partitions on ``move.to`` (the pool has
+        re-pointed the index); warn unless the index was adopted by a newcomer. Return
+        the record of the move (``result.attrs["worker_losses"]``)."""
+        index, target = move.index, move.to
+        parts = sorted(self.held[index])
+        given = self._handover.pop(index, {}) if move.from_helper else {}
+        # a retiring worker still serves its data (and Dask copies it away before it goes)
+        avoid = set(shunned) if move.how == "fetch" else {move.previous, *shunned}
+        kept = {**copies_elsewhere(
+            self.client, {p: f for p, f in self.held[index].items() if p not in given},
+            avoid=avoid), **given}
+        token = uuid.uuid4().hex[:6]
+        self.held[index] = {p: kept[p] if p in kept else self._submit(
+            target, matrix.loader(p), key=f"reload-p{p}-w{index}-{token}") for p in parts}
+        reloaded = [p for p in parts if p not in kept]
+        how = (f"are reloaded from the source on {target}" if not kept else
+               f"move to {target}, which fetches them from the workers holding them" if
+               move.kind == "retired" and not reloaded else
+               f"move to {target} from copies left on other workers" if not reloaded else
+               f"move to {target} ({sorted(kept)} from copies left on other workers, the rest "
+               "reloaded from the source)")
+        message = f"worker {move.previous} {move.why}; its partitions {parts} {how}"
+        warn = move.kind != "adopted"
+        logger.log(logging.WARNING if warn else logging.INFO, message)
+        if warn:
+            warnings.warn(f"{message[0].upper()}{message[1:]}.", StraggleWarning, stacklevel=4)
+        return {"worker_index": index, "lost": move.previous, "moved_to": target,
+                "partitions": parts, "reason": move.why, "kind": move.kind,
+                "reloaded": reloaded}
+
+    def start_helping(self, matrix: Any, start: StartHelping) -> None:
+        """Load the helped index's partitions on the newcomer."""
+        index, address = start.index, start.worker
+        token = uuid.uuid4().hex[:6]
+        self.helper[index] = {p: self._submit(address, matrix.loader(p),
+                                               key=f"helper-p{p}-w{index}-{token}")
+                              for p in sorted(self.held[index])}
+        logger.info("worker %s joined: it helps worker index %d, whose partitions %s it "
+                    "loads from the source", address, index, sorted(self.held[index]))
+
+    def stop_helping(self, stop: StopHelping) -> None:
+        """Drop a helper's copy, or keep it for the index it takes over (``keep``)."""
+        data = self.helper.pop(stop.index, {})
+        if stop.keep:
+            self._handover[stop.index] = data
+        logger.info("helper %s of worker index %d %s: it stops helping", stop.worker,
+                    stop.index, stop.why)
+
+    def blocks(self, matrix: Any, index: int, address: str, partitions: tuple[int, ...]
+               ) -> list[Any]:
+        """The handles of ``partitions`` on worker index ``index``'s worker at ``address``:
+        its own, or spare copies loaded there from the source once (for a backup)."""
+        held = self.held[index]
+        out = []
+        for p in partitions:
+            if p in held:
+                out.append(held[p])
+                continue
+            if (address, p) not in self._spares:
+                self._spares[(address, p)] = self._submit(
+                    address, matrix.loader(p), key=f"spare-p{p}-w{index}-{uuid.uuid4().hex[:6]}")
+            out.append(self._spares[(address, p)])
+        return out
