@@ -29,10 +29,11 @@ is kept in a bounded log with its time and round, so :meth:`WorkerPool.history` 
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import statistics
 from collections import deque
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,7 @@ __all__ = [
     "StopHelping",
     "Task",
     "WorkerPool",
+    "summary",
 ]
 
 #: The status of a retiring worker (no new task; its data is being copied away).
@@ -198,6 +200,51 @@ class Decision:
     instruction: Any
 
 
+def _stimulus(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Record each call (its arguments and what it returned) in :attr:`WorkerPool.stimuli`
+    when the pool keeps them, so a run replays through a fresh pool."""
+
+    @functools.wraps(method)
+    def recorded(self: WorkerPool, *args: Any, **kwargs: Any) -> Any:
+        out = method(self, *args, **kwargs)
+        if self.stimuli is not None:
+            self.stimuli.append((method.__name__, args, kwargs, out))
+        return out
+
+    return recorded
+
+
+def summary(value: Any) -> Any:
+    """A comparable summary of what a pool call returned (instructions by their type and
+    the fields that say what to do; tasks by key and worker), for replay checks.
+
+    Examples
+    --------
+    >>> summary([Cancel(("k1",))])
+    [('Cancel', ('k1',))]
+    """
+    if isinstance(value, list | tuple) and not isinstance(value, Cancel):
+        return [summary(v) for v in value] if isinstance(value, list) else \
+            tuple(summary(v) for v in value)
+    if isinstance(value, Task):
+        return ("Task", value.key, value.worker, value.unit.worker_index)
+    if isinstance(value, MoveIndex | StartHelping | StopHelping | AwaitWorkers):
+        return (type(value).__name__, *[getattr(value, f) for f in value.__slots__])
+    if isinstance(value, Resend):
+        return ("Resend", value.index, value.cancel,
+                [(u.worker_index, u.version, only) for u, only in value.units])
+    if isinstance(value, Cancel):
+        return ("Cancel", value.keys)
+    if isinstance(value, SendBackup):
+        return ("SendBackup", value.key, value.to_index)
+    if isinstance(value, dict):
+        return {k: summary(v) for k, v in value.items()}
+    if isinstance(value, UnitPart):
+        return ("UnitPart", value.positions, value.rows)
+    return value if value is None or isinstance(value, str | int | float | bool) else \
+        type(value).__name__
+
+
 @dataclass
 class _Helping:
     """What a helper did for an index (a ``worker_joins`` entry of the result)."""
@@ -226,6 +273,9 @@ class WorkerPool:
         latency (None: no backups).
     log_size : int, default=10_000
         Decisions kept in :attr:`log`.
+    stimuli : int, default=0
+        Keep the last this many calls (arguments and results) in :attr:`stimuli`, for a
+        replay through a fresh pool (0: none; the results hold the workers' arrays).
 
     Examples
     --------
@@ -239,7 +289,9 @@ class WorkerPool:
 
     def __init__(self, workers: Sequence[str], *, placement: Sequence[tuple[int, ...]],
                  partition_rows: Sequence[int], bounds: SlowBounds | None = None,
-                 backup_after: float | None = None, log_size: int = 10_000) -> None:
+                 backup_after: float | None = None, log_size: int = 10_000,
+                 stimuli: int = 0) -> None:
+        self._start = (list(workers), [tuple(p) for p in placement], list(partition_rows))
         self.workers = list(workers)
         self.placement = [tuple(p) for p in placement]
         self.partition_rows = list(partition_rows)
@@ -252,6 +304,8 @@ class WorkerPool:
         self.joins: list[dict[str, Any]] = []
         self.n_backups = 0
         self.log: deque[Decision] = deque(maxlen=log_size)
+        self.stimuli: deque[tuple[str, tuple[Any, ...], dict[str, Any], Any]] | None = \
+            deque(maxlen=stimuli) if stimuli else None
         self._helping: dict[int, _Helping] = {}
         self._twins: dict[str, str] = {}
         self._halves: dict[str, tuple[str, int, int]] = {}  # key: (partner, part, index)
@@ -265,6 +319,7 @@ class WorkerPool:
         self._now = 0.0
 
     # ------------------------------------------------------------------ sending
+    @_stimulus
     def split(self, unit: WorkUnit) -> tuple[UnitPart, UnitPart] | None:
         """The two parts ``unit`` is sent as (own worker's, helper's), or None: send it
         whole (no ready helper, a streamed unit, or too few rows)."""
@@ -275,6 +330,7 @@ class WorkerPool:
         return split_unit(rows, rows=unit.rows, coefficients=unit.coefficients,
                           fraction=helping.fraction)
 
+    @_stimulus
     def sent(self, key: str, unit: WorkUnit, now: float, *, message: int | None = None,
              final: bool = True) -> Task:
         """Task ``key`` of ``unit`` (whole, or one message) went to the index's worker."""
@@ -283,6 +339,7 @@ class WorkerPool:
         self.tasks[key] = task
         return task
 
+    @_stimulus
     def sent_split(self, unit: WorkUnit, keys: tuple[str, str], now: float) -> None:
         """``unit`` went out as two parts (:meth:`split`): ``keys[0]`` to its worker,
         ``keys[1]`` to its helper."""
@@ -294,6 +351,7 @@ class WorkerPool:
             self._halves[key] = (keys[1 - part], part, index)
         self._helping[index].record["split_units"] += 1
 
+    @_stimulus
     def backup_sent(self, key: str, backup_key: str) -> None:
         """The backup :class:`SendBackup` asked for of ``key`` went out as ``backup_key``."""
         original = self.tasks[key]
@@ -318,6 +376,7 @@ class WorkerPool:
         return self._newest - (self._versions[at - 1][1] if at else 0)
 
     # ------------------------------------------------------------------ arrivals
+    @_stimulus
     def arrived(self, key: str, outcome: Any, now: float
                 ) -> tuple[Task | None, Any, list[PoolInstruction]]:
         """Task ``key`` finished with ``outcome`` (a ``(result, seconds)`` pair).
@@ -368,11 +427,13 @@ class WorkerPool:
             return tuple(a + b for a, b in zip(first, second, strict=True)), max(own, helper)
         return first + second, max(own, helper)
 
+    @_stimulus
     def forget(self, keys: Iterable[str]) -> None:
         """These tasks were cancelled by the runtime (abandoned stale messages)."""
         for key in keys:
             self._drop_task(key)
 
+    @_stimulus
     def clear(self) -> None:
         """Forget every task in flight (the run ended)."""
         self.tasks.clear()
@@ -396,6 +457,7 @@ class WorkerPool:
         runtime may find in the scheduler's log that they retired first)."""
         return sorted({w for w in self.workers if w not in status} - self.retiring)
 
+    @_stimulus
     def on_status(self, status: Mapping[str, str], now: float, *,
                   retiring: Iterable[str] = ()) -> list[PoolInstruction]:
         """The cluster's workers and their statuses now: move the indices of workers that
@@ -483,6 +545,7 @@ class WorkerPool:
             out.append(self._decide(StartHelping(worker, index)))
         return out
 
+    @_stimulus
     def helper_ready(self, index: int) -> None:
         """The helper of ``index`` holds the index's partitions: split its next units."""
         if index in self._helping:
@@ -500,6 +563,7 @@ class WorkerPool:
         return out
 
     # ------------------------------------------------------------------ slow work
+    @_stimulus
     def overdue(self, now: float, *, unloaded: Collection[str] = ()
                 ) -> dict[str, tuple[str, str]]:
         """Workers whose work is overdue, each with why and the kind (frozen, stale).
@@ -538,6 +602,7 @@ class WorkerPool:
                                factor=b.frozen_factor)
         return _just_after(next(iter(self.tasks.values())).sent + seconds)
 
+    @_stimulus
     def shun(self, late: Mapping[str, tuple[str, str]], live: Iterable[str], now: float
              ) -> list[PoolInstruction]:
         """Give the overdue workers ``late`` no more work; move their indices to the other
@@ -556,6 +621,7 @@ class WorkerPool:
             out += self._move(i, target, why, kind)
         return out
 
+    @_stimulus
     def backups(self, now: float) -> list[SendBackup]:
         """Backups of every whole unit overdue against the run's median latency."""
         self._now = now
@@ -601,6 +667,30 @@ class WorkerPool:
     def _decide(self, instruction: Any) -> Any:
         self.log.append(Decision(self._now, self._newest, instruction))
         return instruction
+
+    def fresh(self) -> WorkerPool:
+        """A pool as this one was at its start (same workers, placement and settings)."""
+        workers, placement, rows = self._start
+        return WorkerPool(workers, placement=placement, partition_rows=rows,
+                          bounds=self.bounds, backup_after=self.backup_after)
+
+    def replay(self, stimuli: Iterable[tuple[str, tuple[Any, ...], dict[str, Any], Any]]
+               ) -> list[tuple[str, Any, Any]]:
+        """Feed another pool's recorded calls to this (fresh) pool, up to the first whose
+        result differs (the runs part there; later calls no longer fit this pool).
+
+        Returns
+        -------
+        differ : list of (str, object, object)
+            Empty when every call gave the recorded result; else the first call that did
+            not: its name, the recorded result and this pool's, as :func:`summary` gives
+            them.
+        """
+        for name, args, kwargs, out in stimuli:
+            again = getattr(self, name)(*args, **kwargs)
+            if summary(again) != summary(out):
+                return [(name, summary(out), summary(again))]
+        return []
 
     def history(self, index: int) -> list[Decision]:
         """Every logged decision about worker index ``index``: its moves (with the

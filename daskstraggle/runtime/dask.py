@@ -361,7 +361,7 @@ class DaskRuntime(Runtime):
             list(self._addresses), placement=placement,
             partition_rows=[int(r) for r in matrix.partition_rows()],
             bounds=slow_bounds(self._frozen_after, self._stale_after),
-            backup_after=self._backup_after)
+            backup_after=self._backup_after, stimuli=self.stimulus_log)
         self._news = RetirementNews(self.client)
         self._check_memory(matrix, placement)
         assert self._data is not None

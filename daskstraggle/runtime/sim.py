@@ -193,7 +193,8 @@ class SimRuntime(LocalRuntime):
         )
         self.worker_pool = WorkerPool([str(i) for i in range(self._n_workers)], placement=placement,
                                 partition_rows=partition_rows, bounds=self._bounds(),
-                                backup_after=self.backup_after)
+                                backup_after=self.backup_after,
+                                stimuli=self.stimulus_log)
         self._events = sorted((f.at, k, f) for k, f in enumerate(self.faults))
         self._freezes = {}
         for fault in self.faults:

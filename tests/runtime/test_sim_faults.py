@@ -215,3 +215,40 @@ def test_the_pool_alone_decides_moves_helpers_and_backups():
     move = next(o for o in out if isinstance(o, MoveIndex))
     assert (move.index, move.to, move.kind, move.how) == (1, "d", "retired", "fetch")
     pool.validate_state()
+
+
+def test_a_simulated_fault_run_replays_through_a_fresh_pool():
+    slow = "gamma(mean=0.1, var=1e-4) + slowdown(workers=1, factor=4)"
+    faults = "loss(workers=0, at=0.5) + join(count=2, at=1.2) + freeze(workers=2, at=2, for=30)"
+    with CheckedSim(4, latency=slow, faults=faults, rng=1, frozen_after=1.0) as rt:
+        rt.stimulus_log = 100_000
+        rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
+        pool = rt.worker_pool
+    names = {name for name, *_ in pool.stimuli}
+    assert {"sent", "arrived", "on_status", "overdue", "shun", "split"} <= names
+    assert pool.fresh().replay(pool.stimuli) == []
+    # a replay of a changed run differs, and says where
+    changed = list(pool.stimuli)
+    k = next(i for i, (name, *_rest) in enumerate(changed) if name == "on_status")
+    name, args, kwargs, out = changed[k]
+    changed[k] = (name, ({**args[0], "9": "running"}, *args[1:]), kwargs, out)
+    assert pool.fresh().replay(changed)[0][0] == "on_status"
+
+
+def test_block_krylov_with_a_helper_keeps_the_clean_rounds_and_subspace():
+    """The README's promise for a worker that joins and helps: the same iterates, to
+    rounding (block Krylov on a slowly decaying spectrum, stopped by its tolerance)."""
+    from daskstraggle.methods import make_method
+
+    flat = rng.normal(size=(3000, 120)) * (1.0 / (1.0 + 0.02 * np.arange(120)))
+    slow = "gamma(mean=0.1, var=1e-4) + slowdown(workers=1, factor=4)"
+    runs = []
+    for faults in (None, "join(count=1, at=0.5)"):
+        with CheckedSim(3, latency=slow, faults=faults, rng=1) as rt:
+            runs.append(rt.run(make_method("block"), PCA(n_components=5), open_matrix(flat),
+                               stop=StopRule(max_iter=300, tol=1e-8), rng=0))
+    clean, helped = runs
+    assert helped.attrs["worker_joins"][0]["split_units"] >= clean.n_iter - 3
+    assert helped.n_iter == clean.n_iter and helped.converged and clean.converged
+    np.testing.assert_allclose(np.abs(helped.fitted["components"]),
+                               np.abs(clean.fitted["components"]), atol=1e-10)

@@ -23,10 +23,11 @@ from dask import config as dask_config
 
 from daskstraggle import open_matrix
 from daskstraggle.cli import format_result
+from daskstraggle.engine.coordinator import LOG_SIZE
 from daskstraggle.errors import StraggleWarning
 from daskstraggle.methods import DSAG, GD, CodedGD
 from daskstraggle.problems import PCA, Logistic
-from daskstraggle.runtime import DaskRuntime, LocalRuntime, StopRule
+from daskstraggle.runtime import DaskRuntime, LocalRuntime, SimRuntime, StopRule
 from daskstraggle.runtime.checkpoint import load_checkpoint
 from daskstraggle.runtime.dask import replacement_targets
 from daskstraggle.testing import free_port
@@ -403,9 +404,11 @@ def test_a_worker_without_a_nanny_is_replaced_then_a_newcomer_takes_its_index_ba
                 at_round(rt, 3, _kill(first.pid))
                 # GD needs every index each round: by round 6 the lost one has moved
                 at_round(rt, 6, late.join)
+                rt.stimulus_log = LOG_SIZE  # record the engine's inputs, for a replay
                 with pytest.warns(StraggleWarning, match="left the cluster"):
                     res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
                 assert len(set(rt.worker_names)) == 3  # one worker per index again
+                pool = rt.worker_pool
         lost, adopted = res.attrs["worker_losses"]
         # no nanny, no restart: a survivor took the lost index
         assert lost["worker_index"] == index and lost["moved_to"] in before
@@ -416,6 +419,18 @@ def test_a_worker_without_a_nanny_is_replaced_then_a_newcomer_takes_its_index_ba
         assert adopted["moved_to"] not in (lost["lost"], lost["moved_to"])
         assert "worker moved " in format_result(res)
         np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
+        # the real run's decisions replay through a fresh engine: the pool's (the loss,
+        # the adoption) and the coordinator's rounds, to the same instructions
+        assert pool.stimuli and pool.fresh().replay(pool.stimuli) == []
+        assert [type(d.instruction).__name__ for d in pool.log] == [
+            "MoveIndex", "MoveIndex"]
+        # and the same scenario as a fault spec in simulated time ends on the same answer
+        with SimRuntime(3, latency=SLOW, rng=0,
+                        faults=f"loss(workers={index}, at=0.2) + join(count=1, at=0.5)") as sim:
+            simulated = sim.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+        kinds = [m["kind"] for m in simulated.attrs["worker_losses"]]
+        assert kinds == ["lost", "adopted"]
+        np.testing.assert_allclose(simulated.iterate, res.iterate, rtol=1e-9, atol=1e-12)
     finally:
         cluster.close()
 
