@@ -146,6 +146,7 @@ class Coordinator:
         self.time = self.t0 = self.t_round = self.deadline = 0.0
         self._round: tuple[RoundSummary, float, float | None] | None = None
         self._finish: Finish | None = None  # the Finish that waits for the last checkpoint
+        self._fed: int | None = None  # the version whose work was offered to every index
 
     # ------------------------------------------------------------------ stimuli
     def handle(self, event: Event) -> list[Instruction]:
@@ -251,7 +252,12 @@ class Coordinator:
 
     # ------------------------------------------------------------------ the loop
     def _feed(self, out: list[Instruction]) -> None:
-        """Give every idle worker the method's work for it."""
+        """Give every idle worker the method's work for it (once per version for a method
+        that dispatches at most once per version: later offers would all be declined)."""
+        if self.method.dispatch_once_per_version:
+            if self._fed == self.method.version:
+                return
+            self._fed = self.method.version
         for i in sorted(self.idle):
             unit = self.method.dispatch(i)
             if unit is not None:

@@ -228,6 +228,11 @@ class Method(ABC):
     #: A method whose first round is exact and final (``gram``) skips it; it may only
     #: solve problems whose optimality measure is relative already (PCA's residuals).
     start_pass: ClassVar[bool] = True
+    #: Whether :meth:`dispatch` gives each worker index at most one unit per version, and
+    #: an index it declined stays declined until :meth:`step` (GD, NAG, the coded methods).
+    #: The coordinator then offers work once per version instead of to every idle index
+    #: after every result (which costs N calls per result on N workers).
+    dispatch_once_per_version: ClassVar[bool] = False
 
     def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
         """Return which partitions each worker index stores (default: uncoded, contiguous)."""

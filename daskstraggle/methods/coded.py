@@ -70,6 +70,7 @@ class CodedGD(Method):
 
     name = "coded"
     exact_rounds = True
+    dispatch_once_per_version = True
 
     def __init__(self, scheme: str | CodingScheme = "cyclic-repetition", *,
                  rng: int | None = None, nesterov: bool = False,

@@ -32,6 +32,7 @@ class GD(Method):
 
     name = "gd"
     exact_rounds = True
+    dispatch_once_per_version = True
 
     def __init__(self) -> None:
         self._problem: Problem | None = None
@@ -55,6 +56,7 @@ class GD(Method):
         self._sent: set[int] = set()
         self._results: dict[int, WorkResult] = {}
         self._summary: RoundSummary | None = None
+        self._n_holding = sum(1 for p in placement if p)  # workers that answer a round
 
     @property
     def version(self) -> int:
@@ -79,7 +81,7 @@ class GD(Method):
 
     def ready(self) -> bool:
         """True once every worker holding data has answered for this version."""
-        return len(self._results) == sum(1 for p in self._placement if p)
+        return len(self._results) == self._n_holding
 
     def summary(self) -> RoundSummary:
         """Return the exact kernel sum at the evaluated point (computed once per round)."""
