@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from daskstraggle._validation import check_int, check_positive
 from daskstraggle.errors import InvalidParameterError
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "UnitPart",
     "adoption_moves",
     "check_memory",
+    "check_slow_settings",
     "frozen_bound",
     "helper_targets",
     "next_fraction",
@@ -62,6 +64,31 @@ class SlowBounds:
     stale_minimum_rounds: float = 50
     stale_factor: float = 10.0
     stale_wait: float = 10.0
+
+
+def check_slow_settings(frozen_after: Any, stale_after: Any, backup_after: Any, *,
+                        caller: str) -> tuple[float | None, int | None, float | None]:
+    """Check a runtime's ``frozen_after`` (seconds > 0), ``stale_after`` (rounds >= 1)
+    and ``backup_after`` (a factor > 0), each None or a value; return them.
+
+    Raises
+    ------
+    InvalidParameterError
+        Naming the parameter, ``caller`` and the constraint.
+
+    Examples
+    --------
+    >>> check_slow_settings(2, None, 1.5, caller="SimRuntime")
+    (2.0, None, 1.5)
+    """
+    return (
+        None if frozen_after is None else check_positive(frozen_after, name="frozen_after",
+                                                         caller=caller),
+        None if stale_after is None else check_int(stale_after, name="stale_after",
+                                                   caller=caller, low=1),
+        None if backup_after is None else check_positive(backup_after, name="backup_after",
+                                                         caller=caller),
+    )
 
 
 def frozen_bound(frozen_after: float | None, recent: Iterable[float], *,

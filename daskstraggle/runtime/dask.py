@@ -37,6 +37,7 @@ from daskstraggle.engine.pool import (
     Task,
     WorkerPool,
 )
+from daskstraggle.engine.resilience import check_slow_settings
 from daskstraggle.errors import (
     ClusterConnectionError,
     InvalidParameterError,
@@ -230,12 +231,8 @@ class DaskRuntime(Runtime):
             min_workers_timeout = config.seconds("timeouts.min-workers")
         self._min_workers_timeout = check_positive(
             min_workers_timeout, name="min_workers_timeout", caller="DaskRuntime")
-        self._frozen_after = None if frozen_after is None else check_positive(
-            frozen_after, name="frozen_after", caller="DaskRuntime")
-        self._stale_after = None if stale_after is None else check_int(
-            stale_after, name="stale_after", caller="DaskRuntime", low=1)
-        self._backup_after = None if backup_after is None else check_positive(
-            backup_after, name="backup_after", caller="DaskRuntime")
+        self._frozen_after, self._stale_after, self._backup_after = check_slow_settings(
+            frozen_after, stale_after, backup_after, caller="DaskRuntime")
         self._seed = rng
         self._record_latency = check_bool(record_latency, name="record_latency",
                                           caller="DaskRuntime")

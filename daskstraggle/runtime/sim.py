@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from daskstraggle._validation import check_int, check_nonnegative, check_positive
+from daskstraggle._validation import check_int, check_nonnegative
 from daskstraggle.engine.pool import (
     AwaitWorkers,
     Cancel,
@@ -50,6 +50,7 @@ from daskstraggle.engine.pool import (
     StopHelping,
     WorkerPool,
 )
+from daskstraggle.engine.resilience import check_slow_settings
 from daskstraggle.errors import InvalidParameterError, WorkerLostError
 from daskstraggle.latency.base import LatencyModel, LatencySampler
 from daskstraggle.latency.faults import Fault, Freeze, Join, Loss, Retire
@@ -150,12 +151,8 @@ class SimRuntime(LocalRuntime):
                                                  caller="SimRuntime")
         self.receive_duration = check_nonnegative(receive_duration, name="receive_duration",
                                                   caller="SimRuntime")
-        self.frozen_after = None if frozen_after is None else check_positive(
-            frozen_after, name="frozen_after", caller="SimRuntime")
-        self.stale_after = None if stale_after is None else check_int(
-            stale_after, name="stale_after", caller="SimRuntime", low=1)
-        self.backup_after = None if backup_after is None else check_positive(
-            backup_after, name="backup_after", caller="SimRuntime")
+        self.frozen_after, self.stale_after, self.backup_after = check_slow_settings(
+            frozen_after, stale_after, backup_after, caller="SimRuntime")
         self._seed = np.random.SeedSequence(
             int(rng.integers(2**63)) if isinstance(rng, np.random.Generator) else rng
         )
