@@ -457,6 +457,14 @@ class WorkerPool:
         runtime may find in the scheduler's log that they retired first)."""
         return sorted({w for w in self.workers if w not in status} - self.retiring)
 
+    def usable(self, status: Mapping[str, str]) -> bool:
+        """Whether ``status`` names a worker that may take work (not going, not found
+        frozen, not retiring)."""
+        retiring = (self.retiring | {a for a, s in status.items() if s == RETIRING}) - {
+            a for a, s in status.items() if s == "running"}
+        return any(s not in GOING and a not in self.shunned and a not in retiring
+                   for a, s in status.items())
+
     @_stimulus
     def on_status(self, status: Mapping[str, str], now: float, *,
                   retiring: Iterable[str] = ()) -> list[PoolInstruction]:

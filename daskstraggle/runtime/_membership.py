@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from daskstraggle.engine.pool import RETIRING
 from daskstraggle.errors import WorkerLostError
-from daskstraggle.runtime._connect import scheduler_timeout, worker_addresses
+from daskstraggle.runtime._connect import scheduler_timeout, worker_status
 
 __all__ = [
     "MEMBERSHIP_INTERVAL",
@@ -41,6 +43,8 @@ logger = logging.getLogger(__name__)
 #: Seconds between checks that every worker holding our partitions is still there, while
 #: the runtime waits for results (one scheduler round-trip each).
 MEMBERSHIP_INTERVAL = 1.0
+#: Seconds between looks at the cluster while its only workers cannot take work.
+_POLL = 0.25
 
 
 def no_worker_timeout() -> float:
@@ -117,24 +121,36 @@ def retired_before_leaving(client: Any, address: str) -> bool:
                and msg.get("status") == RETIRING for _, msg in events or ())
 
 
-def wait_for_any_worker(client: Any) -> list[str]:
-    """Wait (at most :func:`no_worker_timeout` s) until the cluster has a worker again;
-    return the addresses of its workers.
+def wait_for_any_worker(client: Any, usable: Callable[[dict[str, str]], bool] | None = None,
+                        ) -> dict[str, str]:
+    """Wait (at most :func:`no_worker_timeout` s) until the cluster has a worker again
+    (one that ``usable`` accepts, given the statuses: not one found frozen, say); return
+    the workers' statuses.
 
     Raises
     ------
     WorkerLostError
         If none joined in time.
     """
-    try:
-        client.wait_for_workers(1, timeout=no_worker_timeout())
-    except TimeoutError:
-        raise WorkerLostError(
-            f"Every worker left the cluster and none joined within "
-            f"{no_worker_timeout():g} s; the run cannot go on. Start workers (or check why "
-            "they died: memory limit, walltime, preemption) and run again."
-        ) from None
-    return worker_addresses(client)
+    limit = no_worker_timeout()
+    deadline = time.monotonic() + limit
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            client.wait_for_workers(1, timeout=max(remaining, 0.001))
+        except TimeoutError:
+            break
+        status = worker_status(client)
+        if usable is None or usable(status):
+            return status
+        if remaining <= 0:
+            break
+        time.sleep(min(_POLL, max(remaining, 0.0)))  # a worker is there but not usable
+    raise WorkerLostError(
+        f"Every worker left the cluster and none joined within {limit:g} s; the run cannot "
+        "go on. Start workers (or check why they died: memory limit, walltime, preemption) "
+        "and run again."
+    )
 
 
 def copies_elsewhere(client: Any, held: dict[int, Any], avoid: set[str]) -> dict[int, Any]:

@@ -772,10 +772,12 @@ class DaskRuntime(Runtime):
                       if a not in announced and retired_before_leaving(self.client, a)}
         self._news.watch(sorted({*pool.workers, *pool.helpers.values()} & set(status)))
         out = pool.on_status(status, time.perf_counter(), retiring=announced)
-        while out and isinstance(out[-1], AwaitWorkers):  # every worker gone: wait, bounded
+        if out and isinstance(out[-1], AwaitWorkers):  # every worker gone: wait, bounded
             self._carry_out(out[:-1])
-            wait_for_any_worker(self.client)
-            out = pool.on_status(self._status(), time.perf_counter())
+            # (a worker found frozen or retiring is no use: wait for another)
+            status = wait_for_any_worker(self.client, pool.usable)
+            out = pool.on_status(status, time.perf_counter())
+            assert not (out and isinstance(out[-1], AwaitWorkers)), out
         self._carry_out(out)
         return any(isinstance(i, MoveIndex) and i.kind != "adopted" for i in out)
 

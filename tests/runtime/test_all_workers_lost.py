@@ -129,3 +129,32 @@ def test_a_cancelled_or_failed_fold_raises_and_is_never_folded_in(dask_client):
             rt._wait_folds([[0, [0], failed]], int, (), None)
     finally:
         rt.close()
+
+
+def test_a_cluster_left_with_only_a_frozen_worker_ends_in_the_bounded_line(monkeypatch):
+    """The wait for a worker accepts only a worker that may take work: a cluster whose
+    only worker was found frozen ends in the WorkerLostError line after the bound, never
+    in a loop of moves onto that worker."""
+    import dask
+
+    from daskstraggle.engine.pool import WorkerPool
+    from daskstraggle.errors import WorkerLostError
+    from daskstraggle.runtime import _membership
+
+    class Client:
+        def wait_for_workers(self, n, timeout):  # a worker is there at once
+            return None
+
+    pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[5, 5])
+    pool.shunned.add("b")
+    monkeypatch.setattr(_membership, "worker_status", lambda client: {"b": "running"})
+    assert pool.on_status({"b": "running"}, now=1.0)[-1].__class__.__name__ == "AwaitWorkers"
+    assert not pool.usable({"b": "running"}) and pool.usable({"b": "running", "c": "running"})
+    assert not pool.usable({"c": "closing_gracefully"})
+    with dask.config.set({"daskstraggle.timeouts.no-worker": "0.5s"}):
+        with pytest.raises(WorkerLostError, match=r"^Every worker left the cluster and none "
+                           r"joined within 0\.5 s"):
+            _membership.wait_for_any_worker(Client(), pool.usable)
+        status = {"b": "running", "c": "running"}
+        monkeypatch.setattr(_membership, "worker_status", lambda client: status)
+        assert _membership.wait_for_any_worker(Client(), pool.usable) == status
