@@ -273,7 +273,8 @@ def check_resume_workers(state: dict[str, Any], n_workers: int | None) -> None:
     recorded = int(state["settings"]["n_workers"])
     if n_workers is not None and int(n_workers) != recorded:
         raise _another("number of workers", recorded, int(n_workers),
-                       f" (n_workers={recorded}; CLI: --workers {recorded})")
+                       f" (n_workers={recorded}; CLI: --workers {recorded}, or on a cluster "
+                       f"--min-workers {recorded} with {recorded} workers up)")
 
 
 def check_resume_iterations(state: dict[str, Any], max_iter: int) -> None:

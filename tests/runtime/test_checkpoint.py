@@ -272,5 +272,6 @@ def test_another_worker_count_is_refused_before_a_cluster_starts(tmp_path, no_cl
             checkpoint=ck)
     with pytest.raises(InvalidParameterError, match=re.escape(
             "another number of workers: 2, this run has 3. Resume with the same settings "
-            "(n_workers=2; CLI: --workers 2)")):
+            "(n_workers=2; CLI: --workers 2, or on a cluster --min-workers 2 with 2 workers "
+            "up)")):
         fit_pca(X, 2, method="gd", n_workers=3, rng=0, tol=None, max_iter=6, resume=ck)
