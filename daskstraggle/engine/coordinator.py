@@ -146,7 +146,11 @@ class Coordinator:
         self.time = self.t0 = self.t_round = self.deadline = 0.0
         self._round: tuple[RoundSummary, float, float | None] | None = None
         self._finish: Finish | None = None  # the Finish that waits for the last checkpoint
-        self._fed: int | None = None  # the version whose work was offered to every index
+        # a method that dispatches once per version: the version whose offers are under
+        # way, the indices offered work at it, and those idle since but not offered yet
+        self._offered_version: int | None = None
+        self._offered: set[int] = set()
+        self._to_offer: set[int] = set()
 
     # ------------------------------------------------------------------ stimuli
     def handle(self, event: Event) -> list[Instruction]:
@@ -238,8 +242,7 @@ class Coordinator:
     @_handles(Freed, Phase.ABANDON)
     def _freed(self, event: Freed, out: list[Instruction]) -> None:
         for i in event.workers:
-            self.in_flight -= 1
-            self.idle.add(i)
+            self._idle(i)
         self._next_round(out)
 
     @_handles(Saved, Phase.SAVE)
@@ -252,24 +255,39 @@ class Coordinator:
 
     # ------------------------------------------------------------------ the loop
     def _feed(self, out: list[Instruction]) -> None:
-        """Give every idle worker the method's work for it (once per version for a method
-        that dispatches at most once per version: later offers would all be declined)."""
+        """Give every idle worker the method's work for it.
+
+        A method that dispatches at most once per version is offered each index once per
+        version: every idle index when the version changes, then each index that becomes
+        idle later in that version (a straggler of an older round, for a coded method),
+        not every idle index after every result (N calls per result on N workers).
+        """
+        candidates = self.idle
         if self.method.dispatch_once_per_version:
-            if self._fed == self.method.version:
-                return
-            self._fed = self.method.version
-        for i in sorted(self.idle):
+            if self._offered_version != self.method.version:
+                self._offered_version = self.method.version
+                self._offered = set()
+                self._to_offer = set(self.idle)
+            candidates, self._to_offer = self._to_offer, set()
+            self._offered |= candidates
+        for i in sorted(candidates):
             unit = self.method.dispatch(i)
             if unit is not None:
                 self.idle.discard(i)
                 out.append(Submit(unit))
                 self.in_flight += 1
 
+    def _idle(self, i: int) -> None:
+        """Worker index ``i`` has nothing in flight any more."""
+        self.in_flight -= 1
+        self.idle.add(i)
+        if i not in self._offered:
+            self._to_offer.add(i)
+
     def _take(self, result: WorkResult) -> None:
         i = result.unit.worker_index
         if result.final:
-            self.in_flight -= 1
-            self.idle.add(i)
+            self._idle(i)
         self.durations[i] = result.compute_duration
         if result.latency is not None:
             self.latencies[i] = result.latency

@@ -281,8 +281,8 @@ class WorkerPool:
     --------
     >>> pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[5, 5])
     >>> out = pool.on_status({"a": "running", "c": "running"}, now=1.0)
-    >>> [type(i).__name__ for i in out], out[0].index, out[0].to
-    (['MoveIndex', 'Resend'], 1, 'c')
+    >>> [type(i).__name__ for i in out], out[0].index, out[0].to  # (nothing to resend)
+    (['MoveIndex'], 1, 'c')
     >>> pool.history(1)[0].instruction.kind
     'lost'
     """
@@ -315,6 +315,7 @@ class WorkerPool:
         self._index_latency: dict[int, deque[float]] = {}
         self._versions: list[tuple[float, int]] = []  # (time, version) newer ones sent
         self._backup_to: dict[str, int] = {}  # the worker index of each backup asked for
+        self._held_back: list[Resend] = []  # resends waiting for a worker to join
         self._newest = 0
         self._now = 0.0
 
@@ -472,8 +473,13 @@ class WorkerPool:
         left or retire, stop helpers that went, give newcomers work.
 
         ``retiring``: workers known to retire from elsewhere (an event announced it, or
-        the scheduler's log says a vanished one retired before it left).
+        the scheduler's log says a vanished one retired before it left). The work to send
+        again comes last (:meth:`_ordered`).
         """
+        return self._ordered(self._on_status(status, now, retiring))
+
+    def _on_status(self, status: Mapping[str, str], now: float,
+                   retiring: Iterable[str]) -> list[PoolInstruction]:
         self._now = now
         self.retiring |= set(retiring)
         # (a retirement the scheduler aborted, for want of workers to take the data, is over)
@@ -614,7 +620,31 @@ class WorkerPool:
     def shun(self, late: Mapping[str, tuple[str, str]], live: Iterable[str], now: float
              ) -> list[PoolInstruction]:
         """Give the overdue workers ``late`` no more work; move their indices to the other
-        ``live`` workers (nothing when none is left: keep waiting)."""
+        ``live`` workers (nothing when none is left: keep waiting). The work to send again
+        comes last (:meth:`_ordered`)."""
+        return self._ordered(self._shun(late, live, now))
+
+    def _ordered(self, out: list[PoolInstruction]) -> list[PoolInstruction]:
+        """Put every :class:`Resend` after the moves, helper starts and stops of the same
+        decision, one per index: a unit sent again must go where its index's data now is,
+        never to the worker it left (a helper that stops and an index that moves in one
+        decision resend the same index). While no worker is left (:class:`AwaitWorkers`)
+        the resends wait for the next decision."""
+        resends = [i for i in out if isinstance(i, Resend)]
+        rest = [i for i in out if not isinstance(i, Resend)]
+        if rest and isinstance(rest[-1], AwaitWorkers):
+            self._held_back += resends
+            return rest
+        merged: dict[int, Resend] = {}
+        for r in [*self._held_back, *resends]:
+            m = merged.get(r.index)
+            merged[r.index] = r if m is None else Resend(r.index, m.units + r.units,
+                                                         m.cancel + r.cancel)
+        self._held_back = []
+        return rest + [r for r in merged.values() if r.units or r.cancel]
+
+    def _shun(self, late: Mapping[str, tuple[str, str]], live: Iterable[str], now: float
+              ) -> list[PoolInstruction]:
         self._now = now
         live = sorted(set(live) - set(late) - self.shunned - self.retiring)
         if not late or not live:

@@ -83,7 +83,8 @@ class PartitionStore:
 
     def helper_loaded(self, index: int) -> bool:
         """Whether the helper of ``index`` holds every partition of it."""
-        return all(f.status == "finished" for f in self.helper.get(index, {}).values())
+        return index in self.helper and all(f.status == "finished"
+                                            for f in self.helper[index].values())
 
     def move(self, matrix: Any, move: MoveIndex, shunned: set[str]) -> dict[str, Any]:
         """Put worker index ``move.index``'s partitions on ``move.to`` (the pool has

@@ -165,7 +165,7 @@ class SimRuntime(LocalRuntime):
         self._real_start = 0.0
         self.worker_pool: WorkerPool | None = None
         self._events: list[tuple[float, int, Fault]] = []
-        self._freezes: dict[str, list[Freeze]] = {}
+        self._freezes: dict[str, list[tuple[float, float]]] = {}
         self._busy: dict[str, float] = {}
         self._gone: set[str] = set()
         self._losses: list[dict[str, Any]] = []
@@ -193,13 +193,7 @@ class SimRuntime(LocalRuntime):
                                 backup_after=self.backup_after,
                                 stimuli=self.stimulus_log)
         self._events = sorted((f.at, k, f) for k, f in enumerate(self.faults))
-        self._freezes = {}
-        for fault in self.faults:
-            if isinstance(fault, Freeze):
-                for w in fault.workers:
-                    self._freezes.setdefault(str(w), []).append(fault)
-        for windows in self._freezes.values():
-            windows.sort(key=lambda f: f.at)
+        self._freezes = _freeze_windows(self.faults)
         self._busy = {}
         self._gone = set()
         self._retiring = set()
@@ -263,19 +257,19 @@ class SimRuntime(LocalRuntime):
         # (without a freeze: start + latency, the sum the latency model's own simulator takes)
         finish = start + (work + communication) if end == start + work else end + communication
         self._tasks[key] = _SimTask(unit, result, compute, work + communication, message,
-                                    final, worker)
+                                    final, worker, end)
         heapq.heappush(self._heap, (finish, order, key))
         return key
 
     def _frozen_end(self, worker: str, start: float, work: float) -> float:
         """When ``work`` seconds of computing started at ``start`` end on ``worker``."""
         end = start + work
-        for fault in self._freezes.get(worker, ()):
-            if fault.at <= start < fault.until:
-                end += fault.until - start
-                start = fault.until
-            elif start < fault.at < end:
-                end += fault.for_
+        for at, until in self._freezes.get(worker, ()):  # disjoint, in time order
+            if at <= start < until:
+                end += until - start
+                start = until
+            elif start < at < end:
+                end += until - at
         return end
 
     def _submit_split(self, unit: WorkUnit, problem: Problem, parts: Any) -> None:
@@ -330,8 +324,10 @@ class SimRuntime(LocalRuntime):
         assert self.worker_pool is not None
         stale = [k for k, t in self._tasks.items() if t.unit.stream and t.unit.version < version]
         freed = [self._tasks[k].unit.worker_index for k in stale if self._tasks[k].final]
-        for key in stale:  # the worker drops the rest of the unit's messages at once
-            self._busy[self._tasks.pop(key).worker] = self._now
+        workers = {self._tasks.pop(key).worker for key in stale}
+        for worker in workers:  # it drops the rest of those units' messages at once
+            self._busy[worker] = max((t.end for t in self._tasks.values() if t.worker == worker),
+                                     default=self._now)
         self.worker_pool.forget(stale)
         return freed
 
@@ -547,6 +543,26 @@ class _SimTask:
     message: int | None
     final: bool
     worker: str
+    end: float  # when its computing ends (then the worker is free)
+
+
+def _freeze_windows(faults: tuple[Fault, ...]) -> dict[str, list[tuple[float, float]]]:
+    """Each worker's frozen intervals ``[at, until)``, overlapping ones merged, in order."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for fault in faults:
+        if isinstance(fault, Freeze):
+            for w in fault.workers:
+                spans.setdefault(str(w), []).append((fault.at, fault.until))
+    merged: dict[str, list[tuple[float, float]]] = {}
+    for worker, windows in spans.items():
+        out: list[tuple[float, float]] = []
+        for at, until in sorted(windows):
+            if out and at <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], until))
+            else:
+                out.append((at, until))
+        merged[worker] = out
+    return merged
 
 
 def _parse_faults(faults: Any) -> tuple[Fault, ...]:

@@ -252,3 +252,52 @@ def test_block_krylov_with_a_helper_keeps_the_clean_rounds_and_subspace():
     assert helped.n_iter == clean.n_iter and helped.converged and clean.converged
     np.testing.assert_allclose(np.abs(helped.fitted["components"]),
                                np.abs(clean.fitted["components"]), atol=1e-10)
+
+
+def test_overlapping_freezes_count_once():
+    from daskstraggle.runtime.sim import _freeze_windows
+
+    faults = parse_stragglers("freeze(workers=0, at=1, for=4) + freeze(workers=0, at=2, for=1)"
+                              " + freeze(workers=[0, 1], at=6, for=1)").faults
+    assert _freeze_windows(faults) == {"0": [(1.0, 5.0), (6.0, 7.0)], "1": [(6.0, 7.0)]}
+    rt = SimRuntime(2, faults=faults)
+    rt._freezes = _freeze_windows(faults)
+    assert rt._frozen_end("0", 0.0, 2.0) == 6.0  # 1 s, frozen 1..5, then 1 s more
+    assert rt._frozen_end("0", 2.0, 0.5) == 5.5  # started while frozen
+    assert rt._frozen_end("1", 0.0, 2.0) == 2.0
+
+
+def test_work_is_sent_again_only_after_its_index_moved():
+    """A helper and the worker it helps lost together: the pool stops the helper, moves
+    the index, and sends the index's unit again once, after the move (to where the data
+    now is); with every worker gone the resend waits for the next decision."""
+    from daskstraggle.engine.pool import Resend, StopHelping
+    from daskstraggle.methods.base import WorkUnit
+
+    pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[10, 10])
+    unit = WorkUnit(0, (0,), np.zeros(2), 1)
+    pool.sent("k0", unit, now=0.0)
+    pool.sent("k1", WorkUnit(1, (1,), np.zeros(2), 1), now=0.0)
+    pool.arrived("k0", ("r", 1.0), now=1.0)
+    pool.arrived("k1", ("r", 3.0), now=3.0)  # index 1 is the slow one
+    out = pool.on_status({"a": "running", "b": "running", "h": "running"}, now=3.5)
+    assert [type(i).__name__ for i in out] == ["StartHelping"] and pool.helpers == {1: "h"}
+    pool.helper_ready(1)
+    parts = pool.split(WorkUnit(1, (1,), np.zeros(2), 2))
+    pool.sent_split(WorkUnit(1, (1,), np.zeros(2), 2), ("p0", "p1"), now=4.0)
+    assert parts is not None
+    out = pool.on_status({"a": "running", "c": "running"}, now=5.0)  # b and h gone
+    kinds = [type(i).__name__ for i in out]
+    assert kinds == ["StopHelping", "MoveIndex", "Resend"], kinds
+    (resend,) = [i for i in out if isinstance(i, Resend)]
+    assert resend.index == 1 and sorted(resend.cancel) == ["p0", "p1"]
+    assert [u.version for u, _ in resend.units] == [2]
+    assert isinstance(out[0], StopHelping) and out[1].to == "c"
+    pool.validate_state()
+    # every worker gone: the stops wait, the resend comes with the move after a join
+    pool.sent("k2", WorkUnit(0, (0,), np.zeros(2), 3), now=6.0)
+    out = pool.on_status({}, now=7.0)
+    assert [type(i).__name__ for i in out] == ["AwaitWorkers"]
+    out = pool.on_status({"d": "running"}, now=8.0)
+    assert [type(i).__name__ for i in out] == ["MoveIndex", "MoveIndex", "Resend"]
+    assert out[-1].index == 0 and out[-1].cancel == ("k2",)
