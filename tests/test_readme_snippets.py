@@ -2,24 +2,31 @@
 
 What a reader does, top to bottom in a new folder: each ```bash block's ``daskstraggle``
 commands run through ``main`` (``$PWD`` is that folder), each ```python block runs as a
-script in a subprocess there (so it needs, and is checked to have, the
-``if __name__ == "__main__":`` guard that process workers require) and sees what the blocks
-above it wrote: a snippet that writes a path an earlier command wrote fails, as it would for
-the reader. Three changes keep the test fast: the dataset sizes are small, solves stop after
-``--max-iter 10``, and ``--scheduler`` points at the test session's cluster instead of
-127.0.0.1:8786 (the README says to start one). The set-up commands (``python3 -m venv``) are
-checked by tests/test_readme.py and ``.ci/run``.
+script there (``runpy.run_path`` with ``__name__ == "__main__"``, in one Python process
+that runs the blocks one after another as the test reaches them: a LocalCluster's spawned
+process workers import the block itself, so it needs, and is checked to have, the
+``if __name__ == "__main__":`` guard they require) and sees what the blocks above it wrote:
+a snippet that writes a path an earlier command wrote fails, as it would for the reader.
+Four changes keep the test fast: the dataset sizes are small, solves stop after
+``--max-iter 10``, a LocalCluster that a command starts has at most 2 process workers (the
+``daskstraggle.workers`` setting the README documents, and ``--workers`` unless a
+``--stragglers`` spec names workers by index), and ``--scheduler`` points at the test
+session's cluster instead of 127.0.0.1:8786 (the README says to start one). The set-up
+commands (``python3 -m venv``) are checked by tests/test_readme.py and ``.ci/run``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import select
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import dask
 import pytest
 
 from daskstraggle.cli import main
@@ -31,6 +38,9 @@ README = (ROOT / "README.md").read_text()
 SMALL = {"genotypes": (2000, 60, 500), "logistic": (2000, 10, 500), "linear": (2000, 10, 500)}
 SOLVES = ("pca", "logreg", "linreg")
 SCRIPT_TIMEOUT = 280  # seconds for a Python block
+#: Process workers of a LocalCluster a command starts (4 by default and in the README):
+#: each worker costs seconds to start on the test machine's 2 cores.
+MAX_WORKERS = 2
 
 
 def fenced() -> list[tuple[str, str]]:
@@ -74,6 +84,12 @@ def shrink(argv: list[str], scheduler: str) -> list[str]:
         argv += ["--size", str(rows), "--features", str(cols), "--chunk-rows", str(chunk)]
     if argv[0] in SOLVES and "--max-iter" not in argv:
         argv += ["--max-iter", "10"]
+    runtime = argv[argv.index("--runtime") + 1] if "--runtime" in argv else "dask"
+    # a LocalCluster of fewer process workers, unless a straggler spec names worker indices
+    if (argv[0] in SOLVES and "--workers" in argv and runtime == "dask"
+            and "--stragglers" not in argv):
+        at = argv.index("--workers") + 1
+        argv[at] = str(min(int(argv[at]), MAX_WORKERS))
     if "--scheduler" in argv:
         argv[argv.index("--scheduler") + 1] = scheduler
     return argv
@@ -91,6 +107,58 @@ def test_python_blocks_can_run_as_scripts(index):
         "process workers need the __main__ guard"
 
 
+#: Runs the README's Python blocks in one process: reads a block's path per line on stdin,
+#: runs it as a script (``__main__``, in the current folder) and writes one JSON line
+#: ``{"ok": ..., "error": ...}`` to the file descriptor ``argv[1]``.
+_BLOCK_RUNNER = """
+import json, os, runpy, sys, traceback
+
+status = os.fdopen(int(sys.argv[1]), "w")
+for line in sys.stdin:
+    try:
+        runpy.run_path(line.strip(), run_name="__main__")
+        report = {"ok": True}
+    except BaseException:
+        report = {"ok": False, "error": traceback.format_exc()}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    status.write(json.dumps(report) + "\\n")
+    status.flush()
+"""
+
+
+class _BlockRunner:
+    """One Python process running the README's Python blocks, one at a time, in ``folder``."""
+
+    def __init__(self, folder: Path, logs: Path) -> None:
+        read, write = os.pipe()
+        self.stderr = logs / "blocks.stderr"
+        with open(logs / "blocks.stdout", "w") as out, open(self.stderr, "w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _BLOCK_RUNNER, str(write)], stdin=subprocess.PIPE,
+                stdout=out, stderr=err, cwd=folder, text=True, pass_fds=(write,))
+        os.close(write)
+        self.status = os.fdopen(read)
+
+    def run(self, script: Path) -> dict:
+        """Run ``script`` as ``__main__``; its report (``ok``, ``error``)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{script}\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.status], [], [], SCRIPT_TIMEOUT)
+        line = self.status.readline() if ready else ""
+        if not line:
+            return {"ok": False, "error": f"no answer within {SCRIPT_TIMEOUT} s (exit code "
+                    f"{self.proc.poll()}):\n{self.stderr.read_text()[-3000:]}"}
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.status.close()
+
+
 @pytest.mark.cluster
 @pytest.mark.timeout(1200)  # the whole README one block after the other (a few minutes)
 def test_the_blocks_run_in_order_in_a_fresh_folder(tmp_path, tmp_path_factory, monkeypatch,
@@ -101,23 +169,26 @@ def test_the_blocks_run_in_order_in_a_fresh_folder(tmp_path, tmp_path_factory, m
     monkeypatch.chdir(folder)
     scheduler = dask_client.scheduler.address
     ran = {"bash": 0, "python": 0}
-    for index, (language, text) in enumerate(fenced()):
-        if language == "bash":
-            for argv in block_commands(text):
-                argv = [a.replace("$PWD", str(folder)) for a in shrink(argv, scheduler)]
-                code = main(argv)
-                captured = capsys.readouterr()
-                assert code == 0, (f"README block {index}: daskstraggle {shlex.join(argv)} "
-                                   f"exited {code}:\n{captured.err}")
-                if "--json" in argv:
-                    assert "n_iter" in json.loads(captured.out)
-                ran["bash"] += 1
-        elif language == "python":
-            script = scripts / f"block_{index}.py"
-            script.write_text(text)
-            proc = subprocess.run([sys.executable, str(script)], cwd=folder, text=True,
-                                  capture_output=True, timeout=SCRIPT_TIMEOUT)
-            assert proc.returncode == 0, \
-                f"README python block {index} failed:\n{proc.stderr[-3000:]}"
-            ran["python"] += 1
+    runner = _BlockRunner(folder, scripts)
+    try:
+        for index, (language, text) in enumerate(fenced()):
+            if language == "bash":
+                for argv in block_commands(text):
+                    argv = [a.replace("$PWD", str(folder)) for a in shrink(argv, scheduler)]
+                    with dask.config.set({"daskstraggle.workers": MAX_WORKERS}):
+                        code = main(argv)
+                    captured = capsys.readouterr()
+                    assert code == 0, (f"README block {index}: daskstraggle "
+                                       f"{shlex.join(argv)} exited {code}:\n{captured.err}")
+                    if "--json" in argv:
+                        assert "n_iter" in json.loads(captured.out)
+                    ran["bash"] += 1
+            elif language == "python":
+                script = scripts / f"block_{index}.py"
+                script.write_text(text)
+                report = runner.run(script)
+                assert report["ok"], f"README python block {index} failed:\n{report['error']}"
+                ran["python"] += 1
+    finally:
+        runner.close()
     assert ran["python"] == len(blocks("python")) and ran["bash"] == len(commands())
