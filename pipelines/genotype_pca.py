@@ -594,10 +594,15 @@ def run_scale(cfg: dict[str, Any], workdir: Path, methods: set[str]) -> dict[str
         return cmd, run
 
     # the same command on one chunk per worker: a worker's RSS without the data
-    tiny = workdir / f"synthetic_baseline_{sc['n_samples']}.vcz"
-    if not tiny.exists():
-        write_synthetic(tiny, {**sc, "n_variants": sc["workers"] * 1000, "chunk_rows": 1000})
-    _, baseline = pca(tiny)
+    # (``baseline = false``, as --quick sets: not run)
+    base_mb = None
+    if sc.get("baseline", True):
+        tiny = workdir / f"synthetic_baseline_{sc['n_samples']}.vcz"
+        if not tiny.exists():
+            write_synthetic(tiny, {**sc, "n_variants": sc["workers"] * 1000,
+                                   "chunk_rows": 1000})
+        _, baseline = pca(tiny)
+        base_mb = baseline["memory"]["worker_max_mb"]
     load = list(os.getloadavg())
     cmd, run = pca(path)
     summary = json.loads(run["stdout"].strip().splitlines()[-1])
@@ -608,10 +613,9 @@ def run_scale(cfg: dict[str, Any], workdir: Path, methods: set[str]) -> dict[str
             "method": summary["method"], "converged": summary["converged"],
             "memory": run["memory"], "share_mb": share / 2**20,
             "worker_over_share": worker * 2**20 / share if worker else None,
-            "baseline_worker_mb": baseline["memory"]["worker_max_mb"],
+            "baseline_worker_mb": base_mb,
             "worker_minus_baseline_over_share": (
-                (worker - baseline["memory"]["worker_max_mb"]) * 2**20 / share
-                if worker else None),
+                (worker - base_mb) * 2**20 / share if worker and base_mb else None),
             "target_ratio": sc["target_ratio"], "load_avg_before": load,
             "load_avg_after": list(os.getloadavg())}
 
