@@ -8,6 +8,7 @@ cluster with ``--scheduler``, the README's way of using an existing cluster.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -220,8 +221,11 @@ def test_version(capsys):
 # ------------------------------------------------------------------------------ demo
 def test_demo_runs_end_to_end(tmp_path):
     out = tmp_path / "demo"
+    # 2 process workers instead of the default 4 (through the setting the README documents,
+    # so the demo still takes its worker count from the setting): each costs seconds to start
+    env = {**os.environ, "DASK_DASKSTRAGGLE__WORKERS": "2"}
     proc = subprocess.run([*CLI, "demo", "--out", str(out)], capture_output=True, text=True,
-                          timeout=240, cwd=tmp_path)
+                          timeout=240, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     table = proc.stdout
@@ -232,6 +236,7 @@ def test_demo_runs_end_to_end(tmp_path):
     assert abs(gap) < 1e-4, table
     assert "pop_0" in table and "between populations" in table
     assert (out / "genotypes.vcz" / "call_genotype").exists()
+    assert "LocalCluster with 2 process workers" in proc.stderr  # the setting was read
     result = Result.load(out / "pca.zarr")
     assert result.problem == "pca"
     assert result.fitted["components"].shape[0] == 2
