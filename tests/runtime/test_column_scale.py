@@ -189,23 +189,54 @@ def _store(path, X, y):
     return str(path)
 
 
-@pytest.mark.parametrize(("command", "scale", "words"), [
+#: (command, column scale, what the error line says)
+FLOAT_LIMITS = [
     ("pca", 1e300, "too large for float64"),
     ("linreg", 1e300, "too large for float64"),
     ("logreg", 1e200, "too large for float64"),
     ("pca", 1e-300, "too small for float64"),
     ("linreg", 1e-300, "too small for float64"),
     ("linreg", 1e-155, "too small for float64"),
-])
-def test_cli_refuses_values_at_the_float_limits_with_one_line(tmp_path, command, scale, words):
-    """One true line, exit 2, nothing else on stderr (no numpy RuntimeWarning)."""
+]
+#: Warning categories Python does not print by default (a process prints the others).
+HIDDEN_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, ImportWarning,
+                   ResourceWarning)
+
+
+def _limit_args(tmp_path, command, scale):
+    """The command line of one FLOAT_LIMITS case (its data written under ``tmp_path``)."""
     X, y = _base("logistic" if command == "logreg" else "least-squares", 4)
     source = _store(tmp_path / "x.zarr", X * scale, y)
     args = [command, source, "--runtime", "local", "--quiet"]
     if command == "pca":
         args += ["-k", "2"]
-    proc = subprocess.run([sys.executable, "-m", "daskstraggle", *args], capture_output=True,
-                          text=True, timeout=240, check=False)
+    return args
+
+
+@pytest.mark.parametrize(("command", "scale", "words"), FLOAT_LIMITS)
+def test_cli_refuses_values_at_the_float_limits_with_one_line(tmp_path, capsys, command,
+                                                              scale, words):
+    """One true line, exit 2, nothing else on stderr and no warning (a numpy RuntimeWarning
+    would be printed on stderr by a process; here every warning is recorded)."""
+    args = _limit_args(tmp_path, command, scale)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code = main(args)
+    line = one_error_line(capsys.readouterr().err)
+    assert code == 2, line
+    assert words in line and "1e" in line, line
+    shown = [f"{w.category.__name__}: {w.message}" for w in caught
+             if not issubclass(w.category, HIDDEN_WARNINGS)]
+    assert not shown, shown
+
+
+def test_a_process_at_the_float_limits_prints_only_the_one_line(tmp_path):
+    """The same refusal by ``python -m daskstraggle`` in its own process: exit 2, and its
+    whole stderr is the one line (no traceback, no RuntimeWarning)."""
+    command, scale, words = FLOAT_LIMITS[2]
+    proc = subprocess.run([sys.executable, "-m", "daskstraggle",
+                           *_limit_args(tmp_path, command, scale)],
+                          capture_output=True, text=True, timeout=240, check=False)
     line = one_error_line(proc.stderr)
     assert proc.returncode == 2, proc.stderr
     assert words in line and "1e" in line, line
