@@ -73,10 +73,23 @@ def test_the_cli_reads_environment_settings(tmp_path):
 
     summary = json.loads(done.stdout)
     assert summary["n_iter"] == 2 and summary["converged"] is False
-    bad = _cli(["pca", "x.zarr", "--runtime", "local"], {"DASK_DASKSTRAGGLE__TOL": "x"},
-               tmp_path)
-    assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines() == [
+
+
+def test_a_bad_environment_setting_stops_the_cli_with_one_line(tmp_path, capsys,
+                                                               monkeypatch):
+    """``DASK_DASKSTRAGGLE__TOL=x`` as dask reads it from the environment (the same
+    ``collect_env`` that runs when a process imports dask; the test above runs a process)."""
+    zarr = pytest.importorskip("zarr")
+    from daskstraggle.cli import main
+
+    zarr.save_array(str(tmp_path / "x.zarr"), np.ones((20, 3)))
+    monkeypatch.chdir(tmp_path)
+    env = dask.config.collect_env({"DASK_DASKSTRAGGLE__TOL": "x"})
+    merged = dask.config.merge(dask.config.config, env)  # as dask merges it at import
+    with dask.config.set({"daskstraggle": merged["daskstraggle"]}):
+        code = main(["pca", "x.zarr", "--runtime", "local"])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         "error: The dask config setting 'daskstraggle.tol' must be a positive number; got "
         "'x' instead (set it in ~/.config/dask/*.yaml, DASK_DASKSTRAGGLE__TOL, or "
         "dask.config.set)."]
