@@ -111,17 +111,25 @@ def test_a_cancelled_or_failed_fold_raises_and_is_never_folded_in(dask_client):
     """``as_completed(with_results=True)`` hands a cancelled or failed future's error over
     as its value: a pass must raise it (then the scheduler check turns a lost scheduler
     into one line), never fold the exception object in as a partition's result."""
-    import time
     from concurrent.futures import CancelledError
+
+    from distributed import Event
 
     def fail() -> None:
         raise ArithmeticError("boom")
 
+    def wait_for(name: str) -> None:
+        # holds its worker's only thread until the test sets the event (bounded: 60 s);
+        # a cancelled task's thread runs on, so a later task may queue behind it there
+        Event(name).wait(60)
+
+    release = Event("daskstraggle-test-release-cancelled", client=dask_client)
     rt = DaskRuntime(dask_client)
     try:
         done = dask_client.submit(int, 3, pure=False)
-        slow = dask_client.submit(time.sleep, 60, pure=False)
+        slow = dask_client.submit(wait_for, release.name, pure=False)
         dask_client.cancel([slow])
+        release.set()
         with pytest.raises(CancelledError):
             rt._wait_folds([[0, [0], done], [1, [1], slow]], int, (), None)
         failed = dask_client.submit(fail, pure=False)
