@@ -5,7 +5,8 @@ The methods keep their ``N`` worker indices for the whole run; the worker behind
 may change. :class:`WorkerPool` takes what the runtime observes (tasks sent and answered,
 the cluster's worker statuses, the time) and returns instructions
 (:class:`MoveIndex`, :class:`Resend`, :class:`Cancel`, :class:`SendBackup`,
-:class:`StartHelping`, :class:`StopHelping`, :class:`AwaitWorkers`); the Dask runtime
+:class:`StartHelping`, :class:`StopHelping`, :class:`AwaitWorkers`, and for each unit
+sent :class:`SplitUnit` or nothing, :meth:`WorkerPool.split`); the Dask runtime
 carries them out on a cluster, the simulated runtime in simulated time. Every decision
 is kept in a bounded log with its time and round, so :meth:`WorkerPool.history` answers
 "why did index 2 move to worker C at round 40".
@@ -21,7 +22,8 @@ is kept in a bounded log with its time and round, so :meth:`WorkerPool.history` 
 - **Joining**: a newcomer takes back an index from a worker computing for two
   (:func:`~daskstraggle.engine.resilience.adoption_moves`); beyond that it helps the index
   with the highest latency: the index's units are split between the two
-  (:func:`~daskstraggle.engine.resilience.split_unit`), the share following their speeds.
+  (:class:`SplitUnit`, from :func:`~daskstraggle.engine.resilience.split_unit`), the share
+  following their speeds.
 - **Backups** (``backup_after``): a whole unit unanswered after that many times the median
   latency is sent again to another worker index; the first answer counts.
 """
@@ -30,12 +32,16 @@ from __future__ import annotations
 
 import bisect
 import functools
+import heapq
+import itertools
 import math
 import statistics
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from daskstraggle.engine.resilience import (
     SlowBounds,
@@ -59,6 +65,7 @@ __all__ = [
     "MoveIndex",
     "Resend",
     "SendBackup",
+    "SplitUnit",
     "StartHelping",
     "StopHelping",
     "Task",
@@ -72,6 +79,9 @@ RETIRING = "closing_gracefully"
 GOING = (RETIRING, "closing", "closed")
 #: Results needed before the median latency is trusted for a backup decision.
 _MIN_SAMPLES = 3
+#: The iterate of a logged unit (the log keeps decisions, not iterates).
+_NO_ITERATE = np.empty(0)
+_NO_ITERATE.flags.writeable = False
 
 
 def _just_after(t: float) -> float:
@@ -164,7 +174,7 @@ class SendBackup:
 class StartHelping:
     """``worker`` helps worker index ``index``: load the index's partitions there and
     report :meth:`WorkerPool.helper_ready` once they are; from then on the index's units
-    are split between the two (:meth:`WorkerPool.split`)."""
+    are split between the two (:class:`SplitUnit`)."""
 
     worker: str
     index: int
@@ -185,6 +195,27 @@ class StopHelping:
 class AwaitWorkers:
     """No live worker is left: wait (bounded) for one to join, then report the statuses
     again; an empty cluster after the wait ends the run."""
+
+
+@dataclass(frozen=True, slots=True)
+class SplitUnit:
+    """Send ``unit`` as two tasks: ``own`` on its index's worker, ``helper_part`` on
+    ``helper``; ``fraction`` is the share of its rows ``own`` holds. Report both with
+    :meth:`WorkerPool.sent_split`; the pool adds the two results, first part first.
+
+    The logged copy (:attr:`WorkerPool.log`) keeps the unit without its iterate.
+    """
+
+    unit: WorkUnit
+    own: UnitPart
+    helper_part: UnitPart
+    helper: str
+    fraction: float
+
+    @property
+    def index(self) -> int:
+        """The worker index whose unit is split."""
+        return self.unit.worker_index
 
 
 PoolInstruction = MoveIndex | Resend | Cancel | SendBackup | StartHelping | StopHelping | \
@@ -237,6 +268,9 @@ def summary(value: Any) -> Any:
         return ("Cancel", value.keys)
     if isinstance(value, SendBackup):
         return ("SendBackup", value.key, value.to_index)
+    if isinstance(value, SplitUnit):
+        return ("SplitUnit", value.index, value.unit.version, summary(value.own),
+                summary(value.helper_part), value.helper, value.fraction)
     if isinstance(value, dict):
         return {k: summary(v) for k, v in value.items()}
     if isinstance(value, UnitPart):
@@ -272,7 +306,8 @@ class WorkerPool:
         Send a backup of a whole unit unanswered after this many times the median
         latency (None: no backups).
     log_size : int, default=10_000
-        Decisions kept in :attr:`log`.
+        Decisions kept in :attr:`log`: this many moves, backups and helpers' starts and
+        stops, and this many units split.
     stimuli : int, default=0
         Keep the last this many calls (arguments and results) in :attr:`stimuli`, for a
         replay through a fresh pool (0: none; the results hold the workers' arrays).
@@ -303,7 +338,11 @@ class WorkerPool:
         self.helpers: dict[int, str] = {}
         self.joins: list[dict[str, Any]] = []
         self.n_backups = 0
-        self.log: deque[Decision] = deque(maxlen=log_size)
+        # decisions numbered in order; splits apart (one per unit a helper shares), so a
+        # long run's splits do not push its moves out of the bounded log
+        self._order = itertools.count()
+        self._log: deque[tuple[int, Decision]] = deque(maxlen=log_size)
+        self._split_log: deque[tuple[int, Decision]] = deque(maxlen=log_size)
         self.stimuli: deque[tuple[str, tuple[Any, ...], dict[str, Any], Any]] | None = \
             deque(maxlen=stimuli) if stimuli else None
         self._helping: dict[int, _Helping] = {}
@@ -321,15 +360,52 @@ class WorkerPool:
 
     # ------------------------------------------------------------------ sending
     @_stimulus
-    def split(self, unit: WorkUnit) -> tuple[UnitPart, UnitPart] | None:
-        """The two parts ``unit`` is sent as (own worker's, helper's), or None: send it
-        whole (no ready helper, a streamed unit, or too few rows)."""
-        helping = self._helping.get(unit.worker_index)
+    def split(self, unit: WorkUnit, now: float | None = None) -> SplitUnit | None:
+        """Decide how ``unit`` goes out: split with its index's ready helper
+        (:class:`SplitUnit`, logged with the share of rows its own worker keeps), or None:
+        send it whole (no ready helper, a streamed unit, or too few rows).
+
+        Parameters
+        ----------
+        unit : WorkUnit
+            The unit about to be sent.
+        now : float or None, default=None
+            The time of the decision (None: the pool's latest time).
+
+        Returns
+        -------
+        split : SplitUnit or None
+            The two parts and the helper; report them with :meth:`sent_split`.
+
+        Examples
+        --------
+        >>> pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[8, 8])
+        >>> _ = pool.on_status({"a": "running", "b": "running", "c": "running"}, now=1.0)
+        >>> pool.helper_ready(0)
+        >>> unit = WorkUnit(0, (0,), np.zeros(2), version=3)
+        >>> split = pool.split(unit, now=2.0)
+        >>> split.helper, split.fraction, split.own.rows, split.helper_part.rows
+        ('c', 0.5, (0, 4), (4, 8))
+        >>> pool.sent_split(unit, ("k0", "k1"), now=2.0)
+        >>> [(d.time, d.version, type(d.instruction).__name__) for d in pool.history(0)]
+        [(1.0, 0, 'StartHelping'), (2.0, 3, 'SplitUnit')]
+        """
+        index = unit.worker_index
+        helping = self._helping.get(index)
         if helping is None or not helping.ready or unit.stream:
             return None
         rows = [self.partition_rows[p] for p in unit.partitions]
-        return split_unit(rows, rows=unit.rows, coefficients=unit.coefficients,
-                          fraction=helping.fraction)
+        parts = split_unit(rows, rows=unit.rows, coefficients=unit.coefficients,
+                           fraction=helping.fraction)
+        if parts is None:
+            return None
+        if now is not None:
+            self._now = now
+        split = SplitUnit(unit, parts[0], parts[1], self.helpers[index], helping.fraction)
+        # (the log keeps decisions, not iterates: its copy of the unit has an empty one)
+        logged = replace(split, unit=replace(unit, iterate=_NO_ITERATE))
+        self._split_log.append((next(self._order), Decision(self._now, unit.version, logged)))
+        return split
 
     @_stimulus
     def sent(self, key: str, unit: WorkUnit, now: float, *, message: int | None = None,
@@ -342,8 +418,8 @@ class WorkerPool:
 
     @_stimulus
     def sent_split(self, unit: WorkUnit, keys: tuple[str, str], now: float) -> None:
-        """``unit`` went out as two parts (:meth:`split`): ``keys[0]`` to its worker,
-        ``keys[1]`` to its helper."""
+        """``unit`` went out as two parts (a :class:`SplitUnit`): ``keys[0]`` to its
+        worker, ``keys[1]`` to its helper."""
         index = unit.worker_index
         self._advance(unit.version, now)
         for part, (key, worker) in enumerate(zip(keys, (self.workers[index],
@@ -703,8 +779,15 @@ class WorkerPool:
 
     # ------------------------------------------------------------------ the log
     def _decide(self, instruction: Any) -> Any:
-        self.log.append(Decision(self._now, self._newest, instruction))
+        self._log.append((next(self._order), Decision(self._now, self._newest, instruction)))
         return instruction
+
+    @property
+    def log(self) -> list[Decision]:
+        """Every logged decision, in the order taken: the moves, backups and helpers'
+        starts and stops (the last ``log_size``), and the units split (the last
+        ``log_size`` of those)."""
+        return [d for _, d in heapq.merge(self._log, self._split_log, key=lambda e: e[0])]
 
     def fresh(self) -> WorkerPool:
         """A pool as this one was at its start (same workers, placement and settings)."""
@@ -732,7 +815,8 @@ class WorkerPool:
 
     def history(self, index: int) -> list[Decision]:
         """Every logged decision about worker index ``index``: its moves (with the
-        worker, the kind and why, the time and round) and its helpers' starts and stops.
+        worker, the kind and why, the time and round), its helpers' starts and stops and
+        its units split with a helper (with the share of rows its own worker kept).
 
         Examples
         --------

@@ -664,13 +664,14 @@ class DaskRuntime(Runtime):
         assert self._data is not None
         if self._data.helper_loaded(index):
             pool.helper_ready(index)
-        parts = pool.split(unit)
-        if parts is None:
+        sent = time.perf_counter()
+        split = pool.split(unit, sent)
+        if split is None:
             return False
         total = max(sum(self._partition_rows), 1)
-        sent, token, futures = time.perf_counter(), uuid.uuid4().hex[:6], []
+        token, futures = uuid.uuid4().hex[:6], []
         for position, (part, address, held) in enumerate(zip(
-                parts, (self._addresses[index], helper),
+                (split.own, split.helper_part), (self._addresses[index], split.helper),
                 (self._data.held[index], self._data.helper[index]), strict=True)):
             blocks = [held[unit.partitions[k]] for k in part.positions]
             load = (part.rows[1] - part.rows[0]) * len(self._addresses) / total

@@ -46,6 +46,7 @@ from daskstraggle.engine.pool import (
     MoveIndex,
     Resend,
     SendBackup,
+    SplitUnit,
     StartHelping,
     StopHelping,
     WorkerPool,
@@ -218,9 +219,9 @@ class SimRuntime(LocalRuntime):
         if unit.stream:
             self._submit_stream(unit, problem, only)
             return
-        parts = self.worker_pool.split(unit)
-        if parts is not None:
-            self._submit_split(unit, problem, parts)
+        split = self.worker_pool.split(unit, self._now)
+        if split is not None:
+            self._submit_split(split, problem)
             return
         held = self._blocks[unit.worker_index]
         result, measured = run_unit(problem, unit.iterate, *(held[p] for p in unit.partitions),
@@ -272,15 +273,17 @@ class SimRuntime(LocalRuntime):
                 end += until - at
         return end
 
-    def _submit_split(self, unit: WorkUnit, problem: Problem, parts: Any) -> None:
-        """Send ``unit`` as two parts: its index's worker's rows and its helper's."""
+    def _submit_split(self, split: SplitUnit, problem: Problem) -> None:
+        """Carry out ``split``: its unit as two parts, its index's worker's rows and its
+        helper's."""
         assert self.worker_pool is not None
-        index = unit.worker_index
+        unit, index = split.unit, split.index
         held = self._blocks[index]
         total = max(sum(self._partition_rows), 1)
         keys = []
         pool = self.worker_pool
-        for part, worker in zip(parts, (pool.workers[index], pool.helpers[index]), strict=True):
+        for part, worker in zip((split.own, split.helper_part),
+                                (pool.workers[index], split.helper), strict=True):
             blocks = [held[unit.partitions[k]] for k in part.positions]
             result, measured = run_unit(problem, unit.iterate, *blocks,
                                         coefficients=part.coefficients, rows=part.rows)
