@@ -37,8 +37,16 @@ def _start(path: Path, folder: Path) -> subprocess.Popen:
                                 cwd=folder, env=env)
 
 
+#: Notebooks whose run is marked slow (each starts a LocalCluster of 4 process workers and
+#: runs several methods on it, about 40 s): genotype-pca, the flagship, runs in every suite;
+#: these run with ``--runslow``, and ``test_notebook_code_compiles`` checks them in every suite.
+SLOW_NOTEBOOKS = {"planning", "stragglers"}
+
+
 @pytest.mark.timeout(TIMEOUT + 60)
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_NOTEBOOKS else p for p in NOTEBOOKS
+], ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     proc = _start(path, tmp_path)
     try:
@@ -52,6 +60,22 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
 
 def test_there_are_notebooks() -> None:
     assert NOTEBOOKS
+    assert SLOW_NOTEBOOKS < {p.stem for p in NOTEBOOKS}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_code_compiles_and_names_only_what_the_package_has(path: Path) -> None:
+    """The cells compile, and every ``ds.<name>`` they use exists (cheap, in every suite)."""
+    import re
+
+    import daskstraggle as ds
+
+    cells = json.loads(path.read_text())["cells"]
+    code = "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    compile(code, path.name, "exec")
+    missing = sorted({name for name in re.findall(r"\bds\.(\w+)", code)
+                      if not hasattr(ds, name)})
+    assert not missing, f"{path.name} uses daskstraggle names that do not exist: {missing}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

@@ -22,6 +22,7 @@ pytest.importorskip("psutil")
 pytest.importorskip("cyvcf2", reason="bio2zarr's vcf2zarr needs cyvcf2")
 
 
+@pytest.mark.slow  # ~50 s; tests/test_genotype_pca.py checks the same PCA against numpy in CI
 @pytest.mark.cluster
 @pytest.mark.timeout(600)
 def test_quick_genotype_pca_without_plink2(tmp_path, capsys, load_pipeline):

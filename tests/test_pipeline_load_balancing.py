@@ -83,6 +83,7 @@ def test_quick_simulated_load_balancing(tmp_path, capsys, load_pipeline):
     assert "Reduction of the median time" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # compares real iteration times (~55 s); the simulated check runs in CI
 @pytest.mark.cluster
 def test_quick_issue_check(tmp_path, capsys, load_pipeline):
     out = tmp_path / "check.json"

@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).parents[1]
 
 
+@pytest.mark.slow  # ~50 s of real faults; tests/runtime/test_worker_loss.py keeps one of each in CI
 @pytest.mark.cluster
 def test_quick_soak_ends_every_trial_correct(tmp_path):
     out = tmp_path / "soak.json"

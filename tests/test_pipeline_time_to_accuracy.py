@@ -13,11 +13,13 @@ import json
 import math
 
 import numpy as np
+import pytest
 
 OURS = ("gd", "dsag", "dsag-eta1", "sag", "sgd", "coded-cyclic", "coded-fractional")
 REACH = ("gd", "dsag", "dsag-eta1", "coded-cyclic", "coded-fractional")
 
 
+@pytest.mark.slow  # real LocalClusters, 14 runs (~60 s): run it when changing the pipeline
 def test_quick_time_to_accuracy(tmp_path, capsys, load_pipeline):
     out = tmp_path / "tta.json"
     results = load_pipeline("time_to_accuracy").main(["--quick", "--out", str(out)])
