@@ -5,7 +5,9 @@ from __future__ import annotations
 from daskstraggle.engine.stop import StopRule
 from daskstraggle.runtime.base import Runtime
 from daskstraggle.runtime.dask import DaskRuntime, connect
+from daskstraggle.runtime.fault_simulation import FaultSimulation, simulate_faults
 from daskstraggle.runtime.local import LocalRuntime
 from daskstraggle.runtime.sim import SimRuntime
 
-__all__ = ["DaskRuntime", "LocalRuntime", "Runtime", "SimRuntime", "StopRule", "connect"]
+__all__ = ["DaskRuntime", "FaultSimulation", "LocalRuntime", "Runtime", "SimRuntime",
+           "StopRule", "connect", "simulate_faults"]

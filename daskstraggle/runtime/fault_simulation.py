@@ -1,0 +1,439 @@
+"""Iteration times with simulated faults: DSAG waiting for ``w`` of ``N`` in SimRuntime.
+
+:func:`daskstraggle.latency.simulate` predicts the iteration times of a coordinator that
+waits for the ``w`` fastest fresh results (DSAG's semantics) without running a method.
+Faults (the ``loss``, ``freeze``, ``join`` and ``retire`` terms of the stragglers spec,
+:mod:`daskstraggle.latency.faults`) change which worker computes which rows, and that is
+decided by the engine's :class:`~daskstraggle.engine.pool.WorkerPool`. So with faults,
+:func:`simulate_faults` runs DSAG itself (``n_wait=w``, one subpartition) on a small
+synthetic least-squares problem (:func:`make_least_squares_data`: a few rows per worker
+index) in :class:`~daskstraggle.runtime.SimRuntime`, which plays the faults through the
+pool, exactly as ``solve(..., runtime="sim", stragglers=...)`` does. The iteration times
+depend only on the latency model, the faults and the seed, not on the numbers: with no
+faults they equal :func:`daskstraggle.latency.simulate`'s from the same seed.
+
+The work is event by event, a few tenths of a millisecond per task and more with many
+workers (DSAG's gradient cache is searched once per result): see
+:func:`estimate_duration`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from daskstraggle._validation import check_int, check_nonnegative
+from daskstraggle.data import open_matrix
+from daskstraggle.engine.pool import MoveIndex, StartHelping, StopHelping
+from daskstraggle.engine.stop import StopRule
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.latency.base import LatencyModel
+from daskstraggle.latency.faults import Fault, Freeze, Join
+from daskstraggle.methods.base import WorkResult
+from daskstraggle.methods.dsag import DSAG
+from daskstraggle.problems import LeastSquares
+from daskstraggle.runtime.sim import SimRuntime
+
+if TYPE_CHECKING:
+    from daskstraggle.trace import Result
+
+__all__ = ["FaultSimulation", "estimate_duration", "make_least_squares_data",
+           "simulate_faults"]
+
+_CALLER = "simulate_faults"
+#: Rows of the synthetic problem per worker index, and its columns.
+ROWS_PER_WORKER = 4
+N_FEATURES = 3
+#: Real seconds per simulated task, plus this many per worker (DSAG's cache search),
+#: measured on a 2-core machine under load; :func:`estimate_duration` uses them.
+SECONDS_PER_TASK = 4e-4
+SECONDS_PER_TASK_AND_WORKER = 1.5e-6
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FaultSimulation:
+    """Iteration times, participation and the engine's decisions of one faulty run.
+
+    Parameters
+    ----------
+    iteration_time : ndarray of shape (n_iterations,)
+        End of each iteration (simulated seconds since the start).
+    iteration_duration : ndarray of shape (n_iterations,)
+        ``iteration_time[t] - iteration_time[t - 1]`` (from 0 for the first): each
+        iteration's length with the previous update, as in
+        :class:`~daskstraggle.latency.SimulationResult`; it sums to ``total_time``.
+    n_fresh : ndarray of int of shape (n_iterations,)
+        Fresh results per iteration.
+    n_stale : ndarray of int of shape (n_iterations,)
+        Stale results folded in per iteration.
+    fresh : ndarray of bool of shape (n_iterations, n_workers)
+        Which worker indices delivered a fresh result in each iteration (an index's
+        rows, whichever worker computed them).
+    stale : ndarray of bool of shape (n_iterations, n_workers)
+        Which worker indices delivered a stale result (computed at an older iterate) in
+        each iteration.
+    n_wait : int
+        Fresh results waited for per iteration.
+    faults : tuple of Fault
+        The fault terms of the run, in the order given.
+    events : tuple of dict
+        What happened, in time order: each fault term played (``event`` is ``loss``,
+        ``freeze``, ``join`` or ``retire``, with the ``workers``) and each decision of
+        the worker pool (``move``: a worker index and its rows moved to another worker,
+        with ``kind``, ``reason`` and where the data came from; ``help`` and
+        ``stop-helping``: a worker shared an index's units); each with its ``time`` and
+        the ``iteration`` it fell in.
+    not_reached : tuple of Fault
+        Fault terms timed after the run ended (not played).
+    workers : tuple of str
+        The worker computing each worker index at the end (names as in the faults:
+        ``"0"`` .. ``"N-1"``, then the joined ``"N"``, ...).
+    result : Result
+        The run itself (trace and attributes), as ``solve(..., runtime="sim")`` returns.
+
+    See Also
+    --------
+    simulate_faults : Run the simulation.
+    """
+
+    iteration_time: NDArray[np.float64]
+    iteration_duration: NDArray[np.float64]
+    n_fresh: NDArray[np.int64]
+    n_stale: NDArray[np.int64]
+    fresh: NDArray[np.bool_]
+    stale: NDArray[np.bool_]
+    n_wait: int
+    faults: tuple[Fault, ...]
+    events: tuple[dict[str, Any], ...]
+    not_reached: tuple[Fault, ...]
+    workers: tuple[str, ...]
+    result: Result = field(repr=False)
+
+    @property
+    def n_iterations(self) -> int:
+        """Number of simulated iterations."""
+        return int(self.iteration_time.shape[0])
+
+    @property
+    def n_workers(self) -> int:
+        """Number of worker indices (the workers at the start)."""
+        return int(self.fresh.shape[1])
+
+    @property
+    def total_time(self) -> float:
+        """End of the last iteration (simulated seconds)."""
+        return float(self.iteration_time[-1])
+
+    @property
+    def participation(self) -> NDArray[np.float64]:
+        """Fraction of iterations in which each worker index delivered a fresh result,
+        ndarray of shape (n_workers,)."""
+        return self.fresh.mean(axis=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the numbers and events as plain Python lists (JSON-ready)."""
+        return {
+            "n_workers": self.n_workers,
+            "n_wait": self.n_wait,
+            "n_iterations": self.n_iterations,
+            "total_time": self.total_time,
+            "iteration_time": self.iteration_time.tolist(),
+            "iteration_duration": self.iteration_duration.tolist(),
+            "n_fresh": self.n_fresh.tolist(),
+            "n_stale": self.n_stale.tolist(),
+            "participation": self.participation.tolist(),
+            "stale_participation": self.stale.mean(axis=0).tolist(),
+            "faults": [f.to_spec() for f in self.faults],
+            "not_reached": [f.to_spec() for f in self.not_reached],
+            "events": [dict(e) for e in self.events],
+            "workers": list(self.workers),
+        }
+
+
+class _ResultLog(DSAG):
+    """DSAG that also notes the worker indices of each round's fresh and stale results."""
+
+    def __init__(self, n_wait: int, *, collect_window: float) -> None:
+        super().__init__(n_wait, collect_window=collect_window)
+        self.rounds: list[tuple[int, int, bool]] = []  # (round, worker index, fresh)
+
+    def receive(self, result: WorkResult) -> None:
+        """Note the result's worker index, then receive it as DSAG does."""
+        if result.final:
+            self.rounds.append((self.version, result.unit.worker_index,
+                                result.unit.version == self.version))
+        super().receive(result)
+
+
+def make_least_squares_data(n_workers: int, *, rows_per_worker: int = ROWS_PER_WORKER,
+                            n_features: int = N_FEATURES, seed: int = 0
+                            ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Make the small least-squares problem :func:`simulate_faults` runs.
+
+    Parameters
+    ----------
+    n_workers : int
+        Number of worker indices; each gets ``rows_per_worker`` rows.
+    rows_per_worker : int, default=4
+        Rows per worker index.
+    n_features : int, default=3
+        Columns.
+    seed : int, default=0
+        Seed of the data.
+
+    Returns
+    -------
+    X : ndarray of shape (n_workers * rows_per_worker, n_features)
+        Standard normal entries.
+    y : ndarray of shape (n_workers * rows_per_worker,)
+        ``X @ ones + 0.1 * noise``.
+
+    Examples
+    --------
+    >>> X, y = make_least_squares_data(8)
+    >>> X.shape, y.shape
+    ((32, 3), (32,))
+    """
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_workers * rows_per_worker, n_features))
+    y = X @ np.ones(n_features) + 0.1 * rng.normal(size=X.shape[0])
+    return X, y
+
+
+def estimate_duration(n_workers: int, n_iterations: int) -> float:
+    """Return the real seconds :func:`simulate_faults` should take, roughly.
+
+    About one task per worker and iteration, each
+    ``SECONDS_PER_TASK + SECONDS_PER_TASK_AND_WORKER * n_workers`` seconds (the
+    simulated runtime and the engine; DSAG's gradient cache is searched once per result).
+
+    Parameters
+    ----------
+    n_workers : int
+        Number of workers.
+    n_iterations : int
+        Number of iterations.
+
+    Returns
+    -------
+    seconds : float
+        The estimate, on a 2-core machine under load.
+
+    Examples
+    --------
+    >>> round(estimate_duration(8, 50), 2)
+    0.16
+    """
+    per_task = SECONDS_PER_TASK + SECONDS_PER_TASK_AND_WORKER * n_workers
+    return float(n_workers) * float(n_iterations) * per_task
+
+
+def simulate_faults(
+    model: LatencyModel,
+    faults: Sequence[Fault],
+    n_workers: int,
+    n_wait: int,
+    n_iterations: int,
+    *,
+    collect_window: float = 0.02,
+    update_duration: float = 0.0,
+    rng: int | np.random.Generator | None = None,
+) -> FaultSimulation:
+    """Simulate ``n_iterations`` iterations of DSAG waiting for ``n_wait`` workers, with faults.
+
+    DSAG (``n_wait``, ``collect_window``) runs on :func:`make_least_squares_data`'s
+    problem (one partition per worker index) in :class:`~daskstraggle.runtime.SimRuntime`
+    with ``latency=model`` and ``faults=faults``: the same run as
+    ``solve(LeastSquares(), X, labels=y, method="dsag", method_params={"n_wait": n_wait,
+    "collect_window": collect_window}, runtime="sim", n_workers=n_workers,
+    n_partitions=n_workers, stragglers=..., max_iter=n_iterations, tol=None, rng=rng)``.
+    A frozen worker's rows move once its work is overdue by the ``daskstraggle.frozen``
+    or ``daskstraggle.stale`` settings, as in any simulated run.
+
+    Parameters
+    ----------
+    model : LatencyModel
+        Latency of each worker index's tasks; it must have a distribution.
+    faults : sequence of Fault
+        Losses, freezes, joins and retirements (the spec's fault terms).
+    n_workers : int
+        Number of workers at the start, ``N``.
+    n_wait : int
+        Fresh results waited for per iteration, in ``[1, n_workers]``.
+    n_iterations : int
+        Number of iterations (>= 1).
+    collect_window : float, default=0.02
+        After the ``n_wait``-th fresh result, keep collecting for this fraction of the
+        iteration's elapsed time.
+    update_duration : float, default=0.0
+        Simulated seconds of each update.
+    rng : int, Generator or None, default=None
+        Seed of the latency draws and of the run's starting point.
+
+    Returns
+    -------
+    simulation : FaultSimulation
+
+    Raises
+    ------
+    InvalidParameterError
+        If a parameter is out of range, ``model`` has no distribution, or the model or
+        a fault names a worker beyond ``n_workers``.
+    WorkerLostError
+        If every worker is lost and none joins within the ``timeouts.no-worker``
+        setting (simulated seconds).
+
+    See Also
+    --------
+    daskstraggle.latency.simulate : The same iterations without faults, vectorised.
+
+    Examples
+    --------
+    >>> from daskstraggle.latency import Gamma
+    >>> from daskstraggle.latency.spec import parse_stragglers
+    >>> faults = parse_stragglers("loss(workers=0, at=1)").faults
+    >>> sim = simulate_faults(Gamma(mean=0.05, var=1e-4), faults, 8, 6, 40, rng=0)
+    >>> [(e["event"], e.get("kind")) for e in sim.events]
+    [('loss', None), ('move', 'lost')]
+    >>> sim.workers[0] != "0"
+    True
+    """
+    n_workers, n_wait, n_iterations, faults = _check_args(model, faults, n_workers, n_wait,
+                                                          n_iterations)
+    collect_window = check_nonnegative(collect_window, name="collect_window", caller=_CALLER)
+    update_duration = check_nonnegative(update_duration, name="update_duration",
+                                        caller=_CALLER)
+    X, y = make_least_squares_data(n_workers)
+    method = _ResultLog(n_wait, collect_window=collect_window)
+    with SimRuntime(n_workers, latency=model, faults=faults, rng=rng,
+                    update_duration=update_duration) as rt:
+        result = rt.run(method, LeastSquares(), open_matrix(X, labels=y, n_partitions=n_workers),
+                        stop=StopRule(max_iter=n_iterations, tol=None), rng=rng)
+        pool = rt.worker_pool
+    assert pool is not None
+    trace = result.trace
+    ends = trace.wall_time.values.astype(np.float64)
+    fresh = np.zeros((2, ends.shape[0], n_workers), dtype=bool)  # [stale, fresh]
+    for version, index, is_fresh in method.rounds:
+        if version < ends.shape[0]:
+            fresh[int(is_fresh), version, index] = True
+    played, not_reached = _fault_events(faults, n_workers, float(ends[-1]))
+    decisions = _decision_events(pool, result.attrs.get("worker_joins", []))
+    events = sorted(played + decisions, key=lambda e: e["time"])  # stable: faults first
+    for event in events:
+        event["iteration"] = int(np.searchsorted(ends, event["time"]))
+    return FaultSimulation(
+        iteration_time=ends,
+        iteration_duration=np.diff(ends, prepend=0.0),  # with the update, as simulate's
+        n_fresh=trace.n_fresh.values.astype(np.int64),
+        n_stale=trace.n_stale.values.astype(np.int64),
+        fresh=fresh[1],
+        stale=fresh[0],
+        n_wait=n_wait,
+        faults=faults,
+        events=tuple(events),
+        not_reached=tuple(not_reached),
+        workers=tuple(pool.workers),
+        result=result,
+    )
+
+
+def _check_args(model: Any, faults: Any, n_workers: Any, n_wait: Any, n_iterations: Any
+                ) -> tuple[int, int, int, tuple[Fault, ...]]:
+    """Validate :func:`simulate_faults`'s arguments before any work."""
+    n_workers = check_int(n_workers, name="n_workers", caller=_CALLER, low=1)
+    n_wait = check_int(
+        n_wait, name="n_wait", caller=_CALLER, low=1, high=n_workers,
+        remedy="It is the number of fresh results waited for per iteration: at least 1 "
+        "and at most n_workers.",
+    )
+    n_iterations = check_int(n_iterations, name="n_iterations", caller=_CALLER, low=1)
+    if not isinstance(model, LatencyModel) or not model.has_distribution:
+        what = (f"the {model.name!r} latency model only scales measured compute times"
+                if isinstance(model, LatencyModel) else f"got {type(model).__name__}")
+        raise InvalidParameterError(
+            f"The 'model' parameter of {_CALLER} must be a latency model that draws "
+            f"latencies itself; {what}. Give it a base distribution such as "
+            "'gamma(mean=0.05, var=1e-4) + ...'."
+        )
+    model.check_n_workers(n_workers)
+    if isinstance(faults, Fault):
+        faults = (faults,)
+    if not isinstance(faults, Sequence) or not all(isinstance(f, Fault) for f in faults):
+        raise InvalidParameterError(
+            f"The 'faults' parameter of {_CALLER} must be a sequence of faults, e.g. "
+            f"parse_stragglers('loss(workers=1, at=2)').faults. Got {faults!r} instead."
+        )
+    for fault in faults:
+        fault.check_n_workers(n_workers)
+    return n_workers, n_wait, n_iterations, tuple(faults)
+
+
+def _fault_events(faults: tuple[Fault, ...], n_workers: int, end: float
+                  ) -> tuple[list[dict[str, Any]], list[Fault]]:
+    """The fault terms played by ``end`` as events (in time order, ties in the spec's
+    order, as the simulated runtime plays them), and those timed after it."""
+    played: list[dict[str, Any]] = []
+    not_reached: list[Fault] = []
+    joined = n_workers  # joining workers are named N, N+1, ... in order
+    for fault in sorted(faults, key=lambda f: f.at):
+        if fault.at > end:
+            not_reached.append(fault)
+            continue
+        event: dict[str, Any] = {"time": fault.at, "event": fault.name}
+        if isinstance(fault, Join):
+            event["workers"] = [str(joined + k) for k in range(fault.count)]
+            joined += fault.count
+        else:
+            event["workers"] = [str(w) for w in getattr(fault, "workers", ())]
+        if isinstance(fault, Freeze):
+            event["until"] = fault.until
+        played.append(event)
+    return played, not_reached
+
+
+def _decision_events(pool: Any, joins: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pool's moves and helpers (its decision log, in the order taken) as events."""
+    offsets = np.concatenate([[0], np.cumsum(pool.partition_rows)]).astype(int).tolist()
+    events: list[dict[str, Any]] = []
+    for decision in pool.log:
+        event = _decision_event(decision.instruction, joins)
+        if event is not None:
+            index = decision.instruction.index
+            events.append({"time": float(decision.time), **event, "worker_index": index,
+                           "rows": _row_ranges(pool.placement[index], offsets)})
+    return events
+
+
+def _decision_event(instruction: Any, joins: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One pool decision as an event (None: not a move or a helper's start or stop)."""
+    if isinstance(instruction, MoveIndex):
+        data = "from-helper" if instruction.from_helper else \
+            "fetched" if instruction.how == "fetch" else "reloaded"
+        return {"event": "move", "kind": instruction.kind, "from": instruction.previous,
+                "to": instruction.to, "reason": instruction.why, "data": data}
+    if isinstance(instruction, StartHelping):
+        record = next((j for j in joins if j.get("worker") == instruction.worker
+                       and j.get("helps") == instruction.index), {})
+        return {"event": "help", "worker": instruction.worker,
+                "split_units": int(record.get("split_units", 0))}
+    if isinstance(instruction, StopHelping):
+        return {"event": "stop-helping", "worker": instruction.worker,
+                "reason": instruction.why}
+    return None
+
+
+def _row_ranges(partitions: Sequence[int], offsets: list[int]) -> list[list[int]]:
+    """The rows ``[start, stop)`` of ``partitions``, adjacent ones merged."""
+    ranges: list[list[int]] = []
+    for p in sorted(partitions):
+        start, stop = offsets[p], offsets[p + 1]
+        if ranges and ranges[-1][1] == start:
+            ranges[-1][1] = stop
+        else:
+            ranges.append([start, stop])
+    return ranges
