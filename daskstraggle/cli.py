@@ -22,7 +22,13 @@ import numpy as np
 from daskstraggle import config
 from daskstraggle._cli_format import format_result
 from daskstraggle._cli_genotypes import qc_from_params, qc_options
-from daskstraggle.errors import DivergenceError, InputError, StraggleError, StraggleWarning
+from daskstraggle.errors import (
+    DivergenceError,
+    InputError,
+    StraggleError,
+    StraggleWarning,
+    WorkerLostError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -460,13 +466,8 @@ def make(name: str, out: Path, size: int | None, features: int | None, populatio
 #: Methods whose tasks do not carry equal 1/N shares of the rows (coded replicas, one
 #: round): their traced latency cannot be rescaled to another number of workers.
 _UNEQUAL_SHARES = frozenset({"coded", "partial", "gram"})
-
-#: Most Monte Carlo draws (--workers x --samples) and simulated worker-iterations
-#: (--workers x --iterations) of ``simulate``: one double each, 400 MB.
-SIMULATE_MAX_CELLS = 50_000_000
-#: Most worker-iterations of a model with state over time, simulated event by event
-#: (about 20 us each: 20 s).
-SIMULATE_MAX_EVENTS = 1_000_000
+#: An example of a spec with fault terms, for the error lines.
+_FAULT_EXAMPLE = "'gamma(mean=0.05, var=1e-4) + loss(workers=0, at=1)'"
 
 
 @cli.command()
@@ -480,7 +481,14 @@ SIMULATE_MAX_EVENTS = 1_000_000
 @click.option("--latency", "latency", metavar="SPEC", default=None,
               help="Latency model, e.g. 'gamma(mean=0.05, var=1e-4)' or "
                    "'shifted_exponential(shift=0.01, rate=50) + slowdown(workers=0, factor=3)'. "
-                   "Times are seconds, at most 1e15.")
+                   "Times are seconds, at most 1e15. Fault terms may follow the model: "
+                   "'loss(workers=0, at=1)', 'freeze(workers=1, at=2, for=5)', "
+                   "'join(count=1, at=3)', 'retire(workers=2, at=4)' (at simulated seconds; "
+                   "joining workers are named N, N+1, ...). With faults, DSAG itself runs "
+                   "in the simulated runtime (as --runtime sim) on a small least-squares "
+                   "problem, and the engine's moves of worker indices are listed; about "
+                   "0.5 ms per worker and iteration, more with many workers (at most about "
+                   "60 s).")
 @click.option("--from-trace", type=click.Path(path_type=Path), default=None,
               help="Fit per-worker gamma latency to a result saved with --out instead. "
                    "With --workers M other than the trace's N, worker j follows traced "
@@ -491,7 +499,8 @@ SIMULATE_MAX_EVENTS = 1_000_000
 @click.option("--iterations", "n_iterations", type=int, default=100, show_default=True,
               help="Iterations to simulate; --workers x --iterations is at most 5e7 (memory), "
                    "and 1e6 for a model with state over time (markov, bursts, artificial, "
-                   "schedule, replay: simulated event by event).")
+                   "schedule, replay: simulated event by event); with fault terms, what "
+                   "takes about 60 s (see --latency).")
 @click.option("--samples", "n_samples", type=int, default=10_000, show_default=True,
               help="Monte Carlo samples for the order statistics; --workers x --samples is at "
                    "most 5e7 (memory).")
@@ -500,7 +509,7 @@ SIMULATE_MAX_EVENTS = 1_000_000
 @click.option("--update-duration", type=float, default=0.0, show_default=True,
               help="Seconds the coordinator spends on each update.")
 @click.option("--load", type=float, default=1.0, show_default=True,
-              help="Work per task relative to an equal 1/N share of the rows.")
+              help="Work per task relative to an equal 1/N share of the rows (1 with faults).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
@@ -511,21 +520,24 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
 
     Prints the expected latency of the w-th fastest of N workers (Monte Carlo) and
     simulates N workers iterating while the coordinator waits for the w fastest fresh
-    results (DSAG semantics: stale workers are re-tasked at once).
+    results (DSAG semantics: stale workers are re-tasked at once). With fault terms in
+    --latency, DSAG runs in the simulated runtime and the faults are played by the same
+    engine as --runtime sim; the events are listed.
     """
+    from daskstraggle._cli_simulate import check_simulate_size, simulate_summary, simulate_table
     from daskstraggle.latency.order import order_statistics
     from daskstraggle.latency.simulator import simulate as run_simulation
 
-    if (latency is None) == (from_trace is None):
-        raise InputError("give exactly one of --latency SPEC and --from-trace RESULT")
-    if iid and from_trace is None:
-        raise InputError("--iid applies to --from-trace")
-    if n_workers is not None and n_workers < 1:
-        raise InputError(f"--workers must be >= 1, got {n_workers}")
-    model, source, n_workers = _simulated_model(latency, from_trace, iid, n_workers)
-    stateful = not model.sampler(n_workers, rng=0).stateless
-    _check_simulate_size(n_workers, n_samples, n_iterations, stateful=stateful)
+    _check_simulate_sources(latency, from_trace, iid, n_workers)
+    model, faults, source, n_workers = _simulated_model(latency, from_trace, iid, n_workers)
     n_wait = n_workers if n_wait is None else n_wait
+    if faults:
+        _simulate_faults(model, faults, source, n_workers, n_wait, n_iterations, load=load,
+                         collect_window=collect_window, update_duration=update_duration,
+                         seed=seed, as_json=as_json)
+        return
+    stateful = not model.sampler(n_workers, rng=0).stateless
+    check_simulate_size(n_workers, n_samples, n_iterations, stateful=stateful)
     sim_seed, order_seed = np.random.SeedSequence(seed).spawn(2)  # independent draws
     sim = run_simulation(model, n_workers, n_wait, n_iterations, load=load,
                          collect_window=collect_window, update_duration=update_duration,
@@ -533,20 +545,55 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
     order = None if stateful else order_statistics(model, n_workers, n_samples=n_samples,
                                                    load=load, rng=order_seed)
     if as_json:
-        summary = _simulate_summary(model, source, n_wait, n_iterations, sim, order)
+        summary = simulate_summary(model, source, n_wait, n_iterations, sim, order)
         _echo_json(summary, what="the simulation")
         return
-    click.echo(_simulate_table(source, n_wait, n_iterations, load, collect_window, sim, order))
+    click.echo(simulate_table(source, n_wait, n_iterations, load, collect_window, sim, order))
+
+
+def _check_simulate_sources(latency: str | None, from_trace: Path | None, iid: bool,
+                            n_workers: int | None) -> None:
+    """Refuse a missing or doubled latency source, and options that do not fit it."""
+    if latency is not None and from_trace is not None and _fault_terms(latency):
+        raise InputError(
+            "--from-trace takes no fault terms (loss, freeze, join, retire); give them after "
+            f"a latency model in --latency instead, e.g. --latency {_FAULT_EXAMPLE}"
+        )
+    if (latency is None) == (from_trace is None):
+        raise InputError("give exactly one of --latency SPEC and --from-trace RESULT")
+    if iid and from_trace is None:
+        raise InputError("--iid applies to --from-trace")
+    if n_workers is not None and n_workers < 1:
+        raise InputError(f"--workers must be >= 1, got {n_workers}")
+
+
+def _fault_terms(latency: str) -> tuple[Any, ...]:
+    """The fault terms of a ``--latency`` spec (a spec that does not parse: its error)."""
+    from daskstraggle.latency.spec import parse_stragglers
+
+    return parse_stragglers(latency).faults
 
 
 def _simulated_model(latency: str | None, from_trace: Path | None, iid: bool,
-                     n_workers: int | None) -> tuple[Any, str, int]:
-    """Return the latency model, its description and the number of workers."""
+                     n_workers: int | None) -> tuple[Any, tuple[Any, ...], str, int]:
+    """Return the latency model, the fault terms, the model's description and the number
+    of workers."""
     if from_trace is None:
-        from daskstraggle.latency.spec import parse_latency
+        from daskstraggle.latency.spec import parse_latency, parse_stragglers
 
-        model = parse_latency(latency)  # type: ignore[arg-type]
-        return model, model.to_spec(), 100 if n_workers is None else n_workers
+        n_workers = 100 if n_workers is None else n_workers
+        spec = parse_stragglers(latency)
+        if not spec.faults:
+            model = parse_latency(latency)  # type: ignore[arg-type]
+            return model, (), model.to_spec(), n_workers
+        if spec.throttle is not None:
+            raise InputError(f"--latency {latency!r}: the throttle term slows real worker "
+                             "processes, which simulate has none of; drop it")
+        if spec.model is None:
+            raise InputError(f"--latency {latency!r}: fault terms need a latency model "
+                             f"before them, e.g. {_FAULT_EXAMPLE}")
+        spec.check_n_workers(n_workers)
+        return spec.model, spec.faults, spec.model.to_spec(), n_workers
     from daskstraggle.latency.fit import fit_trace
     from daskstraggle.trace import Result
 
@@ -563,87 +610,37 @@ def _simulated_model(latency: str | None, from_trace: Path | None, iid: bool,
     source = f"fitted to {from_trace}" + (" (i.i.d.)" if iid else " (per worker)")
     if resized:
         source += f", rescaled from {n_trace} to {n_workers} workers sharing the same rows"
-    return model, source, n_trace if n_workers is None else n_workers
+    return model, (), source, n_trace if n_workers is None else n_workers
 
 
-def _check_simulate_size(n_workers: int, n_samples: int, n_iterations: int, *,
-                         stateful: bool) -> None:
-    """Refuse a simulation too large for memory (or, event by event, for time)."""
-    if n_samples < 1 or n_workers * n_samples > SIMULATE_MAX_CELLS:
+def _simulate_faults(model: Any, faults: tuple[Any, ...], source: str, n_workers: int,
+                     n_wait: int, n_iterations: int, *, load: float, collect_window: float,
+                     update_duration: float, seed: int, as_json: bool) -> None:
+    """Run ``simulate`` for a spec with fault terms and print what it found."""
+    from daskstraggle._cli_simulate import check_fault_size, fault_summary, fault_table
+    from daskstraggle.runtime.fault_simulation import simulate_faults
+
+    if load != 1.0:
         raise InputError(
-            f"--samples x --workers must be in [1, {SIMULATE_MAX_CELLS:,}] (memory: one double "
-            f"each); got {n_samples} x {n_workers}; lower --samples"
+            f"--load {load:g} applies without fault terms; with faults each worker index "
+            "computes its equal share of the rows of the simulated problem (drop --load)"
         )
-    if n_iterations < 1 or n_workers * n_iterations > SIMULATE_MAX_CELLS:
+    check_fault_size(n_workers, n_iterations)
+    try:
+        sim = simulate_faults(model, faults, n_workers, n_wait, n_iterations,
+                              collect_window=collect_window, update_duration=update_duration,
+                              rng=seed)
+    except WorkerLostError as err:  # the spec leaves nobody to compute: an input mistake
         raise InputError(
-            f"--iterations x --workers must be in [1, {SIMULATE_MAX_CELLS:,}] (memory: one "
-            f"double each); got {n_iterations} x {n_workers}; lower --iterations"
-        )
-    if stateful and n_workers * n_iterations > SIMULATE_MAX_EVENTS:
-        raise InputError(
-            f"--iterations x --workers must be at most {SIMULATE_MAX_EVENTS:,} for a latency "
-            f"model with state over time (simulated event by event, about 20 us each); got "
-            f"{n_iterations} x {n_workers}; lower --iterations or --workers"
-        )
-
-
-def _simulate_summary(model: Any, source: str, n_wait: int, n_iterations: int, sim: Any,
-                      order: Any) -> dict[str, Any]:
-    """Return what ``simulate --json`` prints."""
-    durations = np.asarray(sim.iteration_duration)
-    n_workers = sim.n_workers
-    return {
-        "model": model.to_dict(),
-        "source": source,
-        "n_workers": n_workers,
-        "n_wait": n_wait,
-        "n_iterations": n_iterations,
-        "order_statistics": None if order is None else {
-            "w": list(range(1, n_workers + 1)), "mean_s": order.mean.tolist()},
-        "predicted_wth_fastest_s": None if order is None else float(order.mean[n_wait - 1]),
-        "iteration_duration_s": {"mean": float(durations.mean()),
-                                 "median": float(np.median(durations)),
-                                 "p95": float(np.quantile(durations, 0.95))},
-        "total_time_s": float(sim.total_time),
-        "mean_fresh": float(np.mean(sim.n_fresh)),
-        "mean_stale": float(np.mean(sim.n_stale)),
-        "participation": sim.participation.tolist(),
-    }
-
-
-def _simulate_table(source: str, n_wait: int, n_iterations: int, load: float,
-                    collect_window: float, sim: Any, order: Any) -> str:
-    """Return what ``simulate`` prints without ``--json``."""
-    n_workers = sim.n_workers
-    durations = np.asarray(sim.iteration_duration)
-    lines = [
-        f"latency model: {source}",
-        f"N = {n_workers} workers, waiting for w = {n_wait}, load {load:g}",
-        "",
-    ]
-    if order is None:
-        lines.append("(no one-round order statistics: the model has state over time; see the "
-                     "simulated iterations)")
-    else:
-        lines.append("expected latency of the w-th fastest worker (one round, all workers "
-                     "start together):")
-        shown = sorted({1, n_wait, n_workers} | (set(range(1, n_workers + 1)) if n_workers <= 12
-                       else {max(1, round(q * n_workers)) for q in (0.25, 0.5, 0.75, 0.9)}))
-        lines += [f"  w = {w:>5d}   {_seconds(order.mean[w - 1])}" for w in shown]
-    u = np.asarray(sim.participation)
-    lines += [
-        "",
-        f"{n_iterations} iterations waiting for the {n_wait} fastest fresh results "
-        f"(stale workers re-tasked at once, {collect_window:g} collect window):",
-        f"  per iteration: mean {_seconds(durations.mean())}, median "
-        f"{_seconds(np.median(durations))}, "
-        f"95th percentile {_seconds(np.quantile(durations, 0.95))}",
-        f"  total time:    {_seconds(sim.total_time)}",
-        f"  fresh results per iteration: {np.mean(sim.n_fresh):.2f}; stale: "
-        f"{np.mean(sim.n_stale):.2f}",
-        f"  share of iterations each worker is fresh in: min {u.min():.2f}, max {u.max():.2f}",
-    ]
-    return "\n".join(lines)
+            "the faults leave no worker in the simulated run and none joins within "
+            f"{config.seconds('timeouts.no-worker'):g} s (the daskstraggle.timeouts.no-worker "
+            "setting), so it cannot go on; lose fewer workers or add a join(count=..., at=...) "
+            "term"
+        ) from err
+    if as_json:
+        _echo_json(fault_summary(model, source, sim), what="the simulation")
+        return
+    click.echo(fault_table(source, collect_window, sim))
 
 
 def _echo_json(summary: dict[str, Any], *, what: str) -> None:
@@ -672,11 +669,6 @@ def _non_finite(value: Any, key: str = "") -> tuple[str, Any] | None:
         if found is not None:
             return found
     return None
-
-
-def _seconds(value: float) -> str:
-    value = float(value)
-    return f"{value * 1e3:8.2f} ms" if value < 1 else f"{value:8.3f} s "
 
 
 # ---------------------------------------------------------------------------------- demo

@@ -291,3 +291,167 @@ def test_partial_and_async_flags_need_their_method(capsys):
     assert "--max-delay: only with --method async, not 'dsag'" in capsys.readouterr().err
     assert main(["pca", "whatever.zarr", "--method", "partial", "--degrees", "1,x"]) == 2
     assert "--degrees must be comma-separated ints" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ fault terms in --latency
+#: The README's example: 8 workers, wait for 6, worker 0 lost at simulated second 1.
+LOSS = ["simulate", "--latency", "gamma(mean=0.05, var=1e-4) + loss(workers=0, at=1)",
+        "--workers", "8", "--wait", "6", "--iterations", "50"]
+
+
+def test_a_lost_worker_keeps_the_simulation_going_and_its_rows_move(capsys):
+    out = _strict_json(_json_text(capsys, [*LOSS, "--json"]))
+    assert (out["n_workers"], out["n_wait"], out["n_iterations"]) == (8, 6, 50)
+    assert out["faults"] == ["loss(workers=[0], at=1)"] and out["method"] == "dsag"
+    assert out["order_statistics"] is None and out["predicted_wth_fastest_s"] is None
+    assert out["mean_fresh"] >= 6 and out["total_time_s"] > 1.0  # all 50 iterations ran
+    loss, move = out["events"]
+    assert loss == {"time": 1.0, "event": "loss", "workers": ["0"],
+                    "iteration": loss["iteration"]}
+    assert 0 < loss["iteration"] < 50
+    assert (move["event"], move["kind"], move["worker_index"], move["from"]) == \
+        ("move", "lost", 0, "0")
+    assert move["time"] == 1.0 and move["rows"] == [[0, 4]] and move["data"] == "reloaded"
+    assert move["to"] in {str(i) for i in range(1, 8)}
+    assert out["workers_at_end"][0] == move["to"] and "0" not in out["workers_at_end"]
+    assert len(out["participation"]) == 8 and out["faults_not_reached"] == []
+    # the table says the same in words, without the one-round order statistics
+    assert main(LOSS) == 0
+    text = capsys.readouterr().out
+    for words in ("faults: loss(workers=[0], at=1)", "N = 8 workers, waiting for w = 6",
+                  "no one-round order statistics: the faults change the workers",
+                  "50 iterations of DSAG", "loss: worker 0",
+                  f"move: worker index 0 (rows [0, 4)) from worker 0 to {move['to']} (lost",
+                  f"worker of each index at the end: 0 -> {move['to']}"):
+        assert words in text, (words, text)
+    assert "w-th fastest" not in text
+
+
+def test_a_loss_agrees_with_the_same_spec_through_solve(capsys):
+    """simulate's numbers are those of solve(..., runtime="sim") on the same problem: the
+    same engine decides, at the same simulated times."""
+    from daskstraggle import solve
+    from daskstraggle.problems import LeastSquares
+    from daskstraggle.runtime.fault_simulation import make_least_squares_data
+
+    out = _json(capsys, [*LOSS, "--seed", "3", "--json"])
+    X, y = make_least_squares_data(8)
+    res = solve(LeastSquares(), X, labels=y, method="dsag", method_params={"n_wait": 6},
+                runtime="sim", n_workers=8, n_partitions=8, max_iter=50, tol=None, rng=3,
+                stragglers="gamma(mean=0.05, var=1e-4) + loss(workers=0, at=1)")
+    trace = res.trace
+    assert out["total_time_s"] == pytest.approx(float(trace.wall_time[-1]), rel=1e-12)
+    assert out["iteration_duration_s"]["median"] == pytest.approx(
+        float(np.median(trace.iteration_duration)), rel=1e-12)
+    assert out["mean_fresh"] == pytest.approx(float(trace.n_fresh.mean()))
+    assert out["mean_stale"] == pytest.approx(float(trace.n_stale.mean()))
+    (lost,) = res.attrs["worker_losses"]
+    move = out["events"][1]
+    assert (move["worker_index"], move["from"], move["to"], move["kind"], move["time"]) == \
+        (lost["worker_index"], lost["lost"], lost["moved_to"], lost["kind"], lost["time"])
+
+
+def test_a_freeze_delays_the_iterations_and_a_long_one_moves_the_rows(capsys):
+    import dask
+
+    base = ["simulate", "--workers", "8", "--iterations", "40", "--json", "--latency"]
+    out = _json(capsys, [*base, "gamma(mean=0.05, var=1e-4) + freeze(workers=3, at=0.5, for=2)"])
+    late = _json(capsys, [*base, "gamma(mean=0.05, var=1e-4) + freeze(workers=3, at=1e3, for=2)"])
+    (freeze,) = out["events"]
+    assert freeze == {"time": 0.5, "event": "freeze", "workers": ["3"], "until": 2.5,
+                      "iteration": freeze["iteration"]}
+    # waiting for all 8, the round that needs worker 3 waits the 2 s out (same draws)
+    assert out["total_time_s"] - late["total_time_s"] == pytest.approx(2.0, abs=0.15)
+    assert out["workers_at_end"] == [str(i) for i in range(8)]  # a short freeze moves nothing
+    # frozen far longer than the frozen bound (here 1 s): index 3 moves to a live worker
+    with dask.config.set({"daskstraggle.frozen.minimum": "1s"}):
+        out = _json(capsys, [*base, "gamma(mean=0.05, var=1e-4) + "
+                             "freeze(workers=3, at=0.5, for=1000)"])
+    freeze, move = out["events"]
+    assert (move["event"], move["kind"], move["worker_index"], move["from"]) == \
+        ("move", "frozen", 3, "3")
+    assert "has not answered for" in move["reason"] and 1.4 < move["time"] < 2.0
+    assert out["workers_at_end"][3] == move["to"] != "3"
+    assert out["total_time_s"] < 20  # the run went on, not waiting the 1000 s out
+
+
+def test_a_joining_worker_helps_the_slow_index(capsys):
+    slow = "gamma(mean=0.05, var=1e-4) + slowdown(workers=2, factor=4)"
+    base = ["simulate", "--workers", "8", "--iterations", "40", "--json", "--latency"]
+    helped = _json(capsys, [*base, f"{slow} + join(count=1, at=0.5)"])
+    late = _json(capsys, [*base, f"{slow} + join(count=1, at=1000)"])
+    join, help_ = helped["events"]
+    assert join == {"time": 0.5, "event": "join", "workers": ["8"],
+                    "iteration": join["iteration"]}
+    assert (help_["event"], help_["worker"], help_["worker_index"]) == ("help", "8", 2)
+    assert help_["rows"] == [[8, 12]] and help_["split_units"] > 10
+    # the same seed without the join reached: same engine, slower rounds
+    assert late["events"] == [] and late["faults_not_reached"] == ["join(count=1, at=1000)"]
+    assert helped["total_time_s"] < 0.8 * late["total_time_s"]
+
+
+def test_a_retirement_fetches_the_rows_from_the_retiring_worker(capsys):
+    out = _json(capsys, ["simulate", "--workers", "4", "--iterations", "30", "--json",
+                         "--latency", "gamma(mean=0.05, var=1e-4) + retire(workers=1, at=0.3)"])
+    retire, move = out["events"]
+    assert retire["event"] == "retire" and retire["workers"] == ["1"]
+    assert (move["kind"], move["worker_index"], move["data"], move["rows"]) == \
+        ("retired", 1, "fetched", [[4, 8]])
+
+
+def test_the_same_seed_gives_the_same_simulation(capsys):
+    spec = ("gamma(mean=0.05, var=1e-4) + loss(workers=1, at=0.4) + join(count=2, at=0.8)"
+            " + freeze(workers=5, at=0.2, for=0.3)")
+    argv = ["simulate", "--workers", "6", "--wait", "4", "--iterations", "30", "--latency",
+            spec]
+    texts = []
+    for seed in ("7", "7", "8"):
+        assert main([*argv, "--seed", seed]) == 0
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] and "move: worker index 1" in texts[0]
+    assert texts[2] != texts[0]  # the seed matters
+    one, two = (_json(capsys, [*argv, "--seed", "7", "--json"]) for _ in range(2))
+    assert one == two and len(one["events"]) >= 4
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--workers", "8", "--latency", "gamma(mean=0.05, var=1e-4) + loss(workers=9, at=1)"],
+         ("loss: worker 9 is out of range for 8 workers",)),
+        (["--from-trace", "run.zarr", "--latency", "loss(workers=0, at=1)"],
+         ("--from-trace takes no fault terms", "--latency")),
+        (["--latency", "loss(workers=0, at=1)"], ("need a latency model",)),
+        (["--latency", "gamma(mean=0.05, var=1e-4) + throttle(workers=1, factor=2) + "
+          "loss(workers=0, at=1)"], ("throttle",)),
+        (["--latency", "slowdown(workers=1, factor=2) + loss(workers=0, at=1)"],
+         ("'model'", "base distribution")),
+        (["--latency", "gamma(mean=0.05, var=1e-4) + loss(workers=0)"],
+         ("loss takes at, workers",)),
+        (["--latency", "gamma(mean=0.05, var=1e-4) + freeze(workers=0, at=1, for=0)"],
+         ("'for' parameter of freeze",)),
+        (["--workers", "8", "--wait", "9", "--latency",
+          "gamma(mean=0.05, var=1e-4) + loss(workers=0, at=1)"], ("'n_wait'", "[1, 8]")),
+        (["--workers", "4", "--load", "2", "--latency",
+          "gamma(mean=0.05, var=1e-4) + loss(workers=0, at=1)"], ("--load",)),
+        (["--workers", "1000", "--iterations", "1000", "--latency",
+          "gamma(mean=0.05, var=1e-4) + loss(workers=0, at=1)"],
+         ("--iterations to at most", "60 s")),
+        (["--workers", "20000", "--iterations", "1", "--latency",
+          "gamma(mean=0.05, var=1e-4) + loss(workers=0, at=1)"], ("lower --workers",)),
+        (["--workers", "3", "--latency",
+          "gamma(mean=0.05, var=1e-4) + loss(workers=[0, 1, 2], at=1)"],
+         ("no worker", "join(count=")),
+    ],
+    ids=["worker-out-of-range", "from-trace", "no-model", "throttle", "no-distribution",
+         "no-at", "zero-freeze", "w-above-n", "load", "too-many-iterations",
+         "too-many-workers", "every-worker-lost"],
+)
+def test_bad_fault_input_exits_2_with_one_line(argv, words, capsys):
+    assert main(["simulate", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    for word in words:
+        assert word.lower() in lines[0].lower(), (word, lines[0])
