@@ -1,8 +1,9 @@
 """Simulated faults: workers lost, frozen, joining or retiring at given simulated times.
 
 Terms of the stragglers spec (:mod:`daskstraggle.latency.spec`) for the simulated runtime
-(``--runtime sim``): ``loss(workers=..., at=SECONDS)``, ``freeze(workers=..., at=...,
-for=SECONDS)``, ``join(count=..., at=...)`` and ``retire(workers=..., at=...)``. Workers
+(``--runtime sim``, and ``daskstraggle simulate --latency``):
+``loss(workers=..., at=SECONDS)``, ``freeze(workers=..., at=..., for=SECONDS)``,
+``join(count=..., at=...)`` and ``retire(workers=..., at=...)``. Workers
 are named by their index at the start of the run (0 .. N-1); workers that join are named
 N, N+1, ... in order. The simulated runtime turns each term into the worker statuses the
 engine's :class:`~daskstraggle.engine.pool.WorkerPool` reads, at that time, so a simulated

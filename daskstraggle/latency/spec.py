@@ -11,7 +11,9 @@ throttle (it slows any Dask workload on those workers) and may stand alone or be
 model. The fault terms ``loss(workers=..., at=...)``, ``freeze(workers=..., at=...,
 for=...)``, ``join(count=..., at=...)`` and ``retire(workers=..., at=...)``
 (:mod:`daskstraggle.latency.faults`) are played by the simulated runtime, at those
-simulated seconds. ``none`` means no stragglers.
+simulated seconds: in a run with ``--runtime sim`` (``runtime="sim"``), and in
+``daskstraggle simulate --latency`` (after a model), which then runs DSAG in that runtime
+(:mod:`daskstraggle.runtime.fault_simulation`). ``none`` means no stragglers.
 
 Examples (CLI ``--stragglers``)::
 
@@ -22,7 +24,7 @@ Examples (CLI ``--stragglers``)::
     gamma(mean=[0.02, 0.04, 0.06, 0.08], var=1e-4)     added gamma delays per worker
     gamma(mean=0.05, var=1e-4) + slowdown(workers=[0, 2], factor=3)
     throttle(workers=1, factor=4)                      SIGSTOP/SIGCONT duty cycle
-    gamma(mean=0.05, var=1e-4) + loss(workers=1, at=2)  (sim) worker 1 dies at 2 s
+    gamma(mean=0.05, var=1e-4) + loss(workers=1, at=2)  (simulated) worker 1 dies at 2 s
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ __all__ = ["Stragglers", "ThrottleSpec", "parse_latency", "parse_stragglers"]
 _HELP = (
     "Write terms like 'slowdown(workers=1, factor=4)', 'markov(p_slow=0.05, slow_factor=4)', "
     "'gamma(mean=0.05, var=1e-4) + slowdown(workers=0, factor=3)' or "
-    "'throttle(workers=1, factor=4)'; with --runtime sim also 'loss(workers=1, at=2)', "
+    "'throttle(workers=1, factor=4)'; with --runtime sim (and in simulate --latency) also "
+    "'loss(workers=1, at=2)', "
     "'freeze(workers=1, at=2, for=5)', 'join(count=1, at=2)', 'retire(workers=1, at=2)'"
 )
 
