@@ -30,9 +30,11 @@ def dask_client():
     import dask
     from distributed import Client, LocalCluster
 
+    from daskstraggle.runtime._connect import worker_start_config
     from daskstraggle.runtime.dask import OWN_CLUSTER_CONFIG
 
-    with dask.config.set(OWN_CLUSTER_CONFIG):
+    # workers forked from the preloaded server, as DaskRuntime(n_workers=3) starts them
+    with dask.config.set({**OWN_CLUSTER_CONFIG, **worker_start_config()}):
         cluster = LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
                                dashboard_address=None)
     client = Client(cluster, set_as_default=False)
@@ -118,9 +120,11 @@ def _start_fault_cluster() -> tuple[Any, Any]:
     import dask
     from distributed import Client, LocalCluster
 
+    from daskstraggle.runtime._connect import worker_start_config
     from daskstraggle.runtime.dask import OWN_CLUSTER_CONFIG
 
-    with dask.config.set(OWN_CLUSTER_CONFIG):  # as DaskRuntime(n_workers=3) starts one
+    # as DaskRuntime(n_workers=3) starts one (a worker the nanny restarts is spawned)
+    with dask.config.set({**OWN_CLUSTER_CONFIG, **worker_start_config()}):
         cluster = LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
                                dashboard_address=None)
     return cluster, Client(cluster, set_as_default=False)

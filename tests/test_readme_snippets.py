@@ -9,9 +9,10 @@ process workers import the block itself, so it needs, and is checked to have, th
 a snippet that writes a path an earlier command wrote fails, as it would for the reader.
 Four changes keep the test fast: the dataset sizes are small, solves stop after
 ``--max-iter 10``, a LocalCluster that a command starts has at most 2 process workers (the
-``daskstraggle.workers`` setting the README documents, and ``--workers`` unless a
-``--stragglers`` spec names workers by index), and ``--scheduler`` points at the test
-session's cluster instead of 127.0.0.1:8786 (the README says to start one). The set-up
+``daskstraggle.workers`` setting the README documents, and ``--workers``, unless a
+``--stragglers`` spec names a higher worker index or ``--wait`` asks for more), and
+``--scheduler`` points at the test session's cluster instead of 127.0.0.1:8786 (the README
+says to start one). The set-up
 commands (``python3 -m venv``) are checked by tests/test_readme.py and ``.ci/run``.
 """
 
@@ -85,11 +86,15 @@ def shrink(argv: list[str], scheduler: str) -> list[str]:
     if argv[0] in SOLVES and "--max-iter" not in argv:
         argv += ["--max-iter", "10"]
     runtime = argv[argv.index("--runtime") + 1] if "--runtime" in argv else "dask"
-    # a LocalCluster of fewer process workers, unless a straggler spec names worker indices
-    if (argv[0] in SOLVES and "--workers" in argv and runtime == "dask"
-            and "--stragglers" not in argv):
+    # a LocalCluster of fewer process workers: as many as the straggler spec's highest
+    # worker index needs, and as many as --wait asks for
+    if argv[0] in SOLVES and "--workers" in argv and runtime == "dask":
+        spec = argv[argv.index("--stragglers") + 1] if "--stragglers" in argv else ""
+        named = [int(i) for i in re.findall(r"\d+", " ".join(
+            re.findall(r"workers=(\[[^\]]*\]|\d+)", spec)))]
+        wait = int(argv[argv.index("--wait") + 1]) if "--wait" in argv else 1
         at = argv.index("--workers") + 1
-        argv[at] = str(min(int(argv[at]), MAX_WORKERS))
+        argv[at] = str(min(int(argv[at]), max(MAX_WORKERS, wait, *(i + 1 for i in named))))
     if "--scheduler" in argv:
         argv[argv.index("--scheduler") + 1] = scheduler
     return argv

@@ -11,6 +11,14 @@ reaches every process of the foreground group, and each worker would print its o
 ``KeyboardInterrupt`` traceback. The client's process alone handles the interrupt and
 closes the cluster. Its workers also skip zarr's exit hook
 (:class:`~daskstraggle.runtime._quiet.QuietExit`).
+
+Where the platform has it (Linux, macOS), such a LocalCluster starts its worker processes
+by forking a server process that imported the package's worker-side modules once
+(``multiprocessing``'s *forkserver*, as distributed's own test suite does), instead of
+spawning fresh interpreters that each import numpy, numba, zarr and the package again:
+on 2 cores a 4-worker cluster and its first fit start in about half the time, and the
+workers exit at once when it closes. A worker the nanny restarts later is started the
+usual way (``distributed.worker.multiprocessing-method``).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import multiprocessing
 import os
 import signal
 import socket
@@ -179,6 +188,30 @@ def _sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+#: Modules the worker processes of a LocalCluster started here import from the forkserver.
+WORKER_PRELOAD = ("distributed", "daskstraggle.runtime.dask", "daskstraggle.problems",
+                  "daskstraggle.data")
+
+
+def worker_start_config() -> dict[str, Any]:
+    """Return the config that forks LocalCluster workers from a preloaded server.
+
+    ``{}`` where the platform has no forkserver (Windows). The server starts with the
+    first worker and imports :data:`WORKER_PRELOAD` once; later clusters of this process
+    fork from the same server.
+    """
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return {}
+    import dask
+    from distributed.utils import get_mp_context
+
+    key = "distributed.worker.multiprocessing-method"
+    with dask.config.set({key: "forkserver"}):
+        context = get_mp_context()  # distributed sets its own preload list first
+    context.set_forkserver_preload(list(WORKER_PRELOAD))  # no effect once the server runs
+    return {key: "forkserver"}
+
+
 def start_local_cluster(
     n_workers: int, *, threads_per_worker: int, processes: bool, config: dict[str, Any]
 ) -> tuple[Any, list[Any]]:
@@ -193,7 +226,8 @@ def start_local_cluster(
     try:
         # the cluster's event loop thread starts the worker processes: both keep SIGINT
         # blocked; a Ctrl-C meanwhile is delivered to this thread once it unblocks
-        with dask.config.set(config), _sigint_blocked():
+        start = worker_start_config() if processes else {}
+        with dask.config.set({**config, **start}), _sigint_blocked():
             cluster = LocalCluster(
                 n_workers=n_workers,
                 threads_per_worker=threads_per_worker,

@@ -226,6 +226,9 @@ def block_zarr_io(restore_hook):  # keep zarr's I/O thread busy past its 0.2 s e
     return True
 
 if __name__ == "__main__":  # the workers' processes import this file too
+    if sys.argv[2] == "spawn":  # the start method of a worker the nanny restarts
+        from daskstraggle.runtime import _connect
+        _connect.worker_start_config = lambda: {}
     client, owned = connect(n_workers=1)
     restore = sys.argv[1] == "without-plugin"
     assert client.submit(block_zarr_io, restore, pure=False).result()
@@ -234,16 +237,24 @@ if __name__ == "__main__":  # the workers' processes import this file too
 """
 
 
-@pytest.mark.parametrize("plugin", [True, False], ids=["quiet", "control"])
-def test_workers_exit_without_zarr_atexit_noise(plugin, tmp_path):
-    """A busy zarr I/O thread at exit printed a warning and a traceback per worker."""
+@pytest.mark.parametrize(("plugin", "method"), [(True, "spawn"), (False, "spawn"),
+                                                (False, "forkserver")],
+                         ids=["quiet", "control", "forked"])
+def test_workers_exit_without_zarr_atexit_noise(plugin, method, tmp_path):
+    """A busy zarr I/O thread at exit printed a warning and a traceback per worker.
+
+    A spawned worker (as the nanny restarts one) runs the exit hooks: the plugin removes
+    zarr's, and the control shows the noise without it. A worker forked from the
+    forkserver (how a LocalCluster started here starts its workers) leaves with
+    ``os._exit`` and runs no exit hook at all, plugin or not.
+    """
     script = tmp_path / "busy_exit.py"
     script.write_text(BUSY_EXIT)
     mode = "with-plugin" if plugin else "without-plugin"
-    proc = subprocess.run([sys.executable, str(script), mode], capture_output=True,
+    proc = subprocess.run([sys.executable, str(script), mode, method], capture_output=True,
                           text=True, timeout=2 * START)
     assert proc.returncode == 0, proc.stderr
-    if plugin:
+    if plugin or method == "forkserver":
         assert proc.stderr == "", proc.stderr
     else:  # the control shows the test can fail: the noise is there without the plugin
         assert "Cannot close a running event loop" in proc.stderr, proc.stderr
