@@ -188,17 +188,18 @@ def _sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-#: Modules the worker processes of a LocalCluster started here import from the forkserver.
-WORKER_PRELOAD = ("distributed", "daskstraggle.runtime.dask", "daskstraggle.problems",
-                  "daskstraggle.data")
+#: Modules the forkserver of a LocalCluster started here imports before it forks workers
+#: (the second also loads the problems' numba kernels once: see its docstring).
+WORKER_PRELOAD = ("distributed", "daskstraggle.runtime._worker_preload")
 
 
 def worker_start_config() -> dict[str, Any]:
     """Return the config that forks LocalCluster workers from a preloaded server.
 
     ``{}`` where the platform has no forkserver (Windows). The server starts with the
-    first worker and imports :data:`WORKER_PRELOAD` once; later clusters of this process
-    fork from the same server.
+    first worker and imports :data:`WORKER_PRELOAD` once (a module that fails to import
+    there is skipped by ``multiprocessing``: the workers then import it themselves); later
+    clusters of this process fork from the same server.
     """
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return {}
