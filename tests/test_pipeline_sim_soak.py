@@ -27,4 +27,9 @@ def test_quick_sim_soak_ends_every_trial_on_the_clean_answer(tmp_path):
         assert t["simulated_s"] > t["clean_simulated_s"]
         for kind in ("loss(", "freeze(", "join(", "retire("):
             assert kind in t["faults"]
+        # every fault fell within the run (placed within the clean run's time)
+        assert t["faults_played"] == {kind: t["faults"].count(f"{kind}(")
+                                      for kind in ("loss", "retire", "freeze", "join")}
+        assert t["cpu_s"] > 0 and t["clean_cpu_s"] > 0
+    assert report["command"].endswith("--quick --out " + str(out))
     assert not list(tmp_path.glob("results"))  # --out was honoured

@@ -171,7 +171,8 @@ class Coordinator:
         self.time = event.time
         out: list[Instruction] = []
         entry[0](self, event, out)
-        self.log.append((event, tuple(out)))
+        if self.log.maxlen:
+            self.log.append((event, tuple(out)))
         return out
 
     def validate_state(self) -> None:
@@ -268,6 +269,8 @@ class Coordinator:
                 self._offered_version = self.method.version
                 self._offered = set()
                 self._to_offer = set(self.idle)
+            if not self._to_offer:  # (the common case: nothing to offer, nothing to do)
+                return
             candidates, self._to_offer = self._to_offer, set()
             self._offered |= candidates
         for i in sorted(candidates):

@@ -483,8 +483,10 @@ class WorkerPool:
             latency = now - task.sent
             self._recent.append(latency)
             self._ages.append(self.age(task.sent))
-            self._index_latency.setdefault(task.unit.worker_index,
-                                           deque(maxlen=5)).append(latency)
+            recent = self._index_latency.get(task.unit.worker_index)
+            if recent is None:
+                recent = self._index_latency[task.unit.worker_index] = deque(maxlen=5)
+            recent.append(latency)
         return task, outcome, out
 
     def _join_half(self, key: str, outcome: Any) -> Any:

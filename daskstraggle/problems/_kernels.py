@@ -35,6 +35,9 @@ to rounding. The Gram kernel's products are one BLAS ``syrk`` per tile in both.
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 import os
 import tempfile
 import threading
@@ -105,9 +108,27 @@ def default_implementation() -> str:
     implementation : {"numba", "numpy"}
         ``"numpy"`` when numba is missing or ``DASKSTRAGGLE_NUMBA=0``.
     """
-    if os.environ.get(NUMBA_VARIABLE, "1").strip() == "0" or not numba_available():
+    if _numba_switch().strip() == "0" or not numba_available():
         return "numpy"
     return "numba"
+
+
+#: ``os.environ`` at import, and the key of :data:`NUMBA_VARIABLE` in its store.
+_ENVIRON = os.environ
+_NUMBA_KEY = os.environ.encodekey(NUMBA_VARIABLE)
+
+
+def _numba_switch() -> str:
+    """``$DASKSTRAGGLE_NUMBA`` now ("1" when unset), read at every kernel call (a benchmark
+    flips it between calls), from ``os.environ``'s own store: ``os.environ.get`` of an
+    unset variable raises and catches two KeyErrors inside, which cost about 10 us a
+    kernel call in a loop of small units."""
+    env = os.environ
+    data = getattr(env, "_data", None)
+    if env is not _ENVIRON or not isinstance(data, dict):
+        return env.get(NUMBA_VARIABLE, "1")
+    raw = data.get(_NUMBA_KEY)
+    return "1" if raw is None else str(env.decodevalue(raw))
 
 
 def _resolve(implementation: str | None) -> str:
@@ -174,11 +195,35 @@ def _argument_key(value: Any) -> Any:
     return type(value)
 
 
+@functools.cache
+def _numba_fingerprint() -> Callable[[Any], bytes] | None:
+    """numba's dispatch fingerprint function (C), or None in a numba without it."""
+    try:
+        from numba._dispatcher import compute_fingerprint
+    except ImportError:  # a private function: fall back to _argument_key
+        return None
+    return compute_fingerprint  # type: ignore[no-any-return]
+
+
+def _compile_key(name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What a compiled version of kernel ``name`` for ``args`` depends on: for each array,
+    numba's own dispatch fingerprint (dtype, dimensions, layout, writeable: what numba
+    picks a compiled version by, computed in C), else :func:`_argument_key`."""
+    fingerprint = _numba_fingerprint()
+    if fingerprint is not None:
+        try:
+            return (name, *[fingerprint(a) if type(a) is np.ndarray else _argument_key(a)
+                            for a in args])
+        except (TypeError, ValueError, NotImplementedError):  # a non-native byte order...
+            pass
+    return (name, *map(_argument_key, args))
+
+
 def _call_numba(name: str, *args: Any) -> Any:
     """Call a numba kernel and return what it returns; the first call per signature
     compiles it, warnings silenced."""
     kernel = _numba_kernel(name)
-    key = (name, *map(_argument_key, args))
+    key = _compile_key(name, args)
     if key not in _compiled:
         import numba
 
@@ -193,13 +238,14 @@ def _use_numba(block: Block, implementation: str | None) -> bool:
     if _resolve(implementation) != "numba":
         return False
     values = block.values
-    if not values.flags.c_contiguous:
+    flags = values.flags
+    if not flags.c_contiguous:
         return False
-    if block.is_packed:
+    if block.packed_columns is not None:
         return True
     # float64 rows are used in place, typed like the (writeable) conversion buffer
-    return values.dtype in _NUMBA_DTYPES and (values.dtype != np.float64
-                                              or bool(values.flags.writeable))
+    dtype = values.dtype
+    return dtype in _NUMBA_DTYPES and (dtype != np.float64 or bool(flags.writeable))
 
 
 def _pca_uses_gemm(block: Block, k: int) -> bool:
@@ -220,29 +266,63 @@ def _pca_width(block: Block) -> int:
     return m if block.values.dtype == np.float64 else -(-m // _PCA_ALIGN) * _PCA_ALIGN
 
 
-def _aligned_zeros(shape: tuple[int, ...]) -> np.ndarray:
-    """A zeroed float64 array of ``shape`` starting on a 64-byte boundary.
+def _aligned_zeros(shape: tuple[int, ...], count: int = 1) -> list[np.ndarray]:
+    """``count`` zeroed float64 arrays of ``shape``, each starting on a 64-byte boundary.
 
     numpy aligns small arrays to 16 bytes only; the numba loops read and write rows of
     ``V`` and ``G`` as 512-bit vectors, and one straddling two cache lines costs a second
     access: int8 PCA took 7-17 % longer (k = 2..20) with them unaligned (docs/kernels.md).
+    The arrays are cut from one allocation: on a small block, allocating each and reading
+    its address cost more than the kernel.
     """
-    size = int(np.prod(shape))
-    raw = np.zeros(size + _PCA_ALIGN)
-    skip = (-raw.ctypes.data % 64) // raw.itemsize
-    return raw[skip : skip + size].reshape(shape)
+    size = math.prod(shape)
+    span = -(-size // _PCA_ALIGN) * _PCA_ALIGN  # a multiple of 64 bytes
+    raw = np.zeros(span * count + _PCA_ALIGN)
+    start = (-raw.__array_interface__["data"][0] % 64) // raw.itemsize
+    return [raw[start + j * span : start + j * span + size].reshape(shape)
+            for j in range(count)]
+
+
+#: Values up to which each thread keeps the PCA kernel's ``V`` and ``G`` buffers for
+#: the next call (256 KB each; larger ones are allocated per call: their kernel dwarfs it).
+_SCRATCH_VALUES = 1 << 15
+_scratch = threading.local()
+
+
+def _pca_buffers(k: int, width: int) -> list[np.ndarray]:
+    """Zeroed, aligned ``VT`` and ``GT`` of shape (k, width) for one PCA kernel call: this
+    thread's from its last call with this shape when small, else new."""
+    if k * width > _SCRATCH_VALUES:
+        return _aligned_zeros((k, width), 2)
+    kept = getattr(_scratch, "pca", None)
+    if kept is None:
+        kept = _scratch.pca = {}
+    pair = kept.get((k, width))
+    if pair is None:
+        if len(kept) >= 8:  # a few shapes per thread
+            kept.clear()
+        pair = kept[k, width] = _aligned_zeros((k, width), 2)
+    else:
+        pair[0].fill(0.0)  # (the columns past the features are read: they must be 0)
+        pair[1].fill(0.0)
+    return pair
+
+
+#: Absent transforms, and the flags saying which exist (read only by the kernels; shared).
+_NO_TRANSFORM = np.zeros(0)
+_TRANSFORM_FLAGS = {key: np.array(key) for key in itertools.product((False, True), repeat=3)}
 
 
 def _transforms(block: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Return ``fill, center, scale`` (empty when absent) and the flags saying which exist."""
-    empty = np.zeros(0)
+    fill, center, scale = block.fill, block.center, block.scale
 
     def vector(values: np.ndarray | None) -> np.ndarray:
-        return empty if values is None else np.ascontiguousarray(values, dtype=np.float64)
+        return _NO_TRANSFORM if values is None else \
+            np.ascontiguousarray(values, dtype=np.float64)
 
-    flags = np.array([block.fill is not None, block.center is not None,
-                      block.scale is not None])
-    return vector(block.fill), vector(block.center), vector(block.scale), flags
+    flags = _TRANSFORM_FLAGS[fill is not None, center is not None, scale is not None]
+    return vector(fill), vector(center), vector(scale), flags
 
 
 # ----------------------------------------------------------------------------- PCA
@@ -286,12 +366,11 @@ def pca_pass(block: Block, V: np.ndarray, shift: np.ndarray | None, *,
                         colsum, sq)
             return G, colsum, sq
         width = _pca_width(block)
-        VT = _aligned_zeros((k, width))
+        VT, GT = _pca_buffers(k, width)
         VT[:, :m] = V.T
-        GT = _aligned_zeros((k, width))
         _call_numba("pca", block.values, fill, center, scale, flags,
                     VT, np.ascontiguousarray(offset), GT, colsum, sq)
-        return np.ascontiguousarray(GT[:, :m].T), colsum, sq
+        return GT[:, :m].T.copy(), colsum, sq  # (a copy: GT is kept for the next call)
 
     def weights(a: int, b: int, P: np.ndarray) -> np.ndarray:
         P -= offset
@@ -339,8 +418,7 @@ def glm_pass(block: Block, w: np.ndarray, b: float, *, logistic: bool,
     if block.n_rows == 0:
         return np.zeros(w.shape[0]), 0.0, 0.0
     if _use_numba(block, implementation):
-        grad = _aligned_zeros((w.shape[0],))
-        aligned_w = _aligned_zeros((w.shape[0],))
+        grad, aligned_w = _aligned_zeros((w.shape[0],), 2)
         aligned_w[:] = w
         out = np.zeros(2)
         fill, center, scale, flags = _transforms(block)

@@ -311,7 +311,7 @@ class PCA(Problem):
         shift = V.T @ mean if self.center else None
         G, colsum, values = pca_pass(block, V, shift)
         if shift is not None:
-            G -= np.outer(mean, colsum)
+            G -= mean[:, None] * colsum  # np.outer(mean, colsum), without its checks
         return KernelResult(gradient=G, values=values, n_rows=block.n_rows)
 
     def objective(self, values: np.ndarray, iterate: np.ndarray) -> float:

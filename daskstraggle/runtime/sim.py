@@ -176,6 +176,7 @@ class SimRuntime(LocalRuntime):
         self._stuck = False  # overdue work had nowhere to go: wait for the next event
         self._checked_version = 0
         self._work: Any = None
+        self._total_rows = 0  # rows of every partition (at least 1), known from _begin
 
     def _clock(self) -> float:
         return self._now
@@ -204,6 +205,19 @@ class SimRuntime(LocalRuntime):
             self.stale_after is not None
         self._stuck = False
         self._checked_version = 0
+        self._total_rows = max(sum(partition_rows), 1)
+
+    def _rows_load(self, partitions: tuple[int, ...]) -> float:
+        # (the base class's, with the total rows summed once per run, not per unit)
+        if not self._total_rows:
+            return super()._rows_load(partitions)
+        rows = sum(self._partition_rows[p] for p in partitions)
+        return rows * self._n_workers / self._total_rows
+
+    def _unit_load(self, unit: WorkUnit) -> float:
+        if unit.rows is None or not self._total_rows:
+            return super()._unit_load(unit)
+        return (unit.rows[1] - unit.rows[0]) * self._n_workers / self._total_rows
 
     def _bounds(self) -> Any:
         from daskstraggle.runtime._resilience import slow_bounds
@@ -219,7 +233,8 @@ class SimRuntime(LocalRuntime):
         if unit.stream:
             self._submit_stream(unit, problem, only)
             return
-        split = self.worker_pool.split(unit, self._now)
+        # (the pool splits only for an index with a helper: as DaskRuntime, ask it then)
+        split = self.worker_pool.split(unit, self._now) if self.worker_pool.helpers else None
         if split is not None:
             self._submit_split(split, problem)
             return
@@ -279,7 +294,7 @@ class SimRuntime(LocalRuntime):
         assert self.worker_pool is not None
         unit, index = split.unit, split.index
         held = self._blocks[index]
-        total = max(sum(self._partition_rows), 1)
+        total = self._total_rows
         keys = []
         pool = self.worker_pool
         for part, worker in zip((split.own, split.helper_part),
