@@ -10,6 +10,7 @@ itself (seconds per worker on 2 cores). Nothing here is called at run time; see
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import numpy as np
@@ -31,4 +32,10 @@ def _warm_kernels() -> None:
         fit_logistic(X, labels, **options)
 
 
-_warm_kernels()
+try:
+    _warm_kernels()
+except Exception:  # a warm-up only: an error here would stop the server from
+    # forking any worker (multiprocessing skips only an ImportError), while a worker that
+    # meets the same error in a task reports it to the client as usual
+    logging.getLogger(__name__).debug("kernel warm-up in the forkserver failed",
+                                      exc_info=True)

@@ -290,3 +290,45 @@ def test_scheduler_without_workers_ends_in_one_line(servers, data):
     line = one_error_line(run.err)
     assert servers.scheduler in line and "no workers (waited 10 s)" in line
     assert not (servers.cwd / "o2.zarr").exists()
+
+
+# ------------------------------------------------------------- forked worker processes
+def test_own_clusters_fork_their_workers_from_a_preloaded_server():
+    import multiprocessing
+
+    from daskstraggle.runtime._connect import WORKER_PRELOAD, worker_start_config
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        assert worker_start_config() == {}
+        return
+    assert worker_start_config() == {"distributed.worker.multiprocessing-method": "forkserver"}
+    assert "daskstraggle.runtime._worker_preload" in WORKER_PRELOAD
+
+
+@pytest.mark.cluster
+def test_the_session_clusters_workers_hold_the_preloaded_kernels(dask_client):
+    def preloaded() -> bool:
+        import sys
+
+        return "daskstraggle.runtime._worker_preload" in sys.modules
+
+    assert all(dask_client.run(preloaded).values())
+
+
+def test_a_failing_kernel_warm_up_does_not_stop_the_forkserver(monkeypatch):
+    """Only an ImportError is skipped by the forkserver's preload: any other error raised
+    on import would stop it from forking workers, so the warm-up keeps its errors."""
+    import importlib
+
+    import daskstraggle.api
+    from daskstraggle.runtime import _worker_preload
+
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(args)
+        raise RuntimeError("no kernels here")
+
+    monkeypatch.setattr(daskstraggle.api, "fit_pca", broken)
+    importlib.reload(_worker_preload)  # raises nothing
+    assert calls
