@@ -206,15 +206,16 @@ def _numba_fingerprint() -> Callable[[Any], bytes] | None:
 
 
 def _compile_key(name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """What a compiled version of kernel ``name`` for ``args`` depends on: for each array,
-    numba's own dispatch fingerprint (dtype, dimensions, layout, writeable: what numba
-    picks a compiled version by, computed in C), else :func:`_argument_key`."""
+    """What a compiled version of kernel ``name`` for ``args`` depends on: for each array
+    of native byte order, numba's own dispatch fingerprint (dtype, dimensions, layout,
+    writeable: what numba picks a compiled version by, computed in C; it does not tell
+    byte orders apart), else :func:`_argument_key`."""
     fingerprint = _numba_fingerprint()
     if fingerprint is not None:
         try:
-            return (name, *[fingerprint(a) if type(a) is np.ndarray else _argument_key(a)
-                            for a in args])
-        except (TypeError, ValueError, NotImplementedError):  # a non-native byte order...
+            return (name, *[fingerprint(a) if type(a) is np.ndarray and a.dtype.isnative
+                            else _argument_key(a) for a in args])
+        except (TypeError, ValueError, NotImplementedError):  # a dtype numba cannot take
             pass
     return (name, *map(_argument_key, args))
 
