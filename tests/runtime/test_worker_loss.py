@@ -25,7 +25,7 @@ from daskstraggle import open_matrix
 from daskstraggle.cli import format_result
 from daskstraggle.engine.coordinator import LOG_SIZE
 from daskstraggle.errors import StraggleWarning
-from daskstraggle.methods import DSAG, GD, CodedGD
+from daskstraggle.methods import DSAG, GD, CodedGD, make_method
 from daskstraggle.problems import PCA, Logistic
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, SimRuntime, StopRule
 from daskstraggle.runtime.checkpoint import load_checkpoint
@@ -439,6 +439,8 @@ def test_a_worker_without_a_nanny_is_replaced_then_a_newcomer_takes_its_index_ba
     (GD(), PCA(n_components=3)),
     # coded messages: each partition's coefficient applies to its share of the rows
     (CodedGD("cyclic-repetition", n_stragglers=1, rng=0), Logistic(alpha=0.01)),
+    # block Krylov: a helped round's sums are the clean round's, so the same rounds follow
+    (make_method("block"), PCA(n_components=3)),
 ])
 def test_a_worker_joining_beyond_the_worker_count_helps_the_slowest_index(
         data, fault_cluster, at_round, dask_worker, method, problem):
