@@ -34,7 +34,7 @@ def dask_client():
     from daskstraggle.runtime.dask import OWN_CLUSTER_CONFIG
 
     # workers forked from the preloaded server, as DaskRuntime(n_workers=3) starts them
-    with dask.config.set({**OWN_CLUSTER_CONFIG, **worker_start_config()}):
+    with dask.config.set({**OWN_CLUSTER_CONFIG, **worker_start_config()[0]}):
         cluster = LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
                                dashboard_address=None)
     client = Client(cluster, set_as_default=False)
@@ -124,7 +124,7 @@ def _start_fault_cluster() -> tuple[Any, Any]:
     from daskstraggle.runtime.dask import OWN_CLUSTER_CONFIG
 
     # as DaskRuntime(n_workers=3) starts one (a worker the nanny restarts is spawned)
-    with dask.config.set({**OWN_CLUSTER_CONFIG, **worker_start_config()}):
+    with dask.config.set({**OWN_CLUSTER_CONFIG, **worker_start_config()[0]}):
         cluster = LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
                                dashboard_address=None)
     return cluster, Client(cluster, set_as_default=False)

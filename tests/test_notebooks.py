@@ -65,16 +65,24 @@ def test_there_are_notebooks() -> None:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_code_compiles_and_names_only_what_the_package_has(path: Path) -> None:
-    """The cells compile, and every ``ds.<name>`` they use exists (cheap, in every suite)."""
+    """The cells compile, and every ``ds.<name>`` and ``from daskstraggle... import`` name
+    they use exists (cheap, in every suite)."""
+    import ast
+    import importlib
     import re
 
     import daskstraggle as ds
 
     cells = json.loads(path.read_text())["cells"]
     code = "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    compile(code, path.name, "exec")
+    tree = ast.parse(compile(code, path.name, "exec", flags=ast.PyCF_ONLY_AST))
     missing = sorted({name for name in re.findall(r"\bds\.(\w+)", code)
                       if not hasattr(ds, name)})
+    for node in ast.walk(tree):  # from daskstraggle.<module> import <names>
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("daskstraggle"):
+            module = importlib.import_module(node.module)
+            missing += [f"{node.module}.{a.name}" for a in node.names
+                        if not hasattr(module, a.name)]
     assert not missing, f"{path.name} uses daskstraggle names that do not exist: {missing}"
 
 

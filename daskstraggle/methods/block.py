@@ -217,11 +217,14 @@ class BlockKrylov(CodedSum):
         order = np.argsort(theta)[::-1]
         width = min(max(_KEEP_BLOCKS * self._b, self._k), U.shape[1])
         U = U[:, order[:width]]
+        Y = self._Q @ U
         # eigh's sign of each vector is arbitrary and can flip with a rounding-level change
-        # of H (a helper's two partial sums, a resumed run): the largest entry is positive,
-        # so runs equal to rounding give the same iterates, signs included
-        U = U * np.where(U[np.argmax(np.abs(U), axis=0), np.arange(U.shape[1])] < 0, -1.0, 1.0)
-        self._ritz = (theta[order], self._Q @ U, self._W @ U)
+        # of H (a helper's two partial sums, a resumed run): each Ritz vector's largest
+        # entry is made positive (as the fitted components are), so runs equal to rounding
+        # give the same iterates, signs included
+        signs = np.where(Y[np.argmax(np.abs(Y), axis=0), np.arange(Y.shape[1])] < 0, -1.0, 1.0)
+        U = U * signs
+        self._ritz = (theta[order], Y * signs, self._W @ U)
         return self._ritz
 
     def _new_block(self, directions: np.ndarray) -> np.ndarray:

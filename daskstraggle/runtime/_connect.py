@@ -12,13 +12,17 @@ reaches every process of the foreground group, and each worker would print its o
 closes the cluster. Its workers also skip zarr's exit hook
 (:class:`~daskstraggle.runtime._quiet.QuietExit`).
 
-Where the platform has it (Linux, macOS), such a LocalCluster starts its worker processes
-by forking a server process that imported the package's worker-side modules once
-(``multiprocessing``'s *forkserver*, as distributed's own test suite does), instead of
-spawning fresh interpreters that each import numpy, numba, zarr and the package again:
-on 2 cores a 4-worker cluster and its first fit start in about half the time, and the
-workers exit at once when it closes. A worker the nanny restarts later is started the
-usual way (``distributed.worker.multiprocessing-method``).
+On Linux such a LocalCluster starts its worker processes by forking a server process that
+imported the package's worker-side modules and loaded its kernels once (``multiprocessing``'s
+*forkserver*, as distributed's own test suite does), instead of spawning fresh interpreters
+that each import numpy, numba, zarr and the package again; the workers also exit at once
+when it closes. The server is used only while it is this package's own and fits: no
+forkserver of another preload runs in the process, ``distributed.worker.multiprocessing-method``
+is left at its default (``spawn``), and no environment variable read at import
+(``OMP_*``, ``NUMBA_*``, ...) changed since the server started; the other variables that
+changed are passed to the workers (``env``). Otherwise, and for a worker the nanny restarts
+later, workers are spawned as usual; a cluster whose forked workers fail to start is started
+again with spawned ones.
 """
 
 from __future__ import annotations
@@ -26,10 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
 import os
 import signal
 import socket
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -48,6 +52,7 @@ from daskstraggle.errors import (
 __all__ = [
     "MAX_LOCAL_WORKERS",
     "OWN_CLUSTER_CONFIG",
+    "WORKER_PRELOAD",
     "check_client",
     "connect",
     "probe_scheduler",
@@ -55,6 +60,7 @@ __all__ = [
     "scheduler_timeout",
     "start_local_cluster",
     "worker_addresses",
+    "worker_start_config",
     "worker_status",
 ]
 
@@ -192,52 +198,75 @@ def _sigint_blocked() -> Iterator[None]:
 #: (the second also loads the problems' numba kernels once: see its docstring).
 WORKER_PRELOAD = ("distributed", "daskstraggle.runtime._worker_preload")
 
+#: Environment variables read when a library is imported (thread pools, numba, the
+#: allocator, hashing): a worker forked from a server started before they changed would
+#: not see the change, so then workers are spawned.
+_IMPORT_TIME_ENVIRON = ("OMP_", "MKL_", "OPENBLAS_", "BLIS_", "NUMEXPR_", "VECLIB_", "NUMBA_",
+                        "PYTHON", "MALLOC_", "KMP_", "GOTO_")
 
-def worker_start_config() -> dict[str, Any]:
-    """Return the config that forks LocalCluster workers from a preloaded server.
+#: The environment our forkserver was configured with, None before (or without) it.
+_server_environ: dict[str, str] | None = None
 
-    ``{}`` where the platform has no forkserver (Windows). The server starts with the
-    first worker and imports :data:`WORKER_PRELOAD` once (a module that fails to import
-    there is skipped by ``multiprocessing``: the workers then import it themselves); later
-    clusters of this process fork from the same server.
+
+def _forkserver_running() -> bool:
+    """Whether a forkserver already runs in this process (``multiprocessing``'s own)."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    return getattr(server, "_forkserver_address", None) is not None
+
+
+def worker_start_config() -> tuple[dict[str, Any], dict[str, str]]:
+    """Return the config that forks LocalCluster workers from our preloaded server, and
+    the environment variables to pass them (those changed since the server started).
+
+    ``({}, {})``, workers spawned as usual, off Linux, when the user chose another
+    ``distributed.worker.multiprocessing-method``, when a forkserver this package did not
+    configure already runs, or when a variable read at import time changed since ours
+    started. The server starts with the first worker and imports :data:`WORKER_PRELOAD`
+    once; later clusters of this process fork from the same server.
     """
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return {}
+    global _server_environ
     import dask
-    from distributed.utils import get_mp_context
+    from distributed.utils import get_mp_context  # (loads distributed's config too)
 
     key = "distributed.worker.multiprocessing-method"
-    with dask.config.set({key: "forkserver"}):
-        context = get_mp_context()  # distributed sets its own preload list first
-    context.set_forkserver_preload(list(WORKER_PRELOAD))  # no effect once the server runs
-    return {key: "forkserver"}
+    if not sys.platform.startswith("linux") or dask.config.get(key) != "spawn":
+        return {}, {}
+    if _server_environ is None:
+        if _forkserver_running():
+            return {}, {}
+        with dask.config.set({key: "forkserver"}):
+            context = get_mp_context()  # distributed sets its own preload list first
+        context.set_forkserver_preload(list(WORKER_PRELOAD))
+        _server_environ = dict(os.environ)
+    changed = {k: v for k, v in os.environ.items() if _server_environ.get(k) != v}
+    removed = set(_server_environ) - set(os.environ)
+    if removed or any(k.startswith(_IMPORT_TIME_ENVIRON) for k in changed):
+        return {}, {}
+    return {key: "forkserver"}, changed
 
 
 def start_local_cluster(
     n_workers: int, *, threads_per_worker: int, processes: bool, config: dict[str, Any]
 ) -> tuple[Any, list[Any]]:
     """Start a LocalCluster whose workers ignore Ctrl-C; return a client and what to close."""
-    import dask
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     from daskstraggle.runtime._quiet import QuietExit
 
     check_oversubscription(n_workers, processes=processes)
     cluster = None
     try:
-        # the cluster's event loop thread starts the worker processes: both keep SIGINT
-        # blocked; a Ctrl-C meanwhile is delivered to this thread once it unblocks
-        start = worker_start_config() if processes else {}
-        with dask.config.set({**config, **start}), _sigint_blocked():
-            cluster = LocalCluster(
-                n_workers=n_workers,
-                threads_per_worker=threads_per_worker,
-                processes=processes,
-                dashboard_address=":0",  # any free port: never collide with another cluster
-                # worker logs would print tracebacks of errors the caller already reports
-                # (e.g. NaN found while loading); the exception itself still propagates
-                silence_logs=logging.CRITICAL,
-            )
+        start, environ = worker_start_config() if processes else ({}, {})
+        try:
+            cluster = _local_cluster(n_workers, threads_per_worker, processes,
+                                     {**config, **start}, environ)
+        except (RuntimeError, OSError, TimeoutError):
+            if not start:
+                raise
+            # forked workers did not start (the server could not): spawn them instead
+            cluster = _local_cluster(n_workers, threads_per_worker, processes, config, {})
         client = Client(cluster, set_as_default=False)
         client.register_plugin(QuietExit())
     except (RuntimeError, OSError, TimeoutError) as err:
@@ -254,6 +283,27 @@ def start_local_cluster(
             cluster.close()
         raise
     return client, [client, cluster]
+
+
+def _local_cluster(n_workers: int, threads_per_worker: int, processes: bool,
+                   config: dict[str, Any], environ: dict[str, str]) -> Any:
+    """Start the LocalCluster under ``config``, its workers with ``environ`` set."""
+    import dask
+    from distributed import LocalCluster
+
+    # the cluster's event loop thread starts the worker processes: both keep SIGINT
+    # blocked; a Ctrl-C meanwhile is delivered to this thread once it unblocks
+    with dask.config.set(config), _sigint_blocked():
+        return LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=threads_per_worker,
+            processes=processes,
+            dashboard_address=":0",  # any free port: never collide with another cluster
+            # worker logs would print tracebacks of errors the caller already reports
+            # (e.g. NaN found while loading); the exception itself still propagates
+            silence_logs=logging.CRITICAL,
+            **({"env": environ} if environ else {}),
+        )
 
 
 def worker_addresses(client: Any) -> list[str]:

@@ -1,21 +1,27 @@
 """Imported once in the forkserver that forks the workers of a LocalCluster started here.
 
-Importing this module imports what a worker needs (the problems, their numba kernels, the
-data readers, the task functions) and runs a tiny in-process fit of each problem, so the
-kernels are loaded from numba's cache (or compiled) once, in the server, before any worker
-is forked from it: each worker then starts with them in memory instead of loading them
-itself (seconds per worker on 2 cores). Nothing here is called at run time; see
-:func:`daskstraggle.runtime._connect.worker_start_config`.
+Importing this module blocks SIGINT in the server (so every worker forked from it ignores
+Ctrl-C, whichever thread started the server: the client's process alone handles it),
+imports what a worker needs (the problems, their numba kernels, the data readers, the task
+functions) and runs a tiny in-process fit of each problem, so the kernels are loaded from
+numba's cache (or compiled) once, in the server, before any worker is forked from it: each
+worker then starts with them in memory instead of loading them itself. It leaves no thread
+running (forking a process with threads is unsafe). Nothing here is called at run time;
+see :func:`daskstraggle.runtime._connect.worker_start_config`.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import warnings
+
+if hasattr(signal, "pthread_sigmask"):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 import numpy as np
 
-import daskstraggle.data  # the readers the workers use
+import daskstraggle.data
 import daskstraggle.runtime.dask  # noqa: F401  (the task functions)
 from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca
 
@@ -25,6 +31,12 @@ def _warm_kernels() -> None:
     X = np.random.default_rng(0).normal(size=(64, 5))
     labels = (X[:, 0] > 0).astype(np.float64)
     options = {"runtime": "local", "n_workers": 1, "method": "gd", "max_iter": 2}
+    try:  # tqdm's monitor thread (started with a first bar, never stopped) stays off
+        import tqdm
+
+        tqdm.tqdm.monitor_interval = 0
+    except ImportError:
+        pass
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # not converged after 2 iterations: expected
         fit_pca(X, 2, **options)
@@ -37,5 +49,5 @@ try:
 except Exception:  # a warm-up only: an error here would stop the server from
     # forking any worker (multiprocessing skips only an ImportError), while a worker that
     # meets the same error in a task reports it to the client as usual
-    logging.getLogger(__name__).debug("kernel warm-up in the forkserver failed",
-                                      exc_info=True)
+    logging.getLogger(__name__).warning("kernel warm-up in the forkserver failed",
+                                        exc_info=True)

@@ -228,7 +228,7 @@ def block_zarr_io(restore_hook):  # keep zarr's I/O thread busy past its 0.2 s e
 if __name__ == "__main__":  # the workers' processes import this file too
     if sys.argv[2] == "spawn":  # the start method of a worker the nanny restarts
         from daskstraggle.runtime import _connect
-        _connect.worker_start_config = lambda: {}
+        _connect.worker_start_config = lambda: ({}, {})
     client, owned = connect(n_workers=1)
     restore = sys.argv[1] == "without-plugin"
     assert client.submit(block_zarr_io, restore, pure=False).result()
@@ -294,25 +294,48 @@ def test_scheduler_without_workers_ends_in_one_line(servers, data):
 
 # ------------------------------------------------------------- forked worker processes
 def test_own_clusters_fork_their_workers_from_a_preloaded_server():
-    import multiprocessing
+
+    import dask
 
     from daskstraggle.runtime._connect import WORKER_PRELOAD, worker_start_config
 
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        assert worker_start_config() == {}
+    key = "distributed.worker.multiprocessing-method"
+    if not sys.platform.startswith("linux"):
+        assert worker_start_config() == ({}, {})
         return
-    assert worker_start_config() == {"distributed.worker.multiprocessing-method": "forkserver"}
+    assert worker_start_config()[0] == {key: "forkserver"}
     assert "daskstraggle.runtime._worker_preload" in WORKER_PRELOAD
+    # the user's own choice of start method is kept
+    with dask.config.set({key: "fork"}):
+        assert worker_start_config() == ({}, {})
+
+
+def test_forked_workers_get_what_changed_in_the_environment_or_are_spawned(monkeypatch):
+    """A forked worker has the server's environment: a variable set since is passed to
+    the workers, and one read at import time (thread pools, numba) means spawning."""
+    from daskstraggle.runtime._connect import worker_start_config
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("forked workers on Linux only")
+    worker_start_config()  # the server's environment is recorded (once per process)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "set-after-the-server-started")
+    config, environ = worker_start_config()
+    assert config and environ["AWS_ACCESS_KEY_ID"] == "set-after-the-server-started"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert worker_start_config() == ({}, {})
 
 
 @pytest.mark.cluster
 def test_the_session_clusters_workers_hold_the_preloaded_kernels(dask_client):
-    def preloaded() -> bool:
+    def preloaded() -> tuple[bool, bool]:
+        import signal
         import sys
 
-        return "daskstraggle.runtime._worker_preload" in sys.modules
+        return ("daskstraggle.runtime._worker_preload" in sys.modules,
+                signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, ()))
 
-    assert all(dask_client.run(preloaded).values())
+    # forked from the preloaded server, and Ctrl-C blocked there whoever started it
+    assert all(v == (True, True) for v in dask_client.run(preloaded).values())
 
 
 def test_a_failing_kernel_warm_up_does_not_stop_the_forkserver(monkeypatch):
@@ -321,7 +344,12 @@ def test_a_failing_kernel_warm_up_does_not_stop_the_forkserver(monkeypatch):
     import importlib
 
     import daskstraggle.api
-    from daskstraggle.runtime import _worker_preload
+
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    try:
+        from daskstraggle.runtime import _worker_preload
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     calls = []
 
@@ -330,5 +358,10 @@ def test_a_failing_kernel_warm_up_does_not_stop_the_forkserver(monkeypatch):
         raise RuntimeError("no kernels here")
 
     monkeypatch.setattr(daskstraggle.api, "fit_pca", broken)
-    importlib.reload(_worker_preload)  # raises nothing
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    try:
+        importlib.reload(_worker_preload)  # raises nothing
+        assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # the import blocked SIGINT here
     assert calls
