@@ -63,6 +63,15 @@ def data(tmp_path_factory: pytest.TempPathFactory):
     return open_matrix(str(path))
 
 
+@pytest.fixture(autouse=True)
+def _patient_cleanup() -> Iterator[None]:
+    """A run's clean-up broadcast waits up to 60 s here, not 15: on 2 cores loaded 4-5 a
+    job's worker answered it later than 15 s once (the test took 97 s), and the warning
+    that the injector could not be removed failed the run (never a wrong answer)."""
+    with dask_config.set({"daskstraggle.timeouts.cleanup": "60s"}):
+        yield
+
+
 @pytest.fixture
 def jobs() -> Iterator[Callable[[int], tuple[Any, Any]]]:
     """``jobs(n)``: a dask-jobqueue LocalCluster running ``n`` one-core jobs (one worker
