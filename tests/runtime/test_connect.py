@@ -293,17 +293,20 @@ def test_scheduler_without_workers_ends_in_one_line(servers, data):
 
 
 # ------------------------------------------------------------- forked worker processes
-def test_own_clusters_fork_their_workers_from_a_preloaded_server():
-
+def test_own_clusters_fork_their_workers_from_a_preloaded_server(monkeypatch):
     import dask
 
+    from daskstraggle.runtime import _connect
     from daskstraggle.runtime._connect import WORKER_PRELOAD, worker_start_config
 
     key = "distributed.worker.multiprocessing-method"
     if not sys.platform.startswith("linux"):
         assert worker_start_config() == ({}, {})
         return
-    assert worker_start_config()[0] == {key: "forkserver"}
+    worker_start_config()  # our server is configured (once per process)
+    # as if it had started now: earlier tests may have changed the environment since
+    monkeypatch.setattr(_connect, "_server_environ", dict(os.environ))
+    assert worker_start_config() == ({key: "forkserver"}, {})
     assert "daskstraggle.runtime._worker_preload" in WORKER_PRELOAD
     # the user's own choice of start method is kept
     with dask.config.set({key: "fork"}):
@@ -313,11 +316,14 @@ def test_own_clusters_fork_their_workers_from_a_preloaded_server():
 def test_forked_workers_get_what_changed_in_the_environment_or_are_spawned(monkeypatch):
     """A forked worker has the server's environment: a variable set since is passed to
     the workers, and one read at import time (thread pools, numba) means spawning."""
+    from daskstraggle.runtime import _connect
     from daskstraggle.runtime._connect import worker_start_config
 
     if not sys.platform.startswith("linux"):
         pytest.skip("forked workers on Linux only")
     worker_start_config()  # the server's environment is recorded (once per process)
+    # as if it had started now: earlier tests may have changed the environment since
+    monkeypatch.setattr(_connect, "_server_environ", dict(os.environ))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "set-after-the-server-started")
     config, environ = worker_start_config()
     assert config and environ["AWS_ACCESS_KEY_ID"] == "set-after-the-server-started"
