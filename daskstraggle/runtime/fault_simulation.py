@@ -33,6 +33,7 @@ from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel
 from daskstraggle.latency.faults import Fault, Freeze, Join
+from daskstraggle.latency.simulator import SimulationResult
 from daskstraggle.methods.base import WorkResult
 from daskstraggle.methods.dsag import DSAG
 from daskstraggle.problems import LeastSquares
@@ -55,7 +56,7 @@ SECONDS_PER_TASK_AND_WORKER = 1.5e-6
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class FaultSimulation:
+class FaultSimulation(SimulationResult):
     """Iteration times, participation and the engine's decisions of one faulty run.
 
     Parameters
@@ -100,39 +101,11 @@ class FaultSimulation:
     simulate_faults : Run the simulation.
     """
 
-    iteration_time: NDArray[np.float64]
-    iteration_duration: NDArray[np.float64]
-    n_fresh: NDArray[np.int64]
-    n_stale: NDArray[np.int64]
-    fresh: NDArray[np.bool_]
-    stale: NDArray[np.bool_]
-    n_wait: int
     faults: tuple[Fault, ...]
     events: tuple[dict[str, Any], ...]
     not_reached: tuple[Fault, ...]
     workers: tuple[str, ...]
     result: Result = field(repr=False)
-
-    @property
-    def n_iterations(self) -> int:
-        """Number of simulated iterations."""
-        return int(self.iteration_time.shape[0])
-
-    @property
-    def n_workers(self) -> int:
-        """Number of worker indices (the workers at the start)."""
-        return int(self.fresh.shape[1])
-
-    @property
-    def total_time(self) -> float:
-        """End of the last iteration (simulated seconds)."""
-        return float(self.iteration_time[-1])
-
-    @property
-    def participation(self) -> NDArray[np.float64]:
-        """Fraction of iterations in which each worker index delivered a fresh result,
-        ndarray of shape (n_workers,)."""
-        return self.fresh.mean(axis=0)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the numbers and events as plain Python lists (JSON-ready)."""
