@@ -141,11 +141,9 @@ def test_int8_rows_outside_the_dosage_range(fill, m, k, implementation, rng):
 @pytest.mark.parametrize("m", [16, 17, 23, 24, 31, 33])
 @pytest.mark.parametrize("k", [1, 2, 4, 5, 6])
 def test_genotype_rows_converted_inside_the_projection(packed, fill, m, k, implementation, rng):
-    """On AVX-512 the numba loops convert whole groups of genotype rows inside the first
-    projection block's loop (``_project_codes``), a row's last calls by one load ending at
-    its last byte: widths of whole vectors and of one to seven calls past them, every first
-    block (1, 2, 4 and 5 columns), with and without a fill (without, a missing call is
-    -1), and a partial last group (13 rows)."""
+    """Genotype rows of widths of whole vectors and of one to seven calls past them, every
+    column remainder of the register blocks (1, 2, 4, 5 and 6 columns), with and without
+    a fill (without, a missing call is -1), and a partial last group (13 rows)."""
     n = 13
     values = dosages(n, m, rng, missing=0.1)
     transforms = {"fill": rng.uniform(0, 2, n) if fill else None,
@@ -154,46 +152,6 @@ def test_genotype_rows_converted_inside_the_projection(packed, fill, m, k, imple
              else Block(values, **transforms))
     assert_pca_pass(block, dense(block), rng.normal(size=(m, k)), rng.normal(size=k),
                     implementation)
-
-
-@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
-def test_which_groups_take_the_fast_paths(rng):
-    """``_codes_usable`` takes whole groups of int8 (only -1..2) or packed rows padded to
-    whole vectors, ``_in_place`` whole groups of float64 rows without a fill, and nothing
-    else: a test of the fast paths being taken at all (the results agree either way)."""
-    import numba
-
-    from daskstraggle.problems import _numba_kernels as nk
-
-    if not nk.PERMUTE:
-        pytest.skip("the conversion inside the projection needs AVX-512")
-
-    @numba.njit(cache=False)
-    def usable(values, i0, nr, width):
-        return nk._codes_usable(values, i0, nr, np.zeros((2, width)), np.zeros((4, width)))
-
-    ints = dosages(8, 30, rng)
-    assert usable(ints, 0, 4, 32) and usable(ints, 4, 4, 32)
-    assert not usable(ints, 4, 3, 32)  # a partial group
-    assert not usable(ints, 0, 4, 30)  # rows not padded to whole vectors
-    assert not usable(ints, 0, 4, 40)  # padded past the calls' last vector
-    ints[5, 29] = 3  # a tetraploid dosage: its group takes the per-value conversion
-    assert usable(ints, 0, 4, 32) and not usable(ints, 4, 4, 32)
-    assert not usable(dosages(8, 15, rng), 0, 4, 16)  # under 16 bytes a row
-    assert usable(pack_dosages(dosages(8, 30, rng)), 0, 4, 32)
-    assert usable(pack_dosages(dosages(8, 5, rng)), 0, 4, 8)  # two bytes a row
-    assert not usable(np.zeros((8, 32)), 0, 4, 32)  # float64 rows are read in place
-
-    @numba.njit(cache=False)
-    def in_place(values, nr, fill):
-        flags = np.array([fill, False, False])
-        return nk._in_place(values, nr, flags, np.zeros((4, values.shape[1])))
-
-    floats = np.zeros((8, 30))
-    assert in_place(floats, 4, False)
-    assert not in_place(floats, 3, False)  # a partial group: copied with zero rows
-    assert not in_place(floats, 4, True)  # missing entries to fill
-    assert not in_place(ints, 4, False)
 
 
 WIDE = kernels._PCA_GEMM_MIN_FEATURES
@@ -526,36 +484,12 @@ def test_read_only_float_blocks_fall_back_to_numpy(rng):
     assert close(G, X.T @ X)
 
 
-@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
-def test_wide_vectors_sets_the_llvm_attributes_on_its_caller_only():
-    import numba
-
-    from daskstraggle.problems._numba_kernels import _wide_vectors
-
-    @numba.njit(cache=False)
-    def wide(a):
-        _wide_vectors()
-        return a.sum()
-
-    @numba.njit(cache=False)
-    def narrow(a):
-        return a.sum()
-
-    a = np.arange(5.0)
-    assert wide(a) == narrow(a) == 10.0
-    wide_ir = "".join(wide.inspect_llvm().values())
-    assert '"prefer-vector-width"="512"' in wide_ir
-    assert "prefer-vector-width" not in "".join(narrow.inspect_llvm().values())
-
-
 _GENERIC_CHECK = """
 import numpy as np
 from daskstraggle.problems import Block
 from daskstraggle.problems import _kernels as kernels
-from daskstraggle.problems import _numba_kernels
 from daskstraggle.problems._packing import pack_dosages
 
-assert not _numba_kernels.PERMUTE
 rng = np.random.default_rng(3)
 values = rng.integers(-1, 3, size=(45, 37)).astype(np.int8)
 transforms = {"fill": rng.uniform(0, 2, 45), "center": rng.uniform(0, 2, 45),
@@ -573,9 +507,9 @@ print("ok")
 
 
 @pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
-def test_kernels_without_avx512_use_the_per_value_conversion(tmp_path):
-    """The conversions for CPUs without AVX-512 (numba compiling for a generic CPU here):
-    int8 converted value by value, packed codes decoded through the four-entry table."""
+def test_kernels_compiled_for_a_generic_cpu_agree(tmp_path):
+    """The kernels hold no CPU-specific code: compiled by numba for a generic CPU (no SIMD
+    extensions assumed) they give the same int8 and packed results."""
     import os
     import subprocess
     import sys
@@ -591,39 +525,16 @@ def test_kernels_without_avx512_use_the_per_value_conversion(tmp_path):
     assert proc.stdout.strip() == "ok"
 
 
-@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
-def test_the_kernels_record_the_digest_of_their_ir():
-    """numba recompiles a cached kernel only when the kernel's own file changes, and the
-    intrinsics in ``_numba_ir.py`` are compiled into the kernels: an edit there must come
-    with the new digest in ``_numba_kernels.py``, or the old code keeps running."""
-    import hashlib
+def test_the_package_holds_no_hand_written_llvm_ir():
+    """The kernels are plain numba: no module of the package imports ``llvmlite.ir`` (or
+    builds LLVM IR through ``llvmlite`` at all)."""
     from pathlib import Path
 
-    from daskstraggle.problems import _numba_ir, _numba_kernels
-
-    digest = hashlib.sha256(Path(_numba_ir.__file__).read_bytes()).hexdigest()
-    assert _numba_kernels.IR_DIGEST == digest, (
-        f"_numba_ir.py changed: set IR_DIGEST = {digest!r} in _numba_kernels.py")
-
-
-@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
-def test_the_ir_intrinsics_refuse_arrays_that_are_not_c_contiguous():
-    """The LLVM-IR products address rows as ``data + offset``: a strided array must be a
-    compile error, never a wrong product."""
-    import numba
-
-    from daskstraggle.problems import _numba_kernels as nk
-
-    @numba.njit(cache=False)
-    def project(x, VT, p):
-        nk._project4(nk._row_address(x, 0), VT, 0, p)
-
-    VT, p = np.ones((4, 13)), np.zeros((4, 4))
-    project(np.full((4, 13), 2.0), VT, p)  # 13 values: one whole vector and a masked one
-    assert np.array_equal(p, np.full((4, 4), 26.0))
-    for x, V in ((np.ones((4, 26))[:, ::2], VT), (np.ones((4, 13)), np.ones((4, 26))[:, ::2])):
-        with pytest.raises(numba.core.errors.TypingError, match="C-contiguous"):
-            project(x, V, p)
+    package = Path(kernels.__file__).resolve().parents[1]
+    offenders = [str(path.relative_to(package)) for path in sorted(package.rglob("*.py"))
+                 if re.search(r"\bllvmlite\b", path.read_text(encoding="utf-8"))]
+    assert offenders == []
+    assert not (package / "problems" / "_numba_ir.py").exists()
 
 
 def test_the_compile_cache_key_tells_apart_what_numba_types_tell_apart():
