@@ -12,7 +12,8 @@ Three measurements, side by side in one run, each the median of several repeats
     kernel (d = 1000 samples) on int8 and float64 blocks; the logistic and least-squares
     kernels on the float64 block. Each with the numba and the numpy kernels
     (``DASKSTRAGGLE_NUMBA``), plus the numba start-up cost of a fresh process (cold
-    compile, cached);
+    compile, cached). With ``--base`` another checkout's numba kernels are timed
+    alternately with ours in the same run and reported as speed-ups;
 (b) per-iteration overhead of synchronous GD (PCA) on LocalClusters of 2, 4 and 8
     single-threaded process workers: iteration time minus the slowest worker's kernel
     time, next to a no-op round-trip floor, the in-process driver cost and the
@@ -32,6 +33,8 @@ Usage::
     python pipelines/bench_foundation.py            # default sizes, ~9 minutes
     python pipelines/bench_foundation.py --quick    # smoke run, < 1 minute
     flock /tmp/daskstraggle-bench.lock python pipelines/bench_foundation.py --sections kernel
+    git worktree add /tmp/base 5f225a0    # then, the same kernels of both in one run:
+    python pipelines/bench_foundation.py --sections kernel --base /tmp/base
 """
 
 from __future__ import annotations
@@ -242,14 +245,20 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     cpu = platform.processor() or None
+    cpu_fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for row in f:
-                if row.startswith("model name"):
-                    cpu = row.split(":", 1)[1].strip()
-                    break
+                key, _, value = row.partition(":")
+                key = key.strip()
+                if key in ("model name", "cpu family", "model", "flags") and key not in cpu_fields:
+                    cpu_fields[key] = value.strip()
+                if not row.strip():
+                    break  # the first processor only
     except OSError:
         pass
+    cpu = cpu_fields.get("model name", cpu)
+    simd = sorted(set(cpu_fields.get("flags", "").split()) & _SIMD_FLAGS)
 
     def git(*args: str) -> str | None:  # read-only queries
         try:
@@ -265,6 +274,8 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu": cpu,
+        "cpu_family_model": [cpu_fields.get("cpu family"), cpu_fields.get("model")],
+        "cpu_simd": simd,
         "cpu_count": os.cpu_count(),
         "mem_gib": mem_gib,
         "load_avg_start": list(os.getloadavg()),
@@ -276,6 +287,11 @@ def machine_info() -> dict[str, Any]:
                      "daskstraggle": daskstraggle.__version__},
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
     }
+
+
+#: CPU flags worth naming next to kernel numbers (the vector extensions LLVM may use).
+_SIMD_FLAGS = {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "asimd",
+               "sve"}
 
 
 def _installed_version(dist: str) -> str | None:
@@ -330,17 +346,108 @@ def genotype_block(n: int, m: int, missing: float, rng: np.random.Generator, *,
     )
 
 
-def run_ops(ops: dict[str, Callable[[], Any]], repeats: int, inner: int) -> dict[str, list[float]]:
-    """Time every op once per repeat (best of ``inner``), rotating the order each repeat."""
+def run_ops(ops: dict[str, Callable[[], Any]], repeats: int, inner: int,
+            base: BaseKernels | None = None, compared: Sequence[str] = ()
+            ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Time every op once per repeat (best of ``inner``), rotating the order each repeat.
+
+    With ``base``, each op named in ``compared`` is also timed by the base process right
+    before (odd repeats) or after (even repeats) ours; returns our times and the base's.
+    """
     names = list(ops)
     for name in names:  # warm-up: page in, BLAS init, numba compile or cache load
         ops[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
+    base_times: dict[str, list[float]] = {name: [] for name in compared} if base else {}
     for r in range(repeats):
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
+            theirs = base is not None and name in base_times
+            if theirs and r % 2:
+                base_times[name].append(base.time(name))  # type: ignore[union-attr]
             times[name].append(best_of(ops[name], inner))
-    return times
+            if theirs and not r % 2:
+                base_times[name].append(base.time(name))  # type: ignore[union-attr]
+    return times, base_times
+
+
+class BaseKernels:
+    """The kernel cases of (a) run by another checkout's ``daskstraggle`` in a child process.
+
+    The child runs this script with ``--serve-base`` and ``PYTHONPATH`` set to the
+    checkout (e.g. ``git worktree add /tmp/base <commit>``): it builds the same blocks from
+    the same seed, in the same order, and times one case per request, so our calls and
+    its calls alternate in one run and their ratio is not the machine's load of the day.
+    """
+
+    def __init__(self, path: Path, cfg: argparse.Namespace) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(path), os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--serve-base"], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(path))
+        config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()}
+        self.info: dict[str, Any] = json.loads(self._ask(json.dumps(config)))
+
+    def _ask(self, line: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the base process ended (exit {self.proc.wait()})")
+        return answer.strip()
+
+    def build(self, block_name: str) -> None:
+        """Build (and warm up) the cases of ``block_name`` in the child."""
+        self._ask(f"build {block_name}")
+
+    def time(self, key: str) -> float:
+        """Seconds of the child's case ``key`` (best of ``--inner`` calls)."""
+        return float(self._ask(f"time {key}"))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+
+
+def serve_base() -> int:
+    """The child of :class:`BaseKernels`: one configuration line, then requests."""
+    import daskstraggle
+
+    cfg = argparse.Namespace(**json.loads(sys.stdin.readline()))
+    rng = np.random.default_rng(cfg.seed)
+    gemm_op(cfg.gemm_size, rng)  # the parent's draws, in its order
+    print(json.dumps({"package": str(Path(daskstraggle.__file__).resolve().parent),
+                      "git_commit": _git_head(Path(daskstraggle.__file__).parents[1])}),
+          flush=True)
+    ops: dict[str, Callable[[], Any]] = {}
+    for line in sys.stdin:
+        command, _, argument = line.strip().partition(" ")
+        if command == "build":
+            ops.clear()
+            gc.collect()
+            ops.update(kernel_blocks()[argument](cfg, rng)[0])
+            for op in ops.values():
+                op()
+            answer = "ok"
+        elif command == "time":
+            answer = repr(best_of(ops[argument], cfg.inner))
+        else:
+            break
+        print(answer, flush=True)
+    return 0
+
+
+def _git_head(path: Path) -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 IMPLEMENTATIONS = ("numba", "numpy")
@@ -472,37 +579,64 @@ def _gram_block_cases(cfg: argparse.Namespace, rng: np.random.Generator
     return ops, cases, info
 
 
-def numba_startup() -> dict[str, float]:
-    """Seconds a fresh process spends on its first PCA kernel call: cold compile and cached.
+#: A fresh process's first calls of every problem's numba kernels (block_stats, the
+#: kernel, PCA's Gram kernel) on float64, int8 and packed blocks: what compiling costs.
+_STARTUP_CODE = """
+import json, sys, time
+import numpy as np
+t0 = time.perf_counter()
+from daskstraggle.problems import PCA, Block, LeastSquares, Logistic, block_stats
+from daskstraggle.problems._packing import pack_dosages
+t1 = time.perf_counter()
+rng = np.random.default_rng(0)
+n, m = 64, 40
+calls = rng.integers(0, 3, size=(n, m)).astype(np.int8)
+calls[rng.random((n, m)) < 0.05] = -1
+y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+rows = {"fill": rng.uniform(0, 2, n), "center": rng.uniform(0, 2, n),
+        "scale": rng.uniform(1, 2, n), "y": y}
+blocks = {"float64": Block(rng.normal(size=(n, m)), y=y),
+          "int8": Block(calls, **rows),
+          "packed": Block(pack_dosages(calls), packed_columns=m, **rows)}
+out = {"import_s": t1 - t0}
+for name, block in blocks.items():
+    for problem in (PCA(n_components=3), LeastSquares(), Logistic()):
+        t = time.perf_counter()
+        bound = problem.bind(block_stats(block))
+        x = (bound.init_iterate(rng) if isinstance(problem, PCA)
+             else 0.1 * rng.normal(size=bound.n_params))
+        bound.kernel(block, x)
+        if isinstance(problem, PCA):
+            bound.gram_kernel(block)
+        out[type(problem).__name__ + "/" + name] = time.perf_counter() - t
+out["total_s"] = time.perf_counter() - t1
+print(json.dumps(out))
+"""
 
-    Two child processes share a new empty numba cache directory: the first compiles the
-    kernel (what the first worker of a new install pays), the second loads it from the
-    cache (what every later worker process pays). Each also reports the same call's second
-    run, the kernel itself.
+
+def numba_startup(base: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Seconds a fresh process spends on its first calls of every problem's kernels.
+
+    For our package (and the base checkout's, when given, alternately): a process with a
+    new empty numba cache directory compiles every kernel (what the first worker of a CI
+    run or a new install pays), then a second process with the same directory loads them
+    from the cache (what every later worker process pays).
     """
-    code = (
-        "import time, numpy as np\n"
-        "t0 = time.perf_counter()\n"
-        "from daskstraggle.problems import PCA, Block, block_stats\n"
-        "t1 = time.perf_counter()\n"
-        "b = Block((np.arange(4000) % 3).astype(np.int8).reshape(100, 40))\n"
-        "p = PCA(n_components=2).bind(block_stats(b))\n"
-        "V = p.init_iterate(np.random.default_rng(0))\n"
-        "t2 = time.perf_counter(); p.kernel(b, V); t3 = time.perf_counter(); p.kernel(b, V)\n"
-        "t4 = time.perf_counter()\n"
-        "print(t1 - t0, t3 - t2, t4 - t3)\n"
-    )
-    out: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-numba-") as cache:
-        env = {**os.environ, "NUMBA_CACHE_DIR": cache, "DASKSTRAGGLE_NUMBA": "1",
-               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-        for label in ("cold", "cached"):
-            proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                                  text=True, timeout=600, check=True)
-            imported, first, second = (float(v) for v in proc.stdout.split())
-            out[f"{label}_first_call_s"] = first
-            out[f"{label}_import_s"] = imported
-            out[f"{label}_second_call_s"] = second
+    packages = {"ours": REPO} if base is None else {"ours": REPO, "base": Path(base)}
+    out: dict[str, dict[str, Any]] = {}
+    for label, path in packages.items():
+        with tempfile.TemporaryDirectory(prefix="bench-numba-") as cache:
+            env = {**os.environ, "NUMBA_CACHE_DIR": cache, "DASKSTRAGGLE_NUMBA": "1",
+                   "PYTHONPATH": os.pathsep.join([str(path),
+                                                  os.environ.get("PYTHONPATH", "")])}
+            runs = {}
+            for state in ("cold", "cached"):
+                proc = subprocess.run([sys.executable, "-c", _STARTUP_CODE], env=env,
+                                      capture_output=True, text=True, timeout=1800,
+                                      check=True, cwd=str(path))
+                runs[state] = json.loads(proc.stdout.strip().splitlines()[-1])
+        out[label] = {"cold_s": runs["cold"]["total_s"], "cached_s": runs["cached"]["total_s"],
+                      "import_s": runs["cached"]["import_s"], "cold_calls": runs["cold"]}
     return out
 
 
@@ -515,51 +649,94 @@ def bench_kernels(cfg: argparse.Namespace, rng: np.random.Generator) -> dict[str
     """
     out: dict[str, Any] = {"cases": [], "gemm_n": cfg.gemm_size}
     gemm, gemm_flops = gemm_op(cfg.gemm_size, rng)
-    makers = {"float64": _float_cases,
-              "int8 genotypes": lambda c, r: _genotype_cases(c, r, packed=False),
-              "packed genotypes": lambda c, r: _genotype_cases(c, r, packed=True),
-              "gram": _gram_block_cases}
-    for block_name, make in makers.items():
-        ops, cases, info = make(cfg, rng)
-        ops["gemm"] = gemm
-        times = run_ops(ops, cfg.repeats, cfg.inner)
-        out.setdefault("blocks", {})[block_name] = info
-        peak = [gemm_flops / t for t in times["gemm"]]
-        out.setdefault("gemm_gflop_per_s", []).extend(p / 1e9 for p in peak)
-        for key, kind, label, impl, nbytes, flops in cases:
-            case: dict[str, Any] = {
-                "block": block_name, "key": key, "case": label, "kind": kind,
-                "implementation": impl, "bytes": nbytes, "time_s": summarize(times[key]),
-                "gb_per_s": summarize([nbytes / t / 1e9 for t in times[key]]),
-            }
-            if flops:
-                case["gflop_per_s"] = summarize([flops / t / 1e9 for t in times[key]])
-            if kind == "kernel":
-                read = times["read_f64" if key.endswith("-f64") else "read"]
-                roof = [max(r, flops / p) for r, p in zip(read, peak, strict=True)]
-                case["bound"] = "compute" if np.median([flops / p for p in peak]) > \
-                    np.median(read) else "memory"
-                case["roofline"] = summarize(
-                    [f / t for f, t in zip(roof, times[key], strict=True)])
-            out["cases"].append(case)
-        out[block_name] = {"read_gb_per_s": summarize(
-            [cases[0][4] / t / 1e9 for t in times["read"]])}
-        gc.collect()
+    base = BaseKernels(cfg.base, cfg) if cfg.base else None
+    if base is not None:
+        out["base"] = {"path": str(cfg.base), **base.info}
+    try:
+        for block_name, make in kernel_blocks().items():
+            _bench_block(cfg, rng, out, block_name, make, gemm, gemm_flops, base)
+    finally:
+        if base is not None:
+            base.close()
     out["gemm_gflop_per_s"] = summarize(out["gemm_gflop_per_s"])
     if "numba" in IMPLEMENTATIONS:
         log("(a) numba start-up: cold compile and cached load in fresh processes")
-        out["numba_startup"] = numba_startup()
+        out["numba_startup"] = numba_startup(cfg.base)
     return out
+
+
+def kernel_blocks() -> dict[str, Callable[..., Any]]:
+    """The blocks of (a), in the order they are built, and what builds each's cases."""
+    return {"float64": _float_cases,
+            "int8 genotypes": lambda c, r: _genotype_cases(c, r, packed=False),
+            "packed genotypes": lambda c, r: _genotype_cases(c, r, packed=True),
+            "gram": _gram_block_cases}
+
+
+def _bench_block(cfg: argparse.Namespace, rng: np.random.Generator, out: dict[str, Any],
+                 block_name: str, make: Callable[..., Any], gemm: Callable[[], Any],
+                 gemm_flops: float, base: BaseKernels | None) -> None:
+    """Build one block's cases (ours, and the base's when given), time them, record them."""
+    ops, cases, info = make(cfg, rng)
+    ops["gemm"] = gemm
+    compared = [c[0] for c in cases if c[1] == "kernel" and c[3] == "numba"]
+    if base is not None:
+        log(f"(a) building the base's {block_name} cases")
+        base.build(block_name)
+    times, base_times = run_ops(ops, cfg.repeats, cfg.inner, base, compared)
+    _record_block(out, block_name, info, cases, times, base_times, gemm_flops)
+
+
+def _record_block(out: dict[str, Any], block_name: str, info: dict[str, Any],
+                  cases: list[_Case], times: dict[str, list[float]],
+                  base_times: dict[str, list[float]], gemm_flops: float) -> None:
+    """Add one block's cases (time, throughput, roofline; ratio to the base) to ``out``."""
+    out.setdefault("blocks", {})[block_name] = info
+    peak = [gemm_flops / t for t in times["gemm"]]
+    out.setdefault("gemm_gflop_per_s", []).extend(p / 1e9 for p in peak)
+    for key, kind, label, impl, nbytes, flops in cases:
+        case: dict[str, Any] = {
+            "block": block_name, "key": key, "case": label, "kind": kind,
+            "implementation": impl, "bytes": nbytes, "time_s": summarize(times[key]),
+            "gb_per_s": summarize([nbytes / t / 1e9 for t in times[key]]),
+        }
+        if flops:
+            case["gflop_per_s"] = summarize([flops / t / 1e9 for t in times[key]])
+        if kind == "kernel":
+            read = times["read_f64" if key.endswith("-f64") else "read"]
+            roof = [max(r, flops / p) for r, p in zip(read, peak, strict=True)]
+            case["bound"] = "compute" if np.median([flops / p for p in peak]) > \
+                np.median(read) else "memory"
+            case["roofline"] = summarize(
+                [f / t for f, t in zip(roof, times[key], strict=True)])
+        if key in base_times:
+            case["base"] = _base_case(base_times[key], times[key], roof)
+        out["cases"].append(case)
+    out[block_name] = {"read_gb_per_s": summarize(
+        [cases[0][4] / t / 1e9 for t in times["read"]])}
+    gc.collect()
+
+
+def _base_case(theirs: list[float], ours: list[float], roof: list[float]) -> dict[str, Any]:
+    """The base's times of a case, our speed-up over them (base / ours, per repeat) and the
+    base's roofline fraction."""
+    return {"time_s": summarize(theirs),
+            "speedup": summarize([b / t for b, t in zip(theirs, ours, strict=True)]),
+            "roofline": summarize([f / b for f, b in zip(roof, theirs, strict=True)])}
 
 
 def table_kernels(res: dict[str, Any]) -> str:
     rows = []
     for case in res["cases"]:
         roof = fmt_stats(case["roofline"], digits=2) if "roofline" in case else "-"
+        base = case.get("base")
         rows.append([case["block"], case["kind"], case["case"], case["implementation"] or "-",
                      fmt_stats(case["time_s"], 1e3), f"{case['gb_per_s']['median']:.2f}",
                      f"{case['gflop_per_s']['median']:.1f}" if "gflop_per_s" in case else "",
-                     case.get("bound", ""), roof])
+                     case.get("bound", ""), roof,
+                     fmt_stats(base["time_s"], 1e3) if base else "",
+                     f"{base['roofline']['median']:.2f}" if base else "",
+                     fmt_stats(base["speedup"], digits=2) if base else ""])
     f, g = res["blocks"]["float64"], res["blocks"]["int8 genotypes"]
     p = res["blocks"]["packed genotypes"]
     peak = res["gemm_gflop_per_s"]
@@ -569,14 +746,17 @@ def table_kernels(res: dict[str, Any]) -> str:
              f"{100 * g['missing_fraction']:.1f}% missing); peak GEMM "
              f"{peak['median']:.1f} GFLOP/s (float64 {res['gemm_n']}^3); roofline = "
              "max(read time, flops / peak) / case time (target >= 0.5)")
+    if "base" in res:
+        title += (f"; base = {res['base']['path']} (commit {res['base']['git_commit']}), "
+                  "each case timed alternately with ours; speed-up = base time / ours")
     text = print_table(title, ["block", "kind", "case", "impl", "ms median [min-max]", "GB/s",
-                               "GFLOP/s", "bound", "roofline median [min-max]"], rows)
-    start = res.get("numba_startup")
-    if start:
-        line = (f"numba start-up per process (first PCA kernel call): cold compile "
-                f"{start['cold_first_call_s']:.2f} s, from the cache "
-                f"{start['cached_first_call_s']:.2f} s (import of daskstraggle.problems "
-                f"{start['cached_import_s']:.2f} s)")
+                               "GFLOP/s", "bound", "roofline median [min-max]", "base ms",
+                               "base roofline", "speed-up vs base"], rows)
+    for label, start in res.get("numba_startup", {}).items():
+        line = (f"numba start-up of a fresh process ({label}): first calls of every "
+                f"problem's kernels, empty cache {start['cold_s']:.1f} s, from the cache "
+                f"{start['cached_s']:.1f} s (import of daskstraggle.problems "
+                f"{start['import_s']:.2f} s)")
         print(line, flush=True)
         text += "\n" + line
     return text
@@ -994,6 +1174,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         quick = QUICK.get(key, DEFAULTS[key])
         p.add_argument(flag, type=kind, nargs="+" if many else None,
                        help=f"{text} (default {DEFAULTS[key]}; with --quick {quick})")
+    p.add_argument("--base", type=Path, default=None,
+                   help="(a) a checkout of another commit (e.g. made by git worktree add): "
+                        "its numba kernels are timed alternately with ours in one run, and "
+                        "its cold compile next to ours")
+    p.add_argument("--serve-base", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help="seed of all random data and starts")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON output (default results/bench_foundation/<UTC timestamp>.json)")
@@ -1012,6 +1197,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(argv)
+    if cfg.serve_base:
+        return serve_base()
     if not cfg.verbose:
         logging.getLogger("distributed").setLevel(logging.ERROR)
         warnings.filterwarnings("ignore", category=FutureWarning)

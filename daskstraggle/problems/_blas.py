@@ -1,12 +1,8 @@
 """A BLAS ``syrk`` that releases the GIL, for Gram tiles folded in several threads.
 
-``scipy.linalg.blas.dsyrk`` (an f2py wrapper) holds the GIL for the whole call, so two
-threads folding Gram tiles run one ``syrk`` at a time, and each call's own BLAS threads
-then compete with the other thread's conversion work. Measured on the 2-core VM with
-1024 x 1000 tiles: two threads took 2.1 s for what one ``syrk`` with 2 BLAS threads did
-in 1.2-1.3 s, and up to 5-6 s when another process took a core (OpenBLAS threads spin
-while they wait). Through ``ctypes`` the same routine runs without the GIL: two threads
-with one BLAS thread each took 1.04-1.07 s.
+``scipy.linalg.blas.dsyrk`` (an f2py wrapper) holds the GIL for the whole call, so threads
+folding Gram tiles would run one ``syrk`` at a time. Called through ``ctypes`` the same
+routine runs without the GIL, so each thread folds its own tiles concurrently.
 
 The routine is scipy's own (``scipy.linalg.cython_blas``, a public API), so it is the
 BLAS scipy links. If it cannot be reached the f2py wrapper is used.

@@ -16,11 +16,13 @@ being ``T`` with its missing entries replaced by ``f``. The kernels here compute
 each in one pass over the stored bytes. Two implementations compute the same sums:
 
 ``"numba"``
-    Four rows at a time are converted to float64 with their missing entries filled (or
-    decoded from 2 bits) into an L1-resident buffer that feeds register-blocked products
-    (see :mod:`daskstraggle.problems._numba_kernels`). Compiled lazily, one kernel at a
-    time, and cached on disk. PCA on wide float64 rows without missing entries with at
-    least ``_PCA_GEMM_MIN_K`` components runs two BLAS products per row tile instead.
+    Plain numba loops (:mod:`daskstraggle.problems._numba_kernels`): four rows at a time,
+    read in place (float64) or converted to float64 with their missing entries filled (or
+    decoded from 2 bits) into a buffer that stays in L1 cache, then the projections and the
+    rank-4 update with the accumulators in registers. Compiled lazily, one kernel and
+    dtype at a time, and cached on disk. PCA on wide float64 rows without missing entries
+    with at least ``_PCA_GEMM_MIN_K`` components runs two BLAS products per row tile
+    instead.
 ``"numpy"``
     Tile by tile, the raw values are cast to float64 and only the few missing entries are
     filled.
@@ -66,15 +68,12 @@ _GRAM_MIN_ROWS = 1024
 _GRAM_MAX_TILE_BYTES = 1 << 26
 #: PCA on float64 blocks without missing entries uses BLAS products on row tiles
 #: (``pca_gemm``) from this many components on, for blocks of at least
-#: ``_PCA_GEMM_MIN_FEATURES`` columns: measured on 200 000 x 100, 100 000 x 200,
-#: 66 667 x 300, 40 000 x 500 and 20 000 x 1000 blocks (2026-11-26, session 13), BLAS was
-#: 8-25 % faster than the fused loops at k = 8..30 from 500 columns on (10-14 % slower at
-#: k = 40, not acted on), equal at 300 columns for k >= 16, and slower below (d = 100:
-#: 39.9 against 32.5 ms at k = 20; docs/kernels.md).
+#: ``_PCA_GEMM_MIN_FEATURES`` columns; narrower blocks and fewer components use the fused
+#: loops (skinny BLAS products on narrow rows run far below the BLAS peak).
 _PCA_GEMM_MIN_K = 8
 _PCA_GEMM_MIN_FEATURES = 400
 #: Genotype rows of the fused PCA loops are padded to a multiple of this many columns
-#: (eight float64 values, one 512-bit vector; :func:`_pca_width`).
+#: (:func:`_pca_width`), so the vector loops have whole vectors only.
 _PCA_ALIGN = 8
 #: Bytes of a row tile of the BLAS PCA path (stays in L2 between the two products).
 _PCA_GEMM_TILE_BYTES = 1 << 18
@@ -120,9 +119,8 @@ _NUMBA_KEY = os.environ.encodekey(NUMBA_VARIABLE)
 
 def _numba_switch() -> str:
     """``$DASKSTRAGGLE_NUMBA`` now ("1" when unset), read at every kernel call (a benchmark
-    flips it between calls), from ``os.environ``'s own store: ``os.environ.get`` of an
-    unset variable raises and catches two KeyErrors inside, which cost about 10 us a
-    kernel call in a loop of small units."""
+    flips it between calls), from ``os.environ``'s own store (``os.environ.get`` of an
+    unset variable raises and catches KeyErrors inside, slow in a loop of small units)."""
     env = os.environ
     data = getattr(env, "_data", None)
     if env is not _ENVIRON or not isinstance(data, dict):
@@ -185,8 +183,8 @@ def _argument_key(value: Any) -> Any:
     """What numba's type of an argument depends on, read without typing it.
 
     For an array: its dtype, dimensions, layout, and whether it is writeable and aligned
-    (numba's ``Array`` type); for anything else its Python type. Typing every argument
-    with ``numba.typeof`` on every call cost about 85 microseconds per kernel call.
+    (numba's ``Array`` type); for anything else its Python type. Cheaper than typing
+    every argument with ``numba.typeof`` on every call.
     """
     if isinstance(value, np.ndarray):
         flags = value.flags
@@ -261,8 +259,7 @@ def _pca_uses_gemm(block: Block, k: int) -> bool:
 def _pca_width(block: Block) -> int:
     """Columns of the fused PCA loops: genotype rows are converted into a buffer padded with
     zeros to a multiple of :data:`_PCA_ALIGN` (``V`` likewise, the extra columns of ``G``
-    dropped), so the vector loops have no scalar remainder; float64 rows are read in place
-    (copying them into a padded buffer costs more than the remainder, docs/kernels.md)."""
+    dropped); float64 rows are read in place, unpadded."""
     m = block.n_features
     return m if block.values.dtype == np.float64 else -(-m // _PCA_ALIGN) * _PCA_ALIGN
 
@@ -270,11 +267,9 @@ def _pca_width(block: Block) -> int:
 def _aligned_zeros(shape: tuple[int, ...], count: int = 1) -> list[np.ndarray]:
     """``count`` zeroed float64 arrays of ``shape``, each starting on a 64-byte boundary.
 
-    numpy aligns small arrays to 16 bytes only; the numba loops read and write rows of
-    ``V`` and ``G`` as 512-bit vectors, and one straddling two cache lines costs a second
-    access: int8 PCA took 7-17 % longer (k = 2..20) with them unaligned (docs/kernels.md).
-    The arrays are cut from one allocation: on a small block, allocating each and reading
-    its address cost more than the kernel.
+    numpy aligns small arrays to 16 bytes only; aligned rows of ``V`` and ``G`` never have
+    a vector load or store straddling two cache lines. The arrays are cut from one
+    allocation (on a small block, allocating each costs more than the kernel).
     """
     size = math.prod(shape)
     span = -(-size // _PCA_ALIGN) * _PCA_ALIGN  # a multiple of 64 bytes
@@ -285,7 +280,7 @@ def _aligned_zeros(shape: tuple[int, ...], count: int = 1) -> list[np.ndarray]:
 
 
 #: Values up to which each thread keeps the PCA kernel's ``V`` and ``G`` buffers for
-#: the next call (256 KB each; larger ones are allocated per call: their kernel dwarfs it).
+#: the next call (256 KB each; larger ones are allocated per call).
 _SCRATCH_VALUES = 1 << 15
 _scratch = threading.local()
 
@@ -595,7 +590,7 @@ def symmetric_from_upper(upper: np.ndarray) -> np.ndarray:
 def _gram_tile_rows(d: int) -> int:
     """Rows per Gram tile: about ``_GRAM_TILE_BYTES``, but at least ``_GRAM_MIN_ROWS``
     (within ``_GRAM_MAX_TILE_BYTES``): ``syrk`` on thin tiles runs far below the BLAS
-    rate (measured at d = 10^4: 35 GFLOP/s with 26-row tiles, 189 with 1024)."""
+    rate."""
     d = max(d, 1)
     rows = max(_GRAM_TILE_BYTES // (8 * d), min(_GRAM_MIN_ROWS, _GRAM_MAX_TILE_BYTES // (8 * d)))
     return max(1, rows)

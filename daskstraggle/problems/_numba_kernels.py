@@ -11,6 +11,11 @@ feed two loops over the features:
   rows (eight accumulators, each ``V`` value loaded once for four rows);
 - the rank-4 update ``G^T[c] += sum_r q[c, r] x_r``, two columns of ``G^T`` at a time.
 
+Rows read in place are projected one row at a time (each row one sequential stream from
+memory), two rows at a time with a rank-2 update when ``k <= PAIRS_MAX_K`` and in the
+regression kernel. Helpers are compiled into the kernels (``inline="always"``): a call per
+group passing a dozen arrays costs more than the small loops it runs.
+
 Centre ``c`` and scale ``s`` of a row act on the thin products, never on the wide rows:
 ``X V = s (T' V - c 1^T V)`` and ``X^T Q = T'^T (s Q) - 1 (c^T (s Q))``. So the stored bytes
 are read once and no tile-sized float copy exists.
@@ -30,6 +35,10 @@ import numpy as np
 
 #: Rows converted and multiplied together.
 ROWS = 4
+#: Whole groups of float64 rows read in place are multiplied two rows at a time up to
+#: this many columns (the rows then stream from memory at nearly the plain read's speed),
+#: four rows at a time above it (each ``V`` and ``G`` value then serves four rows).
+PAIRS_MAX_K = 4
 #: Reassociation lets LLVM vectorise the dot products; results agree with the ordered
 #: sums to rounding (the tests hold them to 1e-12).
 _FAST = {"reassoc", "contract", "nsz"}
@@ -42,7 +51,7 @@ def _load_group(values, i0, nr, fill, has_fill, buf):
     they can be read in place (see overload)."""
 
 
-@numba.extending.overload(_load_group, jit_options=_JIT)
+@numba.extending.overload(_load_group, jit_options=_JIT, inline="always")
 def _load_group_overload(values, i0, nr, fill, has_fill, buf):
     """Dispatch on the stored dtype: uint8 rows are packed codes, int8 rows dosages,
     float64 rows read in place when the group is whole and nothing is missing."""
@@ -73,7 +82,7 @@ def _in_place(values, buf):
     (see overload)."""
 
 
-@numba.extending.overload(_in_place, jit_options=_JIT)
+@numba.extending.overload(_in_place, jit_options=_JIT, inline="always")
 def _in_place_overload(values, buf):
     """``values`` when it is float64 (typed like ``buf``), else ``buf`` (never read)."""
     if values.dtype == numba.types.float64:
@@ -149,7 +158,7 @@ def _convert_packed(values, i0, nr, fill, has_fill, buf):
 
 
 # ------------------------------------------------------------------------ products
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _project(X, r0, VT, p):
     """``p[c, r] = X[r0 + r] . VT[c]`` for the four rows from ``r0``, two columns at a time."""
     k, m = VT.shape
@@ -185,7 +194,33 @@ def _project(X, r0, VT, p):
         p[c, 0], p[c, 1], p[c, 2], p[c, 3] = a0, a1, a2, a3
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
+def _project_rows(X, r0, count, VT, p):
+    """:func:`_project` for ``count`` rows, one row at a time, four columns at a time: for
+    rows read in place from memory, each row is then read as one sequential stream."""
+    k, m = VT.shape
+    for r in range(count):
+        row = r0 + r
+        c = 0
+        while c + 4 <= k:
+            a0 = a1 = a2 = a3 = 0.0
+            for j in range(m):
+                x = X[row, j]
+                a0 += x * VT[c, j]
+                a1 += x * VT[c + 1, j]
+                a2 += x * VT[c + 2, j]
+                a3 += x * VT[c + 3, j]
+            p[c, r], p[c + 1, r], p[c + 2, r], p[c + 3, r] = a0, a1, a2, a3
+            c += 4
+        while c < k:
+            a0 = 0.0
+            for j in range(m):
+                a0 += X[row, j] * VT[c, j]
+            p[c, r] = a0
+            c += 1
+
+
+@numba.njit(inline="always", **_JIT)
 def _update(X, r0, q, GT):
     """``GT[c] += sum_r q[c, r] X[r0 + r]`` (a rank-4 update), two columns at a time."""
     k, m = GT.shape
@@ -208,7 +243,27 @@ def _update(X, r0, q, GT):
                          + q03 * X[r0 + 3, j])
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
+def _update2(X, r0, q, GT):
+    """``GT[c] += q[c, 0] X[r0] + q[c, 1] X[r0 + 1]`` (a rank-2 update), two columns at a
+    time."""
+    k, m = GT.shape
+    c = 0
+    while c + 2 <= k:
+        q00, q01, q10, q11 = q[c, 0], q[c, 1], q[c + 1, 0], q[c + 1, 1]
+        for j in range(m):
+            x0 = X[r0, j]
+            x1 = X[r0 + 1, j]
+            GT[c, j] += q00 * x0 + q01 * x1
+            GT[c + 1, j] += q10 * x0 + q11 * x1
+        c += 2
+    if c < k:
+        q00, q01 = q[c, 0], q[c, 1]
+        for j in range(m):
+            GT[c, j] += q00 * X[r0, j] + q01 * X[r0 + 1, j]
+
+
+@numba.njit(inline="always", **_JIT)
 def _pca_weights(p, i0, nr, center, scale, flags, vsum, shift, colsum, sq, correction):
     """The thin per-row products of a group, in place in ``p``: ``t = (p - c 1^T V) s -
     shift`` summed into ``colsum`` and ``sq``, then ``q = s t`` (zero for rows past the
@@ -230,7 +285,7 @@ def _pca_weights(p, i0, nr, center, scale, flags, vsum, shift, colsum, sq, corre
             p[col, r] = 0.0
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _glm_weights(p, i0, nr, center, scale, flags, wsum, b, y, logistic, sums):
     """The per-row weights of a regression group, in place in ``p[0]``: ``z = (p - c
     1^T w) s + b``, the weight ``q(z, y)`` times ``s``; ``sums`` gets ``sum q``, the loss
@@ -254,6 +309,42 @@ def _glm_weights(p, i0, nr, center, scale, flags, wsum, b, y, logistic, sums):
         p[0, r] = 0.0
 
 
+@numba.njit(inline="always", **_JIT)
+def _glm_pair(X, i, center, scale, flags, w, wsum, b, y, logistic, grad, sums):
+    """:func:`glm` on rows ``i`` and ``i + 1`` of ``X`` (read in place): two dot products,
+    one row after the other, then a rank-2 update of ``grad``."""
+    m = w.shape[0]
+    z0 = 0.0
+    for j in range(m):
+        z0 += X[i, j] * w[j]
+    z1 = 0.0
+    for j in range(m):
+        z1 += X[i + 1, j] * w[j]
+    q0 = _glm_weight(z0, i, center, scale, flags, wsum, b, y, logistic, sums)
+    q1 = _glm_weight(z1, i + 1, center, scale, flags, wsum, b, y, logistic, sums)
+    for j in range(m):
+        grad[j] += q0 * X[i, j] + q1 * X[i + 1, j]
+
+
+@numba.njit(inline="always", **_JIT)
+def _glm_weight(p, i, center, scale, flags, wsum, b, y, logistic, sums):
+    """The weight ``s q(z, y)`` of row ``i`` from its product ``p = T'_i . w``
+    (:func:`_glm_weights` for one row)."""
+    c = center[i] if flags[1] else 0.0
+    s = scale[i] if flags[2] else 1.0
+    label = y[i]
+    z = (p - c * wsum) * s + b
+    if logistic:
+        loss, weight = _logistic_terms(label * z, label)
+    else:
+        weight = z - label
+        loss = weight * weight
+    sums[0] += weight
+    sums[1] += loss
+    sums[2] += c * weight * s
+    return weight * s
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _logistic_terms(margin, label):
     """Return ``log(1 + exp(-margin))`` and ``-label expit(-margin)``, one ``exp``.
@@ -269,6 +360,59 @@ def _logistic_terms(margin, label):
 
 
 # ------------------------------------------------------------------------- kernels
+def _pca_in_place(values, i0, VT, p, GT, center, scale, flags, vsum, shift, colsum, sq,
+                  correction):
+    """:func:`pca` on the whole group of float64 rows from ``i0``, read in place (see
+    overload)."""
+
+
+@numba.extending.overload(_pca_in_place, jit_options=_JIT, inline="always")
+def _pca_in_place_overload(values, i0, VT, p, GT, center, scale, flags, vsum, shift, colsum,
+                           sq, correction):
+    """Two rows at a time up to :data:`PAIRS_MAX_K` columns, else four; nothing for other
+    dtypes (never called: their groups are always converted), so their kernels do not
+    compile the in-place loops."""
+    if values.dtype != numba.types.float64:
+        return lambda values, i0, VT, p, GT, center, scale, flags, vsum, shift, colsum, sq, \
+            correction: None
+
+    def in_place(values, i0, VT, p, GT, center, scale, flags, vsum, shift, colsum, sq,
+                 correction):
+        if VT.shape[0] <= PAIRS_MAX_K:
+            for h in range(0, ROWS, 2):
+                _project_rows(values, i0 + h, 2, VT, p)
+                _pca_weights(p, i0 + h, 2, center, scale, flags, vsum, shift, colsum, sq,
+                             correction)
+                _update2(values, i0 + h, p, GT)
+        else:
+            _project_rows(values, i0, ROWS, VT, p)
+            _pca_weights(p, i0, ROWS, center, scale, flags, vsum, shift, colsum, sq,
+                         correction)
+            _update(values, i0, p, GT)
+
+    return in_place
+
+
+def _glm_in_place(values, i0, center, scale, flags, w, wsum, b, y, logistic, grad, sums):
+    """:func:`glm` on the whole group of float64 rows from ``i0``, read in place (see
+    overload)."""
+
+
+@numba.extending.overload(_glm_in_place, jit_options=_JIT, inline="always")
+def _glm_in_place_overload(values, i0, center, scale, flags, w, wsum, b, y, logistic, grad,
+                           sums):
+    """Two :func:`_glm_pair` calls; nothing for other dtypes (as :func:`_pca_in_place`)."""
+    if values.dtype != numba.types.float64:
+        return lambda values, i0, center, scale, flags, w, wsum, b, y, logistic, grad, sums: \
+            None
+
+    def in_place(values, i0, center, scale, flags, w, wsum, b, y, logistic, grad, sums):
+        _glm_pair(values, i0, center, scale, flags, w, wsum, b, y, logistic, grad, sums)
+        _glm_pair(values, i0 + 2, center, scale, flags, w, wsum, b, y, logistic, grad, sums)
+
+    return in_place
+
+
 @numba.njit(**_JIT)
 def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
     """Add ``X^T P`` to ``GT^T``, ``1^T P`` to ``colsum``, ``|P_j|^2`` to ``sq``.
@@ -280,7 +424,6 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
     n = values.shape[0]
     k, m = VT.shape
     buf = np.zeros((ROWS, m))
-    rows = _in_place(values, buf)
     p = np.zeros((k, ROWS))
     vsum = np.zeros(k)
     for col in range(k):
@@ -293,9 +436,8 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
             _pca_weights(p, i0, nr, center, scale, flags, vsum, shift, colsum, sq, correction)
             _update(buf, 0, p, GT)
         else:
-            _project(rows, i0, VT, p)
-            _pca_weights(p, i0, nr, center, scale, flags, vsum, shift, colsum, sq, correction)
-            _update(rows, i0, p, GT)
+            _pca_in_place(values, i0, VT, p, GT, center, scale, flags, vsum, shift, colsum,
+                          sq, correction)
     if flags[1]:
         for col in range(k):
             for j in range(m):
@@ -314,7 +456,6 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
     GT = grad.reshape(1, m)
     wsum = w.sum()
     buf = np.zeros((ROWS, m))
-    rows = _in_place(values, buf)
     p = np.zeros((1, ROWS))
     sums = np.zeros(3)  # sum q, loss, sum c s q
     for i0 in range(0, n, ROWS):
@@ -324,9 +465,8 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
             _glm_weights(p, i0, nr, center, scale, flags, wsum, b, y, logistic, sums)
             _update(buf, 0, p, GT)
         else:
-            _project(rows, i0, VT, p)
-            _glm_weights(p, i0, nr, center, scale, flags, wsum, b, y, logistic, sums)
-            _update(rows, i0, p, GT)
+            _glm_in_place(values, i0, center, scale, flags, w, wsum, b, y, logistic, grad,
+                          sums)
     if flags[1]:
         for j in range(m):
             grad[j] -= sums[2]
