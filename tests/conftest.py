@@ -24,6 +24,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _import_time_environment_kept() -> Iterator[None]:
+    """Fail a test that changes an import-time variable (``OMP_NUM_THREADS``, ...) for good.
+
+    Once one changed, every later own cluster in the session spawns its workers instead of
+    forking them from the preloaded server, which costs seconds per cluster. The values a
+    Nanny sets before it starts a worker (it leaves them set) are expected.
+    """
+    import os
+
+    from daskstraggle.runtime._connect import _IMPORT_TIME_ENVIRON, nanny_environ
+
+    def import_time() -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if k.startswith(_IMPORT_TIME_ENVIRON)}
+
+    before = import_time()
+    yield
+    after = import_time()
+    nanny = nanny_environ()
+    changed = sorted(k for k in set(before) | set(after)
+                     if before.get(k) != after.get(k) and after.get(k) != nanny.get(k))
+    assert not changed, (f"the test changed import-time environment variables for good: "
+                         f"{changed}; use monkeypatch.setenv")
+
+
 @pytest.fixture(scope="session")
 def dask_client():
     """A LocalCluster with 3 single-threaded *process* workers, shared by the session."""
@@ -88,10 +113,17 @@ def vcz_missing_path(vcz_path, tmp_path_factory: pytest.TempPathFactory):
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def load_pipeline():
-    """Return a loader of a ``pipelines/<name>.py`` script as a module (they are not a package)."""
+    """Return a loader of a ``pipelines/<name>.py`` script as a module (they are not a package).
+
+    The scripts set thread-count variables such as ``OMP_NUM_THREADS`` when they are
+    imported; the environment is restored when the test ends, so that later tests' own
+    clusters may still fork their workers from the preloaded server (which it refuses
+    once an import-time variable changed).
+    """
     import importlib.util
+    import os
     from pathlib import Path
 
     def load(name: str):
@@ -101,7 +133,10 @@ def load_pipeline():
         spec.loader.exec_module(module)
         return module
 
-    return load
+    environ = dict(os.environ)
+    yield load
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 @pytest.fixture

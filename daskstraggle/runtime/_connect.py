@@ -216,6 +216,23 @@ def _forkserver_running() -> bool:
     return getattr(server, "_forkserver_address", None) is not None
 
 
+def nanny_environ() -> dict[str, str]:
+    """Return the variables a Nanny sets in this process's environment before it starts
+    a worker process (``distributed.nanny.pre-spawn-environ``, values already in the
+    environment winning, and ``PYTHONHASHSEED`` when it is unset or 0), as it does.
+
+    The Nanny leaves them set for good, so they are part of the environment our
+    forkserver starts with (it starts with the first worker).
+    """
+    import dask
+
+    config = dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
+    environ = {k: os.environ.get(k, str(v)) for k, v in config.items() if v is not None}
+    if environ.get("PYTHONHASHSEED") in (None, "0"):
+        environ["PYTHONHASHSEED"] = "6640"  # the Nanny's choice
+    return environ
+
+
 def worker_start_config() -> tuple[dict[str, Any], dict[str, str]]:
     """Return the config that forks LocalCluster workers from our preloaded server, and
     the environment variables to pass them (those changed since the server started).
@@ -239,9 +256,11 @@ def worker_start_config() -> tuple[dict[str, Any], dict[str, str]]:
         with dask.config.set({key: "forkserver"}):
             context = get_mp_context()  # distributed sets its own preload list first
         context.set_forkserver_preload(list(WORKER_PRELOAD))
-        _server_environ = dict(os.environ)
-    changed = {k: v for k, v in os.environ.items() if _server_environ.get(k) != v}
-    removed = set(_server_environ) - set(os.environ)
+        # the server starts with the first worker, after the Nanny set its variables
+        _server_environ = {**os.environ, **nanny_environ()}
+    environ = {**os.environ, **nanny_environ()}  # what the Nanny starts workers with
+    changed = {k: v for k, v in environ.items() if _server_environ.get(k) != v}
+    removed = set(_server_environ) - set(environ)
     if removed or any(k.startswith(_IMPORT_TIME_ENVIRON) for k in changed):
         return {}, {}
     return {key: "forkserver"}, changed

@@ -293,10 +293,9 @@ def test_scheduler_without_workers_ends_in_one_line(servers, data):
 
 
 # ------------------------------------------------------------- forked worker processes
-def test_own_clusters_fork_their_workers_from_a_preloaded_server(monkeypatch):
+def test_own_clusters_fork_their_workers_from_a_preloaded_server():
     import dask
 
-    from daskstraggle.runtime import _connect
     from daskstraggle.runtime._connect import WORKER_PRELOAD, worker_start_config
 
     key = "distributed.worker.multiprocessing-method"
@@ -304,9 +303,7 @@ def test_own_clusters_fork_their_workers_from_a_preloaded_server(monkeypatch):
         assert worker_start_config() == ({}, {})
         return
     worker_start_config()  # our server is configured (once per process)
-    # as if it had started now: earlier tests may have changed the environment since
-    monkeypatch.setattr(_connect, "_server_environ", dict(os.environ))
-    assert worker_start_config() == ({key: "forkserver"}, {})
+    assert worker_start_config()[0] == {key: "forkserver"}
     assert "daskstraggle.runtime._worker_preload" in WORKER_PRELOAD
     # the user's own choice of start method is kept
     with dask.config.set({key: "fork"}):
@@ -316,19 +313,30 @@ def test_own_clusters_fork_their_workers_from_a_preloaded_server(monkeypatch):
 def test_forked_workers_get_what_changed_in_the_environment_or_are_spawned(monkeypatch):
     """A forked worker has the server's environment: a variable set since is passed to
     the workers, and one read at import time (thread pools, numba) means spawning."""
-    from daskstraggle.runtime import _connect
     from daskstraggle.runtime._connect import worker_start_config
 
     if not sys.platform.startswith("linux"):
         pytest.skip("forked workers on Linux only")
     worker_start_config()  # the server's environment is recorded (once per process)
-    # as if it had started now: earlier tests may have changed the environment since
-    monkeypatch.setattr(_connect, "_server_environ", dict(os.environ))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "set-after-the-server-started")
     config, environ = worker_start_config()
     assert config and environ["AWS_ACCESS_KEY_ID"] == "set-after-the-server-started"
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert worker_start_config() == ({}, {})
+
+
+@pytest.mark.cluster
+def test_clusters_started_after_a_nanny_set_its_variables_still_fork(dask_client):
+    """A Nanny sets ``OMP_NUM_THREADS``, ``PYTHONHASHSEED``, ... in this process for good
+    before its first worker starts (and so before our server starts): they are part of the
+    server's environment, not a change since, so the next clusters fork too."""
+    from daskstraggle.runtime._connect import nanny_environ, worker_start_config
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("forked workers on Linux only")
+    assert nanny_environ().items() <= os.environ.items()  # the session's cluster set them
+    assert worker_start_config()[0] == {"distributed.worker.multiprocessing-method":
+                                        "forkserver"}
 
 
 @pytest.mark.cluster
