@@ -30,14 +30,20 @@ def _import_time_environment_kept() -> Iterator[None]:
 
     Once one changed, every later own cluster in the session spawns its workers instead of
     forking them from the preloaded server, which costs seconds per cluster. The values a
-    Nanny sets before it starts a worker (it leaves them set) are expected.
+    Nanny sets before it starts a worker (it leaves them set), and those a library sets
+    when it is imported, are expected.
     """
     import os
 
-    from daskstraggle.runtime._connect import _IMPORT_TIME_ENVIRON, nanny_environ
+    from daskstraggle.runtime._connect import (
+        _IMPORT_TIME_ENVIRON,
+        _SET_BY_IMPORTS,
+        nanny_environ,
+    )
 
     def import_time() -> dict[str, str]:
-        return {k: v for k, v in os.environ.items() if k.startswith(_IMPORT_TIME_ENVIRON)}
+        return {k: v for k, v in os.environ.items()
+                if k.startswith(_IMPORT_TIME_ENVIRON) and k not in _SET_BY_IMPORTS}
 
     before = import_time()
     yield

@@ -244,8 +244,13 @@ class BCC(CodingScheme):
         r = int(self.batch_size)
         n_batches = -(-k // r)
         picks = rng.integers(0, n_batches, size=n_workers)
-        placement = tuple(tuple(range(b * r, min((b + 1) * r, k))) for b in picks.tolist())
-        coefficients = tuple(np.ones((1, len(p))) for p in placement)
+        # one placement and one (read-only) weight row per batch, shared by its workers
+        batches = [tuple(range(b * r, min((b + 1) * r, k))) for b in range(n_batches)]
+        ones = [np.ones((1, len(batch))) for batch in batches]
+        for weights in ones:
+            weights.flags.writeable = False
+        placement = tuple(batches[b] for b in picks.tolist())
+        coefficients = tuple(ones[b] for b in picks.tolist())
         info = {
             "n_batches": n_batches,
             "batch_of_worker": tuple(picks.tolist()),

@@ -204,6 +204,11 @@ WORKER_PRELOAD = ("distributed", "daskstraggle.runtime._worker_preload")
 _IMPORT_TIME_ENVIRON = ("OMP_", "MKL_", "OPENBLAS_", "BLIS_", "NUMEXPR_", "VECLIB_", "NUMBA_",
                         "PYTHON", "MALLOC_", "KMP_", "GOTO_")
 
+#: Import-time variables that libraries set in their own process when imported
+#: (scikit-learn's ``os.environ.setdefault``): a worker that imports the library sets them
+#: too, so their appearing here is passed on to forked workers, not a reason to spawn.
+_SET_BY_IMPORTS = frozenset({"KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
+
 #: The environment our forkserver was configured with, None before (or without) it.
 _server_environ: dict[str, str] | None = None
 
@@ -261,7 +266,8 @@ def worker_start_config() -> tuple[dict[str, Any], dict[str, str]]:
     environ = {**os.environ, **nanny_environ()}  # what the Nanny starts workers with
     changed = {k: v for k, v in environ.items() if _server_environ.get(k) != v}
     removed = set(_server_environ) - set(environ)
-    if removed or any(k.startswith(_IMPORT_TIME_ENVIRON) for k in changed):
+    if removed or any(k.startswith(_IMPORT_TIME_ENVIRON) and k not in _SET_BY_IMPORTS
+                      for k in changed):
         return {}, {}
     return {key: "forkserver"}, changed
 
