@@ -41,6 +41,30 @@ def _storage_options(ctx: click.Context, param: click.Parameter,
     return parse_storage_options(value)
 
 
+def _method_options() -> list[Callable[..., Any]]:
+    """The options the methods declare (``Method.cli_options``), each help text prefixed
+    with the methods that take it."""
+    from daskstraggle.methods import method_cli_options
+    from daskstraggle.methods.options import method_options
+
+    declared = method_cli_options()
+    options = []
+    for option in method_options(_method_classes()).values():
+        owners = [name for name, opts in declared.items() if option in opts]
+        kind: Any = click.Choice(option.choices) if option.choices else option.type
+        options.append(click.option(
+            option.flag, option.dest, is_flag=option.is_flag, default=None,
+            type=None if option.is_flag else kind, metavar=option.metavar,
+            help=f"{', '.join(owners)}: {option.help}"))
+    return options
+
+
+def _method_classes() -> list[type]:
+    from daskstraggle.methods import _METHODS
+
+    return list(_METHODS.values())
+
+
 def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Options every solve command takes."""
     options = [
@@ -68,55 +92,7 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "partial (RCS codes with partial recovery, see --tolerance, "
                           "--ordering), async (updates applied as they arrive, see "
                           "--max-delay) or ignore-stragglers."),
-        click.option("--wait", "n_wait", type=int, default=None,
-                     help="sgd, sag, dsag: fresh results waited for each iteration (default: "
-                          "all workers)."),
-        click.option("--subpartitions", type=int, default=None,
-                     help="sgd, sag, dsag: subpartitions per worker, processed in turn "
-                          "(default 1)."),
-        click.option("--balance", is_flag=True, default=False,
-                     help="sgd, sag, dsag: balance the load while running (DSAG paper "
-                          "§VI): resize each worker's subpartitions from its measured "
-                          "latency; start from --subpartitions well above 1 (e.g. 10)."),
-        click.option("--balance-margin", type=float, default=None,
-                     help="with --balance: send a new plan only if it lowers the max/min "
-                          "expected worker latency by this fraction (default 0.1)."),
-        click.option("--balance-window", type=float, default=None,
-                     help="with --balance: seconds of latency samples kept per worker "
-                          "(default 10)."),
-        click.option("--tolerance", type=float, default=None,
-                     help="partial: fraction q of partitions that may stay unrecovered per "
-                          "iteration (default 0)."),
-        click.option("--ordering", type=click.Choice(["static", "shift", "age"]), default=None,
-                     help="partial: reorder the codeword lists each iteration: static (RCS), "
-                          "shift (RCS-1, default) or age (RCS-adaptive)."),
-        click.option("--age-threshold", type=int, default=None,
-                     help="partial with --ordering age: partitions older than this are "
-                          "promoted (default 2)."),
-        click.option("--degrees", default=None, metavar="D1,D2,...",
-                     help="partial: codeword degrees, e.g. 1,2,3; their sum is the "
-                          "partitions each worker stores, at most the workers (default: the "
-                          "longest prefix of 1,2,3 that fits: 1 for 1-2 workers, 1,2 for "
-                          "3-5, 1,2,3 from 6)."),
-        click.option("--max-delay", type=int, default=None,
-                     help="async: drop updates computed more than this many versions ago "
-                          "(default: no bound)."),
-        click.option("--update-order", type=click.Choice(["arrival", "shortest"]), default=None,
-                     help="async: apply pending updates as they arrived (default) or the "
-                          "freshest first, under deadlines."),
-        click.option("--scheme", default=None,
-                     help="coded: the code (uncoded, fractional-repetition, cyclic-repetition, "
-                          "partial-straggler, bcc, bcc-heterogeneous; default "
-                          "cyclic-repetition)."),
-        click.option("--stragglers-tolerated", "n_stragglers", type=int, default=None,
-                     help="coded (repetition codes) and ignore-stragglers: s, the workers "
-                          "that may not answer."),
-        click.option("--batch-size", type=int, default=None,
-                     help="coded with --scheme bcc: partitions per batch (r)."),
-        click.option("--straggler-alpha", "alpha_slowdown", type=float, default=None,
-                     help="coded with --scheme partial-straggler: slow-down factor alpha > 1."),
-        click.option("--nesterov", is_flag=True, default=None,
-                     help="coded: Nesterov momentum on the decoded exact gradient (regression)."),
+        *_method_options(),
         click.option("--runtime", type=click.Choice(["dask", "sim", "local"]), default="dask",
                      show_default=True,
                      help="dask: a Dask cluster; sim: in process, simulated time with "
@@ -233,85 +209,28 @@ def _plot_path(source: Any, params: dict[str, Any]) -> Path | None:
                            out=params["out"], inputs=source_paths(source))
 
 
+def _method_params(method: str, values: dict[str, Any]) -> dict[str, Any] | None:
+    """The chosen method's parameters from its options (None: none given);
+    InvalidParameterError for an option of another method or a value the method refuses."""
+    from daskstraggle.methods import list_methods, method_params_from_cli
+
+    if method not in list_methods() and method != "auto":
+        return None  # an unknown method is refused by the fit, naming the known ones
+    return method_params_from_cli(method, values)
+
+
 def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None = None,
                **extra: Any) -> None:
     from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca
+    from daskstraggle.methods.options import method_options
 
     as_json = params.pop("as_json")
     quiet = params.pop("quiet")
     seed = params.pop("seed")
-    n_wait = params.pop("n_wait")
-    subpartitions = params.pop("subpartitions")
-    balance = {"margin": params.pop("balance_margin"), "window": params.pop("balance_window")}
-    balanced = params.pop("balance")
-    partial = {"tolerance": params.pop("tolerance"), "ordering": params.pop("ordering"),
-               "age_threshold": params.pop("age_threshold"), "degrees": params.pop("degrees")}
-    bounded = {"max_delay": params.pop("max_delay"), "order": params.pop("update_order")}
-    coding = {"scheme": params.pop("scheme"), "n_stragglers": params.pop("n_stragglers"),
-              "batch_size": params.pop("batch_size"), "alpha": params.pop("alpha_slowdown"),
-              "nesterov": params.pop("nesterov") or None}
-    method = params["method"]
-    if n_wait is not None:
-        if method not in ("sgd", "sag", "dsag"):
-            raise InputError(f"--wait applies to --method sgd, sag or dsag, not {method!r}")
-        params["method_params"] = {"n_wait": n_wait}
-    if subpartitions is not None:
-        if method not in ("sgd", "sag", "dsag"):
-            raise InputError(
-                f"--subpartitions applies to --method sgd, sag or dsag, not {method!r}")
-        params["method_params"] = {**params.get("method_params", {}),
-                                   "subpartitions": subpartitions}
-    chosen_balance = {k: v for k, v in balance.items() if v is not None}
-    if chosen_balance and not balanced:
-        raise InputError(f"{', '.join('--balance-' + k for k in chosen_balance)}: only with "
-                         "--balance")
-    if balanced:
-        if method not in ("sgd", "sag", "dsag"):
-            raise InputError(f"--balance applies to --method sgd, sag or dsag, not {method!r}")
-        from daskstraggle.balance.balancer import LoadBalancer
-
-        params["method_params"] = {**params.get("method_params", {}),
-                                   "balance": LoadBalancer(**chosen_balance)}
-    for group, owner, names in (
-        (partial, "partial", {"tolerance": "--tolerance", "ordering": "--ordering",
-                              "age_threshold": "--age-threshold", "degrees": "--degrees"}),
-        (bounded, "async", {"max_delay": "--max-delay", "order": "--update-order"}),
-    ):
-        chosen = {k: v for k, v in group.items() if v is not None}
-        if chosen and method != owner:
-            raise InputError(f"{', '.join(names[k] for k in chosen)}: only with --method "
-                             f"{owner}, not {method!r}")
-        if "degrees" in chosen:
-            try:
-                chosen["degrees"] = tuple(int(d) for d in chosen["degrees"].split(","))
-            except ValueError:
-                raise InputError(
-                    f"--degrees must be comma-separated ints such as 1,2,3; got "
-                    f"{group['degrees']!r}"
-                ) from None
-        if method == owner:
-            params["method_params"] = chosen
-            if owner == "partial":
-                params["method_params"]["rng"] = seed
-    flags = {"scheme": "--scheme", "n_stragglers": "--stragglers-tolerated",
-             "batch_size": "--batch-size", "alpha": "--straggler-alpha",
-             "nesterov": "--nesterov"}
-    given = {k: v for k, v in coding.items() if v is not None}
-    if method in ("gram", "block") and "nesterov" in given:
-        raise InputError(f"--nesterov: only with --method coded, not {method!r} (PCA "
-                         "iterates are subspaces: no momentum)")
-    if method in ("coded", "gram", "block"):
-        default = "cyclic-repetition" if method == "coded" else "uncoded"
-        params["method_params"] = {"scheme": given.pop("scheme", default), "rng": seed, **given}
-    elif method == "ignore-stragglers" and set(given) <= {"n_stragglers"}:
-        params["method_params"] = given
-    elif given:
-        raise InputError(
-            f"{', '.join(flags[k] for k in given)}: only with --method coded"
-            + ("" if "nesterov" in given else ", gram or block")
-            + (" (--stragglers-tolerated also to ignore-stragglers)" if "n_stragglers" in given
-               else "") + f", not {method!r}"
-        )
+    values = {dest: params.pop(dest) for dest in method_options(_method_classes())}
+    method_params = _method_params(params["method"], values)
+    if method_params is not None:
+        params["method_params"] = method_params
     if params["runtime"] == "dask":
         params["runtime"] = None
     _configured_defaults(params)

@@ -692,6 +692,20 @@ def report(results: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _tool_versions(plink2: str | None) -> dict[str, str | None]:
+    """Versions of the tools compared and of the data libraries (None: not installed)."""
+    versions: dict[str, str | None] = {}
+    for key, lib in (("dask_ml", "dask-ml"), ("msprime", "msprime"), ("tskit", "tskit"),
+                     ("bio2zarr", "bio2zarr"), ("psutil", "psutil")):
+        try:
+            versions[key] = importlib.metadata.version(lib)
+        except importlib.metadata.PackageNotFoundError:
+            versions[key] = None
+    versions["plink2"] = (subprocess.run([plink2, "--version"], capture_output=True,
+                                         text=True).stdout.strip() if plink2 else None)
+    return versions
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, default=SPEC, help="experiment spec (TOML)")
@@ -739,21 +753,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t_start = time.perf_counter()
     machine = machine_info()
     plink2 = shutil.which(args.plink2) if args.plink2 else None
-    try:
-        dask_ml_version = importlib.metadata.version("dask-ml")
-    except importlib.metadata.PackageNotFoundError:
-        dask_ml_version = None
-    machine["versions"]["dask_ml"] = dask_ml_version
-    machine["versions"]["plink2"] = (subprocess.run(
-        [plink2, "--version"], capture_output=True, text=True).stdout.strip()
-        if plink2 else None)
-    for lib in ("msprime", "tskit", "bio2zarr", "psutil"):
-        try:
-            machine["versions"][lib] = importlib.metadata.version(lib)
-        except importlib.metadata.PackageNotFoundError:
-            machine["versions"][lib] = None
+    machine["versions"].update(_tool_versions(plink2))
     methods = ours_methods()
-    tools, skipped = tool_table(cfg, plink2, dask_ml_version is not None, methods)
+    tools, skipped = tool_table(cfg, plink2, machine["versions"]["dask_ml"] is not None,
+                                methods)
     if args.tools is not None:
         tools = {n: t for n, t in tools.items() if n in args.tools}
     if plink2 is None:

@@ -192,23 +192,25 @@ def test_negative_seed_is_a_usage_error(capsys):
 
 def test_coding_flags_need_coded(capsys):
     assert main(["pca", "whatever.zarr", "--batch-size", "2"]) == 2
-    assert "--batch-size: only with --method coded" in capsys.readouterr().err
+    assert ("--batch-size: only with --method block, coded or gram, not 'auto'"
+            in capsys.readouterr().err)
     assert main(["logreg", "whatever.zarr", "--method", "nag", "--nesterov"]) == 2
     assert "--nesterov: only with --method coded, not 'nag'" in capsys.readouterr().err
 
 
 def test_wait_needs_sgd(capsys):
     assert main(["pca", "whatever.zarr", "--wait", "2"]) == 2
-    assert "--wait applies to --method sgd, sag or dsag" in capsys.readouterr().err
+    assert "--wait: only with --method dsag, sag or sgd, not 'auto'" in capsys.readouterr().err
     assert main(["pca", "whatever.zarr", "--method", "nag", "--subpartitions", "2"]) == 2
-    assert "--subpartitions applies to --method sgd, sag or dsag, not 'nag'" in \
+    assert "--subpartitions: only with --method dsag, sag or sgd, not 'nag'" in \
         capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--method", "gd", "--balance"], "--balance applies to --method sgd, sag or dsag"),
+        (["--method", "gd", "--balance"],
+         "--balance: only with --method dsag, sag or sgd, not 'gd'"),
         (["--method", "dsag", "--balance-margin", "0.2"], "--balance-margin: only with --balance"),
         (["--method", "dsag", "--balance", "--balance-margin", "1.5"],
          "'margin' parameter of LoadBalancer must be a number in (0, 1)"),

@@ -20,6 +20,7 @@ from daskstraggle.methods.coded import CodedGD, CodedSum, IgnoreStragglers
 from daskstraggle.methods.dsag import DSAG, SAG
 from daskstraggle.methods.gd import GD, NAG
 from daskstraggle.methods.gram import Gram
+from daskstraggle.methods.options import MethodOption, check_cli_values
 from daskstraggle.methods.partial import PartialRecovery
 from daskstraggle.methods.sgd import SGD
 
@@ -43,6 +44,8 @@ __all__ = [
     "contiguous_placement",
     "list_methods",
     "make_method",
+    "method_cli_options",
+    "method_params_from_cli",
 ]
 
 _METHODS: dict[str, type[Method]] = {
@@ -63,6 +66,37 @@ _METHODS: dict[str, type[Method]] = {
 def list_methods() -> list[str]:
     """Return the registered method names."""
     return sorted(_METHODS)
+
+
+def method_cli_options() -> dict[str, tuple[MethodOption, ...]]:
+    """Return each registered method's command-line options (:attr:`Method.cli_options`),
+    by method name."""
+    return {name: _METHODS[name].cli_options for name in list_methods()}
+
+
+def method_params_from_cli(name: str, values: dict[str, Any]) -> dict[str, Any] | None:
+    """Return the parameters of method ``name`` from the CLI's method-option values.
+
+    Parameters
+    ----------
+    name : str
+        The chosen method (``"auto"`` when none was chosen).
+    values : dict
+        Every declared option's value by ``dest`` (None, or False for a flag, when not
+        given).
+
+    Returns
+    -------
+    params : dict or None
+        None when no option was given, else the method's parameters.
+
+    Raises
+    ------
+    InvalidParameterError
+        For an option ``name`` does not declare, or a value it refuses.
+    """
+    given = check_cli_values(name, method_cli_options(), values)
+    return _METHODS[name].params_from_cli(given) if given else None
 
 
 def make_method(name: str | Method, **params: Any) -> Method:

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from daskstraggle.errors import InvalidParameterError
+from daskstraggle.methods.options import MethodOption
 from daskstraggle.problems.base import KernelResult, Problem
 
 __all__ = [
@@ -233,6 +234,28 @@ class Method(ABC):
     #: The coordinator then offers work once per version instead of to every idle index
     #: after every result (which costs N calls per result on N workers).
     dispatch_once_per_version: ClassVar[bool] = False
+    #: The parameters the ``daskstraggle`` solve commands expose for this method (see
+    #: :mod:`daskstraggle.methods.options`): declared here, the CLI's options, their help
+    #: and the refusal of an option given with another method follow from it.
+    cli_options: ClassVar[tuple[MethodOption, ...]] = ()
+
+    @classmethod
+    def params_from_cli(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Return the method's parameters from the values of its :attr:`cli_options`.
+
+        Parameters
+        ----------
+        values : dict
+            The options given (parsed; by ``dest``), a subset of :attr:`cli_options`.
+
+        Returns
+        -------
+        params : dict
+            Keyword arguments of the method's constructor; by default each option sets
+            the parameter it names.
+        """
+        targets = {option.dest: option.target for option in cls.cli_options}
+        return {targets[dest]: value for dest, value in values.items()}
 
     def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
         """Return which partitions each worker index stores (default: uncoded, contiguous)."""

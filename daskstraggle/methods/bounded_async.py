@@ -9,6 +9,7 @@ import numpy as np
 from daskstraggle._validation import check_int
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.methods.options import MethodOption
 from daskstraggle.problems.base import Problem
 
 __all__ = ["UPDATE_ORDERS", "BoundedAsync"]
@@ -68,6 +69,13 @@ class BoundedAsync(Method):
     """
 
     name = "async"
+    cli_options = (
+        MethodOption("--max-delay", "max_delay", "drop updates computed more than this many "
+                     "versions ago (default: no bound).", type=int),
+        MethodOption("--update-order", "update_order", "apply pending updates as they "
+                     "arrived (default) or the freshest first, under deadlines.",
+                     choices=("arrival", "shortest"), param="order"),
+    )
 
     def __init__(self, max_delay: int | None = None, *, order: str = "arrival") -> None:
         if max_delay is not None:

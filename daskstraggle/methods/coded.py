@@ -18,10 +18,27 @@ from daskstraggle.methods.base import (
     contiguous_placement,
 )
 from daskstraggle.methods.gd import Nesterov
+from daskstraggle.methods.options import MethodOption
 from daskstraggle.methods.sgd import SGD
 from daskstraggle.problems.base import KernelResult, Problem, combine
 
 __all__ = ["CodedGD", "CodedSum", "IgnoreStragglers"]
+
+
+#: The coding scheme's options, for every method coded by a scheme.
+_STRAGGLERS_TOLERATED = MethodOption(
+    "--stragglers-tolerated", "n_stragglers", "s, the workers that may not answer "
+    "(repetition codes).", type=int)
+SCHEME_OPTIONS = (
+    MethodOption("--scheme", "scheme", "the code (uncoded, fractional-repetition, "
+                 "cyclic-repetition, partial-straggler, bcc, bcc-heterogeneous; default "
+                 "cyclic-repetition for coded, uncoded otherwise)."),
+    _STRAGGLERS_TOLERATED,
+    MethodOption("--batch-size", "batch_size", "with --scheme bcc: partitions per batch (r).",
+                 type=int),
+    MethodOption("--straggler-alpha", "alpha_slowdown", "with --scheme partial-straggler: "
+                 "slow-down factor alpha > 1.", type=float, param="alpha"),
+)
 
 
 class CodedGD(Method):
@@ -71,6 +88,9 @@ class CodedGD(Method):
     name = "coded"
     exact_rounds = True
     dispatch_once_per_version = True
+    cli_options = (*SCHEME_OPTIONS, MethodOption(
+        "--nesterov", "nesterov", "Nesterov momentum on the decoded exact gradient "
+        "(regression).", type=bool))
 
     def __init__(self, scheme: str | CodingScheme = "cyclic-repetition", *,
                  rng: int | None = None, nesterov: bool = False,
@@ -257,6 +277,8 @@ class CodedSum(CodedGD):
     :class:`~daskstraggle.methods.GD`). Any other scheme works as in :class:`CodedGD`.
     """
 
+    cli_options = SCHEME_OPTIONS
+
     def __init__(self, scheme: str | CodingScheme = "uncoded", *, rng: int | None = None,
                  **scheme_params: Any) -> None:
         super().__init__(scheme, rng=rng, **scheme_params)
@@ -313,6 +335,7 @@ class IgnoreStragglers(SGD):
     """
 
     name = "ignore-stragglers"
+    cli_options = (_STRAGGLERS_TOLERATED,)
 
     def __init__(self, n_stragglers: int = 1) -> None:
         self.n_stragglers = check_int(n_stragglers, name="n_stragglers",

@@ -19,6 +19,7 @@ from daskstraggle.coding.base import CodeAssignment
 from daskstraggle.coding.rcs import RCS, IncrementalDecoder, default_degrees
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.methods.options import MethodOption, parse_int_list
 from daskstraggle.problems.base import KernelResult, Problem, combine
 
 __all__ = ["ORDERINGS", "PartialRecovery"]
@@ -92,6 +93,19 @@ class PartialRecovery(Method):
 
     name = "partial"
     abandon_stale = True
+    cli_options = (
+        MethodOption("--tolerance", "tolerance", "fraction q of partitions that may stay "
+                     "unrecovered per iteration (default 0).", type=float),
+        MethodOption("--ordering", "ordering", "reorder the codeword lists each iteration: "
+                     "static (RCS), shift (RCS-1, default) or age (RCS-adaptive).",
+                     choices=("static", "shift", "age")),
+        MethodOption("--age-threshold", "age_threshold", "with --ordering age: partitions "
+                     "older than this are promoted (default 2).", type=int),
+        MethodOption("--degrees", "degrees", "codeword degrees, e.g. 1,2,3; their sum is the "
+                     "partitions each worker stores, at most the workers (default: the "
+                     "longest prefix of 1,2,3 that fits: 1 for 1-2 workers, 1,2 for 3-5, "
+                     "1,2,3 from 6).", metavar="D1,D2,...", parse=parse_int_list),
+    )
 
     def __init__(self, degrees: Any = None, *, tolerance: float = 0.0,
                  ordering: str = "shift", age_threshold: int = 2,

@@ -17,6 +17,7 @@ from daskstraggle.balance.partition import align_next, subpartition_bounds
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
 from daskstraggle.methods.cache import normalize_ranges
+from daskstraggle.methods.options import MethodOption
 from daskstraggle.problems.base import KernelResult, Problem
 
 __all__ = ["SGD"]
@@ -76,6 +77,36 @@ class SGD(Method):
     """
 
     name = "sgd"
+    cli_options = (
+        MethodOption("--wait", "n_wait", "fresh results waited for each iteration "
+                     "(default: all workers).", type=int),
+        MethodOption("--subpartitions", "subpartitions", "subpartitions per worker, "
+                     "processed in turn (default 1).", type=int),
+        MethodOption("--balance", "balance", "balance the load while running (DSAG paper "
+                     "§VI): resize each worker's subpartitions from its measured latency; "
+                     "start from --subpartitions well above 1 (e.g. 10).", type=bool),
+        MethodOption("--balance-margin", "balance_margin", "with --balance: send a new plan "
+                     "only if it lowers the max/min expected worker latency by this fraction "
+                     "(default 0.1).", type=float),
+        MethodOption("--balance-window", "balance_window", "with --balance: seconds of "
+                     "latency samples kept per worker (default 10).", type=float),
+    )
+
+    @classmethod
+    def params_from_cli(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Return the parameters; ``--balance`` with its margin and window becomes a
+        :class:`~daskstraggle.balance.LoadBalancer` (margin or window alone is refused)."""
+        values = dict(values)
+        tuning = {key: values.pop(f"balance_{key}") for key in ("margin", "window")
+                  if f"balance_{key}" in values}
+        balanced = values.pop("balance", False)
+        if tuning and not balanced:
+            raise InvalidParameterError(
+                f"{', '.join('--balance-' + key for key in tuning)}: only with --balance")
+        params = super().params_from_cli(values)
+        if balanced:
+            params["balance"] = LoadBalancer(**tuning)
+        return params
 
     def __init__(self, n_wait: int | None = None, *, subpartitions: int | Sequence[int] = 1,
                  collect_window: float = 0.02,

@@ -322,9 +322,9 @@ def test_forked_workers_get_what_changed_in_the_environment_or_are_spawned(monke
     config, environ = worker_start_config()
     assert config and environ["AWS_ACCESS_KEY_ID"] == "set-after-the-server-started"
     # scikit-learn sets these on import (in a worker too): passed on, not a reason to spawn
-    monkeypatch.setenv("KMP_INIT_AT_FORK", "FALSE")
+    monkeypatch.setenv("KMP_INIT_AT_FORK", "set-after-the-server-started")
     config, environ = worker_start_config()
-    assert config and environ["KMP_INIT_AT_FORK"] == "FALSE"
+    assert config and environ["KMP_INIT_AT_FORK"] == "set-after-the-server-started"
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert worker_start_config() == ({}, {})
 
