@@ -21,12 +21,19 @@ NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
 TIMEOUT = 300  # seconds for a notebook
 
 
+#: Prepended to a notebook's code: its own LocalCluster forks the workers from the package's
+#: preloaded server, as the clusters the package starts do (spawning four workers costs
+#: about ten seconds of the test machine's two cores).
+_FORKED_WORKERS = ("import dask\nfrom daskstraggle.runtime._connect import worker_start_config\n"
+                   "dask.config.set(worker_start_config()[0])\n")
+
+
 def _start(path: Path, folder: Path) -> subprocess.Popen:
     """Start the notebook's code cells as one script in ``folder`` (output to files there)."""
     cells = json.loads(path.read_text())["cells"]
     code = "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     script = folder / f"{path.stem}.py"
-    script.write_text("import matplotlib\nmatplotlib.use('Agg')\n" + code)
+    script.write_text("import matplotlib\nmatplotlib.use('Agg')\n" + _FORKED_WORKERS + code)
     # run as `python -c` like a kernel would: spawned worker processes must not re-import
     # the script as __main__
     runner = f"exec(compile(open({str(script)!r}).read(), {script.name!r}, 'exec'))"

@@ -3,11 +3,13 @@
 What a reader does, top to bottom in a new folder: each ```bash block's ``daskstraggle``
 commands run through ``main`` (``$PWD`` is that folder), each ```python block runs as a
 script there (``runpy.run_path`` with ``__name__ == "__main__"``, in one Python process
-that runs the blocks one after another as the test reaches them: a LocalCluster's spawned
+that runs the blocks one after another as the test reaches them: a LocalCluster's
 process workers import the block itself, so it needs, and is checked to have, the
 ``if __name__ == "__main__":`` guard they require) and sees what the blocks above it wrote:
 a snippet that writes a path an earlier command wrote fails, as it would for the reader.
-Four changes keep the test fast: the dataset sizes are small, solves stop after
+Five changes keep the test fast: the Python blocks' own LocalClusters fork their workers
+from the package's preloaded server (as the clusters the package starts do), the dataset
+sizes are small, solves stop after
 ``--max-iter 10``, a LocalCluster that a command starts has at most 2 process workers (the
 ``daskstraggle.workers`` setting the README documents, and ``--workers``, unless a
 ``--stragglers`` spec names a higher worker index or ``--wait`` asks for more), and
@@ -118,6 +120,12 @@ def test_python_blocks_can_run_as_scripts(index):
 _BLOCK_RUNNER = """
 import json, os, runpy, sys, traceback
 
+import dask
+from daskstraggle.runtime._connect import worker_start_config
+
+# the blocks' own LocalClusters fork their workers from the preloaded server, as the
+# package's clusters do (spawning each costs seconds on 2 cores)
+dask.config.set(worker_start_config()[0])
 status = os.fdopen(int(sys.argv[1]), "w")
 for line in sys.stdin:
     try:
