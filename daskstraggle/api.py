@@ -92,7 +92,8 @@ def check_n_workers(value: Any, *, caller: str, runtime: Any,
     """
     in_process = isinstance(runtime, str) and runtime in ("sim", "local")
     high = MAX_IN_PROCESS_WORKERS if in_process else MAX_LOCAL_WORKERS
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and 1 <= value <= high:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) \
+            and 1 <= int(value) <= high:
         return int(value)
     what = name or f"The 'n_workers' parameter of {caller} (CLI: --workers)"
     which = f"runtime={runtime!r}" if in_process else "the Dask runtime"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -67,7 +67,11 @@ def rcs_codewords(order: Sequence[int], degrees: Sequence[int]) -> list[tuple[in
     return out
 
 
-class IncrementalDecoder:
+#: Label type of the messages an :class:`IncrementalDecoder` combines.
+Label = TypeVar("Label", bound=Hashable)
+
+
+class IncrementalDecoder(Generic[Label]):
     """Row-reduce 0/1 (or real) codewords as they arrive; report isolated blocks.
 
     Keeps the received codewords in reduced row echelon form together with the
@@ -99,7 +103,7 @@ class IncrementalDecoder:
     def __init__(self, n_blocks: int, *, tol: float = 1e-9) -> None:
         self.n_blocks = int(n_blocks)
         self.tol = float(tol)
-        self._labels: list[Hashable] = []
+        self._labels: list[Label] = []
         self._rows: list[np.ndarray] = []  # reduced rows over blocks
         self._combos: list[np.ndarray] = []  # same rows as combinations of messages
         self._pivots: list[int] = []
@@ -115,7 +119,7 @@ class IncrementalDecoder:
         """Number of codewords added."""
         return len(self._labels)
 
-    def add(self, label: Hashable, blocks: Iterable[int],
+    def add(self, label: Label, blocks: Iterable[int],
             coefficients: Iterable[float] | None = None) -> list[int]:
         """Add a received codeword ``sum_b coefficients[b] * g_b``; return newly recovered blocks.
 
@@ -171,15 +175,15 @@ class IncrementalDecoder:
                 new.append(p)
         return sorted(new)
 
-    def sum_weights(self, blocks: Iterable[int]) -> dict[Hashable, float]:
+    def sum_weights(self, blocks: Iterable[int]) -> dict[Label, float]:
         """Return ``{label: weight}`` with ``sum_k g_k = sum weight * message`` over ``blocks``."""
-        total: dict[Hashable, float] = {}
+        total: dict[Label, float] = {}
         for k in blocks:
             for label, w in self.weights(k).items():
                 total[label] = total.get(label, 0.0) + w
         return {label: w for label, w in total.items() if abs(w) > 1e-12}
 
-    def weights(self, block: int) -> dict[Hashable, float]:
+    def weights(self, block: int) -> dict[Label, float]:
         """Return ``{label: weight}`` with ``g_block = sum weight * message`` (recovered blocks)."""
         if block not in self._recovered:
             raise KeyError(f"block {block} is not recovered")
@@ -189,7 +193,8 @@ class IncrementalDecoder:
 
 def _check_degrees(degrees: Any) -> tuple[int, ...]:
     ok = isinstance(degrees, (list, tuple)) and len(degrees) > 0 and all(
-        isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in degrees)
+        isinstance(d, numbers.Integral) and not isinstance(d, bool) and int(d) >= 1
+        for d in degrees)
     if not ok:
         raise InvalidParameterError(
             "The 'degrees' parameter of RCS must be a non-empty sequence of ints >= 1 "
@@ -200,7 +205,7 @@ def _check_degrees(degrees: Any) -> tuple[int, ...]:
 
 def _rcs_decoder(assignment: CodeAssignment, received: frozenset[Received]) -> dict | None:
     """Weights of the full sum once every block is isolated (static order), else None."""
-    dec = IncrementalDecoder(assignment.n_partitions)
+    dec: IncrementalDecoder[Received] = IncrementalDecoder(assignment.n_partitions)
     for i, j in sorted(received):
         parts = assignment.placement[i]
         coef = assignment.coefficients[i][j]
@@ -208,7 +213,7 @@ def _rcs_decoder(assignment: CodeAssignment, received: frozenset[Received]) -> d
         dec.add((i, j), [parts[p] for p in support], coef[support])
     if len(dec.recovered) < assignment.n_partitions:
         return None
-    return dec.sum_weights(range(assignment.n_partitions))  # type: ignore[return-value]
+    return dec.sum_weights(range(assignment.n_partitions))
 
 
 @register_scheme

@@ -402,7 +402,7 @@ class CyclicRepetition(CodingScheme):
         )
 
 
-def _as_fraction(alpha: numbers.Real) -> Fraction:
+def _as_fraction(alpha: float | numbers.Real) -> Fraction:
     """``alpha`` as an exact fraction; floats use their shortest decimal (1.2 -> 6/5)."""
     if isinstance(alpha, numbers.Rational):
         return Fraction(int(alpha.numerator), int(alpha.denominator))

@@ -23,7 +23,7 @@ import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -281,7 +281,8 @@ def shard_layout(array: Any, what: str) -> ShardLayout | None:
         )
     shard_shape = tuple(int(n) for n in array.metadata.chunk_grid.chunk_shape)
     chunks = tuple(int(n) for n in codec.chunk_shape)
-    endian = getattr(index[0].endian, "value", index[0].endian)
+    bytes_codec = cast(BytesCodec, index[0])  # checked above
+    endian = getattr(bytes_codec.endian, "value", bytes_codec.endian)
     return ShardLayout(
         chunks=chunks,
         per_shard=tuple(s // c for s, c in zip(shard_shape, chunks, strict=True)),
@@ -428,7 +429,8 @@ def open_array(path: str, name: str | None,
     """
     import zarr
 
-    options = {} if storage_options is None else {"storage_options": storage_options}
+    options: dict[str, Any] = {} if storage_options is None else {
+        "storage_options": storage_options}
     try:
         if name is None:
             return zarr.open_array(path, mode="r", **options)
@@ -524,8 +526,8 @@ def read_selection(path: str, name: str | None, rows: np.ndarray, columns: np.nd
         values = _read_runs(array, unique_rows, unique_cols, what)
         if len(unique_rows) != len(rows) or (unique_rows != rows).any():
             values = values[row_order]
-        if unique_cols is not None and (len(unique_cols) != len(columns)
-                                        or (unique_cols != columns).any()):
+        if unique_cols is not None and columns is not None and (
+                len(unique_cols) != len(columns) or (unique_cols != columns).any()):
             values = values[:, col_order]
         return values
 
@@ -693,7 +695,8 @@ def open_node(path: str, storage_options: dict[str, Any] | None = None) -> Any:
     import zarr
     from zarr.storage import FsspecStore, LocalStore, StorePath
 
-    options = {} if storage_options is None else {"storage_options": storage_options}
+    options: dict[str, Any] = {} if storage_options is None else {
+        "storage_options": storage_options}
     try:
         return zarr.open(path, mode="r", **options)
     except (OSError, MemoryError):

@@ -709,7 +709,7 @@ class WorkerPool:
         decision resend the same index). While no worker is left (:class:`AwaitWorkers`)
         the resends wait for the next decision."""
         resends = [i for i in out if isinstance(i, Resend)]
-        rest = [i for i in out if not isinstance(i, Resend)]
+        rest: list[PoolInstruction] = [i for i in out if not isinstance(i, Resend)]
         if rest and isinstance(rest[-1], AwaitWorkers):
             self._held_back += resends
             return rest
@@ -841,8 +841,8 @@ class WorkerPool:
         assert not set(self.helpers.values()) & set(self.workers), self.helpers
         for key, (partner, part, index) in self._halves.items():
             assert key in self.tasks or key in self._half_done, key
-            assert self.tasks.get(key, self.tasks.get(partner)) is None or \
-                self.tasks.get(key, self.tasks.get(partner)).unit.worker_index == index
+            task = self.tasks.get(key, self.tasks.get(partner))
+            assert task is None or task.unit.worker_index == index
             assert part in (0, 1)
         for key, twin in self._twins.items():
             assert twin == key or self._twins.get(twin) == key, (key, twin)

@@ -249,6 +249,6 @@ class BlockKrylov(CodedSum):
                         v = v - Q @ (Q.T @ v) - block[:, :j] @ (block[:, :j].T @ v)
                     if np.linalg.norm(v) > _DEPENDENT:
                         break
-                v = self._fill.standard_normal(d)
+                v = self._fill.standard_normal(int(d))
             block[:, j] = v / np.linalg.norm(v)
         return block

@@ -210,7 +210,7 @@ class PartialRecovery(Method):
         self._new_round()
 
     def _new_round(self) -> None:
-        self._decoder = IncrementalDecoder(self._K)
+        self._decoder: IncrementalDecoder[tuple[int, int]] = IncrementalDecoder(self._K)
         self._messages: dict[tuple[int, int], KernelResult] = {}
         self._sent: set[int] = set()
         self._responders: set[int] = set()
@@ -254,7 +254,8 @@ class PartialRecovery(Method):
         if unit.version != self._version or self.ready():
             self._dropped += 1
             return
-        if isinstance(result.result, tuple) or result.message is None:
+        if isinstance(result.result, tuple) or result.message is None \
+                or unit.coefficients is None:
             raise InvalidParameterError("PartialRecovery takes streamed codeword results.")
         j = result.message
         support = np.flatnonzero(unit.coefficients[j])
@@ -276,7 +277,7 @@ class PartialRecovery(Method):
             return self._summary
         recovered = sorted(self._decoder.recovered)
         weights = self._decoder.sum_weights(recovered)
-        keys = sorted(weights)  # type: ignore[type-var]
+        keys = sorted(weights)
         total = combine([self._messages[k] for k in keys], [weights[k] for k in keys])
         covered = int(self._rows[recovered].sum())
         exact = len(recovered) == self._K

@@ -7,6 +7,7 @@ factor); nothing touches a whole data block.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import scipy.linalg
@@ -100,7 +101,7 @@ def sin_largest_angle(A: np.ndarray, B: np.ndarray) -> float:
     residual = A - B @ (B.T @ A)
     if residual.size == 0:
         return 0.0
-    return float(min(1.0, np.linalg.norm(residual, ord=2)))
+    return min(1.0, float(np.linalg.norm(residual, ord=2)))
 
 
 def power_iteration(
@@ -173,7 +174,8 @@ def qr_r(A: np.ndarray) -> np.ndarray:
     """Return the R factor of ``A`` (shape ``(min(m, c), c)``; ``(0, c)`` for no rows)."""
     if A.shape[0] == 0:
         return np.zeros((0, A.shape[1]))
-    return np.linalg.qr(A, mode="r")
+    # numpy's stubs say QRResult for every mode; mode="r" returns R alone
+    return cast(np.ndarray, np.linalg.qr(A, mode="r"))
 
 
 def stack_r(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:

@@ -297,8 +297,9 @@ def check_float_range(stats: MatrixStats, *, caller: str, labels: bool = False) 
             f"sums, and float64's normal numbers end at {_FLOAT_TINY:.3g}); multiply the "
             f"data by {_power_of_ten(1.0 / largest if largest > 0 else np.inf)} or so first."
         )
-    small = [] if high is None else np.flatnonzero((high > 0) & (high < np.sqrt(_SQUARE_FLOOR)))
-    if len(small):
+    small = np.flatnonzero((high > 0) & (high < np.sqrt(_SQUARE_FLOOR))) \
+        if high is not None else np.empty(0, dtype=np.intp)
+    if high is not None and len(small):
         j = int(small[0])
         raise InvalidDataError(
             f"Column {j} of the matrix of {caller} is too small for float64: its largest "

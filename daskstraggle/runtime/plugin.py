@@ -481,7 +481,7 @@ def unguard_worker_plugin(client: Client, plugin: str) -> None:
 
 def _attach(name: str, topic: str | None, client: str, prefix: str, *,
             dask_scheduler: Scheduler) -> dict[str, Any]:
-    plugin = dask_scheduler.plugins.get(name)
+    plugin: Any = dask_scheduler.plugins.get(name)  # ours, perhaps of another version
     if plugin is None:
         return {"found": False}
     found_prefix = getattr(plugin, "prefix", None)
@@ -492,17 +492,17 @@ def _attach(name: str, topic: str | None, client: str, prefix: str, *,
 
 
 def _drain(name: str, after_seq: int, *, dask_scheduler: Scheduler) -> Any:
-    plugin = dask_scheduler.plugins.get(name)
+    plugin: Any = dask_scheduler.plugins.get(name)
     return None if plugin is None else plugin.drain(after_seq)
 
 
 def _summary(name: str, *, dask_scheduler: Scheduler) -> Any:
-    plugin = dask_scheduler.plugins.get(name)
+    plugin: Any = dask_scheduler.plugins.get(name)
     return None if plugin is None else plugin.workers()
 
 
 def _release(name: str, topic: str | None, owned: bool, *, dask_scheduler: Scheduler) -> None:
-    plugin = dask_scheduler.plugins.get(name)
+    plugin: Any = dask_scheduler.plugins.get(name)
     if plugin is None:
         return
     if topic is not None:
