@@ -89,14 +89,14 @@ class LoadBalancer:
         """Return a profiler with this balancer's window and sample threshold."""
         return LatencyProfiler(n_workers, window=self.window, min_samples=self.min_samples)
 
-    def ready(self, stats: ProfileStatistics, rows: Sequence[int]) -> bool:
+    def ready(self, stats: ProfileStatistics, rows: Sequence[int] | np.ndarray) -> bool:
         """Return whether every worker holding rows has enough samples for a plan.
 
         Parameters
         ----------
         stats : ProfileStatistics
             The profiler's statistics.
-        rows : sequence of int
+        rows : sequence or ndarray of int
             Rows ``n_i`` per worker; workers without rows need no statistics.
         """
         holders = np.flatnonzero(np.asarray(rows, dtype=np.int64) > 0)

@@ -167,16 +167,18 @@ def _literal(node: ast.AST, text: str) -> Any:
 
 
 def _term(node: ast.AST, text: str, *, base: LatencyModel | None) -> Any:
+    kwargs: dict[str, Any] = {}
     if isinstance(node, ast.Name):
-        name, kwargs = node.id, {}
+        name = node.id
     elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        if node.args:
+        if node.args or any(kw.arg is None for kw in node.keywords):  # f(1) or f(**d)
             raise InvalidParameterError(
                 f"Write the parameters of {node.func.id!r} as key=value in the stragglers spec "
                 f"{text!r}. {_HELP}."
             )
         name = node.func.id
-        kwargs = {kw.arg: _literal(kw.value, text) for kw in node.keywords}
+        kwargs = {kw.arg: _literal(kw.value, text) for kw in node.keywords
+                  if kw.arg is not None}
     else:
         raise InvalidParameterError(
             f"Could not read {ast.get_source_segment(text, node)!r} in the stragglers spec "

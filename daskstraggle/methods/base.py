@@ -114,6 +114,31 @@ class WorkResult:
     final: bool = True
 
 
+def check_plain(result: WorkResult, *, caller: str) -> KernelResult:
+    """Return the single kernel sum of an uncoded unit's result.
+
+    Parameters
+    ----------
+    result : WorkResult
+        A completed unit.
+    caller : str
+        The method's name, for the error message.
+
+    Returns
+    -------
+    kernel_result : KernelResult
+        ``result.result``.
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``result`` holds a coded unit's messages (a tuple of kernel sums).
+    """
+    if isinstance(result.result, tuple):
+        raise InvalidParameterError(f"{caller} takes plain (uncoded) results.")
+    return result.result
+
+
 @dataclass(frozen=True, slots=True)
 class RoundSummary:
     """What a method knows when it is ready to step.

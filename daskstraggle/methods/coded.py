@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -88,7 +88,7 @@ class CodedGD(Method):
     name = "coded"
     exact_rounds = True
     dispatch_once_per_version = True
-    cli_options = (*SCHEME_OPTIONS, MethodOption(
+    cli_options: ClassVar[tuple[MethodOption, ...]] = (*SCHEME_OPTIONS, MethodOption(
         "--nesterov", "nesterov", "Nesterov momentum on the decoded exact gradient "
         "(regression).", type=bool))
 
@@ -125,7 +125,7 @@ class CodedGD(Method):
         """Refuse scheme parameters that do not fit ``n_workers`` (e.g. s >= N)."""
         self.scheme.check_n_workers(n_workers)
 
-    def partition_count(self, n_workers: int, n_rows: int) -> int:
+    def partition_count(self, n_workers: int, n_rows: int) -> int | None:
         """Return the scheme's number of partitions ``K``."""
         return self.scheme.partition_count(n_workers, n_rows)
 

@@ -8,8 +8,8 @@ import numpy as np
 
 from daskstraggle._validation import check_choice
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
-from daskstraggle.problems.base import KernelResult, Problem
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit, check_plain
+from daskstraggle.problems.base import Problem
 
 __all__ = ["GD", "NAG", "Nesterov"]
 
@@ -76,6 +76,7 @@ class GD(Method):
 
     def receive(self, result: WorkResult) -> None:
         """Keep results of the current version; ignore older ones."""
+        check_plain(result, caller=type(self).__name__)
         if result.unit.version == self._version:
             self._results[result.unit.worker_index] = result
 
@@ -89,9 +90,10 @@ class GD(Method):
         if self._summary is not None:
             return self._summary
         order = sorted(self._results)
-        total: KernelResult = self._results[order[0]].result
+        caller = type(self).__name__
+        total = check_plain(self._results[order[0]], caller=caller)
         for i in order[1:]:
-            total = total + self._results[i].result
+            total = total + check_plain(self._results[i], caller=caller)
         point = self._point()
         self._summary = RoundSummary(
             iterate=point,

@@ -7,7 +7,7 @@ processed in turn, and their live resizing by the load balancer (DSAG paper §VI
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -15,10 +15,10 @@ from daskstraggle._validation import check_int, check_nonnegative
 from daskstraggle.balance.balancer import LoadBalancer, check_balance
 from daskstraggle.balance.partition import align_next, subpartition_bounds
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit, check_plain
 from daskstraggle.methods.cache import normalize_ranges
 from daskstraggle.methods.options import MethodOption
-from daskstraggle.problems.base import KernelResult, Problem
+from daskstraggle.problems.base import Problem
 
 __all__ = ["SGD"]
 
@@ -77,7 +77,7 @@ class SGD(Method):
     """
 
     name = "sgd"
-    cli_options = (
+    cli_options: ClassVar[tuple[MethodOption, ...]] = (
         MethodOption("--wait", "n_wait", "fresh results waited for each iteration "
                      "(default: all workers).", type=int),
         MethodOption("--subpartitions", "subpartitions", "subpartitions per worker, "
@@ -312,6 +312,7 @@ class SGD(Method):
 
     def receive(self, result: WorkResult) -> None:
         """Keep fresh results; drop stale ones (the runtime re-tasks their workers)."""
+        check_plain(result, caller=type(self).__name__)
         if result.unit.version == self._version:
             self._fresh[result.unit.worker_index] = result
             self._summary = None
@@ -328,9 +329,10 @@ class SGD(Method):
         if self._summary is not None:
             return self._summary
         order = sorted(self._fresh)
-        total: KernelResult = self._fresh[order[0]].result
+        caller = type(self).__name__
+        total = check_plain(self._fresh[order[0]], caller=caller)
         for i in order[1:]:
-            total = total + self._fresh[i].result
+            total = total + check_plain(self._fresh[i], caller=caller)
         covered = sum(self._unit_rows(self._fresh[i].unit) for i in order)
         exact = covered == self._total_rows
         estimate = total if exact else total.scaled(self._total_rows / covered)

@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -262,7 +262,8 @@ def _check_seed(seed: Any, caller: str) -> int:
     if seed is None:
         import numpy as np
 
-        return int(np.random.SeedSequence().entropy)  # fresh, but one for all workers
+        entropy = cast(int, np.random.SeedSequence().entropy)  # an int when drawn fresh
+        return int(entropy)  # fresh, but one for all workers
     if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
         raise InvalidParameterError(
             f"The 'seed' parameter of {caller} must be an int >= 0 or None. "
