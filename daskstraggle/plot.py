@@ -197,7 +197,7 @@ def _x_values(result: Result, x: str) -> np.ndarray:
 
 def _trace_values(trace: xr.Dataset, y: object, *, label: str, caller: str) -> np.ndarray:
     """The values of the trace variable ``y`` over ``iteration``, checked to be drawable."""
-    names = sorted(v for v in trace.data_vars if trace[v].dims == ("iteration",))
+    names = sorted(str(v) for v in trace.data_vars if trace[v].dims == ("iteration",))
     if not isinstance(y, str) or y not in names:
         raise InvalidParameterError(
             f"The 'y' parameter of {caller} must be a trace variable over iteration; the "
@@ -260,7 +260,7 @@ def plot_latency(result: Result | xr.Dataset, *, variable: str = "latency",
     """
     caller = "plot_latency"
     trace = _trace_of(result, caller=caller)
-    names = sorted(v for v in trace.data_vars
+    names = sorted(str(v) for v in trace.data_vars
                    if trace[v].ndim == 2 and trace[v].dims[0] == "iteration")
     if not isinstance(variable, str) or variable not in names:
         raise InvalidParameterError(
@@ -280,7 +280,7 @@ def plot_latency(result: Result | xr.Dataset, *, variable: str = "latency",
                       extent=(-0.5, n_cols - 0.5, -0.5, n_rows - 0.5))
     units = trace[variable].attrs.get("units")
     ax.figure.colorbar(image, ax=ax, label=variable + (f" ({units})" if units else ""))
-    ax.set_xlabel(trace[variable].dims[1])
+    ax.set_xlabel(str(trace[variable].dims[1]))
     ax.set_ylabel("iteration")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -414,7 +414,7 @@ def _pca_points(data: Any, *, caller: str) -> tuple[np.ndarray, np.ndarray | Non
 def _check_components(components: Any, n: int, *, caller: str) -> tuple[int, int]:
     ok = (isinstance(components, Sequence) and len(components) == 2
           and all(isinstance(c, numbers.Integral) and not isinstance(c, bool)
-                  and 0 <= c < n for c in components)
+                  and 0 <= int(c) < n for c in components)
           and components[0] != components[1])
     if not ok:
         raise InvalidParameterError(
@@ -503,7 +503,7 @@ def plot_run(result: Result, *, labels: Any = None, fig: Figure | None = None) -
     for ax, panel in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
         if panel == "convergence" and y is None:
             ax.set_title(f"{result.problem} by {result.method}: no finite trace values")
-        elif panel == "convergence":
+        elif panel == "convergence" and y is not None:
             plot_convergence(result, y=y, ax=ax)
             ax.set_title(f"{result.problem} by {result.method}")
         elif panel == "latency":

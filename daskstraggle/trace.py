@@ -311,7 +311,7 @@ class Result:
                          "partitions")
         lines.append("fitted:     " + ", ".join(
             f"{name} {np.shape(value)}" for name, value in self.fitted.items()))
-        names = list(self.trace.data_vars)
+        names = [str(name) for name in self.trace.data_vars]
         shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
         sizes = ", ".join(f"{dim}: {n}" for dim, n in self.trace.sizes.items())
         lines.append(f"trace:      ({sizes}) {len(names)} variables: {shown}")

@@ -69,6 +69,7 @@ def store_view(ds: Any) -> StoreView | None:
     """
     var = ds["call_genotype"].variable
     lazy = _lazy_key(var._data)
+    view: StoreView | None
     if lazy is not None:
         array, key = lazy
         root = _store_root(array)

@@ -109,13 +109,13 @@ def parse_region(text: object, *, caller: str = "GenotypeQC") -> Region:
 def _check_threshold(value: object, *, name: str, flag: str, high: float) -> float | None:
     if value is None:
         return None
-    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
-    if not ok or not 0.0 <= float(value) <= high:  # NaN fails too
-        raise InvalidParameterError(
-            f"The {name!r} parameter of GenotypeQC (CLI: {flag}) must be a number in "
-            f"[0, {high:g}] or None. Got {value!r} instead."
-        )
-    return float(value)
+    if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool) \
+            and 0.0 <= float(value) <= high:  # NaN fails
+        return float(value)
+    raise InvalidParameterError(
+        f"The {name!r} parameter of GenotypeQC (CLI: {flag}) must be a number in "
+        f"[0, {high:g}] or None. Got {value!r} instead."
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -511,8 +511,8 @@ class StoreArrays:
         import zarr
 
         if self._names is None:
-            options = ({} if self.storage_options is None
-                       else {"storage_options": self.storage_options})
+            options: dict[str, Any] = ({} if self.storage_options is None
+                                       else {"storage_options": self.storage_options})
             group = zarr.open_group(self.path, mode="r", **options)
             self._names = set(group.array_keys())
         if name not in self._names:

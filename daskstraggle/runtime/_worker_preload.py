@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import signal
 import warnings
+from typing import Any
 
 if hasattr(signal, "pthread_sigmask"):
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -30,7 +31,8 @@ def _warm_kernels() -> None:
     """Run each problem's kernels once on a tiny matrix, in process, quietly."""
     X = np.random.default_rng(0).normal(size=(64, 5))
     labels = (X[:, 0] > 0).astype(np.float64)
-    options = {"runtime": "local", "n_workers": 1, "method": "gd", "max_iter": 2}
+    options: dict[str, Any] = {"runtime": "local", "n_workers": 1, "method": "gd",
+                               "max_iter": 2}
     try:  # tqdm's monitor thread (started with a first bar, never stopped) stays off
         import tqdm
 

@@ -16,7 +16,7 @@ import time
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self, cast, overload
 
 import numpy as np
 
@@ -66,12 +66,36 @@ from daskstraggle.runtime.checkpoint import (
 )
 from daskstraggle.trace import Result, TraceRecorder
 
+if TYPE_CHECKING:
+    from daskstraggle.methods.sgd import SGD
+
 __all__ = ["Runtime", "fold", "fold_map", "run_unit", "stream_messages"]
 
 logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------- worker-side task bodies
+@overload
+def run_unit(
+    problem: Problem, iterate: np.ndarray, *blocks: Block, coefficients: None = None,
+    rows: tuple[int, int] | None = None,
+) -> tuple[KernelResult, float]: ...
+
+
+@overload
+def run_unit(
+    problem: Problem, iterate: np.ndarray, *blocks: Block, coefficients: np.ndarray,
+    rows: tuple[int, int] | None = None,
+) -> tuple[tuple[KernelResult, ...], float]: ...
+
+
+@overload
+def run_unit(
+    problem: Problem, iterate: np.ndarray, *blocks: Block,
+    coefficients: np.ndarray | None = None, rows: tuple[int, int] | None = None,
+) -> tuple[KernelResult | tuple[KernelResult, ...], float]: ...
+
+
 def run_unit(
     problem: Problem,
     iterate: np.ndarray,
@@ -239,7 +263,7 @@ class Runtime(ABC):
         """Release resources (and clusters the runtime started)."""
         self._unload()
 
-    def __enter__(self) -> Runtime:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -510,7 +534,8 @@ class Runtime(ABC):
         if method.load_balancer() is not None:
             from daskstraggle.runtime.balancing import BalanceLoop
 
-            balancing = BalanceLoop(method, self.n_workers,
+            # only the SGD family (SGD, SAG, DSAG) has a load balancer
+            balancing = BalanceLoop(cast("SGD", method), self.n_workers,
                                     background=self.balance_in_background)
         writer = session.checkpoint
         coordinator = Coordinator(method, session, stop=stop, n_workers=self.n_workers,
