@@ -80,8 +80,9 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
     if matrix is not None and matrix.column_groups is not None and result.problem == "pca":
         lines.append("")
         lines.append(_population_table(result, matrix))
-    if qc_line(result) is not None:
-        lines.append(qc_line(result))
+    qc = qc_line(result)
+    if qc is not None:
+        lines.append(qc)
     if data_path is not None:
         lines.append(f"data        {data_path}")
     if out is not None:

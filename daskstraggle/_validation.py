@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Iterable, Mapping
+from typing import Literal, NoReturn, overload
 
 import numpy as np
 
 from daskstraggle.errors import InvalidParameterError
 
 
-def _fail(name: str, caller: str, constraint: str, value: object, remedy: str = "") -> None:
+def _fail(name: str, caller: str, constraint: str, value: object, remedy: str = "") -> NoReturn:
     message = f"The {name!r} parameter of {caller} must be {constraint}. Got {value!r} instead."
     if remedy:
         message += f" {remedy}"
@@ -32,21 +33,32 @@ def check_int(
     remedy: str = "",
 ) -> int:
     """Return ``value`` as an int in ``[low, high]`` or raise InvalidParameterError."""
-    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if ok:
-        value = int(value)  # type: ignore[arg-type]
-        ok = (low is None or value >= low) and (high is None or value <= high)
-    if not ok:
-        if low is not None and high is not None:
-            constraint = f"an int in [{low}, {high}]"
-        elif low is not None:
-            constraint = f"an int >= {low}"
-        elif high is not None:
-            constraint = f"an int <= {high}"
-        else:
-            constraint = "an int"
-        _fail(name, caller, constraint, value, remedy)
-    return value  # type: ignore[return-value]
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        number = int(value)
+        if (low is None or number >= low) and (high is None or number <= high):
+            return number
+        value = number
+    if low is not None and high is not None:
+        constraint = f"an int in [{low}, {high}]"
+    elif low is not None:
+        constraint = f"an int >= {low}"
+    elif high is not None:
+        constraint = f"an int <= {high}"
+    else:
+        constraint = "an int"
+    _fail(name, caller, constraint, value, remedy)
+
+
+@overload
+def check_positive(
+    value: object, *, name: str, caller: str, allow_none: Literal[False] = ..., remedy: str = ""
+) -> float: ...
+
+
+@overload
+def check_positive(
+    value: object, *, name: str, caller: str, allow_none: bool, remedy: str = ""
+) -> float | None: ...
 
 
 def check_positive(
@@ -55,36 +67,33 @@ def check_positive(
     """Return ``value`` as a finite float > 0 (or None when allowed)."""
     if value is None and allow_none:
         return None
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if ok:
-        value = float(value)  # type: ignore[arg-type]
-        ok = bool(np.isfinite(value)) and value > 0
-    if not ok:
-        constraint = "a finite number > 0" + (" or None" if allow_none else "")
-        _fail(name, caller, constraint, value, remedy)
-    return value  # type: ignore[return-value]
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        number = float(value)
+        if np.isfinite(number) and number > 0:
+            return number
+        value = number
+    constraint = "a finite number > 0" + (" or None" if allow_none else "")
+    _fail(name, caller, constraint, value, remedy)
 
 
 def check_fraction(value: object, *, name: str, caller: str, closed_low: bool = False) -> float:
     """Return ``value`` as a float in (0, 1), or in [0, 1) with ``closed_low``."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if ok:
-        value = float(value)  # type: ignore[arg-type]
-        ok = 0.0 <= value < 1.0 if closed_low else 0.0 < value < 1.0
-    if not ok:
-        _fail(name, caller, f"a number in {'[' if closed_low else '('}0, 1)", value)
-    return value  # type: ignore[return-value]
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        number = float(value)
+        if 0.0 <= number < 1.0 if closed_low else 0.0 < number < 1.0:
+            return number
+        value = number
+    _fail(name, caller, f"a number in {'[' if closed_low else '('}0, 1)", value)
 
 
 def check_nonnegative(value: object, *, name: str, caller: str) -> float:
     """Return ``value`` as a finite float >= 0."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if ok:
-        value = float(value)  # type: ignore[arg-type]
-        ok = bool(np.isfinite(value)) and value >= 0
-    if not ok:
-        _fail(name, caller, "a finite number >= 0", value)
-    return value  # type: ignore[return-value]
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        number = float(value)
+        if np.isfinite(number) and number >= 0:
+            return number
+        value = number
+    _fail(name, caller, "a finite number >= 0", value)
 
 
 def check_choice(value: object, *, name: str, caller: str, choices: Iterable[str]) -> str:
@@ -92,7 +101,7 @@ def check_choice(value: object, *, name: str, caller: str, choices: Iterable[str
     options = list(choices)
     if not isinstance(value, str) or value not in options:
         _fail(name, caller, f"one of {options}", value)
-    return value  # type: ignore[return-value]
+    return value
 
 
 def check_bool(value: object, *, name: str, caller: str) -> bool:
@@ -109,7 +118,7 @@ def check_rng(value: object, *, caller: str) -> object:
     """
     seedable = (np.random.Generator, np.random.SeedSequence, np.random.BitGenerator)
     ok = value is None or isinstance(value, seedable) or (
-        isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0)
+        isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 0)
     if not ok:
         _fail("rng", caller, "None, an int >= 0 (CLI: --seed) or a numpy.random.Generator",
               value)
@@ -122,7 +131,7 @@ def check_mapping(value: object, *, name: str, caller: str) -> dict:
         return {}
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         _fail(name, caller, "a dict of parameter names to values, or None", value)
-    return dict(value)  # type: ignore[arg-type]
+    return dict(value)
 
 
 def check_addresses(value: object, *, name: str, caller: str, constraint: str) -> tuple[str, ...]:

@@ -238,7 +238,7 @@ def _resolve_runtime(
     backup_after: float | None = None,
 ) -> Iterator[Runtime]:
     """Yield the runtime to use; close it afterwards only if it was made here."""
-    seed = rng if isinstance(rng, int | np.integer) else None
+    seed = int(rng) if isinstance(rng, int | np.integer) else None
     if isinstance(runtime, Runtime):
         yield runtime
         return

@@ -214,7 +214,7 @@ class BCC(CodingScheme):
     name: ClassVar[str] = "bcc"
 
     batch_size: int
-    n_partitions: int | None = None  # type: ignore[assignment]
+    n_partitions: int | None = None
 
     def __post_init__(self) -> None:
         check_int(self.batch_size, name="batch_size", caller="BCC", low=1)
@@ -577,7 +577,7 @@ class HeterogeneousBCC(CodingScheme):
 
     shift: float | tuple[float, ...]
     rate: float | tuple[float, ...]
-    n_partitions: int  # type: ignore[assignment]
+    n_partitions: int
     coverage_factor: float | None = None
     allocation: str = "p2"
 
@@ -708,7 +708,7 @@ class IdealMDS(CodingScheme):
 
     def __post_init__(self) -> None:
         ok = isinstance(self.rate, numbers.Real) and not isinstance(self.rate, bool)
-        if not ok or not 0 < float(self.rate) <= 1:  # type: ignore[arg-type]
+        if not ok or not 0 < float(self.rate) <= 1:
             _fail("rate", "IdealMDS", "a number in (0, 1]", self.rate)
 
     def partition_count(self, n_workers: int, n_rows: int | None = None) -> int:

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ def write_bed(store: str | os.PathLike[str], prefix: Path, *, family: np.ndarray
     """
     import zarr
 
-    group = zarr.open_group(os.fspath(store), mode="r")
+    group: Any = zarr.open_group(os.fspath(store), mode="r")  # members: Array | Group
     calls = group["call_genotype"]
     n_variants = calls.shape[0]
     with open(prefix.with_suffix(".bed"), "wb") as f:

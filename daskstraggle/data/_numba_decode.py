@@ -15,10 +15,12 @@ branch-free for diploid arrays and vectorise.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
 
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy", "boundscheck": False}
+_JIT: dict[str, Any] = {"cache": True, "nogil": True, "error_model": "numpy", "boundscheck": False}
 
 #: Return codes of :func:`decode`.
 OK, MISSING, FRACTIONAL = 0, 1, 2

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -719,7 +719,7 @@ def make_genotypes(
             show_progress=progress, zarr_format=2,
         )
         group = zarr.open_group(tmp, mode="r+")
-        sample_chunks = group["sample_id"].chunks
+        sample_chunks = cast("zarr.Array", group["sample_id"]).chunks
         member = group.create_array("sample_population", chunks=sample_chunks,
                                     data=populations.astype(np.dtypes.StringDType()))
         member.attrs["_ARRAY_DIMENSIONS"] = ["samples"]

@@ -173,7 +173,7 @@ class _BedLoader:
             raw = np.empty((self.stop - self.start, width), dtype=np.uint8)
             with open(self.path, "rb") as f:
                 f.seek(3 + self.start * width)
-                f.readinto(memoryview(raw).cast("B"))
+                f.readinto(raw.data.cast("B"))
         else:
             mapped = np.memmap(self.path, dtype=np.uint8, mode="r", offset=3,
                                shape=(self.n_variants, width))

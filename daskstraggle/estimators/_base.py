@@ -42,6 +42,8 @@ def _is_source(X: Any) -> bool:
 class _Estimator(BaseEstimator):
     """Shared parameters and plumbing of the four estimators (not public)."""
 
+    client: Any  # set by the estimators' __init__
+
     def __sklearn_clone__(self) -> Any:
         """Clone the parameters, sharing ``client``: a Dask client is a handle to a
         cluster, which ``clone`` (and so ``GridSearchCV``) must not try to deep-copy."""

@@ -243,7 +243,7 @@ def check_per_worker(
     items = list(values) if values is not None else [value]
     out = []
     for v in items:
-        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and np.isfinite(v)
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and np.isfinite(float(v))
         if ok:
             ok = (v > low if strict else v >= low) and (high is None or v <= high)
         if not ok:

@@ -37,8 +37,8 @@ _MAX_SECONDS = 1e15
 
 def _seconds(value: Any, *, name: str, term: str, positive: bool = False) -> float:
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and \
-        math.isfinite(value) and (value > 0 if positive else value >= 0) and \
-        value <= _MAX_SECONDS
+        math.isfinite(value) and (float(value) > 0 if positive else float(value) >= 0) and \
+        float(value) <= _MAX_SECONDS
     if not ok:
         bound = "> 0" if positive else ">= 0"
         raise InvalidParameterError(
@@ -52,7 +52,7 @@ def _workers(value: Any, *, term: str) -> tuple[int, ...]:
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         value = (int(value),)
     if not isinstance(value, tuple | list) or not value or not all(
-            isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= 0
+            isinstance(w, numbers.Integral) and not isinstance(w, bool) and int(w) >= 0
             for w in value):
         raise InvalidParameterError(
             f"The 'workers' parameter of {term} must be a worker index or a list of them "

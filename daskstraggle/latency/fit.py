@@ -203,7 +203,7 @@ def fit_shifted_exponential(
     return ShiftedExponential(shift=tuple(shifts), rate=tuple(rates))
 
 
-def fit_trace(trace: Mapping[str, Any], *, iid: bool = False, split: bool = True,
+def fit_trace(trace: Mapping[Any, Any], *, iid: bool = False, split: bool = True,
               n_workers: int | None = None) -> Gamma:
     """Fit the gamma latency model to the trace of a run.
 

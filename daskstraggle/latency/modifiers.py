@@ -15,7 +15,7 @@ import bisect
 import math
 import numbers
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -46,7 +46,8 @@ def _check_workers(value: Any, *, caller: str, allow_none: bool) -> tuple[int, .
         return None
     items = value if isinstance(value, tuple | list) else (value,)
     ok = bool(items) and all(
-        isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= 0 for w in items
+        isinstance(w, numbers.Integral) and not isinstance(w, bool) and int(w) >= 0
+        for w in items
     )
     if ok and len(set(items)) != len(items):
         raise InvalidParameterError(
@@ -199,8 +200,9 @@ class _SlowdownSampler(_FactorSampler):
         self.stateless = self.base is None or self.base.stateless
         self.shared_draws = self.base is not None and self.base.shared_draws
         self.factors = np.ones(n_workers)
-        factors = np.broadcast_to(np.asarray(model.factor, dtype=float), (len(model.workers),))
-        self.factors[list(model.workers)] = factors
+        workers = cast(tuple[int, ...], model.workers)  # a tuple after __post_init__
+        factors = np.broadcast_to(np.asarray(model.factor, dtype=float), (len(workers),))
+        self.factors[list(workers)] = factors
 
     def _draw_shared(self, loads, size, generator):
         assert self.base is not None  # shared_draws needs a base
@@ -265,7 +267,7 @@ class Slowdown(_Modifier):
                     f"worker ({len(workers)}). Got {factor!r} instead."
                 )
             factor = tuple(
-                check_positive(f, name="factor", caller=caller) for f in factor  # type: ignore[misc]
+                check_positive(f, name="factor", caller=caller) for f in factor
             )
         else:
             factor = check_positive(factor, name="factor", caller=caller)
@@ -386,7 +388,8 @@ def _check_changes(value: Any, *, caller: str) -> tuple[tuple[int, tuple[int, ..
             )
         items = workers if isinstance(workers, tuple | list) else (workers,)
         ok = bool(items) and all(
-            isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= 0 for w in items
+            isinstance(w, numbers.Integral) and not isinstance(w, bool) and int(w) >= 0
+            for w in items
         )
         if not ok or len(set(items)) != len(items):
             raise InvalidParameterError(
@@ -416,7 +419,7 @@ class _ScheduleSampler(_FactorSampler):
         # per worker: the iterations at which its factor changes and the factor from there
         self._at: list[list[int]] = [[] for _ in range(n_workers)]
         self._factor: list[list[float]] = [[] for _ in range(n_workers)]
-        for iteration, workers, factor in model.changes:  # type: ignore[union-attr]
+        for iteration, workers, factor in model.changes:
             for w in workers:
                 self._at[w].append(iteration)
                 self._factor[w].append(factor)

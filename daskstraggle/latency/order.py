@@ -163,7 +163,7 @@ def order_statistics(
     load: float | ArrayLike = 1.0,
     time: float = 0.0,
     iteration: int = 0,
-    rng: int | np.random.Generator | None = None,
+    rng: int | np.random.SeedSequence | np.random.Generator | None = None,
 ) -> OrderStatistics:
     """Estimate the latency of the ``w``-th fastest worker for every ``w`` by Monte Carlo.
 
@@ -186,7 +186,7 @@ def order_statistics(
         Seconds since the run started (the state of time-dependent models).
     iteration : int, default=0
         Iterate version (the state of iteration-dependent models).
-    rng : int, Generator or None, default=None
+    rng : int, SeedSequence, Generator or None, default=None
         Seed of the per-worker streams.
 
     Returns
