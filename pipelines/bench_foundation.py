@@ -112,6 +112,8 @@ QUICK: dict[str, Any] = {
     "glm_iter": 3,
 }
 SECTIONS = ("kernel", "overhead", "glm")
+#: The blocks of (a) (``--blocks``; the first word of each block's name).
+KERNEL_BLOCKS = ("float64", "int8", "packed", "gram")
 
 
 # ============================================================================ helpers
@@ -654,12 +656,13 @@ def bench_kernels(cfg: argparse.Namespace, rng: np.random.Generator) -> dict[str
         out["base"] = {"path": str(cfg.base), **base.info}
     try:
         for block_name, make in kernel_blocks().items():
-            _bench_block(cfg, rng, out, block_name, make, gemm, gemm_flops, base)
+            if block_name.split()[0] in cfg.blocks:
+                _bench_block(cfg, rng, out, block_name, make, gemm, gemm_flops, base)
     finally:
         if base is not None:
             base.close()
     out["gemm_gflop_per_s"] = summarize(out["gemm_gflop_per_s"])
-    if "numba" in IMPLEMENTATIONS:
+    if cfg.startup:
         log("(a) numba start-up: cold compile and cached load in fresh processes")
         out["numba_startup"] = numba_startup(cfg.base)
     return out
@@ -725,6 +728,17 @@ def _base_case(theirs: list[float], ours: list[float], roof: list[float]) -> dic
             "roofline": summarize([f / b for f, b in zip(roof, theirs, strict=True)])}
 
 
+def _blocks_text(blocks: dict[str, dict[str, Any]]) -> str:
+    """The blocks of (a) that ran, their shapes and sizes, for a table's title."""
+    parts = []
+    for name, info in blocks.items():
+        shape = "x".join(map(str, info["shape"]))
+        missing = (f", {100 * info['missing_fraction']:.1f}% missing"
+                   if "missing_fraction" in info else "")
+        parts.append(f"{name} {shape} ({info['nbytes'] / 1e6:.0f} MB{missing})")
+    return ", ".join(parts)
+
+
 def table_kernels(res: dict[str, Any]) -> str:
     rows = []
     for case in res["cases"]:
@@ -737,13 +751,8 @@ def table_kernels(res: dict[str, Any]) -> str:
                      fmt_stats(base["time_s"], 1e3) if base else "",
                      f"{base['roofline']['median']:.2f}" if base else "",
                      fmt_stats(base["speedup"], digits=2) if base else ""])
-    f, g = res["blocks"]["float64"], res["blocks"]["int8 genotypes"]
-    p = res["blocks"]["packed genotypes"]
     peak = res["gemm_gflop_per_s"]
-    title = (f"(a) Kernel throughput, 1 thread: float64 {f['shape'][0]}x{f['shape'][1]} "
-             f"({f['nbytes'] / 1e6:.0f} MB), genotypes {g['shape'][0]}x{g['shape'][1]} "
-             f"(int8 {g['nbytes'] / 1e6:.0f} MB, packed {p['nbytes'] / 1e6:.0f} MB, "
-             f"{100 * g['missing_fraction']:.1f}% missing); peak GEMM "
+    title = (f"(a) Kernel throughput, 1 thread: {_blocks_text(res['blocks'])}; peak GEMM "
              f"{peak['median']:.1f} GFLOP/s (float64 {res['gemm_n']}^3); roofline = "
              "max(read time, flops / peak) / case time (target >= 0.5)")
     if "base" in res:
@@ -1178,6 +1187,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="(a) a checkout of another commit (e.g. made by git worktree add): "
                         "its numba kernels are timed alternately with ours in one run, and "
                         "its cold compile next to ours")
+    p.add_argument("--blocks", nargs="+", choices=KERNEL_BLOCKS, default=list(KERNEL_BLOCKS),
+                   help="(a) which blocks' kernels to time")
+    p.add_argument("--no-startup", dest="startup", action="store_false",
+                   help="(a) skip the cold-compile and cached-load measurement")
     p.add_argument("--serve-base", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help="seed of all random data and starts")
     p.add_argument("--out", type=Path, default=None,

@@ -1,20 +1,26 @@
 """Numba bodies of the fused kernels (imported lazily by :mod:`._kernels`, never directly).
 
-Every kernel walks a block four rows at a time (a *group*). Whole groups of float64 rows
-without missing entries are read in place; every other group (int8 dosages with missing
-calls replaced by the row's ``fill``, packed 2-bit codes, float64 rows with missing
-entries, the last partial group) is first converted to float64 into a ``4 x width``
-buffer that stays in L1 cache, rows past the block's end set to zero. The four rows then
-feed two loops over the features:
+Every kernel is a thin loop over a block's rows around two parts:
 
-- the projections ``p[c, r] = x_r . V_c``, two columns of ``V`` at a time for all four
-  rows (eight accumulators, each ``V`` value loaded once for four rows);
-- the rank-4 update ``G^T[c] += sum_r q[c, r] x_r``, two columns of ``G^T`` at a time.
+- **Rows as float64** (:func:`_rows`). float64 rows without missing entries are read in
+  place, the whole block in one call of the products. Every other block (int8 dosages
+  with missing calls replaced by the row's ``fill``, packed 2-bit codes, float64 rows with
+  missing entries) is converted :data:`CHUNK` rows at a time into a float64 buffer that
+  stays in L1 cache (:func:`_convert_rows`, one function per stored dtype), and the
+  products run on the buffer.
+- **The products** (:func:`_pca_rows`, :func:`_glm_rows`, and :func:`_add_rows`,
+  :func:`_transform_rows` for the moments and the Gram tiles) take float64 rows, so each
+  is compiled once, whatever the dtype of the block. They take the rows four at a time
+  (a *group*): the projections ``p[c, s] = x_s . V_c`` of the four rows together, two
+  columns of ``V`` at a time (eight accumulators, each ``V`` value loaded once for four
+  rows), the thin per-row products, then the rank-4 update ``G^T[c] += sum_s q[c, s]
+  x_s``, two columns of ``G^T`` at a time, the rows still in L1 cache. Rows past the last
+  whole group are taken one at a time.
 
-Rows read in place are projected one row at a time (each row one sequential stream from
-memory), two rows at a time with a rank-2 update when ``k <= PAIRS_MAX_K`` and in the
-regression kernel. Helpers are compiled into the kernels (``inline="always"``): a call per
-group passing a dozen arrays costs more than the small loops it runs.
+A group of rows read in place is four rows a quarter of the block apart, not four
+consecutive rows: the loops then read four sequential streams from memory at once, which
+keeps more of the memory bandwidth busy than one stream (a group of consecutive rows is
+one stream). Converted rows are consecutive (the buffer is in L1 cache).
 
 Centre ``c`` and scale ``s`` of a row act on the thin products, never on the wide rows:
 ``X V = s (T' V - c 1^T V)`` and ``X^T Q = T'^T (s Q) - 1 (c^T (s Q))``. So the stored bytes
@@ -22,8 +28,9 @@ are read once and no tile-sized float copy exists.
 
 The code is plain numba (``fastmath`` reassociation lets LLVM vectorise the loops for
 whatever CPU it compiles for); there is no CPU-specific code. Arrays that a block lacks
-(fill, centre, scale) are passed as empty arrays with a ``False`` flag, so each kernel has
-one compiled signature per stored dtype.
+(fill, centre, scale) are passed as empty arrays with a ``False`` flag and the products
+take only run-time integers and flags, so each kernel compiles once per stored dtype and
+each product once in all.
 """
 
 from __future__ import annotations
@@ -33,74 +40,21 @@ import math
 import numba
 import numpy as np
 
-#: Rows converted and multiplied together.
+#: Rows multiplied together (the register block of the products).
 ROWS = 4
-#: Whole groups of float64 rows read in place are multiplied two rows at a time up to
-#: this many columns (the rows then stream from memory at nearly the plain read's speed),
-#: four rows at a time above it (each ``V`` and ``G`` value then serves four rows).
-PAIRS_MAX_K = 4
+#: Rows converted to float64 per call of the products (a multiple of :data:`ROWS`).
+CHUNK = 16
 #: Reassociation lets LLVM vectorise the dot products; results agree with the ordered
 #: sums to rounding (the tests hold them to 1e-12).
 _FAST = {"reassoc", "contract", "nsz"}
 _JIT = {"cache": True, "nogil": True, "fastmath": _FAST, "error_model": "numpy"}
+_INLINE = {**_JIT, "inline": "always"}
 
 
 # ---------------------------------------------------------------------------- rows
-def _load_group(values, i0, nr, fill, has_fill, buf):
-    """Convert rows ``i0 .. i0 + nr`` into ``buf`` and return True, or return False when
-    they can be read in place (see overload)."""
-
-
-@numba.extending.overload(_load_group, jit_options=_JIT, inline="always")
-def _load_group_overload(values, i0, nr, fill, has_fill, buf):
-    """Dispatch on the stored dtype: uint8 rows are packed codes, int8 rows dosages,
-    float64 rows read in place when the group is whole and nothing is missing."""
-    if values.dtype == numba.types.float64:
-        def floats(values, i0, nr, fill, has_fill, buf):
-            if nr == ROWS and not has_fill:
-                return False
-            _convert_float(values, i0, nr, fill, has_fill, buf)
-            return True
-
-        return floats
-    if values.dtype == numba.types.uint8:
-        def packed(values, i0, nr, fill, has_fill, buf):
-            _convert_packed(values, i0, nr, fill, has_fill, buf)
-            return True
-
-        return packed
-
-    def dosages(values, i0, nr, fill, has_fill, buf):
-        _convert_int(values, i0, nr, fill, has_fill, buf)
-        return True
-
-    return dosages
-
-
-def _in_place(values, buf):
-    """The array whole groups are read from: ``values`` for float64 rows, else ``buf``
-    (see overload)."""
-
-
-@numba.extending.overload(_in_place, jit_options=_JIT, inline="always")
-def _in_place_overload(values, buf):
-    """``values`` when it is float64 (typed like ``buf``), else ``buf`` (never read)."""
-    if values.dtype == numba.types.float64:
-        return lambda values, buf: values
-    return lambda values, buf: buf
-
-
-@numba.njit(**_JIT)
-def _zero_rows(buf, nr):
-    """Zero the rows of ``buf`` from ``nr`` on (the rows past a block's end)."""
-    for r in range(nr, ROWS):
-        for j in range(buf.shape[1]):
-            buf[r, j] = 0.0
-
-
-@numba.njit(**_JIT)
 def _convert_float(values, i0, nr, fill, has_fill, buf):
-    """Copy float64 rows into ``buf``, negative (missing) entries replaced by the fill."""
+    """Copy float64 rows ``i0 .. i0 + nr`` into ``buf``, negative (missing) entries
+    replaced by the row's fill."""
     m = values.shape[1]
     for r in range(nr):
         if has_fill:
@@ -111,10 +65,8 @@ def _convert_float(values, i0, nr, fill, has_fill, buf):
         else:
             for j in range(m):
                 buf[r, j] = values[i0 + r, j]
-    _zero_rows(buf, nr)
 
 
-@numba.njit(**_JIT)
 def _convert_int(values, i0, nr, fill, has_fill, buf):
     """Convert int8 dosages to float64 into ``buf``, missing (negative) calls filled."""
     m = values.shape[1]
@@ -127,16 +79,15 @@ def _convert_int(values, i0, nr, fill, has_fill, buf):
         else:
             for j in range(m):
                 buf[r, j] = float(values[i0 + r, j])
-    _zero_rows(buf, nr)
 
 
-@numba.njit(**_JIT)
 def _convert_packed(values, i0, nr, fill, has_fill, buf):
     """Decode packed 2-bit codes to float64 into ``buf``, code 3 (missing) filled.
 
     Each row's bytes are first spread into one int8 code per call, then converted in a
     loop LLVM vectorises. Codes past the samples (the last byte's padding bits) land in
-    columns of ``buf`` past the features when it is padded (``V`` is zero there).
+    columns of ``buf`` past the features when it is padded (``V`` is zero there); columns
+    past the row's codes are set to zero.
     """
     nbytes = values.shape[1]
     m = min(buf.shape[1], 4 * nbytes)
@@ -154,13 +105,73 @@ def _convert_packed(values, i0, nr, fill, has_fill, buf):
             buf[r, j] = f if code == 3 else float(code)
         for j in range(m, buf.shape[1]):
             buf[r, j] = 0.0
-    _zero_rows(buf, nr)
+
+
+def _convert_rows(values, i0, nr, fill, has_fill, buf):
+    """Write rows ``i0 .. i0 + nr`` of ``values`` into ``buf[:nr]`` as float64, missing
+    entries filled (see overload)."""
+
+
+@numba.extending.overload(_convert_rows, jit_options=_JIT)
+def _convert_rows_overload(values, i0, nr, fill, has_fill, buf):
+    """Dispatch on the stored dtype: uint8 rows are packed codes, int8 rows dosages."""
+    if values.dtype == numba.types.float64:
+        return _convert_float
+    if values.dtype == numba.types.uint8:
+        return _convert_packed
+    return _convert_int
+
+
+def _in_place(values, buf):
+    """The array the products read: ``values`` for float64 rows, else ``buf`` (see
+    overload)."""
+
+
+@numba.extending.overload(_in_place, jit_options=_JIT, inline="always")
+def _in_place_overload(values, buf):
+    """``values`` when it is float64 (typed like ``buf``), else ``buf``; with
+    :func:`_reads_in_place` False for other dtypes the products are compiled for float64
+    rows only."""
+    if values.dtype == numba.types.float64:
+        return lambda values, buf: values
+    return lambda values, buf: buf
+
+
+def _reads_in_place(values, has_fill):
+    """Whether the rows are read in place: float64 without missing entries (see
+    overload)."""
+
+
+@numba.extending.overload(_reads_in_place, jit_options=_JIT, inline="always")
+def _reads_in_place_overload(values, has_fill):
+    """False for int8 and packed rows (typed ``bool`` like the float64 answer, so the
+    products called with it compile once)."""
+    if values.dtype == numba.types.float64:
+        return lambda values, has_fill: not has_fill
+    return lambda values, has_fill: has_fill and not has_fill
+
+
+@numba.njit(**_INLINE)
+def _rows(values, i0, count, fill, has_fill, buf, in_place):
+    """Rows ``i0 .. i0 + count`` as float64: ``(array, index of row i0 in it)``, the block's
+    own rows when ``in_place``, else converted into ``buf``."""
+    if in_place:
+        return _in_place(values, buf), i0
+    _convert_rows(values, i0, count, fill, has_fill, buf)
+    return buf, 0
+
+
+@numba.njit(**_INLINE)
+def _chunk(n, in_place):
+    """Rows per call of the products: all ``n`` read in place, else :data:`CHUNK`."""
+    return max(n, 1) if in_place else CHUNK
 
 
 # ------------------------------------------------------------------------ products
-@numba.njit(inline="always", **_JIT)
-def _project(X, r0, VT, p):
-    """``p[c, r] = X[r0 + r] . VT[c]`` for the four rows from ``r0``, two columns at a time."""
+@numba.njit(**_INLINE)
+def _project(X, r0, r1, r2, r3, VT, p):
+    """``p[c, s] = X[r_s] . VT[c]`` for the four rows ``r0 .. r3``, two columns at a time,
+    the four rows together (eight accumulators, each ``V`` value loaded once)."""
     k, m = VT.shape
     c = 0
     while c + 2 <= k:
@@ -169,9 +180,9 @@ def _project(X, r0, VT, p):
             v0 = VT[c, j]
             v1 = VT[c + 1, j]
             x0 = X[r0, j]
-            x1 = X[r0 + 1, j]
-            x2 = X[r0 + 2, j]
-            x3 = X[r0 + 3, j]
+            x1 = X[r1, j]
+            x2 = X[r2, j]
+            x3 = X[r3, j]
             a00 += x0 * v0
             a10 += x1 * v0
             a20 += x2 * v0
@@ -188,41 +199,26 @@ def _project(X, r0, VT, p):
         for j in range(m):
             v0 = VT[c, j]
             a0 += X[r0, j] * v0
-            a1 += X[r0 + 1, j] * v0
-            a2 += X[r0 + 2, j] * v0
-            a3 += X[r0 + 3, j] * v0
+            a1 += X[r1, j] * v0
+            a2 += X[r2, j] * v0
+            a3 += X[r3, j] * v0
         p[c, 0], p[c, 1], p[c, 2], p[c, 3] = a0, a1, a2, a3
 
 
-@numba.njit(inline="always", **_JIT)
-def _project_rows(X, r0, count, VT, p):
-    """:func:`_project` for ``count`` rows, one row at a time, four columns at a time: for
-    rows read in place from memory, each row is then read as one sequential stream."""
+@numba.njit(**_INLINE)
+def _project_row(X, row, VT, p):
+    """``p[c, 0] = X[row] . VT[c]`` (one row)."""
     k, m = VT.shape
-    for r in range(count):
-        row = r0 + r
-        c = 0
-        while c + 4 <= k:
-            a0 = a1 = a2 = a3 = 0.0
-            for j in range(m):
-                x = X[row, j]
-                a0 += x * VT[c, j]
-                a1 += x * VT[c + 1, j]
-                a2 += x * VT[c + 2, j]
-                a3 += x * VT[c + 3, j]
-            p[c, r], p[c + 1, r], p[c + 2, r], p[c + 3, r] = a0, a1, a2, a3
-            c += 4
-        while c < k:
-            a0 = 0.0
-            for j in range(m):
-                a0 += X[row, j] * VT[c, j]
-            p[c, r] = a0
-            c += 1
+    for c in range(k):
+        a = 0.0
+        for j in range(m):
+            a += X[row, j] * VT[c, j]
+        p[c, 0] = a
 
 
-@numba.njit(inline="always", **_JIT)
-def _update(X, r0, q, GT):
-    """``GT[c] += sum_r q[c, r] X[r0 + r]`` (a rank-4 update), two columns at a time."""
+@numba.njit(**_INLINE)
+def _update(X, r0, r1, r2, r3, q, GT):
+    """``GT[c] += sum_s q[c, s] X[r_s]`` (a rank-4 update), two columns at a time."""
     k, m = GT.shape
     c = 0
     while c + 2 <= k:
@@ -230,106 +226,121 @@ def _update(X, r0, q, GT):
         q10, q11, q12, q13 = q[c + 1, 0], q[c + 1, 1], q[c + 1, 2], q[c + 1, 3]
         for j in range(m):
             x0 = X[r0, j]
-            x1 = X[r0 + 1, j]
-            x2 = X[r0 + 2, j]
-            x3 = X[r0 + 3, j]
+            x1 = X[r1, j]
+            x2 = X[r2, j]
+            x3 = X[r3, j]
             GT[c, j] += q00 * x0 + q01 * x1 + q02 * x2 + q03 * x3
             GT[c + 1, j] += q10 * x0 + q11 * x1 + q12 * x2 + q13 * x3
         c += 2
     if c < k:
         q00, q01, q02, q03 = q[c, 0], q[c, 1], q[c, 2], q[c, 3]
         for j in range(m):
-            GT[c, j] += (q00 * X[r0, j] + q01 * X[r0 + 1, j] + q02 * X[r0 + 2, j]
-                         + q03 * X[r0 + 3, j])
+            GT[c, j] += q00 * X[r0, j] + q01 * X[r1, j] + q02 * X[r2, j] + q03 * X[r3, j]
 
 
-@numba.njit(inline="always", **_JIT)
-def _update2(X, r0, q, GT):
-    """``GT[c] += q[c, 0] X[r0] + q[c, 1] X[r0 + 1]`` (a rank-2 update), two columns at a
-    time."""
+@numba.njit(**_INLINE)
+def _update_row(X, row, q, GT):
+    """``GT[c] += q[c, 0] X[row]`` (one row)."""
     k, m = GT.shape
-    c = 0
-    while c + 2 <= k:
-        q00, q01, q10, q11 = q[c, 0], q[c, 1], q[c + 1, 0], q[c + 1, 1]
+    for c in range(k):
+        weight = q[c, 0]
         for j in range(m):
-            x0 = X[r0, j]
-            x1 = X[r0 + 1, j]
-            GT[c, j] += q00 * x0 + q01 * x1
-            GT[c + 1, j] += q10 * x0 + q11 * x1
-        c += 2
-    if c < k:
-        q00, q01 = q[c, 0], q[c, 1]
-        for j in range(m):
-            GT[c, j] += q00 * X[r0, j] + q01 * X[r0 + 1, j]
+            GT[c, j] += weight * X[row, j]
 
 
-@numba.njit(inline="always", **_JIT)
-def _pca_weights(p, i0, nr, center, scale, flags, vsum, shift, colsum, sq, correction):
-    """The thin per-row products of a group, in place in ``p``: ``t = (p - c 1^T V) s -
-    shift`` summed into ``colsum`` and ``sq``, then ``q = s t`` (zero for rows past the
-    block's end), ``c q`` summed into ``correction``."""
-    has_center, has_scale = flags[1], flags[2]
-    k = p.shape[0]
-    for r in range(nr):
-        cr = center[i0 + r] if has_center else 0.0
-        s = scale[i0 + r] if has_scale else 1.0
-        for col in range(k):
-            t = (p[col, r] - cr * vsum[col]) * s - shift[col]
-            colsum[col] += t
-            sq[col] += t * t
-            weight = t * s
-            p[col, r] = weight
-            correction[col] += cr * weight
-    for r in range(nr, ROWS):
-        for col in range(k):
-            p[col, r] = 0.0
+@numba.njit(**_INLINE)
+def _pca_weights(p, s, i, center, scale, flags, vsum, shift, acc):
+    """The thin products of block row ``i`` in column ``s`` of ``p``, in place: ``t = (p -
+    c 1^T V) s - shift`` summed into ``acc[0]`` and its square into ``acc[1]``, then the
+    weight ``q = s t``, ``c q`` summed into ``acc[2]``."""
+    c = center[i] if flags[1] else 0.0
+    s_i = scale[i] if flags[2] else 1.0
+    for col in range(p.shape[0]):
+        t = (p[col, s] - c * vsum[col]) * s_i - shift[col]
+        acc[0, col] += t
+        acc[1, col] += t * t
+        weight = t * s_i
+        p[col, s] = weight
+        acc[2, col] += c * weight
 
 
-@numba.njit(inline="always", **_JIT)
-def _glm_weights(p, i0, nr, center, scale, flags, wsum, b, y, logistic, sums):
-    """The per-row weights of a regression group, in place in ``p[0]``: ``z = (p - c
-    1^T w) s + b``, the weight ``q(z, y)`` times ``s``; ``sums`` gets ``sum q``, the loss
-    and ``sum c s q``."""
-    has_center, has_scale = flags[1], flags[2]
-    for r in range(nr):
-        cr = center[i0 + r] if has_center else 0.0
-        s = scale[i0 + r] if has_scale else 1.0
-        label = y[i0 + r]
-        z = (p[0, r] - cr * wsum) * s + b
-        if logistic:
-            loss, weight = _logistic_terms(label * z, label)
-        else:
-            weight = z - label
-            loss = weight * weight
-        sums[0] += weight
-        sums[1] += loss
-        p[0, r] = weight * s
-        sums[2] += cr * p[0, r]
-    for r in range(nr, ROWS):
-        p[0, r] = 0.0
+@numba.njit(**_JIT)
+def _pca_rows(X, first, count, i, VT, GT, p, center, scale, flags, vsum, shift, acc,
+              streams):
+    """:func:`pca` on the float64 rows ``X[first : first + count]`` (block rows ``i ..``),
+    in groups of four rows: the projections, the thin products, the rank-4 update; the
+    last ``count % 4`` rows one at a time.
+
+    With ``streams`` (rows read in place from memory) the four rows of a group come from
+    the four quarters of the range, so the loops read four sequential streams at once;
+    otherwise (rows in a buffer in L1 cache) a group is four consecutive rows.
+    """
+    groups = count // ROWS
+    step = groups if streams else 1  # between the rows of a group
+    stride = 1 if streams else ROWS  # between the first rows of two groups
+    for g in range(groups):
+        r0 = first + g * stride
+        _project(X, r0, r0 + step, r0 + 2 * step, r0 + 3 * step, VT, p)
+        for s in range(ROWS):
+            _pca_weights(p, s, i + r0 + s * step - first, center, scale, flags, vsum, shift,
+                         acc)
+        _update(X, r0, r0 + step, r0 + 2 * step, r0 + 3 * step, p, GT)
+    for row in range(first + ROWS * groups, first + count):
+        _project_row(X, row, VT, p)
+        _pca_weights(p, 0, i + row - first, center, scale, flags, vsum, shift, acc)
+        _update_row(X, row, p, GT)
 
 
-@numba.njit(inline="always", **_JIT)
-def _glm_pair(X, i, center, scale, flags, w, wsum, b, y, logistic, grad, sums):
-    """:func:`glm` on rows ``i`` and ``i + 1`` of ``X`` (read in place): two dot products,
-    one row after the other, then a rank-2 update of ``grad``."""
-    m = w.shape[0]
-    z0 = 0.0
-    for j in range(m):
-        z0 += X[i, j] * w[j]
-    z1 = 0.0
-    for j in range(m):
-        z1 += X[i + 1, j] * w[j]
-    q0 = _glm_weight(z0, i, center, scale, flags, wsum, b, y, logistic, sums)
-    q1 = _glm_weight(z1, i + 1, center, scale, flags, wsum, b, y, logistic, sums)
-    for j in range(m):
-        grad[j] += q0 * X[i, j] + q1 * X[i + 1, j]
+@numba.njit(**_JIT)
+def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
+    """Add ``X^T P`` to ``GT^T``, ``1^T P`` to ``colsum``, ``|P_j|^2`` to ``sq``.
+
+    ``P = X V - 1 shift^T`` with ``X = diag(s) (T' - c 1^T)``: the rows ``T'`` (filled)
+    are multiplied as stored; centre and scale act on the thin products. ``VT`` and
+    ``GT`` may be wider than the rows (zero columns, genotype rows padded).
+    """
+    n = values.shape[0]
+    k, m = VT.shape
+    p = np.zeros((k, ROWS))
+    vsum = np.zeros(k)
+    for col in range(k):
+        vsum[col] = VT[col].sum()
+    acc = np.zeros((3, k))  # 1^T P, |P_j|^2, c^T Q
+    buf = np.zeros((CHUNK, m))
+    in_place = _reads_in_place(values, flags[0])
+    step = _chunk(n, in_place)
+    for i0 in range(0, n, step):
+        count = min(step, n - i0)
+        rows, first = _rows(values, i0, count, fill, flags[0], buf, in_place)
+        _pca_rows(rows, first, count, i0, VT, GT, p, center, scale, flags, vsum, shift, acc,
+                  in_place)
+    for col in range(k):
+        colsum[col] += acc[0, col]
+        sq[col] += acc[1, col]
+        if flags[1]:
+            for j in range(m):
+                GT[col, j] -= acc[2, col]
 
 
-@numba.njit(inline="always", **_JIT)
+# ----------------------------------------------------------------------- regression
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _logistic_terms(margin, label):
+    """Return ``log(1 + exp(-margin))`` and ``-label expit(-margin)``, one ``exp``.
+
+    With ``e = exp(-|margin|)``: ``log(1 + exp(-margin)) = max(-margin, 0) + log1p(e)``
+    (numpy's ``logaddexp(0, -margin)``) and ``expit(-margin)`` is ``1 / (1 + e)`` for
+    ``margin <= 0``, ``e / (1 + e)`` otherwise; neither overflows.
+    """
+    e = math.exp(-abs(margin))
+    if margin > 0.0:
+        return math.log1p(e), -label * (e / (1.0 + e))
+    return -margin + math.log1p(e), -label * (1.0 / (1.0 + e))
+
+
+@numba.njit(**_INLINE)
 def _glm_weight(p, i, center, scale, flags, wsum, b, y, logistic, sums):
-    """The weight ``s q(z, y)`` of row ``i`` from its product ``p = T'_i . w``
-    (:func:`_glm_weights` for one row)."""
+    """The weight ``s q(z, y)`` of block row ``i`` from its product ``p = T'_i . w``, with
+    ``z = (p - c 1^T w) s + b``; ``sums`` gets ``q``, the loss and ``c s q``."""
     c = center[i] if flags[1] else 0.0
     s = scale[i] if flags[2] else 1.0
     label = y[i]
@@ -345,103 +356,48 @@ def _glm_weight(p, i, center, scale, flags, wsum, b, y, logistic, sums):
     return weight * s
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _logistic_terms(margin, label):
-    """Return ``log(1 + exp(-margin))`` and ``-label expit(-margin)``, one ``exp``.
-
-    With ``e = exp(-|margin|)``: ``log(1 + exp(-margin)) = max(-margin, 0) + log1p(e)``
-    (numpy's ``logaddexp(0, -margin)``) and ``expit(-margin)`` is ``1 / (1 + e)`` for
-    ``margin <= 0``, ``e / (1 + e)`` otherwise; neither overflows.
-    """
-    e = math.exp(-abs(margin))
-    if margin > 0.0:
-        return math.log1p(e), -label * (e / (1.0 + e))
-    return -margin + math.log1p(e), -label * (1.0 / (1.0 + e))
-
-
-# ------------------------------------------------------------------------- kernels
-def _pca_in_place(values, i0, VT, p, GT, center, scale, flags, vsum, shift, colsum, sq,
-                  correction):
-    """:func:`pca` on the whole group of float64 rows from ``i0``, read in place (see
-    overload)."""
-
-
-@numba.extending.overload(_pca_in_place, jit_options=_JIT, inline="always")
-def _pca_in_place_overload(values, i0, VT, p, GT, center, scale, flags, vsum, shift, colsum,
-                           sq, correction):
-    """Two rows at a time up to :data:`PAIRS_MAX_K` columns, else four; nothing for other
-    dtypes (never called: their groups are always converted), so their kernels do not
-    compile the in-place loops."""
-    if values.dtype != numba.types.float64:
-        return lambda values, i0, VT, p, GT, center, scale, flags, vsum, shift, colsum, sq, \
-            correction: None
-
-    def in_place(values, i0, VT, p, GT, center, scale, flags, vsum, shift, colsum, sq,
-                 correction):
-        if VT.shape[0] <= PAIRS_MAX_K:
-            for h in range(0, ROWS, 2):
-                _project_rows(values, i0 + h, 2, VT, p)
-                _pca_weights(p, i0 + h, 2, center, scale, flags, vsum, shift, colsum, sq,
-                             correction)
-                _update2(values, i0 + h, p, GT)
-        else:
-            _project_rows(values, i0, ROWS, VT, p)
-            _pca_weights(p, i0, ROWS, center, scale, flags, vsum, shift, colsum, sq,
-                         correction)
-            _update(values, i0, p, GT)
-
-    return in_place
-
-
-def _glm_in_place(values, i0, center, scale, flags, w, wsum, b, y, logistic, grad, sums):
-    """:func:`glm` on the whole group of float64 rows from ``i0``, read in place (see
-    overload)."""
-
-
-@numba.extending.overload(_glm_in_place, jit_options=_JIT, inline="always")
-def _glm_in_place_overload(values, i0, center, scale, flags, w, wsum, b, y, logistic, grad,
-                           sums):
-    """Two :func:`_glm_pair` calls; nothing for other dtypes (as :func:`_pca_in_place`)."""
-    if values.dtype != numba.types.float64:
-        return lambda values, i0, center, scale, flags, w, wsum, b, y, logistic, grad, sums: \
-            None
-
-    def in_place(values, i0, center, scale, flags, w, wsum, b, y, logistic, grad, sums):
-        _glm_pair(values, i0, center, scale, flags, w, wsum, b, y, logistic, grad, sums)
-        _glm_pair(values, i0 + 2, center, scale, flags, w, wsum, b, y, logistic, grad, sums)
-
-    return in_place
+@numba.njit(**_INLINE)
+def _dot(X, row, w):
+    """``X[row] . w``."""
+    z = 0.0
+    for j in range(w.shape[0]):
+        z += X[row, j] * w[j]
+    return z
 
 
 @numba.njit(**_JIT)
-def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
-    """Add ``X^T P`` to ``GT^T``, ``1^T P`` to ``colsum``, ``|P_j|^2`` to ``sq``.
-
-    ``P = X V - 1 shift^T`` with ``X = diag(s) (T' - c 1^T)``: the rows ``T'`` (filled)
-    are multiplied as stored; centre and scale act on the thin products. ``VT`` and
-    ``GT`` may be wider than the rows (zero columns, genotype rows padded).
-    """
-    n = values.shape[0]
-    k, m = VT.shape
-    buf = np.zeros((ROWS, m))
-    p = np.zeros((k, ROWS))
-    vsum = np.zeros(k)
-    for col in range(k):
-        vsum[col] = VT[col].sum()
-    correction = np.zeros(k)
-    for i0 in range(0, n, ROWS):
-        nr = min(ROWS, n - i0)
-        if _load_group(values, i0, nr, fill, flags[0], buf):
-            _project(buf, 0, VT, p)
-            _pca_weights(p, i0, nr, center, scale, flags, vsum, shift, colsum, sq, correction)
-            _update(buf, 0, p, GT)
-        else:
-            _pca_in_place(values, i0, VT, p, GT, center, scale, flags, vsum, shift, colsum,
-                          sq, correction)
-    if flags[1]:
-        for col in range(k):
-            for j in range(m):
-                GT[col, j] -= correction[col]
+def _glm_rows(X, first, count, i, w, grad, center, scale, flags, wsum, b, y, logistic,
+              sums, streams):
+    """:func:`glm` on the float64 rows ``X[first : first + count]`` (block rows ``i ..``),
+    in groups of four rows: the four dot products with ``w`` together, the four weights,
+    one rank-4 update of ``grad`` (the rows still in L1 cache); the last ``count % 4``
+    rows one at a time. ``streams`` as in :func:`_pca_rows`."""
+    m = w.shape[0]
+    groups = count // ROWS
+    step = groups if streams else 1
+    stride = 1 if streams else ROWS
+    for g in range(groups):
+        r0 = first + g * stride
+        r1, r2, r3 = r0 + step, r0 + 2 * step, r0 + 3 * step
+        z0 = z1 = z2 = z3 = 0.0
+        for j in range(m):
+            wj = w[j]
+            z0 += X[r0, j] * wj
+            z1 += X[r1, j] * wj
+            z2 += X[r2, j] * wj
+            z3 += X[r3, j] * wj
+        row = i + r0 - first
+        q0 = _glm_weight(z0, row, center, scale, flags, wsum, b, y, logistic, sums)
+        q1 = _glm_weight(z1, row + step, center, scale, flags, wsum, b, y, logistic, sums)
+        q2 = _glm_weight(z2, row + 2 * step, center, scale, flags, wsum, b, y, logistic, sums)
+        q3 = _glm_weight(z3, row + 3 * step, center, scale, flags, wsum, b, y, logistic, sums)
+        for j in range(m):
+            grad[j] += q0 * X[r0, j] + q1 * X[r1, j] + q2 * X[r2, j] + q3 * X[r3, j]
+    for r in range(first + ROWS * groups, first + count):
+        q = _glm_weight(_dot(X, r, w), i + r - first, center, scale, flags, wsum, b, y,
+                        logistic, sums)
+        for j in range(m):
+            grad[j] += q * X[r, j]
 
 
 @numba.njit(**_JIT)
@@ -452,21 +408,16 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
     """
     n = values.shape[0]
     m = w.shape[0]
-    VT = w.reshape(1, m)
-    GT = grad.reshape(1, m)
     wsum = w.sum()
-    buf = np.zeros((ROWS, m))
-    p = np.zeros((1, ROWS))
     sums = np.zeros(3)  # sum q, loss, sum c s q
-    for i0 in range(0, n, ROWS):
-        nr = min(ROWS, n - i0)
-        if _load_group(values, i0, nr, fill, flags[0], buf):
-            _project(buf, 0, VT, p)
-            _glm_weights(p, i0, nr, center, scale, flags, wsum, b, y, logistic, sums)
-            _update(buf, 0, p, GT)
-        else:
-            _glm_in_place(values, i0, center, scale, flags, w, wsum, b, y, logistic, grad,
-                          sums)
+    buf = np.zeros((CHUNK, m))
+    in_place = _reads_in_place(values, flags[0])
+    step = _chunk(n, in_place)
+    for i0 in range(0, n, step):
+        count = min(step, n - i0)
+        rows, first = _rows(values, i0, count, fill, flags[0], buf, in_place)
+        _glm_rows(rows, first, count, i0, w, grad, center, scale, flags, wsum, b, y, logistic,
+                  sums, in_place)
     if flags[1]:
         for j in range(m):
             grad[j] -= sums[2]
@@ -474,48 +425,46 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
     out[1] += sums[1]
 
 
+# ------------------------------------------------------------------- Gram, moments
 @numba.njit(**_JIT)
-def _transformed_row(X, row, out, c, s, mean):
-    """``out[j] = (X[row, j] - c) s - mean[j]``."""
-    for j in range(out.shape[0]):
-        out[j] = (X[row, j] - c) * s - mean[j]
+def _transform_rows(X, first, count, i, center, scale, flags, mean, out, o):
+    """``out[o + r] = (X[first + r] - c) s - mean`` for ``count`` rows, block rows ``i ..``."""
+    m = out.shape[1]
+    for r in range(count):
+        c = center[i + r] if flags[1] else 0.0
+        s = scale[i + r] if flags[2] else 1.0
+        for j in range(m):
+            out[o + r, j] = (X[first + r, j] - c) * s - mean[j]
 
 
 @numba.njit(**_JIT)
 def convert(values, a, b, fill, center, scale, flags, mean, out):
     """Write rows ``[a, b)`` as ``(filled - centre) * scale - mean`` into ``out``."""
-    m = out.shape[1]
-    has_center, has_scale = flags[1], flags[2]
-    buf = np.zeros((ROWS, m))
-    rows = _in_place(values, buf)
-    for i0 in range(a, b, ROWS):
-        nr = min(ROWS, b - i0)
-        converted = _load_group(values, i0, nr, fill, flags[0], buf)
-        for r in range(nr):
-            c = center[i0 + r] if has_center else 0.0
-            s = scale[i0 + r] if has_scale else 1.0
-            if converted:
-                _transformed_row(buf, r, out[i0 - a + r], c, s, mean)
-            else:
-                _transformed_row(rows, i0 + r, out[i0 - a + r], c, s, mean)
+    buf = np.zeros((CHUNK, out.shape[1]))
+    in_place = _reads_in_place(values, flags[0])
+    step = _chunk(b - a, in_place)
+    for i0 in range(a, b, step):
+        count = min(step, b - i0)
+        rows, first = _rows(values, i0, count, fill, flags[0], buf, in_place)
+        _transform_rows(rows, first, count, i0, center, scale, flags, mean, out, i0 - a)
 
 
 @numba.njit(**_JIT)
-def _add_rows(X, r0, nr, i0, center, scale, flags, mean, sums, dev):
-    """Add the transformed rows ``X[r0 : r0 + nr]`` (block rows from ``i0``) to ``sums``
-    (``mean`` None-like: empty) or their squared deviations from ``mean`` to ``dev``;
-    return the rows' squared norm."""
+def _add_rows(X, first, count, i, center, scale, flags, mean, sums, dev):
+    """Add the transformed rows ``X[first : first + count]`` (block rows ``i ..``) to
+    ``sums`` when ``mean`` is empty, else their squared deviations from ``mean`` to
+    ``dev``; return the rows' squared norm (0 when summing)."""
     has_center, has_scale = flags[1], flags[2]
     sq = 0.0
-    for r in range(nr):
-        c = center[i0 + r] if has_center else 0.0
-        s = scale[i0 + r] if has_scale else 1.0
+    for r in range(count):
+        c = center[i + r] if has_center else 0.0
+        s = scale[i + r] if has_scale else 1.0
         if mean.shape[0] == 0:
             for j in range(sums.shape[0]):
-                sums[j] += (X[r0 + r, j] - c) * s
+                sums[j] += (X[first + r, j] - c) * s
         else:
             for j in range(dev.shape[0]):
-                t = (X[r0 + r, j] - c) * s
+                t = (X[first + r, j] - c) * s
                 deviation = t - mean[j]
                 dev[j] += deviation * deviation
                 sq += t * t
@@ -523,16 +472,16 @@ def _add_rows(X, r0, nr, i0, center, scale, flags, mean, sums, dev):
 
 
 @numba.njit(**_JIT)
-def _tile_pass(values, fill, center, scale, flags, a, b, buf, rows, mean, sums, dev):
+def _tile_pass(values, fill, center, scale, flags, a, b, buf, mean, sums, dev):
     """One pass over rows ``[a, b)``: column sums into ``sums`` when ``mean`` is empty,
     else squared deviations from ``mean`` into ``dev``; return the squared norm."""
+    in_place = _reads_in_place(values, flags[0])
+    step = _chunk(b - a, in_place)
     sq = 0.0
-    for i0 in range(a, b, ROWS):
-        nr = min(ROWS, b - i0)
-        if _load_group(values, i0, nr, fill, flags[0], buf):
-            sq += _add_rows(buf, 0, nr, i0, center, scale, flags, mean, sums, dev)
-        else:
-            sq += _add_rows(rows, i0, nr, i0, center, scale, flags, mean, sums, dev)
+    for i0 in range(a, b, step):
+        count = min(step, b - i0)
+        rows, first = _rows(values, i0, count, fill, flags[0], buf, in_place)
+        sq += _add_rows(rows, first, count, i0, center, scale, flags, mean, sums, dev)
     return sq
 
 
@@ -543,12 +492,11 @@ def moments(values, fill, center, scale, flags, step, sums, sq_dev):
     Rows are taken ``step`` at a time (the tiles of ``Block.tiles``): a first pass gives a
     tile's column sums, a second its squared deviations from the tile's means, and the
     tiles are merged with Chan, Golub and LeVeque's pairwise update, as ``block_stats``
-    does with numpy. The four-row buffer is converted twice instead of keeping a float tile.
+    does with numpy. Converted rows are converted twice instead of keeping a float tile.
     """
     n = values.shape[0]
     m = sums.shape[0]
-    buf = np.zeros((ROWS, m))
-    rows = _in_place(values, buf)
+    buf = np.zeros((CHUNK, m))
     tile_sum = np.zeros(m)
     tile_mean = np.zeros(m)
     tile_dev = np.zeros(m)
@@ -560,12 +508,11 @@ def moments(values, fill, center, scale, flags, step, sums, sq_dev):
         rows_in_tile = b - a
         tile_sum[:] = 0.0
         tile_dev[:] = 0.0
-        _tile_pass(values, fill, center, scale, flags, a, b, buf, rows, no_mean, tile_sum,
-                   tile_dev)
+        _tile_pass(values, fill, center, scale, flags, a, b, buf, no_mean, tile_sum, tile_dev)
         for j in range(m):
             tile_mean[j] = tile_sum[j] / rows_in_tile
-        sq += _tile_pass(values, fill, center, scale, flags, a, b, buf, rows, tile_mean,
-                         tile_sum, tile_dev)
+        sq += _tile_pass(values, fill, center, scale, flags, a, b, buf, tile_mean, tile_sum,
+                         tile_dev)
         weight = count * rows_in_tile / (count + rows_in_tile)
         for j in range(m):
             delta = tile_mean[j] - sums[j] / count if count else 0.0
