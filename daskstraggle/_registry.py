@@ -1,4 +1,17 @@
-"""A string registry of frozen-dataclass value objects (latency models, coding schemes).
+"""The one string registry of the pluggable concepts: methods, problems, coding schemes,
+latency models.
+
+Each concept has one :class:`Registry`, filled by the package's own classes (registered
+when their module is imported) and, lazily, by other packages' classes advertised under an
+entry-point group (``daskstraggle.methods``, ``daskstraggle.problems``,
+``daskstraggle.schemes``, ``daskstraggle.latency``), as zarr does for its codecs: a plugin
+package declares, in its ``pyproject.toml``::
+
+    [project.entry-points."daskstraggle.methods"]
+    my-method = "my_package.module:MyMethod"
+
+and ``--method my-method`` works once it is installed. Entry points are read the first time
+a name is not found or the names are listed.
 
 Pure Python: shared by the pure packages. Names are hyphenated; lookups treat ``_`` and
 ``-`` alike, so spec strings may use Python identifiers.
@@ -6,13 +19,17 @@ Pure Python: shared by the pure packages. Names are hyphenated; lookups treat ``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import MISSING, fields
+from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
 
 from daskstraggle.errors import InvalidParameterError
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 class Registry(Generic[T]):
@@ -24,12 +41,20 @@ class Registry(Generic[T]):
         What is registered, for messages (e.g. ``"latency model"``).
     unknown : callable
         ``unknown(name, names)`` returns the message for a name not registered.
+    group : str or None, default=None
+        Entry-point group whose classes are registered too, read once, when a name is
+        first not found or the names are first listed. An entry point that fails to load
+        or names a class registered already under another class is skipped with a
+        warning in the log.
     """
 
-    def __init__(self, kind: str, *, unknown: Callable[[str, list[str]], str]) -> None:
+    def __init__(self, kind: str, *, unknown: Callable[[str, list[str]], str],
+                 group: str | None = None) -> None:
         self.kind = kind
+        self.group = group
         self._unknown = unknown
         self._classes: dict[str, type[T]] = {}
+        self._plugins_read = group is None
 
     def register(self, cls: type[T]) -> type[T]:
         """Register ``cls`` under ``cls.name`` (usable as a class decorator)."""
@@ -39,14 +64,40 @@ class Registry(Generic[T]):
         self._classes[name] = cls
         return cls
 
+    def _read_plugins(self) -> None:
+        """Register the classes of the entry-point group (once)."""
+        if self._plugins_read:
+            return
+        self._plugins_read = True
+        for point in entry_points(group=str(self.group)):
+            try:
+                cls = point.load()
+                if getattr(cls, "name", None) != point.name:
+                    raise ValueError(f"its class's name is {getattr(cls, 'name', None)!r}")
+                self.register(cls)
+            except Exception as err:  # a broken plugin must not break the package
+                logger.warning("%s %r from entry point %r skipped: %s", self.kind,
+                               point.name, point.value, err)
+
     def names(self) -> list[str]:
-        """Return the registered names, sorted."""
+        """Return the registered names, sorted (the entry-point group's included)."""
+        self._read_plugins()
         return sorted(self._classes)
+
+    def classes(self) -> list[type[T]]:
+        """Return the registered classes, in the order of :meth:`names`."""
+        return [self._classes[name] for name in self.names()]
+
+    def __contains__(self, name: object) -> bool:
+        key = str(name).replace("_", "-")
+        if key not in self._classes:
+            self._read_plugins()
+        return key in self._classes
 
     def get(self, name: str) -> type[T]:
         """Return the class registered as ``name``; InvalidParameterError if none."""
         key = str(name).replace("_", "-")
-        if key not in self._classes:
+        if key not in self:
             raise InvalidParameterError(self._unknown(name, self.names()))
         return self._classes[key]
 

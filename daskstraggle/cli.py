@@ -60,9 +60,9 @@ def _method_options() -> list[Callable[..., Any]]:
 
 
 def _method_classes() -> list[type]:
-    from daskstraggle.methods import _METHODS
+    from daskstraggle.methods import get_method_class, list_methods
 
-    return list(_METHODS.values())
+    return [get_method_class(name) for name in list_methods()]
 
 
 def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -43,7 +43,7 @@ __all__ = [
 Received = tuple[int, int]  # (worker_index, message_index)
 
 _REGISTRY: Registry[CodingScheme] = Registry(
-    "coding scheme",
+    "coding scheme", group="daskstraggle.schemes",
     unknown=lambda name, names: (
         f"The 'scheme' parameter must be one of {names}. Got {name!r} instead."
     ),

@@ -80,7 +80,7 @@ MAX_SECONDS = 1e15
 PER_WORKER_STREAMS_MAX = 10_000
 
 _REGISTRY: Registry[LatencyModel] = Registry(
-    "latency model",
+    "latency model", group="daskstraggle.latency",
     unknown=lambda name, names: f"Unknown latency model {name!r}; choose one of {names}.",
 )
 

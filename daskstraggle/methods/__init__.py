@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import (
     Method,
@@ -42,36 +43,45 @@ __all__ = [
     "WorkResult",
     "WorkUnit",
     "contiguous_placement",
+    "get_method_class",
     "list_methods",
     "make_method",
     "method_cli_options",
     "method_params_from_cli",
 ]
 
-_METHODS: dict[str, type[Method]] = {
-    "async": BoundedAsync,
-    "block": BlockKrylov,
-    "coded": CodedGD,
-    "dsag": DSAG,
-    "gd": GD,
-    "gram": Gram,
-    "ignore-stragglers": IgnoreStragglers,
-    "nag": NAG,
-    "partial": PartialRecovery,
-    "sag": SAG,
-    "sgd": SGD,
-}
+#: The methods by name; other packages add theirs under the entry-point group
+#: ``daskstraggle.methods`` (see :mod:`daskstraggle._registry`).
+_REGISTRY: Registry[Method] = Registry(
+    "method", group="daskstraggle.methods",
+    unknown=lambda name, names: (
+        f"The 'method' parameter must be one of {names}. Got {name!r} instead."),
+)
+for _cls in (BoundedAsync, BlockKrylov, CodedGD, DSAG, GD, Gram, IgnoreStragglers, NAG,
+             PartialRecovery, SAG, SGD):
+    _REGISTRY.register(_cls)
 
 
 def list_methods() -> list[str]:
-    """Return the registered method names."""
-    return sorted(_METHODS)
+    """Return the registered method names (with those of installed plugins), sorted."""
+    return _REGISTRY.names()
+
+
+def get_method_class(name: str) -> type[Method]:
+    """Return the method class registered as ``name``.
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``name`` is not registered, naming the methods that are.
+    """
+    return _REGISTRY.get(name)
 
 
 def method_cli_options() -> dict[str, tuple[MethodOption, ...]]:
     """Return each registered method's command-line options (:attr:`Method.cli_options`),
     by method name."""
-    return {name: _METHODS[name].cli_options for name in list_methods()}
+    return {cls.name: cls.cli_options for cls in _REGISTRY.classes()}
 
 
 def method_params_from_cli(name: str, values: dict[str, Any]) -> dict[str, Any] | None:
@@ -96,7 +106,7 @@ def method_params_from_cli(name: str, values: dict[str, Any]) -> dict[str, Any] 
         For an option ``name`` does not declare, or a value it refuses.
     """
     given = check_cli_values(name, method_cli_options(), values)
-    return _METHODS[name].params_from_cli(given) if given else None
+    return get_method_class(name).params_from_cli(given) if given else None
 
 
 def make_method(name: str | Method, **params: Any) -> Method:
@@ -114,17 +124,15 @@ def make_method(name: str | Method, **params: Any) -> Method:
                 f"to the {type(name).__name__} you built instead."
             )
         return name
-    if name not in _METHODS:
-        raise InvalidParameterError(
-            f"The 'method' parameter must be one of {list_methods()}. Got {name!r} instead."
-        )
-    _check_params(name, params)
-    return _METHODS[name](**params)
+    cls = get_method_class(name)
+    _check_params(cls, params)
+    return cls(**params)
 
 
-def _check_params(name: str, params: dict[str, Any]) -> None:
+def _check_params(cls: type[Method], params: dict[str, Any]) -> None:
     """Refuse parameters the method does not take (schemes check their own: ``**``)."""
-    signature = inspect.signature(_METHODS[name])
+    name = cls.name
+    signature = inspect.signature(cls)
     if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
         return
     unknown = sorted(set(params) - set(signature.parameters))

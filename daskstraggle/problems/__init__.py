@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.problems.base import KernelResult, MapReduce, Problem, Reference
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
@@ -31,11 +32,16 @@ __all__ = [
     "make_problem",
 ]
 
-_PROBLEMS: dict[str, type[Problem]] = {
-    PCA.name: PCA,
-    Logistic.name: Logistic,
-    LeastSquares.name: LeastSquares,
-}
+#: The problems by name; other packages add theirs under the entry-point group
+#: ``daskstraggle.problems`` (see :mod:`daskstraggle._registry`).
+_REGISTRY: Registry[Problem] = Registry(
+    "problem", group="daskstraggle.problems",
+    unknown=lambda name, names: (
+        f"The 'name' parameter of make_problem must be one of {names}. Got {name!r} "
+        "instead."),
+)
+for _cls in (PCA, Logistic, LeastSquares):
+    _REGISTRY.register(_cls)
 
 
 def list_problems() -> list[str]:
@@ -46,7 +52,7 @@ def list_problems() -> list[str]:
     names : list of str
         Sorted, e.g. ``["least-squares", "logistic", "pca"]``.
     """
-    return sorted(_PROBLEMS)
+    return _REGISTRY.names()
 
 
 def make_problem(name: str, **params: Any) -> Problem:
@@ -74,12 +80,12 @@ def make_problem(name: str, **params: Any) -> Problem:
     >>> make_problem("pca", n_components=3).n_components
     3
     """
-    if not isinstance(name, str) or name not in _PROBLEMS:
+    if not isinstance(name, str):
         raise InvalidParameterError(
             f"The 'name' parameter of make_problem must be one of {list_problems()}. "
             f"Got {name!r} instead."
         )
-    cls = _PROBLEMS[name]
+    cls = _REGISTRY.get(name)
     accepted = list(cls().get_params())  # type: ignore[attr-defined]
     unknown = sorted(set(params) - set(accepted))
     if unknown:

@@ -155,8 +155,9 @@ def test_on_six_process_workers_a_1s_straggler_does_not_slow_coded_gd(data):
                        open_matrix(X, labels=y), stop=STOP, step_size=1e-3, rng=0)
     ref = _gd(X, y, 6)
     np.testing.assert_allclose(coded.iterate, ref.iterate, rtol=1e-10, atol=1e-12)
-    # every round decodes without the 1 s worker: far below its delay
-    assert float(np.median(coded.trace.iteration_duration)) < 0.5
+    # rounds decode without the 1 s worker: below its delay, whatever the machine's load
+    # (a round that waited for it would last at least 1 s; 0.5 s failed at load 11)
+    assert float(np.median(coded.trace.iteration_duration)) < 1.0
     # worker 0 (1 s per task) delivers in at most one round in three
     assert np.isnan(coded.trace.compute_duration.values[:, 0]).mean() > 0.6
 
