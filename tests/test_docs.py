@@ -17,7 +17,7 @@ OUTSIDE = ("../" + "shared", "/work/" + "shared", "shared/" + "papers", "papers/
 #: Markdown files whose relative links (and their #anchors) must resolve: the README, every
 #: page of docs/, the pipelines' and the datasets' READMEs.
 MARKDOWN = sorted({"README.md", "pipelines/README.md", "datasets/README.md",
-                   *(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))})
+                   *(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md"))})
 #: Where the shipped text lives besides the README: package, docs, pipelines, datasets, notebooks.
 SHIPPED_DIRS = ("docs", "daskstraggle", "pipelines", "datasets", "notebooks")
 #: A repository path written in prose or code, e.g. ``docs/remote-stores.md``.
