@@ -59,6 +59,14 @@ def _method_options() -> list[Callable[..., Any]]:
     return options
 
 
+def _method_help() -> str:
+    """The ``--method`` help: ``auto`` and every registered method with its description."""
+    described = [f"{cls.name} ({cls.description})" if cls.description else cls.name
+                 for cls in _method_classes()]
+    return ("Optimisation method: auto (PCA: gram up to 4096 columns, else block; regression: "
+            f"gd), {', '.join(described[:-1])} or {described[-1]}.")
+
+
 def _method_classes() -> list[type]:
     from daskstraggle.methods import get_method_class, list_methods
 
@@ -79,19 +87,7 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="With --scheduler: wait (up to the daskstraggle.timeouts.min-workers "
                           "setting, 300 s) until the cluster has this many workers before "
                           "starting (e.g. jobqueue jobs starting)."),
-        click.option("--method", default="auto", show_default=True,
-                     help="Optimisation method: auto (PCA: gram up to 4096 columns, else block; "
-                          "regression: gd), gd (power method for PCA), nag (regression), "
-                          "sgd (wait for the fastest --wait workers), sag (sgd with a cache of "
-                          "every worker's last fresh result), dsag (sag that also folds in "
-                          "stale results), coded (exact gradient from a subset, see --scheme), "
-                          "gram (PCA: exact in one round from the summed Gram matrices, "
-                          "coded with --scheme; up to 20000 columns), block (PCA: block "
-                          "Krylov, every component converged, any number of columns; "
-                          "coded with --scheme; see --oversample), "
-                          "partial (RCS codes with partial recovery, see --tolerance, "
-                          "--ordering), async (updates applied as they arrive, see "
-                          "--max-delay) or ignore-stragglers."),
+        click.option("--method", default="auto", show_default=True, help=_method_help()),
         *_method_options(),
         click.option("--runtime", type=click.Choice(["dask", "sim", "local"]), default="dask",
                      show_default=True,

@@ -235,6 +235,8 @@ class Method(ABC):
 
     #: Registry name, e.g. ``"gd"``.
     name: ClassVar[str]
+    #: What the method does, in a few words: the ``--method`` help lists it.
+    description: ClassVar[str] = ""
     #: After :meth:`ready` first holds, the runtime keeps receiving results for this
     #: fraction of the round's elapsed time before it calls :meth:`summary` (DSAG's 2 %
     #: window). Results arriving then are passed to :meth:`receive` as usual.

@@ -85,6 +85,8 @@ class BlockKrylov(CodedSum):
     """
 
     name = "block"
+    description = ("PCA: block Krylov, every component converged, any number of columns; "
+                   "coded with --scheme; see --oversample")
 
     def __init__(self, scheme: Any = "uncoded", *, max_blocks: int = 6,
                  rng: int | None = None, **scheme_params: Any) -> None:

@@ -69,6 +69,7 @@ class BoundedAsync(Method):
     """
 
     name = "async"
+    description = "updates applied as they arrive, see --max-delay"
     cli_options = (
         MethodOption("--max-delay", "max_delay", "drop updates computed more than this many "
                      "versions ago (default: no bound).", type=int),

@@ -86,6 +86,7 @@ class CodedGD(Method):
     """
 
     name = "coded"
+    description = "exact gradient from a subset, see --scheme"
     exact_rounds = True
     dispatch_once_per_version = True
     cli_options: ClassVar[tuple[MethodOption, ...]] = (*SCHEME_OPTIONS, MethodOption(
@@ -335,6 +336,7 @@ class IgnoreStragglers(SGD):
     """
 
     name = "ignore-stragglers"
+    description = "wait for all but --stragglers-tolerated workers, biased"
     cli_options = (_STRAGGLERS_TOLERATED,)
 
     def __init__(self, n_stragglers: int = 1) -> None:

@@ -75,6 +75,7 @@ class DSAG(SGD):
     """
 
     name = "dsag"
+    description = "sag that also folds in stale results"
     use_stale = True
 
     # ------------------------------------------------------------------ run state
@@ -173,4 +174,5 @@ class SAG(DSAG):
     """
 
     name = "sag"
+    description = "sgd with a cache of every worker's last fresh result"
     use_stale = False

@@ -31,6 +31,7 @@ class GD(Method):
     """
 
     name = "gd"
+    description = "power method for PCA"
     exact_rounds = True
     dispatch_once_per_version = True
 
@@ -141,6 +142,7 @@ class NAG(GD):
     """
 
     name = "nag"
+    description = "Nesterov momentum, regression"
 
     def __init__(self, *, restart: str = "objective") -> None:
         super().__init__()

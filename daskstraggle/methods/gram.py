@@ -103,6 +103,8 @@ class Gram(CodedSum):
     """
 
     name = "gram"
+    description = ("PCA: exact in one round from the summed Gram matrices, coded with "
+                   "--scheme; up to 20000 columns")
     start_pass = False  # one exact round: no starting point to measure from
 
     def check_problem(self, problem: Problem) -> None:

@@ -92,6 +92,7 @@ class PartialRecovery(Method):
     """
 
     name = "partial"
+    description = "RCS codes with partial recovery, see --tolerance, --ordering"
     abandon_stale = True
     cli_options = (
         MethodOption("--tolerance", "tolerance", "fraction q of partitions that may stay "

@@ -77,6 +77,7 @@ class SGD(Method):
     """
 
     name = "sgd"
+    description = "wait for the fastest --wait workers"
     cli_options: ClassVar[tuple[MethodOption, ...]] = (
         MethodOption("--wait", "n_wait", "fresh results waited for each iteration "
                      "(default: all workers).", type=int),

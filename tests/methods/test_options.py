@@ -113,3 +113,13 @@ def test_the_cli_has_every_declared_option_and_names_no_method_in_its_routing():
     assert {option.flag for option in declared.values()} <= flags
     source = inspect.getsource(cli._run_solve) + inspect.getsource(cli._method_params)
     assert not [name for name in list_methods() if f'"{name}"' in source]
+
+
+def test_the_method_help_lists_every_method_with_its_description():
+    import daskstraggle.cli as cli
+    from daskstraggle.methods import get_method_class
+
+    (option,) = [p for p in cli.pca.params if "--method" in p.opts]
+    for name in list_methods():
+        description = get_method_class(name).description
+        assert description and f"{name} ({description})" in option.help, name
