@@ -14,7 +14,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
@@ -29,6 +29,9 @@ from daskstraggle.errors import (
     StraggleWarning,
     WorkerLostError,
 )
+
+if TYPE_CHECKING:
+    from daskstraggle.methods.base import Method
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +70,7 @@ def _method_help() -> str:
             f"gd), {', '.join(described[:-1])} or {described[-1]}.")
 
 
-def _method_classes() -> list[type]:
+def _method_classes() -> list[type[Method]]:
     from daskstraggle.methods import get_method_class, list_methods
 
     return [get_method_class(name) for name in list_methods()]
