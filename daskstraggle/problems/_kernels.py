@@ -17,9 +17,10 @@ each in one pass over the stored bytes. Two implementations compute the same sum
 
 ``"numba"``
     Plain numba loops (:mod:`daskstraggle.problems._numba_kernels`): four rows at a time,
-    read in place (float64) or converted to float64 with their missing entries filled (or
-    decoded from 2 bits) into a buffer that stays in L1 cache, then the projections and the
-    rank-4 update with the accumulators in registers. Compiled lazily, one kernel and
+    read in place (float64 without missing entries, the four rows a quarter of the block
+    apart: four memory streams) or converted to float64 with their missing entries filled
+    (or decoded from 2 bits) into a buffer that stays in L1 cache, then the projections and
+    the rank-4 update with the accumulators in registers. Compiled lazily, one kernel and
     dtype at a time, and cached on disk. PCA on wide float64 rows without missing entries
     with at least ``_PCA_GEMM_MIN_K`` components runs two BLAS products per row tile
     instead.

@@ -129,9 +129,8 @@ def _in_place(values, buf):
 
 @numba.extending.overload(_in_place, jit_options=_JIT, inline="always")
 def _in_place_overload(values, buf):
-    """``values`` when it is float64 (typed like ``buf``), else ``buf``; with
-    :func:`_reads_in_place` False for other dtypes the products are compiled for float64
-    rows only."""
+    """``values`` when it is float64 (typed like ``buf``), else ``buf`` (never read in
+    place: :func:`_reads_in_place` is False), so the products see float64 rows only."""
     if values.dtype == numba.types.float64:
         return lambda values, buf: values
     return lambda values, buf: buf
@@ -304,7 +303,8 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
     p = np.zeros((k, ROWS))
     vsum = np.zeros(k)
     for col in range(k):
-        vsum[col] = VT[col].sum()
+        for j in range(m):
+            vsum[col] += VT[col, j]
     acc = np.zeros((3, k))  # 1^T P, |P_j|^2, c^T Q
     buf = np.zeros((CHUNK, m))
     in_place = _reads_in_place(values, flags[0])
@@ -408,7 +408,9 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
     """
     n = values.shape[0]
     m = w.shape[0]
-    wsum = w.sum()
+    wsum = 0.0
+    for j in range(m):
+        wsum += w[j]
     sums = np.zeros(3)  # sum q, loss, sum c s q
     buf = np.zeros((CHUNK, m))
     in_place = _reads_in_place(values, flags[0])
@@ -472,17 +474,14 @@ def _add_rows(X, first, count, i, center, scale, flags, mean, sums, dev):
 
 
 @numba.njit(**_JIT)
-def _tile_pass(values, fill, center, scale, flags, a, b, buf, mean, sums, dev):
-    """One pass over rows ``[a, b)``: column sums into ``sums`` when ``mean`` is empty,
-    else squared deviations from ``mean`` into ``dev``; return the squared norm."""
-    in_place = _reads_in_place(values, flags[0])
-    step = _chunk(b - a, in_place)
-    sq = 0.0
-    for i0 in range(a, b, step):
-        count = min(step, b - i0)
-        rows, first = _rows(values, i0, count, fill, flags[0], buf, in_place)
-        sq += _add_rows(rows, first, count, i0, center, scale, flags, mean, sums, dev)
-    return sq
+def _merge_tile(count, rows, tile_sum, tile_mean, tile_dev, sums, sq_dev):
+    """Merge a tile of ``rows`` rows (column sums, means, squared deviations) into the
+    totals of the ``count`` rows before it (Chan, Golub and LeVeque's pairwise update)."""
+    weight = count * rows / (count + rows)
+    for j in range(sums.shape[0]):
+        delta = tile_mean[j] - sums[j] / count if count else 0.0
+        sq_dev[j] += tile_dev[j] + delta * delta * weight
+        sums[j] += tile_sum[j]
 
 
 @numba.njit(**_JIT)
@@ -501,24 +500,23 @@ def moments(values, fill, center, scale, flags, step, sums, sq_dev):
     tile_mean = np.zeros(m)
     tile_dev = np.zeros(m)
     no_mean = np.zeros(0)
-    count = 0
+    in_place = _reads_in_place(values, flags[0])
     sq = 0.0
     for a in range(0, n, step):
         b = min(a + step, n)
-        rows_in_tile = b - a
         tile_sum[:] = 0.0
         tile_dev[:] = 0.0
-        _tile_pass(values, fill, center, scale, flags, a, b, buf, no_mean, tile_sum, tile_dev)
-        for j in range(m):
-            tile_mean[j] = tile_sum[j] / rows_in_tile
-        sq += _tile_pass(values, fill, center, scale, flags, a, b, buf, tile_mean, tile_sum,
-                         tile_dev)
-        weight = count * rows_in_tile / (count + rows_in_tile)
-        for j in range(m):
-            delta = tile_mean[j] - sums[j] / count if count else 0.0
-            sq_dev[j] += tile_dev[j] + delta * delta * weight
-            sums[j] += tile_sum[j]
-        count += rows_in_tile
+        chunk = _chunk(b - a, in_place)
+        for phase in range(2):  # the column sums, then the squared deviations
+            mean = no_mean if phase == 0 else tile_mean
+            for i0 in range(a, b, chunk):
+                count = min(chunk, b - i0)
+                rows, first = _rows(values, i0, count, fill, flags[0], buf, in_place)
+                sq += _add_rows(rows, first, count, i0, center, scale, flags, mean, tile_sum,
+                                tile_dev)
+            for j in range(m):
+                tile_mean[j] = tile_sum[j] / (b - a)
+        _merge_tile(a, b - a, tile_sum, tile_mean, tile_dev, sums, sq_dev)
     return sq
 
 
