@@ -332,9 +332,9 @@ def _logistic_terms(margin, label):
     ``margin <= 0``, ``e / (1 + e)`` otherwise; neither overflows.
     """
     e = math.exp(-abs(margin))
-    if margin > 0.0:
-        return math.log1p(e), -label * (e / (1.0 + e))
-    return -margin + math.log1p(e), -label * (1.0 / (1.0 + e))
+    inverse = 1.0 / (1.0 + e)
+    expit = e * inverse if margin > 0.0 else inverse
+    return max(-margin, 0.0) + math.log1p(e), -label * expit
 
 
 @numba.njit(**_INLINE)
