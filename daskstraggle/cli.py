@@ -211,10 +211,13 @@ def _plot_path(source: Any, params: dict[str, Any]) -> Path | None:
 def _method_params(method: str, values: dict[str, Any]) -> dict[str, Any] | None:
     """The chosen method's parameters from its options (None: none given);
     InvalidParameterError for an option of another method or a value the method refuses."""
-    from daskstraggle.methods import list_methods, method_params_from_cli
+    from daskstraggle.methods import get_method_class, method_params_from_cli
 
-    if method not in list_methods() and method != "auto":
-        return None  # an unknown method is refused by the fit, naming the known ones
+    if method != "auto":
+        try:
+            get_method_class(method)
+        except InputError:
+            return None  # an unknown method is refused by the fit, naming the known ones
     return method_params_from_cli(method, values)
 
 

@@ -123,3 +123,10 @@ def test_the_method_help_lists_every_method_with_its_description():
     for name in list_methods():
         description = get_method_class(name).description
         assert description and f"{name} ({description})" in option.help, name
+
+
+def test_a_method_named_with_underscores_takes_its_options():
+    assert method_params_from_cli("ignore_stragglers", {"n_stragglers": 2}) == \
+        {"n_stragglers": 2}
+    with pytest.raises(InvalidParameterError, match="not 'ignore-stragglers'"):
+        method_params_from_cli("ignore_stragglers", {"n_wait": 2})
