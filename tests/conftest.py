@@ -35,15 +35,10 @@ def _import_time_environment_kept() -> Iterator[None]:
     """
     import os
 
-    from daskstraggle.runtime._connect import (
-        _IMPORT_TIME_ENVIRON,
-        _SET_BY_IMPORTS,
-        nanny_environ,
-    )
+    from daskstraggle.runtime._connect import nanny_environ, read_at_import
 
     def import_time() -> dict[str, str]:
-        return {k: v for k, v in os.environ.items()
-                if k.startswith(_IMPORT_TIME_ENVIRON) and k not in _SET_BY_IMPORTS}
+        return {k: v for k, v in os.environ.items() if read_at_import(k)}
 
     before = import_time()
     yield

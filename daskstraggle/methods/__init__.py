@@ -105,10 +105,9 @@ def method_params_from_cli(name: str, values: dict[str, Any]) -> dict[str, Any] 
     InvalidParameterError
         For an option ``name`` does not declare, or a value it refuses.
     """
-    if name != "auto":
-        name = get_method_class(name).name  # "ignore_stragglers" is "ignore-stragglers"
-    given = check_cli_values(name, method_cli_options(), values)
-    return get_method_class(name).params_from_cli(given) if given else None
+    cls = None if name == "auto" else get_method_class(name)  # "ignore_stragglers" too
+    given = check_cli_values(name if cls is None else cls.name, method_cli_options(), values)
+    return cls.params_from_cli(given) if cls is not None and given else None
 
 
 def make_method(name: str | Method, **params: Any) -> Method:

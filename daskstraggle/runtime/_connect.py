@@ -209,6 +209,13 @@ _IMPORT_TIME_ENVIRON = ("OMP_", "MKL_", "OPENBLAS_", "BLIS_", "NUMEXPR_", "VECLI
 #: too, so their appearing here is passed on to forked workers, not a reason to spawn.
 _SET_BY_IMPORTS = frozenset({"KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
 
+
+def read_at_import(name: str) -> bool:
+    """Whether the environment variable ``name`` is read when a library is imported, so a
+    worker forked from a server started before it changed would not see the change."""
+    return name.startswith(_IMPORT_TIME_ENVIRON) and name not in _SET_BY_IMPORTS
+
+
 #: The environment our forkserver was configured with, None before (or without) it.
 _server_environ: dict[str, str] | None = None
 
@@ -266,8 +273,7 @@ def worker_start_config() -> tuple[dict[str, Any], dict[str, str]]:
     environ = {**os.environ, **nanny_environ()}  # what the Nanny starts workers with
     changed = {k: v for k, v in environ.items() if _server_environ.get(k) != v}
     removed = set(_server_environ) - set(environ)
-    if removed or any(k.startswith(_IMPORT_TIME_ENVIRON) and k not in _SET_BY_IMPORTS
-                      for k in changed):
+    if removed or any(read_at_import(k) for k in changed):
         return {}, {}
     return {key: "forkserver"}, changed
 
