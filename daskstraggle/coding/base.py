@@ -12,7 +12,11 @@ cyclic repetition's ``H`` or BCC's batch choices, seeded by ``rng``):
 - ``decode(received)``: given the ``(worker, message)`` pairs that arrived, weights ``w``
   with ``sum w[(i, j)] * message_(i, j) = sum_k g_k`` exactly (float64), or None when the
   received messages cannot give the full sum (never a wrong answer: decoders check the
-  residual of the combination and refuse above a tolerance).
+  residual of the combination and refuse above a tolerance);
+- :class:`Coverage`: the partitions no received message sums over yet. No decoder can
+  succeed while one is left (its ``g_k`` enters no message), so a method asks ``decode``
+  only once every partition is covered: one decode per round for the repetition and
+  BCC codes instead of one per message (a 1000-worker round was O(N^2)).
 
 Schemes are pure numpy (no dask); a method turns an assignment into work units and a
 runtime loads ``placement`` (every replica with its own pinned task).
@@ -20,6 +24,7 @@ runtime loads ``placement`` (every replica with its own pinned task).
 
 from __future__ import annotations
 
+import functools
 import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
@@ -34,6 +39,7 @@ from daskstraggle.errors import InvalidParameterError
 __all__ = [
     "CodeAssignment",
     "CodingScheme",
+    "Coverage",
     "get_scheme_class",
     "list_schemes",
     "make_scheme",
@@ -165,6 +171,16 @@ class CodeAssignment:
                 labels.append((i, j))
         return np.array(rows).reshape(len(rows), self.n_partitions), labels
 
+    @functools.cached_property
+    def supports(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """``supports[i][j]``: the partitions worker ``i``'s message ``j`` sums over.
+
+        Those of ``placement[i]`` with a nonzero coefficient in ``coefficients[i][j]``.
+        """
+        return tuple(
+            tuple(tuple(int(parts[p]) for p in np.flatnonzero(row)) for row in coef)
+            for parts, coef in zip(self.placement, self.coefficients, strict=True))
+
     def decode(self, received: Iterable[Received]) -> dict[Received, float] | None:
         """Return weights recovering ``sum_k g_k`` from the received messages, or None.
 
@@ -181,6 +197,48 @@ class CodeAssignment:
         if self.decoder is None:
             raise NotImplementedError(f"{self.scheme} assignments have no decoder")
         return self.decoder(self, frozenset(received))
+
+class Coverage:
+    """The partitions of an assignment that no received message sums over yet.
+
+    Every exact decoder needs each ``g_k`` in at least one received message, so
+    ``decode`` cannot succeed before :attr:`complete`. Latency-only assignments (whose
+    weights stand for an exact evaluation, ``info["latency_only"]``) are complete from
+    the start: their decoder alone decides.
+
+    Parameters
+    ----------
+    assignment : CodeAssignment
+        The drawn assignment.
+
+    Examples
+    --------
+    >>> from daskstraggle.coding import make_scheme
+    >>> a = make_scheme("fractional-repetition", n_stragglers=1).assign(4)
+    >>> cover = Coverage(a)
+    >>> cover.add(0, 0), cover.add(2, 0), cover.add(1, 0)
+    (False, False, True)
+    """
+
+    def __init__(self, assignment: CodeAssignment) -> None:
+        self._supports = assignment.supports
+        self._missing = np.ones(assignment.n_partitions, dtype=bool)
+        self._left = 0 if assignment.info.get("latency_only") else assignment.n_partitions
+
+    @property
+    def complete(self) -> bool:
+        """Whether every partition is in some received message."""
+        return self._left == 0
+
+    def add(self, worker_index: int, message_index: int) -> bool:
+        """Count message ``message_index`` of worker ``worker_index``; return :attr:`complete`."""
+        if self._left:
+            support = list(self._supports[worker_index][message_index])
+            new = self._missing[support]
+            if new.any():
+                self._missing[support] = False
+                self._left -= int(new.sum())
+        return self._left == 0
 
 
 class CodingScheme(ABC):

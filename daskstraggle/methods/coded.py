@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from daskstraggle._validation import check_bool, check_int
-from daskstraggle.coding.base import CodeAssignment, CodingScheme, make_scheme
+from daskstraggle.coding.base import CodeAssignment, CodingScheme, Coverage, make_scheme
 from daskstraggle.errors import InvalidParameterError, StraggleWarning
 from daskstraggle.methods.base import (
     Method,
@@ -181,6 +181,7 @@ class CodedGD(Method):
         self._version = 0
         self._sent: set[int] = set()
         self._messages: dict[tuple[int, int], KernelResult] = {}
+        self._coverage = Coverage(self._assignment)
         self._weights: dict[tuple[int, int], float] | None = None
         self._summary: RoundSummary | None = None
 
@@ -209,14 +210,21 @@ class CodedGD(Method):
                         coefficients=self._assignment.coefficients[worker_index])
 
     def receive(self, result: WorkResult) -> None:
-        """Keep the messages of the current iterate; try to decode."""
+        """Keep the messages of the current iterate; decode once they cover every partition.
+
+        No decoder can succeed before (see :class:`~daskstraggle.coding.base.Coverage`),
+        so a round decodes a few times, not once per message.
+        """
         assert self._assignment is not None
         if result.unit.version != self._version or self._weights is not None:
             return
         messages = result.result if isinstance(result.result, tuple) else (result.result,)
+        worker = result.unit.worker_index
         for j, message in enumerate(messages):
-            self._messages[(result.unit.worker_index, j)] = message
-        self._weights = self._assignment.decode(self._messages)
+            self._messages[(worker, j)] = message
+            self._coverage.add(worker, j)
+        if self._coverage.complete:
+            self._weights = self._assignment.decode(self._messages)
 
     def ready(self) -> bool:
         """True once the received messages decode to the full gradient."""
@@ -263,9 +271,11 @@ class CodedGD(Method):
 
     def _clear_round(self) -> None:
         """Advance the version and forget the round's messages."""
+        assert self._assignment is not None
         self._version += 1
         self._sent.clear()
         self._messages.clear()
+        self._coverage = Coverage(self._assignment)
         self._weights = None
         self._summary = None
 

@@ -14,6 +14,7 @@ import pytest
 
 import daskstraggle.coding as coding
 from daskstraggle.coding import CodeAssignment, list_schemes, make_scheme
+from daskstraggle.coding.base import Coverage
 from daskstraggle.errors import InvalidParameterError
 
 #: name -> (parameters, number of workers) of a small valid example.
@@ -110,3 +111,34 @@ def test_missing_parameter_is_one_clear_error():
     with pytest.raises(InvalidParameterError,
                        match=re.escape("The coding scheme 'bcc' needs ['batch_size']")):
         make_scheme("bcc")
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_nothing_decodes_before_every_partition_is_covered(name):
+    """``Coverage`` may gate ``decode``: a set that decodes always covers every partition."""
+    a, _, _ = _example(name)
+    _, labels = a.encoding_matrix()
+    rng = np.random.default_rng(1)
+    decoded = 0
+    for _ in range(60):
+        order = [labels[i] for i in rng.permutation(len(labels))]
+        cover = Coverage(a)
+        covered: set[int] = set()
+        for stop, (i, j) in enumerate(order, start=1):
+            covered.update(a.supports[i][j])
+            complete = cover.add(i, j)
+            assert complete == (bool(a.info.get("latency_only"))
+                                or len(covered) == a.n_partitions)
+            if a.decode(order[:stop]) is not None:
+                assert complete, (name, order[:stop])
+                decoded += 1
+                break
+    assert decoded > 0
+
+
+def test_supports_are_the_nonzero_coefficients_of_each_message():
+    a, _, _ = _example("partial-straggler")
+    for i, (parts, coef) in enumerate(zip(a.placement, a.coefficients, strict=True)):
+        for j, row in enumerate(coef):
+            assert a.supports[i][j] == tuple(p for p, c in zip(parts, row, strict=True)
+                                             if c != 0)

@@ -56,6 +56,29 @@ def test_iterates_equal_gd_despite_a_straggler(data, scheme, params, n):
         assert (used <= n).all()
 
 
+def test_a_round_decodes_once_every_partition_is_covered_not_at_every_message(
+        data, monkeypatch):
+    """60 workers: one decode a round (it was one per message, O(N^2) a round)."""
+    from daskstraggle.coding import repetition
+
+    calls = []
+    decoder = repetition._decode_fractional
+
+    def counted(assignment, received, **kwargs):
+        calls.append(len(received))
+        return decoder(assignment, received, **kwargs)
+
+    monkeypatch.setattr(repetition, "_decode_fractional", counted)
+    X, y = data
+    with SimRuntime(60, latency=Constant(compute=1.0), rng=0) as rt:
+        coded = rt.run(CodedGD("fractional-repetition", n_stragglers=2, rng=1),
+                       LeastSquares(), open_matrix(X, labels=y), stop=STOP, step_size=1e-3,
+                       rng=0)
+    assert coded.trace.sizes["iteration"] == 8
+    assert len(calls) == 8, calls
+    np.testing.assert_allclose(coded.iterate, _gd(X, y, 60).iterate, rtol=1e-10, atol=1e-12)
+
+
 def test_uncoded_waits_for_the_straggler(data):
     X, y = data
     with SimRuntime(4, latency=Constant(compute=(5.0, 1.0, 1.0, 1.0)), rng=0) as rt:
