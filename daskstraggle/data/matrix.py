@@ -206,6 +206,45 @@ class Matrix:
         y = None if self.labels is None else self.labels[a:b]
         return PartitionLoader(self.source.loader(a, b), partition, a, b, y)
 
+    def read_groups(self) -> list[tuple[int, int]]:
+        """Return runs ``(first, last)`` of consecutive partitions that one read can load.
+
+        Partitions that lie inside one storage chunk share a read, so a chunk is read and
+        decoded once, not once per partition (1000 simulated workers over four chunks:
+        four reads); a partition that spans chunks is a run of its own.
+        """
+        chunks = np.asarray(self.source.chunk_bounds)
+        starts, stops = self.bounds[:-1], self.bounds[1:]
+        first_chunk = np.searchsorted(chunks, starts, side="right") - 1
+        last_chunk = np.searchsorted(chunks, np.maximum(stops - 1, starts), side="right") - 1
+        groups: list[tuple[int, int]] = []
+        chunk_of_group: list[int] = []  # the chunk a run lies in, -1 for a spanning one
+        for p in range(self.n_partitions):
+            chunk = int(first_chunk[p]) if first_chunk[p] == last_chunk[p] else -1
+            if groups and chunk >= 0 and chunk_of_group[-1] == chunk:
+                groups[-1] = (groups[-1][0], p + 1)
+            else:
+                groups.append((p, p + 1))
+                chunk_of_group.append(chunk)
+        return groups
+
+    def load_partitions(self, first: int, last: int) -> list[Block]:
+        """Load partitions ``first`` to ``last - 1`` with one read (in this process).
+
+        The blocks share the read's arrays. A read that fails is repeated partition by
+        partition, so the error names the partition, as :meth:`loader`'s do.
+        """
+        if last - first == 1:
+            return [self.loader(first)()]
+        a, b = int(self.bounds[first]), int(self.bounds[last])
+        y = None if self.labels is None else self.labels[a:b]
+        try:
+            whole = PartitionLoader(self.source.loader(a, b), first, a, b, y)()
+        except (CorruptDataError, InvalidDataError):
+            return [self.loader(p)() for p in range(first, last)]
+        return [whole.slice(int(self.bounds[p]) - a, int(self.bounds[p + 1]) - a)
+                for p in range(first, last)]
+
     def repartition(self, n_partitions: int) -> Matrix:
         """Return the matrix split into ``n_partitions`` row partitions.
 

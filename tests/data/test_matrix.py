@@ -213,3 +213,37 @@ def test_a_relative_path_still_loads_from_another_working_directory(tmp_path, mo
     monkeypatch.chdir(tmp_path / "b")
     block = matrix.loader(1)()
     np.testing.assert_array_equal(block.values, X[3:])
+
+
+def test_partitions_inside_one_chunk_are_read_once_and_equal_their_own_loads(tmp_path):
+    X = np.random.default_rng(1).normal(size=(103, 5))
+    y = np.arange(103.0)
+    z = zarr.create_array(tmp_path / "x.zarr", shape=X.shape, chunks=(20, 5), dtype="f8")
+    z[:] = X
+    m = open_matrix(tmp_path / "x.zarr", labels=y).repartition(40)  # 2-3 rows each
+    groups = m.read_groups()
+    assert [g[0] for g in groups] == [0] + [g[1] for g in groups[:-1]]  # consecutive runs
+    assert groups[-1][1] == m.n_partitions
+    chunks = m.source.chunk_bounds
+    for first, last in groups:  # each run lies in one chunk (or is one spanning partition)
+        a, b = m.bounds[first], m.bounds[last]
+        assert last - first == 1 or np.searchsorted(chunks, a, "right") == np.searchsorted(
+            chunks, b - 1, "right")
+    assert len(groups) < m.n_partitions / 3
+    for first, last in groups:
+        for p, block in zip(range(first, last), m.load_partitions(first, last), strict=True):
+            own = m.loader(p)()
+            assert block.start == own.start
+            np.testing.assert_array_equal(block.values, own.values)
+            np.testing.assert_array_equal(block.y, own.y)
+
+
+def test_a_bad_row_read_with_its_chunk_still_names_its_own_partition():
+    X = np.ones((60, 3))
+    X[37, 1] = np.nan
+    m = open_matrix(X, chunk_rows=30).repartition(20)
+    (group,) = [g for g in m.read_groups() if m.bounds[g[0]] <= 37 < m.bounds[g[1]]]
+    assert group[1] - group[0] > 1
+    bad = int(np.searchsorted(m.bounds, 37, "right")) - 1
+    with pytest.raises(NonFiniteDataError, match=rf"Partition {bad} \(rows 36-39\)"):
+        m.load_partitions(*group)
