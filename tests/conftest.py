@@ -24,6 +24,63 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+_BACKGROUND = pytest.StashKey["Any"]()
+
+#: Fills numba's cache with every problem's kernels on float64, int8 and packed blocks
+#: (the worker preload's small fits, then each kernel once), beside the first tests: a new
+#: clone (CI) has no cache, and otherwise the first test to call a kernel, and the first
+#: cluster's worker server, compile it on the suite's path.
+_WARM_KERNELS = """
+import numpy as np
+import daskstraggle.runtime._worker_preload
+from daskstraggle.problems import PCA, Block, LeastSquares, Logistic, block_stats
+from daskstraggle.problems._packing import pack_dosages
+rng = np.random.default_rng(0)
+n, m = 64, 40
+calls = rng.integers(-1, 3, size=(n, m)).astype(np.int8)
+rows = {"fill": rng.uniform(0, 2, n), "center": rng.uniform(0, 2, n),
+        "scale": rng.uniform(1, 2, n), "y": np.where(rng.random(n) < 0.5, -1.0, 1.0)}
+for block in (Block(calls, **rows), Block(pack_dosages(calls), packed_columns=m, **rows)):
+    for problem in (PCA(n_components=3), LeastSquares(), Logistic()):
+        bound = problem.bind(block_stats(block))
+        x = (bound.init_iterate(rng) if isinstance(problem, PCA)
+             else 0.1 * rng.normal(size=bound.n_params))
+        bound.kernel(block, x)
+        if isinstance(problem, PCA):
+            bound.gram_kernel(block)
+"""
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the subprocesses of the selected ``background`` tests (see ``_background``),
+    after a warm-up of numba's cache when many tests run."""
+    import sys
+
+    from _background import BackgroundJobs
+
+    marked: dict[str, dict[str, Any]] = {}
+    if len(session.items) >= 200:
+        marked["(numba cache warm-up)"] = {"argv": [sys.executable, "-c", _WARM_KERNELS],
+                                           "timeout": 600}
+    for item in session.items:
+        mark = item.get_closest_marker("background")
+        if mark is not None:
+            marked[item.nodeid] = mark.kwargs
+    session.config.stash[_BACKGROUND] = BackgroundJobs(marked)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    jobs = session.config.stash.get(_BACKGROUND, None)
+    if jobs is not None:
+        jobs.close()
+
+
+@pytest.fixture
+def background_result(request: pytest.FixtureRequest) -> Any:
+    """The finished subprocess (``CompletedProcess``) of this ``background``-marked test."""
+    return request.config.stash[_BACKGROUND].result(request.node.nodeid)
+
+
 @pytest.fixture(autouse=True)
 def _import_time_environment_kept() -> Iterator[None]:
     """Fail a test that changes an import-time variable (``OMP_NUM_THREADS``, ...) for good.

@@ -8,7 +8,10 @@ and scale, empty blocks and one-row blocks.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -506,21 +509,19 @@ print("ok")
 """
 
 
-@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
-def test_kernels_compiled_for_a_generic_cpu_agree(tmp_path):
-    """The kernels hold no CPU-specific code: compiled by numba for a generic CPU (no SIMD
-    extensions assumed) they give the same int8 and packed results."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+_ROOT = Path(kernels.__file__).resolve().parents[2]
 
-    root = Path(kernels.__file__).resolve().parents[2]
-    env = {**os.environ, "NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_DIR": str(tmp_path),
-           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    env.pop(kernels.NUMBA_VARIABLE, None)
-    proc = subprocess.run([sys.executable, "-c", _GENERIC_CHECK], env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
+
+@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
+@pytest.mark.background(
+    argv=[sys.executable, "-c", _GENERIC_CHECK], timeout=600,
+    env={"NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_DIR": "{tmp}", kernels.NUMBA_VARIABLE: None,
+         "PYTHONPATH": os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])})
+def test_kernels_compiled_for_a_generic_cpu_agree(background_result):
+    """The kernels hold no CPU-specific code: compiled by numba for a generic CPU (no SIMD
+    extensions assumed) they give the same int8 and packed results (a subprocess with its
+    own empty numba cache, run beside the other tests: tests/_background.py)."""
+    proc = background_result
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "ok"
 

@@ -219,6 +219,7 @@ def test_jobs_joining_then_an_adaptive_scale_down_keep_gd_exact(
     _same_answer(res, GD(), data, 2, rtol=1e-9)
 
 
+@pytest.mark.slow  # the GD run above keeps jobs joining and leaving in every run
 def test_jobs_cancelled_then_resubmitted_keep_coded_gd_exact(
         data, jobs, at_round, when, scenario):
     """Three jobs; ``cluster.scale(2)`` at round 3 cancels one (its process SIGKILLed, as
@@ -258,7 +259,8 @@ def test_jobs_cancelled_then_resubmitted_keep_coded_gd_exact(
     _same_answer(res, CodedGD("cyclic-repetition", n_stragglers=1, rng=0), data, 3, rtol=1e-8)
 
 
-@pytest.mark.parametrize("how", ["adapt", "scale"])
+# scale(0) differs from adapt(maximum=0) only in who asks the cluster: --runslow
+@pytest.mark.parametrize("how", ["adapt", pytest.param("scale", marks=pytest.mark.slow)])
 def test_a_cluster_scaled_down_to_zero_ends_in_one_line_naming_the_checkpoint(
         data, jobs, at_round, tmp_path, how):
     """Mid-run the cluster goes to zero workers: ``cluster.adapt(minimum=0, maximum=0)``

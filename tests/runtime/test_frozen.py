@@ -142,6 +142,7 @@ def test_a_worker_frozen_before_the_injector_is_installed_is_one_line(data, monk
             os.kill(pid, signal.SIGCONT)
 
 
+@pytest.mark.slow  # every run simulates it: test_sim_faults::test_backups_of_a_slow_workers_*
 def test_backups_of_a_slow_workers_units_keep_the_clean_iterates(data, fault_cluster):
     # worker 1 takes ~0.4 s per unit, the others ~0.1 s: its units are sent again to
     # another worker after 1.3 x the median latency, and the first answer counts

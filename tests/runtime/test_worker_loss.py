@@ -83,7 +83,10 @@ def test_replacement_targets_prefer_new_workers_then_spread():
 
 @pytest.mark.parametrize(("method", "problem"), [
     (GD(), PCA(n_components=3)),
-    (CodedGD("cyclic-repetition", n_stragglers=1, rng=0), Logistic(alpha=0.01)),
+    # coded GD through the same loss: simulated in test_sim_faults (gd and coded) in every
+    # run, on real processes with --runslow
+    pytest.param(CodedGD("cyclic-repetition", n_stragglers=1, rng=0), Logistic(alpha=0.01),
+                 marks=pytest.mark.slow),
 ])
 def test_exact_methods_finish_with_the_clean_iterates(data, fault_cluster, at_round, method,
                                                        problem):
@@ -437,10 +440,13 @@ def test_a_worker_without_a_nanny_is_replaced_then_a_newcomer_takes_its_index_ba
 
 @pytest.mark.parametrize(("method", "problem"), [
     (GD(), PCA(n_components=3)),
+    # with --runslow (simulated in every run: test_sim_faults' joins with gd and coded,
+    # and block Krylov with a helper):
     # coded messages: each partition's coefficient applies to its share of the rows
-    (CodedGD("cyclic-repetition", n_stragglers=1, rng=0), Logistic(alpha=0.01)),
+    pytest.param(CodedGD("cyclic-repetition", n_stragglers=1, rng=0), Logistic(alpha=0.01),
+                 marks=pytest.mark.slow),
     # block Krylov: a helped round's sums are the clean round's, so the same rounds follow
-    (make_method("block"), PCA(n_components=3)),
+    pytest.param(make_method("block"), PCA(n_components=3), marks=pytest.mark.slow),
 ])
 def test_a_worker_joining_beyond_the_worker_count_helps_the_slowest_index(
         data, fault_cluster, at_round, dask_worker, method, problem):
