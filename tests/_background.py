@@ -11,7 +11,7 @@ start process clusters). The test then only waits for its subprocess's result, t
 same subprocess, started at the end of collection.
 
 ``{tmp}`` in an argument or a variable stands for a temporary folder of the job's own,
-removed at the end of the session.
+removed at the end of the session; ``files={name: text}`` are written there first.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class _Job:
     env: dict[str, str | None]
     timeout: float
     cwd: str | None
+    files: dict[str, str]
     tmp: str = ""
     done: threading.Event = field(default_factory=threading.Event)
     result: subprocess.CompletedProcess | None = None
@@ -46,14 +47,14 @@ class BackgroundJobs:
     ----------
     marked : dict of str to dict
         The marker's keyword arguments (``argv``, and optionally ``env``, where None
-        removes a variable, ``timeout`` in seconds, default 600, and ``cwd``) per test id,
-        in the order the jobs start.
+        removes a variable, ``timeout`` in seconds, default 600, ``cwd`` and ``files``)
+        per test id, in the order the jobs start.
     """
 
     def __init__(self, marked: dict[str, dict[str, Any]]) -> None:
         self._jobs = {
             nodeid: _Job(list(kw["argv"]), dict(kw.get("env", {})),
-                         float(kw.get("timeout", 600)), kw.get("cwd"))
+                         float(kw.get("timeout", 600)), kw.get("cwd"), dict(kw.get("files", {})))
             for nodeid, kw in marked.items()}
         self._stopped = threading.Event()
         self._current: subprocess.Popen | None = None
@@ -72,6 +73,9 @@ class BackgroundJobs:
 
     def _run(self, job: _Job) -> None:
         job.tmp = tempfile.mkdtemp(prefix="background-test-")
+        for name, text in job.files.items():
+            with open(os.path.join(job.tmp, name), "w") as f:
+                f.write(text)
         argv = [a.replace("{tmp}", job.tmp) for a in job.argv]
         env = dict(os.environ)
         for name, value in job.env.items():

@@ -59,6 +59,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     from _background import BackgroundJobs
 
     marked: dict[str, dict[str, Any]] = {}
+    if session.config.option.collectonly:
+        # nothing runs: start nothing
+        session.config.stash[_BACKGROUND] = BackgroundJobs({})
+        return
     if len(session.items) >= 200:
         marked["(numba cache warm-up)"] = {"argv": [sys.executable, "-c", _WARM_KERNELS],
                                            "timeout": 600}

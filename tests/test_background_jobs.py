@@ -15,7 +15,8 @@ def test_jobs_run_in_order_with_their_environment_and_folder(monkeypatch):
     jobs = BackgroundJobs({
         "a": {"argv": [sys.executable, "-c", PRINT_ENV], "env": {"BG_A": "{tmp}/x",
                                                                  "BG_B": None}},
-        "b": {"argv": [sys.executable, "-c", "import sys; print(sys.argv[1])", "{tmp}"]},
+        "b": {"argv": [sys.executable, "{tmp}/b.py", "{tmp}"],
+              "files": {"b.py": "import sys; print(sys.argv[1])"}},
     })
     try:
         a, b = jobs.result("a"), jobs.result("b")

@@ -289,11 +289,17 @@ def test_genotype_pca_on_a_vcf_zarr_path(vcz_path, vcz_missing_path):
 
 @pytest.mark.cluster
 def test_fit_on_a_local_cluster_of_two_process_workers(vcz_path, store):
+    import dask
     from distributed import Client, LocalCluster
 
+    from daskstraggle.runtime._connect import worker_start_config
+
     path, X, y = store
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    # a user's LocalCluster, its workers forked from the package's preloaded server (as
+    # the README and notebook tests do): spawning each costs seconds on 2 cores
+    with dask.config.set(worker_start_config()[0]), LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True,
+            dashboard_address=None) as cluster, Client(cluster) as client:
         pca = PCA(2, client=client, random_state=0)
         scores = pca.fit_transform(vcz_path)  # the variant pass runs on the workers
         assert pca.result_.attrs["runtime"] == "dask"

@@ -237,10 +237,19 @@ if __name__ == "__main__":  # the workers' processes import this file too
 """
 
 
-@pytest.mark.parametrize(("plugin", "method"), [(True, "spawn"), (False, "spawn"),
-                                                (False, "forkserver")],
-                         ids=["quiet", "control", "forked"])
-def test_workers_exit_without_zarr_atexit_noise(plugin, method, tmp_path):
+def _busy_exit(plugin: bool, method: str) -> pytest.MarkDecorator:
+    """The subprocess of one case, run beside the other tests (tests/_background.py)."""
+    mode = "with-plugin" if plugin else "without-plugin"
+    return pytest.mark.background(argv=[sys.executable, "{tmp}/busy_exit.py", mode, method],
+                                  files={"busy_exit.py": BUSY_EXIT}, timeout=2 * START)
+
+
+@pytest.mark.parametrize(("plugin", "method"), [
+    pytest.param(True, "spawn", marks=_busy_exit(True, "spawn"), id="quiet"),
+    pytest.param(False, "spawn", marks=_busy_exit(False, "spawn"), id="control"),
+    pytest.param(False, "forkserver", marks=_busy_exit(False, "forkserver"), id="forked"),
+])
+def test_workers_exit_without_zarr_atexit_noise(plugin, method, background_result):
     """A busy zarr I/O thread at exit printed a warning and a traceback per worker.
 
     A spawned worker (as the nanny restarts one) runs the exit hooks: the plugin removes
@@ -248,11 +257,7 @@ def test_workers_exit_without_zarr_atexit_noise(plugin, method, tmp_path):
     forkserver (how a LocalCluster started here starts its workers) leaves with
     ``os._exit`` and runs no exit hook at all, plugin or not.
     """
-    script = tmp_path / "busy_exit.py"
-    script.write_text(BUSY_EXIT)
-    mode = "with-plugin" if plugin else "without-plugin"
-    proc = subprocess.run([sys.executable, str(script), mode, method], capture_output=True,
-                          text=True, timeout=2 * START)
+    proc = background_result
     assert proc.returncode == 0, proc.stderr
     if plugin or method == "forkserver":
         assert proc.stderr == "", proc.stderr
