@@ -34,7 +34,13 @@ from daskstraggle.latency.spec import Stragglers, parse_stragglers
 from daskstraggle.methods import Gram, Method, make_method
 from daskstraggle.methods.base import check_oversampling
 from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem
-from daskstraggle.runtime import DaskRuntime, LocalRuntime, Runtime, SimRuntime, StopRule
+from daskstraggle.runtime import (
+    Runtime,
+    RuntimeOptions,
+    StopRule,
+    get_runtime_class,
+    list_runtimes,
+)
 from daskstraggle.runtime.checkpoint import (
     Checkpointer,
     check_checkpoint_path,
@@ -74,8 +80,9 @@ def check_n_workers(value: Any, *, caller: str, runtime: Any,
     caller : str
         The function asked (named in the message).
     runtime : str, Runtime or None
-        ``"sim"`` or ``"local"`` allow :data:`MAX_IN_PROCESS_WORKERS`; anything else is the
-        Dask runtime, :data:`MAX_LOCAL_WORKERS`.
+        An in-process runtime (``"sim"``, ``"local"``: :attr:`Runtime.in_process`) allows
+        :data:`MAX_IN_PROCESS_WORKERS`; any other is the Dask runtime,
+        :data:`MAX_LOCAL_WORKERS`.
     name : str or None, default=None
         What the value is, for the message (default: the ``n_workers`` parameter of
         ``caller``, CLI ``--workers``).
@@ -90,7 +97,8 @@ def check_n_workers(value: Any, *, caller: str, runtime: Any,
         If ``value`` is not an int within the runtime's bound; the message states both
         bounds (:data:`WORKERS_BOUND`) whatever the runtime, and which one applied.
     """
-    in_process = isinstance(runtime, str) and runtime in ("sim", "local")
+    declared = _declared(runtime)
+    in_process = declared is not None and declared.in_process
     high = MAX_IN_PROCESS_WORKERS if in_process else MAX_LOCAL_WORKERS
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) \
             and 1 <= int(value) <= high:
@@ -104,6 +112,19 @@ def check_n_workers(value: Any, *, caller: str, runtime: Any,
 #: columns (a 4096 x 4096 float64 matrix is 128 MB per worker and on the coordinator),
 #: and by the block Krylov method (``"block"``) above.
 GRAM_AUTO_MAX_FEATURES = 4096
+
+
+def _declared(runtime: Runtime | str | None) -> type[Runtime] | None:
+    """The class whose declarations apply to ``runtime`` (None for an unknown name)."""
+    if isinstance(runtime, Runtime):
+        return type(runtime)
+    name = "dask" if runtime is None else runtime
+    if not isinstance(name, str):
+        return None
+    try:
+        return get_runtime_class(name)
+    except InvalidParameterError:
+        return None
 
 
 def _auto_method(problem: Problem) -> str:
@@ -136,37 +157,44 @@ def _check_runtime_args(
         if method is not None:
             method.check_n_workers(runtime.n_workers)
         return
-    if runtime not in (None, "dask", "local", "sim"):
-        raise InvalidParameterError(
-            f"The 'runtime' parameter must be a Runtime, 'dask', 'local', 'sim' or None. "
-            f"Got {runtime!r} instead."
-        )
-    if runtime in ("local", "sim") and (client is not None or scheduler is not None):
-        raise InvalidParameterError(
-            f"runtime={runtime!r} runs in this process; drop client/scheduler (or use the "
-            "Dask runtime)."
-        )
-    if runtime == "local" and stragglers:
-        raise InvalidParameterError(
-            "runtime='local' has no latency to slow down; use runtime='sim' (simulated "
-            "stragglers) or the Dask runtime (injected stragglers)."
-        )
-    if runtime not in ("sim", "local") and stragglers.faults:
-        raise InvalidParameterError(
-            "The loss, freeze, join and retire terms of stragglers are simulated faults: "
-            "use runtime='sim' (CLI: --runtime sim); on a cluster, stop, kill or retire "
-            "real workers instead."
-        )
-    if runtime == "sim" and stragglers.throttle is not None:
-        raise InvalidParameterError(
-            "The throttle straggler slows real worker processes; it needs the Dask runtime, "
-            "not runtime='sim'."
-        )
+    declared = _declared(runtime)
+    if declared is None:
+        listed = ", ".join(repr(name) for name in list_runtimes())
+        raise InvalidParameterError(f"The 'runtime' parameter must be a Runtime, {listed} or "
+                                    f"None. Got {runtime!r} instead.")
+    _check_declarations(declared, client, scheduler, stragglers)
     n_expected = _expected_workers(runtime, client, scheduler, n_workers)
     if n_expected is not None:
         stragglers.check_n_workers(n_expected)
         if method is not None:
             method.check_n_workers(n_expected)
+
+
+def _check_declarations(declared: type[Runtime], client: Any, scheduler: str | None,
+                        stragglers: Stragglers) -> None:
+    """Refuse what the runtime's declarations say it cannot do."""
+    name = declared.name
+    if declared.in_process and (client is not None or scheduler is not None):
+        raise InvalidParameterError(
+            f"runtime={name!r} runs in this process; drop client/scheduler (or use the "
+            "Dask runtime)."
+        )
+    if declared.latency_kind == "none" and stragglers:
+        raise InvalidParameterError(
+            f"runtime={name!r} has no latency to slow down; use runtime='sim' (simulated "
+            "stragglers) or the Dask runtime (injected stragglers)."
+        )
+    if declared.latency_kind != "simulated" and stragglers.faults:
+        raise InvalidParameterError(
+            "The loss, freeze, join and retire terms of stragglers are simulated faults: "
+            "use runtime='sim' (CLI: --runtime sim); on a cluster, stop, kill or retire "
+            "real workers instead."
+        )
+    if declared.latency_kind != "injected" and stragglers.throttle is not None:
+        raise InvalidParameterError(
+            "The throttle straggler slows real worker processes; it needs the Dask runtime, "
+            f"not runtime={name!r}."
+        )
 
 
 def _check_min_workers(min_workers: Any, runtime: Any, client: Any, scheduler: str | None,
@@ -175,7 +203,8 @@ def _check_min_workers(min_workers: Any, runtime: Any, client: Any, scheduler: s
     if min_workers is None:
         return
     check_int(min_workers, name="min_workers", caller=caller, low=1)
-    if runtime not in (None, "dask") or (client is None and scheduler is None):
+    declared = _declared(runtime)
+    if (declared is not None and declared.in_process) or (client is None and scheduler is None):
         raise InvalidParameterError(
             f"The 'min_workers' parameter of {caller} (CLI: --min-workers) waits for the "
             "workers of an existing cluster: pass client or scheduler (CLI: --scheduler) "
@@ -191,7 +220,8 @@ def _expected_workers(
         return runtime.n_workers
     if n_workers is not None:
         return n_workers
-    if runtime in ("local", "sim") or (client is None and scheduler is None):
+    declared = _declared(runtime)
+    if (declared is not None and declared.in_process) or (client is None and scheduler is None):
         from daskstraggle import config
 
         return config.workers()  # the runtimes' and the LocalCluster's default
@@ -205,7 +235,9 @@ def _check_workers(n_workers: Any, runtime: Any, client: Any, scheduler: str | N
     if n_workers is not None:
         check_n_workers(n_workers, caller=caller, runtime=runtime)
         return client
-    if runtime in (None, "dask") and client is None and scheduler is None:
+    declared = _declared(runtime)
+    if (declared is not None and not declared.in_process and not isinstance(runtime, Runtime)
+            and client is None and scheduler is None):
         client = _default_client()  # None: a LocalCluster is started for this call
     if client is None and scheduler is None and not isinstance(runtime, Runtime):
         from daskstraggle import config  # the runtime starts the configured count
@@ -242,17 +274,10 @@ def _resolve_runtime(
     if isinstance(runtime, Runtime):
         yield runtime
         return
-    if runtime == "local":
-        with LocalRuntime(n_workers=n_workers) as rt:
-            yield rt
-        return
-    if runtime == "sim":
-        with SimRuntime(n_workers, latency=stragglers.model, faults=stragglers.faults,
-                        rng=seed, backup_after=backup_after) as sim:
-            yield sim
-        return
-    with DaskRuntime(client, address=scheduler, n_workers=n_workers, stragglers=stragglers,
-                     rng=seed, min_workers=min_workers, backup_after=backup_after) as rt:
+    options = RuntimeOptions(n_workers=n_workers, client=client, scheduler=scheduler,
+                             stragglers=stragglers, seed=seed, min_workers=min_workers,
+                             backup_after=backup_after)
+    with get_runtime_class(runtime or "dask").from_options(options) as rt:
         yield rt
 
 
@@ -453,7 +478,7 @@ def solve(
         from daskstraggle._validation import check_positive
 
         backup_after = check_positive(backup_after, name="backup_after", caller=caller)
-        if runtime == "local" or isinstance(runtime, Runtime):
+        if isinstance(runtime, Runtime) or not getattr(_declared(runtime), "backups", True):
             raise InvalidParameterError(
                 f"The 'backup_after' parameter of {caller} (CLI: --backup-after) applies to "
                 "the Dask or simulated runtime it starts or connects to; "

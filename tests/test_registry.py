@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from importlib.metadata import EntryPoint
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -13,7 +14,13 @@ from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods import GD, get_method_class, list_methods, make_method
 from daskstraggle.problems import list_problems
-from daskstraggle.runtime import LocalRuntime, StopRule
+from daskstraggle.runtime import (
+    LocalRuntime,
+    Runtime,
+    StopRule,
+    get_runtime_class,
+    list_runtimes,
+)
 
 
 class PluginGD(GD):
@@ -96,8 +103,61 @@ def test_every_concept_has_its_group():
     from daskstraggle.latency.base import _REGISTRY as models
     from daskstraggle.methods import _REGISTRY as methods
     from daskstraggle.problems import _REGISTRY as problems
+    from daskstraggle.runtime.base import _REGISTRY as runtimes
 
-    assert [r.group for r in (methods, problems, schemes, models)] == [
+    assert [r.group for r in (methods, problems, schemes, models, runtimes)] == [
         "daskstraggle.methods", "daskstraggle.problems", "daskstraggle.schemes",
-        "daskstraggle.latency"]
+        "daskstraggle.latency", "daskstraggle.runtimes"]
     assert list_problems() == ["least-squares", "logistic", "pca"]
+    assert list_runtimes() == ["dask", "local", "sim"]
+
+
+class CountingRuntime(LocalRuntime):
+    """A runtime another package would ship: in process, counts the runs it builds."""
+
+    name = "counting"
+    built: ClassVar[list[int | None]] = []
+
+    @classmethod
+    def from_options(cls, options):
+        cls.built.append(options.n_workers)
+        return cls(options.n_workers)
+
+
+def test_a_runtime_advertised_by_entry_point_runs_fits_by_name_with_its_declarations(
+        monkeypatch):
+    import daskstraggle
+    from daskstraggle.runtime import base
+
+    group = "daskstraggle.runtimes"
+    monkeypatch.setattr(_registry, "entry_points", _entry_points(
+        {group: [_point("counting", "CountingRuntime", group)]}))
+    registry = Registry("runtime", group=group, unknown=base._unknown_runtime)
+    for cls in (get_runtime_class(name) for name in ("dask", "local", "sim")):
+        registry.register(cls)
+    monkeypatch.setattr(base, "_REGISTRY", registry)
+    X = np.random.default_rng(0).normal(size=(60, 4))
+    with pytest.warns(daskstraggle.ConvergenceWarning, match="did not converge in 4"):
+        res = daskstraggle.fit_least_squares(X, X[:, 0], runtime="counting", n_workers=3,
+                                             max_iter=4)
+    assert res.n_iter == 4 and CountingRuntime.built == [3]
+    with pytest.raises(InvalidParameterError, match=r"'counting', 'dask', 'local', 'sim' or "
+                                                    "None. Got 'nope'"):
+        daskstraggle.fit_pca(X, 1, runtime="nope")
+    # its declarations (in process, no latency: LocalRuntime's) are what the fit checks
+    with pytest.raises(InvalidParameterError, match="runtime='counting' runs in this process"):
+        daskstraggle.fit_pca(X, 1, runtime="counting", scheduler="tcp://127.0.0.1:1")
+    with pytest.raises(InvalidParameterError, match="runtime='counting' has no latency"):
+        daskstraggle.fit_pca(X, 1, runtime="counting", stragglers="slowdown(workers=0, factor=2)")
+    with pytest.raises(InvalidParameterError, match=r"backup_after.*no workers to back up"):
+        daskstraggle.fit_pca(X, 1, runtime="counting", backup_after=1.0)
+
+
+@pytest.mark.parametrize(("name", "in_process", "kind", "backups"), [
+    ("dask", False, "injected", True), ("local", True, "none", False),
+    ("sim", True, "simulated", True)])
+def test_the_runtimes_declare_what_they_do(name, in_process, kind, backups):
+    cls = get_runtime_class(name)
+    assert (cls.name, cls.in_process, cls.latency_kind, cls.backups) == (
+        name, in_process, kind, backups)
+    assert cls.from_options.__func__ is not Runtime.from_options.__func__

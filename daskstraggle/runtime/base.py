@@ -16,10 +16,12 @@ import time
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Self, cast, overload
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar, cast, overload
 
 import numpy as np
 
+from daskstraggle._registry import Registry
 from daskstraggle._validation import check_bool
 from daskstraggle.data.matrix import Matrix
 from daskstraggle.engine.convergence import ConvergenceMonitor
@@ -69,7 +71,8 @@ from daskstraggle.trace import Result, TraceRecorder
 if TYPE_CHECKING:
     from daskstraggle.methods.sgd import SGD
 
-__all__ = ["Runtime", "fold", "fold_map", "run_unit", "stream_messages"]
+__all__ = ["Runtime", "RuntimeOptions", "fold", "fold_map", "get_runtime_class",
+           "list_runtimes", "register_runtime", "run_unit", "stream_messages"]
 
 logger = logging.getLogger(__name__)
 
@@ -169,14 +172,98 @@ def fold_map(
     return fold((fn(block, *args) for block in blocks), combine)
 
 
+@dataclass(frozen=True, kw_only=True)
+class RuntimeOptions:
+    """What a fit function passes to the runtime it starts (see :meth:`Runtime.from_options`).
+
+    Parameters
+    ----------
+    n_workers : int or None
+        Workers to start (None: the ``daskstraggle.workers`` setting).
+    client : distributed.Client or None
+        A cluster to run on.
+    scheduler : str or None
+        A scheduler address to connect to.
+    stragglers : Stragglers
+        The parsed stragglers spec (latency model, throttle, simulated faults).
+    seed : int or None
+        Seed of the latency draws.
+    min_workers : int or None
+        Workers of an existing cluster to wait for.
+    backup_after : float or None
+        Seconds after which a slow unit gets a speculative backup.
+    """
+
+    n_workers: int | None = None
+    client: Any = None
+    scheduler: str | None = None
+    stragglers: Any = None
+    seed: int | None = None
+    min_workers: int | None = None
+    backup_after: float | None = None
+
+
+def _unknown_runtime(name: str, names: list[str]) -> str:
+    listed = ", ".join(repr(n) for n in names)
+    return (f"The 'runtime' parameter must be a Runtime, {listed} or None. Got {name!r} "
+            "instead.")
+
+
+R = TypeVar("R", bound="type[Runtime]")
+
+_REGISTRY: Registry[Runtime] = Registry("runtime", group="daskstraggle.runtimes",
+                                        unknown=_unknown_runtime)
+
+
+def register_runtime(cls: R) -> R:
+    """Register a Runtime subclass under ``cls.name`` (class decorator).
+
+    Its declarations (:attr:`Runtime.in_process`, :attr:`Runtime.latency_kind`,
+    :attr:`Runtime.backups`) are what the fit functions check their options against, and
+    :meth:`Runtime.from_options` builds it; ``runtime=cls.name`` (CLI ``--runtime``) then
+    selects it. Other packages register theirs under the ``daskstraggle.runtimes``
+    entry-point group.
+    """
+    _REGISTRY.register(cls)
+    return cls
+
+
+def get_runtime_class(name: str) -> type[Runtime]:
+    """Return the runtime class registered as ``name``.
+
+    Raises
+    ------
+    InvalidParameterError
+        For a name no runtime is registered under (the message lists them).
+    """
+    return _REGISTRY.get(name)
+
+
+def list_runtimes() -> list[str]:
+    """Return the registered runtimes' names, sorted."""
+    return _REGISTRY.names()
+
+
 class Runtime(ABC):
     """Abstract base of the runtimes: move data and time, decide nothing.
 
     Use as a context manager (or call :meth:`close`) so clusters it started are shut down.
+    A runtime selected by name (``runtime="sim"``) is registered with
+    :func:`register_runtime` and declares what the fit functions may ask of it.
     """
 
-    #: Name recorded in traces.
+    #: Name recorded in traces, and under which the runtime is registered.
     name: str = "runtime"
+    #: Its workers are shares of the rows in this process, not processes: no client or
+    #: scheduler, no waiting for workers, up to ``api.MAX_IN_PROCESS_WORKERS`` of them.
+    in_process: ClassVar[bool] = False
+    #: What a stragglers spec does: ``"none"`` (refused: nothing to slow down),
+    #: ``"simulated"`` (the latency model is the clock; the fault terms ``loss``,
+    #: ``freeze``, ``join`` and ``retire`` apply) or ``"injected"`` (delays on real
+    #: workers, and the throttle of their processes).
+    latency_kind: ClassVar[Literal["none", "simulated", "injected"]] = "injected"
+    #: Whether it sends speculative backups (``backup_after``).
+    backups: ClassVar[bool] = False
     #: Run the load balancer's optimizer in a background thread (False: inline, for
     #: runtimes whose clock does not move while the coordinator computes).
     balance_in_background: bool = True
@@ -185,6 +272,12 @@ class Runtime(ABC):
     #: ``engine.coordinator.LOG_SIZE``, to record a run that fails). The events hold the
     #: workers' results, so a long log of large results takes memory.
     stimulus_log: int = 0
+
+    @classmethod
+    def from_options(cls, options: RuntimeOptions) -> Runtime:
+        """Build the runtime a fit function asked for by name (checked beforehand against
+        the declarations)."""
+        raise NotImplementedError(f"the {cls.name!r} runtime cannot be built by name")
 
     @property
     @abstractmethod

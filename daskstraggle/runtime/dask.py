@@ -71,7 +71,15 @@ from daskstraggle.runtime._resilience import (
     replacement_targets,
     slow_bounds,
 )
-from daskstraggle.runtime.base import Runtime, fold, fold_map, run_unit, stream_messages
+from daskstraggle.runtime.base import (
+    Runtime,
+    RuntimeOptions,
+    fold,
+    fold_map,
+    register_runtime,
+    run_unit,
+    stream_messages,
+)
 from daskstraggle.trace import TraceRecorder
 
 __all__ = ["MAX_LOCAL_WORKERS", "MEMBERSHIP_INTERVAL", "OWN_CLUSTER_CONFIG", "DaskRuntime",
@@ -122,6 +130,7 @@ def run_unit_task(
     return result, time.perf_counter() - t0
 
 
+@register_runtime
 class DaskRuntime(Runtime):
     """Run methods on a Dask cluster with partitions pinned to workers.
 
@@ -194,6 +203,15 @@ class DaskRuntime(Runtime):
     """
 
     name = "dask"
+    latency_kind = "injected"
+    backups = True
+
+    @classmethod
+    def from_options(cls, options: RuntimeOptions) -> DaskRuntime:
+        """``DaskRuntime`` on the client or scheduler given, else on a LocalCluster."""
+        return cls(options.client, address=options.scheduler, n_workers=options.n_workers,
+                   stragglers=options.stragglers, rng=options.seed,
+                   min_workers=options.min_workers, backup_after=options.backup_after)
 
     def __init__(
         self,

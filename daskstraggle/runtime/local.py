@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from threadpoolctl import ThreadpoolController
 
@@ -16,7 +16,14 @@ from daskstraggle.data.matrix import Matrix
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
-from daskstraggle.runtime.base import Runtime, fold, run_unit, stream_messages
+from daskstraggle.runtime.base import (
+    Runtime,
+    RuntimeOptions,
+    fold,
+    register_runtime,
+    run_unit,
+    stream_messages,
+)
 
 __all__ = ["LocalRuntime"]
 
@@ -85,6 +92,7 @@ def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], *,
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+@register_runtime
 class LocalRuntime(Runtime):
     """Run methods in this process, one logical worker per placement row.
 
@@ -117,6 +125,13 @@ class LocalRuntime(Runtime):
     """
 
     name = "local"
+    in_process = True
+    latency_kind: ClassVar[Literal["none", "simulated", "injected"]] = "none"
+
+    @classmethod
+    def from_options(cls, options: RuntimeOptions) -> LocalRuntime:
+        """``LocalRuntime(n_workers)``."""
+        return cls(n_workers=options.n_workers)
 
     def __init__(self, n_workers: int | None = None) -> None:
         if n_workers is None:

@@ -59,12 +59,13 @@ from daskstraggle.latency.spec import parse_latency, parse_stragglers
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block
-from daskstraggle.runtime.base import run_unit
+from daskstraggle.runtime.base import RuntimeOptions, register_runtime, run_unit
 from daskstraggle.runtime.local import LocalRuntime
 
 __all__ = ["SimRuntime"]
 
 
+@register_runtime
 class SimRuntime(LocalRuntime):
     """Run methods in process, in simulated time, with a latency model per worker.
 
@@ -124,6 +125,17 @@ class SimRuntime(LocalRuntime):
     """
 
     name = "sim"
+    in_process = True
+    latency_kind = "simulated"
+    backups = True
+
+    @classmethod
+    def from_options(cls, options: RuntimeOptions) -> SimRuntime:
+        """``SimRuntime`` with the stragglers spec's latency model and faults."""
+        spec = options.stragglers
+        return cls(options.n_workers, latency=None if spec is None else spec.model,
+                   faults=None if spec is None else spec.faults, rng=options.seed,
+                   backup_after=options.backup_after)
 
     balance_in_background = False  # the simulated clock stands still while planning
 
