@@ -39,7 +39,6 @@ from daskstraggle.runtime import (
     RuntimeOptions,
     StopRule,
     get_runtime_class,
-    list_runtimes,
 )
 from daskstraggle.runtime.checkpoint import (
     Checkpointer,
@@ -95,10 +94,10 @@ def check_n_workers(value: Any, *, caller: str, runtime: Any,
     ------
     InvalidParameterError
         If ``value`` is not an int within the runtime's bound; the message states both
-        bounds (:data:`WORKERS_BOUND`) whatever the runtime, and which one applied.
+        bounds (:data:`WORKERS_BOUND`) whatever the runtime, and which one applied. For a
+        runtime name no runtime is registered under (the message lists them).
     """
-    declared = _declared(runtime)
-    in_process = declared is not None and declared.in_process
+    in_process = _declared(runtime).in_process
     high = MAX_IN_PROCESS_WORKERS if in_process else MAX_LOCAL_WORKERS
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) \
             and 1 <= int(value) <= high:
@@ -114,17 +113,14 @@ def check_n_workers(value: Any, *, caller: str, runtime: Any,
 GRAM_AUTO_MAX_FEATURES = 4096
 
 
-def _declared(runtime: Runtime | str | None) -> type[Runtime] | None:
-    """The class whose declarations apply to ``runtime`` (None for an unknown name)."""
+def _declared(runtime: Runtime | str | None) -> type[Runtime]:
+    """The class whose declarations apply to ``runtime`` (None: the Dask runtime).
+
+    Raises InvalidParameterError naming the registered runtimes for anything else.
+    """
     if isinstance(runtime, Runtime):
         return type(runtime)
-    name = "dask" if runtime is None else runtime
-    if not isinstance(name, str):
-        return None
-    try:
-        return get_runtime_class(name)
-    except InvalidParameterError:
-        return None
+    return get_runtime_class("dask" if runtime is None else runtime)
 
 
 def _auto_method(problem: Problem) -> str:
@@ -157,12 +153,7 @@ def _check_runtime_args(
         if method is not None:
             method.check_n_workers(runtime.n_workers)
         return
-    declared = _declared(runtime)
-    if declared is None:
-        listed = ", ".join(repr(name) for name in list_runtimes())
-        raise InvalidParameterError(f"The 'runtime' parameter must be a Runtime, {listed} or "
-                                    f"None. Got {runtime!r} instead.")
-    _check_declarations(declared, client, scheduler, stragglers)
+    _check_declarations(_declared(runtime), client, scheduler, stragglers)
     n_expected = _expected_workers(runtime, client, scheduler, n_workers)
     if n_expected is not None:
         stragglers.check_n_workers(n_expected)
@@ -203,8 +194,7 @@ def _check_min_workers(min_workers: Any, runtime: Any, client: Any, scheduler: s
     if min_workers is None:
         return
     check_int(min_workers, name="min_workers", caller=caller, low=1)
-    declared = _declared(runtime)
-    if (declared is not None and declared.in_process) or (client is None and scheduler is None):
+    if _declared(runtime).in_process or (client is None and scheduler is None):
         raise InvalidParameterError(
             f"The 'min_workers' parameter of {caller} (CLI: --min-workers) waits for the "
             "workers of an existing cluster: pass client or scheduler (CLI: --scheduler) "
@@ -220,8 +210,7 @@ def _expected_workers(
         return runtime.n_workers
     if n_workers is not None:
         return n_workers
-    declared = _declared(runtime)
-    if (declared is not None and declared.in_process) or (client is None and scheduler is None):
+    if _declared(runtime).in_process or (client is None and scheduler is None):
         from daskstraggle import config
 
         return config.workers()  # the runtimes' and the LocalCluster's default
@@ -235,8 +224,7 @@ def _check_workers(n_workers: Any, runtime: Any, client: Any, scheduler: str | N
     if n_workers is not None:
         check_n_workers(n_workers, caller=caller, runtime=runtime)
         return client
-    declared = _declared(runtime)
-    if (declared is not None and not declared.in_process and not isinstance(runtime, Runtime)
+    if (not isinstance(runtime, Runtime) and not _declared(runtime).in_process
             and client is None and scheduler is None):
         client = _default_client()  # None: a LocalCluster is started for this call
     if client is None and scheduler is None and not isinstance(runtime, Runtime):
@@ -277,7 +265,7 @@ def _resolve_runtime(
     options = RuntimeOptions(n_workers=n_workers, client=client, scheduler=scheduler,
                              stragglers=stragglers, seed=seed, min_workers=min_workers,
                              backup_after=backup_after)
-    with get_runtime_class(runtime or "dask").from_options(options) as rt:
+    with _declared(runtime).from_options(options) as rt:
         yield rt
 
 
@@ -478,7 +466,7 @@ def solve(
         from daskstraggle._validation import check_positive
 
         backup_after = check_positive(backup_after, name="backup_after", caller=caller)
-        if isinstance(runtime, Runtime) or not getattr(_declared(runtime), "backups", True):
+        if isinstance(runtime, Runtime) or not _declared(runtime).backups:
             raise InvalidParameterError(
                 f"The 'backup_after' parameter of {caller} (CLI: --backup-after) applies to "
                 "the Dask or simulated runtime it starts or connects to; "

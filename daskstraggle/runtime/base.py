@@ -203,7 +203,7 @@ class RuntimeOptions:
     backup_after: float | None = None
 
 
-def _unknown_runtime(name: str, names: list[str]) -> str:
+def _unknown_runtime(name: Any, names: list[str]) -> str:
     listed = ", ".join(repr(n) for n in names)
     return (f"The 'runtime' parameter must be a Runtime, {listed} or None. Got {name!r} "
             "instead.")
