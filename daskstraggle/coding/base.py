@@ -198,6 +198,7 @@ class CodeAssignment:
             raise NotImplementedError(f"{self.scheme} assignments have no decoder")
         return self.decoder(self, frozenset(received))
 
+
 class Coverage:
     """The partitions of an assignment that no received message sums over yet.
 

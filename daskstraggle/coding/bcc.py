@@ -116,8 +116,7 @@ def _cover_decoder(assignment: CodeAssignment, received: frozenset[Received]) ->
     for i, j in sorted(received):
         if not (0 <= i < assignment.n_workers and 0 <= j < assignment.n_messages(i)):
             continue
-        row = assignment.coefficients[i][j]
-        support = [p for p, c in zip(assignment.placement[i], row, strict=True) if c != 0]
+        support = assignment.supports[i][j]
         if support and all(p not in owner for p in support):
             for p in support:
                 owner[p] = (i, j)
