@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from daskstraggle._validation import check_choice, check_int
-from daskstraggle.data._remote import check_remote_store, is_url, parse_location
+from daskstraggle.data._remote import is_url
 from daskstraggle.data._zarr import (
     MISSING_CHUNKS,
     GroupArrays,
@@ -375,6 +375,7 @@ def open_matrix(
     genotype_dims: tuple[str, str] | None = None,
     qc: Any = None,
     client: Any = None,
+    backend: str | None = None,
 ) -> Matrix:
     """Describe a 2-D matrix as row partitions that Dask workers can load.
 
@@ -437,6 +438,11 @@ def open_matrix(
     client : distributed.Client or None, default=None
         Where the counting pass of ``qc`` runs: its workers, else the default client's,
         else this process (one partition at a time).
+    backend : str or None, default=None
+        The data source backend that reads ``source`` (see
+        :mod:`daskstraggle.data.backends`: ``"matrix"``, ``"plink"``, ``"vcf-dataset"``,
+        ``"zarr"``, ``"array"`` and those other packages register). None: the first, in
+        priority order, whose ``guess_can_open`` accepts ``source``.
 
     Returns
     -------
@@ -478,6 +484,12 @@ def open_matrix(
     ((100, 3), 4)
     """
     from daskstraggle.data import _open_genotypes as _genotypes
+    from daskstraggle.data.backends import (
+        OpenRequest,
+        get_source,
+        guess_source,
+        list_sources,
+    )
 
     caller = "open_matrix"
     check_choice(missing, name="missing", caller=caller, choices=MISSING_POLICIES)
@@ -488,7 +500,14 @@ def open_matrix(
                  choices=GENOTYPE_STORAGES)
     if chunk_rows is not None:
         check_int(chunk_rows, name="chunk_rows", caller=caller, low=1)
-    if storage_options is not None and not isinstance(source, str | os.PathLike):
+    reader = guess_source(source) if backend is None else get_source(backend)
+    if backend is not None and not reader.guess_can_open(source):
+        raise InvalidParameterError(
+            f"The 'backend' parameter of {caller} names {reader.name!r}, which does not read a "
+            f"{type(source).__name__} ({reader.description}). Drop it to let open_matrix "
+            f"choose, or name one of {list_sources()}."
+        )
+    if storage_options is not None and "storage_options" not in reader.parameters:
         raise InvalidParameterError(
             f"The 'storage_options' parameter of {caller} applies to a store given by URL; "
             f"the source is a {type(source).__name__}. Drop it (CLI: --storage-option)."
@@ -497,20 +516,8 @@ def open_matrix(
     rows_are_variants = (None if genotype_dims is None
                          else parse_genotype_dims(genotype_dims, caller=caller))
     options = _ZarrOptions(missing, genotype_scaling, missing_chunks, genotype_storage)
-    if isinstance(source, Matrix):
-        matrix = source
-        if labels is not None:
-            matrix = matrix.with_labels(_parse_labels(labels, None, matrix.n_rows))
-    elif isinstance(source, str | os.PathLike):
-        # a path is made absolute: workers may run in another working directory
-        location, remote = parse_location(os.fspath(source), storage_options, caller=caller)
-        matrix = _open_path(location, remote, array, labels, rows_are_variants, options)
-    elif _is_dataset(source):
-        matrix = _genotypes.open_dataset(source, array, labels, options)
-    elif rows_are_variants is not None:
-        matrix = _genotypes.open_counts(source, array, labels, rows_are_variants, options)
-    else:
-        matrix = _open(source, array, labels, chunk_rows)
+    matrix = reader.open(source, OpenRequest(array, labels, chunk_rows, rows_are_variants,
+                                             options, storage_options))
     if qc is not None:
         matrix = filter_variants(matrix, qc, client=client if client is not None
                                  else _genotypes.default_client())
@@ -524,25 +531,6 @@ def open_matrix(
 def is_bed_path(source: Any) -> bool:
     """Whether ``source`` is a path or URL that ``open_matrix`` reads as a PLINK .bed."""
     return isinstance(source, str | os.PathLike) and os.fspath(source).lower().endswith(".bed")
-
-
-def _open_path(location: str, remote: dict[str, Any] | None, array: str | None, labels: Any,
-               rows_are_variants: bool | None, options: _ZarrOptions) -> Matrix:
-    """Open a PLINK .bed fileset, or a Zarr store at a local path or URL."""
-    from daskstraggle.data import _open_genotypes as _genotypes
-
-    if is_bed_path(location):
-        from daskstraggle.data.plink import open_bed
-
-        return open_bed(location, remote=remote, array=array, labels=labels,
-                        genotype_dims=rows_are_variants, options=options)
-    if remote is not None:
-        check_remote_store(location, remote, caller="open_matrix")
-    options = replace(options, storage_options=remote)
-    matrix = _open_zarr(location, array, labels, options)
-    if rows_are_variants is not None:
-        matrix = _genotypes.zarr_counts(matrix, rows_are_variants, options)
-    return matrix
 
 
 def _open(source: Any, array: str | None, labels: Any, chunk_rows: int | None) -> Matrix:
