@@ -5,11 +5,19 @@ partitions are pinned to Dask workers; methods are pure policies driven by a Das
 runtime, an in-process one, or a simulated clock with a latency model
 (:mod:`daskstraggle.latency`).
 
-The scikit-learn estimators ``PCA``, ``LogisticRegression``, ``LinearRegression`` and
-``Ridge`` (:mod:`daskstraggle.estimators`) load on first use and need scikit-learn
-(``pip install 'daskstraggle[sklearn]'``); the problem classes are in
-:mod:`daskstraggle.problems` (``daskstraggle.problems.PCA``). Pictures of runs are in
-:mod:`daskstraggle.plot` (loaded on first use; matplotlib: ``pip install 'daskstraggle[plot]'``).
+The top level holds what a user starts from: ``open_matrix``, the ``fit_*`` functions,
+``genotype_pca`` and ``solve``, their ``Result``, ``Matrix``, ``GenotypeQC``, ``StopRule``,
+the common methods ``GD``, ``NAG`` and ``DSAG`` (``method=ds.DSAG(n_wait=3)``), and the
+scikit-learn estimators ``PCA``, ``LogisticRegression``, ``LinearRegression`` and ``Ridge``
+(:mod:`daskstraggle.estimators`, loaded on first use; they need scikit-learn: ``pip install
+'daskstraggle[sklearn]'``). Everything else lives in its subpackage: the errors and
+``ConvergenceWarning`` in :mod:`daskstraggle.errors`, every method in
+:mod:`daskstraggle.methods`, the problem classes in :mod:`daskstraggle.problems`
+(``daskstraggle.problems.PCA``), the runtimes in :mod:`daskstraggle.runtime`, the latency
+models and the simulator in :mod:`daskstraggle.latency`, the load balancer in
+:mod:`daskstraggle.balance`, pictures of runs in :mod:`daskstraggle.plot` (matplotlib:
+``pip install 'daskstraggle[plot]'``). The names the top level served before keep working
+for a release, with a ``DeprecationWarning`` that says where to import them from.
 """
 
 from __future__ import annotations
@@ -17,31 +25,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time they load on first use
-    from daskstraggle import latency
+    from daskstraggle import latency, plot
     from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca, genotype_pca, solve
-    from daskstraggle.balance import LoadBalancer
     from daskstraggle.data import Matrix, open_matrix
     from daskstraggle.data.genotypes import GenotypeQC
-    from daskstraggle.errors import (
-        ClusterConnectionError,
-        ConvergenceWarning,
-        CorruptDataError,
-        DataNotFoundError,
-        DivergenceError,
-        InputError,
-        InvalidDataError,
-        InvalidParameterError,
-        InvalidTypeError,
-        MissingChunksError,
-        NonFiniteDataError,
-        OutputExistsError,
-        OutputNotWritableError,
-        StraggleError,
-    )
-    from daskstraggle.latency import LatencyModel, Stragglers, parse_stragglers, simulate
-    from daskstraggle.methods import DSAG, GD, NAG, SAG, SGD, Method, make_method
-    from daskstraggle.problems import LeastSquares, Logistic, Problem, make_problem
-    from daskstraggle.runtime import DaskRuntime, LocalRuntime, SimRuntime, StopRule
+    from daskstraggle.estimators import PCA, LinearRegression, LogisticRegression, Ridge
+    from daskstraggle.methods import DSAG, GD, NAG
+    from daskstraggle.runtime import StopRule
     from daskstraggle.trace import Result
 
 #: Public names and the module each is loaded from on first use (PEP 562): importing the
@@ -54,10 +44,20 @@ _LAZY = {
     "fit_pca": "daskstraggle.api",
     "genotype_pca": "daskstraggle.api",
     "solve": "daskstraggle.api",
-    "LoadBalancer": "daskstraggle.balance",
     "Matrix": "daskstraggle.data",
     "open_matrix": "daskstraggle.data",
     "GenotypeQC": "daskstraggle.data.genotypes",
+    "DSAG": "daskstraggle.methods",
+    "GD": "daskstraggle.methods",
+    "NAG": "daskstraggle.methods",
+    "StopRule": "daskstraggle.runtime",
+    "Result": "daskstraggle.trace",
+}
+
+#: Names the top level served until the public API was made small (issue 27), and the
+#: module to import them from now: they still work, with a DeprecationWarning naming it.
+_MOVED = {
+    "LoadBalancer": "daskstraggle.balance",
     "ClusterConnectionError": "daskstraggle.errors",
     "ConvergenceWarning": "daskstraggle.errors",
     "CorruptDataError": "daskstraggle.errors",
@@ -76,9 +76,6 @@ _LAZY = {
     "Stragglers": "daskstraggle.latency",
     "parse_stragglers": "daskstraggle.latency",
     "simulate": "daskstraggle.latency",
-    "DSAG": "daskstraggle.methods",
-    "GD": "daskstraggle.methods",
-    "NAG": "daskstraggle.methods",
     "SAG": "daskstraggle.methods",
     "SGD": "daskstraggle.methods",
     "Method": "daskstraggle.methods",
@@ -90,8 +87,6 @@ _LAZY = {
     "DaskRuntime": "daskstraggle.runtime",
     "LocalRuntime": "daskstraggle.runtime",
     "SimRuntime": "daskstraggle.runtime",
-    "StopRule": "daskstraggle.runtime",
-    "Result": "daskstraggle.trace",
 }
 
 try:
@@ -104,51 +99,21 @@ __all__ = [
     "GD",
     "NAG",
     "PCA",
-    "SAG",
-    "SGD",
-    "ClusterConnectionError",
-    "ConvergenceWarning",
-    "CorruptDataError",
-    "DaskRuntime",
-    "DataNotFoundError",
-    "DivergenceError",
     "GenotypeQC",
-    "InputError",
-    "InvalidDataError",
-    "InvalidParameterError",
-    "InvalidTypeError",
-    "LatencyModel",
-    "LeastSquares",
     "LinearRegression",
-    "LoadBalancer",
-    "LocalRuntime",
-    "Logistic",
     "LogisticRegression",
     "Matrix",
-    "Method",
-    "MissingChunksError",
-    "NonFiniteDataError",
-    "OutputExistsError",
-    "OutputNotWritableError",
-    "Problem",
     "Result",
     "Ridge",
-    "SimRuntime",
     "StopRule",
-    "StraggleError",
-    "Stragglers",
     "__version__",
     "fit_least_squares",
     "fit_logistic",
     "fit_pca",
     "genotype_pca",
     "latency",
-    "make_method",
-    "make_problem",
     "open_matrix",
-    "parse_stragglers",
     "plot",
-    "simulate",
     "solve",
 ]
 
@@ -167,6 +132,16 @@ def __getattr__(name: str) -> object:
             importlib.import_module(module), name)
         globals()[name] = value  # later look-ups are plain attribute reads
         return value
+    if name in _MOVED:
+        import warnings
+
+        warnings.warn(
+            f"daskstraggle.{name} moved: import it from {_MOVED[name]} (from {_MOVED[name]} "
+            f"import {name}); the top-level name goes in a later release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
     if name in _ESTIMATORS:
         from daskstraggle import estimators
 

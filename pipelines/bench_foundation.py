@@ -846,8 +846,9 @@ def trace_rows(res: Any, *, skip_first: bool = True) -> dict[str, np.ndarray]:
 
 def bench_overhead(cfg: argparse.Namespace, store: Path, X_np: np.ndarray,
                    rng: np.random.Generator) -> dict[str, Any]:
-    from daskstraggle import GD, DaskRuntime, LocalRuntime, StopRule, open_matrix
+    from daskstraggle import GD, StopRule, open_matrix
     from daskstraggle.problems import PCA, Block, block_stats
+    from daskstraggle.runtime import DaskRuntime, LocalRuntime
 
     matrix = open_matrix(store, array="X")
     k = cfg.pca_components
@@ -976,8 +977,9 @@ def bench_glm(cfg: argparse.Namespace, store: Path, X_np: np.ndarray, y_np: np.n
     from dask_glm.algorithms import gradient_descent
     from distributed import wait
 
-    from daskstraggle import GD, DaskRuntime, Logistic, StopRule, open_matrix
-    from daskstraggle.problems import Block, block_stats
+    from daskstraggle import GD, StopRule, open_matrix
+    from daskstraggle.problems import Block, Logistic, block_stats
+    from daskstraggle.runtime import DaskRuntime
 
     T = cfg.glm_iter
     # dask-glm fits sum-of-log-losses without intercept or penalty: solve the same problem

@@ -113,3 +113,28 @@ def test_moved_names_keep_a_deprecated_alias(old: str, name: str) -> None:
     assert value.__module__.startswith("daskstraggle.engine")
     with pytest.raises(AttributeError):
         module.no_such_name  # noqa: B018
+
+
+def test_the_top_level_is_small_and_every_name_in_it_resolves() -> None:
+    import daskstraggle
+
+    assert len(daskstraggle.__all__) <= 20, daskstraggle.__all__
+    for name in daskstraggle.__all__:
+        assert getattr(daskstraggle, name) is not None, name
+
+
+def test_names_moved_off_the_top_level_warn_and_still_work() -> None:
+    import importlib
+
+    import daskstraggle
+
+    moved = daskstraggle._MOVED
+    assert {"InvalidParameterError", "ConvergenceWarning", "LocalRuntime", "SGD",
+            "LoadBalancer", "simulate"} <= set(moved)
+    for name, module in moved.items():
+        assert name not in daskstraggle.__all__, name
+        with pytest.warns(DeprecationWarning, match=f"import it from {module} "):
+            value = getattr(daskstraggle, name)
+        assert value is getattr(importlib.import_module(module), name)
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        daskstraggle.no_such_name  # noqa: B018

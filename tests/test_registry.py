@@ -11,7 +11,7 @@ import pytest
 
 from daskstraggle import _registry
 from daskstraggle._registry import Registry
-from daskstraggle.errors import InvalidParameterError
+from daskstraggle.errors import ConvergenceWarning, InvalidParameterError
 from daskstraggle.methods import GD, get_method_class, list_methods, make_method
 from daskstraggle.problems import list_problems
 from daskstraggle.runtime import (
@@ -137,7 +137,7 @@ def test_a_runtime_advertised_by_entry_point_runs_fits_by_name_with_its_declarat
         registry.register(cls)
     monkeypatch.setattr(base, "_REGISTRY", registry)
     X = np.random.default_rng(0).normal(size=(60, 4))
-    with pytest.warns(daskstraggle.ConvergenceWarning, match="did not converge in 4"):
+    with pytest.warns(ConvergenceWarning, match="did not converge in 4"):
         res = daskstraggle.fit_least_squares(X, X[:, 0], runtime="counting", n_workers=3,
                                              max_iter=4)
     assert res.n_iter == 4 and CountingRuntime.built == [3]

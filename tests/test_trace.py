@@ -7,9 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from daskstraggle import GD, LocalRuntime, Result, StopRule, open_matrix
+from daskstraggle import GD, Result, StopRule, open_matrix
 from daskstraggle.errors import OutputExistsError
 from daskstraggle.problems import PCA
+from daskstraggle.runtime import LocalRuntime
 
 
 @pytest.fixture

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daskstraggle import GD, NAG, LocalRuntime, StopRule, open_matrix
+from daskstraggle import GD, NAG, StopRule, open_matrix
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods import WorkResult, contiguous_placement, list_methods, make_method
 from daskstraggle.problems import PCA, KernelResult, LeastSquares, block_stats
 from daskstraggle.problems.block import Block
+from daskstraggle.runtime import LocalRuntime
 
 
 def _bound_least_squares(X, y):

@@ -6,18 +6,10 @@ import numpy as np
 import pytest
 import zarr
 
-from daskstraggle import (
-    GD,
-    DaskRuntime,
-    LocalRuntime,
-    Logistic,
-    NonFiniteDataError,
-    StopRule,
-    open_matrix,
-)
-from daskstraggle.errors import ClusterConnectionError, InvalidParameterError
-from daskstraggle.problems import PCA
-from daskstraggle.runtime import connect
+from daskstraggle import GD, StopRule, open_matrix
+from daskstraggle.errors import ClusterConnectionError, InvalidParameterError, NonFiniteDataError
+from daskstraggle.problems import PCA, Logistic
+from daskstraggle.runtime import DaskRuntime, LocalRuntime, connect
 from daskstraggle.runtime import dask as dask_runtime
 from daskstraggle.runtime.dask import worker_addresses
 
