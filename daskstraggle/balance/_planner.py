@@ -1,10 +1,9 @@
 """Run the load balancer's optimizer in a child process, away from the coordinator's GIL.
 
-With many workers and ``n_wait < N`` one optimizer call simulates for seconds (N = 49,
-w = 10: 2.4-2.7 s in a thread). In a thread of the coordinator's process that pure-Python
-and numpy work competes for the GIL with the Dask client: measured on a LocalCluster of 4
-workers, DSAG's iterations took 1.3x as long while such a thread ran, and 1.08x with
-this child process. A child process costs one interpreter start, once per run.
+With many workers and ``n_wait < N`` one optimizer call simulates for seconds. In a
+thread of the coordinator's process that pure-Python and numpy work would compete for the
+GIL with the Dask client and slow the run's iterations while it ran; a child process
+costs one interpreter start, once per run.
 
 The child is a fresh ``python -c`` that imports this module and serves, not a
 ``multiprocessing`` worker, so it never imports the user's ``__main__`` (a script without an

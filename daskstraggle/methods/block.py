@@ -65,12 +65,12 @@ class BlockKrylov(CodedSum):
     ``--oversample``; None gives ``p = k`` here), at most the number of columns. A larger
     block costs more per pass and usually needs fewer passes. Per pass the workers
     compute ``X_c^T X_c B`` (twice the power method's work at the default ``p = k``); the
-    coordinator does ``O(d b^2 max_blocks)`` flops. Measured on simulated genotypes (1000
-    samples, 4 populations, ``k = 10``, relative residual ``1e-8``): 21 passes, against
-    1371 for the power method and 133 for subspace iteration with the same oversampling.
-    Every round is exact, so the runtime judges convergence on every component each
-    round (``docs/convergence.md``), and the iterates equal an uncoded run's (to
-    rounding) whichever workers answer.
+    coordinator does ``O(d b^2 max_blocks)`` flops. Where eigengaps are small it needs
+    far fewer passes than the power method (``tests/methods/test_block.py`` checks it)
+    and fewer than subspace iteration with the same oversampling. Every round is exact,
+    so the runtime judges convergence on every component each round
+    (``docs/convergence.md``), and the iterates equal an uncoded run's (to rounding)
+    whichever workers answer.
 
     References
     ----------

@@ -181,9 +181,8 @@ class Problem(ABC):
         SAG and DSAG step along a sum whose parts were computed up to about
         ``staleness`` iterations ago (a worker with ``p`` subpartitions refreshes each
         part every ``p`` tasks). For gradient steps the stable step shrinks about as
-        ``1/staleness``: measured on logistic regression and least squares with 4
-        workers, a full ``1/L`` step diverges or stalls from 6-12 subpartitions on
-        while ``2/p`` converges. So ``min(1, 2 / staleness)``.
+        ``1/staleness`` (a full ``1/L`` step diverges or stalls once workers hold
+        about ten subpartitions, while ``2/p`` converges). So ``min(1, 2 / staleness)``.
 
         Parameters
         ----------

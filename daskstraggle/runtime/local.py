@@ -49,10 +49,10 @@ def _one_blas_thread() -> Iterator[None]:
     """Limit the BLAS libraries to one thread each while the block is run.
 
     Several threads that each run a multi-threaded BLAS call oversubscribe the cores, and
-    OpenBLAS threads spin while they wait: measured on 2 cores, two threads folding Gram
-    tiles took 2 to 5 times longer with 2 BLAS threads each than with one. The limit is
-    process-wide; it is set and lifted from the driving thread only, while none of the
-    runtime's threads is inside a BLAS call.
+    OpenBLAS threads spin while they wait, so each thread's BLAS calls run on one thread
+    while the runtime's own threads use the cores. The limit is process-wide; it is set
+    and lifted from the driving thread only, while none of the runtime's threads is
+    inside a BLAS call.
     """
     if not _controller:
         _controller.append(ThreadpoolController())
