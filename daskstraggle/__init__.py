@@ -7,7 +7,8 @@ runtime, an in-process one, or a simulated clock with a latency model
 
 The top level holds what a user starts from: ``open_matrix``, the ``fit_*`` functions,
 ``genotype_pca`` and ``solve``, their ``Result``, ``Matrix``, ``GenotypeQC``, ``StopRule``,
-the common methods ``GD``, ``NAG`` and ``DSAG`` (``method=ds.DSAG(n_wait=3)``), and the
+the common methods ``GD``, ``NAG`` and ``DSAG`` (``method=ds.DSAG(n_wait=3)``; ``solve``'s
+other option groups are in :mod:`daskstraggle.options`), and the
 scikit-learn estimators ``PCA``, ``LogisticRegression``, ``LinearRegression`` and ``Ridge``
 (:mod:`daskstraggle.estimators`, loaded on first use; they need scikit-learn: ``pip install
 'daskstraggle[sklearn]'``). Everything else lives in its subpackage: the errors and

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numbers
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from daskstraggle.latency.base import LatencyModel
 from daskstraggle.latency.spec import Stragglers, parse_stragglers
 from daskstraggle.methods import Gram, Method, make_method
 from daskstraggle.methods.base import check_oversampling
+from daskstraggle.options import Checkpoint, DataOptions, Report, RuntimeSpec
 from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem
 from daskstraggle.runtime import (
     Runtime,
@@ -49,6 +50,8 @@ from daskstraggle.runtime.checkpoint import (
 )
 from daskstraggle.runtime.dask import MAX_LOCAL_WORKERS
 from daskstraggle.trace import Result, check_output_path
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["GRAM_AUTO_MAX_FEATURES", "MAX_IN_PROCESS_WORKERS", "MAX_LOCAL_WORKERS",
            "check_n_workers", "fit_least_squares", "fit_logistic", "fit_pca", "genotype_pca",
@@ -269,7 +272,7 @@ def _resolve_runtime(
         yield rt
 
 
-def solve(
+def _run(
     problem: Problem,
     X: Any,
     *,
@@ -305,135 +308,11 @@ def solve(
     genotype_dims: tuple[str, str] | None = None,
     qc: Any = None,
 ) -> Result:
-    """Fit ``problem`` on ``X``; the engine behind the ``fit_*`` functions.
+    """Fit ``problem`` on ``X`` from the flat options of the ``fit_*`` functions.
 
-    Parameters
-    ----------
-    problem : Problem
-        Unbound problem, e.g. ``PCA(n_components=3)``.
-    X : str, path, array-like or Matrix
-        Anything :func:`~daskstraggle.open_matrix` accepts.
-    labels : str, array-like or None, default=None
-        Labels or targets (see :func:`~daskstraggle.open_matrix`).
-    array : str or None, default=None
-        Member of a Zarr group holding the matrix.
-    missing_chunks : {"error", "fill"}, default="error"
-        A chunk absent from a Zarr store: refuse it (each worker checks the chunks of its
-        partitions) or read it as the fill value, for stores written with
-        ``write_empty_chunks=False`` (see :func:`~daskstraggle.open_matrix`).
-    storage_options : dict or None, default=None
-        When ``X`` is a URL (``s3://``, ``gs://``, ...): options of its fsspec file
-        system, e.g. ``{"endpoint_url": ...}``; the workers open the store with them (see
-        :func:`~daskstraggle.open_matrix` and ``docs/remote-stores.md``).
-    method : str or Method, default="auto"
-        ``"auto"``: for PCA ``"gram"`` (exact in one round) when the matrix has at most
-        ``GRAM_AUTO_MAX_FEATURES`` (4096) columns, else ``"block"`` (block Krylov, every
-        component converged); for regression ``"gd"``.
-        Or a registered method (:func:`daskstraggle.methods.list_methods`): ``"gd"``
-        (synchronous gradient descent; the power method for PCA), ``"nag"`` (Nesterov,
-        regression only), ``"sgd"``, ``"sag"``, ``"dsag"`` (wait for the fastest
-        ``n_wait`` workers; pass ``method_params={"n_wait": w}``), ``"coded"``,
-        ``"gram"`` (PCA only: exact in one round from the summed Gram matrices, coded with
-        ``method_params={"scheme": ..., ...}``), ``"block"`` (PCA only: block Krylov with
-        thick restarts, one exact pass per round, coded as gram; ``oversample``,
-        ``max_blocks``), ``"ignore-stragglers"``, ``"partial"`` (RCS partial recovery, parameters
-        ``degrees``, ``tolerance``, ``ordering``, ``age_threshold``) or ``"async"``
-        (bounded-delay asynchronous updates, parameters ``max_delay``, ``order``).
-    step_size : float or None, default=None
-        None: the problem's safe default for the method (see
-        :meth:`~daskstraggle.runtime.Runtime.run`: GD's step, times 0.9 for PCA or
-        ``min(1, 2 / subpartitions)`` for regression with SGD, SAG and DSAG, and divided
-        by the workers for ``async``).
-    max_iter, tol, gap_tol, time_budget
-        Stop rule, see :class:`~daskstraggle.runtime.StopRule`.
-    reference : bool, default=False
-        Also compute the exact optimum independently and report the gap.
-    n_partitions : int or None, default=None
-        Row partitions (None: storage chunks, at least one per worker).
-    runtime : Runtime, {"dask", "local", "sim"} or None, default=None
-        ``"local"`` runs in process (no cluster, no latency). ``"sim"`` runs in process in
-        simulated time with ``stragglers`` as the latency model (see
-        :class:`~daskstraggle.runtime.SimRuntime`). None or ``"dask"``: a Dask cluster
-        from ``client``, ``scheduler`` or ``n_workers``; with none of them, the default
-        client if there is one, else a LocalCluster started (and closed) for this call.
-    client : distributed.Client or None, default=None
-        Cluster to run on.
-    scheduler : str or None, default=None
-        Scheduler address to connect to.
-    n_workers : int or None, default=None
-        Workers of the LocalCluster, at most :data:`MAX_LOCAL_WORKERS` (256), or logical
-        workers of the in-process runtimes, at most :data:`MAX_IN_PROCESS_WORKERS`
-        (100000); None: the ``daskstraggle.workers`` setting, 4.
-    min_workers : int or None, default=None
-        With ``client`` or ``scheduler``: wait (up to 300 s) until the cluster has this
-        many workers before starting, e.g. while dask-jobqueue jobs start.
-    rng : int, Generator or None, default=None
-        Seed of the starting point and step-size estimate; an int also seeds the
-        method's own draws (a coding scheme's matrix, partial recovery's code) when
-        ``method_params`` sets no ``rng``, so a seeded run is reproducible bit for bit.
-    progress : bool, default=False
-        Show a progress bar on stderr.
-    out : str, path or None, default=None
-        Also save the result (fitted quantities and trace) as a Zarr store here; checked
-        before any cluster work: never the input store, a path inside it or one that
-        contains it, and its folder must be writable.
-    overwrite : bool, default=False
-        Allow ``out`` to replace an existing path.
-    method_params : dict or None, default=None
-        Extra parameters of the method.
-    stragglers : str, LatencyModel, Stragglers or None, default=None
-        Slow some workers down on purpose (see :mod:`daskstraggle.latency.spec` for the
-        grammar), e.g. ``"slowdown(workers=1, factor=4)"``,
-        ``"markov(p_slow=0.05, p_fast=0.2, slow_factor=4)"``, ``"bursts()"``,
-        ``"artificial()"``, ``"gamma(mean=0.05, var=1e-4)"`` or
-        ``"throttle(workers=1, factor=4)"``. On Dask a latency model is injected on the
-        workers (a delay added to each of our tasks) and a throttle stops and resumes the
-        whole worker process; with ``runtime="sim"`` the model is the simulated latency.
-        Seeded by ``rng`` when it is an int.
-    record_iterates : bool, default=False
-        Evaluate the exact objective at every iteration's point after the run (trace
-        variables ``exact_objective`` and, with ``reference``, ``exact_gap``).
-    backup_after : float or None, default=None
-        Dask and simulated runtimes: speculative backups. A work unit unanswered after
-        this many times the median latency of the run's recent units is sent again to
-        another worker (which loads a spare copy of those partitions from the source
-        once); the first answer counts. Helps methods that wait for every worker (gd,
-        nag) past a slow one. None: no backups.
-    checkpoint : str, path or None, default=None
-        Write the run's state to this file at round boundaries, atomically (a kill at
-        any instant leaves the previous or the new checkpoint); an existing file is
-        refused unless it is ``resume``. See :mod:`daskstraggle.runtime.checkpoint` for
-        what is kept and what is rebuilt.
-    checkpoint_interval : float or None, default=None
-        Seconds between checkpoints (None: 60, unless ``checkpoint_iterations`` is given).
-    checkpoint_iterations : int or None, default=None
-        Also write a checkpoint every this many iterations.
-    resume : str, path or None, default=None
-        Carry on from this checkpoint (keeps writing to it unless ``checkpoint`` names
-        another file). Same method, problem, workers and data as the run that wrote it
-        (checked); the stop rule may differ, e.g. a larger ``max_iter``. Exact methods
-        (gd, nag, coded, gram, block) reach the same iterates as an uninterrupted run.
-        Load only checkpoints your own runs wrote (the file is a pickle).
-    genotype_dims : tuple of str or None, default=None
-        ``X`` is a 2-D array of allele counts with these dimensions (see
-        :func:`~daskstraggle.open_matrix`).
-    qc : GenotypeQC, dict or None, default=None
-        Genotypes only: the variants used (``min_maf``, ``max_missing``, ``pass_only``,
-        ``region``; :class:`~daskstraggle.GenotypeQC`). Region and FILTER are applied
-        before any cluster work; MAF and missingness by a counting pass on the run's
-        workers (in process for ``runtime="local"`` or ``"sim"``) before the fit.
-
-    Returns
-    -------
-    result : Result
-
-    Raises
-    ------
-    InvalidParameterError, InvalidDataError, DataNotFoundError, OutputExistsError,
-    OutputNotWritableError, ClusterConnectionError, NonFiniteDataError, CorruptDataError,
-    MissingChunksError
-        Bad input, reported before cluster work starts (NaN/inf and absent or corrupt
-        chunks of the matrix: when a worker loads the partition).
+    The one body behind :func:`solve` (which groups these options) and the ``fit_*``
+    functions (which show them); every option is documented once, in ``_OPTIONS_DOC``.
+    Everything is checked here, once, before any cluster work.
     """
     caller = f"fit_{problem.name.replace('-', '_')}"
     stop = StopRule(max_iter=max_iter, tol=tol, gap_tol=gap_tol, time_budget=time_budget)
@@ -523,6 +402,311 @@ def solve(
     return result
 
 
+#: The options of the ``fit_*`` functions, in their signatures' order: each a keyword of
+#: :func:`_run` with its default there, documented once in ``_OPTIONS_DOC``.
+_FIT_OPTIONS = (
+    "method", "method_params", "step_size", "max_iter", "tol", "gap_tol", "time_budget",
+    "reference", "record_iterates", "runtime", "client", "scheduler", "n_workers",
+    "min_workers", "stragglers", "backup_after", "rng", "array", "n_partitions",
+    "missing_chunks", "storage_options", "genotype_dims", "qc", "checkpoint",
+    "checkpoint_interval", "checkpoint_iterations", "resume", "out", "overwrite", "progress",
+)
+
+_OPTIONS_DOC = """    method : str or Method, default="auto"
+        ``"auto"``: for PCA ``"gram"`` (exact in one round) when the matrix has at most
+        ``GRAM_AUTO_MAX_FEATURES`` (4096) columns, else ``"block"`` (block Krylov, every
+        component converged); for regression ``"gd"``.
+        Or a registered method (:func:`daskstraggle.methods.list_methods`): ``"gd"``
+        (synchronous gradient descent; the power method for PCA), ``"nag"`` (Nesterov,
+        regression only), ``"sgd"``, ``"sag"``, ``"dsag"`` (wait for the fastest
+        ``n_wait`` workers; pass ``method_params={"n_wait": w}``), ``"coded"``,
+        ``"gram"`` (PCA only: exact in one round from the summed Gram matrices, coded with
+        ``method_params={"scheme": ..., ...}``), ``"block"`` (PCA only: block Krylov with
+        thick restarts, one exact pass per round, coded as gram; ``oversample``,
+        ``max_blocks``), ``"ignore-stragglers"``, ``"partial"`` (RCS partial recovery, parameters
+        ``degrees``, ``tolerance``, ``ordering``, ``age_threshold``) or ``"async"``
+        (bounded-delay asynchronous updates, parameters ``max_delay``, ``order``).
+    method_params : dict or None, default=None
+        Extra parameters of the method.
+    step_size : float or None, default=None
+        None: the problem's safe default for the method (see
+        :meth:`~daskstraggle.runtime.Runtime.run`: GD's step, times 0.9 for PCA or
+        ``min(1, 2 / subpartitions)`` for regression with SGD, SAG and DSAG, and divided
+        by the workers for ``async``).
+    max_iter : int, default=100
+        Maximum number of iterations (rounds over the data).
+    tol : float or None, default=1e-6
+        Stop, converged, once the problem's relative optimality measure is at most this,
+        judged exactly (see :class:`~daskstraggle.StopRule`); None disables.
+    gap_tol : float or None, default=None
+        Stop when the objective is within this of the reference optimum (needs
+        ``reference=True``).
+    time_budget : float or None, default=None
+        Stop at the first iteration that ends after this many seconds.
+    reference : bool, default=False
+        Also compute the exact optimum independently and report the gap.
+    record_iterates : bool, default=False
+        Evaluate the exact objective at every iteration's point after the run (trace
+        variables ``exact_objective`` and, with ``reference``, ``exact_gap``).
+    runtime : Runtime, {"dask", "local", "sim"} or None, default=None
+        ``"local"`` runs in process (no cluster, no latency). ``"sim"`` runs in process in
+        simulated time with ``stragglers`` as the latency model (see
+        :class:`~daskstraggle.runtime.SimRuntime`). None or ``"dask"``: a Dask cluster
+        from ``client``, ``scheduler`` or ``n_workers``; with none of them, the default
+        client if there is one, else a LocalCluster started (and closed) for this call.
+    client : distributed.Client or None, default=None
+        Cluster to run on.
+    scheduler : str or None, default=None
+        Scheduler address to connect to.
+    n_workers : int or None, default=None
+        Workers of the LocalCluster, at most :data:`MAX_LOCAL_WORKERS` (256), or logical
+        workers of the in-process runtimes, at most :data:`MAX_IN_PROCESS_WORKERS`
+        (100000); None: the ``daskstraggle.workers`` setting, 4.
+    min_workers : int or None, default=None
+        With ``client`` or ``scheduler``: wait (up to 300 s) until the cluster has this
+        many workers before starting, e.g. while dask-jobqueue jobs start.
+    stragglers : str, LatencyModel, Stragglers or None, default=None
+        Slow some workers down on purpose (see :mod:`daskstraggle.latency.spec` for the
+        grammar), e.g. ``"slowdown(workers=1, factor=4)"``,
+        ``"markov(p_slow=0.05, p_fast=0.2, slow_factor=4)"``, ``"bursts()"``,
+        ``"artificial()"``, ``"gamma(mean=0.05, var=1e-4)"`` or
+        ``"throttle(workers=1, factor=4)"``. On Dask a latency model is injected on the
+        workers (a delay added to each of our tasks) and a throttle stops and resumes the
+        whole worker process; with ``runtime="sim"`` the model is the simulated latency.
+        Seeded by ``rng`` when it is an int.
+    backup_after : float or None, default=None
+        Dask and simulated runtimes: speculative backups. A work unit unanswered after
+        this many times the median latency of the run's recent units is sent again to
+        another worker (which loads a spare copy of those partitions from the source
+        once); the first answer counts. Helps methods that wait for every worker (gd,
+        nag) past a slow one. None: no backups.
+    rng : int, Generator or None, default=None
+        Seed of the starting point and step-size estimate; an int also seeds the
+        method's own draws (a coding scheme's matrix, partial recovery's code) when
+        ``method_params`` sets no ``rng``, so a seeded run is reproducible bit for bit.
+    array : str or None, default=None
+        Member of a Zarr group holding the matrix.
+    n_partitions : int or None, default=None
+        Row partitions (None: storage chunks, at least one per worker).
+    missing_chunks : {"error", "fill"}, default="error"
+        A chunk absent from a Zarr store: refuse it (each worker checks the chunks of its
+        partitions) or read it as the fill value, for stores written with
+        ``write_empty_chunks=False`` (see :func:`~daskstraggle.open_matrix`).
+    storage_options : dict or None, default=None
+        When ``X`` is a URL (``s3://``, ``gs://``, ...): options of its fsspec file
+        system, e.g. ``{"endpoint_url": ...}``; the workers open the store with them (see
+        :func:`~daskstraggle.open_matrix` and ``docs/remote-stores.md``).
+    genotype_dims : tuple of str or None, default=None
+        ``X`` is a 2-D array of allele counts with these dimensions (see
+        :func:`~daskstraggle.open_matrix`).
+    qc : GenotypeQC, dict or None, default=None
+        Genotypes only: the variants used (``min_maf``, ``max_missing``, ``pass_only``,
+        ``region``; :class:`~daskstraggle.GenotypeQC`). Region and FILTER are applied
+        before any cluster work; MAF and missingness by a counting pass on the run's
+        workers (in process for ``runtime="local"`` or ``"sim"``) before the fit.
+
+    checkpoint : str, path or None, default=None
+        Write the run's state to this file at round boundaries, atomically (a kill at
+        any instant leaves the previous or the new checkpoint); an existing file is
+        refused unless it is ``resume``. See :mod:`daskstraggle.runtime.checkpoint` for
+        what is kept and what is rebuilt.
+    checkpoint_interval : float or None, default=None
+        Seconds between checkpoints (None: 60, unless ``checkpoint_iterations`` is given).
+    checkpoint_iterations : int or None, default=None
+        Also write a checkpoint every this many iterations.
+    resume : str, path or None, default=None
+        Carry on from this checkpoint (keeps writing to it unless ``checkpoint`` names
+        another file). Same method, problem, workers and data as the run that wrote it
+        (checked); the stop rule may differ, e.g. a larger ``max_iter``. Exact methods
+        (gd, nag, coded, gram, block) reach the same iterates as an uninterrupted run.
+        Load only checkpoints your own runs wrote (the file is a pickle).
+    out : str, path or None, default=None
+        Also save the result (fitted quantities and trace) as a Zarr store here; checked
+        before any cluster work: never the input store, a path inside it or one that
+        contains it, and its folder must be writable.
+    overwrite : bool, default=False
+        Allow ``out`` to replace an existing path.
+    progress : bool, default=False
+        Show a progress bar on stderr.
+"""
+
+
+def _document_options(fn: F) -> F:
+    """Put the options' documentation where ``fn``'s docstring says ``<options>``."""
+    assert fn.__doc__ is not None and "    <options>\n" in fn.__doc__
+    fn.__doc__ = fn.__doc__.replace("    <options>\n", _OPTIONS_DOC)
+    return fn
+
+
+def _options(values: dict[str, Any]) -> dict[str, Any]:
+    """The fit options among a fit function's parameters (its ``locals()`` on entry)."""
+    return {name: values[name] for name in _FIT_OPTIONS}
+
+
+#: The flat keywords ``solve`` took before its options were grouped, and where each went.
+_MOVED_KEYWORDS = {
+    **dict.fromkeys(("max_iter", "tol", "gap_tol", "time_budget"), "stop=StopRule({}=...)"),
+    **dict.fromkeys(("reference", "record_iterates"), "report=Report({}=...)"),
+    **dict.fromkeys(("client", "scheduler", "n_workers", "min_workers", "stragglers",
+                     "backup_after"), "runtime=RuntimeSpec(name, {}=...)"),
+    **dict.fromkeys(("array", "n_partitions", "missing_chunks", "storage_options",
+                     "genotype_dims", "qc"), "data=DataOptions({}=...)"),
+    "checkpoint_interval": "checkpoint=Checkpoint(path, interval=...)",
+    "checkpoint_iterations": "checkpoint=Checkpoint(path, iterations=...)",
+    "resume": "checkpoint=Checkpoint(resume=...)",
+    "method_params": "a method object, e.g. method=DSAG(n_wait=3), or make_method(name, ...)",
+}
+
+
+def solve(
+    problem: Problem,
+    X: Any,
+    *,
+    labels: Any = None,
+    method: str | Method = "auto",
+    step_size: float | None = None,
+    stop: StopRule | None = None,
+    runtime: Runtime | RuntimeSpec | str | Any = None,
+    data: DataOptions | None = None,
+    checkpoint: Checkpoint | str | os.PathLike[str] | None = None,
+    report: Report | None = None,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    rng: int | np.random.Generator | None = None,
+    **moved: Any,
+) -> Result:
+    """Fit ``problem`` on ``X``: the engine behind the ``fit_*`` functions, options grouped.
+
+    Parameters
+    ----------
+    problem : Problem
+        Unbound problem, e.g. ``daskstraggle.problems.PCA(n_components=3)``.
+    X : str, path, array-like, xarray.Dataset or Matrix
+        Anything :func:`~daskstraggle.open_matrix` accepts.
+    labels : str, array-like or None, default=None
+        Labels or targets: an array, or the name of an array in the Zarr group.
+    method : str or Method, default="auto"
+        A method object carrying its parameters (``DSAG(n_wait=3)``,
+        :func:`daskstraggle.methods.make_method`), a registered name
+        (:func:`daskstraggle.methods.list_methods`) with its defaults, or ``"auto"``: for
+        PCA ``"gram"`` up to 4096 columns, else ``"block"``; for regression ``"gd"``.
+    step_size : float or None, default=None
+        None: the problem's safe default for the method.
+    stop : StopRule or None, default=None
+        When the run ends (None: ``StopRule()``, 100 iterations or ``tol=1e-6``).
+    runtime : RuntimeSpec, str, Runtime, distributed.Client or None, default=None
+        Where the run happens: a :class:`~daskstraggle.options.RuntimeSpec` (runtime name,
+        client or scheduler, workers, stragglers, backups), a registered runtime's name
+        (``"dask"``, ``"local"``, ``"sim"``), a Runtime you built, or a Client to run on.
+        None: the default client if there is one, else a LocalCluster for this call.
+    data : DataOptions or None, default=None
+        How ``X`` is opened (:class:`~daskstraggle.options.DataOptions`: Zarr member,
+        partitions, missing chunks, a URL's storage options, allele counts, genotype QC).
+    checkpoint : Checkpoint, str, path or None, default=None
+        A file to checkpoint to, or a :class:`~daskstraggle.options.Checkpoint` (interval,
+        iterations, the checkpoint to resume from).
+    report : Report or None, default=None
+        Also compute the reference optimum or the exact objective at every iteration
+        (:class:`~daskstraggle.options.Report`).
+    out : str, path or None, default=None
+        Also save the result as a Zarr store here (checked before any cluster work).
+    overwrite : bool, default=False
+        Allow ``out`` to replace an existing path.
+    progress : bool, default=False
+        Show a progress bar on stderr.
+    rng : int, Generator or None, default=None
+        Seed of the starting point and step-size estimate (an int also seeds the method's
+        and the stragglers' draws), so a seeded run is reproducible bit for bit.
+    **moved
+        The flat keywords ``solve`` took before (``max_iter``, ``n_workers``, ...) still
+        work, with a ``DeprecationWarning`` naming the group each moved to; the ``fit_*``
+        functions take them all as keywords.
+
+    Returns
+    -------
+    result : Result
+
+    Raises
+    ------
+    InvalidParameterError, InvalidDataError, DataNotFoundError, OutputExistsError,
+    OutputNotWritableError, ClusterConnectionError, NonFiniteDataError, CorruptDataError,
+    MissingChunksError
+        Bad input, reported before cluster work starts (as for the ``fit_*`` functions).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskstraggle import StopRule, solve
+    >>> from daskstraggle.options import RuntimeSpec
+    >>> from daskstraggle.problems import LeastSquares
+    >>> X = np.random.default_rng(0).normal(size=(200, 3))
+    >>> res = solve(LeastSquares(), X, labels=X @ [1.0, 2.0, 3.0], method="gd",
+    ...             stop=StopRule(max_iter=500, tol=1e-9), runtime=RuntimeSpec("local"))
+    >>> res.fitted["coef"].round(6)
+    array([1., 2., 3.])
+    """
+    flat = _ungrouped(stop, runtime, data, checkpoint, report)
+    wheres = []
+    for name, value in moved.items():
+        if name not in _MOVED_KEYWORDS:
+            raise TypeError(f"solve() got an unexpected keyword argument {name!r}")
+        where = _MOVED_KEYWORDS[name].format(name)
+        if name in flat:  # the group was given too
+            raise InvalidParameterError(
+                f"solve got {name}= and a group that sets it too; pass it once, as {where}."
+            )
+        wheres.append(f"{name!r}: pass {where}")
+        flat[name] = value
+    if wheres:
+        warnings.warn(f"solve's flat keywords moved into groups ({'; '.join(wheres)}); the "
+                      "fit_* functions keep them as keywords.", DeprecationWarning,
+                      stacklevel=2)
+    return _run(problem, X, labels=labels, method=method, step_size=step_size, out=out,
+                overwrite=overwrite, progress=progress, rng=rng, **flat)
+
+
+def _ungrouped(stop: Any, runtime: Any, data: Any, checkpoint: Any,
+               report: Any) -> dict[str, Any]:
+    """The flat options of :func:`_run` that ``solve``'s groups set."""
+    flat: dict[str, Any] = {}
+    if stop is not None:
+        _check_group(stop, StopRule, "stop")
+        flat.update(max_iter=stop.max_iter, tol=stop.tol, gap_tol=stop.gap_tol,
+                    time_budget=stop.time_budget)
+    if isinstance(runtime, RuntimeSpec):
+        flat.update(runtime=runtime.name, client=runtime.client, scheduler=runtime.scheduler,
+                    n_workers=runtime.n_workers, min_workers=runtime.min_workers,
+                    stragglers=runtime.stragglers, backup_after=runtime.backup_after)
+    elif runtime is not None and hasattr(runtime, "scheduler_info") and hasattr(runtime,
+                                                                                "submit"):
+        flat["client"] = runtime  # a distributed.Client
+    elif runtime is not None:
+        flat["runtime"] = runtime  # a name or a Runtime (checked by _run)
+    if data is not None:
+        _check_group(data, DataOptions, "data")
+        flat.update(array=data.array, n_partitions=data.n_partitions,
+                    missing_chunks=data.missing_chunks, storage_options=data.storage_options,
+                    genotype_dims=data.genotype_dims, qc=data.qc)
+    if isinstance(checkpoint, Checkpoint):
+        flat.update(checkpoint=checkpoint.path, checkpoint_interval=checkpoint.interval,
+                    checkpoint_iterations=checkpoint.iterations, resume=checkpoint.resume)
+    elif checkpoint is not None:
+        flat["checkpoint"] = checkpoint  # a path (checked by _run)
+    if report is not None:
+        _check_group(report, Report, "report")
+        flat.update(reference=report.reference, record_iterates=report.record_iterates)
+    return flat
+
+
+def _check_group(value: Any, cls: type, name: str) -> None:
+    if not isinstance(value, cls):
+        raise InvalidParameterError(
+            f"The {name!r} parameter of solve must be a {cls.__name__} or None. Got "
+            f"{type(value).__name__} instead."
+        )
+
+
 def _checkpointing(
     checkpoint: str | os.PathLike[str] | None, interval: float | None, iterations: int | None,
     resume: str | os.PathLike[str] | None, *, inputs: list[str], out: Any,
@@ -572,8 +756,44 @@ def _seeded(name: Any, params: dict[str, Any], rng: Any) -> dict[str, Any]:
     return params
 
 
-def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None,
-            oversample: int | None = None, **kwargs: Any) -> Result:
+@_document_options
+def fit_pca(
+    X: Any,
+    n_components: int = 2,
+    *,
+    center: bool | None = None,
+    oversample: int | None = None,
+    method: str | Method = "auto",
+    method_params: dict[str, Any] | None = None,
+    step_size: float | None = None,
+    max_iter: int = 100,
+    tol: float | None = 1e-6,
+    gap_tol: float | None = None,
+    time_budget: float | None = None,
+    reference: bool = False,
+    record_iterates: bool = False,
+    runtime: Runtime | str | None = None,
+    client: Any = None,
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    min_workers: int | None = None,
+    stragglers: str | LatencyModel | Stragglers | None = None,
+    backup_after: float | None = None,
+    rng: int | np.random.Generator | None = None,
+    array: str | None = None,
+    n_partitions: int | None = None,
+    missing_chunks: str = "error",
+    storage_options: dict[str, Any] | None = None,
+    genotype_dims: tuple[str, str] | None = None,
+    qc: Any = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    checkpoint_interval: float | None = None,
+    checkpoint_iterations: int | None = None,
+    resume: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> Result:
     """Fit a PCA of ``X`` (rows = samples) with a straggler-aware method.
 
     Parameters
@@ -595,9 +815,7 @@ def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None,
         ``p = k`` for ``"block"``. Refused with ``"gram"`` (exact anyway) and with the
         methods that step from partial sums or caches (sgd, sag, dsag, partial, async):
         their extra columns would never settle.
-    **kwargs
-        Passed to :func:`solve` (method, max_iter, tol, reference, client, out, qc,
-        genotype_dims, ...).
+    <options>
 
     Returns
     -------
@@ -621,22 +839,20 @@ def fit_pca(X: Any, n_components: int = 2, *, center: bool | None = None,
     >>> res.fitted["explained_variance_ratio"].round(2)
     array([0.67, 0.23])
     """
-    genotype_dims = kwargs.pop("genotype_dims", None)
+    options = _options(locals())
     if genotype_dims is None:
         check_not_allele_counts(X, caller="fit_pca")
     if center is None:
         opened = isinstance(X, str | os.PathLike) or _is_dataset(X) or genotype_dims is not None
-        if opened:  # open once here; solve() takes the Matrix
-            X = open_matrix(X, array=kwargs.pop("array", None),
-                            missing_chunks=kwargs.get("missing_chunks", "error"),
-                            storage_options=kwargs.pop("storage_options", None),
-                            genotype_dims=genotype_dims)
+        if opened:  # open once here; _run takes the Matrix
+            X = open_matrix(X, array=array, missing_chunks=missing_chunks,
+                            storage_options=storage_options, genotype_dims=genotype_dims)
             if genotype_dims is None:
                 check_not_allele_counts(X, caller="fit_pca")  # a 2-D integer Zarr array
-            genotype_dims = None
+            options.update(array=None, storage_options=None, genotype_dims=None)
         center = not (isinstance(X, Matrix) and X.rows_standardized)
-    return solve(PCA(n_components=n_components, center=center, oversample=oversample), X,
-                 genotype_dims=genotype_dims, **kwargs)
+    return _run(PCA(n_components=n_components, center=center, oversample=oversample), X,
+                **options)
 
 
 def _is_dataset(obj: Any) -> bool:
@@ -647,8 +863,43 @@ def _is_dataset(obj: Any) -> bool:
 _GENOTYPE_OPEN_KEYS = ("array", "missing_chunks", "storage_options")
 
 
-def genotype_pca(ds: Any, n_components: int = 10, *, merge: bool = True, qc: Any = None,
-                 **kwargs: Any) -> Any:
+@_document_options
+def genotype_pca(
+    ds: Any,
+    n_components: int = 10,
+    *,
+    merge: bool = True,
+    method: str | Method = "auto",
+    method_params: dict[str, Any] | None = None,
+    step_size: float | None = None,
+    max_iter: int = 100,
+    tol: float | None = 1e-6,
+    gap_tol: float | None = None,
+    time_budget: float | None = None,
+    reference: bool = False,
+    record_iterates: bool = False,
+    runtime: Runtime | str | None = None,
+    client: Any = None,
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    min_workers: int | None = None,
+    stragglers: str | LatencyModel | Stragglers | None = None,
+    backup_after: float | None = None,
+    rng: int | np.random.Generator | None = None,
+    array: str | None = None,
+    n_partitions: int | None = None,
+    missing_chunks: str = "error",
+    storage_options: dict[str, Any] | None = None,
+    genotype_dims: tuple[str, str] | None = None,
+    qc: Any = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    checkpoint_interval: float | None = None,
+    checkpoint_iterations: int | None = None,
+    resume: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> Any:
     """Run a genotype PCA and return it in sgkit's terms (``sgkit.pca``'s variables).
 
     The same fit as :func:`fit_pca` on a VCF Zarr store or Dataset (rows = variants,
@@ -676,14 +927,7 @@ def genotype_pca(ds: Any, n_components: int = 10, *, merge: bool = True, qc: Any
         opened with ``xarray.open_zarr``; variants removed by ``qc`` get NaN); False: the
         PCA variables alone, with ``sample_id``, ``variant_contig`` and
         ``variant_position`` coordinates.
-    qc : GenotypeQC, dict or None, default=None
-        Variants to use (see :class:`~daskstraggle.GenotypeQC`); the counting pass of
-        ``min_maf`` and ``max_missing`` runs on ``client`` (or the default client; else in
-        this process), as does the variant pass.
-    **kwargs
-        Passed to :func:`fit_pca` (``method``, ``client``, ``runtime``, ``tol``, ...)
-        and :func:`~daskstraggle.open_matrix` (``array``, ``missing_chunks``,
-        ``storage_options``).
+    <options>
 
     Returns
     -------
@@ -719,17 +963,17 @@ def genotype_pca(ds: Any, n_components: int = 10, *, merge: bool = True, qc: Any
             "The 'merge' parameter of genotype_pca must be False for a PLINK .bed fileset "
             "(there is no Dataset to merge into). Got True instead; pass merge=False."
         )
-    client = kwargs.get("client")
-    if client is None and kwargs.get("runtime") in (None, "dask") and "scheduler" not in kwargs:
+    options = _options(locals())
+    if client is None and runtime in (None, "dask") and scheduler is None:
         client = _default_client()
-    open_kw = {k: kwargs.pop(k) for k in _GENOTYPE_OPEN_KEYS if k in kwargs}
+    open_kw = {k: options.pop(k) for k in _GENOTYPE_OPEN_KEYS}
     matrix = open_matrix(ds, qc=qc, client=client, **open_kw)
     if not matrix.genotypes or not matrix.rows_standardized:
         raise InvalidDataError(
             f"genotype_pca needs genotypes (a VCF Zarr store or Dataset); got {matrix.kind}. "
             "Use fit_pca for another matrix."
         )
-    result = fit_pca(matrix, n_components, **kwargs)
+    result = fit_pca(matrix, n_components, **{**options, "qc": None})
     fitted = result.fitted
     s = fitted["singular_values"]
     parts = _passes.map_partitions(matrix, _passes.variant_pass(fitted["components"].T), client)
@@ -746,18 +990,51 @@ def genotype_pca(ds: Any, n_components: int = 10, *, merge: bool = True, qc: Any
     if not _is_dataset(ds):
         import xarray as xr
 
-        options = open_kw.get("storage_options")
         with warnings.catch_warnings():  # a store without consolidated metadata is fine
             warnings.filterwarnings("ignore", "Failed to open Zarr store with consolidated",
                                     RuntimeWarning)
-            ds = xr.open_zarr(os.fspath(ds), **({} if options is None
-                                                else {"storage_options": options}))
+            ds = xr.open_zarr(os.fspath(ds), storage_options=storage_options)
     report = matrix.attrs.get("qc")
     return _sgkit.merge_into(ds, out, None if report is None else report.kept)
 
 
+@_document_options
 def fit_logistic(
-    X: Any, labels: Any, *, alpha: float | None = None, fit_intercept: bool = True, **kwargs: Any
+    X: Any,
+    labels: Any,
+    *,
+    alpha: float | None = None,
+    fit_intercept: bool = True,
+    method: str | Method = "auto",
+    method_params: dict[str, Any] | None = None,
+    step_size: float | None = None,
+    max_iter: int = 100,
+    tol: float | None = 1e-6,
+    gap_tol: float | None = None,
+    time_budget: float | None = None,
+    reference: bool = False,
+    record_iterates: bool = False,
+    runtime: Runtime | str | None = None,
+    client: Any = None,
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    min_workers: int | None = None,
+    stragglers: str | LatencyModel | Stragglers | None = None,
+    backup_after: float | None = None,
+    rng: int | np.random.Generator | None = None,
+    array: str | None = None,
+    n_partitions: int | None = None,
+    missing_chunks: str = "error",
+    storage_options: dict[str, Any] | None = None,
+    genotype_dims: tuple[str, str] | None = None,
+    qc: Any = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    checkpoint_interval: float | None = None,
+    checkpoint_iterations: int | None = None,
+    resume: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
 ) -> Result:
     """Fit L2-regularised logistic regression with a straggler-aware method.
 
@@ -771,19 +1048,54 @@ def fit_logistic(
         L2 penalty ``alpha/2 |w|^2`` (None: ``1/n_samples``); the intercept is not penalised.
     fit_intercept : bool, default=True
         Fit an intercept.
-    **kwargs
-        Passed to :func:`solve`.
+    <options>
 
     Returns
     -------
     result : Result
         ``result.fitted`` holds ``coef`` and ``intercept``.
     """
-    return solve(Logistic(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels, **kwargs)
+    return _run(Logistic(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels,
+                **_options(locals()))
 
 
+@_document_options
 def fit_least_squares(
-    X: Any, labels: Any, *, alpha: float = 0.0, fit_intercept: bool = True, **kwargs: Any
+    X: Any,
+    labels: Any,
+    *,
+    alpha: float = 0.0,
+    fit_intercept: bool = True,
+    method: str | Method = "auto",
+    method_params: dict[str, Any] | None = None,
+    step_size: float | None = None,
+    max_iter: int = 100,
+    tol: float | None = 1e-6,
+    gap_tol: float | None = None,
+    time_budget: float | None = None,
+    reference: bool = False,
+    record_iterates: bool = False,
+    runtime: Runtime | str | None = None,
+    client: Any = None,
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    min_workers: int | None = None,
+    stragglers: str | LatencyModel | Stragglers | None = None,
+    backup_after: float | None = None,
+    rng: int | np.random.Generator | None = None,
+    array: str | None = None,
+    n_partitions: int | None = None,
+    missing_chunks: str = "error",
+    storage_options: dict[str, Any] | None = None,
+    genotype_dims: tuple[str, str] | None = None,
+    qc: Any = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    checkpoint_interval: float | None = None,
+    checkpoint_iterations: int | None = None,
+    resume: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
 ) -> Result:
     """Fit (ridge) least-squares regression with a straggler-aware method.
 
@@ -797,12 +1109,12 @@ def fit_least_squares(
         L2 penalty ``alpha/2 |w|^2``.
     fit_intercept : bool, default=True
         Fit an intercept.
-    **kwargs
-        Passed to :func:`solve`.
+    <options>
 
     Returns
     -------
     result : Result
         ``result.fitted`` holds ``coef`` and ``intercept``.
     """
-    return solve(LeastSquares(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels, **kwargs)
+    return _run(LeastSquares(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels,
+                **_options(locals()))

@@ -337,15 +337,17 @@ def test_a_lost_worker_keeps_the_simulation_going_and_its_rows_move(capsys):
 def test_a_loss_agrees_with_the_same_spec_through_solve(capsys):
     """simulate's numbers are those of solve(..., runtime="sim") on the same problem: the
     same engine decides, at the same simulated times."""
-    from daskstraggle import solve
+    from daskstraggle import DSAG, StopRule, solve
+    from daskstraggle.options import DataOptions, RuntimeSpec
     from daskstraggle.problems import LeastSquares
     from daskstraggle.runtime.fault_simulation import make_least_squares_data
 
     out = _json(capsys, [*LOSS, "--seed", "3", "--json"])
     X, y = make_least_squares_data(8)
-    res = solve(LeastSquares(), X, labels=y, method="dsag", method_params={"n_wait": 6},
-                runtime="sim", n_workers=8, n_partitions=8, max_iter=50, tol=None, rng=3,
-                stragglers="gamma(mean=0.05, var=1e-4) + loss(workers=0, at=1)")
+    spec = RuntimeSpec("sim", n_workers=8,
+                       stragglers="gamma(mean=0.05, var=1e-4) + loss(workers=0, at=1)")
+    res = solve(LeastSquares(), X, labels=y, method=DSAG(n_wait=6), runtime=spec,
+                data=DataOptions(n_partitions=8), stop=StopRule(max_iter=50, tol=None), rng=3)
     trace = res.trace
     assert out["total_time_s"] == pytest.approx(float(trace.wall_time[-1]), rel=1e-12)
     assert out["iteration_duration_s"]["median"] == pytest.approx(

@@ -25,7 +25,7 @@ from daskstraggle.trace import Result
 
 __all__: list[str] = []
 
-#: Keys of ``solve_params`` that say how to open the data (the rest go to ``solve``).
+#: Keys of ``solve_params`` that say how to open the data (the rest go to the fit function).
 _OPEN_KEYS = ("array", "missing_chunks", "storage_options", "n_partitions", "genotype_dims")
 #: Parameters the estimators set themselves; ``solve_params`` may not repeat them.
 _OWN_KEYS = ("method", "method_params", "max_iter", "tol", "rng", "runtime", "n_workers",
@@ -62,7 +62,7 @@ class _Estimator(BaseEstimator):
         return type(self).__name__
 
     def _split_params(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Return the keyword arguments of ``open_matrix`` and of ``solve``."""
+        """Return the keyword arguments of ``open_matrix`` and of the fit function."""
         extra = dict(self.solve_params or {})
         taken = sorted(set(extra) & set(_OWN_KEYS))
         if taken:
@@ -176,10 +176,10 @@ _COMMON_DOC = """
     stragglers : str or None, default=None
         Slow workers down on purpose, e.g. ``"slowdown(workers=1, factor=4)"``.
     solve_params : dict or None, default=None
-        Other keyword arguments of :func:`~daskstraggle.solve` (``step_size``,
-        ``time_budget``, ``scheduler``, ``reference``, ``progress``, ``checkpoint``, ...)
-        and of :func:`~daskstraggle.open_matrix` (``array``, ``missing_chunks``,
-        ``storage_options``, ``n_partitions``, ``genotype_dims``).
+        Other keyword arguments of the fit functions (:func:`~daskstraggle.fit_pca`, ...:
+        ``step_size``, ``time_budget``, ``scheduler``, ``reference``, ``progress``,
+        ``checkpoint``, ...) and of :func:`~daskstraggle.open_matrix` (``array``,
+        ``missing_chunks``, ``storage_options``, ``n_partitions``, ``genotype_dims``).
 """
 
 _FITTED_DOC = """
