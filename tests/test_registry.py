@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from importlib.metadata import EntryPoint
 from typing import ClassVar
 
@@ -161,3 +162,57 @@ def test_the_runtimes_declare_what_they_do(name, in_process, kind, backups):
     assert (cls.name, cls.in_process, cls.latency_kind, cls.backups) == (
         name, in_process, kind, backups)
     assert cls.from_options.__func__ is not Runtime.from_options.__func__
+
+
+_NEW_METHOD_MODULE = '''
+"""A method added the way the package's own are: this module and nothing else."""
+
+from daskstraggle.methods.gd import GD
+
+
+class DampedGD(GD):
+    """Gradient descent at half the default step."""
+
+    name = "damped-gd"
+    description = "GD at half the default step"
+
+    def step_factor(self, problem, n_workers):
+        return 0.5
+'''
+
+
+def test_a_new_method_module_in_the_package_needs_no_other_edit(tmp_path, monkeypatch,
+                                                                 capsys):
+    """Adding a method touches its module (and its tests) only: the package registers every
+    method its modules define, and the API and the CLI take it by name."""
+    import daskstraggle
+    import daskstraggle.methods as methods
+    from daskstraggle.cli import main
+
+    (tmp_path / "damped_gd_demo.py").write_text(_NEW_METHOD_MODULE)
+    monkeypatch.setattr(methods, "__path__", [*methods.__path__, str(tmp_path)])
+    registry = Registry("method", group=None, unknown=methods._REGISTRY._unknown)
+    for name in list_methods():
+        registry.register(get_method_class(name))
+    monkeypatch.setattr(methods, "_REGISTRY", registry)
+    monkeypatch.setitem(sys.modules, "daskstraggle.methods.damped_gd_demo", None)
+    del sys.modules["daskstraggle.methods.damped_gd_demo"]  # imported below, removed after
+    methods._register_package_methods(methods.__path__, methods.__name__)
+    assert "damped-gd" in list_methods() and "gd" in list_methods()
+
+    X = np.random.default_rng(0).normal(size=(120, 3))
+    y = X @ [1.0, 2.0, 3.0]
+    damped = daskstraggle.fit_least_squares(X, y, method="damped-gd", runtime="local",
+                                            n_workers=2, max_iter=3, tol=None, rng=0)
+    plain = daskstraggle.fit_least_squares(X, y, method="gd", runtime="local", n_workers=2,
+                                           max_iter=3, tol=None, rng=0)
+    assert damped.method == "damped-gd"
+    assert damped.attrs["step_size"] == pytest.approx(plain.attrs["step_size"] / 2)
+    import zarr
+
+    group = zarr.open_group(str(tmp_path / "d.zarr"), mode="w")
+    group.create_array("X", data=X)
+    group.create_array("y", data=y)
+    code = main(["linreg", str(tmp_path / "d.zarr"), "--method", "damped-gd", "--runtime",
+                 "local", "--workers", "2", "--max-iter", "3", "--json"])
+    assert code == 0 and '"method": "damped-gd"' in capsys.readouterr().out

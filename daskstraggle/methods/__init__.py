@@ -3,7 +3,9 @@ async."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 from typing import Any
 
 from daskstraggle._registry import Registry
@@ -57,9 +59,26 @@ _REGISTRY: Registry[Method] = Registry(
     unknown=lambda name, names: (
         f"The 'method' parameter must be one of {names}. Got {name!r} instead."),
 )
-for _cls in (BoundedAsync, BlockKrylov, CodedGD, DSAG, GD, Gram, IgnoreStragglers, NAG,
-             PartialRecovery, SAG, SGD):
-    _REGISTRY.register(_cls)
+
+#: Modules of this package that hold no method.
+_NOT_METHODS = frozenset({"base", "cache", "options"})
+
+
+def _register_package_methods(paths: list[str], package: str) -> None:
+    """Register every method a module of the package defines: each ``Method`` subclass
+    whose class body sets ``name``. So a new method is one module (and its tests): no
+    list here to extend."""
+    for info in pkgutil.iter_modules(paths):
+        if info.name.startswith("_") or info.name in _NOT_METHODS:
+            continue
+        module = importlib.import_module(f"{package}.{info.name}")
+        for obj in vars(module).values():
+            if (isinstance(obj, type) and issubclass(obj, Method)
+                    and obj.__module__ == module.__name__ and "name" in vars(obj)):
+                _REGISTRY.register(obj)
+
+
+_register_package_methods(list(__path__), __name__)
 
 
 def list_methods() -> list[str]:
