@@ -76,6 +76,18 @@ def _method_classes() -> list[type[Method]]:
     return [get_method_class(name) for name in list_methods()]
 
 
+def _runtime_names() -> list[str]:
+    """The runtimes ``--runtime`` offers: the package's and those installed packages advertise.
+
+    Read from the entry-point metadata, so listing them imports no runtime (the Dask
+    runtime's module imports distributed, which the CLI loads only when a run needs it).
+    """
+    from importlib.metadata import entry_points
+
+    advertised = {point.name for point in entry_points(group="daskstraggle.runtimes")}
+    return ["dask", "sim", "local", *sorted(advertised - {"dask", "sim", "local"})]
+
+
 def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Options every solve command takes."""
     options = [
@@ -92,10 +104,12 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "starting (e.g. jobqueue jobs starting)."),
         click.option("--method", default="auto", show_default=True, help=_method_help()),
         *_method_options(),
-        click.option("--runtime", type=click.Choice(["dask", "sim", "local"]), default="dask",
+        click.option("--runtime", type=click.Choice(_runtime_names()), default="dask",
                      show_default=True,
                      help="dask: a Dask cluster; sim: in process, simulated time with "
-                          "--stragglers as the latency model; local: in process, no latency."),
+                          "--stragglers as the latency model; local: in process, no latency; "
+                          "or a runtime an installed package registers (entry-point group "
+                          "daskstraggle.runtimes)."),
         click.option("--stragglers", metavar="SPEC", default=None,
                      help="Slow workers down on purpose, e.g. 'slowdown(workers=1, factor=4)', "
                           "'markov(p_slow=0.05, p_fast=0.2, slow_factor=4)', 'bursts()', "

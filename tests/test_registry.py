@@ -101,14 +101,15 @@ def test_entry_points_are_read_once_and_only_when_needed(monkeypatch):
 
 def test_every_concept_has_its_group():
     from daskstraggle.coding.base import _REGISTRY as schemes
+    from daskstraggle.data.backends import _REGISTRY as sources
     from daskstraggle.latency.base import _REGISTRY as models
     from daskstraggle.methods import _REGISTRY as methods
     from daskstraggle.problems import _REGISTRY as problems
     from daskstraggle.runtime.base import _REGISTRY as runtimes
 
-    assert [r.group for r in (methods, problems, schemes, models, runtimes)] == [
+    assert [r.group for r in (methods, problems, schemes, models, runtimes, sources)] == [
         "daskstraggle.methods", "daskstraggle.problems", "daskstraggle.schemes",
-        "daskstraggle.latency", "daskstraggle.runtimes"]
+        "daskstraggle.latency", "daskstraggle.runtimes", "daskstraggle.sources"]
     assert list_problems() == ["least-squares", "logistic", "pca"]
     assert list_runtimes() == ["dask", "local", "sim"]
 
@@ -216,3 +217,51 @@ def test_a_new_method_module_in_the_package_needs_no_other_edit(tmp_path, monkey
     code = main(["linreg", str(tmp_path / "d.zarr"), "--method", "damped-gd", "--runtime",
                  "local", "--workers", "2", "--max-iter", "3", "--json"])
     assert code == 0 and '"method": "damped-gd"' in capsys.readouterr().out
+
+
+_PLUGIN_RUNTIME = """
+from daskstraggle.runtime import LocalRuntime
+
+
+class EchoRuntime(LocalRuntime):
+    \"\"\"An installed package's runtime: in process, says that it ran.\"\"\"
+
+    name = "echo"
+
+    @classmethod
+    def from_options(cls, options):
+        print("echo runtime with", options.n_workers, "workers", flush=True)
+        return cls(options.n_workers)
+"""
+
+
+def test_the_cli_offers_and_runs_a_runtime_an_installed_package_advertises(tmp_path):
+    """``--runtime`` lists the runtimes of the daskstraggle.runtimes entry-point group
+    (read from the installed metadata, without importing them) and runs them by name."""
+    import os
+    import subprocess
+
+    import zarr
+
+    site = tmp_path / "site"
+    dist = site / "echo_runtime-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-runtime\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[daskstraggle.runtimes]\necho = echo_runtime:EchoRuntime\n")
+    (site / "echo_runtime.py").write_text(_PLUGIN_RUNTIME)
+    X = np.random.default_rng(0).normal(size=(80, 3))
+    group = zarr.open_group(str(tmp_path / "d.zarr"), mode="w")
+    group.create_array("X", data=X)
+    group.create_array("y", data=X @ [1.0, 2.0, 3.0])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(site), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    run = [sys.executable, "-m", "daskstraggle", "linreg", str(tmp_path / "d.zarr")]
+    shown = subprocess.run([*run, "--help"], capture_output=True, text=True, env=env,
+                           timeout=120)
+    assert "[dask|sim|local|echo]" in shown.stdout, shown.stdout + shown.stderr
+    done = subprocess.run([*run, "--runtime", "echo", "--workers", "2", "--max-iter", "3",
+                           "--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("echo runtime with 2 workers"), done.stdout
+    assert '"n_iter": 3' in done.stdout
