@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from daskstraggle.data.plink import _BED_DOSAGE, MAGIC, VARIANT_MAJOR
 from daskstraggle.data.sources import genotype_rows
 from daskstraggle.errors import OutputExistsError
 
-__all__ = ["FILESET", "staged_fileset", "write_bed"]
+__all__ = ["FILESET", "staged_fileset", "unique_variant_ids", "write_bed"]
 
 #: The files of a fileset, by suffix.
 FILESET = (".bed", ".bim", ".fam")
@@ -77,10 +78,12 @@ def write_bed(store: str | os.PathLike[str], prefix: Path, *, family: np.ndarray
     alleles = _strings(group["variant_allele"][:])
     if rename:
         alleles = np.vectorize(lambda a: rename.get(a, a), otypes=[object])(alleles)
-    ids = _strings(group["variant_id"][:]) if "variant_id" in group else np.full(n_variants, ".")
+    given = _strings(group["variant_id"][:]) if "variant_id" in group else None
     alt = [a or "0" for a in alleles[:, 1]]  # "0": plink's missing allele
+    positions = np.asarray(group["variant_position"][:])
+    ids = unique_variant_ids(contigs, positions, alleles[:, 0], alt, given)
     lines = (f"{c}\t{i}\t0\t{p}\t{a1}\t{a2}\n" for c, i, p, a1, a2 in
-             zip(contigs, ids, group["variant_position"][:], alt, alleles[:, 0], strict=True))
+             zip(contigs, ids, positions, alt, alleles[:, 0], strict=True))
     prefix.with_suffix(".bim").write_text("".join(lines))
     samples = _strings(group["sample_id"][:])
     family = samples if family is None else _strings(family)
@@ -111,3 +114,49 @@ def staged_fileset(bed: Path, *, overwrite: bool) -> Iterator[Path]:
             os.replace(staging / target.name, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def unique_variant_ids(contigs: Any, positions: Any, ref: Any, alt: Any,
+                       given: Any = None) -> list[str]:
+    """Return one unique id per variant, as plink2 needs them (``--indep-pairwise``).
+
+    A variant keeps its given id when it has one (not ``"."`` or empty) and no other
+    variant has it; otherwise its id is ``CHROM:POS:REF:ALT`` (plink2's ``@:#:$r:$a``),
+    and a repeat of an id gets ``:2``, ``:3``, ... in file order, skipping any id taken.
+
+    Parameters
+    ----------
+    contigs, positions, ref, alt : sequence
+        Per variant: contig name, position, reference and alternate allele.
+    given : sequence of str or None, default=None
+        The store's ``variant_id`` (None: none).
+
+    Returns
+    -------
+    ids : list of str
+
+    Examples
+    --------
+    >>> unique_variant_ids(["1", "1", "1"], [5, 5, 9], ["A", "A", "C"], ["G", "G", "T"],
+    ...                    [".", ".", "rs1"])
+    ['1:5:A:G', '1:5:A:G:2', 'rs1']
+    """
+    n = len(positions)
+    names = [str(v) for v in given] if given is not None else ["."] * n
+    repeated = {name for name, k in Counter(names).items() if k > 1}
+    wanted = [name if name not in (".", "") and name not in repeated else
+              f"{contigs[i]}:{positions[i]}:{ref[i]}:{alt[i]}" for i, name in enumerate(names)]
+    singles = {name for name, k in Counter(wanted).items() if k == 1}
+    taken: set[str] = set()
+    out = []
+    for name in wanted:
+        # the first of a repeated name keeps it, the others get :2, :3, ..., never an id
+        # that another variant has as its own
+        candidate, k = name, 1
+        while candidate in taken or (candidate != name and candidate in singles):
+            k += 1
+            candidate = f"{name}:{k}"
+        taken.add(candidate)
+        out.append(candidate)
+    return out
+

@@ -608,8 +608,10 @@ def make_genotypes(
         by default; parents are created). A path ending in ``.bed`` writes the same calls
         as a PLINK 1 fileset instead (``.bed``, ``.bim`` and ``.fam`` with that prefix;
         ploidy 2 only): A1 is the ALT allele, the binary model's alleles ``0`` and ``1``
-        are named ``A`` and ``T`` (plink reads an allele ``0`` as missing), the ``.fam``'s
-        family id is the sample's island (``pop_0``, ...).
+        are named ``A`` and ``T`` (plink reads an allele ``0`` as missing), every variant
+        has a unique id, ``CHROM:POS:REF:ALT`` (``:2``, ... on a repeat; plink2 needs
+        unique ids to LD-prune), and the ``.fam``'s family id is the sample's island
+        (``pop_0``, ...).
     n_variants : int, default=20_000
         Variants (rows of the genotype matrix).
     n_samples : int, default=300

@@ -360,8 +360,12 @@ def test_writer_gives_the_spec_encoders_bytes(pair, tmp_path):
     assert (tmp_path / "ours.bed").read_bytes() == bed.read_bytes()
     ours = [line.split() for line in (tmp_path / "ours.bim").read_text().splitlines()]
     spec = [line.split() for line in bed.with_suffix(".bim").read_text().splitlines()]
-    # contig, position, A1 (ALT), A2 (REF); the variant id is "." without variant_id
+    # contig, position, A1 (ALT), A2 (REF)
     assert [[r[0], r[3], r[4], r[5]] for r in ours] == [[r[0], r[3], r[4], r[5]] for r in spec]
+    # unique variant ids (plink2 refuses to LD-prune "."): CHROM:POS:REF:ALT without variant_id
+    ids = [r[1] for r in ours]
+    assert len(set(ids)) == len(ids) and "." not in ids
+    assert ids[0] == f"{ours[0][0]}:{ours[0][3]}:{ours[0][5]}:{ours[0][4]}"
     fam = [line.split() for line in (tmp_path / "ours.fam").read_text().splitlines()]
     assert [r[1] for r in fam] == [r[1] for r in (line.split() for line in bed.with_suffix(
         ".fam").read_text().splitlines())]
@@ -402,3 +406,16 @@ def test_make_genotypes_fileset_refusals(tmp_path):
     assert (tmp_path / "g.fam").read_text() == "keep me\n"
     make_genotypes(tmp_path / "g.bed", n_variants=50, n_samples=6, overwrite=True)
     assert open_matrix(tmp_path / "g.bed").shape == (50, 6)
+
+
+def test_variant_ids_are_unique_and_keep_the_given_ones():
+    from daskstraggle.data._bed_writer import unique_variant_ids
+
+    contigs, positions = ["1"] * 6, [10, 10, 10, 20, 30, 40]
+    ref, alt = ["A", "A", "A", "C", "G", "T"], ["G", "G", "G", "T", "A", "C"]
+    given = [".", ".", "1:10:A:G:2", "rs7", "rs9", "rs9"]
+    ids = unique_variant_ids(contigs, positions, ref, alt, given)
+    # "." and a repeated id become CHROM:POS:REF:ALT; a repeat of that gets :2, :3, never an
+    # id another variant already has
+    assert ids == ["1:10:A:G", "1:10:A:G:3", "1:10:A:G:2", "rs7", "1:30:G:A", "1:40:T:C"]
+    assert unique_variant_ids(["1"], [5], ["A"], ["C"]) == ["1:5:A:C"]
