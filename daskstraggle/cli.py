@@ -25,6 +25,7 @@ from daskstraggle._cli_genotypes import qc_from_params, qc_options
 from daskstraggle.errors import (
     DivergenceError,
     InputError,
+    InvalidParameterError,
     StraggleError,
     StraggleWarning,
     WorkerLostError,
@@ -236,7 +237,7 @@ def _method_params(method: str, values: dict[str, Any]) -> dict[str, Any] | None
 
 
 def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None = None,
-               **extra: Any) -> None:
+               plink_out: str | None = None, **extra: Any) -> None:
     from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca
     from daskstraggle.methods.options import method_options
 
@@ -267,11 +268,17 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
         summary["out"] = str(params["out"])
     if plot is not None:
         summary["plot"] = str(plot)
+    written = [] if plink_out is None else result.to_plink(plink_out, source,
+                                                             overwrite=params["overwrite"])
+    if written:
+        summary["plink"] = [str(path) for path in written]
     if as_json:
         _echo_json(summary, what=f"the {kind} run")
     else:
         click.echo(format_result(result, out=params.get("out"))
-                   + ("" if plot is None else f"\nfigure      {plot}"))
+                   + ("" if plot is None else f"\nfigure      {plot}")
+                   + ("" if not written else f"\nplink       {plink_out}.eigenvec, "
+                      ".eigenval, .eigenvec.allele, .afreq"))
 
 
 @cli.command()
@@ -286,22 +293,39 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
 @click.option("--packed-genotypes", is_flag=True,
               help="Genotypes (VCF Zarr, .bed): workers hold the dosages as 2-bit codes "
                    "(4 calls per byte, a quarter of the int8 memory); ploidy 1 or 2 only.")
+@click.option("--plink-out", metavar="PREFIX", default=None,
+              help="Genotypes: also write plink2's PREFIX.eigenvec, .eigenval, "
+                   ".eigenvec.allele (--pca allele-wts layout) and .afreq, for plink2 --score "
+                   "and --covar (one more pass over the variants, in this process; quality "
+                   "control then runs here before the fit).")
 @qc_options
 @_solve_options
 def pca(source: str, n_components: int, center: bool | None, oversample: int | None,
-        packed_genotypes: bool, **params: Any) -> None:
+        packed_genotypes: bool, plink_out: str | None, **params: Any) -> None:
     """PCA of the matrix at SOURCE (Zarr array/group, VCF Zarr store or PLINK .bed)."""
     qc = qc_from_params(params)
     data: Any = source
     plot = _plot_path(source, params)
-    if packed_genotypes or plot is not None:  # the figure colours samples by population
+    if plink_out is not None:
+        from daskstraggle._plink_out import check_prefix
+
+        check_prefix(plink_out, overwrite=params["overwrite"])
+    if packed_genotypes or plot is not None or plink_out is not None:
         from daskstraggle.data import open_matrix
 
         data = open_matrix(source, array=params["array"], missing_chunks=params["missing_chunks"],
                            genotype_storage="packed" if packed_genotypes else "int8",
-                           storage_options=params.pop("storage_options"))
-    _run_solve("pca", data, params, plot=plot, n_components=n_components, center=center,
-               oversample=oversample, qc=qc)
+                           storage_options=params.pop("storage_options"),
+                           qc=None if plink_out is None else qc)
+        if plink_out is not None:  # the files need the variants the fit used
+            qc = None
+            if not data.genotypes:
+                raise InvalidParameterError(
+                    f"--plink-out writes a genotype PCA; {source!r} is a {data.kind} matrix, "
+                    "not genotypes (VCF Zarr, .bed). Drop --plink-out (--out saves any run)."
+                )
+    _run_solve("pca", data, params, plot=plot, plink_out=plink_out, n_components=n_components,
+               center=center, oversample=oversample, qc=qc)
 
 
 def _labels_option(fn: Callable[..., Any]) -> Callable[..., Any]:

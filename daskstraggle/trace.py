@@ -387,6 +387,44 @@ class Result:
         )
         return ds
 
+    def to_plink(self, prefix: str | os.PathLike[str], matrix: Any = None, *,
+                 client: Any = None, overwrite: bool = False) -> list[Path]:
+        """Write a genotype PCA as plink2's ``--pca`` files (``.eigenvec``, ``.eigenval``).
+
+        With ``matrix``, the genotypes the result was fitted on (after quality control),
+        also ``.eigenvec.allele`` (``--pca allele-wts``' layout) and ``.afreq``, whose
+        weights ``plink2 --read-freq PREFIX.afreq --score PREFIX.eigenvec.allele 2 5
+        header-read no-mean-imputation variance-standardize cols=+scoresums`` turns into
+        the scores :meth:`daskstraggle.PCA.transform` gives (``PC*_SUM``). See
+        :mod:`daskstraggle._plink_out` for the layouts and scalings.
+
+        Parameters
+        ----------
+        prefix : str or path
+            The files' common prefix (its folder must exist).
+        matrix : Matrix or None, default=None
+            The fitted genotypes, for the allele weights (one pass over the variants).
+        client : distributed.Client or None, default=None
+            Where that pass runs (None: in this process).
+        overwrite : bool, default=False
+            Replace existing files (else one is refused before anything is written).
+
+        Returns
+        -------
+        paths : list of Path
+            The files written.
+
+        Raises
+        ------
+        InvalidParameterError
+            If the result is not a genotype PCA, or ``matrix`` has another shape.
+        OutputExistsError
+            If a file exists (without ``overwrite``) or the folder does not.
+        """
+        from daskstraggle._plink_out import write_plink
+
+        return write_plink(self, prefix, matrix, client=client, overwrite=overwrite)
+
     def save(
         self,
         path: str | os.PathLike[str],

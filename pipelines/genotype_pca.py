@@ -78,7 +78,7 @@ from _process_tree import check_ok, run_command  # this folder
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = Path(__file__).with_suffix(".toml")
-SECTIONS = ("tools", "scale")
+SECTIONS = ("tools", "scale", "score")
 
 
 def log(msg: str) -> None:
@@ -323,6 +323,49 @@ def run_plink2(name: str, params: dict[str, Any], data: dict[str, Any], cfg: dic
     run["plink_log"] = [ln for ln in log_text.splitlines()
                         if "thread" in ln or "MiB" in ln or "MB" in ln][:4]
     return run
+
+
+def run_score_check(size: list[int], cfg: dict[str, Any], workdir: Path,
+                    plink2: str) -> dict[str, Any]:
+    """plink2 ``--score`` with our ``.eigenvec.allele`` against ``PCA.transform``.
+
+    Our PCA of plink2's ``.bed`` (gram, exact), written with ``Result.to_plink``; plink2
+    scores the same samples with ``--read-freq PREFIX.afreq --score PREFIX.eigenvec.allele
+    2 5 header-read no-mean-imputation variance-standardize cols=+scoresums`` (our file keeps
+    the .bim's variant ids, unique here); its ``PC*_SUM`` columns must equal
+    ``PCA(k).fit(bed).transform(bed)`` to plink2's printed precision (6 significant digits).
+    """
+    import tempfile
+
+    import daskstraggle as ds
+
+    data = prepare(size, cfg, workdir, plink2)
+    k = cfg["components"]
+    with tempfile.TemporaryDirectory() as tmp:
+        matrix = ds.open_matrix(data["bed"])
+        result = ds.fit_pca(matrix, k, method="gram", runtime="local", rng=0)
+        paths = result.to_plink(Path(tmp) / "ours", matrix)
+        transformed = ds.PCA(k, method="gram", runtime="local", random_state=0).fit(
+            data["bed"]).transform(data["bed"])
+        cmd = [plink2, "--bfile", data["pgen"], "--read-freq", str(paths[3]),
+               "--score", str(paths[2]), "2", "5", "header-read", "no-mean-imputation",
+               "variance-standardize", "cols=+scoresums", "--score-col-nums", f"6-{5 + k}",
+               "--threads", str(cfg["plink2_threads"]), "--out", str(Path(tmp) / "score")]
+        run = run_command(cmd, cfg=cfg)
+        check_ok(run, "plink2 --score")
+        rows = [line.split() for line in (Path(tmp) / "score.sscore").read_text().splitlines()]
+    header = rows[0]
+    sums = np.array([[float(r[header.index(f"PC{i + 1}_SUM")]) for i in range(k)]
+                     for r in rows[1:]])
+    diff = np.abs(sums - transformed)
+    largest = float(np.abs(transformed).max())
+    per_value = diff / np.maximum(np.abs(transformed), 1e-3 * largest)
+    return {"size": size_name(size), "components": k, "samples": int(sums.shape[0]),
+            "max_abs_diff": float(diff.max()), "max_diff_over_largest": float(diff.max()
+                                                                             / largest),
+            "max_relative_diff": float(per_value.max()),
+            "ok": bool(per_value.max() <= 1e-5),  # 6 printed digits: <= 5e-6 each
+            "command": " ".join([*cmd[:2], "PREFIX", *cmd[3:]])}
 
 
 def run_dask_ml(name: str, params: dict[str, Any], data: dict[str, Any], cfg: dict[str, Any],
@@ -780,6 +823,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             warm = None  # one warm-up per run
     if "scale" in args.sections:
         results["scale"] = run_scale(cfg, workdir, methods)
+    if "score" in args.sections and plink2 is not None:
+        log("plink2 --score with our .eigenvec.allele against PCA.transform")
+        results["score"] = run_score_check(cfg["sizes"][0], cfg, workdir, plink2)
+        log(f"score: max relative difference {results['score']['max_relative_diff']:.2g} "
+            f"({'ok' if results['score']['ok'] else 'NOT OK'})")
     results["machine"]["load_avg_end"] = list(os.getloadavg())
     results["elapsed_s"] = time.perf_counter() - t_start
     results["report"] = report(results, cfg)

@@ -1,0 +1,219 @@
+"""A genotype PCA's result as plink2's ``--pca`` files.
+
+``PREFIX.eigenvec`` (the samples' unit eigenvectors, plink2's layout: ``#FID IID PC1 ...``
+when the samples came from a ``.fam`` with family ids, else ``#IID PC1 ...``),
+``PREFIX.eigenval`` (one eigenvalue per line, plink2's scaling ``s² / (P M)``: ``P`` the
+ploidy, ``M`` the variants used), and, given the matrix the result was fitted on,
+``PREFIX.eigenvec.allele`` (``--pca allele-wts``' layout: ``#CHROM ID REF ALT A1 PC1 ...``,
+a line per allele, the REF line's weights the negated ALT line's) with ``PREFIX.afreq``
+(``#CHROM ID REF ALT ALT_FREQS``: the fit's allele frequencies). Monomorphic variants,
+which contribute nothing to the fit (scale 0) and which plink2 cannot variance-standardise,
+have no lines in ``.eigenvec.allele``. The allele weights are scaled so that::
+
+    plink2 --bfile NEW --read-freq PREFIX.afreq \\
+        --score PREFIX.eigenvec.allele 2 5 header-read no-mean-imputation \\
+        variance-standardize cols=+scoresums --score-col-nums 6-(5+k)
+
+(the variants' ids are the input's where they are unique, else ``CHROM:POS:REF:ALT``, which
+plink2 gives a fileset with ``--set-all-var-ids @:#:$r:$a``) gives in its ``PC*_SUM`` columns
+the scores :meth:`daskstraggle.PCA.transform` gives (plink2
+standardises a dosage by ``sqrt(2 f (1 - f))``, we by ``sqrt(f (1 - f))``, and it counts both
+lines of a variant: hence weights ``A / sqrt(2)`` per line, ``A`` the unit variant axes).
+A missing call contributes 0 to both, as the fit's mean imputation does.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from daskstraggle._output import check_folder_exists
+from daskstraggle.errors import InvalidParameterError, OutputExistsError
+
+if TYPE_CHECKING:
+    from daskstraggle.data.matrix import Matrix
+    from daskstraggle.trace import Result
+
+__all__ = ["PLINK_SUFFIXES", "check_prefix", "write_plink"]
+
+#: What :func:`write_plink` writes, by suffix of the prefix (the last two need the matrix).
+PLINK_SUFFIXES = (".eigenvec", ".eigenval", ".eigenvec.allele", ".afreq")
+
+
+def write_plink(result: Result, prefix: str | os.PathLike[str], matrix: Matrix | None = None,
+                *, client: Any = None, overwrite: bool = False) -> list[Path]:
+    """Write ``result`` (a genotype PCA) as plink2's ``--pca`` files; return their paths.
+
+    Parameters
+    ----------
+    result : Result
+        A PCA of Patterson-scaled genotypes (rows = variants).
+    prefix : str or path
+        Files are ``prefix`` + each suffix of :data:`PLINK_SUFFIXES`.
+    matrix : Matrix or None, default=None
+        The genotype matrix the result was fitted on (after quality control): with it, one
+        pass over its variants gives the allele weights and frequencies
+        (``.eigenvec.allele``, ``.afreq``); None writes the first two files only.
+    client : distributed.Client or None, default=None
+        Where that pass runs (None: in this process).
+    overwrite : bool, default=False
+        Replace existing files; else an existing one is refused before anything is
+        written.
+
+    Returns
+    -------
+    paths : list of Path
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``result`` is not a genotype PCA, or ``matrix`` is not the one it was fitted on
+        (another shape).
+    OutputExistsError
+        If a file exists and ``overwrite`` is False.
+    OutputNotWritableError
+        If the prefix's folder does not exist.
+    """
+    info = _check_result(result)
+    if matrix is not None:
+        _check_matrix(matrix, info)
+    paths = check_prefix(prefix, overwrite=overwrite, alleles=matrix is not None)
+    components = np.asarray(result.fitted["components"], dtype=np.float64)
+    s = np.asarray(result.fitted["singular_values"], dtype=np.float64)
+    samples = (np.asarray(result.feature_coords).astype(str) if result.feature_coords is not None
+               else np.array([f"sample_{j}" for j in range(components.shape[1])]))
+    _write_eigenvec(paths[0], components, samples, _family_ids(info, len(samples)))
+    eigenvalues = s ** 2 / (info["ploidy"] * info["shape"][0])
+    paths[1].write_text("".join(f"{v:.10g}\n" for v in eigenvalues))
+    if matrix is not None:
+        _write_alleles(paths[2], paths[3], matrix, components, s, client)
+    return paths
+
+
+def _check_result(result: Result) -> dict[str, Any]:
+    info = result.attrs.get("matrix", {})
+    if (result.problem != "pca" or info.get("dims") != ["variants", "samples"]
+            or info.get("scaling") != "patterson"):
+        raise InvalidParameterError(
+            "to_plink writes a genotype PCA (VCF Zarr, .bed or allele counts, Patterson "
+            f"scaled); this result is a {result.problem} of a {info.get('kind', 'matrix')} "
+            "matrix. Save it with Result.save instead."
+        )
+    return info
+
+
+def _check_matrix(matrix: Matrix, info: dict[str, Any]) -> None:
+    if list(matrix.shape) != list(info["shape"]) or not matrix.genotypes:
+        raise InvalidParameterError(
+            f"The 'matrix' parameter of to_plink must be the genotypes the result was "
+            f"fitted on, {info['shape'][0]} variants x {info['shape'][1]} samples after "
+            f"quality control; got a {matrix.kind} matrix of shape {tuple(matrix.shape)}. "
+            "Open it as for the fit (open_matrix(..., qc=...))."
+        )
+
+
+def check_prefix(prefix: str | os.PathLike[str], *, overwrite: bool,
+                 alleles: bool = True) -> list[Path]:
+    """Return the files :func:`write_plink` writes at ``prefix``, refusing an existing one
+    (without ``overwrite``) or a missing folder; called before any work.
+
+    Raises
+    ------
+    OutputExistsError
+        If a file exists and ``overwrite`` is False.
+    OutputNotWritableError
+        If the prefix's folder does not exist.
+    """
+    base = os.fspath(prefix)
+    paths = [Path(base + suffix) for suffix in (PLINK_SUFFIXES if alleles
+                                                 else PLINK_SUFFIXES[:2])]
+    check_folder_exists(paths[0], what="The plink prefix (CLI: --plink-out)")
+    existing = [str(p) for p in paths if p.exists()]
+    if existing and not overwrite:
+        raise OutputExistsError(
+            f"{existing[0]!r} exists; pass overwrite=True (CLI: --overwrite) to replace the "
+            "plink files, or choose another prefix."
+        )
+    return paths
+
+
+def _family_ids(info: dict[str, Any], n_samples: int) -> np.ndarray | None:
+    """The ``.fam``'s family ids when the samples came from a ``.bed`` (None otherwise)."""
+    path = info.get("path")
+    if info.get("kind") != "plink-bed" or not path:
+        return None
+    fam = Path(path).with_suffix(".fam")
+    try:
+        rows = [line.split() for line in fam.read_text().splitlines() if line.strip()]
+    except OSError:
+        return None
+    if len(rows) != n_samples:
+        return None
+    return np.array([row[0] for row in rows])
+
+
+def _write_eigenvec(path: Path, components: np.ndarray, samples: np.ndarray,
+                    family: np.ndarray | None) -> None:
+    k = components.shape[0]
+    pcs = "\t".join(f"PC{i + 1}" for i in range(k))
+    ids = samples if family is None else [f"{f}\t{s}" for f, s in zip(family, samples,
+                                                                        strict=True)]
+    header = "#IID" if family is None else "#FID\tIID"
+    lines = [f"{header}\t{pcs}\n"]
+    lines += [f"{name}\t" + "\t".join(f"{v:.10g}" for v in components[:, j]) + "\n"
+              for j, name in enumerate(ids)]
+    path.write_text("".join(lines))
+
+
+def _write_alleles(allele_path: Path, freq_path: Path, matrix: Matrix, components: np.ndarray,
+                   s: np.ndarray, client: Any) -> None:
+    from daskstraggle import _passes
+    from daskstraggle.data._bed_writer import unique_variant_ids
+
+    parts = _passes.map_partitions(matrix, _passes.variant_pass(components.T), client)
+    center = np.concatenate([p[0] for p in parts])
+    ZV = np.concatenate([p[2] for p in parts])
+    axes = np.divide(ZV, s, out=np.zeros_like(ZV), where=s > 0)
+    weights = axes / math.sqrt(2.0)  # per line; plink2 counts a variant's two lines
+    chrom, pos, ref, alt, given = _variant_columns(matrix)
+    ids = unique_variant_ids(chrom, pos, ref, alt, given)
+    ploidy = int(matrix.source.describe().get("ploidy", 2))
+    freq = center / ploidy
+    k = components.shape[0]
+    pcs = "\t".join(f"PC{i + 1}" for i in range(k))
+    lines = [f"#CHROM\tID\tREF\tALT\tA1\t{pcs}\n"]
+    for v in np.flatnonzero((freq > 0) & (freq < 1)):  # a monomorphic variant weighs 0
+        head = f"{chrom[v]}\t{ids[v]}\t{ref[v]}\t{alt[v]}"
+        values = weights[v]
+        lines.append(f"{head}\t{ref[v]}\t" + "\t".join(f"{-w:.10g}" for w in values) + "\n")
+        lines.append(f"{head}\t{alt[v]}\t" + "\t".join(f"{w:.10g}" for w in values) + "\n")
+    allele_path.write_text("".join(lines))
+    freq_path.write_text("#CHROM\tID\tREF\tALT\tALT_FREQS\n" + "".join(
+        f"{chrom[v]}\t{ids[v]}\t{ref[v]}\t{alt[v]}\t{freq[v]:.10g}\n" for v in range(len(ids))))
+
+
+def _variant_columns(matrix: Matrix) -> tuple[list[str], list[int], list[str], list[str],
+                                               list[str] | None]:
+    """Per variant: contig name, position, REF, ALT and the given id (None: no ids)."""
+    table = matrix.variants
+    n = matrix.n_rows
+    if table is None:
+        return ["0"] * n, list(range(1, n + 1)), ["A"] * n, ["T"] * n, None
+    contig_id, codes = table.whole("contig_id"), table.get("variant_contig")
+    chrom = (list(np.asarray(contig_id).astype(str)[np.asarray(codes, dtype=np.int64)])
+             if contig_id is not None and codes is not None else ["0"] * n)
+    positions = table.get("variant_position")
+    pos = [int(p) for p in positions] if positions is not None else list(range(1, n + 1))
+    alleles = table.get("variant_allele")
+    if alleles is not None:
+        alleles = np.asarray(alleles).astype(str).reshape(n, -1)
+        ref = [a or "0" for a in alleles[:, 0]]
+        alt = [a or "0" for a in alleles[:, 1]] if alleles.shape[1] > 1 else ["0"] * n
+    else:
+        ref, alt = ["A"] * n, ["T"] * n
+    given = table.get("variant_id")
+    return chrom, pos, ref, alt, (None if given is None else list(np.asarray(given).astype(str)))
