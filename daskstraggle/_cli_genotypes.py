@@ -13,7 +13,8 @@ __all__ = ["qc_from_params", "qc_line", "qc_options"]
 
 
 def qc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Add ``--min-maf``, ``--max-missing``, ``--pass-only`` and ``--region``."""
+    """Add ``--min-maf``, ``--max-missing``, ``--pass-only``, ``--region``, ``--max-alleles``
+    and ``--snps-only``."""
     options = [
         click.option("--min-maf", type=float, default=None, metavar="F",
                      help="Genotypes: keep variants whose minor allele frequency is at least "
@@ -26,6 +27,12 @@ def qc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--region", default=None, metavar="CONTIG[:START-END]",
                      help="Genotypes: keep variants in this region (1-based, inclusive), "
                           "e.g. 1:1000000-2000000."),
+        click.option("--max-alleles", type=int, default=None, metavar="N",
+                     help="Genotypes: keep variants with at most N alleles, REF included "
+                          "(2: biallelic sites only; as plink2 --max-alleles)."),
+        click.option("--snps-only", is_flag=True, default=False,
+                     help="Genotypes: keep variants whose every allele is one base (no "
+                          "indels or symbolic alleles; as plink2 --snps-only)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -41,7 +48,8 @@ def qc_from_params(params: dict[str, Any]) -> GenotypeQC | None:
         If a value is out of range (one line naming the option).
     """
     qc = GenotypeQC(min_maf=params.pop("min_maf"), max_missing=params.pop("max_missing"),
-                    pass_only=params.pop("pass_only"), region=params.pop("region"))
+                    pass_only=params.pop("pass_only"), region=params.pop("region"),
+                    max_alleles=params.pop("max_alleles"), snps_only=params.pop("snps_only"))
     return parse_qc(qc, caller="pca")
 
 

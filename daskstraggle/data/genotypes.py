@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskstraggle._validation import check_bool
+from daskstraggle._validation import check_bool, check_int
 from daskstraggle.data._zarr import read_selection
 from daskstraggle.data.sources import GenotypeRowSource, RowSource
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
@@ -123,7 +123,9 @@ class GenotypeQC:
     """Which variants a genotype PCA uses: the usual quality control before PCA.
 
     A variant is kept when it passes every step given: it lies in ``region``; its FILTER
-    is PASS (``pass_only``); its fraction of missing calls is at most ``max_missing``
+    is PASS (``pass_only``); it has at most ``max_alleles`` alleles (plink2's
+    ``--max-alleles``); every allele is one base (``snps_only``, plink2's ``--snps-only``);
+    its fraction of missing calls is at most ``max_missing``
     (as plink's ``--geno``); its minor allele frequency is at least ``min_maf`` (as
     plink's ``--maf``). The frequencies and missingness are those of the samples in the
     matrix (after any selection of samples), counted over the non-missing calls.
@@ -142,6 +144,14 @@ class GenotypeQC:
     region : str or None, default=None
         ``"CONTIG"`` or ``"CONTIG:START-END"`` (1-based, inclusive, as samtools and
         bcftools), on ``variant_contig`` and ``variant_position``.
+    max_alleles : int or None, default=None
+        Most alleles (REF and ALTs, the non-empty entries of ``variant_allele``) a kept
+        variant has: 2 keeps biallelic sites only. A multi-allelic site's dosage counts
+        every non-reference allele, so the usual PCA keeps biallelic sites.
+    snps_only : bool, default=False
+        Keep only variants whose every allele is one character (no indels, no symbolic
+        alleles such as ``<DEL>``), as plink2's ``--snps-only``; multi-allelic SNPs stay
+        unless ``max_alleles`` removes them.
 
     Raises
     ------
@@ -150,14 +160,16 @@ class GenotypeQC:
 
     Examples
     --------
-    >>> GenotypeQC(min_maf=0.05, region="1:1-2,000,000").to_dict()
-    {'min_maf': 0.05, 'max_missing': None, 'pass_only': False, 'region': '1:1-2000000'}
+    >>> GenotypeQC(min_maf=0.05, region="1:1-2,000,000").to_dict()["region"]
+    '1:1-2000000'
     """
 
     min_maf: float | None = None
     max_missing: float | None = None
     pass_only: bool = False
     region: str | None = None
+    max_alleles: int | None = None
+    snps_only: bool = False
 
     def __post_init__(self) -> None:
         """Check and normalise every field."""
@@ -170,6 +182,11 @@ class GenotypeQC:
                                      caller="GenotypeQC (CLI: --pass-only)"))
         if self.region is not None:
             set_("region", str(parse_region(self.region)))
+        if self.max_alleles is not None:
+            set_("max_alleles", check_int(self.max_alleles, name="max_alleles",
+                                          caller="GenotypeQC (CLI: --max-alleles)", low=1))
+        set_("snps_only", check_bool(self.snps_only, name="snps_only",
+                                     caller="GenotypeQC (CLI: --snps-only)"))
 
     @property
     def needs_counts(self) -> bool:
@@ -179,20 +196,22 @@ class GenotypeQC:
     @property
     def is_empty(self) -> bool:
         """Whether every variant is kept."""
-        return not self.needs_counts and not self.pass_only and self.region is None
+        return (not self.needs_counts and not self.pass_only and self.region is None
+                and self.max_alleles is None and not self.snps_only)
 
     def site_steps(self) -> GenotypeQC:
-        """The steps that read only per-variant arrays (region, FILTER)."""
+        """The steps that read only per-variant arrays (region, FILTER, alleles)."""
         return replace(self, min_maf=None, max_missing=None)
 
     def count_steps(self) -> GenotypeQC:
         """The steps that need a counting pass (MAF, missingness)."""
-        return replace(self, pass_only=False, region=None)
+        return replace(self, pass_only=False, region=None, max_alleles=None, snps_only=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the parameters as a dict (``GenotypeQC(**d)`` rebuilds it)."""
         return {"min_maf": self.min_maf, "max_missing": self.max_missing,
-                "pass_only": self.pass_only, "region": self.region}
+                "pass_only": self.pass_only, "region": self.region,
+                "max_alleles": self.max_alleles, "snps_only": self.snps_only}
 
 
 def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
@@ -217,7 +236,7 @@ def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
     if qc is None or isinstance(qc, GenotypeQC):
         return None if qc is None or qc.is_empty else qc
     if isinstance(qc, Mapping):
-        known = ("min_maf", "max_missing", "pass_only", "region")
+        known = ("min_maf", "max_missing", "pass_only", "region", "max_alleles", "snps_only")
         unknown = sorted(str(k) for k in qc if k not in known)
         if unknown:
             raise InvalidParameterError(
@@ -227,7 +246,8 @@ def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
         return parse_qc(GenotypeQC(**qc), caller=caller)
     raise InvalidParameterError(
         f"The 'qc' parameter of {caller} must be a GenotypeQC, a dict of its parameters "
-        f"(min_maf, max_missing, pass_only, region) or None. Got {qc!r} instead."
+        f"(min_maf, max_missing, pass_only, region, max_alleles, snps_only) or None. Got "
+        f"{qc!r} instead."
     )
 
 
@@ -287,7 +307,8 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
         return matrix
     if not isinstance(matrix.source, GenotypeRowSource):
         raise InvalidParameterError(
-            "The 'qc' parameter (CLI: --min-maf, --max-missing, --pass-only, --region) "
+            "The 'qc' parameter (CLI: --min-maf, --max-missing, --pass-only, --region, "
+            "--max-alleles, --snps-only) "
             "applies to genotypes (a VCF Zarr store or Dataset, or allele counts with "
             f"genotype_dims); the matrix is {matrix.kind}. Drop it."
         )
@@ -299,6 +320,11 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
         steps.append(("region", lambda: _in_region(_need(table, "region"), qc.region)))
     if qc.pass_only:
         steps.append(("pass", lambda: _passes_filter(_need(table, "pass_only"))))
+    if qc.max_alleles is not None:
+        limit = qc.max_alleles
+        steps.append(("alleles", lambda: _allele_counts(_need(table, "max_alleles")) <= limit))
+    if qc.snps_only:
+        steps.append(("snps", lambda: _single_bases(_need(table, "snps_only"))))
     for name, step in steps:
         ok = step()
         removed[name] = int((keep & ~ok).sum())
@@ -375,6 +401,30 @@ def _in_region(table: VariantTable, text: str | None) -> np.ndarray:
     end = np.iinfo(np.int64).max if region.end is None else region.end
     positions = np.asarray(positions, dtype=np.int64)
     return (np.asarray(codes) == code) & (positions >= region.start) & (positions <= end)
+
+
+def _alleles(table: VariantTable, step: str) -> np.ndarray:
+    """The variants' alleles (variants, slots) as str, ``""`` in unused slots."""
+    alleles = table.get("variant_allele")
+    if alleles is None:
+        raise InvalidParameterError(
+            f"The {step!r} parameter (CLI: --{step.replace('_', '-')}) needs variant_allele "
+            "(VCF Zarr, a .bed's .bim); the data has none. Drop it."
+        )
+    return _strings(alleles).reshape(np.shape(alleles)[0], -1)
+
+
+def _allele_counts(table: VariantTable) -> np.ndarray:
+    """Per variant, its alleles (REF and ALTs): the non-empty entries of variant_allele."""
+    return (_alleles(table, "max_alleles") != "").sum(axis=1)
+
+
+def _single_bases(table: VariantTable) -> np.ndarray:
+    """Per variant, whether every allele it has is one character (plink2's --snps-only)."""
+    alleles = _alleles(table, "snps_only")
+    used = alleles != ""
+    lengths = np.frompyfunc(len, 1, 1)(alleles).astype(np.int64)
+    return ((lengths == 1) | ~used).all(axis=1) & used.any(axis=1)
 
 
 def _passes_filter(table: VariantTable) -> np.ndarray:

@@ -10,6 +10,7 @@ import pickle
 import re
 import shutil
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -243,7 +244,10 @@ def test_pass_only_uses_variant_filter(store, tmp_path):
     ({"region": "1:500-20"}, "The 'region' parameter of GenotypeQC (CLI: --region) must be "
                              "'CONTIG' or 'CONTIG:START-END'"),
     ({"maf": 0.1}, "The 'qc' parameter of open_matrix must hold only ['min_maf', "
-                   "'max_missing', 'pass_only', 'region']. Got unknown ['maf'] instead."),
+                   "'max_missing', 'pass_only', 'region', 'max_alleles', 'snps_only']. Got "
+                   "unknown ['maf'] instead."),
+    ({"max_alleles": 0}, "The 'max_alleles' parameter of GenotypeQC (CLI: --max-alleles)"),
+    ({"snps_only": 1}, "The 'snps_only' parameter of GenotypeQC (CLI: --snps-only) must "),
     (0.05, "The 'qc' parameter of open_matrix must be a GenotypeQC"),
 ])
 def test_bad_quality_control_is_one_line_naming_the_parameter(store, qc, message):
@@ -340,3 +344,57 @@ def test_genotypes_indexed_apart_from_the_dataset_are_read_from_the_dataset(stor
     np.testing.assert_allclose(matrix_values(m), standardized(calls[::-1]), atol=1e-12)
     with pytest.raises(InvalidParameterError, match="lies inside the input store"):
         ds.fit_pca(open_zarr(path), 2, runtime="local", out=path / "pca.zarr")
+
+
+def _with_alleles(path: Path, tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """A copy of the store whose variants have REF/ALT plus, for some, a second ALT, an
+    indel or a symbolic allele; returns it and the alleles written."""
+    out = tmp_path / "alleles.vcz"
+    shutil.copytree(path, out)
+    group = zarr.open_group(str(out), mode="r+")
+    alleles = np.full((N_VARIANTS, 3), "", dtype=object)
+    alleles[:, 0], alleles[:, 1] = "A", "T"
+    alleles[1::7, 2] = "G"          # multi-allelic SNPs
+    alleles[2::11, 1] = "AT"        # an insertion
+    alleles[3::13, 1] = "<DEL>"     # a symbolic allele
+    alleles[4::17, 0] = "CG"        # a deletion's REF
+    del group["variant_allele"]
+    member = group.create_array("variant_allele", data=alleles.astype(str).astype(
+        np.dtypes.StringDType()), chunks=(CHUNK, 3))
+    member.attrs["_ARRAY_DIMENSIONS"] = ["variants", "alleles"]
+    return out, alleles
+
+
+def test_max_alleles_and_snps_only_read_the_alleles(store, tmp_path):
+    path, calls = store
+    edited, alleles = _with_alleles(path, tmp_path)
+    n_alleles = (alleles != "").sum(axis=1)
+    one_base = np.array([all(len(a) == 1 for a in row if a) for row in alleles])
+    m = ds.open_matrix(edited, qc={"max_alleles": 2})
+    np.testing.assert_array_equal(m.attrs["qc"].kept, n_alleles <= 2)
+    assert m.attrs["qc"].removed == {"alleles": int((n_alleles > 2).sum())}
+    np.testing.assert_allclose(matrix_values(m), standardized(calls[n_alleles <= 2]),
+                               atol=1e-12)
+    m = ds.open_matrix(edited, qc={"snps_only": True})
+    np.testing.assert_array_equal(m.attrs["qc"].kept, one_base)  # multi-allelic SNPs stay
+    both = ds.open_matrix(edited, qc=ds.GenotypeQC(max_alleles=2, snps_only=True))
+    np.testing.assert_array_equal(both.attrs["qc"].kept, (n_alleles <= 2) & one_base)
+    removed = both.attrs["qc"].removed
+    assert list(removed) == ["alleles", "snps"] and removed["alleles"] == (n_alleles > 2).sum()
+    assert removed["snps"] == ((n_alleles <= 2) & ~one_base).sum() > 0
+
+
+def test_allele_steps_on_the_command_line(store, tmp_path, capsys):
+    from daskstraggle.cli import main
+
+    path, _ = store
+    edited, alleles = _with_alleles(path, tmp_path)
+    kept = int(((alleles != "").sum(axis=1) <= 2).sum())
+    code = main(["pca", str(edited), "-k", "2", "--runtime", "local", "--max-alleles", "2",
+                 "--snps-only", "--max-iter", "5", "--tol", "1e-3"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"of {N_VARIANTS} kept by quality control (alleles removed {N_VARIANTS - kept}" in out
+    assert main(["pca", str(edited), "--runtime", "local", "--max-alleles", "0"]) == 2
+    assert "'max_alleles' parameter of GenotypeQC (CLI: --max-alleles)" in \
+        capsys.readouterr().err
