@@ -13,8 +13,8 @@ __all__ = ["qc_from_params", "qc_line", "qc_options"]
 
 
 def qc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Add ``--min-maf``, ``--max-missing``, ``--pass-only``, ``--region``, ``--max-alleles``
-    and ``--snps-only``."""
+    """Add ``--min-maf``, ``--max-missing``, ``--pass-only``, ``--region``, ``--max-alleles``,
+    ``--hwe`` and ``--snps-only``."""
     options = [
         click.option("--min-maf", type=float, default=None, metavar="F",
                      help="Genotypes: keep variants whose minor allele frequency is at least "
@@ -30,6 +30,10 @@ def qc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--max-alleles", type=int, default=None, metavar="N",
                      help="Genotypes: keep variants with at most N alleles, REF included "
                           "(2: biallelic sites only; as plink2 --max-alleles)."),
+        click.option("--hwe", type=float, default=None, metavar="P",
+                     help="Genotypes: keep variants whose Hardy-Weinberg exact test p-value "
+                          "is at least P (as plink2 --hwe, no mid-p; diploid calls; one "
+                          "counting pass on the workers)."),
         click.option("--snps-only", is_flag=True, default=False,
                      help="Genotypes: keep variants whose every allele is one base (no "
                           "indels or symbolic alleles; as plink2 --snps-only)."),
@@ -49,7 +53,8 @@ def qc_from_params(params: dict[str, Any]) -> GenotypeQC | None:
     """
     qc = GenotypeQC(min_maf=params.pop("min_maf"), max_missing=params.pop("max_missing"),
                     pass_only=params.pop("pass_only"), region=params.pop("region"),
-                    max_alleles=params.pop("max_alleles"), snps_only=params.pop("snps_only"))
+                    max_alleles=params.pop("max_alleles"), snps_only=params.pop("snps_only"),
+                    hwe=params.pop("hwe"))
     return parse_qc(qc, caller="pca")
 
 

@@ -78,7 +78,7 @@ from _process_tree import check_ok, run_command  # this folder
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = Path(__file__).with_suffix(".toml")
-SECTIONS = ("tools", "scale", "score")
+SECTIONS = ("tools", "scale", "score", "qc")
 
 
 def log(msg: str) -> None:
@@ -366,6 +366,65 @@ def run_score_check(size: list[int], cfg: dict[str, Any], workdir: Path,
             "max_relative_diff": float(per_value.max()),
             "ok": bool(per_value.max() <= 1e-5),  # 6 printed digits: <= 5e-6 each
             "command": " ".join([*cmd[:2], "PREFIX", *cmd[3:]])}
+
+
+#: Quality-control steps compared with plink2's on the same .bed: (ours, plink2's flags).
+QC_CASES = (
+    ({"hwe": 1e-2}, ["--hwe", "1e-2"]),
+    ({"hwe": 1e-4}, ["--hwe", "1e-4"]),
+    ({"hwe": 1e-6}, ["--hwe", "1e-6"]),
+    ({"min_maf": 0.05}, ["--maf", "0.05"]),
+    ({"snps_only": True, "max_alleles": 2}, ["--snps-only", "--max-alleles", "2"]),
+    ({"hwe": 1e-4, "min_maf": 0.01}, ["--hwe", "1e-4", "--maf", "0.01"]),
+)
+
+
+def run_qc_check(size: list[int], cfg: dict[str, Any], workdir: Path,
+                 plink2: str) -> list[dict[str, Any]]:
+    """Our quality control's kept variants against plink2's on the same .bed.
+
+    For each case of :data:`QC_CASES`: ``open_matrix(bed, qc=...)``'s kept variants (by the
+    .bim's ids) against ``plink2 --bfile ... FLAGS --write-snplist``'s.
+    """
+    import tempfile
+
+    import daskstraggle as ds
+
+    data = prepare(size, cfg, workdir, plink2)
+    ids = np.array([line.split()[1] for line in
+                    Path(data["pgen"] + ".bim").read_text().splitlines()])
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for ours, flags in QC_CASES:
+            out = Path(tmp) / "kept"
+            cmd = [plink2, "--bfile", data["pgen"], *flags, "--write-snplist", "--threads",
+                   str(cfg["plink2_threads"]), "--out", str(out)]
+            run = run_command(cmd, cfg=cfg)
+            check_ok(run, "plink2 --write-snplist")
+            theirs = set(Path(f"{out}.snplist").read_text().split())
+            kept = set(ids[ds.open_matrix(data["bed"], qc=ours).attrs["qc"].kept])
+            rows.append({"ours": ours, "plink2": " ".join(flags), "n_variants": len(ids),
+                         "kept_ours": len(kept), "kept_plink2": len(theirs),
+                         "differ": len(kept ^ theirs)})
+    return rows
+
+
+def run_plink2_checks(sections: list[str], cfg: dict[str, Any], workdir: Path,
+                      plink2: str) -> dict[str, Any]:
+    """The ``score`` and ``qc`` sections: our files and filters through the real plink2."""
+    out: dict[str, Any] = {}
+    if "score" in sections:
+        log("plink2 --score with our .eigenvec.allele against PCA.transform")
+        out["score"] = run_score_check(cfg["sizes"][0], cfg, workdir, plink2)
+        log(f"score: max relative difference {out['score']['max_relative_diff']:.2g} "
+            f"({'ok' if out['score']['ok'] else 'NOT OK'})")
+    if "qc" in sections:
+        log("quality control: our kept variants against plink2's")
+        out["qc"] = run_qc_check(cfg["sizes"][0], cfg, workdir, plink2)
+        for row in out["qc"]:
+            log(f"qc {row['plink2']}: ours {row['kept_ours']}, plink2 {row['kept_plink2']}, "
+                f"{row['differ']} differ")
+    return out
 
 
 def run_dask_ml(name: str, params: dict[str, Any], data: dict[str, Any], cfg: dict[str, Any],
@@ -823,11 +882,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             warm = None  # one warm-up per run
     if "scale" in args.sections:
         results["scale"] = run_scale(cfg, workdir, methods)
-    if "score" in args.sections and plink2 is not None:
-        log("plink2 --score with our .eigenvec.allele against PCA.transform")
-        results["score"] = run_score_check(cfg["sizes"][0], cfg, workdir, plink2)
-        log(f"score: max relative difference {results['score']['max_relative_diff']:.2g} "
-            f"({'ok' if results['score']['ok'] else 'NOT OK'})")
+    if plink2 is not None:
+        results.update(run_plink2_checks(args.sections, cfg, workdir, plink2))
     results["machine"]["load_avg_end"] = list(os.getloadavg())
     results["elapsed_s"] = time.perf_counter() - t_start
     results["report"] = report(results, cfg)

@@ -126,7 +126,8 @@ class GenotypeQC:
     is PASS (``pass_only``); it has at most ``max_alleles`` alleles (plink2's
     ``--max-alleles``); every allele is one base (``snps_only``, plink2's ``--snps-only``);
     its fraction of missing calls is at most ``max_missing``
-    (as plink's ``--geno``); its minor allele frequency is at least ``min_maf`` (as
+    (as plink's ``--geno``); its Hardy-Weinberg exact test p-value is at least ``hwe`` (as
+    plink2's ``--hwe``); its minor allele frequency is at least ``min_maf`` (as
     plink's ``--maf``). The frequencies and missingness are those of the samples in the
     matrix (after any selection of samples), counted over the non-missing calls.
 
@@ -152,6 +153,10 @@ class GenotypeQC:
         Keep only variants whose every allele is one character (no indels, no symbolic
         alleles such as ``<DEL>``), as plink2's ``--snps-only``; multi-allelic SNPs stay
         unless ``max_alleles`` removes them.
+    hwe : float or None, default=None
+        Smallest Hardy-Weinberg equilibrium p-value kept, in [0, 1]: the exact test
+        (:mod:`daskstraggle.data.hwe`) on the called genotypes of each variant, as
+        plink2's ``--hwe`` (without mid-p). Diploid calls only.
 
     Raises
     ------
@@ -170,6 +175,7 @@ class GenotypeQC:
     region: str | None = None
     max_alleles: int | None = None
     snps_only: bool = False
+    hwe: float | None = None
 
     def __post_init__(self) -> None:
         """Check and normalise every field."""
@@ -187,11 +193,12 @@ class GenotypeQC:
                                           caller="GenotypeQC (CLI: --max-alleles)", low=1))
         set_("snps_only", check_bool(self.snps_only, name="snps_only",
                                      caller="GenotypeQC (CLI: --snps-only)"))
+        set_("hwe", _check_threshold(self.hwe, name="hwe", flag="--hwe", high=1.0))
 
     @property
     def needs_counts(self) -> bool:
-        """Whether a counting pass over the genotypes is needed (MAF or missingness)."""
-        return self.min_maf is not None or self.max_missing is not None
+        """Whether a counting pass over the genotypes is needed (MAF, missingness, HWE)."""
+        return self.min_maf is not None or self.max_missing is not None or self.hwe is not None
 
     @property
     def is_empty(self) -> bool:
@@ -201,17 +208,17 @@ class GenotypeQC:
 
     def site_steps(self) -> GenotypeQC:
         """The steps that read only per-variant arrays (region, FILTER, alleles)."""
-        return replace(self, min_maf=None, max_missing=None)
+        return replace(self, min_maf=None, max_missing=None, hwe=None)
 
     def count_steps(self) -> GenotypeQC:
-        """The steps that need a counting pass (MAF, missingness)."""
+        """The steps that need a counting pass (MAF, missingness, HWE)."""
         return replace(self, pass_only=False, region=None, max_alleles=None, snps_only=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the parameters as a dict (``GenotypeQC(**d)`` rebuilds it)."""
         return {"min_maf": self.min_maf, "max_missing": self.max_missing,
                 "pass_only": self.pass_only, "region": self.region,
-                "max_alleles": self.max_alleles, "snps_only": self.snps_only}
+                "max_alleles": self.max_alleles, "snps_only": self.snps_only, "hwe": self.hwe}
 
 
 def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
@@ -236,7 +243,8 @@ def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
     if qc is None or isinstance(qc, GenotypeQC):
         return None if qc is None or qc.is_empty else qc
     if isinstance(qc, Mapping):
-        known = ("min_maf", "max_missing", "pass_only", "region", "max_alleles", "snps_only")
+        known = ("min_maf", "max_missing", "pass_only", "region", "max_alleles", "snps_only",
+                 "hwe")
         unknown = sorted(str(k) for k in qc if k not in known)
         if unknown:
             raise InvalidParameterError(
@@ -246,7 +254,7 @@ def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
         return parse_qc(GenotypeQC(**qc), caller=caller)
     raise InvalidParameterError(
         f"The 'qc' parameter of {caller} must be a GenotypeQC, a dict of its parameters "
-        f"(min_maf, max_missing, pass_only, region, max_alleles, snps_only) or None. Got "
+        f"(min_maf, max_missing, pass_only, region, max_alleles, snps_only, hwe) or None. Got "
         f"{qc!r} instead."
     )
 
@@ -308,7 +316,7 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
     if not isinstance(matrix.source, GenotypeRowSource):
         raise InvalidParameterError(
             "The 'qc' parameter (CLI: --min-maf, --max-missing, --pass-only, --region, "
-            "--max-alleles, --snps-only) "
+            "--max-alleles, --snps-only, --hwe) "
             "applies to genotypes (a VCF Zarr store or Dataset, or allele counts with "
             f"genotype_dims); the matrix is {matrix.kind}. Drop it."
         )
@@ -331,11 +339,21 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
         keep &= ok
     current = matrix.select_rows(np.flatnonzero(keep)) if not keep.all() else matrix
     if qc.needs_counts and keep.any():
-        called, maf = variant_counts(current, client=client)
+        ploidy = matrix.source.ploidy
+        if qc.hwe is not None and ploidy != 2:
+            raise InvalidParameterError(
+                "The 'hwe' parameter (CLI: --hwe) tests diploid genotypes; these calls have "
+                f"ploidy {ploidy}. Drop it."
+            )
+        called, maf, p_hwe = variant_counts(current, client=client, hwe=qc.hwe is not None)
         inner = np.ones(current.n_rows, dtype=bool)
         if qc.max_missing is not None:
             ok = 1.0 - called <= qc.max_missing + 1e-12
             removed["missing"] = int((inner & ~ok).sum())
+            inner &= ok
+        if p_hwe is not None and qc.hwe is not None:
+            ok = p_hwe >= qc.hwe
+            removed["hwe"] = int((inner & ~ok).sum())
             inner &= ok
         if qc.min_maf is not None:
             ok = np.nan_to_num(maf, nan=-1.0) >= qc.min_maf - 1e-12
@@ -448,16 +466,22 @@ def _passes_filter(table: VariantTable) -> np.ndarray:
     return filters[:, int(np.flatnonzero(names == "PASS")[0])]
 
 
-def _count(block: Block) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: the non-missing calls and the sum of their dosages."""
+def _count(block: Block, hwe: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Per row: the non-missing calls, the sum of their dosages, and (``hwe``) the exact
+    Hardy-Weinberg p-value of the called genotypes."""
+    from daskstraggle.data.hwe import hwe_exact_p_rows
+
     values = block.values
     called = values >= 0
     return (np.count_nonzero(called, axis=1),
-            np.where(called, values, 0).sum(axis=1, dtype=np.float64))
+            np.where(called, values, 0).sum(axis=1, dtype=np.float64),
+            hwe_exact_p_rows(values) if hwe else None)
 
 
-def variant_counts(matrix: Matrix, *, client: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """Return each variant's fraction of called genotypes and minor allele frequency.
+def variant_counts(matrix: Matrix, *, client: Any = None,
+                   hwe: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Return each variant's fraction of called genotypes, minor allele frequency and (with
+    ``hwe``) Hardy-Weinberg exact test p-value.
 
     One pass over the genotypes (raw dosages), on ``client``'s workers or in process.
 
@@ -467,6 +491,8 @@ def variant_counts(matrix: Matrix, *, client: Any = None) -> tuple[np.ndarray, n
         A genotype matrix.
     client : distributed.Client or None, default=None
         Run one task per partition there; None: in this process.
+    hwe : bool, default=False
+        Also compute each variant's exact HWE p-value on the workers (diploid calls).
 
     Returns
     -------
@@ -475,18 +501,23 @@ def variant_counts(matrix: Matrix, *, client: Any = None) -> tuple[np.ndarray, n
     maf : ndarray of shape (n_variants,)
         ``min(p, 1 - p)`` with ``p`` the mean dosage of the called genotypes over the
         ploidy; NaN where nothing is called.
+    p_hwe : ndarray of shape (n_variants,) or None
+        The exact HWE p-values (:func:`daskstraggle.data.hwe.hwe_exact_p`); None without
+        ``hwe``.
     """
     from daskstraggle._passes import map_partitions
 
     source = matrix.source
     assert isinstance(source, GenotypeRowSource)
     raw = replace(matrix, source=source.count_source())
-    parts = map_partitions(raw, lambda a, b: _count, client)
+    count = partial(_count, hwe=hwe)
+    parts = map_partitions(raw, lambda a, b: count, client)
     called = np.concatenate([p[0] for p in parts]).astype(np.float64)
     sums = np.concatenate([p[1] for p in parts])
     p = np.divide(sums, called * source.ploidy, out=np.full(sums.shape, np.nan),
                   where=called > 0)
-    return called / matrix.n_columns, np.minimum(p, 1.0 - p)
+    p_hwe = np.concatenate([part[2] for part in parts]) if hwe else None
+    return called / matrix.n_columns, np.minimum(p, 1.0 - p), p_hwe
 
 
 # ---------------------------------------------------------------------------- variant tables

@@ -244,8 +244,8 @@ def test_pass_only_uses_variant_filter(store, tmp_path):
     ({"region": "1:500-20"}, "The 'region' parameter of GenotypeQC (CLI: --region) must be "
                              "'CONTIG' or 'CONTIG:START-END'"),
     ({"maf": 0.1}, "The 'qc' parameter of open_matrix must hold only ['min_maf', "
-                   "'max_missing', 'pass_only', 'region', 'max_alleles', 'snps_only']. Got "
-                   "unknown ['maf'] instead."),
+                   "'max_missing', 'pass_only', 'region', 'max_alleles', 'snps_only', 'hwe']. "
+                   "Got unknown ['maf'] instead."),
     ({"max_alleles": 0}, "The 'max_alleles' parameter of GenotypeQC (CLI: --max-alleles)"),
     ({"snps_only": 1}, "The 'snps_only' parameter of GenotypeQC (CLI: --snps-only) must "),
     (0.05, "The 'qc' parameter of open_matrix must be a GenotypeQC"),
