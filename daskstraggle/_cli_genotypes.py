@@ -14,7 +14,7 @@ __all__ = ["qc_from_params", "qc_line", "qc_options"]
 
 def qc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--min-maf``, ``--max-missing``, ``--pass-only``, ``--region``, ``--max-alleles``,
-    ``--hwe`` and ``--snps-only``."""
+    ``--hwe``, ``--mind`` and ``--snps-only``."""
     options = [
         click.option("--min-maf", type=float, default=None, metavar="F",
                      help="Genotypes: keep variants whose minor allele frequency is at least "
@@ -34,6 +34,9 @@ def qc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Genotypes: keep variants whose Hardy-Weinberg exact test p-value "
                           "is at least P (as plink2 --hwe, no mid-p; diploid calls; one "
                           "counting pass on the workers)."),
+        click.option("--mind", "max_sample_missing", type=float, default=None, metavar="F",
+                     help="Genotypes: keep samples with at most this fraction of missing "
+                          "calls, in [0, 1] (as plink --mind; one more counting pass)."),
         click.option("--snps-only", is_flag=True, default=False,
                      help="Genotypes: keep variants whose every allele is one base (no "
                           "indels or symbolic alleles; as plink2 --snps-only)."),
@@ -54,7 +57,7 @@ def qc_from_params(params: dict[str, Any]) -> GenotypeQC | None:
     qc = GenotypeQC(min_maf=params.pop("min_maf"), max_missing=params.pop("max_missing"),
                     pass_only=params.pop("pass_only"), region=params.pop("region"),
                     max_alleles=params.pop("max_alleles"), snps_only=params.pop("snps_only"),
-                    hwe=params.pop("hwe"))
+                    hwe=params.pop("hwe"), max_sample_missing=params.pop("max_sample_missing"))
     return parse_qc(qc, caller="pca")
 
 
@@ -64,4 +67,8 @@ def qc_line(result: Any) -> str | None:
     if not qc:
         return None
     removed = ", ".join(f"{step} removed {n}" for step, n in qc["removed"].items())
-    return f"variants    {qc['n_kept']} of {qc['n_variants']} kept by quality control ({removed})"
+    line = f"variants    {qc['n_kept']} of {qc['n_variants']} kept by quality control ({removed})"
+    if "n_samples" in qc:
+        line += (f"\nsamples     {qc['n_samples_kept']} of {qc['n_samples']} kept by quality "
+                 "control (mind)")
+    return line

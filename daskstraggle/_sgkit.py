@@ -95,12 +95,26 @@ def pca_dataset(components: np.ndarray, singular_values: np.ndarray,
     return out.assign_coords(coords)
 
 
-def merge_into(ds: xr.Dataset, out: xr.Dataset, kept: np.ndarray | None) -> xr.Dataset:
+def _spread(out: xr.Dataset, dim: str, kept: np.ndarray | None) -> xr.Dataset:
+    """``out``'s variables along ``dim`` at the input's entries, NaN where not ``kept``."""
+    if kept is None or kept.all():
+        return out
+    index = np.full(kept.size, -1)
+    index[np.flatnonzero(kept)] = np.arange(int(kept.sum()))
+    mask = xr.DataArray(kept, dims=dim)
+    return xr.Dataset({
+        name: (var.isel({dim: np.maximum(index, 0)}).where(mask) if dim in var.dims else var)
+        for name, var in out.data_vars.items()})
+
+
+def merge_into(ds: xr.Dataset, out: xr.Dataset, kept: np.ndarray | None,
+               samples_kept: np.ndarray | None = None) -> xr.Dataset:
     """Merge the PCA variables into ``ds`` as sgkit's ``merge=True`` does.
 
     ``out``'s variables replace ``ds``'s of the same name (with a warning, as sgkit's
     ``MergeWarning``); ``ds``'s attrs are kept. Variants that quality control removed
-    (``kept`` False) get NaN in the per-variant variables.
+    (``kept`` False) get NaN in the per-variant variables, samples it removed
+    (``samples_kept`` False) in the per-sample ones.
 
     Parameters
     ----------
@@ -110,20 +124,16 @@ def merge_into(ds: xr.Dataset, out: xr.Dataset, kept: np.ndarray | None) -> xr.D
         :func:`pca_dataset`'s output, without coordinates.
     kept : ndarray of bool of shape (ds.sizes["variants"],) or None
         The variants the fit used (None: all).
+    samples_kept : ndarray of bool of shape (ds.sizes["samples"],) or None, default=None
+        The samples the fit used (None: all).
 
     Returns
     -------
     merged : xarray.Dataset
     """
     out = out.drop_vars(list(out.coords))
-    if kept is not None and not kept.all():
-        rows = np.full(kept.size, -1)
-        rows[np.flatnonzero(kept)] = np.arange(int(kept.sum()))
-        mask = xr.DataArray(kept, dims="variants")
-        out = xr.Dataset({
-            name: (var.isel(variants=np.maximum(rows, 0)).where(mask)
-                   if "variants" in var.dims else var)
-            for name, var in out.data_vars.items()})
+    for dim, mask in (("variants", kept), ("samples", samples_kept)):
+        out = _spread(out, dim, mask)
     clobbered = sorted(set(map(str, ds.data_vars)) & set(map(str, out.data_vars)))
     if clobbered:
         warnings.warn(f"The following variables in the input dataset will be replaced in the "

@@ -995,7 +995,8 @@ def genotype_pca(
                                     RuntimeWarning)
             ds = xr.open_zarr(os.fspath(ds), storage_options=storage_options)
     report = matrix.attrs.get("qc")
-    return _sgkit.merge_into(ds, out, None if report is None else report.kept)
+    return _sgkit.merge_into(ds, out, None if report is None else report.kept,
+                             None if report is None else report.samples_kept)
 
 
 @_document_options

@@ -18,6 +18,7 @@ The variants kept define the matrix (a selection of the store's rows, no copy); 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -28,7 +29,7 @@ import numpy as np
 from daskstraggle._validation import check_bool, check_int
 from daskstraggle.data._zarr import read_selection
 from daskstraggle.data.sources import GenotypeRowSource, RowSource
-from daskstraggle.errors import InvalidDataError, InvalidParameterError
+from daskstraggle.errors import InvalidDataError, InvalidParameterError, StraggleWarning
 
 if TYPE_CHECKING:
     from daskstraggle.data.matrix import Matrix
@@ -157,6 +158,11 @@ class GenotypeQC:
         Smallest Hardy-Weinberg equilibrium p-value kept, in [0, 1]: the exact test
         (:mod:`daskstraggle.data.hwe`) on the called genotypes of each variant, as
         plink2's ``--hwe`` (without mid-p). Diploid calls only.
+    max_sample_missing : float or None, default=None
+        Largest fraction of missing calls a kept *sample* has, in [0, 1], over the
+        variants the steps above kept (plink's ``--mind``): one counting pass, before the
+        variant counts, which are then those of the kept samples. A sample with every call
+        missing is removed even at 1, with a warning.
 
     Raises
     ------
@@ -176,6 +182,7 @@ class GenotypeQC:
     max_alleles: int | None = None
     snps_only: bool = False
     hwe: float | None = None
+    max_sample_missing: float | None = None
 
     def __post_init__(self) -> None:
         """Check and normalise every field."""
@@ -194,11 +201,15 @@ class GenotypeQC:
         set_("snps_only", check_bool(self.snps_only, name="snps_only",
                                      caller="GenotypeQC (CLI: --snps-only)"))
         set_("hwe", _check_threshold(self.hwe, name="hwe", flag="--hwe", high=1.0))
+        set_("max_sample_missing", _check_threshold(self.max_sample_missing,
+                                                    name="max_sample_missing", flag="--mind",
+                                                    high=1.0))
 
     @property
     def needs_counts(self) -> bool:
         """Whether a counting pass over the genotypes is needed (MAF, missingness, HWE)."""
-        return self.min_maf is not None or self.max_missing is not None or self.hwe is not None
+        return (self.min_maf is not None or self.max_missing is not None
+                or self.hwe is not None or self.max_sample_missing is not None)
 
     @property
     def is_empty(self) -> bool:
@@ -208,7 +219,7 @@ class GenotypeQC:
 
     def site_steps(self) -> GenotypeQC:
         """The steps that read only per-variant arrays (region, FILTER, alleles)."""
-        return replace(self, min_maf=None, max_missing=None, hwe=None)
+        return replace(self, min_maf=None, max_missing=None, hwe=None, max_sample_missing=None)
 
     def count_steps(self) -> GenotypeQC:
         """The steps that need a counting pass (MAF, missingness, HWE)."""
@@ -218,7 +229,8 @@ class GenotypeQC:
         """Return the parameters as a dict (``GenotypeQC(**d)`` rebuilds it)."""
         return {"min_maf": self.min_maf, "max_missing": self.max_missing,
                 "pass_only": self.pass_only, "region": self.region,
-                "max_alleles": self.max_alleles, "snps_only": self.snps_only, "hwe": self.hwe}
+                "max_alleles": self.max_alleles, "snps_only": self.snps_only, "hwe": self.hwe,
+                "max_sample_missing": self.max_sample_missing}
 
 
 def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
@@ -244,7 +256,7 @@ def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
         return None if qc is None or qc.is_empty else qc
     if isinstance(qc, Mapping):
         known = ("min_maf", "max_missing", "pass_only", "region", "max_alleles", "snps_only",
-                 "hwe")
+                 "hwe", "max_sample_missing")
         unknown = sorted(str(k) for k in qc if k not in known)
         if unknown:
             raise InvalidParameterError(
@@ -254,7 +266,8 @@ def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
         return parse_qc(GenotypeQC(**qc), caller=caller)
     raise InvalidParameterError(
         f"The 'qc' parameter of {caller} must be a GenotypeQC, a dict of its parameters "
-        f"(min_maf, max_missing, pass_only, region, max_alleles, snps_only, hwe) or None. Got "
+        f"(min_maf, max_missing, pass_only, region, max_alleles, snps_only, hwe, "
+        f"max_sample_missing) or None. Got "
         f"{qc!r} instead."
     )
 
@@ -271,17 +284,25 @@ class QCReport:
         Variants of the input (after the user's own selection) that the matrix holds.
     removed : dict of str to int
         Variants each step removed, in the order applied (``region``, ``pass``,
-        ``missing``, ``maf``); a variant is counted by the first step that removed it.
+        ``alleles``, ``snps``, ``missing``, ``hwe``, ``maf``); a variant is counted by the
+        first step that removed it.
+    samples_kept : ndarray of bool of shape (n_samples,) or None
+        The input's samples the matrix holds (``max_sample_missing``); None: all.
     """
 
     qc: GenotypeQC
     kept: np.ndarray
     removed: dict[str, int] = field(default_factory=dict)
+    samples_kept: np.ndarray | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serialisable summary (no mask)."""
-        return {**self.qc.to_dict(), "n_variants": int(self.kept.size),
-                "n_kept": int(self.kept.sum()), "removed": dict(self.removed)}
+        out = {**self.qc.to_dict(), "n_variants": int(self.kept.size),
+               "n_kept": int(self.kept.sum()), "removed": dict(self.removed)}
+        if self.samples_kept is not None:
+            out.update(n_samples=int(self.samples_kept.size),
+                       n_samples_kept=int(self.samples_kept.sum()))
+        return out
 
 
 def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None) -> Matrix:
@@ -316,7 +337,7 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
     if not isinstance(matrix.source, GenotypeRowSource):
         raise InvalidParameterError(
             "The 'qc' parameter (CLI: --min-maf, --max-missing, --pass-only, --region, "
-            "--max-alleles, --snps-only, --hwe) "
+            "--max-alleles, --snps-only, --hwe, --mind) "
             "applies to genotypes (a VCF Zarr store or Dataset, or allele counts with "
             f"genotype_dims); the matrix is {matrix.kind}. Drop it."
         )
@@ -338,6 +359,9 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
         removed[name] = int((keep & ~ok).sum())
         keep &= ok
     current = matrix.select_rows(np.flatnonzero(keep)) if not keep.all() else matrix
+    samples = None
+    if qc.max_sample_missing is not None and keep.any():
+        current, samples = _filter_samples(current, qc.max_sample_missing, client)
     if qc.needs_counts and keep.any():
         ploidy = matrix.source.ploidy
         if qc.hwe is not None and ploidy != 2:
@@ -362,11 +386,61 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
         keep[np.flatnonzero(keep)] = inner
         if not inner.all():
             current = current.select_rows(np.flatnonzero(inner))
-    return _with_report(matrix, current, qc, keep, removed)
+    return _with_report(matrix, current, qc, keep, removed, samples)
+
+
+def _filter_samples(matrix: Matrix, limit: float, client: Any) -> tuple[Matrix, np.ndarray]:
+    """Keep the samples with at most ``limit`` of their calls missing (never one with every
+    call missing: removed with a warning); return the matrix and the mask."""
+    missing = sample_missing(matrix, client=client)
+    dead = missing >= 1.0
+    kept = (missing <= limit + 1e-12) & ~dead
+    if dead.any():
+        names = (matrix.columns[dead][:5].tolist() if matrix.columns is not None
+                 else np.flatnonzero(dead)[:5].tolist())
+        warnings.warn(
+            f"{int(dead.sum())} sample(s) have no called genotype at the variants kept "
+            f"(first: {names}); removed, rather than scored 0.", StraggleWarning, stacklevel=4)
+    if not kept.any():
+        raise InvalidDataError(
+            f"No sample passes max_sample_missing={limit:g} (CLI: --mind): the least missing "
+            f"has {float(missing.min()):.3g} of its calls missing. Loosen it."
+        )
+    return (matrix if kept.all() else matrix.select_columns(np.flatnonzero(kept))), kept
+
+
+def _missing_by_sample(block: Block) -> np.ndarray:
+    """Per column: the rows whose call is missing."""
+    return np.count_nonzero(block.values < 0, axis=0)
+
+
+def sample_missing(matrix: Matrix, *, client: Any = None) -> np.ndarray:
+    """Return each sample's fraction of missing calls over the matrix's variants.
+
+    One pass over the raw dosages, on ``client``'s workers or in this process.
+
+    Parameters
+    ----------
+    matrix : Matrix
+        A genotype matrix (rows = variants).
+    client : distributed.Client or None, default=None
+        Run one task per partition there; None: in this process.
+
+    Returns
+    -------
+    missing : ndarray of shape (n_samples,)
+    """
+    from daskstraggle._passes import map_partitions
+
+    source = matrix.source
+    assert isinstance(source, GenotypeRowSource)
+    raw = replace(matrix, source=source.count_source())
+    parts = map_partitions(raw, lambda a, b: _missing_by_sample, client)
+    return np.sum(parts, axis=0) / max(1, matrix.n_rows)
 
 
 def _with_report(original: Matrix, filtered: Matrix, qc: GenotypeQC, keep: np.ndarray,
-                 removed: dict[str, int]) -> Matrix:
+                 removed: dict[str, int], samples: np.ndarray | None = None) -> Matrix:
     """Attach the report to ``filtered``, composed with ``original``'s own report."""
     previous = original.attrs.get("qc")
     if isinstance(previous, QCReport):  # a second stage: the mask stays over the input
@@ -376,7 +450,9 @@ def _with_report(original: Matrix, filtered: Matrix, qc: GenotypeQC, keep: np.nd
         merged.update({k: v for k, v in qc.to_dict().items() if v not in (None, False)})
         qc, keep = GenotypeQC(**merged), mask
         removed = {**previous.removed, **removed}
-    report = QCReport(qc, keep, removed)
+        if previous.samples_kept is not None:
+            samples = _compose(previous.samples_kept, samples)
+    report = QCReport(qc, keep, removed, samples)
     if not keep.any():
         steps = ", ".join(f"{k} removed {v}" for k, v in removed.items())
         raise InvalidDataError(
@@ -384,6 +460,15 @@ def _with_report(original: Matrix, filtered: Matrix, qc: GenotypeQC, keep: np.nd
             f"loosen it (min_maf, max_missing, pass_only, region: {qc.to_dict()})."
         )
     return replace(filtered, attrs={**filtered.attrs, "qc": report})
+
+
+def _compose(first: np.ndarray, second: np.ndarray | None) -> np.ndarray:
+    """A mask over the input from a mask and a mask over the first one's kept entries."""
+    if second is None:
+        return first
+    mask = first.copy()
+    mask[np.flatnonzero(mask)] = second
+    return mask
 
 
 def _need(table: VariantTable | None, step: str) -> VariantTable:

@@ -277,6 +277,22 @@ class Matrix:
             variants=None if self.variants is None else self.variants.select(rows),
         )
 
+    def select_columns(self, columns: np.ndarray) -> Matrix:
+        """Return the genotype matrix of samples ``columns`` (nothing is copied).
+
+        Each variant's fill, centre and scale are then those of these samples; rows and
+        partitions are unchanged.
+        """
+        if not isinstance(self.source, GenotypeRowSource):
+            raise InvalidDataError(
+                f"Only genotype matrices select columns; this is {self.kind}.")
+        columns = np.asarray(columns, dtype=np.int64)
+        return replace(
+            self, source=self.source.select_columns(columns),
+            columns=None if self.columns is None else self.columns[columns],
+            column_groups=None if self.column_groups is None else self.column_groups[columns],
+        )
+
     def with_labels(self, labels: np.ndarray | None) -> Matrix:
         """Return the matrix with other labels (already validated, float64)."""
         return replace(self, labels=labels)

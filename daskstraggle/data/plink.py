@@ -36,6 +36,7 @@ from daskstraggle.data.matrix import Matrix, _parse_labels
 from daskstraggle.data.sources import (
     GenotypeRowSource,
     RowValues,
+    _stored,
     _transformed,
     regular_bounds,
     selection_bounds,
@@ -159,6 +160,7 @@ class _BedLoader:
     scaling: str
     storage: str = "int8"
     rows: np.ndarray | None = None  # the file's variants of rows [start, stop); None: those
+    columns: np.ndarray | None = None  # the file's samples kept; None: all
 
     def __call__(self) -> RowValues:
         width = -(-self.n_samples // 4)
@@ -179,8 +181,24 @@ class _BedLoader:
                                shape=(self.n_variants, width))
             raw = np.array(mapped[self.rows])
             del mapped
+        if self.columns is not None:
+            return _selected_samples(raw, self.n_samples, self.columns, missing=self.missing,
+                                     scaling=self.scaling, storage=self.storage)
         return bed_rows(raw, self.n_samples, missing=self.missing, scaling=self.scaling,
                         storage=self.storage)
+
+
+def _selected_samples(raw: np.ndarray, n_samples: int, columns: np.ndarray, *, missing: str,
+                      scaling: str, storage: str) -> RowValues:
+    """Rows of ``.bed`` bytes at some samples: fill, centre and scale over those samples."""
+    dosage = np.ascontiguousarray(
+        bed_rows(raw, n_samples, missing="zero", scaling="none").values[:, columns])
+    called = dosage >= 0
+    counted = np.count_nonzero(called, axis=1)
+    sums = np.where(called, dosage, 0).sum(axis=1, dtype=np.float64)
+    rows = _transformed(dosage, counted, sums, bool((~called).any()), None, ploidy=2,
+                        missing=missing, scaling=scaling)
+    return _stored(rows, storage)
 
 
 class BedSource(GenotypeRowSource):
@@ -210,7 +228,8 @@ class BedSource(GenotypeRowSource):
 
     def __init__(self, path: str | os.PathLike[str], n_variants: int, n_samples: int, *,
                  missing: str = "mean", scaling: str = "patterson", storage: str = "int8",
-                 variant_index: np.ndarray | None = None) -> None:
+                 variant_index: np.ndarray | None = None,
+                 sample_index: np.ndarray | None = None) -> None:
         self.path = os.fspath(path)
         self.n_variants = int(n_variants)
         self.n_samples = int(n_samples)
@@ -220,16 +239,27 @@ class BedSource(GenotypeRowSource):
         self.ploidy = 2
         self.dtype = np.dtype(np.int8)
         self.chunk_rows = max(1, min(CHUNK_ROWS, _CHUNK_CALLS // self.n_samples))
+        self.sample_index = None if sample_index is None else np.asarray(sample_index,
+                                                                           dtype=np.int64)
         self._set_selection(variant_index)
 
     def _set_selection(self, variants: np.ndarray | None) -> None:
         self.variant_index = None if variants is None else np.asarray(variants, dtype=np.int64)
+        n_columns = self.n_samples if self.sample_index is None else len(self.sample_index)
         if self.variant_index is None:
             self.chunk_bounds = regular_bounds(self.n_variants, self.chunk_rows)
-            self.shape = (self.n_variants, self.n_samples)
+            self.shape = (self.n_variants, n_columns)
         else:
             self.chunk_bounds = selection_bounds(self.variant_index, self.chunk_rows)
-            self.shape = (len(self.variant_index), self.n_samples)
+            self.shape = (len(self.variant_index), n_columns)
+
+    def select_columns(self, columns: np.ndarray) -> BedSource:
+        """Return the source of samples ``columns`` (indices into this source's samples)."""
+        columns = np.asarray(columns, dtype=np.int64)
+        out = copy.copy(self)
+        out.sample_index = columns if self.sample_index is None else self.sample_index[columns]
+        out._set_selection(self.variant_index)
+        return out
 
     def select(self, rows: np.ndarray) -> BedSource:
         """Return the source of rows ``rows`` (indices into this source's rows).
@@ -264,13 +294,13 @@ class BedSource(GenotypeRowSource):
         """
         rows = None if self.variant_index is None else self.variant_index[start:stop]
         return _BedLoader(self.path, self.n_variants, self.n_samples, start, stop,
-                          self.missing, self.scaling, self.storage, rows)
+                          self.missing, self.scaling, self.storage, rows, self.sample_index)
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
         out = {**super().describe(), "path": self.path, "missing": self.missing,
                "scaling": self.scaling, "ploidy": self.ploidy, "storage": self.storage}
-        if self.variant_index is not None:
+        if self.variant_index is not None or self.sample_index is not None:
             out["store_shape"] = [self.n_variants, self.n_samples]
         return out
 

@@ -372,6 +372,11 @@ class GenotypeRowSource(RowSource):
     def select(self, rows: np.ndarray) -> GenotypeRowSource:
         """Return the source of rows ``rows`` (indices into this source's rows)."""
 
+    @abstractmethod
+    def select_columns(self, columns: np.ndarray) -> GenotypeRowSource:
+        """Return the source of samples ``columns`` (indices into this source's samples);
+        each row's fill, centre and scale are then those of these samples."""
+
     def count_source(self) -> GenotypeRowSource:
         """Return this source with raw int8 dosages (no scaling, not packed), for counting."""
         out = copy.copy(self)
@@ -453,6 +458,14 @@ class GenotypeSource(GenotypeRowSource):
         """Return the source of rows ``rows`` (indices into this source's rows)."""
         out = copy.copy(self)
         out._set_selection(self.store_rows(rows), self.sample_index)
+        return out
+
+    def select_columns(self, columns: np.ndarray) -> GenotypeSource:
+        """Return the source of samples ``columns`` (indices into this source's samples)."""
+        columns = np.asarray(columns, dtype=np.int64)
+        index = np.arange(self.store_shape[1]) if self.sample_index is None else self.sample_index
+        out = copy.copy(self)
+        out._set_selection(self.variant_index, index[columns])
         return out
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
@@ -574,6 +587,12 @@ class GenotypeArraySource(GenotypeRowSource):
     def select(self, rows: np.ndarray) -> GenotypeArraySource:
         """Return the source of rows ``rows`` (a lazy selection of a dask array)."""
         return GenotypeArraySource(self.array[np.asarray(rows, dtype=np.int64)],
+                                   ploidy=self.ploidy, missing=self.missing,
+                                   scaling=self.scaling, storage=self.storage)
+
+    def select_columns(self, columns: np.ndarray) -> GenotypeArraySource:
+        """Return the source of samples ``columns`` (a lazy selection of a dask array)."""
+        return GenotypeArraySource(self.array[:, np.asarray(columns, dtype=np.int64)],
                                    ploidy=self.ploidy, missing=self.missing,
                                    scaling=self.scaling, storage=self.storage)
 

@@ -419,3 +419,23 @@ def test_variant_ids_are_unique_and_keep_the_given_ones():
     # id another variant already has
     assert ids == ["1:10:A:G", "1:10:A:G:3", "1:10:A:G:2", "rs7", "1:30:G:A", "1:40:T:C"]
     assert unique_variant_ids(["1"], [5], ["A"], ["C"]) == ["1:5:A:C"]
+
+
+@pytest.mark.parametrize("storage", ["int8", "packed"])
+def test_a_sample_selection_reads_the_same_rows_as_vcf_zarr(pair, storage):
+    vcz, bed = pair
+    columns = np.array([0, 3, 4, 7, 11, 12, 20, 29])
+    a = open_matrix(vcz, genotype_storage=storage).select_columns(columns)
+    b = open_matrix(bed, genotype_storage=storage).select_columns(columns)
+    assert a.shape == b.shape == (a.n_rows, len(columns))
+    assert b.columns.tolist() == a.columns.tolist()
+    for x, y in zip(_rows(a), _rows(b), strict=True):
+        np.testing.assert_allclose(y, x, rtol=1e-13, atol=0)
+    # and a second selection composes with the first, after a row selection
+    rows = np.arange(5, 40)
+    c = open_matrix(bed, genotype_storage=storage).select_rows(rows).select_columns(
+        columns).select_columns(np.array([1, 2]))
+    d = open_matrix(vcz, genotype_storage=storage).select_rows(rows).select_columns(
+        columns[[1, 2]])
+    for x, y in zip(_rows(d), _rows(c), strict=True):
+        np.testing.assert_allclose(y, x, rtol=1e-13, atol=0)

@@ -244,8 +244,10 @@ def test_pass_only_uses_variant_filter(store, tmp_path):
     ({"region": "1:500-20"}, "The 'region' parameter of GenotypeQC (CLI: --region) must be "
                              "'CONTIG' or 'CONTIG:START-END'"),
     ({"maf": 0.1}, "The 'qc' parameter of open_matrix must hold only ['min_maf', "
-                   "'max_missing', 'pass_only', 'region', 'max_alleles', 'snps_only', 'hwe']. "
-                   "Got unknown ['maf'] instead."),
+                   "'max_missing', 'pass_only', 'region', 'max_alleles', 'snps_only', 'hwe', "
+                   "'max_sample_missing']. Got unknown ['maf'] instead."),
+    ({"max_sample_missing": 1.5}, "The 'max_sample_missing' parameter of GenotypeQC (CLI: "
+                                  "--mind) must be a number in [0, 1] or None."),
     ({"max_alleles": 0}, "The 'max_alleles' parameter of GenotypeQC (CLI: --max-alleles)"),
     ({"snps_only": 1}, "The 'snps_only' parameter of GenotypeQC (CLI: --snps-only) must "),
     (0.05, "The 'qc' parameter of open_matrix must be a GenotypeQC"),
@@ -398,3 +400,78 @@ def test_allele_steps_on_the_command_line(store, tmp_path, capsys):
     assert main(["pca", str(edited), "--runtime", "local", "--max-alleles", "0"]) == 2
     assert "'max_alleles' parameter of GenotypeQC (CLI: --max-alleles)" in \
         capsys.readouterr().err
+
+
+def _with_missing_samples(path: Path, tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """A copy of the store where samples 0-2 miss half their calls and sample 3 all."""
+    out = tmp_path / "mind.vcz"
+    shutil.copytree(path, out)
+    gt = zarr.open_group(str(out), mode="r+")["call_genotype"]
+    calls = gt[:]
+    rng = np.random.default_rng(1)
+    for sample in range(3):
+        calls[rng.random(N_VARIANTS) < 0.5, sample] = -1
+    calls[:, 3] = -1
+    gt[:] = calls
+    return out, calls
+
+
+def test_max_sample_missing_keeps_the_samples_plink_mind_keeps(store, tmp_path):
+    path, _ = store
+    edited, calls = _with_missing_samples(path, tmp_path)
+    missing = (calls < 0).any(axis=2).mean(axis=0)
+    kept = missing <= 0.2
+    assert not kept[:4].any() and kept[4:].all()
+    with pytest.warns(ds.errors.StraggleWarning, match="1 sample.s. have no called genotype"):
+        m = ds.open_matrix(edited, qc={"max_sample_missing": 0.2})
+    np.testing.assert_array_equal(m.attrs["qc"].samples_kept, kept)
+    assert m.shape == (N_VARIANTS, int(kept.sum()))
+    # each variant standardised over the kept samples
+    np.testing.assert_allclose(matrix_values(m), standardized(calls[:, kept]), atol=1e-12)
+    # at 1 the sample with no call still goes, with the warning
+    with pytest.warns(ds.errors.StraggleWarning, match="removed, rather than scored 0"):
+        m1 = ds.open_matrix(edited, qc={"max_sample_missing": 1.0})
+    assert m1.n_columns == N_SAMPLES - 1
+    # the variant filters count the kept samples only
+    with pytest.warns(ds.errors.StraggleWarning, match="no called genotype"):
+        both = ds.open_matrix(edited, qc=ds.GenotypeQC(max_sample_missing=0.2,
+                                                       max_missing=0.0))
+    np.testing.assert_array_equal(both.attrs["qc"].kept,
+                                  ~(calls[:, kept] < 0).any(axis=(1, 2)))
+
+
+def test_genotype_pca_merges_nan_for_the_samples_mind_removed(store, tmp_path):
+    path, _ = store
+    edited, _ = _with_missing_samples(path, tmp_path)
+    with pytest.warns(ds.errors.StraggleWarning, match="no called genotype"):
+        out = ds.genotype_pca(open_zarr(edited), 2, qc={"max_sample_missing": 0.2},
+                              runtime="local", rng=0)
+    projection = out["sample_pca_projection"].values
+    assert projection.shape == (N_SAMPLES, 2)
+    assert np.isnan(projection[:4]).all() and np.isfinite(projection[4:]).all()
+
+
+def test_mind_on_the_command_line(store, tmp_path, capsys):
+    from daskstraggle.cli import main
+
+    path, _ = store
+    edited, _ = _with_missing_samples(path, tmp_path)
+    code = main(["pca", str(edited), "-k", "2", "--runtime", "local", "--mind", "0.2",
+                 "--max-iter", "5", "--tol", "1e-3"])
+    captured = capsys.readouterr()
+    assert code == 0 and f"samples     {N_SAMPLES - 4} of {N_SAMPLES} kept" in captured.out
+    assert "warning: 1 sample(s) have no called genotype" in captured.err
+
+
+def test_mind_on_in_memory_allele_counts():
+    counts = np.random.default_rng(3).integers(0, 3, size=(50, 10)).astype(np.int8)
+    counts[:, 2] = -1  # a sample with no call
+    counts[:30, 5] = -1  # and one missing 60 %
+    with pytest.warns(ds.errors.StraggleWarning, match="no called genotype"):
+        m = ds.open_matrix(counts, genotype_dims=("variants", "samples"),
+                           qc={"max_sample_missing": 0.5})
+    keep = np.ones(10, dtype=bool)
+    keep[[2, 5]] = False
+    np.testing.assert_array_equal(m.attrs["qc"].samples_kept, keep)
+    values = matrix_values(m)
+    assert values.shape == (50, 8) and np.isfinite(values).all()
