@@ -678,11 +678,13 @@ def _ungrouped(stop: Any, runtime: Any, data: Any, checkpoint: Any,
         flat.update(runtime=runtime.name, client=runtime.client, scheduler=runtime.scheduler,
                     n_workers=runtime.n_workers, min_workers=runtime.min_workers,
                     stragglers=runtime.stragglers, backup_after=runtime.backup_after)
-    elif runtime is not None and hasattr(runtime, "scheduler_info") and hasattr(runtime,
-                                                                                "submit"):
+    elif isinstance(runtime, Runtime | str) or runtime is None:
+        if runtime is not None:
+            flat["runtime"] = runtime  # checked by _run
+    elif hasattr(runtime, "scheduler_info") and hasattr(runtime, "submit"):
         flat["client"] = runtime  # a distributed.Client
-    elif runtime is not None:
-        flat["runtime"] = runtime  # a name or a Runtime (checked by _run)
+    else:
+        flat["runtime"] = runtime  # refused by _run with the registry's message
     if data is not None:
         _check_group(data, DataOptions, "data")
         flat.update(array=data.array, n_partitions=data.n_partitions,

@@ -86,6 +86,9 @@ def test_bad_groups_and_keywords_are_one_line_before_any_work():
     with pytest.raises(InvalidParameterError, match="solve got max_iter= and a group that sets "
                                                     "it too"):
         solve(LeastSquares(), X, labels=y, stop=StopRule(), max_iter=3)
+    with pytest.raises(InvalidParameterError, match=r"The 'runtime' parameter must be a Runtime, "
+                                                    r"'dask', 'local', 'sim' or None\. Got 5"):
+        solve(LeastSquares(), X, labels=y, runtime=5)
     with pytest.raises(TypeError, match="unexpected keyword argument 'max_iters'"):
         solve(LeastSquares(), X, labels=y, max_iters=3)
     with pytest.raises(InvalidParameterError, match="'max_iter' parameter of StopRule"):
