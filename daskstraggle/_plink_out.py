@@ -86,7 +86,7 @@ def write_plink(result: Result, prefix: str | os.PathLike[str], matrix: Matrix |
     s = np.asarray(result.fitted["singular_values"], dtype=np.float64)
     samples = (np.asarray(result.feature_coords).astype(str) if result.feature_coords is not None
                else np.array([f"sample_{j}" for j in range(components.shape[1])]))
-    _write_eigenvec(paths[0], components, samples, _family_ids(info, len(samples)))
+    _write_eigenvec(paths[0], components, samples, _family_ids(info, samples))
     eigenvalues = s ** 2 / (info["ploidy"] * info["shape"][0])
     paths[1].write_text("".join(f"{v:.10g}\n" for v in eigenvalues))
     if matrix is not None:
@@ -141,8 +141,9 @@ def check_prefix(prefix: str | os.PathLike[str], *, overwrite: bool,
     return paths
 
 
-def _family_ids(info: dict[str, Any], n_samples: int) -> np.ndarray | None:
-    """The ``.fam``'s family ids when the samples came from a ``.bed`` (None otherwise)."""
+def _family_ids(info: dict[str, Any], samples: np.ndarray) -> np.ndarray | None:
+    """The ``.fam``'s family ids of ``samples`` when they came from a ``.bed`` (a subset
+    too, e.g. after ``max_sample_missing``); None otherwise or if an id is not unique."""
     path = info.get("path")
     if info.get("kind") != "plink-bed" or not path:
         return None
@@ -151,9 +152,14 @@ def _family_ids(info: dict[str, Any], n_samples: int) -> np.ndarray | None:
         rows = [line.split() for line in fam.read_text().splitlines() if line.strip()]
     except OSError:
         return None
-    if len(rows) != n_samples:
+    family: dict[str, str] = {}
+    for row in rows:
+        if len(row) < 2 or row[1] in family:
+            return None
+        family[row[1]] = row[0]
+    if not all(str(s) in family for s in samples):
         return None
-    return np.array([row[0] for row in rows])
+    return np.array([family[str(s)] for s in samples])
 
 
 def _write_eigenvec(path: Path, components: np.ndarray, samples: np.ndarray,

@@ -148,6 +148,12 @@ def test_cli_plink_out(fileset, tmp_path, capsys):
     header, rows = _table(Path(f"{prefix}.eigenvec.allele"))
     kept = open_matrix(str(bed), qc={"min_maf": 0.05}).n_rows
     assert header[5:] == ["PC1", "PC2"] and len(rows) == 2 * kept < 2 * 400
+    # with samples removed the .eigenvec keeps their family ids
+    matrix = open_matrix(str(bed)).select_columns(np.arange(5, 40))
+    res = ds.fit_pca(matrix, 2, runtime="local", rng=0)
+    header, rows = _table(res.to_plink(tmp_path / "sub")[0])
+    fam = [line.split() for line in bed.with_suffix(".fam").read_text().splitlines()][5:40]
+    assert header[:2] == ["#FID", "IID"] and [r[:2] for r in rows] == [f[:2] for f in fam]
     assert main(["pca", str(bed), "--runtime", "local", "--plink-out", str(prefix)]) == 2
     assert "exists" in capsys.readouterr().err
     X = tmp_path / "plain.zarr"
