@@ -8,13 +8,16 @@ from typing import Any
 import click
 
 from daskstraggle.data.genotypes import GenotypeQC, parse_qc
+from daskstraggle.data.ld import parse_ld_prune
+from daskstraggle.errors import InvalidParameterError
 
 __all__ = ["qc_from_params", "qc_line", "qc_options"]
 
 
 def qc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--min-maf``, ``--max-missing``, ``--pass-only``, ``--region``, ``--max-alleles``,
-    ``--hwe``, ``--mind`` and ``--snps-only``."""
+    ``--hwe``, ``--mind``, ``--snps-only``, ``--king-cutoff``, ``--ld-prune`` and
+    ``--ld-prune-order``."""
     options = [
         click.option("--min-maf", type=float, default=None, metavar="F",
                      help="Genotypes: keep variants whose minor allele frequency is at least "
@@ -40,6 +43,18 @@ def qc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--snps-only", is_flag=True, default=False,
                      help="Genotypes: keep variants whose every allele is one base (no "
                           "indels or symbolic alleles; as plink2 --snps-only)."),
+        click.option("--king-cutoff", type=float, default=None, metavar="K",
+                     help="Genotypes: remove one sample of each pair whose KING-robust "
+                          "kinship exceeds K, as plink2 --king-cutoff (0.0884: second-degree "
+                          "relatives and closer; one more pass on the workers)."),
+        click.option("--ld-prune", default=None, metavar="WINDOW,STEP,R2",
+                     help="Genotypes: LD pruning after the other filters, as plink2 "
+                          "--indep-pairwise with the window in variants (e.g. 50,5,0.2; "
+                          "one more pass on the workers)."),
+        click.option("--ld-prune-order", type=click.IntRange(1, 2), default=None,
+                     metavar="1|2",
+                     help="Genotypes: --ld-prune's scan order, as plink2 --indep-order: 2 "
+                          "(default) is plink2's since alpha 5, 1 is PLINK 1.9's."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -54,10 +69,18 @@ def qc_from_params(params: dict[str, Any]) -> GenotypeQC | None:
     InvalidParameterError
         If a value is out of range (one line naming the option).
     """
+    ld_text, ld_order = params.pop("ld_prune"), params.pop("ld_prune_order")
+    if ld_order is not None and ld_text is None:
+        raise InvalidParameterError(
+            "--ld-prune-order sets the order of --ld-prune; give --ld-prune WINDOW,STEP,R2 "
+            "too, or drop it."
+        )
     qc = GenotypeQC(min_maf=params.pop("min_maf"), max_missing=params.pop("max_missing"),
                     pass_only=params.pop("pass_only"), region=params.pop("region"),
                     max_alleles=params.pop("max_alleles"), snps_only=params.pop("snps_only"),
-                    hwe=params.pop("hwe"), max_sample_missing=params.pop("max_sample_missing"))
+                    hwe=params.pop("hwe"), max_sample_missing=params.pop("max_sample_missing"),
+                    king_cutoff=params.pop("king_cutoff"),
+                    ld_prune=parse_ld_prune(ld_text, order=ld_order))
     return parse_qc(qc, caller="pca")
 
 
@@ -69,6 +92,8 @@ def qc_line(result: Any) -> str | None:
     removed = ", ".join(f"{step} removed {n}" for step, n in qc["removed"].items())
     line = f"variants    {qc['n_kept']} of {qc['n_variants']} kept by quality control ({removed})"
     if "n_samples" in qc:
+        steps = ", ".join(f"{step} removed {n}" for step, n in
+                          qc.get("samples_removed", {}).items())
         line += (f"\nsamples     {qc['n_samples_kept']} of {qc['n_samples']} kept by quality "
-                 "control (mind)")
+                 f"control ({steps})")
     return line

@@ -26,6 +26,7 @@ __all__ = [
     "map_partitions",
     "project_rows",
     "sample_scores",
+    "sum_partitions",
     "variant_pass",
 ]
 
@@ -68,13 +69,60 @@ def map_partitions(
         client.cancel(futures)
 
 
-def _wait_progressing(futures: list[Any]) -> None:
-    """Wait for every future while some finishes at least every ``timeouts.stall``
-    seconds (:mod:`daskstraggle.config`, 300 s by default).
+def sum_partitions(matrix: Matrix, func: Callable[[Block], tuple[np.ndarray, ...]],
+                   client: Any = None) -> tuple[np.ndarray, ...]:
+    """Return the sum over the row partitions of ``func(block)`` (a tuple of arrays).
 
-    The tasks are not pinned, so the scheduler reruns a lost worker's elsewhere; a
-    frozen worker holds its task forever, which this bounds with one line.
+    With a client, one task per partition; the client adds each result as it arrives and
+    releases it, so at most a few partitions' results are held at once (the rest wait on
+    the workers). Without one, the partitions are read and added here one at a time.
+
+    Parameters
+    ----------
+    matrix : Matrix
+        The rows to read.
+    func : callable
+        Picklable; ``func(block)`` returns a tuple of arrays of the same shapes for every
+        partition.
+    client : distributed.Client or None, default=None
+        Run the tasks on its workers; None: in this process.
+
+    Returns
+    -------
+    sums : tuple of ndarray
+
+    Raises
+    ------
+    StraggleError
+        If no partition finishes within ``timeouts.stall`` seconds.
     """
+    loaders = [matrix.loader(p) for p in range(matrix.n_partitions)]
+    total: list[np.ndarray] | None = None
+
+    def add(part: tuple[np.ndarray, ...]) -> None:
+        nonlocal total
+        total = ([np.array(a, dtype=np.float64) for a in part] if total is None
+                 else [t + a for t, a in zip(total, part, strict=True)])
+
+    if client is None:
+        for loader in loaders:
+            add(_apply(loader, func))
+    else:
+        futures = client.map(_apply, loaders, [func] * len(loaders), pure=False)
+        try:
+            with client.as_current():
+                for future in _as_completed_progressing(futures):
+                    add(future.result())
+                    future.release()
+        finally:
+            client.cancel(futures)
+    assert total is not None
+    return tuple(total)
+
+
+def _as_completed_progressing(futures: list[Any]) -> Any:
+    """Yield the futures as they finish, while some finishes at least every
+    ``timeouts.stall`` seconds (as :func:`_wait_progressing`)."""
     from distributed import wait
 
     from daskstraggle import config
@@ -83,14 +131,26 @@ def _wait_progressing(futures: list[Any]) -> None:
     remaining = list(futures)
     while remaining:
         try:
-            _, not_done = wait(remaining, timeout=bound, return_when="FIRST_COMPLETED")
+            done, not_done = wait(remaining, timeout=bound, return_when="FIRST_COMPLETED")
         except TimeoutError:
             raise StraggleError(
                 f"No partition of the pass finished within {bound:g} s "
                 f"({len(remaining)} of {len(futures)} left): a worker may be frozen. Check "
                 "the workers and run again."
             ) from None
+        yield from done
         remaining = list(not_done)
+
+
+def _wait_progressing(futures: list[Any]) -> None:
+    """Wait for every future while some finishes at least every ``timeouts.stall``
+    seconds (:mod:`daskstraggle.config`, 300 s by default).
+
+    The tasks are not pinned, so the scheduler reruns a lost worker's elsewhere; a
+    frozen worker holds its task forever, which this bounds with one line.
+    """
+    for _ in _as_completed_progressing(futures):
+        pass
 
 
 def _project(block: Block, mean: np.ndarray, components: np.ndarray) -> np.ndarray:

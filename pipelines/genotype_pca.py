@@ -38,6 +38,11 @@ Issue 14, parts 5 and 6. For each size (variants x samples) read from
    chunk by chunk (Balding-Nichols populations; bounded memory), ``daskstraggle pca``
    (default method) on a 2-worker LocalCluster: wall time and peak RSS per worker against
    its share of the int8 dosages (target <= 1.5x).
+6. **Through plink2** (with a plink2 binary): ``score`` passes our ``.eigenvec.allele`` to
+   ``plink2 --score``; ``qc``, ``ld`` and ``king`` compare the variants or samples our
+   ``GenotypeQC`` keeps with plink2's ``--hwe``/``--maf``/``--snps-only``,
+   ``--indep-pairwise`` (both ``--indep-order`` modes when the binary has them) and
+   ``--king-cutoff`` on the same ``.bed``.
 
 Usage::
 
@@ -78,7 +83,7 @@ from _process_tree import check_ok, run_command  # this folder
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = Path(__file__).with_suffix(".toml")
-SECTIONS = ("tools", "scale", "score", "qc")
+SECTIONS = ("tools", "scale", "score", "qc", "ld", "king")
 
 
 def log(msg: str) -> None:
@@ -409,21 +414,129 @@ def run_qc_check(size: list[int], cfg: dict[str, Any], workdir: Path,
     return rows
 
 
+#: LD pruning cases: our ``ld_prune`` (plink2's --indep-pairwise WINDOW STEP R2), after the
+#: QC flags that come with it.
+LD_CASES = (
+    ({}, "50 5 0.2"),
+    ({}, "50 1 0.5"),
+    ({}, "200 10 0.1"),
+    ({"min_maf": 0.05}, "50 5 0.2"),
+    ({"hwe": 1e-6, "min_maf": 0.01}, "100 20 0.1"),
+)
+
+
+def _indep_orders(plink2: str) -> list[int]:
+    """The --indep-order modes this plink2 has (alpha 5 on: 1 and 2; before: 1 only)."""
+    text = subprocess.run([plink2, "--help", "indep-order"], capture_output=True,
+                          text=True).stdout
+    return [1, 2] if "--indep-order" in text else [1]
+
+
+def run_ld_check(size: list[int], cfg: dict[str, Any], workdir: Path,
+                 plink2: str) -> list[dict[str, Any]]:
+    """Our LD pruning's kept variants and time against plink2 --indep-pairwise's.
+
+    For each case of :data:`LD_CASES` and each scan order the binary has: plink2's
+    ``.prune.in`` (after its QC flags) against ``open_matrix(bed, qc=...)``'s kept
+    variants, both timed from the call (ours in this process, plink2 as a command).
+    """
+    import daskstraggle as ds
+
+    flag = {"min_maf": "--maf", "hwe": "--hwe"}
+    data = prepare(size, cfg, workdir, plink2)
+    ids = np.array([line.split()[1] for line in
+                    Path(data["pgen"] + ".bim").read_text().splitlines()])
+    orders = _indep_orders(plink2)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for qc, case in LD_CASES:
+            for order in orders:
+                out = Path(tmp) / "ld"
+                flags = [x for k, v in qc.items() for x in (flag[k], str(v))]
+                extra = ["--indep-order", str(order)] if len(orders) == 2 else []
+                cmd = [plink2, "--bfile", data["pgen"], *flags, "--indep-pairwise",
+                       *case.split(), *extra, "--threads", str(cfg["plink2_threads"]),
+                       "--out", str(out)]
+                run = run_command(cmd, cfg=cfg)
+                check_ok(run, "plink2 --indep-pairwise")
+                theirs = set(Path(f"{out}.prune.in").read_text().split())
+                t0 = time.perf_counter()
+                matrix = ds.open_matrix(data["bed"], qc={
+                    **qc, "ld_prune": case.replace(" ", ",") + f",order={order}"})
+                ours_s = time.perf_counter() - t0
+                kept = set(ids[matrix.attrs["qc"].kept])
+                rows.append({"qc": qc, "indep_pairwise": case, "order": order,
+                             "n_variants": len(ids), "kept_ours": len(kept),
+                             "kept_plink2": len(theirs), "differ": len(kept ^ theirs),
+                             "ours_s": ours_s, "plink2_s": run["wall_s"]})
+    return rows
+
+
+KING_CUTOFFS = (0.0884, 0.177, 0.354)
+
+
+def run_king_check(size: list[int], cfg: dict[str, Any], workdir: Path,
+                   plink2: str) -> list[dict[str, Any]]:
+    """Our ``king_cutoff``'s kept samples and time against plink2 --king-cutoff's."""
+    import daskstraggle as ds
+
+    data = prepare(size, cfg, workdir, plink2)
+    ids = np.array([line.split()[1] for line in
+                    Path(data["pgen"] + ".fam").read_text().splitlines()])
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for cutoff in KING_CUTOFFS:
+            out = Path(tmp) / "king"
+            run = run_command([plink2, "--bfile", data["pgen"], "--king-cutoff", str(cutoff),
+                               "--threads", str(cfg["plink2_threads"]), "--out", str(out)],
+                              cfg=cfg)
+            check_ok(run, "plink2 --king-cutoff")
+            lines = Path(f"{out}.king.cutoff.in.id").read_text().splitlines()
+            theirs = {line.split()[-1] for line in lines if not line.startswith("#")}
+            t0 = time.perf_counter()
+            matrix = ds.open_matrix(data["bed"], qc={"king_cutoff": cutoff})
+            ours_s = time.perf_counter() - t0
+            kept = set(ids[matrix.attrs["qc"].samples_kept])
+            rows.append({"king_cutoff": cutoff, "n_samples": len(ids),
+                         "kept_ours": len(kept), "kept_plink2": len(theirs),
+                         "differ": len(kept ^ theirs), "ours_s": ours_s,
+                         "plink2_s": run["wall_s"]})
+    return rows
+
+
+#: The set checks: the log's title, the check, and one log line per row.
+_SET_CHECKS: dict[str, tuple[str, Any, Any]] = {
+    "qc": ("quality control: our kept variants against plink2's", run_qc_check,
+           lambda r: f"qc {r['plink2']}: ours {r['kept_ours']}, plink2 {r['kept_plink2']}, "
+                     f"{r['differ']} differ"),
+    "ld": ("LD pruning: our kept variants against plink2 --indep-pairwise's", run_ld_check,
+           lambda r: f"ld {r['qc']} {r['indep_pairwise']} order {r['order']}: ours "
+                     f"{r['kept_ours']} ({r['ours_s']:.2f} s), plink2 {r['kept_plink2']} "
+                     f"({r['plink2_s']:.2f} s), {r['differ']} differ"),
+    "king": ("kinship: our --king-cutoff samples against plink2's", run_king_check,
+             lambda r: f"king {r['king_cutoff']}: ours {r['kept_ours']} ({r['ours_s']:.2f} "
+                       f"s), plink2 {r['kept_plink2']} ({r['plink2_s']:.2f} s), "
+                       f"{r['differ']} differ"),
+}
+
+
 def run_plink2_checks(sections: list[str], cfg: dict[str, Any], workdir: Path,
                       plink2: str) -> dict[str, Any]:
-    """The ``score`` and ``qc`` sections: our files and filters through the real plink2."""
+    """The ``score``, ``qc``, ``ld`` and ``king`` sections: our files and filters through
+    the real plink2."""
     out: dict[str, Any] = {}
     if "score" in sections:
         log("plink2 --score with our .eigenvec.allele against PCA.transform")
         out["score"] = run_score_check(cfg["sizes"][0], cfg, workdir, plink2)
         log(f"score: max relative difference {out['score']['max_relative_diff']:.2g} "
             f"({'ok' if out['score']['ok'] else 'NOT OK'})")
-    if "qc" in sections:
-        log("quality control: our kept variants against plink2's")
-        out["qc"] = run_qc_check(cfg["sizes"][0], cfg, workdir, plink2)
-        for row in out["qc"]:
-            log(f"qc {row['plink2']}: ours {row['kept_ours']}, plink2 {row['kept_plink2']}, "
-                f"{row['differ']} differ")
+    for section in ("qc", "ld", "king"):
+        if section in sections:
+            title, check, line = _SET_CHECKS[section]
+            log(title)
+            out[section] = check(cfg["sizes"][0], cfg, workdir, plink2)
+            for row in out[section]:
+                log(line(row))
     return out
 
 

@@ -9,7 +9,10 @@ the run, because a matrix's shape is fixed up front. Its cost is stated where it
   (the same reads and decoding as loading them once, no arithmetic beyond a sum per
   variant) that runs on the cluster's workers, one task per partition, each returning two
   numbers per variant. It runs after the region and FILTER steps, on the variants they
-  kept only.
+  kept only;
+- ``ld_prune`` runs last, on the variants every other step kept: one more pass whose tasks
+  return, per variant, which of the next ``window - 1`` variants it is in LD with (a few
+  bits), then plink2's greedy scan on the client (:mod:`daskstraggle.data.ld`).
 
 The variants kept define the matrix (a selection of the store's rows, no copy); the fit's
 :class:`QCReport` records the mask over the input's variants and what each step removed.
@@ -28,6 +31,8 @@ import numpy as np
 
 from daskstraggle._validation import check_bool, check_int
 from daskstraggle.data._zarr import read_selection
+from daskstraggle.data.kinship import check_king_cutoff, king_keep
+from daskstraggle.data.ld import LDPrune, ld_prune_keep, parse_ld_prune
 from daskstraggle.data.sources import GenotypeRowSource, RowSource
 from daskstraggle.errors import InvalidDataError, InvalidParameterError, StraggleWarning
 
@@ -163,6 +168,17 @@ class GenotypeQC:
         variants the steps above kept (plink's ``--mind``): one counting pass, before the
         variant counts, which are then those of the kept samples. A sample with every call
         missing is removed even at 1, with a warning.
+    king_cutoff : float or None, default=None
+        Remove one sample of each pair whose KING-robust kinship exceeds this, in
+        (0, 0.5], as plink2's ``--king-cutoff`` (same kinship, same choice of whom to
+        remove; :mod:`daskstraggle.data.kinship`), over the variants the steps above kept:
+        one pass on the workers summing samples × samples counts. Diploid calls only.
+    ld_prune : LDPrune, str, tuple or None, default=None
+        LD pruning after every other step, as plink2's ``--indep-pairwise WINDOW STEP R2``
+        with the window in variants: ``"50,5,0.2"``, ``(50, 5, 0.2)`` or an
+        :class:`~daskstraggle.data.ld.LDPrune`. The kept variants are plink2's
+        ``.prune.in`` on the same data; see :mod:`daskstraggle.data.ld` for the order in
+        which a pair's variant is dropped. One more pass on the workers.
 
     Raises
     ------
@@ -183,6 +199,8 @@ class GenotypeQC:
     snps_only: bool = False
     hwe: float | None = None
     max_sample_missing: float | None = None
+    king_cutoff: float | None = None
+    ld_prune: LDPrune | None = None
 
     def __post_init__(self) -> None:
         """Check and normalise every field."""
@@ -204,12 +222,20 @@ class GenotypeQC:
         set_("max_sample_missing", _check_threshold(self.max_sample_missing,
                                                     name="max_sample_missing", flag="--mind",
                                                     high=1.0))
+        set_("king_cutoff", check_king_cutoff(self.king_cutoff))
+        set_("ld_prune", parse_ld_prune(self.ld_prune))
 
     @property
     def needs_counts(self) -> bool:
-        """Whether a counting pass over the genotypes is needed (MAF, missingness, HWE)."""
-        return (self.min_maf is not None or self.max_missing is not None
-                or self.hwe is not None or self.max_sample_missing is not None)
+        """Whether a pass over the genotypes is needed (MAF, missingness, HWE, samples'
+        missingness, kinship, LD pruning): run on the workers, once the runtime is up."""
+        return (self.counts_variants or self.max_sample_missing is not None
+                or self.king_cutoff is not None or self.ld_prune is not None)
+
+    @property
+    def counts_variants(self) -> bool:
+        """Whether the per-variant counting pass is needed (MAF, missingness, HWE)."""
+        return self.min_maf is not None or self.max_missing is not None or self.hwe is not None
 
     @property
     def is_empty(self) -> bool:
@@ -219,10 +245,11 @@ class GenotypeQC:
 
     def site_steps(self) -> GenotypeQC:
         """The steps that read only per-variant arrays (region, FILTER, alleles)."""
-        return replace(self, min_maf=None, max_missing=None, hwe=None, max_sample_missing=None)
+        return replace(self, min_maf=None, max_missing=None, hwe=None, max_sample_missing=None,
+                       king_cutoff=None, ld_prune=None)
 
     def count_steps(self) -> GenotypeQC:
-        """The steps that need a counting pass (MAF, missingness, HWE)."""
+        """The steps that need a pass over the genotypes (:attr:`needs_counts`)."""
         return replace(self, pass_only=False, region=None, max_alleles=None, snps_only=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -230,7 +257,8 @@ class GenotypeQC:
         return {"min_maf": self.min_maf, "max_missing": self.max_missing,
                 "pass_only": self.pass_only, "region": self.region,
                 "max_alleles": self.max_alleles, "snps_only": self.snps_only, "hwe": self.hwe,
-                "max_sample_missing": self.max_sample_missing}
+                "max_sample_missing": self.max_sample_missing, "king_cutoff": self.king_cutoff,
+                "ld_prune": None if self.ld_prune is None else str(self.ld_prune)}
 
 
 def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
@@ -256,7 +284,7 @@ def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
         return None if qc is None or qc.is_empty else qc
     if isinstance(qc, Mapping):
         known = ("min_maf", "max_missing", "pass_only", "region", "max_alleles", "snps_only",
-                 "hwe", "max_sample_missing")
+                 "hwe", "max_sample_missing", "king_cutoff", "ld_prune")
         unknown = sorted(str(k) for k in qc if k not in known)
         if unknown:
             raise InvalidParameterError(
@@ -267,7 +295,7 @@ def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
     raise InvalidParameterError(
         f"The 'qc' parameter of {caller} must be a GenotypeQC, a dict of its parameters "
         f"(min_maf, max_missing, pass_only, region, max_alleles, snps_only, hwe, "
-        f"max_sample_missing) or None. Got "
+        f"max_sample_missing, king_cutoff, ld_prune) or None. Got "
         f"{qc!r} instead."
     )
 
@@ -284,16 +312,20 @@ class QCReport:
         Variants of the input (after the user's own selection) that the matrix holds.
     removed : dict of str to int
         Variants each step removed, in the order applied (``region``, ``pass``,
-        ``alleles``, ``snps``, ``missing``, ``hwe``, ``maf``); a variant is counted by the
-        first step that removed it.
+        ``alleles``, ``snps``, ``missing``, ``hwe``, ``maf``, ``ld``); a variant is counted
+        by the first step that removed it.
     samples_kept : ndarray of bool of shape (n_samples,) or None
-        The input's samples the matrix holds (``max_sample_missing``); None: all.
+        The input's samples the matrix holds (``max_sample_missing``, ``king_cutoff``);
+        None: all.
+    samples_removed : dict of str to int
+        Samples each step removed (``mind``, ``king``).
     """
 
     qc: GenotypeQC
     kept: np.ndarray
     removed: dict[str, int] = field(default_factory=dict)
     samples_kept: np.ndarray | None = None
+    samples_removed: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serialisable summary (no mask)."""
@@ -301,7 +333,8 @@ class QCReport:
                "n_kept": int(self.kept.sum()), "removed": dict(self.removed)}
         if self.samples_kept is not None:
             out.update(n_samples=int(self.samples_kept.size),
-                       n_samples_kept=int(self.samples_kept.sum()))
+                       n_samples_kept=int(self.samples_kept.sum()),
+                       samples_removed=dict(self.samples_removed))
         return out
 
 
@@ -337,12 +370,32 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
     if not isinstance(matrix.source, GenotypeRowSource):
         raise InvalidParameterError(
             "The 'qc' parameter (CLI: --min-maf, --max-missing, --pass-only, --region, "
-            "--max-alleles, --snps-only, --hwe, --mind) "
+            "--max-alleles, --snps-only, --hwe, --mind, --king-cutoff, --ld-prune) "
             "applies to genotypes (a VCF Zarr store or Dataset, or allele counts with "
             f"genotype_dims); the matrix is {matrix.kind}. Drop it."
         )
-    keep = np.ones(matrix.n_rows, dtype=bool)
     removed: dict[str, int] = {}
+    samples_removed: dict[str, int] = {}
+    keep = _site_keep(matrix, qc, removed)
+    current = matrix.select_rows(np.flatnonzero(keep)) if not keep.all() else matrix
+    samples = None
+    if qc.max_sample_missing is not None and keep.any():
+        current, samples = _filter_samples(current, qc.max_sample_missing, client)
+        samples_removed["mind"] = int((~samples).sum())
+    if keep.any():
+        current = _drop_rows(current, keep, _count_keep(current, qc, removed, client))
+    if keep.any() and qc.king_cutoff is not None:
+        current, unrelated = _king_step(current, qc.king_cutoff, samples_removed, client)
+        samples = _compose(np.ones(matrix.n_columns, dtype=bool) if samples is None
+                           else samples, unrelated)
+    if keep.any():
+        current = _drop_rows(current, keep, _ld_keep(current, qc, removed, client))
+    return _with_report(matrix, current, qc, keep, removed, samples, samples_removed)
+
+
+def _site_keep(matrix: Matrix, qc: GenotypeQC, removed: dict[str, int]) -> np.ndarray:
+    """The steps on per-variant arrays (region, FILTER, alleles): the mask they keep."""
+    keep = np.ones(matrix.n_rows, dtype=bool)
     steps: list[tuple[str, Callable[[], np.ndarray]]] = []
     table = matrix.variants
     if qc.region is not None:
@@ -358,35 +411,62 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
         ok = step()
         removed[name] = int((keep & ~ok).sum())
         keep &= ok
-    current = matrix.select_rows(np.flatnonzero(keep)) if not keep.all() else matrix
-    samples = None
-    if qc.max_sample_missing is not None and keep.any():
-        current, samples = _filter_samples(current, qc.max_sample_missing, client)
-    if qc.needs_counts and keep.any():
-        ploidy = matrix.source.ploidy
-        if qc.hwe is not None and ploidy != 2:
-            raise InvalidParameterError(
-                "The 'hwe' parameter (CLI: --hwe) tests diploid genotypes; these calls have "
-                f"ploidy {ploidy}. Drop it."
-            )
-        called, maf, p_hwe = variant_counts(current, client=client, hwe=qc.hwe is not None)
-        inner = np.ones(current.n_rows, dtype=bool)
-        if qc.max_missing is not None:
-            ok = 1.0 - called <= qc.max_missing + 1e-12
-            removed["missing"] = int((inner & ~ok).sum())
+    return keep
+
+
+def _count_keep(current: Matrix, qc: GenotypeQC, removed: dict[str, int],
+                client: Any) -> np.ndarray | None:
+    """The counting pass's steps (missingness, HWE, MAF): the mask of ``current``'s rows
+    they keep (None: no such step)."""
+    if not qc.counts_variants:
+        return None
+    source = current.source
+    assert isinstance(source, GenotypeRowSource)
+    if qc.hwe is not None and source.ploidy != 2:
+        raise InvalidParameterError(
+            "The 'hwe' parameter (CLI: --hwe) tests diploid genotypes; these calls have "
+            f"ploidy {source.ploidy}. Drop it."
+        )
+    called, maf, p_hwe = variant_counts(current, client=client, hwe=qc.hwe is not None)
+    inner = np.ones(current.n_rows, dtype=bool)
+    tests: list[tuple[str, float | None, Callable[[float], np.ndarray]]] = [
+        ("missing", qc.max_missing, lambda t: 1.0 - called <= t + 1e-12),
+        ("hwe", qc.hwe, lambda t: np.asarray(p_hwe) >= t),
+        ("maf", qc.min_maf, lambda t: np.nan_to_num(maf, nan=-1.0) >= t - 1e-12)]
+    for name, value, test in tests:
+        if value is not None:
+            ok = test(value)
+            removed[name] = int((inner & ~ok).sum())
             inner &= ok
-        if p_hwe is not None and qc.hwe is not None:
-            ok = p_hwe >= qc.hwe
-            removed["hwe"] = int((inner & ~ok).sum())
-            inner &= ok
-        if qc.min_maf is not None:
-            ok = np.nan_to_num(maf, nan=-1.0) >= qc.min_maf - 1e-12
-            removed["maf"] = int((inner & ~ok).sum())
-            inner &= ok
-        keep[np.flatnonzero(keep)] = inner
-        if not inner.all():
-            current = current.select_rows(np.flatnonzero(inner))
-    return _with_report(matrix, current, qc, keep, removed, samples)
+    return inner
+
+
+def _drop_rows(current: Matrix, keep: np.ndarray, inner: np.ndarray | None) -> Matrix:
+    """Record in ``keep`` (over the input) which of ``current``'s rows ``inner`` keeps;
+    return the matrix of those rows (``current`` when None: no such step)."""
+    if inner is None:
+        return current
+    keep[np.flatnonzero(keep)] = inner
+    return current if inner.all() else current.select_rows(np.flatnonzero(inner))
+
+
+def _king_step(current: Matrix, cutoff: float, samples_removed: dict[str, int],
+               client: Any) -> tuple[Matrix, np.ndarray]:
+    """``--king-cutoff``: the matrix of the samples kept and the mask over ``current``'s
+    samples."""
+    kept, _ = king_keep(current, cutoff, client=client)
+    samples_removed["king"] = int((~kept).sum())
+    return (current if kept.all() else current.select_columns(np.flatnonzero(kept))), kept
+
+
+def _ld_keep(current: Matrix, qc: GenotypeQC, removed: dict[str, int],
+             client: Any) -> np.ndarray | None:
+    """LD pruning's mask of ``current``'s rows (None: no pruning)."""
+    if qc.ld_prune is None:
+        return None
+    inner = ld_prune_keep(current, qc.ld_prune, client=client)
+    removed["ld"] = int((~inner).sum())
+    return inner
 
 
 def _filter_samples(matrix: Matrix, limit: float, client: Any) -> tuple[Matrix, np.ndarray]:
@@ -440,7 +520,8 @@ def sample_missing(matrix: Matrix, *, client: Any = None) -> np.ndarray:
 
 
 def _with_report(original: Matrix, filtered: Matrix, qc: GenotypeQC, keep: np.ndarray,
-                 removed: dict[str, int], samples: np.ndarray | None = None) -> Matrix:
+                 removed: dict[str, int], samples: np.ndarray | None = None,
+                 samples_removed: dict[str, int] | None = None) -> Matrix:
     """Attach the report to ``filtered``, composed with ``original``'s own report."""
     previous = original.attrs.get("qc")
     if isinstance(previous, QCReport):  # a second stage: the mask stays over the input
@@ -452,7 +533,8 @@ def _with_report(original: Matrix, filtered: Matrix, qc: GenotypeQC, keep: np.nd
         removed = {**previous.removed, **removed}
         if previous.samples_kept is not None:
             samples = _compose(previous.samples_kept, samples)
-    report = QCReport(qc, keep, removed, samples)
+        samples_removed = {**previous.samples_removed, **(samples_removed or {})}
+    report = QCReport(qc, keep, removed, samples, dict(samples_removed or {}))
     if not keep.any():
         steps = ", ".join(f"{k} removed {v}" for k, v in removed.items())
         raise InvalidDataError(

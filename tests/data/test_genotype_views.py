@@ -245,7 +245,8 @@ def test_pass_only_uses_variant_filter(store, tmp_path):
                              "'CONTIG' or 'CONTIG:START-END'"),
     ({"maf": 0.1}, "The 'qc' parameter of open_matrix must hold only ['min_maf', "
                    "'max_missing', 'pass_only', 'region', 'max_alleles', 'snps_only', 'hwe', "
-                   "'max_sample_missing']. Got unknown ['maf'] instead."),
+                   "'max_sample_missing', 'king_cutoff', 'ld_prune']. Got unknown ['maf'] "
+                   "instead."),
     ({"max_sample_missing": 1.5}, "The 'max_sample_missing' parameter of GenotypeQC (CLI: "
                                   "--mind) must be a number in [0, 1] or None."),
     ({"max_alleles": 0}, "The 'max_alleles' parameter of GenotypeQC (CLI: --max-alleles)"),
