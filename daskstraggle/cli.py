@@ -302,7 +302,7 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
 @_solve_options
 def pca(source: str, n_components: int, center: bool | None, oversample: int | None,
         packed_genotypes: bool, plink_out: str | None, **params: Any) -> None:
-    """PCA of the matrix at SOURCE (Zarr array/group, VCF Zarr store or PLINK .bed)."""
+    """PCA of the matrix at SOURCE (Zarr array/group, VCF Zarr store, PLINK .bed or .pgen)."""
     qc = qc_from_params(params)
     data: Any = source
     plot = _plot_path(source, params)

@@ -14,6 +14,7 @@ name       priority reads
 ========== ======== ============================================================
 matrix     0        a :class:`~daskstraggle.Matrix` (labels added if given)
 plink      10       a PLINK 1 ``.bed`` path (``.bim``/``.fam`` beside it)
+pgen       11       a PLINK 2 ``.pgen`` path (``.pvar``/``.psam`` beside it; pgenlib)
 vcf-dataset 20      an ``xarray.Dataset`` in VCF Zarr layout (a view of its store)
 zarr       90       any other path or URL: a Zarr array or group, a VCF Zarr store
 array      100      anything else: numpy, dask, ``xarray.DataArray``, array-likes
@@ -22,7 +23,7 @@ array      100      anything else: numpy, dask, ``xarray.DataArray``, array-like
 Other packages add theirs under the ``daskstraggle.sources`` entry-point group (or with
 :func:`register_source`); a plugin's default priority, 50, puts it after the built-in
 backends that look at a type or a suffix and before the two that take any path or any
-object, so a backend for, say, ``.pgen`` paths needs only its ``guess_can_open``.
+object, so a backend for, say, ``.bgen`` paths needs only its ``guess_can_open``.
 """
 
 from __future__ import annotations
@@ -220,6 +221,33 @@ class PlinkBackend(SourceBackend):
         location, remote = parse_location(os.fspath(source), request.storage_options)
         return open_bed(location, remote=remote, array=request.array, labels=request.labels,
                         genotype_dims=request.rows_are_variants, options=request.options)
+
+
+@register_source
+class PgenBackend(SourceBackend):
+    """A PLINK 2 fileset (``.pgen``, with ``.pvar`` and ``.psam`` beside it), read by pgenlib."""
+
+    name = "pgen"
+    description = "a PLINK 2 .pgen path (.pvar and .psam beside it; needs pgenlib); rows = variants"
+    priority = 11
+    parameters = ("array", "storage_options", "genotype_dims", "missing", "genotype_scaling",
+                  "genotype_storage")
+
+    @classmethod
+    def guess_can_open(cls, source: Any) -> bool:
+        """Whether ``source`` is a path or URL ending in ``.pgen``."""
+        return (isinstance(source, str | os.PathLike)
+                and os.fspath(source).lower().endswith(".pgen"))
+
+    @classmethod
+    def open(cls, source: Any, request: OpenRequest) -> Matrix:
+        """Open the fileset (local paths only; a URL is refused in one line)."""
+        from daskstraggle.data._remote import parse_location
+        from daskstraggle.data.pgen import open_pgen
+
+        location, remote = parse_location(os.fspath(source), request.storage_options)
+        return open_pgen(location, remote=remote, array=request.array, labels=request.labels,
+                         genotype_dims=request.rows_are_variants, options=request.options)
 
 
 @register_source

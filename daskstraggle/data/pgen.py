@@ -1,0 +1,279 @@
+"""PLINK 2 filesets (``.pgen`` with ``.pvar`` and ``.psam``) as genotype matrices.
+
+Rows are variants, columns samples, as for a ``.bed`` (:mod:`daskstraggle.data.plink`). The
+genotypes are read where the loader runs (on the workers) by pgenlib, plink2's own reader
+(``pip install pgenlib``, in the ``genomics`` extra), one row range per partition; the
+dosage of a call is its number of non-reference alleles (``2 -`` its REF count: every ALT of
+a multi-allelic site counts, as for VCF Zarr), missing calls are -1. Hard calls only: a
+``.pgen``'s dosages (``--import-dosage``) are read as their hard calls. Missing calls, fill,
+centre and Patterson scale, the ``storage`` and the selections of variants and samples are
+those of ``.bed`` sources.
+
+The ``.pvar`` gives the variants' contig, position, id and alleles (``variant_allele``: REF,
+then the ALTs); the ``.psam`` the sample ids (its ``IID`` column). A ``.pvar.zst`` is not
+read: decompress it first (``plink2 --pfile P vzs --make-pgen --out P2``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daskstraggle.data.genotypes import VariantTable
+from daskstraggle.data.matrix import Matrix, _parse_labels
+from daskstraggle.data.plink import BedSource, _check_parameters
+from daskstraggle.data.sources import RowValues, _stored, _transformed
+from daskstraggle.errors import CorruptDataError, DataNotFoundError, InvalidDataError
+
+__all__ = ["PgenSource", "open_pgen", "pgen_rows", "read_psam", "read_pvar"]
+
+
+def _reader(path: str) -> Any:
+    """A pgenlib reader of ``path`` (the import error names the extra to install)."""
+    try:
+        import pgenlib
+    except ImportError:
+        raise ImportError(
+            "Reading a PLINK 2 .pgen needs pgenlib: pip install 'daskstraggle[genomics]' "
+            "(or pip install pgenlib), or convert it with plink2 --pfile P --make-bed."
+        ) from None
+    return pgenlib.PgenReader(os.fsencode(path))
+
+
+def pgen_rows(ref_counts: np.ndarray, *, missing: str, scaling: str,
+              storage: str = "int8") -> RowValues:
+    """Turn rows of REF counts (pgenlib's ``allele_idx=0``; -9 missing) into dosage rows.
+
+    Parameters
+    ----------
+    ref_counts : ndarray of int8 of shape (n_variants, n_samples)
+        REF allele counts, -9 where missing.
+    missing, scaling, storage : str
+        As :func:`daskstraggle.data.plink.bed_rows`.
+
+    Returns
+    -------
+    rows : RowValues
+    """
+    called = ref_counts >= 0
+    dosage = np.where(called, 2 - ref_counts, -1).astype(np.int8)
+    counted = np.count_nonzero(called, axis=1)
+    sums = np.where(called, dosage, 0).sum(axis=1, dtype=np.float64)
+    rows = _transformed(dosage, counted, sums, bool((~called).any()), None, ploidy=2,
+                        missing=missing, scaling=scaling)
+    return _stored(rows, storage)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class _PgenLoader:
+    path: str
+    n_variants: int
+    n_samples: int
+    start: int
+    stop: int
+    missing: str
+    scaling: str
+    storage: str = "int8"
+    rows: np.ndarray | None = None  # the file's variants of rows [start, stop); None: those
+    columns: np.ndarray | None = None  # the file's samples kept; None: all
+
+    def __call__(self) -> RowValues:
+        reader = _reader(self.path)
+        try:
+            if (reader.get_variant_ct(), reader.get_raw_sample_ct()) != (self.n_variants,
+                                                                       self.n_samples):
+                raise CorruptDataError(
+                    f"{self.path!r} holds {reader.get_variant_ct()} variants x "
+                    f"{reader.get_raw_sample_ct()} samples, not the {self.n_variants} x "
+                    f"{self.n_samples} it had when opened; the file changed. Open it again."
+                )
+            if self.columns is not None:
+                reader.change_sample_subset(np.sort(self.columns).astype(np.uint32))
+            n_out = self.n_samples if self.columns is None else len(self.columns)
+            if self.rows is None:
+                raw = np.empty((self.stop - self.start, n_out), dtype=np.int8)
+                reader.read_range(self.start, self.stop, raw, allele_idx=0)
+            else:
+                raw = np.empty((len(self.rows), n_out), dtype=np.int8)
+                reader.read_list(np.asarray(self.rows, dtype=np.uint32), raw, allele_idx=0)
+        finally:
+            reader.close()
+        if self.columns is not None:  # pgenlib returns the subset in file order
+            order = np.argsort(np.argsort(self.columns))
+            raw = np.ascontiguousarray(raw[:, order])
+        return pgen_rows(raw, missing=self.missing, scaling=self.scaling,
+                         storage=self.storage)
+
+
+class PgenSource(BedSource):
+    """Dosage rows (one per variant) from a PLINK 2 ``.pgen`` file, read by pgenlib.
+
+    The same parameters and selections as :class:`~daskstraggle.data.plink.BedSource`;
+    see :func:`pgen_rows` for the dosages.
+    """
+
+    kind = "plink-pgen"
+
+    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
+        """Return a loader reading variants ``[start, stop)`` of the file as dosages.
+
+        Parameters
+        ----------
+        start, stop : int
+            Rows of this source.
+
+        Returns
+        -------
+        loader : callable
+            Picklable; reads the rows with pgenlib where it runs.
+        """
+        rows = None if self.variant_index is None else self.variant_index[start:stop]
+        return _PgenLoader(self.path, self.n_variants, self.n_samples, start, stop,
+                           self.missing, self.scaling, self.storage, rows, self.sample_index)
+
+
+# ------------------------------------------------------------------------ .pvar and .psam
+def _header_and_rows(path: str) -> tuple[list[str], list[list[str]]]:
+    """The column names (the ``#`` header line; ``##`` lines skipped) and the rows."""
+    header: list[str] = []
+    rows: list[list[str]] = []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("##") or not line.strip():
+                continue
+            if line.startswith("#") and not rows:
+                header = line[1:].split()
+                continue
+            rows.append(line.split())
+    return header, rows
+
+
+def read_pvar(path: str) -> dict[str, np.ndarray]:
+    """Return a ``.pvar``'s per-variant arrays in VCF Zarr's names.
+
+    Returns
+    -------
+    arrays : dict
+        ``contig_id`` (in the file's order), ``variant_contig``, ``variant_position``,
+        ``variant_id``, ``variant_allele`` (REF then ALTs, padded with "").
+
+    Raises
+    ------
+    InvalidDataError
+        If a column the table needs is missing or a position is not an integer.
+    """
+    header, rows = _header_and_rows(path)
+    names = header or ["CHROM", "ID", "CM", "POS", "ALT", "REF"]  # a headerless .bim layout
+    need = ("CHROM", "POS", "ID", "REF", "ALT")
+    absent = [n for n in need if n not in names]
+    if absent or any(len(r) < len(names) for r in rows):
+        raise InvalidDataError(
+            f"{path!r} is not a .pvar plink2 reads: it lacks the columns {absent} or has "
+            "short lines. Write it with plink2 --make-pgen."
+        )
+    column = {n: names.index(n) for n in need}
+    try:
+        position = np.array([int(r[column["POS"]]) for r in rows], dtype=np.int64)
+    except ValueError as err:
+        raise InvalidDataError(f"The POS column of {path!r} must hold integers: {err}.") from err
+    chrom = np.array([r[column["CHROM"]] for r in rows])
+    contigs, first = np.unique(chrom, return_index=True)
+    order = np.argsort(first)
+    rank = np.empty(len(contigs), dtype=np.int64)
+    rank[order] = np.arange(len(contigs))
+    codes = rank[np.searchsorted(contigs, chrom)]
+    alleles = [[r[column["REF"]], *r[column["ALT"]].split(",")] for r in rows]
+    width = max((len(a) for a in alleles), default=2)
+    table = np.array([a + [""] * (width - len(a)) for a in alleles], dtype=str)
+    table[table == "."] = ""
+    return {"contig_id": contigs[order], "variant_contig": codes, "variant_position": position,
+            "variant_id": np.array([r[column["ID"]] for r in rows]), "variant_allele": table}
+
+
+def read_psam(path: str) -> np.ndarray:
+    """Return a ``.psam``'s sample ids (its ``IID`` column; a headerless one is a .fam)."""
+    header, rows = _header_and_rows(path)
+    index = header.index("IID") if "IID" in header else (0 if header else 1)
+    return np.array([r[index] for r in rows])
+
+
+class PvarArrays:
+    """The ``.pvar``'s arrays, read once when first asked (a :class:`VariantTable` reader)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._arrays: dict[str, np.ndarray] | None = None
+
+    def __call__(self, name: str, index: np.ndarray | None) -> np.ndarray | None:
+        if self._arrays is None:
+            self._arrays = read_pvar(self.path)
+        values = self._arrays.get(name)
+        if values is None or index is None or name == "contig_id":
+            return values
+        return values[index]
+
+
+def open_pgen(path: str, *, remote: dict[str, Any] | None, array: str | None, labels: Any,
+              genotype_dims: bool | None, options: Any) -> Matrix:
+    """Open a PLINK 2 fileset as a genotype matrix (rows = variants).
+
+    Only metadata is read here (the ``.pgen`` header through pgenlib and the ``.psam``); the
+    ``.pvar`` is read when a variant array is first needed. Every check runs before any
+    cluster work.
+
+    Parameters
+    ----------
+    path : str
+        The absolute path of the ``.pgen``; the ``.pvar`` and ``.psam`` share its prefix.
+    remote, array, labels, genotype_dims, options
+        As :func:`daskstraggle.data.plink.open_bed`.
+
+    Returns
+    -------
+    matrix : Matrix
+
+    Raises
+    ------
+    InvalidParameterError
+        For a URL, ``array`` or ``genotype_dims``.
+    DataNotFoundError
+        If the ``.pgen``, ``.pvar`` or ``.psam`` does not exist.
+    InvalidDataError
+        If pgenlib cannot read the ``.pgen`` or its counts disagree with the ``.psam``.
+    ImportError
+        Without pgenlib.
+    """
+    _check_parameters(path, remote, array, genotype_dims)
+    prefix = path[: -len(".pgen")]
+    files = {"pgen": path, "pvar": prefix + ".pvar", "psam": prefix + ".psam"}
+    for what, file in files.items():
+        if not os.path.isfile(file):
+            zst = what == "pvar" and os.path.isfile(file + ".zst")
+            raise DataNotFoundError(
+                f"The PLINK 2 fileset {path!r} has no .{what} ({file!r} does not exist"
+                + ("; a .pvar.zst is not read: decompress it" if zst else "") + "); a "
+                ".pgen needs its .pvar and .psam beside it with the same prefix."
+            )
+    try:
+        reader = _reader(path)
+    except RuntimeError as err:
+        raise InvalidDataError(f"pgenlib cannot read {path!r}: {err}") from None
+    n_variants, n_raw = reader.get_variant_ct(), reader.get_raw_sample_ct()
+    reader.close()
+    samples = read_psam(files["psam"])
+    if len(samples) != n_raw or n_variants == 0 or n_raw == 0:
+        raise InvalidDataError(
+            f"{path!r} holds {n_variants} variants x {n_raw} samples but its .psam lists "
+            f"{len(samples)} samples; the .psam is not this .pgen's, or one is empty. "
+            "Write the fileset again (plink2 --make-pgen)."
+        )
+    source = PgenSource(path, n_variants, n_raw, missing=options.missing,
+                        scaling=options.scaling, storage=options.storage)
+    y = _parse_labels(labels, None, n_variants)
+    return Matrix(source, source.chunk_bounds, labels=y, columns=samples,
+                  dims=("variants", "samples"), attrs={"path": path},
+                  variants=VariantTable(PvarArrays(files["pvar"])))

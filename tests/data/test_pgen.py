@@ -1,0 +1,100 @@
+"""PLINK 2 .pgen input (pgenlib): the same dosages, variants and answers as the .bed plink2
+wrote from the same calls, selections, errors."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import daskstraggle as ds
+from daskstraggle.data.genotypes import GenotypeQC, filter_variants
+from daskstraggle.errors import DataNotFoundError, InvalidDataError
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "plink2_qc"
+PGEN, BED = FIXTURE / "ld.pgen", FIXTURE / "ld.bed"
+
+
+def _raw(matrix: ds.Matrix) -> np.ndarray:
+    raw = replace(matrix, source=matrix.source.count_source())
+    return np.concatenate([raw.loader(p)().values for p in range(raw.n_partitions)])
+
+
+def test_the_dosages_and_variants_are_the_beds() -> None:
+    pgen, bed = ds.open_matrix(PGEN, chunk_rows=64), ds.open_matrix(BED, chunk_rows=64)
+    assert pgen.source.kind == "plink-pgen" and pgen.shape == bed.shape == (400, 80)
+    np.testing.assert_array_equal(pgen.columns, bed.columns)
+    values = _raw(pgen)
+    assert (values < 0).any()  # missing calls, as -1
+    np.testing.assert_array_equal(values, _raw(bed))
+    np.testing.assert_array_equal(pgen.variants.keys(), bed.variants.keys())
+    for name in ("variant_contig", "variant_position", "variant_id"):
+        np.testing.assert_array_equal(pgen.variants.get(name), bed.variants.get(name))
+
+
+@pytest.mark.parametrize("storage", ["int8", "packed"])
+def test_pca_and_quality_control_match_the_bed(storage: str) -> None:
+    qc = GenotypeQC(min_maf=0.05, ld_prune="20,5,0.2")
+    pgen = ds.open_matrix(PGEN, qc=qc, genotype_storage=storage)
+    bed = ds.open_matrix(BED, qc=qc, genotype_storage=storage)
+    np.testing.assert_array_equal(pgen.attrs["qc"].kept, bed.attrs["qc"].kept)
+    a = ds.fit_pca(pgen, n_components=3, runtime="local", rng=0)
+    b = ds.fit_pca(bed, n_components=3, runtime="local", rng=0)
+    np.testing.assert_allclose(a.iterate, b.iterate, atol=1e-12)
+
+
+def test_selected_samples_and_variants_in_any_order() -> None:
+    pgen, bed = ds.open_matrix(PGEN), ds.open_matrix(BED)
+    columns, rows = np.array([30, 2, 71, 5]), np.array([3, 17, 250, 399])
+    a = pgen.select_columns(columns).select_rows(rows)
+    b = bed.select_columns(columns).select_rows(rows)
+    np.testing.assert_array_equal(_raw(a), _raw(b))
+
+
+def test_mind_and_king_cutoff_read_the_pgen() -> None:
+    qc = GenotypeQC(max_sample_missing=0.05, king_cutoff=0.2)
+    a = ds.open_matrix(PGEN, qc=qc).attrs["qc"]
+    b = ds.open_matrix(BED, qc=qc).attrs["qc"]
+    np.testing.assert_array_equal(a.samples_kept, b.samples_kept)
+
+
+def test_missing_companions_and_a_foreign_psam_are_one_line(tmp_path: Path) -> None:
+    for suffix in (".pgen", ".pvar"):
+        shutil.copy(FIXTURE / f"ld{suffix}", tmp_path / f"ld{suffix}")
+    with pytest.raises(DataNotFoundError, match=r"has no \.psam"):
+        ds.open_matrix(tmp_path / "ld.pgen")
+    (tmp_path / "ld.psam").write_text("#IID\ns0\ns1\n")
+    with pytest.raises(InvalidDataError, match="lists 2 samples"):
+        ds.open_matrix(tmp_path / "ld.pgen")
+    with pytest.raises(DataNotFoundError, match=r"No PLINK 2 \.pgen|does not exist"):
+        ds.open_matrix(tmp_path / "none.pgen")
+
+
+def test_without_pgenlib_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pgenlib", None)
+    with pytest.raises(ImportError, match=r"daskstraggle\[genomics\]"):
+        ds.open_matrix(PGEN)
+
+
+def test_the_cli_reads_a_pgen(capsys: pytest.CaptureFixture[str]) -> None:
+    from daskstraggle.cli import main
+
+    assert main(["pca", str(PGEN), "-k", "2", "--runtime", "local", "--max-iter", "5",
+                 "--tol", "1e-3"]) == 0
+    assert "pca of a 400 x 80 matrix (plink-pgen)" in capsys.readouterr().out
+
+
+@pytest.mark.cluster
+def test_process_workers_read_the_pgen(dask_client: Any) -> None:
+    matrix = ds.open_matrix(PGEN, chunk_rows=64)
+    pruned = filter_variants(matrix, GenotypeQC(ld_prune="20,20,0.05,order=1"),
+                             client=dask_client)
+    expected = set((FIXTURE / "20_20_0.05.order1.prune.in").read_text().split())
+    ids = np.array([line.split()[2] for line in
+                    (FIXTURE / "ld.pvar").read_text().splitlines()[1:]])
+    assert set(ids[pruned.attrs["qc"].kept]) == expected
