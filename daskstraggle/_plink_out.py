@@ -55,7 +55,8 @@ def write_plink(result: Result, prefix: str | os.PathLike[str], matrix: Matrix |
     prefix : str or path
         Files are ``prefix`` + each suffix of :data:`PLINK_SUFFIXES`.
     matrix : Matrix or None, default=None
-        The genotype matrix the result was fitted on (after quality control): with it, one
+        The genotype matrix the result was fitted on (after quality control; the samples
+        and variants the run removed for having no call are removed here too): with it, one
         pass over its variants gives the allele weights and frequencies
         (``.eigenvec.allele``, ``.afreq``); None writes the first two files only.
     client : distributed.Client or None, default=None
@@ -80,6 +81,9 @@ def write_plink(result: Result, prefix: str | os.PathLike[str], matrix: Matrix |
     """
     info = _check_result(result)
     if matrix is not None:
+        from daskstraggle.api import matrix_after_run
+
+        matrix = matrix_after_run(matrix, result)  # without samples or variants never called
         _check_matrix(matrix, info)
     paths = check_prefix(prefix, overwrite=overwrite, alleles=matrix is not None)
     components = np.asarray(result.fitted["components"], dtype=np.float64)

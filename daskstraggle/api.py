@@ -11,6 +11,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -19,6 +20,7 @@ from daskstraggle._output import source_paths
 from daskstraggle._validation import check_bool, check_int, check_mapping, check_rng
 from daskstraggle.data.genotypes import (
     check_not_allele_counts,
+    drop_no_calls,
     filter_variants,
     parse_qc,
 )
@@ -26,6 +28,7 @@ from daskstraggle.data.matrix import Matrix, is_bed_path, open_matrix
 from daskstraggle.errors import (
     InvalidDataError,
     InvalidParameterError,
+    NoCallError,
     SchedulerLostError,
     WorkerLostError,
 )
@@ -384,11 +387,11 @@ def _run(
             matrix = filter_variants(matrix, qc.count_steps(), client=getattr(rt, "client", None))
             problem.check_shape(matrix.n_rows, matrix.n_columns)
             meth.check_shape(matrix.n_rows, matrix.n_columns)
+        run = partial(rt.run, meth, problem, stop=stop, step_size=step_size,
+                      reference=reference, rng=rng, progress=progress,
+                      record_iterates=record_iterates, checkpoint=checkpointer, resume=state)
         try:
-            result = rt.run(meth, problem, matrix, stop=stop, step_size=step_size,
-                            reference=reference, rng=rng, progress=progress,
-                            record_iterates=record_iterates, checkpoint=checkpointer,
-                            resume=state)
+            result = _run_without_no_calls(run, matrix, problem, meth)
         except (SchedulerLostError, WorkerLostError) as err:
             if checkpointer is None or checkpointer.written is None:
                 raise
@@ -400,6 +403,36 @@ def _run(
     if out_path is not None:
         result.save(out_path, overwrite=overwrite)
     return result
+
+
+def _run_without_no_calls(run: Callable[[Matrix], Result], matrix: Matrix, problem: Any,
+                          meth: Any) -> Result:
+    """``run(matrix)``; if the load finds samples or variants with no called genotype
+    (:class:`~daskstraggle.errors.NoCallError`), remove them with a warning and run again
+    (the load's one extra pass is paid only then). ``result.attrs["no_call"]`` lists them,
+    so a caller can select the same matrix (:func:`matrix_after_run`)."""
+    try:
+        return run(matrix)
+    except NoCallError as err:
+        if err.samples.size == matrix.n_columns or err.variants.size == matrix.n_rows:
+            raise
+        matrix = drop_no_calls(matrix, err.samples, err.variants)
+        problem.check_shape(matrix.n_rows, matrix.n_columns)
+        meth.check_shape(matrix.n_rows, matrix.n_columns)
+        result = run(matrix)
+        result.attrs["no_call"] = {"samples": err.samples.tolist(),
+                                   "variants": err.variants.tolist()}
+        return result
+
+
+def matrix_after_run(matrix: Matrix, result: Result) -> Matrix:
+    """The matrix a run of ``matrix`` fitted: without the samples and variants it found
+    with no call (``result.attrs["no_call"]``), else ``matrix`` itself."""
+    removed = result.attrs.get("no_call")
+    if not removed:
+        return matrix
+    return drop_no_calls(matrix, np.asarray(removed["samples"], dtype=np.int64),
+                         np.asarray(removed["variants"], dtype=np.int64), warn=False)
 
 
 #: The options of the ``fit_*`` functions, in their signatures' order: each a keyword of
@@ -976,6 +1009,7 @@ def genotype_pca(
             "Use fit_pca for another matrix."
         )
     result = fit_pca(matrix, n_components, **{**options, "qc": None})
+    matrix = matrix_after_run(matrix, result)
     fitted = result.fitted
     s = fitted["singular_values"]
     parts = _passes.map_partitions(matrix, _passes.variant_pass(fitted["components"].T), client)

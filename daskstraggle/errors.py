@@ -20,6 +20,7 @@ __all__ = [
     "InvalidParameterError",
     "InvalidTypeError",
     "MissingChunksError",
+    "NoCallError",
     "NonFiniteDataError",
     "OutputExistsError",
     "OutputNotWritableError",
@@ -52,6 +53,30 @@ class InvalidDataError(InputError, ValueError):
 
 class NonFiniteDataError(InvalidDataError):
     """The data contains NaN or infinity; raised on the worker that loaded the partition."""
+
+
+class NoCallError(InvalidDataError):
+    """Genotypes with a sample or a variant that has no called genotype at all.
+
+    Raised by :meth:`~daskstraggle.runtime.base.Runtime.run` after loading, before any
+    round: such a sample's or variant's values are all imputed, so it would be scored 0.
+    ``fit_pca``, ``genotype_pca`` and the CLI catch it, remove them with a warning and run
+    again.
+
+    Attributes
+    ----------
+    samples : ndarray of int
+        The matrix's columns with no call.
+    variants : ndarray of int
+        The matrix's rows with no call.
+    """
+
+    def __init__(self, message: str, *, samples: object = (), variants: object = ()) -> None:
+        import numpy as np
+
+        super().__init__(message)
+        self.samples = np.asarray(samples, dtype=np.int64)
+        self.variants = np.asarray(variants, dtype=np.int64)
 
 
 class CorruptDataError(InvalidDataError):

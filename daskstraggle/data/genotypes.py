@@ -45,6 +45,7 @@ __all__ = [
     "QCReport",
     "VariantTable",
     "check_not_allele_counts",
+    "drop_no_calls",
     "filter_variants",
     "parse_genotype_dims",
     "parse_qc",
@@ -391,6 +392,68 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
     if keep.any():
         current = _drop_rows(current, keep, _ld_keep(current, qc, removed, client))
     return _with_report(matrix, current, qc, keep, removed, samples, samples_removed)
+
+
+def no_call_subject(matrix: Matrix, samples: np.ndarray, variants: np.ndarray) -> str:
+    """``"2 sample(s) (first: ['a', 'b']) and 1 variant(s) (first: ['v3']) have"``, naming
+    only what there is (ids when the matrix has them, else indices)."""
+    parts = []
+    for what, index, names in (("sample", samples, matrix.columns),
+                               ("variant", variants, _variant_ids(matrix))):
+        if index.size:
+            first = names[index[:3]].tolist() if names is not None else index[:3].tolist()
+            parts.append(f"{index.size} {what}(s) (first: {first})")
+    return " and ".join(parts) + " have"
+
+
+def _variant_ids(matrix: Matrix) -> np.ndarray | None:
+    table = matrix.variants
+    ids = None if table is None else table.get("variant_id")
+    return None if ids is None else _strings(ids)
+
+
+def drop_no_calls(matrix: Matrix, samples: np.ndarray, variants: np.ndarray, *,
+                  warn: bool = True) -> Matrix:
+    """Return ``matrix`` without the samples (columns) and variants (rows) that have no
+    called genotype, recorded in its :class:`QCReport` as the step ``"no call"``.
+
+    ``fit_pca`` calls it when the run's load finds such samples or variants
+    (:class:`~daskstraggle.errors.NoCallError`): their values would all be imputed, so they
+    would be scored 0. Removing them changes nothing else: their centred column or row is
+    zero and adds nothing to the other samples' components.
+
+    Parameters
+    ----------
+    matrix : Matrix
+        A genotype matrix.
+    samples, variants : ndarray of int
+        Its columns and rows with no call.
+    warn : bool, default=True
+        Warn (:class:`~daskstraggle.errors.StraggleWarning`) naming the first of them.
+
+    Returns
+    -------
+    matrix : Matrix
+    """
+    samples = np.asarray(samples, dtype=np.int64)
+    variants = np.asarray(variants, dtype=np.int64)
+    keep_columns = np.ones(matrix.n_columns, dtype=bool)
+    keep_columns[samples] = False
+    keep_rows = np.ones(matrix.n_rows, dtype=bool)
+    keep_rows[variants] = False
+    out = matrix
+    if samples.size:
+        out = out.select_columns(np.flatnonzero(keep_columns))
+    if variants.size:
+        out = out.select_rows(np.flatnonzero(keep_rows))
+    if warn:
+        warnings.warn(f"{no_call_subject(matrix, samples, variants)} no called genotype; "
+                      "removed, rather than scored 0.", StraggleWarning, stacklevel=3)
+    previous = matrix.attrs.get("qc")
+    qc = previous.qc if isinstance(previous, QCReport) else GenotypeQC()
+    return _with_report(matrix, out, qc, keep_rows, {"no call": int(variants.size)},
+                        keep_columns if samples.size else None,
+                        {"no call": int(samples.size)} if samples.size else {})
 
 
 def _site_keep(matrix: Matrix, qc: GenotypeQC, removed: dict[str, int]) -> np.ndarray:

@@ -11,7 +11,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from daskstraggle import _passes
 from daskstraggle._validation import check_int
-from daskstraggle.api import fit_pca
+from daskstraggle.api import fit_pca, matrix_after_run
 from daskstraggle.data.genotypes import check_not_allele_counts, filter_variants, parse_qc
 from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import InvalidDataError
@@ -174,6 +174,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         _, extra = self._split_params()
         result = fit_pca(matrix, k, oversample=self.oversample,
                          **self._solve_kwargs(matrix, extra))
+        matrix = matrix_after_run(matrix, result)
         self._store_result(result)
         fitted = result.fitted
         self.components_ = np.asarray(fitted["components"], dtype=np.float64)

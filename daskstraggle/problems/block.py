@@ -193,6 +193,11 @@ class MatrixStats:
         per-row transforms (None otherwise): :func:`check_float_range` reads it.
     label_max_abs : float, default=0.0
         Largest absolute label (0 without labels).
+    column_called : ndarray of int of shape (n_features,) or None, default=None
+        Genotype blocks (int8 dosages or packed codes): each column's non-missing calls;
+        None for other data.
+    rows_without_call : tuple of int, default=()
+        Genotype blocks: the rows (``Block.start`` + local index) with no call at all.
     """
 
     n_samples: int
@@ -203,6 +208,8 @@ class MatrixStats:
     column_sq_dev: np.ndarray | None = None
     column_max_abs: np.ndarray | None = None
     label_max_abs: float = 0.0
+    column_called: np.ndarray | None = None
+    rows_without_call: tuple[int, ...] = ()
 
     @property
     def n_features(self) -> int:
@@ -242,6 +249,9 @@ class MatrixStats:
         max_abs = None
         if self.column_max_abs is not None and other.column_max_abs is not None:
             max_abs = np.maximum(self.column_max_abs, other.column_max_abs)
+        called = None
+        if self.column_called is not None and other.column_called is not None:
+            called = self.column_called + other.column_called
         return MatrixStats(
             n_samples=self.n_samples + other.n_samples,
             column_sums=self.column_sums + other.column_sums,
@@ -251,6 +261,8 @@ class MatrixStats:
             column_sq_dev=sq_dev,
             column_max_abs=max_abs,
             label_max_abs=max(self.label_max_abs, other.label_max_abs),
+            column_called=called,
+            rows_without_call=self.rows_without_call + other.rows_without_call,
         )
 
 
@@ -381,6 +393,7 @@ def block_stats(block: Block) -> MatrixStats:
         values, number = np.unique(block.y, return_counts=True)
         if len(values) <= _MAX_CLASSES:
             counts = {float(v): int(c) for v, c in zip(values, number, strict=True)}
+    called, dead_rows = _call_counts(block)
     return MatrixStats(
         n_samples=block.n_rows,
         column_sums=sums,
@@ -390,7 +403,38 @@ def block_stats(block: Block) -> MatrixStats:
         column_sq_dev=sq_dev,
         column_max_abs=_column_max_abs(block),
         label_max_abs=label_max_abs,
+        column_called=called,
+        rows_without_call=dead_rows,
     )
+
+
+def _call_counts(block: Block) -> tuple[np.ndarray | None, tuple[int, ...]]:
+    """A genotype block's non-missing calls per column and its rows without a call
+    (global indices); ``(None, ())`` for other blocks. Packed rows are unpacked a tile of
+    rows at a time (the block's memory stays packed)."""
+    from daskstraggle.problems._packing import unpack_dosages
+
+    if not block.is_packed and block.values.dtype != np.int8:
+        return None, ()
+    n_columns = block.n_features
+    if block.fill is None:  # no missing call in the block
+        return np.full(n_columns, block.n_rows, dtype=np.int64), ()
+    called = np.zeros(n_columns, dtype=np.int64)
+    dead: list[int] = []
+    for a in range(0, block.n_rows, _CALL_TILE):
+        tile = block.values[a:a + _CALL_TILE]
+        if block.is_packed:
+            assert block.packed_columns is not None
+            tile = unpack_dosages(tile, block.packed_columns)
+        present = tile >= 0
+        called += np.count_nonzero(present, axis=0)
+        dead.extend(block.start + a + int(i)
+                    for i in np.flatnonzero(~present.any(axis=1)))
+    return called, tuple(dead)
+
+
+#: Rows per tile when counting a genotype block's calls.
+_CALL_TILE = 1024
 
 
 def _column_max_abs(block: Block) -> np.ndarray | None:

@@ -51,6 +51,7 @@ from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import (
     ConvergenceWarning,
     InvalidParameterError,
+    NoCallError,
 )
 from daskstraggle.methods.base import (
     Method,
@@ -475,6 +476,7 @@ class Runtime(ABC):
         t_load = time.perf_counter()
         stats = self._load(matrix, placement)
         load_duration = time.perf_counter() - t_load
+        refuse_no_calls(stats, matrix)
         if resume is None:
             session = self._new_session(method, problem, stats, placement, settings,
                                         stop=stop, step_size=step_size,
@@ -717,3 +719,27 @@ class Runtime(ABC):
 
 def _kernel_at(block: Block, problem: Problem, iterate: np.ndarray) -> KernelResult:
     return problem.kernel(block, iterate)
+
+
+def refuse_no_calls(stats: MatrixStats, matrix: Matrix) -> None:
+    """Raise :class:`~daskstraggle.errors.NoCallError` if a genotype matrix has a sample
+    (column) or a variant (row) without any called genotype (``stats`` of the load).
+
+    Such a sample's column (or variant's row) is all imputed, hence zero once centred: it
+    would be scored 0, which is no answer. The callers that can remove it do so and run
+    again (:func:`daskstraggle.api._run`).
+    """
+    dead_columns = (np.flatnonzero(stats.column_called == 0)
+                    if stats.column_called is not None else np.zeros(0, dtype=np.int64))
+    dead_rows = np.unique(np.asarray(stats.rows_without_call, dtype=np.int64))
+    if dead_columns.size == 0 and dead_rows.size == 0:
+        return
+    from daskstraggle.data.genotypes import no_call_subject
+
+    raise NoCallError(
+        f"{no_call_subject(matrix, dead_columns, dead_rows)} no called genotype: they would "
+        "be scored 0. Remove them (max_sample_missing=1 removes such samples, max_missing "
+        "below 1 such variants; CLI --mind 1, --max-missing) or fit through fit_pca, which "
+        "removes them.",
+        samples=dead_columns, variants=dead_rows,
+    )
