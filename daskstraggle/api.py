@@ -390,6 +390,7 @@ def _run(
         run = partial(rt.run, meth, problem, stop=stop, step_size=step_size,
                       reference=reference, rng=rng, progress=progress,
                       record_iterates=record_iterates, checkpoint=checkpointer, resume=state)
+        matrix = _as_resumed(matrix, state)
         try:
             result = _run_without_no_calls(run, matrix, problem, meth)
         except (SchedulerLostError, WorkerLostError) as err:
@@ -403,6 +404,16 @@ def _run(
     if out_path is not None:
         result.save(out_path, overwrite=overwrite)
     return result
+
+
+def _as_resumed(matrix: Matrix, state: dict[str, Any] | None) -> Matrix:
+    """``matrix`` without the samples and variants with no call that the resumed run
+    removed (recorded in its checkpoint's settings), so the shapes match."""
+    recorded = None if state is None else state["settings"].get("no_call")
+    if not recorded or "no call" in matrix.describe().get("qc", {}).get("removed", {}):
+        return matrix
+    return drop_no_calls(matrix, np.asarray(recorded["samples"], dtype=np.int64),
+                         np.asarray(recorded["variants"], dtype=np.int64))
 
 
 def _run_without_no_calls(run: Callable[[Matrix], Result], matrix: Matrix, problem: Any,

@@ -319,7 +319,10 @@ class QCReport:
         The input's samples the matrix holds (``max_sample_missing``, ``king_cutoff``);
         None: all.
     samples_removed : dict of str to int
-        Samples each step removed (``mind``, ``king``).
+        Samples each step removed (``mind``, ``king``, ``no call``).
+    no_call : dict or None
+        ``{"samples": [...], "variants": [...]}``: the columns and rows of the matrix before
+        that step that had no called genotype (:func:`drop_no_calls`); None: none.
     """
 
     qc: GenotypeQC
@@ -327,6 +330,7 @@ class QCReport:
     removed: dict[str, int] = field(default_factory=dict)
     samples_kept: np.ndarray | None = None
     samples_removed: dict[str, int] = field(default_factory=dict)
+    no_call: dict[str, list[int]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serialisable summary (no mask)."""
@@ -336,6 +340,8 @@ class QCReport:
             out.update(n_samples=int(self.samples_kept.size),
                        n_samples_kept=int(self.samples_kept.sum()),
                        samples_removed=dict(self.samples_removed))
+        if self.no_call is not None:
+            out["no_call"] = {k: list(v) for k, v in self.no_call.items()}
         return out
 
 
@@ -453,7 +459,8 @@ def drop_no_calls(matrix: Matrix, samples: np.ndarray, variants: np.ndarray, *,
     qc = previous.qc if isinstance(previous, QCReport) else GenotypeQC()
     return _with_report(matrix, out, qc, keep_rows, {"no call": int(variants.size)},
                         keep_columns if samples.size else None,
-                        {"no call": int(samples.size)} if samples.size else {})
+                        {"no call": int(samples.size)} if samples.size else {},
+                        {"samples": samples.tolist(), "variants": variants.tolist()})
 
 
 def _site_keep(matrix: Matrix, qc: GenotypeQC, removed: dict[str, int]) -> np.ndarray:
@@ -584,7 +591,8 @@ def sample_missing(matrix: Matrix, *, client: Any = None) -> np.ndarray:
 
 def _with_report(original: Matrix, filtered: Matrix, qc: GenotypeQC, keep: np.ndarray,
                  removed: dict[str, int], samples: np.ndarray | None = None,
-                 samples_removed: dict[str, int] | None = None) -> Matrix:
+                 samples_removed: dict[str, int] | None = None,
+                 no_call: dict[str, list[int]] | None = None) -> Matrix:
     """Attach the report to ``filtered``, composed with ``original``'s own report."""
     previous = original.attrs.get("qc")
     if isinstance(previous, QCReport):  # a second stage: the mask stays over the input
@@ -597,7 +605,8 @@ def _with_report(original: Matrix, filtered: Matrix, qc: GenotypeQC, keep: np.nd
         if previous.samples_kept is not None:
             samples = _compose(previous.samples_kept, samples)
         samples_removed = {**previous.samples_removed, **(samples_removed or {})}
-    report = QCReport(qc, keep, removed, samples, dict(samples_removed or {}))
+        no_call = no_call if no_call is not None else previous.no_call
+    report = QCReport(qc, keep, removed, samples, dict(samples_removed or {}), no_call)
     if not keep.any():
         steps = ", ".join(f"{k} removed {v}" for k, v in removed.items())
         raise InvalidDataError(

@@ -296,6 +296,8 @@ def run_settings(*, method: Any, problem: Any, n_workers: int,
         "problem": [problem.name, _comparable(problem.get_params())],
         "n_workers": int(n_workers),
         "shape": list(matrix.get("shape", [])),
+        # recorded, not compared: a resume removes the same samples and variants first
+        "no_call": matrix.get("qc", {}).get("no_call"),
     }
 
 

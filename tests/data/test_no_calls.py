@@ -120,3 +120,18 @@ def test_on_process_workers_too(dask_client: Any) -> None:
     with pytest.warns(StraggleWarning, match="no called genotype"):
         res = ds.fit_pca(ds.open_matrix(_calls()), 2, client=dask_client, rng=0)
     assert res.attrs["no_call"]["samples"] == [DEAD_SAMPLE]
+
+
+@pytest.mark.filterwarnings("ignore::daskstraggle.errors.ConvergenceWarning")
+def test_a_resumed_run_removes_the_same_ones_first(tmp_path: Any) -> None:
+    matrix = ds.open_matrix(_calls())
+    kw = {"runtime": "local", "rng": 0, "method": "gd", "tol": 1e-14}
+    with pytest.warns(StraggleWarning, match="no called genotype"):
+        whole = ds.fit_pca(matrix, 2, max_iter=10, **kw)
+    with pytest.warns(StraggleWarning, match="no called genotype"):
+        ds.fit_pca(matrix, 2, max_iter=6, checkpoint=tmp_path / "ck", checkpoint_interval=2,
+                   **kw)
+    with pytest.warns(StraggleWarning, match="no called genotype"):
+        resumed = ds.fit_pca(matrix, 2, max_iter=10, resume=tmp_path / "ck", **kw)
+    assert resumed.n_iter == 10
+    np.testing.assert_array_equal(resumed.iterate, whole.iterate)
