@@ -63,6 +63,33 @@ def _method_options() -> list[Callable[..., Any]]:
     return options
 
 
+def _problem_options(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options problem ``name`` declares (``Problem.cli_options``), as click options."""
+    from daskstraggle.problems import get_problem_class
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(get_problem_class(name).cli_options):
+            flags = [f"{option.flag}/{option.off_flag}" if option.off_flag else option.flag]
+            if option.short:
+                flags.insert(0, option.short)
+            kind: dict[str, Any] = ({"is_flag": True} if option.is_flag and not option.off_flag
+                                    else {} if option.is_flag else {"type": option.type})
+            fn = click.option(*flags, option.dest, default=option.default, **kind,
+                              metavar=option.metavar, show_default=option.show_default,
+                              help=option.help)(fn)
+        return fn
+
+    return decorate
+
+
+def _problem_values(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Pop the values of problem ``name``'s options from ``params``, by fit keyword."""
+    from daskstraggle.problems import get_problem_class
+
+    return {option.target: params.pop(option.dest)
+            for option in get_problem_class(name).cli_options}
+
+
 def _method_help() -> str:
     """The ``--method`` help: ``auto`` and every registered method with its description."""
     described = [f"{cls.name} ({cls.description})" if cls.description else cls.name
@@ -283,13 +310,7 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
 
 @cli.command()
 @click.argument("source")
-@click.option("-k", "--components", "n_components", type=int, default=2, show_default=True,
-              help="Number of principal components.")
-@click.option("--center/--no-center", default=None,
-              help="Centre the columns (default: yes, except Patterson-scaled genotypes).")
-@click.option("--oversample", type=int, default=None,
-              help="Extra columns p carried beyond the k components (block k + p with "
-                   "Rayleigh-Ritz; default: 0, or k with --method block).")
+@_problem_options("pca")
 @click.option("--packed-genotypes", is_flag=True,
               help="Genotypes (VCF Zarr, .bed): workers hold the dosages as 2-bit codes "
                    "(4 calls per byte, a quarter of the int8 memory); ploidy 1 or 2 only.")
@@ -300,8 +321,7 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
                    "control then runs here before the fit).")
 @qc_options
 @_solve_options
-def pca(source: str, n_components: int, center: bool | None, oversample: int | None,
-        packed_genotypes: bool, plink_out: str | None, **params: Any) -> None:
+def pca(source: str, packed_genotypes: bool, plink_out: str | None, **params: Any) -> None:
     """PCA of the matrix at SOURCE (Zarr array/group, VCF Zarr store, PLINK .bed or .pgen)."""
     qc = qc_from_params(params)
     data: Any = source
@@ -324,8 +344,8 @@ def pca(source: str, n_components: int, center: bool | None, oversample: int | N
                     f"--plink-out writes a genotype PCA; {source!r} is a {data.kind} matrix, "
                     "not genotypes (VCF Zarr, .bed). Drop --plink-out (--out saves any run)."
                 )
-    _run_solve("pca", data, params, plot=plot, plink_out=plink_out, n_components=n_components,
-               center=center, oversample=oversample, qc=qc)
+    _run_solve("pca", data, params, plot=plot, plink_out=plink_out, qc=qc,
+               **_problem_values("pca", params))
 
 
 def _labels_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -352,23 +372,25 @@ def _default_labels(source: str, labels: str | None,
 @cli.command()
 @click.argument("source")
 @_labels_option
-@click.option("--alpha", type=float, default=None, help="L2 penalty (default 1/n_samples).")
+@_problem_options("logistic")
 @_solve_options
-def logreg(source: str, labels: str | None, alpha: float | None, **params: Any) -> None:
+def logreg(source: str, labels: str | None, **params: Any) -> None:
     """L2-regularised logistic regression on the Zarr group at SOURCE."""
-    _run_solve("logreg", source, params, plot=_plot_path(source, params), alpha=alpha,
-               labels=_default_labels(source, labels, params["storage_options"]))
+    _run_solve("logreg", source, params, plot=_plot_path(source, params),
+               labels=_default_labels(source, labels, params["storage_options"]),
+               **_problem_values("logistic", params))
 
 
 @cli.command()
 @click.argument("source")
 @_labels_option
-@click.option("--alpha", type=float, default=0.0, show_default=True, help="L2 penalty.")
+@_problem_options("least-squares")
 @_solve_options
-def linreg(source: str, labels: str | None, alpha: float, **params: Any) -> None:
+def linreg(source: str, labels: str | None, **params: Any) -> None:
     """Least-squares regression on the Zarr group at SOURCE."""
-    _run_solve("linreg", source, params, plot=_plot_path(source, params), alpha=alpha,
-               labels=_default_labels(source, labels, params["storage_options"]))
+    _run_solve("linreg", source, params, plot=_plot_path(source, params),
+               labels=_default_labels(source, labels, params["storage_options"]),
+               **_problem_values("least-squares", params))
 
 
 # ------------------------------------------------------------------------------ datasets

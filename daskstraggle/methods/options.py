@@ -12,58 +12,17 @@ Pure: no click (the CLI turns a :class:`MethodOption` into a click option).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from daskstraggle._declared_options import CliOption
 from daskstraggle.errors import InvalidParameterError
 
-__all__ = ["MethodOption", "check_cli_values", "method_options", "parse_int_list"]
+__all__ = ["CliOption", "MethodOption", "check_cli_values", "method_options", "parse_int_list"]
 
 
-@dataclass(frozen=True)
-class MethodOption:
-    """One method parameter exposed as a command-line option.
-
-    Parameters
-    ----------
-    flag : str
-        The option, e.g. ``"--wait"``.
-    dest : str
-        The name the CLI stores the value under (unique across all methods' options).
-    help : str
-        The option's help text.
-    type : {int, float, str, bool}, default=str
-        Type of the value; ``bool`` makes an on/off flag (off counts as not given).
-    param : str or None, default=None
-        The method parameter it sets; None: ``dest``.
-    choices : tuple of str or None, default=None
-        The values allowed.
-    metavar : str or None, default=None
-        Placeholder shown in ``--help``.
-    parse : callable or None, default=None
-        ``parse(text)`` converts the given text, raising ValueError whose message
-        completes "``FLAG`` ..." (e.g. "must be comma-separated ints such as 1,2,3").
-    """
-
-    flag: str
-    dest: str
-    help: str
-    type: type = str
-    param: str | None = None
-    choices: tuple[str, ...] | None = None
-    metavar: str | None = None
-    parse: Callable[[str], Any] | None = None
-
-    @property
-    def is_flag(self) -> bool:
-        """Whether the option is an on/off flag."""
-        return self.type is bool
-
-    @property
-    def target(self) -> str:
-        """The method parameter the option sets."""
-        return self.param or self.dest
+#: A method's command-line option (the same declaration problems use).
+MethodOption = CliOption
 
 
 def parse_int_list(text: str) -> tuple[int, ...]:

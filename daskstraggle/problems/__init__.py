@@ -28,6 +28,7 @@ __all__ = [
     "Problem",
     "Reference",
     "block_stats",
+    "get_problem_class",
     "list_problems",
     "make_problem",
 ]
@@ -53,6 +54,17 @@ def list_problems() -> list[str]:
         Sorted, e.g. ``["least-squares", "logistic", "pca"]``.
     """
     return _REGISTRY.names()
+
+
+def get_problem_class(name: str) -> type[Problem]:
+    """Return the registered problem class ``name`` (one of :func:`list_problems`).
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``name`` is not registered.
+    """
+    return _REGISTRY.get(name)
 
 
 def make_problem(name: str, **params: Any) -> Problem:

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Protocol, Self
 
 import numpy as np
 
+from daskstraggle._declared_options import CliOption
 from daskstraggle.problems.block import Block, MatrixStats
 
 __all__ = [
@@ -122,6 +123,10 @@ class Problem(ABC):
     name: ClassVar[str]
     #: Whether the problem needs labels ``y``.
     needs_labels: ClassVar[bool] = False
+    #: The options its CLI command (``pca``, ``logreg``, ``linreg``) offers for its
+    #: parameters; each value goes to the problem's ``fit_*`` function under its
+    #: ``target``, so the command, ``--help`` and ``docs/cli.md`` follow this declaration.
+    cli_options: ClassVar[tuple[CliOption, ...]] = ()
 
     @property
     @abstractmethod

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import scipy.linalg
 
+from daskstraggle._declared_options import CliOption
 from daskstraggle._validation import check_bool, check_nonnegative
 from daskstraggle.errors import InvalidDataError, StraggleError
 from daskstraggle.problems._kernels import glm_pass
@@ -502,6 +503,10 @@ class LeastSquares(_LinearModel):
 
     name: ClassVar[str] = "least-squares"
     _curvature: ClassVar[float] = 1.0
+    cli_options: ClassVar[tuple[CliOption, ...]] = (
+        CliOption("--alpha", "alpha", "L2 penalty.", type=float, default=0.0,
+                  show_default=True),
+    )
 
     alpha: float = 0.0
     fit_intercept: bool = True

@@ -10,6 +10,7 @@ from typing import ClassVar, Self
 import numpy as np
 from scipy.special import expit
 
+from daskstraggle._declared_options import CliOption
 from daskstraggle._validation import check_bool, check_nonnegative
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
 from daskstraggle.problems._kernels import glm_pass
@@ -109,6 +110,9 @@ class Logistic(_LinearModel):
 
     name: ClassVar[str] = "logistic"
     _curvature: ClassVar[float] = 0.25
+    cli_options: ClassVar[tuple[CliOption, ...]] = (
+        CliOption("--alpha", "alpha", "L2 penalty (default 1/n_samples).", type=float),
+    )
 
     alpha: float | None = None
     fit_intercept: bool = True

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import scipy.linalg
 
+from daskstraggle._declared_options import CliOption
 from daskstraggle._validation import check_bool, check_int
 from daskstraggle.errors import (
     DivergenceError,
@@ -113,6 +114,15 @@ class PCA(Problem):
 
     name: ClassVar[str] = "pca"
     needs_labels: ClassVar[bool] = False
+    cli_options: ClassVar[tuple[CliOption, ...]] = (
+        CliOption("--components", "n_components", "Number of principal components.", type=int,
+                  short="-k", default=2, show_default=True),
+        CliOption("--center", "center", "Centre the columns (default: yes, except "
+                  "Patterson-scaled genotypes).", type=bool, off_flag="--no-center"),
+        CliOption("--oversample", "oversample", "Extra columns p carried beyond the k "
+                  "components (block k + p with Rayleigh-Ritz; default: 0, or k with --method "
+                  "block).", type=int),
+    )
     #: Momentum methods are refused: iterates are subspaces.
     supports_momentum: ClassVar[bool] = False
 
