@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskstraggle._output import check_folder_exists
+from daskstraggle.data.genotypes import _strings
 from daskstraggle.errors import InvalidParameterError, OutputExistsError
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def write_plink(result: Result, prefix: str | os.PathLike[str], matrix: Matrix |
     paths = check_prefix(prefix, overwrite=overwrite, alleles=matrix is not None)
     components = np.asarray(result.fitted["components"], dtype=np.float64)
     s = np.asarray(result.fitted["singular_values"], dtype=np.float64)
-    samples = (np.asarray(result.feature_coords).astype(str) if result.feature_coords is not None
+    samples = (_strings(result.feature_coords) if result.feature_coords is not None
                else np.array([f"sample_{j}" for j in range(components.shape[1])]))
     _write_eigenvec(paths[0], components, samples, _family_ids(info, samples))
     eigenvalues = s ** 2 / (info["ploidy"] * info["shape"][0])
@@ -214,16 +215,16 @@ def _variant_columns(matrix: Matrix) -> tuple[list[str], list[int], list[str], l
     if table is None:
         return ["0"] * n, list(range(1, n + 1)), ["A"] * n, ["T"] * n, None
     contig_id, codes = table.whole("contig_id"), table.get("variant_contig")
-    chrom = (list(np.asarray(contig_id).astype(str)[np.asarray(codes, dtype=np.int64)])
+    chrom = (list(_strings(contig_id)[np.asarray(codes, dtype=np.int64)])
              if contig_id is not None and codes is not None else ["0"] * n)
     positions = table.get("variant_position")
     pos = [int(p) for p in positions] if positions is not None else list(range(1, n + 1))
     alleles = table.get("variant_allele")
     if alleles is not None:
-        alleles = np.asarray(alleles).astype(str).reshape(n, -1)
+        alleles = _strings(alleles).reshape(n, -1)
         ref = [a or "0" for a in alleles[:, 0]]
         alt = [a or "0" for a in alleles[:, 1]] if alleles.shape[1] > 1 else ["0"] * n
     else:
         ref, alt = ["A"] * n, ["T"] * n
     given = table.get("variant_id")
-    return chrom, pos, ref, alt, (None if given is None else list(np.asarray(given).astype(str)))
+    return chrom, pos, ref, alt, (None if given is None else list(_strings(given)))

@@ -160,3 +160,15 @@ def test_cli_plink_out(fileset, tmp_path, capsys):
     zarr.open_group(str(X), mode="w").create_array("X", data=np.ones((20, 3)))
     assert main(["pca", str(X), "--runtime", "local", "--plink-out", str(tmp_path / "p")]) == 2
     assert "writes a genotype PCA" in capsys.readouterr().err
+
+
+def test_a_vcf_zarr_store_with_variable_width_strings_writes_the_files(fileset, tmp_path):
+    """bio2zarr's stores under zarr 3 hold contig ids and alleles as numpy StringDType."""
+    _, vcz = fileset
+    matrix = ds.open_matrix(vcz)
+    assert matrix.variants.whole("contig_id").dtype.kind in "TUO"
+    res = ds.fit_pca(matrix, 2, runtime="local", rng=0)
+    paths = res.to_plink(tmp_path / "v", matrix)
+    header, rows = _table(paths[2])
+    assert header[:5] == ["#CHROM", "ID", "REF", "ALT", "A1"]
+    assert rows and all(row[0] == "1" for row in rows)
