@@ -310,14 +310,16 @@ def _run(
     resume: str | os.PathLike[str] | None = None,
     genotype_dims: tuple[str, str] | None = None,
     qc: Any = None,
+    caller: str | None = None,
 ) -> Result:
     """Fit ``problem`` on ``X`` from the flat options of the ``fit_*`` functions.
 
     The one body behind :func:`solve` (which groups these options) and the ``fit_*``
     functions (which show them); every option is documented once, in ``_OPTIONS_DOC``.
-    Everything is checked here, once, before any cluster work.
+    Everything is checked here, once, before any cluster work; errors name ``caller``
+    (default ``fit_<problem>``).
     """
-    caller = f"fit_{problem.name.replace('-', '_')}"
+    caller = caller or f"fit_{problem.name.replace('-', '_')}"
     stop = StopRule(max_iter=max_iter, tol=tol, gap_tol=gap_tol, time_budget=time_budget)
     check_bool(reference, name="reference", caller=caller)
     if gap_tol is not None and not reference:
@@ -603,7 +605,7 @@ _MOVED_KEYWORDS = {
 
 
 def solve(
-    problem: Problem,
+    problem: Problem | str,
     X: Any,
     *,
     labels: Any = None,
@@ -624,8 +626,9 @@ def solve(
 
     Parameters
     ----------
-    problem : Problem
-        Unbound problem, e.g. ``daskstraggle.problems.PCA(n_components=3)``.
+    problem : Problem or str
+        Unbound problem, e.g. ``daskstraggle.problems.PCA(n_components=3)``, or a
+        registered name (``"pca"``, ``"logistic"``, ``"least-squares"``) for its defaults.
     X : str, path, array-like, xarray.Dataset or Matrix
         Anything :func:`~daskstraggle.open_matrix` accepts.
     labels : str, array-like or None, default=None
@@ -706,8 +709,30 @@ def solve(
         warnings.warn(f"solve's flat keywords moved into groups ({'; '.join(wheres)}); the "
                       "fit_* functions keep them as keywords.", DeprecationWarning,
                       stacklevel=2)
-    return _run(problem, X, labels=labels, method=method, step_size=step_size, out=out,
-                overwrite=overwrite, progress=progress, rng=rng, **flat)
+    return _run(_as_problem(problem), X, labels=labels, method=method, step_size=step_size,
+                out=out, overwrite=overwrite, progress=progress, rng=rng, caller="solve",
+                **flat)
+
+
+def _as_problem(problem: Any) -> Problem:
+    """``solve``'s problem: a :class:`~daskstraggle.problems.Problem`, or a registered name
+    (its defaults)."""
+    if isinstance(problem, Problem):
+        return problem
+    if isinstance(problem, str):
+        from daskstraggle.problems import list_problems, make_problem
+
+        if problem.replace("_", "-") not in list_problems():
+            raise InvalidParameterError(
+                f"The 'problem' parameter of solve must be a Problem or one of "
+                f"{list_problems()}. Got {problem!r} instead."
+            )
+        return make_problem(problem)
+    raise InvalidParameterError(
+        "The 'problem' parameter of solve must be a Problem (e.g. "
+        "daskstraggle.problems.PCA(n_components=3)) or a registered name such as 'pca'. Got "
+        f"{type(problem).__name__} instead."
+    )
 
 
 def _ungrouped(stop: Any, runtime: Any, data: Any, checkpoint: Any,

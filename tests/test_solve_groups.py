@@ -102,3 +102,18 @@ def test_a_client_is_a_runtime(dask_client):
     ref = fit_pca(X, 2, method="gram", runtime="local")
     np.testing.assert_allclose(np.abs(res.fitted["components"]),
                                np.abs(ref.fitted["components"]), atol=1e-10)
+
+
+def test_solve_takes_a_problem_or_its_name_and_its_errors_name_solve():
+    X, y = _data()
+    by_name = solve("least-squares", X, labels=y, method="gd", runtime="local",
+                    stop=StopRule(max_iter=50, tol=None))
+    by_object = solve(LeastSquares(), X, labels=y, method="gd", runtime="local",
+                      stop=StopRule(max_iter=50, tol=None))
+    np.testing.assert_allclose(by_name.iterate, by_object.iterate, atol=1e-12)
+    for bad, match in (("pcaa", r"one of \['least-squares', 'logistic', 'pca'\]"),
+                       (3, "must be a Problem")):
+        with pytest.raises(InvalidParameterError, match=match):
+            solve(bad, X)
+    with pytest.raises(InvalidParameterError, match="'n_workers' parameter of solve"):
+        solve("pca", X, runtime=RuntimeSpec("local", n_workers=-1))
