@@ -1,0 +1,240 @@
+#!/usr/bin/env python
+"""The straggler table: plain GD against the straggler-resilient methods, with repeats.
+
+Issue 29, part 4. One table, two settings, the same policy code:
+
+- ``cluster``: a LocalCluster of ``workers`` single-threaded process workers (4 by default).
+  A *sleep-based* straggler (``slowdown(workers=1, factor=8)``: each of worker 1's tasks
+  sleeps 7 times its compute time after computing, which costs no CPU, so the 2-core host
+  does not hide it) and a ``markov`` one (workers turn slow and back at random). Jobs:
+  logistic regression on a two-Gaussian-mixture store solved to ``tol``, and a genotype PCA
+  (``gram``, exact in one round) of a simulated VCF Zarr store. For each job: plain GD
+  without a straggler ("clean"), plain GD with it, coded GD (cyclic repetition, s = 1) and
+  DSAG (w = workers - 1) with it; for the PCA, gram uncoded clean and with the straggler and
+  gram coded (cyclic repetition, s = 1) with it. Each run is one ``fit_*`` call on the
+  same cluster; its solve time is ``result.wall_time`` (after the load, as the paper's
+  timings). ``repeats`` rounds, the order of the cases rotated each round; medians.
+- ``sim``: the logistic cases at ``sim_workers`` (100) simulated workers
+  (``runtime="sim"``, latency ``gamma(mean=0.05, var=1e-4)`` plus the same ``slowdown`` on
+  a tenth of the workers; coded with s = that tenth), the same policy code in simulated
+  time, a fixed number of rounds (``sim_rounds``): simulated time and final objective.
+
+Each row reports the median solve time, the iterations, ``converged``, and the speed-up
+against plain GD with the straggler (``gd_straggler / case``) and the cost against the
+clean run (``case / gd_clean``).
+
+Usage::
+
+    python pipelines/straggler_table.py              # ~10 minutes on 2 cores
+    python pipelines/straggler_table.py --quick      # smoke run, small data, < 1 minute
+    python pipelines/straggler_table.py --sections sim
+
+Results (every run, medians, ratios, machine, versions) go to
+``results/straggler_table/<UTC timestamp>.json``.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SECTIONS = ("cluster", "sim")
+
+FULL = {"workers": 4, "repeats": 3, "logistic": (400_000, 100), "genotypes": (60_000, 1_500),
+        "tol": 1e-6, "max_iter": 300, "sim_workers": 100, "sim_rows": 20_000, "sim_rounds": 100}
+QUICK = {"workers": 4, "repeats": 1, "logistic": (20_000, 10), "genotypes": (2_000, 100),
+         "tol": 1e-6, "max_iter": 300, "sim_workers": 20, "sim_rows": 2_000, "sim_rounds": 30}
+
+STRAGGLERS = {"slowdown": "slowdown(workers=1, factor=8)",
+              "markov": "markov(p_slow=0.1, p_fast=0.3, slow_factor=8)"}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def regression_cases(workers: int) -> list[tuple[str, str, dict[str, Any], str | None]]:
+    """(label, method, method_params, straggler name or None) of the logistic job."""
+    cases: list[tuple[str, str, dict[str, Any], str | None]] = [
+        ("gd clean", "gd", {}, None)]
+    for name in STRAGGLERS:
+        cases += [(f"gd {name}", "gd", {}, name),
+                  (f"coded s=1 {name}", "coded",
+                   {"scheme": "cyclic-repetition", "n_stragglers": 1}, name),
+                  (f"dsag w={workers - 1} {name}", "dsag", {"n_wait": workers - 1}, name)]
+    return cases
+
+
+def pca_cases() -> list[tuple[str, str, dict[str, Any], str | None]]:
+    """(label, method, method_params, straggler name or None) of the genotype PCA job."""
+    cases: list[tuple[str, str, dict[str, Any], str | None]] = [
+        ("gram clean", "gram", {}, None)]
+    for name in STRAGGLERS:
+        cases += [(f"gram {name}", "gram", {}, name),
+                  (f"gram coded s=1 {name}", "gram",
+                   {"scheme": "cyclic-repetition", "n_stragglers": 1}, name)]
+    return cases
+
+
+def _solve(job: str, data: Any, method: str, params: dict[str, Any], straggler: str | None,
+           cfg: dict[str, Any], **where: Any) -> dict[str, Any]:
+    import daskstraggle as ds
+
+    kw = dict(method=method, method_params=params or None, rng=0,
+              stragglers=STRAGGLERS[straggler] if straggler else None, **where)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if job == "logistic":
+            res = ds.fit_logistic(data, "y", tol=cfg["tol"], max_iter=cfg["max_iter"], **kw)
+        else:
+            res = ds.fit_pca(data, 10, **kw)
+    return {"solve_s": float(res.wall_time), "iterations": int(res.n_iter),
+            "converged": bool(res.converged), "objective": float(res.objective)}
+
+
+def _table(runs: dict[str, list[dict[str, Any]]], base: str,
+           straggled: dict[str, str]) -> dict[str, Any]:
+    """Medians per case and the two ratios (against GD or gram with the same straggler,
+    and against the clean run)."""
+    med = {label: {"solve_s": statistics.median(r["solve_s"] for r in rs),
+                   "iterations": statistics.median(r["iterations"] for r in rs),
+                   "objective": statistics.median(r["objective"] for r in rs),
+                   "converged": all(r["converged"] for r in rs)}
+           for label, rs in runs.items()}
+    clean = med[f"{base} clean"]["solve_s"]
+    for label, row in med.items():
+        plain = med.get(straggled.get(label, ""), row)["solve_s"]
+        row["speedup_vs_plain_with_straggler"] = plain / row["solve_s"]
+        row["vs_clean"] = row["solve_s"] / clean
+    return med
+
+
+def _plain_of(labels: list[str], base: str) -> dict[str, str]:
+    """Each case's plain run with the same straggler (``gd markov`` for ``dsag w=3 markov``)."""
+    return {label: f"{base} {label.rsplit(' ', 1)[1]}" for label in labels
+            if not label.endswith("clean")}
+
+
+def run_cluster(cfg: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """The ``cluster`` section: both jobs on one LocalCluster, ``repeats`` rotated rounds."""
+    from distributed import Client, LocalCluster
+
+    from daskstraggle.data.datasets import make_genotypes, make_logistic
+
+    n, d = cfg["logistic"]
+    logit = make_logistic(workdir / "logit.zarr", n_samples=n, n_features=d,
+                          chunk_rows=max(1, n // (2 * cfg["workers"])), seed=0)
+    m, s = cfg["genotypes"]
+    geno = make_genotypes(workdir / "geno.vcz", n_variants=m, n_samples=s, n_populations=3,
+                          chunk_rows=max(1, m // (2 * cfg["workers"])), seed=0)
+    jobs = {"logistic": (logit, regression_cases(cfg["workers"]), "gd"),
+            "pca": (geno, pca_cases(), "gram")}
+    out: dict[str, Any] = {}
+    with LocalCluster(n_workers=cfg["workers"], threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        for job, (data, cases, base) in jobs.items():
+            runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in cases}
+            for repeat in range(cfg["repeats"]):
+                order = cases[repeat % len(cases):] + cases[:repeat % len(cases)]
+                for label, method, params, straggler in order:
+                    row = _solve(job, data, method, params, straggler, cfg, client=client)
+                    runs[label].append(row)
+                    log(f"{job} {label}: {row['solve_s']:.2f} s, {row['iterations']} rounds")
+            out[job] = {"runs": runs,
+                        "median": _table(runs, base, _plain_of(list(runs), base))}
+    return out
+
+
+def run_sim(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The ``sim`` section: the logistic cases at ``sim_workers`` simulated workers."""
+    import numpy as np
+
+    n_workers = cfg["sim_workers"]
+    slow = list(range(0, n_workers, 10))
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(cfg["sim_rows"], 20))
+    y = np.where(X @ rng.normal(size=20) + 0.5 * rng.normal(size=cfg["sim_rows"]) > 0, 1, -1)
+    latency = f"gamma(mean=0.05, var=1e-4) + slowdown(workers={slow}, factor=8)"
+    cases = [("gd clean", "gd", {}, "gamma(mean=0.05, var=1e-4)"), ("gd slowdown", "gd", {},
+             latency),
+             (f"coded s={len(slow)} slowdown", "coded",
+              {"scheme": "cyclic-repetition", "n_stragglers": len(slow)}, latency),
+             (f"dsag w={n_workers - len(slow)} slowdown", "dsag",
+              {"n_wait": n_workers - len(slow)}, latency)]
+    import daskstraggle as ds
+
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for label, method, params, spec in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = ds.fit_logistic(X, y, method=method, method_params=params or None,
+                                  runtime="sim", n_workers=n_workers, stragglers=spec,
+                                  n_partitions=n_workers, tol=None,
+                                  max_iter=cfg["sim_rounds"], rng=0)
+        runs[label] = [{"solve_s": float(res.wall_time), "iterations": int(res.n_iter),
+                        "converged": bool(res.converged), "objective": float(res.objective)}]
+        log(f"sim {label}: {res.wall_time:.2f} simulated s, {res.n_iter} rounds")
+    return {"n_workers": n_workers, "latency": latency, "runs": runs,
+            "median": _table(runs, "gd", _plain_of(list(runs), "gd"))}
+
+
+def report(results: dict[str, Any]) -> list[str]:
+    """The tables as text."""
+    lines = []
+    for name, block in [*results.get("cluster", {}).items(),
+                        *([("sim", results["sim"])] if "sim" in results else [])]:
+        lines.append(f"\n{name}: median solve time, rounds, speed-up against the plain method "
+                     "with the same straggler, cost against the clean run")
+        for label, row in block["median"].items():
+            lines.append(f"  {label:28s} {row['solve_s']:8.2f} s  {row['iterations']:6.0f}  "
+                         f"x{row['speedup_vs_plain_with_straggler']:5.2f}  "
+                         f"{row['vs_clean']:5.2f} of clean  objective {row['objective']:.6g}  "
+                         f"{'converged' if row['converged'] else 'not converged'}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--quick", action="store_true", help="small data, one repeat")
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--out", type=Path, default=None, help="the JSON result's path")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_foundation import machine_info
+
+    cfg = dict(QUICK if args.quick else FULL)
+    results: dict[str, Any] = {"config": cfg, "quick": args.quick, "stragglers": STRAGGLERS,
+                               "machine": machine_info()}
+    t0 = time.perf_counter()
+    if "cluster" in args.sections:
+        with tempfile.TemporaryDirectory() as tmp:
+            results["cluster"] = run_cluster(cfg, Path(tmp))
+    if "sim" in args.sections:
+        results["sim"] = run_sim(cfg)
+    results["elapsed_s"] = time.perf_counter() - t0
+    for line in report(results):
+        print(line)
+    out = args.out or (REPO / "results" / "straggler_table"
+                       / f"{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%SZ}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, default=str))
+    print(f"elapsed {results['elapsed_s']:.0f} s; raw numbers: {out}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
