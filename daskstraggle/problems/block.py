@@ -410,29 +410,35 @@ def block_stats(block: Block) -> MatrixStats:
 
 def _call_counts(block: Block) -> tuple[np.ndarray | None, tuple[int, ...]]:
     """A genotype block's non-missing calls per column and its rows without a call
-    (global indices); ``(None, ())`` for other blocks. Packed rows are unpacked a tile of
-    rows at a time (the block's memory stays packed)."""
-    from daskstraggle.problems._packing import unpack_dosages
-
+    (global indices); ``(None, ())`` for other blocks. Packed rows are read as they are
+    stored (a missing call is code 3: both bits of its pair set), a tile of rows at a time."""
     if not block.is_packed and block.values.dtype != np.int8:
         return None, ()
     n_columns = block.n_features
     if block.fill is None:  # no missing call in the block
         return np.full(n_columns, block.n_rows, dtype=np.int64), ()
-    called = np.zeros(n_columns, dtype=np.int64)
+    missing = np.zeros(n_columns, dtype=np.int64)
     dead: list[int] = []
     for a in range(0, block.n_rows, _CALL_TILE):
         tile = block.values[a:a + _CALL_TILE]
         if block.is_packed:
-            assert block.packed_columns is not None
-            tile = unpack_dosages(tile, block.packed_columns)
-        present = tile >= 0
-        called += np.count_nonzero(present, axis=0)
-        dead.extend(block.start + a + int(i)
-                    for i in np.flatnonzero(~present.any(axis=1)))
-    return called, tuple(dead)
+            pairs = tile & (tile >> 1) & np.uint8(0x55)  # bit 2t set: code t is missing
+            counts = np.empty((tile.shape[1], 4), dtype=np.int64)
+            for t in range(4):
+                counts[:, t] = ((pairs >> np.uint8(2 * t)) & np.uint8(1)).sum(axis=0,
+                                                                              dtype=np.int64)
+            missing += counts.reshape(-1)[:n_columns]
+            per_row = _POPCOUNT[pairs].sum(axis=1, dtype=np.int64)
+        else:
+            absent = tile < 0
+            missing += np.count_nonzero(absent, axis=0)
+            per_row = np.count_nonzero(absent, axis=1)
+        dead.extend(block.start + a + int(i) for i in np.flatnonzero(per_row == n_columns))
+    return block.n_rows - missing, tuple(dead)
 
 
+#: Set bits of each byte value.
+_POPCOUNT = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint8)
 #: Rows per tile when counting a genotype block's calls.
 _CALL_TILE = 1024
 
