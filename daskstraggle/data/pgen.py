@@ -261,7 +261,12 @@ def open_pgen(path: str, *, remote: dict[str, Any] | None, array: str | None, la
     try:
         reader = _reader(path)
     except RuntimeError as err:
-        raise InvalidDataError(f"pgenlib cannot read {path!r}: {err}") from None
+        detail = err.args[0] if err.args else err
+        text = (detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail))
+        raise InvalidDataError(
+            f"pgenlib cannot read {path!r}: {' '.join(text.split())} Write it again "
+            "(plink2 --make-pgen)."
+        ) from None
     n_variants, n_raw = reader.get_variant_ct(), reader.get_raw_sample_ct()
     reader.close()
     samples = read_psam(files["psam"])

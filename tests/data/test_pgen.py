@@ -101,3 +101,14 @@ def test_process_workers_read_the_pgen(dask_client: Any) -> None:
     ids = np.array([line.split()[2] for line in
                     (FIXTURE / "ld.pvar").read_text().splitlines()[1:]])
     assert set(ids[pruned.attrs["qc"].kept]) == expected
+
+
+def test_a_file_pgenlib_cannot_read_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "x.pgen").write_bytes(b"garbage")
+    for suffix in (".pvar", ".psam"):
+        shutil.copy(FIXTURE / f"ld{suffix}", tmp_path / f"x{suffix}")
+    with pytest.raises(InvalidDataError) as info:
+        ds.open_matrix(tmp_path / "x.pgen")
+    message = str(info.value)
+    assert "pgenlib cannot read" in message and "magic number" in message
+    assert "\n" not in message and "b'" not in message and 'b"' not in message
