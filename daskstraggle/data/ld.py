@@ -194,7 +194,8 @@ def band_exceeds(values: np.ndarray, contig: np.ndarray | None, window: int,
     window : int
         The window, in rows.
     r2 : float
-        The threshold (plink2's, times ``1 + 2^-44``).
+        The threshold R2; a pair exceeds it when ``cov² > R2 (1 + 2^-44) var₁ var₂``, as
+        plink2 compares.
 
     Returns
     -------
