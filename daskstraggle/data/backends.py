@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -204,50 +205,46 @@ class PlinkBackend(SourceBackend):
     priority = 10
     parameters = ("array", "storage_options", "genotype_dims", "missing", "genotype_scaling",
                   "genotype_storage")
+    #: The suffix of the paths it reads (any case).
+    suffix = ".bed"
 
     @classmethod
     def guess_can_open(cls, source: Any) -> bool:
-        """Whether ``source`` is a path or URL ending in ``.bed``."""
-        from daskstraggle.data.matrix import is_bed_path
-
-        return is_bed_path(source)
+        """Whether ``source`` is a path or URL ending in :attr:`suffix`."""
+        return (isinstance(source, str | os.PathLike)
+                and os.fspath(source).lower().endswith(cls.suffix))
 
     @classmethod
     def open(cls, source: Any, request: OpenRequest) -> Matrix:
         """Open the fileset (local paths only; a URL is refused in one line)."""
         from daskstraggle.data._remote import parse_location
-        from daskstraggle.data.plink import open_bed
 
         location, remote = parse_location(os.fspath(source), request.storage_options)
-        return open_bed(location, remote=remote, array=request.array, labels=request.labels,
-                        genotype_dims=request.rows_are_variants, options=request.options)
+        return cls._opener()(location, remote=remote, array=request.array,
+                             labels=request.labels, genotype_dims=request.rows_are_variants,
+                             options=request.options)
+
+    @staticmethod
+    def _opener() -> Callable[..., Matrix]:
+        from daskstraggle.data.plink import open_bed
+
+        return open_bed
 
 
 @register_source
-class PgenBackend(SourceBackend):
+class PgenBackend(PlinkBackend):
     """A PLINK 2 fileset (``.pgen``, with ``.pvar`` and ``.psam`` beside it), read by pgenlib."""
 
     name = "pgen"
     description = "a PLINK 2 .pgen path (.pvar and .psam beside it; needs pgenlib); rows = variants"
     priority = 11
-    parameters = ("array", "storage_options", "genotype_dims", "missing", "genotype_scaling",
-                  "genotype_storage")
+    suffix = ".pgen"
 
-    @classmethod
-    def guess_can_open(cls, source: Any) -> bool:
-        """Whether ``source`` is a path or URL ending in ``.pgen``."""
-        return (isinstance(source, str | os.PathLike)
-                and os.fspath(source).lower().endswith(".pgen"))
-
-    @classmethod
-    def open(cls, source: Any, request: OpenRequest) -> Matrix:
-        """Open the fileset (local paths only; a URL is refused in one line)."""
-        from daskstraggle.data._remote import parse_location
+    @staticmethod
+    def _opener() -> Callable[..., Matrix]:
         from daskstraggle.data.pgen import open_pgen
 
-        location, remote = parse_location(os.fspath(source), request.storage_options)
-        return open_pgen(location, remote=remote, array=request.array, labels=request.labels,
-                         genotype_dims=request.rows_are_variants, options=request.options)
+        return open_pgen
 
 
 @register_source

@@ -17,7 +17,6 @@ read: decompress it first (``plink2 --pfile P vzs --make-pgen --out P2``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,7 @@ import numpy as np
 
 from daskstraggle.data.genotypes import VariantTable
 from daskstraggle.data.matrix import Matrix, _parse_labels
-from daskstraggle.data.plink import BedSource, _check_parameters
+from daskstraggle.data.plink import BedSource, _BedLoader, _check_parameters
 from daskstraggle.data.sources import RowValues, _stored, _transformed
 from daskstraggle.errors import CorruptDataError, DataNotFoundError, InvalidDataError
 
@@ -69,17 +68,8 @@ def pgen_rows(ref_counts: np.ndarray, *, missing: str, scaling: str,
 
 
 @dataclass(frozen=True, eq=False, slots=True)
-class _PgenLoader:
-    path: str
-    n_variants: int
-    n_samples: int
-    start: int
-    stop: int
-    missing: str
-    scaling: str
-    storage: str = "int8"
-    rows: np.ndarray | None = None  # the file's variants of rows [start, stop); None: those
-    columns: np.ndarray | None = None  # the file's samples kept; None: all
+class _PgenLoader(_BedLoader):
+    """:class:`~daskstraggle.data.plink._BedLoader`'s fields; the rows read by pgenlib."""
 
     def __call__(self) -> RowValues:
         reader = _reader(self.path)
@@ -117,23 +107,7 @@ class PgenSource(BedSource):
     """
 
     kind = "plink-pgen"
-
-    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
-        """Return a loader reading variants ``[start, stop)`` of the file as dosages.
-
-        Parameters
-        ----------
-        start, stop : int
-            Rows of this source.
-
-        Returns
-        -------
-        loader : callable
-            Picklable; reads the rows with pgenlib where it runs.
-        """
-        rows = None if self.variant_index is None else self.variant_index[start:stop]
-        return _PgenLoader(self.path, self.n_variants, self.n_samples, start, stop,
-                           self.missing, self.scaling, self.storage, rows, self.sample_index)
+    _loader = _PgenLoader
 
 
 # ------------------------------------------------------------------------ .pvar and .psam

@@ -225,6 +225,9 @@ class BedSource(GenotypeRowSource):
     """
 
     kind = "plink-bed"
+    #: The loader class: reads rows ``[start, stop)`` of the file where it runs (a ``.pgen``
+    #: source keeps these selections and swaps the reader).
+    _loader: type[_BedLoader] = _BedLoader
 
     def __init__(self, path: str | os.PathLike[str], n_variants: int, n_samples: int, *,
                  missing: str = "mean", scaling: str = "patterson", storage: str = "int8",
@@ -293,7 +296,7 @@ class BedSource(GenotypeRowSource):
             Picklable; reads the rows' bytes where it runs.
         """
         rows = None if self.variant_index is None else self.variant_index[start:stop]
-        return _BedLoader(self.path, self.n_variants, self.n_samples, start, stop,
+        return self._loader(self.path, self.n_variants, self.n_samples, start, stop,
                           self.missing, self.scaling, self.storage, rows, self.sample_index)
 
     def describe(self) -> dict[str, Any]:
