@@ -24,7 +24,7 @@ from daskstraggle.data.genotypes import (
     filter_variants,
     parse_qc,
 )
-from daskstraggle.data.matrix import Matrix, is_bed_path, open_matrix
+from daskstraggle.data.matrix import Matrix, is_plink_path, open_matrix
 from daskstraggle.errors import (
     InvalidDataError,
     InvalidParameterError,
@@ -1010,7 +1010,7 @@ def genotype_pca(
     InvalidDataError
         If ``ds`` is not genotypes.
     InvalidParameterError
-        If ``merge`` is not a bool, or is True for a Matrix or a PLINK ``.bed`` fileset
+        If ``merge`` is not a bool, or is True for a Matrix or a PLINK ``.bed``/``.pgen`` fileset
         (which have no Dataset to merge into); and as :func:`fit_pca`.
 
     Examples
@@ -1029,10 +1029,10 @@ def genotype_pca(
             "The 'merge' parameter of genotype_pca must be False for a Matrix (there is no "
             "Dataset to merge into). Got True instead; pass merge=False or the Dataset."
         )
-    if merge and is_bed_path(ds):
+    if merge and is_plink_path(ds):
         raise InvalidParameterError(
-            "The 'merge' parameter of genotype_pca must be False for a PLINK .bed fileset "
-            "(there is no Dataset to merge into). Got True instead; pass merge=False."
+            "The 'merge' parameter of genotype_pca must be False for a PLINK .bed or .pgen "
+            "fileset (there is no Dataset to merge into). Got True instead; pass merge=False."
         )
     options = _options(locals())
     if client is None and runtime in (None, "dask") and scheduler is None:

@@ -544,9 +544,11 @@ def open_matrix(
     return matrix
 
 
-def is_bed_path(source: Any) -> bool:
-    """Whether ``source`` is a path or URL that ``open_matrix`` reads as a PLINK .bed."""
-    return isinstance(source, str | os.PathLike) and os.fspath(source).lower().endswith(".bed")
+def is_plink_path(source: Any) -> bool:
+    """Whether ``source`` is a path or URL that ``open_matrix`` reads as a PLINK fileset
+    (``.bed`` or ``.pgen``)."""
+    return (isinstance(source, str | os.PathLike)
+            and os.fspath(source).lower().endswith((".bed", ".pgen")))
 
 
 def _open(source: Any, array: str | None, labels: Any, chunk_rows: int | None) -> Matrix:

@@ -14,7 +14,7 @@ import pytest
 
 import daskstraggle as ds
 from daskstraggle.data.genotypes import GenotypeQC, filter_variants
-from daskstraggle.errors import DataNotFoundError, InvalidDataError
+from daskstraggle.errors import DataNotFoundError, InvalidDataError, InvalidParameterError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "plink2_qc"
 PGEN, BED = FIXTURE / "ld.pgen", FIXTURE / "ld.bed"
@@ -112,3 +112,15 @@ def test_a_file_pgenlib_cannot_read_is_one_line(tmp_path: Path) -> None:
     message = str(info.value)
     assert "pgenlib cannot read" in message and "magic number" in message
     assert "\n" not in message and "b'" not in message and 'b"' not in message
+
+
+def test_genotype_pca_refuses_merge_for_a_pgen_before_any_work(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import daskstraggle.api as api
+
+    def no_fit(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the fit ran")
+
+    monkeypatch.setattr(api, "fit_pca", no_fit)
+    with pytest.raises(InvalidParameterError, match=r"PLINK \.bed or \.pgen fileset"):
+        ds.genotype_pca(str(PGEN), 2, merge=True, runtime="local")
