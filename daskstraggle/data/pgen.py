@@ -24,7 +24,7 @@ import numpy as np
 
 from daskstraggle.data.genotypes import VariantTable
 from daskstraggle.data.matrix import Matrix, _parse_labels
-from daskstraggle.data.plink import BedSource, _BedLoader, _check_parameters
+from daskstraggle.data.plink import BedSource, _BedLoader, _check_parameters, contig_codes
 from daskstraggle.data.sources import RowValues, _stored, _transformed
 from daskstraggle.errors import CorruptDataError, DataNotFoundError, InvalidDataError
 
@@ -154,17 +154,12 @@ def read_pvar(path: str) -> dict[str, np.ndarray]:
         position = np.array([int(r[column["POS"]]) for r in rows], dtype=np.int64)
     except ValueError as err:
         raise InvalidDataError(f"The POS column of {path!r} must hold integers: {err}.") from err
-    chrom = np.array([r[column["CHROM"]] for r in rows])
-    contigs, first = np.unique(chrom, return_index=True)
-    order = np.argsort(first)
-    rank = np.empty(len(contigs), dtype=np.int64)
-    rank[order] = np.arange(len(contigs))
-    codes = rank[np.searchsorted(contigs, chrom)]
+    contig_id, codes = contig_codes(np.array([r[column["CHROM"]] for r in rows]))
     alleles = [[r[column["REF"]], *r[column["ALT"]].split(",")] for r in rows]
     width = max((len(a) for a in alleles), default=2)
     table = np.array([a + [""] * (width - len(a)) for a in alleles], dtype=str)
     table[table == "."] = ""
-    return {"contig_id": contigs[order], "variant_contig": codes, "variant_position": position,
+    return {"contig_id": contig_id, "variant_contig": codes, "variant_position": position,
             "variant_id": np.array([r[column["ID"]] for r in rows]), "variant_allele": table}
 
 

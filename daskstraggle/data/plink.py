@@ -402,15 +402,20 @@ def _read_bim(path: str) -> dict[str, np.ndarray]:
         raise InvalidDataError(
             f"Column 4 (position) of {path!r} must hold integers: {err}."
         ) from err
-    contigs, codes = np.unique(table[0].to_numpy().astype(str), return_inverse=True)
-    first = np.full(len(contigs), len(codes))
-    np.minimum.at(first, codes, np.arange(len(codes)))
-    order = np.argsort(first)  # contigs in the order of the file, as bio2zarr lists them
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    return {"contig_id": contigs[order], "variant_contig": rank[codes].astype(np.int64),
+    contig_id, variant_contig = contig_codes(table[0].to_numpy().astype(str))
+    return {"contig_id": contig_id, "variant_contig": variant_contig,
             "variant_id": table[1].to_numpy().astype(str), "variant_position": position,
             "variant_allele": table[[5, 4]].to_numpy().astype(str)}
+
+
+def contig_codes(names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``contig_id`` (each contig once, in the order of the file, as bio2zarr lists
+    them) and ``variant_contig`` (each variant's index into it) from per-variant names."""
+    contigs, first, codes = np.unique(names, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty(len(contigs), dtype=np.int64)
+    rank[order] = np.arange(len(contigs))
+    return contigs[order], rank[codes].astype(np.int64)
 
 
 # ---------------------------------------------------------------------------- open_bed
