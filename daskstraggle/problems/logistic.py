@@ -226,12 +226,43 @@ class Logistic(_LinearModel):
             of disjoint row sets add with ``+``. No penalty included.
         """
         w, b = self._split(iterate)
+        return self._newton_terms(self._tiles(block), w, b)
+
+    def standard_newton_kernel(self, block: Block, point: np.ndarray) -> _NewtonTerms:
+        """Return :meth:`newton_kernel`'s terms in standardised coordinates (one pass).
+
+        The tiles are standardised (``z = (x - m) / s``) before any product, so a column
+        far from zero (a shift of 1e6 on unit spread) loses no digits to cancellation:
+        moving raw-coordinate terms to standardised ones afterwards subtracts numbers of
+        size ``m^2`` to get numbers of size ``s^2``.
+
+        Parameters
+        ----------
+        block : Block
+            Rows with labels in {-1, +1}.
+        point : ndarray of shape (n_params,)
+            ``[v, c]`` in standardised coordinates (see :meth:`standard_point`).
+
+        Returns
+        -------
+        terms : _NewtonTerms
+            The gradient, Hessian and loss on the rows ``[z_i, 1]``; no penalty.
+        """
+        mean, scale = self._standardisation()
+        shift = mean if self.fit_intercept else np.zeros_like(mean)
+        tiles = (((tile - shift) / scale, y) for tile, y in self._tiles(block))
+        v, c = self._split(point)
+        return self._newton_terms(tiles, v, c)
+
+    def _newton_terms(self, tiles: Iterator[tuple[np.ndarray, np.ndarray]], w: np.ndarray,
+                      b: float) -> _NewtonTerms:
+        """Gradient, Hessian and loss of the mean loss of ``tiles`` at ``[w, b]``."""
         n = self._bound()[1]
         d, p = w.shape[0], self.n_params
         grad = np.zeros(p)
         hess = np.zeros((p, p))
         loss = 0.0
-        for tile, y in self._tiles(block):
+        for tile, y in tiles:
             margin = y * (tile @ w + b)
             loss += float(np.logaddexp(0.0, -margin).sum())
             prob = expit(-margin)
@@ -278,14 +309,15 @@ class Logistic(_LinearModel):
         d, _, penalty = self._bound()
         check_dense_size(d, "Logistic")
         p = self.n_params
-        ridge = np.zeros(p)
-        ridge[:d] = penalty
+        scale = self._standardisation()[1]
+        ridge = np.zeros(p)  # the penalty's curvature on v = s * w
+        ridge[:d] = penalty / (scale * scale)
         eps = np.finfo(np.float64).eps
 
         def evaluate(x: np.ndarray) -> tuple[_NewtonTerms, float, np.ndarray]:
-            terms = map_reduce(self.newton_kernel, x)
-            value = terms.loss + 0.5 * penalty * float(x[:d] @ x[:d])
-            return terms, value, self.standard_gradient(terms.gradient + ridge * x)
+            terms = map_reduce(self.standard_newton_kernel, x)
+            value = terms.loss + 0.5 * float(x[:d] @ (ridge[:d] * x[:d]))
+            return terms, value, terms.gradient + ridge * x
 
         x = np.zeros(p)
         terms, value, grad = evaluate(x)
@@ -298,11 +330,8 @@ class Logistic(_LinearModel):
             stalled = full_step and grad_norm < 1e-8 and grad_norm > 0.5 * previous_norm
             if converged or stalled or iterations >= _NEWTON_MAX_ITER:
                 break
-            hessian = self.standard_columns(self.standard_columns(
-                terms.hessian + np.diag(ridge)).T)
-            step = -solve_psd(hessian, grad)
-            direction = self.from_standard_point(step)
-            slope = float(grad @ step)
+            direction = -solve_psd(terms.hessian + np.diag(ridge), grad)
+            slope = float(grad @ direction)
             t = 1.0
             for _ in range(_MAX_HALVINGS):
                 trial = x + t * direction
@@ -320,7 +349,7 @@ class Logistic(_LinearModel):
             x, terms, value, grad = trial, new_terms, new_value, new_grad
         grad_norm = float(np.max(np.abs(grad), initial=0.0))
         return Reference(
-            iterate=x,
+            iterate=self.from_standard_point(x),
             objective=float(value),
             info={
                 "newton_iterations": iterations,

@@ -84,6 +84,50 @@ def test_newton_kernel_hessian_equals_dense(rng, small_tiles, mixed_blocks, tota
     assert terms.loss == pytest.approx(_dense_objective(X, y, x, 0.0, True), rel=1e-12)
 
 
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_standard_newton_kernel_equals_dense_on_standardised_rows(
+    rng, fit_intercept, small_tiles, mixed_blocks, total_stats, local_map_reduce
+):
+    problem, blocks, X, y = _problem(rng, mixed_blocks, total_stats, fit_intercept=fit_intercept)
+    mean = X.mean(axis=0) if fit_intercept else np.zeros(X.shape[1])
+    scale = X.std(axis=0) if fit_intercept else np.sqrt((X * X).mean(axis=0))
+    Z = (X - mean) / scale
+    point = rng.normal(size=problem.n_params)
+    terms = local_map_reduce(blocks)(problem.standard_newton_kernel, point)
+    A = np.column_stack([Z, np.ones(len(y))]) if fit_intercept else Z
+    p = expit(-y * (A @ point))
+    np.testing.assert_allclose(terms.hessian, A.T @ (A * (p * (1 - p))[:, None]) / len(y),
+                               rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(terms.gradient, _dense_gradient(Z, y, point, 0.0, fit_intercept),
+                               rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("shift", [-1e6, 1e8])
+def test_reference_is_exact_for_columns_far_from_zero(rng, split_blocks, total_stats,
+                                                     local_map_reduce, shift):
+    """Columns of unit spread around 1e6-1e8: the reference used to stop after 50 Newton
+    iterations 5e-8 off (the raw-coordinate Hessian cancelled to 4 digits); standardised
+    tiles give the optimum in a few iterations, as Newton in extended precision does."""
+    X = rng.normal(size=(240, 4)) + rng.normal(size=4)
+    y = _labels_from(X, rng)
+    X = X + shift
+    blocks = split_blocks(X, y, [0, 100, 240])
+    problem = Logistic(alpha=0.0).bind(total_stats(blocks))
+    ref = problem.reference_solution(local_map_reduce(blocks))
+    assert ref.info["converged"] and ref.info["newton_iterations"] <= 12
+    ld = np.longdouble  # Newton on exactly standardised data, in extended precision
+    Z = (X.astype(ld) - X.astype(ld).mean(axis=0)) / X.astype(ld).std(axis=0)
+    A = np.column_stack([Z, np.ones(len(y), dtype=ld)])
+    best = np.zeros(5, dtype=ld)
+    for _ in range(30):
+        p = 1 / (1 + np.exp(y * (A @ best)))
+        hessian = (A * (p * (1 - p))[:, None]).T @ A
+        best -= np.linalg.solve(hessian.astype(float), (A.T @ (-y * p)).astype(float))
+    got = ref.iterate[:4] * X.astype(ld).std(axis=0)  # the same standardisation as above
+    # the stop rule: standardised gradient below 1e-12, so the point is within ~1e-11
+    np.testing.assert_allclose(got.astype(float), best[:4].astype(float), rtol=0, atol=1e-10)
+
+
 def test_different_partitions_give_the_same_sums(
     rng, split_blocks, uneven_bounds, total_stats, local_map_reduce
 ):
