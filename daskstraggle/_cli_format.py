@@ -61,6 +61,12 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
     per_iter = result.wall_time / max(result.n_iter, 1)
     lines.append(f"time        {result.wall_time:.3f} s solve ({per_iter * 1e3:.1f} ms/iteration), "
                  f"{attrs['load_duration_s']:.3f} s load")
+    auto = attrs.get("auto")
+    if auto is not None:
+        ranked = sorted(auto["predicted"].items(), key=lambda kv: kv[1])
+        shown = ", ".join(f"{label} {seconds:.3g} s" for label, seconds in ranked)
+        lines.append(f"auto        ran {auto['choice']} after {auto['probe_rounds']} probe "
+                     f"rounds ({auto['probe_seconds']:.1f} s); predicted per gd round: {shown}")
     if "staleness" in result.trace and result.n_iter:
         staleness = result.trace["staleness"].values
         lines.append(f"staleness   cache entries up to {int(np.nanmax(staleness))} iterations "

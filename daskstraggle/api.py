@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from daskstraggle.runtime import (
     StopRule,
     get_runtime_class,
 )
+from daskstraggle.runtime.auto import Choice, measure_and_choose
 from daskstraggle.runtime.checkpoint import (
     Checkpointer,
     check_checkpoint_path,
@@ -372,8 +373,7 @@ def _run(
                          genotype_dims=genotype_dims,
                          qc=None if qc is None else qc.site_steps())
     problem.check_shape(matrix.n_rows, matrix.n_columns)
-    if auto and isinstance(meth, Gram) and matrix.n_columns > GRAM_AUTO_MAX_FEATURES:
-        meth = make_method("block")  # a d x d Gram matrix would not fit comfortably
+    meth = _auto_for_data(meth, auto=auto, state=state, matrix=matrix)
     meth.check_shape(matrix.n_rows, matrix.n_columns)
     if problem.needs_labels:
         if matrix.labels is None:
@@ -389,9 +389,12 @@ def _run(
             matrix = filter_variants(matrix, qc.count_steps(), client=getattr(rt, "client", None))
             problem.check_shape(matrix.n_rows, matrix.n_columns)
             meth.check_shape(matrix.n_rows, matrix.n_columns)
-        run = partial(rt.run, meth, problem, stop=stop, step_size=step_size,
-                      reference=reference, rng=rng, progress=progress,
-                      record_iterates=record_iterates, checkpoint=checkpointer, resume=state)
+        choices: list[Choice] = []  # what auto measured, predicted and chose
+        run = partial(_measured_run, rt, meth, problem, rng=rng, choices=choices,
+                      measure=auto and state is None and type(rt).measures_workers,
+                      stop=stop, step_size=step_size, reference=reference,
+                      progress=progress, record_iterates=record_iterates,
+                      checkpoint=checkpointer, resume=state)
         matrix = _as_resumed(matrix, state)
         try:
             result = _run_without_no_calls(run, matrix, problem, meth)
@@ -403,9 +406,36 @@ def _run(
                 f"{then} and continue from the last checkpoint (after iteration "
                 f"{checkpointer.written}): --resume {str(checkpointer.path)!r} (API: resume=)."
             ) from err
+    if choices:
+        result.attrs["auto"] = choices[-1].as_attrs(result)
     if out_path is not None:
         result.save(out_path, overwrite=overwrite)
     return result
+
+
+def _measured_run(rt: Runtime, meth: Method, problem: Problem, matrix: Matrix, *,
+                  rng: Any, measure: bool, choices: list[Choice], **run: Any) -> Result:
+    """``rt.run(meth, problem, matrix, rng=rng, **run)``; with ``measure``, the method
+    ``auto`` chooses after probing the workers on ``matrix`` (appended to ``choices``)."""
+    if measure:
+        choices.append(measure_and_choose(rt, problem, matrix, meth,
+                                          rng=np.random.default_rng(rng)))
+        meth = choices[-1].method
+    return rt.run(meth, problem, matrix, rng=rng, **run)
+
+
+def _auto_for_data(meth: Method, *, auto: bool, state: dict[str, Any] | None,
+                   matrix: Matrix) -> Method:
+    """``method="auto"`` once the data is open: the resumed run's method (measured or by
+    the rule), else block instead of gram above ``GRAM_AUTO_MAX_FEATURES`` columns (a
+    d x d Gram matrix would not fit comfortably); ``meth`` itself for a chosen method."""
+    if not auto:
+        return meth
+    if state is not None:
+        return cast(Method, state["run"]["method"])
+    if isinstance(meth, Gram) and matrix.n_columns > GRAM_AUTO_MAX_FEATURES:
+        return make_method("block")
+    return meth
 
 
 def _as_resumed(matrix: Matrix, state: dict[str, Any] | None) -> Matrix:
@@ -461,7 +491,13 @@ _FIT_OPTIONS = (
 _OPTIONS_DOC = """    method : str or Method, default="auto"
         ``"auto"``: for PCA ``"gram"`` (exact in one round) when the matrix has at most
         ``GRAM_AUTO_MAX_FEATURES`` (4096) columns, else ``"block"`` (block Krylov, every
-        component converged); for regression ``"gd"``.
+        component converged); for regression ``"gd"``. On a cluster (the Dask runtime) it
+        measures first: a few probe rounds of gd on the workers, a gamma law fitted to
+        each worker's latency, the candidates (that method, its coded variants, DSAG for
+        regression) simulated under those laws, and the one predicted fastest runs if it
+        beats the plain method 1.5 times (:mod:`daskstraggle.runtime.auto`); what it
+        measured, predicted and chose is in ``result.attrs["auto"]``. A resumed run takes
+        its checkpoint's method.
         Or a registered method (:func:`daskstraggle.methods.list_methods`): ``"gd"``
         (synchronous gradient descent; the power method for PCA), ``"nag"`` (Nesterov,
         regression only), ``"sgd"``, ``"sag"``, ``"dsag"`` (wait for the fastest
@@ -637,7 +673,9 @@ def solve(
         A method object carrying its parameters (``DSAG(n_wait=3)``,
         :func:`daskstraggle.methods.make_method`), a registered name
         (:func:`daskstraggle.methods.list_methods`) with its defaults, or ``"auto"``: for
-        PCA ``"gram"`` up to 4096 columns, else ``"block"``; for regression ``"gd"``.
+        PCA ``"gram"`` up to 4096 columns, else ``"block"``; for regression ``"gd"``; on a
+        cluster the candidate predicted fastest from a short probe of the workers
+        (:mod:`daskstraggle.runtime.auto`).
     step_size : float or None, default=None
         None: the problem's safe default for the method.
     stop : StopRule or None, default=None

@@ -95,7 +95,9 @@ def _method_help() -> str:
     described = [f"{cls.name} ({cls.description})" if cls.description else cls.name
                  for cls in _method_classes()]
     return ("Optimisation method: auto (PCA: gram up to 4096 columns, else block; regression: "
-            f"gd), {', '.join(described[:-1])} or {described[-1]}.")
+            "gd; on a cluster, measured: a few probe rounds, then the candidate predicted "
+            "fastest, its coded variants or dsag, if 1.5x faster), "
+            f"{', '.join(described[:-1])} or {described[-1]}.")
 
 
 def _method_classes() -> list[type[Method]]:

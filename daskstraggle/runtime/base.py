@@ -265,6 +265,10 @@ class Runtime(ABC):
     latency_kind: ClassVar[Literal["none", "simulated", "injected"]] = "injected"
     #: Whether it sends speculative backups (``backup_after``).
     backups: ClassVar[bool] = False
+    #: Whether ``method="auto"`` measures its workers before choosing (a short probe and
+    #: a simulation of the candidates, :mod:`daskstraggle.runtime.auto`); False: the rule
+    #: on the data alone.
+    measures_workers: ClassVar[bool] = False
     #: Run the load balancer's optimizer in a background thread (False: inline, for
     #: runtimes whose clock does not move while the coordinator computes).
     balance_in_background: bool = True

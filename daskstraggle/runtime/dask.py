@@ -204,6 +204,7 @@ class DaskRuntime(Runtime):
 
     name = "dask"
     latency_kind = "injected"
+    measures_workers = True
     backups = True
 
     @classmethod

@@ -1,0 +1,305 @@
+"""``method="auto"`` on a cluster: measure the workers, simulate the candidates, run the fastest.
+
+Without a cluster (the local and simulated runtimes) ``auto`` follows a rule on the data
+(gram for PCA up to 4096 columns, block above, gd for the regressions). On a runtime whose
+workers are real processes (:attr:`Runtime.measures_workers`) it measures first:
+
+1. **Probe.** :data:`PROBE_ROUNDS` rounds of plain gradient descent on the run's data and
+   workers (the same tasks, so the same slow machines and injected stragglers), with a
+   fixed small step. The trace records each worker's latency in each round.
+2. **Fit.** A gamma law per worker (:func:`~daskstraggle.latency.fit_trace`, compute and
+   communication together) to the probe's latencies, leaving out the first
+   :data:`WARMUP_ROUNDS` rounds (compilation, first transfers).
+3. **Simulate.** Each candidate plays :data:`SIM_ROUNDS` rounds in the simulated runtime
+   under that law, with the cluster's worker count, on a small least-squares problem: the
+   method's own policy and the coordinator decide when each simulated round ends, and a
+   task carrying ``k`` shares of the rows takes ``k`` times as long (a coded worker holds
+   ``s + 1`` partitions). The gram and block PCA methods play as gd (uncoded) or coded GD
+   (with their scheme): their round is one exact sum over the partitions, waited for by
+   the same rule.
+4. **Choose.** The predicted time of a candidate is its simulated seconds per round times
+   the rounds it needs for one gd round's progress: 1 for the exact methods (gd, coded,
+   gram, block: the same iterates), ``n / w`` for DSAG waiting for ``w`` of ``n`` workers
+   (each round brings ``w / n`` of the gradient fresh, an assumption stated in the report).
+   The plain method stays unless another is predicted at least :data:`MARGIN` times
+   faster, so noise in a short probe of a clean cluster does not change the method.
+
+The choice, the probe's latencies and the predictions go into ``result.attrs["auto"]``
+(:func:`Choice.as_attrs`); the CLI prints them in one line.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from daskstraggle.engine.stop import StopRule
+from daskstraggle.errors import ConvergenceWarning
+from daskstraggle.methods import make_method
+from daskstraggle.methods.base import Method
+from daskstraggle.problems import PCA, LeastSquares
+
+if TYPE_CHECKING:
+    from daskstraggle.data.matrix import Matrix
+    from daskstraggle.latency.models import Gamma
+    from daskstraggle.problems.base import Problem
+    from daskstraggle.runtime.base import Runtime
+    from daskstraggle.trace import Result
+
+#: Rounds of plain gradient descent the probe runs.
+PROBE_ROUNDS = 8
+#: Leading probe rounds left out of the latency fit.
+WARMUP_ROUNDS = 2
+#: Rounds each candidate plays in the simulation.
+SIM_ROUNDS = 60
+#: How many times faster than the plain method a candidate must be predicted to replace it.
+MARGIN = 1.5
+#: Coded candidates tolerate up to this many stragglers (fewer on small clusters).
+MAX_STRAGGLERS = 2
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A method ``auto`` may run.
+
+    Attributes
+    ----------
+    label : str
+        How reports name it, e.g. ``"coded(s=1)"``.
+    method : Method
+        The method that runs when it is chosen.
+    surrogate : Method
+        The method the simulation plays for it (itself, or the GD method with the same
+        waiting rule for gram and block).
+    rounds_factor : float
+        Rounds it needs for one plain round's progress (1 for exact methods).
+    """
+
+    label: str
+    method: Method
+    surrogate: Method
+    rounds_factor: float = 1.0
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What ``auto`` measured, predicted and chose.
+
+    Attributes
+    ----------
+    method : Method
+        The chosen method.
+    label : str
+        Its label among the candidates.
+    plain : str
+        The label of the method the rule on the data gives (kept unless another is
+        predicted :data:`MARGIN` times faster).
+    predicted : dict of str to float
+        Predicted seconds per plain round's progress, per candidate label.
+    probe_rounds : int
+        Rounds the probe ran.
+    probe_seconds : float
+        Wall seconds of the probe (its data load included).
+    worker_latency : list of float
+        Mean latency per worker over the probe rounds used for the fit (seconds).
+    probe_latency : list of list of float or None
+        The probe's trace: latency of each worker (columns) in each round (rows), None
+        where a worker delivered nothing.
+    """
+
+    method: Method
+    label: str
+    plain: str
+    predicted: dict[str, float]
+    probe_rounds: int
+    probe_seconds: float
+    worker_latency: list[float] = field(default_factory=list)
+    probe_latency: list[list[float | None]] = field(default_factory=list)
+
+    def as_attrs(self, result: Result | None = None) -> dict[str, Any]:
+        """Return the choice as plain values for ``result.attrs["auto"]``.
+
+        Parameters
+        ----------
+        result : Result or None, default=None
+            The chosen method's run: adds ``achieved`` (its mean seconds per round times
+            the candidate's rounds factor, comparable with ``predicted``).
+
+        Returns
+        -------
+        attrs : dict
+        """
+        attrs: dict[str, Any] = {
+            "choice": self.label, "plain": self.plain,
+            "predicted": {k: round(v, 6) for k, v in self.predicted.items()},
+            "probe_rounds": self.probe_rounds, "probe_seconds": round(self.probe_seconds, 3),
+            "worker_latency": [round(v, 6) for v in self.worker_latency],
+            "probe_latency": self.probe_latency,
+            "margin": MARGIN,
+            "assumption": "dsag(w) needs n/w rounds per gd round's progress",
+        }
+        if result is not None and result.trace is not None and "iteration_duration" in (
+                result.trace):
+            durations = np.asarray(result.trace["iteration_duration"], dtype=float)
+            if durations.size:
+                factor = _factor(self.label, len(self.worker_latency))
+                attrs["achieved"] = round(float(np.nanmean(durations)) * factor, 6)
+        return attrs
+
+    def summary(self) -> str:
+        """One line: the choice and the predictions, fastest first."""
+        ranked = sorted(self.predicted.items(), key=lambda kv: kv[1])
+        shown = ", ".join(f"{label} {seconds:.3g} s" for label, seconds in ranked)
+        return (f"auto: probed {self.probe_rounds} gd rounds ({self.probe_seconds:.1f} s); "
+                f"predicted per gd round: {shown}; running {self.label}")
+
+
+def _factor(label: str, n_workers: int) -> float:
+    """The rounds factor of a candidate label (``dsag(w=3)``: n / 3)."""
+    if label.startswith("dsag(w="):
+        return n_workers / int(label[len("dsag(w="):-1])
+    return 1.0
+
+
+def candidates(plain: Method, n_workers: int) -> list[Candidate]:
+    """Return the methods ``auto`` compares for a plain method on ``n_workers`` workers.
+
+    Parameters
+    ----------
+    plain : Method
+        The rule's method: ``gd``, ``gram`` or ``block``.
+    n_workers : int
+        Workers of the run.
+
+    Returns
+    -------
+    candidates : list of Candidate
+        The plain method first; then, on two or more workers, its coded variants
+        (cyclic repetition tolerating ``s`` = 1 .. :data:`MAX_STRAGGLERS` stragglers,
+        ``s <= n - 2``: no worker holds the whole matrix) and, for gd, DSAG waiting for
+        ``n - 1`` and for half the workers.
+    """
+    gd = make_method("gd")
+    coded_plain = plain.name in ("gram", "block")
+    out = [Candidate(plain.name, plain, gd if coded_plain else plain)]
+    if n_workers < 2:
+        return out
+    for s in range(1, min(MAX_STRAGGLERS, n_workers - 2) + 1):  # never every partition
+        coded = make_method("coded", scheme="cyclic-repetition", n_stragglers=s)
+        method = (make_method(plain.name, scheme="cyclic-repetition", n_stragglers=s)
+                  if coded_plain else coded)
+        out.append(Candidate(f"{plain.name if coded_plain else 'coded'}(s={s})", method,
+                             coded))
+    if plain.name == "gd":
+        for wait in sorted({n_workers - 1, max(1, n_workers // 2)}, reverse=True):
+            dsag = make_method("dsag", n_wait=wait)
+            out.append(Candidate(f"dsag(w={wait})", dsag, dsag, n_workers / wait))
+    return out
+
+
+def predict(options: list[Candidate], model: Gamma, n_workers: int,
+            rng: np.random.Generator) -> dict[str, float]:
+    """Return each candidate's predicted seconds per plain round's progress.
+
+    Parameters
+    ----------
+    options : list of Candidate
+    model : Gamma
+        Per-worker latency law of one task carrying an equal share of the rows.
+    n_workers : int
+    rng : Generator
+        Seeds the surrogate problem and the simulated latencies (the same for every
+        candidate, so they face the same draws).
+
+    Returns
+    -------
+    predicted : dict of str to float
+        Label to simulated seconds per round times the candidate's rounds factor.
+    """
+    from daskstraggle.data import open_matrix
+    from daskstraggle.runtime.sim import SimRuntime
+
+    rows = 24 * n_workers
+    data = np.random.default_rng(rng.integers(2**32))
+    X = data.normal(size=(rows, 6))
+    y = X @ data.normal(size=6) + 0.1 * data.normal(size=rows)
+    matrix = open_matrix(X, labels=y, n_partitions=n_workers)
+    seed = int(rng.integers(2**32))
+    out: dict[str, float] = {}
+    for option in options:
+        with SimRuntime(n_workers=n_workers, latency=model, rng=seed) as sim, \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            result = sim.run(option.surrogate, LeastSquares(), matrix,
+                             stop=StopRule(max_iter=SIM_ROUNDS, tol=None), rng=seed)
+        durations = np.asarray(result.trace["iteration_duration"], dtype=float)
+        out[option.label] = float(np.mean(durations)) * option.rounds_factor
+    return out
+
+
+def pick(predicted: dict[str, float], plain: str) -> str:
+    """Return the label to run: the fastest predicted, if :data:`MARGIN` times faster than
+    ``plain``; else ``plain``."""
+    best = min(predicted, key=predicted.__getitem__)
+    if predicted[best] * MARGIN <= predicted[plain]:
+        return best
+    return plain
+
+
+def _probe_step(problem: Problem) -> float:
+    """A step that changes the iterate but cannot diverge in a few rounds."""
+    return 1.0 if isinstance(problem, PCA) else 1e-9
+
+
+def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain: Method, *,
+                       rng: np.random.Generator,
+                       clock: Callable[[], float] = time.perf_counter) -> Choice:
+    """Probe the runtime's workers, simulate the candidates and choose one.
+
+    Parameters
+    ----------
+    runtime : Runtime
+        The run's runtime (its workers are probed with a short GD run on ``matrix``).
+    problem : Problem
+        The unbound problem of the run.
+    matrix : Matrix
+        The run's data.
+    plain : Method
+        The method the rule on the data gives (``gd``, ``gram`` or ``block``).
+    rng : Generator
+        Seeds the probe and the simulation.
+    clock : callable, default=time.perf_counter
+        Measures the probe's wall seconds.
+
+    Returns
+    -------
+    choice : Choice
+    """
+    from daskstraggle.latency import fit_trace
+
+    n = runtime.n_workers
+    options = candidates(plain, n)
+    if len(options) == 1:
+        return Choice(plain, plain.name, plain.name, {}, 0, 0.0)
+    start = clock()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        probe = runtime.run(make_method("gd"), problem, matrix,
+                            stop=StopRule(max_iter=PROBE_ROUNDS, tol=None),
+                            step_size=_probe_step(problem), rng=rng)
+    seconds = clock() - start
+    table = np.asarray(probe.trace["latency"], dtype=float)
+    latency = table[WARMUP_ROUNDS:]
+    model = fit_trace({"compute_duration": latency}, split=False)
+    predicted = predict(options, model, n, rng)
+    label = pick(predicted, plain.name)
+    chosen = next(option.method for option in options if option.label == label)
+    return Choice(chosen, label, plain.name, predicted, PROBE_ROUNDS, seconds,
+                  [float(v) for v in np.nanmean(latency, axis=0)],
+                  [[None if np.isnan(v) else round(float(v), 6) for v in row]
+                   for row in table])

@@ -1,0 +1,147 @@
+"""``method="auto"`` that measures: probe, fit, simulate the candidates, run the fastest.
+
+The decision is tested in the simulated runtime (a runtime that declares
+``measures_workers`` is probed like a cluster); one ``cluster`` test probes real process
+workers with an injected straggler and without.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daskstraggle import fit_least_squares, fit_logistic, fit_pca
+from daskstraggle.data import open_matrix
+from daskstraggle.latency.models import Gamma
+from daskstraggle.methods import make_method
+from daskstraggle.problems import PCA
+from daskstraggle.runtime import auto
+from daskstraggle.runtime.sim import SimRuntime
+from daskstraggle.trace import Result
+
+SLOW = "gamma(mean=0.1, var=1e-5) + slowdown(workers=0, factor=8)"
+CLEAN = "gamma(mean=0.1, var=1e-5)"
+
+
+class MeasuringSim(SimRuntime):
+    """The simulated runtime, probed by ``auto`` as a cluster is."""
+
+    measures_workers = True
+
+
+def _model(n: int, slow: float) -> Gamma:
+    mean = (0.1 * slow,) + (0.1,) * (n - 1)
+    return Gamma(mean=mean, var=tuple((0.01 * m) ** 2 for m in mean))
+
+
+def test_candidates_are_the_plain_method_then_its_straggler_resilient_variants():
+    labels = [c.label for c in auto.candidates(make_method("gd"), 4)]
+    assert labels == ["gd", "coded(s=1)", "coded(s=2)", "dsag(w=3)", "dsag(w=2)"]
+    # no coded variant that stores the whole matrix on every worker
+    assert [c.label for c in auto.candidates(make_method("gram"), 3)] == ["gram", "gram(s=1)"]
+    assert [c.label for c in auto.candidates(make_method("gd"), 2)] == ["gd", "dsag(w=1)"]
+    assert [c.label for c in auto.candidates(make_method("block"), 1)] == ["block"]
+    gram = auto.candidates(make_method("gram"), 4)
+    # gram's round plays as the GD round with the same waiting rule
+    assert [c.surrogate.name for c in gram] == ["gd", "coded", "coded"]
+    assert gram[1].method.name == "gram" and gram[1].method.scheme.n_stragglers == 1
+    dsag = auto.candidates(make_method("gd"), 4)[3]
+    assert dsag.method.n_wait == 3 and dsag.rounds_factor == pytest.approx(4 / 3)
+
+
+@pytest.mark.parametrize("plain", ["gd", "gram"])
+def test_predictions_follow_the_order_statistics_of_the_fitted_laws(plain):
+    """One worker 8x slow: gd waits for it (0.8 s), coded s=1 does twice the work on the
+    others (0.2 s); clean, gd's round is 0.1 s and stays."""
+    options = auto.candidates(make_method(plain), 4)
+    slow = auto.predict(options, _model(4, 8.0), 4, np.random.default_rng(0))
+    assert slow[plain] == pytest.approx(0.8, rel=0.05)
+    coded = "coded(s=1)" if plain == "gd" else "gram(s=1)"
+    assert slow[coded] == pytest.approx(0.2, rel=0.05)
+    clean = auto.predict(options, _model(4, 1.0), 4, np.random.default_rng(0))
+    assert clean[plain] == pytest.approx(0.1, rel=0.1)
+    assert auto.pick(clean, plain) == plain
+    assert auto.pick(slow, plain) != plain
+    if plain == "gd":  # waits for 3 of 4, needs 4/3 rounds: 0.1 * 4/3
+        assert slow["dsag(w=3)"] == pytest.approx(0.1 * 4 / 3, rel=0.1)
+        assert auto.pick(slow, plain) == "dsag(w=3)"
+
+
+def test_pick_keeps_the_plain_method_unless_the_margin_is_met():
+    assert auto.pick({"gd": 1.0, "dsag(w=3)": 1.0 / auto.MARGIN + 1e-9}, "gd") == "gd"
+    assert auto.pick({"gd": 1.0, "dsag(w=3)": 1.0 / auto.MARGIN}, "gd") == "dsag(w=3)"
+
+
+@pytest.mark.parametrize(("latency", "expected"), [(SLOW, "gram(s=1)"), (CLEAN, "gram")])
+def test_measuring_a_runtime_chooses_for_its_stragglers(latency, expected):
+    X = np.random.default_rng(1).normal(size=(400, 12))
+    matrix = open_matrix(X, n_partitions=4)
+    with MeasuringSim(4, latency=latency, rng=0) as runtime:
+        choice = auto.measure_and_choose(runtime, PCA(n_components=2), matrix,
+                                         make_method("gram"), rng=np.random.default_rng(0))
+    assert choice.label == expected and choice.method.name == "gram"
+    assert choice.probe_rounds == auto.PROBE_ROUNDS and len(choice.worker_latency) == 4
+    slow = np.asarray(choice.worker_latency)
+    if latency == SLOW:  # the probe saw worker 0 eight times slower
+        assert slow[0] / np.median(slow[1:]) == pytest.approx(8, rel=0.1)
+    assert choice.summary().endswith(f"running {expected}")
+
+
+def test_auto_in_the_fit_functions_reports_what_it_measured_and_chose(tmp_path):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(400, 5))
+    y = X @ rng.normal(size=5) + 0.1 * rng.normal(size=400)
+    res = fit_least_squares(X, y, runtime=MeasuringSim(4, latency=SLOW, rng=0), rng=0,
+                            max_iter=400)
+    report = res.attrs["auto"]
+    assert res.method == "dsag" and report["choice"] == "dsag(w=3)" and report["plain"] == "gd"
+    assert set(report["predicted"]) == {"gd", "coded(s=1)", "coded(s=2)", "dsag(w=3)",
+                                        "dsag(w=2)"}
+    assert report["achieved"] == pytest.approx(report["predicted"]["dsag(w=3)"], rel=0.2)
+    assert res.converged
+    assert np.array(report["probe_latency"]).shape == (auto.PROBE_ROUNDS, 4)
+    res.save(tmp_path / "fit.zarr")  # the report is plain values
+    assert Result.load(tmp_path / "fit.zarr").attrs["auto"]["choice"] == "dsag(w=3)"
+    clean = fit_logistic(X, (y > 0).astype(float), runtime=MeasuringSim(4, latency=CLEAN,
+                                                                        rng=0),
+                         rng=0, max_iter=5, tol=None)
+    assert clean.method == "gd" and clean.attrs["auto"]["choice"] == "gd"
+    pca = fit_pca(X, n_components=2, runtime=MeasuringSim(4, latency=SLOW, rng=0), rng=0)
+    assert pca.method == "gram" and pca.attrs["auto"]["choice"] == "gram(s=1)"
+    # no probe where the runtime does not measure, nor for a method given by name
+    assert "auto" not in fit_pca(X, n_components=2, runtime="sim", n_workers=4).attrs
+    assert "auto" not in fit_least_squares(
+        X, y, method="gd", runtime=MeasuringSim(4, latency=SLOW, rng=0)).attrs
+
+
+def test_a_resumed_auto_run_takes_the_method_its_checkpoint_chose(tmp_path):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(400, 5))
+    y = X @ rng.normal(size=5)
+    path = tmp_path / "run.ckpt"
+    first = fit_least_squares(X, y, runtime=MeasuringSim(4, latency=SLOW, rng=0), rng=0,
+                              max_iter=5, tol=None, checkpoint=path,
+                              checkpoint_iterations=1)
+    assert first.method == "dsag"
+    again = fit_least_squares(X, y, runtime=MeasuringSim(4, latency=CLEAN, rng=0), rng=0,
+                              max_iter=8, tol=None, resume=path)
+    assert again.method == "dsag" and "auto" not in again.attrs and again.n_iter == 8
+
+
+@pytest.mark.cluster
+def test_on_process_workers_auto_picks_a_straggler_resilient_method_only_with_a_straggler(
+        dask_client):
+    """Three process workers; one 8x slow (a sleep, which costs no CPU): auto probes it and
+    runs DSAG or coded GD; without it, gd."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(3000, 8))
+    y = np.where(X @ rng.normal(size=8) + rng.logistic(size=3000) > 0, 1.0, 0.0)
+    slow = fit_logistic(X, y, client=dask_client, rng=0, max_iter=3, tol=None,
+                        stragglers="gamma(mean=0.04, var=1e-6) + slowdown(workers=0, factor=8)")
+    report = slow.attrs["auto"]
+    assert slow.method in ("dsag", "coded"), report
+    assert report["predicted"]["gd"] >= auto.MARGIN * report["predicted"][report["choice"]]
+    assert np.argmax(report["worker_latency"]) == 0
+    clean = fit_logistic(X, y, client=dask_client, rng=0, max_iter=3, tol=None,
+                         stragglers="gamma(mean=0.04, var=1e-6)")
+    assert clean.method == "gd" and clean.attrs["auto"]["choice"] == "gd", clean.attrs["auto"]
