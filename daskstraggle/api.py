@@ -17,6 +17,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from daskstraggle._output import source_paths
+from daskstraggle._recovery import recovery
 from daskstraggle._validation import check_bool, check_int, check_mapping, check_rng
 from daskstraggle.data.genotypes import (
     check_not_allele_counts,
@@ -45,13 +46,7 @@ from daskstraggle.runtime import (
     get_runtime_class,
 )
 from daskstraggle.runtime.auto import Choice, measure_and_choose
-from daskstraggle.runtime.checkpoint import (
-    Checkpointer,
-    check_checkpoint_path,
-    check_resume_iterations,
-    check_resume_workers,
-    load_checkpoint,
-)
+from daskstraggle.runtime.checkpoint import check_resume_iterations, check_resume_workers
 from daskstraggle.runtime.dask import MAX_LOCAL_WORKERS
 from daskstraggle.trace import Result, check_output_path
 
@@ -309,6 +304,7 @@ def _run(
     checkpoint_interval: float | None = None,
     checkpoint_iterations: int | None = None,
     resume: str | os.PathLike[str] | None = None,
+    replica_divergence: float | None = None,
     genotype_dims: tuple[str, str] | None = None,
     qc: Any = None,
     caller: str | None = None,
@@ -347,23 +343,14 @@ def _run(
     client = _check_workers(n_workers, runtime, client, scheduler, caller)
     _check_runtime_args(runtime, client, scheduler, n_workers, spec, meth)
     _check_min_workers(min_workers, runtime, client, scheduler, caller)
-    if backup_after is not None:
-        from daskstraggle._validation import check_positive
-
-        backup_after = check_positive(backup_after, name="backup_after", caller=caller)
-        if isinstance(runtime, Runtime) or not _declared(runtime).backups:
-            raise InvalidParameterError(
-                f"The 'backup_after' parameter of {caller} (CLI: --backup-after) applies to "
-                "the Dask or simulated runtime it starts or connects to; "
-                + ("pass it to DaskRuntime(backup_after=...) or SimRuntime(backup_after=...)."
-                   if isinstance(runtime, Runtime)
-                   else f"runtime={runtime!r} has no workers to back up.")
-            )
+    backup_after = _check_backup_after(backup_after, runtime, caller)
     qc = parse_qc(qc, caller=caller)
     # never the input store, nor inside or around it (even with overwrite)
     out_path = check_output_path(out, overwrite=overwrite, inputs=source_paths(X))
-    checkpointer, state = _checkpointing(checkpoint, checkpoint_interval, checkpoint_iterations,
-                                         resume, inputs=source_paths(X), out=out_path)
+    rec = recovery(checkpoint, checkpoint_interval, checkpoint_iterations, resume,
+                   replica_divergence, inputs=source_paths(X), out=out_path, caller=caller,
+                   replica_ok=_outlives_this_process(runtime, client, scheduler))
+    state = rec.state
     if state is not None:
         check_resume_iterations(state, stop.max_iter)
         # the worker count, when known before connecting: refused before a cluster starts
@@ -385,6 +372,10 @@ def _run(
             matrix = matrix.with_labels(to_plus_minus_one(matrix.labels))
     with _resolve_runtime(runtime, client, scheduler, n_workers, spec, rng,
                           min_workers=min_workers, backup_after=backup_after) as rt:
+        if rec.uses_replica:  # read and written on the connected scheduler
+            state = rec.connect(rt, problem=problem.name, sources=source_paths(X),
+                                max_iter=stop.max_iter)
+            meth = _auto_for_data(meth, auto=auto, state=state, matrix=matrix)
         if qc is not None and qc.needs_counts:  # one counting pass, on the run's workers
             matrix = filter_variants(matrix, qc.count_steps(), client=getattr(rt, "client", None))
             problem.check_shape(matrix.n_rows, matrix.n_columns)
@@ -394,18 +385,20 @@ def _run(
                       measure=auto and state is None and type(rt).measures_workers,
                       stop=stop, step_size=step_size, reference=reference,
                       progress=progress, record_iterates=record_iterates,
-                      checkpoint=checkpointer, resume=state)
+                      checkpoint=rec.writer, resume=state)
         matrix = _as_resumed(matrix, state)
         try:
             result = _run_without_no_calls(run, matrix, problem, meth)
         except (SchedulerLostError, WorkerLostError) as err:
-            if checkpointer is None or checkpointer.written is None:
+            writer = rec.writer
+            if writer is None or writer.written is None:
                 raise
             then = str(err).removesuffix(" and run again.").removesuffix(".")
             raise type(err)(
                 f"{then} and continue from the last checkpoint (after iteration "
-                f"{checkpointer.written}): --resume {str(checkpointer.path)!r} (API: resume=)."
+                f"{writer.written}): --resume {str(writer.path)!r} (API: resume=)."
             ) from err
+        rec.finished()
     if choices:
         result.attrs["auto"] = choices[-1].as_attrs(result)
     if out_path is not None:
@@ -422,6 +415,34 @@ def _measured_run(rt: Runtime, meth: Method, problem: Problem, matrix: Matrix, *
                                           rng=np.random.default_rng(rng)))
         meth = choices[-1].method
     return rt.run(meth, problem, matrix, rng=rng, **run)
+
+
+def _check_backup_after(backup_after: float | None, runtime: Runtime | str | None,
+                        caller: str) -> float | None:
+    """``backup_after`` checked: positive, for a runtime that sends backups (the Dask or
+    simulated runtime the fit starts or connects to)."""
+    if backup_after is None:
+        return None
+    from daskstraggle._validation import check_positive
+
+    backup_after = check_positive(backup_after, name="backup_after", caller=caller)
+    if isinstance(runtime, Runtime) or not _declared(runtime).backups:
+        raise InvalidParameterError(
+            f"The 'backup_after' parameter of {caller} (CLI: --backup-after) applies to "
+            "the Dask or simulated runtime it starts or connects to; "
+            + ("pass it to DaskRuntime(backup_after=...) or SimRuntime(backup_after=...)."
+               if isinstance(runtime, Runtime)
+               else f"runtime={runtime!r} has no workers to back up.")
+        )
+    return backup_after
+
+
+def _outlives_this_process(runtime: Runtime | str | None, client: Any,
+                           scheduler: str | None) -> bool:
+    """Whether the run's cluster outlives this process (a replica needs one): the Dask
+    runtime with a scheduler address or a client."""
+    return ((scheduler is not None or client is not None)
+            and not isinstance(runtime, Runtime) and runtime in (None, "dask"))
 
 
 def _auto_for_data(meth: Method, *, auto: bool, state: dict[str, Any] | None,
@@ -485,7 +506,8 @@ _FIT_OPTIONS = (
     "reference", "record_iterates", "runtime", "client", "scheduler", "n_workers",
     "min_workers", "stragglers", "backup_after", "rng", "array", "n_partitions",
     "missing_chunks", "storage_options", "genotype_dims", "qc", "checkpoint",
-    "checkpoint_interval", "checkpoint_iterations", "resume", "out", "overwrite", "progress",
+    "checkpoint_interval", "checkpoint_iterations", "resume", "replica_divergence", "out",
+    "overwrite", "progress",
 )
 
 _OPTIONS_DOC = """    method : str or Method, default="auto"
@@ -601,7 +623,18 @@ _OPTIONS_DOC = """    method : str or Method, default="auto"
         another file). Same method, problem, workers and data as the run that wrote it
         (checked); the stop rule may differ, e.g. a larger ``max_iter``. Exact methods
         (gd, nag, coded, gram, block) reach the same iterates as an uninterrupted run.
-        Load only checkpoints your own runs wrote (the file is a pickle).
+        Load only checkpoints your own runs wrote (the file is a pickle). ``"replica"``:
+        the replica a run with ``replica_divergence`` published on this scheduler (the
+        same inputs; see below).
+    replica_divergence : float or None, default=None
+        Keep a replica of the run's state (as a checkpoint) on the Dask scheduler,
+        published again whenever the iterate would drift further than this (Frobenius
+        norm) from the published one (MLfabric's bounded-divergence replication). It
+        outlives this process: if the client dies, the same call with
+        ``resume="replica"`` on the same scheduler carries on from it, having lost at
+        most the rounds since the last refresh. Needs ``scheduler`` or ``client``; not
+        with ``checkpoint``. A run that ends normally removes it. See
+        :mod:`daskstraggle.runtime.replica`.
     out : str, path or None, default=None
         Also save the result (fitted quantities and trace) as a Zarr store here; checked
         before any cluster work: never the input store, a path inside it or one that
@@ -636,6 +669,7 @@ _MOVED_KEYWORDS = {
     "checkpoint_interval": "checkpoint=Checkpoint(path, interval=...)",
     "checkpoint_iterations": "checkpoint=Checkpoint(path, iterations=...)",
     "resume": "checkpoint=Checkpoint(resume=...)",
+    "replica_divergence": "checkpoint=Checkpoint(replica_divergence=...)",
     "method_params": "a method object, e.g. method=DSAG(n_wait=3), or make_method(name, ...)",
 }
 
@@ -799,7 +833,8 @@ def _ungrouped(stop: Any, runtime: Any, data: Any, checkpoint: Any,
                     genotype_dims=data.genotype_dims, qc=data.qc)
     if isinstance(checkpoint, Checkpoint):
         flat.update(checkpoint=checkpoint.path, checkpoint_interval=checkpoint.interval,
-                    checkpoint_iterations=checkpoint.iterations, resume=checkpoint.resume)
+                    checkpoint_iterations=checkpoint.iterations, resume=checkpoint.resume,
+                    replica_divergence=checkpoint.replica_divergence)
     elif checkpoint is not None:
         flat["checkpoint"] = checkpoint  # a path (checked by _run)
     if report is not None:
@@ -814,27 +849,6 @@ def _check_group(value: Any, cls: type, name: str) -> None:
             f"The {name!r} parameter of solve must be a {cls.__name__} or None. Got "
             f"{type(value).__name__} instead."
         )
-
-
-def _checkpointing(
-    checkpoint: str | os.PathLike[str] | None, interval: float | None, iterations: int | None,
-    resume: str | os.PathLike[str] | None, *, inputs: list[str], out: Any,
-) -> tuple[Checkpointer | None, dict[str, Any] | None]:
-    """Check the checkpoint settings and read the checkpoint to resume, before any work."""
-    state = None if resume is None else load_checkpoint(resume)
-    path = checkpoint if checkpoint is not None else resume
-    if path is None:
-        given = [name for name, value in (("checkpoint_interval", interval),
-                                          ("checkpoint_iterations", iterations))
-                 if value is not None]
-        if given:
-            raise InvalidParameterError(
-                f"The {given[0]!r} parameter (CLI: --{given[0].replace('_', '-')}) needs a "
-                "checkpoint file: pass checkpoint=PATH (CLI: --checkpoint PATH)."
-            )
-        return None, None
-    path = check_checkpoint_path(path, resume=resume, inputs=inputs, out=out)
-    return Checkpointer(path, interval=interval, iterations=iterations), state
 
 
 def to_plus_minus_one(labels: np.ndarray) -> np.ndarray:
@@ -899,6 +913,7 @@ def fit_pca(
     checkpoint_interval: float | None = None,
     checkpoint_iterations: int | None = None,
     resume: str | os.PathLike[str] | None = None,
+    replica_divergence: float | None = None,
     out: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: bool = False,
@@ -1005,6 +1020,7 @@ def genotype_pca(
     checkpoint_interval: float | None = None,
     checkpoint_iterations: int | None = None,
     resume: str | os.PathLike[str] | None = None,
+    replica_divergence: float | None = None,
     out: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: bool = False,
@@ -1143,6 +1159,7 @@ def fit_logistic(
     checkpoint_interval: float | None = None,
     checkpoint_iterations: int | None = None,
     resume: str | os.PathLike[str] | None = None,
+    replica_divergence: float | None = None,
     out: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: bool = False,
@@ -1204,6 +1221,7 @@ def fit_least_squares(
     checkpoint_interval: float | None = None,
     checkpoint_iterations: int | None = None,
     resume: str | os.PathLike[str] | None = None,
+    replica_divergence: float | None = None,
     out: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: bool = False,

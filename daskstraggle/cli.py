@@ -208,7 +208,13 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--resume", type=click.Path(path_type=Path), default=None,
                      help="Carry on from this checkpoint (same data, method and workers; "
                           "--max-iter etc. may change) and keep checkpointing to it. Exact "
-                          "methods reach the same iterates as an uninterrupted run."),
+                          "methods reach the same iterates as an uninterrupted run. The word "
+                          "'replica': from the scheduler's replica (--replica-divergence)."),
+        click.option("--replica-divergence", type=float, default=None, metavar="D",
+                     help="With --scheduler: keep a replica of the run's state on the "
+                          "scheduler, published again before the iterate drifts further "
+                          "than D from it; if this process dies, the same command with "
+                          "--resume replica carries on from it. Not with --checkpoint."),
         click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Seed of the starting point and step-size estimate."),
         click.option("--json", "as_json", is_flag=True,

@@ -101,13 +101,19 @@ class Checkpoint:
     iterations : int or None, default=None
         Also write one every this many iterations.
     resume : str, path or None, default=None
-        Carry on from this checkpoint (same method, problem, workers and data).
+        Carry on from this checkpoint (same method, problem, workers and data);
+        ``"replica"``: from the scheduler's replica.
+    replica_divergence : float or None, default=None
+        Keep a replica of the state on the Dask scheduler instead of a file, published
+        again before the iterate drifts further than this from it (needs a scheduler
+        address or a client; :mod:`daskstraggle.runtime.replica`).
     """
 
     path: str | os.PathLike[str] | None = None
     interval: float | None = None
     iterations: int | None = None
     resume: str | os.PathLike[str] | None = None
+    replica_divergence: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -70,23 +70,25 @@ def log(msg: str) -> None:
 def regression_cases(workers: int) -> list[tuple[str, str, dict[str, Any], str | None]]:
     """(label, method, method_params, straggler name or None) of the logistic job."""
     cases: list[tuple[str, str, dict[str, Any], str | None]] = [
-        ("gd clean", "gd", {}, None)]
+        ("gd clean", "gd", {}, None), ("auto clean", "auto", {}, None)]
     for name in STRAGGLERS:
         cases += [(f"gd {name}", "gd", {}, name),
                   (f"coded s=1 {name}", "coded",
                    {"scheme": "cyclic-repetition", "n_stragglers": 1}, name),
-                  (f"dsag w={workers - 1} {name}", "dsag", {"n_wait": workers - 1}, name)]
+                  (f"dsag w={workers - 1} {name}", "dsag", {"n_wait": workers - 1}, name),
+                  (f"auto {name}", "auto", {}, name)]
     return cases
 
 
 def pca_cases() -> list[tuple[str, str, dict[str, Any], str | None]]:
     """(label, method, method_params, straggler name or None) of the genotype PCA job."""
     cases: list[tuple[str, str, dict[str, Any], str | None]] = [
-        ("gram clean", "gram", {}, None)]
+        ("gram clean", "gram", {}, None), ("auto clean", "auto", {}, None)]
     for name in STRAGGLERS:
         cases += [(f"gram {name}", "gram", {}, name),
                   (f"gram coded s=1 {name}", "gram",
-                   {"scheme": "cyclic-repetition", "n_stragglers": 1}, name)]
+                   {"scheme": "cyclic-repetition", "n_stragglers": 1}, name),
+                  (f"auto {name}", "auto", {}, name)]
     return cases
 
 
@@ -102,8 +104,16 @@ def _solve(job: str, data: Any, method: str, params: dict[str, Any], straggler: 
             res = ds.fit_logistic(data, "y", tol=cfg["tol"], max_iter=cfg["max_iter"], **kw)
         else:
             res = ds.fit_pca(data, 10, **kw)
-    return {"solve_s": float(res.wall_time), "iterations": int(res.n_iter),
-            "converged": bool(res.converged), "objective": float(res.objective)}
+    row = {"solve_s": float(res.wall_time), "iterations": int(res.n_iter),
+           "converged": bool(res.converged), "objective": float(res.objective)}
+    choice = res.attrs.get("auto")
+    if choice is not None:  # auto's time includes its probe (a data load and 8 rounds)
+        row.update(solve_s=row["solve_s"] + choice["probe_seconds"], run_s=row["solve_s"],
+                   probe_s=choice["probe_seconds"], choice=choice["choice"],
+                   predicted=choice["predicted"][choice["choice"]],
+                   predicted_plain=choice["predicted"][choice["plain"]],
+                   achieved=choice.get("achieved"))
+    return row
 
 
 def _table(runs: dict[str, list[dict[str, Any]]], base: str,
@@ -120,7 +130,25 @@ def _table(runs: dict[str, list[dict[str, Any]]], base: str,
         plain = med.get(straggled.get(label, ""), row)["solve_s"]
         row["speedup_vs_plain_with_straggler"] = plain / row["solve_s"]
         row["vs_clean"] = row["solve_s"] / clean
+        if label.startswith("auto "):
+            _auto_columns(row, runs[label], med, label.split(" ", 1)[1])
     return med
+
+
+def _auto_columns(row: dict[str, Any], runs: list[dict[str, Any]],
+                  med: dict[str, dict[str, Any]], straggler: str) -> None:
+    """auto's row: its choices, predicted against achieved seconds per gd round, and its
+    time (probe included) against the best hand pick with the same straggler."""
+    picks = {label: r["solve_s"] for label, r in med.items()
+             if label.endswith(f" {straggler}") and not label.startswith("auto ")}
+    best = min(picks, key=picks.__getitem__)
+    row.update(choices=[r["choice"] for r in runs],
+               probe_s=statistics.median(r["probe_s"] for r in runs),
+               predicted=statistics.median(r["predicted"] for r in runs),
+               achieved=statistics.median(r["achieved"] for r in runs
+                                          if r["achieved"] is not None)
+               if any(r["achieved"] is not None for r in runs) else None,
+               best_hand_pick=best, vs_best_hand_pick=row["solve_s"] / picks[best])
 
 
 def _plain_of(labels: list[str], base: str) -> dict[str, str]:
@@ -204,6 +232,13 @@ def report(results: dict[str, Any]) -> list[str]:
                          f"x{row['speedup_vs_plain_with_straggler']:5.2f}  "
                          f"{row['vs_clean']:5.2f} of clean  objective {row['objective']:.6g}  "
                          f"{'converged' if row['converged'] else 'not converged'}")
+            if "choices" in row:
+                achieved = "-" if row["achieved"] is None else f"{row['achieved']:.3g}"
+                lines.append(f"  {'':28s} ran {', '.join(row['choices'])}; probe "
+                             f"{row['probe_s']:.2f} s; predicted {row['predicted']:.3g} s "
+                             f"per gd round, achieved {achieved}; "
+                             f"{row['vs_best_hand_pick']:.2f} x the best hand pick "
+                             f"({row['best_hand_pick']})")
     return lines
 
 

@@ -146,6 +146,7 @@ class Coordinator:
         self.time = self.t0 = self.t_round = self.deadline = 0.0
         self._round: tuple[RoundSummary, float, float | None] | None = None
         self._finish: Finish | None = None  # the Finish that waits for the last checkpoint
+        self._point: np.ndarray | None = None  # the last round's iterate
         # a method that dispatches once per version: the version whose offers are under
         # way, the indices offered work at it, and those idle since but not offered yet
         self._offered_version: int | None = None
@@ -384,6 +385,7 @@ class Coordinator:
         self._round = None
         out.append(RecordRow(self.rows, self._row(summary, now, gap, checked)))
         self.rows += 1
+        self._point = summary.iterate  # the divergence rule's point (not copied: read-only)
         if self.session.iterates is not None:
             self.session.iterates.append(np.array(summary.iterate, dtype=np.float64, copy=True))
         reason = verdict or self.stop.check(iteration=self.rows - 1, gap=gap,
@@ -417,11 +419,12 @@ class Coordinator:
         """Ask for a checkpoint (when one is asked for, and with ``due_only`` when due);
         return whether one was (then the reply :class:`Saved` carries on)."""
         schedule = self.checkpoint
-        if schedule is None or (due_only and not schedule.due(self.rows, self.time)):
+        if schedule is None or (due_only and not schedule.due(self.rows, self.time,
+                                                              self._point)):
             return False
         state = self.session.state(self.method, elapsed=elapsed, stepped=stepped,
                                    iteration=self.rows)
         out.append(WriteCheckpoint(state, self.rows))
-        schedule.start(self.rows, self.time)
+        schedule.start(self.rows, self.time, self._point)
         self.phase = Phase.SAVE
         return True

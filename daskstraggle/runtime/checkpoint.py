@@ -100,9 +100,7 @@ class Checkpointer:
         write; in a run the engine does that itself.
         """
         t0 = time.perf_counter()
-        payload = {"format": _FORMAT, "format_version": _FORMAT_VERSION,
-                   "written_at": time.time(), **state}
-        data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+        data = dump_state(state)
         write_atomically(self.path, lambda tmp: _write_file(tmp, data))
         self.written = iteration
         self.n_written += 1
@@ -163,6 +161,37 @@ def check_checkpoint_path(path: str | os.PathLike[str], *, resume: str | os.Path
     return p
 
 
+def dump_state(state: dict[str, Any]) -> bytes:
+    """Return a run's state as the bytes of a checkpoint (format, version, time, pickle)."""
+    payload = {"format": _FORMAT, "format_version": _FORMAT_VERSION,
+               "written_at": time.time(), **state}
+    return pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load_state(data: bytes, *, where: str, writer: str) -> dict[str, Any]:
+    """Return the state in checkpoint bytes (:func:`dump_state`); ``where`` names their
+    source and ``writer`` the option that writes such states, in the error.
+
+    Raises
+    ------
+    InvalidDataError
+        If the bytes are not a daskstraggle checkpoint (or one of another format version).
+    """
+    not_ours = f"{where} is not a daskstraggle checkpoint (written by {writer})"
+    try:
+        state = pickle.loads(data)
+    except Exception as err:  # any unreadable payload is the same mistake
+        raise InvalidDataError(f"{not_ours}: {type(err).__name__}: {err}") from None
+    if not isinstance(state, dict) or state.get("format") != _FORMAT:
+        raise InvalidDataError(f"{not_ours}.")
+    if state.get("format_version") != _FORMAT_VERSION:
+        raise InvalidDataError(
+            f"{not_ours} of format version {_FORMAT_VERSION}: it has version "
+            f"{state.get('format_version')!r}; resume it with the daskstraggle that wrote it."
+        )
+    return state
+
+
 def _write_file(path: Path, data: bytes) -> None:
     with open(path, "wb") as fh:
         fh.write(data)
@@ -193,20 +222,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise DataNotFoundError(f"No checkpoint at {str(path)!r} (--resume / resume=).")
-    not_ours = f"{str(path)!r} is not a daskstraggle checkpoint (written by --checkpoint)"
-    try:
-        with open(p, "rb") as fh:
-            state = pickle.load(fh)
-    except Exception as err:  # any unreadable file is the same mistake
-        raise InvalidDataError(f"{not_ours}: {type(err).__name__}: {err}") from None
-    if not isinstance(state, dict) or state.get("format") != _FORMAT:
-        raise InvalidDataError(f"{not_ours}.")
-    if state.get("format_version") != _FORMAT_VERSION:
-        raise InvalidDataError(
-            f"{not_ours} of format version {_FORMAT_VERSION}: it has version "
-            f"{state.get('format_version')!r}; resume it with the daskstraggle that wrote it."
-        )
-    return state
+    return load_state(p.read_bytes(), where=repr(str(path)), writer="--checkpoint")
 
 
 def resume_state(state: dict[str, Any], *, settings: dict[str, Any],

@@ -1,0 +1,149 @@
+"""Where a run's state is kept and resumed from: a checkpoint file or the scheduler's replica.
+
+The fit functions' options ``checkpoint``, ``checkpoint_interval``, ``checkpoint_iterations``,
+``resume`` and ``replica_divergence`` are checked here, once, before any cluster work
+(:func:`recovery`); a file checkpoint to resume is read then too. The scheduler's replica
+(:mod:`daskstraggle.runtime.replica`) can only be read once the run is connected
+(:meth:`Recovery.connect`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from daskstraggle._validation import check_positive
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.runtime.checkpoint import (
+    Checkpointer,
+    check_checkpoint_path,
+    check_resume_iterations,
+    check_resume_workers,
+    load_checkpoint,
+)
+from daskstraggle.runtime.replica import (
+    RESUME_FROM_REPLICA,
+    Replica,
+    load_replica,
+    replica_name,
+)
+
+__all__ = ["Recovery", "recovery"]
+
+
+@dataclass
+class Recovery:
+    """A run's checkpoint writer and the state it resumes from.
+
+    Attributes
+    ----------
+    writer : Checkpointer, Replica or None
+        Where the run writes its state (a :class:`Replica` once connected).
+    state : dict or None
+        The state to resume from (a replica's once connected).
+    divergence : float or None
+        The replica's bound (``replica_divergence``); None: no replica is written.
+    from_replica : bool
+        Resume from the scheduler's replica (``resume="replica"``).
+    """
+
+    writer: Checkpointer | Replica | None = None
+    state: dict[str, Any] | None = None
+    divergence: float | None = None
+    from_replica: bool = False
+    _name: str | None = None
+    _client: Any = None
+
+    @property
+    def uses_replica(self) -> bool:
+        """Whether the run writes or reads the scheduler's replica."""
+        return self.divergence is not None or self.from_replica
+
+    def connect(self, runtime: Any, *, problem: str, sources: list[str], max_iter: int
+                ) -> dict[str, Any] | None:
+        """Read the replica to resume (checked against the run) and start the replica
+        writer, on the connected ``runtime``; return the state to resume from."""
+        client = getattr(runtime, "client", None)
+        if client is None:  # refused before: only a Dask runtime gets here
+            raise InvalidParameterError("The replica needs a Dask client.")
+        self._client, self._name = client, replica_name(problem, sources)
+        if self.from_replica:
+            self.state = load_replica(client, self._name)
+            check_resume_iterations(self.state, max_iter)
+            check_resume_workers(self.state, runtime.n_workers)
+        if self.divergence is not None:
+            self.writer = Replica(client, self._name, self.divergence)
+        return self.state
+
+    def finished(self) -> None:
+        """The run ended normally: remove its replica (it resumes nothing now)."""
+        if self._client is not None and self._name is not None:
+            Replica(self._client, self._name, 1.0).remove()
+
+
+def recovery(checkpoint: str | os.PathLike[str] | None, interval: float | None,
+             iterations: int | None, resume: str | os.PathLike[str] | None,
+             divergence: float | None, *, replica_ok: bool, inputs: list[str], out: Any,
+             caller: str) -> Recovery:
+    """Check the checkpoint and replica settings; read a checkpoint file to resume.
+
+    Parameters
+    ----------
+    checkpoint, interval, iterations, resume, divergence
+        The fit functions' ``checkpoint``, ``checkpoint_interval``,
+        ``checkpoint_iterations``, ``resume`` (``"replica"``: the scheduler's replica) and
+        ``replica_divergence``.
+    replica_ok : bool
+        The run connects to a cluster that outlives this process (a scheduler address or
+        a client), which a replica needs.
+    inputs : list of str
+        The run's input stores (a checkpoint file may not touch them).
+    out : path or None
+        The run's result store.
+    caller : str
+        Named in the errors.
+
+    Returns
+    -------
+    recovery : Recovery
+
+    Raises
+    ------
+    InvalidParameterError
+        For a replica without such a cluster, with a checkpoint file, or a bad bound;
+        for interval or iterations without a file; and as
+        :func:`~daskstraggle.runtime.checkpoint.check_checkpoint_path`.
+    """
+    from_replica = resume is not None and str(resume) == RESUME_FROM_REPLICA
+    if divergence is not None:
+        divergence = check_positive(divergence, name="replica_divergence", caller=caller)
+        if checkpoint is not None:
+            raise InvalidParameterError(
+                f"Pass either checkpoint (a file) or replica_divergence (the scheduler's "
+                f"replica) to {caller}, not both (CLI: --checkpoint, --replica-divergence)."
+            )
+    if (divergence is not None or from_replica) and not replica_ok:
+        what = ("The 'replica_divergence' parameter (CLI: --replica-divergence)"
+                if divergence is not None else "resume='replica' (CLI: --resume replica)")
+        raise InvalidParameterError(
+            f"{what} of {caller} keeps the run's state on a Dask scheduler that outlives "
+            "this process: pass scheduler=ADDRESS (CLI: --scheduler) or client=."
+        )
+    rec = Recovery(divergence=divergence, from_replica=from_replica)
+    file_resume = None if from_replica else resume
+    path = checkpoint if checkpoint is not None else file_resume
+    if path is None:
+        given = [name for name, value in (("checkpoint_interval", interval),
+                                          ("checkpoint_iterations", iterations))
+                 if value is not None]
+        if given:
+            raise InvalidParameterError(
+                f"The {given[0]!r} parameter (CLI: --{given[0].replace('_', '-')}) needs a "
+                "checkpoint file: pass checkpoint=PATH (CLI: --checkpoint PATH)."
+            )
+        return rec
+    rec.state = None if file_resume is None else load_checkpoint(file_resume)
+    path = check_checkpoint_path(path, resume=file_resume, inputs=inputs, out=out)
+    rec.writer = Checkpointer(path, interval=interval, iterations=iterations)
+    return rec
