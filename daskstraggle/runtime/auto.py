@@ -7,9 +7,10 @@ workers are real processes (:attr:`Runtime.measures_workers`) it measures first:
 1. **Probe.** :data:`PROBE_ROUNDS` rounds of plain gradient descent on the run's data and
    workers (the same tasks, so the same slow machines and injected stragglers), with a
    fixed small step. The trace records each worker's latency in each round.
-2. **Fit.** A gamma law per worker (:func:`~daskstraggle.latency.fit_trace`, compute and
-   communication together) to the probe's latencies, leaving out the first
-   :data:`WARMUP_ROUNDS` rounds (compilation, first transfers).
+2. **Fit.** Gamma laws per worker (:func:`~daskstraggle.latency.fit_trace`) to the
+   probe's compute times (measured on the workers, injected delays included) and
+   communication times, leaving out the first :data:`WARMUP_ROUNDS` rounds (compilation,
+   first transfers, a task a previous run left running).
 3. **Simulate.** Each candidate plays :data:`SIM_ROUNDS` rounds in the simulated runtime
    under that law, with the cluster's worker count, on a small least-squares problem: the
    method's own policy and the coordinator decide when each simulated round ends, and a
@@ -299,7 +300,7 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
     seconds = clock() - start
     table = np.asarray(probe.trace["latency"], dtype=float)
     latency = table[WARMUP_ROUNDS:]
-    model = fit_trace({"compute_duration": latency}, split=False)
+    model = fit_trace(_fit_arrays(probe.trace, whole=fraction == 1.0))
     predicted = predict(options, model, n, rng)
     label = pick(predicted, plain.name)
     chosen = next(option.method for option in options if option.label == label)
@@ -307,6 +308,20 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
                   [float(v) for v in np.nanmean(latency, axis=0)],
                   [[None if np.isnan(v) else round(float(v), 6) for v in row]
                    for row in table], fraction)
+
+
+def _fit_arrays(trace: Any, *, whole: bool) -> dict[str, np.ndarray]:
+    """The probe rounds the laws are fitted to (the warm-up left out): each worker's
+    compute time (measured on the worker: the task and any injected delay), which the
+    simulation scales with a task's rows, and, when the probe read all the rows, its
+    communication time, which it does not. A probe of a share of the rows says nothing
+    of the real round's messages (gram's is d x d), so then compute alone decides."""
+    arrays = {"compute_duration": np.asarray(trace["compute_duration"],
+                                             dtype=float)[WARMUP_ROUNDS:]}
+    if whole and "communication_duration" in trace:
+        arrays["communication_duration"] = np.asarray(
+            trace["communication_duration"], dtype=float)[WARMUP_ROUNDS:]
+    return arrays
 
 
 def _probed_rows(matrix: Matrix, plain: Method, n_workers: int) -> tuple[Matrix, float]:
