@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskstraggle.engine.stop import StopRule
-from daskstraggle.errors import ConvergenceWarning
+from daskstraggle.errors import ConvergenceWarning, NoCallError
 from daskstraggle.methods import make_method
 from daskstraggle.methods.base import Method
 from daskstraggle.problems import PCA, LeastSquares
@@ -292,11 +292,14 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
         return Choice(plain, plain.name, plain.name, {}, 0, 0.0)
     start = clock()
     probed, fraction = _probed_rows(matrix, plain, n)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        probe = runtime.run(make_method("gd"), problem, probed,
-                            stop=StopRule(max_iter=PROBE_ROUNDS, tol=None),
-                            step_size=_probe_step(problem), rng=rng)
+    try:
+        probe = _probe(runtime, problem, probed, rng)
+    except NoCallError:
+        if fraction == 1.0:
+            raise  # the run's own refusal: the caller removes them and runs again
+        # a share of the rows can miss every call of a sample that has calls elsewhere
+        probed, fraction = matrix, 1.0
+        probe = _probe(runtime, problem, probed, rng)
     seconds = clock() - start
     table = np.asarray(probe.trace["latency"], dtype=float)
     latency = table[WARMUP_ROUNDS:]
@@ -308,6 +311,16 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
                   [float(v) for v in np.nanmean(latency, axis=0)],
                   [[None if np.isnan(v) else round(float(v), 6) for v in row]
                    for row in table], fraction)
+
+
+def _probe(runtime: Runtime, problem: Problem, matrix: Matrix,
+           rng: np.random.Generator) -> Result:
+    """:data:`PROBE_ROUNDS` rounds of gd with a fixed small step (no tolerance)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return runtime.run(make_method("gd"), problem, matrix,
+                           stop=StopRule(max_iter=PROBE_ROUNDS, tol=None),
+                           step_size=_probe_step(problem), rng=rng)
 
 
 def _fit_arrays(trace: Any, *, whole: bool) -> dict[str, np.ndarray]:
