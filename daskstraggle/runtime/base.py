@@ -414,9 +414,12 @@ class Runtime(ABC):
             ``exact_objective`` (and ``exact_gap`` with ``reference``). Stochastic
             methods record no per-round objective otherwise; time-to-accuracy curves
             need this.
-        checkpoint : Checkpointer or None, default=None
+        checkpoint : Checkpointer, Replica or None, default=None
             Write the run's state to ``checkpoint.path`` at round boundaries, atomically
-            (see :mod:`daskstraggle.runtime.checkpoint`).
+            (see :mod:`daskstraggle.runtime.checkpoint`), or publish it to the scheduler
+            when the iterate would drift past the replica's bound
+            (:mod:`daskstraggle.runtime.replica`); the engine decides when from
+            ``checkpoint.schedule``.
         resume : dict or None, default=None
             A checkpoint's state (:func:`~daskstraggle.runtime.checkpoint.load_checkpoint`):
             carry on from it instead of starting afresh. The method, problem, workers and
