@@ -45,7 +45,7 @@ from daskstraggle.runtime import (
     StopRule,
     get_runtime_class,
 )
-from daskstraggle.runtime.auto import Choice, measure_and_choose
+from daskstraggle.runtime.auto import Choice, measure_and_choose, worth_measuring
 from daskstraggle.runtime.checkpoint import check_resume_iterations, check_resume_workers
 from daskstraggle.runtime.dask import MAX_LOCAL_WORKERS
 from daskstraggle.trace import Result, check_output_path
@@ -382,7 +382,8 @@ def _run(
             meth.check_shape(matrix.n_rows, matrix.n_columns)
         choices: list[Choice] = []  # what auto measured, predicted and chose
         run = partial(_measured_run, rt, meth, problem, rng=rng, choices=choices,
-                      measure=auto and state is None and type(rt).measures_workers,
+                      measure=auto and state is None and type(rt).measures_workers
+                      and worth_measuring(matrix.n_rows, matrix.n_columns),
                       stop=stop, step_size=step_size, reference=reference,
                       progress=progress, record_iterates=record_iterates,
                       checkpoint=rec.writer, resume=state)
@@ -514,12 +515,12 @@ _OPTIONS_DOC = """    method : str or Method, default="auto"
         ``"auto"``: for PCA ``"gram"`` (exact in one round) when the matrix has at most
         ``GRAM_AUTO_MAX_FEATURES`` (4096) columns, else ``"block"`` (block Krylov, every
         component converged); for regression ``"gd"``. On a cluster (the Dask runtime) it
-        measures first: a few probe rounds of gd on the workers, a gamma law fitted to
-        each worker's latency, the candidates (that method, its coded variants, DSAG for
-        regression) simulated under those laws, and the one predicted fastest runs if it
-        beats the plain method 1.5 times (:mod:`daskstraggle.runtime.auto`); what it
-        measured, predicted and chose is in ``result.attrs["auto"]``. A resumed run takes
-        its checkpoint's method.
+        measures first when the matrix holds at least 64 MB as float64: a few probe
+        rounds of gd on the workers, gamma laws fitted to each worker's times, the
+        candidates (that method, its coded variants, DSAG for regression) simulated under
+        those laws, and the one predicted fastest runs if it beats the plain method 1.5
+        times (:mod:`daskstraggle.runtime.auto`); what it measured, predicted and chose
+        is in ``result.attrs["auto"]``. A resumed run takes its checkpoint's method.
         Or a registered method (:func:`daskstraggle.methods.list_methods`): ``"gd"``
         (synchronous gradient descent; the power method for PCA), ``"nag"`` (Nesterov,
         regression only), ``"sgd"``, ``"sag"``, ``"dsag"`` (wait for the fastest

@@ -29,6 +29,16 @@ class MeasuringSim(SimRuntime):
     measures_workers = True
 
 
+#: The size from which auto probes (the tests below probe smaller matrices).
+MEASURE_MIN_BYTES = auto.MEASURE_MIN_BYTES
+
+
+@pytest.fixture(autouse=True)
+def _small_data_measured(monkeypatch):
+    """These tests' matrices are small: probe them anyway."""
+    monkeypatch.setattr(auto, "MEASURE_MIN_BYTES", 0)
+
+
 def _model(n: int, slow: float) -> Gamma:
     mean = (0.1 * slow,) + (0.1,) * (n - 1)
     return Gamma(mean=mean, var=tuple((0.01 * m) ** 2 for m in mean))
@@ -163,3 +173,33 @@ def test_gram_on_genotypes_probes_a_share_of_each_partitions_rows(vcz_path):
     assert report["choice"].startswith("gram(s=") and report["probe_fraction"] == fraction
     assert np.argmax(report["worker_latency"]) == 0  # the slow worker, seen on few rows
     assert "achieved" not in report  # gram's round is not the probe's kind
+
+
+def test_a_small_matrix_is_not_probed(monkeypatch):
+    """A job smaller than the probe keeps the rule (the demo's 0.1 s gram had a 6.9 s probe)."""
+    monkeypatch.setattr(auto, "MEASURE_MIN_BYTES", MEASURE_MIN_BYTES)
+    X = np.random.default_rng(5).normal(size=(400, 6))
+    res = fit_pca(X, n_components=2, runtime=MeasuringSim(4, latency=SLOW, rng=0), rng=0)
+    assert res.method == "gram" and "auto" not in res.attrs
+    assert not auto.worth_measuring(20_000, 300) and auto.worth_measuring(100_000, 100)
+
+
+def test_a_probe_of_a_share_of_the_rows_that_finds_a_sample_without_calls_probes_all():
+    """The first sixteenth of the rows can lack every call of a sample that has calls
+    further on: the probe then reads all the rows, and the run removes what has no call."""
+    import xarray as xr
+
+    from daskstraggle.errors import StraggleWarning
+
+    rng = np.random.default_rng(6)
+    g = rng.integers(0, 2, size=(640, 40, 2)).astype(np.int8)
+    g[np.arange(640) % 160 < 10, 3] = -1  # sample 3: no call in the probed rows only
+    g[:, 9] = -1  # sample 9: no call at all
+    matrix = open_matrix(xr.Dataset(
+        {"call_genotype": (("variants", "samples", "ploidy"), g),
+         "sample_id": ("samples", np.array([f"s{j}" for j in range(40)]))}), n_partitions=4)
+    with pytest.warns(StraggleWarning, match="no called genotype"):
+        res = fit_pca(matrix, n_components=2, runtime=MeasuringSim(4, latency=SLOW, rng=0),
+                      rng=0)
+    assert res.attrs["no_call"]["samples"] == [9]  # sample 3 kept: it has calls
+    assert res.attrs["auto"]["probe_fraction"] == 1.0 and res.method == "gram"
