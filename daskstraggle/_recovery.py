@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskstraggle._validation import check_positive
-from daskstraggle.errors import InvalidParameterError
+from daskstraggle.errors import InvalidParameterError, SchedulerLostError
 from daskstraggle.runtime.checkpoint import (
     Checkpointer,
     check_checkpoint_path,
@@ -75,6 +75,16 @@ class Recovery:
         if self.divergence is not None:
             self.writer = Replica(client, self._name, self.divergence)
         return self.state
+
+    def resume_hint(self, err: BaseException) -> str | None:
+        """The ``--resume`` value that carries on after ``err`` (a lost scheduler or lost
+        workers), None if nothing was written or what was written is gone with it."""
+        writer = self.writer
+        if writer is None or writer.written is None:
+            return None
+        if isinstance(writer, Replica) and isinstance(err, SchedulerLostError):
+            return None  # the replica was in the lost scheduler's memory
+        return str(writer.path)
 
     def finished(self) -> None:
         """The run ended normally: remove its replica (it resumes nothing now)."""

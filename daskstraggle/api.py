@@ -391,13 +391,13 @@ def _run(
         try:
             result = _run_without_no_calls(run, matrix, problem, meth)
         except (SchedulerLostError, WorkerLostError) as err:
-            writer = rec.writer
-            if writer is None or writer.written is None:
+            hint = rec.resume_hint(err)
+            if hint is None or rec.writer is None:
                 raise
             then = str(err).removesuffix(" and run again.").removesuffix(".")
             raise type(err)(
                 f"{then} and continue from the last checkpoint (after iteration "
-                f"{writer.written}): --resume {str(writer.path)!r} (API: resume=)."
+                f"{rec.writer.written}): --resume {hint!r} (API: resume=)."
             ) from err
         rec.finished()
     if choices:

@@ -192,3 +192,19 @@ def test_a_killed_cli_run_resumes_from_the_replica_to_the_clean_answer(tmp_path,
     assert resumed.attrs["resumed_at_iteration"] == done and resumed.n_iter == done + 12
     np.testing.assert_allclose(resumed.iterate, full.iterate, rtol=1e-12, atol=1e-14)
     capsys.readouterr()
+
+
+def test_a_lost_scheduler_does_not_point_to_the_replica_it_held():
+    from daskstraggle._recovery import Recovery
+    from daskstraggle.errors import SchedulerLostError, WorkerLostError
+    from daskstraggle.runtime.checkpoint import Checkpointer
+
+    replica = Replica(Datasets(), "r", 0.1)
+    rec = Recovery(writer=replica, divergence=0.1)
+    assert rec.resume_hint(WorkerLostError("x")) is None  # nothing published yet
+    replica.write({"iteration": 3}, iteration=3)
+    assert rec.resume_hint(WorkerLostError("x")) == "replica"
+    assert rec.resume_hint(SchedulerLostError("x")) is None  # gone with the scheduler
+    ck = Checkpointer("run.ckpt")
+    ck.written = 3
+    assert Recovery(writer=ck).resume_hint(SchedulerLostError("x")) == "run.ckpt"
