@@ -229,6 +229,18 @@ def make_logistic_data(cfg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
+def write_results(results: dict[str, Any], pipeline: str, out: Path | None) -> Path:
+    """Write a pipeline's results as JSON to ``out`` (None:
+    ``results/<pipeline>/<UTC timestamp>.json``), print its elapsed time and path, and
+    return the path."""
+    out = out or (Path(__file__).resolve().parents[1] / "results" / pipeline
+                  / f"{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%SZ}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, default=str))
+    print(f"elapsed {results['elapsed_s']:.0f} s; raw numbers: {out}")
+    return out
+
+
 def machine_info() -> dict[str, Any]:
     """Machine, load, git state and library versions (None for a library not installed)."""
     import dask

@@ -35,8 +35,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
-import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -44,8 +42,6 @@ import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
 
 FULL = {"workers": 4, "repeats": 3, "logistic": (200_000, 50), "tol": 1e-6, "max_iter": 300,
         "divergences": [1e-1, 1e-2, 1e-3, 1e-4]}
@@ -163,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=None, help="the JSON result's path")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_foundation import machine_info
+    from bench_foundation import machine_info, write_results
 
     cfg = dict(QUICK if args.quick else FULL)
     results: dict[str, Any] = {"config": cfg, "quick": args.quick, "machine": machine_info()}
@@ -173,11 +169,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results["elapsed_s"] = time.perf_counter() - t0
     for line in report(results):
         print(line)
-    out = args.out or (REPO / "results" / "replication"
-                       / f"{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%SZ}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1, default=str))
-    print(f"elapsed {results['elapsed_s']:.0f} s; raw numbers: {out}")
+    write_results(results, "replication", args.out)
     return results
 
 

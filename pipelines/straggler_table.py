@@ -41,8 +41,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
-import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -51,7 +49,6 @@ import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("cluster", "sim")
 
 FULL = {"workers": 4, "repeats": 3, "logistic": (400_000, 100), "genotypes": (60_000, 1_500),
@@ -249,7 +246,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=None, help="the JSON result's path")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_foundation import machine_info
+    from bench_foundation import machine_info, write_results
 
     cfg = dict(QUICK if args.quick else FULL)
     results: dict[str, Any] = {"config": cfg, "quick": args.quick, "stragglers": STRAGGLERS,
@@ -263,11 +260,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results["elapsed_s"] = time.perf_counter() - t0
     for line in report(results):
         print(line)
-    out = args.out or (REPO / "results" / "straggler_table"
-                       / f"{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%SZ}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1, default=str))
-    print(f"elapsed {results['elapsed_s']:.0f} s; raw numbers: {out}")
+    write_results(results, "straggler_table", args.out)
     return results
 
 
