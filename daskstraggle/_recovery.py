@@ -26,6 +26,7 @@ from daskstraggle.runtime.replica import (
     RESUME_FROM_REPLICA,
     Replica,
     load_replica,
+    remove_replica,
     replica_name,
 )
 
@@ -89,7 +90,7 @@ class Recovery:
     def finished(self) -> None:
         """The run ended normally: remove its replica (it resumes nothing now)."""
         if self._client is not None and self._name is not None:
-            Replica(self._client, self._name, 1.0).remove()
+            remove_replica(self._client, self._name)
 
 
 def recovery(checkpoint: str | os.PathLike[str] | None, interval: float | None,

@@ -182,10 +182,15 @@ class Choice:
 
     def summary(self) -> str:
         """One line: the choice and the predictions, fastest first."""
-        ranked = sorted(self.predicted.items(), key=lambda kv: kv[1])
-        shown = ", ".join(f"{label} {seconds:.3g} s" for label, seconds in ranked)
         return (f"auto: probed {self.probe_rounds} gd rounds ({self.probe_seconds:.1f} s); "
-                f"predicted per gd round: {shown}; running {self.label}")
+                f"predicted per gd round: {ranked_predictions(self.predicted)}; "
+                f"running {self.label}")
+
+
+def ranked_predictions(predicted: dict[str, float]) -> str:
+    """The predictions fastest first, as ``"dsag(w=3) 0.04 s, gd 0.068 s"``."""
+    ranked = sorted(predicted.items(), key=lambda kv: kv[1])
+    return ", ".join(f"{label} {seconds:.3g} s" for label, seconds in ranked)
 
 
 def candidates(plain: Method, n_workers: int) -> list[Candidate]:

@@ -30,7 +30,7 @@ from daskstraggle.engine.checkpoint import CheckpointSchedule
 from daskstraggle.errors import DataNotFoundError
 from daskstraggle.runtime.checkpoint import dump_state, load_state
 
-__all__ = ["Replica", "load_replica", "replica_name"]
+__all__ = ["Replica", "load_replica", "remove_replica", "replica_name"]
 
 #: The value of ``resume`` (CLI ``--resume``) that resumes from the scheduler's replica.
 RESUME_FROM_REPLICA = "replica"
@@ -107,8 +107,7 @@ class Replica:
     history: list[int] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
-        self.schedule = CheckpointSchedule(divergence=self.divergence)
-        self.divergence = float(self.schedule.divergence or self.divergence)
+        self.schedule = CheckpointSchedule(divergence=self.divergence)  # checks the bound
 
     @property
     def path(self) -> str:
@@ -130,8 +129,7 @@ class Replica:
 
     def remove(self) -> None:
         """Unpublish the replica (a run that ended normally needs none)."""
-        if self.name in self.client.list_datasets():
-            self.client.unpublish_dataset(self.name)
+        remove_replica(self.client, self.name)
 
     def describe(self) -> dict[str, Any]:
         """The settings and last write, for ``Result.attrs["replica"]``."""
@@ -139,6 +137,12 @@ class Replica:
                 "last_iteration": self.written, "n_written": self.n_written,
                 "write_seconds": self.seconds, "bytes": self.bytes,
                 "history": list(self.history)}
+
+
+def remove_replica(client: Any, name: str) -> None:
+    """Unpublish the replica ``name`` from the client's scheduler, if it holds one."""
+    if name in client.list_datasets():
+        client.unpublish_dataset(name)
 
 
 def load_replica(client: Any, name: str) -> dict[str, Any]:
