@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daskstraggle.engine.checkpoint import CheckpointSchedule
-from daskstraggle.errors import DataNotFoundError
+from daskstraggle.errors import DataNotFoundError, SchedulerLostError
 from daskstraggle.runtime.checkpoint import dump_state, load_state
 
 __all__ = ["Replica", "load_replica", "remove_replica", "replica_name"]
@@ -118,7 +118,14 @@ class Replica:
         """Publish ``state`` over the previous replica (``now``: as for a Checkpointer)."""
         t0 = time.perf_counter()
         data = dump_state(state)
-        self.client.publish_dataset(override=True, **{self.name: data})
+        try:  # a scheduler RPC: bounded by distributed's comm timeouts
+            self.client.publish_dataset(override=True, **{self.name: data})
+        except (OSError, TimeoutError) as err:  # CommClosedError is an OSError
+            raise SchedulerLostError(
+                f"The scheduler stopped answering while the replica {self.name!r} was "
+                f"published ({type(err).__name__}); the replica was in its memory, so start "
+                "the run again."
+            ) from None
         self.written = iteration
         self.n_written += 1
         self.history.append(iteration)

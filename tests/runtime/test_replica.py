@@ -208,3 +208,14 @@ def test_a_lost_scheduler_does_not_point_to_the_replica_it_held():
     ck = Checkpointer("run.ckpt")
     ck.written = 3
     assert Recovery(writer=ck).resume_hint(SchedulerLostError("x")) == "run.ckpt"
+
+
+def test_a_scheduler_lost_while_publishing_is_one_line():
+    from daskstraggle.errors import SchedulerLostError
+
+    class Gone(Datasets):
+        def publish_dataset(self, override: bool = False, **named: Any) -> None:
+            raise OSError("Stream is closed")
+
+    with pytest.raises(SchedulerLostError, match="while the replica 'r' was published"):
+        Replica(Gone(), "r", 0.1).write({"iteration": 1}, iteration=1)
