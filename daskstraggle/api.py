@@ -258,6 +258,7 @@ def _resolve_runtime(
     *,
     min_workers: int | None = None,
     backup_after: float | None = None,
+    aggregation: str = "flat",
 ) -> Iterator[Runtime]:
     """Yield the runtime to use; close it afterwards only if it was made here."""
     seed = int(rng) if isinstance(rng, int | np.integer) else None
@@ -266,7 +267,7 @@ def _resolve_runtime(
         return
     options = RuntimeOptions(n_workers=n_workers, client=client, scheduler=scheduler,
                              stragglers=stragglers, seed=seed, min_workers=min_workers,
-                             backup_after=backup_after)
+                             backup_after=backup_after, aggregation=aggregation)
     with _declared(runtime).from_options(options) as rt:
         yield rt
 
@@ -300,6 +301,7 @@ def _run(
     stragglers: str | LatencyModel | Stragglers | None = None,
     record_iterates: bool = False,
     backup_after: float | None = None,
+    aggregation: str = "flat",
     checkpoint: str | os.PathLike[str] | None = None,
     checkpoint_interval: float | None = None,
     checkpoint_iterations: int | None = None,
@@ -344,6 +346,7 @@ def _run(
     _check_runtime_args(runtime, client, scheduler, n_workers, spec, meth)
     _check_min_workers(min_workers, runtime, client, scheduler, caller)
     backup_after = _check_backup_after(backup_after, runtime, caller)
+    aggregation = _check_aggregation(aggregation, runtime, caller)
     qc = parse_qc(qc, caller=caller)
     # never the input store, nor inside or around it (even with overwrite)
     out_path = check_output_path(out, overwrite=overwrite, inputs=source_paths(X))
@@ -371,7 +374,8 @@ def _run(
         if isinstance(problem, Logistic):
             matrix = matrix.with_labels(to_plus_minus_one(matrix.labels))
     with _resolve_runtime(runtime, client, scheduler, n_workers, spec, rng,
-                          min_workers=min_workers, backup_after=backup_after) as rt:
+                          min_workers=min_workers, backup_after=backup_after,
+                          aggregation=aggregation) as rt:
         if rec.uses_replica:  # read and written on the connected scheduler
             state = rec.connect(rt, problem=problem.name, sources=source_paths(X),
                                 max_iter=stop.max_iter)
@@ -416,6 +420,25 @@ def _measured_run(rt: Runtime, meth: Method, problem: Problem, matrix: Matrix, *
                                           rng=np.random.default_rng(rng)))
         meth = choices[-1].method
     return rt.run(meth, problem, matrix, rng=rng, **run)
+
+
+def _check_aggregation(aggregation: str, runtime: Runtime | str | None, caller: str) -> str:
+    """``aggregation`` checked: ``"flat"``, or ``"tree"`` for a runtime that sums on its
+    workers (the Dask runtime the fit starts or connects to)."""
+    from daskstraggle._validation import check_choice
+    from daskstraggle.runtime.aggregate import AGGREGATIONS
+
+    aggregation = check_choice(aggregation, name="aggregation", caller=caller,
+                               choices=AGGREGATIONS)
+    if aggregation == "tree" and (isinstance(runtime, Runtime)
+                                  or not _declared(runtime).aggregates):
+        raise InvalidParameterError(
+            f"The 'aggregation' parameter of {caller} (CLI: --aggregation) applies to the "
+            "Dask runtime it starts or connects to; "
+            + ("pass it to DaskRuntime(aggregation='tree')." if isinstance(runtime, Runtime)
+               else f"runtime={runtime!r} sums its results in this process already.")
+        )
+    return aggregation
 
 
 def _check_backup_after(backup_after: float | None, runtime: Runtime | str | None,
@@ -505,7 +528,8 @@ def matrix_after_run(matrix: Matrix, result: Result) -> Matrix:
 _FIT_OPTIONS = (
     "method", "method_params", "step_size", "max_iter", "tol", "gap_tol", "time_budget",
     "reference", "record_iterates", "runtime", "client", "scheduler", "n_workers",
-    "min_workers", "stragglers", "backup_after", "rng", "array", "n_partitions",
+    "min_workers", "stragglers", "backup_after", "aggregation", "rng", "array",
+    "n_partitions",
     "missing_chunks", "storage_options", "genotype_dims", "qc", "checkpoint",
     "checkpoint_interval", "checkpoint_iterations", "resume", "replica_divergence", "out",
     "overwrite", "progress",
@@ -585,6 +609,14 @@ _OPTIONS_DOC = """    method : str or Method, default="auto"
         another worker (which loads a spare copy of those partitions from the source
         once); the first answer counts. Helps methods that wait for every worker (gd,
         nag) past a slow one. None: no backups.
+    aggregation : {"flat", "tree"}, default="flat"
+        Dask runtime: where a round's results are summed. ``"tree"`` keeps each
+        worker's result on the worker and sums them there, a few at a time, when the
+        method reads the sum (MLfabric's aggregation), so one message reaches the client
+        instead of one per worker: worth it when messages are large (``gram``'s d x d
+        upper triangle, wide PCA blocks) or the client's link is slow. The same iterates
+        as ``"flat"`` to rounding; ``bytes_to_coordinator`` in the trace counts what
+        arrived either way.
     rng : int, Generator or None, default=None
         Seed of the starting point and step-size estimate; an int also seeds the
         method's own draws (a coding scheme's matrix, partial recovery's code) when
@@ -664,7 +696,7 @@ _MOVED_KEYWORDS = {
     **dict.fromkeys(("max_iter", "tol", "gap_tol", "time_budget"), "stop=StopRule({}=...)"),
     **dict.fromkeys(("reference", "record_iterates"), "report=Report({}=...)"),
     **dict.fromkeys(("client", "scheduler", "n_workers", "min_workers", "stragglers",
-                     "backup_after"), "runtime=RuntimeSpec(name, {}=...)"),
+                     "backup_after", "aggregation"), "runtime=RuntimeSpec(name, {}=...)"),
     **dict.fromkeys(("array", "n_partitions", "missing_chunks", "storage_options",
                      "genotype_dims", "qc"), "data=DataOptions({}=...)"),
     "checkpoint_interval": "checkpoint=Checkpoint(path, interval=...)",
@@ -819,7 +851,8 @@ def _ungrouped(stop: Any, runtime: Any, data: Any, checkpoint: Any,
     if isinstance(runtime, RuntimeSpec):
         flat.update(runtime=runtime.name, client=runtime.client, scheduler=runtime.scheduler,
                     n_workers=runtime.n_workers, min_workers=runtime.min_workers,
-                    stragglers=runtime.stragglers, backup_after=runtime.backup_after)
+                    stragglers=runtime.stragglers, backup_after=runtime.backup_after,
+                    aggregation=runtime.aggregation)
     elif isinstance(runtime, Runtime | str) or runtime is None:
         if runtime is not None:
             flat["runtime"] = runtime  # checked by _run
@@ -903,6 +936,7 @@ def fit_pca(
     min_workers: int | None = None,
     stragglers: str | LatencyModel | Stragglers | None = None,
     backup_after: float | None = None,
+    aggregation: str = "flat",
     rng: int | np.random.Generator | None = None,
     array: str | None = None,
     n_partitions: int | None = None,
@@ -1010,6 +1044,7 @@ def genotype_pca(
     min_workers: int | None = None,
     stragglers: str | LatencyModel | Stragglers | None = None,
     backup_after: float | None = None,
+    aggregation: str = "flat",
     rng: int | np.random.Generator | None = None,
     array: str | None = None,
     n_partitions: int | None = None,
@@ -1149,6 +1184,7 @@ def fit_logistic(
     min_workers: int | None = None,
     stragglers: str | LatencyModel | Stragglers | None = None,
     backup_after: float | None = None,
+    aggregation: str = "flat",
     rng: int | np.random.Generator | None = None,
     array: str | None = None,
     n_partitions: int | None = None,
@@ -1211,6 +1247,7 @@ def fit_least_squares(
     min_workers: int | None = None,
     stragglers: str | LatencyModel | Stragglers | None = None,
     backup_after: float | None = None,
+    aggregation: str = "flat",
     rng: int | np.random.Generator | None = None,
     array: str | None = None,
     n_partitions: int | None = None,

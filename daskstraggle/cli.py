@@ -197,6 +197,12 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Dask runtime: send a work unit unanswered after FACTOR times the "
                           "median unit latency again to another worker (speculative backup; "
                           "the first answer counts). Default: no backups."),
+        click.option("--aggregation", type=click.Choice(["flat", "tree"]), default="flat",
+                     show_default=True,
+                     help="Dask runtime: where a round's results are summed. tree: on the "
+                          "workers, a few at a time, so one message reaches the client "
+                          "instead of one per worker (large messages: gram, wide blocks); "
+                          "the same iterates to rounding."),
         click.option("--checkpoint", type=click.Path(path_type=Path), default=None,
                      help="Write the run's state to this file at round boundaries, "
                           "atomically (every 60 s unless --checkpoint-interval or "

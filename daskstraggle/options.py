@@ -77,6 +77,9 @@ class RuntimeSpec:
     backup_after : float or None, default=None
         Dask and simulated runtimes: send a unit unanswered after this many times the
         median latency again to another worker.
+    aggregation : {"flat", "tree"}, default="flat"
+        Dask runtime: sum a round's results on the workers (``"tree"``) instead of at
+        the client.
     """
 
     name: str = "dask"
@@ -86,6 +89,7 @@ class RuntimeSpec:
     min_workers: int | None = None
     stragglers: Any = None
     backup_after: float | None = None
+    aggregation: str = "flat"
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,9 +180,11 @@ class TraceRecorder:
         ds = xr.Dataset(data, coords={"iteration": np.arange(n),
                                       "worker": np.arange(self.n_workers)})
         units = {"wall_time": "s", "iteration_duration": "s", "max_compute_duration": "s",
-                 "compute_duration": "s", "latency": "s", "communication_duration": "s"}
+                 "compute_duration": "s", "latency": "s", "communication_duration": "s",
+                 "bytes_to_coordinator": "B"}
         for key, unit in units.items():
-            ds[key].attrs["units"] = unit
+            if key in ds:
+                ds[key].attrs["units"] = unit
         return ds
 
 
@@ -202,7 +204,9 @@ class Result:
     trace : xarray.Dataset
         One row per iteration: ``wall_time``, ``iteration_duration``, ``objective``,
         ``gap`` (NaN without a reference), ``n_workers_used``, ``n_fresh``, ``n_stale``,
-        ``max_compute_duration`` (slowest used worker), and per ``(iteration, worker)``
+        ``max_compute_duration`` (slowest used worker), ``bytes_to_coordinator`` (the
+        arrays of the results that reached the coordinator in the round: one per worker,
+        or the one sum with ``aggregation="tree"``), and per ``(iteration, worker)``
         for the last result each worker delivered in the round: ``compute_duration`` (on
         the worker; the scheduler's measurement when recorded), ``latency`` (send to
         receive, seen by the coordinator) and ``communication_duration`` (their

@@ -21,6 +21,7 @@ import numpy as np
 
 from daskstraggle._declared_options import CliOption
 from daskstraggle.problems.block import Block, MatrixStats
+from daskstraggle.problems.held import HeldResult, combine_held
 
 __all__ = [
     "KernelResult",
@@ -52,7 +53,10 @@ class KernelResult:
     n_rows: int
 
     def __add__(self, other: KernelResult) -> KernelResult:
-        """Add the results of two disjoint row sets."""
+        """Add the results of two disjoint row sets (a held sum adds itself: see
+        :mod:`daskstraggle.problems.held`)."""
+        if not isinstance(other, KernelResult):
+            return NotImplemented
         return KernelResult(
             gradient=self.gradient + other.gradient,
             values=self.values + other.values,
@@ -68,7 +72,11 @@ def combine(results: list[KernelResult], weights: Any) -> KernelResult:
     """Return ``sum_k weights[k] * results[k]`` in float64 (``n_rows`` weighted, rounded).
 
     Coded messages are such combinations of partition results, and decoding is one too.
+    With results held on the workers (:mod:`daskstraggle.problems.held`) the combination
+    is held too, summed where the results are when it is read.
     """
+    if any(isinstance(r, HeldResult) for r in results):
+        return combine_held(results, weights)  # type: ignore[return-value]
     pairs = list(zip(weights, results, strict=True))
     gradient = sum(float(w) * r.gradient for w, r in pairs)
     values = sum(float(w) * r.values for w, r in pairs)

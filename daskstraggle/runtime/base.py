@@ -62,6 +62,7 @@ from daskstraggle.methods.base import (
 )
 from daskstraggle.problems.base import KernelResult, Problem, Reference, combine
 from daskstraggle.problems.block import Block, MatrixStats
+from daskstraggle.problems.held import payload_bytes
 from daskstraggle.runtime.checkpoint import (
     Checkpointer,
     resume_state,
@@ -193,6 +194,8 @@ class RuntimeOptions:
         Workers of an existing cluster to wait for.
     backup_after : float or None
         Seconds after which a slow unit gets a speculative backup.
+    aggregation : {"flat", "tree"}
+        Where the results of a round are summed: at the client, or on the workers.
     """
 
     n_workers: int | None = None
@@ -202,6 +205,7 @@ class RuntimeOptions:
     seed: int | None = None
     min_workers: int | None = None
     backup_after: float | None = None
+    aggregation: str = "flat"
 
 
 def _unknown_runtime(name: Any, names: list[str]) -> str:
@@ -265,6 +269,8 @@ class Runtime(ABC):
     latency_kind: ClassVar[Literal["none", "simulated", "injected"]] = "injected"
     #: Whether it sends speculative backups (``backup_after``).
     backups: ClassVar[bool] = False
+    #: Whether it can sum results on the workers (``aggregation="tree"``).
+    aggregates: ClassVar[bool] = False
     #: Whether ``method="auto"`` measures its workers before choosing (a short probe and
     #: a simulation of the candidates, :mod:`daskstraggle.runtime.auto`); False: the rule
     #: on the data alone.
@@ -277,6 +283,8 @@ class Runtime(ABC):
     #: ``engine.coordinator.LOG_SIZE``, to record a run that fails). The events hold the
     #: workers' results, so a long log of large results takes memory.
     stimulus_log: int = 0
+    #: Bytes of results that reached the coordinator since the last trace row.
+    _inbound: int = 0
 
     @classmethod
     def from_options(cls, options: RuntimeOptions) -> Runtime:
@@ -650,6 +658,7 @@ class Runtime(ABC):
             file=sys.stderr, unit="it", desc=f"{method.name} {problem.name}", leave=False,
         )
         event: Event | None = Begin(time=self._clock())
+        self._inbound = 0
         try:
             while True:
                 assert event is not None, "the coordinator expected no reply"
@@ -675,8 +684,13 @@ class Runtime(ABC):
 
     def _record_row(self, instruction: RecordRow, recorder: TraceRecorder, bar: Any, *,
                     progress: bool) -> None:
-        """Add the engine's trace row; update the progress bar."""
-        row = recorder.add(**instruction.fields)
+        """Add the engine's trace row with the bytes the round's results brought to the
+        coordinator (``bytes_to_coordinator``); update the progress bar."""
+        fields = dict(instruction.fields)
+        inbound, self._inbound = self._inbound + self._fetched_bytes(), 0
+        fields["extras"] = {**(fields.get("extras") or {}),
+                            "bytes_to_coordinator": float(inbound)}
+        row = recorder.add(**fields)
         assert row == instruction.row, (row, instruction.row)
         self._on_row(row, recorder)
         bar.update(1)
@@ -695,6 +709,7 @@ class Runtime(ABC):
             result = self._next(timeout=instruction.timeout)
             if result is None:
                 return Quiet(time=self._clock())
+            self._inbound += payload_bytes(result.result)
             return Arrived(result=result, time=self._clock())
         if isinstance(instruction, CheckExact):
             return Checked(result=self._exact_pass(problem, instruction.iterate),
@@ -715,6 +730,10 @@ class Runtime(ABC):
 
     def _cancel_pending(self) -> None:  # noqa: B027 - optional hook
         """Forget work still in flight when a run ends."""
+
+    def _fetched_bytes(self) -> int:
+        """Bytes of summed results fetched since the last call (tree aggregation)."""
+        return 0
 
     def _abandon(self, version: int) -> list[int]:
         """Drop undelivered messages of streamed units older than ``version``.

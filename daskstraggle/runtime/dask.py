@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from daskstraggle._validation import check_bool, check_int, check_positive
+from daskstraggle._validation import check_bool, check_choice, check_int, check_positive
 from daskstraggle.data.matrix import Matrix
 from daskstraggle.engine.pool import (
     AwaitWorkers,
@@ -34,7 +34,6 @@ from daskstraggle.engine.pool import (
     SendBackup,
     StartHelping,
     StopHelping,
-    Task,
     WorkerPool,
 )
 from daskstraggle.engine.resilience import check_slow_settings
@@ -48,6 +47,7 @@ from daskstraggle.errors import (
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
+from daskstraggle.problems.held import HeldResult, Leaf
 from daskstraggle.runtime._connect import (
     MAX_LOCAL_WORKERS,
     OWN_CLUSTER_CONFIG,
@@ -71,6 +71,7 @@ from daskstraggle.runtime._resilience import (
     replacement_targets,
     slow_bounds,
 )
+from daskstraggle.runtime.aggregate import AGGREGATIONS, Handle, TreeReducer, unit_meta
 from daskstraggle.runtime.base import (
     Runtime,
     RuntimeOptions,
@@ -181,7 +182,12 @@ class DaskRuntime(Runtime):
         Speculative backups: a work unit unanswered after this many times the median
         latency of the run's recent units is sent again to another worker (which loads
         a spare copy of the partitions from the source once, unless it holds them); the
-        first answer counts. None: no backups. See :mod:`daskstraggle.runtime._backup`.
+        first answer counts. None: no backups. See :mod:`daskstraggle.engine.pool`.
+    aggregation : {"flat", "tree"}, default="flat"
+        ``"tree"``: the work units' results stay on the workers and are summed there in
+        a tree when the method reads their sum, so one message of the sum's size reaches
+        the client instead of one per worker (see :mod:`daskstraggle.runtime.aggregate`);
+        the trace's ``bytes_to_coordinator`` counts what arrives either way.
 
     Notes
     -----
@@ -206,13 +212,15 @@ class DaskRuntime(Runtime):
     latency_kind = "injected"
     measures_workers = True
     backups = True
+    aggregates = True
 
     @classmethod
     def from_options(cls, options: RuntimeOptions) -> DaskRuntime:
         """``DaskRuntime`` on the client or scheduler given, else on a LocalCluster."""
         return cls(options.client, address=options.scheduler, n_workers=options.n_workers,
                    stragglers=options.stragglers, rng=options.seed,
-                   min_workers=options.min_workers, backup_after=options.backup_after)
+                   min_workers=options.min_workers, backup_after=options.backup_after,
+                   aggregation=options.aggregation)
 
     def __init__(
         self,
@@ -230,6 +238,7 @@ class DaskRuntime(Runtime):
         frozen_after: float | None = None,
         stale_after: int | None = None,
         backup_after: float | None = None,
+        aggregation: str = "flat",
     ) -> None:
         from distributed import as_completed
 
@@ -252,6 +261,11 @@ class DaskRuntime(Runtime):
             min_workers_timeout, name="min_workers_timeout", caller="DaskRuntime")
         self._frozen_after, self._stale_after, self._backup_after = check_slow_settings(
             frozen_after, stale_after, backup_after, caller="DaskRuntime")
+        self.aggregation = check_choice(aggregation, name="aggregation",
+                                        caller="DaskRuntime", choices=AGGREGATIONS)
+        self._reducer: TreeReducer | None = None
+        self._metas: dict[str, Any] = {}  # a held unit's key -> its meta task
+        self._meta_units: dict[str, tuple[str, Handle]] = {}  # meta key -> unit key, handle
         self._seed = rng
         self._record_latency = check_bool(record_latency, name="record_latency",
                                           caller="DaskRuntime")
@@ -653,8 +667,11 @@ class DaskRuntime(Runtime):
                     key=f"unit-v{unit.version}-w{unit.worker_index}-m{j}-{token}",
                     worker_index=unit.worker_index,
                 )
-                self._track(future, self.worker_pool.sent(
-                    future.key, unit, sent, message=j, final=j == len(messages) - 1))
+                self.worker_pool.sent(future.key, unit, sent, message=j,
+                                      final=j == len(messages) - 1)
+                self._track(future, index=unit.worker_index, partitions=parts, args=(
+                    problem, unit.iterate, unit.version, self._rows_load(parts),
+                    self._injector), kwargs={"coefficients": coef})
                 previous = future
             return
         future = self._pinned(
@@ -664,12 +681,32 @@ class DaskRuntime(Runtime):
             key=f"unit-v{unit.version}-w{unit.worker_index}-{uuid.uuid4().hex[:6]}",
             worker_index=unit.worker_index,
         )
-        self._track(future, self.worker_pool.sent(future.key, unit, time.perf_counter()))
+        self.worker_pool.sent(future.key, unit, time.perf_counter())
+        self._track(future, index=unit.worker_index, partitions=unit.partitions, args=(
+            problem, unit.iterate, unit.version, self._unit_load(unit), self._injector),
+            kwargs={"coefficients": unit.coefficients, "rows": unit.rows})
 
-    def _track(self, future: Any, task: Task | None = None) -> None:
-        """Wait for ``future`` (a task the pool knows) among the run's results."""
+    def _track(self, future: Any, *, index: int, partitions: tuple[int, ...],
+               args: tuple[Any, ...], kwargs: dict[str, Any], address: str | None = None
+               ) -> None:
+        """Wait for ``future`` (a unit task the pool knows) among the run's results.
+
+        With tree aggregation its result stays on the worker: wait for a small task
+        there that reports the result's rows, size and timing instead, and keep what
+        computes it again where worker index ``index``'s ``partitions`` are (the other
+        arguments of :func:`run_unit_task`) should that worker leave before the sum.
+        """
         self._futures[future.key] = future
-        self._ac.add(future)
+        if self.aggregation != "tree":
+            self._ac.add(future)
+            return
+        address = self._addresses[index] if address is None else address
+        handle = Handle(future, address, index, tuple(partitions), args, kwargs)
+        meta = self.client.submit(unit_meta, future, key=f"daskstraggle-meta-{future.key}",
+                                  workers=[address], allow_other_workers=False, pure=False)
+        self._metas[future.key] = meta
+        self._meta_units[meta.key] = (future.key, handle)
+        self._ac.add(meta)
 
     def _submit_split(self, unit: WorkUnit, problem: Problem) -> bool:
         """Send ``unit`` as two tasks, on its worker and on its helper, when the pool splits
@@ -692,15 +729,18 @@ class DaskRuntime(Runtime):
         for position, (part, address, held) in enumerate(zip(
                 (split.own, split.helper_part), (self._addresses[index], split.helper),
                 (self._data.held[index], self._data.helper[index]), strict=True)):
-            blocks = [held[unit.partitions[k]] for k in part.positions]
+            partitions = tuple(unit.partitions[k] for k in part.positions)
             load = (part.rows[1] - part.rows[0]) * len(self._addresses) / total
-            futures.append(self._submit_to(
-                address, run_unit_task, problem, unit.iterate, unit.version, load,
-                self._injector, *blocks, coefficients=part.coefficients, rows=part.rows,
-                key=f"unit-v{unit.version}-w{index}-part{position}-{token}"))
-        pool.sent_split(unit, (futures[0].key, futures[1].key), sent)
-        for future in futures:
-            self._track(future)
+            args = (problem, unit.iterate, unit.version, load, self._injector)
+            kwargs = {"coefficients": part.coefficients, "rows": part.rows}
+            futures.append((self._submit_to(
+                address, run_unit_task, *args, *(held[p] for p in partitions), **kwargs,
+                key=f"unit-v{unit.version}-w{index}-part{position}-{token}"),
+                address, partitions, args, kwargs))
+        pool.sent_split(unit, (futures[0][0].key, futures[1][0].key), sent)
+        for future, address, partitions, args, kwargs in futures:
+            self._track(future, index=index, partitions=partitions, args=args, kwargs=kwargs,
+                        address=address)
         return True
 
     # ------------------------------------------------------------------ receiving
@@ -721,23 +761,59 @@ class DaskRuntime(Runtime):
                 self._check_slow(now)
                 _wait_ready(self._ac, min(deadline - now, 0.1))
             future, outcome = next(self._ac)
-            self._futures.pop(future.key, None)
-            if future.key not in pool.tasks:  # abandoned, cancelled or sent again
+            key, handle = self._meta_units.pop(future.key, (future.key, None))
+            self._metas.pop(key, None)
+            self._futures.pop(key, None)
+            if key not in pool.tasks:  # abandoned, cancelled or sent again
                 continue
             if isinstance(outcome, BaseException):  # only cancellations come back as values
-                pool.forget([future.key])
+                pool.forget([key])
                 raise self._lost_scheduler(outcome) or outcome
-            task, outcome, out = pool.arrived(future.key, outcome, time.perf_counter())
+            if handle is not None:
+                outcome = self._held_outcome(handle, outcome)
+            task, outcome, out = pool.arrived(key, outcome, time.perf_counter())
             self._carry_out(out)  # a backup's twin that lost the race
             if task is None or outcome is None:  # one part of a split unit: wait for the other
                 continue
             result, duration = outcome
             if task.message is not None:
                 (result,) = result
-            self._round_keys[task.unit.worker_index] = future.key
+            self._round_keys[task.unit.worker_index] = key
             return WorkResult(task.unit, result, duration,
                               latency=time.perf_counter() - task.sent, message=task.message,
                               final=task.final)
+
+    def _held_outcome(self, handle: Handle, meta: tuple[Any, float, int]
+                      ) -> tuple[Any, float]:
+        """A held unit's ``(result, seconds)``: held results in place of its data."""
+        rows, seconds, nbytes = meta
+        if self._reducer is None:
+            from daskstraggle import config
+
+            self._reducer = TreeReducer(
+                self.client, live=lambda: set(worker_addresses(self.client)),
+                recompute=self._recompute, timeout=config.seconds("timeouts.stall"))
+        if isinstance(rows, tuple):  # a coded unit: one leaf per message
+            return tuple(HeldResult.of(Leaf(handle, r, self._reducer, nbytes=nbytes,
+                                            message=j))
+                         for j, r in enumerate(rows)), seconds
+        return HeldResult.of(Leaf(handle, rows, self._reducer, nbytes=nbytes)), seconds
+
+    def _recompute(self, handle: Handle) -> tuple[Any, str]:
+        """Run a held result's task again where its worker index's partitions are now
+        (after the pool moved the index off a worker that left); return the future and
+        the address."""
+        self._check_membership()
+        index = handle.worker_index
+        address = self._addresses[index]
+        held = self._held[index]
+        future = self._submit_to(
+            address, run_unit_task, *handle.args, *(held[p] for p in handle.partitions),
+            **handle.kwargs, key=f"unit-again-w{index}-{uuid.uuid4().hex[:6]}")
+        return future, address
+
+    def _fetched_bytes(self) -> int:
+        return 0 if self._reducer is None else self._reducer.take_bytes()
 
     def _abandon(self, version: int) -> list[int]:
         pool = self.worker_pool
@@ -753,6 +829,10 @@ class DaskRuntime(Runtime):
 
     def _cancel(self, keys: tuple[str, ...] | list[str]) -> None:
         futures = [f for f in (self._futures.pop(k, None) for k in keys) if f is not None]
+        for meta in (self._metas.pop(k, None) for k in keys):
+            if meta is not None:
+                self._meta_units.pop(meta.key, None)
+                futures.append(meta)
         if futures:
             self.client.cancel(futures)
 
@@ -760,6 +840,8 @@ class DaskRuntime(Runtime):
         if self._ac is not None:
             self._ac.clear()
         self._futures.clear()
+        self._metas.clear()
+        self._meta_units.clear()
         if self.worker_pool is not None:
             self.worker_pool.clear()
 
@@ -852,14 +934,16 @@ class DaskRuntime(Runtime):
         assert self._data is not None
         unit, j = backup.unit, backup.to_index
         blocks = self._data.blocks(self._matrix, j, self._addresses[j], unit.partitions)
+        args = (self._work, unit.iterate, unit.version, self._unit_load(unit), self._injector)
+        kwargs = {"coefficients": unit.coefficients, "rows": unit.rows}
         future = self._pinned(
-            run_unit_task, self._work, unit.iterate, unit.version,
-            self._unit_load(unit), self._injector, *blocks,
-            coefficients=unit.coefficients, rows=unit.rows,
+            run_unit_task, *args, *blocks, **kwargs,
             key=f"unit-backup-v{unit.version}-w{j}-{uuid.uuid4().hex[:6]}", worker_index=j,
         )
         self.worker_pool.backup_sent(backup.key, future.key)
-        self._track(future)
+        # (computed again, it is the unit's own index that holds the partitions)
+        self._track(future, index=unit.worker_index, partitions=unit.partitions, args=args,
+                    kwargs=kwargs, address=self._addresses[j])
         logger.info("unit of worker %s overdue: backup sent to %s",
                     self._addresses[unit.worker_index], self._addresses[j])
 

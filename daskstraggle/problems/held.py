@@ -1,0 +1,206 @@
+"""Kernel sums held on the workers: symbolic arithmetic, one message when read.
+
+With aggregation (``aggregation="tree"`` on a Dask runtime) a worker's result stays on
+the worker. The method receives a :class:`HeldResult` in its place: adding, scaling and
+:func:`~daskstraggle.problems.base.combine` build a weighted sum of such *leaves* without
+moving data, so a method's code is the same whether its results are held or local.
+Reading ``gradient`` or ``values`` asks the runtime's :class:`Reducer` to sum the leaves
+on the workers (a tree of additions) and fetch the one sum; the value is kept, so a
+second read costs nothing.
+
+A weighted sum merges leaves by identity: a cache that adds a new result and subtracts
+the one it replaces (``total - old + new``) keeps only the leaves still in it. Pickling a
+held result pickles its value (a :class:`~daskstraggle.problems.base.KernelResult`), so a
+checkpoint never refers to data on a worker.
+
+This module is pure: a leaf's handle is opaque here (the Dask runtime's future).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = ["HeldResult", "Leaf", "Reducer", "payload_bytes"]
+
+
+class Reducer(Protocol):
+    """What a runtime that holds results provides: the weighted sum of leaves."""
+
+    def reduce(self, terms: list[tuple[float, Leaf]]) -> tuple[np.ndarray, np.ndarray]:
+        """Return ``sum weight * leaf`` as ``(gradient, values)``, computed where the
+        leaves are (``terms`` lists each leaf once, in the order the sum was built)."""
+        ...
+
+
+class Leaf:
+    """One kernel sum held by a worker (compared by identity).
+
+    Parameters
+    ----------
+    handle : object
+        The runtime's reference to the data (a Dask future), opaque here.
+    n_rows : int
+        Rows the sum covers.
+    reducer : Reducer
+        The runtime that can sum it with others and fetch the result.
+    nbytes : int, default=0
+        Size of the held sum (its gradient and values), for the trace's byte counts.
+    message : int or None, default=None
+        Which message of a coded unit's result it is (None: the plain sum).
+    """
+
+    __slots__ = ("handle", "message", "n_rows", "nbytes", "reducer")
+
+    def __init__(self, handle: Any, n_rows: int, reducer: Reducer, *, nbytes: int = 0,
+                 message: int | None = None) -> None:
+        self.handle = handle
+        self.n_rows = int(n_rows)
+        self.reducer = reducer
+        self.nbytes = int(nbytes)
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"Leaf({self.handle!r}, n_rows={self.n_rows}, message={self.message})"
+
+
+class HeldResult:
+    """A weighted sum of held kernel sums, plus a local part; duck-types ``KernelResult``.
+
+    Build one with :meth:`of` (a single leaf); ``+``, :meth:`scaled` and ``combine``
+    give new ones. ``gradient`` and ``values`` are read from the workers once (see the
+    module docstring); ``n_rows`` is known without reading.
+
+    Parameters
+    ----------
+    terms : dict of Leaf to float
+        Weight of each leaf.
+    n_rows : int
+        Rows the sum counts (follows ``KernelResult``'s rules: ``+`` adds them,
+        ``scaled`` keeps them).
+    local : KernelResult or None, default=None
+        A part already in this process (a local result added to held ones).
+    """
+
+    __slots__ = ("_local", "_terms", "_value", "n_rows")
+
+    def __init__(self, terms: dict[Leaf, float], n_rows: int, local: Any = None) -> None:
+        self._terms = terms
+        self.n_rows = int(n_rows)
+        self._local = local
+        self._value: Any = None
+
+    @classmethod
+    def of(cls, leaf: Leaf) -> HeldResult:
+        """Return the held result of one leaf (weight 1)."""
+        return cls({leaf: 1.0}, leaf.n_rows)
+
+    @property
+    def leaves(self) -> list[Leaf]:
+        """The leaves the sum still uses (nonzero weight), in the order added."""
+        return [leaf for leaf, weight in self._terms.items() if weight != 0.0]
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the sum's message: what one leaf of it takes."""
+        leaves = self.leaves
+        return leaves[0].nbytes if leaves else 0
+
+    def materialize(self) -> Any:
+        """Return the sum as a ``KernelResult`` (summed on the workers the first time)."""
+        if self._value is None:
+            from daskstraggle.problems.base import KernelResult
+
+            terms = [(weight, leaf) for leaf, weight in self._terms.items() if weight != 0.0]
+            if terms:
+                gradient, values = terms[0][1].reducer.reduce(terms)
+                value = KernelResult(np.asarray(gradient, dtype=np.float64),
+                                     np.asarray(values, dtype=np.float64), self.n_rows)
+                if self._local is not None:
+                    value = KernelResult(value.gradient + self._local.gradient,
+                                         value.values + self._local.values, self.n_rows)
+            elif self._local is not None:
+                value = KernelResult(self._local.gradient, self._local.values, self.n_rows)
+            else:
+                raise ValueError("a held result with no leaves and no local part is empty")
+            # from now on a local sum: the workers may free the leaves' data
+            self._value, self._terms, self._local = value, {}, value
+        return self._value
+
+    @property
+    def gradient(self) -> np.ndarray:
+        """The summed gradient (read from the workers on first use)."""
+        return np.asarray(self.materialize().gradient)
+
+    @property
+    def values(self) -> np.ndarray:
+        """The summed objective terms (read from the workers on first use)."""
+        return np.asarray(self.materialize().values)
+
+    def _merged(self, other: Any, weight: float, n_rows: int) -> HeldResult:
+        terms = dict(self._terms)
+        local = self._local
+        if isinstance(other, HeldResult):
+            for leaf, w in other._terms.items():
+                terms[leaf] = terms.get(leaf, 0.0) + weight * w
+            part = other._local
+            if part is not None:
+                part = part if weight == 1.0 else part.scaled(weight)
+                local = part if local is None else local + part
+        else:
+            part = other if weight == 1.0 else other.scaled(weight)
+            local = part if local is None else local + part
+        return HeldResult(terms, n_rows, local)
+
+    def __add__(self, other: Any) -> HeldResult:
+        """Sum with another held or local kernel sum (no data moves)."""
+        if isinstance(other, int | float) and other == 0:
+            return self
+        return self._merged(other, 1.0, self.n_rows + int(other.n_rows))
+
+    __radd__ = __add__
+
+    def scaled(self, weight: float) -> HeldResult:
+        """Return the sum multiplied by ``weight`` (``n_rows`` kept, as ``KernelResult``)."""
+        w = float(weight)
+        local = None if self._local is None else self._local.scaled(w)
+        return HeldResult({leaf: w * v for leaf, v in self._terms.items()}, self.n_rows, local)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a checkpoint or a replica holds the value, never a reference to a worker's data
+        value = self.materialize()
+        return (type(value), (value.gradient, value.values, value.n_rows))
+
+    def __repr__(self) -> str:
+        state = "read" if self._value is not None else "held"
+        return f"HeldResult({len(self.leaves)} leaves, n_rows={self.n_rows}, {state})"
+
+
+def combine_held(results: list[Any], weights: Any) -> HeldResult:
+    """``sum_k weights[k] * results[k]`` when some results are held (see ``combine``)."""
+    total: HeldResult | None = None
+    n_rows = 0.0
+    for weight, result in zip(weights, results, strict=True):
+        w = float(weight)
+        n_rows += w * result.n_rows
+        term = result.scaled(w) if isinstance(result, HeldResult) else None
+        if term is None:
+            from daskstraggle.problems.base import KernelResult
+
+            term = HeldResult({}, 0, KernelResult(w * np.asarray(result.gradient),
+                                                  w * np.asarray(result.values), 0))
+        total = term if total is None else total._merged(term, 1.0, 0)
+    assert total is not None, "combine needs at least one result"
+    total.n_rows = round(n_rows)
+    return total
+
+
+def payload_bytes(result: Any) -> int:
+    """Bytes a result brings to the coordinator: a held leaf's are 0 (only its size and
+    timing travel), a local ``KernelResult``'s its gradient and values; tuples add up."""
+    if isinstance(result, tuple):
+        return sum(payload_bytes(r) for r in result)
+    if isinstance(result, HeldResult):
+        return 0
+    return int(np.asarray(result.gradient).nbytes + np.asarray(result.values).nbytes)
