@@ -20,7 +20,7 @@ import scipy.linalg
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import RoundSummary
 from daskstraggle.methods.coded import CodedSum
-from daskstraggle.problems._kernels import symmetric_from_upper
+from daskstraggle.problems._kernels import pack_upper, unpack_upper
 from daskstraggle.problems._linalg import check_dense_size
 from daskstraggle.problems.base import KernelResult, Problem
 from daskstraggle.problems.block import Block
@@ -54,11 +54,12 @@ class GramKernel:
         Returns
         -------
         result : KernelResult
-            ``gradient`` of shape (n_features, n_features), zero below the diagonal
-            (sums and coded combinations of such matrices keep the form; the coordinator
-            symmetrises the decoded sum once); ``values`` one zero.
+            ``gradient`` the upper triangle, packed row by row (``d (d + 1) / 2``
+            numbers, half a square's bytes; sums and coded combinations of such vectors
+            keep the form; the coordinator unpacks the decoded sum once); ``values`` one
+            zero.
         """
-        return KernelResult(gradient=self.problem.gram_kernel(block, upper=True),
+        return KernelResult(gradient=pack_upper(self.problem.gram_kernel(block, upper=True)),
                             values=np.zeros(1), n_rows=block.n_rows)
 
 
@@ -137,7 +138,7 @@ class Gram(CodedSum):
         assert self._problem is not None and self._weights is not None
         if self._summary is None:
             total = self._decoded()
-            gram = symmetric_from_upper(total.gradient)
+            gram = unpack_upper(total.gradient, self._x.shape[0])
             d, k = gram.shape[0], self._x.shape[1]
             _, vectors = scipy.linalg.eigh(gram, subset_by_index=[d - k, d - 1])
             V = np.ascontiguousarray(vectors[:, ::-1])

@@ -54,7 +54,7 @@ from daskstraggle.problems._blas import syrk_update
 from daskstraggle.problems.block import Block
 
 __all__ = ["IMPLEMENTATIONS", "column_moments", "default_implementation", "glm_pass", "gram",
-           "pca_pass", "symmetric_from_upper"]
+           "pack_upper", "pca_pass", "symmetric_from_upper", "unpack_upper"]
 
 #: The implementations, fastest first.
 IMPLEMENTATIONS = ("numba", "numpy")
@@ -601,3 +601,41 @@ def _syrk(tile: np.ndarray, acc: np.ndarray) -> np.ndarray:
     """Return ``acc + tile^T tile`` (upper triangle), updating ``acc`` in place, without
     holding the GIL (:mod:`daskstraggle.problems._blas`)."""
     return syrk_update(tile, acc)
+
+
+def pack_upper(upper: np.ndarray) -> np.ndarray:
+    """Return the upper triangle of a square matrix (diagonal included), row by row.
+
+    ``d (d + 1) / 2`` numbers instead of ``d^2``: a Gram message is half the bytes. Sums and
+    linear combinations of packed triangles are the packed triangles of the sums.
+
+    Parameters
+    ----------
+    upper : ndarray of shape (d, d)
+        Only its upper triangle is read.
+
+    Returns
+    -------
+    packed : ndarray of shape (d (d + 1) / 2,)
+    """
+    d = upper.shape[0]
+    return np.concatenate([upper[i, i:] for i in range(d)]) if d else np.zeros(0, upper.dtype)
+
+
+def unpack_upper(packed: np.ndarray, d: int) -> np.ndarray:
+    """Return the symmetric ``d x d`` matrix whose upper triangle :func:`pack_upper` packed.
+
+    Raises
+    ------
+    ValueError
+        If ``packed`` does not hold ``d (d + 1) / 2`` numbers.
+    """
+    if packed.shape != (d * (d + 1) // 2,):
+        raise ValueError(f"a packed {d} x {d} triangle has {d * (d + 1) // 2} numbers, "
+                         f"got an array of shape {packed.shape}")
+    full = np.zeros((d, d), dtype=packed.dtype)
+    start = 0
+    for i in range(d):
+        full[i, i:] = packed[start:start + d - i]
+        start += d - i
+    return symmetric_from_upper(full)

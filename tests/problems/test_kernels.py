@@ -559,3 +559,17 @@ def test_the_compile_cache_key_tells_apart_what_numba_types_tell_apart():
     # and one key for arguments of one type: a kernel compiles once per signature
     assert _argument_key(np.ones((9, 2))) == _argument_key(base)
     assert _argument_key(7) == _argument_key(3)
+
+
+def test_a_packed_upper_triangle_unpacks_to_the_symmetric_matrix():
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(7, 7))
+    full = np.triu(a) + np.triu(a, 1).T
+    packed = kernels.pack_upper(a)
+    assert packed.shape == (7 * 8 // 2,)
+    np.testing.assert_array_equal(kernels.unpack_upper(packed, 7), full)
+    # sums of packed triangles are the packed triangles of the sums
+    np.testing.assert_array_equal(kernels.unpack_upper(2.0 * packed + packed, 7), 3.0 * full)
+    with pytest.raises(ValueError, match="28 numbers"):
+        kernels.unpack_upper(packed[:-1], 7)
+    assert kernels.pack_upper(np.zeros((0, 0))).shape == (0,)
