@@ -6,7 +6,9 @@ Issue 29, part 4. One table, two settings, the same policy code:
 - ``cluster``: a LocalCluster of ``workers`` single-threaded process workers (4 by default).
   A *sleep-based* straggler (``slowdown(workers=1, factor=8)``: each of worker 1's tasks
   sleeps 7 times its compute time after computing, which costs no CPU, so the 2-core host
-  does not hide it) and a ``markov`` one (workers turn slow and back at random). Jobs:
+  does not hide it), a ``markov`` one (workers turn slow and back at random) and DSAG's
+  ``artificial`` ramp (worker i of N slowed ``1 + 3 (i + 1) / N`` times, the slowest back
+  to normal after 5 s; the paper's spread of 0.4 over 49 workers barely slows 4). Jobs:
   logistic regression on a two-Gaussian-mixture store solved to ``tol``, and a genotype PCA
   (``gram``, exact in one round) of a simulated VCF Zarr store. For each job: plain GD
   without a straggler ("clean"), plain GD with it, coded GD (cyclic repetition, s = 1) and
@@ -28,6 +30,7 @@ Usage::
     python pipelines/straggler_table.py              # ~10 minutes on 2 cores
     python pipelines/straggler_table.py --quick      # smoke run, small data, < 1 minute
     python pipelines/straggler_table.py --sections sim
+    python pipelines/straggler_table.py --workers 8 --stragglers slowdown artificial
 
 Results (every run, medians, ratios, machine, versions) go to
 ``results/straggler_table/<UTC timestamp>.json``.
@@ -57,18 +60,21 @@ QUICK = {"workers": 4, "repeats": 1, "logistic": (20_000, 10), "genotypes": (2_0
          "tol": 1e-6, "max_iter": 300, "sim_workers": 20, "sim_rows": 2_000, "sim_rounds": 30}
 
 STRAGGLERS = {"slowdown": "slowdown(workers=1, factor=8)",
-              "markov": "markov(p_slow=0.1, p_fast=0.3, slow_factor=8)"}
+              "markov": "markov(p_slow=0.1, p_fast=0.3, slow_factor=8)",
+              "artificial": "artificial(spread=3, n_recover=1, recover_time=5)"}
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def regression_cases(workers: int) -> list[tuple[str, str, dict[str, Any], str | None]]:
-    """(label, method, method_params, straggler name or None) of the logistic job."""
+def regression_cases(workers: int, stragglers: list[str] | None = None
+                     ) -> list[tuple[str, str, dict[str, Any], str | None]]:
+    """(label, method, method_params, straggler name or None) of the logistic job, for
+    ``stragglers`` (names of :data:`STRAGGLERS`; None: all)."""
     cases: list[tuple[str, str, dict[str, Any], str | None]] = [
         ("gd clean", "gd", {}, None), ("auto clean", "auto", {}, None)]
-    for name in STRAGGLERS:
+    for name in stragglers or list(STRAGGLERS):
         cases += [(f"gd {name}", "gd", {}, name),
                   (f"coded s=1 {name}", "coded",
                    {"scheme": "cyclic-repetition", "n_stragglers": 1}, name),
@@ -77,11 +83,12 @@ def regression_cases(workers: int) -> list[tuple[str, str, dict[str, Any], str |
     return cases
 
 
-def pca_cases() -> list[tuple[str, str, dict[str, Any], str | None]]:
+def pca_cases(stragglers: list[str] | None = None
+              ) -> list[tuple[str, str, dict[str, Any], str | None]]:
     """(label, method, method_params, straggler name or None) of the genotype PCA job."""
     cases: list[tuple[str, str, dict[str, Any], str | None]] = [
         ("gram clean", "gram", {}, None), ("auto clean", "auto", {}, None)]
-    for name in STRAGGLERS:
+    for name in stragglers or list(STRAGGLERS):
         cases += [(f"gram {name}", "gram", {}, name),
                   (f"gram coded s=1 {name}", "gram",
                    {"scheme": "cyclic-repetition", "n_stragglers": 1}, name),
@@ -166,8 +173,8 @@ def run_cluster(cfg: dict[str, Any], workdir: Path) -> dict[str, Any]:
     m, s = cfg["genotypes"]
     geno = make_genotypes(workdir / "geno.vcz", n_variants=m, n_samples=s, n_populations=3,
                           chunk_rows=max(1, m // (2 * cfg["workers"])), seed=0)
-    jobs = {"logistic": (logit, regression_cases(cfg["workers"]), "gd"),
-            "pca": (geno, pca_cases(), "gram")}
+    jobs = {"logistic": (logit, regression_cases(cfg["workers"], cfg.get("stragglers")), "gd"),
+            "pca": (geno, pca_cases(cfg.get("stragglers")), "gram")}
     out: dict[str, Any] = {}
     with LocalCluster(n_workers=cfg["workers"], threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
@@ -244,11 +251,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="small data, one repeat")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--out", type=Path, default=None, help="the JSON result's path")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="process workers of the cluster section (default 4)")
+    parser.add_argument("--stragglers", nargs="+", choices=list(STRAGGLERS), default=None,
+                        help="the cluster section's stragglers (default: all)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_foundation import machine_info, write_results
 
     cfg = dict(QUICK if args.quick else FULL)
+    if args.workers is not None:
+        cfg["workers"] = args.workers
+    if args.stragglers is not None:
+        cfg["stragglers"] = args.stragglers
     results: dict[str, Any] = {"config": cfg, "quick": args.quick, "stragglers": STRAGGLERS,
                                "machine": machine_info()}
     t0 = time.perf_counter()

@@ -132,12 +132,14 @@ def test_a_tree_on_dask_workers_gives_the_flat_iterates_with_one_message(
 
 
 @pytest.mark.cluster
+@pytest.mark.parametrize("method", ["gd", "coded"])
 def test_a_worker_lost_before_the_sum_is_read_is_computed_again(fault_cluster, zarr_matrix,
-                                                                monkeypatch):
+                                                                monkeypatch, method):
     _, client = fault_cluster
     stop = StopRule(max_iter=6, tol=None)
     with DaskRuntime(client) as rt:
-        clean = rt.run(make_method("gd"), PCA(n_components=3), zarr_matrix, stop=stop, rng=0)
+        clean = rt.run(make_method(method, **_seeded(method, {}, 0)), PCA(n_components=3),
+                       zarr_matrix, stop=stop, rng=0)
     killed = []
     reduce = aggregate.TreeReducer.reduce
 
@@ -152,7 +154,8 @@ def test_a_worker_lost_before_the_sum_is_read_is_computed_again(fault_cluster, z
     monkeypatch.setattr(aggregate.TreeReducer, "reduce", kill_then_reduce)
     with DaskRuntime(client, aggregation="tree") as rt, pytest.warns(
             StraggleWarning, match="left the cluster; its partitions"):
-        tree = rt.run(make_method("gd"), PCA(n_components=3), zarr_matrix, stop=stop, rng=0)
+        tree = rt.run(make_method(method, **_seeded(method, {}, 0)), PCA(n_components=3),
+                      zarr_matrix, stop=stop, rng=0)
         assert killed and rt._reducer is not None and rt._reducer.recomputed >= 1
     assert tree.n_iter == clean.n_iter
     np.testing.assert_allclose(tree.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
