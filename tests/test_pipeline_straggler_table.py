@@ -28,3 +28,12 @@ def test_quick_simulated_table(tmp_path, load_pipeline):
     exact = {round(median[k]["objective"], 12) for k in ("gd clean", "gd slowdown",
                                                          "coded s=2 slowdown")}
     assert len(exact) == 1
+
+
+def test_the_cluster_cases_follow_the_chosen_stragglers_and_workers(load_pipeline):
+    pipeline = load_pipeline("straggler_table")
+    labels = [label for label, *_ in pipeline.regression_cases(8, ["artificial"])]
+    assert labels == ["gd clean", "auto clean", "gd artificial", "coded s=1 artificial",
+                      "dsag w=7 artificial", "auto artificial"]
+    assert {straggler for *_, straggler in pipeline.pca_cases()} == {None, *pipeline.STRAGGLERS}
+    assert set(pipeline.STRAGGLERS) == {"slowdown", "markov", "artificial"}

@@ -6,7 +6,13 @@ workers are real processes (:attr:`Runtime.measures_workers`) it measures first:
 
 1. **Probe.** :data:`PROBE_ROUNDS` rounds of plain gradient descent on the run's data and
    workers (the same tasks, so the same slow machines and injected stragglers), with a
-   fixed small step. The trace records each worker's latency in each round.
+   fixed small step. The trace records each worker's latency in each round. A round waits
+   for every worker but one, then at most :data:`PROBE_WINDOW` times its time so far for
+   the last, and a worker gets its next task only once it answered the last: a worker far
+   slower than the rest, or still busy with a task an earlier run left running, does not
+   hold the probe up. Its latency is then *censored*: where it has fewer than two
+   answers, each round it did not answer counts as a latency of that round's duration (a
+   lower bound, so such a worker is predicted at least that slow).
 2. **Fit.** Gamma laws per worker (:func:`~daskstraggle.latency.fit_trace`) to the
    probe's compute times (measured on the workers, injected delays included) and
    communication times, leaving out the first :data:`WARMUP_ROUNDS` rounds (compilation,
@@ -43,7 +49,7 @@ import itertools
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,7 +57,8 @@ import numpy as np
 from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import ConvergenceWarning, NoCallError
 from daskstraggle.methods import make_method
-from daskstraggle.methods.base import Method
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.methods.gd import GD
 from daskstraggle.problems import PCA, LeastSquares
 
 if TYPE_CHECKING:
@@ -63,6 +70,9 @@ if TYPE_CHECKING:
 
 #: Rounds of plain gradient descent the probe runs.
 PROBE_ROUNDS = 8
+#: After all workers but one answered a probe round, how many times the round's time so far
+#: it waits for the last.
+PROBE_WINDOW = 3.0
 #: Leading probe rounds left out of the latency fit.
 WARMUP_ROUNDS = 2
 #: Rounds each candidate plays in the simulation.
@@ -325,22 +335,73 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
     seconds = clock() - start
     table = np.asarray(probe.trace["latency"], dtype=float)
     latency = table[WARMUP_ROUNDS:]
-    model = fit_trace(_fit_arrays(probe.trace, whole=fraction == 1.0))
+    arrays = _fit_arrays(probe.trace, whole=fraction == 1.0)
+    model = fit_trace(arrays)
     predicted = predict(options, model, n, rng)
     label = pick(predicted, plain.name)
     chosen = next(option.method for option in options if option.label == label)
     return Choice(chosen, label, plain.name, predicted, PROBE_ROUNDS, seconds,
-                  [float(v) for v in np.nanmean(latency, axis=0)],
+                  [float(np.nanmean(column)) if np.isfinite(column).any()
+                   else float(np.mean(arrays["compute_duration"][:, j]))  # censored
+                   for j, column in enumerate(latency.T)],
                   [[None if np.isnan(v) else round(float(v), 6) for v in row]
                    for row in table], fraction)
 
 
+class ProbeGD(GD):
+    """The probe's gradient descent: it does not wait for a busy or far slower worker.
+
+    A round is ready once every worker holding data but one answered for it; the
+    coordinator then waits :data:`PROBE_WINDOW` times the round's time so far for the last
+    (:attr:`collect_window`). A worker is sent the current point only once it answered its
+    previous task, so a slow worker's latency is its own, not that of a queue. The sum of
+    a round without every worker is partial: its objective is not claimed (None). Only the
+    latencies matter; the iterate just moves.
+    """
+
+    collect_window = PROBE_WINDOW
+    exact_rounds = False
+    dispatch_once_per_version = False
+
+    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]],
+              *, step_size: float, partition_rows: list[int] | None = None) -> None:
+        """Reset the run state (no task in flight)."""
+        super().start(problem, iterate, placement, step_size=step_size,
+                      partition_rows=partition_rows)
+        self._busy: set[int] = set()
+
+    def dispatch(self, worker_index: int) -> WorkUnit | None:
+        """Send the current point to a worker that is idle and has not had it yet."""
+        if worker_index in self._busy:
+            return None
+        unit = super().dispatch(worker_index)
+        if unit is not None:
+            self._busy.add(worker_index)
+        return unit
+
+    def receive(self, result: WorkResult) -> None:
+        """The worker is idle again; keep the result if it is for the current point."""
+        self._busy.discard(result.unit.worker_index)
+        super().receive(result)
+
+    def ready(self) -> bool:
+        """True once every worker holding data but one answered for this point."""
+        return len(self._results) >= max(1, self._n_holding - 1)
+
+    def summary(self) -> RoundSummary:
+        """The (possibly partial) sum; an objective only when every worker answered."""
+        summary = super().summary()
+        if len(self._results) < self._n_holding and summary.objective is not None:
+            summary = self._summary = replace(summary, objective=None)
+        return summary
+
+
 def _probe(runtime: Runtime, problem: Problem, matrix: Matrix,
            rng: np.random.Generator) -> Result:
-    """:data:`PROBE_ROUNDS` rounds of gd with a fixed small step (no tolerance)."""
+    """:data:`PROBE_ROUNDS` rounds of :class:`ProbeGD` with a fixed small step."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return runtime.run(make_method("gd"), problem, matrix,
+        return runtime.run(ProbeGD(), problem, matrix,
                            stop=StopRule(max_iter=PROBE_ROUNDS, tol=None),
                            step_size=_probe_step(problem), rng=rng)
 
@@ -350,12 +411,26 @@ def _fit_arrays(trace: Any, *, whole: bool) -> dict[str, np.ndarray]:
     compute time (measured on the worker: the task and any injected delay), which the
     simulation scales with a task's rows, and, when the probe read all the rows, its
     communication time, which it does not. A probe of a share of the rows says nothing
-    of the real round's messages (gram's is d x d), so then compute alone decides."""
-    arrays = {"compute_duration": np.asarray(trace["compute_duration"],
-                                             dtype=float)[WARMUP_ROUNDS:]}
-    if whole and "communication_duration" in trace:
-        arrays["communication_duration"] = np.asarray(
-            trace["communication_duration"], dtype=float)[WARMUP_ROUNDS:]
+    of the real round's messages (gram's is d x d), so then compute alone decides.
+
+    A worker with fewer than two answers in those rounds (busy, or far slower than the
+    probe waited for) is censored: each round it did not answer counts as a compute
+    time of the round's duration, and as the other workers' median communication time."""
+    compute = np.array(trace["compute_duration"], dtype=float)[WARMUP_ROUNDS:]
+    communication = (np.array(trace["communication_duration"], dtype=float)[WARMUP_ROUNDS:]
+                     if whole and "communication_duration" in trace else None)
+    rounds = np.asarray(trace["iteration_duration"], dtype=float)[WARMUP_ROUNDS:]
+    for worker in np.flatnonzero(np.isfinite(compute).sum(axis=0) < 2):
+        missing = ~np.isfinite(compute[:, worker])
+        compute[missing, worker] = rounds[missing]
+        if communication is not None:
+            others = np.delete(communication, worker, axis=1)[missing]
+            typical = (np.nanmedian(others, axis=1) if np.isfinite(others).any()
+                       else np.zeros(int(missing.sum())))
+            communication[missing, worker] = np.nan_to_num(typical)
+    arrays = {"compute_duration": compute}
+    if communication is not None:
+        arrays["communication_duration"] = communication
     return arrays
 
 

@@ -98,6 +98,38 @@ def test_measuring_a_runtime_chooses_for_its_stragglers(latency, expected):
     assert choice.summary().endswith(f"running {expected}")
 
 
+def test_the_probe_does_not_wait_for_a_busy_worker_and_counts_it_slow():
+    """Worker 0 is busy (frozen) for the whole probe, as a worker still computing a task an
+    earlier run left running: gd rounds would wait 1000 simulated seconds for it; the
+    probe's rounds go on with the other three, worker 0's latency is censored at the
+    rounds' durations, and the coded gram, which does not wait for it, is chosen."""
+    X = np.random.default_rng(1).normal(size=(400, 12))
+    matrix = open_matrix(X, n_partitions=4)
+    with MeasuringSim(4, latency=CLEAN, faults="freeze(workers=0, at=0, for=1000)",
+                      rng=0) as runtime:
+        choice = auto.measure_and_choose(runtime, PCA(n_components=2), matrix,
+                                         make_method("gram"), rng=np.random.default_rng(0),
+                                         clock=runtime._clock)
+    assert choice.label == "gram(s=1)"
+    assert choice.probe_seconds < 10  # simulated seconds (gd rounds: over 1000)
+    assert all(row[0] is None for row in choice.probe_latency)  # never answered
+
+
+def test_a_censored_worker_is_fitted_at_the_probe_rounds_durations():
+    nan = np.nan
+    trace = {"compute_duration": np.array([[0.1, 0.1, nan]] * 2 + [[0.1, 0.12, nan],
+                                                                    [0.11, 0.1, 0.9],
+                                                                    [0.1, 0.1, nan]]),
+             "communication_duration": np.full((5, 3), 0.01),
+             "iteration_duration": np.array([9.0, 9.0, 0.4, 0.45, 0.5])}
+    arrays = auto._fit_arrays(trace, whole=True)
+    # one answer after the warm-up: the rounds it missed count at their durations
+    np.testing.assert_allclose(arrays["compute_duration"][:, 2], [0.4, 0.9, 0.5])
+    np.testing.assert_allclose(arrays["compute_duration"][:, :2],
+                               trace["compute_duration"][2:, :2])
+    assert np.isfinite(arrays["communication_duration"]).all()
+
+
 def test_auto_in_the_fit_functions_reports_what_it_measured_and_chose(tmp_path):
     rng = np.random.default_rng(2)
     X = rng.normal(size=(400, 5))
