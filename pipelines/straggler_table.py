@@ -18,8 +18,9 @@ Issue 29, part 4. One table, two settings, the same policy code:
   timings). ``repeats`` rounds, the order of the cases rotated each round; medians.
 - ``sim``: the logistic cases at ``sim_workers`` (100) simulated workers
   (``runtime="sim"``, latency ``gamma(mean=0.05, var=1e-4)`` plus the same ``slowdown`` on
-  a tenth of the workers; coded with s = that tenth), the same policy code in simulated
-  time, a fixed number of rounds (``sim_rounds``): simulated time and final objective.
+  a tenth of the workers, the ``markov`` one, or DSAG's ramp; coded with s = that tenth),
+  the same policy code in simulated time, a fixed number of rounds (``sim_rounds``):
+  simulated time and final objective.
 
 Each row reports the median solve time, the iterations, ``converged``, and the speed-up
 against plain GD with the straggler (``gd_straggler / case``) and the cost against the
@@ -191,22 +192,44 @@ def run_cluster(cfg: dict[str, Any], workdir: Path) -> dict[str, Any]:
     return out
 
 
+def sim_stragglers(n_workers: int) -> dict[str, str]:
+    """The latency spec of each straggler of the ``sim`` section at ``n_workers`` simulated
+    workers: the same three models as the cluster section, on a gamma base law; a tenth of
+    the workers slowed 8x, every worker turning slow at random, or DSAG's ramp (its last
+    tenth recovering after 2 simulated seconds)."""
+    slow = list(range(0, n_workers, 10))
+    base = "gamma(mean=0.05, var=1e-4)"
+    return {"slowdown": f"{base} + slowdown(workers={slow}, factor=8)",
+            "markov": f"{base} + markov(p_slow=0.1, p_fast=0.3, slow_factor=8)",
+            "artificial": f"{base} + artificial(spread=3, n_recover={len(slow)}, "
+                          "recover_time=2)"}
+
+
+def sim_cases(n_workers: int) -> list[tuple[str, str, dict[str, Any], str]]:
+    """(label, method, method_params, latency spec) of the ``sim`` section: gd clean, then
+    gd, coded tolerating a tenth of the workers, and DSAG waiting for the other nine
+    tenths under each straggler."""
+    tenth = len(range(0, n_workers, 10))
+    cases = [("gd clean", "gd", {}, "gamma(mean=0.05, var=1e-4)")]
+    for name, spec in sim_stragglers(n_workers).items():
+        cases += [(f"gd {name}", "gd", {}, spec),
+                  (f"coded s={tenth} {name}", "coded",
+                   {"scheme": "cyclic-repetition", "n_stragglers": tenth}, spec),
+                  (f"dsag w={n_workers - tenth} {name}", "dsag",
+                   {"n_wait": n_workers - tenth}, spec)]
+    return cases
+
+
 def run_sim(cfg: dict[str, Any]) -> dict[str, Any]:
     """The ``sim`` section: the logistic cases at ``sim_workers`` simulated workers."""
     import numpy as np
 
     n_workers = cfg["sim_workers"]
-    slow = list(range(0, n_workers, 10))
     rng = np.random.default_rng(0)
     X = rng.normal(size=(cfg["sim_rows"], 20))
     y = np.where(X @ rng.normal(size=20) + 0.5 * rng.normal(size=cfg["sim_rows"]) > 0, 1, -1)
-    latency = f"gamma(mean=0.05, var=1e-4) + slowdown(workers={slow}, factor=8)"
-    cases = [("gd clean", "gd", {}, "gamma(mean=0.05, var=1e-4)"), ("gd slowdown", "gd", {},
-             latency),
-             (f"coded s={len(slow)} slowdown", "coded",
-              {"scheme": "cyclic-repetition", "n_stragglers": len(slow)}, latency),
-             (f"dsag w={n_workers - len(slow)} slowdown", "dsag",
-              {"n_wait": n_workers - len(slow)}, latency)]
+    cases = sim_cases(n_workers)
+    latency = sim_stragglers(n_workers)
     import daskstraggle as ds
 
     runs: dict[str, list[dict[str, Any]]] = {}
