@@ -45,20 +45,17 @@ class Leaf:
         Rows the sum covers.
     reducer : Reducer
         The runtime that can sum it with others and fetch the result.
-    nbytes : int, default=0
-        Size of the held sum (its gradient and values), for the trace's byte counts.
     message : int or None, default=None
         Which message of a coded unit's result it is (None: the plain sum).
     """
 
-    __slots__ = ("handle", "message", "n_rows", "nbytes", "reducer")
+    __slots__ = ("handle", "message", "n_rows", "reducer")
 
-    def __init__(self, handle: Any, n_rows: int, reducer: Reducer, *, nbytes: int = 0,
+    def __init__(self, handle: Any, n_rows: int, reducer: Reducer, *,
                  message: int | None = None) -> None:
         self.handle = handle
         self.n_rows = int(n_rows)
         self.reducer = reducer
-        self.nbytes = int(nbytes)
         self.message = message
 
     def __repr__(self) -> str:
@@ -100,12 +97,6 @@ class HeldResult:
     def leaves(self) -> list[Leaf]:
         """The leaves the sum still uses (nonzero weight), in the order added."""
         return [leaf for leaf, weight in self._terms.items() if weight != 0.0]
-
-    @property
-    def nbytes(self) -> int:
-        """Size of the sum's message: what one leaf of it takes."""
-        leaves = self.leaves
-        return leaves[0].nbytes if leaves else 0
 
     def materialize(self) -> Any:
         """Return the sum as a ``KernelResult`` (summed on the workers the first time)."""

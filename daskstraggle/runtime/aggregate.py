@@ -1,7 +1,7 @@
 """Aggregation on the workers (MLfabric's in-network aggregation, on Dask).
 
 With ``aggregation="tree"`` a work unit's result stays on its worker. The coordinator is
-told only that it finished (a small task on the same worker sends its row count, size and
+told only that it finished (a small task on the same worker sends its row count and
 timing); the method receives a :class:`~daskstraggle.problems.held.HeldResult` and adds,
 scales and decodes it as it would a local result. When the method reads the sum, the
 :class:`TreeReducer` sums the leaves on the workers, :data:`FAN_IN` at a time, level by
@@ -46,20 +46,16 @@ POLL = 0.2
 MAX_REBUILDS = 3
 
 
-def unit_meta(pair: tuple[Any, float]) -> tuple[Any, float, int]:
+def unit_meta(pair: tuple[Any, float]) -> tuple[Any, float]:
     """Worker task: what the coordinator needs of a unit's result without its data.
 
     ``pair`` is a unit task's ``(result, seconds)``. Returns the rows summed (a tuple,
-    one per message, for coded results), the seconds, and the bytes one message holds.
+    one per message, for coded results) and the seconds.
     """
     result, seconds = pair
     if isinstance(result, tuple):
-        first = result[0]
-        rows: Any = tuple(int(r.n_rows) for r in result)
-    else:
-        first, rows = result, int(result.n_rows)
-    nbytes = int(np.asarray(first.gradient).nbytes + np.asarray(first.values).nbytes)
-    return rows, seconds, nbytes
+        return tuple(int(r.n_rows) for r in result), seconds
+    return int(result.n_rows), seconds
 
 
 def _part(item: Any, message: int | None) -> tuple[np.ndarray, np.ndarray]:

@@ -659,6 +659,7 @@ class Runtime(ABC):
         )
         event: Event | None = Begin(time=self._clock())
         self._inbound = 0
+        self._fetched_bytes()  # (what an earlier run fetched after its last row)
         try:
             while True:
                 assert event is not None, "the coordinator expected no reply"

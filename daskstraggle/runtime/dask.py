@@ -692,7 +692,7 @@ class DaskRuntime(Runtime):
         """Wait for ``future`` (a unit task the pool knows) among the run's results.
 
         With tree aggregation its result stays on the worker: wait for a small task
-        there that reports the result's rows, size and timing instead, and keep what
+        there that reports the result's rows and timing instead, and keep what
         computes it again where worker index ``index``'s ``partitions`` are (the other
         arguments of :func:`run_unit_task`) should that worker leave before the sum.
         """
@@ -783,10 +783,9 @@ class DaskRuntime(Runtime):
                               latency=time.perf_counter() - task.sent, message=task.message,
                               final=task.final)
 
-    def _held_outcome(self, handle: Handle, meta: tuple[Any, float, int]
-                      ) -> tuple[Any, float]:
+    def _held_outcome(self, handle: Handle, meta: tuple[Any, float]) -> tuple[Any, float]:
         """A held unit's ``(result, seconds)``: held results in place of its data."""
-        rows, seconds, nbytes = meta
+        rows, seconds = meta
         if self._reducer is None:
             from daskstraggle import config
 
@@ -794,10 +793,9 @@ class DaskRuntime(Runtime):
                 self.client, live=lambda: set(worker_addresses(self.client)),
                 recompute=self._recompute, timeout=config.seconds("timeouts.stall"))
         if isinstance(rows, tuple):  # a coded unit: one leaf per message
-            return tuple(HeldResult.of(Leaf(handle, r, self._reducer, nbytes=nbytes,
-                                            message=j))
+            return tuple(HeldResult.of(Leaf(handle, r, self._reducer, message=j))
                          for j, r in enumerate(rows)), seconds
-        return HeldResult.of(Leaf(handle, rows, self._reducer, nbytes=nbytes)), seconds
+        return HeldResult.of(Leaf(handle, rows, self._reducer)), seconds
 
     def _recompute(self, handle: Handle) -> tuple[Any, str]:
         """Run a held result's task again where its worker index's partitions are now

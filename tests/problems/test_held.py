@@ -30,8 +30,7 @@ def _kernel(rng, n_rows=10):
 
 def _held(result, tree, message=None):
     # a leaf's handle is what a unit task returns: (result, seconds)
-    return HeldResult.of(Leaf((result, 0.0), result.n_rows, tree, message=message,
-                              nbytes=payload_bytes(result)))
+    return HeldResult.of(Leaf((result, 0.0), result.n_rows, tree, message=message))
 
 
 def test_a_sum_of_leaves_is_read_once_and_equals_the_local_sum():
