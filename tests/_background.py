@@ -10,7 +10,7 @@ start process clusters). The test then only waits for its subprocess's result, t
 ``background_result`` fixture, and asserts on it as before: selecting it alone runs the
 same subprocess, started at the end of collection.
 
-``{tmp}`` in an argument, a variable or ``cwd`` stands for a temporary folder of the job's own,
+``{tmp}`` in an argument or a variable stands for a temporary folder of the job's own,
 removed at the end of the session; ``files={name: text}`` are written there first.
 """
 
@@ -84,8 +84,7 @@ class BackgroundJobs:
             else:
                 env[name] = value.replace("{tmp}", job.tmp)
         try:
-            cwd = None if job.cwd is None else job.cwd.replace("{tmp}", job.tmp)
-            self._current = subprocess.Popen(argv, env=env, cwd=cwd, text=True,
+            self._current = subprocess.Popen(argv, env=env, cwd=job.cwd, text=True,
                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             out, err = self._current.communicate(timeout=job.timeout)
             job.result = subprocess.CompletedProcess(argv, self._current.returncode, out, err)

@@ -4,9 +4,6 @@ stored clean: valid nbformat 4, no outputs.
 Each run test runs its notebook in its own process, one notebook at a time. (They used to
 run side by side: on 2 busy cores three LocalClusters of 4 process workers slowed every
 round trip so much that the three took more than twice as long as one after the other.)
-The notebook that runs in every suite (genotype-pca) is a background job: its process starts
-when collection ends and runs beside the other tests (tests/_background.py); the slow ones
-run in the foreground with ``--runslow``.
 """
 
 from __future__ import annotations
@@ -31,28 +28,20 @@ _FORKED_WORKERS = ("import dask\nfrom daskstraggle.runtime._connect import worke
                    "dask.config.set(worker_start_config()[0])\n")
 
 
-def _script(path: Path) -> str:
-    """The notebook's code cells as one script (Agg backend, workers forked)."""
-    cells = json.loads(path.read_text())["cells"]
-    code = "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    return "import matplotlib\nmatplotlib.use('Agg')\n" + _FORKED_WORKERS + code
-
-
-def _argv(script: str) -> list[str]:
-    """Run ``script`` as ``python -c`` like a kernel would: spawned worker processes must
-    not re-import the script as __main__."""
-    runner = f"exec(compile(open({script!r}).read(), {Path(script).name!r}, 'exec'))"
-    return [sys.executable, "-c", runner]
-
-
 def _start(path: Path, folder: Path) -> subprocess.Popen:
     """Start the notebook's code cells as one script in ``folder`` (output to files there)."""
+    cells = json.loads(path.read_text())["cells"]
+    code = "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     script = folder / f"{path.stem}.py"
-    script.write_text(_script(path))
+    script.write_text("import matplotlib\nmatplotlib.use('Agg')\n" + _FORKED_WORKERS + code)
+    # run as `python -c` like a kernel would: spawned worker processes must not re-import
+    # the script as __main__
+    runner = f"exec(compile(open({str(script)!r}).read(), {script.name!r}, 'exec'))"
     # the notebooks' temporary folders (tempfile) go under the folder, removed by pytest
     env = {**os.environ, "TMPDIR": str(folder)}
     with open(folder / "stdout.txt", "w") as out, open(folder / "stderr.txt", "w") as err:
-        return subprocess.Popen(_argv(str(script)), stdout=out, stderr=err, cwd=folder, env=env)
+        return subprocess.Popen([sys.executable, "-c", runner], stdout=out, stderr=err,
+                                cwd=folder, env=env)
 
 
 #: Notebooks whose run is marked slow (each starts a LocalCluster of 4 process workers and
@@ -61,24 +50,11 @@ def _start(path: Path, folder: Path) -> subprocess.Popen:
 SLOW_NOTEBOOKS = {"planning", "stragglers"}
 
 
-def _marks(path: Path) -> list[pytest.MarkDecorator]:
-    """A slow notebook is slow; the others run in the background (tests/_background.py),
-    in a folder of their own, beside the tests that leave a core idle."""
-    if path.stem in SLOW_NOTEBOOKS:
-        return [pytest.mark.slow]
-    return [pytest.mark.background(
-        argv=_argv(f"{{tmp}}/{path.stem}.py"), files={f"{path.stem}.py": _script(path)},
-        env={"TMPDIR": "{tmp}"}, cwd="{tmp}", timeout=TIMEOUT)]
-
-
 @pytest.mark.timeout(TIMEOUT + 60)
-@pytest.mark.parametrize("path", [pytest.param(p, marks=_marks(p)) for p in NOTEBOOKS],
-                         ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(path: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("background") is not None:
-        proc = request.getfixturevalue("background_result")
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_NOTEBOOKS else p for p in NOTEBOOKS
+], ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     proc = _start(path, tmp_path)
     try:
         proc.wait(timeout=TIMEOUT)
