@@ -24,6 +24,7 @@ Usage::
 
     python pipelines/aggregation.py            # ~10 minutes on 2 cores
     python pipelines/aggregation.py --quick    # smoke run, small data
+    python pipelines/aggregation.py --workers 16
 
 Results go to ``results/aggregation/<UTC timestamp>.json``.
 """
@@ -165,11 +166,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--quick", action="store_true", help="small data, one repeat")
     parser.add_argument("--out", type=Path, default=None, help="the JSON result's path")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="process workers of the cluster (default 8)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_foundation import machine_info, write_results
 
     cfg = dict(QUICK if args.quick else FULL)
+    if args.workers is not None:
+        cfg["workers"] = args.workers
     results: dict[str, Any] = {"config": cfg, "quick": args.quick, "machine": machine_info()}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
