@@ -660,31 +660,30 @@ class DaskRuntime(Runtime):
             for j, (parts, coef) in enumerate(messages):
                 if only is not None and j not in only:
                     continue
+                args = (problem, unit.iterate, unit.version, self._rows_load(parts),
+                        self._injector)
                 future = self._pinned(
-                    run_unit_task, problem, unit.iterate, unit.version, self._rows_load(parts),
-                    self._injector, *(held[p] for p in parts), coefficients=coef,
+                    run_unit_task, *args, *(held[p] for p in parts), coefficients=coef,
                     after=previous,
                     key=f"unit-v{unit.version}-w{unit.worker_index}-m{j}-{token}",
                     worker_index=unit.worker_index,
                 )
                 self.worker_pool.sent(future.key, unit, sent, message=j,
                                       final=j == len(messages) - 1)
-                self._track(future, index=unit.worker_index, partitions=parts, args=(
-                    problem, unit.iterate, unit.version, self._rows_load(parts),
-                    self._injector), kwargs={"coefficients": coef})
+                self._track(future, index=unit.worker_index, partitions=parts, args=args,
+                            kwargs={"coefficients": coef})
                 previous = future
             return
+        args = (problem, unit.iterate, unit.version, self._unit_load(unit), self._injector)
+        kwargs = {"coefficients": unit.coefficients, "rows": unit.rows}
         future = self._pinned(
-            run_unit_task, problem, unit.iterate, unit.version, self._unit_load(unit),
-            self._injector, *(held[p] for p in unit.partitions), coefficients=unit.coefficients,
-            rows=unit.rows,
+            run_unit_task, *args, *(held[p] for p in unit.partitions), **kwargs,
             key=f"unit-v{unit.version}-w{unit.worker_index}-{uuid.uuid4().hex[:6]}",
             worker_index=unit.worker_index,
         )
         self.worker_pool.sent(future.key, unit, time.perf_counter())
-        self._track(future, index=unit.worker_index, partitions=unit.partitions, args=(
-            problem, unit.iterate, unit.version, self._unit_load(unit), self._injector),
-            kwargs={"coefficients": unit.coefficients, "rows": unit.rows})
+        self._track(future, index=unit.worker_index, partitions=unit.partitions, args=args,
+                    kwargs=kwargs)
 
     def _track(self, future: Any, *, index: int, partitions: tuple[int, ...],
                args: tuple[Any, ...], kwargs: dict[str, Any], address: str | None = None
