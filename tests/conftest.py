@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -145,6 +146,19 @@ def low_rank_matrix() -> np.ndarray:
     left = rng.normal(size=(600, 3)) * np.array([10.0, 6.0, 3.0])
     X = left @ rng.normal(size=(3, 12)) + 0.3 * rng.normal(size=(600, 12)) + 2.0
     return X
+
+
+@pytest.fixture
+def zarr_matrix(tmp_path: Path, low_rank_matrix: np.ndarray) -> Any:
+    """``low_rank_matrix`` in a Zarr store of 50-row chunks, opened."""
+    import zarr
+
+    from daskstraggle import open_matrix
+
+    z = zarr.create_array(tmp_path / "X.zarr", shape=low_rank_matrix.shape, chunks=(50, 12),
+                          dtype="f8")
+    z[:] = low_rank_matrix
+    return open_matrix(tmp_path / "X.zarr")
 
 
 @pytest.fixture(scope="session")

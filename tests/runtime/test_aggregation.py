@@ -15,7 +15,6 @@ import signal
 
 import numpy as np
 import pytest
-import zarr
 
 from daskstraggle import StopRule, fit_least_squares, fit_pca, open_matrix
 from daskstraggle.api import _seeded
@@ -98,14 +97,6 @@ def test_the_trace_counts_the_bytes_that_reach_the_coordinator(matrix):
                         stop=StopRule(max_iter=3, tol=None), rng=0)
     # four workers each send the 12 x 3 product and 3 captured variances
     assert (result.trace["bytes_to_coordinator"] == 4 * (12 * 3 + 3) * 8).all()
-
-
-@pytest.fixture
-def zarr_matrix(tmp_path, low_rank_matrix):
-    z = zarr.create_array(tmp_path / "X.zarr", shape=low_rank_matrix.shape, chunks=(50, 12),
-                          dtype="f8")
-    z[:] = low_rank_matrix
-    return open_matrix(tmp_path / "X.zarr")
 
 
 @pytest.mark.cluster

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import zarr
 
 from daskstraggle import GD, StopRule, open_matrix
 from daskstraggle.errors import ClusterConnectionError, InvalidParameterError, NonFiniteDataError
@@ -12,14 +11,6 @@ from daskstraggle.problems import PCA, Logistic
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, connect
 from daskstraggle.runtime import dask as dask_runtime
 from daskstraggle.runtime.dask import worker_addresses
-
-
-@pytest.fixture
-def zarr_matrix(tmp_path, low_rank_matrix):
-    z = zarr.create_array(tmp_path / "X.zarr", shape=low_rank_matrix.shape, chunks=(50, 12),
-                          dtype="f8")
-    z[:] = low_rank_matrix
-    return open_matrix(tmp_path / "X.zarr")
 
 
 def test_dask_and_local_runtimes_agree(dask_client, zarr_matrix):
