@@ -36,10 +36,8 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
-import argparse  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -163,27 +161,11 @@ def report(results: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    parser.add_argument("--quick", action="store_true", help="small data, one repeat")
-    parser.add_argument("--out", type=Path, default=None, help="the JSON result's path")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="process workers of the cluster (default 8)")
-    args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_foundation import machine_info, write_results
+    from bench_foundation import pipeline_main
 
-    cfg = dict(QUICK if args.quick else FULL)
-    if args.workers is not None:
-        cfg["workers"] = args.workers
-    results: dict[str, Any] = {"config": cfg, "quick": args.quick, "machine": machine_info()}
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        results.update(run(cfg, Path(tmp)))
-    results["elapsed_s"] = time.perf_counter() - t0
-    for line in report(results):
-        print(line)
-    write_results(results, "aggregation", args.out)
-    return results
+    return pipeline_main('aggregation', __doc__.splitlines()[1], argv, full=FULL, quick=QUICK,
+                         run=run, report=report, workers=True)
 
 
 if __name__ == "__main__":

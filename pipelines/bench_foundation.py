@@ -229,6 +229,39 @@ def make_logistic_data(cfg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
+def pipeline_main(pipeline: str, description: str, argv: list[str] | None, *,
+                  full: dict[str, Any], quick: dict[str, Any],
+                  run: Callable[[dict[str, Any], Path], dict[str, Any]],
+                  report: Callable[[dict[str, Any]], list[str]],
+                  workers: bool = False) -> dict[str, Any]:
+    """The command line of a pipeline that runs once in a temporary folder.
+
+    Parses ``--quick`` (``quick`` instead of ``full``), ``--out`` and, with ``workers``,
+    ``--workers N`` (overrides the config's ``"workers"``); runs ``run(cfg, folder)``;
+    prints ``report(results)``; writes the results with :func:`write_results` under
+    ``pipeline``; returns them (config, machine, elapsed seconds and what ``run`` gave).
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="small data, one repeat")
+    parser.add_argument("--out", type=Path, default=None, help="the JSON result's path")
+    if workers:
+        parser.add_argument("--workers", type=int, default=None,
+                            help=f"process workers of the cluster (default {full['workers']})")
+    args = parser.parse_args(argv)
+    cfg = dict(quick if args.quick else full)
+    if workers and args.workers is not None:
+        cfg["workers"] = args.workers
+    results: dict[str, Any] = {"config": cfg, "quick": args.quick, "machine": machine_info()}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        results.update(run(cfg, Path(tmp)))
+    results["elapsed_s"] = time.perf_counter() - t0
+    for line in report(results):
+        print(line)
+    write_results(results, pipeline, args.out)
+    return results
+
+
 def write_results(results: dict[str, Any], pipeline: str, out: Path | None) -> Path:
     """Write a pipeline's results as JSON to ``out`` (None:
     ``results/<pipeline>/<UTC timestamp>.json``), print its elapsed time and path, and
