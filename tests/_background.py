@@ -10,6 +10,10 @@ start process clusters). The test then only waits for its subprocess's result, t
 ``background_result`` fixture, and asserts on it as before: selecting it alone runs the
 same subprocess, started at the end of collection.
 
+Under pytest-xdist (the README's test command runs two streams of tests, ``-n 2``) the
+streams keep both cores busy and a stream does not know which tests it will be given, so
+there the jobs are *lazy*: a job runs when its test asks for its result, in that test.
+
 ``{tmp}`` in an argument or a variable stands for a temporary folder of the job's own,
 removed at the end of the session; ``files={name: text}`` are written there first.
 """
@@ -21,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,22 +54,29 @@ class BackgroundJobs:
         The marker's keyword arguments (``argv``, and optionally ``env``, where None
         removes a variable, ``timeout`` in seconds, default 600, ``cwd`` and ``files``)
         per test id, in the order the jobs start.
+    lazy : collection of str, default ()
+        Test ids whose jobs the thread does not start: each runs when its result is first
+        asked for, in the asking thread (a pytest-xdist worker, see the module's docstring).
     """
 
-    def __init__(self, marked: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, marked: dict[str, dict[str, Any]], *,
+                 lazy: Collection[str] = ()) -> None:
         self._jobs = {
             nodeid: _Job(list(kw["argv"]), dict(kw.get("env", {})),
                          float(kw.get("timeout", 600)), kw.get("cwd"), dict(kw.get("files", {})))
             for nodeid, kw in marked.items()}
+        self._lazy = frozenset(lazy)
         self._stopped = threading.Event()
         self._current: subprocess.Popen | None = None
         self._thread = threading.Thread(target=self._run_all, name="background-tests",
                                         daemon=True)
-        if self._jobs:
+        if set(self._jobs) - self._lazy:
             self._thread.start()
 
     def _run_all(self) -> None:
-        for job in self._jobs.values():
+        for nodeid, job in self._jobs.items():
+            if nodeid in self._lazy:
+                continue
             if self._stopped.is_set():
                 job.error = "the session ended before the job started"
             else:
@@ -100,6 +112,9 @@ class BackgroundJobs:
     def result(self, nodeid: str) -> subprocess.CompletedProcess:
         """Wait (bounded by the job's timeout and those before it) for the test's result."""
         job = self._jobs[nodeid]
+        if nodeid in self._lazy and not job.done.is_set():
+            self._run(job)
+            job.done.set()
         bound = sum(j.timeout for j in self._jobs.values()) + 60
         if not job.done.wait(bound):
             raise TimeoutError(f"the background job of {nodeid} gave no result in {bound:g} s")

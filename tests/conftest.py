@@ -73,14 +73,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         # nothing runs: start nothing
         session.config.stash[_BACKGROUND] = BackgroundJobs({})
         return
-    if len(session.items) >= 200:
+    # a pytest-xdist worker ("gw0", "gw1", ...): the first one warms the cache up, and
+    # the background tests run when reached (tests/_background.py)
+    worker = getattr(session.config, "workerinput", {}).get("workerid")
+    if len(session.items) >= 200 and worker in (None, "gw0"):
         marked["(numba cache warm-up)"] = {"argv": [sys.executable, "-c", _WARM_KERNELS],
                                            "timeout": 600}
     for item in session.items:
         mark = item.get_closest_marker("background")
         if mark is not None:
             marked[item.nodeid] = mark.kwargs
-    session.config.stash[_BACKGROUND] = BackgroundJobs(marked)
+    lazy = [] if worker is None else [n for n in marked if n != "(numba cache warm-up)"]
+    session.config.stash[_BACKGROUND] = BackgroundJobs(marked, lazy=lazy)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
