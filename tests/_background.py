@@ -67,7 +67,8 @@ class BackgroundJobs:
             for nodeid, kw in marked.items()}
         self._lazy = frozenset(lazy)
         self._stopped = threading.Event()
-        self._current: subprocess.Popen | None = None
+        # the processes running now: the thread's and, under xdist, a test's lazy job
+        self._running: set[subprocess.Popen] = set()
         self._thread = threading.Thread(target=self._run_all, name="background-tests",
                                         daemon=True)
         if set(self._jobs) - self._lazy:
@@ -96,18 +97,21 @@ class BackgroundJobs:
             else:
                 env[name] = value.replace("{tmp}", job.tmp)
         try:
-            self._current = subprocess.Popen(argv, env=env, cwd=job.cwd, text=True,
-                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            out, err = self._current.communicate(timeout=job.timeout)
-            job.result = subprocess.CompletedProcess(argv, self._current.returncode, out, err)
-        except subprocess.TimeoutExpired:
-            self._current.kill()
-            self._current.communicate()
-            job.error = f"{argv[:3]}... did not end within {job.timeout:g} s"
+            proc = subprocess.Popen(argv, env=env, cwd=job.cwd, text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as err:
             job.error = f"{argv[:3]}... could not start: {err}"
+            return
+        self._running.add(proc)
+        try:
+            out, err = proc.communicate(timeout=job.timeout)
+            job.result = subprocess.CompletedProcess(argv, proc.returncode, out, err)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            job.error = f"{argv[:3]}... did not end within {job.timeout:g} s"
         finally:
-            self._current = None
+            self._running.discard(proc)
 
     def result(self, nodeid: str) -> subprocess.CompletedProcess:
         """Wait (bounded by the job's timeout and those before it) for the test's result."""
@@ -124,11 +128,11 @@ class BackgroundJobs:
         return job.result
 
     def close(self) -> None:
-        """Stop the running job, skip those not started, remove the jobs' folders."""
+        """Stop the running jobs, skip those not started, remove the jobs' folders."""
         self._stopped.set()
-        current = self._current
-        if current is not None and current.poll() is None:
-            current.kill()
+        for proc in list(self._running):
+            if proc.poll() is None:
+                proc.kill()
         if self._thread.is_alive():
             self._thread.join(30)
         for job in self._jobs.values():
