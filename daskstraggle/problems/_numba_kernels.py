@@ -11,10 +11,11 @@ Every kernel is a thin loop over a block's rows around two parts:
 - **The products** (:func:`_pca_rows`, :func:`_glm_rows`, and :func:`_add_rows`,
   :func:`_transform_rows` for the moments and the Gram tiles) take float64 rows, so each
   is compiled once, whatever the dtype of the block. They take the rows four at a time
-  (a *group*): the projections ``p[c, s] = x_s . V_c`` of the four rows together, two
-  columns of ``V`` at a time (eight accumulators, each ``V`` value loaded once for four
-  rows), the thin per-row products, then the rank-4 update ``G^T[c] += sum_s q[c, s]
-  x_s``, two columns of ``G^T`` at a time, the rows still in L1 cache. Rows past the last
+  (a *group*): the projections ``p[c, s] = x_s . V_c`` of the four rows together, four
+  columns of ``V`` at a time (sixteen accumulators, each ``V`` value loaded once for four
+  rows and each row value once for four columns), the thin per-row products, then the
+  rank-4 update ``G^T[c] += sum_s q[c, s] x_s``, four columns of ``G^T`` at a time, the
+  rows still in L1 cache; the last ``k % 4`` columns two, then one at a time. Rows past the last
   whole group are taken one at a time.
 
 A group of rows read in place is four rows a quarter of the block apart, not four
@@ -181,11 +182,39 @@ def _chunk(n, in_place):
 # ------------------------------------------------------------------------ products
 @numba.njit(**_INLINE)
 def _project(X, r0, r1, r2, r3, VT, p):
-    """``p[c, s] = X[r_s] . VT[c]`` for the four rows ``r0 .. r3``, two columns at a time,
-    the four rows together (eight accumulators, each ``V`` value loaded once)."""
+    """``p[c, s] = X[r_s] . VT[c]`` for the four rows ``r0 .. r3``: four columns at a time
+    (sixteen accumulators, each row and ``V`` value loaded once for four products), then
+    two, then one."""
     k, m = VT.shape
     c = 0
-    while c + 2 <= k:
+    while c + 4 <= k:
+        a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = 0.0
+        a20 = a21 = a22 = a23 = a30 = a31 = a32 = a33 = 0.0
+        for j in range(m):
+            v0, v1, v2, v3 = VT[c, j], VT[c + 1, j], VT[c + 2, j], VT[c + 3, j]
+            x0, x1, x2, x3 = X[r0, j], X[r1, j], X[r2, j], X[r3, j]
+            a00 += x0 * v0
+            a10 += x1 * v0
+            a20 += x2 * v0
+            a30 += x3 * v0
+            a01 += x0 * v1
+            a11 += x1 * v1
+            a21 += x2 * v1
+            a31 += x3 * v1
+            a02 += x0 * v2
+            a12 += x1 * v2
+            a22 += x2 * v2
+            a32 += x3 * v2
+            a03 += x0 * v3
+            a13 += x1 * v3
+            a23 += x2 * v3
+            a33 += x3 * v3
+        p[c, 0], p[c, 1], p[c, 2], p[c, 3] = a00, a10, a20, a30
+        p[c + 1, 0], p[c + 1, 1], p[c + 1, 2], p[c + 1, 3] = a01, a11, a21, a31
+        p[c + 2, 0], p[c + 2, 1], p[c + 2, 2], p[c + 2, 3] = a02, a12, a22, a32
+        p[c + 3, 0], p[c + 3, 1], p[c + 3, 2], p[c + 3, 3] = a03, a13, a23, a33
+        c += 4
+    if c + 2 <= k:
         a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = 0.0
         for j in range(m):
             v0 = VT[c, j]
@@ -229,10 +258,23 @@ def _project_row(X, row, VT, p):
 
 @numba.njit(**_INLINE)
 def _update(X, r0, r1, r2, r3, q, GT):
-    """``GT[c] += sum_s q[c, s] X[r_s]`` (a rank-4 update), two columns at a time."""
+    """``GT[c] += sum_s q[c, s] X[r_s]`` (a rank-4 update): four columns at a time (each
+    row value loaded once for four columns), then two, then one."""
     k, m = GT.shape
     c = 0
-    while c + 2 <= k:
+    while c + 4 <= k:
+        q00, q01, q02, q03 = q[c, 0], q[c, 1], q[c, 2], q[c, 3]
+        q10, q11, q12, q13 = q[c + 1, 0], q[c + 1, 1], q[c + 1, 2], q[c + 1, 3]
+        q20, q21, q22, q23 = q[c + 2, 0], q[c + 2, 1], q[c + 2, 2], q[c + 2, 3]
+        q30, q31, q32, q33 = q[c + 3, 0], q[c + 3, 1], q[c + 3, 2], q[c + 3, 3]
+        for j in range(m):
+            x0, x1, x2, x3 = X[r0, j], X[r1, j], X[r2, j], X[r3, j]
+            GT[c, j] += q00 * x0 + q01 * x1 + q02 * x2 + q03 * x3
+            GT[c + 1, j] += q10 * x0 + q11 * x1 + q12 * x2 + q13 * x3
+            GT[c + 2, j] += q20 * x0 + q21 * x1 + q22 * x2 + q23 * x3
+            GT[c + 3, j] += q30 * x0 + q31 * x1 + q32 * x2 + q33 * x3
+        c += 4
+    if c + 2 <= k:
         q00, q01, q02, q03 = q[c, 0], q[c, 1], q[c, 2], q[c, 3]
         q10, q11, q12, q13 = q[c + 1, 0], q[c + 1, 1], q[c + 1, 2], q[c + 1, 3]
         for j in range(m):
