@@ -605,11 +605,12 @@ def make_genotypes(
     ----------
     out : str or os.PathLike
         Directory of the VCF Zarr store to write (Zarr format 2, as bio2zarr writes
-        by default; parents are created). A path ending in ``.bed`` writes the same calls
-        as a PLINK 1 fileset instead (``.bed``, ``.bim`` and ``.fam`` with that prefix;
-        ploidy 2 only): A1 is the ALT allele, the binary model's alleles ``0`` and ``1``
-        are named ``A`` and ``T`` (plink reads an allele ``0`` as missing), every variant
-        has a unique id, ``CHROM:POS:REF:ALT`` (``:2``, ... on a repeat; plink2 needs
+        by default; parents are created). The binary model's alleles ``0`` and ``1`` are
+        named ``A`` (REF) and ``T`` (ALT): plink reads an allele ``0`` as missing, so the
+        ``.eigenvec.allele`` of a PCA of the store works with ``plink2 --score``. A path
+        ending in ``.bed`` writes the same calls as a PLINK 1 fileset instead (``.bed``,
+        ``.bim`` and ``.fam`` with that prefix; ploidy 2 only): A1 is the ALT allele, every
+        variant has a unique id, ``CHROM:POS:REF:ALT`` (``:2``, ... on a repeat; plink2 needs
         unique ids to LD-prune), and the ``.fam``'s family id is the sample's island
         (``pop_0``, ...).
     n_variants : int, default=20_000
@@ -726,6 +727,7 @@ def make_genotypes(
                                     data=populations.astype(np.dtypes.StringDType()))
         member.attrs["_ARRAY_DIMENSIONS"] = ["samples"]
         member.attrs["description"] = "Simulated population (island) of each sample"
+        _name_alleles(group, {"0": "A", "1": "T"})
         _write_filters(group, params["n_variants"], chunk)
         if params["missing_rate"] > 0:
             _add_missing(group, missing_rate=params["missing_rate"], seqs=chunk_seqs,
@@ -739,13 +741,21 @@ def make_genotypes(
         with staged_fileset(path, overwrite=overwrite) as staging, _every_chunk_written():
             write_store(staging / "calls.vcz")
             write_bed(staging / "calls.vcz", staging / Path(path.name).with_suffix(""),
-                      family=populations, rename={"0": "A", "1": "T"})
+                      family=populations)
     else:
         with _staged(path, overwrite=overwrite) as tmp, _every_chunk_written():
             write_store(tmp)
     logger.info("wrote genotypes (%d variants x %d samples) to %s",
                 params["n_variants"], params["n_samples"], path)
     return path
+
+
+def _name_alleles(group: Any, names: dict[str, str]) -> None:
+    """Rename the alleles of ``variant_allele`` in place by ``names`` (others kept)."""
+    member = group["variant_allele"]
+    alleles = np.asarray(member[:], dtype=object)
+    renamed = np.vectorize(lambda allele: names.get(str(allele), allele), otypes=[object])
+    member[:] = renamed(alleles).astype(member.dtype)
 
 
 # --------------------------------------------------------------------------- registry

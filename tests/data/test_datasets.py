@@ -161,6 +161,8 @@ def test_genotypes_layout(tmp_path: Path, n_samples, n_populations, ploidy, coun
     assert positions.shape == (500,)
     assert (np.diff(positions) > 0).all() and positions[0] > 0
     assert group["sample_id"].shape == (n_samples,)
+    # the binary model's alleles "0" and "1" (plink reads "0" as missing) as A and T
+    assert (_strings(group["variant_allele"]) == np.array(["A", "T"])).all()
     population = group["sample_population"]
     assert population.attrs["_ARRAY_DIMENSIONS"] == ["samples"]
     assert population.chunks == group["sample_id"].chunks
