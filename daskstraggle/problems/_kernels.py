@@ -78,6 +78,12 @@ _PCA_GEMM_MIN_FEATURES = 400
 _PCA_ALIGN = 8
 #: Bytes of a row tile of the BLAS PCA path (stays in L2 between the two products).
 _PCA_GEMM_TILE_BYTES = 1 << 18
+#: Genotype (int8, packed) PCA passes whose ``V`` and ``G`` together exceed this many bytes
+#: (wide rows: many samples) use the cache-blocked loops (``pca_tiled``): ``_PCA_TILE_ROWS``
+#: rows at a time, ``V`` and ``G`` in column tiles of ``_PCA_TILE_BYTES`` each.
+_PCA_TILE_MIN_BYTES = 12 << 20
+_PCA_TILE_BYTES = 1 << 17
+_PCA_TILE_ROWS = 512
 
 _lock = threading.Lock()
 _NUMBA_KERNELS = "daskstraggle.problems._numba_kernels"
@@ -257,6 +263,16 @@ def _pca_uses_gemm(block: Block, k: int) -> bool:
             and block.fill is None)
 
 
+def _pca_tile(block: Block, k: int, width: int) -> int:
+    """Columns per tile of the cache-blocked PCA loops for ``block``, or 0 for the plain
+    ones: genotype rows (int8 or packed) whose ``V`` and ``G`` (``k x width`` float64 each)
+    exceed :data:`_PCA_TILE_MIN_BYTES` together."""
+    if block.values.dtype == np.float64 or 16 * k * width <= _PCA_TILE_MIN_BYTES:
+        return 0
+    columns = _PCA_TILE_BYTES // (8 * k)
+    return max(_PCA_ALIGN, columns - columns % _PCA_ALIGN)
+
+
 def _pca_width(block: Block) -> int:
     """Columns of the fused PCA loops: genotype rows are converted into a buffer padded with
     zeros to a multiple of :data:`_PCA_ALIGN` (``V`` likewise, the extra columns of ``G``
@@ -365,8 +381,13 @@ def pca_pass(block: Block, V: np.ndarray, shift: np.ndarray | None, *,
         width = _pca_width(block)
         VT, GT = _pca_buffers(k, width)
         VT[:, :m] = V.T
-        _call_numba("pca", block.values, fill, center, scale, flags,
-                    VT, np.ascontiguousarray(offset), GT, colsum, sq)
+        tile = _pca_tile(block, k, width)
+        if tile:
+            _call_numba("pca_tiled", block.values, fill, center, scale, flags, VT,
+                        np.ascontiguousarray(offset), GT, colsum, sq, tile, _PCA_TILE_ROWS)
+        else:
+            _call_numba("pca", block.values, fill, center, scale, flags,
+                        VT, np.ascontiguousarray(offset), GT, colsum, sq)
         return GT[:, :m].T.copy(), colsum, sq  # (a copy: GT is kept for the next call)
 
     def weights(a: int, b: int, P: np.ndarray) -> np.ndarray:

@@ -135,6 +135,77 @@ def _convert_rows_overload(values, i0, nr, fill, has_fill, buf):
     return _convert_int
 
 
+def _tile_float(values, i0, nr, fill, has_fill, buf, c0, c1):
+    """Columns ``c0 .. c1`` of float64 rows ``i0 .. i0 + nr`` into ``buf`` (from column 0),
+    missing entries filled; columns past the row's end are set to zero."""
+    end = min(c1, values.shape[1])
+    for r in range(nr):
+        f = fill[i0 + r] if has_fill else 0.0
+        for j in range(c0, end):
+            t = values[i0 + r, j]
+            buf[r, j - c0] = f if (has_fill and t < 0.0) else t
+        for j in range(max(end, c0), c1):
+            buf[r, j - c0] = 0.0
+
+
+def _tile_int(values, i0, nr, fill, has_fill, buf, c0, c1):
+    """Columns ``c0 .. c1`` of int8 dosage rows as float64 into ``buf``, missing calls
+    filled; columns past the row's end are set to zero."""
+    end = min(c1, values.shape[1])
+    for r in range(nr):
+        f = fill[i0 + r] if has_fill else 0.0
+        for j in range(c0, end):
+            t = values[i0 + r, j]
+            buf[r, j - c0] = f if t < 0 else float(t)
+        for j in range(max(end, c0), c1):
+            buf[r, j - c0] = 0.0
+
+
+def _tile_packed(values, i0, nr, fill, has_fill, buf, c0, c1):
+    """Columns ``c0 .. c1`` (``c0`` a multiple of 4) of packed 2-bit rows as float64 into
+    ``buf``, code 3 filled; as :func:`_convert_packed`, on the bytes of the columns only."""
+    b0 = c0 // 4
+    b1 = min(-(-c1 // 4), values.shape[1])
+    width = c1 - c0
+    m = min(width, 4 * (b1 - b0))
+    codes = np.empty(4 * max(b1 - b0, 0), dtype=np.int8)
+    spread = codes.view(np.uint32)
+    for r in range(nr):
+        f = fill[i0 + r] if has_fill else -1.0
+        if _LITTLE_ENDIAN:
+            for jb in range(b0, b1):
+                x = np.uint32(values[i0 + r, jb])
+                x = (x | (x << np.uint32(12))) & np.uint32(0x000F000F)
+                spread[jb - b0] = (x | (x << np.uint32(6))) & np.uint32(0x03030303)
+        else:
+            for jb in range(b0, b1):
+                byte = values[i0 + r, jb]
+                codes[4 * (jb - b0)] = byte & 3
+                codes[4 * (jb - b0) + 1] = (byte >> 2) & 3
+                codes[4 * (jb - b0) + 2] = (byte >> 4) & 3
+                codes[4 * (jb - b0) + 3] = byte >> 6
+        for j in range(m):
+            code = codes[j]
+            buf[r, j] = f if code == 3 else float(code)
+        for j in range(max(m, 0), width):
+            buf[r, j] = 0.0
+
+
+def _convert_tile(values, i0, nr, fill, has_fill, buf, c0, c1):
+    """Write columns ``c0 .. c1`` of rows ``i0 .. i0 + nr`` into ``buf[:nr, :c1 - c0]`` as
+    float64, missing entries filled (see overload)."""
+
+
+@numba.extending.overload(_convert_tile, jit_options=_JIT)
+def _convert_tile_overload(values, i0, nr, fill, has_fill, buf, c0, c1):
+    """Dispatch on the stored dtype, as :func:`_convert_rows`."""
+    if values.dtype == numba.types.float64:
+        return _tile_float
+    if values.dtype == numba.types.uint8:
+        return _tile_packed
+    return _tile_int
+
+
 def _in_place(values, buf):
     """The array the products read: ``values`` for float64 rows, else ``buf`` (see
     overload)."""
@@ -181,18 +252,19 @@ def _chunk(n, in_place):
 
 # ------------------------------------------------------------------------ products
 @numba.njit(**_INLINE)
-def _project(X, r0, r1, r2, r3, VT, p):
-    """``p[c, s] = X[r_s] . VT[c]`` for the four rows ``r0 .. r3``: four columns at a time
-    (sixteen accumulators, each row and ``V`` value loaded once for four products), then
-    two, then one."""
-    k, m = VT.shape
+def _project(X, r0, r1, r2, r3, VT, p, j0, j1):
+    """``p[c, s] = X[r_s] . VT[c]`` over the columns ``j0 .. j1`` of ``VT`` (column ``j`` of
+    ``VT`` is column ``j - j0`` of ``X``) for the four rows ``r0 .. r3``: four columns of
+    ``VT`` at a time (sixteen accumulators, each row and ``V`` value loaded once for four
+    products), then two, then one."""
+    k = VT.shape[0]
     c = 0
     while c + 4 <= k:
         a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = 0.0
         a20 = a21 = a22 = a23 = a30 = a31 = a32 = a33 = 0.0
-        for j in range(m):
+        for j in range(j0, j1):
             v0, v1, v2, v3 = VT[c, j], VT[c + 1, j], VT[c + 2, j], VT[c + 3, j]
-            x0, x1, x2, x3 = X[r0, j], X[r1, j], X[r2, j], X[r3, j]
+            x0, x1, x2, x3 = X[r0, j - j0], X[r1, j - j0], X[r2, j - j0], X[r3, j - j0]
             a00 += x0 * v0
             a10 += x1 * v0
             a20 += x2 * v0
@@ -216,13 +288,13 @@ def _project(X, r0, r1, r2, r3, VT, p):
         c += 4
     if c + 2 <= k:
         a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = 0.0
-        for j in range(m):
+        for j in range(j0, j1):
             v0 = VT[c, j]
             v1 = VT[c + 1, j]
-            x0 = X[r0, j]
-            x1 = X[r1, j]
-            x2 = X[r2, j]
-            x3 = X[r3, j]
+            x0 = X[r0, j - j0]
+            x1 = X[r1, j - j0]
+            x2 = X[r2, j - j0]
+            x3 = X[r3, j - j0]
             a00 += x0 * v0
             a10 += x1 * v0
             a20 += x2 * v0
@@ -236,39 +308,39 @@ def _project(X, r0, r1, r2, r3, VT, p):
         c += 2
     if c < k:
         a0 = a1 = a2 = a3 = 0.0
-        for j in range(m):
+        for j in range(j0, j1):
             v0 = VT[c, j]
-            a0 += X[r0, j] * v0
-            a1 += X[r1, j] * v0
-            a2 += X[r2, j] * v0
-            a3 += X[r3, j] * v0
+            a0 += X[r0, j - j0] * v0
+            a1 += X[r1, j - j0] * v0
+            a2 += X[r2, j - j0] * v0
+            a3 += X[r3, j - j0] * v0
         p[c, 0], p[c, 1], p[c, 2], p[c, 3] = a0, a1, a2, a3
 
 
 @numba.njit(**_INLINE)
-def _project_row(X, row, VT, p):
-    """``p[c, 0] = X[row] . VT[c]`` (one row)."""
-    k, m = VT.shape
-    for c in range(k):
+def _project_row(X, row, VT, p, j0, j1):
+    """``p[c, 0] = X[row] . VT[c]`` over the columns ``j0 .. j1`` (one row)."""
+    for c in range(VT.shape[0]):
         a = 0.0
-        for j in range(m):
-            a += X[row, j] * VT[c, j]
+        for j in range(j0, j1):
+            a += X[row, j - j0] * VT[c, j]
         p[c, 0] = a
 
 
 @numba.njit(**_INLINE)
-def _update(X, r0, r1, r2, r3, q, GT):
-    """``GT[c] += sum_s q[c, s] X[r_s]`` (a rank-4 update): four columns at a time (each
-    row value loaded once for four columns), then two, then one."""
-    k, m = GT.shape
+def _update(X, r0, r1, r2, r3, q, GT, j0, j1):
+    """``GT[c, j] += sum_s q[c, s] X[r_s, j - j0]`` for ``j`` in ``j0 .. j1`` (a rank-4
+    update): four columns at a time (each row value loaded once for four columns), then
+    two, then one."""
+    k = GT.shape[0]
     c = 0
     while c + 4 <= k:
         q00, q01, q02, q03 = q[c, 0], q[c, 1], q[c, 2], q[c, 3]
         q10, q11, q12, q13 = q[c + 1, 0], q[c + 1, 1], q[c + 1, 2], q[c + 1, 3]
         q20, q21, q22, q23 = q[c + 2, 0], q[c + 2, 1], q[c + 2, 2], q[c + 2, 3]
         q30, q31, q32, q33 = q[c + 3, 0], q[c + 3, 1], q[c + 3, 2], q[c + 3, 3]
-        for j in range(m):
-            x0, x1, x2, x3 = X[r0, j], X[r1, j], X[r2, j], X[r3, j]
+        for j in range(j0, j1):
+            x0, x1, x2, x3 = X[r0, j - j0], X[r1, j - j0], X[r2, j - j0], X[r3, j - j0]
             GT[c, j] += q00 * x0 + q01 * x1 + q02 * x2 + q03 * x3
             GT[c + 1, j] += q10 * x0 + q11 * x1 + q12 * x2 + q13 * x3
             GT[c + 2, j] += q20 * x0 + q21 * x1 + q22 * x2 + q23 * x3
@@ -277,28 +349,28 @@ def _update(X, r0, r1, r2, r3, q, GT):
     if c + 2 <= k:
         q00, q01, q02, q03 = q[c, 0], q[c, 1], q[c, 2], q[c, 3]
         q10, q11, q12, q13 = q[c + 1, 0], q[c + 1, 1], q[c + 1, 2], q[c + 1, 3]
-        for j in range(m):
-            x0 = X[r0, j]
-            x1 = X[r1, j]
-            x2 = X[r2, j]
-            x3 = X[r3, j]
+        for j in range(j0, j1):
+            x0 = X[r0, j - j0]
+            x1 = X[r1, j - j0]
+            x2 = X[r2, j - j0]
+            x3 = X[r3, j - j0]
             GT[c, j] += q00 * x0 + q01 * x1 + q02 * x2 + q03 * x3
             GT[c + 1, j] += q10 * x0 + q11 * x1 + q12 * x2 + q13 * x3
         c += 2
     if c < k:
         q00, q01, q02, q03 = q[c, 0], q[c, 1], q[c, 2], q[c, 3]
-        for j in range(m):
-            GT[c, j] += q00 * X[r0, j] + q01 * X[r1, j] + q02 * X[r2, j] + q03 * X[r3, j]
+        for j in range(j0, j1):
+            GT[c, j] += (q00 * X[r0, j - j0] + q01 * X[r1, j - j0] + q02 * X[r2, j - j0]
+                         + q03 * X[r3, j - j0])
 
 
 @numba.njit(**_INLINE)
-def _update_row(X, row, q, GT):
-    """``GT[c] += q[c, 0] X[row]`` (one row)."""
-    k, m = GT.shape
-    for c in range(k):
+def _update_row(X, row, q, GT, j0, j1):
+    """``GT[c, j] += q[c, 0] X[row, j - j0]`` for ``j`` in ``j0 .. j1`` (one row)."""
+    for c in range(GT.shape[0]):
         weight = q[c, 0]
-        for j in range(m):
-            GT[c, j] += weight * X[row, j]
+        for j in range(j0, j1):
+            GT[c, j] += weight * X[row, j - j0]
 
 
 @numba.njit(**_INLINE)
@@ -328,20 +400,21 @@ def _pca_rows(X, first, count, i, VT, GT, p, center, scale, flags, vsum, shift, 
     the four quarters of the range, so the loops read four sequential streams at once;
     otherwise (rows in a buffer in L1 cache) a group is four consecutive rows.
     """
+    m = VT.shape[1]
     groups = count // ROWS
     step = groups if streams else 1  # between the rows of a group
     stride = 1 if streams else ROWS  # between the first rows of two groups
     for g in range(groups):
         r0 = first + g * stride
-        _project(X, r0, r0 + step, r0 + 2 * step, r0 + 3 * step, VT, p)
+        _project(X, r0, r0 + step, r0 + 2 * step, r0 + 3 * step, VT, p, 0, m)
         for s in range(ROWS):
             _pca_weights(p, s, i + r0 + s * step - first, center, scale, flags, vsum, shift,
                          acc)
-        _update(X, r0, r0 + step, r0 + 2 * step, r0 + 3 * step, p, GT)
+        _update(X, r0, r0 + step, r0 + 2 * step, r0 + 3 * step, p, GT, 0, m)
     for row in range(first + ROWS * groups, first + count):
-        _project_row(X, row, VT, p)
+        _project_row(X, row, VT, p, 0, m)
         _pca_weights(p, 0, i + row - first, center, scale, flags, vsum, shift, acc)
-        _update_row(X, row, p, GT)
+        _update_row(X, row, p, GT, 0, m)
 
 
 @numba.njit(**_JIT)
@@ -373,6 +446,96 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
         sq[col] += acc[1, col]
         if flags[1]:
             for j in range(m):
+                GT[col, j] -= acc[2, col]
+
+
+@numba.njit(**_JIT)
+def _project_tiles(values, a, b, fill, has_fill, VT, P, p, buf, tile):
+    """``P[:, r] = T'_{a + r} . VT`` for the rows ``a .. b``, column tile by column tile:
+    each tile of ``VT`` is read once for all the rows (from cache), the rows' tile
+    converted :data:`CHUNK` rows at a time."""
+    k, width = VT.shape
+    for r in range(b - a):
+        for c in range(k):
+            P[c, r] = 0.0
+    for c0 in range(0, width, tile):
+        c1 = min(c0 + tile, width)
+        VTt = np.ascontiguousarray(VT[:, c0:c1])
+        for i0 in range(a, b, CHUNK):
+            count = min(CHUNK, b - i0)
+            _convert_tile(values, i0, count, fill, has_fill, buf, c0, c1)
+            groups = count // ROWS
+            for g in range(groups):
+                r0 = ROWS * g
+                _project(buf, r0, r0 + 1, r0 + 2, r0 + 3, VTt, p, 0, c1 - c0)
+                for s in range(ROWS):
+                    for c in range(k):
+                        P[c, i0 - a + r0 + s] += p[c, s]
+            for row in range(ROWS * groups, count):
+                _project_row(buf, row, VTt, p, 0, c1 - c0)
+                for c in range(k):
+                    P[c, i0 - a + row] += p[c, 0]
+
+
+@numba.njit(**_JIT)
+def _update_tiles(values, a, b, fill, has_fill, P, GT, p, buf, tile):
+    """``GT[:, j] += sum_r P[:, r] T'_{a + r, j}`` for the rows ``a .. b``, column tile by
+    column tile (each tile of ``GT`` read and written once for all the rows)."""
+    k, width = GT.shape
+    for c0 in range(0, width, tile):
+        c1 = min(c0 + tile, width)
+        GTt = np.zeros((k, c1 - c0))
+        for i0 in range(a, b, CHUNK):
+            count = min(CHUNK, b - i0)
+            _convert_tile(values, i0, count, fill, has_fill, buf, c0, c1)
+            groups = count // ROWS
+            for g in range(groups):
+                r0 = ROWS * g
+                for s in range(ROWS):
+                    for c in range(k):
+                        p[c, s] = P[c, i0 - a + r0 + s]
+                _update(buf, r0, r0 + 1, r0 + 2, r0 + 3, p, GTt, 0, c1 - c0)
+            for row in range(ROWS * groups, count):
+                for c in range(k):
+                    p[c, 0] = P[c, i0 - a + row]
+                _update_row(buf, row, p, GTt, 0, c1 - c0)
+        for c in range(k):
+            for j in range(c1 - c0):
+                GT[c, c0 + j] += GTt[c, j]
+
+
+@numba.njit(**_JIT)
+def pca_tiled(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, tile, rows):
+    """:func:`pca` for wide converted rows (genotypes of many samples), cache-blocked.
+
+    Where ``VT`` and ``GT`` outgrow the cache, :func:`pca` would stream both from memory
+    for every four rows. Here the rows are taken ``rows`` at a time: their projections
+    ``P = T' V`` column tile by column tile (``tile`` columns of ``VT``, kept in cache while
+    every row of the chunk passes), the thin products, then ``G^T += Q^T T'`` tile by
+    tile. Each row's tile is converted twice (once per phase); the results equal
+    :func:`pca`'s to rounding.
+    """
+    n = values.shape[0]
+    k, width = VT.shape
+    vsum = np.zeros(k)
+    for col in range(k):
+        for j in range(width):
+            vsum[col] += VT[col, j]
+    acc = np.zeros((3, k))
+    P = np.zeros((k, rows))
+    p = np.zeros((k, ROWS))
+    buf = np.zeros((CHUNK, tile))
+    for a in range(0, n, rows):
+        b = min(a + rows, n)
+        _project_tiles(values, a, b, fill, flags[0], VT, P, p, buf, tile)
+        for r in range(b - a):
+            _pca_weights(P, r, a + r, center, scale, flags, vsum, shift, acc)
+        _update_tiles(values, a, b, fill, flags[0], P, GT, p, buf, tile)
+    for col in range(k):
+        colsum[col] += acc[0, col]
+        sq[col] += acc[1, col]
+        if flags[1]:
+            for j in range(width):
                 GT[col, j] -= acc[2, col]
 
 

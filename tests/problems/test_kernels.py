@@ -157,6 +157,43 @@ def test_genotype_rows_converted_inside_the_projection(packed, fill, m, k, imple
                     implementation)
 
 
+@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
+@pytest.mark.parametrize("kind", ["int8-raw", "int8-center", "int8-patterson",
+                                  "packed-patterson", "packed-raw"])
+@pytest.mark.parametrize(("n", "m", "k"), [(13, 45, 3), (70, 101, 6), (9, 64, 1),
+                                           (41, 203, 9)])
+def test_wide_genotype_rows_take_the_cache_blocked_loops(kind, n, m, k, rng, monkeypatch):
+    """Genotype rows whose ``V`` and ``G`` outgrow the cache run in row chunks and column
+    tiles (``pca_tiled``): several tiles, the last one partial, chunks of rows with a
+    partial last chunk and group, and the same results as the plain loops. The sizes are
+    made small by lowering the thresholds."""
+    monkeypatch.setattr(kernels, "_PCA_TILE_MIN_BYTES", 0)
+    monkeypatch.setattr(kernels, "_PCA_TILE_BYTES", 8 * k * 16)  # 16 columns a tile
+    monkeypatch.setattr(kernels, "_PCA_TILE_ROWS", 7)
+    block = make_block(kind, n, m, rng)
+    assert kernels._pca_tile(block, k, kernels._pca_width(block)) == 16
+    X, V, shift = dense(block), rng.normal(size=(m, k)), rng.normal(size=k)
+    assert_pca_pass(block, X, V, shift, "numba")
+    tiled = kernels.pca_pass(block, V, shift, implementation="numba")
+    monkeypatch.setattr(kernels, "_PCA_TILE_MIN_BYTES", 1 << 62)
+    assert kernels._pca_tile(block, k, kernels._pca_width(block)) == 0
+    plain = kernels.pca_pass(block, V, shift, implementation="numba")
+    for got, want in zip(tiled, plain, strict=True):
+        assert close(got, want)
+
+
+def test_cache_blocking_only_for_wide_genotype_rows(rng):
+    """The plain loops keep narrow rows and float64 rows; genotype rows whose ``V`` and
+    ``G`` exceed ``_PCA_TILE_MIN_BYTES`` take tiles of whole vectors."""
+    k, narrow = 20, kernels._PCA_TILE_MIN_BYTES // (16 * 20)
+    for kind in ("int8-patterson", "packed-patterson"):
+        assert kernels._pca_tile(make_block(kind, 2, 8, rng), k, narrow) == 0
+        tile = kernels._pca_tile(make_block(kind, 2, 8, rng), k, narrow + 8)
+        assert tile > 0 and tile % kernels._PCA_ALIGN == 0
+        assert 8 * k * tile <= kernels._PCA_TILE_BYTES
+    assert kernels._pca_tile(make_block("float64-transformed", 2, 8, rng), k, 10**7) == 0
+
+
 WIDE = kernels._PCA_GEMM_MIN_FEATURES
 
 
