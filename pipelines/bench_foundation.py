@@ -8,7 +8,8 @@ Three measurements, side by side in one run, each the median of several repeats
     ``max(bytes / read bandwidth, flops / peak GEMM flops) / kernel time``, the read of the
     block's stored bytes and a float64 1000^3 GEMM timed in the same repeat as the kernel.
     PCA k = 2, 5, 10, 20 on a float64 block, an int8 genotype-dosage block with Patterson
-    centre/scale and 2 % missing calls, and the same genotypes packed in 2 bits; the Gram
+    centre/scale and 2 % missing calls, the same genotypes packed in 2 bits, and a wide
+    packed block (1200 variants x 50 000 samples: ``V`` and ``G`` outgrow the cache); the Gram
     kernel (d = 1000 samples) on int8 and float64 blocks; the logistic and least-squares
     kernels on the float64 block. Each with the numba and the numpy kernels
     (``DASKSTRAGGLE_NUMBA``), plus the numba start-up cost of a fresh process (cold
@@ -77,6 +78,8 @@ DEFAULTS: dict[str, Any] = {
     "geno_rows": 200_000,
     "geno_samples": 300,
     "geno_missing": 0.02,
+    "wide_rows": 1200,
+    "wide_samples": 50_000,
     "components": [2, 5, 10, 20],
     "gram_rows": 20_000,
     "gram_samples": 1000,
@@ -98,6 +101,8 @@ QUICK: dict[str, Any] = {
     "float_cols": 100,
     "geno_rows": 20_000,
     "geno_samples": 300,
+    "wide_rows": 64,
+    "wide_samples": 20_000,
     "components": [2, 10],
     "gram_rows": 2_000,
     "gram_samples": 1000,
@@ -113,7 +118,7 @@ QUICK: dict[str, Any] = {
 }
 SECTIONS = ("kernel", "overhead", "glm")
 #: The blocks of (a) (``--blocks``; the first word of each block's name).
-KERNEL_BLOCKS = ("float64", "int8", "packed", "gram")
+KERNEL_BLOCKS = ("float64", "int8", "packed", "wide", "gram")
 
 
 # ============================================================================ helpers
@@ -584,11 +589,12 @@ def _float_cases(cfg: argparse.Namespace, rng: np.random.Generator
     return ops, cases, info
 
 
-def _genotype_cases(cfg: argparse.Namespace, rng: np.random.Generator, *, packed: bool
+def _genotype_cases(cfg: argparse.Namespace, rng: np.random.Generator, *, packed: bool,
+                    wide: bool = False
                     ) -> tuple[dict[str, Callable[[], Any]], list[_Case], dict[str, Any]]:
     from daskstraggle.problems import block_stats
 
-    n, m = cfg.geno_rows, cfg.geno_samples
+    n, m = (cfg.wide_rows, cfg.wide_samples) if wide else (cfg.geno_rows, cfg.geno_samples)
     kind = "packed 2-bit" if packed else "int8"
     log(f"(a) {kind} genotype block {n} x {m}, missing {cfg.geno_missing}")
     block = genotype_block(n, m, cfg.geno_missing, rng, packed=packed)
@@ -718,6 +724,7 @@ def kernel_blocks() -> dict[str, Callable[..., Any]]:
     return {"float64": _float_cases,
             "int8 genotypes": lambda c, r: _genotype_cases(c, r, packed=False),
             "packed genotypes": lambda c, r: _genotype_cases(c, r, packed=True),
+            "wide packed genotypes": lambda c, r: _genotype_cases(c, r, packed=True, wide=True),
             "gram": _gram_block_cases}
 
 
@@ -1211,6 +1218,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ("--geno-rows", int, "(a) variants (rows) of the int8 genotype block"),
         ("--geno-samples", int, "(a) samples (columns) of the int8 genotype block"),
         ("--geno-missing", float, "(a) fraction of missing genotype calls"),
+        ("--wide-rows", int, "(a) variants of the wide packed genotype block"),
+        ("--wide-samples", int, "(a) samples of the wide packed genotype block (many: V and "
+                                "G outgrow the cache)"),
         ("--components", int, "(a) PCA components (several allowed)"),
         ("--gram-rows", int, "(a) variants of the Gram kernel's genotype block (float: half)"),
         ("--gram-samples", int, "(a) samples (columns) of the Gram kernel's blocks"),
