@@ -2,7 +2,8 @@
 
 The command line imports dask, distributed and numba, which takes seconds; Ctrl-C in that
 time raised ``KeyboardInterrupt`` out of an import and Python printed a traceback. This
-module imports nothing but :mod:`sys` and :mod:`signal` itself, and :func:`main` imports
+module imports nothing but the interpreter's own small modules (:mod:`sys`, :mod:`signal`,
+:mod:`gc`, ...), and :func:`main` imports
 the command line inside the handling, so an interrupt during the import of
 :mod:`daskstraggle.cli` and of anything it loads later (dask's ``distributed``, numba, a
 cluster starting) ends like one during a run: ``aborted`` on stderr, exit code 130
@@ -11,17 +12,34 @@ cluster starting) ends like one during a run: ``aborted`` on stderr, exit code 1
 Python imports the package (``daskstraggle/__init__.py``) before this module; the package
 loads its public names on first use (PEP 562), so that import is light and everything heavy
 is imported inside the handling.
+
+An interrupt is never lost (:func:`install_interrupt_handling`). Python raises
+``KeyboardInterrupt`` in whatever Python code the main thread runs when the signal is
+handled; where that is a garbage-collector callback (distributed's scheduler, which a
+command's own cluster runs in this process, registers one), an object's ``__del__`` or a
+weakref callback, Python prints "Exception ignored in ..." and goes on: the run never
+stopped (seen under load as a Ctrl-C that did nothing). So inside a garbage-collector
+callback the handler signals the interrupt again 10 ms later instead, and an interrupt
+swallowed anywhere else is signalled again the same way.
 """
 
 from __future__ import annotations
 
+import _thread
+import gc
 import signal
 import sys
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["ABORTED_EXIT_CODE", "main"]
+if TYPE_CHECKING:
+    from types import FrameType
+
+__all__ = ["ABORTED_EXIT_CODE", "install_interrupt_handling", "main"]
 
 #: Exit code of an interrupted command: 128 + SIGINT.
 ABORTED_EXIT_CODE = 128 + signal.SIGINT
+#: Seconds after which a deferred or swallowed interrupt is signalled again.
+_REDELIVERY_S = 0.01
 
 
 def main() -> int:
@@ -33,6 +51,7 @@ def main() -> int:
         What :func:`daskstraggle.cli.main` returns (0, 1, 2 bad input, 3 diverged, 130
         interrupted), or 130 when interrupted before or after it ran.
     """
+    install_interrupt_handling()
     try:
         from daskstraggle.cli import main as run
 
@@ -43,6 +62,55 @@ def main() -> int:
     # cluster at exit) must not replace its exit code by a traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     return code
+
+
+def install_interrupt_handling() -> None:
+    """Make Ctrl-C (SIGINT) interrupt the main thread's own code, never a callback that
+    swallows it (see the module's docstring). For this process only: the console script
+    calls it, and ``python -m daskstraggle.cli``; a library user's interpreter (a
+    notebook's kernel) is left alone. Call it from the main thread."""
+    signal.signal(signal.SIGINT, _on_interrupt)
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type,
+                                                          KeyboardInterrupt):
+            _deliver_later(signal.SIGINT)  # swallowed: deliver it again
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+
+
+def _on_interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGINT's handler: ``KeyboardInterrupt``, or, inside a garbage-collector callback,
+    the same signal again once the callback has returned."""
+    if _in_gc_callback(frame):
+        _deliver_later(signum)
+        return
+    raise KeyboardInterrupt
+
+
+def _deliver_later(signum: int) -> None:
+    """Signal ``signum`` to the main thread again in 10 ms, from another thread (from the
+    main thread itself the handler would run again at once, inside the same callback or
+    the unraisable hook, where an exception is swallowed too)."""
+    import threading
+
+    timer = threading.Timer(_REDELIVERY_S, _thread.interrupt_main, args=(signum,))
+    timer.daemon = True
+    timer.start()
+
+
+def _in_gc_callback(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a frame that called it runs a callback of :data:`gc.callbacks`."""
+    codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
+    codes.discard(None)
+    while frame is not None and codes:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _aborted() -> int:

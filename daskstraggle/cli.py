@@ -790,5 +790,8 @@ def _entry() -> None:  # pragma: no cover - the former console script (python -m
     sys.exit(entry())
 
 
-if __name__ == "__main__":  # pragma: no cover
+if __name__ == "__main__":  # pragma: no cover - python -m daskstraggle.cli, as the script
+    from daskstraggle._entry import install_interrupt_handling
+
+    install_interrupt_handling()
     sys.exit(main())

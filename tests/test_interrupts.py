@@ -1,0 +1,65 @@
+"""Ctrl-C is never lost: an interrupt that lands in a garbage-collector callback or in a
+``__del__`` (where Python swallows exceptions) still ends the command
+(``daskstraggle._entry.install_interrupt_handling``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+#: The interrupt is sent from inside a gc callback (as distributed's GC diagnosis runs in a
+#: command's own scheduler) or a ``__del__``, then a few bytecodes run there: the default
+#: handler raises ``KeyboardInterrupt`` inside it, Python prints "Exception ignored" and the
+#: main loop runs on ("lost"). ``{install}`` turns our handling on.
+SCRIPT = """
+import gc, os, signal, sys, time
+if {install}:
+    from daskstraggle._entry import install_interrupt_handling
+    install_interrupt_handling()
+where = sys.argv[1]
+
+def interrupt_here():
+    os.kill(os.getpid(), signal.SIGINT)
+    total = 0
+    for i in range(20000):  # bytecodes inside the callback: the handler runs here
+        total += i
+    return total
+
+def callback(phase, info):
+    if phase == "start" and not getattr(callback, "done", False):
+        callback.done = True
+        interrupt_here()
+
+class Finalised:
+    def __del__(self):
+        interrupt_here()
+
+try:
+    if where == "gc":
+        gc.callbacks.append(callback)
+        gc.collect()
+        gc.callbacks.remove(callback)
+    else:
+        Finalised()
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        pass
+    print("lost")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+@pytest.mark.parametrize("where", ["gc", "del"])
+@pytest.mark.parametrize("install", [True, False], ids=["handled", "control"])
+def test_an_interrupt_in_a_callback_that_swallows_it_still_interrupts(where, install):
+    proc = subprocess.run([sys.executable, "-c", SCRIPT.format(install=install), where],
+                          capture_output=True, text=True, timeout=60)
+    if install:
+        assert proc.stdout.strip() == "interrupted", proc.stderr
+        assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr
+    else:  # the control: without it the interrupt is swallowed and the loop runs on
+        assert proc.stdout.strip() == "lost"
+        assert "Exception ignored" in proc.stderr and "KeyboardInterrupt" in proc.stderr
