@@ -135,28 +135,20 @@ def _convert_rows_overload(values, i0, nr, fill, has_fill, buf):
     return _convert_int
 
 
-def _tile_float(values, i0, nr, fill, has_fill, buf, c0, c1):
-    """Columns ``c0 .. c1`` of float64 rows ``i0 .. i0 + nr`` into ``buf`` (from column 0),
-    missing entries filled; columns past the row's end are set to zero."""
-    end = min(c1, values.shape[1])
-    for r in range(nr):
-        f = fill[i0 + r] if has_fill else 0.0
-        for j in range(c0, end):
-            t = values[i0 + r, j]
-            buf[r, j - c0] = f if (has_fill and t < 0.0) else t
-        for j in range(max(end, c0), c1):
-            buf[r, j - c0] = 0.0
-
-
 def _tile_int(values, i0, nr, fill, has_fill, buf, c0, c1):
-    """Columns ``c0 .. c1`` of int8 dosage rows as float64 into ``buf``, missing calls
-    filled; columns past the row's end are set to zero."""
+    """Columns ``c0 .. c1`` of int8 dosage rows as float64 into ``buf``, missing (negative)
+    calls filled when there is a fill (as :func:`_convert_int`); columns past the row's
+    end are set to zero."""
     end = min(c1, values.shape[1])
     for r in range(nr):
-        f = fill[i0 + r] if has_fill else 0.0
-        for j in range(c0, end):
-            t = values[i0 + r, j]
-            buf[r, j - c0] = f if t < 0 else float(t)
+        if has_fill:
+            f = fill[i0 + r]
+            for j in range(c0, end):
+                t = values[i0 + r, j]
+                buf[r, j - c0] = f if t < 0 else float(t)
+        else:
+            for j in range(c0, end):
+                buf[r, j - c0] = float(values[i0 + r, j])
         for j in range(max(end, c0), c1):
             buf[r, j - c0] = 0.0
 
@@ -198,12 +190,13 @@ def _convert_tile(values, i0, nr, fill, has_fill, buf, c0, c1):
 
 @numba.extending.overload(_convert_tile, jit_options=_JIT)
 def _convert_tile_overload(values, i0, nr, fill, has_fill, buf, c0, c1):
-    """Dispatch on the stored dtype, as :func:`_convert_rows`."""
-    if values.dtype == numba.types.float64:
-        return _tile_float
+    """Dispatch on the stored dtype: uint8 rows are packed codes, int8 rows dosages (float64
+    rows never take the tiles: ``_kernels._pca_tile``)."""
     if values.dtype == numba.types.uint8:
         return _tile_packed
-    return _tile_int
+    if values.dtype == numba.types.int8:
+        return _tile_int
+    return None
 
 
 def _in_place(values, buf):

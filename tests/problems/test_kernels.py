@@ -159,18 +159,20 @@ def test_genotype_rows_converted_inside_the_projection(packed, fill, m, k, imple
 
 @pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
 @pytest.mark.parametrize("kind", ["int8-raw", "int8-center", "int8-patterson",
-                                  "packed-patterson", "packed-raw"])
+                                  "int8-wide-range", "packed-patterson", "packed-raw"])
 @pytest.mark.parametrize(("n", "m", "k"), [(13, 45, 3), (70, 101, 6), (9, 64, 1),
                                            (41, 203, 9)])
 def test_wide_genotype_rows_take_the_cache_blocked_loops(kind, n, m, k, rng, monkeypatch):
     """Genotype rows whose ``V`` and ``G`` outgrow the cache run in row chunks and column
     tiles (``pca_tiled``): several tiles, the last one partial, chunks of rows with a
-    partial last chunk and group, and the same results as the plain loops. The sizes are
-    made small by lowering the thresholds."""
+    partial last chunk and group, and the same results as the plain loops (also for int8
+    values outside the dosage range without a fill, taken as they are). The sizes are made
+    small by lowering the thresholds."""
     monkeypatch.setattr(kernels, "_PCA_TILE_MIN_BYTES", 0)
     monkeypatch.setattr(kernels, "_PCA_TILE_BYTES", 8 * k * 16)  # 16 columns a tile
     monkeypatch.setattr(kernels, "_PCA_TILE_ROWS", 7)
-    block = make_block(kind, n, m, rng)
+    block = (Block(rng.integers(-3, 6, size=(n, m)).astype(np.int8)) if kind == "int8-wide-range"
+             else make_block(kind, n, m, rng))
     assert kernels._pca_tile(block, k, kernels._pca_width(block)) == 16
     X, V, shift = dense(block), rng.normal(size=(m, k)), rng.normal(size=k)
     assert_pca_pass(block, X, V, shift, "numba")
