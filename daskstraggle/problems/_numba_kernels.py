@@ -86,6 +86,27 @@ def _convert_int(values, i0, nr, fill, has_fill, buf):
                 buf[r, j] = float(values[i0 + r, j])
 
 
+@numba.njit(**_INLINE)
+def _spread(values, row, b0, b1, codes, spread):
+    """Spread the bytes ``b0 .. b1`` of packed ``row`` into ``codes``, one int8 code per
+    call (``codes[4 (jb - b0) + i]`` is the ``i``-th 2-bit code of byte ``jb``): two shifts
+    and masks per byte put its four codes into the four bytes of a uint32 (``spread``, a
+    uint32 view of ``codes``) on little-endian hosts, byte by byte elsewhere (the layout of
+    a uint32 differs)."""
+    if _LITTLE_ENDIAN:
+        for jb in range(b0, b1):
+            x = np.uint32(values[row, jb])
+            x = (x | (x << np.uint32(12))) & np.uint32(0x000F000F)
+            spread[jb - b0] = (x | (x << np.uint32(6))) & np.uint32(0x03030303)
+    else:
+        for jb in range(b0, b1):
+            byte = values[row, jb]
+            codes[4 * (jb - b0)] = byte & 3
+            codes[4 * (jb - b0) + 1] = (byte >> 2) & 3
+            codes[4 * (jb - b0) + 2] = (byte >> 4) & 3
+            codes[4 * (jb - b0) + 3] = byte >> 6
+
+
 def _convert_packed(values, i0, nr, fill, has_fill, buf):
     """Decode packed 2-bit codes to float64 into ``buf``, code 3 (missing) filled.
 
@@ -101,18 +122,7 @@ def _convert_packed(values, i0, nr, fill, has_fill, buf):
     spread = codes.view(np.uint32)  # a byte's four codes, one per byte of a uint32
     for r in range(nr):
         f = fill[i0 + r] if has_fill else -1.0
-        if _LITTLE_ENDIAN:
-            for jb in range(nbytes):
-                x = np.uint32(values[i0 + r, jb])
-                x = (x | (x << np.uint32(12))) & np.uint32(0x000F000F)
-                spread[jb] = (x | (x << np.uint32(6))) & np.uint32(0x03030303)
-        else:
-            for jb in range(nbytes):  # the byte-by-byte spread (the layout of a uint32
-                byte = values[i0 + r, jb]  # differs)
-                codes[4 * jb] = byte & 3
-                codes[4 * jb + 1] = (byte >> 2) & 3
-                codes[4 * jb + 2] = (byte >> 4) & 3
-                codes[4 * jb + 3] = byte >> 6
+        _spread(values, i0 + r, 0, nbytes, codes, spread)
         for j in range(m):
             code = codes[j]
             buf[r, j] = f if code == 3 else float(code)
@@ -164,18 +174,7 @@ def _tile_packed(values, i0, nr, fill, has_fill, buf, c0, c1):
     spread = codes.view(np.uint32)
     for r in range(nr):
         f = fill[i0 + r] if has_fill else -1.0
-        if _LITTLE_ENDIAN:
-            for jb in range(b0, b1):
-                x = np.uint32(values[i0 + r, jb])
-                x = (x | (x << np.uint32(12))) & np.uint32(0x000F000F)
-                spread[jb - b0] = (x | (x << np.uint32(6))) & np.uint32(0x03030303)
-        else:
-            for jb in range(b0, b1):
-                byte = values[i0 + r, jb]
-                codes[4 * (jb - b0)] = byte & 3
-                codes[4 * (jb - b0) + 1] = (byte >> 2) & 3
-                codes[4 * (jb - b0) + 2] = (byte >> 4) & 3
-                codes[4 * (jb - b0) + 3] = byte >> 6
+        _spread(values, i0 + r, b0, b1, codes, spread)
         for j in range(m):
             code = codes[j]
             buf[r, j] = f if code == 3 else float(code)
@@ -245,19 +244,18 @@ def _chunk(n, in_place):
 
 # ------------------------------------------------------------------------ products
 @numba.njit(**_INLINE)
-def _project(X, r0, r1, r2, r3, VT, p, j0, j1):
-    """``p[c, s] = X[r_s] . VT[c]`` over the columns ``j0 .. j1`` of ``VT`` (column ``j`` of
-    ``VT`` is column ``j - j0`` of ``X``) for the four rows ``r0 .. r3``: four columns of
-    ``VT`` at a time (sixteen accumulators, each row and ``V`` value loaded once for four
+def _project(X, r0, r1, r2, r3, VT, p):
+    """``p[c, s] = X[r_s] . VT[c]`` for the four rows ``r0 .. r3``: four columns of ``VT``
+    at a time (sixteen accumulators, each row and ``V`` value loaded once for four
     products), then two, then one."""
-    k = VT.shape[0]
+    k, m = VT.shape
     c = 0
     while c + 4 <= k:
         a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = 0.0
         a20 = a21 = a22 = a23 = a30 = a31 = a32 = a33 = 0.0
-        for j in range(j0, j1):
+        for j in range(m):
             v0, v1, v2, v3 = VT[c, j], VT[c + 1, j], VT[c + 2, j], VT[c + 3, j]
-            x0, x1, x2, x3 = X[r0, j - j0], X[r1, j - j0], X[r2, j - j0], X[r3, j - j0]
+            x0, x1, x2, x3 = X[r0, j], X[r1, j], X[r2, j], X[r3, j]
             a00 += x0 * v0
             a10 += x1 * v0
             a20 += x2 * v0
@@ -281,13 +279,13 @@ def _project(X, r0, r1, r2, r3, VT, p, j0, j1):
         c += 4
     if c + 2 <= k:
         a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = 0.0
-        for j in range(j0, j1):
+        for j in range(m):
             v0 = VT[c, j]
             v1 = VT[c + 1, j]
-            x0 = X[r0, j - j0]
-            x1 = X[r1, j - j0]
-            x2 = X[r2, j - j0]
-            x3 = X[r3, j - j0]
+            x0 = X[r0, j]
+            x1 = X[r1, j]
+            x2 = X[r2, j]
+            x3 = X[r3, j]
             a00 += x0 * v0
             a10 += x1 * v0
             a20 += x2 * v0
@@ -301,39 +299,39 @@ def _project(X, r0, r1, r2, r3, VT, p, j0, j1):
         c += 2
     if c < k:
         a0 = a1 = a2 = a3 = 0.0
-        for j in range(j0, j1):
+        for j in range(m):
             v0 = VT[c, j]
-            a0 += X[r0, j - j0] * v0
-            a1 += X[r1, j - j0] * v0
-            a2 += X[r2, j - j0] * v0
-            a3 += X[r3, j - j0] * v0
+            a0 += X[r0, j] * v0
+            a1 += X[r1, j] * v0
+            a2 += X[r2, j] * v0
+            a3 += X[r3, j] * v0
         p[c, 0], p[c, 1], p[c, 2], p[c, 3] = a0, a1, a2, a3
 
 
 @numba.njit(**_INLINE)
-def _project_row(X, row, VT, p, j0, j1):
-    """``p[c, 0] = X[row] . VT[c]`` over the columns ``j0 .. j1`` (one row)."""
-    for c in range(VT.shape[0]):
+def _project_row(X, row, VT, p):
+    """``p[c, 0] = X[row] . VT[c]`` (one row)."""
+    k, m = VT.shape
+    for c in range(k):
         a = 0.0
-        for j in range(j0, j1):
-            a += X[row, j - j0] * VT[c, j]
+        for j in range(m):
+            a += X[row, j] * VT[c, j]
         p[c, 0] = a
 
 
 @numba.njit(**_INLINE)
-def _update(X, r0, r1, r2, r3, q, GT, j0, j1):
-    """``GT[c, j] += sum_s q[c, s] X[r_s, j - j0]`` for ``j`` in ``j0 .. j1`` (a rank-4
-    update): four columns at a time (each row value loaded once for four columns), then
-    two, then one."""
-    k = GT.shape[0]
+def _update(X, r0, r1, r2, r3, q, GT):
+    """``GT[c] += sum_s q[c, s] X[r_s]`` (a rank-4 update): four columns at a time (each
+    row value loaded once for four columns), then two, then one."""
+    k, m = GT.shape
     c = 0
     while c + 4 <= k:
         q00, q01, q02, q03 = q[c, 0], q[c, 1], q[c, 2], q[c, 3]
         q10, q11, q12, q13 = q[c + 1, 0], q[c + 1, 1], q[c + 1, 2], q[c + 1, 3]
         q20, q21, q22, q23 = q[c + 2, 0], q[c + 2, 1], q[c + 2, 2], q[c + 2, 3]
         q30, q31, q32, q33 = q[c + 3, 0], q[c + 3, 1], q[c + 3, 2], q[c + 3, 3]
-        for j in range(j0, j1):
-            x0, x1, x2, x3 = X[r0, j - j0], X[r1, j - j0], X[r2, j - j0], X[r3, j - j0]
+        for j in range(m):
+            x0, x1, x2, x3 = X[r0, j], X[r1, j], X[r2, j], X[r3, j]
             GT[c, j] += q00 * x0 + q01 * x1 + q02 * x2 + q03 * x3
             GT[c + 1, j] += q10 * x0 + q11 * x1 + q12 * x2 + q13 * x3
             GT[c + 2, j] += q20 * x0 + q21 * x1 + q22 * x2 + q23 * x3
@@ -342,28 +340,28 @@ def _update(X, r0, r1, r2, r3, q, GT, j0, j1):
     if c + 2 <= k:
         q00, q01, q02, q03 = q[c, 0], q[c, 1], q[c, 2], q[c, 3]
         q10, q11, q12, q13 = q[c + 1, 0], q[c + 1, 1], q[c + 1, 2], q[c + 1, 3]
-        for j in range(j0, j1):
-            x0 = X[r0, j - j0]
-            x1 = X[r1, j - j0]
-            x2 = X[r2, j - j0]
-            x3 = X[r3, j - j0]
+        for j in range(m):
+            x0 = X[r0, j]
+            x1 = X[r1, j]
+            x2 = X[r2, j]
+            x3 = X[r3, j]
             GT[c, j] += q00 * x0 + q01 * x1 + q02 * x2 + q03 * x3
             GT[c + 1, j] += q10 * x0 + q11 * x1 + q12 * x2 + q13 * x3
         c += 2
     if c < k:
         q00, q01, q02, q03 = q[c, 0], q[c, 1], q[c, 2], q[c, 3]
-        for j in range(j0, j1):
-            GT[c, j] += (q00 * X[r0, j - j0] + q01 * X[r1, j - j0] + q02 * X[r2, j - j0]
-                         + q03 * X[r3, j - j0])
+        for j in range(m):
+            GT[c, j] += q00 * X[r0, j] + q01 * X[r1, j] + q02 * X[r2, j] + q03 * X[r3, j]
 
 
 @numba.njit(**_INLINE)
-def _update_row(X, row, q, GT, j0, j1):
-    """``GT[c, j] += q[c, 0] X[row, j - j0]`` for ``j`` in ``j0 .. j1`` (one row)."""
-    for c in range(GT.shape[0]):
+def _update_row(X, row, q, GT):
+    """``GT[c] += q[c, 0] X[row]`` (one row)."""
+    k, m = GT.shape
+    for c in range(k):
         weight = q[c, 0]
-        for j in range(j0, j1):
-            GT[c, j] += weight * X[row, j - j0]
+        for j in range(m):
+            GT[c, j] += weight * X[row, j]
 
 
 @numba.njit(**_INLINE)
@@ -393,21 +391,20 @@ def _pca_rows(X, first, count, i, VT, GT, p, center, scale, flags, vsum, shift, 
     the four quarters of the range, so the loops read four sequential streams at once;
     otherwise (rows in a buffer in L1 cache) a group is four consecutive rows.
     """
-    m = VT.shape[1]
     groups = count // ROWS
     step = groups if streams else 1  # between the rows of a group
     stride = 1 if streams else ROWS  # between the first rows of two groups
     for g in range(groups):
         r0 = first + g * stride
-        _project(X, r0, r0 + step, r0 + 2 * step, r0 + 3 * step, VT, p, 0, m)
+        _project(X, r0, r0 + step, r0 + 2 * step, r0 + 3 * step, VT, p)
         for s in range(ROWS):
             _pca_weights(p, s, i + r0 + s * step - first, center, scale, flags, vsum, shift,
                          acc)
-        _update(X, r0, r0 + step, r0 + 2 * step, r0 + 3 * step, p, GT, 0, m)
+        _update(X, r0, r0 + step, r0 + 2 * step, r0 + 3 * step, p, GT)
     for row in range(first + ROWS * groups, first + count):
-        _project_row(X, row, VT, p, 0, m)
+        _project_row(X, row, VT, p)
         _pca_weights(p, 0, i + row - first, center, scale, flags, vsum, shift, acc)
-        _update_row(X, row, p, GT, 0, m)
+        _update_row(X, row, p, GT)
 
 
 @numba.njit(**_JIT)
@@ -460,12 +457,12 @@ def _project_tiles(values, a, b, fill, has_fill, VT, P, p, buf, tile):
             groups = count // ROWS
             for g in range(groups):
                 r0 = ROWS * g
-                _project(buf, r0, r0 + 1, r0 + 2, r0 + 3, VTt, p, 0, c1 - c0)
+                _project(buf, r0, r0 + 1, r0 + 2, r0 + 3, VTt, p)
                 for s in range(ROWS):
                     for c in range(k):
                         P[c, i0 - a + r0 + s] += p[c, s]
             for row in range(ROWS * groups, count):
-                _project_row(buf, row, VTt, p, 0, c1 - c0)
+                _project_row(buf, row, VTt, p)
                 for c in range(k):
                     P[c, i0 - a + row] += p[c, 0]
 
@@ -487,11 +484,11 @@ def _update_tiles(values, a, b, fill, has_fill, P, GT, p, buf, tile):
                 for s in range(ROWS):
                     for c in range(k):
                         p[c, s] = P[c, i0 - a + r0 + s]
-                _update(buf, r0, r0 + 1, r0 + 2, r0 + 3, p, GTt, 0, c1 - c0)
+                _update(buf, r0, r0 + 1, r0 + 2, r0 + 3, p, GTt)
             for row in range(ROWS * groups, count):
                 for c in range(k):
                     p[c, 0] = P[c, i0 - a + row]
-                _update_row(buf, row, p, GTt, 0, c1 - c0)
+                _update_row(buf, row, p, GTt)
         for c in range(k):
             for j in range(c1 - c0):
                 GT[c, c0 + j] += GTt[c, j]
