@@ -25,22 +25,7 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
     )
     lines.append("")
     if result.problem == "pca":
-        ev = result.fitted["explained_variance"]
-        ratio = result.fitted["explained_variance_ratio"]
-        ref_ratio = _reference_ratios(result)
-        residuals = result.fitted.get("residuals")
-        header = f"{'component':>10} {'explained variance':>19} {'ratio':>9}"
-        header += f" {'exact ratio':>12}" if ref_ratio is not None else ""
-        header += f" {'residual':>9}" if residuals is not None else ""
-        lines.append(header)
-        for j in range(len(ev)):
-            row = f"{'PC' + str(j + 1):>10} {ev[j]:>19.6g} {ratio[j]:>9.4%}"
-            if ref_ratio is not None:
-                row += f" {ref_ratio[j]:>12.4%}"
-            if residuals is not None:
-                row += f" {residuals[j]:>9.2g}"
-            lines.append(row)
-        lines.append(f"{'total':>10} {ev.sum():>19.6g} {ratio.sum():>9.4%}")
+        lines.extend(_pca_table(result))
     else:
         coef = result.fitted["coef"]
         lines.append(f"coefficients: {coef.size} (|coef| = {np.linalg.norm(coef):.6g}), "
@@ -97,8 +82,37 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
     return "\n".join(lines)
 
 
+def _pca_table(result: Any) -> list[str]:
+    """The per-component rows of a PCA result (variance, ratio, residual, determined)."""
+    lines: list[str] = []
+    ev = result.fitted["explained_variance"]
+    ratio = result.fitted["explained_variance_ratio"]
+    ref_ratio = _reference_ratios(result)
+    residuals = result.fitted.get("residuals")
+    determined = result.determined
+    header = f"{'component':>10} {'explained variance':>19} {'ratio':>9}"
+    header += f" {'exact ratio':>12}" if ref_ratio is not None else ""
+    header += f" {'residual':>9}" if residuals is not None else ""
+    header += "  determined" if determined is not None else ""
+    lines.append(header)
+    for j in range(len(ev)):
+        row = f"{'PC' + str(j + 1):>10} {ev[j]:>19.6g} {ratio[j]:>9.4%}"
+        if ref_ratio is not None:
+            row += f" {ref_ratio[j]:>12.4%}"
+        if residuals is not None:
+            row += f" {residuals[j]:>9.2g}"
+        if determined is not None:
+            row += f"  {determined[j]}"
+        lines.append(row)
+    lines.append(f"{'total':>10} {ev.sum():>19.6g} {ratio.sum():>9.4%}")
+    return lines
+
+
 def _optimality_name(result: Any) -> str:
-    return "largest eigen-residual" if result.problem == "pca" else "relative gradient norm"
+    if result.problem != "pca":
+        return "relative gradient norm"
+    return ("largest eigen-residual or variance error" if "variance" in (result.determined or ())
+            else "largest eigen-residual")
 
 
 def _reference_ratios(result: Any) -> np.ndarray | None:

@@ -920,6 +920,7 @@ def fit_pca(
     *,
     center: bool | None = None,
     oversample: int | None = None,
+    min_eigengap: float | None = None,
     method: str | Method = "auto",
     method_params: dict[str, Any] | None = None,
     step_size: float | None = None,
@@ -974,6 +975,13 @@ def fit_pca(
         ``p = k`` for ``"block"``. Refused with ``"gram"`` (exact anyway) and with the
         methods that step from partial sums or caches (sgd, sag, dsag, partial, async):
         their extra columns would never settle.
+    min_eigengap : float or None, default=None
+        Relative eigengap in ``[0, 1)`` that separates two components. With ``"block"``
+        (or an oversampled block), components in a bulk that runs past the ``k``-th
+        without such a gap converge in variance only: the run stops when their Ritz
+        values have settled to ``tol`` instead of resolving eigenvectors the data do not
+        determine, and ``result.determined`` names them ``"variance"``. None: North's
+        rule, ``sqrt(2 / n_rows)``; 0: every component converges as an eigenvector.
     <options>
 
     Returns
@@ -1010,8 +1018,8 @@ def fit_pca(
                 check_not_allele_counts(X, caller="fit_pca")  # a 2-D integer Zarr array
             options.update(array=None, storage_options=None, genotype_dims=None)
         center = not (isinstance(X, Matrix) and X.rows_standardized)
-    return _run(PCA(n_components=n_components, center=center, oversample=oversample), X,
-                **options)
+    return _run(PCA(n_components=n_components, center=center, oversample=oversample,
+                    min_eigengap=min_eigengap), X, **options)
 
 
 def _is_dataset(obj: Any) -> bool:

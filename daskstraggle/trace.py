@@ -273,11 +273,30 @@ class Result:
             return None
         return self.objective - self.reference_objective
 
+    @property
+    def determined(self) -> list[str] | None:
+        """What each PCA component's result determines, or None (regression, or a
+        method that reports no boundary of the requested components).
+
+        ``"vector"``: an eigenvector (eigen-residual at most ``tol`` when converged);
+        ``"subspace i-j"``: one of components ``i .. j`` whose eigenvalues lie closer than
+        the separating eigengap (only their span is determined); ``"variance"``: in a bulk
+        without such a gap that runs past the last requested component: its variance
+        converged, its direction is one of many equally good ones
+        (:mod:`daskstraggle.problems.separation`).
+        """
+        labels = self.attrs.get("convergence", {}).get("components")
+        return None if labels is None else list(labels)
+
     def convergence_message(self) -> str:
         """Return one line saying whether and why the run converged (or did not)."""
         tol = self.attrs.get("stop", {}).get("tol")
         what = ("largest relative eigen-residual of the components" if self.problem == "pca"
                 else "relative gradient norm")
+        variance = [j + 1 for j, d in enumerate(self.determined or ()) if d == "variance"]
+        if variance:
+            what = (f"{what} (PC{variance[0]}-PC{variance[-1]}: relative variance error; "
+                    "their bulk has no eigengap, so only their variance is determined)")
         if self.converged:
             return f"{self.problem} with {self.method} converged: {what} {self.optimality:.3g}."
         if tol is None:
@@ -338,6 +357,8 @@ class Result:
             out["explained_variance_ratio"] = self.fitted["explained_variance_ratio"].tolist()
             if "residuals" in self.fitted:
                 out["residuals"] = self.fitted["residuals"].tolist()
+            if self.determined is not None:
+                out["determined"] = list(self.determined)
         else:
             out["coef"] = self.fitted["coef"].tolist()
             out["intercept"] = float(self.fitted["intercept"])

@@ -35,6 +35,7 @@ import numpy as np
 
 from daskstraggle.errors import DivergenceError
 from daskstraggle.problems.base import KernelResult, Problem
+from daskstraggle.problems.separation import Separation
 
 __all__ = ["GROWTH_FACTOR", "STALL_CHECKS", "ConvergenceMonitor"]
 
@@ -100,10 +101,14 @@ class ConvergenceMonitor:
         #: The objective found by the last exact check (:meth:`verify`), or None.
         self.checked_objective: float | None = None
         self._streak: tuple[int, float] | None = None  # first check of a standing streak
+        #: Ritz values (or the problem's equivalent) of the last exact rounds, oldest first.
+        self._values: deque[np.ndarray] = deque(maxlen=2)
+        #: The last exact judgement of the parts the data determine (PCA), or None.
+        self.separation: Separation | None = None
 
     # ------------------------------------------------------------------ per round
     def observe(self, iteration: int, iterate: np.ndarray, result: KernelResult,
-                objective: float | None) -> str | None:
+                objective: float | None, *, next_value: float | None = None) -> str | None:
         """Judge a round from the evaluated point and its kernel sum.
 
         Parameters
@@ -116,6 +121,10 @@ class ConvergenceMonitor:
             The round's kernel sum at ``iterate`` (exact when ``objective`` is not None).
         objective : float or None
             Exact objective at ``iterate``, when the round saw every row there.
+        next_value : float or None, default=None
+            For PCA, the largest Ritz value beyond the requested components in the
+            method's space (``block``), which decides the boundary cluster
+            (:mod:`daskstraggle.problems.separation`).
 
         Returns
         -------
@@ -131,7 +140,9 @@ class ConvergenceMonitor:
         self._check_finite(iteration, iterate, result, objective)
         if objective is not None:
             self._check_growth(iteration, objective)
-        self.optimality = self.problem.optimality(result, iterate) / self.scale
+            self.optimality = self._judge(result, iterate, next_value)
+        else:
+            self.optimality = self.problem.optimality(result, iterate) / self.scale
         self._iterates.append(np.array(iterate, dtype=np.float64, copy=True))
         if self.tol is None:
             return None
@@ -164,7 +175,7 @@ class ConvergenceMonitor:
         objective = self.checked_objective = self.problem.objective(result.values, iterate)
         self._check_finite(iteration, iterate, result, objective)
         self._check_growth(iteration, objective)
-        self.optimality = self.problem.optimality(result, iterate) / self.scale
+        self.optimality = self._judge(result, iterate, None)
         if self.tol is not None and self.optimality <= self.tol:
             return "tol"
         if self._pending_stall:
@@ -213,7 +224,15 @@ class ConvergenceMonitor:
             raise DivergenceError(self._message(
                 f"the objective ended at {objective:.6g}, above its starting value "
                 f"{self.start_objective:.6g}"))
-        return self.problem.optimality(result, iterate) / self.scale
+        last = self.separation
+        if last is None:
+            return self.problem.optimality(result, iterate) / self.scale
+        # judged with the last round's estimates: the final pass is at the same point, so
+        # its Ritz values are no new round of the run
+        self.separation = self.problem.separation(
+            result, iterate, next_value=last.next_value, errors=last.errors, tol=self.tol)
+        assert self.separation is not None
+        return self.separation.measure / self.scale
 
     def converged(self, optimality: float, reason: str) -> bool:
         """Return the verdict for the final point's exact ``optimality`` measure."""
@@ -222,6 +241,18 @@ class ConvergenceMonitor:
         return bool(optimality <= self.tol)
 
     # ------------------------------------------------------------------ internals
+    def _judge(self, result: KernelResult, iterate: np.ndarray,
+               next_value: float | None) -> float:
+        """The exact measure at ``iterate``: the problem's separation when it has one
+        (each PCA component by what the data determine), else its optimality."""
+        separation = self.problem.separation(result, iterate, next_value=next_value,
+                                             history=tuple(self._values), tol=self.tol)
+        if separation is None:
+            return self.problem.optimality(result, iterate) / self.scale
+        self.separation = separation
+        self._values.append(separation.values)
+        return separation.measure / self.scale
+
     def _standing(self) -> bool:
         """Whether the iterate moved by at most ``tol`` over the last window."""
         if self.tol is None or len(self._iterates) <= self.window:
@@ -263,4 +294,8 @@ class ConvergenceMonitor:
         return {"tol": self.tol, "window": self.window, "scale": self.scale,
                 "start_objective": (None if math.isinf(self.start_objective)
                                     else self.start_objective),
-                "exact_checks": self.n_checks}
+                "exact_checks": self.n_checks,
+                **({} if self.separation is None else {
+                    "components": list(self.separation.labels),
+                    "variance_errors": [float(e) if math.isfinite(e) else None
+                                        for e in self.separation.errors]})}

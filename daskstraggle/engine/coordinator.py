@@ -331,7 +331,8 @@ class Coordinator:
         summary = self.method.summary()
         self._round = (summary, self.time, self._gap(summary.objective))
         verdict = self.session.monitor.observe(self.rows, summary.iterate, summary.result,
-                                               summary.objective)
+                                               summary.objective,
+                                               next_value=summary.extras.get("next_ritz_value"))
         if verdict == "check":
             self.phase = Phase.CHECK
             out.append(CheckExact(summary.iterate))

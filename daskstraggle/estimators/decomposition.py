@@ -59,6 +59,9 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         n_columns)`` (``min(n_rows, n_columns)`` for genotypes); pass an int for large data.
     oversample : int or None, default=None
         Extra columns carried by iterative methods (see :func:`~daskstraggle.fit_pca`).
+    min_eigengap : float or None, default=None
+        Relative eigengap that separates two components (see
+        :func:`~daskstraggle.fit_pca`); ``determined_`` names what each component is.
     qc : GenotypeQC, dict or None, default=None
         Genotypes only: the variants used (``min_maf``, ``max_missing``, ``pass_only``,
         ``region``; see :class:`~daskstraggle.GenotypeQC`). The counting pass of
@@ -83,6 +86,10 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         Column means subtracted (zeros for genotypes).
     n_components_ : int
         Number of components.
+    determined_ : list of str or None
+        What each component's fit determines: ``"vector"``, ``"subspace i-j"`` or
+        ``"variance"`` (see :attr:`daskstraggle.Result.determined`); None when the method
+        reports no boundary of the requested components (e.g. ``gram``, exact anyway).
     n_samples_ : int
         Number of rows of the training matrix (variants, for genotypes).
     noise_variance_ : float
@@ -117,12 +124,14 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
     """
 
     def __init__(self, n_components: int | None = None, *, oversample: int | None = None,
-                 qc: Any = None, method: str = "auto", method_params: dict[str, Any] | None = None,
+                 min_eigengap: float | None = None, qc: Any = None, method: str = "auto",
+                 method_params: dict[str, Any] | None = None,
                  max_iter: int = 100, tol: float | None = 1e-6, random_state: Any = None,
                  runtime: Any = None, n_workers: int | None = None, client: Any = None,
                  stragglers: Any = None, solve_params: dict[str, Any] | None = None) -> None:
         self.n_components = n_components
         self.oversample = oversample
+        self.min_eigengap = min_eigengap
         self.qc = qc
         self.method = method
         self.method_params = method_params
@@ -172,7 +181,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         matrix = filter_variants(matrix, qc, client=self._pass_client())
         k = self._resolve_components(matrix)
         _, extra = self._split_params()
-        result = fit_pca(matrix, k, oversample=self.oversample,
+        result = fit_pca(matrix, k, oversample=self.oversample, min_eigengap=self.min_eigengap,
                          **self._solve_kwargs(matrix, extra))
         matrix = matrix_after_run(matrix, result)
         self._store_result(result)
@@ -184,6 +193,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         self.singular_values_ = np.asarray(fitted["singular_values"], dtype=np.float64)
         self.mean_ = np.asarray(fitted["mean"], dtype=np.float64)
         self.n_components_ = k
+        self.determined_ = result.determined
         self.n_samples_ = matrix.n_rows
         self.genotypes_ = bool(matrix.rows_standardized)
         ratio = float(self.explained_variance_ratio_.sum())

@@ -152,13 +152,15 @@ class BlockKrylov(CodedSum):
 
         The summary's iterate is the top ``k`` Ritz vectors ``V`` and its kernel sum
         ``X_c^T X_c V`` (from the stored products, exact to rounding), so the runtime
-        judges every component exactly.
+        judges every component exactly; its extras carry ``next_ritz_value``, the
+        ``(k + 1)``-th Ritz value, which ends the boundary cluster of the requested
+        components (:mod:`daskstraggle.problems.separation`).
         """
         assert self._problem is not None and self._weights is not None
         if self._summary is None:
             total = self._decoded()
             self._extend(self._block, total.gradient)
-            _, Y, AY = self._rayleigh_ritz()
+            theta, Y, AY = self._rayleigh_ritz()
             k = self._k
             V, AV = Y[:, :k], AY[:, :k]
             values = np.einsum("ij,ij->j", V, AV)
@@ -170,7 +172,10 @@ class BlockKrylov(CodedSum):
                 objective=self._problem.objective(values, V),
                 workers_used=used,
                 n_fresh=answered,
-                extras={"basis_size": float(self.basis_size)},
+                extras={"basis_size": float(self.basis_size),
+                        # the largest Ritz value not asked for: where the requested
+                        # components' boundary cluster ends (problems.separation)
+                        **({"next_ritz_value": float(theta[k])} if len(theta) > k else {})},
             )
         return self._summary
 

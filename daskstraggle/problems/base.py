@@ -13,7 +13,7 @@ partitions add up (the property every straggler method relies on).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, Self
 
@@ -22,6 +22,7 @@ import numpy as np
 from daskstraggle._declared_options import CliOption
 from daskstraggle.problems.block import Block, MatrixStats
 from daskstraggle.problems.held import HeldResult, combine_held
+from daskstraggle.problems.separation import Separation
 
 __all__ = [
     "KernelResult",
@@ -215,6 +216,18 @@ class Problem(ABC):
         Exact when ``result`` is the exact kernel sum over every row at ``iterate``; an
         estimate when it is a method's estimate. Zero at an optimum.
         """
+
+    def separation(self, result: KernelResult, iterate: np.ndarray, *,
+                   next_value: float | None = None, history: Sequence[np.ndarray] = (),
+                   errors: np.ndarray | None = None, tol: float | None = None
+                   ) -> Separation | None:
+        """Judge the parts of the answer the data do not determine (exact sums only).
+
+        Default: None, every part is judged by :meth:`optimality`. PCA judges the
+        components of a bulk that runs past the ``k``-th by their variance
+        (:meth:`daskstraggle.problems.PCA.separation`).
+        """
+        return None
 
     def optimality_scale(self, result: KernelResult, iterate: np.ndarray) -> float:
         """Return what :meth:`optimality` is divided by to make it relative.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -12,7 +13,7 @@ import numpy as np
 import scipy.linalg
 
 from daskstraggle._declared_options import CliOption
-from daskstraggle._validation import check_bool, check_int
+from daskstraggle._validation import check_bool, check_int, check_nonnegative
 from daskstraggle.errors import (
     DivergenceError,
     InvalidDataError,
@@ -28,6 +29,13 @@ from daskstraggle.problems._linalg import (
 )
 from daskstraggle.problems.base import KernelResult, MapReduce, Problem, Reference
 from daskstraggle.problems.block import Block, MatrixStats, check_float_range
+from daskstraggle.problems.separation import (
+    Separation,
+    boundary_start,
+    labels,
+    north_gap,
+    variance_errors,
+)
 
 __all__ = ["PCA"]
 
@@ -70,6 +78,15 @@ class PCA(Problem):
         ``lambda_{k+1} / lambda_i``; only the top ``k`` Ritz pairs are judged and
         returned. None: the method's default (0, the paper's power method, for every
         method but ``block``, whose default is ``p = k``).
+    min_eigengap : float or None, default=None
+        Relative eigengap ``g`` in ``[0, 1)`` that separates two components (see
+        :mod:`daskstraggle.problems.separation`). Components that run on into the largest
+        eigenvalue not asked for without a gap of ``g`` (a flat bulk) converge in variance,
+        not in direction, and are named ``"variance"`` in
+        ``Result.attrs["convergence"]["components"]``; the others by their eigen-residual.
+        Needs a method that reports the next Ritz value (``block``, or an oversampled
+        block). None: North's rule, ``sqrt(2 / n_samples)``; 0: every component converges
+        in direction (eigen-residual ``tol``), however close its neighbours.
 
     Attributes
     ----------
@@ -122,6 +139,10 @@ class PCA(Problem):
         CliOption("--oversample", "oversample", "Extra columns p carried beyond the k "
                   "components (block k + p with Rayleigh-Ritz; default: 0, or k with --method "
                   "block).", type=int),
+        CliOption("--min-eigengap", "min_eigengap", "Relative eigengap that separates two "
+                  "components; components in a bulk without such a gap that runs past k "
+                  "converge in variance only (default: North's rule sqrt(2 / rows); 0: every "
+                  "component converges as a vector).", type=float),
     )
     #: Momentum methods are refused: iterates are subspaces.
     supports_momentum: ClassVar[bool] = False
@@ -129,6 +150,7 @@ class PCA(Problem):
     n_components: int = 2
     center: bool = True
     oversample: int | None = None
+    min_eigengap: float | None = None
     n_samples: int | None = None
     mean: np.ndarray | None = field(default=None, compare=False, repr=False)
     total: float | None = None
@@ -144,12 +166,19 @@ class PCA(Problem):
         if self.oversample is not None:
             object.__setattr__(self, "oversample", check_int(
                 self.oversample, name="oversample", caller="PCA", low=0))
+        if self.min_eigengap is not None:
+            gap = check_nonnegative(self.min_eigengap, name="min_eigengap", caller="PCA")
+            if gap >= 1:
+                raise InvalidParameterError(
+                    "The 'min_eigengap' parameter of PCA (CLI: --min-eigengap) is a relative "
+                    f"gap and must be in [0, 1), e.g. 0.01; got {gap!r} instead.")
+            object.__setattr__(self, "min_eigengap", gap)
 
     # ---------------------------------------------------------------- parameters
     def get_params(self) -> dict[str, Any]:
         """Return the user parameters (``make_problem("pca", **params)`` rebuilds it)."""
         return {"n_components": self.n_components, "center": self.center,
-                "oversample": self.oversample}
+                "oversample": self.oversample, "min_eigengap": self.min_eigengap}
 
     @property
     def is_bound(self) -> bool:
@@ -483,6 +512,65 @@ class PCA(Problem):
             positive).
         """
         return float(np.max(self._ritz(iterate, result.gradient)[2][:self.n_components]))
+
+    @property
+    def eigengap(self) -> float:
+        """The relative eigengap that separates two components: ``min_eigengap``, or
+        North's ``sqrt(2 / n_samples)`` once bound (0 before)."""
+        if self.min_eigengap is not None:
+            return float(self.min_eigengap)
+        return 0.0 if self.n_samples is None else north_gap(self.n_samples)
+
+    def separation(self, result: KernelResult, iterate: np.ndarray, *,
+                   next_value: float | None = None, history: Sequence[np.ndarray] = (),
+                   errors: np.ndarray | None = None, tol: float | None = None
+                   ) -> Separation:
+        """Judge each component by what the data determine (exact sums only).
+
+        Components outside the boundary cluster (see
+        :mod:`daskstraggle.problems.separation`) are judged by their eigen-residual as in
+        :meth:`optimality`; those in it by the smaller of their residual and the estimated
+        remaining rise of their Ritz value (``variance_errors`` over ``history`` and this
+        round).
+
+        Parameters
+        ----------
+        result : KernelResult
+            Exact kernel sum at ``iterate``.
+        iterate : ndarray of shape (n_features, block_width)
+            Orthonormal basis ``V``.
+        next_value : float or None, default=None
+            The largest Ritz value beyond the ``k`` requested, from the method's space;
+            None: from an oversampled ``iterate``, else unknown (no boundary cluster).
+        history : sequence of ndarray, default=()
+            The top ``k`` Ritz values of earlier exact rounds, oldest first.
+        errors : ndarray of shape (k,) or None, default=None
+            Variance errors to use instead of estimating them (the run's final pass,
+            judged with the last round's estimates).
+        tol : float or None, default=None
+            The run's tolerance (names the components, see ``separation.labels``).
+
+        Returns
+        -------
+        separation : Separation
+            Without a boundary cluster (``boundary == k``) its measure is
+            :meth:`optimality`'s.
+        """
+        eigvals, _, residuals = self._ritz(iterate, result.gradient)
+        k = self.n_components
+        values, residuals = eigvals[:k], residuals[:k]
+        if next_value is None and len(eigvals) > k:
+            next_value = float(eigvals[k])
+        gap = self.eigengap
+        start = boundary_start(values, next_value, gap)
+        if errors is None:
+            errors = variance_errors([*history, values])
+        judged = residuals.copy()
+        judged[start:] = np.minimum(residuals[start:], errors[start:])
+        return Separation(
+            measure=float(np.max(judged)), values=values, errors=np.asarray(errors),
+            next_value=next_value, boundary=start,
+            labels=labels(values, residuals, start, gap, tol))
 
     def iterate_change(self, new: np.ndarray, old: np.ndarray) -> float:
         """Return the sine of the largest principal angle between two bases.

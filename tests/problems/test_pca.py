@@ -328,7 +328,8 @@ def test_bound_problem_is_small_and_picklable(
     V = pca.init_iterate(rng)
     a, b = pca.kernel(blocks[0], V), clone.kernel(blocks[0], V)
     np.testing.assert_array_equal(a.gradient, b.gradient)
-    assert clone.get_params() == {"n_components": 3, "center": True, "oversample": None}
+    assert clone.get_params() == {"n_components": 3, "center": True, "oversample": None,
+                                  "min_eigengap": None}
 
 
 def test_step_size_momentum_flag_and_finalize_types(rng):
