@@ -102,7 +102,7 @@ class ConvergenceMonitor:
         self.checked_objective: float | None = None
         self._streak: tuple[int, float] | None = None  # first check of a standing streak
         #: Ritz values (or the problem's equivalent) of the last exact rounds, oldest first.
-        self._values: deque[np.ndarray] = deque(maxlen=2)
+        self._values: deque[np.ndarray] = deque(maxlen=3)
         #: The last exact judgement of the parts the data determine (PCA), or None.
         self.separation: Separation | None = None
 

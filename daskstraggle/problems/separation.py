@@ -13,9 +13,9 @@ not even the subspace of its requested part is determined. Driving each of its R
 to an eigen-residual ``tol`` resolves eigenvectors no data determine (in a flat genotype bulk,
 hundreds of passes). For these components the run converges their *variance* instead: the
 Ritz values of a growing Krylov space rise monotonically to the eigenvalues, and once they
-fall into a geometric tail the remaining rise is estimated from the last three exact rounds
-(Aitken's ``d2 / (1 - d2 / d1)``). Components outside the boundary cluster are judged by
-their eigen-residual as before.
+fall into a geometric tail the remaining rise is estimated from the last four exact rounds
+(the larger of two Aitken estimates ``d2 / (1 - d2 / d1)``). Components outside the
+boundary cluster are judged by their eigen-residual as before.
 
 Every function here is pure (numpy only).
 
@@ -162,14 +162,32 @@ def clusters(values: np.ndarray, gap: float) -> list[tuple[int, int]]:
     return runs
 
 
-def variance_errors(history: Sequence[np.ndarray]) -> np.ndarray:
-    """Estimate each Ritz value's remaining relative rise from its last three values.
+def _aitken(v0: np.ndarray, v1: np.ndarray, v2: np.ndarray) -> np.ndarray:
+    """Remaining relative rise of each value after ``v0, v1, v2`` (see
+    :func:`variance_errors`)."""
+    d1, d2 = v1 - v0, v2 - v1
+    scale = np.maximum(np.abs(v2), np.finfo(np.float64).tiny)
+    errors = np.full(v2.shape, np.inf)
+    shrinking = (d1 > 0) & (d2 >= 0) & (d2 < d1)
+    rho = np.divide(d2, d1, out=np.ones_like(d2), where=shrinking)
+    errors[shrinking] = d2[shrinking] / (1.0 - rho[shrinking]) / scale[shrinking]
+    settled = np.abs(d2) <= _ROUNDING * scale
+    errors[settled] = (np.abs(d2) / scale)[settled]
+    return errors
 
-    With ``d1`` and ``d2`` the last two rises of a Ritz value ``theta`` and
+
+def variance_errors(history: Sequence[np.ndarray]) -> np.ndarray:
+    """Estimate each Ritz value's remaining relative rise from its last four values.
+
+    With ``d1`` and ``d2`` two consecutive rises of a Ritz value ``theta`` and
     ``rho = d2 / d1`` their ratio, a geometric tail rises by ``d2 rho / (1 - rho)`` more;
-    the estimate is the larger ``d2 / (1 - rho)`` relative to ``theta`` (the last rise
-    included). A value that moved by rounding only (``1e-13`` relative) has settled; one
-    that fell, or whose rise did not shrink (``rho >= 1``), has not (``inf``).
+    the three-point estimate is the larger ``d2 / (1 - rho)`` relative to ``theta`` (the
+    last rise included). A value that moved by rounding only (``1e-13`` relative) has
+    settled; one that fell, or whose rise did not shrink (``rho >= 1``), has not (``inf``).
+    The estimate returned is the larger of the three-point estimates ending at the last
+    and at the second-to-last value: a restarted Krylov space's values settle in cycles,
+    and one three-point estimate fell up to 1.34x short of the true rest on a 20 000 x
+    50 000 genotype matrix, the larger of two never (0.34-0.54 of it at tol 1e-3 .. 1e-6).
 
     Parameters
     ----------
@@ -180,25 +198,17 @@ def variance_errors(history: Sequence[np.ndarray]) -> np.ndarray:
     Returns
     -------
     errors : ndarray of shape (k,)
-        ``inf`` for every component when fewer than three rounds are given.
+        ``inf`` for every component when fewer than four rounds are given.
 
     Examples
     --------
-    >>> variance_errors([np.array([1.0]), np.array([1.5]), np.array([1.75])])
-    array([0.28571429])
+    >>> variance_errors([2 - 0.5 ** t * np.ones(1) for t in (1, 2, 3, 4)])
+    array([0.13333333])
     """
-    if len(history) < 3:
+    if len(history) < 4:
         return np.full(len(history[-1]) if history else 0, np.inf)
-    v0, v1, v2 = (np.asarray(h, dtype=np.float64) for h in history[-3:])
-    d1, d2 = v1 - v0, v2 - v1
-    scale = np.maximum(np.abs(v2), np.finfo(np.float64).tiny)
-    errors = np.full(v2.shape, np.inf)
-    shrinking = (d1 > 0) & (d2 >= 0) & (d2 < d1)
-    rho = np.divide(d2, d1, out=np.ones_like(d2), where=shrinking)
-    errors[shrinking] = d2[shrinking] / (1.0 - rho[shrinking]) / scale[shrinking]
-    settled = np.abs(d2) <= _ROUNDING * scale
-    errors[settled] = (np.abs(d2) / scale)[settled]
-    return errors
+    v = [np.asarray(h, dtype=np.float64) for h in history[-4:]]
+    return np.maximum(_aitken(v[0], v[1], v[2]), _aitken(v[1], v[2], v[3]))
 
 
 def labels(values: np.ndarray, residuals: np.ndarray, boundary: int, gap: float,

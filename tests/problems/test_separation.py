@@ -56,20 +56,29 @@ def test_labels_name_vectors_clusters_and_the_boundary():
 
 
 def test_variance_errors_estimate_a_geometric_tail():
-    # theta_t = 2 - 0.5 ** t: the remaining rise after t = 3 is 0.125
-    history = [2 - 0.5 ** t * np.ones(2) for t in (1, 2, 3)]
+    # theta_t = 2 - 0.5 ** t: after t = 4 the rest is 0.0625
+    history = [2 - 0.5 ** t * np.ones(2) for t in (1, 2, 3, 4)]
     errors = variance_errors(history)
-    # d2 / (1 - rho) = 0.125 / 0.5 = 0.25, relative to theta = 1.875
+    # the larger of d2 / (1 - rho) ending at t = 3 (0.25 / 1.875) and at t = 4
     np.testing.assert_allclose(errors, 0.25 / 1.875)
     assert np.all(errors * history[-1] >= 2 - history[-1])  # never below the true rest
 
 
+def test_variance_errors_take_the_larger_of_two_estimates():
+    """A rise that shrank fast once (the second estimate alone: tiny) but slowly before
+    is not settled: the earlier, larger estimate counts."""
+    history = [np.array([v]) for v in (1.0, 1.5, 1.9, 1.9001)]
+    alone = 0.0001 / (1 - 0.0001 / 0.4) / 1.9001
+    assert variance_errors(history)[0] == pytest.approx(0.4 / (1 - 0.4 / 0.5) / 1.9)
+    assert variance_errors(history)[0] > 1000 * alone
+
+
 @pytest.mark.parametrize(("history", "expected"), [
-    ([[1.0], [1.0]], np.inf),                         # too few rounds
-    ([[1.0], [1.5], [1.4]], np.inf),                  # fell: not settling
-    ([[1.0], [1.1], [1.3]], np.inf),                  # rise grew (rho >= 1)
-    ([[1.0], [1.0], [1.2]], np.inf),                  # rose after standing still
-    ([[1.0], [1.0 + 1e-15], [1.0 + 2e-15]], 1e-15),   # rounding only: settled
+    ([[1.0], [1.0], [1.0]], np.inf),                              # too few rounds
+    ([[0.5], [1.0], [1.5], [1.4]], np.inf),                       # fell: not settling
+    ([[0.9], [1.0], [1.1], [1.3]], np.inf),                       # rise grew (rho >= 1)
+    ([[1.0], [1.0], [1.0], [1.2]], np.inf),                       # rose after standing still
+    ([[1.0], [1.0], [1.0 + 1e-15], [1.0 + 2e-15]], 1e-15),        # rounding only: settled
 ])
 def test_variance_errors_refuse_what_is_not_a_settling_tail(history, expected):
     errors = variance_errors([np.array(h) for h in history])

@@ -1,0 +1,307 @@
+#!/usr/bin/env python
+"""Biobank-size genotype PCA: ours against ``plink2 --pca`` on the same PLINK 1 ``.bed``.
+
+A Balding-Nichols cohort (``--populations`` populations of equal size, F_ST ``--fst``,
+ancestral allele frequencies ``U(0.05, 0.5)``, ``--missing`` of the calls missing at
+random) is written straight to a ``.bed``/``.bim``/``.fam`` fileset chunk by chunk (bounded
+memory, two processes, cached in ``--workdir`` by size and seed). Then, one at a time:
+
+- ``plink2 --bfile ... --pca approx K`` (and ``--pca K``, exact, with ``--exact``), with
+  OpenBLAS when ``/usr/lib/x86_64-linux-gnu/openblas-pthread`` exists, ``--threads`` the
+  machine's cores;
+- ``daskstraggle pca ... --packed-genotypes --method block --runtime local`` (our command
+  line, one process) once per ``--tol`` (default: the command's own), ``--ours-args``
+  adding options; with ``--gram`` also ``--method gram`` (exact, the largest case it fits:
+  its Gram matrix is samples^2 x 8 bytes).
+
+Reported per run: wall time, peak RSS of the process tree, rounds, convergence and what
+each component determines (``vector``/``variance``), and against plink2 approx: the
+|cosine| of each PC and the ratio of the variances each captures (our eigenvalues over
+plink2's, both as fractions of the same total). Every number comes with the CPU model.
+
+Usage::
+
+    apt-get install plink2 libopenblas0-pthread
+    flock /tmp/daskstraggle-bench.lock python pipelines/biobank_pca.py \\
+        --samples 100000 --variants 50000          # the issue's 10^5 x 5 10^4
+    python pipelines/biobank_pca.py --samples 20000 --variants 20000 --gram --exact --no-approx
+    python pipelines/biobank_pca.py --samples 50000 --variants 20000 --tol default 1e-3
+    python pipelines/biobank_pca.py --quick        # smoke run (< 1 minute)
+
+Results go to ``results/biobank_pca/<UTC timestamp>.json``; the fileset stays in
+``--workdir`` (default ``results/biobank_pca/data``, git-ignored) for the next run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _process_tree import check_ok, run_command  # this folder
+from bench_foundation import machine_info, print_table, write_results
+
+from daskstraggle.data._bed_writer import _encode
+from daskstraggle.data.plink import MAGIC, VARIANT_MAJOR
+
+ROOT = Path(__file__).resolve().parents[1]
+OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread")
+#: Variants simulated and encoded at a time.
+CHUNK = 2000
+
+
+def log(msg: str) -> None:
+    print(f"[biobank] {msg}", flush=True)
+
+
+# ================================================================================ data
+def _chunk(args: tuple[int, int, int, int, float, float, Any]) -> bytes:
+    """Encoded .bed rows of one chunk of variants (its own seeded generator)."""
+    rows, n_samples, n_pops, _, fst, missing, seed = args
+    rng = np.random.default_rng(seed)
+    pops = np.arange(n_samples) % n_pops
+    p = rng.uniform(0.05, 0.5, size=rows)
+    alpha, beta = p * (1 - fst) / fst, (1 - p) * (1 - fst) / fst
+    pk = rng.beta(alpha[:, None], beta[:, None], size=(rows, n_pops))
+    threshold = np.round(pk * 256).clip(0, 256).astype(np.uint16)[:, pops]
+    dosage = np.zeros((rows, n_samples), dtype=np.int8)
+    for _ in range(2):  # two haplotypes
+        dosage += rng.integers(0, 256, size=(rows, n_samples), dtype=np.uint8) < threshold
+    if missing > 0:
+        dosage[rng.random((rows, n_samples), dtype=np.float32) < missing] = -1
+    return _encode(dosage).tobytes()
+
+
+def _write_part(path: str, jobs: list[tuple[Any, ...]]) -> None:
+    """Encode ``jobs`` (chunks of variants) in order into the file ``path``."""
+    with open(path, "wb") as f:
+        for job in jobs:
+            f.write(_chunk(job))
+
+
+def write_cohort(prefix: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Write the Balding-Nichols fileset ``prefix``.bed/.bim/.fam (see the module doc).
+
+    The chunks are split into one contiguous range per core, each written to a part file by
+    a forked process (nothing is pickled), then the parts are joined in order.
+    """
+    import multiprocessing
+
+    n, s = cfg["variants"], cfg["samples"]
+    seeds = np.random.SeedSequence(cfg["seed"]).spawn(math.ceil(n / CHUNK))
+    jobs = [(min(CHUNK, n - a), s, cfg["populations"], a, cfg["fst"], cfg["missing"], seeds[j])
+            for j, a in enumerate(range(0, n, CHUNK))]
+    t0 = time.perf_counter()
+    n_parts = max(1, min(os.cpu_count() or 1, len(jobs)))
+    bounds = np.linspace(0, len(jobs), n_parts + 1).astype(int)
+    parts = [f"{prefix}.part{i}" for i in range(n_parts)]
+    context = multiprocessing.get_context("fork")
+    procs = [context.Process(target=_write_part, args=(part, jobs[a:b]))
+             for part, a, b in zip(parts, bounds[:-1], bounds[1:], strict=True)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join()
+    if any(proc.exitcode != 0 for proc in procs):
+        raise RuntimeError("writing the cohort failed in a child process")
+    partial = Path(f"{prefix}.bed.partial")
+    with open(partial, "wb") as f:
+        f.write(MAGIC + bytes([VARIANT_MAJOR]))
+        for part in parts:
+            with open(part, "rb") as src:
+                shutil.copyfileobj(src, f, 1 << 24)
+            os.remove(part)
+    Path(f"{prefix}.bim").write_text("".join(
+        f"1\t1:{i + 1}:A:T\t0\t{i + 1}\tT\tA\n" for i in range(n)))
+    Path(f"{prefix}.fam").write_text("".join(
+        f"p{i % cfg['populations']} s{i} 0 0 0 -9\n" for i in range(s)))
+    os.replace(partial, f"{prefix}.bed")
+    return {"write_s": time.perf_counter() - t0,
+            "bed_bytes": Path(f"{prefix}.bed").stat().st_size}
+
+
+def cohort(cfg: dict[str, Any], workdir: Path) -> Path:
+    """The cached fileset of these settings (written when missing)."""
+    name = (f"bn_{cfg['variants']}x{cfg['samples']}_k{cfg['populations']}_fst{cfg['fst']}"
+            f"_miss{cfg['missing']}_seed{cfg['seed']}")
+    prefix = workdir / name
+    stamp = workdir / f"{name}.json"
+    if not stamp.exists():
+        workdir.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(workdir).free
+        need = cfg["variants"] * math.ceil(cfg["samples"] / 4)
+        if free < 2 * need:
+            raise SystemExit(f"not enough free disk in {workdir}: {free / 1e9:.1f} GB free, "
+                             f"the .bed needs {need / 1e9:.1f} GB")
+        log(f"writing {cfg['variants']} variants x {cfg['samples']} samples to {prefix}.bed")
+        stamp.write_text(json.dumps(write_cohort(prefix, cfg)))
+    return prefix
+
+
+# ================================================================================ runs
+def run_plink2(prefix: Path, cfg: dict[str, Any], tmp: Path, *, approx: bool) -> dict[str, Any]:
+    out = tmp / ("plink2_approx" if approx else "plink2_exact")
+    cmd = [cfg["plink2"], "--bfile", str(prefix), "--pca", *(["approx"] if approx else []),
+           str(cfg["components"]), "--threads", str(cfg["threads"]), "--out", str(out)]
+    env = {**os.environ, "LD_LIBRARY_PATH": str(OPENBLAS)} if OPENBLAS.exists() else None
+    log(" ".join(cmd))
+    run = run_command(cmd, cfg=cfg, gnu_time=True, env=env)
+    check_ok(run, "plink2")
+    rows = [line.split() for line in Path(f"{out}.eigenvec").read_text().splitlines()]
+    k = cfg["components"]
+    run["components"] = np.array([[float(v) for v in r[-k:]] for r in rows[1:]]).T
+    run["eigenvalues"] = [float(v) for v in Path(f"{out}.eigenval").read_text().split()]
+    run["blas"] = "openblas" if env else "default"
+    return run
+
+
+def run_ours(prefix: Path, cfg: dict[str, Any], tmp: Path, method: str,
+             tol: float | None = None) -> dict[str, Any]:
+    store = tmp / f"ours_{method}.zarr"
+    cmd = [sys.executable, "-m", "daskstraggle.cli", "pca", f"{prefix}.bed", "-k",
+           str(cfg["components"]), "--packed-genotypes", "--method", method, "--runtime",
+           "local", "--json", "--quiet", "--out", str(store),
+           *([] if tol is None else ["--tol", str(tol)]), *cfg["ours_args"]]
+    log(" ".join(cmd[2:]))
+    run = run_command(cmd, cfg=cfg, gnu_time=True)
+    check_ok(run, f"ours {method}")
+    summary = json.loads(run["stdout"].strip().splitlines()[-1])
+    import xarray as xr
+
+    with xr.open_zarr(store, consolidated=False) as fitted:
+        names = [v for v in fitted.data_vars if "components" in v]
+        run["components"] = np.asarray(fitted[names[0]].values, dtype=np.float64)
+    run["summary"] = {key: summary.get(key) for key in
+                      ("n_iter", "wall_time_s", "converged", "stop_reason", "optimality",
+                       "explained_variance_ratio", "residuals", "determined")}
+    shutil.rmtree(store, ignore_errors=True)
+    return run
+
+
+def compare(ours: dict[str, Any], plink: dict[str, Any]) -> dict[str, Any]:
+    """|cos| per PC and our captured variance over plink2's (same total variance)."""
+    a, b = ours["components"], plink["components"]
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    cos = np.abs(np.sum(a * b, axis=1))
+    ratio = np.array(ours["summary"]["explained_variance_ratio"])
+    plink_ev = np.array(plink["eigenvalues"])
+    # plink2's eigenvalues are ours times a constant (its GRM scaling): compare the shapes
+    return {"cosine": cos.round(6).tolist(),
+            "variance_over_plink2": (ratio / ratio[0] / (plink_ev / plink_ev[0])).tolist()}
+
+
+def _spectrum(run: dict[str, Any]) -> np.ndarray:
+    """Eigenvalues over the first one (plink2 scales its eigenvalues by a constant)."""
+    values = np.asarray(run["summary"]["explained_variance_ratio"] if "summary" in run
+                        else run["eigenvalues"], dtype=np.float64)
+    return values / values[0]
+
+
+def variance_errors(runs: dict[str, dict[str, Any]]) -> dict[str, list[float]]:
+    """Each run's relative error of every component's variance (over PC1's) against ours at
+    the default tol, the most accurate run."""
+    best = runs.get("ours block")
+    if best is None:
+        return {}
+    exact = _spectrum(best)
+    return {name: np.abs(_spectrum(run) / exact - 1).tolist() for name, run in runs.items()
+            if name != "ours block" and ("summary" in run or "eigenvalues" in run)}
+
+
+# ================================================================================ main
+def row(name: str, run: dict[str, Any], versus: dict[str, Any] | None) -> list[str]:
+    summary = run.get("summary", {})
+    mem = run["memory"].get("time_max_rss_mb") or run["memory"]["tree_total_mb"]
+    determined = summary.get("determined") or []
+    kinds = ",".join(f"{d[:3]}" for d in determined) if determined else "-"
+    cos = ("-" if versus is None or "cosine" not in versus
+           else " ".join(f"{c:.3f}" for c in versus["cosine"][:4]))
+    error = (versus or {}).get("variance_error_vs_ours")
+    return [name, f"{run['wall_s']:.1f}", f"{mem / 1024:.2f}", str(summary.get("n_iter", "-")),
+            str(summary.get("converged", "-")), kinds, cos,
+            "-" if error is None else f"{max(error):.1e}"]
+
+
+def _tol(text: str) -> float | None:
+    return None if text == "default" else float(text)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=20_000)
+    parser.add_argument("--variants", type=int, default=20_000)
+    parser.add_argument("--components", type=int, default=10)
+    parser.add_argument("--populations", type=int, default=4)
+    parser.add_argument("--fst", type=float, default=0.02)
+    parser.add_argument("--missing", type=float, default=0.005)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="plink2 --threads (default: the machine's cores)")
+    parser.add_argument("--plink2", default=shutil.which("plink2") or "plink2")
+    parser.add_argument("--exact", action="store_true", help="also plink2 --pca (exact)")
+    parser.add_argument("--gram", action="store_true", help="also ours --method gram (exact)")
+    parser.add_argument("--no-approx", action="store_true", help="skip plink2 --pca approx")
+    parser.add_argument("--tol", type=_tol, nargs="+", default=[None],
+                        help="ours block once per value ('default': the command's 1e-6)")
+    parser.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[],
+                        help="more options of `daskstraggle pca` (last on the line)")
+    parser.add_argument("--timeout", type=float, default=7200)
+    parser.add_argument("--workdir", type=Path, default=ROOT / "results" / "biobank_pca" / "data")
+    parser.add_argument("--quick", action="store_true", help="smoke run (< 1 minute)")
+    parser.add_argument("--out", type=Path, default=None, help="JSON file to write")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.samples, args.variants, args.components = 2000, 1000, 5
+    cfg = {**vars(args), "workdir": str(args.workdir), "timeout_s": args.timeout,
+           "sample_interval_s": 0.2}
+    start = time.perf_counter()
+    prefix = cohort(cfg, args.workdir)
+    tmp = args.workdir / "runs"
+    tmp.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, dict[str, Any]] = {}
+    have_plink2 = shutil.which(args.plink2) is not None
+    if have_plink2 and not args.no_approx:
+        runs["plink2 --pca approx"] = run_plink2(prefix, cfg, tmp, approx=True)
+    if have_plink2 and args.exact:
+        runs["plink2 --pca (exact)"] = run_plink2(prefix, cfg, tmp, approx=False)
+    for tol in args.tol:
+        name = "ours block" if tol is None else f"ours block --tol {tol:g}"
+        runs[name] = run_ours(prefix, cfg, tmp, "block", tol)
+    if args.gram:
+        runs["ours gram"] = run_ours(prefix, cfg, tmp, "gram")
+    reference = runs.get("plink2 --pca approx") or runs.get("plink2 --pca (exact)")
+    versus = {name: compare(run, reference) for name, run in runs.items()
+              if reference is not None and "summary" in run}
+    for name, error in variance_errors(runs).items():
+        versus.setdefault(name, {})["variance_error_vs_ours"] = error
+    machine = machine_info()
+    table = print_table(
+        f"{args.variants} variants x {args.samples} samples, k = {args.components} "
+        f"({machine['cpu']}, family/model {'/'.join(map(str, machine['cpu_family_model']))}, "
+        f"{machine['cpu_count']} cores)",
+        ["run", "wall s", "peak GB", "rounds", "converged", "determined",
+         "|cos| PC1-4 vs plink2", "max variance error vs ours"],
+        [row(name, run, versus.get(name)) for name, run in runs.items()])
+    if not have_plink2:
+        print(f"(no {args.plink2}: plink2 rows skipped)")
+    for run in runs.values():
+        run.pop("components", None)
+        run.pop("stdout", None)
+    results = {"settings": cfg, "machine": machine, "runs": runs, "versus": versus,
+               "table": table, "elapsed_s": time.perf_counter() - start}
+    write_results(results, "biobank_pca", args.out)
+    return results
+
+
+if __name__ == "__main__":
+    main()
