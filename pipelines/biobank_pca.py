@@ -4,7 +4,8 @@
 A Balding-Nichols cohort (``--populations`` populations of equal size, F_ST ``--fst``,
 ancestral allele frequencies ``U(0.05, 0.5)``, ``--missing`` of the calls missing at
 random) is written straight to a ``.bed``/``.bim``/``.fam`` fileset chunk by chunk (bounded
-memory, two processes, cached in ``--workdir`` by size and seed). Then, one at a time:
+memory, one forked process per core, cached in ``--workdir`` by size and seed). Then, one at
+a time:
 
 - ``plink2 --bfile ... --pca approx K`` (and ``--pca K``, exact, with ``--exact``), with
   OpenBLAS when ``/usr/lib/x86_64-linux-gnu/openblas-pthread`` exists, ``--threads`` the
