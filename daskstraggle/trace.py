@@ -275,8 +275,8 @@ class Result:
 
     @property
     def determined(self) -> list[str] | None:
-        """What each PCA component's result determines, or None (regression, or a
-        method that reports no boundary of the requested components).
+        """What each PCA component's result determines, or None (regression, or a PCA
+        run with no exact round judged).
 
         ``"vector"``: an eigenvector (eigen-residual at most ``tol`` when converged);
         ``"subspace i-j"``: one of components ``i .. j`` whose eigenvalues lie closer than

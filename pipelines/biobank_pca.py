@@ -65,9 +65,9 @@ def log(msg: str) -> None:
 
 
 # ================================================================================ data
-def _chunk(args: tuple[int, int, int, int, float, float, Any]) -> bytes:
+def _chunk(args: tuple[int, int, int, float, float, Any]) -> bytes:
     """Encoded .bed rows of one chunk of variants (its own seeded generator)."""
-    rows, n_samples, n_pops, _, fst, missing, seed = args
+    rows, n_samples, n_pops, fst, missing, seed = args
     rng = np.random.default_rng(seed)
     pops = np.arange(n_samples) % n_pops
     p = rng.uniform(0.05, 0.5, size=rows)
@@ -99,7 +99,7 @@ def write_cohort(prefix: Path, cfg: dict[str, Any]) -> dict[str, Any]:
 
     n, s = cfg["variants"], cfg["samples"]
     seeds = np.random.SeedSequence(cfg["seed"]).spawn(math.ceil(n / CHUNK))
-    jobs = [(min(CHUNK, n - a), s, cfg["populations"], a, cfg["fst"], cfg["missing"], seeds[j])
+    jobs = [(min(CHUNK, n - a), s, cfg["populations"], cfg["fst"], cfg["missing"], seeds[j])
             for j, a in enumerate(range(0, n, CHUNK))]
     t0 = time.perf_counter()
     n_parts = max(1, min(os.cpu_count() or 1, len(jobs)))

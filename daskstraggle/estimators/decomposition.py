@@ -88,8 +88,8 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         Number of components.
     determined_ : list of str or None
         What each component's fit determines: ``"vector"``, ``"subspace i-j"`` or
-        ``"variance"`` (see :attr:`daskstraggle.Result.determined`); None when the method
-        reports no boundary of the requested components (e.g. ``gram``, exact anyway).
+        ``"variance"`` (see :attr:`daskstraggle.Result.determined`); None when no round of
+        the fit was judged exactly.
     n_samples_ : int
         Number of rows of the training matrix (variants, for genotypes).
     noise_variance_ : float

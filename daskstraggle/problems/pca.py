@@ -553,8 +553,7 @@ class PCA(Problem):
         Returns
         -------
         separation : Separation
-            Without a boundary cluster (``boundary == k``) its measure is
-            :meth:`optimality`'s.
+            Without a boundary cluster its measure is :meth:`optimality`'s.
         """
         eigvals, _, residuals = self._ritz(iterate, result.gradient)
         k = self.n_components
@@ -569,8 +568,7 @@ class PCA(Problem):
         judged[start:] = np.minimum(residuals[start:], errors[start:])
         return Separation(
             measure=float(np.max(judged)), values=values, errors=np.asarray(errors),
-            next_value=next_value, boundary=start,
-            labels=labels(values, residuals, start, gap, tol))
+            next_value=next_value, labels=labels(values, residuals, start, gap, tol))
 
     def iterate_change(self, new: np.ndarray, old: np.ndarray) -> float:
         """Return the sine of the largest principal angle between two bases.

@@ -57,8 +57,6 @@ class Separation:
         Estimated remaining relative rise of each Ritz value (:func:`variance_errors`).
     next_value : float or None
         The largest Ritz value beyond the ``k`` requested.
-    boundary : int
-        First component (0-based) of the boundary cluster.
     labels : list of str
         What each component's result determines (:func:`labels`).
     """
@@ -67,7 +65,6 @@ class Separation:
     values: np.ndarray
     errors: np.ndarray
     next_value: float | None
-    boundary: int
     labels: list[str]
 
 
