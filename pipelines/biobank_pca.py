@@ -110,10 +110,18 @@ def write_cohort(prefix: Path, cfg: dict[str, Any]) -> dict[str, Any]:
              for part, a, b in zip(parts, bounds[:-1], bounds[1:], strict=True)]
     for proc in procs:
         proc.start()
+    limit = cfg.get("timeout_s", 7200)
+    deadline = time.monotonic() + limit
     for proc in procs:
-        proc.join()
-    if any(proc.exitcode != 0 for proc in procs):
-        raise RuntimeError("writing the cohort failed in a child process")
+        proc.join(max(deadline - time.monotonic(), 0.0))
+    if any(proc.is_alive() or proc.exitcode != 0 for proc in procs):
+        for proc in procs:
+            proc.kill()
+            proc.join()
+        for part in parts:
+            Path(part).unlink(missing_ok=True)
+        raise RuntimeError(f"writing the cohort failed or took over {limit:g} s (--timeout) "
+                           "in a child process")
     partial = Path(f"{prefix}.bed.partial")
     with open(partial, "wb") as f:
         f.write(MAGIC + bytes([VARIANT_MAJOR]))
