@@ -11,6 +11,7 @@ set of responders the coding scheme allows.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,8 +60,15 @@ class GramKernel:
             keep the form; the coordinator unpacks the decoded sum once); ``values`` one
             zero.
         """
-        return KernelResult(gradient=pack_upper(self.problem.gram_kernel(block, upper=True)),
-                            values=np.zeros(1), n_rows=block.n_rows)
+        return self.kernel_sum((block,), iterate)
+
+    def kernel_sum(self, blocks: Sequence[Block], iterate: np.ndarray) -> KernelResult:
+        """Return :meth:`kernel` summed over ``blocks``: one Gram matrix accumulated over
+        all of them, packed once (a worker's partitions hold one ``d x d`` matrix at a
+        time, not one per partition)."""
+        gram = self.problem.gram_kernel_sum(blocks, upper=True)
+        return KernelResult(gradient=pack_upper(gram), values=np.zeros(1),
+                            n_rows=sum(block.n_rows for block in blocks))
 
 
 class Gram(CodedSum):

@@ -6,7 +6,8 @@ packed 2-bit dosage codes) and per-row transforms: fill ``f`` for missing entrie
 being ``T`` with its missing entries replaced by ``f``. The kernels here compute
 
 - ``pca_pass``: ``P = X V - 1 shift^T`` and ``G = X^T P``, the column sums of ``P`` and
-  the squared norms of its columns (:meth:`PCA.kernel`);
+  the squared norms of its columns (:meth:`PCA.kernel`; ``pca_pass_sum`` over several
+  blocks into one buffer, :meth:`PCA.kernel_sum`);
 - ``glm_pass``: ``z = X w + b``, a per-row weight ``q(z, y)`` (the residual for least
   squares, ``-y expit(-y z)`` for logistic regression), ``X^T q``, ``sum q`` and the loss;
 - ``gram``: ``(X - 1 mean^T)^T (X - 1 mean^T)`` (:meth:`PCA.gram_kernel`),
@@ -45,7 +46,7 @@ import os
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,8 @@ from daskstraggle.problems._blas import syrk_update
 from daskstraggle.problems.block import Block
 
 __all__ = ["IMPLEMENTATIONS", "column_moments", "default_implementation", "glm_pass", "gram",
-           "pack_upper", "pca_pass", "symmetric_from_upper", "unpack_upper"]
+           "gram_sum", "pack_upper", "pca_pass", "pca_pass_sum", "symmetric_from_upper",
+           "unpack_upper"]
 
 #: The implementations, fastest first.
 IMPLEMENTATIONS = ("numba", "numpy")
@@ -363,31 +365,94 @@ def pca_pass(block: Block, V: np.ndarray, shift: np.ndarray | None, *,
     sq : ndarray of shape (k,)
         Squared norm of each column of ``P``.
     """
+    return pca_pass_sum((block,), V, shift, implementation=implementation)
+
+
+def pca_pass_sum(blocks: Sequence[Block], V: np.ndarray, shift: np.ndarray | None, *,
+                 implementation: str | None = None,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return :func:`pca_pass` summed over ``blocks`` (row sets of one matrix).
+
+    The compiled kernels add every block's products into one buffer of ``G^T``: ``V`` is
+    laid out, and ``G`` transposed back, once for all the blocks, not once per block
+    (for a wide matrix, a worker's many small partitions otherwise spend about as long
+    copying ``n_features x k`` arrays as multiplying). The sums equal those of the blocks'
+    :func:`pca_pass` results to rounding.
+
+    Parameters
+    ----------
+    blocks : sequence of Block
+        At least one block; all of ``V``'s ``n_features`` columns.
+    V, shift, implementation
+        As in :func:`pca_pass`.
+
+    Returns
+    -------
+    G, colsum, sq
+        As in :func:`pca_pass`, over the rows of every block.
+    """
     V = np.asarray(V, dtype=np.float64)
     m, k = V.shape
     offset = np.zeros(k) if shift is None else np.asarray(shift, dtype=np.float64)
     colsum, sq = np.zeros(k), np.zeros(k)
-    if block.n_rows == 0:
+    blocks = [block for block in blocks if block.n_rows]
+    if not blocks:
         return np.zeros((m, k)), colsum, sq
+    fused = [b for b in blocks if _use_numba(b, implementation) and not _pca_uses_gemm(b, k)]
+    widths = {_pca_width(b) for b in fused}
+    if len(fused) < 2 or len(fused) < len(blocks) or len(widths) > 1:
+        return _pca_pass_each(blocks, V, offset, implementation)
+    width = widths.pop()
+    VT, GT = _pca_buffers(k, width)
+    VT[:, :m] = V.T
+    Vc, offset = np.ascontiguousarray(VT), np.ascontiguousarray(offset)
+    for block in fused:
+        _pca_fused(block, k, Vc, offset, GT, colsum, sq)
+    return GT[:, :m].T.copy(), colsum, sq  # (a copy: GT may be kept for the next call)
+
+
+def _pca_fused(block: Block, k: int, VT: np.ndarray, offset: np.ndarray, GT: np.ndarray,
+               colsum: np.ndarray, sq: np.ndarray) -> None:
+    """Add one block's products into ``GT``, ``colsum`` and ``sq`` (compiled loops)."""
+    fill, center, scale, flags = _transforms(block)
+    tile = _pca_tile(block, k, VT.shape[1])
+    if tile:
+        _call_numba("pca_tiled", block.values, fill, center, scale, flags, VT, offset, GT,
+                    colsum, sq, tile, _PCA_TILE_ROWS)
+    else:
+        _call_numba("pca", block.values, fill, center, scale, flags, VT, offset, GT,
+                    colsum, sq)
+
+
+def _pca_pass_each(blocks: Sequence[Block], V: np.ndarray, offset: np.ndarray,
+                   implementation: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`pca_pass_sum` one block at a time (BLAS tiles, numpy, or mixed widths)."""
+    G, colsum, sq = _pca_pass_one(blocks[0], V, offset, implementation)
+    for block in blocks[1:]:
+        g, c, s = _pca_pass_one(block, V, offset, implementation)
+        G += g
+        colsum += c
+        sq += s
+    return G, colsum, sq
+
+
+def _pca_pass_one(block: Block, V: np.ndarray, offset: np.ndarray,
+                  implementation: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`pca_pass` of one non-empty block, ``offset`` the shift (zeros for none)."""
+    m, k = V.shape
+    colsum, sq = np.zeros(k), np.zeros(k)
     if _use_numba(block, implementation):
-        fill, center, scale, flags = _transforms(block)
         if _pca_uses_gemm(block, k):
             G = np.zeros((m, k))
             step = max(8, _PCA_GEMM_TILE_BYTES // (8 * m))
+            _, center, scale, flags = _transforms(block)
             _call_numba("pca_gemm", block.values, center, scale, flags,
                         np.ascontiguousarray(V), np.ascontiguousarray(offset), step, G,
                         colsum, sq)
             return G, colsum, sq
-        width = _pca_width(block)
-        VT, GT = _pca_buffers(k, width)
+        VT, GT = _pca_buffers(k, _pca_width(block))
         VT[:, :m] = V.T
-        tile = _pca_tile(block, k, width)
-        if tile:
-            _call_numba("pca_tiled", block.values, fill, center, scale, flags, VT,
-                        np.ascontiguousarray(offset), GT, colsum, sq, tile, _PCA_TILE_ROWS)
-        else:
-            _call_numba("pca", block.values, fill, center, scale, flags,
-                        VT, np.ascontiguousarray(offset), GT, colsum, sq)
+        _pca_fused(block, k, VT, np.ascontiguousarray(offset), GT, colsum, sq)
         return GT[:, :m].T.copy(), colsum, sq  # (a copy: GT is kept for the next call)
 
     def weights(a: int, b: int, P: np.ndarray) -> np.ndarray:
@@ -573,9 +638,40 @@ def gram(block: Block, mean: np.ndarray | None, *, upper: bool = False,
     gram : ndarray of shape (n_features, n_features)
         Symmetric, or its upper triangle with ``upper``.
     """
-    d = block.n_features
+    return gram_sum((block,), mean, upper=upper, implementation=implementation)
+
+
+def gram_sum(blocks: Sequence[Block], mean: np.ndarray | None, *, upper: bool = False,
+             implementation: str | None = None) -> np.ndarray:
+    """Return :func:`gram` summed over ``blocks``, accumulated in one ``d x d`` matrix.
+
+    One worker's partitions then cost one Gram matrix of memory, not one per partition
+    (3.2 GB each at 20 000 columns).
+
+    Parameters
+    ----------
+    blocks : sequence of Block
+        At least one block; all with the same columns.
+    mean, upper, implementation
+        As in :func:`gram`.
+
+    Returns
+    -------
+    gram : ndarray of shape (n_features, n_features)
+        Symmetric, or its upper triangle with ``upper``.
+    """
+    d = blocks[0].n_features
     acc = np.zeros((d, d), order="F")
     step = _gram_tile_rows(d)
+    for block in blocks:
+        acc = _gram_add(block, mean, acc, step, implementation)
+    return acc if upper else symmetric_from_upper(acc)
+
+
+def _gram_add(block: Block, mean: np.ndarray | None, acc: np.ndarray, step: int,
+              implementation: str | None) -> np.ndarray:
+    """Fold one block's shifted tiles into ``acc`` (upper triangle), ``step`` rows a tile."""
+    d = block.n_features
     if _use_numba(block, implementation):
         fill, center, scale, flags = _transforms(block)
         shift = np.zeros(d) if mean is None else np.ascontiguousarray(mean, dtype=np.float64)
@@ -588,7 +684,7 @@ def gram(block: Block, mean: np.ndarray | None, *, upper: bool = False,
     else:
         for _, _, tile in block.tiles(step):
             acc = _syrk(tile if mean is None else tile - mean, acc)
-    return acc if upper else symmetric_from_upper(acc)
+    return acc
 
 
 def symmetric_from_upper(upper: np.ndarray) -> np.ndarray:

@@ -174,6 +174,29 @@ class Problem(ABC):
         One pass over the block, tile by tile.
         """
 
+    def kernel_sum(self, blocks: Sequence[Block], iterate: np.ndarray) -> KernelResult:
+        """Return :meth:`kernel` summed over ``blocks`` (one worker's partitions).
+
+        The base adds the blocks' results; a problem may sum into one buffer instead
+        (PCA does), with the same sums to rounding.
+
+        Parameters
+        ----------
+        blocks : sequence of Block
+            At least one block.
+        iterate : ndarray
+            The iterate every block's kernel is taken at.
+
+        Returns
+        -------
+        result : KernelResult
+            The sum over the rows of every block.
+        """
+        total = self.kernel(blocks[0], iterate)
+        for block in blocks[1:]:
+            total = total + self.kernel(block, iterate)
+        return total
+
     @abstractmethod
     def objective(self, values: np.ndarray, iterate: np.ndarray) -> float:
         """Return the objective (lower is better) from the summed ``values`` at ``iterate``."""

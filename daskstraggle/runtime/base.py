@@ -118,12 +118,18 @@ def run_unit(
     if rows is not None:
         blocks = select_rows(blocks, *rows)
     if coefficients is None:
-        total = problem.kernel(blocks[0], iterate)
-        for block in blocks[1:]:
-            total = total + problem.kernel(block, iterate)
-        return total, time.perf_counter() - t0
-    parts = [problem.kernel(block, iterate) for block in blocks]
-    messages = tuple(combine(parts, row) for row in np.asarray(coefficients, dtype=np.float64))
+        return problem.kernel_sum(blocks, iterate), time.perf_counter() - t0
+    coef = np.asarray(coefficients, dtype=np.float64)
+    # blocks with the same coefficient in every message are summed together, in one
+    # buffer (Problem.kernel_sum): an uncoded unit is one such group, and a unit of many
+    # partitions then holds one result, not one per partition
+    groups: dict[bytes, list[int]] = {}
+    for p in range(len(blocks)):
+        groups.setdefault(coef[:, p].tobytes(), []).append(p)
+    parts = [problem.kernel_sum([blocks[p] for p in group], iterate)
+             for group in groups.values()]
+    weights = coef[:, [group[0] for group in groups.values()]]
+    messages = tuple(combine(parts, row) for row in weights)
     return messages, time.perf_counter() - t0
 
 

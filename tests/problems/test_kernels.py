@@ -109,6 +109,60 @@ def test_pca_pass_matches_the_float64_reference(kind, shape, k, implementation, 
     assert_pca_pass(block, X, V, rng.normal(size=k), implementation)
 
 
+SUM_MIXES = [("packed-patterson",) * 3, ("int8-patterson", "int8-raw", "int8-center"),
+             ("packed-raw", "int8-patterson"), ("float64", "float64-transformed"),
+             ("packed-patterson", "float64", "int8-scale"), ("int8-patterson",)]
+
+
+@pytest.mark.parametrize("kinds", SUM_MIXES, ids="+".join)
+@pytest.mark.parametrize("k", [3, 20])
+def test_pca_pass_sum_is_the_sum_of_the_blocks_passes(kinds, k, implementation, rng,
+                                                      monkeypatch):
+    """Blocks of one width summed in one buffer (the compiled path, the cache-blocked
+    loops included), mixed kinds one at a time: both equal the reference over the
+    stacked rows, and an empty block adds nothing."""
+    monkeypatch.setattr(kernels, "_PCA_TILE_MIN_BYTES", 0)  # the tiled loops for genotypes
+    m = 37
+    blocks = [make_block(kind, n, m, rng) for kind, n in zip(kinds, (41, 9, 130), strict=False)]
+    blocks.insert(1, make_block(kinds[0], 0, m, rng))
+    X = np.vstack([dense(b) for b in blocks])
+    V, shift = rng.normal(size=(m, k)), rng.normal(size=k)
+    G, colsum, sq = kernels.pca_pass_sum(blocks, V, shift, implementation=implementation)
+    P = X @ V - shift
+    assert close(G, X.T @ P)
+    assert close(colsum, P.sum(axis=0))
+    assert close(sq, (P * P).sum(axis=0))
+    each = [kernels.pca_pass(b, V, shift, implementation=implementation) for b in blocks]
+    assert close(G, sum(e[0] for e in each))
+    empty = kernels.pca_pass_sum(blocks[1:2], V, shift, implementation=implementation)
+    assert not any(part.any() for part in empty)
+
+
+def test_pca_kernel_sum_of_many_partitions_copies_once(rng, monkeypatch):
+    """The PCA kernel over a worker's partitions lays out ``V`` and copies ``G`` back
+    once for all of them (one compiled call per block into one buffer), and equals the
+    sum of the per-block kernels."""
+    pytest.importorskip("numba")
+    monkeypatch.setenv(kernels.NUMBA_VARIABLE, "1")
+    blocks = [make_block("packed-patterson", 20, 50, rng) for _ in range(6)]
+    whole = Block(np.vstack([b.values for b in blocks]),
+                  fill=np.concatenate([b.fill for b in blocks]),
+                  center=np.concatenate([b.center for b in blocks]),
+                  scale=np.concatenate([b.scale for b in blocks]), packed_columns=50)
+    pca = PCA(n_components=3).bind(block_stats(whole))
+    V = np.linalg.qr(rng.normal(size=(50, 3)))[0]
+    buffers = []
+    real = kernels._pca_buffers
+    monkeypatch.setattr(kernels, "_pca_buffers", lambda *a: buffers.append(a) or real(*a))
+    summed = pca.kernel_sum(blocks, V)
+    assert len(buffers) == 1
+    each = [pca.kernel(b, V) for b in blocks]
+    assert close(summed.gradient, sum(e.gradient for e in each))
+    assert close(summed.values, sum(e.values for e in each))
+    assert summed.n_rows == 120
+    assert close(summed.gradient, pca.kernel(whole, V).gradient)
+
+
 @pytest.mark.parametrize("k", range(1, 26))
 def test_pca_pass_every_width(k, implementation, rng):
     block = make_block("int8-patterson", 41, 30, rng)
@@ -292,6 +346,18 @@ def test_gram_upper_triangle_is_the_full_matrix_triangle(kind, implementation, r
     # sums and coded combinations of upper triangles stay upper triangles
     combined = kernels.symmetric_from_upper(0.5 * upper + 2.0 * upper)
     assert close(combined, 2.5 * full)
+
+
+@pytest.mark.parametrize("kinds", SUM_MIXES, ids="+".join)
+@pytest.mark.parametrize("upper", [False, True])
+def test_gram_sum_is_the_sum_of_the_blocks_grams(kinds, upper, implementation, rng):
+    m = 29
+    blocks = [make_block(kind, n, m, rng) for kind, n in zip(kinds, (41, 9, 130), strict=False)]
+    mean = rng.normal(size=m)
+    out = kernels.gram_sum(blocks, mean, upper=upper, implementation=implementation)
+    shifted = np.vstack([dense(b) for b in blocks]) - mean
+    expected = shifted.T @ shifted
+    assert close(out, np.triu(expected) if upper else expected)
 
 
 def test_syrk_update_adds_the_upper_triangle_with_or_without_ctypes(rng):

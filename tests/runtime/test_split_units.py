@@ -102,3 +102,41 @@ def test_the_stale_bound_is_relative_to_the_rounds_units_take():
     assert stale_bound(None, []) == 50
     assert stale_bound(None, [99] * 10) == 990  # asynchronous, 100 workers
     assert stale_bound(7, [99] * 10) == 7
+
+
+@pytest.mark.parametrize("problem_name", ["pca", "logistic", "least-squares"])
+@pytest.mark.parametrize("coefficients", [
+    [[1.0, 1.0, 1.0]],                      # uncoded: one group, one kernel_sum
+    [[0.5, 0.5, 2.0], [1.0, 1.0, -1.0]],    # partitions 0, 1 share a column
+    [[1.0, 2.0, 3.0], [0.0, 1.0, 0.0]],     # every column its own
+], ids=["uncoded", "shared", "distinct"])
+def test_coded_messages_sum_partitions_that_share_their_coefficients(problem_name,
+                                                                     coefficients):
+    """run_unit sums the partitions with equal coefficients in every message in one
+    ``kernel_sum`` call (one result held, not one per partition); the messages equal
+    the coefficients' combinations of the per-partition kernels."""
+    blocks, problem, x = _blocks(problem_name)
+    coef = np.array(coefficients)
+    calls = []
+    real = type(problem).kernel_sum
+
+    def spy(self, blocks, iterate):
+        calls.append(len(blocks))
+        return real(self, blocks, iterate)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(problem), "kernel_sum", spy)
+        messages, _ = run_unit(problem, x, *blocks, coefficients=coef)
+    groups = len({tuple(column) for column in coef.T})
+    assert sorted(calls, reverse=True) == sorted(
+        [list(map(tuple, coef.T)).count(c) for c in dict.fromkeys(map(tuple, coef.T))],
+        reverse=True) and len(calls) == groups
+    parts = [problem.kernel(b, x) for b in blocks]
+    for row, message in zip(coef, messages, strict=True):
+        np.testing.assert_allclose(message.gradient,
+                                   sum(w * p.gradient for w, p in zip(row, parts, strict=True)),
+                                   rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(message.values,
+                                   sum(w * p.values for w, p in zip(row, parts, strict=True)),
+                                   rtol=1e-12, atol=1e-12)
+        assert message.n_rows == round(float(row @ np.array(ROWS)))
