@@ -24,7 +24,7 @@ Usage::
 
     apt-get install plink2 libopenblas0-pthread
     flock /tmp/daskstraggle-bench.lock python pipelines/biobank_pca.py \\
-        --samples 100000 --variants 50000          # the 10^5 x 5 10^4
+        --samples 100000 --variants 50000 --tol default 1e-2 1e-3   # 10^5 x 5 10^4
     python pipelines/biobank_pca.py --samples 20000 --variants 20000 --gram --exact --no-approx
     python pipelines/biobank_pca.py --samples 50000 --variants 20000 --tol default 1e-3
     python pipelines/biobank_pca.py --quick        # smoke run (< 1 minute)
