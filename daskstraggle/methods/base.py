@@ -253,8 +253,9 @@ class Method(ABC):
     exact_rounds: ClassVar[bool] = False
     #: Whether the run starts with an exact pass at the starting point, which gives the
     #: optimality measure its scale and the divergence checks their starting objective.
-    #: A method whose first round is exact and final (``gram``) skips it; it may only
-    #: solve problems whose optimality measure is relative already (PCA's residuals).
+    #: A method whose first round is exact and final (``gram``), or whose rounds are exact
+    #: steps that cannot raise the objective (``block``), skips it; it may only solve
+    #: problems whose optimality measure is relative already (PCA's residuals).
     start_pass: ClassVar[bool] = True
     #: Whether :meth:`dispatch` gives each worker index at most one unit per version, and
     #: an index it declined stays declined until :meth:`step` (GD, NAG, the coded methods).
