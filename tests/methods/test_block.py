@@ -77,6 +77,27 @@ def test_restarts_keep_converging(flat):
     assert res.trace.basis_size.values.max() <= 3 * (K + 2)
 
 
+def test_one_exact_pass_at_the_end_and_none_at_the_start(flat, monkeypatch):
+    """block makes no exact pass at its random start (its rounds are exact), only the final
+    one at the returned point; the power method (gd) makes both."""
+    from daskstraggle.runtime.base import Runtime
+
+    calls = []
+    real = Runtime._exact_pass
+
+    def counting(self, problem, iterate):
+        calls.append(iterate.shape)
+        return real(self, problem, iterate)
+
+    monkeypatch.setattr(Runtime, "_exact_pass", counting)
+    res = fit_pca(flat, K, runtime="local", n_workers=2, method="block", rng=0, tol=1e-4)
+    assert res.converged and len(calls) == 1
+    assert res.trace.basis_size.values[0] > 0  # the first round is recorded all the same
+    calls.clear()
+    fit_pca(flat, K, runtime="local", n_workers=2, method="gd", rng=0, max_iter=2, tol=None)
+    assert len(calls) == 2
+
+
 @pytest.mark.parametrize("oversample", [0, 1, 20])
 def test_any_oversampling(flat, oversample):
     res = fit_pca(flat, 3, runtime="local", n_workers=2, method="block", rng=0, tol=TOL,
