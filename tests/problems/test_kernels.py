@@ -666,6 +666,22 @@ def test_the_compile_cache_key_tells_apart_what_numba_types_tell_apart():
     assert _argument_key(7) == _argument_key(3)
 
 
+@pytest.mark.parametrize("d", [1, 2, 3, 4, 7, 10])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_symmetric_from_upper_mirrors_in_row_slices(d, order, monkeypatch):
+    """The lower triangle is filled a few rows at a time (slices of 3 rows here, so slice
+    edges fall inside and at the end of the matrix); the input is left as it was."""
+    monkeypatch.setattr(kernels, "_MIRROR_ROWS", 3)
+    a = np.asarray(np.random.default_rng(d).normal(size=(d, d)), order=order)
+    before = a.copy()
+    full = np.triu(a) + np.triu(a, 1).T
+    out = kernels.symmetric_from_upper(a)
+    np.testing.assert_array_equal(out, full)
+    assert out.flags.c_contiguous and not np.shares_memory(out, a)
+    np.testing.assert_array_equal(a, before)
+    np.testing.assert_array_equal(kernels.unpack_upper(kernels.pack_upper(a), d), full)
+
+
 def test_a_packed_upper_triangle_unpacks_to_the_symmetric_matrix():
     rng = np.random.default_rng(3)
     a = rng.normal(size=(7, 7))
