@@ -55,8 +55,8 @@ from daskstraggle.problems._blas import syrk_update
 from daskstraggle.problems.block import Block
 
 __all__ = ["IMPLEMENTATIONS", "column_moments", "default_implementation", "glm_pass", "gram",
-           "gram_sum", "pack_upper", "pca_pass", "pca_pass_sum", "symmetric_from_upper",
-           "unpack_upper"]
+           "gram_sum", "pack_upper", "packed_product", "pca_pass", "pca_pass_sum",
+           "symmetric_from_upper", "unpack_upper"]
 
 #: The implementations, fastest first.
 IMPLEMENTATIONS = ("numba", "numpy")
@@ -754,6 +754,37 @@ def pack_upper(upper: np.ndarray) -> np.ndarray:
     """
     d = upper.shape[0]
     return np.concatenate([upper[i, i:] for i in range(d)]) if d else np.zeros(0, upper.dtype)
+
+
+def packed_product(packed: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """Return ``A V`` for the symmetric ``A`` whose upper triangle :func:`pack_upper` packed.
+
+    One BLAS ``dspmv`` per column of ``V``, read from the packed numbers (no ``d x d``
+    matrix is formed).
+
+    Parameters
+    ----------
+    packed : ndarray of shape (d (d + 1) / 2,)
+        The packed upper triangle (row by row: the lower triangle column by column, as
+        BLAS's packed storage with ``uplo="L"``).
+    V : ndarray of shape (d, k)
+        Thin matrix.
+
+    Returns
+    -------
+    AV : ndarray of shape (d, k)
+    """
+    from scipy.linalg import blas
+
+    d, k = V.shape
+    if packed.shape != (d * (d + 1) // 2,):
+        raise ValueError(f"a packed {d} x {d} triangle has {d * (d + 1) // 2} numbers, "
+                         f"got an array of shape {packed.shape}")
+    ap = np.ascontiguousarray(packed, dtype=np.float64)
+    out = np.empty((d, k))
+    for j in range(k):
+        out[:, j] = blas.dspmv(d, 1.0, ap, np.ascontiguousarray(V[:, j]), lower=1)
+    return out
 
 
 def unpack_upper(packed: np.ndarray, d: int) -> np.ndarray:

@@ -682,6 +682,17 @@ def test_symmetric_from_upper_mirrors_in_row_slices(d, order, monkeypatch):
     np.testing.assert_array_equal(kernels.unpack_upper(kernels.pack_upper(a), d), full)
 
 
+@pytest.mark.parametrize(("d", "k"), [(1, 1), (7, 3), (40, 5)])
+def test_packed_product_is_the_symmetric_matrix_times_v(d, k):
+    rng = np.random.default_rng(d)
+    a = rng.normal(size=(d, d))
+    full = np.triu(a) + np.triu(a, 1).T
+    V = rng.normal(size=(d, k))
+    assert close(kernels.packed_product(kernels.pack_upper(a), V), full @ V)
+    with pytest.raises(ValueError, match="numbers"):
+        kernels.packed_product(kernels.pack_upper(a)[:-1], V)
+
+
 def test_a_packed_upper_triangle_unpacks_to_the_symmetric_matrix():
     rng = np.random.default_rng(3)
     a = rng.normal(size=(7, 7))
