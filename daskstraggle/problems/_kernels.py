@@ -393,42 +393,16 @@ def pca_pass_sum(blocks: Sequence[Block], V: np.ndarray, shift: np.ndarray | Non
     """
     V = np.asarray(V, dtype=np.float64)
     m, k = V.shape
-    offset = np.zeros(k) if shift is None else np.asarray(shift, dtype=np.float64)
-    colsum, sq = np.zeros(k), np.zeros(k)
+    offset = np.ascontiguousarray(np.zeros(k) if shift is None else shift, dtype=np.float64)
     blocks = [block for block in blocks if block.n_rows]
     if not blocks:
-        return np.zeros((m, k)), colsum, sq
+        return np.zeros((m, k)), np.zeros(k), np.zeros(k)
     fused = [b for b in blocks if _use_numba(b, implementation) and not _pca_uses_gemm(b, k)]
     widths = {_pca_width(b) for b in fused}
-    if len(fused) < 2 or len(fused) < len(blocks) or len(widths) > 1:
-        return _pca_pass_each(blocks, V, offset, implementation)
-    width = widths.pop()
-    VT, GT = _pca_buffers(k, width)
-    VT[:, :m] = V.T
-    Vc, offset = np.ascontiguousarray(VT), np.ascontiguousarray(offset)
-    for block in fused:
-        _pca_fused(block, k, Vc, offset, GT, colsum, sq)
-    return GT[:, :m].T.copy(), colsum, sq  # (a copy: GT may be kept for the next call)
-
-
-def _pca_fused(block: Block, k: int, VT: np.ndarray, offset: np.ndarray, GT: np.ndarray,
-               colsum: np.ndarray, sq: np.ndarray) -> None:
-    """Add one block's products into ``GT``, ``colsum`` and ``sq`` (compiled loops)."""
-    fill, center, scale, flags = _transforms(block)
-    tile = _pca_tile(block, k, VT.shape[1])
-    if tile:
-        _call_numba("pca_tiled", block.values, fill, center, scale, flags, VT, offset, GT,
-                    colsum, sq, tile, _PCA_TILE_ROWS)
-    else:
-        _call_numba("pca", block.values, fill, center, scale, flags, VT, offset, GT,
-                    colsum, sq)
-
-
-def _pca_pass_each(blocks: Sequence[Block], V: np.ndarray, offset: np.ndarray,
-                   implementation: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`pca_pass_sum` one block at a time (BLAS tiles, numpy, or mixed widths)."""
+    if len(fused) == len(blocks) and len(widths) == 1:
+        return _pca_fused(fused, V, offset, widths.pop())
     G, colsum, sq = _pca_pass_one(blocks[0], V, offset, implementation)
-    for block in blocks[1:]:
+    for block in blocks[1:]:  # BLAS tiles, numpy, or mixed widths: one block at a time
         g, c, s = _pca_pass_one(block, V, offset, implementation)
         G += g
         colsum += c
@@ -436,24 +410,40 @@ def _pca_pass_each(blocks: Sequence[Block], V: np.ndarray, offset: np.ndarray,
     return G, colsum, sq
 
 
+def _pca_fused(blocks: Sequence[Block], V: np.ndarray, offset: np.ndarray,
+               width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`pca_pass_sum` of blocks the compiled loops take, all ``width`` wide once
+    converted: every block's products added into one buffer of ``G^T``."""
+    m, k = V.shape
+    colsum, sq = np.zeros(k), np.zeros(k)
+    VT, GT = _pca_buffers(k, width)
+    VT[:, :m] = V.T
+    for block in blocks:
+        fill, center, scale, flags = _transforms(block)
+        tile = _pca_tile(block, k, width)
+        if tile:
+            _call_numba("pca_tiled", block.values, fill, center, scale, flags, VT, offset,
+                        GT, colsum, sq, tile, _PCA_TILE_ROWS)
+        else:
+            _call_numba("pca", block.values, fill, center, scale, flags, VT, offset, GT,
+                        colsum, sq)
+    return GT[:, :m].T.copy(), colsum, sq  # (a copy: GT may be kept for the next call)
+
+
 def _pca_pass_one(block: Block, V: np.ndarray, offset: np.ndarray,
                   implementation: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`pca_pass` of one non-empty block, ``offset`` the shift (zeros for none)."""
     m, k = V.shape
+    if _use_numba(block, implementation) and not _pca_uses_gemm(block, k):
+        return _pca_fused((block,), V, offset, _pca_width(block))
     colsum, sq = np.zeros(k), np.zeros(k)
-    if _use_numba(block, implementation):
-        if _pca_uses_gemm(block, k):
-            G = np.zeros((m, k))
-            step = max(8, _PCA_GEMM_TILE_BYTES // (8 * m))
-            _, center, scale, flags = _transforms(block)
-            _call_numba("pca_gemm", block.values, center, scale, flags,
-                        np.ascontiguousarray(V), np.ascontiguousarray(offset), step, G,
-                        colsum, sq)
-            return G, colsum, sq
-        VT, GT = _pca_buffers(k, _pca_width(block))
-        VT[:, :m] = V.T
-        _pca_fused(block, k, VT, np.ascontiguousarray(offset), GT, colsum, sq)
-        return GT[:, :m].T.copy(), colsum, sq  # (a copy: GT is kept for the next call)
+    if _use_numba(block, implementation):  # wide float64 rows: BLAS on row tiles
+        G = np.zeros((m, k))
+        step = max(8, _PCA_GEMM_TILE_BYTES // (8 * m))
+        _, center, scale, flags = _transforms(block)
+        _call_numba("pca_gemm", block.values, center, scale, flags, np.ascontiguousarray(V),
+                    offset, step, G, colsum, sq)
+        return G, colsum, sq
 
     def weights(a: int, b: int, P: np.ndarray) -> np.ndarray:
         P -= offset
