@@ -489,14 +489,30 @@ class Result:
         inputs = [*protect, *source_paths(self.attrs.get("matrix", {}))]
         out = check_output_path(path, overwrite=overwrite, inputs=inputs)
         assert out is not None
-        return write_atomically(
+        return write_atomically(  # every chunk written: an absent one was lost (see load)
             out, lambda tmp: self.to_dataset().to_zarr(tmp, mode="w", consolidated=False,
-                                                       zarr_format=3)
+                                                       zarr_format=3, write_empty_chunks=True)
         )
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Result:
+    def load(cls, path: str | os.PathLike[str], *, missing_chunks: str = "error") -> Result:
         """Read a result written by :meth:`save`.
+
+        Its chunks are checked as an input's are (:func:`~daskstraggle.open_matrix`): an
+        absent one is refused, never read as the fill value (NaN).
+
+        Parameters
+        ----------
+        path : str or path
+            The store.
+        missing_chunks : {"error", "fill"}, default="error"
+            ``"fill"`` reads absent chunks as the fill value, for a store written without
+            them (``write_empty_chunks=False``; :meth:`save` writes every chunk).
+
+        Returns
+        -------
+        result : Result
+            The result as saved.
 
         Raises
         ------
@@ -504,12 +520,20 @@ class Result:
             If there is no result at ``path``.
         InvalidDataError
             If ``path`` is not a result (another Zarr store, a plain file or folder).
+        MissingChunksError
+            If a chunk of the result is absent (unless ``missing_chunks="fill"``).
         """
+        from daskstraggle._validation import check_choice
+        from daskstraggle.data._zarr import MISSING_CHUNKS, check_chunks, describe
+
+        check_choice(missing_chunks, name="missing_chunks", caller="Result.load",
+                     choices=MISSING_CHUNKS)
         if not Path(path).exists():
             raise DataNotFoundError(f"No result at {str(path)!r}.")
         not_result = (f"{str(path)!r} is not a daskstraggle result (a store written by "
                       "Result.save or the CLI's --out)")
         try:
+            arrays = _result_arrays(path)
             ds = xr.open_zarr(path, consolidated=False).load()
         except Exception as err:  # any unreadable store is the same mistake
             reason = (str(err).splitlines() or [""])[0]
@@ -520,6 +544,9 @@ class Result:
             v for v in ("iterate",) if v not in ds.variables]
         if missing:
             raise InvalidDataError(f"{not_result}: it has no {missing}.")
+        for name, array in arrays:
+            check_chunks(array, 0, array.shape[0] if array.ndim else 1,
+                         what=describe(str(path), name), missing_chunks=missing_chunks)
         feature_dim = ds.attrs["feature_dim"]
         names = [n for n in _FITTED_DIMS if n in ds]
         fitted = {n: ds[n].values for n in names}
@@ -545,6 +572,13 @@ class Result:
             feature_dim=feature_dim,
             feature_coords=coords,
         )
+
+
+def _result_arrays(path: str | os.PathLike[str]) -> list[tuple[str, Any]]:
+    """Return the arrays of the Zarr group at ``path`` by name (their metadata only)."""
+    import zarr
+
+    return sorted(zarr.open_group(path, mode="r").arrays())
 
 
 def _float_attr(value: Any) -> float:

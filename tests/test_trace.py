@@ -73,3 +73,66 @@ def test_recorded_iterates_give_the_exact_objective_of_every_round():
     assert np.isnan(tr.objective).all() and np.isfinite(tr.exact_objective).all()
     assert (tr.coverage < 1).all() and "exact_gap" not in tr
     assert float(tr.exact_objective[-1]) == pytest.approx(sgd.objective, rel=1e-12)
+
+
+# ---------------------------------------------------------------- issue 42: lost chunks
+def _tree(path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize(("name", "chunk"), [("components", "c/0/0"), ("iterate", "c/0/0"),
+                                             ("explained_variance", "c/0"),
+                                             ("compute_duration", "c/0/0")])
+def test_a_lost_chunk_of_a_saved_result_is_refused_not_read_as_nan(result, tmp_path, name,
+                                                                   chunk):
+    from daskstraggle.errors import MissingChunksError
+
+    path = result.save(tmp_path / "r.zarr")
+    (path / name / chunk).unlink()
+    with pytest.raises(MissingChunksError, match=f"array '{name}' in the Zarr store .*"
+                                                 f"first: '{chunk}'"):
+        Result.load(path)
+    # a store written without empty chunks is read as inputs are, with missing_chunks='fill'
+    assert np.isnan(Result.load(path, missing_chunks="fill").to_dataset()[name]).all()
+
+
+def test_every_chunk_is_saved_even_all_zero_or_nan_ones(tmp_path):
+    """Zarr skips a chunk equal to the fill value unless told: then a lost one is undetectable."""
+    from daskstraggle.errors import InvalidParameterError, MissingChunksError
+    from daskstraggle.trace import TraceRecorder
+
+    empty = Result(problem="logistic", method="gd", trace=TraceRecorder(3).to_dataset(),
+                   fitted={"coef": np.zeros(4), "intercept": np.array(0.0),
+                           "grad_norm": np.array(np.nan)},
+                   iterate=np.zeros(5), objective=0.0, stop_reason="max_iter")
+    path = empty.save(tmp_path / "e.zarr")
+    back = Result.load(path)
+    assert back.fitted["intercept"] == 0 and np.isnan(back.fitted["grad_norm"])
+    (path / "intercept" / "c").unlink()  # a 0-d array's one chunk
+    with pytest.raises(MissingChunksError, match="'intercept'"):
+        Result.load(path)
+    with pytest.raises(InvalidParameterError, match=r"'missing_chunks' parameter of Result\.load"):
+        Result.load(path, missing_chunks="zero")
+
+
+def test_cli_refuses_a_result_with_a_lost_chunk_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from daskstraggle import fit_pca
+    from daskstraggle.testing import one_error_line
+
+    path = tmp_path / "run.zarr"
+    fit_pca(np.random.default_rng(0).normal(size=(300, 5)), 2, runtime="sim", n_workers=3,
+            method="gd", stragglers="gamma(mean=0.1, var=1e-3)", max_iter=5, tol=None,
+            rng=0, out=path)
+    (path / "compute_duration" / "c" / "0" / "0").unlink()
+    before = _tree(path)
+    proc = subprocess.run([sys.executable, "-m", "daskstraggle.cli", "simulate",
+                           "--from-trace", str(path), "--json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    line = one_error_line(proc.stderr)
+    assert "'compute_duration'" in line and "missing" in line and proc.stdout == ""
+    assert _tree(path) == before
