@@ -57,7 +57,8 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
         staleness = result.trace["staleness"].values
         lines.append(f"staleness   cache entries up to {int(np.nanmax(staleness))} iterations "
                      f"old ({int(staleness[-1])} at the last)")
-    for loss in attrs.get("worker_losses", []):
+    summary = result.summary()  # what --json prints: the table says the same
+    for loss in summary.get("worker_losses", []):
         reason = loss.get("reason", "left the cluster")
         what = {"adopted": "moved"}.get(loss.get("kind", ""), loss.get("kind")) or (
             "lost" if reason == "left the cluster" else
@@ -65,7 +66,7 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
         how = "reloaded on" if loss.get("reloaded", True) else "moved to"
         lines.append(f"worker {what} {loss['lost']} (index {loss['worker_index']}): partitions "
                      f"{loss['partitions']} {how} {loss['moved_to']}")
-    for join in attrs.get("worker_joins", []):
+    for join in summary.get("worker_joins", []):
         ended = f"; stopped: {join['ended']}" if join.get("ended") else ""
         lines.append(f"worker joined {join['worker']}: helped index {join['helps']} "
                      f"({join['split_units']} units split with it{ended})")

@@ -86,7 +86,7 @@ def qc_from_params(params: dict[str, Any]) -> GenotypeQC | None:
 
 def qc_line(result: Any) -> str | None:
     """One line of the result table: the variants that quality control kept, or None."""
-    qc = result.attrs.get("matrix", {}).get("qc")
+    qc = result.quality_control  # what --json prints as quality_control
     if not qc:
         return None
     removed = ", ".join(f"{step} removed {n}" for step, n in qc["removed"].items())

@@ -36,6 +36,10 @@ _FITTED_DIMS: dict[str, tuple[str, ...]] = {
     "grad_norm": (),
 }
 
+#: What :attr:`Result.quality_control` reports of the matrix's quality control record.
+_QC_COUNTS = ("n_variants", "n_kept", "removed", "n_samples", "n_samples_kept",
+              "samples_removed")
+
 
 class TraceRecorder:
     """Collects one row per iteration (round) while a runtime drives a method.
@@ -288,6 +292,19 @@ class Result:
         labels = self.attrs.get("convergence", {}).get("components")
         return None if labels is None else list(labels)
 
+    @property
+    def quality_control(self) -> dict[str, Any] | None:
+        """What genotype quality control kept and removed, or None (no quality control).
+
+        ``n_variants``, ``n_kept`` and ``removed`` (the variants each step removed, in the
+        order applied); with a sample filter also ``n_samples``, ``n_samples_kept`` and
+        ``samples_removed``. The CLI's table and ``--json`` both print it.
+        """
+        qc = self.attrs.get("matrix", {}).get("qc")
+        if not qc:
+            return None
+        return {key: qc[key] for key in _QC_COUNTS if key in qc}
+
     def convergence_message(self) -> str:
         """Return one line saying whether and why the run converged (or did not)."""
         tol = self.attrs.get("stop", {}).get("tol")
@@ -341,7 +358,13 @@ class Result:
         return "\n".join(lines)
 
     def summary(self) -> dict[str, Any]:
-        """Return a JSON-serialisable summary (what ``--json`` prints)."""
+        """Return a JSON-serialisable summary (what ``--json`` prints).
+
+        Besides the run's outcome and fitted quantities: ``quality_control`` (see
+        :attr:`quality_control`) for genotypes filtered, and ``worker_losses`` /
+        ``worker_joins`` (as in :attr:`attrs`) when workers were lost, moved or joined;
+        the CLI's table prints its lines from the same entries.
+        """
         out: dict[str, Any] = {
             "problem": self.problem,
             "method": self.method,
@@ -381,6 +404,10 @@ class Result:
                                         self.trace["balance_improvement"].values.tolist(),
                                         strict=True)
             ]
+        if self.quality_control is not None:
+            out["quality_control"] = self.quality_control
+        out.update({key: self.attrs[key] for key in ("worker_losses", "worker_joins")
+                    if self.attrs.get(key)})
         return {k: _jsonable(v) for k, v in out.items()}
 
     def to_dataset(self) -> xr.Dataset:

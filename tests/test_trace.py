@@ -136,3 +136,52 @@ def test_cli_refuses_a_result_with_a_lost_chunk_in_one_line(tmp_path):
     line = one_error_line(proc.stderr)
     assert "'compute_duration'" in line and "missing" in line and proc.stdout == ""
     assert _tree(path) == before
+
+
+# ------------------------------------------------- issue 42: --json says what the table says
+def _table_and_json(capsys, argv):
+    from daskstraggle.cli import main
+
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    return table, json.loads(capsys.readouterr().out)
+
+
+def test_json_has_the_quality_control_counts_of_the_table(vcz_missing_path, capsys):
+    table, out = _table_and_json(capsys, ["pca", str(vcz_missing_path), "-k", "2",
+                                          "--runtime", "local", "--min-maf", "0.05",
+                                          "--max-missing", "0.08", "--mind", "0.06"])
+    qc = out["quality_control"]
+    assert set(qc) == {"n_variants", "n_kept", "removed", "n_samples", "n_samples_kept",
+                       "samples_removed"}
+    assert set(qc["removed"]) >= {"missing", "maf"} and "mind" in qc["samples_removed"]
+    for kind, n, kept, removed in (("variants", "n_variants", "n_kept", "removed"),
+                                   ("samples ", "n_samples", "n_samples_kept",
+                                    "samples_removed")):
+        steps = ", ".join(f"{step} removed {k}" for step, k in qc[removed].items())
+        assert f"{kind}    {qc[kept]} of {qc[n]} kept by quality control ({steps})" in table
+    assert f"pca of a {qc['n_kept']} x {qc['n_samples_kept']} matrix" in table
+
+
+def test_json_has_the_worker_losses_and_joins_of_the_table(low_rank_matrix, tmp_path, capsys):
+    import zarr
+
+    store = tmp_path / "X.zarr"
+    zarr.create_array(store, shape=low_rank_matrix.shape, chunks=(50, 12),
+                      dtype="f8")[:] = low_rank_matrix
+    argv = ["pca", str(store), "-k", "2", "--method", "dsag", "--runtime", "sim",
+            "--workers", "3", "--max-iter", "30", "--stragglers",
+            "gamma(mean=0.05, var=1e-4) + slowdown(workers=1, factor=4) + "
+            "loss(workers=0, at=0.3) + join(count=2, at=0.6)"]
+    table, out = _table_and_json(capsys, argv)
+    losses, joins = out["worker_losses"], out["worker_joins"]
+    assert [loss["kind"] for loss in losses] == ["lost", "adopted"] and len(joins) == 1
+    lines = [line for line in table.splitlines() if line.startswith("worker ")]
+    assert len(lines) == len(losses) + len(joins)
+    for line, loss in zip(lines, losses, strict=False):
+        assert line.startswith(f"worker {'lost' if loss['kind'] == 'lost' else 'moved'} "
+                               f"{loss['lost']} (index {loss['worker_index']}): partitions "
+                               f"{loss['partitions']} reloaded on {loss['moved_to']}")
+    assert lines[-1].startswith(f"worker joined {joins[0]['worker']}: helped index "
+                                f"{joins[0]['helps']} ({joins[0]['split_units']} units split")
