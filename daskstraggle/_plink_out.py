@@ -209,14 +209,14 @@ def _write_alleles(allele_path: Path, freq_path: Path, matrix: Matrix, component
 
 def _variant_columns(matrix: Matrix) -> tuple[list[str], list[int], list[str], list[str],
                                                list[str] | None]:
-    """Per variant: contig name, position, REF, ALT and the given id (None: no ids)."""
+    """Per variant: contig (as plink2 writes it), position, REF, ALT and the given id (None:
+    no ids)."""
     table = matrix.variants
     n = matrix.n_rows
     if table is None:
         return ["0"] * n, list(range(1, n + 1)), ["A"] * n, ["T"] * n, None
-    contig_id, codes = table.whole("contig_id"), table.get("variant_contig")
-    chrom = (list(_strings(contig_id)[np.asarray(codes, dtype=np.int64)])
-             if contig_id is not None and codes is not None else ["0"] * n)
+    contigs = table.contigs()
+    chrom = list(contigs) if contigs is not None else ["0"] * n
     positions = table.get("variant_position")
     pos = [int(p) for p in positions] if positions is not None else list(range(1, n + 1))
     alleles = table.get("variant_allele")

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from daskstraggle.data._contigs import chrom_code
 from daskstraggle.data.genotypes import _strings
 from daskstraggle.data.plink import _BED_DOSAGE, MAGIC, VARIANT_MAJOR
 from daskstraggle.data.sources import genotype_rows
@@ -48,6 +49,9 @@ def write_bed(store: str | os.PathLike[str], prefix: Path, *, family: np.ndarray
               rename: dict[str, str] | None = None, chunk_rows: int = 10_000) -> None:
     """Write the calls of the diploid VCF Zarr ``store`` as ``prefix``.bed/.bim/.fam.
 
+    Contigs are written as plink2 writes them (``chr22`` as ``22``, ``chrM`` as ``MT``:
+    :func:`~daskstraggle.data._contigs.chrom_code`), in the ``.bim`` and in the ids.
+
     Parameters
     ----------
     store : str or os.PathLike
@@ -74,7 +78,8 @@ def write_bed(store: str | os.PathLike[str], prefix: Path, *, family: np.ndarray
             rows = genotype_rows(np.asarray(calls[a:a + chunk_rows]), missing="zero",
                                  scaling="none")
             f.write(_encode(np.asarray(rows.values, dtype=np.int8)).tobytes())
-    contigs = _strings(group["contig_id"][:])[group["variant_contig"][:]]
+    contigs = np.array([chrom_code(c) for c in _strings(group["contig_id"][:])],
+                       dtype=object)[group["variant_contig"][:]]  # as plink2 writes them
     alleles = _strings(group["variant_allele"][:])
     if rename:
         alleles = np.vectorize(lambda a: rename.get(a, a), otypes=[object])(alleles)
@@ -123,11 +128,13 @@ def unique_variant_ids(contigs: Any, positions: Any, ref: Any, alt: Any,
     A variant keeps its given id when it has one (not ``"."`` or empty) and no other
     variant has it; otherwise its id is ``CHROM:POS:REF:ALT`` (plink2's ``@:#:$r:$a``),
     and a repeat of an id gets ``:2``, ``:3``, ... in file order, skipping any id taken.
+    For plink2's ids pass the contigs as plink2 writes them
+    (:func:`~daskstraggle.data._contigs.chrom_code`: ``22``, not ``chr22``).
 
     Parameters
     ----------
     contigs, positions, ref, alt : sequence
-        Per variant: contig name, position, reference and alternate allele.
+        Per variant: contig (as plink2 writes it), position, reference and alternate allele.
     given : sequence of str or None, default=None
         The store's ``variant_id`` (None: none).
 

@@ -793,17 +793,32 @@ class VariantTable:
         rows = np.asarray(rows, dtype=np.int64)
         return VariantTable(self.reader, rows if self.index is None else self.index[rows])
 
+    def contigs(self) -> np.ndarray | None:
+        """Return each variant's contig as plink2 writes it, or None (no contigs).
+
+        :func:`~daskstraggle.data._contigs.chrom_code` of its ``contig_id``: ``chr22`` and
+        ``22`` are ``22``; ``chrX``, ``X`` and ``23`` are ``X``; ``chrM``, ``MT`` and ``26``
+        are ``MT``.
+        """
+        from daskstraggle.data._contigs import chrom_code
+
+        names, codes = self.whole("contig_id"), self.get("variant_contig")
+        if names is None or codes is None:
+            return None
+        plink = np.array([chrom_code(name) for name in _strings(names)], dtype=object)
+        return plink[np.asarray(codes, dtype=np.int64)]
+
     def keys(self) -> np.ndarray | None:
         """Return one string per variant, ``contig:position:alleles``, or None.
 
         Two stores' variants are the same when their keys are (alleles in the stored
-        order, so a REF/ALT swap is another variant).
+        order, so a REF/ALT swap is another variant; contigs as plink2 writes them, see
+        :meth:`contigs`, so ``chr22`` and ``22`` are one contig).
         """
-        contigs, codes = self.whole("contig_id"), self.get("variant_contig")
-        positions, alleles = self.get("variant_position"), self.get("variant_allele")
-        if contigs is None or codes is None or positions is None:
+        names, positions = self.contigs(), self.get("variant_position")
+        alleles = self.get("variant_allele")
+        if names is None or positions is None:
             return None
-        names = _strings(contigs)[np.asarray(codes, dtype=np.int64)]
         text = [f"{c}:{int(p)}" for c, p in zip(names, positions, strict=True)]
         if alleles is not None:
             allele_text = _strings(alleles).reshape(len(text), -1)
