@@ -169,6 +169,8 @@ def check_remote_store(
     root = root.rstrip("/")
     try:
         found = any(fs.exists(f"{root}/{key}") for key in _ROOT_KEYS)
+        if not found:  # HTTP's exists() also answers False when the server cannot be reached
+            _refuse_unreachable(fs, f"{root}/{_ROOT_KEYS[0]}")
     except TypeError as err:  # s3fs hands unknown options to its session on first use
         raise InvalidParameterError(
             f"The 'storage_options' parameter of {caller} was refused by the file system of "
@@ -187,6 +189,14 @@ def check_remote_store(
             "'source' parameter; CLI: the SOURCE argument) and the 'storage_options' "
             f"parameter {_CLI_HINT}."
         )
+
+
+def _refuse_unreachable(fs: Any, path: str) -> None:
+    """Read ``path``, which was not found: only "no such file" is an answer, errors propagate."""
+    try:
+        fs.cat_file(path)
+    except FileNotFoundError:
+        pass
 
 
 def member_exists(url: str, name: str, storage_options: dict[str, Any]) -> bool:

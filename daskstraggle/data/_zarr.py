@@ -22,7 +22,7 @@ import asyncio
 import itertools
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -601,6 +601,11 @@ def _bad_metadata(what: str, err: BaseException) -> str:
 class GroupArrays:
     """The arrays of a Zarr group, and the members whose metadata cannot be read.
 
+    Members are found as zarr finds them (:func:`group_arrays`); a name asked for that was
+    not found (``name in arrays``, ``arrays[name]``) is then opened by name, once: a store
+    that cannot be listed (over plain HTTP without consolidated metadata) still gives the
+    members a caller names.
+
     Attributes
     ----------
     path : str
@@ -609,19 +614,46 @@ class GroupArrays:
         Readable arrays, by name.
     corrupt : dict of str to str
         Members with unreadable metadata: name to reason.
+    group : zarr.Group or None, default=None
+        The group, to open members by name (None: only the members found, as for a group
+        with consolidated metadata).
+    listed : bool, default=True
+        Whether the members were found (consolidated metadata, or a listing); False when
+        the store listed nothing, not even the group's own metadata document.
     """
 
     path: str
     arrays: dict[str, Any]
     corrupt: dict[str, str]
+    group: Any = None
+    listed: bool = True
+    _absent: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
 
     @property
     def names(self) -> list[str]:
-        """Every array name, readable or not, sorted."""
+        """Every array name found or opened, readable or not, sorted."""
         return sorted({*self.arrays, *self.corrupt})
 
+    def summary(self) -> str:
+        """Return how messages say what the group holds: its array names, or why none."""
+        held = str(self.names) if self.names else "no arrays"
+        if self.listed:
+            return held
+        return (f"{held} found by name (it cannot be listed: it has no consolidated metadata "
+                "and its server gives no directory listing; zarr.consolidate_metadata writes "
+                "the metadata that lists it)")
+
     def __contains__(self, name: object) -> bool:
-        return name in self.arrays or name in self.corrupt
+        if name in self.arrays or name in self.corrupt:
+            return True
+        if (self.group is None or not isinstance(name, str) or not _is_member_name(name)
+                or name in self._absent):
+            return False
+        _add_member(self.group, name, self.arrays, self.corrupt)
+        found = name in self.arrays or name in self.corrupt
+        if not found:
+            self._absent.add(name)
+        return found
 
     def __getitem__(self, name: str) -> Any:
         """Return the array ``name``.
@@ -633,6 +665,8 @@ class GroupArrays:
         KeyError
             If the group has no such array.
         """
+        if name not in self:
+            raise KeyError(name)
         if name in self.corrupt:
             raise CorruptDataError(
                 f"The metadata of {describe(self.path, name)} cannot be read "
@@ -645,29 +679,61 @@ class GroupArrays:
 def group_arrays(group: Any, path: str) -> GroupArrays:
     """Open each direct member of ``group`` that is an array; note those that cannot be read.
 
-    Lists one level of the group (as zarr's own ``array_keys`` does); a member whose
-    metadata document exists but does not parse is recorded in ``corrupt`` instead of
-    failing the whole group.
+    The members are those of the group's consolidated metadata when it has some (no
+    listing, as zarr and xarray read it), else one level of the store's listing (as zarr's
+    own ``array_keys``). A listing's names are cut to the member's name: a directory index
+    served over HTTP names a directory ``call_genotype/``. A member whose metadata
+    document exists but does not parse is recorded in ``corrupt`` instead of failing the
+    whole group. Names not listed are opened when asked for (see :class:`GroupArrays`).
     """
-    import zarr
+    arrays: dict[str, Any] = {}
+    corrupt: dict[str, str] = {}
+    names = _member_names(group)
+    for name in names or ():
+        _add_member(group, name, arrays, corrupt)
+    # consolidated metadata is the whole list (zarr answers from it alone): no lookups
+    lookup = None if group.metadata.consolidated_metadata is not None else group
+    return GroupArrays(path, arrays, corrupt, lookup, listed=names is not None)
+
+
+def _member_names(group: Any) -> list[str] | None:
+    """Names of the direct members of ``group`` (consolidated, else listed), sorted.
+
+    None if the store lists nothing at all, not even the group's metadata document: a
+    server that gives no directory listing.
+    """
+    consolidated = group.metadata.consolidated_metadata
+    if consolidated is not None:
+        return sorted(consolidated.metadata)
     from zarr.core.sync import collect_aiterator
 
     store_path = group.store_path
-    names = collect_aiterator(store_path.store.list_dir(store_path.path))
-    arrays: dict[str, Any] = {}
-    corrupt: dict[str, str] = {}
-    for name in sorted(set(names) - set(_METADATA_KEYS)):
-        try:
-            node = group[name]
-        except (OSError, MemoryError):
-            raise
-        except Exception as err:  # KeyError when not a node; parse errors when damaged
-            if _has_metadata(store_path / name):
-                corrupt[name] = _reason(err)
-            continue
-        if isinstance(node, zarr.Array):
-            arrays[name] = node
-    return GroupArrays(path, arrays, corrupt)
+    names = {name.rstrip("/") for name in
+             collect_aiterator(store_path.store.list_dir(store_path.path))}
+    if not names:
+        return None
+    return sorted(n for n in names - set(_METADATA_KEYS) if _is_member_name(n))
+
+
+def _is_member_name(name: str) -> bool:
+    """A direct member's name is one path segment (an HTML index may link to other pages)."""
+    return bool(name) and name not in (".", "..") and not set(name) & set("/?#")
+
+
+def _add_member(group: Any, name: str, arrays: dict[str, Any], corrupt: dict[str, str]) -> None:
+    """Open member ``name``: an array goes to ``arrays``, unreadable metadata to ``corrupt``."""
+    import zarr
+
+    try:
+        node = group[name]
+    except (OSError, MemoryError):
+        raise
+    except Exception as err:  # KeyError when not a node; parse errors when damaged
+        if _has_metadata(group.store_path / name):
+            corrupt[name] = _reason(err)
+        return
+    if isinstance(node, zarr.Array):
+        arrays[name] = node
 
 
 def _has_metadata(store_path: Any) -> bool:

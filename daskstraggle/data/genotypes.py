@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskstraggle._validation import check_bool, check_int
-from daskstraggle.data._zarr import read_selection
+from daskstraggle.data._zarr import GroupArrays, group_arrays, read_selection
 from daskstraggle.data.kinship import check_king_cutoff, king_keep
 from daskstraggle.data.ld import LDPrune, ld_prune_keep, parse_ld_prune
 from daskstraggle.data.sources import GenotypeRowSource, RowSource
@@ -839,7 +839,7 @@ class StoreArrays:
         self.path = path
         self.storage_options = storage_options
         self.missing_chunks = "fill"
-        self._names: set[str] | None = None
+        self._names: GroupArrays | None = None  # arrays opened by name if not listed
 
     def __call__(self, name: str, index: np.ndarray | None) -> np.ndarray | None:
         """Return array ``name`` (rows ``index``) of the store, or None if absent."""
@@ -849,7 +849,7 @@ class StoreArrays:
             options: dict[str, Any] = ({} if self.storage_options is None
                                        else {"storage_options": self.storage_options})
             group = zarr.open_group(self.path, mode="r", **options)
-            self._names = set(group.array_keys())
+            self._names = group_arrays(group, self.path)
         if name not in self._names:
             return None
         if index is None:

@@ -694,7 +694,7 @@ def _choose_array(group: GroupArrays, array: str | None) -> str:
     if array not in group:
         raise DataNotFoundError(
             f"Array {array!r} not found in the Zarr group {group.path!r}; it holds "
-            f"{group.names or 'no arrays'}. Pass one of these as 'array' (CLI: --array)."
+            f"{group.summary()}. Pass one of these as 'array' (CLI: --array)."
         )
     return array
 
@@ -703,9 +703,9 @@ def _default_array(group: GroupArrays) -> str:
     """``call_genotype``, a 2-D ``X``, the only 2-D array, or ``X`` whatever its shape."""
     if "call_genotype" in group:
         return "call_genotype"
+    if "X" in group and "X" in group.arrays and len(group.arrays["X"].shape) == 2:
+        return "X"  # "X" in group opens it by name if the store cannot be listed
     two_d = [m for m, node in group.arrays.items() if len(node.shape) == 2]
-    if "X" in two_d:
-        return "X"
     if len(two_d) == 1:
         return two_d[0]
     if "X" in group.corrupt:
@@ -719,7 +719,7 @@ def _default_array(group: GroupArrays) -> str:
         )
     unreadable = f" ({sorted(group.corrupt)} cannot be read)" if group.corrupt else ""
     raise InvalidDataError(
-        f"The Zarr group {group.path!r} holds {group.names or 'no arrays'}{unreadable}; name "
+        f"The Zarr group {group.path!r} holds {group.summary()}{unreadable}; name "
         "the matrix with the 'array' parameter (CLI: --array NAME)."
     )
 
@@ -800,7 +800,7 @@ def _parse_labels(
         if labels not in group:
             raise DataNotFoundError(
                 f"Labels array {labels!r} not found in the Zarr group; it holds "
-                f"{group.names}."
+                f"{group.summary()}."
             )
         labels = _read_whole(group, labels, missing_chunks)
     if _is_xarray(labels):
