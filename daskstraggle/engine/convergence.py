@@ -232,7 +232,7 @@ class ConvergenceMonitor:
         self.separation = self.problem.separation(
             result, iterate, next_value=last.next_value, errors=last.errors, tol=self.tol)
         assert self.separation is not None
-        return self.separation.measure / self.scale
+        return self.separation.verdict / self.scale
 
     def converged(self, optimality: float, reason: str) -> bool:
         """Return the verdict for the final point's exact ``optimality`` measure."""

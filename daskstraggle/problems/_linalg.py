@@ -19,6 +19,7 @@ __all__ = [
     "check_dense_size",
     "orthonormalize",
     "power_iteration",
+    "precision_floor",
     "qr_r",
     "sin_largest_angle",
     "solve_psd",
@@ -37,6 +38,31 @@ _FILL_SEED = 20_240_917
 _RANK_TOL = 1e-12
 
 
+def precision_floor(n: int) -> float:
+    """Return the relative size below which an eigenvalue of an ``n x n`` product is rounding.
+
+    ``max(n, 8) * eps``: numpy's ``matrix_rank`` tolerance for a Hermitian matrix. An
+    eigenvalue of ``X^T X`` (or a Ritz value from products ``X^T X V``) at most this
+    fraction of the largest one cannot be told from zero in float64: its absolute error
+    is a few ``eps`` times the largest eigenvalue, whatever the algorithm.
+
+    Parameters
+    ----------
+    n : int
+        Order of the symmetric matrix (the number of columns of ``X``).
+
+    Returns
+    -------
+    floor : float
+
+    Examples
+    --------
+    >>> precision_floor(6) == 8 * np.finfo(np.float64).eps
+    True
+    """
+    return max(int(n), 8) * float(np.finfo(np.float64).eps)
+
+
 def orthonormalize(Y: np.ndarray, *, tol: float = _RANK_TOL) -> np.ndarray:
     """Return an orthonormal basis of the columns of ``Y`` by QR, deterministically.
 
@@ -49,10 +75,13 @@ def orthonormalize(Y: np.ndarray, *, tol: float = _RANK_TOL) -> np.ndarray:
         Columns to orthonormalise, ``k <= d``.
     tol : float, default=1e-12
         A column whose part orthogonal to the previous columns is at most ``tol`` times
-        the largest column norm of ``Y`` is numerically dependent: it is replaced by a
-        random direction orthogonal to the kept columns, drawn from a generator with a
-        fixed seed (so the result stays deterministic). This happens when the data has
-        rank below ``k`` or when ``Y`` has a zero column.
+        its own norm, or whose norm is at most :func:`precision_floor` ``(d)`` times the
+        largest column norm of ``Y`` (rounding, next to that column), is numerically
+        dependent: it is replaced by a random direction orthogonal to the kept columns,
+        drawn from a generator with a fixed seed (so the result stays deterministic).
+        This happens when the data has rank below ``k`` or when ``Y`` has a zero column.
+        A small column that is independent is kept however small next to the largest
+        (a principal component with a tiny variance), as long as it is not rounding.
 
     Returns
     -------
@@ -66,8 +95,10 @@ def orthonormalize(Y: np.ndarray, *, tol: float = _RANK_TOL) -> np.ndarray:
     diag = np.diag(R).copy()
     signs = np.where(diag < 0, -1.0, 1.0)
     Q = Q * signs
-    scale = float(np.max(np.linalg.norm(Y, axis=0), initial=0.0))
-    weak = np.abs(diag) <= tol * scale if scale > 0 else np.ones(k, dtype=bool)
+    norms = np.linalg.norm(Y, axis=0)
+    scale = float(np.max(norms, initial=0.0))
+    weak = ((np.abs(diag) <= tol * norms) | (norms <= precision_floor(d) * scale)
+            if scale > 0 else np.ones(k, dtype=bool))
     if not weak.any():
         return Q
     keep = Q[:, ~weak]

@@ -25,6 +25,7 @@ from daskstraggle.problems._kernels import gram_sum, pca_pass_sum
 from daskstraggle.problems._linalg import (
     check_dense_size,
     orthonormalize,
+    precision_floor,
     sin_largest_angle,
 )
 from daskstraggle.problems.base import KernelResult, MapReduce, Problem, Reference
@@ -39,13 +40,12 @@ from daskstraggle.problems.separation import (
 
 __all__ = ["PCA"]
 
-#: Below this fraction of the uncentred squared norm, the centred norm is rounding noise.
+#: Below this fraction of the uncentred squared norm, the centred norm is rounding noise
+#: (used only when the statistics carry no per-column squared deviations).
 _CONSTANT_TOL = 1e-12
-#: Eigen-residuals are relative to the component's eigenvalue, floored at this
-#: fraction of the top one (components with no variance are not judged on rounding).
-_RESIDUAL_FLOOR = 1e-8
-#: Ritz values at most this fraction of the top one are zero variance (rank < k).
-_RANK_FLOOR = 1e-10
+#: A column whose squared deviation is at most ``n (_CONSTANT_EPS mean)^2`` is constant:
+#: what rounding leaves of ``x - mean`` when every value equals the mean.
+_CONSTANT_EPS = 16 * float(np.finfo(np.float64).eps)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -96,6 +96,13 @@ class PCA(Problem):
         Column means subtracted (zeros when ``center=False``); set by :meth:`bind`.
     total : float or None
         Squared Frobenius norm ``|X_c|_F^2`` of the (centred) matrix; set by :meth:`bind`.
+    least_column : float or None
+        The smallest squared norm of a (centred) column that is not constant, the
+        smallest diagonal entry of ``X_c^T X_c``; set by :meth:`bind` (None: unknown).
+        Components whose variance lies below float64's working precision
+        (:func:`~daskstraggle.problems._linalg.precision_floor` times the top one) are
+        *unresolved* when such a column exists (the columns' dynamic range hides them),
+        and of zero variance otherwise (the rank is lower).
 
     See Also
     --------
@@ -154,6 +161,7 @@ class PCA(Problem):
     n_samples: int | None = None
     mean: np.ndarray | None = field(default=None, compare=False, repr=False)
     total: float | None = None
+    least_column: float | None = None
 
     def __post_init__(self) -> None:
         """Validate the user parameters."""
@@ -299,13 +307,20 @@ class PCA(Problem):
         else:
             mean = np.zeros(stats.n_features)
             total = float(stats.sq_norm)
-        if not np.isfinite(total) or total <= _CONSTANT_TOL * float(stats.sq_norm):
+        columns = _column_norms(stats, center=self.center)
+        empty = (not np.isfinite(total) or total <= 0.0 or (
+            total <= _CONSTANT_TOL * float(stats.sq_norm) if columns is None
+            else not columns.size))
+        if empty:
             kind = "every column is constant" if self.center else "the matrix is all zeros"
             raise InvalidDataError(
                 f"PCA needs a matrix with non-zero variance, but {kind} (total "
-                f"{'centred ' if self.center else ''}squared norm {total:.3g})."
+                f"{'centred ' if self.center else ''}squared norm {total:.3g}, rounding "
+                "included)."
             )
-        return dataclasses.replace(self, n_samples=int(stats.n_samples), mean=mean, total=total)
+        least = None if columns is None else float(columns.min())
+        return dataclasses.replace(self, n_samples=int(stats.n_samples), mean=mean,
+                                   total=total, least_column=least)
 
     # ---------------------------------------------------------------- iteration
     def init_iterate(self, rng: np.random.Generator) -> np.ndarray:
@@ -497,18 +512,41 @@ class PCA(Problem):
         """Return Ritz values (descending), rotation ``U`` and relative residuals.
 
         ``M = V^T G`` (symmetrised) is diagonalised; ``V U`` are the Ritz vectors and
-        ``|G u_i - lambda_i V u_i| / max(lambda_i, 1e-8 lambda_1)`` their residuals.
+        ``|G u_i - lambda_i V u_i| / lambda_i`` their residuals. A Ritz value at or below
+        the working precision (:meth:`_below_precision`) has no relative residual: 0 when
+        the rank is lower (a direction of zero variance is as good as any other), inf
+        when the columns' dynamic range hides a component (never converged).
         """
         V = np.asarray(iterate, dtype=np.float64)
         G = np.asarray(gradient, dtype=np.float64)
         eigvals, U = _ritz_pairs(V.T @ G)
         R = G @ U - (V @ U) * eigvals
-        top = max(float(eigvals[0]), 0.0)
-        denom = np.maximum(eigvals, _RESIDUAL_FLOOR * top)
         with np.errstate(divide="ignore", invalid="ignore"):
-            residuals = np.linalg.norm(R, axis=0) / denom
-        residuals = np.where(denom > 0, residuals, np.inf)
+            residuals = np.linalg.norm(R, axis=0) / eigvals
+        residuals = np.where(eigvals > 0, residuals, np.inf)
+        below = self._below_precision(eigvals)
+        residuals[below] = np.inf if self._hidden(eigvals) else 0.0
         return eigvals, U, residuals
+
+    def _below_precision(self, eigvals: np.ndarray) -> np.ndarray:
+        """Which Ritz values (descending) lie at or below float64's working precision,
+        :func:`~daskstraggle.problems._linalg.precision_floor` times the top one (none
+        when the top one is not positive: nothing is judged then)."""
+        top = float(eigvals[0]) if len(eigvals) else 0.0
+        if not top > 0:
+            return np.zeros(len(eigvals), dtype=bool)
+        return np.asarray(eigvals <= precision_floor(self.n_features) * top)
+
+    def _hidden(self, eigvals: np.ndarray) -> bool:
+        """Whether components below the working precision may carry variance: some
+        column's own variance lies below it too (the columns' dynamic range exceeds what
+        float64 resolves next to the top component). Otherwise every column stands above
+        the precision and the components below it are combinations of columns that
+        cancel to rounding: the rank is lower. (Their residuals are inf either way in
+        the verdict: :attr:`~daskstraggle.problems.separation.Separation.verdict`.)"""
+        top = max(float(eigvals[0]), 0.0) if len(eigvals) else 0.0
+        return (self.least_column is not None
+                and self.least_column <= precision_floor(self.n_features) * top)
 
     def optimality(self, result: KernelResult, iterate: np.ndarray) -> float:
         """Return the largest relative eigen-residual of the Ritz pairs at ``iterate``.
@@ -590,9 +628,15 @@ class PCA(Problem):
             errors = variance_errors([*history, values])
         judged = residuals.copy()
         judged[start:] = np.minimum(residuals[start:], errors[start:])
+        names = labels(values, residuals, start, gap, tol)
+        below = self._below_precision(eigvals)[:k]
+        if below.any():  # no eigengap, residual or variance error means anything there:
+            judged[below] = 0.0  # the run stops on the others; the verdict names them
+            names = [("unresolved" if self._hidden(eigvals) else "zero") if low else name
+                     for name, low in zip(names, below, strict=True)]
         return Separation(
             measure=float(np.max(judged)), values=values, errors=np.asarray(errors),
-            next_value=next_value, labels=labels(values, residuals, start, gap, tol))
+            next_value=next_value, labels=names)
 
     def iterate_change(self, new: np.ndarray, old: np.ndarray) -> float:
         """Return the sine of the largest principal angle between two bases.
@@ -673,8 +717,10 @@ class PCA(Problem):
         Warns
         -----
         StraggleWarning
-            If some components have (numerically) zero variance: the matrix's rank is
-            below ``n_components``; their variances are reported as 0.
+            If some components' variance lies below float64's working precision next to
+            the top one (:attr:`least_column`): either the matrix's rank is below
+            ``n_components`` (their variances are reported as 0), or the columns' dynamic
+            range hides them (reported as NaN, named ``unresolved``, never converged).
         """
         mean = self._bound_mean()
         total = self._bound_total()
@@ -682,15 +728,11 @@ class PCA(Problem):
         eigvals, U, residuals = self._ritz(V, result.gradient)
         k = self.n_components
         eigvals, U, residuals = eigvals[:k], U[:, :k], residuals[:k]
-        null = eigvals <= _RANK_FLOOR * max(float(eigvals[0]), 0.0)
-        if null.any():
-            warnings.warn(
-                f"PCA: only {int((~null).sum())} of the {self.n_components} components have "
-                "non-zero variance (the matrix's rank is lower); the others are arbitrary "
-                "directions with variance 0. Ask for fewer components (CLI: -k).",
-                StraggleWarning, stacklevel=2,
-            )
-            eigvals = np.where(null, 0.0, eigvals)
+        below = self._below_precision(eigvals)
+        if below.any():
+            eigvals = np.where(below, np.nan if self._hidden(eigvals) else 0.0, eigvals)
+            warnings.warn(self._precision_message(below, np.isnan(eigvals).any()),
+                          StraggleWarning, stacklevel=2)
         components = (V @ U).T
         pivot = np.argmax(np.abs(components), axis=1)
         signs = np.where(components[np.arange(components.shape[0]), pivot] < 0, -1.0, 1.0)
@@ -705,6 +747,27 @@ class PCA(Problem):
             "mean": mean.astype(np.float64, copy=True),
             "residuals": residuals.astype(np.float64),
         }
+
+    def _precision_message(self, below: np.ndarray, hidden: bool) -> str:
+        """The warning for the components below the working precision."""
+        which = np.flatnonzero(below) + 1
+        names = f"PC{which[0]}" + (f"-PC{which[-1]}" if len(which) > 1 else "")
+        floor = precision_floor(self.n_features)
+        if not hidden:
+            return (f"PCA: only {int((~below).sum())} of the {self.n_components} components "
+                    f"have non-zero variance (the matrix's rank is lower: {names} lie below "
+                    f"{floor:.1e} of PC1's variance, float64's working precision for "
+                    f"{self.n_features} columns); the others are arbitrary directions with "
+                    "variance 0. Ask for fewer components (CLI: -k).")
+        assert self.least_column is not None and self.total is not None
+        return (f"PCA: {names} cannot be resolved: their variance lies below {floor:.1e} of "
+                f"PC1's (float64's working precision for {self.n_features} columns), and "
+                f"the columns' variances span {math.log10(self.total / self.least_column):.0f}"
+                " decades (the smallest column holds "
+                f"{self.least_column / self.total:.1e} of the total). They are reported "
+                "as NaN and not converged ('unresolved'). Standardise the columns first "
+                "(divide each by its standard deviation: a PCA of the correlation matrix), "
+                "or ask for fewer components (CLI: -k).")
 
     def gram_kernel(self, block: Block, *, upper: bool = False) -> np.ndarray:
         """Return ``X_c^T X_c`` over the block's rows (centred by the global means).
@@ -798,6 +861,25 @@ class PCA(Problem):
             In [0, 1]; 0 when the subspaces coincide.
         """
         return sin_largest_angle(np.asarray(iterate, dtype=np.float64), reference.iterate)
+
+
+def _column_norms(stats: MatrixStats, *, center: bool) -> np.ndarray | None:
+    """The squared norms of the (centred) columns that are not constant (not zero without
+    centring), or None when the statistics carry no per-column squared deviations.
+
+    A column's squared deviation is rounding when it is at most ``n (16 eps mean)^2``:
+    a column whose mean is ``10^7`` times its spread is not constant.
+    """
+    if stats.column_sq_dev is None:
+        return None
+    sq_dev = np.asarray(stats.column_sq_dev, dtype=np.float64)
+    mean = np.asarray(stats.column_means, dtype=np.float64)
+    n = max(int(stats.n_samples), 1)
+    if center:
+        varies = sq_dev > n * (_CONSTANT_EPS * mean) ** 2
+        return sq_dev[varies & (sq_dev > 0)]
+    norms = sq_dev + n * mean * mean
+    return norms[norms > 0]
 
 
 def _ritz_pairs(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -58,7 +58,11 @@ class Separation:
     next_value : float or None
         The largest Ritz value beyond the ``k`` requested.
     labels : list of str
-        What each component's result determines (:func:`labels`).
+        What each component's result determines (:func:`labels`), or ``"zero"`` (a
+        direction of zero variance: the rank is lower) and ``"unresolved"`` (variance
+        below float64's working precision next to the top component while some column's
+        variance is too: see :class:`~daskstraggle.problems.PCA`) for components that
+        no residual judges.
     """
 
     measure: float
@@ -66,6 +70,13 @@ class Separation:
     errors: np.ndarray
     next_value: float | None
     labels: list[str]
+
+    @property
+    def verdict(self) -> float:
+        """The measure a run's final point is judged by: ``measure``, or inf while a
+        component is ``"unresolved"`` (the run stops on the others, but never says it
+        converged)."""
+        return math.inf if "unresolved" in self.labels else self.measure
 
 
 def north_gap(n_rows: int) -> float:

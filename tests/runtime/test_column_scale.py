@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from test_convergence import METHODS  # tests/runtime is on sys.path (rootdir-less modules)
 
-from daskstraggle import fit_least_squares, fit_logistic
+from daskstraggle import fit_least_squares, fit_logistic, fit_pca
 from daskstraggle.cli import main
 from daskstraggle.errors import ConvergenceWarning, InvalidDataError
 from daskstraggle.problems import LeastSquares, Logistic, block_stats
@@ -260,3 +260,111 @@ def test_cli_linreg_at_column_scale_1e_minus_8_is_not_converged_on_the_intercept
     Z = (X - X.mean(axis=0)) / X.std(axis=0)
     optimum = 0.5 * np.mean((Z @ best[:-1] + best[-1] - y) ** 2)
     assert out["reference_objective"] == pytest.approx(optimum, rel=1e-9)
+
+
+# ---------------------------------------------------------------- PCA (issue 42, item 1)
+#: Every method that fits a PCA (momentum methods are refused: iterates are subspaces).
+PCA_METHODS = [(m, p) for m, p in METHODS if m != "nag"]
+PCA_ROWS, PCA_COLS, PCA_K = 200, 4, 3
+
+
+def _fit_pca(X: np.ndarray, method: str, params: dict, k: int = PCA_K):
+    """Fit in simulation; return the result and the warnings' texts."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = fit_pca(X, n_components=k, runtime="sim", n_workers=4, rng=0, method=method,
+                      method_params=params, stragglers="gamma(mean=0.05, var=1e-4)",
+                      tol=1e-6, max_iter=300)
+    return res, [str(w.message) for w in caught]
+
+
+def _svd_variances(X: np.ndarray) -> np.ndarray:
+    """numpy's SVD of the centred matrix: the variances the components must report."""
+    s = np.linalg.svd(X - X.mean(axis=0), compute_uv=False)
+    return s * s / (len(X) - 1)
+
+
+def _check_exact_or_flagged(res, texts: list[str], truth: np.ndarray, *,
+                            full_rank: bool) -> int:
+    """Each component is exact (against numpy's SVD), or flagged ``unresolved`` with NaN
+    and a run that does not say converged; return how many were exact."""
+    variance = res.fitted["explained_variance"]
+    labels = res.determined or ["vector"] * len(variance)
+    if full_rank:
+        assert not any("rank is lower" in t for t in texts), texts
+    unresolved = [j for j, name in enumerate(labels) if name == "unresolved"]
+    if unresolved:
+        assert not res.converged
+        assert np.isnan(variance[unresolved]).all()
+        assert any("cannot be resolved" in t and "Standardise the columns" in t
+                   for t in texts), texts
+    exact = 0
+    if res.converged:
+        for j in range(len(variance)):
+            # a residual r bounds the eigenvalue's relative error by about r (and r^2 / gap)
+            np.testing.assert_allclose(variance[j], truth[j], rtol=1e-5)
+            exact += 1
+    return exact
+
+
+@pytest.mark.parametrize(("method", "params"), PCA_METHODS, ids=[m for m, _ in PCA_METHODS])
+@settings(max_examples=5, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(exponents=st.lists(st.integers(-8, 8), min_size=PCA_COLS, max_size=PCA_COLS),
+       seed=st.integers(0, 2**16))
+def test_pca_components_are_exact_or_flagged_at_any_column_scale(method, params, exponents,
+                                                                  seed):
+    """Per-column scales 1e-8 .. 1e8: a component whose variance is reported is numpy's
+    SVD's; one float64 cannot resolve next to the top one is NaN, 'unresolved', not
+    converged; the rank warning never appears (the data have full rank)."""
+    rng = np.random.default_rng(seed)
+    X = (rng.normal(size=(PCA_ROWS, PCA_COLS)) + rng.normal(size=PCA_COLS)) \
+        * np.power(10.0, exponents) * np.linspace(1.0, 0.5, PCA_COLS)
+    res, texts = _fit_pca(X, method, params)
+    _check_exact_or_flagged(res, texts, _svd_variances(X), full_rank=True)
+
+
+@pytest.mark.parametrize("method", ["block", "gram"])
+def test_pca_small_component_is_computed_not_zero(method):
+    """The tour's case: X[:, 0] *= 1e6 made PC2's variance 0, 'converged', with a false
+    rank warning; it is scikit-learn's 1.1448 now."""
+    from sklearn.decomposition import PCA as SkPCA
+
+    X = np.random.default_rng(0).normal(size=(400, 6))
+    X[:, 0] *= 1e6
+    res, texts = _fit_pca(X, method, {}, k=2)
+    want = SkPCA(2, svd_solver="full").fit(X).explained_variance_
+    assert res.converged and not texts
+    assert _check_exact_or_flagged(res, texts, want, full_rank=True) == 2
+    assert abs(res.fitted["explained_variance"][1] - 1.1448) < 1e-4
+
+
+@pytest.mark.parametrize(("method", "params"), [("gd", {}), ("block", {}), ("gram", {})])
+def test_pca_rank_warning_only_when_the_rank_is_lower(method, params):
+    """Rank 2 data asked for 3 components: the rank warning, variance 0, 'zero',
+    converged; the same columns at a 1e9 dynamic range: 'unresolved', no rank warning."""
+    rng = np.random.default_rng(3)
+    low = rng.normal(size=(200, 2)) @ rng.normal(size=(2, 5))
+    res, texts = _fit_pca(low, method, params)
+    assert any("rank is lower" in t for t in texts), texts
+    assert res.converged and res.determined[2] == "zero"
+    assert res.fitted["explained_variance"][2] == 0.0
+    wide = rng.normal(size=(200, 5)) * np.array([1e9, 1.0, 1.0, 1.0, 1.0])
+    res, texts = _fit_pca(wide, method, params)
+    assert not any("rank is lower" in t for t in texts), texts
+    assert not res.converged and res.determined[1:] == ["unresolved"] * 2
+
+
+def test_pca_column_whose_mean_dwarfs_its_spread_is_not_constant():
+    """A column whose mean is 1e7 times its spread was called 'constant' (its centred norm
+    is 1e-14 of the uncentred one); the fit matches scikit-learn."""
+    from sklearn.decomposition import PCA as SkPCA
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(300, 3)) * [1.0, 0.5, 0.2] + 1e7
+    res, texts = _fit_pca(X, "block", {}, k=2)
+    assert res.converged, texts
+    want = SkPCA(2, svd_solver="full").fit(X).explained_variance_
+    np.testing.assert_allclose(res.fitted["explained_variance"], want, rtol=1e-6)
+    with pytest.raises(InvalidDataError, match="every column is constant"):
+        _fit_pca(np.full((50, 3), 0.1), "block", {}, k=2)
