@@ -48,11 +48,9 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
                  f"{attrs['load_duration_s']:.3f} s load")
     auto = attrs.get("auto")
     if auto is not None:
-        from daskstraggle.runtime.auto import ranked_predictions
+        from daskstraggle.runtime.auto import describe
 
-        lines.append(f"auto        ran {auto['choice']} after {auto['probe_rounds']} probe "
-                     f"rounds ({auto['probe_seconds']:.1f} s); predicted per gd round: "
-                     f"{ranked_predictions(auto['predicted'])}")
+        lines.append(f"auto        {describe(auto)}")
     if "staleness" in result.trace and result.n_iter:
         staleness = result.trace["staleness"].values
         lines.append(f"staleness   cache entries up to {int(np.nanmax(staleness))} iterations "

@@ -191,16 +191,36 @@ class Choice:
         return attrs
 
     def summary(self) -> str:
-        """One line: the choice and the predictions, fastest first."""
-        return (f"auto: probed {self.probe_rounds} gd rounds ({self.probe_seconds:.1f} s); "
-                f"predicted per gd round: {ranked_predictions(self.predicted)}; "
-                f"running {self.label}")
+        """One line: the choice and why (:func:`describe`)."""
+        return f"auto: {describe(self.as_attrs())}"
 
 
-def ranked_predictions(predicted: dict[str, float]) -> str:
-    """The predictions fastest first, as ``"dsag(w=3) 0.04 s, gd 0.068 s"``."""
-    ranked = sorted(predicted.items(), key=lambda kv: kv[1])
-    return ", ".join(f"{label} {seconds:.3g} s" for label, seconds in ranked)
+def describe(auto: dict[str, Any]) -> str:
+    """Say what ``auto`` ran and why, from ``result.attrs["auto"]`` (:meth:`Choice.as_attrs`).
+
+    Parameters
+    ----------
+    auto : dict
+        The choice as plain values.
+
+    Returns
+    -------
+    line : str
+        ``"ran coded(s=1) after 8 probe rounds (1.2 s); predicted per gd round: ..."``, or,
+        when nothing was probed (a single candidate: one worker), that the rule chose.
+
+    Examples
+    --------
+    >>> describe({"choice": "gd", "probe_rounds": 0, "probe_seconds": 0.0, "predicted": {}})
+    'ran gd, the rule on the data (one candidate on this cluster: nothing to probe)'
+    """
+    if not auto["probe_rounds"] or not auto["predicted"]:
+        return (f"ran {auto['choice']}, the rule on the data (one candidate on this cluster: "
+                "nothing to probe)")
+    ranked = sorted(auto["predicted"].items(), key=lambda kv: kv[1])
+    return (f"ran {auto['choice']} after {auto['probe_rounds']} probe rounds "
+            f"({auto['probe_seconds']:.1f} s); predicted per gd round: "
+            + ", ".join(f"{label} {seconds:.3g} s" for label, seconds in ranked))
 
 
 def candidates(plain: Method, n_workers: int) -> list[Candidate]:

@@ -161,16 +161,17 @@ def _run(argvs: list[list[str]], cwd: Path, *, at_once: int = 3) -> list[Backgro
 
 def test_cli_pca_over_http_equals_the_local_run(served, tmp_path):
     before = _tree_hash(served.folder)
-    for store, extra in (("plain.vcz", []), ("consolidated.vcz", ["--array", "call_genotype"]),
-                         ("lin3.zarr", ["--array", "X"]), ("arr.zarr", [])):
-        sources = [str(served.folder / store), *(f"{served.url[s]}/{store}"
-                                                  for s in ("listing", "bare"))]
+    # the API tests above cover every store on both servers; the CLI runs a VCF Zarr store
+    # on both and a group with --array on the server without directory pages
+    for store, extra, servers in (("plain.vcz", [], ("listing", "bare")),
+                                  ("lin3.zarr", ["--array", "X"], ("bare",))):
+        sources = [str(served.folder / store), *(f"{served.url[s]}/{store}" for s in servers)]
         runs = _run([["pca", source, *extra, "-k", "2", "--json"] for source in sources],
                     tmp_path)
         for run in runs:
             assert run.proc.returncode == 0, (store, run.err)
         local, *remote = (json.loads(run.out)["explained_variance"] for run in runs)
-        assert remote == [local, local], store
+        assert remote == [local] * len(servers), store
     assert _tree_hash(served.folder) == before
     assert list(tmp_path.iterdir()) == []
 

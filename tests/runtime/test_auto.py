@@ -95,7 +95,23 @@ def test_measuring_a_runtime_chooses_for_its_stragglers(latency, expected):
     slow = np.asarray(choice.worker_latency)
     if latency == SLOW:  # the probe saw worker 0 eight times slower
         assert slow[0] / np.median(slow[1:]) == pytest.approx(8, rel=0.1)
-    assert choice.summary().endswith(f"running {expected}")
+    assert f"ran {expected} after {auto.PROBE_ROUNDS} probe rounds" in choice.summary()
+    assert choice.summary().split("predicted per gd round: ")[1].count(" s") == len(
+        choice.predicted)
+
+
+def test_a_single_candidate_is_described_without_an_empty_prediction():
+    """One worker (a running cluster of one): no probe, and the line says so instead of
+    'after 0 probe rounds ... predicted per gd round:' with nothing after it."""
+    matrix = open_matrix(np.random.default_rng(1).normal(size=(100, 4)), n_partitions=1)
+    with MeasuringSim(1, latency=CLEAN, rng=0) as runtime:
+        choice = auto.measure_and_choose(runtime, PCA(n_components=2), matrix,
+                                         make_method("gram"), rng=np.random.default_rng(0))
+    assert choice.probe_rounds == 0 and choice.label == "gram"
+    line = auto.describe(choice.as_attrs())
+    assert line == ("ran gram, the rule on the data (one candidate on this cluster: "
+                    "nothing to probe)")
+    assert choice.summary() == f"auto: {line}"
 
 
 def test_the_probe_does_not_wait_for_a_busy_worker_and_counts_it_slow():
