@@ -235,9 +235,12 @@ def test_a_simulated_fault_run_replays_through_a_fresh_pool():
     assert pool.fresh().replay(changed)[0][0] == "on_status"
 
 
-def test_block_krylov_with_a_helper_keeps_the_clean_rounds_and_subspace():
-    """The README's promise for a worker that joins and helps: the same iterates, to
-    rounding (block Krylov on a slowly decaying spectrum, stopped by its tolerance)."""
+@pytest.mark.parametrize(("tol", "atol"), [(1e-8, 1e-10), (1e-6, 1e-6)])
+def test_block_krylov_with_a_helper_keeps_the_clean_rounds_and_subspace(tol, atol):
+    """The README's promise for a worker that joins and helps: the same rounds, and
+    components within ``tol`` of the clean run's (block Krylov on a slowly decaying
+    spectrum, stopped by its tolerance): the helper's partial sums change the order of
+    addition, and the least-converged component carries that (7e-8..9e-8 at tol 1e-6)."""
     from daskstraggle.methods import make_method
 
     flat = rng.normal(size=(3000, 120)) * (1.0 / (1.0 + 0.02 * np.arange(120)))
@@ -246,12 +249,12 @@ def test_block_krylov_with_a_helper_keeps_the_clean_rounds_and_subspace():
     for faults in (None, "join(count=1, at=0.5)"):
         with CheckedSim(3, latency=slow, faults=faults, rng=1) as rt:
             runs.append(rt.run(make_method("block"), PCA(n_components=5), open_matrix(flat),
-                               stop=StopRule(max_iter=300, tol=1e-8), rng=0))
+                               stop=StopRule(max_iter=300, tol=tol), rng=0))
     clean, helped = runs
     assert helped.attrs["worker_joins"][0]["split_units"] >= clean.n_iter - 3
     assert helped.n_iter == clean.n_iter and helped.converged and clean.converged
     np.testing.assert_allclose(np.abs(helped.fitted["components"]),
-                               np.abs(clean.fitted["components"]), atol=1e-10)
+                               np.abs(clean.fitted["components"]), atol=atol)
 
 
 def test_overlapping_freezes_count_once():
