@@ -304,16 +304,40 @@ def start_local_cluster(
         if cluster is not None:
             cluster.close()
         cause = err.__cause__ or err
+        script = unguarded_main()
+        remedy = ("Check free memory and the process limit, or start fewer workers (CLI: "
+                  "--workers)." if script is None else
+                  f"{script} has no 'if __name__ == \"__main__\":' guard: each worker process "
+                  "imports the script that starts it, so put the code that starts the "
+                  "cluster (the fit) under that guard.")
         raise ClusterConnectionError(
             f"Could not start a LocalCluster of {n_workers} worker processes ("
-            f"{type(cause).__name__}: {cause}); a worker process died while starting. Check "
-            "free memory and the process limit, or start fewer workers (CLI: --workers)."
+            f"{type(cause).__name__}: {cause}); a worker process died while starting. "
+            f"{remedy}"
         ) from err
     except BaseException:
         if cluster is not None:
             cluster.close()
         raise
     return client, [client, cluster]
+
+
+def unguarded_main() -> str | None:
+    """Return the path of the script being run when its source has no
+    ``if __name__ == "__main__":`` guard (None for the CLI, a notebook, ``python -c`` or
+    a guarded script): worker processes that import it start clusters of their own."""
+    import re
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path or not str(path).endswith(".py"):
+        return None
+    try:
+        with open(path, encoding="utf-8") as file:
+            source = file.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    guard = re.compile(r"""^\s*if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.M)
+    return None if guard.search(source) else str(path)
 
 
 def _local_cluster(n_workers: int, threads_per_worker: int, processes: bool,
