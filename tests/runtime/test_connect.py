@@ -388,3 +388,37 @@ def test_a_failing_kernel_warm_up_does_not_stop_the_forkserver(monkeypatch):
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # the import blocked SIGINT here
     assert calls
+
+
+@pytest.mark.parametrize(("source", "named"), [
+    ("import daskstraggle\nres = daskstraggle.fit_pca(X, 2, n_workers=2)\n", True),
+    ('if __name__ == "__main__":\n    res = fit_pca(X)\n', False),
+    ("if __name__=='__main__' :\n    pass\n", False),
+])
+def test_unguarded_main_names_a_script_without_the_guard(tmp_path, monkeypatch, source,
+                                                         named):
+    from daskstraggle.runtime._connect import unguarded_main
+
+    script = tmp_path / "fit.py"
+    script.write_text(source)
+    monkeypatch.setitem(sys.modules, "__main__", SimpleNamespace(__file__=str(script)))
+    assert unguarded_main() == (str(script) if named else None)
+    monkeypatch.setitem(sys.modules, "__main__", SimpleNamespace())  # python -c, a notebook
+    assert unguarded_main() is None
+
+
+@pytest.mark.cluster
+def test_a_script_without_the_main_guard_is_told_about_the_guard(tmp_path):
+    """Worker processes import the script that starts them: without the guard each tries
+    to start a cluster of its own, and the one line says so (not memory or process
+    limits)."""
+    script = tmp_path / "fit.py"
+    script.write_text("import numpy as np\nimport daskstraggle as ds\n"
+                      "X = np.random.default_rng(0).normal(size=(100, 4))\n"
+                      "ds.fit_pca(X, 2, n_workers=2, runtime='dask')\n")
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode != 0
+    line = [text for text in proc.stderr.splitlines() if "ClusterConnectionError" in text][-1]
+    assert "has no 'if __name__ == \"__main__\":' guard" in line, proc.stderr[-2000:]
+    assert "process limit" not in line
