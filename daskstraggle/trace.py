@@ -316,6 +316,12 @@ class Result:
                     "their bulk has no eigengap, so only their variance is determined)")
         if self.converged:
             return f"{self.problem} with {self.method} converged: {what} {self.optimality:.3g}."
+        hidden = [j + 1 for j, d in enumerate(self.determined or ()) if d == "unresolved"]
+        if hidden:  # no iteration can resolve them: say why, not "raise max_iter"
+            return (f"{self.problem} with {self.method} did not converge: PC{hidden[0]}"
+                    + (f"-PC{hidden[-1]}" if len(hidden) > 1 else "")
+                    + " lie below float64's working precision next to PC1 (unresolved, "
+                    "variance NaN); standardise the columns, or ask for fewer components.")
         if tol is None:
             bound = "no tolerance was set (tol=None)"
         else:

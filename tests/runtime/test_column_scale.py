@@ -368,3 +368,14 @@ def test_pca_column_whose_mean_dwarfs_its_spread_is_not_constant():
     np.testing.assert_allclose(res.fitted["explained_variance"], want, rtol=1e-6)
     with pytest.raises(InvalidDataError, match="every column is constant"):
         _fit_pca(np.full((50, 3), 0.1), "block", {}, k=2)
+
+
+def test_pca_unresolved_run_says_why_not_raise_max_iter():
+    """An unresolved component stops the run on the others; the message does not tell the
+    user to raise max_iter or tol, which cannot help."""
+    X = np.random.default_rng(0).normal(size=(400, 6)) * [1e9, 1, 1, 1, 1, 1]
+    res, texts = _fit_pca(X, "block", {}, k=3)
+    assert res.n_iter < 10 and not res.converged
+    message = res.convergence_message()
+    assert "PC2-PC3 lie below float64's working precision" in message
+    assert "max_iter" not in message and any("did not converge: PC2-PC3" in t for t in texts)
