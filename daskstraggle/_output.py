@@ -13,6 +13,7 @@ does); the command line's ``--out`` and ``--plot`` refuse a missing folder inste
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -21,7 +22,7 @@ import sys
 import tempfile
 import uuid
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -41,6 +42,7 @@ __all__ = [
     "check_output_path",
     "check_writable_folder",
     "discard",
+    "removed_on_error",
     "source_paths",
     "write_atomically",
 ]
@@ -59,7 +61,8 @@ def source_paths(source: Any) -> list[str]:
     ``source`` is a path, a :class:`~daskstraggle.data.Matrix` (its source's ``path``), an
     ``xarray.Dataset`` (the store it was opened from) or a description dict
     (``Matrix.describe()``, recorded in ``Result.attrs["matrix"]``).
-    A ``file://`` URL gives its local path; other URLs (remote stores) give none.
+    A ``file://`` URL gives its local path; other URLs (remote stores) give none. A PLINK
+    fileset gives its companions too (``.bim`` and ``.fam`` beside a ``.bed``).
     """
     if isinstance(source, dict):
         path = source.get("path")
@@ -73,8 +76,22 @@ def source_paths(source: Any) -> list[str]:
         return []
     path = os.fspath(path)
     if path.startswith("file:"):
-        return [unquote(urlparse(path).path)]
-    return [] if is_url(path) else [path]
+        path = unquote(urlparse(path).path)
+    elif is_url(path):
+        return []
+    return [path, *_companions(path)]
+
+
+def _companions(path: str) -> list[str]:
+    """The files read beside ``path`` (a ``.bed``'s ``.bim`` and ``.fam``), as its
+    source backend declares them (``companions``), in the case of its suffix."""
+    from daskstraggle.data.backends import guess_source
+
+    backend = guess_source(path)
+    suffix: str = getattr(backend, "suffix", "")
+    tail = path[len(path) - len(suffix):]
+    return [path[: len(path) - len(suffix)] + (c.upper() if tail.isupper() else c)
+            for c in getattr(backend, "companions", ())]
 
 
 def check_output_path(
@@ -82,6 +99,7 @@ def check_output_path(
     *,
     overwrite: bool,
     inputs: Iterable[str | os.PathLike[str]] = (),
+    what: str = "The output path (CLI: --out)",
 ) -> Path | None:
     """Refuse an output path that would destroy data or cannot be written; return it.
 
@@ -93,6 +111,8 @@ def check_output_path(
         Whether an existing ``path`` may be replaced.
     inputs : iterable of str or path, default=()
         Input stores the output must neither be, lie inside, nor contain.
+    what : str, default="The output path (CLI: --out)"
+        Names the path in the messages.
 
     Returns
     -------
@@ -115,42 +135,46 @@ def check_output_path(
     # a URL, or one that pathlib folded ('s3://b/k' -> 's3:/b/k'); 2+ letters: not a drive
     if is_url(os.fspath(path)) or re.match(r"^[A-Za-z][A-Za-z0-9+.\-]+:/", os.fspath(path)):
         raise InvalidParameterError(
-            f"The output path (CLI: --out) must be a local path; got the URL {os.fspath(path)!r}. "
+            f"{what} must be a local path; got the URL {os.fspath(path)!r}. "
             "Results are written locally (copy them to the remote store afterwards)."
         )
     out = Path(path)
-    check_not_input(out, inputs)
-    check_not_in_zarr(out)
+    check_not_input(out, inputs, what=what)
+    check_not_in_zarr(out, what=what)
     if os.path.lexists(out) and not overwrite:
         raise OutputExistsError(
-            f"The output path (CLI: --out) {str(out)!r} exists already; pass overwrite=True "
+            f"{what} {str(out)!r} exists already; pass overwrite=True "
             "(CLI: --overwrite) or choose another path."
         )
-    check_writable_folder(out.absolute().parent, out=out)
+    check_writable_folder(out.absolute().parent, out=out, what=what)
     return out
 
 
-def check_not_input(out: Path, inputs: Iterable[str | os.PathLike[str]], *,
-                    what: str = "The output path (CLI: --out)") -> None:
+def check_not_input(out: Path, inputs: Iterable[str | os.PathLike[str] | None], *,
+                    what: str = "The output path (CLI: --out)",
+                    role: str = "the input store") -> None:
     """Raise InvalidParameterError if ``out`` is, is inside or contains an input.
 
-    ``what`` names the path in the message.
+    ``what`` names the path and ``role`` the inputs (e.g. "the --out store") in the
+    message; None entries of ``inputs`` are skipped.
     """
     real_out = Path(os.path.realpath(out))
     for source in inputs:
+        if source is None:
+            continue
         real_in = Path(os.path.realpath(source))
         if real_out == real_in:
-            relation = "is the input store"
+            relation = "is"
         elif real_in in real_out.parents:
-            relation = "lies inside the input store"
+            relation = "lies inside"
         elif real_out in real_in.parents:
-            relation = "contains the input store"
+            relation = "contains"
         else:
             continue
         raise InvalidParameterError(
-            f"{what} {str(out)!r} {relation} {os.fspath(source)!r}; "
+            f"{what} {str(out)!r} {relation} {role} {os.fspath(source)!r}; "
             "writing there would destroy the data, also with overwrite=True "
-            "(CLI: --overwrite). Choose a path outside the input."
+            "(CLI: --overwrite). Choose a path outside it."
         )
 
 
@@ -301,6 +325,25 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@contextlib.contextmanager
+def removed_on_error(paths: Iterable[str | os.PathLike[str] | None]) -> Iterator[None]:
+    """Delete, if the block raises, each of ``paths`` that did not exist when it began.
+
+    What a run writes (its ``--out`` store, figure, plink files) is checked whole before
+    anything is written; an error after writing started (a full disk, a file that cannot
+    be created) then leaves no partial output of this run behind. Paths that existed
+    before (replaced with ``overwrite``) are left as they are.
+    """
+    new = [Path(p) for p in paths if p is not None and not os.path.lexists(p)]
+    try:
+        yield
+    except BaseException:
+        for path in new:
+            if os.path.lexists(path):
+                discard(path)
+        raise
 
 
 def discard(path: Path) -> bool:

@@ -26,20 +26,27 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskstraggle._output import check_folder_exists
+from daskstraggle._output import (
+    check_folder_exists,
+    check_not_input,
+    check_output_path,
+    removed_on_error,
+    source_paths,
+)
 from daskstraggle.data.genotypes import _strings
-from daskstraggle.errors import InvalidParameterError, OutputExistsError
+from daskstraggle.errors import InvalidParameterError, OutputExistsError, OutputNotWritableError
 
 if TYPE_CHECKING:
     from daskstraggle.data.matrix import Matrix
     from daskstraggle.trace import Result
 
-__all__ = ["PLINK_SUFFIXES", "check_prefix", "write_plink"]
+__all__ = ["PLINK_SUFFIXES", "check_prefix", "check_variants", "write_plink"]
 
 #: What :func:`write_plink` writes, by suffix of the prefix (the last two need the matrix).
 PLINK_SUFFIXES = (".eigenvec", ".eigenval", ".eigenvec.allele", ".afreq")
@@ -74,28 +81,42 @@ def write_plink(result: Result, prefix: str | os.PathLike[str], matrix: Matrix |
     ------
     InvalidParameterError
         If ``result`` is not a genotype PCA, or ``matrix`` is not the one it was fitted on
-        (another shape).
+        (another shape); or the prefix has no file name, or a file would be, lie in or
+        contain an input (the result's or ``matrix``'s) or lie in a Zarr store.
     OutputExistsError
         If a file exists and ``overwrite`` is False.
     OutputNotWritableError
-        If the prefix's folder does not exist.
+        If the prefix's folder does not exist or cannot be written, or writing a file
+        fails (then the files this call created are removed).
     """
     info = _check_result(result)
+    inputs = source_paths(info)
     if matrix is not None:
         from daskstraggle.api import matrix_after_run
 
+        inputs += source_paths(matrix)
         matrix = matrix_after_run(matrix, result)  # without samples or variants never called
         _check_matrix(matrix, info)
-    paths = check_prefix(prefix, overwrite=overwrite, alleles=matrix is not None)
+    paths = check_prefix(prefix, overwrite=overwrite, alleles=matrix is not None, inputs=inputs)
     components = np.asarray(result.fitted["components"], dtype=np.float64)
     s = np.asarray(result.fitted["singular_values"], dtype=np.float64)
     samples = (_strings(result.feature_coords) if result.feature_coords is not None
                else np.array([f"sample_{j}" for j in range(components.shape[1])]))
-    _write_eigenvec(paths[0], components, samples, _family_ids(info, samples))
     eigenvalues = s ** 2 / (info["ploidy"] * info["shape"][0])
-    paths[1].write_text("".join(f"{v:.10g}\n" for v in eigenvalues))
+    texts = [_eigenvec_text(components, samples, _family_ids(info, samples)),
+             "".join(f"{v:.10g}\n" for v in eigenvalues)]
     if matrix is not None:
-        _write_alleles(paths[2], paths[3], matrix, components, s, client)
+        texts += _allele_texts(matrix, components, s, client)
+    with removed_on_error(paths):  # every file or none of the new ones
+        for path, text in zip(paths, texts, strict=True):
+            try:
+                path.write_text(text)
+            except OSError as err:
+                raise OutputNotWritableError(
+                    f"The plink file (CLI: --plink-out) {str(path)!r} cannot be written "
+                    f"({err.strerror or err}); nothing of this prefix was kept. Free space "
+                    "or choose another prefix."
+                ) from err
     return paths
 
 
@@ -121,28 +142,47 @@ def _check_matrix(matrix: Matrix, info: dict[str, Any]) -> None:
         )
 
 
-def check_prefix(prefix: str | os.PathLike[str], *, overwrite: bool,
-                 alleles: bool = True) -> list[Path]:
-    """Return the files :func:`write_plink` writes at ``prefix``, refusing an existing one
-    (without ``overwrite``) or a missing folder; called before any work.
+def check_prefix(prefix: str | os.PathLike[str], *, overwrite: bool, alleles: bool = True,
+                 inputs: Iterable[str | os.PathLike[str]] = (),
+                 others: Mapping[str, str | os.PathLike[str] | None] | None = None
+                 ) -> list[Path]:
+    """Return the files :func:`write_plink` writes at ``prefix``, refusing any that could
+    not be written or would destroy data; called before any work.
+
+    ``inputs`` are the run's inputs (no file may be, lie in or contain one, as for
+    :func:`~daskstraggle._output.check_output_path`); ``others`` the run's other outputs by
+    role (e.g. ``{"the --out store": path}``), which no file may be or lie in.
 
     Raises
     ------
+    InvalidParameterError
+        If the prefix has no file name (``""``, ``dir/``), or a file is, lies in or
+        contains an input or another output, or lies in a Zarr store.
     OutputExistsError
-        If a file exists and ``overwrite`` is False.
+        If a file exists and ``overwrite`` is False, or is a folder.
     OutputNotWritableError
-        If the prefix's folder does not exist.
+        If the prefix's folder does not exist or cannot be written.
     """
     base = os.fspath(prefix)
+    if os.path.basename(base) in ("", ".", ".."):
+        raise InvalidParameterError(
+            f"The plink prefix (CLI: --plink-out) {base!r} has no file name, so the files "
+            f"would be hidden ({base + '.eigenvec'!r}); end it with a name, e.g. "
+            f"{os.path.join(base, 'pca')!r}."
+        )
     paths = [Path(base + suffix) for suffix in (PLINK_SUFFIXES if alleles
                                                  else PLINK_SUFFIXES[:2])]
     check_folder_exists(paths[0], what="The plink prefix (CLI: --plink-out)")
-    existing = [str(p) for p in paths if p.exists()]
-    if existing and not overwrite:
-        raise OutputExistsError(
-            f"{existing[0]!r} exists; pass overwrite=True (CLI: --overwrite) to replace the "
-            "plink files, or choose another prefix."
-        )
+    what = "The plink file (CLI: --plink-out)"
+    for path in paths:
+        if path.is_dir():
+            raise OutputExistsError(
+                f"{what} {str(path)!r} is a folder, which plink files cannot replace; "
+                "choose another prefix."
+            )
+        check_output_path(path, overwrite=overwrite, inputs=inputs, what=what)
+        for role, other in (others or {}).items():
+            check_not_input(path, [other], what=what, role=role)
     return paths
 
 
@@ -167,8 +207,8 @@ def _family_ids(info: dict[str, Any], samples: np.ndarray) -> np.ndarray | None:
     return np.array([family[str(s)] for s in samples])
 
 
-def _write_eigenvec(path: Path, components: np.ndarray, samples: np.ndarray,
-                    family: np.ndarray | None) -> None:
+def _eigenvec_text(components: np.ndarray, samples: np.ndarray,
+                   family: np.ndarray | None) -> str:
     k = components.shape[0]
     pcs = "\t".join(f"PC{i + 1}" for i in range(k))
     ids = samples if family is None else [f"{f}\t{s}" for f, s in zip(family, samples,
@@ -177,11 +217,12 @@ def _write_eigenvec(path: Path, components: np.ndarray, samples: np.ndarray,
     lines = [f"{header}\t{pcs}\n"]
     lines += [f"{name}\t" + "\t".join(f"{v:.10g}" for v in components[:, j]) + "\n"
               for j, name in enumerate(ids)]
-    path.write_text("".join(lines))
+    return "".join(lines)
 
 
-def _write_alleles(allele_path: Path, freq_path: Path, matrix: Matrix, components: np.ndarray,
-                   s: np.ndarray, client: Any) -> None:
+def _allele_texts(matrix: Matrix, components: np.ndarray, s: np.ndarray,
+                  client: Any) -> list[str]:
+    """The ``.eigenvec.allele`` and ``.afreq`` files' text (one pass over the variants)."""
     from daskstraggle import _passes
     from daskstraggle.data._bed_writer import unique_variant_ids
 
@@ -202,9 +243,17 @@ def _write_alleles(allele_path: Path, freq_path: Path, matrix: Matrix, component
         values = weights[v]
         lines.append(f"{head}\t{ref[v]}\t" + "\t".join(f"{-w:.10g}" for w in values) + "\n")
         lines.append(f"{head}\t{alt[v]}\t" + "\t".join(f"{w:.10g}" for w in values) + "\n")
-    allele_path.write_text("".join(lines))
-    freq_path.write_text("#CHROM\tID\tREF\tALT\tALT_FREQS\n" + "".join(
-        f"{chrom[v]}\t{ids[v]}\t{ref[v]}\t{alt[v]}\t{freq[v]:.10g}\n" for v in range(len(ids))))
+    return ["".join(lines), "#CHROM\tID\tREF\tALT\tALT_FREQS\n" + "".join(
+        f"{chrom[v]}\t{ids[v]}\t{ref[v]}\t{alt[v]}\t{freq[v]:.10g}\n" for v in range(len(ids)))]
+
+
+def check_variants(matrix: Matrix) -> None:
+    """Read the variant table the allele weights need (contigs, positions, alleles, ids),
+    so a malformed ``.bim`` or ``.pvar`` is refused before the fit rather than after it."""
+    table = matrix.variants
+    if table is not None:
+        for name in ("variant_contig", "variant_position", "variant_allele", "variant_id"):
+            table.get(name)
 
 
 def _variant_columns(matrix: Matrix) -> tuple[list[str], list[int], list[str], list[str],

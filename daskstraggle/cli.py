@@ -279,6 +279,8 @@ def _method_params(method: str, values: dict[str, Any]) -> dict[str, Any] | None
 
 def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None = None,
                plink_out: str | None = None, **extra: Any) -> None:
+    from daskstraggle._output import removed_on_error
+    from daskstraggle._plink_out import PLINK_SUFFIXES
     from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca
     from daskstraggle.methods.options import method_options
 
@@ -293,24 +295,25 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
         params["runtime"] = None
     _configured_defaults(params)
     common = dict(params, rng=seed, progress=config.progress() and not quiet and not as_json)
-    if kind == "pca":
-        result = fit_pca(source, **extra, **common)
-    elif kind == "logreg":
-        result = fit_logistic(source, **extra, **common)
-    else:
-        result = fit_least_squares(source, **extra, **common)
-    if plot is not None:
-        from daskstraggle._cli_plot import save_run_figure
+    fit: Callable[..., Any] = (fit_pca if kind == "pca" else fit_logistic if kind == "logreg"
+                               else fit_least_squares)
+    plink_files = ([] if plink_out is None
+                   else [f"{plink_out}{suffix}" for suffix in PLINK_SUFFIXES])
+    # an error after the run started writing removes what it wrote (checked before)
+    with removed_on_error([params.get("out"), plot, *plink_files]):
+        result = fit(source, **extra, **common)
+        if plot is not None:
+            from daskstraggle._cli_plot import save_run_figure
 
-        save_run_figure(result, plot, labels=getattr(source, "column_groups", None),
-                        overwrite=params["overwrite"])
+            save_run_figure(result, plot, labels=getattr(source, "column_groups", None),
+                            overwrite=params["overwrite"])
+        written = [] if plink_out is None else result.to_plink(plink_out, source,
+                                                                 overwrite=params["overwrite"])
     summary = result.summary()
     if params.get("out") is not None:
         summary["out"] = str(params["out"])
     if plot is not None:
         summary["plot"] = str(plot)
-    written = [] if plink_out is None else result.to_plink(plink_out, source,
-                                                             overwrite=params["overwrite"])
     if written:
         summary["plink"] = [str(path) for path in written]
     if as_json:
@@ -341,9 +344,11 @@ def pca(source: str, packed_genotypes: bool, plink_out: str | None, **params: An
     data: Any = source
     plot = _plot_path(source, params)
     if plink_out is not None:
+        from daskstraggle._output import source_paths
         from daskstraggle._plink_out import check_prefix
 
-        check_prefix(plink_out, overwrite=params["overwrite"])
+        check_prefix(plink_out, overwrite=params["overwrite"], inputs=source_paths(source),
+                     others=_other_outputs(params, plot))
     if packed_genotypes or plot is not None or plink_out is not None:
         from daskstraggle.data import open_matrix
 
@@ -358,8 +363,19 @@ def pca(source: str, packed_genotypes: bool, plink_out: str | None, **params: An
                     f"--plink-out writes a genotype PCA; {source!r} is a {data.kind} matrix, "
                     "not genotypes (VCF Zarr, .bed). Drop --plink-out (--out saves any run)."
                 )
+            from daskstraggle._plink_out import check_variants
+
+            check_variants(data)  # a malformed .bim or .pvar: refused before the fit
     _run_solve("pca", data, params, plot=plot, plink_out=plink_out, qc=qc,
                **_problem_values("pca", params))
+
+
+def _other_outputs(params: dict[str, Any], plot: Path | None) -> dict[str, Any]:
+    """The run's outputs besides ``--plink-out``, by role (None: not given)."""
+    resume = params["resume"]
+    return {"the --out store": params["out"], "the --plot figure": plot,
+            "the --checkpoint file": params["checkpoint"],
+            "the --resume checkpoint": None if str(resume) == "replica" else resume}
 
 
 def _labels_option(fn: Callable[..., Any]) -> Callable[..., Any]:

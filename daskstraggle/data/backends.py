@@ -205,8 +205,9 @@ class PlinkBackend(SourceBackend):
     priority = 10
     parameters = ("array", "storage_options", "genotype_dims", "missing", "genotype_scaling",
                   "genotype_storage")
-    #: The suffix of the paths it reads (any case).
+    #: The suffix of the paths it reads (any case), and the files read beside them.
     suffix = ".bed"
+    companions: ClassVar[tuple[str, ...]] = (".bim", ".fam")
 
     @classmethod
     def guess_can_open(cls, source: Any) -> bool:
@@ -239,6 +240,7 @@ class PgenBackend(PlinkBackend):
     description = "a PLINK 2 .pgen path (.pvar and .psam beside it; needs pgenlib); rows = variants"
     priority = 11
     suffix = ".pgen"
+    companions = (".pvar", ".psam")
 
     @staticmethod
     def _opener() -> Callable[..., Matrix]:

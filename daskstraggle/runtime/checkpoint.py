@@ -30,7 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from daskstraggle._output import check_not_input, check_writable_folder, write_atomically
+from daskstraggle._output import (
+    check_not_in_zarr,
+    check_not_input,
+    check_writable_folder,
+    write_atomically,
+)
 from daskstraggle.engine.checkpoint import CHECKPOINT_INTERVAL, CheckpointSchedule
 from daskstraggle.errors import (
     DataNotFoundError,
@@ -138,27 +143,45 @@ def check_checkpoint_path(path: str | os.PathLike[str], *, resume: str | os.Path
     Raises
     ------
     OutputExistsError
-        If ``path`` exists and is not ``resume``.
+        If ``path`` exists and is not ``resume`` (``--resume`` is suggested only for an
+        existing checkpoint).
     InvalidParameterError
-        If ``path`` is, lies in or contains an input, or is ``out``.
+        If ``path`` is, lies in or contains an input, lies in a Zarr store, or is ``out``.
     OutputNotWritableError
         If its folder cannot be written.
     """
     p = Path(path)
     what = "The checkpoint path (CLI: --checkpoint)"
     check_not_input(p, inputs, what=what)
+    check_not_in_zarr(p, what=what)
     if out is not None and os.path.realpath(p) == os.path.realpath(out):
         raise InvalidParameterError(
             f"{what} {str(p)!r} is also the result's path (--out); choose another one."
         )
     same = resume is not None and os.path.realpath(p) == os.path.realpath(resume)
     if os.path.lexists(p) and not same:
+        if not is_checkpoint(p):
+            kind = "a folder" if p.is_dir() else "a file"
+            raise OutputExistsError(
+                f"{what} {str(p)!r} exists already and is {kind}, not a daskstraggle "
+                "checkpoint; choose another path (a checkpoint never replaces other data)."
+            )
         raise OutputExistsError(
             f"{what} {str(p)!r} exists already: continue that run with --resume {str(p)!r} "
             "(API: resume=), or choose another path."
         )
     check_writable_folder(p.absolute().parent, out=p, what=what)
     return p
+
+
+def is_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a file that starts as :func:`dump_state` writes (not unpickled)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+    except OSError:  # a folder, or unreadable
+        return False
+    return head.startswith(b"\x80") and _FORMAT.encode() in head
 
 
 def dump_state(state: dict[str, Any]) -> bytes:

@@ -117,10 +117,17 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path, change, match):
 def test_bad_checkpoint_arguments_are_one_line_before_any_work(tmp_path):
     ck = tmp_path / "a.ckpt"
     ck.write_bytes(b"precious")
+    # not a checkpoint: never suggest resuming from it
+    with pytest.raises(OutputExistsError, match="exists already and is a file, not a "
+                       "daskstraggle checkpoint; choose another path") as info:
+        fit_pca(X, 2, runtime="local", checkpoint=ck)
+    assert "--resume" not in str(info.value)
+    assert ck.read_bytes() == b"precious"
+    real = tmp_path / "real.ckpt"
+    Checkpointer(real).write({"iterate": 1}, iteration=1)
     with pytest.raises(OutputExistsError, match="exists already: continue that run with "
                        "--resume"):
-        fit_pca(X, 2, runtime="local", checkpoint=ck)
-    assert ck.read_bytes() == b"precious"
+        fit_pca(X, 2, runtime="local", checkpoint=real)
     with pytest.raises(InvalidDataError, match="is not a daskstraggle checkpoint"):
         fit_pca(X, 2, runtime="local", resume=ck)
     other = tmp_path / "b.ckpt"
