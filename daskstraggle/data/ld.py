@@ -107,7 +107,9 @@ def parse_ld_prune(value: object, *, order: int | None = None) -> LDPrune | None
     elif isinstance(value, str):
         if re.search(r"kb\b", value, flags=re.IGNORECASE):
             raise _bad(value, "a window in kilobases is not supported; give it in variants")
-        parts = [p for p in re.split(r"[,\s]+", value.strip()) if p]
+        parts = re.split(r"\s*,\s*|\s+", value.strip())
+        if "" in parts:
+            raise _bad(value, "a field is empty; give each of WINDOW, STEP and R2")
         orders = [p for p in parts if p.lower().startswith("order=")]
         parts = [p for p in parts if p not in orders]
         given = orders[-1].split("=", 1)[1] if orders else 2
@@ -426,17 +428,53 @@ def ld_prune_keep(matrix: Any, ld: LDPrune, *, client: Any = None) -> np.ndarray
     if contig is not None and np.unique(contig).size == 1:
         contig = None
 
+    window = _fitting_window(ld, contig, matrix.n_rows)
+
     def make(a: int, b: int) -> Any:
         return partial(_ld_task, contig=None if contig is None else contig[a:b],
-                       window=ld.window, r2=ld.r2, ploidy=int(source.ploidy))
+                       window=window, r2=ld.r2, ploidy=int(source.ploidy))
 
     parts = map_partitions(raw, make, client)
     band = np.concatenate([p["band"] for p in parts])
     bounds = np.asarray(matrix.bounds, dtype=np.int64)
-    _cross_pairs(parts, bounds, band, contig, ld.window, ld.r2)
+    _cross_pairs(parts, bounds, band, contig, window, ld.r2)
     major = np.concatenate([p["major"] for p in parts])
     constant = np.concatenate([p["constant"] for p in parts])
-    return prune_band(band, major, constant, contig, ld.window, ld.step, ld.order)
+    return prune_band(band, major, constant, contig, window, ld.step, ld.order)
+
+
+def _fitting_window(ld: LDPrune, contig: np.ndarray | None, n_rows: int) -> int:
+    """The window to compute with: ``ld.window``, at most the longest contig's variants
+    (a window that spans a whole contig keeps the same variants, as in plink2), if the
+    pairs it compares fit in the memory this machine has free; else refused.
+
+    Raises
+    ------
+    InvalidParameterError
+        If the band of pairs (one byte per pair, on the client) and a task's products
+        need more memory than is available, naming the largest window that fits.
+    """
+    cuts = (np.array([], dtype=np.int64) if contig is None
+            else np.flatnonzero(contig[1:] != contig[:-1]) + 1)
+    longest = int(np.diff(np.concatenate([[0], cuts, [n_rows]])).max(initial=2))
+    window = max(2, min(ld.window, longest))
+    # the band (1 byte per pair) and a tile's products (about 100 bytes per entry)
+    need = n_rows * (window - 1) + 100 * _TILE * (_TILE + window)
+    free = _available_memory()
+    if need > free:
+        fits = max(0, (free - 100 * _TILE * _TILE + n_rows) // (n_rows + 100 * _TILE))
+        raise _bad(ld, f"a window of {window} variants (the longest contig has {longest}) "
+                       f"over {n_rows} variants compares pairs that need about "
+                       f"{need / 2**30:.3g} GiB, more than the {free / 2**30:.3g} GiB of "
+                       f"memory free; give a WINDOW of at most {fits} variants")
+    return window
+
+
+def _available_memory() -> int:
+    """Bytes of memory this machine has available (psutil)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
 
 
 def _ld_task(block: Any, *, contig: np.ndarray | None, window: int, r2: float,

@@ -633,6 +633,8 @@ def _open_zarr(path: str, array: str | None, labels: Any, options: _ZarrOptions)
             f"No Zarr store at {path!r}: the path does not exist. Check the data "
             "path (the 'source' parameter; CLI: the SOURCE argument)."
         )
+    if not is_url(path) and Path(path).is_file():
+        raise DataNotFoundError(_not_a_store(path))
     try:
         node = open_node(path, options.storage_options)
     except CorruptDataError:
@@ -676,6 +678,33 @@ def _open_zarr(path: str, array: str | None, labels: Any, options: _ZarrOptions)
         src, src.chunk_bounds, labels=y, columns=columns, column_groups=groups, dims=dims,
         attrs={"path": path}, variants=variants,
     )
+
+
+def _not_a_store(path: str) -> str:
+    """Why the file at ``path`` is not read (a Zarr store is a folder), by its first bytes:
+    a BGEN or VCF file says how to convert it."""
+    import gzip
+
+    with open(path, "rb") as f:
+        head = text = f.read(64)
+    if head[:2] == b"\x1f\x8b":  # gzip or BGZF (a .vcf.gz, a .bcf)
+        try:
+            with gzip.open(path, "rb") as f:
+                text = f.read(64)
+        except (OSError, EOFError):
+            text = b""
+    if head[16:20] == b"bgen" or path.lower().endswith(".bgen"):
+        return (f"{path!r} is a BGEN file, which daskstraggle does not read yet; convert it "
+                f"with plink2 --bgen {path} ref-first --make-pgen --out PREFIX (ref-last if "
+                "its last allele is REF; add --sample FILE when it holds no sample ids) and "
+                "pass PREFIX.pgen.")
+    if text.startswith((b"##fileformat=VCF", b"BCF")):
+        return (f"{path!r} is a VCF or BCF file, which is read as VCF Zarr: convert it with "
+                f"vcf2zarr convert {path} OUT.vcz (bio2zarr, pip install "
+                "'daskstraggle[genomics]') and pass OUT.vcz.")
+    return (f"{path!r} is not a readable Zarr array or group: it is a file, and a Zarr "
+            "store is a folder. Pass a Zarr array or group, a VCF Zarr store, a PLINK .bed or "
+            "a PLINK 2 .pgen (the 'source' parameter; CLI: the SOURCE argument).")
 
 
 def _check_packable(options: _ZarrOptions, ploidy: int, what: str) -> None:

@@ -24,7 +24,14 @@ import numpy as np
 
 from daskstraggle.data.genotypes import VariantTable
 from daskstraggle.data.matrix import Matrix, _parse_labels
-from daskstraggle.data.plink import BedSource, _BedLoader, _check_parameters, contig_codes
+from daskstraggle.data.plink import (
+    BedSource,
+    _BedLoader,
+    _check_parameters,
+    check_file,
+    check_unique_samples,
+    contig_codes,
+)
 from daskstraggle.data.sources import RowValues, _stored, _transformed
 from daskstraggle.errors import CorruptDataError, DataNotFoundError, InvalidDataError
 
@@ -90,6 +97,12 @@ class _PgenLoader(_BedLoader):
             else:
                 raw = np.empty((len(self.rows), n_out), dtype=np.int8)
                 reader.read_list(np.asarray(self.rows, dtype=np.uint32), raw, allele_idx=0)
+        except RuntimeError as err:  # a record damaged (or rewritten) since it was opened
+            raise CorruptDataError(
+                f"pgenlib cannot read rows {self.start}-{self.stop} of {self.path!r} "
+                f"({_pgenlib_text(err)}): the file is damaged or changed since it was "
+                "opened. Write it again (plink2 --make-pgen)."
+            ) from None
         finally:
             reader.close()
         if self.columns is not None:  # pgenlib returns the subset in file order
@@ -163,11 +176,70 @@ def read_pvar(path: str) -> dict[str, np.ndarray]:
             "variant_id": np.array([r[column["ID"]] for r in rows]), "variant_allele": table}
 
 
-def read_psam(path: str) -> np.ndarray:
-    """Return a ``.psam``'s sample ids (its ``IID`` column; a headerless one is a .fam)."""
+def read_psam(path: str, fileset: str | None = None) -> np.ndarray:
+    """Return a ``.psam``'s sample ids (its ``IID`` column; a headerless one is a .fam).
+
+    ``fileset``, the ``.pgen``, is named in the errors.
+
+    Raises
+    ------
+    InvalidDataError
+        If a sample (``FID``, ``IID`` and ``SID``, those the file has) is listed twice.
+    """
     header, rows = _header_and_rows(path)
-    index = header.index("IID") if "IID" in header else (0 if header else 1)
+    names = header or ["FID", "IID"]
+    columns = [names.index(n) for n in ("FID", "IID", "SID") if n in names] or [0]
+    if any(len(r) <= max(columns) for r in rows):
+        raise InvalidDataError(
+            f"{path!r} is not a .psam plink2 reads: a line has fewer columns than its "
+            f"header {names}. Write it with plink2 --make-pgen."
+        )
+    check_unique_samples([" ".join(r[c] for c in columns) for r in rows], path, fileset)
+    index = names.index("IID") if "IID" in names else 0
     return np.array([r[index] for r in rows])
+
+
+def _count_records(path: str) -> int:
+    """The lines of a text file that hold a record: neither blank nor a ``#`` header."""
+    count, previous = 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(2**24):
+            data = np.frombuffer(previous + block, dtype=np.uint8)
+            first = data[np.flatnonzero(data[:-1] == ord("\n")) + 1]  # each line's first byte
+            count += int(np.count_nonzero(~np.isin(first, (ord("#"), ord("\n"), ord("\r")))))
+            previous = block[-1:]
+    return count
+
+
+def _pgenlib_text(err: RuntimeError) -> str:
+    """pgenlib's error message, on one line."""
+    detail = err.args[0] if err.args else err
+    text = detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail)
+    return " ".join(text.split())
+
+
+def _pgen_shape(path: str) -> tuple[int, int]:
+    """The ``.pgen``'s variants and samples, read by pgenlib, which also reads its last
+    variant: a truncated file fails there, before any work, rather than on a worker."""
+    try:
+        reader = _reader(path)
+    except RuntimeError as err:
+        raise InvalidDataError(
+            f"pgenlib cannot read {path!r}: {_pgenlib_text(err)} Write it again "
+            "(plink2 --make-pgen)."
+        ) from None
+    try:
+        n_variants, n_raw = reader.get_variant_ct(), reader.get_raw_sample_ct()
+        if n_variants and n_raw:
+            reader.read(n_variants - 1, np.empty(n_raw, dtype=np.int8))
+    except RuntimeError as err:
+        raise InvalidDataError(
+            f"{path!r} is truncated or damaged: pgenlib cannot read its last variant "
+            f"({_pgenlib_text(err)}). Write it again (plink2 --make-pgen)."
+        ) from None
+    finally:
+        reader.close()
+    return n_variants, n_raw
 
 
 class PvarArrays:
@@ -210,40 +282,41 @@ def open_pgen(path: str, *, remote: dict[str, Any] | None, array: str | None, la
     InvalidParameterError
         For a URL, ``array`` or ``genotype_dims``.
     DataNotFoundError
-        If the ``.pgen``, ``.pvar`` or ``.psam`` does not exist.
+        If the ``.pgen``, ``.pvar`` or ``.psam`` does not exist (or is a folder).
     InvalidDataError
-        If pgenlib cannot read the ``.pgen`` or its counts disagree with the ``.psam``.
+        If pgenlib cannot read the ``.pgen`` (its header, or its last variant: a truncated
+        file), its counts disagree with the ``.psam`` or the ``.pvar``, or the ``.psam``
+        lists a sample twice.
     ImportError
         Without pgenlib.
     """
     _check_parameters(path, remote, array, genotype_dims)
+    check_file(path, "PLINK 2 .pgen")
     prefix = path[: -len(".pgen")]
-    files = {"pgen": path, "pvar": prefix + ".pvar", "psam": prefix + ".psam"}
+    files = {"pvar": prefix + ".pvar", "psam": prefix + ".psam"}
     for what, file in files.items():
         if not os.path.isfile(file):
             zst = what == "pvar" and os.path.isfile(file + ".zst")
+            state = "is a folder" if os.path.isdir(file) else "does not exist"
             raise DataNotFoundError(
-                f"The PLINK 2 fileset {path!r} has no .{what} ({file!r} does not exist"
+                f"The PLINK 2 fileset {path!r} has no .{what} ({file!r} {state}"
                 + ("; a .pvar.zst is not read: decompress it" if zst else "") + "); a "
                 ".pgen needs its .pvar and .psam beside it with the same prefix."
             )
-    try:
-        reader = _reader(path)
-    except RuntimeError as err:
-        detail = err.args[0] if err.args else err
-        text = (detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail))
-        raise InvalidDataError(
-            f"pgenlib cannot read {path!r}: {' '.join(text.split())} Write it again "
-            "(plink2 --make-pgen)."
-        ) from None
-    n_variants, n_raw = reader.get_variant_ct(), reader.get_raw_sample_ct()
-    reader.close()
-    samples = read_psam(files["psam"])
+    n_variants, n_raw = _pgen_shape(path)
+    samples = read_psam(files["psam"], path)
     if len(samples) != n_raw or n_variants == 0 or n_raw == 0:
         raise InvalidDataError(
             f"{path!r} holds {n_variants} variants x {n_raw} samples but its .psam lists "
             f"{len(samples)} samples; the .psam is not this .pgen's, or one is empty. "
             "Write the fileset again (plink2 --make-pgen)."
+        )
+    n_listed = _count_records(files["pvar"])
+    if n_listed != n_variants:
+        raise InvalidDataError(
+            f"{path!r} holds {n_variants} variants but its .pvar lists {n_listed}; the .pvar "
+            "is not this .pgen's, or is truncated. Write the fileset again (plink2 "
+            "--make-pgen)."
         )
     source = PgenSource(path, n_variants, n_raw, missing=options.missing,
                         scaling=options.scaling, storage=options.storage)

@@ -48,7 +48,8 @@ from daskstraggle.errors import (
     InvalidParameterError,
 )
 
-__all__ = ["BedSource", "BimArrays", "bed_rows", "open_bed", "read_ids"]
+__all__ = ["BedSource", "BimArrays", "bed_rows", "check_unique_samples", "open_bed",
+           "read_columns", "read_ids"]
 
 #: The first two bytes of every .bed file, then the mode byte of a variant-major file.
 MAGIC = b"\x6c\x1b"
@@ -338,18 +339,84 @@ def read_ids(path: str, column: int) -> np.ndarray:
     InvalidDataError
         If a line has no such column.
     """
+    return read_columns(path, column + 1)[:, column]
+
+
+def read_columns(path: str, count: int) -> np.ndarray:
+    """Return the first ``count`` columns of a whitespace-separated text file, as str.
+
+    Parameters
+    ----------
+    path : str
+        A ``.fam`` or ``.bim`` file.
+    count : int
+        The columns wanted, from the first (``.fam``: 2 gives FID and IID).
+
+    Returns
+    -------
+    values : ndarray of str of shape (n_lines, count)
+
+    Raises
+    ------
+    InvalidDataError
+        If a line has fewer columns.
+    """
     values = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, start=1):
             fields = line.split()
-            if len(fields) <= column:
+            if len(fields) < count:
                 raise InvalidDataError(
                     f"Line {number} of {path!r} has {len(fields)} columns; a PLINK "
-                    f"{os.path.splitext(path)[1]} file has at least {column + 1}. Fix or "
+                    f"{os.path.splitext(path)[1]} file has at least {count}. Fix or "
                     "rewrite the fileset (plink --make-bed)."
                 )
-            values.append(fields[column])
-    return np.array(values, dtype=str)
+            values.append(fields[:count])
+    return np.array(values, dtype=str).reshape(len(values), count)
+
+
+def check_unique_samples(ids: list[str], path: str, fileset: str | None = None) -> None:
+    """Refuse a sample id (``FID IID`` where the file has family ids) listed twice, as
+    plink2 does (``Error: Duplicate sample ID``), naming the first one repeated.
+
+    Parameters
+    ----------
+    ids : list of str
+        One per sample, in the file's order.
+    path : str
+        The file listing them (``.fam``, ``.psam``).
+    fileset : str or None, default=None
+        The ``.bed`` or ``.pgen`` it belongs to (named too).
+
+    Raises
+    ------
+    InvalidDataError
+        If an id is repeated.
+    """
+    seen: dict[str, int] = {}
+    for line, sample in enumerate(ids, start=1):
+        first = seen.setdefault(sample, line)
+        if first != line:
+            where = f"{path!r}" if fileset is None else f"{path!r}, of {fileset!r},"
+            raise InvalidDataError(
+                f"{where} lists the sample {sample!r} twice (samples {first} and {line}); "
+                "plink2 refuses duplicate sample ids, and the results could not tell them "
+                "apart. Give each sample its own id (plink2 --update-ids, or edit the file)."
+            )
+
+
+def check_file(path: str, kind: str) -> None:
+    """Raise DataNotFoundError unless ``path`` is a file (a folder or nothing is named).
+
+    ``kind`` names the format, e.g. ``"PLINK .bed"``.
+    """
+    if not os.path.isfile(path):
+        what = ("is a folder, not a file" if os.path.isdir(path)
+                else "does not exist")
+        raise DataNotFoundError(
+            f"No {kind} file at {path!r}: the path {what}. Check the data path "
+            "(the 'source' parameter; CLI: the SOURCE argument)."
+        )
 
 
 class BimArrays:
@@ -453,23 +520,22 @@ def open_bed(path: str, *, remote: dict[str, Any] | None, array: str | None, lab
     InvalidParameterError
         For a URL, ``array`` or ``genotype_dims``.
     DataNotFoundError
-        If the ``.bed``, ``.bim`` or ``.fam`` does not exist.
+        If the ``.bed``, ``.bim`` or ``.fam`` does not exist (or is a folder).
     InvalidDataError
-        If the ``.bed`` has no PLINK 1 magic, is sample-major, or its size is not
-        ``3 + n_variants * ceil(n_samples / 4)``; or the ``.bim`` or ``.fam`` is empty.
+        If the ``.bed`` is empty, has no PLINK 1 magic, is sample-major, or its size is not
+        ``3 + n_variants * ceil(n_samples / 4)``; or the ``.bim`` or ``.fam`` is empty, or
+        the ``.fam`` lists a sample (FID and IID) twice.
     """
     _check_parameters(path, remote, array, genotype_dims)
     prefix = path[: -len(".bed")]
-    if not os.path.isfile(path):
-        raise DataNotFoundError(
-            f"No PLINK .bed file at {path!r}: the path does not exist. Check the data path "
-            "(the 'source' parameter; CLI: the SOURCE argument)."
-        )
+    check_file(path, "PLINK .bed")
     bim, fam = _companion(path, prefix, ".bim", "variants"), _companion(path, prefix, ".fam",
                                                                        "samples")
     _check_header(path)
     n_variants = _count_lines(bim)
-    samples = read_ids(fam, 1)
+    ids = read_columns(fam, 2)
+    samples = ids[:, 1]
+    check_unique_samples([f"{f} {i}" for f, i in ids], fam, path)
     for what, file, n in (("variants", bim, n_variants), ("samples", fam, len(samples))):
         if n == 0:
             raise InvalidDataError(
@@ -510,8 +576,9 @@ def _companion(path: str, prefix: str, suffix: str, what: str) -> str:
     upper = path.endswith(".BED")
     other = prefix + (suffix.upper() if upper else suffix)
     if not os.path.isfile(other):
+        state = "is a folder" if os.path.isdir(other) else "does not exist"
         raise DataNotFoundError(
-            f"The PLINK fileset {path!r} has no {suffix} file ({other!r} does not exist); "
+            f"The PLINK fileset {path!r} has no {suffix} file ({other!r} {state}); "
             f"a .bed needs its {suffix} (the {what}) beside it with the same prefix."
         )
     return other
@@ -520,10 +587,15 @@ def _companion(path: str, prefix: str, suffix: str, what: str) -> str:
 def _check_header(path: str) -> None:
     with open(path, "rb") as f:
         head = f.read(3)
+    if not head:
+        raise InvalidDataError(
+            f"{path!r} is empty (0 bytes), not a PLINK 1 .bed file; it was not written to "
+            "the end. Write the fileset again (plink --make-bed)."
+        )
     if head[:2] != MAGIC:
         raise InvalidDataError(
             f"{path!r} is not a PLINK 1 .bed file: it starts with bytes "
-            f"{head[:2].hex(' ') or 'none'} instead of 6c 1b. Write it with plink "
+            f"{head[:2].hex(' ')} instead of 6c 1b. Write it with plink "
             "--make-bed (a PLINK 2 .pgen converts with plink2 --pfile P --make-bed --out P)."
         )
     if head[2:3] != bytes([VARIANT_MAJOR]):

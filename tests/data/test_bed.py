@@ -289,6 +289,15 @@ def _damage(tmp_path, how):
         path.with_suffix(".bim").write_text("")
     elif how == "no bed":
         path.unlink()
+    elif how == "empty bed":
+        path.write_bytes(b"")
+    elif how == "bed is a folder":
+        path.unlink()
+        path.mkdir()
+    elif how == "duplicate sample":  # plink2 refuses a repeated FID + IID
+        fam = path.with_suffix(".fam")
+        lines = fam.read_text().splitlines(keepends=True)
+        fam.write_text("".join([*lines[:2], lines[0], *lines[3:]]))
     return path
 
 
@@ -303,6 +312,9 @@ BAD = [
                                         "the .fam) need 3 + 5 x ceil(7 / 4) = 13"),
     ("empty fam", InvalidDataError, "is empty: the fileset"),
     ("empty bim", InvalidDataError, "is empty: the fileset"),
+    ("empty bed", InvalidDataError, "is empty (0 bytes), not a PLINK 1 .bed file"),
+    ("bed is a folder", DataNotFoundError, "the path is a folder, not a file"),
+    ("duplicate sample", InvalidDataError, "lists the sample 'fam0 s0' twice (samples 1 and 3)"),
 ]
 
 

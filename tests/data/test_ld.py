@@ -151,6 +151,8 @@ def test_pass_runs_after_the_other_steps_and_reports(tmp_path: Path) -> None:
     ("10,2,1.0", r"R2 is in \[0, 1\)"),
     ("10,2,x", "whole numbers"),
     ("10,2,0.2,order=3", "1 or 2"),
+    ("50,,0.2", "a field is empty"),
+    ("50,5,0.2,", "a field is empty"),
     (3.5, "WINDOW,STEP,R2"),
 ])
 def test_bad_ld_prune_is_one_line(value: object, match: str) -> None:
@@ -192,3 +194,30 @@ def test_the_pass_on_process_workers_keeps_plink2s_set(dask_client: Any) -> None
     pruned = filter_variants(matrix, GenotypeQC(ld_prune="20,20,0.05,order=1"),
                              client=dask_client)
     assert set(_fixture_ids()[pruned.attrs["qc"].kept]) == expected
+
+
+# ------------------------------------------------------- windows longer than the data (issue 42)
+@pytest.mark.parametrize("order", [1, 2])
+def test_a_window_longer_than_every_contig_is_that_contigs_length(order: int) -> None:
+    """--ld-prune 1000000000,5,0.2 asked for a band of 1.8 TiB: a window that spans a whole
+    contig keeps what the contig's own length keeps (the fixture's longest has 250)."""
+    kept = [ds.open_matrix(FIXTURE / "ld.bed",
+                           qc=GenotypeQC(ld_prune=f"{w},5,0.2,order={order}")).attrs["qc"].kept
+            for w in (1_000_000_000, 250, 400)]
+    np.testing.assert_array_equal(kept[0], kept[1])
+    np.testing.assert_array_equal(kept[0], kept[2])
+
+
+def test_a_window_that_does_not_fit_in_memory_is_refused_naming_the_largest_that_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    free = 8_000_000  # bytes
+    monkeypatch.setattr(ld, "_available_memory", lambda: free)
+    with pytest.raises(InvalidParameterError, match=r"a window of 250 variants \(the longest "
+                       r"contig has 250\) over 400 variants compares pairs that need about .* "
+                       r"GiB, more than the .* GiB of memory free; give a WINDOW of at most "
+                       r"(\d+) variants") as info:
+        ds.open_matrix(FIXTURE / "ld.bed", qc=GenotypeQC(ld_prune="1000000000,5,0.2"))
+    assert "--ld-prune" in str(info.value) and "\n" not in str(info.value)
+    bound = int(str(info.value).split("at most ")[1].split()[0])
+    assert 2 <= bound < 250
+    ds.open_matrix(FIXTURE / "ld.bed", qc=GenotypeQC(ld_prune=f"{bound},5,0.2"))  # fits

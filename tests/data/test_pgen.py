@@ -124,3 +124,73 @@ def test_genotype_pca_refuses_merge_for_a_pgen_before_any_work(
     monkeypatch.setattr(api, "fit_pca", no_fit)
     with pytest.raises(InvalidParameterError, match=r"PLINK \.bed or \.pgen fileset"):
         ds.genotype_pca(str(PGEN), 2, merge=True, runtime="local")
+
+
+# ---------------------------------------------------------------- damaged filesets (issue 42)
+def _copy(tmp_path: Path) -> Path:
+    for suffix in (".pgen", ".pvar", ".psam"):
+        shutil.copy(FIXTURE / f"ld{suffix}", tmp_path / f"ld{suffix}")
+    return tmp_path / "ld.pgen"
+
+
+def _truncate(path: Path, size: int) -> None:
+    path.write_bytes(path.read_bytes()[:size])
+
+
+def test_a_truncated_pgen_is_refused_when_opened(tmp_path: Path) -> None:
+    path = _copy(tmp_path)
+    _truncate(path, path.stat().st_size // 2)  # the header is whole, the records are not
+    with pytest.raises(InvalidDataError, match=r"is truncated or damaged: pgenlib cannot read "
+                       r"its last variant \(read\(\) error 4\)") as info:
+        ds.open_matrix(path)
+    assert "\n" not in str(info.value)
+
+
+def test_a_pgen_damaged_after_opening_is_one_line_where_it_is_read(tmp_path: Path) -> None:
+    from daskstraggle.errors import CorruptDataError
+
+    path = _copy(tmp_path)
+    matrix = ds.open_matrix(path)
+    _truncate(path, path.stat().st_size - 1)
+    with pytest.raises(CorruptDataError, match=r"pgenlib cannot read rows 0-400 of .*ld\.pgen"
+                       r"' \(read_range\(\) error 4\): the file is damaged or changed"):
+        matrix.loader(0)()
+
+
+@pytest.mark.parametrize("keep", [200, 0])
+def test_a_pvar_listing_fewer_variants_is_refused_when_opened(tmp_path: Path, keep: int) -> None:
+    path = _copy(tmp_path)
+    pvar = path.with_suffix(".pvar")
+    lines = pvar.read_text().splitlines(keepends=True)
+    pvar.write_text("".join(lines[:1 + keep]) + "\n")  # a blank line does not count
+    with pytest.raises(InvalidDataError, match=rf"holds 400 variants but its \.pvar lists "
+                                               rf"{keep}; the \.pvar is not this"):
+        ds.open_matrix(path)
+
+
+@pytest.mark.parametrize(("psam", "first"), [
+    ("#FID\tIID\tSEX\nf0\ts0\tNA\nf1\ts1\tNA\nf0\ts0\tNA\n", "f0 s0"),
+    ("#IID\ns0\ns1\ns1\ns0\n", "s1"),
+    ("f0 s0 0 0 0 -9\nf0 s1 0 0 0 -9\nf0 s1 0 0 0 -9\n", "f0 s1"),  # headerless: a .fam
+])
+def test_a_sample_listed_twice_is_refused_as_plink2_does(tmp_path: Path, psam: str,
+                                                         first: str) -> None:
+    path = _copy(tmp_path)
+    path.with_suffix(".psam").write_text(psam)
+    with pytest.raises(InvalidDataError, match=rf"lists the sample '{first}' twice"):
+        ds.open_matrix(path)
+
+
+def test_the_same_iid_in_two_families_is_two_samples(tmp_path: Path) -> None:
+    """plink2 keys samples by FID and IID: the same IID in two families is accepted."""
+    from daskstraggle.data.pgen import read_psam
+
+    psam = tmp_path / "x.psam"
+    psam.write_text("#FID\tIID\nf0\ts0\nf1\ts0\n")
+    assert read_psam(str(psam)).tolist() == ["s0", "s0"]
+
+
+def test_a_folder_named_pgen_is_not_said_missing(tmp_path: Path) -> None:
+    (tmp_path / "x.pgen").mkdir()
+    with pytest.raises(DataNotFoundError, match=r"the path is a folder, not a file"):
+        ds.open_matrix(tmp_path / "x.pgen")
