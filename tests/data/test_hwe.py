@@ -15,7 +15,7 @@ import zarr
 import daskstraggle as ds
 from daskstraggle.cli import main
 from daskstraggle.data.datasets import make_genotypes
-from daskstraggle.data.hwe import hwe_exact_p, hwe_exact_p_rows
+from daskstraggle.data.hwe import hwe_exact_p, hwe_exact_p_counts, hwe_exact_p_rows
 from daskstraggle.errors import InvalidParameterError
 
 
@@ -48,6 +48,52 @@ def test_the_recurrence_equals_the_closed_form():
             closed_form_p(het, hom_1, hom_2), rel=1e-9, abs=1e-300)
     assert hwe_exact_p(0, 0, 0) == 1.0 and hwe_exact_p(0, 30, 0) == 1.0
     assert hwe_exact_p(0, 50, 50) < 1e-25  # no heterozygote at p = 0.5
+
+
+def full_recurrence_p(het: int, hom_1: int, hom_2: int) -> float:
+    """The pure-Python test the compiled one replaced: every probability of the
+    recurrence, normalised, summed where at most as likely as the observed."""
+    rare_hom, n = min(hom_1, hom_2), het + hom_1 + hom_2
+    rare = 2 * rare_hom + het
+    if n == 0 or rare == 0:
+        return 1.0
+    mid = rare * (2 * n - rare) // (2 * n)
+    mid += (mid % 2 != rare % 2)
+    probs = np.zeros(rare + 1)
+    probs[mid] = 1.0
+    homr, homc = (rare - mid) // 2, n - mid - (rare - mid) // 2
+    for k in range(mid, 1, -2):
+        probs[k - 2] = probs[k] * k * (k - 1) / (4.0 * (homr + 1) * (homc + 1))
+        homr, homc = homr + 1, homc + 1
+    homr, homc = (rare - mid) // 2, n - mid - (rare - mid) // 2
+    for k in range(mid, rare - 1, 2):
+        probs[k + 2] = probs[k] * 4.0 * homr * homc / ((k + 2.0) * (k + 1.0))
+        homr, homc = homr - 1, homc - 1
+    probs /= probs.sum()
+    return float(min(1.0, probs[probs <= probs[het] * (1.0 + 1e-7)].sum()))
+
+
+def test_the_compiled_test_equals_the_full_recurrence_on_a_grid():
+    """Every count triple with at most 30 calls, and random ones up to 20 000 calls (far
+    from equilibrium too): the compiled test, which stops each side once its terms fall
+    below 1e-17 of the observed, equals summing every term, to 1e-12."""
+    grid = [(h, a, b) for n in range(31) for h in range(n + 1) for a in range(n - h + 1)
+            for b in (n - h - a,)]
+    rng = np.random.default_rng(7)
+    for n in rng.integers(31, 20_000, size=300):
+        f = rng.uniform(0.001, 0.5)
+        h = int(rng.binomial(n, rng.choice([2 * f * (1 - f), 0.5 * f, 0.0])))
+        a = int(rng.binomial(n - h, rng.choice([0.5, 1 - f, f])))
+        grid.append((h, a, int(n) - h - a))
+    het, hom_1, hom_2 = (np.array(c) for c in zip(*grid, strict=True))
+    got = hwe_exact_p_counts(het, hom_1, hom_2)
+    want = np.array([full_recurrence_p(*t) for t in grid])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
+    # shared triples are computed once and handed back to every variant that has them
+    np.testing.assert_array_equal(hwe_exact_p_counts(np.r_[het, het], np.r_[hom_1, hom_1],
+                                                     np.r_[hom_2, hom_2]), np.r_[got, got])
+    assert hwe_exact_p_counts(np.array([], dtype=int), np.array([], dtype=int),
+                              np.array([], dtype=int)).shape == (0,)
 
 
 def test_rows_count_the_called_genotypes_only():
