@@ -89,11 +89,16 @@ def qc_line(result: Any) -> str | None:
     qc = result.quality_control  # what --json prints as quality_control
     if not qc:
         return None
-    removed = ", ".join(f"{step} removed {n}" for step, n in qc["removed"].items())
-    line = f"variants    {qc['n_kept']} of {qc['n_variants']} kept by quality control ({removed})"
+    line = (f"variants    {qc['n_kept']} of {qc['n_variants']} kept by quality control"
+            + _steps(qc["removed"]))
     if "n_samples" in qc:
-        steps = ", ".join(f"{step} removed {n}" for step, n in
-                          qc.get("samples_removed", {}).items())
         line += (f"\nsamples     {qc['n_samples_kept']} of {qc['n_samples']} kept by quality "
-                 f"control ({steps})")
+                 "control" + _steps(qc.get("samples_removed", {})))
     return line
+
+
+def _steps(removed: dict[str, int]) -> str:
+    """`` (maf removed 3, ld removed 5)``, or nothing when no step removed anything."""
+    if not removed:
+        return ""
+    return " (" + ", ".join(f"{step} removed {n}" for step, n in removed.items()) + ")"

@@ -543,8 +543,9 @@ def _filter_samples(matrix: Matrix, limit: float, client: Any) -> tuple[Matrix, 
     """Keep the samples with at most ``limit`` of their calls missing (never one with every
     call missing: removed with a warning); return the matrix and the mask."""
     missing = sample_missing(matrix, client=client)
-    dead = missing >= 1.0
-    kept = (missing <= limit + 1e-12) & ~dead
+    passing = missing <= limit + 1e-12
+    dead = (missing >= 1.0) & passing  # those --mind removes are not named
+    kept = passing & ~dead
     if dead.any():
         names = (matrix.columns[dead][:5].tolist() if matrix.columns is not None
                  else np.flatnonzero(dead)[:5].tolist())
@@ -650,6 +651,12 @@ def _in_region(table: VariantTable, text: str | None) -> np.ndarray:
     names = _strings(contigs)
     if region.contig not in names:
         shown = ", ".join(repr(str(n)) for n in names[:10]) + (", ..." if len(names) > 10 else "")
+        if ":" in region.contig:  # not a contig of the data, nor CONTIG:START-END
+            raise InvalidParameterError(
+                "The 'region' parameter (CLI: --region) must be 'CONTIG' or "
+                "'CONTIG:START-END' with whole-number positions, e.g. '1:1000000-2000000'; "
+                f"{region.contig!r} is neither (its contigs: {shown})."
+            )
         raise InvalidParameterError(
             f"The 'region' parameter (CLI: --region) names contig {region.contig!r}, which "
             f"the data does not have; its contigs: {shown}."

@@ -423,8 +423,8 @@ def test_max_sample_missing_keeps_the_samples_plink_mind_keeps(store, tmp_path):
     missing = (calls < 0).any(axis=2).mean(axis=0)
     kept = missing <= 0.2
     assert not kept[:4].any() and kept[4:].all()
-    with pytest.warns(ds.errors.StraggleWarning, match="1 sample.s. have no called genotype"):
-        m = ds.open_matrix(edited, qc={"max_sample_missing": 0.2})
+    # the sample with no call fails --mind too: it is not named (warnings are errors here)
+    m = ds.open_matrix(edited, qc={"max_sample_missing": 0.2})
     np.testing.assert_array_equal(m.attrs["qc"].samples_kept, kept)
     assert m.shape == (N_VARIANTS, int(kept.sum()))
     # each variant standardised over the kept samples
@@ -434,9 +434,7 @@ def test_max_sample_missing_keeps_the_samples_plink_mind_keeps(store, tmp_path):
         m1 = ds.open_matrix(edited, qc={"max_sample_missing": 1.0})
     assert m1.n_columns == N_SAMPLES - 1
     # the variant filters count the kept samples only
-    with pytest.warns(ds.errors.StraggleWarning, match="no called genotype"):
-        both = ds.open_matrix(edited, qc=ds.GenotypeQC(max_sample_missing=0.2,
-                                                       max_missing=0.0))
+    both = ds.open_matrix(edited, qc=ds.GenotypeQC(max_sample_missing=0.2, max_missing=0.0))
     np.testing.assert_array_equal(both.attrs["qc"].kept,
                                   ~(calls[:, kept] < 0).any(axis=(1, 2)))
 
@@ -444,9 +442,8 @@ def test_max_sample_missing_keeps_the_samples_plink_mind_keeps(store, tmp_path):
 def test_genotype_pca_merges_nan_for_the_samples_mind_removed(store, tmp_path):
     path, _ = store
     edited, _ = _with_missing_samples(path, tmp_path)
-    with pytest.warns(ds.errors.StraggleWarning, match="no called genotype"):
-        out = ds.genotype_pca(open_zarr(edited), 2, qc={"max_sample_missing": 0.2},
-                              runtime="local", rng=0)
+    out = ds.genotype_pca(open_zarr(edited), 2, qc={"max_sample_missing": 0.2},
+                          runtime="local", rng=0)
     projection = out["sample_pca_projection"].values
     assert projection.shape == (N_SAMPLES, 2)
     assert np.isnan(projection[:4]).all() and np.isfinite(projection[4:]).all()
@@ -461,16 +458,15 @@ def test_mind_on_the_command_line(store, tmp_path, capsys):
                  "--max-iter", "5", "--tol", "1e-3"])
     captured = capsys.readouterr()
     assert code == 0 and f"samples     {N_SAMPLES - 4} of {N_SAMPLES} kept" in captured.out
-    assert "warning: 1 sample(s) have no called genotype" in captured.err
+    assert "no called genotype" not in captured.err  # --mind removed it: not named
 
 
 def test_mind_on_in_memory_allele_counts():
     counts = np.random.default_rng(3).integers(0, 3, size=(50, 10)).astype(np.int8)
     counts[:, 2] = -1  # a sample with no call
     counts[:30, 5] = -1  # and one missing 60 %
-    with pytest.warns(ds.errors.StraggleWarning, match="no called genotype"):
-        m = ds.open_matrix(counts, genotype_dims=("variants", "samples"),
-                           qc={"max_sample_missing": 0.5})
+    m = ds.open_matrix(counts, genotype_dims=("variants", "samples"),  # no warning:
+                       qc={"max_sample_missing": 0.5})  # --mind removes the sample with no call
     keep = np.ones(10, dtype=bool)
     keep[[2, 5]] = False
     np.testing.assert_array_equal(m.attrs["qc"].samples_kept, keep)
