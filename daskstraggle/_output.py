@@ -221,7 +221,8 @@ def check_writable_folder(folder: Path, *, out: Path | None = None,
 
     A missing ``folder`` is checked at its nearest existing ancestor (where it would be
     created). Besides the permission bits (which do not bind root) a probe file is
-    created and deleted, so read-only file systems and pseudo file systems are caught.
+    created and deleted, so read-only file systems and pseudo file systems are caught;
+    and ``out``'s name must not be longer than the file system allows.
     """
     target = out if out is not None else folder
     ancestor = folder
@@ -245,6 +246,28 @@ def check_writable_folder(folder: Path, *, out: Path | None = None,
             f"{what} {str(target)!r} cannot be written: the folder "
             f"{str(ancestor)!r} is not writable ({reason}). Choose another path or fix the "
             "folder's permissions."
+        )
+    if out is not None:
+        _check_name_length(out, ancestor, what)
+
+
+#: Bytes a temporary sibling's name adds (``.NAME.tmp-PID-TAG``, see write_atomically).
+_STAGING_BYTES = len("..tmp-") + 7 + 1 + 8
+
+
+def _check_name_length(out: Path, folder: Path, what: str) -> None:
+    """Raise OutputNotWritableError if ``out``'s name, or its temporary sibling's, is longer
+    than the file system at ``folder`` allows (found after the work, not before)."""
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # not POSIX, or no such limit
+        return
+    size = len(os.fsencode(out.name))
+    if size + _STAGING_BYTES > limit:
+        raise OutputNotWritableError(
+            f"{what} {str(out)!r} cannot be written: its name has {size} bytes, and the file "
+            f"system takes names of at most {limit} ({limit - _STAGING_BYTES} here: the "
+            "write goes through a temporary name a little longer). Choose a shorter name."
         )
 
 

@@ -170,19 +170,19 @@ def check_prefix(prefix: str | os.PathLike[str], *, overwrite: bool, alleles: bo
             f"would be hidden ({base + '.eigenvec'!r}); end it with a name, e.g. "
             f"{os.path.join(base, 'pca')!r}."
         )
-    paths = [Path(base + suffix) for suffix in (PLINK_SUFFIXES if alleles
-                                                 else PLINK_SUFFIXES[:2])]
-    check_folder_exists(paths[0], what="The plink prefix (CLI: --plink-out)")
+    names = [base + suffix for suffix in (PLINK_SUFFIXES if alleles else PLINK_SUFFIXES[:2])]
     what = "The plink file (CLI: --plink-out)"
-    for path in paths:
-        if path.is_dir():
+    for name in names:  # as given: Path folds a URL's '//'
+        if os.path.isdir(name):
             raise OutputExistsError(
-                f"{what} {str(path)!r} is a folder, which plink files cannot replace; "
-                "choose another prefix."
+                f"{what} {name!r} is a folder, which plink files cannot replace; choose "
+                "another prefix."
             )
-        check_output_path(path, overwrite=overwrite, inputs=inputs, what=what)
+        check_output_path(name, overwrite=overwrite, inputs=inputs, what=what)
         for role, other in (others or {}).items():
-            check_not_input(path, [other], what=what, role=role)
+            check_not_input(Path(name), [other], what=what, role=role)
+    paths = [Path(name) for name in names]
+    check_folder_exists(paths[0], what="The plink prefix (CLI: --plink-out)")
     return paths
 
 

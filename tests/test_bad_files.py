@@ -163,6 +163,10 @@ CASES: dict[str, tuple[Callable[[Path, Path], None], list[str], tuple[str, ...]]
     "checkpoint-is-a-plink-file": (
         _bed, ["pca", "g.bed", "--checkpoint", "c.eigenvec", "--plink-out", "c"],
         ("--plink-out", "is the --checkpoint file")),
+    "out-name-too-long": (  # the temporary store's name failed after the fit
+        _bed, ["pca", "g.bed", "--out", "x" * 240], ("--out", "its name has 240 bytes")),
+    "plink-out-name-too-long": (
+        _bed, ["pca", "g.bed", "--plink-out", "x" * 240], ("--plink-out", "a shorter name")),
     "empty-prefix": (
         _bed, ["pca", "g.bed", "--plink-out", ""], ("--plink-out", "has no file name")),
     "folder-prefix": (

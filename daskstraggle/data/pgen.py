@@ -157,10 +157,14 @@ def read_pvar(path: str) -> dict[str, np.ndarray]:
     names = header or ["CHROM", "ID", "CM", "POS", "ALT", "REF"]  # a headerless .bim layout
     need = ("CHROM", "POS", "ID", "REF", "ALT")
     absent = [n for n in need if n not in names]
-    if absent or any(len(r) < len(names) for r in rows):
+    short = next((n for n, r in enumerate(rows, start=1) if len(r) < len(names)), None)
+    if absent or short is not None:
+        problem = (f"it lacks the columns {absent}" if absent else
+                   f"its variant {short} has fewer columns than the {len(names)} of "
+                   + ("its header" if header else "a headerless .pvar (a .bim's layout)"))
         raise InvalidDataError(
-            f"{path!r} is not a .pvar plink2 reads: it lacks the columns {absent} or has "
-            "short lines. Write it with plink2 --make-pgen."
+            f"{path!r} is not a .pvar plink2 reads: {problem}. Write it with plink2 "
+            "--make-pgen."
         )
     column = {n: names.index(n) for n in need}
     try:

@@ -194,3 +194,18 @@ def test_a_folder_named_pgen_is_not_said_missing(tmp_path: Path) -> None:
     (tmp_path / "x.pgen").mkdir()
     with pytest.raises(DataNotFoundError, match=r"the path is a folder, not a file"):
         ds.open_matrix(tmp_path / "x.pgen")
+
+
+def test_a_short_pvar_line_is_named(tmp_path: Path) -> None:
+    """Not 'it lacks the columns [] or has short lines'."""
+    from daskstraggle.data.pgen import read_pvar
+
+    pvar = tmp_path / "x.pvar"
+    pvar.write_text("1\t10\tv1\tA\tG\n")  # headerless: a .bim's 6 columns
+    with pytest.raises(InvalidDataError, match="its variant 1 has fewer columns than the 6 "
+                                               r"of a headerless \.pvar \(a \.bim's layout\)"):
+        read_pvar(str(pvar))
+    pvar.write_text("#CHROM\tPOS\tID\tREF\tALT\n1\t10\tv1\tA\tG\n2\t20\tv2\tA\n")
+    with pytest.raises(InvalidDataError, match="its variant 2 has fewer columns than the 5 "
+                                               "of its header"):
+        read_pvar(str(pvar))
