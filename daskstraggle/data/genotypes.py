@@ -636,6 +636,19 @@ def _need(table: VariantTable | None, step: str) -> VariantTable:
     return table
 
 
+def _contig_code(names: np.ndarray, contig: str) -> int | None:
+    """The index of ``contig`` among the data's contig names: by name, else as plink2
+    reads chromosome codes (``22`` finds ``chr22``, ``X`` finds ``chrX`` or ``23``,
+    :func:`~daskstraggle.data._contigs.chrom_code`); None when neither matches."""
+    from daskstraggle.data._contigs import chrom_code
+
+    found = np.flatnonzero(names == contig)
+    if not found.size:
+        want = chrom_code(contig)
+        found = np.flatnonzero([chrom_code(str(name)) == want for name in names])
+    return int(found[0]) if found.size else None
+
+
 def _in_region(table: VariantTable, text: str | None) -> np.ndarray:
     region = parse_region(text)
     contigs = table.whole("contig_id")
@@ -649,7 +662,8 @@ def _in_region(table: VariantTable, text: str | None) -> np.ndarray:
                                        ("variant_position", positions)) if a is None) + "."
         )
     names = _strings(contigs)
-    if region.contig not in names:
+    code = _contig_code(names, region.contig)
+    if code is None:
         shown = ", ".join(repr(str(n)) for n in names[:10]) + (", ..." if len(names) > 10 else "")
         if ":" in region.contig:  # not a contig of the data, nor CONTIG:START-END
             raise InvalidParameterError(
@@ -661,7 +675,6 @@ def _in_region(table: VariantTable, text: str | None) -> np.ndarray:
             f"The 'region' parameter (CLI: --region) names contig {region.contig!r}, which "
             f"the data does not have; its contigs: {shown}."
         )
-    code = int(np.flatnonzero(names == region.contig)[0])
     end = np.iinfo(np.int64).max if region.end is None else region.end
     positions = np.asarray(positions, dtype=np.int64)
     return (np.asarray(codes) == code) & (positions >= region.start) & (positions <= end)

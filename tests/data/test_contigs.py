@@ -19,6 +19,7 @@ from daskstraggle.cli import main
 from daskstraggle.data._bed_writer import write_bed
 from daskstraggle.data._contigs import chrom_code
 from daskstraggle.data.datasets import make_genotypes
+from daskstraggle.errors import InvalidParameterError
 
 #: A contig name in a VCF -> the .bim's CHROM (and the ``@`` of the ids) plink2 wrote.
 PLINK2_WROTE = {
@@ -166,3 +167,19 @@ def test_plink2_scores_every_variant_of_our_plink_out(contig, tmp_path, capsys):
     np.testing.assert_allclose(sums, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
     on_bed = ds.PCA(k, **FIT).fit(str(tmp_path / "p.bed"))
     np.testing.assert_allclose(on_bed.transform(str(store)), expected, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize(("region", "chr_name", "number_name"),
+                         [("22", "chr22", "22"), ("chrX", "chrX", "23"), ("MT", "chrM", "26")])
+def test_a_region_names_a_contig_in_either_spelling(spellings, region, chr_name, number_name):
+    """``--region 22`` on a chr22 store (and ``chrX`` on one that says 23), as plink2's
+    ``--chr`` reads chromosome codes; a name the data has is matched as written first."""
+    chr_store, number_store = spellings
+    kept = []
+    for store, name in ((chr_store, chr_name), (number_store, number_name)):
+        for text in (region, name):
+            matrix = ds.open_matrix(store, qc={"region": text})
+            kept.append(np.asarray(matrix.variants.get("variant_position")).tolist())
+    assert kept[0] and all(k == kept[0] for k in kept)
+    with pytest.raises(InvalidParameterError, match="names contig 'chr21'"):
+        ds.open_matrix(chr_store, qc={"region": "chr21"})
