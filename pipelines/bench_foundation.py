@@ -51,6 +51,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 import gc  # noqa: E402
+import importlib.util  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import math  # noqa: E402
@@ -117,6 +118,8 @@ QUICK: dict[str, Any] = {
     "glm_iter": 3,
 }
 SECTIONS = ("kernel", "overhead", "glm")
+#: The block and problem whose cold compile ``--quick`` measures (a full run: every one).
+QUICK_STARTUP = ("LeastSquares", "float64")
 #: The blocks of (a) (``--blocks``; the first word of each block's name).
 KERNEL_BLOCKS = ("float64", "int8", "packed", "wide", "gram")
 
@@ -634,6 +637,7 @@ def _gram_block_cases(cfg: argparse.Namespace, rng: np.random.Generator
 
 #: A fresh process's first calls of every problem's numba kernels (block_stats, the
 #: kernel, PCA's Gram kernel) on float64, int8 and packed blocks: what compiling costs.
+#: Arguments, if any, name the blocks and problems to call (``--quick``: one of each).
 _STARTUP_CODE = """
 import json, sys, time
 import numpy as np
@@ -652,8 +656,11 @@ blocks = {"float64": Block(rng.normal(size=(n, m)), y=y),
           "int8": Block(calls, **rows),
           "packed": Block(pack_dosages(calls), packed_columns=m, **rows)}
 out = {"import_s": t1 - t0}
+chosen = set(sys.argv[1:])
 for name, block in blocks.items():
     for problem in (PCA(n_components=3), LeastSquares(), Logistic()):
+        if chosen and not {name, type(problem).__name__} <= chosen:
+            continue
         t = time.perf_counter()
         bound = problem.bind(block_stats(block))
         x = (bound.init_iterate(rng) if isinstance(problem, PCA)
@@ -667,7 +674,8 @@ print(json.dumps(out))
 """
 
 
-def numba_startup(base: Path | None = None) -> dict[str, dict[str, Any]]:
+def numba_startup(base: Path | None = None, *,
+                  only: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
     """Seconds a fresh process spends on its first calls of every problem's kernels.
 
     For our package (and the base checkout's, when given, alternately): a process with a
@@ -684,7 +692,7 @@ def numba_startup(base: Path | None = None) -> dict[str, dict[str, Any]]:
                                                   os.environ.get("PYTHONPATH", "")])}
             runs = {}
             for state in ("cold", "cached"):
-                proc = subprocess.run([sys.executable, "-c", _STARTUP_CODE], env=env,
+                proc = subprocess.run([sys.executable, "-c", _STARTUP_CODE, *only], env=env,
                                       capture_output=True, text=True, timeout=1800,
                                       check=True, cwd=str(path))
                 runs[state] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -715,7 +723,8 @@ def bench_kernels(cfg: argparse.Namespace, rng: np.random.Generator) -> dict[str
     out["gemm_gflop_per_s"] = summarize(out["gemm_gflop_per_s"])
     if cfg.startup:
         log("(a) numba start-up: cold compile and cached load in fresh processes")
-        out["numba_startup"] = numba_startup(cfg.base)
+        out["numba_startup_only"] = list(QUICK_STARTUP) if cfg.quick else []
+        out["numba_startup"] = numba_startup(cfg.base, only=out["numba_startup_only"])
     return out
 
 
@@ -814,8 +823,11 @@ def table_kernels(res: dict[str, Any]) -> str:
                                "GFLOP/s", "bound", "roofline median [min-max]", "base ms",
                                "base roofline", "speed-up vs base"], rows)
     for label, start in res.get("numba_startup", {}).items():
-        line = (f"numba start-up of a fresh process ({label}): first calls of every "
-                f"problem's kernels, empty cache {start['cold_s']:.1f} s, from the cache "
+        only = res.get("numba_startup_only")
+        calls = (f"{only[0]}'s kernels on {only[1]} (--quick)" if only else
+                 "every problem's kernels")
+        line = (f"numba start-up of a fresh process ({label}): first calls of {calls}, "
+                f"empty cache {start['cold_s']:.1f} s, from the cache "
                 f"{start['cached_s']:.1f} s (import of daskstraggle.problems "
                 f"{start['import_s']:.2f} s)")
         print(line, flush=True)
@@ -1291,7 +1303,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "overhead" in cfg.sections:
                 report["overhead"] = bench_overhead(cfg, store, X_np, rng)
                 tables.append(table_overhead(report["overhead"]))
-            if "glm" in cfg.sections:
+            if "glm" in cfg.sections and importlib.util.find_spec("dask_glm") is None:
+                report["glm"] = {"skipped": "dask-glm is not installed (pip install -e "
+                                            "'.[bench]')"}
+                tables.append(f"\n(c) dask-glm rows skipped: {report['glm']['skipped']}")
+                print(tables[-1], flush=True)
+            elif "glm" in cfg.sections:
                 report["glm"] = bench_glm(cfg, store, X_np, y_np, rng)
                 tables.append(table_glm(report["glm"]))
     report["machine"]["load_avg_end"] = list(os.getloadavg())

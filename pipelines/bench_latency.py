@@ -13,8 +13,8 @@ them and lists measured numbers):
 (c) prediction accuracy on a LocalCluster of 4 process workers with injected gamma
     delays of different means: expected latency of the w-th fastest worker predicted
     from the recorded latency (per-worker fit and the i.i.d. baseline) vs measured, and
-    the simulator's total time for 50 iterations of SGD with w = 2 vs the real run (model
-    fitted to that run, and to a GD run);
+    the simulator's total time for 50 iterations (``--quick``: 15) of SGD with w = 2 vs
+    the real run (model fitted to that run, and to a GD run);
 (d) the whole-process throttle: slow-down of a plain numpy task on a throttled worker at
     factors 2 and 4, and after the throttle is removed.
 
@@ -115,7 +115,7 @@ def bench_sim_runtime(rows: int, cols: int, workers: list[int], n_iter: int) -> 
     return out
 
 
-def bench_prediction(repeats: int, n_iter: int) -> dict[str, Any]:
+def bench_prediction(repeats: int, n_iter: int, sgd_iter: int = 50) -> dict[str, Any]:
     from daskstraggle import open_matrix
     from daskstraggle.latency import Gamma, fit_trace, order_statistics, simulate
     from daskstraggle.methods import GD, SGD
@@ -140,7 +140,7 @@ def bench_prediction(repeats: int, n_iter: int) -> dict[str, Any]:
             gd = rt.run(GD(), LeastSquares(), matrix, stop=StopRule(max_iter=n_iter + 3, tol=None),
                         rng=0)
             sgd = rt.run(SGD(n_wait=2), LeastSquares(), matrix,
-                         stop=StopRule(max_iter=50, tol=None), rng=0)
+                         stop=StopRule(max_iter=sgd_iter, tol=None), rng=0)
             tr = gd.trace.isel(iteration=slice(3, None))
             measured = np.sort(tr.latency.values, axis=1).mean(axis=0)
             per_worker = order_statistics(fit_trace(tr, split=False), 4, n_samples=50_000,
@@ -152,7 +152,7 @@ def bench_prediction(repeats: int, n_iter: int) -> dict[str, Any]:
             update = float(np.median(np.diff(wall) - sgd.trace.iteration_duration.values[1:]))
 
             def total(m: Any, wall: np.ndarray = wall, update: float = update) -> float:
-                return float(np.mean([simulate(m, 4, 2, 50, update_duration=update,
+                return float(np.mean([simulate(m, 4, 2, sgd_iter, update_duration=update,
                                                rng=s).total_time for s in range(20)]))
 
             own = fit_trace(sgd.trace, split=False)
@@ -168,7 +168,8 @@ def bench_prediction(repeats: int, n_iter: int) -> dict[str, Any]:
                 "sim_own_fit_rel_error": total(own) / wall[-1] - 1,
                 "sim_gd_fit_rel_error": total(fit_trace(tr, split=False)) / wall[-1] - 1,
                 "naive_order_stat_rel_error": float(
-                    50 * order_statistics(own, 4, n_samples=50_000, rng=0).mean[1] / wall[-1] - 1
+                    sgd_iter * order_statistics(own, 4, n_samples=50_000, rng=0).mean[1]
+                    / wall[-1] - 1
                 ),
                 "gd_comm_ms": (1e3 * tr.communication_duration.mean("iteration")).values.tolist(),
                 "sgd_comm_ms": (1e3 * np.nanmean(sgd.trace.communication_duration.values, axis=0)
@@ -188,7 +189,8 @@ def bench_prediction(repeats: int, n_iter: int) -> dict[str, Any]:
 
 
 def _numpy_task(n: int = 20) -> float:
-    """About 0.4 s of single-threaded numpy, many throttle periods long; timed on the worker."""
+    """About 0.02 n s of single-threaded numpy, many throttle periods long; timed on the
+    worker."""
     t0 = time.perf_counter()
     a = np.random.default_rng(0).normal(size=(400, 400))
     for _ in range(n):
@@ -196,7 +198,7 @@ def _numpy_task(n: int = 20) -> float:
     return time.perf_counter() - t0
 
 
-def bench_throttle(repeats: int) -> dict[str, Any]:
+def bench_throttle(repeats: int, task_size: int = 20) -> dict[str, Any]:
     from distributed import Client, LocalCluster
 
     from daskstraggle.runtime.throttle import ProcessThrottle
@@ -207,9 +209,9 @@ def bench_throttle(repeats: int) -> dict[str, Any]:
         a, b = worker_addresses(client)
 
         def ratio() -> float:
-            slow = [client.submit(_numpy_task, pure=False, workers=[a]).result()
+            slow = [client.submit(_numpy_task, task_size, pure=False, workers=[a]).result()
                     for _ in range(repeats)]
-            fast = [client.submit(_numpy_task, pure=False, workers=[b]).result()
+            fast = [client.submit(_numpy_task, task_size, pure=False, workers=[b]).result()
                     for _ in range(repeats)]
             return float(np.median(slow) / np.median(fast))
 
@@ -237,9 +239,9 @@ def main(argv: list[str] | None = None) -> None:
     results["sim_runtime"] = bench_sim_runtime(20_000 if q else 200_000, 50,
                                                [100] if q else [100, 1000], 5 if q else 20)
     log("(c) prediction accuracy on a LocalCluster")
-    results["prediction"] = bench_prediction(1 if q else 3, 30 if q else 60)
+    results["prediction"] = bench_prediction(1 if q else 3, 10 if q else 60, 15 if q else 50)
     log("(d) process throttle")
-    results["throttle"] = bench_throttle(3 if q else 5)
+    results["throttle"] = bench_throttle(1 if q else 5, 5 if q else 20)
 
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or REPO / "results" / "bench_latency" / f"{stamp}.json"
@@ -267,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
                                                        for v in p["split_rel_error"]))
     print("    i.i.d. fit error:            " + "  ".join(f"{100 * v:+5.1f}%"
                                                        for v in p["iid_rel_error"]))
-    print(f"    SGD w=2, 50 it: real {p['real_total_s']:.2f} s; simulator "
+    print(f"    SGD w=2, {15 if q else 50} it: real {p['real_total_s']:.2f} s; simulator "
           f"{100 * p['sim_own_fit_rel_error']:+.1f}% (fit to the run), "
           f"{100 * p['sim_gd_fit_rel_error']:+.1f}% (fit to GD), naive order statistic "
           f"{100 * p['naive_order_stat_rel_error']:+.1f}%")

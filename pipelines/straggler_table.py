@@ -29,7 +29,7 @@ clean run (``case / gd_clean``).
 Usage::
 
     python pipelines/straggler_table.py              # ~10 minutes on 2 cores
-    python pipelines/straggler_table.py --quick      # smoke run, small data, < 1 minute
+    python pipelines/straggler_table.py --quick      # smoke run, small data, one straggler
     python pipelines/straggler_table.py --sections sim
     python pipelines/straggler_table.py --workers 8 --stragglers slowdown artificial
 
@@ -57,8 +57,11 @@ SECTIONS = ("cluster", "sim")
 
 FULL = {"workers": 4, "repeats": 3, "logistic": (400_000, 100), "genotypes": (60_000, 1_500),
         "tol": 1e-6, "max_iter": 300, "sim_workers": 100, "sim_rows": 20_000, "sim_rounds": 100}
-QUICK = {"workers": 4, "repeats": 1, "logistic": (20_000, 10), "genotypes": (2_000, 100),
-         "tol": 1e-6, "max_iter": 300, "sim_workers": 20, "sim_rows": 2_000, "sim_rounds": 30}
+#: A smoke run of every path (both jobs, auto's rows, both sections) in seconds: one
+#: straggler, 2 workers, a few rounds (the data are below auto's probing threshold).
+QUICK = {"workers": 2, "repeats": 1, "logistic": (2_000, 5), "genotypes": (400, 40),
+         "tol": 1e-6, "max_iter": 10, "sim_workers": 20, "sim_rows": 2_000, "sim_rounds": 30,
+         "stragglers": ["slowdown"]}
 
 STRAGGLERS = {"slowdown": "slowdown(workers=1, factor=8)",
               "markov": "markov(p_slow=0.1, p_fast=0.3, slow_factor=8)",
@@ -111,14 +114,23 @@ def _solve(job: str, data: Any, method: str, params: dict[str, Any], straggler: 
             res = ds.fit_pca(data, 10, **kw)
     row = {"solve_s": float(res.wall_time), "iterations": int(res.n_iter),
            "converged": bool(res.converged), "objective": float(res.objective)}
-    choice = res.attrs.get("auto")
-    if choice is not None:  # auto's time includes its probe (a data load and 8 rounds)
-        row.update(solve_s=row["solve_s"] + choice["probe_seconds"], run_s=row["solve_s"],
-                   probe_s=choice["probe_seconds"], choice=choice["choice"],
-                   predicted=choice["predicted"][choice["choice"]],
-                   predicted_plain=choice["predicted"][choice["plain"]],
-                   achieved=choice.get("achieved"))
+    if method == "auto":  # its time includes its probe (a data load and 8 rounds), if any
+        row.update(_auto_row(res.attrs.get("auto"), res.method, row["solve_s"]))
     return row
+
+
+def _auto_row(choice: dict[str, Any] | None, ran: str, solve_s: float) -> dict[str, Any]:
+    """auto's columns of a run: what it ran, its probe and its prediction for it. A run
+    that did not probe (data below auto's probing threshold: ``choice`` None, the rule
+    chose ``ran``) has no prediction."""
+    choice = choice or {}
+    probe_s = float(choice.get("probe_seconds", 0.0))
+    predicted = choice.get("predicted") or {}
+    label = choice.get("choice", ran)
+    return {"solve_s": solve_s + probe_s, "run_s": solve_s, "probe_s": probe_s,
+            "choice": label, "predicted": predicted.get(label),
+            "predicted_plain": predicted.get(choice.get("plain")),
+            "achieved": choice.get("achieved")}
 
 
 def _table(runs: dict[str, list[dict[str, Any]]], base: str,
@@ -149,11 +161,15 @@ def _auto_columns(row: dict[str, Any], runs: list[dict[str, Any]],
     best = min(picks, key=picks.__getitem__)
     row.update(choices=[r["choice"] for r in runs],
                probe_s=statistics.median(r["probe_s"] for r in runs),
-               predicted=statistics.median(r["predicted"] for r in runs),
-               achieved=statistics.median(r["achieved"] for r in runs
-                                          if r["achieved"] is not None)
-               if any(r["achieved"] is not None for r in runs) else None,
+               predicted=_median_of_known(r["predicted"] for r in runs),
+               achieved=_median_of_known(r["achieved"] for r in runs),
                best_hand_pick=best, vs_best_hand_pick=row["solve_s"] / picks[best])
+
+
+def _median_of_known(values: Any) -> float | None:
+    """The median of the values that are not None (None: none is)."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def _plain_of(labels: list[str], base: str) -> dict[str, str]:
@@ -261,9 +277,11 @@ def report(results: dict[str, Any]) -> list[str]:
                          f"{'converged' if row['converged'] else 'not converged'}")
             if "choices" in row:
                 achieved = "-" if row["achieved"] is None else f"{row['achieved']:.3g}"
-                lines.append(f"  {'':28s} ran {', '.join(row['choices'])}; probe "
-                             f"{row['probe_s']:.2f} s; predicted {row['predicted']:.3g} s "
-                             f"per gd round, achieved {achieved}; "
+                predicted = ("not probed: its rule chose"
+                             if row["predicted"] is None else
+                             f"probe {row['probe_s']:.2f} s; predicted {row['predicted']:.3g}"
+                             f" s per gd round, achieved {achieved}")
+                lines.append(f"  {'':28s} ran {', '.join(row['choices'])}; {predicted}; "
                              f"{row['vs_best_hand_pick']:.2f} x the best hand pick "
                              f"({row['best_hand_pick']})")
     return lines
@@ -277,7 +295,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workers", type=int, default=None,
                         help="process workers of the cluster section (default 4)")
     parser.add_argument("--stragglers", nargs="+", choices=list(STRAGGLERS), default=None,
-                        help="the cluster section's stragglers (default: all)")
+                        help="the cluster section's stragglers (default: all; --quick: slowdown)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_foundation import machine_info, write_results

@@ -11,15 +11,14 @@ partition that some fast worker holds at least once every L iterations (age <= L
 
 from __future__ import annotations
 
-import json
 import math
 
+from test_pipelines_load import run_quick
 
-def test_quick_age_comparison(tmp_path, capsys, load_pipeline):
+
+def test_quick_age_comparison(tmp_path, load_pipeline):
     module = load_pipeline("age_comparison")
-    out = tmp_path / "age.json"
-    results = module.main(["--quick", "--out", str(out)])
-    saved = json.loads(out.read_text())
+    saved, printed = run_quick("age_comparison", tmp_path)
     assert saved["quick"] is True
     assert set(module.SECTIONS) <= set(saved)
     spec = saved["spec"]
@@ -40,7 +39,7 @@ def test_quick_age_comparison(tmp_path, capsys, load_pipeline):
             for runs in setting["runs"].values():
                 assert len(runs) == len(spec["quick"]["seeds"])
 
-    block = results["deterministic"]
+    block = saved["deterministic"]
     n_workers = spec["quick"]["workers"]
     n_slow = spec["quick"]["deterministic_stragglers"]
     for setting in block.values():
@@ -67,7 +66,7 @@ def test_quick_age_comparison(tmp_path, capsys, load_pipeline):
         assert med["static"]["median_last_gap"] > med["shift"]["median_last_gap"]
 
     for section in ("persistent", "markov"):
-        for setting in results[section].values():
+        for setting in saved[section].values():
             need = math.ceil((1 - setting["tolerance"]) * n_workers - 1e-9)
             for runs in setting["runs"].values():
                 for r in runs:
@@ -75,6 +74,5 @@ def test_quick_age_comparison(tmp_path, capsys, load_pipeline):
                     assert r["coverage_mean"] >= need / n_workers - 1e-12
                     # the reference is the optimum: gaps are non-negative
                     assert min(r["gap_curve"]) >= -1e-9
-    printed = capsys.readouterr().out
     assert "(deterministic) extra: near-deterministic latency" in printed
     assert "RCS-adaptive" in printed

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
+from test_pipelines_load import run_quick
 
 
 def test_every_job_runs_flat_and_tree_without_and_with_the_straggler(load_pipeline):
@@ -26,10 +25,9 @@ def test_the_difference_of_two_bases_ignores_their_signs_and_order(load_pipeline
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_quick_run_writes_the_table(tmp_path, load_pipeline):
-    out = tmp_path / "aggregation.json"
-    results = load_pipeline("aggregation").main(["--quick", "--out", str(out)])
-    assert json.loads(out.read_text())["quick"] is True
+def test_quick_run_writes_the_table(tmp_path):
+    results, _ = run_quick("aggregation", tmp_path)
+    assert results["quick"] is True
     for job, labels in results["median"].items():
         assert results["flat_vs_tree"][job] < 1e-8  # the same answer either way
         assert all(row["converged"] for row in labels.values())

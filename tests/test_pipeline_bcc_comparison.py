@@ -1,22 +1,21 @@
-"""Smoke test of ``pipelines/bcc_comparison.py`` (simulated part, quick sizes).
+"""Smoke test of ``pipelines/bcc_comparison.py``: its whole ``--quick`` (both sections).
 
 Checks what the pipeline reports against what must hold whatever the latency draws: the
 three schemes give the same iterates (exact gradients), the uncoded scheme waits for every
 worker and cyclic repetition for exactly n - s, BCC for fewer, and with the master's link
-as the bottleneck the total time follows the number of results waited for.
+as the bottleneck the simulated total time follows the number of results waited for.
 """
 
 from __future__ import annotations
 
-import json
+import pytest
+from test_pipelines_load import run_quick
 
 
-def test_quick_simulated_comparison(tmp_path, capsys, load_pipeline):
-    out = tmp_path / "bcc.json"
-    results = load_pipeline("bcc_comparison").main(
-        ["--quick", "--sections", "sim", "--out", str(out)])
-    saved = json.loads(out.read_text())
-    assert saved["quick"] is True and set(saved["sim"]) == {"20"}
+@pytest.mark.cluster
+def test_quick_comparison(tmp_path):
+    results, printed = run_quick("bcc_comparison", tmp_path)
+    assert results["quick"] is True and set(results["sim"]) == {"20"}
     block = results["sim"]["20"]
     med = block["median"]
     assert block["max_rel_iterate_difference"] < 1e-10
@@ -27,4 +26,8 @@ def test_quick_simulated_comparison(tmp_path, capsys, load_pipeline):
     assert totals == sorted(totals)
     for m in med.values():
         assert m["computation_s"] > 0 and m["communication_s"] > 0
-    assert "largest relative difference of final iterates" in capsys.readouterr().out
+    assert printed.count("largest relative difference of final iterates") == 2
+    (cluster,) = results["cluster"].values()  # every scheme on real workers, the same iterates
+    assert cluster["max_rel_iterate_difference"] < 1e-10
+    assert set(cluster["median"]) == set(med)
+    assert cluster["median"]["uncoded"]["workers_waited_mean"] == int(*results["cluster"])

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
+from test_pipelines_load import run_quick
 
 
 @pytest.mark.timeout(60)
-def test_quick_run_writes_sane_json(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                    load_pipeline) -> None:
-    out = tmp_path / "bcc.json"
-    load_pipeline("bcc_heterogeneous").main(["--quick", "--seed", "3", "--out", str(out)])
-    assert "29.28" in capsys.readouterr().out
-    res = json.loads(out.read_text())
+def test_quick_run_writes_sane_json(tmp_path: Path) -> None:
+    res, printed = run_quick("bcc_heterogeneous", tmp_path, "--seed", "3")
+    assert "29.28" in printed
 
     for key in ("spec", "machine", "quick", "seed", "samples", "lb", "uniform", "bcc",
                 "lower_bound", "upper_bound", "paper_reduction_percent", "runtime_s"):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from test_pipelines_load import run_quick
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,12 +19,10 @@ def test_a_base_without_a_package_is_refused(load_pipeline, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_quick_run_against_this_checkout_makes_the_same_rounds(load_pipeline, tmp_path):
+def test_quick_run_against_this_checkout_makes_the_same_rounds(tmp_path):
     # this checkout as the base: both sides run the same code, so the same rounds
-    out = tmp_path / "block.json"
-    results = load_pipeline("block_pca_base").main(["--quick", "--base", str(ROOT),
-                                                    "--out", str(out)])
-    assert json.loads(out.read_text())["quick"] is True
+    results, _ = run_quick("block_pca_base", tmp_path, "--base", str(ROOT))
+    assert results["quick"] is True
     (row,) = results["rows"]
     assert row["ours_rounds"] == row["base_rounds"] == [5]
     assert row["ratio"] > 0

@@ -1,24 +1,25 @@
-"""Smoke test of ``pipelines/dsag_comparison.py`` (simulated part, quick sizes).
+"""Smoke test of ``pipelines/dsag_comparison.py``: its whole ``--quick`` (both sections).
 
 Checks what must hold whatever the latency draws: GD on the (strongly convex) logistic
 problem reaches a tiny exact gap; DSAG, SAG and SGD over subpartitions see the same
 latency draws and stop at the same iteration cap, and there DSAG (stale results cached,
 variance reduced) is far below SGD's noise floor; the ideal-MDS curve carries GD's
-iterates; the JSON holds every section, method and target.
+iterates; the JSON holds every section, method and target. On the quick cluster every
+method ran for the horizon.
 """
 
 from __future__ import annotations
 
-import json
 import math
 
+import pytest
+from test_pipelines_load import run_quick
 
-def test_quick_simulated_comparison(tmp_path, capsys, load_pipeline):
-    out = tmp_path / "dsag.json"
-    results = load_pipeline("dsag_comparison").main(
-        ["--quick", "--sections", "sim", "--out", str(out)])
-    saved = json.loads(out.read_text())
-    assert saved["quick"] is True and "cluster" not in saved
+
+@pytest.mark.cluster
+def test_quick_comparison(tmp_path):
+    saved, printed = run_quick("dsag_comparison", tmp_path)
+    assert saved["quick"] is True
     sim = saved["sim"]
     labels = {"gd", "sgd w=2", "sgd-sub w=2", "sag w=2", "dsag w=2", "ideal-mds"}
     for problem in ("pca", "logistic"):
@@ -33,10 +34,18 @@ def test_quick_simulated_comparison(tmp_path, capsys, load_pipeline):
         assert mds["gap"][:n] == gd["gap"][:n]
         assert block["median"]["gd"]["vs_gd"]["0.01"] == 1.0
 
-    logistic = results["sim"]["logistic"]["median"]
+    logistic = saved["sim"]["logistic"]["median"]
     assert logistic["gd"]["final_gap"] < 1e-8
     same = [logistic[k]["iterations"] for k in ("sgd-sub w=2", "sag w=2", "dsag w=2")]
     assert len(set(same)) == 1
     assert logistic["dsag w=2"]["final_gap"] < 0.05 * logistic["sgd-sub w=2"]["final_gap"]
     assert logistic["dsag w=2"]["final_gap"] < 0.05 * logistic["sgd w=2"]["final_gap"]
-    assert "t<=1e-08" in capsys.readouterr().out
+    assert printed.count("t<=1e-08") == 4  # both problems in both sections
+
+    cluster = saved["cluster"]
+    assert cluster["workers"] == saved["spec"]["quick"]["cluster_workers"]
+    for problem in ("pca", "logistic"):
+        block = cluster[problem]
+        assert set(block["median"]) == {"gd", "sgd-sub w=2", "sag w=2", "dsag w=2", "ideal-mds"}
+        for label, m in block["median"].items():
+            assert m["iterations"] >= 1 and math.isfinite(m["final_gap"]), (problem, label)

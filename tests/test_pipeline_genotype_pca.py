@@ -11,9 +11,8 @@ No assertion on a time or a ratio of times.
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from test_pipelines_load import run_quick
 
 pytest.importorskip("msprime")
 pytest.importorskip("tskit")
@@ -25,12 +24,9 @@ pytest.importorskip("cyvcf2", reason="bio2zarr's vcf2zarr needs cyvcf2")
 @pytest.mark.slow  # ~50 s; tests/test_genotype_pca.py checks the same PCA against numpy in CI
 @pytest.mark.cluster
 @pytest.mark.timeout(600)
-def test_quick_genotype_pca_without_plink2(tmp_path, capsys, load_pipeline):
-    out = tmp_path / "gp.json"
-    results = load_pipeline("genotype_pca").main(
-        ["--quick", "--plink2", str(tmp_path / "no-plink2"), "--workdir", str(tmp_path / "data"),
-         "--out", str(out)])
-    saved = json.loads(out.read_text())
+def test_quick_genotype_pca_without_plink2(tmp_path):
+    saved, printed = run_quick("genotype_pca", tmp_path, "--plink2", str(tmp_path / "no-plink2"),
+                               "--workdir", str(tmp_path / "data"))
     assert saved["quick"] is True
     assert {"spec", "settings", "machine", "skipped", "tools", "sizes", "scale",
             "elapsed_s"} <= set(saved)
@@ -40,7 +36,7 @@ def test_quick_genotype_pca_without_plink2(tmp_path, capsys, load_pipeline):
     assert not any(name.startswith("plink2") for name in saved["tools"])
 
     k = saved["settings"]["components"]
-    (block,) = results["sizes"].values()
+    (block,) = saved["sizes"].values()
     assert block["vs_plink2"] == {"skipped": "no plink2 exact run"}
     assert len(block["reference"]["s2"]) == k
     for name, runs in block["runs"].items():
@@ -64,10 +60,9 @@ def test_quick_genotype_pca_without_plink2(tmp_path, capsys, load_pipeline):
     else:
         assert saved["skipped"]["dask-ml tsqr"] == "dask-ml is not installed"
 
-    scale = results["scale"]
+    scale = saved["scale"]
     assert scale["method"] == "gram" and scale["converged"]
     assert scale["memory"]["worker_max_mb"] > 0 and scale["share_mb"] > 0
 
-    printed = capsys.readouterr().out
     assert "skipped: plink2 exact (plink2 binary not found)" in printed
     assert "(scale)" in printed

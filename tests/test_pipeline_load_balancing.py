@@ -7,7 +7,8 @@ runs; the unbalanced runs show the scheduled slow-down and speed-up; the time-to
 section holds every variant, seed and target; the JSON, the Markdown report and the
 figures are written.
 
-The ``check`` section (a LocalCluster, so marked ``cluster``): one repeat of the issue's
+The whole ``--quick`` (every section; the ``cluster`` and ``check`` sections on a
+LocalCluster, so marked ``cluster``): the cluster section's runs end, and one repeat of the issue's
 check (20 unbalanced, then 40 balanced iterations, as in the full run) runs, balances,
 moves no data and is reported, and meets the issue's thresholds: DSAG-LB on a real
 LocalCluster, one worker twice as slow, w = N (this test replaced
@@ -24,6 +25,7 @@ import math
 
 import numpy as np
 import pytest
+from test_pipelines_load import run_quick
 
 
 def test_quick_simulated_load_balancing(tmp_path, capsys, load_pipeline):
@@ -85,15 +87,18 @@ def test_quick_simulated_load_balancing(tmp_path, capsys, load_pipeline):
 
 @pytest.mark.slow  # compares real iteration times (~55 s); the simulated check runs in CI
 @pytest.mark.cluster
-def test_quick_issue_check(tmp_path, capsys, load_pipeline):
-    out = tmp_path / "check.json"
-    load_pipeline("load_balancing").main(["--quick", "--sections", "check", "--out", str(out)])
-    saved = json.loads(out.read_text())
-    assert saved["quick"] is True and set(saved) & {"sim", "cluster", "tta"} == set()
-    assert saved["figures"] == []
-    text = (tmp_path / "check.md").read_text()
+def test_quick_run_and_issue_check(tmp_path):
+    saved, printed = run_quick("load_balancing", tmp_path)
+    assert saved["quick"] is True and {"sim", "cluster", "tta", "check"} <= set(saved)
+    assert all((tmp_path / name).stat().st_size > 0 for name in saved["figures"])
+    text = (tmp_path / "load_balancing.md").read_text()
     assert "## Issue check: 4 workers, one 2x slower, w = N" in text
-    assert "Thresholds on the medians" in capsys.readouterr().out
+    assert "Thresholds on the medians" in printed
+    cluster = saved["cluster"]  # Fig. 7 on real workers: both runs of every repeat end
+    for label in ("unbalanced", "balanced"):
+        assert len(cluster["runs"][label]) == cluster["repeats"] >= 1
+        assert all(r["iterations"] == cluster["settings"]["n_iterations"]
+                   for r in cluster["runs"][label])
 
     check = saved["check"]
     cfg = check["settings"]

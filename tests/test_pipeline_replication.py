@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from test_pipelines_load import run_quick
 
 
 def test_lost_rounds_count_the_rounds_since_the_last_state(load_pipeline):
@@ -22,10 +21,9 @@ def test_every_bound_is_a_case_beside_the_baselines(load_pipeline):
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_quick_run_writes_the_table(tmp_path, load_pipeline):
-    out = tmp_path / "replication.json"
-    results = load_pipeline("replication").main(["--quick", "--out", str(out)])
-    assert json.loads(out.read_text())["quick"] is True
+def test_quick_run_writes_the_table(tmp_path):
+    results, _ = run_quick("replication", tmp_path)
+    assert results["quick"] is True
     median = results["median"]
     assert all(row["converged"] for row in median.values())
     assert len({round(row["objective"], 12) for row in median.values()}) == 1  # same iterates

@@ -3,21 +3,11 @@ simulated workers, and every exact run on the clean answer (issue 26, part 6).""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).parents[1]
+from test_pipelines_load import run_quick
 
 
 def test_quick_sim_soak_ends_every_trial_on_the_clean_answer(tmp_path):
-    out = tmp_path / "sim_soak.json"
-    done = subprocess.run([sys.executable, str(ROOT / "pipelines" / "sim_soak.py"), "--quick",
-                           "--out", str(out)], capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads(out.read_text())
+    report, _ = run_quick("sim_soak", tmp_path)
     assert report["all_ok"] and report["workers"] == 60 and report["cpu"]
     assert {t["method"] for t in report["trials"]} == {"gd", "coded"}
     for t in report["trials"]:
@@ -31,5 +21,4 @@ def test_quick_sim_soak_ends_every_trial_on_the_clean_answer(tmp_path):
         assert t["faults_played"] == {kind: t["faults"].count(f"{kind}(")
                                       for kind in ("loss", "retire", "freeze", "join")}
         assert t["cpu_s"] > 0 and t["clean_cpu_s"] > 0
-    assert report["command"].endswith("--quick --out " + str(out))
-    assert not list(tmp_path.glob("results"))  # --out was honoured
+    assert report["command"].endswith("--quick --out " + str(tmp_path / "sim_soak.json"))

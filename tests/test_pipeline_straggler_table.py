@@ -1,23 +1,24 @@
-"""Smoke test of ``pipelines/straggler_table.py`` (simulated section, quick sizes).
+"""Smoke test of ``pipelines/straggler_table.py``: its whole ``--quick`` (both sections).
 
-What must hold whatever the draws: the same rounds for every case; with a tenth of the
-workers slowed 8x, plain GD waits for them (several times the clean time), DSAG waiting for
-the others does not (about the clean time), coded GD in between; every exact method ends on
-the same objective (the same iterates), DSAG on its own.
+What must hold whatever the draws in the simulated section: the same rounds for every case;
+with a tenth of the workers slowed 8x, plain GD waits for them (several times the clean
+time), DSAG waiting for the others does not (about the clean time), coded GD in between;
+every exact method ends on the same objective (the same iterates), DSAG on its own. In the
+cluster section every case ran, and ``auto``'s rows say what it ran: the quick data are
+below its probing threshold, so its rule chose without a probe (issue 42: that crashed).
 """
 
 from __future__ import annotations
 
-import json
+import pytest
+from test_pipelines_load import run_quick
 
 
-def test_quick_simulated_table(tmp_path, load_pipeline):
-    out = tmp_path / "table.json"
-    results = load_pipeline("straggler_table").main(
-        ["--quick", "--sections", "sim", "--out", str(out)])
-    saved = json.loads(out.read_text())
-    assert saved["quick"] is True and "cluster" not in saved
-    median = results["sim"]["median"]
+@pytest.mark.cluster
+def test_quick_table(tmp_path):
+    saved, printed = run_quick("straggler_table", tmp_path)
+    assert saved["quick"] is True
+    median = saved["sim"]["median"]
     assert list(median) == ["gd clean"] + [
         f"{case} {name}" for name in ("slowdown", "markov", "artificial")
         for case in ("gd", "coded s=2", "dsag w=18")]
@@ -29,6 +30,20 @@ def test_quick_simulated_table(tmp_path, load_pipeline):
     exact = {round(row["objective"], 12) for label, row in median.items()
              if not label.startswith("dsag")}
     assert len(exact) == 1  # gd and coded under every straggler: the clean iterates
+
+    cluster = saved["cluster"]
+    assert list(cluster["logistic"]["median"]) == [
+        "gd clean", "auto clean", "gd slowdown", "coded s=1 slowdown", "dsag w=1 slowdown",
+        "auto slowdown"]
+    assert list(cluster["pca"]["median"]) == [
+        "gram clean", "auto clean", "gram slowdown", "gram coded s=1 slowdown", "auto slowdown"]
+    for job, plain in (("logistic", "gd"), ("pca", "gram")):
+        for label, row in cluster[job]["median"].items():
+            assert row["iterations"] >= 1, (job, label)
+            if label.startswith("auto"):  # not probed: the rule's pick, no prediction
+                assert row["choices"] == [plain] and row["probe_s"] == 0
+                assert row["predicted"] is None and row["achieved"] is None
+    assert printed.count("not probed: its rule chose") == 4
 
 
 def test_the_cluster_cases_follow_the_chosen_stragglers_and_workers(load_pipeline):

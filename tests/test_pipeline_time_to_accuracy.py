@@ -9,21 +9,20 @@ reported as skipped. No assertion on a time or a ratio.
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pytest
+from test_pipelines_load import run_quick
 
 OURS = ("gd", "dsag", "dsag-eta1", "sag", "sgd", "coded-cyclic", "coded-fractional")
 REACH = ("gd", "dsag", "dsag-eta1", "coded-cyclic", "coded-fractional")
 
 
 @pytest.mark.slow  # real LocalClusters, 14 runs (~60 s): run it when changing the pipeline
-def test_quick_time_to_accuracy(tmp_path, capsys, load_pipeline):
-    out = tmp_path / "tta.json"
-    results = load_pipeline("time_to_accuracy").main(["--quick", "--out", str(out)])
-    saved = json.loads(out.read_text())
+@pytest.mark.cluster
+def test_quick_time_to_accuracy(tmp_path):
+    saved, printed = run_quick("time_to_accuracy", tmp_path)
     assert saved["quick"] is True
     assert {"spec", "settings", "machine", "data", "cases", "tables", "targets",
             "elapsed_s"} <= set(saved)
@@ -33,7 +32,7 @@ def test_quick_time_to_accuracy(tmp_path, capsys, load_pipeline):
     target = saved["settings"]["target_gap"]
     assert saved["settings"]["budget_factor"] == 0  # quick: iteration cap only
 
-    for case, block in results["cases"].items():
+    for case, block in saved["cases"].items():
         # dask-ml is off in --quick: its rows are skipped, not missing silently
         assert "dask_ml_skipped" in block
         assert not any(k.startswith("dask-ml") for k in block["runs"])
@@ -64,6 +63,5 @@ def test_quick_time_to_accuracy(tmp_path, capsys, load_pipeline):
         assert block["checks"]["reference_spread"] < 1e-12
         assert block["checks"]["max_final_gap_vs_client_gap"] < 1e-9
 
-    printed = capsys.readouterr().out
     assert "time to target s" in printed and "dask-ml rows skipped" in printed
     assert "unthrottled: DSAG time / GD time" in printed
