@@ -90,6 +90,8 @@ def _grid_axes(shape: tuple[int, ...], grid: tuple[int, ...], rows: slice | np.n
     def count(n: int, c: int) -> int:
         return -(-int(n) // int(c))
 
+    if not shape:  # a 0-d array: its one chunk
+        return []
     if isinstance(rows, slice):
         first = list(range(rows.start // int(grid[0]), count(rows.stop, grid[0])))
     else:
