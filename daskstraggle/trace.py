@@ -19,7 +19,7 @@ import numpy as np
 import xarray as xr
 
 from daskstraggle._output import check_output_path, source_paths, write_atomically
-from daskstraggle.errors import DataNotFoundError, InvalidDataError
+from daskstraggle.errors import CorruptDataError, DataNotFoundError, InvalidDataError
 
 __all__ = ["Result", "TraceRecorder", "check_output_path"]
 
@@ -522,17 +522,20 @@ class Result:
         inputs = [*protect, *source_paths(self.attrs.get("matrix", {}))]
         out = check_output_path(path, overwrite=overwrite, inputs=inputs)
         assert out is not None
-        return write_atomically(  # every chunk written: an absent one was lost (see load)
-            out, lambda tmp: self.to_dataset().to_zarr(tmp, mode="w", consolidated=False,
-                                                       zarr_format=3, write_empty_chunks=True)
+        ds = self.to_dataset()
+        ds.attrs["arrays"] = json.dumps(sorted(str(name) for name in ds.variables))
+        return write_atomically(  # every array and chunk written: an absent one was lost
+            out, lambda tmp: ds.to_zarr(tmp, mode="w", consolidated=False, zarr_format=3,
+                                        write_empty_chunks=True)
         )
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, missing_chunks: str = "error") -> Result:
         """Read a result written by :meth:`save`.
 
-        Its chunks are checked as an input's are (:func:`~daskstraggle.open_matrix`): an
-        absent one is refused, never read as the fill value (NaN).
+        Its arrays are checked as an input's are (:func:`~daskstraggle.open_matrix`): an
+        absent chunk is refused, never read as the fill value (NaN), and so are an absent
+        array and a chunk that does not decode.
 
         Parameters
         ----------
@@ -555,9 +558,11 @@ class Result:
             If ``path`` is not a result (another Zarr store, a plain file or folder).
         MissingChunksError
             If a chunk of the result is absent (unless ``missing_chunks="fill"``).
+        CorruptDataError
+            If an array the result was saved with is absent, or a chunk does not decode.
         """
         from daskstraggle._validation import check_choice
-        from daskstraggle.data._zarr import MISSING_CHUNKS, check_chunks, describe
+        from daskstraggle.data._zarr import MISSING_CHUNKS
 
         check_choice(missing_chunks, name="missing_chunks", caller="Result.load",
                      choices=MISSING_CHUNKS)
@@ -567,7 +572,7 @@ class Result:
                       "Result.save or the CLI's --out)")
         try:
             arrays = _result_arrays(path)
-            ds = xr.open_zarr(path, consolidated=False).load()
+            ds = xr.open_zarr(path, consolidated=False)
         except Exception as err:  # any unreadable store is the same mistake
             reason = (str(err).splitlines() or [""])[0]
             raise InvalidDataError(f"{not_result}: {type(err).__name__}: {reason}") from None
@@ -577,9 +582,7 @@ class Result:
             v for v in ("iterate",) if v not in ds.variables]
         if missing:
             raise InvalidDataError(f"{not_result}: it has no {missing}.")
-        for name, array in arrays:
-            check_chunks(array, 0, array.shape[0] if array.ndim else 1,
-                         what=describe(str(path), name), missing_chunks=missing_chunks)
+        ds = _checked_load(str(path), ds, arrays, missing_chunks=missing_chunks)
         feature_dim = ds.attrs["feature_dim"]
         names = [n for n in _FITTED_DIMS if n in ds]
         fitted = {n: ds[n].values for n in names}
@@ -607,11 +610,41 @@ class Result:
         )
 
 
-def _result_arrays(path: str | os.PathLike[str]) -> list[tuple[str, Any]]:
+def _result_arrays(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Return the arrays of the Zarr group at ``path`` by name (their metadata only)."""
     import zarr
 
-    return sorted(zarr.open_group(path, mode="r").arrays())
+    return dict(sorted(zarr.open_group(path, mode="r").arrays()))
+
+
+def _checked_load(path: str, ds: xr.Dataset, arrays: dict[str, Any], *,
+                  missing_chunks: str) -> xr.Dataset:
+    """Read a saved result into memory with the inputs' integrity rules (``data/_zarr.py``).
+
+    An array the result was saved with (its ``arrays`` attribute) that is gone, or a chunk
+    absent (unless ``missing_chunks="fill"``) is refused before anything is read; a chunk
+    that does not decode, as :func:`~daskstraggle.data._zarr.read` refuses an input's.
+    """
+    from daskstraggle.data._zarr import check_chunks, describe, read
+
+    saved = json.loads(ds.attrs.get("arrays", "[]"))  # none recorded: nothing to compare
+    lost = sorted(set(saved) - set(arrays))
+    if lost:
+        raise CorruptDataError(
+            f"{len(lost)} of {len(saved)} arrays of the result {path!r} are missing (first: "
+            f"{lost[0]!r}): the store is damaged. Restore it from a good copy or write it again."
+        )
+    for name, array in arrays.items():
+        check_chunks(array, 0, array.shape[0] if array.ndim else 1,
+                     what=describe(path, name), missing_chunks=missing_chunks)
+    try:
+        return ds.load()
+    except (OSError, MemoryError):
+        raise
+    except Exception:  # a codec's error: say which array, in the inputs' words
+        for name, array in arrays.items():
+            read(array, ..., what=describe(path, name))
+        raise
 
 
 def _float_attr(value: Any) -> float:

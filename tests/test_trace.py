@@ -97,6 +97,23 @@ def test_a_lost_chunk_of_a_saved_result_is_refused_not_read_as_nan(result, tmp_p
     assert np.isnan(Result.load(path, missing_chunks="fill").to_dataset()[name]).all()
 
 
+def test_a_lost_array_or_a_corrupt_chunk_is_refused_naming_it(result, tmp_path):
+    import shutil
+
+    from daskstraggle.errors import CorruptDataError
+
+    lost = result.save(tmp_path / "lost.zarr")
+    shutil.rmtree(lost / "components")  # loaded as a result without components before
+    with pytest.raises(CorruptDataError, match=r"1 of \d+ arrays of the result .* are missing "
+                                               r"\(first: 'components'\)"):
+        Result.load(lost)
+    corrupt = result.save(tmp_path / "corrupt.zarr")
+    (corrupt / "components" / "c" / "0" / "0").write_bytes(b"xx")  # was "not a result"
+    with pytest.raises(CorruptDataError, match=r"array 'components' in the Zarr store .* could "
+                                               r"not be decoded .*a chunk is corrupt"):
+        Result.load(corrupt)
+
+
 def test_every_chunk_is_saved_even_all_zero_or_nan_ones(tmp_path):
     """Zarr skips a chunk equal to the fill value unless told: then a lost one is undetectable."""
     from daskstraggle.errors import InvalidParameterError, MissingChunksError
