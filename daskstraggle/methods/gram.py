@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import RoundSummary
@@ -145,6 +144,8 @@ class Gram(CodedSum):
         """Return the exact sum's top eigenvectors and ``X_c^T X_c V`` there."""
         assert self._problem is not None and self._weights is not None
         if self._summary is None:
+            import scipy.linalg  # loaded when first needed (not by the CLI's --help)
+
             total = self._decoded()
             d, k = self._x.shape
             # the unpacked matrix is handed to LAPACK to overwrite (no second d x d copy,

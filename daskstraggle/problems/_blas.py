@@ -15,7 +15,6 @@ import functools
 from collections.abc import Callable
 
 import numpy as np
-import scipy.linalg.blas
 
 __all__ = ["syrk_update"]
 
@@ -64,6 +63,8 @@ def syrk_update(tile: np.ndarray, acc: np.ndarray) -> np.ndarray:
     tile = np.ascontiguousarray(tile, dtype=np.float64)
     routine = _dsyrk()
     if routine is None or not acc.flags.f_contiguous or acc.dtype != np.float64:
+        import scipy.linalg.blas  # loaded when first needed
+
         # tile.T is Fortran-ordered (d, rows): syrk(trans=0) forms tile.T @ tile
         return scipy.linalg.blas.dsyrk(1.0, tile.T, beta=1.0, c=acc, trans=0, lower=0,
                                        overwrite_c=1)

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 import numpy as np
-import scipy.linalg
 
 from daskstraggle._declared_options import CliOption
 from daskstraggle._validation import check_bool, check_int, check_nonnegative
@@ -831,6 +830,8 @@ class PCA(Problem):
         InvalidParameterError
             If the matrix has more than 20000 columns (pass ``reference=False``).
         """
+        import scipy.linalg  # loaded when first needed (not by the CLI's --help)
+
         d = self.n_features
         total = self._bound_total()
         check_dense_size(d, "PCA")
