@@ -543,7 +543,10 @@ class Result:
             The store.
         missing_chunks : {"error", "fill"}, default="error"
             ``"fill"`` reads absent chunks as the fill value, for a store written without
-            them (``write_empty_chunks=False``; :meth:`save` writes every chunk).
+            them (``write_empty_chunks=False``; :meth:`save` writes every chunk). A result
+            saved before :meth:`save` recorded its arrays (before daskstraggle wrote every
+            chunk) is read with ``"fill"``: its absent chunks may be ones equal to the
+            fill value that were never written.
 
         Returns
         -------
@@ -627,7 +630,9 @@ def _checked_load(path: str, ds: xr.Dataset, arrays: dict[str, Any], *,
     """
     from daskstraggle.data._zarr import check_chunks, describe, read
 
-    saved = json.loads(ds.attrs.get("arrays", "[]"))  # none recorded: nothing to compare
+    if "arrays" not in ds.attrs:  # saved before every chunk was written: absent ones
+        missing_chunks = "fill"   # equal to the fill value cannot be told from lost ones
+    saved = json.loads(ds.attrs.get("arrays", "[]"))
     lost = sorted(set(saved) - set(arrays))
     if lost:
         raise CorruptDataError(

@@ -133,6 +133,18 @@ def test_every_chunk_is_saved_even_all_zero_or_nan_ones(tmp_path):
         Result.load(path, missing_chunks="zero")
 
 
+def test_a_result_saved_before_every_chunk_was_written_still_loads(result, tmp_path):
+    """A store saved as before (no ``arrays`` record, chunks equal to the fill value not
+    written: every gd run's all-zero n_stale) loads with those chunks as the fill value."""
+    import zarr
+
+    ds = result.to_dataset()
+    ds.to_zarr(tmp_path / "old.zarr", mode="w", consolidated=False, zarr_format=3)
+    assert "arrays" not in zarr.open_group(tmp_path / "old.zarr").attrs
+    back = Result.load(tmp_path / "old.zarr")
+    np.testing.assert_array_equal(back.fitted["components"], result.fitted["components"])
+
+
 def test_cli_refuses_a_result_with_a_lost_chunk_in_one_line(tmp_path):
     import subprocess
     import sys
