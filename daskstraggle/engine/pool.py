@@ -5,7 +5,8 @@ The methods keep their ``N`` worker indices for the whole run; the worker behind
 may change. :class:`WorkerPool` takes what the runtime observes (tasks sent and answered,
 the cluster's worker statuses, the time) and returns instructions
 (:class:`MoveIndex`, :class:`Resend`, :class:`Cancel`, :class:`SendBackup`,
-:class:`StartHelping`, :class:`StopHelping`, :class:`AwaitWorkers`, and for each unit
+:class:`StartHelping`, :class:`StopHelping`, :class:`AwaitWorkers`, :class:`GiveUp`, and
+for each unit
 sent :class:`SplitUnit` or nothing, :meth:`WorkerPool.split`); the Dask runtime
 carries them out on a cluster, the simulated runtime in simulated time. Every decision
 is kept in a bounded log with its time and round, so :meth:`WorkerPool.history` answers
@@ -13,14 +14,21 @@ is kept in a bounded log with its time and round, so :meth:`WorkerPool.history` 
 
 - **Lost** (gone from the statuses): the index moves to a live worker
   (:func:`~daskstraggle.engine.resilience.replacement_targets`), its partitions are
-  reloaded there and its work in flight is sent again.
+  reloaded there and its work in flight is sent again. An index that loses its worker
+  ``allowed_losses`` times in a run (a share that does not fit in a worker's memory: the
+  nanny restarts the worker, the index is reloaded, the worker dies again) ends the run
+  (:class:`GiveUp`), as Dask's ``allowed-failures`` ends a task that kills its workers.
+- **Out of memory** (``tight``: the restart of a worker the runtime saw killed for its
+  memory): taken as a replacement only when no other worker is live; it adopts no index
+  and helps none.
 - **Retiring** (status ``closing_gracefully``): the same, before it goes; the target
   fetches the partitions from it.
 - **Frozen** (a unit unanswered for :func:`~daskstraggle.engine.resilience.frozen_bound`
   seconds) or **stale** (in flight for :func:`~daskstraggle.engine.resilience.stale_bound`
   rounds, its data loaded): the worker gets no more work in this run; its indices move.
-- **Joining**: a newcomer takes back an index from a worker computing for two
-  (:func:`~daskstraggle.engine.resilience.adoption_moves`); beyond that it helps the index
+- **Joining**: a newcomer takes back an index from a worker computing for two, the one
+  that arrived there last (:func:`~daskstraggle.engine.resilience.adoption_moves`); beyond
+  that it helps the index
   with the highest latency: the index's units are split between the two
   (:class:`SplitUnit`, from :func:`~daskstraggle.engine.resilience.split_unit`), the share
   following their speeds.
@@ -62,6 +70,7 @@ __all__ = [
     "AwaitWorkers",
     "Cancel",
     "Decision",
+    "GiveUp",
     "MoveIndex",
     "Resend",
     "SendBackup",
@@ -198,6 +207,16 @@ class AwaitWorkers:
 
 
 @dataclass(frozen=True, slots=True)
+class GiveUp:
+    """Worker index ``index`` lost its worker ``allowed_losses`` times in this run (the
+    ``workers`` that left, in order): end the run with one line saying why (the runtime
+    knows their memory limits and the index's share)."""
+
+    index: int
+    workers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SplitUnit:
     """Send ``unit`` as two tasks: ``own`` on its index's worker, ``helper_part`` on
     ``helper``; ``fraction`` is the share of its rows ``own`` holds. Report both with
@@ -219,7 +238,7 @@ class SplitUnit:
 
 
 PoolInstruction = MoveIndex | Resend | Cancel | SendBackup | StartHelping | StopHelping | \
-    AwaitWorkers
+    AwaitWorkers | GiveUp
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +278,7 @@ def summary(value: Any) -> Any:
             tuple(summary(v) for v in value)
     if isinstance(value, Task):
         return ("Task", value.key, value.worker, value.unit.worker_index)
-    if isinstance(value, MoveIndex | StartHelping | StopHelping | AwaitWorkers):
+    if isinstance(value, MoveIndex | StartHelping | StopHelping | AwaitWorkers | GiveUp):
         return (type(value).__name__, *[getattr(value, f) for f in value.__slots__])
     if isinstance(value, Resend):
         return ("Resend", value.index, value.cancel,
@@ -311,6 +330,9 @@ class WorkerPool:
     stimuli : int, default=0
         Keep the last this many calls (arguments and results) in :attr:`stimuli`, for a
         replay through a fresh pool (0: none; the results hold the workers' arrays).
+    allowed_losses : int or None, default=None
+        End the run (:class:`GiveUp`) when a worker index loses its worker this many
+        times (None: never; the Dask runtime reads ``daskstraggle.allowed-losses``).
 
     Examples
     --------
@@ -325,13 +347,19 @@ class WorkerPool:
     def __init__(self, workers: Sequence[str], *, placement: Sequence[tuple[int, ...]],
                  partition_rows: Sequence[int], bounds: SlowBounds | None = None,
                  backup_after: float | None = None, log_size: int = 10_000,
-                 stimuli: int = 0) -> None:
+                 stimuli: int = 0, allowed_losses: int | None = None) -> None:
         self._start = (list(workers), [tuple(p) for p in placement], list(partition_rows))
         self.workers = list(workers)
         self.placement = [tuple(p) for p in placement]
         self.partition_rows = list(partition_rows)
         self.bounds = bounds or SlowBounds()
         self.backup_after = backup_after
+        self.allowed_losses = allowed_losses
+        #: The workers each worker index lost (left the cluster), in order.
+        self.losses: dict[int, list[str]] = {}
+        #: Restarts of workers that ran out of memory: used only when no other is live.
+        self.tight: set[str] = set()
+        self._arrived: dict[int, int] = {}  # when each index moved to its worker
         self.tasks: dict[str, Task] = {}
         self.shunned: set[str] = set()  # found frozen or stale: no more work this run
         self.retiring: set[str] = set()
@@ -546,19 +574,23 @@ class WorkerPool:
 
     @_stimulus
     def on_status(self, status: Mapping[str, str], now: float, *,
-                  retiring: Iterable[str] = ()) -> list[PoolInstruction]:
+                  retiring: Iterable[str] = (), tight: Iterable[str] = ()
+                  ) -> list[PoolInstruction]:
         """The cluster's workers and their statuses now: move the indices of workers that
         left or retire, stop helpers that went, give newcomers work.
 
         ``retiring``: workers known to retire from elsewhere (an event announced it, or
-        the scheduler's log says a vanished one retired before it left). The work to send
-        again comes last (:meth:`_ordered`).
+        the scheduler's log says a vanished one retired before it left). ``tight``:
+        workers that replace one that ran out of memory in this run (kept for the run).
+        The work to send again comes last (:meth:`_ordered`); a :class:`GiveUp` comes
+        alone.
         """
-        return self._ordered(self._on_status(status, now, retiring))
+        return self._ordered(self._on_status(status, now, retiring, tight))
 
     def _on_status(self, status: Mapping[str, str], now: float,
-                   retiring: Iterable[str]) -> list[PoolInstruction]:
+                   retiring: Iterable[str], tight: Iterable[str]) -> list[PoolInstruction]:
         self._now = now
+        self.tight |= set(tight)
         self.retiring |= set(retiring)
         # (a retirement the scheduler aborted, for want of workers to take the data, is over)
         self.retiring |= {a for a, s in status.items() if s == RETIRING}
@@ -574,13 +606,17 @@ class WorkerPool:
         if not live:
             out.append(self._decide(AwaitWorkers()))
             return out
-        moves = replacement_targets(self.workers, live)
+        moves = replacement_targets(self.workers, live, avoid=self.tight)
         if not moves:
-            for i, target in adoption_moves(self.workers, live).items():
+            for i, target in adoption_moves(self.workers, live, avoid=self.tight,
+                                            arrived=self._arrived).items():
                 out += self._move(i, target, f"also computed for another index and {target} "
                                   "joined", "adopted")
             out += self._adopt_newcomers(live)
             return out
+        give_up = self._count_losses(moves)
+        if give_up is not None:
+            return [give_up]
         for i, target in moves.items():
             lost = self.workers[i]
             if lost in self.retiring:
@@ -591,8 +627,22 @@ class WorkerPool:
                 out += self._move(i, target, "left the cluster", "lost")
         return out
 
+    def _count_losses(self, moves: Mapping[int, str]) -> GiveUp | None:
+        """Count the indices of ``moves`` whose worker left (not retiring, not found
+        frozen); the first to reach ``allowed_losses`` ends the run."""
+        for i in moves:
+            lost = self.workers[i]
+            if lost not in self.retiring and lost not in self.shunned:
+                self.losses.setdefault(i, []).append(lost)
+        for i in moves:
+            if self.allowed_losses is not None and \
+                    len(self.losses.get(i, ())) >= self.allowed_losses:
+                return self._decide(GiveUp(i, tuple(self.losses[i])))
+        return None
+
     def _move(self, index: int, target: str, why: str, kind: str) -> list[PoolInstruction]:
         previous, self.workers[index] = self.workers[index], target
+        self._arrived[index] = next(self._order)
         out: list[PoolInstruction] = []
         helped = next((i for i, a in self.helpers.items() if a == target), None)
         if helped is not None:  # target stops helping; keeps the data of this index
@@ -621,7 +671,7 @@ class WorkerPool:
     def _adopt_newcomers(self, live: list[str]) -> list[PoolInstruction]:
         """Make every live worker that neither holds nor helps an index the helper of the
         slowest index without one."""
-        newcomers = set(live) - set(self.workers) - set(self.helpers.values())
+        newcomers = set(live) - set(self.workers) - set(self.helpers.values()) - self.tight
         if not newcomers:
             return []
         latency = {i: statistics.median(v) for i, v in self._index_latency.items() if v}
@@ -707,10 +757,10 @@ class WorkerPool:
         decision, one per index: a unit sent again must go where its index's data now is,
         never to the worker it left (a helper that stops and an index that moves in one
         decision resend the same index). While no worker is left (:class:`AwaitWorkers`)
-        the resends wait for the next decision."""
+        the resends wait for the next decision; after a :class:`GiveUp` none is sent."""
         resends = [i for i in out if isinstance(i, Resend)]
         rest: list[PoolInstruction] = [i for i in out if not isinstance(i, Resend)]
-        if rest and isinstance(rest[-1], AwaitWorkers):
+        if rest and isinstance(rest[-1], AwaitWorkers | GiveUp):
             self._held_back += resends
             return rest
         merged: dict[int, Resend] = {}
@@ -732,7 +782,7 @@ class WorkerPool:
         for i, helper in list(self.helpers.items()):
             if helper in late:
                 out += self._stop_helping(i, why=late[helper][0])
-        for i, target in replacement_targets(self.workers, live).items():
+        for i, target in replacement_targets(self.workers, live, avoid=self.tight).items():
             why, kind = late.get(self.workers[i], ("was found frozen", "frozen"))
             out += self._move(i, target, why, kind)
         return out
@@ -795,7 +845,8 @@ class WorkerPool:
         """A pool as this one was at its start (same workers, placement and settings)."""
         workers, placement, rows = self._start
         return WorkerPool(workers, placement=placement, partition_rows=rows,
-                          bounds=self.bounds, backup_after=self.backup_after)
+                          bounds=self.bounds, backup_after=self.backup_after,
+                          allowed_losses=self.allowed_losses)
 
     def replay(self, stimuli: Iterable[tuple[str, tuple[Any, ...], dict[str, Any], Any]]
                ) -> list[tuple[str, Any, Any]]:

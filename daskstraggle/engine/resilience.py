@@ -13,7 +13,7 @@ arguments: the runtimes read them from :mod:`daskstraggle.config` once.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,12 +186,15 @@ def overdue_workers(sent: Iterable[tuple[int, float]], now: float, bound: float
     return overdue
 
 
-def replacement_targets(addresses: list[str], live: list[str]) -> dict[int, str]:
+def replacement_targets(addresses: list[str], live: list[str], *,
+                        avoid: Collection[str] = ()) -> dict[int, str]:
     """Return a live worker for every worker index whose worker has left (pure).
 
     A live worker that no index uses yet (a nanny's restart of the lost worker, or a
     worker that joined) is taken first, in sorted order; then the live worker that the
-    fewest indices use, so the lost work is spread over the survivors.
+    fewest indices use, so the lost work is spread over the survivors. Workers in
+    ``avoid`` (the restart of a worker that ran out of memory in this run) are taken only
+    when no other worker is live.
 
     Parameters
     ----------
@@ -199,6 +202,8 @@ def replacement_targets(addresses: list[str], live: list[str]) -> dict[int, str]
         Current worker address of each worker index.
     live : list of str
         Addresses of the workers in the cluster now (not empty).
+    avoid : collection of str, default=()
+        Workers taken last: only if every live worker is one of them.
 
     Returns
     -------
@@ -211,10 +216,12 @@ def replacement_targets(addresses: list[str], live: list[str]) -> dict[int, str]
     {1: 'd'}
     >>> replacement_targets(["a", "b", "c"], ["a"])
     {1: 'a', 2: 'a'}
+    >>> replacement_targets(["a", "b", "c"], ["a", "c", "d"], avoid=["d"])
+    {1: 'a'}
     """
     alive = set(live)
     lost = [i for i, a in enumerate(addresses) if a not in alive]
-    load = {a: 0 for a in sorted(alive)}
+    load = {a: 0 for a in sorted(alive - set(avoid) or alive)}
     for a in addresses:
         if a in load:
             load[a] += 1
@@ -226,11 +233,15 @@ def replacement_targets(addresses: list[str], live: list[str]) -> dict[int, str]
     return moves
 
 
-def adoption_moves(addresses: list[str], live: list[str]) -> dict[int, str]:
+def adoption_moves(addresses: list[str], live: list[str], *, avoid: Collection[str] = (),
+                   arrived: Mapping[int, int] | None = None) -> dict[int, str]:
     """Give workers that no index uses (that joined) an index from a doubled-up worker.
 
     After a loss moved a worker index onto a survivor, that survivor computes for two;
-    a worker that joins later takes one of them back (pure).
+    a worker that joins later takes one of them back (pure): the one that arrived there
+    last (the lost index, whose data may still be loading), so the survivor keeps the
+    data of its own. A newcomer in ``avoid`` (the restart of a worker that ran out of
+    memory in this run) takes none.
 
     Parameters
     ----------
@@ -238,71 +249,103 @@ def adoption_moves(addresses: list[str], live: list[str]) -> dict[int, str]:
         Current worker address of each worker index (all live).
     live : list of str
         Addresses of the workers in the cluster now.
+    avoid : collection of str, default=()
+        Newcomers given no index.
+    arrived : mapping of int to int or None, default=None
+        When each index moved to its worker (larger: later; absent: at the start).
 
     Returns
     -------
     moves : dict of int to str
-        New address of each index handed to a newcomer: the highest index of the worker
-        holding the most, while some worker holds more than one.
+        New address of each index handed to a newcomer: of the worker holding the most,
+        the index that arrived last (the highest of those that did not move), while some
+        worker holds more than one.
 
     Examples
     --------
     >>> adoption_moves(["a", "a", "b"], ["a", "b", "c"])
     {1: 'c'}
+    >>> adoption_moves(["a", "a", "b"], ["a", "b", "c"], arrived={0: 5})
+    {0: 'c'}
     >>> adoption_moves(["a", "b"], ["a", "b", "c"])
     {}
+    >>> adoption_moves(["a", "a", "b"], ["a", "b", "c"], avoid=["c"])
+    {}
     """
+    arrived = arrived or {}
     held: dict[str, list[int]] = {}
     for i, a in enumerate(addresses):
         held.setdefault(a, []).append(i)
     moves: dict[int, str] = {}
-    for newcomer in sorted(set(live) - set(addresses)):
+    for newcomer in sorted(set(live) - set(addresses) - set(avoid)):
         busiest = max(held, key=lambda a: (len(held[a]), a), default=None)
         if busiest is None or len(held[busiest]) < 2:
             break
-        moves[held[busiest].pop()] = newcomer
+        last = max(held[busiest], key=lambda i: (arrived.get(i, -1), i))
+        held[busiest].remove(last)
+        moves[last] = newcomer
     return moves
 
 
-def check_memory(addresses: list[str], shares: list[int], limits: dict[str, int],
-                 pause: float) -> None:
+def check_memory(addresses: list[str], shares: Sequence[float], limits: Mapping[str, float],
+                 pause: float, *, own: Mapping[str, float] | None = None,
+                 transient: Sequence[float] | None = None) -> None:
     """Refuse a placement that gives a worker more data than its memory limit allows.
 
+    A worker holds its share of the data beside its own memory (the process with its
+    libraries and kernels) and, while it loads, the transient copies of what it reads.
     Dask pauses a worker at ``pause`` (``distributed.worker.memory.pause``, 0.8) of its
     limit and its nanny restarts it near the limit; a share above that would be lost and
-    reloaded forever instead of computed.
+    reloaded instead of computed.
 
     Parameters
     ----------
     addresses : list of str
         Worker address by worker index.
-    shares : list of int
+    shares : sequence of float
         Bytes each worker index would hold.
-    limits : dict of str to int
-        Memory limit of each worker (0 or absent: none).
+    limits : mapping of str to float
+        Memory limit of each worker in bytes (0 or absent: none).
     pause : float
         Fraction of the limit at which Dask pauses a worker.
+    own : mapping of str to float or None, default=None
+        Bytes each worker's process uses before the load (absent: 0).
+    transient : sequence of float or None, default=None
+        Bytes each worker index reads at once while it loads, beyond what it keeps
+        (None: 0); a worker holding several indices loads one after the other.
 
     Raises
     ------
     InvalidParameterError
-        Naming the worker, its share and its limit.
+        Naming the worker, its share, its own memory, the transient bytes and its limit.
 
     Examples
     --------
-    >>> check_memory(["a"], [10], {"a": 100}, 0.8)
+    >>> check_memory(["a"], [80e6], {"a": 450e6}, 0.8, own={"a": 210e6}, transient=[32e6])
+    >>> check_memory(["a"], [240e6], {"a": 450e6}, 0.8, own={"a": 210e6}, transient=[32e6])
+    Traceback (most recent call last):
+    ...
+    daskstraggle.errors.InvalidParameterError: Worker a would hold 0.24 GB of the matrix \
+beside its own 0.21 GB and 0.032 GB read while loading (0.482 GB), more than 80% of its ...
     """
-    held: dict[str, int] = {}
-    for address, share in zip(addresses, shares, strict=True):
+    own = own or {}
+    held: dict[str, float] = {}
+    reads: dict[str, float] = {}
+    for i, (address, share) in enumerate(zip(addresses, shares, strict=True)):
         held[address] = held.get(address, 0) + share
+        extra = 0 if transient is None else transient[i]
+        reads[address] = max(reads.get(address, 0), extra)
     for address, share in held.items():
         limit = limits.get(address) or 0
-        if limit and share > pause * limit:
+        total = share + own.get(address, 0) + reads[address]
+        if limit and total > pause * limit:
             raise InvalidParameterError(
-                f"Worker {address} would hold {share / 1e9:.3g} GB of the matrix, more than "
-                f"{pause:.0%} of its memory limit of {limit / 1e9:.3g} GB (where Dask pauses "
-                "it): use more workers (CLI: --workers), workers with more memory (dask "
-                "worker --memory-limit), or a smaller matrix."
+                f"Worker {address} would hold {share / 1e9:.3g} GB of the matrix beside "
+                f"its own {own.get(address, 0) / 1e9:.3g} GB and {reads[address] / 1e9:.3g} "
+                f"GB read while loading ({total / 1e9:.3g} GB), more than {pause:.0%} of its "
+                f"memory limit of {limit / 1e9:.3g} GB (where Dask pauses it): use more "
+                "workers (CLI: --workers), workers with more memory (dask worker "
+                "--memory-limit), or a smaller matrix."
             )
 
 

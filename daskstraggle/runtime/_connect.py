@@ -60,6 +60,7 @@ __all__ = [
     "scheduler_timeout",
     "start_local_cluster",
     "worker_addresses",
+    "worker_identity",
     "worker_start_config",
     "worker_status",
 ]
@@ -380,6 +381,30 @@ def worker_status(client: Any) -> dict[str, str]:
     SchedulerLostError
         If the scheduler does not answer within :func:`scheduler_timeout` seconds.
     """
+    return {address: str(worker.get("status", "running"))
+            for address, worker in worker_identity(client).items()}
+
+
+def worker_identity(client: Any) -> dict[str, dict[str, Any]]:
+    """Return what the scheduler knows of each worker now, by address (one round trip).
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A synchronous client.
+
+    Returns
+    -------
+    workers : dict of str to dict
+        Each worker's ``status``, ``nanny`` (the address of the nanny that restarts it,
+        None without one), ``memory_limit`` (bytes, 0: none), ``nthreads`` and
+        ``metrics`` (``memory``: the process's bytes at its last heartbeat).
+
+    Raises
+    ------
+    SchedulerLostError
+        If the scheduler does not answer within :func:`scheduler_timeout` seconds.
+    """
     if client.asynchronous:
         raise InvalidParameterError(
             "daskstraggle needs a synchronous distributed.Client (asynchronous=False)."
@@ -389,8 +414,7 @@ def worker_status(client: Any) -> dict[str, str]:
                            callback_timeout=scheduler_timeout())
     except (OSError, TimeoutError) as err:
         raise scheduler_lost(client, f"{type(err).__name__}: {err}") from None
-    return {address: str(worker.get("status", "running"))
-            for address, worker in info["workers"].items()}
+    return dict(info["workers"])
 
 
 def scheduler_lost(client: Any, cause: str) -> SchedulerLostError:

@@ -29,6 +29,7 @@ from daskstraggle.data.matrix import Matrix
 from daskstraggle.engine.pool import (
     AwaitWorkers,
     Cancel,
+    GiveUp,
     MoveIndex,
     Resend,
     SendBackup,
@@ -43,6 +44,7 @@ from daskstraggle.errors import (
     SchedulerLostError,
     StraggleError,
     StraggleWarning,
+    WorkerLostError,
 )
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
@@ -55,7 +57,7 @@ from daskstraggle.runtime._connect import (
     scheduler_lost,
     scheduler_timeout,
     worker_addresses,
-    worker_status,
+    worker_identity,
 )
 from daskstraggle.runtime._membership import (
     MEMBERSHIP_INTERVAL,
@@ -69,6 +71,7 @@ from daskstraggle.runtime._resilience import (
     check_memory,
     quietly,
     replacement_targets,
+    setup_timeout,
     slow_bounds,
 )
 from daskstraggle.runtime.aggregate import AGGREGATIONS, Handle, TreeReducer, unit_meta
@@ -84,8 +87,8 @@ from daskstraggle.runtime.base import (
 from daskstraggle.trace import TraceRecorder
 
 __all__ = ["MAX_LOCAL_WORKERS", "MEMBERSHIP_INTERVAL", "OWN_CLUSTER_CONFIG", "DaskRuntime",
-           "connect",
-           "replacement_targets", "run_unit_task", "worker_addresses"]
+           "connect", "killed_for_memory",
+           "replacement_targets", "run_unit_task", "worker_addresses", "worker_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +111,64 @@ def _wait_ready(ac: Any, timeout: float) -> None:
     with ac.thread_condition:
         if not ac.has_ready():
             ac.thread_condition.wait(timeout=timeout)
+
+
+def worker_memory() -> tuple[int, int]:
+    """Worker task: load the kernels a load pass runs (a tiny block's statistics), then
+    return the worker's process and the bytes it holds.
+
+    Returns
+    -------
+    pid : int
+        The process id.
+    nbytes : int
+        The process's resident set: what Dask's nanny compares with the memory limit.
+    """
+    import os
+
+    import numpy as np
+    import psutil
+
+    from daskstraggle.problems.block import Block
+
+    block_stats(Block(values=np.zeros((2, 2))))
+    return os.getpid(), int(psutil.Process().memory_info().rss)
+
+
+def _own(measured: tuple[int, int]) -> int:
+    """The bytes a worker's process holds, ``worker_memory``'s answer (0 for a thread
+    worker of this process: the client's own memory is not the worker's)."""
+    import os
+
+    pid, nbytes = measured
+    return 0 if pid == os.getpid() else nbytes
+
+
+def killed_for_memory(client: Any, addresses: set[str]) -> set[str]:
+    """Return those of ``addresses`` that their nanny restarted for passing their memory
+    limit, by the scheduler's event log (topic ``worker-restart-memory``).
+
+    Parameters
+    ----------
+    client : distributed.Client
+        Connected to the scheduler.
+    addresses : set of str
+        Workers that left the cluster.
+
+    Returns
+    -------
+    killed : set of str
+        Empty when the log cannot be read.
+    """
+    if not addresses:
+        return set()
+    try:
+        events = client.sync(client.scheduler.events, topic="worker-restart-memory",
+                             callback_timeout=scheduler_timeout())
+    except Exception as err:  # no log: not known to have run out of memory
+        logger.info("reading the memory restarts failed (%s)", err)
+        return set()
+    return {str(msg.get("worker")) for _, msg in events or () if isinstance(msg, dict)} & addresses
 
 
 def run_unit_task(
@@ -289,6 +350,14 @@ class DaskRuntime(Runtime):
         self._matrix: Matrix | None = None
         self._work: Any = None
         self._losses: list[dict[str, Any]] = []
+        from daskstraggle import config
+
+        self._allowed_losses = config.count("allowed-losses")
+        # this run's workers, seen by the scheduler: (nanny, memory limit); those that
+        # left and were asked whether their nanny restarted them for memory; those it did
+        self._seen: dict[str, tuple[str | None, int]] = {}
+        self._asked: set[str] = set()
+        self._out_of_memory: set[str] = set()
         self._news: RetirementNews | None = None
         self._last_check = time.perf_counter()
         self._scheduler_lost = False
@@ -387,11 +456,13 @@ class DaskRuntime(Runtime):
         self._token = uuid.uuid4().hex[:8]
         self._matrix = matrix
         self._losses = []
+        self._seen, self._asked, self._out_of_memory = {}, set(), set()
         self.worker_pool = WorkerPool(
             list(self._addresses), placement=placement,
             partition_rows=[int(r) for r in matrix.partition_rows()],
             bounds=slow_bounds(self._frozen_after, self._stale_after),
-            backup_after=self._backup_after, stimuli=self.stimulus_log)
+            backup_after=self._backup_after, stimuli=self.stimulus_log,
+            allowed_losses=self._allowed_losses)
         self._news = RetirementNews(self.client)
         self._check_memory(matrix, placement)
         assert self._data is not None
@@ -515,16 +586,67 @@ class DaskRuntime(Runtime):
                             key=f"map-backup-{token}-w{j}", worker_index=j)
 
     def _check_memory(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> None:
-        """Refuse, before loading, a share of the data above a worker's memory limit."""
+        """Refuse, before loading, a share of the data that does not fit in a worker's
+        memory limit beside the worker's own memory (measured once its kernels are
+        loaded) and the copies a load reads: each thread reads one partition at a time,
+        holding its bytes as read and decoded."""
         import dask
 
+        info = self._identity()
+        limits = {a: int(w.get("memory_limit") or 0) for a, w in info.items()}
+        limited = sorted({a for a in self._addresses if limits.get(a)})
+        if not limited:
+            return
         rows = matrix.partition_rows()
         shares = [int(sum(rows[p] for p in parts)) * matrix.row_nbytes for parts in placement]
-        info = self.client.sync(self.client.scheduler.identity, n_workers=-1,
-                                callback_timeout=scheduler_timeout())
-        limits = {a: int(w.get("memory_limit") or 0) for a, w in info["workers"].items()}
+        read = 2 * max(matrix.row_nbytes, matrix.n_columns * matrix.dtype.itemsize)
+        transient = [read * sum(sorted((int(rows[p]) for p in parts), reverse=True)[
+            :int(info.get(a, {}).get("nthreads") or 1)])
+            for a, parts in zip(self._addresses, placement, strict=True)]
         pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
-        check_memory(self._addresses, shares, limits, float(pause))
+        check_memory(self._addresses, shares, limits, float(pause),
+                     own=self._own_memory(limited, info), transient=transient)
+
+    def _own_memory(self, addresses: list[str], info: dict[str, Any]) -> dict[str, int]:
+        """Bytes each worker's process holds once it loaded the kernels (a task on each,
+        bounded by ``timeouts.setup``; a worker that does not answer in time: the memory
+        its last heartbeat reported; a thread worker in this process: 0, the process is
+        not its own).
+
+        Raises
+        ------
+        InvalidParameterError
+            If a worker's nanny restarted it for its memory limit before it answered.
+        """
+        from distributed import as_completed
+
+        token = uuid.uuid4().hex[:6]
+        futures = {a: self._submit_to(a, worker_memory, key=f"memory-{n}-{token}")
+                   for n, a in enumerate(addresses)}
+        address_of = {f.key: a for a, f in futures.items()}
+        ac = as_completed(list(futures.values()), loop=self.client.loop)
+        deadline, pending = time.perf_counter() + setup_timeout(), set(futures)
+        gone: set[str] = set()
+        while pending - gone and time.perf_counter() < deadline:
+            _wait_ready(ac, min(MEMBERSHIP_INTERVAL, deadline - time.perf_counter()))
+            while ac.has_ready():
+                pending.discard(address_of[next(ac).key])
+            gone = pending - set(self._status())
+        ac.clear()
+        own = {a: _own(f.result()) if f.status == "finished" else
+               int(info[a].get("metrics", {}).get("memory") or 0) for a, f in futures.items()}
+        self.client.cancel(list(futures.values()))  # (the result is read: a finished
+        # future would read as cancelled after this)
+        killed = sorted(killed_for_memory(self.client, gone))
+        if killed:
+            needs = max((own[a] for a in addresses if a not in gone), default=0)
+            raise InvalidParameterError(
+                f"Worker {killed[0]} was restarted by its nanny for its memory limit of "
+                f"{int(info[killed[0]].get('memory_limit') or 0) / 1e9:.3g} GB while it "
+                "loaded the kernels, before any data"
+                + (f" (the others hold {needs / 1e9:.3g} GB once they did)" if needs else "")
+                + ": give the workers more memory (dask worker --memory-limit).")
+        return own
 
     def _lost_scheduler(self, err: BaseException) -> SchedulerLostError | None:
         """Return a one-line SchedulerLostError when ``err`` means the scheduler is gone."""
@@ -870,22 +992,68 @@ class DaskRuntime(Runtime):
         announced |= {a for a in pool.vanished(status)
                       if a not in announced and retired_before_leaving(self.client, a)}
         self._news.watch(sorted({*pool.workers, *pool.helpers.values()} & set(status)))
-        out = pool.on_status(status, time.perf_counter(), retiring=announced)
+        out = pool.on_status(status, time.perf_counter(), retiring=announced,
+                             tight=self._tight(status))
         if out and isinstance(out[-1], AwaitWorkers):  # every worker gone: wait, bounded
             self._carry_out(out[:-1])
             # (a worker found frozen or retiring is no use: wait for another)
             status = wait_for_any_worker(self.client, pool.usable)
-            out = pool.on_status(status, time.perf_counter())
+            self._status()  # (what the scheduler knows of the newcomers)
+            out = pool.on_status(status, time.perf_counter(), tight=self._tight(status))
             assert not (out and isinstance(out[-1], AwaitWorkers)), out
         self._carry_out(out)
         return any(isinstance(i, MoveIndex) and i.kind != "adopted" for i in out)
 
     def _status(self) -> dict[str, str]:
+        return {a: str(w.get("status", "running")) for a, w in self._identity().items()}
+
+    def _identity(self) -> dict[str, dict[str, Any]]:
+        """What the scheduler knows of each worker; remember each one's nanny and memory
+        limit for the run."""
         try:
-            return worker_status(self.client)
+            info = worker_identity(self.client)
         except SchedulerLostError:
             self._scheduler_lost = True  # the clean-up must not wait on it either
             raise
+        for address, worker in info.items():
+            self._seen.setdefault(address, (worker.get("nanny"),
+                                            int(worker.get("memory_limit") or 0)))
+        return info
+
+    def _tight(self, status: dict[str, str]) -> set[str]:
+        """The live workers whose nanny restarted one of this run's workers for passing
+        its memory limit: the share that killed it would kill them too."""
+        gone = set(self._seen) - set(status) - self._asked
+        self._asked |= gone
+        self._out_of_memory |= killed_for_memory(self.client, gone)
+        nannies = {self._seen[a][0] for a in self._out_of_memory} - {None}
+        return {a for a in status if a in self._seen and self._seen[a][0] in nannies}
+
+    def _gave_up(self, give_up: GiveUp) -> WorkerLostError:
+        """The one line that ends a run whose worker index kept losing its worker."""
+        import dask
+
+        assert self._matrix is not None and self.worker_pool is not None
+        lost = set(give_up.workers)
+        self._out_of_memory |= killed_for_memory(self.client, lost - self._out_of_memory)
+        killed = len(lost & self._out_of_memory)
+        rows = self._matrix.partition_rows()
+        share = int(sum(rows[p] for p in self.worker_pool.placement[give_up.index])) * \
+            self._matrix.row_nbytes
+        limits = sorted({self._seen[a][1] for a in lost if a in self._seen} - {0})
+        limit = " or ".join(f"{x / 1e9:.3g} GB" for x in limits) or "none"
+        terminate = dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0
+        why = (f"{killed} of them restarted by their nanny for passing {terminate:.0%} of "
+               f"their memory limit of {limit}" if killed else
+               f"their memory limit: {limit}; see the workers' logs for why they died")
+        return WorkerLostError(
+            f"Worker index {give_up.index} lost its worker {len(give_up.workers)} times in "
+            f"this run ({why}) with the index's {share / 1e9:.3g} GB share of the matrix "
+            "and what the method computes from it: use more workers (CLI: --workers), "
+            "workers with more memory (dask worker --memory-limit), or a smaller matrix; "
+            f"the daskstraggle.allowed-losses setting ({self._allowed_losses}) bounds the "
+            "losses of one index."
+        )
 
     def _check_slow(self, now: float) -> None:
         """Let the pool judge overdue work (frozen or stale workers) and send backups."""
@@ -921,6 +1089,8 @@ class DaskRuntime(Runtime):
                 self._data.start_helping(self._matrix, instruction)
             elif isinstance(instruction, StopHelping):
                 self._data.stop_helping(instruction)
+            elif isinstance(instruction, GiveUp):
+                raise self._gave_up(instruction)
             else:
                 raise TypeError(f"unexpected pool instruction {instruction!r}")
 
