@@ -144,9 +144,9 @@ def test_workers_that_keep_running_out_of_memory_end_the_run_in_one_line(tmp_pat
            "with the index's 0.0192 GB share of the matrix" in line, line
     assert line.endswith("the daskstraggle.allowed-losses setting (3) bounds the losses of "
                          "one index."), line
-    # bounded: three losses of one index, at most one more of the other (they share a
-    # worker after the first loss)
-    assert 3 <= len(restarts) <= 5, restarts
+    # bounded: three losses of one index, and beside each at most one of the other's
+    # (both compute at once; after a loss they may share a worker)
+    assert 3 <= len(restarts) <= 6, restarts
 
 
 class _Hungry(Logistic):
