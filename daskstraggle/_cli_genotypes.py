@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from daskstraggle.data.genotypes import GenotypeQC, parse_qc
-from daskstraggle.data.ld import parse_ld_prune
 from daskstraggle.errors import InvalidParameterError
+
+if TYPE_CHECKING:
+    from daskstraggle.data.genotypes import GenotypeQC
 
 __all__ = ["qc_from_params", "qc_line", "qc_options"]
 
@@ -69,6 +70,9 @@ def qc_from_params(params: dict[str, Any]) -> GenotypeQC | None:
     InvalidParameterError
         If a value is out of range (one line naming the option).
     """
+    from daskstraggle.data.genotypes import GenotypeQC, parse_qc  # the data layer: on use
+    from daskstraggle.data.ld import parse_ld_prune
+
     ld_text, ld_order = params.pop("ld_prune"), params.pop("ld_prune_order")
     if ld_order is not None and ld_text is None:
         raise InvalidParameterError(

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from types import FrameType
 
-__all__ = ["ABORTED_EXIT_CODE", "install_interrupt_handling", "main"]
+__all__ = ["ABORTED_EXIT_CODE", "ended", "install_interrupt_handling", "main"]
 
 #: Exit code of an interrupted command: 128 + SIGINT.
 ABORTED_EXIT_CODE = 128 + signal.SIGINT
@@ -58,10 +58,26 @@ def main() -> int:
         code = run()
     except KeyboardInterrupt:
         return _aborted()
-    # the command has ended and said so: a late Ctrl-C (while the interpreter closes a
-    # cluster at exit) must not replace its exit code by a traceback
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ended()
     return code
+
+
+def ended() -> None:
+    """Prepare the process's exit once the command has ended and said so.
+
+    A late Ctrl-C (while the interpreter closes a cluster at exit) must not replace the
+    exit code by a traceback: it is ignored from now on. And the objects alive now are
+    left to the operating system: the interpreter's exit garbage-collects everything
+    still tracked three times over (``Py_FinalizeEx``), which with dask, distributed,
+    xarray and numba loaded (1 600 modules, 190 000 objects) took 0.4-0.9 s after
+    :func:`daskstraggle.cli.main` returned. :func:`gc.freeze` moves them out of those
+    collections; the ``atexit`` handlers (distributed closing clusters, logging, numba)
+    still run, the standard streams are still flushed, and what the handlers leave is
+    collected as before. Only cycles already unreachable are not finalized, which
+    nothing the command wrote depends on: its outputs are complete before it returns.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gc.freeze()
 
 
 def install_interrupt_handling() -> None:

@@ -2,10 +2,12 @@
 latency models.
 
 Each concept has one :class:`Registry`, filled by the package's own classes (registered
-when their module is imported) and, lazily, by other packages' classes advertised under an
-entry-point group (``daskstraggle.methods``, ``daskstraggle.problems``,
-``daskstraggle.schemes``, ``daskstraggle.latency``), as zarr does for its codecs: a plugin
-package declares, in its ``pyproject.toml``::
+when their module is imported, or, for methods and problems, when a name is first looked
+up: their modules import numpy and scipy, which ``daskstraggle --help`` must not) and,
+lazily, by other packages' classes advertised under an entry-point group
+(``daskstraggle.methods``, ``daskstraggle.problems``, ``daskstraggle.schemes``,
+``daskstraggle.latency``), as zarr does for its codecs: a plugin package declares, in its
+``pyproject.toml``::
 
     [project.entry-points."daskstraggle.methods"]
     my-method = "my_package.module:MyMethod"
@@ -20,7 +22,7 @@ Pure Python: shared by the pure packages. Names are hyphenated; lookups treat ``
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, fields
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
@@ -46,15 +48,27 @@ class Registry(Generic[T]):
         first not found or the names are first listed. An entry point that fails to load
         or names a class registered already under another class is skipped with a
         warning in the log.
+    load : callable or None, default=None
+        ``load()`` returns the package's own classes (importing their modules); called once,
+        before the first lookup, so a registry is cheap until it is used.
     """
 
     def __init__(self, kind: str, *, unknown: Callable[[str, list[str]], str],
-                 group: str | None = None) -> None:
+                 group: str | None = None,
+                 load: Callable[[], Iterable[type[T]]] | None = None) -> None:
         self.kind = kind
         self.group = group
         self._unknown = unknown
         self._classes: dict[str, type[T]] = {}
         self._plugins_read = group is None
+        self._load = load
+
+    def _load_own(self) -> None:
+        """Register the package's own classes (once; before any plugin's)."""
+        load, self._load = self._load, None
+        if load is not None:
+            for cls in load():
+                self.register(cls)
 
     def register(self, cls: type[T]) -> type[T]:
         """Register ``cls`` under ``cls.name`` (usable as a class decorator)."""
@@ -66,6 +80,7 @@ class Registry(Generic[T]):
 
     def _read_plugins(self) -> None:
         """Register the classes of the entry-point group (once)."""
+        self._load_own()
         if self._plugins_read:
             return
         self._plugins_read = True
@@ -90,6 +105,7 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         key = str(name).replace("_", "-")
+        self._load_own()
         if key not in self._classes:
             self._read_plugins()
         return key in self._classes

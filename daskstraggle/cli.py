@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import sys
 import time
 import warnings
@@ -17,11 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-import numpy as np
 
-from daskstraggle import config
-from daskstraggle._cli_format import format_result
 from daskstraggle._cli_genotypes import qc_from_params, qc_options
+from daskstraggle._cli_lazy import LazyGroup, deferred
 from daskstraggle.errors import (
     DivergenceError,
     InputError,
@@ -64,22 +63,25 @@ def _method_options() -> list[Callable[..., Any]]:
 
 
 def _problem_options(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The options problem ``name`` declares (``Problem.cli_options``), as click options."""
-    from daskstraggle.problems import get_problem_class
+    """The options problem ``name`` declares (``Problem.cli_options``), as click options
+    made when the command first needs them (:mod:`daskstraggle._cli_lazy`)."""
 
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for option in reversed(get_problem_class(name).cli_options):
+    def make() -> list[Callable[..., Any]]:
+        from daskstraggle.problems import get_problem_class
+
+        options = []
+        for option in get_problem_class(name).cli_options:
             flags = [f"{option.flag}/{option.off_flag}" if option.off_flag else option.flag]
             if option.short:
                 flags.insert(0, option.short)
             kind: dict[str, Any] = ({"is_flag": True} if option.is_flag and not option.off_flag
                                     else {} if option.is_flag else {"type": option.type})
-            fn = click.option(*flags, option.dest, default=option.default, **kind,
-                              metavar=option.metavar, show_default=option.show_default,
-                              help=option.help)(fn)
-        return fn
+            options.append(click.option(*flags, option.dest, default=option.default, **kind,
+                                        metavar=option.metavar,
+                                        show_default=option.show_default, help=option.help))
+        return options
 
-    return decorate
+    return deferred(make)
 
 
 def _problem_values(name: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -118,9 +120,24 @@ def _runtime_names() -> list[str]:
     return ["dask", "sim", "local", *sorted(advertised - {"dask", "sim", "local"})]
 
 
+def _declared_solve_options() -> list[Callable[..., Any]]:
+    """``--method``, the methods' options and ``--runtime``, from the registered methods
+    and runtimes: made when a solve command first needs them (:mod:`daskstraggle._cli_lazy`)."""
+    return [
+        click.option("--method", default="auto", show_default=True, help=_method_help()),
+        *_method_options(),
+        click.option("--runtime", type=click.Choice(_runtime_names()), default="dask",
+                     show_default=True,
+                     help="dask: a Dask cluster; sim: in process, simulated time with "
+                          "--stragglers as the latency model; local: in process, no latency; "
+                          "or a runtime an installed package registers (entry-point group "
+                          "daskstraggle.runtimes)."),
+    ]
+
+
 def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Options every solve command takes."""
-    options = [
+    options: list[Callable[..., Any]] = [
         click.option("--scheduler", metavar="ADDRESS", default=None,
                      help="Dask scheduler address (tcp://host:port). "
                           "Default: start a LocalCluster."),
@@ -132,14 +149,7 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="With --scheduler: wait (up to the daskstraggle.timeouts.min-workers "
                           "setting, 300 s) until the cluster has this many workers before "
                           "starting (e.g. jobqueue jobs starting)."),
-        click.option("--method", default="auto", show_default=True, help=_method_help()),
-        *_method_options(),
-        click.option("--runtime", type=click.Choice(_runtime_names()), default="dask",
-                     show_default=True,
-                     help="dask: a Dask cluster; sim: in process, simulated time with "
-                          "--stragglers as the latency model; local: in process, no latency; "
-                          "or a runtime an installed package registers (entry-point group "
-                          "daskstraggle.runtimes)."),
+        deferred(_declared_solve_options),
         click.option("--stragglers", metavar="SPEC", default=None,
                      help="Slow workers down on purpose, e.g. 'slowdown(workers=1, factor=4)', "
                           "'markov(p_slow=0.05, p_fast=0.2, slow_factor=4)', 'bursts()', "
@@ -232,7 +242,7 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="daskstraggle")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def cli(verbose: int) -> None:
@@ -279,6 +289,8 @@ def _method_params(method: str, values: dict[str, Any]) -> dict[str, Any] | None
 
 def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None = None,
                plink_out: str | None = None, **extra: Any) -> None:
+    from daskstraggle import config
+    from daskstraggle._cli_format import format_result
     from daskstraggle._output import removed_on_error
     from daskstraggle._plink_out import PLINK_SUFFIXES
     from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca
@@ -535,6 +547,8 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
     --latency, DSAG runs in the simulated runtime and the faults are played by the same
     engine as --runtime sim; the events are listed.
     """
+    import numpy as np
+
     from daskstraggle._cli_simulate import check_simulate_size, simulate_summary, simulate_table
     from daskstraggle.latency.order import order_statistics
     from daskstraggle.latency.simulator import simulate as run_simulation
@@ -628,6 +642,7 @@ def _simulate_faults(model: Any, faults: tuple[Any, ...], source: str, n_workers
                      n_wait: int, n_iterations: int, *, load: float, collect_window: float,
                      update_duration: float, seed: int, as_json: bool) -> None:
     """Run ``simulate`` for a spec with fault terms and print what it found."""
+    from daskstraggle import config
     from daskstraggle._cli_simulate import check_fault_size, fault_summary, fault_table
     from daskstraggle.runtime.fault_simulation import simulate_faults
 
@@ -667,7 +682,7 @@ def _echo_json(summary: dict[str, Any], *, what: str) -> None:
 
 def _non_finite(value: Any, key: str = "") -> tuple[str, Any] | None:
     """Return the key path (``a.b[2]``) and value of the first NaN or infinite float."""
-    if isinstance(value, float) and not np.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         return key, value
     if isinstance(value, dict):
         items: Any = ((f"{key}.{k}" if key else str(k), v) for k, v in value.items())
@@ -693,6 +708,10 @@ def _non_finite(value: Any, key: str = "") -> tuple[str, Any] | None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def demo(n_workers: int | None, out: Path | None, as_json: bool) -> None:
     """Genotype PCA on a LocalCluster with simulated data; prints a result table."""
+    import numpy as np
+
+    from daskstraggle import config
+    from daskstraggle._cli_format import format_result
     from daskstraggle.api import fit_pca
     from daskstraggle.data import open_matrix
 
@@ -731,6 +750,8 @@ def demo(n_workers: int | None, out: Path | None, as_json: bool) -> None:
 
 def _configured_defaults(params: dict[str, Any]) -> None:
     """Fill the solve options left unset from the dask config (daskstraggle.config)."""
+    from daskstraggle import config
+
     if params.get("max_iter") is None:
         params["max_iter"] = config.count("max-iter")
     if params.get("tol") is None:
@@ -739,6 +760,7 @@ def _configured_defaults(params: dict[str, Any]) -> None:
 
 def _check_demo_options(n_workers: int, out: Path | None) -> Path:
     """Refuse bad demo options before the data is simulated; return the output folder."""
+    from daskstraggle import config
     from daskstraggle._output import check_writable_folder
     from daskstraggle.api import check_n_workers
 
@@ -807,7 +829,9 @@ def _entry() -> None:  # pragma: no cover - the former console script (python -m
 
 
 if __name__ == "__main__":  # pragma: no cover - python -m daskstraggle.cli, as the script
-    from daskstraggle._entry import install_interrupt_handling
+    from daskstraggle._entry import ended, install_interrupt_handling
 
     install_interrupt_handling()
-    sys.exit(main())
+    exit_code = main()
+    ended()
+    sys.exit(exit_code)

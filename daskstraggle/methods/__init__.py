@@ -6,26 +6,28 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import (
-    Method,
-    RoundSummary,
-    WorkResult,
-    WorkUnit,
-    contiguous_placement,
-)
-from daskstraggle.methods.block import BlockKrylov
-from daskstraggle.methods.bounded_async import BoundedAsync
-from daskstraggle.methods.coded import CodedGD, CodedSum, IgnoreStragglers
-from daskstraggle.methods.dsag import DSAG, SAG
-from daskstraggle.methods.gd import GD, NAG
-from daskstraggle.methods.gram import Gram
 from daskstraggle.methods.options import MethodOption, check_cli_values
-from daskstraggle.methods.partial import PartialRecovery
-from daskstraggle.methods.sgd import SGD
+
+if TYPE_CHECKING:  # what type checkers see; at run time each loads on first use
+    from daskstraggle.methods.base import (
+        Method,
+        RoundSummary,
+        WorkResult,
+        WorkUnit,
+        contiguous_placement,
+    )
+    from daskstraggle.methods.block import BlockKrylov
+    from daskstraggle.methods.bounded_async import BoundedAsync
+    from daskstraggle.methods.coded import CodedGD, CodedSum, IgnoreStragglers
+    from daskstraggle.methods.dsag import DSAG, SAG
+    from daskstraggle.methods.gd import GD, NAG
+    from daskstraggle.methods.gram import Gram
+    from daskstraggle.methods.partial import PartialRecovery
+    from daskstraggle.methods.sgd import SGD
 
 __all__ = [
     "DSAG",
@@ -52,33 +54,79 @@ __all__ = [
     "method_params_from_cli",
 ]
 
-#: The methods by name; other packages add theirs under the entry-point group
-#: ``daskstraggle.methods`` (see :mod:`daskstraggle._registry`).
-_REGISTRY: Registry[Method] = Registry(
-    "method", group="daskstraggle.methods",
-    unknown=lambda name, names: (
-        f"The 'method' parameter must be one of {names}. Got {name!r} instead."),
-)
+#: The classes and functions loaded on first use (PEP 562), by the module defining each:
+#: importing a submodule (``methods.base``) loads no other method's module.
+_LAZY = {
+    "DSAG": "dsag",
+    "GD": "gd",
+    "NAG": "gd",
+    "SAG": "dsag",
+    "SGD": "sgd",
+    "BlockKrylov": "block",
+    "BoundedAsync": "bounded_async",
+    "CodedGD": "coded",
+    "CodedSum": "coded",
+    "Gram": "gram",
+    "IgnoreStragglers": "coded",
+    "Method": "base",
+    "PartialRecovery": "partial",
+    "RoundSummary": "base",
+    "WorkResult": "base",
+    "WorkUnit": "base",
+    "contiguous_placement": "base",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Load a public class or function on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value  # later look-ups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    """List the public names, those not loaded yet included."""
+    return sorted(set(globals()) | set(__all__))
+
 
 #: Modules of this package that hold no method.
 _NOT_METHODS = frozenset({"base", "cache", "options"})
 
 
-def _register_package_methods(paths: list[str], package: str) -> None:
-    """Register every method a module of the package defines: each ``Method`` subclass
-    whose class body sets ``name``. So a new method is one module (and its tests): no
-    list here to extend."""
+def _package_methods(paths: list[str], package: str) -> list[type[Method]]:
+    """Every method a module of the package defines: each ``Method`` subclass whose class
+    body sets ``name``. So a new method is one module (and its tests): no list here to
+    extend."""
+    from daskstraggle.methods.base import Method
+
+    found = []
     for info in pkgutil.iter_modules(paths):
         if info.name.startswith("_") or info.name in _NOT_METHODS:
             continue
         module = importlib.import_module(f"{package}.{info.name}")
-        for obj in vars(module).values():
-            if (isinstance(obj, type) and issubclass(obj, Method)
-                    and obj.__module__ == module.__name__ and "name" in vars(obj)):
-                _REGISTRY.register(obj)
+        found += [obj for obj in vars(module).values()
+                  if isinstance(obj, type) and issubclass(obj, Method)
+                  and obj.__module__ == module.__name__ and "name" in vars(obj)]
+    return found
 
 
-_register_package_methods(list(__path__), __name__)
+def _register_package_methods(paths: list[str], package: str) -> None:
+    """Register every method a module of the package defines (:func:`_package_methods`)."""
+    for cls in _package_methods(paths, package):
+        _REGISTRY.register(cls)
+
+
+#: The methods by name, the package's own registered on the first look-up (their modules
+#: import numpy and scipy); other packages add theirs under the entry-point group
+#: ``daskstraggle.methods`` (see :mod:`daskstraggle._registry`).
+_REGISTRY: Registry[Method] = Registry(
+    "method", group="daskstraggle.methods",
+    load=lambda: _package_methods(list(__path__), __name__),
+    unknown=lambda name, names: (
+        f"The 'method' parameter must be one of {names}. Got {name!r} instead."),
+)
 
 
 def list_methods() -> list[str]:
@@ -137,6 +185,8 @@ def make_method(name: str | Method, **params: Any) -> Method:
     InvalidParameterError
         If ``name`` is not registered.
     """
+    from daskstraggle.methods.base import Method
+
     if isinstance(name, Method):
         if params:
             raise InvalidParameterError(

@@ -7,15 +7,17 @@ reference solver. Problems are looked up by name with :func:`make_problem`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.problems.base import KernelResult, MapReduce, Problem, Reference
-from daskstraggle.problems.block import Block, MatrixStats, block_stats
-from daskstraggle.problems.least_squares import LeastSquares
-from daskstraggle.problems.logistic import Logistic
-from daskstraggle.problems.pca import PCA
+
+if TYPE_CHECKING:  # what type checkers see; at run time each loads on first use
+    from daskstraggle.problems.base import KernelResult, MapReduce, Problem, Reference
+    from daskstraggle.problems.block import Block, MatrixStats, block_stats
+    from daskstraggle.problems.least_squares import LeastSquares
+    from daskstraggle.problems.logistic import Logistic
+    from daskstraggle.problems.pca import PCA
 
 __all__ = [
     "PCA",
@@ -33,16 +35,56 @@ __all__ = [
     "make_problem",
 ]
 
-#: The problems by name; other packages add theirs under the entry-point group
-#: ``daskstraggle.problems`` (see :mod:`daskstraggle._registry`).
+#: The classes and functions loaded on first use (PEP 562), by the module defining each:
+#: importing a submodule (``problems._kernels``) or the registry loads no problem module.
+_LAZY = {
+    "PCA": "pca",
+    "Block": "block",
+    "KernelResult": "base",
+    "LeastSquares": "least_squares",
+    "Logistic": "logistic",
+    "MapReduce": "base",
+    "MatrixStats": "block",
+    "Problem": "base",
+    "Reference": "base",
+    "block_stats": "block",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Load a public class or function on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value  # later look-ups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    """List the public names, those not loaded yet included."""
+    return sorted(set(globals()) | set(__all__))
+
+
+def _package_problems() -> tuple[type[Problem], ...]:
+    """The package's own problems (importing their modules)."""
+    from daskstraggle.problems.least_squares import LeastSquares
+    from daskstraggle.problems.logistic import Logistic
+    from daskstraggle.problems.pca import PCA
+
+    return PCA, Logistic, LeastSquares
+
+
+#: The problems by name, the package's own registered on the first look-up; other packages
+#: add theirs under the entry-point group ``daskstraggle.problems`` (see
+#: :mod:`daskstraggle._registry`).
 _REGISTRY: Registry[Problem] = Registry(
-    "problem", group="daskstraggle.problems",
+    "problem", group="daskstraggle.problems", load=_package_problems,
     unknown=lambda name, names: (
         f"The 'name' parameter of make_problem must be one of {names}. Got {name!r} "
         "instead."),
 )
-for _cls in (PCA, Logistic, LeastSquares):
-    _REGISTRY.register(_cls)
 
 
 def list_problems() -> list[str]:

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import cast
 
 import numpy as np
-import scipy.linalg
 
 from daskstraggle.errors import InvalidParameterError
 
@@ -249,6 +248,8 @@ def solve_psd(H: np.ndarray, b: np.ndarray) -> np.ndarray:
     Cholesky when ``H`` is positive definite; the minimum-norm least-squares solution
     when it is singular (e.g. no regularisation and collinear columns).
     """
+    import scipy.linalg  # loaded when first needed
+
     try:
         factor = scipy.linalg.cho_factor(H)
     except np.linalg.LinAlgError:

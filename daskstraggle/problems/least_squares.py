@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 import numpy as np
-import scipy.linalg
 
 from daskstraggle._declared_options import CliOption
 from daskstraggle._validation import check_bool, check_nonnegative
@@ -642,6 +641,8 @@ class LeastSquares(_LinearModel):
         InvalidParameterError
             If the matrix has more than 20000 columns (pass ``reference=False``).
         """
+        import scipy.linalg  # loaded when first needed
+
         d, n, penalty = self._bound()
         check_dense_size(d, "LeastSquares")
         p = self.n_params

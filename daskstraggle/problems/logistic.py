@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 import numpy as np
-from scipy.special import expit
 
 from daskstraggle._declared_options import CliOption
 from daskstraggle._validation import check_bool, check_nonnegative
@@ -257,6 +256,8 @@ class Logistic(_LinearModel):
     def _newton_terms(self, tiles: Iterator[tuple[np.ndarray, np.ndarray]], w: np.ndarray,
                       b: float) -> _NewtonTerms:
         """Gradient, Hessian and loss of the mean loss of ``tiles`` at ``[w, b]``."""
+        from scipy.special import expit  # scipy: loaded when first needed
+
         n = self._bound()[1]
         d, p = w.shape[0], self.n_params
         grad = np.zeros(p)
