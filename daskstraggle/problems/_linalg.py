@@ -56,7 +56,7 @@ def precision_floor(n: int) -> float:
 
     Examples
     --------
-    >>> precision_floor(6) == 8 * np.finfo(np.float64).eps
+    >>> precision_floor(6) == 8 * float(np.finfo(np.float64).eps)
     True
     """
     return max(int(n), 8) * float(np.finfo(np.float64).eps)
