@@ -12,6 +12,7 @@ see :func:`daskstraggle.runtime._connect.worker_start_config`.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import warnings
@@ -53,3 +54,8 @@ except Exception:  # a warm-up only: an error here would stop the server from
     # meets the same error in a task reports it to the client as usual
     logging.getLogger(__name__).warning("kernel warm-up in the forkserver failed",
                                         exc_info=True)
+
+# what the server loaded stays out of the garbage collector's generations: a forked worker
+# then shares those pages with the server instead of copying them on the first collection
+# (Python's docs advise it before fork()), and the server's own exit skips collecting them
+gc.freeze()
