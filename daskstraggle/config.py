@@ -41,6 +41,11 @@ Keys (see the YAML file for what each bounds):
 ``frozen.minimum``, ``frozen.factor``
     A worker is frozen when a unit is unanswered for ``max(minimum, factor x median unit
     latency)``.
+``allowed-losses``
+    Workers one worker index may lose in a run (a nanny's restart for the memory limit
+    counts; a retirement or a freeze does not) before the run ends in one line naming the
+    memory limit and the index's share, as ``distributed.scheduler.allowed-failures``
+    ends a task that keeps killing its workers.
 
 A value of the wrong type is refused when it is read, with one line naming the key.
 """
