@@ -8,7 +8,9 @@ Each ``check_*`` returns the normalised value or raises
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Literal, NoReturn, overload
 
 import numpy as np
@@ -86,14 +88,14 @@ def check_fraction(value: object, *, name: str, caller: str, closed_low: bool = 
     _fail(name, caller, f"a number in {'[' if closed_low else '('}0, 1)", value)
 
 
-def check_nonnegative(value: object, *, name: str, caller: str) -> float:
+def check_nonnegative(value: object, *, name: str, caller: str, remedy: str = "") -> float:
     """Return ``value`` as a finite float >= 0."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         number = float(value)
         if np.isfinite(number) and number >= 0:
             return number
         value = number
-    _fail(name, caller, "a finite number >= 0", value)
+    _fail(name, caller, "a finite number >= 0", value, remedy)
 
 
 def check_choice(value: object, *, name: str, caller: str, choices: Iterable[str]) -> str:
@@ -111,17 +113,18 @@ def check_bool(value: object, *, name: str, caller: str) -> bool:
     return bool(value)
 
 
-def check_rng(value: object, *, caller: str) -> object:
+def check_rng(value: object, *, caller: str, name: str = "rng",
+              hint: str = " (CLI: --seed)") -> object:
     """Return ``rng`` if numpy can seed from it: None, an int >= 0 or a Generator.
 
-    Also accepts a ``SeedSequence`` or a ``BitGenerator``.
+    Also accepts a ``SeedSequence`` or a ``BitGenerator``. ``name`` and ``hint`` (the
+    command line's spelling) name the parameter in the message.
     """
     seedable = (np.random.Generator, np.random.SeedSequence, np.random.BitGenerator)
     ok = value is None or isinstance(value, seedable) or (
         isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 0)
     if not ok:
-        _fail("rng", caller, "None, an int >= 0 (CLI: --seed) or a numpy.random.Generator",
-              value)
+        _fail(name, caller, f"None, an int >= 0{hint} or a numpy.random.Generator", value)
     return value
 
 
@@ -153,3 +156,17 @@ def check_addresses(value: object, *, name: str, caller: str, constraint: str) -
             "instead; list each worker once."
         )
     return tuple(listed)
+
+
+def check_path(value: object, *, name: str, caller: str, example: str) -> str | os.PathLike[str]:
+    """Return ``value`` if it is a path (str or os.PathLike) that ends in a name.
+
+    A path without one (``''``, ``'.'``, ``'..'``, ``'dir/..'``) names the current folder
+    or one above it, which writing, or replacing with overwrite, would destroy. ``example``
+    is shown in the message.
+    """
+    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    if text is None or not text or Path(text).name in ("", ".."):
+        _fail(name, caller, f"a path that ends in the name to write, e.g. {example!r}",
+              value if text is None else text)
+    return value  # type: ignore[return-value]

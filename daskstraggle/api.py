@@ -18,8 +18,15 @@ import numpy as np
 
 from daskstraggle._output import source_paths
 from daskstraggle._recovery import recovery
-from daskstraggle._validation import check_bool, check_int, check_mapping, check_rng
+from daskstraggle._validation import (
+    check_bool,
+    check_int,
+    check_mapping,
+    check_path,
+    check_rng,
+)
 from daskstraggle.data.genotypes import (
+    GenotypeQC,
     check_not_allele_counts,
     drop_no_calls,
     filter_variants,
@@ -320,7 +327,10 @@ def _run(
     """
     caller = caller or f"fit_{problem.name.replace('-', '_')}"
     stop = StopRule(max_iter=max_iter, tol=tol, gap_tol=gap_tol, time_budget=time_budget)
-    check_bool(reference, name="reference", caller=caller)
+    _check_flags_and_paths(caller, flags={"reference": reference, "overwrite": overwrite,
+                                          "record_iterates": record_iterates,
+                                          "progress": progress},
+                           paths={"out": out, "checkpoint": checkpoint, "resume": resume})
     if gap_tol is not None and not reference:
         raise InvalidParameterError(
             f"The 'gap_tol' parameter of {caller} needs reference=True (CLI: --reference)."
@@ -358,21 +368,11 @@ def _run(
         check_resume_iterations(state, stop.max_iter)
         # the worker count, when known before connecting: refused before a cluster starts
         check_resume_workers(state, _expected_workers(runtime, client, scheduler, n_workers))
-    matrix = open_matrix(X, array=array, labels=labels, n_partitions=n_partitions,
-                         missing_chunks=missing_chunks, storage_options=storage_options,
-                         genotype_dims=genotype_dims,
-                         qc=None if qc is None else qc.site_steps())
-    problem.check_shape(matrix.n_rows, matrix.n_columns)
+    matrix = _open_for(problem, X, labels=labels, qc=qc, caller=caller, array=array,
+                       n_partitions=n_partitions, missing_chunks=missing_chunks,
+                       storage_options=storage_options, genotype_dims=genotype_dims)
     meth = _auto_for_data(meth, auto=auto, state=state, matrix=matrix)
     meth.check_shape(matrix.n_rows, matrix.n_columns)
-    if problem.needs_labels:
-        if matrix.labels is None:
-            raise InvalidParameterError(
-                f"{caller} needs labels: pass labels=... (an array, or the name of an array "
-                "in the Zarr group; CLI: --labels)."
-            )
-        if isinstance(problem, Logistic):
-            matrix = matrix.with_labels(to_plus_minus_one(matrix.labels))
     with _resolve_runtime(runtime, client, scheduler, n_workers, spec, rng,
                           min_workers=min_workers, backup_after=backup_after,
                           aggregation=aggregation) as rt:
@@ -409,6 +409,49 @@ def _run(
     if out_path is not None:
         result.save(out_path, overwrite=overwrite)
     return result
+
+
+#: The command line's flag and an example of each path parameter of the ``fit_*`` functions.
+_PATHS = {"out": ("--out", "run.zarr"), "checkpoint": ("--checkpoint", "run.ckpt"),
+          "resume": ("--resume", "run.ckpt")}
+
+
+def _check_flags_and_paths(caller: str, *, flags: dict[str, Any],
+                           paths: dict[str, Any]) -> None:
+    """Refuse a flag that is not a bool (``overwrite="no"`` would count as yes) and a path
+    that is not one or names no file (``out=""`` would replace the current folder)."""
+    for name, flag in flags.items():
+        check_bool(flag, name=name, caller=caller)
+    for name, path in paths.items():
+        if path is not None:
+            option, example = _PATHS[name]
+            check_path(path, name=name, caller=f"{caller} (CLI: {option})", example=example)
+
+
+def _open_for(problem: Problem, X: Any, *, labels: Any, qc: GenotypeQC | None, caller: str,
+              **open_kw: Any) -> Matrix:
+    """Open ``X`` for ``problem``, before any cluster work: labels for a problem that takes
+    them (logistic's as -1/+1), none for one that does not, and quality control for
+    genotypes only (also the steps counted on the workers, which run once a cluster is up).
+    """
+    if labels is not None and not problem.needs_labels:
+        raise InvalidParameterError(
+            f"The 'labels' parameter of {caller} applies to a problem fitted to labels "
+            f"(logistic, least-squares); {problem.name} takes none. Drop it."
+        )
+    matrix = open_matrix(X, labels=labels, qc=None if qc is None else qc.site_steps(),
+                         **open_kw)
+    if qc is not None and not matrix.genotypes:
+        filter_variants(matrix, qc)  # refuses it: quality control applies to genotypes
+    problem.check_shape(matrix.n_rows, matrix.n_columns)
+    if problem.needs_labels and matrix.labels is None:
+        raise InvalidParameterError(
+            f"{caller} needs labels: pass labels=... (an array, or the name of an array "
+            "in the Zarr group; CLI: --labels)."
+        )
+    if isinstance(problem, Logistic) and matrix.labels is not None:
+        return matrix.with_labels(to_plus_minus_one(matrix.labels))
+    return matrix
 
 
 def _measured_run(rt: Runtime, meth: Method, problem: Problem, matrix: Matrix, *,

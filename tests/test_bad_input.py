@@ -532,6 +532,40 @@ CASES = [
     Case("wait-zero", InvalidParameterError, r"'n_wait' parameter of SGD must be an int >= 1",
          _fit(pca, "a", method="sgd", method_params={"n_wait": 0}),
          lambda s: ["pca", str(s.a), "--method", "sgd", "--wait", "0"], ("'n_wait'", ">= 1")),
+    # ---- issue 42's tour (round four): refused before any cluster starts, not after
+    *[Case(f"qc-{flag}-of-floats", InvalidParameterError,
+           r"The 'qc' parameter \(CLI: .*\) applies to genotypes .* the matrix is zarr",
+           _fit(pca, "a", qc={name: value}),
+           lambda s, flag=flag, value=value: ["pca", str(s.a), f"--{flag}", str(value)],
+           ("'qc'", f"--{flag}", "genotypes", "drop it"))
+      # the steps counted on the workers: checked only once a cluster was up
+      for flag, name, value in (("min-maf", "min_maf", 0.1), ("hwe", "hwe", 1e-6),
+                                ("mind", "max_sample_missing", 0.1),
+                                ("king-cutoff", "king_cutoff", 0.1),
+                                ("ld-prune", "ld_prune", "50,5,0.2"))],
+    Case("qc-of-regression-floats", InvalidParameterError, r"'qc' parameter .* genotypes",
+         _fit(lstsq, "g", "y", array="X", qc={"max_missing": 0.1}), None),
+    Case("stragglers-parameter-twice", InvalidParameterError,
+         r"The parameter 'mean' of 'gamma' is given twice in the stragglers spec; give each",
+         _fit(pca, "a", runtime="sim", stragglers="gamma(mean=0.05, mean=1, var=1e-4)"),
+         lambda s: ["pca", str(s.a), "--runtime", "sim", "--stragglers",
+                    "gamma(mean=0.05, var=1e-4) + slowdown(workers=1, factor=2, factor=3)"],
+         ("'factor'", "twice")),
+    Case("overwrite-not-bool", InvalidParameterError,
+         r"'overwrite' parameter of fit_pca must be True or False\. Got 'no'",
+         _fit(pca, "a", overwrite="no"), None),  # a truthy "no" replaced an existing out
+    Case("progress-not-bool", InvalidParameterError,
+         r"'progress' parameter of fit_logistic must be True or False\. Got 0",
+         _fit(logit, "g", "y", progress=0), None),
+    Case("out-not-a-path", InvalidParameterError,
+         r"'out' parameter of fit_pca \(CLI: --out\) must be a path that ends in the name to "
+         r"write, e.g\. 'run\.zarr'\. Got 5", lambda s, out: pca(s.a, n_workers=2, out=5), None),
+    Case("checkpoint-not-a-path", InvalidParameterError,
+         r"'checkpoint' parameter of fit_least_squares \(CLI: --checkpoint\) must be a path",
+         _fit(lstsq, "g", "y", checkpoint=b"run.ckpt"), None),  # TypeError tracebacks, both
+    Case("labels-of-pca", InvalidParameterError,
+         r"'labels' parameter of solve applies to a problem fitted to labels .* pca takes none",
+         lambda s, out: daskstraggle.solve("pca", s.X, labels=s.X[:, 0], out=out), None),
 ]
 
 

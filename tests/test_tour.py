@@ -18,6 +18,7 @@ from daskstraggle.cli import main
 from daskstraggle.coding.rcs import default_degrees
 from daskstraggle.errors import InputError, InvalidDataError, InvalidParameterError
 from daskstraggle.methods import GD, PartialRecovery
+from daskstraggle.testing import one_error_line
 from daskstraggle.trace import Result
 
 
@@ -205,3 +206,82 @@ def test_result_repr_is_short_and_says_how_it_ended(store, tmp_path):
     assert "converged" not in text or hasattr(res, "converged")
     res.converged = False  # the verdict another change adds: shown when present
     assert "converged: False" in repr(res).splitlines()[0]
+
+
+# ------------------------------------------- issue 42, round four: datasets make's outputs
+#: ``datasets make`` ARGS -> words of the one error line. Each runs as a real command in a
+#: folder holding a file and a Zarr store of its own, which must stay as they were.
+DATASET_CASES = {
+    # click reads '' as Path('.'): with --overwrite it replaced the current folder
+    "out-empty": (["linear", "--out", "", "--overwrite"], ("--out", "ends in the name to write")),
+    "out-dot-dot": (["logistic", "--out", "..", "--overwrite"], ("--out", "Got '..'")),
+    "out-inside-a-store": (["linear", "--out", "kept.zarr/new"],
+                           ("--out", "lies inside the Zarr store")),
+    "bed-of-linear": (["linear", "--out", "x.bed"], ("--out", "only genotypes")),
+    "size-beyond-the-disk": (["linear", "--out", "x.zarr", "--size", str(10**15)],
+                             ("--size", "free in")),  # wrote chunks for ever
+    "features-beyond-memory-or-disk": (["linear", "--out", "x.zarr", "--size", "10",
+                                        "--features", str(10**11)], ("--features",)),
+    "variants-beyond-the-disk": (["genotypes", "--out", "g.vcz", "--size", str(10**12),
+                                  "--features", "10"], ("--size", "free in")),
+    "size-zero-names-the-flag": (["linear", "--out", "x.zarr", "--size", "0"],
+                                 ("'n_samples'", "(CLI: --size)")),
+    "samples-name-the-flag": (["genotypes", "--out", "g.vcz", "--features", "0"],
+                              ("'n_samples'", "(CLI: --features)")),
+}
+
+
+def _tree(folder: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(folder)): (None if p.is_dir() else p.read_bytes())
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("case", list(DATASET_CASES))
+def test_datasets_make_refuses_outputs_and_sizes_before_writing(case, tmp_path):
+    import subprocess
+    import sys
+
+    args, words = DATASET_CASES[case]
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "notes.txt").write_text("mine")
+    zarr.create_array(here / "kept.zarr", shape=(4, 2), dtype="f8")[:] = 1.0
+    before = _tree(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "daskstraggle.cli", "datasets", "make", *args],
+                          capture_output=True, text=True, timeout=300, cwd=here)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    line = one_error_line(proc.stderr)
+    for word in words:
+        assert word in line, line
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.skipif(not Path("/sys/kernel").is_dir(), reason="needs Linux's /sys")
+def test_datasets_make_into_an_unwritable_folder_is_one_line(capsys, no_cluster):
+    assert main(["datasets", "make", "linear", "--out", "/sys/kernel/x.zarr"]) == 2
+    line = one_error_line(capsys.readouterr().err)  # was a PermissionError traceback
+    assert "'/sys/kernel/x.zarr' cannot be written" in line and "--out" in line
+
+
+def test_an_out_without_a_name_is_refused_before_the_fit(tmp_path):
+    """``--out '' --overwrite`` ran the fit, then failed renaming '.' (a traceback); the
+    same rule as datasets make: a path must end in the name of what is written."""
+    import subprocess
+    import sys
+
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "notes.txt").write_text("mine")
+    source = tmp_path / "x.zarr"  # not inside the folder '' names ('contains the input')
+    zarr.create_array(source, shape=(40, 3), chunks=(10, 3), dtype="f8")[:] = (
+        np.random.default_rng(0).normal(size=(40, 3)))
+    before = _tree(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "daskstraggle.cli", "pca", str(source), "-k", "1",
+                           "--runtime", "local", "--out", "", "--overwrite"],
+                          capture_output=True, text=True, timeout=300, cwd=here)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    line = one_error_line(proc.stderr)
+    assert "'out' parameter of fit_pca (CLI: --out) must be a path that ends in the name" in line
+    assert _tree(tmp_path) == before

@@ -26,11 +26,13 @@ from typing import Any, cast
 
 import numpy as np
 
+from daskstraggle._output import check_not_in_zarr, check_writable_folder
 from daskstraggle._validation import (
     check_bool,
     check_choice,
     check_int,
     check_nonnegative,
+    check_path,
     check_positive,
 )
 from daskstraggle.errors import InvalidParameterError, OutputExistsError, StraggleError
@@ -57,18 +59,58 @@ _Seqs = list[np.random.SeedSequence]
 
 
 # ---------------------------------------------------------------------------- helpers
-def _check_out(out: object, *, caller: str, overwrite: bool) -> Path:
-    if not isinstance(out, str | os.PathLike) or not os.fspath(out):
+def _check_out(out: object, *, caller: str, overwrite: bool, fileset: bool = False) -> Path:
+    """Return ``out`` as an absolute path, refused before anything is written when it names
+    no store ('', '.', '..': the current folder, which overwrite would replace), a
+    ``.bed`` for a recipe that writes no ``fileset``, lies inside a Zarr store, exists
+    (unless ``overwrite``), or its folder cannot be written."""
+    what = f"The 'out' parameter of {caller} (CLI: --out)"
+    given = os.fspath(check_path(out, name="out", caller=f"{caller} (CLI: --out)",
+                                 example="data/lin.zarr"))
+    path = Path(given).expanduser().absolute()
+    if path.suffix.lower() == ".bed" and not fileset:
         raise InvalidParameterError(
-            f"The 'out' parameter of {caller} must be a non-empty str or os.PathLike. "
-            f"Got {out!r} (type {type(out).__name__}) instead."
+            f"The 'out' parameter of {caller} (CLI: --out) ends in .bed, which names a PLINK "
+            f"fileset: only genotypes are written as one. Got {given!r} instead; "
+            "name the Zarr store otherwise, e.g. data.zarr."
         )
-    path = Path(os.fspath(out)).expanduser().absolute()
+    check_not_in_zarr(path, what=what)
     if os.path.lexists(path) and not overwrite:
         raise OutputExistsError(
             f"{str(path)!r} exists; pass overwrite=True (CLI: --overwrite) or choose another path"
         )
+    check_writable_folder(path.parent, out=path, what=what)
     return path
+
+
+def _gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.3g} GiB"
+
+
+def _check_fits(out: Path, *, caller: str, store_bytes: float, chunk_bytes: float,
+                sizes: str) -> None:
+    """Refuse a dataset whose store (``store_bytes`` before compression) cannot fit the free
+    space of ``out``'s file system, or whose chunk being drawn (``chunk_bytes``) cannot fit
+    the memory available, before anything is written. ``sizes`` names the options."""
+    import psutil
+
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if store_bytes > free:
+        raise InvalidParameterError(
+            f"The dataset of {caller} would take up to {_gib(store_bytes)} ({sizes}), "
+            f"more than the {_gib(free)} free in {str(folder)!r}; lower --size or "
+            "--features, or write it elsewhere."
+        )
+    available = psutil.virtual_memory().available
+    if chunk_bytes > available:
+        raise InvalidParameterError(
+            f"The dataset of {caller} draws its rows a chunk at a time, {_gib(chunk_bytes)} "
+            f"in memory ({sizes}), more than the {_gib(available)} available; lower "
+            "--chunk-rows or --features."
+        )
 
 
 def _check_fileset(bed: Path, *, ploidy: int, overwrite: bool) -> None:
@@ -88,11 +130,12 @@ def _check_fileset(bed: Path, *, ploidy: int, overwrite: bool) -> None:
 
 
 def _check_fraction(value: object, *, name: str, caller: str) -> float:
-    value = check_nonnegative(value, name=name, caller=caller)
+    flag = f"(CLI: --{name.replace('_', '-')})"
+    value = check_nonnegative(value, name=name, caller=caller, remedy=flag)
     if value >= 1:
         raise InvalidParameterError(
             f"The {name!r} parameter of {caller} must be a number in [0, 1). "
-            f"Got {value!r} instead."
+            f"Got {value!r} instead. {flag}"
         )
     return value
 
@@ -176,6 +219,11 @@ def _write_table(
 
     n_samples, n_features = params["n_samples"], params["n_features"]
     chunk = min(params["chunk_rows"], n_samples)
+    # X in its dtype and y; a chunk is drawn in float64, cast and summed (about 3 copies)
+    _check_fits(out, caller=f"make_{name}",
+                store_bytes=n_samples * (n_features * np.dtype(params["dtype"]).itemsize + 8),
+                chunk_bytes=8.0 * (3 * chunk + 1) * n_features,
+                sizes=f"{n_samples} rows of {n_features} columns, {chunk} rows per chunk")
     bounds = _chunk_bounds(n_samples, chunk)
     global_seq, chunk_seqs = _streams(params["seed"], len(bounds))
     arrays, attrs = global_arrays(np.random.default_rng(global_seq))
@@ -200,11 +248,11 @@ def _write_table(
 
 def _table_params(caller: str, **values: Any) -> dict[str, Any]:
     params = dict(values)
-    params["n_samples"] = check_int(values["n_samples"], name="n_samples", caller=caller, low=1)
-    params["n_features"] = check_int(values["n_features"], name="n_features", caller=caller, low=1)
-    params["chunk_rows"] = check_int(values["chunk_rows"], name="chunk_rows", caller=caller, low=1)
+    for name, flag in (("n_samples", "--size"), ("n_features", "--features"),
+                       ("chunk_rows", "--chunk-rows"), ("seed", "--seed")):
+        params[name] = check_int(values[name], name=name, caller=caller,
+                                 low=0 if name == "seed" else 1, remedy=f"(CLI: {flag})")
     params["dtype"] = check_choice(values["dtype"], name="dtype", caller=caller, choices=_DTYPES)
-    params["seed"] = check_int(values["seed"], name="seed", caller=caller, low=0)
     return params
 
 
@@ -262,9 +310,13 @@ def make_logistic(
     Raises
     ------
     InvalidParameterError
-        If a parameter is invalid (nothing is written).
+        If a parameter is invalid, ``out`` names no store ('', '.') or lies inside a Zarr
+        store, or the dataset would not fit the free disk space (before compression) or
+        a chunk being drawn the available memory (nothing is written).
     OutputExistsError
         If ``out`` exists and ``overwrite`` is False.
+    OutputNotWritableError
+        If the folder of ``out`` cannot be written.
 
     Notes
     -----
@@ -365,9 +417,13 @@ def make_linear(
     Raises
     ------
     InvalidParameterError
-        If a parameter is invalid (nothing is written).
+        If a parameter is invalid, ``out`` names no store ('', '.') or lies inside a Zarr
+        store, or the dataset would not fit the free disk space (before compression) or
+        a chunk being drawn the available memory (nothing is written).
     OutputExistsError
         If ``out`` exists and ``overwrite`` is False.
+    OutputNotWritableError
+        If the folder of ``out`` cannot be written.
 
     Examples
     --------
@@ -654,9 +710,13 @@ def make_genotypes(
     Raises
     ------
     InvalidParameterError
-        If a parameter is invalid (nothing is written).
+        If a parameter is invalid, ``out`` names no store ('', '.') or lies inside a Zarr
+        store, or the dataset would not fit the free disk space (before compression) or
+        a chunk being drawn the available memory (nothing is written).
     OutputExistsError
         If ``out`` exists and ``overwrite`` is False.
+    OutputNotWritableError
+        If the folder of ``out`` cannot be written.
     ImportError
         If msprime or bio2zarr is not installed (``pip install 'daskstraggle[genomics]'``).
 
@@ -675,23 +735,35 @@ def make_genotypes(
     """
     caller = "make_genotypes"
     params: dict[str, Any] = {
-        "n_variants": check_int(n_variants, name="n_variants", caller=caller, low=1),
-        "n_samples": check_int(n_samples, name="n_samples", caller=caller, low=1),
-        "n_populations": check_int(n_populations, name="n_populations", caller=caller, low=1),
+        "n_variants": check_int(n_variants, name="n_variants", caller=caller, low=1,
+                                remedy="(CLI: --size)"),
+        "n_samples": check_int(n_samples, name="n_samples", caller=caller, low=1,
+                               remedy="(CLI: --features)"),
+        "n_populations": check_int(n_populations, name="n_populations", caller=caller, low=1,
+                                   remedy="(CLI: --populations)"),
         "migration_rate": check_positive(migration_rate, name="migration_rate", caller=caller),
         "ploidy": check_int(ploidy, name="ploidy", caller=caller, low=1, high=16),
-        "chunk_rows": check_int(chunk_rows, name="chunk_rows", caller=caller, low=1),
+        "chunk_rows": check_int(chunk_rows, name="chunk_rows", caller=caller, low=1,
+                                remedy="(CLI: --chunk-rows)"),
         "missing_rate": _check_fraction(missing_rate, name="missing_rate", caller=caller),
-        "seed": check_int(seed, name="seed", caller=caller, low=0),
+        "seed": check_int(seed, name="seed", caller=caller, low=0, remedy="(CLI: --seed)"),
     }
     if params["n_samples"] < params["n_populations"]:
         raise InvalidParameterError(
             f"The 'n_samples' parameter of {caller} must be an int >= {params['n_populations']} "
-            f"(n_populations). Got {n_samples!r} instead. Every population needs a sample."
+            f"(n_populations). Got {n_samples!r} instead. Every population needs a sample "
+            "(CLI: --features, --populations)."
         )
     overwrite = check_bool(overwrite, name="overwrite", caller=caller)
     progress = check_bool(progress, name="progress", caller=caller)
-    path = _check_out(out, caller=caller, overwrite=overwrite)
+    path = _check_out(out, caller=caller, overwrite=overwrite, fileset=True)
+    # the calls as int8 (compressed on disk); the simulation holds int64s per sample node
+    chunk = min(params["chunk_rows"], params["n_variants"])
+    nodes = params["n_samples"] * params["ploidy"]
+    _check_fits(path, caller=caller, store_bytes=float(params["n_variants"]) * nodes,
+                chunk_bytes=8.0 * (chunk + 1) * nodes,
+                sizes=f"{params['n_variants']} variants of {params['n_samples']} samples of "
+                      f"ploidy {params['ploidy']}, {chunk} variants per chunk")
     bed = path.suffix.lower() == ".bed"
     if bed:
         _check_fileset(path, ploidy=params["ploidy"], overwrite=overwrite)
@@ -705,7 +777,6 @@ def make_genotypes(
             "pip install 'daskstraggle[genomics]'"
         ) from err
 
-    chunk = min(params["chunk_rows"], params["n_variants"])
     n_chunks = len(_chunk_bounds(params["n_variants"], chunk))
     global_seq, chunk_seqs = _streams(params["seed"], n_chunks)
     ts, simulation = _simulate(params, np.random.default_rng(global_seq), progress=progress)

@@ -177,6 +177,13 @@ def _term(node: ast.AST, text: str, *, base: LatencyModel | None) -> Any:
                 f"{text!r}. {_HELP}."
             )
         name = node.func.id
+        keys = [kw.arg for kw in node.keywords]
+        repeated = next((key for i, key in enumerate(keys) if key in keys[:i]), None)
+        if repeated is not None:  # Python's parser reads f(a=1, a=2); a dict keeps one
+            raise InvalidParameterError(
+                f"The parameter {repeated.removesuffix('_')!r} of {name!r} is given twice in "
+                "the stragglers spec; give each parameter once."
+            )
         kwargs = {kw.arg: _literal(kw.value, text) for kw in node.keywords
                   if kw.arg is not None}
     else:
