@@ -158,6 +158,37 @@ def test_init_only_stores_and_bad_parameters_fail_at_fit(regression):
         LogisticRegression(runtime="local").fit(X, np.arange(300) % 3)
 
 
+def _binary(y):
+    return y > np.median(y)
+
+
+@pytest.mark.parametrize(("est", "labels", "error", "match"), [
+    # issue 42's tour: raw TypeError/ValueError, or a message naming another parameter
+    (Ridge(runtime="local", solve_params={"bogus": 1}), None, InvalidParameterError,
+     r"'solve_params' parameter of Ridge must hold only keyword arguments of "
+     r"fit_least_squares .*\['step_size', .*Got \['bogus'\] instead\.$"),
+    (PCA(2, runtime="local", solve_params="step_size=1"), None, InvalidParameterError,
+     r"'solve_params' parameter of PCA must be a dict"),
+    (PCA(2, runtime="local", solve_params={"oversample": 2}), None, InvalidParameterError,
+     r"Got \['oversample'\] instead \(parameters of the estimator: set them on it\)"),
+    (LinearRegression(runtime="local", solve_params={"alpha": 1.0}), None,
+     InvalidParameterError, r"Got \['alpha'\] instead \(parameters of the estimator"),
+    (LogisticRegression(runtime="local", random_state="a"), _binary, InvalidParameterError,
+     r"^The 'random_state' parameter of LogisticRegression must be None, an int >= 0 or a "),
+    (LogisticRegression(runtime="local"), lambda y: np.arange(len(y)) % 3, InvalidDataError,
+     "Only binary classification is supported"),
+    (LogisticRegression(runtime="local"), lambda y: np.ones(len(y)), InvalidDataError,
+     r"LogisticRegression needs 2 classes in y; got 1 class"),
+], ids=["unknown-key", "not-a-dict", "estimator-parameter", "derived-alpha", "random-state",
+        "three-classes", "one-class"])
+def test_bad_solve_params_seeds_and_classes_are_one_clear_error(regression, est, labels, error,
+                                                                 match):
+    X, y = regression
+    with pytest.raises(error, match=match) as info:
+        clone(est).fit(X, y if labels is None else labels(y))
+    assert isinstance(info.value, ValueError) and "\n" not in str(info.value)
+
+
 def test_solve_params_reach_solve(regression):
     X, y = regression
     est = Ridge(runtime="local", method="gd", tol=None, max_iter=5,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,7 @@ except ImportError as err:  # pragma: no cover - depends on the environment
     ) from err
 
 from daskstraggle import _passes
+from daskstraggle._validation import check_mapping, check_rng
 from daskstraggle.api import _default_client
 from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import InvalidParameterError
@@ -63,7 +66,7 @@ class _Estimator(BaseEstimator):
 
     def _split_params(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """Return the keyword arguments of ``open_matrix`` and of the fit function."""
-        extra = dict(self.solve_params or {})
+        extra = check_mapping(self.solve_params, name="solve_params", caller=self._caller())
         taken = sorted(set(extra) & set(_OWN_KEYS))
         if taken:
             raise InvalidParameterError(
@@ -73,12 +76,30 @@ class _Estimator(BaseEstimator):
         open_kw = {k: extra.pop(k) for k in _OPEN_KEYS if k in extra}
         return open_kw, extra
 
-    def _solve_kwargs(self, matrix: Matrix, extra: dict[str, Any]) -> dict[str, Any]:
+    def _solve_kwargs(self, matrix: Matrix, extra: dict[str, Any], fit: Callable[..., Any],
+                      **own: Any) -> dict[str, Any]:
+        """Return the keyword arguments of ``fit`` (``fit_pca``, ...): ``solve_params``
+        (``extra``, refused when ``fit`` does not take one or the estimator sets it: its
+        parameters and ``own``, the values it derives) and the estimator's own."""
+        own_keys = {*own, *self.get_params(deep=False), *_OWN_KEYS, *_OPEN_KEYS}
+        taken = sorted(set(extra) & own_keys)
+        takes = [name for name, p in inspect.signature(fit).parameters.items()
+                 if p.kind is p.KEYWORD_ONLY and name not in own_keys]
+        unknown = sorted(set(extra) - set(takes))
+        if taken or unknown:
+            raise InvalidParameterError(
+                f"The 'solve_params' parameter of {self._caller()} must hold only keyword "
+                f"arguments of {fit.__name__} that the estimator does not set itself: {takes}, "
+                f"or of open_matrix: {list(_OPEN_KEYS)}. Got {taken or unknown} instead"
+                + (" (parameters of the estimator: set them on it)." if taken else ".")
+            )
         n_workers = self.n_workers
         if n_workers is None and self.runtime in ("local", "sim"):
             n_workers = min(4, matrix.n_rows)  # in process: never more workers than rows
+        check_rng(self.random_state, caller=self._caller(), name="random_state", hint="")
         return {
             **extra,
+            **own,
             "method": self.method,
             "method_params": self.method_params,
             "max_iter": self.max_iter,

@@ -181,8 +181,8 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         matrix = filter_variants(matrix, qc, client=self._pass_client())
         k = self._resolve_components(matrix)
         _, extra = self._split_params()
-        result = fit_pca(matrix, k, oversample=self.oversample, min_eigengap=self.min_eigengap,
-                         **self._solve_kwargs(matrix, extra))
+        result = fit_pca(matrix, k, **self._solve_kwargs(
+            matrix, extra, fit_pca, oversample=self.oversample, min_eigengap=self.min_eigengap))
         matrix = matrix_after_run(matrix, result)
         self._store_result(result)
         fitted = result.fitted

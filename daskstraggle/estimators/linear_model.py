@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from daskstraggle import _passes
 from daskstraggle.api import fit_least_squares, fit_logistic
 from daskstraggle.data.matrix import Matrix
-from daskstraggle.errors import InvalidParameterError
+from daskstraggle.errors import InvalidDataError, InvalidParameterError
 from daskstraggle.estimators._base import _COMMON_DOC, _FITTED_DOC, _Estimator, _is_source
 from daskstraggle.trace import Result
 
@@ -43,8 +43,8 @@ class _LinearModel(_Estimator):
         conditions the problem far better when the columns have large means.
         """
         _, extra = self._split_params()
-        result = fit(matrix, np.asarray(labels, dtype=np.float64), alpha=alpha,
-                     fit_intercept=self.fit_intercept, **self._solve_kwargs(matrix, extra))
+        result = fit(matrix, np.asarray(labels, dtype=np.float64), **self._solve_kwargs(
+            matrix, extra, fit, alpha=alpha, fit_intercept=self.fit_intercept))
         self._store_result(result)
         coef = np.asarray(result.fitted["coef"], dtype=np.float64)
         intercept = float(result.fitted["intercept"])
@@ -310,23 +310,23 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
 
         Raises
         ------
-        ValueError
+        InvalidDataError
             If ``y`` does not take exactly two values ("Only binary classification is
-            supported.").
+            supported."; a ValueError, as scikit-learn raises).
         """
         matrix, y, offset = self._open(X, y, supervised=True, center=self.fit_intercept)
         y = np.asarray(y)
         check_classification_targets(y)
         kind = type_of_target(y, input_name="y")
         if kind != "binary":
-            raise ValueError(
+            raise InvalidDataError(
                 "Only binary classification is supported. The type of the target is "
                 f"{kind}: y has {len(np.unique(y))} classes (fit one model per class for "
                 "more)."
             )
         classes = np.unique(y)
         if len(classes) != 2:
-            raise ValueError(
+            raise InvalidDataError(
                 f"LogisticRegression needs 2 classes in y; got {len(classes)} class(es): "
                 f"{classes.tolist()}."
             )
