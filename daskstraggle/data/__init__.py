@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from daskstraggle._lazy import attach
 from daskstraggle.data.backends import (
     OpenRequest,
     SourceBackend,
@@ -33,20 +34,6 @@ __all__ = [
 
 #: Loaded on first use (PEP 562): the matrix module imports dask, xarray and numpy, which
 #: importing a submodule (``data.genotypes``'s option parsers, ``data.backends``) need not.
-_LAZY = frozenset({"Matrix", "open_matrix", "partition_bounds"})
+_LAZY = {"Matrix": "matrix", "open_matrix": "matrix", "partition_bounds": "matrix"}
 
-
-def __getattr__(name: str) -> object:
-    """Load ``Matrix``, ``open_matrix`` or ``partition_bounds`` on first use."""
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from daskstraggle.data import matrix
-
-    value = getattr(matrix, name)
-    globals()[name] = value  # later look-ups are plain attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    """List the public names, those not loaded yet included."""
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = attach(__name__, _LAZY, __all__)

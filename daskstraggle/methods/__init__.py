@@ -8,6 +8,7 @@ import inspect
 import pkgutil
 from typing import TYPE_CHECKING, Any
 
+from daskstraggle._lazy import attach
 from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.options import MethodOption, check_cli_values
@@ -77,18 +78,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """Load a public class or function on first use."""
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value  # later look-ups are plain attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    """List the public names, those not loaded yet included."""
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = attach(__name__, _LAZY, __all__)
 
 
 #: Modules of this package that hold no method.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from daskstraggle._lazy import attach
 from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
 
@@ -51,20 +52,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """Load a public class or function on first use."""
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value  # later look-ups are plain attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    """List the public names, those not loaded yet included."""
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = attach(__name__, _LAZY, __all__)
 
 
 def _package_problems() -> tuple[type[Problem], ...]:
