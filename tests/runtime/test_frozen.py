@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from dask import config as dask_config
 
+import daskstraggle.config  # noqa: F401  (registers the daskstraggle defaults the fixture patches)
 from daskstraggle import open_matrix
-from daskstraggle.cli import format_result
+from daskstraggle._cli_format import format_result
 from daskstraggle.errors import StraggleError, StraggleWarning
 from daskstraggle.methods import DSAG, GD
 from daskstraggle.problems import PCA, Logistic
