@@ -133,7 +133,7 @@ class BlockKrylov(CodedSum):
         self._b = min(2 * k, d) if problem.oversample is None else width
         self._max_basis = min(self.max_blocks * self._b, d)
         self._fill = np.random.default_rng(0 if self.rng is None else self.rng)
-        extra = self._fill.standard_normal((d, self._b - k))
+        extra = self._fill.standard_normal((d, self._b - width))
         self._block = orthonormalize(np.hstack([self._x, extra]))
         # the basis and its products live in preallocated column-major buffers (a round
         # appends a block in place instead of copying the whole basis); _Q and _W are

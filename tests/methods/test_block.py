@@ -105,6 +105,19 @@ def test_any_oversampling(flat, oversample):
     _assert_every_component(res, flat, 3)
 
 
+@pytest.mark.parametrize("oversample", [1, 2, 3])
+def test_oversampling_up_to_every_column(oversample):
+    """The first block is the oversampled iterate, not ``k + 2p`` columns: on 5 columns
+    ``k = 2, p = 2`` stopped in QR with a broadcast error (the tour of issue 42)."""
+    from sklearn.decomposition import PCA as SkPCA
+
+    X = np.random.default_rng(0).normal(size=(200, 5)) * [5.0, 4.0, 3.0, 2.0, 1.0]
+    res = fit_pca(X, 2, oversample=oversample, method="block", runtime="sim", rng=0)
+    assert res.converged
+    np.testing.assert_allclose(res.fitted["explained_variance"],
+                               SkPCA(2).fit(X).explained_variance_, rtol=1e-9)
+
+
 def test_degenerate_components_are_judged_as_a_subspace():
     # components 2 and 3 have the same variance: only their span is defined
     scales = np.array([5.0, 3.0, 3.0, 1.0, 0.9, 0.8, 0.7, 0.6])
