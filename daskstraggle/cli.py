@@ -761,7 +761,7 @@ def _configured_defaults(params: dict[str, Any]) -> None:
 def _check_demo_options(n_workers: int, out: Path | None) -> Path:
     """Refuse bad demo options before the data is simulated; return the output folder."""
     from daskstraggle import config
-    from daskstraggle._output import check_writable_folder
+    from daskstraggle._output import check_not_in_zarr, check_writable_folder
     from daskstraggle.api import check_n_workers
 
     check_n_workers(n_workers, caller="demo", runtime="dask")  # the text of every solve
@@ -770,6 +770,7 @@ def _check_demo_options(n_workers: int, out: Path | None) -> Path:
         raise InputError(f"--out {str(folder)!r} is a file; choose a new folder")
     if folder.exists() and any(folder.iterdir()):
         raise InputError(f"--out {str(folder)!r} exists and is not empty; choose a new folder")
+    check_not_in_zarr(folder, what="The demo's folder (CLI: --out)")
     check_writable_folder(folder.absolute(), out=folder)
     return folder
 

@@ -338,3 +338,15 @@ def test_ctrl_c_from_outside_at_any_moment_prints_aborted_and_exits_130(delay, g
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert err.strip().splitlines() == ["aborted"], err
     assert out == "" and list(work.iterdir()) == []
+
+
+def test_demo_refuses_a_folder_inside_a_zarr_store_before_any_work(tmp_path, capsys):
+    """``demo --out g.zarr/demo`` printed its progress line, then wrote into the store
+    (the tour of issue 42): one line now, before anything is simulated."""
+    store = zarr.create_array(tmp_path / "g.zarr", shape=(4, 4), dtype="f8")
+    store[:] = 1.0
+    before = sorted(p.name for p in (tmp_path / "g.zarr").rglob("*"))
+    assert main(["demo", "--out", str(tmp_path / "g.zarr" / "demo")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lies inside the Zarr store" in err[0], err
+    assert sorted(p.name for p in (tmp_path / "g.zarr").rglob("*")) == before
