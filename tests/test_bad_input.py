@@ -563,6 +563,11 @@ CASES = [
     Case("checkpoint-not-a-path", InvalidParameterError,
          r"'checkpoint' parameter of fit_least_squares \(CLI: --checkpoint\) must be a path",
          _fit(lstsq, "g", "y", checkpoint=b"run.ckpt"), None),  # TypeError tracebacks, both
+    Case("packed-plain-matrix", InvalidParameterError,
+         r"'genotype_storage' parameter of open_matrix applies to genotypes",
+         lambda s, out: daskstraggle.open_matrix(s.a, genotype_storage="packed"),
+         lambda s: ["pca", str(s.a), "--packed-genotypes", "--runtime", "local"],
+         ("genotype_storage", "--packed-genotypes")),  # was silently ignored
     Case("labels-of-pca", InvalidParameterError,
          r"'labels' parameter of solve applies to a problem fitted to labels .* pca takes none",
          lambda s, out: daskstraggle.solve("pca", s.X, labels=s.X[:, 0], out=out), None),

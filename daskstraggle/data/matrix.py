@@ -534,6 +534,12 @@ def open_matrix(
     options = _ZarrOptions(missing, genotype_scaling, missing_chunks, genotype_storage)
     matrix = reader.open(source, OpenRequest(array, labels, chunk_rows, rows_are_variants,
                                              options, storage_options))
+    if genotype_storage != "int8" and not matrix.genotypes:
+        raise InvalidParameterError(
+            f"The 'genotype_storage' parameter of {caller} applies to genotypes (VCF Zarr, "
+            "PLINK, genotype_dims=...); this matrix holds plain numbers. Drop it (CLI: drop "
+            "--packed-genotypes)."
+        )
     if qc is not None:
         matrix = filter_variants(matrix, qc, client=client if client is not None
                                  else _genotypes.default_client())
