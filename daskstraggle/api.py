@@ -28,6 +28,7 @@ from daskstraggle._validation import (
 from daskstraggle.data.genotypes import (
     GenotypeQC,
     check_not_allele_counts,
+    check_qc_applies,
     drop_no_calls,
     filter_variants,
     parse_qc,
@@ -441,8 +442,7 @@ def _open_for(problem: Problem, X: Any, *, labels: Any, qc: GenotypeQC | None, c
         )
     matrix = open_matrix(X, labels=labels, qc=None if qc is None else qc.site_steps(),
                          **open_kw)
-    if qc is not None and not matrix.genotypes:
-        filter_variants(matrix, qc)  # refuses it: quality control applies to genotypes
+    check_qc_applies(matrix, qc)  # the steps counted on the workers too, before a cluster
     problem.check_shape(matrix.n_rows, matrix.n_columns)
     if problem.needs_labels and matrix.labels is None:
         raise InvalidParameterError(

@@ -345,6 +345,25 @@ class QCReport:
         return out
 
 
+def check_qc_applies(matrix: Matrix, qc: GenotypeQC | None) -> None:
+    """Refuse quality-control steps for a matrix that is not genotypes (one line, before
+    any work).
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``qc`` has a step and ``matrix`` does not hold genotypes.
+    """
+    if qc is not None and not qc.is_empty and not isinstance(matrix.source,
+                                                              GenotypeRowSource):
+        raise InvalidParameterError(
+            "The 'qc' parameter (CLI: --min-maf, --max-missing, --pass-only, --region, "
+            "--max-alleles, --snps-only, --hwe, --mind, --king-cutoff, --ld-prune) "
+            "applies to genotypes (a VCF Zarr store or Dataset, or allele counts with "
+            f"genotype_dims); the matrix is {matrix.kind}. Drop it."
+        )
+
+
 def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None) -> Matrix:
     """Return the genotype matrix restricted to the variants that pass ``qc``.
 
@@ -374,13 +393,7 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
     """
     if qc is None or qc.is_empty:
         return matrix
-    if not isinstance(matrix.source, GenotypeRowSource):
-        raise InvalidParameterError(
-            "The 'qc' parameter (CLI: --min-maf, --max-missing, --pass-only, --region, "
-            "--max-alleles, --snps-only, --hwe, --mind, --king-cutoff, --ld-prune) "
-            "applies to genotypes (a VCF Zarr store or Dataset, or allele counts with "
-            f"genotype_dims); the matrix is {matrix.kind}. Drop it."
-        )
+    check_qc_applies(matrix, qc)
     removed: dict[str, int] = {}
     samples_removed: dict[str, int] = {}
     keep = _site_keep(matrix, qc, removed)
