@@ -292,7 +292,6 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
     from daskstraggle import config
     from daskstraggle._cli_format import format_result
     from daskstraggle._output import removed_on_error
-    from daskstraggle._plink_out import PLINK_SUFFIXES
     from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca
     from daskstraggle.methods.options import method_options
 
@@ -309,10 +308,9 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
     common = dict(params, rng=seed, progress=config.progress() and not quiet and not as_json)
     fit: Callable[..., Any] = (fit_pca if kind == "pca" else fit_logistic if kind == "logreg"
                                else fit_least_squares)
-    plink_files = ([] if plink_out is None
-                   else [f"{plink_out}{suffix}" for suffix in PLINK_SUFFIXES])
-    # an error after the run started writing removes what it wrote (checked before)
-    with removed_on_error([params.get("out"), plot, *plink_files]):
+    # an error after the run started writing removes what it wrote (checked before; the
+    # plink files are written all or none by write_plink itself)
+    with removed_on_error([params.get("out"), plot]):
         result = fit(source, **extra, **common)
         if plot is not None:
             from daskstraggle._cli_plot import save_run_figure
