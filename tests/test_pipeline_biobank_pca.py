@@ -49,3 +49,38 @@ def test_quick_run(tmp_path):
         assert saved["versus"]["ours block"]["cosine"][0] > 0.99
     else:
         assert "plink2 --pca approx" not in saved["runs"]
+
+
+def test_relatives_are_children_of_their_parents(load_pipeline):
+    """The cohort's last samples take one allele from each parent at every variant."""
+    pipeline = load_pipeline("biobank_pca")
+    table = np.array([2, -1, 1, 0], dtype=np.int8)  # .bed codes 00, 01 (missing), 10, 11
+
+    def decode(data):
+        raw = np.frombuffer(data, np.uint8).reshape(400, 10)
+        codes = (raw[:, :, None] >> np.array([0, 2, 4, 6], np.uint8)) & 3
+        return table[codes.reshape(400, 40)]
+
+    plain, related = (decode(pipeline._chunk((400, 40, 2, 0.1, 0.0, relatives,
+                                              np.random.SeedSequence(5))))
+                      for relatives in (0, 3))
+    assert np.array_equal(plain[:, :37], related[:, :37])  # the others are unchanged
+    for j, child in enumerate(range(37, 40)):
+        mother, father = related[:, 2 * j * 2], related[:, (2 * j + 1) * 2]
+        # a child shares an allele with each parent: never opposite homozygotes
+        assert not np.any(np.abs(related[:, child] - mother) == 2)
+        assert not np.any(np.abs(related[:, child] - father) == 2)
+    assert np.any(np.abs(plain[:, 39] - plain[:, 0]) == 2)  # unrelated ones do differ
+
+
+def test_quick_workflow(tmp_path):
+    saved, _ = run_quick("biobank_pca", tmp_path, "--workflow", "--relatives", "10",
+                         "--workdir", str(tmp_path / "data"))
+    ours = saved["runs"]["ours (as typed)"]
+    assert ours["summary"]["converged"] is True
+    assert ours["summary"]["quality_control"]["n_samples_kept"] <= 2000 - 10
+    if shutil.which("plink2"):
+        versus = saved["versus"]["ours (as typed)"]
+        assert versus["samples_jaccard"] == 1.0 and versus["variants_jaccard"] == 1.0
+        assert min(versus["cosine"][:3]) > 0.999
+        assert versus["time_over_plink2"] > 0 and versus["memory_over_plink2"] > 0
