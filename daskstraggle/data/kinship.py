@@ -5,40 +5,70 @@ form) counts, over the variants called in both,
 
 - ``hethet``: both heterozygous,
 - ``ibs0``: opposite homozygotes (``0`` and ``2``),
-- ``het_hom[i, j]``: ``i`` heterozygous and ``j`` homozygous,
+- ``het_hom``: ``i`` heterozygous and ``j`` homozygous, ``hom_het``: the reverse,
 
 and is
 
-    φ = 1/2 − (4 · ibs0 + het_hom[i, j] + het_hom[j, i])
-              / (4 · (hethet + min(het_hom[i, j], het_hom[j, i])))
+    φ = 1/2 − (4 · ibs0 + het_hom + hom_het) / (4 · (hethet + min(het_hom, hom_het)))
 
 (0.5 for a duplicate, 0.25 for parent and child or full siblings, 0.125 for second degree;
 plink2's usual cutoff 0.0884 = 2^-3.5 removes second degree and closer).
 
-The counts are samples × samples sums over variants of products of indicator matrices
-(``H`` heterozygous, ``A`` homozygous reference, ``B`` homozygous alternate, one row per
-variant): ``hethet = HᵀH``, ``ibs0 = AᵀB + BᵀA``, ``het_hom = Hᵀ(A + B)``. So they are
-computed like the Gram matrix of a genotype PCA: each worker sums its partition's rows
-(float32 products, exact while a count stays below 2²⁴ variants) and the client adds the
-partitions' sums as they arrive. The memory is three samples × samples float32 matrices per
-task and on the client (12 N² bytes: 48 MB at N = 2000, 1.2 GB at N = 10 000).
+The counts come from bit planes and population counts, as plink2 computes them. One pass
+over the variant partitions (:func:`daskstraggle._passes.map_partitions`, on the workers
+when there is a client) turns each partition's calls into two sample-major bit planes
+(:func:`king_bits`): per sample, one bit per variant for "homozygous" and one for "carries
+the alternate allele", so a missing call sets neither. The client joins them: 2 bits per
+call, ``n_samples · n_variants / 4`` bytes (plus at most 63 padding variants per
+partition). Then, for the pairs ``i < j``, a strip of rows at a time (about
+:data:`STRIP_PAIRS` pairs), :func:`king_counts` counts ``hethet = |het_i ∧ het_j|``,
+``ibs0 = |hom_i ∧ hom_j ∧ (alt_i ⊕ alt_j)|``, ``het_hom = |het_i ∧ hom_j|`` and
+``hom_het = |hom_i ∧ het_j|`` (``het = alt ∧ ¬hom``) in compiled tiles of 32 x 32 samples
+on all cores (:mod:`daskstraggle.data._numba_king`), :func:`king_kinship` turns them into
+kinships, and only the pairs above the cutoff are kept (:class:`RelatedPairs`). The memory
+beyond the bit planes is one strip: about 44 bytes per pair of :data:`STRIP_PAIRS`
+(46 MB), whatever the number of samples (a strip has one row at least, so beyond
+:data:`STRIP_PAIRS` samples it is 44 bytes per sample).
 
 The pruning is plink2's: in the graph whose edges are the pairs with φ > cutoff, while an
 edge remains, remove the partner of the first sample (in column order) that has exactly one
 related sample if there is such a sample, else the first sample of most related samples.
 
-No dask here: the pass runs through :func:`daskstraggle._passes.sum_partitions`.
+No dask here: the pass runs through :func:`daskstraggle._passes.map_partitions`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from daskstraggle.errors import InvalidParameterError
 
-__all__ = ["check_king_cutoff", "king_counts", "king_keep", "king_kinship", "king_prune"]
+__all__ = ["STRIP_PAIRS", "RelatedPairs", "check_king_cutoff", "king_bits", "king_counts",
+           "king_keep", "king_kinship", "king_prune", "king_related"]
+
+#: Pairs of samples counted at once (a strip of rows of the pair matrix): 16 bytes each for
+#: the counts and 28 for the kinship's temporaries.
+STRIP_PAIRS = 2**20
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RelatedPairs:
+    """The pairs of samples whose kinship is above the cutoff.
+
+    Parameters
+    ----------
+    pairs : ndarray of int64 of shape (n_pairs, 2)
+        Sample indices ``(i, j)``, ``i < j``, in row-major order.
+    kinship : ndarray of float64 of shape (n_pairs,)
+        Their KING-robust kinships.
+    """
+
+    pairs: np.ndarray
+    kinship: np.ndarray
 
 
 def check_king_cutoff(value: object) -> float | None:
@@ -63,72 +93,169 @@ def check_king_cutoff(value: object) -> float | None:
     return number
 
 
-def king_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Return one partition's ``hethet``, ``ibs0`` and ``het_hom`` (samples × samples).
+def _kernels() -> Any:
+    """The compiled kernels (numba, imported on first use)."""
+    from daskstraggle.problems._kernels import import_numba_module
+
+    return import_numba_module("daskstraggle.data._numba_king")
+
+
+def king_bits(values: np.ndarray) -> np.ndarray:
+    """Return the sample-major bit planes of diploid dosages.
 
     Parameters
     ----------
-    values : ndarray of int8 of shape (n_variants, n_samples)
-        Diploid dosages, negative where missing.
+    values : ndarray of int of shape (n_variants, n_samples)
+        Dosages 0, 1, 2; negative where missing.
 
     Returns
     -------
-    hethet, ibs0, het_hom : ndarray of float32 of shape (n_samples, n_samples)
-        Exact counts while below 2^24; ``ibs0`` is symmetric, ``het_hom[i, j]`` counts
-        ``i`` heterozygous and ``j`` homozygous.
+    bits : ndarray of uint64 of shape (n_samples, 2, ceil(n_variants / 64))
+        Bit ``v % 64`` of word ``v // 64`` is set in plane 0 when variant ``v``'s call is
+        homozygous (0 or 2) and in plane 1 when it carries the alternate allele (1 or 2);
+        a missing call, and the padding after the last variant, set neither.
     """
-    het = (values == 1).astype(np.float32)
-    ref = (values == 0).astype(np.float32)
-    alt = (values == 2).astype(np.float32)
-    opposite = ref.T @ alt
-    return het.T @ het, opposite + opposite.T, het.T @ (ref + alt)
+    values = np.ascontiguousarray(values, dtype=np.int8)
+    n_variants, n_samples = values.shape
+    bits = np.empty((n_samples, 2, -(-n_variants // 64)), dtype=np.uint64)
+    _kernels().sample_bits(values, bits)
+    return bits
 
 
-def king_kinship(hethet: np.ndarray, ibs0: np.ndarray, het_hom: np.ndarray) -> np.ndarray:
-    """Return the KING-robust kinship matrix from summed counts (NaN where a pair has no
-    heterozygous call to compare; the diagonal is 0.5)."""
-    hethet, ibs0, het_hom = (np.rint(c).astype(np.int64) for c in (hethet, ibs0, het_hom))
-    other = het_hom.T
-    denominator = 4 * (hethet + np.minimum(het_hom, other))
+def king_counts(bits: np.ndarray, start: int = 0,
+                stop: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Return the KING counts of the pairs ``(i, j)``, ``start <= i < stop``, ``j >= i``.
+
+    Parameters
+    ----------
+    bits : ndarray of uint64 of shape (n_samples, 2, n_words)
+        Bit planes from :func:`king_bits` (joined along the last axis for several
+        partitions of variants).
+    start : int, default=0
+        First row (sample ``i``).
+    stop : int or None, default=None
+        End of the rows; None: ``n_samples``.
+
+    Returns
+    -------
+    hethet, ibs0, het_hom, hom_het : ndarray of int32 of shape (stop - start, n_samples - start)
+        Entry ``[r, c]`` counts the pair ``(start + r, start + c)`` over the variants called
+        in both: both heterozygous; opposite homozygotes; the first heterozygous and the
+        second homozygous; the reverse (exact below 2^31 variants). Zero where ``c < r``
+        (pairs not counted).
+    """
+    n_samples = bits.shape[0]
+    stop = n_samples if stop is None else stop
+    out = np.zeros((4, stop - start, n_samples - start), dtype=np.int32)
+    _kernels().pair_counts(np.ascontiguousarray(bits), start, stop, start, out)
+    return out[0], out[1], out[2], out[3]
+
+
+def king_kinship(hethet: np.ndarray, ibs0: np.ndarray, het_hom: np.ndarray,
+                 hom_het: np.ndarray) -> np.ndarray:
+    """Return the KING-robust kinship of each pair from its counts.
+
+    Parameters
+    ----------
+    hethet, ibs0, het_hom, hom_het : ndarray of int
+        The counts of :func:`king_counts` (any shape, the same for all four).
+
+    Returns
+    -------
+    kinship : ndarray of float64
+        NaN where a pair has no heterozygous call to compare (the denominator is 0).
+    """
+    numerator = ibs0 * 4.0  # float64: integer sums below 2**53 are exact
+    numerator += het_hom
+    numerator += hom_het
+    denominator = np.minimum(het_hom, hom_het).astype(np.float64)
+    denominator += hethet
+    denominator *= 4.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        phi = 0.5 - (4 * ibs0 + het_hom + other) / denominator.astype(np.float64)
-    phi[denominator == 0] = np.nan
-    np.fill_diagonal(phi, 0.5)
-    return phi
+        numerator /= denominator
+    kinship = np.subtract(0.5, numerator, out=numerator)
+    kinship[denominator == 0] = np.nan
+    return kinship
 
 
-def king_prune(related: np.ndarray) -> np.ndarray:
+def _strips(n_samples: int, max_pairs: int) -> Iterator[tuple[int, int]]:
+    """Rows ``[start, stop)`` of the pair matrix's upper triangle, about ``max_pairs``
+    pairs (one row at least) each."""
+    start = 0
+    while start < n_samples:
+        rows = max(1, max_pairs // (n_samples - start))
+        yield start, min(start + rows, n_samples)
+        start += rows
+
+
+def king_related(bits: np.ndarray, cutoff: float, *,
+                 max_pairs: int | None = None) -> RelatedPairs:
+    """Return the pairs of samples whose KING-robust kinship is above ``cutoff``.
+
+    Parameters
+    ----------
+    bits : ndarray of uint64 of shape (n_samples, 2, n_words)
+        Bit planes from :func:`king_bits`.
+    cutoff : float
+        Pairs with a kinship above it are kept (NaN kinships never are).
+    max_pairs : int or None, default=None
+        Pairs counted at once (one row of the pair matrix at least); None:
+        :data:`STRIP_PAIRS`. The memory is about 44 bytes per pair counted at once.
+
+    Returns
+    -------
+    related : RelatedPairs
+    """
+    limit = STRIP_PAIRS if max_pairs is None else int(max_pairs)
+    found, kinships = [], []
+    for start, stop in _strips(bits.shape[0], limit):
+        kinship = king_kinship(*king_counts(bits, start, stop))
+        rows, columns = np.nonzero(kinship > cutoff)
+        above = columns > rows  # j > i (the diagonal is 0.5; below it nothing is counted)
+        rows, columns = rows[above], columns[above]
+        found.append(np.stack([rows + start, columns + start], axis=1))
+        kinships.append(kinship[rows, columns])
+    return RelatedPairs(pairs=np.concatenate(found).astype(np.int64, copy=False),
+                        kinship=np.concatenate(kinships))
+
+
+def king_prune(n_samples: int, pairs: np.ndarray) -> np.ndarray:
     """Return which samples plink2's ``--king-cutoff`` keeps, given the related pairs.
 
     Parameters
     ----------
-    related : ndarray of bool of shape (n_samples, n_samples)
-        Symmetric, False on the diagonal: the pairs above the cutoff.
+    n_samples : int
+        Samples in all.
+    pairs : ndarray of int of shape (n_pairs, 2)
+        The related pairs, each once, ``i != j``.
 
     Returns
     -------
     keep : ndarray of bool of shape (n_samples,)
     """
-    related = related.copy()
-    np.fill_diagonal(related, False)
-    degree = related.sum(axis=1)
-    keep = np.ones(related.shape[0], dtype=bool)
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    ends = np.concatenate([pairs[:, 0], pairs[:, 1]])
+    partners = np.concatenate([pairs[:, 1], pairs[:, 0]])[np.argsort(ends, kind="stable")]
+    degree = np.bincount(ends, minlength=n_samples)
+    first = np.concatenate([[0], np.cumsum(degree)])  # partners[first[s]:first[s + 1]]
+    keep = np.ones(n_samples, dtype=bool)
     while degree.any():
         ones = np.flatnonzero(degree == 1)
         if ones.size:
-            drop = int(np.flatnonzero(related[ones[0]])[0])
+            mine = partners[first[ones[0]]:first[ones[0] + 1]]
+            drop = int(mine[keep[mine]][0])  # its one partner still kept
         else:
             drop = int(np.argmax(degree))  # the first of the most related
-        partners = np.flatnonzero(related[drop])
-        related[drop, partners] = related[partners, drop] = False
-        degree[partners] -= 1
+        mine = partners[first[drop]:first[drop + 1]]
+        degree[mine[keep[mine]]] -= 1
         degree[drop] = 0
         keep[drop] = False
     return keep
 
 
-def king_keep(matrix: Any, cutoff: float, *, client: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """Return the samples ``--king-cutoff`` keeps and the kinship matrix (one pass).
+def king_keep(matrix: Any, cutoff: float, *,
+              client: Any = None) -> tuple[np.ndarray, RelatedPairs]:
+    """Return the samples ``--king-cutoff`` keeps and the related pairs (one pass).
 
     Parameters
     ----------
@@ -137,16 +264,21 @@ def king_keep(matrix: Any, cutoff: float, *, client: Any = None) -> tuple[np.nda
     cutoff : float
         Samples of a pair with kinship above it are related.
     client : distributed.Client or None, default=None
-        Run one task per partition there; None: in this process.
+        Build the bit planes with one task per partition there; None: in this process.
+        The pairs are counted in this process, on all its cores.
 
     Returns
     -------
     keep : ndarray of bool of shape (n_samples,)
-    kinship : ndarray of shape (n_samples, n_samples)
-    """
-    from dataclasses import replace
+    related : RelatedPairs
+        The pairs above the cutoff, before pruning.
 
-    from daskstraggle._passes import sum_partitions
+    Raises
+    ------
+    InvalidParameterError
+        If the calls are not diploid.
+    """
+    from daskstraggle._passes import map_partitions
 
     source = matrix.source
     if source.ploidy != 2:
@@ -155,13 +287,13 @@ def king_keep(matrix: Any, cutoff: float, *, client: Any = None) -> tuple[np.nda
             f"these calls have ploidy {source.ploidy}. Drop it."
         )
     raw = replace(matrix, source=source.count_source())
-    hethet, ibs0, het_hom = sum_partitions(raw, _king_task, client)
-    kinship = king_kinship(hethet, ibs0, het_hom)
-    related = np.nan_to_num(kinship, nan=-np.inf) > cutoff
-    np.fill_diagonal(related, False)
-    return king_prune(related), kinship
+    parts = map_partitions(raw, lambda a, b: _king_task, client)
+    bits = np.concatenate(parts, axis=2)
+    del parts
+    related = king_related(bits, cutoff)
+    return king_prune(bits.shape[0], related.pairs), related
 
 
-def _king_task(block: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The task body: :func:`king_counts` on a block's raw dosages."""
-    return king_counts(np.asarray(block.values))
+def _king_task(block: Any) -> np.ndarray:
+    """The task body: :func:`king_bits` of a block's raw dosages."""
+    return king_bits(np.asarray(block.values))
