@@ -5,11 +5,16 @@ the run, because a matrix's shape is fixed up front. Its cost is stated where it
 
 - ``region`` and ``pass_only`` read only small per-variant arrays (``variant_contig``,
   ``variant_position``, ``variant_filter``; a few bytes per variant) on the client;
-- ``min_maf`` and ``max_missing`` need every call: one counting pass over the genotypes
-  (the same reads and decoding as loading them once, no arithmetic beyond a sum per
-  variant) that runs on the cluster's workers, one task per partition, each returning two
-  numbers per variant. It runs after the region and FILTER steps, on the variants they
-  kept only;
+- ``max_sample_missing``, ``max_missing``, ``hwe`` and ``min_maf`` need every call: one
+  counting pass over the genotypes (the same reads and decoding as loading them once, then
+  one compiled sweep, :func:`call_counts`) that runs on the cluster's workers, one task per
+  partition, each returning its variants' genotype counts (calls of each dosage, missing
+  calls) and its samples' missing calls, which the client adds up. ``--mind`` is decided
+  from the samples' counts, then missingness, HWE (on the client, from the genotype
+  counts) and MAF from the variants' counts over the samples kept: the same counts when
+  ``--mind`` removes no sample, else those minus the removed samples' (a second pass that
+  counts only their columns). It runs after the region and FILTER steps, on the variants
+  they kept only;
 - ``ld_prune`` runs last, on the variants every other step kept: one more pass whose tasks
   return, per variant, which of the next ``window - 1`` variants it is in LD with (a few
   bits), then plink2's greedy scan on the client (:mod:`daskstraggle.data.ld`).
@@ -166,9 +171,9 @@ class GenotypeQC:
         plink2's ``--hwe`` (without mid-p). Diploid calls only.
     max_sample_missing : float or None, default=None
         Largest fraction of missing calls a kept *sample* has, in [0, 1], over the
-        variants the steps above kept (plink's ``--mind``): one counting pass, before the
-        variant counts, which are then those of the kept samples. A sample with every call
-        missing is removed even at 1, with a warning.
+        variants the steps above kept (plink's ``--mind``), counted in the same pass as
+        the variant counts, which are then those of the kept samples. A sample with every
+        call missing is removed even at 1, with a warning.
     king_cutoff : float or None, default=None
         Remove one sample of each pair whose KING-robust kinship exceeds this, in
         (0, 0.5], as plink2's ``--king-cutoff`` (same kinship, same choice of whom to
@@ -399,11 +404,8 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
     keep = _site_keep(matrix, qc, removed)
     current = matrix.select_rows(np.flatnonzero(keep)) if not keep.all() else matrix
     samples = None
-    if qc.max_sample_missing is not None and keep.any():
-        current, samples = _filter_samples(current, qc.max_sample_missing, client)
-        samples_removed["mind"] = int((~samples).sum())
-    if keep.any():
-        current = _drop_rows(current, keep, _count_keep(current, qc, removed, client))
+    if keep.any() and (qc.counts_variants or qc.max_sample_missing is not None):
+        current, samples = _count_steps(current, qc, keep, removed, samples_removed, client)
     if keep.any() and qc.king_cutoff is not None:
         current, unrelated = _king_step(current, qc.king_cutoff, samples_removed, client)
         samples = _compose(np.ones(matrix.n_columns, dtype=bool) if samples is None
@@ -497,12 +499,13 @@ def _site_keep(matrix: Matrix, qc: GenotypeQC, removed: dict[str, int]) -> np.nd
     return keep
 
 
-def _count_keep(current: Matrix, qc: GenotypeQC, removed: dict[str, int],
-                client: Any) -> np.ndarray | None:
-    """The counting pass's steps (missingness, HWE, MAF): the mask of ``current``'s rows
-    they keep (None: no such step)."""
-    if not qc.counts_variants:
-        return None
+def _count_steps(current: Matrix, qc: GenotypeQC, keep: np.ndarray, removed: dict[str, int],
+                 samples_removed: dict[str, int],
+                 client: Any) -> tuple[Matrix, np.ndarray | None]:
+    """``--mind``, then missingness, HWE and MAF over the samples it keeps, from one
+    counting pass (a second, over the removed samples' columns or the kept ones, whichever
+    are fewer, only when ``--mind`` removes some). Record in ``keep`` the variants kept;
+    return the matrix and the mask over ``current``'s samples (None: no ``--mind``)."""
     source = current.source
     assert isinstance(source, GenotypeRowSource)
     if qc.hwe is not None and source.ploidy != 2:
@@ -510,11 +513,38 @@ def _count_keep(current: Matrix, qc: GenotypeQC, removed: dict[str, int],
             "The 'hwe' parameter (CLI: --hwe) tests diploid genotypes; these calls have "
             f"ploidy {source.ploidy}. Drop it."
         )
-    called, maf, p_hwe = variant_counts(current, client=client, hwe=qc.hwe is not None)
-    inner = np.ones(current.n_rows, dtype=bool)
+    counts = call_counts(current, client=client)
+    samples = None
+    if qc.max_sample_missing is not None:
+        samples = _mind_keep(current, counts.sample_missing / max(1, current.n_rows),
+                             qc.max_sample_missing)
+        samples_removed["mind"] = int((~samples).sum())
+        if not samples.all():
+            counts = _kept_counts(current, counts, samples, client)
+            current = current.select_columns(np.flatnonzero(samples))
+    return _drop_rows(current, keep, _count_keep(counts, qc, removed)), samples
+
+
+def _kept_counts(matrix: Matrix, counts: CallCounts, kept: np.ndarray,
+                 client: Any) -> CallCounts:
+    """``counts`` restricted to the samples ``kept``: minus the removed samples' counts, or
+    counted again over the kept ones when those are fewer (one pass either way)."""
+    gone = np.flatnonzero(~kept)
+    if gone.size < kept.sum():
+        return counts.without(call_counts(matrix.select_columns(gone), client=client), kept)
+    return call_counts(matrix.select_columns(np.flatnonzero(kept)), client=client)
+
+
+def _count_keep(counts: CallCounts, qc: GenotypeQC, removed: dict[str, int]) -> np.ndarray | None:
+    """The counting pass's variant steps (missingness, HWE, MAF): the mask of the counted
+    rows they keep (None: no such step)."""
+    if not qc.counts_variants:
+        return None
+    called, maf = counts.call_rate(), counts.maf()
+    inner = np.ones(called.size, dtype=bool)
     tests: list[tuple[str, float | None, Callable[[float], np.ndarray]]] = [
         ("missing", qc.max_missing, lambda t: 1.0 - called <= t + 1e-12),
-        ("hwe", qc.hwe, lambda t: np.asarray(p_hwe) >= t),
+        ("hwe", qc.hwe, lambda t: counts.hwe_p() >= t),
         ("maf", qc.min_maf, lambda t: np.nan_to_num(maf, nan=-1.0) >= t - 1e-12)]
     for name, value, test in tests:
         if value is not None:
@@ -552,10 +582,9 @@ def _ld_keep(current: Matrix, qc: GenotypeQC, removed: dict[str, int],
     return inner
 
 
-def _filter_samples(matrix: Matrix, limit: float, client: Any) -> tuple[Matrix, np.ndarray]:
-    """Keep the samples with at most ``limit`` of their calls missing (never one with every
-    call missing: removed with a warning); return the matrix and the mask."""
-    missing = sample_missing(matrix, client=client)
+def _mind_keep(matrix: Matrix, missing: np.ndarray, limit: float) -> np.ndarray:
+    """The mask of the samples with at most ``limit`` of their calls missing (``missing``:
+    each sample's fraction), never one with every call missing (removed with a warning)."""
     passing = missing <= limit + 1e-12
     dead = (missing >= 1.0) & passing  # those --mind removes are not named
     kept = passing & ~dead
@@ -564,43 +593,13 @@ def _filter_samples(matrix: Matrix, limit: float, client: Any) -> tuple[Matrix, 
                  else np.flatnonzero(dead)[:5].tolist())
         warnings.warn(
             f"{int(dead.sum())} sample(s) have no called genotype at the variants kept "
-            f"(first: {names}); removed, rather than scored 0.", StraggleWarning, stacklevel=4)
+            f"(first: {names}); removed, rather than scored 0.", StraggleWarning, stacklevel=5)
     if not kept.any():
         raise InvalidDataError(
             f"No sample passes max_sample_missing={limit:g} (CLI: --mind): the least missing "
             f"has {float(missing.min()):.3g} of its calls missing. Loosen it."
         )
-    return (matrix if kept.all() else matrix.select_columns(np.flatnonzero(kept))), kept
-
-
-def _missing_by_sample(block: Block) -> np.ndarray:
-    """Per column: the rows whose call is missing."""
-    return np.count_nonzero(block.values < 0, axis=0)
-
-
-def sample_missing(matrix: Matrix, *, client: Any = None) -> np.ndarray:
-    """Return each sample's fraction of missing calls over the matrix's variants.
-
-    One pass over the raw dosages, on ``client``'s workers or in this process.
-
-    Parameters
-    ----------
-    matrix : Matrix
-        A genotype matrix (rows = variants).
-    client : distributed.Client or None, default=None
-        Run one task per partition there; None: in this process.
-
-    Returns
-    -------
-    missing : ndarray of shape (n_samples,)
-    """
-    from daskstraggle._passes import map_partitions
-
-    source = matrix.source
-    assert isinstance(source, GenotypeRowSource)
-    raw = replace(matrix, source=source.count_source())
-    parts = map_partitions(raw, lambda a, b: _missing_by_sample, client)
-    return np.sum(parts, axis=0) / max(1, matrix.n_rows)
+    return kept
 
 
 def _with_report(original: Matrix, filtered: Matrix, qc: GenotypeQC, keep: np.ndarray,
@@ -738,24 +737,75 @@ def _passes_filter(table: VariantTable) -> np.ndarray:
     return filters[:, int(np.flatnonzero(names == "PASS")[0])]
 
 
-def _count(block: Block, hwe: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Per row: the non-missing calls, the sum of their dosages, and (``hwe``) the exact
-    Hardy-Weinberg p-value of the called genotypes."""
-    from daskstraggle.data.hwe import hwe_exact_p_rows
+@dataclass(frozen=True, slots=True)
+class CallCounts:
+    """A genotype matrix's calls counted in one pass: per variant and per sample.
+
+    Attributes
+    ----------
+    levels : ndarray of int64 of shape (n_variants, ploidy + 1)
+        Each variant's calls of dosage ``0 .. ploidy`` (a fractional dosage, of a call of
+        lower ploidy scaled up, is in none).
+    called : ndarray of int64 of shape (n_variants,)
+        Each variant's non-missing calls.
+    sums : ndarray of float64 of shape (n_variants,)
+        Each variant's sum of called dosages.
+    sample_missing : ndarray of int64 of shape (n_samples,)
+        Each sample's missing calls.
+    ploidy : int
+    """
+
+    levels: np.ndarray
+    called: np.ndarray
+    sums: np.ndarray
+    sample_missing: np.ndarray
+    ploidy: int
+
+    def call_rate(self) -> np.ndarray:
+        """Each variant's fraction of the samples with a (non-missing) call."""
+        return self.called / self.sample_missing.size
+
+    def maf(self) -> np.ndarray:
+        """Each variant's ``min(p, 1 - p)``, ``p`` the mean called dosage over the ploidy;
+        NaN where nothing is called."""
+        p = np.divide(self.sums, self.called * float(self.ploidy),
+                      out=np.full(self.sums.shape, np.nan), where=self.called > 0)
+        return np.minimum(p, 1.0 - p)
+
+    def hwe_p(self) -> np.ndarray:
+        """Each variant's exact HWE p-value (:func:`daskstraggle.data.hwe.hwe_exact_p_counts`,
+        once per distinct genotype-count triple) from its counts of dosage 1, 0 and 2
+        (diploid calls)."""
+        from daskstraggle.data.hwe import hwe_exact_p_counts
+
+        return hwe_exact_p_counts(self.levels[:, 1], self.levels[:, 0], self.levels[:, 2])
+
+    def without(self, other: CallCounts, kept: np.ndarray) -> CallCounts:
+        """These counts less ``other``'s, the counts of the same variants at the samples
+        ``~kept``: the counts over the samples ``kept``."""
+        return CallCounts(self.levels - other.levels, self.called - other.called,
+                          self.sums - other.sums, self.sample_missing[kept], self.ploidy)
+
+
+def _partition_counts(block: Block, n_levels: int) -> tuple[np.ndarray | None, ...]:
+    """One partition's counts (the task body): per row, its calls of each dosage and its
+    missing calls, the dosage sums of fractional dosages (else None); per column, its
+    missing calls."""
+    from daskstraggle.data._numba_counts import count_calls, dosage_sums
 
     values = block.values
-    called = values >= 0
-    return (np.count_nonzero(called, axis=1),
-            np.where(called, values, 0).sum(axis=1, dtype=np.float64),
-            hwe_exact_p_rows(values) if hwe else None)
+    levels, missing, by_sample = count_calls(values, n_levels)
+    sums = dosage_sums(values) if values.dtype.kind == "f" else None
+    return levels, missing, sums, by_sample
 
 
-def variant_counts(matrix: Matrix, *, client: Any = None,
-                   hwe: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Return each variant's fraction of called genotypes, minor allele frequency and (with
-    ``hwe``) Hardy-Weinberg exact test p-value.
+def call_counts(matrix: Matrix, *, client: Any = None) -> CallCounts:
+    """Count a genotype matrix's calls per variant (of each dosage, missing) and per sample
+    (missing) in one pass over its raw dosages, on ``client``'s workers or in process.
 
-    One pass over the genotypes (raw dosages), on ``client``'s workers or in process.
+    Each partition is swept once by a compiled kernel on its int8 dosages
+    (:mod:`daskstraggle.data._numba_counts`); the client joins the variants' counts and
+    adds up the samples'.
 
     Parameters
     ----------
@@ -763,33 +813,27 @@ def variant_counts(matrix: Matrix, *, client: Any = None,
         A genotype matrix.
     client : distributed.Client or None, default=None
         Run one task per partition there; None: in this process.
-    hwe : bool, default=False
-        Also compute each variant's exact HWE p-value on the workers (diploid calls).
 
     Returns
     -------
-    called : ndarray of shape (n_variants,)
-        Fraction of the samples with a (non-missing) call.
-    maf : ndarray of shape (n_variants,)
-        ``min(p, 1 - p)`` with ``p`` the mean dosage of the called genotypes over the
-        ploidy; NaN where nothing is called.
-    p_hwe : ndarray of shape (n_variants,) or None
-        The exact HWE p-values (:func:`daskstraggle.data.hwe.hwe_exact_p`); None without
-        ``hwe``.
+    counts : CallCounts
     """
     from daskstraggle._passes import map_partitions
 
     source = matrix.source
     assert isinstance(source, GenotypeRowSource)
     raw = replace(matrix, source=source.count_source())
-    count = partial(_count, hwe=hwe)
+    count = partial(_partition_counts, n_levels=source.ploidy + 1)
     parts = map_partitions(raw, lambda a, b: count, client)
-    called = np.concatenate([p[0] for p in parts]).astype(np.float64)
-    sums = np.concatenate([p[1] for p in parts])
-    p = np.divide(sums, called * source.ploidy, out=np.full(sums.shape, np.nan),
-                  where=called > 0)
-    p_hwe = np.concatenate([part[2] for part in parts]) if hwe else None
-    return called / matrix.n_columns, np.minimum(p, 1.0 - p), p_hwe
+    dosages = np.arange(source.ploidy + 1)
+    levels = np.concatenate([p[0] for p in parts]).astype(np.int64)
+    sums = np.concatenate([(p[0] @ dosages).astype(np.float64) if p[2] is None else p[2]
+                           for p in parts])
+    missing = np.zeros(matrix.n_columns, dtype=np.int64)
+    for part in parts:
+        missing += part[3]
+    called = matrix.n_columns - np.concatenate([p[1] for p in parts]).astype(np.int64)
+    return CallCounts(levels, called, sums, missing, source.ploidy)
 
 
 # ---------------------------------------------------------------------------- variant tables

@@ -15,7 +15,8 @@ import zarr
 import daskstraggle as ds
 from daskstraggle.cli import main
 from daskstraggle.data.datasets import make_genotypes
-from daskstraggle.data.hwe import hwe_exact_p, hwe_exact_p_counts, hwe_exact_p_rows
+from daskstraggle.data.genotypes import call_counts
+from daskstraggle.data.hwe import hwe_exact_p, hwe_exact_p_counts
 from daskstraggle.errors import InvalidParameterError
 
 
@@ -96,10 +97,11 @@ def test_the_compiled_test_equals_the_full_recurrence_on_a_grid():
                               np.array([], dtype=int)).shape == (0,)
 
 
-def test_rows_count_the_called_genotypes_only():
+def test_the_counting_pass_counts_the_called_genotypes_only():
     rows = np.array([[0, 1, 1, 2, -1, -1], [0, 0, 0, 0, 0, 1], [-1, -1, -1, -1, -1, -1]])
-    np.testing.assert_allclose(hwe_exact_p_rows(rows), [closed_form_p(2, 1, 1),
-                                                         closed_form_p(1, 5, 0), 1.0])
+    matrix = ds.open_matrix(rows, genotype_dims=("variants", "samples"))
+    np.testing.assert_allclose(call_counts(matrix).hwe_p(), [closed_form_p(2, 1, 1),
+                                                             closed_form_p(1, 5, 0), 1.0])
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +139,14 @@ def test_hwe_refuses_calls_that_are_not_diploid():
     with pytest.raises(InvalidParameterError, match="tests diploid genotypes; these calls "
                                                     "have ploidy 3"):
         ds.open_matrix(ds_, qc={"hwe": 1e-6})
+
+
+def test_distinct_triples_beyond_the_packed_keys():
+    """Counts of 2^21 calls and more are deduplicated row-wise: the same p-values as
+    testing each triple alone."""
+    het = np.array([3, 2**21, 3, 2**21, 7])
+    hom_1 = np.array([5, 2**21 + 9, 5, 2**21 + 9, 0])
+    hom_2 = np.array([2, 40, 2, 40, 1])
+    alone = [hwe_exact_p(int(h), int(a), int(b)) for h, a, b in zip(het, hom_1, hom_2,
+                                                                    strict=True)]
+    np.testing.assert_array_equal(hwe_exact_p_counts(het, hom_1, hom_2), alone)
