@@ -15,6 +15,7 @@ name       priority reads
 matrix     0        a :class:`~daskstraggle.Matrix` (labels added if given)
 plink      10       a PLINK 1 ``.bed`` path (``.bim``/``.fam`` beside it)
 pgen       11       a PLINK 2 ``.pgen`` path (``.pvar``/``.psam`` beside it; pgenlib)
+bgen       12       a ``.bgen`` path (``.sample`` beside it if it has no sample ids; cbgen)
 vcf-dataset 20      an ``xarray.Dataset`` in VCF Zarr layout (a view of its store)
 zarr       90       any other path or URL: a Zarr array or group, a VCF Zarr store
 array      100      anything else: numpy, dask, ``xarray.DataArray``, array-likes
@@ -23,7 +24,7 @@ array      100      anything else: numpy, dask, ``xarray.DataArray``, array-like
 Other packages add theirs under the ``daskstraggle.sources`` entry-point group (or with
 :func:`register_source`); a plugin's default priority, 50, puts it after the built-in
 backends that look at a type or a suffix and before the two that take any path or any
-object, so a backend for, say, ``.bgen`` paths needs only its ``guess_can_open``.
+object, so a backend for, say, ``.vcf`` paths needs only its ``guess_can_open``.
 """
 
 from __future__ import annotations
@@ -247,6 +248,25 @@ class PgenBackend(PlinkBackend):
         from daskstraggle.data.pgen import open_pgen
 
         return open_pgen
+
+
+@register_source
+class BgenBackend(PlinkBackend):
+    """A BGEN file (``.bgen``; its ``.sample`` beside it when it stores no sample ids), read
+    by cbgen: expected ALT counts for PCA, plink2's hard calls for quality control."""
+
+    name = "bgen"
+    description = ("a .bgen path (.sample beside it if the file has no sample ids; needs "
+                   "cbgen); rows = variants, values = expected ALT counts")
+    priority = 12
+    suffix = ".bgen"
+    companions = (".sample",)
+
+    @staticmethod
+    def _opener() -> Callable[..., Matrix]:
+        from daskstraggle.data.bgen import open_bgen
+
+        return open_bgen
 
 
 @register_source
