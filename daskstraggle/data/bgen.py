@@ -332,17 +332,6 @@ def hard_calls(dosage: np.ndarray, threshold: float = HARD_CALL_THRESHOLD) -> np
     return np.where(hard, nearest, -1).astype(np.int8)
 
 
-def _values(dosage: np.ndarray, calls: str) -> np.ndarray:
-    """Stored values (-1 missing): hard calls, or expected counts, int8 when all are whole."""
-    if calls == "hard":
-        return hard_calls(dosage)
-    called = ~np.isnan(dosage)
-    values = np.where(called, dosage, -1.0)
-    if np.array_equal(values, np.rint(values)):
-        return values.astype(np.int8)
-    return values
-
-
 # ------------------------------------------------------------------------------ the source
 @dataclass(frozen=True, eq=False, slots=True)
 class _BgenLoader:
@@ -363,11 +352,9 @@ class _BgenLoader:
                 f"{self.path!r} has {size} bytes, not the {self.size} it had when opened; "
                 "the file changed. Open it again."
             )
-        dosage = self._read()
+        values = self._read()
         if self.columns is not None:
-            dosage = np.ascontiguousarray(dosage[:, self.columns])
-        calls = "hard" if self.storage == "packed" else self.calls
-        values = _values(dosage, calls)
+            values = np.ascontiguousarray(values[:, self.columns])
         called = values >= 0
         counted = np.count_nonzero(called, axis=1)
         sums = np.where(called, values, 0).sum(axis=1, dtype=np.float64)
@@ -376,11 +363,19 @@ class _BgenLoader:
         return _stored(rows, self.storage)
 
     def _read(self) -> np.ndarray:
+        """The rows' values, -1 missing, one variant at a time: hard calls (int8), or
+        expected counts, held as int8 until a count that is not whole turns them float64."""
+        hard = self.calls == "hard" or self.storage == "packed"
         reader = _cbgen().bgen_file(self.path)
         try:
-            out = np.empty((len(self.offsets), reader.nsamples))
+            values = np.empty((len(self.offsets), reader.nsamples), dtype=np.int8)
             for i, offset in enumerate(self.offsets):
-                out[i] = _variant_dosages(reader, int(offset), self.layout, self.path)
+                dosage = _variant_dosages(reader, int(offset), self.layout, self.path)
+                row = hard_calls(dosage) if hard else np.nan_to_num(dosage, nan=-1.0)
+                if values.dtype == np.int8 and not hard and not np.array_equal(row,
+                                                                              np.rint(row)):
+                    values = values.astype(np.float64)
+                values[i] = row
         except RuntimeError as err:
             raise CorruptDataError(
                 f"cbgen cannot read the variants of {self.path!r} from byte "
@@ -389,7 +384,7 @@ class _BgenLoader:
             ) from None
         finally:
             reader.close()
-        return out
+        return values
 
 
 def _variant_dosages(reader: Any, offset: int, layout: int, path: str) -> np.ndarray:
