@@ -39,6 +39,7 @@ No dask here: the pass runs through :func:`daskstraggle._passes.map_partitions`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -53,6 +54,8 @@ __all__ = ["STRIP_PAIRS", "RelatedPairs", "check_king_cutoff", "king_bits", "kin
 #: Pairs of samples counted at once (a strip of rows of the pair matrix): 16 bytes each for
 #: the counts and 28 for the kinship's temporaries.
 STRIP_PAIRS = 2**20
+
+_lock = threading.Lock()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -147,7 +150,9 @@ def king_counts(bits: np.ndarray, start: int = 0,
     n_samples = bits.shape[0]
     stop = n_samples if stop is None else stop
     out = np.zeros((4, stop - start, n_samples - start), dtype=np.int32)
-    _kernels().pair_counts(np.ascontiguousarray(bits), start, stop, start, out)
+    kernels = _kernels()
+    with _lock:  # one parallel kernel at a time (numba's workqueue layer takes no more)
+        kernels.pair_counts(np.ascontiguousarray(bits), start, stop, start, out)
     return out[0], out[1], out[2], out[3]
 
 
@@ -207,16 +212,15 @@ def king_related(bits: np.ndarray, cutoff: float, *,
     related : RelatedPairs
     """
     limit = STRIP_PAIRS if max_pairs is None else int(max_pairs)
-    found, kinships = [], []
+    found, kinships = [np.empty((0, 2), dtype=np.int64)], [np.empty(0)]
     for start, stop in _strips(bits.shape[0], limit):
         kinship = king_kinship(*king_counts(bits, start, stop))
         rows, columns = np.nonzero(kinship > cutoff)
         above = columns > rows  # j > i (the diagonal is 0.5; below it nothing is counted)
         rows, columns = rows[above], columns[above]
-        found.append(np.stack([rows + start, columns + start], axis=1))
+        found.append(np.stack([rows + start, columns + start], axis=1).astype(np.int64))
         kinships.append(kinship[rows, columns])
-    return RelatedPairs(pairs=np.concatenate(found).astype(np.int64, copy=False),
-                        kinship=np.concatenate(kinships))
+    return RelatedPairs(pairs=np.concatenate(found), kinship=np.concatenate(kinships))
 
 
 def king_prune(n_samples: int, pairs: np.ndarray) -> np.ndarray:
