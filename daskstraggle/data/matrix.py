@@ -699,11 +699,10 @@ def _not_a_store(path: str) -> str:
                 text = f.read(64)
         except (OSError, EOFError):
             text = b""
-    if head[16:20] == b"bgen" or path.lower().endswith(".bgen"):
-        return (f"{path!r} is a BGEN file, which daskstraggle does not read yet; convert it "
-                f"with plink2 --bgen {path} ref-first --make-pgen --out PREFIX (ref-last if "
-                "its last allele is REF; add --sample FILE when it holds no sample ids) and "
-                "pass PREFIX.pgen.")
+    if head[16:20] == b"bgen":
+        return (f"{path!r} is a BGEN file without the .bgen suffix: name it NAME.bgen, or "
+                "pass backend='bgen' to open_matrix (needs cbgen: pip install "
+                "'daskstraggle[bgen]').")
     if text.startswith((b"##fileformat=VCF", b"BCF")):
         return (f"{path!r} is a VCF or BCF file, which is read as VCF Zarr: convert it with "
                 f"vcf2zarr convert {path} OUT.vcz (bio2zarr, pip install "

@@ -47,13 +47,13 @@ def with_npy_plugin(monkeypatch):
     monkeypatch.setattr(_registry, "entry_points",
                         lambda *, group: [point] if group == "daskstraggle.sources" else [])
     registry = _registry.Registry("data source", group=group, unknown=backends._unknown_source)
-    for name in ("array", "matrix", "plink", "pgen", "vcf-dataset", "zarr"):
+    for name in ("array", "matrix", "plink", "pgen", "bgen", "vcf-dataset", "zarr"):
         registry.register(get_source(name))
     monkeypatch.setattr(backends, "_REGISTRY", registry)
 
 
 def test_the_built_in_backends_are_asked_in_priority_order():
-    assert list_sources() == ["matrix", "plink", "pgen", "vcf-dataset", "zarr", "array"]
+    assert list_sources() == ["matrix", "plink", "pgen", "bgen", "vcf-dataset", "zarr", "array"]
     X = np.ones((6, 2))
     ds = xr.Dataset({"call_genotype": (("variants", "samples", "ploidy"),
                                        np.zeros((3, 2, 2), dtype=np.int8))})
@@ -62,6 +62,7 @@ def test_the_built_in_backends_are_asked_in_priority_order():
         "matrix": [open_matrix(X)],
         "plink": ["data/x.bed", Path("x.BED")],
         "pgen": ["data/x.pgen", Path("x.PGEN")],
+        "bgen": ["data/x.bgen", Path("x.BGEN")],
         "zarr": ["store.zarr", Path("anything"), "s3://bucket/x.zarr"],
         "vcf-dataset": [ds],
     }
@@ -71,7 +72,8 @@ def test_the_built_in_backends_are_asked_in_priority_order():
 
 
 def test_a_backend_advertised_by_entry_point_reads_its_files(with_npy_plugin, tmp_path):
-    assert list_sources() == ["matrix", "plink", "pgen", "vcf-dataset", "npy", "zarr", "array"]
+    assert list_sources() == ["matrix", "plink", "pgen", "bgen", "vcf-dataset", "npy", "zarr",
+                            "array"]
     X = np.random.default_rng(0).normal(size=(40, 3))
     np.save(tmp_path / "x.npy", X)
     matrix = open_matrix(str(tmp_path / "x.npy"), n_partitions=2)
@@ -87,8 +89,9 @@ def test_a_backend_advertised_by_entry_point_reads_its_files(with_npy_plugin, tm
 
 
 def test_unknown_backends_and_options_a_backend_does_not_read_are_one_line():
-    with pytest.raises(InvalidParameterError, match="must be one of 'array', 'matrix', "
-                                                    "'pgen', 'plink', 'vcf-dataset', 'zarr' or "
+    with pytest.raises(InvalidParameterError, match="must be one of 'array', 'bgen', "
+                                                    "'matrix', 'pgen', 'plink', 'vcf-dataset', "
+                                                    "'zarr' or "
                                                     "None"):
         open_matrix(np.ones((4, 2)), backend="hdf5")
     with pytest.raises(InvalidParameterError, match="applies to a store given by URL; the "
