@@ -1,6 +1,6 @@
 """Numba body of KING-robust kinship (imported lazily by :mod:`.kinship`, never directly).
 
-Two kernels:
+The kernels:
 
 - :func:`sample_bits` turns a partition's int8 dosages (variants x samples) into sample-major
   bit planes: per sample and per 64 variants, one word ``hom`` (the call is 0 or 2) and one
@@ -10,10 +10,12 @@ Two kernels:
 - :func:`pair_counts` counts, for the pairs ``(i, j)`` with ``start <= i < stop`` and
   ``j >= i``, ``hethet = |het_i & het_j|``, ``ibs0 = |hom_i & hom_j & (alt_i ^ alt_j)|``,
   ``het_hom = |het_i & hom_j|`` and ``hom_het = |hom_i & het_j|``, in tiles of ``TILE x
-  TILE`` samples (one tile per parallel iteration; the planes of a tile's samples stay in
-  cache over ``WORDS`` words at a time). The popcount is the usual SWAR sum of bit
-  fields, which LLVM recognises and compiles to the CPU's population count instruction
-  (vectorised where the CPU has one).
+  TILE`` samples (one tile per parallel iteration, its counts in a small int64 buffer; the
+  planes of a tile's samples stay in cache over ``WORDS`` words at a time);
+  :func:`pair_kinship` turns each tile's counts into kinships (the formula of
+  :mod:`.kinship`, in float64 as numpy computes it) for the pairs ``j > i``. The popcount
+  is the usual SWAR sum of bit fields, which LLVM recognises and compiles to the CPU's
+  population count instruction (vectorised where the CPU has one).
 """
 
 from __future__ import annotations
@@ -88,9 +90,9 @@ def _pair(hom_i, alt_i, hom_j, alt_j):
 
 
 @numba.njit(**_JIT)
-def _tile(bits, i0, i1, j0, j1, start, first, out):
-    """Add the counts of the pairs ``i0 <= i < i1``, ``max(j0, i) <= j < j1`` to ``out``
-    (rows from ``start``, columns from ``first``)."""
+def _tile(bits, i0, i1, j0, j1, acc):
+    """Add the counts of the pairs ``i0 <= i < i1``, ``max(j0, i) <= j < j1`` to ``acc``
+    (4 x TILE x TILE, from ``(i0, j0)``)."""
     n_words = bits.shape[2]
     for w0 in range(0, n_words, WORDS):
         w1 = min(w0 + WORDS, n_words)
@@ -98,24 +100,61 @@ def _tile(bits, i0, i1, j0, j1, start, first, out):
             for j in range(max(j0, i), j1):
                 hethet, ibs0, het_hom, hom_het = _pair(
                     bits[i, 0, w0:w1], bits[i, 1, w0:w1], bits[j, 0, w0:w1], bits[j, 1, w0:w1])
-                out[0, i - start, j - first] += hethet
-                out[1, i - start, j - first] += ibs0
-                out[2, i - start, j - first] += het_hom
-                out[3, i - start, j - first] += hom_het
+                acc[0, i - i0, j - j0] += hethet
+                acc[1, i - i0, j - j0] += ibs0
+                acc[2, i - i0, j - j0] += het_hom
+                acc[3, i - i0, j - j0] += hom_het
+
+
+@numba.njit(inline="always", **_JIT)
+def _kinship(hethet, ibs0, het_hom, hom_het):
+    """The KING-robust kinship of one pair's counts (NaN when the denominator is 0)."""
+    denominator = 4 * (hethet + min(het_hom, hom_het))
+    if denominator == 0:
+        return np.nan
+    return 0.5 - (4 * ibs0 + het_hom + hom_het) / np.float64(denominator)
+
+
+@numba.njit(**_JIT)
+def _bounds(t, n_columns, start, stop, first, n_samples):
+    """Tile ``t``'s rows ``[i0, i1)`` and columns ``[j0, j1)``."""
+    i0 = start + (t // n_columns) * TILE
+    j0 = first + (t % n_columns) * TILE
+    return i0, min(i0 + TILE, stop), j0, min(j0 + TILE, n_samples)
 
 
 @numba.njit(parallel=True, **_JIT)
 def pair_counts(bits, start, stop, first, out):
-    """Write into ``out`` (int32 or int64, 4 x (stop - start) x (samples - first), zeros)
-    the counts of the pairs ``start <= i < stop``, ``j >= max(i, first)``; one parallel
-    iteration per tile of ``TILE x TILE`` pairs that has such a pair."""
+    """Write into ``out`` (4 x (stop - start) x (samples - first), zeros) the counts of the
+    pairs ``start <= i < stop``, ``j >= max(i, first)``; one parallel iteration per tile of
+    ``TILE x TILE`` pairs that has such a pair."""
     n_samples = bits.shape[0]
-    n_rows = -(-(stop - start) // TILE)
     n_columns = -(-(n_samples - first) // TILE)
-    for t in numba.prange(n_rows * n_columns):
-        i0 = start + (t // n_columns) * TILE
-        j0 = first + (t % n_columns) * TILE
-        i1 = min(i0 + TILE, stop)
-        j1 = min(j0 + TILE, n_samples)
+    for t in numba.prange(-(-(stop - start) // TILE) * n_columns):
+        i0, i1, j0, j1 = _bounds(t, n_columns, start, stop, first, n_samples)
         if j1 > i0:  # some j >= i
-            _tile(bits, i0, i1, j0, j1, start, first, out)
+            acc = np.zeros((4, TILE, TILE), dtype=np.int64)
+            _tile(bits, i0, i1, j0, j1, acc)
+            for i in range(i0, i1):
+                for j in range(max(j0, i), j1):
+                    for k in range(4):
+                        out[k, i - start, j - first] = acc[k, i - i0, j - j0]
+
+
+@numba.njit(parallel=True, **_JIT)
+def pair_kinship(bits, start, stop, first, out):
+    """Write into ``out`` ((stop - start) x (samples - first), NaN) the KING-robust kinship
+    of the pairs ``start <= i < stop``, ``j > max(i, first - 1)``, tiled as
+    :func:`pair_counts`."""
+    n_samples = bits.shape[0]
+    n_columns = -(-(n_samples - first) // TILE)
+    for t in numba.prange(-(-(stop - start) // TILE) * n_columns):
+        i0, i1, j0, j1 = _bounds(t, n_columns, start, stop, first, n_samples)
+        if j1 > i0 + 1:  # some j > i
+            acc = np.zeros((4, TILE, TILE), dtype=np.int64)
+            _tile(bits, i0, i1, j0, j1, acc)
+            for i in range(i0, i1):
+                for j in range(max(j0, i + 1), j1):
+                    out[i - start, j - first] = _kinship(
+                        acc[0, i - i0, j - j0], acc[1, i - i0, j - j0],
+                        acc[2, i - i0, j - j0], acc[3, i - i0, j - j0])

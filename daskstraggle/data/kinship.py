@@ -20,15 +20,16 @@ when there is a client) turns each partition's calls into two sample-major bit p
 (:func:`king_bits`): per sample, one bit per variant for "homozygous" and one for "carries
 the alternate allele", so a missing call sets neither. The client joins them: 2 bits per
 call, ``n_samples · n_variants / 4`` bytes (plus at most 63 padding variants per
-partition). Then, for the pairs ``i < j``, a strip of rows at a time (about
-:data:`STRIP_PAIRS` pairs), :func:`king_counts` counts ``hethet = |het_i ∧ het_j|``,
-``ibs0 = |hom_i ∧ hom_j ∧ (alt_i ⊕ alt_j)|``, ``het_hom = |het_i ∧ hom_j|`` and
-``hom_het = |hom_i ∧ het_j|`` (``het = alt ∧ ¬hom``) in compiled tiles of 32 x 32 samples
-on all cores (:mod:`daskstraggle.data._numba_king`), :func:`king_kinship` turns them into
-kinships, and only the pairs above the cutoff are kept (:class:`RelatedPairs`). The memory
-beyond the bit planes is one strip: about 44 bytes per pair of :data:`STRIP_PAIRS`
-(46 MB), whatever the number of samples (a strip has one row at least, so beyond
-:data:`STRIP_PAIRS` samples it is 44 bytes per sample).
+partition). Then the pairs ``i < j``, a strip of rows of the pair matrix at a time (about
+:data:`STRIP_PAIRS` pairs), are counted in compiled tiles of 32 x 32 samples on all cores
+(:mod:`daskstraggle.data._numba_king`): ``hethet = |het_i ∧ het_j|``, ``ibs0 = |hom_i ∧
+hom_j ∧ (alt_i ⊕ alt_j)|``, ``het_hom = |het_i ∧ hom_j|`` and ``hom_het = |hom_i ∧
+het_j|`` (``het = alt ∧ ¬hom``); each tile turns its counts into kinships, and only the
+pairs above the cutoff are kept (:func:`king_related`, :class:`RelatedPairs`).
+:func:`king_counts` gives the counts of a strip themselves. The memory beyond the bit
+planes is one strip's kinships: 9 bytes per pair of :data:`STRIP_PAIRS` (19 MB), whatever
+the number of samples (a strip has one row at least, so beyond :data:`STRIP_PAIRS`
+samples it is 9 bytes per sample).
 
 The pruning is plink2's: in the graph whose edges are the pairs with φ > cutoff, while an
 edge remains, remove the partner of the first sample (in column order) that has exactly one
@@ -49,12 +50,13 @@ import numpy as np
 from daskstraggle.errors import InvalidParameterError
 
 __all__ = ["STRIP_PAIRS", "RelatedPairs", "check_king_cutoff", "king_bits", "king_counts",
-           "king_keep", "king_kinship", "king_prune", "king_related"]
+           "king_keep", "king_prune", "king_related"]
 
-#: Pairs of samples counted at once (a strip of rows of the pair matrix): 16 bytes each for
-#: the counts and 28 for the kinship's temporaries.
-STRIP_PAIRS = 2**20
+#: Pairs of samples whose kinships are held at once (a strip of rows of the pair matrix):
+#: 9 bytes each (the float64 kinship and whether it is above the cutoff).
+STRIP_PAIRS = 2**21
 
+#: One parallel kernel at a time (numba's workqueue threading layer takes no more).
 _lock = threading.Lock()
 
 
@@ -151,36 +153,9 @@ def king_counts(bits: np.ndarray, start: int = 0,
     stop = n_samples if stop is None else stop
     out = np.zeros((4, stop - start, n_samples - start), dtype=np.int32)
     kernels = _kernels()
-    with _lock:  # one parallel kernel at a time (numba's workqueue layer takes no more)
+    with _lock:
         kernels.pair_counts(np.ascontiguousarray(bits), start, stop, start, out)
     return out[0], out[1], out[2], out[3]
-
-
-def king_kinship(hethet: np.ndarray, ibs0: np.ndarray, het_hom: np.ndarray,
-                 hom_het: np.ndarray) -> np.ndarray:
-    """Return the KING-robust kinship of each pair from its counts.
-
-    Parameters
-    ----------
-    hethet, ibs0, het_hom, hom_het : ndarray of int
-        The counts of :func:`king_counts` (any shape, the same for all four).
-
-    Returns
-    -------
-    kinship : ndarray of float64
-        NaN where a pair has no heterozygous call to compare (the denominator is 0).
-    """
-    numerator = ibs0 * 4.0  # float64: integer sums below 2**53 are exact
-    numerator += het_hom
-    numerator += hom_het
-    denominator = np.minimum(het_hom, hom_het).astype(np.float64)
-    denominator += hethet
-    denominator *= 4.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        numerator /= denominator
-    kinship = np.subtract(0.5, numerator, out=numerator)
-    kinship[denominator == 0] = np.nan
-    return kinship
 
 
 def _strips(n_samples: int, max_pairs: int) -> Iterator[tuple[int, int]]:
@@ -202,22 +177,25 @@ def king_related(bits: np.ndarray, cutoff: float, *,
     bits : ndarray of uint64 of shape (n_samples, 2, n_words)
         Bit planes from :func:`king_bits`.
     cutoff : float
-        Pairs with a kinship above it are kept (NaN kinships never are).
+        Pairs with a kinship above it are kept (a pair with no heterozygous call to
+        compare has none, and is never kept).
     max_pairs : int or None, default=None
-        Pairs counted at once (one row of the pair matrix at least); None:
-        :data:`STRIP_PAIRS`. The memory is about 44 bytes per pair counted at once.
+        Kinships held at once (one row of the pair matrix at least, 9 bytes each); None:
+        :data:`STRIP_PAIRS`.
 
     Returns
     -------
     related : RelatedPairs
     """
     limit = STRIP_PAIRS if max_pairs is None else int(max_pairs)
+    bits = np.ascontiguousarray(bits)
+    kernels = _kernels()
     found, kinships = [np.empty((0, 2), dtype=np.int64)], [np.empty(0)]
     for start, stop in _strips(bits.shape[0], limit):
-        kinship = king_kinship(*king_counts(bits, start, stop))
-        rows, columns = np.nonzero(kinship > cutoff)
-        above = columns > rows  # j > i (the diagonal is 0.5; below it nothing is counted)
-        rows, columns = rows[above], columns[above]
+        kinship = np.full((stop - start, bits.shape[0] - start), np.nan)
+        with _lock:
+            kernels.pair_kinship(bits, start, stop, start, kinship)
+        rows, columns = np.nonzero(kinship > cutoff)  # only j > i has a kinship
         found.append(np.stack([rows + start, columns + start], axis=1).astype(np.int64))
         kinships.append(kinship[rows, columns])
     return RelatedPairs(pairs=np.concatenate(found), kinship=np.concatenate(kinships))

@@ -195,32 +195,35 @@ def test_memory_does_not_grow_with_the_square_of_the_samples(
     x[:, 1] = x[:, 0]
     kinship.king_keep(_matrix(x[:, :40], 64), 0.177)  # compile or load the kernels
     monkeypatch.setattr(kinship, "STRIP_PAIRS", 4 * n, raising=False)
-    strips: list[int] = []
-    counts = kinship.king_counts
-
-    def spy(*args: Any) -> Any:
-        out = counts(*args)
-        strips.append(out[0].size)
-        return out
-
-    monkeypatch.setattr(kinship, "king_counts", spy)
     tracemalloc.start()
     try:
         keep, related = kinship.king_keep(_matrix(x, 100), 0.177)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert strips and max(strips) <= 4 * n and sum(strips) >= n * (n + 1) // 2
     assert peak < n * n  # under a byte a pair: the strips hold 4 n pairs
     assert related.pairs.tolist() == [[0, 1]] and not keep[1] and keep.sum() == n - 1
+    # the largest array the kernel fills is a strip of at most STRIP_PAIRS pairs
+    from daskstraggle.data import _numba_king
+
+    strips: list[int] = []
+    kernel = _numba_king.pair_kinship
+
+    def spy(bits: np.ndarray, start: int, stop: int, first: int, out: np.ndarray) -> None:
+        strips.append(out.size)
+        kernel(bits, start, stop, first, out)
+
+    monkeypatch.setattr(_numba_king, "pair_kinship", spy)
+    assert kinship.king_keep(_matrix(x, 100), 0.177)[1].pairs.tolist() == [[0, 1]]
+    assert max(strips) <= 4 * n and sum(strips) >= n * (n - 1) // 2
 
 
-def test_a_duplicate_has_kinship_one_half_and_no_heterozygote_is_nan() -> None:
+def test_a_duplicate_has_kinship_one_half_and_no_heterozygote_is_never_related() -> None:
     x = np.array([[0, 0, 2], [1, 1, 1], [2, 2, 0], [1, 1, 2]], dtype=np.int8)
-    phi = kinship.king_kinship(*kinship.king_counts(kinship.king_bits(x)))
-    assert phi[0, 1] == pytest.approx(0.5)
-    homs = np.array([[0, 2], [2, 0]], dtype=np.int8)
-    assert np.isnan(kinship.king_kinship(*kinship.king_counts(kinship.king_bits(homs)))[0, 1])
+    related = kinship.king_related(kinship.king_bits(x), 0.49)
+    assert related.pairs.tolist() == [[0, 1]] and related.kinship.tolist() == [0.5]
+    homs = np.array([[0, 2], [2, 0]], dtype=np.int8)  # no heterozygous call: no kinship
+    assert kinship.king_related(kinship.king_bits(homs), -1.0).pairs.size == 0
 
 
 def test_kinship_is_plink2s() -> None:
