@@ -2,10 +2,12 @@
 
 :func:`decode_calls` is the fast path of :func:`daskstraggle.data.sources.genotype_rows`:
 one pass over ``call_genotype`` gives the dosages and, per variant, the number of
-non-missing calls and their dosage sum. It returns None when the numpy path must run
-instead: numba missing or disabled (``DASKSTRAGGLE_NUMBA=0``, as for the block kernels),
-calls that are not a C-contiguous integer array, or a call of lower ploidy whose scaled
-dosage is a fraction (the float64 case of ``genotype_rows``).
+non-missing calls and their dosage sum; :func:`decode_bed` does the same for ``.bed``
+bytes (:func:`daskstraggle.data.plink.bed_rows`), at all samples or some, writing int8
+dosages or 2-bit codes. Each returns None when the numpy path must run instead: numba
+missing or disabled (``DASKSTRAGGLE_NUMBA=0``, as for the block kernels), or, for the
+calls, an array that is not a C-contiguous integer array or a call of lower ploidy whose
+scaled dosage is a fraction (the float64 case of ``genotype_rows``).
 
 The module ``_numba_decode`` is imported, and the decoder compiled or loaded from numba's
 on-disk cache, on the first call; numba's warnings are silenced meanwhile and a package
@@ -23,7 +25,7 @@ import numpy as np
 
 from daskstraggle.problems._kernels import default_implementation, import_numba_module
 
-__all__ = ["decode_calls"]
+__all__ = ["decode_bed", "decode_calls"]
 
 _lock = threading.Lock()
 _compiled: set[Any] = set()
@@ -31,6 +33,59 @@ _compiled: set[Any] = set()
 
 def _numba_module() -> Any:
     return import_numba_module("daskstraggle.data._numba_decode")
+
+
+def _call(name: str, *args: Any) -> Any:
+    """Run the compiled ``name`` (its first call per argument types under the lock, with
+    numba's warnings silenced)."""
+    function = getattr(_numba_module(), name)
+    key = (name, *(a.dtype if isinstance(a, np.ndarray) else type(a) for a in args))
+    if key in _compiled:
+        return function(*args)
+    with _lock, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = function(*args)
+        _compiled.add(key)
+    return out
+
+
+def decode_bed(raw: np.ndarray, n_samples: int, columns: np.ndarray | None, *,
+               storage: str | None = "int8",
+               ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, bool] | None:
+    """Decode ``.bed`` rows at some samples in one compiled pass, or return None (numpy).
+
+    Parameters
+    ----------
+    raw : ndarray of uint8 of shape (n_variants, ceil(n_samples / 4))
+        Variant-major ``.bed`` rows.
+    n_samples : int
+        Samples per row.
+    columns : ndarray of int or None
+        The samples to decode, in order (None: all).
+    storage : {"int8", "packed"} or None, default="int8"
+        Write int8 dosages or our 2-bit codes (:mod:`daskstraggle.problems._packing`);
+        None: only the per-row counts.
+
+    Returns
+    -------
+    decoded : tuple or None
+        ``(values, counted, sums, any_missing)`` as :func:`decode_calls` (``values`` None
+        without ``storage``); None when numba does not apply.
+    """
+    if default_implementation() != "numba":
+        return None
+    module = _numba_module()
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    n_variants = raw.shape[0]
+    n = n_samples if columns is None else len(columns)
+    mode, out = {"int8": (module.DOSAGES, np.empty((n_variants, n), dtype=np.int8)),
+                 "packed": (module.PACKED, np.zeros((n_variants, -(-n // 4)), np.uint8)),
+                 None: (module.COUNTS, np.empty((0, 0), dtype=np.int8))}[storage]
+    picked = np.ascontiguousarray(np.empty(0) if columns is None else columns, dtype=np.int64)
+    counted = np.empty(n_variants, dtype=np.int64)
+    sums = np.empty(n_variants, dtype=np.int64)
+    any_missing = _call("bed_decode", raw, n_samples, picked, mode, out, counted, sums)
+    return (None if storage is None else out), counted, sums, bool(any_missing)
 
 
 def decode_calls(
@@ -58,14 +113,7 @@ def decode_calls(
     dosage = np.empty((n_variants, n_samples), dtype=np.int8)
     counted = np.empty(n_variants, dtype=np.int64)
     sums = np.empty(n_variants, dtype=np.int64)
-    key = calls.dtype
-    if key not in _compiled:
-        with _lock, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            status = module.decode(calls, dosage, counted, sums)
-            _compiled.add(key)
-    else:
-        status = module.decode(calls, dosage, counted, sums)
+    status = _call("decode", calls, dosage, counted, sums)
     if status == module.FRACTIONAL:
         return None
     return dosage, counted, sums, status == module.MISSING

@@ -160,3 +160,65 @@ def decode(calls, dosage, counted, sums):
         if missing:
             status = MISSING
     return status
+
+
+#: ``.bed`` 2-bit code -> dosage (A1 count; -1 missing), dosage counted in the sum, called,
+#: and our packed code (:mod:`daskstraggle.problems._packing`: the dosage, 3 missing).
+_BED_DOSAGE = np.array([2, -1, 1, 0], dtype=np.int8)
+_BED_SUM = np.array([2, 0, 1, 0], dtype=np.int64)
+_BED_CALLED = np.array([1, 0, 1, 1], dtype=np.int64)
+_BED_PACKED = np.array([2, 3, 1, 0], dtype=np.uint8)
+#: What :func:`bed_decode` writes to ``out``.
+COUNTS, DOSAGES, PACKED = 0, 1, 2
+
+
+@numba.njit(**_JIT)
+def _put(out, mode, i, j, code):
+    """Write the call ``code`` of row ``i`` as output column ``j``."""
+    if mode == DOSAGES:
+        out[i, j] = _BED_DOSAGE[code]
+    elif mode == PACKED:
+        out[i, j >> 2] |= _BED_PACKED[code] << ((j & 3) << 1)
+
+
+@numba.njit(**_JIT)
+def bed_decode(raw, n_samples, columns, mode, out, counted, sums):
+    """Decode ``.bed`` rows at all samples or at ``columns``; per-row called and sums.
+
+    Parameters
+    ----------
+    raw : uint8 array of shape (n_variants, ceil(n_samples / 4))
+        ``.bed`` rows (sample ``s`` in bits ``2 (s % 4)`` of byte ``s // 4``).
+    n_samples : int
+        Samples per row.
+    columns : int64 array of shape (n,)
+        The samples to decode, in order; empty: all ``n_samples``, read byte by byte.
+    mode : int
+        ``COUNTS`` (``out`` untouched), ``DOSAGES`` (int8, -1 missing) or ``PACKED`` (our
+        2-bit codes; ``out`` must be zeros).
+    out : array of shape (n_variants, n) int8 or (n_variants, ceil(n / 4)) uint8
+        Output of ``mode``.
+    counted, sums : int64 arrays of shape (n_variants,)
+        Output: non-missing calls and the sum of their dosages per row.
+
+    Returns
+    -------
+    any_missing : bool
+    """
+    whole = columns.shape[0] == 0
+    n = n_samples if whole else columns.shape[0]
+    any_missing = False
+    for i in range(raw.shape[0]):
+        total = 0
+        called = 0
+        for j in range(n):
+            c = j if whole else columns[j]
+            code = (raw[i, c >> 2] >> ((c & 3) << 1)) & 3
+            total += _BED_SUM[code]
+            called += _BED_CALLED[code]
+            _put(out, mode, i, j, code)
+        counted[i] = called
+        sums[i] = total
+        if called < n:
+            any_missing = True
+    return any_missing

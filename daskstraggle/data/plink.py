@@ -36,7 +36,6 @@ from daskstraggle.data.matrix import Matrix, _parse_labels
 from daskstraggle.data.sources import (
     GenotypeRowSource,
     RowValues,
-    _stored,
     _transformed,
     regular_bounds,
     selection_bounds,
@@ -47,6 +46,7 @@ from daskstraggle.errors import (
     InvalidDataError,
     InvalidParameterError,
 )
+from daskstraggle.problems._packing import pack_dosages
 
 __all__ = ["BedSource", "BimArrays", "bed_rows", "check_unique_samples", "open_bed",
            "read_columns", "read_ids"]
@@ -106,13 +106,15 @@ def _packed_codes(raw: np.ndarray, n_samples: int) -> np.ndarray:
 
 
 def bed_rows(raw: np.ndarray, n_samples: int, *, missing: str, scaling: str,
-             storage: str = "int8") -> RowValues:
+             storage: str = "int8", columns: np.ndarray | None = None) -> RowValues:
     """Turn rows of ``.bed`` bytes into dosage rows, as ``genotype_rows`` does for VCF Zarr.
 
     The dosage of a call is its number of A1 alleles (code ``00``: 2, ``10``: 1, ``11``:
     0); ``01`` is a missing call, stored as -1 (int8) or code 3 (packed). Missing calls,
     the fill, centre and Patterson scale are those of
-    :func:`~daskstraggle.data.sources.genotype_rows` (ploidy 2).
+    :func:`~daskstraggle.data.sources.genotype_rows` (ploidy 2), over the samples kept.
+    One compiled pass (:func:`daskstraggle.data._decode.decode_bed`) writes the dosages
+    and the per-variant counts; without numba, byte tables do it in numpy.
 
     Parameters
     ----------
@@ -127,26 +129,46 @@ def bed_rows(raw: np.ndarray, n_samples: int, *, missing: str, scaling: str,
     storage : {"int8", "packed"}, default="int8"
         int8 dosages, or 2-bit codes four per byte
         (:mod:`daskstraggle.problems._packing`).
+    columns : ndarray of int or None, default=None
+        The samples kept, in order (None: all).
 
     Returns
     -------
     rows : RowValues
         Dosages or packed codes with per-row fill, centre and scale.
     """
+    from daskstraggle.data._decode import decode_bed
+
     raw = np.asarray(raw, dtype=np.uint8)
-    n_missing, sums = _row_counts(raw, n_samples)
-    counted = n_samples - n_missing
-    if storage == "packed":
-        values = _packed_codes(raw, n_samples)
+    decoded = decode_bed(raw, n_samples, columns, storage=storage)
+    if decoded is None:
+        values, counted, sums = _numpy_rows(raw, n_samples, columns, storage)
+        any_missing = bool((counted < (n_samples if columns is None else len(columns))).any())
     else:
-        dosage = np.take(_tables(4)[0], raw).view(np.int8)  # (n, 4 * width)
-        values = np.ascontiguousarray(dosage[:, :n_samples])
-    rows = _transformed(values, counted, sums.astype(np.float64), bool(n_missing.any()), None,
+        stored, counted, sums, any_missing = decoded
+        values = np.asarray(stored)  # written: a storage was asked for
+    rows = _transformed(values, counted, sums.astype(np.float64), any_missing, None,
                         ploidy=2, missing=missing, scaling=scaling)
     if storage != "packed":
         return rows
     return RowValues(rows.values, fill=rows.fill, center=rows.center, scale=rows.scale,
-                     packed_columns=n_samples)
+                     packed_columns=n_samples if columns is None else len(columns))
+
+
+def _numpy_rows(raw: np.ndarray, n_samples: int, columns: np.ndarray | None,
+                storage: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`bed_rows`' values and per-row counts without numba (byte tables)."""
+    if columns is None:
+        n_missing, sums = _row_counts(raw, n_samples)
+        if storage == "packed":  # .bed codes map to packed codes byte by byte
+            return _packed_codes(raw, n_samples), n_samples - n_missing, sums
+        dosage = np.take(_tables(4)[0], raw).view(np.int8)[:, :n_samples]
+        return np.ascontiguousarray(dosage), n_samples - n_missing, sums
+    dosage = np.ascontiguousarray(np.take(_tables(4)[0], raw).view(np.int8)[:, columns])
+    called = dosage >= 0
+    values = pack_dosages(dosage) if storage == "packed" else dosage
+    return (values, np.count_nonzero(called, axis=1),
+            np.where(called, dosage, 0).sum(axis=1, dtype=np.int64))
 
 
 # ---------------------------------------------------------------------------- the source
@@ -182,24 +204,8 @@ class _BedLoader:
                                shape=(self.n_variants, width))
             raw = np.array(mapped[self.rows])
             del mapped
-        if self.columns is not None:
-            return _selected_samples(raw, self.n_samples, self.columns, missing=self.missing,
-                                     scaling=self.scaling, storage=self.storage)
         return bed_rows(raw, self.n_samples, missing=self.missing, scaling=self.scaling,
-                        storage=self.storage)
-
-
-def _selected_samples(raw: np.ndarray, n_samples: int, columns: np.ndarray, *, missing: str,
-                      scaling: str, storage: str) -> RowValues:
-    """Rows of ``.bed`` bytes at some samples: fill, centre and scale over those samples."""
-    dosage = np.ascontiguousarray(
-        bed_rows(raw, n_samples, missing="zero", scaling="none").values[:, columns])
-    called = dosage >= 0
-    counted = np.count_nonzero(called, axis=1)
-    sums = np.where(called, dosage, 0).sum(axis=1, dtype=np.float64)
-    rows = _transformed(dosage, counted, sums, bool((~called).any()), None, ploidy=2,
-                        missing=missing, scaling=scaling)
-    return _stored(rows, storage)
+                        storage=self.storage, columns=self.columns)
 
 
 class BedSource(GenotypeRowSource):

@@ -451,3 +451,37 @@ def test_a_sample_selection_reads_the_same_rows_as_vcf_zarr(pair, storage):
         columns[[1, 2]])
     for x, y in zip(_rows(d), _rows(c), strict=True):
         np.testing.assert_allclose(y, x, rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("numba", ["1", "0"])
+@pytest.mark.parametrize("storage", ["int8", "packed"])
+@pytest.mark.parametrize("n_samples", [1, 3, 4, 5, 13, 67])
+def test_bed_rows_decode_every_code_at_all_or_some_samples(monkeypatch, numba, storage,
+                                                           n_samples):
+    """One pass (compiled, or byte tables without numba) gives the dosages and per-row
+    statistics an independent bit-by-bit decoding gives, at all samples or a subset."""
+    from daskstraggle.data.plink import bed_rows
+
+    monkeypatch.setenv("DASKSTRAGGLE_NUMBA", numba)
+    rng = np.random.default_rng(n_samples)
+    raw = rng.integers(0, 256, size=(9, -(-n_samples // 4)), dtype=np.uint8)
+    raw[1] = 0b01010101  # every call missing
+    raw[2] = 0  # every call 2, no missing call
+    codes = (raw[:, :, None] >> np.array([0, 2, 4, 6], np.uint8)) & 3
+    oracle = np.array([2, -1, 1, 0])[codes.reshape(9, -1)[:, :n_samples]]
+    subsets = [None, np.sort(rng.choice(n_samples, max(1, n_samples // 2), replace=False))]
+    for columns in subsets:
+        rows = bed_rows(raw, n_samples, missing="mean", scaling="patterson", storage=storage,
+                        columns=columns)
+        want = oracle if columns is None else oracle[:, columns]
+        values = (unpack_dosages(rows.values, want.shape[1]) if storage == "packed"
+                  else rows.values)
+        assert values.dtype == np.int8
+        np.testing.assert_array_equal(values, want)
+        called = want >= 0
+        mean = np.where(called, want, 0).sum(axis=1) / np.maximum(called.sum(axis=1), 1)
+        np.testing.assert_allclose(rows.center, mean, rtol=0, atol=1e-15)
+        if (~called).any():
+            np.testing.assert_allclose(rows.fill, mean, rtol=0, atol=1e-15)
+        else:
+            assert rows.fill is None
