@@ -55,6 +55,7 @@ from daskstraggle.runtime import (
 )
 from daskstraggle.runtime.auto import Choice, measure_and_choose, worth_measuring
 from daskstraggle.runtime.checkpoint import check_resume_iterations, check_resume_workers
+from daskstraggle.runtime.choice import choose_runtime
 from daskstraggle.runtime.dask import MAX_LOCAL_WORKERS
 from daskstraggle.trace import Result, check_output_path
 
@@ -228,31 +229,17 @@ def _expected_workers(
 
 
 def _check_workers(n_workers: Any, runtime: Any, client: Any, scheduler: str | None,
-                   caller: str) -> Any:
-    """Check the workers a run starts itself (``n_workers``, else the configured default);
-    return the client to use (the default client when the Dask runtime is given none)."""
+                   caller: str) -> None:
+    """Check the workers a run starts itself: ``n_workers``, else the configured default
+    (unless the run connects to a cluster: ``client`` is the chosen one)."""
     if n_workers is not None:
         check_n_workers(n_workers, caller=caller, runtime=runtime)
-        return client
-    if (not isinstance(runtime, Runtime) and not _declared(runtime).in_process
-            and client is None and scheduler is None):
-        client = _default_client()  # None: a LocalCluster is started for this call
+        return
     if client is None and scheduler is None and not isinstance(runtime, Runtime):
         from daskstraggle import config  # the runtime starts the configured count
 
         check_n_workers(config.workers(), caller=caller, runtime=runtime,
                         name="The daskstraggle.workers setting (the default of --workers)")
-    return client
-
-
-def _default_client() -> Any:
-    """Return the default Dask client, or None when there is none."""
-    try:
-        from distributed import get_client
-
-        return get_client()
-    except ValueError:
-        return None
 
 
 @contextmanager
@@ -353,7 +340,12 @@ def _run(
     meth.check_problem(problem)
     check_oversampling(meth, problem)
     spec = parse_stragglers(stragglers)
-    client = _check_workers(n_workers, runtime, client, scheduler, caller)
+    asked = {"client": client, "scheduler": scheduler, "n_workers": n_workers,
+             "min_workers": min_workers, "stragglers": spec, "backup_after": backup_after,
+             "aggregation": aggregation}
+    choice = choose_runtime(runtime, **asked)  # None: the data's size decides, once open
+    client = choice.client
+    _check_workers(n_workers, runtime, client, scheduler, caller)
     _check_runtime_args(runtime, client, scheduler, n_workers, spec, meth)
     _check_min_workers(min_workers, runtime, client, scheduler, caller)
     backup_after = _check_backup_after(backup_after, runtime, caller)
@@ -374,7 +366,9 @@ def _run(
                        storage_options=storage_options, genotype_dims=genotype_dims)
     meth = _auto_for_data(meth, auto=auto, state=state, matrix=matrix)
     meth.check_shape(matrix.n_rows, matrix.n_columns)
-    with _resolve_runtime(runtime, client, scheduler, n_workers, spec, rng,
+    if choice.runtime is None:
+        choice = choose_runtime(runtime, **asked, data_bytes=matrix.n_rows * matrix.row_nbytes)
+    with _resolve_runtime(choice.runtime, client, scheduler, n_workers, spec, rng,
                           min_workers=min_workers, backup_after=backup_after,
                           aggregation=aggregation) as rt:
         if rec.uses_replica:  # read and written on the connected scheduler
@@ -407,6 +401,8 @@ def _run(
         rec.finished()
     if choices:
         result.attrs["auto"] = choices[-1].as_attrs(result)
+    if choice.reason is not None:
+        result.attrs["runtime_reason"] = choice.reason
     if out_path is not None:
         result.save(out_path, overwrite=overwrite)
     return result
@@ -621,19 +617,26 @@ _OPTIONS_DOC = """    method : str or Method, default="auto"
         Evaluate the exact objective at every iteration's point after the run (trace
         variables ``exact_objective`` and, with ``reference``, ``exact_gap``).
     runtime : Runtime, {"dask", "local", "sim"} or None, default=None
-        ``"local"`` runs in process (no cluster, no latency). ``"sim"`` runs in process in
-        simulated time with ``stragglers`` as the latency model (see
-        :class:`~daskstraggle.runtime.SimRuntime`). None or ``"dask"``: a Dask cluster
-        from ``client``, ``scheduler`` or ``n_workers``; with none of them, the default
-        client if there is one, else a LocalCluster started (and closed) for this call.
+        ``"local"`` runs in process (threads; no cluster, no latency). ``"sim"`` runs in
+        process in simulated time with ``stragglers`` as the latency model (see
+        :class:`~daskstraggle.runtime.SimRuntime`). ``"dask"``: a Dask cluster from
+        ``client``, ``scheduler`` or ``n_workers``; with none of them, the active client
+        if there is one, else a LocalCluster started (and closed) for this call. None:
+        Dask's convention (:func:`~daskstraggle.runtime.choice.choose_runtime`): the Dask
+        runtime for ``client``, ``scheduler``, ``n_workers``, an active ``distributed``
+        client, or an option only it takes (``stragglers``, ``backup_after``,
+        ``aggregation="tree"``, ``min_workers``); else ``"local"`` when the data the run
+        holds in memory take at most a quarter of the memory available, else a
+        LocalCluster. ``result.attrs["runtime_reason"]`` says which and why.
     client : distributed.Client or None, default=None
         Cluster to run on.
     scheduler : str or None, default=None
         Scheduler address to connect to.
     n_workers : int or None, default=None
-        Workers of the LocalCluster, at most :data:`MAX_LOCAL_WORKERS` (256), or logical
-        workers of the in-process runtimes, at most :data:`MAX_IN_PROCESS_WORKERS`
-        (100000); None: the ``daskstraggle.workers`` setting, 4.
+        Workers of the LocalCluster, at most :data:`MAX_LOCAL_WORKERS` (256; given with
+        ``runtime=None``, a LocalCluster is started), or logical workers of the
+        in-process runtimes, at most :data:`MAX_IN_PROCESS_WORKERS` (100000); None: the
+        ``daskstraggle.workers`` setting, 4.
     min_workers : int or None, default=None
         With ``client`` or ``scheduler``: wait (up to 300 s) until the cluster has this
         many workers before starting, e.g. while dask-jobqueue jobs start.
@@ -794,7 +797,8 @@ def solve(
         Where the run happens: a :class:`~daskstraggle.options.RuntimeSpec` (runtime name,
         client or scheduler, workers, stragglers, backups), a registered runtime's name
         (``"dask"``, ``"local"``, ``"sim"``), a Runtime you built, or a Client to run on.
-        None: the default client if there is one, else a LocalCluster for this call.
+        None: as the ``runtime`` of :func:`fit_pca` (the active client if there is one,
+        else in process when the data fit comfortably in memory, else a LocalCluster).
     data : DataOptions or None, default=None
         How ``X`` is opened (:class:`~daskstraggle.options.DataOptions`: Zarr member,
         partitions, missing chunks, a URL's storage options, allele counts, genotype QC).
@@ -1176,8 +1180,8 @@ def genotype_pca(
             "fileset (there is no Dataset to merge into). Got True instead; pass merge=False."
         )
     options = _options(locals())
-    if client is None and runtime in (None, "dask") and scheduler is None:
-        client = _default_client()
+    client = choose_runtime(runtime, client=client, scheduler=scheduler,
+                            n_workers=n_workers).client  # the variant pass's too
     open_kw = {k: options.pop(k) for k in _GENOTYPE_OPEN_KEYS}
     matrix = open_matrix(ds, qc=qc, client=client, **open_kw)
     if not matrix.genotypes or not matrix.rows_standardized:

@@ -126,12 +126,17 @@ def _declared_solve_options() -> list[Callable[..., Any]]:
     return [
         click.option("--method", default="auto", show_default=True, help=_method_help()),
         *_method_options(),
-        click.option("--runtime", type=click.Choice(_runtime_names()), default="dask",
-                     show_default=True,
-                     help="dask: a Dask cluster; sim: in process, simulated time with "
-                          "--stragglers as the latency model; local: in process, no latency; "
-                          "or a runtime an installed package registers (entry-point group "
-                          "daskstraggle.runtimes)."),
+        click.option("--runtime", type=click.Choice(_runtime_names()), default=None,
+                     help="dask: a Dask cluster (--scheduler, else a LocalCluster of "
+                          "--workers processes); sim: in process, simulated time with "
+                          "--stragglers as the latency model; local: in process, threads, no "
+                          "latency; or a runtime an installed package registers (entry-point "
+                          "group daskstraggle.runtimes). Default: dask with --scheduler, "
+                          "--workers or an option only it takes (--stragglers, "
+                          "--backup-after, --aggregation tree, --min-workers); else local "
+                          "when the data the run holds take at most a quarter of the memory "
+                          "available, else dask (a LocalCluster). The result says which ran "
+                          "and why."),
     ]
 
 
@@ -139,12 +144,13 @@ def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Options every solve command takes."""
     options: list[Callable[..., Any]] = [
         click.option("--scheduler", metavar="ADDRESS", default=None,
-                     help="Dask scheduler address (tcp://host:port). "
-                          "Default: start a LocalCluster."),
+                     help="Dask scheduler address (tcp://host:port): run on that cluster. "
+                          "Default: see --runtime."),
         click.option("--workers", "n_workers", type=int, default=None,
-                     help="Process workers of the LocalCluster to start, at most 256; with "
-                          "--runtime sim or local the in-process workers, at most 100000 "
-                          "(default: the daskstraggle.workers setting, 4)."),
+                     help="Process workers of the LocalCluster to start (the Dask runtime, "
+                          "unless --runtime says otherwise), at most 256; with --runtime sim "
+                          "or local the in-process workers, at most 100000 (default: the "
+                          "daskstraggle.workers setting, 4)."),
         click.option("--min-workers", "min_workers", type=int, default=None,
                      help="With --scheduler: wait (up to the daskstraggle.timeouts.min-workers "
                           "setting, 300 s) until the cluster has this many workers before "
@@ -302,8 +308,6 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
     method_params = _method_params(params["method"], values)
     if method_params is not None:
         params["method_params"] = method_params
-    if params["runtime"] == "dask":
-        params["runtime"] = None
     _configured_defaults(params)
     common = dict(params, rng=seed, progress=config.progress() and not quiet and not as_json)
     fit: Callable[..., Any] = (fit_pca if kind == "pca" else fit_logistic if kind == "logreg"
@@ -320,6 +324,7 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
         written = [] if plink_out is None else result.to_plink(plink_out, source,
                                                                  overwrite=params["overwrite"])
     summary = result.summary()
+    summary.update(_runtime_ran(result))
     if params.get("out") is not None:
         summary["out"] = str(params["out"])
     if plot is not None:
@@ -329,7 +334,10 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
     if as_json:
         _echo_json(summary, what=f"the {kind} run")
     else:
+        ran = _runtime_ran(result)
         click.echo(format_result(result, out=params.get("out"))
+                   + (f"\nruntime     {ran['runtime']} ({ran['runtime_reason']})"
+                      if "runtime_reason" in ran else "")
                    + ("" if plot is None else f"\nfigure      {plot}")
                    + ("" if not written else f"\nplink       {plink_out}.eigenvec, "
                       ".eigenval, .eigenvec.allele, .afreq"))
@@ -378,6 +386,15 @@ def pca(source: str, packed_genotypes: bool, plink_out: str | None, **params: An
             check_variants(data)  # a malformed .bim or .pvar: refused before the fit
     _run_solve("pca", data, params, plot=plot, plink_out=plink_out, qc=qc,
                **_problem_values("pca", params))
+
+
+def _runtime_ran(result: Any) -> dict[str, str]:
+    """The runtime that ran and, when the run chose it by default, why (for the table's
+    ``runtime`` line and the JSON's ``runtime`` and ``runtime_reason``)."""
+    ran = {"runtime": str(result.attrs["runtime"])}
+    if result.attrs.get("runtime_reason"):
+        ran["runtime_reason"] = str(result.attrs["runtime_reason"])
+    return ran
 
 
 def _other_outputs(params: dict[str, Any], plot: Path | None) -> dict[str, Any]:

@@ -57,11 +57,14 @@ class RuntimeSpec:
 
     Parameters
     ----------
-    name : str, default="dask"
+    name : str or None, default=None
         A registered runtime (:func:`daskstraggle.runtime.list_runtimes`): ``"dask"`` (a
         Dask cluster from ``client``, ``scheduler`` or ``n_workers``; with none of them the
-        default client, else a LocalCluster started for the call), ``"local"`` (in process)
-        or ``"sim"`` (in process, simulated time).
+        active client, else a LocalCluster started for the call), ``"local"`` (in process)
+        or ``"sim"`` (in process, simulated time). None: chosen as Dask does
+        (:func:`~daskstraggle.runtime.choice.choose_runtime`): the Dask runtime for a
+        client, scheduler, workers or an option only it takes, else in process when the
+        data fit comfortably in memory, else a LocalCluster.
     client : distributed.Client or None, default=None
         Cluster to run on.
     scheduler : str or None, default=None
@@ -82,7 +85,7 @@ class RuntimeSpec:
         the client.
     """
 
-    name: str = "dask"
+    name: str | None = None
     client: Any = None
     scheduler: str | None = None
     n_workers: int | None = None

@@ -21,9 +21,9 @@ except ImportError as err:  # pragma: no cover - depends on the environment
 
 from daskstraggle import _passes
 from daskstraggle._validation import check_mapping, check_rng
-from daskstraggle.api import _default_client
 from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import InvalidParameterError
+from daskstraggle.runtime.choice import choose_runtime
 from daskstraggle.trace import Result
 
 __all__: list[str] = []
@@ -151,12 +151,13 @@ class _Estimator(BaseEstimator):
         self.converged_ = bool(result.converged)
 
     def _pass_client(self) -> Any:
-        """The client a pass over the data after the fit runs on (None: this process)."""
-        if self.client is not None:
+        """The client a pass over the data besides the fit runs on (None: this process):
+        ``client``, else the active one unless the runtime runs in process or connects to
+        a ``scheduler`` of ``solve_params`` (the choice of the fit functions)."""
+        scheduler = (self.solve_params or {}).get("scheduler")
+        if scheduler is not None:
             return self.client
-        if self.runtime in (None, "dask") and "scheduler" not in (self.solve_params or {}):
-            return _default_client()
-        return None
+        return choose_runtime(self.runtime, client=self.client, n_workers=self.n_workers).client
 
     def _rows(self, X: Any, make_func: Any) -> np.ndarray:
         """Apply a per-partition function to the rows of a source; concatenate the results."""
@@ -187,8 +188,12 @@ _COMMON_DOC = """
     random_state : int, Generator or None, default=None
         Seed of the starting point and step-size estimate (``rng`` of ``solve``).
     runtime : {{"dask", "local", "sim"}}, Runtime or None, default=None
-        ``"local"`` runs in this process; None or ``"dask"`` on ``client``, the default
-        client, or a LocalCluster started for each fit.
+        ``"local"`` runs in this process; ``"dask"`` on ``client``, the active client, or
+        a LocalCluster started for each fit. None: as :func:`~daskstraggle.fit_pca`'s
+        ``runtime`` (Dask's convention): on ``client`` or the active client if there is
+        one, with ``n_workers`` or ``stragglers`` on a LocalCluster, else in this process
+        when the data fit comfortably in memory (a ``fit`` on small data starts no
+        cluster), else on a LocalCluster.
     n_workers : int or None, default=None
         Workers of the LocalCluster, or logical workers of the in-process runtimes (None:
         4, at most one per row).

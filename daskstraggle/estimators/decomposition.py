@@ -66,7 +66,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         Genotypes only: the variants used (``min_maf``, ``max_missing``, ``pass_only``,
         ``region``; see :class:`~daskstraggle.GenotypeQC`). The counting pass of
         ``min_maf`` and ``max_missing`` runs where the variant pass does (``client``, the
-        default client, or this process).
+        active client, or this process).
     {_COMMON_DOC.format(default='"auto"', max_iter=100,
                         auto='"gram", exact in one round, up to 4096 columns, else "block"',
                         tol='1e-6',
