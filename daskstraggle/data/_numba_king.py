@@ -89,21 +89,54 @@ def _pair(hom_i, alt_i, hom_j, alt_j):
     return hethet, ibs0, het_hom, hom_het
 
 
+@numba.njit(inline="always", **_JIT)
+def _pair2(hom_a, alt_a, hom_b, alt_b, hom_j, alt_j):
+    """:func:`_pair` of samples ``a`` and ``j`` and of ``b`` and ``j`` in one sweep (the
+    planes of ``j`` read once)."""
+    hethet_a = ibs0_a = het_hom_a = hom_het_a = 0
+    hethet_b = ibs0_b = het_hom_b = hom_het_b = 0
+    for w in range(hom_j.shape[0]):
+        het_j = alt_j[w] & ~hom_j[w]
+        het_a = alt_a[w] & ~hom_a[w]
+        het_b = alt_b[w] & ~hom_b[w]
+        hethet_a += np.int64(_popcount(het_a & het_j))
+        ibs0_a += np.int64(_popcount(hom_a[w] & hom_j[w] & (alt_a[w] ^ alt_j[w])))
+        het_hom_a += np.int64(_popcount(het_a & hom_j[w]))
+        hom_het_a += np.int64(_popcount(hom_a[w] & het_j))
+        hethet_b += np.int64(_popcount(het_b & het_j))
+        ibs0_b += np.int64(_popcount(hom_b[w] & hom_j[w] & (alt_b[w] ^ alt_j[w])))
+        het_hom_b += np.int64(_popcount(het_b & hom_j[w]))
+        hom_het_b += np.int64(_popcount(hom_b[w] & het_j))
+    return (hethet_a, ibs0_a, het_hom_a, hom_het_a), (hethet_b, ibs0_b, het_hom_b, hom_het_b)
+
+
+@numba.njit(inline="always", **_JIT)
+def _add(acc, r, c, counts):
+    """Add one pair's four counts to ``acc[:, r, c]``."""
+    for k in range(4):
+        acc[k, r, c] += counts[k]
+
+
 @numba.njit(**_JIT)
 def _tile(bits, i0, i1, j0, j1, acc):
     """Add the counts of the pairs ``i0 <= i < i1``, ``max(j0, i) <= j < j1`` to ``acc``
-    (4 x TILE x TILE, from ``(i0, j0)``)."""
+    (4 x TILE x TILE, from ``(i0, j0)``), two rows at a time."""
     n_words = bits.shape[2]
     for w0 in range(0, n_words, WORDS):
         w1 = min(w0 + WORDS, n_words)
-        for i in range(i0, i1):
+        for i in range(i0, i1 - 1, 2):
             for j in range(max(j0, i), j1):
-                hethet, ibs0, het_hom, hom_het = _pair(
-                    bits[i, 0, w0:w1], bits[i, 1, w0:w1], bits[j, 0, w0:w1], bits[j, 1, w0:w1])
-                acc[0, i - i0, j - j0] += hethet
-                acc[1, i - i0, j - j0] += ibs0
-                acc[2, i - i0, j - j0] += het_hom
-                acc[3, i - i0, j - j0] += hom_het
+                first, second = _pair2(bits[i, 0, w0:w1], bits[i, 1, w0:w1],
+                                       bits[i + 1, 0, w0:w1], bits[i + 1, 1, w0:w1],
+                                       bits[j, 0, w0:w1], bits[j, 1, w0:w1])
+                _add(acc, i - i0, j - j0, first)
+                if j > i:  # (i + 1, i) is below the diagonal
+                    _add(acc, i + 1 - i0, j - j0, second)
+        if (i1 - i0) % 2:
+            i = i1 - 1
+            for j in range(max(j0, i), j1):
+                _add(acc, i - i0, j - j0, _pair(bits[i, 0, w0:w1], bits[i, 1, w0:w1],
+                                                bits[j, 0, w0:w1], bits[j, 1, w0:w1]))
 
 
 @numba.njit(inline="always", **_JIT)
