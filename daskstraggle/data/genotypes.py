@@ -178,7 +178,9 @@ class GenotypeQC:
         Remove one sample of each pair whose KING-robust kinship exceeds this, in
         (0, 0.5], as plink2's ``--king-cutoff`` (same kinship, same choice of whom to
         remove; :mod:`daskstraggle.data.kinship`), over the variants the steps above kept:
-        one pass on the workers summing samples × samples counts. Diploid calls only.
+        one pass on the workers makes each sample's bit planes, then tiles of sample pairs
+        are counted with popcounts, keeping only the pairs above the cutoff (memory grows
+        with samples × variants, not samples²). Diploid calls only.
     ld_prune : LDPrune, str, tuple or None, default=None
         LD pruning after every other step, as plink2's ``--indep-pairwise WINDOW STEP R2``
         with the window in variants: ``"50,5,0.2"``, ``(50, 5, 0.2)`` or an
