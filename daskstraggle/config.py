@@ -72,6 +72,7 @@ with open(DEFAULTS_FILE, encoding="utf-8") as _file:
     DEFAULTS: dict[str, Any] = yaml.safe_load(_file)
 
 dask.config.update_defaults(DEFAULTS)
+_UNSET = object()
 
 
 def get(key: str) -> Any:
@@ -87,7 +88,12 @@ def get(key: str) -> Any:
     value : object
         As configured (the shipped default unless changed).
     """
-    return dask.config.get(f"{KEY}.{key}")
+    value = dask.config.get(f"{KEY}.{key}", default=_UNSET)
+    if value is _UNSET:  # a dask.config.set block that began before this module was
+        # imported restores, when it ends, a config without the defaults: add them again
+        dask.config.update_defaults(DEFAULTS)
+        value = dask.config.get(f"{KEY}.{key}")
+    return value
 
 
 def _refuse(key: str, value: Any, expected: str) -> InvalidParameterError:

@@ -26,6 +26,21 @@ def test_the_shipped_defaults_are_registered():
     assert config.progress() is True and config.output_dir() == "results"
 
 
+def test_defaults_survive_a_setting_made_before_the_module_was_imported():
+    """A dask.config.set block begun before daskstraggle.config is imported (the README's
+    first snippet, in a fresh process) restores a config without the shipped defaults when
+    it ends; a setting read afterwards is still the shipped default."""
+    code = ("import dask.config\n"
+            "with dask.config.set({'daskstraggle.workers': 3}):\n"
+            "    from daskstraggle import config\n"
+            "    assert config.workers() == 3\n"
+            "print(config.workers(), config.number('tol'), config.seconds('timeouts.stall'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["4", "1e-06", "300.0"]
+
+
 def test_the_default_worker_count_follows_the_setting():
     X = np.random.default_rng(0).normal(size=(120, 5))
     with dask.config.set({"daskstraggle.workers": 3}):
