@@ -357,7 +357,7 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
 @qc_options
 @_solve_options
 def pca(source: str, packed_genotypes: bool, plink_out: str | None, **params: Any) -> None:
-    """PCA of the matrix at SOURCE (Zarr array/group, VCF Zarr store, PLINK .bed or .pgen)."""
+    """PCA of the matrix at SOURCE (Zarr array/group, VCF Zarr store, PLINK .bed or .pgen, BGEN)."""
     qc = qc_from_params(params)
     data: Any = source
     plot = _plot_path(source, params)
