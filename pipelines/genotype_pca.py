@@ -285,7 +285,8 @@ def run_ours(name: str, args: list[str], data: dict[str, Any], cfg: dict[str, An
 
     out = tmp / "ours.zarr"
     shutil.rmtree(out, ignore_errors=True)
-    local = "local" in args
+    # one process (GNU time's max RSS applies) unless the command starts a LocalCluster
+    local = "--workers" not in args and "dask" not in args
     source = data[cfg["ours_inputs"].get(name, "vcz")]  # "bed": the .bed of plink2
     cmd = [sys.executable, "-m", "daskstraggle.cli", "pca", source,
            "-k", str(cfg["components"]), *args, "--json", "--quiet", "--out", str(out)]
