@@ -7,11 +7,15 @@ The pruning keeps a subset of variants in approximate linkage equilibrium. It ha
    ``window - 1`` rows apart, whether their squared correlation exceeds ``r2``. The
    correlation is that of the allele dosages over the samples called at *both* variants
    (pairwise-complete, as plink2), computed from integer counts, so the comparison
-   ``cov² > r2 · var₁ · var₂`` is exact and gives plink2's answer on ties. Each partition
-   returns a boolean band (its rows × the ``window - 1`` following rows) and its first and
-   last ``window - 1`` rows; the pairs that cross a partition boundary are then computed on
-   the client from those rows.
-2. **On the client**, plink2's greedy scan over the band alone (no genotype is read again):
+   ``cov² > r2 · var₁ · var₂`` is exact and gives plink2's answer on ties. The counts are
+   population counts of ANDs of the rows' bit planes (called samples and dosage bits, 64
+   samples a word; :mod:`daskstraggle.data._numba_ld`, compiled with numba on first use),
+   so a partition is held as bits, never as floats. Each partition returns a boolean band
+   (its rows × the ``window - 1`` following rows) and the bit planes of its first and last
+   ``window - 1`` rows; the pairs that cross a partition boundary are then counted on the
+   client from those planes.
+2. **On the client**, plink2's greedy scan over the band alone (no genotype is read again,
+   compiled too):
    per contig, windows of ``window`` variants advance by ``step``; in each window the
    variants new to it are taken from the last to the first, each compared with the
    variants before it in the window (nearest first) that are still kept; for a pair above
@@ -38,16 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from daskstraggle.errors import InvalidParameterError
+from daskstraggle.errors import InvalidDataError, InvalidParameterError
 
-__all__ = ["LDPrune", "band_exceeds", "ld_prune_keep", "parse_ld_prune", "prune_band"]
+__all__ = ["LDPrune", "band_exceeds", "bit_planes", "ld_prune_keep", "parse_ld_prune",
+           "prune_band"]
 
 #: plink2's relative tolerance (``kSmallEpsilon``, 2^-44): on the threshold and on ties of
 #: the major allele frequency.
 _EPSILON = 2.0**-44
-
-#: Rows per tile of the band's products (each tile is ``_TILE + window - 1`` rows wide).
-_TILE = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,35 +159,103 @@ def _bad(value: object, fix: str) -> InvalidParameterError:
 
 
 # ----------------------------------------------------------------------- the workers' band
-def _products(rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, ...]:
-    """For int8 dosages (negative: missing) ``rows`` (r × n) and ``cols`` (c × n): the
-    pairwise-complete counts ``nm, s_row, s_col, q_row, q_col, dot`` (each r × c)."""
-    # float32 products of integers are exact while each sum stays below 2^24: dosages of at
-    # most 2 over up to 4 million samples (float64 beyond)
-    dtype = np.float32 if rows.shape[1] <= 4_000_000 else np.float64
+def _numba() -> Any:
+    """The compiled kernels (:mod:`daskstraggle.data._numba_ld`), imported on first use."""
+    from daskstraggle.problems._kernels import import_numba_module
 
-    def parts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        called: np.ndarray = (x >= 0).astype(dtype)
-        value: np.ndarray = np.where(x >= 0, x, 0).astype(dtype)
-        return called, value, np.square(value)
-
-    o1, g1, h1 = parts(rows)
-    o2, g2, h2 = parts(cols)
-    return (o1 @ o2.T, g1 @ o2.T, o1 @ g2.T, h1 @ o2.T, o1 @ h2.T, g1 @ g2.T)
+    return import_numba_module("daskstraggle.data._numba_ld")
 
 
-def _exceeds(counts: tuple[np.ndarray, ...], threshold: float) -> np.ndarray:
-    """plink2's test ``cov² > threshold · var₁ · var₂`` on exact integer counts."""
-    nm, s1, s2, q1, q2, dot = (np.rint(c).astype(np.int64) for c in counts)
-    cov = (dot * nm - s1 * s2).astype(np.float64)
-    var1 = (q1 * nm - s1 * s1).astype(np.float64)
-    var2 = (q2 * nm - s2 * s2).astype(np.float64)
-    return cov * cov > threshold * var1 * var2
+def _value_bits(top: int) -> int:
+    """Value planes for dosages up to ``top``: 2 for 0-2 (the diploid kernel), else at
+    least 3 (the general one)."""
+    return 2 if top <= 2 else max(3, int(top).bit_length())
+
+
+def _plane_words(n_samples: int) -> int:
+    """Words per plane of a row of ``n_samples`` samples (whole vectors of 8 words)."""
+    return -(-int(n_samples) // 512) * 8
+
+
+def _integer_dosages(values: np.ndarray, ploidy: int) -> tuple[np.ndarray, int]:
+    """int8 dosages (negative: missing) and the factor they were multiplied by: 1 for
+    integer dosages; for fractional ones (a call of lower ploidy scaled to the array's),
+    the smallest factor making them whole (r² does not change with it)."""
+    if values.dtype == np.int8:
+        return np.ascontiguousarray(values), 1
+    if values.dtype.kind in "iu":
+        if values.size and int(values.max()) > np.iinfo(np.int8).max:
+            raise InvalidDataError(f"LD pruning takes dosages up to 127; got a dosage of "
+                                   f"{int(values.max())}. Check the ploidy of the calls.")
+        return values.astype(np.int8), 1
+    called = values[values >= 0]
+    for factor in range(1, np.iinfo(np.int8).max // max(int(ploidy), 1) + 1):
+        scaled = called * factor
+        if np.all(np.abs(scaled - np.rint(scaled)) < 1e-6):
+            return np.where(values >= 0, np.rint(values * factor), -1).astype(np.int8), factor
+    raise InvalidDataError(
+        f"LD pruning takes dosages that are whole multiples of 1/k for some k up to "
+        f"{np.iinfo(np.int8).max // max(int(ploidy), 1)} (ploidy {ploidy}); these are not. "
+        "Prune on hard calls (integer dosages)."
+    )
+
+
+def bit_planes(values: np.ndarray, ploidy: int = 2) -> tuple[np.ndarray, int]:
+    """Return the bit planes of dosage rows (see :mod:`daskstraggle.data._numba_ld`).
+
+    Parameters
+    ----------
+    values : ndarray of shape (n_rows, n_samples)
+        Dosages, negative where missing: int8, or float (fractional dosages).
+    ploidy : int, default=2
+        The largest dosage (bounds the factor that makes fractional dosages whole).
+
+    Returns
+    -------
+    planes : ndarray of uint64 of shape (n_rows, 1 + bits, words)
+        Plane 0: the called samples; plane ``1 + a``: bit ``a`` of the called dosages
+        (times ``factor``); 64 samples per word, ``words`` a multiple of 8 (the padding is
+        zero). ``bits`` is 2 for dosages 0-2, else at least 3.
+    factor : int
+        What the dosages were multiplied by to make them whole (1 for integer dosages).
+
+    Raises
+    ------
+    InvalidDataError
+        If the dosages are above 127, or fractions that no factor up to
+        ``127 // ploidy`` makes whole.
+    """
+    codes, factor = _integer_dosages(np.asarray(values), ploidy)
+    top = int(codes.max(initial=0))
+    n_rows, n_samples = codes.shape
+    planes = np.zeros((n_rows, 1 + _value_bits(top), _plane_words(n_samples)),
+                      dtype=np.uint64)
+    if n_samples % 8:  # whole words of 8 dosages, the padding missing
+        codes = np.concatenate([codes, np.full((n_rows, -n_samples % 8), -1, np.int8)], 1)
+    _numba().bit_planes(codes.view(np.uint64), planes)
+    return planes, factor
+
+
+def _contig_codes(contig: np.ndarray | None, n_rows: int) -> np.ndarray:
+    """Each row's contig as an int64 code (equal codes: equal contigs); zeros for None."""
+    if contig is None:
+        return np.zeros(n_rows, dtype=np.int64)
+    return np.unique(np.asarray(contig), return_inverse=True)[1].astype(np.int64).ravel()
+
+
+def _plane_band(planes: np.ndarray, codes: np.ndarray, window: int, r2: float) -> np.ndarray:
+    """:func:`band_exceeds` on bit planes and int64 contig codes."""
+    band = np.zeros((planes.shape[0], window - 1), dtype=bool)
+    _numba().band(planes, codes, window - 1, r2 * (1.0 + _EPSILON), band)
+    return band
 
 
 def band_exceeds(values: np.ndarray, contig: np.ndarray | None, window: int,
                  r2: float) -> np.ndarray:
     """Return which pairs of rows at most ``window - 1`` apart exceed ``r2``.
+
+    Compiled: the counts of each pair over the samples called at both come from
+    population counts of the rows' bit planes (:func:`bit_planes`).
 
     Parameters
     ----------
@@ -204,38 +274,21 @@ def band_exceeds(values: np.ndarray, contig: np.ndarray | None, window: int,
     band : ndarray of bool of shape (n_rows, window - 1)
         ``band[i, d - 1]``: rows ``i`` and ``i + d`` exceed (False past the last row).
     """
-    n = values.shape[0]
-    width = window - 1
-    band = np.zeros((n, width), dtype=bool)
-    threshold = r2 * (1.0 + _EPSILON)
-    for a in range(0, n, _TILE):
-        b = min(a + _TILE, n)
-        end = min(b + width, n)
-        over = _exceeds(_products(values[a:b], values[a + 1:end]), threshold)
-        for d in range(1, width + 1):
-            # row i (tile-local) against column i + d - 1 of the block that starts at a + 1
-            rows = np.arange(b - a)
-            cols = rows + d - 1
-            ok = cols < end - a - 1
-            band[a + rows[ok], d - 1] = over[rows[ok], cols[ok]]
-    if contig is not None:
-        contig = np.asarray(contig)
-        for d in range(1, min(width, n - 1) + 1):
-            band[: n - d, d - 1] &= contig[: n - d] == contig[d:]
-    return band
+    planes, _ = bit_planes(values, int(max(2, np.asarray(values).max(initial=0))))
+    return _plane_band(planes, _contig_codes(contig, planes.shape[0]), window, r2)
 
 
-def _row_stats(values: np.ndarray, ploidy: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: the major allele frequency over the called samples (NaN: none called) and
-    whether the called dosages are all equal (or none is called)."""
-    called = values >= 0
-    n = np.count_nonzero(called, axis=1)
-    total = np.where(called, values, 0).sum(axis=1, dtype=np.float64)
+def _row_stats(planes: np.ndarray, factor: int, ploidy: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of bit planes: the major allele frequency over the called samples (NaN:
+    none called) and whether the called dosages are all equal (or none is called)."""
+    n_rows = planes.shape[0]
+    called = np.empty(n_rows, dtype=np.int64)
+    totals = np.empty(n_rows, dtype=np.int64)
+    constant = np.empty(n_rows, dtype=bool)
+    _numba().plane_counts(planes, called, totals, constant)
     with np.errstate(invalid="ignore", divide="ignore"):
-        p = total / (n * ploidy)
-    low = np.where(called, values, np.iinfo(np.int8).max).min(axis=1)
-    high = np.where(called, values, -1).max(axis=1)
-    return np.maximum(p, 1.0 - p), (n == 0) | (low == high)
+        p = totals / (called * (ploidy * factor))
+    return np.maximum(p, 1.0 - p), constant
 
 
 def ld_partition(values: np.ndarray, contig: np.ndarray | None, window: int, r2: float,
@@ -246,42 +299,54 @@ def ld_partition(values: np.ndarray, contig: np.ndarray | None, window: int, r2:
     -------
     part : dict
         ``band`` (rows × ``window - 1``, pairs inside the partition), ``major`` and
-        ``constant`` (per row, :func:`_row_stats`), ``head`` and ``tail`` (the first and
-        last ``window - 1`` rows, for the pairs across partitions).
+        ``constant`` (per row, :func:`_row_stats`), ``head`` and ``tail`` (the bit planes
+        of the first and last ``window - 1`` rows, for the pairs across partitions).
     """
     width = window - 1
-    major, constant = _row_stats(values, ploidy)
-    return {"band": band_exceeds(values, contig, window, r2), "major": major,
-            "constant": constant, "head": values[:width].copy(),
-            "tail": values[-width:].copy() if values.shape[0] else values[:0].copy()}
+    planes, factor = bit_planes(values, ploidy)
+    n_rows = planes.shape[0]
+    major, constant = _row_stats(planes, factor, ploidy)
+    return {"band": _plane_band(planes, _contig_codes(contig, n_rows), window, r2),
+            "major": major, "constant": constant, "head": planes[:width].copy(),
+            "tail": planes[max(0, n_rows - width):].copy()}
 
 
 def _cross_pairs(parts: list[dict[str, np.ndarray]], bounds: np.ndarray, band: np.ndarray,
                  contig: np.ndarray | None, window: int, r2: float) -> None:
     """Fill the entries of ``band`` for the pairs that cross a partition boundary, from
-    the partitions' head and tail rows."""
+    the partitions' head and tail planes (one compiled call for them all)."""
     width = window - 1
-    threshold = r2 * (1.0 + _EPSILON)
+    n_rows = int(bounds[-1])
     rows: dict[int, np.ndarray] = {}
     for p, part in enumerate(parts):
         a, b = int(bounds[p]), int(bounds[p + 1])
-        for k, row in enumerate(part["head"]):
-            rows[a + k] = row
-        for k, row in enumerate(part["tail"]):
-            rows[b - len(part["tail"]) + k] = row
-    for p in range(len(parts) - 1):
-        cut = int(bounds[p + 1])
-        left = [i for i in range(max(0, cut - width), cut)]
-        right = [j for j in range(cut, min(cut + width, int(bounds[-1])))]
-        if not left or not right:
-            continue
-        over = _exceeds(_products(np.stack([rows[i] for i in left]),
-                                  np.stack([rows[j] for j in right])), threshold)
-        for x, i in enumerate(left):
-            for y, j in enumerate(right):
-                d = j - i
-                if d <= width and (contig is None or contig[i] == contig[j]):
-                    band[i, d - 1] = over[x, y]
+        rows.update((a + k, row) for k, row in enumerate(part["head"]))
+        rows.update((b - len(part["tail"]) + k, row) for k, row in enumerate(part["tail"]))
+    pairs = np.array([(i, j) for cut in (int(c) for c in bounds[1:-1])
+                      for i in range(max(0, cut - width), cut)
+                      for j in range(cut, min(i + width + 1, n_rows))],
+                     dtype=np.int64).reshape(-1, 2)
+    codes = _contig_codes(contig, n_rows)
+    pairs = pairs[codes[pairs[:, 0]] == codes[pairs[:, 1]]]
+    if not pairs.size:
+        return
+    first, second = pairs[:, 0], pairs[:, 1]
+    index = np.array(sorted(rows), dtype=np.int64)
+    counts = np.empty((first.size, 6), dtype=np.int64)
+    over = np.empty(first.size, dtype=bool)
+    _numba().pairs(_stacked([rows[i] for i in index]), np.searchsorted(index, first),
+                   np.searchsorted(index, second), r2 * (1.0 + _EPSILON), counts, over)
+    band[first, second - first - 1] = over
+
+
+def _stacked(rows: list[np.ndarray]) -> np.ndarray:
+    """Rows of bit planes as one array, with the most value planes any row has (the
+    others padded with zero planes: partitions may differ)."""
+    n_planes = max(row.shape[0] for row in rows)
+    out = np.zeros((len(rows), n_planes, rows[0].shape[1]), dtype=np.uint64)
+    for k, row in enumerate(rows):
+        out[k, :row.shape[0]] = row
+    return out
 
 
 # ------------------------------------------------------------------------ the client's scan
@@ -289,6 +354,9 @@ def prune_band(band: np.ndarray, major: np.ndarray, constant: np.ndarray,
                contig: np.ndarray | None, window: int, step: int,
                order: int = 2) -> np.ndarray:
     """Return the variants plink2's ``--indep-pairwise`` keeps, from the band alone.
+
+    Compiled: the scan of each contig runs in
+    :func:`daskstraggle.data._numba_ld.scan_contig`.
 
     Parameters
     ----------
@@ -318,85 +386,15 @@ def prune_band(band: np.ndarray, major: np.ndarray, constant: np.ndarray,
         cuts = np.flatnonzero(np.asarray(contig)[1:] != np.asarray(contig)[:-1]) + 1
         edges = np.concatenate([[0], cuts, [n]])
         runs = [(int(a), int(b)) for a, b in itertools.pairwise(edges)]
+    band = np.ascontiguousarray(band, dtype=bool)
+    major = np.ascontiguousarray(major, dtype=np.float64)
+    scan = _numba().scan_contig
     for a, b in runs:
         if b - a > 1:  # plink2 skips a contig of one variant
             removed[a:b] |= constant[a:b]
-            _scan_contig(band, major, removed, a, b, window, step, order)
+            scan(band, major, removed, a, b, int(window), int(step), int(order),
+                 1.0 + _EPSILON)
     return ~removed
-
-
-def _scan_contig(band: np.ndarray, major: np.ndarray, removed: np.ndarray, first: int,
-                 end: int, window: int, step: int, order: int = 2) -> None:
-    """plink2's scan (``order`` 2, or 1: PLINK 1.x's) over the variants ``[first, end)`` of
-    one contig, windows of ``window`` variants moving on by ``step``."""
-    scan = _scan_backwards if order == 2 else _scan_forwards
-    start, stop = first, min(first + window, end)
-    members: list[int] = []
-    unchecked: dict[int, int] = {}
-    loaded, split = first, 0
-    while True:
-        members.extend(range(loaded, stop))
-        unchecked.update((v, v + 1) for v in range(loaded, stop))
-        loaded = stop
-        scan(band, major, removed, members, split, stop, unchecked)
-        if stop == end:
-            return
-        start += step
-        stop = min(start + window, end)
-        members = [v for v in members if not removed[v] and v >= start]
-        split = len(members)
-
-
-def _drop_second(major: np.ndarray, first: int, second: int) -> bool:
-    """Whether ``second`` (not ``first``) is dropped from a pair in LD: the one with the
-    higher major allele frequency, ``second`` on a tie."""
-    return bool(major[first] <= major[second] * (1.0 + _EPSILON))
-
-
-def _scan_backwards(band: np.ndarray, major: np.ndarray, removed: np.ndarray,
-                    members: list[int], split: int, stop: int,
-                    unchecked: dict[int, int]) -> None:
-    """plink2's default order (``--indep-order 2``, alpha 5 and later): the window's new
-    variants from the last, each against the kept variants before it, nearest first."""
-    for pos in range(len(members) - 1, max(split, 1) - 1, -1):
-        second = members[pos]
-        for earlier in range(pos - 1, -1, -1):
-            other = members[earlier]
-            if removed[other] or not band[other, second - other - 1]:
-                continue
-            if _drop_second(major, other, second):
-                removed[second] = True
-                break
-            removed[other] = True
-
-
-def _scan_forwards(band: np.ndarray, major: np.ndarray, removed: np.ndarray,
-                   members: list[int], split: int, stop: int,
-                   unchecked: dict[int, int]) -> None:
-    """PLINK 1.x's order (``--indep-order 1``; plink2's default before alpha 5): each kept
-    variant from the first against the kept variants after it it has not yet been compared
-    with, until a pass over the window drops nothing more."""
-    while True:
-        before = int(removed[members].sum()) if members else 0
-        for pos, first in enumerate(members):
-            if removed[first] or unchecked[first] == stop:
-                continue
-            later = [q for q in range(pos + 1, len(members))
-                     if not removed[members[q]] and members[q] >= unchecked[first]]
-            unchecked[first] = stop
-            for q in later:
-                second = members[q]
-                if not band[first, second - first - 1]:
-                    continue
-                if not _drop_second(major, first, second):
-                    removed[first] = True
-                else:
-                    removed[second] = True
-                    rest = [r for r in range(q + 1, len(members)) if not removed[members[r]]]
-                    unchecked[first] = members[rest[0]] if rest else stop
-                break
-        if (int(removed[members].sum()) if members else 0) == before:
-            return
 
 
 def ld_prune_keep(matrix: Any, ld: LDPrune, *, client: Any = None) -> np.ndarray:
@@ -414,6 +412,11 @@ def ld_prune_keep(matrix: Any, ld: LDPrune, *, client: Any = None) -> np.ndarray
     Returns
     -------
     keep : ndarray of bool of shape (n_rows,)
+
+    Raises
+    ------
+    InvalidParameterError
+        If the window's pairs do not fit in the memory available.
     """
     from dataclasses import replace
     from functools import partial
@@ -424,11 +427,11 @@ def ld_prune_keep(matrix: Any, ld: LDPrune, *, client: Any = None) -> np.ndarray
     raw = replace(matrix, source=source.count_source())
     table = matrix.variants
     codes = table.get("variant_contig") if table is not None else None
-    contig = None if codes is None else np.asarray(codes)
+    contig = None if codes is None else _contig_codes(np.asarray(codes), matrix.n_rows)
     if contig is not None and np.unique(contig).size == 1:
         contig = None
-
-    window = _fitting_window(ld, contig, matrix.n_rows)
+    bounds = np.asarray(matrix.bounds, dtype=np.int64)
+    window = _fitting_window(ld, contig, bounds, matrix.n_columns, int(source.ploidy))
 
     def make(a: int, b: int) -> Any:
         return partial(_ld_task, contig=None if contig is None else contig[a:b],
@@ -436,14 +439,22 @@ def ld_prune_keep(matrix: Any, ld: LDPrune, *, client: Any = None) -> np.ndarray
 
     parts = map_partitions(raw, make, client)
     band = np.concatenate([p["band"] for p in parts])
-    bounds = np.asarray(matrix.bounds, dtype=np.int64)
     _cross_pairs(parts, bounds, band, contig, window, ld.r2)
     major = np.concatenate([p["major"] for p in parts])
     constant = np.concatenate([p["constant"] for p in parts])
     return prune_band(band, major, constant, contig, window, ld.step, ld.order)
 
 
-def _fitting_window(ld: LDPrune, contig: np.ndarray | None, n_rows: int) -> int:
+def _pairs_memory(window: int, bounds: np.ndarray, row_bytes: int) -> int:
+    """Bytes the client holds for a window: the band (one byte per pair), the partitions'
+    head and tail planes, and the rows and band of one partition boundary."""
+    width = window - 1
+    edges = np.minimum(np.diff(bounds), 2 * width).sum(initial=0)
+    return int(bounds[-1] * width + (edges + 2 * width) * row_bytes + 2 * width * width)
+
+
+def _fitting_window(ld: LDPrune, contig: np.ndarray | None, bounds: np.ndarray,
+                    n_samples: int, ploidy: int) -> int:
     """The window to compute with: ``ld.window``, at most the longest contig's variants
     (a window that spans a whole contig keeps the same variants, as in plink2), if the
     pairs it compares fit in the memory this machine has free; else refused.
@@ -451,22 +462,28 @@ def _fitting_window(ld: LDPrune, contig: np.ndarray | None, n_rows: int) -> int:
     Raises
     ------
     InvalidParameterError
-        If the band of pairs (one byte per pair, on the client) and a task's products
-        need more memory than is available, naming the largest window that fits.
+        If the band of pairs (one byte per pair, on the client) and the bit planes of
+        the rows near the partitions' edges need more memory than is available, naming
+        the largest window that fits.
     """
+    n_rows = int(bounds[-1])
     cuts = (np.array([], dtype=np.int64) if contig is None
             else np.flatnonzero(contig[1:] != contig[:-1]) + 1)
     longest = int(np.diff(np.concatenate([[0], cuts, [n_rows]])).max(initial=2))
     window = max(2, min(ld.window, longest))
-    # the band (1 byte per pair) and a tile's products (about 100 bytes per entry)
-    need = n_rows * (window - 1) + 100 * _TILE * (_TILE + window)
+    row_bytes = (1 + _value_bits(ploidy)) * _plane_words(n_samples) * 8
+    need = _pairs_memory(window, bounds, row_bytes)
     free = _available_memory()
     if need > free:
-        fits = max(0, (free - 100 * _TILE * _TILE + n_rows) // (n_rows + 100 * _TILE))
+        low, high = 1, window  # _pairs_memory grows with the window: bisect
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if _pairs_memory(middle, bounds, row_bytes) <= free \
+                else (low, middle)
         raise _bad(ld, f"a window of {window} variants (the longest contig has {longest}) "
                        f"over {n_rows} variants compares pairs that need about "
                        f"{need / 2**30:.3g} GiB, more than the {free / 2**30:.3g} GiB of "
-                       f"memory free; give a WINDOW of at most {fits} variants")
+                       f"memory free; give a WINDOW of at most {low} variants")
     return window
 
 
