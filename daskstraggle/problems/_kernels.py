@@ -23,8 +23,9 @@ each in one pass over the stored bytes. Two implementations compute the same sum
     (or decoded from 2 bits) into a buffer that stays in L1 cache, then the projections and
     the rank-4 update with the accumulators in registers. Compiled lazily, one kernel and
     dtype at a time, and cached on disk. PCA on wide float64 rows without missing entries
-    with at least ``_PCA_GEMM_MIN_K`` components runs two BLAS products per row tile
-    instead.
+    with at least ``_PCA_GEMM_MIN_K`` components, and on narrow converted rows (genotypes)
+    with at least ``_PCA_GEMM_MIN_K_CONVERTED``, runs two BLAS products per row tile
+    instead (converted rows converted into a float64 tile once).
 ``"numpy"``
     Tile by tile, the raw values are cast to float64 and only the few missing entries are
     filled.
@@ -75,6 +76,13 @@ _GRAM_MAX_TILE_BYTES = 1 << 26
 #: loops (skinny BLAS products on narrow rows run far below the BLAS peak).
 _PCA_GEMM_MIN_K = 8
 _PCA_GEMM_MIN_FEATURES = 400
+#: Converted rows (genotypes, float64 rows with missing entries) of at most
+#: ``_PCA_GEMM_MAX_CONVERTED`` columns are converted a row tile at a time into a float64
+#: tile multiplied by BLAS from ``_PCA_GEMM_MIN_K_CONVERTED`` components on: on narrow rows
+#: the fused loops spend much of their time outside the products (the sums of each group's
+#: sixteen accumulators); on wide rows they win below k = 20 and tie at it.
+_PCA_GEMM_MIN_K_CONVERTED = 4
+_PCA_GEMM_MAX_CONVERTED = 1024
 #: Genotype rows of the fused PCA loops are padded to a multiple of this many columns
 #: (:func:`_pca_width`), so the vector loops have whole vectors only.
 _PCA_ALIGN = 8
@@ -257,12 +265,20 @@ def _use_numba(block: Block, implementation: str | None) -> bool:
 
 
 def _pca_uses_gemm(block: Block, k: int) -> bool:
-    """Whether the numba PCA pass of ``block`` with ``k`` components uses BLAS on row tiles
-    (float64 rows without missing entries, ``k >= _PCA_GEMM_MIN_K`` and at least
-    ``_PCA_GEMM_MIN_FEATURES`` columns)."""
-    return (k >= _PCA_GEMM_MIN_K and block.n_features >= _PCA_GEMM_MIN_FEATURES
-            and block.values.dtype == np.float64 and not block.is_packed
-            and block.fill is None)
+    """Whether the numba PCA pass of ``block`` with ``k`` components uses BLAS on row tiles:
+    float64 rows without missing entries from ``_PCA_GEMM_MIN_K`` components on and at
+    least ``_PCA_GEMM_MIN_FEATURES`` columns; converted rows (genotypes, float64 rows with
+    missing entries) from ``_PCA_GEMM_MIN_K_CONVERTED`` components on, on rows of at most
+    ``_PCA_GEMM_MAX_CONVERTED`` columns."""
+    if block.values.dtype == np.float64 and block.fill is None:
+        return k >= _PCA_GEMM_MIN_K and block.n_features >= _PCA_GEMM_MIN_FEATURES
+    return k >= _PCA_GEMM_MIN_K_CONVERTED and block.n_features <= _PCA_GEMM_MAX_CONVERTED
+
+
+def _pca_gemm_rows(block: Block) -> int:
+    """Rows per tile of the BLAS PCA pass: about ``_PCA_GEMM_TILE_BYTES`` of float64 rows,
+    at least 8."""
+    return max(8, _PCA_GEMM_TILE_BYTES // (8 * max(block.n_features, 1)))
 
 
 def _pca_tile(block: Block, k: int, width: int) -> int:
@@ -437,12 +453,11 @@ def _pca_pass_one(block: Block, V: np.ndarray, offset: np.ndarray,
     if _use_numba(block, implementation) and not _pca_uses_gemm(block, k):
         return _pca_fused((block,), V, offset, _pca_width(block))
     colsum, sq = np.zeros(k), np.zeros(k)
-    if _use_numba(block, implementation):  # wide float64 rows: BLAS on row tiles
+    if _use_numba(block, implementation):  # BLAS on tiles
         G = np.zeros((m, k))
-        step = max(8, _PCA_GEMM_TILE_BYTES // (8 * m))
-        _, center, scale, flags = _transforms(block)
-        _call_numba("pca_gemm", block.values, center, scale, flags, np.ascontiguousarray(V),
-                    offset, step, G, colsum, sq)
+        fill, center, scale, flags = _transforms(block)
+        _call_numba("pca_gemm", block.values, fill, center, scale, flags,
+                    np.ascontiguousarray(V), offset, _pca_gemm_rows(block), G, colsum, sq)
         return G, colsum, sq
 
     def weights(a: int, b: int, P: np.ndarray) -> np.ndarray:

@@ -92,19 +92,21 @@ def _spread(values, row, b0, b1, codes, spread):
     call (``codes[4 (jb - b0) + i]`` is the ``i``-th 2-bit code of byte ``jb``): two shifts
     and masks per byte put its four codes into the four bytes of a uint32 (``spread``, a
     uint32 view of ``codes``) on little-endian hosts, byte by byte elsewhere (the layout of
-    a uint32 differs)."""
+    a uint32 differs). The bytes are sliced and indexed from 0, so the loop vectorises
+    (see :func:`_tile_int`)."""
+    src = values[row, b0:b1]
     if _LITTLE_ENDIAN:
-        for jb in range(b0, b1):
-            x = np.uint32(values[row, jb])
+        for i in range(src.shape[0]):
+            x = np.uint32(src[i])
             x = (x | (x << np.uint32(12))) & np.uint32(0x000F000F)
-            spread[jb - b0] = (x | (x << np.uint32(6))) & np.uint32(0x03030303)
+            spread[i] = (x | (x << np.uint32(6))) & np.uint32(0x03030303)
     else:
-        for jb in range(b0, b1):
-            byte = values[row, jb]
-            codes[4 * (jb - b0)] = byte & 3
-            codes[4 * (jb - b0) + 1] = (byte >> 2) & 3
-            codes[4 * (jb - b0) + 2] = (byte >> 4) & 3
-            codes[4 * (jb - b0) + 3] = byte >> 6
+        for i in range(src.shape[0]):
+            byte = src[i]
+            codes[4 * i] = byte & 3
+            codes[4 * i + 1] = (byte >> 2) & 3
+            codes[4 * i + 2] = (byte >> 4) & 3
+            codes[4 * i + 3] = byte >> 6
 
 
 def _convert_packed(values, i0, nr, fill, has_fill, buf):
@@ -148,19 +150,23 @@ def _convert_rows_overload(values, i0, nr, fill, has_fill, buf):
 def _tile_int(values, i0, nr, fill, has_fill, buf, c0, c1):
     """Columns ``c0 .. c1`` of int8 dosage rows as float64 into ``buf``, missing (negative)
     calls filled when there is a fill (as :func:`_convert_int`); columns past the row's
-    end are set to zero."""
-    end = min(c1, values.shape[1])
+    end are set to zero. (Rows are sliced and indexed from 0: an index like ``j - c0``
+    might be negative for all numba knows, and its wrap-around check keeps LLVM from
+    vectorising the loop.)"""
+    end = max(min(c1, values.shape[1]), c0)
     for r in range(nr):
+        row = values[i0 + r, c0:end]
+        out = buf[r]
         if has_fill:
             f = fill[i0 + r]
-            for j in range(c0, end):
-                t = values[i0 + r, j]
-                buf[r, j - c0] = f if t < 0 else float(t)
+            for j in range(end - c0):
+                t = row[j]
+                out[j] = f if t < 0 else float(t)
         else:
-            for j in range(c0, end):
-                buf[r, j - c0] = float(values[i0 + r, j])
-        for j in range(max(end, c0), c1):
-            buf[r, j - c0] = 0.0
+            for j in range(end - c0):
+                out[j] = float(row[j])
+        for j in range(end - c0, c1 - c0):
+            out[j] = 0.0
 
 
 def _tile_packed(values, i0, nr, fill, has_fill, buf, c0, c1):
@@ -727,38 +733,57 @@ def moments(values, fill, center, scale, flags, step, sums, sq_dev):
     return sq
 
 
-@numba.njit(**_JIT)
-def pca_gemm(values, center, scale, flags, V, shift, step, G, colsum, sq):
-    """:func:`pca` for float64 rows without missing entries, by BLAS products on row tiles.
+@numba.njit(**_INLINE)
+def _gemm_weights(q, a, center, scale, flags, vsum, shift, acc):
+    """The thin products of the rows ``a ..`` of a tile, in place on their projections
+    ``q`` (rows by components), as :func:`_pca_weights`."""
+    for r in range(q.shape[0]):
+        c = center[a + r] if flags[1] else 0.0
+        s = scale[a + r] if flags[2] else 1.0
+        for col in range(q.shape[1]):
+            t = (q[r, col] - c * vsum[col]) * s - shift[col]
+            acc[0, col] += t
+            acc[1, col] += t * t
+            weight = t * s
+            q[r, col] = weight
+            acc[2, col] += c * weight
 
-    For each tile of ``step`` rows ``T``: ``P = T V`` (``dgemm``), the transforms applied to
+
+@numba.njit(**_JIT)
+def pca_gemm(values, fill, center, scale, flags, V, shift, rows, G, colsum, sq):
+    """:func:`pca` by BLAS products on tiles of ``rows`` rows.
+
+    Rows read in place (float64 without missing entries) are multiplied as stored; others
+    (genotypes, float64 rows with missing entries) are converted into a float64 tile first,
+    once per tile. For each tile ``T``: ``P = T V`` (``dgemm``), the transforms applied to
     the thin ``P`` as in :func:`pca`, then ``G += T^T Q`` (``dgemm`` again, the tile still in
     cache). numba's ``np.dot`` calls scipy's BLAS without the GIL. ``G`` is ``(d, k)``.
     """
     n = values.shape[0]
     m, k = V.shape
-    p = np.empty((step, k))
-    product = np.empty((m, k))
     vsum = np.zeros(k)
     for j in range(m):
         for col in range(k):
             vsum[col] += V[j, col]
-    correction = np.zeros(k)
-    has_center, has_scale = flags[1], flags[2]
-    for a in range(0, n, step):
-        b = min(a + step, n)
-        q = p[: b - a]
-        np.dot(values[a:b], V, q)
-        for r in range(b - a):
-            c = center[a + r] if has_center else 0.0
-            s = scale[a + r] if has_scale else 1.0
-            for col in range(k):
-                t = (q[r, col] - c * vsum[col]) * s - shift[col]
-                colsum[col] += t
-                sq[col] += t * t
-                q[r, col] = t * s
-                correction[col] += c * q[r, col]
-        np.dot(values[a:b].T, q, product)
+    acc = np.zeros((3, k))  # 1^T P, |P_j|^2, c^T Q
+    p = np.empty((rows, k))
+    product = np.empty((m, k))
+    in_place = _reads_in_place(values, flags[0])
+    flat = np.zeros(0 if in_place else rows * m)
+    for a in range(0, n, rows):
+        count = min(rows, n - a)
+        converted = 0 if in_place else count  # (a tile of whole rows: contiguous)
+        buf = flat[: converted * m].reshape((converted, m))
+        X, first = _rows(values, a, count, fill, flags[0], buf, in_place)
+        T = X[first : first + count]
+        q = p[:count]
+        np.dot(T, V, q)
+        _gemm_weights(q, a, center, scale, flags, vsum, shift, acc)
+        np.dot(T.T, q, product)
         G += product
-    if has_center:
-        G -= correction
+    for col in range(k):
+        colsum[col] += acc[0, col]
+        sq[col] += acc[1, col]
+        if flags[1]:
+            for j in range(m):
+                G[j, col] -= acc[2, col]

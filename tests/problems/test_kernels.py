@@ -35,6 +35,15 @@ def implementation(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(params=["fused", "blas"])
+def genotype_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Genotype PCA passes through the fused loops, or BLAS on converted tiles for every
+    number of components (numba; the numpy kernels ignore it)."""
+    monkeypatch.setattr(kernels, "_PCA_GEMM_MIN_K_CONVERTED",
+                        1 << 30 if request.param == "fused" else 1)
+    return str(request.param)
+
+
 def close(actual: np.ndarray | float, expected: np.ndarray | float) -> bool:
     """Whether ``actual`` is within 1e-12 of ``expected``, relative to its largest entry."""
     a, e = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
@@ -116,11 +125,11 @@ SUM_MIXES = [("packed-patterson",) * 3, ("int8-patterson", "int8-raw", "int8-cen
 
 @pytest.mark.parametrize("kinds", SUM_MIXES, ids="+".join)
 @pytest.mark.parametrize("k", [3, 20])
-def test_pca_pass_sum_is_the_sum_of_the_blocks_passes(kinds, k, implementation, rng,
-                                                      monkeypatch):
+def test_pca_pass_sum_is_the_sum_of_the_blocks_passes(kinds, k, implementation, genotype_path,
+                                                      rng, monkeypatch):
     """Blocks of one width summed in one buffer (the compiled path, the cache-blocked
-    loops included), mixed kinds one at a time: both equal the reference over the
-    stacked rows, and an empty block adds nothing."""
+    loops included), BLAS tiles block by block, mixed kinds one at a time: each equals the
+    reference over the stacked rows, and an empty block adds nothing."""
     monkeypatch.setattr(kernels, "_PCA_TILE_MIN_BYTES", 0)  # the tiled loops for genotypes
     m = 37
     blocks = [make_block(kind, n, m, rng) for kind, n in zip(kinds, (41, 9, 130), strict=False)]
@@ -164,7 +173,7 @@ def test_pca_kernel_sum_of_many_partitions_copies_once(rng, monkeypatch):
 
 
 @pytest.mark.parametrize("k", range(1, 26))
-def test_pca_pass_every_width(k, implementation, rng):
+def test_pca_pass_every_width(k, implementation, genotype_path, rng):
     block = make_block("int8-patterson", 41, 30, rng)
     X = dense(block)
     V = rng.normal(size=(30, k))
@@ -197,7 +206,8 @@ def test_int8_rows_outside_the_dosage_range(fill, m, k, implementation, rng):
 @pytest.mark.parametrize("fill", [False, True])
 @pytest.mark.parametrize("m", [16, 17, 23, 24, 31, 33])
 @pytest.mark.parametrize("k", [1, 2, 4, 5, 6])
-def test_genotype_rows_converted_inside_the_projection(packed, fill, m, k, implementation, rng):
+def test_genotype_rows_converted_inside_the_projection(packed, fill, m, k, implementation,
+                                                       genotype_path, rng):
     """Genotype rows of widths of whole vectors and of one to seven calls past them, every
     column remainder of the register blocks (1, 2, 4, 5 and 6 columns), with and without
     a fill (without, a missing call is -1), and a partial last group (13 rows)."""
@@ -221,7 +231,8 @@ def test_wide_genotype_rows_take_the_cache_blocked_loops(kind, n, m, k, rng, mon
     tiles (``pca_tiled``): several tiles, the last one partial, chunks of rows with a
     partial last chunk and group, and the same results as the plain loops (also for int8
     values outside the dosage range without a fill, taken as they are). The sizes are made
-    small by lowering the thresholds."""
+    small by lowering the thresholds (and BLAS tiles are kept off)."""
+    monkeypatch.setattr(kernels, "_PCA_GEMM_MIN_K_CONVERTED", 1 << 30)
     monkeypatch.setattr(kernels, "_PCA_TILE_MIN_BYTES", 0)
     monkeypatch.setattr(kernels, "_PCA_TILE_BYTES", 8 * k * 16)  # 16 columns a tile
     monkeypatch.setattr(kernels, "_PCA_TILE_ROWS", 7)
@@ -268,13 +279,50 @@ def test_float_pca_pass_on_blas_tiles(kind, d, k, implementation, rng):
     assert_pca_pass(block, X, V, rng.normal(size=k), implementation)
 
 
-def test_blas_tiles_only_for_float_rows_without_missing_entries(rng):
-    k = kernels._PCA_GEMM_MIN_K
+def test_which_pca_passes_take_blas_tiles(rng):
+    """float64 rows read in place from ``_PCA_GEMM_MIN_K`` components and
+    ``_PCA_GEMM_MIN_FEATURES`` columns on; converted rows (genotypes, float64 rows with
+    missing entries) from ``_PCA_GEMM_MIN_K_CONVERTED`` components on, up to
+    ``_PCA_GEMM_MAX_CONVERTED`` columns."""
+    k, low = kernels._PCA_GEMM_MIN_K, kernels._PCA_GEMM_MIN_K_CONVERTED
+    widest = kernels._PCA_GEMM_MAX_CONVERTED
     assert kernels._pca_uses_gemm(make_block("float64-transformed", 9, WIDE, rng), k)
+    assert not kernels._pca_uses_gemm(make_block("float64-transformed", 9, WIDE, rng), k - 1)
+    assert not kernels._pca_uses_gemm(make_block("float64-transformed", 9, WIDE - 1, rng), k)
+    filled = Block(rng.normal(size=(9, 30)), fill=np.ones(9))
+    assert kernels._pca_uses_gemm(filled, low)
     for kind in ("int8-patterson", "packed-patterson", "int8-raw"):
-        assert not kernels._pca_uses_gemm(make_block(kind, 9, WIDE, rng), k)
-    filled = Block(rng.normal(size=(9, WIDE)), fill=np.ones(9))
-    assert not kernels._pca_uses_gemm(filled, k)
+        assert kernels._pca_uses_gemm(make_block(kind, 3, widest, rng), low)
+        assert not kernels._pca_uses_gemm(make_block(kind, 3, widest, rng), low - 1)
+        assert not kernels._pca_uses_gemm(make_block(kind, 3, widest + 1, rng), low)
+
+
+@pytest.mark.parametrize("kind", ["int8-raw", "int8-center", "int8-patterson", "int8-wide-range",
+                                  "packed-patterson", "packed-raw", "float64-filled"])
+@pytest.mark.parametrize(("n", "m", "k"), [(1, 9, 4), (29, 37, 5), (41, 64, 11), (17, 203, 21)])
+def test_converted_pca_pass_on_blas_tiles(kind, n, m, k, rng, monkeypatch):
+    """Genotype rows (and float64 rows with missing entries) converted a row tile at a time
+    and multiplied by BLAS: several tiles with a partial last one (tiles of 8 rows), one
+    row, int8 values outside the dosage range without a fill (taken as they are), packed
+    rows whose last byte is partly padding; the reference of the float64 tiles to 1e-12,
+    and the fused loops' results."""
+    monkeypatch.setattr(kernels, "_PCA_GEMM_TILE_BYTES", 8 * 8 * m)
+    if kind == "int8-wide-range":
+        block = Block(rng.integers(-3, 6, size=(n, m)).astype(np.int8), center=rng.uniform(0, 2, n))
+    elif kind == "float64-filled":
+        values = rng.normal(size=(n, m)) + 3.0
+        values[rng.random((n, m)) < 0.1] = -1.0
+        block = Block(values, fill=rng.uniform(0, 2, n), scale=rng.uniform(1, 2, n))
+    else:
+        block = make_block(kind, n, m, rng)
+    assert kernels._pca_uses_gemm(block, k) and kernels._pca_gemm_rows(block) == 8
+    X, V, shift = dense(block), rng.normal(size=(m, k)), rng.normal(size=k)
+    assert_pca_pass(block, X, V, shift, "numba")
+    blas = kernels.pca_pass(block, V, shift, implementation="numba")
+    monkeypatch.setattr(kernels, "_PCA_GEMM_MIN_K_CONVERTED", 1 << 30)
+    fused = kernels.pca_pass(block, V, shift, implementation="numba")
+    for got, want in zip(blas, fused, strict=True):
+        assert close(got, want)
 
 
 def test_genotype_pca_loops_pad_the_rows_to_whole_vectors(rng):
