@@ -20,10 +20,11 @@ With ``--workflow``, instead: the whole workflow (QC with ``--maf --geno --mind 
 ``--king-cutoff``, LD pruning, ``--pca``; settings in :data:`WORKFLOW`) as a user types it,
 one ``daskstraggle pca FILE.bed -k K --min-maf ... --plink-out ...`` with the default
 runtime and method, against plink2's staged runs of the same steps (``--make-pgen`` after
-QC, ``--king-cutoff``, ``--indep-pairwise`` on the unrelated samples, ``--pca`` exact and
-``approx`` on the kept samples and variants): wall time from launch to exit, peak memory of
-the whole process tree, the kept samples and variants (Jaccard index against plink2's) and
-the |cosine| of each PC against plink2's exact ``--pca``.
+QC, ``--king-cutoff``, ``--indep-pairwise`` on the unrelated samples, ``--pca approx`` and,
+with ``--exact``, ``--pca`` on the kept samples and variants): wall time from launch to
+exit, peak memory of the whole process tree, the kept samples and variants (Jaccard index
+against plink2's) and the |cosine| of each PC against plink2's exact ``--pca`` (else its
+``approx``).
 
 Reported per run: wall time, peak RSS of the process tree, rounds, convergence and what
 each component determines (``vector``/``variance``), and against plink2 approx: the
@@ -38,7 +39,9 @@ Usage::
     python pipelines/biobank_pca.py --samples 20000 --variants 20000 --gram --exact --no-approx
     python pipelines/biobank_pca.py --samples 50000 --variants 20000 --tol default 1e-3
     python pipelines/biobank_pca.py --quick        # smoke run (< 1 minute)
-    python pipelines/biobank_pca.py --workflow --samples 5000 --variants 20000 --relatives 50
+    python pipelines/biobank_pca.py --workflow --exact --samples 5000 --variants 20000 \\
+        --relatives 50 --populations 3 --fst 0.05 --missing 0.01 --seed 1
+    python pipelines/biobank_pca.py --workflow --samples 50000 --variants 20000 --relatives 50
 
 Results go to ``results/biobank_pca/<UTC timestamp>.json``; the fileset stays in
 ``--workdir`` (default ``results/biobank_pca/data``, git-ignored) for the next run.
@@ -374,16 +377,17 @@ def pca_runs(prefix: Path, cfg: dict[str, Any], tmp: Path,
 
 def workflow_runs(prefix: Path, cfg: dict[str, Any], tmp: Path,
                   have_plink2: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The whole workflow: ours as typed against plink2's staged runs (exact ``--pca``, and
-    ``--pca approx`` unless ``--no-approx``); same kept sets and |cos| per PC."""
+    """The whole workflow: ours as typed against plink2's staged runs (``--pca approx``
+    unless ``--no-approx``, exact ``--pca`` with ``--exact``); same kept sets and |cos| per
+    PC against the exact run if there is one, else the approx one."""
     runs: dict[str, dict[str, Any]] = {}
-    if have_plink2:
+    if have_plink2 and cfg["exact"]:
         runs["plink2 staged, --pca"] = run_plink2_workflow(prefix, cfg, tmp, approx=False)
-        if not cfg["no_approx"]:
-            runs["plink2 staged, --pca approx"] = run_plink2_workflow(prefix, cfg, tmp,
-                                                                      approx=True)
+    if have_plink2 and not cfg["no_approx"]:
+        runs["plink2 staged, --pca approx"] = run_plink2_workflow(prefix, cfg, tmp,
+                                                                  approx=True)
     runs["ours (as typed)"] = run_ours_workflow(prefix, cfg, tmp)
-    reference = runs.get("plink2 staged, --pca")
+    reference = runs.get("plink2 staged, --pca") or runs.get("plink2 staged, --pca approx")
     versus = {}
     if reference is not None:
         versus["ours (as typed)"] = {**compare(runs["ours (as typed)"], reference),

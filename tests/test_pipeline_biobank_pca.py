@@ -74,7 +74,7 @@ def test_relatives_are_children_of_their_parents(load_pipeline):
 
 
 def test_quick_workflow(tmp_path):
-    saved, _ = run_quick("biobank_pca", tmp_path, "--workflow", "--relatives", "10",
+    saved, _ = run_quick("biobank_pca", tmp_path, "--workflow", "--exact", "--relatives", "10",
                          "--workdir", str(tmp_path / "data"))
     ours = saved["runs"]["ours (as typed)"]
     assert ours["summary"]["converged"] is True
