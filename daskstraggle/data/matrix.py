@@ -168,10 +168,11 @@ class Matrix:
     @property
     def row_nbytes(self) -> int:
         """Bytes a worker holds per row: the stored values (2-bit codes for packed
-        genotypes) and, for genotypes, the row's fill, centre and scale (float64)."""
+        genotypes; the source's dtype otherwise, float64 for a ``.bgen``'s expected counts)
+        and, for genotypes, the row's fill, centre and scale (float64)."""
         if isinstance(self.source, GenotypeRowSource):
             values = (-(-self.n_columns // 4) if self.source.storage == "packed"
-                      else self.n_columns)
+                      else self.n_columns * self.dtype.itemsize)
             return values + 24
         return self.n_columns * self.dtype.itemsize
 

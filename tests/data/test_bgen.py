@@ -192,6 +192,20 @@ def test_hard_calls_asked_for_and_packed_storage(tmp_path: Path) -> None:
                                   _raw(dosage)[: rows.values.shape[0]])
 
 
+def test_the_memory_a_run_holds_counts_expected_counts_as_float64(tmp_path: Path) -> None:
+    """The default runtime's size estimate (rows x row_nbytes) counts 8 bytes a value for
+    expected counts, 1 for hard calls, a quarter of that packed."""
+    from daskstraggle.data.bgen import open_bgen
+
+    probabilities, missing = _fractional(seed=2)
+    path = write_bgen(tmp_path / "f.bgen", probabilities, missing=missing, bits=16)
+    dosage = ds.open_matrix(path)
+    n = dosage.n_columns
+    assert dosage.row_nbytes == 8 * n + 24
+    assert open_bgen(path, calls="hard").row_nbytes == n + 24
+    assert ds.open_matrix(path, genotype_storage="packed").row_nbytes == -(-n // 4) + 24
+
+
 # ---------------------------------------------------------------------------- sample ids
 def test_without_sample_ids_the_sample_file_names_the_samples(tmp_path: Path) -> None:
     probabilities, missing = _fractional(n_variants=4, n_samples=6)
