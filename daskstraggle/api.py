@@ -1177,7 +1177,8 @@ def genotype_pca(
     if merge and is_plink_path(ds):
         raise InvalidParameterError(
             "The 'merge' parameter of genotype_pca must be False for a PLINK .bed or .pgen "
-            "fileset (there is no Dataset to merge into). Got True instead; pass merge=False."
+            "fileset or a .bgen file (there is no Dataset to merge into). Got True instead; "
+            "pass merge=False."
         )
     options = _options(locals())
     client = choose_runtime(runtime, client=client, scheduler=scheduler,

@@ -9,7 +9,6 @@ and column metadata. Nothing is loaded until a runtime asks a worker to load a p
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -552,10 +551,13 @@ def open_matrix(
 
 
 def is_plink_path(source: Any) -> bool:
-    """Whether ``source`` is a path or URL that ``open_matrix`` reads as a PLINK fileset
-    (``.bed`` or ``.pgen``)."""
-    return (isinstance(source, str | os.PathLike)
-            and os.fspath(source).lower().endswith((".bed", ".pgen")))
+    """Whether ``source`` is a path or URL that a genotype file backend reads (the
+    registered :class:`~daskstraggle.data.backends.PlinkBackend` kinds: ``.bed``, ``.pgen``,
+    ``.bgen``), so there is no Dataset to merge results into."""
+    from daskstraggle.data.backends import PlinkBackend, get_source, list_sources
+
+    return any(issubclass(cls, PlinkBackend) and cls.guess_can_open(source)
+               for cls in map(get_source, list_sources()))
 
 
 def _open(source: Any, array: str | None, labels: Any, chunk_rows: int | None) -> Matrix:

@@ -206,6 +206,15 @@ def test_the_memory_a_run_holds_counts_expected_counts_as_float64(tmp_path: Path
     assert ds.open_matrix(path, genotype_storage="packed").row_nbytes == -(-n // 4) + 24
 
 
+def test_genotype_pca_of_a_bgen_needs_merge_false(bed_as_bgen: Path) -> None:
+    """A .bgen has no Dataset to merge into: refused before it is opened, as a .bed is."""
+    from daskstraggle.errors import InvalidParameterError
+
+    for path in (bed_as_bgen, bed_as_bgen.parent / "nowhere.BGEN"):
+        with pytest.raises(InvalidParameterError, match=r"'merge' parameter.*\.bgen file"):
+            ds.genotype_pca(path, 2, runtime="local")
+
+
 # ---------------------------------------------------------------------------- sample ids
 def test_without_sample_ids_the_sample_file_names_the_samples(tmp_path: Path) -> None:
     probabilities, missing = _fractional(n_variants=4, n_samples=6)
