@@ -25,6 +25,8 @@ from typing import Any
 import numba
 import numpy as np
 
+from daskstraggle.data._numba_bits import popcount as _popcount
+
 _JIT: dict[str, Any] = {"cache": True, "nogil": True, "error_model": "numpy", "boundscheck": False}
 
 #: Samples per side of a tile of pairs.
@@ -33,21 +35,8 @@ TILE = 32
 #: bytes = 8 KiB per sample, 256 KiB for a tile's 32 columns.
 WORDS = 512
 
-_M1 = np.uint64(0x5555555555555555)
-_M2 = np.uint64(0x3333333333333333)
-_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
-_H01 = np.uint64(0x0101010101010101)
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
-
-
-@numba.njit(inline="always", **_JIT)
-def _popcount(x):
-    """The number of set bits of a uint64 (SWAR: bit pairs, nibbles, bytes, then a sum)."""
-    x = x - ((x >> np.uint64(1)) & _M1)
-    x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
-    x = (x + (x >> np.uint64(4))) & _M4
-    return (x * _H01) >> np.uint64(56)
 
 
 @numba.njit(**_JIT)

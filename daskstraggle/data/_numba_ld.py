@@ -25,13 +25,11 @@ from typing import Any
 import numba
 import numpy as np
 
+from daskstraggle.data._numba_bits import popcount
+
 _JIT: dict[str, Any] = {"cache": True, "nogil": True, "error_model": "numpy",
                         "boundscheck": False}
 
-_M1 = np.uint64(0x5555555555555555)
-_M2 = np.uint64(0x3333333333333333)
-_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
-_H01 = np.uint64(0x0101010101010101)
 #: The sign bit of each byte of a word (a negative int8 dosage: missing).
 _SIGNS = np.uint64(0x8080808080808080)
 #: Gathers bit 0 of each of the 8 bytes of a word into its top byte, byte j to bit j.
@@ -40,11 +38,8 @@ _GATHER = np.uint64(0x0102040810204080)
 
 @numba.njit(inline="always", **_JIT)
 def _popcount(x):
-    """The number of set bits of a uint64 (SWAR: bit pairs, nibbles, bytes, then a sum)."""
-    x = x - ((x >> np.uint64(1)) & _M1)
-    x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
-    x = (x + (x >> np.uint64(4))) & _M4
-    return np.int64((x * _H01) >> np.uint64(56))
+    """The number of set bits of a uint64, as an int64 (the counts' type here)."""
+    return np.int64(popcount(x))
 
 
 @numba.njit(inline="always", **_JIT)
