@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from daskstraggle._resources import nearest_existing
 from daskstraggle.data._remote import is_url
 from daskstraggle.errors import (
     InvalidParameterError,
@@ -225,9 +226,7 @@ def check_writable_folder(folder: Path, *, out: Path | None = None,
     and ``out``'s name must not be longer than the file system allows.
     """
     target = out if out is not None else folder
-    ancestor = folder
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
+    ancestor = nearest_existing(folder)
     if not ancestor.is_dir():
         raise OutputNotWritableError(
             f"{what} {str(target)!r} cannot be created: "

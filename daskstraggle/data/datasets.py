@@ -92,11 +92,9 @@ def _check_fits(out: Path, *, caller: str, store_bytes: float, chunk_bytes: floa
     """Refuse a dataset whose store (``store_bytes`` before compression) cannot fit the free
     space of ``out``'s file system, or whose chunk being drawn (``chunk_bytes``) cannot fit
     the memory available, before anything is written. ``sizes`` names the options."""
-    import psutil
+    from daskstraggle._resources import available_memory, nearest_existing
 
-    folder = out.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    folder = nearest_existing(out.parent)
     free = shutil.disk_usage(folder).free
     if store_bytes > free:
         raise InvalidParameterError(
@@ -104,7 +102,7 @@ def _check_fits(out: Path, *, caller: str, store_bytes: float, chunk_bytes: floa
             f"more than the {_gib(free)} free in {str(folder)!r}; lower --size or "
             "--features, or write it elsewhere."
         )
-    available = psutil.virtual_memory().available
+    available = available_memory()
     if chunk_bytes > available:
         raise InvalidParameterError(
             f"The dataset of {caller} draws its rows a chunk at a time, {_gib(chunk_bytes)} "

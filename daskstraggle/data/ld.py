@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from daskstraggle._resources import available_memory as _available_memory
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
 
 __all__ = ["LDPrune", "band_exceeds", "bit_planes", "ld_prune_keep", "parse_ld_prune",
@@ -485,13 +486,6 @@ def _fitting_window(ld: LDPrune, contig: np.ndarray | None, bounds: np.ndarray,
                        f"{need / 2**30:.3g} GiB, more than the {free / 2**30:.3g} GiB of "
                        f"memory free; give a WINDOW of at most {low} variants")
     return window
-
-
-def _available_memory() -> int:
-    """Bytes of memory this machine has available (psutil)."""
-    import psutil
-
-    return int(psutil.virtual_memory().available)
 
 
 def _ld_task(block: Any, *, contig: np.ndarray | None, window: int, r2: float,

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from daskstraggle._resources import available_memory
 from daskstraggle.runtime.base import Runtime, get_runtime_class
 
 __all__ = ["IN_PROCESS_MEMORY_FRACTION", "RuntimeChoice", "active_client",
@@ -185,19 +186,6 @@ def active_client() -> Any:
         return default_client()
     except ValueError:  # no client
         return None
-
-
-def available_memory() -> int:
-    """Return the bytes of memory available to a new allocation (``psutil``'s
-    ``available``: free memory plus what the kernel can reclaim).
-
-    Returns
-    -------
-    n_bytes : int
-    """
-    import psutil  # distributed's dependency, imported when a run needs it
-
-    return int(psutil.virtual_memory().available)
 
 
 def _size(n_bytes: float) -> str:
