@@ -101,9 +101,12 @@ def test_every_worker_lost_then_one_joining_ends_on_the_clean_iterates(
                 res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
     assert res.n_iter == 12
     lost = [m for m in res.attrs["worker_losses"] if m["kind"] == "lost"]
-    # both indices moved, and to the one worker there is: the newcomer
-    assert sorted(m["worker_index"] for m in lost) == [0, 1]
-    assert len({m["moved_to"] for m in lost}) == 1 and len(set(rt.worker_names)) == 1
+    # both indices moved, and in the end to the one worker there is: the newcomer (the
+    # scheduler may see the two kills apart: the first index then moves to the other
+    # killed worker before both move on, so an index can be lost twice)
+    assert {m["worker_index"] for m in lost} == {0, 1}
+    last_move = {m["worker_index"]: m["moved_to"] for m in lost}
+    assert len(set(last_move.values())) == 1 and len(set(rt.worker_names)) == 1
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
 
 
