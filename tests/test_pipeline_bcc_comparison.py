@@ -12,6 +12,7 @@ import pytest
 from test_pipelines_load import run_quick
 
 
+@pytest.mark.slow  # tens of seconds of LocalClusters: --runslow (the suite within the CI limit)
 @pytest.mark.cluster
 def test_quick_comparison(tmp_path):
     results, printed = run_quick("bcc_comparison", tmp_path)

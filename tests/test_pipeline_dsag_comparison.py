@@ -16,6 +16,7 @@ import pytest
 from test_pipelines_load import run_quick
 
 
+@pytest.mark.slow  # tens of seconds of LocalClusters: --runslow (the suite within the CI limit)
 @pytest.mark.cluster
 def test_quick_comparison(tmp_path):
     saved, printed = run_quick("dsag_comparison", tmp_path)
