@@ -793,7 +793,10 @@ def _partition_counts(block: Block, n_levels: int) -> tuple[np.ndarray | None, .
     """One partition's counts (the task body): per row, its calls of each dosage and its
     missing calls, the dosage sums of fractional dosages (else None); per column, its
     missing calls."""
-    from daskstraggle.data._numba_counts import count_calls, dosage_sums
+    from daskstraggle.problems._kernels import import_numba_module
+
+    counting = import_numba_module("daskstraggle.data._numba_counts")
+    count_calls, dosage_sums = counting.count_calls, counting.dosage_sums
 
     values = block.values
     levels, missing, by_sample = count_calls(values, n_levels)

@@ -74,9 +74,9 @@ def hwe_exact_p_counts(het: np.ndarray, hom_1: np.ndarray, hom_2: np.ndarray) ->
     if not counts.size:
         return np.ones(0)
     unique, inverse = _distinct_rows(counts)
-    from daskstraggle.data._numba_hwe import p_values  # numba only when used
+    from daskstraggle.problems._kernels import import_numba_module  # numba only when used
 
-    p = p_values(np.ascontiguousarray(unique[:, 0]), np.ascontiguousarray(unique[:, 1]),
+    p = import_numba_module("daskstraggle.data._numba_hwe").p_values(np.ascontiguousarray(unique[:, 0]), np.ascontiguousarray(unique[:, 1]),
                  np.ascontiguousarray(unique[:, 2]), _TIES)
     return np.asarray(p[inverse.ravel()], dtype=np.float64)
 

@@ -679,6 +679,20 @@ def test_kernels_compiled_for_a_generic_cpu_agree(background_result):
     assert proc.stdout.strip() == "ok"
 
 
+def test_modules_of_numba_functions_are_imported_only_through_import_numba_module():
+    """Every ``_numba_*`` module is imported through ``import_numba_module`` (which moves
+    numba's cache to the temporary directory when the package's cannot be written), never
+    by an import statement outside the ``_numba_*`` modules themselves."""
+    from pathlib import Path
+
+    package = Path(kernels.__file__).resolve().parents[1]
+    pattern = re.compile(r"^\s*(from|import)\s+daskstraggle\.[\w.]*\b_numba_\w+", re.M)
+    offenders = [str(path.relative_to(package)) for path in sorted(package.rglob("*.py"))
+                 if not path.name.startswith("_numba_")
+                 and pattern.search(path.read_text(encoding="utf-8"))]
+    assert offenders == []
+
+
 def test_the_package_holds_no_hand_written_llvm_ir():
     """The kernels are plain numba: no module of the package imports ``llvmlite.ir`` (or
     builds LLVM IR through ``llvmlite`` at all)."""
