@@ -6,12 +6,13 @@ data, pick a runtime, and hand over to :meth:`daskstraggle.runtime.Runtime.run`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import numbers
 import os
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -380,7 +381,7 @@ def _run(
             problem.check_shape(matrix.n_rows, matrix.n_columns)
             meth.check_shape(matrix.n_rows, matrix.n_columns)
         choices: list[Choice] = []  # what auto measured, predicted and chose
-        run = partial(_measured_run, rt, meth, problem, rng=rng, choices=choices,
+        run = functools.partial(_measured_run, rt, meth, problem, rng=rng, choices=choices,
                       measure=auto and state is None and type(rt).measures_workers
                       and worth_measuring(matrix.n_rows, matrix.n_columns),
                       stop=stop, step_size=step_size, reference=reference,
@@ -562,17 +563,28 @@ def matrix_after_run(matrix: Matrix, result: Result) -> Matrix:
                          np.asarray(removed["variants"], dtype=np.int64), warn=False)
 
 
-#: The options of the ``fit_*`` functions, in their signatures' order: each a keyword of
-#: :func:`_run` with its default there, documented once in ``_OPTIONS_DOC``.
-_FIT_OPTIONS = (
-    "method", "method_params", "step_size", "max_iter", "tol", "gap_tol", "time_budget",
-    "reference", "record_iterates", "runtime", "client", "scheduler", "n_workers",
-    "min_workers", "stragglers", "backup_after", "aggregation", "rng", "array",
-    "n_partitions",
-    "missing_chunks", "storage_options", "genotype_dims", "qc", "checkpoint",
-    "checkpoint_interval", "checkpoint_iterations", "resume", "replica_divergence", "out",
-    "overwrite", "progress",
-)
+#: The options of the ``fit_*`` functions, in their signatures' order, declared once: each
+#: a keyword of :func:`_run` (its default and annotation there), documented in
+#: ``_OPTIONS_DOC``, and the field of one of ``solve``'s groups that holds it, as
+#: ``(solve's parameter, group, field)``, or None for a keyword ``solve`` takes itself.
+_GROUPED: dict[str, tuple[str, type, str] | None] = {
+    "method": None, "method_params": None, "step_size": None,
+    **{name: ("stop", StopRule, name) for name in ("max_iter", "tol", "gap_tol", "time_budget")},
+    **{name: ("report", Report, name) for name in ("reference", "record_iterates")},
+    "runtime": ("runtime", RuntimeSpec, "name"),
+    **{name: ("runtime", RuntimeSpec, name) for name in (
+        "client", "scheduler", "n_workers", "min_workers", "stragglers", "backup_after",
+        "aggregation")},
+    "rng": None,
+    **{name: ("data", DataOptions, name) for name in (
+        "array", "n_partitions", "missing_chunks", "storage_options", "genotype_dims", "qc")},
+    "checkpoint": ("checkpoint", Checkpoint, "path"),
+    **{f"checkpoint_{name}": ("checkpoint", Checkpoint, name) for name in ("interval",
+                                                                          "iterations")},
+    **{name: ("checkpoint", Checkpoint, name) for name in ("resume", "replica_divergence")},
+    "out": None, "overwrite": None, "progress": None,
+}
+_FIT_OPTIONS = tuple(_GROUPED)
 
 _OPTIONS_DOC = """    method : str or Method, default="auto"
         ``"auto"``: for PCA ``"gram"`` (exact in one round) when the matrix has at most
@@ -725,32 +737,41 @@ _OPTIONS_DOC = """    method : str or Method, default="auto"
 """
 
 
-def _document_options(fn: F) -> F:
-    """Put the options' documentation where ``fn``'s docstring says ``<options>``."""
+def _with_run_options(fn: F) -> F:
+    """Give a ``fit_*`` function the run options as keywords, declared once.
+
+    ``fn`` takes its own parameters and ``**options``; the function returned shows them and
+    every name of ``_FIT_OPTIONS`` as a keyword-only parameter with ``_run``'s default
+    (its ``__signature__``), documents them where ``fn``'s docstring says ``<options>``,
+    refuses an unknown keyword as Python does (``TypeError``) and passes ``fn`` every
+    option, defaults filled in.
+    """
+    own = inspect.signature(fn)
+    run = inspect.signature(_run).parameters
+    params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    params += [run[name].replace(kind=inspect.Parameter.KEYWORD_ONLY) for name in _FIT_OPTIONS]
+    signature = own.replace(parameters=params)
+
+    @functools.wraps(fn)
+    def with_options(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as err:
+            raise TypeError(f"{fn.__name__}() {err}") from None
+        bound.apply_defaults()
+        return fn(*bound.args, **bound.kwargs)
+
     assert fn.__doc__ is not None and "    <options>\n" in fn.__doc__
-    fn.__doc__ = fn.__doc__.replace("    <options>\n", _OPTIONS_DOC)
-    return fn
-
-
-def _options(values: dict[str, Any]) -> dict[str, Any]:
-    """The fit options among a fit function's parameters (its ``locals()`` on entry)."""
-    return {name: values[name] for name in _FIT_OPTIONS}
+    with_options.__doc__ = fn.__doc__.replace("    <options>\n", _OPTIONS_DOC)
+    with_options.__signature__ = signature  # type: ignore[attr-defined]
+    return cast(F, with_options)
 
 
 #: The flat keywords ``solve`` took before its options were grouped, and where each went.
 _MOVED_KEYWORDS = {
-    **dict.fromkeys(("max_iter", "tol", "gap_tol", "time_budget"), "stop=StopRule({}=...)"),
-    **dict.fromkeys(("reference", "record_iterates"), "report=Report({}=...)"),
-    **dict.fromkeys(("client", "scheduler", "n_workers", "min_workers", "stragglers",
-                     "backup_after", "aggregation"), "runtime=RuntimeSpec(name, {}=...)"),
-    **dict.fromkeys(("array", "n_partitions", "missing_chunks", "storage_options",
-                     "genotype_dims", "qc"), "data=DataOptions({}=...)"),
-    "checkpoint_interval": "checkpoint=Checkpoint(path, interval=...)",
-    "checkpoint_iterations": "checkpoint=Checkpoint(path, iterations=...)",
-    "resume": "checkpoint=Checkpoint(resume=...)",
-    "replica_divergence": "checkpoint=Checkpoint(replica_divergence=...)",
-    "method_params": "a method object, e.g. method=DSAG(n_wait=3), or make_method(name, ...)",
-}
+    name: f"{where[0]}={where[1].__name__}({where[2]}=...)"
+    for name, where in _GROUPED.items() if where is not None and where[2] not in ("name", "path")
+} | {"method_params": "a method object, e.g. method=DSAG(n_wait=3), or make_method(name, ...)"}
 
 
 def solve(
@@ -850,7 +871,7 @@ def solve(
     for name, value in moved.items():
         if name not in _MOVED_KEYWORDS:
             raise TypeError(f"solve() got an unexpected keyword argument {name!r}")
-        where = _MOVED_KEYWORDS[name].format(name)
+        where = _MOVED_KEYWORDS[name]
         if name in flat:  # the group was given too
             raise InvalidParameterError(
                 f"solve got {name}= and a group that sets it too; pass it once, as {where}."
@@ -889,38 +910,26 @@ def _as_problem(problem: Any) -> Problem:
 
 def _ungrouped(stop: Any, runtime: Any, data: Any, checkpoint: Any,
                report: Any) -> dict[str, Any]:
-    """The flat options of :func:`_run` that ``solve``'s groups set."""
+    """The flat options of :func:`_run` that ``solve``'s groups set (read by ``_GROUPED``)."""
+    groups = {"stop": stop, "data": data, "report": report}
     flat: dict[str, Any] = {}
-    if stop is not None:
-        _check_group(stop, StopRule, "stop")
-        flat.update(max_iter=stop.max_iter, tol=stop.tol, gap_tol=stop.gap_tol,
-                    time_budget=stop.time_budget)
+    for name, cls in (("stop", StopRule), ("data", DataOptions), ("report", Report)):
+        if groups[name] is not None:
+            _check_group(groups[name], cls, name)
     if isinstance(runtime, RuntimeSpec):
-        flat.update(runtime=runtime.name, client=runtime.client, scheduler=runtime.scheduler,
-                    n_workers=runtime.n_workers, min_workers=runtime.min_workers,
-                    stragglers=runtime.stragglers, backup_after=runtime.backup_after,
-                    aggregation=runtime.aggregation)
-    elif isinstance(runtime, Runtime | str) or runtime is None:
-        if runtime is not None:
-            flat["runtime"] = runtime  # checked by _run
-    elif hasattr(runtime, "scheduler_info") and hasattr(runtime, "submit"):
+        groups["runtime"] = runtime
+    elif (not isinstance(runtime, Runtime | str) and hasattr(runtime, "scheduler_info")
+          and hasattr(runtime, "submit")):
         flat["client"] = runtime  # a distributed.Client
-    else:
-        flat["runtime"] = runtime  # refused by _run with the registry's message
-    if data is not None:
-        _check_group(data, DataOptions, "data")
-        flat.update(array=data.array, n_partitions=data.n_partitions,
-                    missing_chunks=data.missing_chunks, storage_options=data.storage_options,
-                    genotype_dims=data.genotype_dims, qc=data.qc)
+    elif runtime is not None:
+        flat["runtime"] = runtime  # a Runtime or a name, checked (or refused) by _run
     if isinstance(checkpoint, Checkpoint):
-        flat.update(checkpoint=checkpoint.path, checkpoint_interval=checkpoint.interval,
-                    checkpoint_iterations=checkpoint.iterations, resume=checkpoint.resume,
-                    replica_divergence=checkpoint.replica_divergence)
+        groups["checkpoint"] = checkpoint
     elif checkpoint is not None:
         flat["checkpoint"] = checkpoint  # a path (checked by _run)
-    if report is not None:
-        _check_group(report, Report, "report")
-        flat.update(reference=report.reference, record_iterates=report.record_iterates)
+    flat.update({name: getattr(group, field) for name, where in _GROUPED.items()
+                 if where is not None and (group := groups.get(where[0])) is not None
+                 for field in (where[2],)})
     return flat
 
 
@@ -960,7 +969,7 @@ def _seeded(name: Any, params: dict[str, Any], rng: Any) -> dict[str, Any]:
     return params
 
 
-@_document_options
+@_with_run_options
 def fit_pca(
     X: Any,
     n_components: int = 2,
@@ -968,38 +977,7 @@ def fit_pca(
     center: bool | None = None,
     oversample: int | None = None,
     min_eigengap: float | None = None,
-    method: str | Method = "auto",
-    method_params: dict[str, Any] | None = None,
-    step_size: float | None = None,
-    max_iter: int = 100,
-    tol: float | None = 1e-6,
-    gap_tol: float | None = None,
-    time_budget: float | None = None,
-    reference: bool = False,
-    record_iterates: bool = False,
-    runtime: Runtime | str | None = None,
-    client: Any = None,
-    scheduler: str | None = None,
-    n_workers: int | None = None,
-    min_workers: int | None = None,
-    stragglers: str | LatencyModel | Stragglers | None = None,
-    backup_after: float | None = None,
-    aggregation: str = "flat",
-    rng: int | np.random.Generator | None = None,
-    array: str | None = None,
-    n_partitions: int | None = None,
-    missing_chunks: str = "error",
-    storage_options: dict[str, Any] | None = None,
-    genotype_dims: tuple[str, str] | None = None,
-    qc: Any = None,
-    checkpoint: str | os.PathLike[str] | None = None,
-    checkpoint_interval: float | None = None,
-    checkpoint_iterations: int | None = None,
-    resume: str | os.PathLike[str] | None = None,
-    replica_divergence: float | None = None,
-    out: str | os.PathLike[str] | None = None,
-    overwrite: bool = False,
-    progress: bool = False,
+    **options: Any,
 ) -> Result:
     """Fit a PCA of ``X`` (rows = samples) with a straggler-aware method.
 
@@ -1053,15 +1031,14 @@ def fit_pca(
     >>> res.fitted["explained_variance_ratio"].round(2)
     array([0.67, 0.23])
     """
-    options = _options(locals())
-    if genotype_dims is None:
+    dims = options["genotype_dims"]
+    if dims is None:
         check_not_allele_counts(X, caller="fit_pca")
     if center is None:
-        opened = isinstance(X, str | os.PathLike) or _is_dataset(X) or genotype_dims is not None
-        if opened:  # open once here; _run takes the Matrix
-            X = open_matrix(X, array=array, missing_chunks=missing_chunks,
-                            storage_options=storage_options, genotype_dims=genotype_dims)
-            if genotype_dims is None:
+        if isinstance(X, str | os.PathLike) or _is_dataset(X) or dims is not None:
+            # open once here; _run takes the Matrix
+            X = open_matrix(X, **{k: options[k] for k in (*_OPEN_KEYS, "genotype_dims")})
+            if dims is None:
                 check_not_allele_counts(X, caller="fit_pca")  # a 2-D integer Zarr array
             options.update(array=None, storage_options=None, genotype_dims=None)
         center = not (isinstance(X, Matrix) and X.rows_standardized)
@@ -1073,48 +1050,17 @@ def _is_dataset(obj: Any) -> bool:
     return type(obj).__module__.startswith("xarray") and hasattr(obj, "data_vars")
 
 
-#: Keyword arguments of ``genotype_pca`` that say how to open the data.
-_GENOTYPE_OPEN_KEYS = ("array", "missing_chunks", "storage_options")
+#: The run options that say how to open the data.
+_OPEN_KEYS = ("array", "missing_chunks", "storage_options")
 
 
-@_document_options
+@_with_run_options
 def genotype_pca(
     ds: Any,
     n_components: int = 10,
     *,
     merge: bool = True,
-    method: str | Method = "auto",
-    method_params: dict[str, Any] | None = None,
-    step_size: float | None = None,
-    max_iter: int = 100,
-    tol: float | None = 1e-6,
-    gap_tol: float | None = None,
-    time_budget: float | None = None,
-    reference: bool = False,
-    record_iterates: bool = False,
-    runtime: Runtime | str | None = None,
-    client: Any = None,
-    scheduler: str | None = None,
-    n_workers: int | None = None,
-    min_workers: int | None = None,
-    stragglers: str | LatencyModel | Stragglers | None = None,
-    backup_after: float | None = None,
-    aggregation: str = "flat",
-    rng: int | np.random.Generator | None = None,
-    array: str | None = None,
-    n_partitions: int | None = None,
-    missing_chunks: str = "error",
-    storage_options: dict[str, Any] | None = None,
-    genotype_dims: tuple[str, str] | None = None,
-    qc: Any = None,
-    checkpoint: str | os.PathLike[str] | None = None,
-    checkpoint_interval: float | None = None,
-    checkpoint_iterations: int | None = None,
-    resume: str | os.PathLike[str] | None = None,
-    replica_divergence: float | None = None,
-    out: str | os.PathLike[str] | None = None,
-    overwrite: bool = False,
-    progress: bool = False,
+    **options: Any,
 ) -> Any:
     """Run a genotype PCA and return it in sgkit's terms (``sgkit.pca``'s variables).
 
@@ -1180,11 +1126,11 @@ def genotype_pca(
             "fileset or a .bgen file (there is no Dataset to merge into). Got True instead; "
             "pass merge=False."
         )
-    options = _options(locals())
-    client = choose_runtime(runtime, client=client, scheduler=scheduler,
-                            n_workers=n_workers).client  # the variant pass's too
-    open_kw = {k: options.pop(k) for k in _GENOTYPE_OPEN_KEYS}
-    matrix = open_matrix(ds, qc=qc, client=client, **open_kw)
+    asked = {k: options[k] for k in ("runtime", "client", "scheduler", "n_workers")}
+    client = choose_runtime(**asked).client  # the variant pass's too
+    storage_options = options["storage_options"]
+    open_kw = {k: options.pop(k) for k in _OPEN_KEYS}
+    matrix = open_matrix(ds, qc=options["qc"], client=client, **open_kw)
     if not matrix.genotypes or not matrix.rows_standardized:
         raise InvalidDataError(
             f"genotype_pca needs genotypes (a VCF Zarr store or Dataset); got {matrix.kind}. "
@@ -1217,45 +1163,14 @@ def genotype_pca(
                              None if report is None else report.samples_kept)
 
 
-@_document_options
+@_with_run_options
 def fit_logistic(
     X: Any,
     labels: Any,
     *,
     alpha: float | None = None,
     fit_intercept: bool = True,
-    method: str | Method = "auto",
-    method_params: dict[str, Any] | None = None,
-    step_size: float | None = None,
-    max_iter: int = 100,
-    tol: float | None = 1e-6,
-    gap_tol: float | None = None,
-    time_budget: float | None = None,
-    reference: bool = False,
-    record_iterates: bool = False,
-    runtime: Runtime | str | None = None,
-    client: Any = None,
-    scheduler: str | None = None,
-    n_workers: int | None = None,
-    min_workers: int | None = None,
-    stragglers: str | LatencyModel | Stragglers | None = None,
-    backup_after: float | None = None,
-    aggregation: str = "flat",
-    rng: int | np.random.Generator | None = None,
-    array: str | None = None,
-    n_partitions: int | None = None,
-    missing_chunks: str = "error",
-    storage_options: dict[str, Any] | None = None,
-    genotype_dims: tuple[str, str] | None = None,
-    qc: Any = None,
-    checkpoint: str | os.PathLike[str] | None = None,
-    checkpoint_interval: float | None = None,
-    checkpoint_iterations: int | None = None,
-    resume: str | os.PathLike[str] | None = None,
-    replica_divergence: float | None = None,
-    out: str | os.PathLike[str] | None = None,
-    overwrite: bool = False,
-    progress: bool = False,
+    **options: Any,
 ) -> Result:
     """Fit L2-regularised logistic regression with a straggler-aware method.
 
@@ -1277,48 +1192,17 @@ def fit_logistic(
         ``result.fitted`` holds ``coef`` and ``intercept``.
     """
     return _run(Logistic(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels,
-                **_options(locals()))
+                **options)
 
 
-@_document_options
+@_with_run_options
 def fit_least_squares(
     X: Any,
     labels: Any,
     *,
     alpha: float = 0.0,
     fit_intercept: bool = True,
-    method: str | Method = "auto",
-    method_params: dict[str, Any] | None = None,
-    step_size: float | None = None,
-    max_iter: int = 100,
-    tol: float | None = 1e-6,
-    gap_tol: float | None = None,
-    time_budget: float | None = None,
-    reference: bool = False,
-    record_iterates: bool = False,
-    runtime: Runtime | str | None = None,
-    client: Any = None,
-    scheduler: str | None = None,
-    n_workers: int | None = None,
-    min_workers: int | None = None,
-    stragglers: str | LatencyModel | Stragglers | None = None,
-    backup_after: float | None = None,
-    aggregation: str = "flat",
-    rng: int | np.random.Generator | None = None,
-    array: str | None = None,
-    n_partitions: int | None = None,
-    missing_chunks: str = "error",
-    storage_options: dict[str, Any] | None = None,
-    genotype_dims: tuple[str, str] | None = None,
-    qc: Any = None,
-    checkpoint: str | os.PathLike[str] | None = None,
-    checkpoint_interval: float | None = None,
-    checkpoint_iterations: int | None = None,
-    resume: str | os.PathLike[str] | None = None,
-    replica_divergence: float | None = None,
-    out: str | os.PathLike[str] | None = None,
-    overwrite: bool = False,
-    progress: bool = False,
+    **options: Any,
 ) -> Result:
     """Fit (ridge) least-squares regression with a straggler-aware method.
 
@@ -1340,4 +1224,4 @@ def fit_least_squares(
         ``result.fitted`` holds ``coef`` and ``intercept``.
     """
     return _run(LeastSquares(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels,
-                **_options(locals()))
+                **options)

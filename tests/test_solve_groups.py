@@ -3,6 +3,7 @@ option as a keyword, declared once; the flat keywords ``solve`` took keep workin
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import re
@@ -12,7 +13,7 @@ import pytest
 
 import daskstraggle
 from daskstraggle import DSAG, StopRule, fit_least_squares, fit_pca, solve
-from daskstraggle.api import _FIT_OPTIONS, _run
+from daskstraggle.api import _FIT_OPTIONS, _GROUPED, _ungrouped, _run
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.options import Checkpoint, DataOptions, Report, RuntimeSpec
 from daskstraggle.problems import LeastSquares
@@ -42,6 +43,27 @@ def test_every_fit_function_shows_every_option_with_one_default_and_its_doc(face
         assert params[name].kind is params[name].KEYWORD_ONLY, name
         assert re.search(rf"^    {name} : ", face.__doc__, flags=re.M), name
     assert "<options>" not in face.__doc__
+
+
+def test_every_field_of_every_group_is_declared_once_as_a_flat_option():
+    fields = [(cls, f.name) for cls in (StopRule, RuntimeSpec, DataOptions, Checkpoint, Report)
+              for f in dataclasses.fields(cls)]
+    declared = [(where[1], where[2]) for where in _GROUPED.values() if where is not None]
+    assert sorted(declared, key=str) == sorted(fields, key=str)
+    groups = {"stop": StopRule(max_iter=7), "runtime": RuntimeSpec("sim", n_workers=3),
+              "data": DataOptions(n_partitions=5), "checkpoint": Checkpoint("c.ckpt"),
+              "report": Report(record_iterates=True)}
+    flat = _ungrouped(**groups)
+    assert flat == {name: getattr(groups[where[0]], where[2])
+                    for name, where in _GROUPED.items() if where is not None}
+
+
+@pytest.mark.parametrize("face", FACES, ids=lambda f: f.__name__)
+def test_an_unknown_keyword_of_a_fit_function_is_a_type_error_naming_it(face):
+    with pytest.raises(TypeError, match=rf"^{face.__name__}\(\) got an unexpected keyword "
+                                        r"argument 'max_iters'$"):
+        needed = {"labels": np.ones(4)} if "labels" in inspect.signature(face).parameters else {}
+        face(np.zeros((4, 3)), **needed, max_iters=3)
 
 
 def test_grouped_solve_gives_the_fit_functions_iterates(tmp_path):
