@@ -329,17 +329,7 @@ def _run(
 
         step_size = check_positive(step_size, name="step_size", caller=caller)
     check_rng(rng, caller=caller)
-    method_params = check_mapping(method_params, name="method_params", caller=caller)
-    auto = isinstance(method, str) and method == "auto"
-    if auto and method_params:
-        raise InvalidParameterError(
-            f"The 'method_params' parameter of {caller} needs an explicit method (CLI: "
-            "--method); with method='auto' the method is chosen from the data."
-        )
-    name = _auto_method(problem) if auto else method
-    meth = make_method(name, **_seeded(name, method_params, rng))
-    meth.check_problem(problem)
-    check_oversampling(meth, problem)
+    meth, auto = _method_for(problem, method, method_params, rng, caller)
     spec = parse_stragglers(stragglers)
     asked = {"client": client, "scheduler": scheduler, "n_workers": n_workers,
              "min_workers": min_workers, "stragglers": spec, "backup_after": backup_after,
@@ -387,26 +377,56 @@ def _run(
                       stop=stop, step_size=step_size, reference=reference,
                       progress=progress, record_iterates=record_iterates,
                       checkpoint=rec.writer, resume=state)
-        matrix = _as_resumed(matrix, state)
-        try:
-            result = _run_without_no_calls(run, matrix, problem, meth)
-        except (SchedulerLostError, WorkerLostError) as err:
-            hint = rec.resume_hint(err)
-            if hint is None or rec.writer is None:
-                raise
-            then = str(err).removesuffix(" and run again.").removesuffix(".")
-            raise type(err)(
-                f"{then} and continue from the last checkpoint (after iteration "
-                f"{rec.writer.written}): --resume {hint!r} (API: resume=)."
-            ) from err
+        with _resume_hint(rec):
+            result = _run_without_no_calls(run, _as_resumed(matrix, state), problem, meth)
         rec.finished()
-    if choices:
-        result.attrs["auto"] = choices[-1].as_attrs(result)
-    if choice.reason is not None:
-        result.attrs["runtime_reason"] = choice.reason
+    result.attrs.update(_choices_made(result, choices, choice.reason))
     if out_path is not None:
         result.save(out_path, overwrite=overwrite)
     return result
+
+
+def _choices_made(result: Result, choices: list[Choice], reason: str | None
+                  ) -> dict[str, Any]:
+    """The result's attributes saying what ``auto`` measured and chose (``"auto"``) and why
+    the runtime ran (``"runtime_reason"``), those that apply."""
+    made = {"auto": choices[-1].as_attrs(result) if choices else None,
+            "runtime_reason": reason}
+    return {key: value for key, value in made.items() if value is not None}
+
+
+def _method_for(problem: Problem, method: str | Method, method_params: Any, rng: Any,
+                caller: str) -> tuple[Method, bool]:
+    """The run's method, checked against ``problem``, and whether ``method`` was "auto"."""
+    method_params = check_mapping(method_params, name="method_params", caller=caller)
+    auto = isinstance(method, str) and method == "auto"
+    if auto and method_params:
+        raise InvalidParameterError(
+            f"The 'method_params' parameter of {caller} needs an explicit method (CLI: "
+            "--method); with method='auto' the method is chosen from the data."
+        )
+    name = _auto_method(problem) if auto else method
+    meth = make_method(name, **_seeded(name, method_params, rng))
+    meth.check_problem(problem)
+    check_oversampling(meth, problem)
+    return meth, auto
+
+
+@contextmanager
+def _resume_hint(rec: Any) -> Iterator[None]:
+    """A lost scheduler or worker during a checkpointed run: the error says how to carry
+    on from the last checkpoint."""
+    try:
+        yield
+    except (SchedulerLostError, WorkerLostError) as err:
+        hint = rec.resume_hint(err)
+        if hint is None or rec.writer is None:
+            raise
+        then = str(err).removesuffix(" and run again.").removesuffix(".")
+        raise type(err)(
+            f"{then} and continue from the last checkpoint (after iteration "
+            f"{rec.writer.written}): --resume {hint!r} (API: resume=)."
+        ) from err
 
 
 #: The command line's flag and an example of each path parameter of the ``fit_*`` functions.
@@ -1113,19 +1133,7 @@ def genotype_pca(
     """
     from daskstraggle import _passes, _sgkit
 
-    caller = "genotype_pca"
-    merge = check_bool(merge, name="merge", caller=caller)
-    if merge and isinstance(ds, Matrix):
-        raise InvalidParameterError(
-            "The 'merge' parameter of genotype_pca must be False for a Matrix (there is no "
-            "Dataset to merge into). Got True instead; pass merge=False or the Dataset."
-        )
-    if merge and is_plink_path(ds):
-        raise InvalidParameterError(
-            "The 'merge' parameter of genotype_pca must be False for a PLINK .bed or .pgen "
-            "fileset or a .bgen file (there is no Dataset to merge into). Got True instead; "
-            "pass merge=False."
-        )
+    merge = _check_merge(merge, ds)
     asked = {k: options[k] for k in ("runtime", "client", "scheduler", "n_workers")}
     client = choose_runtime(**asked).client  # the variant pass's too
     storage_options = options["storage_options"]
@@ -1161,6 +1169,23 @@ def genotype_pca(
     report = matrix.attrs.get("qc")
     return _sgkit.merge_into(ds, out, None if report is None else report.kept,
                              None if report is None else report.samples_kept)
+
+
+def _check_merge(merge: Any, ds: Any) -> bool:
+    """``genotype_pca``'s ``merge``: a bool, False for what has no Dataset to merge into."""
+    merge = check_bool(merge, name="merge", caller="genotype_pca")
+    if merge and isinstance(ds, Matrix):
+        raise InvalidParameterError(
+            "The 'merge' parameter of genotype_pca must be False for a Matrix (there is no "
+            "Dataset to merge into). Got True instead; pass merge=False or the Dataset."
+        )
+    if merge and is_plink_path(ds):
+        raise InvalidParameterError(
+            "The 'merge' parameter of genotype_pca must be False for a PLINK .bed or .pgen "
+            "fileset or a .bgen file (there is no Dataset to merge into). Got True instead; "
+            "pass merge=False."
+        )
+    return merge
 
 
 @_with_run_options
