@@ -35,6 +35,15 @@ _OWN_KEYS = ("method", "method_params", "max_iter", "tol", "rng", "runtime", "n_
              "client", "stragglers", "labels")
 
 
+def _keep_params(estimator: Any, params: dict[str, Any]) -> None:
+    """Store an estimator's constructor arguments (its ``__init__``'s ``locals()``) as
+    attributes of the same names, unchanged: scikit-learn's contract, validation at
+    ``fit``."""
+    for name, value in params.items():
+        if name != "self":
+            setattr(estimator, name, value)
+
+
 def _is_source(X: Any) -> bool:
     """Whether ``X`` is opened by :func:`open_matrix` as it is (not validated in memory)."""
     if isinstance(X, str | os.PathLike | Matrix):

@@ -15,7 +15,13 @@ from daskstraggle.api import fit_pca, matrix_after_run
 from daskstraggle.data.genotypes import check_not_allele_counts, filter_variants, parse_qc
 from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import InvalidDataError
-from daskstraggle.estimators._base import _COMMON_DOC, _FITTED_DOC, _Estimator, _is_source
+from daskstraggle.estimators._base import (
+    _COMMON_DOC,
+    _FITTED_DOC,
+    _Estimator,
+    _is_source,
+    _keep_params,
+)
 
 __all__ = ["PCA"]
 
@@ -129,20 +135,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
                  max_iter: int = 100, tol: float | None = 1e-6, random_state: Any = None,
                  runtime: Any = None, n_workers: int | None = None, client: Any = None,
                  stragglers: Any = None, solve_params: dict[str, Any] | None = None) -> None:
-        self.n_components = n_components
-        self.oversample = oversample
-        self.min_eigengap = min_eigengap
-        self.qc = qc
-        self.method = method
-        self.method_params = method_params
-        self.max_iter = max_iter
-        self.tol = tol
-        self.random_state = random_state
-        self.runtime = runtime
-        self.n_workers = n_workers
-        self.client = client
-        self.stragglers = stragglers
-        self.solve_params = solve_params
+        _keep_params(self, locals())
 
     @property
     def _n_features_out(self) -> int:

@@ -14,7 +14,13 @@ from daskstraggle import _passes
 from daskstraggle.api import fit_least_squares, fit_logistic
 from daskstraggle.data.matrix import Matrix
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
-from daskstraggle.estimators._base import _COMMON_DOC, _FITTED_DOC, _Estimator, _is_source
+from daskstraggle.estimators._base import (
+    _COMMON_DOC,
+    _FITTED_DOC,
+    _Estimator,
+    _is_source,
+    _keep_params,
+)
 from daskstraggle.trace import Result
 
 __all__ = ["LinearRegression", "LogisticRegression", "Ridge"]
@@ -135,17 +141,7 @@ class LinearRegression(_Regressor):
                  tol: float | None = 1e-6, random_state: Any = None, runtime: Any = None,
                  n_workers: int | None = None, client: Any = None, stragglers: Any = None,
                  solve_params: dict[str, Any] | None = None) -> None:
-        self.fit_intercept = fit_intercept
-        self.method = method
-        self.method_params = method_params
-        self.max_iter = max_iter
-        self.tol = tol
-        self.random_state = random_state
-        self.runtime = runtime
-        self.n_workers = n_workers
-        self.client = client
-        self.stragglers = stragglers
-        self.solve_params = solve_params
+        _keep_params(self, locals())
 
     def _alpha(self, n_samples: int) -> float:
         return 0.0
@@ -196,22 +192,11 @@ class Ridge(_Regressor):
                  tol: float | None = 1e-6, random_state: Any = None, runtime: Any = None,
                  n_workers: int | None = None, client: Any = None, stragglers: Any = None,
                  solve_params: dict[str, Any] | None = None) -> None:
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.method = method
-        self.method_params = method_params
-        self.max_iter = max_iter
-        self.tol = tol
-        self.random_state = random_state
-        self.runtime = runtime
-        self.n_workers = n_workers
-        self.client = client
-        self.stragglers = stragglers
-        self.solve_params = solve_params
+        _keep_params(self, locals())
 
     def _alpha(self, n_samples: int) -> float:
         a = self.alpha
-        if not isinstance(a, numbers.Real) or isinstance(a, bool) or not 0 <= a < np.inf:
+        if not isinstance(a, numbers.Real) or isinstance(a, bool) or not 0 <= float(a) < np.inf:
             raise InvalidParameterError(
                 f"The 'alpha' parameter of Ridge must be a finite float >= 0. Got {a!r} instead."
             )
@@ -265,18 +250,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
                  tol: float | None = 1e-6, random_state: Any = None, runtime: Any = None,
                  n_workers: int | None = None, client: Any = None, stragglers: Any = None,
                  solve_params: dict[str, Any] | None = None) -> None:
-        self.C = C
-        self.fit_intercept = fit_intercept
-        self.method = method
-        self.method_params = method_params
-        self.max_iter = max_iter
-        self.tol = tol
-        self.random_state = random_state
-        self.runtime = runtime
-        self.n_workers = n_workers
-        self.client = client
-        self.stragglers = stragglers
-        self.solve_params = solve_params
+        _keep_params(self, locals())
 
     def __sklearn_tags__(self) -> Any:
         """Binary only: scikit-learn's checks then use two-class data."""
@@ -286,12 +260,12 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
 
     def _alpha(self, n_samples: int) -> float:
         C = self.C
-        if not isinstance(C, numbers.Real) or isinstance(C, bool) or not C > 0:
+        if not isinstance(C, numbers.Real) or isinstance(C, bool) or not float(C) > 0:
             raise InvalidParameterError(
                 f"The 'C' parameter of LogisticRegression must be a float > 0 (numpy.inf: no "
                 f"penalty). Got {C!r} instead."
             )
-        return 0.0 if np.isinf(C) else 1.0 / (float(C) * n_samples)
+        return 0.0 if np.isinf(float(C)) else 1.0 / (float(C) * n_samples)
 
     def fit(self, X: Any, y: Any = None) -> LogisticRegression:
         """Fit the model on two classes.
