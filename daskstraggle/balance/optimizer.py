@@ -12,6 +12,7 @@ Pure numpy: nothing here imports dask or distributed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,6 +183,72 @@ def _imbalance(latency: NDArray[np.float64], mask: NDArray[np.bool_]) -> float:
     return float(values.max() / values.min())
 
 
+def _check_within_rows(counts: dict[str, NDArray[np.int64]], n_rows: NDArray[np.int64]) -> None:
+    """Raise if a worker has more subpartitions than rows in any of ``counts``."""
+    for name, values in counts.items():
+        over = values > n_rows
+        if over.any():
+            k = int(np.argmax(over))
+            _fail(name, "at most 'rows' for every worker", f"{name}[{k}]={int(values[k])} > "
+                  f"rows[{k}]={int(n_rows[k])}", "A worker cannot split its rows into more "
+                  "subpartitions than rows.")
+
+
+_Latency = Callable[[NDArray[np.int64]], NDArray[np.float64]]
+
+
+def _equalise(p: NDArray[np.int64], n_rows: NDArray[np.int64], e_x: NDArray[np.float64],
+              e_y: NDArray[np.float64], e_z: NDArray[np.float64],
+              adjustable: NDArray[np.bool_]) -> NDArray[np.int64]:
+    """Step (1): every adjustable worker's ``p'`` that matches the slowest one's latency."""
+    i = int(np.argmax(np.where(adjustable, e_x, -np.inf)))
+    denom = e_y[i] + e_z[i] - e_y
+    ok = adjustable & (denom > 0)
+    target = e_z * p / np.where(ok, denom, 1.0)
+    target = np.floor(target + 1e-9 * np.maximum(target, 1.0))  # e.g. 0.3 * 7 / 0.3
+    return np.where(ok, np.clip(target, 1, n_rows), p).astype(np.int64)
+
+
+def _add_work(h: _Contribution, latency: _Latency, adjustable: NDArray[np.bool_],
+              new: NDArray[np.int64], h_min: float) -> tuple[NDArray[np.int64], float, bool]:
+    """Step (2): give the fastest worker 1 % more work until ``h(new) >= h_min``.
+
+    Returns ``new``, ``h(new)`` and whether the constraint holds.
+    """
+    value = h(new)
+    for _ in range(_MAX_STEPS):
+        if value >= h_min:
+            return new, value, True
+        movable = adjustable & (new > 1)
+        if not movable.any():
+            return new, value, False
+        j = int(np.argmin(np.where(movable, latency(new), np.inf)))
+        new[j] = max(min(99 * new[j] // 100, new[j] - 1), 1)
+        value = h(new)
+    return new, value, value >= h_min
+
+
+def _shed_work(h: _Contribution, latency: _Latency, adjustable: NDArray[np.bool_],
+               new: NDArray[np.int64], value: float, n_rows: NDArray[np.int64],
+               threshold: float) -> tuple[NDArray[np.int64], float]:
+    """Step (3): take 1 % off the slowest worker while ``h >= threshold``.
+
+    A step that breaks it is not taken (the paper returns one step past it).
+    """
+    for _ in range(_MAX_STEPS):
+        movable = adjustable & (new < n_rows)
+        if not movable.any():
+            break
+        j = int(np.argmax(np.where(movable, latency(new), -np.inf)))
+        candidate = new.copy()
+        candidate[j] = min(max(-(-101 * new[j] // 100), new[j] + 1), n_rows[j])
+        candidate_value = h(candidate)
+        if candidate_value < threshold:
+            break
+        new, value = candidate, candidate_value
+    return new, value
+
+
 def optimize(
     subpartitions: ArrayLike,
     rows: ArrayLike,
@@ -304,13 +371,7 @@ def optimize(
     n_workers = p.shape[0]
     n_rows = _check_counts(rows, "rows", n_workers, 1)
     p0 = p if p_initial is None else _check_counts(p_initial, "p_initial", n_workers, 1)
-    for name, counts in (("subpartitions", p), ("p_initial", p0)):
-        over = counts > n_rows
-        if over.any():
-            k = int(np.argmax(over))
-            _fail(name, "at most 'rows' for every worker", f"{name}[{k}]={int(counts[k])} > "
-                  f"rows[{k}]={int(n_rows[k])}", "A worker cannot split its rows into more "
-                  "subpartitions than rows.")
+    _check_within_rows({"subpartitions": p, "p_initial": p0}, n_rows)
     e_z = _check_stat(compute_mean, "compute_mean", n_workers, strict=True)
     v_z = _check_stat(compute_var, "compute_var", n_workers, strict=False)
     e_y = _check_stat(communication_mean, "communication_mean", n_workers, strict=False)
@@ -339,44 +400,13 @@ def optimize(
 
     e_x = latency(p)
     adjustable = e_z >= comm_fraction * e_x
-    feasible = True
-    new = p.copy()
+    new, feasible = p.copy(), True
     if adjustable.any():
-        # (1) equalise every adjustable worker's latency to the slowest one's
-        i = int(np.argmax(np.where(adjustable, e_x, -np.inf)))
-        denom = e_y[i] + e_z[i] - e_y
-        ok = adjustable & (denom > 0)
-        target = e_z * p / np.where(ok, denom, 1.0)
-        target = np.floor(target + 1e-9 * np.maximum(target, 1.0))  # e.g. 0.3 * 7 / 0.3
-        new = np.where(ok, np.clip(target, 1, n_rows), p).astype(np.int64)
-        value = h(new)
-        # (2) give the fastest worker 1 % more work until the constraint holds
-        for _ in range(_MAX_STEPS):
-            if value >= h_min:
-                break
-            movable = adjustable & (new > 1)
-            if not movable.any():
-                feasible = False
-                break
-            j = int(np.argmin(np.where(movable, latency(new), np.inf)))
-            new[j] = max(min(99 * new[j] // 100, new[j] - 1), 1)
-            value = h(new)
-        else:
-            feasible = value >= h_min
-        # (3) take 1 % off the slowest worker while the constraint holds with tolerance;
-        # a step that breaks it is not taken (the paper returns one step past it)
-        threshold = (1.0 - tolerance) * h_min
-        for _ in range(_MAX_STEPS if feasible else 0):
-            movable = adjustable & (new < n_rows)
-            if not movable.any():
-                break
-            j = int(np.argmax(np.where(movable, latency(new), -np.inf)))
-            candidate = new.copy()
-            candidate[j] = min(max(-(-101 * new[j] // 100), new[j] + 1), n_rows[j])
-            candidate_value = h(candidate)
-            if candidate_value < threshold:
-                break
-            new, value = candidate, candidate_value
+        new = _equalise(p, n_rows, e_x, e_y, e_z, adjustable)
+        new, value, feasible = _add_work(h, latency, adjustable, new, h_min)
+        if feasible:
+            new, value = _shed_work(h, latency, adjustable, new, value, n_rows,
+                                    (1.0 - tolerance) * h_min)
     else:
         value = h(new)
 

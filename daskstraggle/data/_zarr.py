@@ -259,7 +259,7 @@ def shard_layout(array: Any, what: str) -> ShardLayout | None:
         nested sharding, codecs before or after the sharding codec, or index codecs other
         than ``bytes`` optionally followed by ``crc32c``.
     """
-    from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
+    from zarr.codecs import BytesCodec, ShardingCodec
 
     codecs = tuple(getattr(array.metadata, "codecs", ()))
     sharding = [c for c in codecs if isinstance(c, ShardingCodec)]
@@ -267,14 +267,7 @@ def shard_layout(array: Any, what: str) -> ShardLayout | None:
         return None
     codec = sharding[0]
     index = tuple(codec.index_codecs)
-    reason = None
-    if any(isinstance(c, ShardingCodec) for c in codec.codecs):
-        reason = "nested sharding (a sharding codec inside its shards)"
-    elif len(codecs) > 1:
-        reason = "codecs outside its sharding codec"
-    elif not (index and isinstance(index[0], BytesCodec)
-              and [type(c) for c in index[1:]] in ([], [Crc32cCodec])):
-        reason = f"the shard index codecs {[type(c).__name__ for c in index]}"
+    reason = _unreadable_sharding(codecs, codec, index)
     if reason is not None:
         raise InvalidDataError(
             f"The chunks of {what} cannot be checked for absence: it uses {reason}. Pass "
@@ -292,6 +285,21 @@ def shard_layout(array: Any, what: str) -> ShardLayout | None:
         byteorder=">" if endian == "big" else "<",
         checksum=len(index) == 2,
     )
+
+
+def _unreadable_sharding(codecs: tuple[Any, ...], codec: Any,
+                         index: tuple[Any, ...]) -> str | None:
+    """Why the shard index of ``codec`` cannot be read by a byte range (None: it can)."""
+    from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
+
+    if any(isinstance(c, ShardingCodec) for c in codec.codecs):
+        return "nested sharding (a sharding codec inside its shards)"
+    if len(codecs) > 1:
+        return "codecs outside its sharding codec"
+    if not (index and isinstance(index[0], BytesCodec)
+            and [type(c) for c in index[1:]] in ([], [Crc32cCodec])):
+        return f"the shard index codecs {[type(c).__name__ for c in index]}"
+    return None
 
 
 def absent_inner_chunks(array: Any, shards: ShardLayout, axes: list[list[int]],

@@ -108,14 +108,7 @@ def parse_ld_prune(value: object, *, order: int | None = None) -> LDPrune | None
         parts: list[Any] = [value.window, value.step, value.r2]
         given = value.order
     elif isinstance(value, str):
-        if re.search(r"kb\b", value, flags=re.IGNORECASE):
-            raise _bad(value, "a window in kilobases is not supported; give it in variants")
-        parts = re.split(r"\s*,\s*|\s+", value.strip())
-        if "" in parts:
-            raise _bad(value, "a field is empty; give each of WINDOW, STEP and R2")
-        orders = [p for p in parts if p.lower().startswith("order=")]
-        parts = [p for p in parts if p not in orders]
-        given = orders[-1].split("=", 1)[1] if orders else 2
+        parts, given = _split_text(value)
     elif isinstance(value, (tuple, list)):
         parts, given = list(value), 2
     else:
@@ -131,6 +124,18 @@ def parse_ld_prune(value: object, *, order: int | None = None) -> LDPrune | None
         raise _bad(value, "WINDOW and STEP are whole numbers, R2 a number, order 1 or 2"
                    ) from None
     return _checked(LDPrune(window, step, r2, chosen))
+
+
+def _split_text(value: str) -> tuple[list[Any], Any]:
+    """The fields of ``"WINDOW,STEP,R2[,order=N]"`` and the order it gives (else 2)."""
+    if re.search(r"kb\b", value, flags=re.IGNORECASE):
+        raise _bad(value, "a window in kilobases is not supported; give it in variants")
+    parts = re.split(r"\s*,\s*|\s+", value.strip())
+    if "" in parts:
+        raise _bad(value, "a field is empty; give each of WINDOW, STEP and R2")
+    orders = [p for p in parts if p.lower().startswith("order=")]
+    given = orders[-1].split("=", 1)[1] if orders else 2
+    return [p for p in parts if p not in orders], given
 
 
 def _integer(value: Any) -> int:

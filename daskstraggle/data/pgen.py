@@ -154,6 +154,22 @@ def read_pvar(path: str) -> dict[str, np.ndarray]:
         If a column the table needs is missing or a position is not an integer.
     """
     header, rows = _header_and_rows(path)
+    column = _pvar_columns(path, header, rows)
+    try:
+        position = np.array([int(r[column["POS"]]) for r in rows], dtype=np.int64)
+    except ValueError as err:
+        raise InvalidDataError(f"The POS column of {path!r} must hold integers: {err}.") from err
+    contig_id, codes = contig_codes(np.array([r[column["CHROM"]] for r in rows]))
+    alleles = [[r[column["REF"]], *r[column["ALT"]].split(",")] for r in rows]
+    width = max((len(a) for a in alleles), default=2)
+    table = np.array([a + [""] * (width - len(a)) for a in alleles], dtype=str)
+    table[table == "."] = ""
+    return {"contig_id": contig_id, "variant_contig": codes, "variant_position": position,
+            "variant_id": np.array([r[column["ID"]] for r in rows]), "variant_allele": table}
+
+
+def _pvar_columns(path: str, header: list[str], rows: list[list[str]]) -> dict[str, int]:
+    """The index of each column :func:`read_pvar` needs, after checking every row has them."""
     names = header or ["CHROM", "ID", "CM", "POS", "ALT", "REF"]  # a headerless .bim layout
     need = ("CHROM", "POS", "ID", "REF", "ALT")
     absent = [n for n in need if n not in names]
@@ -166,18 +182,7 @@ def read_pvar(path: str) -> dict[str, np.ndarray]:
             f"{path!r} is not a .pvar plink2 reads: {problem}. Write it with plink2 "
             "--make-pgen."
         )
-    column = {n: names.index(n) for n in need}
-    try:
-        position = np.array([int(r[column["POS"]]) for r in rows], dtype=np.int64)
-    except ValueError as err:
-        raise InvalidDataError(f"The POS column of {path!r} must hold integers: {err}.") from err
-    contig_id, codes = contig_codes(np.array([r[column["CHROM"]] for r in rows]))
-    alleles = [[r[column["REF"]], *r[column["ALT"]].split(",")] for r in rows]
-    width = max((len(a) for a in alleles), default=2)
-    table = np.array([a + [""] * (width - len(a)) for a in alleles], dtype=str)
-    table[table == "."] = ""
-    return {"contig_id": contig_id, "variant_contig": codes, "variant_position": position,
-            "variant_id": np.array([r[column["ID"]] for r in rows]), "variant_allele": table}
+    return {n: names.index(n) for n in need}
 
 
 def read_psam(path: str, fileset: str | None = None) -> np.ndarray:
