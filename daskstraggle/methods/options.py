@@ -80,12 +80,7 @@ def check_cli_values(method: str, declared: Mapping[str, tuple[MethodOption, ...
     own = {option.dest: option for option in declared.get(method, ())}
     foreign = [dest for dest in given if dest not in own]
     if foreign:
-        owners = {dest: sorted(name for name, options in declared.items()
-                               if any(o.dest == dest for o in options)) for dest in foreign}
-        group = owners[foreign[0]]
-        flags = [_flag(declared, dest) for dest in foreign if owners[dest] == group]
-        raise InvalidParameterError(
-            f"{', '.join(flags)}: only with --method {_or_join(group)}, not {method!r}")
+        raise _foreign_error(method, declared, foreign)
     parsed = {}
     for dest, value in given.items():
         option = own[dest]
@@ -94,6 +89,17 @@ def check_cli_values(method: str, declared: Mapping[str, tuple[MethodOption, ...
         except ValueError as err:
             raise InvalidParameterError(f"{option.flag} {err}; got {value!r}") from None
     return parsed
+
+
+def _foreign_error(method: str, declared: Mapping[str, tuple[MethodOption, ...]],
+                   foreign: list[str]) -> InvalidParameterError:
+    """The error naming the first group of ``foreign`` options and the methods they go with."""
+    owners = {dest: sorted(name for name, options in declared.items()
+                           if any(o.dest == dest for o in options)) for dest in foreign}
+    group = owners[foreign[0]]
+    flags = [_flag(declared, dest) for dest in foreign if owners[dest] == group]
+    return InvalidParameterError(
+        f"{', '.join(flags)}: only with --method {_or_join(group)}, not {method!r}")
 
 
 def _flag(declared: Mapping[str, tuple[MethodOption, ...]], dest: str) -> str:
