@@ -296,7 +296,6 @@ def _method_params(method: str, values: dict[str, Any]) -> dict[str, Any] | None
 def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None = None,
                plink_out: str | None = None, **extra: Any) -> None:
     from daskstraggle import config
-    from daskstraggle._cli_format import format_result
     from daskstraggle._output import removed_on_error
     from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca
     from daskstraggle.methods.options import method_options
@@ -323,24 +322,31 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
                             overwrite=params["overwrite"])
         written = [] if plink_out is None else result.to_plink(plink_out, source,
                                                                  overwrite=params["overwrite"])
-    summary = result.summary()
-    summary.update(_runtime_ran(result))
-    if params.get("out") is not None:
-        summary["out"] = str(params["out"])
-    if plot is not None:
-        summary["plot"] = str(plot)
-    if written:
-        summary["plink"] = [str(path) for path in written]
+    _echo_run(result, kind, as_json, out=params.get("out"), plot=plot, plink_out=plink_out,
+              written=written)
+
+
+def _echo_run(result: Any, kind: str, as_json: bool, *, out: Any, plot: Path | None,
+              plink_out: str | None, written: list[Path]) -> None:
+    """Print a finished run: its table, or with ``--json`` its summary as one JSON object,
+    with the runtime that ran (and why), and the files written."""
+    from daskstraggle._cli_format import format_result
+
+    ran = _runtime_ran(result)
     if as_json:
+        files = {"out": out, "plot": plot}
+        summary = {**result.summary(), **ran,
+                   **{key: str(path) for key, path in files.items() if path is not None}}
+        if written:
+            summary["plink"] = [str(path) for path in written]
         _echo_json(summary, what=f"the {kind} run")
-    else:
-        ran = _runtime_ran(result)
-        click.echo(format_result(result, out=params.get("out"))
-                   + (f"\nruntime     {ran['runtime']} ({ran['runtime_reason']})"
-                      if "runtime_reason" in ran else "")
-                   + ("" if plot is None else f"\nfigure      {plot}")
-                   + ("" if not written else f"\nplink       {plink_out}.eigenvec, "
-                      ".eigenval, .eigenvec.allele, .afreq"))
+        return
+    click.echo(format_result(result, out=out)
+               + (f"\nruntime     {ran['runtime']} ({ran['runtime_reason']})"
+                  if "runtime_reason" in ran else "")
+               + ("" if plot is None else f"\nfigure      {plot}")
+               + ("" if not written else f"\nplink       {plink_out}.eigenvec, "
+                  ".eigenval, .eigenvec.allele, .afreq"))
 
 
 @cli.command()
