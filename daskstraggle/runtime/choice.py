@@ -141,6 +141,12 @@ def choose_runtime(
     if needs is not None:
         return RuntimeChoice(_CLUSTER, None,
                              f"default: {needs} needs worker processes: a LocalCluster")
+    return _by_size(data_bytes, available)
+
+
+def _by_size(data_bytes: int | None, available: int | None) -> RuntimeChoice:
+    """The default when nothing asked for a cluster: in process when the data fit in a
+    quarter of the memory available, else a LocalCluster (runtime None: size unknown)."""
     if data_bytes is None:
         return RuntimeChoice(None)
     free = available_memory() if available is None else available
