@@ -264,6 +264,7 @@ def _stimulus(method: Callable[..., Any]) -> Callable[..., Any]:
     return recorded
 
 
+@functools.singledispatch
 def summary(value: Any) -> Any:
     """A comparable summary of what a pool call returned (instructions by their type and
     the fields that say what to do; tasks by key and worker), for replay checks.
@@ -273,29 +274,64 @@ def summary(value: Any) -> Any:
     >>> summary([Cancel(("k1",))])
     [('Cancel', ('k1',))]
     """
-    if isinstance(value, list | tuple) and not isinstance(value, Cancel):
-        return [summary(v) for v in value] if isinstance(value, list) else \
-            tuple(summary(v) for v in value)
-    if isinstance(value, Task):
-        return ("Task", value.key, value.worker, value.unit.worker_index)
-    if isinstance(value, MoveIndex | StartHelping | StopHelping | AwaitWorkers | GiveUp):
-        return (type(value).__name__, *[getattr(value, f) for f in value.__slots__])
-    if isinstance(value, Resend):
-        return ("Resend", value.index, value.cancel,
-                [(u.worker_index, u.version, only) for u, only in value.units])
-    if isinstance(value, Cancel):
-        return ("Cancel", value.keys)
-    if isinstance(value, SendBackup):
-        return ("SendBackup", value.key, value.to_index)
-    if isinstance(value, SplitUnit):
-        return ("SplitUnit", value.index, value.unit.version, summary(value.own),
-                summary(value.helper_part), value.helper, value.fraction)
-    if isinstance(value, dict):
-        return {k: summary(v) for k, v in value.items()}
-    if isinstance(value, UnitPart):
-        return ("UnitPart", value.positions, value.rows)
     return value if value is None or isinstance(value, str | int | float | bool) else \
         type(value).__name__
+
+
+@summary.register(list)
+def _(value: list[Any]) -> Any:
+    return [summary(v) for v in value]
+
+
+@summary.register(tuple)
+def _(value: tuple[Any, ...]) -> Any:
+    return tuple(summary(v) for v in value)
+
+
+@summary.register(dict)
+def _(value: dict[Any, Any]) -> Any:
+    return {k: summary(v) for k, v in value.items()}
+
+
+@summary.register(Task)
+def _(value: Task) -> Any:
+    return ("Task", value.key, value.worker, value.unit.worker_index)
+
+
+@summary.register(MoveIndex)
+@summary.register(StartHelping)
+@summary.register(StopHelping)
+@summary.register(AwaitWorkers)
+@summary.register(GiveUp)
+def _(value: Any) -> Any:
+    return (type(value).__name__, *[getattr(value, f) for f in value.__slots__])
+
+
+@summary.register(Resend)
+def _(value: Resend) -> Any:
+    return ("Resend", value.index, value.cancel,
+            [(u.worker_index, u.version, only) for u, only in value.units])
+
+
+@summary.register(Cancel)
+def _(value: Cancel) -> Any:
+    return ("Cancel", value.keys)
+
+
+@summary.register(SendBackup)
+def _(value: SendBackup) -> Any:
+    return ("SendBackup", value.key, value.to_index)
+
+
+@summary.register(SplitUnit)
+def _(value: SplitUnit) -> Any:
+    return ("SplitUnit", value.index, value.unit.version, summary(value.own),
+            summary(value.helper_part), value.helper, value.fraction)
+
+
+@summary.register(UnitPart)
+def _(value: UnitPart) -> Any:
+    return ("UnitPart", value.positions, value.rows)
 
 
 @dataclass
@@ -597,12 +633,7 @@ class WorkerPool:
         self.retiring -= {a for a, s in status.items() if s == "running"}
         live = sorted({a for a, s in status.items() if s not in GOING} - self.shunned
                       - self.retiring)
-        out: list[PoolInstruction] = []
-        for i, helper in list(self.helpers.items()):
-            if helper not in live:
-                out += self._stop_helping(i, why="left the cluster" if helper not in status
-                                          else "is retiring" if helper in self.retiring
-                                          else "is frozen")
+        out = self._stop_departed_helpers(status, live)
         if not live:
             out.append(self._decide(AwaitWorkers()))
             return out
@@ -619,12 +650,21 @@ class WorkerPool:
             return [give_up]
         for i, target in moves.items():
             lost = self.workers[i]
-            if lost in self.retiring:
-                out += self._move(i, target, "is retiring (closing gracefully)", "retired")
-            elif lost in self.shunned:
-                out += self._move(i, target, "was found frozen", "frozen")
-            else:
-                out += self._move(i, target, "left the cluster", "lost")
+            why, kind = (("is retiring (closing gracefully)", "retired")
+                         if lost in self.retiring else ("was found frozen", "frozen")
+                         if lost in self.shunned else ("left the cluster", "lost"))
+            out += self._move(i, target, why, kind)
+        return out
+
+    def _stop_departed_helpers(self, status: Mapping[str, str],
+                               live: list[str]) -> list[PoolInstruction]:
+        """Helpers no longer live stop helping (gone, retiring or frozen)."""
+        out: list[PoolInstruction] = []
+        for i, helper in list(self.helpers.items()):
+            if helper not in live:
+                out += self._stop_helping(i, why="left the cluster" if helper not in status
+                                          else "is retiring" if helper in self.retiring
+                                          else "is frozen")
         return out
 
     def _count_losses(self, moves: Mapping[int, str]) -> GiveUp | None:
