@@ -212,6 +212,23 @@ def worker_streams(
     return WorkerStreams(seq, n_workers)
 
 
+def _is_number(value: Any) -> bool:
+    """Whether ``value`` is a real number (not a bool)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_index(value: Any) -> bool:
+    """Whether ``value`` is an int >= 0 (not a bool): a worker index."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 0
+
+
+def _in_bounds(v: Any, low: float, strict: bool, high: float | None) -> bool:
+    """Whether ``v`` is a finite real number above ``low`` (or at it) and at most ``high``."""
+    if not (_is_number(v) and np.isfinite(float(v))):
+        return False
+    return (v > low if strict else v >= low) and (high is None or v <= high)
+
+
 def check_per_worker(
     value: Any, *, name: str, caller: str, low: float = 0.0, strict: bool = False,
     high: float | None = None,
@@ -238,26 +255,20 @@ def check_per_worker(
     """
     bound = "" if high is None else f" and <= {high:g}"
     constraint = f"a finite number {'>' if strict else '>='} {low:g}{bound} or a list of them"
-    values = value if isinstance(value, Sequence | np.ndarray) and not isinstance(value, str) \
-        else None
-    items = list(values) if values is not None else [value]
-    out = []
+    per_worker = isinstance(value, Sequence | np.ndarray) and not isinstance(value, str)
+    items = list(value) if per_worker else [value]
     for v in items:
-        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and np.isfinite(float(v))
-        if ok:
-            ok = (v > low if strict else v >= low) and (high is None or v <= high)
-        if not ok:
+        if not _in_bounds(v, low, strict, high):
             raise InvalidParameterError(
                 f"The {name!r} parameter of {caller} must be {constraint}. Got {value!r} instead."
             )
-        out.append(float(v))
-    if values is None:
-        return out[0]
-    if not out:
+    if not per_worker:
+        return float(value)
+    if not items:
         raise InvalidParameterError(
             f"The {name!r} parameter of {caller} must be {constraint}. Got an empty list."
         )
-    return tuple(out)
+    return tuple(float(v) for v in items)
 
 
 class LatencyModel(ABC):
@@ -348,6 +359,40 @@ class LatencyModel(ABC):
             elif isinstance(value, list):
                 params[key] = tuple(value)
         return make_model(name, **params)
+
+    @classmethod
+    def from_term(
+        cls, name: str, params: dict[str, Any], *, base: LatencyModel | None, spec: str
+    ) -> LatencyModel:
+        """Build the model of the spec term ``name(**params)`` (how the grammar reads it).
+
+        Parameters
+        ----------
+        name : str
+            The term's name as written in the spec.
+        params : dict
+            Its parameters (lists already tuples).
+        base : LatencyModel or None
+            The model of the terms before it (None: it comes first). A model with a
+            ``base`` field (a modifier) takes it as its base; any other model must come
+            first.
+        spec : str
+            The whole spec, for the error message.
+
+        Raises
+        ------
+        InvalidParameterError
+            If a model that is not a modifier follows another term, or the parameters do
+            not fit.
+        """
+        if base is not None:
+            if "base" not in cls.__dataclass_fields__:  # type: ignore[attr-defined]
+                raise InvalidParameterError(
+                    f"{name!r} is not a modifier and cannot follow another term in {spec!r}; "
+                    f"put the distribution first. Models: {list_models()}."
+                )
+            params["base"] = base
+        return make_model(cls.name, **params)
 
     def to_spec(self) -> str:
         """Return the model as a spec string that ``parse_latency`` reads back."""

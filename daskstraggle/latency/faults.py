@@ -23,42 +23,43 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from daskstraggle.errors import InvalidParameterError
+from daskstraggle.latency.base import MAX_SECONDS, _is_index, _is_number
 
 __all__ = ["FAULTS", "Fault", "Freeze", "Join", "Loss", "Retire", "make_fault"]
 
-#: Largest simulated time a fault may name (seconds), as for the latency models.
-_MAX_SECONDS = 1e15
-
 
 def _seconds(value: Any, *, name: str, term: str, positive: bool = False) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and \
-        math.isfinite(value) and (float(value) > 0 if positive else float(value) >= 0) and \
-        float(value) <= _MAX_SECONDS
+    ok = _is_number(value) and math.isfinite(value) and \
+        (float(value) > 0 if positive else float(value) >= 0) and float(value) <= MAX_SECONDS
     if not ok:
         bound = "> 0" if positive else ">= 0"
         raise InvalidParameterError(
             f"The {name!r} parameter of {term} must be a number of seconds {bound} and at "
-            f"most {_MAX_SECONDS:g}. Got {value!r} instead."
+            f"most {MAX_SECONDS:g}. Got {value!r} instead."
         )
     return float(value)
 
 
-def _workers(value: Any, *, term: str) -> tuple[int, ...]:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        value = (int(value),)
-    if not isinstance(value, tuple | list) or not value or not all(
-            isinstance(w, numbers.Integral) and not isinstance(w, bool) and int(w) >= 0
-            for w in value):
+def _worker_indices(value: Any, *, term: str) -> tuple[int, ...]:
+    """Return a worker index or a list of them as a tuple of ints, in the order given.
+
+    Raises
+    ------
+    InvalidParameterError
+        Naming the ``workers`` parameter of ``term``, unless ``value`` is an int >= 0 or
+        a non-empty list of them.
+    """
+    items = (value,) if _is_index(value) else value
+    if not isinstance(items, tuple | list) or not items or not all(map(_is_index, items)):
         raise InvalidParameterError(
             f"The 'workers' parameter of {term} must be a worker index or a list of them "
             f"(ints >= 0). Got {value!r} instead."
         )
-    return tuple(sorted({int(w) for w in value}))
+    return tuple(int(w) for w in items)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,6 +71,29 @@ class Fault:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "at", _seconds(self.at, name="at", term=self.name))
+
+    @classmethod
+    def from_term(cls, name: str, params: dict[str, Any], *, base: Any, spec: str) -> Fault:
+        """Build the fault of the spec term ``name(**params)`` (``for`` may be ``for_``).
+
+        ``base`` (the model of the terms before it) and ``spec`` are not used: a fault
+        may stand anywhere in a spec.
+
+        Raises
+        ------
+        InvalidParameterError
+            For a missing or unknown parameter, naming the ones the term takes.
+        """
+        if "for" in params:
+            params["for_"] = params.pop("for")
+        try:
+            return cls(**params)
+        except TypeError:
+            shown = ", ".join("for" if f.name == "for_" else f.name
+                              for f in dataclasses.fields(cls))
+            raise InvalidParameterError(
+                f"{name} takes {shown}; got {', '.join(sorted(params)) or 'nothing'}."
+            ) from None
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if a worker index is out of range."""
@@ -86,50 +110,46 @@ class Fault:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Loss(Fault):
-    """Workers that die at ``at`` (killed, preempted): their work never answers."""
+class _WorkersFault(Fault):
+    """A fault of some workers (``workers``: distinct indices, sorted)."""
 
-    name: ClassVar[str] = "loss"
     workers: tuple[int, ...]
 
     def __post_init__(self) -> None:
         Fault.__post_init__(self)
-        object.__setattr__(self, "workers", _workers(self.workers, term=self.name))
+        workers = _worker_indices(self.workers, term=self.name)
+        object.__setattr__(self, "workers", tuple(sorted(set(workers))))
 
     def to_spec(self) -> str:
         """Return the term that parses back to this fault."""
-        return f"loss(workers={list(self.workers)}, at={self.at:g})"
+        return f"{self.name}(workers={list(self.workers)}, at={self.at:g})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Retire(Fault):
+class Loss(_WorkersFault):
+    """Workers that die at ``at`` (killed, preempted): their work never answers."""
+
+    name: ClassVar[str] = "loss"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Retire(_WorkersFault):
     """Workers that retire gracefully at ``at`` (scale-down, ``--lifetime``): they take
     no new work, and their data is fetched from them."""
 
     name: ClassVar[str] = "retire"
-    workers: tuple[int, ...]
-
-    def __post_init__(self) -> None:
-        Fault.__post_init__(self)
-        object.__setattr__(self, "workers", _workers(self.workers, term=self.name))
-
-    def to_spec(self) -> str:
-        """Return the term that parses back to this fault."""
-        return f"retire(workers={list(self.workers)}, at={self.at:g})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Freeze(Fault):
+class Freeze(_WorkersFault):
     """Workers that stop computing from ``at`` for ``for_`` seconds (spec: ``for=``; a
     stopped process, a suspended VM): their work is late by the overlap."""
 
     name: ClassVar[str] = "freeze"
-    workers: tuple[int, ...]
     for_: float
 
     def __post_init__(self) -> None:
-        Fault.__post_init__(self)
-        object.__setattr__(self, "workers", _workers(self.workers, term=self.name))
+        _WorkersFault.__post_init__(self)
         object.__setattr__(self, "for_", _seconds(self.for_, name="for", term=self.name,
                                                   positive=True))
 
@@ -153,8 +173,7 @@ class Join(Fault):
     def __post_init__(self) -> None:
         Fault.__post_init__(self)
         count = self.count
-        if not isinstance(count, numbers.Integral) or isinstance(count, bool) or \
-                not 1 <= count <= 1_000_000:
+        if not (_is_index(count) and 1 <= count <= 1_000_000):
             raise InvalidParameterError(
                 f"The 'count' parameter of join must be an int in [1, 1000000]. "
                 f"Got {count!r} instead."
@@ -183,14 +202,4 @@ def make_fault(name: str, **params: Any) -> Fault:
     >>> make_fault("retire", workers=[3], at=10)
     Retire(at=10.0, workers=(3,))
     """
-    cls = FAULTS[name]
-    if "for" in params:
-        params["for_"] = params.pop("for")
-    takes = [f.name for f in dataclasses.fields(cls)]
-    try:
-        return cls(**params)
-    except TypeError:
-        shown = ", ".join("for" if t == "for_" else t for t in takes)
-        raise InvalidParameterError(
-            f"{name} takes {shown}; got {', '.join(sorted(params)) or 'nothing'}."
-        ) from None
+    return FAULTS[name].from_term(name, params, base=None, spec="")

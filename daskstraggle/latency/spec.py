@@ -15,6 +15,10 @@ simulated seconds: in a run with ``--runtime sim`` (``runtime="sim"``), and in
 ``daskstraggle simulate --latency`` (after a model), which then runs DSAG in that runtime
 (:mod:`daskstraggle.runtime.fault_simulation`). ``none`` means no stragglers.
 
+Each term is read by the class of its name (the throttle, a fault kind, else the model
+registry) through its ``from_term(name, params, base=..., spec=...)`` classmethod, so a
+new kind of term is one class with that method.
+
 Examples (CLI ``--stragglers``)::
 
     slowdown(workers=1, factor=4)                      worker 1 four times slower
@@ -30,14 +34,13 @@ Examples (CLI ``--stragglers``)::
 from __future__ import annotations
 
 import ast
-import numbers
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency.base import LatencyModel, get_model_class, list_models, make_model
-from daskstraggle.latency.faults import FAULTS, Fault, make_fault
+from daskstraggle.latency.base import LatencyModel, _is_number, get_model_class, list_models
+from daskstraggle.latency.faults import FAULTS, Fault, _worker_indices
 
 __all__ = ["Stragglers", "ThrottleSpec", "parse_latency", "parse_stragglers"]
 
@@ -68,31 +71,36 @@ class ThrottleSpec:
     factor: float
     period: float = 0.05
 
+    name: ClassVar[str] = "throttle"
+
     def __post_init__(self) -> None:
-        workers = self.workers
-        if isinstance(workers, numbers.Integral) and not isinstance(workers, bool):
-            workers = (int(workers),)
-        if (
-            not isinstance(workers, tuple | list)
-            or not workers
-            or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= 0
-                       for w in workers)
-        ):
-            raise InvalidParameterError(
-                f"The 'workers' parameter of throttle must be a worker index or a list of "
-                f"them (ints >= 0). Got {self.workers!r} instead."
-            )
-        object.__setattr__(self, "workers", tuple(int(w) for w in workers))
-        for name, low in (("factor", 1.0), ("period", 0.0)):
+        object.__setattr__(self, "workers", _worker_indices(self.workers, term=self.name))
+        for name, low, strict, constraint in (("factor", 1.0, False, "a number >= 1"),
+                                              ("period", 0.0, True, "a number of seconds > 0")):
             value = getattr(self, name)
-            ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-            if not ok or not (value >= low if name == "factor" else value > low):
-                constraint = "a number >= 1" if name == "factor" else "a number of seconds > 0"
+            if not (_is_number(value) and (value > low if strict else value >= low)):
                 raise InvalidParameterError(
                     f"The {name!r} parameter of throttle must be {constraint}. "
                     f"Got {value!r} instead."
                 )
             object.__setattr__(self, name, float(value))
+
+    @classmethod
+    def from_term(cls, name: str, params: dict[str, Any], *, base: Any,
+                  spec: str) -> ThrottleSpec:
+        """Build the throttle of the spec term ``throttle(**params)`` (anywhere in a spec).
+
+        Raises
+        ------
+        InvalidParameterError
+            For a missing or unknown parameter, or an invalid value.
+        """
+        try:
+            return cls(**params)
+        except TypeError as err:
+            raise InvalidParameterError(
+                f"throttle takes workers, factor and period; got {sorted(params)}."
+            ) from err
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if a worker index is out of range."""
@@ -147,6 +155,10 @@ class Stragglers:
         return self.model is not None or self.throttle is not None or bool(self.faults)
 
 
+#: The terms that are not latency models (those come from the model registry), by name.
+_TERMS: dict[str, Any] = {ThrottleSpec.name: ThrottleSpec, **FAULTS}
+
+
 def _load_models() -> None:
     # registration happens on import of the model modules
     import daskstraggle.latency.models  # noqa: F401
@@ -166,50 +178,37 @@ def _literal(node: ast.AST, text: str) -> Any:
         ) from None
 
 
-def _term(node: ast.AST, text: str, *, base: LatencyModel | None) -> Any:
-    kwargs: dict[str, Any] = {}
+def _call(node: ast.AST, text: str) -> tuple[str, dict[str, Any]]:
+    """Return the name and the parameters of the term ``node`` (``name`` or ``name(...)``)."""
     if isinstance(node, ast.Name):
-        name = node.id
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        if node.args or any(kw.arg is None for kw in node.keywords):  # f(1) or f(**d)
-            raise InvalidParameterError(
-                f"Write the parameters of {node.func.id!r} as key=value in the stragglers spec "
-                f"{text!r}. {_HELP}."
-            )
-        name = node.func.id
-        keys = [kw.arg for kw in node.keywords]
-        repeated = next((key for i, key in enumerate(keys) if key in keys[:i]), None)
-        if repeated is not None:  # Python's parser reads f(a=1, a=2); a dict keeps one
-            raise InvalidParameterError(
-                f"The parameter {repeated.removesuffix('_')!r} of {name!r} is given twice in "
-                "the stragglers spec; give each parameter once."
-            )
-        kwargs = {kw.arg: _literal(kw.value, text) for kw in node.keywords
-                  if kw.arg is not None}
-    else:
+        return node.id, {}
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
         raise InvalidParameterError(
             f"Could not read {ast.get_source_segment(text, node)!r} in the stragglers spec "
             f"{text!r}. {_HELP}."
         )
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
-    if name in FAULTS:
-        return make_fault(name, **kwargs)
-    if name == "throttle":
-        try:
-            return ThrottleSpec(**kwargs)
-        except TypeError as err:
-            raise InvalidParameterError(
-                f"throttle takes workers, factor and period; got {sorted(kwargs)}."
-            ) from err
-    cls = get_model_class(name)
-    if base is not None:
-        if "base" not in {f for f in cls.__dataclass_fields__}:  # type: ignore[attr-defined]
-            raise InvalidParameterError(
-                f"{name!r} is not a modifier and cannot follow another term in {text!r}; "
-                f"put the distribution first. Models: {list_models()}."
-            )
-        kwargs["base"] = base
-    return make_model(cls.name, **kwargs)
+    name = node.func.id
+    keys = [kw.arg for kw in node.keywords]
+    if node.args or None in keys:  # f(1) or f(**d)
+        raise InvalidParameterError(
+            f"Write the parameters of {name!r} as key=value in the stragglers spec "
+            f"{text!r}. {_HELP}."
+        )
+    repeated = next((key for i, key in enumerate(keys) if key in keys[:i]), None)
+    if repeated is not None:  # Python's parser reads f(a=1, a=2); a dict keeps one
+        raise InvalidParameterError(
+            f"The parameter {repeated.removesuffix('_')!r} of {name!r} is given twice in "
+            "the stragglers spec; give each parameter once."
+        )
+    return name, {str(kw.arg): _literal(kw.value, text) for kw in node.keywords}
+
+
+def _term(node: ast.AST, text: str, *, base: LatencyModel | None) -> Any:
+    """Read one term: the class registered under its name builds it (``from_term``)."""
+    name, params = _call(node, text)
+    params = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+    cls = _TERMS.get(name) or get_model_class(name)
+    return cls.from_term(name, params, base=base, spec=text)
 
 
 def parse_stragglers(spec: str | LatencyModel | Stragglers | None) -> Stragglers:
