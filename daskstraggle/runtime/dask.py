@@ -100,6 +100,17 @@ BACKUP_MIN = 2.0
 #: no fold result is queued; an arriving result wakes it at once.
 FOLD_POLL = 0.05
 
+def _collect(ac: Any, fold_of: dict[Any, int], results: dict[int, Any]) -> None:
+    """Take the folds ``as_completed`` has ready into ``results`` (the first result of each
+    fold counts); a fold that failed or was cancelled raises (``as_completed`` hands its
+    error over as a value, which must never be folded in as a result)."""
+    while ac.has_ready():
+        future, value = next(ac)
+        if future.status != "finished":
+            future.result()  # raises it: a task's error, or the cancellation
+        results.setdefault(fold_of[future.key], value)
+
+
 def _wait_ready(ac: Any, timeout: float) -> None:
     """Wait until ``ac`` (an ``as_completed``) has a result queued, at most ``timeout`` s.
 
@@ -540,22 +551,15 @@ class DaskRuntime(Runtime):
         half: float | None = None
         try:
             while len(results) < len(folds):
-                while ac.has_ready():
-                    future, value = next(ac)
-                    if future.status != "finished":  # as_completed hands over the error
-                        future.result()  # raises it: a task's error, or the cancellation
-                    results.setdefault(fold_of[future.key], value)
+                _collect(ac, fold_of, results)
                 if len(results) == len(folds):
                     break
                 now = time.perf_counter()
                 if half is None and 2 * len(results) >= len(folds):
                     half = now - t0
                 if half is not None and now - t0 > max(BACKUP_MIN, BACKUP_FACTOR * half):
-                    for n, fold in enumerate(folds):
-                        if n not in results and len(fold) == 3:
-                            fold.append(self._backup(fold, fn, args, combine))
-                            fold_of[fold[3].key] = n
-                            ac.add(fold[3])
+                    for n in sorted(set(range(len(folds))) - results.keys()):
+                        self._back_up_fold(folds[n], n, ac, fold_of, (fn, args, combine))
                 if self._membership_due(now) and self._check_membership():
                     return None
                 _wait_ready(ac, FOLD_POLL)
@@ -563,6 +567,15 @@ class DaskRuntime(Runtime):
         finally:
             ac.clear()
             self.client.cancel([f for fold in folds for f in fold[2:]])
+
+    def _back_up_fold(self, fold: list[Any], n: int, ac: Any, fold_of: dict[Any, int],
+                     task: tuple[Any, ...]) -> None:
+        """Back up fold ``n`` once (:meth:`_backup`, ``task`` its function, arguments and
+        combine) and wait for the backup too."""
+        if len(fold) == 3:
+            fold.append(self._backup(fold, *task))
+            fold_of[fold[3].key] = n
+            ac.add(fold[3])
 
     def _backup(self, fold: list[Any], fn: Callable[..., Any], args: tuple[Any, ...],
                 combine: Callable[[Any, Any], Any] | None) -> Any:
