@@ -676,28 +676,28 @@ class LatencyRecorder:
             return [], self._seq
         return answer
 
+    def _pushed(self) -> tuple[list[tuple[Any, ...]], int]:
+        """The pushed records not read yet, and the newest sequence number; a gap in the
+        numbers (a record lost on the way) is filled from the scheduler."""
+        pushed = []
+        while self._inbox:
+            record = self._inbox.popleft()
+            if record[0] > self._seq:
+                pushed.append(record)
+        newest = pushed[-1][0] if pushed else self._seq
+        if newest - self._seq == len(pushed):
+            return pushed, newest
+        drained, last = self._drain()
+        merged = {r[0]: r for r in pushed}
+        merged.update((r[0], r) for r in drained if r[0] > self._seq)
+        return [merged[seq] for seq in sorted(merged)], max(newest, last)
+
     def _absorb(self) -> None:
         """Move new records from the scheduler or the push buffer into the unread list."""
         with self._lock:
             if self._closed:
                 return
-            if self.push:
-                pushed = []
-                while self._inbox:
-                    record = self._inbox.popleft()
-                    if record[0] > self._seq:
-                        pushed.append(record)
-                newest = pushed[-1][0] if pushed else self._seq
-                if newest - self._seq != len(pushed):  # a gap: ask the scheduler
-                    drained, last = self._drain()
-                    merged = {r[0]: r for r in pushed}
-                    merged.update((r[0], r) for r in drained if r[0] > self._seq)
-                    records = [merged[seq] for seq in sorted(merged)]
-                    newest = max(newest, last)
-                else:
-                    records = pushed
-            else:
-                records, newest = self._drain()
+            records, newest = self._pushed() if self.push else self._drain()
             lost = newest - self._seq - len(records)
             if lost > 0:
                 self.n_lost += lost
