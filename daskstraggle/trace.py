@@ -39,6 +39,20 @@ _FITTED_DIMS: dict[str, tuple[str, ...]] = {
 #: What :attr:`Result.quality_control` reports of the matrix's quality control record.
 _QC_COUNTS = ("n_variants", "n_kept", "removed", "n_samples", "n_samples_kept",
               "samples_removed")
+#: The trace's variables over ``iteration`` that every row has (:meth:`TraceRecorder.add`).
+_ROW_KEYS = ("wall_time", "iteration_duration", "objective", "gap", "n_workers_used",
+             "n_fresh", "n_stale", "max_compute_duration", "coverage", "n_dropped")
+#: Those of them that are counts.
+_INT_KEYS = frozenset({"n_workers_used", "n_fresh", "n_stale", "n_dropped"})
+#: The load-balancing events' fields (``balance_*`` over ``balance_event``): their dtype
+#: and whether they hold one value per worker.
+_BALANCE_VARS = {"iteration": (np.int64, False), "improvement": (np.float64, False),
+                 "previous_imbalance": (np.float64, False), "imbalance": (np.float64, False),
+                 "previous": (np.int64, True), "subpartitions": (np.int64, True)}
+#: Units of the trace's variables.
+_UNITS = {"wall_time": "s", "iteration_duration": "s", "max_compute_duration": "s",
+          "compute_duration": "s", "latency": "s", "communication_duration": "s",
+          "bytes_to_coordinator": "B"}
 
 
 class TraceRecorder:
@@ -133,62 +147,34 @@ class TraceRecorder:
 
     def to_dataset(self) -> xr.Dataset:
         """Return the trace as a Dataset over ``iteration`` (and ``worker``)."""
-        n = len(self.rows)
-        keys = (
-            list(self.rows[0])
-            if self.rows
-            else ["wall_time", "iteration_duration", "objective", "gap", "n_workers_used",
-                  "n_fresh", "n_stale", "max_compute_duration", "coverage", "n_dropped"]
-        )
+        n, w = len(self.rows), self.n_workers
+        columns = {key: _column(self.rows, key) for key in _ROW_KEYS} | {
+            key: _column(self.extras, key) for key in sorted(set().union(*self.extras))}
         data: dict[str, Any] = {
-            key: ("iteration", np.array([row[key] for row in self.rows], dtype=np.float64))
-            for key in keys
+            key: ("iteration", values.astype(np.int64) if key in _INT_KEYS else values)
+            for key, values in columns.items()
         }
-        for key in sorted({k for extra in self.extras for k in extra}):
-            data[key] = ("iteration", np.array([e.get(key, np.nan) for e in self.extras],
-                                               dtype=np.float64))
-        for key in ("n_workers_used", "n_fresh", "n_stale", "n_dropped"):
-            data[key] = ("iteration", data[key][1].astype(np.int64))
-        compute = np.array(self.compute).reshape(n, self.n_workers)
-        latency = np.array(self.latency).reshape(n, self.n_workers)
+        compute = np.array(self.compute).reshape(n, w)
+        latency = np.array(self.latency).reshape(n, w)
         data["compute_duration"] = (("iteration", "worker"), compute)
         data["latency"] = (("iteration", "worker"), latency)
-        data["communication_duration"] = (
-            ("iteration", "worker"),
-            np.maximum(latency - compute, 0.0),
-        )
-        sized = [a for a in self.ages if a is not None]
-        if sized:
-            n_parts = max(a.size for a in sized)
-            age = np.full((n, n_parts), np.nan)
-            for r, a in enumerate(self.ages):
-                if a is not None:
-                    age[r, : a.size] = a
-            data["age"] = (("iteration", "partition"), age)
-        if any(p is not None for p in self.subpartitions):
-            counts = np.array([[-1] * self.n_workers if p is None else list(p)
-                               for p in self.subpartitions], dtype=np.int64)
-            data["subpartitions"] = (("iteration", "worker"), counts.reshape(n, self.n_workers))
-        if any(p is not None for p in self.subpartitions) or self.events:
-            ev = self.events
-            data["balance_iteration"] = ("balance_event",
-                                         np.array([e["iteration"] for e in ev], dtype=np.int64))
-            for key in ("improvement", "previous_imbalance", "imbalance"):
-                data[f"balance_{key}"] = ("balance_event",
-                                          np.array([e[key] for e in ev], dtype=np.float64))
-            for key, name in (("previous", "balance_previous"),
-                              ("subpartitions", "balance_subpartitions")):
-                data[name] = (("balance_event", "worker"),
-                              np.array([e[key] for e in ev], dtype=np.int64)
-                              .reshape(len(ev), self.n_workers))
-        ds = xr.Dataset(data, coords={"iteration": np.arange(n),
-                                      "worker": np.arange(self.n_workers)})
-        units = {"wall_time": "s", "iteration_duration": "s", "max_compute_duration": "s",
-                 "compute_duration": "s", "latency": "s", "communication_duration": "s",
-                 "bytes_to_coordinator": "B"}
-        for key, unit in units.items():
-            if key in ds:
-                ds[key].attrs["units"] = unit
+        data["communication_duration"] = (("iteration", "worker"),
+                                          np.maximum(latency - compute, 0.0))
+        if any(a is not None for a in self.ages):
+            data["age"] = (("iteration", "partition"), _padded(self.ages, np.nan))
+        balanced = any(p is not None for p in self.subpartitions)
+        if balanced:
+            data["subpartitions"] = (("iteration", "worker"),
+                                     _padded(self.subpartitions, -1, width=w).astype(np.int64))
+        if balanced or self.events:
+            for key, (dtype, per_worker) in _BALANCE_VARS.items():
+                values = np.array([e[key] for e in self.events], dtype=dtype)
+                data[f"balance_{key}"] = (
+                    (("balance_event", "worker"), values.reshape(len(self.events), w))
+                    if per_worker else ("balance_event", values))
+        ds = xr.Dataset(data, coords={"iteration": np.arange(n), "worker": np.arange(w)})
+        for key in _UNITS.keys() & ds.data_vars.keys():
+            ds[key].attrs["units"] = _UNITS[key]
         return ds
 
 
@@ -569,55 +555,56 @@ class Result:
 
         check_choice(missing_chunks, name="missing_chunks", caller="Result.load",
                      choices=MISSING_CHUNKS)
-        if not Path(path).exists():
-            raise DataNotFoundError(f"No result at {str(path)!r}.")
-        not_result = (f"{str(path)!r} is not a daskstraggle result (a store written by "
-                      "Result.save or the CLI's --out)")
-        try:
-            arrays = _result_arrays(path)
-            ds = xr.open_zarr(path, consolidated=False)
-        except Exception as err:  # any unreadable store is the same mistake
-            reason = (str(err).splitlines() or [""])[0]
-            raise InvalidDataError(f"{not_result}: {type(err).__name__}: {reason}") from None
-        needed = ("problem", "method", "objective", "stop_reason", "feature_dim",
-                  "reference_objective", "distance", "run")
-        missing = [k for k in needed if k not in ds.attrs] + [
-            v for v in ("iterate",) if v not in ds.variables]
-        if missing:
-            raise InvalidDataError(f"{not_result}: it has no {missing}.")
-        ds = _checked_load(str(path), ds, arrays, missing_chunks=missing_chunks)
-        feature_dim = ds.attrs["feature_dim"]
-        names = [n for n in _FITTED_DIMS if n in ds]
-        fitted = {n: ds[n].values for n in names}
-        trace_vars = [v for v in ds.data_vars if "iteration" in ds[v].dims]
-        trace = ds[trace_vars]
-        trace = trace.drop_vars([c for c in trace.coords if c not in ("iteration", "worker")])
-        ref = ds.attrs["reference_objective"]
-        dist = ds.attrs["distance"]
-        coords = ds[feature_dim].values if feature_dim in ds.coords else None
+        ds = _checked_load(str(path), *_open_result(path), missing_chunks=missing_chunks)
+        attrs, feature_dim = ds.attrs, ds.attrs["feature_dim"]
+        trace = ds[[v for v in ds.data_vars if "iteration" in ds[v].dims]]
+        ref, dist = attrs["reference_objective"], attrs["distance"]
         return cls(
-            problem=ds.attrs["problem"],
-            method=ds.attrs["method"],
-            fitted=fitted,
-            trace=trace,
+            problem=attrs["problem"],
+            method=attrs["method"],
+            fitted={n: ds[n].values for n in _FITTED_DIMS if n in ds},
+            trace=trace.drop_vars([c for c in trace.coords if c not in ("iteration", "worker")]),
             iterate=ds["iterate"].values,
-            objective=float(ds.attrs["objective"]),
-            stop_reason=ds.attrs["stop_reason"],
-            converged=bool(ds.attrs.get("converged", 0)),
-            optimality=_float_attr(ds.attrs.get("optimality", "none")),
+            objective=float(attrs["objective"]),
+            stop_reason=attrs["stop_reason"],
+            converged=bool(attrs.get("converged", 0)),
+            optimality=_float_attr(attrs.get("optimality", "none")),
             reference_objective=None if ref == "none" else float(ref),
             distance=None if dist == "none" else float(dist),
-            attrs=json.loads(ds.attrs["run"]),
+            attrs=json.loads(attrs["run"]),
             feature_dim=feature_dim,
-            feature_coords=coords,
+            feature_coords=ds[feature_dim].values if feature_dim in ds.coords else None,
         )
 
 
-def _result_arrays(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Return the arrays of the Zarr group at ``path`` by name (their metadata only)."""
+#: What a saved result's attributes hold (:meth:`Result.to_dataset`).
+_RESULT_ATTRS = ("problem", "method", "objective", "stop_reason", "feature_dim",
+                 "reference_objective", "distance", "run")
+
+
+def _open_result(path: str | os.PathLike[str]) -> tuple[xr.Dataset, dict[str, Any]]:
+    """Open the result saved at ``path`` lazily, with its arrays by name (their metadata).
+
+    DataNotFoundError if nothing is there; InvalidDataError if it is not a result (not a
+    Zarr group, or without a result's attributes and ``iterate``).
+    """
     import zarr
 
-    return dict(sorted(zarr.open_group(path, mode="r").arrays()))
+    if not Path(path).exists():
+        raise DataNotFoundError(f"No result at {str(path)!r}.")
+    not_result = (f"{str(path)!r} is not a daskstraggle result (a store written by "
+                  "Result.save or the CLI's --out)")
+    try:
+        arrays = dict(sorted(zarr.open_group(path, mode="r").arrays()))
+        ds = xr.open_zarr(path, consolidated=False)
+    except Exception as err:  # any unreadable store is the same mistake
+        reason = (str(err).splitlines() or [""])[0]
+        raise InvalidDataError(f"{not_result}: {type(err).__name__}: {reason}") from None
+    missing = [k for k in _RESULT_ATTRS if k not in ds.attrs] + sorted(
+        {"iterate"} - set(ds.variables))
+    if missing:
+        raise InvalidDataError(f"{not_result}: it has no {missing}.")
+    return ds, arrays
 
 
 def _checked_load(path: str, ds: xr.Dataset, arrays: dict[str, Any], *,
@@ -650,6 +637,22 @@ def _checked_load(path: str, ds: xr.Dataset, arrays: dict[str, Any], *,
         for name, array in arrays.items():
             read(array, ..., what=describe(path, name))
         raise
+
+
+def _column(rows: list[dict[str, float]], key: str) -> np.ndarray:
+    """The values of ``key`` in ``rows`` as a float array (NaN where a row lacks it)."""
+    return np.array([row.get(key, np.nan) for row in rows], dtype=np.float64)
+
+
+def _padded(rows: list[Any], fill: float, *, width: int | None = None) -> np.ndarray:
+    """Stack ``rows`` (None: a missing row) into a float array padded with ``fill``, as wide
+    as ``width`` (None: the longest row)."""
+    sized = [np.asarray(row) for row in rows if row is not None]
+    out = np.full((len(rows), max(r.size for r in sized) if width is None else width), fill)
+    for i, row in enumerate(rows):
+        if row is not None:
+            out[i, : len(row)] = row
+    return out
 
 
 def _float_attr(value: Any) -> float:
