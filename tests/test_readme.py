@@ -23,3 +23,14 @@ def test_readme_demo_command_installs_what_the_demo_needs() -> None:
     demo = [c for c in _commands() if c.endswith("daskstraggle demo")]
     assert demo, "README lost its demo command"
     assert "genomics" in demo[0]  # msprime and bio2zarr simulate the demo's genotypes
+
+
+def test_the_readme_is_a_landing_page() -> None:
+    """At most 300 lines; the rest is in docs/, which it links; it still says which runtime
+    ran and how the default one is chosen."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300, "move sections into docs/ (see docs/guide.md)"
+    for page in ("docs/README.md", "docs/guide.md", "docs/stragglers.md", "docs/benchmarks.md",
+                 "docs/development.md"):
+        assert f"]({page})" in readme, f"README.md does not link {page}"
+    assert "runtime_reason" in readme and "](docs/guide.md#where-a-command-runs)" in readme

@@ -1,4 +1,5 @@
-"""The README runs as written: its fenced blocks, in order, in one fresh folder.
+"""The README and the guide pages run as written: each page's fenced blocks, in order, in one
+fresh folder per page (:data:`PAGES`).
 
 What a reader does, top to bottom in a new folder: each ```bash block's ``daskstraggle``
 commands run through ``main`` (``$PWD`` is that folder), each ```python block runs as a
@@ -11,10 +12,10 @@ Five changes keep the test fast: the Python blocks' own LocalClusters fork their
 from the package's preloaded server (as the clusters the package starts do), the dataset
 sizes are small, solves stop after
 ``--max-iter 10``, a LocalCluster that a command starts has at most 2 process workers (the
-``daskstraggle.workers`` setting the README documents, and ``--workers``, unless a
+``daskstraggle.workers`` setting docs/guide.md documents, and ``--workers``, unless a
 ``--stragglers`` spec names a higher worker index or ``--wait`` asks for more), and
-``--scheduler`` points at the test session's cluster instead of 127.0.0.1:8786 (the README
-says to start one). The set-up
+``--scheduler`` points at the test session's cluster instead of 127.0.0.1:8786 (the pages
+say to start one). The set-up
 commands (``python3 -m venv``) are checked by tests/test_readme.py and ``.ci/run``.
 """
 
@@ -35,7 +36,11 @@ import pytest
 from daskstraggle.cli import main
 
 ROOT = Path(__file__).parents[1]
-README = (ROOT / "README.md").read_text()
+#: The pages whose blocks run, each in its own fresh folder: the README and the docs pages that
+#: hold the sections the README used to (a page's blocks see only what its earlier blocks wrote,
+#: so a page makes the data its examples read).
+PAGES = ("README.md", "docs/guide.md", "docs/stragglers.md")
+TEXT = {page: (ROOT / page).read_text() for page in PAGES}
 
 #: Small stand-ins for the README's datasets: (rows, columns, rows per chunk).
 SMALL = {"genotypes": (2000, 60, 500), "logistic": (2000, 10, 500), "linear": (2000, 10, 500)}
@@ -46,14 +51,14 @@ SCRIPT_TIMEOUT = 280  # seconds for a Python block
 MAX_WORKERS = 2
 
 
-def fenced() -> list[tuple[str, str]]:
-    """The README's fenced blocks in order, as (language, text)."""
-    return re.findall(r"^```(\w*)\n(.*?)^```", README, flags=re.S | re.M)
+def fenced(page: str = "README.md") -> list[tuple[str, str]]:
+    """The fenced blocks of ``page`` in order, as (language, text)."""
+    return re.findall(r"^```(\w*)\n(.*?)^```", TEXT[page], flags=re.S | re.M)
 
 
-def blocks(language: str) -> list[str]:
-    """The README's fenced blocks of ``language``, in order."""
-    return [text for lang, text in fenced() if lang == language]
+def blocks(language: str, page: str = "README.md") -> list[str]:
+    """The fenced blocks of ``language`` in ``page``, in order."""
+    return [text for lang, text in fenced(page) if lang == language]
 
 
 def block_commands(block: str) -> list[list[str]]:
@@ -71,9 +76,9 @@ def block_commands(block: str) -> list[list[str]]:
     return out
 
 
-def commands() -> list[list[str]]:
-    """The ``daskstraggle`` commands of every bash block, in order."""
-    return [argv for block in blocks("bash") for argv in block_commands(block)]
+def commands(page: str = "README.md") -> list[list[str]]:
+    """The ``daskstraggle`` commands of every bash block of ``page``, in order."""
+    return [argv for block in blocks("bash", page) for argv in block_commands(block)]
 
 
 def shrink(argv: list[str], scheduler: str) -> list[str]:
@@ -104,17 +109,21 @@ def shrink(argv: list[str], scheduler: str) -> list[str]:
 
 def test_the_readme_has_snippets_to_check():
     assert len(blocks("python")) >= 2
-    names = [argv[0] if argv[0] != "datasets" else "datasets make" for argv in commands()]
+    for page in PAGES:
+        assert blocks("python", page) or commands(page), f"{page} has no snippet to run"
+    names = [argv[0] if argv[0] != "datasets" else "datasets make"
+             for page in PAGES for argv in commands(page)]
     assert {"pca", "logreg", "linreg", "simulate", "datasets make"} <= set(names), names
 
 
-@pytest.mark.parametrize("index", range(len(blocks("python"))))
-def test_python_blocks_can_run_as_scripts(index):
-    assert 'if __name__ == "__main__":' in blocks("python")[index], \
+@pytest.mark.parametrize(("page", "index"), [(page, index) for page in PAGES
+                                             for index in range(len(blocks("python", page)))])
+def test_python_blocks_can_run_as_scripts(page, index):
+    assert 'if __name__ == "__main__":' in blocks("python", page)[index], \
         "process workers need the __main__ guard"
 
 
-#: Runs the README's Python blocks in one process: reads a block's path per line on stdin,
+#: Runs a page's Python blocks in one process: reads a block's path per line on stdin,
 #: runs it as a script (``__main__``, in the current folder) and writes one JSON line
 #: ``{"ok": ..., "error": ...}`` to the file descriptor ``argv[1]``.
 _BLOCK_RUNNER = """
@@ -141,7 +150,7 @@ for line in sys.stdin:
 
 
 class _BlockRunner:
-    """One Python process running the README's Python blocks, one at a time, in ``folder``."""
+    """One Python process running a page's Python blocks, one at a time, in ``folder``."""
 
     def __init__(self, folder: Path, logs: Path) -> None:
         read, write = os.pipe()
@@ -173,8 +182,9 @@ class _BlockRunner:
 
 
 @pytest.mark.cluster
-@pytest.mark.timeout(1200)  # the whole README one block after the other (a few minutes)
-def test_the_blocks_run_in_order_in_a_fresh_folder(tmp_path, tmp_path_factory, monkeypatch,
+@pytest.mark.timeout(1200)  # a whole page one block after the other (a few minutes)
+@pytest.mark.parametrize("page", PAGES)
+def test_the_blocks_run_in_order_in_a_fresh_folder(page, tmp_path, tmp_path_factory, monkeypatch,
                                                     capsys, dask_client):
     folder = tmp_path / "reader"
     folder.mkdir()
@@ -184,14 +194,14 @@ def test_the_blocks_run_in_order_in_a_fresh_folder(tmp_path, tmp_path_factory, m
     ran = {"bash": 0, "python": 0}
     runner = _BlockRunner(folder, scripts)
     try:
-        for index, (language, text) in enumerate(fenced()):
+        for index, (language, text) in enumerate(fenced(page)):
             if language == "bash":
                 for argv in block_commands(text):
                     argv = [a.replace("$PWD", str(folder)) for a in shrink(argv, scheduler)]
                     with dask.config.set({"daskstraggle.workers": MAX_WORKERS}):
                         code = main(argv)
                     captured = capsys.readouterr()
-                    assert code == 0, (f"README block {index}: daskstraggle "
+                    assert code == 0, (f"{page} block {index}: daskstraggle "
                                        f"{shlex.join(argv)} exited {code}:\n{captured.err}")
                     if "--json" in argv:
                         assert "n_iter" in json.loads(captured.out)
@@ -200,8 +210,8 @@ def test_the_blocks_run_in_order_in_a_fresh_folder(tmp_path, tmp_path_factory, m
                 script = scripts / f"block_{index}.py"
                 script.write_text(text)
                 report = runner.run(script)
-                assert report["ok"], f"README python block {index} failed:\n{report['error']}"
+                assert report["ok"], f"{page} python block {index} failed:\n{report['error']}"
                 ran["python"] += 1
     finally:
         runner.close()
-    assert ran["python"] == len(blocks("python")) and ran["bash"] == len(commands())
+    assert ran["python"] == len(blocks("python", page)) and ran["bash"] == len(commands(page))
