@@ -525,7 +525,30 @@ class LatencySampler(ABC):
         """
 
 
-class _ConstantSampler(LatencySampler):
+def _out(compute: NDArray[np.float64], communication: Any, size: int | None) -> Draw:
+    """Return a draw: floats for ``size=None``, else arrays of shape (size,)."""
+    if size is None:
+        return float(compute[0]), float(np.ravel(communication)[0])
+    return compute, np.broadcast_to(communication, (size,)).astype(float)
+
+
+class _UnitSampler(LatencySampler):
+    """A sampler whose compute time is a draw at load 1 times ``load`` (``time``,
+    ``iteration`` and ``measured`` unused): subclasses say how to draw in :meth:`_units`."""
+
+    def _units(self, worker_index: int, n: int) -> tuple[NDArray[np.float64], Any]:
+        """Return ``n`` draws of ``worker_index``: compute at load 1, shape (n,), and
+        communication, a number or shape (n,)."""
+        raise NotImplementedError
+
+    def sample(self, worker_index: int, *, time: float = 0.0, iteration: int = 0,
+               load: float = 1.0, measured: float | None = None,
+               size: int | None = None) -> Draw:
+        compute, communication = self._units(worker_index, 1 if size is None else size)
+        return _out(load * compute, communication, size)
+
+
+class _ConstantSampler(_UnitSampler):
     stateless = True
     shared_draws = True
 
@@ -536,12 +559,8 @@ class _ConstantSampler(LatencySampler):
             np.asarray(model.communication, dtype=float), (n_workers,)
         )
 
-    def sample(self, worker_index, *, time=0.0, iteration=0, load=1.0, measured=None, size=None):
-        c = float(self.compute[worker_index]) * load
-        m = float(self.communication[worker_index])
-        if size is None:
-            return c, m
-        return np.full(size, c), np.full(size, m)
+    def _units(self, worker_index, n):
+        return np.full(n, self.compute[worker_index]), self.communication[worker_index]
 
     def _draw_shared(self, loads, size, generator):
         compute = np.repeat((self.compute * loads)[:, None], size, axis=1)

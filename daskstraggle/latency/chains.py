@@ -15,15 +15,15 @@ import numpy as np
 
 from daskstraggle._validation import check_choice, check_positive
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency.base import Draw, LatencyModel, LatencySampler, Streams, register_model
+from daskstraggle.latency.base import LatencyModel, LatencySampler, Streams, register_model
 from daskstraggle.latency.modifiers import (
     _check_base,
     _check_nested,
     _check_probability,
     _check_workers,
     _check_workers_in_range,
+    _FactorSampler,
     _Modifier,
-    _scaled,
     _sub_sampler,
     _term_spec,
 )
@@ -34,7 +34,7 @@ __all__ = ["Bursts", "TwoStateMarkov"]
 # --------------------------------------------------------------------------- Markov chains
 
 
-class _ChainSampler(LatencySampler):
+class _ChainSampler(_FactorSampler):
     """Per-worker two-state (fast/slow) chains advanced lazily by iteration or by time."""
 
     stateless = False
@@ -53,8 +53,7 @@ class _ChainSampler(LatencySampler):
         initial: str,
         workers: tuple[int, ...] | None,
     ) -> None:
-        super().__init__(n_workers, streams)
-        self.base = _sub_sampler(base, n_workers, streams)
+        super().__init__(base, n_workers, streams)
         self.slow = _sub_sampler(slow, n_workers, streams)
         self.slow_factor = slow_factor
         self.p_slow, self.p_fast = p_slow, p_fast
@@ -102,23 +101,14 @@ class _ChainSampler(LatencySampler):
             return False
         return self._init(worker_index)
 
-    def sample(
-        self,
-        worker_index: int,
-        *,
-        time: float = 0.0,
-        iteration: int = 0,
-        load: float = 1.0,
-        measured: float | None = None,
-        size: int | None = None,
-    ) -> Draw:
+    def _source(
+        self, worker_index: int, time: float, iteration: int
+    ) -> tuple[LatencySampler | None, float]:
+        """Return the slow model (if any) in the slow state, else the base and the factor."""
         slow = self.listed[worker_index] and self._advance(worker_index, time, iteration)
-        kwargs = {"time": time, "iteration": iteration, "load": load, "measured": measured,
-                  "size": size}
         if slow and self.slow is not None:
-            return self.slow.sample(worker_index, **kwargs)  # type: ignore[arg-type]
-        factor = self.slow_factor if slow and self.slow_factor is not None else 1.0
-        return _scaled(self.base, factor, worker_index, **kwargs)  # type: ignore[arg-type]
+            return self.slow, 1.0
+        return self.base, self.slow_factor if slow and self.slow_factor is not None else 1.0
 
 
 @register_model

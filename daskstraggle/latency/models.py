@@ -25,10 +25,10 @@ from daskstraggle.errors import (
 )
 from daskstraggle.latency.base import (
     MAX_SECONDS,
-    Draw,
     LatencyModel,
     LatencySampler,
     Streams,
+    _UnitSampler,
     check_per_worker,
     register_model,
 )
@@ -52,17 +52,10 @@ def _per_worker(value: float | tuple[float, ...], n_workers: int) -> NDArray[np.
     return np.broadcast_to(np.asarray(value, dtype=float), (n_workers,)).copy()
 
 
-def _out(compute: NDArray[np.float64], communication: NDArray[np.float64] | float,
-         size: int | None) -> Draw:
-    if size is None:
-        return float(compute[0]), float(np.ravel(communication)[0])
-    return compute, np.broadcast_to(communication, (size,)).astype(float)
-
-
 # --------------------------------------------------------------------------- shifted exponential
 
 
-class _ShiftedExponentialSampler(LatencySampler):
+class _ShiftedExponentialSampler(_UnitSampler):
     stateless = True
     shared_draws = True
 
@@ -82,17 +75,8 @@ class _ShiftedExponentialSampler(LatencySampler):
         draws = self.streams[worker_index].exponential(self.scale[worker_index], size=n)
         return self.shift[worker_index] + draws
 
-    def sample(
-        self,
-        worker_index: int,
-        *,
-        time: float = 0.0,
-        iteration: int = 0,
-        load: float = 1.0,
-        measured: float | None = None,
-        size: int | None = None,
-    ) -> Draw:
-        return _out(load * self._unit(worker_index, 1 if size is None else size), 0.0, size)
+    def _units(self, worker_index, n):
+        return self._unit(worker_index, n), 0.0
 
     def _draw_shared(self, loads, size, generator):
         draws = generator.exponential(size=(self.n_workers, size))
@@ -102,9 +86,28 @@ class _ShiftedExponentialSampler(LatencySampler):
         return draws, np.zeros_like(draws)
 
 
+class _ShiftRate(LatencyModel):
+    """Base of the shifted-exponential laws: a shift (field ``_shift``) and a ``rate``."""
+
+    __slots__ = ()
+    _shift: ClassVar[str] = "shift"
+    _sampler: ClassVar[type[_ShiftedExponentialSampler]] = _ShiftedExponentialSampler
+    rate: float | tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        caller, shift = type(self).__name__, self._shift
+        object.__setattr__(self, shift, check_per_worker(getattr(self, shift), name=shift,
+                                                         caller=caller, high=MAX_SECONDS))
+        object.__setattr__(self, "rate", check_per_worker(self.rate, name="rate", caller=caller,
+                                                          low=1 / MAX_SECONDS))
+
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
+        return self._sampler(getattr(self, self._shift), self.rate, n_workers, streams)
+
+
 @register_model
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ShiftedExponential(LatencyModel):
+class ShiftedExponential(_ShiftRate):
     """Shifted-exponential compute time that scales with the load (BCC eq. 15).
 
     A task of load ``r`` takes ``r * (shift + E)`` seconds with ``E ~ Exp(rate)``, i.e.
@@ -144,16 +147,6 @@ class ShiftedExponential(LatencyModel):
     shift: float | tuple[float, ...] = 0.0
     rate: float | tuple[float, ...] = 1.0
 
-    def __post_init__(self) -> None:
-        caller = "ShiftedExponential"
-        object.__setattr__(self, "shift", check_per_worker(self.shift, name="shift",
-                                                           caller=caller, high=MAX_SECONDS))
-        object.__setattr__(self, "rate", check_per_worker(self.rate, name="rate", caller=caller,
-                                                          low=1 / MAX_SECONDS))
-
-    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
-        return _ShiftedExponentialSampler(self.shift, self.rate, n_workers, streams)
-
 
 # --------------------------------------------------------------------------- multi-message
 
@@ -189,7 +182,7 @@ class _MultiMessageSampler(_ShiftedExponentialSampler):
 
 @register_model
 @dataclass(frozen=True, kw_only=True, slots=True)
-class MultiMessage(LatencyModel):
+class MultiMessage(_ShiftRate):
     """Multi-message latency: the j-th computation of a task finishes at ``j (alpha + X)``.
 
     For each task one ``X ~ Exp(rate)`` is drawn; a task of ``load`` computations sends
@@ -228,24 +221,16 @@ class MultiMessage(LatencyModel):
     """
 
     name: ClassVar[str] = "multi-message"
+    _shift: ClassVar[str] = "alpha"
+    _sampler: ClassVar[type[_ShiftedExponentialSampler]] = _MultiMessageSampler
     alpha: float | tuple[float, ...] = 0.0
     rate: float | tuple[float, ...] = 1.0
-
-    def __post_init__(self) -> None:
-        caller = "MultiMessage"
-        object.__setattr__(self, "alpha", check_per_worker(self.alpha, name="alpha",
-                                                           caller=caller, high=MAX_SECONDS))
-        object.__setattr__(self, "rate", check_per_worker(self.rate, name="rate", caller=caller,
-                                                          low=1 / MAX_SECONDS))
-
-    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
-        return _MultiMessageSampler(self.alpha, self.rate, n_workers, streams)
 
 
 # --------------------------------------------------------------------------- gamma
 
 
-class _GammaSampler(LatencySampler):
+class _GammaSampler(_UnitSampler):
     stateless = True
     shared_draws = True
 
@@ -262,17 +247,7 @@ class _GammaSampler(LatencySampler):
             params.append(tuple(np.broadcast_to(v, (n_workers,)) for v in values))
         self.compute, self.communication = params
 
-    def sample(
-        self,
-        worker_index: int,
-        *,
-        time: float = 0.0,
-        iteration: int = 0,
-        load: float = 1.0,
-        measured: float | None = None,
-        size: int | None = None,
-    ) -> Draw:
-        n = 1 if size is None else size
+    def _units(self, worker_index, n):
         i = worker_index
         (c_mean, c_random, c_shape, c_scale) = self.compute
         (m_mean, m_random, m_shape, m_scale) = self.communication
@@ -286,7 +261,7 @@ class _GammaSampler(LatencySampler):
                 else np.full(n, c_mean[i])
             communication = stream.gamma(m_shape[i], m_scale[i], size=n) if m_random[i] \
                 else np.full(n, m_mean[i])
-        return _out(load * compute, communication, size)
+        return compute, communication
 
     def _draw_shared(self, loads, size, generator):
         # all workers at once: compute then communication, each (n_workers, size)
@@ -450,32 +425,17 @@ def _read_csv(path: str) -> NDArray[np.float64]:
     rows = list(csv.reader(line for _, line in lines))
     numbers = [n for n, _ in lines]
     names: list[str] | None = None
-    if rows:
-        try:
-            [float(cell) for cell in rows[0]]
-        except ValueError:
-            names = [cell.strip() for cell in rows[0]]
-            rows, numbers = rows[1:], numbers[1:]
+    if rows and not _is_numeric_row(rows[0]):
+        names = [cell.strip() for cell in rows[0]]
+        rows, numbers = rows[1:], numbers[1:]
     if not rows:
         raise InvalidDataError(
             f"The replay file {path!r} has no rows of latencies; write one row per task and "
             "one column per worker."
         )
     width = len(names) if names is not None else len(rows[0])
-    data = np.empty((len(rows), width))
-    for k, (row, number) in enumerate(zip(rows, numbers, strict=True)):
-        if len(row) != width:
-            raise InvalidDataError(
-                f"Line {number} of the replay file {path!r} has {len(row)} cells but the "
-                f"file has {width} columns (one per worker); make every row the same length."
-            )
-        try:
-            data[k] = [float(cell) for cell in row]
-        except ValueError:
-            raise InvalidDataError(
-                f"Line {number} of the replay file {path!r} has a cell that is not a number: "
-                f"{row!r}."
-            ) from None
+    data = np.array([_csv_row(row, number, width, path)
+                     for row, number in zip(rows, numbers, strict=True)])
     _check_table(
         data, what=f"The replay file {path!r}", names=names,
         row_labels=[f"row {k} (line {n})" for k, n in enumerate(numbers)], error=InvalidDataError,
@@ -483,7 +443,31 @@ def _read_csv(path: str) -> NDArray[np.float64]:
     return data
 
 
-class _ReplaySampler(LatencySampler):
+def _is_numeric_row(row: list[str]) -> bool:
+    """Whether every cell of a CSV row reads as a number (else it is a header)."""
+    try:
+        [float(cell) for cell in row]
+    except ValueError:
+        return False
+    return True
+
+
+def _csv_row(row: list[str], number: int, width: int, path: str) -> list[float]:
+    """Return the cells of line ``number`` of the replay file as floats, checked."""
+    if len(row) != width:
+        raise InvalidDataError(
+            f"Line {number} of the replay file {path!r} has {len(row)} cells but the "
+            f"file has {width} columns (one per worker); make every row the same length."
+        )
+    if not _is_numeric_row(row):
+        raise InvalidDataError(
+            f"Line {number} of the replay file {path!r} has a cell that is not a number: "
+            f"{row!r}."
+        )
+    return [float(cell) for cell in row]
+
+
+class _ReplaySampler(_UnitSampler):
     stateless = False
 
     def __init__(self, data: NDArray[np.float64], n_workers: int,
@@ -492,21 +476,11 @@ class _ReplaySampler(LatencySampler):
         self.data = data
         self.count = [0] * n_workers
 
-    def sample(
-        self,
-        worker_index: int,
-        *,
-        time: float = 0.0,
-        iteration: int = 0,
-        load: float = 1.0,
-        measured: float | None = None,
-        size: int | None = None,
-    ) -> Draw:
-        n = 1 if size is None else size
+    def _units(self, worker_index, n):
         start = self.count[worker_index]
         rows = np.arange(start, start + n) % self.data.shape[0]
         self.count[worker_index] = start + n
-        return _out(load * self.data[rows, worker_index], 0.0, size)
+        return self.data[rows, worker_index], 0.0
 
 
 @register_model

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import numbers
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, cast
 
@@ -21,7 +20,15 @@ import numpy as np
 
 from daskstraggle._validation import check_int, check_nonnegative, check_positive
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency.base import Draw, LatencyModel, LatencySampler, Streams, register_model
+from daskstraggle.latency.base import (
+    Draw,
+    LatencyModel,
+    LatencySampler,
+    Streams,
+    _is_index,
+    _is_number,
+    register_model,
+)
 
 __all__ = ["Artificial", "Schedule", "Slowdown"]
 
@@ -45,10 +52,7 @@ def _check_workers(value: Any, *, caller: str, allow_none: bool) -> tuple[int, .
     if value is None and allow_none:
         return None
     items = value if isinstance(value, tuple | list) else (value,)
-    ok = bool(items) and all(
-        isinstance(w, numbers.Integral) and not isinstance(w, bool) and int(w) >= 0
-        for w in items
-    )
+    ok = bool(items) and all(map(_is_index, items))
     if ok and len(set(items)) != len(items):
         raise InvalidParameterError(
             f"The 'workers' parameter of {caller} lists a worker twice. Got {value!r} instead; "
@@ -76,10 +80,7 @@ def _check_workers_in_range(
 
 
 def _check_probability(value: Any, *, name: str, caller: str) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if ok:
-        ok = 0.0 <= float(value) <= 1.0
-    if not ok:
+    if not (_is_number(value) and 0.0 <= float(value) <= 1.0):
         raise InvalidParameterError(
             f"The {name!r} parameter of {caller} must be a probability in [0, 1]. "
             f"Got {value!r} instead."
@@ -176,20 +177,18 @@ class _FactorSampler(LatencySampler):
         """Return the compute-time factor of ``worker_index`` at ``time`` / ``iteration``."""
         raise NotImplementedError
 
-    def sample(
-        self,
-        worker_index: int,
-        *,
-        time: float = 0.0,
-        iteration: int = 0,
-        load: float = 1.0,
-        measured: float | None = None,
-        size: int | None = None,
-    ) -> Draw:
-        return _scaled(
-            self.base, self.factor(worker_index, time, iteration), worker_index, time=time,
-            iteration=iteration, load=load, measured=measured, size=size,
-        )
+    def _source(
+        self, worker_index: int, time: float, iteration: int
+    ) -> tuple[LatencySampler | None, float]:
+        """Return the sampler drawn from (None: the measured time) and the compute factor."""
+        return self.base, self.factor(worker_index, time, iteration)
+
+    def sample(self, worker_index: int, *, time: float = 0.0, iteration: int = 0,
+               load: float = 1.0, measured: float | None = None,
+               size: int | None = None) -> Draw:
+        source, factor = self._source(worker_index, time, iteration)
+        return _scaled(source, factor, worker_index, time=time, iteration=iteration, load=load,
+                       measured=measured, size=size)
 
 
 class _SlowdownSampler(_FactorSampler):
@@ -372,39 +371,33 @@ def _check_changes(value: Any, *, caller: str) -> tuple[tuple[int, tuple[int, ..
             f"The 'changes' parameter of {caller} must be a non-empty list of "
             f"[iteration, workers, factor] entries. Got {value!r} instead. {_SCHEDULE_FORM}"
         )
-    out = []
-    for k, entry in enumerate(value):
-        if not isinstance(entry, tuple | list) or len(entry) != 3:
-            raise InvalidParameterError(
-                f"The 'changes' parameter of {caller} has a bad entry {entry!r} (entry {k}): "
-                f"each entry must be [iteration, workers, factor]. {_SCHEDULE_FORM}"
-            )
-        iteration, workers, factor = entry
-        ok = isinstance(iteration, numbers.Integral) and not isinstance(iteration, bool)
-        if not ok or iteration < 0:
-            raise InvalidParameterError(
-                f"The 'changes' parameter of {caller} has a bad entry {entry!r} (entry {k}): "
-                f"its iteration must be an int >= 0. Got {iteration!r} instead."
-            )
-        items = workers if isinstance(workers, tuple | list) else (workers,)
-        ok = bool(items) and all(
-            isinstance(w, numbers.Integral) and not isinstance(w, bool) and int(w) >= 0
-            for w in items
-        )
-        if not ok or len(set(items)) != len(items):
-            raise InvalidParameterError(
-                f"The 'changes' parameter of {caller} has a bad entry {entry!r} (entry {k}): "
-                f"its workers must be a worker index or a list of distinct ones (ints >= 0). "
-                f"Got {workers!r} instead."
-            )
-        ok = isinstance(factor, numbers.Real) and not isinstance(factor, bool)
-        if not ok or not (math.isfinite(factor) and factor > 0):
-            raise InvalidParameterError(
-                f"The 'changes' parameter of {caller} has a bad entry {entry!r} (entry {k}): "
-                f"its factor must be a finite number > 0. Got {factor!r} instead."
-            )
-        out.append((int(iteration), tuple(int(w) for w in items), float(factor)))
+    out = [_check_change(entry, k, caller=caller) for k, entry in enumerate(value)]
     return tuple(sorted(out, key=lambda change: change[0]))  # stable: list order breaks ties
+
+
+def _check_change(entry: Any, k: int, *, caller: str) -> tuple[int, tuple[int, ...], float]:
+    """Normalise the change ``entry`` (number ``k``) to ``(iteration, workers, factor)``."""
+    bad = f"The 'changes' parameter of {caller} has a bad entry {entry!r} (entry {k}): "
+    if not isinstance(entry, tuple | list) or len(entry) != 3:
+        raise InvalidParameterError(
+            f"{bad}each entry must be [iteration, workers, factor]. {_SCHEDULE_FORM}"
+        )
+    iteration, workers, factor = entry
+    if not _is_index(iteration):
+        raise InvalidParameterError(
+            f"{bad}its iteration must be an int >= 0. Got {iteration!r} instead."
+        )
+    items = workers if isinstance(workers, tuple | list) else (workers,)
+    if not items or not all(map(_is_index, items)) or len(set(items)) != len(items):
+        raise InvalidParameterError(
+            f"{bad}its workers must be a worker index or a list of distinct ones (ints >= 0). "
+            f"Got {workers!r} instead."
+        )
+    if not (_is_number(factor) and math.isfinite(factor) and factor > 0):
+        raise InvalidParameterError(
+            f"{bad}its factor must be a finite number > 0. Got {factor!r} instead."
+        )
+    return int(iteration), tuple(int(w) for w in items), float(factor)
 
 
 class _ScheduleSampler(_FactorSampler):
