@@ -334,15 +334,8 @@ class Method(ABC):
         return None
 
     @abstractmethod
-    def start(
-        self,
-        problem: Problem,
-        iterate: np.ndarray,
-        placement: list[tuple[int, ...]],
-        *,
-        step_size: float,
-        partition_rows: list[int] | None = None,
-    ) -> None:
+    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
+              step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state.
 
         Parameters
@@ -388,3 +381,12 @@ class Method(ABC):
     def get_params(self) -> dict[str, Any]:
         """Return the method's parameters (for traces)."""
         return {}
+
+    def _plain_sum(self, results: dict[int, WorkResult]) -> KernelResult:
+        """Return the sum of the non-empty ``results`` in worker index order (so it does
+        not depend on arrival order), each checked by :func:`check_plain`."""
+        order = sorted(results)
+        total = check_plain(results[order[0]], caller=type(self).__name__)
+        for i in order[1:]:
+            total = total + check_plain(results[i], caller=type(self).__name__)
+        return total

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from daskstraggle._validation import check_int
-from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import RoundSummary, WorkUnit
 from daskstraggle.methods.coded import CodedSum
 from daskstraggle.problems._linalg import orthonormalize
@@ -104,24 +103,8 @@ class BlockKrylov(CodedSum):
         """Return the parameters."""
         return {**super().get_params(), "max_blocks": self.max_blocks}
 
-    def check_problem(self, problem: Problem) -> None:
-        """Refuse problems other than PCA."""
-        if not isinstance(problem, PCA):
-            raise InvalidParameterError(
-                f"The 'method' parameter (CLI: --method) 'block' applies to PCA only (it is "
-                f"an eigensolver); for {problem.name} use 'gd', 'nag', 'coded', 'dsag' or "
-                "another iterative method. Got 'block' instead."
-            )
-
-    def start(
-        self,
-        problem: Problem,
-        iterate: np.ndarray,
-        placement: list[tuple[int, ...]],
-        *,
-        step_size: float,
-        partition_rows: list[int] | None = None,
-    ) -> None:
+    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
+              step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state: the first block is ``iterate`` plus random columns up to
         ``b`` (``iterate`` already has ``k + p`` columns when the problem oversamples)."""
         super().start(problem, iterate, placement, step_size=step_size,

@@ -103,15 +103,8 @@ class BoundedAsync(Method):
         """Return the parameters."""
         return {"max_delay": self.max_delay, "order": self.order}
 
-    def start(
-        self,
-        problem: Problem,
-        iterate: np.ndarray,
-        placement: list[tuple[int, ...]],
-        *,
-        step_size: float,
-        partition_rows: list[int] | None = None,
-    ) -> None:
+    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
+              step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state."""
         if partition_rows is None:
             raise InvalidParameterError("BoundedAsync needs the partition row counts.")

@@ -21,6 +21,7 @@ from daskstraggle.methods.gd import Nesterov
 from daskstraggle.methods.options import MethodOption
 from daskstraggle.methods.sgd import SGD
 from daskstraggle.problems.base import KernelResult, Problem, combine
+from daskstraggle.problems.pca import PCA
 
 __all__ = ["CodedGD", "CodedSum", "IgnoreStragglers"]
 
@@ -161,15 +162,8 @@ class CodedGD(Method):
                 StraggleWarning, stacklevel=3)
         return placement
 
-    def start(
-        self,
-        problem: Problem,
-        iterate: np.ndarray,
-        placement: list[tuple[int, ...]],
-        *,
-        step_size: float,
-        partition_rows: list[int] | None = None,
-    ) -> None:
+    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
+              step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state."""
         if self._assignment is None or not self._assignment.matches(placement):
             raise InvalidParameterError("CodedGD.start needs the placement it drew itself.")
@@ -289,10 +283,21 @@ class CodedSum(CodedGD):
     """
 
     cli_options = SCHEME_OPTIONS
+    #: Why the method solves PCA only, in the refusal of other problems.
+    pca_only: ClassVar[str] = "it is an eigensolver"
 
     def __init__(self, scheme: str | CodingScheme = "uncoded", *, rng: int | None = None,
                  **scheme_params: Any) -> None:
         super().__init__(scheme, rng=rng, **scheme_params)
+
+    def check_problem(self, problem: Problem) -> None:
+        """Refuse problems other than PCA."""
+        if not isinstance(problem, PCA):
+            raise InvalidParameterError(
+                f"The 'method' parameter (CLI: --method) {self.name!r} applies to PCA only "
+                f"({self.pca_only}); for {problem.name} use 'gd', 'nag', 'coded', 'dsag' or "
+                f"another iterative method. Got {self.name!r} instead."
+            )
 
     def get_params(self) -> dict[str, Any]:
         """Return the parameters."""
@@ -371,15 +376,8 @@ class IgnoreStragglers(SGD):
                 f"{self.n_stragglers!r} instead."
             )
 
-    def start(
-        self,
-        problem: Problem,
-        iterate: np.ndarray,
-        placement: list[tuple[int, ...]],
-        *,
-        step_size: float,
-        partition_rows: list[int] | None = None,
-    ) -> None:
+    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
+              step_size: float, partition_rows: list[int] | None = None) -> None:
         """Wait for all workers holding data but ``n_stragglers``."""
         holders = sum(1 for p in placement if p)
         self.check_n_workers(holders)

@@ -40,15 +40,8 @@ class DSAG(SGD):
 
     Parameters
     ----------
-    n_wait : int or None, default=None
-        Fresh results waited for each iteration, ``w`` (None: all workers holding data).
-    subpartitions : int or sequence of int, default=1
-        Subpartitions ``p_i`` per worker (one value for all, or one per worker). Each
-        task covers one subpartition of the worker's rows, in turn; the load balancer
-        changes them without moving data.
-    collect_window : float, default=0.02
-        Fraction of the round's elapsed time to keep collecting after the ``n_wait``-th
-        fresh result.
+    n_wait, subpartitions, collect_window
+        As :class:`SGD`; ``n_wait`` is the paper's ``w``.
     balance : bool or LoadBalancer or None, default=None
         Balance the load while running (DSAG-LB, paper §VI); see :class:`SGD`. Resized
         subpartitions start where old ones started (Algorithm 2), so the cache entries
@@ -80,15 +73,8 @@ class DSAG(SGD):
 
     # ------------------------------------------------------------------ run state
 
-    def start(
-        self,
-        problem: Problem,
-        iterate: np.ndarray,
-        placement: list[tuple[int, ...]],
-        *,
-        step_size: float,
-        partition_rows: list[int] | None = None,
-    ) -> None:
+    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
+              step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state: empty cache, every worker at its first subpartition."""
         super().start(problem, iterate, placement, step_size=step_size,
                       partition_rows=partition_rows)

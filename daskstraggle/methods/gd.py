@@ -38,15 +38,8 @@ class GD(Method):
     def __init__(self) -> None:
         self._problem: Problem | None = None
 
-    def start(
-        self,
-        problem: Problem,
-        iterate: np.ndarray,
-        placement: list[tuple[int, ...]],
-        *,
-        step_size: float,
-        partition_rows: list[int] | None = None,
-    ) -> None:
+    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
+              step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state."""
         self.check_problem(problem)
         self._problem = problem
@@ -91,10 +84,7 @@ class GD(Method):
         if self._summary is not None:
             return self._summary
         order = sorted(self._results)
-        caller = type(self).__name__
-        total = check_plain(self._results[order[0]], caller=caller)
-        for i in order[1:]:
-            total = total + check_plain(self._results[i], caller=caller)
+        total = self._plain_sum(self._results)
         point = self._point()
         self._summary = RoundSummary(
             iterate=point,
@@ -166,15 +156,8 @@ class NAG(GD):
                 "Got 'nag' instead."
             )
 
-    def start(
-        self,
-        problem: Problem,
-        iterate: np.ndarray,
-        placement: list[tuple[int, ...]],
-        *,
-        step_size: float,
-        partition_rows: list[int] | None = None,
-    ) -> None:
+    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
+              step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state (momentum counter included)."""
         super().start(problem, iterate, placement, step_size=step_size,
                       partition_rows=partition_rows)

@@ -114,15 +114,12 @@ class Gram(CodedSum):
     description = ("PCA: exact in one round from the summed Gram matrices, coded with "
                    "--scheme; up to 20000 columns")
     start_pass = False  # one exact round: no starting point to measure from
+    pca_only = "it eigendecomposes the Gram matrix"
 
     def check_problem(self, problem: Problem) -> None:
         """Refuse problems other than PCA, oversampling, and PCA with too many columns."""
-        if not isinstance(problem, PCA):
-            raise InvalidParameterError(
-                f"The 'method' parameter (CLI: --method) 'gram' applies to PCA only (it "
-                f"eigendecomposes the Gram matrix); for {problem.name} use 'gd', 'nag', "
-                "'coded', 'dsag' or another iterative method. Got 'gram' instead."
-            )
+        super().check_problem(problem)
+        assert isinstance(problem, PCA)
         if problem.oversample is not None:
             raise InvalidParameterError(
                 "The 'oversample' parameter of PCA (CLI: --oversample) applies to the "

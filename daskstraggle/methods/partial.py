@@ -181,15 +181,8 @@ class PartialRecovery(Method):
 
     # ------------------------------------------------------------------ run state
 
-    def start(
-        self,
-        problem: Problem,
-        iterate: np.ndarray,
-        placement: list[tuple[int, ...]],
-        *,
-        step_size: float,
-        partition_rows: list[int] | None = None,
-    ) -> None:
+    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
+              step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state: all ages 0, the static order."""
         if self._assignment is None or not self._assignment.matches(placement):
             raise InvalidParameterError("PartialRecovery.start needs the placement it drew.")

@@ -168,15 +168,8 @@ class SGD(Method):
                 "one value or one per worker."
             )
 
-    def start(
-        self,
-        problem: Problem,
-        iterate: np.ndarray,
-        placement: list[tuple[int, ...]],
-        *,
-        step_size: float,
-        partition_rows: list[int] | None = None,
-    ) -> None:
+    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
+              step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state: every worker at its first subpartition."""
         self.check_n_workers(len(placement))
         holders = [i for i, parts in enumerate(placement) if parts]
@@ -330,10 +323,7 @@ class SGD(Method):
         if self._summary is not None:
             return self._summary
         order = sorted(self._fresh)
-        caller = type(self).__name__
-        total = check_plain(self._fresh[order[0]], caller=caller)
-        for i in order[1:]:
-            total = total + check_plain(self._fresh[i], caller=caller)
+        total = self._plain_sum(self._fresh)
         covered = sum(self._unit_rows(self._fresh[i].unit) for i in order)
         exact = covered == self._total_rows
         estimate = total if exact else total.scaled(self._total_rows / covered)
