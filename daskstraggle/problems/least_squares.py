@@ -65,6 +65,22 @@ class _LinearModel(Problem):
     column_scale: np.ndarray | None
 
     # ---------------------------------------------------------------- parameters
+    def _glm_kernel(self, block: Block, iterate: np.ndarray, *,
+                    logistic: bool) -> KernelResult:
+        """The mean loss's gradient and the loss over ``block`` (one fused pass): the
+        logistic loss, or half the squared residuals; both over the rows of the whole
+        matrix."""
+        w, b = self._split(iterate)
+        n = self._bound()[1]
+        self._labels(block)
+        d = w.shape[0]
+        grad = np.zeros(self.n_params)
+        grad[:d], total, loss = glm_pass(block, w, b, logistic=logistic)
+        if self.fit_intercept:
+            grad[d] = total
+        loss /= n if logistic else 2.0 * n
+        return KernelResult(gradient=grad / n, values=np.array([loss]), n_rows=block.n_rows)
+
     def get_params(self) -> dict[str, Any]:
         """Return the user parameters (``make_problem(name, **params)`` rebuilds it)."""
         return {"alpha": self.alpha, "fit_intercept": self.fit_intercept}
@@ -569,17 +585,7 @@ class LeastSquares(_LinearModel):
         InvalidDataError
             If the block has no labels.
         """
-        w, b = self._split(iterate)
-        n = self._bound()[1]
-        self._labels(block)
-        d = w.shape[0]
-        grad = np.zeros(self.n_params)
-        grad[:d], total, loss = glm_pass(block, w, b, logistic=False)
-        if self.fit_intercept:
-            grad[d] = total
-        return KernelResult(
-            gradient=grad / n, values=np.array([loss / (2.0 * n)]), n_rows=block.n_rows
-        )
+        return self._glm_kernel(block, iterate, logistic=False)
 
     def qr_kernel(self, block: Block) -> np.ndarray:
         """Return the R factor of ``[X_b, 1, y_b]`` (TSQR leaf), folded tile by tile.

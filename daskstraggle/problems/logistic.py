@@ -12,7 +12,6 @@ import numpy as np
 from daskstraggle._declared_options import CliOption
 from daskstraggle._validation import check_bool, check_nonnegative
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
-from daskstraggle.problems._kernels import glm_pass
 from daskstraggle.problems._linalg import check_dense_size, solve_psd
 from daskstraggle.problems.base import KernelResult, MapReduce, Reference
 from daskstraggle.problems.block import Block, MatrixStats
@@ -198,15 +197,7 @@ class Logistic(_LinearModel):
         InvalidDataError
             If the block has no labels.
         """
-        w, b = self._split(iterate)
-        n = self._bound()[1]
-        self._labels(block)
-        d = w.shape[0]
-        grad = np.zeros(self.n_params)
-        grad[:d], total, loss = glm_pass(block, w, b, logistic=True)
-        if self.fit_intercept:
-            grad[d] = total
-        return KernelResult(gradient=grad / n, values=np.array([loss / n]), n_rows=block.n_rows)
+        return self._glm_kernel(block, iterate, logistic=True)
 
     def newton_kernel(self, block: Block, iterate: np.ndarray) -> _NewtonTerms:
         """Return the mean-loss gradient, Hessian and loss over a block (one pass).
