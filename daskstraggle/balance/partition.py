@@ -32,6 +32,11 @@ def _check(n: int, p: int, caller: str, name: str = "p") -> tuple[int, int]:
     return n, p
 
 
+def _check_k(n: int, p: int, k: int, caller: str) -> tuple[int, int, int]:
+    n, p = _check(n, p, caller)
+    return n, p, check_int(k, name="k", caller=caller, low=1, high=p)
+
+
 def part_start(n: int, p: int, k: int) -> int:
     """Return the first row (1-based) of subpartition ``k`` of ``n`` rows split ``p`` ways.
 
@@ -54,8 +59,7 @@ def part_start(n: int, p: int, k: int) -> int:
     >>> [part_start(10, 3, k) for k in (1, 2, 3)]
     [1, 4, 7]
     """
-    n, p = _check(n, p, "part_start")
-    k = check_int(k, name="k", caller="part_start", low=1, high=p)
+    n, p, k = _check_k(n, p, k, "part_start")
     return (k - 1) * n // p + 1
 
 
@@ -67,8 +71,7 @@ def part_stop(n: int, p: int, k: int) -> int:
     >>> [part_stop(10, 3, k) for k in (1, 2, 3)]
     [3, 6, 10]
     """
-    n, p = _check(n, p, "part_stop")
-    k = check_int(k, name="k", caller="part_stop", low=1, high=p)
+    n, p, k = _check_k(n, p, k, "part_stop")
     return k * n // p
 
 
