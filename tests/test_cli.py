@@ -221,7 +221,7 @@ def test_version(capsys):
 # ------------------------------------------------------------------------------ demo
 def test_demo_runs_end_to_end(tmp_path):
     out = tmp_path / "demo"
-    # 2 process workers instead of the default 4 (through the setting the README documents,
+    # 2 process workers instead of the default 4 (through the setting docs/guide.md documents,
     # so the demo still takes its worker count from the setting): each costs seconds to start
     env = {**os.environ, "DASK_DASKSTRAGGLE__WORKERS": "2"}
     proc = subprocess.run([*CLI, "demo", "--out", str(out)], capture_output=True, text=True,
