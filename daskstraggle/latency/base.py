@@ -396,21 +396,24 @@ class LatencyModel(ABC):
 
     def to_spec(self) -> str:
         """Return the model as a spec string that ``parse_latency`` reads back."""
+        base = getattr(self, "base", None)
+        term = self._spec_term(skip_base=True)
+        return term if base is None else f"{base.to_spec()} + {term}"
+
+    def _spec_term(self, *, skip_base: bool = False) -> str:
+        """Write the model as one term; nested models self-contained (``base=`` an argument)."""
         args = []
-        base = None
         for f in fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if f.name == "base":
-                base = value
+            if skip_base and f.name == "base":
                 continue
+            value = getattr(self, f.name)
             if isinstance(value, LatencyModel):
-                args.append(f"{f.name}={value.to_spec()}")
+                args.append(f"{f.name}={value._spec_term()}")
                 continue
             if isinstance(value, tuple):
                 value = list(value)
             args.append(f"{f.name}={value!r}")
-        term = f"{self.name.replace('-', '_')}({', '.join(args)})"
-        return term if base is None else f"{base.to_spec()} + {term}"
+        return f"{self.name.replace('-', '_')}({', '.join(args)})"
 
 
 class LatencySampler(ABC):

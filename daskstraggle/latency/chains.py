@@ -25,7 +25,6 @@ from daskstraggle.latency.modifiers import (
     _FactorSampler,
     _Modifier,
     _sub_sampler,
-    _term_spec,
 )
 
 __all__ = ["Bursts", "TwoStateMarkov"]
@@ -229,11 +228,6 @@ class TwoStateMarkov(_Modifier):
         """Raise InvalidParameterError if a listed worker is out of range."""
         _check_nested(self, n_workers)
         _check_workers_in_range(self.workers, n_workers, caller="TwoStateMarkov")  # type: ignore[arg-type]
-
-    def to_spec(self) -> str:
-        """Return the model as a spec string that ``parse_latency`` reads back."""
-        term = _term_spec(self, skip_base=True)
-        return term if self.base is None else f"{self.base.to_spec()} + {term}"
 
     def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _ChainSampler(

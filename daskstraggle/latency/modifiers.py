@@ -133,22 +133,6 @@ def _scaled(
     return np.asarray(compute) * factor, communication
 
 
-def _term_spec(model: LatencyModel, *, skip_base: bool = False) -> str:
-    """Write ``model`` as one self-contained spec term (the base as a ``base=`` argument)."""
-    args = []
-    for f in fields(model):  # type: ignore[arg-type]
-        if skip_base and f.name == "base":
-            continue
-        value = getattr(model, f.name)
-        if isinstance(value, LatencyModel):
-            args.append(f"{f.name}={_term_spec(value)}")
-            continue
-        if isinstance(value, tuple):
-            value = list(value)
-        args.append(f"{f.name}={value!r}")
-    return f"{model.name.replace('-', '_')}({', '.join(args)})"
-
-
 class _Modifier(LatencyModel):
     """Mixin of the modifiers: ``has_distribution`` follows the base."""
 

@@ -21,11 +21,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from daskstraggle._validation import check_int, check_nonnegative
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency.base import LatencyModel
+from daskstraggle.latency.base import LatencyModel, LatencySampler
 
 __all__ = ["OrderStatistics", "order_statistics"]
-
-_CALLER = "order_statistics"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -127,8 +125,12 @@ def _check_load(load: Any, n_workers: int, caller: str) -> NDArray[np.float64]:
     return arr
 
 
-def _check_model(model: Any, n_workers: int, caller: str) -> None:
-    """Raise unless ``model`` is a LatencyModel with a distribution fitting ``n_workers``."""
+def _model_sampler(
+    model: Any, n_workers: int, load: Any, rng: Any, caller: str
+) -> tuple[NDArray[np.float64], LatencySampler]:
+    """Check ``load`` and ``model`` (a LatencyModel with a distribution fitting
+    ``n_workers``); return the loads (shape (n_workers,)) and the model's sampler."""
+    loads = _check_load(load, n_workers, caller)
     if not isinstance(model, LatencyModel):
         raise InvalidParameterError(
             f"The 'model' parameter of {caller} must be a LatencyModel. "
@@ -141,10 +143,12 @@ def _check_model(model: Any, n_workers: int, caller: str) -> None:
             "base distribution such as 'gamma(mean=0.05, var=1e-4) + ...'."
         )
     model.check_n_workers(n_workers)
+    return loads, model.sampler(n_workers, rng=rng)
 
 
 def _check_finite(values: NDArray[np.float64], *, caller: str, model: LatencyModel,
-                  what: str, remedy: str) -> None:
+                  what: str = "a latency times load",
+                  remedy: str = "use smaller times in the model or a smaller load.") -> None:
     """Raise InvalidParameterError naming ``what`` if ``values`` has an inf or a NaN."""
     bad = ~np.isfinite(values)
     if bad.any():
@@ -175,7 +179,8 @@ def order_statistics(
     Parameters
     ----------
     model : LatencyModel
-        Per-worker latency; it must have a distribution (``model.has_distribution``).
+        Per-worker latency of one task: with a distribution (``model.has_distribution``)
+        and stateless (no Markov chains, bursts, schedules or replays).
     n_workers : int
         Number of workers ``N``.
     n_samples : int, default=10_000
@@ -227,14 +232,12 @@ def order_statistics(
     >>> stats.mean
     array([1., 2., 3.])
     """
-    n_workers = check_int(n_workers, name="n_workers", caller=_CALLER, low=1)
-    n_samples = check_int(n_samples, name="n_samples", caller=_CALLER, low=1)
-    time = check_nonnegative(time, name="time", caller=_CALLER)
-    iteration = check_int(iteration, name="iteration", caller=_CALLER, low=0)
-    loads = _check_load(load, n_workers, _CALLER)
-    _check_model(model, n_workers, _CALLER)
-
-    sampler = model.sampler(n_workers, rng=rng)
+    caller = "order_statistics"
+    n_workers = check_int(n_workers, name="n_workers", caller=caller, low=1)
+    n_samples = check_int(n_samples, name="n_samples", caller=caller, low=1)
+    time = check_nonnegative(time, name="time", caller=caller)
+    iteration = check_int(iteration, name="iteration", caller=caller, low=0)
+    loads, sampler = _model_sampler(model, n_workers, load, rng, caller)
     if not sampler.stateless:
         raise InvalidParameterError(
             f"order_statistics needs a model whose draws do not depend on time or history; "
@@ -244,14 +247,12 @@ def order_statistics(
         )
     with np.errstate(over="ignore", invalid="ignore"):
         drawn = sampler.draw(loads, n_samples)  # (n_workers, n_samples); time is unused
-        _check_finite(drawn, caller=_CALLER, model=model, what="a latency times load",
-                      remedy="use smaller times in the model or a smaller load.")
+        _check_finite(drawn, caller=caller, model=model)
         samples = np.ascontiguousarray(drawn.T)
         del drawn
         samples.sort(axis=1)
         mean = samples.mean(axis=0)
         std = samples.std(axis=0, ddof=1) if n_samples > 1 else np.zeros(n_workers)
     for what, values in (("a mean", mean), ("a standard deviation", std)):
-        _check_finite(values, caller=_CALLER, model=model, what=what,
-                      remedy="use smaller times in the model or a smaller load.")
+        _check_finite(values, caller=caller, model=model, what=what)
     return OrderStatistics(mean=mean, std=std, n_samples=n_samples, samples=samples)

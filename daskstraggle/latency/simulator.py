@@ -58,7 +58,7 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -66,7 +66,7 @@ from numpy.typing import ArrayLike, NDArray
 from daskstraggle._validation import check_choice, check_int, check_nonnegative
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel, LatencySampler
-from daskstraggle.latency.order import _check_finite, _check_load, _check_model
+from daskstraggle.latency.order import _check_finite, _model_sampler
 
 __all__ = ["SimulationResult", "simulate"]
 
@@ -148,16 +148,21 @@ class SimulationResult:
         }
 
 
-def _run_vectorised(
-    durations: NDArray[np.float64],
-    n_wait: int,
-    collect_window: float,
-    update_duration: float,
-    ends: NDArray[np.float64],
-    fresh: NDArray[np.bool_],
-    stale: NDArray[np.bool_],
-) -> None:
-    """Fill ``ends``, ``fresh`` and ``stale`` from pre-drawn latencies (stateless models)."""
+class _Loop(NamedTuple):
+    """The coordinator's settings and the arrays a simulation fills."""
+
+    n_wait: int
+    collect_window: float
+    update_duration: float
+    ends: NDArray[np.float64]  # (n_iterations,)
+    fresh: NDArray[np.bool_]  # (n_iterations, n_workers)
+    stale: NDArray[np.bool_]  # (n_iterations, n_workers)
+
+
+def _run_vectorised(durations: NDArray[np.float64], loop: _Loop) -> None:
+    """Fill ``loop``'s ``ends``, ``fresh`` and ``stale`` from pre-drawn latencies (stateless
+    models)."""
+    n_wait, collect_window, update_duration, ends, fresh, stale = loop
     n_workers, n_draws = durations.shape
     flat = durations.ravel()
     pos = np.arange(n_workers) * n_draws  # flat index of each worker's next draw
@@ -186,19 +191,12 @@ def _run_vectorised(
         s = e + update_duration
 
 
-def _run_events(
-    draw: Callable[[int, float, int], float],
-    n_wait: int,
-    collect_window: float,
-    update_duration: float,
-    ends: NDArray[np.float64],
-    fresh: NDArray[np.bool_],
-    stale: NDArray[np.bool_],
-) -> None:
-    """Fill ``ends``, ``fresh`` and ``stale`` event by event (any sampler).
+def _run_events(draw: Callable[[int, float, int], float], loop: _Loop) -> None:
+    """Fill ``loop``'s ``ends``, ``fresh`` and ``stale`` event by event (any sampler).
 
     ``draw(i, start_time, version)`` returns the latency of worker ``i``'s next task.
     """
+    n_wait, collect_window, update_duration, ends, fresh, stale = loop
     n_workers = fresh.shape[1]
     heap: list[tuple[float, int]] = []
     version = [-1] * n_workers
@@ -237,9 +235,9 @@ def _run_events(
         s = e + update_duration
 
 
-def _run(sampler: LatencySampler, method: str, loads: NDArray[np.float64],
-         args: tuple[Any, ...], model: LatencyModel) -> None:
-    """Fill ``ends``, ``fresh`` and ``stale`` (in ``args``) with the chosen engine."""
+def _run(sampler: LatencySampler, method: str, loads: NDArray[np.float64], loop: _Loop,
+         model: LatencyModel) -> None:
+    """Fill ``loop``'s arrays with the chosen engine."""
     if not sampler.stateless:
         load_list = loads.tolist()
 
@@ -248,14 +246,12 @@ def _run(sampler: LatencySampler, method: str, loads: NDArray[np.float64],
                                                     load=load_list[i])
             return float(compute) + float(communication)
 
-        _run_events(draw_one, *args)
+        _run_events(draw_one, loop)
         return
-    n_iterations = args[3].shape[0]
-    durations = sampler.draw(loads, n_iterations)  # (n_workers, n_iterations)
-    _check_finite(durations, caller=_CALLER, model=model, what="a latency times load",
-                  remedy="use smaller times in the model or a smaller load.")
+    durations = sampler.draw(loads, loop.ends.shape[0])  # (n_workers, n_iterations)
+    _check_finite(durations, caller=_CALLER, model=model)
     if method != "event":
-        _run_vectorised(durations, *args)
+        _run_vectorised(durations, loop)
         return
     rows = durations.tolist()
     used = [0] * len(rows)
@@ -264,7 +260,7 @@ def _run(sampler: LatencySampler, method: str, loads: NDArray[np.float64],
         used[i] += 1
         return rows[i][used[i] - 1]
 
-    _run_events(draw, *args)
+    _run_events(draw, loop)
 
 
 def simulate(
@@ -364,10 +360,7 @@ def simulate(
     update_duration = check_nonnegative(update_duration, name="update_duration", caller=_CALLER)
     method = check_choice(method, name="method", caller=_CALLER,
                           choices=["auto", "event", "vectorised"])
-    loads = _check_load(load, n_workers, _CALLER)
-    _check_model(model, n_workers, _CALLER)
-
-    sampler = model.sampler(n_workers, rng=rng)
+    loads, sampler = _model_sampler(model, n_workers, load, rng, _CALLER)
     if method == "vectorised" and not sampler.stateless:
         raise InvalidParameterError(
             f"The 'method' parameter of {_CALLER} can be 'vectorised' only for a stateless "
@@ -379,8 +372,8 @@ def simulate(
     fresh = np.zeros((n_iterations, n_workers), dtype=bool)
     stale = np.zeros((n_iterations, n_workers), dtype=bool)
     with np.errstate(over="ignore", invalid="ignore"):
-        _run(sampler, method, loads, (n_wait, collect_window, update_duration, ends, fresh,
-                                      stale), model)
+        _run(sampler, method, loads,
+             _Loop(n_wait, collect_window, update_duration, ends, fresh, stale), model)
     _check_finite(ends, caller=_CALLER, model=model, what="a simulated time",
                   remedy="use smaller times in the model, a smaller load, collect_window or "
                   "update_duration.")
