@@ -10,6 +10,7 @@ return their statistics),
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import time
@@ -706,34 +707,55 @@ class Runtime(ABC):
             bar.set_postfix(objective="?" if objective is None else f"{objective:.6g}",
                             refresh=False)
 
+    @functools.singledispatchmethod
     def _execute(self, instruction: Instruction, work: Any, problem: Problem,
                  session: RunSession) -> Event | None:
-        """Carry out one engine instruction; return its reply event, if any."""
-        if isinstance(instruction, Submit):
-            self._submit(instruction.unit, work)
-            return None
-        if isinstance(instruction, Await):
-            result = self._next(timeout=instruction.timeout)
-            if result is None:
-                return Quiet(time=self._clock())
-            self._inbound += payload_bytes(result.result)
-            return Arrived(result=result, time=self._clock())
-        if isinstance(instruction, CheckExact):
-            return Checked(result=self._exact_pass(problem, instruction.iterate),
-                           time=self._clock())
-        if isinstance(instruction, AfterStep):
-            self._after_step()
-            return Stepped(time=self._clock())
-        if isinstance(instruction, Abandon):
-            freed = tuple(self._abandon(instruction.version))
-            return Freed(workers=freed, time=self._clock())
-        if isinstance(instruction, WriteCheckpoint):
-            session.checkpoint.write(instruction.state, iteration=instruction.iteration)
-            return Saved(time=self._clock())
-        if isinstance(instruction, RecordEvent):
-            session.recorder.add_event(instruction.event)
-            return None
+        """Carry out one engine instruction (one method per instruction type); return its
+        reply event, if any."""
         raise TypeError(f"unknown instruction {instruction!r}")
+
+    @_execute.register(Submit)
+    def _(self, instruction: Submit, work: Any, problem: Problem,
+          session: RunSession) -> Event | None:
+        self._submit(instruction.unit, work)
+        return None
+
+    @_execute.register(Await)
+    def _(self, instruction: Await, work: Any, problem: Problem,
+          session: RunSession) -> Event | None:
+        result = self._next(timeout=instruction.timeout)
+        if result is None:
+            return Quiet(time=self._clock())
+        self._inbound += payload_bytes(result.result)
+        return Arrived(result=result, time=self._clock())
+
+    @_execute.register(CheckExact)
+    def _(self, instruction: CheckExact, work: Any, problem: Problem,
+          session: RunSession) -> Event | None:
+        return Checked(result=self._exact_pass(problem, instruction.iterate), time=self._clock())
+
+    @_execute.register(AfterStep)
+    def _(self, instruction: AfterStep, work: Any, problem: Problem,
+          session: RunSession) -> Event | None:
+        self._after_step()
+        return Stepped(time=self._clock())
+
+    @_execute.register(Abandon)
+    def _(self, instruction: Abandon, work: Any, problem: Problem,
+          session: RunSession) -> Event | None:
+        return Freed(workers=tuple(self._abandon(instruction.version)), time=self._clock())
+
+    @_execute.register(WriteCheckpoint)
+    def _(self, instruction: WriteCheckpoint, work: Any, problem: Problem,
+          session: RunSession) -> Event | None:
+        session.checkpoint.write(instruction.state, iteration=instruction.iteration)
+        return Saved(time=self._clock())
+
+    @_execute.register(RecordEvent)
+    def _(self, instruction: RecordEvent, work: Any, problem: Problem,
+          session: RunSession) -> Event | None:
+        session.recorder.add_event(instruction.event)
+        return None
 
     def _cancel_pending(self) -> None:  # noqa: B027 - optional hook
         """Forget work still in flight when a run ends."""
