@@ -30,6 +30,7 @@ runtime polls every second).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -476,32 +477,47 @@ class SimRuntime(LocalRuntime):
 
     def _carry_out(self, instructions: list[Any]) -> None:
         """Carry out the pool's instructions in simulated time."""
-        assert self.worker_pool is not None
         for instruction in instructions:
-            if isinstance(instruction, MoveIndex):
-                self._losses.append({
-                    "worker_index": instruction.index, "lost": instruction.previous,
-                    "moved_to": instruction.to, "reason": instruction.why,
-                    "kind": instruction.kind, "time": self._now,
-                    "partitions": sorted(self._blocks[instruction.index]),
-                    "reloaded": [] if instruction.how == "fetch" or instruction.from_helper
-                    else sorted(self._blocks[instruction.index])})
-            elif isinstance(instruction, Resend | Cancel):
-                for key in (instruction.cancel if isinstance(instruction, Resend)
-                            else instruction.keys):
-                    self._tasks.pop(key, None)
-                if isinstance(instruction, Resend):
-                    for unit, only in instruction.units:
-                        self._submit(unit, self._work, only)
-            elif isinstance(instruction, SendBackup):
-                self._send_backup(instruction)
-            elif isinstance(instruction, StartHelping):
-                self.worker_pool.helper_ready(instruction.index)  # data moves take no time
-            elif isinstance(instruction, AwaitWorkers):
-                self._await_workers()
-            else:
-                assert isinstance(instruction, StopHelping), instruction
+            self._carry(instruction)
 
+    @functools.singledispatchmethod
+    def _carry(self, instruction: Any) -> None:
+        """Carry out one pool instruction (one method per type); a helper stopping needs
+        nothing here."""
+        assert isinstance(instruction, StopHelping), instruction
+
+    @_carry.register(MoveIndex)
+    def _(self, instruction: MoveIndex) -> None:
+        self._losses.append({
+            "worker_index": instruction.index, "lost": instruction.previous,
+            "moved_to": instruction.to, "reason": instruction.why,
+            "kind": instruction.kind, "time": self._now,
+            "partitions": sorted(self._blocks[instruction.index]),
+            "reloaded": [] if instruction.how == "fetch" or instruction.from_helper
+            else sorted(self._blocks[instruction.index])})
+
+    @_carry.register(Cancel)
+    def _(self, instruction: Cancel) -> None:
+        for key in instruction.keys:
+            self._tasks.pop(key, None)
+
+    @_carry.register(Resend)
+    def _(self, instruction: Resend) -> None:
+        for key in instruction.cancel:
+            self._tasks.pop(key, None)
+        for unit, only in instruction.units:
+            self._submit(unit, self._work, only)
+
+    @_carry.register(StartHelping)
+    def _(self, instruction: StartHelping) -> None:
+        assert self.worker_pool is not None
+        self.worker_pool.helper_ready(instruction.index)  # data moves take no time
+
+    @_carry.register(AwaitWorkers)
+    def _(self, instruction: AwaitWorkers) -> None:
+        self._await_workers()
+
+    @_carry.register(SendBackup)
     def _send_backup(self, instruction: SendBackup) -> None:
         assert self.worker_pool is not None
         unit, j = instruction.unit, instruction.to_index
