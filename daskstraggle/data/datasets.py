@@ -53,8 +53,9 @@ MAX_SAMPLES_CHUNK = 10_000
 SEGMENT_LENGTH = 2_000_000
 _DTYPES = ("float64", "float32")
 _Arrays = dict[str, np.ndarray]
-_Globals = Callable[[np.random.Generator], tuple[_Arrays, dict[str, Any]]]
-_Rows = Callable[[np.random.Generator, int, _Arrays, dict[str, Any]], tuple[np.ndarray, np.ndarray]]
+_Globals = Callable[[np.random.Generator, dict[str, Any]], tuple[_Arrays, dict[str, Any]]]
+_Rows = Callable[[np.random.Generator, int, _Arrays, dict[str, Any], dict[str, Any]],
+                 tuple[np.ndarray, np.ndarray]]
 _Seqs = list[np.random.SeedSequence]
 
 
@@ -202,30 +203,39 @@ def _progress(iterable: Any, *, enabled: bool, desc: str, total: int, unit: str 
 
 
 # --------------------------------------------------------------------- tabular recipes
-def _write_table(
-    out: Path,
-    *,
-    name: str,
-    params: dict[str, Any],
-    overwrite: bool,
-    progress: bool,
-    global_arrays: _Globals,
-    rows: _Rows,
-) -> Path:
-    """Write X (n_samples, n_features) and y chunk by chunk into a Zarr v3 group."""
+def _write_table(name: str, out: object, values: dict[str, Any], extra: tuple[str, float], *,
+                 overwrite: object, progress: object, global_arrays: _Globals,
+                 rows: _Rows) -> Path:
+    """Check a tabular recipe's parameters, then write X and y chunk by chunk as Zarr v3.
+
+    ``values`` holds ``n_samples``, ``n_features``, ``chunk_rows``, ``dtype`` and ``seed``;
+    ``extra`` the recipe's own non-negative parameter (name, value). ``global_arrays`` draws
+    the data-global arrays and attrs, ``rows`` a chunk's rows; both get the checked params.
+    """
     import zarr
 
+    caller = f"make_{name}"
+    params = dict(values)
+    for key, flag in (("n_samples", "--size"), ("n_features", "--features"),
+                      ("chunk_rows", "--chunk-rows"), ("seed", "--seed")):
+        params[key] = check_int(values[key], name=key, caller=caller,
+                                low=0 if key == "seed" else 1, remedy=f"(CLI: {flag})")
+    params["dtype"] = check_choice(values["dtype"], name="dtype", caller=caller, choices=_DTYPES)
+    params[extra[0]] = check_nonnegative(extra[1], name=extra[0], caller=caller)
+    overwrite = check_bool(overwrite, name="overwrite", caller=caller)
+    progress = check_bool(progress, name="progress", caller=caller)
+    path = _check_out(out, caller=caller, overwrite=overwrite)
     n_samples, n_features = params["n_samples"], params["n_features"]
     chunk = min(params["chunk_rows"], n_samples)
     # X in its dtype and y; a chunk is drawn in float64, cast and summed (about 3 copies)
-    _check_fits(out, caller=f"make_{name}",
+    _check_fits(path, caller=caller,
                 store_bytes=n_samples * (n_features * np.dtype(params["dtype"]).itemsize + 8),
                 chunk_bytes=8.0 * (3 * chunk + 1) * n_features,
                 sizes=f"{n_samples} rows of {n_features} columns, {chunk} rows per chunk")
     bounds = _chunk_bounds(n_samples, chunk)
     global_seq, chunk_seqs = _streams(params["seed"], len(bounds))
-    arrays, attrs = global_arrays(np.random.default_rng(global_seq))
-    with _staged(out, overwrite=overwrite) as tmp, _every_chunk_written():
+    arrays, attrs = global_arrays(np.random.default_rng(global_seq), params)
+    with _staged(path, overwrite=overwrite) as tmp, _every_chunk_written():
         group = zarr.open_group(tmp, mode="w", zarr_format=3)
         group.attrs.update({"daskstraggle_dataset": name, "params": params,
                             "seed": params["seed"], **attrs})
@@ -237,35 +247,46 @@ def _write_table(
             group.create_array(key, data=value, dimension_names=("feature",))
         chunks = zip(bounds, chunk_seqs, strict=True)
         for (start, stop), seq in _progress(chunks, enabled=progress, desc=name, total=len(bounds)):
-            X_rows, y_rows = rows(np.random.default_rng(seq), stop - start, arrays, attrs)
+            X_rows, y_rows = rows(np.random.default_rng(seq), stop - start, arrays, attrs, params)
             X[start:stop] = X_rows
             y[start:stop] = y_rows
-    logger.info("wrote %s dataset (%d x %d) to %s", name, n_samples, n_features, out)
-    return out
+    logger.info("wrote %s dataset (%d x %d) to %s", name, n_samples, n_features, path)
+    return path
 
 
-def _table_params(caller: str, **values: Any) -> dict[str, Any]:
-    params = dict(values)
-    for name, flag in (("n_samples", "--size"), ("n_features", "--features"),
-                       ("chunk_rows", "--chunk-rows"), ("seed", "--seed")):
-        params[name] = check_int(values[name], name=name, caller=caller,
-                                 low=0 if name == "seed" else 1, remedy=f"(CLI: {flag})")
-    params["dtype"] = check_choice(values["dtype"], name="dtype", caller=caller, choices=_DTYPES)
-    return params
+def _logistic_globals(rng: np.random.Generator,
+                      params: dict[str, Any]) -> tuple[_Arrays, dict[str, Any]]:
+    g = rng.standard_normal(params["n_features"])
+    mu = params["separation"] * g / np.linalg.norm(g)
+    return {"mu": mu, "coef": 2.0 * mu}, {"intercept": 0.0}
 
 
-def make_logistic(
-    out: str | os.PathLike[str],
-    *,
-    n_samples: int = 100_000,
-    n_features: int = 50,
-    chunk_rows: int = 10_000,
-    separation: float = 1.0,
-    dtype: str = "float64",
-    seed: int = 0,
-    overwrite: bool = False,
-    progress: bool = False,
-) -> Path:
+def _logistic_rows(rng: np.random.Generator, m: int, arrays: _Arrays, attrs: dict[str, Any],
+                   params: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    y = rng.integers(0, 2, size=m).astype(np.float64) * 2.0 - 1.0
+    X = rng.standard_normal((m, params["n_features"]))
+    X += y[:, None] * arrays["mu"]
+    return X.astype(params["dtype"], copy=False), y
+
+
+def _linear_globals(rng: np.random.Generator,
+                    params: dict[str, Any]) -> tuple[_Arrays, dict[str, Any]]:
+    coef = rng.standard_normal(params["n_features"])
+    return {"coef": coef}, {"intercept": float(rng.standard_normal())}
+
+
+def _linear_rows(rng: np.random.Generator, m: int, arrays: _Arrays, attrs: dict[str, Any],
+                 params: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    X = rng.standard_normal((m, params["n_features"])).astype(params["dtype"], copy=False)
+    y = X.astype(np.float64) @ arrays["coef"] + attrs["intercept"]
+    y += params["noise"] * rng.standard_normal(m)
+    return X, y
+
+
+def make_logistic(out: str | os.PathLike[str], *, n_samples: int = 100_000,
+                  n_features: int = 50, chunk_rows: int = 10_000, separation: float = 1.0,
+                  dtype: str = "float64", seed: int = 0, overwrite: bool = False,
+                  progress: bool = False) -> Path:
     """Write a two-Gaussian-mixture classification dataset as a Zarr v3 group.
 
     Each label is drawn as ``y = -1`` or ``y = +1`` with probability 1/2 and its features
@@ -307,14 +328,8 @@ def make_logistic(
 
     Raises
     ------
-    InvalidParameterError
-        If a parameter is invalid, ``out`` names no store ('', '.') or lies inside a Zarr
-        store, or the dataset would not fit the free disk space (before compression) or
-        a chunk being drawn the available memory (nothing is written).
-    OutputExistsError
-        If ``out`` exists and ``overwrite`` is False.
-    OutputNotWritableError
-        If the folder of ``out`` cannot be written.
+    InvalidParameterError, OutputExistsError, OutputNotWritableError
+        As :func:`make_genotypes`.
 
     Notes
     -----
@@ -340,44 +355,17 @@ def make_logistic(
     >>> zarr.open_group(path, mode="r")["X"].shape
     (1000, 5)
     """
-    caller = "make_logistic"
-    params = _table_params(caller, n_samples=n_samples, n_features=n_features,
-                           chunk_rows=chunk_rows, dtype=dtype, seed=seed)
-    params["separation"] = check_nonnegative(separation, name="separation", caller=caller)
-    overwrite = check_bool(overwrite, name="overwrite", caller=caller)
-    progress = check_bool(progress, name="progress", caller=caller)
-    path = _check_out(out, caller=caller, overwrite=overwrite)
-    storage = np.dtype(params["dtype"])
-
-    def global_arrays(rng: np.random.Generator) -> tuple[_Arrays, dict[str, Any]]:
-        g = rng.standard_normal(params["n_features"])
-        mu = params["separation"] * g / np.linalg.norm(g)
-        return {"mu": mu, "coef": 2.0 * mu}, {"intercept": 0.0}
-
-    def rows(
-        rng: np.random.Generator, m: int, arrays: _Arrays, attrs: dict[str, Any]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        y = rng.integers(0, 2, size=m).astype(np.float64) * 2.0 - 1.0
-        X = rng.standard_normal((m, params["n_features"]))
-        X += y[:, None] * arrays["mu"]
-        return X.astype(storage, copy=False), y
-
-    return _write_table(path, name="logistic", params=params, overwrite=overwrite,
-                        progress=progress, global_arrays=global_arrays, rows=rows)
+    values = {"n_samples": n_samples, "n_features": n_features, "chunk_rows": chunk_rows,
+              "dtype": dtype, "seed": seed}
+    return _write_table("logistic", out, values, ("separation", separation),
+                        overwrite=overwrite, progress=progress,
+                        global_arrays=_logistic_globals, rows=_logistic_rows)
 
 
-def make_linear(
-    out: str | os.PathLike[str],
-    *,
-    n_samples: int = 100_000,
-    n_features: int = 50,
-    chunk_rows: int = 10_000,
-    noise: float = 0.1,
-    dtype: str = "float64",
-    seed: int = 0,
-    overwrite: bool = False,
-    progress: bool = False,
-) -> Path:
+def make_linear(out: str | os.PathLike[str], *, n_samples: int = 100_000,
+                n_features: int = 50, chunk_rows: int = 10_000, noise: float = 0.1,
+                dtype: str = "float64", seed: int = 0, overwrite: bool = False,
+                progress: bool = False) -> Path:
     """Write a linear-regression dataset ``y = X w* + b* + noise · ε`` as a Zarr v3 group.
 
     Features are ``x ~ N(0, I)``; the true coefficients ``w* ~ N(0, I)`` and intercept
@@ -386,24 +374,10 @@ def make_linear(
 
     Parameters
     ----------
-    out : str or os.PathLike
-        Directory of the Zarr v3 group to write (parents are created).
-    n_samples : int, default=100_000
-        Rows (examples).
-    n_features : int, default=50
-        Columns (features).
-    chunk_rows : int, default=10_000
-        Rows per Zarr chunk; each chunk's rows come from their own random stream.
+    out, n_samples, n_features, chunk_rows, dtype, seed, overwrite, progress
+        As :func:`make_logistic`.
     noise : float, default=0.1
         Standard deviation of the additive Gaussian noise (0: noiseless).
-    dtype : {"float64", "float32"}, default="float64"
-        Storage dtype of ``X``.
-    seed : int, default=0
-        Seed of ``np.random.SeedSequence``.
-    overwrite : bool, default=False
-        Replace an existing ``out`` (after the new store is complete).
-    progress : bool, default=False
-        Show a progress bar over chunks on stderr.
 
     Returns
     -------
@@ -414,14 +388,8 @@ def make_linear(
 
     Raises
     ------
-    InvalidParameterError
-        If a parameter is invalid, ``out`` names no store ('', '.') or lies inside a Zarr
-        store, or the dataset would not fit the free disk space (before compression) or
-        a chunk being drawn the available memory (nothing is written).
-    OutputExistsError
-        If ``out`` exists and ``overwrite`` is False.
-    OutputNotWritableError
-        If the folder of ``out`` cannot be written.
+    InvalidParameterError, OutputExistsError, OutputNotWritableError
+        As :func:`make_genotypes`.
 
     Examples
     --------
@@ -430,29 +398,10 @@ def make_linear(
     >>> zarr.open_group(path, mode="r")["coef"].shape
     (5,)
     """
-    caller = "make_linear"
-    params = _table_params(caller, n_samples=n_samples, n_features=n_features,
-                           chunk_rows=chunk_rows, dtype=dtype, seed=seed)
-    params["noise"] = check_nonnegative(noise, name="noise", caller=caller)
-    overwrite = check_bool(overwrite, name="overwrite", caller=caller)
-    progress = check_bool(progress, name="progress", caller=caller)
-    path = _check_out(out, caller=caller, overwrite=overwrite)
-    storage = np.dtype(params["dtype"])
-
-    def global_arrays(rng: np.random.Generator) -> tuple[_Arrays, dict[str, Any]]:
-        coef = rng.standard_normal(params["n_features"])
-        return {"coef": coef}, {"intercept": float(rng.standard_normal())}
-
-    def rows(
-        rng: np.random.Generator, m: int, arrays: _Arrays, attrs: dict[str, Any]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        X = rng.standard_normal((m, params["n_features"])).astype(storage, copy=False)
-        y = X.astype(np.float64) @ arrays["coef"] + attrs["intercept"]
-        y += params["noise"] * rng.standard_normal(m)
-        return X, y
-
-    return _write_table(path, name="linear", params=params, overwrite=overwrite,
-                        progress=progress, global_arrays=global_arrays, rows=rows)
+    values = {"n_samples": n_samples, "n_features": n_features, "chunk_rows": chunk_rows,
+              "dtype": dtype, "seed": seed}
+    return _write_table("linear", out, values, ("noise", noise), overwrite=overwrite,
+                        progress=progress, global_arrays=_linear_globals, rows=_linear_rows)
 
 
 # ------------------------------------------------------------------------- genotypes
