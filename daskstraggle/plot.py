@@ -3,11 +3,11 @@
 Every function draws on a matplotlib ``Axes`` (a new figure's when ``ax`` is None) and
 returns it; :func:`plot_run` puts the three pictures of one run side by side (what the
 CLI's ``--plot PATH.png`` writes). matplotlib is imported on first use, not with
-daskstraggle: install it with ``pip install 'daskstraggle[plot]'``.
+daskstraggle: without it each function raises an ImportError naming the command that
+installs it, ``pip install 'daskstraggle[plot]'``. Examples assume ``import numpy as np``.
 
 Examples
 --------
->>> import numpy as np
 >>> from matplotlib.figure import Figure
 >>> import daskstraggle as ds
 >>> from daskstraggle.plot import plot_convergence
@@ -22,7 +22,8 @@ Examples
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -113,12 +114,9 @@ def plot_convergence(
         If a run's ``y`` has no finite value (e.g. ``gap`` of a run without reference).
     InvalidTypeError
         If ``results`` holds something other than Results.
-    ImportError
-        If matplotlib is not installed.
 
     Examples
     --------
-    >>> import numpy as np
     >>> from matplotlib.figure import Figure
     >>> from daskstraggle import fit_least_squares
     >>> X = np.random.default_rng(0).normal(size=(200, 4))
@@ -133,8 +131,7 @@ def plot_convergence(
     runs = _named_runs(results, labels, caller=caller)
     x = check_choice(x, name="x", caller=caller, choices=("time", "iteration"))
     log = y in LOG_VARIABLES if log is None else check_bool(log, name="log", caller=caller)
-    lines = [(label, _x_values(res, x), _trace_values(res.trace, y, label=label, caller=caller))
-             for label, res in runs]
+    lines = [_line(res, label, x=x, y=y, caller=caller) for label, res in runs]
     ax = _axes(ax)
     for label, xs, ys in lines:
         if log:
@@ -159,12 +156,9 @@ def _named_runs(results: Any, labels: Any, *, caller: str) -> list[tuple[str, Re
                 "(its keys are the labels). Pass a list of results with labels, or the mapping "
                 "alone."
             )
-        labels, runs = [str(k) for k in results], list(results.values())
-    elif isinstance(results, Result):
-        runs = [results]
-    elif isinstance(results, Sequence) and not isinstance(results, str):
-        runs = list(results)
-    else:
+        labels, results = [str(k) for k in results], list(results.values())
+    runs = [results] if isinstance(results, Result) else results
+    if not _is_sequence(runs):
         raise InvalidTypeError(
             f"The 'results' parameter of {caller} must be a Result, a sequence of Results or "
             f"a mapping of labels to Results. Got {type(results).__name__} instead."
@@ -177,11 +171,8 @@ def _named_runs(results: Any, labels: Any, *, caller: str) -> list[tuple[str, Re
             f"The 'results' parameter of {caller} must hold Results (a fit's return value or "
             f"Result.load(path)). Got {wrong[0]} instead."
         )
-    if labels is None:
-        methods = [r.method for r in runs]
-        labels = [m if methods.count(m) == 1 else f"{m} ({methods[:i + 1].count(m)})"
-                  for i, m in enumerate(methods)]
-    elif isinstance(labels, str) or not isinstance(labels, Sequence) or len(labels) != len(runs):
+    labels = _method_labels(runs) if labels is None else labels
+    if not _is_sequence(labels) or len(labels) != len(runs):
         raise InvalidParameterError(
             f"The 'labels' parameter of {caller} must be a sequence of {len(runs)} strings, "
             f"one per result. Got {labels!r} instead."
@@ -189,26 +180,48 @@ def _named_runs(results: Any, labels: Any, *, caller: str) -> list[tuple[str, Re
     return [(str(label), run) for label, run in zip(labels, runs, strict=True)]
 
 
-def _x_values(result: Result, x: str) -> np.ndarray:
-    if x == "time":
-        return np.asarray(result.trace["wall_time"].values, dtype=np.float64)
-    return np.asarray(result.trace["iteration"].values)
+def _method_labels(runs: list[Result]) -> list[str]:
+    """Each run's method name, numbered where methods repeat (``"gd (1)"``, ``"gd (2)"``)."""
+    methods = [r.method for r in runs]
+    return [m if methods.count(m) == 1 else f"{m} ({methods[:i + 1].count(m)})"
+            for i, m in enumerate(methods)]
 
 
-def _trace_values(trace: xr.Dataset, y: object, *, label: str, caller: str) -> np.ndarray:
-    """The values of the trace variable ``y`` over ``iteration``, checked to be drawable."""
-    names = sorted(str(v) for v in trace.data_vars if trace[v].dims == ("iteration",))
-    if not isinstance(y, str) or y not in names:
+def _is_sequence(value: Any) -> bool:
+    """Whether ``value`` is a sequence other than a string."""
+    return isinstance(value, Sequence) and not isinstance(value, str)
+
+
+def _line(result: Result, label: str, *, x: str, y: object,
+          caller: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """``(label, x values, y values)`` of a run's line; ``y`` checked to be drawable."""
+    trace = result.trace
+    hint = {"gap": " (the run had no reference: pass reference=True, CLI --reference, "
+                   "or y='objective')",
+            "exact_gap": " (pass reference=True and record_iterates=True)"}.get(str(y), "")
+    xs = np.asarray(trace["wall_time"].values, dtype=np.float64) if x == "time" else np.asarray(
+        trace["iteration"].values)
+    return label, xs, _drawable(trace, y, ndim=1, param="y", caller=caller,
+                                among=f"; the trace of {label!r} has ",
+                                empty=f"{label!r} has no finite {y!r} in its trace{hint}.")
+
+
+def _drawable(trace: xr.Dataset, name: object, *, ndim: int, param: str, caller: str,
+              among: str, empty: str) -> np.ndarray:
+    """The values of the trace variable ``name`` over ``iteration`` (and ``ndim - 1`` more
+    dimensions) as floats; InvalidParameterError naming ``param`` and the variables there
+    are (after ``among``) if there is no such variable, InvalidDataError ``empty`` if it
+    has no finite value."""
+    names = sorted(str(v) for v in trace.data_vars
+                   if trace[v].ndim == ndim and trace[v].dims[0] == "iteration")
+    if not isinstance(name, str) or name not in names:
         raise InvalidParameterError(
-            f"The 'y' parameter of {caller} must be a trace variable over iteration; the "
-            f"trace of {label!r} has {names}. Got {y!r} instead."
+            f"The {param!r} parameter of {caller} must be a trace variable over iteration"
+            f"{among}{names}. Got {name!r} instead."
         )
-    values = np.asarray(trace[y].values, dtype=np.float64)
+    values = np.asarray(trace[name].values, dtype=np.float64)
     if not np.isfinite(values).any():
-        hint = {"gap": " (the run had no reference: pass reference=True, CLI --reference, "
-                       "or y='objective')",
-                "exact_gap": " (pass reference=True and record_iterates=True)"}.get(y, "")
-        raise InvalidDataError(f"{label!r} has no finite {y!r} in its trace{hint}.")
+        raise InvalidDataError(empty)
     return values
 
 
@@ -243,12 +256,9 @@ def plot_latency(result: Result | xr.Dataset, *, variable: str = "latency",
         If it has no finite value.
     InvalidTypeError
         If ``result`` is neither a Result nor a Dataset.
-    ImportError
-        If matplotlib is not installed.
 
     Examples
     --------
-    >>> import numpy as np
     >>> from matplotlib.figure import Figure
     >>> from daskstraggle import fit_least_squares
     >>> X = np.random.default_rng(0).normal(size=(200, 4))
@@ -260,16 +270,9 @@ def plot_latency(result: Result | xr.Dataset, *, variable: str = "latency",
     """
     caller = "plot_latency"
     trace = _trace_of(result, caller=caller)
-    names = sorted(str(v) for v in trace.data_vars
-                   if trace[v].ndim == 2 and trace[v].dims[0] == "iteration")
-    if not isinstance(variable, str) or variable not in names:
-        raise InvalidParameterError(
-            f"The 'variable' parameter of {caller} must be a trace variable over iteration "
-            f"and one other dimension, one of {names}. Got {variable!r} instead."
-        )
-    values = np.asarray(trace[variable].values, dtype=np.float64)
-    if not np.isfinite(values).any():
-        raise InvalidDataError(f"The trace's {variable!r} has no finite value to draw.")
+    values = _drawable(trace, variable, ndim=2, param="variable", caller=caller,
+                       among=" and one other dimension, one of ",
+                       empty=f"The trace's {variable!r} has no finite value to draw.")
     from matplotlib import colormaps
     from matplotlib.ticker import MaxNLocator
 
@@ -332,12 +335,9 @@ def plot_pca(data: Result | xr.Dataset | Any, *, labels: Any = None,
         of it, or ``labels`` does not have one entry per point.
     InvalidTypeError
         If ``data`` or ``labels`` has the wrong type.
-    ImportError
-        If matplotlib is not installed.
 
     Examples
     --------
-    >>> import numpy as np
     >>> from matplotlib.figure import Figure
     >>> rng = np.random.default_rng(0)
     >>> scores = rng.normal(size=(6, 2))
@@ -469,12 +469,9 @@ def plot_run(result: Result, *, labels: Any = None, fig: Figure | None = None) -
         If ``result`` is not a Result.
     InvalidParameterError
         If ``labels`` does not have one entry per column of a PCA result.
-    ImportError
-        If matplotlib is not installed.
 
     Examples
     --------
-    >>> import numpy as np
     >>> from matplotlib.figure import Figure
     >>> from daskstraggle import fit_pca
     >>> X = np.random.default_rng(0).normal(size=(300, 6)) * [5, 3, 1, 1, 1, 1]
@@ -487,30 +484,29 @@ def plot_run(result: Result, *, labels: Any = None, fig: Figure | None = None) -
             f"The 'result' parameter of plot_run must be a Result. Got "
             f"{type(result).__name__} instead."
         )
-    trace = result.trace
-    finite = {v: v in trace and bool(np.isfinite(trace[v].values).any())
-              for v in ("gap", "optimality", "objective", "latency")}
-    y = next((v for v in ("gap", "optimality", "objective") if finite[v]), None)
-    latency = trace.sizes.get("worker", 0) > 1 and finite["latency"]
-    n_comp = np.shape(result.fitted.get("components", ()))[0] if result.problem == "pca" else 0
-    if n_comp >= 2:
-        _check_labels(labels, np.shape(result.fitted["components"])[1], caller="plot_run")
-    panels = [p for p, wanted in (("convergence", y is not None), ("latency", latency),
-                                  ("pca", n_comp >= 2)) if wanted] or ["convergence"]
+    trace, title = result.trace, f"{result.problem} by {result.method}"
+    y = next((v for v in ("gap", "optimality", "objective") if _finite(trace, v)), None)
+    panels: list[tuple[str, Callable[..., Axes] | None]] = (
+        [] if y is None else [(title, partial(plot_convergence, result, y=y))])
+    if trace.sizes.get("worker", 0) > 1 and _finite(trace, "latency"):
+        panels.append(("per-worker latency", partial(plot_latency, result)))
+    if result.problem == "pca" and np.shape(result.fitted.get("components", ()))[0] >= 2:
+        n, dim = np.shape(result.fitted["components"])[1], result.feature_dim
+        _check_labels(labels, n, caller="plot_run")
+        panels.append((f"PC1 and PC2 of {n} {dim if dim.endswith('s') else dim + 's'}",
+                       partial(plot_pca, result, labels=labels)))
+    panels = panels or [(f"{title}: no finite trace values", None)]
     if fig is None:
         fig = _pyplot().figure(layout="constrained")
     fig.set_size_inches(4.8 * len(panels), 4.0)
-    for ax, panel in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
-        if panel == "convergence" and y is None:
-            ax.set_title(f"{result.problem} by {result.method}: no finite trace values")
-        elif panel == "convergence" and y is not None:
-            plot_convergence(result, y=y, ax=ax)
-            ax.set_title(f"{result.problem} by {result.method}")
-        elif panel == "latency":
-            plot_latency(result, ax=ax)
-            ax.set_title("per-worker latency")
-        else:
-            plot_pca(result, labels=labels, ax=ax)
-            n, dim = np.shape(result.fitted["components"])[1], result.feature_dim
-            ax.set_title(f"PC1 and PC2 of {n} {dim if dim.endswith('s') else dim + 's'}")
+    for ax, (name, draw) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels,
+                                strict=True):
+        if draw is not None:
+            draw(ax=ax)
+        ax.set_title(name)
     return fig
+
+
+def _finite(trace: xr.Dataset, name: str) -> bool:
+    """Whether the trace has a variable ``name`` with a finite value."""
+    return name in trace and bool(np.isfinite(trace[name].values).any())
