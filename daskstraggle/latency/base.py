@@ -222,6 +222,21 @@ def _is_index(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 0
 
 
+def _worker_indices(value: Any, *, term: str, options: str = "") -> tuple[int, ...]:
+    """Return a worker index or a non-empty list of them as a tuple of ints, in order.
+
+    The InvalidParameterError names the ``workers`` parameter of ``term``; ``options``
+    is added to its constraint.
+    """
+    items = (value,) if _is_index(value) else value
+    if not isinstance(items, tuple | list) or not items or not all(map(_is_index, items)):
+        raise InvalidParameterError(
+            f"The 'workers' parameter of {term} must be a worker index or a list of them "
+            f"(ints >= 0){options}. Got {value!r} instead."
+        )
+    return tuple(int(w) for w in items)
+
+
 def _in_bounds(v: Any, low: float, strict: bool, high: float | None) -> bool:
     """Whether ``v`` is a finite real number above ``low`` (or at it) and at most ``high``."""
     if not (_is_number(v) and np.isfinite(float(v))):
@@ -364,26 +379,10 @@ class LatencyModel(ABC):
     def from_term(
         cls, name: str, params: dict[str, Any], *, base: LatencyModel | None, spec: str
     ) -> LatencyModel:
-        """Build the model of the spec term ``name(**params)`` (how the grammar reads it).
+        """Build the model of the spec term ``name(**params)`` (``spec``: the whole text).
 
-        Parameters
-        ----------
-        name : str
-            The term's name as written in the spec.
-        params : dict
-            Its parameters (lists already tuples).
-        base : LatencyModel or None
-            The model of the terms before it (None: it comes first). A model with a
-            ``base`` field (a modifier) takes it as its base; any other model must come
-            first.
-        spec : str
-            The whole spec, for the error message.
-
-        Raises
-        ------
-        InvalidParameterError
-            If a model that is not a modifier follows another term, or the parameters do
-            not fit.
+        ``base`` is the model of the terms before it (None: it comes first); a model with a
+        ``base`` field (a modifier) takes it, any other raises InvalidParameterError.
         """
         if base is not None:
             if "base" not in cls.__dataclass_fields__:  # type: ignore[attr-defined]

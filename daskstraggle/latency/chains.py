@@ -1,8 +1,7 @@
 """Straggler modifiers that follow a per-worker chain: two-state Markov and burst models.
 
 Split from :mod:`daskstraggle.latency.modifiers` (whose helpers and base class they share;
-both are re-exported by :mod:`daskstraggle.latency.models`). Pure numpy: nothing here
-imports dask or distributed.
+both are re-exported by :mod:`daskstraggle.latency.models`).
 """
 
 from __future__ import annotations

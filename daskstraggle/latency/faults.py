@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency.base import MAX_SECONDS, _is_index, _is_number
+from daskstraggle.latency.base import MAX_SECONDS, _is_index, _is_number, _worker_indices
 
 __all__ = ["FAULTS", "Fault", "Freeze", "Join", "Loss", "Retire", "make_fault"]
 
@@ -44,24 +44,6 @@ def _seconds(value: Any, *, name: str, term: str, positive: bool = False) -> flo
     return float(value)
 
 
-def _worker_indices(value: Any, *, term: str) -> tuple[int, ...]:
-    """Return a worker index or a list of them as a tuple of ints, in the order given.
-
-    Raises
-    ------
-    InvalidParameterError
-        Naming the ``workers`` parameter of ``term``, unless ``value`` is an int >= 0 or
-        a non-empty list of them.
-    """
-    items = (value,) if _is_index(value) else value
-    if not isinstance(items, tuple | list) or not items or not all(map(_is_index, items)):
-        raise InvalidParameterError(
-            f"The 'workers' parameter of {term} must be a worker index or a list of them "
-            f"(ints >= 0). Got {value!r} instead."
-        )
-    return tuple(int(w) for w in items)
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Fault:
     """A fault at simulated time ``at`` (seconds from the start of the run's loop)."""
@@ -74,16 +56,8 @@ class Fault:
 
     @classmethod
     def from_term(cls, name: str, params: dict[str, Any], *, base: Any, spec: str) -> Fault:
-        """Build the fault of the spec term ``name(**params)`` (``for`` may be ``for_``).
-
-        ``base`` (the model of the terms before it) and ``spec`` are not used: a fault
-        may stand anywhere in a spec.
-
-        Raises
-        ------
-        InvalidParameterError
-            For a missing or unknown parameter, naming the ones the term takes.
-        """
+        """Build the fault of the spec term ``name(**params)``, anywhere in a spec (``for``
+        may be ``for_``); InvalidParameterError names the parameters it takes."""
         if "for" in params:
             params["for_"] = params.pop("for")
         try:

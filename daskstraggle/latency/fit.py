@@ -1,7 +1,4 @@
-"""Fit latency models to recorded latencies (moment and maximum-likelihood fits).
-
-Pure numpy: nothing here imports dask, distributed or xarray.
-"""
+"""Fit latency models to recorded latencies (moment and maximum-likelihood fits)."""
 
 from __future__ import annotations
 
@@ -169,10 +166,9 @@ def fit_shifted_exponential(
         If a worker's samples are all equal (no spread to fit a rate to), or the data is
         not 2-D or holds negative or infinite durations.
 
-    References
-    ----------
-    .. [1] S. Li, S. M. M. Kalan, A. S. Avestimehr and M. Soltanolkotabi, "Near-Optimal
-       Straggler Mitigation for Distributed Gradient Methods", IEEE IPDPSW, 2018, eq. (15).
+    See Also
+    --------
+    ShiftedExponential : The law fitted (Li et al., IPDPSW 2018, eq. (15)).
 
     Examples
     --------

@@ -2,8 +2,6 @@
 
 Importing this module registers every model of the package, the modifiers of
 :mod:`daskstraggle.latency.modifiers` included (they are re-exported here).
-
-Pure numpy: nothing here imports dask or distributed.
 """
 
 from __future__ import annotations

@@ -5,8 +5,6 @@ multiplies the compute part by its factor (communication comes from the base); w
 one (``has_distribution`` is False) it scales the compute time a real kernel took, the
 ``measured`` argument of :meth:`~daskstraggle.latency.base.LatencySampler.sample`, and
 communication is 0.
-
-Pure numpy: nothing here imports dask or distributed.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from daskstraggle.latency.base import (
     Streams,
     _is_index,
     _is_number,
+    _worker_indices,
     register_model,
 )
 
@@ -51,20 +50,14 @@ def _check_workers(value: Any, *, caller: str, allow_none: bool) -> tuple[int, .
     """Normalise a worker index or a list of them to a tuple of distinct ints >= 0."""
     if value is None and allow_none:
         return None
-    items = value if isinstance(value, tuple | list) else (value,)
-    ok = bool(items) and all(map(_is_index, items))
-    if ok and len(set(items)) != len(items):
+    options = " or None (all workers)" if allow_none else ""
+    workers = _worker_indices(value, term=caller, options=options)
+    if len(set(workers)) != len(workers):
         raise InvalidParameterError(
             f"The 'workers' parameter of {caller} lists a worker twice. Got {value!r} instead; "
             "list each worker index once."
         )
-    if not ok:
-        options = " or None (all workers)" if allow_none else ""
-        raise InvalidParameterError(
-            f"The 'workers' parameter of {caller} must be a worker index or a list of them "
-            f"(ints >= 0){options}. Got {value!r} instead."
-        )
-    return tuple(int(w) for w in items)
+    return workers
 
 
 def _check_workers_in_range(

@@ -6,8 +6,6 @@ the same time, is the ``w``-th order statistic of the per-worker latencies
 distributed; an i.i.d. model fitted to pooled statistics mispredicts it (dsag.txt §IV-A,
 Fig. 5). Computing the distribution analytically is expensive for many workers, so we
 draw every worker's latency independently and sort.
-
-Pure numpy: nothing here imports dask or distributed.
 """
 
 from __future__ import annotations

@@ -5,8 +5,6 @@ communication time (the coordinator's round trip minus the compute time). The pr
 keeps, per worker, the samples of the last ``window`` seconds (relative to that worker's
 newest sample), trims each window to the inner quantiles and reports mean and variance
 (dsag.txt §VI-A; window 10 s, 10-90 % trimming as in the authors' code).
-
-Pure numpy: nothing here imports dask or distributed.
 """
 
 from __future__ import annotations

@@ -48,8 +48,6 @@ exponential, multi-message and constant models (and slow-downs of them) draw the
 block from one stream at once instead: ten million workers take seconds per iteration,
 where one stream per worker would take minutes to build. Stateful models go event by
 event, about 20 µs per worker and iteration.
-
-Pure numpy: nothing here imports dask or distributed.
 """
 
 from __future__ import annotations

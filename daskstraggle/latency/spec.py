@@ -39,8 +39,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency.base import LatencyModel, _is_number, get_model_class, list_models
-from daskstraggle.latency.faults import FAULTS, Fault, _worker_indices
+from daskstraggle.latency.base import (
+    LatencyModel,
+    _is_number,
+    _worker_indices,
+    get_model_class,
+    list_models,
+)
+from daskstraggle.latency.faults import FAULTS, Fault
 
 __all__ = ["Stragglers", "ThrottleSpec", "parse_latency", "parse_stragglers"]
 
@@ -88,13 +94,7 @@ class ThrottleSpec:
     @classmethod
     def from_term(cls, name: str, params: dict[str, Any], *, base: Any,
                   spec: str) -> ThrottleSpec:
-        """Build the throttle of the spec term ``throttle(**params)`` (anywhere in a spec).
-
-        Raises
-        ------
-        InvalidParameterError
-            For a missing or unknown parameter, or an invalid value.
-        """
+        """Build the throttle of the spec term ``throttle(**params)``, anywhere in a spec."""
         try:
             return cls(**params)
         except TypeError as err:
