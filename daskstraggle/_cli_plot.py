@@ -23,11 +23,7 @@ from daskstraggle._output import (
     check_not_input,
     check_writable_folder,
 )
-from daskstraggle.errors import (
-    InputError,
-    InvalidParameterError,
-    OutputExistsError,
-)
+from daskstraggle.errors import InputError, InvalidParameterError, OutputExistsError
 
 __all__ = ["check_plot_path", "save_run_figure"]
 
@@ -50,8 +46,8 @@ def check_plot_path(path: str | os.PathLike[str] | None, *, overwrite: bool,
 
     Returns
     -------
-    path : Path or None
-        ``path`` as a Path.
+    target : Path or None
+        The figure's file (None without ``path``).
 
     Raises
     ------
