@@ -16,6 +16,7 @@ Placement and data movement follow ``docs/architecture.md`` §6:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -1084,29 +1085,44 @@ class DaskRuntime(Runtime):
     # ------------------------------------------------------------------ the pool's orders
     def _carry_out(self, instructions: list[Any]) -> None:
         """Carry out the pool's instructions on the cluster."""
-        assert self._data is not None
         for instruction in instructions:
-            if isinstance(instruction, MoveIndex):
-                assert self.worker_pool is not None
-                self._losses.append(self._data.move(self._matrix, instruction,
-                                                    self.worker_pool.shunned))
-            elif isinstance(instruction, Resend):
-                self._cancel(instruction.cancel)
-                for unit, only in instruction.units:
-                    self._submit(unit, self._work, only)
-            elif isinstance(instruction, Cancel):
-                self._cancel(instruction.keys)
-            elif isinstance(instruction, SendBackup):
-                self._send_backup(instruction)
-            elif isinstance(instruction, StartHelping):
-                self._data.start_helping(self._matrix, instruction)
-            elif isinstance(instruction, StopHelping):
-                self._data.stop_helping(instruction)
-            elif isinstance(instruction, GiveUp):
-                raise self._gave_up(instruction)
-            else:
-                raise TypeError(f"unexpected pool instruction {instruction!r}")
+            self._carry(instruction)
 
+    @functools.singledispatchmethod
+    def _carry(self, instruction: Any) -> None:
+        """Carry out one pool instruction (one method per type)."""
+        raise TypeError(f"unexpected pool instruction {instruction!r}")
+
+    @_carry.register(MoveIndex)
+    def _(self, instruction: MoveIndex) -> None:
+        assert self.worker_pool is not None and self._data is not None
+        self._losses.append(self._data.move(self._matrix, instruction, self.worker_pool.shunned))
+
+    @_carry.register(Resend)
+    def _(self, instruction: Resend) -> None:
+        self._cancel(instruction.cancel)
+        for unit, only in instruction.units:
+            self._submit(unit, self._work, only)
+
+    @_carry.register(Cancel)
+    def _(self, instruction: Cancel) -> None:
+        self._cancel(instruction.keys)
+
+    @_carry.register(StartHelping)
+    def _(self, instruction: StartHelping) -> None:
+        assert self._data is not None
+        self._data.start_helping(self._matrix, instruction)
+
+    @_carry.register(StopHelping)
+    def _(self, instruction: StopHelping) -> None:
+        assert self._data is not None
+        self._data.stop_helping(instruction)
+
+    @_carry.register(GiveUp)
+    def _(self, instruction: GiveUp) -> None:
+        raise self._gave_up(instruction)
+
+    @_carry.register(SendBackup)
     def _send_backup(self, backup: SendBackup) -> None:
         """Send a copy of an overdue unit to another worker index's worker (from its own
         copies of the partitions, or a spare copy loaded there from the source once)."""
