@@ -17,10 +17,8 @@ from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel, LatencySampler, Streams, register_model
 from daskstraggle.latency.modifiers import (
     _check_base,
-    _check_nested,
     _check_probability,
     _check_workers,
-    _check_workers_in_range,
     _FactorSampler,
     _Modifier,
     _sub_sampler,
@@ -223,11 +221,6 @@ class TwoStateMarkov(_Modifier):
         workers = _check_workers(self.workers, caller=caller, allow_none=True)
         object.__setattr__(self, "workers", workers)
 
-    def check_n_workers(self, n_workers: int) -> None:
-        """Raise InvalidParameterError if a listed worker is out of range."""
-        _check_nested(self, n_workers)
-        _check_workers_in_range(self.workers, n_workers, caller="TwoStateMarkov")  # type: ignore[arg-type]
-
     def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _ChainSampler(
             n_workers, streams, base=self.base, slow=self.slow, slow_factor=self.slow_factor,
@@ -301,11 +294,6 @@ class Bursts(_Modifier):
         object.__setattr__(
             self, "workers", _check_workers(self.workers, caller=caller, allow_none=True)
         )
-
-    def check_n_workers(self, n_workers: int) -> None:
-        """Raise InvalidParameterError if a listed worker is out of range."""
-        _check_nested(self, n_workers)
-        _check_workers_in_range(self.workers, n_workers, caller="Bursts")  # type: ignore[arg-type]
 
     def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _ChainSampler(

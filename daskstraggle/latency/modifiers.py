@@ -60,18 +60,6 @@ def _check_workers(value: Any, *, caller: str, allow_none: bool) -> tuple[int, .
     return workers
 
 
-def _check_workers_in_range(
-    workers: tuple[int, ...] | None, n_workers: int, *, caller: str
-) -> None:
-    for w in workers or ():
-        if w >= n_workers:
-            raise InvalidParameterError(
-                f"The 'workers' parameter of {caller} is invalid: worker {w} is out of range "
-                f"for {n_workers} workers (indices 0..{n_workers - 1}); list indices below "
-                f"{n_workers}."
-            )
-
-
 def _check_probability(value: Any, *, name: str, caller: str) -> float:
     if not (_is_number(value) and 0.0 <= float(value) <= 1.0):
         raise InvalidParameterError(
@@ -79,13 +67,6 @@ def _check_probability(value: Any, *, name: str, caller: str) -> float:
             f"Got {value!r} instead."
         )
     return float(value)
-
-
-def _check_nested(model: LatencyModel, n_workers: int) -> None:
-    for f in fields(model):  # type: ignore[arg-type]
-        value = getattr(model, f.name)
-        if isinstance(value, LatencyModel):
-            value.check_n_workers(n_workers)
 
 
 def _sub_sampler(
@@ -136,6 +117,21 @@ class _Modifier(LatencyModel):
         """Whether a base with a distribution draws the compute time (False: ``measured``)."""
         base = getattr(self, "base", None)
         return base is not None and base.has_distribution
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Raise InvalidParameterError if a nested model does not fit ``n_workers`` or a
+        listed worker (field ``workers``, if any) is out of range."""
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, LatencyModel):
+                value.check_n_workers(n_workers)
+        for w in getattr(self, "workers", None) or ():
+            if w >= n_workers:
+                raise InvalidParameterError(
+                    f"The 'workers' parameter of {type(self).__name__} is invalid: worker {w} is "
+                    f"out of range for {n_workers} workers (indices 0..{n_workers - 1}); list "
+                    f"indices below {n_workers}."
+                )
 
 
 # --------------------------------------------------------------------------- slowdown
@@ -248,11 +244,6 @@ class Slowdown(_Modifier):
         else:
             factor = check_positive(factor, name="factor", caller=caller)
         object.__setattr__(self, "factor", factor)
-
-    def check_n_workers(self, n_workers: int) -> None:
-        """Raise InvalidParameterError if a listed worker is out of range."""
-        _check_nested(self, n_workers)
-        _check_workers_in_range(self.workers, n_workers, caller="Slowdown")  # type: ignore[arg-type]
 
     def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _SlowdownSampler(self, n_workers, streams)
@@ -474,7 +465,7 @@ class Schedule(_Modifier):
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if a listed worker is out of range."""
-        _check_nested(self, n_workers)
+        _Modifier.check_n_workers(self, n_workers)
         for iteration, workers, _ in self.changes:
             for w in workers:
                 if w >= n_workers:
