@@ -39,10 +39,10 @@ _FITTED_DIMS: dict[str, tuple[str, ...]] = {
 #: What :attr:`Result.quality_control` reports of the matrix's quality control record.
 _QC_COUNTS = ("n_variants", "n_kept", "removed", "n_samples", "n_samples_kept",
               "samples_removed")
-#: The trace's variables over ``iteration`` that every row has (:meth:`TraceRecorder.add`).
+#: The trace's variables over ``iteration`` that every row has (:meth:`TraceRecorder.add`),
+#: and those of them that are counts.
 _ROW_KEYS = ("wall_time", "iteration_duration", "objective", "gap", "n_workers_used",
              "n_fresh", "n_stale", "max_compute_duration", "coverage", "n_dropped")
-#: Those of them that are counts.
 _INT_KEYS = frozenset({"n_workers_used", "n_fresh", "n_stale", "n_dropped"})
 #: The load-balancing events' fields (``balance_*`` over ``balance_event``): their dtype
 #: and whether they hold one value per worker.
@@ -367,18 +367,11 @@ class Result:
             "stop_reason": self.stop_reason,
             "optimality": self.optimality,
         }
-        if self.problem == "pca":
-            out["explained_variance"] = self.fitted["explained_variance"].tolist()
-            out["explained_variance_ratio"] = self.fitted["explained_variance_ratio"].tolist()
-            if "residuals" in self.fitted:
-                out["residuals"] = self.fitted["residuals"].tolist()
-            if self.determined is not None:
-                out["determined"] = list(self.determined)
-        else:
-            out["coef"] = self.fitted["coef"].tolist()
-            out["intercept"] = float(self.fitted["intercept"])
-            if "grad_norm" in self.fitted:
-                out["grad_norm"] = float(self.fitted["grad_norm"])
+        shown = (("explained_variance", "explained_variance_ratio", "residuals")
+                 if self.problem == "pca" else ("coef", "intercept", "grad_norm"))
+        out.update({key: self.fitted[key] for key in shown if key in self.fitted})
+        if self.determined is not None:
+            out["determined"] = self.determined
         if self.reference_objective is not None:
             out["reference_objective"] = self.reference_objective
             out["gap"] = self.gap
