@@ -51,7 +51,13 @@ import numpy as np
 
 from daskstraggle.data.genotypes import VariantTable
 from daskstraggle.data.matrix import Matrix, _parse_labels
-from daskstraggle.data.plink import BedSource, check_file, check_unique_samples, contig_codes
+from daskstraggle.data.plink import (
+    BedSource,
+    BimArrays,
+    check_file,
+    check_unique_samples,
+    contig_codes,
+)
 from daskstraggle.data.sources import RowValues, _stored, _transformed
 from daskstraggle.errors import (
     CorruptDataError,
@@ -456,18 +462,8 @@ class BgenSource(BedSource):
         return out
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
-        """Return a loader reading variants ``[start, stop)`` of the file where it runs.
-
-        Parameters
-        ----------
-        start, stop : int
-            Rows of this source.
-
-        Returns
-        -------
-        loader : callable
-            Picklable; carries its rows' file offsets only.
-        """
+        """Return a loader reading variants ``[start, stop)`` of the file where it runs
+        (picklable: it carries its rows' file offsets only)."""
         rows = (np.arange(start, stop) if self.variant_index is None
                 else self.variant_index[start:stop])
         return _BgenLoader(self.path, self.size, self.offsets[rows], self.missing,
@@ -554,10 +550,12 @@ def _check_readable(path: str, offset: int, layout: int) -> None:
         )
 
 
-class _VariantArrays:
-    """The variants' arrays in VCF Zarr's names (a :class:`VariantTable` reader)."""
+class _VariantArrays(BimArrays):
+    """The variants' arrays in VCF Zarr's names (a :class:`VariantTable` reader), made from
+    the index :func:`read_index` returns."""
 
     def __init__(self, index: dict[str, Any]) -> None:
+        super().__init__("")
         contig_id, codes = contig_codes(index["chromosome"])
         rsid, varid = index["rsid"], index["varid"]
         self._arrays = {
@@ -566,12 +564,6 @@ class _VariantArrays:
             "variant_id": np.where(rsid != "", rsid, varid),
             "variant_allele": np.array(index["alleles"], dtype=str),
         }
-
-    def __call__(self, name: str, index: np.ndarray | None) -> np.ndarray | None:
-        values = self._arrays.get(name)
-        if values is None or index is None or name == "contig_id":
-            return values
-        return values[np.asarray(index, dtype=np.int64)]
 
 
 # ------------------------------------------------------------------------------ open_bgen

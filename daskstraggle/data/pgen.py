@@ -26,6 +26,7 @@ from daskstraggle.data.genotypes import VariantTable
 from daskstraggle.data.matrix import Matrix, _parse_labels
 from daskstraggle.data.plink import (
     BedSource,
+    BimArrays,
     _BedLoader,
     _check_parameters,
     check_file,
@@ -251,20 +252,11 @@ def _pgen_shape(path: str) -> tuple[int, int]:
     return n_variants, n_raw
 
 
-class PvarArrays:
+class PvarArrays(BimArrays):
     """The ``.pvar``'s arrays, read once when first asked (a :class:`VariantTable` reader)."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._arrays: dict[str, np.ndarray] | None = None
-
-    def __call__(self, name: str, index: np.ndarray | None) -> np.ndarray | None:
-        if self._arrays is None:
-            self._arrays = read_pvar(self.path)
-        values = self._arrays.get(name)
-        if values is None or index is None or name == "contig_id":
-            return values
-        return values[index]
+    def _read(self, path: str) -> dict[str, np.ndarray]:
+        return read_pvar(path)
 
 
 def open_pgen(path: str, *, remote: dict[str, Any] | None, array: str | None, labels: Any,

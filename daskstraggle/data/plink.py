@@ -49,7 +49,7 @@ from daskstraggle.errors import (
 from daskstraggle.problems._packing import pack_dosages
 
 __all__ = ["BedSource", "BimArrays", "bed_rows", "check_unique_samples", "open_bed",
-           "read_columns", "read_ids"]
+           "read_columns"]
 
 #: The first two bytes of every .bed file, then the mode byte of a variant-major file.
 MAGIC = b"\x6c\x1b"
@@ -290,18 +290,8 @@ class BedSource(GenotypeRowSource):
         return out
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
-        """Return a loader reading variants ``[start, stop)`` of the file as dosages.
-
-        Parameters
-        ----------
-        start, stop : int
-            Rows of this source.
-
-        Returns
-        -------
-        loader : callable
-            Picklable; reads the rows' bytes where it runs.
-        """
+        """Return a picklable loader reading variants ``[start, stop)`` of the file as
+        dosages where it runs."""
         rows = None if self.variant_index is None else self.variant_index[start:stop]
         return self._loader(self.path, self.n_variants, self.n_samples, start, stop,
                           self.missing, self.scaling, self.storage, rows, self.sample_index)
@@ -324,28 +314,6 @@ def _count_lines(path: str) -> int:
             count += block.count(b"\n")
             last = block[-1:]
     return count + (last != b"\n")
-
-
-def read_ids(path: str, column: int) -> np.ndarray:
-    """Return column ``column`` (0-based) of a whitespace-separated text file, as str.
-
-    Parameters
-    ----------
-    path : str
-        A ``.fam`` or ``.bim`` file.
-    column : int
-        The column wanted (``.fam``: 1 is the sample id; ``.bim``: 1 the variant id).
-
-    Returns
-    -------
-    values : ndarray of str of shape (n_lines,)
-
-    Raises
-    ------
-    InvalidDataError
-        If a line has no such column.
-    """
-    return read_columns(path, column + 1)[:, column]
 
 
 def read_columns(path: str, count: int) -> np.ndarray:
@@ -446,11 +414,15 @@ class BimArrays:
     def __call__(self, name: str, index: np.ndarray | None) -> np.ndarray | None:
         """Return array ``name`` (rows ``index``, or all when None), or None if absent."""
         if self._arrays is None:
-            self._arrays = _read_bim(self.path)
+            self._arrays = self._read(self.path)
         values = self._arrays.get(name)
         if values is None or index is None or name == "contig_id":
             return values
         return values[np.asarray(index, dtype=np.int64)]
+
+    def _read(self, path: str) -> dict[str, np.ndarray]:
+        """Read the arrays of the file at ``path`` (a subclass reads another format)."""
+        return _read_bim(path)
 
 
 def _read_bim(path: str) -> dict[str, np.ndarray]:

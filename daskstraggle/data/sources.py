@@ -504,10 +504,8 @@ def dosage_rows(dosages: np.ndarray, *, ploidy: int, missing: str, scaling: str)
         Alternate allele counts per call (sgkit's ``call_alternate_allele_count``).
     ploidy : int
         The largest count.
-    missing : {"mean", "zero"}
-        Imputation of missing calls.
-    scaling : {"patterson", "none"}
-        Per-variant standardisation.
+    missing, scaling : str
+        As :func:`genotype_rows`.
 
     Returns
     -------
