@@ -115,3 +115,26 @@ def test_wrong_type():
     with pytest.raises(InvalidParameterError, match="must be a spec string, a LatencyModel"):
         parse_stragglers(3)
     assert issubclass(type(parse_latency("bursts()")), LatencyModel)
+
+
+
+def test_the_grammar_asks_the_term_class_how_its_term_reads(monkeypatch):
+    # issue 44: a new kind of term is one class with from_term, not a branch in spec.py
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from daskstraggle.latency import Constant, base
+
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Halves(Constant):
+        """A test model whose term gives the compute time in half-seconds."""
+
+        name: ClassVar[str] = "halves"
+
+        @classmethod
+        def from_term(cls, name, params, *, base, spec):
+            return cls(compute=params.pop("n", 0) / 2, **params)
+
+    monkeypatch.setitem(base._REGISTRY._classes, "halves", Halves)
+    assert parse_latency("halves(n=3, communication=1)") == Halves(compute=1.5, communication=1)
+    assert parse_stragglers("halves + loss(workers=0, at=1)").model == Halves(compute=0.0)
