@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 
@@ -10,6 +12,7 @@ from daskstraggle.errors import DataNotFoundError, InvalidParameterError
 from daskstraggle.latency import (
     Artificial,
     Bursts,
+    Constant,
     Gamma,
     LatencyModel,
     Slowdown,
@@ -19,6 +22,7 @@ from daskstraggle.latency import (
     parse_latency,
     parse_stragglers,
 )
+from daskstraggle.latency import base as latency_base
 
 
 def test_issue_examples_parse_to_the_models():
@@ -120,10 +124,6 @@ def test_wrong_type():
 
 def test_the_grammar_asks_the_term_class_how_its_term_reads(monkeypatch):
     # issue 44: a new kind of term is one class with from_term, not a branch in spec.py
-    from dataclasses import dataclass
-    from typing import ClassVar
-
-    from daskstraggle.latency import Constant, base
 
     @dataclass(frozen=True, kw_only=True, slots=True)
     class Halves(Constant):
@@ -135,6 +135,6 @@ def test_the_grammar_asks_the_term_class_how_its_term_reads(monkeypatch):
         def from_term(cls, name, params, *, base, spec):
             return cls(compute=params.pop("n", 0) / 2, **params)
 
-    monkeypatch.setitem(base._REGISTRY._classes, "halves", Halves)
+    monkeypatch.setitem(latency_base._REGISTRY._classes, "halves", Halves)
     assert parse_latency("halves(n=3, communication=1)") == Halves(compute=1.5, communication=1)
     assert parse_stragglers("halves + loss(workers=0, at=1)").model == Halves(compute=0.0)
