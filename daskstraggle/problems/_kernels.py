@@ -48,12 +48,14 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from daskstraggle.problems._blas import syrk_update
-from daskstraggle.problems.block import Block
+
+if TYPE_CHECKING:  # block.py imports this module (block_stats)
+    from daskstraggle.problems.block import Block
 
 __all__ = ["IMPLEMENTATIONS", "column_moments", "default_implementation", "glm_pass", "gram",
            "gram_sum", "pack_upper", "packed_product", "pca_pass", "pca_pass_sum",

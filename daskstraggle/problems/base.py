@@ -21,7 +21,7 @@ import numpy as np
 
 from daskstraggle._declared_options import CliOption
 from daskstraggle.problems.block import Block, MatrixStats
-from daskstraggle.problems.held import HeldResult, combine_held
+from daskstraggle.problems.held import KernelResult, combine
 from daskstraggle.problems.separation import Separation
 
 __all__ = [
@@ -31,59 +31,6 @@ __all__ = [
     "Reference",
     "combine",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class KernelResult:
-    """Sum over a set of rows of the gradient-like quantity and the objective terms.
-
-    Parameters
-    ----------
-    gradient : ndarray
-        Shape of the iterate. For PCA ``X_c^T X_c V`` over the rows; for regression the
-        sum of per-sample loss gradients divided by the global number of samples.
-    values : ndarray of shape (n_values,)
-        Objective terms summed over the rows (per-component captured variance for PCA,
-        the mean-loss contribution for regression).
-    n_rows : int
-        Number of rows summed.
-    """
-
-    gradient: np.ndarray
-    values: np.ndarray
-    n_rows: int
-
-    def __add__(self, other: KernelResult) -> KernelResult:
-        """Add the results of two disjoint row sets (a held sum adds itself: see
-        :mod:`daskstraggle.problems.held`)."""
-        if not isinstance(other, KernelResult):
-            return NotImplemented
-        return KernelResult(
-            gradient=self.gradient + other.gradient,
-            values=self.values + other.values,
-            n_rows=self.n_rows + other.n_rows,
-        )
-
-    def scaled(self, weight: float) -> KernelResult:
-        """Return the result multiplied by ``weight`` (coding coefficients, 1/coverage)."""
-        return KernelResult(self.gradient * weight, self.values * weight, self.n_rows)
-
-
-def combine(results: list[KernelResult], weights: Any) -> KernelResult:
-    """Return ``sum_k weights[k] * results[k]`` in float64 (``n_rows`` weighted, rounded).
-
-    Coded messages are such combinations of partition results, and decoding is one too.
-    With results held on the workers (:mod:`daskstraggle.problems.held`) the combination
-    is held too, summed where the results are when it is read.
-    """
-    if any(isinstance(r, HeldResult) for r in results):
-        return combine_held(results, weights)  # type: ignore[return-value]
-    pairs = list(zip(weights, results, strict=True))
-    gradient = sum(float(w) * r.gradient for w, r in pairs)
-    values = sum(float(w) * r.values for w, r in pairs)
-    n_rows = sum(float(w) * r.n_rows for w, r in pairs)
-    return KernelResult(np.asarray(gradient, dtype=np.float64),
-                        np.asarray(values, dtype=np.float64), round(n_rows))
 
 
 @dataclass(frozen=True, slots=True)

@@ -378,7 +378,7 @@ def block_stats(block: Block) -> MatrixStats:
     (:func:`~daskstraggle.problems._kernels.column_moments`), else from numpy tiles; both
     merge the same tiles with the same pairwise update and agree to rounding.
     """
-    from daskstraggle.problems._kernels import column_moments  # it imports this module
+    from daskstraggle.problems._kernels import column_moments  # numba and BLAS when used
 
     # values near the float64 limits overflow or underflow here; check_float_range
     # refuses such matrices with one line when a problem is bound, so no warning

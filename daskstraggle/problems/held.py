@@ -1,8 +1,9 @@
-"""Kernel sums held on the workers: symbolic arithmetic, one message when read.
+"""Kernel results (:class:`KernelResult`), their weighted sums (:func:`combine`), and sums
+held on the workers: symbolic arithmetic, one message when read.
 
 With aggregation (``aggregation="tree"`` on a Dask runtime) a worker's result stays on
 the worker. The method receives a :class:`HeldResult` in its place: adding, scaling and
-:func:`~daskstraggle.problems.base.combine` build a weighted sum of such *leaves* without
+:func:`combine` build a weighted sum of such *leaves* without
 moving data, so a method's code is the same whether its results are held or local.
 Reading ``gradient`` or ``values`` asks the runtime's :class:`Reducer` to sum the leaves
 on the workers (a tree of additions) and fetch the one sum; the value is kept, so a
@@ -10,7 +11,7 @@ second read costs nothing.
 
 A weighted sum merges leaves by identity: a cache that adds a new result and subtracts
 the one it replaces (``total - old + new``) keeps only the leaves still in it. Pickling a
-held result pickles its value (a :class:`~daskstraggle.problems.base.KernelResult`), so a
+held result pickles its value (a :class:`KernelResult`), so a
 checkpoint never refers to data on a worker.
 
 This module is pure: a leaf's handle is opaque here (the Dask runtime's future).
@@ -18,11 +19,65 @@ This module is pure: a leaf's handle is opaque here (the Dask runtime's future).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["HeldResult", "Leaf", "Reducer", "payload_bytes"]
+__all__ = ["HeldResult", "KernelResult", "Leaf", "Reducer", "combine", "payload_bytes"]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelResult:
+    """Sum over a set of rows of the gradient-like quantity and the objective terms.
+
+    Parameters
+    ----------
+    gradient : ndarray
+        Shape of the iterate. For PCA ``X_c^T X_c V`` over the rows; for regression the
+        sum of per-sample loss gradients divided by the global number of samples.
+    values : ndarray of shape (n_values,)
+        Objective terms summed over the rows (per-component captured variance for PCA,
+        the mean-loss contribution for regression).
+    n_rows : int
+        Number of rows summed.
+    """
+
+    gradient: np.ndarray
+    values: np.ndarray
+    n_rows: int
+
+    def __add__(self, other: KernelResult) -> KernelResult:
+        """Add the results of two disjoint row sets (a held sum adds itself: see
+        :mod:`daskstraggle.problems.held`)."""
+        if not isinstance(other, KernelResult):
+            return NotImplemented
+        return KernelResult(
+            gradient=self.gradient + other.gradient,
+            values=self.values + other.values,
+            n_rows=self.n_rows + other.n_rows,
+        )
+
+    def scaled(self, weight: float) -> KernelResult:
+        """Return the result multiplied by ``weight`` (coding coefficients, 1/coverage)."""
+        return KernelResult(self.gradient * weight, self.values * weight, self.n_rows)
+
+
+def combine(results: list[KernelResult], weights: Any) -> KernelResult:
+    """Return ``sum_k weights[k] * results[k]`` in float64 (``n_rows`` weighted, rounded).
+
+    Coded messages are such combinations of partition results, and decoding is one too.
+    With results held on the workers (:mod:`daskstraggle.problems.held`) the combination
+    is held too, summed where the results are when it is read.
+    """
+    if any(isinstance(r, HeldResult) for r in results):
+        return combine_held(results, weights)  # type: ignore[return-value]
+    pairs = list(zip(weights, results, strict=True))
+    gradient = sum(float(w) * r.gradient for w, r in pairs)
+    values = sum(float(w) * r.values for w, r in pairs)
+    n_rows = sum(float(w) * r.n_rows for w, r in pairs)
+    return KernelResult(np.asarray(gradient, dtype=np.float64),
+                        np.asarray(values, dtype=np.float64), round(n_rows))
 
 
 class Reducer(Protocol):
@@ -101,8 +156,6 @@ class HeldResult:
     def materialize(self) -> Any:
         """Return the sum as a ``KernelResult`` (summed on the workers the first time)."""
         if self._value is None:
-            from daskstraggle.problems.base import KernelResult
-
             terms = [(weight, leaf) for leaf, weight in self._terms.items() if weight != 0.0]
             if terms:
                 gradient, values = terms[0][1].reducer.reduce(terms)
@@ -177,8 +230,6 @@ def combine_held(results: list[Any], weights: Any) -> HeldResult:
         n_rows += w * result.n_rows
         term = result.scaled(w) if isinstance(result, HeldResult) else None
         if term is None:
-            from daskstraggle.problems.base import KernelResult
-
             term = HeldResult({}, 0, KernelResult(w * np.asarray(result.gradient),
                                                   w * np.asarray(result.values), 0))
         total = term if total is None else total._merged(term, 1.0, 0)
