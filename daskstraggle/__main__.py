@@ -1,6 +1,8 @@
 """``python -m daskstraggle``: the command line, as the ``daskstraggle`` script."""
 
-from daskstraggle.cli import _entry
+import sys
+
+from daskstraggle._entry import main
 
 if __name__ == "__main__":
-    _entry()
+    sys.exit(main())

@@ -92,7 +92,7 @@ def write_plink(result: Result, prefix: str | os.PathLike[str], matrix: Matrix |
     info = _check_result(result)
     inputs = source_paths(info)
     if matrix is not None:
-        from daskstraggle.api import matrix_after_run
+        from daskstraggle.data.genotypes import matrix_after_run
 
         inputs += source_paths(matrix)
         matrix = matrix_after_run(matrix, result)  # without samples or variants never called
@@ -223,7 +223,7 @@ def _eigenvec_text(components: np.ndarray, samples: np.ndarray,
 def _allele_texts(matrix: Matrix, components: np.ndarray, s: np.ndarray,
                   client: Any) -> list[str]:
     """The ``.eigenvec.allele`` and ``.afreq`` files' text (one pass over the variants)."""
-    from daskstraggle import _passes
+    from daskstraggle.data import _passes
     from daskstraggle.data._bed_writer import unique_variant_ids
 
     parts = _passes.map_partitions(matrix, _passes.variant_pass(components.T), client)

@@ -32,6 +32,7 @@ from daskstraggle.data.genotypes import (
     check_qc_applies,
     drop_no_calls,
     filter_variants,
+    matrix_after_run,
     parse_qc,
 )
 from daskstraggle.data.matrix import Matrix, is_plink_path, open_matrix
@@ -571,16 +572,6 @@ def _run_without_no_calls(run: Callable[[Matrix], Result], matrix: Matrix, probl
         result.attrs["no_call"] = {"samples": err.samples.tolist(),
                                    "variants": err.variants.tolist()}
         return result
-
-
-def matrix_after_run(matrix: Matrix, result: Result) -> Matrix:
-    """The matrix a run of ``matrix`` fitted: without the samples and variants it found
-    with no call (``result.attrs["no_call"]``), else ``matrix`` itself."""
-    removed = result.attrs.get("no_call")
-    if not removed:
-        return matrix
-    return drop_no_calls(matrix, np.asarray(removed["samples"], dtype=np.int64),
-                         np.asarray(removed["variants"], dtype=np.int64), warn=False)
 
 
 #: The options of the ``fit_*`` functions, in their signatures' order, declared once: each
@@ -1131,7 +1122,8 @@ def genotype_pca(
     >>> out.sample_pca_projection.shape  # doctest: +SKIP
     (300, 4)
     """
-    from daskstraggle import _passes, _sgkit
+    from daskstraggle import _sgkit
+    from daskstraggle.data import _passes
 
     merge = _check_merge(merge, ds)
     asked = {k: options[k] for k in ("runtime", "client", "scheduler", "n_workers")}

@@ -843,13 +843,6 @@ def _one_line_warnings() -> Iterator[None]:
         yield
 
 
-def _entry() -> None:  # pragma: no cover - the former console script (python -m daskstraggle)
-    """Run the command line as the ``daskstraggle`` script does and exit with its code."""
-    from daskstraggle._entry import main as entry
-
-    sys.exit(entry())
-
-
 if __name__ == "__main__":  # pragma: no cover - python -m daskstraggle.cli, as the script
     from daskstraggle._entry import ended, install_interrupt_handling
 

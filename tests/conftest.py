@@ -43,7 +43,7 @@ _BACKGROUND = pytest.StashKey["Any"]()
 #: cluster's worker server, compile it on the suite's path.
 _WARM_KERNELS = """
 import numpy as np
-import daskstraggle.runtime._worker_preload
+import daskstraggle._worker_preload
 from daskstraggle.problems import PCA, Block, LeastSquares, Logistic, block_stats
 from daskstraggle.problems._packing import pack_dosages
 rng = np.random.default_rng(0)

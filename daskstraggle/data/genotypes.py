@@ -51,6 +51,7 @@ __all__ = [
     "VariantTable",
     "check_not_allele_counts",
     "drop_no_calls",
+    "matrix_after_run",
     "filter_variants",
     "parse_genotype_dims",
     "parse_qc",
@@ -433,6 +434,15 @@ def _variant_ids(matrix: Matrix) -> np.ndarray | None:
     table = matrix.variants
     ids = None if table is None else table.get("variant_id")
     return None if ids is None else _strings(ids)
+
+
+def matrix_after_run(matrix: Matrix, result: Any) -> Matrix:
+    """The matrix a run of ``matrix`` fitted: without the samples and variants it found
+    with no call (``result.attrs["no_call"]``), else ``matrix`` itself."""
+    removed = result.attrs.get("no_call")
+    if not removed:
+        return matrix
+    return drop_no_calls(matrix, removed["samples"], removed["variants"], warn=False)
 
 
 def drop_no_calls(matrix: Matrix, samples: np.ndarray, variants: np.ndarray, *,
@@ -823,7 +833,7 @@ def call_counts(matrix: Matrix, *, client: Any = None) -> CallCounts:
     -------
     counts : CallCounts
     """
-    from daskstraggle._passes import map_partitions
+    from daskstraggle.data._passes import map_partitions
 
     source = matrix.source
     assert isinstance(source, GenotypeRowSource)

@@ -76,8 +76,8 @@ def hwe_exact_p_counts(het: np.ndarray, hom_1: np.ndarray, hom_2: np.ndarray) ->
     unique, inverse = _distinct_rows(counts)
     from daskstraggle.problems._kernels import import_numba_module  # numba only when used
 
-    p = import_numba_module("daskstraggle.data._numba_hwe").p_values(np.ascontiguousarray(unique[:, 0]), np.ascontiguousarray(unique[:, 1]),
-                 np.ascontiguousarray(unique[:, 2]), _TIES)
+    p_values = import_numba_module("daskstraggle.data._numba_hwe").p_values
+    p = p_values(*(np.ascontiguousarray(unique[:, j]) for j in range(3)), _TIES)
     return np.asarray(p[inverse.ravel()], dtype=np.float64)
 
 

@@ -260,7 +260,7 @@ def king_keep(matrix: Any, cutoff: float, *,
     InvalidParameterError
         If the calls are not diploid.
     """
-    from daskstraggle._passes import map_partitions
+    from daskstraggle.data._passes import map_partitions
 
     source = matrix.source
     if source.ploidy != 2:

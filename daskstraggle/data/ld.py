@@ -427,7 +427,7 @@ def ld_prune_keep(matrix: Any, ld: LDPrune, *, client: Any = None) -> np.ndarray
     from dataclasses import replace
     from functools import partial
 
-    from daskstraggle._passes import map_partitions
+    from daskstraggle.data._passes import map_partitions
 
     source = matrix.source
     raw = replace(matrix, source=source.count_source())

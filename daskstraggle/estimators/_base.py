@@ -19,8 +19,8 @@ except ImportError as err:  # pragma: no cover - depends on the environment
         "daskstraggle (fit_pca, fit_logistic, fit_least_squares, the CLI) works without it."
     ) from err
 
-from daskstraggle import _passes
 from daskstraggle._validation import check_mapping, check_rng
+from daskstraggle.data import _passes
 from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.runtime.choice import choose_runtime

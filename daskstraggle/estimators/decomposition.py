@@ -9,10 +9,15 @@ import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from daskstraggle import _passes
 from daskstraggle._validation import check_int
-from daskstraggle.api import fit_pca, matrix_after_run
-from daskstraggle.data.genotypes import check_not_allele_counts, filter_variants, parse_qc
+from daskstraggle.api import fit_pca
+from daskstraggle.data import _passes
+from daskstraggle.data.genotypes import (
+    check_not_allele_counts,
+    filter_variants,
+    matrix_after_run,
+    parse_qc,
+)
 from daskstraggle.data.matrix import Matrix, open_matrix
 from daskstraggle.errors import InvalidDataError
 from daskstraggle.estimators._base import (

@@ -10,8 +10,8 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from daskstraggle import _passes
 from daskstraggle.api import fit_least_squares, fit_logistic
+from daskstraggle.data import _passes
 from daskstraggle.data.matrix import Matrix
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
 from daskstraggle.estimators._base import (

@@ -197,7 +197,7 @@ def _sigint_blocked() -> Iterator[None]:
 
 #: Modules the forkserver of a LocalCluster started here imports before it forks workers
 #: (the second also loads the problems' numba kernels once: see its docstring).
-WORKER_PRELOAD = ("distributed", "daskstraggle.runtime._worker_preload")
+WORKER_PRELOAD = ("distributed", "daskstraggle._worker_preload")
 
 #: Environment variables read when a library is imported (thread pools, numba, the
 #: allocator, hashing): a worker forked from a server started before they changed would

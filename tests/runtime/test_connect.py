@@ -309,7 +309,7 @@ def test_own_clusters_fork_their_workers_from_a_preloaded_server():
         return
     worker_start_config()  # our server is configured (once per process)
     assert worker_start_config()[0] == {key: "forkserver"}
-    assert "daskstraggle.runtime._worker_preload" in WORKER_PRELOAD
+    assert "daskstraggle._worker_preload" in WORKER_PRELOAD
     # the user's own choice of start method is kept
     with dask.config.set({key: "fork"}):
         assert worker_start_config() == ({}, {})
@@ -354,7 +354,7 @@ def test_the_session_clusters_workers_hold_the_preloaded_kernels(dask_client):
         import signal
         import sys
 
-        return ("daskstraggle.runtime._worker_preload" in sys.modules,
+        return ("daskstraggle._worker_preload" in sys.modules,
                 signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, ()))
 
     # forked from the preloaded server, and Ctrl-C blocked there whoever started it
@@ -370,7 +370,7 @@ def test_a_failing_kernel_warm_up_does_not_stop_the_forkserver(monkeypatch):
 
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
     try:
-        from daskstraggle.runtime import _worker_preload
+        from daskstraggle import _worker_preload
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
