@@ -16,7 +16,9 @@ and ``--method my-method`` works once it is installed. Entry points are read the
 a name is not found or the names are listed.
 
 Pure Python: shared by the pure packages. Names are hyphenated; lookups treat ``_`` and
-``-`` alike, so spec strings may use Python identifiers.
+``-`` alike, so spec strings may use Python identifiers. A package's public functions
+(``register_model``, ``list_models``, ``get_model_class``, ``make_model``, ...) are this
+class's bound methods, or thin functions over them where the package adds a check.
 """
 
 from __future__ import annotations
@@ -71,7 +73,13 @@ class Registry(Generic[T]):
                 self.register(cls)
 
     def register(self, cls: type[T]) -> type[T]:
-        """Register ``cls`` under ``cls.name`` (usable as a class decorator)."""
+        """Register ``cls`` under ``cls.name`` (usable as a class decorator).
+
+        Raises
+        ------
+        ValueError
+            If another class is registered under that name already.
+        """
         name = cls.name  # type: ignore[attr-defined]
         if name in self._classes and self._classes[name] is not cls:
             raise ValueError(f"{self.kind} name {name!r} registered twice")
@@ -111,14 +119,27 @@ class Registry(Generic[T]):
         return key in self._classes
 
     def get(self, name: str) -> type[T]:
-        """Return the class registered as ``name``; InvalidParameterError if none."""
+        """Return the class registered as ``name`` (``_`` and ``-`` are equal).
+
+        Raises
+        ------
+        InvalidParameterError
+            If ``name`` is not registered, naming the names that are.
+        """
         key = str(name).replace("_", "-")
         if key not in self:
             raise InvalidParameterError(self._unknown(name, self.names()))
         return self._classes[key]
 
     def make(self, name: str, **params: Any) -> T:
-        """Build the class registered as ``name``, refusing unknown or missing parameters."""
+        """Build the class registered as ``name`` from its parameters.
+
+        Raises
+        ------
+        InvalidParameterError
+            If the name is unknown, a parameter is missing or not accepted, or a value is
+            invalid.
+        """
         cls = self.get(name)
         label = cls.name  # type: ignore[attr-defined]
         all_fields = fields(cls)  # type: ignore[arg-type]

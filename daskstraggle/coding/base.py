@@ -54,27 +54,10 @@ _REGISTRY: Registry[CodingScheme] = Registry(
         f"The 'scheme' parameter must be one of {names}. Got {name!r} instead."
     ),
 )
-
-
-def register_scheme(cls: type[CodingScheme]) -> type[CodingScheme]:
-    """Register a CodingScheme subclass under ``cls.name`` (class decorator)."""
-    return _REGISTRY.register(cls)
-
-
-def list_schemes() -> list[str]:
-    """Return the registered scheme names."""
-    return _REGISTRY.names()
-
-
-def get_scheme_class(name: str) -> type[CodingScheme]:
-    """Return the scheme class registered as ``name`` (``_`` and ``-`` are equal).
-
-    Raises
-    ------
-    InvalidParameterError
-        If no scheme has that name.
-    """
-    return _REGISTRY.get(name)
+# The registry's methods are the public functions (see daskstraggle._registry).
+register_scheme = _REGISTRY.register
+list_schemes = _REGISTRY.names
+get_scheme_class = _REGISTRY.get
 
 
 def make_scheme(name: str, **params: Any) -> CodingScheme:

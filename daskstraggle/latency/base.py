@@ -83,39 +83,11 @@ _REGISTRY: Registry[LatencyModel] = Registry(
     "latency model", group="daskstraggle.latency",
     unknown=lambda name, names: f"Unknown latency model {name!r}; choose one of {names}.",
 )
-
-
-def register_model(cls: type[LatencyModel]) -> type[LatencyModel]:
-    """Register a LatencyModel subclass under ``cls.name`` (class decorator)."""
-    return _REGISTRY.register(cls)
-
-
-def list_models() -> list[str]:
-    """Return the registered latency model names."""
-    return _REGISTRY.names()
-
-
-def get_model_class(name: str) -> type[LatencyModel]:
-    """Return the LatencyModel class registered as ``name`` (``_`` and ``-`` are equal).
-
-    Raises
-    ------
-    InvalidParameterError
-        If no model has that name.
-    """
-    return _REGISTRY.get(name)
-
-
-def make_model(name: str, **params: Any) -> LatencyModel:
-    """Build a registered latency model from its name and parameters.
-
-    Raises
-    ------
-    InvalidParameterError
-        If the name is unknown, a parameter is missing or not accepted, or a value is
-        invalid.
-    """
-    return _REGISTRY.make(name, **params)
+# The registry's methods are the public functions (see daskstraggle._registry).
+register_model = _REGISTRY.register
+list_models = _REGISTRY.names
+get_model_class = _REGISTRY.get
+make_model = _REGISTRY.make
 
 
 class WorkerStreams(Sequence[np.random.Generator]):

@@ -120,18 +120,12 @@ _REGISTRY: Registry[Method] = Registry(
 
 
 def list_methods() -> list[str]:
-    """Return the registered method names (with those of installed plugins), sorted."""
+    """Return the method names: :meth:`~daskstraggle._registry.Registry.names`."""
     return _REGISTRY.names()
 
 
 def get_method_class(name: str) -> type[Method]:
-    """Return the method class registered as ``name``.
-
-    Raises
-    ------
-    InvalidParameterError
-        If ``name`` is not registered, naming the methods that are.
-    """
+    """Return the method class ``name``: :meth:`~daskstraggle._registry.Registry.get`."""
     return _REGISTRY.get(name)
 
 

@@ -75,26 +75,9 @@ _REGISTRY: Registry[Problem] = Registry(
 )
 
 
-def list_problems() -> list[str]:
-    """Return the registered problem names.
-
-    Returns
-    -------
-    names : list of str
-        Sorted, e.g. ``["least-squares", "logistic", "pca"]``.
-    """
-    return _REGISTRY.names()
-
-
-def get_problem_class(name: str) -> type[Problem]:
-    """Return the registered problem class ``name`` (one of :func:`list_problems`).
-
-    Raises
-    ------
-    InvalidParameterError
-        If ``name`` is not registered.
-    """
-    return _REGISTRY.get(name)
+# The registry's methods are the public functions (see daskstraggle._registry).
+list_problems = _REGISTRY.names
+get_problem_class = _REGISTRY.get
 
 
 def make_problem(name: str, **params: Any) -> Problem:
