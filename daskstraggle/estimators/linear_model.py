@@ -25,6 +25,24 @@ from daskstraggle.trace import Result
 
 __all__ = ["LinearRegression", "LogisticRegression", "Ridge"]
 
+#: The linear models' solver parameters, in their docstrings.
+_LINEAR_DOC = _COMMON_DOC.format(default='"nag"', auto='gradient descent', max_iter=1000,
+                                 tol='1e-6', tol_doc='the gradient norm relative to the start')
+#: The regressors' parameters after ``alpha``, and their attributes.
+_REGRESSOR_DOC = f"""
+    fit_intercept : bool, default=True
+        Fit an intercept (not penalised).
+    {_LINEAR_DOC.strip()}
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,)
+        Weights.
+    intercept_ : float
+        Intercept (0.0 when ``fit_intercept=False``).
+    {_FITTED_DOC.strip()}
+"""
+
 
 class _LinearModel(_Estimator):
     """Predictions of a linear model, in memory or over a store's partitions."""
@@ -96,6 +114,10 @@ class _Regressor(RegressorMixin, _LinearModel):
         """
         return self._decision(X)
 
+    def _alpha(self, n_samples: int) -> float:
+        """The L2 penalty of the problem (per sample) for ``n_samples`` rows: none here."""
+        return 0.0
+
 
 class LinearRegression(_Regressor):
     __doc__ = f"""Ordinary least squares, solved by a straggler-aware iterative method.
@@ -107,18 +129,7 @@ class LinearRegression(_Regressor):
 
     Parameters
     ----------
-    fit_intercept : bool, default=True
-        Fit an intercept (not penalised).
-    {_COMMON_DOC.format(default='"nag"', auto='gradient descent', max_iter=1000, tol='1e-6',
-                        tol_doc='the gradient norm relative to the start').strip()}
-
-    Attributes
-    ----------
-    coef_ : ndarray of shape (n_features,)
-        Weights.
-    intercept_ : float
-        Intercept (0.0 when ``fit_intercept=False``).
-    {_FITTED_DOC.strip()}
+    {_REGRESSOR_DOC.strip()}
 
     See Also
     --------
@@ -143,9 +154,6 @@ class LinearRegression(_Regressor):
                  solve_params: dict[str, Any] | None = None) -> None:
         _keep_params(self, locals())
 
-    def _alpha(self, n_samples: int) -> float:
-        return 0.0
-
 
 class Ridge(_Regressor):
     __doc__ = f"""Least squares with an L2 penalty, scikit-learn's ``Ridge`` objective.
@@ -159,18 +167,7 @@ class Ridge(_Regressor):
     ----------
     alpha : float, default=1.0
         L2 penalty, as in ``sklearn.linear_model.Ridge``.
-    fit_intercept : bool, default=True
-        Fit an intercept.
-    {_COMMON_DOC.format(default='"nag"', auto='gradient descent', max_iter=1000, tol='1e-6',
-                        tol_doc='the gradient norm relative to the start').strip()}
-
-    Attributes
-    ----------
-    coef_ : ndarray of shape (n_features,)
-        Weights.
-    intercept_ : float
-        Intercept (0.0 when ``fit_intercept=False``).
-    {_FITTED_DOC.strip()}
+    {_REGRESSOR_DOC.strip()}
 
     See Also
     --------
@@ -219,8 +216,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         ``numpy.inf``: no penalty.
     fit_intercept : bool, default=True
         Fit an intercept.
-    {_COMMON_DOC.format(default='"nag"', auto='gradient descent', max_iter=1000, tol='1e-6',
-                        tol_doc='the gradient norm relative to the start').strip()}
+    {_LINEAR_DOC.strip()}
 
     Attributes
     ----------
@@ -268,19 +264,9 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         return 0.0 if np.isinf(float(C)) else 1.0 / (float(C) * n_samples)
 
     def fit(self, X: Any, y: Any = None) -> LogisticRegression:
-        """Fit the model on two classes.
-
-        Parameters
-        ----------
-        X : str, path, array-like, dask or xarray array, or Matrix
-            Features, rows = samples: anything :func:`~daskstraggle.open_matrix` accepts.
-        y : array-like or str
-            Two distinct labels, or the name of the label array in the Zarr group of ``X``.
-
-        Returns
-        -------
-        self : LogisticRegression
-            The fitted estimator.
+        """Fit the model on two classes, as :meth:`Ridge.fit` fits targets: ``y`` holds two
+        distinct labels (or names the label array in the Zarr group of ``X``). Returns
+        ``self``.
 
         Raises
         ------
@@ -328,12 +314,8 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         return self._decision(X)
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Return the probabilities of both classes.
-
-        Parameters
-        ----------
-        X : str, path, array-like, dask or xarray array, or Matrix
-            Samples.
+        """Return the probabilities of both classes for the samples ``X`` (as
+        :meth:`decision_function` takes them).
 
         Returns
         -------
@@ -346,35 +328,16 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         return np.column_stack([1.0 - p, p])
 
     def predict_log_proba(self, X: Any) -> np.ndarray:
-        """Return the log-probabilities of both classes.
-
-        Parameters
-        ----------
-        X : str, path, array-like, dask or xarray array, or Matrix
-            Samples.
-
-        Returns
-        -------
-        log_proba : ndarray of shape (n_samples, 2)
-            Columns in the order of ``classes_``.
-        """
+        """Return the logarithms of :meth:`predict_proba`, computed without rounding a
+        probability to 0 first."""
         from scipy.special import log_expit
 
         d = self._decision(X)
         return np.column_stack([log_expit(-d), log_expit(d)])
 
     def predict(self, X: Any) -> np.ndarray:
-        """Predict the class of each sample.
-
-        Parameters
-        ----------
-        X : str, path, array-like, dask or xarray array, or Matrix
-            Samples.
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,)
-            ``classes_[1]`` where the decision function is positive, else ``classes_[0]``.
+        """Predict the class of each sample of ``X`` (as :meth:`decision_function` takes
+        them): ``classes_[1]`` where the decision function is positive, else ``classes_[0]``.
         """
         check_is_fitted(self)
         return self.classes_[(self._decision(X) > 0).astype(int)]
