@@ -200,12 +200,12 @@ _DATA = {"reloaded": "rows reloaded from the source", "fetched":
 
 
 def _event_text(event: dict[str, Any]) -> str:
-    """One event in words."""
+    """One event in words (a fault's as its kind describes it)."""
+    from daskstraggle.latency.faults import FAULTS
+
     kind = event["event"]
-    if kind in ("loss", "freeze", "join", "retire"):
-        who = ", ".join(event["workers"])
-        until = f" until {event['until']:g} s" if kind == "freeze" else ""
-        return f"{kind}: worker{'s' if len(event['workers']) > 1 else ''} {who}{until}"
+    if kind in FAULTS:
+        return FAULTS.get(kind).describe(event)
     rows = ", ".join(f"[{a}, {b})" for a, b in event["rows"])
     index = f"worker index {event['worker_index']} (rows {rows})"
     if kind == "move":

@@ -112,6 +112,10 @@ def test_every_concept_has_its_group():
         "daskstraggle.latency", "daskstraggle.runtimes", "daskstraggle.sources"]
     assert list_problems() == ["least-squares", "logistic", "pca"]
     assert list_runtimes() == ["dask", "local", "sim"]
+    from daskstraggle.latency.faults import FAULTS as faults
+
+    assert faults.group == "daskstraggle.faults"
+    assert {"freeze", "join", "loss", "retire"} <= set(faults.names())
 
 
 class CountingRuntime(LocalRuntime):

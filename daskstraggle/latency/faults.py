@@ -9,6 +9,13 @@ N, N+1, ... in order. The simulated runtime turns each term into the worker stat
 engine's :class:`~daskstraggle.engine.pool.WorkerPool` reads, at that time, so a simulated
 loss is handled by the very decisions that handle a real one.
 
+Each kind is one :class:`Fault` class that carries its behaviour: what it does to the
+simulated cluster's membership (:meth:`Fault.apply` on a :class:`ClusterState`), the
+intervals in which it stops workers computing (:meth:`Fault.freeze_windows`), and how it
+is reported (:meth:`Fault.to_event`, :meth:`Fault.describe`). The kinds are registered in
+:data:`FAULTS` (entry-point group ``daskstraggle.faults``), which the stragglers grammar,
+the simulated runtime and ``daskstraggle simulate`` read, so a new kind is one class.
+
 Examples
 --------
 >>> from daskstraggle.latency.spec import parse_stragglers
@@ -26,10 +33,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import MAX_SECONDS, _is_index, _is_number, _worker_indices
 
-__all__ = ["FAULTS", "Fault", "Freeze", "Join", "Loss", "Retire", "make_fault"]
+__all__ = ["FAULTS", "ClusterState", "Fault", "Freeze", "Join", "Loss", "Retire", "make_fault"]
 
 
 def _seconds(value: Any, *, name: str, term: str, positive: bool = False) -> float:
@@ -45,8 +53,45 @@ def _seconds(value: Any, *, name: str, term: str, positive: bool = False) -> flo
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterState:
+    """The simulated cluster's membership, as the faults played so far leave it.
+
+    Parameters
+    ----------
+    n_workers : int
+        Workers at the start of the run, named ``"0"`` .. ``"N-1"``.
+    joined : int, default=0
+        Workers that joined since, named ``"N"``, ``"N+1"``, ... in order.
+    gone : frozenset of str, default=frozenset()
+        Workers that left (they never answer again).
+    retiring : frozenset of str, default=frozenset()
+        Workers retiring gracefully (no new work; their data can be fetched).
+    """
+
+    n_workers: int
+    joined: int = 0
+    gone: frozenset[str] = frozenset()
+    retiring: frozenset[str] = frozenset()
+
+    def live(self) -> list[str]:
+        """Return the workers named so far that have not left, in order."""
+        named = (str(i) for i in range(self.n_workers + self.joined))
+        return [w for w in named if w not in self.gone]
+
+    def statuses(self) -> dict[str, str]:
+        """Return each live worker's status as the scheduler reports it."""
+        return {w: "closing_gracefully" if w in self.retiring else "running"
+                for w in self.live()}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Fault:
-    """A fault at simulated time ``at`` (seconds from the start of the run's loop)."""
+    """A fault at simulated time ``at`` (seconds from the start of the run's loop).
+
+    A subclass sets ``name`` (its term in the stragglers spec), declares its parameters
+    as fields, validates them in ``__post_init__``, and overrides what it changes:
+    :meth:`apply`, :meth:`freeze_windows`, :meth:`to_event` and :meth:`to_spec`.
+    """
 
     name: ClassVar[str] = ""
     at: float
@@ -78,9 +123,44 @@ class Fault:
                 f"(indices 0..{n_workers - 1})."
             )
 
+    def apply(self, cluster: ClusterState) -> ClusterState:
+        """Return the membership this fault leaves when played on ``cluster`` (by default
+        unchanged)."""
+        return cluster
+
+    def freeze_windows(self) -> tuple[tuple[str, float, float], ...]:
+        """Return ``(worker, at, until)`` for each worker this fault stops computing
+        during ``[at, until)`` (by default none)."""
+        return ()
+
+    def workers_named(self, cluster: ClusterState) -> list[str]:
+        """Return the names of the workers this fault concerns, played on ``cluster``."""
+        return [str(w) for w in getattr(self, "workers", ())]
+
+    def to_event(self, cluster: ClusterState) -> dict[str, Any]:
+        """Return this fault played on ``cluster`` as an event of ``simulate``'s report:
+        ``time``, ``event`` (the name) and ``workers``."""
+        return {"time": self.at, "event": self.name, "workers": self.workers_named(cluster)}
+
+    @staticmethod
+    def describe(event: dict[str, Any]) -> str:
+        """Return an event of :meth:`to_event` in words, for ``simulate``'s table."""
+        workers = event["workers"]
+        until = f" until {event['until']:g} s" if "until" in event else ""
+        return (f"{event['event']}: worker{'s' if len(workers) > 1 else ''} "
+                f"{', '.join(workers)}{until}")
+
     def to_spec(self) -> str:
         """Return the term that parses back to this fault."""
         raise NotImplementedError
+
+
+#: The fault kinds (the fault terms of the stragglers spec), by name; other packages add
+#: theirs under the entry-point group ``daskstraggle.faults``.
+FAULTS: Registry[Fault] = Registry(
+    "fault kind", group="daskstraggle.faults",
+    unknown=lambda name, names: f"Unknown fault kind {name!r}; choose one of {names}.",
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,13 +179,19 @@ class _WorkersFault(Fault):
         return f"{self.name}(workers={list(self.workers)}, at={self.at:g})"
 
 
+@FAULTS.register
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Loss(_WorkersFault):
     """Workers that die at ``at`` (killed, preempted): their work never answers."""
 
     name: ClassVar[str] = "loss"
 
+    def apply(self, cluster: ClusterState) -> ClusterState:
+        """Return ``cluster`` without the workers."""
+        return dataclasses.replace(cluster, gone=cluster.gone | set(self.workers_named(cluster)))
 
+
+@FAULTS.register
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Retire(_WorkersFault):
     """Workers that retire gracefully at ``at`` (scale-down, ``--lifetime``): they take
@@ -113,7 +199,13 @@ class Retire(_WorkersFault):
 
     name: ClassVar[str] = "retire"
 
+    def apply(self, cluster: ClusterState) -> ClusterState:
+        """Return ``cluster`` with those of the workers still there retiring."""
+        return dataclasses.replace(cluster, retiring=cluster.retiring
+                                   | (set(self.workers_named(cluster)) - cluster.gone))
 
+
+@FAULTS.register
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Freeze(_WorkersFault):
     """Workers that stop computing from ``at`` for ``for_`` seconds (spec: ``for=``; a
@@ -132,11 +224,20 @@ class Freeze(_WorkersFault):
         """When the workers compute again."""
         return self.at + self.for_
 
+    def freeze_windows(self) -> tuple[tuple[str, float, float], ...]:
+        """Return ``(worker, at, until)`` for each of the workers."""
+        return tuple((str(w), self.at, self.until) for w in self.workers)
+
+    def to_event(self, cluster: ClusterState) -> dict[str, Any]:
+        """Return the event of :meth:`Fault.to_event` with ``until``."""
+        return {**Fault.to_event(self, cluster), "until": self.until}
+
     def to_spec(self) -> str:
         """Return the term that parses back to this fault."""
         return f"freeze(workers={list(self.workers)}, at={self.at:g}, for={self.for_:g})"
 
 
+@FAULTS.register
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Join(Fault):
     """``count`` new workers join at ``at``."""
@@ -154,13 +255,18 @@ class Join(Fault):
             )
         object.__setattr__(self, "count", int(count))
 
+    def apply(self, cluster: ClusterState) -> ClusterState:
+        """Return ``cluster`` with ``count`` more workers."""
+        return dataclasses.replace(cluster, joined=cluster.joined + self.count)
+
+    def workers_named(self, cluster: ClusterState) -> list[str]:
+        """Return the names the new workers get on ``cluster``."""
+        first = cluster.n_workers + cluster.joined
+        return [str(first + k) for k in range(self.count)]
+
     def to_spec(self) -> str:
         """Return the term that parses back to this fault."""
         return f"join(count={self.count}, at={self.at:g})"
-
-
-#: The fault terms of the stragglers spec, by name.
-FAULTS: dict[str, type[Fault]] = {cls.name: cls for cls in (Loss, Freeze, Join, Retire)}
 
 
 def make_fault(name: str, **params: Any) -> Fault:
@@ -169,11 +275,12 @@ def make_fault(name: str, **params: Any) -> Fault:
     Raises
     ------
     InvalidParameterError
-        For a missing or unknown parameter, naming the ones the term takes.
+        For an unknown kind, or a missing or unknown parameter, naming the ones the term
+        takes.
 
     Examples
     --------
     >>> make_fault("retire", workers=[3], at=10)
     Retire(at=10.0, workers=(3,))
     """
-    return FAULTS[name].from_term(name, params, base=None, spec="")
+    return FAULTS.get(name).from_term(name, params, base=None, spec="")

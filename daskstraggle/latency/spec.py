@@ -15,9 +15,10 @@ simulated seconds: in a run with ``--runtime sim`` (``runtime="sim"``), and in
 ``daskstraggle simulate --latency`` (after a model), which then runs DSAG in that runtime
 (:mod:`daskstraggle.runtime.fault_simulation`). ``none`` means no stragglers.
 
-Each term is read by the class of its name (the throttle, a fault kind, else the model
-registry) through its ``from_term(name, params, base=..., spec=...)`` classmethod, so a
-new kind of term is one class with that method.
+Each term is read by the class of its name (the throttle, a fault kind of
+:data:`~daskstraggle.latency.faults.FAULTS`, else the model registry) through its
+``from_term(name, params, base=..., spec=...)`` classmethod, so a new kind of term is one
+class with that method.
 
 Examples (CLI ``--stragglers``)::
 
@@ -155,10 +156,6 @@ class Stragglers:
         return self.model is not None or self.throttle is not None or bool(self.faults)
 
 
-#: The terms that are not latency models (those come from the model registry), by name.
-_TERMS: dict[str, Any] = {ThrottleSpec.name: ThrottleSpec, **FAULTS}
-
-
 def _load_models() -> None:
     # registration happens on import of the model modules
     import daskstraggle.latency.models  # noqa: F401
@@ -207,7 +204,8 @@ def _term(node: ast.AST, text: str, *, base: LatencyModel | None) -> Any:
     """Read one term: the class registered under its name builds it (``from_term``)."""
     name, params = _call(node, text)
     params = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
-    cls = _TERMS.get(name) or get_model_class(name)
+    cls: Any = ThrottleSpec if name == ThrottleSpec.name else \
+        FAULTS.get(name) if name in FAULTS else get_model_class(name)
     return cls.from_term(name, params, base=base, spec=text)
 
 

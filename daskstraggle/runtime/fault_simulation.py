@@ -32,7 +32,7 @@ from daskstraggle.engine.pool import MoveIndex, StartHelping, StopHelping
 from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel
-from daskstraggle.latency.faults import Fault, Freeze, Join
+from daskstraggle.latency.faults import ClusterState, Fault
 from daskstraggle.latency.simulator import SimulationResult
 from daskstraggle.methods.base import WorkResult
 from daskstraggle.methods.dsag import DSAG
@@ -108,23 +108,16 @@ class FaultSimulation(SimulationResult):
     result: Result = field(repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the numbers and events as plain Python lists (JSON-ready)."""
-        return {
-            "n_workers": self.n_workers,
-            "n_wait": self.n_wait,
-            "n_iterations": self.n_iterations,
-            "total_time": self.total_time,
-            "iteration_time": self.iteration_time.tolist(),
-            "iteration_duration": self.iteration_duration.tolist(),
-            "n_fresh": self.n_fresh.tolist(),
-            "n_stale": self.n_stale.tolist(),
-            "participation": self.participation.tolist(),
-            "stale_participation": self.stale.mean(axis=0).tolist(),
-            "faults": [f.to_spec() for f in self.faults],
-            "not_reached": [f.to_spec() for f in self.not_reached],
-            "events": [dict(e) for e in self.events],
-            "workers": list(self.workers),
-        }
+        """Return the numbers and events as plain Python lists (JSON-ready): those of
+        :meth:`SimulationResult.to_dict` but the per-iteration ``fresh`` and ``stale``
+        masks, and the stale participation, faults, events and workers."""
+        out = SimulationResult.to_dict(self)
+        del out["fresh"], out["stale"]
+        out.update(stale_participation=self.stale.mean(axis=0).tolist(),
+                   faults=[f.to_spec() for f in self.faults],
+                   not_reached=[f.to_spec() for f in self.not_reached],
+                   events=[dict(e) for e in self.events], workers=list(self.workers))
+        return out
 
 
 class _ResultLog(DSAG):
@@ -348,25 +341,16 @@ def _check_args(model: Any, faults: Any, n_workers: Any, n_wait: Any, n_iteratio
 
 def _fault_events(faults: tuple[Fault, ...], n_workers: int, end: float
                   ) -> tuple[list[dict[str, Any]], list[Fault]]:
-    """The fault terms played by ``end`` as events (in time order, ties in the spec's
-    order, as the simulated runtime plays them), and those timed after it."""
+    """The fault terms played by ``end`` as events (:meth:`Fault.to_event`, in time order,
+    ties in the spec's order, as the simulated runtime plays them), and those timed
+    after it."""
+    ordered = sorted(faults, key=lambda f: f.at)
     played: list[dict[str, Any]] = []
-    not_reached: list[Fault] = []
-    joined = n_workers  # joining workers are named N, N+1, ... in order
-    for fault in sorted(faults, key=lambda f: f.at):
-        if fault.at > end:
-            not_reached.append(fault)
-            continue
-        event: dict[str, Any] = {"time": fault.at, "event": fault.name}
-        if isinstance(fault, Join):
-            event["workers"] = [str(joined + k) for k in range(fault.count)]
-            joined += fault.count
-        else:
-            event["workers"] = [str(w) for w in getattr(fault, "workers", ())]
-        if isinstance(fault, Freeze):
-            event["until"] = fault.until
-        played.append(event)
-    return played, not_reached
+    cluster = ClusterState(n_workers=n_workers)  # joining workers are named N, N+1, ...
+    for fault in (f for f in ordered if f.at <= end):
+        played.append(fault.to_event(cluster))
+        cluster = fault.apply(cluster)
+    return played, [f for f in ordered if f.at > end]
 
 
 def _decision_events(pool: Any, joins: list[dict[str, Any]]) -> list[dict[str, Any]]:

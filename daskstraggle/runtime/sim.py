@@ -55,7 +55,7 @@ from daskstraggle.engine.pool import (
 from daskstraggle.engine.resilience import check_slow_settings
 from daskstraggle.errors import InvalidParameterError, WorkerLostError
 from daskstraggle.latency.base import LatencyModel, LatencySampler
-from daskstraggle.latency.faults import Fault, Freeze, Join, Loss, Retire
+from daskstraggle.latency.faults import FAULTS, ClusterState, Fault
 from daskstraggle.latency.spec import parse_latency, parse_stragglers
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
@@ -181,10 +181,8 @@ class SimRuntime(LocalRuntime):
         self._events: list[tuple[float, int, Fault]] = []
         self._freezes: dict[str, list[tuple[float, float]]] = {}
         self._busy: dict[str, float] = {}
-        self._gone: set[str] = set()
+        self._cluster = ClusterState(n_workers=self._n_workers)  # as the faults leave it
         self._losses: list[dict[str, Any]] = []
-        self._retiring: set[str] = set()
-        self._joined = 0
         self._watch = False  # check for frozen and stale work
         self._stuck = False  # overdue work had nowhere to go: wait for the next event
         self._checked_version = 0
@@ -210,10 +208,8 @@ class SimRuntime(LocalRuntime):
         self._events = sorted((f.at, k, f) for k, f in enumerate(self.faults))
         self._freezes = _freeze_windows(self.faults)
         self._busy = {}
-        self._gone = set()
-        self._retiring = set()
+        self._cluster = ClusterState(n_workers=self._n_workers)
         self._losses = []
-        self._joined = 0
         self._watch = bool(self.faults) or self.frozen_after is not None or \
             self.stale_after is not None
         self._stuck = False
@@ -420,7 +416,7 @@ class SimRuntime(LocalRuntime):
         while self._heap:
             key = self._heap[0][2]
             task = self._tasks.get(key)
-            if task is not None and task.worker not in self._gone:
+            if task is not None and task.worker not in self._cluster.gone:
                 return
             heapq.heappop(self._heap)
             if task is not None:
@@ -446,34 +442,20 @@ class SimRuntime(LocalRuntime):
         if self._watch:
             late = self.worker_pool.overdue(self._now)
             if late:
-                out += self.worker_pool.shun(late, self._live(), self._now)
+                out += self.worker_pool.shun(late, self._cluster.live(), self._now)
             # overdue work with nowhere to go waits for the next event
             self._stuck = bool(late) and not out
         out += self.worker_pool.backups(self._now)
         self._carry_out(out)
 
-    def _live(self) -> list[str]:
-        assert self.worker_pool is not None
-        named = [str(i) for i in range(self._n_workers + self._joined)]
-        return [w for w in named if w not in self._gone]
-
-    def _status(self) -> dict[str, str]:
-        assert self.worker_pool is not None
-        return {w: "closing_gracefully" if w in self._retiring else "running"
-                for w in self._live()}
-
     def _play_fault(self) -> None:
-        """Apply the next fault and hand the pool the statuses it leaves."""
+        """Apply the next fault (:meth:`Fault.apply`) and hand the pool the statuses it
+        leaves."""
         assert self.worker_pool is not None
         _, _, fault = heapq.heappop(self._events)
-        if isinstance(fault, Loss):
-            self._gone |= {str(w) for w in fault.workers}
-        elif isinstance(fault, Retire):
-            self._retiring |= {str(w) for w in fault.workers} - self._gone
-        elif isinstance(fault, Join):
-            self._joined += fault.count
+        self._cluster = fault.apply(self._cluster)
         self._stuck = False
-        self._carry_out(self.worker_pool.on_status(self._status(), self._now))
+        self._carry_out(self.worker_pool.on_status(self._cluster.statuses(), self._now))
 
     def _carry_out(self, instructions: list[Any]) -> None:
         """Carry out the pool's instructions in simulated time."""
@@ -530,11 +512,14 @@ class SimRuntime(LocalRuntime):
 
     def _await_workers(self) -> None:
         """Every worker is gone: play the faults of the next ``timeouts.no-worker``
-        seconds; a join among them carries on, else the run ends."""
+        seconds; one among them that adds workers (a join) carries on, else the run
+        ends."""
         from daskstraggle import config
 
         limit = float(config.seconds("timeouts.no-worker"))
-        joins = [at for at, _, f in self._events if isinstance(f, Join)]
+        cluster = self._cluster
+        joins = sorted(at for at, _, f in self._events
+                       if f.apply(cluster).joined > cluster.joined)
         if not joins or joins[0] > self._now + limit:
             raise WorkerLostError(
                 f"Every worker left the cluster and none joined within {limit:g} s; the "
@@ -596,9 +581,8 @@ def _freeze_windows(faults: tuple[Fault, ...]) -> dict[str, list[tuple[float, fl
     """Each worker's frozen intervals ``[at, until)``, overlapping ones merged, in order."""
     spans: dict[str, list[tuple[float, float]]] = {}
     for fault in faults:
-        if isinstance(fault, Freeze):
-            for w in fault.workers:
-                spans.setdefault(str(w), []).append((fault.at, fault.until))
+        for worker, at, until in fault.freeze_windows():
+            spans.setdefault(worker, []).append((at, until))
     merged: dict[str, list[tuple[float, float]]] = {}
     for worker, windows in spans.items():
         out: list[tuple[float, float]] = []
@@ -620,7 +604,8 @@ def _parse_faults(faults: Any) -> tuple[Fault, ...]:
         if spec.model is not None or spec.throttle is not None:
             raise InvalidParameterError(
                 f"The 'faults' parameter of SimRuntime takes only loss, freeze, join and "
-                f"retire terms; pass the latency model as latency=. Got {faults!r}."
+                f"retire terms (the fault kinds: {', '.join(FAULTS.names())}); pass the "
+                f"latency model as latency=. Got {faults!r}."
             )
         return spec.faults
     if isinstance(faults, Fault):
