@@ -6,6 +6,7 @@ data, pick a runtime, and hand over to :meth:`daskstraggle.runtime.Runtime.run`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import numbers
@@ -43,7 +44,6 @@ from daskstraggle.errors import (
     SchedulerLostError,
     WorkerLostError,
 )
-from daskstraggle.latency.base import LatencyModel
 from daskstraggle.latency.spec import Stragglers, parse_stragglers
 from daskstraggle.methods import Gram, Method, make_method
 from daskstraggle.methods.base import check_oversampling
@@ -274,49 +274,34 @@ def _run(
     X: Any,
     *,
     labels: Any = None,
-    array: str | None = None,
-    missing_chunks: str = "error",
-    storage_options: dict[str, Any] | None = None,
     method: str | Method = "auto",
+    method_params: dict[str, Any] | None = None,
     step_size: float | None = None,
-    max_iter: int = 100,
-    tol: float | None = 1e-6,
-    gap_tol: float | None = None,
-    time_budget: float | None = None,
-    reference: bool = False,
-    n_partitions: int | None = None,
-    runtime: Runtime | str | None = None,
-    client: Any = None,
-    scheduler: str | None = None,
-    n_workers: int | None = None,
-    min_workers: int | None = None,
     rng: int | np.random.Generator | None = None,
-    progress: bool = False,
     out: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
-    method_params: dict[str, Any] | None = None,
-    stragglers: str | LatencyModel | Stragglers | None = None,
-    record_iterates: bool = False,
-    backup_after: float | None = None,
-    aggregation: str = "flat",
-    checkpoint: str | os.PathLike[str] | None = None,
-    checkpoint_interval: float | None = None,
-    checkpoint_iterations: int | None = None,
-    resume: str | os.PathLike[str] | None = None,
-    replica_divergence: float | None = None,
-    genotype_dims: tuple[str, str] | None = None,
-    qc: Any = None,
+    progress: bool = False,
+    stop: StopRule | None = None,
+    runtime: Any = None,
+    data: DataOptions | None = None,
+    checkpoint: Any = None,
+    report: Report | None = None,
     caller: str | None = None,
 ) -> Result:
-    """Fit ``problem`` on ``X`` from the flat options of the ``fit_*`` functions.
-
-    The one body behind :func:`solve` (which groups these options) and the ``fit_*``
-    functions (which show them); every option is documented once, in ``_OPTIONS_DOC``.
-    Everything is checked here, once, before any cluster work; errors name ``caller``
-    (default ``fit_<problem>``).
+    """Fit ``problem`` on ``X``: the one body behind :func:`solve` and the ``fit_*``
+    functions, which build its groups (``_GROUPED``; every option is documented once, in
+    ``_OPTIONS_DOC``; a group not given takes its defaults). Everything is checked here,
+    once, before any cluster work; errors name ``caller`` (default ``fit_<problem>``).
     """
+    stop, report = stop or StopRule(), report or Report()
+    gap_tol, reference, record_iterates = stop.gap_tol, report.reference, report.record_iterates
+    (runtime, client, scheduler, n_workers, min_workers, stragglers, backup_after,
+     aggregation) = _fields(runtime or RuntimeSpec())
+    array, n_partitions, missing_chunks, storage_options, genotype_dims, qc = _fields(
+        data or DataOptions())
+    (checkpoint, checkpoint_interval, checkpoint_iterations, resume,
+     replica_divergence) = _fields(checkpoint or Checkpoint())
     caller = caller or f"fit_{problem.name.replace('-', '_')}"
-    stop = StopRule(max_iter=max_iter, tol=tol, gap_tol=gap_tol, time_budget=time_budget)
     _check_flags_and_paths(caller, flags={"reference": reference, "overwrite": overwrite,
                                           "record_iterates": record_iterates,
                                           "progress": progress},
@@ -394,6 +379,11 @@ def _choices_made(result: Result, choices: list[Choice], reason: str | None
     made = {"auto": choices[-1].as_attrs(result) if choices else None,
             "runtime_reason": reason}
     return {key: value for key, value in made.items() if value is not None}
+
+
+def _fields(group: Any) -> list[Any]:
+    """A group's field values, in their declared order."""
+    return [getattr(group, field.name) for field in dataclasses.fields(group)]
 
 
 def _method_for(problem: Problem, method: str | Method, method_params: Any, rng: Any,
@@ -758,10 +748,8 @@ def _with_run_options(fn: F) -> F:
     option, defaults filled in.
     """
     own = inspect.signature(fn)
-    run = inspect.signature(_run).parameters
     params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    params += [run[name].replace(kind=inspect.Parameter.KEYWORD_ONLY) for name in _FIT_OPTIONS]
-    signature = own.replace(parameters=params)
+    signature = own.replace(parameters=params + _flat_parameters())
 
     @functools.wraps(fn)
     def with_options(*args: Any, **kwargs: Any) -> Any:
@@ -776,6 +764,36 @@ def _with_run_options(fn: F) -> F:
     with_options.__doc__ = fn.__doc__.replace("    <options>\n", _OPTIONS_DOC)
     with_options.__signature__ = signature  # type: ignore[attr-defined]
     return cast(F, with_options)
+
+
+def _flat_parameters() -> list[inspect.Parameter]:
+    """The run options as keyword-only parameters, in ``_FIT_OPTIONS``' order, each with the
+    default and annotation of the group field that holds it (``_GROUPED``), or of
+    :func:`_run`'s own keyword."""
+    run = inspect.signature(_run).parameters
+    fields = {(where[1], where[2]): field for where in _GROUPED.values() if where is not None
+              for field in dataclasses.fields(where[1]) if field.name == where[2]}
+    return [run[name].replace(kind=inspect.Parameter.KEYWORD_ONLY) if where is None else
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                              default=fields[where[1:]].default,
+                              annotation=fields[where[1:]].type)
+            for name, where in _GROUPED.items()]
+
+
+def _grouped(flat: dict[str, Any]) -> dict[str, Any]:
+    """:func:`_run`'s keywords from the flat run options (``_GROUPED``): each group built
+    from its fields given (its defaults for the others), ``_run``'s own keywords as given."""
+    fields: dict[str, dict[str, Any]] = {}
+    own = {}
+    for name, value in flat.items():
+        where = _GROUPED[name]
+        if where is None:
+            own[name] = value
+        else:
+            fields.setdefault(where[0], {})[where[2]] = value
+    groups = {param: where[1](**fields[param]) for param, where in
+              {w[0]: w for w in _GROUPED.values() if w is not None}.items() if param in fields}
+    return {**own, **groups}
 
 
 #: The flat keywords ``solve`` took before its options were grouped, and where each went.
@@ -877,25 +895,30 @@ def solve(
     >>> res.fitted["coef"].round(6)
     array([1., 2., 3.])
     """
-    flat = _ungrouped(stop, runtime, data, checkpoint, report)
+    groups = _solve_groups(stop, runtime, data, checkpoint, report)
     wheres = []
     for name, value in moved.items():
         if name not in _MOVED_KEYWORDS:
             raise TypeError(f"solve() got an unexpected keyword argument {name!r}")
         where = _MOVED_KEYWORDS[name]
-        if name in flat:  # the group was given too
+        group = _GROUPED[name]
+        if group is None:
+            groups[name] = value
+        elif groups.pop(f"given {group[0]}", False):  # the group was given too
             raise InvalidParameterError(
                 f"solve got {name}= and a group that sets it too; pass it once, as {where}."
             )
+        else:
+            groups[group[0]] = dataclasses.replace(groups[group[0]], **{group[2]: value})
         wheres.append(f"{name!r}: pass {where}")
-        flat[name] = value
     if wheres:
         warnings.warn(f"solve's flat keywords moved into groups ({'; '.join(wheres)}); the "
                       "fit_* functions keep them as keywords.", DeprecationWarning,
                       stacklevel=2)
+    groups = {key: value for key, value in groups.items() if not key.startswith("given ")}
     return _run(_as_problem(problem), X, labels=labels, method=method, step_size=step_size,
                 out=out, overwrite=overwrite, progress=progress, rng=rng, caller="solve",
-                **flat)
+                **groups)
 
 
 def _as_problem(problem: Any) -> Problem:
@@ -919,29 +942,27 @@ def _as_problem(problem: Any) -> Problem:
     )
 
 
-def _ungrouped(stop: Any, runtime: Any, data: Any, checkpoint: Any,
-               report: Any) -> dict[str, Any]:
-    """The flat options of :func:`_run` that ``solve``'s groups set (read by ``_GROUPED``)."""
-    groups = {"stop": stop, "data": data, "report": report}
-    flat: dict[str, Any] = {}
-    for name, cls in (("stop", StopRule), ("data", DataOptions), ("report", Report)):
-        if groups[name] is not None:
-            _check_group(groups[name], cls, name)
-    if isinstance(runtime, RuntimeSpec):
-        groups["runtime"] = runtime
-    elif (not isinstance(runtime, Runtime | str) and hasattr(runtime, "scheduler_info")
-          and hasattr(runtime, "submit")):
-        flat["client"] = runtime  # a distributed.Client
-    elif runtime is not None:
-        flat["runtime"] = runtime  # a Runtime or a name, checked (or refused) by _run
-    if isinstance(checkpoint, Checkpoint):
-        groups["checkpoint"] = checkpoint
-    elif checkpoint is not None:
-        flat["checkpoint"] = checkpoint  # a path (checked by _run)
-    flat.update({name: getattr(group, field) for name, where in _GROUPED.items()
-                 if where is not None and (group := groups.get(where[0])) is not None
-                 for field in (where[2],)})
-    return flat
+def _solve_groups(stop: Any, runtime: Any, data: Any, checkpoint: Any,
+                  report: Any) -> dict[str, Any]:
+    """:func:`_run`'s groups from ``solve``'s (defaults for those not given), with a
+    ``"given <name>"`` entry for each group given as such: a runtime name, Runtime or
+    client becomes a :class:`RuntimeSpec`, a checkpoint path a :class:`Checkpoint`."""
+    for name, value, cls in (("stop", stop, StopRule), ("data", data, DataOptions),
+                             ("report", report, Report)):
+        if value is not None:
+            _check_group(value, cls, name)
+    if not isinstance(runtime, RuntimeSpec | None | Runtime | str) and hasattr(
+            runtime, "scheduler_info") and hasattr(runtime, "submit"):
+        spec = RuntimeSpec(client=runtime)  # a distributed.Client
+    else:  # a Runtime or a name, checked (or refused) by _run
+        spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec(name=runtime)
+    given = {"stop": stop, "runtime": runtime, "data": data, "checkpoint": checkpoint,
+             "report": report}
+    given = {f"given {name}": True for name, value in given.items()
+             if isinstance(value, StopRule | RuntimeSpec | DataOptions | Checkpoint | Report)}
+    return {"stop": stop or StopRule(), "runtime": spec, "data": data or DataOptions(),
+            "checkpoint": checkpoint if isinstance(checkpoint, Checkpoint)
+            else Checkpoint(path=checkpoint), "report": report or Report(), **given}
 
 
 def _check_group(value: Any, cls: type, name: str) -> None:
@@ -1054,7 +1075,7 @@ def fit_pca(
             options.update(array=None, storage_options=None, genotype_dims=None)
         center = not (isinstance(X, Matrix) and X.rows_standardized)
     return _run(PCA(n_components=n_components, center=center, oversample=oversample,
-                    min_eigengap=min_eigengap), X, **options)
+                    min_eigengap=min_eigengap), X, **_grouped(options))
 
 
 def _is_dataset(obj: Any) -> bool:
@@ -1209,7 +1230,7 @@ def fit_logistic(
         ``result.fitted`` holds ``coef`` and ``intercept``.
     """
     return _run(Logistic(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels,
-                **options)
+                **_grouped(options))
 
 
 @_with_run_options
@@ -1241,4 +1262,4 @@ def fit_least_squares(
         ``result.fitted`` holds ``coef`` and ``intercept``.
     """
     return _run(LeastSquares(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels,
-                **options)
+                **_grouped(options))

@@ -13,7 +13,7 @@ import pytest
 
 import daskstraggle
 from daskstraggle import DSAG, StopRule, fit_least_squares, fit_pca, solve
-from daskstraggle.api import _FIT_OPTIONS, _GROUPED, _ungrouped, _run
+from daskstraggle.api import _FIT_OPTIONS, _GROUPED, _grouped, _run
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.options import Checkpoint, DataOptions, Report, RuntimeSpec
 from daskstraggle.problems import LeastSquares
@@ -38,8 +38,10 @@ def test_every_fit_function_shows_every_option_with_one_default_and_its_doc(face
     shown = [name for name in params if name in _FIT_OPTIONS]
     assert shown == list(_FIT_OPTIONS)
     defaults = inspect.signature(_run).parameters
-    for name in _FIT_OPTIONS:
-        assert params[name].default == defaults[name].default, name
+    for name, where in _GROUPED.items():  # the default of the field or keyword declaring it
+        default = (defaults[name].default if where is None else
+                   next(f.default for f in dataclasses.fields(where[1]) if f.name == where[2]))
+        assert params[name].default == default, name
         assert params[name].kind is params[name].KEYWORD_ONLY, name
         assert re.search(rf"^    {name} : ", face.__doc__, flags=re.M), name
     assert "<options>" not in face.__doc__
@@ -53,9 +55,9 @@ def test_every_field_of_every_group_is_declared_once_as_a_flat_option():
     groups = {"stop": StopRule(max_iter=7), "runtime": RuntimeSpec("sim", n_workers=3),
               "data": DataOptions(n_partitions=5), "checkpoint": Checkpoint("c.ckpt"),
               "report": Report(record_iterates=True)}
-    flat = _ungrouped(**groups)
-    assert flat == {name: getattr(groups[where[0]], where[2])
-                    for name, where in _GROUPED.items() if where is not None}
+    flat = {name: getattr(groups[where[0]], where[2]) if where else None
+            for name, where in _GROUPED.items()}
+    assert _grouped(flat) == {**groups, **{n: None for n, w in _GROUPED.items() if w is None}}
 
 
 @pytest.mark.parametrize("face", FACES, ids=lambda f: f.__name__)
