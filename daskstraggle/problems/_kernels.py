@@ -748,12 +748,8 @@ def pack_upper(upper: np.ndarray) -> np.ndarray:
     """Return the upper triangle of a square matrix (diagonal included), row by row.
 
     ``d (d + 1) / 2`` numbers instead of ``d^2``: a Gram message is half the bytes. Sums and
-    linear combinations of packed triangles are the packed triangles of the sums.
-
-    Parameters
-    ----------
-    upper : ndarray of shape (d, d)
-        Only its upper triangle is read.
+    linear combinations of packed triangles are the packed triangles of the sums. ``upper``
+    as in :func:`symmetric_from_upper`.
 
     Returns
     -------

@@ -241,7 +241,24 @@ class Problem(ABC):
 
     @abstractmethod
     def reference_solution(self, map_reduce: MapReduce) -> Reference:
-        """Compute the exact optimum with an independent solver, via ``map_reduce``."""
+        """Compute the exact optimum with an independent solver, via ``map_reduce``.
+
+        Parameters
+        ----------
+        map_reduce : MapReduce
+            Folds one of the problem's kernels over the partitions.
+
+        Returns
+        -------
+        reference : Reference
+            The optimum; ``info`` holds the solver's figures, named by each problem.
+
+        Raises
+        ------
+        InvalidParameterError
+            If the matrix is too wide for the dense solver (more than 20000 columns:
+            pass ``reference=False``).
+        """
 
     def distance(self, iterate: np.ndarray, reference: Reference) -> float:
         """Return a distance between ``iterate`` and the reference optimum.

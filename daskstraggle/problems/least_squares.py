@@ -10,7 +10,7 @@ import numpy as np
 
 from daskstraggle._declared_options import CliOption
 from daskstraggle._validation import check_bool, check_nonnegative
-from daskstraggle.errors import InvalidDataError, StraggleError
+from daskstraggle.errors import InvalidDataError, InvalidParameterError, StraggleError
 from daskstraggle.problems._kernels import glm_pass
 from daskstraggle.problems._linalg import (
     check_dense_size,
@@ -31,13 +31,15 @@ _POWER_ITERATIONS = 20
 _QR_BUFFER_BYTES = 1 << 25
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class _LinearModel(Problem):
     """Shared parts of the regressions on ``[X, 1] @ x`` with ``x = [w, b]``.
 
-    Subclasses are frozen dataclasses with the fields ``alpha``, ``fit_intercept``,
-    ``n_samples``, ``n_features``, ``penalty`` (the resolved ``alpha``), ``column_mean``
-    and ``column_scale`` (set by :meth:`bind`), and set :attr:`_curvature`, the bound on
-    the second derivative of the per-sample loss.
+    The fields: the user's ``alpha`` (a subclass sets its default; None, where allowed,
+    is resolved by :meth:`bind`) and ``fit_intercept``; ``n_samples``, ``n_features``,
+    ``penalty`` (the resolved ``alpha``), ``column_mean`` and ``column_scale``, set by
+    :meth:`bind`. Subclasses set :attr:`_curvature`, the bound on the second derivative
+    of the per-sample loss.
 
     Optimality is judged in *standardised coordinates*: with an intercept, column ``j``
     enters as ``z_j = (x_j - m_j) / s_j`` (``m_j`` its mean, ``s_j`` its standard
@@ -48,21 +50,39 @@ class _LinearModel(Problem):
     intercept's (or another column's).
     """
 
-    __slots__ = ()
-
     needs_labels: ClassVar[bool] = True
     #: Iterates live in a vector space: momentum (NAG) applies.
     supports_momentum: ClassVar[bool] = True
     #: Bound on the second derivative of the per-sample loss in the linear prediction.
     _curvature: ClassVar[float] = 1.0
 
-    alpha: float | None
-    fit_intercept: bool
-    n_samples: int | None
-    n_features: int | None
-    penalty: float | None
-    column_mean: np.ndarray | None
-    column_scale: np.ndarray | None
+    alpha: float | None = None
+    fit_intercept: bool = True
+    n_samples: int | None = None
+    n_features: int | None = None
+    penalty: float | None = None
+    column_mean: np.ndarray | None = field(default=None, compare=False, repr=False)
+    column_scale: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        """Validate the user parameters (``alpha`` may be None where that is its default)."""
+        caller = type(self).__name__
+        optional = type(self).__dataclass_fields__["alpha"].default is None
+        if self.alpha is not None or not optional:
+            try:
+                alpha = check_nonnegative(self.alpha, name="alpha", caller=caller)
+            except InvalidParameterError:
+                if not optional:
+                    raise
+                raise InvalidParameterError(
+                    f"The 'alpha' parameter of {caller} must be a finite number >= 0 or None. "
+                    f"Got {self.alpha!r} instead."
+                ) from None
+            object.__setattr__(self, "alpha", alpha)
+        object.__setattr__(
+            self, "fit_intercept",
+            check_bool(self.fit_intercept, name="fit_intercept", caller=caller),
+        )
 
     # ---------------------------------------------------------------- parameters
     def _glm_kernel(self, block: Block, iterate: np.ndarray, *,
@@ -524,23 +544,6 @@ class LeastSquares(_LinearModel):
     )
 
     alpha: float = 0.0
-    fit_intercept: bool = True
-    n_samples: int | None = None
-    n_features: int | None = None
-    penalty: float | None = None
-    column_mean: np.ndarray | None = field(default=None, compare=False, repr=False)
-    column_scale: np.ndarray | None = field(default=None, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        """Validate the user parameters."""
-        object.__setattr__(
-            self, "alpha", check_nonnegative(self.alpha, name="alpha", caller="LeastSquares")
-        )
-        object.__setattr__(
-            self,
-            "fit_intercept",
-            check_bool(self.fit_intercept, name="fit_intercept", caller="LeastSquares"),
-        )
 
     def bind(self, stats: MatrixStats) -> Self:
         """Return a copy fixed to the matrix's shape.
@@ -632,20 +635,8 @@ class LeastSquares(_LinearModel):
         solution of ``R11 x = r``, matching :func:`numpy.linalg.lstsq`. The objective is
         ``(|R11 x - r|^2 + rho^2) / (2n)``.
 
-        Parameters
-        ----------
-        map_reduce : MapReduce
-            Folds :meth:`qr_kernel` over the partitions.
-
-        Returns
-        -------
-        reference : Reference
-            ``info`` holds ``passes`` (1) and ``rank`` (numerical rank of ``R11 T``).
-
-        Raises
-        ------
-        InvalidParameterError
-            If the matrix has more than 20000 columns (pass ``reference=False``).
+        As :meth:`Problem.reference_solution`, ``map_reduce`` folding :meth:`qr_kernel`;
+        ``info`` holds ``passes`` (1) and ``rank`` (numerical rank of ``R11 T``).
         """
         import scipy.linalg  # loaded when first needed
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Self
 
 import numpy as np
 
 from daskstraggle._declared_options import CliOption
-from daskstraggle._validation import check_bool, check_nonnegative
-from daskstraggle.errors import InvalidDataError, InvalidParameterError
+from daskstraggle.errors import InvalidDataError
 from daskstraggle.problems._linalg import check_dense_size, solve_psd
 from daskstraggle.problems.base import KernelResult, MapReduce, Reference
 from daskstraggle.problems.block import Block, MatrixStats
@@ -64,15 +63,8 @@ class Logistic(_LinearModel):
 
     Attributes
     ----------
-    n_samples : int or None
-        Number of rows; set by :meth:`bind`.
-    n_features : int or None
-        Number of columns; set by :meth:`bind`.
-    penalty : float or None
-        The penalty in use (``alpha``, or ``1/n_samples``); set by :meth:`bind`.
-    column_mean, column_scale : ndarray of shape (n_features,) or None
-        Shift and scale of each column's standardised coordinate, in which optimality is
-        judged (see ``_LinearModel``); set by :meth:`bind`.
+    n_samples, n_features, penalty, column_mean, column_scale
+        As in :class:`LeastSquares`; ``penalty`` is ``alpha``, or ``1/n_samples``.
 
     See Also
     --------
@@ -111,31 +103,6 @@ class Logistic(_LinearModel):
     cli_options: ClassVar[tuple[CliOption, ...]] = (
         CliOption("--alpha", "alpha", "L2 penalty (default 1/n_samples).", type=float),
     )
-
-    alpha: float | None = None
-    fit_intercept: bool = True
-    n_samples: int | None = None
-    n_features: int | None = None
-    penalty: float | None = None
-    column_mean: np.ndarray | None = field(default=None, compare=False, repr=False)
-    column_scale: np.ndarray | None = field(default=None, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        """Validate the user parameters."""
-        if self.alpha is not None:
-            try:
-                alpha = check_nonnegative(self.alpha, name="alpha", caller="Logistic")
-            except InvalidParameterError:
-                raise InvalidParameterError(
-                    "The 'alpha' parameter of Logistic must be a finite number >= 0 or None. "
-                    f"Got {self.alpha!r} instead."
-                ) from None
-            object.__setattr__(self, "alpha", alpha)
-        object.__setattr__(
-            self,
-            "fit_intercept",
-            check_bool(self.fit_intercept, name="fit_intercept", caller="Logistic"),
-        )
 
     def bind(self, stats: MatrixStats) -> Self:
         """Return a copy fixed to the matrix's shape, with ``alpha`` resolved.
@@ -200,14 +167,8 @@ class Logistic(_LinearModel):
         return self._glm_kernel(block, iterate, logistic=True)
 
     def newton_kernel(self, block: Block, iterate: np.ndarray) -> _NewtonTerms:
-        """Return the mean-loss gradient, Hessian and loss over a block (one pass).
-
-        Parameters
-        ----------
-        block : Block
-            Rows with labels in {-1, +1}.
-        iterate : ndarray of shape (n_params,)
-            Coefficients ``[w, b]``.
+        """Return the mean-loss gradient, Hessian and loss over a block (one pass), with
+        :meth:`kernel`'s parameters.
 
         Returns
         -------
@@ -282,21 +243,10 @@ class Logistic(_LinearModel):
         terms. Stops when the largest standardised gradient entry is below 1e-12, when
         the gradient stops shrinking at rounding level, or after 50 iterations.
 
-        Parameters
-        ----------
-        map_reduce : MapReduce
-            Folds :meth:`newton_kernel` over the partitions.
-
-        Returns
-        -------
-        reference : Reference
-            ``info`` holds ``newton_iterations``, ``grad_norm`` (largest standardised
-            gradient entry at the returned point), ``passes`` and ``converged``.
-
-        Raises
-        ------
-        InvalidParameterError
-            If the matrix has more than 20000 columns (pass ``reference=False``).
+        As :meth:`Problem.reference_solution`, ``map_reduce`` folding
+        :meth:`newton_kernel`; ``info`` holds ``newton_iterations``, ``grad_norm``
+        (largest standardised gradient entry at the returned point), ``passes`` and
+        ``converged``.
         """
         d, _, penalty = self._bound()
         check_dense_size(d, "Logistic")

@@ -813,22 +813,10 @@ class PCA(Problem):
         Needs ``n_features x n_features`` memory on every worker and on the client, so
         it is refused above 20000 columns.
 
-        Parameters
-        ----------
-        map_reduce : MapReduce
-            Folds :meth:`gram_kernel` over the partitions.
-
-        Returns
-        -------
-        reference : Reference
-            ``iterate`` of shape (n_features, n_components): top eigenvectors of
-            ``X_c^T X_c``; ``objective``: unexplained variance fraction;
-            ``info``: ``eigenvalues`` (descending) and ``passes`` (1).
-
-        Raises
-        ------
-        InvalidParameterError
-            If the matrix has more than 20000 columns (pass ``reference=False``).
+        As :meth:`Problem.reference_solution`, ``map_reduce`` folding :meth:`gram_kernel`:
+        ``iterate`` of shape (n_features, n_components) holds the top eigenvectors of
+        ``X_c^T X_c``, ``objective`` the unexplained variance fraction, ``info`` the
+        ``eigenvalues`` (descending) and ``passes`` (1).
         """
         import scipy.linalg  # loaded when first needed (not by the CLI's --help)
 
