@@ -9,12 +9,10 @@ N, N+1, ... in order. The simulated runtime turns each term into the worker stat
 engine's :class:`~daskstraggle.engine.pool.WorkerPool` reads, at that time, so a simulated
 loss is handled by the very decisions that handle a real one.
 
-Each kind is one :class:`Fault` class that carries its behaviour: what it does to the
-simulated cluster's membership (:meth:`Fault.apply` on a :class:`ClusterState`), the
-intervals in which it stops workers computing (:meth:`Fault.freeze_windows`), and how it
-is reported (:meth:`Fault.to_event`, :meth:`Fault.describe`). The kinds are registered in
-:data:`FAULTS` (entry-point group ``daskstraggle.faults``), which the stragglers grammar,
-the simulated runtime and ``daskstraggle simulate`` read, so a new kind is one class.
+Each kind is one :class:`Fault` class carrying its behaviour (:meth:`Fault.apply`,
+:meth:`Fault.freeze_windows`, :meth:`Fault.to_event`), registered in :data:`FAULTS`
+(entry-point group ``daskstraggle.faults``), which the grammar, the simulated runtime and
+``daskstraggle simulate`` read: a new kind is one class.
 
 Examples
 --------
@@ -155,14 +153,6 @@ class Fault:
         raise NotImplementedError
 
 
-#: The fault kinds (the fault terms of the stragglers spec), by name; other packages add
-#: theirs under the entry-point group ``daskstraggle.faults``.
-FAULTS: Registry[Fault] = Registry(
-    "fault kind", group="daskstraggle.faults",
-    unknown=lambda name, names: f"Unknown fault kind {name!r}; choose one of {names}.",
-)
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _WorkersFault(Fault):
     """A fault of some workers (``workers``: distinct indices, sorted)."""
@@ -179,7 +169,6 @@ class _WorkersFault(Fault):
         return f"{self.name}(workers={list(self.workers)}, at={self.at:g})"
 
 
-@FAULTS.register
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Loss(_WorkersFault):
     """Workers that die at ``at`` (killed, preempted): their work never answers."""
@@ -191,7 +180,6 @@ class Loss(_WorkersFault):
         return dataclasses.replace(cluster, gone=cluster.gone | set(self.workers_named(cluster)))
 
 
-@FAULTS.register
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Retire(_WorkersFault):
     """Workers that retire gracefully at ``at`` (scale-down, ``--lifetime``): they take
@@ -205,7 +193,6 @@ class Retire(_WorkersFault):
                                    | (set(self.workers_named(cluster)) - cluster.gone))
 
 
-@FAULTS.register
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Freeze(_WorkersFault):
     """Workers that stop computing from ``at`` for ``for_`` seconds (spec: ``for=``; a
@@ -237,7 +224,6 @@ class Freeze(_WorkersFault):
         return f"freeze(workers={list(self.workers)}, at={self.at:g}, for={self.for_:g})"
 
 
-@FAULTS.register
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Join(Fault):
     """``count`` new workers join at ``at``."""
@@ -267,6 +253,14 @@ class Join(Fault):
     def to_spec(self) -> str:
         """Return the term that parses back to this fault."""
         return f"join(count={self.count}, at={self.at:g})"
+
+
+#: The fault kinds (the fault terms of the stragglers spec), by name; other packages add
+#: theirs under the entry-point group ``daskstraggle.faults``.
+FAULTS: Registry[Fault] = Registry(
+    "fault kind", group="daskstraggle.faults", load=lambda: (Loss, Freeze, Join, Retire),
+    unknown=lambda name, names: f"Unknown fault kind {name!r}; choose one of {names}.",
+)
 
 
 def make_fault(name: str, **params: Any) -> Fault:

@@ -109,6 +109,7 @@ def test_an_installed_package_adds_a_kind_by_entry_point(monkeypatch):
     monkeypatch.setattr(_registry, "entry_points",
                         lambda *, group: [point] if group == FAULTS.group else [])
     # (read the group again, on a copy of the registered kinds the test restores)
+    assert "loss" in FAULTS  # (the package's own kinds registered first)
     monkeypatch.setattr(FAULTS, "_plugins_read", False)
     monkeypatch.setattr(FAULTS, "_classes", dict(FAULTS._classes))
     assert FAULTS.group == group
