@@ -53,6 +53,7 @@ A value of the wrong type is refused when it is read, with one line naming the k
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import dask.config
@@ -123,52 +124,32 @@ def seconds(key: str) -> float:
     InvalidParameterError
         If the value is not a positive duration.
     """
-    value = get(key)
-    try:
-        parsed = float(parse_timedelta(value, default="seconds"))
-    except (TypeError, ValueError, KeyError, AttributeError):
-        raise _refuse(key, value, "a positive duration such as '30s'") from None
-    if not parsed > 0:
-        raise _refuse(key, value, "a positive duration such as '30s'")
-    return parsed
+    return _positive(key, lambda value: parse_timedelta(value, default="seconds"),
+                     "a positive duration such as '30s'")
 
 
 def number(key: str) -> float:
-    """Return the positive number setting ``daskstraggle.<key>``.
+    """Return the positive number setting ``daskstraggle.<key>`` (e.g. ``"frozen.factor"``
+    or ``"tol"``), as :func:`seconds` returns a duration."""
+    return _positive(key, float, "a positive number")
 
-    Parameters
-    ----------
-    key : str
-        E.g. ``"frozen.factor"`` or ``"tol"``.
 
-    Returns
-    -------
-    value : float
-        Positive.
-    """
+def _positive(key: str, parse: Callable[[Any], Any], expected: str) -> float:
+    """Return ``float(parse(value))`` of setting ``key`` if positive; refuse it, naming
+    ``expected``, if it does not parse, is not positive or is a bool."""
     value = get(key)
     try:
-        parsed = float(value)
-    except (TypeError, ValueError):
-        raise _refuse(key, value, "a positive number") from None
+        parsed = float(parse(value))
+    except (TypeError, ValueError, KeyError, AttributeError):
+        raise _refuse(key, value, expected) from None
     if not parsed > 0 or isinstance(value, bool):
-        raise _refuse(key, value, "a positive number")
+        raise _refuse(key, value, expected)
     return parsed
 
 
 def count(key: str) -> int:
-    """Return the positive integer setting ``daskstraggle.<key>``.
-
-    Parameters
-    ----------
-    key : str
-        E.g. ``"workers"`` or ``"max-iter"``.
-
-    Returns
-    -------
-    value : int
-        At least 1.
-    """
+    """Return the positive integer setting ``daskstraggle.<key>`` (e.g. ``"workers"`` or
+    ``"max-iter"``), as :func:`seconds` returns a duration."""
     value = get(key)
     if isinstance(value, str) and value.strip().lstrip("+").isdigit():
         value = int(value)  # environment variables are parsed by YAML rules, but be kind
