@@ -82,8 +82,8 @@ class FaultSimulation(SimulationResult):
     faults : tuple of Fault
         The fault terms of the run, in the order given.
     events : tuple of dict
-        What happened, in time order: each fault term played (``event`` is ``loss``,
-        ``freeze``, ``join`` or ``retire``, with the ``workers``) and each decision of
+        What happened, in time order: each fault term played (``event`` is its kind,
+        ``loss``, ``freeze``, ...: :meth:`Fault.to_event`) and each decision of
         the worker pool (``move``: a worker index and its rows moved to another worker,
         with ``kind``, ``reason`` and where the data came from; ``help`` and
         ``stop-helping``: a worker shared an index's units); each with its ``time`` and
