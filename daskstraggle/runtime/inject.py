@@ -207,14 +207,8 @@ def inject_delay(
 
     Parameters
     ----------
-    iteration : int, default=0
-        Iterate version the task computed.
-    load : float, default=1.0
-        Work the task carried relative to an equal share of the rows.
-    measured : float or None, default=None
-        Seconds the task's real work took (pure slow-down models scale it).
-    sleep : bool, default=True
-        Sleep here; False only returns the seconds (for ``async`` tasks).
+    iteration, load, measured, sleep
+        As in :meth:`StragglerInjector.delay`.
     name : str or None, default=None
         Use only the injector registered under this name (the one of the task's own run,
         so a task still running after its run ended never draws from the next run's
