@@ -129,18 +129,9 @@ def stale_bound(stale_after: int | None, ages: Iterable[int], *, minimum: float 
     DSAG). Methods that wait for every worker (GD) never age a unit; asynchronous ones
     age every unit by about the number of workers.
 
-    Parameters
-    ----------
-    stale_after : int or None
-        The user's bound; None: ``max(minimum, factor * median(ages))``.
-    ages : iterable of int
-        Ages of the run's recent units when their results arrived.
-    minimum, factor : float, default=50, 10.0
-        The ``daskstraggle.stale`` settings.
-
-    Returns
-    -------
-    bound : float
+    :func:`frozen_bound`'s rule in rounds: the user's ``stale_after``, else ``max(minimum,
+    factor * median(ages))`` over the ``ages`` of the run's recent units when their
+    results arrived; ``minimum`` and ``factor`` are the ``daskstraggle.stale`` settings.
 
     Examples
     --------
@@ -149,11 +140,7 @@ def stale_bound(stale_after: int | None, ages: Iterable[int], *, minimum: float 
     >>> stale_bound(10, [100])
     10.0
     """
-    if stale_after is not None:
-        return float(stale_after)
-    values = list(ages)
-    typical = statistics.median(values) if values else 0.0
-    return float(max(minimum, factor * typical))
+    return frozen_bound(stale_after, ages, minimum=minimum, factor=factor)
 
 
 def overdue_workers(sent: Iterable[tuple[int, float]], now: float, bound: float
