@@ -239,9 +239,14 @@ class CodingScheme(ABC):
     def check_n_workers(self, n_workers: int) -> None:  # noqa: B027 - optional hook
         """Raise InvalidParameterError if the parameters do not fit ``n_workers`` workers."""
 
-    @abstractmethod
     def partition_count(self, n_workers: int, n_rows: int | None = None) -> int:
-        """Return how many partitions ``K`` the rows are split into for ``n_workers``."""
+        """Return how many partitions ``K`` the rows are split into for ``n_workers``.
+
+        Default: ``K = n_workers``, one partition a worker, once :meth:`check_n_workers`
+        accepts ``n_workers``.
+        """
+        self.check_n_workers(n_workers)
+        return int(n_workers)
 
     @abstractmethod
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:

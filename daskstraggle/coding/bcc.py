@@ -710,10 +710,6 @@ class IdealMDS(CodingScheme):
         if not ok or not 0 < float(self.rate) <= 1:
             _fail("rate", "IdealMDS", "a number in (0, 1]", self.rate)
 
-    def partition_count(self, n_workers: int, n_rows: int | None = None) -> int:
-        """Return ``K = n_workers``."""
-        return int(n_workers)
-
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
         threshold = min(n_workers, max(1, math.ceil(float(self.rate) * n_workers - 1e-9)))
         info = {

@@ -194,10 +194,6 @@ class Uncoded(CodingScheme):
 
     name: ClassVar[str] = "uncoded"
 
-    def partition_count(self, n_workers: int, n_rows: int | None = None) -> int:
-        """Return ``K = n_workers``."""
-        return int(n_workers)
-
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
         return CodeAssignment(
             scheme=self.name,
@@ -270,11 +266,6 @@ class FractionalRepetition(CodingScheme):
                 f"n_stragglers + 1 divides n_workers={n_workers}. Got {s!r} instead. "
                 f"Use scheme='cyclic-repetition' for any n_stragglers < n_workers."
             )
-
-    def partition_count(self, n_workers: int, n_rows: int | None = None) -> int:
-        """Return ``K = n_workers``."""
-        self.check_n_workers(n_workers)
-        return int(n_workers)
 
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
         s = self.n_stragglers
@@ -365,11 +356,6 @@ class CyclicRepetition(CodingScheme):
     def check_n_workers(self, n_workers: int) -> None:
         """Require ``n_stragglers < n_workers``."""
         _check_stragglers_fit(self.n_stragglers, n_workers, type(self).__name__)
-
-    def partition_count(self, n_workers: int, n_rows: int | None = None) -> int:
-        """Return ``K = n_workers``."""
-        self.check_n_workers(n_workers)
-        return int(n_workers)
 
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
         s = self.n_stragglers
