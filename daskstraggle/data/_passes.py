@@ -13,13 +13,15 @@ import dataclasses
 import itertools
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskstraggle.data.matrix import Matrix
 from daskstraggle.errors import StraggleError
 from daskstraggle.problems.block import Block
+
+if TYPE_CHECKING:
+    from daskstraggle.data._matrix import Matrix
 
 __all__ = [
     "linear_rows",

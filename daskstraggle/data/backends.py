@@ -39,7 +39,8 @@ from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
 
 if TYPE_CHECKING:
-    from daskstraggle.data.matrix import Matrix, _ZarrOptions
+    from daskstraggle.data._matrix import Matrix
+    from daskstraggle.data._opening import OpenOptions
 
 __all__ = [
     "OpenRequest",
@@ -66,7 +67,7 @@ class OpenRequest:
     rows_are_variants : bool or None
         ``genotype_dims`` parsed: the input is a 2-D array of allele counts whose rows are
         variants (True) or samples (False); None: not allele counts.
-    options : _ZarrOptions
+    options : OpenOptions
         Genotype decoding (``missing``, ``scaling``, ``storage``) and ``missing_chunks``.
     storage_options : dict or None
         A URL's fsspec options as the user gave them (None: none given).
@@ -76,7 +77,7 @@ class OpenRequest:
     labels: Any
     chunk_rows: int | None
     rows_are_variants: bool | None
-    options: _ZarrOptions
+    options: OpenOptions
     storage_options: dict[str, Any] | None
 
 
@@ -171,6 +172,10 @@ def _is_path(source: Any) -> bool:
     return isinstance(source, str | os.PathLike)
 
 
+#: The ``open_matrix`` options of genotype decoding, read by every backend of genotypes.
+_GENOTYPE_OPTIONS = ("genotype_dims", "missing", "genotype_scaling", "genotype_storage")
+
+
 # --------------------------------------------------------------------------- built-in
 @register_source
 class MatrixBackend(SourceBackend):
@@ -183,18 +188,18 @@ class MatrixBackend(SourceBackend):
     @classmethod
     def guess_can_open(cls, source: Any) -> bool:
         """Whether ``source`` is a Matrix."""
-        from daskstraggle.data.matrix import Matrix
+        from daskstraggle.data._matrix import Matrix
 
         return isinstance(source, Matrix)
 
     @classmethod
     def open(cls, source: Any, request: OpenRequest) -> Matrix:
         """Return ``source``, with ``request.labels`` when given."""
-        from daskstraggle.data.matrix import _parse_labels
+        from daskstraggle.data._opening import parse_labels
 
         if request.labels is None:
             return source
-        return source.with_labels(_parse_labels(request.labels, None, source.n_rows))
+        return source.with_labels(parse_labels(request.labels, None, source.n_rows))
 
 
 @register_source
@@ -204,8 +209,7 @@ class PlinkBackend(SourceBackend):
     name = "plink"
     description = "a PLINK 1 .bed path (.bim and .fam beside it); rows = variants"
     priority = 10
-    parameters = ("array", "storage_options", "genotype_dims", "missing", "genotype_scaling",
-                  "genotype_storage")
+    parameters = ("array", "storage_options", *_GENOTYPE_OPTIONS)
     #: The suffix of the paths it reads (any case), and the files read beside them.
     suffix = ".bed"
     companions: ClassVar[tuple[str, ...]] = (".bim", ".fam")
@@ -213,8 +217,7 @@ class PlinkBackend(SourceBackend):
     @classmethod
     def guess_can_open(cls, source: Any) -> bool:
         """Whether ``source`` is a path or URL ending in :attr:`suffix`."""
-        return (isinstance(source, str | os.PathLike)
-                and os.fspath(source).lower().endswith(cls.suffix))
+        return _is_path(source) and os.fspath(source).lower().endswith(cls.suffix)
 
     @classmethod
     def open(cls, source: Any, request: OpenRequest) -> Matrix:
@@ -226,11 +229,13 @@ class PlinkBackend(SourceBackend):
                              labels=request.labels, genotype_dims=request.rows_are_variants,
                              options=request.options)
 
-    @staticmethod
-    def _opener() -> Callable[..., Matrix]:
-        from daskstraggle.data.plink import open_bed
+    @classmethod
+    def _opener(cls) -> Callable[..., Matrix]:
+        """The function that opens a fileset of this kind (its module loads when used)."""
+        from daskstraggle.data import bgen, pgen, plink
 
-        return open_bed
+        return {".bed": plink.open_bed, ".pgen": pgen.open_pgen,
+                ".bgen": bgen.open_bgen}[cls.suffix]
 
 
 @register_source
@@ -242,12 +247,6 @@ class PgenBackend(PlinkBackend):
     priority = 11
     suffix = ".pgen"
     companions = (".pvar", ".psam")
-
-    @staticmethod
-    def _opener() -> Callable[..., Matrix]:
-        from daskstraggle.data.pgen import open_pgen
-
-        return open_pgen
 
 
 @register_source
@@ -262,12 +261,6 @@ class BgenBackend(PlinkBackend):
     suffix = ".bgen"
     companions = (".sample",)
 
-    @staticmethod
-    def _opener() -> Callable[..., Matrix]:
-        from daskstraggle.data.bgen import open_bgen
-
-        return open_bgen
-
 
 @register_source
 class DatasetBackend(SourceBackend):
@@ -281,14 +274,14 @@ class DatasetBackend(SourceBackend):
     @classmethod
     def guess_can_open(cls, source: Any) -> bool:
         """Whether ``source`` is an ``xarray.Dataset``."""
-        from daskstraggle.data.matrix import _is_dataset
+        from daskstraggle.data._opening import is_dataset
 
-        return _is_dataset(source)
+        return is_dataset(source)
 
     @classmethod
     def open(cls, source: Any, request: OpenRequest) -> Matrix:
         """Open the Dataset's genotypes (see ``docs/genotype-pca.md``)."""
-        from daskstraggle.data._open_genotypes import open_dataset
+        from daskstraggle.data._opening import open_dataset
 
         return open_dataset(source, request.array, request.labels, request.options)
 
@@ -300,8 +293,7 @@ class ZarrBackend(SourceBackend):
     name = "zarr"
     description = "a path or URL to a Zarr array or group, or a VCF Zarr store"
     priority = 90
-    parameters = ("array", "storage_options", "missing_chunks", "genotype_dims", "missing",
-                  "genotype_scaling", "genotype_storage")
+    parameters = ("array", "storage_options", "missing_chunks", *_GENOTYPE_OPTIONS)
 
     @classmethod
     def guess_can_open(cls, source: Any) -> bool:
@@ -313,18 +305,17 @@ class ZarrBackend(SourceBackend):
         """Open the store; a URL's store is checked reachable first."""
         from dataclasses import replace
 
-        from daskstraggle.data import _open_genotypes
+        from daskstraggle.data import _opening
         from daskstraggle.data._remote import check_remote_store, parse_location
-        from daskstraggle.data.matrix import _open_zarr
 
         # a path is made absolute: workers may run in another working directory
         location, remote = parse_location(os.fspath(source), request.storage_options)
         if remote is not None:
             check_remote_store(location, remote, caller="open_matrix")
         options = replace(request.options, storage_options=remote)
-        matrix = _open_zarr(location, request.array, request.labels, options)
+        matrix = _opening.open_zarr(location, request.array, request.labels, options)
         if request.rows_are_variants is not None:
-            matrix = _open_genotypes.zarr_counts(matrix, request.rows_are_variants, options)
+            matrix = _opening.zarr_counts(matrix, request.rows_are_variants, options)
         return matrix
 
 
@@ -339,8 +330,7 @@ class ArrayBackend(SourceBackend):
     description = "numpy, dask, xarray.DataArray or any array-like (allele counts with " \
                   "genotype_dims)"
     priority = 100
-    parameters = ("chunk_rows", "genotype_dims", "missing", "genotype_scaling",
-                  "genotype_storage")
+    parameters = ("chunk_rows", *_GENOTYPE_OPTIONS)
 
     @classmethod
     def guess_can_open(cls, source: Any) -> bool:
@@ -350,10 +340,9 @@ class ArrayBackend(SourceBackend):
     @classmethod
     def open(cls, source: Any, request: OpenRequest) -> Matrix:
         """Describe the array's rows (each partition's loader carries only its rows)."""
-        from daskstraggle.data import _open_genotypes
-        from daskstraggle.data.matrix import _open
+        from daskstraggle.data import _opening
 
         if request.rows_are_variants is not None:
-            return _open_genotypes.open_counts(source, request.array, request.labels,
-                                               request.rows_are_variants, request.options)
-        return _open(source, request.array, request.labels, request.chunk_rows)
+            return _opening.open_counts(source, request.array, request.labels,
+                                        request.rows_are_variants, request.options)
+        return _opening.open_array(source, request.array, request.labels, request.chunk_rows)

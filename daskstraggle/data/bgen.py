@@ -49,8 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from daskstraggle.data.genotypes import VariantTable
-from daskstraggle.data.matrix import Matrix, _parse_labels
+from daskstraggle.data._matrix import Matrix
+from daskstraggle.data._opening import OpenOptions, file_matrix
 from daskstraggle.data.plink import (
     BedSource,
     BimArrays,
@@ -600,7 +600,7 @@ def open_bgen(path: str | os.PathLike[str], *, remote: dict[str, Any] | None = N
     remote, array, labels, genotype_dims
         As :func:`daskstraggle.data.plink.open_bed` (a URL, ``array`` and
         ``genotype_dims`` are refused).
-    options : daskstraggle.data.matrix._ZarrOptions or None, default=None
+    options : daskstraggle.data._opening.OpenOptions or None, default=None
         ``missing``, ``scaling`` and ``storage`` of ``open_matrix`` (None: their defaults,
         mean, Patterson, int8).
     calls : {"dosage", "hard"}, default="dosage"
@@ -629,10 +629,8 @@ def open_bgen(path: str | os.PathLike[str], *, remote: dict[str, Any] | None = N
     ImportError
         Without cbgen.
     """
-    from daskstraggle.data.matrix import _ZarrOptions
-
     path = os.path.abspath(os.fspath(path))  # workers may run in another folder
-    options = options if options is not None else _ZarrOptions("mean", "patterson", "error")
+    options = options if options is not None else OpenOptions("mean", "patterson", "error")
     _check_parameters(path, remote, array, genotype_dims, calls)
     check_file(path, "BGEN .bgen")
     header = read_header(path)
@@ -651,7 +649,4 @@ def open_bgen(path: str | os.PathLike[str], *, remote: dict[str, Any] | None = N
                         layout=header.layout, calls=calls,
                         missing=options.missing, scaling=options.scaling,
                         storage=options.storage)
-    y = _parse_labels(labels, None, source.n_variants)
-    return Matrix(source, source.chunk_bounds, labels=y, columns=samples,
-                  dims=("variants", "samples"), attrs={"path": path},
-                  variants=VariantTable(_VariantArrays(index)))
+    return file_matrix(source, path, samples, labels, _VariantArrays(index))

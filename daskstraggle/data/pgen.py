@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from daskstraggle.data.genotypes import VariantTable
-from daskstraggle.data.matrix import Matrix, _parse_labels
+from daskstraggle.data._matrix import Matrix
+from daskstraggle.data._opening import file_matrix
 from daskstraggle.data.plink import (
     BedSource,
     BimArrays,
@@ -277,13 +277,13 @@ def open_pgen(path: str, *, remote: dict[str, Any] | None, array: str | None, la
     Returns
     -------
     matrix : Matrix
+        As :func:`~daskstraggle.data.plink.open_bed`'s; ``variants`` read from the ``.pvar``.
 
     Raises
     ------
-    InvalidParameterError
-        For a URL, ``array`` or ``genotype_dims``.
-    DataNotFoundError
-        If the ``.pgen``, ``.pvar`` or ``.psam`` does not exist (or is a folder).
+    InvalidParameterError, DataNotFoundError
+        As :func:`~daskstraggle.data.plink.open_bed` (for a missing ``.pgen``, ``.pvar`` or
+        ``.psam``).
     InvalidDataError
         If pgenlib cannot read the ``.pgen`` (its header, or its last variant: a truncated
         file), its counts disagree with the ``.psam`` or the ``.pvar``, or the ``.psam``
@@ -321,7 +321,4 @@ def open_pgen(path: str, *, remote: dict[str, Any] | None, array: str | None, la
         )
     source = PgenSource(path, n_variants, n_raw, missing=options.missing,
                         scaling=options.scaling, storage=options.storage)
-    y = _parse_labels(labels, None, n_variants)
-    return Matrix(source, source.chunk_bounds, labels=y, columns=samples,
-                  dims=("variants", "samples"), attrs={"path": path},
-                  variants=VariantTable(PvarArrays(files["pvar"])))
+    return file_matrix(source, path, samples, labels, PvarArrays(files["pvar"]))

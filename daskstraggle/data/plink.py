@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from daskstraggle.data.genotypes import VariantTable
-from daskstraggle.data.matrix import Matrix, _parse_labels
+from daskstraggle.data._matrix import Matrix
+from daskstraggle.data._opening import file_matrix
 from daskstraggle.data.sources import (
     GenotypeRowSource,
     RowValues,
@@ -484,7 +484,7 @@ def open_bed(path: str, *, remote: dict[str, Any] | None, array: str | None, lab
         Per-variant labels (rarely useful), as for ``open_matrix``.
     genotype_dims : bool or None
         ``open_matrix``'s parsed ``genotype_dims`` (refused: the orientation is known).
-    options : daskstraggle.data.matrix._ZarrOptions
+    options : daskstraggle.data._opening.OpenOptions
         ``missing``, ``scaling`` and ``storage`` of ``open_matrix``.
 
     Returns
@@ -523,10 +523,7 @@ def open_bed(path: str, *, remote: dict[str, Any] | None, array: str | None, lab
     _check_size(path, n_variants, len(samples))
     source = BedSource(path, n_variants, len(samples), missing=options.missing,
                        scaling=options.scaling, storage=options.storage)
-    y = _parse_labels(labels, None, n_variants)
-    return Matrix(source, source.chunk_bounds, labels=y, columns=samples,
-                  dims=("variants", "samples"), attrs={"path": path},
-                  variants=VariantTable(BimArrays(bim)))
+    return file_matrix(source, path, samples, labels, BimArrays(bim))
 
 
 def _check_parameters(path: str, remote: dict[str, Any] | None, array: str | None,

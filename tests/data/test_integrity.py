@@ -602,13 +602,13 @@ def test_datasets_write_every_chunk_even_when_it_is_all_fill_value(tmp_path):
     """Zarr skips all-fill chunks by default; our own stores must open with the default check."""
     from daskstraggle.data.datasets import _write_table
 
-    def rows(rng, m, arrays, attrs):
+    def rows(rng, m, arrays, attrs, params):
         return np.zeros((m, 3)), np.zeros(m)  # every chunk equals the fill value, 0
 
-    out = _write_table(tmp_path / "zeros.zarr", name="zeros", overwrite=False, progress=False,
-                       params={"n_samples": 20, "n_features": 3, "chunk_rows": 10,
-                               "dtype": "float64", "seed": 0},
-                       global_arrays=lambda rng: ({}, {}), rows=rows)
+    out = _write_table("zeros", tmp_path / "zeros.zarr",
+                       {"n_samples": 20, "n_features": 3, "chunk_rows": 10, "dtype": "float64",
+                        "seed": 0}, ("noise", 0.0), overwrite=False, progress=False,
+                       global_arrays=lambda rng, params: ({}, {}), rows=rows)
     for key in ("X/c/0/0", "X/c/1/0", "y/c/0", "y/c/1"):
         assert (out / key).is_file(), key
     m = open_matrix(out, labels="y")
