@@ -44,6 +44,7 @@ from daskstraggle.errors import (
     SchedulerLostError,
     WorkerLostError,
 )
+from daskstraggle.latency.faults import term_names
 from daskstraggle.latency.spec import Stragglers, parse_stragglers
 from daskstraggle.methods import Gram, Method, make_method
 from daskstraggle.methods.base import check_oversampling
@@ -190,9 +191,9 @@ def _check_declarations(declared: type[Runtime], client: Any, scheduler: str | N
         )
     if declared.latency_kind != "simulated" and stragglers.faults:
         raise InvalidParameterError(
-            "The loss, freeze, join and retire terms of stragglers are simulated faults: "
-            "use runtime='sim' (CLI: --runtime sim); on a cluster, stop, kill or retire "
-            "real workers instead."
+            f"The {term_names(stragglers.faults)} terms of stragglers are simulated faults: use "
+            "runtime='sim' (CLI: --runtime sim); on a cluster, stop, kill or retire real "
+            "workers instead."
         )
     if declared.latency_kind != "injected" and stragglers.throttle is not None:
         raise InvalidParameterError(

@@ -600,10 +600,12 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
 def _check_simulate_sources(latency: str | None, from_trace: Path | None, iid: bool,
                             n_workers: int | None) -> None:
     """Refuse a missing or doubled latency source, and options that do not fit it."""
+    from daskstraggle.latency.faults import term_names
+
     if latency is not None and from_trace is not None and _fault_terms(latency):
         raise InputError(
-            "--from-trace takes no fault terms (loss, freeze, join, retire); give them after "
-            f"a latency model in --latency instead, e.g. --latency {_FAULT_EXAMPLE}"
+            f"--from-trace takes no fault terms ({term_names(_fault_terms(latency))}); give "
+            f"them after a latency model in --latency instead, e.g. --latency {_FAULT_EXAMPLE}"
         )
     if (latency is None) == (from_trace is None):
         raise InputError("give exactly one of --latency SPEC and --from-trace RESULT")

@@ -35,7 +35,8 @@ from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import MAX_SECONDS, _is_index, _is_number, _worker_indices
 
-__all__ = ["FAULTS", "ClusterState", "Fault", "Freeze", "Join", "Loss", "Retire", "make_fault"]
+__all__ = ["FAULTS", "ClusterState", "Fault", "Freeze", "Join", "Loss", "Retire", "make_fault",
+           "term_names"]
 
 
 def _seconds(value: Any, *, name: str, term: str, positive: bool = False) -> float:
@@ -278,3 +279,9 @@ def make_fault(name: str, **params: Any) -> Fault:
     Retire(at=10.0, workers=(3,))
     """
     return FAULTS.get(name).from_term(name, params, base=None, spec="")
+
+
+def term_names(faults: Any) -> str:
+    """The distinct terms of ``faults``, in order, for a message: ``"loss and join"``."""
+    names = list(dict.fromkeys(fault.name for fault in faults))
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)

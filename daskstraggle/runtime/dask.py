@@ -315,14 +315,15 @@ class DaskRuntime(Runtime):
     ) -> None:
         from distributed import as_completed
 
+        from daskstraggle.latency.faults import term_names
         from daskstraggle.latency.spec import parse_stragglers
 
         self.stragglers = parse_stragglers(stragglers)
         if self.stragglers.faults:
             raise InvalidParameterError(
-                "The loss, freeze, join and retire terms of stragglers are simulated faults: "
-                "use SimRuntime(faults=...) (CLI: --runtime sim); on a cluster, stop, kill "
-                "or retire real workers instead."
+                f"The {term_names(self.stragglers.faults)} terms of stragglers are simulated "
+                "faults: use SimRuntime(faults=...) (CLI: --runtime sim); on a cluster, stop, "
+                "kill or retire real workers instead."
             )
         self._min_workers = None if min_workers is None else check_int(
             min_workers, name="min_workers", caller="DaskRuntime", low=1)
