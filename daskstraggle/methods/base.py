@@ -22,9 +22,11 @@ The runtime drives it like this::
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -226,6 +228,25 @@ def check_oversampling(method: Method, problem: Problem) -> None:
         )
 
 
+M = TypeVar("M", bound="Method")
+
+
+def cached_summary(build: Callable[[M], RoundSummary]) -> Callable[[M], RoundSummary]:
+    """Make ``build`` a method's :meth:`Method.summary`, built once per round.
+
+    The summary is kept in ``self._summary`` and returned again until the method sets
+    that back to None (a new result, a step).
+    """
+
+    @functools.wraps(build)
+    def summary(self: M) -> RoundSummary:
+        if self._summary is None:
+            self._summary = build(self)
+        return self._summary
+
+    return summary
+
+
 class Method(ABC):
     """Abstract base of the optimisation policies.
 
@@ -266,6 +287,8 @@ class Method(ABC):
     #: :mod:`daskstraggle.methods.options`): declared here, the CLI's options, their help
     #: and the refusal of an option given with another method follow from it.
     cli_options: ClassVar[tuple[MethodOption, ...]] = ()
+    #: This round's summary once built (:func:`cached_summary`); None until then.
+    _summary: RoundSummary | None = None
 
     @classmethod
     def params_from_cli(cls, values: dict[str, Any]) -> dict[str, Any]:
@@ -367,7 +390,8 @@ class Method(ABC):
 
     @abstractmethod
     def summary(self) -> RoundSummary:
-        """Return the round's evaluated point, kernel sum and counts (when ready)."""
+        """Return the round's evaluated point, kernel sum and counts (when ready); the
+        package's methods build it once per round (:func:`cached_summary`)."""
 
     @abstractmethod
     def step(self) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from daskstraggle._validation import check_int
-from daskstraggle.methods.base import RoundSummary, WorkUnit
+from daskstraggle.methods.base import RoundSummary, WorkUnit, cached_summary
 from daskstraggle.methods.coded import CodedSum
 from daskstraggle.problems._linalg import orthonormalize
 from daskstraggle.problems.base import KernelResult, Problem
@@ -148,6 +148,7 @@ class BlockKrylov(CodedSum):
         return WorkUnit(unit.worker_index, unit.partitions, self._block, unit.version,
                         coefficients=unit.coefficients)
 
+    @cached_summary
     def summary(self) -> RoundSummary:
         """Extend the basis by the decoded block product; return the top ``k`` Ritz pairs.
 
@@ -158,27 +159,25 @@ class BlockKrylov(CodedSum):
         components (:mod:`daskstraggle.problems.separation`).
         """
         assert self._problem is not None and self._weights is not None
-        if self._summary is None:
-            total = self._decoded()
-            self._extend(self._block, total.gradient)
-            theta, Y, AY = self._rayleigh_ritz()
-            k = self._k
-            V, AV = Y[:, :k], AY[:, :k]
-            values = np.einsum("ij,ij->j", V, AV)
-            used, answered = self._responders()
-            self._summary = RoundSummary(
-                iterate=np.ascontiguousarray(V),
-                result=KernelResult(gradient=np.ascontiguousarray(AV), values=values,
-                                    n_rows=total.n_rows),
-                objective=self._problem.objective(values, V),
-                workers_used=used,
-                n_fresh=answered,
-                extras={"basis_size": float(self.basis_size),
-                        # the largest Ritz value not asked for: where the requested
-                        # components' boundary cluster ends (problems.separation)
-                        **({"next_ritz_value": float(theta[k])} if len(theta) > k else {})},
-            )
-        return self._summary
+        total = self._decoded()
+        self._extend(self._block, total.gradient)
+        theta, Y, AY = self._rayleigh_ritz()
+        k = self._k
+        V, AV = Y[:, :k], AY[:, :k]
+        values = np.einsum("ij,ij->j", V, AV)
+        used, answered = self._responders()
+        return RoundSummary(
+            iterate=np.ascontiguousarray(V),
+            result=KernelResult(gradient=np.ascontiguousarray(AV), values=values,
+                                n_rows=total.n_rows),
+            objective=self._problem.objective(values, V),
+            workers_used=used,
+            n_fresh=answered,
+            extras={"basis_size": float(self.basis_size),
+                    # the largest Ritz value not asked for: where the requested
+                    # components' boundary cluster ends (problems.separation)
+                    **({"next_ritz_value": float(theta[k])} if len(theta) > k else {})},
+        )
 
     def step(self) -> None:
         """Restart if the basis is full; the next block is the top Ritz residuals."""

@@ -8,7 +8,7 @@ import numpy as np
 
 from daskstraggle._validation import check_int
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit, cached_summary
 from daskstraggle.methods.options import MethodOption
 from daskstraggle.problems.base import Problem
 
@@ -167,26 +167,25 @@ class BoundedAsync(Method):
                 self._choice = min(pool, key=lambda r: (self._delay(r), self._pending.index(r)))
         return self._choice
 
+    @cached_summary
     def summary(self) -> RoundSummary:
         """Return the chosen update's scaled kernel sum (the point is the current iterate)."""
         assert self._problem is not None and self.ready()
-        if self._summary is None:
-            chosen = self._pick()
-            i = chosen.unit.worker_index
-            assert not isinstance(chosen.result, tuple)
-            delay = self._delay(chosen)
-            self._summary = RoundSummary(
-                iterate=self._x,
-                result=chosen.result.scaled(self._total_rows / self._worker_rows[i]),
-                objective=None,
-                workers_used=(i,),
-                n_fresh=int(delay == 0),
-                n_stale=int(delay > 0),
-                coverage=self._worker_rows[i] / self._total_rows,
-                n_dropped=self._dropped,
-                extras={"delay": float(delay), "n_pending": float(len(self._pending) - 1)},
-            )
-        return self._summary
+        chosen = self._pick()
+        i = chosen.unit.worker_index
+        assert not isinstance(chosen.result, tuple)
+        delay = self._delay(chosen)
+        return RoundSummary(
+            iterate=self._x,
+            result=chosen.result.scaled(self._total_rows / self._worker_rows[i]),
+            objective=None,
+            workers_used=(i,),
+            n_fresh=int(delay == 0),
+            n_stale=int(delay > 0),
+            coverage=self._worker_rows[i] / self._total_rows,
+            n_dropped=self._dropped,
+            extras={"delay": float(delay), "n_pending": float(len(self._pending) - 1)},
+        )
 
     def step(self) -> None:
         """Apply the chosen update; the version advances and pending updates age by one."""

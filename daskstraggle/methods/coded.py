@@ -15,6 +15,7 @@ from daskstraggle.methods.base import (
     RoundSummary,
     WorkResult,
     WorkUnit,
+    cached_summary,
     contiguous_placement,
 )
 from daskstraggle.methods.gd import Nesterov
@@ -224,21 +225,20 @@ class CodedGD(Method):
         """True once the received messages decode to the full gradient."""
         return self._weights is not None
 
+    @cached_summary
     def summary(self) -> RoundSummary:
         """Return the decoded exact kernel sum."""
         assert self._problem is not None and self._weights is not None
-        if self._summary is None:
-            total = self._decoded()
-            used, answered = self._responders()
-            point = self._point()
-            self._summary = RoundSummary(
-                iterate=point,
-                result=total,
-                objective=self._problem.objective(total.values, point),
-                workers_used=used,
-                n_fresh=answered,
-            )
-        return self._summary
+        total = self._decoded()
+        used, answered = self._responders()
+        point = self._point()
+        return RoundSummary(
+            iterate=point,
+            result=total,
+            objective=self._problem.objective(total.values, point),
+            workers_used=used,
+            n_fresh=answered,
+        )
 
     def step(self) -> None:
         """Take the exact gradient step (from the look-ahead point with Nesterov)."""

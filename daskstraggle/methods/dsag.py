@@ -13,7 +13,7 @@ import numpy as np
 
 from daskstraggle.balance.partition import subpartition_bounds
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import RoundSummary, WorkResult, WorkUnit
+from daskstraggle.methods.base import RoundSummary, WorkResult, WorkUnit, cached_summary
 from daskstraggle.methods.cache import GradientCache, Ranges
 from daskstraggle.methods.sgd import SGD
 from daskstraggle.problems.base import Problem
@@ -111,11 +111,10 @@ class DSAG(SGD):
             self._dropped += 1
         self._summary = None
 
+    @cached_summary
     def summary(self) -> RoundSummary:
         """Return the cache's sum scaled by the covered fraction of rows."""
         assert self._problem is not None and self.ready()
-        if self._summary is not None:
-            return self._summary
         total = self._cache.total()
         assert total is not None
         covered = self._cache.covered
@@ -124,7 +123,7 @@ class DSAG(SGD):
         )
         estimate = total if covered == self._cache.n_rows else total.scaled(
             self._cache.n_rows / covered)
-        self._summary = RoundSummary(
+        return RoundSummary(
             iterate=self._x,
             result=estimate,
             objective=self._problem.objective(total.values, self._x) if exact else None,
@@ -137,7 +136,6 @@ class DSAG(SGD):
             # keep an old result (the runtime moves them once the worker is overdue)
             extras={"staleness": float(self._version - min(self._cache.versions()))},
         )
-        return self._summary
 
     def step(self) -> None:
         """Step along the cached estimate."""

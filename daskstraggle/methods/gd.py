@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from daskstraggle._validation import check_choice
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit, check_plain
+from daskstraggle.methods.base import Method, RoundSummary, WorkUnit, cached_summary, check_plain
 from daskstraggle.problems.base import Problem
+
+if TYPE_CHECKING:
+    from daskstraggle.methods.base import WorkResult
 
 __all__ = ["GD", "NAG", "Nesterov"]
 
@@ -78,22 +81,20 @@ class GD(Method):
         """True once every worker holding data has answered for this version."""
         return len(self._results) == self._n_holding
 
+    @cached_summary
     def summary(self) -> RoundSummary:
         """Return the exact kernel sum at the evaluated point (computed once per round)."""
         assert self._problem is not None and self.ready()
-        if self._summary is not None:
-            return self._summary
         order = sorted(self._results)
         total = self._plain_sum(self._results)
         point = self._point()
-        self._summary = RoundSummary(
+        return RoundSummary(
             iterate=point,
             result=total,
             objective=self._problem.objective(total.values, point),
             workers_used=tuple(order),
             n_fresh=len(order),
         )
-        return self._summary
 
     def step(self) -> None:
         """Take the gradient step from the evaluated point."""

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import RoundSummary
+from daskstraggle.methods.base import RoundSummary, cached_summary
 from daskstraggle.methods.coded import CodedSum
 from daskstraggle.problems._kernels import pack_upper, packed_product, unpack_upper
 from daskstraggle.problems._linalg import check_dense_size
@@ -137,32 +137,31 @@ class Gram(CodedSum):
         """Return the kernel the workers run: the partitions' centred Gram matrices."""
         return GramKernel(problem)
 
+    @cached_summary
     def summary(self) -> RoundSummary:
         """Return the exact sum's top eigenvectors and ``X_c^T X_c V`` there."""
         assert self._problem is not None and self._weights is not None
-        if self._summary is None:
-            import scipy.linalg  # loaded when first needed (not by the CLI's --help)
+        import scipy.linalg  # loaded when first needed (not by the CLI's --help)
 
-            total = self._decoded()
-            d, k = self._x.shape
-            # the unpacked matrix is handed to LAPACK to overwrite (no second d x d copy,
-            # 3.2 GB at 20 000 columns); X_c^T X_c V is taken from the packed sum
-            gram = unpack_upper(total.gradient, d)
-            _, vectors = scipy.linalg.eigh(gram, subset_by_index=[d - k, d - 1],
-                                           overwrite_a=True)
-            del gram
-            V = np.ascontiguousarray(vectors[:, ::-1])
-            GV = packed_product(total.gradient, V)
-            values = np.einsum("ij,ij->j", V, GV)
-            used, answered = self._responders()
-            self._summary = RoundSummary(
-                iterate=V,
-                result=KernelResult(gradient=GV, values=values, n_rows=total.n_rows),
-                objective=self._problem.objective(values, V),
-                workers_used=used,
-                n_fresh=answered,
-            )
-        return self._summary
+        total = self._decoded()
+        d, k = self._x.shape
+        # the unpacked matrix is handed to LAPACK to overwrite (no second d x d copy,
+        # 3.2 GB at 20 000 columns); X_c^T X_c V is taken from the packed sum
+        gram = unpack_upper(total.gradient, d)
+        _, vectors = scipy.linalg.eigh(gram, subset_by_index=[d - k, d - 1],
+                                       overwrite_a=True)
+        del gram
+        V = np.ascontiguousarray(vectors[:, ::-1])
+        GV = packed_product(total.gradient, V)
+        values = np.einsum("ij,ij->j", V, GV)
+        used, answered = self._responders()
+        return RoundSummary(
+            iterate=V,
+            result=KernelResult(gradient=GV, values=values, n_rows=total.n_rows),
+            objective=self._problem.objective(values, V),
+            workers_used=used,
+            n_fresh=answered,
+        )
 
     def step(self) -> None:
         """Keep the eigenvectors (a further round would compute the same matrix)."""

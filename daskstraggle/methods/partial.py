@@ -18,7 +18,7 @@ from daskstraggle._validation import check_int
 from daskstraggle.coding.base import CodeAssignment
 from daskstraggle.coding.rcs import RCS, IncrementalDecoder, default_degrees
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit, cached_summary
 from daskstraggle.methods.options import MethodOption, parse_int_list
 from daskstraggle.problems.base import KernelResult, Problem, combine
 
@@ -264,11 +264,10 @@ class PartialRecovery(Method):
         """True once ``ceil((1 - q) K)`` partitions are recovered."""
         return len(self._decoder.recovered) >= self._need
 
+    @cached_summary
     def summary(self) -> RoundSummary:
         """Return the recovered partitions' sum scaled by the rows they cover."""
         assert self._problem is not None and self.ready()
-        if self._summary is not None:
-            return self._summary
         recovered = sorted(self._decoder.recovered)
         weights = self._decoder.sum_weights(recovered)
         keys = sorted(weights)
@@ -277,7 +276,7 @@ class PartialRecovery(Method):
         exact = len(recovered) == self._K
         estimate = total if exact else total.scaled(float(self._rows.sum()) / covered)
         ages = np.where(np.isin(np.arange(self._K), recovered), 0, self._ages + 1)
-        self._summary = RoundSummary(
+        return RoundSummary(
             iterate=self._x,
             result=estimate,
             objective=self._problem.objective(total.values, self._x) if exact else None,
@@ -289,7 +288,6 @@ class PartialRecovery(Method):
             extras={"n_recovered": float(len(recovered)), "shift": float(self._offset),
                     "max_age": float(ages.max())},
         )
-        return self._summary
 
     def step(self) -> None:
         """Step, age the partitions, and reorder the lists for the next iteration."""

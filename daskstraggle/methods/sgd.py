@@ -7,7 +7,7 @@ processed in turn, and their live resizing by the load balancer (DSAG paper §VI
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -15,10 +15,13 @@ from daskstraggle._validation import check_int, check_nonnegative
 from daskstraggle.balance.balancer import LoadBalancer, check_balance
 from daskstraggle.balance.partition import align_next, subpartition_bounds
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit, check_plain
+from daskstraggle.methods.base import Method, RoundSummary, WorkUnit, cached_summary, check_plain
 from daskstraggle.methods.cache import normalize_ranges
 from daskstraggle.methods.options import MethodOption
 from daskstraggle.problems.base import Problem
+
+if TYPE_CHECKING:
+    from daskstraggle.methods.base import WorkResult
 
 __all__ = ["SGD"]
 
@@ -317,17 +320,16 @@ class SGD(Method):
         """True once ``n_wait`` fresh results arrived."""
         return len(self._fresh) >= self._n_wait_run
 
+    @cached_summary
     def summary(self) -> RoundSummary:
         """Return the scaled sum of the fresh results (exact when every row is covered)."""
         assert self._problem is not None and self.ready()
-        if self._summary is not None:
-            return self._summary
         order = sorted(self._fresh)
         total = self._plain_sum(self._fresh)
         covered = sum(self._unit_rows(self._fresh[i].unit) for i in order)
         exact = covered == self._total_rows
         estimate = total if exact else total.scaled(self._total_rows / covered)
-        self._summary = RoundSummary(
+        return RoundSummary(
             iterate=self._x,
             result=estimate,
             objective=self._problem.objective(total.values, self._x) if exact else None,
@@ -337,7 +339,6 @@ class SGD(Method):
             coverage=covered / self._total_rows,
             n_dropped=self._dropped,
         )
-        return self._summary
 
     def step(self) -> None:
         """Step along the estimated gradient."""
