@@ -241,18 +241,12 @@ def register_runtime(cls: R) -> R:
 
 
 def get_runtime_class(name: str) -> type[Runtime]:
-    """Return the runtime class registered as ``name``.
-
-    Raises
-    ------
-    InvalidParameterError
-        For a name no runtime is registered under (the message lists them).
-    """
+    """Return the runtime class ``name``: :meth:`~daskstraggle._registry.Registry.get`."""
     return _REGISTRY.get(name)
 
 
 def list_runtimes() -> list[str]:
-    """Return the registered runtimes' names, sorted."""
+    """Return the runtime names: :meth:`~daskstraggle._registry.Registry.names`."""
     return _REGISTRY.names()
 
 
