@@ -3,6 +3,12 @@
 Pure numpy/scipy: nothing here imports dask or distributed. Spec strings such as
 ``"gamma(mean=0.05, var=1e-4) + slowdown(workers=1, factor=4)"`` are read by
 :func:`parse_latency` / :func:`parse_stragglers` (grammar in :mod:`daskstraggle.latency.spec`).
+
+References
+----------
+.. [1] A. Severinson, E. Rosnes, S. El Rouayheb and A. Graell i Amat, "DSAG: A Mixed
+   Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning", IEEE
+   Trans. Commun., 2023: "the DSAG paper" of this package's docstrings.
 """
 
 from __future__ import annotations

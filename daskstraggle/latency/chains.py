@@ -260,10 +260,8 @@ class Bursts(_Modifier):
 
     References
     ----------
-    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb and A. Graell i Amat, "DSAG: A Mixed
-       Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
-       IEEE Trans. Commun., 2023, §IV (event-driven simulation) and its reference code
-       (burst model).
+    .. [1] The DSAG paper (:mod:`daskstraggle.latency`), §IV (event-driven simulation) and
+       its reference code (burst model).
 
     Examples
     --------

@@ -111,9 +111,7 @@ def fit_gamma(
 
     References
     ----------
-    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb and A. Graell i Amat, "DSAG: A Mixed
-       Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
-       IEEE Trans. Commun., 2023, §III.
+    .. [1] The DSAG paper (:mod:`daskstraggle.latency`), §III.
 
     Examples
     --------

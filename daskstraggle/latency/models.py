@@ -350,9 +350,7 @@ class Gamma(LatencyModel):
 
     References
     ----------
-    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb and A. Graell i Amat, "DSAG: A Mixed
-       Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
-       IEEE Trans. Commun., 2023, §III (latency model).
+    .. [1] The DSAG paper (:mod:`daskstraggle.latency`), §III (latency model).
 
     Examples
     --------
@@ -509,9 +507,8 @@ class Replay(LatencyModel):
 
     References
     ----------
-    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb and A. Graell i Amat, "DSAG: A Mixed
-       Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
-       IEEE Trans. Commun., 2023, §III (latency traces recorded on AWS and Azure).
+    .. [1] The DSAG paper (:mod:`daskstraggle.latency`), §III (latency traces recorded on
+       AWS and Azure).
 
     Examples
     --------

@@ -207,9 +207,8 @@ class Slowdown(_Modifier):
 
     References
     ----------
-    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb and A. Graell i Amat, "DSAG: A Mixed
-       Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
-       IEEE Trans. Commun., 2023, §VII (workers slowed down artificially).
+    .. [1] The DSAG paper (:mod:`daskstraggle.latency`), §VII (workers slowed down
+       artificially).
 
     Examples
     --------
@@ -292,9 +291,8 @@ class Artificial(_Modifier):
 
     References
     ----------
-    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb and A. Graell i Amat, "DSAG: A Mixed
-       Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
-       IEEE Trans. Commun., 2023, §VII-B (artificial scenario, N = 49 workers).
+    .. [1] The DSAG paper (:mod:`daskstraggle.latency`), §VII-B (artificial scenario, N = 49
+       workers).
 
     Examples
     --------
@@ -432,10 +430,8 @@ class Schedule(_Modifier):
 
     References
     ----------
-    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb and A. Graell i Amat, "DSAG: A Mixed
-       Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
-       IEEE Trans. Commun., 2023, §VI, Fig. 7 (3 workers slowed down after 40 iterations,
-       3 others sped up after 90).
+    .. [1] The DSAG paper (:mod:`daskstraggle.latency`), §VI, Fig. 7 (3 workers slowed down
+       after 40 iterations, 3 others sped up after 90).
 
     Examples
     --------

@@ -219,9 +219,7 @@ def order_statistics(
 
     References
     ----------
-    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb, A. Graell i Amat, "DSAG: A
-       Mixed Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
-       IEEE Trans. Commun., 2022, §IV-A.
+    .. [1] The DSAG paper (:mod:`daskstraggle.latency`), §IV-A.
 
     Examples
     --------

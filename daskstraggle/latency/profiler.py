@@ -112,9 +112,7 @@ class LatencyProfiler:
 
     References
     ----------
-    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb, A. Graell i Amat, "DSAG: A
-       Mixed Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
-       IEEE Trans. Commun., 2022, §VI-A.
+    .. [1] The DSAG paper (:mod:`daskstraggle.latency`), §VI-A.
 
     Notes
     -----

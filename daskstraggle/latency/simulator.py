@@ -322,10 +322,8 @@ def simulate(
 
     References
     ----------
-    .. [1] A. Severinson, E. Rosnes, S. El Rouayheb, A. Graell i Amat, "DSAG: A
-       Mixed Synchronous-Asynchronous Iterative Method for Straggler-Resilient Learning",
-       §IV-B (event-driven simulation) and §V-A (coordinator loop, 2 % collect window)
-       (IEEE Trans. Commun., 2022).
+    .. [1] The DSAG paper (:mod:`daskstraggle.latency`), §IV-B (event-driven simulation) and
+       §V-A (coordinator loop, 2 % collect window).
 
     Notes
     -----
