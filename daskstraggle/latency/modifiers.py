@@ -207,8 +207,7 @@ class Slowdown(_Modifier):
 
     References
     ----------
-    .. [1] The DSAG paper (:mod:`daskstraggle.latency`), §VII (workers slowed down
-       artificially).
+    .. [1] The DSAG paper (:mod:`daskstraggle.latency`), §VII (artificial slowdowns).
 
     Examples
     --------

@@ -72,7 +72,8 @@ class Problem(ABC):
     """Abstract base of the learning problems (PCA, logistic, least squares).
 
     Subclasses are frozen dataclasses. Attributes set by :meth:`bind` are None (or empty)
-    until then; :attr:`is_bound` tells.
+    until then; :attr:`is_bound` tells, and what is derived from them (``n_params``,
+    PCA's ``n_features``) raises StraggleError until then.
     """
 
     #: Registry name, e.g. ``"pca"``.

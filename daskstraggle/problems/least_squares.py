@@ -112,13 +112,7 @@ class _LinearModel(Problem):
 
     @property
     def n_params(self) -> int:
-        """Length of the iterate: ``n_features`` plus one with an intercept.
-
-        Raises
-        ------
-        StraggleError
-            If the problem is not bound.
-        """
+        """Length of the iterate: ``n_features`` plus one with an intercept."""
         return self._bound()[0] + int(self.fit_intercept)
 
     def _bound(self) -> tuple[int, int, float]:

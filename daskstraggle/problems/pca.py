@@ -194,13 +194,7 @@ class PCA(Problem):
 
     @property
     def n_features(self) -> int:
-        """Number of columns of the bound matrix.
-
-        Raises
-        ------
-        StraggleError
-            If the problem is not bound.
-        """
+        """Number of columns of the bound matrix."""
         return int(self._bound_mean().shape[0])
 
     @property
