@@ -166,7 +166,6 @@ class TwoStateMarkov(_Modifier):
     """
 
     name: ClassVar[str] = "markov"
-    base: LatencyModel | None = None
     slow_factor: float | None = None
     slow: LatencyModel | None = None
     p_slow: float
@@ -176,8 +175,8 @@ class TwoStateMarkov(_Modifier):
     workers: int | tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        _Modifier.__post_init__(self)
         caller = "TwoStateMarkov"
-        object.__setattr__(self, "base", _check_base(self.base, name="base", caller=caller))
         slow = _check_base(self.slow, name="slow", caller=caller)
         slow_factor = check_positive(
             self.slow_factor, name="slow_factor", caller=caller, allow_none=True
@@ -271,7 +270,6 @@ class Bursts(_Modifier):
     """
 
     name: ClassVar[str] = "bursts"
-    base: LatencyModel | None = None
     factor: float = 1.103
     p_enter: float = 0.011
     p_leave: float = 0.286
@@ -279,8 +277,8 @@ class Bursts(_Modifier):
     workers: int | tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        _Modifier.__post_init__(self)
         caller = "Bursts"
-        object.__setattr__(self, "base", _check_base(self.base, name="base", caller=caller))
         object.__setattr__(self, "factor", check_positive(self.factor, name="factor",
                                                           caller=caller))
         for name in ("p_enter", "p_leave"):

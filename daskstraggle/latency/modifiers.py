@@ -107,21 +107,27 @@ def _scaled(
     return np.asarray(compute) * factor, communication
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class _Modifier(LatencyModel):
-    """Mixin of the modifiers: ``has_distribution`` follows the base."""
+    """Base of the modifiers: the ``base`` model that draws the compute time (None: the
+    ``measured`` one), checked here; ``has_distribution`` follows it. Subclasses call
+    ``_Modifier.__post_init__(self)`` first."""
 
-    __slots__ = ()
+    base: LatencyModel | None = None
+
+    def __post_init__(self) -> None:
+        base = _check_base(self.base, name="base", caller=type(self).__name__)
+        object.__setattr__(self, "base", base)
 
     @property
     def has_distribution(self) -> bool:
         """Whether a base with a distribution draws the compute time (False: ``measured``)."""
-        base = getattr(self, "base", None)
-        return base is not None and base.has_distribution
+        return self.base is not None and self.base.has_distribution
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if a nested model does not fit ``n_workers`` or a
         listed worker (field ``workers``, if any) is out of range."""
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, LatencyModel):
                 value.check_n_workers(n_workers)
@@ -219,13 +225,12 @@ class Slowdown(_Modifier):
     """
 
     name: ClassVar[str] = "slowdown"
-    base: LatencyModel | None = None
     workers: int | tuple[int, ...]
     factor: float | tuple[float, ...]
 
     def __post_init__(self) -> None:
+        _Modifier.__post_init__(self)
         caller = "Slowdown"
-        object.__setattr__(self, "base", _check_base(self.base, name="base", caller=caller))
         workers = _check_workers(self.workers, caller=caller, allow_none=False)
         assert workers is not None
         object.__setattr__(self, "workers", workers)
@@ -303,14 +308,13 @@ class Artificial(_Modifier):
     """
 
     name: ClassVar[str] = "artificial"
-    base: LatencyModel | None = None
     spread: float = 0.4
     n_recover: int = 10
     recover_time: float = 1.0
 
     def __post_init__(self) -> None:
+        _Modifier.__post_init__(self)
         caller = "Artificial"
-        object.__setattr__(self, "base", _check_base(self.base, name="base", caller=caller))
         object.__setattr__(self, "spread", check_nonnegative(self.spread, name="spread",
                                                              caller=caller))
         object.__setattr__(self, "n_recover", check_int(self.n_recover, name="n_recover",
@@ -450,12 +454,11 @@ class Schedule(_Modifier):
     """
 
     name: ClassVar[str] = "schedule"
-    base: LatencyModel | None = None
     changes: Any
 
     def __post_init__(self) -> None:
+        _Modifier.__post_init__(self)
         caller = "Schedule"
-        object.__setattr__(self, "base", _check_base(self.base, name="base", caller=caller))
         object.__setattr__(self, "changes", _check_changes(self.changes, caller=caller))
 
     def check_n_workers(self, n_workers: int) -> None:
