@@ -261,6 +261,19 @@ def _run(sampler: LatencySampler, method: str, loads: NDArray[np.float64], loop:
     _run_events(draw, loop)
 
 
+def check_counts(n_workers: Any, n_wait: Any, n_iterations: Any,
+                 caller: str) -> tuple[int, int, int]:
+    """Check a simulation's worker, wait and iteration counts (each an int >= 1, ``n_wait``
+    at most ``n_workers``); return them as ints, or raise one line naming ``caller``."""
+    n_workers = check_int(n_workers, name="n_workers", caller=caller, low=1)
+    n_wait = check_int(
+        n_wait, name="n_wait", caller=caller, low=1, high=n_workers,
+        remedy="It is the number of fresh results waited for per iteration: at least 1 "
+        "and at most n_workers.",
+    )
+    return n_workers, n_wait, check_int(n_iterations, name="n_iterations", caller=caller, low=1)
+
+
 def simulate(
     model: LatencyModel,
     n_workers: int,
@@ -345,13 +358,7 @@ def simulate(
     >>> res.participation
     array([1., 1., 0.])
     """
-    n_workers = check_int(n_workers, name="n_workers", caller=_CALLER, low=1)
-    n_wait = check_int(
-        n_wait, name="n_wait", caller=_CALLER, low=1, high=n_workers,
-        remedy="It is the number of fresh results waited for per iteration: at least 1 "
-        "and at most n_workers.",
-    )
-    n_iterations = check_int(n_iterations, name="n_iterations", caller=_CALLER, low=1)
+    n_workers, n_wait, n_iterations = check_counts(n_workers, n_wait, n_iterations, _CALLER)
     collect_window = check_nonnegative(collect_window, name="collect_window", caller=_CALLER)
     update_duration = check_nonnegative(update_duration, name="update_duration", caller=_CALLER)
     method = check_choice(method, name="method", caller=_CALLER,

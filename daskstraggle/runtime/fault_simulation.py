@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from daskstraggle._validation import check_int, check_nonnegative
+from daskstraggle._validation import check_nonnegative
 from daskstraggle.data import open_matrix
 from daskstraggle.engine.pool import MoveIndex, StartHelping, StopHelping
 from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel
 from daskstraggle.latency.faults import ClusterState, Fault
-from daskstraggle.latency.simulator import SimulationResult
+from daskstraggle.latency.simulator import SimulationResult, check_counts
 from daskstraggle.methods.base import WorkResult
 from daskstraggle.methods.dsag import DSAG
 from daskstraggle.problems import LeastSquares
@@ -311,13 +311,7 @@ def simulate_faults(
 def _check_args(model: Any, faults: Any, n_workers: Any, n_wait: Any, n_iterations: Any
                 ) -> tuple[int, int, int, tuple[Fault, ...]]:
     """Validate :func:`simulate_faults`'s arguments before any work."""
-    n_workers = check_int(n_workers, name="n_workers", caller=_CALLER, low=1)
-    n_wait = check_int(
-        n_wait, name="n_wait", caller=_CALLER, low=1, high=n_workers,
-        remedy="It is the number of fresh results waited for per iteration: at least 1 "
-        "and at most n_workers.",
-    )
-    n_iterations = check_int(n_iterations, name="n_iterations", caller=_CALLER, low=1)
+    n_workers, n_wait, n_iterations = check_counts(n_workers, n_wait, n_iterations, _CALLER)
     if not isinstance(model, LatencyModel) or not model.has_distribution:
         what = (f"the {model.name!r} latency model only scales measured compute times"
                 if isinstance(model, LatencyModel) else f"got {type(model).__name__}")
