@@ -432,28 +432,25 @@ def _default_labels(source: str, labels: str | None,
     return None
 
 
-@cli.command()
-@click.argument("source")
-@_labels_option
-@_problem_options("logistic")
-@_solve_options
-def logreg(source: str, labels: str | None, **params: Any) -> None:
-    """L2-regularised logistic regression on the Zarr group at SOURCE."""
-    _run_solve("logreg", source, params, plot=_plot_path(source, params),
-               labels=_default_labels(source, labels, params["storage_options"]),
-               **_problem_values("logistic", params))
+def _regression_command(kind: str, problem: str, summary: str) -> click.Command:
+    """The solve command ``kind`` of a regression ``problem`` on a Zarr group's X and
+    labels (``summary``: its help's first line)."""
+
+    @cli.command(kind, help=f"{summary} on the Zarr group at SOURCE.")
+    @click.argument("source")
+    @_labels_option
+    @_problem_options(problem)
+    @_solve_options
+    def command(source: str, labels: str | None, **params: Any) -> None:
+        _run_solve(kind, source, params, plot=_plot_path(source, params),
+                   labels=_default_labels(source, labels, params["storage_options"]),
+                   **_problem_values(problem, params))
+
+    return command
 
 
-@cli.command()
-@click.argument("source")
-@_labels_option
-@_problem_options("least-squares")
-@_solve_options
-def linreg(source: str, labels: str | None, **params: Any) -> None:
-    """Least-squares regression on the Zarr group at SOURCE."""
-    _run_solve("linreg", source, params, plot=_plot_path(source, params),
-               labels=_default_labels(source, labels, params["storage_options"]),
-               **_problem_values("least-squares", params))
+logreg = _regression_command("logreg", "logistic", "L2-regularised logistic regression")
+linreg = _regression_command("linreg", "least-squares", "Least-squares regression")
 
 
 # ------------------------------------------------------------------------------ datasets
