@@ -270,6 +270,11 @@ def _resolve_runtime(
         yield rt
 
 
+#: The groups of a run that gives none (each group's defaults).
+_DEFAULT_STOP, _DEFAULT_RUNTIME, _DEFAULT_DATA = StopRule(), RuntimeSpec(), DataOptions()
+_DEFAULT_CHECKPOINT, _DEFAULT_REPORT = Checkpoint(), Report()
+
+
 def _run(
     problem: Problem,
     X: Any,
@@ -282,26 +287,24 @@ def _run(
     out: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: bool = False,
-    stop: StopRule | None = None,
-    runtime: Any = None,
-    data: DataOptions | None = None,
-    checkpoint: Any = None,
-    report: Report | None = None,
+    stop: StopRule = _DEFAULT_STOP,
+    runtime: Any = _DEFAULT_RUNTIME,
+    data: DataOptions = _DEFAULT_DATA,
+    checkpoint: Any = _DEFAULT_CHECKPOINT,
+    report: Report = _DEFAULT_REPORT,
     caller: str | None = None,
 ) -> Result:
     """Fit ``problem`` on ``X``: the one body behind :func:`solve` and the ``fit_*``
     functions, which build its groups (``_GROUPED``; every option is documented once, in
-    ``_OPTIONS_DOC``; a group not given takes its defaults). Everything is checked here,
+    ``_OPTIONS_DOC``; a group not given has its defaults). Everything is checked here,
     once, before any cluster work; errors name ``caller`` (default ``fit_<problem>``).
     """
-    stop, report = stop or StopRule(), report or Report()
     gap_tol, reference, record_iterates = stop.gap_tol, report.reference, report.record_iterates
     (runtime, client, scheduler, n_workers, min_workers, stragglers, backup_after,
-     aggregation) = _fields(runtime or RuntimeSpec())
-    array, n_partitions, missing_chunks, storage_options, genotype_dims, qc = _fields(
-        data or DataOptions())
+     aggregation) = _fields(runtime)
+    array, n_partitions, missing_chunks, storage_options, genotype_dims, qc = _fields(data)
     (checkpoint, checkpoint_interval, checkpoint_iterations, resume,
-     replica_divergence) = _fields(checkpoint or Checkpoint())
+     replica_divergence) = _fields(checkpoint)
     caller = caller or f"fit_{problem.name.replace('-', '_')}"
     _check_flags_and_paths(caller, flags={"reference": reference, "overwrite": overwrite,
                                           "record_iterates": record_iterates,
