@@ -157,10 +157,10 @@ def test_the_fit_functions_take_faults_in_the_stragglers_spec():
                   tol=None, stragglers="gamma(mean=0.1, var=1e-4) + loss(workers=1, at=0.5)")
     assert res.attrs["faults"] == "loss(workers=[1], at=0.5)"
     assert res.attrs["worker_losses"][0]["worker_index"] == 1
-    with pytest.raises(InvalidParameterError, match="^The loss terms of stragglers are "
-                                                    "simulated faults: use runtime='sim'"):
+    with pytest.raises(InvalidParameterError, match=r"^The loss terms of stragglers are "
+                                                    r"simulated faults: use runtime='sim'"):
         fit_pca(X_small, 2, n_workers=2, stragglers="loss(workers=1, at=0.5)")
-    with pytest.raises(InvalidParameterError, match="^The join and freeze terms of"):
+    with pytest.raises(InvalidParameterError, match=r"^The join and freeze terms of"):
         fit_pca(X_small, 2, n_workers=2,
                 stragglers="join(at=1) + freeze(workers=0, at=1, for=1) + join(at=2)")
     with pytest.raises(InvalidParameterError, match="worker 5 is out of range for 3"):
