@@ -22,7 +22,8 @@ PACKAGE = Path(__file__).parents[1] / "daskstraggle"
 #: the face above everything.
 FLOORS = {
     **dict.fromkeys(("errors", "config", "options", "_registry", "_validation", "_resources",
-                     "_declared_options", "_deprecation", "_lazy", "_version", "_progress"), 1),
+                     "_declared_options", "_deprecation", "_lazy", "_version", "_progress",
+                     "_block", "_packing", "_numba"), 1),
     **dict.fromkeys(("data", "problems", "_output"), 2),
     **dict.fromkeys(("coding", "latency", "methods", "balance"), 3),
     "engine": 4,
@@ -144,6 +145,14 @@ def test_no_module_imports_from_a_floor_above_its_own_but_the_known_ones():
     upward = {(a, b) for a, targets in import_graph().items() for b in targets
               if _floor(a) < _floor(b)}
     assert upward == KNOWN_UPWARD
+
+
+def test_data_and_problems_import_neither_the_other():
+    """Both read and compute on the partition format (``_block``, ``_packing``) and load
+    numba through ``_numba``, on the floor below them."""
+    crossing = {(a, b) for a, targets in import_graph().items() for b in targets
+                if {a.split(".")[0], b.split(".")[0]} == {"data", "problems"}}
+    assert crossing == set()
 
 
 def test_every_subpackage_and_top_level_module_has_a_floor():

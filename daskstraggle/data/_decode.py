@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from daskstraggle.problems._kernels import default_implementation, import_numba_module
+from daskstraggle._numba import default_implementation, import_numba_module
 
 __all__ = ["decode_bed", "decode_calls"]
 

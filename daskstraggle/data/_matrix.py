@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daskstraggle._block import Block
 from daskstraggle._validation import check_int
 from daskstraggle.data.sources import GenotypeRowSource, RowSource, RowValues
 from daskstraggle.errors import CorruptDataError, InvalidDataError, NonFiniteDataError
-from daskstraggle.problems.block import Block
 
 if TYPE_CHECKING:
     from daskstraggle.data.genotypes import VariantTable

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daskstraggle._block import Block
 from daskstraggle.errors import StraggleError
-from daskstraggle.problems.block import Block
 
 if TYPE_CHECKING:
     from daskstraggle.data._matrix import Matrix

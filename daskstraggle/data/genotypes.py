@@ -42,8 +42,8 @@ from daskstraggle.data.sources import GenotypeRowSource, RowSource
 from daskstraggle.errors import InvalidDataError, InvalidParameterError, StraggleWarning
 
 if TYPE_CHECKING:
+    from daskstraggle._block import Block
     from daskstraggle.data.matrix import Matrix
-    from daskstraggle.problems.block import Block
 
 __all__ = [
     "GenotypeQC",
@@ -803,7 +803,7 @@ def _partition_counts(block: Block, n_levels: int) -> tuple[np.ndarray | None, .
     """One partition's counts (the task body): per row, its calls of each dosage and its
     missing calls, the dosage sums of fractional dosages (else None); per column, its
     missing calls."""
-    from daskstraggle.problems._kernels import import_numba_module
+    from daskstraggle._numba import import_numba_module
 
     counting = import_numba_module("daskstraggle.data._numba_counts")
     count_calls, dosage_sums = counting.count_calls, counting.dosage_sums

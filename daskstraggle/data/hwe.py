@@ -74,7 +74,7 @@ def hwe_exact_p_counts(het: np.ndarray, hom_1: np.ndarray, hom_2: np.ndarray) ->
     if not counts.size:
         return np.ones(0)
     unique, inverse = _distinct_rows(counts)
-    from daskstraggle.problems._kernels import import_numba_module  # numba only when used
+    from daskstraggle._numba import import_numba_module  # numba only when used
 
     p_values = import_numba_module("daskstraggle.data._numba_hwe").p_values
     p = p_values(*(np.ascontiguousarray(unique[:, j]) for j in range(3)), _TIES)

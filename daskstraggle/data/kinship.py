@@ -100,7 +100,7 @@ def check_king_cutoff(value: object) -> float | None:
 
 def _kernels() -> Any:
     """The compiled kernels (numba, imported on first use)."""
-    from daskstraggle.problems._kernels import import_numba_module
+    from daskstraggle._numba import import_numba_module
 
     return import_numba_module("daskstraggle.data._numba_king")
 

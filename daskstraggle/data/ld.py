@@ -167,7 +167,7 @@ def _bad(value: object, fix: str) -> InvalidParameterError:
 # ----------------------------------------------------------------------- the workers' band
 def _numba() -> Any:
     """The compiled kernels (:mod:`daskstraggle.data._numba_ld`), imported on first use."""
-    from daskstraggle.problems._kernels import import_numba_module
+    from daskstraggle._numba import import_numba_module
 
     return import_numba_module("daskstraggle.data._numba_ld")
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from daskstraggle._packing import pack_dosages
 from daskstraggle.data._matrix import Matrix
 from daskstraggle.data._opening import file_matrix
 from daskstraggle.data.sources import (
@@ -46,7 +47,6 @@ from daskstraggle.errors import (
     InvalidDataError,
     InvalidParameterError,
 )
-from daskstraggle.problems._packing import pack_dosages
 
 __all__ = ["BedSource", "BimArrays", "bed_rows", "check_unique_samples", "open_bed",
            "read_columns"]

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from daskstraggle._packing import pack_dosages
 from daskstraggle.data._decode import decode_calls
 from daskstraggle.data._zarr import read_rows, read_selection
 from daskstraggle.errors import InvalidDataError
-from daskstraggle.problems._packing import pack_dosages
 
 __all__ = [
     "ArraySource",

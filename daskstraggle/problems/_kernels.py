@@ -43,8 +43,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import os
-import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -52,19 +50,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daskstraggle._numba import (
+    NUMBA_VARIABLE,
+    default_implementation,
+    import_numba_module,
+    numba_available,
+)
 from daskstraggle.problems._blas import syrk_update
 
 if TYPE_CHECKING:  # block.py imports this module (block_stats)
     from daskstraggle.problems.block import Block
 
-__all__ = ["IMPLEMENTATIONS", "column_moments", "default_implementation", "glm_pass", "gram",
-           "gram_sum", "pack_upper", "packed_product", "pca_pass", "pca_pass_sum",
-           "symmetric_from_upper", "unpack_upper"]
+__all__ = ["IMPLEMENTATIONS", "NUMBA_VARIABLE", "column_moments", "default_implementation",
+           "glm_pass", "gram", "gram_sum", "import_numba_module", "numba_available",
+           "pack_upper", "packed_product", "pca_pass", "pca_pass_sum", "symmetric_from_upper",
+           "unpack_upper"]
 
 #: The implementations, fastest first.
 IMPLEMENTATIONS = ("numba", "numpy")
-#: Environment variable that disables numba when set to ``0``.
-NUMBA_VARIABLE = "DASKSTRAGGLE_NUMBA"
 #: Stored dtypes the numba kernels take (others use the numpy kernels).
 _NUMBA_DTYPES = (np.dtype(np.int8), np.dtype(np.float64))
 #: Bytes of a converted Gram tile (rows of ``d`` float64 values): large enough that
@@ -99,53 +102,7 @@ _PCA_TILE_ROWS = 512
 
 _lock = threading.Lock()
 _NUMBA_KERNELS = "daskstraggle.problems._numba_kernels"
-_numba_modules: dict[str, Any] = {}
-_numba_missing: bool | None = None
 _compiled: set[tuple[Any, ...]] = set()
-
-
-# ----------------------------------------------------------------- implementation choice
-def numba_available() -> bool:
-    """Return whether numba can be imported (checked once per process)."""
-    global _numba_missing
-    if _numba_missing is None:
-        try:
-            import numba  # noqa: F401
-        except ImportError:
-            _numba_missing = True
-        else:
-            _numba_missing = False
-    return not _numba_missing
-
-
-def default_implementation() -> str:
-    """Return ``"numba"`` if it is importable and not disabled, else ``"numpy"``.
-
-    Returns
-    -------
-    implementation : {"numba", "numpy"}
-        ``"numpy"`` when numba is missing or ``DASKSTRAGGLE_NUMBA=0``.
-    """
-    if _numba_switch().strip() == "0" or not numba_available():
-        return "numpy"
-    return "numba"
-
-
-#: ``os.environ`` at import, and the key of :data:`NUMBA_VARIABLE` in its store.
-_ENVIRON = os.environ
-_NUMBA_KEY = os.environ.encodekey(NUMBA_VARIABLE)
-
-
-def _numba_switch() -> str:
-    """``$DASKSTRAGGLE_NUMBA`` now ("1" when unset), read at every kernel call (a benchmark
-    flips it between calls), from ``os.environ``'s own store (``os.environ.get`` of an
-    unset variable raises and catches KeyErrors inside, slow in a loop of small units)."""
-    env = os.environ
-    data = getattr(env, "_data", None)
-    if env is not _ENVIRON or not isinstance(data, dict):
-        return env.get(NUMBA_VARIABLE, "1")
-    raw = data.get(_NUMBA_KEY)
-    return "1" if raw is None else str(env.decodevalue(raw))
 
 
 def _resolve(implementation: str | None) -> str:
@@ -164,38 +121,6 @@ def _numba_kernel(name: str) -> Callable[..., Any]:
     the first time it is called with a signature.
     """
     return getattr(import_numba_module(_NUMBA_KERNELS), name)  # type: ignore[no-any-return]
-
-
-def import_numba_module(name: str) -> Any:
-    """Import a module of numba functions once, thread-safely (also the genotype decoder's).
-
-    Numba's warnings while importing and compiling (e.g. a cache directory that cannot
-    be written) are silenced; a package directory without write access moves numba's
-    cache to the temporary directory.
-    """
-    module = _numba_modules.get(name)
-    if module is None:
-        with _lock, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            module = _numba_modules.get(name)
-            if module is None:
-                module = _numba_modules[name] = _import_numba(name)
-    return module
-
-
-def _import_numba(name: str) -> Any:
-    import importlib
-    import sys
-
-    try:
-        return importlib.import_module(name)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        import numba
-
-        sys.modules.pop(name, None)
-        numba.config.CACHE_DIR = os.path.join(tempfile.gettempdir(),
-                                              f"daskstraggle-numba-{os.getuid()}")
-        return importlib.import_module(name)
 
 
 def _argument_key(value: Any) -> Any:

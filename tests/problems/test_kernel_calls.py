@@ -4,6 +4,7 @@ kernel's buffers kept per thread, the compile-cache key, the ``DASKSTRAGGLE_NUMB
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -86,5 +87,5 @@ def test_the_numba_switch_follows_the_environment(monkeypatch):
     monkeypatch.setenv(kernels.NUMBA_VARIABLE, " 1 ")
     assert kernels.default_implementation() == "numba"
     monkeypatch.setenv(kernels.NUMBA_VARIABLE, "0")
-    monkeypatch.setattr(kernels.os, "environ", {kernels.NUMBA_VARIABLE: "1"})  # not os's
+    monkeypatch.setattr(os, "environ", {kernels.NUMBA_VARIABLE: "1"})  # not os's
     assert kernels.default_implementation() == "numba"

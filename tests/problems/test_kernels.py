@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
+from daskstraggle import _numba
 from daskstraggle.errors import InvalidDataError
 from daskstraggle.problems import PCA, Block, LeastSquares, Logistic, block_stats
 from daskstraggle.problems import _kernels as kernels
@@ -595,7 +596,7 @@ def test_logistic_pass_does_not_overflow_on_huge_margins(kind, implementation, r
 
 
 def test_numpy_is_the_default_without_numba(monkeypatch, rng):
-    monkeypatch.setattr(kernels, "_numba_missing", True)
+    monkeypatch.setattr(_numba, "_numba_missing", True)
     monkeypatch.delenv(kernels.NUMBA_VARIABLE, raising=False)
     assert kernels.default_implementation() == "numpy"
     with pytest.raises(ImportError, match="pip install numba"):
@@ -627,7 +628,7 @@ def test_unwritable_package_moves_the_numba_cache_to_tmp(monkeypatch, tmp_path):
     monkeypatch.setattr(importlib, "import_module", import_module)
     # the module imported here (its cache in tmp_path) must not outlive the test
     monkeypatch.delitem(sys.modules, "daskstraggle.problems._numba_kernels", raising=False)
-    module = kernels._import_numba("daskstraggle.problems._numba_kernels")
+    module = _numba._import_numba("daskstraggle.problems._numba_kernels")
     assert calls == [module.__name__] * 2
     assert numba.config.CACHE_DIR.startswith(str(tmp_path))
 
