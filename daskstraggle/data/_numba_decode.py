@@ -163,7 +163,7 @@ def decode(calls, dosage, counted, sums):
 
 
 #: ``.bed`` 2-bit code -> dosage (A1 count; -1 missing), dosage counted in the sum, called,
-#: and our packed code (:mod:`daskstraggle.problems._packing`: the dosage, 3 missing).
+#: and our packed code (:mod:`daskstraggle._packing`: the dosage, 3 missing).
 _BED_DOSAGE = np.array([2, -1, 1, 0], dtype=np.int8)
 _BED_SUM = np.array([2, 0, 1, 0], dtype=np.int64)
 _BED_CALLED = np.array([1, 0, 1, 1], dtype=np.int64)
