@@ -58,7 +58,7 @@ class Block:
         Multiplies every entry of a row after centring.
     packed_columns : int or None, default=None
         Set when ``values`` holds 2-bit genotype codes (uint8, four calls per byte, see
-        :mod:`daskstraggle.problems._packing`): the number of columns they encode.
+        :mod:`daskstraggle._packing`): the number of columns they encode.
     """
 
     values: np.ndarray

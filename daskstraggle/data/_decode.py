@@ -63,7 +63,7 @@ def decode_bed(raw: np.ndarray, n_samples: int, columns: np.ndarray | None, *,
     columns : ndarray of int or None
         The samples to decode, in order (None: all).
     storage : {"int8", "packed"} or None, default="int8"
-        Write int8 dosages or our 2-bit codes (:mod:`daskstraggle.problems._packing`);
+        Write int8 dosages or our 2-bit codes (:mod:`daskstraggle._packing`);
         None: only the per-row counts.
 
     Returns

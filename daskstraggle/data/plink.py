@@ -14,7 +14,7 @@ beyond the signs of its loadings).
 
 Each partition's loader reads only its own byte range of the ``.bed`` where it runs (a
 worker) and decodes it with 256-entry byte tables: int8 dosages, or, with
-``storage="packed"``, our 2-bit codes (:mod:`daskstraggle.problems._packing`) translated
+``storage="packed"``, our 2-bit codes (:mod:`daskstraggle._packing`) translated
 byte for byte. The per-variant non-missing counts and dosage sums come from byte tables
 too; the imputation and Patterson scaling are those of
 :func:`~daskstraggle.data.sources.genotype_rows`.
@@ -128,7 +128,7 @@ def bed_rows(raw: np.ndarray, n_samples: int, *, missing: str, scaling: str,
         Per-variant standardisation.
     storage : {"int8", "packed"}, default="int8"
         int8 dosages, or 2-bit codes four per byte
-        (:mod:`daskstraggle.problems._packing`).
+        (:mod:`daskstraggle._packing`).
     columns : ndarray of int or None, default=None
         The samples kept, in order (None: all).
 

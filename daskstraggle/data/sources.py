@@ -397,7 +397,7 @@ class GenotypeSource(GenotypeRowSource):
     See :func:`genotype_rows` for the dosages (calls of lower ploidy are scaled to the
     array's), the imputation of missing calls and the Patterson scaling. With
     ``storage="packed"`` a worker holds the dosages as 2-bit codes, four calls per byte
-    (:mod:`daskstraggle.problems._packing`): a quarter of the int8 memory. Only arrays of
+    (:mod:`daskstraggle._packing`): a quarter of the int8 memory. Only arrays of
     ploidy 1 or 2 can be packed (dosages 0-2); the caller checks that.
 
     ``variant_index`` and ``sample_index`` (store rows and columns, None: all) select a
