@@ -24,7 +24,7 @@ class's bound methods, or thin functions over them where the package adds a chec
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import MISSING, fields
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
@@ -117,6 +117,17 @@ class Registry(Generic[T]):
         if key not in self._classes:
             self._read_plugins()
         return key in self._classes
+
+    def __getitem__(self, name: str) -> type[T]:
+        """``registry[name]``: the class registered as ``name``, as a mapping reads it
+        (``KeyError`` for a name not registered)."""
+        if name not in self:
+            raise KeyError(name)
+        return self.get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        """The registered names, sorted, as a mapping iterates its keys."""
+        return iter(self.names())
 
     def get(self, name: str) -> type[T]:
         """Return the class registered as ``name`` (``_`` and ``-`` are equal).

@@ -118,6 +118,16 @@ def test_every_concept_has_its_group():
     assert {"freeze", "join", "loss", "retire"} <= set(faults.names())
 
 
+def test_a_registry_reads_as_the_mapping_fault_kinds_were():
+    """``FAULTS`` was a dict of name -> class: indexing, iterating and ``in`` still work."""
+    from daskstraggle.latency.faults import FAULTS, Loss
+
+    assert FAULTS["loss"] is Loss and "loss" in FAULTS
+    assert list(FAULTS) == FAULTS.names() and {"freeze", "join", "loss", "retire"} <= set(FAULTS)
+    with pytest.raises(KeyError):
+        FAULTS["lost"]
+
+
 class CountingRuntime(LocalRuntime):
     """A runtime another package would ship: in process, counts the runs it builds."""
 
