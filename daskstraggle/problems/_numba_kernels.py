@@ -733,22 +733,6 @@ def moments(values, fill, center, scale, flags, step, sums, sq_dev):
     return sq
 
 
-@numba.njit(**_INLINE)
-def _gemm_weights(q, a, center, scale, flags, vsum, shift, acc):
-    """The thin products of the rows ``a ..`` of a tile, in place on their projections
-    ``q`` (rows by components), as :func:`_pca_weights`."""
-    for r in range(q.shape[0]):
-        c = center[a + r] if flags[1] else 0.0
-        s = scale[a + r] if flags[2] else 1.0
-        for col in range(q.shape[1]):
-            t = (q[r, col] - c * vsum[col]) * s - shift[col]
-            acc[0, col] += t
-            acc[1, col] += t * t
-            weight = t * s
-            q[r, col] = weight
-            acc[2, col] += c * weight
-
-
 @numba.njit(**_JIT)
 def pca_gemm(values, fill, center, scale, flags, V, shift, rows, G, colsum, sq):
     """:func:`pca` by BLAS products on tiles of ``rows`` rows.
@@ -778,7 +762,9 @@ def pca_gemm(values, fill, center, scale, flags, V, shift, rows, G, colsum, sq):
         T = X[first : first + count]
         q = p[:count]
         np.dot(T, V, q)
-        _gemm_weights(q, a, center, scale, flags, vsum, shift, acc)
+        qT = q.T  # rows as the columns _pca_weights reads
+        for r in range(count):
+            _pca_weights(qT, r, a + r, center, scale, flags, vsum, shift, acc)
         np.dot(T.T, q, product)
         G += product
     for col in range(k):
