@@ -899,7 +899,7 @@ def solve(
     >>> res.fitted["coef"].round(6)
     array([1., 2., 3.])
     """
-    groups = _solve_groups(stop, runtime, data, checkpoint, report)
+    groups, given = _solve_groups(stop, runtime, data, checkpoint, report)
     wheres = []
     for name, value in moved.items():
         if name not in _MOVED_KEYWORDS:
@@ -908,7 +908,7 @@ def solve(
         group = _GROUPED[name]
         if group is None:
             groups[name] = value
-        elif groups.pop(f"given {group[0]}", False):  # the group was given too
+        elif group[0] in given:  # the group was given too
             raise InvalidParameterError(
                 f"solve got {name}= and a group that sets it too; pass it once, as {where}."
             )
@@ -919,7 +919,6 @@ def solve(
         warnings.warn(f"solve's flat keywords moved into groups ({'; '.join(wheres)}); the "
                       "fit_* functions keep them as keywords.", DeprecationWarning,
                       stacklevel=2)
-    groups = {key: value for key, value in groups.items() if not key.startswith("given ")}
     return _run(_as_problem(problem), X, labels=labels, method=method, step_size=step_size,
                 out=out, overwrite=overwrite, progress=progress, rng=rng, caller="solve",
                 **groups)
@@ -947,10 +946,10 @@ def _as_problem(problem: Any) -> Problem:
 
 
 def _solve_groups(stop: Any, runtime: Any, data: Any, checkpoint: Any,
-                  report: Any) -> dict[str, Any]:
-    """:func:`_run`'s groups from ``solve``'s (defaults for those not given), with a
-    ``"given <name>"`` entry for each group given as such: a runtime name, Runtime or
-    client becomes a :class:`RuntimeSpec`, a checkpoint path a :class:`Checkpoint`."""
+                  report: Any) -> tuple[dict[str, Any], set[str]]:
+    """:func:`_run`'s groups from ``solve``'s (defaults for those not given), and the names
+    of those given as groups: a runtime name, Runtime or client becomes a
+    :class:`RuntimeSpec`, a checkpoint path a :class:`Checkpoint`."""
     for name, value, cls in (("stop", stop, StopRule), ("data", data, DataOptions),
                              ("report", report, Report)):
         if value is not None:
@@ -960,13 +959,13 @@ def _solve_groups(stop: Any, runtime: Any, data: Any, checkpoint: Any,
         spec = RuntimeSpec(client=runtime)  # a distributed.Client
     else:  # a Runtime or a name, checked (or refused) by _run
         spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec(name=runtime)
-    given = {"stop": stop, "runtime": runtime, "data": data, "checkpoint": checkpoint,
-             "report": report}
-    given = {f"given {name}": True for name, value in given.items()
+    passed = {"stop": stop, "runtime": runtime, "data": data, "checkpoint": checkpoint,
+              "report": report}
+    given = {name for name, value in passed.items()
              if isinstance(value, StopRule | RuntimeSpec | DataOptions | Checkpoint | Report)}
     return {"stop": stop or StopRule(), "runtime": spec, "data": data or DataOptions(),
             "checkpoint": checkpoint if isinstance(checkpoint, Checkpoint)
-            else Checkpoint(path=checkpoint), "report": report or Report(), **given}
+            else Checkpoint(path=checkpoint), "report": report or Report()}, given
 
 
 def _check_group(value: Any, cls: type, name: str) -> None:
