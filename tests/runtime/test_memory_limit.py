@@ -61,14 +61,18 @@ def _cluster(limits: list[str]) -> Iterator[str]:
                                     "--memory-limit", limit], **quiet) for limit in limits]
         yield address
     finally:
-        for proc in procs[:0:-1]:  # the nannies close their workers, then the scheduler
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs[::-1]:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        # the nannies close their workers, then the scheduler is stopped (signalled only
+        # once they are gone: the scheduler was never signalled before, and each test
+        # waited out the 30 s below for it)
+        for group in (procs[1:], procs[:1]):
+            for proc in group:
+                proc.send_signal(signal.SIGTERM)
+            for proc in group:
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 def _memory_restarts(address: str) -> list[dict]:
