@@ -55,6 +55,7 @@ from daskstraggle.runtime import (
     RuntimeOptions,
     StopRule,
     get_runtime_class,
+    lifecycle,
 )
 from daskstraggle.runtime.auto import Choice, measure_and_choose, worth_measuring
 from daskstraggle.runtime.checkpoint import check_resume_iterations, check_resume_workers
@@ -468,13 +469,13 @@ def _open_for(problem: Problem, X: Any, *, labels: Any, qc: GenotypeQC | None, c
 
 def _measured_run(rt: Runtime, meth: Method, problem: Problem, matrix: Matrix, *,
                   rng: Any, measure: bool, choices: list[Choice], **run: Any) -> Result:
-    """``rt.run(meth, problem, matrix, rng=rng, **run)``; with ``measure``, the method
+    """``run_on(rt, meth, problem, matrix, rng=rng, **run)``; with ``measure``, the method
     ``auto`` chooses after probing the workers on ``matrix`` (appended to ``choices``)."""
     if measure:
         choices.append(measure_and_choose(rt, problem, matrix, meth,
                                           rng=np.random.default_rng(rng)))
         meth = choices[-1].method
-    return rt.run(meth, problem, matrix, rng=rng, **run)
+    return run_on(rt, meth, problem, matrix, rng=rng, **run)
 
 
 def _check_aggregation(aggregation: str, runtime: Runtime | str | None, caller: str) -> str:
@@ -1266,3 +1267,41 @@ def fit_least_squares(
     """
     return _run(LeastSquares(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels,
                 **_grouped(options))
+
+
+def run_on(runtime: Runtime, method: Method, problem: Problem, matrix: Matrix,
+           **options: Any) -> Result:
+    """Run ``method`` on ``problem`` and ``matrix`` on a runtime you built, with the
+    engine's own objects: the face over :func:`daskstraggle.runtime.lifecycle.run`,
+    which takes the same ``options`` (``stop``, ``step_size``, ``reference``, ``rng``,
+    ``progress``, ``record_iterates``, ``checkpoint``, ``resume``) and documents them.
+
+    :func:`solve` does the same from names and grouped options, checked before any work,
+    and starts (and stops) the runtime itself.
+
+    Returns
+    -------
+    result : Result
+        Built from the run's outcome (:meth:`Result.from_outcome`).
+
+    Warns
+    -----
+    ConvergenceWarning
+        If the stop rule has ``tol`` or ``gap_tol`` and the run ended without meeting it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskstraggle import open_matrix
+    >>> from daskstraggle.api import run_on
+    >>> from daskstraggle.methods import GD
+    >>> from daskstraggle.problems import PCA
+    >>> from daskstraggle.runtime import LocalRuntime, StopRule
+    >>> X = np.random.default_rng(0).normal(size=(200, 6))
+    >>> with LocalRuntime(2) as rt:
+    ...     res = run_on(rt, GD(), PCA(n_components=2), open_matrix(X),
+    ...                  stop=StopRule(max_iter=50, tol=None), rng=0)
+    >>> res.n_iter
+    50
+    """
+    return Result.from_outcome(lifecycle.run(runtime, method, problem, matrix, **options))

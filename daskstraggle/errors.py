@@ -58,7 +58,7 @@ class NonFiniteDataError(InvalidDataError):
 class NoCallError(InvalidDataError):
     """Genotypes with a sample or a variant that has no called genotype at all.
 
-    Raised by :meth:`~daskstraggle.runtime.base.Runtime.run` after loading, before any
+    Raised by :func:`~daskstraggle.runtime.lifecycle.run` after loading, before any
     round: such a sample's or variant's values are all imputed, so it would be scored 0.
     ``fit_pca``, ``genotype_pca`` and the CLI catch it, remove them with a warning and run
     again.

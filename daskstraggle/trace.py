@@ -10,18 +10,28 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
 
 from daskstraggle._output import check_output_path, source_paths, write_atomically
-from daskstraggle.errors import CorruptDataError, DataNotFoundError, InvalidDataError
+from daskstraggle.engine.recorder import TraceRecorder
+from daskstraggle.errors import (
+    ConvergenceWarning,
+    CorruptDataError,
+    DataNotFoundError,
+    InvalidDataError,
+)
 
-__all__ = ["Result", "TraceRecorder", "check_output_path"]
+if TYPE_CHECKING:
+    from daskstraggle.runtime.lifecycle import Outcome
+
+__all__ = ["Result", "TraceRecorder", "check_output_path", "trace_dataset"]
 
 #: Dimensions of the fitted arrays; "feature" is renamed to the matrix's column dimension.
 _FITTED_DIMS: dict[str, tuple[str, ...]] = {
@@ -55,127 +65,34 @@ _UNITS = {"wall_time": "s", "iteration_duration": "s", "max_compute_duration": "
           "bytes_to_coordinator": "B"}
 
 
-class TraceRecorder:
-    """Collects one row per iteration (round) while a runtime drives a method.
-
-    Parameters
-    ----------
-    n_workers : int
-        Number of worker indices (columns of the per-worker variables).
-    """
-
-    def __init__(self, n_workers: int) -> None:
-        self.n_workers = n_workers
-        self.rows: list[dict[str, float]] = []
-        self.compute: list[np.ndarray] = []
-        self.latency: list[np.ndarray] = []
-        self.ages: list[np.ndarray | None] = []
-        self.extras: list[dict[str, float]] = []
-        self.subpartitions: list[tuple[int, ...] | None] = []
-        self.events: list[dict[str, Any]] = []
-
-    def add(
-        self,
-        *,
-        wall_time: float,
-        iteration_duration: float,
-        objective: float | None,
-        gap: float | None,
-        n_fresh: int,
-        n_stale: int,
-        workers_used: tuple[int, ...],
-        compute_durations: dict[int, float],
-        latencies: dict[int, float] | None = None,
-        coverage: float = 1.0,
-        n_dropped: int = 0,
-        ages: np.ndarray | None = None,
-        extras: dict[str, float] | None = None,
-        subpartitions: tuple[int, ...] | None = None,
-    ) -> int:
-        """Append a row; return its index.
-
-        ``compute_durations`` and ``latencies`` (send-to-receive seconds) hold the last
-        result each worker delivered during the round, used or not; communication is
-        their difference. ``ages`` (one per partition) become the ``age`` variable over
-        ``(iteration, partition)``; ``extras`` become variables over ``iteration``
-        (NaN in rows that lack them); ``subpartitions`` (per worker, load-balanced runs)
-        becomes ``subpartitions`` over ``(iteration, worker)``.
-        """
-        per_worker = np.full(self.n_workers, np.nan)
-        for i, d in compute_durations.items():
-            per_worker[i] = d
-        lat = np.full(self.n_workers, np.nan)
-        for i, d in (latencies or {}).items():
-            lat[i] = d
-        used = [per_worker[i] for i in workers_used if np.isfinite(per_worker[i])]
-        self.rows.append(
-            {
-                "wall_time": wall_time,
-                "iteration_duration": iteration_duration,
-                "objective": np.nan if objective is None else objective,
-                "gap": np.nan if gap is None else gap,
-                "n_workers_used": len(workers_used),
-                "n_fresh": n_fresh,
-                "n_stale": n_stale,
-                "max_compute_duration": float(max(used)) if used else np.nan,
-                "coverage": float(coverage),
-                "n_dropped": n_dropped,
-            }
-        )
-        self.ages.append(None if ages is None else np.asarray(ages, dtype=np.float64))
-        self.extras.append(dict(extras or {}))
-        self.subpartitions.append(None if subpartitions is None else tuple(subpartitions))
-        self.compute.append(per_worker)
-        self.latency.append(lat)
-        return len(self.rows) - 1
-
-    def add_event(self, event: dict[str, Any]) -> None:
-        """Record a load-balancing event.
-
-        ``event`` has ``iteration`` (the first row run with the new counts),
-        ``previous`` and ``subpartitions`` (per worker), ``improvement``,
-        ``previous_imbalance`` and ``imbalance`` (predicted max/min expected latency).
-        """
-        self.events.append(dict(event))
-
-    def set_compute(self, row: int, worker_index: int, duration: float) -> None:
-        """Replace a recorded compute duration (e.g. with the scheduler's measurement)."""
-        self.compute[row][worker_index] = duration
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def to_dataset(self) -> xr.Dataset:
-        """Return the trace as a Dataset over ``iteration`` (and ``worker``)."""
-        n, w = len(self.rows), self.n_workers
-        columns = {key: _column(self.rows, key) for key in _ROW_KEYS} | {
-            key: _column(self.extras, key) for key in sorted(set().union(*self.extras))}
-        data: dict[str, Any] = {
-            key: ("iteration", values.astype(np.int64) if key in _INT_KEYS else values)
-            for key, values in columns.items()
-        }
-        compute = np.array(self.compute).reshape(n, w)
-        latency = np.array(self.latency).reshape(n, w)
-        data["compute_duration"] = (("iteration", "worker"), compute)
-        data["latency"] = (("iteration", "worker"), latency)
-        data["communication_duration"] = (("iteration", "worker"),
-                                          np.maximum(latency - compute, 0.0))
-        if any(a is not None for a in self.ages):
-            data["age"] = (("iteration", "partition"), _padded(self.ages, np.nan))
-        balanced = any(p is not None for p in self.subpartitions)
-        if balanced:
-            data["subpartitions"] = (("iteration", "worker"),
-                                     _padded(self.subpartitions, -1, width=w).astype(np.int64))
-        if balanced or self.events:
-            for key, (dtype, per_worker) in _BALANCE_VARS.items():
-                values = np.array([e[key] for e in self.events], dtype=dtype)
-                data[f"balance_{key}"] = (
-                    (("balance_event", "worker"), values.reshape(len(self.events), w))
-                    if per_worker else ("balance_event", values))
-        ds = xr.Dataset(data, coords={"iteration": np.arange(n), "worker": np.arange(w)})
-        for key in _UNITS.keys() & ds.data_vars.keys():
-            ds[key].attrs["units"] = _UNITS[key]
-        return ds
+def trace_dataset(recorder: TraceRecorder) -> xr.Dataset:
+    """Return the rows of ``recorder`` as the trace Dataset over ``iteration`` (and
+    ``worker``)."""
+    n, w = len(recorder.rows), recorder.n_workers
+    keys = [*_ROW_KEYS, *sorted(set().union(*recorder.extras))]
+    data: dict[str, Any] = {
+        key: ("iteration", values.astype(np.int64) if key in _INT_KEYS else values)
+        for key, values in ((key, recorder.column(key)) for key in keys)
+    }
+    for key, values in zip(("compute_duration", "latency", "communication_duration"),
+                           recorder.per_worker(), strict=True):
+        data[key] = (("iteration", "worker"), values)
+    if any(a is not None for a in recorder.ages):
+        data["age"] = (("iteration", "partition"), _padded(recorder.ages, np.nan))
+    balanced = any(p is not None for p in recorder.subpartitions)
+    if balanced:
+        data["subpartitions"] = (("iteration", "worker"),
+                                 _padded(recorder.subpartitions, -1, width=w).astype(np.int64))
+    if balanced or recorder.events:
+        for key, (dtype, per_worker) in _BALANCE_VARS.items():
+            values = np.array([e[key] for e in recorder.events], dtype=dtype)
+            data[f"balance_{key}"] = (
+                (("balance_event", "worker"), values.reshape(len(recorder.events), w))
+                if per_worker else ("balance_event", values))
+    ds = xr.Dataset(data, coords={"iteration": np.arange(n), "worker": np.arange(w)})
+    for key in _UNITS.keys() & ds.data_vars.keys():
+        ds[key].attrs["units"] = _UNITS[key]
+    return ds
 
 
 @dataclass
@@ -245,6 +162,42 @@ class Result:
     attrs: dict[str, Any] = field(default_factory=dict)
     feature_dim: str = "feature"
     feature_coords: np.ndarray | None = None
+
+    @classmethod
+    def from_outcome(cls, outcome: Outcome) -> Result:
+        """The result of a finished run (:func:`daskstraggle.runtime.lifecycle.run`): its
+        trace as a Dataset (with ``exact_objective`` and ``exact_gap`` when the run
+        recorded its iterates).
+
+        Warns with a :class:`~daskstraggle.errors.ConvergenceWarning` if the stop rule had
+        ``tol`` or ``gap_tol`` and the run ended without meeting it.
+        """
+        session, stop = outcome.session, outcome.stop
+        bound, ref = session.problem, session.reference
+        trace = trace_dataset(outcome.rows)
+        if outcome.exact_objectives is not None:
+            trace["exact_objective"] = ("iteration", outcome.exact_objectives)
+            if ref is not None:
+                trace["exact_gap"] = ("iteration", outcome.exact_objectives - ref.objective)
+        result = cls(
+            problem=bound.name,
+            method=outcome.method.name,
+            fitted=outcome.fitted,
+            trace=trace,
+            iterate=outcome.iterate,
+            objective=outcome.objective,
+            stop_reason=outcome.reason,
+            converged=outcome.converged,
+            optimality=outcome.optimality,
+            reference_objective=None if ref is None else ref.objective,
+            distance=None if ref is None else bound.distance(outcome.iterate, ref),
+            attrs=dict(outcome.attrs),
+            feature_dim=outcome.matrix.dims[1],
+            feature_coords=outcome.matrix.columns,
+        )
+        if not result.converged and (stop.tol is not None or stop.gap_tol is not None):
+            warnings.warn(result.convergence_message(), ConvergenceWarning, stacklevel=3)
+        return result
 
     @property
     def n_iter(self) -> int:
@@ -630,11 +583,6 @@ def _checked_load(path: str, ds: xr.Dataset, arrays: dict[str, Any], *,
         for name, array in arrays.items():
             read(array, ..., what=describe(path, name))
         raise
-
-
-def _column(rows: list[dict[str, float]], key: str) -> np.ndarray:
-    """The values of ``key`` in ``rows`` as a float array (NaN where a row lacks it)."""
-    return np.array([row.get(key, np.nan) for row in rows], dtype=np.float64)
 
 
 def _padded(rows: list[Any], fill: float, *, width: int | None = None) -> np.ndarray:

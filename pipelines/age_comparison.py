@@ -184,6 +184,7 @@ def _settings(spec: dict[str, Any], section: str, quick: bool) -> list[dict[str,
 def run_section(spec: dict[str, Any], section: str, quick: bool, data: tuple[np.ndarray, ...]
                 ) -> dict[str, Any]:
     from daskstraggle import open_matrix
+    from daskstraggle.api import run_on
     from daskstraggle.methods import PartialRecovery
     from daskstraggle.problems import LeastSquares
     from daskstraggle.runtime import SimRuntime, StopRule
@@ -205,7 +206,7 @@ def run_section(spec: dict[str, Any], section: str, quick: bool, data: tuple[np.
                                          tolerance=setting["tolerance"], ordering=ordering,
                                          age_threshold=threshold, rng=seed)
                 with SimRuntime(n, latency=setting["latency"], rng=seed) as rt:
-                    res = rt.run(method, LeastSquares(fit_intercept=False), matrix,
+                    res = run_on(rt, method, LeastSquares(fit_intercept=False), matrix,
                                  stop=StopRule(max_iter=n_iter, tol=None),
                                  step_size=run["step_size"], reference=True, rng=0,
                                  record_iterates=True)

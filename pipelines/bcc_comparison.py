@@ -138,6 +138,7 @@ def _setting(by_scheme: dict[str, list[dict[str, Any]]], load: int) -> dict[str,
 
 def run_sim(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
     from daskstraggle import open_matrix
+    from daskstraggle.api import run_on
     from daskstraggle.problems import Logistic
     from daskstraggle.runtime import SimRuntime, StopRule
 
@@ -157,7 +158,7 @@ def run_sim(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 with SimRuntime(n, latency=sim["latency"], rng=rep,
                                 receive_duration=sim["receive_duration"]) as rt:
-                    res = rt.run(_method(scheme, load, rep), Logistic(), matrix,
+                    res = run_on(rt, _method(scheme, load, rep), Logistic(), matrix,
                                  stop=StopRule(max_iter=n_iter, tol=None), rng=0)
                 by_scheme[scheme].append(summarize(res))
                 log(f"  sim n={n} {scheme:18s} repeat {rep}: "
@@ -169,6 +170,7 @@ def run_sim(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
 
 def run_cluster(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
     from daskstraggle import open_matrix
+    from daskstraggle.api import run_on
     from daskstraggle.problems import Logistic
     from daskstraggle.runtime import DaskRuntime, StopRule
 
@@ -184,7 +186,7 @@ def run_cluster(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
     with DaskRuntime(n_workers=n, stragglers=cl["latency"], rng=0) as rt:
         for rep in range(repeats):
             for scheme in SCHEMES:
-                res = rt.run(_method(scheme, load, rep), Logistic(), matrix,
+                res = run_on(rt, _method(scheme, load, rep), Logistic(), matrix,
                              stop=StopRule(max_iter=n_iter, tol=None), rng=0)
                 by_scheme[scheme].append(summarize(res))
                 log(f"  cluster n={n} {scheme:18s} repeat {rep}: "

@@ -911,6 +911,7 @@ def trace_rows(res: Any, *, skip_first: bool = True) -> dict[str, np.ndarray]:
 def bench_overhead(cfg: argparse.Namespace, store: Path, X_np: np.ndarray,
                    rng: np.random.Generator) -> dict[str, Any]:
     from daskstraggle import GD, StopRule, open_matrix
+    from daskstraggle.api import run_on
     from daskstraggle.problems import PCA, Block, block_stats
     from daskstraggle.runtime import DaskRuntime, LocalRuntime
 
@@ -933,7 +934,7 @@ def bench_overhead(cfg: argparse.Namespace, store: Path, X_np: np.ndarray,
         result_bytes = len(pickle.dumps(bound.kernel(share, V)))
         # the driver + method cost with zero latency: LocalRuntime, same data and shapes
         with LocalRuntime(n_workers=n_workers) as local:
-            lres = local.run(GD(), PCA(n_components=k), matrix, stop=stop, rng=cfg.seed)
+            lres = run_on(local, GD(), PCA(n_components=k), matrix, stop=stop, rng=cfg.seed)
         lrows = trace_rows(lres)
         driver = lrows["iter"] - lrows["sum_compute"]
         in_process = lrows["iter"]
@@ -943,7 +944,7 @@ def bench_overhead(cfg: argparse.Namespace, store: Path, X_np: np.ndarray,
         with DaskRuntime(n_workers=n_workers) as rt:
             startup = time.perf_counter() - t0
             quiet(cfg)
-            rt.run(GD(), PCA(n_components=k), matrix, stop=StopRule(max_iter=2, tol=None),
+            run_on(rt, GD(), PCA(n_components=k), matrix, stop=StopRule(max_iter=2, tol=None),
                    rng=cfg.seed)  # warm-up: imports and first deserialisation on workers
             floor = noop_floor(rt.client, rt.worker_names, rounds=max(10, 4 * cfg.repeats))
             pooled: dict[str, list[float]] = {key: [] for key in
@@ -951,7 +952,7 @@ def bench_overhead(cfg: argparse.Namespace, store: Path, X_np: np.ndarray,
             per_repeat, loads, totals = [], [], []
             for r in range(cfg.repeats):
                 t1 = time.perf_counter()
-                res = rt.run(GD(), PCA(n_components=k), matrix, stop=stop, rng=cfg.seed + r)
+                res = run_on(rt, GD(), PCA(n_components=k), matrix, stop=stop, rng=cfg.seed + r)
                 totals.append(time.perf_counter() - t1)
                 loads.append(res.attrs["load_duration_s"])
                 rows_r = trace_rows(res)
@@ -1042,6 +1043,7 @@ def bench_glm(cfg: argparse.Namespace, store: Path, X_np: np.ndarray, y_np: np.n
     from distributed import wait
 
     from daskstraggle import GD, StopRule, open_matrix
+    from daskstraggle.api import run_on
     from daskstraggle.problems import Block, Logistic, block_stats
     from daskstraggle.runtime import DaskRuntime
 
@@ -1107,13 +1109,13 @@ def bench_glm(cfg: argparse.Namespace, store: Path, X_np: np.ndarray, y_np: np.n
                                       "chunks_per_worker": sorted(layout.values())}
             # warm-up both sides (imports, first deserialisation)
             run_glm(X, y01, 2)
-            rt.run(GD(), model, matrix, stop=StopRule(max_iter=2, tol=None), rng=cfg.seed)
+            run_on(rt, GD(), model, matrix, stop=StopRule(max_iter=2, tol=None), rng=cfg.seed)
             for r in range(cfg.repeats):
                 # dask-glm: T iterations, data persisted on the cluster
                 glm = run_glm(X, y01, T)
                 # ours: T steps = T + 1 evaluated points (the last point is not stepped from)
                 t1 = time.perf_counter()
-                res = rt.run(GD(), model, matrix, stop=StopRule(max_iter=T + 1, tol=None),
+                res = run_on(rt, GD(), model, matrix, stop=StopRule(max_iter=T + 1, tol=None),
                              rng=cfg.seed + r)
                 t_total = time.perf_counter() - t1
                 drive = float(res.trace["wall_time"].values[-1])
@@ -1138,7 +1140,7 @@ def bench_glm(cfg: argparse.Namespace, store: Path, X_np: np.ndarray, y_np: np.n
             t_glm = float(np.median([g["time_s"] for g in glm_runs]))
             # dask-glm's gap, or rounding level (1e-12 relative) if it is below that
             target = max(float(np.median([g["gap"] for g in glm_runs])), 1e-12 * abs(f_star))
-            res = rt.run(GD(), model, matrix,
+            res = run_on(rt, GD(), model, matrix,
                          stop=StopRule(max_iter=100 * T, tol=None, time_budget=t_glm),
                          rng=cfg.seed)
             wall = res.trace["wall_time"].values

@@ -47,6 +47,7 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from daskstraggle.api import run_on  # noqa: E402
 from daskstraggle.runtime.dask import worker_addresses  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,18 +89,18 @@ def bench_sim_runtime(rows: int, cols: int, workers: list[int], n_iter: int) -> 
     warm = open_matrix(X[:1000], n_partitions=4)  # pay one-time imports outside the timings
     for rt in (SimRuntime(4), LocalRuntime(4)):
         with rt:
-            rt.run(GD(), PCA(n_components=2), warm, stop=StopRule(max_iter=2, tol=None), rng=0)
+            run_on(rt, GD(), PCA(n_components=2), warm, stop=StopRule(max_iter=2, tol=None), rng=0)
     for n in workers:
         matrix = open_matrix(X, n_partitions=n)
         stop = StopRule(max_iter=n_iter, tol=None)
         model = Gamma(mean=0.1, var=1e-3)
         with SimRuntime(n, latency=model, rng=0) as rt:
             t0 = time.perf_counter()
-            sim = rt.run(SGD(n_wait=n // 2), PCA(n_components=4), matrix, stop=stop, rng=0)
+            sim = run_on(rt, SGD(n_wait=n // 2), PCA(n_components=4), matrix, stop=stop, rng=0)
             sim_real = time.perf_counter() - t0
         with LocalRuntime(n) as rt:
             t0 = time.perf_counter()
-            loc = rt.run(GD(), PCA(n_components=4), matrix, stop=stop, rng=0)
+            loc = run_on(rt, GD(), PCA(n_components=4), matrix, stop=stop, rng=0)
             loc_real = time.perf_counter() - t0
         kernels = float(np.nansum(sim.trace.compute_duration.values))  # simulated = model draws
         units = int(np.isfinite(sim.trace.compute_duration.values).sum())
@@ -137,9 +138,9 @@ def bench_prediction(repeats: int, n_iter: int, sgd_iter: int = 50) -> dict[str,
         rt = stack.enter_context(DaskRuntime(n_workers=4, stragglers=model, rng=1))
         for r in range(repeats):
             log(f"  prediction repeat {r + 1}/{repeats}")
-            gd = rt.run(GD(), LeastSquares(), matrix, stop=StopRule(max_iter=n_iter + 3, tol=None),
-                        rng=0)
-            sgd = rt.run(SGD(n_wait=2), LeastSquares(), matrix,
+            gd = run_on(rt, GD(), LeastSquares(), matrix,
+                        stop=StopRule(max_iter=n_iter + 3, tol=None), rng=0)
+            sgd = run_on(rt, SGD(n_wait=2), LeastSquares(), matrix,
                          stop=StopRule(max_iter=sgd_iter, tol=None), rng=0)
             tr = gd.trace.isel(iteration=slice(3, None))
             measured = np.sort(tr.latency.values, axis=1).mean(axis=0)

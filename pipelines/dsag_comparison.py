@@ -241,12 +241,13 @@ def _problem_setup(problem: str, spec: dict[str, Any], quick: bool) -> dict[str,
 def _run_one(rt: Any, label: str, name: str, w: int | None, setup: dict[str, Any],
              matrix: Any, horizon: float, max_iter: int, seed: int,
              targets: list[float]) -> dict[str, Any]:
+    from daskstraggle.api import run_on
     from daskstraggle.runtime import StopRule
 
     method = _make_method(name, w, setup["subpartitions"])
     eta = setup["gd_eta"] if name == "gd" else setup["eta"]
     eta = None if eta == "default" else eta
-    res = rt.run(method, setup["factory"](), matrix,
+    res = run_on(rt, method, setup["factory"](), matrix,
                  stop=StopRule(max_iter=max_iter, tol=None, time_budget=horizon),
                  step_size=eta, reference=True, rng=seed, record_iterates=True)
     tr = res.trace

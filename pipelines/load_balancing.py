@@ -187,13 +187,14 @@ def events(trace: Any) -> list[dict[str, Any]]:
 
 def _fig7_run(rt: Any, balanced: bool, cfg: dict[str, Any], matrix: Any, seed: int,
               n_iterations: int) -> Any:
+    from daskstraggle.api import run_on
     from daskstraggle.methods import DSAG
     from daskstraggle.problems import Logistic
     from daskstraggle.runtime import StopRule
 
     balance = make_balancer(cfg["balancer"]) if balanced else None
     method = DSAG(cfg["workers"], subpartitions=cfg["subpartitions"], balance=balance)
-    return rt.run(method, Logistic(), matrix, stop=StopRule(max_iter=n_iterations, tol=None),
+    return run_on(rt, method, Logistic(), matrix, stop=StopRule(max_iter=n_iterations, tol=None),
                   step_size=cfg["step_size"], rng=seed).trace
 
 
@@ -287,6 +288,7 @@ def run_tta(s: dict[str, Any]) -> dict[str, Any]:
     from bench_foundation import make_logistic_data
 
     from daskstraggle import open_matrix
+    from daskstraggle.api import run_on
     from daskstraggle.methods import DSAG
     from daskstraggle.problems import Logistic
     from daskstraggle.runtime import SimRuntime, StopRule
@@ -303,7 +305,7 @@ def run_tta(s: dict[str, Any]) -> dict[str, Any]:
             balance = None if params is None else make_balancer(params)
             method = DSAG(cfg["n_wait"], subpartitions=cfg["subpartitions"], balance=balance)
             with SimRuntime(n, latency=cfg["latency"], rng=rep) as rt:
-                res = rt.run(method, Logistic(), matrix,
+                res = run_on(rt, method, Logistic(), matrix,
                              stop=StopRule(max_iter=cfg["max_iter"], tol=None,
                                            time_budget=cfg["horizon"]),
                              step_size=cfg["step_size"], reference=True, rng=rep,
@@ -395,13 +397,14 @@ def window_stats(trace: Any, start: int) -> dict[str, Any]:
 
 def _check_run(rt: Any, cfg: dict[str, Any], matrix: Any, balanced: bool, n_iterations: int,
                seed: int) -> Any:
+    from daskstraggle.api import run_on
     from daskstraggle.methods import DSAG
     from daskstraggle.problems import Logistic
     from daskstraggle.runtime import StopRule
 
     balance = make_balancer(cfg["balancer"]) if balanced else None
     method = DSAG(cfg["n_wait"], subpartitions=cfg["subpartitions"], balance=balance)
-    return rt.run(method, Logistic(alpha=cfg["alpha"]), matrix,
+    return run_on(rt, method, Logistic(alpha=cfg["alpha"]), matrix,
                   stop=StopRule(max_iter=n_iterations, tol=None), step_size=cfg["step_size"],
                   rng=seed)
 

@@ -105,6 +105,7 @@ def run(method: str, X: np.ndarray, n_workers: int, n_rounds: int, seed: int,
         faults: str | None) -> tuple[Any, float, float]:
     """One simulated run; return the result, and the real and CPU seconds it took."""
     from daskstraggle import open_matrix
+    from daskstraggle.api import run_on
     from daskstraggle.methods import make_method
     from daskstraggle.problems import PCA
     from daskstraggle.runtime import SimRuntime, StopRule
@@ -116,7 +117,7 @@ def run(method: str, X: np.ndarray, n_workers: int, n_rounds: int, seed: int,
         warnings.simplefilter("ignore")  # the moves are recorded in the result
         with SimRuntime(n_workers, latency=LATENCY, faults=faults, rng=seed,
                         frozen_after=0.1) as rt:
-            result = rt.run(make_method(method, **params), PCA(n_components=3),
+            result = run_on(rt, make_method(method, **params), PCA(n_components=3),
                             open_matrix(X), stop=StopRule(max_iter=n_rounds, tol=None),
                             rng=seed)
     return result, time.perf_counter() - t0, time.process_time() - cpu0

@@ -3,7 +3,7 @@
 
 Each trial starts a LocalCluster of 3 single-threaded process workers, picks (seeded) a
 method (gd, dsag, coded with cyclic repetition s = 1), a fault and an instant, runs
-400 x 10^3-ish data through ``DaskRuntime.run`` and injects the fault with a real signal
+400 x 10^3-ish data through ``run_on`` a ``DaskRuntime`` and injects the fault with a real signal
 or a real cluster call:
 
 - ``kill``: SIGKILL a worker process (its nanny restarts it at a new address);
@@ -106,6 +106,7 @@ def trial(method: str, fault: str, at_round: int, *, data: Any, clean: dict[str,
     import psutil
     from distributed import Client, LocalCluster
 
+    from daskstraggle.api import run_on
     from daskstraggle.errors import StraggleError
     from daskstraggle.problems import Logistic
     from daskstraggle.runtime import DaskRuntime, StopRule
@@ -126,7 +127,7 @@ def trial(method: str, fault: str, at_round: int, *, data: Any, clean: dict[str,
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    res = rt.run(_method(method), Logistic(alpha=0.01), data,
+                    res = run_on(rt, _method(method), Logistic(alpha=0.01), data,
                                  stop=StopRule(max_iter=rounds, tol=None), rng=0)
                 out["seconds"] = time.perf_counter() - t0
                 out["outcome"] = "result"
@@ -164,10 +165,11 @@ def trial(method: str, fault: str, at_round: int, *, data: Any, clean: dict[str,
 
 
 def _clean_iterates(data: Any, rounds: int) -> dict[str, np.ndarray]:
+    from daskstraggle.api import run_on
     from daskstraggle.problems import Logistic
     from daskstraggle.runtime import LocalRuntime, StopRule
 
-    return {m: LocalRuntime(3).run(_method(m), Logistic(alpha=0.01), data,
+    return {m: run_on(LocalRuntime(3), _method(m), Logistic(alpha=0.01), data,
                                    stop=StopRule(max_iter=rounds, tol=None), rng=0).iterate
             for m in ("gd", "coded")}
 

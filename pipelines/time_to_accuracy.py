@@ -6,7 +6,7 @@ PCA problem (k = 3, a dense float64 matrix in a Zarr store) to the same explaine
 gap, with worker 1's *process* throttled by a factor 4 (``SIGSTOP``/``SIGCONT`` duty
 cycle, :class:`daskstraggle.runtime.throttle.ProcessThrottle`) and without throttle:
 
-- ours (``DaskRuntime.run``): GD (block power method, eta = 1), DSAG (w = 3), SAG (w = 3),
+- ours (``run_on`` a ``DaskRuntime``): GD (block power method, eta = 1), DSAG (w = 3), SAG (w = 3),
   SGD (w = 3) (eta = 0.9), coded GD (cyclic and fractional repetition, s = 1);
 - dask-ml ``PCA(svd_solver="randomized", iterated_power=q)`` with the smallest q that
   reaches the gap, and ``PCA(svd_solver="tsqr")`` (exact), on ``dask.array.from_zarr`` of
@@ -189,6 +189,7 @@ def time_to_target(wall: np.ndarray, gap: np.ndarray, target: float) -> tuple[fl
 
 def run_ours(rt: Any, name: str, matrix: Any, cfg: dict[str, Any], data: dict[str, Any],
              budget: float | None) -> dict[str, Any]:
+    from daskstraggle.api import run_on
     from daskstraggle.problems import PCA
     from daskstraggle.runtime import StopRule
 
@@ -204,7 +205,7 @@ def run_ours(rt: Any, name: str, matrix: Any, cfg: dict[str, Any], data: dict[st
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # a method missing the target is a result here
         warnings.simplefilter("ignore", ConvergenceWarning)
-        res = rt.run(method, PCA(n_components=cfg["components"]), matrix, stop=stop,
+        res = run_on(rt, method, PCA(n_components=cfg["components"]), matrix, stop=stop,
                      step_size=step, reference=True, rng=0, record_iterates=True)
     total = time.perf_counter() - t0
     tr = res.trace

@@ -12,6 +12,7 @@ import pytest
 
 from daskstraggle import _registry
 from daskstraggle._registry import Registry
+from daskstraggle.api import run_on
 from daskstraggle.errors import ConvergenceWarning, InvalidParameterError
 from daskstraggle.methods import GD, get_method_class, list_methods, make_method
 from daskstraggle.problems import list_problems
@@ -63,7 +64,7 @@ def test_a_method_advertised_by_entry_point_is_found_listed_and_runs(monkeypatch
     from daskstraggle.problems import LeastSquares
 
     with LocalRuntime(2) as rt:
-        res = rt.run(make_method("plugin-gd"), LeastSquares(), open_matrix(X, labels=X[:, 0]),
+        res = run_on(rt, make_method("plugin-gd"), LeastSquares(), open_matrix(X, labels=X[:, 0]),
                      stop=StopRule(max_iter=3, tol=None), rng=0)
     assert res.n_iter == 3
 

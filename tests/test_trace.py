@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import GD, Result, StopRule, open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.errors import OutputExistsError
 from daskstraggle.problems import PCA
 from daskstraggle.runtime import LocalRuntime
@@ -16,7 +17,7 @@ from daskstraggle.runtime import LocalRuntime
 @pytest.fixture
 def result(low_rank_matrix) -> Result:
     with LocalRuntime(n_workers=3) as rt:
-        return rt.run(GD(), PCA(n_components=2), open_matrix(low_rank_matrix), reference=True,
+        return run_on(rt, GD(), PCA(n_components=2), open_matrix(low_rank_matrix), reference=True,
                       rng=0, stop=StopRule(max_iter=50))
 
 
@@ -59,15 +60,16 @@ def test_recorded_iterates_give_the_exact_objective_of_every_round():
 
     X = np.random.default_rng(4).normal(size=(300, 6)) @ np.diag([3.0, 2, 1, 1, 1, 1])
     with LocalRuntime(3) as rt:
-        gd = rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=StopRule(max_iter=8, tol=None),
-                    rng=0, reference=True, record_iterates=True)
+        gd = run_on(rt, GD(), PCA(n_components=2), open_matrix(X),
+                    stop=StopRule(max_iter=8, tol=None), rng=0, reference=True,
+                    record_iterates=True)
     tr = gd.trace
     assert (tr.coverage == 1).all() and (tr.n_dropped == 0).all() and "age" not in tr
     # GD evaluates its objective exactly each round: the post-hoc pass must agree
     np.testing.assert_allclose(tr.exact_objective, tr.objective, rtol=1e-12)
     np.testing.assert_allclose(tr.exact_gap, tr.gap, rtol=1e-9, atol=1e-15)
     with SimRuntime(3, latency="constant(compute=(1.0, 1.0, 5.0))") as rt:
-        sgd = rt.run(SGD(n_wait=2), PCA(n_components=2), open_matrix(X),
+        sgd = run_on(rt, SGD(n_wait=2), PCA(n_components=2), open_matrix(X),
                      stop=StopRule(max_iter=8, tol=None), rng=0, record_iterates=True)
     tr = sgd.trace
     assert np.isnan(tr.objective).all() and np.isfinite(tr.exact_objective).all()
@@ -117,9 +119,9 @@ def test_a_lost_array_or_a_corrupt_chunk_is_refused_naming_it(result, tmp_path):
 def test_every_chunk_is_saved_even_all_zero_or_nan_ones(tmp_path):
     """Zarr skips a chunk equal to the fill value unless told: then a lost one is undetectable."""
     from daskstraggle.errors import InvalidParameterError, MissingChunksError
-    from daskstraggle.trace import TraceRecorder
+    from daskstraggle.trace import TraceRecorder, trace_dataset
 
-    empty = Result(problem="logistic", method="gd", trace=TraceRecorder(3).to_dataset(),
+    empty = Result(problem="logistic", method="gd", trace=trace_dataset(TraceRecorder(3)),
                    fitted={"coef": np.zeros(4), "intercept": np.array(0.0),
                            "grad_norm": np.array(np.nan)},
                    iterate=np.zeros(5), objective=0.0, stop_reason="max_iter")

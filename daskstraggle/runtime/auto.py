@@ -60,9 +60,11 @@ from daskstraggle.methods import make_method
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
 from daskstraggle.methods.gd import GD
 from daskstraggle.problems import PCA, LeastSquares
+from daskstraggle.runtime.lifecycle import Outcome, run
 
 if TYPE_CHECKING:
     from daskstraggle.data.matrix import Matrix
+    from daskstraggle.engine.recorder import TraceRecorder
     from daskstraggle.latency.models import Gamma
     from daskstraggle.problems.base import Problem
     from daskstraggle.runtime.base import Runtime
@@ -291,9 +293,9 @@ def predict(options: list[Candidate], model: Gamma, n_workers: int,
         with SimRuntime(n_workers=n_workers, latency=model, rng=seed) as sim, \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            result = sim.run(option.surrogate, LeastSquares(), matrix,
-                             stop=StopRule(max_iter=SIM_ROUNDS, tol=None), rng=seed)
-        durations = np.asarray(result.trace["iteration_duration"], dtype=float)
+            outcome = run(sim, option.surrogate, LeastSquares(), matrix,
+                          stop=StopRule(max_iter=SIM_ROUNDS, tol=None), rng=seed)
+        durations = outcome.rows.column("iteration_duration")
         out[option.label] = float(np.mean(durations))
     return out
 
@@ -353,9 +355,9 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
         probed, fraction = matrix, 1.0
         probe = _probe(runtime, problem, probed, rng)
     seconds = clock() - start
-    table = np.asarray(probe.trace["latency"], dtype=float)
+    table = probe.rows.per_worker()[1]
     latency = table[WARMUP_ROUNDS:]
-    arrays = _fit_arrays(probe.trace, whole=fraction == 1.0)
+    arrays = _fit_arrays(probe.rows, whole=fraction == 1.0)
     model = fit_trace(arrays)
     predicted = predict(options, model, n, rng)
     label = pick(predicted, plain.name)
@@ -417,16 +419,16 @@ class ProbeGD(GD):
 
 
 def _probe(runtime: Runtime, problem: Problem, matrix: Matrix,
-           rng: np.random.Generator) -> Result:
+           rng: np.random.Generator) -> Outcome:
     """:data:`PROBE_ROUNDS` rounds of :class:`ProbeGD` with a fixed small step."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return runtime.run(ProbeGD(), problem, matrix,
-                           stop=StopRule(max_iter=PROBE_ROUNDS, tol=None),
-                           step_size=_probe_step(problem), rng=rng)
+        return run(runtime, ProbeGD(), problem, matrix,
+                   stop=StopRule(max_iter=PROBE_ROUNDS, tol=None),
+                   step_size=_probe_step(problem), rng=rng)
 
 
-def _fit_arrays(trace: Any, *, whole: bool) -> dict[str, np.ndarray]:
+def _fit_arrays(rows: TraceRecorder, *, whole: bool) -> dict[str, np.ndarray]:
     """The probe rounds the laws are fitted to (the warm-up left out): each worker's
     compute time (measured on the worker: the task and any injected delay), which the
     simulation scales with a task's rows, and, when the probe read all the rows, its
@@ -436,10 +438,9 @@ def _fit_arrays(trace: Any, *, whole: bool) -> dict[str, np.ndarray]:
     A worker with fewer than two answers in those rounds (busy, or far slower than the
     probe waited for) is censored: each round it did not answer counts as a compute
     time of the round's duration, and as the other workers' median communication time."""
-    compute = np.array(trace["compute_duration"], dtype=float)[WARMUP_ROUNDS:]
-    communication = (np.array(trace["communication_duration"], dtype=float)[WARMUP_ROUNDS:]
-                     if whole and "communication_duration" in trace else None)
-    rounds = np.asarray(trace["iteration_duration"], dtype=float)[WARMUP_ROUNDS:]
+    compute, _, measured = (a[WARMUP_ROUNDS:] for a in rows.per_worker())
+    communication = measured if whole else None
+    rounds = rows.column("iteration_duration")[WARMUP_ROUNDS:]
     for worker in np.flatnonzero(np.isfinite(compute).sum(axis=0) < 2):
         missing = ~np.isfinite(compute[:, worker])
         compute[missing, worker] = rounds[missing]

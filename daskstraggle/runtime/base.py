@@ -1,83 +1,60 @@
-"""The Runtime contract and the driving loop every runtime shares.
+"""The Runtime contract: an executor of the engine's instructions.
 
 A runtime places partitions on workers, loads them, and moves work units and results;
-all decisions come from the engine (:mod:`daskstraggle.engine.coordinator`) and
-the Method. Subclasses implement four primitives: ``_load`` (load the placed partitions,
-return their statistics),
-``_map_reduce`` (fold a function over every partition), ``_submit`` (send a unit) and
-``_next`` (block until some unit completes).
+all decisions come from the engine (:mod:`daskstraggle.engine.coordinator`) and the
+Method, and the run's lifecycle is :func:`daskstraggle.runtime.lifecycle.run`.
+Subclasses implement four primitives: ``_load`` (load the placed partitions, return
+their statistics), ``_map_reduce`` (fold a function over every partition), ``_submit``
+(send a unit) and ``_next`` (block until some unit completes); :meth:`Runtime._execute`
+carries out each instruction with them.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-import sys
 import time
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar, overload
 
 import numpy as np
 
+from daskstraggle._deprecation import moved_function
 from daskstraggle._registry import Registry
-from daskstraggle._validation import check_bool
 from daskstraggle.data.matrix import Matrix
-from daskstraggle.engine.convergence import ConvergenceMonitor
-from daskstraggle.engine.coordinator import Coordinator
 from daskstraggle.engine.events import (
     Abandon,
     AfterStep,
     Arrived,
     Await,
-    Begin,
     Checked,
     CheckExact,
     Event,
-    Finish,
     Freed,
     Instruction,
     Quiet,
     RecordEvent,
-    RecordRow,
     Saved,
     Stepped,
     Submit,
     WriteCheckpoint,
 )
-from daskstraggle.engine.session import RunSession, resumed_session
-from daskstraggle.engine.stop import StopRule
-from daskstraggle.errors import (
-    ConvergenceWarning,
-    InvalidParameterError,
-    NoCallError,
-)
+from daskstraggle.engine.recorder import TraceRecorder
+from daskstraggle.engine.session import RunSession
 from daskstraggle.methods.base import (
-    Method,
-    RoundSummary,
     WorkResult,
     WorkUnit,
-    check_oversampling,
 )
-from daskstraggle.problems.base import KernelResult, Problem, Reference, combine
+from daskstraggle.problems.base import KernelResult, Problem, combine
 from daskstraggle.problems.block import Block, MatrixStats
 from daskstraggle.problems.held import payload_bytes
-from daskstraggle.runtime.checkpoint import (
-    Checkpointer,
-    resume_state,
-    run_settings,
-)
-from daskstraggle.trace import Result, TraceRecorder
 
 if TYPE_CHECKING:
-    from daskstraggle.methods.sgd import SGD
+    from daskstraggle.engine.coordinator import Coordinator
 
 __all__ = ["Runtime", "RuntimeOptions", "fold", "fold_map", "get_runtime_class",
            "list_runtimes", "register_runtime", "run_unit", "stream_messages"]
-
-logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------- worker-side task bodies
@@ -286,6 +263,10 @@ class Runtime(ABC):
     stimulus_log: int = 0
     #: Bytes of results that reached the coordinator since the last trace row.
     _inbound: int = 0
+    #: Rows of each partition of the run being driven (set by the lifecycle).
+    _partition_rows: list[int]
+    #: The engine of the last run driven here (its ``log``, with :attr:`stimulus_log`).
+    coordinator: Coordinator | None = None
 
     @classmethod
     def from_options(cls, options: RuntimeOptions) -> Runtime:
@@ -376,334 +357,14 @@ class Runtime(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --------------------------------------------------------------------------- run
-    def run(
-        self,
-        method: Method,
-        problem: Problem,
-        matrix: Matrix,
-        *,
-        stop: StopRule | None = None,
-        step_size: float | None = None,
-        reference: bool = False,
-        rng: int | np.random.Generator | None = None,
-        progress: bool = False,
-        record_iterates: bool = False,
-        checkpoint: Checkpointer | None = None,
-        resume: dict[str, Any] | None = None,
-    ) -> Result:
-        """Solve ``problem`` on ``matrix`` with ``method``.
-
-        Parameters
-        ----------
-        method : Method
-            The policy (e.g. ``GD()``).
-        problem : Problem
-            Unbound problem (e.g. ``PCA(n_components=3)``); bound here to the data.
-        matrix : Matrix
-            The data; repartitioned to one partition per worker when it has fewer
-            partitions than workers.
-        stop : StopRule or None, default=None
-            When to stop (None: ``StopRule()``).
-        step_size : float or None, default=None
-            None: the problem's default (1 for PCA, ``1/L`` from a power-iteration
-            estimate of the smoothness for regression) times the method's
-            ``step_factor``: 1 for GD and coded GD; for SGD, SAG and DSAG 0.9 with PCA
-            and ``min(1, 2 / p)`` with regression (``p`` the largest subpartition
-            count, doubled with ``balance``); one over the workers for ``async``.
-        reference : bool, default=False
-            Also compute the exact optimum with an independent solver and record the gap.
-        rng : int, Generator or None, default=None
-            Seeds the starting iterate and the step-size estimate.
-        progress : bool, default=False
-            Show a progress bar (iteration, objective, elapsed) on stderr.
-        record_iterates : bool, default=False
-            Keep every round's point and, after the run (outside its timing), evaluate
-            the exact objective there with a pass over all partitions: the trace gains
-            ``exact_objective`` (and ``exact_gap`` with ``reference``). Stochastic
-            methods record no per-round objective otherwise; time-to-accuracy curves
-            need this.
-        checkpoint : Checkpointer, Replica or None, default=None
-            Write the run's state to ``checkpoint.path`` at round boundaries, atomically
-            (see :mod:`daskstraggle.runtime.checkpoint`), or publish it to the scheduler
-            when the iterate would drift past the replica's bound
-            (:mod:`daskstraggle.runtime.replica`); the engine decides when from
-            ``checkpoint.schedule``.
-        resume : dict or None, default=None
-            A checkpoint's state (:func:`~daskstraggle.runtime.checkpoint.load_checkpoint`):
-            carry on from it instead of starting afresh. The method, problem, workers and
-            data must be those of the run that wrote it (checked: the data through its
-            statistics after loading); the stop rule may differ (e.g. a larger
-            ``max_iter``). Exact methods then produce the same iterates as a run that was
-            never interrupted.
-
-        Returns
-        -------
-        result : Result
-
-        Raises
-        ------
-        InvalidParameterError
-            If the method cannot solve the problem, a parameter does not fit the data, or
-            ``resume`` comes from another run.
-        InvalidDataError
-            If the labels do not fit the problem; NonFiniteDataError if a partition holds
-            NaN or infinity (raised by the worker that loaded it).
-        DivergenceError
-            If the run diverged: non-finite values, an exploding objective, a final
-            objective above the start, or a PCA step size of 2 or more (see
-            :mod:`daskstraggle.engine.convergence`).
-
-        Warns
-        -----
-        ConvergenceWarning
-            If the stop rule has ``tol`` or ``gap_tol`` and the run ended without meeting
-            it (``result.converged`` is False).
-
-        Notes
-        -----
-        Before the loop one exact pass at the starting point gives the scale of the
-        optimality measure and the starting objective; after it, one exact pass at the
-        returned point gives every fitted value, the objective and ``optimality``.
-        """
-        stop = stop or StopRule()
-        rng = np.random.default_rng(rng)
-        if problem.needs_labels and matrix.labels is None:
-            raise InvalidParameterError(
-                f"The {problem.name} problem needs labels: pass labels=... (CLI: --labels)."
-            )
-        method.check_problem(problem)
-        check_oversampling(method, problem)
-        try:
-            method.check_n_workers(self.n_workers)
-        except InvalidParameterError as err:
-            raise InvalidParameterError(f"{err}{self._worker_count_note()}") from None
-        method.check_shape(matrix.n_rows, matrix.n_columns)
-        if step_size is not None:
-            problem.check_step_size(step_size)
-        record_iterates = check_bool(record_iterates, name="record_iterates", caller="run")
-        self._validate()
-        matrix = self._fit_partitions(method, matrix)
-        placement = method.placement(matrix.n_partitions, self.n_workers)
-        settings = run_settings(method=method, problem=problem, n_workers=self.n_workers,
-                                matrix=matrix.describe())
-        if resume is not None:
-            resume_state(resume, settings=settings, placement=placement, max_iter=stop.max_iter)
-        t_load = time.perf_counter()
-        stats = self._load(matrix, placement)
-        load_duration = time.perf_counter() - t_load
-        refuse_no_calls(stats, matrix)
-        if resume is None:
-            session = self._new_session(method, problem, stats, placement, settings,
-                                        stop=stop, step_size=step_size,
-                                        reference=reference, rng=rng,
-                                        record_iterates=record_iterates)
-        else:
-            method, session = resumed_session(resume, stats, record_iterates)
-            if step_size is not None and step_size != session.step_size:
-                raise InvalidParameterError(
-                    f"The checkpoint's run used step_size={session.step_size:g}; resume "
-                    f"without one (CLI: --step-size) or with the same, not {step_size:g}."
-                )
-        session.checkpoint = checkpoint
-        self._partition_rows = [int(r) for r in matrix.partition_rows()]
-        self._begin(placement, self._partition_rows)
-        try:
-            summary, reason = self._drive(method, session, stop=stop, progress=progress)
-        finally:
-            self._end()
-        return self._finish(method, session, summary, reason, matrix=matrix, stop=stop,
-                            load_duration=load_duration)
-
-    def _new_session(self, method: Method, problem: Problem, stats: MatrixStats,
-                     placement: list[tuple[int, ...]], settings: dict[str, Any], *,
-                     stop: StopRule, step_size: float | None, reference: bool,
-                     rng: np.random.Generator, record_iterates: bool) -> RunSession:
-        """Bind the problem, pick the step size, start the monitor: a fresh run's state."""
-        bound = problem.bind(stats)
-        if step_size is None:
-            step_size = (bound.default_step_size(self._map_reduce, rng)
-                         * method.step_factor(bound, self.n_workers))
-        ref: Reference | None = bound.reference_solution(self._map_reduce) if reference else None
-        x0 = bound.init_iterate(rng)
-        start = self._exact_pass(bound, x0) if method.start_pass else None
-        monitor = ConvergenceMonitor(
-            bound, tol=stop.tol, start_result=start, start=x0,
-            step_size=step_size, window=method.convergence_window(self.n_workers),
-            max_iter=stop.max_iter)
-        return RunSession(problem=bound, monitor=monitor, recorder=TraceRecorder(self.n_workers),
-                        reference=ref, step_size=step_size, placement=placement,
-                        settings=settings, stats=stats, x0=x0,
-                        iterates=[] if record_iterates else None)
-
-    def _finish(self, method: Method, session: RunSession, summary: RoundSummary, reason: str,
-                *, matrix: Matrix, stop: StopRule, load_duration: float) -> Result:
-        """The fitted quantities, from one exact pass at the returned point (outside the
-        timed loop, whatever the method estimated during the run), as a Result."""
-        bound, monitor, ref = session.problem, session.monitor, session.reference
-        trace = session.recorder.to_dataset()
-        if session.iterates is not None:
-            self._record_exact(trace, bound, session.iterates, ref)
-        x = summary.iterate
-        total = monitor.checked_result(x)  # a run that stopped on an exact check: reuse it
-        if total is None:
-            total = self._exact_pass(bound, x)
-        x, total = bound.conclude(x, total)
-        objective = bound.objective(total.values, x)
-        optimality = monitor.final(x, total, objective)
-        converged = monitor.converged(optimality, reason)
-        fitted = bound.finalize(x, total)
-        extra = {} if session.checkpoint is None else {
-            "checkpoint": session.checkpoint.describe()}
-        if session.resumed_at is not None:
-            extra["resumed_at_iteration"] = session.resumed_at
-        result = Result(
-            problem=bound.name,
-            method=method.name,
-            fitted=fitted,
-            trace=trace,
-            iterate=x,
-            objective=float(objective),
-            stop_reason=reason,
-            converged=converged,
-            optimality=float(optimality),
-            reference_objective=None if ref is None else ref.objective,
-            distance=None if ref is None else bound.distance(x, ref),
-            attrs={
-                "runtime": self.name,
-                "workers": self.worker_names,
-                "placement": [list(p) for p in session.placement],
-                "matrix": matrix.describe(),
-                "step_size": session.step_size,
-                "load_duration_s": load_duration,
-                "method_params": method.get_params(),
-                "stop": {"max_iter": stop.max_iter, "tol": stop.tol, "gap_tol": stop.gap_tol,
-                         "time_budget": stop.time_budget},
-                "convergence": monitor.describe(),
-                "reference_info": {} if ref is None else ref.info,
-                **extra,
-                **self._run_attrs(),
-            },
-            feature_dim=matrix.dims[1],
-            feature_coords=matrix.columns,
-        )
-        if not converged and (stop.tol is not None or stop.gap_tol is not None):
-            warnings.warn(result.convergence_message(), ConvergenceWarning, stacklevel=3)
-        return result
-
-    def _fit_partitions(self, method: Method, matrix: Matrix) -> Matrix:
-        """Repartition ``matrix`` to what the method needs (at least one per worker)."""
-        wanted = method.partition_count(self.n_workers, matrix.n_rows)
-        if wanted is not None:
-            if matrix.n_rows < wanted:
-                raise InvalidParameterError(
-                    f"Method {method.name!r} splits the rows into {wanted} partitions for "
-                    f"{self.n_workers} workers, but the matrix has only {matrix.n_rows} rows; "
-                    "use fewer workers or other scheme parameters."
-                )
-            return matrix if matrix.n_partitions == wanted else matrix.repartition(wanted)
-        if matrix.n_partitions < self.n_workers:
-            if matrix.n_rows < self.n_workers:
-                raise InvalidParameterError(
-                    f"The matrix has {matrix.n_rows} rows, fewer than the {self.n_workers} "
-                    "workers; use fewer workers."
-                )
-            return matrix.repartition(self.n_workers)
-        return matrix
+    #: Deprecated: the run's lifecycle moved out of the runtime
+    #: (:func:`daskstraggle.api.run_on`; :func:`daskstraggle.solve` for the grouped face).
+    run = moved_function("Runtime.run", "daskstraggle.api.run_on",
+                         "run_on(runtime, method, problem, matrix, ...)")
 
     def _exact_pass(self, problem: Problem, iterate: np.ndarray) -> KernelResult:
         """Return the exact kernel sum over every partition at ``iterate`` (one pass)."""
         return self._map_reduce(_kernel_at, problem, iterate)
-
-    def _record_exact(self, trace: Any, problem: Problem, iterates: list[np.ndarray],
-                      ref: Reference | None) -> None:
-        """Add ``exact_objective`` (and ``exact_gap``) at every recorded point to the trace."""
-        exact = np.array([problem.objective(self._exact_pass(problem, x).values, x)
-                          for x in iterates])
-        trace["exact_objective"] = ("iteration", exact)
-        if ref is not None:
-            trace["exact_gap"] = ("iteration", exact - ref.objective)
-
-    def _drive(self, method: Method, session: RunSession, *, stop: StopRule,
-               progress: bool) -> tuple[RoundSummary, str]:
-        """Execute the coordinator's instructions until it finishes (see
-        :mod:`daskstraggle.engine.coordinator`, where every decision is made).
-
-        ``session`` carries the bound problem, the monitor that judges every round, the
-        trace and, when resuming, where the interrupted run stood.
-        """
-        from daskstraggle._progress import progress_bar
-
-        problem, recorder = session.problem, session.recorder
-        if session.resumed_at is None:
-            method.start(problem, session.x0, session.placement, step_size=session.step_size,
-                         partition_rows=list(self._partition_rows))
-        elif not session.stepped:
-            method.step()  # the checkpoint was taken at a stop, before this round's step
-        work = method.work_problem(problem)
-        balancing = None
-        if method.load_balancer() is not None:
-            from daskstraggle.runtime.balancing import BalanceLoop
-
-            # only the SGD family (SGD, SAG, DSAG) has a load balancer
-            balancing = BalanceLoop(cast("SGD", method), self.n_workers,
-                                    background=self.balance_in_background)
-        writer = session.checkpoint
-        coordinator = Coordinator(method, session, stop=stop, n_workers=self.n_workers,
-                                  unit_load=self._unit_load, balancing=balancing,
-                                  checkpoint=None if writer is None else writer.schedule,
-                                  log_size=self.stimulus_log)
-        self.coordinator = coordinator  # its log (with stimulus_log): for a replay
-        bar = progress_bar(
-            total=stop.max_iter, initial=len(recorder), disable=None if progress else True,
-            file=sys.stderr, unit="it", desc=f"{method.name} {problem.name}", leave=False,
-        )
-        # the handler of each instruction type, looked up in singledispatch's cache: calling
-        # self._execute would build a bound dispatcher for every instruction (~4 us each)
-        execute = vars(Runtime)["_execute"].dispatcher.dispatch
-        event: Event | None = Begin(time=self._clock())
-        self._inbound = 0
-        self._fetched_bytes()  # (what an earlier run fetched after its last row)
-        try:
-            while True:
-                assert event is not None, "the coordinator expected no reply"
-                instructions, event = coordinator.handle(event), None
-                for instruction in instructions:
-                    if isinstance(instruction, Finish):
-                        logger.info("%s stopped after %d iterations (%s)", method.name,
-                                    len(recorder), instruction.reason)
-                        return instruction.summary, instruction.reason
-                    if isinstance(instruction, RecordRow):
-                        self._record_row(instruction, recorder, bar, progress=progress)
-                        continue
-                    event = execute(type(instruction))(self, instruction, work, problem,
-                                                       session)
-        finally:
-            bar.close()
-            if balancing is not None:
-                balancing.close()
-            self._cancel_pending()  # first: nothing of this run may reach the next one
-            try:
-                self._on_row(len(recorder) - 1, recorder, final=True)
-            except Exception as err:  # bookkeeping must not mask the run's own outcome
-                logger.warning("final latency bookkeeping failed: %s", err)
-
-    def _record_row(self, instruction: RecordRow, recorder: TraceRecorder, bar: Any, *,
-                    progress: bool) -> None:
-        """Add the engine's trace row with the bytes the round's results brought to the
-        coordinator (``bytes_to_coordinator``); update the progress bar."""
-        fields = dict(instruction.fields)
-        inbound, self._inbound = self._inbound + self._fetched_bytes(), 0
-        fields["extras"] = {**(fields.get("extras") or {}),
-                            "bytes_to_coordinator": float(inbound)}
-        row = recorder.add(**fields)
-        assert row == instruction.row, (row, instruction.row)
-        self._on_row(row, recorder)
-        bar.update(1)
-        if progress:
-            objective = instruction.objective
-            bar.set_postfix(objective="?" if objective is None else f"{objective:.6g}",
-                            refresh=False)
 
     @functools.singledispatchmethod
     def _execute(self, instruction: Instruction, work: Any, problem: Problem,
@@ -772,27 +433,3 @@ class Runtime(ABC):
 
 def _kernel_at(block: Block, problem: Problem, iterate: np.ndarray) -> KernelResult:
     return problem.kernel(block, iterate)
-
-
-def refuse_no_calls(stats: MatrixStats, matrix: Matrix) -> None:
-    """Raise :class:`~daskstraggle.errors.NoCallError` if a genotype matrix has a sample
-    (column) or a variant (row) without any called genotype (``stats`` of the load).
-
-    Such a sample's column (or variant's row) is all imputed, hence zero once centred: it
-    would be scored 0, which is no answer. The callers that can remove it do so and run
-    again (:func:`daskstraggle.api._run`).
-    """
-    dead_columns = (np.flatnonzero(stats.column_called == 0)
-                    if stats.column_called is not None else np.zeros(0, dtype=np.int64))
-    dead_rows = np.unique(np.asarray(stats.rows_without_call, dtype=np.int64))
-    if dead_columns.size == 0 and dead_rows.size == 0:
-        return
-    from daskstraggle.data.genotypes import no_call_subject
-
-    raise NoCallError(
-        f"{no_call_subject(matrix, dead_columns, dead_rows)} no called genotype: they would "
-        "be scored 0. Remove them (max_sample_missing=1 removes such samples, max_missing "
-        "below 1 such variants; CLI --mind 1, --max-missing) or fit through fit_pca, which "
-        "removes them.",
-        samples=dead_columns, variants=dead_rows,
-    )

@@ -38,6 +38,7 @@ from daskstraggle.engine.pool import (
     StopHelping,
     WorkerPool,
 )
+from daskstraggle.engine.recorder import TraceRecorder
 from daskstraggle.engine.resilience import check_slow_settings
 from daskstraggle.errors import (
     ClusterConnectionError,
@@ -85,7 +86,6 @@ from daskstraggle.runtime.base import (
     run_unit,
     stream_messages,
 )
-from daskstraggle.trace import TraceRecorder
 
 __all__ = ["MAX_LOCAL_WORKERS", "MEMBERSHIP_INTERVAL", "OWN_CLUSTER_CONFIG", "DaskRuntime",
            "connect", "killed_for_memory",
@@ -276,9 +276,10 @@ class DaskRuntime(Runtime):
 
     Examples
     --------
+    >>> from daskstraggle.api import run_on
     >>> from daskstraggle.runtime import DaskRuntime
     >>> with DaskRuntime(n_workers=2) as rt:  # doctest: +SKIP
-    ...     result = rt.run(GD(), PCA(n_components=2), open_matrix("data.zarr"))
+    ...     result = run_on(rt, GD(), PCA(n_components=2), open_matrix("data.zarr"))
     """
 
     name = "dask"

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,10 +37,8 @@ from daskstraggle.latency.simulator import SimulationResult, check_counts
 from daskstraggle.methods.base import WorkResult
 from daskstraggle.methods.dsag import DSAG
 from daskstraggle.problems import LeastSquares
+from daskstraggle.runtime.lifecycle import Outcome, run
 from daskstraggle.runtime.sim import SimRuntime
-
-if TYPE_CHECKING:
-    from daskstraggle.trace import Result
 
 __all__ = ["FaultSimulation", "estimate_duration", "make_least_squares_data",
            "simulate_faults"]
@@ -93,8 +91,9 @@ class FaultSimulation(SimulationResult):
     workers : tuple of str
         The worker computing each worker index at the end (names as in the faults:
         ``"0"`` .. ``"N-1"``, then the joined ``"N"``, ...).
-    result : Result
-        The run itself (trace and attributes), as ``solve(..., runtime="sim")`` returns.
+    outcome : Outcome
+        The run itself (its trace's rows in ``outcome.rows``, its attributes in
+        ``outcome.attrs``), what ``solve(..., runtime="sim")`` builds its result from.
 
     See Also
     --------
@@ -105,7 +104,7 @@ class FaultSimulation(SimulationResult):
     events: tuple[dict[str, Any], ...]
     not_reached: tuple[Fault, ...]
     workers: tuple[str, ...]
-    result: Result = field(repr=False)
+    outcome: Outcome = field(repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the numbers and events as plain Python lists (JSON-ready): those of
@@ -277,26 +276,27 @@ def simulate_faults(
     method = _ResultLog(n_wait, collect_window=collect_window)
     with SimRuntime(n_workers, latency=model, faults=faults, rng=rng,
                     update_duration=update_duration) as rt:
-        result = rt.run(method, LeastSquares(), open_matrix(X, labels=y, n_partitions=n_workers),
-                        stop=StopRule(max_iter=n_iterations, tol=None), rng=rng)
+        outcome = run(rt, method, LeastSquares(),
+                      open_matrix(X, labels=y, n_partitions=n_workers),
+                      stop=StopRule(max_iter=n_iterations, tol=None), rng=rng)
         pool = rt.worker_pool
     assert pool is not None
-    trace = result.trace
-    ends = trace.wall_time.values.astype(np.float64)
+    rows = outcome.rows
+    ends = rows.column("wall_time")
     fresh = np.zeros((2, ends.shape[0], n_workers), dtype=bool)  # [stale, fresh]
     for version, index, is_fresh in method.rounds:
         if version < ends.shape[0]:
             fresh[int(is_fresh), version, index] = True
     played, not_reached = _fault_events(faults, n_workers, float(ends[-1]))
-    decisions = _decision_events(pool, result.attrs.get("worker_joins", []))
+    decisions = _decision_events(pool, outcome.attrs.get("worker_joins", []))
     events = sorted(played + decisions, key=lambda e: e["time"])  # stable: faults first
     for event in events:
         event["iteration"] = int(np.searchsorted(ends, event["time"]))
     return FaultSimulation(
         iteration_time=ends,
         iteration_duration=np.diff(ends, prepend=0.0),  # with the update, as simulate's
-        n_fresh=trace.n_fresh.values.astype(np.int64),
-        n_stale=trace.n_stale.values.astype(np.int64),
+        n_fresh=rows.column("n_fresh").astype(np.int64),
+        n_stale=rows.column("n_stale").astype(np.int64),
         fresh=fresh[1],
         stale=fresh[0],
         n_wait=n_wait,
@@ -304,7 +304,7 @@ def simulate_faults(
         events=tuple(events),
         not_reached=tuple(not_reached),
         workers=tuple(pool.workers),
-        result=result,
+        outcome=outcome,
     )
 
 

@@ -115,11 +115,12 @@ class LocalRuntime(Runtime):
     --------
     >>> import numpy as np
     >>> from daskstraggle import open_matrix
+    >>> from daskstraggle.api import run_on
     >>> from daskstraggle.methods import GD
     >>> from daskstraggle.problems import PCA
     >>> X = np.random.default_rng(0).normal(size=(200, 5))
     >>> with LocalRuntime(n_workers=2) as rt:
-    ...     res = rt.run(GD(), PCA(n_components=2), open_matrix(X), rng=0)
+    ...     res = run_on(rt, GD(), PCA(n_components=2), open_matrix(X), rng=0)
     >>> res.fitted["components"].shape
     (2, 5)
     """

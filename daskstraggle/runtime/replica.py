@@ -68,7 +68,7 @@ class Replica:
     """Publishes a run's state to the scheduler when the divergence rule says so.
 
     The writer of a run's state, as :class:`~daskstraggle.runtime.checkpoint.Checkpointer`
-    is for a file (``Runtime.run(checkpoint=...)`` takes either).
+    is for a file (``run_on(runtime, ..., checkpoint=...)`` takes either).
 
     Parameters
     ----------

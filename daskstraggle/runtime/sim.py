@@ -114,12 +114,13 @@ class SimRuntime(LocalRuntime):
     --------
     >>> import numpy as np
     >>> from daskstraggle import open_matrix
+    >>> from daskstraggle.api import run_on
     >>> from daskstraggle.methods import SGD
     >>> from daskstraggle.problems import PCA
     >>> from daskstraggle.runtime import StopRule
     >>> X = np.random.default_rng(0).normal(size=(400, 6))
     >>> with SimRuntime(8, latency="gamma(mean=0.1, var=1e-3)", rng=1) as rt:
-    ...     res = rt.run(SGD(n_wait=4), PCA(n_components=2), open_matrix(X),
+    ...     res = run_on(rt, SGD(n_wait=4), PCA(n_components=2), open_matrix(X),
     ...                  stop=StopRule(max_iter=10, tol=None), rng=0)
     >>> res.trace.sizes["iteration"], bool(res.trace.wall_time[-1] > 0.5)
     (10, True)

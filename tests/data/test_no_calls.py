@@ -10,6 +10,7 @@ import pytest
 import xarray as xr
 
 import daskstraggle as ds
+from daskstraggle.api import run_on
 from daskstraggle.errors import NoCallError, StraggleWarning
 from daskstraggle.problems import PCA, Block, block_stats
 from daskstraggle.problems._packing import pack_dosages
@@ -74,7 +75,7 @@ def test_without_such_samples_nothing_is_said_or_redone(recwarn: Any) -> None:
 
 def test_a_runtime_run_refuses_them_in_one_line() -> None:
     with LocalRuntime(n_workers=2) as rt, pytest.raises(NoCallError) as info:
-        rt.run(ds.methods.make_method("gram"), PCA(n_components=2),
+        run_on(rt, ds.methods.make_method("gram"), PCA(n_components=2),
                ds.open_matrix(_calls()))
     assert "\n" not in str(info.value) and "would be scored 0" in str(info.value)
     assert info.value.samples.tolist() == [DEAD_SAMPLE]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from daskstraggle.api import run_on
 from daskstraggle.balance.balancer import LoadBalancer
 from daskstraggle.data import open_matrix
 from daskstraggle.engine.stop import StopRule
@@ -108,12 +109,12 @@ def test_dsag_lb_balances_and_still_reaches_the_optimum(logistic_data):
     matrix = open_matrix(X, labels=y)
     problem = Logistic(alpha=0.05)
     with LocalRuntime(4) as rt:
-        ref = rt.run(GD(), problem, matrix, stop=StopRule(max_iter=1, tol=None), rng=0,
+        ref = run_on(rt, GD(), problem, matrix, stop=StopRule(max_iter=1, tol=None), rng=0,
                      reference=True).reference_objective
     runs = {}
     for balance in (None, LoadBalancer(min_samples=5)):
         with SimRuntime(4, latency=SLOW, rng=1) as rt:
-            runs[balance is not None] = rt.run(
+            runs[balance is not None] = run_on(rt,
                 DSAG(n_wait=3, subpartitions=12, balance=balance), problem, matrix,
                 stop=StopRule(max_iter=800, tol=None), rng=0)
     balanced, plain = runs[True], runs[False]
@@ -140,7 +141,7 @@ def test_dsag_lb_balances_and_still_reaches_the_optimum(logistic_data):
 def test_sgd_and_sag_balance_too(logistic_data, method_class):
     X, y = logistic_data
     with SimRuntime(4, latency=SLOW, rng=2) as rt:
-        res = rt.run(method_class(n_wait=4, subpartitions=12,
+        res = run_on(rt, method_class(n_wait=4, subpartitions=12,
                                   balance=LoadBalancer(min_samples=5)),
                      Logistic(alpha=0.05), open_matrix(X, labels=y),
                      stop=StopRule(max_iter=80, tol=None), rng=0)
@@ -156,7 +157,7 @@ def test_pca_dsag_lb_reaches_the_optimum():
     rng = np.random.default_rng(5)
     X = rng.normal(size=(1200, 12)) * np.r_[5.0, 4.0, np.linspace(2, 1, 10)]
     with SimRuntime(4, latency=SLOW, rng=3) as rt:
-        res = rt.run(DSAG(n_wait=4, subpartitions=10, balance=LoadBalancer(min_samples=5)),
+        res = run_on(rt, DSAG(n_wait=4, subpartitions=10, balance=LoadBalancer(min_samples=5)),
                      PCA(n_components=2), open_matrix(X), step_size=0.9,
                      stop=StopRule(max_iter=300, tol=None), rng=0, reference=True)
     assert res.trace.sizes["balance_event"] >= 1
@@ -169,7 +170,7 @@ def test_first_plan_comes_as_soon_as_statistics_are_ready(logistic_data):
     # longer than the run), and on the simulated runtime the plan applies at once
     X, y = logistic_data
     with SimRuntime(4, latency=SLOW, rng=2) as rt:
-        res = rt.run(SGD(n_wait=4, subpartitions=12,
+        res = run_on(rt, SGD(n_wait=4, subpartitions=12,
                          balance=LoadBalancer(min_samples=5, interval=100.0)),
                      Logistic(alpha=0.05), open_matrix(X, labels=y),
                      stop=StopRule(max_iter=30, tol=None), rng=0)

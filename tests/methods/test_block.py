@@ -14,6 +14,7 @@ import pytest
 import zarr
 
 from daskstraggle import api, fit_logistic, fit_pca, open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.cli import main
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods import GD, BlockKrylov, make_method
@@ -225,14 +226,14 @@ def test_refuses_what_it_cannot_do(flat):
 
 
 def test_iterates_repeat_with_the_same_seed(flat):
-    runs = [LocalRuntime(2).run(BlockKrylov(rng=5), PCA(n_components=3), open_matrix(flat),
+    runs = [run_on(LocalRuntime(2), BlockKrylov(rng=5), PCA(n_components=3), open_matrix(flat),
                                 stop=StopRule(max_iter=4, tol=None), rng=1)
             for _ in range(2)]
     np.testing.assert_array_equal(runs[0].iterate, runs[1].iterate)
     # the power method from the same start is a different (slower) run
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        gd = LocalRuntime(2).run(GD(), PCA(n_components=3), open_matrix(flat),
+        gd = run_on(LocalRuntime(2), GD(), PCA(n_components=3), open_matrix(flat),
                                  stop=StopRule(max_iter=4, tol=None), rng=1)
     assert gd.optimality > runs[0].optimality
 

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daskstraggle import open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods import BoundedAsync, WorkResult, WorkUnit, make_method
 from daskstraggle.problems import LeastSquares
@@ -25,7 +26,7 @@ def data():
 
 def _run(rt, method, matrix, n_iter, **kw):
     with rt:
-        return rt.run(method, LeastSquares(), matrix, stop=StopRule(max_iter=n_iter, tol=None),
+        return run_on(rt, method, LeastSquares(), matrix, stop=StopRule(max_iter=n_iter, tol=None),
                       rng=0, **kw)
 
 

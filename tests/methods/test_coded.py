@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import Constant
 from daskstraggle.methods import GD, NAG, CodedGD, IgnoreStragglers, make_method
@@ -24,7 +25,7 @@ def data():
 
 def _gd(X, y, n_workers):
     with LocalRuntime(n_workers) as rt:
-        return rt.run(GD(), LeastSquares(), open_matrix(X, labels=y), stop=STOP,
+        return run_on(rt, GD(), LeastSquares(), open_matrix(X, labels=y), stop=STOP,
                       step_size=1e-3, rng=0)
 
 
@@ -43,7 +44,7 @@ def test_iterates_equal_gd_despite_a_straggler(data, scheme, params, n):
     X, y = data
     slow = tuple(1.0 if i else 20.0 for i in range(n))  # worker 0 is 20x slower
     with SimRuntime(n, latency=Constant(compute=slow), rng=0) as rt:
-        coded = rt.run(CodedGD(scheme, rng=1, **params), LeastSquares(),
+        coded = run_on(rt, CodedGD(scheme, rng=1, **params), LeastSquares(),
                        open_matrix(X, labels=y), stop=STOP, step_size=1e-3, rng=0)
     ref = _gd(X, y, n)
     np.testing.assert_allclose(coded.iterate, ref.iterate, rtol=1e-10, atol=1e-12)
@@ -71,7 +72,7 @@ def test_a_round_decodes_once_every_partition_is_covered_not_at_every_message(
     monkeypatch.setattr(repetition, "_decode_fractional", counted)
     X, y = data
     with SimRuntime(60, latency=Constant(compute=1.0), rng=0) as rt:
-        coded = rt.run(CodedGD("fractional-repetition", n_stragglers=2, rng=1),
+        coded = run_on(rt, CodedGD("fractional-repetition", n_stragglers=2, rng=1),
                        LeastSquares(), open_matrix(X, labels=y), stop=STOP, step_size=1e-3,
                        rng=0)
     assert coded.trace.sizes["iteration"] == 8
@@ -82,7 +83,7 @@ def test_a_round_decodes_once_every_partition_is_covered_not_at_every_message(
 def test_uncoded_waits_for_the_straggler(data):
     X, y = data
     with SimRuntime(4, latency=Constant(compute=(5.0, 1.0, 1.0, 1.0)), rng=0) as rt:
-        res = rt.run(CodedGD("uncoded"), LeastSquares(), open_matrix(X, labels=y),
+        res = run_on(rt, CodedGD("uncoded"), LeastSquares(), open_matrix(X, labels=y),
                      stop=STOP, step_size=1e-3, rng=0)
     np.testing.assert_allclose(res.trace.iteration_duration, 5.0)
 
@@ -93,7 +94,7 @@ def test_cyclic_repetition_step_time_ignores_one_straggler(data):
     for delay in (10.0, 100.0):
         latency = Constant(compute=(delay, 1.0, 1.0, 1.0, 1.0))
         with SimRuntime(5, latency=latency, rng=0) as rt:
-            res = rt.run(CodedGD("cyclic-repetition", n_stragglers=1, rng=0), LeastSquares(),
+            res = run_on(rt, CodedGD("cyclic-repetition", n_stragglers=1, rng=0), LeastSquares(),
                          open_matrix(X, labels=y), stop=STOP, step_size=1e-3, rng=0)
         times.append(np.asarray(res.trace.iteration_duration))
     # each worker stores s + 1 = 2 partitions: twice the work of an uncoded worker
@@ -104,10 +105,10 @@ def test_cyclic_repetition_step_time_ignores_one_straggler(data):
 def test_pca_iterates_equal_the_power_method(data):
     X, _ = data
     with SimRuntime(5, latency=Constant(compute=(9.0, 1, 1, 1, 1)), rng=0) as rt:
-        coded = rt.run(CodedGD("cyclic-repetition", n_stragglers=1, rng=2), PCA(n_components=2),
+        coded = run_on(rt, CodedGD("cyclic-repetition", n_stragglers=1, rng=2), PCA(n_components=2),
                        open_matrix(X), stop=STOP, rng=0)
     with LocalRuntime(5) as rt:
-        ref = rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
+        ref = run_on(rt, GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
     np.testing.assert_allclose(coded.iterate, ref.iterate, rtol=1e-9, atol=1e-12)
 
 
@@ -119,12 +120,12 @@ def test_nesterov_iterates_equal_nag(data, scheme):
     slow = (20.0,) + (1.0,) * 11
     stop = StopRule(max_iter=30, tol=None)
     with SimRuntime(12, latency=Constant(compute=slow), rng=0) as rt:
-        coded = rt.run(CodedGD(scheme, rng=1, nesterov=True, **params), Logistic(),
+        coded = run_on(rt, CodedGD(scheme, rng=1, nesterov=True, **params), Logistic(),
                        open_matrix(X, labels=labels), stop=stop, rng=0)
     with LocalRuntime(12) as rt:
-        ref = rt.run(NAG(), Logistic(), open_matrix(X, labels=labels), stop=stop,
+        ref = run_on(rt, NAG(), Logistic(), open_matrix(X, labels=labels), stop=stop,
                      rng=0)
-        plain = rt.run(GD(), Logistic(), open_matrix(X, labels=labels), stop=stop,
+        plain = run_on(rt, GD(), Logistic(), open_matrix(X, labels=labels), stop=stop,
                        rng=0)
     np.testing.assert_allclose(coded.iterate, ref.iterate, rtol=1e-10, atol=1e-12)
     # the momentum is really applied: after 30 steps NAG is not where plain GD is
@@ -138,21 +139,21 @@ def test_bad_schemes_and_settings(data):
         CodedGD("lt-code")
     with pytest.raises(InvalidParameterError, match="latency-only bound"):
         with SimRuntime(4) as rt:
-            rt.run(CodedGD("mds-ideal", rate=0.5), LeastSquares(), open_matrix(X, labels=y),
+            run_on(rt, CodedGD("mds-ideal", rate=0.5), LeastSquares(), open_matrix(X, labels=y),
                    stop=STOP)
     with pytest.raises(InvalidParameterError, match="n_stragglers"):
         with SimRuntime(4) as rt:
-            rt.run(CodedGD("cyclic-repetition", n_stragglers=4), LeastSquares(),
+            run_on(rt, CodedGD("cyclic-repetition", n_stragglers=4), LeastSquares(),
                    open_matrix(X, labels=y), stop=STOP)
     with pytest.raises(InvalidParameterError, match="never decode"):
         with SimRuntime(2) as rt:  # 2 workers pick among 6 batches of 1: never covers
-            rt.run(CodedGD("bcc", batch_size=1, n_partitions=6, rng=0), LeastSquares(),
+            run_on(rt, CodedGD("bcc", batch_size=1, n_partitions=6, rng=0), LeastSquares(),
                    open_matrix(X, labels=y), stop=STOP)
     assert isinstance(make_method("coded", scheme="bcc", batch_size=2), CodedGD)
     with pytest.raises(InvalidParameterError,
                        match="'nesterov' parameter of CodedGD must be False"):
         with SimRuntime(5) as rt:
-            rt.run(CodedGD("cyclic-repetition", n_stragglers=1, nesterov=True),
+            run_on(rt, CodedGD("cyclic-repetition", n_stragglers=1, nesterov=True),
                    PCA(n_components=2), open_matrix(X), stop=STOP)
     with pytest.raises(InvalidParameterError, match="'nesterov' parameter of CodedGD"):
         CodedGD(nesterov="yes")
@@ -161,20 +162,20 @@ def test_bad_schemes_and_settings(data):
 def test_ignore_stragglers_waits_for_n_minus_s(data):
     X, y = data
     with SimRuntime(5, latency=Constant(compute=(1.0, 2.0, 3.0, 4.0, 50.0)), rng=0) as rt:
-        res = rt.run(IgnoreStragglers(n_stragglers=1), LeastSquares(), open_matrix(X, labels=y),
+        res = run_on(rt, IgnoreStragglers(n_stragglers=1), LeastSquares(), open_matrix(X, labels=y),
                      stop=StopRule(max_iter=2, tol=None), step_size=1e-3, rng=0)
     np.testing.assert_allclose(res.trace.wall_time, [4.0, 8.0])
     np.testing.assert_array_equal(res.trace.n_fresh, [4, 4])
     with pytest.raises(InvalidParameterError, match="'n_stragglers' parameter of IgnoreStr"):
         with SimRuntime(3) as rt:
-            rt.run(IgnoreStragglers(n_stragglers=3), LeastSquares(), open_matrix(X, labels=y))
+            run_on(rt, IgnoreStragglers(n_stragglers=3), LeastSquares(), open_matrix(X, labels=y))
 
 
 @pytest.mark.cluster
 def test_on_six_process_workers_a_1s_straggler_does_not_slow_coded_gd(data):
     X, y = data
     with DaskRuntime(n_workers=6, stragglers="constant(compute=[1.0, 0, 0, 0, 0, 0])") as rt:
-        coded = rt.run(CodedGD("cyclic-repetition", n_stragglers=1, rng=0), LeastSquares(),
+        coded = run_on(rt, CodedGD("cyclic-repetition", n_stragglers=1, rng=0), LeastSquares(),
                        open_matrix(X, labels=y), stop=STOP, step_size=1e-3, rng=0)
     ref = _gd(X, y, 6)
     np.testing.assert_allclose(coded.iterate, ref.iterate, rtol=1e-10, atol=1e-12)

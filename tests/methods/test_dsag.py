@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.errors import DivergenceError, InvalidParameterError
 from daskstraggle.latency.base import Constant
 from daskstraggle.methods import DSAG, GD, SAG, SGD, WorkResult, WorkUnit, make_method
@@ -27,7 +28,7 @@ def data():
 
 def _run(rt, method, problem, matrix, n_iter, **kw):
     with rt:
-        return rt.run(method, problem, matrix, stop=StopRule(max_iter=n_iter, tol=None),
+        return run_on(rt, method, problem, matrix, stop=StopRule(max_iter=n_iter, tol=None),
                       rng=0, **kw)
 
 
@@ -55,7 +56,7 @@ def test_dsag_reaches_the_optimum_where_sgd_and_sag_stall(data, problem, tol):
     X, y = data
     matrix = open_matrix(X, labels=y if problem.needs_labels else None)
     with LocalRuntime(6) as rt:
-        ref = rt.run(GD(), problem, matrix, stop=StopRule(max_iter=1, tol=None), rng=0,
+        ref = run_on(rt, GD(), problem, matrix, stop=StopRule(max_iter=1, tol=None), rng=0,
                      reference=True).reference_objective
     gaps = {}
     for method in (DSAG(n_wait=4), DSAG(n_wait=4, subpartitions=3), SAG(n_wait=4),
@@ -143,13 +144,13 @@ def test_on_process_workers_dsag_reaches_the_optimum_despite_a_straggler():
     X = rng.normal(size=(1200, 12)) @ np.diag([3.0, 2.6, 2.2, 1.4, *np.linspace(1.3, 0.5, 8)])
     problem = PCA(n_components=3)
     with LocalRuntime(4) as rt:
-        ref = rt.run(GD(), problem, open_matrix(X), stop=StopRule(max_iter=1, tol=None),
+        ref = run_on(rt, GD(), problem, open_matrix(X), stop=StopRule(max_iter=1, tol=None),
                      rng=0, reference=True).reference_objective
     slow = Constant(compute=(0.005, 0.005, 0.005, 0.3))
     with DaskRuntime(n_workers=4, stragglers=slow, rng=0) as rt:
-        res = rt.run(DSAG(n_wait=3, subpartitions=2), problem, open_matrix(X),
+        res = run_on(rt, DSAG(n_wait=3, subpartitions=2), problem, open_matrix(X),
                      stop=StopRule(max_iter=200, tol=None), rng=0)
-        gd = rt.run(GD(), problem, open_matrix(X), stop=StopRule(max_iter=8, tol=None), rng=0)
+        gd = run_on(rt, GD(), problem, open_matrix(X), stop=StopRule(max_iter=8, tol=None), rng=0)
     assert abs(res.objective - ref) / abs(ref) < 1e-8
     assert int(res.trace.n_stale.sum()) > 0
     # DSAG's rounds do not wait for the 300 ms straggler, GD's do (compared side by side:
@@ -181,7 +182,7 @@ def test_default_step_shrinks_with_the_staleness_of_the_cache():
     y = X @ np.ones(8) + rng.normal(size=2400)
     problem, matrix = LeastSquares(alpha=0.01), open_matrix(X, labels=y)
     with LocalRuntime(4) as rt:
-        gd = rt.run(GD(), problem, matrix, stop=StopRule(max_iter=1, tol=None), rng=0,
+        gd = run_on(rt, GD(), problem, matrix, stop=StopRule(max_iter=1, tol=None), rng=0,
                     reference=True)
     ref, full_step = gd.reference_objective, gd.attrs["step_size"]
     latency = "gamma(mean=0.2, var=1e-4) + slowdown(workers=0, factor=2)"

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import GD, NAG, StopRule, open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods import WorkResult, contiguous_placement, list_methods, make_method
 from daskstraggle.problems import PCA, KernelResult, LeastSquares, block_stats
@@ -60,7 +61,7 @@ def test_gd_iterates_equal_dense_gradient_descent(low_rank_matrix):
     X = low_rank_matrix[:, :6]
     y = X @ rng.normal(size=6) + rng.normal(size=len(X))
     with LocalRuntime(n_workers=3) as rt:
-        res = rt.run(GD(), LeastSquares(), open_matrix(X, labels=y), step_size=1e-3,
+        res = run_on(rt, GD(), LeastSquares(), open_matrix(X, labels=y), step_size=1e-3,
                      stop=StopRule(max_iter=5, tol=None))
     A = np.hstack([X, np.ones((len(X), 1))])
     w = np.zeros(7)
@@ -78,7 +79,7 @@ def test_nag_converges_faster_than_gd_and_reaches_the_optimum():
     out = {}
     with LocalRuntime(n_workers=4) as rt:
         for method in (GD(), NAG()):
-            out[method.name] = rt.run(method, LeastSquares(), m, reference=True, rng=0,
+            out[method.name] = run_on(rt, method, LeastSquares(), m, reference=True, rng=0,
                                       stop=StopRule(max_iter=3000, tol=None, gap_tol=1e-10))
     assert out["nag"].stop_reason == "gap"
     assert out["nag"].n_iter < out["gd"].n_iter / 2
@@ -88,7 +89,7 @@ def test_nag_converges_faster_than_gd_and_reaches_the_optimum():
 def test_nag_refuses_pca():
     with pytest.raises(InvalidParameterError, match="for pca: its iterates are subspaces"):
         with LocalRuntime(n_workers=2) as rt:
-            rt.run(NAG(), PCA(n_components=1), open_matrix(np.eye(4)))
+            run_on(rt, NAG(), PCA(n_components=1), open_matrix(np.eye(4)))
 
 
 def test_registry():

@@ -11,6 +11,7 @@ import pytest
 import zarr
 
 from daskstraggle import fit_logistic, fit_pca, open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.cli import main
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods import Gram, make_method
@@ -54,7 +55,7 @@ def test_the_only_exact_pass_is_the_final_one(X):
     recomputes the fitted values with the PCA kernel, independently of the Gram sum."""
     _CountingRuntime.passes = 0
     with _CountingRuntime(n_workers=3) as runtime:
-        res = runtime.run(Gram(), PCA(n_components=K), open_matrix(X), rng=0,
+        res = run_on(runtime, Gram(), PCA(n_components=K), open_matrix(X), rng=0,
                           stop=StopRule(tol=1e-8))
     assert _CountingRuntime.passes == 1
     _assert_exact(res, X, K)
@@ -110,7 +111,7 @@ def test_gram_refuses_what_it_cannot_do(X):
     with pytest.raises(InvalidParameterError, match="20000 columns"):
         fit_pca(wide, 1, runtime="local", n_workers=2, method="gram")
     with pytest.raises(InvalidParameterError, match="20000 columns"):  # before any loading
-        LocalRuntime(2).run(Gram(), PCA(n_components=1), open_matrix(wide))
+        run_on(LocalRuntime(2), Gram(), PCA(n_components=1), open_matrix(wide))
     assert isinstance(make_method("gram", scheme="cyclic-repetition", n_stragglers=1), Gram)
 
 

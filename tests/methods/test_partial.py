@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods import GD, PartialRecovery, make_method
 from daskstraggle.problems import LeastSquares
@@ -22,7 +23,7 @@ def data():
 
 def _run(rt, method, matrix, n_iter, **kw):
     with rt:
-        return rt.run(method, LeastSquares(), matrix, stop=StopRule(max_iter=n_iter, tol=None),
+        return run_on(rt, method, LeastSquares(), matrix, stop=StopRule(max_iter=n_iter, tol=None),
                       rng=0, **kw)
 
 
@@ -151,9 +152,9 @@ def test_on_process_workers_codewords_stream_and_stragglers_are_abandoned(data):
         # a first run makes every worker compile the kernels: the exact passes of the run
         # below use workers 0 and 1 only, and workers 2 and 3 would spend all its rounds
         # compiling (seconds), so worker 3 would be absent whatever its delay
-        rt.run(GD(), LeastSquares(), data, stop=StopRule(max_iter=1, tol=None), rng=0,
+        run_on(rt, GD(), LeastSquares(), data, stop=StopRule(max_iter=1, tol=None), rng=0,
                step_size=step)
-        res = rt.run(method, LeastSquares(), data, stop=StopRule(max_iter=4, tol=None), rng=0,
+        res = run_on(rt, method, LeastSquares(), data, stop=StopRule(max_iter=4, tol=None), rng=0,
                      step_size=step)
     np.testing.assert_allclose(res.iterate, gd.iterate, rtol=1e-10, atol=1e-12)
     events = method.events

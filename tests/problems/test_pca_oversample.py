@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import fit_pca, open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods import GD, make_method
 from daskstraggle.problems import PCA, Block, block_stats
@@ -74,7 +75,7 @@ def test_estimating_methods_refuse_it_before_any_work(flat, method):
     with pytest.raises(InvalidParameterError, match=rf"'oversample' .* exact .*{method!r}"):
         fit_pca(flat, 4, runtime="local", n_workers=3, method=method, oversample=6)
     with pytest.raises(InvalidParameterError, match="'oversample'"):
-        LocalRuntime(3).run(make_method(method), PCA(n_components=2, oversample=1),
+        run_on(LocalRuntime(3), make_method(method), PCA(n_components=2, oversample=1),
                             open_matrix(flat))
 
 
@@ -125,7 +126,7 @@ def test_without_oversampling_the_power_method_is_unchanged(flat):
     pca = PCA(n_components=3).bind(block_stats(block))
     V = pca.init_iterate(np.random.default_rng(0))
     with LocalRuntime(2) as rt:
-        res = rt.run(GD(), PCA(n_components=3), open_matrix(flat),
+        res = run_on(rt, GD(), PCA(n_components=3), open_matrix(flat),
                      stop=StopRule(max_iter=4, tol=None), rng=0)
     from daskstraggle.problems._linalg import orthonormalize
 

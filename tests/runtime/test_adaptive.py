@@ -31,6 +31,7 @@ import pytest
 from dask import config as dask_config
 
 from daskstraggle import config, fit_pca, open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.errors import StraggleWarning, WorkerLostError
 from daskstraggle.methods import GD, CodedGD
 from daskstraggle.problems import PCA
@@ -162,7 +163,7 @@ def scenario() -> Iterator[dict[str, Any]]:
 
 def _same_answer(res: Any, method: Any, data: Any, n_workers: int, *, rtol: float) -> None:
     """``res`` is the run of ``method`` in process, without faults, for as many rounds."""
-    clean = LocalRuntime(n_workers).run(method, PCA(n_components=3), data, rng=0,
+    clean = run_on(LocalRuntime(n_workers), method, PCA(n_components=3), data, rng=0,
                                         stop=StopRule(max_iter=res.n_iter, tol=None))
     assert res.n_iter == clean.n_iter
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=rtol, atol=1e-12)
@@ -198,7 +199,7 @@ def test_jobs_joining_then_an_adaptive_scale_down_keep_gd_exact(
         when(helped, adapt)
         with pytest.warns(StraggleWarning, match=r"is retiring \(closing gracefully\); its "
                           "partitions"):
-            res = rt.run(GD(), PCA(n_components=3), data, rng=0,
+            res = run_on(rt, GD(), PCA(n_components=3), data, rng=0,
                          stop=Until(max_iter=MAX_ROUNDS, tol=None))
         if "adapted" in scenario:
             scenario["adapted"].stop()
@@ -242,7 +243,7 @@ def test_jobs_cancelled_then_resubmitted_keep_coded_gd_exact(
         at_round(rt, 3, lambda: cluster.scale(2))
         when(lost, lambda: cluster.scale(3))
         with pytest.warns(StraggleWarning, match="left the cluster; its partitions"):
-            res = rt.run(method, PCA(n_components=3), data, rng=0,
+            res = run_on(rt, method, PCA(n_components=3), data, rng=0,
                          stop=Until(max_iter=MAX_ROUNDS, tol=None))
         assert len(set(rt.worker_names)) == 3  # one worker per index again
     assert res.n_iter < MAX_ROUNDS, "the scenario did not happen"

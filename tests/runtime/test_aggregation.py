@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import StopRule, fit_least_squares, fit_pca, open_matrix
-from daskstraggle.api import _seeded
+from daskstraggle.api import _seeded, run_on
 from daskstraggle.errors import InvalidParameterError, StraggleWarning
 from daskstraggle.methods import make_method
 from daskstraggle.problems import PCA, LeastSquares, Logistic
@@ -82,7 +82,7 @@ def test_held_results_give_every_method_the_flat_iterates(problem, method, matri
     for runtime in (LocalRuntime(n_workers=4), HeldLocalRuntime(n_workers=4)):
         with runtime as rt:
             meth = make_method(method, **_seeded(method, {}, 0))
-            runs.append(rt.run(meth, _problem(problem), matrix, stop=stop, rng=0))
+            runs.append(run_on(rt, meth, _problem(problem), matrix, stop=stop, rng=0))
         if isinstance(rt, HeldLocalRuntime):
             assert rt.tree.sums > 0  # the method read held sums
     flat, held = runs
@@ -93,7 +93,7 @@ def test_held_results_give_every_method_the_flat_iterates(problem, method, matri
 
 def test_the_trace_counts_the_bytes_that_reach_the_coordinator(matrix):
     with LocalRuntime(n_workers=4) as rt:
-        result = rt.run(make_method("gd"), PCA(n_components=3), matrix,
+        result = run_on(rt, make_method("gd"), PCA(n_components=3), matrix,
                         stop=StopRule(max_iter=3, tol=None), rng=0)
     # four workers each send the 12 x 3 product and 3 captured variances
     assert (result.trace["bytes_to_coordinator"] == 4 * (12 * 3 + 3) * 8).all()
@@ -107,7 +107,7 @@ def test_a_tree_on_dask_workers_gives_the_flat_iterates_with_one_message(
     runs = {}
     for aggregation in ("flat", "tree"):
         with DaskRuntime(dask_client, aggregation=aggregation) as rt:
-            runs[aggregation] = rt.run(make_method(method, **_seeded(method, {}, 0)),
+            runs[aggregation] = run_on(rt, make_method(method, **_seeded(method, {}, 0)),
                                        PCA(n_components=3), zarr_matrix, stop=stop, rng=0)
     flat, tree = runs["flat"], runs["tree"]
     assert tree.n_iter == flat.n_iter
@@ -129,7 +129,7 @@ def test_a_worker_lost_before_the_sum_is_read_is_computed_again(fault_cluster, z
     _, client = fault_cluster
     stop = StopRule(max_iter=6, tol=None)
     with DaskRuntime(client) as rt:
-        clean = rt.run(make_method(method, **_seeded(method, {}, 0)), PCA(n_components=3),
+        clean = run_on(rt, make_method(method, **_seeded(method, {}, 0)), PCA(n_components=3),
                        zarr_matrix, stop=stop, rng=0)
     killed = []
     reduce = aggregate.TreeReducer.reduce
@@ -145,7 +145,7 @@ def test_a_worker_lost_before_the_sum_is_read_is_computed_again(fault_cluster, z
     monkeypatch.setattr(aggregate.TreeReducer, "reduce", kill_then_reduce)
     with DaskRuntime(client, aggregation="tree") as rt, pytest.warns(
             StraggleWarning, match="left the cluster; its partitions"):
-        tree = rt.run(make_method(method, **_seeded(method, {}, 0)), PCA(n_components=3),
+        tree = run_on(rt, make_method(method, **_seeded(method, {}, 0)), PCA(n_components=3),
                       zarr_matrix, stop=stop, rng=0)
         assert killed and rt._reducer is not None and rt._reducer.recomputed >= 1
     assert tree.n_iter == clean.n_iter

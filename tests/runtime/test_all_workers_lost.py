@@ -16,6 +16,7 @@ import pytest
 from dask import config as dask_config
 
 from daskstraggle import config, fit_pca, open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.errors import StraggleWarning, WorkerLostError
 from daskstraggle.methods import GD
 from daskstraggle.problems import PCA
@@ -84,7 +85,7 @@ def test_every_worker_lost_then_one_joining_ends_on_the_clean_iterates(
     from distributed import Client
 
     stop = StopRule(max_iter=12, tol=None)
-    clean = LocalRuntime(2).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+    clean = run_on(LocalRuntime(2), GD(), PCA(n_components=3), data, stop=stop, rng=0)
     workers = [dask_worker(scheduler.scheduler_address) for _ in range(2)]
     late = dask_worker(scheduler.scheduler_address, joins_later=True)
 
@@ -98,7 +99,7 @@ def test_every_worker_lost_then_one_joining_ends_on_the_clean_iterates(
                 DaskRuntime(client, stragglers=SLOW, rng=0) as rt:
             at_round(rt, 4, kill_all_then_join)
             with pytest.warns(StraggleWarning, match="left the cluster"):
-                res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+                res = run_on(rt, GD(), PCA(n_components=3), data, stop=stop, rng=0)
     assert res.n_iter == 12
     lost = [m for m in res.attrs["worker_losses"] if m["kind"] == "lost"]
     # both indices moved, and in the end to the one worker there is: the newcomer (the

@@ -12,6 +12,7 @@ import pytest
 
 from daskstraggle import fit_least_squares, fit_logistic, fit_pca
 from daskstraggle.data import open_matrix
+from daskstraggle.engine.recorder import TraceRecorder
 from daskstraggle.latency.models import Gamma
 from daskstraggle.methods import make_method
 from daskstraggle.problems import PCA
@@ -133,17 +134,21 @@ def test_the_probe_does_not_wait_for_a_busy_worker_and_counts_it_slow():
 
 def test_a_censored_worker_is_fitted_at_the_probe_rounds_durations():
     nan = np.nan
-    trace = {"compute_duration": np.array([[0.1, 0.1, nan]] * 2 + [[0.1, 0.12, nan],
-                                                                    [0.11, 0.1, 0.9],
-                                                                    [0.1, 0.1, nan]]),
-             "communication_duration": np.full((5, 3), 0.01),
-             "iteration_duration": np.array([9.0, 9.0, 0.4, 0.45, 0.5])}
-    arrays = auto._fit_arrays(trace, whole=True)
+    compute = np.array([[0.1, 0.1, nan]] * 2 + [[0.1, 0.12, nan], [0.11, 0.1, 0.9],
+                                                 [0.1, 0.1, nan]])
+    rows = TraceRecorder(3)
+    for row, duration in zip(compute, [9.0, 9.0, 0.4, 0.45, 0.5], strict=True):
+        answered = {i: float(d) for i, d in enumerate(row) if np.isfinite(d)}
+        rows.add(wall_time=0.0, iteration_duration=duration, objective=None, gap=None,
+                 n_fresh=len(answered), n_stale=0, workers_used=tuple(answered),
+                 compute_durations=answered,
+                 latencies={i: d + 0.01 for i, d in answered.items()})
+    arrays = auto._fit_arrays(rows, whole=True)
     # one answer after the warm-up: the rounds it missed count at their durations
     np.testing.assert_allclose(arrays["compute_duration"][:, 2], [0.4, 0.9, 0.5])
-    np.testing.assert_allclose(arrays["compute_duration"][:, :2],
-                               trace["compute_duration"][2:, :2])
-    assert np.isfinite(arrays["communication_duration"]).all()
+    np.testing.assert_allclose(arrays["compute_duration"][:, :2], compute[2:, :2])
+    # and the others' communication time where it had none
+    np.testing.assert_allclose(arrays["communication_duration"], 0.01, atol=1e-12)
 
 
 def test_auto_in_the_fit_functions_reports_what_it_measured_and_chose(tmp_path):

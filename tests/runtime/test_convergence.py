@@ -15,6 +15,7 @@ import pytest
 import zarr
 
 from daskstraggle import fit_least_squares, fit_logistic, fit_pca
+from daskstraggle.api import run_on
 from daskstraggle.cli import main
 from daskstraggle.engine.convergence import ConvergenceMonitor
 from daskstraggle.errors import ConvergenceWarning, DivergenceError, InvalidParameterError
@@ -202,7 +203,7 @@ def _slow_dsag(max_iter):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with SimRuntime(6, latency=latency, rng=0) as rt:
-            res = rt.run(DSAG(n_wait=4), PCA(n_components=3), open_matrix(X),
+            res = run_on(rt, DSAG(n_wait=4), PCA(n_components=3), open_matrix(X),
                          stop=StopRule(max_iter=max_iter, tol=1e-5), rng=0, reference=True)
     return res, caught
 
@@ -366,7 +367,7 @@ def test_the_final_pass_reuses_an_exact_check_at_the_returned_point(well):
             return super()._exact_pass(problem, iterate)
 
     with Counting(4) as rt:
-        res = rt.run(DSAG(subpartitions=3), LeastSquares(alpha=0.01),
+        res = run_on(rt, DSAG(subpartitions=3), LeastSquares(alpha=0.01),
                      open_matrix(well["X"], labels=well["y"]), stop=StopRule(max_iter=1000),
                      rng=0)
     checks = res.attrs["convergence"]["exact_checks"]

@@ -10,6 +10,7 @@ from collections import deque
 import numpy as np
 import pytest
 
+from daskstraggle.api import run_on
 from daskstraggle.engine import CheckpointSchedule, Phase
 from daskstraggle.engine.convergence import ConvergenceMonitor
 from daskstraggle.engine.coordinator import LOG_SIZE, Coordinator, RunSession
@@ -182,12 +183,12 @@ def test_the_runtimes_leave_their_coordinator_log_for_a_replay():
 
     rt = LocalRuntime(3)
     rt.stimulus_log = LOG_SIZE  # off by default: the events hold the results' arrays
-    res = rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=StopRule(max_iter=3, tol=None),
+    res = run_on(rt, GD(), PCA(n_components=2), open_matrix(X), stop=StopRule(max_iter=3, tol=None),
                  rng=0)
     events = [event for event, _ in rt.coordinator.log]
     assert isinstance(events[0], Begin) and res.n_iter == 3
     rt.stimulus_log = 0
-    rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=StopRule(max_iter=3, tol=None),
+    run_on(rt, GD(), PCA(n_components=2), open_matrix(X), stop=StopRule(max_iter=3, tol=None),
            rng=0)
     assert not rt.coordinator.log
     assert sum(isinstance(e, Arrived) for e in events) == 9  # 3 rounds x 3 workers

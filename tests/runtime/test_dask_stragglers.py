@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.methods import GD
 from daskstraggle.problems import PCA
 from daskstraggle.runtime import DaskRuntime, StopRule
@@ -28,7 +29,7 @@ def matrix():
 def test_injected_delay_shows_in_the_scheduler_measured_compute(dask_client, matrix):
     delay = 1.0
     with DaskRuntime(dask_client, stragglers=f"constant(compute=[0.0, {delay}, 0.0])") as rt:
-        res = rt.run(GD(), PCA(n_components=2), matrix, stop=StopRule(max_iter=4, tol=None),
+        res = run_on(rt, GD(), PCA(n_components=2), matrix, stop=StopRule(max_iter=4, tol=None),
                      rng=0)
     c = res.trace.compute_duration.values
     # worker 1's column holds its injected sleep (a lower bound: load only adds to it) ...
@@ -53,7 +54,7 @@ def test_a_failed_run_removes_its_injector_and_throttle(dask_client, matrix):
     stragglers = "constant(compute=0.01) + throttle(workers=2, factor=2)"
     with DaskRuntime(dask_client, stragglers=stragglers) as rt:
         with pytest.raises(RuntimeError, match="boom"):
-            rt.run(_Boom(), PCA(n_components=2), matrix, stop=StopRule(max_iter=5, tol=None))
+            run_on(rt, _Boom(), PCA(n_components=2), matrix, stop=StopRule(max_iter=5, tol=None))
         assert rt._throttle is None
     assert not _plugins(dask_client)
     states = dask_client.run(_state)
@@ -72,7 +73,7 @@ def test_stragglers_that_do_not_fit_the_cluster_fail_before_loading(dask_client,
 
     with DaskRuntime(dask_client, stragglers="slowdown(workers=5, factor=2)") as rt:
         with pytest.raises(InvalidParameterError, match="worker 5 is out of range for 3"):
-            rt.run(GD(), PCA(n_components=2), matrix)
+            run_on(rt, GD(), PCA(n_components=2), matrix)
 
 
 def _delay(name):

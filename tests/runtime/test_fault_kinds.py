@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import _registry, open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.cli import main
 from daskstraggle.errors import WorkerLostError
 from daskstraggle.latency.faults import FAULTS, ClusterState, Join, Loss
@@ -44,7 +45,7 @@ X = np.random.default_rng(0).normal(size=(800, 6)) * np.linspace(3.0, 1.0, 6)
 
 def _run(faults):
     with SimRuntime(4, latency="gamma(mean=0.1, var=1e-4)", faults=faults, rng=1) as rt:
-        result = rt.run(GD(), PCA(n_components=2), open_matrix(X),
+        result = run_on(rt, GD(), PCA(n_components=2), open_matrix(X),
                         stop=StopRule(max_iter=40, tol=None), rng=0)
         return result, rt.worker_pool
 

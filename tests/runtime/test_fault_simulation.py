@@ -43,7 +43,7 @@ def test_a_lost_workers_rows_move_and_are_computed_again():
     loss, move = sim.events
     assert loss["event"] == "loss" and move["event"] == "move"
     # the engine's own record of the move (the run's attrs) says the same
-    (record,) = sim.result.attrs["worker_losses"]
+    (record,) = sim.outcome.attrs["worker_losses"]
     assert (move["worker_index"], move["from"], move["to"], move["time"]) == \
         (record["worker_index"], record["lost"], record["moved_to"], record["time"])
     assert sim.workers[0] == move["to"] and sim.n_iterations == 60

@@ -18,6 +18,7 @@ from dask import config as dask_config
 import daskstraggle.config  # noqa: F401  (registers the daskstraggle defaults the fixture patches)
 from daskstraggle import open_matrix
 from daskstraggle._cli_format import format_result
+from daskstraggle.api import run_on
 from daskstraggle.errors import StraggleError, StraggleWarning
 from daskstraggle.methods import DSAG, GD
 from daskstraggle.problems import PCA, Logistic
@@ -63,7 +64,7 @@ def _run_frozen(rt: DaskRuntime, index: int, method, problem, data, stop, at_rou
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            res = rt.run(method, problem, data, stop=stop, rng=0)
+            res = run_on(rt, method, problem, data, stop=stop, rng=0)
     finally:
         os.kill(pid, signal.SIGCONT)
     return res, [str(w.message) for w in caught if w.category is StraggleWarning]
@@ -72,7 +73,7 @@ def _run_frozen(rt: DaskRuntime, index: int, method, problem, data, stop, at_rou
 def test_gd_moves_a_frozen_workers_rows_and_ends_with_the_clean_iterates(data, fault_cluster,
                                                                          at_round):
     stop = StopRule(max_iter=20, tol=None)
-    clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+    clean = run_on(LocalRuntime(3), GD(), PCA(n_components=3), data, stop=stop, rng=0)
     with DaskRuntime(fault_cluster[1], stragglers=SLOW, rng=0, frozen_after=3.0) as rt:
         res, said = _run_frozen(rt, 1, GD(), PCA(n_components=3), data, stop, at_round)
     # bounded waits ended it, not the frozen worker: the 3 s bound moved its rows (the
@@ -97,7 +98,7 @@ def test_dsag_moves_rows_grown_too_stale_and_reports_the_staleness(data, fault_c
     # 200 leave the run as many again to converge (120 left the gap at 0.6-1.05e-3)
     stop = StopRule(max_iter=200, tol=None)
     # the exact optimum
-    gd = LocalRuntime(3).run(GD(), problem, data, stop=stop, rng=0, reference=True)
+    gd = run_on(LocalRuntime(3), GD(), problem, data, stop=stop, rng=0, reference=True)
     # no injected delay: rounds take milliseconds, and the frozen worker's rows move once
     # its unit is 10 rounds old, long before it is a minute late (and, lowered here, a
     # second: the floor that spares a fresh worker compiling its kernels)
@@ -137,7 +138,7 @@ def test_a_worker_frozen_before_the_injector_is_installed_is_one_line(data, monk
         try:
             with pytest.raises(StraggleError, match=r"Could not install the straggler injector: "
                                r"a worker did not answer within 1 s \(frozen\?\)"):
-                rt.run(GD(), PCA(n_components=2), data, stop=StopRule(max_iter=5, tol=None),
+                run_on(rt, GD(), PCA(n_components=2), data, stop=StopRule(max_iter=5, tol=None),
                        rng=0)
         finally:
             os.kill(pid, signal.SIGCONT)
@@ -148,10 +149,10 @@ def test_backups_of_a_slow_workers_units_keep_the_clean_iterates(data, fault_clu
     # worker 1 takes ~0.4 s per unit, the others ~0.1 s: its units are sent again to
     # another worker after 1.3 x the median latency, and the first answer counts
     stop = StopRule(max_iter=15, tol=None)
-    clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+    clean = run_on(LocalRuntime(3), GD(), PCA(n_components=3), data, stop=stop, rng=0)
     slow = "gamma(mean=0.1, var=1e-6) + slowdown(workers=1, factor=4)"
     with DaskRuntime(fault_cluster[1], stragglers=slow, rng=0, backup_after=1.3) as rt:
-        res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+        res = run_on(rt, GD(), PCA(n_components=3), data, stop=stop, rng=0)
     assert res.attrs["backups"] >= 10  # about one per round, after the first few
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
 

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.latency.fit import fit_trace
 from daskstraggle.latency.models import Gamma
 from daskstraggle.latency.order import order_statistics
@@ -41,9 +42,9 @@ def test_predicted_latency_matches_a_simulated_run():
     model = Gamma(mean=MEANS, var=tuple((0.2 * m) ** 2 for m in MEANS))
     matrix = open_matrix(X, labels=y, n_partitions=4)
     with SimRuntime(4, latency=model, rng=1) as rt:
-        gd = rt.run(GD(), LeastSquares(), matrix, stop=StopRule(max_iter=200, tol=None),
+        gd = run_on(rt, GD(), LeastSquares(), matrix, stop=StopRule(max_iter=200, tol=None),
                     rng=0, step_size=1e-4)
-        sgd = rt.run(SGD(n_wait=2), LeastSquares(), matrix,
+        sgd = run_on(rt, SGD(n_wait=2), LeastSquares(), matrix,
                      stop=StopRule(max_iter=50, tol=None), rng=0, step_size=1e-4)
 
     trace = gd.trace

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import fit_pca, open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.errors import NonFiniteDataError
 from daskstraggle.runtime import local
 
@@ -67,7 +68,7 @@ def test_blas_threads_are_limited_during_a_run_and_restored_after(matrix, monkey
         from daskstraggle.methods import GD
         from daskstraggle.runtime import StopRule
 
-        runtime.run(GD(), Watching(n_components=2), open_matrix(matrix, chunk_rows=100),
+        run_on(runtime, GD(), Watching(n_components=2), open_matrix(matrix, chunk_rows=100),
                     stop=StopRule(max_iter=3, tol=None), rng=0)
     assert seen and all(threads == {1} for threads in seen)
     after = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
@@ -99,7 +100,7 @@ def test_small_blocks_run_inline_and_large_ones_in_threads(matrix, monkeypatch, 
     if inline_bytes is not None:
         monkeypatch.setattr(local, "_INLINE_BYTES", inline_bytes)
     with local.LocalRuntime(n_workers=2) as runtime:
-        res = runtime.run(GD(), Watching(n_components=2), open_matrix(matrix, chunk_rows=100),
+        res = run_on(runtime, GD(), Watching(n_components=2), open_matrix(matrix, chunk_rows=100),
                           stop=StopRule(max_iter=3, tol=None), rng=0)
     assert threads == {inline}
     assert res.n_iter == 3

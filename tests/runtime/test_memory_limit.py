@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.methods import GD
 from daskstraggle.problems import Logistic
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, StopRule
@@ -183,7 +184,7 @@ def test_one_tight_worker_among_healthy_ones_loses_its_index_once():
         with DaskRuntime(client, rng=0) as rt:
             tight = next(i for i, a in enumerate(rt.worker_names) if limits[a] < 1e9)
             with pytest.warns(UserWarning, match="left the cluster"):
-                res = rt.run(GD(), _Hungry(alpha=0.01), open_matrix(X, labels=y), stop=stop,
+                res = run_on(rt, GD(), _Hungry(alpha=0.01), open_matrix(X, labels=y), stop=stop,
                              rng=0)
         restarts = [msg for _, msg in client.get_events("worker-restart-memory")]
     moves = res.attrs["worker_losses"]
@@ -194,7 +195,7 @@ def test_one_tight_worker_among_healthy_ones_loses_its_index_once():
     assert all(m["reloaded"] == m["partitions"] for m in moves), moves
     assert 1 <= len(restarts) <= 2, restarts
     assert res.n_iter == 30
-    clean = LocalRuntime(3).run(GD(), Logistic(alpha=0.01), open_matrix(X, labels=y),
+    clean = run_on(LocalRuntime(3), GD(), Logistic(alpha=0.01), open_matrix(X, labels=y),
                                 stop=stop, rng=0)
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
 
@@ -210,7 +211,7 @@ def test_the_allowed_losses_are_a_dask_setting(dask_client):
     X = np.random.default_rng(0).normal(size=(200, 3))
     y = np.where(X[:, 0] > 0, 1.0, -1.0)
     with dask.config.set({"daskstraggle.allowed-losses": 1}), DaskRuntime(dask_client) as rt:
-        rt.run(GD(), Logistic(), open_matrix(X, labels=y),
+        run_on(rt, GD(), Logistic(), open_matrix(X, labels=y),
                stop=StopRule(max_iter=1, tol=None), rng=0)
         assert rt.worker_pool.allowed_losses == 1
     with DaskRuntime(dask_client) as rt:

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import Result, fit_least_squares
+from daskstraggle.api import run_on
 from daskstraggle.cli import main
 from daskstraggle.engine.checkpoint import CheckpointSchedule
 from daskstraggle.errors import DataNotFoundError, InvalidDataError, InvalidParameterError
@@ -63,7 +64,7 @@ def _run(writer: Any, max_iter: int, resume: dict[str, Any] | None = None) -> Re
 
     X, y = _data()
     with LocalRuntime(n_workers=3) as rt:
-        return rt.run(make_method("gd"), LeastSquares(), open_matrix(X, labels=y),
+        return run_on(rt, make_method("gd"), LeastSquares(), open_matrix(X, labels=y),
                       stop=StopRule(max_iter=max_iter, tol=None), rng=0,
                       record_iterates=True, checkpoint=writer, resume=resume)
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import GD, StopRule, open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.errors import ClusterConnectionError, InvalidParameterError, NonFiniteDataError
 from daskstraggle.problems import PCA, Logistic
 from daskstraggle.runtime import DaskRuntime, LocalRuntime, connect
@@ -16,9 +17,10 @@ from daskstraggle.runtime.dask import worker_addresses
 def test_dask_and_local_runtimes_agree(dask_client, zarr_matrix):
     stop = StopRule(max_iter=30, tol=None)
     with LocalRuntime(n_workers=3) as rt:
-        local = rt.run(GD(), PCA(n_components=3), zarr_matrix, stop=stop, rng=0)
+        local = run_on(rt, GD(), PCA(n_components=3), zarr_matrix, stop=stop, rng=0)
     with DaskRuntime(dask_client) as rt:
-        remote = rt.run(GD(), PCA(n_components=3), zarr_matrix, stop=stop, rng=0, reference=True)
+        remote = run_on(rt, GD(), PCA(n_components=3), zarr_matrix, stop=stop, rng=0,
+                        reference=True)
     np.testing.assert_allclose(remote.iterate, local.iterate, atol=1e-12)
     assert remote.n_iter == local.n_iter == 30
     assert remote.attrs["workers"] == worker_addresses(dask_client)
@@ -62,7 +64,7 @@ def test_an_exact_pass_returns_as_its_last_fold_arrives(dask_client, zarr_matrix
 
     monkeypatch.setattr(dask_runtime, "_wait_ready", watched)
     with DaskRuntime(dask_client) as rt:
-        result = rt.run(GD(), PCA(n_components=2), zarr_matrix,
+        result = run_on(rt, GD(), PCA(n_components=2), zarr_matrix,
                         stop=StopRule(max_iter=2, tol=None), rng=0)
     assert result.n_iter == 2
     assert waits and all(waits), waits
@@ -74,7 +76,7 @@ def test_nan_is_detected_on_the_worker_with_its_partition(dask_client):
     y = np.sign(X[:, 0])
     with DaskRuntime(dask_client) as rt:
         with pytest.raises(NonFiniteDataError, match=r"Partition 2 \(rows 60-90\).*row 70"):
-            rt.run(GD(), Logistic(), open_matrix(X, labels=y, n_partitions=3))
+            run_on(rt, GD(), Logistic(), open_matrix(X, labels=y, n_partitions=3))
 
 
 def test_runtime_starts_and_closes_its_own_cluster():
@@ -97,12 +99,12 @@ def test_only_one_cluster_source():
 def test_fewer_rows_than_workers():
     with LocalRuntime(n_workers=5) as rt:
         with pytest.raises(InvalidParameterError, match="fewer than the 5 workers"):
-            rt.run(GD(), PCA(n_components=1), open_matrix(np.eye(3)))
+            run_on(rt, GD(), PCA(n_components=1), open_matrix(np.eye(3)))
 
 
 def test_time_budget_stops_the_run(low_rank_matrix):
     with LocalRuntime(n_workers=2) as rt:
-        res = rt.run(GD(), PCA(n_components=2), open_matrix(low_rank_matrix),
+        res = run_on(rt, GD(), PCA(n_components=2), open_matrix(low_rank_matrix),
                      stop=StopRule(max_iter=10**6, tol=None, time_budget=0.05))
     assert res.stop_reason == "time_budget"
     assert res.wall_time >= 0.05

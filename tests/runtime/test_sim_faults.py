@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import fit_pca, open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.engine.pool import MoveIndex, StartHelping, WorkerPool
 from daskstraggle.errors import InvalidParameterError, WorkerLostError
 from daskstraggle.latency.faults import Freeze, Join, Loss
@@ -34,7 +35,7 @@ class CheckedSim(SimRuntime):
 
 def _run(method, faults=None, *, problem=None, n_workers=4, **kwargs):
     with CheckedSim(n_workers, latency=LATENCY, faults=faults, rng=1, **kwargs) as rt:
-        result = rt.run(method, problem or PCA(n_components=2), open_matrix(X, labels=Y),
+        result = run_on(rt, method, problem or PCA(n_components=2), open_matrix(X, labels=Y),
                         stop=STOP, rng=0)
         return result, rt.worker_pool
 
@@ -103,9 +104,9 @@ def test_a_short_freeze_only_delays_the_rounds():
 def test_a_joining_worker_helps_the_slowest_index_and_the_iterates_stay():
     slow = "gamma(mean=0.1, var=1e-4) + slowdown(workers=2, factor=4)"
     with CheckedSim(4, latency=slow, rng=1) as rt:
-        clean = rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
+        clean = run_on(rt, GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
     with CheckedSim(4, latency=slow, faults="join(count=1, at=1)", rng=1) as rt:
-        helped = rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
+        helped = run_on(rt, GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
         pool = rt.worker_pool
     _same_iterates(helped, clean, rtol=1e-9)
     (join,) = helped.attrs["worker_joins"]
@@ -118,9 +119,9 @@ def test_a_joining_worker_helps_the_slowest_index_and_the_iterates_stay():
 def test_backups_of_a_slow_workers_units_end_on_the_clean_iterates():
     slow = "gamma(mean=0.1, var=1e-4) + slowdown(workers=1, factor=5)"
     with CheckedSim(4, latency=slow, rng=1) as rt:
-        clean = rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
+        clean = run_on(rt, GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
     with CheckedSim(4, latency=slow, rng=1, backup_after=2.0) as rt:
-        backed = rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
+        backed = run_on(rt, GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
     _same_iterates(backed, clean)
     assert backed.attrs["backups"] >= STOP.max_iter - 3
     # a round: the backup goes after 2 x 0.1 s and answers 0.1 s later, not after 0.5 s
@@ -226,7 +227,7 @@ def test_a_simulated_fault_run_replays_through_a_fresh_pool():
     faults = "loss(workers=0, at=0.5) + join(count=2, at=1.2) + freeze(workers=2, at=2, for=30)"
     with CheckedSim(4, latency=slow, faults=faults, rng=1, frozen_after=1.0) as rt:
         rt.stimulus_log = 100_000
-        rt.run(GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
+        run_on(rt, GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
         pool = rt.worker_pool
     names = {name for name, *_ in pool.stimuli}
     assert {"sent", "arrived", "on_status", "overdue", "shun", "split"} <= names
@@ -252,7 +253,7 @@ def test_block_krylov_with_a_helper_keeps_the_clean_rounds_and_subspace(tol, ato
     runs = []
     for faults in (None, "join(count=1, at=0.5)"):
         with CheckedSim(3, latency=slow, faults=faults, rng=1) as rt:
-            runs.append(rt.run(make_method("block"), PCA(n_components=5), open_matrix(flat),
+            runs.append(run_on(rt, make_method("block"), PCA(n_components=5), open_matrix(flat),
                                stop=StopRule(max_iter=300, tol=tol), rng=0))
     clean, helped = runs
     assert helped.attrs["worker_joins"][0]["split_units"] >= clean.n_iter - 3

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import Constant
 from daskstraggle.methods import GD, SGD
@@ -20,7 +21,7 @@ def X() -> np.ndarray:
 
 def _run(rt, method, X, n_iter=4, **kw):
     with rt:
-        return rt.run(method, PCA(n_components=2), open_matrix(X, n_partitions=4),
+        return run_on(rt, method, PCA(n_components=2), open_matrix(X, n_partitions=4),
                       stop=StopRule(max_iter=n_iter, tol=None), rng=0, **kw)
 
 
@@ -73,7 +74,7 @@ def test_update_duration_and_time_budget_are_simulated(X):
     res = _run(SimRuntime(4, latency=Constant(compute=1.0), update_duration=0.25), GD(), X)
     np.testing.assert_allclose(res.trace.wall_time, [1.0, 2.25, 3.5, 4.75])
     with SimRuntime(4, latency=Constant(compute=10.0)) as rt:
-        res = rt.run(GD(), PCA(n_components=2), open_matrix(X),
+        res = run_on(rt, GD(), PCA(n_components=2), open_matrix(X),
                      stop=StopRule(max_iter=100, tol=None, time_budget=35.0), rng=0)
     assert res.stop_reason == "time_budget" and len(res.trace.iteration) == 4
 
@@ -87,7 +88,7 @@ def test_without_a_model_tasks_take_their_measured_time(X):
 def test_a_thousand_workers_fit_on_one_machine():
     X = np.random.default_rng(0).normal(size=(20_000, 8))
     with SimRuntime(1000, latency=Constant(compute=0.01)) as rt:
-        res = rt.run(SGD(n_wait=500, collect_window=0.0), LeastSquares(),
+        res = run_on(rt, SGD(n_wait=500, collect_window=0.0), LeastSquares(),
                      open_matrix(X, labels=X[:, 0] + 1.0), stop=StopRule(max_iter=3, tol=None),
                      rng=0)
     assert res.trace.sizes["worker"] == 1000
@@ -132,7 +133,7 @@ def test_matches_the_latency_simulator_exactly(X, n_wait, window, update):
     model = Gamma(mean=(0.1, 0.2, 0.3, 0.4, 0.5), var=(0.01, 0.01, 0.02, 0.02, 0.05),
                   communication_mean=0.01, communication_var=1e-5)
     with SimRuntime(5, latency=model, update_duration=update, rng=11) as rt:
-        res = rt.run(SGD(n_wait=n_wait, collect_window=window), PCA(n_components=2),
+        res = run_on(rt, SGD(n_wait=n_wait, collect_window=window), PCA(n_components=2),
                      open_matrix(X, n_partitions=5), stop=StopRule(max_iter=30, tol=None),
                      rng=0)
     sim = simulate(model, 5, n_wait, 30, collect_window=window, update_duration=update, rng=11)

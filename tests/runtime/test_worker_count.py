@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from daskstraggle import open_matrix
+from daskstraggle.api import run_on
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods import DSAG
 from daskstraggle.problems import PCA
@@ -40,7 +41,7 @@ def _data():
 def test_too_few_workers_on_an_existing_cluster_names_min_workers(one_worker_client):
     with DaskRuntime(one_worker_client, rng=0) as rt:
         with pytest.raises(InvalidParameterError) as raised:
-            rt.run(DSAG(n_wait=3), PCA(n_components=2), _data(), rng=0)
+            run_on(rt, DSAG(n_wait=3), PCA(n_components=2), _data(), rng=0)
     line = str(raised.value)
     assert "\n" not in line
     assert line.startswith("The 'n_wait' parameter of DSAG must be an int in [1, 1]")
@@ -50,5 +51,5 @@ def test_too_few_workers_on_an_existing_cluster_names_min_workers(one_worker_cli
 def test_with_min_workers_the_refusal_is_the_methods_own(one_worker_client):
     with DaskRuntime(one_worker_client, rng=0, min_workers=1) as rt:
         with pytest.raises(InvalidParameterError) as raised:
-            rt.run(DSAG(n_wait=3), PCA(n_components=2), _data(), rng=0)
+            run_on(rt, DSAG(n_wait=3), PCA(n_components=2), _data(), rng=0)
     assert "--min-workers" not in str(raised.value)

@@ -23,6 +23,7 @@ from dask import config as dask_config
 
 from daskstraggle import open_matrix
 from daskstraggle._cli_format import format_result
+from daskstraggle.api import run_on
 from daskstraggle.engine.coordinator import LOG_SIZE
 from daskstraggle.errors import StraggleWarning
 from daskstraggle.methods import DSAG, GD, CodedGD, make_method
@@ -91,11 +92,11 @@ def test_replacement_targets_prefer_new_workers_then_spread():
 def test_exact_methods_finish_with_the_clean_iterates(data, fault_cluster, at_round, method,
                                                        problem):
     stop = StopRule(max_iter=20, tol=None)
-    clean = LocalRuntime(3).run(method, problem, data, stop=stop, rng=0)
+    clean = run_on(LocalRuntime(3), method, problem, data, stop=stop, rng=0)
     with DaskRuntime(fault_cluster[1], stragglers=SLOW, rng=0) as rt:
         at_round(rt, 4, _kill(_worker_pid(rt, 1)))
         with pytest.warns(StraggleWarning, match="left the cluster; its partitions") as said:
-            res = rt.run(method, problem, data, stop=stop, rng=0)
+            res = run_on(rt, method, problem, data, stop=stop, rng=0)
     assert res.n_iter == 20
     np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
     (loss,) = _losses(res)
@@ -111,7 +112,7 @@ def test_dsag_goes_on_and_its_final_pass_does_not_hang(data, fault_cluster, at_r
     with DaskRuntime(fault_cluster[1], stragglers=SLOW, rng=0) as rt:
         at_round(rt, 4, _kill(_worker_pid(rt, 2)))
         with pytest.warns(StraggleWarning, match="left the cluster"):
-            res = rt.run(DSAG(n_wait=2), Logistic(alpha=0.01), data,
+            res = run_on(rt, DSAG(n_wait=2), Logistic(alpha=0.01), data,
                          stop=StopRule(max_iter=30, tol=None), rng=0)
     assert res.n_iter == 30 and np.isfinite(res.objective)
     # the fitted values come from an exact pass over every partition, after the loss
@@ -120,7 +121,7 @@ def test_dsag_goes_on_and_its_final_pass_does_not_hang(data, fault_cluster, at_r
 
 def test_retiring_workers_are_left_before_they_go(data, fault_cluster, at_round):
     stop = StopRule(max_iter=20, tol=None)
-    clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+    clean = run_on(LocalRuntime(3), GD(), PCA(n_components=3), data, stop=stop, rng=0)
     client = fault_cluster[1]
     # frozen_after: a worker index left on a retiring worker (given no task) would be
     # moved only after a minute, as frozen
@@ -135,7 +136,7 @@ def test_retiring_workers_are_left_before_they_go(data, fault_cluster, at_round)
         at_round(rt, 8, lambda: client.retire_workers([goes], close_workers=True))
         with pytest.warns(StraggleWarning, match=r"is retiring \(closing gracefully\); its "
                           "partitions"):
-            res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+            res = run_on(rt, GD(), PCA(n_components=3), data, stop=stop, rng=0)
         assert not {stays, goes} & set(rt.worker_names)
     moves = res.attrs["worker_losses"]
     # both moved as retiring (kind "retired" below), none as found frozen after a minute
@@ -160,7 +161,7 @@ def test_a_users_handler_on_a_workers_topic_is_left_alone(data, fault_cluster):
     client.subscribe_topic(first, heard.append)
     try:
         with DaskRuntime(client, rng=0) as rt:
-            rt.run(GD(), PCA(n_components=2), data, stop=StopRule(max_iter=3, tol=None), rng=0)
+            run_on(rt, GD(), PCA(n_components=2), data, stop=StopRule(max_iter=3, tol=None), rng=0)
             assert client._event_handlers[first] == heard.append
             assert set(others) <= set(client._event_handlers)  # the runtime's own
         assert client._event_handlers[first] == heard.append
@@ -346,7 +347,7 @@ def test_a_frozen_worker_does_not_hold_up_the_final_exact_pass(data, fault_clust
         try:
             at_round(rt, 5, lambda: os.kill(pid, signal.SIGSTOP))
             with caplog.at_level(logging.WARNING, logger="daskstraggle.runtime.dask"):
-                res = rt.run(DSAG(n_wait=2), Logistic(alpha=0.01), data,
+                res = run_on(rt, DSAG(n_wait=2), Logistic(alpha=0.01), data,
                              stop=StopRule(max_iter=25, tol=None), rng=0)
         finally:
             os.kill(pid, signal.SIGCONT)
@@ -382,11 +383,11 @@ def test_a_share_above_the_memory_limit_is_refused_before_loading():
                 InvalidParameterError, match=rf"Worker {address} would hold 0.96 GB of the "
                 r"matrix beside its own 0\.[1-4]\d* GB and 0.16 GB read while loading "
                 r"\(1\.[1-5]\d* GB\), more than 80% of its memory limit of 1 GB"):
-            rt.run(GD(), PCA(n_components=2), open_matrix(X), rng=0)
+            run_on(rt, GD(), PCA(n_components=2), open_matrix(X), rng=0)
         # a share that fits runs
         small = np.random.default_rng(0).normal(size=(1000, 1000))
         with DaskRuntime(client) as rt:
-            res = rt.run(GD(), PCA(n_components=1), open_matrix(small),
+            res = run_on(rt, GD(), PCA(n_components=1), open_matrix(small),
                          stop=StopRule(max_iter=2, tol=None), rng=0)
         assert res.n_iter == 2
 
@@ -396,7 +397,7 @@ def test_a_worker_without_a_nanny_is_replaced_then_a_newcomer_takes_its_index_ba
     from distributed import Client, LocalCluster
 
     stop = StopRule(max_iter=40, tol=None)
-    clean = LocalRuntime(3).run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+    clean = run_on(LocalRuntime(3), GD(), PCA(n_components=3), data, stop=stop, rng=0)
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                            dashboard_address=None)
     try:
@@ -412,7 +413,7 @@ def test_a_worker_without_a_nanny_is_replaced_then_a_newcomer_takes_its_index_ba
                 at_round(rt, 6, late.join)
                 rt.stimulus_log = LOG_SIZE  # record the engine's inputs, for a replay
                 with pytest.warns(StraggleWarning, match="left the cluster"):
-                    res = rt.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+                    res = run_on(rt, GD(), PCA(n_components=3), data, stop=stop, rng=0)
                 assert len(set(rt.worker_names)) == 3  # one worker per index again
                 pool = rt.worker_pool
         lost, adopted = res.attrs["worker_losses"]
@@ -433,7 +434,7 @@ def test_a_worker_without_a_nanny_is_replaced_then_a_newcomer_takes_its_index_ba
         # and the same scenario as a fault spec in simulated time ends on the same answer
         with SimRuntime(3, latency=SLOW, rng=0,
                         faults=f"loss(workers={index}, at=0.2) + join(count=1, at=0.5)") as sim:
-            simulated = sim.run(GD(), PCA(n_components=3), data, stop=stop, rng=0)
+            simulated = run_on(sim, GD(), PCA(n_components=3), data, stop=stop, rng=0)
         kinds = [m["kind"] for m in simulated.attrs["worker_losses"]]
         assert kinds == ["lost", "adopted"]
         np.testing.assert_allclose(simulated.iterate, res.iterate, rtol=1e-9, atol=1e-12)
@@ -475,11 +476,11 @@ def test_a_worker_joining_beyond_the_worker_count_helps_the_slowest_index(
     with DaskRuntime(client, stragglers=slow, rng=0) as rt:
         before = rt.worker_names
         at_round(rt, 3, newcomer.join)
-        res = rt.run(method, problem, data, stop=UntilHelped(max_iter=1000, tol=None), rng=0)
+        res = run_on(rt, method, problem, data, stop=UntilHelped(max_iter=1000, tol=None), rng=0)
         (joined,) = set(worker_addresses(client)) - set(before)
         assert rt.worker_names == before  # the methods keep their 3 worker indices
     assert res.n_iter < 1000, "the newcomer did not help within 1000 rounds"
-    clean = LocalRuntime(3).run(method, problem, data,
+    clean = run_on(LocalRuntime(3), method, problem, data,
                                 stop=StopRule(max_iter=res.n_iter, tol=None), rng=0)
     (join,) = res.attrs["worker_joins"]
     assert (join["worker"], join["helps"]) == (joined, 1)
