@@ -1292,16 +1292,14 @@ def run_on(runtime: Runtime, method: Method, problem: Problem, matrix: Matrix,
     Examples
     --------
     >>> import numpy as np
-    >>> from daskstraggle import open_matrix
+    >>> import daskstraggle as ds
     >>> from daskstraggle.api import run_on
-    >>> from daskstraggle.methods import GD
-    >>> from daskstraggle.problems import PCA
-    >>> from daskstraggle.runtime import LocalRuntime, StopRule
-    >>> X = np.random.default_rng(0).normal(size=(200, 6))
-    >>> with LocalRuntime(2) as rt:
-    ...     res = run_on(rt, GD(), PCA(n_components=2), open_matrix(X),
-    ...                  stop=StopRule(max_iter=50, tol=None), rng=0)
-    >>> res.n_iter
-    50
+    >>> from daskstraggle.problems import LeastSquares
+    >>> X = np.random.default_rng(0).normal(size=(200, 4))
+    >>> data = ds.open_matrix(X, labels=X @ [1.0, 2.0, 0.0, -1.0])
+    >>> with ds.runtime.LocalRuntime(2) as rt:
+    ...     res = run_on(rt, ds.GD(), LeastSquares(), data, rng=0)
+    >>> res.converged, np.round(res.fitted["coef"], 3).tolist()
+    (True, [1.0, 2.0, 0.0, -1.0])
     """
     return Result.from_outcome(lifecycle.run(runtime, method, problem, matrix, **options))

@@ -180,14 +180,9 @@ class Result:
             if ref is not None:
                 trace["exact_gap"] = ("iteration", outcome.exact_objectives - ref.objective)
         result = cls(
-            problem=bound.name,
-            method=outcome.method.name,
-            fitted=outcome.fitted,
-            trace=trace,
-            iterate=outcome.iterate,
-            objective=outcome.objective,
-            stop_reason=outcome.reason,
-            converged=outcome.converged,
+            problem=bound.name, method=outcome.method.name, fitted=outcome.fitted,
+            trace=trace, iterate=outcome.iterate, objective=outcome.objective,
+            stop_reason=outcome.reason, converged=outcome.converged,
             optimality=outcome.optimality,
             reference_objective=None if ref is None else ref.objective,
             distance=None if ref is None else bound.distance(outcome.iterate, ref),
