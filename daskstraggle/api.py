@@ -11,20 +11,22 @@ import functools
 import inspect
 import numbers
 import os
+import re
+import textwrap
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import numpy as np
 
+from daskstraggle._declared_options import Constraint, check_fields, flat_name
 from daskstraggle._output import source_paths
 from daskstraggle._recovery import recovery
 from daskstraggle._validation import (
     check_bool,
-    check_int,
     check_mapping,
-    check_path,
     check_rng,
 )
 from daskstraggle.data.genotypes import (
@@ -48,7 +50,7 @@ from daskstraggle.latency.faults import term_names
 from daskstraggle.latency.spec import Stragglers, parse_stragglers
 from daskstraggle.methods import Gram, Method, make_method
 from daskstraggle.methods.base import check_oversampling
-from daskstraggle.options import Checkpoint, DataOptions, Report, RuntimeSpec
+from daskstraggle.options import Checkpoint, DataOptions, Report, RuntimeSpec, run_groups
 from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem
 from daskstraggle.runtime import (
     Runtime,
@@ -208,7 +210,6 @@ def _check_min_workers(min_workers: Any, runtime: Any, client: Any, scheduler: s
     """``min_workers`` waits for an existing cluster's workers: refuse it elsewhere."""
     if min_workers is None:
         return
-    check_int(min_workers, name="min_workers", caller=caller, low=1)
     if _declared(runtime).in_process or (client is None and scheduler is None):
         raise InvalidParameterError(
             f"The 'min_workers' parameter of {caller} (CLI: --min-workers) waits for the "
@@ -271,9 +272,25 @@ def _resolve_runtime(
         yield rt
 
 
-#: The groups of a run that gives none (each group's defaults).
-_DEFAULT_STOP, _DEFAULT_RUNTIME, _DEFAULT_DATA = StopRule(), RuntimeSpec(), DataOptions()
-_DEFAULT_CHECKPOINT, _DEFAULT_REPORT = Checkpoint(), Report()
+#: The checks of :func:`_run`'s own keywords (the groups' fields declare theirs), with the
+#: command line's option of each that has one.
+_OWN_CONSTRAINTS = {"step_size": (Constraint(float), "--step-size"),
+                    "out": (Constraint(Path, example="run.zarr"), "--out"),
+                    "overwrite": (Constraint(bool, none=False), None),
+                    "progress": (Constraint(bool, none=False), None)}
+
+
+def _validated(caller: str, own: dict[str, Any], groups: dict[str, Any]
+               ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``own`` keywords and ``groups`` (a group not given: its defaults) with every value
+    checked by its declared constraint and normalised, or InvalidParameterError naming the
+    first value that breaks one (``_OWN_CONSTRAINTS``; the groups' fields:
+    :func:`~daskstraggle._declared_options.check_fields`)."""
+    own = {name: constraint.check(own[name], name=name, caller=caller, flag=flag)
+           for name, (constraint, flag) in _OWN_CONSTRAINTS.items()}
+    groups = {name: check_fields(cls() if groups[name] is None else groups[name], caller=caller)
+              for name, cls in run_groups().items()}
+    return own, groups
 
 
 def _run(
@@ -288,71 +305,67 @@ def _run(
     out: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: bool = False,
-    stop: StopRule = _DEFAULT_STOP,
-    runtime: Any = _DEFAULT_RUNTIME,
-    data: DataOptions = _DEFAULT_DATA,
-    checkpoint: Any = _DEFAULT_CHECKPOINT,
-    report: Report = _DEFAULT_REPORT,
+    stop: StopRule | None = None,
+    runtime: Any = None,  # a RuntimeSpec
+    data: DataOptions | None = None,
+    checkpoint: Checkpoint | None = None,
+    report: Report | None = None,
     caller: str | None = None,
 ) -> Result:
     """Fit ``problem`` on ``X``: the one body behind :func:`solve` and the ``fit_*``
-    functions, which build its groups (``_GROUPED``; every option is documented once, in
-    ``_OPTIONS_DOC``; a group not given has its defaults). Everything is checked here,
-    once, before any cluster work; errors name ``caller`` (default ``fit_<problem>``).
+    functions, which build its groups (``_GROUPED``; a group not given has its defaults).
+    Everything is checked here, once, before any cluster work: each value by its declared
+    constraint (:func:`_validated`), then what combines several; errors name ``caller``
+    (default ``fit_<problem>``).
     """
-    gap_tol, reference, record_iterates = stop.gap_tol, report.reference, report.record_iterates
-    (runtime, client, scheduler, n_workers, min_workers, stragglers, backup_after,
-     aggregation) = _fields(runtime)
-    array, n_partitions, missing_chunks, storage_options, genotype_dims, qc = _fields(data)
-    (checkpoint, checkpoint_interval, checkpoint_iterations, resume,
-     replica_divergence) = _fields(checkpoint)
     caller = caller or f"fit_{problem.name.replace('-', '_')}"
-    _check_flags_and_paths(caller, flags={"reference": reference, "overwrite": overwrite,
-                                          "record_iterates": record_iterates,
-                                          "progress": progress},
-                           paths={"out": out, "checkpoint": checkpoint, "resume": resume})
-    if gap_tol is not None and not reference:
+    own, groups = _validated(
+        caller, {"step_size": step_size, "out": out, "overwrite": overwrite,
+                 "progress": progress},
+        {"stop": stop, "runtime": runtime, "data": data, "checkpoint": checkpoint,
+         "report": report})
+    step_size, out = own["step_size"], own["out"]
+    stop, spec, data, ckpt, report = (groups[name] for name in (
+        "stop", "runtime", "data", "checkpoint", "report"))
+    runtime, client, scheduler, n_workers = spec.name, spec.client, spec.scheduler, spec.n_workers
+    if stop.gap_tol is not None and not report.reference:
         raise InvalidParameterError(
             f"The 'gap_tol' parameter of {caller} needs reference=True (CLI: --reference)."
         )
-    if step_size is not None:
-        from daskstraggle._validation import check_positive
-
-        step_size = check_positive(step_size, name="step_size", caller=caller)
     check_rng(rng, caller=caller)
     meth, auto = _method_for(problem, method, method_params, rng, caller)
-    spec = parse_stragglers(stragglers)
+    stragglers = parse_stragglers(spec.stragglers)
     asked = {"client": client, "scheduler": scheduler, "n_workers": n_workers,
-             "min_workers": min_workers, "stragglers": spec, "backup_after": backup_after,
-             "aggregation": aggregation}
+             "min_workers": spec.min_workers, "stragglers": stragglers,
+             "backup_after": spec.backup_after, "aggregation": spec.aggregation}
     choice = choose_runtime(runtime, **asked)  # None: the data's size decides, once open
     client = choice.client
     _check_workers(n_workers, runtime, client, scheduler, caller)
-    _check_runtime_args(runtime, client, scheduler, n_workers, spec, meth)
-    _check_min_workers(min_workers, runtime, client, scheduler, caller)
-    backup_after = _check_backup_after(backup_after, runtime, caller)
-    aggregation = _check_aggregation(aggregation, runtime, caller)
-    qc = parse_qc(qc, caller=caller)
+    _check_runtime_args(runtime, client, scheduler, n_workers, stragglers, meth)
+    _check_min_workers(spec.min_workers, runtime, client, scheduler, caller)
+    _check_backup_after(spec.backup_after, runtime, caller)
+    _check_aggregation(spec.aggregation, runtime, caller)
+    qc = parse_qc(data.qc, caller=caller)
     # never the input store, nor inside or around it (even with overwrite)
     out_path = check_output_path(out, overwrite=overwrite, inputs=source_paths(X))
-    rec = recovery(checkpoint, checkpoint_interval, checkpoint_iterations, resume,
-                   replica_divergence, inputs=source_paths(X), out=out_path, caller=caller,
+    rec = recovery(ckpt.path, ckpt.interval, ckpt.iterations, ckpt.resume,
+                   ckpt.replica_divergence, inputs=source_paths(X), out=out_path, caller=caller,
                    replica_ok=_outlives_this_process(runtime, client, scheduler))
     state = rec.state
     if state is not None:
         check_resume_iterations(state, stop.max_iter)
         # the worker count, when known before connecting: refused before a cluster starts
         check_resume_workers(state, _expected_workers(runtime, client, scheduler, n_workers))
-    matrix = _open_for(problem, X, labels=labels, qc=qc, caller=caller, array=array,
-                       n_partitions=n_partitions, missing_chunks=missing_chunks,
-                       storage_options=storage_options, genotype_dims=genotype_dims)
+    matrix = _open_for(problem, X, labels=labels, qc=qc, caller=caller, array=data.array,
+                       n_partitions=data.n_partitions, missing_chunks=data.missing_chunks,
+                       storage_options=data.storage_options, genotype_dims=data.genotype_dims)
     meth = _auto_for_data(meth, auto=auto, state=state, matrix=matrix)
     meth.check_shape(matrix.n_rows, matrix.n_columns)
     if choice.runtime is None:
         choice = choose_runtime(runtime, **asked, data_bytes=matrix.n_rows * matrix.row_nbytes)
-    with _resolve_runtime(choice.runtime, client, scheduler, n_workers, spec, rng,
-                          min_workers=min_workers, backup_after=backup_after,
-                          aggregation=aggregation) as rt:
+    with _resolve_runtime(choice.runtime, client, scheduler, n_workers, stragglers, rng,
+                          min_workers=spec.min_workers, backup_after=spec.backup_after,
+                          aggregation=spec.aggregation) as rt:
         if rec.uses_replica:  # read and written on the connected scheduler
             state = rec.connect(rt, problem=problem.name, sources=source_paths(X),
                                 max_iter=stop.max_iter)
@@ -365,8 +378,8 @@ def _run(
         run = functools.partial(_measured_run, rt, meth, problem, rng=rng, choices=choices,
                       measure=auto and state is None and type(rt).measures_workers
                       and worth_measuring(matrix.n_rows, matrix.n_columns),
-                      stop=stop, step_size=step_size, reference=reference,
-                      progress=progress, record_iterates=record_iterates,
+                      stop=stop, step_size=step_size, reference=report.reference,
+                      progress=progress, record_iterates=report.record_iterates,
                       checkpoint=rec.writer, resume=state)
         with _resume_hint(rec):
             result = _run_without_no_calls(run, _as_resumed(matrix, state), problem, meth)
@@ -384,11 +397,6 @@ def _choices_made(result: Result, choices: list[Choice], reason: str | None
     made = {"auto": choices[-1].as_attrs(result) if choices else None,
             "runtime_reason": reason}
     return {key: value for key, value in made.items() if value is not None}
-
-
-def _fields(group: Any) -> list[Any]:
-    """A group's field values, in their declared order."""
-    return [getattr(group, field.name) for field in dataclasses.fields(group)]
 
 
 def _method_for(problem: Problem, method: str | Method, method_params: Any, rng: Any,
@@ -423,23 +431,6 @@ def _resume_hint(rec: Any) -> Iterator[None]:
             f"{then} and continue from the last checkpoint (after iteration "
             f"{rec.writer.written}): --resume {hint!r} (API: resume=)."
         ) from err
-
-
-#: The command line's flag and an example of each path parameter of the ``fit_*`` functions.
-_PATHS = {"out": ("--out", "run.zarr"), "checkpoint": ("--checkpoint", "run.ckpt"),
-          "resume": ("--resume", "run.ckpt")}
-
-
-def _check_flags_and_paths(caller: str, *, flags: dict[str, Any],
-                           paths: dict[str, Any]) -> None:
-    """Refuse a flag that is not a bool (``overwrite="no"`` would count as yes) and a path
-    that is not one or names no file (``out=""`` would replace the current folder)."""
-    for name, flag in flags.items():
-        check_bool(flag, name=name, caller=caller)
-    for name, path in paths.items():
-        if path is not None:
-            option, example = _PATHS[name]
-            check_path(path, name=name, caller=f"{caller} (CLI: {option})", example=example)
 
 
 def _open_for(problem: Problem, X: Any, *, labels: Any, qc: GenotypeQC | None, caller: str,
@@ -478,14 +469,9 @@ def _measured_run(rt: Runtime, meth: Method, problem: Problem, matrix: Matrix, *
     return run_on(rt, meth, problem, matrix, rng=rng, **run)
 
 
-def _check_aggregation(aggregation: str, runtime: Runtime | str | None, caller: str) -> str:
-    """``aggregation`` checked: ``"flat"``, or ``"tree"`` for a runtime that sums on its
-    workers (the Dask runtime the fit starts or connects to)."""
-    from daskstraggle._validation import check_choice
-    from daskstraggle.runtime.aggregate import AGGREGATIONS
-
-    aggregation = check_choice(aggregation, name="aggregation", caller=caller,
-                               choices=AGGREGATIONS)
+def _check_aggregation(aggregation: str, runtime: Runtime | str | None, caller: str) -> None:
+    """Refuse ``aggregation="tree"`` but for a runtime that sums on its workers (the Dask
+    runtime the fit starts or connects to)."""
     if aggregation == "tree" and (isinstance(runtime, Runtime)
                                   or not _declared(runtime).aggregates):
         raise InvalidParameterError(
@@ -494,19 +480,14 @@ def _check_aggregation(aggregation: str, runtime: Runtime | str | None, caller: 
             + ("pass it to DaskRuntime(aggregation='tree')." if isinstance(runtime, Runtime)
                else f"runtime={runtime!r} sums its results in this process already.")
         )
-    return aggregation
 
 
 def _check_backup_after(backup_after: float | None, runtime: Runtime | str | None,
-                        caller: str) -> float | None:
-    """``backup_after`` checked: positive, for a runtime that sends backups (the Dask or
-    simulated runtime the fit starts or connects to)."""
-    if backup_after is None:
-        return None
-    from daskstraggle._validation import check_positive
-
-    backup_after = check_positive(backup_after, name="backup_after", caller=caller)
-    if isinstance(runtime, Runtime) or not _declared(runtime).backups:
+                        caller: str) -> None:
+    """Refuse ``backup_after`` but for a runtime that sends backups (the Dask or simulated
+    runtime the fit starts or connects to)."""
+    if backup_after is not None and (isinstance(runtime, Runtime)
+                                     or not _declared(runtime).backups):
         raise InvalidParameterError(
             f"The 'backup_after' parameter of {caller} (CLI: --backup-after) applies to "
             "the Dask or simulated runtime it starts or connects to; "
@@ -514,7 +495,6 @@ def _check_backup_after(backup_after: float | None, runtime: Runtime | str | Non
                if isinstance(runtime, Runtime)
                else f"runtime={runtime!r} has no workers to back up.")
         )
-    return backup_after
 
 
 def _outlives_this_process(runtime: Runtime | str | None, client: Any,
@@ -569,29 +549,33 @@ def _run_without_no_calls(run: Callable[[Matrix], Result], matrix: Matrix, probl
         return result
 
 
-#: The options of the ``fit_*`` functions, in their signatures' order, declared once: each
-#: a keyword of :func:`_run` (its default and annotation there), documented in
-#: ``_OPTIONS_DOC``, and the field of one of ``solve``'s groups that holds it, as
-#: ``(solve's parameter, group, field)``, or None for a keyword ``solve`` takes itself.
-_GROUPED: dict[str, tuple[str, type, str] | None] = {
-    "method": None, "method_params": None, "step_size": None,
-    **{name: ("stop", StopRule, name) for name in ("max_iter", "tol", "gap_tol", "time_budget")},
-    **{name: ("report", Report, name) for name in ("reference", "record_iterates")},
-    "runtime": ("runtime", RuntimeSpec, "name"),
-    **{name: ("runtime", RuntimeSpec, name) for name in (
-        "client", "scheduler", "n_workers", "min_workers", "stragglers", "backup_after",
-        "aggregation")},
-    "rng": None,
-    **{name: ("data", DataOptions, name) for name in (
-        "array", "n_partitions", "missing_chunks", "storage_options", "genotype_dims", "qc")},
-    "checkpoint": ("checkpoint", Checkpoint, "path"),
-    **{f"checkpoint_{name}": ("checkpoint", Checkpoint, name) for name in ("interval",
-                                                                          "iterations")},
-    **{name: ("checkpoint", Checkpoint, name) for name in ("resume", "replica_divergence")},
-    "out": None, "overwrite": None, "progress": None,
-}
+#: The ``fit_*`` functions' options in their signatures' order: :func:`_run`'s own
+#: keywords, and where a group of :data:`~daskstraggle.options.RUN_GROUPS` is named, the
+#: flat keywords of its fields.
+_FLAT_ORDER = ("method", "method_params", "step_size", "stop", "report", "runtime", "rng",
+               "data", "checkpoint", "out", "overwrite", "progress")
+
+
+def _flat_options() -> dict[str, tuple[str, type, str] | None]:
+    """Each option of the ``fit_*`` functions (``_FLAT_ORDER``), declared once: the field of
+    one of ``solve``'s groups that holds it, as ``(solve's parameter, group, field)``, or
+    None for a keyword of :func:`_run` (``solve`` takes it itself)."""
+    groups = run_groups()
+    flat: dict[str, tuple[str, type, str] | None] = {}
+    for name in _FLAT_ORDER:
+        if name not in groups:
+            flat[name] = None
+            continue
+        flat.update({flat_name(field): (name, groups[name], field.name)
+                     for field in dataclasses.fields(groups[name])})
+    return flat
+
+
+_GROUPED = _flat_options()
 _FIT_OPTIONS = tuple(_GROUPED)
 
+#: The description of each option in the ``fit_*`` docstrings (an option not described
+#: here is described by its field's declaration: :func:`_options_doc`).
 _OPTIONS_DOC = """    method : str or Method, default="auto"
         ``"auto"``: for PCA ``"gram"`` (exact in one round) when the matrix has at most
         ``GRAM_AUTO_MAX_FEATURES`` (4096) columns, else ``"block"`` (block Krylov, every
@@ -766,9 +750,29 @@ def _with_run_options(fn: F) -> F:
         return fn(*bound.args, **bound.kwargs)
 
     assert fn.__doc__ is not None and "    <options>\n" in fn.__doc__
-    with_options.__doc__ = fn.__doc__.replace("    <options>\n", _OPTIONS_DOC)
+    with_options.__doc__ = fn.__doc__.replace("    <options>\n", _options_doc())
     with_options.__signature__ = signature  # type: ignore[attr-defined]
     return cast(F, with_options)
+
+
+def _options_doc() -> str:
+    """The numpydoc entries of the run options, in ``_FIT_OPTIONS``' order: those of
+    ``_OPTIONS_DOC``, and for a field it does not describe, one made from its declaration
+    (its ``doc``, else its command-line help)."""
+    written = {entry.split(" : ", 1)[0].strip(): entry
+               for entry in re.split(r"(?m)^(?=    \w+ : )", _OPTIONS_DOC) if entry}
+    entries = []
+    for name, where in _GROUPED.items():
+        if name in written or where is None:
+            entries.append(written[name])
+            continue
+        field = next(f for f in dataclasses.fields(where[1]) if f.name == where[2])
+        cli = field.metadata.get("cli")
+        text = field.metadata.get("doc") or (cli.help if cli is not None else "")
+        entries.append(f"    {name} : {field.type}, default={field.default!r}\n"
+                       + textwrap.fill(text, 92, initial_indent=" " * 8,
+                                       subsequent_indent=" " * 8) + "\n")
+    return "".join(entries)
 
 
 def _flat_parameters() -> list[inspect.Parameter]:
@@ -951,22 +955,23 @@ def _solve_groups(stop: Any, runtime: Any, data: Any, checkpoint: Any,
     """:func:`_run`'s groups from ``solve``'s (defaults for those not given), and the names
     of those given as groups: a runtime name, Runtime or client becomes a
     :class:`RuntimeSpec`, a checkpoint path a :class:`Checkpoint`."""
-    for name, value, cls in (("stop", stop, StopRule), ("data", data, DataOptions),
-                             ("report", report, Report)):
-        if value is not None:
-            _check_group(value, cls, name)
-    if not isinstance(runtime, RuntimeSpec | None | Runtime | str) and hasattr(
-            runtime, "scheduler_info") and hasattr(runtime, "submit"):
-        spec = RuntimeSpec(client=runtime)  # a distributed.Client
-    else:  # a Runtime or a name, checked (or refused) by _run
-        spec = runtime if isinstance(runtime, RuntimeSpec) else RuntimeSpec(name=runtime)
+    groups = run_groups()
     passed = {"stop": stop, "runtime": runtime, "data": data, "checkpoint": checkpoint,
               "report": report}
-    given = {name for name, value in passed.items()
-             if isinstance(value, StopRule | RuntimeSpec | DataOptions | Checkpoint | Report)}
-    return {"stop": stop or StopRule(), "runtime": spec, "data": data or DataOptions(),
-            "checkpoint": checkpoint if isinstance(checkpoint, Checkpoint)
-            else Checkpoint(path=checkpoint), "report": report or Report()}, given
+    for name in ("stop", "data", "report"):
+        if passed[name] is not None:
+            _check_group(passed[name], groups[name], name)
+    given = {name for name, value in passed.items() if isinstance(value, groups[name])}
+    spec, path = groups["runtime"], groups["checkpoint"]
+    if not isinstance(runtime, RuntimeSpec | None | Runtime | str) and hasattr(
+            runtime, "scheduler_info") and hasattr(runtime, "submit"):
+        passed["runtime"] = spec(client=runtime)  # a distributed.Client
+    elif not isinstance(runtime, spec):  # a Runtime or a name, checked (or refused) by _run
+        passed["runtime"] = spec(name=runtime)
+    if not isinstance(checkpoint, path):
+        passed["checkpoint"] = path(path=checkpoint)
+    return {name: groups[name]() if value is None else value
+            for name, value in passed.items()}, given
 
 
 def _check_group(value: Any, cls: type, name: str) -> None:

@@ -7,6 +7,7 @@ cluster work and without writing anything.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -31,6 +32,7 @@ from daskstraggle.errors import (
 )
 
 if TYPE_CHECKING:
+    from daskstraggle._declared_options import CliOption
     from daskstraggle.methods.base import Method
 
 logger = logging.getLogger(__name__)
@@ -44,6 +46,21 @@ def _storage_options(ctx: click.Context, param: click.Parameter,
     return parse_storage_options(value)
 
 
+def _click_option(option: CliOption, **given: Any) -> Callable[..., Any]:
+    """The click option of a declared one (``given``: click's keywords set otherwise)."""
+    flags = [f"{option.flag}/{option.off_flag}" if option.off_flag else option.flag]
+    if option.short:
+        flags.insert(0, option.short)
+    kind: dict[str, Any] = ({"is_flag": True} if option.is_flag and not option.off_flag
+                            else {} if option.is_flag
+                            else {"type": click.Choice(option.choices)} if option.choices
+                            else {"type": click.Path(path_type=Path)} if option.type is Path
+                            else {"type": option.type})
+    return click.option(*flags, option.dest, **{
+        "default": option.default, "metavar": option.metavar, "multiple": option.multiple,
+        "show_default": option.show_default, "help": option.help, **kind, **given})
+
+
 def _method_options() -> list[Callable[..., Any]]:
     """The options the methods declare (``Method.cli_options``), each help text prefixed
     with the methods that take it."""
@@ -51,15 +68,9 @@ def _method_options() -> list[Callable[..., Any]]:
     from daskstraggle.methods.options import method_options
 
     declared = method_cli_options()
-    options = []
-    for option in method_options(_method_classes()).values():
-        owners = [name for name, opts in declared.items() if option in opts]
-        kind: Any = click.Choice(option.choices) if option.choices else option.type
-        options.append(click.option(
-            option.flag, option.dest, is_flag=option.is_flag, default=None,
-            type=None if option.is_flag else kind, metavar=option.metavar,
-            help=f"{', '.join(owners)}: {option.help}"))
-    return options
+    return [_click_option(option, default=None, help=", ".join(
+                name for name, opts in declared.items() if option in opts) + f": {option.help}")
+            for option in method_options(_method_classes()).values()]
 
 
 def _problem_options(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -69,17 +80,7 @@ def _problem_options(name: str) -> Callable[[Callable[..., Any]], Callable[..., 
     def make() -> list[Callable[..., Any]]:
         from daskstraggle.problems import get_problem_class
 
-        options = []
-        for option in get_problem_class(name).cli_options:
-            flags = [f"{option.flag}/{option.off_flag}" if option.off_flag else option.flag]
-            if option.short:
-                flags.insert(0, option.short)
-            kind: dict[str, Any] = ({"is_flag": True} if option.is_flag and not option.off_flag
-                                    else {} if option.is_flag else {"type": option.type})
-            options.append(click.option(*flags, option.dest, default=option.default, **kind,
-                                        metavar=option.metavar,
-                                        show_default=option.show_default, help=option.help))
-        return options
+        return [_click_option(option) for option in get_problem_class(name).cli_options]
 
     return deferred(make)
 
@@ -120,132 +121,84 @@ def _runtime_names() -> list[str]:
     return ["dask", "sim", "local", *sorted(advertised - {"dask", "sim", "local"})]
 
 
-def _declared_solve_options() -> list[Callable[..., Any]]:
-    """``--method``, the methods' options and ``--runtime``, from the registered methods
-    and runtimes: made when a solve command first needs them (:mod:`daskstraggle._cli_lazy`)."""
-    return [
-        click.option("--method", default="auto", show_default=True, help=_method_help()),
-        *_method_options(),
-        click.option("--runtime", type=click.Choice(_runtime_names()), default=None,
-                     help="dask: a Dask cluster (--scheduler, else a LocalCluster of "
-                          "--workers processes); sim: in process, simulated time with "
-                          "--stragglers as the latency model; local: in process, threads, no "
-                          "latency; or a runtime an installed package registers (entry-point "
-                          "group daskstraggle.runtimes). Default: dask with --scheduler, "
-                          "--workers or an option only it takes (--stragglers, "
-                          "--backup-after, --aggregation tree, --min-workers); else local "
-                          "when the data the run holds take at most a quarter of the memory "
-                          "available, else dask (a LocalCluster). The result says which ran "
-                          "and why."),
-    ]
+#: The solve commands' options in their ``--help`` order, by the name the CLI stores each
+#: under: the command line's own (:func:`_own_solve_options`) and the run options declared
+#: on the fields of the run's option groups (:data:`daskstraggle.options.RUN_GROUPS`); a
+#: declared one not placed here comes before ``--seed``.
+_SOLVE_ORDER = ("scheduler", "n_workers", "min_workers", "method", "runtime", "stragglers",
+                "max_iter", "tol", "time_budget", "step_size", "n_partitions", "array",
+                "missing_chunks", "storage_options", "reference", "out", "overwrite", "plot",
+                "backup_after", "aggregation", "checkpoint", "checkpoint_interval",
+                "checkpoint_iterations", "resume", "replica_divergence", "seed", "as_json",
+                "quiet")
+#: The conversion of a run option's command-line value, by name.
+_CALLBACKS = {"storage_options": _storage_options}
+
+
+def _own_solve_options() -> dict[str, list[Callable[..., Any]]]:
+    """The solve commands' options that are not fields of the run's groups, by name:
+    ``--method`` and the methods' options, ``--runtime`` (the registered runtimes), ..."""
+    path = click.Path(path_type=Path)
+    return {
+        "method": [click.option("--method", default="auto", show_default=True,
+                                help=_method_help()), *_method_options()],
+        "runtime": [click.option(
+            "--runtime", type=click.Choice(_runtime_names()), default=None,
+            help="dask: a Dask cluster (--scheduler, else a LocalCluster of --workers "
+                 "processes); sim: in process, simulated time with --stragglers as the "
+                 "latency model; local: in process, threads, no latency; or a runtime an "
+                 "installed package registers (entry-point group daskstraggle.runtimes). "
+                 "Default: dask with --scheduler, --workers or an option only it takes "
+                 "(--stragglers, --backup-after, --aggregation tree, --min-workers); else "
+                 "local when the data the run holds take at most a quarter of the memory "
+                 "available, else dask (a LocalCluster). The result says which ran and why.")],
+        "step_size": [click.option(
+            "--step-size", type=float, default=None,
+            help="Step size (default: GD's 1 for PCA, 1/L estimated for regression; x0.9 "
+                 "(PCA) or x min(1, 2/subpartitions) (regression) for sgd, sag and dsag; "
+                 "/workers for async).")],
+        "out": [click.option(
+            "--out", type=path, default=None,
+            help="Write fitted quantities and the trace to this Zarr store (in an existing "
+                 "folder: a missing one is refused, not created; never inside the input or "
+                 "another Zarr store).")],
+        "overwrite": [click.option("--overwrite", is_flag=True,
+                                   help="Allow --out (and --plot) to replace an existing path.")],
+        "plot": [click.option(
+            "--plot", type=path, default=None, metavar="PATH.png",
+            help="Also draw the run (needs matplotlib): convergence against time (gap with "
+                 "--reference, else optimality), with several workers a heatmap of each "
+                 "worker's latency per iteration, for PCA PC1 against PC2 of the matrix's "
+                 "columns (VCF Zarr: the samples, coloured by population). Format from the "
+                 "suffix (.png, .pdf, .svg); refuses an existing path unless --overwrite, and "
+                 "a missing folder (as --out: it is not created).")],
+        "seed": [click.option("--seed", type=click.IntRange(min=0), default=0,
+                              show_default=True,
+                              help="Seed of the starting point and step-size estimate.")],
+        "as_json": [click.option("--json", "as_json", is_flag=True,
+                                 help="Print one JSON object instead of a table.")],
+        "quiet": [click.option("--quiet", is_flag=True, help="No progress bar.")],
+    }
+
+
+def _solve_option_list() -> list[Callable[..., Any]]:
+    """Every option of the solve commands, in ``_SOLVE_ORDER``: the run options made from
+    their fields' declarations, with the command line's own."""
+    from daskstraggle.options import run_groups
+
+    declared = {option.dest: [_click_option(option, callback=_CALLBACKS.get(option.dest))]
+                for group in run_groups().values() for field in dataclasses.fields(group)
+                if (option := field.metadata.get("cli")) is not None}
+    options = {**_own_solve_options(), **declared}
+    seed = _SOLVE_ORDER.index("seed")
+    names = [*_SOLVE_ORDER[:seed], *(name for name in declared if name not in _SOLVE_ORDER),
+             *_SOLVE_ORDER[seed:]]
+    return [option for name in names for option in options[name]]
 
 
 def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Options every solve command takes."""
-    options: list[Callable[..., Any]] = [
-        click.option("--scheduler", metavar="ADDRESS", default=None,
-                     help="Dask scheduler address (tcp://host:port): run on that cluster. "
-                          "Default: see --runtime."),
-        click.option("--workers", "n_workers", type=int, default=None,
-                     help="Process workers of the LocalCluster to start (the Dask runtime, "
-                          "unless --runtime says otherwise), at most 256; with --runtime sim "
-                          "or local the in-process workers, at most 100000 (default: the "
-                          "daskstraggle.workers setting, 4)."),
-        click.option("--min-workers", "min_workers", type=int, default=None,
-                     help="With --scheduler: wait (up to the daskstraggle.timeouts.min-workers "
-                          "setting, 300 s) until the cluster has this many workers before "
-                          "starting (e.g. jobqueue jobs starting)."),
-        deferred(_declared_solve_options),
-        click.option("--stragglers", metavar="SPEC", default=None,
-                     help="Slow workers down on purpose, e.g. 'slowdown(workers=1, factor=4)', "
-                          "'markov(p_slow=0.05, p_fast=0.2, slow_factor=4)', 'bursts()', "
-                          "'artificial()', 'gamma(mean=0.05, var=1e-4)', "
-                          "'throttle(workers=1, factor=4)'. Terms name(key=value, ...) joined "
-                          "by '+': models gamma, shifted_exponential, multi_message, constant, "
-                          "replay; modifiers slowdown, markov, bursts, artificial, schedule."),
-        click.option("--max-iter", type=int, default=None,
-                     show_default="the daskstraggle.max-iter setting, 100",
-                     help="Maximum number of iterations."),
-        click.option("--tol", type=float, default=None,
-                     show_default="the daskstraggle.tol setting, 1e-6",
-                     help="Stop, converged, once the optimality measure (PCA: every component's "
-                          "relative eigen-residual; regression: gradient norm relative to "
-                          "the start) is at most this, judged exactly."),
-        click.option("--time-budget", type=float, default=None,
-                     help="Stop after this many seconds."),
-        click.option("--step-size", type=float, default=None,
-                     help="Step size (default: GD's 1 for PCA, 1/L estimated for regression; "
-                          "x0.9 (PCA) or x min(1, 2/subpartitions) (regression) for sgd, "
-                          "sag and dsag; /workers for async)."),
-        click.option("--partitions", "n_partitions", type=int, default=None,
-                     help="Row partitions (default: storage chunks, at least one per worker)."),
-        click.option("--array", default=None, help="Member of the Zarr group holding the matrix."),
-        click.option("--missing-chunks", type=click.Choice(["error", "fill"]), default="error",
-                     show_default=True,
-                     help="A chunk absent from the Zarr store: refuse it (error), or read it "
-                          "as the fill value (fill: stores written with "
-                          "write_empty_chunks=False)."),
-        click.option("--storage-option", "storage_options", metavar="KEY=VALUE", multiple=True,
-                     callback=_storage_options,
-                     help="Option of the fsspec file system of a URL SOURCE (s3://, gs://, "
-                          "https://, memory://), repeatable; true/false, numbers and JSON "
-                          "values are parsed, e.g. --storage-option anon=true "
-                          "--storage-option endpoint_url=http://127.0.0.1:9000. The workers "
-                          "open the store with the same options (docs/remote-stores.md)."),
-        click.option("--reference", is_flag=True,
-                     help="Also compute the exact optimum independently and report the gap."),
-        click.option("--out", type=click.Path(path_type=Path), default=None,
-                     help="Write fitted quantities and the trace to this Zarr store (in an "
-                          "existing folder: a missing one is refused, not created; never "
-                          "inside the input or another Zarr store)."),
-        click.option("--overwrite", is_flag=True,
-                     help="Allow --out (and --plot) to replace an existing path."),
-        click.option("--plot", type=click.Path(path_type=Path), default=None,
-                     metavar="PATH.png",
-                     help="Also draw the run (needs matplotlib): convergence against time "
-                          "(gap with --reference, else optimality), with several workers a "
-                          "heatmap of each worker's latency per iteration, for PCA PC1 "
-                          "against PC2 of the matrix's columns (VCF Zarr: the samples, "
-                          "coloured by population). Format from the suffix (.png, .pdf, "
-                          ".svg); refuses an existing path unless --overwrite, and a missing "
-                          "folder (as --out: it is not created)."),
-        click.option("--backup-after", type=float, default=None, metavar="FACTOR",
-                     help="Dask runtime: send a work unit unanswered after FACTOR times the "
-                          "median unit latency again to another worker (speculative backup; "
-                          "the first answer counts). Default: no backups."),
-        click.option("--aggregation", type=click.Choice(["flat", "tree"]), default="flat",
-                     show_default=True,
-                     help="Dask runtime: where a round's results are summed. tree: on the "
-                          "workers, a few at a time, so one message reaches the client "
-                          "instead of one per worker (large messages: gram, wide blocks); "
-                          "the same iterates to rounding."),
-        click.option("--checkpoint", type=click.Path(path_type=Path), default=None,
-                     help="Write the run's state to this file at round boundaries, "
-                          "atomically (every 60 s unless --checkpoint-interval or "
-                          "--checkpoint-iterations), so --resume can carry on after a crash."),
-        click.option("--checkpoint-interval", type=float, default=None, metavar="SECONDS",
-                     help="with --checkpoint: seconds between checkpoints (default 60)."),
-        click.option("--checkpoint-iterations", type=int, default=None, metavar="N",
-                     help="with --checkpoint: also write one every N iterations."),
-        click.option("--resume", type=click.Path(path_type=Path), default=None,
-                     help="Carry on from this checkpoint (same data, method and workers; "
-                          "--max-iter etc. may change) and keep checkpointing to it. Exact "
-                          "methods reach the same iterates as an uninterrupted run. The word "
-                          "'replica': from the scheduler's replica (--replica-divergence)."),
-        click.option("--replica-divergence", type=float, default=None, metavar="D",
-                     help="With --scheduler: keep a replica of the run's state on the "
-                          "scheduler, published again before the iterate drifts further "
-                          "than D from it; if this process dies, the same command with "
-                          "--resume replica carries on from it. Not with --checkpoint."),
-        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
-                     help="Seed of the starting point and step-size estimate."),
-        click.option("--json", "as_json", is_flag=True,
-                     help="Print one JSON object instead of a table."),
-        click.option("--quiet", is_flag=True, help="No progress bar."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
+    """Options every solve command takes, made when the command first needs them."""
+    return deferred(_solve_option_list)(fn)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

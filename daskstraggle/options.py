@@ -15,11 +15,15 @@ True
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Checkpoint", "DataOptions", "Report", "RuntimeSpec"]
+from daskstraggle._declared_options import CliOption, Constraint, declared
+
+__all__ = ["RUN_GROUPS", "Checkpoint", "DataOptions", "Report", "RuntimeSpec", "run_groups"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -43,10 +47,22 @@ class DataOptions:
         missingness are counted on the run's workers before the fit.
     """
 
-    array: str | None = None
-    n_partitions: int | None = None
-    missing_chunks: str = "error"
-    storage_options: dict[str, Any] | None = None
+    array: str | None = declared(None, cli=CliOption(
+        "--array", "array", "Member of the Zarr group holding the matrix."))
+    n_partitions: int | None = declared(None, cli=CliOption(
+        "--partitions", "n_partitions", "Row partitions (default: storage chunks, at least "
+        "one per worker).", type=int))
+    missing_chunks: str = declared("error", cli=CliOption(
+        "--missing-chunks", "missing_chunks", "A chunk absent from the Zarr store: refuse it "
+        "(error), or read it as the fill value (fill: stores written with "
+        "write_empty_chunks=False).", choices=("error", "fill"), default="error",
+        show_default=True))
+    storage_options: dict[str, Any] | None = declared(None, cli=CliOption(  # noqa: RUF009
+        "--storage-option", "storage_options", "Option of the fsspec file system of a URL "
+        "SOURCE (s3://, gs://, https://, memory://), repeatable; true/false, numbers and JSON "
+        "values are parsed, e.g. --storage-option anon=true --storage-option "
+        "endpoint_url=http://127.0.0.1:9000. The workers open the store with the same "
+        "options (docs/remote-stores.md).", metavar="KEY=VALUE", multiple=True))
     genotype_dims: tuple[str, str] | None = None
     qc: Any = None
 
@@ -85,14 +101,38 @@ class RuntimeSpec:
         the client.
     """
 
-    name: str | None = None
+    name: str | None = declared(None, keyword="runtime")  # --runtime: the CLI lists runtimes
     client: Any = None
-    scheduler: str | None = None
-    n_workers: int | None = None
-    min_workers: int | None = None
-    stragglers: Any = None
-    backup_after: float | None = None
-    aggregation: str = "flat"
+    scheduler: str | None = declared(None, cli=CliOption(
+        "--scheduler", "scheduler", "Dask scheduler address (tcp://host:port): run on that "
+        "cluster. Default: see --runtime.", metavar="ADDRESS"))
+    n_workers: int | None = declared(None, cli=CliOption(  # its bound depends on the runtime
+        "--workers", "n_workers", "Process workers of the LocalCluster to start (the Dask "
+        "runtime, unless --runtime says otherwise), at most 256; with --runtime sim or local "
+        "the in-process workers, at most 100000 (default: the daskstraggle.workers setting, "
+        "4).", type=int))
+    min_workers: int | None = declared(None, constraint=Constraint(int, low=1), cli=CliOption(
+        "--min-workers", "min_workers", "With --scheduler: wait (up to the "
+        "daskstraggle.timeouts.min-workers setting, 300 s) until the cluster has this many "
+        "workers before starting (e.g. jobqueue jobs starting).", type=int))
+    stragglers: Any = declared(None, cli=CliOption(  # noqa: RUF009
+        "--stragglers", "stragglers", "Slow workers down on purpose, e.g. 'slowdown(workers=1, "
+        "factor=4)', 'markov(p_slow=0.05, p_fast=0.2, slow_factor=4)', 'bursts()', "
+        "'artificial()', 'gamma(mean=0.05, var=1e-4)', 'throttle(workers=1, factor=4)'. Terms "
+        "name(key=value, ...) joined by '+': models gamma, shifted_exponential, "
+        "multi_message, constant, replay; modifiers slowdown, markov, bursts, artificial, "
+        "schedule.", metavar="SPEC"))
+    backup_after: float | None = declared(None, constraint=Constraint(float), cli=CliOption(
+        "--backup-after", "backup_after", "Dask runtime: send a work unit unanswered after "
+        "FACTOR times the median unit latency again to another worker (speculative backup; "
+        "the first answer counts). Default: no backups.", type=float, metavar="FACTOR"))
+    aggregation: str = declared(
+        "flat", constraint=Constraint(str, choices=("flat", "tree"), none=False),
+        cli=CliOption("--aggregation", "aggregation", "Dask runtime: where a round's results "
+                      "are summed. tree: on the workers, a few at a time, so one message "
+                      "reaches the client instead of one per worker (large messages: gram, "
+                      "wide blocks); the same iterates to rounding.", choices=("flat", "tree"),
+                      default="flat", show_default=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +156,29 @@ class Checkpoint:
         address or a client; :mod:`daskstraggle.runtime.replica`).
     """
 
-    path: str | os.PathLike[str] | None = None
-    interval: float | None = None
-    iterations: int | None = None
-    resume: str | os.PathLike[str] | None = None
-    replica_divergence: float | None = None
+    path: str | os.PathLike[str] | None = declared(  # noqa: RUF009
+        None, keyword="checkpoint", constraint=Constraint(Path, example="run.ckpt"),
+        cli=CliOption("--checkpoint", "checkpoint", "Write the run's state to this file at "
+                      "round boundaries, atomically (every 60 s unless --checkpoint-interval "
+                      "or --checkpoint-iterations), so --resume can carry on after a crash.",
+                      type=Path))
+    interval: float | None = declared(None, keyword="checkpoint_interval", cli=CliOption(
+        "--checkpoint-interval", "checkpoint_interval", "with --checkpoint: seconds between "
+        "checkpoints (default 60).", type=float, metavar="SECONDS"))
+    iterations: int | None = declared(None, keyword="checkpoint_iterations", cli=CliOption(
+        "--checkpoint-iterations", "checkpoint_iterations", "with --checkpoint: also write "
+        "one every N iterations.", type=int, metavar="N"))
+    resume: str | os.PathLike[str] | None = declared(  # noqa: RUF009
+        None, constraint=Constraint(Path, example="run.ckpt"), cli=CliOption(
+            "--resume", "resume", "Carry on from this checkpoint (same data, method and "
+            "workers; --max-iter etc. may change) and keep checkpointing to it. Exact methods "
+            "reach the same iterates as an uninterrupted run. The word 'replica': from the "
+            "scheduler's replica (--replica-divergence).", type=Path))
+    replica_divergence: float | None = declared(None, cli=CliOption(
+        "--replica-divergence", "replica_divergence", "With --scheduler: keep a replica of "
+        "the run's state on the scheduler, published again before the iterate drifts further "
+        "than D from it; if this process dies, the same command with --resume replica "
+        "carries on from it. Not with --checkpoint.", type=float, metavar="D"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -136,5 +194,25 @@ class Report:
         Evaluate the exact objective at every iteration's point after the run.
     """
 
-    reference: bool = False
-    record_iterates: bool = False
+    reference: bool = declared(False, constraint=Constraint(bool, none=False), cli=CliOption(
+        "--reference", "reference", "Also compute the exact optimum independently and report "
+        "the gap.", type=bool, default=False))
+    record_iterates: bool = declared(False, constraint=Constraint(bool, none=False))
+
+
+#: The run's option groups by ``solve``'s parameter, in the order the ``fit_*`` functions
+#: list their fields: each a class, or ``"module:Class"`` for one declared on a floor above
+#: this module (the engine's :class:`~daskstraggle.StopRule`), found by name. A field
+#: declared on a group (:func:`~daskstraggle._declared_options.declared`) is a keyword of
+#: the ``fit_*`` functions, a field of ``solve``'s group and, with a :class:`CliOption`, an
+#: option of the solve commands; its constraint is checked before any cluster work.
+RUN_GROUPS: dict[str, type | str] = {
+    "stop": "daskstraggle.engine.stop:StopRule", "report": Report, "runtime": RuntimeSpec,
+    "data": DataOptions, "checkpoint": Checkpoint}
+
+
+def run_groups() -> dict[str, type]:
+    """The classes of :data:`RUN_GROUPS`, by ``solve``'s parameter, in their order."""
+    return {name: cls if isinstance(cls, type) else getattr(
+        importlib.import_module(cls.partition(":")[0]), cls.partition(":")[2])
+        for name, cls in RUN_GROUPS.items()}

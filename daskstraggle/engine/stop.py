@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from daskstraggle._declared_options import CliOption, Constraint, declared
 from daskstraggle._validation import check_int, check_positive
 
 __all__ = ["StopRule"]
@@ -34,10 +35,16 @@ class StopRule:
     'max_iter'
     """
 
-    max_iter: int = 100
-    tol: float | None = 1e-6
-    gap_tol: float | None = None
-    time_budget: float | None = None
+    max_iter: int = declared(100, constraint=Constraint(int, low=1, none=False), cli=CliOption(
+        "--max-iter", "max_iter", "Maximum number of iterations.", type=int,
+        show_default="the daskstraggle.max-iter setting, 100"))
+    tol: float | None = declared(1e-6, constraint=Constraint(float), cli=CliOption(
+        "--tol", "tol", "Stop, converged, once the optimality measure (PCA: every component's "
+        "relative eigen-residual; regression: gradient norm relative to the start) is at most "
+        "this, judged exactly.", type=float, show_default="the daskstraggle.tol setting, 1e-6"))
+    gap_tol: float | None = declared(None, constraint=Constraint(float))
+    time_budget: float | None = declared(None, constraint=Constraint(float), cli=CliOption(
+        "--time-budget", "time_budget", "Stop after this many seconds.", type=float))
 
     def __post_init__(self) -> None:
         check_int(self.max_iter, name="max_iter", caller="StopRule", low=1)
