@@ -1,7 +1,8 @@
 """``fit_pca``, ``fit_logistic``, ``fit_least_squares``: one call from data to Result.
 
 These are faces: they validate everything they can *before* any cluster work, open the
-data, pick a runtime, and hand over to :meth:`daskstraggle.runtime.Runtime.run`.
+data, pick a runtime, and hand over to the run's lifecycle
+(:func:`daskstraggle.runtime.lifecycle.run`).
 """
 
 from __future__ import annotations
@@ -600,7 +601,7 @@ _OPTIONS_DOC = """    method : str or Method, default="auto"
         Extra parameters of the method.
     step_size : float or None, default=None
         None: the problem's safe default for the method (see
-        :meth:`~daskstraggle.runtime.Runtime.run`: GD's step, times 0.9 for PCA or
+        :func:`~daskstraggle.runtime.lifecycle.run`: GD's step, times 0.9 for PCA or
         ``min(1, 2 / subpartitions)`` for regression with SGD, SAG and DSAG, and divided
         by the workers for ``async``).
     max_iter : int, default=100
