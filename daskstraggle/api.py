@@ -72,11 +72,8 @@ __all__ = ["GRAM_AUTO_MAX_FEATURES", "MAX_IN_PROCESS_WORKERS", "MAX_LOCAL_WORKER
            "check_n_workers", "fit_least_squares", "fit_logistic", "fit_pca", "genotype_pca",
            "solve"]
 
-#: Most workers of the in-process runtimes (``runtime="sim"`` or ``"local"``), where a
-#: worker is a share of the rows (and a latency stream) in this process, not a process.
-#: The Dask runtime's bound, :data:`MAX_LOCAL_WORKERS` (worker processes of a LocalCluster
-#: started on this machine), is declared with the LocalCluster in
-#: :mod:`daskstraggle.runtime.dask`.
+#: Most workers of the in-process runtimes (``runtime="sim"`` or ``"local"``: a worker is a
+#: share of the rows in this process); the Dask runtime's is :data:`MAX_LOCAL_WORKERS`.
 MAX_IN_PROCESS_WORKERS = 100_000
 
 #: The one statement of those bounds, in every error about a number of workers.
@@ -92,17 +89,14 @@ def check_n_workers(value: Any, *, caller: str, runtime: Any,
     Parameters
     ----------
     value : int
-        Workers the run starts itself: LocalCluster processes (the Dask runtime) or the
-        in-process runtime's workers.
+        Workers the run starts itself (LocalCluster processes, or in-process workers).
     caller : str
         The function asked (named in the message).
     runtime : str, Runtime or None
-        An in-process runtime (``"sim"``, ``"local"``: :attr:`Runtime.in_process`) allows
-        :data:`MAX_IN_PROCESS_WORKERS`; any other is the Dask runtime,
-        :data:`MAX_LOCAL_WORKERS`.
+        An in-process runtime (:attr:`Runtime.in_process`) allows
+        :data:`MAX_IN_PROCESS_WORKERS`, any other :data:`MAX_LOCAL_WORKERS`.
     name : str or None, default=None
-        What the value is, for the message (default: the ``n_workers`` parameter of
-        ``caller``, CLI ``--workers``).
+        What the value is, for the message (default: ``caller``'s ``n_workers``).
 
     Returns
     -------
@@ -111,9 +105,8 @@ def check_n_workers(value: Any, *, caller: str, runtime: Any,
     Raises
     ------
     InvalidParameterError
-        If ``value`` is not an int within the runtime's bound; the message states both
-        bounds (:data:`WORKERS_BOUND`) whatever the runtime, and which one applied. For a
-        runtime name no runtime is registered under (the message lists them).
+        If ``value`` is not an int within the runtime's bound (the message states both,
+        :data:`WORKERS_BOUND`), or no runtime is registered under ``runtime``.
     """
     in_process = _declared(runtime).in_process
     high = MAX_IN_PROCESS_WORKERS if in_process else MAX_LOCAL_WORKERS
@@ -344,8 +337,7 @@ def _run(
     _check_workers(n_workers, runtime, client, scheduler, caller)
     _check_runtime_args(runtime, client, scheduler, n_workers, stragglers, meth)
     _check_min_workers(spec.min_workers, runtime, client, scheduler, caller)
-    _check_backup_after(spec.backup_after, runtime, caller)
-    _check_aggregation(spec.aggregation, runtime, caller)
+    _check_runtime_only(spec, runtime, caller)
     qc = parse_qc(data.qc, caller=caller)
     # never the input store, nor inside or around it (even with overwrite)
     out_path = check_output_path(out, overwrite=overwrite, inputs=source_paths(X))
@@ -470,31 +462,29 @@ def _measured_run(rt: Runtime, meth: Method, problem: Problem, matrix: Matrix, *
     return run_on(rt, meth, problem, matrix, rng=rng, **run)
 
 
-def _check_aggregation(aggregation: str, runtime: Runtime | str | None, caller: str) -> None:
-    """Refuse ``aggregation="tree"`` but for a runtime that sums on its workers (the Dask
-    runtime the fit starts or connects to)."""
-    if aggregation == "tree" and (isinstance(runtime, Runtime)
-                                  or not _declared(runtime).aggregates):
-        raise InvalidParameterError(
-            f"The 'aggregation' parameter of {caller} (CLI: --aggregation) applies to the "
-            "Dask runtime it starts or connects to; "
-            + ("pass it to DaskRuntime(aggregation='tree')." if isinstance(runtime, Runtime)
-               else f"runtime={runtime!r} sums its results in this process already.")
-        )
+#: The options only some runtimes take: the runtime class's attribute that allows each, the
+#: runtimes that do, how a Runtime you built takes it, and why another refuses it.
+_RUNTIME_ONLY = {
+    "backup_after": ("backups", "Dask or simulated runtime",
+                     "DaskRuntime(backup_after=...) or SimRuntime(backup_after=...)",
+                     "has no workers to back up"),
+    "aggregation": ("aggregates", "Dask runtime", "DaskRuntime(aggregation='tree')",
+                    "sums its results in this process already")}
 
 
-def _check_backup_after(backup_after: float | None, runtime: Runtime | str | None,
-                        caller: str) -> None:
-    """Refuse ``backup_after`` but for a runtime that sends backups (the Dask or simulated
-    runtime the fit starts or connects to)."""
-    if backup_after is not None and (isinstance(runtime, Runtime)
-                                     or not _declared(runtime).backups):
+def _check_runtime_only(spec: RuntimeSpec, runtime: Runtime | str | None, caller: str
+                        ) -> None:
+    """Refuse ``backup_after`` and ``aggregation="tree"`` but for a runtime the fit starts
+    or connects to that sends backups or sums on its workers (``_RUNTIME_ONLY``)."""
+    for name, (allows, which, built, why) in _RUNTIME_ONLY.items():
+        if getattr(spec, name) in (None, "flat") or (
+                not isinstance(runtime, Runtime) and getattr(_declared(runtime), allows)):
+            continue
         raise InvalidParameterError(
-            f"The 'backup_after' parameter of {caller} (CLI: --backup-after) applies to "
-            "the Dask or simulated runtime it starts or connects to; "
-            + ("pass it to DaskRuntime(backup_after=...) or SimRuntime(backup_after=...)."
-               if isinstance(runtime, Runtime)
-               else f"runtime={runtime!r} has no workers to back up.")
+            f"The {name!r} parameter of {caller} (CLI: --{name.replace('_', '-')}) applies "
+            f"to the {which} it starts or connects to; "
+            + (f"pass it to {built}." if isinstance(runtime, Runtime)
+               else f"runtime={runtime!r} {why}.")
         )
 
 
@@ -575,156 +565,18 @@ def _flat_options() -> dict[str, tuple[str, type, str] | None]:
 _GROUPED = _flat_options()
 _FIT_OPTIONS = tuple(_GROUPED)
 
-#: The description of each option in the ``fit_*`` docstrings (an option not described
-#: here is described by its field's declaration: :func:`_options_doc`).
-_OPTIONS_DOC = """    method : str or Method, default="auto"
-        ``"auto"``: for PCA ``"gram"`` (exact in one round) when the matrix has at most
-        ``GRAM_AUTO_MAX_FEATURES`` (4096) columns, else ``"block"`` (block Krylov, every
-        component converged); for regression ``"gd"``. On a cluster (the Dask runtime) it
-        measures first when the matrix holds at least 64 MB as float64: a few probe
-        rounds of gd on the workers, gamma laws fitted to each worker's times, the
-        candidates (that method, its coded variants, DSAG for regression) simulated under
-        those laws, and the one predicted fastest runs if it beats the plain method 1.5
-        times (:mod:`daskstraggle.runtime.auto`); what it measured, predicted and chose
-        is in ``result.attrs["auto"]``. A resumed run takes its checkpoint's method.
-        Or a registered method (:func:`daskstraggle.methods.list_methods`): ``"gd"``
-        (synchronous gradient descent; the power method for PCA), ``"nag"`` (Nesterov,
-        regression only), ``"sgd"``, ``"sag"``, ``"dsag"`` (wait for the fastest
-        ``n_wait`` workers; pass ``method_params={"n_wait": w}``), ``"coded"``,
-        ``"gram"`` (PCA only: exact in one round from the summed Gram matrices, coded with
-        ``method_params={"scheme": ..., ...}``), ``"block"`` (PCA only: block Krylov with
-        thick restarts, one exact pass per round, coded as gram; ``oversample``,
-        ``max_blocks``), ``"ignore-stragglers"``, ``"partial"`` (RCS partial recovery, parameters
-        ``degrees``, ``tolerance``, ``ordering``, ``age_threshold``) or ``"async"``
-        (bounded-delay asynchronous updates, parameters ``max_delay``, ``order``).
-    method_params : dict or None, default=None
-        Extra parameters of the method.
-    step_size : float or None, default=None
-        None: the problem's safe default for the method (see
-        :func:`~daskstraggle.runtime.lifecycle.run`: GD's step, times 0.9 for PCA or
-        ``min(1, 2 / subpartitions)`` for regression with SGD, SAG and DSAG, and divided
-        by the workers for ``async``).
-    max_iter : int, default=100
-        Maximum number of iterations (rounds over the data).
-    tol : float or None, default=1e-6
-        Stop, converged, once the problem's relative optimality measure is at most this,
-        judged exactly (see :class:`~daskstraggle.StopRule`); None disables.
-    gap_tol : float or None, default=None
-        Stop when the objective is within this of the reference optimum (needs
-        ``reference=True``).
-    time_budget : float or None, default=None
-        Stop at the first iteration that ends after this many seconds.
-    reference : bool, default=False
-        Also compute the exact optimum independently and report the gap.
-    record_iterates : bool, default=False
-        Evaluate the exact objective at every iteration's point after the run (trace
-        variables ``exact_objective`` and, with ``reference``, ``exact_gap``).
-    runtime : Runtime, {"dask", "local", "sim"} or None, default=None
-        ``"local"`` runs in process (threads; no cluster, no latency). ``"sim"`` runs in
-        process in simulated time with ``stragglers`` as the latency model (see
-        :class:`~daskstraggle.runtime.SimRuntime`). ``"dask"``: a Dask cluster from
-        ``client``, ``scheduler`` or ``n_workers``; with none of them, the active client
-        if there is one, else a LocalCluster started (and closed) for this call. None:
-        Dask's convention (:func:`~daskstraggle.runtime.choice.choose_runtime`): the Dask
-        runtime for ``client``, ``scheduler``, ``n_workers``, an active ``distributed``
-        client, or an option only it takes (``stragglers``, ``backup_after``,
-        ``aggregation="tree"``, ``min_workers``); else ``"local"`` when the data the run
-        holds in memory take at most a quarter of the memory available, else a
-        LocalCluster. ``result.attrs["runtime_reason"]`` says which and why.
-    client : distributed.Client or None, default=None
-        Cluster to run on.
-    scheduler : str or None, default=None
-        Scheduler address to connect to.
-    n_workers : int or None, default=None
-        Workers of the LocalCluster, at most :data:`MAX_LOCAL_WORKERS` (256; given with
-        ``runtime=None``, a LocalCluster is started), or logical workers of the
-        in-process runtimes, at most :data:`MAX_IN_PROCESS_WORKERS` (100000); None: the
-        ``daskstraggle.workers`` setting, 4.
-    min_workers : int or None, default=None
-        With ``client`` or ``scheduler``: wait (up to 300 s) until the cluster has this
-        many workers before starting, e.g. while dask-jobqueue jobs start.
-    stragglers : str, LatencyModel, Stragglers or None, default=None
-        Slow some workers down on purpose (see :mod:`daskstraggle.latency.spec` for the
-        grammar), e.g. ``"slowdown(workers=1, factor=4)"``,
-        ``"markov(p_slow=0.05, p_fast=0.2, slow_factor=4)"``, ``"bursts()"``,
-        ``"artificial()"``, ``"gamma(mean=0.05, var=1e-4)"`` or
-        ``"throttle(workers=1, factor=4)"``. On Dask a latency model is injected on the
-        workers (a delay added to each of our tasks) and a throttle stops and resumes the
-        whole worker process; with ``runtime="sim"`` the model is the simulated latency.
-        Seeded by ``rng`` when it is an int.
-    backup_after : float or None, default=None
-        Dask and simulated runtimes: speculative backups. A work unit unanswered after
-        this many times the median latency of the run's recent units is sent again to
-        another worker (which loads a spare copy of those partitions from the source
-        once); the first answer counts. Helps methods that wait for every worker (gd,
-        nag) past a slow one. None: no backups.
-    aggregation : {"flat", "tree"}, default="flat"
-        Dask runtime: where a round's results are summed. ``"tree"`` keeps each
-        worker's result on the worker and sums them there, a few at a time, when the
-        method reads the sum (MLfabric's aggregation), so one message reaches the client
-        instead of one per worker: worth it when messages are large (``gram``'s d x d
-        upper triangle, wide PCA blocks) or the client's link is slow. The same iterates
-        as ``"flat"`` to rounding; ``bytes_to_coordinator`` in the trace counts what
-        arrived either way.
-    rng : int, Generator or None, default=None
-        Seed of the starting point and step-size estimate; an int also seeds the
-        method's own draws (a coding scheme's matrix, partial recovery's code) when
-        ``method_params`` sets no ``rng``, so a seeded run is reproducible bit for bit.
-    array : str or None, default=None
-        Member of a Zarr group holding the matrix.
-    n_partitions : int or None, default=None
-        Row partitions (None: storage chunks, at least one per worker).
-    missing_chunks : {"error", "fill"}, default="error"
-        A chunk absent from a Zarr store: refuse it (each worker checks the chunks of its
-        partitions) or read it as the fill value, for stores written with
-        ``write_empty_chunks=False`` (see :func:`~daskstraggle.open_matrix`).
-    storage_options : dict or None, default=None
-        When ``X`` is a URL (``s3://``, ``gs://``, ...): options of its fsspec file
-        system, e.g. ``{"endpoint_url": ...}``; the workers open the store with them (see
-        :func:`~daskstraggle.open_matrix` and ``docs/remote-stores.md``).
-    genotype_dims : tuple of str or None, default=None
-        ``X`` is a 2-D array of allele counts with these dimensions (see
-        :func:`~daskstraggle.open_matrix`).
-    qc : GenotypeQC, dict or None, default=None
-        Genotypes only: the variants used (``min_maf``, ``max_missing``, ``pass_only``,
-        ``region``; :class:`~daskstraggle.GenotypeQC`). Region and FILTER are applied
-        before any cluster work; MAF and missingness by a counting pass on the run's
-        workers (in process for ``runtime="local"`` or ``"sim"``) before the fit.
-
-    checkpoint : str, path or None, default=None
-        Write the run's state to this file at round boundaries, atomically (a kill at
-        any instant leaves the previous or the new checkpoint); an existing file is
-        refused unless it is ``resume``. See :mod:`daskstraggle.runtime.checkpoint` for
-        what is kept and what is rebuilt.
-    checkpoint_interval : float or None, default=None
-        Seconds between checkpoints (None: 60, unless ``checkpoint_iterations`` is given).
-    checkpoint_iterations : int or None, default=None
-        Also write a checkpoint every this many iterations.
-    resume : str, path or None, default=None
-        Carry on from this checkpoint (keeps writing to it unless ``checkpoint`` names
-        another file). Same method, problem, workers and data as the run that wrote it
-        (checked); the stop rule may differ, e.g. a larger ``max_iter``. Exact methods
-        (gd, nag, coded, gram, block) reach the same iterates as an uninterrupted run.
-        Load only checkpoints your own runs wrote (the file is a pickle). ``"replica"``:
-        the replica a run with ``replica_divergence`` published on this scheduler (the
-        same inputs; see below).
-    replica_divergence : float or None, default=None
-        Keep a replica of the run's state (as a checkpoint) on the Dask scheduler,
-        published again whenever the iterate would drift further than this (Frobenius
-        norm) from the published one (MLfabric's bounded-divergence replication). It
-        outlives this process: if the client dies, the same call with
-        ``resume="replica"`` on the same scheduler carries on from it, having lost at
-        most the rounds since the last refresh. Needs ``scheduler`` or ``client``; not
-        with ``checkpoint``. A run that ends normally removes it. See
-        :mod:`daskstraggle.runtime.replica`.
-    out : str, path or None, default=None
-        Also save the result (fitted quantities and trace) as a Zarr store here; checked
-        before any cluster work: never the input store, a path inside it or one that
-        contains it, and its folder must be writable.
-    overwrite : bool, default=False
-        Allow ``out`` to replace an existing path.
-    progress : bool, default=False
-        Show a progress bar on stderr.
+#: The run options described otherwise than by :func:`solve`'s docstring or their group's
+#: (:func:`_options_doc`).
+_OPTIONS_DOC = """    method_params : dict or None, default=None
+        Extra parameters of the method, e.g. ``{"n_wait": 3}`` for ``"dsag"``.
+    runtime : Runtime, str or None, default=None
+        A Runtime you built, or the name of a registered runtime
+        (:func:`daskstraggle.runtime.list_runtimes`): ``"dask"`` (a Dask cluster from
+        ``client``, ``scheduler`` or ``n_workers``; with none of them the active client,
+        else a LocalCluster started for the call), ``"local"`` (in process) or ``"sim"``
+        (in process, simulated time). None: chosen as Dask does
+        (:func:`~daskstraggle.runtime.choice.choose_runtime`); ``result.attrs
+        ["runtime_reason"]`` says which ran and why.
 """
 
 
@@ -757,23 +609,39 @@ def _with_run_options(fn: F) -> F:
 
 
 def _options_doc() -> str:
-    """The numpydoc entries of the run options, in ``_FIT_OPTIONS``' order: those of
-    ``_OPTIONS_DOC``, and for a field it does not describe, one made from its declaration
-    (its ``doc``, else its command-line help)."""
-    written = {entry.split(" : ", 1)[0].strip(): entry
-               for entry in re.split(r"(?m)^(?=    \w+ : )", _OPTIONS_DOC) if entry}
+    """The numpydoc entries of the run options, in ``_FIT_OPTIONS``' order: a keyword of
+    :func:`_run` as ``_OPTIONS_DOC`` or :func:`solve` describe it, a group's field as the
+    group's docstring does (under its flat name), else made from its declaration (its
+    ``doc``, else its command-line help)."""
+    written, solves = _doc_entries(_OPTIONS_DOC), _doc_entries(solve.__doc__)
     entries = []
     for name, where in _GROUPED.items():
         if name in written or where is None:
-            entries.append(written[name])
+            entries.append(written.get(name) or solves[name])
             continue
-        field = next(f for f in dataclasses.fields(where[1]) if f.name == where[2])
+        fields = {f.name: f for f in dataclasses.fields(where[1])}
+        field = fields[where[2]]
+        entry = _doc_entries(where[1].__doc__).get(field.name)
+        if entry is not None:
+            for other in fields.values():  # the group's names as the fit_* keywords
+                entry = entry.replace(f"``{other.name}``", f"``{flat_name(other)}``")
+            entries.append(entry.replace(f"    {field.name} : ", f"    {name} : ", 1))
+            continue
         cli = field.metadata.get("cli")
         text = field.metadata.get("doc") or (cli.help if cli is not None else "")
         entries.append(f"    {name} : {field.type}, default={field.default!r}\n"
                        + textwrap.fill(text, 92, initial_indent=" " * 8,
                                        subsequent_indent=" " * 8) + "\n")
     return "".join(entries)
+
+
+def _doc_entries(doc: str | None) -> dict[str, str]:
+    """The entries of the Parameters section of numpydoc ``doc`` (or of ``doc``, a list of
+    entries), by name."""
+    head, header, tail = (doc or "").partition("Parameters\n    ----------\n")
+    section = (tail if header else head).split("\n\n")[0]
+    return {entry.split(" : ", 1)[0].strip(): entry.rstrip() + "\n"
+            for entry in re.split(r"(?m)^(?=    \S)", section + "\n") if entry.strip()}
 
 
 def _flat_parameters() -> list[inspect.Parameter]:
@@ -1299,12 +1167,11 @@ def run_on(runtime: Runtime, method: Method, problem: Problem, matrix: Matrix,
     --------
     >>> import numpy as np
     >>> import daskstraggle as ds
-    >>> from daskstraggle.api import run_on
-    >>> from daskstraggle.problems import LeastSquares
+    >>> from daskstraggle.api import run_on  # imports daskstraggle.problems and .runtime
     >>> X = np.random.default_rng(0).normal(size=(200, 4))
     >>> data = ds.open_matrix(X, labels=X @ [1.0, 2.0, 0.0, -1.0])
     >>> with ds.runtime.LocalRuntime(2) as rt:
-    ...     res = run_on(rt, ds.GD(), LeastSquares(), data, rng=0)
+    ...     res = run_on(rt, ds.GD(), ds.problems.LeastSquares(), data, rng=0)
     >>> res.converged, np.round(res.fitted["coef"], 3).tolist()
     (True, [1.0, 2.0, 0.0, -1.0])
     """
