@@ -1,19 +1,12 @@
 """Zarr reads that refuse damaged stores: absent chunks, undecodable chunks, bad metadata.
 
-Zarr reads an absent chunk as the array's fill value, silently, and lets a decoding error
-or a metadata parsing error escape as a long traceback. The helpers here turn each into one
+Zarr reads an absent chunk as the fill value and lets decoding or metadata errors escape as
+long tracebacks; the helpers here turn each into one
 :class:`~daskstraggle.errors.CorruptDataError` line naming the store and the array. They
-touch only the keys they need: :func:`check_chunks` tests one storage key per chunk of the
-rows read, so a worker checks its own partition and the client never lists a whole store.
-
-A Zarr v3 sharded array stores many inner chunks in one shard object, and zarr reads an
-inner chunk absent from the shard's index (offset and length 2**64-1: not written by
-``write_empty_chunks=False``, or a damaged shard) as the fill value too. For such arrays
-:func:`check_chunks` fetches only the index of each shard of the rows read: one byte-range
-request, at the end of the shard (zarr's default) or at its start, of 16 bytes per inner
-chunk (an (offset, nbytes) pair of uint64) plus 4 for the crc32c checksum that zarr's
-default index codecs append. It never reads data; an absent shard object answers the
-request with nothing, so it needs no existence request of its own.
+touch only the keys the rows read need (one existence request per chunk; for a Zarr v3
+sharded array one byte-range request per shard for its index only, which is how an inner
+chunk absent from a shard is found), so a worker checks its own partition and the client
+never lists a whole store.
 """
 
 from __future__ import annotations
@@ -43,6 +36,7 @@ __all__ = [
     "check_chunks",
     "chunk_keys",
     "describe",
+    "fsspec_options",
     "group_arrays",
     "open_array",
     "open_node",
@@ -60,6 +54,11 @@ _METADATA_KEYS = ("zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata")
 
 #: Existence checks issued at once.
 _BATCH = 256
+
+
+def fsspec_options(storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """The keywords that open a store with zarr: none for a local path (None)."""
+    return {} if storage_options is None else {"storage_options": storage_options}
 
 
 def describe(path: str, name: str | None) -> str:
@@ -108,8 +107,12 @@ def chunk_keys(array: Any, start: int, stop: int) -> list[str]:
     Every chunk along the other dimensions is included. For sharded arrays the keys are
     those of the shards.
     """
-    axes = _grid_axes(array.shape, array.metadata.chunk_grid.chunk_shape, slice(start, stop),
-                      None)
+    return _keys(array, slice(start, stop), None)
+
+
+def _keys(array: Any, rows: slice | np.ndarray, columns: np.ndarray | None) -> list[str]:
+    """The storage keys of the chunks (shards) holding a selection (see :func:`_grid_axes`)."""
+    axes = _grid_axes(array.shape, array.metadata.chunk_grid.chunk_shape, rows, columns)
     encode = array.metadata.encode_chunk_key
     return [encode(coords) for coords in itertools.product(*axes)]
 
@@ -147,10 +150,8 @@ def absent_keys(array: Any, keys: Iterable[str]) -> list[str]:
 def check_chunks(array: Any, start: int, stop: int, *, what: str, missing_chunks: str) -> None:
     """Refuse rows ``[start, stop)`` of ``array`` if a chunk holding them is absent.
 
-    For an unsharded array, one existence request per chunk of the rows. For a Zarr v3
-    sharded array, one byte-range request per shard of the rows, for the shard's index
-    only (see :func:`absent_inner_chunks`): an inner chunk of the rows is absent if its
-    shard is, or if the shard's index marks it absent.
+    A sharded array's inner chunk is absent if its shard is or the shard's index marks it
+    so (:func:`absent_inner_chunks`).
 
     Parameters
     ----------
@@ -183,9 +184,7 @@ def _refuse_absent(array: Any, rows: slice | np.ndarray, columns: np.ndarray | N
     """Raise :class:`MissingChunksError` if a chunk holding the selection is absent."""
     shards = shard_layout(array, what)
     if shards is None:
-        axes = _grid_axes(array.shape, array.metadata.chunk_grid.chunk_shape, rows, columns)
-        encode = array.metadata.encode_chunk_key
-        keys = [encode(coords) for coords in itertools.product(*axes)]
+        keys = _keys(array, rows, columns)
         absent = absent_keys(array, keys)
         n_absent, n_checked = len(absent), len(keys)
         first = repr(absent[0]) if absent else ""
@@ -313,9 +312,8 @@ def absent_inner_chunks(array: Any, shards: ShardLayout, axes: list[list[int]],
     shards : ShardLayout
         Its layout (:func:`shard_layout`).
     axes : list of list of int
-        Per dimension, the sorted indices of the inner chunks to check (global, along the
-        inner chunk grid). Only the shards holding them are requested: one byte-range
-        request each, of ``shards.index_size`` bytes.
+        Per dimension, the sorted indices of the inner chunks to check (on the inner chunk
+        grid); one byte-range request of ``shards.index_size`` bytes per shard holding them.
     what : str
         How messages name the array.
 
@@ -372,8 +370,6 @@ def _absent_map(raw: Any, shards: ShardLayout, key: str, what: str) -> np.ndarra
     ------
     CorruptDataError
         If the bytes are fewer than the index size or fail the crc32c checksum.
-
-    More bytes than the index (a server ignoring the range) are cut to the index.
     """
     if raw is None:
         return None
@@ -439,8 +435,7 @@ def open_array(path: str, name: str | None,
     """
     import zarr
 
-    options: dict[str, Any] = {} if storage_options is None else {
-        "storage_options": storage_options}
+    options = fsspec_options(storage_options)
     try:
         if name is None:
             return zarr.open_array(path, mode="r", **options)
@@ -480,10 +475,8 @@ def read_rows(path: str, name: str | None, start: int, stop: int, *, missing_chu
               storage_options: dict[str, Any] | None = None) -> Any:
     """Read rows ``[start, stop)`` of an array where this runs, refusing damaged chunks.
 
-    Opens the store (a local path, or an fsspec URL with ``storage_options``), checks the
-    chunks of the rows (:func:`check_chunks`) and reads them (:func:`read`). For a URL,
-    an I/O error (connection, credentials) becomes one line saying that the process
-    reading (a worker) needs the client's access to the store.
+    Opens the store (a path, or an fsspec URL with ``storage_options``), checks the rows'
+    chunks (:func:`check_chunks`) and reads them (:func:`read`).
 
     Raises
     ------
@@ -545,12 +538,9 @@ def read_selection(path: str, name: str | None, rows: np.ndarray, columns: np.nd
 
 
 def _read_runs(array: Any, rows: np.ndarray, columns: np.ndarray | None, what: str) -> np.ndarray:
-    """Read sorted unique ``rows`` (and ``columns``) as slices over runs of touched chunks.
-
-    A slice of whole chunks then a numpy take is several times faster than zarr's
-    orthogonal selection with integer arrays, and reads the same chunks: a run is a series
-    of consecutive row chunks that each hold a selected row.
-    """
+    """Read sorted unique ``rows`` (and ``columns``) as slices over runs of consecutive
+    chunks that each hold a selected row, then a numpy take (several times faster than
+    zarr's orthogonal selection, and the same chunks read)."""
     grid = int(array.metadata.chunk_grid.chunk_shape[0])
     chunk = rows // grid
     starts = np.flatnonzero(np.diff(chunk, prepend=-2) > 1)  # a chunk skipped: a new run
@@ -566,17 +556,6 @@ def _read_runs(array: Any, rows: np.ndarray, columns: np.ndarray | None, what: s
     if columns is not None and array.ndim > 1:
         values = values[:, columns - columns[0]]
     return values
-
-
-def selection_keys(array: Any, rows: np.ndarray, columns: np.ndarray | None) -> list[str]:
-    """Return the storage keys of the chunks (shards) holding the selected rows and columns.
-
-    ``rows`` and ``columns`` are indices along the first two dimensions (``columns``
-    None: every chunk); every chunk along the other dimensions is included.
-    """
-    axes = _grid_axes(array.shape, array.metadata.chunk_grid.chunk_shape, rows, columns)
-    encode = array.metadata.encode_chunk_key
-    return [encode(coords) for coords in itertools.product(*axes)]
 
 
 def _guarded_read(path: str, name: str | None, storage_options: dict[str, Any] | None,
@@ -599,9 +578,10 @@ def _guarded_read(path: str, name: str | None, storage_options: dict[str, Any] |
     ))
 
 
-def _bad_metadata(what: str, err: BaseException) -> str:
+def _bad_metadata(what: str, err: BaseException | str) -> str:
+    reason = err if isinstance(err, str) else _reason(err)
     return (
-        f"The metadata of {what} cannot be read ({_reason(err)}): the store is damaged. "
+        f"The metadata of {what} cannot be read ({reason}): the store is damaged. "
         "Restore it from a good copy or write it again."
     )
 
@@ -611,10 +591,9 @@ def _bad_metadata(what: str, err: BaseException) -> str:
 class GroupArrays:
     """The arrays of a Zarr group, and the members whose metadata cannot be read.
 
-    Members are found as zarr finds them (:func:`group_arrays`); a name asked for that was
-    not found (``name in arrays``, ``arrays[name]``) is then opened by name, once: a store
-    that cannot be listed (over plain HTTP without consolidated metadata) still gives the
-    members a caller names.
+    A name asked for (``name in arrays``, ``arrays[name]``) that :func:`group_arrays` did
+    not find is opened by name, once, so a store that cannot be listed (plain HTTP without
+    consolidated metadata) still gives the members a caller names.
 
     Attributes
     ----------
@@ -678,23 +657,17 @@ class GroupArrays:
         if name not in self:
             raise KeyError(name)
         if name in self.corrupt:
-            raise CorruptDataError(
-                f"The metadata of {describe(self.path, name)} cannot be read "
-                f"({self.corrupt[name]}): the store is damaged. Restore it from a good copy "
-                "or write it again."
-            )
+            raise CorruptDataError(_bad_metadata(describe(self.path, name), self.corrupt[name]))
         return self.arrays[name]
 
 
 def group_arrays(group: Any, path: str) -> GroupArrays:
     """Open each direct member of ``group`` that is an array; note those that cannot be read.
 
-    The members are those of the group's consolidated metadata when it has some (no
-    listing, as zarr and xarray read it), else one level of the store's listing (as zarr's
-    own ``array_keys``). A listing's names are cut to the member's name: a directory index
-    served over HTTP names a directory ``call_genotype/``. A member whose metadata
-    document exists but does not parse is recorded in ``corrupt`` instead of failing the
-    whole group. Names not listed are opened when asked for (see :class:`GroupArrays`).
+    The members are those of the group's consolidated metadata, else of one level of the
+    store's listing (an HTTP index's ``call_genotype/`` is cut to ``call_genotype``). A
+    member whose metadata document exists but does not parse is recorded in ``corrupt``
+    instead of failing the whole group.
     """
     arrays: dict[str, Any] = {}
     corrupt: dict[str, str] = {}
@@ -771,8 +744,7 @@ def open_node(path: str, storage_options: dict[str, Any] | None = None) -> Any:
     import zarr
     from zarr.storage import FsspecStore, LocalStore, StorePath
 
-    options: dict[str, Any] = {} if storage_options is None else {
-        "storage_options": storage_options}
+    options = fsspec_options(storage_options)
     try:
         return zarr.open(path, mode="r", **options)
     except (OSError, MemoryError):

@@ -58,7 +58,7 @@ from daskstraggle.data.plink import (
     check_unique_samples,
     contig_codes,
 )
-from daskstraggle.data.sources import RowValues, _stored, _transformed
+from daskstraggle.data.sources import RowValues, called_rows
 from daskstraggle.errors import (
     CorruptDataError,
     DataNotFoundError,
@@ -361,12 +361,8 @@ class _BgenLoader:
         values = self._read()
         if self.columns is not None:
             values = np.ascontiguousarray(values[:, self.columns])
-        called = values >= 0
-        counted = np.count_nonzero(called, axis=1)
-        sums = np.where(called, values, 0).sum(axis=1, dtype=np.float64)
-        rows = _transformed(values, counted, sums, bool((~called).any()), None, ploidy=2,
-                            missing=self.missing, scaling=self.scaling)
-        return _stored(rows, self.storage)
+        return called_rows(values, missing=self.missing, scaling=self.scaling,
+                           storage=self.storage)
 
     def _read(self) -> np.ndarray:
         """The rows' values, -1 missing, one variant at a time: hard calls (int8), or

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskstraggle._validation import check_bool, check_int
-from daskstraggle.data._zarr import GroupArrays, group_arrays, read_selection
+from daskstraggle.data._zarr import GroupArrays, fsspec_options, group_arrays, read_selection
 from daskstraggle.data.kinship import check_king_cutoff, king_keep
 from daskstraggle.data.ld import LDPrune, ld_prune_keep, parse_ld_prune
 from daskstraggle.data.sources import GenotypeRowSource, RowSource
@@ -938,9 +938,7 @@ class StoreArrays:
         import zarr
 
         if self._names is None:
-            options: dict[str, Any] = ({} if self.storage_options is None
-                                       else {"storage_options": self.storage_options})
-            group = zarr.open_group(self.path, mode="r", **options)
+            group = zarr.open_group(self.path, mode="r", **fsspec_options(self.storage_options))
             self._names = group_arrays(group, self.path)
         if name not in self._names:
             return None

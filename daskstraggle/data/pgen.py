@@ -33,7 +33,7 @@ from daskstraggle.data.plink import (
     check_unique_samples,
     contig_codes,
 )
-from daskstraggle.data.sources import RowValues, _stored, _transformed
+from daskstraggle.data.sources import RowValues, called_rows
 from daskstraggle.errors import CorruptDataError, DataNotFoundError, InvalidDataError
 
 __all__ = ["PgenSource", "open_pgen", "pgen_rows", "read_psam", "read_pvar"]
@@ -66,13 +66,8 @@ def pgen_rows(ref_counts: np.ndarray, *, missing: str, scaling: str,
     -------
     rows : RowValues
     """
-    called = ref_counts >= 0
-    dosage = np.where(called, 2 - ref_counts, -1).astype(np.int8)
-    counted = np.count_nonzero(called, axis=1)
-    sums = np.where(called, dosage, 0).sum(axis=1, dtype=np.float64)
-    rows = _transformed(dosage, counted, sums, bool((~called).any()), None, ploidy=2,
-                        missing=missing, scaling=scaling)
-    return _stored(rows, storage)
+    dosage = np.where(ref_counts >= 0, 2 - ref_counts, -1).astype(np.int8)
+    return called_rows(dosage, missing=missing, scaling=scaling, storage=storage)
 
 
 @dataclass(frozen=True, eq=False, slots=True)

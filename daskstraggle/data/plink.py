@@ -22,7 +22,6 @@ too; the imputation and Patterson scaling are those of
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,11 +34,9 @@ from daskstraggle._packing import pack_dosages
 from daskstraggle.data._matrix import Matrix
 from daskstraggle.data._opening import file_matrix
 from daskstraggle.data.sources import (
-    GenotypeRowSource,
     RowValues,
+    StoredGenotypes,
     _transformed,
-    regular_bounds,
-    selection_bounds,
 )
 from daskstraggle.errors import (
     CorruptDataError,
@@ -208,7 +205,7 @@ class _BedLoader:
                         storage=self.storage, columns=self.columns)
 
 
-class BedSource(GenotypeRowSource):
+class BedSource(StoredGenotypes):
     """Dosage rows (one per variant) from a PLINK 1 ``.bed`` file (variant-major).
 
     Each loader reads its rows' bytes of the file where it runs, so the workers must see
@@ -243,51 +240,14 @@ class BedSource(GenotypeRowSource):
         self.path = os.fspath(path)
         self.n_variants = int(n_variants)
         self.n_samples = int(n_samples)
+        self.store_shape = (self.n_variants, self.n_samples)
         self.missing = missing
         self.scaling = scaling
         self.storage = storage
         self.ploidy = 2
         self.dtype = np.dtype(np.int8)
         self.chunk_rows = max(1, min(CHUNK_ROWS, _CHUNK_CALLS // self.n_samples))
-        self.sample_index = None if sample_index is None else np.asarray(sample_index,
-                                                                           dtype=np.int64)
-        self._set_selection(variant_index)
-
-    def _set_selection(self, variants: np.ndarray | None) -> None:
-        self.variant_index = None if variants is None else np.asarray(variants, dtype=np.int64)
-        n_columns = self.n_samples if self.sample_index is None else len(self.sample_index)
-        if self.variant_index is None:
-            self.chunk_bounds = regular_bounds(self.n_variants, self.chunk_rows)
-            self.shape = (self.n_variants, n_columns)
-        else:
-            self.chunk_bounds = selection_bounds(self.variant_index, self.chunk_rows)
-            self.shape = (len(self.variant_index), n_columns)
-
-    def select_columns(self, columns: np.ndarray) -> BedSource:
-        """Return the source of samples ``columns`` (indices into this source's samples)."""
-        columns = np.asarray(columns, dtype=np.int64)
-        out = copy.copy(self)
-        out.sample_index = columns if self.sample_index is None else self.sample_index[columns]
-        out._set_selection(self.variant_index)
-        return out
-
-    def select(self, rows: np.ndarray) -> BedSource:
-        """Return the source of rows ``rows`` (indices into this source's rows).
-
-        Parameters
-        ----------
-        rows : ndarray of int
-            Rows of this source, in the order wanted.
-
-        Returns
-        -------
-        source : BedSource
-            The same file at those variants.
-        """
-        rows = np.asarray(rows, dtype=np.int64)
-        out = copy.copy(self)
-        out._set_selection(rows if self.variant_index is None else self.variant_index[rows])
-        return out
+        self._set_selection(variant_index, sample_index)
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a picklable loader reading variants ``[start, stop)`` of the file as
@@ -295,14 +255,6 @@ class BedSource(GenotypeRowSource):
         rows = None if self.variant_index is None else self.variant_index[start:stop]
         return self._loader(self.path, self.n_variants, self.n_samples, start, stop,
                           self.missing, self.scaling, self.storage, rows, self.sample_index)
-
-    def describe(self) -> dict[str, Any]:
-        """Return a JSON-serialisable description of the source."""
-        out = {**super().describe(), "path": self.path, "missing": self.missing,
-               "scaling": self.scaling, "ploidy": self.ploidy, "storage": self.storage}
-        if self.variant_index is not None or self.sample_index is not None:
-            out["store_shape"] = [self.n_variants, self.n_samples]
-        return out
 
 
 # ---------------------------------------------------------------------------- .bim and .fam

@@ -14,7 +14,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -31,6 +31,7 @@ __all__ = [
     "GenotypeSource",
     "RowSource",
     "RowValues",
+    "StoredGenotypes",
     "ZarrSource",
 ]
 
@@ -314,6 +315,16 @@ def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues
                         ploidy=ploidy, missing=missing, scaling=scaling)
 
 
+def called_rows(values: np.ndarray, *, missing: str, scaling: str, storage: str) -> RowValues:
+    """Rows of diploid dosages (-1 missing; int8 or float) as a worker holds them, with the
+    fill, centre and scale of :func:`genotype_rows`."""
+    called = values >= 0
+    sums = np.where(called, values, 0).sum(axis=1, dtype=np.float64)
+    rows = _transformed(values, np.count_nonzero(called, axis=1), sums,
+                        bool((~called).any()), None, ploidy=2, missing=missing, scaling=scaling)
+    return _stored(rows, storage)
+
+
 def _transformed(dosage: np.ndarray, counted: np.ndarray, sums: np.ndarray,
                  any_missing: bool, is_missing: np.ndarray | None, *, ploidy: int,
                  missing: str, scaling: str) -> RowValues:
@@ -391,7 +402,62 @@ def selection_bounds(index: np.ndarray, chunk_rows: int) -> np.ndarray:
     return np.concatenate([[0], inner, [len(chunk)]]).astype(np.int64)
 
 
-class GenotypeSource(GenotypeRowSource):
+class StoredGenotypes(GenotypeRowSource):
+    """Base of the genotype sources read from a store or file of ``store_shape`` (variants,
+    samples) in chunks of ``chunk_rows`` variants, viewed at ``variant_index`` and
+    ``sample_index`` (store rows and columns, None: all)."""
+
+    path: str
+    storage: str
+    store_shape: tuple[int, int]
+    chunk_rows: int
+    variant_index: np.ndarray | None
+    sample_index: np.ndarray | None
+
+    def _set_selection(self, variants: np.ndarray | None, samples: np.ndarray | None) -> None:
+        self.variant_index = None if variants is None else np.asarray(variants, dtype=np.int64)
+        self.sample_index = None if samples is None else np.asarray(samples, dtype=np.int64)
+        n_rows, n_columns = self.store_shape
+        if self.variant_index is None:
+            self.chunk_bounds = regular_bounds(n_rows, self.chunk_rows)
+        else:
+            n_rows = len(self.variant_index)
+            self.chunk_bounds = selection_bounds(self.variant_index, self.chunk_rows)
+        if self.sample_index is not None:
+            n_columns = len(self.sample_index)
+        self.shape = (n_rows, n_columns)
+
+    def store_rows(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """Return the store's variant indices of this source's rows (all, or ``rows``)."""
+        index = (np.arange(self.store_shape[0]) if self.variant_index is None
+                 else self.variant_index)
+        return index if rows is None else index[np.asarray(rows, dtype=np.int64)]
+
+    def select(self, rows: np.ndarray) -> Self:
+        """Return the source of rows ``rows`` (indices into this source's rows, in the order
+        wanted): the same store at those variants."""
+        out = copy.copy(self)
+        out._set_selection(self.store_rows(rows), self.sample_index)
+        return out
+
+    def select_columns(self, columns: np.ndarray) -> Self:
+        """Return the source of samples ``columns`` (indices into this source's samples)."""
+        columns = np.asarray(columns, dtype=np.int64)
+        index = np.arange(self.store_shape[1]) if self.sample_index is None else self.sample_index
+        out = copy.copy(self)
+        out._set_selection(self.variant_index, index[columns])
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """Return a JSON-serialisable description of the source."""
+        out = {**super().describe(), "path": self.path, "missing": self.missing,
+               "scaling": self.scaling, "ploidy": self.ploidy, "storage": self.storage}
+        if self.variant_index is not None or self.sample_index is not None:
+            out["store_shape"] = list(self.store_shape)  # a view: the selected shape differs
+        return out
+
+
+class GenotypeSource(StoredGenotypes):
     """Dosage rows (one per variant) from a VCF Zarr store's ``call_genotype``.
 
     See :func:`genotype_rows` for the dosages (calls of lower ploidy are scaled to the
@@ -435,39 +501,6 @@ class GenotypeSource(GenotypeRowSource):
         self.dtype = np.dtype(np.int8)
         self._set_selection(variant_index, sample_index)
 
-    def _set_selection(self, variants: np.ndarray | None, samples: np.ndarray | None) -> None:
-        self.variant_index = None if variants is None else np.asarray(variants, dtype=np.int64)
-        self.sample_index = None if samples is None else np.asarray(samples, dtype=np.int64)
-        n_rows, n_columns = self.store_shape
-        if self.variant_index is None:
-            self.chunk_bounds = regular_bounds(n_rows, self.chunk_rows)
-        else:
-            n_rows = len(self.variant_index)
-            self.chunk_bounds = selection_bounds(self.variant_index, self.chunk_rows)
-        if self.sample_index is not None:
-            n_columns = len(self.sample_index)
-        self.shape = (n_rows, n_columns)
-
-    def store_rows(self, rows: np.ndarray | None = None) -> np.ndarray:
-        """Return the store's variant indices of this source's rows (all, or ``rows``)."""
-        index = (np.arange(self.store_shape[0]) if self.variant_index is None
-                 else self.variant_index)
-        return index if rows is None else index[np.asarray(rows, dtype=np.int64)]
-
-    def select(self, rows: np.ndarray) -> GenotypeSource:
-        """Return the source of rows ``rows`` (indices into this source's rows)."""
-        out = copy.copy(self)
-        out._set_selection(self.store_rows(rows), self.sample_index)
-        return out
-
-    def select_columns(self, columns: np.ndarray) -> GenotypeSource:
-        """Return the source of samples ``columns`` (indices into this source's samples)."""
-        columns = np.asarray(columns, dtype=np.int64)
-        index = np.arange(self.store_shape[1]) if self.sample_index is None else self.sample_index
-        out = copy.copy(self)
-        out._set_selection(self.variant_index, index[columns])
-        return out
-
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a loader reading variants ``[start, stop)`` as dosages."""
         rows = None if self.variant_index is None else self.variant_index[start:stop]
@@ -477,19 +510,7 @@ class GenotypeSource(GenotypeRowSource):
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
-        out = {
-            **super().describe(),
-            "path": self.path,
-            "array": self.name,
-            "missing": self.missing,
-            "scaling": self.scaling,
-            "ploidy": self.ploidy,
-            "missing_chunks": self.missing_chunks,
-            "storage": self.storage,
-        }
-        if self.variant_index is not None or self.sample_index is not None:
-            out["store_shape"] = list(self.store_shape)  # a view: the selected shape differs
-        return out
+        return {**super().describe(), "array": self.name, "missing_chunks": self.missing_chunks}
 
 
 # --------------------------------------------------------------------------- in memory
