@@ -1,25 +1,17 @@
 """The CodingScheme contract: which partitions each worker stores, what it sends, how to decode.
 
-The data (rows) is split into ``K`` partitions; ``g_k`` is the kernel sum over partition
-``k``. A scheme, for ``N`` workers, draws a :class:`CodeAssignment` (its random parts, e.g.
-cyclic repetition's ``H`` or BCC's batch choices, seeded by ``rng``):
-
-- ``placement[i]``: the partitions worker ``i`` stores (loaded on it, one keyed task each);
-- ``coefficients[i]``: array of shape ``(n_messages_i, len(placement[i]))``; worker ``i``'s
-  message ``j`` is ``sum_p coefficients[i][j, p] * g_{placement[i][p]}`` (most schemes send
-  one message per worker; the partial-straggler scheme sends two, BCC-heterogeneous one
-  per stored partition);
-- ``decode(received)``: given the ``(worker, message)`` pairs that arrived, weights ``w``
-  with ``sum w[(i, j)] * message_(i, j) = sum_k g_k`` exactly (float64), or None when the
-  received messages cannot give the full sum (never a wrong answer: decoders check the
-  residual of the combination and refuse above a tolerance);
-- :class:`Coverage`: the partitions no received message sums over yet. No decoder can
-  succeed while one is left (its ``g_k`` enters no message), so a method asks ``decode``
-  only once every partition is covered: one decode per round for the repetition and
-  BCC codes instead of one per message (a 1000-worker round was O(N^2)).
+The rows are split into ``K`` partitions; ``g_k`` is the kernel sum over partition ``k``.
+A scheme draws, for ``N`` workers, a :class:`CodeAssignment` (its random parts seeded by
+``rng``): ``placement[i]``, the partitions worker ``i`` stores; ``coefficients[i]`` of
+shape ``(n_messages_i, len(placement[i]))``, worker ``i``'s message ``j`` being
+``sum_p coefficients[i][j, p] * g_{placement[i][p]}``; and ``decode(received)``, weights
+``w`` with ``sum w[(i, j)] * message_(i, j) = sum_k g_k`` exactly (float64), or None when
+the received messages cannot give the full sum (decoders check the residual and never
+return wrong weights). :class:`Coverage` tells when every partition is in some received
+message, before which no decoder can succeed.
 
 Schemes are pure numpy (no dask); a method turns an assignment into work units and a
-runtime loads ``placement`` (every replica with its own pinned task).
+runtime loads ``placement``.
 """
 
 from __future__ import annotations
@@ -93,7 +85,7 @@ def _missing_message(label: str, missing: list[str]) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class CodeAssignment:
-    """One drawn realisation of a scheme for ``n_workers`` workers (see module docstring).
+    """One drawn realisation of a scheme for ``n_workers`` workers (see the module docstring).
 
     Parameters
     ----------
@@ -182,6 +174,15 @@ class CodeAssignment:
         return self.decoder(self, frozenset(received))
 
 
+def _checked(assignment: CodeAssignment, weights: dict[Received, float],
+             tol: float) -> dict[Received, float] | None:
+    """Return ``weights`` if ``max |sum w * A_row - 1| <= tol`` (they give ``sum_k g_k``)."""
+    total = np.zeros(assignment.n_partitions)
+    for (i, j), w in weights.items():
+        np.add.at(total, list(assignment.placement[i]), w * assignment.coefficients[i][j])
+    return weights if float(np.max(np.abs(total - 1.0))) <= tol else None
+
+
 class Coverage:
     """The partitions of an assignment that no received message sums over yet.
 
@@ -229,8 +230,8 @@ class CodingScheme(ABC):
     """Abstract base of the coding schemes: parameters only, immutable.
 
     Subclasses are ``@dataclass(frozen=True, kw_only=True, slots=True)``, validate in
-    ``__post_init__`` (the message template of ``daskstraggle._validation``), are decorated with
-    :func:`register_scheme` and set ``name`` (hyphenated, e.g. ``"cyclic-repetition"``).
+    ``__post_init__``, are decorated with :func:`register_scheme` and set ``name``
+    (hyphenated, e.g. ``"cyclic-repetition"``).
     """
 
     #: Registry name.
@@ -240,17 +241,27 @@ class CodingScheme(ABC):
         """Raise InvalidParameterError if the parameters do not fit ``n_workers`` workers."""
 
     def partition_count(self, n_workers: int, n_rows: int | None = None) -> int:
-        """Return how many partitions ``K`` the rows are split into for ``n_workers``.
-
-        Default: ``K = n_workers``, one partition a worker, once :meth:`check_n_workers`
-        accepts ``n_workers``.
-        """
+        """Return how many partitions ``K`` the rows are split into for ``n_workers``
+        (default: ``K = n_workers``, once :meth:`check_n_workers` accepts it)."""
         self.check_n_workers(n_workers)
         return int(n_workers)
 
     @abstractmethod
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
         """Draw the assignment (``n_workers`` already checked)."""
+
+    def _make(self, n_workers: int, placement: Any, coefficients: Any, info: dict[str, Any],
+              decoder: Any, n_partitions: int | None = None) -> CodeAssignment:
+        """Return this scheme's CodeAssignment (``n_partitions`` None: ``n_workers``)."""
+        return CodeAssignment(
+            scheme=self.name, n_workers=n_workers, placement=tuple(placement),
+            n_partitions=n_workers if n_partitions is None else n_partitions,
+            coefficients=tuple(coefficients), info=info, decoder=decoder)
+
+    def _one_each(self, n_workers: int, info: dict[str, Any], decoder: Any) -> CodeAssignment:
+        """Return the assignment of ``K = N`` partitions, worker ``i`` sending ``g_i``."""
+        return self._make(n_workers, ((i,) for i in range(n_workers)),
+                          (np.ones((1, 1)) for _ in range(n_workers)), info, decoder)
 
     def assign(
         self, n_workers: int, rng: int | np.random.Generator | None = None

@@ -6,8 +6,6 @@
 - :class:`IdealMDS` (``"mds-ideal"``): latency-only idealised coded computing (DSAG VII-A).
 - :func:`p2_loads`, :func:`proportional_loads`, :func:`coverage_time`: helpers for the
   heterogeneous comparison of the BCC paper, §IV-C.
-
-Pure numpy/scipy.
 """
 
 from __future__ import annotations
@@ -22,7 +20,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from daskstraggle._validation import _fail, check_choice, check_int, check_positive
-from daskstraggle.coding.base import CodeAssignment, CodingScheme, register_scheme
+from daskstraggle.coding.base import CodeAssignment, CodingScheme, _checked, register_scheme
+from daskstraggle.latency.base import check_per_worker
 
 __all__ = [
     "BCC",
@@ -38,9 +37,6 @@ __all__ = [
 
 Received = tuple[int, int]
 _TOL = 1e-12
-
-
-# --------------------------------------------------------------------------- helpers
 
 
 def harmonic_number(n: int) -> float:
@@ -94,18 +90,6 @@ def bcc_coverage_probability(n_batches: int, n_workers: int) -> float:
 _coverage_probability = functools.lru_cache(maxsize=256)(bcc_coverage_probability)
 
 
-def _check_received_sum(
-    assignment: CodeAssignment, weights: dict[Received, float]
-) -> dict[Received, float] | None:
-    """Return ``weights`` if they combine the messages to the all-ones sum, else None."""
-    total = np.zeros(assignment.n_partitions)
-    for (i, j), w in weights.items():
-        np.add.at(total, list(assignment.placement[i]), w * assignment.coefficients[i][j])
-    if not np.all(np.abs(total - 1.0) <= _TOL):
-        return None
-    return weights
-
-
 def _cover_decoder(assignment: CodeAssignment, received: frozenset[Received]) -> dict | None:
     """Pick one received copy of every partition (the smallest label), weights 1.
 
@@ -122,41 +106,13 @@ def _cover_decoder(assignment: CodeAssignment, received: frozenset[Received]) ->
                 owner[p] = (i, j)
     if len(owner) < assignment.n_partitions:
         return None
-    weights = {label: 1.0 for label in set(owner.values())}
-    return _check_received_sum(assignment, weights)
-
-
-def _per_worker(value: Any, *, name: str, caller: str, positive: bool) -> float | tuple:
-    """Normalise a float-or-sequence per-worker parameter (floats > 0 or >= 0)."""
-    constraint = "a finite number > 0" if positive else "a finite number >= 0"
-
-    def one(v: object) -> float:
-        ok = isinstance(v, numbers.Real) and not isinstance(v, bool)
-        if ok:
-            v = float(v)  # type: ignore[arg-type]
-            ok = bool(np.isfinite(v)) and (v > 0 if positive else v >= 0)
-        if not ok:
-            _fail(name, caller, f"{constraint} or a sequence of them", value)
-        return v  # type: ignore[return-value]
-
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return one(value)
-    if isinstance(value, Sequence | np.ndarray) and not isinstance(value, str):
-        values = tuple(one(v) for v in value)
-        if not values:
-            _fail(name, caller, f"{constraint} or a non-empty sequence of them", value)
-        return values
-    _fail(name, caller, f"{constraint} or a sequence of them", value)
-    raise AssertionError  # unreachable
+    return _checked(assignment, {label: 1.0 for label in set(owner.values())}, _TOL)
 
 
 def _expand(value: float | tuple, n_workers: int) -> np.ndarray:
     if isinstance(value, tuple):
         return np.asarray(value, dtype=float)
     return np.full(n_workers, float(value))
-
-
-# --------------------------------------------------------------------------- BCC
 
 
 @register_scheme
@@ -189,11 +145,8 @@ class BCC(CodingScheme):
     ``info`` holds ``n_batches``, ``batch_of_worker``, ``expected_results``
     (``ceil(K/r) H_ceil(K/r)``, the coupon collector mean for an unbounded supply of
     workers), ``coverage_probability`` (for the ``N`` workers drawn), ``covers`` and
-    ``communication_load`` (1 message per worker). Use :meth:`partition_count` for ``K``:
-    the ``n_partitions`` field shadows :meth:`CodingScheme.n_partitions`.
-
-    Differences from the paper: the paper's examples are mapped to partitions, so a
-    "sample" here is a partition of rows.
+    ``communication_load`` (1 message per worker). The paper's examples are partitions
+    of rows here.
 
     References
     ----------
@@ -224,11 +177,7 @@ class BCC(CodingScheme):
                       remedy="A batch cannot hold more than n_partitions partitions.")
 
     def partition_count(self, n_workers: int, n_rows: int | None = None) -> int:
-        """Return ``K``: ``n_partitions`` if given, else ``n_workers``.
-
-        Stands in for :meth:`CodingScheme.n_partitions`, which the ``n_partitions``
-        field shadows.
-        """
+        """Return ``K``: ``n_partitions`` if given, else ``n_workers``."""
         return int(self.n_partitions) if self.n_partitions is not None else int(n_workers)
 
     def check_n_workers(self, n_workers: int) -> None:
@@ -248,8 +197,6 @@ class BCC(CodingScheme):
         ones = [np.ones((1, len(batch))) for batch in batches]
         for weights in ones:
             weights.flags.writeable = False
-        placement = tuple(batches[b] for b in picks.tolist())
-        coefficients = tuple(ones[b] for b in picks.tolist())
         info = {
             "n_batches": n_batches,
             "batch_of_worker": tuple(picks.tolist()),
@@ -258,13 +205,8 @@ class BCC(CodingScheme):
             "covers": len(set(picks.tolist())) == n_batches,
             "communication_load": 1,
         }
-        return CodeAssignment(scheme=self.name, n_workers=n_workers, n_partitions=k,
-                              placement=placement, coefficients=coefficients, info=info,
-                              decoder=_cover_decoder)
-
-
-
-# --------------------------------------------------------------------------- generalized BCC
+        return self._make(n_workers, (batches[b] for b in picks.tolist()),
+                          (ones[b] for b in picks.tolist()), info, _cover_decoder, k)
 
 
 def _p2_lambda(shift: np.ndarray, rate: np.ndarray) -> np.ndarray:
@@ -387,8 +329,8 @@ def proportional_loads(rate: float | Sequence[float], n_partitions: int,
 
 def _worker_arrays(shift: Any, rate: Any, n_workers: int | None,
                    *, caller: str) -> tuple[np.ndarray, np.ndarray]:
-    a = _per_worker(shift, name="shift", caller=caller, positive=False)
-    mu = _per_worker(rate, name="rate", caller=caller, positive=True)
+    a = check_per_worker(shift, name="shift", caller=caller)
+    mu = check_per_worker(rate, name="rate", caller=caller, strict=True)
     lengths = {len(v) for v in (a, mu) if isinstance(v, tuple)}
     if n_workers is not None:
         lengths.add(int(n_workers))
@@ -549,8 +491,6 @@ class HeterogeneousBCC(CodingScheme):
     -----
     ``info`` holds ``loads``, ``n_samples`` (``s``), ``coverage_factor``, ``covers`` and
     ``expected_time_p2`` (``t*`` of the P2 solution, ``E[T^(s)]`` in the large-N limit).
-    Use :meth:`partition_count` for ``K``: the ``n_partitions`` field shadows
-    :meth:`CodingScheme.n_partitions`.
 
     Differences from the paper: loads are rounded to integers in ``[1, m]``; per-sequence
     parameters need exactly ``N`` entries.
@@ -583,9 +523,9 @@ class HeterogeneousBCC(CodingScheme):
     def __post_init__(self) -> None:
         caller = "HeterogeneousBCC"
         object.__setattr__(self, "shift",
-                           _per_worker(self.shift, name="shift", caller=caller, positive=False))
+                           check_per_worker(self.shift, name="shift", caller=caller))
         object.__setattr__(self, "rate",
-                           _per_worker(self.rate, name="rate", caller=caller, positive=True))
+                           check_per_worker(self.rate, name="rate", caller=caller, strict=True))
         check_int(self.n_partitions, name="n_partitions", caller=caller, low=1)
         check_positive(self.coverage_factor, name="coverage_factor", caller=caller,
                        allow_none=True)
@@ -598,7 +538,7 @@ class HeterogeneousBCC(CodingScheme):
                   self.shift)
 
     def partition_count(self, n_workers: int, n_rows: int | None = None) -> int:
-        """Return ``K = n_partitions`` (stands in for :meth:`CodingScheme.n_partitions`)."""
+        """Return ``K = n_partitions``."""
         return int(self.n_partitions)
 
     def check_n_workers(self, n_workers: int) -> None:
@@ -635,8 +575,7 @@ class HeterogeneousBCC(CodingScheme):
             member = _disjoint_membership(loads, m)
         else:
             member = _random_membership(loads, m, rng)
-        placement = tuple(tuple(np.flatnonzero(row).tolist()) for row in member)
-        coefficients = tuple(np.eye(len(p)) for p in placement)
+        placement = [tuple(np.flatnonzero(row).tolist()) for row in member]
         a, mu = _worker_arrays(self.shift, self.rate, n_workers, caller="HeterogeneousBCC")
         c, s = self.samples_target(n_workers)
         lam = _p2_lambda(a, mu)
@@ -648,12 +587,8 @@ class HeterogeneousBCC(CodingScheme):
             "expected_time_p2": float(s / np.sum(mu / (1.0 + mu * lam))),
             "communication_load": int(loads.sum()),
         }
-        return CodeAssignment(scheme=self.name, n_workers=n_workers, n_partitions=m,
-                              placement=placement, coefficients=coefficients, info=info,
-                              decoder=_cover_decoder)
-
-
-# --------------------------------------------------------------------------- ideal MDS
+        return self._make(n_workers, placement, (np.eye(len(p)) for p in placement), info,
+                          _cover_decoder, m)
 
 
 def _ideal_decoder(assignment: CodeAssignment, received: frozenset[Received]) -> dict | None:
@@ -712,14 +647,6 @@ class IdealMDS(CodingScheme):
 
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
         threshold = min(n_workers, max(1, math.ceil(float(self.rate) * n_workers - 1e-9)))
-        info = {
-            "latency_only": True,
-            "recovery_threshold": threshold,
-            "compute_scale": 1.0 / float(self.rate),
-            "communication_load": 1,
-        }
-        return CodeAssignment(
-            scheme=self.name, n_workers=n_workers, n_partitions=n_workers,
-            placement=tuple((i,) for i in range(n_workers)),
-            coefficients=tuple(np.ones((1, 1)) for _ in range(n_workers)),
-            info=info, decoder=_ideal_decoder)
+        info = {"latency_only": True, "recovery_threshold": threshold,
+                "compute_scale": 1.0 / float(self.rate), "communication_load": 1}
+        return self._one_each(n_workers, info, _ideal_decoder)

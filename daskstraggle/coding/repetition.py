@@ -1,13 +1,7 @@
 """Gradient coding by repetition (Tandon et al., 2017): uncoded, fractional, cyclic, partial.
 
-Every scheme here splits the rows into ``K`` partitions, places each partition on ``s + 1``
-workers (``s`` = ``n_stragglers``) and lets each worker send linear combinations of its
-partial sums. Decoders return float64 weights whose combination of the received messages
-is ``sum_k g_k``; they check that ``sum w * A_row`` equals the all-ones vector to within
-``1e-9`` (max-norm) and return None otherwise, so a set that cannot decode never gets
-wrong weights.
-
-Pure numpy: no dask here.
+Each partition is placed on ``s + 1`` workers (``s`` = ``n_stragglers``); decoders accept
+weights only if ``sum w * A_row`` is the all-ones vector within :data:`DECODE_TOLERANCE`.
 
 References
 ----------
@@ -26,7 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from daskstraggle._validation import check_choice, check_int
-from daskstraggle.coding.base import CodeAssignment, CodingScheme, register_scheme
+from daskstraggle.coding.base import CodeAssignment, CodingScheme, _checked, register_scheme
 from daskstraggle.errors import InvalidParameterError
 
 __all__ = [
@@ -42,11 +36,6 @@ DECODE_TOLERANCE = 1e-9
 
 #: Largest number of partitions PartialStraggler accepts (guards against alpha = 1.2345678).
 _MAX_PARTITIONS = 1_000_000
-
-Received = tuple[int, int]
-
-
-# --------------------------------------------------------------------------- helpers
 
 
 def _check_stragglers(s: object, caller: str) -> int:
@@ -74,23 +63,11 @@ def _workers_with(assignment: CodeAssignment, received: frozenset, message: int)
     return sorted(out)
 
 
-def _residual(assignment: CodeAssignment, weights: dict[Received, float]) -> float:
-    """``max |sum w * A_row - 1|`` computed from the placement (float64)."""
-    total = np.zeros(assignment.n_partitions)
-    for (i, j), w in weights.items():
-        np.add.at(total, list(assignment.placement[i]), w * assignment.coefficients[i][j])
-    return float(np.max(np.abs(total - 1.0)))
-
-
-def _checked(assignment: CodeAssignment, weights: dict[Received, float]) -> dict | None:
-    return weights if _residual(assignment, weights) <= DECODE_TOLERANCE else None
-
-
 def _decode_uncoded(assignment: CodeAssignment, received: frozenset) -> dict | None:
     workers = _workers_with(assignment, received, 0)
     if len(workers) < assignment.n_workers:
         return None
-    return _checked(assignment, {(i, 0): 1.0 for i in workers})
+    return _checked(assignment, {(i, 0): 1.0 for i in workers}, DECODE_TOLERANCE)
 
 
 def _decode_fractional(
@@ -102,7 +79,8 @@ def _decode_fractional(
         chosen.setdefault(i % group_size, i)
     if len(chosen) < group_size:
         return None
-    return _checked(assignment, {(i, 0): 1.0 for i in sorted(chosen.values())})
+    return _checked(assignment, {(i, 0): 1.0 for i in sorted(chosen.values())},
+                    DECODE_TOLERANCE)
 
 
 def _decode_lstsq(assignment: CodeAssignment, received: frozenset) -> dict | None:
@@ -135,7 +113,7 @@ def _decode_partial(
         return None
     weights = {(i, 0): 1.0 for i in naive}
     weights.update({(i, 1): w for (i, _), w in inner_weights.items()})
-    return _checked(assignment, weights)
+    return _checked(assignment, weights, DECODE_TOLERANCE)
 
 
 def _cyclic_matrix(n: int, s: int, rng: np.random.Generator) -> np.ndarray | None:
@@ -160,9 +138,6 @@ def _row_space_condition(b: np.ndarray, s: int) -> float:
     sv = np.linalg.svd(b, compute_uv=False)
     rank = b.shape[0] - s
     return float(sv[0] / sv[rank - 1]) if sv[rank - 1] > 0 else float("inf")
-
-
-# --------------------------------------------------------------------------- schemes
 
 
 @register_scheme
@@ -195,19 +170,9 @@ class Uncoded(CodingScheme):
     name: ClassVar[str] = "uncoded"
 
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
-        return CodeAssignment(
-            scheme=self.name,
-            n_workers=n_workers,
-            n_partitions=n_workers,
-            placement=tuple((i,) for i in range(n_workers)),
-            coefficients=tuple(np.ones((1, 1)) for _ in range(n_workers)),
-            info={
-                "recovery_threshold": n_workers,
-                "communication_load": 1,
-                "computation_load": 1.0 / n_workers,
-            },
-            decoder=_decode_uncoded,
-        )
+        info = {"recovery_threshold": n_workers, "communication_load": 1,
+                "computation_load": 1.0 / n_workers}
+        return self._one_each(n_workers, info, _decode_uncoded)
 
 
 @register_scheme
@@ -270,23 +235,12 @@ class FractionalRepetition(CodingScheme):
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
         s = self.n_stragglers
         m = n_workers // (s + 1)
-        placement = tuple(
-            tuple(range((i % m) * (s + 1), (i % m + 1) * (s + 1))) for i in range(n_workers)
-        )
-        return CodeAssignment(
-            scheme=self.name,
-            n_workers=n_workers,
-            n_partitions=n_workers,
-            placement=placement,
-            coefficients=tuple(np.ones((1, s + 1)) for _ in range(n_workers)),
-            info={
-                "recovery_threshold": n_workers - s,
-                "communication_load": 1,
-                "computation_load": (s + 1) / n_workers,
-                "n_blocks": m,
-            },
-            decoder=functools.partial(_decode_fractional, group_size=m),
-        )
+        placement = (tuple(range((i % m) * (s + 1), (i % m + 1) * (s + 1)))
+                     for i in range(n_workers))
+        info = {"recovery_threshold": n_workers - s, "communication_load": 1,
+                "computation_load": (s + 1) / n_workers, "n_blocks": m}
+        return self._make(n_workers, placement, (np.ones((1, s + 1)) for _ in range(n_workers)),
+                          info, functools.partial(_decode_fractional, group_size=m))
 
 
 @register_scheme
@@ -372,20 +326,11 @@ class CyclicRepetition(CodingScheme):
         windows = [
             tuple(int(j) for j in (i + np.arange(s + 1)) % n_workers) for i in range(n_workers)
         ]
-        return CodeAssignment(
-            scheme=self.name,
-            n_workers=n_workers,
-            n_partitions=n_workers,
-            placement=tuple(windows),
-            coefficients=tuple(best[i, list(w)].reshape(1, -1) for i, w in enumerate(windows)),
-            info={
-                "recovery_threshold": n_workers - s,
-                "communication_load": 1,
-                "computation_load": (s + 1) / n_workers,
-                "condition": best_cond,
-            },
-            decoder=_decode_lstsq,
-        )
+        info = {"recovery_threshold": n_workers - s, "communication_load": 1,
+                "computation_load": (s + 1) / n_workers, "condition": best_cond}
+        return self._make(n_workers, windows,
+                          (best[i, list(w)].reshape(1, -1) for i, w in enumerate(windows)),
+                          info, _decode_lstsq)
 
 
 def _as_fraction(alpha: float | numbers.Real) -> Fraction:
@@ -523,21 +468,8 @@ class PartialStraggler(CodingScheme):
             placement.append(tuple(naive + coded))
             coefficients.append(coef)
         frac = _as_fraction(self.alpha) * (s + 1) / (n * (s + _as_fraction(self.alpha)))
-        return CodeAssignment(
-            scheme=self.name,
-            n_workers=n,
-            n_partitions=n * (a + b),
-            placement=tuple(placement),
-            coefficients=tuple(coefficients),
-            info={
-                "load_fraction": frac,
-                "computation_load": float(frac),
-                "communication_load": 2,
-                "recovery_threshold": n,
-                "coded_recovery_threshold": n - s,
-                "n_naive_per_worker": a,
-                "coded_block_size": b,
-                "inner": inner_scheme.name,
-            },
-            decoder=functools.partial(_decode_partial, inner=inner),
-        )
+        info = {"load_fraction": frac, "computation_load": float(frac), "communication_load": 2,
+                "recovery_threshold": n, "coded_recovery_threshold": n - s,
+                "n_naive_per_worker": a, "coded_block_size": b, "inner": inner_scheme.name}
+        return self._make(n, placement, coefficients, info,
+                          functools.partial(_decode_partial, inner=inner), n * (a + b))
