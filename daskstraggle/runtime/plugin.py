@@ -1,45 +1,21 @@
 """Record the latency of daskstraggle's tasks on the Dask scheduler.
 
-:class:`LatencyPlugin` is a :class:`~distributed.diagnostics.plugin.SchedulerPlugin`. Each
-time one of our tasks (a string key starting with ``prefix``, by default every work unit
-``daskstraggle-unit-v{version}-w{worker_index}-...``) goes from ``processing`` to
-``memory``, it stores the worker and the compute and transfer spans the worker reported
-(``startstops``: spans on the worker's own clock, so only their lengths are compared
-across workers). It tracks the workers present when it starts, those that join and those
-that leave, and keeps bounded memory: at most ``maxlen`` records per worker and at most
-``max_departed`` departed workers.
+:class:`LatencyPlugin` (a ``SchedulerPlugin``) stores, for each of our tasks (a string key
+starting with ``prefix``) that goes from ``processing`` to ``memory``, the worker and the
+compute and transfer spans it reported, and tracks the workers that were present, joined
+and left; its memory is bounded (``maxlen`` records per worker, ``max_departed`` departed
+workers). :class:`LatencyRecorder` is the client's side: it installs the plugin (or finds
+a preloaded one) and returns the new records at each :meth:`~LatencyRecorder.poll`. By
+default the plugin pushes each record as a scheduler event, sent before the task's result
+on the same ordered stream, so the record of every result the client has seen is already
+in a local buffer; a gap in the record numbers is filled with one round trip.
 
-:class:`LatencyRecorder` is the coordinator's side: it installs the plugin (or finds a
-preloaded one) and returns the new records at each :meth:`LatencyRecorder.poll`. By
-default the plugin *pushes* each record to the recorder as a scheduler event
-(``Scheduler.log_event`` / ``Client.subscribe_topic``), and ``poll`` only reads a local
-buffer. The scheduler sends the event before it tells the client that the task's result
-is ready, on the same ordered stream, so the record of every task whose result the
-coordinator has seen is already there. A gap in the record numbers (a full buffer, a
-reconnect) is filled with one round trip to the scheduler. ``push=False`` polls with one
-``Client.run_on_scheduler`` round trip instead.
-
-Two ways to install the plugin:
-
-- **From the client** (the default, any cluster): ``LatencyRecorder(client)`` registers a
-  plugin under a name of its own and removes it at :meth:`LatencyRecorder.close`. The
-  scheduler does not need daskstraggle installed: this module is registered with
-  ``cloudpickle.register_pickle_by_value``, so the plugin class and the small functions
-  run on the scheduler travel by value. They need only ``distributed`` there, and client
-  and scheduler must run the same Python version (as Dask requires anyway). This module
-  therefore imports nothing else from daskstraggle at module level.
-- **Preload** (the scheduler must be able to import daskstraggle): start the scheduler with
-  ``dask scheduler --preload daskstraggle.runtime.plugin`` (or
-  ``distributed.scheduler.preload: [daskstraggle.runtime.plugin]`` in the Dask config of
-  a deployed cluster). :func:`dask_setup` installs one shared plugin named
-  :data:`PRELOAD_NAME` before any worker connects, so it records the whole life of the
-  cluster; every recorder with the default prefix attaches to it and leaves it in place
-  at close. Use it when the scheduler's administrator forbids code sent by clients, or
-  to record from the scheduler's start.
-
-A plugin registered from a client removes itself when that client disconnects without
-closing its recorder, so a dropped notebook kernel leaves nothing behind on a long-lived
-scheduler.
+The plugin is installed from the client (this module travels by value with cloudpickle,
+so the scheduler needs only ``distributed`` and the same Python version; hence no other
+daskstraggle import at module level), or by a scheduler started with ``dask scheduler
+--preload daskstraggle.runtime.plugin`` (:func:`dask_setup`: one shared plugin,
+:data:`PRELOAD_NAME`, recording from the scheduler's start, for schedulers that refuse code
+from clients). A plugin registered from a client removes itself when that client leaves.
 """
 
 from __future__ import annotations
@@ -89,8 +65,7 @@ _BUFFER_FACTOR = 64
 #: The recorder keeps the recent compute durations of at most this many workers.
 _MAX_WORKERS = 4096
 
-# A record travels as a tuple (msgpack turns it into a list):
-# (seq, key, worker, compute_duration, transfer_duration, start_time, stop_time, nbytes)
+# A record travels as a tuple (a list after msgpack), TaskLatency's fields in order.
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,16 +77,15 @@ class TaskLatency:
     seq : int
         Number of the record: increases by one with each recorded task.
     key : str
-        The task's key.
     worker : str
         Address of the worker that computed it.
     compute_duration : float
         Seconds spent computing (sum of the worker's ``compute`` spans).
     transfer_duration : float
-        Seconds spent fetching dependencies from other workers (0 when none).
+        Seconds spent fetching dependencies from other workers.
     start_time, stop_time : float
-        Start and end of the computation on the worker's own clock: compare only their
-        differences, never across workers.
+        Start and end of the computation on the worker's own clock (compare only their
+        differences, never across workers).
     nbytes : int
         Size of the result in the worker's memory.
 
@@ -135,18 +109,7 @@ class TaskLatency:
 
     @classmethod
     def from_tuple(cls, record: tuple[Any, ...] | list[Any]) -> TaskLatency:
-        """Build a record from the tuple the plugin stores and sends.
-
-        Parameters
-        ----------
-        record : tuple or list of length 8
-            ``(seq, key, worker, compute_duration, transfer_duration, start_time,
-            stop_time, nbytes)``.
-
-        Returns
-        -------
-        latency : TaskLatency
-        """
+        """Build a record from the tuple (or list) of its fields the plugin sends."""
         seq, key, worker, compute, transfer, start, stop, nbytes = record
         return cls(seq=seq, key=key, worker=worker, compute_duration=compute,
                    transfer_duration=transfer, start_time=start, stop_time=stop,
@@ -187,11 +150,6 @@ class LatencyPlugin(SchedulerPlugin):
     --------
     LatencyRecorder : Install the plugin from a client and read its records.
     dask_setup : Install it when the scheduler starts (preload).
-
-    Notes
-    -----
-    The scheduler calls :meth:`transition` synchronously for every task: it returns at
-    once for other tasks and keeps the work for ours to a few tuple operations.
     """
 
     name = PRELOAD_NAME
@@ -208,14 +166,7 @@ class LatencyPlugin(SchedulerPlugin):
         # runs on the client (or in dask_setup), never after unpickling on the scheduler
         from daskstraggle._validation import check_int
 
-        if not isinstance(prefix, str) or not prefix:
-            from daskstraggle.errors import InvalidParameterError
-
-            raise InvalidParameterError(
-                f"The 'prefix' parameter of LatencyPlugin must be a non-empty str. "
-                f"Got {prefix!r} instead."
-            )
-        self.prefix = prefix
+        self.prefix = _check_name(prefix, "prefix", "LatencyPlugin")
         self.maxlen = check_int(maxlen, name="maxlen", caller="LatencyPlugin", low=1)
         self.max_departed = check_int(max_departed, name="max_departed",
                                       caller="LatencyPlugin", low=0)
@@ -303,25 +254,17 @@ class LatencyPlugin(SchedulerPlugin):
             if owner == client:
                 self.detach(topic)
         if self.owner is not None and self.owner == client:
-            for name, plugin in list(scheduler.plugins.items()):
-                if plugin is self:
-                    scheduler.remove_plugin(name)
+            _remove_plugin(scheduler, self)
 
     # --- reading -----------------------------------------------------------------------
 
     def drain(self, after_seq: int) -> tuple[list[tuple[Any, ...]], int]:
-        """Return the kept records numbered after ``after_seq``, and the last number.
-
-        Parameters
-        ----------
-        after_seq : int
-            Number of the last record already read (0 for all).
+        """Return the kept records numbered after ``after_seq`` (0: all), and the last number.
 
         Returns
         -------
         records : list of tuple
-            ``(seq, key, worker, compute_duration, transfer_duration, start_time,
-            stop_time, nbytes)`` in increasing ``seq``.
+            :class:`TaskLatency`'s fields, in increasing ``seq``.
         seq : int
             Number of the newest record; numbers in ``(after_seq, seq]`` missing from
             ``records`` were dropped (``maxlen`` or ``max_departed``).
@@ -390,28 +333,17 @@ class LatencyPlugin(SchedulerPlugin):
 
 
 def dask_setup(scheduler: Scheduler) -> None:
-    """Install the shared plugin when the scheduler starts (``--preload`` entry point).
-
-    Parameters
-    ----------
-    scheduler : distributed.Scheduler
-        The scheduler being started.
-
-    Notes
-    -----
-    Start the scheduler with ``dask scheduler --preload daskstraggle.runtime.plugin``; the
-    plugin records the default prefix with the default ``maxlen``.
-    """
+    """Install the shared plugin (default prefix and ``maxlen``) when the scheduler starts
+    with ``dask scheduler --preload daskstraggle.runtime.plugin``."""
     scheduler.add_plugin(LatencyPlugin(), name=PRELOAD_NAME, idempotent=True)
 
 
 class WorkerPluginJanitor(SchedulerPlugin):
     """Unregister a worker plugin when the client that registered it leaves the scheduler.
 
-    A client killed mid-run (SIGKILL, a crashed notebook kernel) cannot remove what it
-    installed on the workers; on a shared cluster a straggler injector would then slow
-    our tasks of every later run forever. The scheduler notices the client's
-    departure and this plugin removes the worker plugin, then itself.
+    A client killed mid-run cannot remove what it installed on the workers (a straggler
+    injector would slow every later run on a shared cluster): this plugin removes the
+    worker plugin, then itself.
 
     Parameters
     ----------
@@ -433,9 +365,25 @@ class WorkerPluginJanitor(SchedulerPlugin):
 
         if self.plugin in scheduler.worker_plugins:
             asyncio.get_running_loop().create_task(_unregister(scheduler, self.plugin))
-        for name, plugin in list(scheduler.plugins.items()):
-            if plugin is self:
-                scheduler.remove_plugin(name)
+        _remove_plugin(scheduler, self)
+
+
+def _remove_plugin(scheduler: Scheduler, plugin: SchedulerPlugin) -> None:
+    for name, installed in list(scheduler.plugins.items()):
+        if installed is plugin:
+            scheduler.remove_plugin(name)
+
+
+def _check_name(value: Any, name: str, caller: str, *, none: bool = False) -> Any:
+    """``value`` if it is a non-empty str (or None with ``none``), else InvalidParameterError."""
+    if (value is None and none) or (isinstance(value, str) and value):
+        return value
+    from daskstraggle.errors import InvalidParameterError
+
+    raise InvalidParameterError(
+        f"The {name!r} parameter of {caller} must be a non-empty str"
+        f"{' or None' if none else ''}. Got {value!r} instead."
+    )
 
 
 async def _unregister(scheduler: Scheduler, name: str) -> None:
@@ -459,15 +407,8 @@ def _remove_janitor(plugin: str, *, dask_scheduler: Scheduler) -> None:
 
 
 def guard_worker_plugin(client: Client, plugin: str) -> None:
-    """Have the scheduler unregister worker plugin ``plugin`` if ``client`` leaves.
-
-    Parameters
-    ----------
-    client : distributed.Client
-        The client that registered the plugin.
-    plugin : str
-        The worker plugin's name.
-    """
+    """Have the scheduler unregister the worker plugin named ``plugin`` if ``client`` (the
+    one that registered it) leaves."""
     _ship_by_value()
     client.run_on_scheduler(_add_janitor, client.id, plugin)
 
@@ -476,7 +417,6 @@ def unguard_worker_plugin(client: Client, plugin: str) -> None:
     """Remove the guard of :func:`guard_worker_plugin` (the plugin was removed)."""
     _ship_by_value()
     client.run_on_scheduler(_remove_janitor, plugin)
-
 
 
 def _attach(name: str, topic: str | None, client: str, prefix: str, *,
@@ -563,9 +503,8 @@ class LatencyRecorder:
 
     Notes
     -----
-    A plugin registered by this recorder removes itself when the client disconnects
-    (also on a reconnect): :meth:`workers` then raises, and :meth:`poll` returns nothing
-    more (a ``push=False`` recorder logs a warning).
+    A plugin registered by this recorder removes itself when the client disconnects (also
+    on a reconnect): :meth:`workers` then raises, :meth:`poll` returns nothing more.
 
     Examples
     --------
@@ -588,23 +527,14 @@ class LatencyRecorder:
         from daskstraggle._validation import check_bool, check_int
         from daskstraggle.errors import InvalidParameterError
 
-        if not isinstance(prefix, str) or not prefix:
-            raise InvalidParameterError(
-                f"The 'prefix' parameter of LatencyRecorder must be a non-empty str. "
-                f"Got {prefix!r} instead."
-            )
-        if name is not None and (not isinstance(name, str) or not name):
-            raise InvalidParameterError(
-                f"The 'name' parameter of LatencyRecorder must be a non-empty str or None. "
-                f"Got {name!r} instead."
-            )
+        self.prefix = _check_name(prefix, "prefix", "LatencyRecorder")
+        _check_name(name, "name", "LatencyRecorder", none=True)
         if getattr(client, "asynchronous", False):
             raise InvalidParameterError(
                 "The 'client' parameter of LatencyRecorder must be a synchronous Client. "
                 "Got an asynchronous one instead."
             )
         self.client = client
-        self.prefix = prefix
         self.maxlen = check_int(maxlen, name="maxlen", caller="LatencyRecorder", low=1)
         self.push = check_bool(push, name="push", caller="LatencyRecorder")
         self.n_lost = 0
@@ -721,9 +651,6 @@ class LatencyRecorder:
     def poll(self) -> list[TaskLatency]:
         """Return the records of the tasks finished since the last call.
 
-        With ``push=True`` this reads a local buffer (no round trip, except to fill a
-        gap); with ``push=False`` it asks the scheduler.
-
         Returns
         -------
         records : list of TaskLatency
@@ -736,10 +663,8 @@ class LatencyRecorder:
         return out
 
     def per_worker(self) -> dict[str, np.ndarray]:
-        """Return each worker's recent compute durations, oldest first.
-
-        Records not yet returned by :meth:`poll` are counted here and still returned by
-        the next :meth:`poll`.
+        """Return each worker's recent compute durations, oldest first (records not yet
+        polled included; the next :meth:`poll` still returns them).
 
         Returns
         -------
@@ -754,14 +679,7 @@ class LatencyRecorder:
                     for w, h in self._history.items()}
 
     def workers(self) -> dict[str, Any]:
-        """Return the plugin's view of the workers (one round trip).
-
-        Returns
-        -------
-        summary : dict
-            As :meth:`LatencyPlugin.workers`: ``initial``, ``current``, ``joined``,
-            ``left``, ``n_records`` and ``seq``.
-        """
+        """Return :meth:`LatencyPlugin.workers` (one round trip)."""
         summary = self.client.run_on_scheduler(_summary, self.name)
         if summary is None:
             from daskstraggle.errors import StraggleError
@@ -773,10 +691,8 @@ class LatencyRecorder:
         return summary
 
     def close(self) -> None:
-        """Stop recording: unregister the plugin if this recorder installed it.
-
-        Safe to call more than once, and after the client closed.
-        """
+        """Stop recording: unregister the plugin if this recorder installed it (safe to
+        call again, and after the client closed)."""
         with self._lock:
             if self._closed:
                 return
