@@ -1,28 +1,17 @@
 """Reaching a cluster without hanging: the handshake probe, the client check, LocalCluster.
 
-``distributed.Client(address, timeout=...)`` bounds the TCP connection but not the
-handshake that follows it, so a server that accepts connections and never answers (an
-HTTP server, the scheduler's dashboard port) makes it wait forever; and it retries a
-refused connection until the timeout. :func:`probe_scheduler` asks the address for its
-identity under one deadline first, failing at once on a refused connection.
+``distributed.Client(address, timeout=...)`` bounds the TCP connection but not the handshake
+after it (a server that never answers, e.g. the dashboard's port, makes it wait forever) and
+retries a refused connection until the timeout: :func:`probe_scheduler` asks the address for
+its identity under one deadline first, failing at once on a refused connection.
 
-A LocalCluster started here blocks SIGINT in its worker processes: Ctrl-C in a terminal
-reaches every process of the foreground group, and each worker would print its own
-``KeyboardInterrupt`` traceback. The client's process alone handles the interrupt and
-closes the cluster. Its workers also skip zarr's exit hook
-(:class:`~daskstraggle.runtime._quiet.QuietExit`).
-
-On Linux such a LocalCluster starts its worker processes by forking a server process that
-imported the package's worker-side modules and loaded its kernels once (``multiprocessing``'s
-*forkserver*, as distributed's own test suite does), instead of spawning fresh interpreters
-that each import numpy, numba, zarr and the package again; the workers also exit at once
-when it closes. The server is used only while it is this package's own and fits: no
-forkserver of another preload runs in the process, ``distributed.worker.multiprocessing-method``
-is left at its default (``spawn``), and no environment variable read at import
-(``OMP_*``, ``NUMBA_*``, ...) changed since the server started; the other variables that
-changed are passed to the workers (``env``). Otherwise, and for a worker the nanny restarts
-later, workers are spawned as usual; a cluster whose forked workers fail to start is started
-again with spawned ones.
+A LocalCluster started here blocks SIGINT in its worker processes (the client's process
+alone handles Ctrl-C and closes the cluster; the workers print no traceback of their own) and
+its workers skip zarr's exit hook (:class:`~daskstraggle.runtime._quiet.QuietExit`). On Linux
+its workers are forked from a *forkserver* that imported :data:`WORKER_PRELOAD` once, instead
+of spawned interpreters that each import numpy, numba and zarr again, while that server is
+ours and fits (:func:`worker_start_config`); otherwise, for a worker the nanny restarts, and
+when forked workers fail to start, workers are spawned.
 """
 
 from __future__ import annotations
@@ -71,8 +60,8 @@ def scheduler_timeout() -> float:
 
     return float(config.seconds("timeouts.scheduler"))
 
-#: A LocalCluster with more single-threaded worker processes than this many per core
-#: gets a warning: they only take turns on the cores, each costs start-up time and memory.
+#: A LocalCluster with more single-threaded worker processes than this many per core gets a
+#: warning.
 WORKERS_PER_CORE_WARNING = 4
 
 _REMEDY = ("Check the address and that the scheduler runs, or omit it to start a local "
@@ -199,15 +188,13 @@ def _sigint_blocked() -> Iterator[None]:
 #: (the second also loads the problems' numba kernels once: see its docstring).
 WORKER_PRELOAD = ("distributed", "daskstraggle._worker_preload")
 
-#: Environment variables read when a library is imported (thread pools, numba, the
-#: allocator, hashing): a worker forked from a server started before they changed would
-#: not see the change, so then workers are spawned.
+#: Prefixes of environment variables read when a library is imported (thread pools, numba,
+#: the allocator, hashing): see :func:`read_at_import`.
 _IMPORT_TIME_ENVIRON = ("OMP_", "MKL_", "OPENBLAS_", "BLIS_", "NUMEXPR_", "VECLIB_", "NUMBA_",
                         "PYTHON", "MALLOC_", "KMP_", "GOTO_")
 
-#: Import-time variables that libraries set in their own process when imported
-#: (scikit-learn's ``os.environ.setdefault``): a worker that imports the library sets them
-#: too, so their appearing here is passed on to forked workers, not a reason to spawn.
+#: Import-time variables libraries set when imported (scikit-learn): a worker sets them too,
+#: so their appearing is passed on to forked workers, not a reason to spawn.
 _SET_BY_IMPORTS = frozenset({"KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
 
 
@@ -230,13 +217,9 @@ def _forkserver_running() -> bool:
 
 
 def nanny_environ() -> dict[str, str]:
-    """Return the variables a Nanny sets in this process's environment before it starts
-    a worker process (``distributed.nanny.pre-spawn-environ``, values already in the
-    environment winning, and ``PYTHONHASHSEED`` when it is unset or 0), as it does.
-
-    The Nanny leaves them set for good, so they are part of the environment our
-    forkserver starts with (it starts with the first worker).
-    """
+    """Return the variables a Nanny sets (for good) in this process's environment before
+    it starts a worker process, as it does: ``distributed.nanny.pre-spawn-environ``, values
+    already in the environment winning, and ``PYTHONHASHSEED`` when it is unset or 0."""
     import dask
 
     config = dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
@@ -247,14 +230,14 @@ def nanny_environ() -> dict[str, str]:
 
 
 def worker_start_config() -> tuple[dict[str, Any], dict[str, str]]:
-    """Return the config that forks LocalCluster workers from our preloaded server, and
-    the environment variables to pass them (those changed since the server started).
+    """Return the config that forks LocalCluster workers from our preloaded server (started
+    with the first worker, shared by later clusters), and the environment variables to pass
+    them (those changed since the server started).
 
     ``({}, {})``, workers spawned as usual, off Linux, when the user chose another
     ``distributed.worker.multiprocessing-method``, when a forkserver this package did not
     configure already runs, or when a variable read at import time changed since ours
-    started. The server starts with the first worker and imports :data:`WORKER_PRELOAD`
-    once; later clusters of this process fork from the same server.
+    started.
     """
     global _server_environ
     import dask
@@ -363,12 +346,8 @@ def _local_cluster(n_workers: int, threads_per_worker: int, processes: bool,
 
 
 def worker_addresses(client: Any) -> list[str]:
-    """Return the sorted addresses of the cluster's workers, asked of the scheduler now.
-
-    ``Client.scheduler_info()`` returns a cache that the client's periodic update (which
-    asks for no per-worker details) can overwrite between the fetch and the return, so
-    it sometimes lists no workers (distributed 2026.8); this asks the scheduler directly.
-    """
+    """Return the sorted addresses of the cluster's workers, asked of the scheduler now
+    (``Client.scheduler_info()`` is a cache the client's periodic update may empty)."""
     return sorted(worker_status(client))
 
 
@@ -387,11 +366,6 @@ def worker_status(client: Any) -> dict[str, str]:
 
 def worker_identity(client: Any) -> dict[str, dict[str, Any]]:
     """Return what the scheduler knows of each worker now, by address (one round trip).
-
-    Parameters
-    ----------
-    client : distributed.Client
-        A synchronous client.
 
     Returns
     -------
@@ -509,8 +483,7 @@ def connect(
         except (OSError, TimeoutError, ValueError) as err:
             raise ClusterConnectionError(
                 f"Could not reach the Dask scheduler at {address!r} within {timeout:g} s "
-                f"({type(err).__name__}). Check the address and that the scheduler runs, or "
-                "omit it to start a local cluster."
+                f"({type(err).__name__}). {_REMEDY}"
             ) from err
         return client, [client]
     from daskstraggle import config

@@ -2,32 +2,16 @@
 
 :class:`StragglerInjector` is a WorkerPlugin holding a latency model's sampler on every
 worker; our task bodies call :func:`inject_delay` after computing, which draws that
-worker's next latency and sleeps for it in the task's thread. Because samplers keep
-per-worker streams (:func:`~daskstraggle.latency.base.worker_streams`), the injector on
-worker ``i`` draws exactly the sequence ``model.sampler(n_workers, seed).sample(i, ...)``
-draws on the client or in the simulator, and model state (Markov chains, bursts) lives on
-the worker across tasks.
-
-- A model with a distribution (``gamma``, ``constant``, ...) *adds* its draw
-  (compute + communication) to the real work.
-- A pure slow-down (``slowdown(workers=1, factor=3)`` without a base) stretches the task:
-  the sleep is the scaled compute time minus the measured one, so the task takes
-  ``factor`` times as long.
+worker's next latency and sleeps for it in the task's thread. Samplers keep per-worker
+streams (:func:`~daskstraggle.latency.base.worker_streams`), so worker ``i`` draws exactly
+what ``model.sampler(n_workers, seed).sample(i, ...)`` draws on the client or in the
+simulator, and model state (Markov chains, bursts) lives on the worker across tasks. A
+model with a distribution *adds* its draw to the real work; a pure slow-down
+(``slowdown(workers=1, factor=3)`` without a base) stretches the task to ``factor`` times
+its measured compute time.
 
 Only tasks that call :func:`inject_delay` are slowed; to slow any Dask workload (peer
 libraries) use :class:`daskstraggle.runtime.throttle.ProcessThrottle`.
-
-Examples
---------
->>> from daskstraggle.latency.base import Constant
->>> name = install_injector(client, Constant(compute=(0.0, 0.2)), workers,
-...                         seed=0)  # doctest: +SKIP
->>> remove_injector(client, name)  # doctest: +SKIP
-
-Outside a worker task nothing is injected:
-
->>> inject_delay(iteration=0, load=1.0, measured=0.1)
-0.0
 """
 
 from __future__ import annotations
@@ -100,10 +84,8 @@ class StragglerInjector(WorkerPlugin):
         self._added = model.has_distribution
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # The plugin travels to the workers before setup: no sampler or lock to pickle.
-        # The model goes through cloudpickle, so models from modules the workers cannot
-        # import work once that module is registered with
-        # ``cloudpickle.register_pickle_by_value`` (or defined in ``__main__``).
+        # no sampler or lock to pickle before setup; the model goes through cloudpickle
+        # (a model from a module registered by value, or from __main__, works too)
         import cloudpickle
 
         return (_rebuild_injector, (cloudpickle.dumps(self.model), self.workers, self.seed))
@@ -148,9 +130,7 @@ class StragglerInjector(WorkerPlugin):
         Returns
         -------
         extra : float
-            Injected seconds: the draw (compute + communication) for models with a
-            distribution, the scaled minus the measured compute time for pure slow-downs
-            (never negative). 0.0 when this worker is not listed.
+            Injected seconds (never negative; 0.0 when this worker is not listed).
 
         Raises
         ------
@@ -200,10 +180,8 @@ def inject_delay(
     sleep: bool = True,
     name: str | None = None,
 ) -> float:
-    """Delay the calling task by the worker's injected straggler latency.
-
-    Call it at the end of a task body. Finds the injectors registered on the current
-    worker (names starting with :data:`INJECTOR_PREFIX`) and lets each draw and sleep.
+    """Delay the calling task by the worker's injected straggler latency (call it at the end
+    of a task body): each injector registered on the current worker draws and sleeps.
 
     Parameters
     ----------
@@ -266,6 +244,14 @@ def _check_seed(seed: Any, caller: str) -> int:
     return int(seed)
 
 
+def _client(client: Any) -> Any:
+    if client is None:
+        from distributed import get_client
+
+        return get_client()
+    return client
+
+
 def install_injector(
     client: Any,
     model: LatencyModel,
@@ -301,7 +287,10 @@ def install_injector(
 
     Examples
     --------
-    >>> name = install_injector(client, model, workers, seed=0)  # doctest: +SKIP
+    >>> from daskstraggle.latency.base import Constant
+    >>> name = install_injector(client, Constant(compute=(0.0, 0.2)), workers,
+    ...                         seed=0)  # doctest: +SKIP
+    >>> remove_injector(client, name)  # doctest: +SKIP
     """
     caller = "install_injector"
     if not isinstance(model, LatencyModel):
@@ -312,10 +301,7 @@ def install_injector(
     workers = _check_addresses(addresses, caller)
     model.check_n_workers(len(workers))
     seed = _check_seed(seed, caller)
-    if client is None:
-        from distributed import get_client
-
-        client = get_client()
+    client = _client(client)
     name = f"{INJECTOR_PREFIX}-{uuid.uuid4().hex[:10]}"
     try:
         client.register_plugin(StragglerInjector(model, workers, seed), name=name)
@@ -330,19 +316,10 @@ def install_injector(
 
 
 def remove_injector(client: Any, name: str) -> None:
-    """Unregister the injector ``name`` from every worker (no-op if it is not there).
-
-    Parameters
-    ----------
-    client : distributed.Client or None
-        Client of the cluster (None: ``distributed.get_client()``).
-    name : str
-        What :func:`install_injector` returned.
-    """
-    if client is None:
-        from distributed import get_client
-
-        client = get_client()
+    """Unregister the injector ``name`` (returned by :func:`install_injector`) from every
+    worker of ``client``'s cluster (None: ``distributed.get_client()``); no-op if it is not
+    there."""
+    client = _client(client)
     from daskstraggle.runtime.plugin import unguard_worker_plugin
 
     try:

@@ -1,41 +1,29 @@
 """Whole-process throttle: slow chosen Dask workers down for *any* workload.
 
 :class:`ProcessThrottle` stops and resumes worker processes on a duty cycle
-(``SIGSTOP``/``SIGCONT``): with factor ``f`` and period ``P`` a worker runs ``P/f``
-seconds, then is stopped for ``P(1 - 1/f)`` seconds, again and again, so every task it
-runs (ours, dask-ml's, dask-glm's, a plain ``dask.array`` reduction) takes about ``f``
-times as long. That is the straggler injection for peer comparisons that docs/architecture.md
-§8 asks for: it acts on the worker, not inside our kernels.
+(``SIGSTOP``/``SIGCONT``): with factor ``f`` and period ``P`` a worker runs ``P/f`` seconds,
+then is stopped for ``P(1 - 1/f)``, so every task it runs (ours, dask-ml's, a plain
+``dask.array`` reduction) takes about ``f`` times as long: the straggler injection for peer
+comparisons (docs/architecture.md §8), acting on the worker, not inside our kernels.
 
-How it works. For each target worker a tiny standard-library script
-(:mod:`daskstraggle.runtime._throttler`) runs on the worker's host, started by the
-worker's **nanny** (``client.run(..., nanny=True)``; the nanny knows the worker's pid,
-is never stopped itself and can resume the worker). Without a nanny the worker starts it
-itself. The script always leaves the worker running when it ends: on ``SIGTERM``,
-``SIGINT`` or ``SIGHUP``, when the worker is gone, on any error, and when its *lease*
-expires. The client renews the leases from a daemon thread every ``lease / 4`` seconds,
-so a client that dies, even by ``SIGKILL``, releases its workers within ``lease``
-seconds. :meth:`ProcessThrottle.stop` (also run by ``with``, and at interpreter exit while
-the throttle is active) ends the scripts, resumes the workers and checks that none is left
-stopped.
+For each target worker a standard-library script (:mod:`daskstraggle.runtime._throttler`)
+runs on its host, started by the worker's nanny (which knows the pid and is never stopped),
+else by the worker itself. The script leaves the worker running whenever it ends: on
+``SIGTERM``/``SIGINT``/``SIGHUP``, when the worker is gone, on any error, and when its
+*lease* expires. The client renews the leases every ``lease / 4`` seconds, so a client that
+dies (even by ``SIGKILL``) releases its workers within ``lease`` seconds.
 
 Limitations
 -----------
-- POSIX only (``SIGSTOP``/``SIGCONT``); the check that a worker is running reads
-  ``/proc/PID/stat`` (Linux), elsewhere it trusts the signals.
-- The whole process stops: its event loop, heartbeats and transfers to other workers too
-  (peers that fetch data from a throttled worker wait for it, as with a real straggler).
-  Keep ``period`` short next to Dask's timeouts (the default 0.05 s is far below them).
-- Periods below ~10 ms get inaccurate (OS scheduling latency); on a machine with fewer
-  cores than busy processes the worker may not get a core as soon as it is resumed, which
-  makes the slow-down somewhat larger than ``factor``.
-- Workers that run as threads of the client's (or the scheduler's) process cannot be
-  throttled: that would stop the client. Use process workers (``processes=True``).
-- Only ``SIGKILL`` of the throttler script itself can leave a worker stopped;
+- POSIX only; the check that a worker runs again reads ``/proc/PID/stat`` (Linux), elsewhere
+  it trusts the signals.
+- The whole process stops (event loop, heartbeats, transfers to peers, as with a real
+  straggler): keep ``period`` short next to Dask's timeouts (the default 0.05 s is).
+- Periods below ~10 ms get inaccurate, and with fewer cores than busy processes the
+  slow-down is somewhat larger than ``factor``.
+- Workers that are threads of the client's or the scheduler's process cannot be throttled.
+- Only ``SIGKILL`` of the script itself can leave a worker stopped;
   :meth:`ProcessThrottle.stop` resumes it anyway.
-- Alternative not implemented: a cgroup CPU quota (cgroup v2 ``cpu.max``, or v1
-  ``cpu.cfs_quota_us``) slows a process more smoothly but needs write access to the
-  cgroup hierarchy (root or a delegated subtree), which clusters rarely grant.
 """
 
 from __future__ import annotations
@@ -78,10 +66,8 @@ class ThrottleError(StraggleError, RuntimeError):
 
 
 def _process_state(pid: int) -> str | None:
-    """Return the state letter of ``pid`` from /proc ('R', 'S', 'T', ...; None: gone).
-
-    Returns ``"?"`` when /proc is not available (not Linux).
-    """
+    """Return the state letter of ``pid`` from /proc ('R', 'S', 'T', ...; None: gone; "?":
+    no /proc)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -195,7 +181,7 @@ def _release_locally(throttler_pid: int, pid: int) -> str | None:
         os.kill(throttler_pid, signal.SIGTERM)
     except OSError:
         pass
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + _LOCAL_RELEASE_TIMEOUT
     while time.monotonic() < deadline and _process_state(throttler_pid) not in (None, "Z", "?"):
         time.sleep(0.01)
     return _resume_and_check(pid)
@@ -243,9 +229,7 @@ class _Target:
 class ProcessThrottle:
     """Slow chosen workers down by stopping and resuming their processes.
 
-    A worker throttled by ``factor`` runs ``period / factor`` seconds out of every
-    ``period``, so any Dask task on it takes about ``factor`` times as long. See the
-    module docstring for how it works and its limitations.
+    See the module docstring for how it works and its limitations.
 
     Parameters
     ----------
@@ -306,8 +290,7 @@ class ProcessThrottle:
         self.client = client
         self.workers: tuple[str, ...] = tuple(items)
 
-        # ask the scheduler directly: Client.scheduler_info() can return a cache without
-        # per-worker details (see daskstraggle.runtime.dask.worker_addresses)
+        # not Client.scheduler_info(): see daskstraggle.runtime._connect.worker_addresses
         info = client.sync(client.scheduler.identity, n_workers=-1)["workers"]
         unknown = [w for w in self.workers if w not in info]
         if unknown:
@@ -427,9 +410,8 @@ class ProcessThrottle:
                         logger.warning("renewing the throttle lease failed: %s", err)
 
     def stop(self) -> None:
-        """Stop throttling, resume every target worker and check that none is stopped.
-
-        Idempotent.
+        """Stop throttling, resume every target worker and check that none is stopped
+        (idempotent).
 
         Raises
         ------
@@ -450,9 +432,7 @@ class ProcessThrottle:
             local = target.host == here
             state: str | None = "?"
             if local:
-                # signals first: they need no round trip, so the worker runs again even
-                # when the Dask call below stalls (seen once while the interpreter was
-                # exiting after Ctrl-C)
+                # signals first: the worker runs again even if the Dask call below stalls
                 state = _release_locally(target.throttler_pid, target.pid)
             try:
                 # on the worker's side: reap the throttler, drop its entry and lease
