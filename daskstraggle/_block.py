@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -20,12 +21,9 @@ from daskstraggle.errors import InvalidDataError
 
 __all__ = ["TILE_BYTES", "Block", "MatrixStats", "check_float_range"]
 
-#: Float64 bounds that the data must respect (:func:`check_float_range`). The solvers form
-#: sums of squares of the values and then squared norms of such sums (fourth powers): the
-#: matrix's sum of squares must lie in ``[_SUM_FLOOR, _SUM_CEILING]`` (whose squares stay
-#: inside float64's normal range with a margin), and each column's largest squared value
-#: above ``_SQUARE_FLOOR`` (float64's smallest normal number times ``2**26``, so that the
-#: rounding of subnormal products stays below ``n * 2**-78`` of the column's sum of squares).
+#: Float64 bounds that the data must respect (:func:`check_float_range` says why):
+#: ``_SQUARE_FLOOR`` keeps the rounding of subnormal products below ``n * 2**-78`` of a
+#: column's sum of squares.
 _SQUARE_FLOOR = float(np.finfo(np.float64).tiny) * 2.0**26
 _SUM_FLOOR = float(np.sqrt(_SQUARE_FLOOR))
 _SUM_CEILING = float(np.sqrt(np.finfo(np.float64).max / 1024))
@@ -239,19 +237,9 @@ class MatrixStats:
                 counts[key] = counts.get(key, 0) + value
             if len(counts) > _MAX_CLASSES:
                 counts = None
-        sq_dev = None
-        if self.column_sq_dev is not None and other.column_sq_dev is not None:
-            with np.errstate(over="ignore", invalid="ignore"):  # see check_float_range
-                sq_dev = _combine_sq_dev(
-                    self.n_samples, self.column_sums, self.column_sq_dev,
-                    other.n_samples, other.column_sums, other.column_sq_dev,
-                )
-        max_abs = None
-        if self.column_max_abs is not None and other.column_max_abs is not None:
-            max_abs = np.maximum(self.column_max_abs, other.column_max_abs)
-        called = None
-        if self.column_called is not None and other.column_called is not None:
-            called = self.column_called + other.column_called
+        with np.errstate(over="ignore", invalid="ignore"):  # see check_float_range
+            sq_dev = _both(self.column_sq_dev, other.column_sq_dev, lambda a, b: _combine_sq_dev(
+                self.n_samples, self.column_sums, a, other.n_samples, other.column_sums, b))
         return MatrixStats(
             n_samples=self.n_samples + other.n_samples,
             column_sums=self.column_sums + other.column_sums,
@@ -259,11 +247,16 @@ class MatrixStats:
             label_counts=counts,
             label_sum=self.label_sum + other.label_sum,
             column_sq_dev=sq_dev,
-            column_max_abs=max_abs,
+            column_max_abs=_both(self.column_max_abs, other.column_max_abs, np.maximum),
             label_max_abs=max(self.label_max_abs, other.label_max_abs),
-            column_called=called,
+            column_called=_both(self.column_called, other.column_called, np.add),
             rows_without_call=self.rows_without_call + other.rows_without_call,
         )
+
+
+def _both(a: np.ndarray | None, b: np.ndarray | None, combine: Any) -> np.ndarray | None:
+    """``combine(a, b)``, or None unless both are known."""
+    return None if a is None or b is None else combine(a, b)
 
 
 def check_float_range(stats: MatrixStats, *, caller: str, labels: bool = False) -> None:

@@ -764,15 +764,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as err:
         err.show()
         return err.exit_code
-    except InputError as err:
-        click.echo(f"error: {err}", err=True)
-        return 2
-    except DivergenceError as err:
-        click.echo(f"error: {err}", err=True)
-        return 3
     except StraggleError as err:
         click.echo(f"error: {err}", err=True)
-        return 1
+        return 2 if isinstance(err, InputError) else 3 if isinstance(err, DivergenceError) else 1
     return 0
 
 

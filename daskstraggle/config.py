@@ -18,9 +18,8 @@ in ``~/.config/dask/`` (or ``$DASK_CONFIG``), an environment variable, or in cod
     ...     config.workers()
     8
 
-The defaults are registered when this module is first imported, which every part of the
-package that reads a setting does; ``dask.config.get("daskstraggle....")`` in your own code
-needs ``import daskstraggle.config`` first. The settings are all read on the client.
+The defaults are registered when this module is first imported (``dask.config.get`` in
+your own code needs ``import daskstraggle.config`` first). Settings are read on the client.
 
 Keys (see the YAML file for what each bounds):
 
@@ -28,9 +27,8 @@ Keys (see the YAML file for what each bounds):
     Workers of the LocalCluster a run starts when it is given no cluster, and of the
     in-process runtimes, when no worker count is given.
 ``max-iter``, ``tol``
-    The command line's ``--max-iter`` and ``--tol`` when not given. The Python functions
-    and estimators keep their defaults in their signatures (100 or 1000 iterations,
-    ``tol=1e-6``), so a script gives the same answer on every machine.
+    The command line's ``--max-iter`` and ``--tol`` when not given (the Python functions
+    keep theirs in their signatures, so a script gives the same answer everywhere).
 ``progress``
     Whether the command line shows progress bars (``--quiet`` turns them off for a run).
 ``output-dir``
@@ -43,9 +41,8 @@ Keys (see the YAML file for what each bounds):
     latency)``.
 ``allowed-losses``
     Workers one worker index may lose in a run (a nanny's restart for the memory limit
-    counts; a retirement or a freeze does not) before the run ends in one line naming the
-    memory limit and the index's share, as ``distributed.scheduler.allowed-failures``
-    ends a task that keeps killing its workers.
+    counts; a retirement or a freeze does not) before the run ends, naming the memory
+    limit and the index's share (as ``distributed.scheduler.allowed-failures``).
 
 A value of the wrong type is refused when it is read, with one line naming the key.
 """
@@ -77,18 +74,8 @@ _UNSET = object()
 
 
 def get(key: str) -> Any:
-    """Return the setting ``daskstraggle.<key>`` (dots for nesting).
-
-    Parameters
-    ----------
-    key : str
-        E.g. ``"workers"`` or ``"timeouts.stall"``.
-
-    Returns
-    -------
-    value : object
-        As configured (the shipped default unless changed).
-    """
+    """Return the setting ``daskstraggle.<key>`` (dots for nesting, e.g.
+    ``"timeouts.stall"``) as configured (the shipped default unless changed)."""
     value = dask.config.get(f"{KEY}.{key}", default=_UNSET)
     if value is _UNSET:  # a dask.config.set block that began before this module was
         # imported restores, when it ends, a config without the defaults: add them again
@@ -106,18 +93,8 @@ def _refuse(key: str, value: Any, expected: str) -> InvalidParameterError:
 
 
 def seconds(key: str) -> float:
-    """Return the duration setting ``daskstraggle.<key>`` in seconds.
-
-    Parameters
-    ----------
-    key : str
-        E.g. ``"timeouts.stall"``: a duration such as ``"30s"``, ``"5m"``, or a number of
-        seconds.
-
-    Returns
-    -------
-    seconds : float
-        Positive.
+    """Return the duration setting ``daskstraggle.<key>`` (e.g. ``"timeouts.stall"``: a
+    duration such as ``"30s"``, or a number of seconds) in seconds.
 
     Raises
     ------
@@ -159,22 +136,12 @@ def count(key: str) -> int:
 
 
 def workers() -> int:
-    """Return the default number of workers (``daskstraggle.workers``).
-
-    Returns
-    -------
-    n_workers : int
-    """
+    """Return the default number of workers (``daskstraggle.workers``)."""
     return count("workers")
 
 
 def progress() -> bool:
-    """Return whether the command line shows progress bars (``daskstraggle.progress``).
-
-    Returns
-    -------
-    progress : bool
-    """
+    """Return whether the command line shows progress bars (``daskstraggle.progress``)."""
     value = get("progress")
     if not isinstance(value, bool):
         raise _refuse("progress", value, "true or false")
@@ -183,12 +150,7 @@ def progress() -> bool:
 
 def output_dir() -> str:
     """Return the folder ``daskstraggle demo`` writes to by default
-    (``daskstraggle.output-dir``).
-
-    Returns
-    -------
-    path : str
-    """
+    (``daskstraggle.output-dir``)."""
     value = get("output-dir")
     if not isinstance(value, str | os.PathLike) or not str(value):
         raise _refuse("output-dir", value, "a folder path")

@@ -5,18 +5,6 @@ returns it; :func:`plot_run` puts the three pictures of one run side by side (wh
 CLI's ``--plot PATH.png`` writes). matplotlib is imported on first use, not with
 daskstraggle: without it each function raises an ImportError naming the command that
 installs it, ``pip install 'daskstraggle[plot]'``. Examples assume ``import numpy as np``.
-
-Examples
---------
->>> from matplotlib.figure import Figure
->>> import daskstraggle as ds
->>> from daskstraggle.plot import plot_convergence
->>> X = np.random.default_rng(0).normal(size=(300, 6)) * [5, 3, 1, 1, 1, 1]
->>> runs = {m: ds.fit_pca(X, 2, method=m, runtime="local", reference=True, rng=0)
-...         for m in ("gd", "block")}
->>> ax = plot_convergence(runs, x="iteration", ax=Figure().subplots())
->>> [line.get_label() for line in ax.get_lines()], ax.get_yscale()
-(['gd', 'block'], 'log')
 """
 
 from __future__ import annotations

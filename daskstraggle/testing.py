@@ -1,12 +1,4 @@
-"""Helpers for testing daskstraggle and code built on it (no pytest import).
-
-- :func:`one_error_line`: assert that a command's stderr is exactly one ``error: ...`` line,
-  the CLI's contract for bad input and failed runs.
-- :class:`BackgroundCommand`: run a command in a subprocess while a test does other work,
-  with a bound on how long it may take.
-- :func:`reference_dosages`, :func:`reference_matrix`: an independent, call-by-call
-  decoding of VCF genotype calls (oracle for the data layer's vectorised one).
-"""
+"""Helpers for testing daskstraggle and code built on it (no pytest import)."""
 
 from __future__ import annotations
 
@@ -54,12 +46,7 @@ def assert_exact_components(result: Any, dense: np.ndarray, k: int, *, center: b
 
 
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that nothing listens on right now.
-
-    Returns
-    -------
-    port : int
-    """
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
     import socket
 
     with socket.socket() as sock:
@@ -68,23 +55,8 @@ def free_port() -> int:
 
 
 def one_error_line(err: str) -> str:
-    """Assert ``err`` is exactly one line ``error: ...`` (no traceback); return it.
-
-    Parameters
-    ----------
-    err : str
-        What a command printed on stderr.
-
-    Returns
-    -------
-    line : str
-        The error line.
-
-    Raises
-    ------
-    AssertionError
-        If ``err`` holds a traceback, several lines, or no ``error:`` line.
-    """
+    """Assert that ``err``, a command's stderr, is exactly one line ``error: ...`` (the
+    CLI's contract for bad input and failed runs; no traceback); return that line."""
     assert "Traceback" not in err, err
     lines = err.strip("\n").splitlines()
     assert len(lines) == 1, err
@@ -133,18 +105,14 @@ class BackgroundCommand:
         self.elapsed = time.monotonic() - self.t0
 
     def result(self) -> BackgroundCommand:
-        """Wait for the command to end; return self.
-
-        Returns
-        -------
-        self : BackgroundCommand
-        """
+        """Wait for the command to end; return self."""
         self._thread.join()
         return self
 
 
 def reference_dosages(calls: np.ndarray) -> np.ndarray:
-    """Return the dosage of every call (NaN when missing), one call at a time.
+    """Return the dosage of every call (NaN when missing), one call at a time: an independent
+    oracle for the data layer's vectorised decoding of VCF genotype calls.
 
     An allele -2 pads a call of lower ploidy; a call with another negative allele, or
     only padding, is missing; the dosage is the alternate alleles scaled to the ploidy.
