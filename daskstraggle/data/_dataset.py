@@ -1,20 +1,11 @@
 """Which store rows and columns an ``xarray.Dataset`` in VCF Zarr layout shows.
 
-A Dataset opened with ``xarray.open_zarr`` (or ``open_dataset(..., engine="zarr")``) and
-then filtered (``ds.sel``, ``ds.isel``, a boolean variant mask) is a view of a store. To
-read it on the workers without writing a copy, :func:`store_view` recovers the store's
-path and the selected variant and sample indices from the Dataset itself, without reading
-any genotype:
-
-- lazily indexed variables (``chunks=None``) carry the selection as their indexer key;
-- dask-backed variables carry it in their graph: the graph of a 1-D variable along the
-  dimension (``variant_position``, ``sample_id``) is evaluated with the store array at its
-  root replaced by ``arange(n)``, which gives the selected indices; only graphs made of
-  the open and selection steps (``getitem``, rechunks) are trusted, and the result is
-  checked against the variable's values in the store.
-
-Anything else (values computed or loaded in memory, a store behind a URL) gives None, and
-the caller reads the Dataset's own arrays.
+A Dataset opened with ``xarray.open_zarr`` and filtered (``ds.sel``, ``ds.isel``, a
+boolean mask) is a view of a store. :func:`store_view` recovers the store's path and the
+selected variant and sample indices without reading any genotype: from a lazily indexed
+variable's indexer key, or from a dask graph of open and selection steps evaluated with
+the store array replaced by ``arange(n)`` (checked against the store's values). Anything
+else (values in memory, a store behind a URL) gives None.
 """
 
 from __future__ import annotations

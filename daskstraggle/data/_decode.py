@@ -1,18 +1,12 @@
-"""Genotype calls to int8 dosages in one compiled pass (numba), when it applies.
+"""Genotype calls or ``.bed`` bytes to int8 dosages (or 2-bit codes) in one compiled pass.
 
-:func:`decode_calls` is the fast path of :func:`daskstraggle.data.sources.genotype_rows`:
-one pass over ``call_genotype`` gives the dosages and, per variant, the number of
-non-missing calls and their dosage sum; :func:`decode_bed` does the same for ``.bed``
-bytes (:func:`daskstraggle.data.plink.bed_rows`), at all samples or some, writing int8
-dosages or 2-bit codes. Each returns None when the numpy path must run instead: numba
-missing or disabled (``DASKSTRAGGLE_NUMBA=0``, as for the block kernels), or, for the
-calls, an array that is not a C-contiguous integer array or a call of lower ploidy whose
-scaled dosage is a fraction (the float64 case of ``genotype_rows``).
-
-The module ``_numba_decode`` is imported, and the decoder compiled or loaded from numba's
-on-disk cache, on the first call; numba's warnings are silenced meanwhile and a package
-directory without write access moves the cache to the temporary directory (as
-:mod:`daskstraggle.problems._kernels` does).
+:func:`decode_calls` and :func:`decode_bed` are the fast paths of
+:func:`daskstraggle.data.sources.genotype_rows` and
+:func:`daskstraggle.data.plink.bed_rows`: one pass gives the dosages and, per variant, the
+non-missing calls and their dosage sum. Each returns None when the numpy path must run:
+numba missing or disabled (``DASKSTRAGGLE_NUMBA=0``), or calls that are not a C-contiguous
+integer array or scale to fractions. ``_numba_decode`` is imported and compiled on the
+first call, as :mod:`daskstraggle.problems._kernels` is.
 """
 
 from __future__ import annotations

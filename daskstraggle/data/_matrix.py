@@ -1,12 +1,9 @@
 """The :class:`Matrix`: a 2-D matrix described as row partitions that workers load.
 
-Rows are samples (genotype *sites* for genomics PCA, examples for regression); columns
-are features (individuals for genomics PCA). A Matrix is metadata only: shape, dtype, row
-partition boundaries, a picklable source that workers read their rows from, optional labels
-and column metadata. Nothing is loaded until a runtime asks a worker to load a partition.
-
-The type sits below the source backends, which build it; ``open_matrix`` (in
-:mod:`daskstraggle.data.matrix`, which re-exports these names) asks the backends.
+Rows are samples (variants for genotypes), columns features (individuals for genotypes). A
+Matrix is metadata only; nothing is loaded until a runtime asks a worker for a partition.
+It sits below the source backends, which build it (:mod:`daskstraggle.data.matrix`
+re-exports it).
 """
 
 from __future__ import annotations

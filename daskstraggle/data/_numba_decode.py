@@ -1,16 +1,10 @@
 """Numba body of the genotype decoder (imported lazily by :mod:`._decode`, never directly).
 
-One pass over ``call_genotype`` (variants, samples, ploidy) writes the int8 dosages and,
-per variant, the number of non-missing calls and the sum of their dosages: everything
-:func:`daskstraggle.data.sources.genotype_rows` needs for fill, centre and scale.
-
-A row is first decoded assuming every allele index is ``>= 0`` (no missing allele, no
-padding): the dosage is the number of indices ``> 0``, and one OR over the row tells
-whether a negative index occurred. Only then is the row decoded again call by call with
-the full rules (padding -2, missing -1, calls of lower ploidy scaled to the ploidy); after
-such a row the next one goes straight to the full rules, until a row without a negative
-index comes (data with missing calls in most rows is read once, not twice). Both loops are
-branch-free for diploid arrays and vectorise.
+One pass over ``call_genotype`` writes the int8 dosages and, per variant, the non-missing
+calls and their dosage sum. A row is first decoded assuming no negative allele index (one
+OR tells whether one occurred); only then is it decoded again with the full rules
+(padding -2, missing -1, lower ploidy scaled), and the next row goes straight to them until
+a row without a negative index comes. Both loops are branch-free for diploid arrays.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Numba body of KING-robust kinship (imported lazily by :mod:`.kinship`, never directly).
 
-The kernels:
-
-- :func:`sample_bits` turns a partition's int8 dosages (variants x samples) into sample-major
-  bit planes: per sample and per 64 variants, one word ``hom`` (the call is 0 or 2) and one
-  word ``alt`` (the call is 1 or 2). A missing call sets neither bit, so a pair's counts
-  only see the variants called in both. From the two planes, ``het = alt & ~hom``,
-  ``hom ref = hom & ~alt`` and ``hom alt = hom & alt``.
-- :func:`pair_counts` counts, for the pairs ``(i, j)`` with ``start <= i < stop`` and
-  ``j >= i``, ``hethet = |het_i & het_j|``, ``ibs0 = |hom_i & hom_j & (alt_i ^ alt_j)|``,
-  ``het_hom = |het_i & hom_j|`` and ``hom_het = |hom_i & het_j|``, in tiles of ``TILE x
-  TILE`` samples (one tile per parallel iteration, its counts in a small int64 buffer; the
-  planes of a tile's samples stay in cache over ``WORDS`` words at a time);
-  :func:`pair_kinship` turns each tile's counts into kinships (the formula of
-  :mod:`.kinship`, in float64 as numpy computes it) for the pairs ``j > i``. The popcount
-  is the usual SWAR sum of bit fields, which LLVM recognises and compiles to the CPU's
-  population count instruction (vectorised where the CPU has one).
+:func:`sample_bits` turns a partition's int8 dosages into sample-major bit planes: per
+sample and 64 variants, a word ``hom`` (the call is 0 or 2) and a word ``alt`` (1 or 2); a
+missing call sets neither, so ``het = alt & ~hom``. :func:`pair_counts` counts, for the pairs
+``start <= i < stop``, ``j >= i``, ``hethet = |het_i & het_j|``, ``ibs0 = |hom_i & hom_j &
+(alt_i ^ alt_j)|``, ``het_hom = |het_i & hom_j|`` and ``hom_het = |hom_i & het_j|``, in
+parallel tiles of ``TILE x TILE`` samples; :func:`pair_kinship` turns each tile's counts
+into kinships for ``j > i``. The popcount is a SWAR sum that LLVM compiles to the CPU's
+population count instruction.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Numba body of LD pruning (imported lazily by :mod:`.ld`, never directly).
 
-The dosages of a variant are held as bit planes, 64 samples per ``uint64`` word: plane 0
-has a bit set for every called sample, plane ``1 + a`` the bit ``a`` of the called
-dosages (a missing call sets no value bit). A row of ``m`` samples takes
-``ceil(m / 512) * 8`` words per plane (whole vectors; the padding words are zero).
-
-For a pair of variants ``x``, ``y`` every count over the samples called at both is a
-population count of an AND of planes: ``n = |C_x & C_y|``, ``sum x = sum_a 2^a
-|X_a & C_y|``, ``sum x^2`` (the same with ``4^a``, plus the products of two bits),
-``sum xy = sum_ab 2^(a+b) |X_a & Y_b|`` (a missing call has no value bit, so it drops
-out). Dosages 0, 1 and 2 (two value planes, the bits never both set) take eight
-counts per word, in one loop; any other dosages take the general sum, one loop per pair
-of planes (:func:`_counts`). The popcount is the usual SWAR sum of bit fields, which LLVM
-recognises and compiles to the CPU's population count instruction (vectorised where the
-CPU has one).
-
-:func:`scan_contig` is plink2's greedy scan over the band of pairs (see :mod:`.ld`).
+A variant's dosages are bit planes, 64 samples per ``uint64`` word: plane 0 marks the
+called samples, plane ``1 + a`` bit ``a`` of the called dosages; a row of ``m`` samples
+takes ``ceil(m / 512) * 8`` words per plane (zero padding). Every count over the samples
+called at both ``x`` and ``y`` is a popcount of an AND of planes: ``n = |C_x & C_y|``,
+``sum x = sum_a 2^a |X_a & C_y|``, ``sum xy = sum_ab 2^(a+b) |X_a & Y_b|`` (``sum x^2``
+likewise). Dosages 0-2 take eight counts per word in one loop, others the general sum
+(:func:`_counts`). :func:`scan_contig` is plink2's greedy scan over the band (see :mod:`.ld`).
 """
 
 from __future__ import annotations

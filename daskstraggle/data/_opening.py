@@ -1,13 +1,6 @@
 """The opening code of the built-in backends for in-package inputs, and what every backend
-shares.
-
-``open_zarr`` (a Zarr array or group, a VCF Zarr store), ``open_array`` (numpy, dask,
-xarray), ``open_dataset`` (an ``xarray.Dataset`` in VCF Zarr layout) and ``open_counts`` /
-``zarr_counts`` (allele counts with ``genotype_dims``) build a :class:`Matrix`; the file
-backends (:mod:`~daskstraggle.data.plink`, ``pgen``, ``bgen``) build theirs with
-:func:`file_matrix`. :class:`OpenOptions` and :func:`parse_labels` are what
-:func:`~daskstraggle.data.matrix.open_matrix` hands and checks for all of them. This module
-sits below the backends and ``open_matrix``, which import it.
+shares: :class:`OpenOptions`, :func:`parse_labels` and :func:`file_matrix` (used by the
+file backends). It sits below the backends and ``open_matrix``, which import it.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Stores behind fsspec URLs (``s3://``, ``gs://``, ``https://``, ``memory://``, ``file://``).
 
-A store given as a URL is opened by zarr through fsspec (:class:`zarr.storage.FsspecStore`)
-with the caller's ``storage_options``. Workers open it themselves from the URL and the
-options, as they open a local path: only the URL and the options travel with a partition's
-load task, never its rows. The client reads metadata (and the small label and sample-id
-arrays) only. A ``file://`` URL is a local path and is read as one.
-
-The checks here run on the client before any cluster work and turn each way a remote store
-can fail (no fsspec implementation for the protocol, options the file system refuses, an
-endpoint that cannot be reached, credentials refused, no store at the URL) into one line
-that says what to fix. See ``docs/remote-stores.md``.
+Workers open a URL's store themselves from the URL and ``storage_options`` (only those
+travel with a load task; a ``file://`` URL is read as a local path). The checks here run
+on the client before any cluster work and turn each way a remote store can fail into one
+line that says what to fix. See ``docs/remote-stores.md``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Data sources: the backends :func:`~daskstraggle.open_matrix` reads its inputs with.
 
-A backend is a class with a ``name``, a ``priority`` and two class methods, as xarray's
-backends are: ``guess_can_open(source)`` says whether it reads ``source`` (by type, or a
-path's suffix), and ``open(source, request)`` returns a :class:`~daskstraggle.Matrix`
-(metadata only) or raises one clear error. ``open_matrix`` asks the registered backends in
-order of ``priority`` (lowest first; ties by name) and opens ``source`` with the first that
-guesses it can, or with the one named by its ``backend`` parameter.
+A backend is a class with a ``name``, a ``priority`` and, as xarray's backends,
+``guess_can_open(source)`` (by type or a path's suffix) and ``open(source, request)`` (a
+:class:`~daskstraggle.Matrix`, metadata only, or one clear error). ``open_matrix`` opens
+``source`` with the backend named, else the first in ``priority`` order (ties by name)
+that guesses it can.
 
 Built in, in that order:
 
@@ -22,9 +21,8 @@ array      100      anything else: numpy, dask, ``xarray.DataArray``, array-like
 ========== ======== ============================================================
 
 Other packages add theirs under the ``daskstraggle.sources`` entry-point group (or with
-:func:`register_source`); a plugin's default priority, 50, puts it after the built-in
-backends that look at a type or a suffix and before the two that take any path or any
-object, so a backend for, say, ``.vcf`` paths needs only its ``guess_can_open``.
+:func:`register_source`); the default priority, 50, comes before the two that take any
+path or any object.
 """
 
 from __future__ import annotations

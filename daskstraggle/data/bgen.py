@@ -1,39 +1,21 @@
 """BGEN files (``.bgen``) as genotype matrices, read by cbgen.
 
-Rows are variants, columns samples, as for a ``.bed`` (:mod:`daskstraggle.data.plink`). The
-genotype probabilities are read where the loader runs (on the workers) by cbgen, the reader
-sgkit uses (``pip install 'daskstraggle[bgen]'``), each variant at the file offset found when
-the file was opened. BGEN v1.1, v1.2 and v1.3 are read: layout 1, or layout 2 compressed with
-zlib or zstd; biallelic variants, ploidy 1 or 2 per sample, phased or not.
+Rows are variants, columns samples. The workers read each variant's probabilities with
+cbgen (``pip install 'daskstraggle[bgen]'``) at the file offset found when the file was
+opened. BGEN v1.1-v1.3: layout 1, or layout 2 compressed with zlib or zstd; biallelic
+variants, ploidy 1 or 2, phased or not. The first allele is REF; a call's value is its
+expected ALT count, ``P(het) + 2 P(hom alt)`` (a haploid call counts double), as plink2
+reads ``--bgen FILE ref-first``. Calls flagged missing are missing.
 
-The first allele is REF and the value of a call is its **expected count of the second
-(ALT) allele**, ``P(het) + 2 P(hom alt)`` (phased: the sum over the two haplotypes of
-P(ALT)); a haploid call counts double (0 to 2, as PLINK counts haploid X). This is how
-plink2 reads ``--bgen FILE ref-first``; a file that lists REF last (plink2's ``--export
-bgen-1.2`` without ``ref-first``) gives 2 minus that count, which a Patterson-scaled PCA
-sees only as the signs of its loadings. Calls flagged missing are missing.
+``calls="dosage"`` (PCA) gives the expected counts (float64, or int8 where a partition's
+are all whole); ``"hard"`` gives plink2's hard calls (``--hard-call-threshold 0.1``: the
+nearest whole count within :data:`HARD_CALL_THRESHOLD`, else missing), which quality
+control (:meth:`~BgenSource.count_source`) and ``storage="packed"`` use.
 
-Two kinds of values (``calls``):
-
-- ``"dosage"`` (the default for PCA): the expected counts, float64, or int8 where every
-  call of a partition is a whole number (a file of hard calls, as plink2 exports from a
-  ``.bed``, then costs what the ``.bed`` costs). plink2's ``--pca`` reads these dosages.
-- ``"hard"``: plink2's hard calls (``--hard-call-threshold 0.1``): the nearest whole count
-  when the expected count is within :data:`HARD_CALL_THRESHOLD` of it, else missing
-  (int8, -1 missing).
-
-Quality control reads hard calls (its counting passes, ``--mind``, KING and LD pruning use
-the source's :meth:`~BgenSource.count_source`), as plink2 reads them for ``--geno``,
-``--hwe``, ``--king-cutoff`` and ``--indep-pairwise``; PCA reads dosages. Two-bit storage
-(``storage="packed"``) holds hard calls. Missing calls are filled with the mean over the
-called samples and Patterson-scaled as for every genotype source.
-
-Sample ids come from the file's sample identifier block, else from the ``.sample`` file
-beside it (the same prefix; Oxford format, the ``ID_2`` column, as plink2 reads ``--sample``
-into IID). The variants' contig, position, id (the rsid, else the variant id) and alleles
-come from the variant blocks, walked once when the file is opened: each genotype block is
-skipped by its stated length, which also refuses a file cut short before cbgen sees it
-(cbgen's own index, its metafile, crashes the process on such a file).
+Sample ids come from the file, else from the Oxford ``.sample`` beside it (``ID_2``). The
+variant blocks are walked once when the file is opened, each genotype block skipped by its
+stated length, which refuses a truncated file before cbgen sees it (cbgen's own index
+crashes the process on one).
 """
 
 from __future__ import annotations
@@ -94,9 +76,8 @@ def _cbgen() -> Any:
 
 @contextlib.contextmanager
 def _captured_stderr() -> Iterator[list[str]]:
-    """Collect what C code prints on file descriptor 2 (cbgen's reader reports its errors
-    there) into the yielded list, so that a refusal is one line; the descriptor is
-    restored on exit."""
+    """Collect what C code (cbgen) prints on file descriptor 2 into the yielded list, so
+    that a refusal is one line."""
     said: list[str] = []
     with tempfile.TemporaryFile(mode="w+b") as sink:
         saved = os.dup(2)
@@ -231,10 +212,8 @@ def read_sample_block(path: str, header: BgenHeader) -> np.ndarray:
 
 
 def read_index(path: str, header: BgenHeader) -> dict[str, Any]:
-    """Return every variant's identifying data and where its probabilities start.
-
-    The variant blocks are walked, each genotype block skipped by its stated length, so a
-    file cut short or with a damaged length is refused here, before a reader sees it.
+    """Return every variant's identifying data and where its probabilities start (each
+    genotype block skipped by its stated length, so a truncated file is refused here).
 
     Returns
     -------
@@ -407,10 +386,8 @@ def _variant_dosages(reader: Any, offset: int, layout: int, path: str) -> np.nda
 
 
 class BgenSource(BedSource):
-    """Rows of expected ALT counts (one per variant) from a ``.bgen`` file, read by cbgen.
-
-    The selections of variants and samples, the imputation and the scaling are those of
-    :class:`~daskstraggle.data.plink.BedSource`; see the module docstring for the values.
+    """Rows of expected ALT counts (one per variant) from a ``.bgen`` file, read by cbgen;
+    otherwise as :class:`~daskstraggle.data.plink.BedSource`.
 
     Parameters
     ----------
@@ -585,9 +562,8 @@ def open_bgen(path: str | os.PathLike[str], *, remote: dict[str, Any] | None = N
               sample_file: str | os.PathLike[str] | None = None) -> Matrix:
     """Open a ``.bgen`` file as a genotype matrix (rows = variants).
 
-    The header, the sample ids and the variant blocks are read here (:func:`read_index`),
-    and the last variant's probabilities (by cbgen), so a truncated or damaged file is
-    refused now, before any cluster work. The workers read the probabilities.
+    The header, sample ids, variant blocks and the last variant's probabilities are read
+    here, so a truncated or damaged file is refused before any cluster work.
 
     Parameters
     ----------

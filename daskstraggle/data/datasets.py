@@ -1,14 +1,10 @@
 """Dataset recipes: simulated genotypes and synthetic regression data, written as Zarr.
 
-Every recipe validates its parameters, writes its store chunk by chunk into a hidden
-temporary sibling of ``out`` (``.{name}.tmp-XXXX``) and renames it into place only when it
-is complete, so ``out`` never holds a half-written store. The result is deterministic for
-a seed: data-global quantities (mixture mean, true coefficients, the msprime seeds) come
-from the first child of ``np.random.SeedSequence(seed)``, and the rows of chunk ``i`` from
-child ``i + 1``. The rows therefore depend on ``(seed, chunk_rows)``; the global
-quantities on ``seed`` only.
-
-See ``datasets/README.md`` for the layouts, defaults and measured sizes and times.
+Every recipe validates its parameters and writes its store chunk by chunk into a hidden
+temporary sibling of ``out``, renamed into place only when complete. Data-global
+quantities (mixture mean, true coefficients, msprime seeds) come from the first child of
+``np.random.SeedSequence(seed)`` and chunk ``i``'s rows from child ``i + 1``, so the rows
+depend on ``(seed, chunk_rows)``. Layouts, sizes and times: ``datasets/README.md``.
 """
 
 from __future__ import annotations
@@ -61,10 +57,9 @@ _Seqs = list[np.random.SeedSequence]
 
 # ---------------------------------------------------------------------------- helpers
 def _check_out(out: object, *, caller: str, overwrite: bool, fileset: bool = False) -> Path:
-    """Return ``out`` as an absolute path, refused before anything is written when it names
-    no store ('', '.', '..': the current folder, which overwrite would replace), a
-    ``.bed`` for a recipe that writes no ``fileset``, lies inside a Zarr store, exists
-    (unless ``overwrite``), or its folder cannot be written."""
+    """Return ``out`` as an absolute path; refuse ('', '.', '..' name the current folder,
+    which overwrite would replace) a ``.bed`` unless ``fileset``, a path inside a Zarr
+    store, one that exists (unless ``overwrite``) or whose folder cannot be written."""
     what = f"The 'out' parameter of {caller} (CLI: --out)"
     given = os.fspath(check_path(out, name="out", caller=f"{caller} (CLI: --out)",
                                  example="data/lin.zarr"))
@@ -90,9 +85,8 @@ def _gib(n_bytes: float) -> str:
 
 def _check_fits(out: Path, *, caller: str, store_bytes: float, chunk_bytes: float,
                 sizes: str) -> None:
-    """Refuse a dataset whose store (``store_bytes`` before compression) cannot fit the free
-    space of ``out``'s file system, or whose chunk being drawn (``chunk_bytes``) cannot fit
-    the memory available, before anything is written. ``sizes`` names the options."""
+    """Refuse a store of ``store_bytes`` (uncompressed) over the free disk space, or a
+    chunk of ``chunk_bytes`` over the available memory; ``sizes`` names the options."""
     from daskstraggle._resources import available_memory, nearest_existing
 
     folder = nearest_existing(out.parent)
@@ -141,12 +135,8 @@ def _check_fraction(value: object, *, name: str, caller: str) -> float:
 
 @contextlib.contextmanager
 def _staged(out: Path, *, overwrite: bool) -> Iterator[Path]:
-    """Yield a path in a temporary sibling of ``out``; move it to ``out`` on success.
-
-    The old ``out`` (when ``overwrite``) is removed only after the new store is complete
-    and in place; on any failure the temporary directory is removed and ``out`` is left
-    as it was.
-    """
+    """Yield a path in a temporary sibling of ``out``; move it to ``out`` on success (the
+    old ``out`` removed only then); on failure ``out`` is left as it was."""
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
@@ -172,11 +162,8 @@ def _staged(out: Path, *, overwrite: bool) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _every_chunk_written() -> Iterator[None]:
-    """Write chunks that hold only the fill value too (zarr's default skips them).
-
-    An absent chunk is refused when the store is read (``missing_chunks="error"``), so the
-    stores written here must have every chunk, e.g. a chunk of labels that are all 0.
-    """
+    """Write chunks that hold only the fill value too (zarr skips them; reads refuse
+    absent chunks)."""
     import zarr
 
     with zarr.config.set({"array.write_empty_chunks": True}):
@@ -206,12 +193,9 @@ def _progress(iterable: Any, *, enabled: bool, desc: str, total: int, unit: str 
 def _write_table(name: str, out: object, values: dict[str, Any], extra: tuple[str, float], *,
                  overwrite: object, progress: object, global_arrays: _Globals,
                  rows: _Rows) -> Path:
-    """Check a tabular recipe's parameters, then write X and y chunk by chunk as Zarr v3.
-
-    ``values`` holds ``n_samples``, ``n_features``, ``chunk_rows``, ``dtype`` and ``seed``;
-    ``extra`` the recipe's own non-negative parameter (name, value). ``global_arrays`` draws
-    the data-global arrays and attrs, ``rows`` a chunk's rows; both get the checked params.
-    """
+    """Check a tabular recipe's parameters (``values`` and the recipe's own non-negative
+    ``extra`` (name, value)), then write X and y chunk by chunk as Zarr v3: ``global_arrays``
+    draws the data-global arrays and attrs, ``rows`` a chunk's rows."""
     import zarr
 
     caller = f"make_{name}"
@@ -333,12 +317,9 @@ def make_logistic(out: str | os.PathLike[str], *, n_samples: int = 100_000,
 
     Notes
     -----
-    Differences from the papers: Tandon et al. (2017) and Li et al. (2018) draw the
-    features from the mixture ``0.5 N(μ₁, I) + 0.5 N(μ₂, I)`` and then the label from a
-    logistic model with separately chosen true weights (Li et al.: ``μ₁,₂ = ±1.5 w*/p``,
-    ``w* ∈ {±1}^p``). Here the label is the mixture component itself, which is also an
-    exact logistic model (weights ``2μ``) and keeps the difficulty fixed by
-    ``separation`` instead of shrinking with ``n_features``.
+    Tandon et al. and Li et al. draw the label from a logistic model with separate true
+    weights; here it is the mixture component, an exact logistic model too, whose
+    difficulty ``separation`` fixes whatever ``n_features``.
 
     References
     ----------
@@ -408,14 +389,11 @@ def make_linear(out: str | os.PathLike[str], *, n_samples: int = 100_000,
 def _sites_per_base(n_nodes: int, n_populations: int, migration_rate: float, ploidy: int) -> float:
     """Approximate the expected segregating sites per base under the island model.
 
-    Watterson: ``E[S] = μ L E[tree length]``, and a Kingman tree with mean pairwise time
-    ``T₂`` has mean length ``2 T₂ a_n``, ``a_n = Σ_{i<n} 1/i``. With ``D`` islands of ``N``
-    individuals of ploidy ``k`` and migration rate ``m``, two lineages coalesce after
-    ``D k N`` generations on average from one island and ``D k N + 1 / (2 m)`` from two.
-    Fast migration: one Kingman tree with ``T₂`` averaged over random pairs. Slow
-    migration: ``D`` island trees (``T₂ = k N``, ``n / D`` lineages each) joined by a tree
-    of ``D`` lineages with ``T₂ = D k N + 1 / (2 m)``. The smaller of the two is used;
-    a shortfall is made up by simulating more segments (see ``_simulate``).
+    Watterson: ``E[S] = μ L 2 T₂ a_n``, ``a_n = Σ_{i<n} 1/i``. With ``D`` islands of ``N``
+    of ploidy ``k`` and migration ``m``, a pair coalesces after ``D k N`` generations from
+    one island, ``D k N + 1 / (2 m)`` from two. The smaller of the fast-migration estimate
+    (one tree, ``T₂`` averaged over pairs) and the slow one (``D`` island trees joined by
+    one of ``D`` lineages) is used; ``_simulate`` makes up a shortfall.
     """
 
     def harmonic(n: float) -> float:
@@ -451,11 +429,8 @@ def _segregating_sites(ts: Any) -> np.ndarray:
 
 
 def _concatenate(pieces: list[Any]) -> Any:
-    """Join tree sequences that share their sample nodes end to end, as unlinked segments.
-
-    Equivalent to ``tskit.TreeSequence.concatenate(..., add_populations=False)`` but linear
-    in the number of pieces (that one grows the union table by table).
-    """
+    """Join tree sequences that share their sample nodes end to end, as unlinked segments:
+    ``tskit.TreeSequence.concatenate(..., add_populations=False)``, linear in the pieces."""
     if len(pieces) == 1:
         return pieces[0]
     tables = pieces[0].dump_tables()
@@ -493,13 +468,9 @@ def _concatenate(pieces: list[Any]) -> Any:
 def _simulate(
     params: dict[str, Any], rng: np.random.Generator, *, progress: bool = False
 ) -> tuple[Any, dict[str, Any]]:
-    """Simulate an island-model tree sequence with exactly ``n_variants`` biallelic sites.
-
-    The genome is a series of independent segments of at most ``SEGMENT_LENGTH`` bases
-    (unlinked, like short chromosomes): the cost of one Hudson simulation grows about
-    quadratically with its length, that of the series linearly. Segments are simulated
-    until they hold ``n_variants`` segregating sites; the surplus sites are deleted.
-    """
+    """Simulate an island-model tree sequence with exactly ``n_variants`` biallelic sites,
+    in unlinked segments of at most ``SEGMENT_LENGTH`` bases (one simulation's cost grows
+    about quadratically with its length) until they hold enough; the surplus is deleted."""
     import msprime
 
     n_variants, n_samples = params["n_variants"], params["n_samples"]
@@ -562,11 +533,8 @@ def _add_missing(group: Any, *, missing_rate: float, seqs: _Seqs,
 
 
 def _write_filters(group: Any, n_variants: int, chunk_rows: int) -> None:
-    """Every variant PASSes: ``filter_id``, ``filter_description``, ``variant_filter``.
-
-    bio2zarr writes these from a VCF's FILTER column but not from a tree sequence; with
-    them the simulated stores have the whole VCF Zarr layout (``pass_only`` works).
-    """
+    """Write ``filter_id``, ``filter_description`` and ``variant_filter``, every variant
+    PASS (bio2zarr writes none from a tree sequence; ``pass_only`` needs them)."""
     for name, text in (("filter_id", "PASS"), ("filter_description", "All filters passed")):
         member = group.create_array(name, data=np.array([text], dtype=np.dtypes.StringDType()),
                                     chunks=(1,))
@@ -594,15 +562,10 @@ def make_genotypes(
 ) -> Path:
     """Simulate structured genotypes with msprime and write them as VCF Zarr (bio2zarr).
 
-    ``msprime.sim_ancestry`` runs a symmetric island model of ``n_populations`` islands
-    of ``POPULATION_SIZE`` (10 000) individuals each, recombination rate 1e-8 per base
-    per generation; ``msprime.sim_mutations`` adds mutations at rate 1e-8 under the
-    binary model, so every site is biallelic (dosages 0..ploidy). The genome is a series
-    of independent (unlinked) segments of at most 2 Mb, one msprime simulation each, whose
-    total length is chosen from the expected number of segregating sites; more segments
-    are simulated if they hold too few. Non-segregating sites and the sites beyond the
-    first ``n_variants`` are deleted, leaving exactly ``n_variants`` variants, all on one
-    VCF contig ``"1"``.
+    A symmetric island model of ``n_populations`` islands of ``POPULATION_SIZE`` (10 000),
+    recombination and mutation rates 1e-8 per base per generation, binary mutation model
+    (every site biallelic), simulated as unlinked segments of at most 2 Mb until they hold
+    ``n_variants`` segregating sites; exactly ``n_variants`` variants, on contig ``"1"``.
 
     Parameters
     ----------
@@ -785,22 +748,8 @@ DATASETS: dict[str, Callable[..., Path]] = {
 
 
 def make_dataset(name: str, out: str | os.PathLike[str], **params: Any) -> Path:
-    """Write the dataset recipe ``name`` to ``out``.
-
-    Parameters
-    ----------
-    name : {"genotypes", "logistic", "linear"}
-        Key of :data:`DATASETS`.
-    out : str or os.PathLike
-        Store to write.
-    **params
-        Keyword arguments of the recipe (see :func:`make_genotypes`,
-        :func:`make_logistic`, :func:`make_linear`).
-
-    Returns
-    -------
-    path : pathlib.Path
-        The absolute path of the written store.
+    """Write the dataset recipe ``name`` (a key of :data:`DATASETS`) to ``out``, with the
+    recipe's keyword arguments ``params``; return the store's absolute path.
 
     Raises
     ------

@@ -1,26 +1,12 @@
 """Genotype matrices: quality control of variants, per-variant tables, allele-count checks.
 
 Quality control (:class:`GenotypeQC`) decides which variants a genotype PCA uses *before*
-the run, because a matrix's shape is fixed up front. Its cost is stated where it is paid:
-
-- ``region`` and ``pass_only`` read only small per-variant arrays (``variant_contig``,
-  ``variant_position``, ``variant_filter``; a few bytes per variant) on the client;
-- ``max_sample_missing``, ``max_missing``, ``hwe`` and ``min_maf`` need every call: one
-  counting pass over the genotypes (the same reads and decoding as loading them once, then
-  one compiled sweep, :func:`call_counts`) that runs on the cluster's workers, one task per
-  partition, each returning its variants' genotype counts (calls of each dosage, missing
-  calls) and its samples' missing calls, which the client adds up. ``--mind`` is decided
-  from the samples' counts, then missingness, HWE (on the client, from the genotype
-  counts) and MAF from the variants' counts over the samples kept: the same counts when
-  ``--mind`` removes no sample, else those minus the removed samples' (a second pass that
-  counts only their columns). It runs after the region and FILTER steps, on the variants
-  they kept only;
-- ``ld_prune`` runs last, on the variants every other step kept: one more pass whose tasks
-  return, per variant, which of the next ``window - 1`` variants it is in LD with (a few
-  bits), then plink2's greedy scan on the client (:mod:`daskstraggle.data.ld`).
-
-The variants kept define the matrix (a selection of the store's rows, no copy); the fit's
-:class:`QCReport` records the mask over the input's variants and what each step removed.
+the run (a matrix's shape is fixed up front). ``region``, ``pass_only`` and the allele
+steps read small per-variant arrays on the client; the other steps need passes over the
+genotypes on the workers, one task per partition: a counting pass (:func:`call_counts`,
+for ``--mind``, missingness, HWE and MAF), then KING kinship, then LD pruning
+(:mod:`daskstraggle.data.ld`), each on the variants and samples the steps before kept. The
+kept variants are a selection of the store's rows (no copy), recorded in a :class:`QCReport`.
 """
 
 from __future__ import annotations
@@ -28,7 +14,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -82,20 +68,8 @@ class Region:
 
 
 def parse_region(text: object, *, caller: str = "GenotypeQC") -> Region:
-    """Parse ``"CONTIG"``, ``"CONTIG:START-END"`` or ``"CONTIG:START-"`` (1-based, inclusive).
-
-    Positions may have thousands separators (``chr1:1,000,000-2,000,000``).
-
-    Parameters
-    ----------
-    text : str
-        The region.
-    caller : str, default="GenotypeQC"
-        Named in the error message.
-
-    Returns
-    -------
-    region : Region
+    """Parse ``"CONTIG"``, ``"CONTIG:START-END"`` or ``"CONTIG:START-"`` (1-based, inclusive;
+    thousands separators allowed: ``chr1:1,000,000-2,000,000``); ``caller`` is named in errors.
 
     Raises
     ------
@@ -135,23 +109,16 @@ def _check_threshold(value: object, *, name: str, flag: str, high: float) -> flo
 class GenotypeQC:
     """Which variants a genotype PCA uses: the usual quality control before PCA.
 
-    A variant is kept when it passes every step given: it lies in ``region``; its FILTER
-    is PASS (``pass_only``); it has at most ``max_alleles`` alleles (plink2's
-    ``--max-alleles``); every allele is one base (``snps_only``, plink2's ``--snps-only``);
-    its fraction of missing calls is at most ``max_missing``
-    (as plink's ``--geno``); its Hardy-Weinberg exact test p-value is at least ``hwe`` (as
-    plink2's ``--hwe``); its minor allele frequency is at least ``min_maf`` (as
-    plink's ``--maf``). The frequencies and missingness are those of the samples in the
-    matrix (after any selection of samples), counted over the non-missing calls.
+    A variant is kept when it passes every step given. Frequencies and missingness are
+    those of the matrix's samples, counted over the non-missing calls.
 
     Parameters
     ----------
     min_maf : float or None, default=None
-        Smallest minor allele frequency kept, in [0, 0.5]. The frequency is the mean
-        dosage over the non-missing calls divided by the ploidy, ``p``; the MAF is
-        ``min(p, 1 - p)``. A variant with no called genotype has none and is removed.
+        Smallest minor allele frequency kept, in [0, 0.5] (plink's ``--maf``): ``min(p, 1 -
+        p)``, ``p`` the mean called dosage over the ploidy. A variant with no call is removed.
     max_missing : float or None, default=None
-        Largest fraction of missing calls kept, in [0, 1].
+        Largest fraction of missing calls kept, in [0, 1] (plink's ``--geno``).
     pass_only : bool, default=False
         Keep only variants whose FILTER is PASS (``variant_filter`` at ``filter_id``
         ``"PASS"``, as bio2zarr writes them).
@@ -159,35 +126,27 @@ class GenotypeQC:
         ``"CONTIG"`` or ``"CONTIG:START-END"`` (1-based, inclusive, as samtools and
         bcftools), on ``variant_contig`` and ``variant_position``.
     max_alleles : int or None, default=None
-        Most alleles (REF and ALTs, the non-empty entries of ``variant_allele``) a kept
-        variant has: 2 keeps biallelic sites only. A multi-allelic site's dosage counts
-        every non-reference allele, so the usual PCA keeps biallelic sites.
+        Most alleles (REF and ALTs, the non-empty ``variant_allele``) a kept variant has
+        (plink2's ``--max-alleles``): 2 keeps biallelic sites only.
     snps_only : bool, default=False
-        Keep only variants whose every allele is one character (no indels, no symbolic
-        alleles such as ``<DEL>``), as plink2's ``--snps-only``; multi-allelic SNPs stay
-        unless ``max_alleles`` removes them.
+        Keep only variants whose every allele is one character (no indels, no ``<DEL>``),
+        as plink2's ``--snps-only``.
     hwe : float or None, default=None
-        Smallest Hardy-Weinberg equilibrium p-value kept, in [0, 1]: the exact test
-        (:mod:`daskstraggle.data.hwe`) on the called genotypes of each variant, as
-        plink2's ``--hwe`` (without mid-p). Diploid calls only.
+        Smallest Hardy-Weinberg exact test p-value kept, in [0, 1], as plink2's ``--hwe``
+        without mid-p (:mod:`daskstraggle.data.hwe`). Diploid calls only.
     max_sample_missing : float or None, default=None
         Largest fraction of missing calls a kept *sample* has, in [0, 1], over the
-        variants the steps above kept (plink's ``--mind``), counted in the same pass as
-        the variant counts, which are then those of the kept samples. A sample with every
-        call missing is removed even at 1, with a warning.
+        variants the steps above kept (plink's ``--mind``); the variant counts are then
+        those of the kept samples. A sample with every call missing is removed even at 1,
+        with a warning.
     king_cutoff : float or None, default=None
         Remove one sample of each pair whose KING-robust kinship exceeds this, in
-        (0, 0.5], as plink2's ``--king-cutoff`` (same kinship, same choice of whom to
-        remove; :mod:`daskstraggle.data.kinship`), over the variants the steps above kept:
-        one pass on the workers makes each sample's bit planes, then tiles of sample pairs
-        are counted with popcounts, keeping only the pairs above the cutoff (memory grows
-        with samples × variants, not samples²). Diploid calls only.
+        (0, 0.5], as plink2's ``--king-cutoff`` (:mod:`daskstraggle.data.kinship`), over
+        the variants the steps above kept. Diploid calls only.
     ld_prune : LDPrune, str, tuple or None, default=None
         LD pruning after every other step, as plink2's ``--indep-pairwise WINDOW STEP R2``
-        with the window in variants: ``"50,5,0.2"``, ``(50, 5, 0.2)`` or an
-        :class:`~daskstraggle.data.ld.LDPrune`. The kept variants are plink2's
-        ``.prune.in`` on the same data; see :mod:`daskstraggle.data.ld` for the order in
-        which a pair's variant is dropped. One more pass on the workers.
+        (window in variants): ``"50,5,0.2"``, ``(50, 5, 0.2)`` or an
+        :class:`~daskstraggle.data.ld.LDPrune`; keeps plink2's ``.prune.in``.
 
     Raises
     ------
@@ -263,26 +222,13 @@ class GenotypeQC:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the parameters as a dict (``GenotypeQC(**d)`` rebuilds it)."""
-        return {"min_maf": self.min_maf, "max_missing": self.max_missing,
-                "pass_only": self.pass_only, "region": self.region,
-                "max_alleles": self.max_alleles, "snps_only": self.snps_only, "hwe": self.hwe,
-                "max_sample_missing": self.max_sample_missing, "king_cutoff": self.king_cutoff,
-                "ld_prune": None if self.ld_prune is None else str(self.ld_prune)}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**out, "ld_prune": None if self.ld_prune is None else str(self.ld_prune)}
 
 
 def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
-    """Return ``qc`` as a GenotypeQC (None, or an empty one: None).
-
-    Parameters
-    ----------
-    qc : GenotypeQC, dict or None
-        The quality control, or a dict of :class:`GenotypeQC`'s parameters.
-    caller : str
-        Named in the error message.
-
-    Returns
-    -------
-    qc : GenotypeQC or None
+    """Return ``qc`` (a GenotypeQC, a dict of its parameters or None) as a GenotypeQC, or
+    None when it is None or empty.
 
     Raises
     ------
@@ -292,8 +238,7 @@ def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
     if qc is None or isinstance(qc, GenotypeQC):
         return None if qc is None or qc.is_empty else qc
     if isinstance(qc, Mapping):
-        known = ("min_maf", "max_missing", "pass_only", "region", "max_alleles", "snps_only",
-                 "hwe", "max_sample_missing", "king_cutoff", "ld_prune")
+        known = tuple(f.name for f in fields(GenotypeQC))
         unknown = sorted(str(k) for k in qc if k not in known)
         if unknown:
             raise InvalidParameterError(
@@ -303,9 +248,7 @@ def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
         return parse_qc(GenotypeQC(**qc), caller=caller)
     raise InvalidParameterError(
         f"The 'qc' parameter of {caller} must be a GenotypeQC, a dict of its parameters "
-        f"(min_maf, max_missing, pass_only, region, max_alleles, snps_only, hwe, "
-        f"max_sample_missing, king_cutoff, ld_prune) or None. Got "
-        f"{qc!r} instead."
+        f"({', '.join(f.name for f in fields(GenotypeQC))}) or None. Got {qc!r} instead."
     )
 
 
@@ -383,8 +326,7 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
     qc : GenotypeQC or None
         The quality control (None: the matrix as it is).
     client : distributed.Client or None, default=None
-        Where the counting pass runs (MAF, missingness): one task per partition on its
-        workers; None: in this process, one partition at a time.
+        Where the passes over the genotypes run, one task per partition; None: in process.
 
     Returns
     -------
@@ -447,26 +389,14 @@ def matrix_after_run(matrix: Matrix, result: Any) -> Matrix:
 
 def drop_no_calls(matrix: Matrix, samples: np.ndarray, variants: np.ndarray, *,
                   warn: bool = True) -> Matrix:
-    """Return ``matrix`` without the samples (columns) and variants (rows) that have no
-    called genotype, recorded in its :class:`QCReport` as the step ``"no call"``.
+    """Return ``matrix`` without the samples (columns) and variants (rows) ``samples`` and
+    ``variants`` that have no called genotype, recorded in its :class:`QCReport` as the step
+    ``"no call"``; with ``warn``, a :class:`~daskstraggle.errors.StraggleWarning` names the
+    first of them.
 
     ``fit_pca`` calls it when the run's load finds such samples or variants
-    (:class:`~daskstraggle.errors.NoCallError`): their values would all be imputed, so they
-    would be scored 0. Removing them changes nothing else: their centred column or row is
-    zero and adds nothing to the other samples' components.
-
-    Parameters
-    ----------
-    matrix : Matrix
-        A genotype matrix.
-    samples, variants : ndarray of int
-        Its columns and rows with no call.
-    warn : bool, default=True
-        Warn (:class:`~daskstraggle.errors.StraggleWarning`) naming the first of them.
-
-    Returns
-    -------
-    matrix : Matrix
+    (:class:`~daskstraggle.errors.NoCallError`): they would be scored 0. Their centred
+    column or row is zero, so removing them changes nothing else.
     """
     samples = np.asarray(samples, dtype=np.int64)
     variants = np.asarray(variants, dtype=np.int64)
@@ -751,21 +681,10 @@ def _passes_filter(table: VariantTable) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class CallCounts:
-    """A genotype matrix's calls counted in one pass: per variant and per sample.
-
-    Attributes
-    ----------
-    levels : ndarray of int64 of shape (n_variants, ploidy + 1)
-        Each variant's calls of dosage ``0 .. ploidy`` (a fractional dosage, of a call of
-        lower ploidy scaled up, is in none).
-    called : ndarray of int64 of shape (n_variants,)
-        Each variant's non-missing calls.
-    sums : ndarray of float64 of shape (n_variants,)
-        Each variant's sum of called dosages.
-    sample_missing : ndarray of int64 of shape (n_samples,)
-        Each sample's missing calls.
-    ploidy : int
-    """
+    """A genotype matrix's calls counted in one pass: per variant, each variant's calls of
+    dosage ``0 .. ploidy`` (``levels``; a fractional dosage is in none), its non-missing
+    calls (``called``) and sum of called dosages (``sums``); per sample, its missing calls
+    (``sample_missing``)."""
 
     levels: np.ndarray
     called: np.ndarray
@@ -800,9 +719,9 @@ class CallCounts:
 
 
 def _partition_counts(block: Block, n_levels: int) -> tuple[np.ndarray | None, ...]:
-    """One partition's counts (the task body): per row, its calls of each dosage and its
-    missing calls, the dosage sums of fractional dosages (else None); per column, its
-    missing calls."""
+    """One partition's counts (the task body): per row, its calls of each dosage, its
+    missing calls and (fractional dosages only, else None) its dosage sum; per column,
+    its missing calls."""
     from daskstraggle._numba import import_numba_module
 
     counting = import_numba_module("daskstraggle.data._numba_counts")
@@ -816,23 +735,8 @@ def _partition_counts(block: Block, n_levels: int) -> tuple[np.ndarray | None, .
 
 def call_counts(matrix: Matrix, *, client: Any = None) -> CallCounts:
     """Count a genotype matrix's calls per variant (of each dosage, missing) and per sample
-    (missing) in one pass over its raw dosages, on ``client``'s workers or in process.
-
-    Each partition is swept once by a compiled kernel on its int8 dosages
-    (:mod:`daskstraggle.data._numba_counts`); the client joins the variants' counts and
-    adds up the samples'.
-
-    Parameters
-    ----------
-    matrix : Matrix
-        A genotype matrix.
-    client : distributed.Client or None, default=None
-        Run one task per partition there; None: in this process.
-
-    Returns
-    -------
-    counts : CallCounts
-    """
+    (missing) in one pass over its raw dosages, one task per partition on ``client``'s
+    workers (None: in process)."""
     from daskstraggle.data._passes import map_partitions
 
     source = matrix.source
@@ -853,10 +757,8 @@ def call_counts(matrix: Matrix, *, client: Any = None) -> CallCounts:
 
 # ---------------------------------------------------------------------------- variant tables
 class VariantTable:
-    """Per-variant arrays (``variant_*``) of a genotype matrix's rows, read when asked.
-
-    They are small (a few bytes per variant) and read on the client: from the store at
-    the matrix's variant indices, or from an in-memory ``xarray.Dataset``.
+    """Per-variant arrays (``variant_*``) of a genotype matrix's rows, read on the client
+    when asked.
 
     Parameters
     ----------
@@ -886,12 +788,8 @@ class VariantTable:
         return VariantTable(self.reader, rows if self.index is None else self.index[rows])
 
     def contigs(self) -> np.ndarray | None:
-        """Return each variant's contig as plink2 writes it, or None (no contigs).
-
-        :func:`~daskstraggle.data._contigs.chrom_code` of its ``contig_id``: ``chr22`` and
-        ``22`` are ``22``; ``chrX``, ``X`` and ``23`` are ``X``; ``chrM``, ``MT`` and ``26``
-        are ``MT``.
-        """
+        """Return each variant's contig as plink2 writes it (``chr22`` is ``22``, ``chrX`` and
+        ``23`` are ``X``: :func:`~daskstraggle.data._contigs.chrom_code`), or None."""
         from daskstraggle.data._contigs import chrom_code
 
         names, codes = self.whole("contig_id"), self.get("variant_contig")
@@ -901,12 +799,8 @@ class VariantTable:
         return plink[np.asarray(codes, dtype=np.int64)]
 
     def keys(self) -> np.ndarray | None:
-        """Return one string per variant, ``contig:position:alleles``, or None.
-
-        Two stores' variants are the same when their keys are (alleles in the stored
-        order, so a REF/ALT swap is another variant; contigs as plink2 writes them, see
-        :meth:`contigs`, so ``chr22`` and ``22`` are one contig).
-        """
+        """Return one string per variant, ``contig:position:alleles`` (contigs as
+        :meth:`contigs`, alleles in stored order: a REF/ALT swap is another variant), or None."""
         names, positions = self.contigs(), self.get("variant_position")
         alleles = self.get("variant_allele")
         if names is None or positions is None:
@@ -922,9 +816,8 @@ class VariantTable:
 class StoreArrays:
     """``reader`` of a :class:`VariantTable` over a VCF Zarr store (read on the client).
 
-    Absent chunks read as the fill value, as zarr, xarray and sgkit read them: bio2zarr
-    leaves out the chunks of constant arrays (``variant_contig`` on a one-contig store).
-    Chunks that do not decode are refused (one line).
+    Absent chunks read as the fill value, as zarr and sgkit read them (bio2zarr leaves out
+    the chunks of constant arrays); chunks that do not decode are refused in one line.
     """
 
     def __init__(self, path: str, storage_options: dict[str, Any] | None = None) -> None:
@@ -1020,13 +913,10 @@ def _first_values(X: Any) -> np.ndarray | None:
 
 
 def looks_like_allele_counts(X: Any) -> bool:
-    """Whether ``X`` is a 2-D integer array that looks like allele counts.
-
-    An xarray DataArray named ``call_alternate_allele_count`` or with a ``variants`` or
-    ``samples`` dimension does; otherwise a numpy array (every value) or a dask array (its
-    first block) whose values lie in {-1, 0, 1, 2} and include a 2 or a -1. A 0/1 matrix
-    does not (binary features are common).
-    """
+    """Whether ``X`` is a 2-D integer array that looks like allele counts: an xarray
+    DataArray named ``call_alternate_allele_count`` or with a ``variants`` or ``samples``
+    dimension, or values (all of numpy, a dask array's first block) in {-1, 0, 1, 2} that
+    include a 2 or a -1 (a 0/1 matrix of binary features does not)."""
     sample = _first_values(X)
     if sample is None:
         return False

@@ -1,41 +1,17 @@
 """KING-robust kinship and plink2's ``--king-cutoff``: drop one sample of each related pair.
 
-The KING-robust kinship of samples ``i`` and ``j`` (Manichaikul et al. 2010, in plink2's
-form) counts, over the variants called in both,
-
-- ``hethet``: both heterozygous,
-- ``ibs0``: opposite homozygotes (``0`` and ``2``),
-- ``het_hom``: ``i`` heterozygous and ``j`` homozygous, ``hom_het``: the reverse,
-
-and is
+Over the variants called in both samples, with ``hethet`` (both heterozygous), ``ibs0``
+(opposite homozygotes), ``het_hom`` and ``hom_het`` (one heterozygous, the other not),
 
     φ = 1/2 − (4 · ibs0 + het_hom + hom_het) / (4 · (hethet + min(het_hom, hom_het)))
 
-(0.5 for a duplicate, 0.25 for parent and child or full siblings, 0.125 for second degree;
-plink2's usual cutoff 0.0884 = 2^-3.5 removes second degree and closer).
-
-The counts come from bit planes and population counts, as plink2 computes them. One pass
-over the variant partitions (:func:`daskstraggle._passes.map_partitions`, on the workers
-when there is a client) turns each partition's calls into two sample-major bit planes
-(:func:`king_bits`): per sample, one bit per variant for "homozygous" and one for "carries
-the alternate allele", so a missing call sets neither. The client joins them: 2 bits per
-call, ``n_samples · n_variants / 4`` bytes (plus at most 63 padding variants per
-partition). Then the pairs ``i < j``, a strip of rows of the pair matrix at a time (about
-:data:`STRIP_PAIRS` pairs), are counted in compiled tiles of 32 x 32 samples on all cores
-(:mod:`daskstraggle.data._numba_king`): ``hethet = |het_i ∧ het_j|``, ``ibs0 = |hom_i ∧
-hom_j ∧ (alt_i ⊕ alt_j)|``, ``het_hom = |het_i ∧ hom_j|`` and ``hom_het = |hom_i ∧
-het_j|`` (``het = alt ∧ ¬hom``); each tile turns its counts into kinships, and only the
-pairs above the cutoff are kept (:func:`king_related`, :class:`RelatedPairs`).
-:func:`king_counts` gives the counts of a strip themselves. The memory beyond the bit
-planes is one strip's kinships: 9 bytes per pair of :data:`STRIP_PAIRS` (19 MB), whatever
-the number of samples (a strip has one row at least, so beyond :data:`STRIP_PAIRS`
-samples it is 9 bytes per sample).
-
-The pruning is plink2's: in the graph whose edges are the pairs with φ > cutoff, while an
-edge remains, remove the partner of the first sample (in column order) that has exactly one
-related sample if there is such a sample, else the first sample of most related samples.
-
-No dask here: the pass runs through :func:`daskstraggle._passes.map_partitions`.
+(Manichaikul et al. 2010, plink2's form; see ``docs/genotype-pca.md``, *Relatedness*). One
+pass over the partitions makes each sample's bit planes (:func:`king_bits`: "homozygous"
+and "carries ALT", a missing call sets neither); the client counts the pairs in compiled
+tiles (:mod:`daskstraggle.data._numba_king`), a strip of about :data:`STRIP_PAIRS` pairs
+at a time, keeping only those above the cutoff. The pruning is plink2's: while an edge
+remains, remove the partner of the first sample with exactly one related sample, else the
+first sample of most related samples.
 """
 
 from __future__ import annotations

@@ -1,36 +1,12 @@
 """Linkage-disequilibrium pruning: plink2's ``--indep-pairwise`` with a variant-count window.
 
-The pruning keeps a subset of variants in approximate linkage equilibrium. It has two parts:
-
-1. **On the workers** (one task per row partition, in the same straggler-resilient passes as
-   the rest of quality control): for every pair of variants of one contig at most
-   ``window - 1`` rows apart, whether their squared correlation exceeds ``r2``. The
-   correlation is that of the allele dosages over the samples called at *both* variants
-   (pairwise-complete, as plink2), computed from integer counts, so the comparison
-   ``cov² > r2 · var₁ · var₂`` is exact and gives plink2's answer on ties. The counts are
-   population counts of ANDs of the rows' bit planes (called samples and dosage bits, 64
-   samples a word; :mod:`daskstraggle.data._numba_ld`, compiled with numba on first use),
-   so a partition is held as bits, never as floats. Each partition returns a boolean band
-   (its rows × the ``window - 1`` following rows) and the bit planes of its first and last
-   ``window - 1`` rows; the pairs that cross a partition boundary are then counted on the
-   client from those planes.
-2. **On the client**, plink2's greedy scan over the band alone (no genotype is read again,
-   compiled too):
-   per contig, windows of ``window`` variants advance by ``step``; in each window the
-   variants new to it are taken from the last to the first, each compared with the
-   variants before it in the window (nearest first) that are still kept; for a pair above
-   the threshold the variant with the higher *major* allele frequency (the rarer minor
-   allele is preferred) is dropped, the later one on a tie (within a relative 2⁻⁴⁴).
-   Dropping the later variant ends its scan; dropping the earlier one goes on. A variant
-   whose called dosages are all equal (or that has no call) is dropped first; a contig with
-   a single variant keeps it (as plink2, which skips such contigs).
-
-The kept set is plink2's ``.prune.in`` on the same data (checked against plink2 in
-``pipelines/genotype_pca.py --sections ld``). Multi-allelic sites use the dosage of all
-alternate alleles, where plink2 collapses to the major allele: keep biallelic sites
-(``max_alleles=2``) to compare.
-
-No dask here: the pass runs through :func:`daskstraggle._passes.map_partitions`.
+Two parts (described in ``docs/genotype-pca.md``, *LD pruning*): a pass on the workers, one
+task per partition, marks every pair of variants of one contig at most ``window - 1`` rows
+apart whose pairwise-complete r² exceeds ``r2``, from exact integer counts of the rows' bit
+planes (:mod:`daskstraggle.data._numba_ld`), the pairs across partition boundaries counted
+on the client from each partition's head and tail planes; then plink2's greedy scan runs
+on the client over that band alone. The kept set is plink2's ``.prune.in`` on the same data
+(multi-allelic sites use the dosage of all ALT alleles, where plink2 takes the major one).
 """
 
 from __future__ import annotations

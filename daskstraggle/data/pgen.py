@@ -1,17 +1,10 @@
 """PLINK 2 filesets (``.pgen`` with ``.pvar`` and ``.psam``) as genotype matrices.
 
-Rows are variants, columns samples, as for a ``.bed`` (:mod:`daskstraggle.data.plink`). The
-genotypes are read where the loader runs (on the workers) by pgenlib, plink2's own reader
-(``pip install pgenlib``, in the ``genomics`` extra), one row range per partition; the
-dosage of a call is its number of non-reference alleles (``2 -`` its REF count: every ALT of
-a multi-allelic site counts, as for VCF Zarr), missing calls are -1. Hard calls only: a
-``.pgen``'s dosages (``--import-dosage``) are read as their hard calls. Missing calls, fill,
-centre and Patterson scale, the ``storage`` and the selections of variants and samples are
-those of ``.bed`` sources.
-
-The ``.pvar`` gives the variants' contig, position, id and alleles (``variant_allele``: REF,
-then the ALTs); the ``.psam`` the sample ids (its ``IID`` column). A ``.pvar.zst`` is not
-read: decompress it first (``plink2 --pfile P vzs --make-pgen --out P2``).
+The workers read the rows with pgenlib (``pip install pgenlib``, in the ``genomics``
+extra); a call's dosage is its number of non-reference alleles (hard calls only), -1
+missing, and everything else is as for ``.bed`` sources. The ``.pvar`` gives the variants
+(``variant_allele``: REF then the ALTs), the ``.psam`` the sample ids (``IID``). A
+``.pvar.zst`` is not read: decompress it first.
 """
 
 from __future__ import annotations
@@ -109,11 +102,8 @@ class _PgenLoader(_BedLoader):
 
 
 class PgenSource(BedSource):
-    """Dosage rows (one per variant) from a PLINK 2 ``.pgen`` file, read by pgenlib.
-
-    The same parameters and selections as :class:`~daskstraggle.data.plink.BedSource`;
-    see :func:`pgen_rows` for the dosages.
-    """
+    """Dosage rows (one per variant) from a PLINK 2 ``.pgen`` file, read by pgenlib; the
+    parameters of :class:`~daskstraggle.data.plink.BedSource`, the dosages of :func:`pgen_rows`."""
 
     kind = "plink-pgen"
     _loader = _PgenLoader
@@ -258,9 +248,8 @@ def open_pgen(path: str, *, remote: dict[str, Any] | None, array: str | None, la
               genotype_dims: bool | None, options: Any) -> Matrix:
     """Open a PLINK 2 fileset as a genotype matrix (rows = variants).
 
-    Only metadata is read here (the ``.pgen`` header through pgenlib and the ``.psam``); the
-    ``.pvar`` is read when a variant array is first needed. Every check runs before any
-    cluster work.
+    Only metadata is read here (the ``.pgen`` header and the ``.psam``; the ``.pvar`` when
+    first needed); every check runs before any cluster work.
 
     Parameters
     ----------

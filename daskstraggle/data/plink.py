@@ -1,23 +1,11 @@
 """PLINK 1 binary filesets (``.bed`` + ``.bim`` + ``.fam``) as genotype matrices.
 
-A ``.bed`` file (https://www.cog-genomics.org/plink/1.9/formats#bed) starts with the magic
-bytes ``0x6c 0x1b`` and the mode byte ``0x01`` (variant-major), then holds one row of
-``ceil(n_samples / 4)`` bytes per variant: 2-bit codes, the first sample in the two lowest
-bits of a byte. ``00`` is homozygous for the first allele (A1, ``.bim`` column 5), ``01`` a
-missing call, ``10`` heterozygous, ``11`` homozygous for the second allele (A2). The
-variants are the lines of the ``.bim``, the samples those of the ``.fam``.
-
-The dosage of a call is its number of **A1** alleles (2, 1, 0). plink2 writes ALT as A1,
-so for its files this counts non-reference alleles, as the VCF Zarr path does (a file
-whose A1 is the REF allele negates the rows, which a Patterson-scaled PCA does not see
-beyond the signs of its loadings).
-
-Each partition's loader reads only its own byte range of the ``.bed`` where it runs (a
-worker) and decodes it with 256-entry byte tables: int8 dosages, or, with
-``storage="packed"``, our 2-bit codes (:mod:`daskstraggle._packing`) translated
-byte for byte. The per-variant non-missing counts and dosage sums come from byte tables
-too; the imputation and Patterson scaling are those of
-:func:`~daskstraggle.data.sources.genotype_rows`.
+A ``.bed`` (https://www.cog-genomics.org/plink/1.9/formats#bed) starts with ``0x6c 0x1b``
+and the mode byte ``0x01`` (variant-major), then one row of ``ceil(n_samples / 4)`` bytes
+per variant of 2-bit codes, the first sample in the lowest bits: ``00`` homozygous A1,
+``01`` missing, ``10`` heterozygous, ``11`` homozygous A2. A call's dosage is its number of
+**A1** alleles; plink2 writes ALT as A1, so this counts non-reference alleles as for VCF
+Zarr. Each partition's loader reads only its own byte range where it runs.
 """
 
 from __future__ import annotations
@@ -106,12 +94,10 @@ def bed_rows(raw: np.ndarray, n_samples: int, *, missing: str, scaling: str,
              storage: str = "int8", columns: np.ndarray | None = None) -> RowValues:
     """Turn rows of ``.bed`` bytes into dosage rows, as ``genotype_rows`` does for VCF Zarr.
 
-    The dosage of a call is its number of A1 alleles (code ``00``: 2, ``10``: 1, ``11``:
-    0); ``01`` is a missing call, stored as -1 (int8) or code 3 (packed). Missing calls,
-    the fill, centre and Patterson scale are those of
-    :func:`~daskstraggle.data.sources.genotype_rows` (ploidy 2), over the samples kept.
-    One compiled pass (:func:`daskstraggle.data._decode.decode_bed`) writes the dosages
-    and the per-variant counts; without numba, byte tables do it in numpy.
+    A call's dosage is its number of A1 alleles; ``01`` is missing, stored as -1 (int8) or
+    code 3 (packed). Fill, centre and scale are those of
+    :func:`~daskstraggle.data.sources.genotype_rows` (ploidy 2) over the samples kept.
+    One compiled pass (:func:`daskstraggle.data._decode.decode_bed`), else byte tables.
 
     Parameters
     ----------
@@ -206,11 +192,8 @@ class _BedLoader:
 
 
 class BedSource(StoredGenotypes):
-    """Dosage rows (one per variant) from a PLINK 1 ``.bed`` file (variant-major).
-
-    Each loader reads its rows' bytes of the file where it runs, so the workers must see
-    the same file system as the client. See :func:`bed_rows` for the dosages (A1 counts)
-    and the module docstring for the format.
+    """Dosage rows (one per variant) from a PLINK 1 ``.bed`` file (:func:`bed_rows`); each
+    loader reads its rows' bytes where it runs (the workers must see the client's files).
 
     Parameters
     ----------
@@ -224,8 +207,8 @@ class BedSource(StoredGenotypes):
         Per-variant standardisation.
     storage : {"int8", "packed"}, default="int8"
         How workers hold the dosages.
-    variant_index : ndarray of int or None, default=None
-        The file's variants that are this source's rows (None: all, in order).
+    variant_index, sample_index : ndarray of int or None, default=None
+        The file's variants and samples that this source shows (None: all, in order).
     """
 
     kind = "plink-bed"
@@ -420,9 +403,8 @@ def open_bed(path: str, *, remote: dict[str, Any] | None, array: str | None, lab
              genotype_dims: bool | None, options: Any) -> Matrix:
     """Open a PLINK 1 binary fileset as a genotype matrix (rows = variants).
 
-    Only metadata is read here: the ``.bed`` header and size, the lines of the ``.bim``
-    (counted) and the sample ids of the ``.fam`` (column 2). Every check runs before any
-    cluster work.
+    Only metadata is read here (the ``.bed`` header and size, the ``.bim``'s lines counted,
+    the ``.fam``'s sample ids); every check runs before any cluster work.
 
     Parameters
     ----------
