@@ -3,41 +3,18 @@ r"""Fused block kernels: products of a block with a thin matrix, without a float
 A block stores raw values ``T`` (float64, int8 dosages with -1 for a missing call, or
 packed 2-bit dosage codes) and per-row transforms: fill ``f`` for missing entries, centre
 ``c`` and scale ``s``. The matrix the problems see is ``X = diag(s) (T' - c 1^T)``, ``T'``
-being ``T`` with its missing entries replaced by ``f``. The kernels here compute
+being ``T`` with its missing entries replaced by ``f``. Centre and scale act on the thin
+products, not the wide rows: ``X V = s * (T' V - c (1^T V))`` and
+``X^T Q = T'^T (s Q) - 1 (c^T (s Q))``. Each kernel is one pass over the stored bytes:
+:func:`pca_pass`, :func:`glm_pass`, :func:`gram` and :func:`column_moments`.
 
-- ``pca_pass``: ``P = X V - 1 shift^T`` and ``G = X^T P``, the column sums of ``P`` and
-  the squared norms of its columns (:meth:`PCA.kernel`; ``pca_pass_sum`` over several
-  blocks into one buffer, :meth:`PCA.kernel_sum`);
-- ``glm_pass``: ``z = X w + b``, a per-row weight ``q(z, y)`` (the residual for least
-  squares, ``-y expit(-y z)`` for logistic regression), ``X^T q``, ``sum q`` and the loss;
-- ``gram``: ``(X - 1 mean^T)^T (X - 1 mean^T)`` (:meth:`PCA.gram_kernel`),
-- ``column_moments``: the column sums and squared deviations of ``X`` and ``|X|^2``
-  (:func:`~daskstraggle.problems.block.block_stats`),
-
-each in one pass over the stored bytes. Two implementations compute the same sums:
-
-``"numba"``
-    Plain numba loops (:mod:`daskstraggle.problems._numba_kernels`): four rows at a time,
-    read in place (float64 without missing entries, the four rows a quarter of the block
-    apart: four memory streams) or converted to float64 with their missing entries filled
-    (or decoded from 2 bits) into a buffer that stays in L1 cache, then the projections and
-    the rank-4 update with the accumulators in registers. Compiled lazily, one kernel and
-    dtype at a time, and cached on disk. PCA on wide float64 rows without missing entries
-    with at least ``_PCA_GEMM_MIN_K`` components, and on narrow converted rows (genotypes)
-    with at least ``_PCA_GEMM_MIN_K_CONVERTED``, runs two BLAS products per row tile
-    instead (converted rows converted into a float64 tile once).
-``"numpy"``
-    Tile by tile, the raw values are cast to float64 and only the few missing entries are
-    filled.
-
-Both apply centre and scale to the thin products instead of the wide rows:
-``X V = s * (T' V - c (1^T V))`` and ``X^T Q = T'^T (s Q) - 1 (c^T (s Q))``.
-
-The default is numba when it can be imported, unless the environment variable
-``DASKSTRAGGLE_NUMBA`` is ``0``. Both agree with the float64 tiles of :meth:`Block.tiles`
-to rounding. The Gram kernel's products are one BLAS ``syrk`` per tile in both.
+Two implementations compute the same sums (to rounding; ``docs/kernels.md``): ``"numba"``
+(:mod:`daskstraggle.problems._numba_kernels`, compiled lazily and cached on disk; PCA with
+enough components runs two BLAS products per row tile instead) and ``"numpy"`` (tile by
+tile, cast to float64, the few missing entries filled). The default is numba when it can
+be imported, unless the environment variable ``DASKSTRAGGLE_NUMBA`` is ``0``. The Gram
+kernel's products are one BLAS ``syrk`` per tile in both.
 """
-
 from __future__ import annotations
 
 import functools
@@ -115,21 +92,14 @@ def _resolve(implementation: str | None) -> str:
 
 
 def _numba_kernel(name: str) -> Callable[..., Any]:
-    """Return a compiled numba kernel, importing (and compiling) it on first use.
-
-    The import compiles nothing: each kernel compiles (or loads from numba's on-disk cache)
-    the first time it is called with a signature.
-    """
+    """Return a numba kernel (each compiles, or loads from numba's disk cache, on its
+    first call with a signature)."""
     return getattr(import_numba_module(_NUMBA_KERNELS), name)  # type: ignore[no-any-return]
 
 
 def _argument_key(value: Any) -> Any:
-    """What numba's type of an argument depends on, read without typing it.
-
-    For an array: its dtype, dimensions, layout, and whether it is writeable and aligned
-    (numba's ``Array`` type); for anything else its Python type. Cheaper than typing
-    every argument with ``numba.typeof`` on every call.
-    """
+    """What numba's type of an argument depends on, read without typing it: an array's
+    dtype, dimensions, layout, writeable and aligned flags; else its Python type."""
     if isinstance(value, np.ndarray):
         flags = value.flags
         layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
@@ -148,10 +118,8 @@ def _numba_fingerprint() -> Callable[[Any], bytes] | None:
 
 
 def _compile_key(name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """What a compiled version of kernel ``name`` for ``args`` depends on: for each array
-    of native byte order, numba's own dispatch fingerprint (dtype, dimensions, layout,
-    writeable: what numba picks a compiled version by, computed in C; it does not tell
-    byte orders apart), else :func:`_argument_key`."""
+    """What a compiled version of kernel ``name`` for ``args`` depends on: numba's own
+    dispatch fingerprint for arrays of native byte order, else :func:`_argument_key`."""
     fingerprint = _numba_fingerprint()
     if fingerprint is not None:
         try:
@@ -192,11 +160,8 @@ def _use_numba(block: Block, implementation: str | None) -> bool:
 
 
 def _pca_uses_gemm(block: Block, k: int) -> bool:
-    """Whether the numba PCA pass of ``block`` with ``k`` components uses BLAS on row tiles:
-    float64 rows without missing entries from ``_PCA_GEMM_MIN_K`` components on and at
-    least ``_PCA_GEMM_MIN_FEATURES`` columns; converted rows (genotypes, float64 rows with
-    missing entries) from ``_PCA_GEMM_MIN_K_CONVERTED`` components on, on rows of at most
-    ``_PCA_GEMM_MAX_CONVERTED`` columns."""
+    """Whether the numba PCA pass of ``block`` with ``k`` components uses BLAS on row
+    tiles (see the ``_PCA_GEMM_*`` thresholds)."""
     if block.values.dtype == np.float64 and block.fill is None:
         return k >= _PCA_GEMM_MIN_K and block.n_features >= _PCA_GEMM_MIN_FEATURES
     return k >= _PCA_GEMM_MIN_K_CONVERTED and block.n_features <= _PCA_GEMM_MAX_CONVERTED
@@ -227,12 +192,8 @@ def _pca_width(block: Block) -> int:
 
 
 def _aligned_zeros(shape: tuple[int, ...], count: int = 1) -> list[np.ndarray]:
-    """``count`` zeroed float64 arrays of ``shape``, each starting on a 64-byte boundary.
-
-    numpy aligns small arrays to 16 bytes only; aligned rows of ``V`` and ``G`` never have
-    a vector load or store straddling two cache lines. The arrays are cut from one
-    allocation (on a small block, allocating each costs more than the kernel).
-    """
+    """``count`` zeroed float64 arrays of ``shape``, each starting on a 64-byte boundary
+    (no vector load straddles two cache lines), cut from one allocation."""
     size = math.prod(shape)
     span = -(-size // _PCA_ALIGN) * _PCA_ALIGN  # a multiple of 64 bytes
     raw = np.zeros(span * count + _PCA_ALIGN)
@@ -316,11 +277,8 @@ def pca_pass_sum(blocks: Sequence[Block], V: np.ndarray, shift: np.ndarray | Non
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return :func:`pca_pass` summed over ``blocks`` (row sets of one matrix).
 
-    The compiled kernels add every block's products into one buffer of ``G^T``: ``V`` is
-    laid out, and ``G`` transposed back, once for all the blocks, not once per block
-    (for a wide matrix, a worker's many small partitions otherwise spend about as long
-    copying ``n_features x k`` arrays as multiplying). The sums equal those of the blocks'
-    :func:`pca_pass` results to rounding.
+    The compiled kernels add every block's products into one buffer of ``G^T``, laid out
+    once for all the blocks; the sums equal the blocks' :func:`pca_pass` to rounding.
 
     Parameters
     ----------
@@ -518,10 +476,9 @@ def column_moments(block: Block, *, implementation: str | None = None
                    ) -> tuple[np.ndarray, np.ndarray, float] | None:
     """Return the column sums and squared deviations of ``X`` and ``|X|^2``, or None.
 
-    One compiled pass per tile of :meth:`Block.tiles` (sums, then deviations from the
-    tile's means, tiles merged pairwise), reading the stored bytes without a float copy of
-    the tile. None when the numba kernels do not apply (numba absent or disabled, another
-    dtype): :func:`~daskstraggle.problems.block.block_stats` then uses numpy tiles.
+    One compiled pass per tile of :meth:`Block.tiles` (tiles merged pairwise). None when
+    the numba kernels do not apply (numba absent or disabled, another dtype):
+    :func:`~daskstraggle.problems.block.block_stats` then uses numpy tiles.
 
     Parameters
     ----------
@@ -575,10 +532,8 @@ def gram(block: Block, mean: np.ndarray | None, *, upper: bool = False,
 
 def gram_sum(blocks: Sequence[Block], mean: np.ndarray | None, *, upper: bool = False,
              implementation: str | None = None) -> np.ndarray:
-    """Return :func:`gram` summed over ``blocks``, accumulated in one ``d x d`` matrix.
-
-    One worker's partitions then cost one Gram matrix of memory, not one per partition
-    (3.2 GB each at 20 000 columns).
+    """Return :func:`gram` summed over ``blocks``, accumulated in one ``d x d`` matrix
+    (one worker's partitions cost one Gram matrix of memory, not one per partition).
 
     Parameters
     ----------
@@ -612,10 +567,10 @@ def _gram_add(block: Block, mean: np.ndarray | None, acc: np.ndarray, step: int,
             b = min(a + step, block.n_rows)
             tile = buffer[: b - a]
             _call_numba("convert", block.values, a, b, fill, center, scale, flags, shift, tile)
-            acc = _syrk(tile, acc)
+            acc = syrk_update(tile, acc)
     else:
         for _, _, tile in block.tiles(step):
-            acc = _syrk(tile if mean is None else tile - mean, acc)
+            acc = syrk_update(tile if mean is None else tile - mean, acc)
     return acc
 
 
@@ -663,18 +618,11 @@ def _gram_tile_rows(d: int) -> int:
     return max(1, rows)
 
 
-def _syrk(tile: np.ndarray, acc: np.ndarray) -> np.ndarray:
-    """Return ``acc + tile^T tile`` (upper triangle), updating ``acc`` in place, without
-    holding the GIL (:mod:`daskstraggle.problems._blas`)."""
-    return syrk_update(tile, acc)
-
-
 def pack_upper(upper: np.ndarray) -> np.ndarray:
     """Return the upper triangle of a square matrix (diagonal included), row by row.
 
-    ``d (d + 1) / 2`` numbers instead of ``d^2``: a Gram message is half the bytes. Sums and
-    linear combinations of packed triangles are the packed triangles of the sums. ``upper``
-    as in :func:`symmetric_from_upper`.
+    ``d (d + 1) / 2`` numbers: a Gram message is half the bytes; sums and linear
+    combinations of packed triangles are the packed triangles of the sums.
 
     Returns
     -------
@@ -685,10 +633,8 @@ def pack_upper(upper: np.ndarray) -> np.ndarray:
 
 
 def packed_product(packed: np.ndarray, V: np.ndarray) -> np.ndarray:
-    """Return ``A V`` for the symmetric ``A`` whose upper triangle :func:`pack_upper` packed.
-
-    One BLAS ``dspmv`` per column of ``V``, read from the packed numbers (no ``d x d``
-    matrix is formed).
+    """Return ``A V`` for the symmetric ``A`` whose upper triangle :func:`pack_upper` packed
+    (one BLAS ``dspmv`` per column of ``V``; no ``d x d`` matrix is formed).
 
     Parameters
     ----------

@@ -23,7 +23,6 @@ __all__ = [
     "sin_largest_angle",
     "solve_psd",
     "stack_r",
-    "with_ones",
 ]
 
 #: Largest number of columns for which the exact reference solvers build a dense
@@ -40,10 +39,8 @@ _RANK_TOL = 1e-12
 def precision_floor(n: int) -> float:
     """Return the relative size below which an eigenvalue of an ``n x n`` product is rounding.
 
-    ``max(n, 8) * eps``: numpy's ``matrix_rank`` tolerance for a Hermitian matrix. An
-    eigenvalue of ``X^T X`` (or a Ritz value from products ``X^T X V``) at most this
-    fraction of the largest one cannot be told from zero in float64: its absolute error
-    is a few ``eps`` times the largest eigenvalue, whatever the algorithm.
+    ``max(n, 8) * eps`` (numpy's ``matrix_rank`` tolerance for a Hermitian matrix): an
+    eigenvalue of ``X^T X`` at most this fraction of the largest cannot be told from zero.
 
     Parameters
     ----------
@@ -63,10 +60,8 @@ def precision_floor(n: int) -> float:
 
 
 def orthonormalize(Y: np.ndarray, *, tol: float = _RANK_TOL) -> np.ndarray:
-    """Return an orthonormal basis of the columns of ``Y`` by QR, deterministically.
-
-    The signs are fixed so that the diagonal of R is positive, so the result depends on
-    ``Y`` only (not on LAPACK's choice of reflector signs).
+    """Return an orthonormal basis of the columns of ``Y`` by QR, with the diagonal of R
+    positive (so the result depends on ``Y`` only, not on LAPACK's reflector signs).
 
     Parameters
     ----------
@@ -75,12 +70,9 @@ def orthonormalize(Y: np.ndarray, *, tol: float = _RANK_TOL) -> np.ndarray:
     tol : float, default=1e-12
         A column whose part orthogonal to the previous columns is at most ``tol`` times
         its own norm, or whose norm is at most :func:`precision_floor` ``(d)`` times the
-        largest column norm of ``Y`` (rounding, next to that column), is numerically
-        dependent: it is replaced by a random direction orthogonal to the kept columns,
-        drawn from a generator with a fixed seed (so the result stays deterministic).
-        This happens when the data has rank below ``k`` or when ``Y`` has a zero column.
-        A small column that is independent is kept however small next to the largest
-        (a principal component with a tiny variance), as long as it is not rounding.
+        largest column norm of ``Y``, is dependent: it is replaced by a random direction
+        orthogonal to the kept columns, from a generator with a fixed seed. Small
+        independent columns are kept.
 
     Returns
     -------
@@ -124,9 +116,7 @@ def sin_largest_angle(A: np.ndarray, B: np.ndarray) -> float:
     Returns
     -------
     sine : float
-        In [0, 1]; 0 when the spaces coincide, 1 when some direction of one is
-        orthogonal to the other. Computed as the spectral norm of ``A - B (B^T A)``,
-        which stays accurate for tiny angles (unlike ``sqrt(1 - cos^2)``).
+        In [0, 1]: the spectral norm of ``A - B (B^T A)`` (accurate for tiny angles).
     """
     residual = A - B @ (B.T @ A)
     if residual.size == 0:
@@ -145,8 +135,7 @@ def power_iteration(
     Parameters
     ----------
     matvec : callable
-        ``matvec(v)`` returns the operator applied to ``v`` (one pass over the data when
-        the operator is a Gram matrix held on workers).
+        ``matvec(v)`` returns the operator applied to ``v``.
     v0 : ndarray of shape (p,)
         Starting vector (random, so it is not orthogonal to the top eigenvector).
     n_iter : int, default=20
@@ -179,25 +168,6 @@ def power_iteration(
             return 0.0
         v = w / norm
     return max(lam, 0.0)
-
-
-def with_ones(tile: np.ndarray, *, fit_intercept: bool) -> np.ndarray:
-    """Return ``[tile, 1]`` (a column of ones appended) or ``tile`` itself.
-
-    Parameters
-    ----------
-    tile : ndarray of shape (m, d)
-        Rows of the design matrix.
-    fit_intercept : bool
-        Whether to append the intercept column.
-
-    Returns
-    -------
-    design : ndarray of shape (m, d + 1) or (m, d)
-    """
-    if not fit_intercept:
-        return tile
-    return np.hstack([tile, np.ones((tile.shape[0], 1))])
 
 
 def qr_r(A: np.ndarray) -> np.ndarray:

@@ -1,39 +1,23 @@
 """Numba bodies of the fused kernels (imported lazily by :mod:`._kernels`, never directly).
 
-Every kernel is a thin loop over a block's rows around two parts:
+Every kernel is a thin loop over a block's rows around two parts (design and measurements:
+``docs/kernels.md``):
 
 - **Rows as float64** (:func:`_rows`). float64 rows without missing entries are read in
-  place, the whole block in one call of the products. Every other block (int8 dosages
-  with missing calls replaced by the row's ``fill``, packed 2-bit codes, float64 rows with
-  missing entries) is converted :data:`CHUNK` rows at a time into a float64 buffer that
-  stays in L1 cache (:func:`_convert_rows`, one function per stored dtype), and the
-  products run on the buffer.
-- **The products** (:func:`_pca_rows`, :func:`_glm_rows`, and :func:`_add_rows`,
-  :func:`_transform_rows` for the moments and the Gram tiles) take float64 rows, so each
-  is compiled once, whatever the dtype of the block. They take the rows four at a time
-  (a *group*): the projections ``p[c, s] = x_s . V_c`` of the four rows together, four
-  columns of ``V`` at a time (sixteen accumulators, each ``V`` value loaded once for four
-  rows and each row value once for four columns), the thin per-row products, then the
-  rank-4 update ``G^T[c] += sum_s q[c, s] x_s``, four columns of ``G^T`` at a time, the
-  rows still in L1 cache; the last ``k % 4`` columns two, then one at a time. Rows past the last
-  whole group are taken one at a time.
+  place; every other block (int8 dosages, packed 2-bit codes, float64 rows with missing
+  entries) is converted :data:`CHUNK` rows at a time, missing entries filled, into a
+  float64 buffer that stays in L1 cache (:func:`_convert_rows`).
+- **The products** (:func:`_pca_rows`, :func:`_glm_rows`, :func:`_add_rows`,
+  :func:`_transform_rows`) take float64 rows, so each compiles once whatever the block's
+  dtype. They take the rows four at a time (a *group*; rows read in place a quarter of
+  the block apart, four memory streams): the projections of the four rows four columns
+  of ``V`` at a time, the thin per-row products (centre and scale act there, never on the
+  wide rows), then the rank-4 update of ``G^T``; the last ``k % 4`` columns two, then one
+  at a time, and the rows past the last whole group one at a time.
 
-A group of rows read in place is four rows a quarter of the block apart, not four
-consecutive rows: the loops then read four sequential streams from memory at once, which
-keeps more of the memory bandwidth busy than one stream (a group of consecutive rows is
-one stream). Converted rows are consecutive (the buffer is in L1 cache).
-
-Centre ``c`` and scale ``s`` of a row act on the thin products, never on the wide rows:
-``X V = s (T' V - c 1^T V)`` and ``X^T Q = T'^T (s Q) - 1 (c^T (s Q))``. So the stored bytes
-are read once and no tile-sized float copy exists.
-
-The code is plain numba (``fastmath`` reassociation lets LLVM vectorise the loops for
-whatever CPU it compiles for); there is no CPU-specific code. Arrays that a block lacks
-(fill, centre, scale) are passed as empty arrays with a ``False`` flag and the products
-take only run-time integers and flags, so each kernel compiles once per stored dtype and
-each product once in all.
+Arrays a block lacks (fill, centre, scale) are passed empty with a ``False`` flag, so each
+kernel compiles once per stored dtype.
 """
-
 from __future__ import annotations
 
 import math
@@ -57,43 +41,13 @@ _INLINE = {**_JIT, "inline": "always"}
 
 
 # ---------------------------------------------------------------------------- rows
-def _convert_float(values, i0, nr, fill, has_fill, buf):
-    """Copy float64 rows ``i0 .. i0 + nr`` into ``buf``, negative (missing) entries
-    replaced by the row's fill."""
-    m = values.shape[1]
-    for r in range(nr):
-        if has_fill:
-            f = fill[i0 + r]
-            for j in range(m):
-                t = values[i0 + r, j]
-                buf[r, j] = f if t < 0.0 else t
-        else:
-            for j in range(m):
-                buf[r, j] = values[i0 + r, j]
-
-
-def _convert_int(values, i0, nr, fill, has_fill, buf):
-    """Convert int8 dosages to float64 into ``buf``, missing (negative) calls filled."""
-    m = values.shape[1]
-    for r in range(nr):
-        if has_fill:
-            f = fill[i0 + r]
-            for j in range(m):
-                t = values[i0 + r, j]
-                buf[r, j] = f if t < 0 else float(t)
-        else:
-            for j in range(m):
-                buf[r, j] = float(values[i0 + r, j])
-
-
 @numba.njit(**_INLINE)
 def _spread(values, row, b0, b1, codes, spread):
     """Spread the bytes ``b0 .. b1`` of packed ``row`` into ``codes``, one int8 code per
     call (``codes[4 (jb - b0) + i]`` is the ``i``-th 2-bit code of byte ``jb``): two shifts
     and masks per byte put its four codes into the four bytes of a uint32 (``spread``, a
-    uint32 view of ``codes``) on little-endian hosts, byte by byte elsewhere (the layout of
-    a uint32 differs). The bytes are sliced and indexed from 0, so the loop vectorises
-    (see :func:`_tile_int`)."""
+    uint32 view of ``codes``) on little-endian hosts, byte by byte elsewhere. The bytes
+    are sliced and indexed from 0, so the loop vectorises (see :func:`_tile_values`)."""
     src = values[row, b0:b1]
     if _LITTLE_ENDIAN:
         for i in range(src.shape[0]):
@@ -109,50 +63,12 @@ def _spread(values, row, b0, b1, codes, spread):
             codes[4 * i + 3] = byte >> 6
 
 
-def _convert_packed(values, i0, nr, fill, has_fill, buf):
-    """Decode packed 2-bit codes to float64 into ``buf``, code 3 (missing) filled.
-
-    Each row's bytes are first spread into one int8 code per call (two shifts and masks
-    per byte put its four 2-bit codes into the four bytes of a uint32, little-endian), then
-    converted in a loop LLVM vectorises. Codes past the samples (the last byte's padding
-    bits) land in columns of ``buf`` past the features when it is padded (``V`` is zero
-    there); columns past the row's codes are set to zero.
-    """
-    nbytes = values.shape[1]
-    m = min(buf.shape[1], 4 * nbytes)
-    codes = np.empty(4 * nbytes, dtype=np.int8)
-    spread = codes.view(np.uint32)  # a byte's four codes, one per byte of a uint32
-    for r in range(nr):
-        f = fill[i0 + r] if has_fill else -1.0
-        _spread(values, i0 + r, 0, nbytes, codes, spread)
-        for j in range(m):
-            code = codes[j]
-            buf[r, j] = f if code == 3 else float(code)
-        for j in range(m, buf.shape[1]):
-            buf[r, j] = 0.0
-
-
-def _convert_rows(values, i0, nr, fill, has_fill, buf):
-    """Write rows ``i0 .. i0 + nr`` of ``values`` into ``buf[:nr]`` as float64, missing
-    entries filled (see overload)."""
-
-
-@numba.extending.overload(_convert_rows, jit_options=_JIT)
-def _convert_rows_overload(values, i0, nr, fill, has_fill, buf):
-    """Dispatch on the stored dtype: uint8 rows are packed codes, int8 rows dosages."""
-    if values.dtype == numba.types.float64:
-        return _convert_float
-    if values.dtype == numba.types.uint8:
-        return _convert_packed
-    return _convert_int
-
-
-def _tile_int(values, i0, nr, fill, has_fill, buf, c0, c1):
-    """Columns ``c0 .. c1`` of int8 dosage rows as float64 into ``buf``, missing (negative)
-    calls filled when there is a fill (as :func:`_convert_int`); columns past the row's
-    end are set to zero. (Rows are sliced and indexed from 0: an index like ``j - c0``
-    might be negative for all numba knows, and its wrap-around check keeps LLVM from
-    vectorising the loop.)"""
+def _tile_values(values, i0, nr, fill, has_fill, buf, c0, c1):
+    """Columns ``c0 .. c1`` of float64 or int8 dosage rows as float64 into ``buf``,
+    negative (missing) entries replaced by the row's fill when there is one; columns past
+    the row's end are set to zero. (Rows are sliced and indexed from 0: an index like
+    ``j - c0`` might be negative for all numba knows, and its wrap-around check keeps LLVM
+    from vectorising the loop.)"""
     end = max(min(c1, values.shape[1]), c0)
     for r in range(nr):
         row = values[i0 + r, c0:end]
@@ -171,7 +87,10 @@ def _tile_int(values, i0, nr, fill, has_fill, buf, c0, c1):
 
 def _tile_packed(values, i0, nr, fill, has_fill, buf, c0, c1):
     """Columns ``c0 .. c1`` (``c0`` a multiple of 4) of packed 2-bit rows as float64 into
-    ``buf``, code 3 filled; as :func:`_convert_packed`, on the bytes of the columns only."""
+    ``buf``, code 3 (missing) filled: each row's bytes are spread into one int8 code per
+    call (:func:`_spread`), then converted in a loop LLVM vectorises. Codes past the
+    samples (the last byte's padding bits) land in columns of ``buf`` past the features
+    (``V`` is zero there); columns past the row's codes are set to zero."""
     b0 = c0 // 4
     b1 = min(-(-c1 // 4), values.shape[1])
     width = c1 - c0
@@ -195,13 +114,17 @@ def _convert_tile(values, i0, nr, fill, has_fill, buf, c0, c1):
 
 @numba.extending.overload(_convert_tile, jit_options=_JIT)
 def _convert_tile_overload(values, i0, nr, fill, has_fill, buf, c0, c1):
-    """Dispatch on the stored dtype: uint8 rows are packed codes, int8 rows dosages (float64
-    rows never take the tiles: ``_kernels._pca_tile``)."""
+    """Dispatch on the stored dtype: uint8 rows are packed codes, others values."""
     if values.dtype == numba.types.uint8:
         return _tile_packed
-    if values.dtype == numba.types.int8:
-        return _tile_int
-    return None
+    return _tile_values
+
+
+@numba.njit(**_INLINE)
+def _convert_rows(values, i0, nr, fill, has_fill, buf):
+    """Write rows ``i0 .. i0 + nr`` of ``values`` into ``buf[:nr]`` as float64, missing
+    entries filled, columns past the row's end zero."""
+    _convert_tile(values, i0, nr, fill, has_fill, buf, 0, buf.shape[1])
 
 
 def _in_place(values, buf):

@@ -1,13 +1,10 @@
 """The Problem contract: block kernels, objective, update and an exact reference.
 
-A problem is a frozen value object. It is created with its user parameters
-(``make_problem("pca", n_components=3)``), then *bound* to the statistics of the matrix
-(:meth:`Problem.bind`), which fixes the number of samples, column means and defaults that
-depend on the data. Only bound problems are used for kernels; they are small and pickled
-to the workers with each task.
-
-Kernels return **sums over the rows of a block** so that partial results from any set of
-partitions add up (the property every straggler method relies on).
+A problem is a frozen value object, created with its user parameters
+(``make_problem("pca", n_components=3)``), then *bound* to the matrix's statistics
+(:meth:`Problem.bind`); bound problems are pickled to the workers with each task.
+Kernels return **sums over the rows of a block**, so partial results from any set of
+partitions add up.
 """
 
 from __future__ import annotations
@@ -54,11 +51,9 @@ class Reference:
 
 
 class MapReduce(Protocol):
-    """Apply ``fn(block, *args)`` to every partition once and fold the results.
-
-    ``combine`` folds two results (default: ``+``). Runtimes provide this; problems use it
-    for the reference solution and for step-size estimation.
-    """
+    """Apply ``fn(block, *args)`` to every partition once and fold the results with
+    ``combine`` (default: ``+``); runtimes provide it, for reference solutions and step
+    sizes."""
 
     def __call__(
         self,
@@ -71,9 +66,8 @@ class MapReduce(Protocol):
 class Problem(ABC):
     """Abstract base of the learning problems (PCA, logistic, least squares).
 
-    Subclasses are frozen dataclasses. Attributes set by :meth:`bind` are None (or empty)
-    until then; :attr:`is_bound` tells, and what is derived from them (``n_params``,
-    PCA's ``n_features``) raises StraggleError until then.
+    Subclasses are frozen dataclasses whose :meth:`bind` fields are None until bound
+    (:attr:`is_bound`); what derives from them raises StraggleError until then.
     """
 
     #: Registry name, e.g. ``"pca"``.
@@ -81,8 +75,7 @@ class Problem(ABC):
     #: Whether the problem needs labels ``y``.
     needs_labels: ClassVar[bool] = False
     #: The options its CLI command (``pca``, ``logreg``, ``linreg``) offers for its
-    #: parameters; each value goes to the problem's ``fit_*`` function under its
-    #: ``target``, so the command, ``--help`` and ``docs/cli.md`` follow this declaration.
+    #: parameters, each passed to the problem's ``fit_*`` function under its ``target``.
     cli_options: ClassVar[tuple[CliOption, ...]] = ()
 
     @property
@@ -91,10 +84,8 @@ class Problem(ABC):
         """Whether :meth:`bind` has fixed the data-dependent fields."""
 
     def check_shape(self, n_samples: int, n_features: int) -> None:  # noqa: B027 - optional
-        """Raise InvalidParameterError if the parameters cannot fit a matrix of this shape.
-
-        Called before any cluster work, so bad input fails fast; :meth:`bind` checks again.
-        """
+        """Raise InvalidParameterError if the parameters cannot fit a matrix of this shape
+        (called before any cluster work; :meth:`bind` checks again)."""
 
     def check_step_size(self, step_size: float) -> None:  # noqa: B027 - optional hook
         """Raise DivergenceError if ``step_size`` is known to make the iteration diverge."""
@@ -117,16 +108,12 @@ class Problem(ABC):
 
     @abstractmethod
     def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
-        """Return the gradient-like sum and objective terms over the block's rows.
-
-        One pass over the block, tile by tile.
-        """
+        """Return the gradient-like sum and objective terms over the block's rows (one
+        pass)."""
 
     def kernel_sum(self, blocks: Sequence[Block], iterate: np.ndarray) -> KernelResult:
-        """Return :meth:`kernel` summed over ``blocks`` (one worker's partitions).
-
-        The base adds the blocks' results; a problem may sum into one buffer instead
-        (PCA does), with the same sums to rounding.
+        """Return :meth:`kernel` summed over ``blocks`` (one worker's partitions; a problem
+        may sum into one buffer instead, as PCA does).
 
         Parameters
         ----------
@@ -151,10 +138,8 @@ class Problem(ABC):
 
     @abstractmethod
     def update(self, iterate: np.ndarray, gradient: np.ndarray, step_size: float) -> np.ndarray:
-        """Return the next iterate from a full (or estimated) gradient sum.
-
-        Regularisation and projection (orthonormalisation for PCA) happen here.
-        """
+        """Return the next iterate from a full (or estimated) gradient sum, regularisation
+        and projection (PCA's orthonormalisation) included."""
 
     @abstractmethod
     def default_step_size(self, map_reduce: MapReduce, rng: np.random.Generator) -> float:
@@ -163,11 +148,8 @@ class Problem(ABC):
     def stochastic_step_factor(self, staleness: int) -> float:
         """Return the fraction of :meth:`default_step_size` for steps from cached sums.
 
-        SAG and DSAG step along a sum whose parts were computed up to about
-        ``staleness`` iterations ago (a worker with ``p`` subpartitions refreshes each
-        part every ``p`` tasks). For gradient steps the stable step shrinks about as
-        ``1/staleness`` (a full ``1/L`` step diverges or stalls once workers hold
-        about ten subpartitions, while ``2/p`` converges). So ``min(1, 2 / staleness)``.
+        SAG and DSAG step along sums whose parts are up to ``staleness`` iterations old;
+        the stable gradient step shrinks about as ``1/staleness``: ``min(1, 2 / staleness)``.
 
         Parameters
         ----------
@@ -182,11 +164,8 @@ class Problem(ABC):
 
     @abstractmethod
     def optimality(self, result: KernelResult, iterate: np.ndarray) -> float:
-        """Return how far ``iterate`` is from optimal, from the kernel sum there.
-
-        Exact when ``result`` is the exact kernel sum over every row at ``iterate``; an
-        estimate when it is a method's estimate. Zero at an optimum.
-        """
+        """Return how far ``iterate`` is from optimal (zero at an optimum), from the kernel
+        sum there (exact or a method's estimate)."""
 
     def separation(self, result: KernelResult, iterate: np.ndarray, *,
                    next_value: float | None = None, history: Sequence[np.ndarray] = (),
@@ -194,18 +173,14 @@ class Problem(ABC):
                    ) -> Separation | None:
         """Judge the parts of the answer the data do not determine (exact sums only).
 
-        Default: None, every part is judged by :meth:`optimality`. PCA judges the
-        components of a bulk that runs past the ``k``-th by their variance
-        (:meth:`daskstraggle.problems.PCA.separation`).
+        Default: None, every part is judged by :meth:`optimality`
+        (:meth:`daskstraggle.problems.PCA.separation` overrides it).
         """
         return None
 
     def optimality_scale(self, result: KernelResult, iterate: np.ndarray) -> float:
-        """Return what :meth:`optimality` is divided by to make it relative.
-
-        ``result`` is the exact kernel sum at the starting point ``iterate``. Default:
-        1 (the measure is relative already).
-        """
+        """Return what :meth:`optimality` is divided by to make it relative, from the exact
+        kernel sum at the starting point (default: 1, relative already)."""
         return 1.0
 
     @abstractmethod
@@ -214,18 +189,14 @@ class Problem(ABC):
 
     @property
     def oversampled(self) -> bool:
-        """Whether the iterate carries extra columns beyond the answer (PCA's
-        ``oversample``); such iterates need methods with exact rounds."""
+        """Whether the iterate carries extra columns (PCA's ``oversample``; needs methods
+        with exact rounds)."""
         return False
 
     def conclude(self, iterate: np.ndarray, result: KernelResult
                  ) -> tuple[np.ndarray, KernelResult]:
-        """Return the point to report and its exact kernel sum, from the final pass.
-
-        The runtime calls it once, on the exact kernel sum at the last iterate, before
-        the objective and the fitted values are computed. Default: both unchanged. PCA
-        with oversampling keeps the top ``k`` Ritz vectors of its wider block (their
-        products follow from the same pass).
+        """Return the point to report and its exact kernel sum, from the final pass
+        (default: both unchanged; oversampled PCA keeps its top ``k`` Ritz vectors).
 
         Parameters
         ----------
@@ -262,10 +233,7 @@ class Problem(ABC):
         """
 
     def distance(self, iterate: np.ndarray, reference: Reference) -> float:
-        """Return a distance between ``iterate`` and the reference optimum.
-
-        Regression: relative Euclidean distance of the coefficients. PCA overrides this
-        with the sine of the largest principal angle between the subspaces.
-        """
+        """Return a distance between ``iterate`` and the reference optimum (here the
+        relative Euclidean distance; PCA: the sine of the largest principal angle)."""
         denom = max(float(np.linalg.norm(reference.iterate)), 1e-300)
         return float(np.linalg.norm(iterate - reference.iterate) / denom)

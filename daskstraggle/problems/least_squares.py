@@ -35,11 +35,8 @@ _QR_BUFFER_BYTES = 1 << 25
 class _LinearModel(Problem):
     """Shared parts of the regressions on ``[X, 1] @ x`` with ``x = [w, b]``.
 
-    The fields: the user's ``alpha`` (a subclass sets its default; None, where allowed,
-    is resolved by :meth:`bind`) and ``fit_intercept``; ``n_samples``, ``n_features``,
-    ``penalty`` (the resolved ``alpha``), ``column_mean`` and ``column_scale``, set by
-    :meth:`bind`. Subclasses set :attr:`_curvature`, the bound on the second derivative
-    of the per-sample loss.
+    The user's ``alpha`` (None, where allowed, is resolved by :meth:`bind` into
+    ``penalty``) and ``fit_intercept``; the other fields are set by :meth:`bind`.
 
     Optimality is judged in *standardised coordinates*: with an intercept, column ``j``
     enters as ``z_j = (x_j - m_j) / s_j`` (``m_j`` its mean, ``s_j`` its standard
@@ -87,9 +84,7 @@ class _LinearModel(Problem):
     # ---------------------------------------------------------------- parameters
     def _glm_kernel(self, block: Block, iterate: np.ndarray, *,
                     logistic: bool) -> KernelResult:
-        """The mean loss's gradient and the loss over ``block`` (one fused pass): the
-        logistic loss, or half the squared residuals; both over the rows of the whole
-        matrix."""
+        """The mean loss's gradient and the loss over ``block`` (one fused pass)."""
         w, b = self._split(iterate)
         n = self._bound()[1]
         self._labels(block)
@@ -157,13 +152,7 @@ class _LinearModel(Problem):
         gradient : ndarray of shape (n_params,)
             ``[(g_w - m g_b) / s, g_b]`` (``g_w / s`` without an intercept).
         """
-        mean, scale = self._standardisation()
-        d = mean.shape[0]
-        g = np.array(gradient, dtype=np.float64)
-        if self.fit_intercept:
-            g[:d] -= mean * g[d]
-        g[:d] /= scale
-        return g
+        return self.standard_columns(np.asarray(gradient)[None, :])[0]
 
     def standard_point(self, iterate: np.ndarray) -> np.ndarray:
         """Return an iterate in standardised coordinates ``[s * w, b + m^T w]``.
@@ -186,9 +175,8 @@ class _LinearModel(Problem):
         return u
 
     def from_standard_point(self, point: np.ndarray) -> np.ndarray:
-        """Return the iterate ``[w, b]`` of a point in standardised coordinates.
-
-        The inverse of :meth:`standard_point`, and the linear map ``T`` whose transpose
+        """Return the iterate ``[w, b]`` of a point in standardised coordinates: the
+        inverse of :meth:`standard_point`, the map ``T`` whose transpose
         :meth:`standard_gradient` applies.
 
         Parameters
@@ -210,10 +198,8 @@ class _LinearModel(Problem):
         return x
 
     def standard_columns(self, matrix: np.ndarray) -> np.ndarray:
-        """Return ``M T``: the columns of a matrix on ``[w, b]`` moved to ``[v, c]``.
-
-        For ``M = A`` (rows ``[x_i, 1]``) the result's rows are the standardised
-        ``[z_i, 1]``; for a triangular factor ``R`` of ``A``, ``R T`` is one of them.
+        """Return ``M T``: the columns of a matrix on ``[w, b]`` moved to ``[v, c]`` (for a
+        triangular factor ``R`` of ``A = [X, 1]``, ``R T`` is one of the standardised rows').
 
         Parameters
         ----------
@@ -260,7 +246,7 @@ class _LinearModel(Problem):
 
     # ---------------------------------------------------------------- iteration
     def init_iterate(self, rng: np.random.Generator) -> np.ndarray:
-        """Return zeros (the regressions are convex; ``rng`` is unused).
+        """Return zeros (the regressions are convex).
 
         Parameters
         ----------
@@ -337,12 +323,9 @@ class _LinearModel(Problem):
         return out
 
     def default_step_size(self, map_reduce: MapReduce, rng: np.random.Generator) -> float:
-        """Return ``1/L`` with ``L`` a power-iteration estimate of the smoothness.
-
-        ``L = c * 1.05 * lam + alpha`` where ``lam`` estimates the largest eigenvalue of
-        ``A^T A / n`` (``A = [X, 1]``) from 20 power iterations (20 passes over the
-        data) from a random start, and ``c`` bounds the loss's second derivative (1 for
-        squared loss, 1/4 for the logistic loss).
+        """Return ``1/L`` with ``L = c * 1.05 * lam + alpha``: ``lam`` estimates the largest
+        eigenvalue of ``A^T A / n`` (``A = [X, 1]``) from 20 power iterations (passes), ``c``
+        bounds the loss's second derivative (1 squared loss, 1/4 logistic).
 
         Parameters
         ----------
@@ -390,11 +373,9 @@ class _LinearModel(Problem):
         return float(np.linalg.norm(gradient))
 
     def optimality_scale(self, result: KernelResult, iterate: np.ndarray) -> float:
-        """Return the coefficients' standardised gradient norm at the start.
-
-        The intercept's component is left out: it is large whenever the labels' mean
-        is, and vanishes once the intercept fits, long before the coefficients do. It
-        counts only when every coefficient's component is zero (floored at 1e-300).
+        """Return the coefficients' standardised gradient norm at the start; the
+        intercept's component (large whenever the labels' mean is) counts only when every
+        coefficient's is zero (floored at 1e-300).
 
         Parameters
         ----------
@@ -452,12 +433,10 @@ class _LinearModel(Problem):
 
 def _column_standardisation(stats: MatrixStats, *, center: bool
                             ) -> tuple[np.ndarray, np.ndarray]:
-    """Return the shift ``m`` and scale ``s`` of each column's standardised coordinate.
-
-    With ``center``: the mean and the standard deviation (a constant column's
-    ``|mean|``); without: zero and the root mean square. A column of zeros gets scale 1.
-    Without per-column deviations in ``stats``: zero shifts and unit scales.
-    """
+    """Return the shift ``m`` and scale ``s`` of each column's standardised coordinate:
+    with ``center`` the mean and the standard deviation (a constant column's ``|mean|``),
+    else zero and the root mean square; scale 1 for a column of zeros, and zero shifts and
+    unit scales without per-column deviations in ``stats``."""
     n = max(stats.n_samples, 1)
     mean = np.asarray(stats.column_means, dtype=np.float64)
     if stats.column_sq_dev is None:
@@ -498,8 +477,8 @@ class LeastSquares(_LinearModel):
     penalty : float or None
         The penalty in use (``alpha``); set by :meth:`bind`.
     column_mean, column_scale : ndarray of shape (n_features,) or None
-        Shift and scale of each column's standardised coordinate, in which optimality is
-        judged (see ``_LinearModel``); set by :meth:`bind`.
+        Shift and scale of each column's standardised coordinate (see ``_LinearModel``);
+        set by :meth:`bind`.
 
     See Also
     --------
@@ -507,9 +486,8 @@ class LeastSquares(_LinearModel):
 
     Notes
     -----
-    The reference solution is a communication-avoiding TSQR: each partition returns the
-    R factor of ``[X_b, 1, y_b]`` and the factors are stacked and re-factorised, so it
-    never forms the (worse conditioned) normal equations.
+    The reference solution is a TSQR: the partitions' R factors of ``[X_b, 1, y_b]`` are
+    stacked and re-factorised (no normal equations).
 
     References
     ----------
@@ -585,7 +563,8 @@ class LeastSquares(_LinearModel):
         return self._glm_kernel(block, iterate, logistic=False)
 
     def qr_kernel(self, block: Block) -> np.ndarray:
-        """Return the R factor of ``[X_b, 1, y_b]`` (TSQR leaf), folded tile by tile.
+        """Return the R factor of ``[X_b, 1, y_b]`` (TSQR leaf), tiles folded about 32 MiB
+        at a time.
 
         Parameters
         ----------
@@ -601,8 +580,6 @@ class LeastSquares(_LinearModel):
         y = self._labels(block)
         width = self.n_params + 1
         R = np.zeros((0, width))
-        # buffer tiles until they hold at least ``width`` rows (and about 32 MiB), so
-        # each factorisation costs O(rows * width^2) even when tiles are short
         target = max(width, _QR_BUFFER_BYTES // (8 * width))
         pending: list[np.ndarray] = []
         n_pending = 0
@@ -620,14 +597,11 @@ class LeastSquares(_LinearModel):
     def reference_solution(self, map_reduce: MapReduce) -> Reference:
         """Return the exact (ridge) least-squares solution by TSQR (one pass).
 
-        The ridge penalty is folded in exactly by appending ``sqrt(n alpha) I`` rows for
-        ``w`` before the last factorisation. With ``R = [[R11, r], [0, rho]]`` the final
-        factor, the solution solves ``R11 x = r`` in standardised coordinates
-        (``R11 T u = r``, ``x = T u``, see :meth:`standard_columns`), so no column is
-        lost to its scale or to the intercept; when that system is singular (e.g.
-        collinear columns without penalty) ``x`` is the minimum-norm least-squares
-        solution of ``R11 x = r``, matching :func:`numpy.linalg.lstsq`. The objective is
-        ``(|R11 x - r|^2 + rho^2) / (2n)``.
+        The penalty enters as ``sqrt(n alpha) I`` rows for ``w`` before the last
+        factorisation. With ``R = [[R11, r], [0, rho]]`` the final factor, ``x`` solves
+        ``R11 x = r`` in standardised coordinates (``R11 T u = r``, ``x = T u``); when that
+        system is singular, ``x`` is the minimum-norm solution of ``R11 x = r`` (as
+        :func:`numpy.linalg.lstsq`). The objective is ``(|R11 x - r|^2 + rho^2) / (2n)``.
 
         As :meth:`Problem.reference_solution`, ``map_reduce`` folding :meth:`qr_kernel`;
         ``info`` holds ``passes`` (1) and ``rank`` (numerical rank of ``R11 T``).

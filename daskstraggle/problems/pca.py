@@ -42,8 +42,7 @@ __all__ = ["PCA"]
 #: Below this fraction of the uncentred squared norm, the centred norm is rounding noise
 #: (used only when the statistics carry no per-column squared deviations).
 _CONSTANT_TOL = 1e-12
-#: A column whose squared deviation is at most ``n (_CONSTANT_EPS mean)^2`` is constant:
-#: what rounding leaves of ``x - mean`` when every value equals the mean.
+#: A column whose squared deviation is at most ``n (_CONSTANT_EPS mean)^2`` is constant.
 _CONSTANT_EPS = 16 * float(np.finfo(np.float64).eps)
 
 
@@ -52,15 +51,15 @@ class PCA(Problem):
     r"""Top-``k`` principal subspace of a matrix whose rows are samples.
 
     The iterate is an orthonormal basis ``V`` of shape (n_features, k). A kernel returns
-    ``X_c^T X_c V`` summed over a block's rows, where ``X_c`` is the column-centred
-    matrix; centring is implicit (no centred copy of the data is ever made). The update
+    ``X_c^T X_c V`` summed over a block's rows, ``X_c`` the column-centred matrix (centred
+    implicitly: no centred copy of the data is made). The update
 
     .. math:: V \leftarrow \operatorname{orth}\big((1 - \eta) V + \eta\, G / \lambda\big)
 
-    with :math:`\lambda` the current estimate of the top eigenvalue (see :meth:`update`):
-    the block power method for :math:`\eta = 1` (the default step size) and the
-    relaxed update of DSAG for :math:`\eta < 1`. The objective is the fraction of the
-    total variance left unexplained, ``1 - |X_c V|_F^2 / |X_c|_F^2`` (lower is better).
+    with :math:`\lambda` the current top eigenvalue estimate (see :meth:`update`) is the
+    block power method for :math:`\eta = 1` (the default) and DSAG's relaxed update for
+    :math:`\eta < 1`. The objective is the unexplained variance fraction
+    ``1 - |X_c V|_F^2 / |X_c|_F^2``.
 
     Parameters
     ----------
@@ -71,21 +70,19 @@ class PCA(Problem):
         genotypes whose rows the data layer has already standardised.
     oversample : int or None, default=None
         Extra columns ``p`` carried beyond the ``k`` components (block ``k + p``, at most
-        the number of columns): the update then rotates the block to its Ritz vectors
-        before orthonormalising (subspace iteration with Rayleigh-Ritz), so component
-        ``i`` converges at the rate ``lambda_{k+p+1} / lambda_i`` instead of
-        ``lambda_{k+1} / lambda_i``; only the top ``k`` Ritz pairs are judged and
-        returned. None: the method's default (0, the paper's power method, for every
-        method but ``block``, whose default is ``p = k``).
+        the number of columns): the update rotates the block to its Ritz vectors before
+        orthonormalising (Rayleigh-Ritz), so component ``i`` converges at the rate
+        ``lambda_{k+p+1} / lambda_i`` instead of ``lambda_{k+1} / lambda_i``; only the
+        top ``k`` Ritz pairs are judged and returned. None: the method's default (0; ``k``
+        for ``block``).
     min_eigengap : float or None, default=None
         Relative eigengap ``g`` in ``[0, 1)`` that separates two components (see
         :mod:`daskstraggle.problems.separation`). Components that run on into the largest
-        eigenvalue not asked for without a gap of ``g`` (a flat bulk) converge in variance,
-        not in direction, and are named ``"variance"`` in
-        ``Result.attrs["convergence"]["components"]``; the others by their eigen-residual.
-        Needs a method that reports the next Ritz value (``block``, or an oversampled
-        block). None: North's rule, ``sqrt(2 / n_samples)``; 0: every component converges
-        in direction (eigen-residual ``tol``), however close its neighbours.
+        eigenvalue not asked for without a gap of ``g`` converge in variance, not in
+        direction, and are named ``"variance"`` in
+        ``Result.attrs["convergence"]["components"]``. Needs a method that reports the
+        next Ritz value (``block``, or an oversampled block). None: North's rule,
+        ``sqrt(2 / n_samples)``; 0: every component converges in direction.
 
     Attributes
     ----------
@@ -96,12 +93,11 @@ class PCA(Problem):
     total : float or None
         Squared Frobenius norm ``|X_c|_F^2`` of the (centred) matrix; set by :meth:`bind`.
     least_column : float or None
-        The smallest squared norm of a (centred) column that is not constant, the
-        smallest diagonal entry of ``X_c^T X_c``; set by :meth:`bind` (None: unknown).
-        Components whose variance lies below float64's working precision
-        (:func:`~daskstraggle.problems._linalg.precision_floor` times the top one) are
-        *unresolved* when such a column exists (the columns' dynamic range hides them),
-        and of zero variance otherwise (the rank is lower).
+        The smallest squared norm of a (centred) column that is not constant; set by
+        :meth:`bind` (None: unknown). Components whose variance lies below float64's
+        working precision (:func:`~daskstraggle.problems._linalg.precision_floor` times
+        the top one) are *unresolved* when such a column exists, and of zero variance
+        otherwise (the rank is lower).
 
     See Also
     --------
@@ -218,10 +214,8 @@ class PCA(Problem):
 
         Parameters
         ----------
-        n_samples : int
-            Number of rows of the matrix.
-        n_features : int
-            Number of columns of the matrix.
+        n_samples, n_features : int
+            Shape of the matrix.
 
         Raises
         ------
@@ -246,9 +240,9 @@ class PCA(Problem):
     def check_step_size(self, step_size: float) -> None:
         """Refuse a relaxed power step of 2 or more: it converges to the wrong components.
 
-        The update multiplies the part of ``V`` along an eigenvector with eigenvalue
-        ``mu`` (relative to the top one) by ``1 - eta + eta mu``: for ``eta >= 2`` the
-        smallest components (``|1 - eta| >= 1``) grow at least as fast as the largest.
+        The update multiplies the part of ``V`` along an eigenvector with relative
+        eigenvalue ``mu`` by ``1 - eta + eta mu``: for ``eta >= 2`` the smallest
+        components grow at least as fast as the largest.
 
         Parameters
         ----------
@@ -287,8 +281,7 @@ class PCA(Problem):
         InvalidDataError
             If the matrix has no rows, its values' squares overflow or underflow float64
             (:func:`~daskstraggle.problems.block.check_float_range`), or its (centred)
-            total variance is zero (every column constant, or an all-zero matrix without
-            centring).
+            total variance is zero.
         """
         self.check_shape(stats.n_samples, stats.n_features)
         if stats.n_samples < 1:
@@ -327,7 +320,6 @@ class PCA(Problem):
         Returns
         -------
         V : ndarray of shape (n_features, block_width)
-            ``block_width`` is ``n_components`` plus the oversampling.
         """
         return orthonormalize(rng.standard_normal((self.n_features, self.block_width)))
 
@@ -335,10 +327,9 @@ class PCA(Problem):
         """Return ``X_c^T X_c V`` and the per-component captured variance over a block.
 
         One fused pass over the block's stored bytes
-        (:func:`~daskstraggle.problems._kernels.pca_pass`). With ``mu`` the column means
-        and ``m = V^T mu``, the rows' centred projections are ``P = X V - 1 m^T``;
-        ``G = X^T P - mu (1^T P)^T`` equals ``X_c^T X_c V`` exactly without centring the
-        data.
+        (:func:`~daskstraggle.problems._kernels.pca_pass`): with ``mu`` the column means
+        and ``m = V^T mu``, ``P = X V - 1 m^T`` and ``G = X^T P - mu (1^T P)^T`` equals
+        ``X_c^T X_c V`` exactly without centring the data.
 
         Parameters
         ----------
@@ -356,12 +347,8 @@ class PCA(Problem):
         return self.kernel_sum((block,), iterate)
 
     def kernel_sum(self, blocks: Sequence[Block], iterate: np.ndarray) -> KernelResult:
-        """Return :meth:`kernel` summed over ``blocks``, into one ``n_features x k`` buffer.
-
-        A worker holding many partitions of a wide matrix would otherwise allocate, copy
-        and add an ``n_features x k`` array per partition (about as long as the products
-        themselves at 10^5 samples and 170-row partitions, and as much memory). The sums
-        equal those of :meth:`kernel` per block to rounding.
+        """Return :meth:`kernel` summed over ``blocks`` into one ``n_features x k`` buffer
+        (not one array per partition); equal to the per-block sums to rounding.
 
         Parameters
         ----------
@@ -388,21 +375,20 @@ class PCA(Problem):
     def objective(self, values: np.ndarray, iterate: np.ndarray) -> float:
         """Return the unexplained variance fraction ``1 - sum(values[:k]) / |X_c|_F^2``.
 
-        With oversampling only the first ``k`` columns count: the update orders the
-        block by decreasing Ritz value, so they hold its leading directions (the
-        reported point, see :meth:`conclude`, is the top ``k`` Ritz vectors).
+        With oversampling only the first ``k`` columns count (the update orders the block
+        by decreasing Ritz value).
 
         Parameters
         ----------
         values : ndarray of shape (block_width,)
             Summed kernel values (captured variance per column).
         iterate : ndarray of shape (n_features, block_width)
-            Unused (the values already depend on it).
+            Unused.
 
         Returns
         -------
         objective : float
-            In [0, 1] for an orthonormal iterate; lower is better.
+            In [0, 1] for an orthonormal iterate.
         """
         total = self._bound_total()
         return float(1.0 - np.sum(np.asarray(values)[:self.n_components]) / total)
@@ -427,22 +413,16 @@ class PCA(Problem):
         Returns
         -------
         V_next : ndarray of shape (n_features, n_components)
-            Orthonormal (QR with a positive diagonal of R; numerically dependent columns,
-            e.g. when the data has rank below ``k``, are replaced by a fixed-seed random
-            orthogonal complement, see :func:`~daskstraggle.problems._linalg.orthonormalize`).
+            Orthonormal (see :func:`~daskstraggle.problems._linalg.orthonormalize`).
 
         Notes
         -----
-        ``lambda`` is the largest eigenvalue of the symmetric part of ``V^T G``, the
-        current estimate of the top eigenvalue of ``X_c^T X_c`` (free: ``G`` is the
-        kernel sum). Scaled so, ``G / lambda`` has eigenvalues near 1 on the components
-        found, and the relaxed step ``eta < 1`` (the stochastic methods' 0.9) costs only a
-        few iterations more than the power method. Normalising by the total variance
-        ``|X_c|_F^2`` instead would let the ``(1 - eta) V`` term dominate whenever the top
-        components explain less than ``(1 - eta) / eta`` of the variance (11 % for 0.9,
-        the usual case for genotypes), slowing convergence 3-4x. When the estimate is not
-        positive (e.g. a zero gradient) the total variance is used. ``eta = 1`` is
-        unaffected: the QR removes any scale.
+        ``lambda`` is the largest eigenvalue of the symmetric part of ``V^T G``. Scaled
+        so, ``G / lambda`` has eigenvalues near 1 on the components found, and the relaxed
+        step costs only a few iterations more than the power method; normalising by
+        ``|X_c|_F^2`` instead lets the ``(1 - eta) V`` term dominate whenever the top
+        components explain less than ``(1 - eta) / eta`` of the variance. When the
+        estimate is not positive the total variance is used.
         """
         eta = float(step_size)
         V = np.asarray(iterate, dtype=np.float64)
@@ -460,11 +440,9 @@ class PCA(Problem):
 
     def _ritz_rotate(self, V: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rotate ``V`` and ``G`` (same span) so the first ``k`` columns span the top ``k``
-        Ritz vectors of ``V^T G`` and the others the rest, each group by the rotation
-        closest to the identity: the QR that follows keeps the leading directions in the
-        leading columns, and the columns move continuously from step to step, so the
-        stale partial products that SAG and DSAG cache still match the current basis.
-        """
+        Ritz vectors of ``V^T G``, each group by the rotation closest to the identity: the
+        columns move continuously from step to step, so the stale partial products that
+        SAG and DSAG cache still match the current basis."""
         M = V.T @ G
         if not np.isfinite(M).all():
             return V, G
@@ -475,12 +453,9 @@ class PCA(Problem):
         return V @ R, G @ R
 
     def stochastic_step_factor(self, staleness: int) -> float:
-        """Return the DSAG paper's eta = 0.9 for stochastic methods, however stale.
-
-        The relaxed power step is normalised by the top Rayleigh quotient, so stale
-        parts do not destabilise it (eta 0.9 and 1.0 converge alike at any number of
-        subpartitions per worker).
-        """
+        """Return the DSAG paper's eta = 0.9 for stochastic methods, however stale (the
+        step is normalised by the top Rayleigh quotient, so stale parts do not
+        destabilise it)."""
         return 0.9
 
     def default_step_size(self, map_reduce: MapReduce, rng: np.random.Generator) -> float:
@@ -502,14 +477,9 @@ class PCA(Problem):
     # ---------------------------------------------------------------- results
     def _ritz(self, iterate: np.ndarray, gradient: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Return Ritz values (descending), rotation ``U`` and relative residuals.
-
-        ``M = V^T G`` (symmetrised) is diagonalised; ``V U`` are the Ritz vectors and
-        ``|G u_i - lambda_i V u_i| / lambda_i`` their residuals. A Ritz value at or below
-        the working precision (:meth:`_below_precision`) has no relative residual: 0 when
-        the rank is lower (a direction of zero variance is as good as any other), inf
-        when the columns' dynamic range hides a component (never converged).
-        """
+        """Return Ritz values (descending), rotation ``U`` and relative residuals
+        ``|G u_i - lambda_i V u_i| / lambda_i``; below the working precision
+        (:meth:`_below_precision`) 0 when the rank is lower, inf when hidden."""
         V = np.asarray(iterate, dtype=np.float64)
         G = np.asarray(gradient, dtype=np.float64)
         eigvals, U = _ritz_pairs(V.T @ G)
@@ -522,9 +492,9 @@ class PCA(Problem):
         return eigvals, U, residuals
 
     def _below_precision(self, eigvals: np.ndarray) -> np.ndarray:
-        """Which Ritz values (descending) lie at or below float64's working precision,
+        """Which Ritz values (descending) lie at or below
         :func:`~daskstraggle.problems._linalg.precision_floor` times the top one (none
-        when the top one is not positive: nothing is judged then)."""
+        when the top one is not positive)."""
         top = float(eigvals[0]) if len(eigvals) else 0.0
         if not top > 0:
             return np.zeros(len(eigvals), dtype=bool)
@@ -532,11 +502,7 @@ class PCA(Problem):
 
     def _hidden(self, eigvals: np.ndarray) -> bool:
         """Whether components below the working precision may carry variance: some
-        column's own variance lies below it too (the columns' dynamic range exceeds what
-        float64 resolves next to the top component). Otherwise every column stands above
-        the precision and the components below it are combinations of columns that
-        cancel to rounding: the rank is lower. (Their residuals are inf either way in
-        the verdict: :attr:`~daskstraggle.problems.separation.Separation.verdict`.)"""
+        column's own variance lies below it too. Otherwise the rank is lower."""
         top = max(float(eigvals[0]), 0.0) if len(eigvals) else 0.0
         return (self.least_column is not None
                 and self.least_column <= precision_floor(self.n_features) * top)
@@ -544,14 +510,11 @@ class PCA(Problem):
     def optimality(self, result: KernelResult, iterate: np.ndarray) -> float:
         """Return the largest relative eigen-residual of the Ritz pairs at ``iterate``.
 
-        With ``G = X_c^T X_c V`` (``result.gradient``), the Ritz pairs
-        ``(lambda_i, y_i = V u_i)`` of ``V^T G`` have residuals
-        ``r_i = |X_c^T X_c y_i - lambda_i y_i| / lambda_i``. Every component is judged on
-        its own (the total explained variance, which the first component dominates, is
-        not). A component with ``r_i <= tol`` is within an angle of about
-        ``tol * lambda_i / gap_i`` of an eigenvector, ``gap_i`` the distance from
-        ``lambda_i`` to the nearest other eigenvalue. With oversampling only the top
-        ``k`` pairs are judged.
+        With ``G = X_c^T X_c V``, the Ritz pairs ``(lambda_i, y_i = V u_i)`` of ``V^T G``
+        have residuals ``r_i = |X_c^T X_c y_i - lambda_i y_i| / lambda_i``; each component
+        is judged on its own. ``r_i <= tol`` puts it within an angle of about
+        ``tol * lambda_i / gap_i`` of an eigenvector. With oversampling only the top ``k``
+        pairs are judged.
 
         Parameters
         ----------
@@ -582,11 +545,9 @@ class PCA(Problem):
                    ) -> Separation:
         """Judge each component by what the data determine (exact sums only).
 
-        Components outside the boundary cluster (see
-        :mod:`daskstraggle.problems.separation`) are judged by their eigen-residual as in
-        :meth:`optimality`; those in it by the smaller of their residual and the estimated
-        remaining rise of their Ritz value (``variance_errors`` over ``history`` and this
-        round).
+        Components outside the boundary cluster (:mod:`daskstraggle.problems.separation`)
+        are judged by their eigen-residual; those in it by the smaller of their residual
+        and their variance error (``variance_errors`` over ``history`` and this round).
 
         Parameters
         ----------
@@ -595,13 +556,12 @@ class PCA(Problem):
         iterate : ndarray of shape (n_features, block_width)
             Orthonormal basis ``V``.
         next_value : float or None, default=None
-            The largest Ritz value beyond the ``k`` requested, from the method's space;
-            None: from an oversampled ``iterate``, else unknown (no boundary cluster).
+            The largest Ritz value beyond the ``k`` requested; None: from an oversampled
+            ``iterate``, else unknown (no boundary cluster).
         history : sequence of ndarray, default=()
             The top ``k`` Ritz values of earlier exact rounds, oldest first.
         errors : ndarray of shape (k,) or None, default=None
-            Variance errors to use instead of estimating them (the run's final pass,
-            judged with the last round's estimates).
+            Variance errors to use instead of estimating them.
         tol : float or None, default=None
             The run's tolerance (names the components, see ``separation.labels``).
 
@@ -632,10 +592,8 @@ class PCA(Problem):
             next_value=next_value, labels=names)
 
     def iterate_change(self, new: np.ndarray, old: np.ndarray) -> float:
-        """Return the sine of the largest principal angle between two bases.
-
-        With oversampling only the leading ``k`` columns are compared (the others
-        follow the bulk of the spectrum and need not settle).
+        """Return the sine of the largest principal angle between two bases (their leading
+        ``k`` columns with oversampling).
 
         Parameters
         ----------
@@ -655,9 +613,8 @@ class PCA(Problem):
                  ) -> tuple[np.ndarray, KernelResult]:
         """Return the top ``k`` Ritz vectors of an oversampled block and their products.
 
-        With ``G = X_c^T X_c V`` exact at the block ``V`` and ``U`` the top ``k``
-        eigenvectors of ``V^T G``, ``V U`` has the exact products ``G U``: no further
-        pass. Without oversampling both are returned unchanged.
+        With ``U`` the top ``k`` eigenvectors of ``V^T G``, ``V U`` has the exact products
+        ``G U``: no further pass. Without oversampling both are returned unchanged.
 
         Parameters
         ----------
@@ -684,17 +641,15 @@ class PCA(Problem):
     def finalize(self, iterate: np.ndarray, result: KernelResult) -> dict[str, np.ndarray]:
         """Return components and explained variances by a Rayleigh-Ritz step.
 
-        The ``k x k`` matrix ``M = V^T X_c^T X_c V`` is diagonalised; its eigenvectors
-        rotate ``V`` into the Ritz vectors, ordered by decreasing variance. The runtime
-        passes the exact kernel sum at ``iterate`` (one pass after the run), so
-        ``1 - sum(explained_variance_ratio)`` is the objective at ``iterate``.
+        The eigenvectors of ``M = V^T X_c^T X_c V`` rotate ``V`` into the Ritz vectors,
+        by decreasing variance.
 
         Parameters
         ----------
         iterate : ndarray of shape (n_features, n_components)
             Final basis ``V``.
         result : KernelResult
-            Kernel sum at ``iterate`` (its gradient is ``X_c^T X_c V``).
+            Exact kernel sum at ``iterate``.
 
         Returns
         -------
@@ -711,9 +666,8 @@ class PCA(Problem):
         -----
         StraggleWarning
             If some components' variance lies below float64's working precision next to
-            the top one (:attr:`least_column`): either the matrix's rank is below
-            ``n_components`` (their variances are reported as 0), or the columns' dynamic
-            range hides them (reported as NaN, named ``unresolved``, never converged).
+            the top one: either the rank is below ``n_components`` (variances reported as
+            0), or the columns' dynamic range hides them (NaN, ``unresolved``).
         """
         mean = self._bound_mean()
         total = self._bound_total()
@@ -765,10 +719,8 @@ class PCA(Problem):
     def gram_kernel(self, block: Block, *, upper: bool = False) -> np.ndarray:
         """Return ``X_c^T X_c`` over the block's rows (centred by the global means).
 
-        Each tile is shifted by the column means before its Gram matrix is accumulated
-        (one tile-sized copy at a time, one BLAS ``syrk``), which avoids the
-        cancellation of ``X^T X - n mu mu^T`` when the means are large
-        (:func:`~daskstraggle.problems._kernels.gram`).
+        Each tile is shifted by the column means before one BLAS ``syrk``, avoiding the
+        cancellation of ``X^T X - n mu mu^T`` (:func:`~daskstraggle.problems._kernels.gram`).
 
         Parameters
         ----------
@@ -804,13 +756,10 @@ class PCA(Problem):
     def reference_solution(self, map_reduce: MapReduce) -> Reference:
         """Return the exact top-``k`` subspace from the dense covariance (one pass).
 
-        Needs ``n_features x n_features`` memory on every worker and on the client, so
-        it is refused above 20000 columns.
-
         As :meth:`Problem.reference_solution`, ``map_reduce`` folding :meth:`gram_kernel`:
-        ``iterate`` of shape (n_features, n_components) holds the top eigenvectors of
+        ``iterate`` (n_features, n_components) holds the top eigenvectors of
         ``X_c^T X_c``, ``objective`` the unexplained variance fraction, ``info`` the
-        ``eigenvalues`` (descending) and ``passes`` (1).
+        ``eigenvalues`` (descending) and ``passes`` (1). Refused above 20000 columns.
         """
         import scipy.linalg  # loaded when first needed (not by the CLI's --help)
 
@@ -850,8 +799,7 @@ def _column_norms(stats: MatrixStats, *, center: bool) -> np.ndarray | None:
     """The squared norms of the (centred) columns that are not constant (not zero without
     centring), or None when the statistics carry no per-column squared deviations.
 
-    A column's squared deviation is rounding when it is at most ``n (16 eps mean)^2``:
-    a column whose mean is ``10^7`` times its spread is not constant.
+    A column's squared deviation is rounding when it is at most ``n (16 eps mean)^2``.
     """
     if stats.column_sq_dev is None:
         return None

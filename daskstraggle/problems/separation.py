@@ -1,23 +1,13 @@
 """Which principal components the data separate, and what converges for the others.
 
-A component's eigenvector is determined by the data only as far as its eigenvalue stands
-apart from its neighbours. North's rule of thumb: an eigenvalue estimated from ``n`` rows
-has a sampling error of about ``lambda sqrt(2 / n)``; two components whose eigenvalues are
-closer than that are mixed by sampling alone, so neither vector means anything on its own
-(only the subspace they span does, when it stands apart from the rest). Consecutive
-components closer than a relative gap ``g`` (by default ``sqrt(2 / n)``) form a *cluster*.
-
-The cluster that contains the ``k``-th component and runs on into the ``(k + 1)``-th (the
-largest eigenvalue not asked for) is the *boundary cluster*: the split at ``k`` cuts it, so
-not even the subspace of its requested part is determined. Driving each of its Ritz vectors
-to an eigen-residual ``tol`` resolves eigenvectors no data determine (in a flat genotype bulk,
-hundreds of passes). For these components the run converges their *variance* instead: the
-Ritz values of a growing Krylov space rise monotonically to the eigenvalues, and once they
-fall into a geometric tail the remaining rise is estimated from the last four exact rounds
-(the larger of two Aitken estimates ``d2 / (1 - d2 / d1)``). Components outside the
-boundary cluster are judged by their eigen-residual as before.
-
-Every function here is pure (numpy only).
+North's rule of thumb: an eigenvalue estimated from ``n`` rows has a sampling error of
+about ``lambda sqrt(2 / n)``, so two components closer than that are mixed by sampling and
+only the subspace they span is determined. Consecutive components closer than a relative
+gap ``g`` (by default ``sqrt(2 / n)``) form a *cluster*. The cluster that contains the
+``k``-th component and runs on into the ``(k + 1)``-th is the *boundary cluster*: not even
+the subspace of its requested part is determined, so its components converge in
+*variance* instead (the remaining rise of their Ritz values, :func:`variance_errors`).
+The others are judged by their eigen-residual. Every function here is pure (numpy only).
 
 References
 ----------
@@ -44,7 +34,7 @@ _ROUNDING = 1e-13
 
 @dataclass(frozen=True)
 class Separation:
-    """A round's judgement of each component (see :meth:`daskstraggle.problems.PCA.separation`).
+    """A round's judgement of each component (:meth:`daskstraggle.problems.PCA.separation`).
 
     Attributes
     ----------
@@ -58,11 +48,9 @@ class Separation:
     next_value : float or None
         The largest Ritz value beyond the ``k`` requested.
     labels : list of str
-        What each component's result determines (:func:`labels`), or ``"zero"`` (a
-        direction of zero variance: the rank is lower) and ``"unresolved"`` (variance
-        below float64's working precision next to the top component while some column's
-        variance is too: see :class:`~daskstraggle.problems.PCA`) for components that
-        no residual judges.
+        What each component's result determines (:func:`labels`), or ``"zero"`` (the
+        rank is lower) and ``"unresolved"`` (below float64's working precision, see
+        :class:`~daskstraggle.problems.PCA`) for components no residual judges.
     """
 
     measure: float
@@ -187,15 +175,11 @@ def _aitken(v0: np.ndarray, v1: np.ndarray, v2: np.ndarray) -> np.ndarray:
 def variance_errors(history: Sequence[np.ndarray]) -> np.ndarray:
     """Estimate each Ritz value's remaining relative rise from its last four values.
 
-    With ``d1`` and ``d2`` two consecutive rises of a Ritz value ``theta`` and
-    ``rho = d2 / d1`` their ratio, a geometric tail rises by ``d2 rho / (1 - rho)`` more;
-    the three-point estimate is the larger ``d2 / (1 - rho)`` relative to ``theta`` (the
-    last rise included). A value that moved by rounding only (``1e-13`` relative) has
-    settled; one that fell, or whose rise did not shrink (``rho >= 1``), has not (``inf``).
-    The estimate returned is the larger of the three-point estimates ending at the last
-    and at the second-to-last value: a restarted Krylov space's values settle in cycles,
-    and one three-point estimate fell up to 1.34x short of the true rest on a 20 000 x
-    50 000 genotype matrix, the larger of two never (0.34-0.54 of it at tol 1e-3 .. 1e-6).
+    With ``d1``, ``d2`` two consecutive rises of a Ritz value ``theta`` and ``rho = d2 / d1``,
+    the three-point (Aitken) estimate is ``d2 / (1 - rho)`` relative to ``theta``. A value
+    that moved by rounding only (``1e-13`` relative) has settled; one that fell, or whose
+    rise did not shrink, has not (``inf``). The larger of the estimates ending at the last
+    and at the second-to-last value is returned (restarted Krylov values settle in cycles).
 
     Parameters
     ----------
@@ -223,12 +207,10 @@ def labels(values: np.ndarray, residuals: np.ndarray, boundary: int, gap: float,
            tol: float | None) -> list[str]:
     """Name what each component's result determines.
 
-    ``"vector"``: separated from its neighbours (an eigenvector); ``"subspace i-j"``: in a
-    cluster of components ``i .. j`` (1-based) that stands apart from the rest, whose span
-    is determined but not each vector; ``"variance"``: in the boundary cluster, with an
-    eigen-residual above ``tol``: its variance converged, its direction is one of many
-    equally good ones. A boundary component whose residual reached ``tol`` anyway is a
-    ``"vector"`` (numerically an eigenvector, however close its neighbours).
+    ``"vector"``: separated from its neighbours, or a boundary component whose residual
+    reached ``tol``; ``"subspace i-j"``: in a cluster of components ``i .. j`` (1-based)
+    that stands apart from the rest; ``"variance"``: in the boundary cluster, residual
+    above ``tol`` (its direction is one of many equally good ones).
 
     Parameters
     ----------
