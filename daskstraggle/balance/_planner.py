@@ -1,16 +1,8 @@
 """Run the load balancer's optimizer in a child process, away from the coordinator's GIL.
 
-With many workers and ``n_wait < N`` one optimizer call simulates for seconds. In a
-thread of the coordinator's process that pure-Python and numpy work would compete for the
-GIL with the Dask client and slow the run's iterations while it ran; a child process
-costs one interpreter start, once per run.
-
-The child is a fresh ``python -c`` that imports this module and serves, not a
-``multiprocessing`` worker, so it never imports the user's ``__main__`` (a script without an
-``if __name__ == "__main__"`` guard would run again in a spawned child). Requests and
+The child is a fresh ``python -c`` that imports this module and serves (not a
+``multiprocessing`` worker, so it never imports the user's ``__main__``); requests and
 replies are length-prefixed pickles over its stdin and stdout.
-
-Pure: nothing here imports dask or distributed.
 """
 
 from __future__ import annotations
@@ -63,10 +55,8 @@ class PlannerProcess:
     """
 
     def __init__(self) -> None:
-        # the child must import this very package, installed or not: its parent folder
-        # goes to the end of the child's sys.path (not PYTHONPATH, which would put it,
-        # possibly site-packages, ahead of the standard library); -P keeps the working
-        # directory off sys.path, so another checkout there cannot shadow it
+        # the child imports this very package: its parent folder goes to the end of the
+        # child's sys.path; -P keeps the working directory (another checkout) off it
         root = str(Path(__file__).resolve().parents[2])
         self._proc = subprocess.Popen(
             [sys.executable, "-P", "-c", _CHILD, root],

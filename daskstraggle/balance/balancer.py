@@ -1,13 +1,9 @@
 """The load balancer's settings and its one entry point for runtimes: :meth:`LoadBalancer.plan`.
 
-A runtime that drives a method with ``balance`` on keeps a
-:class:`~daskstraggle.latency.profiler.LatencyProfiler` built by
-:meth:`LoadBalancer.make_profiler`, feeds it every result's compute and communication
-time, and in the background asks :meth:`LoadBalancer.plan` for new subpartition counts
-(the DSAG paper's Algorithm 1, :func:`~daskstraggle.balance.optimizer.optimize`). An
-accepted plan reaches the method through ``method.set_subpartitions``.
-
-Pure numpy: nothing here imports dask or distributed.
+A runtime running a method with ``balance`` on feeds a profiler from
+:meth:`LoadBalancer.make_profiler` every result's compute and communication time and, in
+the background, asks :meth:`LoadBalancer.plan` for new subpartition counts (DSAG Alg. 1);
+an accepted plan reaches the method through ``method.set_subpartitions``.
 """
 
 from __future__ import annotations
@@ -77,9 +73,8 @@ class LoadBalancer:
 
     def get_params(self) -> dict[str, Any]:
         """Return the settings."""
-        return {"margin": self.margin, "window": self.window, "min_samples": self.min_samples,
-                "tolerance": self.tolerance, "comm_fraction": self.comm_fraction,
-                "interval": self.interval, "n_iterations": self.n_iterations, "rng": self.rng}
+        return {k: getattr(self, k) for k in ("margin", "window", "min_samples", "tolerance",
+                                              "comm_fraction", "interval", "n_iterations", "rng")}
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())

@@ -1,19 +1,15 @@
 """Choose each worker's number of subpartitions from its latency statistics (DSAG Alg. 1).
 
-Worker ``i`` stores ``n_i`` rows split into ``p_i`` subpartitions; one task processes one
-subpartition, so raising ``p_i`` makes its tasks shorter. Given the profiler's mean and
-variance of each worker's compute time (at the current ``p_i``) and communication time,
-:func:`optimize` proposes new ``p'`` that even out the expected latencies
-``e'_X,i = e_Y,i + e_Z,i p_i / p'_i`` while keeping the expected per-iteration
-contribution ``h(p') = sum_i u_i(p') n_i / (p'_i n)`` above ``h_min`` (dsag.txt §VI-B).
-
-Pure numpy: nothing here imports dask or distributed.
+Worker ``i`` stores ``n_i`` rows split into ``p_i`` subpartitions, one per task, so raising
+``p_i`` makes its tasks shorter. :func:`optimize` proposes ``p'`` that even out the expected
+latencies ``e'_X,i = e_Y,i + e_Z,i p_i / p'_i`` while keeping the expected per-iteration
+contribution ``h(p') = sum_i u_i(p') n_i / (p'_i n)`` above ``h_min`` (DSAG paper §VI-B).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -76,18 +72,9 @@ class BalancePlan:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the plan as plain Python lists and numbers (JSON-ready)."""
-        return {
-            "subpartitions": list(self.subpartitions),
-            "previous": list(self.previous),
-            "expected_latency": self.expected_latency.tolist(),
-            "previous_latency": self.previous_latency.tolist(),
-            "contribution": self.contribution,
-            "h_min": self.h_min,
-            "imbalance": self.imbalance,
-            "previous_imbalance": self.previous_imbalance,
-            "improvement": self.improvement,
-            "accepted": self.accepted,
-        }
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: v.tolist() if isinstance(v, np.ndarray) else list(v) if isinstance(v, tuple)
+                else v for k, v in values.items()}
 
 
 def _fail(name: str, constraint: str, got: str, remedy: str = "") -> None:
@@ -327,33 +314,24 @@ def optimize(
 
     Notes
     -----
-    With ``e'_Z,i = e_Z,i p_i / p'_i``, ``v'_Z,i = v_Z,i p_i^2 / p'_i^2`` and
-    ``e'_X,i = e_Y,i + e'_Z,i``, Algorithm 1 runs over the *adjustable* workers (those
-    with ``e_Z,i >= comm_fraction * e_X,i``; the others keep ``p_i``): (1) set
-    ``p'_j = floor(e_Z,j p_j / (e_Y,i + e_Z,i - e_Y,j))`` with ``i`` the slowest, within
-    ``[1, n_j]`` (unchanged if the denominator is not positive); (2) while
-    ``h(p') < h_min``, the fastest worker with ``p'_j > 1`` takes 1 % more work
-    (``p'_j <- floor(0.99 p'_j)``, by at least 1); (3) while
-    ``h(p') >= (1 - tolerance) h_min``, the slowest worker with ``p'_j < n_j`` sheds 1 %
-    (``p'_j <- ceil(1.01 p'_j)``, by at least 1). Each loop stops after 100 000 steps or
-    when no worker can move; if loop (2) stops that way the plan is not accepted.
+    Algorithm 1 runs over the *adjustable* workers (``e_Z,i >= comm_fraction * e_X,i``;
+    the others keep ``p_i``): (1) ``p'_j = floor(e_Z,j p_j / (e_Y,i + e_Z,i - e_Y,j))``
+    within ``[1, n_j]``, ``i`` the slowest (unchanged if the denominator is not positive);
+    (2) while ``h(p') < h_min``, the fastest worker with ``p'_j > 1`` takes 1 % more work
+    (at least one subpartition); (3) while ``h(p') >= (1 - tolerance) h_min``, the slowest
+    with ``p'_j < n_j`` sheds 1 %. Each loop stops after 100 000 steps or when no worker
+    can move; if loop (2) stops that way the plan is not accepted.
 
-    ``u_i(p')`` is the participation of :func:`~daskstraggle.latency.simulate` on a
-    gamma model of ``e'_Z, v'_Z, e_Y, v_Y``, always with the same seed, so candidates
-    are compared on common random numbers. It is floored by an estimate of the
-    probability that worker ``i`` is the fastest when all start together (it is then
-    surely among the ``n_wait`` fastest): ``(k_i + 1/N) / (S + 1)``, with ``k_i`` the
-    rounds of ``S = 1000`` common gamma draws it wins. The pseudo-count keeps the floor
-    positive, so a worker never seen among the fastest still contributes and its load is
-    never free to remove. With ``n_wait = n_workers``, ``u_i = 1`` and nothing is
-    simulated.
+    ``u_i(p')`` is the participation of :func:`~daskstraggle.latency.simulate` on a gamma
+    model of ``e'_Z, v'_Z, e_Y, v_Y``, always with the same seed (common random numbers),
+    floored by ``(k_i + 1/N) / (S + 1)``, ``k_i`` the rounds of ``S = 1000`` common draws
+    worker ``i`` is the fastest in, so no worker's load is free to remove. With
+    ``n_wait = n_workers``, ``u_i = 1`` and nothing is simulated.
 
-    Differences from the paper: the paper (and the authors' code) return ``p'`` one step
-    past the tolerance; here loop (3) returns the last ``p'`` that satisfied
-    ``h(p') >= (1 - tolerance) h_min``. The slowest worker of step (1) and the imbalance
-    are taken over the adjustable workers only (over all if none is adjustable), since
-    the others' latency cannot change. A plan is accepted only if it changes ``p``,
-    meets the constraint and lowers ``max/min`` expected latency by at least ``margin``.
+    Differences from the paper: loop (3) returns the last ``p'`` that satisfied the
+    constraint (the paper one step past it); step (1)'s slowest worker and the imbalance
+    are over the adjustable workers only (all if none is); a plan is accepted only if it
+    changes ``p``, meets the constraint and lowers the imbalance by ``margin``.
 
     Examples
     --------

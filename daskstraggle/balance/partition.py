@@ -1,18 +1,10 @@
 """Subpartitions of a worker's rows and their alignment after a repartition (DSAG Alg. 2).
 
-Worker ``i`` stores ``n_i`` consecutive rows and splits them into ``p_i`` subpartitions;
-each task processes one of them, in turn (DSAG paper §VI-C). Subpartition ``k``
-(1-based, as in the paper) holds rows ``part_start(n, p, k) .. part_stop(n, p, k)``
-(1-based, inclusive)::
-
-    part_start(n, p, k) = floor((k - 1) n / p) + 1,    part_stop(n, p, k) = floor(k n / p)
-
-When the load balancer changes ``p_i``, the next subpartition is chosen so that its first
-row is the first row of some old subpartition (:func:`align`): the cache entries of the
-old boundaries are then evicted and re-covered one by one with the fewest rows missing
-(Examples 1-3 of the paper). The worker's rows never move; only task boundaries change.
-
-Pure integer arithmetic: nothing here imports dask or distributed.
+Worker ``i`` splits its ``n_i`` consecutive rows into ``p_i`` subpartitions, one per task,
+in turn (DSAG paper §VI-C). Subpartition ``k`` (1-based, as in the paper) holds rows
+``floor((k - 1) n / p) + 1 .. floor(k n / p)`` (1-based, inclusive). When ``p_i`` changes,
+:func:`align` picks the next subpartition so that its first row is the first row of some
+old one; the worker's rows never move, only task boundaries change.
 """
 
 from __future__ import annotations
@@ -114,17 +106,11 @@ def align(n: int, p: int, p_new: int, k: int) -> int:
 
     Notes
     -----
-    As printed, the paper's loop compares a new subpartition's first row only with the
-    old subpartition reached on the previous pass (line 5), so when line 2 already lands
-    on new subpartition 1 with ``k > 1`` (e.g. ``n = 7``, ``p = 6 -> 2``, ``k = 1``) it
-    steps to ``k' = 0``, and elsewhere it skips a new subpartition that is aligned with
-    an earlier old one. Here each candidate ``k'`` is compared with the old subpartition
-    holding its own first row: the result is the last aligned ``k' <=`` line 2's. The
-    printed loop can walk back further than needed (to an earlier aligned ``k'``, which
-    makes the first subpartitions come round more often, the effect Alg. 2 is meant to
-    avoid) or to 0. The answer is the same as the paper's in Example 3 and whenever line
-    2's subpartition is aligned with the next old one. Line 5 prints ``n`` for ``n_i``;
-    we use ``n_i``.
+    The paper's loop compares a candidate's first row with the old subpartition of the
+    previous pass, so it can step to ``k' = 0`` (``n = 7``, ``p = 6 -> 2``, ``k = 1``) or
+    walk back past an aligned candidate. Here each candidate ``k'`` is compared with the
+    old subpartition holding its own first row: the result is the last aligned ``k' <=``
+    line 2's, the paper's answer in Example 3 and whenever line 2's candidate is aligned.
 
     Examples
     --------
@@ -141,8 +127,7 @@ def align(n: int, p: int, p_new: int, k: int) -> int:
     k = check_int(k, name="k", caller="align", low=1, high=p)
     k = k % p + 1  # line 1: the next old subpartition
     k_new = part_trans(n, p, p_new, k)  # line 2: the new one holding its first row
-    while True:  # lines 3-6, with the check made against the old subpartition holding
-        # the new one's first row (see Notes)
+    while True:  # lines 3-6 (see Notes)
         k = part_trans(n, p_new, p, k_new)
         if part_start(n, p_new, k_new) == part_start(n, p, k):
             return k_new
@@ -176,10 +161,8 @@ def align_next(n: int, p: int, p_new: int, next_index: int) -> int:
 
 
 def subpartition_bounds(n_rows: int, n_sub: int) -> np.ndarray:
-    """Return the ``n_sub + 1`` 0-based boundaries ``floor(k n / p)`` of the subpartitions.
-
-    Subpartition ``k`` (0-based) is rows ``[bounds[k], bounds[k + 1])``; this is the
-    paper's ``part_start``/``part_stop`` in 0-based, half-open form.
+    """Return the ``n_sub + 1`` 0-based boundaries ``floor(k n / p)`` of the subpartitions:
+    subpartition ``k`` (0-based) is rows ``[bounds[k], bounds[k + 1])``.
 
     Examples
     --------

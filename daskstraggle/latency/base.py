@@ -10,31 +10,22 @@ draws the latency of one task of one worker::
 Rules every sampler follows (the conformance tests check them):
 
 - **Per-worker streams.** Worker ``i``'s draws come only from ``sampler.streams[i]``
-  (see :func:`worker_streams`) and its state evolves only through calls for worker ``i``.
-  So a sampler built on worker ``i`` alone (the worker-side injector) draws exactly the
-  sequence a full sampler in the simulator would.
+  (:func:`worker_streams`) and its state evolves only through calls for worker ``i``, so a
+  sampler built on worker ``i`` alone (the worker-side injector) draws the same sequence
+  as a full sampler in the simulator.
 - **Load.** Compute time of a model with a distribution scales linearly with ``load``
-  (the work a task carries: 1.0 = an equal ``1/n_workers`` share of the rows);
-  communication time does not depend on ``load``.
-- **Measured compute.** Pure slow-down models (``has_distribution`` is False, e.g.
-  ``slowdown(worker=1, factor=4)`` without a base) scale the compute time a real kernel
-  took, passed as ``measured``; communication is then 0. Models with a distribution ignore
-  ``measured``.
+  (1.0 = an equal ``1/n_workers`` share of the rows); communication time does not.
+- **Measured compute.** Pure slow-down models (``has_distribution`` False) scale the
+  compute time a real kernel took, passed as ``measured``; communication is then 0.
+  Models with a distribution ignore ``measured``.
 - **Time and iteration.** ``time`` (seconds since the run started) and ``iteration`` (the
   iterate version the task computes) are non-decreasing per worker; stateful models
-  (Markov chains, bursts, scheduled changes) advance their state lazily to them.
+  advance their state lazily to them.
 - ``size=None`` returns floats; ``size=k`` returns ``k`` independent draws (arrays) at
   the state for ``(time, iteration)``.
-- **Many workers at once.** :meth:`LatencySampler.draw` returns a block of draws of every
-  worker of a stateless sampler (what the simulator and the order statistics use). Up to
-  :data:`PER_WORKER_STREAMS_MAX` workers it takes them worker by worker from the
-  per-worker streams (the same numbers as the simulated runtime draws); above, samplers
-  with ``shared_draws`` draw all workers at once from one stream of the same seed
-  (vectorised: the same laws, other numbers), since building one stream per worker costs
-  about 40 µs each (400 s for 10 million workers).
 - **Finite times.** Every time parameter (seconds) is at most :data:`MAX_SECONDS` and
-  every variance at most its square, so that draws, their sums over many workers and
-  iterations and their squares stay finite in float64.
+  every variance at most its square, so that draws, their sums and their squares stay
+  finite in float64.
 """
 
 from __future__ import annotations
@@ -70,9 +61,7 @@ Draw = tuple[Any, Any]
 #: The per-worker random streams a sampler draws from (:func:`worker_streams`).
 Streams = Sequence[np.random.Generator]
 
-#: Largest time parameter (seconds) of a latency model, about 32 million years: far above
-#: any real latency, and far enough below float64's 1.8e308 that draws, their sums over
-#: many workers and iterations and their squares (variances) stay finite.
+#: Largest time parameter (seconds) of a latency model, about 32 million years.
 MAX_SECONDS = 1e15
 
 #: Most workers whose block draws (:meth:`LatencySampler.draw`) come from one stream per
@@ -94,10 +83,8 @@ class WorkerStreams(Sequence[np.random.Generator]):
     """One independent Generator per worker, each built when first used.
 
     ``streams[i]`` is ``default_rng(SeedSequence(entropy, spawn_key=(*key, i)))`` for the
-    seed's entropy and spawn key: it depends only on the seed and ``i``. Building a
-    Generator costs about 40 µs, so they are built lazily: a worker that draws nothing
-    (or a sampler built for 10 million workers that draws them all from :attr:`shared`)
-    costs nothing.
+    seed's entropy and spawn key: it depends only on the seed and ``i``. Streams are built
+    lazily, so a worker that draws nothing costs nothing.
 
     Parameters
     ----------
@@ -131,7 +118,6 @@ class WorkerStreams(Sequence[np.random.Generator]):
         stream = self._built.get(i)
         if stream is None:
             seed = self._seed
-            # child i of a SeedSequence is SeedSequence(entropy, spawn_key=(i,)) whatever n is
             stream = np.random.default_rng(
                 np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, i)))
             self._built[i] = stream
@@ -139,11 +125,8 @@ class WorkerStreams(Sequence[np.random.Generator]):
 
     @property
     def shared(self) -> np.random.Generator:
-        """One Generator for every worker at once, independent of every worker's stream.
-
-        It is the root seed's own stream (the workers' are its children), built on first
-        use and kept, so successive uses continue it.
-        """
+        """One Generator for every worker at once: the root seed's own stream (the
+        workers' are its children), independent of theirs, built on first use and kept."""
         if self._shared is None:
             self._shared = np.random.default_rng(self._seed)
         return self._shared
@@ -165,8 +148,7 @@ def worker_streams(
     Returns
     -------
     streams : WorkerStreams
-        A sequence of Generators: ``streams[i]`` depends only on the seed and ``i`` (not
-        on ``n_workers``) and is built when first used.
+        ``streams[i]`` depends only on the seed and ``i`` (not on ``n_workers``).
 
     Examples
     --------
@@ -185,7 +167,7 @@ def worker_streams(
 
 
 def _is_number(value: Any) -> bool:
-    """Whether ``value`` is a real number (not a bool)."""
+    """Whether ``value`` is a real number, not a bool."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
@@ -195,11 +177,8 @@ def _is_index(value: Any) -> bool:
 
 
 def _worker_indices(value: Any, *, term: str, options: str = "") -> tuple[int, ...]:
-    """Return a worker index or a non-empty list of them as a tuple of ints, in order.
-
-    The InvalidParameterError names the ``workers`` parameter of ``term``; ``options``
-    is added to its constraint.
-    """
+    """Return a worker index or a non-empty list of them as a tuple of ints, in order
+    (InvalidParameterError names the ``workers`` parameter of ``term``, plus ``options``)."""
     items = (value,) if _is_index(value) else value
     if not isinstance(items, tuple | list) or not items or not all(map(_is_index, items)):
         raise InvalidParameterError(
@@ -229,9 +208,8 @@ def check_per_worker(
     name, caller : str
         For the error message.
     low : float, default=0.0
-        Lower bound of every value.
+        Lower bound of every value (excluded when ``strict``).
     strict : bool, default=False
-        Whether ``low`` itself is excluded.
     high : float or None, default=None
         Upper bound of every value (included), e.g. :data:`MAX_SECONDS` for a time.
 
@@ -274,6 +252,12 @@ class LatencyModel(ABC):
     def has_distribution(self) -> bool:
         """Whether the model draws compute times itself (False: scales ``measured``)."""
         return True
+
+    def _fields(self, skip_base: bool = False) -> list[tuple[str, Any]]:
+        """Return ``(name, value)`` of each parameter, tuples as lists."""
+        return [(f.name, list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in fields(self)  # type: ignore[arg-type]
+                if not (skip_base and f.name == "base")]
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if per-worker parameters do not fit ``n_workers``."""
@@ -325,15 +309,8 @@ class LatencyModel(ABC):
 
     def to_dict(self) -> dict[str, Any]:
         """Return ``{"name": ..., **parameters}`` (nested models as dicts)."""
-        out: dict[str, Any] = {"name": self.name}
-        for f in fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if isinstance(value, LatencyModel):
-                value = value.to_dict()
-            elif isinstance(value, tuple):
-                value = list(value)
-            out[f.name] = value
-        return out
+        return {"name": self.name, **{k: v.to_dict() if isinstance(v, LatencyModel) else v
+                                      for k, v in self._fields()}}
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> LatencyModel:
@@ -373,17 +350,8 @@ class LatencyModel(ABC):
 
     def _spec_term(self, *, skip_base: bool = False) -> str:
         """Write the model as one term; nested models self-contained (``base=`` an argument)."""
-        args = []
-        for f in fields(self):  # type: ignore[arg-type]
-            if skip_base and f.name == "base":
-                continue
-            value = getattr(self, f.name)
-            if isinstance(value, LatencyModel):
-                args.append(f"{f.name}={value._spec_term()}")
-                continue
-            if isinstance(value, tuple):
-                value = list(value)
-            args.append(f"{f.name}={value!r}")
+        args = [f"{k}={v._spec_term() if isinstance(v, LatencyModel) else repr(v)}"
+                for k, v in self._fields(skip_base)]
         return f"{self.name.replace('-', '_')}({', '.join(args)})"
 
 
@@ -398,16 +366,11 @@ class LatencySampler(ABC):
         One random stream per worker (:func:`worker_streams`).
     """
 
-    #: True when draws depend on nothing but the worker's stream and ``load`` (not on
-    #: ``time``, ``iteration`` or history), so callers may draw many at once with ``size``
-    #: and use them in order. A stateless sampler's ``size=k`` draw must equal ``k``
-    #: successive single draws (the simulator pre-draws blocks; the simulated runtime
-    #: draws one task at a time; both must see the same numbers from the same seed).
+    #: True when draws depend only on the worker's stream and ``load`` (not on ``time``,
+    #: ``iteration`` or history); its ``size=k`` draw then equals ``k`` single draws.
     stateless: bool = False
 
-    #: True when :meth:`_draw_shared` draws every worker at once from one Generator
-    #: (vectorised over workers), which :meth:`draw` uses above
-    #: :data:`PER_WORKER_STREAMS_MAX` workers.
+    #: True when :meth:`_draw_shared` draws every worker at once from one Generator.
     shared_draws: bool = False
 
     def __init__(self, n_workers: int, streams: Streams) -> None:
@@ -417,11 +380,11 @@ class LatencySampler(ABC):
     def draw(self, loads: NDArray[np.float64], size: int) -> NDArray[np.float64]:
         """Return ``size`` latencies (compute + communication) of every worker, stateless only.
 
-        Up to :data:`PER_WORKER_STREAMS_MAX` workers (or if the sampler cannot draw them
-        all at once), row ``i`` is ``sample(i, load=loads[i], size=size)`` from worker
-        ``i``'s own stream: the numbers ``size`` successive single draws give. Above, a
-        sampler with ``shared_draws`` draws every worker at once from the shared stream of
-        the same seed (``streams.shared``), vectorised: the same laws, other numbers.
+        Up to :data:`PER_WORKER_STREAMS_MAX` workers (or without ``shared_draws``), row
+        ``i`` is ``sample(i, load=loads[i], size=size)`` from worker ``i``'s own stream.
+        Above, every worker is drawn at once from ``streams.shared``, vectorised: the same
+        laws, other numbers (building one stream per worker would take minutes for
+        millions of workers).
 
         Parameters
         ----------
@@ -458,11 +421,8 @@ class LatencySampler(ABC):
     def _draw_shared(
         self, loads: NDArray[np.float64], size: int, generator: np.random.Generator
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Return ``(compute, communication)`` of every worker from ``generator``.
-
-        Both of shape (n_workers, size), compute already times ``loads``; only for
-        samplers with ``shared_draws``.
-        """
+        """Return ``(compute, communication)`` of every worker from ``generator``, each of
+        shape (n_workers, size), compute times ``loads`` (samplers with ``shared_draws``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot draw every worker at once")
 
     @abstractmethod
@@ -552,8 +512,7 @@ class Constant(LatencyModel):
         Compute seconds per task at load 1 (one value, or one per worker; at most
         :data:`MAX_SECONDS`).
     communication : float or tuple of float, default=0.0
-        Communication seconds per task (one value, or one per worker; at most
-        :data:`MAX_SECONDS`).
+        Communication seconds per task (likewise).
 
     Examples
     --------

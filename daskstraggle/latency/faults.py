@@ -1,18 +1,13 @@
 """Simulated faults: workers lost, frozen, joining or retiring at given simulated times.
 
-Terms of the stragglers spec (:mod:`daskstraggle.latency.spec`) for the simulated runtime
-(``--runtime sim``, and ``daskstraggle simulate --latency``):
+Terms of the stragglers spec (:mod:`daskstraggle.latency.spec`) for the simulated runtime:
 ``loss(workers=..., at=SECONDS)``, ``freeze(workers=..., at=..., for=SECONDS)``,
-``join(count=..., at=...)`` and ``retire(workers=..., at=...)``. Workers
-are named by their index at the start of the run (0 .. N-1); workers that join are named
-N, N+1, ... in order. The simulated runtime turns each term into the worker statuses the
-engine's :class:`~daskstraggle.engine.pool.WorkerPool` reads, at that time, so a simulated
-loss is handled by the very decisions that handle a real one.
-
-Each kind is one :class:`Fault` class carrying its behaviour (:meth:`Fault.apply`,
-:meth:`Fault.freeze_windows`, :meth:`Fault.to_event`), registered in :data:`FAULTS`
-(entry-point group ``daskstraggle.faults``), which the grammar, the simulated runtime and
-``daskstraggle simulate`` read: a new kind is one class.
+``join(count=..., at=...)`` and ``retire(workers=..., at=...)``. Workers are named by their
+index at the start of the run (0 .. N-1), workers that join N, N+1, ... in order. Each kind
+is one :class:`Fault` class carrying its behaviour, registered in :data:`FAULTS` (entry
+points ``daskstraggle.faults``): the simulated runtime turns it into the worker statuses
+the engine's :class:`~daskstraggle.engine.pool.WorkerPool` reads, so a simulated loss is
+handled by the decisions that handle a real one.
 
 Examples
 --------
@@ -62,7 +57,7 @@ class ClusterState:
     joined : int, default=0
         Workers that joined since, named ``"N"``, ``"N+1"``, ... in order.
     gone : frozenset of str, default=frozenset()
-        Workers that left (they never answer again).
+        Workers that left.
     retiring : frozenset of str, default=frozenset()
         Workers retiring gracefully (no new work; their data can be fetched).
     """
@@ -87,9 +82,9 @@ class ClusterState:
 class Fault:
     """A fault at simulated time ``at`` (seconds from the start of the run's loop).
 
-    A subclass sets ``name`` (its term in the stragglers spec), declares its parameters
-    as fields, validates them in ``__post_init__``, and overrides what it changes:
-    :meth:`apply`, :meth:`freeze_windows`, :meth:`to_event` and :meth:`to_spec`.
+    A subclass sets ``name`` (its spec term), declares and validates its parameters and
+    overrides what it changes: :meth:`apply`, :meth:`freeze_windows`, :meth:`to_event`,
+    :meth:`to_spec`.
     """
 
     name: ClassVar[str] = ""
@@ -123,13 +118,12 @@ class Fault:
             )
 
     def apply(self, cluster: ClusterState) -> ClusterState:
-        """Return the membership this fault leaves when played on ``cluster`` (by default
-        unchanged)."""
+        """Return the membership this fault leaves on ``cluster`` (default: unchanged)."""
         return cluster
 
     def freeze_windows(self) -> tuple[tuple[str, float, float], ...]:
-        """Return ``(worker, at, until)`` for each worker this fault stops computing
-        during ``[at, until)`` (by default none)."""
+        """Return ``(worker, at, until)`` per worker stopped during ``[at, until)`` (default
+        none)."""
         return ()
 
     def workers_named(self, cluster: ClusterState) -> list[str]:
@@ -137,8 +131,8 @@ class Fault:
         return [str(w) for w in getattr(self, "workers", ())]
 
     def to_event(self, cluster: ClusterState) -> dict[str, Any]:
-        """Return this fault played on ``cluster`` as an event of ``simulate``'s report:
-        ``time``, ``event`` (the name) and ``workers``."""
+        """Return this fault on ``cluster`` as a ``simulate`` report event: ``time``,
+        ``event`` (the name), ``workers``."""
         return {"time": self.at, "event": self.name, "workers": self.workers_named(cluster)}
 
     @staticmethod

@@ -50,9 +50,6 @@ def _per_worker(value: float | tuple[float, ...], n_workers: int) -> NDArray[np.
     return np.broadcast_to(np.asarray(value, dtype=float), (n_workers,)).copy()
 
 
-# --------------------------------------------------------------------------- shifted exponential
-
-
 class _ShiftedExponentialSampler(_UnitSampler):
     stateless = True
     shared_draws = True
@@ -69,7 +66,7 @@ class _ShiftedExponentialSampler(_UnitSampler):
         self.scale = 1.0 / _per_worker(rate, n_workers)
 
     def _unit(self, worker_index: int, n: int) -> NDArray[np.float64]:
-        # shift + X, X ~ Exp(rate): the latency per unit of load (one computation)
+        """Return ``n`` draws of ``shift + X``, ``X ~ Exp(rate)``: seconds per unit of load."""
         draws = self.streams[worker_index].exponential(self.scale[worker_index], size=n)
         return self.shift[worker_index] + draws
 
@@ -117,11 +114,9 @@ class ShiftedExponential(_ShiftRate):
     Parameters
     ----------
     shift : float or tuple of float, default=0.0
-        Minimum seconds per unit of load (in [0, MAX_SECONDS]; one value, or one per
-        worker).
+        Minimum seconds per unit of load, in [0, MAX_SECONDS] (one value, or per worker).
     rate : float or tuple of float, default=1.0
-        Rate of the exponential part per unit of load (>= 1 / MAX_SECONDS, so that its
-        mean is at most MAX_SECONDS; one value, or one per worker).
+        Rate of the exponential part per unit of load, >= 1 / MAX_SECONDS.
 
     See Also
     --------
@@ -146,9 +141,6 @@ class ShiftedExponential(_ShiftRate):
     rate: float | tuple[float, ...] = 1.0
 
 
-# --------------------------------------------------------------------------- multi-message
-
-
 class _MultiMessageSampler(_ShiftedExponentialSampler):
     """The shifted exponential law (shift = alpha) seen message by message."""
 
@@ -160,13 +152,10 @@ class _MultiMessageSampler(_ShiftedExponentialSampler):
         Parameters
         ----------
         worker_index : int
-            Which worker.
         n_messages : int
             Number of computations (messages) in the task.
-        time : float, default=0.0
-            Seconds since the run started (unused: the model is stateless).
-        iteration : int, default=0
-            Iterate version (unused).
+        time, iteration : float and int, default=0
+            Unused: the model is stateless.
 
         Returns
         -------
@@ -188,17 +177,16 @@ class MultiMessage(_ShiftRate):
 
     .. math:: P = 1 - e^{-\\mu (t / s - \\alpha)}, \\quad t \\ge s \\alpha.
 
-    :meth:`LatencySampler.sample` returns the last message's time ``load * (alpha + X)``
-    as compute (communication 0); the sampler's ``message_times(worker_index, n_messages)``
-    returns every message's time from one draw.
+    ``sample`` returns the last message's time ``load * (alpha + X)`` as compute
+    (communication 0); the sampler's ``message_times(worker_index, n_messages)`` returns
+    every message's time from one draw.
 
     Parameters
     ----------
     alpha : float or tuple of float, default=0.0
-        Fixed seconds per computation (in [0, MAX_SECONDS]; one value, or one per worker).
+        Fixed seconds per computation, in [0, MAX_SECONDS] (one value, or per worker).
     rate : float or tuple of float, default=1.0
-        Rate ``mu`` of the exponential part (>= 1 / MAX_SECONDS; one value, or one per
-        worker).
+        Rate ``mu`` of the exponential part, >= 1 / MAX_SECONDS.
 
     See Also
     --------
@@ -225,9 +213,6 @@ class MultiMessage(_ShiftRate):
     rate: float | tuple[float, ...] = 1.0
 
 
-# --------------------------------------------------------------------------- gamma
-
-
 class _GammaSampler(_UnitSampler):
     stateless = True
     shared_draws = True
@@ -236,7 +221,6 @@ class _GammaSampler(_UnitSampler):
         super().__init__(n_workers, streams)
         params = []
         for mean_name, var_name in (("mean", "var"), ("communication_mean", "communication_var")):
-            # computed before broadcasting (scalars stay scalars), then read-only views
             mean, var = np.broadcast_arrays(np.asarray(getattr(model, mean_name), dtype=float),
                                             np.asarray(getattr(model, var_name), dtype=float))
             random = var > 0
@@ -262,7 +246,6 @@ class _GammaSampler(_UnitSampler):
         return compute, communication
 
     def _draw_shared(self, loads, size, generator):
-        # all workers at once: compute then communication, each (n_workers, size)
         compute, communication = (self._all(part, size, generator)
                                   for part in (self.compute, self.communication))
         compute *= loads[:, None]
@@ -327,14 +310,11 @@ class Gamma(LatencyModel):
     Parameters
     ----------
     mean : float or tuple of float
-        Mean compute seconds at load 1 (in [0, MAX_SECONDS]; one value, or one per worker).
+        Mean compute seconds at load 1, in [0, MAX_SECONDS] (one value, or per worker).
     var : float or tuple of float
-        Variance of the compute time at load 1 (in [0, MAX_SECONDS**2]; > 0 needs
-        ``mean > 0``).
-    communication_mean : float or tuple of float, default=0.0
-        Mean communication seconds (in [0, MAX_SECONDS]).
-    communication_var : float or tuple of float, default=0.0
-        Variance of the communication time (in [0, MAX_SECONDS**2]).
+        Its variance, in [0, MAX_SECONDS**2]; > 0 needs ``mean > 0``.
+    communication_mean, communication_var : float or tuple of float, default=0.0
+        The same for the communication time.
 
     Raises
     ------
@@ -378,9 +358,6 @@ class Gamma(LatencyModel):
 
     def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _GammaSampler(self, n_workers, streams)
-
-
-# --------------------------------------------------------------------------- replay
 
 
 def _check_table(

@@ -1,53 +1,24 @@
 """Event-driven simulation of iteration times with the DSAG coordinator's semantics.
 
-Order statistics (:mod:`daskstraggle.latency.order`) assume every worker is available at
-the start of each iteration. When the coordinator moves on after ``n_wait`` of ``N``
-workers, the others stay busy into later iterations; this simulator follows them
-(dsag.txt §IV-B) with the coordinator loop of DSAG (dsag.txt §V-A):
+Unlike order statistics (:mod:`daskstraggle.latency.order`), workers the coordinator did
+not wait for stay busy into later iterations (DSAG paper §IV-B, coordinator loop §V-A):
 
-- Each worker is *idle* or *busy* with one task stamped with the iterate version it
-  computes. The queue has one slot: a worker never holds more than one task.
-- Iteration ``t`` (``t = 0, 1, ...``) starts at time ``s_t`` (``s_0 = 0``): every idle
-  worker starts a task of version ``t`` at ``s_t``.
-- A task started at time ``a`` by worker ``i`` finishes at ``a + compute +
-  communication``, drawn with ``sampler.sample(i, time=a, iteration=version,
-  load=load_i)``; each worker's ``k``-th task uses its ``k``-th draw.
-- A completion of version ``t`` during iteration ``t`` is *fresh*: the worker becomes
-  idle and waits for the next iteration. A completion of an older version is *stale*: it
-  counts as stale in the current iteration and the worker at once starts a new task of
-  version ``t`` at that completion time.
-- Iteration ``t`` ends at ``E_t = T_w + collect_window * (T_w - s_t)``, where ``T_w`` is
-  the time of the ``n_wait``-th fresh completion; every completion at a time ``<= E_t``
-  counts in iteration ``t`` (fresh ones after ``T_w`` included). Then
-  ``s_{t+1} = E_t + update_duration``. The window closes early, at the last fresh
-  completion, once every worker has delivered a fresh result (there is nothing left to
-  collect; the runtimes do the same). Completions during ``(E_t, s_{t+1}]`` are processed
-  at ``s_{t+1}``: they are stale in iteration ``t + 1`` and the worker restarts at
-  ``s_{t+1}``.
+- Each worker is idle or busy with one task stamped with the iterate version it computes.
+  Iteration ``t`` starts at ``s_t`` (``s_0 = 0``), when every idle worker starts a task of
+  version ``t``; a task started at ``a`` by worker ``i`` takes ``compute + communication``
+  drawn with ``sampler.sample(i, time=a, iteration=version, load=load_i)``.
+- A completion of version ``t`` during iteration ``t`` is fresh (the worker then idles);
+  an older one is stale, and the worker at once starts a task of version ``t``.
+- Iteration ``t`` ends at ``E_t = T_w + collect_window * (T_w - s_t)``, ``T_w`` the
+  ``n_wait``-th fresh completion, or at the last fresh completion once every worker
+  delivered one; ``s_{t+1} = E_t + update_duration``. Completions in ``(E_t, s_{t+1}]``
+  are stale in iteration ``t + 1``.
 
-So in iteration ``t`` each worker delivers at most one fresh and at most one stale result
-and starts at most one task. Two implementations give the same numbers:
-
-- ``method="event"``: a priority queue of finish times (ties broken by worker index),
-  one event at a time; works with any sampler, including stateful ones (Markov chains,
-  bursts, schedules) whose draws depend on the task's start time and version.
-- ``method="vectorised"``: for stateless samplers only. Worker ``i``'s next fresh
-  completion is ``c_i = max(s_t, f_i) + d_i`` (``f_i`` the finish time of its current
-  task, ``<= s_t`` when idle; ``d_i`` its next draw), so ``T_w`` is the ``n_wait``-th
-  smallest ``c_i`` (:func:`numpy.partition`) and one iteration is a handful of array
-  operations.
-
-For stateless samplers both draw every worker's latencies up front in one block
-(:meth:`~daskstraggle.latency.base.LatencySampler.draw`: ``sample(i, size=n_iterations,
-load=load_i)`` per worker; a worker starts at most one task per iteration) and consume
-them in task order. The ``k``-th task then uses the ``k``-th entry of the block, which
-equals the ``k``-th one-at-a-time draw (what the simulated runtime draws) only if the
-sampler's ``size=k`` draws do. Above
-:data:`~daskstraggle.latency.base.PER_WORKER_STREAMS_MAX` workers, gamma, shifted
-exponential, multi-message and constant models (and slow-downs of them) draw the whole
-block from one stream at once instead: ten million workers take seconds per iteration,
-where one stream per worker would take minutes to build. Stateful models go event by
-event, about 20 µs per worker and iteration.
+``method="event"`` runs a priority queue of finish times (ties by worker index) and takes
+any sampler; ``method="vectorised"`` (stateless samplers only) computes each worker's next
+fresh completion ``max(s_t, f_i) + d_i`` and ``T_w`` with :func:`numpy.partition`. Both give
+the same numbers: stateless samplers draw every worker's latencies up front in one block
+(:meth:`~daskstraggle.latency.base.LatencySampler.draw`), consumed in task order.
 """
 
 from __future__ import annotations
@@ -80,8 +51,7 @@ class SimulationResult:
     iteration_time : ndarray of shape (n_iterations,)
         End time ``E_t`` of each iteration (seconds since the start).
     iteration_duration : ndarray of shape (n_iterations,)
-        ``E_t - E_{t-1}`` (with ``E_{-1} = 0``): the iteration's latency, including the
-        previous update's ``update_duration``; it sums to ``total_time``.
+        ``E_t - E_{t-1}`` (``E_{-1} = 0``), the previous ``update_duration`` included.
     n_fresh : ndarray of int of shape (n_iterations,)
         Fresh results per iteration (``>= n_wait``).
     n_stale : ndarray of int of shape (n_iterations,)
@@ -123,27 +93,16 @@ class SimulationResult:
 
     @property
     def participation(self) -> NDArray[np.float64]:
-        """Fraction of iterations in which each worker delivered a fresh result.
-
-        This is DSAG's ``u_i`` (dsag.txt §VI-B), ndarray of shape (n_workers,).
-        """
+        """Fraction of iterations each worker delivered a fresh result in (DSAG's ``u_i``)."""
         return self.fresh.mean(axis=0)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the result as plain Python lists and numbers (JSON-ready)."""
-        return {
-            "n_workers": self.n_workers,
-            "n_wait": self.n_wait,
-            "n_iterations": self.n_iterations,
-            "total_time": self.total_time,
-            "iteration_time": self.iteration_time.tolist(),
-            "iteration_duration": self.iteration_duration.tolist(),
-            "n_fresh": self.n_fresh.tolist(),
-            "n_stale": self.n_stale.tolist(),
-            "fresh": self.fresh.tolist(),
-            "stale": self.stale.tolist(),
-            "participation": self.participation.tolist(),
-        }
+        arrays = ("iteration_time", "iteration_duration", "n_fresh", "n_stale", "fresh",
+                  "stale", "participation")
+        return {"n_workers": self.n_workers, "n_wait": self.n_wait,
+                "n_iterations": self.n_iterations, "total_time": self.total_time,
+                **{name: getattr(self, name).tolist() for name in arrays}}
 
 
 class _Loop(NamedTuple):
@@ -286,10 +245,8 @@ def simulate(
     method: str = "auto",
     rng: int | np.random.SeedSequence | np.random.Generator | None = None,
 ) -> SimulationResult:
-    """Simulate ``n_iterations`` iterations of a coordinator that waits for ``n_wait`` workers.
-
-    The semantics (idle and busy workers, fresh and stale results, the collect window)
-    are those of DSAG's coordinator; see the module docstring.
+    """Simulate ``n_iterations`` iterations of a coordinator that waits for ``n_wait`` workers
+    (DSAG's coordinator; see the module docstring).
 
     Parameters
     ----------
@@ -318,8 +275,6 @@ def simulate(
     Returns
     -------
     result : SimulationResult
-        Iteration end times, fresh and stale results per iteration and worker, and each
-        worker's participation ``u_i``.
 
     Raises
     ------
@@ -340,9 +295,8 @@ def simulate(
 
     Notes
     -----
-    Differences from the paper: the paper's simulator has no stale results (a worker
-    finishing an old task simply becomes available); here a stale completion is counted
-    and the worker is given the current iterate at once, as DSAG's coordinator does.
+    The paper's simulator has no stale results; here a stale completion is counted and
+    the worker gets the current iterate at once, as DSAG's coordinator does.
 
     Examples
     --------

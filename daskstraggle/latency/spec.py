@@ -2,31 +2,20 @@
 
 Grammar: terms joined by ``+``; each term is ``name(key=value, ...)`` (or a bare
 ``name``) where ``name`` is a registered latency model (``_`` or ``-`` alike) and the
-values are Python literals (numbers, strings, lists) or nested terms. The first term may
-be a model with a distribution (``gamma``, ``shifted_exponential``, ...); every later
-term is a modifier (``slowdown``, ``markov``, ``bursts``, ``artificial``) applied on top
-of what precedes it. A spec made of modifiers only slows down the *real* compute time.
-The term ``throttle(workers=..., factor=..., period=...)`` asks for the whole-process
-throttle (it slows any Dask workload on those workers) and may stand alone or beside a
-model. The fault terms ``loss(workers=..., at=...)``, ``freeze(workers=..., at=...,
-for=...)``, ``join(count=..., at=...)`` and ``retire(workers=..., at=...)``
-(:mod:`daskstraggle.latency.faults`) are played by the simulated runtime, at those
-simulated seconds: in a run with ``--runtime sim`` (``runtime="sim"``), and in
-``daskstraggle simulate --latency`` (after a model), which then runs DSAG in that runtime
-(:mod:`daskstraggle.runtime.fault_simulation`). ``none`` means no stragglers.
-
-Each term is read by the class of its name (the throttle, a fault kind of
-:data:`~daskstraggle.latency.faults.FAULTS`, else the model registry) through its
-``from_term(name, params, base=..., spec=...)`` classmethod, so a new kind of term is one
-class with that method.
+values are Python literals or nested terms. The first term may be a model with a
+distribution; every later model term is a modifier applied on top of what precedes it
+(modifiers alone slow down the *real* compute time). ``throttle(workers=..., factor=...,
+period=...)`` asks for the whole-process throttle, alone or beside a model. The fault
+terms of :mod:`daskstraggle.latency.faults` (``loss``, ``freeze``, ``join``, ``retire``)
+are played by the simulated runtime. ``none`` means no stragglers. Each term is built by
+the ``from_term(name, params, base=..., spec=...)`` classmethod of the class of its name
+(the throttle, a fault kind of :data:`~daskstraggle.latency.faults.FAULTS`, else the model
+registry), so a new kind of term is one class with that method.
 
 Examples (CLI ``--stragglers``)::
 
     slowdown(workers=1, factor=4)                      worker 1 four times slower
     markov(p_slow=0.05, p_fast=0.2, slow_factor=4)     two-state Markov stragglers
-    bursts()                                           DSAG's 10 s burst chain
-    artificial()                                       DSAG's artificial scenario
-    gamma(mean=[0.02, 0.04, 0.06, 0.08], var=1e-4)     added gamma delays per worker
     gamma(mean=0.05, var=1e-4) + slowdown(workers=[0, 2], factor=3)
     throttle(workers=1, factor=4)                      SIGSTOP/SIGCONT duty cycle
     gamma(mean=0.05, var=1e-4) + loss(workers=1, at=2)  (simulated) worker 1 dies at 2 s
@@ -67,7 +56,6 @@ class ThrottleSpec:
     Parameters
     ----------
     workers : tuple of int
-        Worker indices to slow down.
     factor : float
         Slow-down factor (>= 1): the process runs ``1/factor`` of the time.
     period : float, default=0.05
@@ -156,11 +144,6 @@ class Stragglers:
         return self.model is not None or self.throttle is not None or bool(self.faults)
 
 
-def _load_models() -> None:
-    # registration happens on import of the model modules
-    import daskstraggle.latency.models  # noqa: F401
-
-
 def _literal(node: ast.AST, text: str) -> Any:
     if isinstance(node, ast.Call):
         return _term(node, text, base=None)
@@ -224,8 +207,7 @@ def parse_stragglers(spec: str | LatencyModel | Stragglers | None) -> Stragglers
     Raises
     ------
     InvalidParameterError
-        For unknown models, unknown or invalid parameters, or text that does not parse;
-        the message names the problem and shows valid examples.
+        For unknown models, unknown or invalid parameters, or text that does not parse.
 
     Examples
     --------
@@ -250,11 +232,10 @@ def parse_stragglers(spec: str | LatencyModel | Stragglers | None) -> Stragglers
     text = spec.strip()
     if text.lower() in ("", "none"):
         return Stragglers()
-    _load_models()
-    # registered names are hyphenated ("shifted-exponential"); Python reads "a-b" as a
-    # subtraction, so spell a hyphen between two letters as "_" before parsing, outside
-    # string literals (a replay path may contain hyphens)
-    # and the keyword "for" (freeze's duration) as "for_"
+    import daskstraggle.latency.models  # noqa: F401 - registers the models
+
+    # outside string literals, "a-b" (a hyphenated name) becomes "a_b" and the keyword
+    # "for" (freeze's duration) "for_", so that Python parses the text
     text = "".join(
         part if part[:1] in ("'", '"') else re.sub(
             r"\bfor(?=\s*=)", "for_", re.sub(r"(?<=[A-Za-z])-(?=[A-Za-z])", "_", part))
