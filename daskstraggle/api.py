@@ -48,7 +48,7 @@ from daskstraggle.errors import (
     WorkerLostError,
 )
 from daskstraggle.latency.faults import term_names
-from daskstraggle.latency.spec import Stragglers, parse_stragglers
+from daskstraggle.latency.spec import parse_stragglers
 from daskstraggle.methods import Gram, Method, make_method
 from daskstraggle.methods.base import check_oversampling
 from daskstraggle.options import Checkpoint, DataOptions, Report, RuntimeSpec, run_groups
@@ -142,17 +142,17 @@ def _auto_method(problem: Problem) -> str:
     return "gd"
 
 
-def _check_runtime_args(
-    runtime: Runtime | str | None,
-    client: Any,
-    scheduler: str | None,
-    n_workers: int | None,
-    stragglers: Stragglers,
-    method: Method | None = None,
-) -> None:
-    """Refuse combinations that cannot work, before anything starts."""
+def _connects(spec: RuntimeSpec) -> bool:
+    """Whether the run connects to a cluster (a client or a scheduler address)."""
+    return spec.client is not None or spec.scheduler is not None
+
+
+def _check_runtime_args(spec: RuntimeSpec, method: Method) -> None:
+    """Refuse combinations that cannot work, before anything starts (``spec.stragglers``
+    parsed, ``spec.client`` the chosen one)."""
+    runtime, stragglers = spec.name, spec.stragglers
     if isinstance(runtime, Runtime):
-        if client is not None or scheduler is not None or n_workers is not None:
+        if _connects(spec) or spec.n_workers is not None:
             raise InvalidParameterError(
                 "Pass either runtime=... or client/scheduler/n_workers, not both."
             )
@@ -161,22 +161,19 @@ def _check_runtime_args(
                 "Pass stragglers to the runtime you built (DaskRuntime(stragglers=...) or "
                 "SimRuntime(latency=...)), not to the fit function."
             )
-        if method is not None:
-            method.check_n_workers(runtime.n_workers)
+        method.check_n_workers(runtime.n_workers)
         return
-    _check_declarations(_declared(runtime), client, scheduler, stragglers)
-    n_expected = _expected_workers(runtime, client, scheduler, n_workers)
+    _check_declarations(_declared(runtime), spec)
+    n_expected = _expected_workers(spec)
     if n_expected is not None:
         stragglers.check_n_workers(n_expected)
-        if method is not None:
-            method.check_n_workers(n_expected)
+        method.check_n_workers(n_expected)
 
 
-def _check_declarations(declared: type[Runtime], client: Any, scheduler: str | None,
-                        stragglers: Stragglers) -> None:
+def _check_declarations(declared: type[Runtime], spec: RuntimeSpec) -> None:
     """Refuse what the runtime's declarations say it cannot do."""
-    name = declared.name
-    if declared.in_process and (client is not None or scheduler is not None):
+    name, stragglers = declared.name, spec.stragglers
+    if declared.in_process and _connects(spec):
         raise InvalidParameterError(
             f"runtime={name!r} runs in this process; drop client/scheduler (or use the "
             "Dask runtime)."
@@ -199,12 +196,10 @@ def _check_declarations(declared: type[Runtime], client: Any, scheduler: str | N
         )
 
 
-def _check_min_workers(min_workers: Any, runtime: Any, client: Any, scheduler: str | None,
-                       caller: str) -> None:
+def _check_min_workers(spec: RuntimeSpec, caller: str) -> None:
     """``min_workers`` waits for an existing cluster's workers: refuse it elsewhere."""
-    if min_workers is None:
-        return
-    if _declared(runtime).in_process or (client is None and scheduler is None):
+    if spec.min_workers is not None and (_declared(spec.name).in_process
+                                         or not _connects(spec)):
         raise InvalidParameterError(
             f"The 'min_workers' parameter of {caller} (CLI: --min-workers) waits for the "
             "workers of an existing cluster: pass client or scheduler (CLI: --scheduler) "
@@ -212,56 +207,43 @@ def _check_min_workers(min_workers: Any, runtime: Any, client: Any, scheduler: s
         )
 
 
-def _expected_workers(
-    runtime: Runtime | str | None, client: Any, scheduler: str | None, n_workers: int | None
-) -> int | None:
+def _expected_workers(spec: RuntimeSpec) -> int | None:
     """Workers the run will have when known before connecting (None: ask the cluster)."""
-    if isinstance(runtime, Runtime):
-        return runtime.n_workers
-    if n_workers is not None:
-        return n_workers
-    if _declared(runtime).in_process or (client is None and scheduler is None):
+    if isinstance(spec.name, Runtime):
+        return spec.name.n_workers
+    if spec.n_workers is not None:
+        return spec.n_workers
+    if _declared(spec.name).in_process or not _connects(spec):
         from daskstraggle import config
 
         return config.workers()  # the runtimes' and the LocalCluster's default
     return None
 
 
-def _check_workers(n_workers: Any, runtime: Any, client: Any, scheduler: str | None,
-                   caller: str) -> None:
+def _check_workers(spec: RuntimeSpec, caller: str) -> None:
     """Check the workers a run starts itself: ``n_workers``, else the configured default
-    (unless the run connects to a cluster: ``client`` is the chosen one)."""
-    if n_workers is not None:
-        check_n_workers(n_workers, caller=caller, runtime=runtime)
-        return
-    if client is None and scheduler is None and not isinstance(runtime, Runtime):
+    (unless the run connects to a cluster)."""
+    if spec.n_workers is not None:
+        check_n_workers(spec.n_workers, caller=caller, runtime=spec.name)
+    elif not _connects(spec) and not isinstance(spec.name, Runtime):
         from daskstraggle import config  # the runtime starts the configured count
 
-        check_n_workers(config.workers(), caller=caller, runtime=runtime,
+        check_n_workers(config.workers(), caller=caller, runtime=spec.name,
                         name="The daskstraggle.workers setting (the default of --workers)")
 
 
 @contextmanager
-def _resolve_runtime(
-    runtime: Runtime | str | None,
-    client: Any,
-    scheduler: str | None,
-    n_workers: int | None,
-    stragglers: Stragglers,
-    rng: Any,
-    *,
-    min_workers: int | None = None,
-    backup_after: float | None = None,
-    aggregation: str = "flat",
-) -> Iterator[Runtime]:
-    """Yield the runtime to use; close it afterwards only if it was made here."""
-    seed = int(rng) if isinstance(rng, int | np.integer) else None
+def _resolve_runtime(runtime: Runtime | str | None, spec: RuntimeSpec, rng: Any
+                     ) -> Iterator[Runtime]:
+    """Yield the runtime to use (``runtime``, else one made from ``spec``, closed after)."""
     if isinstance(runtime, Runtime):
         yield runtime
         return
-    options = RuntimeOptions(n_workers=n_workers, client=client, scheduler=scheduler,
-                             stragglers=stragglers, seed=seed, min_workers=min_workers,
-                             backup_after=backup_after, aggregation=aggregation)
+    seed = int(rng) if isinstance(rng, int | np.integer) else None
+    options = RuntimeOptions(n_workers=spec.n_workers, client=spec.client,
+                             scheduler=spec.scheduler, stragglers=spec.stragglers, seed=seed,
+                             min_workers=spec.min_workers, backup_after=spec.backup_after,
+                             aggregation=spec.aggregation)
     with _declared(runtime).from_options(options) as rt:
         yield rt
 
@@ -321,7 +303,7 @@ def _run(
     step_size, out = own["step_size"], own["out"]
     stop, spec, data, ckpt, report = (groups[name] for name in (
         "stop", "runtime", "data", "checkpoint", "report"))
-    runtime, client, scheduler, n_workers = spec.name, spec.client, spec.scheduler, spec.n_workers
+    runtime = spec.name
     if stop.gap_tol is not None and not report.reference:
         raise InvalidParameterError(
             f"The 'gap_tol' parameter of {caller} needs reference=True (CLI: --reference)."
@@ -329,26 +311,26 @@ def _run(
     check_rng(rng, caller=caller)
     meth, auto = _method_for(problem, method, method_params, rng, caller)
     stragglers = parse_stragglers(spec.stragglers)
-    asked = {"client": client, "scheduler": scheduler, "n_workers": n_workers,
+    asked = {"client": spec.client, "scheduler": spec.scheduler, "n_workers": spec.n_workers,
              "min_workers": spec.min_workers, "stragglers": stragglers,
              "backup_after": spec.backup_after, "aggregation": spec.aggregation}
     choice = choose_runtime(runtime, **asked)  # None: the data's size decides, once open
-    client = choice.client
-    _check_workers(n_workers, runtime, client, scheduler, caller)
-    _check_runtime_args(runtime, client, scheduler, n_workers, stragglers, meth)
-    _check_min_workers(spec.min_workers, runtime, client, scheduler, caller)
+    spec = dataclasses.replace(spec, client=choice.client, stragglers=stragglers)
+    _check_workers(spec, caller)
+    _check_runtime_args(spec, meth)
+    _check_min_workers(spec, caller)
     _check_runtime_only(spec, runtime, caller)
     qc = parse_qc(data.qc, caller=caller)
     # never the input store, nor inside or around it (even with overwrite)
     out_path = check_output_path(out, overwrite=overwrite, inputs=source_paths(X))
     rec = recovery(ckpt.path, ckpt.interval, ckpt.iterations, ckpt.resume,
                    ckpt.replica_divergence, inputs=source_paths(X), out=out_path, caller=caller,
-                   replica_ok=_outlives_this_process(runtime, client, scheduler))
+                   replica_ok=_outlives_this_process(spec))
     state = rec.state
     if state is not None:
         check_resume_iterations(state, stop.max_iter)
         # the worker count, when known before connecting: refused before a cluster starts
-        check_resume_workers(state, _expected_workers(runtime, client, scheduler, n_workers))
+        check_resume_workers(state, _expected_workers(spec))
     matrix = _open_for(problem, X, labels=labels, qc=qc, caller=caller, array=data.array,
                        n_partitions=data.n_partitions, missing_chunks=data.missing_chunks,
                        storage_options=data.storage_options, genotype_dims=data.genotype_dims)
@@ -356,9 +338,7 @@ def _run(
     meth.check_shape(matrix.n_rows, matrix.n_columns)
     if choice.runtime is None:
         choice = choose_runtime(runtime, **asked, data_bytes=matrix.n_rows * matrix.row_nbytes)
-    with _resolve_runtime(choice.runtime, client, scheduler, n_workers, stragglers, rng,
-                          min_workers=spec.min_workers, backup_after=spec.backup_after,
-                          aggregation=spec.aggregation) as rt:
+    with _resolve_runtime(choice.runtime, spec, rng) as rt:
         if rec.uses_replica:  # read and written on the connected scheduler
             state = rec.connect(rt, problem=problem.name, sources=source_paths(X),
                                 max_iter=stop.max_iter)
@@ -488,12 +468,11 @@ def _check_runtime_only(spec: RuntimeSpec, runtime: Runtime | str | None, caller
         )
 
 
-def _outlives_this_process(runtime: Runtime | str | None, client: Any,
-                           scheduler: str | None) -> bool:
+def _outlives_this_process(spec: RuntimeSpec) -> bool:
     """Whether the run's cluster outlives this process (a replica needs one): the Dask
     runtime with a scheduler address or a client."""
-    return ((scheduler is not None or client is not None)
-            and not isinstance(runtime, Runtime) and runtime in (None, "dask"))
+    return _connects(spec) and not isinstance(spec.name, Runtime) and (
+        spec.name in (None, "dask"))
 
 
 def _auto_for_data(meth: Method, *, auto: bool, state: dict[str, Any] | None,
