@@ -2,23 +2,18 @@
 
 PCA, logistic regression and least squares over Zarr-chunked matrices whose row
 partitions are pinned to Dask workers; methods are pure policies driven by a Dask
-runtime, an in-process one, or a simulated clock with a latency model
-(:mod:`daskstraggle.latency`).
+runtime, an in-process one, or a simulated clock with a latency model.
 
 The top level holds what a user starts from: ``open_matrix``, the ``fit_*`` functions,
 ``genotype_pca`` and ``solve``, their ``Result``, ``Matrix``, ``GenotypeQC``, ``StopRule``,
-the common methods ``GD``, ``NAG`` and ``DSAG`` (``method=ds.DSAG(n_wait=3)``; ``solve``'s
-other option groups are in :mod:`daskstraggle.options`), and the
-scikit-learn estimators ``PCA``, ``LogisticRegression``, ``LinearRegression`` and ``Ridge``
-(:mod:`daskstraggle.estimators`, loaded on first use; they need scikit-learn: ``pip install
-'daskstraggle[sklearn]'``). Everything else lives in its subpackage: the errors and
-``ConvergenceWarning`` in :mod:`daskstraggle.errors`, every method in
-:mod:`daskstraggle.methods`, the problem classes in :mod:`daskstraggle.problems`
-(``daskstraggle.problems.PCA``), the runtimes in :mod:`daskstraggle.runtime`, the latency
-models and the simulator in :mod:`daskstraggle.latency`, the load balancer in
-:mod:`daskstraggle.balance`, pictures of runs in :mod:`daskstraggle.plot` (matplotlib:
-``pip install 'daskstraggle[plot]'``). The names the top level served before keep working
-for a release, with a ``DeprecationWarning`` that says where to import them from.
+the common methods ``GD``, ``NAG`` and ``DSAG`` (``solve``'s other option groups are in
+:mod:`daskstraggle.options`), and the scikit-learn estimators ``PCA``,
+``LogisticRegression``, ``LinearRegression`` and ``Ridge`` (:mod:`daskstraggle.estimators`;
+``pip install 'daskstraggle[sklearn]'``), all loaded on first use. Everything else lives in
+its subpackage (:mod:`~daskstraggle.errors`, :mod:`~daskstraggle.methods`,
+:mod:`~daskstraggle.problems`, :mod:`~daskstraggle.runtime`, :mod:`~daskstraggle.latency`,
+:mod:`~daskstraggle.balance`, :mod:`~daskstraggle.plot`). The names the top level served
+before keep working for a release, with a ``DeprecationWarning`` saying where they went.
 """
 
 from __future__ import annotations
@@ -57,38 +52,18 @@ _LAZY = {
 
 #: Names the top level served until the public API was made small (issue 27), and the
 #: module to import them from now: they still work, with a DeprecationWarning naming it.
-_MOVED = {
-    "LoadBalancer": "daskstraggle.balance",
-    "ClusterConnectionError": "daskstraggle.errors",
-    "ConvergenceWarning": "daskstraggle.errors",
-    "CorruptDataError": "daskstraggle.errors",
-    "DataNotFoundError": "daskstraggle.errors",
-    "DivergenceError": "daskstraggle.errors",
-    "InputError": "daskstraggle.errors",
-    "InvalidDataError": "daskstraggle.errors",
-    "InvalidParameterError": "daskstraggle.errors",
-    "InvalidTypeError": "daskstraggle.errors",
-    "MissingChunksError": "daskstraggle.errors",
-    "NonFiniteDataError": "daskstraggle.errors",
-    "OutputExistsError": "daskstraggle.errors",
-    "OutputNotWritableError": "daskstraggle.errors",
-    "StraggleError": "daskstraggle.errors",
-    "LatencyModel": "daskstraggle.latency",
-    "Stragglers": "daskstraggle.latency",
-    "parse_stragglers": "daskstraggle.latency",
-    "simulate": "daskstraggle.latency",
-    "SAG": "daskstraggle.methods",
-    "SGD": "daskstraggle.methods",
-    "Method": "daskstraggle.methods",
-    "make_method": "daskstraggle.methods",
-    "LeastSquares": "daskstraggle.problems",
-    "Logistic": "daskstraggle.problems",
-    "Problem": "daskstraggle.problems",
-    "make_problem": "daskstraggle.problems",
-    "DaskRuntime": "daskstraggle.runtime",
-    "LocalRuntime": "daskstraggle.runtime",
-    "SimRuntime": "daskstraggle.runtime",
-}
+_MOVED = {name: module for module, names in {
+    "daskstraggle.balance": ("LoadBalancer",),
+    "daskstraggle.errors": ("ClusterConnectionError", "ConvergenceWarning", "CorruptDataError",
+                            "DataNotFoundError", "DivergenceError", "InputError",
+                            "InvalidDataError", "InvalidParameterError", "InvalidTypeError",
+                            "MissingChunksError", "NonFiniteDataError", "OutputExistsError",
+                            "OutputNotWritableError", "StraggleError"),
+    "daskstraggle.latency": ("LatencyModel", "Stragglers", "parse_stragglers", "simulate"),
+    "daskstraggle.methods": ("SAG", "SGD", "Method", "make_method"),
+    "daskstraggle.problems": ("LeastSquares", "Logistic", "Problem", "make_problem"),
+    "daskstraggle.runtime": ("DaskRuntime", "LocalRuntime", "SimRuntime"),
+}.items() for name in names}
 
 try:
     from daskstraggle._version import __version__

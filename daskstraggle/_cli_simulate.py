@@ -29,16 +29,12 @@ _EVENTS_SHOWN = 40
 def check_simulate_size(n_workers: int, n_samples: int, n_iterations: int, *,
                         stateful: bool) -> None:
     """Refuse a simulation too large for memory (or, event by event, for time)."""
-    if n_samples < 1 or n_workers * n_samples > SIMULATE_MAX_CELLS:
-        raise InputError(
-            f"--samples x --workers must be in [1, {SIMULATE_MAX_CELLS:,}] (memory: one double "
-            f"each); got {n_samples} x {n_workers}; lower --samples"
-        )
-    if n_iterations < 1 or n_workers * n_iterations > SIMULATE_MAX_CELLS:
-        raise InputError(
-            f"--iterations x --workers must be in [1, {SIMULATE_MAX_CELLS:,}] (memory: one "
-            f"double each); got {n_iterations} x {n_workers}; lower --iterations"
-        )
+    for flag, count in (("--samples", n_samples), ("--iterations", n_iterations)):
+        if count < 1 or n_workers * count > SIMULATE_MAX_CELLS:
+            raise InputError(
+                f"{flag} x --workers must be in [1, {SIMULATE_MAX_CELLS:,}] (memory: one "
+                f"double each); got {count} x {n_workers}; lower {flag}"
+            )
     if stateful and n_workers * n_iterations > SIMULATE_MAX_EVENTS:
         raise InputError(
             f"--iterations x --workers must be at most {SIMULATE_MAX_EVENTS:,} for a latency "

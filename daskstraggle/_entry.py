@@ -1,26 +1,14 @@
 """The ``daskstraggle`` console script: Ctrl-C prints ``aborted`` and exits 130, always.
 
-The command line imports dask, distributed and numba, which takes seconds; Ctrl-C in that
-time raised ``KeyboardInterrupt`` out of an import and Python printed a traceback. This
-module imports nothing but the interpreter's own small modules (:mod:`sys`, :mod:`signal`,
-:mod:`gc`, ...), and :func:`main` imports
-the command line inside the handling, so an interrupt during the import of
-:mod:`daskstraggle.cli` and of anything it loads later (dask's ``distributed``, numba, a
-cluster starting) ends like one during a run: ``aborted`` on stderr, exit code 130
-(128 + SIGINT, what shells report for an interrupted command), no traceback.
+This module imports only the interpreter's own small modules, and :func:`main` imports the
+command line inside the handling (the package itself loads its names on first use), so an
+interrupt while dask, distributed or numba are imported, or a cluster starts, ends like one
+during a run: ``aborted`` on stderr, exit code 130 (128 + SIGINT), no traceback.
 
-Python imports the package (``daskstraggle/__init__.py``) before this module; the package
-loads its public names on first use (PEP 562), so that import is light and everything heavy
-is imported inside the handling.
-
-An interrupt is never lost (:func:`install_interrupt_handling`). Python raises
-``KeyboardInterrupt`` in whatever Python code the main thread runs when the signal is
-handled; where that is a garbage-collector callback (distributed's scheduler, which a
-command's own cluster runs in this process, registers one), an object's ``__del__`` or a
-weakref callback, Python prints "Exception ignored in ..." and goes on: the run never
-stopped (seen under load as a Ctrl-C that did nothing). So inside a garbage-collector
-callback the handler signals the interrupt again 10 ms later instead, and an interrupt
-swallowed anywhere else is signalled again the same way.
+An interrupt is never lost (:func:`install_interrupt_handling`): where Python would swallow
+the ``KeyboardInterrupt`` (a garbage-collector callback such as distributed's scheduler
+registers, an object's ``__del__``, a weakref callback: "Exception ignored in ..."), the
+interrupt is signalled again 10 ms later.
 """
 
 from __future__ import annotations
@@ -65,16 +53,12 @@ def main() -> int:
 def ended() -> None:
     """Prepare the process's exit once the command has ended and said so.
 
-    A late Ctrl-C (while the interpreter closes a cluster at exit) must not replace the
-    exit code by a traceback: it is ignored from now on. And the objects alive now are
-    left to the operating system: the interpreter's exit garbage-collects everything
-    still tracked three times over (``Py_FinalizeEx``), which with dask, distributed,
-    xarray and numba loaded (1 600 modules, 190 000 objects) took 0.4-0.9 s after
-    :func:`daskstraggle.cli.main` returned. :func:`gc.freeze` moves them out of those
-    collections; the ``atexit`` handlers (distributed closing clusters, logging, numba)
-    still run, the standard streams are still flushed, and what the handlers leave is
-    collected as before. Only cycles already unreachable are not finalized, which
-    nothing the command wrote depends on: its outputs are complete before it returns.
+    A late Ctrl-C (while the interpreter closes a cluster at exit) is ignored from now on,
+    so it cannot replace the exit code by a traceback. The objects alive now are left to
+    the operating system (:func:`gc.freeze`: the exit's repeated collections took most of
+    a second with dask, distributed and numba loaded); ``atexit`` handlers still run and
+    the streams are flushed; only cycles already unreachable are not finalized (the
+    command's outputs are complete before it returns).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.freeze()

@@ -1,14 +1,9 @@
-"""Output paths that cannot destroy data: checks before any work, atomic replacement.
+"""Output paths that cannot destroy data: checks before any work
+(:func:`check_output_path`), atomic replacement (:func:`write_atomically`).
 
-A run writes its result under a temporary sibling name and renames it into place, so a
-failed run leaves an existing output untouched. Before any work starts the output path
-is refused when it is, lies inside or contains an input store (compared as resolved real
-paths, so symlinks do not hide the overlap), when it lies inside any existing Zarr
-hierarchy (a folder above it holds Zarr metadata: writing there would add a member to
-that store), and when its folder cannot be written. Through the Python API a missing
-folder above it is created when the result is written (as ``xarray.Dataset.to_zarr``
-does); the command line's ``--out`` and ``--plot`` refuse a missing folder instead
-(:func:`check_folder_exists`), as ``cp``, ``tar`` or ``curl -o`` do.
+Through the Python API a missing folder above the output is created when the result is
+written (as ``xarray.Dataset.to_zarr`` does); the command line's ``--out`` and ``--plot``
+refuse it instead (:func:`check_folder_exists`), as ``cp`` or ``curl -o`` do.
 """
 
 from __future__ import annotations
@@ -154,11 +149,9 @@ def check_output_path(
 def check_not_input(out: Path, inputs: Iterable[str | os.PathLike[str] | None], *,
                     what: str = "The output path (CLI: --out)",
                     role: str = "the input store") -> None:
-    """Raise InvalidParameterError if ``out`` is, is inside or contains an input.
-
-    ``what`` names the path and ``role`` the inputs (e.g. "the --out store") in the
-    message; None entries of ``inputs`` are skipped.
-    """
+    """Raise InvalidParameterError if ``out`` is, is inside or contains an input (real
+    paths compared, so symlinks do not hide the overlap; None entries skipped); ``what``
+    names the path and ``role`` the inputs in the message."""
     real_out = Path(os.path.realpath(out))
     for source in inputs:
         if source is None:
@@ -182,11 +175,9 @@ def check_not_input(out: Path, inputs: Iterable[str | os.PathLike[str] | None], 
 def check_not_in_zarr(out: Path, *, what: str = "The output path (CLI: --out)") -> None:
     """Raise InvalidParameterError if a folder above ``out`` is part of a Zarr hierarchy.
 
-    Each existing folder above ``out`` (its real path, so a symlink does not hide a store)
-    is a node of a Zarr hierarchy when it holds one of :data:`ZARR_METADATA`; writing a
-    store (or any file) there adds a member to that store, whatever ``overwrite`` says.
-    ``out`` itself may be a store: replacing it is :func:`check_output_path`'s business.
-    ``what`` names the path in the message.
+    A folder (real path) is a node of a hierarchy when it holds one of
+    :data:`ZARR_METADATA`: writing there adds a member to that store, whatever
+    ``overwrite`` says. ``out`` itself may be a store. ``what`` names the path.
     """
     for folder in Path(os.path.realpath(out)).parents:
         marker = next((m for m in ZARR_METADATA if (folder / m).is_file()), None)
@@ -199,12 +190,8 @@ def check_not_in_zarr(out: Path, *, what: str = "The output path (CLI: --out)") 
 
 
 def check_folder_exists(path: Path, *, what: str) -> None:
-    """Raise OutputNotWritableError if the folder that would hold ``path`` does not exist.
-
-    The command line's ``--out`` and ``--plot`` write into an existing folder only, so a
-    typo in a folder name is reported instead of creating a stray tree. ``what`` names the
-    option in the message.
-    """
+    """Raise OutputNotWritableError if the folder that would hold ``path`` does not exist
+    (a typo in a folder name is reported, not created); ``what`` names the option."""
     folder = path.absolute().parent
     if not folder.is_dir():
         kind = "is not a folder" if os.path.lexists(folder) else "does not exist"
@@ -216,14 +203,12 @@ def check_folder_exists(path: Path, *, what: str) -> None:
 
 def check_writable_folder(folder: Path, *, out: Path | None = None,
                           what: str = "The output path (CLI: --out)") -> None:
-    """Raise OutputNotWritableError unless files can be created in ``folder``.
+    """Raise OutputNotWritableError unless files can be created in ``folder`` (or, if it
+    is missing, its nearest existing ancestor) and ``out``'s name is not longer than the
+    file system allows; ``what`` names the path (``out``, else ``folder``).
 
-    ``what`` names the path (``out``, else ``folder``) in the message.
-
-    A missing ``folder`` is checked at its nearest existing ancestor (where it would be
-    created). Besides the permission bits (which do not bind root) a probe file is
-    created and deleted, so read-only file systems and pseudo file systems are caught;
-    and ``out``'s name must not be longer than the file system allows.
+    A probe file is created and deleted (the permission bits do not bind root), so
+    read-only and pseudo file systems are caught.
     """
     target = out if out is not None else folder
     ancestor = nearest_existing(folder)
@@ -351,13 +336,9 @@ def _alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def removed_on_error(paths: Iterable[str | os.PathLike[str] | None]) -> Iterator[None]:
-    """Delete, if the block raises, each of ``paths`` that did not exist when it began.
-
-    What a run writes (its ``--out`` store, figure, plink files) is checked whole before
-    anything is written; an error after writing started (a full disk, a file that cannot
-    be created) then leaves no partial output of this run behind. Paths that existed
-    before (replaced with ``overwrite``) are left as they are.
-    """
+    """Delete, if the block raises, each of ``paths`` that did not exist when it began, so
+    an error after a run started writing (a full disk) leaves no partial output behind;
+    paths that existed before (replaced with ``overwrite``) are left as they are."""
     new = [Path(p) for p in paths if p is not None and not os.path.lexists(p)]
     try:
         yield
