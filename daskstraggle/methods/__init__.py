@@ -86,9 +86,8 @@ _NOT_METHODS = frozenset({"base", "cache", "options"})
 
 
 def _package_methods(paths: list[str], package: str) -> list[type[Method]]:
-    """Every method a module of the package defines: each ``Method`` subclass whose class
-    body sets ``name``. So a new method is one module (and its tests): no list here to
-    extend."""
+    """Every ``Method`` subclass whose class body sets ``name``, in the package's modules
+    (a new method is one module: no list here to extend)."""
     from daskstraggle.methods.base import Method
 
     found = []
@@ -108,9 +107,8 @@ def _register_package_methods(paths: list[str], package: str) -> None:
         _REGISTRY.register(cls)
 
 
-#: The methods by name, the package's own registered on the first look-up (their modules
-#: import numpy and scipy); other packages add theirs under the entry-point group
-#: ``daskstraggle.methods`` (see :mod:`daskstraggle._registry`).
+#: The methods by name, the package's own registered on the first look-up; other packages
+#: add theirs under the entry-point group ``daskstraggle.methods``.
 _REGISTRY: Registry[Method] = Registry(
     "method", group="daskstraggle.methods",
     load=lambda: _package_methods(list(__path__), __name__),

@@ -1,25 +1,11 @@
-"""The Method contract: a pure policy driven by a runtime.
+"""The Method contract: a pure policy driven by a runtime (``docs/architecture.md``).
 
 A method consumes *events* (a :class:`WorkResult` arrived) and emits *decisions* (which
-:class:`WorkUnit` an idle worker should compute, whether the iterate may step). It never
-imports dask: the same object runs on a real cluster (``DaskRuntime``), in process
-(``LocalRuntime``) or in simulated time.
-
-The runtime drives it like this::
-
-    method.start(problem, x0, placement, step_size=..., partition_rows=...)
-    give every idle worker ``method.dispatch(worker_index)`` (None: stay idle)
-    loop:
-        method.receive(next completed result)
-        the worker that sent it is idle: give it ``method.dispatch(worker_index)``
-        if method.ready():
-            keep receiving for method.collect_window x the round's elapsed time
-            summary = method.summary()        # objective at the evaluated point
-            record a trace row; stop? -> finish with summary
-            method.step()                     # next iterate, version + 1
-            give every idle worker work
+:class:`WorkUnit` an idle worker should compute, whether the iterate may step): after
+``start``, idle workers get ``dispatch(worker_index)``; each result goes to ``receive``;
+once ``ready()`` (and ``collect_window`` of the round's time later) the runtime records
+``summary()`` and, unless the run stops, calls ``step()``. It never imports dask.
 """
-
 from __future__ import annotations
 
 import functools
@@ -117,24 +103,13 @@ class WorkResult:
 
 
 def check_plain(result: WorkResult, *, caller: str) -> KernelResult:
-    """Return the single kernel sum of an uncoded unit's result.
-
-    Parameters
-    ----------
-    result : WorkResult
-        A completed unit.
-    caller : str
-        The method's name, for the error message.
-
-    Returns
-    -------
-    kernel_result : KernelResult
-        ``result.result``.
+    """Return ``result.result``, the single kernel sum of an uncoded unit's result.
 
     Raises
     ------
     InvalidParameterError
-        If ``result`` holds a coded unit's messages (a tuple of kernel sums).
+        If ``result`` holds a coded unit's messages (a tuple of kernel sums), naming
+        ``caller``.
     """
     if isinstance(result.result, tuple):
         raise InvalidParameterError(f"{caller} takes plain (uncoded) results.")
@@ -232,11 +207,8 @@ M = TypeVar("M", bound="Method")
 
 
 def cached_summary(build: Callable[[M], RoundSummary]) -> Callable[[M], RoundSummary]:
-    """Make ``build`` a method's :meth:`Method.summary`, built once per round.
-
-    The summary is kept in ``self._summary`` and returned again until the method sets
-    that back to None (a new result, a step).
-    """
+    """Make ``build`` a method's :meth:`Method.summary`, kept in ``self._summary`` until
+    the method sets that back to None (a new result, a step)."""
 
     @functools.wraps(build)
     def summary(self: M) -> RoundSummary:
@@ -259,36 +231,30 @@ class Method(ABC):
     #: What the method does, in a few words: the ``--method`` help lists it.
     description: ClassVar[str] = ""
     #: After :meth:`ready` first holds, the runtime keeps receiving results for this
-    #: fraction of the round's elapsed time before it calls :meth:`summary` (DSAG's 2 %
-    #: window). Results arriving then are passed to :meth:`receive` as usual.
+    #: fraction of the round's elapsed time before it calls :meth:`summary`.
     collect_window: float = 0.0
     #: When True, after each step the runtime abandons the undelivered messages of
     #: streamed units computed for older versions, and their workers become idle at once
-    #: (the partial-recovery loop, where every iteration starts afresh). A message
-    #: already being computed on a Dask worker still finishes there; its result is dropped.
+    #: (a message already being computed on a Dask worker finishes; its result is dropped).
     abandon_stale: bool = False
-    #: Whether every round's kernel sum is exact, at one iterate, over every row (GD,
-    #: NAG, the coded methods). Only such methods take an oversampled PCA block: the
-    #: extra columns follow the bulk of the spectrum and never settle, so the caches of
-    #: SAG and DSAG, and partial sums, would never become exact.
+    #: Whether every round's kernel sum is exact, at one iterate, over every row; only
+    #: such methods take an oversampled PCA block (whose extra columns never settle).
     exact_rounds: ClassVar[bool] = False
-    #: Whether the run starts with an exact pass at the starting point, which gives the
-    #: optimality measure its scale and the divergence checks their starting objective.
-    #: A method whose first round is exact and final (``gram``), or whose rounds are exact
-    #: steps that cannot raise the objective (``block``), skips it; it may only solve
-    #: problems whose optimality measure is relative already (PCA's residuals).
+    #: Whether the run starts with an exact pass at the starting point (the optimality
+    #: measure's scale, the divergence checks' starting objective). Methods that skip it
+    #: may only solve problems whose optimality measure is relative already.
     start_pass: ClassVar[bool] = True
     #: Whether :meth:`dispatch` gives each worker index at most one unit per version, and
-    #: an index it declined stays declined until :meth:`step` (GD, NAG, the coded methods).
-    #: The coordinator then offers work once per version instead of to every idle index
-    #: after every result (which costs N calls per result on N workers).
+    #: an index it declined stays declined until :meth:`step`: the coordinator then offers
+    #: work once per version instead of to every idle index after every result.
     dispatch_once_per_version: ClassVar[bool] = False
-    #: The parameters the ``daskstraggle`` solve commands expose for this method (see
-    #: :mod:`daskstraggle.methods.options`): declared here, the CLI's options, their help
-    #: and the refusal of an option given with another method follow from it.
+    #: The parameters the ``daskstraggle`` solve commands expose for this method
+    #: (:mod:`daskstraggle.methods.options`).
     cli_options: ClassVar[tuple[MethodOption, ...]] = ()
     #: This round's summary once built (:func:`cached_summary`); None until then.
     _summary: RoundSummary | None = None
+    #: Iterate version (steps taken), set by :meth:`start` and :meth:`step`.
+    _version: int = 0
 
     @classmethod
     def params_from_cli(cls, values: dict[str, Any]) -> dict[str, Any]:
@@ -329,27 +295,19 @@ class Method(ABC):
         return 1.0
 
     def work_problem(self, problem: Problem) -> Any:
-        """Return what the workers run for this method's units (default: ``problem``).
-
-        It must offer ``kernel(block, iterate) -> KernelResult`` and pickle; the exact
-        passes (start, checks, final) always use ``problem`` itself.
-        """
+        """Return what the workers run for this method's units (default: ``problem``): it
+        offers ``kernel(block, iterate) -> KernelResult`` and pickles. The exact passes
+        use ``problem`` itself."""
         return problem
 
     def convergence_window(self, n_workers: int) -> int:
-        """Return the rounds over which the iterate's change is judged (see the runtime's
-        convergence monitor): 1, or more when one round refreshes only part of the rows.
-        """
+        """Return the rounds over which the iterate's change is judged: 1, or more when
+        one round refreshes only part of the rows."""
         return 1
 
     def load_balancer(self) -> Any:
-        """Return the load balancer to run beside this method, or None (the default).
-
-        A method whose work units can be resized between rounds (``SGD``, ``SAG``, ``DSAG``
-        with ``balance=True``) returns its
-        :class:`~daskstraggle.balance.LoadBalancer`; the runtime then profiles every
-        result and applies the balancer's plans between steps.
-        """
+        """Return the :class:`~daskstraggle.balance.LoadBalancer` to run beside this method
+        (whose units can be resized between rounds), or None (the default)."""
         return None
 
     def partition_count(self, n_workers: int, n_rows: int) -> int | None:
@@ -390,17 +348,16 @@ class Method(ABC):
 
     @abstractmethod
     def summary(self) -> RoundSummary:
-        """Return the round's evaluated point, kernel sum and counts (when ready); the
-        package's methods build it once per round (:func:`cached_summary`)."""
+        """Return the round's evaluated point, kernel sum and counts (when ready)."""
 
     @abstractmethod
     def step(self) -> None:
         """Advance the iterate and the version."""
 
     @property
-    @abstractmethod
     def version(self) -> int:
         """Current iterate version (number of steps taken)."""
+        return self._version
 
     def get_params(self) -> dict[str, Any]:
         """Return the method's parameters (for traces)."""

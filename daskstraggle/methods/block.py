@@ -1,22 +1,15 @@
 """Block Krylov PCA: every component converged, one exact pass per round, restarted.
 
-For a matrix with too many columns for a ``d x d`` Gram matrix, the top-``k`` principal
-subspace comes from products ``X_c^T X_c B`` with a thin block ``B``. The power method
-(``gd``) multiplies the same ``k`` columns again and again: a component converges at the
-rate ``lambda_{k+1} / lambda_i`` per pass, which is close to 1 for the flat bulk of a
-genotype spectrum (the issue's measurement: 769 passes for 10 components). This method
-keeps every product it has received: the basis ``Q`` (block Krylov space of the random
-start) and ``W = X_c^T X_c Q`` grow by one block of ``b = k + p`` columns per pass;
-Rayleigh-Ritz on ``Q^T W`` gives the best approximations of the eigenpairs in that space,
-with *exact* residuals ``|W u - theta Q u|``; the next block is the residuals of the top
-``b`` Ritz pairs. When the basis reaches ``max_blocks`` blocks it restarts from its top
-``2 b`` Ritz vectors (thick restart; their products are ``W U``, so no pass is lost).
-
-Each round is one exact sum over the partitions, so coding schemes apply as for
-:class:`~daskstraggle.methods.Gram`: the round decodes from any set of responders the
-scheme allows.
+The power method (``gd``) multiplies the same ``k`` columns again and again, converging at
+the rate ``lambda_{k+1} / lambda_i``, close to 1 in a flat genotype bulk. This method keeps
+every product it receives: the basis ``Q`` (block Krylov space of the random start) and
+``W = X_c^T X_c Q`` grow by one block of ``b = k + p`` columns per pass; Rayleigh-Ritz on
+``Q^T W`` gives the Ritz pairs with *exact* residuals ``|W u - theta Q u|``, and the next
+block is the residuals of the top ``b`` pairs. A full basis (``max_blocks`` blocks)
+restarts from its top ``2 b`` Ritz vectors (thick restart; their products are ``W U``).
+Each round is one exact sum, so coding schemes apply as for
+:class:`~daskstraggle.methods.Gram`.
 """
-
 from __future__ import annotations
 
 from typing import Any
@@ -50,9 +43,8 @@ class BlockKrylov(CodedSum):
         ``"fractional-repetition"`` or ``"cyclic-repetition"`` with ``n_stragglers=s``
         decode from any ``N - s`` workers; ``"bcc"`` from a covering set of batches.
     max_blocks : int, default=6
-        Blocks the basis holds before a thick restart (at least 3). The coordinator
-        keeps ``2 x (max_blocks + 1) x b x d`` floats (the basis and its products, with
-        room for the next block).
+        Blocks the basis holds before a thick restart (at least 3); the coordinator keeps
+        ``2 x (max_blocks + 1) x b x d`` floats.
     rng : int or None, default=None
         Seed of the scheme's random parts and of the ``p`` random starting columns
         (None: seed 0, so runs repeat).
@@ -61,16 +53,11 @@ class BlockKrylov(CodedSum):
 
     Notes
     -----
-    The block has ``b = k + p`` columns, ``p`` the problem's ``oversample`` (CLI:
-    ``--oversample``; None gives ``p = k`` here), at most the number of columns. A larger
-    block costs more per pass and usually needs fewer passes. Per pass the workers
-    compute ``X_c^T X_c B`` (twice the power method's work at the default ``p = k``); the
-    coordinator does ``O(d b^2 max_blocks)`` flops. Where eigengaps are small it needs
-    far fewer passes than the power method (``tests/methods/test_block.py`` checks it)
-    and fewer than subspace iteration with the same oversampling. Every round is exact,
-    so the runtime judges convergence on every component each round
-    (``docs/convergence.md``), and the iterates equal an uncoded run's (to rounding)
-    whichever workers answer.
+    The block has ``b = k + p`` columns, ``p`` the problem's ``oversample`` (None gives
+    ``p = k`` here), at most the number of columns. Per pass the workers compute
+    ``X_c^T X_c B``; the coordinator does ``O(d b^2 max_blocks)`` flops. Every round is
+    exact, so every component is judged each round and the iterates equal an uncoded
+    run's (to rounding) whichever workers answer.
 
     References
     ----------
@@ -87,10 +74,8 @@ class BlockKrylov(CodedSum):
     name = "block"
     description = ("PCA: block Krylov, every component converged, any number of columns; "
                    "coded with --scheme; see --oversample")
-    # no exact pass at the random start: every round is an exact Rayleigh-Ritz step over
-    # a basis that only grows or keeps its best part, so the objective cannot rise past
-    # the start (nothing for a divergence check to compare), and PCA's measure is
-    # relative already (a pass saved: 3 % of a 10^5-sample run)
+    # every round is an exact Rayleigh-Ritz step over a basis that only grows or keeps
+    # its best part: no starting pass for a divergence check to compare with
     start_pass = False
 
     def __init__(self, scheme: Any = "uncoded", *, max_blocks: int = 6,
@@ -118,9 +103,7 @@ class BlockKrylov(CodedSum):
         self._fill = np.random.default_rng(0 if self.rng is None else self.rng)
         extra = self._fill.standard_normal((d, self._b - width))
         self._block = orthonormalize(np.hstack([self._x, extra]))
-        # the basis and its products live in preallocated column-major buffers (a round
-        # appends a block in place instead of copying the whole basis); _Q and _W are
-        # views of their first basis_size columns
+        # _Q and _W: views of the first basis_size columns of preallocated buffers
         capacity = self._max_basis + self._b
         self._Qbuf = np.empty((d, capacity), order="F")
         self._Wbuf = np.empty((d, capacity), order="F")
@@ -150,14 +133,10 @@ class BlockKrylov(CodedSum):
 
     @cached_summary
     def summary(self) -> RoundSummary:
-        """Extend the basis by the decoded block product; return the top ``k`` Ritz pairs.
-
-        The summary's iterate is the top ``k`` Ritz vectors ``V`` and its kernel sum
-        ``X_c^T X_c V`` (from the stored products, exact to rounding), so the runtime
-        judges every component exactly; its extras carry ``next_ritz_value``, the
-        ``(k + 1)``-th Ritz value, which ends the boundary cluster of the requested
-        components (:mod:`daskstraggle.problems.separation`).
-        """
+        """Extend the basis by the decoded block product; return the top ``k`` Ritz pairs
+        ``V`` with ``X_c^T X_c V`` (exact to rounding), and in its extras the basis size and
+        ``next_ritz_value``, the ``(k + 1)``-th Ritz value
+        (:mod:`daskstraggle.problems.separation`)."""
         assert self._problem is not None and self._weights is not None
         total = self._decoded()
         self._extend(self._block, total.gradient)
@@ -174,8 +153,6 @@ class BlockKrylov(CodedSum):
             workers_used=used,
             n_fresh=answered,
             extras={"basis_size": float(self.basis_size),
-                    # the largest Ritz value not asked for: where the requested
-                    # components' boundary cluster ends (problems.separation)
                     **({"next_ritz_value": float(theta[k])} if len(theta) > k else {})},
         )
 
@@ -219,35 +196,24 @@ class BlockKrylov(CodedSum):
         self._Q, self._W = self._Qbuf[:, :m + width], self._Wbuf[:, :m + width]
 
     def _rayleigh_ritz(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Return Ritz values (descending) and the top Ritz vectors with their products.
-
-        Only the vectors a restart can keep are formed (``O(d m b)``, not ``O(d m^2)``).
-        """
+        """Return Ritz values (descending) and the top Ritz vectors (those a restart can
+        keep) with their products."""
         theta, U = np.linalg.eigh(self._H)
         order = np.argsort(theta)[::-1]
         width = min(max(_KEEP_BLOCKS * self._b, self._k), U.shape[1])
         U = U[:, order[:width]]
         Y = self._Q @ U
-        # eigh's sign of each vector is arbitrary and can flip with a rounding-level change
-        # of H (a helper's two partial sums, a resumed run): each Ritz vector's largest
-        # entry is made positive (as the fitted components are), so runs equal to rounding
-        # give the same iterates, signs included
+        # eigh's signs can flip with a rounding-level change of H: make each Ritz vector's
+        # largest entry positive, so runs equal to rounding give the same iterates
         signs = np.where(Y[np.argmax(np.abs(Y), axis=0), np.arange(Y.shape[1])] < 0, -1.0, 1.0)
         U = U * signs
         self._ritz = (theta[order], Y * signs, self._W @ U)
         return self._ritz
 
     def _new_block(self, directions: np.ndarray) -> np.ndarray:
-        """Orthonormalise ``directions`` against the basis and among themselves.
-
-        Each direction is scaled to unit norm first (residuals of converged pairs are
-        tiny but still point somewhere new), then the block is Gram-Schmidt-ed twice
-        against the basis (two BLAS-3 products a pass, not one matrix-vector product per
-        column) and each column twice against the block's earlier columns. A direction
-        with (numerically) nothing outside them is replaced by a fresh random one,
-        Gram-Schmidt-ed the same way, so the block keeps its width and stays orthogonal
-        to the basis.
-        """
+        """Orthonormalise ``directions`` (each scaled to unit norm first) against the basis
+        and among themselves, by classical Gram-Schmidt twice; a direction with nothing
+        outside them is replaced by a fresh random one, so the block keeps its width."""
         d, width = directions.shape
         V = np.array(directions, dtype=np.float64, order="F")
         norms = np.linalg.norm(V, axis=0)

@@ -8,7 +8,14 @@ import numpy as np
 
 from daskstraggle._validation import check_int
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit, cached_summary
+from daskstraggle.methods.base import (
+    Method,
+    RoundSummary,
+    WorkResult,
+    WorkUnit,
+    cached_summary,
+    check_plain,
+)
 from daskstraggle.methods.options import MethodOption
 from daskstraggle.problems.base import Problem
 
@@ -30,14 +37,10 @@ class BoundedAsync(Method):
     delivers. So no applied update ever has delay above ``max_delay``.
 
     Each update steps along the worker's sum scaled by (all rows) / (its rows), an
-    unbiased estimate of the full kernel sum (asynchronous SGD over data shards).
-
-    Updates that arrive together (in the same instant, or while the coordinator is busy)
-    wait in a buffer. ``order="arrival"`` applies them first come, first served;
-    ``order="shortest"`` applies the freshest first (the smallest delay, MLfabric's
-    shortest-first ordering), except that an update at its deadline
-    ``dl(g) = v(g) + max_delay`` goes first, so ordering never causes a drop that
-    arrival order would have avoided.
+    unbiased estimate of the full kernel sum. Updates that arrive together wait in a
+    buffer: ``order="arrival"`` applies them first come, first served; ``"shortest"``
+    the freshest first (MLfabric), except that an update at its deadline
+    ``v(g) + max_delay`` goes first.
 
     Parameters
     ----------
@@ -49,13 +52,9 @@ class BoundedAsync(Method):
 
     Notes
     -----
-    MLfabric suggests a step size ``C / sqrt(tau_max t)``. Without an explicit
-    ``step_size`` the runtime uses the problem's GD step over ``N``
-    (:meth:`step_factor`): about ``N`` updates are applied per round of all workers,
-    each along a full-gradient estimate. With large delays use a smaller step still.
-    MLfabric also drops updates at the worker before transfer; here the worker's result
-    reaches the coordinator and is dropped there (the worker cannot know the
-    coordinator's version without a round trip).
+    Without an explicit ``step_size`` the runtime uses the problem's GD step over ``N``
+    (:meth:`step_factor`); with large delays use a smaller step still. Unlike MLfabric,
+    late updates are dropped at the coordinator, not at the worker.
 
     References
     ----------
@@ -121,11 +120,6 @@ class BoundedAsync(Method):
         self._choice: WorkResult | None = None
         self.applied_delays: list[int] = []
 
-    @property
-    def version(self) -> int:
-        """Number of updates applied."""
-        return self._version
-
     def dispatch(self, worker_index: int) -> WorkUnit | None:
         """Give an idle worker the current iterate (once no update is waiting to be applied)."""
         if not self._placement[worker_index] or self._pending:
@@ -145,8 +139,7 @@ class BoundedAsync(Method):
 
     def receive(self, result: WorkResult) -> None:
         """Buffer the update (dropped at once if already over the delay bound)."""
-        if isinstance(result.result, tuple):
-            raise InvalidParameterError("BoundedAsync takes plain (uncoded) results.")
+        check_plain(result, caller="BoundedAsync")
         self._pending.append(result)
         self._expire()
         self._summary = None

@@ -1,16 +1,9 @@
 """The gradient cache of SAG and DSAG: one result per sample range, the freshest wins.
 
-Pure bookkeeping (numpy only). Each entry holds the kernel sum over a set of row ranges
-(global row indices) computed at some iterate version. Entries never overlap:
-
-- a result whose ranges overlap an entry computed at the same or a newer version is
-  *superseded* and discarded (retries, replicas and reordered deliveries happen on a real
-  cluster; ``docs/algorithms.md``, "SAG / DSAG");
-- otherwise every overlapping entry is evicted whole (its rows outside the new ranges
-  become uncovered holes), and the result is inserted.
-
-Inserting the same ranges again is SAG's in-place update. The cache's estimate of the
-full sum is the sum of its entries divided by the covered fraction of rows.
+Each entry holds the kernel sum over a set of row ranges (global row indices) computed at
+some iterate version; entries never overlap. A result overlapping an entry of the same or
+a newer version is *superseded* and discarded (``docs/algorithms.md``, "SAG / DSAG");
+otherwise every overlapping entry is evicted whole and the result inserted.
 """
 
 from __future__ import annotations
@@ -161,11 +154,8 @@ class GradientCache:
         return True
 
     def evict_outside(self, keep: Iterable[Ranges]) -> int:
-        """Evict every entry whose ranges are not exactly one of ``keep``; return how many.
-
-        Used when subpartition boundaries change: entries of the old boundaries go, so
-        the cache is re-covered with the new ones.
-        """
+        """Evict every entry whose ranges are not exactly one of ``keep`` (subpartition
+        boundaries changed); return how many."""
         wanted = {normalize_ranges(r) for r in keep}
         gone = [e for e in self._entries if e.ranges not in wanted]
         for e in gone:

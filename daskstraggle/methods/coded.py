@@ -46,12 +46,9 @@ SCHEME_OPTIONS = (
 class CodedGD(Method):
     """Gradient descent with a coding scheme: step as soon as the responders decode.
 
-    Every worker stores the partitions of the scheme's placement (each replica loaded by
-    its own pinned task on the Dask runtime) and returns its coded messages. Each
-    iteration the method steps as soon as the messages received for the current iterate
-    decode to the exact full gradient, so its iterates equal plain GD's while the
-    slowest workers are ignored. A straggler still busy with an older iterate gets the new
-    one when it finishes (work is never queued behind a busy worker).
+    Every worker stores the partitions of the scheme's placement and returns its coded
+    messages; each iteration steps as soon as the messages received for the current
+    iterate decode to the exact full gradient, so the iterates equal plain GD's.
 
     Parameters
     ----------
@@ -60,9 +57,8 @@ class CodedGD(Method):
     rng : int or None, default=None
         Seed of the scheme's random parts (cyclic repetition's ``H``, BCC's batches).
     nesterov : bool, default=False
-        Accelerate with Nesterov momentum (objective restart, as :class:`NAG`), as the BCC
-        paper's experiments do. The decoded gradient is exact, so the iterates equal
-        NAG's. Regression problems only.
+        Accelerate with Nesterov momentum (as :class:`NAG`, whose iterates it then
+        equals). Regression problems only.
     **scheme_params
         Parameters of the scheme when given by name, e.g. ``n_stragglers=1``,
         ``batch_size=2``, ``alpha=2``.
@@ -180,11 +176,6 @@ class CodedGD(Method):
         self._weights: dict[tuple[int, int], float] | None = None
         self._summary: RoundSummary | None = None
 
-    @property
-    def version(self) -> int:
-        """Number of steps taken."""
-        return self._version
-
     def _point(self) -> np.ndarray:
         """Where gradients are evaluated: the iterate, or Nesterov's look-ahead point."""
         return self._x if self._momentum is None else self._momentum.point
@@ -205,11 +196,8 @@ class CodedGD(Method):
                         coefficients=self._assignment.coefficients[worker_index])
 
     def receive(self, result: WorkResult) -> None:
-        """Keep the messages of the current iterate; decode once they cover every partition.
-
-        No decoder can succeed before (see :class:`~daskstraggle.coding.base.Coverage`),
-        so a round decodes a few times, not once per message.
-        """
+        """Keep the messages of the current iterate; decode once they cover every partition
+        (no decoder can succeed before: :class:`~daskstraggle.coding.base.Coverage`)."""
         assert self._assignment is not None
         if result.unit.version != self._version or self._weights is not None:
             return
@@ -275,12 +263,8 @@ class CodedGD(Method):
 
 
 class CodedSum(CodedGD):
-    """Base of the exact PCA methods whose every round is one sum, coded or not.
-
-    ``scheme="uncoded"`` keeps the storage partitions: each worker sums its partitions
-    into one message and every worker holding data must answer (as
-    :class:`~daskstraggle.methods.GD`). Any other scheme works as in :class:`CodedGD`.
-    """
+    """Base of the exact PCA methods whose every round is one sum, coded or not
+    (``scheme="uncoded"``: every worker holding data sums its partitions and answers)."""
 
     cli_options = SCHEME_OPTIONS
     #: Why the method solves PCA only, in the refusal of other problems.
@@ -334,10 +318,8 @@ def _every_holder(assignment: CodeAssignment, received: frozenset[tuple[int, int
 class IgnoreStragglers(SGD):
     """Uncoded baseline: wait for the fastest ``N - s`` workers, scale their partial sum.
 
-    The gradient-coding paper's "ignoring stragglers" comparison: a biased, noisy
-    gradient (the sum over the responders' rows divided by the fraction of rows covered)
-    at the latency of the ``(N - s)``-th fastest worker. It is :class:`SGD` with
-    ``n_wait = N - s`` and no collect window.
+    The gradient-coding paper's "ignoring stragglers" comparison (a biased gradient):
+    :class:`SGD` with ``n_wait = N - s`` and no collect window.
 
     Parameters
     ----------

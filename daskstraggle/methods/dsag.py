@@ -1,19 +1,17 @@
-"""SAG and DSAG: wait for the fastest ``w`` workers, keep what the slow ones computed.
-
-DSAG (Severinson et al., IEEE Trans. Commun. 2022, §V) keeps a cache of the latest result for
-every sample range; each iteration the coordinator waits for ``w`` results computed at the
-current iterate, also folds in the stale results that arrive meanwhile, and steps along
-the cache's sum scaled by the covered fraction of rows. SAG is the same loop with stale
-results discarded.
-"""
+"""SAG and DSAG: wait for the fastest ``w`` workers, keep what the slow ones computed."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from daskstraggle.balance.partition import subpartition_bounds
-from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import RoundSummary, WorkResult, WorkUnit, cached_summary
+from daskstraggle.methods.base import (
+    RoundSummary,
+    WorkResult,
+    WorkUnit,
+    cached_summary,
+    check_plain,
+)
 from daskstraggle.methods.cache import GradientCache, Ranges
 from daskstraggle.methods.sgd import SGD
 from daskstraggle.problems.base import Problem
@@ -24,19 +22,11 @@ __all__ = ["DSAG", "SAG", "subpartition_bounds"]  # subpartition_bounds: re-expo
 class DSAG(SGD):
     """Distributed SAG: wait for ``w`` fresh results, fold in stale ones (DSAG paper §V).
 
-    The coordinator loop:
-
-    - an idle worker gets the current iterate and its next subpartition (cyclically),
-      unless it already delivered a fresh result this iteration; no work is queued behind
-      a busy worker;
-    - every result goes into the gradient cache keyed by its rows unless an overlapping
-      entry is at least as fresh (then it is discarded); overlapping older entries are
-      evicted;
-    - a result computed at an older iterate (*stale*) is inserted the same way (SAG:
-      discarded), and its worker gets the current iterate at once;
-    - once ``n_wait`` fresh results arrived, the runtime keeps collecting for
-      ``collect_window`` of the round's elapsed time; then the iterate steps along the
-      cache's sum divided by ``xi``, the covered fraction of rows.
+    :class:`SGD`'s loop with a gradient cache (:class:`~daskstraggle.methods.cache.
+    GradientCache`): every result, fresh or *stale* (computed at an older iterate; SAG
+    discards those), goes into the cache keyed by its rows unless an overlapping entry is
+    at least as fresh; overlapping older entries are evicted. The iterate steps along the
+    cache's sum divided by ``xi``, the covered fraction of rows.
 
     Parameters
     ----------
@@ -50,10 +40,8 @@ class DSAG(SGD):
     Notes
     -----
     With ``n_wait`` equal to the number of workers, one subpartition each and no
-    stragglers, every iteration's cache holds only fresh results and DSAG is GD.
-    The objective of a round is recorded only when every cache entry was computed at the
-    current iterate (otherwise it mixes iterates); the final objective is evaluated
-    exactly by the runtime.
+    stragglers, DSAG is GD. A round's objective is recorded only when every cache entry
+    was computed at the current iterate.
 
     References
     ----------
@@ -70,8 +58,6 @@ class DSAG(SGD):
     name = "dsag"
     description = "sag that also folds in stale results"
     use_stale = True
-
-    # ------------------------------------------------------------------ run state
 
     def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
               step_size: float, partition_rows: list[int] | None = None) -> None:
@@ -99,9 +85,8 @@ class DSAG(SGD):
         if not fresh and not self.use_stale:
             self._dropped += 1
             return
-        if isinstance(result.result, tuple):
-            raise InvalidParameterError(f"{type(self).__name__} takes plain (uncoded) results.")
-        kept = self._cache.insert(self._ranges_of(unit), unit.version, result.result,
+        kept = self._cache.insert(self._ranges_of(unit), unit.version,
+                                  check_plain(result, caller=type(self).__name__),
                                   unit.worker_index)
         if fresh:
             self._fresh[unit.worker_index] = result
@@ -144,12 +129,9 @@ class DSAG(SGD):
 
 
 class SAG(DSAG):
-    """Stochastic average gradient over the workers: DSAG with stale results discarded.
-
-    Same loop, cache and parameters as :class:`DSAG`; results computed at an older
-    iterate are dropped (their workers get the current iterate at once), so a worker
-    that is always slower than the ``n_wait`` fastest never refreshes its rows, which
-    keep the result it delivered last while fresh.
+    """Stochastic average gradient over the workers: :class:`DSAG` with stale results
+    discarded (a worker always slower than the ``n_wait`` fastest keeps its last fresh
+    result in the cache).
 
     Examples
     --------

@@ -21,10 +21,8 @@ class GD(Method):
     """Synchronous gradient descent: every worker's result, every iteration.
 
     Each worker index sums the kernel over all partitions it stores; the iterate steps
-    once all workers have answered for the current version. With PCA and step size 1
-    this is the (block) power method with QR re-orthonormalisation.
-
-    Results from an older version (impossible here unless a runtime retries) are ignored.
+    once all workers have answered for the current version (older results are ignored).
+    With PCA and step size 1 this is the block power method.
 
     Examples
     --------
@@ -54,11 +52,6 @@ class GD(Method):
         self._results: dict[int, WorkResult] = {}
         self._summary: RoundSummary | None = None
         self._n_holding = sum(1 for p in placement if p)  # workers that answer a round
-
-    @property
-    def version(self) -> int:
-        """Number of steps taken."""
-        return self._version
 
     def _point(self) -> np.ndarray:
         """The point where gradients are evaluated this round."""
@@ -115,10 +108,8 @@ class NAG(GD):
 
     ``x_{t+1} = y_t - eta grad f(y_t)``, ``y_{t+1} = x_{t+1} + beta_t (x_{t+1} - x_t)``,
     ``beta_t = t / (t + 3)``. The momentum restarts (``t <- 0``) when the objective at the
-    evaluated point rises (O'Donoghue & Candès 2015), which keeps the iterates monotone
-    near the optimum of strongly convex problems. Only for convex problems (logistic
-    regression, least squares): PCA's iterates live on a Grassmannian, where the
-    difference of two bases is not a direction.
+    evaluated point rises (O'Donoghue & Candès 2015). Only for convex problems (logistic
+    regression, least squares), not PCA.
 
     Parameters
     ----------
@@ -177,10 +168,8 @@ class NAG(GD):
 
 
 class Nesterov:
-    """Nesterov momentum with objective restart: the state NAG and accelerated codes share.
-
-    Holds the last iterate ``x_t``, the look-ahead point ``y_t`` where the next gradient
-    is evaluated, and the momentum counter.
+    """Nesterov momentum with objective restart: the state NAG and accelerated codes share
+    (the last iterate ``x``, the look-ahead ``point`` and the momentum counter).
 
     Parameters
     ----------

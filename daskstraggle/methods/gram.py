@@ -1,13 +1,4 @@
-"""Exact PCA in one round: sum the partitions' centred Gram matrices, eigendecompose.
-
-When the number of columns ``d`` allows a ``d x d`` matrix (samples of a genotype matrix,
-up to a few tens of thousands), the exact top-``k`` principal subspace costs **one** pass
-over the data, as ``plink2 --pca`` does with its relationship matrix: every worker computes
-``X_i^T X_i`` of its rows (centred by the global means), the coordinator adds them and
-keeps the top ``k`` eigenvectors. One round of a sum is exactly what gradient codes and
-the batched coupon's collector make straggler-resilient, so the sum is decoded from any
-set of responders the coding scheme allows.
-"""
+"""Exact PCA in one round: sum the partitions' centred Gram matrices, eigendecompose."""
 
 from __future__ import annotations
 
@@ -42,7 +33,7 @@ class GramKernel:
     problem: Any
 
     def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
-        """Return the upper triangle of ``X_c^T X_c`` over the block's rows as the gradient.
+        """Return the upper triangle of ``X_c^T X_c`` over the block's rows, packed.
 
         Parameters
         ----------
@@ -54,17 +45,13 @@ class GramKernel:
         Returns
         -------
         result : KernelResult
-            ``gradient`` the upper triangle, packed row by row (``d (d + 1) / 2``
-            numbers, half a square's bytes; sums and coded combinations of such vectors
-            keep the form; the coordinator unpacks the decoded sum once); ``values`` one
-            zero.
+            ``gradient`` the upper triangle packed by
+            :func:`~daskstraggle.problems._kernels.pack_upper`; ``values`` one zero.
         """
         return self.kernel_sum((block,), iterate)
 
     def kernel_sum(self, blocks: Sequence[Block], iterate: np.ndarray) -> KernelResult:
-        """Return :meth:`kernel` summed over ``blocks``: one Gram matrix accumulated over
-        all of them, packed once (a worker's partitions hold one ``d x d`` matrix at a
-        time, not one per partition)."""
+        """Return :meth:`kernel` summed over ``blocks`` into one Gram matrix, packed once."""
         gram = self.problem.gram_kernel_sum(blocks, upper=True)
         return KernelResult(gradient=pack_upper(gram), values=np.zeros(1),
                             n_rows=sum(block.n_rows for block in blocks))
@@ -74,10 +61,9 @@ class Gram(CodedSum):
     """Exact PCA from one round of summed Gram matrices (optionally coded).
 
     Each worker returns the centred Gram matrix ``X_i^T X_i`` of its partitions (coded
-    messages with a coding scheme); as soon as the responders decode to the exact sum
-    ``X_c^T X_c``, its top ``k`` eigenvectors are the iterate. The round's summary is exact
-    (``X_c^T X_c V`` at those eigenvectors), so the convergence monitor accepts it at once:
-    every component is an eigenvector to rounding and ``converged`` holds by construction.
+    messages with a coding scheme), as ``plink2 --pca`` uses its relationship matrix; as
+    soon as the responders decode to ``X_c^T X_c``, its top ``k`` eigenvectors are the
+    iterate, exact, so the run converges in that round.
 
     Parameters
     ----------
@@ -93,11 +79,9 @@ class Gram(CodedSum):
 
     Notes
     -----
-    Memory: every worker holds one ``d x d`` float64 matrix per coded message and the
-    coordinator their sum (``8 d^2`` bytes: 8 MB for 1000 samples, 3.2 GB for 20000);
-    above 20000 columns it is refused (use an iterative method). Work: ``n_i d^2`` flops
-    per worker, against ``n_i d k`` per power iteration, so it pays when the power method
-    would need more than about ``d / k`` iterations, or when components are close.
+    Every worker holds one ``d x d`` float64 matrix per coded message and the coordinator
+    their sum (refused above 20000 columns). ``n_i d^2`` flops per worker, against
+    ``n_i d k`` per power iteration.
 
     References
     ----------
@@ -145,8 +129,7 @@ class Gram(CodedSum):
 
         total = self._decoded()
         d, k = self._x.shape
-        # the unpacked matrix is handed to LAPACK to overwrite (no second d x d copy,
-        # 3.2 GB at 20 000 columns); X_c^T X_c V is taken from the packed sum
+        # LAPACK overwrites the unpacked matrix (no second d x d copy); G V from the packed sum
         gram = unpack_upper(total.gradient, d)
         _, vectors = scipy.linalg.eigh(gram, subset_by_index=[d - k, d - 1],
                                        overwrite_a=True)

@@ -1,13 +1,9 @@
-"""Command-line options declared by the methods themselves.
+"""Command-line options declared by the methods themselves (``Method.cli_options``).
 
-A method class lists the parameters it exposes on the command line in
-``Method.cli_options``; the ``daskstraggle`` solve commands build their method options
-from every registered method's declarations and hand the values a user gave to the chosen
-method's :meth:`~daskstraggle.methods.Method.params_from_cli`. An option given with a
-method that does not declare it is refused in one line that names the methods that do.
-So adding a method, with its own options, touches its module only.
-
-Pure: no click (the CLI turns a :class:`MethodOption` into a click option).
+The solve commands build their method options from every registered method's
+declarations and hand the values given to the chosen method's
+:meth:`~daskstraggle.methods.Method.params_from_cli`; an option given with a method that
+does not declare it is refused in one line naming the methods that do. Pure: no click.
 """
 
 from __future__ import annotations

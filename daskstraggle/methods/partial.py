@@ -1,11 +1,4 @@
-"""Partial recovery with RCS codes and age-aware ordering (Ozfatura et al., GLOBECOM 2020).
-
-Each iteration every worker computes the codewords of its (reordered) list of blocks
-and sends each as soon as it is done; the coordinator decodes incrementally and steps as
-soon as a fraction ``1 - q`` of the blocks is recovered, with the recovered blocks' sum
-scaled by the fraction of rows they cover. Workers still busy with an older iteration
-are abandoned (their remaining codewords are not waited for).
-"""
+"""Partial recovery with RCS codes and age-aware ordering (Ozfatura et al., GLOBECOM 2020)."""
 
 from __future__ import annotations
 
@@ -37,8 +30,9 @@ class PartialRecovery(Method):
     consecutive runs of lengths ``degrees`` into codewords and sends each codeword as
     soon as it is computed. The coordinator row-reduces the codewords as they arrive;
     once ``ceil((1 - q) K)`` partitions are isolated it steps along their sum scaled by
-    (all rows) / (rows recovered). The *age* of a partition is the number of iterations
-    since it was last recovered (0 in the iteration it is).
+    (all rows) / (rows recovered). Workers still busy with an older iteration are
+    abandoned. The *age* of a partition is the number of iterations since it was last
+    recovered (0 in the iteration it is).
 
     Orderings (the paper's §III):
 
@@ -58,9 +52,7 @@ class PartialRecovery(Method):
         Codeword degrees (CLI: ``--degrees 1,2,3``); their sum ``L`` is the partitions
         each worker stores and computes per iteration (at most the number of workers).
         None: the longest prefix of the paper's ``(1, 2, 3)`` that fits the workers
-        (:func:`~daskstraggle.coding.rcs.default_degrees`: ``(1,)`` for 1 or 2 workers,
-        ``(1, 2)`` for 3 to 5, ``(1, 2, 3)`` from 6), so the default works for any
-        number of workers.
+        (:func:`~daskstraggle.coding.rcs.default_degrees`).
     tolerance : float, default=0.0
         ``q`` in [0, 1): fraction of the partitions that may stay unrecovered in an
         iteration (0: exact gradients).
@@ -74,10 +66,8 @@ class PartialRecovery(Method):
     Notes
     -----
     A partition here is one row partition's kernel sum (the paper's blocks are gradient
-    coordinates; for data partitions the same code applies to the partial gradients).
-    The estimate is scaled by the recovered fraction of rows (the paper applies the
-    recovered entries without scaling; scaling keeps the step size meaningful when
-    ``q > 0``).
+    coordinates). The estimate is scaled by the recovered fraction of rows (the paper
+    does not scale).
 
     References
     ----------
@@ -179,8 +169,6 @@ class PartialRecovery(Method):
         """The drawn RCS assignment of the current run."""
         return self._assignment
 
-    # ------------------------------------------------------------------ run state
-
     def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
               step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state: all ages 0, the static order."""
@@ -212,11 +200,6 @@ class PartialRecovery(Method):
         self._summary: RoundSummary | None = None
 
     @property
-    def version(self) -> int:
-        """Number of steps taken."""
-        return self._version
-
-    @property
     def ages(self) -> np.ndarray:
         """Current age of every partition."""
         return self._ages.copy()
@@ -231,8 +214,6 @@ class PartialRecovery(Method):
         base = self._lists[worker_index]
         s = self._offset if offset is None else offset
         return tuple(base[(s + r) % len(base)] for r in range(len(base)))
-
-    # ------------------------------------------------------------------ the loop
 
     def dispatch(self, worker_index: int) -> WorkUnit | None:
         """Send the current iterate and the worker's reordered list, once per iteration."""

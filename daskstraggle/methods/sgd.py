@@ -1,8 +1,6 @@
-"""Distributed SGD that waits only for the fastest ``n_wait`` workers (DSAG paper, §V).
-
-Also the home of what SGD, SAG and DSAG share: subpartitions of each worker's rows,
-processed in turn, and their live resizing by the load balancer (DSAG paper §VI).
-"""
+"""Distributed SGD that waits only for the fastest ``n_wait`` workers (DSAG paper, §V), and
+what SGD, SAG and DSAG share: subpartitions of each worker's rows, processed in turn, and
+their resizing by the load balancer (§VI)."""
 
 from __future__ import annotations
 
@@ -39,8 +37,7 @@ class SGD(Method):
       elapsed time, collected by the runtime), the gradient estimate is the sum of the
       fresh results divided by ``xi`` = rows covered / all rows, and the iterate steps.
 
-    With ``n_wait`` equal to the number of workers and one subpartition each this is
-    :class:`~daskstraggle.methods.GD`.
+    With ``n_wait`` equal to the number of workers and one subpartition each it is GD.
 
     Parameters
     ----------
@@ -54,18 +51,14 @@ class SGD(Method):
         Fraction of the round's elapsed time to keep collecting after the ``n_wait``-th
         fresh result.
     balance : bool or LoadBalancer or None, default=None
-        Balance the load while running (DSAG paper §VI; SGD-LB, SAG-LB, DSAG-LB): the
-        runtime profiles each worker's latency and, in the background, asks the
-        balancer for new subpartition counts, which take effect with each worker's next
-        task. True uses ``LoadBalancer()``; None or False: fixed subpartitions.
+        Balance the load while running (DSAG paper §VI): the runtime profiles each
+        worker's latency and asks the balancer for new subpartition counts, used from each
+        worker's next task. True uses ``LoadBalancer()``; None or False: fixed.
 
     Notes
     -----
     Without an explicit ``step_size`` the runtime scales the problem's GD step by
-    :meth:`step_factor`: 0.9 for PCA (the DSAG paper's eta); for regression
-    ``min(1, 2 / p)`` with ``p`` the largest subpartition count (doubled with
-    ``balance``), since cached parts age about ``p`` iterations and a full ``1/L`` step
-    on such a sum can stall or diverge.
+    :meth:`step_factor`.
 
     References
     ----------
@@ -133,25 +126,17 @@ class SGD(Method):
                 "balance": None if self.balancer is None else self.balancer.get_params()}
 
     def step_factor(self, problem: Problem, n_workers: int) -> float:
-        """Return ``problem.stochastic_step_factor`` for the largest ``p_i``.
-
-        A cached part ages about ``p_i`` iterations between refreshes; with ``balance``
-        on, the load balancer typically doubles the slowest workers' counts, so the
-        staleness taken is twice the largest starting count.
-        """
-        p = self.subpartitions
-        staleness = max(p) if isinstance(p, tuple) else int(p)
-        if self.balancer is not None:
-            staleness *= 2
-        return float(problem.stochastic_step_factor(staleness))
+        """Return ``problem.stochastic_step_factor`` for :meth:`convergence_window`, the
+        staleness of a cached part (0.9 for PCA, ``min(1, 2 / p)`` for regression)."""
+        return float(problem.stochastic_step_factor(self.convergence_window(n_workers)))
 
     def load_balancer(self) -> LoadBalancer | None:
         """Return the load balancer (``balance``), or None when balancing is off."""
         return self.balancer
 
     def convergence_window(self, n_workers: int) -> int:
-        """Return the largest subpartition count (doubled with ``balance``): a cached part
-        is refreshed about that often."""
+        """Return the largest subpartition count, doubled with ``balance`` (which typically
+        doubles the slowest workers' counts): a cached part is refreshed about that often."""
         p = self.subpartitions
         window = max(p) if isinstance(p, tuple) else int(p)
         return 2 * window if self.balancer is not None else window
@@ -212,11 +197,6 @@ class SGD(Method):
             self._bounds.append(subpartition_bounds(rows, p) if rows else np.zeros(2, int))
 
     @property
-    def version(self) -> int:
-        """Number of steps taken."""
-        return self._version
-
-    @property
     def n_wait_run(self) -> int:
         """Fresh results waited for per iteration in the current run."""
         return self._n_wait_run
@@ -234,11 +214,8 @@ class SGD(Method):
     def set_subpartitions(self, counts: Sequence[int]) -> list[tuple[int, int, int]]:
         """Resize the subpartitions; each worker's next task uses its new ``p_i``.
 
-        The next subpartition of a resized worker is chosen by the DSAG paper's
-        Algorithm 2 (:func:`~daskstraggle.balance.partition.align_next`), so it starts
-        where an old one started; no data moves (a task is a row range of what the
-        worker holds). Results in flight keep their old ranges: the gradient cache
-        (SAG, DSAG) evicts overlapping entries whole as new results arrive.
+        A resized worker's next subpartition starts where an old one started (DSAG paper,
+        Algorithm 2: :func:`~daskstraggle.balance.partition.align_next`); no data moves.
 
         Parameters
         ----------
