@@ -1,16 +1,11 @@
 """scikit-learn estimators: ``PCA``, ``LogisticRegression``, ``LinearRegression``, ``Ridge``.
 
-A face like :mod:`daskstraggle.api` (modules ``linear_model`` and ``decomposition``):
-each estimator stores its parameters in ``__init__``, and ``fit`` opens the data
-(:func:`~daskstraggle.open_matrix`: paths and URLs of Zarr and VCF Zarr stores, xarray,
-dask and numpy arrays, or a :class:`~daskstraggle.Matrix`) and calls
+``fit`` opens the data (:func:`~daskstraggle.open_matrix`) and calls
 :func:`~daskstraggle.fit_pca`, :func:`~daskstraggle.fit_logistic` or
-:func:`~daskstraggle.fit_least_squares`. The fitted attributes end in ``_``; the whole
-:class:`~daskstraggle.Result` is ``result_`` and its per-iteration trace ``trace_``.
-
-scikit-learn (>= 1.6) is an optional dependency (``pip install 'daskstraggle[sklearn]'``):
-``import daskstraggle`` works without it, and ``daskstraggle.PCA`` (or this module)
-raises an ImportError saying what to install.
+:func:`~daskstraggle.fit_least_squares`; the whole :class:`~daskstraggle.Result` is
+``result_`` and its trace ``trace_``. scikit-learn (>= 1.6) is optional
+(``pip install 'daskstraggle[sklearn]'``): without it ``daskstraggle.PCA`` raises an
+ImportError saying what to install.
 
 Conventions
 -----------
@@ -23,10 +18,7 @@ intercept. The fits are iterative: they match scikit-learn to the solver's ``tol
 In-memory arrays are centred before the fit when there is an intercept (an exact change
 of variables that conditions the problem); stores are fitted as they are.
 
-PCA of VCF Zarr genotypes has rows = variants and columns = samples: ``components_``
-are the samples' eigenvectors and ``transform`` projects the samples of another store with
-the same variants (see :class:`PCA`).
-
+PCA of VCF Zarr genotypes has rows = variants and columns = samples (see :class:`PCA`).
 Random starting points and step-size estimates are seeded by ``random_state`` (the name
 scikit-learn's tools set; it is the ``rng`` of :func:`~daskstraggle.solve`).
 """

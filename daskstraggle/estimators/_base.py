@@ -57,8 +57,7 @@ class _Estimator(BaseEstimator):
     client: Any  # set by the estimators' __init__
 
     def __sklearn_clone__(self) -> Any:
-        """Clone the parameters, sharing ``client``: a Dask client is a handle to a
-        cluster, which ``clone`` (and so ``GridSearchCV``) must not try to deep-copy."""
+        """Clone the parameters, sharing ``client`` (a handle ``clone`` must not copy)."""
         client = self.client
         if client is None:
             return super().__sklearn_clone__()
@@ -88,8 +87,8 @@ class _Estimator(BaseEstimator):
     def _solve_kwargs(self, matrix: Matrix, extra: dict[str, Any], fit: Callable[..., Any],
                       **own: Any) -> dict[str, Any]:
         """Return the keyword arguments of ``fit`` (``fit_pca``, ...): ``solve_params``
-        (``extra``, refused when ``fit`` does not take one or the estimator sets it: its
-        parameters and ``own``, the values it derives) and the estimator's own."""
+        (``extra``; refused where ``fit`` does not take them or the estimator sets them),
+        ``own`` (the values the estimator derives) and the estimator's parameters."""
         own_keys = {*own, *self.get_params(deep=False), *_OWN_KEYS, *_OPEN_KEYS}
         taken = sorted(set(extra) & own_keys)
         takes = [name for name, p in inspect.signature(fit).parameters.items()
@@ -122,12 +121,9 @@ class _Estimator(BaseEstimator):
 
     def _open(self, X: Any, y: Any = None, *, supervised: bool = False, center: bool = False
               ) -> tuple[Matrix, Any, np.ndarray | None]:
-        """Open ``X``; return the matrix, ``y`` and the column means subtracted.
-
-        In-memory arrays are validated as scikit-learn does, and with ``center`` their
-        column means are subtracted (returned; None otherwise). A ``y`` that names an
-        array of the store's group is read from it.
-        """
+        """Open ``X``; return the matrix, ``y`` (read from the store's group when it names
+        an array) and the column means subtracted from an in-memory array with ``center``
+        (None otherwise; in-memory arrays are validated as scikit-learn does)."""
         open_kw, _ = self._split_params()
         offset = None
         if _is_source(X) or open_kw.get("genotype_dims") is not None:
@@ -160,9 +156,8 @@ class _Estimator(BaseEstimator):
         self.converged_ = bool(result.converged)
 
     def _pass_client(self) -> Any:
-        """The client a pass over the data besides the fit runs on (None: this process):
-        ``client``, else the active one unless the runtime runs in process or connects to
-        a ``scheduler`` of ``solve_params`` (the choice of the fit functions)."""
+        """The client a pass over the data besides the fit runs on (None: this process),
+        chosen as the fit functions choose it."""
         scheduler = (self.solve_params or {}).get("scheduler")
         if scheduler is not None:
             return self.client
@@ -199,10 +194,7 @@ _COMMON_DOC = """
     runtime : {{"dask", "local", "sim"}}, Runtime or None, default=None
         ``"local"`` runs in this process; ``"dask"`` on ``client``, the active client, or
         a LocalCluster started for each fit. None: as :func:`~daskstraggle.fit_pca`'s
-        ``runtime`` (Dask's convention): on ``client`` or the active client if there is
-        one, with ``n_workers`` or ``stragglers`` on a LocalCluster, else in this process
-        when the data fit comfortably in memory (a ``fit`` on small data starts no
-        cluster), else on a LocalCluster.
+        ``runtime`` (a ``fit`` on small data without a client starts no cluster).
     n_workers : int or None, default=None
         Workers of the LocalCluster, or logical workers of the in-process runtimes (None:
         4, at most one per row).

@@ -34,34 +34,24 @@ __all__ = ["PCA"]
 class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
     __doc__ = f"""Principal component analysis with a straggler-aware method.
 
-    **A plain matrix** (numpy, dask, xarray, a Zarr array): rows are samples, as in
-    ``sklearn.decomposition.PCA``, and the fitted attributes are scikit-learn's:
-    ``components_`` (k, n_features) are the principal axes, ``explained_variance_`` the
-    eigenvalues of the covariance (``s**2 / (n_samples - 1)``), and
-    ``transform(X) = (X - mean_) @ components_.T``. Each component's sign makes its
-    largest-magnitude entry positive, as scikit-learn's ``svd_flip(...,
-    u_based_decision=False)``, so the components equal scikit-learn's, signs included
-    (to rounding with the exact default method ``"gram"``; to ``tol`` with iterative ones).
+    **A plain matrix** (numpy, dask, xarray, a Zarr array): rows are samples and the
+    fitted attributes are scikit-learn's, ``transform(X) = (X - mean_) @ components_.T``.
+    Each component's largest-magnitude entry is positive (as scikit-learn's ``svd_flip``
+    with ``u_based_decision=False``), so the components equal scikit-learn's, signs
+    included (to rounding with ``"gram"``; to ``tol`` with iterative methods).
 
     **VCF Zarr genotypes** (Patterson-scaled, see :func:`~daskstraggle.open_matrix`): rows
     are variants and columns are samples, so ``components_`` (k, n_samples) are the
-    samples' eigenvectors (unit norm, as plink2's ``.eigenvec`` up to scale),
-    ``n_features_in_`` is the number of samples and ``mean_`` is zero (each variant is
-    centred by the data layer). The fit keeps, per variant, the centre (mean dosage,
-    ploidy times the alternate allele frequency) and scale used, and the variant loadings
-    ``U = Z V / s``. ``transform(store)`` projects the **samples** of a VCF Zarr store (or
-    Dataset) holding the fit's variants onto them: each variant standardised with the
-    fit's centre and scale (a missing call counts 0), the scores are ``Z_new^T U`` (n_samples,
-    k); for the training store this is ``components_.T * singular_values_``, which
-    ``fit_transform`` returns without another pass. The fit's variants are found in the
-    new data by contig, position and alleles (``variant_keys_``), so it may hold more
-    variants or another order; one it lacks is refused. ``inverse_transform`` is refused.
-    ``qc`` chooses the variants (MAF, missingness, FILTER, region); ``variant_mask_``
-    records which of the input's variants the fit used. A 2-D integer array that looks
-    like allele counts (an xarray DataArray or a dask array; numpy arrays follow
-    scikit-learn: their rows are samples) is refused unless ``solve_params`` gives
-    ``genotype_dims``. :func:`~daskstraggle.genotype_pca` returns the same fit in sgkit's
-    variables.
+    samples' eigenvectors, ``n_features_in_`` is the number of samples and ``mean_`` is
+    zero. The fit keeps each variant's centre and scale and the variant loadings
+    ``U = Z V / s``; ``transform(store)`` projects the **samples** of a store holding the
+    fit's variants (found by contig, position and alleles, ``variant_keys_``; a missing
+    call counts 0): ``Z_new^T U``, for the training store ``components_.T *
+    singular_values_`` (what ``fit_transform`` returns without another pass).
+    ``inverse_transform`` is refused. ``qc`` chooses the variants; ``variant_mask_``
+    records which the fit used. A 2-D integer DataArray or dask array that looks like
+    allele counts is refused unless ``solve_params`` gives ``genotype_dims``.
+    :func:`~daskstraggle.genotype_pca` returns the same fit in sgkit's variables.
 
     Parameters
     ----------
@@ -75,9 +65,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         :func:`~daskstraggle.fit_pca`); ``determined_`` names what each component is.
     qc : GenotypeQC, dict or None, default=None
         Genotypes only: the variants used (``min_maf``, ``max_missing``, ``pass_only``,
-        ``region``; see :class:`~daskstraggle.GenotypeQC`). The counting pass of
-        ``min_maf`` and ``max_missing`` runs where the variant pass does (``client``, the
-        active client, or this process).
+        ``region``; see :class:`~daskstraggle.GenotypeQC`).
     {_COMMON_DOC.format(default='"auto"', max_iter=100,
                         auto='"gram", exact in one round, up to 4096 columns, else "block"',
                         tol='1e-6',

@@ -60,12 +60,8 @@ class _LinearModel(_Estimator):
     def _fit_problem(self, matrix: Matrix, labels: Any, fit: Any, alpha: float,
                      offset: np.ndarray | None) -> tuple[np.ndarray, float, Result]:
         """Run ``fit`` (``fit_logistic`` or ``fit_least_squares``) on the opened data;
-        return the weights and intercept in the original coordinates, and the result.
-
-        In-memory data was centred (``offset``, the column means): with an unpenalised
-        intercept that is an exact change of variables, ``b = b_c - offset @ w``, and it
-        conditions the problem far better when the columns have large means.
-        """
+        return the weights and intercept in the original coordinates (``b = b_c - offset
+        @ w`` for in-memory data centred by ``offset``), and the result."""
         _, extra = self._split_params()
         result = fit(matrix, np.asarray(labels, dtype=np.float64), **self._solve_kwargs(
             matrix, extra, fit, alpha=alpha, fit_intercept=self.fit_intercept))
