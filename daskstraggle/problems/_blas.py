@@ -1,11 +1,8 @@
 """A BLAS ``syrk`` that releases the GIL, for Gram tiles folded in several threads.
 
-``scipy.linalg.blas.dsyrk`` (an f2py wrapper) holds the GIL for the whole call, so threads
-folding Gram tiles would run one ``syrk`` at a time. Called through ``ctypes`` the same
-routine runs without the GIL, so each thread folds its own tiles concurrently.
-
-The routine is scipy's own (``scipy.linalg.cython_blas``, a public API), so it is the
-BLAS scipy links. If it cannot be reached the f2py wrapper is used.
+``scipy.linalg.blas.dsyrk`` (f2py) holds the GIL for the whole call; scipy's own routine
+(``scipy.linalg.cython_blas``) called through ``ctypes`` does not. If it cannot be reached
+the f2py wrapper is used.
 """
 
 from __future__ import annotations

@@ -52,21 +52,16 @@ _NUMBA_DTYPES = (np.dtype(np.int8), np.dtype(np.float64))
 _GRAM_TILE_BYTES = 1 << 21
 _GRAM_MIN_ROWS = 1024
 _GRAM_MAX_TILE_BYTES = 1 << 26
-#: PCA on float64 blocks without missing entries uses BLAS products on row tiles
-#: (``pca_gemm``) from this many components on, for blocks of at least
-#: ``_PCA_GEMM_MIN_FEATURES`` columns; narrower blocks and fewer components use the fused
-#: loops (skinny BLAS products on narrow rows run far below the BLAS peak).
+#: PCA uses BLAS products on row tiles (``pca_gemm``) for float64 blocks without missing
+#: entries from ``_PCA_GEMM_MIN_K`` components and ``_PCA_GEMM_MIN_FEATURES`` columns on,
+#: and for converted rows (genotypes, float64 with missing entries) of at most
+#: ``_PCA_GEMM_MAX_CONVERTED`` columns from ``_PCA_GEMM_MIN_K_CONVERTED`` components on;
+#: else the fused loops (``docs/kernels.md``).
 _PCA_GEMM_MIN_K = 8
 _PCA_GEMM_MIN_FEATURES = 400
-#: Converted rows (genotypes, float64 rows with missing entries) of at most
-#: ``_PCA_GEMM_MAX_CONVERTED`` columns are converted a row tile at a time into a float64
-#: tile multiplied by BLAS from ``_PCA_GEMM_MIN_K_CONVERTED`` components on: on narrow rows
-#: the fused loops spend much of their time outside the products (the sums of each group's
-#: sixteen accumulators); on wide rows they win below k = 20 and tie at it.
 _PCA_GEMM_MIN_K_CONVERTED = 4
 _PCA_GEMM_MAX_CONVERTED = 1024
-#: Genotype rows of the fused PCA loops are padded to a multiple of this many columns
-#: (:func:`_pca_width`), so the vector loops have whole vectors only.
+#: Genotype rows of the fused PCA loops are padded to a multiple of this many columns.
 _PCA_ALIGN = 8
 #: Bytes of a row tile of the BLAS PCA path (stays in L2 between the two products).
 _PCA_GEMM_TILE_BYTES = 1 << 18
@@ -174,9 +169,8 @@ def _pca_gemm_rows(block: Block) -> int:
 
 
 def _pca_tile(block: Block, k: int, width: int) -> int:
-    """Columns per tile of the cache-blocked PCA loops for ``block``, or 0 for the plain
-    ones: genotype rows (int8 or packed) whose ``V`` and ``G`` (``k x width`` float64 each)
-    exceed :data:`_PCA_TILE_MIN_BYTES` together."""
+    """Columns per tile of the cache-blocked PCA loops for genotype rows whose ``V`` and
+    ``G`` exceed :data:`_PCA_TILE_MIN_BYTES` together, else 0 (the plain loops)."""
     if block.values.dtype == np.float64 or 16 * k * width <= _PCA_TILE_MIN_BYTES:
         return 0
     columns = _PCA_TILE_BYTES // (8 * k)
@@ -184,9 +178,8 @@ def _pca_tile(block: Block, k: int, width: int) -> int:
 
 
 def _pca_width(block: Block) -> int:
-    """Columns of the fused PCA loops: genotype rows are converted into a buffer padded with
-    zeros to a multiple of :data:`_PCA_ALIGN` (``V`` likewise, the extra columns of ``G``
-    dropped); float64 rows are read in place, unpadded."""
+    """Columns of the fused PCA loops: genotype rows padded to a multiple of
+    :data:`_PCA_ALIGN`; float64 rows unpadded."""
     m = block.n_features
     return m if block.values.dtype == np.float64 else -(-m // _PCA_ALIGN) * _PCA_ALIGN
 
@@ -598,8 +591,7 @@ _MIRROR_ROWS = 512
 
 def _mirror_upper(full: np.ndarray) -> None:
     """Overwrite the strict lower triangle of the square ``full`` with its upper one, in
-    place, ``_MIRROR_ROWS`` rows at a time (no ``d x d`` temporary: at 20 000 columns the
-    matrix alone is 3.2 GB)."""
+    place, ``_MIRROR_ROWS`` rows at a time (no ``d x d`` temporary)."""
     d = full.shape[0]
     for a in range(0, d, _MIRROR_ROWS):
         b = min(a + _MIRROR_ROWS, d)
@@ -610,9 +602,8 @@ def _mirror_upper(full: np.ndarray) -> None:
 
 
 def _gram_tile_rows(d: int) -> int:
-    """Rows per Gram tile: about ``_GRAM_TILE_BYTES``, but at least ``_GRAM_MIN_ROWS``
-    (within ``_GRAM_MAX_TILE_BYTES``): ``syrk`` on thin tiles runs far below the BLAS
-    rate."""
+    """Rows per Gram tile: about ``_GRAM_TILE_BYTES``, at least ``_GRAM_MIN_ROWS`` (within
+    ``_GRAM_MAX_TILE_BYTES``)."""
     d = max(d, 1)
     rows = max(_GRAM_TILE_BYTES // (8 * d), min(_GRAM_MIN_ROWS, _GRAM_MAX_TILE_BYTES // (8 * d)))
     return max(1, rows)

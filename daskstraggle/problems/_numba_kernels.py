@@ -313,13 +313,8 @@ def _pca_weights(p, s, i, center, scale, flags, vsum, shift, acc):
 def _pca_rows(X, first, count, i, VT, GT, p, center, scale, flags, vsum, shift, acc,
               streams):
     """:func:`pca` on the float64 rows ``X[first : first + count]`` (block rows ``i ..``),
-    in groups of four rows: the projections, the thin products, the rank-4 update; the
-    last ``count % 4`` rows one at a time.
-
-    With ``streams`` (rows read in place from memory) the four rows of a group come from
-    the four quarters of the range, so the loops read four sequential streams at once;
-    otherwise (rows in a buffer in L1 cache) a group is four consecutive rows.
-    """
+    in groups of four rows (from the four quarters of the range with ``streams``, else
+    consecutive): projections, thin products, rank-4 update; the rest one at a time."""
     groups = count // ROWS
     step = groups if streams else 1  # between the rows of a group
     stride = 1 if streams else ROWS  # between the first rows of two groups
@@ -425,15 +420,10 @@ def _update_tiles(values, a, b, fill, has_fill, P, GT, p, buf, tile):
 
 @numba.njit(**_JIT)
 def pca_tiled(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, tile, rows):
-    """:func:`pca` for wide converted rows (genotypes of many samples), cache-blocked.
-
-    Where ``VT`` and ``GT`` outgrow the cache, :func:`pca` would stream both from memory
-    for every four rows. Here the rows are taken ``rows`` at a time: their projections
-    ``P = T' V`` column tile by column tile (``tile`` columns of ``VT``, kept in cache while
-    every row of the chunk passes), the thin products, then ``G^T += Q^T T'`` tile by
-    tile. Each row's tile is converted twice (once per phase); the results equal
-    :func:`pca`'s to rounding.
-    """
+    """:func:`pca` for wide converted rows (genotypes of many samples), cache-blocked:
+    ``rows`` rows at a time, their projections column tile by column tile (``tile``
+    columns of ``VT`` kept in cache), the thin products, then ``G^T += Q^T T'`` tile by
+    tile; equal to :func:`pca`'s results to rounding."""
     n = values.shape[0]
     k, width = VT.shape
     vsum = np.zeros(k)
@@ -624,10 +614,8 @@ def _merge_tile(count, rows, tile_sum, tile_mean, tile_dev, sums, sq_dev):
 def moments(values, fill, center, scale, flags, step, sums, sq_dev):
     """Add the column sums and squared deviations of the transformed rows; return ``|X|^2``.
 
-    Rows are taken ``step`` at a time (the tiles of ``Block.tiles``): a first pass gives a
-    tile's column sums, a second its squared deviations from the tile's means, and the
-    tiles are merged with Chan, Golub and LeVeque's pairwise update, as ``block_stats``
-    does with numpy. Converted rows are converted twice instead of keeping a float tile.
+    Rows are taken ``step`` at a time (the tiles of ``Block.tiles``): the tile's column
+    sums, then its squared deviations, merged pairwise as ``block_stats`` does with numpy.
     """
     n = values.shape[0]
     m = sums.shape[0]
@@ -658,14 +646,9 @@ def moments(values, fill, center, scale, flags, step, sums, sq_dev):
 
 @numba.njit(**_JIT)
 def pca_gemm(values, fill, center, scale, flags, V, shift, rows, G, colsum, sq):
-    """:func:`pca` by BLAS products on tiles of ``rows`` rows.
-
-    Rows read in place (float64 without missing entries) are multiplied as stored; others
-    (genotypes, float64 rows with missing entries) are converted into a float64 tile first,
-    once per tile. For each tile ``T``: ``P = T V`` (``dgemm``), the transforms applied to
-    the thin ``P`` as in :func:`pca`, then ``G += T^T Q`` (``dgemm`` again, the tile still in
-    cache). numba's ``np.dot`` calls scipy's BLAS without the GIL. ``G`` is ``(d, k)``.
-    """
+    """:func:`pca` by BLAS products on tiles of ``rows`` rows (converted into a float64
+    tile unless read in place): ``P = T V``, the transforms on the thin ``P``, then
+    ``G += T^T Q`` (``G`` is ``(d, k)``; numba's ``np.dot`` releases the GIL)."""
     n = values.shape[0]
     m, k = V.shape
     vsum = np.zeros(k)

@@ -1,15 +1,6 @@
-"""The statistics of a row block (:func:`block_stats`), and the partition format's names.
-
-:class:`Block`, :class:`MatrixStats` and :func:`check_float_range` live in
-:mod:`daskstraggle._block`, below ``data/`` and ``problems/``; they stay importable from
-here.
-
-A :class:`Block` is one partition's rows as held in a worker's memory: the stored values
-(float, or int8 genotype dosages where -1 marks a missing call), optional per-row
-transforms (fill value for missing entries, centre, scale) and optional labels. Kernels
-never materialise a float copy of the whole block: :meth:`Block.tiles` converts it one
-cache-sized tile of rows at a time.
-"""
+"""The statistics of a row block (:func:`block_stats`), and the partition format's names
+(:class:`Block`, :class:`MatrixStats`, :func:`check_float_range`, defined in
+:mod:`daskstraggle._block` and importable from here)."""
 
 from __future__ import annotations
 
@@ -28,12 +19,9 @@ __all__ = ["TILE_BYTES", "Block", "MatrixStats", "block_stats", "check_float_ran
 
 
 def block_stats(block: Block) -> MatrixStats:
-    """Return the :class:`MatrixStats` of one block (one pass over its tiles).
-
-    The column moments come from the compiled kernel when it applies
-    (:func:`~daskstraggle.problems._kernels.column_moments`), else from numpy tiles; both
-    merge the same tiles with the same pairwise update and agree to rounding.
-    """
+    """Return the :class:`MatrixStats` of one block (one pass over its tiles; the column
+    moments from :func:`~daskstraggle.problems._kernels.column_moments` when it applies,
+    else from numpy tiles, equal to rounding)."""
     from daskstraggle.problems._kernels import column_moments  # numba and BLAS when used
 
     # values near the float64 limits overflow or underflow here; check_float_range
@@ -100,11 +88,8 @@ _CALL_TILE = 1024
 
 
 def _column_max_abs(block: Block) -> np.ndarray | None:
-    """Largest ``|x|`` per column of a floating-point block without transforms, else None.
-
-    Integer (genotype) blocks and transformed blocks hold bounded values: no check needs
-    them.
-    """
+    """Largest ``|x|`` per column of a floating-point block without transforms, else None
+    (other blocks hold bounded values)."""
     values = block.values
     plain = block.fill is None and block.center is None and block.scale is None
     if not plain or not np.issubdtype(values.dtype, np.floating):

@@ -1,20 +1,12 @@
 """Kernel results (:class:`KernelResult`), their weighted sums (:func:`combine`), and sums
 held on the workers: symbolic arithmetic, one message when read.
 
-With aggregation (``aggregation="tree"`` on a Dask runtime) a worker's result stays on
-the worker. The method receives a :class:`HeldResult` in its place: adding, scaling and
-:func:`combine` build a weighted sum of such *leaves* without
-moving data, so a method's code is the same whether its results are held or local.
-Reading ``gradient`` or ``values`` asks the runtime's :class:`Reducer` to sum the leaves
-on the workers (a tree of additions) and fetch the one sum; the value is kept, so a
-second read costs nothing.
-
-A weighted sum merges leaves by identity: a cache that adds a new result and subtracts
-the one it replaces (``total - old + new``) keeps only the leaves still in it. Pickling a
-held result pickles its value (a :class:`KernelResult`), so a
-checkpoint never refers to data on a worker.
-
-This module is pure: a leaf's handle is opaque here (the Dask runtime's future).
+With ``aggregation="tree"`` on a Dask runtime a worker's result stays on the worker and
+the method receives a :class:`HeldResult`: adding, scaling and :func:`combine` build a
+weighted sum of such *leaves* (merged by identity) without moving data. Reading
+``gradient`` or ``values`` asks the runtime's :class:`Reducer` to sum the leaves on the
+workers and fetch the one sum, kept for later reads. Pickling a held result pickles its
+value. Pure: a leaf's handle is opaque here.
 """
 
 from __future__ import annotations
@@ -64,12 +56,8 @@ class KernelResult:
 
 
 def combine(results: list[KernelResult], weights: Any) -> KernelResult:
-    """Return ``sum_k weights[k] * results[k]`` in float64 (``n_rows`` weighted, rounded).
-
-    Coded messages are such combinations of partition results, and decoding is one too.
-    With results held on the workers (:mod:`daskstraggle.problems.held`) the combination
-    is held too, summed where the results are when it is read.
-    """
+    """Return ``sum_k weights[k] * results[k]`` in float64 (``n_rows`` weighted, rounded);
+    held if some results are held (summed where they are when read)."""
     if any(isinstance(r, HeldResult) for r in results):
         return combine_held(results, weights)  # type: ignore[return-value]
     pairs = list(zip(weights, results, strict=True))
@@ -120,9 +108,8 @@ class Leaf:
 class HeldResult:
     """A weighted sum of held kernel sums, plus a local part; duck-types ``KernelResult``.
 
-    Build one with :meth:`of` (a single leaf); ``+``, :meth:`scaled` and ``combine``
-    give new ones. ``gradient`` and ``values`` are read from the workers once (see the
-    module docstring); ``n_rows`` is known without reading.
+    Build one with :meth:`of` (a single leaf); ``+``, :meth:`scaled` and ``combine`` give
+    new ones. ``gradient`` and ``values`` are read from the workers once.
 
     Parameters
     ----------

@@ -74,8 +74,7 @@ class Logistic(_LinearModel):
     -----
     Blocks carry labels already mapped to {-1.0, +1.0} (the data layer maps {0, 1}).
     Per-sample gradients are divided by the global ``n`` on the worker, so partial sums
-    from any partitions add up to the gradient of the mean loss. The loss uses
-    ``logaddexp`` and the gradient ``expit``, both stable for large margins.
+    add up to the gradient of the mean loss.
 
     References
     ----------
@@ -180,12 +179,9 @@ class Logistic(_LinearModel):
         return self._newton_terms(self._tiles(block), w, b)
 
     def standard_newton_kernel(self, block: Block, point: np.ndarray) -> _NewtonTerms:
-        """Return :meth:`newton_kernel`'s terms in standardised coordinates (one pass).
-
-        The tiles are standardised (``z = (x - m) / s``) before any product, so a column
-        far from zero (a shift of 1e6 on unit spread) loses no digits to cancellation:
-        moving raw-coordinate terms to standardised ones afterwards subtracts numbers of
-        size ``m^2`` to get numbers of size ``s^2``.
+        """Return :meth:`newton_kernel`'s terms in standardised coordinates (one pass; the
+        tiles are standardised, ``z = (x - m) / s``, before any product, so a column far
+        from zero loses no digits to cancellation).
 
         Parameters
         ----------
@@ -235,13 +231,10 @@ class Logistic(_LinearModel):
     def reference_solution(self, map_reduce: MapReduce) -> Reference:
         """Return the exact optimum by Newton's method with backtracking line search.
 
-        Newton's method runs in standardised coordinates (see ``_LinearModel``): its
-        steps are the same as in the user's coordinates, but the linear systems are well
-        conditioned and the stopping test is blind to the columns' scales. Each Newton
-        iteration (and each line-search trial) is one pass returning the gradient,
-        Hessian and loss; a trial point that is accepted supplies the next iteration's
-        terms. Stops when the largest standardised gradient entry is below 1e-12, when
-        the gradient stops shrinking at rounding level, or after 50 iterations.
+        Newton's method runs in standardised coordinates (see ``_LinearModel``), one pass
+        per iteration and per line-search trial. Stops when the largest standardised
+        gradient entry is below 1e-12, when the gradient stops shrinking at rounding
+        level, or after 50 iterations.
 
         As :meth:`Problem.reference_solution`, ``map_reduce`` folding
         :meth:`newton_kernel`; ``info`` holds ``newton_iterations``, ``grad_norm``
