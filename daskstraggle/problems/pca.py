@@ -649,7 +649,7 @@ class PCA(Problem):
         iterate : ndarray of shape (n_features, n_components)
             Final basis ``V``.
         result : KernelResult
-            Exact kernel sum at ``iterate``.
+            Exact kernel sum at ``iterate`` (its gradient is ``X_c^T X_c V``).
 
         Returns
         -------
