@@ -1,21 +1,10 @@
 """A genotype PCA as sgkit's ``pca`` returns it: the ``sample_pca_*`` variables.
 
-sgkit (``sgkit.stats.pca``, read at sgkit 0.10) fits on ``X``, the Patterson-scaled
-alternate allele counts with samples as rows (N samples x M variants, its
-``PattersonScaler``), dask-ml's ``TruncatedSVD`` (no further centring), ``X = U S Vᵀ``:
-
-- ``sample_pca_projection`` (samples, components): ``U S``, the samples' scores;
-- ``sample_pca_component`` (variants, components): ``V``, unit-norm variant axes;
-- ``sample_pca_explained_variance`` (components): ``var(U S, axis=0)`` with ddof 0, i.e.
-  ``s² / N`` since the columns of ``X`` are centred;
-- ``sample_pca_explained_variance_ratio``: that over ``X.var(axis=0).sum()``, i.e.
-  ``s² / ‖X‖²_F``;
-- ``sample_pca_loading`` (variants, components): ``V * sqrt(explained_variance)``.
-
-Our fit has rows = variants, ``Z = Xᵀ``: ``components`` are ``Uᵀ``, the loadings from a
-variant pass are ``V`` and the singular values are the same. Signs follow dask's
-``svd_flip`` (dask >= 2.26, used by dask-ml's ``TruncatedSVD``): each column of ``V`` sums
-to a non-negative number. See ``docs/genotype-pca.md``.
+sgkit (``sgkit.stats.pca``, read at sgkit 0.10) fits ``X = U S Vᵀ`` on the Patterson-scaled
+genotypes with samples as rows; our fit has rows = variants, ``Z = Xᵀ``, so ``components``
+are ``Uᵀ``, a variant pass gives ``V`` and the singular values are the same. The variables
+and their sign convention (dask's ``svd_flip``) are defined in :func:`daskstraggle.genotype_pca`
+and ``docs/genotype-pca.md``.
 """
 
 from __future__ import annotations

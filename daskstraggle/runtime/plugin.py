@@ -431,14 +431,10 @@ def _attach(name: str, topic: str | None, client: str, prefix: str, *,
     return {"found": True, "prefix": found_prefix, "seq": seq}
 
 
-def _drain(name: str, after_seq: int, *, dask_scheduler: Scheduler) -> Any:
+def _ask(name: str, method: str, *args: Any, dask_scheduler: Scheduler) -> Any:
+    """``method(*args)`` of the plugin called ``name`` (None: it is gone)."""
     plugin: Any = dask_scheduler.plugins.get(name)
-    return None if plugin is None else plugin.drain(after_seq)
-
-
-def _summary(name: str, *, dask_scheduler: Scheduler) -> Any:
-    plugin: Any = dask_scheduler.plugins.get(name)
-    return None if plugin is None else plugin.workers()
+    return None if plugin is None else getattr(plugin, method)(*args)
 
 
 def _release(name: str, topic: str | None, owned: bool, *, dask_scheduler: Scheduler) -> None:
@@ -600,7 +596,7 @@ class LatencyRecorder:
             self._inbox.append(event[1])
 
     def _drain(self) -> tuple[list[Any], int]:
-        answer = self.client.run_on_scheduler(_drain, self.name, self._seq)
+        answer = self.client.run_on_scheduler(_ask, self.name, "drain", self._seq)
         if answer is None:
             logger.warning("latency plugin %r is gone from the scheduler", self.name)
             return [], self._seq
@@ -680,7 +676,7 @@ class LatencyRecorder:
 
     def workers(self) -> dict[str, Any]:
         """Return :meth:`LatencyPlugin.workers` (one round trip)."""
-        summary = self.client.run_on_scheduler(_summary, self.name)
+        summary = self.client.run_on_scheduler(_ask, self.name, "workers")
         if summary is None:
             from daskstraggle.errors import StraggleError
 
