@@ -1,10 +1,9 @@
 """Click commands whose options are made when first needed, not when the module loads.
 
 The solve commands' options come from the declarations of the registered methods,
-problems and runtimes (``Method.cli_options``, ``Problem.cli_options``, entry points), whose
-modules import numpy and scipy. Made at import, they cost ``daskstraggle --help`` about
-0.5 s; made on first use, ``import daskstraggle.cli`` and the group's help load none of
-them, and a command's own ``--help`` or run makes the same options, in the same order.
+problems and runtimes, whose modules import numpy and scipy: made on first use,
+``import daskstraggle.cli`` and the group's help load none of them, and a command's own
+``--help`` or run makes the same options, in the same order.
 """
 
 from __future__ import annotations

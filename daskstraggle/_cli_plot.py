@@ -1,12 +1,5 @@
-"""The solve commands' ``--plot PATH.png``: checks before any work, then the figure.
-
-The path is refused before the run starts when it exists (unless ``--overwrite``; a
-folder always), when its folder is missing or not writable, when it is or lies inside
-``--out``, the input store or any Zarr store, when its suffix is not an image format
-matplotlib writes, and when matplotlib is missing. The figure
-(:func:`daskstraggle.plot.plot_run`) is drawn on the Agg canvas, never a display, written
-under a temporary name beside the path and then put in place without replacing a file
-that appeared meanwhile.
+"""The solve commands' ``--plot PATH.png``: checks before any work
+(:func:`check_plot_path`), then the figure (:func:`save_run_figure`).
 """
 
 from __future__ import annotations

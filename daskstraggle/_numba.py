@@ -38,13 +38,8 @@ def numba_available() -> bool:
 
 
 def default_implementation() -> str:
-    """Return ``"numba"`` if it is importable and not disabled, else ``"numpy"``.
-
-    Returns
-    -------
-    implementation : {"numba", "numpy"}
-        ``"numpy"`` when numba is missing or ``DASKSTRAGGLE_NUMBA=0``.
-    """
+    """Return ``"numba"`` if it is importable and not disabled (``DASKSTRAGGLE_NUMBA=0``),
+    else ``"numpy"``."""
     if _numba_switch().strip() == "0" or not numba_available():
         return "numpy"
     return "numba"

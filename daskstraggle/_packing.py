@@ -76,10 +76,6 @@ def unpack_dosages(packed: np.ndarray, n_columns: int) -> np.ndarray:
         Output of :func:`pack_dosages`.
     n_columns : int
         Number of calls per row.
-
-    Returns
-    -------
-    dosages : ndarray of int8 of shape (n_rows, n_columns)
     """
     codes = (packed[:, :, None] >> _SHIFTS) & np.uint8(3)
     codes = codes.reshape(packed.shape[0], -1)[:, :n_columns].astype(np.int8)

@@ -1,10 +1,5 @@
-"""Progress bars: tqdm's notebook widget where Jupyter can show it, a text bar elsewhere.
-
-``tqdm.auto`` picks the widget bar in a Jupyter kernel, and when ipywidgets is missing
-it warns ("IProgress not found. Please update jupyter and ipywidgets") before falling
-back to a text bar. :func:`progress_bar` makes the same choice without the warning: in a
-kernel without ipywidgets it returns the text bar directly.
-"""
+"""Progress bars: tqdm's notebook widget where Jupyter can show it, a text bar elsewhere
+(without the warning ``tqdm.auto`` prints in a kernel that lacks ipywidgets)."""
 
 from __future__ import annotations
 

@@ -14,12 +14,7 @@ __all__ = ["available_memory", "nearest_existing"]
 
 def available_memory() -> int:
     """Return the bytes of memory available to a new allocation (``psutil``'s
-    ``available``: free memory plus what the kernel can reclaim).
-
-    Returns
-    -------
-    n_bytes : int
-    """
+    ``available``: free memory plus what the kernel can reclaim)."""
     import psutil  # distributed's dependency, imported when a check needs it
 
     return int(psutil.virtual_memory().available)
@@ -27,16 +22,7 @@ def available_memory() -> int:
 
 def nearest_existing(path: Path) -> Path:
     """Return ``path`` if it exists, else its nearest existing ancestor (where it would be
-    created; the file system root at worst).
-
-    Parameters
-    ----------
-    path : Path
-
-    Returns
-    -------
-    existing : Path
-    """
+    created; the file system root at worst)."""
     while not path.exists() and path != path.parent:
         path = path.parent
     return path

@@ -1,13 +1,10 @@
 """Imported once in the forkserver that forks the workers of a LocalCluster started here.
 
-Importing this module blocks SIGINT in the server (so every worker forked from it ignores
-Ctrl-C, whichever thread started the server: the client's process alone handles it),
-imports what a worker needs (the problems, their numba kernels, the data readers, the task
-functions) and runs a tiny in-process fit of each problem, so the kernels are loaded from
-numba's cache (or compiled) once, in the server, before any worker is forked from it: each
-worker then starts with them in memory instead of loading them itself. It leaves no thread
-running (forking a process with threads is unsafe). Nothing here is called at run time;
-see :func:`daskstraggle.runtime._connect.worker_start_config`.
+Importing this module blocks SIGINT in the server (its forked workers ignore Ctrl-C: the
+client's process alone handles it), imports what a worker needs and runs a tiny in-process
+fit of each problem, so every forked worker starts with the numba kernels in memory. It
+leaves no thread running (forking with threads is unsafe). See
+:func:`daskstraggle.runtime._connect.worker_start_config`.
 """
 
 from __future__ import annotations
