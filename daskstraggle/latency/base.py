@@ -253,6 +253,11 @@ class LatencyModel(ABC):
         """Whether the model draws compute times itself (False: scales ``measured``)."""
         return True
 
+    def _set(self, **values: Any) -> None:
+        """Store normalised parameters (the dataclass is frozen)."""
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
     def _fields(self, skip_base: bool = False) -> list[tuple[str, Any]]:
         """Return ``(name, value)`` of each parameter, tuples as lists."""
         return [(f.name, list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
@@ -527,10 +532,8 @@ class Constant(LatencyModel):
 
     def __post_init__(self) -> None:
         for f in ("compute", "communication"):
-            object.__setattr__(
-                self, f, check_per_worker(getattr(self, f), name=f, caller="Constant",
-                                          high=MAX_SECONDS)
-            )
+            self._set(**{f: check_per_worker(getattr(self, f), name=f, caller="Constant",
+                                             high=MAX_SECONDS)})
 
     def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _ConstantSampler(self, n_workers, streams)

@@ -1,14 +1,10 @@
-"""Straggler modifiers that follow a per-worker chain: two-state Markov and burst models.
-
-Split from :mod:`daskstraggle.latency.modifiers` (whose helpers and base class they share;
-both are re-exported by :mod:`daskstraggle.latency.models`).
-"""
+"""Straggler modifiers that follow a per-worker chain: two-state Markov and burst models."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 
@@ -35,26 +31,13 @@ class _ChainSampler(_FactorSampler):
 
     stateless = False
 
-    def __init__(
-        self,
-        n_workers: int,
-        streams: Streams,
-        *,
-        base: LatencyModel | None,
-        slow: LatencyModel | None,
-        slow_factor: float | None,
-        p_slow: float,
-        p_fast: float,
-        step: str | float,
-        initial: str,
-        workers: tuple[int, ...] | None,
-    ) -> None:
-        super().__init__(base, n_workers, streams)
-        self.slow = _sub_sampler(slow, n_workers, streams)
-        self.slow_factor = slow_factor
-        self.p_slow, self.p_fast = p_slow, p_fast
-        self.step = step
-        self.initial = initial
+    def __init__(self, model: TwoStateMarkov, n_workers: int, streams: Streams) -> None:
+        super().__init__(model.base, n_workers, streams)
+        self.slow = _sub_sampler(model.slow, n_workers, streams)
+        self.slow_factor = model.slow_factor
+        self.p_slow, self.p_fast = model.p_slow, cast(float, model.p_fast)
+        self.step, self.initial = model.step, model.initial
+        workers = cast("tuple[int, ...] | None", model.workers)  # normalised by __post_init__
         self.listed = np.zeros(n_workers, dtype=bool)
         self.listed[list(range(n_workers)) if workers is None else list(workers)] = True
         self._slow: list[bool | None] = [None] * n_workers
@@ -193,22 +176,18 @@ class TwoStateMarkov(_Modifier):
                 f"as gamma(...)). Got {slow!r} instead; use slow_factor to scale the measured "
                 "time."
             )
-        object.__setattr__(self, "slow_factor", slow_factor)
         p_slow = _check_probability(self.p_slow, name="p_slow", caller=caller)
         p_fast = p_slow if self.p_fast is None else _check_probability(
             self.p_fast, name="p_fast", caller=caller
         )
-        object.__setattr__(self, "p_slow", p_slow)
-        object.__setattr__(self, "p_fast", p_fast)
-        step = self.step
-        if isinstance(step, str):
-            step = check_choice(step, name="step", caller=caller, choices=["iteration"])
+        self._set(slow_factor=slow_factor, p_slow=p_slow, p_fast=p_fast)
+        step: str | float
+        if isinstance(self.step, str):
+            step = check_choice(self.step, name="step", caller=caller, choices=["iteration"])
         else:
-            step = check_positive(
-                step, name="step", caller=caller,
-                remedy="Give 'iteration' or a number of seconds.",
-            )
-        object.__setattr__(self, "step", step)
+            step = check_positive(self.step, name="step", caller=caller,
+                                  remedy="Give 'iteration' or a number of seconds.")
+        self._set(step=step)
         initial = check_choice(
             self.initial, name="initial", caller=caller, choices=["fast", "slow", "stationary"]
         )
@@ -217,15 +196,10 @@ class TwoStateMarkov(_Modifier):
                 f"The 'initial' parameter of {caller} cannot be 'stationary' when p_slow and "
                 "p_fast are both 0 (no stationary law). Choose 'fast' or 'slow'."
             )
-        workers = _check_workers(self.workers, caller=caller, allow_none=True)
-        object.__setattr__(self, "workers", workers)
+        self._set(workers=_check_workers(self.workers, caller=caller, allow_none=True))
 
     def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
-        return _ChainSampler(
-            n_workers, streams, base=self.base, slow=self.slow, slow_factor=self.slow_factor,
-            p_slow=self.p_slow, p_fast=self.p_fast, step=self.step,  # type: ignore[arg-type]
-            initial=self.initial, workers=self.workers,  # type: ignore[arg-type]
-        )
+        return _ChainSampler(self, n_workers, streams)
 
 
 @register_model
@@ -279,21 +253,14 @@ class Bursts(_Modifier):
     def __post_init__(self) -> None:
         _Modifier.__post_init__(self)
         caller = "Bursts"
-        object.__setattr__(self, "factor", check_positive(self.factor, name="factor",
-                                                          caller=caller))
-        for name in ("p_enter", "p_leave"):
-            object.__setattr__(
-                self, name, _check_probability(getattr(self, name), name=name, caller=caller)
-            )
-        object.__setattr__(self, "period", check_positive(self.period, name="period",
-                                                          caller=caller))
-        object.__setattr__(
-            self, "workers", _check_workers(self.workers, caller=caller, allow_none=True)
-        )
+        self._set(factor=check_positive(self.factor, name="factor", caller=caller),
+                  p_enter=_check_probability(self.p_enter, name="p_enter", caller=caller),
+                  p_leave=_check_probability(self.p_leave, name="p_leave", caller=caller),
+                  period=check_positive(self.period, name="period", caller=caller),
+                  workers=_check_workers(self.workers, caller=caller, allow_none=True))
 
     def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
-        return _ChainSampler(
-            n_workers, streams, base=self.base, slow=None, slow_factor=self.factor,
-            p_slow=self.p_enter, p_fast=self.p_leave, step=self.period, initial="fast",
-            workers=self.workers,  # type: ignore[arg-type]
-        )
+        # the chain of TwoStateMarkov, stepped every ``period`` seconds
+        chain = TwoStateMarkov(base=self.base, slow_factor=self.factor, p_slow=self.p_enter,
+                               p_fast=self.p_leave, step=self.period, workers=self.workers)
+        return _ChainSampler(chain, n_workers, streams)

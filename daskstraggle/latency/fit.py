@@ -44,26 +44,16 @@ def _columns(
     data: NDArray[np.float64], *, iid: bool, min_samples: int, name: str, caller: str
 ) -> list[NDArray[np.float64]]:
     """Return the finite samples of each worker (or one pooled column when ``iid``)."""
-    if iid:
-        pooled = data[np.isfinite(data)]
-        if pooled.size < min_samples:
-            raise InvalidParameterError(
-                f"The {name!r} parameter of {caller} has {pooled.size} finite samples in all; "
-                f"at least {min_samples} are needed (min_samples). Record more iterations."
-            )
-        return [pooled]
-    out = []
-    for i in range(data.shape[1]):
-        column = data[:, i]
-        column = column[np.isfinite(column)]
+    columns = [data[np.isfinite(data)]] if iid else [c[np.isfinite(c)] for c in data.T]
+    for i, column in enumerate(columns):
         if column.size < min_samples:
+            where, extra = ("in all", "") if iid else (
+                f"for worker {i}", ", drop that worker's column, or pool the workers with iid=True")
             raise InvalidParameterError(
-                f"The {name!r} parameter of {caller} has {column.size} finite samples for "
-                f"worker {i}; at least {min_samples} are needed (min_samples). Record more "
-                "iterations, drop that worker's column, or pool the workers with iid=True."
+                f"The {name!r} parameter of {caller} has {column.size} finite samples {where}; "
+                f"at least {min_samples} are needed (min_samples). Record more iterations{extra}."
             )
-        out.append(column)
-    return out
+    return columns
 
 
 def _pack(values: list[float], iid: bool) -> float | tuple[float, ...]:
@@ -199,11 +189,8 @@ def fit_shifted_exponential(
 
 def fit_trace(trace: Mapping[Any, Any], *, iid: bool = False, split: bool = True,
               n_workers: int | None = None) -> Gamma:
-    """Fit the gamma latency model to the trace of a run.
-
-    This is how fitted statistics saved from a run become a model: pass the run's trace
-    (the ``xarray.Dataset`` of ``Result.trace``, or any mapping with the same arrays)
-    and simulate or inject the returned model.
+    """Fit the gamma latency model to the trace of a run (``Result.trace``, or any mapping
+    with the same arrays), to simulate or inject it.
 
     Parameters
     ----------
@@ -214,18 +201,16 @@ def fit_trace(trace: Mapping[Any, Any], *, iid: bool = False, split: bool = True
         Pool the workers into one law (the i.i.d. baseline).
     split : bool, default=True
         Fit compute and communication as independent gammas (the DSAG model). False fits
-        one gamma per worker to their sum (the ``"latency"`` array when present), which is
-        the better predictor when the two parts are correlated, as they are when the
-        coordinator and the workers share a few cores.
+        one gamma per worker to their sum (the ``"latency"`` array when present), the
+        better predictor when the two are correlated (coordinator and workers sharing
+        cores).
     n_workers : int or None, default=None
-        Fit for a cluster of this many workers sharing the same rows, to plan a run on
-        more (or fewer) workers from a calibration run: worker ``j`` follows the law
-        fitted to worker ``j mod N`` of the trace (``N`` its workers; the pooled law
-        when ``iid``), with its compute time scaled by ``N / n_workers`` (mean) and
-        ``(N / n_workers)²`` (variance), as each of its tasks carries that share of a
-        traced task's rows; communication time is kept. With ``split=False`` the whole
-        latency is compute and is scaled. None: the trace's ``N`` workers. The trace
-        must come from tasks carrying equal shares (e.g. gd, sgd, dsag; not coded).
+        Plan for this many workers sharing the same rows: worker ``j`` follows the law
+        fitted to worker ``j mod N`` of the trace (``N`` its workers; the pooled law when
+        ``iid``), compute scaled by ``N / n_workers`` (mean) and ``(N / n_workers)²``
+        (variance), communication kept (with ``split=False`` the whole latency is
+        scaled). The trace must come from tasks carrying equal shares (e.g. gd, sgd,
+        dsag; not coded). None: the trace's ``N`` workers.
 
     Returns
     -------

@@ -91,10 +91,10 @@ class _ShiftRate(LatencyModel):
 
     def __post_init__(self) -> None:
         caller, shift = type(self).__name__, self._shift
-        object.__setattr__(self, shift, check_per_worker(getattr(self, shift), name=shift,
-                                                         caller=caller, high=MAX_SECONDS))
-        object.__setattr__(self, "rate", check_per_worker(self.rate, name="rate", caller=caller,
-                                                          low=1 / MAX_SECONDS))
+        self._set(**{shift: check_per_worker(getattr(self, shift), name=shift, caller=caller,
+                                             high=MAX_SECONDS)},
+                  rate=check_per_worker(self.rate, name="rate", caller=caller,
+                                        low=1 / MAX_SECONDS))
 
     def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return self._sampler(getattr(self, self._shift), self.rate, n_workers, streams)
@@ -350,8 +350,8 @@ class Gamma(LatencyModel):
         caller = "Gamma"
         for name in ("mean", "var", "communication_mean", "communication_var"):
             high = MAX_SECONDS**2 if name.endswith("var") else MAX_SECONDS
-            object.__setattr__(self, name, check_per_worker(getattr(self, name), name=name,
-                                                            caller=caller, high=high))
+            self._set(**{name: check_per_worker(getattr(self, name), name=name, caller=caller,
+                                                high=high)})
         for names in (("mean", "var"), ("communication_mean", "communication_var")):
             _check_gamma_law(getattr(self, names[0]), getattr(self, names[1]), names=names,
                              caller=caller)
@@ -518,7 +518,7 @@ class Replay(LatencyModel):
                     f"The replay file {path!r} does not exist; give the path of a CSV file "
                     "with one column of latencies per worker."
                 )
-            object.__setattr__(self, "path", path)
+            self._set(path=path)
             return
         try:
             data = np.array(self.table, dtype=float)
@@ -530,7 +530,7 @@ class Replay(LatencyModel):
                 f"rows of numbers (one column per worker). Got {self.table!r} instead."
             )
         _check_table(data, what=f"The 'table' parameter of {caller}")
-        object.__setattr__(self, "table", tuple(tuple(float(x) for x in row) for row in data))
+        self._set(table=tuple(tuple(float(x) for x in row) for row in data))
 
     @classmethod
     def from_array(cls, array: ArrayLike) -> Replay:

@@ -1,10 +1,8 @@
 """Straggler modifiers: slow-downs, artificial ramps, schedules (chains: :mod:`.chains`).
 
-A modifier takes an optional ``base`` model. With a base it draws from the base and
-multiplies the compute part by its factor (communication comes from the base); without
-one (``has_distribution`` is False) it scales the compute time a real kernel took, the
-``measured`` argument of :meth:`~daskstraggle.latency.base.LatencySampler.sample`, and
-communication is 0.
+A modifier multiplies the compute part drawn from its ``base`` model by its factor, or
+without a base (``has_distribution`` False) the ``measured`` compute time of a real
+kernel, communication then 0.
 """
 
 from __future__ import annotations
@@ -30,9 +28,6 @@ from daskstraggle.latency.base import (
 )
 
 __all__ = ["Artificial", "Schedule", "Slowdown"]
-
-
-# --------------------------------------------------------------------------- helpers
 
 
 def _check_base(value: Any, *, name: str, caller: str, allow_none: bool = True) -> Any:
@@ -72,7 +67,7 @@ def _check_probability(value: Any, *, name: str, caller: str) -> float:
 def _sub_sampler(
     model: LatencyModel | None, n_workers: int, streams: Streams
 ) -> LatencySampler | None:
-    # the sub-sampler shares the streams: worker i still draws only from streams[i]
+    """Return ``model``'s sampler on the same streams (None for None)."""
     return None if model is None else model._make_sampler(n_workers, streams)
 
 
@@ -109,15 +104,13 @@ def _scaled(
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Modifier(LatencyModel):
-    """Base of the modifiers: the ``base`` model that draws the compute time (None: the
-    ``measured`` one), checked here; ``has_distribution`` follows it. Subclasses call
-    ``_Modifier.__post_init__(self)`` first."""
+    """Base of the modifiers: the ``base`` model (None: scale ``measured``), checked here.
+    Subclasses call ``_Modifier.__post_init__(self)`` first."""
 
     base: LatencyModel | None = None
 
     def __post_init__(self) -> None:
-        base = _check_base(self.base, name="base", caller=type(self).__name__)
-        object.__setattr__(self, "base", base)
+        self._set(base=_check_base(self.base, name="base", caller=type(self).__name__))
 
     @property
     def has_distribution(self) -> bool:
@@ -138,9 +131,6 @@ class _Modifier(LatencyModel):
                     f"out of range for {n_workers} workers (indices 0..{n_workers - 1}); list "
                     f"indices below {n_workers}."
                 )
-
-
-# --------------------------------------------------------------------------- slowdown
 
 
 class _FactorSampler(LatencySampler):
@@ -233,7 +223,6 @@ class Slowdown(_Modifier):
         caller = "Slowdown"
         workers = _check_workers(self.workers, caller=caller, allow_none=False)
         assert workers is not None
-        object.__setattr__(self, "workers", workers)
         factor = self.factor
         if isinstance(factor, tuple | list):
             if len(factor) != len(workers):
@@ -241,18 +230,13 @@ class Slowdown(_Modifier):
                     f"The 'factor' parameter of {caller} must be one number or one per listed "
                     f"worker ({len(workers)}). Got {factor!r} instead."
                 )
-            factor = tuple(
-                check_positive(f, name="factor", caller=caller) for f in factor
-            )
+            factor = tuple(check_positive(f, name="factor", caller=caller) for f in factor)
         else:
             factor = check_positive(factor, name="factor", caller=caller)
-        object.__setattr__(self, "factor", factor)
+        self._set(workers=workers, factor=factor)
 
     def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _SlowdownSampler(self, n_workers, streams)
-
-
-# --------------------------------------------------------------------------- artificial
 
 
 class _ArtificialSampler(_FactorSampler):
@@ -315,18 +299,14 @@ class Artificial(_Modifier):
     def __post_init__(self) -> None:
         _Modifier.__post_init__(self)
         caller = "Artificial"
-        object.__setattr__(self, "spread", check_nonnegative(self.spread, name="spread",
-                                                             caller=caller))
-        object.__setattr__(self, "n_recover", check_int(self.n_recover, name="n_recover",
-                                                        caller=caller, low=0))
-        object.__setattr__(self, "recover_time", check_nonnegative(
-            self.recover_time, name="recover_time", caller=caller))
+        self._set(spread=check_nonnegative(self.spread, name="spread", caller=caller),
+                  n_recover=check_int(self.n_recover, name="n_recover", caller=caller, low=0),
+                  recover_time=check_nonnegative(self.recover_time, name="recover_time",
+                                                 caller=caller))
 
     def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         return _ArtificialSampler(self, n_workers, streams)
 
-
-# --------------------------------------------------------------------------- schedule
 
 _SCHEDULE_FORM = (
     "Write changes=[[iteration, workers, factor], ...], e.g. [[40, [1, 4, 6], 2.0]]."
@@ -378,7 +358,7 @@ class _ScheduleSampler(_FactorSampler):
         self, model: Schedule, n_workers: int, streams: Streams
     ) -> None:
         super().__init__(model.base, n_workers, streams)
-        # per worker: the iterations at which its factor changes and the factor from there
+        # per worker: the iterations its factor changes at, and the factor from there
         self._at: list[list[int]] = [[] for _ in range(n_workers)]
         self._factor: list[list[float]] = [[] for _ in range(n_workers)]
         for iteration, workers, factor in model.changes:
@@ -399,11 +379,8 @@ class Schedule(_Modifier):
 
     Each change ``[iteration, workers, factor]`` sets the compute-time factor of the
     listed workers to ``factor`` for every task computing iterate version ``iteration``
-    or later (the sampler's ``iteration`` argument, which the simulated runtime and the
-    Dask straggler injector both pass). A later change overrides an earlier one for the
-    workers they share (at the same iteration, the one listed last wins); workers never
-    listed keep factor 1. Factors multiply the base model's compute time, or without a
-    base the compute time the real kernel took (``measured``).
+    or later. A later change overrides an earlier one for the workers they share (at the
+    same iteration, the one listed last wins); workers never listed keep factor 1.
 
     Parameters
     ----------
@@ -421,15 +398,10 @@ class Schedule(_Modifier):
 
     Notes
     -----
-    The factor depends on the iteration, so the sampler is not stateless: the vectorised
-    simulator (:func:`~daskstraggle.latency.simulate` with ``method="vectorised"``) refuses
-    it and ``"auto"`` picks the event-driven one.
-
-    On a real cluster without a base (the measured compute scaled), the injector can only
-    add time: a factor below 1 cannot make a task finish faster than its real compute took
-    (the injected extra is clipped at 0). To model speed-ups on a cluster, give a base
-    model (e.g. ``gamma(...) + schedule(...)``) so that most of a task's time is injected
-    delay.
+    The sampler is not stateless (the factor depends on the iteration). On a real cluster
+    without a base, the injector can only add time: a factor below 1 cannot make a task
+    finish before its real compute did; give a base model (``gamma(...) + schedule(...)``)
+    to model speed-ups there.
 
     References
     ----------
@@ -458,8 +430,7 @@ class Schedule(_Modifier):
 
     def __post_init__(self) -> None:
         _Modifier.__post_init__(self)
-        caller = "Schedule"
-        object.__setattr__(self, "changes", _check_changes(self.changes, caller=caller))
+        self._set(changes=_check_changes(self.changes, caller="Schedule"))
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if a listed worker is out of range."""

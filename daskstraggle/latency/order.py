@@ -1,11 +1,8 @@
-"""Order statistics of per-worker latency by Monte Carlo integration.
+"""Order statistics of per-worker latency by Monte Carlo integration (DSAG paper §IV-A).
 
-The latency of the ``w``-th fastest of ``N`` workers, when every worker starts a task at
-the same time, is the ``w``-th order statistic of the per-worker latencies
-``X_i = Z_i + Y_i`` (compute plus communication). Workers need not be identically
-distributed; an i.i.d. model fitted to pooled statistics mispredicts it (dsag.txt §IV-A,
-Fig. 5). Computing the distribution analytically is expensive for many workers, so we
-draw every worker's latency independently and sort.
+The latency of the ``w``-th fastest of ``N`` workers starting together is the ``w``-th
+order statistic of ``X_i = Z_i + Y_i`` (compute plus communication). Workers need not be
+identically distributed (an i.i.d. model fitted to pooled statistics mispredicts it).
 """
 
 from __future__ import annotations
@@ -34,8 +31,7 @@ class OrderStatistics:
         ``mean[w - 1]`` estimates the expected latency (compute + communication) of the
         ``w``-th fastest worker.
     std : ndarray of shape (n_workers,)
-        Standard deviation of that latency (not of the estimate of its mean; divide by
-        ``sqrt(n_samples)`` for the standard error, see :attr:`stderr`).
+        Standard deviation of that latency (:attr:`stderr` is its mean's).
     n_samples : int
         Number of Monte Carlo draws.
     samples : ndarray of shape (n_samples, n_workers)
@@ -90,16 +86,10 @@ class OrderStatistics:
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready summary: mean, std and the 5/50/95 % quantiles per ``w``."""
-        q05, q50, q95 = self.quantiles([0.05, 0.5, 0.95])
-        return {
-            "n_workers": self.n_workers,
-            "n_samples": self.n_samples,
-            "mean": self.mean.tolist(),
-            "std": self.std.tolist(),
-            "q05": q05.tolist(),
-            "q50": q50.tolist(),
-            "q95": q95.tolist(),
-        }
+        q05, q50, q95 = self.quantiles([0.05, 0.5, 0.95]).tolist()
+        return {"n_workers": self.n_workers, "n_samples": self.n_samples,
+                "mean": self.mean.tolist(), "std": self.std.tolist(),
+                "q05": q05, "q50": q50, "q95": q95}
 
 
 def _check_load(load: Any, n_workers: int, caller: str) -> NDArray[np.float64]:
@@ -169,10 +159,8 @@ def order_statistics(
 ) -> OrderStatistics:
     """Estimate the latency of the ``w``-th fastest worker for every ``w`` by Monte Carlo.
 
-    Every worker starts one task at ``time``; worker ``i``'s latency is its compute plus
-    communication time drawn from ``model`` (``n_samples`` independent draws per worker,
-    in one call with ``size=n_samples``). Sorting each draw across workers gives samples
-    of the order statistics ``X_(1:N) <= ... <= X_(N:N)``.
+    Every worker starts one task at ``time``; sorting each of the ``n_samples`` draws
+    across workers gives samples of the order statistics ``X_(1:N) <= ... <= X_(N:N)``.
 
     Parameters
     ----------
@@ -186,9 +174,9 @@ def order_statistics(
     load : float or array-like of shape (n_workers,), default=1.0
         Work per task relative to an equal share of the rows (one value, or per worker).
     time : float, default=0.0
-        Seconds since the run started (the state of time-dependent models).
+        Seconds since the run started.
     iteration : int, default=0
-        Iterate version (the state of iteration-dependent models).
+        Iterate version.
     rng : int, SeedSequence, Generator or None, default=None
         Seed of the per-worker streams.
 
@@ -211,11 +199,9 @@ def order_statistics(
 
     Notes
     -----
-    Up to :data:`~daskstraggle.latency.base.PER_WORKER_STREAMS_MAX` workers, worker
-    ``i``'s draws come from its own stream (``model.sampler(n_workers, rng).streams[i]``);
-    above, every worker's draws come from one stream at once, vectorised (see
-    :meth:`~daskstraggle.latency.base.LatencySampler.draw`): ten million workers and one
-    sample take about a second.
+    Draws come from :meth:`~daskstraggle.latency.base.LatencySampler.draw`: one stream per
+    worker up to :data:`~daskstraggle.latency.base.PER_WORKER_STREAMS_MAX` workers, else
+    one shared stream.
 
     References
     ----------

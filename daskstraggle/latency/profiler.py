@@ -1,10 +1,8 @@
-"""Moving-window latency statistics per worker, the input of the load balancer.
+"""Moving-window latency statistics per worker, the input of the load balancer (DSAG §VI-A).
 
-For each worker the coordinator records the compute time the worker measured and the
-communication time (the coordinator's round trip minus the compute time). The profiler
-keeps, per worker, the samples of the last ``window`` seconds (relative to that worker's
-newest sample), trims each window to the inner quantiles and reports mean and variance
-(dsag.txt §VI-A; window 10 s, 10-90 % trimming as in the authors' code).
+Per worker: the compute time it measured and the communication time (round trip minus
+compute) of the last ``window`` seconds, trimmed to the inner quantiles (10-90 % as in the
+authors' code), summarised as mean and variance.
 """
 
 from __future__ import annotations
@@ -33,10 +31,9 @@ class ProfileStatistics:
     ----------
     compute_mean, compute_var : ndarray of shape (n_workers,)
         Mean and variance of the compute time *per unit load* (seconds a task of load
-        1.0 takes), over the trimmed window. NaN for a worker with too few samples.
+        1.0 takes) over the trimmed window; NaN for a worker with too few samples.
     communication_mean, communication_var : ndarray of shape (n_workers,)
-        Mean and variance of the communication time over the trimmed window. NaN for a
-        worker with too few samples.
+        The same for the communication time.
     n_samples : ndarray of int of shape (n_workers,)
         Compute samples in each worker's window (before trimming).
 
@@ -54,12 +51,8 @@ class ProfileStatistics:
     @property
     def ready(self) -> NDArray[np.bool_]:
         """Which workers have statistics (no NaN), ndarray of bool of shape (n_workers,)."""
-        return ~(
-            np.isnan(self.compute_mean)
-            | np.isnan(self.compute_var)
-            | np.isnan(self.communication_mean)
-            | np.isnan(self.communication_var)
-        )
+        stats = np.array([getattr(self, name) for name in _STATISTICS])
+        return ~np.isnan(stats).any(axis=0)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the statistics as lists (NaN becomes None, so the dict is JSON-ready)."""
@@ -67,20 +60,18 @@ class ProfileStatistics:
         def clean(a: NDArray[Any]) -> list[Any]:
             return [None if isinstance(v, float) and math.isnan(v) else v for v in a.tolist()]
 
-        return {
-            "compute_mean": clean(self.compute_mean),
-            "compute_var": clean(self.compute_var),
-            "communication_mean": clean(self.communication_mean),
-            "communication_var": clean(self.communication_var),
-            "n_samples": self.n_samples.tolist(),
-        }
+        return {**{name: clean(getattr(self, name)) for name in _STATISTICS},
+                "n_samples": self.n_samples.tolist()}
+
+
+_STATISTICS = ("compute_mean", "compute_var", "communication_mean", "communication_var")
 
 
 def _trimmed_stats(values: NDArray[np.float64], q_lo: float, q_hi: float) -> tuple[float, float]:
     """Return mean and variance (ddof=1; 0 for one value) of the values in [q_lo, q_hi]."""
     lo, hi = np.quantile(values, [q_lo, q_hi])
     kept = values[(values >= lo) & (values <= hi)]
-    if kept.size == 0:  # cannot happen (the quantiles are attained), kept as a guard
+    if kept.size == 0:  # e.g. two values: both outside the interpolated quantiles
         kept = values
     var = float(kept.var(ddof=1)) if kept.size > 1 else 0.0
     return float(kept.mean()), var
@@ -94,21 +85,14 @@ class LatencyProfiler:
     n_workers : int
         Number of workers (indices ``0 .. n_workers - 1``).
     window : float, default=10.0
-        Seconds of samples kept per worker, counted back from that worker's newest
-        sample.
+        Seconds of samples kept per worker, counted back from its newest sample.
     quantiles : tuple of (float, float), default=(0.1, 0.9)
         Statistics use only the samples between these quantiles of the window (compute
-        and communication trimmed separately), which removes outliers.
+        and communication trimmed separately).
     min_samples : int, default=10
         Workers with fewer samples in their window get NaN statistics.
     max_samples : int, default=1000
-        At most this many samples are kept per worker (the oldest go first), which
-        bounds memory whatever the sampling rate.
-
-    See Also
-    --------
-    daskstraggle.latency.simulator.simulate : Predict iteration times from a model fitted
-        to these statistics.
+        At most this many samples are kept per worker (the oldest go first).
 
     References
     ----------
@@ -116,12 +100,10 @@ class LatencyProfiler:
 
     Notes
     -----
-    Differences from the paper: the paper takes plain means and variances over the
-    window; like the authors' code we trim to the inner quantiles first. Compute times
-    are divided by the task's load so that windows mixing loads (after load balancing)
-    stay comparable, and a stale result's communication sample is replaced by the
-    worker's recent average: its round trip includes time the result waited behind the
-    iteration that made it stale.
+    Differences from the paper (plain means and variances): the window is trimmed, as in
+    the authors' code; compute times are divided by the task's load, so windows mixing
+    loads stay comparable; a stale result's communication sample (its round trip includes
+    waiting) is replaced by the worker's recent average.
 
     Examples
     --------
@@ -195,19 +177,18 @@ class LatencyProfiler:
         worker_index : int
             Which worker.
         time : float
-            When the result arrived (seconds, any fixed origin; the window is measured
-            on this clock). A sample older than the worker's window is ignored.
+            When the result arrived (seconds, any fixed origin); a sample older than the
+            worker's window is ignored.
         compute : float
             Compute seconds the worker measured (>= 0).
         communication : float
-            Communication seconds: round trip minus compute (>= 0).
+            Round trip minus compute, in seconds (>= 0).
         load : float, default=1.0
             Work the task carried relative to an equal share of the rows; the compute
             sample is stored as ``compute / load``.
         stale : bool, default=False
-            Whether the result was stale. Its communication sample is then replaced by
-            the mean of the worker's communication samples in the window, or dropped if
-            there are none yet (the compute sample is kept).
+            Whether the result was stale: its communication sample is then the mean of
+            the worker's in the window, or dropped if there is none yet.
 
         Raises
         ------
@@ -303,13 +284,7 @@ class LatencyProfiler:
             comm = comm[~np.isnan(comm)]
             if comm.size >= self.min_samples:
                 out[2, i], out[3, i] = _trimmed_stats(comm, q_lo, q_hi)
-        return ProfileStatistics(
-            compute_mean=out[0],
-            compute_var=out[1],
-            communication_mean=out[2],
-            communication_var=out[3],
-            n_samples=counts,
-        )
+        return ProfileStatistics(**dict(zip(_STATISTICS, out, strict=True)), n_samples=counts)
 
 
 def _check_quantiles(value: Any, caller: str) -> tuple[float, float]:
