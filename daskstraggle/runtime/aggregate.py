@@ -1,19 +1,13 @@
 """Aggregation on the workers (MLfabric's in-network aggregation, on Dask).
 
-With ``aggregation="tree"`` a work unit's result stays on its worker. The coordinator is
-told only that it finished (a small task on the same worker sends its row count and
-timing); the method receives a :class:`~daskstraggle.problems.held.HeldResult` and adds,
-scales and decodes it as it would a local result. When the method reads the sum, the
-:class:`TreeReducer` sums the leaves on the workers, :data:`FAN_IN` at a time, level by
-level, so one message of the sum's size reaches the client instead of one per worker.
-The weights are the method's own (coding and decoding coefficients, DSAG's cache), so
-the responder set and the cache decide what is summed, as they do without aggregation;
-only the order of the additions differs (the iterates agree to rounding).
-
-Every wait is bounded: the tree is given ``timeouts.stall`` seconds, and while it runs
-the reducer checks that the workers holding its leaves are still there. A leaf whose
-worker left is computed again where its partitions are now (the pool moves the index as
-for any lost worker), and the tree is built again.
+With ``aggregation="tree"`` a work unit's result stays on its worker (the coordinator gets
+its row count and timing, :func:`unit_meta`); the method receives a
+:class:`~daskstraggle.problems.held.HeldResult` and combines it, with its own weights, as
+a local result. When the method reads the sum, the :class:`TreeReducer` sums the leaves on
+the workers, :data:`FAN_IN` at a time, so one message reaches the client instead of one per
+worker; only the order of the additions differs (the iterates agree to rounding). The tree
+gets ``timeouts.stall`` seconds; a leaf whose worker left is computed again where its
+partitions are now, and the tree is built again.
 """
 
 from __future__ import annotations
@@ -47,11 +41,8 @@ MAX_REBUILDS = 3
 
 
 def unit_meta(pair: tuple[Any, float]) -> tuple[Any, float]:
-    """Worker task: what the coordinator needs of a unit's result without its data.
-
-    ``pair`` is a unit task's ``(result, seconds)``. Returns the rows summed (a tuple,
-    one per message, for coded results) and the seconds.
-    """
+    """Worker task: of a unit task's ``(result, seconds)``, the rows summed (a tuple, one
+    per message, for coded results) and the seconds, without the data."""
     result, seconds = pair
     if isinstance(result, tuple):
         return tuple(int(r.n_rows) for r in result), seconds
