@@ -27,25 +27,18 @@ class LoadBalancer:
 
     Parameters
     ----------
-    margin : float, default=0.1
-        A plan is sent only if it lowers the max/min ratio of the workers' expected
-        latencies by at least this fraction (paper: 10 %); in (0, 1).
+    margin, tolerance, comm_fraction : float, default=0.1, 0.01, 0.1
+        As in :func:`~daskstraggle.balance.optimizer.optimize` (the paper's values).
     window : float, default=10.0
-        Seconds of latency samples the profiler keeps per worker (paper: 10 s; runtime
-        clock, so simulated seconds for the simulated runtime); > 0.
+        Seconds of latency samples the profiler keeps per worker (runtime clock); > 0.
     min_samples : int, default=10
         Samples a worker needs in its window before any plan is made (>= 2).
-    tolerance : float, default=0.01
-        Tolerance of the contribution constraint ``h(p') >= (1 - tolerance) h_min``;
-        in (0, 1).
-    comm_fraction : float, default=0.1
-        Workers whose compute is below this fraction of their latency are left alone.
     interval : float, default=0.5
         Seconds (runtime clock) between the starts of two optimizer runs; > 0.
     n_iterations : int, default=100
-        Simulated iterations per estimate of the participation ``u_i`` (``n_wait < N``).
+        As in ``optimize`` (>= 10).
     rng : int, default=0
-        Seed of those simulations (the same for every candidate: common random numbers).
+        Seed of ``optimize``'s simulations (>= 0).
 
     Examples
     --------
@@ -112,18 +105,13 @@ class LoadBalancer:
         Parameters
         ----------
         stats : ProfileStatistics
-            The profiler's statistics; compute times are per unit load, where load 1.0
-            is ``n / N`` rows (``N`` workers, ``n`` rows in all), as runtimes record them.
-        subpartitions : sequence of int
-            Current ``p_i`` per worker.
-        rows : sequence of int
-            Rows ``n_i`` per worker; workers without rows are left out.
-        n_wait : int
-            Fresh results the method waits for per iteration.
-        p_initial : sequence of int
-            The run's first counts: the contribution constraint is ``h_min = h(p0)``.
-        collect_window : float, default=0.02
-            The method's collect window (used by the participation estimate).
+            The profiler's statistics; compute times per unit load (load 1.0 is ``n / N``
+            rows, ``N`` workers, ``n`` rows in all).
+        subpartitions, rows : sequence of int
+            Current ``p_i`` and rows ``n_i`` per worker; workers without rows are left out.
+        n_wait, p_initial, collect_window
+            As in :func:`~daskstraggle.balance.optimizer.optimize` (``p_initial``: the
+            run's first counts).
 
         Returns
         -------

@@ -121,16 +121,10 @@ class BCC(CodingScheme):
     """Batched coupon collector: each worker sends the sum over one random batch.
 
     The ``K`` partitions are cut into ``ceil(K / r)`` batches of ``r`` consecutive
-    partitions (the last may be shorter). Each worker picks one batch uniformly at random
-    (from the ``rng`` of :meth:`assign`), stores it and sends one message, the sum over the
-    batch (coefficients 1). The coordinator keeps the first result per batch and stops at
-    coverage; the decoder returns weight 1 on one received message per batch, or None
-    until every batch is covered.
-
-    A drawn assignment may never cover (some batch picked by nobody), then no set of
-    responders decodes. ``assignment.info["covers"]`` says whether all batches were
-    picked, so a method can fail clearly instead of waiting forever; the probability of
-    covering is ``info["coverage_probability"]``.
+    partitions (the last may be shorter); each worker picks one uniformly at random and
+    sends its sum. The decoder returns weight 1 on one received message per batch, or
+    None until every batch is covered. A drawn assignment may never cover (some batch
+    picked by nobody): ``info["covers"]`` says so, so a method can fail clearly.
 
     Parameters
     ----------
@@ -402,12 +396,8 @@ def coverage_time(
     ----------
     loads : sequence of int of shape (N,)
         ``r_i``, each in ``[0, m]``.
-    shift : float or sequence of float
-        ``a_i >= 0``.
-    rate : float or sequence of float
-        ``mu_i > 0``.
-    n_partitions : int
-        ``m``.
+    shift, rate, n_partitions
+        ``a_i >= 0``, ``mu_i > 0`` (as in :func:`p2_loads`) and ``m``.
     n_trials : int, default=1000
         Monte Carlo trials (placement and times redrawn each trial).
     disjoint : bool, default=False
@@ -458,12 +448,10 @@ def coverage_time(
 class HeterogeneousBCC(CodingScheme):
     """Generalized BCC for heterogeneous shifted-exponential workers (one message per partition).
 
-    Worker ``i`` finishes after ``T_i`` with ``P[T_i <= t] = 1 - exp(-(mu_i/r_i)(t - a_i
-    r_i))``. Loads ``r_i`` come from problem P2 with ``s = floor(c m log m)`` (see
-    :func:`p2_loads`); each worker then samples ``r_i`` of the ``m`` partitions uniformly
-    without replacement (from the ``rng`` of :meth:`assign`) and sends each stored
-    partition's result as its own message (coefficients = identity). The decoder takes
-    one received copy of every partition (weights 1), None before coverage.
+    Loads ``r_i`` come from problem P2 with ``s = floor(c m log m)`` (:func:`p2_loads`);
+    each worker samples ``r_i`` of the ``m`` partitions uniformly without replacement and
+    sends each stored partition's result as its own message. The decoder takes one
+    received copy of every partition (weights 1), None before coverage.
 
     With ``allocation="proportional"`` the loads are the paper's load-balancing baseline
     ``r_i ~ mu_i`` (:func:`proportional_loads`) on consecutive disjoint blocks (no
@@ -474,10 +462,8 @@ class HeterogeneousBCC(CodingScheme):
 
     Parameters
     ----------
-    shift : float or sequence of float
-        Shift per example ``a_i >= 0`` (one per worker, or a float for all).
-    rate : float or sequence of float
-        Straggling parameter ``mu_i > 0``.
+    shift, rate : float or sequence of float
+        ``a_i >= 0`` and ``mu_i > 0`` of :func:`p2_loads` (one per worker, or one for all).
     n_partitions : int
         Number of partitions ``m`` (the paper's examples).
     coverage_factor : float or None, default=None

@@ -1,17 +1,12 @@
 """Random circularly shifted (RCS) codes for partial recovery, and an incremental decoder.
 
-The age-based coded computation paper (Ozfatura, Buyukates, Gündüz, Ulukus, IEEE
-GLOBECOM 2020; notes in ``docs/algorithms.md``) splits the data into ``K`` blocks and, with
-``N = K`` workers, builds an ``L x N`` assignment matrix whose rows are ``L`` distinct
-random circular shifts of ``[0, ..., K-1]``. Column ``i`` is worker ``i``'s ordered list
-of ``L`` blocks (so every block is stored on exactly ``L`` workers). A degree vector
-``d`` with ``sum(d) = L`` groups the list into codewords: the first ``d_1`` blocks are
-summed into codeword 1, the next ``d_2`` into codeword 2, and so on. Each codeword is
-sent as soon as it is computed. The coordinator decodes incrementally and counts a
-block as *recovered* once it is isolated by the codewords received so far.
-
-For us a block is one row partition's kernel sum (the coded-communication variant of
-the paper's coordinate blocks).
+The age-based coded computation paper (Ozfatura et al., GLOBECOM 2020; notes in
+``docs/algorithms.md``) gives worker ``i`` of ``N = K`` the blocks ``(i + c_r) mod K`` for
+``L`` distinct random shifts ``c_r`` (every block on ``L`` workers), in that order, and a
+degree vector ``d`` (``sum(d) = L``) groups the list into codewords sent as soon as
+computed: the first ``d_1`` blocks summed, then the next ``d_2``, ... A block is recovered
+once the codewords received so far isolate it. Here a block is one row partition's kernel
+sum.
 """
 
 from __future__ import annotations
@@ -74,13 +69,10 @@ Label = TypeVar("Label", bound=Hashable)
 class IncrementalDecoder(Generic[Label]):
     """Row-reduce 0/1 (or real) codewords as they arrive; report isolated blocks.
 
-    Keeps the received codewords in reduced row echelon form together with the
-    combination of received messages each reduced row stands for. Block ``k`` is
-    recovered when some reduced row equals the unit vector ``e_k``: then
-    ``g_k = sum_m weights[m] * message_m`` exactly. Peeling (subtracting recovered
-    blocks from codewords) is the special case of this elimination, which also isolates
-    blocks only a combination of several codewords reveals (``a + b``, ``b + c``,
-    ``a + c``).
+    Keeps the received codewords in reduced row echelon form with the combination of
+    messages each row stands for; block ``k`` is recovered when a row equals ``e_k``
+    (``g_k = sum_m weights[m] * message_m``). Unlike peeling, this also isolates blocks
+    only several codewords together reveal (``a + b``, ``b + c``, ``a + c``).
 
     Parameters
     ----------
@@ -221,12 +213,9 @@ def _rcs_decoder(assignment: CodeAssignment, received: frozenset[Received]) -> d
 class RCS(CodingScheme):
     """Random circularly shifted code: ``L = sum(degrees)`` blocks per worker, ``K = N``.
 
-    Worker ``i`` stores blocks ``(i + c_r) mod N`` for ``r = 0 .. L-1``, where
-    ``c_0 .. c_{L-1}`` are distinct random shifts, in that order; its messages are the
-    sums of consecutive runs of its list of lengths ``degrees`` (see the module
-    docstring). ``decode`` returns the weights of the full sum once every block is
-    isolated (the static order; :class:`~daskstraggle.methods.PartialRecovery` reorders
-    the lists each iteration and stops at a tolerance instead).
+    The placement and codewords of the module docstring; ``decode`` returns the weights
+    of the full sum once every block is isolated (in this static order;
+    :class:`~daskstraggle.methods.PartialRecovery` reorders the lists each iteration).
 
     Parameters
     ----------

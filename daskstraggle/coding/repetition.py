@@ -248,20 +248,13 @@ class FractionalRepetition(CodingScheme):
 class CyclicRepetition(CodingScheme):
     """Cyclic repetition code (Algorithm 2 of [1]) tolerating any ``n_stragglers``.
 
-    ``K = N``; worker ``i`` stores partitions ``i, i+1, ..., i+s`` (mod ``N``) and sends
-    ``B[i] @ g``. ``H`` is an ``s x N`` Gaussian matrix whose last column is minus the sum
-    of the others (``H 1 = 0``); row ``i`` of ``B`` is 1 at ``i`` and solves the ``s x s``
-    system ``H[:, i+1..i+s] x = -H[:, i]`` on the rest of its window, so every row lies
-    in the null space of ``H`` and (with probability 1) any ``N - s`` rows span the
-    all-ones vector. ``s = 0`` gives the identity (uncoded).
-
-    Of ``n_candidates`` independent draws of ``H`` the one with the smallest condition
-    number of ``B`` on its row space, ``sigma_1(B) / sigma_{N-s}(B)``, is kept (recorded as
-    ``info["condition"]``); large values mean decoding amplifies rounding errors.
-
-    Decoding never builds Algorithm 1's ``C(N, s)``-row matrix: for the workers ``I``
-    that replied (all of them, even beyond ``N - s``) it solves ``a B_I = 1`` by least
-    squares in float64 and returns None unless ``max |a B_I - 1| <= 1e-9``.
+    ``K = N``; worker ``i`` stores partitions ``i .. i+s`` (mod ``N``) and sends
+    ``B[i] @ g``. ``H`` is ``s x N`` Gaussian with ``H 1 = 0``; row ``i`` of ``B`` is 1 at
+    ``i`` and solves ``H[:, i+1..i+s] x = -H[:, i]`` on the rest of its window, so (with
+    probability 1) any ``N - s`` rows span the all-ones vector. ``s = 0`` is uncoded. Of
+    ``n_candidates`` draws of ``H`` the one with the smallest ``sigma_1(B) /
+    sigma_{N-s}(B)`` is kept (``info["condition"]``). Decoding solves ``a B_I = 1`` over
+    all responders ``I`` by least squares, None unless ``max |a B_I - 1| <= 1e-9``.
 
     Parameters
     ----------
@@ -274,9 +267,8 @@ class CyclicRepetition(CodingScheme):
     -----
     ``info``: ``recovery_threshold = N - s``, ``communication_load = 1`` (messages per
     worker and iteration), ``computation_load = (s+1)/N``, ``condition``.
-    Conditioning worsens with ``N`` (median ~1e5 at ``N = 100``); the messages should be
-    float64: float32 messages can make the decoded sum wrong by far more than float32
-    rounding. Prefer :class:`FractionalRepetition` when ``s + 1`` divides ``N``.
+    Conditioning worsens with ``N``, so the messages should be float64. Prefer
+    :class:`FractionalRepetition` when ``s + 1`` divides ``N``.
 
     Examples
     --------
@@ -360,10 +352,9 @@ class PartialStraggler(CodingScheme):
     (``N = 3, s = 1, alpha = 2`` gives ``K = 9`` and ``4/9``) and sends two messages:
     message 0 = sum of its naive partitions, message 1 = its coded combination.
 
-    Decoding needs message 0 of **every** worker (the naive parts are disjoint) and
-    message 1 of a set the inner code decodes (any ``N - s`` workers); the weights are 1
-    on the naive messages and the inner code's weights on the coded ones. Anything less
-    (e.g. both messages of only ``N - s`` workers) returns None.
+    Decoding needs message 0 of **every** worker and message 1 of a set the inner code
+    decodes (any ``N - s``): weights 1 on the naive messages, the inner code's on the
+    coded ones; anything less returns None.
 
     Parameters
     ----------
