@@ -110,11 +110,8 @@ def _method_classes() -> list[type[Method]]:
 
 
 def _runtime_names() -> list[str]:
-    """The runtimes ``--runtime`` offers: the package's and those installed packages advertise.
-
-    Read from the entry-point metadata, so listing them imports no runtime (the Dask
-    runtime's module imports distributed, which the CLI loads only when a run needs it).
-    """
+    """The runtimes ``--runtime`` offers: the package's and those installed packages
+    advertise, read from the entry-point metadata (listing them imports no runtime)."""
     from importlib.metadata import entry_points
 
     advertised = {point.name for point in entry_points(group="daskstraggle.runtimes")}
@@ -364,13 +361,6 @@ def _other_outputs(params: dict[str, Any], plot: Path | None) -> dict[str, Any]:
             "the --resume checkpoint": None if str(resume) == "replica" else resume}
 
 
-def _labels_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--labels", default=None,
-        help="Name of the labels array in the Zarr group (default: 'y' when present).",
-    )(fn)
-
-
 def _default_labels(source: str, labels: str | None,
                     storage_options: dict[str, Any] | None = None) -> str | None:
     if labels is not None:
@@ -391,7 +381,8 @@ def _regression_command(kind: str, problem: str, summary: str) -> click.Command:
 
     @cli.command(kind, help=f"{summary} on the Zarr group at SOURCE.")
     @click.argument("source")
-    @_labels_option
+    @click.option("--labels", default=None,
+                  help="Name of the labels array in the Zarr group (default: 'y' when present).")
     @_problem_options(problem)
     @_solve_options
     def command(source: str, labels: str | None, **params: Any) -> None:
