@@ -223,13 +223,9 @@ def _eigenvec_text(components: np.ndarray, samples: np.ndarray,
 def _allele_texts(matrix: Matrix, components: np.ndarray, s: np.ndarray,
                   client: Any) -> list[str]:
     """The ``.eigenvec.allele`` and ``.afreq`` files' text (one pass over the variants)."""
-    from daskstraggle.data import _passes
     from daskstraggle.data._bed_writer import unique_variant_ids
 
-    parts = _passes.map_partitions(matrix, _passes.variant_pass(components.T), client)
-    center = np.concatenate([p[0] for p in parts])
-    ZV = np.concatenate([p[2] for p in parts])
-    axes = np.divide(ZV, s, out=np.zeros_like(ZV), where=s > 0)
+    center, axes = variant_axes(matrix, components, s, client)
     weights = axes / math.sqrt(2.0)  # per line; plink2 counts a variant's two lines
     chrom, pos, ref, alt, given = _variant_columns(matrix)
     ids = unique_variant_ids(chrom, pos, ref, alt, given)
@@ -245,6 +241,18 @@ def _allele_texts(matrix: Matrix, components: np.ndarray, s: np.ndarray,
         lines.append(f"{head}\t{alt[v]}\t" + "\t".join(f"{w:.10g}" for w in values) + "\n")
     return ["".join(lines), "#CHROM\tID\tREF\tALT\tALT_FREQS\n" + "".join(
         f"{chrom[v]}\t{ids[v]}\t{ref[v]}\t{alt[v]}\t{freq[v]:.10g}\n" for v in range(len(ids)))]
+
+
+def variant_axes(matrix: Matrix, components: np.ndarray, s: np.ndarray, client: Any
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """One pass over the variants of ``matrix``: each variant's centre (mean dosage) and its
+    unit axes ``Z V / s`` (0 where ``s`` is 0), shape (n_variants, n_components)."""
+    from daskstraggle.data import _passes
+
+    parts = _passes.map_partitions(matrix, _passes.variant_pass(components.T), client)
+    ZV = np.concatenate([p[2] for p in parts])
+    return (np.concatenate([p[0] for p in parts]),
+            np.divide(ZV, s, out=np.zeros_like(ZV), where=s > 0))
 
 
 def check_variants(matrix: Matrix) -> None:

@@ -1001,7 +1001,7 @@ def genotype_pca(
     (300, 4)
     """
     from daskstraggle import _sgkit
-    from daskstraggle.data import _passes
+    from daskstraggle._plink_out import variant_axes
 
     merge = _check_merge(merge, ds)
     asked = {k: options[k] for k in ("runtime", "client", "scheduler", "n_workers")}
@@ -1018,9 +1018,7 @@ def genotype_pca(
     matrix = matrix_after_run(matrix, result)
     fitted = result.fitted
     s = fitted["singular_values"]
-    parts = _passes.map_partitions(matrix, _passes.variant_pass(fitted["components"].T), client)
-    ZV = np.concatenate([p[2] for p in parts])
-    axes = np.divide(ZV, s, out=np.zeros_like(ZV), where=s > 0)
+    axes = variant_axes(matrix, fitted["components"], s, client)[1]
     table = matrix.variants
     coords = {} if table is None else {
         name: values for name in ("variant_contig", "variant_position")
