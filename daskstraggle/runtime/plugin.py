@@ -25,7 +25,7 @@ import sys
 import threading
 import uuid
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -110,10 +110,7 @@ class TaskLatency:
     @classmethod
     def from_tuple(cls, record: tuple[Any, ...] | list[Any]) -> TaskLatency:
         """Build a record from the tuple (or list) of its fields the plugin sends."""
-        seq, key, worker, compute, transfer, start, stop, nbytes = record
-        return cls(seq=seq, key=key, worker=worker, compute_duration=compute,
-                   transfer_duration=transfer, start_time=start, stop_time=stop,
-                   nbytes=nbytes)
+        return cls(**dict(zip((f.name for f in fields(cls)), record, strict=True)))
 
 
 class _WorkerLog:
