@@ -15,50 +15,43 @@ if TYPE_CHECKING:
 __all__ = ["qc_from_params", "qc_line", "qc_options"]
 
 
+#: The quality-control options: flags (and the parameter's name where it differs), the
+#: value's type and metavar (None: an on/off flag), the help.
+_QC_OPTIONS: tuple[tuple[tuple[str, ...], Any, str | None, str], ...] = (
+    (("--min-maf",), float, "F", "Genotypes: keep variants whose minor allele frequency is "
+     "at least F, in [0, 0.5] (as plink --maf; one counting pass on the workers)."),
+    (("--max-missing",), float, "F", "Genotypes: keep variants with at most this fraction of "
+     "missing calls, in [0, 1] (as plink --geno)."),
+    (("--pass-only",), None, None, "VCF Zarr: keep variants whose FILTER is PASS."),
+    (("--region",), None, "CONTIG[:START-END]", "Genotypes: keep variants in this region "
+     "(1-based, inclusive), e.g. 1:1000000-2000000."),
+    (("--max-alleles",), int, "N", "Genotypes: keep variants with at most N alleles, REF "
+     "included (2: biallelic sites only; as plink2 --max-alleles)."),
+    (("--hwe",), float, "P", "Genotypes: keep variants whose Hardy-Weinberg exact test "
+     "p-value is at least P (as plink2 --hwe, no mid-p; diploid calls; one counting pass on "
+     "the workers)."),
+    (("--mind", "max_sample_missing"), float, "F", "Genotypes: keep samples with at most "
+     "this fraction of missing calls, in [0, 1] (as plink --mind; one more counting pass)."),
+    (("--snps-only",), None, None, "Genotypes: keep variants whose every allele is one base "
+     "(no indels or symbolic alleles; as plink2 --snps-only)."),
+    (("--king-cutoff",), float, "K", "Genotypes: remove one sample of each pair whose "
+     "KING-robust kinship exceeds K, as plink2 --king-cutoff (0.0884: second-degree "
+     "relatives and closer; one more pass on the workers)."),
+    (("--ld-prune",), None, "WINDOW,STEP,R2", "Genotypes: LD pruning after the other "
+     "filters, as plink2 --indep-pairwise with the window in variants (e.g. 50,5,0.2; one "
+     "more pass on the workers)."),
+    (("--ld-prune-order",), click.IntRange(1, 2), "1|2", "Genotypes: --ld-prune's scan "
+     "order, as plink2 --indep-order: 2 (default) is plink2's since alpha 5, 1 is PLINK "
+     "1.9's."),
+)
+
+
 def qc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Add ``--min-maf``, ``--max-missing``, ``--pass-only``, ``--region``, ``--max-alleles``,
-    ``--hwe``, ``--mind``, ``--snps-only``, ``--king-cutoff``, ``--ld-prune`` and
-    ``--ld-prune-order``."""
-    options = [
-        click.option("--min-maf", type=float, default=None, metavar="F",
-                     help="Genotypes: keep variants whose minor allele frequency is at least "
-                          "F, in [0, 0.5] (as plink --maf; one counting pass on the workers)."),
-        click.option("--max-missing", type=float, default=None, metavar="F",
-                     help="Genotypes: keep variants with at most this fraction of missing "
-                          "calls, in [0, 1] (as plink --geno)."),
-        click.option("--pass-only", is_flag=True, default=False,
-                     help="VCF Zarr: keep variants whose FILTER is PASS."),
-        click.option("--region", default=None, metavar="CONTIG[:START-END]",
-                     help="Genotypes: keep variants in this region (1-based, inclusive), "
-                          "e.g. 1:1000000-2000000."),
-        click.option("--max-alleles", type=int, default=None, metavar="N",
-                     help="Genotypes: keep variants with at most N alleles, REF included "
-                          "(2: biallelic sites only; as plink2 --max-alleles)."),
-        click.option("--hwe", type=float, default=None, metavar="P",
-                     help="Genotypes: keep variants whose Hardy-Weinberg exact test p-value "
-                          "is at least P (as plink2 --hwe, no mid-p; diploid calls; one "
-                          "counting pass on the workers)."),
-        click.option("--mind", "max_sample_missing", type=float, default=None, metavar="F",
-                     help="Genotypes: keep samples with at most this fraction of missing "
-                          "calls, in [0, 1] (as plink --mind; one more counting pass)."),
-        click.option("--snps-only", is_flag=True, default=False,
-                     help="Genotypes: keep variants whose every allele is one base (no "
-                          "indels or symbolic alleles; as plink2 --snps-only)."),
-        click.option("--king-cutoff", type=float, default=None, metavar="K",
-                     help="Genotypes: remove one sample of each pair whose KING-robust "
-                          "kinship exceeds K, as plink2 --king-cutoff (0.0884: second-degree "
-                          "relatives and closer; one more pass on the workers)."),
-        click.option("--ld-prune", default=None, metavar="WINDOW,STEP,R2",
-                     help="Genotypes: LD pruning after the other filters, as plink2 "
-                          "--indep-pairwise with the window in variants (e.g. 50,5,0.2; "
-                          "one more pass on the workers)."),
-        click.option("--ld-prune-order", type=click.IntRange(1, 2), default=None,
-                     metavar="1|2",
-                     help="Genotypes: --ld-prune's scan order, as plink2 --indep-order: 2 "
-                          "(default) is plink2's since alpha 5, 1 is PLINK 1.9's."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
+    """Add the quality-control options (``_QC_OPTIONS``, in their order) to command ``fn``."""
+    for flags, kind, metavar, text in reversed(_QC_OPTIONS):
+        value = ({"is_flag": True, "default": False} if metavar is None
+                 else {"type": kind, "default": None, "metavar": metavar})
+        fn = click.option(*flags, help=text, **value)(fn)
     return fn
 
 
