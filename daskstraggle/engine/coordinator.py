@@ -12,8 +12,10 @@ rule, the balancing cadence, abandoning stale messages and when to checkpoint.
 Membership changes (lost, frozen, joining workers) are still handled below it by the Dask
 runtime, which keeps worker indices stable.
 
-Handlers are registered per event type; :class:`Phase` says which events the
-coordinator expects next, and :meth:`Coordinator.validate_state` checks its invariants.
+Handlers are registered per event type (``functools.singledispatchmethod``); :class:`Phase`
+says which events the coordinator expects next, and :meth:`Coordinator.validate_state`
+checks its invariants. Every instruction carries the ``stimulus_id`` of the event that
+caused it.
 On request, a bounded log of events and the instructions they gave
 (:attr:`Coordinator.log`, ``log_size``) lets a test replay a run through a fresh
 coordinator without any runtime.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -83,17 +86,16 @@ class Phase(enum.Enum):
     DONE = "done"  # finished: no more events
 
 
-_Handler = Callable[["Coordinator", Any, list[Instruction]], None]
-#: The handler of each event type, and the phases in which that event may come.
-_HANDLERS: dict[type[Event], tuple[_Handler, frozenset[Phase]]] = {}
-
-
-def _handles(kind: type[Event], *phases: Phase) -> Callable[[_Handler], _Handler]:
-    def register(fn: _Handler) -> _Handler:
-        _HANDLERS[kind] = (fn, frozenset(phases))
-        return fn
-
-    return register
+#: The phases in which each event may come.
+_PHASES: dict[type[Event], frozenset[Phase]] = {
+    Begin: frozenset({Phase.NEW}),
+    Arrived: frozenset({Phase.WAIT, Phase.COLLECT}),
+    Quiet: frozenset({Phase.WAIT, Phase.COLLECT}),
+    Checked: frozenset({Phase.CHECK}),
+    Stepped: frozenset({Phase.STEP}),
+    Freed: frozenset({Phase.ABANDON}),
+    Saved: frozenset({Phase.SAVE}),
+}
 
 
 class Coordinator:
@@ -144,6 +146,7 @@ class Coordinator:
         self.phase = Phase.NEW
         self.rows = session.resumed_at or 0
         self.time = self.t0 = self.t_round = self.deadline = 0.0
+        self._sid = ""  # the event being handled
         self._round: tuple[RoundSummary, float, float | None] | None = None
         self._finish: Finish | None = None  # the Finish that waits for the last checkpoint
         self._point: np.ndarray | None = None  # the last round's iterate
@@ -154,27 +157,33 @@ class Coordinator:
         self._to_offer: set[int] = set()
 
     # ------------------------------------------------------------------ stimuli
-    def handle(self, event: Event) -> list[Instruction]:
-        """Take in one event; return what the runtime must do next.
+    def handle_stimulus(self, *events: Event) -> list[Instruction]:
+        """Take in events, in order; return what the runtime must do next (each
+        instruction carrying the ``stimulus_id`` of the event that caused it).
 
         Raises
         ------
         StraggleError
-            If the method stalls (no work in flight and not ready to step), or the event
+            If the method stalls (no work in flight and not ready to step), or an event
             is not one the coordinator expects in its phase.
         """
-        entry = _HANDLERS.get(type(event))
-        if entry is None or self.phase not in entry[1]:
-            raise StraggleError(
-                f"The coordinator got {type(event).__name__} in phase "
-                f"{self.phase.value!r}; the runtime must reply to its last instruction."
-            )
-        self.time = event.time
         out: list[Instruction] = []
-        entry[0](self, event, out)
-        if self.log.maxlen:
-            self.log.append((event, tuple(out)))
+        for event in events:
+            if self.phase not in _PHASES.get(type(event), ()):
+                raise StraggleError(
+                    f"The coordinator got {type(event).__name__} in phase "
+                    f"{self.phase.value!r}; the runtime must reply to its last instruction."
+                )
+            self.time, self._sid = event.time, event.stimulus_id
+            start = len(out)
+            _dispatch(type(event))(self, event, out)
+            if self.log.maxlen:
+                self.log.append((event, tuple(out[start:])))
         return out
+
+    @functools.singledispatchmethod
+    def _handle(self, event: Event, out: list[Instruction]) -> None:
+        raise TypeError(f"The coordinator takes no {type(event).__name__} event.")
 
     def validate_state(self) -> None:
         """Check the coordinator's invariants (the tests call it after every event).
@@ -192,16 +201,16 @@ class Coordinator:
         assert (self._round is not None) == (self.phase is Phase.CHECK), self.phase
         assert self.phase is not Phase.NEW or not self.rows or self.session.resumed_at
 
-    @_handles(Begin, Phase.NEW)
-    def _begin(self, event: Begin, out: list[Instruction]) -> None:
+    @_handle.register
+    def _(self, event: Begin, out: list[Instruction]) -> None:
         self.t0 = self.t_round = event.time - self.session.elapsed
         if self.checkpoint is not None:
             self.checkpoint.start(self.rows, event.time)
         self._feed(out)
         self._top(out)
 
-    @_handles(Arrived, Phase.WAIT, Phase.COLLECT)
-    def _arrived(self, event: Arrived, out: list[Instruction]) -> None:
+    @_handle.register
+    def _(self, event: Arrived, out: list[Instruction]) -> None:
         self._take(event.result)
         if self.phase is Phase.COLLECT:
             self._collect(out)
@@ -211,8 +220,8 @@ class Coordinator:
             self._feed(out)
             self._top(out)
 
-    @_handles(Quiet, Phase.WAIT, Phase.COLLECT)
-    def _quiet(self, event: Quiet, out: list[Instruction]) -> None:
+    @_handle.register
+    def _(self, event: Quiet, out: list[Instruction]) -> None:
         if self.phase is not Phase.COLLECT:  # an Await(None) must end with a result
             raise StraggleError(
                 f"The runtime returned no result for {self.method.name!r} while "
@@ -221,34 +230,34 @@ class Coordinator:
             )
         self._end_round(out)
 
-    @_handles(Checked, Phase.CHECK)
-    def _checked(self, event: Checked, out: list[Instruction]) -> None:
+    @_handle.register
+    def _(self, event: Checked, out: list[Instruction]) -> None:
         summary = self._pending_round()[0]
         monitor = self.session.monitor
         verdict = monitor.verify(self.rows, summary.iterate, event.result)
         self._exact_objective(monitor.checked_objective)
         self._record(out, verdict, checked=True)
 
-    @_handles(Stepped, Phase.STEP)
-    def _stepped(self, event: Stepped, out: list[Instruction]) -> None:
+    @_handle.register
+    def _(self, event: Stepped, out: list[Instruction]) -> None:
         if self.balancing is not None:
             moved = self.balancing.after_step(now=self.time, iteration=self.rows)
             if moved is not None:
-                out.append(RecordEvent(moved))
+                out.append(RecordEvent(moved, stimulus_id=self._sid))
         if self.method.abandon_stale:
             self.phase = Phase.ABANDON
-            out.append(Abandon(self.method.version))
+            out.append(Abandon(self.method.version, stimulus_id=self._sid))
             return
         self._next_round(out)
 
-    @_handles(Freed, Phase.ABANDON)
-    def _freed(self, event: Freed, out: list[Instruction]) -> None:
+    @_handle.register
+    def _(self, event: Freed, out: list[Instruction]) -> None:
         for i in event.workers:
             self._idle(i)
         self._next_round(out)
 
-    @_handles(Saved, Phase.SAVE)
-    def _saved(self, event: Saved, out: list[Instruction]) -> None:
+    @_handle.register
+    def _(self, event: Saved, out: list[Instruction]) -> None:
         if self._finish is not None:
             out.append(self._finish)
             self.phase = Phase.DONE
@@ -278,7 +287,7 @@ class Coordinator:
             unit = self.method.dispatch(i)
             if unit is not None:
                 self.idle.discard(i)
-                out.append(Submit(unit))
+                out.append(Submit(unit, stimulus_id=self._sid))
                 self.in_flight += 1
 
     def _idle(self, i: int) -> None:
@@ -310,7 +319,7 @@ class Coordinator:
                 f"Method {self.method.name!r} stalled: no work in flight and not ready to step."
             )
         self.phase = Phase.WAIT
-        out.append(Await(None))
+        out.append(Await(None, stimulus_id=self._sid))
 
     def _start_collect(self, out: list[Instruction]) -> None:
         # keep collecting for a fraction of the round's time (DSAG's window); with no
@@ -324,7 +333,7 @@ class Coordinator:
             return
         self._feed(out)
         self.phase = Phase.COLLECT
-        out.append(Await(max(self.deadline - self.time, 0.0)))
+        out.append(Await(max(self.deadline - self.time, 0.0), stimulus_id=self._sid))
 
     def _end_round(self, out: list[Instruction]) -> None:
         """Judge the round: a verdict now, or after an exact check pass."""
@@ -335,7 +344,7 @@ class Coordinator:
                                                next_value=summary.extras.get("next_ritz_value"))
         if verdict == "check":
             self.phase = Phase.CHECK
-            out.append(CheckExact(summary.iterate))
+            out.append(CheckExact(summary.iterate, stimulus_id=self._sid))
             return
         self._record(out, verdict, checked=False)
 
@@ -384,7 +393,8 @@ class Coordinator:
         """Add the round's trace row; stop, or step."""
         summary, now, gap = self._pending_round()
         self._round = None
-        out.append(RecordRow(self.rows, self._row(summary, now, gap, checked)))
+        out.append(RecordRow(self.rows, self._row(summary, now, gap, checked),
+                             stimulus_id=self._sid))
         self.rows += 1
         self._point = summary.iterate  # the divergence rule's point (not copied: read-only)
         if self.session.iterates is not None:
@@ -392,7 +402,7 @@ class Coordinator:
         reason = verdict or self.stop.check(iteration=self.rows - 1, gap=gap,
                                             elapsed=now - self.t0)
         if reason is not None:
-            finish = Finish(summary, reason)
+            finish = Finish(summary, reason, stimulus_id=self._sid)
             if self._save_checkpoint(out, now - self.t0, stepped=False):
                 self._finish = finish  # once it is written
                 return
@@ -401,7 +411,7 @@ class Coordinator:
             return
         self.method.step()
         self.phase = Phase.STEP
-        out.append(AfterStep())
+        out.append(AfterStep(stimulus_id=self._sid))
 
     def _next_round(self, out: list[Instruction]) -> None:
         self.durations.clear()
@@ -425,7 +435,12 @@ class Coordinator:
             return False
         state = self.session.state(self.method, elapsed=elapsed, stepped=stepped,
                                    iteration=self.rows)
-        out.append(WriteCheckpoint(state, self.rows))
+        out.append(WriteCheckpoint(state, self.rows, stimulus_id=self._sid))
         schedule.start(self.rows, self.time, self._point)
         self.phase = Phase.SAVE
         return True
+
+
+#: The handler of each event type, looked up in singledispatch's cache: going through the
+#: descriptor would build a bound dispatcher for every event (~4 us each).
+_dispatch = vars(Coordinator)["_handle"].dispatcher.dispatch

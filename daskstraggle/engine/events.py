@@ -3,10 +3,17 @@
 
 Every event carries the time at which the runtime observed it (``time``, seconds of the
 runtime's clock: real for the Dask and in-process runtimes, simulated for the simulated
-one) and an optional ``stimulus_id`` naming its cause, so the engine never reads a clock
-and a logged run replays through a fresh engine to the same instructions.
+one) and a required ``stimulus_id`` naming it (``"arrived-17"``), so the engine never reads
+a clock and a logged run replays through a fresh engine to the same instructions. Every
+instruction carries the ``stimulus_id`` of the event that caused it, and the runtime gives
+what it observes while carrying an instruction out (a unit it sent) that instruction's id:
+the trace says which event caused each row and each move of a worker index.
 
-Each :meth:`~daskstraggle.engine.coordinator.Coordinator.handle` call returns a list of
+The run's events (the first group below) go to the
+:meth:`~daskstraggle.engine.coordinator.Coordinator.handle_stimulus` of the coordinator,
+those of the workers (the second group: tasks sent and finished, the cluster's statuses,
+the time passing) to the :meth:`~daskstraggle.engine.pool.WorkerPool.handle_stimulus` of the
+pool. Each coordinator call returns a list of
 instructions of which at most the last expects a reply (the next event): :class:`Await`
 (reply :class:`Arrived` or :class:`Quiet`), :class:`CheckExact` (:class:`Checked`),
 :class:`AfterStep` (:class:`Stepped`), :class:`Abandon` (:class:`Freed`) and
@@ -17,7 +24,8 @@ dispatches again). The others (:class:`Submit`, :class:`RecordRow`, :class:`Reco
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -30,19 +38,29 @@ __all__ = [
     "AfterStep",
     "Arrived",
     "Await",
+    "BackupSent",
     "Begin",
     "CheckExact",
     "Checked",
     "Event",
     "Finish",
     "Freed",
+    "HelperReady",
     "Instruction",
     "Quiet",
     "RecordEvent",
     "RecordRow",
     "Saved",
+    "Sending",
+    "SplitSent",
+    "StatusChanged",
     "Stepped",
     "Submit",
+    "TaskFinished",
+    "TaskSent",
+    "TasksDropped",
+    "Tick",
+    "WakeAt",
     "WriteCheckpoint",
 ]
 
@@ -50,10 +68,11 @@ __all__ = [
 # ------------------------------------------------------------------------------ events
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
-    """Something the runtime observed at ``time`` (seconds of its clock)."""
+    """Something the runtime observed at ``time`` (seconds of its clock), named by
+    ``stimulus_id``."""
 
     time: float
-    stimulus_id: str = ""
+    stimulus_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,13 +116,104 @@ class Saved(Event):
     """The checkpoint was written (reply to :class:`WriteCheckpoint`)."""
 
 
+# ----------------------------------------------------------------- the workers' events
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sending(Event):
+    """``unit`` is about to be sent: the pool answers how (a ``SplitUnit`` with a ready
+    helper, or nothing: whole)."""
+
+    unit: WorkUnit
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskSent(Event):
+    """Task ``key`` of ``unit`` (whole, or message ``message`` of a streamed one; ``final``:
+    its worker index is idle after it) went to the index's worker."""
+
+    key: str
+    unit: WorkUnit
+    message: int | None = None
+    final: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SplitSent(Event):
+    """``unit`` went out as two parts: ``keys[0]`` to its worker, ``keys[1]`` to its
+    helper."""
+
+    unit: WorkUnit
+    keys: tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackupSent(Event):
+    """The backup the pool asked for of task ``key`` went out as ``backup_key``."""
+
+    key: str
+    backup_key: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskFinished(Event):
+    """Task ``key`` finished with ``outcome`` (a ``(result, seconds)`` pair)."""
+
+    key: str
+    outcome: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TasksDropped(Event):
+    """The runtime cancelled tasks ``keys`` (abandoned stale messages, tasks whose worker
+    is gone), or every task in flight (``keys`` None: the run ended)."""
+
+    keys: tuple[str, ...] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusChanged(Event):
+    """The cluster's workers and their statuses; ``retiring``: workers known to retire
+    from elsewhere, ``tight``: restarts of workers that ran out of memory in this run."""
+
+    status: Mapping[str, str]
+    retiring: frozenset[str] = frozenset()
+    tight: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HelperReady(Event):
+    """The helper of worker index ``index`` holds the index's partitions."""
+
+    index: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tick(Event):
+    """The time the pool asked to be woken at (:class:`WakeAt`) came: ``live`` are the
+    workers that may take work, ``unloaded`` the tasks still waiting for their data."""
+
+    live: tuple[str, ...]
+    unloaded: frozenset[str] = frozenset()
+
+
 # ------------------------------------------------------------------------ instructions
 @dataclass(frozen=True, slots=True)
 class Instruction:
-    """Something the engine asks the runtime to do."""
+    """Something the engine asks the runtime to do, because of the event
+    ``stimulus_id``."""
 
+    stimulus_id: str = field(kw_only=True)
     #: Whether the runtime answers with an event (then it is the list's last instruction).
     replies: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
+class WakeAt(Instruction):
+    """Send a :class:`Tick` at ``time`` (inf: no need), unless another event comes first:
+    when work in flight becomes overdue or due for a backup, when rounds passed, or, with
+    a membership interval, when the cluster's statuses are to be looked at again. The
+    latest :class:`WakeAt` replaces the earlier ones."""
+
+    time: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,15 +2,17 @@
 what to do when a worker is slow, lost, retiring or joining (pure).
 
 The methods keep their ``N`` worker indices for the whole run; the worker behind an index
-may change. :class:`WorkerPool` takes what the runtime observes (tasks sent and answered,
-the cluster's worker statuses, the time) and returns instructions
-(:class:`MoveIndex`, :class:`Resend`, :class:`Cancel`, :class:`SendBackup`,
-:class:`StartHelping`, :class:`StopHelping`, :class:`AwaitWorkers`, :class:`GiveUp`, and
-for each unit
-sent :class:`SplitUnit` or nothing, :meth:`WorkerPool.split`); the Dask runtime
-carries them out on a cluster, the simulated runtime in simulated time. Every decision
-is kept in a bounded log with its time and round, so :meth:`WorkerPool.history` answers
-"why did index 2 move to worker C at round 40".
+may change. :meth:`WorkerPool.handle_stimulus` takes what the runtime observes, as events
+(:mod:`daskstraggle.engine.events`: a unit about to be sent, tasks sent, finished and
+dropped, the cluster's worker statuses, a helper ready, the time it asked to be woken at)
+and returns instructions (:class:`MoveIndex`, :class:`Resend`, :class:`Cancel`,
+:class:`SendBackup`, :class:`StartHelping`, :class:`StopHelping`, :class:`AwaitWorkers`,
+:class:`GiveUp`, :class:`SplitUnit`, :class:`Deliver`, :class:`CheckStatus` and
+:class:`~daskstraggle.engine.events.WakeAt`: the runtime never decides when to look for
+overdue work or at the statuses). The Dask runtime carries them out on a cluster, the
+simulated runtime in simulated time. Every decision is kept in a bounded log with its
+time, round and the stimulus that caused it, so :meth:`WorkerPool.history` answers "why
+did index 2 move to worker C at round 40".
 
 - **Lost** (gone from the statuses): the index moves to a live worker
   (:func:`~daskstraggle.engine.resilience.replacement_targets`), its partitions are
@@ -45,12 +47,26 @@ import itertools
 import math
 import statistics
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from daskstraggle.engine.events import (
+    BackupSent,
+    Event,
+    HelperReady,
+    Instruction,
+    Sending,
+    SplitSent,
+    StatusChanged,
+    TaskFinished,
+    TasksDropped,
+    TaskSent,
+    Tick,
+    WakeAt,
+)
 from daskstraggle.engine.resilience import (
     SlowBounds,
     UnitPart,
@@ -69,7 +85,9 @@ __all__ = [
     "RETIRING",
     "AwaitWorkers",
     "Cancel",
+    "CheckStatus",
     "Decision",
+    "Deliver",
     "GiveUp",
     "MoveIndex",
     "Resend",
@@ -132,7 +150,7 @@ class Task:
 
 # --------------------------------------------------------------------- instructions
 @dataclass(frozen=True, slots=True)
-class MoveIndex:
+class MoveIndex(Instruction):
     """Worker index ``index`` is now computed by ``to`` (was ``previous``).
 
     The runtime puts the index's partitions there: from copies live workers hold (with
@@ -153,7 +171,7 @@ class MoveIndex:
 
 
 @dataclass(frozen=True, slots=True)
-class Resend:
+class Resend(Instruction):
     """Cancel ``cancel`` (the index's tasks in flight) and send each unit of ``units``
     again, each with the messages to send (None: the whole unit)."""
 
@@ -163,14 +181,14 @@ class Resend:
 
 
 @dataclass(frozen=True, slots=True)
-class Cancel:
+class Cancel(Instruction):
     """Cancel these tasks (a backup's twin that lost the race)."""
 
     keys: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class SendBackup:
+class SendBackup(Instruction):
     """Send task ``key``'s unit again, to worker index ``to_index``'s worker; report it
     with :meth:`WorkerPool.backup_sent`."""
 
@@ -180,7 +198,7 @@ class SendBackup:
 
 
 @dataclass(frozen=True, slots=True)
-class StartHelping:
+class StartHelping(Instruction):
     """``worker`` helps worker index ``index``: load the index's partitions there and
     report :meth:`WorkerPool.helper_ready` once they are; from then on the index's units
     are split between the two (:class:`SplitUnit`)."""
@@ -190,7 +208,7 @@ class StartHelping:
 
 
 @dataclass(frozen=True, slots=True)
-class StopHelping:
+class StopHelping(Instruction):
     """``worker`` stops helping worker index ``index`` (``why``): drop its copy of the
     index's data (unless ``keep``: it takes the index over)."""
 
@@ -201,13 +219,13 @@ class StopHelping:
 
 
 @dataclass(frozen=True, slots=True)
-class AwaitWorkers:
+class AwaitWorkers(Instruction):
     """No live worker is left: wait (bounded) for one to join, then report the statuses
     again; an empty cluster after the wait ends the run."""
 
 
 @dataclass(frozen=True, slots=True)
-class GiveUp:
+class GiveUp(Instruction):
     """Worker index ``index`` lost its worker ``allowed_losses`` times in this run (the
     ``workers`` that left, in order): end the run with one line saying why (the runtime
     knows their memory limits and the index's share)."""
@@ -217,7 +235,7 @@ class GiveUp:
 
 
 @dataclass(frozen=True, slots=True)
-class SplitUnit:
+class SplitUnit(Instruction):
     """Send ``unit`` as two tasks: ``own`` on its index's worker, ``helper_part`` on
     ``helper``; ``fraction`` is the share of its rows ``own`` holds. Report both with
     :meth:`WorkerPool.sent_split`; the pool adds the two results, first part first.
@@ -237,8 +255,19 @@ class SplitUnit:
         return self.unit.worker_index
 
 
-PoolInstruction = MoveIndex | Resend | Cancel | SendBackup | StartHelping | StopHelping | \
-    AwaitWorkers | GiveUp
+@dataclass(frozen=True, slots=True)
+class Deliver(Instruction):
+    """Give the method the result of ``task``: ``outcome``, a ``(result, seconds)`` pair
+    (for a split unit the sum of both parts, its seconds the slower part's)."""
+
+    task: Task
+    outcome: Any
+
+
+@dataclass(frozen=True, slots=True)
+class CheckStatus(Instruction):
+    """Look at the cluster's workers and their statuses; report them with
+    :class:`~daskstraggle.engine.events.StatusChanged`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,20 +279,6 @@ class Decision:
     instruction: Any
 
 
-def _stimulus(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Record each call (its arguments and what it returned) in :attr:`WorkerPool.stimuli`
-    when the pool keeps them, so a run replays through a fresh pool."""
-
-    @functools.wraps(method)
-    def recorded(self: WorkerPool, *args: Any, **kwargs: Any) -> Any:
-        out = method(self, *args, **kwargs)
-        if self.stimuli is not None:
-            self.stimuli.append((method.__name__, args, kwargs, out))
-        return out
-
-    return recorded
-
-
 @functools.singledispatch
 def summary(value: Any) -> Any:
     """A comparable summary of what a pool call returned (instructions by their type and
@@ -271,7 +286,7 @@ def summary(value: Any) -> Any:
 
     Examples
     --------
-    >>> summary([Cancel(("k1",))])
+    >>> summary([Cancel(("k1",), stimulus_id="finished-k0")])
     [('Cancel', ('k1',))]
     """
     return value if value is None or isinstance(value, str | int | float | bool) else \
@@ -316,6 +331,17 @@ def _(value: Resend) -> Any:
 @summary.register(Cancel)
 def _(value: Cancel) -> Any:
     return ("Cancel", value.keys)
+
+
+@summary.register(Deliver)
+def _(value: Deliver) -> Any:
+    return ("Deliver", summary(value.task), summary(value.outcome))
+
+
+@summary.register(WakeAt)
+@summary.register(CheckStatus)
+def _(value: Any) -> Any:
+    return (type(value).__name__, getattr(value, "time", None))
 
 
 @summary.register(SendBackup)
@@ -364,16 +390,24 @@ class WorkerPool:
         Decisions kept in :attr:`log`: this many moves, backups and helpers' starts and
         stops, and this many units split.
     stimuli : int, default=0
-        Keep the last this many calls (arguments and results) in :attr:`stimuli`, for a
-        replay through a fresh pool (0: none; the results hold the workers' arrays).
+        Keep the last this many events, each with the instructions it gave, in
+        :attr:`stimuli`, for a replay through a fresh pool (0: none; the events hold the
+        workers' arrays).
     allowed_losses : int or None, default=None
         End the run (:class:`GiveUp`) when a worker index loses its worker this many
         times (None: never; the Dask runtime reads ``daskstraggle.allowed-losses``).
+    watch : bool, default=True
+        Look for frozen and stale work (a :class:`~daskstraggle.engine.events.Tick` when
+        rounds passed or the oldest task may be overdue); False: backups only.
+    membership_interval : float, default=inf
+        Ask for the cluster's statuses (:class:`CheckStatus`) this many seconds after the
+        last ones came (inf: the runtime reports every change itself).
 
     Examples
     --------
     >>> pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[5, 5])
-    >>> out = pool.on_status({"a": "running", "c": "running"}, now=1.0)
+    >>> out = pool.handle_stimulus(StatusChanged(status={"a": "running", "c": "running"},
+    ...                                          time=1.0, stimulus_id="status-1"))
     >>> [type(i).__name__ for i in out], out[0].index, out[0].to  # (nothing to resend)
     (['MoveIndex'], 1, 'c')
     >>> pool.history(1)[0].instruction.kind
@@ -383,8 +417,10 @@ class WorkerPool:
     def __init__(self, workers: Sequence[str], *, placement: Sequence[tuple[int, ...]],
                  partition_rows: Sequence[int], bounds: SlowBounds | None = None,
                  backup_after: float | None = None, log_size: int = 10_000,
-                 stimuli: int = 0, allowed_losses: int | None = None) -> None:
+                 stimuli: int = 0, allowed_losses: int | None = None, watch: bool = True,
+                 membership_interval: float = math.inf) -> None:
         self._start = (list(workers), [tuple(p) for p in placement], list(partition_rows))
+        self.watch, self.membership_interval = watch, membership_interval
         self.workers = list(workers)
         self.placement = [tuple(p) for p in placement]
         self.partition_rows = list(partition_rows)
@@ -407,7 +443,7 @@ class WorkerPool:
         self._order = itertools.count()
         self._log: deque[tuple[int, Decision]] = deque(maxlen=log_size)
         self._split_log: deque[tuple[int, Decision]] = deque(maxlen=log_size)
-        self.stimuli: deque[tuple[str, tuple[Any, ...], dict[str, Any], Any]] | None = \
+        self.stimuli: deque[tuple[Event, list[Instruction]]] | None = \
             deque(maxlen=stimuli) if stimuli else None
         self._helping: dict[int, _Helping] = {}
         self._twins: dict[str, str] = {}
@@ -421,93 +457,110 @@ class WorkerPool:
         self._held_back: list[Resend] = []  # resends waiting for a worker to join
         self._newest = 0
         self._now = 0.0
+        self._sid = ""  # the event being handled
+        self._woken = math.inf  # the last WakeAt's time
+        self._checked_version = 0  # the newest version at the last Tick
+        self._stuck = False  # overdue work had nowhere to go: wait for the next status
+        #: When the statuses are to be looked at next (inf: the runtime reports changes).
+        self.next_status = membership_interval
 
-    # ------------------------------------------------------------------ sending
-    @_stimulus
-    def split(self, unit: WorkUnit, now: float | None = None) -> SplitUnit | None:
-        """Decide how ``unit`` goes out: split with its index's ready helper
-        (:class:`SplitUnit`, logged with the share of rows its own worker keeps), or None:
-        send it whole (no ready helper, a streamed unit, or too few rows).
+    # ------------------------------------------------------------------ stimuli
+    def handle_stimulus(self, *events: Event) -> list[Instruction]:
+        """Take in what the runtime observed of its workers, in order; return what it must
+        do: for each event its instructions (each carrying the event's ``stimulus_id``),
+        then a :class:`~daskstraggle.engine.events.WakeAt` when the time to be woken at
+        changed.
 
-        Parameters
-        ----------
-        unit : WorkUnit
-            The unit about to be sent.
-        now : float or None, default=None
-            The time of the decision (None: the pool's latest time).
-
-        Returns
-        -------
-        split : SplitUnit or None
-            The two parts and the helper; report them with :meth:`sent_split`.
+        Raises
+        ------
+        TypeError
+            If an event is not one the pool takes.
 
         Examples
         --------
-        >>> pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[8, 8])
-        >>> _ = pool.on_status({"a": "running", "b": "running", "c": "running"}, now=1.0)
-        >>> pool.helper_ready(0)
-        >>> unit = WorkUnit(0, (0,), np.zeros(2), version=3)
-        >>> split = pool.split(unit, now=2.0)
-        >>> split.helper, split.fraction, split.own.rows, split.helper_part.rows
-        ('c', 0.5, (0, 4), (4, 8))
-        >>> pool.sent_split(unit, ("k0", "k1"), now=2.0)
-        >>> [(d.time, d.version, type(d.instruction).__name__) for d in pool.history(0)]
-        [(1.0, 0, 'StartHelping'), (2.0, 3, 'SplitUnit')]
+        >>> unit = WorkUnit(0, (0,), np.zeros(2), version=1)
+        >>> pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[5, 5])
+        >>> out = pool.handle_stimulus(
+        ...     TaskSent(key="k0", unit=unit, time=0.0, stimulus_id="submit-1"),
+        ...     StatusChanged(status={"b": "running"}, time=1.0, stimulus_id="loss-2"))
+        >>> [(type(i).__name__, i.stimulus_id) for i in out]  # doctest: +NORMALIZE_WHITESPACE
+        [('WakeAt', 'submit-1'), ('MoveIndex', 'loss-2'), ('Resend', 'loss-2'),
+         ('WakeAt', 'loss-2')]
+        >>> out[0].time, out[-1].time  # a Tick at once: a round began, and no Tick since
+        (0.0, 1.0)
         """
-        index = unit.worker_index
-        helping = self._helping.get(index)
+        out: list[Instruction] = []
+        for event in events:
+            self._now, self._sid = event.time, event.stimulus_id
+            got = _dispatch(type(event))(self, event)
+            wake = self._wake()
+            if wake != self._woken:
+                self._woken = wake
+                got.append(WakeAt(wake, stimulus_id=self._sid))
+            if self.stimuli is not None:
+                self.stimuli.append((event, got))
+            out += got
+        return out
+
+    @functools.singledispatchmethod
+    def _handle(self, event: Event) -> list[Instruction]:
+        raise TypeError(f"The worker pool takes no {type(event).__name__} event.")
+
+    @_handle.register
+    def _(self, event: Sending) -> list[Instruction]:
+        """Split the unit with its index's ready helper (:class:`SplitUnit`, logged with the
+        share of rows its own worker keeps), or nothing: send it whole (no ready helper, a
+        streamed unit, or too few rows)."""
+        unit = event.unit
+        helping = self._helping.get(unit.worker_index)
         if helping is None or not helping.ready or unit.stream:
-            return None
+            return []
         rows = [self.partition_rows[p] for p in unit.partitions]
         parts = split_unit(rows, rows=unit.rows, coefficients=unit.coefficients,
                            fraction=helping.fraction)
         if parts is None:
-            return None
-        if now is not None:
-            self._now = now
-        split = SplitUnit(unit, parts[0], parts[1], self.helpers[index], helping.fraction)
+            return []
+        split = SplitUnit(unit, parts[0], parts[1], self.helpers[unit.worker_index],
+                          helping.fraction, stimulus_id=self._sid)
         # (the log keeps decisions, not iterates: its copy of the unit has an empty one)
         logged = replace(split, unit=replace(unit, iterate=_NO_ITERATE))
         self._split_log.append((next(self._order), Decision(self._now, unit.version, logged)))
-        return split
+        return [split]
 
-    @_stimulus
-    def sent(self, key: str, unit: WorkUnit, now: float, *, message: int | None = None,
-             final: bool = True) -> Task:
-        """Task ``key`` of ``unit`` (whole, or one message) went to the index's worker."""
-        self._advance(unit.version, now)
-        task = Task(key, unit, self.workers[unit.worker_index], now, message, final)
-        self.tasks[key] = task
-        return task
+    @_handle.register
+    def _(self, event: TaskSent) -> list[Instruction]:
+        self._advance(event.unit.version)
+        self.tasks[event.key] = Task(event.key, event.unit,
+                                     self.workers[event.unit.worker_index], event.time,
+                                     event.message, event.final)
+        return []
 
-    @_stimulus
-    def sent_split(self, unit: WorkUnit, keys: tuple[str, str], now: float) -> None:
-        """``unit`` went out as two parts (a :class:`SplitUnit`): ``keys[0]`` to its
-        worker, ``keys[1]`` to its helper."""
-        index = unit.worker_index
-        self._advance(unit.version, now)
+    @_handle.register
+    def _(self, event: SplitSent) -> list[Instruction]:
+        index, keys = event.unit.worker_index, event.keys
+        self._advance(event.unit.version)
         for part, (key, worker) in enumerate(zip(keys, (self.workers[index],
                                                         self.helpers[index]), strict=True)):
-            self.tasks[key] = Task(key, unit, worker, now, part=part)
+            self.tasks[key] = Task(key, event.unit, worker, event.time, part=part)
             self._halves[key] = (keys[1 - part], part, index)
         self._helping[index].record["split_units"] += 1
+        return []
 
-    @_stimulus
-    def backup_sent(self, key: str, backup_key: str) -> None:
-        """The backup :class:`SendBackup` asked for of ``key`` went out as ``backup_key``."""
-        original = self.tasks[key]
-        to = self._backup_to.pop(key)
-        self.tasks[backup_key] = Task(backup_key, original.unit, self.workers[to],
-                                      original.sent)
-        self._twins[key], self._twins[backup_key] = backup_key, key
+    @_handle.register
+    def _(self, event: BackupSent) -> list[Instruction]:
+        original = self.tasks[event.key]
+        to = self._backup_to.pop(event.key)
+        self.tasks[event.backup_key] = Task(event.backup_key, original.unit, self.workers[to],
+                                            original.sent)
+        self._twins[event.key], self._twins[event.backup_key] = event.backup_key, event.key
         self.n_backups += 1
+        return []
 
-    def _advance(self, version: int, now: float) -> None:
+    def _advance(self, version: int) -> None:
         """A unit at iterate ``version`` is sent: keep when each version was first sent."""
-        self._now = now
         if version > self._newest:
             self._newest = version
-            self._versions.append((now, version))
+            self._versions.append((self._now, version))
             if len(self._versions) > 20_000:  # bounded: ages beyond that are beyond any bound
                 del self._versions[:10_000]
 
@@ -517,41 +570,31 @@ class WorkerPool:
         return self._newest - (self._versions[at - 1][1] if at else 0)
 
     # ------------------------------------------------------------------ arrivals
-    @_stimulus
-    def arrived(self, key: str, outcome: Any, now: float
-                ) -> tuple[Task | None, Any, list[PoolInstruction]]:
-        """Task ``key`` finished with ``outcome`` (a ``(result, seconds)`` pair).
-
-        Returns
-        -------
-        task : Task or None
-            The task; None if it is no longer wanted (abandoned, cancelled, resent).
-        outcome : object or None
-            What the method receives: ``outcome``, the sum of both parts of a split unit
-            once the second arrives (None for the first), its seconds the slower part's.
-        instructions : list
-            A :class:`Cancel` of a backup's twin that lost the race.
-        """
-        self._now = now
-        task = self.tasks.pop(key, None)
+    @_handle.register
+    def _(self, event: TaskFinished) -> list[Instruction]:
+        """A :class:`Cancel` of a backup's twin that lost the race, then :class:`Deliver`
+        unless the task is no longer wanted (abandoned, cancelled, sent again) or is the
+        first part of a split unit to come back."""
+        task = self.tasks.pop(event.key, None)
         if task is None:
-            return None, None, []
-        out: list[PoolInstruction] = []
-        twin = self._twins.pop(key, None)
-        if twin is not None and twin != key:
+            return []
+        out: list[Instruction] = []
+        twin = self._twins.pop(event.key, None)
+        if twin is not None and twin != event.key:
             self._twins.pop(twin, None)
             if self.tasks.pop(twin, None) is not None:
-                out.append(Cancel((twin,)))
-        outcome = self._join_half(key, outcome)
+                out.append(Cancel((twin,), stimulus_id=self._sid))
+        outcome = self._join_half(event.key, event.outcome)
         if outcome is not None:
-            latency = now - task.sent
+            latency = event.time - task.sent
             self._recent.append(latency)
             self._ages.append(self.age(task.sent))
             recent = self._index_latency.get(task.unit.worker_index)
             if recent is None:
                 recent = self._index_latency[task.unit.worker_index] = deque(maxlen=5)
             recent.append(latency)
-        return task, outcome, out
+            out.append(Deliver(task, outcome, stimulus_id=self._sid))
+        return out
 
     def _join_half(self, key: str, outcome: Any) -> Any:
         if key not in self._halves:
@@ -570,19 +613,16 @@ class WorkerPool:
             return tuple(a + b for a, b in zip(first, second, strict=True)), max(own, helper)
         return first + second, max(own, helper)
 
-    @_stimulus
-    def forget(self, keys: Iterable[str]) -> None:
-        """These tasks were cancelled by the runtime (abandoned stale messages)."""
-        for key in keys:
+    @_handle.register
+    def _(self, event: TasksDropped) -> list[Instruction]:
+        if event.keys is None:  # the run ended
+            self.tasks.clear()
+            self._twins.clear()
+            self._halves.clear()
+            self._half_done.clear()
+        for key in event.keys or ():
             self._drop_task(key)
-
-    @_stimulus
-    def clear(self) -> None:
-        """Forget every task in flight (the run ended)."""
-        self.tasks.clear()
-        self._twins.clear()
-        self._halves.clear()
-        self._half_done.clear()
+        return []
 
     def _drop_task(self, key: str) -> Task | None:
         twin = self._twins.pop(key, None)
@@ -608,24 +648,17 @@ class WorkerPool:
         return any(s not in GOING and a not in self.shunned and a not in retiring
                    for a, s in status.items())
 
-    @_stimulus
-    def on_status(self, status: Mapping[str, str], now: float, *,
-                  retiring: Iterable[str] = (), tight: Iterable[str] = ()
-                  ) -> list[PoolInstruction]:
-        """The cluster's workers and their statuses now: move the indices of workers that
-        left or retire, stop helpers that went, give newcomers work.
+    @_handle.register
+    def _(self, event: StatusChanged) -> list[Instruction]:
+        """Move the indices of workers that left or retire, stop helpers that went, give
+        newcomers work. The work to send again comes last (:meth:`_ordered`); a
+        :class:`GiveUp` comes alone."""
+        self._stuck = False
+        self.next_status = event.time + self.membership_interval
+        return self._ordered(self._on_status(event.status, event.retiring, event.tight))
 
-        ``retiring``: workers known to retire from elsewhere (an event announced it, or
-        the scheduler's log says a vanished one retired before it left). ``tight``:
-        workers that replace one that ran out of memory in this run (kept for the run).
-        The work to send again comes last (:meth:`_ordered`); a :class:`GiveUp` comes
-        alone.
-        """
-        return self._ordered(self._on_status(status, now, retiring, tight))
-
-    def _on_status(self, status: Mapping[str, str], now: float,
-                   retiring: Iterable[str], tight: Iterable[str]) -> list[PoolInstruction]:
-        self._now = now
+    def _on_status(self, status: Mapping[str, str], retiring: Iterable[str],
+                   tight: Iterable[str]) -> list[Instruction]:
         self.tight |= set(tight)
         self.retiring |= set(retiring)
         # (a retirement the scheduler aborted, for want of workers to take the data, is over)
@@ -635,7 +668,7 @@ class WorkerPool:
                       - self.retiring)
         out = self._stop_departed_helpers(status, live)
         if not live:
-            out.append(self._decide(AwaitWorkers()))
+            out.append(self._decide(AwaitWorkers(stimulus_id=self._sid)))
             return out
         moves = replacement_targets(self.workers, live, avoid=self.tight)
         if not moves:
@@ -657,9 +690,9 @@ class WorkerPool:
         return out
 
     def _stop_departed_helpers(self, status: Mapping[str, str],
-                               live: list[str]) -> list[PoolInstruction]:
+                               live: list[str]) -> list[Instruction]:
         """Helpers no longer live stop helping (gone, retiring or frozen)."""
-        out: list[PoolInstruction] = []
+        out: list[Instruction] = []
         for i, helper in list(self.helpers.items()):
             if helper not in live:
                 out += self._stop_helping(i, why="left the cluster" if helper not in status
@@ -677,20 +710,21 @@ class WorkerPool:
         for i in moves:
             if self.allowed_losses is not None and \
                     len(self.losses.get(i, ())) >= self.allowed_losses:
-                return self._decide(GiveUp(i, tuple(self.losses[i])))
+                return self._decide(GiveUp(i, tuple(self.losses[i]), stimulus_id=self._sid))
         return None
 
-    def _move(self, index: int, target: str, why: str, kind: str) -> list[PoolInstruction]:
+    def _move(self, index: int, target: str, why: str, kind: str) -> list[Instruction]:
         previous, self.workers[index] = self.workers[index], target
         self._arrived[index] = next(self._order)
-        out: list[PoolInstruction] = []
+        out: list[Instruction] = []
         helped = next((i for i, a in self.helpers.items() if a == target), None)
         if helped is not None:  # target stops helping; keeps the data of this index
             out += self._stop_helping(helped, why=f"takes over worker index {index}",
                                       resend=helped != index, keep=helped == index)
         out.append(self._decide(MoveIndex(index, target, previous, kind, why,
                                           "fetch" if kind == "retired" else "reload",
-                                          from_helper=helped == index)))
+                                          from_helper=helped == index,
+                                          stimulus_id=self._sid)))
         out.append(self._resend(index))
         return out
 
@@ -706,16 +740,16 @@ class WorkerPool:
         return Resend(index, tuple(
             (unit, None if None in messages else frozenset(int(j) for j in messages
                                                            if j is not None))
-            for unit, messages in units.values()), tuple(keys))
+            for unit, messages in units.values()), tuple(keys), stimulus_id=self._sid)
 
-    def _adopt_newcomers(self, live: list[str]) -> list[PoolInstruction]:
+    def _adopt_newcomers(self, live: list[str]) -> list[Instruction]:
         """Make every live worker that neither holds nor helps an index the helper of the
         slowest index without one."""
         newcomers = set(live) - set(self.workers) - set(self.helpers.values()) - self.tight
         if not newcomers:
             return []
         latency = {i: statistics.median(v) for i, v in self._index_latency.items() if v}
-        out: list[PoolInstruction] = []
+        out: list[Instruction] = []
         for worker, index in helper_targets(self.workers, newcomers, self.helpers,
                                             latency).items():
             self.helpers[index] = worker
@@ -724,40 +758,56 @@ class WorkerPool:
                       "latency_s": latency.get(index), "split_units": 0, "own_share": 0.5}
             self._helping[index] = _Helping(record)
             self.joins.append(record)
-            out.append(self._decide(StartHelping(worker, index)))
+            out.append(self._decide(StartHelping(worker, index, stimulus_id=self._sid)))
         return out
 
-    @_stimulus
-    def helper_ready(self, index: int) -> None:
-        """The helper of ``index`` holds the index's partitions: split its next units."""
-        if index in self._helping:
-            self._helping[index].ready = True
+    @_handle.register
+    def _(self, event: HelperReady) -> list[Instruction]:
+        """Split the index's next units with its helper."""
+        if event.index in self._helping:
+            self._helping[event.index].ready = True
+        return []
 
     def _stop_helping(self, index: int, *, why: str, resend: bool = True,
-                      keep: bool = False) -> list[PoolInstruction]:
+                      keep: bool = False) -> list[Instruction]:
         worker = self.helpers.pop(index, None)
         if worker is None:
             return []
         self._helping.pop(index).record["ended"] = why
-        out: list[PoolInstruction] = [self._decide(StopHelping(index, worker, why, keep))]
+        out: list[Instruction] = [
+            self._decide(StopHelping(index, worker, why, keep, stimulus_id=self._sid))]
         if resend:
             out.append(self._resend(index))
         return out
 
     # ------------------------------------------------------------------ slow work
-    @_stimulus
-    def overdue(self, now: float, *, unloaded: Collection[str] = ()
-                ) -> dict[str, tuple[str, str]]:
+    @_handle.register
+    def _(self, event: Tick) -> list[Instruction]:
+        """Give overdue workers no more work and move their indices to the other ``live``
+        workers (nothing when none is left: overdue work then waits for the next status);
+        send backups of whole units overdue against the run's median latency; ask for the
+        statuses when a membership check is due."""
+        self._checked_version = self._newest
+        out: list[Instruction] = []
+        if self.watch:
+            late = self._overdue(event.time, event.unloaded)
+            out = self._ordered(self._shun(late, event.live)) if late else []
+            self._stuck = bool(late) and not out
+        out += self._backups(event.time)
+        if event.time >= self.next_status:
+            self.next_status = math.inf  # (until the statuses come)
+            out.append(CheckStatus(stimulus_id=self._sid))
+        return out
+
+    def _overdue(self, now: float, unloaded: Collection[str]) -> dict[str, tuple[str, str]]:
         """Workers whose work is overdue, each with why and the kind (frozen, stale).
 
         Frozen: a task unanswered for :func:`frozen_bound` seconds. Stale: a task sent
         :func:`stale_bound` rounds ago, in flight for ``bounds.stale_wait`` seconds and its
         data loaded (``unloaded``: keys of tasks still waiting for their data).
         """
-        self._now = now
         b = self.bounds
-        seconds = frozen_bound(b.frozen_after, self._recent, minimum=b.frozen_minimum,
-                               factor=b.frozen_factor)
+        seconds = self._frozen_seconds()
         rounds = stale_bound(b.stale_after, self._ages, minimum=b.stale_minimum_rounds,
                              factor=b.stale_factor)
         waited: dict[str, tuple[float, int]] = {}
@@ -770,55 +820,55 @@ class WorkerPool:
                 else (f"has not answered for {age} rounds (stale)", "stale")
                 for w, (s, age) in waited.items() if s > seconds or age > rounds}
 
-    def next_overdue_time(self) -> float:
-        """When the oldest task in flight becomes overdue in seconds (inf: none in
-        flight): when a simulated runtime must look again.
-
-        The oldest is the first sent of those in flight (a backup, which keeps its
-        original's send time, may be older: it is then found at this later time).
-        """
-        if not self.tasks:
-            return math.inf
+    def _frozen_seconds(self) -> float:
         b = self.bounds
-        seconds = frozen_bound(b.frozen_after, self._recent, minimum=b.frozen_minimum,
-                               factor=b.frozen_factor)
-        return _just_after(next(iter(self.tasks.values())).sent + seconds)
+        return frozen_bound(b.frozen_after, self._recent, minimum=b.frozen_minimum,
+                            factor=b.frozen_factor)
 
-    @_stimulus
-    def shun(self, late: Mapping[str, tuple[str, str]], live: Iterable[str], now: float
-             ) -> list[PoolInstruction]:
-        """Give the overdue workers ``late`` no more work; move their indices to the other
-        ``live`` workers (nothing when none is left: keep waiting). The work to send again
-        comes last (:meth:`_ordered`)."""
-        return self._ordered(self._shun(late, live, now))
+    def _wake(self) -> float:
+        """When the runtime must send the next :class:`Tick` (inf: no need): at once when
+        rounds passed since the last (stale work?); when the oldest task becomes overdue
+        in seconds (the first sent of those in flight; a backup, which keeps its
+        original's send time, may be older: it is then found at this later time); when
+        one becomes due for a backup; when the statuses are to be looked at again."""
+        wake = min(self._next_backup_time(), self.next_status)
+        if not self.watch:
+            return wake
+        if self._newest > self._checked_version:
+            return self._now
+        if self._stuck or not self.tasks:
+            return wake
+        oldest = next(iter(self.tasks.values())).sent
+        return min(wake, _just_after(oldest + self._frozen_seconds()))
 
-    def _ordered(self, out: list[PoolInstruction]) -> list[PoolInstruction]:
+    def _ordered(self, out: list[Instruction]) -> list[Instruction]:
         """Put every :class:`Resend` after the moves, helper starts and stops of the same
         decision, one per index: a unit sent again must go where its index's data now is,
         never to the worker it left (a helper that stops and an index that moves in one
         decision resend the same index). While no worker is left (:class:`AwaitWorkers`)
         the resends wait for the next decision; after a :class:`GiveUp` none is sent."""
         resends = [i for i in out if isinstance(i, Resend)]
-        rest: list[PoolInstruction] = [i for i in out if not isinstance(i, Resend)]
+        rest: list[Instruction] = [i for i in out if not isinstance(i, Resend)]
         if rest and isinstance(rest[-1], AwaitWorkers | GiveUp):
             self._held_back += resends
             return rest
         merged: dict[int, Resend] = {}
         for r in [*self._held_back, *resends]:
             m = merged.get(r.index)
-            merged[r.index] = r if m is None else Resend(r.index, m.units + r.units,
-                                                         m.cancel + r.cancel)
+            merged[r.index] = r if m is None else Resend(
+                r.index, m.units + r.units, m.cancel + r.cancel, stimulus_id=self._sid)
         self._held_back = []
         return rest + [r for r in merged.values() if r.units or r.cancel]
 
-    def _shun(self, late: Mapping[str, tuple[str, str]], live: Iterable[str], now: float
-              ) -> list[PoolInstruction]:
-        self._now = now
+    def _shun(self, late: Mapping[str, tuple[str, str]], live: Iterable[str]
+              ) -> list[Instruction]:
+        """Give the overdue workers ``late`` no more work; move their indices to the other
+        ``live`` workers (nothing when none is left)."""
         live = sorted(set(live) - set(late) - self.shunned - self.retiring)
         if not late or not live:
             return []
         self.shunned |= set(late)
-        out: list[PoolInstruction] = []
+        out: list[Instruction] = []
         for i, helper in list(self.helpers.items()):
             if helper in late:
                 out += self._stop_helping(i, why=late[helper][0])
@@ -827,14 +877,12 @@ class WorkerPool:
             out += self._move(i, target, why, kind)
         return out
 
-    @_stimulus
-    def backups(self, now: float) -> list[SendBackup]:
+    def _backups(self, now: float) -> list[Instruction]:
         """Backups of every whole unit overdue against the run's median latency."""
-        self._now = now
         if self.backup_after is None or len(self._recent) < _MIN_SAMPLES:
             return []
         bound = self.backup_after * statistics.median(self._recent)
-        out: list[SendBackup] = []
+        out: list[Instruction] = []
         for key, task in list(self.tasks.items()):
             if task.message is None and key not in self._twins and \
                     key not in self._halves and now - task.sent > bound:
@@ -843,7 +891,7 @@ class WorkerPool:
                     out.append(backup)
         return out
 
-    def next_backup_time(self) -> float:
+    def _next_backup_time(self) -> float:
         """The earliest time a task in flight becomes due for a backup (inf: never)."""
         if self.backup_after is None or len(self._recent) < _MIN_SAMPLES:
             return math.inf
@@ -867,7 +915,7 @@ class WorkerPool:
         j = min(others, key=lambda o: (-sum(p in self.placement[o] for p in parts),
                                        busy[self.workers[o]], o))
         self._backup_to[key] = j
-        return self._decide(SendBackup(key, task.unit, j))
+        return self._decide(SendBackup(key, task.unit, j, stimulus_id=self._sid))
 
     # ------------------------------------------------------------------ the log
     def _decide(self, instruction: Any) -> Any:
@@ -886,24 +934,25 @@ class WorkerPool:
         workers, placement, rows = self._start
         return WorkerPool(workers, placement=placement, partition_rows=rows,
                           bounds=self.bounds, backup_after=self.backup_after,
-                          allowed_losses=self.allowed_losses)
+                          allowed_losses=self.allowed_losses, watch=self.watch,
+                          membership_interval=self.membership_interval)
 
-    def replay(self, stimuli: Iterable[tuple[str, tuple[Any, ...], dict[str, Any], Any]]
+    def replay(self, stimuli: Iterable[tuple[Event, list[Instruction]]]
                ) -> list[tuple[str, Any, Any]]:
-        """Feed another pool's recorded calls to this (fresh) pool, up to the first whose
-        result differs (the runs part there; later calls no longer fit this pool).
+        """Feed another pool's recorded events to this (fresh) pool, up to the first whose
+        instructions differ (the runs part there; later events no longer fit this pool).
 
         Returns
         -------
         differ : list of (str, object, object)
-            Empty when every call gave the recorded result; else the first call that did
-            not: its name, the recorded result and this pool's, as :func:`summary` gives
-            them.
+            Empty when every event gave the recorded instructions; else the first that
+            did not: its stimulus id, the recorded instructions and this pool's, as
+            :func:`summary` gives them.
         """
-        for name, args, kwargs, out in stimuli:
-            again = getattr(self, name)(*args, **kwargs)
+        for event, out in stimuli:
+            again = self.handle_stimulus(event)
             if summary(again) != summary(out):
-                return [(name, summary(out), summary(again))]
+                return [(event.stimulus_id, summary(out), summary(again))]
         return []
 
     def history(self, index: int) -> list[Decision]:
@@ -914,7 +963,8 @@ class WorkerPool:
         Examples
         --------
         >>> pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[5, 5])
-        >>> _ = pool.on_status({"b": "running"}, now=3.0)
+        >>> _ = pool.handle_stimulus(StatusChanged(status={"b": "running"}, time=3.0,
+        ...                                        stimulus_id="loss-1"))
         >>> [(d.time, d.instruction.to, d.instruction.why) for d in pool.history(0)]
         [(3.0, 'b', 'left the cluster')]
         """
@@ -939,3 +989,6 @@ class WorkerPool:
             assert twin == key or self._twins.get(twin) == key, (key, twin)
         assert self._newest >= 0 and len(self.workers) == len(self.placement)
 
+
+#: The handler of each event type (as the coordinator's: no bound dispatcher per event).
+_dispatch = vars(WorkerPool)["_handle"].dispatcher.dispatch

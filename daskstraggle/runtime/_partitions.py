@@ -115,7 +115,7 @@ class PartitionStore:
             warnings.warn(f"{message[0].upper()}{message[1:]}.", StraggleWarning, stacklevel=4)
         return {"worker_index": index, "lost": move.previous, "moved_to": target,
                 "partitions": parts, "reason": move.why, "kind": move.kind,
-                "reloaded": reloaded}
+                "reloaded": reloaded, "stimulus_id": move.stimulus_id}
 
     def start_helping(self, matrix: Any, start: StartHelping) -> None:
         """Load the helped index's partitions on the newcomer."""

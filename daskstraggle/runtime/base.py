@@ -12,11 +12,13 @@ carries out each instruction with them.
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar, cast, overload
 
 import numpy as np
 
@@ -38,8 +40,10 @@ from daskstraggle.engine.events import (
     Saved,
     Stepped,
     Submit,
+    WakeAt,
     WriteCheckpoint,
 )
+from daskstraggle.engine.pool import Deliver, SplitUnit, WorkerPool
 from daskstraggle.engine.recorder import TraceRecorder
 from daskstraggle.engine.session import RunSession
 from daskstraggle.methods.base import (
@@ -267,6 +271,15 @@ class Runtime(ABC):
     _partition_rows: list[int]
     #: The engine of the last run driven here (its ``log``, with :attr:`stimulus_log`).
     coordinator: Coordinator | None = None
+    #: The ``stimulus_id`` of the instruction being carried out: what the runtime observes
+    #: while it does (the units it sends) is the engine's answer to that event.
+    _cause: str = ""
+    #: Numbers of the run's events (:meth:`_new_stimulus_id`).
+    _stimulus_numbers: Iterator[int] = itertools.count(1)
+    #: Which worker computes each worker index, for runtimes whose workers may come and go.
+    worker_pool: WorkerPool | None = None
+    #: When the pool asked to be woken (its last :class:`~daskstraggle.engine.events.WakeAt`).
+    _wake: float = math.inf
 
     @classmethod
     def from_options(cls, options: RuntimeOptions) -> Runtime:
@@ -376,6 +389,7 @@ class Runtime(ABC):
     @_execute.register(Submit)
     def _(self, instruction: Submit, work: Any, problem: Problem,
           session: RunSession) -> Event | None:
+        self._cause = instruction.stimulus_id
         self._submit(instruction.unit, work)
         return None
 
@@ -384,37 +398,70 @@ class Runtime(ABC):
           session: RunSession) -> Event | None:
         result = self._next(timeout=instruction.timeout)
         if result is None:
-            return Quiet(time=self._clock())
+            return Quiet(time=self._clock(), stimulus_id=self._new_stimulus_id("quiet"))
         self._inbound += payload_bytes(result.result)
-        return Arrived(result=result, time=self._clock())
+        return Arrived(result=result, time=self._clock(),
+                       stimulus_id=self._new_stimulus_id("arrived"))
 
     @_execute.register(CheckExact)
     def _(self, instruction: CheckExact, work: Any, problem: Problem,
           session: RunSession) -> Event | None:
-        return Checked(result=self._exact_pass(problem, instruction.iterate), time=self._clock())
+        return Checked(result=self._exact_pass(problem, instruction.iterate), time=self._clock(),
+                       stimulus_id=self._new_stimulus_id("checked"))
 
     @_execute.register(AfterStep)
     def _(self, instruction: AfterStep, work: Any, problem: Problem,
           session: RunSession) -> Event | None:
         self._after_step()
-        return Stepped(time=self._clock())
+        return Stepped(time=self._clock(), stimulus_id=self._new_stimulus_id("stepped"))
 
     @_execute.register(Abandon)
     def _(self, instruction: Abandon, work: Any, problem: Problem,
           session: RunSession) -> Event | None:
-        return Freed(workers=tuple(self._abandon(instruction.version)), time=self._clock())
+        self._cause = instruction.stimulus_id
+        return Freed(workers=tuple(self._abandon(instruction.version)), time=self._clock(),
+                     stimulus_id=self._new_stimulus_id("freed"))
 
     @_execute.register(WriteCheckpoint)
     def _(self, instruction: WriteCheckpoint, work: Any, problem: Problem,
           session: RunSession) -> Event | None:
         session.checkpoint.write(instruction.state, iteration=instruction.iteration)
-        return Saved(time=self._clock())
+        return Saved(time=self._clock(), stimulus_id=self._new_stimulus_id("saved"))
 
     @_execute.register(RecordEvent)
     def _(self, instruction: RecordEvent, work: Any, problem: Problem,
           session: RunSession) -> Event | None:
         session.recorder.add_event(instruction.event)
         return None
+
+    def _new_stimulus_id(self, kind: str) -> str:
+        """A new ``stimulus_id`` for an event observed here: ``kind`` and the next number
+        of the run (``"arrived-17"``; numbered from 1 at each run's start, so a seeded
+        simulation names its events the same each time)."""
+        return f"{kind}-{next(self._stimulus_numbers)}"
+
+    def _observe(self, kind: type[Event], stimulus_id: str | None = None,
+                 **fields: Any) -> list[Instruction]:
+        """Give the worker pool an event of type ``kind`` observed now (``stimulus_id``:
+        by default the instruction being carried out, :attr:`_cause`), carry out its
+        instructions (:meth:`_carry`) and return its answers (:class:`Deliver`,
+        :class:`SplitUnit`). Its wake-up time is taken first: the events its
+        instructions cause are handled after it and may move it."""
+        assert self.worker_pool is not None
+        out = self.worker_pool.handle_stimulus(kind(time=self._clock(), stimulus_id=(
+            self._cause if stimulus_id is None else stimulus_id), **fields))
+        if out and isinstance(out[-1], WakeAt):
+            self._wake = cast(WakeAt, out.pop()).time
+        answers: list[Instruction] = [i for i in out if isinstance(i, Deliver | SplitUnit)]
+        for instruction in out:
+            if not isinstance(instruction, Deliver | SplitUnit):
+                self._cause = instruction.stimulus_id
+                self._carry(instruction)
+        return answers
+
+    def _carry(self, instruction: Instruction) -> None:
+        """Carry out one instruction of the worker pool (runtimes with a pool)."""
+        raise TypeError(f"unexpected pool instruction {instruction!r}")
 
     def _cancel_pending(self) -> None:  # noqa: B027 - optional hook
         """Forget work still in flight when a run ends."""

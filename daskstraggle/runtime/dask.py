@@ -23,17 +23,31 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from daskstraggle._validation import check_bool, check_choice, check_int, check_positive
 from daskstraggle.data.matrix import Matrix
+from daskstraggle.engine.events import (
+    BackupSent,
+    HelperReady,
+    Sending,
+    SplitSent,
+    StatusChanged,
+    TaskFinished,
+    TasksDropped,
+    TaskSent,
+    Tick,
+)
 from daskstraggle.engine.pool import (
     AwaitWorkers,
     Cancel,
+    CheckStatus,
+    Deliver,
     GiveUp,
     MoveIndex,
     Resend,
     SendBackup,
+    SplitUnit,
     StartHelping,
     StopHelping,
     WorkerPool,
@@ -100,6 +114,9 @@ BACKUP_MIN = 2.0
 #: Seconds an exact pass sleeps at most between its checks (backups, membership) while
 #: no fold result is queued; an arriving result wakes it at once.
 FOLD_POLL = 0.05
+#: Seconds a wait for results sleeps at most between its looks for an announced
+#: retirement (the pool's wake-up time and an arriving result end it sooner).
+NEWS_POLL = 0.1
 
 def _collect(ac: Any, fold_of: dict[Any, int], results: dict[int, Any]) -> None:
     """Take the folds ``as_completed`` has ready into ``results`` (the first result of each
@@ -373,7 +390,6 @@ class DaskRuntime(Runtime):
         self._asked: set[str] = set()
         self._out_of_memory: set[str] = set()
         self._news: RetirementNews | None = None
-        self._last_check = time.perf_counter()
         self._scheduler_lost = False
         self._token = uuid.uuid4().hex[:8]
         self.client, self._owned = connect(
@@ -476,7 +492,8 @@ class DaskRuntime(Runtime):
             partition_rows=[int(r) for r in matrix.partition_rows()],
             bounds=slow_bounds(self._frozen_after, self._stale_after),
             backup_after=self._backup_after, stimuli=self.stimulus_log,
-            allowed_losses=self._allowed_losses)
+            allowed_losses=self._allowed_losses, membership_interval=MEMBERSHIP_INTERVAL)
+        self._wake = math.inf
         self._news = RetirementNews(self.client)
         self._check_memory(matrix, placement)
         assert self._data is not None
@@ -564,7 +581,7 @@ class DaskRuntime(Runtime):
                     for n in sorted(set(range(len(folds))) - results.keys()):
                         self._back_up_fold(folds[n], n, ac, fold_of, (fn, args, combine))
                 if self._membership_due(now) and self._check_membership():
-                    return None
+                    return None  # (a holder left)
                 _wait_ready(ac, FOLD_POLL)
             return [results[n] for n in range(len(folds))]
         finally:
@@ -793,7 +810,6 @@ class DaskRuntime(Runtime):
             # the coordinator as soon as it is done
             previous = None
             messages = stream_messages(unit)
-            sent = time.perf_counter()
             token = uuid.uuid4().hex[:6]
             for j, (parts, coef) in enumerate(messages):
                 if only is not None and j not in only:
@@ -806,8 +822,8 @@ class DaskRuntime(Runtime):
                     key=f"unit-v{unit.version}-w{unit.worker_index}-m{j}-{token}",
                     worker_index=unit.worker_index,
                 )
-                self.worker_pool.sent(future.key, unit, sent, message=j,
-                                      final=j == len(messages) - 1)
+                self._observe(TaskSent, key=future.key, unit=unit, message=j,
+                              final=j == len(messages) - 1)
                 self._track(future, index=unit.worker_index, partitions=parts, args=args,
                             kwargs={"coefficients": coef})
                 previous = future
@@ -819,7 +835,7 @@ class DaskRuntime(Runtime):
             key=f"unit-v{unit.version}-w{unit.worker_index}-{uuid.uuid4().hex[:6]}",
             worker_index=unit.worker_index,
         )
-        self.worker_pool.sent(future.key, unit, time.perf_counter())
+        self._observe(TaskSent, key=future.key, unit=unit)
         self._track(future, index=unit.worker_index, partitions=unit.partitions, args=args,
                     kwargs=kwargs)
 
@@ -856,11 +872,11 @@ class DaskRuntime(Runtime):
             return False
         assert self._data is not None
         if self._data.helper_loaded(index):
-            pool.helper_ready(index)
-        sent = time.perf_counter()
-        split = pool.split(unit, sent)
-        if split is None:
+            self._observe(HelperReady, index=index)
+        answer = self._observe(Sending, unit=unit)
+        if not answer:
             return False
+        split = cast(SplitUnit, answer[0])
         total = max(sum(self._partition_rows), 1)
         token, futures = uuid.uuid4().hex[:6], []
         for position, (part, address, held) in enumerate(zip(
@@ -874,7 +890,7 @@ class DaskRuntime(Runtime):
                 address, run_unit_task, *args, *(held[p] for p in partitions), **kwargs,
                 key=f"unit-v{unit.version}-w{index}-part{position}-{token}"),
                 address, partitions, args, kwargs))
-        pool.sent_split(unit, (futures[0][0].key, futures[1][0].key), sent)
+        self._observe(SplitSent, unit=unit, keys=(futures[0][0].key, futures[1][0].key))
         for future, address, partitions, args, kwargs in futures:
             self._track(future, index=index, partitions=partitions, args=args, kwargs=kwargs,
                         address=address)
@@ -883,8 +899,9 @@ class DaskRuntime(Runtime):
     # ------------------------------------------------------------------ receiving
     def _next(self, timeout: float | None = None) -> WorkResult | None:
         # results are fetched in the background as tasks finish (with_results=True); while
-        # waiting, check every MEMBERSHIP_INTERVAL that the workers are still there, and
-        # let the pool judge overdue work
+        # waiting, tick when the pool asked to be woken (it judges overdue work and asks
+        # for the statuses when due), and look at the statuses when a retirement is
+        # announced
         pool = self.worker_pool
         assert pool is not None
         deadline = math.inf if timeout is None else time.perf_counter() + timeout
@@ -893,10 +910,12 @@ class DaskRuntime(Runtime):
                 now = time.perf_counter()
                 if now >= deadline:
                     return None
-                if self._membership_due(now):
+                if self._news is not None and self._news.news:
                     self._check_membership()
-                self._check_slow(now)
-                _wait_ready(self._ac, min(deadline - now, 0.1))
+                elif now >= self._wake:
+                    self._tick(now)
+                _wait_ready(self._ac, max(min(deadline, self._wake, now + NEWS_POLL) - now,
+                                          0.0))
             future, outcome = next(self._ac)
             key, handle = self._meta_units.pop(future.key, (future.key, None))
             self._metas.pop(key, None)
@@ -904,15 +923,15 @@ class DaskRuntime(Runtime):
             if key not in pool.tasks:  # abandoned, cancelled or sent again
                 continue
             if isinstance(outcome, BaseException):  # only cancellations come back as values
-                pool.forget([key])
+                self._observe(TasksDropped, f"failed-{key}", keys=(key,))
                 raise self._lost_scheduler(outcome) or outcome
             if handle is not None:
                 outcome = self._held_outcome(handle, outcome)
-            task, outcome, out = pool.arrived(key, outcome, time.perf_counter())
-            self._carry_out(out)  # a backup's twin that lost the race
-            if task is None or outcome is None:  # one part of a split unit: wait for the other
+            answer = self._observe(TaskFinished, f"finished-{key}", key=key, outcome=outcome)
+            if not answer:  # one part of a split unit: wait for the other
                 continue
-            result, duration = outcome
+            deliver = cast(Deliver, answer[0])
+            task, (result, duration) = deliver.task, deliver.outcome
             if task.message is not None:
                 (result,) = result
             self._round_keys[task.unit.worker_index] = key
@@ -958,7 +977,7 @@ class DaskRuntime(Runtime):
         if not stale:
             return []
         freed = [pool.tasks[key].unit.worker_index for key in stale if pool.tasks[key].final]
-        pool.forget(stale)
+        self._observe(TasksDropped, keys=tuple(stale))
         self._cancel(stale)
         return freed
 
@@ -978,13 +997,14 @@ class DaskRuntime(Runtime):
         self._metas.clear()
         self._meta_units.clear()
         if self.worker_pool is not None:
-            self.worker_pool.clear()
+            self._observe(TasksDropped, self._new_stimulus_id("ended"), keys=None)
 
     # ------------------------------------------------------------------ the pool's view
     def _membership_due(self, now: float) -> bool:
-        """Whether to check membership now: a retirement was announced, or it is time."""
+        """Whether to look at the statuses now: a retirement was announced, or the pool
+        asks for them."""
         news = self._news is not None and bool(self._news.news)
-        return news or now - self._last_check >= MEMBERSHIP_INTERVAL
+        return news or (self.worker_pool is not None and now >= self.worker_pool.next_status)
 
     def _check_membership(self) -> bool:
         """Give the pool the cluster's workers and statuses; carry out its moves. Return
@@ -998,7 +1018,6 @@ class DaskRuntime(Runtime):
         SchedulerLostError
             If the scheduler does not answer.
         """
-        self._last_check = time.perf_counter()
         pool = self.worker_pool
         if pool is None or not self._held:
             return False
@@ -1008,17 +1027,10 @@ class DaskRuntime(Runtime):
         announced |= {a for a in pool.vanished(status)
                       if a not in announced and retired_before_leaving(self.client, a)}
         self._news.watch(sorted({*pool.workers, *pool.helpers.values()} & set(status)))
-        out = pool.on_status(status, time.perf_counter(), retiring=announced,
-                             tight=self._tight(status))
-        if out and isinstance(out[-1], AwaitWorkers):  # every worker gone: wait, bounded
-            self._carry_out(out[:-1])
-            # (a worker found frozen or retiring is no use: wait for another)
-            status = wait_for_any_worker(self.client, pool.usable)
-            self._status()  # (what the scheduler knows of the newcomers)
-            out = pool.on_status(status, time.perf_counter(), tight=self._tight(status))
-            assert not (out and isinstance(out[-1], AwaitWorkers)), out
-        self._carry_out(out)
-        return any(isinstance(i, MoveIndex) and i.kind != "adopted" for i in out)
+        moves = len(self._losses)
+        self._observe(StatusChanged, self._new_stimulus_id("status"), status=status,
+                      retiring=frozenset(announced), tight=frozenset(self._tight(status)))
+        return any(loss["kind"] != "adopted" for loss in self._losses[moves:])
 
     def _status(self) -> dict[str, str]:
         return {a: str(w.get("status", "running")) for a, w in self._identity().items()}
@@ -1071,25 +1083,18 @@ class DaskRuntime(Runtime):
             "losses of one index."
         )
 
-    def _check_slow(self, now: float) -> None:
-        """Let the pool judge overdue work (frozen or stale workers) and send backups."""
+    def _tick(self, now: float) -> None:
+        """The time the pool asked to be woken at came: tell it which workers are live
+        and which tasks still wait for their data."""
         pool = self.worker_pool
-        assert pool is not None
+        assert pool is not None and self._data is not None
         wait = pool.bounds.stale_wait
-        assert self._data is not None
-        unloaded = {key for key, task in pool.tasks.items()
-                    if now - task.sent > wait and not self._data.loaded(task)}
-        late = pool.overdue(now, unloaded=unloaded)
-        if late:
-            self._carry_out(pool.shun(late, worker_addresses(self.client), now))
-        self._carry_out(pool.backups(now))
+        unloaded = frozenset(key for key, task in pool.tasks.items()
+                             if now - task.sent > wait and not self._data.loaded(task))
+        self._observe(Tick, self._new_stimulus_id("tick"),
+                      live=tuple(worker_addresses(self.client)), unloaded=unloaded)
 
     # ------------------------------------------------------------------ the pool's orders
-    def _carry_out(self, instructions: list[Any]) -> None:
-        """Carry out the pool's instructions on the cluster."""
-        for instruction in instructions:
-            self._carry(instruction)
-
     @functools.singledispatchmethod
     def _carry(self, instruction: Any) -> None:
         """Carry out one pool instruction (one method per type)."""
@@ -1124,6 +1129,21 @@ class DaskRuntime(Runtime):
     def _(self, instruction: GiveUp) -> None:
         raise self._gave_up(instruction)
 
+    @_carry.register(CheckStatus)
+    def _(self, instruction: CheckStatus) -> None:
+        self._check_membership()
+
+    @_carry.register(AwaitWorkers)
+    def _(self, instruction: AwaitWorkers) -> None:
+        """Every worker is gone: wait (bounded) for one that may take work (not found
+        frozen, not retiring), then report the statuses again."""
+        pool = self.worker_pool
+        assert pool is not None
+        status = wait_for_any_worker(self.client, pool.usable)
+        self._status()  # (what the scheduler knows of the newcomers)
+        self._observe(StatusChanged, self._new_stimulus_id("joined"), status=status,
+                      tight=frozenset(self._tight(status)))
+
     @_carry.register(SendBackup)
     def _send_backup(self, backup: SendBackup) -> None:
         """Send a copy of an overdue unit to another worker index's worker (from its own
@@ -1138,7 +1158,7 @@ class DaskRuntime(Runtime):
             run_unit_task, *args, *blocks, **kwargs,
             key=f"unit-backup-v{unit.version}-w{j}-{uuid.uuid4().hex[:6]}", worker_index=j,
         )
-        self.worker_pool.backup_sent(backup.key, future.key)
+        self._observe(BackupSent, key=backup.key, backup_key=future.key)
         # (computed again, it is the unit's own index that holds the partitions)
         self._track(future, index=unit.worker_index, partitions=unit.partitions, args=args,
                     kwargs=kwargs, address=self._addresses[j])

@@ -356,7 +356,8 @@ def _decision_events(pool: Any, joins: list[dict[str, Any]]) -> list[dict[str, A
         if event is not None:
             index = decision.instruction.index
             events.append({"time": float(decision.time), **event, "worker_index": index,
-                           "rows": _row_ranges(pool.placement[index], offsets)})
+                           "rows": _row_ranges(pool.placement[index], offsets),
+                           "stimulus_id": decision.instruction.stimulus_id})
     return events
 
 

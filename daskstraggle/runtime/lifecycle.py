@@ -12,6 +12,7 @@ submit and wait (:class:`~daskstraggle.runtime.base.Runtime`).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 import time
@@ -185,6 +186,7 @@ def run(
     _check_run(runtime, method, problem, matrix, step_size)
     record_iterates = check_bool(record_iterates, name="record_iterates", caller="run")
     runtime._validate()
+    runtime._stimulus_numbers = itertools.count(1)
     matrix = fit_partitions(runtime, method, matrix)
     placement = method.placement(matrix.n_partitions, runtime.n_workers)
     settings = run_settings(method=method, problem=problem, n_workers=runtime.n_workers,
@@ -361,13 +363,14 @@ def drive(runtime: Runtime, method: Method, session: RunSession, *, stop: StopRu
     # the handler of each instruction type, looked up in singledispatch's cache: calling
     # runtime._execute would build a bound dispatcher for every instruction (~4 us each)
     execute = vars(Runtime)["_execute"].dispatcher.dispatch
-    event: Event | None = Begin(time=runtime._clock())
+    event: Event | None = Begin(time=runtime._clock(),
+                                stimulus_id=runtime._new_stimulus_id("begin"))
     runtime._inbound = 0
     runtime._fetched_bytes()  # (what an earlier run fetched after its last row)
     try:
         while True:
             assert event is not None, "the coordinator expected no reply"
-            instructions, event = coordinator.handle(event), None
+            instructions, event = coordinator.handle_stimulus(event), None
             for instruction in instructions:
                 if isinstance(instruction, Finish):
                     logger.info("%s stopped after %d iterations (%s)", method.name,

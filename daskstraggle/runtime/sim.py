@@ -36,14 +36,26 @@ import itertools
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from daskstraggle._validation import check_int, check_nonnegative
+from daskstraggle.engine.events import (
+    BackupSent,
+    HelperReady,
+    Sending,
+    SplitSent,
+    StatusChanged,
+    TaskFinished,
+    TasksDropped,
+    TaskSent,
+    Tick,
+)
 from daskstraggle.engine.pool import (
     AwaitWorkers,
     Cancel,
+    Deliver,
     MoveIndex,
     Resend,
     SendBackup,
@@ -60,7 +72,11 @@ from daskstraggle.latency.spec import parse_latency, parse_stragglers
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block
-from daskstraggle.runtime.base import RuntimeOptions, register_runtime, run_unit
+from daskstraggle.runtime.base import (
+    RuntimeOptions,
+    register_runtime,
+    run_unit,
+)
 from daskstraggle.runtime.local import LocalRuntime
 
 __all__ = ["SimRuntime"]
@@ -178,15 +194,11 @@ class SimRuntime(LocalRuntime):
         self._newest = 0  # newest version dispatched
         self._sampler: LatencySampler | None = None
         self._real_start = 0.0
-        self.worker_pool: WorkerPool | None = None
         self._events: list[tuple[float, int, Fault]] = []
         self._freezes: dict[str, list[tuple[float, float]]] = {}
         self._busy: dict[str, float] = {}
         self._cluster = ClusterState(n_workers=self._n_workers)  # as the faults leave it
         self._losses: list[dict[str, Any]] = []
-        self._watch = False  # check for frozen and stale work
-        self._stuck = False  # overdue work had nowhere to go: wait for the next event
-        self._checked_version = 0
         self._work: Any = None
         self._total_rows = 0  # rows of every partition (at least 1), known from _begin
 
@@ -202,19 +214,17 @@ class SimRuntime(LocalRuntime):
         self._sampler = None if self.latency is None else self.latency.sampler(
             self._n_workers, self._seed
         )
-        self.worker_pool = WorkerPool([str(i) for i in range(self._n_workers)], placement=placement,
-                                partition_rows=partition_rows, bounds=self._bounds(),
-                                backup_after=self.backup_after,
-                                stimuli=self.stimulus_log)
+        self.worker_pool = WorkerPool(
+            [str(i) for i in range(self._n_workers)], placement=placement,
+            partition_rows=partition_rows, bounds=self._bounds(), backup_after=self.backup_after,
+            stimuli=self.stimulus_log, watch=bool(self.faults) or self.frozen_after is not None
+            or self.stale_after is not None)
+        self._wake = math.inf
         self._events = sorted((f.at, k, f) for k, f in enumerate(self.faults))
         self._freezes = _freeze_windows(self.faults)
         self._busy = {}
         self._cluster = ClusterState(n_workers=self._n_workers)
         self._losses = []
-        self._watch = bool(self.faults) or self.frozen_after is not None or \
-            self.stale_after is not None
-        self._stuck = False
-        self._checked_version = 0
         self._total_rows = max(sum(partition_rows), 1)
 
     def _rows_load(self, partitions: tuple[int, ...]) -> float:
@@ -244,9 +254,9 @@ class SimRuntime(LocalRuntime):
             self._submit_stream(unit, problem, only)
             return
         # (the pool splits only for an index with a helper: as DaskRuntime, ask it then)
-        split = self.worker_pool.split(unit, self._now) if self.worker_pool.helpers else None
-        if split is not None:
-            self._submit_split(split, problem)
+        split = self._observe(Sending, unit=unit) if self.worker_pool.helpers else None
+        if split:
+            self._submit_split(cast(SplitUnit, split[0]), problem)
             return
         held = self._blocks[unit.worker_index]
         result, measured = run_unit(problem, unit.iterate, *(held[p] for p in unit.partitions),
@@ -255,7 +265,7 @@ class SimRuntime(LocalRuntime):
                                             measured)
         key = self._push(self.worker_pool.workers[unit.worker_index], unit, result, compute,
                          communication)
-        self.worker_pool.sent(key, unit, self._now)
+        self._observe(TaskSent, key=key, unit=unit)
 
     def _draw(self, index: int, unit: WorkUnit, load: float, measured: float
               ) -> tuple[float, float]:
@@ -315,7 +325,7 @@ class SimRuntime(LocalRuntime):
             load = (part.rows[1] - part.rows[0]) * self._n_workers / total
             compute, communication = self._draw(index, unit, load, measured)
             keys.append(self._push(worker, unit, result, compute, communication))
-        self.worker_pool.sent_split(unit, (keys[0], keys[1]), self._now)
+        self._observe(SplitSent, unit=unit, keys=(keys[0], keys[1]))
 
     def _submit_stream(self, unit: WorkUnit, problem: Problem,
                        only: frozenset[int] | None = None) -> None:
@@ -345,7 +355,7 @@ class SimRuntime(LocalRuntime):
                 key = self._push(worker, unit, message, float(done_at[j] - previous),
                                  communication, message=j, final=final, start=start,
                                  done=float(done_at[j]))
-                self.worker_pool.sent(key, unit, self._now, message=j, final=final)
+                self._observe(TaskSent, key=key, unit=unit, message=j, final=final)
             previous = float(done_at[j])
 
     def _abandon(self, version: int) -> list[int]:
@@ -356,7 +366,7 @@ class SimRuntime(LocalRuntime):
         for worker in workers:  # it drops the rest of those units' messages at once
             self._busy[worker] = max((t.end for t in self._tasks.values() if t.worker == worker),
                                      default=self._now)
-        self.worker_pool.forget(stale)
+        self._observe(TasksDropped, keys=tuple(stale))
         return freed
 
     # ------------------------------------------------------------------ receiving
@@ -365,7 +375,7 @@ class SimRuntime(LocalRuntime):
         while True:
             self._drop_cancelled()
             fault_at = self._events[0][0] if self._events else math.inf
-            check_at = self._check_time()
+            check_at = self._wake
             if not self._heap:
                 if fault_at <= deadline and fault_at < math.inf:
                     self._now = max(self._now, fault_at)
@@ -386,7 +396,8 @@ class SimRuntime(LocalRuntime):
                 if fault_at <= check_at:
                     self._play_fault()
                 else:
-                    self._check_slow()
+                    self._observe(Tick, self._new_stimulus_id("tick"),
+                                  live=tuple(self._cluster.live()))
                 continue
             if received > deadline:
                 self._now = deadline
@@ -402,11 +413,11 @@ class SimRuntime(LocalRuntime):
         part of a split unit, or a backup's twin that lost the race)."""
         assert self.worker_pool is not None
         del self._tasks[key]
-        sent, outcome, out = self.worker_pool.arrived(key, (task.result, task.compute), self._now)
-        self._carry_out(out)
-        if sent is None or outcome is None:
+        answer = self._observe(TaskFinished, f"finished-{key}", key=key,
+                               outcome=(task.result, task.compute))
+        if not answer:
             return None
-        result, compute = outcome
+        result, compute = cast(Deliver, answer[0]).outcome
         return WorkResult(task.unit, result, float(compute), latency=task.latency,
                           message=task.message, final=task.final)
 
@@ -422,46 +433,17 @@ class SimRuntime(LocalRuntime):
             heapq.heappop(self._heap)
             if task is not None:
                 del self._tasks[key]
-                self.worker_pool.forget([key])
+                self._observe(TasksDropped, f"dropped-{key}", keys=(key,))
 
     # ------------------------------------------------------------------ faults
-    def _check_time(self) -> float:
-        """When to look for overdue work next (inf: the checks are off)."""
-        assert self.worker_pool is not None
-        backup = self.worker_pool.next_backup_time()
-        if not self._watch:
-            return backup
-        if self._newest > self._checked_version:  # rounds passed: stale work?
-            return self._now
-        overdue = math.inf if self._stuck else self.worker_pool.next_overdue_time()
-        return min(overdue, backup)
-
-    def _check_slow(self) -> None:
-        assert self.worker_pool is not None
-        self._checked_version = self._newest
-        out: list[Any] = []
-        if self._watch:
-            late = self.worker_pool.overdue(self._now)
-            if late:
-                out += self.worker_pool.shun(late, self._cluster.live(), self._now)
-            # overdue work with nowhere to go waits for the next event
-            self._stuck = bool(late) and not out
-        out += self.worker_pool.backups(self._now)
-        self._carry_out(out)
-
     def _play_fault(self) -> None:
         """Apply the next fault (:meth:`Fault.apply`) and hand the pool the statuses it
         leaves."""
         assert self.worker_pool is not None
         _, _, fault = heapq.heappop(self._events)
         self._cluster = fault.apply(self._cluster)
-        self._stuck = False
-        self._carry_out(self.worker_pool.on_status(self._cluster.statuses(), self._now))
-
-    def _carry_out(self, instructions: list[Any]) -> None:
-        """Carry out the pool's instructions in simulated time."""
-        for instruction in instructions:
-            self._carry(instruction)
+        self._observe(StatusChanged, self._new_stimulus_id(type(fault).__name__.lower()),
+                      status=self._cluster.statuses())
 
     @functools.singledispatchmethod
     def _carry(self, instruction: Any) -> None:
@@ -475,6 +457,7 @@ class SimRuntime(LocalRuntime):
             "worker_index": instruction.index, "lost": instruction.previous,
             "moved_to": instruction.to, "reason": instruction.why,
             "kind": instruction.kind, "time": self._now,
+            "stimulus_id": instruction.stimulus_id,
             "partitions": sorted(self._blocks[instruction.index]),
             "reloaded": [] if instruction.how == "fetch" or instruction.from_helper
             else sorted(self._blocks[instruction.index])})
@@ -493,8 +476,7 @@ class SimRuntime(LocalRuntime):
 
     @_carry.register(StartHelping)
     def _(self, instruction: StartHelping) -> None:
-        assert self.worker_pool is not None
-        self.worker_pool.helper_ready(instruction.index)  # data moves take no time
+        self._observe(HelperReady, index=instruction.index)  # data moves take no time
 
     @_carry.register(AwaitWorkers)
     def _(self, instruction: AwaitWorkers) -> None:
@@ -509,7 +491,7 @@ class SimRuntime(LocalRuntime):
                                     coefficients=unit.coefficients, rows=unit.rows)
         compute, communication = self._draw(j, unit, self._unit_load(unit), measured)
         key = self._push(self.worker_pool.workers[j], unit, result, compute, communication)
-        self.worker_pool.backup_sent(instruction.key, key)
+        self._observe(BackupSent, key=instruction.key, backup_key=key)
 
     def _await_workers(self) -> None:
         """Every worker is gone: play the faults of the next ``timeouts.no-worker``
@@ -556,7 +538,7 @@ class SimRuntime(LocalRuntime):
         self._heap.clear()
         self._tasks.clear()
         if self.worker_pool is not None:
-            self.worker_pool.clear()
+            self._observe(TasksDropped, self._new_stimulus_id("ended"), keys=None)
 
     def _unload(self) -> None:
         super()._unload()

@@ -4,9 +4,11 @@ and replayed by a fresh pool (pure: no runtime)."""
 
 from __future__ import annotations
 
+import _pool as calls
 import numpy as np
 import pytest
 
+from daskstraggle.engine.events import Tick
 from daskstraggle.engine.pool import GiveUp, MoveIndex, SplitUnit, StartHelping, WorkerPool
 from daskstraggle.methods.base import WorkUnit
 
@@ -19,36 +21,36 @@ def _helped_pool(**kw) -> WorkerPool:
     """Index 1 is the slower one; worker ``h`` joins beyond the worker count and helps it."""
     pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[10, 10],
                       stimuli=100, **kw)
-    pool.sent("k0", _unit(0, 1), now=0.0)
-    pool.sent("k1", _unit(1, 1), now=0.0)
-    pool.arrived("k0", ("r", 1.0), now=1.0)
-    pool.arrived("k1", ("r", 3.0), now=3.0)
-    out = pool.on_status({"a": "running", "b": "running", "h": "running"}, now=3.5)
+    calls.sent(pool, "k0", _unit(0, 1), now=0.0)
+    calls.sent(pool, "k1", _unit(1, 1), now=0.0)
+    calls.arrived(pool, "k0", ("r", 1.0), now=1.0)
+    calls.arrived(pool, "k1", ("r", 3.0), now=3.0)
+    out = calls.on_status(pool, {"a": "running", "b": "running", "h": "running"}, now=3.5)
     assert [type(i).__name__ for i in out] == ["StartHelping"] and pool.helpers == {1: "h"}
     return pool
 
 
 def test_a_ready_helper_makes_the_pool_split_units_and_history_says_so():
     pool = _helped_pool()
-    assert pool.split(_unit(1, 2), now=4.0) is None  # the helper's copy is not loaded yet
-    pool.helper_ready(1)
-    assert pool.split(_unit(0, 2), now=4.0) is None  # index 0 has no helper
+    assert calls.split(pool, _unit(1, 2), now=4.0) is None  # the helper's copy is not loaded yet
+    calls.helper_ready(pool, 1)
+    assert calls.split(pool, _unit(0, 2), now=4.0) is None  # index 0 has no helper
     unit = _unit(1, 2)
-    split = pool.split(unit, now=4.0)
+    split = calls.split(pool, unit, now=4.0)
     assert isinstance(split, SplitUnit)
     assert (split.unit, split.index, split.helper, split.fraction) == (unit, 1, "h", 0.5)
     assert (split.own.rows, split.helper_part.rows) == ((0, 5), (5, 10))
-    pool.sent_split(unit, ("p0", "p1"), now=4.0)
+    calls.sent_split(pool, unit, ("p0", "p1"), now=4.0)
     pool.validate_state()
     # the own worker's half took 3 times the helper's: it keeps less of the next unit
-    assert pool.arrived("p1", (np.ones(3), 1.0), now=5.0)[1] is None
-    task, outcome, _ = pool.arrived("p0", (np.ones(3), 3.0), now=7.0)
+    assert calls.arrived(pool, "p1", (np.ones(3), 1.0), now=5.0)[1] is None
+    task, outcome, _ = calls.arrived(pool, "p0", (np.ones(3), 3.0), now=7.0)
     assert task is not None and outcome[1] == 3.0
     np.testing.assert_array_equal(outcome[0], 2 * np.ones(3))
-    later = pool.split(_unit(1, 3), now=7.0)
+    later = calls.split(pool, _unit(1, 3), now=7.0)
     assert later is not None and later.fraction == pytest.approx(0.375)
     assert later.own.rows == (0, 4)  # round(10 * 0.375)
-    pool.sent_split(later.unit, ("p2", "p3"), now=7.0)
+    calls.sent_split(pool, later.unit, ("p2", "p3"), now=7.0)
     # history answers when the helper started and each split with its share and round
     history = pool.history(1)
     assert isinstance(history[0].instruction, StartHelping)
@@ -63,24 +65,24 @@ def test_a_ready_helper_makes_the_pool_split_units_and_history_says_so():
 
 def test_streamed_units_and_one_row_units_go_whole():
     pool = _helped_pool()
-    pool.helper_ready(1)
+    calls.helper_ready(pool, 1)
     coded = np.ones((2, 1))
-    assert pool.split(_unit(1, 2, coefficients=coded, stream=True), now=4.0) is None
-    assert pool.split(_unit(1, 2, rows=(3, 4)), now=4.0) is None
+    assert calls.split(pool, _unit(1, 2, coefficients=coded, stream=True), now=4.0) is None
+    assert calls.split(pool, _unit(1, 2, rows=(3, 4)), now=4.0) is None
     assert [type(d.instruction).__name__ for d in pool.history(1)] == ["StartHelping"]
 
 
 def test_splits_do_not_push_the_moves_out_of_the_bounded_log():
     pool = _helped_pool(log_size=3)
-    pool.helper_ready(1)
+    calls.helper_ready(pool, 1)
     for version in range(2, 12):
         unit = _unit(1, version)
-        assert pool.split(unit, now=float(version)) is not None
-        pool.sent_split(unit, (f"p{version}", f"q{version}"), now=float(version))
-        pool.arrived(f"p{version}", (np.ones(3), 1.0), now=version + 0.5)
-        pool.arrived(f"q{version}", (np.ones(3), 1.0), now=version + 0.5)
+        assert calls.split(pool, unit, now=float(version)) is not None
+        calls.sent_split(pool, unit, (f"p{version}", f"q{version}"), now=float(version))
+        calls.arrived(pool, f"p{version}", (np.ones(3), 1.0), now=version + 0.5)
+        calls.arrived(pool, f"q{version}", (np.ones(3), 1.0), now=version + 0.5)
     # a left: its index moves to the helper, which stops helping index 1
-    pool.on_status({"b": "running", "h": "running"}, now=20.0)
+    calls.on_status(pool, {"b": "running", "h": "running"}, now=20.0)
     kinds = [type(d.instruction).__name__ for d in pool.log]
     assert kinds == ["StartHelping", "SplitUnit", "SplitUnit", "SplitUnit", "StopHelping",
                      "MoveIndex"]
@@ -98,18 +100,18 @@ def test_an_index_that_keeps_losing_its_worker_ends_the_run():
     naming the workers it lost, alone (no move, nothing sent again), logged and replayed."""
     pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[10, 10],
                       stimuli=100, allowed_losses=3)
-    pool.sent("k1", _unit(1, 1), now=0.0)
+    calls.sent(pool, "k1", _unit(1, 1), now=0.0)
     # b runs out of memory; its nanny's restart b2 is tight: index 1 goes to a
-    out = pool.on_status({"a": "running", "b2": "running"}, now=1.0, tight=["b2"])
+    out = calls.on_status(pool, {"a": "running", "b2": "running"}, now=1.0, tight=["b2"])
     assert _kinds(out) == ["MoveIndex", "Resend"] and out[0].to == "a"
     # a dies holding both indices: only tight workers are left, so they are taken
-    out = pool.on_status({"a2": "running", "b2": "running"}, now=2.0, tight=["a2"])
+    out = calls.on_status(pool, {"a2": "running", "b2": "running"}, now=2.0, tight=["a2"])
     assert sorted((i.index, i.to) for i in out if isinstance(i, MoveIndex)) == [
         (0, "a2"), (1, "b2")]
     assert pool.losses == {0: ["a"], 1: ["b", "a"]}
     pool.validate_state()
     holder = pool.workers[1]
-    out = pool.on_status({a: "running" for a in {"a2", "b2"} - {holder}}, now=3.0)
+    out = calls.on_status(pool, {a: "running" for a in {"a2", "b2"} - {holder}}, now=3.0)
     assert _kinds(out) == ["GiveUp"]
     assert (out[0].index, out[0].workers) == (1, ("b", "a", holder))
     assert pool.history(1)[-1].instruction == out[0]
@@ -119,17 +121,18 @@ def test_an_index_that_keeps_losing_its_worker_ends_the_run():
 def test_retired_and_frozen_workers_are_not_losses_and_no_limit_means_none():
     pool = WorkerPool(["a", "b", "c"], placement=[(0,), (1,), (2,)],
                       partition_rows=[10, 10, 10], allowed_losses=1)
-    out = pool.on_status({"a": "running", "b": "closing_gracefully", "c": "running"},
+    out = calls.on_status(pool, {"a": "running", "b": "closing_gracefully", "c": "running"},
                          now=1.0)
     assert _kinds(out) == ["MoveIndex"] and out[0].kind == "retired"
-    pool.sent("k", _unit(2, 1), now=1.0)
-    out = pool.shun({"c": ("has not answered for 40 s (frozen?)", "frozen")}, ["a"], now=40.0)
-    assert out[0].kind == "frozen" and pool.losses == {}
+    calls.sent(pool, "k", _unit(2, 1), now=1.0)
+    # c's task unanswered for 39 s (over the 30 s floor): frozen, its index moves to a
+    out = calls.tell(pool, Tick, 40.0, live=("a", "c"))
+    assert out[0].kind == "frozen" and out[0].to == "a" and pool.losses == {}
     unlimited = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[10, 10])
     for n in range(10):  # the worker of index 1 dies over and over: no limit, no GiveUp
-        out = unlimited.on_status({"a": "running", f"b{n}": "running"}, now=float(n))
+        out = calls.on_status(unlimited, {"a": "running", f"b{n}": "running"}, now=float(n))
         assert _kinds(out) == ["MoveIndex"]  # (b's loss, then the newcomer adopts it)
-        assert _kinds(unlimited.on_status({"a": "running"}, now=n + 0.5)) == ["MoveIndex"]
+        assert _kinds(calls.on_status(unlimited, {"a": "running"}, now=n + 0.5)) == ["MoveIndex"]
     assert unlimited.losses == {1: ["b", *(f"b{n}" for n in range(10))]}
 
 
@@ -137,16 +140,16 @@ def test_a_restart_that_ran_out_of_memory_is_taken_last_and_neither_adopts_nor_h
     pool = WorkerPool(["a", "b", "c"], placement=[(0,), (1,), (2,)],
                       partition_rows=[10, 10, 10])
     # without the news, the nanny's restart c2 is the first choice (unused)
-    assert pool.fresh().on_status({"a": "running", "b": "running", "c2": "running"},
+    assert calls.on_status(pool.fresh(), {"a": "running", "b": "running", "c2": "running"},
                                   now=1.0)[0].to == "c2"
-    out = pool.on_status({"a": "running", "b": "running", "c2": "running"}, now=1.0,
+    out = calls.on_status(pool, {"a": "running", "b": "running", "c2": "running"}, now=1.0,
                          tight=["c2"])
     assert _kinds(out) == ["MoveIndex"] and out[0].to == "a"
     # later statuses: c2 (tight for the run) takes no index back and helps none
-    assert pool.on_status({"a": "running", "b": "running", "c2": "running"}, now=2.0) == []
+    assert calls.on_status(pool, {"a": "running", "b": "running", "c2": "running"}, now=2.0) == []
     assert pool.helpers == {} and pool.workers == ["a", "b", "a"]
     # a newcomer that did not run out of memory takes the doubled-up index
-    out = pool.on_status({"a": "running", "b": "running", "c2": "running", "d": "running"},
+    out = calls.on_status(pool, {"a": "running", "b": "running", "c2": "running", "d": "running"},
                          now=3.0)
     assert [(i.index, i.to, i.kind) for i in out] == [(2, "d", "adopted")]
 
@@ -155,9 +158,9 @@ def test_a_newcomer_adopts_the_index_that_arrived_last_not_the_survivors_own():
     """After a loss during the load pass the survivor keeps its own (loaded) index; the
     newcomer takes the lost one, so only the lost index is reloaded."""
     pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[10, 10])
-    out = pool.on_status({"b": "running"}, now=1.0)  # a left: index 0 goes to b
+    out = calls.on_status(pool, {"b": "running"}, now=1.0)  # a left: index 0 goes to b
     assert [(i.index, i.to) for i in out] == [(0, "b")]
-    out = pool.on_status({"b": "running", "c": "running"}, now=2.0)
+    out = calls.on_status(pool, {"b": "running", "c": "running"}, now=2.0)
     assert [(i.index, i.previous, i.to, i.kind) for i in out] == [(0, "b", "c", "adopted")]
     assert pool.workers == ["c", "b"]
 
@@ -182,7 +185,7 @@ def _oom_run(nannies: dict[str, bool], rounds: int, *, told: bool,
             if not fits and address(nanny) in {*pool.workers, *pool.helpers.values()}:
                 generation[nanny] += 1
         oom = [address(n) for n, fits in nannies.items() if not fits and generation[n]]
-        step = pool.on_status(dict.fromkeys(map(address, nannies), "running"),
+        step = calls.on_status(pool, dict.fromkeys(map(address, nannies), "running"),
                               now=float(r), tight=oom if told else ())
         pool.validate_state()
         out += step

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 
+import _pool as calls
 import numpy as np
 import pytest
 from dask import config as dask_config
@@ -160,7 +161,7 @@ def test_a_cluster_left_with_only_a_frozen_worker_ends_in_the_bounded_line(monke
     pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[5, 5])
     pool.shunned.add("b")
     monkeypatch.setattr(_membership, "worker_status", lambda client: {"b": "running"})
-    assert pool.on_status({"b": "running"}, now=1.0)[-1].__class__.__name__ == "AwaitWorkers"
+    assert calls.on_status(pool, {"b": "running"}, now=1.0)[-1].__class__.__name__ == "AwaitWorkers"
     assert not pool.usable({"b": "running"}) and pool.usable({"b": "running", "c": "running"})
     assert not pool.usable({"c": "closing_gracefully"})
     with dask.config.set({"daskstraggle.timeouts.no-worker": "0.5s"}):

@@ -72,9 +72,9 @@ def _execute(coordinator: Coordinator, *, order=lambda queue: queue.popleft(),
     queue: deque = deque()
     seen = []
     clock = _ticks()
-    event = Begin(time=clock())
+    event = Begin(time=clock(), stimulus_id="s")
     for _ in range(100_000):
-        instructions = coordinator.handle(event)
+        instructions = coordinator.handle_stimulus(event)
         coordinator.validate_state()
         assert not any(i.replies for i in instructions[:-1]), instructions
         for instruction in instructions:
@@ -87,28 +87,29 @@ def _execute(coordinator: Coordinator, *, order=lambda queue: queue.popleft(),
                 # impatient: a bounded wait (the collect window) passes with nothing, so
                 # units still in flight answer in a later round (stragglers)
                 if not queue or (not patient and instruction.timeout is not None):
-                    event = Quiet(time=clock())
+                    event = Quiet(time=clock(), stimulus_id="s")
                     continue
                 unit = order(queue)
                 value, duration = run_unit(problem, unit.iterate,
                                            *(BLOCKS[p] for p in unit.partitions),
                                            coefficients=unit.coefficients, rows=unit.rows)
-                event = Arrived(result=_result(unit, value, duration), time=clock())
+                event = Arrived(result=_result(unit, value, duration), time=clock(),
+                                stimulus_id="s")
             elif isinstance(instruction, CheckExact):
                 total = problem.kernel(BLOCKS[0], instruction.iterate)
                 for b in BLOCKS[1:]:
                     total = total + problem.kernel(b, instruction.iterate)
-                event = Checked(result=total, time=clock())
+                event = Checked(result=total, time=clock(), stimulus_id="s")
             elif isinstance(instruction, AfterStep):
-                event = Stepped(time=clock())
+                event = Stepped(time=clock(), stimulus_id="s")
             elif isinstance(instruction, Abandon):
-                event = Freed(workers=(), time=clock())
+                event = Freed(workers=(), time=clock(), stimulus_id="s")
             elif isinstance(instruction, WriteCheckpoint):
                 # the state is the live run's: it must not have moved on yet
                 assert instruction.state["iteration"] == coordinator.rows
                 assert coordinator.method.version == instruction.iteration - (
                     0 if instruction.state["stepped"] else 1)
-                event = Saved(time=clock())
+                event = Saved(time=clock(), stimulus_id="s")
     raise AssertionError("the run did not finish")
 
 
@@ -146,7 +147,7 @@ def test_a_method_that_neither_dispatches_nor_steps_is_a_stall():
 
     coordinator = _start(Idle(), PCA(n_components=2), StopRule(max_iter=5, tol=None))
     with pytest.raises(StraggleError, match="'gd' stalled: no work in flight and not ready"):
-        coordinator.handle(Begin(time=0.0))
+        coordinator.handle_stimulus(Begin(time=0.0, stimulus_id="s"))
 
 
 @pytest.mark.parametrize(("method", "problem"), [
@@ -166,7 +167,7 @@ def test_a_logged_run_replays_to_the_same_instructions(method, problem):
     replay = _start(fresh, problem, stop)
     again = []
     for event, given in log:
-        out = replay.handle(event)
+        out = replay.handle_stimulus(event)
         assert [type(i) for i in out] == [type(i) for i in given]
         again.extend(out)
     assert [type(i) for i in again] == [type(i) for i in seen]
@@ -196,19 +197,19 @@ def test_the_runtimes_leave_their_coordinator_log_for_a_replay():
 
 def test_a_wait_without_timeout_that_ends_empty_is_an_error_not_a_loop():
     coordinator = _start(GD(), PCA(n_components=2), StopRule(max_iter=5, tol=None))
-    assert isinstance(coordinator.handle(Begin(time=0.0))[-1], Await)
+    assert isinstance(coordinator.handle_stimulus(Begin(time=0.0, stimulus_id="s"))[-1], Await)
     with pytest.raises(StraggleError, match="returned no result for 'gd' while 3 unit"):
-        coordinator.handle(Quiet(time=1.0))
+        coordinator.handle_stimulus(Quiet(time=1.0, stimulus_id="s"))
 
 
 def test_an_event_out_of_phase_is_refused():
     coordinator = _start(GD(), PCA(n_components=2), StopRule(max_iter=5, tol=None))
     with pytest.raises(StraggleError, match="got Stepped in phase 'new'"):
-        coordinator.handle(Stepped(time=0.0))
-    coordinator.handle(Begin(time=0.0))
+        coordinator.handle_stimulus(Stepped(time=0.0, stimulus_id="s"))
+    coordinator.handle_stimulus(Begin(time=0.0, stimulus_id="s"))
     assert coordinator.phase is Phase.WAIT
     with pytest.raises(StraggleError, match="got Begin in phase 'wait'"):
-        coordinator.handle(Begin(time=1.0))
+        coordinator.handle_stimulus(Begin(time=1.0, stimulus_id="s"))
 
 
 def test_the_engine_reads_time_only_from_its_events():

@@ -4,6 +4,9 @@ iterates (issue 26, part 2)."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import _pool as calls
 import dask
 import numpy as np
 import pytest
@@ -26,11 +29,16 @@ STOP = StopRule(max_iter=40, tol=None)
 
 
 class CheckedSim(SimRuntime):
-    """A simulated runtime that checks the pool's invariants after every decision."""
+    """A simulated runtime that checks the pool's invariants after every event it gives
+    the pool (and counts them: the check must run)."""
 
-    def _carry_out(self, instructions):
-        super()._carry_out(instructions)
+    checked = 0
+
+    def _observe(self, kind, stimulus_id=None, **fields):
+        answers = super()._observe(kind, stimulus_id, **fields)
         self.worker_pool.validate_state()
+        self.checked += 1
+        return answers
 
 
 def _run(method, faults=None, *, problem=None, n_workers=4, **kwargs):
@@ -200,26 +208,57 @@ def test_the_pool_alone_decides_moves_helpers_and_backups():
 
     units = [WorkUnit(i, pool.placement[i], np.zeros(2), 1) for i in range(3)]
     for i, unit in enumerate(units):
-        pool.sent(f"k{i}", unit, now=0.0)
+        calls.sent(pool, f"k{i}", unit, now=0.0)
     for i in range(2):  # a and b answer in 1 s; c does not
-        task, outcome, out = pool.arrived(f"k{i}", ("r", 1.0), now=1.0)
+        task, outcome, out = calls.arrived(pool, f"k{i}", ("r", 1.0), now=1.0)
         assert task.worker == "abc"[i] and outcome == ("r", 1.0) and out == []
-        pool.sent(f"k{i}b", units[i], now=1.0)
-    assert pool.backups(now=1.9) == []  # two latencies: too few to judge
-    pool.arrived("k0b", ("r", 1.0), now=2.0)
-    assert pool.backups(now=2.0) == []  # k2 waited 2 s: not more than 2 x median 1 s
-    (backup,) = pool.backups(now=2.5)
+        calls.sent(pool, f"k{i}b", units[i], now=1.0)
+    assert calls.backups(pool, now=1.9) == []  # two latencies: too few to judge
+    calls.arrived(pool, "k0b", ("r", 1.0), now=2.0)
+    assert calls.backups(pool, now=2.0) == []  # k2 waited 2 s: not more than 2 x median 1 s
+    (backup,) = calls.backups(pool, now=2.5)
     assert backup.key == "k2" and pool.workers[backup.to_index] == "a"  # holds partition 0
-    pool.backup_sent("k2", "k2-backup")
+    calls.backup_sent(pool, "k2", "k2-backup")
     pool.validate_state()
-    task, outcome, out = pool.arrived("k2-backup", ("r", 0.5), now=3.5)
+    task, outcome, out = calls.arrived(pool, "k2-backup", ("r", 0.5), now=3.5)
     assert task.worker == "a" and [o.keys for o in out] == [("k2",)]
     # a worker that retires, one that joins: the index moves, the newcomer takes it
-    out = pool.on_status({"a": "running", "b": "closing_gracefully", "c": "running",
+    out = calls.on_status(pool, {"a": "running", "b": "closing_gracefully", "c": "running",
                           "d": "running"}, now=4.0)
     move = next(o for o in out if isinstance(o, MoveIndex))
     assert (move.index, move.to, move.kind, move.how) == (1, "d", "retired", "fetch")
     pool.validate_state()
+
+
+def test_every_event_and_instruction_of_a_faulted_run_has_a_stimulus_id_the_trace_records():
+    slow = "gamma(mean=0.1, var=1e-4) + slowdown(workers=1, factor=4)"
+    faults = "loss(workers=0, at=0.5) + join(count=2, at=1.2) + freeze(workers=2, at=2, for=30)"
+    with CheckedSim(4, latency=slow, faults=faults, rng=1, frozen_after=1.0) as rt:
+        rt.stimulus_log = 100_000
+        result = run_on(rt, GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
+        pool, coordinator = rt.worker_pool, rt.coordinator
+    assert rt.checked > 100
+    seen: set[str] = set()
+    for event, out in [*pool.stimuli, *coordinator.log]:
+        assert event.stimulus_id and all(i.stimulus_id for i in out), (event, out)
+        seen.add(event.stimulus_id)
+    # the coordinator's instructions carry the event that caused them; the pool's too,
+    # but resends held back while no worker was left, which carry the event that held them
+    for event, out in coordinator.log:
+        assert {i.stimulus_id for i in out} <= {event.stimulus_id}
+    for event, out in pool.stimuli:
+        assert {i.stimulus_id for i in out} <= seen
+    # each move in the trace names the event that caused it: the loss, the freeze found
+    # on a Tick, the join
+    moves = [i for _, out in pool.stimuli for i in out if isinstance(i, MoveIndex)]
+    losses = result.attrs["worker_losses"]
+    assert [m["stimulus_id"] for m in losses] == [m.stimulus_id for m in moves]
+    causes = {m["kind"]: m["stimulus_id"].rsplit("-", 1)[0] for m in losses}
+    assert causes == {"lost": "loss", "frozen": "tick", "adopted": "join"}, causes
+    # numbered per run: the same seeded run names its events the same
+    with SimRuntime(4, latency=slow, faults=faults, rng=1, frozen_after=1.0) as again:
+        same = run_on(again, GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
+    assert same.attrs["worker_losses"] == losses
 
 
 def test_a_simulated_fault_run_replays_through_a_fresh_pool():
@@ -229,15 +268,18 @@ def test_a_simulated_fault_run_replays_through_a_fresh_pool():
         rt.stimulus_log = 100_000
         run_on(rt, GD(), PCA(n_components=2), open_matrix(X), stop=STOP, rng=0)
         pool = rt.worker_pool
-    names = {name for name, *_ in pool.stimuli}
-    assert {"sent", "arrived", "on_status", "overdue", "shun", "split"} <= names
+    names = {type(event).__name__ for event, _ in pool.stimuli}
+    assert {"TaskSent", "TaskFinished", "StatusChanged", "Tick", "Sending"} <= names
+    # the freeze was found on a Tick, which moved an index
+    assert any(type(event).__name__ == "Tick" and any(isinstance(i, MoveIndex) for i in out)
+               for event, out in pool.stimuli)
     assert pool.fresh().replay(pool.stimuli) == []
     # a replay of a changed run differs, and says where
     changed = list(pool.stimuli)
-    k = next(i for i, (name, *_rest) in enumerate(changed) if name == "on_status")
-    name, args, kwargs, out = changed[k]
-    changed[k] = (name, ({**args[0], "9": "running"}, *args[1:]), kwargs, out)
-    assert pool.fresh().replay(changed)[0][0] == "on_status"
+    k = next(i for i, (event, _) in enumerate(changed) if type(event).__name__ == "StatusChanged")
+    event, out = changed[k]
+    changed[k] = (dataclasses.replace(event, status={**event.status, "9": "running"}), out)
+    assert pool.fresh().replay(changed)[0][0] == event.stimulus_id
 
 
 @pytest.mark.parametrize(("tol", "atol"), [(1e-8, 1e-10), (1e-6, 1e-6)])
@@ -284,17 +326,17 @@ def test_work_is_sent_again_only_after_its_index_moved():
 
     pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[10, 10])
     unit = WorkUnit(0, (0,), np.zeros(2), 1)
-    pool.sent("k0", unit, now=0.0)
-    pool.sent("k1", WorkUnit(1, (1,), np.zeros(2), 1), now=0.0)
-    pool.arrived("k0", ("r", 1.0), now=1.0)
-    pool.arrived("k1", ("r", 3.0), now=3.0)  # index 1 is the slow one
-    out = pool.on_status({"a": "running", "b": "running", "h": "running"}, now=3.5)
+    calls.sent(pool, "k0", unit, now=0.0)
+    calls.sent(pool, "k1", WorkUnit(1, (1,), np.zeros(2), 1), now=0.0)
+    calls.arrived(pool, "k0", ("r", 1.0), now=1.0)
+    calls.arrived(pool, "k1", ("r", 3.0), now=3.0)  # index 1 is the slow one
+    out = calls.on_status(pool, {"a": "running", "b": "running", "h": "running"}, now=3.5)
     assert [type(i).__name__ for i in out] == ["StartHelping"] and pool.helpers == {1: "h"}
-    pool.helper_ready(1)
-    parts = pool.split(WorkUnit(1, (1,), np.zeros(2), 2))
-    pool.sent_split(WorkUnit(1, (1,), np.zeros(2), 2), ("p0", "p1"), now=4.0)
+    calls.helper_ready(pool, 1)
+    parts = calls.split(pool, WorkUnit(1, (1,), np.zeros(2), 2))
+    calls.sent_split(pool, WorkUnit(1, (1,), np.zeros(2), 2), ("p0", "p1"), now=4.0)
     assert parts is not None
-    out = pool.on_status({"a": "running", "c": "running"}, now=5.0)  # b and h gone
+    out = calls.on_status(pool, {"a": "running", "c": "running"}, now=5.0)  # b and h gone
     kinds = [type(i).__name__ for i in out]
     assert kinds == ["StopHelping", "MoveIndex", "Resend"], kinds
     (resend,) = [i for i in out if isinstance(i, Resend)]
@@ -303,9 +345,9 @@ def test_work_is_sent_again_only_after_its_index_moved():
     assert isinstance(out[0], StopHelping) and out[1].to == "c"
     pool.validate_state()
     # every worker gone: the stops wait, the resend comes with the move after a join
-    pool.sent("k2", WorkUnit(0, (0,), np.zeros(2), 3), now=6.0)
-    out = pool.on_status({}, now=7.0)
+    calls.sent(pool, "k2", WorkUnit(0, (0,), np.zeros(2), 3), now=6.0)
+    out = calls.on_status(pool, {}, now=7.0)
     assert [type(i).__name__ for i in out] == ["AwaitWorkers"]
-    out = pool.on_status({"d": "running"}, now=8.0)
+    out = calls.on_status(pool, {"d": "running"}, now=8.0)
     assert [type(i).__name__ for i in out] == ["MoveIndex", "MoveIndex", "Resend"]
     assert out[-1].index == 0 and out[-1].cancel == ("k2",)
