@@ -246,7 +246,7 @@ def test_every_event_and_instruction_of_a_faulted_run_has_a_stimulus_id_the_trac
     # but resends held back while no worker was left, which carry the event that held them
     for event, out in coordinator.log:
         assert {i.stimulus_id for i in out} <= {event.stimulus_id}
-    for event, out in pool.stimuli:
+    for _, out in pool.stimuli:
         assert {i.stimulus_id for i in out} <= seen
     # each move in the trace names the event that caused it: the loss, the freeze found
     # on a Tick, the join
