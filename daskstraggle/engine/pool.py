@@ -190,7 +190,7 @@ class Cancel(Instruction):
 @dataclass(frozen=True, slots=True)
 class SendBackup(Instruction):
     """Send task ``key``'s unit again, to worker index ``to_index``'s worker; report it
-    with :meth:`WorkerPool.backup_sent`."""
+    with :class:`~daskstraggle.engine.events.BackupSent`."""
 
     key: str
     unit: WorkUnit
@@ -200,7 +200,7 @@ class SendBackup(Instruction):
 @dataclass(frozen=True, slots=True)
 class StartHelping(Instruction):
     """``worker`` helps worker index ``index``: load the index's partitions there and
-    report :meth:`WorkerPool.helper_ready` once they are; from then on the index's units
+    report :class:`~daskstraggle.engine.events.HelperReady` once they are; from then on the index's units
     are split between the two (:class:`SplitUnit`)."""
 
     worker: str
@@ -238,7 +238,7 @@ class GiveUp(Instruction):
 class SplitUnit(Instruction):
     """Send ``unit`` as two tasks: ``own`` on its index's worker, ``helper_part`` on
     ``helper``; ``fraction`` is the share of its rows ``own`` holds. Report both with
-    :meth:`WorkerPool.sent_split`; the pool adds the two results, first part first.
+    :class:`~daskstraggle.engine.events.SplitSent`; the pool adds the two results, first part first.
 
     The logged copy (:attr:`WorkerPool.log`) keeps the unit without its iterate.
     """

@@ -27,17 +27,7 @@ from typing import Any, cast
 
 from daskstraggle._validation import check_bool, check_choice, check_int, check_positive
 from daskstraggle.data.matrix import Matrix
-from daskstraggle.engine.events import (
-    BackupSent,
-    HelperReady,
-    Sending,
-    SplitSent,
-    StatusChanged,
-    TaskFinished,
-    TasksDropped,
-    TaskSent,
-    Tick,
-)
+from daskstraggle.engine import events
 from daskstraggle.engine.pool import (
     AwaitWorkers,
     Cancel,
@@ -822,7 +812,7 @@ class DaskRuntime(Runtime):
                     key=f"unit-v{unit.version}-w{unit.worker_index}-m{j}-{token}",
                     worker_index=unit.worker_index,
                 )
-                self._observe(TaskSent, key=future.key, unit=unit, message=j,
+                self._observe(events.TaskSent, key=future.key, unit=unit, message=j,
                               final=j == len(messages) - 1)
                 self._track(future, index=unit.worker_index, partitions=parts, args=args,
                             kwargs={"coefficients": coef})
@@ -835,7 +825,7 @@ class DaskRuntime(Runtime):
             key=f"unit-v{unit.version}-w{unit.worker_index}-{uuid.uuid4().hex[:6]}",
             worker_index=unit.worker_index,
         )
-        self._observe(TaskSent, key=future.key, unit=unit)
+        self._observe(events.TaskSent, key=future.key, unit=unit)
         self._track(future, index=unit.worker_index, partitions=unit.partitions, args=args,
                     kwargs=kwargs)
 
@@ -872,8 +862,8 @@ class DaskRuntime(Runtime):
             return False
         assert self._data is not None
         if self._data.helper_loaded(index):
-            self._observe(HelperReady, index=index)
-        answer = self._observe(Sending, unit=unit)
+            self._observe(events.HelperReady, index=index)
+        answer = self._observe(events.Sending, unit=unit)
         if not answer:
             return False
         split = cast(SplitUnit, answer[0])
@@ -890,7 +880,7 @@ class DaskRuntime(Runtime):
                 address, run_unit_task, *args, *(held[p] for p in partitions), **kwargs,
                 key=f"unit-v{unit.version}-w{index}-part{position}-{token}"),
                 address, partitions, args, kwargs))
-        self._observe(SplitSent, unit=unit, keys=(futures[0][0].key, futures[1][0].key))
+        self._observe(events.SplitSent, unit=unit, keys=(futures[0][0].key, futures[1][0].key))
         for future, address, partitions, args, kwargs in futures:
             self._track(future, index=index, partitions=partitions, args=args, kwargs=kwargs,
                         address=address)
@@ -923,11 +913,11 @@ class DaskRuntime(Runtime):
             if key not in pool.tasks:  # abandoned, cancelled or sent again
                 continue
             if isinstance(outcome, BaseException):  # only cancellations come back as values
-                self._observe(TasksDropped, f"failed-{key}", keys=(key,))
+                self._observe(events.TasksDropped, f"failed-{key}", keys=(key,))
                 raise self._lost_scheduler(outcome) or outcome
             if handle is not None:
                 outcome = self._held_outcome(handle, outcome)
-            answer = self._observe(TaskFinished, f"finished-{key}", key=key, outcome=outcome)
+            answer = self._observe(events.TaskFinished, f"finished-{key}", key=key, outcome=outcome)
             if not answer:  # one part of a split unit: wait for the other
                 continue
             deliver = cast(Deliver, answer[0])
@@ -977,7 +967,7 @@ class DaskRuntime(Runtime):
         if not stale:
             return []
         freed = [pool.tasks[key].unit.worker_index for key in stale if pool.tasks[key].final]
-        self._observe(TasksDropped, keys=tuple(stale))
+        self._observe(events.TasksDropped, keys=tuple(stale))
         self._cancel(stale)
         return freed
 
@@ -997,7 +987,7 @@ class DaskRuntime(Runtime):
         self._metas.clear()
         self._meta_units.clear()
         if self.worker_pool is not None:
-            self._observe(TasksDropped, self._new_stimulus_id("ended"), keys=None)
+            self._observe(events.TasksDropped, self._new_stimulus_id("ended"), keys=None)
 
     # ------------------------------------------------------------------ the pool's view
     def _membership_due(self, now: float) -> bool:
@@ -1028,7 +1018,7 @@ class DaskRuntime(Runtime):
                       if a not in announced and retired_before_leaving(self.client, a)}
         self._news.watch(sorted({*pool.workers, *pool.helpers.values()} & set(status)))
         moves = len(self._losses)
-        self._observe(StatusChanged, self._new_stimulus_id("status"), status=status,
+        self._observe(events.StatusChanged, self._new_stimulus_id("status"), status=status,
                       retiring=frozenset(announced), tight=frozenset(self._tight(status)))
         return any(loss["kind"] != "adopted" for loss in self._losses[moves:])
 
@@ -1091,7 +1081,7 @@ class DaskRuntime(Runtime):
         wait = pool.bounds.stale_wait
         unloaded = frozenset(key for key, task in pool.tasks.items()
                              if now - task.sent > wait and not self._data.loaded(task))
-        self._observe(Tick, self._new_stimulus_id("tick"),
+        self._observe(events.Tick, self._new_stimulus_id("tick"),
                       live=tuple(worker_addresses(self.client)), unloaded=unloaded)
 
     # ------------------------------------------------------------------ the pool's orders
@@ -1141,7 +1131,7 @@ class DaskRuntime(Runtime):
         assert pool is not None
         status = wait_for_any_worker(self.client, pool.usable)
         self._status()  # (what the scheduler knows of the newcomers)
-        self._observe(StatusChanged, self._new_stimulus_id("joined"), status=status,
+        self._observe(events.StatusChanged, self._new_stimulus_id("joined"), status=status,
                       tight=frozenset(self._tight(status)))
 
     @_carry.register(SendBackup)
@@ -1158,7 +1148,7 @@ class DaskRuntime(Runtime):
             run_unit_task, *args, *blocks, **kwargs,
             key=f"unit-backup-v{unit.version}-w{j}-{uuid.uuid4().hex[:6]}", worker_index=j,
         )
-        self._observe(BackupSent, key=backup.key, backup_key=future.key)
+        self._observe(events.BackupSent, key=backup.key, backup_key=future.key)
         # (computed again, it is the unit's own index that holds the partitions)
         self._track(future, index=unit.worker_index, partitions=unit.partitions, args=args,
                     kwargs=kwargs, address=self._addresses[j])

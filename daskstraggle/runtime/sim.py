@@ -41,17 +41,7 @@ from typing import Any, cast
 import numpy as np
 
 from daskstraggle._validation import check_int, check_nonnegative
-from daskstraggle.engine.events import (
-    BackupSent,
-    HelperReady,
-    Sending,
-    SplitSent,
-    StatusChanged,
-    TaskFinished,
-    TasksDropped,
-    TaskSent,
-    Tick,
-)
+from daskstraggle.engine import events
 from daskstraggle.engine.pool import (
     AwaitWorkers,
     Cancel,
@@ -129,15 +119,11 @@ class SimRuntime(LocalRuntime):
     Examples
     --------
     >>> import numpy as np
-    >>> from daskstraggle import open_matrix
-    >>> from daskstraggle.api import run_on
-    >>> from daskstraggle.methods import SGD
-    >>> from daskstraggle.problems import PCA
-    >>> from daskstraggle.runtime import StopRule
+    >>> import daskstraggle as ds
     >>> X = np.random.default_rng(0).normal(size=(400, 6))
     >>> with SimRuntime(8, latency="gamma(mean=0.1, var=1e-3)", rng=1) as rt:
-    ...     res = run_on(rt, SGD(n_wait=4), PCA(n_components=2), open_matrix(X),
-    ...                  stop=StopRule(max_iter=10, tol=None), rng=0)
+    ...     res = ds.solve("pca", X, method=ds.methods.SGD(n_wait=4), runtime=rt,
+    ...                    stop=ds.StopRule(max_iter=10, tol=None), rng=0)
     >>> res.trace.sizes["iteration"], bool(res.trace.wall_time[-1] > 0.5)
     (10, True)
     """
@@ -254,7 +240,7 @@ class SimRuntime(LocalRuntime):
             self._submit_stream(unit, problem, only)
             return
         # (the pool splits only for an index with a helper: as DaskRuntime, ask it then)
-        split = self._observe(Sending, unit=unit) if self.worker_pool.helpers else None
+        split = self._observe(events.Sending, unit=unit) if self.worker_pool.helpers else None
         if split:
             self._submit_split(cast(SplitUnit, split[0]), problem)
             return
@@ -265,7 +251,7 @@ class SimRuntime(LocalRuntime):
                                             measured)
         key = self._push(self.worker_pool.workers[unit.worker_index], unit, result, compute,
                          communication)
-        self._observe(TaskSent, key=key, unit=unit)
+        self._observe(events.TaskSent, key=key, unit=unit)
 
     def _draw(self, index: int, unit: WorkUnit, load: float, measured: float
               ) -> tuple[float, float]:
@@ -325,7 +311,7 @@ class SimRuntime(LocalRuntime):
             load = (part.rows[1] - part.rows[0]) * self._n_workers / total
             compute, communication = self._draw(index, unit, load, measured)
             keys.append(self._push(worker, unit, result, compute, communication))
-        self._observe(SplitSent, unit=unit, keys=(keys[0], keys[1]))
+        self._observe(events.SplitSent, unit=unit, keys=(keys[0], keys[1]))
 
     def _submit_stream(self, unit: WorkUnit, problem: Problem,
                        only: frozenset[int] | None = None) -> None:
@@ -355,7 +341,7 @@ class SimRuntime(LocalRuntime):
                 key = self._push(worker, unit, message, float(done_at[j] - previous),
                                  communication, message=j, final=final, start=start,
                                  done=float(done_at[j]))
-                self._observe(TaskSent, key=key, unit=unit, message=j, final=final)
+                self._observe(events.TaskSent, key=key, unit=unit, message=j, final=final)
             previous = float(done_at[j])
 
     def _abandon(self, version: int) -> list[int]:
@@ -366,7 +352,7 @@ class SimRuntime(LocalRuntime):
         for worker in workers:  # it drops the rest of those units' messages at once
             self._busy[worker] = max((t.end for t in self._tasks.values() if t.worker == worker),
                                      default=self._now)
-        self._observe(TasksDropped, keys=tuple(stale))
+        self._observe(events.TasksDropped, keys=tuple(stale))
         return freed
 
     # ------------------------------------------------------------------ receiving
@@ -396,7 +382,7 @@ class SimRuntime(LocalRuntime):
                 if fault_at <= check_at:
                     self._play_fault()
                 else:
-                    self._observe(Tick, self._new_stimulus_id("tick"),
+                    self._observe(events.Tick, self._new_stimulus_id("tick"),
                                   live=tuple(self._cluster.live()))
                 continue
             if received > deadline:
@@ -413,7 +399,7 @@ class SimRuntime(LocalRuntime):
         part of a split unit, or a backup's twin that lost the race)."""
         assert self.worker_pool is not None
         del self._tasks[key]
-        answer = self._observe(TaskFinished, f"finished-{key}", key=key,
+        answer = self._observe(events.TaskFinished, f"finished-{key}", key=key,
                                outcome=(task.result, task.compute))
         if not answer:
             return None
@@ -433,7 +419,7 @@ class SimRuntime(LocalRuntime):
             heapq.heappop(self._heap)
             if task is not None:
                 del self._tasks[key]
-                self._observe(TasksDropped, f"dropped-{key}", keys=(key,))
+                self._observe(events.TasksDropped, f"dropped-{key}", keys=(key,))
 
     # ------------------------------------------------------------------ faults
     def _play_fault(self) -> None:
@@ -442,7 +428,7 @@ class SimRuntime(LocalRuntime):
         assert self.worker_pool is not None
         _, _, fault = heapq.heappop(self._events)
         self._cluster = fault.apply(self._cluster)
-        self._observe(StatusChanged, self._new_stimulus_id(type(fault).__name__.lower()),
+        self._observe(events.StatusChanged, self._new_stimulus_id(type(fault).__name__.lower()),
                       status=self._cluster.statuses())
 
     @functools.singledispatchmethod
@@ -476,7 +462,7 @@ class SimRuntime(LocalRuntime):
 
     @_carry.register(StartHelping)
     def _(self, instruction: StartHelping) -> None:
-        self._observe(HelperReady, index=instruction.index)  # data moves take no time
+        self._observe(events.HelperReady, index=instruction.index)  # data moves take no time
 
     @_carry.register(AwaitWorkers)
     def _(self, instruction: AwaitWorkers) -> None:
@@ -491,7 +477,7 @@ class SimRuntime(LocalRuntime):
                                     coefficients=unit.coefficients, rows=unit.rows)
         compute, communication = self._draw(j, unit, self._unit_load(unit), measured)
         key = self._push(self.worker_pool.workers[j], unit, result, compute, communication)
-        self._observe(BackupSent, key=instruction.key, backup_key=key)
+        self._observe(events.BackupSent, key=instruction.key, backup_key=key)
 
     def _await_workers(self) -> None:
         """Every worker is gone: play the faults of the next ``timeouts.no-worker``
@@ -538,7 +524,7 @@ class SimRuntime(LocalRuntime):
         self._heap.clear()
         self._tasks.clear()
         if self.worker_pool is not None:
-            self._observe(TasksDropped, self._new_stimulus_id("ended"), keys=None)
+            self._observe(events.TasksDropped, self._new_stimulus_id("ended"), keys=None)
 
     def _unload(self) -> None:
         super()._unload()
