@@ -200,8 +200,8 @@ class SendBackup(Instruction):
 @dataclass(frozen=True, slots=True)
 class StartHelping(Instruction):
     """``worker`` helps worker index ``index``: load the index's partitions there and
-    report :class:`~daskstraggle.engine.events.HelperReady` once they are; from then on the index's units
-    are split between the two (:class:`SplitUnit`)."""
+    report :class:`~daskstraggle.engine.events.HelperReady` once they are; from then on
+    the index's units are split between the two (:class:`SplitUnit`)."""
 
     worker: str
     index: int
