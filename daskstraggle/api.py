@@ -692,12 +692,21 @@ def solve(
     method : str or Method, default="auto"
         A method object carrying its parameters (``DSAG(n_wait=3)``,
         :func:`daskstraggle.methods.make_method`), a registered name
-        (:func:`daskstraggle.methods.list_methods`) with its defaults, or ``"auto"``: for
-        PCA ``"gram"`` up to 4096 columns, else ``"block"``; for regression ``"gd"``; on a
-        cluster the candidate predicted fastest from a short probe of the workers
-        (:mod:`daskstraggle.runtime.auto`).
+        (:func:`daskstraggle.methods.list_methods`) with its defaults: ``"gd"`` (the power
+        method for PCA), ``"nag"`` (regression), ``"sgd"``, ``"sag"``, ``"dsag"`` (waits
+        for the fastest ``n_wait`` workers), ``"coded"``, ``"gram"`` (PCA: exact in one
+        round), ``"block"`` (PCA: block Krylov), ``"ignore-stragglers"``, ``"partial"``
+        (RCS partial recovery), ``"async"`` (bounded delay); or ``"auto"``: for PCA
+        ``"gram"`` up to 4096 columns, else ``"block"``, for regression ``"gd"``; on a
+        cluster, for a matrix of at least 64 MB as float64, the candidate predicted
+        fastest (by 1.5 times over the plain method) from a short probe of the workers
+        (:mod:`daskstraggle.runtime.auto`; ``result.attrs["auto"]``). A resumed run
+        takes its checkpoint's method.
     step_size : float or None, default=None
-        None: the problem's safe default for the method.
+        None: the problem's safe default (1 for PCA, ``1/L`` estimated by power iteration
+        for regression) times the method's factor: with sgd, sag and dsag 0.9 for PCA and
+        ``min(1, 2 / p)`` for regression (``p`` the subpartitions, doubled with
+        ``balance``), ``1 / n_workers`` with async, else 1.
     stop : StopRule or None, default=None
         When the run ends (None: ``StopRule()``, 100 iterations or ``tol=1e-6``).
     runtime : RuntimeSpec, str, Runtime, distributed.Client or None, default=None

@@ -38,14 +38,19 @@ class DataOptions:
     n_partitions : int or None, default=None
         Row partitions (None: storage chunks, at least one per worker).
     missing_chunks : {"error", "fill"}, default="error"
-        A chunk absent from a Zarr store: refuse it, or read it as the fill value.
+        A chunk absent from a Zarr store: refuse it (each worker checks the chunks of its
+        partitions), or read it as the fill value (stores written with
+        ``write_empty_chunks=False``).
     storage_options : dict or None, default=None
         A URL's fsspec options (see ``docs/remote-stores.md``).
     genotype_dims : tuple of str or None, default=None
         ``X`` is a 2-D array of allele counts with these dimensions.
     qc : GenotypeQC, dict or None, default=None
-        Genotypes only: the variants used (see :class:`~daskstraggle.GenotypeQC`); MAF and
-        missingness are counted on the run's workers before the fit.
+        Genotypes only: the variants and samples used (see
+        :class:`~daskstraggle.GenotypeQC`). The steps on per-variant arrays (region,
+        FILTER, alleles) run before any cluster work; those that count genotypes (MAF,
+        missingness, HWE, sample missingness, relatedness, LD pruning) in one pass on the
+        run's workers (in process for ``"local"`` or ``"sim"``) before the fit.
     """
 
     array: str | None = declared(None, cli=CliOption(
@@ -87,19 +92,31 @@ class RuntimeSpec:
     scheduler : str or None, default=None
         Scheduler address to connect to.
     n_workers : int or None, default=None
-        Workers of the LocalCluster started, or of the in-process runtimes (None: the
-        ``daskstraggle.workers`` setting, 4).
+        Worker processes of the LocalCluster started, at most 256, or workers of the
+        in-process runtimes, at most 100,000 (None: the ``daskstraggle.workers`` setting,
+        4).
     min_workers : int or None, default=None
-        With ``client`` or ``scheduler``: wait until the cluster has this many workers.
+        With ``client`` or ``scheduler``: wait until the cluster has this many workers
+        (up to the ``daskstraggle.timeouts.min-workers`` setting, 300 s), e.g. while
+        dask-jobqueue jobs start.
     stragglers : str, LatencyModel, Stragglers or None, default=None
-        Slow workers down on purpose (injected on Dask, simulated with ``"sim"``); see
-        :mod:`daskstraggle.latency.spec`.
+        Slow workers down on purpose (grammar: :mod:`daskstraggle.latency.spec`), e.g.
+        ``"slowdown(workers=1, factor=4)"``, ``"markov(p_slow=0.05, p_fast=0.2,
+        slow_factor=4)"``, ``"gamma(mean=0.05, var=1e-4)"`` or ``"throttle(workers=1,
+        factor=4)"``. On Dask a latency model adds a delay to each of our tasks on the
+        workers, while a throttle stops and resumes the whole worker process; with
+        ``"sim"`` the model is the simulated latency. Seeded by ``rng`` when an int.
     backup_after : float or None, default=None
-        Dask and simulated runtimes: send a unit unanswered after this many times the
-        median latency again to another worker.
+        Dask and simulated runtimes: speculative backups. A unit unanswered after this
+        many times the median latency of recent units is sent again to another worker
+        (which loads a spare copy of those partitions from the source once); the first
+        answer counts. Helps methods that wait for every worker (gd, nag). None: none.
     aggregation : {"flat", "tree"}, default="flat"
-        Dask runtime: sum a round's results on the workers (``"tree"``) instead of at
-        the client.
+        Dask runtime: where a round's results are summed. ``"tree"`` keeps them on the
+        workers and sums them there, a few at a time, so one message reaches the client
+        instead of one per worker: worth it for large messages (``gram``'s d x d Gram
+        matrix, wide PCA blocks) or a slow link to the client. The same iterates to
+        rounding; the trace's ``bytes_to_coordinator`` counts what arrived either way.
     """
 
     name: str | None = declared(None, keyword="runtime")  # --runtime: the CLI lists runtimes
@@ -143,18 +160,24 @@ class Checkpoint:
     Parameters
     ----------
     path : str, path or None, default=None
-        File written atomically at round boundaries (None: ``resume``'s file).
+        File written at round boundaries, atomically (a kill leaves the previous or the
+        new checkpoint); an existing file is refused unless it is ``resume``'s (None:
+        ``resume``'s file).
     interval : float or None, default=None
         Seconds between checkpoints (None: 60, unless ``iterations`` is given).
     iterations : int or None, default=None
         Also write one every this many iterations.
     resume : str, path or None, default=None
-        Carry on from this checkpoint (same method, problem, workers and data);
+        Carry on from this checkpoint (same method, problem, workers and data; the stop
+        rule may differ). Exact methods (gd, nag, coded, gram, block) reach the same
+        iterates as an uninterrupted run. The file is a pickle: load only your own runs'.
         ``"replica"``: from the scheduler's replica.
     replica_divergence : float or None, default=None
         Keep a replica of the state on the Dask scheduler instead of a file, published
         again before the iterate drifts further than this from it (needs a scheduler
-        address or a client; :mod:`daskstraggle.runtime.replica`).
+        address or a client; :mod:`daskstraggle.runtime.replica`). It outlives this
+        process: if the client dies, the same call with ``resume="replica"`` carries on
+        from it. A run that ends normally removes it.
     """
 
     path: str | os.PathLike[str] | None = declared(  # noqa: RUF009
