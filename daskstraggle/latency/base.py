@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numbers
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, overload
 
@@ -236,6 +236,11 @@ def check_per_worker(
     return tuple(float(v) for v in items)
 
 
+def _lists(value: Any) -> Any:
+    """``value`` with its tuples, nested ones too, as lists (for dicts and spec text)."""
+    return [_lists(v) for v in value] if isinstance(value, tuple) else value
+
+
 class LatencyModel(ABC):
     """Abstract base of the latency models: parameters only, immutable.
 
@@ -259,8 +264,8 @@ class LatencyModel(ABC):
             object.__setattr__(self, name, value)
 
     def _fields(self, skip_base: bool = False) -> list[tuple[str, Any]]:
-        """Return ``(name, value)`` of each parameter, tuples as lists."""
-        return [(f.name, list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+        """Return ``(name, value)`` of each parameter, tuples (nested too) as lists."""
+        return [(f.name, _lists(getattr(self, f.name)))
                 for f in fields(self)  # type: ignore[arg-type]
                 if not (skip_base and f.name == "base")]
 
@@ -277,9 +282,12 @@ class LatencyModel(ABC):
                     "per worker or a single number."
                 )
 
-    @abstractmethod
+    #: The sampler's class, built as ``_sampler_class(model, n_workers, streams)``.
+    _sampler_class: ClassVar[Callable[..., LatencySampler]]
+
     def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         """Return the sampler (``n_workers`` already checked)."""
+        return self._sampler_class(self, n_workers, streams)
 
     def sampler(
         self,
@@ -527,6 +535,7 @@ class Constant(LatencyModel):
     """
 
     name: ClassVar[str] = "constant"
+    _sampler_class = _ConstantSampler
     compute: float | tuple[float, ...] = 0.0
     communication: float | tuple[float, ...] = 0.0
 
@@ -534,6 +543,3 @@ class Constant(LatencyModel):
         for f in ("compute", "communication"):
             self._set(**{f: check_per_worker(getattr(self, f), name=f, caller="Constant",
                                              high=MAX_SECONDS)})
-
-    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
-        return _ConstantSampler(self, n_workers, streams)

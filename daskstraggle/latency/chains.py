@@ -149,6 +149,7 @@ class TwoStateMarkov(_Modifier):
     """
 
     name: ClassVar[str] = "markov"
+    _sampler_class = _ChainSampler
     slow_factor: float | None = None
     slow: LatencyModel | None = None
     p_slow: float
@@ -197,9 +198,6 @@ class TwoStateMarkov(_Modifier):
                 "p_fast are both 0 (no stationary law). Choose 'fast' or 'slow'."
             )
         self._set(workers=_check_workers(self.workers, caller=caller, allow_none=True))
-
-    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
-        return _ChainSampler(self, n_workers, streams)
 
 
 @register_model

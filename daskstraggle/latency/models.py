@@ -24,7 +24,6 @@ from daskstraggle.errors import (
 from daskstraggle.latency.base import (
     MAX_SECONDS,
     LatencyModel,
-    LatencySampler,
     Streams,
     _UnitSampler,
     check_per_worker,
@@ -54,16 +53,10 @@ class _ShiftedExponentialSampler(_UnitSampler):
     stateless = True
     shared_draws = True
 
-    def __init__(
-        self,
-        shift: float | tuple[float, ...],
-        rate: float | tuple[float, ...],
-        n_workers: int,
-        streams: Streams,
-    ) -> None:
+    def __init__(self, model: _ShiftRate, n_workers: int, streams: Streams) -> None:
         super().__init__(n_workers, streams)
-        self.shift = _per_worker(shift, n_workers)
-        self.scale = 1.0 / _per_worker(rate, n_workers)
+        self.shift = _per_worker(getattr(model, model._shift), n_workers)
+        self.scale = 1.0 / _per_worker(model.rate, n_workers)
 
     def _unit(self, worker_index: int, n: int) -> NDArray[np.float64]:
         """Return ``n`` draws of ``shift + X``, ``X ~ Exp(rate)``: seconds per unit of load."""
@@ -86,7 +79,7 @@ class _ShiftRate(LatencyModel):
 
     __slots__ = ()
     _shift: ClassVar[str] = "shift"
-    _sampler: ClassVar[type[_ShiftedExponentialSampler]] = _ShiftedExponentialSampler
+    _sampler_class = _ShiftedExponentialSampler
     rate: float | tuple[float, ...]
 
     def __post_init__(self) -> None:
@@ -95,9 +88,6 @@ class _ShiftRate(LatencyModel):
                                              high=MAX_SECONDS)},
                   rate=check_per_worker(self.rate, name="rate", caller=caller,
                                         low=1 / MAX_SECONDS))
-
-    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
-        return self._sampler(getattr(self, self._shift), self.rate, n_workers, streams)
 
 
 @register_model
@@ -208,7 +198,7 @@ class MultiMessage(_ShiftRate):
 
     name: ClassVar[str] = "multi-message"
     _shift: ClassVar[str] = "alpha"
-    _sampler: ClassVar[type[_ShiftedExponentialSampler]] = _MultiMessageSampler
+    _sampler_class = _MultiMessageSampler
     alpha: float | tuple[float, ...] = 0.0
     rate: float | tuple[float, ...] = 1.0
 
@@ -341,6 +331,7 @@ class Gamma(LatencyModel):
     """
 
     name: ClassVar[str] = "gamma"
+    _sampler_class = _GammaSampler
     mean: float | tuple[float, ...]
     var: float | tuple[float, ...]
     communication_mean: float | tuple[float, ...] = 0.0
@@ -355,9 +346,6 @@ class Gamma(LatencyModel):
         for names in (("mean", "var"), ("communication_mean", "communication_var")):
             _check_gamma_law(getattr(self, names[0]), getattr(self, names[1]), names=names,
                              caller=caller)
-
-    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
-        return _GammaSampler(self, n_workers, streams)
 
 
 def _check_table(
@@ -443,10 +431,9 @@ def _csv_row(row: list[str], number: int, width: int, path: str) -> list[float]:
 class _ReplaySampler(_UnitSampler):
     stateless = False
 
-    def __init__(self, data: NDArray[np.float64], n_workers: int,
-                 streams: Streams) -> None:
+    def __init__(self, model: Replay, n_workers: int, streams: Streams) -> None:
         super().__init__(n_workers, streams)
-        self.data = data
+        self.data = model._data()
         self.count = [0] * n_workers
 
     def _units(self, worker_index, n):
@@ -495,6 +482,7 @@ class Replay(LatencyModel):
     """
 
     name: ClassVar[str] = "replay"
+    _sampler_class = _ReplaySampler
     path: str | None = None
     table: tuple[tuple[float, ...], ...] | None = None
 
@@ -569,7 +557,4 @@ class Replay(LatencyModel):
                 f"are {n_workers} workers; record one column per worker or use {n_columns} "
                 "workers."
             )
-
-    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
-        return _ReplaySampler(self._data(), n_workers, streams)
 

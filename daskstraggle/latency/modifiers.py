@@ -215,6 +215,7 @@ class Slowdown(_Modifier):
     """
 
     name: ClassVar[str] = "slowdown"
+    _sampler_class = _SlowdownSampler
     workers: int | tuple[int, ...]
     factor: float | tuple[float, ...]
 
@@ -234,9 +235,6 @@ class Slowdown(_Modifier):
         else:
             factor = check_positive(factor, name="factor", caller=caller)
         self._set(workers=workers, factor=factor)
-
-    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
-        return _SlowdownSampler(self, n_workers, streams)
 
 
 class _ArtificialSampler(_FactorSampler):
@@ -292,6 +290,7 @@ class Artificial(_Modifier):
     """
 
     name: ClassVar[str] = "artificial"
+    _sampler_class = _ArtificialSampler
     spread: float = 0.4
     n_recover: int = 10
     recover_time: float = 1.0
@@ -303,9 +302,6 @@ class Artificial(_Modifier):
                   n_recover=check_int(self.n_recover, name="n_recover", caller=caller, low=0),
                   recover_time=check_nonnegative(self.recover_time, name="recover_time",
                                                  caller=caller))
-
-    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
-        return _ArtificialSampler(self, n_workers, streams)
 
 
 _SCHEDULE_FORM = (
@@ -426,6 +422,7 @@ class Schedule(_Modifier):
     """
 
     name: ClassVar[str] = "schedule"
+    _sampler_class = _ScheduleSampler
     changes: Any
 
     def __post_init__(self) -> None:
@@ -444,18 +441,3 @@ class Schedule(_Modifier):
                         f"(indices 0..{n_workers - 1}); list indices below {n_workers}."
                     )
 
-    def _changes_as_lists(self) -> list[list[Any]]:
-        return [[it, list(workers), factor] for it, workers, factor in self.changes]
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return ``{"name": "schedule", "base": ..., "changes": [[it, [w, ...], f], ...]}``."""
-        return {"name": self.name, "base": None if self.base is None else self.base.to_dict(),
-                "changes": self._changes_as_lists()}
-
-    def to_spec(self) -> str:
-        """Return the model as a spec string that ``parse_latency`` reads back."""
-        term = f"schedule(changes={self._changes_as_lists()!r})"
-        return term if self.base is None else f"{self.base.to_spec()} + {term}"
-
-    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
-        return _ScheduleSampler(self, n_workers, streams)
