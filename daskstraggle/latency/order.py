@@ -116,9 +116,15 @@ def _check_load(load: Any, n_workers: int, caller: str) -> NDArray[np.float64]:
 def _model_sampler(
     model: Any, n_workers: int, load: Any, rng: Any, caller: str
 ) -> tuple[NDArray[np.float64], LatencySampler]:
-    """Check ``load`` and ``model`` (a LatencyModel with a distribution fitting
-    ``n_workers``); return the loads (shape (n_workers,)) and the model's sampler."""
+    """Check ``load`` and ``model`` (:func:`check_model`); return the loads (shape
+    (n_workers,)) and the model's sampler."""
     loads = _check_load(load, n_workers, caller)
+    return loads, check_model(model, n_workers, caller).sampler(n_workers, rng=rng)
+
+
+def check_model(model: Any, n_workers: int, caller: str) -> LatencyModel:
+    """Return ``model`` if it is a LatencyModel with a distribution fitting ``n_workers``,
+    else raise InvalidParameterError naming ``caller``."""
     if not isinstance(model, LatencyModel):
         raise InvalidParameterError(
             f"The 'model' parameter of {caller} must be a LatencyModel. "
@@ -131,7 +137,7 @@ def _model_sampler(
             "base distribution such as 'gamma(mean=0.05, var=1e-4) + ...'."
         )
     model.check_n_workers(n_workers)
-    return loads, model.sampler(n_workers, rng=rng)
+    return model
 
 
 def _check_finite(values: NDArray[np.float64], *, caller: str, model: LatencyModel,

@@ -1,20 +1,12 @@
 """Iteration times with simulated faults: DSAG waiting for ``w`` of ``N`` in SimRuntime.
 
 :func:`daskstraggle.latency.simulate` predicts the iteration times of a coordinator that
-waits for the ``w`` fastest fresh results (DSAG's semantics) without running a method.
-Faults (the ``loss``, ``freeze``, ``join`` and ``retire`` terms of the stragglers spec,
-:mod:`daskstraggle.latency.faults`) change which worker computes which rows, and that is
-decided by the engine's :class:`~daskstraggle.engine.pool.WorkerPool`. So with faults,
-:func:`simulate_faults` runs DSAG itself (``n_wait=w``, one subpartition) on a small
-synthetic least-squares problem (:func:`make_least_squares_data`: a few rows per worker
-index) in :class:`~daskstraggle.runtime.SimRuntime`, which plays the faults through the
-pool, exactly as ``solve(..., runtime="sim", stragglers=...)`` does. The iteration times
-depend only on the latency model, the faults and the seed, not on the numbers: with no
-faults they equal :func:`daskstraggle.latency.simulate`'s from the same seed.
-
-The work is event by event, a few tenths of a millisecond per task and more with many
-workers (DSAG's gradient cache is searched once per result): see
-:func:`estimate_duration`.
+waits for the ``w`` fastest fresh results without running a method. Faults (the ``loss``,
+``freeze``, ``join`` and ``retire`` terms, :mod:`daskstraggle.latency.faults`) change which
+worker computes which rows, which the engine's
+:class:`~daskstraggle.engine.pool.WorkerPool` decides; so :func:`simulate_faults` runs
+DSAG itself, on a small synthetic problem, in the simulated runtime. With no faults its
+iteration times equal :func:`daskstraggle.latency.simulate`'s from the same seed.
 """
 
 from __future__ import annotations
@@ -33,6 +25,7 @@ from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel
 from daskstraggle.latency.faults import ClusterState, Fault
+from daskstraggle.latency.order import check_model
 from daskstraggle.latency.simulator import SimulationResult, check_counts
 from daskstraggle.methods.base import WorkResult
 from daskstraggle.methods.dsag import DSAG
@@ -57,26 +50,13 @@ SECONDS_PER_TASK_AND_WORKER = 1.5e-6
 class FaultSimulation(SimulationResult):
     """Iteration times, participation and the engine's decisions of one faulty run.
 
+    The fields of :class:`~daskstraggle.latency.SimulationResult` (its
+    ``iteration_duration`` includes the previous update and sums to ``total_time``; the
+    ``fresh`` and ``stale`` masks are by worker index, whichever worker computed its rows),
+    and the following.
+
     Parameters
     ----------
-    iteration_time : ndarray of shape (n_iterations,)
-        End of each iteration (simulated seconds since the start).
-    iteration_duration : ndarray of shape (n_iterations,)
-        ``iteration_time[t] - iteration_time[t - 1]`` (from 0 for the first): each
-        iteration's length with the previous update, as in
-        :class:`~daskstraggle.latency.SimulationResult`; it sums to ``total_time``.
-    n_fresh : ndarray of int of shape (n_iterations,)
-        Fresh results per iteration.
-    n_stale : ndarray of int of shape (n_iterations,)
-        Stale results folded in per iteration.
-    fresh : ndarray of bool of shape (n_iterations, n_workers)
-        Which worker indices delivered a fresh result in each iteration (an index's
-        rows, whichever worker computed them).
-    stale : ndarray of bool of shape (n_iterations, n_workers)
-        Which worker indices delivered a stale result (computed at an older iterate) in
-        each iteration.
-    n_wait : int
-        Fresh results waited for per iteration.
     faults : tuple of Fault
         The fault terms of the run, in the order given.
     events : tuple of dict
@@ -312,15 +292,7 @@ def _check_args(model: Any, faults: Any, n_workers: Any, n_wait: Any, n_iteratio
                 ) -> tuple[int, int, int, tuple[Fault, ...]]:
     """Validate :func:`simulate_faults`'s arguments before any work."""
     n_workers, n_wait, n_iterations = check_counts(n_workers, n_wait, n_iterations, _CALLER)
-    if not isinstance(model, LatencyModel) or not model.has_distribution:
-        what = (f"the {model.name!r} latency model only scales measured compute times"
-                if isinstance(model, LatencyModel) else f"got {type(model).__name__}")
-        raise InvalidParameterError(
-            f"The 'model' parameter of {_CALLER} must be a latency model that draws "
-            f"latencies itself; {what}. Give it a base distribution such as "
-            "'gamma(mean=0.05, var=1e-4) + ...'."
-        )
-    model.check_n_workers(n_workers)
+    check_model(model, n_workers, _CALLER)
     if isinstance(faults, Fault):
         faults = (faults,)
     if not isinstance(faults, Sequence) or not all(isinstance(f, Fault) for f in faults):
