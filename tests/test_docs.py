@@ -177,3 +177,73 @@ def test_architecture_layout_matches_the_tree():
     built = [n for n in _package_entries(planned)
              if (ROOT / "daskstraggle" / n.rstrip("/")).exists()]
     assert not built, f"{built} exist now: move them out of the 'planned' layout"
+
+
+#: The sections of docs/architecture.md that must each carry one test-backed worked example.
+WORKED_SECTIONS = ("Adding a method", "Adding a data source", "Adding a fault kind")
+
+
+def _subsection(text: str, title: str) -> str:
+    """The body of the ``### title`` subsection (up to the next heading of level 2 or 3)."""
+    match = re.search(rf"^### {re.escape(title)}\n(.*?)(?=^##)", text + "\n## end",
+                      flags=re.S | re.M)
+    assert match, f"docs/architecture.md has no '### {title}' section"
+    return match.group(1)
+
+
+def _top_level_names(path: Path) -> tuple[set[str], set[str]]:
+    """The classes and the functions a Python file defines at module level."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    functions = {node.name for node in tree.body
+                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    return classes, functions
+
+
+@pytest.mark.parametrize("title", WORKED_SECTIONS)
+def test_each_worked_example_names_a_test_module_and_what_it_defines(title):
+    """'Worked example, `tests/...py`: `Subject` ...': the file exists, the subject (the first
+    name after the colon) is a class or function it defines, and every ``test_*`` named is
+    one of its functions; renaming or removing the example's test fails here."""
+    body = _subsection((ROOT / "docs" / "architecture.md").read_text(), title)
+    examples = re.findall(r"^Worked example, `(tests/[\w/]+\.py)`:\s*(.*?)(?:\n\n|\Z)", body,
+                          flags=re.S | re.M)
+    assert len(examples) == 1, f"'{title}' needs one 'Worked example, `tests/...py`:' paragraph"
+    file, paragraph = examples[0]
+    path = ROOT / file
+    assert path.is_file(), f"'{title}': the worked example's {file} does not exist"
+    classes, functions = _top_level_names(path)
+    named = re.findall(r"`([A-Za-z_]\w*)`", paragraph)
+    assert named and named[0] in classes | functions, (
+        f"'{title}': the worked example's subject `{named[:1]}` is not defined in {file}")
+    tests = sorted({name for name in named if name.startswith("test_")})
+    missing = [name for name in tests if name not in functions]
+    assert not missing, f"'{title}': {file} has no {missing}"
+
+
+def test_the_data_source_snippet_is_the_real_pgen_backend():
+    """The class shown under 'Adding a data source' is the built-in one, attribute for
+    attribute (its base, docstring and every class attribute it sets)."""
+    import ast
+    import inspect
+
+    from daskstraggle.data.backends import get_source
+
+    body = _subsection((ROOT / "docs" / "architecture.md").read_text(), "Adding a data source")
+    (snippet,) = re.findall(r"```python\n(.*?)```", body, flags=re.S)
+    (node,) = [n for n in ast.parse(snippet).body if isinstance(n, ast.ClassDef)]
+    assigned = {target.id: ast.literal_eval(stmt.value) for stmt in node.body
+                if isinstance(stmt, ast.Assign) for target in stmt.targets}
+    real = get_source(assigned["name"])
+    assert real.__name__ == node.name
+    assert [base.id for base in node.bases] == [b.__name__ for b in real.__bases__]
+    assert ast.get_docstring(node) == inspect.cleandoc(real.__doc__ or "")
+    assert {"name", "description", "priority"} <= set(assigned)
+    differ = {k: (v, getattr(real, k, None)) for k, v in assigned.items()
+              if getattr(real, k, None) != v}
+    assert not differ, f"the snippet's attributes differ from the real class: {differ}"
+    own = {k for k in vars(real) if not k.startswith("_") and not callable(vars(real)[k])
+           and not isinstance(vars(real)[k], classmethod | staticmethod)}
+    assert own <= set(assigned), f"the snippet leaves out {sorted(own - set(assigned))}"
