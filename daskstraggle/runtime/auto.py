@@ -2,45 +2,27 @@
 
 Without a cluster (the local and simulated runtimes) ``auto`` follows a rule on the data
 (gram for PCA up to 4096 columns, block above, gd for the regressions). On a runtime whose
-workers are real processes (:attr:`Runtime.measures_workers`) it measures first:
+workers are real processes (:attr:`Runtime.measures_workers`), for a matrix of at least
+:data:`MEASURE_MIN_BYTES`, :func:`measure_and_choose`:
 
-1. **Probe.** :data:`PROBE_ROUNDS` rounds of plain gradient descent on the run's data and
-   workers (the same tasks, so the same slow machines and injected stragglers), with a
-   fixed small step. The trace records each worker's latency in each round. A round waits
-   for every worker but one, then at most :data:`PROBE_WINDOW` times its time so far for
-   the last, and a worker gets its next task only once it answered the last: a worker far
-   slower than the rest, or still busy with a task an earlier run left running, does not
-   hold the probe up. Its latency is then *censored*: where it has fewer than two
-   answers, each round it did not answer counts as a latency of that round's duration (a
-   lower bound, so such a worker is predicted at least that slow).
-2. **Fit.** Gamma laws per worker (:func:`~daskstraggle.latency.fit_trace`) to the
-   probe's compute times (measured on the workers, injected delays included) and
-   communication times, leaving out the first :data:`WARMUP_ROUNDS` rounds (compilation,
-   first transfers, a task a previous run left running).
-3. **Simulate.** Each candidate plays :data:`SIM_ROUNDS` rounds in the simulated runtime
-   under that law, with the cluster's worker count, on a small least-squares problem: the
-   method's own policy and the coordinator decide when each simulated round ends, and a
-   task carrying ``k`` shares of the rows takes ``k`` times as long (a coded worker holds
-   ``s + 1`` partitions). The gram and block PCA methods play as gd (uncoded) or coded GD
-   (with their scheme): their round is one exact sum over the partitions, waited for by
-   the same rule.
-4. **Choose.** The predicted time of a candidate is its simulated seconds per round:
-   the exact methods (gd, coded, gram, block) take the same iterates, and DSAG waiting for
-   ``n - 1`` of ``n`` workers is counted as needing as many rounds as gd (its cache gives
-   every step a gradient over all rows, ``n - 1`` shares of it fresh; measured by
-   ``pipelines/straggler_table.py``: 69-80 rounds against gd's 86 for the same tolerance;
-   an assumption the report states). The plain method stays unless another is predicted
-   at least :data:`MARGIN` times faster, so noise in a short probe of a clean cluster
-   does not change the method.
+1. **Probes**: :data:`PROBE_ROUNDS` rounds of :class:`ProbeGD` on the run's data and
+   workers (the same tasks, so the same slow machines and injected stragglers); for gram
+   and block on genotypes only a :data:`PROBE_FRACTION` of the rows (:func:`_probed_rows`).
+2. **Fits** gamma laws per worker (:func:`~daskstraggle.latency.fit_trace`) to the
+   probe's compute and communication times (:func:`_fit_arrays`), leaving out the first
+   :data:`WARMUP_ROUNDS` rounds (compilation, first transfers, a task a previous run left
+   running).
+3. **Simulates** each candidate (:func:`candidates`) for :data:`SIM_ROUNDS` rounds under
+   that law (:func:`predict`): the method's own policy and the coordinator decide when
+   each simulated round ends, and a task carrying ``k`` shares of the rows takes ``k``
+   times as long. Gram and block play as gd or coded GD (one exact sum per round).
+4. **Chooses** by simulated seconds per round (:func:`pick`): the exact methods take the
+   same iterates, and DSAG waiting for ``n - 1`` of ``n`` workers is assumed to need as
+   many rounds as gd (measured by ``pipelines/straggler_table.py``: 69-80 rounds against
+   gd's 86; the report states the assumption). The plain method stays unless another is
+   predicted :data:`MARGIN` times faster.
 
-For gram and block (one exact pass per round, gram a single round) a probe as long as
-the job would cost more than it saves: on a genotype matrix the probe reads a
-:data:`PROBE_FRACTION` of each partition's rows (the first ones), so each probe task is
-that much shorter and a slow worker is as many times slower as on the whole data.
-
-A matrix under :data:`MEASURE_MIN_BYTES` (as float64) is not probed: the rule decides.
-The choice, the probe's latencies and the predictions go into ``result.attrs["auto"]``
-(:func:`Choice.as_attrs`); the CLI prints them in one line.
+The choice goes into ``result.attrs["auto"]`` (:meth:`Choice.as_attrs`).
 """
 
 from __future__ import annotations
@@ -290,11 +272,9 @@ def predict(options: list[Candidate], model: Gamma, n_workers: int,
     seed = int(rng.integers(2**32))
     out: dict[str, float] = {}
     for option in options:
-        with SimRuntime(n_workers=n_workers, latency=model, rng=seed) as sim, \
-                warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            outcome = run(sim, option.surrogate, LeastSquares(), matrix,
-                          stop=StopRule(max_iter=SIM_ROUNDS, tol=None), rng=seed)
+        with SimRuntime(n_workers=n_workers, latency=model, rng=seed) as sim:
+            outcome = _rounds(sim, option.surrogate, LeastSquares(), matrix, SIM_ROUNDS,
+                              rng=seed)
         durations = outcome.rows.column("iteration_duration")
         out[option.label] = float(np.mean(durations))
     return out
@@ -421,11 +401,17 @@ class ProbeGD(GD):
 def _probe(runtime: Runtime, problem: Problem, matrix: Matrix,
            rng: np.random.Generator) -> Outcome:
     """:data:`PROBE_ROUNDS` rounds of :class:`ProbeGD` with a fixed small step."""
+    return _rounds(runtime, ProbeGD(), problem, matrix, PROBE_ROUNDS,
+                   step_size=_probe_step(problem), rng=rng)
+
+
+def _rounds(runtime: Runtime, method: Method, problem: Problem, matrix: Matrix,
+            n_rounds: int, **kwargs: Any) -> Outcome:
+    """Run ``n_rounds`` rounds of ``method``, whether it converged or not (no warning)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return run(runtime, ProbeGD(), problem, matrix,
-                   stop=StopRule(max_iter=PROBE_ROUNDS, tol=None),
-                   step_size=_probe_step(problem), rng=rng)
+        return run(runtime, method, problem, matrix,
+                   stop=StopRule(max_iter=n_rounds, tol=None), **kwargs)
 
 
 def _fit_arrays(rows: TraceRecorder, *, whole: bool) -> dict[str, np.ndarray]:
