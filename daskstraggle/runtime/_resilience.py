@@ -1,13 +1,7 @@
-"""What the Dask runtime does when workers leave, freeze or join: the settings of the pure
-decisions (:mod:`daskstraggle.engine.resilience`, re-exported here) read from
-:mod:`daskstraggle.config`, and bounded set-up and clean-up steps (no dask import).
-
-``replacement_targets`` decides where a lost worker index's partitions go;
-``overdue_workers`` finds worker indices whose work is so late that their worker must be
-frozen, ``stale_bound`` how many rounds behind a unit in flight may fall; ``helper_targets``
-picks the worker index a newcomer beyond the run's worker count helps, ``split_unit`` how
-a unit's rows are shared between the two and ``next_fraction`` how the share follows their
-speeds; ``quietly`` bounds a clean-up step that a frozen worker could hold up forever.
+"""What the Dask runtime does when workers leave, freeze or join: the pure decisions of
+:mod:`daskstraggle.engine.resilience` (re-exported here) with their settings read from
+:mod:`daskstraggle.config`, and set-up and clean-up steps bounded in time (a frozen worker
+would hold them up forever). No dask import.
 """
 
 from __future__ import annotations
@@ -48,7 +42,6 @@ __all__ = [
     "slow_bounds",
     "split_unit",
     "stale_bound",
-    "stale_wait",
 ]
 
 def _config() -> Any:
@@ -69,13 +62,6 @@ def setup_timeout() -> float:
     return float(_config().seconds("timeouts.setup"))
 
 
-def stale_wait() -> float:
-    """Seconds a unit must have been in flight before its age in rounds can move its rows
-    (``daskstraggle.stale.minimum-wait``): rounds can take milliseconds, and a worker's
-    first unit takes seconds when it compiles the kernels."""
-    return float(_config().seconds("stale.minimum-wait"))
-
-
 def slow_bounds(frozen_after: float | None = None, stale_after: int | None = None
                 ) -> SlowBounds:
     """The frozen and stale bounds with the ``daskstraggle.frozen`` and
@@ -87,7 +73,7 @@ def slow_bounds(frozen_after: float | None = None, stale_after: int | None = Non
         frozen_factor=float(config.number("frozen.factor")),
         stale_minimum_rounds=float(config.count("stale.minimum-rounds")),
         stale_factor=float(config.number("stale.factor")),
-        stale_wait=stale_wait(),
+        stale_wait=float(config.seconds("stale.minimum-wait")),
     )
 
 
@@ -132,17 +118,7 @@ def bounded(what: str, fn: Callable[..., Any], *args: Any, timeout: float | None
         background thread); ``fn``'s own errors propagate.
     """
     limit = setup_timeout() if timeout is None else timeout
-    outcome: list[Any] = []
-
-    def call() -> None:
-        try:
-            outcome.append((True, fn(*args)))
-        except BaseException as err:
-            outcome.append((False, err))
-
-    thread = threading.Thread(target=call, name=f"daskstraggle-{what}", daemon=True)
-    thread.start()
-    thread.join(limit)
+    outcome = _within(what, limit, fn, *args)
     if not outcome:
         raise StraggleError(
             f"Could not {what}: a worker did not answer within {limit:g} s (frozen?); "
@@ -157,23 +133,31 @@ def bounded(what: str, fn: Callable[..., Any], *args: Any, timeout: float | None
 def quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:
     """Call a clean-up step, waiting at most :func:`cleanup_timeout` s (a frozen worker never
     answers the scheduler's broadcast); turn its failure or overrun into a warning."""
-    failure: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            fn(*args)
-        except Exception as err:
-            failure.append(err)
-
-    thread = threading.Thread(target=call, name=f"daskstraggle-{what}", daemon=True)
-    thread.start()
     bound = cleanup_timeout()
-    thread.join(bound)
-    if thread.is_alive():
+    outcome = _within(what, bound, fn, *args)
+    if not outcome:
         why = f"no answer within {bound:g} s: a worker may be frozen"
-    elif failure:
-        why = f"{type(failure[0]).__name__}: {failure[0]}"
+    elif not outcome[0][0]:
+        why = f"{type(outcome[0][1]).__name__}: {outcome[0][1]}"
     else:
         return
     warnings.warn(f"Could not {what} ({why}); the workers may stay slowed until they "
                   "restart.", StraggleWarning, stacklevel=3)
+
+
+def _within(what: str, limit: float, fn: Callable[..., Any], *args: Any
+            ) -> list[tuple[bool, Any]]:
+    """Call ``fn(*args)`` in a daemon thread named for ``what`` and wait at most ``limit``
+    s; return ``[(True, value)]``, ``[(False, error)]``, or ``[]`` if it is still running."""
+    outcome: list[tuple[bool, Any]] = []
+
+    def call() -> None:
+        try:
+            outcome.append((True, fn(*args)))
+        except BaseException as err:
+            outcome.append((False, err))
+
+    thread = threading.Thread(target=call, name=f"daskstraggle-{what}", daemon=True)
+    thread.start()
+    thread.join(limit)
+    return outcome
