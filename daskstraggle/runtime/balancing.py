@@ -87,14 +87,6 @@ class BalanceLoop:
         if not stale:
             self._fresh_seen[i] = True
 
-    def _plan_arguments(self, stats: Any, counts: tuple[int, ...]) -> tuple[tuple[Any, ...],
-                                                                            dict[str, Any]]:
-        method = self.method
-        args = (stats, counts, tuple(method.worker_rows))
-        kwargs = {"n_wait": int(method.n_wait_run),
-                  "p_initial": self.initial, "collect_window": float(method.collect_window)}
-        return args, kwargs
-
     def after_step(self, *, now: float, iteration: int) -> dict[str, Any] | None:
         """Apply a finished plan, then start the optimizer again if it is due.
 
@@ -115,9 +107,12 @@ class BalanceLoop:
         stats = self.profiler.statistics()
         if not self.balancer.ready(stats, self.method.worker_rows):
             return event
-        counts = tuple(self.method.subpartition_counts)
         self._last_start = now
-        args, kwargs = self._plan_arguments(stats, counts)
+        method = self.method
+        args: tuple[Any, ...] = (stats, tuple(method.subpartition_counts),
+                                 tuple(method.worker_rows))
+        kwargs: dict[str, Any] = {"n_wait": int(method.n_wait_run), "p_initial": self.initial,
+                                  "collect_window": float(method.collect_window)}
         if self._process is not None:
             self._job = self._process.submit(self.balancer, *args, **kwargs)
             return event
@@ -164,8 +159,7 @@ class BalanceLoop:
         logger.info("load balancer: iteration %d, subpartitions %s -> %s (predicted max/min "
                     "latency %.3g -> %.3g)", iteration, event["previous"],
                     event["subpartitions"], plan.previous_imbalance, plan.imbalance)
-        # new counts: latency samples are normalised by load, so the window stays usable
-        return event
+        return event  # the profiler's samples are per unit load: they stay usable
 
     def close(self) -> None:
         """Stop the planner process, or the thread (a running plan there finishes alone)."""

@@ -1,14 +1,7 @@
 """Which runtime a fit runs on: the one asked for, else Dask's convention.
 
-One decision, :func:`choose_runtime`, taken by the ``fit_*`` functions and ``solve`` (and so
-by the command line and the scikit-learn estimators, which call them). A runtime given by
-name or object wins. Without one, as Dask itself does: the cluster the caller points at (a
-client or a scheduler address), a LocalCluster when the caller asks for worker processes
-(``n_workers``, CLI ``--workers``) or for something only a cluster runtime does
-(stragglers, backups, tree aggregation, waiting for workers), the active ``distributed``
-client when there is one (as dask-ml uses it), else threads in this process (``"local"``)
-when the data fit comfortably in this machine's memory, and a LocalCluster when they do
-not.
+One decision, :func:`choose_runtime`, taken by the ``fit_*`` functions and ``solve`` (so
+by the command line and the scikit-learn estimators, which call them).
 """
 
 from __future__ import annotations
