@@ -53,6 +53,7 @@ from daskstraggle.methods import Gram, Method, make_method
 from daskstraggle.methods.base import check_oversampling
 from daskstraggle.options import Checkpoint, DataOptions, Report, RuntimeSpec, run_groups
 from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem
+from daskstraggle.problems.least_squares import _LinearModel
 from daskstraggle.runtime import (
     Runtime,
     RuntimeOptions,
@@ -147,9 +148,11 @@ def _connects(spec: RuntimeSpec) -> bool:
     return spec.client is not None or spec.scheduler is not None
 
 
-def _check_runtime_args(spec: RuntimeSpec, method: Method) -> None:
+def _check_runtime(spec: RuntimeSpec, method: Method, caller: str) -> int | None:
     """Refuse combinations that cannot work, before anything starts (``spec.stragglers``
-    parsed, ``spec.client`` the chosen one)."""
+    parsed, ``spec.client`` the chosen one); return the workers the run will have when
+    known before connecting (None: ask the cluster)."""
+    n_expected = _expected_workers(spec, caller)
     runtime, stragglers = spec.name, spec.stragglers
     if isinstance(runtime, Runtime):
         if _connects(spec) or spec.n_workers is not None:
@@ -161,13 +164,21 @@ def _check_runtime_args(spec: RuntimeSpec, method: Method) -> None:
                 "Pass stragglers to the runtime you built (DaskRuntime(stragglers=...) or "
                 "SimRuntime(latency=...)), not to the fit function."
             )
-        method.check_n_workers(runtime.n_workers)
-        return
-    _check_declarations(_declared(runtime), spec)
-    n_expected = _expected_workers(spec)
+    else:
+        _check_declarations(_declared(runtime), spec)
+        if n_expected is not None:
+            stragglers.check_n_workers(n_expected)
     if n_expected is not None:
-        stragglers.check_n_workers(n_expected)
         method.check_n_workers(n_expected)
+    if spec.min_workers is not None and (_declared(runtime).in_process
+                                         or not _connects(spec)):
+        raise InvalidParameterError(
+            f"The 'min_workers' parameter of {caller} (CLI: --min-workers) waits for the "
+            "workers of an existing cluster: pass client or scheduler (CLI: --scheduler) "
+            "with it, or drop it."
+        )
+    _check_runtime_only(spec, caller)
+    return n_expected
 
 
 def _check_declarations(declared: type[Runtime], spec: RuntimeSpec) -> None:
@@ -196,40 +207,20 @@ def _check_declarations(declared: type[Runtime], spec: RuntimeSpec) -> None:
         )
 
 
-def _check_min_workers(spec: RuntimeSpec, caller: str) -> None:
-    """``min_workers`` waits for an existing cluster's workers: refuse it elsewhere."""
-    if spec.min_workers is not None and (_declared(spec.name).in_process
-                                         or not _connects(spec)):
-        raise InvalidParameterError(
-            f"The 'min_workers' parameter of {caller} (CLI: --min-workers) waits for the "
-            "workers of an existing cluster: pass client or scheduler (CLI: --scheduler) "
-            "with it, or drop it."
-        )
-
-
-def _expected_workers(spec: RuntimeSpec) -> int | None:
-    """Workers the run will have when known before connecting (None: ask the cluster)."""
+def _expected_workers(spec: RuntimeSpec, caller: str) -> int | None:
+    """The workers the run starts itself, checked against the runtime's bound
+    (``n_workers``, else the configured default unless the run connects to a cluster), or
+    those of a Runtime you built; None: ask the cluster."""
+    if spec.n_workers is not None:
+        return check_n_workers(spec.n_workers, caller=caller, runtime=spec.name)
     if isinstance(spec.name, Runtime):
         return spec.name.n_workers
-    if spec.n_workers is not None:
-        return spec.n_workers
-    if _declared(spec.name).in_process or not _connects(spec):
-        from daskstraggle import config
+    if _connects(spec):
+        return None
+    from daskstraggle import config  # the runtimes' and the LocalCluster's default
 
-        return config.workers()  # the runtimes' and the LocalCluster's default
-    return None
-
-
-def _check_workers(spec: RuntimeSpec, caller: str) -> None:
-    """Check the workers a run starts itself: ``n_workers``, else the configured default
-    (unless the run connects to a cluster)."""
-    if spec.n_workers is not None:
-        check_n_workers(spec.n_workers, caller=caller, runtime=spec.name)
-    elif not _connects(spec) and not isinstance(spec.name, Runtime):
-        from daskstraggle import config  # the runtime starts the configured count
-
-        check_n_workers(config.workers(), caller=caller, runtime=spec.name,
-                        name="The daskstraggle.workers setting (the default of --workers)")
+    return check_n_workers(config.workers(), caller=caller, runtime=spec.name,
+                           name="The daskstraggle.workers setting (the default of --workers)")
 
 
 @contextmanager
@@ -316,10 +307,7 @@ def _run(
              "backup_after": spec.backup_after, "aggregation": spec.aggregation}
     choice = choose_runtime(runtime, **asked)  # None: the data's size decides, once open
     spec = dataclasses.replace(spec, client=choice.client, stragglers=stragglers)
-    _check_workers(spec, caller)
-    _check_runtime_args(spec, meth)
-    _check_min_workers(spec, caller)
-    _check_runtime_only(spec, runtime, caller)
+    n_expected = _check_runtime(spec, meth, caller)
     qc = parse_qc(data.qc, caller=caller)
     # never the input store, nor inside or around it (even with overwrite)
     out_path = check_output_path(out, overwrite=overwrite, inputs=source_paths(X))
@@ -330,7 +318,7 @@ def _run(
     if state is not None:
         check_resume_iterations(state, stop.max_iter)
         # the worker count, when known before connecting: refused before a cluster starts
-        check_resume_workers(state, _expected_workers(spec))
+        check_resume_workers(state, n_expected)
     matrix = _open_for(problem, X, labels=labels, qc=qc, caller=caller, array=data.array,
                        n_partitions=data.n_partitions, missing_chunks=data.missing_chunks,
                        storage_options=data.storage_options, genotype_dims=data.genotype_dims)
@@ -452,10 +440,10 @@ _RUNTIME_ONLY = {
                     "sums its results in this process already")}
 
 
-def _check_runtime_only(spec: RuntimeSpec, runtime: Runtime | str | None, caller: str
-                        ) -> None:
+def _check_runtime_only(spec: RuntimeSpec, caller: str) -> None:
     """Refuse ``backup_after`` and ``aggregation="tree"`` but for a runtime the fit starts
     or connects to that sends backups or sums on its workers (``_RUNTIME_ONLY``)."""
+    runtime = spec.name
     for name, (allows, which, built, why) in _RUNTIME_ONLY.items():
         if getattr(spec, name) in (None, "flat") or (
                 not isinstance(runtime, Runtime) and getattr(_declared(runtime), allows)):
@@ -1065,25 +1053,26 @@ def _check_merge(merge: Any, ds: Any) -> bool:
     return merge
 
 
-@_with_run_options
-def fit_logistic(
-    X: Any,
-    labels: Any,
-    *,
-    alpha: float | None = None,
-    fit_intercept: bool = True,
-    **options: Any,
-) -> Result:
-    """Fit L2-regularised logistic regression with a straggler-aware method.
+def _regression_face(problem: type[_LinearModel], summary: str, labels: str,
+                     alpha: float | None, alpha_doc: str) -> Callable[..., Result]:
+    """The ``fit_*`` function of a regression ``problem`` (``alpha``: its default)."""
+
+    def fit(X: Any, labels: Any, *, alpha: float | None = alpha, fit_intercept: bool = True,
+            **options: Any) -> Result:
+        return _run(problem(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels,
+                    **_grouped(options))
+
+    fit.__name__ = fit.__qualname__ = f"fit_{problem.name.replace('-', '_')}"
+    fit.__annotations__["alpha"] = "float | None" if alpha is None else "float"
+    fit.__doc__ = f"""Fit {summary} with a straggler-aware method.
 
     Parameters
     ----------
     X : str, path, array-like or Matrix
         Features (rows = examples).
     labels : str or array-like
-        Labels in {0, 1} or {-1, +1}, or the name of such an array in the Zarr group.
-    alpha : float or None, default=None
-        L2 penalty ``alpha/2 |w|^2`` (None: ``1/n_samples``); the intercept is not penalised.
+        {labels}, or the name of such an array in the Zarr group.
+    alpha : {alpha_doc}
     fit_intercept : bool, default=True
         Fit an intercept.
     <options>
@@ -1093,40 +1082,16 @@ def fit_logistic(
     result : Result
         ``result.fitted`` holds ``coef`` and ``intercept``.
     """
-    return _run(Logistic(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels,
-                **_grouped(options))
+    return _with_run_options(fit)
 
 
-@_with_run_options
-def fit_least_squares(
-    X: Any,
-    labels: Any,
-    *,
-    alpha: float = 0.0,
-    fit_intercept: bool = True,
-    **options: Any,
-) -> Result:
-    """Fit (ridge) least-squares regression with a straggler-aware method.
-
-    Parameters
-    ----------
-    X : str, path, array-like or Matrix
-        Features (rows = examples).
-    labels : str or array-like
-        Targets, or the name of the target array in the Zarr group.
-    alpha : float, default=0.0
-        L2 penalty ``alpha/2 |w|^2``.
-    fit_intercept : bool, default=True
-        Fit an intercept.
-    <options>
-
-    Returns
-    -------
-    result : Result
-        ``result.fitted`` holds ``coef`` and ``intercept``.
-    """
-    return _run(LeastSquares(alpha=alpha, fit_intercept=fit_intercept), X, labels=labels,
-                **_grouped(options))
+fit_logistic = _regression_face(
+    Logistic, "L2-regularised logistic regression", "Labels in {0, 1} or {-1, +1}", None,
+    "float or None, default=None\n        L2 penalty ``alpha/2 |w|^2`` (None: "
+    "``1/n_samples``); the intercept is not penalised.")
+fit_least_squares = _regression_face(
+    LeastSquares, "(ridge) least-squares regression", "Targets", 0.0,
+    "float, default=0.0\n        L2 penalty ``alpha/2 |w|^2``.")
 
 
 def run_on(runtime: Runtime, method: Method, problem: Problem, matrix: Matrix,
