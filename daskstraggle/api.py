@@ -536,14 +536,6 @@ _FIT_OPTIONS = tuple(_GROUPED)
 #: (:func:`_options_doc`).
 _OPTIONS_DOC = """    method_params : dict or None, default=None
         Extra parameters of the method, e.g. ``{"n_wait": 3}`` for ``"dsag"``.
-    runtime : Runtime, str or None, default=None
-        A Runtime you built, or the name of a registered runtime
-        (:func:`daskstraggle.runtime.list_runtimes`): ``"dask"`` (a Dask cluster from
-        ``client``, ``scheduler`` or ``n_workers``; with none of them the active client,
-        else a LocalCluster started for the call), ``"local"`` (in process) or ``"sim"``
-        (in process, simulated time). None: chosen as Dask does
-        (:func:`~daskstraggle.runtime.choice.choose_runtime`); ``result.attrs
-        ["runtime_reason"]`` says which ran and why.
 """
 
 

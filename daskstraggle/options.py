@@ -79,14 +79,16 @@ class RuntimeSpec:
 
     Parameters
     ----------
-    name : str or None, default=None
-        A registered runtime (:func:`daskstraggle.runtime.list_runtimes`): ``"dask"`` (a
-        Dask cluster from ``client``, ``scheduler`` or ``n_workers``; with none of them the
-        active client, else a LocalCluster started for the call), ``"local"`` (in process)
-        or ``"sim"`` (in process, simulated time). None: chosen as Dask does
+    name : Runtime, str or None, default=None
+        A Runtime you built, or a registered runtime's name
+        (:func:`daskstraggle.runtime.list_runtimes`): ``"dask"`` (a Dask cluster from
+        ``client``, ``scheduler`` or ``n_workers``; with none of them the active client,
+        else a LocalCluster started for the call), ``"local"`` (in process) or ``"sim"``
+        (in process, simulated time). None: chosen as Dask does
         (:func:`~daskstraggle.runtime.choice.choose_runtime`): the Dask runtime for a
         client, scheduler, workers or an option only it takes, else in process when the
-        data fit comfortably in memory, else a LocalCluster.
+        data take at most a quarter of the memory available, else a LocalCluster;
+        ``result.attrs["runtime_reason"]`` says which ran and why.
     client : distributed.Client or None, default=None
         Cluster to run on.
     scheduler : str or None, default=None
