@@ -36,9 +36,11 @@ from daskstraggle.data._opening import OpenOptions, file_matrix
 from daskstraggle.data.plink import (
     BedSource,
     BimArrays,
-    check_file,
+    check_unchanged,
     check_unique_samples,
     contig_codes,
+    fileset_files,
+    why_not_a_file,
 )
 from daskstraggle.data.sources import RowValues, called_rows
 from daskstraggle.errors import (
@@ -331,12 +333,7 @@ class _BgenLoader:
     layout: int = 2  # the file's BGEN layout (1: v1.1)
 
     def __call__(self) -> RowValues:
-        size = os.path.getsize(self.path)
-        if size != self.size:
-            raise CorruptDataError(
-                f"{self.path!r} has {size} bytes, not the {self.size} it had when opened; "
-                "the file changed. Open it again."
-            )
+        check_unchanged(self.path, self.size)
         values = self._read()
         if self.columns is not None:
             values = np.ascontiguousarray(values[:, self.columns])
@@ -489,8 +486,8 @@ def _samples(path: str, header: BgenHeader, sample_file: str | os.PathLike[str] 
         return samples
     given = sample_file is not None
     name = os.fspath(sample_file) if sample_file is not None else path[:-5] + ".sample"
-    if not os.path.isfile(name):
-        why = "is a folder" if os.path.isdir(name) else "does not exist"
+    why = why_not_a_file(name)
+    if why is not None:
         raise DataNotFoundError(
             f"The .sample file {name!r} of {path!r} {why}." if given else
             f"The BGEN file {path!r} stores no sample ids and its .sample file {name!r} "
@@ -540,22 +537,6 @@ class _VariantArrays(BimArrays):
 
 
 # ------------------------------------------------------------------------------ open_bgen
-def _check_parameters(path: str, remote: dict[str, Any] | None, array: str | None,
-                      genotype_dims: bool | None, calls: str) -> None:
-    problem = (
-        "'source' parameter of open_matrix is a URL; .bgen files are read from local (or "
-        "shared) paths only. Copy the file there first" if remote is not None else
-        "'array' parameter of open_matrix names a member of a Zarr group; a .bgen has none. "
-        "Drop it (CLI: --array)" if array is not None else
-        "'genotype_dims' parameter of open_matrix applies to arrays of allele counts; a .bgen "
-        "is variants x samples already. Drop it" if genotype_dims is not None else
-        f"'calls' parameter of open_bgen must be one of {CALLS}. Got {calls!r} instead"
-        if calls not in CALLS else None
-    )
-    if problem is not None:
-        raise InvalidParameterError(f"The {problem} ({path!r}).")
-
-
 def open_bgen(path: str | os.PathLike[str], *, remote: dict[str, Any] | None = None,
               array: str | None = None, labels: Any = None,
               genotype_dims: bool | None = None, options: Any = None, calls: str = "dosage",
@@ -603,8 +584,12 @@ def open_bgen(path: str | os.PathLike[str], *, remote: dict[str, Any] | None = N
     """
     path = os.path.abspath(os.fspath(path))  # workers may run in another folder
     options = options if options is not None else OpenOptions("mean", "patterson", "error")
-    _check_parameters(path, remote, array, genotype_dims, calls)
-    check_file(path, "BGEN .bgen")
+    if calls not in CALLS:
+        raise InvalidParameterError(
+            f"The 'calls' parameter of open_bgen must be one of {CALLS}. Got {calls!r} "
+            f"instead ({path!r})."
+        )
+    fileset_files(path, remote, array, genotype_dims, kind="BGEN .bgen")
     header = read_header(path)
     samples = _samples(path, header, sample_file)
     index = read_index(path, header)

@@ -21,13 +21,12 @@ from daskstraggle.data.plink import (
     BedSource,
     BimArrays,
     _BedLoader,
-    _check_parameters,
-    check_file,
     check_unique_samples,
     contig_codes,
+    fileset_files,
 )
 from daskstraggle.data.sources import RowValues, called_rows
-from daskstraggle.errors import CorruptDataError, DataNotFoundError, InvalidDataError
+from daskstraggle.errors import CorruptDataError, InvalidDataError
 
 __all__ = ["PgenSource", "open_pgen", "pgen_rows", "read_psam", "read_pvar"]
 
@@ -275,28 +274,17 @@ def open_pgen(path: str, *, remote: dict[str, Any] | None, array: str | None, la
     ImportError
         Without pgenlib.
     """
-    _check_parameters(path, remote, array, genotype_dims)
-    check_file(path, "PLINK 2 .pgen")
-    prefix = path[: -len(".pgen")]
-    files = {"pvar": prefix + ".pvar", "psam": prefix + ".psam"}
-    for what, file in files.items():
-        if not os.path.isfile(file):
-            zst = what == "pvar" and os.path.isfile(file + ".zst")
-            state = "is a folder" if os.path.isdir(file) else "does not exist"
-            raise DataNotFoundError(
-                f"The PLINK 2 fileset {path!r} has no .{what} ({file!r} {state}"
-                + ("; a .pvar.zst is not read: decompress it" if zst else "") + "); a "
-                ".pgen needs its .pvar and .psam beside it with the same prefix."
-            )
+    pvar, psam = fileset_files(path, remote, array, genotype_dims, kind="PLINK 2 .pgen",
+                               companions=(".pvar", ".psam"))
     n_variants, n_raw = _pgen_shape(path)
-    samples = read_psam(files["psam"], path)
+    samples = read_psam(psam, path)
     if len(samples) != n_raw or n_variants == 0 or n_raw == 0:
         raise InvalidDataError(
             f"{path!r} holds {n_variants} variants x {n_raw} samples but its .psam lists "
             f"{len(samples)} samples; the .psam is not this .pgen's, or one is empty. "
             "Write the fileset again (plink2 --make-pgen)."
         )
-    n_listed = _count_records(files["pvar"])
+    n_listed = _count_records(pvar)
     if n_listed != n_variants:
         raise InvalidDataError(
             f"{path!r} holds {n_variants} variants but its .pvar lists {n_listed}; the .pvar "
@@ -305,4 +293,4 @@ def open_pgen(path: str, *, remote: dict[str, Any] | None, array: str | None, la
         )
     source = PgenSource(path, n_variants, n_raw, missing=options.missing,
                         scaling=options.scaling, storage=options.storage)
-    return file_matrix(source, path, samples, labels, PvarArrays(files["pvar"]))
+    return file_matrix(source, path, samples, labels, PvarArrays(pvar))

@@ -170,13 +170,7 @@ class _BedLoader:
 
     def __call__(self) -> RowValues:
         width = -(-self.n_samples // 4)
-        expected = 3 + self.n_variants * width
-        size = os.path.getsize(self.path)
-        if size != expected:
-            raise CorruptDataError(
-                f"{self.path!r} has {size} bytes, not the {expected} it had when opened; "
-                "the file changed. Open it again."
-            )
+        check_unchanged(self.path, 3 + self.n_variants * width)
         if self.rows is None:
             raw = np.empty((self.stop - self.start, width), dtype=np.uint8)
             with open(self.path, "rb") as f:
@@ -314,18 +308,74 @@ def check_unique_samples(ids: list[str], path: str, fileset: str | None = None) 
             )
 
 
-def check_file(path: str, kind: str) -> None:
-    """Raise DataNotFoundError unless ``path`` is a file (a folder or nothing is named).
-
-    ``kind`` names the format, e.g. ``"PLINK .bed"``.
-    """
-    if not os.path.isfile(path):
-        what = ("is a folder, not a file" if os.path.isdir(path)
-                else "does not exist")
-        raise DataNotFoundError(
-            f"No {kind} file at {path!r}: the path {what}. Check the data path "
-            "(the 'source' parameter; CLI: the SOURCE argument)."
+def check_unchanged(path: str, size: int) -> None:
+    """Refuse, where a loader runs, a file whose size is not ``size``, the one it had when
+    opened (:class:`~daskstraggle.errors.CorruptDataError`)."""
+    now = os.path.getsize(path)
+    if now != size:
+        raise CorruptDataError(
+            f"{path!r} has {now} bytes, not the {size} it had when opened; the file "
+            "changed. Open it again."
         )
+
+
+def why_not_a_file(path: str) -> str | None:
+    """Why ``path`` is not a file (it is a folder, or does not exist), None if it is."""
+    if os.path.isfile(path):
+        return None
+    return "is a folder, not a file" if os.path.isdir(path) else "does not exist"
+
+
+def fileset_files(path: str, remote: dict[str, Any] | None, array: str | None,
+                  genotype_dims: bool | None, *, kind: str,
+                  companions: tuple[str, ...] = ()) -> list[str]:
+    """Check a genotype file's opening and return its companions' paths.
+
+    Refuses a URL (``remote`` not None), ``array`` and ``genotype_dims`` (a genotype file
+    has no members and its orientation is known), a ``path`` that is not a file, and a
+    missing companion: the file of each suffix of ``companions`` beside it, with the same
+    prefix (and the suffix in the case of ``path``'s, else lower case). ``kind`` names the
+    format, e.g. ``"PLINK .bed"``.
+
+    Raises
+    ------
+    InvalidParameterError
+        For a URL, ``array`` or ``genotype_dims``.
+    DataNotFoundError
+        If ``path`` or a companion is not a file (a folder, or nothing).
+    """
+    stem, suffix = os.path.splitext(path)
+    problem = (
+        f"'source' parameter of open_matrix is a URL; {suffix} files are read from local "
+        "(or shared) paths only. Copy the fileset there first" if remote is not None else
+        f"'array' parameter of open_matrix names a member of a Zarr group; a {suffix} has "
+        "none. Drop it (CLI: --array)" if array is not None else
+        f"'genotype_dims' parameter of open_matrix applies to arrays of allele counts; a "
+        f"{suffix} is variants x samples already. Drop it" if genotype_dims is not None
+        else None
+    )
+    if problem is not None:
+        raise InvalidParameterError(f"The {problem} ({path!r}).")
+    state = why_not_a_file(path)
+    if state is not None:
+        raise DataNotFoundError(
+            f"No {kind} file at {path!r}: the path {state}. Check the data path (the "
+            "'source' parameter; CLI: the SOURCE argument)."
+        )
+    found = []
+    for companion in companions:
+        names = [stem + companion.upper()] * suffix.isupper() + [stem + companion]
+        name = next((n for n in names if why_not_a_file(n) is None), names[0])
+        state = why_not_a_file(name)
+        if state is not None:
+            zst = "; a .zst is not read: decompress it" if os.path.isfile(name + ".zst") else ""
+            raise DataNotFoundError(
+                f"The {kind} fileset {path!r} has no {companion} file ({name!r} {state}{zst});"
+                f" a {suffix} needs its {' and '.join(companions)} beside it with the same "
+                "prefix."
+            )
+        found.append(name)
+    return found
 
 
 class BimArrays:
@@ -438,11 +488,8 @@ def open_bed(path: str, *, remote: dict[str, Any] | None, array: str | None, lab
         ``3 + n_variants * ceil(n_samples / 4)``; or the ``.bim`` or ``.fam`` is empty, or
         the ``.fam`` lists a sample (FID and IID) twice.
     """
-    _check_parameters(path, remote, array, genotype_dims)
-    prefix = path[: -len(".bed")]
-    check_file(path, "PLINK .bed")
-    bim, fam = _companion(path, prefix, ".bim", "variants"), _companion(path, prefix, ".fam",
-                                                                       "samples")
+    bim, fam = fileset_files(path, remote, array, genotype_dims, kind="PLINK .bed",
+                             companions=(".bim", ".fam"))
     _check_header(path)
     n_variants = _count_lines(bim)
     ids = read_columns(fam, 2)
@@ -458,39 +505,6 @@ def open_bed(path: str, *, remote: dict[str, Any] | None, array: str | None, lab
     source = BedSource(path, n_variants, len(samples), missing=options.missing,
                        scaling=options.scaling, storage=options.storage)
     return file_matrix(source, path, samples, labels, BimArrays(bim))
-
-
-def _check_parameters(path: str, remote: dict[str, Any] | None, array: str | None,
-                      genotype_dims: bool | None) -> None:
-    if remote is not None:
-        raise InvalidParameterError(
-            f"The 'source' parameter of open_matrix is a URL to a PLINK .bed ({path!r}); "
-            ".bed filesets are read from local (or shared) paths only. Copy the .bed, .bim "
-            "and .fam there first."
-        )
-    if array is not None:
-        raise InvalidParameterError(
-            f"The 'array' parameter of open_matrix names a member of a Zarr group; the "
-            f"PLINK fileset {path!r} has none. Drop it (CLI: --array)."
-        )
-    if genotype_dims is not None:
-        raise InvalidParameterError(
-            f"The 'genotype_dims' parameter of open_matrix applies to arrays of allele "
-            f"counts; a .bed ({path!r}) is variants x samples already. Drop it."
-        )
-
-
-def _companion(path: str, prefix: str, suffix: str, what: str) -> str:
-    """The ``.bim`` or ``.fam`` beside the ``.bed`` (same case of suffix as the .bed's)."""
-    upper = path.endswith(".BED")
-    other = prefix + (suffix.upper() if upper else suffix)
-    if not os.path.isfile(other):
-        state = "is a folder" if os.path.isdir(other) else "does not exist"
-        raise DataNotFoundError(
-            f"The PLINK fileset {path!r} has no {suffix} file ({other!r} {state}); "
-            f"a .bed needs its {suffix} (the {what}) beside it with the same prefix."
-        )
-    return other
 
 
 def _check_header(path: str) -> None:
