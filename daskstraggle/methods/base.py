@@ -9,6 +9,7 @@ once ``ready()`` (and ``collect_window`` of the round's time later) the runtime 
 from __future__ import annotations
 
 import functools
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -255,6 +256,8 @@ class Method(ABC):
     _summary: RoundSummary | None = None
     #: Iterate version (steps taken), set by :meth:`start` and :meth:`step`.
     _version: int = 0
+    #: The bound problem of the current run (None before :meth:`start`).
+    _problem: Problem | None = None
 
     @classmethod
     def params_from_cli(cls, values: dict[str, Any]) -> dict[str, Any]:
@@ -360,8 +363,41 @@ class Method(ABC):
         return self._version
 
     def get_params(self) -> dict[str, Any]:
-        """Return the method's parameters (for traces)."""
-        return {}
+        """Return the method's parameters (for traces): the attribute of each named
+        parameter of the constructor, in its order."""
+        parameters = inspect.signature(type(self)).parameters.values()
+        return {p.name: getattr(self, p.name) for p in parameters if p.kind is not p.VAR_KEYWORD}
+
+    def _begin(self, problem: Problem, iterate: np.ndarray, step_size: float) -> None:
+        """Reset the state every run starts with: the problem, the step size, a float64
+        copy of ``iterate``, version 0 and no summary."""
+        self._problem = problem
+        self._step_size = float(step_size)
+        self._x = np.array(iterate, dtype=np.float64)
+        self._version = 0
+        self._summary = None
+
+    def _update(self, gradient: np.ndarray) -> None:
+        """Step the iterate along ``gradient`` (:meth:`Problem.update`)."""
+        assert self._problem is not None
+        self._x = self._problem.update(self._x, gradient, self._step_size)
+
+    def _worker_rows_of(self, placement: list[tuple[int, ...]],
+                        partition_rows: list[int] | None) -> list[int]:
+        """Set ``_worker_rows`` (rows each worker index stores) and ``_total_rows``;
+        return ``partition_rows``.
+
+        Raises
+        ------
+        InvalidParameterError
+            If ``partition_rows`` is None (the runtime did not pass it).
+        """
+        if partition_rows is None:
+            raise InvalidParameterError(
+                f"{type(self).__name__} needs the partition row counts from the runtime.")
+        self._worker_rows = [sum(partition_rows[p] for p in parts) for parts in placement]
+        self._total_rows = sum(partition_rows)
+        return partition_rows
 
     def _plain_sum(self, results: dict[int, WorkResult]) -> KernelResult:
         """Return the sum of the non-empty ``results`` in worker index order (so it does

@@ -84,10 +84,6 @@ class BlockKrylov(CodedSum):
         self.max_blocks = check_int(max_blocks, name="max_blocks", caller="BlockKrylov",
                                     low=3)
 
-    def get_params(self) -> dict[str, Any]:
-        """Return the parameters."""
-        return {**super().get_params(), "max_blocks": self.max_blocks}
-
     def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
               step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state: the first block is ``iterate`` plus random columns up to

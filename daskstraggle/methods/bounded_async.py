@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from daskstraggle._validation import check_int
-from daskstraggle.errors import InvalidParameterError
+from daskstraggle._validation import check_choice, check_int
 from daskstraggle.methods.base import (
     Method,
     RoundSummary,
@@ -81,13 +78,8 @@ class BoundedAsync(Method):
         if max_delay is not None:
             max_delay = check_int(max_delay, name="max_delay", caller="BoundedAsync", low=0)
         self.max_delay = max_delay
-        if order not in UPDATE_ORDERS:
-            raise InvalidParameterError(
-                f"The 'order' parameter of BoundedAsync must be one of {list(UPDATE_ORDERS)}. "
-                f"Got {order!r} instead."
-            )
-        self.order = order
-        self._problem: Problem | None = None
+        self.order = check_choice(order, name="order", caller="BoundedAsync",
+                                  choices=UPDATE_ORDERS)
 
     def step_factor(self, problem: Problem, n_workers: int) -> float:
         """Return ``1 / n_workers``: each result is a step along a full-gradient estimate."""
@@ -98,25 +90,14 @@ class BoundedAsync(Method):
         many versions."""
         return max(int(n_workers), 1)
 
-    def get_params(self) -> dict[str, Any]:
-        """Return the parameters."""
-        return {"max_delay": self.max_delay, "order": self.order}
-
     def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
               step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state."""
-        if partition_rows is None:
-            raise InvalidParameterError("BoundedAsync needs the partition row counts.")
-        self._problem = problem
+        self._worker_rows_of(placement, partition_rows)
+        self._begin(problem, iterate, step_size)
         self._placement = placement
-        self._worker_rows = [sum(partition_rows[p] for p in parts) for parts in placement]
-        self._total_rows = sum(partition_rows)
-        self._step_size = float(step_size)
-        self._x = np.array(iterate, dtype=np.float64)
-        self._version = 0
         self._pending: list[WorkResult] = []
         self._dropped = 0
-        self._summary: RoundSummary | None = None
         self._choice: WorkResult | None = None
         self.applied_delays: list[int] = []
 
@@ -182,12 +163,11 @@ class BoundedAsync(Method):
 
     def step(self) -> None:
         """Apply the chosen update; the version advances and pending updates age by one."""
-        assert self._problem is not None
         summary = self.summary()
         chosen = self._pick()
         self.applied_delays.append(self._delay(chosen))
         self._pending.remove(chosen)
-        self._x = self._problem.update(self._x, summary.result.gradient, self._step_size)
+        self._update(summary.result.gradient)
         self._version += 1
         self._dropped = 0
         self._summary = None

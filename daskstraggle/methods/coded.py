@@ -105,11 +105,10 @@ class CodedGD(Method):
         self.rng = rng
         self.nesterov = check_bool(nesterov, name="nesterov", caller="CodedGD")
         self._assignment: CodeAssignment | None = None
-        self._problem: Problem | None = None
 
     def get_params(self) -> dict[str, Any]:
-        """Return the parameters."""
-        return {"scheme": self.scheme.to_dict(), "rng": self.rng, "nesterov": self.nesterov}
+        """As :meth:`Method.get_params`; ``scheme`` is the scheme's parameters."""
+        return {**super().get_params(), "scheme": self.scheme.to_dict()}
 
     def check_problem(self, problem: Problem) -> None:
         """Refuse Nesterov momentum for problems whose iterates are not vectors (PCA)."""
@@ -165,16 +164,12 @@ class CodedGD(Method):
         if self._assignment is None or not self._assignment.matches(placement):
             raise InvalidParameterError("CodedGD.start needs the placement it drew itself.")
         self.check_problem(problem)
-        self._problem = problem
-        self._step_size = float(step_size)
-        self._x = np.array(iterate, dtype=np.float64)
+        self._begin(problem, iterate, step_size)
         self._momentum = Nesterov(self._x) if self.nesterov else None
-        self._version = 0
         self._sent: set[int] = set()
         self._messages: dict[tuple[int, int], KernelResult] = {}
         self._coverage = Coverage(self._assignment)
         self._weights: dict[tuple[int, int], float] | None = None
-        self._summary: RoundSummary | None = None
 
     def _point(self) -> np.ndarray:
         """Where gradients are evaluated: the iterate, or Nesterov's look-ahead point."""
@@ -233,7 +228,7 @@ class CodedGD(Method):
         assert self._problem is not None
         summary = self.summary()
         if self._momentum is None:
-            self._x = self._problem.update(self._x, summary.result.gradient, self._step_size)
+            self._update(summary.result.gradient)
         else:
             self._x = self._momentum.step(self._problem, summary.result.gradient,
                                           summary.objective, self._step_size)
@@ -282,10 +277,6 @@ class CodedSum(CodedGD):
                 f"({self.pca_only}); for {problem.name} use 'gd', 'nag', 'coded', 'dsag' or "
                 f"another iterative method. Got {self.name!r} instead."
             )
-
-    def get_params(self) -> dict[str, Any]:
-        """Return the parameters."""
-        return {"scheme": self.scheme.to_dict(), "rng": self.rng}
 
     def partition_count(self, n_workers: int, n_rows: int) -> int | None:
         """Return the scheme's ``K``; uncoded keeps the storage partitions (None)."""
@@ -341,9 +332,7 @@ class IgnoreStragglers(SGD):
                                       caller="IgnoreStragglers", low=0)
         super().__init__(None, collect_window=0.0)
 
-    def get_params(self) -> dict[str, Any]:
-        """Return the parameters."""
-        return {"n_stragglers": self.n_stragglers}
+    get_params = Method.get_params  # its own parameters, not SGD's
 
     def step_factor(self, problem: Problem, n_workers: int) -> float:
         """Return 1.0: the gradient-coding baseline takes GD's step, like the coded methods."""

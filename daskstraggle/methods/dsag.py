@@ -66,7 +66,6 @@ class DSAG(SGD):
                       partition_rows=partition_rows)
         self._cache = GradientCache(self._total_rows)
         self._n_stale = 0
-        self._summary: RoundSummary | None = None
 
     @property
     def cache(self) -> GradientCache:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,21 +36,14 @@ class GD(Method):
     exact_rounds = True
     dispatch_once_per_version = True
 
-    def __init__(self) -> None:
-        self._problem: Problem | None = None
-
     def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
               step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state."""
         self.check_problem(problem)
-        self._problem = problem
+        self._begin(problem, iterate, step_size)
         self._placement = placement
-        self._step_size = float(step_size)
-        self._x = np.array(iterate, dtype=np.float64)
-        self._version = 0
         self._sent: set[int] = set()
         self._results: dict[int, WorkResult] = {}
-        self._summary: RoundSummary | None = None
         self._n_holding = sum(1 for p in placement if p)  # workers that answer a round
 
     def _point(self) -> np.ndarray:
@@ -91,9 +84,7 @@ class GD(Method):
 
     def step(self) -> None:
         """Take the gradient step from the evaluated point."""
-        assert self._problem is not None
-        total = self.summary().result
-        self._x = self._problem.update(self._point(), total.gradient, self._step_size)
+        self._update(self.summary().result.gradient)
         self._advance()
 
     def _advance(self) -> None:
@@ -127,13 +118,8 @@ class NAG(GD):
     description = "Nesterov momentum, regression"
 
     def __init__(self, *, restart: str = "objective") -> None:
-        super().__init__()
         self.restart = check_choice(restart, name="restart", caller="NAG",
                                     choices=("objective", "none"))
-
-    def get_params(self) -> dict[str, Any]:
-        """Return the parameters."""
-        return {"restart": self.restart}
 
     def check_problem(self, problem: Problem) -> None:
         """Refuse problems whose iterates are not in a vector space (PCA)."""

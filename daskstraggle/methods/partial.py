@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from daskstraggle._validation import check_int
+from daskstraggle._validation import check_choice, check_fraction, check_int
 from daskstraggle.coding.base import CodeAssignment
 from daskstraggle.coding.rcs import RCS, IncrementalDecoder, default_degrees
 from daskstraggle.errors import InvalidParameterError
@@ -104,30 +104,15 @@ class PartialRecovery(Method):
         self.code: RCS | None = None  # the code of the current run (set by placement)
         self.degrees = None if degrees is None else RCS(
             degrees=tuple(degrees) if isinstance(degrees, list) else degrees).degrees
-        ok = isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool)
-        if not ok or not 0 <= float(tolerance) < 1:
-            raise InvalidParameterError(
-                "The 'tolerance' parameter of PartialRecovery must be a number in [0, 1) "
-                f"(the fraction of partitions that may stay unrecovered). Got {tolerance!r} "
-                "instead."
-            )
-        self.tolerance = float(tolerance)
-        if ordering not in ORDERINGS:
-            raise InvalidParameterError(
-                f"The 'ordering' parameter of PartialRecovery must be one of {list(ORDERINGS)}. "
-                f"Got {ordering!r} instead."
-            )
-        self.ordering = ordering
-        self.age_threshold = check_int(age_threshold, name="age_threshold",
-                                       caller="PartialRecovery", low=0)
+        caller = "PartialRecovery"
+        self.tolerance = check_fraction(tolerance, name="tolerance", caller=caller,
+                                        closed_low=True)
+        self.ordering = check_choice(ordering, name="ordering", caller=caller,
+                                     choices=ORDERINGS)
+        self.age_threshold = check_int(age_threshold, name="age_threshold", caller=caller,
+                                       low=0)
         self.rng = rng
         self._assignment: CodeAssignment | None = None
-        self._problem: Problem | None = None
-
-    def get_params(self) -> dict[str, Any]:
-        """Return the parameters."""
-        return {"degrees": self.degrees, "tolerance": self.tolerance, "ordering": self.ordering,
-                "age_threshold": self.age_threshold, "rng": self.rng}
 
     def _code_for(self, n_workers: int) -> RCS:
         """The RCS code for ``n_workers``: the given degrees, or the default that fits."""
@@ -174,18 +159,14 @@ class PartialRecovery(Method):
         """Reset the run state: all ages 0, the static order."""
         if self._assignment is None or not self._assignment.matches(placement):
             raise InvalidParameterError("PartialRecovery.start needs the placement it drew.")
-        if partition_rows is None:
-            raise InvalidParameterError("PartialRecovery needs the partition row counts.")
-        self._problem = problem
+        partition_rows = self._worker_rows_of(placement, partition_rows)
+        self._begin(problem, iterate, step_size)
         self._lists = [tuple(p) for p in placement]
         self._rows = np.asarray(partition_rows, dtype=np.int64)
         self._K = len(partition_rows)
         self._need = min(self._K, math.ceil((1.0 - self.tolerance) * self._K - 1e-9))
         assert self.code is not None
         self._coef = self.code.coefficient_rows()
-        self._step_size = float(step_size)
-        self._x = np.array(iterate, dtype=np.float64)
-        self._version = 0
         self._offset = 0
         self._ages = np.zeros(self._K, dtype=np.int64)
         self._offsets: list[int] = []
@@ -197,7 +178,7 @@ class PartialRecovery(Method):
         self._sent: set[int] = set()
         self._responders: set[int] = set()
         self._dropped = 0
-        self._summary: RoundSummary | None = None
+        self._summary = None
 
     @property
     def ages(self) -> np.ndarray:
@@ -272,9 +253,9 @@ class PartialRecovery(Method):
 
     def step(self) -> None:
         """Step, age the partitions, and reorder the lists for the next iteration."""
-        assert self._problem is not None and self.code is not None
+        assert self.code is not None
         summary = self.summary()
-        self._x = self._problem.update(self._x, summary.result.gradient, self._step_size)
+        self._update(summary.result.gradient)
         assert summary.ages is not None
         self._ages = summary.ages.astype(np.int64)
         self._offset = (self._offset + self._next_shift()) % self.code.n_stored

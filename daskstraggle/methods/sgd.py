@@ -117,13 +117,11 @@ class SGD(Method):
                                                 caller=caller)
         self.balance = balance
         self.balancer = check_balance(balance, caller=caller)
-        self._problem: Problem | None = None
 
     def get_params(self) -> dict[str, Any]:
-        """Return the parameters."""
-        return {"n_wait": self.n_wait, "subpartitions": self.subpartitions,
-                "collect_window": self.collect_window,
-                "balance": None if self.balancer is None else self.balancer.get_params()}
+        """As :meth:`Method.get_params`; ``balance`` is the balancer's parameters."""
+        balance = None if self.balancer is None else self.balancer.get_params()
+        return {**super().get_params(), "balance": balance}
 
     def step_factor(self, problem: Problem, n_workers: int) -> float:
         """Return ``problem.stochastic_step_factor`` for :meth:`convergence_window`, the
@@ -144,11 +142,7 @@ class SGD(Method):
     def check_n_workers(self, n_workers: int) -> None:
         """Refuse ``n_wait`` > ``n_workers`` and per-worker lists of another length."""
         if self.n_wait is not None and self.n_wait > n_workers:
-            raise InvalidParameterError(
-                f"The 'n_wait' parameter of {type(self).__name__} must be an int in "
-                f"[1, {n_workers}] (the number "
-                f"of workers). Got {self.n_wait!r} instead."
-            )
+            raise self._n_wait_error(self.n_wait, n_workers, "the number of workers")
         if isinstance(self.subpartitions, tuple) and len(self.subpartitions) != n_workers:
             raise InvalidParameterError(
                 f"The 'subpartitions' parameter of {type(self).__name__} has "
@@ -163,26 +157,13 @@ class SGD(Method):
         holders = [i for i, parts in enumerate(placement) if parts]
         n_wait = len(holders) if self.n_wait is None else self.n_wait
         if n_wait > len(holders):
-            raise InvalidParameterError(
-                f"The 'n_wait' parameter of {type(self).__name__} must be an int in "
-                f"[1, {len(holders)}] (the "
-                f"workers holding data). Got {n_wait!r} instead."
-            )
-        if partition_rows is None:
-            raise InvalidParameterError(
-                f"{type(self).__name__} needs the partition row counts from the runtime."
-            )
-        self._problem = problem
+            raise self._n_wait_error(n_wait, len(holders), "the workers holding data")
+        partition_rows = self._worker_rows_of(placement, partition_rows)
+        self._begin(problem, iterate, step_size)
         self._placement = placement
-        self._worker_rows = [sum(partition_rows[p] for p in parts) for parts in placement]
-        self._total_rows = sum(partition_rows)
         self._n_wait_run = n_wait
-        self._step_size = float(step_size)
-        self._x = np.array(iterate, dtype=np.float64)
-        self._version = 0
         self._fresh: dict[int, WorkResult] = {}
         self._dropped = 0
-        self._summary: RoundSummary | None = None
         self._partition_starts = np.concatenate([[0], np.cumsum(partition_rows)]).astype(int)
         self._next_sub = [0] * len(placement)
         self._bounds: list[np.ndarray] = []
@@ -195,6 +176,11 @@ class SGD(Method):
                     f"subpartitions of worker {i}, which holds {rows} rows; use at most {rows}."
                 )
             self._bounds.append(subpartition_bounds(rows, p) if rows else np.zeros(2, int))
+
+    def _n_wait_error(self, n_wait: int, most: int, what: str) -> InvalidParameterError:
+        return InvalidParameterError(
+            f"The 'n_wait' parameter of {type(self).__name__} must be an int in [1, {most}] "
+            f"({what}). Got {n_wait!r} instead.")
 
     @property
     def n_wait_run(self) -> int:
@@ -319,9 +305,7 @@ class SGD(Method):
 
     def step(self) -> None:
         """Step along the estimated gradient."""
-        assert self._problem is not None
-        estimate = self.summary().result
-        self._x = self._problem.update(self._x, estimate.gradient, self._step_size)
+        self._update(self.summary().result.gradient)
         self._version += 1
         self._fresh.clear()
         self._dropped = 0
