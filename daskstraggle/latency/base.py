@@ -188,6 +188,16 @@ def _worker_indices(value: Any, *, term: str, options: str = "") -> tuple[int, .
     return tuple(int(w) for w in items)
 
 
+def _check_in_range(term: str, workers: Sequence[int], n_workers: int) -> None:
+    """Raise InvalidParameterError naming ``term`` if a listed worker is ``>= n_workers``."""
+    bad = [w for w in workers if w >= n_workers]
+    if bad:
+        raise InvalidParameterError(
+            f"{term}: worker {bad[0]} is out of range for {n_workers} workers "
+            f"(indices 0..{n_workers - 1})."
+        )
+
+
 def _in_bounds(v: Any, low: float, strict: bool, high: float | None) -> bool:
     """Whether ``v`` is a finite real number above ``low`` (or at it) and at most ``high``."""
     if not (_is_number(v) and np.isfinite(float(v))):

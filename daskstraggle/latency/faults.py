@@ -28,7 +28,13 @@ from typing import Any, ClassVar
 
 from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency.base import MAX_SECONDS, _is_index, _is_number, _worker_indices
+from daskstraggle.latency.base import (
+    MAX_SECONDS,
+    _check_in_range,
+    _is_index,
+    _is_number,
+    _worker_indices,
+)
 
 __all__ = ["FAULTS", "ClusterState", "Fault", "Freeze", "Join", "Loss", "Retire", "make_fault",
            "term_names"]
@@ -83,8 +89,7 @@ class Fault:
     """A fault at simulated time ``at`` (seconds from the start of the run's loop).
 
     A subclass sets ``name`` (its spec term), declares and validates its parameters and
-    overrides what it changes: :meth:`apply`, :meth:`freeze_windows`, :meth:`to_event`,
-    :meth:`to_spec`.
+    overrides what it changes: :meth:`apply`, :meth:`freeze_windows`, :meth:`to_event`.
     """
 
     name: ClassVar[str] = ""
@@ -110,12 +115,7 @@ class Fault:
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if a worker index is out of range."""
-        bad = [w for w in getattr(self, "workers", ()) if w >= n_workers]
-        if bad:
-            raise InvalidParameterError(
-                f"{self.name}: worker {bad[0]} is out of range for {n_workers} workers "
-                f"(indices 0..{n_workers - 1})."
-            )
+        _check_in_range(self.name, getattr(self, "workers", ()), n_workers)
 
     def apply(self, cluster: ClusterState) -> ClusterState:
         """Return the membership this fault leaves on ``cluster`` (default: unchanged)."""
@@ -144,8 +144,19 @@ class Fault:
                 f"{', '.join(workers)}{until}")
 
     def to_spec(self) -> str:
-        """Return the term that parses back to this fault."""
-        raise NotImplementedError
+        """Return the term that parses back to this fault: its first own parameter, ``at``,
+        then the others (``for_`` written ``for``)."""
+        names = [f.name for f in dataclasses.fields(self)]
+        args = (f"{name.rstrip('_')}={_spec_value(getattr(self, name))}"
+                for name in [*names[1:2], "at", *names[2:]])
+        return f"{self.name}({', '.join(args)})"
+
+
+def _spec_value(value: Any) -> str:
+    """A parameter as spec text: tuples as lists, floats in ``g`` format."""
+    if isinstance(value, tuple):
+        return repr(list(value))
+    return f"{value:g}" if isinstance(value, float) else repr(value)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -158,10 +169,6 @@ class _WorkersFault(Fault):
         Fault.__post_init__(self)
         workers = _worker_indices(self.workers, term=self.name)
         object.__setattr__(self, "workers", tuple(sorted(set(workers))))
-
-    def to_spec(self) -> str:
-        """Return the term that parses back to this fault."""
-        return f"{self.name}(workers={list(self.workers)}, at={self.at:g})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -214,10 +221,6 @@ class Freeze(_WorkersFault):
         """Return the event of :meth:`Fault.to_event` with ``until``."""
         return {**Fault.to_event(self, cluster), "until": self.until}
 
-    def to_spec(self) -> str:
-        """Return the term that parses back to this fault."""
-        return f"freeze(workers={list(self.workers)}, at={self.at:g}, for={self.for_:g})"
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Join(Fault):
@@ -244,10 +247,6 @@ class Join(Fault):
         """Return the names the new workers get on ``cluster``."""
         first = cluster.n_workers + cluster.joined
         return [str(first + k) for k in range(self.count)]
-
-    def to_spec(self) -> str:
-        """Return the term that parses back to this fault."""
-        return f"join(count={self.count}, at={self.at:g})"
 
 
 #: The fault kinds (the fault terms of the stragglers spec), by name; other packages add

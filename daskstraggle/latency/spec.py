@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import (
     LatencyModel,
+    _check_in_range,
     _is_number,
     _worker_indices,
     get_model_class,
@@ -93,12 +94,7 @@ class ThrottleSpec:
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if a worker index is out of range."""
-        bad = [w for w in self.workers if w >= n_workers]
-        if bad:
-            raise InvalidParameterError(
-                f"throttle: worker {bad[0]} is out of range for {n_workers} workers "
-                f"(indices 0..{n_workers - 1})."
-            )
+        _check_in_range(self.name, self.workers, n_workers)
 
     def to_spec(self) -> str:
         """Return the term that parses back to this spec."""
