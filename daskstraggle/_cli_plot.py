@@ -24,36 +24,14 @@ __all__ = ["check_plot_path", "save_run_figure"]
 def check_plot_path(path: str | os.PathLike[str] | None, *, overwrite: bool,
                     out: str | os.PathLike[str] | None,
                     inputs: Iterable[str | os.PathLike[str]]) -> Path | None:
-    """Refuse a ``--plot`` path the figure cannot or must not be written to; return it.
+    """Refuse a ``--plot`` path the figure cannot or must not be written to; return it
+    (None: no figure, nothing checked).
 
-    Parameters
-    ----------
-    path : str, path or None
-        The figure's file (None: no figure, nothing is checked).
-    overwrite : bool
-        Whether an existing file may be replaced (``--overwrite``).
-    out : str, path or None
-        The run's ``--out`` store, which the figure must neither be nor lie inside.
-    inputs : iterable of str or path
-        Input stores the figure must neither be, lie inside, nor contain.
-
-    Returns
-    -------
-    target : Path or None
-        The figure's file (None without ``path``).
-
-    Raises
-    ------
-    InputError
-        If matplotlib is not installed.
-    InvalidParameterError
-        If the suffix is not a format matplotlib writes, or the path is ``--out``, inside
-        it, overlaps an input or lies inside any other existing Zarr store.
-    OutputExistsError
-        If the path is a folder, or an existing file without ``overwrite``.
-    OutputNotWritableError
-        If its folder does not exist (it is not created, as for ``--out``) or cannot be
-        written.
+    Refused: without matplotlib (InputError); a suffix that is not an image format
+    matplotlib writes, the ``out`` store or a path in it, a path overlapping one of
+    ``inputs`` or inside another Zarr store (InvalidParameterError); a folder, or an
+    existing file without ``overwrite`` (OutputExistsError); a folder that does not exist
+    (not created, as for ``--out``) or cannot be written (OutputNotWritableError).
     """
     if path is None:
         return None

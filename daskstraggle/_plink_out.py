@@ -54,40 +54,11 @@ PLINK_SUFFIXES = (".eigenvec", ".eigenval", ".eigenvec.allele", ".afreq")
 
 def write_plink(result: Result, prefix: str | os.PathLike[str], matrix: Matrix | None = None,
                 *, client: Any = None, overwrite: bool = False) -> list[Path]:
-    """Write ``result`` (a genotype PCA) as plink2's ``--pca`` files; return their paths.
+    """Write ``result`` (a genotype PCA) as plink2's ``--pca`` files, ``prefix`` + each
+    of :data:`PLINK_SUFFIXES` (the first two without ``matrix``); return their paths.
 
-    Parameters
-    ----------
-    result : Result
-        A PCA of Patterson-scaled genotypes (rows = variants).
-    prefix : str or path
-        Files are ``prefix`` + each suffix of :data:`PLINK_SUFFIXES`.
-    matrix : Matrix or None, default=None
-        The genotype matrix the result was fitted on (after quality control; the samples
-        and variants the run removed for having no call are removed here too): with it, one
-        pass over its variants gives the allele weights and frequencies
-        (``.eigenvec.allele``, ``.afreq``); None writes the first two files only.
-    client : distributed.Client or None, default=None
-        Where that pass runs (None: in this process).
-    overwrite : bool, default=False
-        Replace existing files; else an existing one is refused before anything is
-        written.
-
-    Returns
-    -------
-    paths : list of Path
-
-    Raises
-    ------
-    InvalidParameterError
-        If ``result`` is not a genotype PCA, or ``matrix`` is not the one it was fitted on
-        (another shape); or the prefix has no file name, or a file would be, lie in or
-        contain an input (the result's or ``matrix``'s) or lie in a Zarr store.
-    OutputExistsError
-        If a file exists and ``overwrite`` is False.
-    OutputNotWritableError
-        If the prefix's folder does not exist or cannot be written, or writing a file
-        fails (then the files this call created are removed).
+    As :meth:`Result.to_plink <daskstraggle.trace.Result.to_plink>`, which documents the
+    parameters and errors. A file fails to write: the files this call created are removed.
     """
     info = _check_result(result)
     inputs = source_paths(info)

@@ -1,24 +1,8 @@
-"""The one string registry of the pluggable concepts: methods, problems, coding schemes,
-latency models.
+"""The one string registry of the pluggable concepts (methods, problems, coding schemes,
+latency models, runtimes, data sources, fault kinds), with entry-point plugins read lazily.
 
-Each concept has one :class:`Registry`, filled by the package's own classes (registered
-when their module is imported, or, for methods and problems, when a name is first looked
-up: their modules import numpy and scipy, which ``daskstraggle --help`` must not) and,
-lazily, by other packages' classes advertised under an entry-point group
-(``daskstraggle.methods``, ``daskstraggle.problems``, ``daskstraggle.schemes``,
-``daskstraggle.latency``), as zarr does for its codecs: a plugin package declares, in its
-``pyproject.toml``::
-
-    [project.entry-points."daskstraggle.methods"]
-    my-method = "my_package.module:MyMethod"
-
-and ``--method my-method`` works once it is installed. Entry points are read the first time
-a name is not found or the names are listed.
-
-Pure Python: shared by the pure packages. Names are hyphenated; lookups treat ``_`` and
-``-`` alike, so spec strings may use Python identifiers. A package's public functions
-(``register_model``, ``list_models``, ``get_model_class``, ``make_model``, ...) are this
-class's bound methods, or thin functions over them where the package adds a check.
+Pure Python. Names are hyphenated; lookups treat ``_`` and ``-`` alike. How a plugin
+package registers a class: ``docs/architecture.md`` (the registries' table).
 """
 
 from __future__ import annotations

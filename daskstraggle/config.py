@@ -1,8 +1,10 @@
 """Settings through ``dask.config``, under the key ``daskstraggle``.
 
-The defaults are in ``daskstraggle.yaml`` beside this module and registered with
-``dask.config`` on import, so they are changed the way every Dask setting is: a YAML file
-in ``~/.config/dask/`` (or ``$DASK_CONFIG``), an environment variable, or in code::
+Every key, its default and what it bounds are in ``daskstraggle.yaml`` beside this module,
+registered with ``dask.config`` when this module is first imported (``dask.config.get`` in
+your own code needs ``import daskstraggle.config`` first). They are changed the way every
+Dask setting is: a YAML file in ``~/.config/dask/`` (or ``$DASK_CONFIG``), an environment
+variable, or in code::
 
     # ~/.config/dask/daskstraggle.yaml
     daskstraggle:
@@ -18,33 +20,8 @@ in ``~/.config/dask/`` (or ``$DASK_CONFIG``), an environment variable, or in cod
     ...     config.workers()
     8
 
-The defaults are registered when this module is first imported (``dask.config.get`` in
-your own code needs ``import daskstraggle.config`` first). Settings are read on the client.
-
-Keys (see the YAML file for what each bounds):
-
-``workers``
-    Workers of the LocalCluster a run starts when it is given no cluster, and of the
-    in-process runtimes, when no worker count is given.
-``max-iter``, ``tol``
-    The command line's ``--max-iter`` and ``--tol`` when not given (the Python functions
-    keep theirs in their signatures, so a script gives the same answer everywhere).
-``progress``
-    Whether the command line shows progress bars (``--quiet`` turns them off for a run).
-``output-dir``
-    Where ``daskstraggle demo`` writes when ``--out`` is not given.
-``timeouts.scheduler``, ``.setup``, ``.cleanup``, ``.no-worker``, ``.min-workers``, ``.stall``
-    The bounds on every wait (durations such as ``30s``, ``5m`` or ``10 minutes``, or
-    seconds).
-``frozen.minimum``, ``frozen.factor``
-    A worker is frozen when a unit is unanswered for ``max(minimum, factor x median unit
-    latency)``.
-``allowed-losses``
-    Workers one worker index may lose in a run (a nanny's restart for the memory limit
-    counts; a retirement or a freeze does not) before the run ends, naming the memory
-    limit and the index's share (as ``distributed.scheduler.allowed-failures``).
-
-A value of the wrong type is refused when it is read, with one line naming the key.
+Settings are read on the client; a value of the wrong type is refused when it is read,
+with one line naming the key.
 """
 
 from __future__ import annotations

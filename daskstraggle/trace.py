@@ -388,7 +388,9 @@ class Result:
         prefix : str or path
             The files' common prefix (its folder must exist).
         matrix : Matrix or None, default=None
-            The fitted genotypes, for the allele weights (one pass over the variants).
+            The fitted genotypes, after quality control (the samples and variants the run
+            removed for having no call are removed here too), for the allele weights (one
+            pass over the variants).
         client : distributed.Client or None, default=None
             Where that pass runs (None: in this process).
         overwrite : bool, default=False
@@ -402,9 +404,14 @@ class Result:
         Raises
         ------
         InvalidParameterError
-            If the result is not a genotype PCA, or ``matrix`` has another shape.
+            If the result is not a genotype PCA, or ``matrix`` has another shape; or the
+            prefix has no file name, or a file would be, lie in or contain an input (the
+            result's or ``matrix``'s) or lie in a Zarr store.
         OutputExistsError
-            If a file exists (without ``overwrite``) or the folder does not.
+            If a file exists and ``overwrite`` is False, or is a folder.
+        OutputNotWritableError
+            If the prefix's folder does not exist or cannot be written, or writing a file
+            fails (then the files this call created are removed).
         """
         from daskstraggle._plink_out import write_plink
 
