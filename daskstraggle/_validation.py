@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal, NoReturn, overload
 
@@ -40,15 +40,9 @@ def check_int(
         if (low is None or number >= low) and (high is None or number <= high):
             return number
         value = number
-    if low is not None and high is not None:
-        constraint = f"an int in [{low}, {high}]"
-    elif low is not None:
-        constraint = f"an int >= {low}"
-    elif high is not None:
-        constraint = f"an int <= {high}"
-    else:
-        constraint = "an int"
-    _fail(name, caller, constraint, value, remedy)
+    bound = (f" in [{low}, {high}]" if low is not None and high is not None
+             else f" >= {low}" if low is not None else f" <= {high}" if high is not None else "")
+    _fail(name, caller, "an int" + bound, value, remedy)
 
 
 @overload
@@ -69,33 +63,32 @@ def check_positive(
     """Return ``value`` as a finite float > 0 (or None when allowed)."""
     if value is None and allow_none:
         return None
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        number = float(value)
-        if np.isfinite(number) and number > 0:
-            return number
-        value = number
-    constraint = "a finite number > 0" + (" or None" if allow_none else "")
-    _fail(name, caller, constraint, value, remedy)
+    return _real(value, lambda x: bool(np.isfinite(x)) and x > 0, name, caller,
+                 "a finite number > 0" + (" or None" if allow_none else ""), remedy)
 
 
 def check_fraction(value: object, *, name: str, caller: str, closed_low: bool = False) -> float:
     """Return ``value`` as a float in (0, 1), or in [0, 1) with ``closed_low``."""
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        number = float(value)
-        if 0.0 <= number < 1.0 if closed_low else 0.0 < number < 1.0:
-            return number
-        value = number
-    _fail(name, caller, f"a number in {'[' if closed_low else '('}0, 1)", value)
+    return _real(value, lambda x: (0.0 <= x if closed_low else 0.0 < x) and x < 1.0, name,
+                 caller, f"a number in {'[' if closed_low else '('}0, 1)")
 
 
 def check_nonnegative(value: object, *, name: str, caller: str, remedy: str = "") -> float:
     """Return ``value`` as a finite float >= 0."""
+    return _real(value, lambda x: bool(np.isfinite(x)) and x >= 0, name, caller,
+                 "a finite number >= 0", remedy)
+
+
+def _real(value: object, ok: Callable[[float], bool], name: str, caller: str,
+          constraint: str, remedy: str = "") -> float:
+    """Return ``value`` as a float if it is a real number (not a bool) for which ``ok``
+    holds; else fail saying ``constraint``."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         number = float(value)
-        if np.isfinite(number) and number >= 0:
+        if ok(number):
             return number
         value = number
-    _fail(name, caller, "a finite number >= 0", value, remedy)
+    _fail(name, caller, constraint, value, remedy)
 
 
 def check_choice(value: object, *, name: str, caller: str, choices: Iterable[str]) -> str:
