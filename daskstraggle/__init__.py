@@ -33,22 +33,17 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time they load on f
 #: Public names and the module each is loaded from on first use (PEP 562): importing the
 #: package loads neither dask, xarray nor numba, so the console script can catch a Ctrl-C
 #: during those imports (``daskstraggle._entry``). ``module#module`` names a submodule.
-_LAZY = {
-    "latency": "daskstraggle.latency#module",
-    "fit_least_squares": "daskstraggle.api",
-    "fit_logistic": "daskstraggle.api",
-    "fit_pca": "daskstraggle.api",
-    "genotype_pca": "daskstraggle.api",
-    "solve": "daskstraggle.api",
-    "Matrix": "daskstraggle.data",
-    "open_matrix": "daskstraggle.data",
-    "GenotypeQC": "daskstraggle.data.genotypes",
-    "DSAG": "daskstraggle.methods",
-    "GD": "daskstraggle.methods",
-    "NAG": "daskstraggle.methods",
-    "StopRule": "daskstraggle.runtime",
-    "Result": "daskstraggle.trace",
-}
+_LAZY = {name: module for module, names in {
+    "daskstraggle.latency#module": ("latency",),
+    "daskstraggle.plot#module": ("plot",),  # it imports matplotlib only when it draws
+    "daskstraggle.api": ("fit_least_squares", "fit_logistic", "fit_pca", "genotype_pca", "solve"),
+    "daskstraggle.data": ("Matrix", "open_matrix"),
+    "daskstraggle.data.genotypes": ("GenotypeQC",),
+    "daskstraggle.estimators": ("LinearRegression", "LogisticRegression", "PCA", "Ridge"),
+    "daskstraggle.methods": ("DSAG", "GD", "NAG"),
+    "daskstraggle.runtime": ("StopRule",),
+    "daskstraggle.trace": ("Result",),
+}.items() for name in names}
 
 #: Names the top level served until the public API was made small (issue 27), and the
 #: module to import them from now: they still work, with a DeprecationWarning naming it.
@@ -93,10 +88,6 @@ __all__ = [
     "solve",
 ]
 
-#: Names loaded from :mod:`daskstraggle.estimators` on first use (they need scikit-learn).
-_ESTIMATORS = ("LinearRegression", "LogisticRegression", "PCA", "Ridge")
-
-
 def __getattr__(name: str) -> object:
     """Load a public name on first use: the API, the errors, the classes, the
     scikit-learn estimators and the plot module (each module when first asked for)."""
@@ -118,12 +109,6 @@ def __getattr__(name: str) -> object:
             stacklevel=2,
         )
         return getattr(importlib.import_module(_MOVED[name]), name)
-    if name in _ESTIMATORS:
-        from daskstraggle import estimators
-
-        return getattr(estimators, name)
-    if name == "plot":  # the module; it imports matplotlib only when it draws
-        return importlib.import_module("daskstraggle.plot")
     raise AttributeError(f"module 'daskstraggle' has no attribute {name!r}")
 
 
