@@ -142,15 +142,10 @@ def file_matrix(source: GenotypeRowSource, path: str, samples: np.ndarray, label
 
 
 # -------------------------------------------------------------- Datasets, allele counts
-def open_dataset(ds: Any, array: str | None, labels: Any, options: OpenOptions) -> Matrix:
+def open_dataset(ds: Any, labels: Any, options: OpenOptions) -> Matrix:
     """Open an ``xarray.Dataset`` in VCF Zarr layout: a view of its store, else in memory."""
     from daskstraggle.data._dataset import store_view
 
-    if array is not None:
-        raise InvalidDataError(
-            "The 'array' parameter of open_matrix names a member of a Zarr group; for an "
-            f"xarray.Dataset pass the DataArray itself (ds[{array!r}])."
-        )
     if "call_genotype" not in ds.variables:
         raise InvalidDataError(
             "open_matrix reads an xarray.Dataset in VCF Zarr layout (call_genotype "
@@ -188,14 +183,9 @@ def open_dataset(ds: Any, array: str | None, labels: Any, options: OpenOptions) 
                   dims=("variants", "samples"), attrs=attrs, variants=variants)
 
 
-def open_counts(source: Any, array: str | None, labels: Any, rows_are_variants: bool,
-                 options: OpenOptions) -> Matrix:
+def open_counts(source: Any, labels: Any, rows_are_variants: bool,
+                options: OpenOptions) -> Matrix:
     """Open an in-memory 2-D array of allele counts (``genotype_dims`` given)."""
-    if array is not None:
-        raise InvalidDataError(
-            "The 'array' parameter of open_matrix names a member of a Zarr group; "
-            f"it cannot be used with an in-memory {type(source).__name__}."
-        )
     _check_dense(source)
     data = source.data if _is_xarray(source) else source
     columns = None
@@ -238,7 +228,7 @@ def zarr_counts(matrix: Matrix, rows_are_variants: bool, options: OpenOptions) -
         )
     node = open_node(source.path, source.storage_options)
     node = node if source.name is None else node[source.name]
-    return open_counts(da.from_zarr(node), None, matrix.labels, rows_are_variants, options)
+    return open_counts(da.from_zarr(node), matrix.labels, rows_are_variants, options)
 
 
 def default_client() -> Any:
@@ -252,13 +242,8 @@ def default_client() -> Any:
 
 
 # ------------------------------------------------------------------------------- arrays
-def open_array(source: Any, array: str | None, labels: Any, chunk_rows: int | None) -> Matrix:
+def open_array(source: Any, labels: Any, chunk_rows: int | None) -> Matrix:
     """Open an in-memory input (numpy, dask, xarray)."""
-    if array is not None:
-        raise InvalidDataError(
-            "The 'array' parameter of open_matrix names a member of a Zarr group; "
-            f"it cannot be used with an in-memory {type(source).__name__}."
-        )
     _check_dense(source)
     dims = ("sample", "feature")
     columns = None

@@ -93,8 +93,8 @@ class SourceBackend(ABC):
     parameters : tuple of str
         The ``open_matrix`` options the backend reads besides ``source``, ``labels`` and
         ``n_partitions`` (which apply to every input), e.g. ``("array",
-        "storage_options")``. ``storage_options`` given for a backend that does not read
-        it is refused in one line.
+        "storage_options")``. ``array`` or ``storage_options`` given for a backend that
+        does not read it is refused in one line.
     """
 
     name: ClassVar[str]
@@ -281,7 +281,7 @@ class DatasetBackend(SourceBackend):
         """Open the Dataset's genotypes (see ``docs/genotype-pca.md``)."""
         from daskstraggle.data._opening import open_dataset
 
-        return open_dataset(source, request.array, request.labels, request.options)
+        return open_dataset(source, request.labels, request.options)
 
 
 @register_source
@@ -341,6 +341,6 @@ class ArrayBackend(SourceBackend):
         from daskstraggle.data import _opening
 
         if request.rows_are_variants is not None:
-            return _opening.open_counts(source, request.array, request.labels,
-                                        request.rows_are_variants, request.options)
-        return _opening.open_array(source, request.array, request.labels, request.chunk_rows)
+            return _opening.open_counts(source, request.labels, request.rows_are_variants,
+                                        request.options)
+        return _opening.open_array(source, request.labels, request.chunk_rows)

@@ -168,11 +168,15 @@ def open_matrix(
             f"{type(source).__name__} ({reader.description}). Drop it to let open_matrix "
             f"choose, or name one of {list_sources()}."
         )
-    if storage_options is not None and "storage_options" not in reader.parameters:
-        raise InvalidParameterError(
-            f"The 'storage_options' parameter of {caller} applies to a store given by URL; "
-            f"the source is a {type(source).__name__}. Drop it (CLI: --storage-option)."
-        )
+    for name, value, what, flag in (
+            ("array", array, "names a member of a Zarr group", "--array"),
+            ("storage_options", storage_options, "applies to a store given by URL",
+             "--storage-option")):
+        if value is not None and name not in reader.parameters:
+            raise InvalidParameterError(
+                f"The {name!r} parameter of {caller} {what}; the source is a "
+                f"{type(source).__name__}. Drop it (CLI: {flag})."
+            )
     qc = parse_qc(qc, caller=caller)
     rows_are_variants = (None if genotype_dims is None
                          else parse_genotype_dims(genotype_dims, caller=caller))

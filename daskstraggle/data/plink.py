@@ -214,17 +214,11 @@ class BedSource(StoredGenotypes):
                  missing: str = "mean", scaling: str = "patterson", storage: str = "int8",
                  variant_index: np.ndarray | None = None,
                  sample_index: np.ndarray | None = None) -> None:
-        self.path = os.fspath(path)
-        self.n_variants = int(n_variants)
-        self.n_samples = int(n_samples)
-        self.store_shape = (self.n_variants, self.n_samples)
-        self.missing = missing
-        self.scaling = scaling
-        self.storage = storage
-        self.ploidy = 2
-        self.dtype = np.dtype(np.int8)
-        self.chunk_rows = max(1, min(CHUNK_ROWS, _CHUNK_CALLS // self.n_samples))
-        self._set_selection(variant_index, sample_index)
+        self.n_variants, self.n_samples = int(n_variants), int(n_samples)
+        super().__init__(path, (self.n_variants, self.n_samples), ploidy=2,
+                         chunk_rows=max(1, min(CHUNK_ROWS, _CHUNK_CALLS // self.n_samples)),
+                         missing=missing, scaling=scaling, storage=storage,
+                         variant_index=variant_index, sample_index=sample_index)
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a picklable loader reading variants ``[start, stop)`` of the file as

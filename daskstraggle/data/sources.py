@@ -88,6 +88,11 @@ def regular_bounds(n_rows: int, chunk_rows: int) -> np.ndarray:
     return np.append(bounds, np.int64(n_rows))
 
 
+def dask_bounds(array: Any) -> np.ndarray:
+    """Return the row boundaries of a dask array's chunks, from 0 to ``n_rows``."""
+    return np.concatenate([[0], np.cumsum(array.chunks[0])]).astype(np.int64)
+
+
 # --------------------------------------------------------------------------- numpy
 @dataclass(frozen=True, eq=False, slots=True)
 class _ValuesLoader:
@@ -142,7 +147,7 @@ class DaskSource(RowSource):
         self.array = array
         self.shape = (int(array.shape[0]), int(array.shape[1]))
         self.dtype = np.dtype(array.dtype)
-        self.chunk_bounds = np.concatenate([[0], np.cumsum(array.chunks[0])]).astype(np.int64)
+        self.chunk_bounds = dask_bounds(array)
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a loader carrying the culled graph of rows ``[start, stop)``."""
@@ -414,6 +419,16 @@ class StoredGenotypes(GenotypeRowSource):
     variant_index: np.ndarray | None
     sample_index: np.ndarray | None
 
+    def __init__(self, path: str | os.PathLike[str], store_shape: tuple[int, int], *,
+                 chunk_rows: int, ploidy: int, missing: str, scaling: str, storage: str,
+                 variant_index: np.ndarray | None, sample_index: np.ndarray | None) -> None:
+        self.path = os.fspath(path)
+        self.store_shape = (int(store_shape[0]), int(store_shape[1]))
+        self.chunk_rows, self.ploidy = int(chunk_rows), int(ploidy)
+        self.missing, self.scaling, self.storage = missing, scaling, storage
+        self.dtype = np.dtype(np.int8)
+        self._set_selection(variant_index, sample_index)
+
     def _set_selection(self, variants: np.ndarray | None, samples: np.ndarray | None) -> None:
         self.variant_index = None if variants is None else np.asarray(variants, dtype=np.int64)
         self.sample_index = None if samples is None else np.asarray(samples, dtype=np.int64)
@@ -488,18 +503,13 @@ class GenotypeSource(StoredGenotypes):
         variant_index: np.ndarray | None = None,
         sample_index: np.ndarray | None = None,
     ) -> None:
-        self.path = os.fspath(path)
         self.storage_options = storage_options
         self.name = name
-        self.missing = missing
-        self.scaling = scaling
-        self.storage = storage
         self.missing_chunks = missing_chunks
-        self.ploidy = int(array.shape[2])
-        self.store_shape = (int(array.shape[0]), int(array.shape[1]))
-        self.chunk_rows = int(array.chunks[0])
-        self.dtype = np.dtype(np.int8)
-        self._set_selection(variant_index, sample_index)
+        super().__init__(path, array.shape[:2], chunk_rows=array.chunks[0],
+                         ploidy=array.shape[2], missing=missing, scaling=scaling,
+                         storage=storage, variant_index=variant_index,
+                         sample_index=sample_index)
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a loader reading variants ``[start, stop)`` as dosages."""
@@ -598,7 +608,7 @@ class GenotypeArraySource(GenotypeRowSource):
         self.shape = (int(array.shape[0]), int(array.shape[1]))
         self.dtype = np.dtype(np.int8)
         if hasattr(array, "chunks") and hasattr(array, "__dask_graph__"):
-            self.chunk_bounds = np.concatenate([[0], np.cumsum(array.chunks[0])]).astype(np.int64)
+            self.chunk_bounds = dask_bounds(array)
         else:
             rows = max(1, (32 * 2**20) // max(1, int(np.prod(array.shape[1:]))))
             self.chunk_bounds = regular_bounds(self.shape[0], rows)
