@@ -642,9 +642,7 @@ def packed_product(packed: np.ndarray, V: np.ndarray) -> np.ndarray:
     from scipy.linalg import blas
 
     d, k = V.shape
-    if packed.shape != (d * (d + 1) // 2,):
-        raise ValueError(f"a packed {d} x {d} triangle has {d * (d + 1) // 2} numbers, "
-                         f"got an array of shape {packed.shape}")
+    _check_packed(packed, d)
     ap = np.ascontiguousarray(packed, dtype=np.float64)
     out = np.empty((d, k))
     for j in range(k):
@@ -660,9 +658,7 @@ def unpack_upper(packed: np.ndarray, d: int) -> np.ndarray:
     ValueError
         If ``packed`` does not hold ``d (d + 1) / 2`` numbers.
     """
-    if packed.shape != (d * (d + 1) // 2,):
-        raise ValueError(f"a packed {d} x {d} triangle has {d * (d + 1) // 2} numbers, "
-                         f"got an array of shape {packed.shape}")
+    _check_packed(packed, d)
     full = np.zeros((d, d), dtype=packed.dtype)
     start = 0
     for i in range(d):
@@ -670,3 +666,10 @@ def unpack_upper(packed: np.ndarray, d: int) -> np.ndarray:
         start += d - i
     _mirror_upper(full)
     return full
+
+
+def _check_packed(packed: np.ndarray, d: int) -> None:
+    """Raise ValueError unless ``packed`` holds the ``d (d + 1) / 2`` numbers of a triangle."""
+    if packed.shape != (d * (d + 1) // 2,):
+        raise ValueError(f"a packed {d} x {d} triangle has {d * (d + 1) // 2} numbers, "
+                         f"got an array of shape {packed.shape}")

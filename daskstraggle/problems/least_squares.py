@@ -52,6 +52,8 @@ class _LinearModel(Problem):
     supports_momentum: ClassVar[bool] = True
     #: Bound on the second derivative of the per-sample loss in the linear prediction.
     _curvature: ClassVar[float] = 1.0
+    #: The loss: logistic (True) or squared (False).
+    _logistic: ClassVar[bool] = False
 
     alpha: float | None = None
     fit_intercept: bool = True
@@ -82,18 +84,39 @@ class _LinearModel(Problem):
         )
 
     # ---------------------------------------------------------------- parameters
-    def _glm_kernel(self, block: Block, iterate: np.ndarray, *,
-                    logistic: bool) -> KernelResult:
-        """The mean loss's gradient and the loss over ``block`` (one fused pass)."""
+    def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
+        """Return the gradient of the mean loss and the loss over a block (one fused pass,
+        :func:`~daskstraggle.problems._kernels.glm_pass`).
+
+        Parameters
+        ----------
+        block : Block
+            Rows with their labels (logistic: in {-1, +1}).
+        iterate : ndarray of shape (n_params,)
+            Coefficients ``[w, b]``.
+
+        Returns
+        -------
+        result : KernelResult
+            ``gradient = [X_b^T q, sum(q)] / n``, ``n`` the number of rows of the whole
+            matrix; least squares: ``q = r = X_b w + b - y_b`` and ``values = [|r|^2 /
+            (2n)]``; logistic: ``q = -y expit(-y (X_b w + b))`` and ``values =
+            [sum(log(1 + exp(-y (X_b w + b)))) / n]``.
+
+        Raises
+        ------
+        InvalidDataError
+            If the block has no labels.
+        """
         w, b = self._split(iterate)
         n = self._bound()[1]
         self._labels(block)
         d = w.shape[0]
         grad = np.zeros(self.n_params)
-        grad[:d], total, loss = glm_pass(block, w, b, logistic=logistic)
+        grad[:d], total, loss = glm_pass(block, w, b, logistic=self._logistic)
         if self.fit_intercept:
             grad[d] = total
-        loss /= n if logistic else 2.0 * n
+        loss /= n if self._logistic else 2.0 * n
         return KernelResult(gradient=grad / n, values=np.array([loss]), n_rows=block.n_rows)
 
     def get_params(self) -> dict[str, Any]:
@@ -140,32 +163,12 @@ class _LinearModel(Problem):
         return self.column_mean, self.column_scale
 
     def standard_gradient(self, gradient: np.ndarray) -> np.ndarray:
-        """Return a gradient in standardised coordinates (see the class notes).
-
-        Parameters
-        ----------
-        gradient : ndarray of shape (n_params,)
-            Gradient in ``[w, b]``.
-
-        Returns
-        -------
-        gradient : ndarray of shape (n_params,)
-            ``[(g_w - m g_b) / s, g_b]`` (``g_w / s`` without an intercept).
-        """
+        """Return a gradient ``[g_w, g_b]`` in standardised coordinates (see the class
+        notes): ``[(g_w - m g_b) / s, g_b]`` (``g_w / s`` without an intercept)."""
         return self.standard_columns(np.asarray(gradient)[None, :])[0]
 
     def standard_point(self, iterate: np.ndarray) -> np.ndarray:
-        """Return an iterate in standardised coordinates ``[s * w, b + m^T w]``.
-
-        Parameters
-        ----------
-        iterate : ndarray of shape (n_params,)
-            Coefficients, the intercept last.
-
-        Returns
-        -------
-        point : ndarray of shape (n_params,)
-        """
+        """Return an iterate ``[w, b]`` in standardised coordinates ``[s * w, b + m^T w]``."""
         mean, scale = self._standardisation()
         w, b = self._split(iterate)
         u = np.empty(self.n_params)
@@ -175,20 +178,10 @@ class _LinearModel(Problem):
         return u
 
     def from_standard_point(self, point: np.ndarray) -> np.ndarray:
-        """Return the iterate ``[w, b]`` of a point in standardised coordinates: the
-        inverse of :meth:`standard_point`, the map ``T`` whose transpose
-        :meth:`standard_gradient` applies.
-
-        Parameters
-        ----------
-        point : ndarray of shape (n_params,)
-            ``[v, c]`` (``v`` without an intercept).
-
-        Returns
-        -------
-        iterate : ndarray of shape (n_params,)
-            ``[v / s, c - m^T (v / s)]``.
-        """
+        """Return the iterate ``[v / s, c - m^T (v / s)]`` of a point ``[v, c]`` (``v``
+        without an intercept) in standardised coordinates: the inverse of
+        :meth:`standard_point`, the map ``T`` whose transpose :meth:`standard_gradient`
+        applies."""
         mean, scale = self._standardisation()
         d = mean.shape[0]
         x = np.array(point, dtype=np.float64)
@@ -198,18 +191,9 @@ class _LinearModel(Problem):
         return x
 
     def standard_columns(self, matrix: np.ndarray) -> np.ndarray:
-        """Return ``M T``: the columns of a matrix on ``[w, b]`` moved to ``[v, c]`` (for a
-        triangular factor ``R`` of ``A = [X, 1]``, ``R T`` is one of the standardised rows').
-
-        Parameters
-        ----------
-        matrix : ndarray of shape (m, n_params)
-            ``M``.
-
-        Returns
-        -------
-        product : ndarray of shape (m, n_params)
-        """
+        """Return ``M T`` for ``matrix`` ``M`` of shape (m, n_params): its columns on
+        ``[w, b]`` moved to ``[v, c]`` (for a triangular factor ``R`` of ``A = [X, 1]``,
+        ``R T`` is one of the standardised rows')."""
         mean, scale = self._standardisation()
         d = mean.shape[0]
         out = np.array(matrix, dtype=np.float64)
@@ -246,72 +230,24 @@ class _LinearModel(Problem):
 
     # ---------------------------------------------------------------- iteration
     def init_iterate(self, rng: np.random.Generator) -> np.ndarray:
-        """Return zeros (the regressions are convex).
-
-        Parameters
-        ----------
-        rng : Generator
-            Unused.
-
-        Returns
-        -------
-        x : ndarray of shape (n_params,)
-            Coefficients, the intercept last.
-        """
+        """Return zeros of shape (n_params,) (the regressions are convex; ``rng`` unused)."""
         return np.zeros(self.n_params)
 
     def objective(self, values: np.ndarray, iterate: np.ndarray) -> float:
-        """Return the mean loss plus ``alpha/2 |w|^2``.
-
-        Parameters
-        ----------
-        values : ndarray of shape (1,)
-            Summed kernel values: the mean loss.
-        iterate : ndarray of shape (n_params,)
-            Coefficients, the intercept last.
-
-        Returns
-        -------
-        objective : float
-        """
+        """Return the mean loss (``values[0]``) plus ``alpha/2 |w|^2``."""
         d, _, penalty = self._bound()
         w = np.asarray(iterate, dtype=np.float64)[:d]
         return float(values[0] + 0.5 * penalty * (w @ w))
 
     def update(self, iterate: np.ndarray, gradient: np.ndarray, step_size: float) -> np.ndarray:
-        """Return ``x - eta (g + alpha [w, 0])``: a gradient step with the L2 penalty.
-
-        Parameters
-        ----------
-        iterate : ndarray of shape (n_params,)
-            Current coefficients.
-        gradient : ndarray of shape (n_params,)
-            (Estimate of) the gradient of the mean loss.
-        step_size : float
-            ``eta``.
-
-        Returns
-        -------
-        x_next : ndarray of shape (n_params,)
-        """
+        """Return ``x - eta (g + alpha [w, 0])``: a gradient step (``g`` the mean loss's
+        gradient or an estimate) with the L2 penalty."""
         x = np.asarray(iterate, dtype=np.float64)
         return x - float(step_size) * (gradient + self._penalty_gradient(x))
 
     def gram_matvec(self, block: Block, v: np.ndarray) -> np.ndarray:
-        """Return ``A_b^T (A_b v)`` with ``A_b = [X_b, 1]`` (or ``X_b``), tile by tile.
-
-        Parameters
-        ----------
-        block : Block
-            Rows of the matrix.
-        v : ndarray of shape (n_params,)
-            Vector.
-
-        Returns
-        -------
-        product : ndarray of shape (n_params,)
-            Sum over the block's rows (not divided by ``n_samples``).
-        """
+        """Return ``A_b^T (A_b v)`` with ``A_b = [X_b, 1]`` (or ``X_b``), tile by tile: a
+        sum over the block's rows (not divided by ``n_samples``), of shape (n_params,)."""
         w, b = self._split(v)
         d = w.shape[0]
         out = np.zeros(self.n_params)
@@ -325,19 +261,9 @@ class _LinearModel(Problem):
     def default_step_size(self, map_reduce: MapReduce, rng: np.random.Generator) -> float:
         """Return ``1/L`` with ``L = c * 1.05 * lam + alpha``: ``lam`` estimates the largest
         eigenvalue of ``A^T A / n`` (``A = [X, 1]``) from 20 power iterations (passes), ``c``
-        bounds the loss's second derivative (1 squared loss, 1/4 logistic).
-
-        Parameters
-        ----------
-        map_reduce : MapReduce
-            Folds :meth:`gram_matvec` over the partitions.
-        rng : Generator
-            Draws the starting vector.
-
-        Returns
-        -------
-        step_size : float
-            1.0 if ``L`` is zero (all-zero matrix, no intercept, no penalty).
+        bounds the loss's second derivative (1 squared loss, 1/4 logistic); 1.0 if ``L``
+        is zero (all-zero matrix, no intercept, no penalty). ``map_reduce`` folds
+        :meth:`gram_matvec`; ``rng`` draws the starting vector.
         """
         _, n, penalty = self._bound()
 
@@ -354,69 +280,28 @@ class _LinearModel(Problem):
         return np.asarray(result.gradient, dtype=np.float64) + self._penalty_gradient(iterate)
 
     def optimality(self, result: KernelResult, iterate: np.ndarray) -> float:
-        """Return the norm of the objective's gradient in standardised coordinates.
-
-        Parameters
-        ----------
-        result : KernelResult
-            Kernel sum at ``iterate`` (exact or estimated).
-        iterate : ndarray of shape (n_params,)
-            Coefficients, the intercept last.
-
-        Returns
-        -------
-        optimality : float
-            ``|standard_gradient(grad f(iterate))|`` (the penalty included); 0 at the
-            optimum, unchanged when a column is scaled or shifted.
-        """
+        """Return ``|standard_gradient(grad f(iterate))|``, the norm of the objective's
+        gradient (penalty included) in standardised coordinates: 0 at the optimum,
+        unchanged when a column is scaled or shifted."""
         gradient = self.standard_gradient(self._full_gradient(result, iterate))
         return float(np.linalg.norm(gradient))
 
     def optimality_scale(self, result: KernelResult, iterate: np.ndarray) -> float:
         """Return the coefficients' standardised gradient norm at the start; the
         intercept's component (large whenever the labels' mean is) counts only when every
-        coefficient's is zero (floored at 1e-300).
-
-        Parameters
-        ----------
-        result : KernelResult
-            Exact kernel sum at the starting point.
-        iterate : ndarray of shape (n_params,)
-            The starting point.
-
-        Returns
-        -------
-        scale : float
-        """
+        coefficient's is zero (floored at 1e-300)."""
         gradient = self.standard_gradient(self._full_gradient(result, iterate))
         coefficients = float(np.linalg.norm(gradient[: self._bound()[0]]))
         return max(coefficients or float(np.linalg.norm(gradient)), 1e-300)
 
     def iterate_change(self, new: np.ndarray, old: np.ndarray) -> float:
-        """Return ``|u_new - u_old| / |u_new|`` in standardised coordinates.
-
-        Parameters
-        ----------
-        new, old : ndarray of shape (n_params,)
-            Coefficients.
-
-        Returns
-        -------
-        change : float
-            With ``u = standard_point(x)``; 1e-300 floor on the denominator.
-        """
+        """Return ``|u_new - u_old| / |u_new|`` with ``u = standard_point(x)`` (1e-300
+        floor on the denominator)."""
         u_new, u_old = self.standard_point(new), self.standard_point(old)
         return float(np.linalg.norm(u_new - u_old) / max(float(np.linalg.norm(u_new)), 1e-300))
 
     def finalize(self, iterate: np.ndarray, result: KernelResult) -> dict[str, np.ndarray]:
         """Return the coefficients, the intercept and the gradient norm.
-
-        Parameters
-        ----------
-        iterate : ndarray of shape (n_params,)
-            Final coefficients, the intercept last.
-        result : KernelResult
-            Exact kernel sum at ``iterate`` (the runtime's pass after the run).
 
         Returns
         -------
@@ -509,7 +394,6 @@ class LeastSquares(_LinearModel):
     """
 
     name: ClassVar[str] = "least-squares"
-    _curvature: ClassVar[float] = 1.0
     cli_options: ClassVar[tuple[CliOption, ...]] = (
         CliOption("--alpha", "alpha", "L2 penalty.", type=float, default=0.0,
                   show_default=True),
@@ -518,16 +402,7 @@ class LeastSquares(_LinearModel):
     alpha: float = 0.0
 
     def bind(self, stats: MatrixStats) -> Self:
-        """Return a copy fixed to the matrix's shape.
-
-        Parameters
-        ----------
-        stats : MatrixStats
-            Statistics of the whole matrix, labels included.
-
-        Returns
-        -------
-        bound : LeastSquares
+        """As :meth:`Problem.bind`: a copy fixed to the matrix's shape.
 
         Raises
         ------
@@ -539,44 +414,10 @@ class LeastSquares(_LinearModel):
         fields = self._bind_fields(stats)
         return dataclasses.replace(self, penalty=self.alpha, **fields)
 
-    def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
-        """Return the gradient of the mean squared loss and the loss over a block.
-
-        Parameters
-        ----------
-        block : Block
-            Rows with their targets.
-        iterate : ndarray of shape (n_params,)
-            Coefficients ``[w, b]``.
-
-        Returns
-        -------
-        result : KernelResult
-            ``gradient = [X_b^T r, sum(r)] / n`` with ``r = X_b w + b - y_b`` and
-            ``values = [|r|^2 / (2n)]``, ``n`` the number of rows of the whole matrix.
-
-        Raises
-        ------
-        InvalidDataError
-            If the block has no labels.
-        """
-        return self._glm_kernel(block, iterate, logistic=False)
-
     def qr_kernel(self, block: Block) -> np.ndarray:
-        """Return the R factor of ``[X_b, 1, y_b]`` (TSQR leaf), tiles folded about 32 MiB
-        at a time.
-
-        Parameters
-        ----------
-        block : Block
-            Rows with their targets.
-
-        Returns
-        -------
-        R : ndarray of shape (min(n_rows, n_params + 1), n_params + 1)
-            Upper triangular (trapezoidal for short blocks); ``R^T R`` is the Gram
-            matrix of ``[X_b, 1, y_b]``.
-        """
+        """Return the R factor of ``[X_b, 1, y_b]`` (TSQR leaf; tiles folded about 32 MiB
+        at a time): shape (min(n_rows, n_params + 1), n_params + 1), upper triangular
+        (trapezoidal for short blocks), ``R^T R`` the Gram matrix of ``[X_b, 1, y_b]``."""
         y = self._labels(block)
         width = self.n_params + 1
         R = np.zeros((0, width))

@@ -12,7 +12,7 @@ import numpy as np
 from daskstraggle._declared_options import CliOption
 from daskstraggle.errors import InvalidDataError
 from daskstraggle.problems._linalg import check_dense_size, solve_psd
-from daskstraggle.problems.base import KernelResult, MapReduce, Reference
+from daskstraggle.problems.base import MapReduce, Reference
 from daskstraggle.problems.block import Block, MatrixStats
 from daskstraggle.problems.least_squares import _LinearModel
 
@@ -99,21 +99,13 @@ class Logistic(_LinearModel):
 
     name: ClassVar[str] = "logistic"
     _curvature: ClassVar[float] = 0.25
+    _logistic: ClassVar[bool] = True
     cli_options: ClassVar[tuple[CliOption, ...]] = (
         CliOption("--alpha", "alpha", "L2 penalty (default 1/n_samples).", type=float),
     )
 
     def bind(self, stats: MatrixStats) -> Self:
-        """Return a copy fixed to the matrix's shape, with ``alpha`` resolved.
-
-        Parameters
-        ----------
-        stats : MatrixStats
-            Statistics of the whole matrix, label counts included.
-
-        Returns
-        -------
-        bound : Logistic
+        """As :meth:`Problem.bind`: a copy fixed to the matrix's shape, ``alpha`` resolved.
 
         Raises
         ------
@@ -141,33 +133,9 @@ class Logistic(_LinearModel):
         for lo, hi, tile in block.tiles():
             yield tile, y[lo:hi]
 
-    def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
-        """Return the gradient of the mean logistic loss and the loss over a block.
-
-        Parameters
-        ----------
-        block : Block
-            Rows with labels in {-1, +1}.
-        iterate : ndarray of shape (n_params,)
-            Coefficients ``[w, b]``.
-
-        Returns
-        -------
-        result : KernelResult
-            ``gradient = [X_b^T s, sum(s)] / n`` with ``s = -y expit(-y (X_b w + b))``
-            and ``values = [sum(log(1 + exp(-y (X_b w + b)))) / n]``, ``n`` the number
-            of rows of the whole matrix.
-
-        Raises
-        ------
-        InvalidDataError
-            If the block has no labels.
-        """
-        return self._glm_kernel(block, iterate, logistic=True)
-
     def newton_kernel(self, block: Block, iterate: np.ndarray) -> _NewtonTerms:
         """Return the mean-loss gradient, Hessian and loss over a block (one pass), with
-        :meth:`kernel`'s parameters.
+        :meth:`~LeastSquares.kernel`'s parameters.
 
         Returns
         -------

@@ -191,7 +191,7 @@ class PCA(Problem):
     @property
     def n_features(self) -> int:
         """Number of columns of the bound matrix."""
-        return int(self._bound_mean().shape[0])
+        return int(self._bound()[0].shape[0])
 
     @property
     def oversampled(self) -> bool:
@@ -204,18 +204,14 @@ class PCA(Problem):
         most the number of columns of the bound matrix."""
         return min(self.n_components + (self.oversample or 0), self.n_features)
 
-    def _bound_mean(self) -> np.ndarray:
-        if self.mean is None:
+    def _bound(self) -> tuple[np.ndarray, float]:
+        """Return ``(mean, total)`` or raise if not bound."""
+        if self.mean is None or self.total is None:
             raise StraggleError("PCA is not bound to data: call bind(stats) first.")
-        return self.mean
+        return self.mean, self.total
 
     def check_shape(self, n_samples: int, n_features: int) -> None:
-        """Raise if ``n_components`` exceeds the number of columns.
-
-        Parameters
-        ----------
-        n_samples, n_features : int
-            Shape of the matrix.
+        """As :meth:`Problem.check_shape`.
 
         Raises
         ------
@@ -244,11 +240,6 @@ class PCA(Problem):
         eigenvalue ``mu`` by ``1 - eta + eta mu``: for ``eta >= 2`` the smallest
         components grow at least as fast as the largest.
 
-        Parameters
-        ----------
-        step_size : float
-            ``eta``.
-
         Raises
         ------
         DivergenceError
@@ -263,16 +254,7 @@ class PCA(Problem):
             )
 
     def bind(self, stats: MatrixStats) -> Self:
-        """Return a copy fixed to the column means and total variance of the matrix.
-
-        Parameters
-        ----------
-        stats : MatrixStats
-            Statistics of the whole matrix.
-
-        Returns
-        -------
-        bound : PCA
+        """As :meth:`Problem.bind`: a copy fixed to the column means and total variance.
 
         Raises
         ------
@@ -310,17 +292,8 @@ class PCA(Problem):
 
     # ---------------------------------------------------------------- iteration
     def init_iterate(self, rng: np.random.Generator) -> np.ndarray:
-        """Return a random orthonormal basis.
-
-        Parameters
-        ----------
-        rng : Generator
-            Source of the Gaussian starting matrix.
-
-        Returns
-        -------
-        V : ndarray of shape (n_features, block_width)
-        """
+        """Return a random orthonormal basis of shape (n_features, block_width), from a
+        Gaussian matrix drawn by ``rng``."""
         return orthonormalize(rng.standard_normal((self.n_features, self.block_width)))
 
     def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
@@ -347,22 +320,9 @@ class PCA(Problem):
         return self.kernel_sum((block,), iterate)
 
     def kernel_sum(self, blocks: Sequence[Block], iterate: np.ndarray) -> KernelResult:
-        """Return :meth:`kernel` summed over ``blocks`` into one ``n_features x k`` buffer
-        (not one array per partition); equal to the per-block sums to rounding.
-
-        Parameters
-        ----------
-        blocks : sequence of Block
-            At least one block of rows of the matrix.
-        iterate : ndarray of shape (n_features, n_components)
-            Orthonormal basis ``V``.
-
-        Returns
-        -------
-        result : KernelResult
-            As :meth:`kernel`, over the rows of every block.
-        """
-        mean = self._bound_mean()
+        """As :meth:`Problem.kernel_sum`, summed into one ``n_features x k`` buffer (not
+        one array per partition); equal to the per-block sums to rounding."""
+        mean = self._bound()[0]
         V = np.asarray(iterate, dtype=np.float64)
         shift = V.T @ mean if self.center else None
         G, colsum, values = pca_pass_sum(blocks, V, shift)
@@ -376,44 +336,16 @@ class PCA(Problem):
         """Return the unexplained variance fraction ``1 - sum(values[:k]) / |X_c|_F^2``.
 
         With oversampling only the first ``k`` columns count (the update orders the block
-        by decreasing Ritz value).
-
-        Parameters
-        ----------
-        values : ndarray of shape (block_width,)
-            Summed kernel values (captured variance per column).
-        iterate : ndarray of shape (n_features, block_width)
-            Unused.
-
-        Returns
-        -------
-        objective : float
-            In [0, 1] for an orthonormal iterate.
+        by decreasing Ritz value); in [0, 1] for an orthonormal iterate (unused here).
         """
-        total = self._bound_total()
+        total = self._bound()[1]
         return float(1.0 - np.sum(np.asarray(values)[:self.n_components]) / total)
-
-    def _bound_total(self) -> float:
-        if self.total is None:
-            raise StraggleError("PCA is not bound to data: call bind(stats) first.")
-        return self.total
 
     def update(self, iterate: np.ndarray, gradient: np.ndarray, step_size: float) -> np.ndarray:
         """Return ``orth((1 - eta) V + eta G / lambda)``, ``lambda`` the top Rayleigh quotient.
 
-        Parameters
-        ----------
-        iterate : ndarray of shape (n_features, n_components)
-            Current basis ``V``.
-        gradient : ndarray of shape (n_features, n_components)
-            (Estimate of) ``X_c^T X_c V``.
-        step_size : float
-            ``eta``; 1 gives the power method.
-
-        Returns
-        -------
-        V_next : ndarray of shape (n_features, n_components)
-            Orthonormal (see :func:`~daskstraggle.problems._linalg.orthonormalize`).
+        ``G`` is (an estimate of) ``X_c^T X_c V``; ``eta = 1`` gives the power method. The
+        result is orthonormal (:func:`~daskstraggle.problems._linalg.orthonormalize`).
 
         Notes
         -----
@@ -430,12 +362,12 @@ class PCA(Problem):
         if V.shape[1] > self.n_components:  # oversampled: order the block by Ritz value
             V, G = self._ritz_rotate(V, G)
         if eta == 1.0:  # the power method: any positive scale gives the same basis
-            return orthonormalize((1.0 / self._bound_total()) * G)
+            return orthonormalize((1.0 / self._bound()[1]) * G)
         M = V.T @ G
         scale = float(np.linalg.eigvalsh(0.5 * (M + M.T))[-1]) if np.isfinite(M).all() \
             else math.nan
         if not (math.isfinite(scale) and scale > 0.0):
-            scale = self._bound_total()
+            scale = self._bound()[1]
         return orthonormalize((1.0 - eta) * V + (eta / scale) * G)
 
     def _ritz_rotate(self, V: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -459,19 +391,7 @@ class PCA(Problem):
         return 0.9
 
     def default_step_size(self, map_reduce: MapReduce, rng: np.random.Generator) -> float:
-        """Return 1.0 (the power method); no pass over the data.
-
-        Parameters
-        ----------
-        map_reduce : MapReduce
-            Unused.
-        rng : Generator
-            Unused.
-
-        Returns
-        -------
-        step_size : float
-        """
+        """Return 1.0 (the power method); no pass over the data."""
         return 1.0
 
     # ---------------------------------------------------------------- results
@@ -514,20 +434,8 @@ class PCA(Problem):
         have residuals ``r_i = |X_c^T X_c y_i - lambda_i y_i| / lambda_i``; each component
         is judged on its own. ``r_i <= tol`` puts it within an angle of about
         ``tol * lambda_i / gap_i`` of an eigenvector. With oversampling only the top ``k``
-        pairs are judged.
-
-        Parameters
-        ----------
-        result : KernelResult
-            Kernel sum at ``iterate`` (exact or estimated).
-        iterate : ndarray of shape (n_features, block_width)
-            Orthonormal basis ``V``.
-
-        Returns
-        -------
-        optimality : float
-            ``max_i r_i`` over the top ``k`` pairs (inf when the top Ritz value is not
-            positive).
+        pairs are judged. Returns ``max_i r_i`` over the top ``k`` pairs (inf when the top
+        Ritz value is not positive).
         """
         return float(np.max(self._ritz(iterate, result.gradient)[2][:self.n_components]))
 
@@ -592,19 +500,8 @@ class PCA(Problem):
             next_value=next_value, labels=names)
 
     def iterate_change(self, new: np.ndarray, old: np.ndarray) -> float:
-        """Return the sine of the largest principal angle between two bases (their leading
-        ``k`` columns with oversampling).
-
-        Parameters
-        ----------
-        new, old : ndarray of shape (n_features, block_width)
-            Orthonormal bases.
-
-        Returns
-        -------
-        change : float
-            In [0, 1].
-        """
+        """Return the sine of the largest principal angle between two bases, in [0, 1]
+        (their leading ``k`` columns with oversampling)."""
         k = self.n_components
         return sin_largest_angle(np.asarray(new, dtype=np.float64)[:, :k],
                                  np.asarray(old, dtype=np.float64)[:, :k])
@@ -615,13 +512,6 @@ class PCA(Problem):
 
         With ``U`` the top ``k`` eigenvectors of ``V^T G``, ``V U`` has the exact products
         ``G U``: no further pass. Without oversampling both are returned unchanged.
-
-        Parameters
-        ----------
-        iterate : ndarray of shape (n_features, block_width)
-            Final block ``V``.
-        result : KernelResult
-            Exact kernel sum at ``V``.
 
         Returns
         -------
@@ -642,14 +532,7 @@ class PCA(Problem):
         """Return components and explained variances by a Rayleigh-Ritz step.
 
         The eigenvectors of ``M = V^T X_c^T X_c V`` rotate ``V`` into the Ritz vectors,
-        by decreasing variance.
-
-        Parameters
-        ----------
-        iterate : ndarray of shape (n_features, n_components)
-            Final basis ``V``.
-        result : KernelResult
-            Exact kernel sum at ``iterate`` (its gradient is ``X_c^T X_c V``).
+        by decreasing variance (``result``'s gradient is ``X_c^T X_c V``).
 
         Returns
         -------
@@ -669,8 +552,7 @@ class PCA(Problem):
             the top one: either the rank is below ``n_components`` (variances reported as
             0), or the columns' dynamic range hides them (NaN, ``unresolved``).
         """
-        mean = self._bound_mean()
-        total = self._bound_total()
+        mean, total = self._bound()
         V = np.asarray(iterate, dtype=np.float64)
         eigvals, U, residuals = self._ritz(V, result.gradient)
         k = self.n_components
@@ -721,36 +603,16 @@ class PCA(Problem):
 
         Each tile is shifted by the column means before one BLAS ``syrk``, avoiding the
         cancellation of ``X^T X - n mu mu^T`` (:func:`~daskstraggle.problems._kernels.gram`).
-
-        Parameters
-        ----------
-        block : Block
-            Rows of the matrix.
-        upper : bool, default=False
-            Return only the upper triangle (zeros below the diagonal): sums of such
-            matrices are symmetrised once, by :func:`symmetric_from_upper`.
-
-        Returns
-        -------
-        gram : ndarray of shape (n_features, n_features)
+        With ``upper`` only the upper triangle (zeros below the diagonal): sums of such
+        matrices are symmetrised once, by
+        :func:`~daskstraggle.problems._kernels.symmetric_from_upper`.
         """
         return self.gram_kernel_sum((block,), upper=upper)
 
     def gram_kernel_sum(self, blocks: Sequence[Block], *, upper: bool = False) -> np.ndarray:
-        """Return :meth:`gram_kernel` summed over ``blocks``, in one ``d x d`` matrix.
-
-        Parameters
-        ----------
-        blocks : sequence of Block
-            At least one block of rows of the matrix.
-        upper : bool, default=False
-            As in :meth:`gram_kernel`.
-
-        Returns
-        -------
-        gram : ndarray of shape (n_features, n_features)
-        """
-        mean = self._bound_mean()
+        """Return :meth:`gram_kernel` summed over ``blocks`` (at least one), in one
+        ``d x d`` matrix."""
+        mean = self._bound()[0]
         return gram_sum(blocks, mean if self.center else None, upper=upper)
 
     def reference_solution(self, map_reduce: MapReduce) -> Reference:
@@ -764,7 +626,7 @@ class PCA(Problem):
         import scipy.linalg  # loaded when first needed (not by the CLI's --help)
 
         d = self.n_features
-        total = self._bound_total()
+        total = self._bound()[1]
         check_dense_size(d, "PCA")
         gram = np.asarray(map_reduce(self.gram_kernel), dtype=np.float64)
         gram = 0.5 * (gram + gram.T)
@@ -778,20 +640,8 @@ class PCA(Problem):
         )
 
     def distance(self, iterate: np.ndarray, reference: Reference) -> float:
-        """Return the sine of the largest principal angle to the reference subspace.
-
-        Parameters
-        ----------
-        iterate : ndarray of shape (n_features, n_components)
-            Orthonormal basis.
-        reference : Reference
-            Output of :meth:`reference_solution`.
-
-        Returns
-        -------
-        distance : float
-            In [0, 1]; 0 when the subspaces coincide.
-        """
+        """Return the sine of the largest principal angle to the reference subspace, in
+        [0, 1] (0 when the subspaces coincide)."""
         return sin_largest_angle(np.asarray(iterate, dtype=np.float64), reference.iterate)
 
 
