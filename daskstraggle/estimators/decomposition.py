@@ -303,10 +303,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         self.fit(X)
         if self.genotypes_:
             return self.components_.T * self.singular_values_
-        if _is_source(X):
-            return self.transform(X)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return (X - self.mean_) @ self.components_.T
+        return self.transform(X)
 
     def inverse_transform(self, X: Any) -> np.ndarray:
         """Map scores back to the original space, ``X @ components_ + mean_``.

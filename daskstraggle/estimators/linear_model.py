@@ -10,6 +10,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from daskstraggle._validation import check_nonnegative
 from daskstraggle.api import fit_least_squares, fit_logistic
 from daskstraggle.data import _passes
 from daskstraggle.data.matrix import Matrix
@@ -50,8 +51,7 @@ class _LinearModel(_Estimator):
     def _decision(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
         coef = np.ravel(self.coef_)
-        intercept = float(np.ravel(self.intercept_)[0]) if np.ndim(self.intercept_) else float(
-            self.intercept_)
+        intercept = float(np.ravel(self.intercept_)[0])
         if _is_source(X):
             return self._rows(X, _passes.linear_rows(coef, intercept))
         X = validate_data(self, X, dtype=np.float64, reset=False)
@@ -188,12 +188,7 @@ class Ridge(_Regressor):
         _keep_params(self, locals())
 
     def _alpha(self, n_samples: int) -> float:
-        a = self.alpha
-        if not isinstance(a, numbers.Real) or isinstance(a, bool) or not 0 <= float(a) < np.inf:
-            raise InvalidParameterError(
-                f"The 'alpha' parameter of Ridge must be a finite float >= 0. Got {a!r} instead."
-            )
-        return float(a) / n_samples
+        return check_nonnegative(self.alpha, name="alpha", caller="Ridge") / n_samples
 
 
 class LogisticRegression(ClassifierMixin, _LinearModel):
