@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from daskstraggle.data._zarr import _reason
 from daskstraggle.errors import DataNotFoundError, InvalidParameterError
 
 __all__ = [
@@ -44,32 +45,12 @@ def _protocols(url: str) -> list[str]:
     return [part.split("://", 1)[0] for part in url.split("::")]
 
 
-def _reason(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
-
-
 def parse_location(
     source: str, storage_options: object, *, caller: str = "open_matrix"
 ) -> tuple[str, dict[str, Any] | None]:
-    """Return where a store lives: an absolute local path, or a URL with its options.
-
-    Parameters
-    ----------
-    source : str
-        A local path, a ``file://`` URL (read as the local path it names) or another
-        fsspec URL.
-    storage_options : mapping or None
-        Options of the fsspec file system (URLs other than ``file://`` only).
-    caller : str, default="open_matrix"
-        Function named in messages.
-
-    Returns
-    -------
-    location : str
-        The absolute local path, or the URL unchanged.
-    storage_options : dict or None
-        A copy of the options for a URL (``{}`` when none were given); None for a path.
+    """Return where a store lives: ``source`` as an absolute local path (a ``file://`` URL
+    is the local path it names) and None, or a URL unchanged and a copy of its fsspec
+    ``storage_options`` (``{}`` when none were given). ``caller`` is named in messages.
 
     Raises
     ------
@@ -139,16 +120,8 @@ def _filesystem(url: str, storage_options: dict[str, Any], caller: str) -> tuple
 def check_remote_store(
     url: str, storage_options: dict[str, Any], *, caller: str = "open_matrix"
 ) -> None:
-    """Refuse, with one line, a URL that does not lead to a readable Zarr store.
-
-    Parameters
-    ----------
-    url : str
-        fsspec URL of a Zarr array or group.
-    storage_options : dict
-        Options of its file system.
-    caller : str, default="open_matrix"
-        Function named in messages.
+    """Refuse, with one line naming ``caller``, a URL (with its file system's
+    ``storage_options``) that does not lead to a readable Zarr array or group.
 
     Raises
     ------
@@ -214,15 +187,7 @@ def parse_storage_options(pairs: Sequence[str]) -> dict[str, Any] | None:
     float, a JSON object or list when they start with ``{`` or ``[`` (e.g.
     ``client_kwargs={"region_name": "eu-west-1"}``), and as strings otherwise.
 
-    Parameters
-    ----------
-    pairs : sequence of str
-        ``KEY=VALUE`` strings.
-
-    Returns
-    -------
-    storage_options : dict or None
-        None when ``pairs`` is empty.
+    Returns None when ``pairs`` is empty.
 
     Raises
     ------

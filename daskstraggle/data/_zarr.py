@@ -148,21 +148,10 @@ def absent_keys(array: Any, keys: Iterable[str]) -> list[str]:
 
 
 def check_chunks(array: Any, start: int, stop: int, *, what: str, missing_chunks: str) -> None:
-    """Refuse rows ``[start, stop)`` of ``array`` if a chunk holding them is absent.
-
-    A sharded array's inner chunk is absent if its shard is or the shard's index marks it
-    so (:func:`absent_inner_chunks`).
-
-    Parameters
-    ----------
-    array : zarr.Array
-        The array about to be read.
-    start, stop : int
-        Row range (first dimension) about to be read.
-    what : str
-        How the message names the array (see :func:`describe`).
-    missing_chunks : {"error", "fill"}
-        ``"fill"`` skips the check: absent chunks read as the fill value.
+    """Refuse rows ``[start, stop)`` of ``array`` (named ``what`` in messages,
+    :func:`describe`) if a chunk holding them is absent; ``missing_chunks="fill"`` skips
+    the check. A sharded array's inner chunk is absent if its shard is or the shard's
+    index marks it so (:func:`absent_inner_chunks`).
 
     Raises
     ------
@@ -212,21 +201,10 @@ _ABSENT = 2**64 - 1
 
 @dataclass(frozen=True, slots=True)
 class ShardLayout:
-    """Where a Zarr v3 sharded array keeps the index of each shard.
-
-    Attributes
-    ----------
-    chunks : tuple of int
-        Shape of an inner chunk.
-    per_shard : tuple of int
-        Inner chunks per shard, along each dimension.
-    at_end : bool
-        The index ends the shard (zarr's default); False: it starts it.
-    byteorder : {"<", ">"}
-        Byte order of the index's uint64 (offset, length) pairs.
-    checksum : bool
-        A crc32c checksum of the pairs follows them (zarr's default).
-    """
+    """Where a Zarr v3 sharded array keeps the index of each shard: the inner chunks'
+    shape (``chunks``) and number per shard along each dimension (``per_shard``); whether
+    the index ends the shard (``at_end``, zarr's default) or starts it; the ``byteorder``
+    of its uint64 (offset, length) pairs; whether a crc32c ``checksum`` follows them."""
 
     chunks: tuple[int, ...]
     per_shard: tuple[int, ...]
@@ -303,27 +281,11 @@ def _unreadable_sharding(codecs: tuple[Any, ...], codec: Any,
 
 def absent_inner_chunks(array: Any, shards: ShardLayout, axes: list[list[int]],
                         what: str) -> tuple[int, str]:
-    """Count the inner chunks of a sharded array that are absent, reading shard indexes only.
-
-    Parameters
-    ----------
-    array : zarr.Array
-        A Zarr v3 sharded array.
-    shards : ShardLayout
-        Its layout (:func:`shard_layout`).
-    axes : list of list of int
-        Per dimension, the sorted indices of the inner chunks to check (on the inner chunk
-        grid); one byte-range request of ``shards.index_size`` bytes per shard holding them.
-    what : str
-        How messages name the array.
-
-    Returns
-    -------
-    n_absent : int
-        Inner chunks checked that are absent (those of an absent shard included).
-    first : str
-        The first absent one: its shard's key and its coordinates on the inner chunk grid,
-        e.g. ``'c/1/0', inner chunk (2, 1): absent from the shard's index`` (``""`` if none).
+    """Count the absent inner chunks of a sharded array (layout ``shards``) among
+    ``axes`` (per dimension, sorted indices on the inner chunk grid), reading one byte
+    range of ``shards.index_size`` per shard holding them, and name the first: its shard's
+    key and inner chunk, e.g. ``'c/1/0', inner chunk (2, 1): absent from the shard's
+    index`` (``""`` if none). An absent shard's inner chunks count as absent.
 
     Raises
     ------
@@ -422,8 +384,7 @@ def read(array: Any, selection: Any, *, what: str) -> Any:
 
 def open_array(path: str, name: str | None,
                storage_options: dict[str, Any] | None = None) -> Any:
-    """Open the array ``name`` of the store at ``path`` (the store itself if None), read-only.
-
+    """Open the array ``name`` of the store at ``path`` (the store itself if None), read-only;
     ``storage_options`` (None for a local path) opens ``path`` as an fsspec URL.
 
     Raises
@@ -497,27 +458,10 @@ def read_selection(path: str, name: str | None, rows: np.ndarray, columns: np.nd
                    storage_options: dict[str, Any] | None = None) -> np.ndarray:
     """Read the rows ``rows`` (and the columns ``columns``) of an array, where this runs.
 
-    An orthogonal selection: ``array[rows][:, columns]``, in the order given (repeats
-    allowed). Only the chunks holding a selected (row, column) are checked and read, so a
-    sparse selection reads no chunk it does not need. Errors as :func:`read_rows`.
-
-    Parameters
-    ----------
-    path, name : str
-        Store and array (see :func:`open_array`).
-    rows : ndarray of int of shape (n_rows,)
-        Indices along the first dimension.
-    columns : ndarray of int of shape (n_columns,) or None
-        Indices along the second dimension (None: all).
-    missing_chunks : {"error", "fill"}
-        See :func:`check_chunks`.
-    storage_options : dict or None, default=None
-        A URL's fsspec options.
-
-    Returns
-    -------
-    values : ndarray
-        The selection; the other dimensions whole.
+    An orthogonal selection: ``array[rows][:, columns]`` (``columns`` None: all; the
+    other dimensions whole), in the order given (repeats allowed). Only the chunks holding
+    a selected (row, column) are checked and read. Arguments and errors as
+    :func:`read_rows`.
     """
     unique_rows, row_order = np.unique(rows, return_inverse=True)
     unique_cols, col_order = (None, None) if columns is None else np.unique(
@@ -591,24 +535,12 @@ def _bad_metadata(what: str, err: BaseException | str) -> str:
 class GroupArrays:
     """The arrays of a Zarr group, and the members whose metadata cannot be read.
 
-    A name asked for (``name in arrays``, ``arrays[name]``) that :func:`group_arrays` did
-    not find is opened by name, once, so a store that cannot be listed (plain HTTP without
-    consolidated metadata) still gives the members a caller names.
-
-    Attributes
-    ----------
-    path : str
-        Path of the store (for messages).
-    arrays : dict of str to zarr.Array
-        Readable arrays, by name.
-    corrupt : dict of str to str
-        Members with unreadable metadata: name to reason.
-    group : zarr.Group or None, default=None
-        The group, to open members by name (None: only the members found, as for a group
-        with consolidated metadata).
-    listed : bool, default=True
-        Whether the members were found (consolidated metadata, or a listing); False when
-        the store listed nothing, not even the group's own metadata document.
+    ``arrays`` maps names to readable arrays, ``corrupt`` names to why their metadata
+    cannot be read; ``path`` names the store in messages. A name asked for (``name in
+    arrays``, ``arrays[name]``) that :func:`group_arrays` did not find is opened by name
+    from ``group``, once (None: only the members found, as with consolidated metadata), so
+    a store that cannot be listed (plain HTTP) still gives the members a caller names.
+    ``listed`` is False when the store listed nothing, not even the group's own metadata.
     """
 
     path: str
