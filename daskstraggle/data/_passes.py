@@ -41,22 +41,9 @@ def _apply(loader: Callable[[], Block], func: Callable[[Block], Any]) -> Any:
 def map_partitions(
     matrix: Matrix, make_func: Callable[[int, int], Callable[[Block], Any]], client: Any = None
 ) -> list[Any]:
-    """Return ``make_func(a, b)(block)`` for every row partition ``[a, b)``, in order.
-
-    Parameters
-    ----------
-    matrix : Matrix
-        The rows to read.
-    make_func : callable
-        ``make_func(a, b)`` returns the (picklable) function applied to rows ``[a, b)``.
-    client : distributed.Client or None, default=None
-        Run one task per partition on this client's workers; None: in this process.
-
-    Returns
-    -------
-    results : list
-        One result per partition.
-    """
+    """Return ``make_func(a, b)(block)`` (a picklable function of the block) for every row
+    partition ``[a, b)``, in order: one task per partition on ``client``'s workers, or in
+    this process (None)."""
     bounds = [int(b) for b in matrix.bounds]
     loaders = [matrix.loader(p) for p in range(matrix.n_partitions)]
     funcs = [make_func(a, b) for a, b in itertools.pairwise(bounds)]
@@ -78,20 +65,7 @@ def sum_partitions(matrix: Matrix, func: Callable[[Block], tuple[np.ndarray, ...
     With a client, one task per partition; the client adds each result as it arrives and
     releases it, so at most a few partitions' results are held at once (the rest wait on
     the workers). Without one, the partitions are read and added here one at a time.
-
-    Parameters
-    ----------
-    matrix : Matrix
-        The rows to read.
-    func : callable
-        Picklable; ``func(block)`` returns a tuple of arrays of the same shapes for every
-        partition.
-    client : distributed.Client or None, default=None
-        Run the tasks on its workers; None: in this process.
-
-    Returns
-    -------
-    sums : tuple of ndarray
+    ``func`` is picklable and returns arrays of the same shapes for every partition.
 
     Raises
     ------
@@ -155,38 +129,30 @@ def _wait_progressing(futures: list[Any]) -> None:
         pass
 
 
-def _project(block: Block, mean: np.ndarray, components: np.ndarray) -> np.ndarray:
-    out = np.empty((block.n_rows, components.shape[0]))
+def _affine(block: Block, matrix: np.ndarray, before: np.ndarray | None = None,
+            after: float = 0.0) -> np.ndarray:
+    """``(X - before) @ matrix + after`` over a block's rows, a tile at a time."""
+    out = np.empty((block.n_rows, *matrix.shape[1:]))
     for a, b, tile in block.tiles():
-        out[a:b] = (tile - mean) @ components.T
+        out[a:b] = (tile if before is None else tile - before) @ matrix + after
     return out
 
 
 def project_rows(mean: np.ndarray, components: np.ndarray) -> Callable[[int, int], Any]:
     """``make_func`` of :func:`map_partitions` for ``(X - mean) @ components.T`` per row."""
-    return lambda a, b: partial(_project, mean=mean, components=components)
-
-
-def _linear(block: Block, coef: np.ndarray, intercept: float) -> np.ndarray:
-    out = np.empty(block.n_rows)
-    for a, b, tile in block.tiles():
-        out[a:b] = tile @ coef + intercept
-    return out
+    return lambda a, b: partial(_affine, matrix=components.T, before=mean)
 
 
 def linear_rows(coef: np.ndarray, intercept: float) -> Callable[[int, int], Any]:
     """``make_func`` of :func:`map_partitions` for ``X @ coef + intercept`` per row."""
-    return lambda a, b: partial(_linear, coef=coef, intercept=intercept)
+    return lambda a, b: partial(_affine, matrix=coef, after=intercept)
 
 
 def _variant(block: Block, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    ZV = np.empty((block.n_rows, V.shape[1]))
-    for a, b, tile in block.tiles():
-        ZV[a:b] = tile @ V
     n = block.n_rows
     center = np.zeros(n) if block.center is None else np.asarray(block.center, np.float64)
     scale = np.ones(n) if block.scale is None else np.asarray(block.scale, np.float64)
-    return center, scale, ZV
+    return center, scale, _affine(block, V)
 
 
 def variant_pass(V: np.ndarray) -> Callable[[int, int], Any]:
