@@ -49,23 +49,13 @@ def write_bed(store: str | os.PathLike[str], prefix: Path, *, family: np.ndarray
               rename: dict[str, str] | None = None, chunk_rows: int = 10_000) -> None:
     """Write the calls of the diploid VCF Zarr ``store`` as ``prefix``.bed/.bim/.fam.
 
-    Contigs are written as plink2 writes them (``chr22`` as ``22``, ``chrM`` as ``MT``:
+    The store has ``call_genotype`` of ploidy 2, ``sample_id``, ``variant_position``,
+    ``variant_contig``, ``contig_id`` and ``variant_allele``. Contigs are written as plink2
+    writes them (``chr22`` as ``22``, ``chrM`` as ``MT``:
     :func:`~daskstraggle.data._contigs.chrom_code`), in the ``.bim`` and in the ids.
-
-    Parameters
-    ----------
-    store : str or os.PathLike
-        A VCF Zarr store with ``call_genotype`` of ploidy 2, ``sample_id``,
-        ``variant_position``, ``variant_contig``, ``contig_id`` and ``variant_allele``.
-    prefix : pathlib.Path
-        The fileset's path without suffix.
-    family : ndarray of str or None, default=None
-        The ``.fam``'s family id (column 1) per sample; None: the sample id.
-    rename : dict of str to str or None, default=None
-        Alleles written under another name (plink reads an allele ``"0"`` as missing, and
-        msprime's binary model names its alleles ``"0"`` and ``"1"``).
-    chunk_rows : int, default=10_000
-        Variants encoded at a time.
+    ``family`` gives the ``.fam``'s family id per sample (None: the sample id); ``rename``
+    writes alleles under another name (plink reads an allele ``"0"`` as missing);
+    ``chunk_rows`` variants are encoded at a time.
     """
     import zarr
 
