@@ -231,12 +231,13 @@ def _resolve_runtime(runtime: Runtime | str | None, spec: RuntimeSpec, rng: Any
         yield runtime
         return
     seed = int(rng) if isinstance(rng, int | np.integer) else None
-    options = RuntimeOptions(n_workers=spec.n_workers, client=spec.client,
-                             scheduler=spec.scheduler, stragglers=spec.stragglers, seed=seed,
-                             min_workers=spec.min_workers, backup_after=spec.backup_after,
-                             aggregation=spec.aggregation)
-    with _declared(runtime).from_options(options) as rt:
+    with _declared(runtime).from_options(RuntimeOptions(**_asked(spec), seed=seed)) as rt:
         yield rt
+
+
+def _asked(spec: RuntimeSpec) -> dict[str, Any]:
+    """What ``spec`` asks of the runtime (every field but the runtime's name), by field."""
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "name"}
 
 
 #: The checks of :func:`_run`'s own keywords (the groups' fields declare theirs), with the
@@ -301,12 +302,10 @@ def _run(
         )
     check_rng(rng, caller=caller)
     meth, auto = _method_for(problem, method, method_params, rng, caller)
-    stragglers = parse_stragglers(spec.stragglers)
-    asked = {"client": spec.client, "scheduler": spec.scheduler, "n_workers": spec.n_workers,
-             "min_workers": spec.min_workers, "stragglers": stragglers,
-             "backup_after": spec.backup_after, "aggregation": spec.aggregation}
+    spec = dataclasses.replace(spec, stragglers=parse_stragglers(spec.stragglers))
+    asked = _asked(spec)
     choice = choose_runtime(runtime, **asked)  # None: the data's size decides, once open
-    spec = dataclasses.replace(spec, client=choice.client, stragglers=stragglers)
+    spec = dataclasses.replace(spec, client=choice.client)
     n_expected = _check_runtime(spec, meth, caller)
     qc = parse_qc(data.qc, caller=caller)
     # never the input store, nor inside or around it (even with overwrite)
@@ -319,9 +318,7 @@ def _run(
         check_resume_iterations(state, stop.max_iter)
         # the worker count, when known before connecting: refused before a cluster starts
         check_resume_workers(state, n_expected)
-    matrix = _open_for(problem, X, labels=labels, qc=qc, caller=caller, array=data.array,
-                       n_partitions=data.n_partitions, missing_chunks=data.missing_chunks,
-                       storage_options=data.storage_options, genotype_dims=data.genotype_dims)
+    matrix = _open_for(problem, X, labels=labels, qc=qc, caller=caller, data=data)
     meth = _auto_for_data(meth, auto=auto, state=state, matrix=matrix)
     meth.check_shape(matrix.n_rows, matrix.n_columns)
     if choice.runtime is None:
@@ -395,16 +392,17 @@ def _resume_hint(rec: Any) -> Iterator[None]:
 
 
 def _open_for(problem: Problem, X: Any, *, labels: Any, qc: GenotypeQC | None, caller: str,
-              **open_kw: Any) -> Matrix:
-    """Open ``X`` for ``problem``, before any cluster work: labels for a problem that takes
-    them (logistic's as -1/+1), none for one that does not, and quality control for
-    genotypes only (also the steps counted on the workers, which run once a cluster is up).
-    """
+              data: DataOptions) -> Matrix:
+    """Open ``X`` as ``data`` says for ``problem``, before any cluster work: labels for a
+    problem that takes them (logistic's as -1/+1), none for one that does not, and quality
+    control for genotypes only (also the steps counted on the workers, which run once a
+    cluster is up)."""
     if labels is not None and not problem.needs_labels:
         raise InvalidParameterError(
             f"The 'labels' parameter of {caller} applies to a problem fitted to labels "
             f"(logistic, least-squares); {problem.name} takes none. Drop it."
         )
+    open_kw = {f.name: getattr(data, f.name) for f in dataclasses.fields(data) if f.name != "qc"}
     matrix = open_matrix(X, labels=labels, qc=None if qc is None else qc.site_steps(),
                          **open_kw)
     check_qc_applies(matrix, qc)  # the steps counted on the workers too, before a cluster
