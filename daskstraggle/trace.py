@@ -357,19 +357,11 @@ class Result:
             if coords.dtype.kind in "USTO":  # variable-length strings: stable in Zarr v3
                 coords = np.array([str(c) for c in coords], dtype=object)
             ds = ds.assign_coords({self.feature_dim: coords})
-        ds.attrs.update(
-            problem=self.problem,
-            method=self.method,
-            objective=self.objective,
-            stop_reason=self.stop_reason,
-            converged=int(self.converged),
+        ds.attrs.update(  # None as "none"
+            {name: "none" if (v := getattr(self, name)) is None else v
+             for name in _RESULT_ATTRS[:-1]},
             optimality=self.optimality if math.isfinite(self.optimality) else "none",
-            feature_dim=self.feature_dim,
-            reference_objective=("none" if self.reference_objective is None
-                                 else self.reference_objective),
-            distance="none" if self.distance is None else self.distance,
-            run=json.dumps(_jsonable(self.attrs)),
-        )
+            converged=int(self.converged), run=json.dumps(_jsonable(self.attrs)))
         return ds
 
     def to_plink(self, prefix: str | os.PathLike[str], matrix: Any = None, *,
@@ -503,7 +495,7 @@ class Result:
 
         check_choice(missing_chunks, name="missing_chunks", caller="Result.load",
                      choices=MISSING_CHUNKS)
-        ds = _checked_load(str(path), *_open_result(path), missing_chunks=missing_chunks)
+        ds = _read_result(path, missing_chunks)
         attrs, feature_dim = ds.attrs, ds.attrs["feature_dim"]
         trace = ds[[v for v in ds.data_vars if "iteration" in ds[v].dims]]
         ref, dist = attrs["reference_objective"], attrs["distance"]
@@ -525,18 +517,26 @@ class Result:
         )
 
 
-#: What a saved result's attributes hold (:meth:`Result.to_dataset`).
+#: The attributes a saved result needs to load (:meth:`Result.to_dataset` adds
+#: ``converged`` and ``optimality``, which older stores lack).
 _RESULT_ATTRS = ("problem", "method", "objective", "stop_reason", "feature_dim",
                  "reference_objective", "distance", "run")
 
 
-def _open_result(path: str | os.PathLike[str]) -> tuple[xr.Dataset, dict[str, Any]]:
-    """Open the result saved at ``path`` lazily, with its arrays by name (their metadata).
+def _read_result(path: str | os.PathLike[str], missing_chunks: str) -> xr.Dataset:
+    """Read the result saved at ``path`` into memory with the inputs' integrity rules
+    (``data/_zarr.py``).
 
     DataNotFoundError if nothing is there; InvalidDataError if it is not a result (not a
-    Zarr group, or without a result's attributes and ``iterate``).
+    Zarr group, or without a result's attributes and ``iterate``); CorruptDataError if an
+    array the result was saved with (its ``arrays`` attribute) is gone, and
+    MissingChunksError if a chunk is absent (unless ``missing_chunks="fill"``), before
+    anything is read; a chunk that does not decode as
+    :func:`~daskstraggle.data._zarr.read` refuses an input's.
     """
     import zarr
+
+    from daskstraggle.data._zarr import check_chunks, describe, read
 
     if not Path(path).exists():
         raise DataNotFoundError(f"No result at {str(path)!r}.")
@@ -552,38 +552,26 @@ def _open_result(path: str | os.PathLike[str]) -> tuple[xr.Dataset, dict[str, An
         {"iterate"} - set(ds.variables))
     if missing:
         raise InvalidDataError(f"{not_result}: it has no {missing}.")
-    return ds, arrays
-
-
-def _checked_load(path: str, ds: xr.Dataset, arrays: dict[str, Any], *,
-                  missing_chunks: str) -> xr.Dataset:
-    """Read a saved result into memory with the inputs' integrity rules (``data/_zarr.py``).
-
-    An array the result was saved with (its ``arrays`` attribute) that is gone, or a chunk
-    absent (unless ``missing_chunks="fill"``) is refused before anything is read; a chunk
-    that does not decode, as :func:`~daskstraggle.data._zarr.read` refuses an input's.
-    """
-    from daskstraggle.data._zarr import check_chunks, describe, read
-
     if "arrays" not in ds.attrs:  # saved before every chunk was written: absent ones
         missing_chunks = "fill"   # equal to the fill value cannot be told from lost ones
     saved = json.loads(ds.attrs.get("arrays", "[]"))
     lost = sorted(set(saved) - set(arrays))
     if lost:
         raise CorruptDataError(
-            f"{len(lost)} of {len(saved)} arrays of the result {path!r} are missing (first: "
-            f"{lost[0]!r}): the store is damaged. Restore it from a good copy or write it again."
+            f"{len(lost)} of {len(saved)} arrays of the result {str(path)!r} are missing "
+            f"(first: {lost[0]!r}): the store is damaged. Restore it from a good copy or "
+            "write it again."
         )
     for name, array in arrays.items():
         check_chunks(array, 0, array.shape[0] if array.ndim else 1,
-                     what=describe(path, name), missing_chunks=missing_chunks)
+                     what=describe(str(path), name), missing_chunks=missing_chunks)
     try:
         return ds.load()
     except (OSError, MemoryError):
         raise
     except Exception:  # a codec's error: say which array, in the inputs' words
         for name, array in arrays.items():
-            read(array, ..., what=describe(path, name))
+            read(array, ..., what=describe(str(path), name))
         raise
 
 
