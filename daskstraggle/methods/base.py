@@ -258,6 +258,9 @@ class Method(ABC):
     _version: int = 0
     #: The bound problem of the current run (None before :meth:`start`).
     _problem: Problem | None = None
+    #: The run's Nesterov momentum (:class:`~daskstraggle.methods.gd.Nesterov`), set by
+    #: the :meth:`start` of methods that accelerate; None: plain steps.
+    _momentum: Any = None
 
     @classmethod
     def params_from_cli(cls, values: dict[str, Any]) -> dict[str, Any]:
@@ -377,10 +380,19 @@ class Method(ABC):
         self._version = 0
         self._summary = None
 
-    def _update(self, gradient: np.ndarray) -> None:
-        """Step the iterate along ``gradient`` (:meth:`Problem.update`)."""
+    def _point(self) -> np.ndarray:
+        """Where this round's kernel is evaluated: the iterate, or the momentum's
+        look-ahead point."""
+        return self._x if self._momentum is None else np.asarray(self._momentum.point)
+
+    def _update(self, gradient: np.ndarray, objective: float | None = None) -> None:
+        """Step the iterate along ``gradient`` taken at :meth:`_point`
+        (:meth:`Problem.update`); with momentum, ``objective`` there decides a restart."""
         assert self._problem is not None
-        self._x = self._problem.update(self._x, gradient, self._step_size)
+        if self._momentum is None:
+            self._x = self._problem.update(self._x, gradient, self._step_size)
+        else:
+            self._x = self._momentum.step(self._problem, gradient, objective, self._step_size)
 
     def _worker_rows_of(self, placement: list[tuple[int, ...]],
                         partition_rows: list[int] | None) -> list[int]:

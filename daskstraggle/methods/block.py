@@ -37,19 +37,14 @@ class BlockKrylov(CodedSum):
 
     Parameters
     ----------
-    scheme : str or CodingScheme, default="uncoded"
-        How each round's sum is made straggler-resilient (see
-        :func:`daskstraggle.coding.list_schemes`): ``"uncoded"`` waits for every worker;
-        ``"fractional-repetition"`` or ``"cyclic-repetition"`` with ``n_stragglers=s``
-        decode from any ``N - s`` workers; ``"bcc"`` from a covering set of batches.
+    scheme, **scheme_params
+        As :class:`~daskstraggle.methods.CodedSum`, for each round's sum.
     max_blocks : int, default=6
         Blocks the basis holds before a thick restart (at least 3); the coordinator keeps
         ``2 x (max_blocks + 1) x b x d`` floats.
     rng : int or None, default=None
         Seed of the scheme's random parts and of the ``p`` random starting columns
         (None: seed 0, so runs repeat).
-    **scheme_params
-        Parameters of the scheme when given by name, e.g. ``n_stragglers=1``.
 
     Notes
     -----
@@ -133,24 +128,16 @@ class BlockKrylov(CodedSum):
         ``V`` with ``X_c^T X_c V`` (exact to rounding), and in its extras the basis size and
         ``next_ritz_value``, the ``(k + 1)``-th Ritz value
         (:mod:`daskstraggle.problems.separation`)."""
-        assert self._problem is not None and self._weights is not None
         total = self._decoded()
         self._extend(self._block, total.gradient)
         theta, Y, AY = self._rayleigh_ritz()
         k = self._k
         V, AV = Y[:, :k], AY[:, :k]
-        values = np.einsum("ij,ij->j", V, AV)
-        used, answered = self._responders()
-        return RoundSummary(
-            iterate=np.ascontiguousarray(V),
-            result=KernelResult(gradient=np.ascontiguousarray(AV), values=values,
-                                n_rows=total.n_rows),
-            objective=self._problem.objective(values, V),
-            workers_used=used,
-            n_fresh=answered,
-            extras={"basis_size": float(self.basis_size),
-                    **({"next_ritz_value": float(theta[k])} if len(theta) > k else {})},
-        )
+        result = KernelResult(np.ascontiguousarray(AV), np.einsum("ij,ij->j", V, AV),
+                              total.n_rows)
+        extras = {"basis_size": float(self.basis_size),
+                  **({"next_ritz_value": float(theta[k])} if len(theta) > k else {})}
+        return self._exact_summary(np.ascontiguousarray(V), result, extras)
 
     def step(self) -> None:
         """Restart if the basis is full; the next block is the top Ritz residuals."""

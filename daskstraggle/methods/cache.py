@@ -143,10 +143,7 @@ class GradientCache:
         if any(e.version >= version for e in overlapping):
             self.n_superseded += 1
             return False
-        for e in overlapping:
-            self._entries.remove(e)
-            self._covered -= e.n_rows
-            self.n_evicted += 1
+        self._evict(overlapping)
         entry = CacheEntry(key, int(version), result, int(worker_index))
         self._entries.append(entry)
         self._covered += entry.n_rows
@@ -157,12 +154,14 @@ class GradientCache:
         """Evict every entry whose ranges are not exactly one of ``keep`` (subpartition
         boundaries changed); return how many."""
         wanted = {normalize_ranges(r) for r in keep}
-        gone = [e for e in self._entries if e.ranges not in wanted]
-        for e in gone:
+        return self._evict([e for e in self._entries if e.ranges not in wanted])
+
+    def _evict(self, entries: list[CacheEntry]) -> int:
+        for e in entries:
             self._entries.remove(e)
             self._covered -= e.n_rows
-        self.n_evicted += len(gone)
-        return len(gone)
+        self.n_evicted += len(entries)
+        return len(entries)
 
     def total(self) -> KernelResult | None:
         """Sum of the entries' results in row order (None when empty)."""

@@ -171,10 +171,6 @@ class CodedGD(Method):
         self._coverage = Coverage(self._assignment)
         self._weights: dict[tuple[int, int], float] | None = None
 
-    def _point(self) -> np.ndarray:
-        """Where gradients are evaluated: the iterate, or Nesterov's look-ahead point."""
-        return self._x if self._momentum is None else self._momentum.point
-
     @property
     def assignment(self) -> CodeAssignment | None:
         """The drawn assignment of the current run."""
@@ -211,27 +207,21 @@ class CodedGD(Method):
     @cached_summary
     def summary(self) -> RoundSummary:
         """Return the decoded exact kernel sum."""
-        assert self._problem is not None and self._weights is not None
-        total = self._decoded()
+        return self._exact_summary(self._point(), self._decoded())
+
+    def _exact_summary(self, point: np.ndarray, result: KernelResult,
+                       extras: dict[str, float] | None = None) -> RoundSummary:
+        """Return the summary of a decoded round: ``result`` is exact at ``point``."""
+        assert self._problem is not None
         used, answered = self._responders()
-        point = self._point()
-        return RoundSummary(
-            iterate=point,
-            result=total,
-            objective=self._problem.objective(total.values, point),
-            workers_used=used,
-            n_fresh=answered,
-        )
+        return RoundSummary(iterate=point, result=result,
+                            objective=self._problem.objective(result.values, point),
+                            workers_used=used, n_fresh=answered, extras=extras or {})
 
     def step(self) -> None:
         """Take the exact gradient step (from the look-ahead point with Nesterov)."""
-        assert self._problem is not None
         summary = self.summary()
-        if self._momentum is None:
-            self._update(summary.result.gradient)
-        else:
-            self._x = self._momentum.step(self._problem, summary.result.gradient,
-                                          summary.objective, self._step_size)
+        self._update(summary.result.gradient, summary.objective)
         self._clear_round()
 
     def _decoded(self) -> KernelResult:
@@ -258,8 +248,21 @@ class CodedGD(Method):
 
 
 class CodedSum(CodedGD):
-    """Base of the exact PCA methods whose every round is one sum, coded or not
-    (``scheme="uncoded"``: every worker holding data sums its partitions and answers)."""
+    """Base of the exact PCA methods whose every round is one sum, coded or not.
+
+    Parameters
+    ----------
+    scheme : str or CodingScheme, default="uncoded"
+        How the sum is made straggler-resilient (see
+        :func:`daskstraggle.coding.list_schemes`): ``"uncoded"`` waits for every worker
+        holding data; ``"fractional-repetition"`` or ``"cyclic-repetition"`` with
+        ``n_stragglers=s`` decode from any ``N - s`` workers; ``"bcc"`` from a covering set
+        of batches.
+    rng : int or None, default=None
+        Seed of the scheme's random parts.
+    **scheme_params
+        Parameters of the scheme when given by name, e.g. ``n_stragglers=1``.
+    """
 
     cli_options = SCHEME_OPTIONS
     #: Why the method solves PCA only, in the refusal of other problems.

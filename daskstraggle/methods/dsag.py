@@ -45,9 +45,7 @@ class DSAG(SGD):
 
     References
     ----------
-    Severinson, Rosnes, El Rouayheb, Graell i Amat, "DSAG: A mixed synchronous-
-    asynchronous iterative method for straggler-resilient learning", IEEE Trans.
-    Commun., 2022, §V (notes: ``docs/algorithms.md``).
+    The DSAG paper, §V, as :class:`SGD`.
 
     Examples
     --------

@@ -46,10 +46,6 @@ class GD(Method):
         self._results: dict[int, WorkResult] = {}
         self._n_holding = sum(1 for p in placement if p)  # workers that answer a round
 
-    def _point(self) -> np.ndarray:
-        """The point where gradients are evaluated this round."""
-        return self._x
-
     def dispatch(self, worker_index: int) -> WorkUnit | None:
         """Send the current point to a worker that has not had it yet this round."""
         if worker_index in self._sent or not self._placement[worker_index]:
@@ -83,8 +79,9 @@ class GD(Method):
         )
 
     def step(self) -> None:
-        """Take the gradient step from the evaluated point."""
-        self._update(self.summary().result.gradient)
+        """Take the gradient step from the evaluated point (then extrapolate, for NAG)."""
+        summary = self.summary()
+        self._update(summary.result.gradient, summary.objective)
         self._advance()
 
     def _advance(self) -> None:
@@ -140,17 +137,6 @@ class NAG(GD):
         super().start(problem, iterate, placement, step_size=step_size,
                       partition_rows=partition_rows)
         self._momentum = Nesterov(self._x, restart=self.restart)
-
-    def _point(self) -> np.ndarray:
-        return self._momentum.point
-
-    def step(self) -> None:
-        """Gradient step from the look-ahead point, then extrapolate."""
-        assert self._problem is not None
-        summary = self.summary()
-        self._x = self._momentum.step(self._problem, summary.result.gradient,
-                                      summary.objective, self._step_size)
-        self._advance()
 
 
 class Nesterov:

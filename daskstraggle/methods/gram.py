@@ -33,21 +33,9 @@ class GramKernel:
     problem: Any
 
     def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
-        """Return the upper triangle of ``X_c^T X_c`` over the block's rows, packed.
-
-        Parameters
-        ----------
-        block : Block
-            Rows of the matrix.
-        iterate : ndarray
-            Unused (the Gram matrix does not depend on it).
-
-        Returns
-        -------
-        result : KernelResult
-            ``gradient`` the upper triangle packed by
-            :func:`~daskstraggle.problems._kernels.pack_upper`; ``values`` one zero.
-        """
+        """Return the upper triangle of ``X_c^T X_c`` over the block's rows as ``gradient``,
+        packed by :func:`~daskstraggle.problems._kernels.pack_upper`; ``values`` one zero
+        (``iterate`` is unused: the Gram matrix does not depend on it)."""
         return self.kernel_sum((block,), iterate)
 
     def kernel_sum(self, blocks: Sequence[Block], iterate: np.ndarray) -> KernelResult:
@@ -67,15 +55,8 @@ class Gram(CodedSum):
 
     Parameters
     ----------
-    scheme : str or CodingScheme, default="uncoded"
-        How the sum is made straggler-resilient (see
-        :func:`daskstraggle.coding.list_schemes`): ``"uncoded"`` waits for every worker;
-        ``"fractional-repetition"`` or ``"cyclic-repetition"`` with ``n_stragglers=s``
-        decode from any ``N - s`` workers; ``"bcc"`` from a covering set of batches.
-    rng : int or None, default=None
-        Seed of the scheme's random parts.
-    **scheme_params
-        Parameters of the scheme when given by name, e.g. ``n_stragglers=1``.
+    scheme, rng, **scheme_params
+        As :class:`~daskstraggle.methods.CodedSum`.
 
     Notes
     -----
@@ -124,7 +105,6 @@ class Gram(CodedSum):
     @cached_summary
     def summary(self) -> RoundSummary:
         """Return the exact sum's top eigenvectors and ``X_c^T X_c V`` there."""
-        assert self._problem is not None and self._weights is not None
         import scipy.linalg  # loaded when first needed (not by the CLI's --help)
 
         total = self._decoded()
@@ -137,14 +117,7 @@ class Gram(CodedSum):
         V = np.ascontiguousarray(vectors[:, ::-1])
         GV = packed_product(total.gradient, V)
         values = np.einsum("ij,ij->j", V, GV)
-        used, answered = self._responders()
-        return RoundSummary(
-            iterate=V,
-            result=KernelResult(gradient=GV, values=values, n_rows=total.n_rows),
-            objective=self._problem.objective(values, V),
-            workers_used=used,
-            n_fresh=answered,
-        )
+        return self._exact_summary(V, KernelResult(GV, values, total.n_rows))
 
     def step(self) -> None:
         """Keep the eigenvectors (a further round would compute the same matrix)."""
