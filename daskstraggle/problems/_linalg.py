@@ -19,7 +19,6 @@ __all__ = [
     "orthonormalize",
     "power_iteration",
     "precision_floor",
-    "qr_r",
     "sin_largest_angle",
     "solve_psd",
     "stack_r",
@@ -170,14 +169,6 @@ def power_iteration(
     return max(lam, 0.0)
 
 
-def qr_r(A: np.ndarray) -> np.ndarray:
-    """Return the R factor of ``A`` (shape ``(min(m, c), c)``; ``(0, c)`` for no rows)."""
-    if A.shape[0] == 0:
-        return np.zeros((0, A.shape[1]))
-    # numpy's stubs say QRResult for every mode; mode="r" returns R alone
-    return cast(np.ndarray, np.linalg.qr(A, mode="r"))
-
-
 def stack_r(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
     """Return the R factor of ``vstack(top, bottom)``: the TSQR combine step.
 
@@ -189,9 +180,13 @@ def stack_r(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
     Returns
     -------
     R : ndarray of shape (min(m1 + m2, c), c)
-        ``R^T R = top^T top + bottom^T bottom``.
+        ``R^T R = top^T top + bottom^T bottom``; ``(0, c)`` for no rows.
     """
-    return qr_r(np.vstack([top, bottom]))
+    A = np.vstack([top, bottom])
+    if A.shape[0] == 0:
+        return np.zeros((0, A.shape[1]))
+    # numpy's stubs say QRResult for every mode; mode="r" returns R alone
+    return cast(np.ndarray, np.linalg.qr(A, mode="r"))
 
 
 def check_dense_size(n_features: int, caller: str) -> None:

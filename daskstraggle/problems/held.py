@@ -210,17 +210,12 @@ class HeldResult:
 
 def combine_held(results: list[Any], weights: Any) -> HeldResult:
     """``sum_k weights[k] * results[k]`` when some results are held (see ``combine``)."""
-    total: HeldResult | None = None
+    assert results, "combine needs at least one result"
+    total = HeldResult({}, 0)
     n_rows = 0.0
     for weight, result in zip(weights, results, strict=True):
-        w = float(weight)
-        n_rows += w * result.n_rows
-        term = result.scaled(w) if isinstance(result, HeldResult) else None
-        if term is None:
-            term = HeldResult({}, 0, KernelResult(w * np.asarray(result.gradient),
-                                                  w * np.asarray(result.values), 0))
-        total = term if total is None else total._merged(term, 1.0, 0)
-    assert total is not None, "combine needs at least one result"
+        n_rows += float(weight) * result.n_rows
+        total = total._merged(result, float(weight), 0)
     total.n_rows = round(n_rows)
     return total
 
