@@ -1,9 +1,10 @@
 """The declarations of options: a command-line option, and the values a parameter takes.
 
 Pure: no click (the CLI turns a :class:`CliOption` into a click option). The run's option
-groups (:mod:`daskstraggle.options`, :class:`~daskstraggle.StopRule`) declare each field with
-:func:`declared`: its :class:`Constraint`, its :class:`CliOption` and its flat keyword, from
-which come the ``fit_*`` keywords, ``solve``, the CLI, ``docs/cli.md`` and the range checks.
+groups (:data:`daskstraggle.options.RUN_GROUPS`) declare each field with :func:`declared`:
+its :class:`Constraint`, its :class:`CliOption` and its flat keyword, from which come the
+``fit_*`` keywords, ``solve``'s groups, the CLI, ``docs/cli.md`` and the range checks, made
+before any cluster work.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ __all__ = ["CliOption", "Constraint", "check_fields", "declared", "flat_name"]
 
 @dataclass(frozen=True)
 class CliOption:
-    """One parameter exposed as a command-line option (a method's, a problem's or a run's).
-
-    A method's options set its parameters (:attr:`Method.cli_options`); a problem's set the
-    keywords of its ``fit_*`` function (:attr:`Problem.cli_options`: ``-k``,
-    ``--alpha``, ...); a run option's is declared on its group's field (:func:`declared`).
-    The CLI turns each into a click option; this module imports no click.
+    """One parameter exposed as a command-line option: a method's parameter
+    (:attr:`Method.cli_options`), a keyword of a problem's ``fit_*`` function
+    (:attr:`Problem.cli_options`: ``-k``, ``--alpha``, ...) or a run option's field
+    (:func:`declared`).
 
     Parameters
     ----------

@@ -323,14 +323,13 @@ def _stale_leftovers(out: Path) -> list[Path]:
 
 
 def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True  # this process: a save in progress on another thread
+    """Whether process ``pid`` exists (this one included: a save on another thread)."""
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: only asks; another user's process: PermissionError
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 

@@ -8,18 +8,14 @@ ploidy, ``M`` the variants used), and, given the matrix the result was fitted on
 a line per allele, the REF line's weights the negated ALT line's) with ``PREFIX.afreq``
 (``#CHROM ID REF ALT ALT_FREQS``: the fit's allele frequencies). Monomorphic variants,
 which contribute nothing to the fit (scale 0) and which plink2 cannot variance-standardise,
-have no lines in ``.eigenvec.allele``. The allele weights are scaled so that::
-
-    plink2 --bfile NEW --read-freq PREFIX.afreq \\
-        --score PREFIX.eigenvec.allele 2 5 header-read no-mean-imputation \\
-        variance-standardize cols=+scoresums --score-col-nums 6-(5+k)
-
-(the variants' ids are the input's where they are unique, else ``CHROM:POS:REF:ALT``, which
-plink2 gives a fileset with ``--set-all-var-ids @:#:$r:$a``) gives in its ``PC*_SUM`` columns
-the scores :meth:`daskstraggle.PCA.transform` gives (plink2
-standardises a dosage by ``sqrt(2 f (1 - f))``, we by ``sqrt(f (1 - f))``, and it counts both
-lines of a variant: hence weights ``A / sqrt(2)`` per line, ``A`` the unit variant axes).
-A missing call contributes 0 to both, as the fit's mean imputation does.
+have no lines in ``.eigenvec.allele``. The allele weights are scaled so that plink2's
+``--score`` (the command in :meth:`Result.to_plink <daskstraggle.trace.Result.to_plink>`,
+with ``--score-col-nums 6-(5+k)``) gives in its ``PC*_SUM`` columns the scores
+:meth:`daskstraggle.PCA.transform` gives: plink2 standardises a dosage by
+``sqrt(2 f (1 - f))``, we by ``sqrt(f (1 - f))``, and it counts both lines of a variant, hence
+weights ``A / sqrt(2)`` per line, ``A`` the unit variant axes. The variants' ids are the
+input's where they are unique, else ``CHROM:POS:REF:ALT`` (plink2's ``--set-all-var-ids
+@:#:$r:$a``). A missing call contributes 0 to both, as the fit's mean imputation does.
 """
 
 from __future__ import annotations

@@ -282,7 +282,9 @@ def _echo_run(result: Any, kind: str, as_json: bool, *, out: Any, plot: Path | N
     with the runtime that ran (and why), and the files written."""
     from daskstraggle._cli_format import format_result
 
-    ran = _runtime_ran(result)
+    ran = {"runtime": str(result.attrs["runtime"])}  # and, when chosen by default, why
+    if result.attrs.get("runtime_reason"):
+        ran["runtime_reason"] = str(result.attrs["runtime_reason"])
     if as_json:
         files = {"out": out, "plot": plot}
         summary = {**result.summary(), **ran,
@@ -342,15 +344,6 @@ def pca(source: str, packed_genotypes: bool, plink_out: str | None, **params: An
             check_variants(data)  # a malformed .bim or .pvar: refused before the fit
     _run_solve("pca", data, params, plot=plot, plink_out=plink_out, qc=qc,
                **_problem_values("pca", params))
-
-
-def _runtime_ran(result: Any) -> dict[str, str]:
-    """The runtime that ran and, when the run chose it by default, why (for the table's
-    ``runtime`` line and the JSON's ``runtime`` and ``runtime_reason``)."""
-    ran = {"runtime": str(result.attrs["runtime"])}
-    if result.attrs.get("runtime_reason"):
-        ran["runtime_reason"] = str(result.attrs["runtime_reason"])
-    return ran
 
 
 def _other_outputs(params: dict[str, Any], plot: Path | None) -> dict[str, Any]:

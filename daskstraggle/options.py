@@ -1,10 +1,8 @@
 """The grouped options of :func:`~daskstraggle.solve`: when it stops, where it runs, how it
 opens the data, how it checkpoints and what it reports.
 
-``solve`` takes a handful of objects instead of thirty keywords; the ``fit_*`` functions
-keep every option as a flat keyword and build these groups. Each group is a frozen value
-object; its fields are checked by ``solve`` once, before any cluster work, with the same
-one-line errors as the flat keywords.
+Each group is a frozen value object; the ``fit_*`` functions take its fields as flat
+keywords. How a field is declared once for all of them: :mod:`daskstraggle._declared_options`.
 
 >>> from daskstraggle.options import Checkpoint, DataOptions, Report, RuntimeSpec
 >>> RuntimeSpec("sim", n_workers=100, stragglers="gamma(mean=0.05, var=1e-4)").n_workers
@@ -294,10 +292,7 @@ class StopRule:
 
 
 #: The run's option groups by ``solve``'s parameter, in the order the ``fit_*`` functions
-#: list their fields. A field declared on a group
-#: (:func:`~daskstraggle._declared_options.declared`) is a keyword of the ``fit_*``
-#: functions, a field of ``solve``'s group and, with a :class:`CliOption`, an option of the
-#: solve commands; its constraint is checked before any cluster work.
+#: list their fields.
 RUN_GROUPS: dict[str, type] = {
     "stop": StopRule, "report": Report, "runtime": RuntimeSpec, "data": DataOptions,
     "checkpoint": Checkpoint}
