@@ -117,14 +117,9 @@ def check_output_path(
 
     Raises
     ------
-    InvalidParameterError
-        If ``path`` is, is inside or contains one of ``inputs`` (even with ``overwrite``),
-        lies inside an existing Zarr hierarchy (:func:`check_not_in_zarr`), or is a URL
-        (``s3://...``).
-    OutputExistsError
-        If ``path`` exists and ``overwrite`` is False.
-    OutputNotWritableError
-        If the folder that would hold ``path`` cannot be created or written.
+    InvalidParameterError, OutputExistsError, OutputNotWritableError
+        As :meth:`Result.save <daskstraggle.trace.Result.save>` says (``inputs`` the input
+        data; :func:`check_not_in_zarr`, :func:`check_writable_folder`).
     """
     if path is None:
         return None

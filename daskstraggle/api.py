@@ -691,8 +691,7 @@ def solve(
         Where the run happens: a :class:`~daskstraggle.options.RuntimeSpec` (runtime name,
         client or scheduler, workers, stragglers, backups), a registered runtime's name
         (``"dask"``, ``"local"``, ``"sim"``), a Runtime you built, or a Client to run on.
-        None: as the ``runtime`` of :func:`fit_pca` (the active client if there is one,
-        else in process when the data fit comfortably in memory, else a LocalCluster).
+        None: chosen as Dask does (see :class:`~daskstraggle.options.RuntimeSpec`).
     data : DataOptions or None, default=None
         How ``X`` is opened (:class:`~daskstraggle.options.DataOptions`: Zarr member,
         partitions, missing chunks, a URL's storage options, allele counts, genotype QC).
@@ -862,8 +861,8 @@ def fit_pca(
     X : str, path, array-like, xarray.Dataset or Matrix
         Data; a VCF Zarr path or an ``xarray.Dataset`` in its layout (also a filtered
         view) gives genotype PCA (rows = variants, columns = samples). A 2-D integer
-        array that looks like allele counts is refused unless ``genotype_dims`` (passed
-        on to :func:`solve`) gives its orientation.
+        array that looks like allele counts is refused unless ``genotype_dims`` gives
+        its orientation.
     n_components : int, default=2
         Number of principal components.
     center : bool or None, default=None

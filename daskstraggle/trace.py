@@ -440,10 +440,11 @@ class Result:
         InvalidParameterError
             If ``path`` is, is inside or contains the input data, or lies inside any
             existing Zarr store (a folder above it holds ``zarr.json``, ``.zgroup``,
-            ``.zarray`` or ``.zattrs``), even with ``overwrite``.
+            ``.zarray`` or ``.zattrs``), even with ``overwrite``; or is a URL
+            (``s3://...``: results are written locally).
         OutputNotWritableError
-            If the folder of ``path`` cannot be written (missing folders above it are
-            created).
+            If the folder of ``path`` cannot be created or written (missing folders above
+            it are created).
         """
         inputs = [*protect, *source_paths(self.attrs.get("matrix", {}))]
         out = check_output_path(path, overwrite=overwrite, inputs=inputs)
