@@ -240,12 +240,24 @@ def _transforms(block: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
 # ----------------------------------------------------------------------------- PCA
 def pca_pass(block: Block, V: np.ndarray, shift: np.ndarray | None, *,
              implementation: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Return ``X^T P``, the column sums of ``P`` and ``|P_j|^2``, ``P = X V - 1 shift^T``.
+    """Return :func:`pca_pass_sum` of one block."""
+    return pca_pass_sum((block,), V, shift, implementation=implementation)
+
+
+def pca_pass_sum(blocks: Sequence[Block], V: np.ndarray, shift: np.ndarray | None, *,
+                 implementation: str | None = None,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``X^T P``, the column sums of ``P`` and ``|P_j|^2``, ``P = X V - 1 shift^T``,
+    summed over ``blocks`` (row sets ``X`` of one matrix).
+
+    The compiled kernels add every block's products into one buffer of ``G^T``, laid out
+    once for all the blocks; the sums equal the blocks' :func:`pca_pass` to rounding.
 
     Parameters
     ----------
-    block : Block
-        Rows ``X`` (stored values and per-row transforms).
+    blocks : sequence of Block
+        Rows ``X`` (stored values and per-row transforms), all of ``V``'s ``n_features``
+        columns.
     V : ndarray of shape (n_features, k)
         Thin matrix.
     shift : ndarray of shape (k,) or None
@@ -261,29 +273,6 @@ def pca_pass(block: Block, V: np.ndarray, shift: np.ndarray | None, *,
         ``1^T P``.
     sq : ndarray of shape (k,)
         Squared norm of each column of ``P``.
-    """
-    return pca_pass_sum((block,), V, shift, implementation=implementation)
-
-
-def pca_pass_sum(blocks: Sequence[Block], V: np.ndarray, shift: np.ndarray | None, *,
-                 implementation: str | None = None,
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Return :func:`pca_pass` summed over ``blocks`` (row sets of one matrix).
-
-    The compiled kernels add every block's products into one buffer of ``G^T``, laid out
-    once for all the blocks; the sums equal the blocks' :func:`pca_pass` to rounding.
-
-    Parameters
-    ----------
-    blocks : sequence of Block
-        At least one block; all of ``V``'s ``n_features`` columns.
-    V, shift, implementation
-        As in :func:`pca_pass`.
-
-    Returns
-    -------
-    G, colsum, sq
-        As in :func:`pca_pass`, over the rows of every block.
     """
     V = np.asarray(V, dtype=np.float64)
     m, k = V.shape
@@ -497,15 +486,23 @@ def column_moments(block: Block, *, implementation: str | None = None
 # ---------------------------------------------------------------------------- Gram
 def gram(block: Block, mean: np.ndarray | None, *, upper: bool = False,
          implementation: str | None = None) -> np.ndarray:
-    """Return ``(X - 1 mean^T)^T (X - 1 mean^T)`` over a block's rows.
+    """Return :func:`gram_sum` of one block."""
+    return gram_sum((block,), mean, upper=upper, implementation=implementation)
+
+
+def gram_sum(blocks: Sequence[Block], mean: np.ndarray | None, *, upper: bool = False,
+             implementation: str | None = None) -> np.ndarray:
+    """Return ``(X - 1 mean^T)^T (X - 1 mean^T)`` summed over the rows ``X`` of ``blocks``,
+    accumulated in one ``d x d`` matrix (one worker's partitions cost one Gram matrix of
+    memory, not one per partition).
 
     Each tile is converted exactly as :meth:`Block.tiles` does and shifted by ``mean``
     (in one fused pass with numba), then folded in with one BLAS ``syrk``.
 
     Parameters
     ----------
-    block : Block
-        Rows ``X``.
+    blocks : sequence of Block
+        At least one block; all with the same columns.
     mean : ndarray of shape (n_features,) or None
         Subtracted from every row; None: nothing.
     upper : bool, default=False
@@ -514,26 +511,6 @@ def gram(block: Block, mean: np.ndarray | None, *, upper: bool = False,
         (:func:`symmetric_from_upper`) instead of once per block.
     implementation : {"numba", "numpy"} or None, default=None
         None: :func:`default_implementation`.
-
-    Returns
-    -------
-    gram : ndarray of shape (n_features, n_features)
-        Symmetric, or its upper triangle with ``upper``.
-    """
-    return gram_sum((block,), mean, upper=upper, implementation=implementation)
-
-
-def gram_sum(blocks: Sequence[Block], mean: np.ndarray | None, *, upper: bool = False,
-             implementation: str | None = None) -> np.ndarray:
-    """Return :func:`gram` summed over ``blocks``, accumulated in one ``d x d`` matrix
-    (one worker's partitions cost one Gram matrix of memory, not one per partition).
-
-    Parameters
-    ----------
-    blocks : sequence of Block
-        At least one block; all with the same columns.
-    mean, upper, implementation
-        As in :func:`gram`.
 
     Returns
     -------

@@ -112,21 +112,8 @@ class Problem(ABC):
         pass)."""
 
     def kernel_sum(self, blocks: Sequence[Block], iterate: np.ndarray) -> KernelResult:
-        """Return :meth:`kernel` summed over ``blocks`` (one worker's partitions; a problem
-        may sum into one buffer instead, as PCA does).
-
-        Parameters
-        ----------
-        blocks : sequence of Block
-            At least one block.
-        iterate : ndarray
-            The iterate every block's kernel is taken at.
-
-        Returns
-        -------
-        result : KernelResult
-            The sum over the rows of every block.
-        """
+        """Return :meth:`kernel` at ``iterate`` summed over ``blocks`` (at least one: a
+        worker's partitions); a problem may sum into one buffer instead, as PCA does."""
         total = self.kernel(blocks[0], iterate)
         for block in blocks[1:]:
             total = total + self.kernel(block, iterate)
