@@ -74,6 +74,14 @@ class _LinearModel(_Estimator):
 
 
 class _Regressor(RegressorMixin, _LinearModel):
+    # LinearRegression's parameters (Ridge adds alpha)
+    def __init__(self, *, fit_intercept: bool = True, method: str = "nag",
+                 method_params: dict[str, Any] | None = None, max_iter: int = 1000,
+                 tol: float | None = 1e-6, random_state: Any = None, runtime: Any = None,
+                 n_workers: int | None = None, client: Any = None, stragglers: Any = None,
+                 solve_params: dict[str, Any] | None = None) -> None:
+        _keep_params(self, locals())
+
     def fit(self, X: Any, y: Any = None) -> Any:
         """Fit the model (see the class docstring).
 
@@ -142,13 +150,6 @@ class LinearRegression(_Regressor):
     >>> model.coef_.round(6), round(model.intercept_, 6)
     (array([1., 2., 3.]), 4.0)
     """
-
-    def __init__(self, *, fit_intercept: bool = True, method: str = "nag",
-                 method_params: dict[str, Any] | None = None, max_iter: int = 1000,
-                 tol: float | None = 1e-6, random_state: Any = None, runtime: Any = None,
-                 n_workers: int | None = None, client: Any = None, stragglers: Any = None,
-                 solve_params: dict[str, Any] | None = None) -> None:
-        _keep_params(self, locals())
 
 
 class Ridge(_Regressor):
