@@ -44,9 +44,12 @@ __all__ = [
     "Checked",
     "Event",
     "Finish",
+    "FoldDone",
     "Freed",
     "HelperReady",
     "Instruction",
+    "PassEnded",
+    "PassStarted",
     "Quiet",
     "RecordEvent",
     "RecordRow",
@@ -184,6 +187,27 @@ class HelperReady(Event):
     """The helper of worker index ``index`` holds the index's partitions."""
 
     index: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassStarted(Event):
+    """An exact pass went out: one fold per worker index in ``folds``, each ``(worker
+    index, partitions)``, every partition in one fold."""
+
+    folds: tuple[tuple[int, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FoldDone(Event):
+    """Fold ``fold`` (its position in :class:`PassStarted`) of the exact pass reached the
+    runtime (its own result or its backup's)."""
+
+    fold: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassEnded(Event):
+    """The exact pass is over (done, or started again after a holder left)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,7 +35,10 @@ did index 2 move to worker C at round 40".
   (:class:`SplitUnit`, from :func:`~daskstraggle.engine.resilience.split_unit`), the share
   following their speeds.
 - **Backups** (``backup_after``): a whole unit unanswered after that many times the median
-  latency is sent again to another worker index; the first answer counts.
+  latency is sent again to another worker index; the first answer counts. An exact pass's
+  fold (:class:`~daskstraggle.engine.events.PassStarted`) is backed up by the same rule,
+  :data:`FOLD_BACKUP_FACTOR` times the time half the folds took (at least
+  :data:`FOLD_BACKUP_MIN` seconds), to the same choice of worker (:class:`BackupFold`).
 """
 
 from __future__ import annotations
@@ -56,8 +59,11 @@ import numpy as np
 from daskstraggle.engine.events import (
     BackupSent,
     Event,
+    FoldDone,
     HelperReady,
     Instruction,
+    PassEnded,
+    PassStarted,
     Sending,
     SplitSent,
     StatusChanged,
@@ -84,6 +90,7 @@ __all__ = [
     "GOING",
     "RETIRING",
     "AwaitWorkers",
+    "BackupFold",
     "Cancel",
     "CheckStatus",
     "Decision",
@@ -106,6 +113,10 @@ RETIRING = "closing_gracefully"
 GOING = (RETIRING, "closing", "closed")
 #: Results needed before the median latency is trusted for a backup decision.
 _MIN_SAMPLES = 3
+#: An exact pass's fold still running this many times the time half the folds took (and
+#: at least FOLD_BACKUP_MIN seconds after the pass started) is computed again elsewhere.
+FOLD_BACKUP_FACTOR = 4.0
+FOLD_BACKUP_MIN = 2.0
 #: The iterate of a logged unit (the log keeps decisions, not iterates).
 _NO_ITERATE = np.empty(0)
 _NO_ITERATE.flags.writeable = False
@@ -114,6 +125,12 @@ _NO_ITERATE.flags.writeable = False
 def _just_after(t: float) -> float:
     """A time strictly after ``t`` (bounds are exceeded, not met)."""
     return math.nextafter(t + 1e-9 * max(abs(t), 1.0), math.inf)
+
+
+def _backup_bound(factor: float, typical: float, minimum: float = 0.0) -> float:
+    """The backup rule of work units and exact passes' folds alike: unanswered for
+    ``factor`` times the typical latency, and at least ``minimum`` seconds."""
+    return max(minimum, factor * typical)
 
 
 @dataclass(slots=True)
@@ -265,6 +282,16 @@ class Deliver(Instruction):
 
 
 @dataclass(frozen=True, slots=True)
+class BackupFold(Instruction):
+    """Compute fold ``fold`` of the exact pass again on worker index ``to_index``'s
+    worker (from its own copies of the partitions, or ones loaded from the source); the
+    first of the two to finish counts."""
+
+    fold: int
+    to_index: int
+
+
+@dataclass(frozen=True, slots=True)
 class CheckStatus(Instruction):
     """Look at the cluster's workers and their statuses; report them with
     :class:`~daskstraggle.engine.events.StatusChanged`."""
@@ -358,6 +385,26 @@ def _(value: SplitUnit) -> Any:
 @summary.register(UnitPart)
 def _(value: UnitPart) -> Any:
     return ("UnitPart", value.positions, value.rows)
+
+
+@dataclass
+class _Pass:
+    """An exact pass in flight: its folds, when it started, the folds done and backed up,
+    and how long half of them took."""
+
+    folds: tuple[tuple[int, tuple[int, ...]], ...]
+    start: float
+    done: set[int]
+    backed_up: set[int]
+    half: float | None = None
+
+    def bound(self) -> float:
+        assert self.half is not None
+        return _backup_bound(FOLD_BACKUP_FACTOR, self.half, FOLD_BACKUP_MIN)
+
+    def waiting(self) -> list[int]:
+        """The folds neither done nor backed up."""
+        return [n for n in range(len(self.folds)) if n not in self.done | self.backed_up]
 
 
 @dataclass
@@ -463,6 +510,7 @@ class WorkerPool:
         self._stuck = False  # overdue work had nowhere to go: wait for the next status
         #: When the statuses are to be looked at next (inf: the runtime reports changes).
         self.next_status = membership_interval
+        self._pass: _Pass | None = None  # the exact pass in flight
 
     # ------------------------------------------------------------------ stimuli
     def handle_stimulus(self, *events: Event) -> list[Instruction]:
@@ -793,7 +841,7 @@ class WorkerPool:
             late = self._overdue(event.time, event.unloaded)
             out = self._ordered(self._shun(late, event.live)) if late else []
             self._stuck = bool(late) and not out
-        out += self._backups(event.time)
+        out += self._backups(event.time) + self._fold_backups(event.time)
         if event.time >= self.next_status:
             self.next_status = math.inf  # (until the statuses come)
             out.append(CheckStatus(stimulus_id=self._sid))
@@ -831,7 +879,7 @@ class WorkerPool:
         in seconds (the first sent of those in flight; a backup, which keeps its
         original's send time, may be older: it is then found at this later time); when
         one becomes due for a backup; when the statuses are to be looked at again."""
-        wake = min(self._next_backup_time(), self.next_status)
+        wake = min(self._next_backup_time(), self.next_status, self._next_fold_backup_time())
         if not self.watch:
             return wake
         if self._newest > self._checked_version:
@@ -877,11 +925,52 @@ class WorkerPool:
             out += self._move(i, target, why, kind)
         return out
 
+    # ------------------------------------------------------------------ exact passes
+    @_handle.register
+    def _(self, event: PassStarted) -> list[Instruction]:
+        self._pass = _Pass(event.folds, event.time, set(), set())
+        return []
+
+    @_handle.register
+    def _(self, event: FoldDone) -> list[Instruction]:
+        p = self._pass
+        assert p is not None, "no exact pass is in flight"
+        p.done.add(event.fold)
+        if p.half is None and 2 * len(p.done) >= len(p.folds):
+            p.half = event.time - p.start
+        return self._fold_backups(event.time)
+
+    @_handle.register
+    def _(self, event: PassEnded) -> list[Instruction]:
+        self._pass = None
+        return []
+
+    def _fold_backups(self, now: float) -> list[Instruction]:
+        """Backups of the pass's folds overdue once half of them are done."""
+        p = self._pass
+        if p is None or p.half is None or now - p.start <= p.bound():
+            return []
+        out: list[Instruction] = []
+        for n in p.waiting():
+            p.backed_up.add(n)
+            index, partitions = p.folds[n]
+            to = self._backup_target(index, partitions)
+            if to is not None:
+                out.append(self._decide(BackupFold(n, to, stimulus_id=self._sid)))
+        return out
+
+    def _next_fold_backup_time(self) -> float:
+        p = self._pass
+        if p is None or p.half is None or not p.waiting():
+            return math.inf
+        return _just_after(p.start + p.bound())
+
+    # ------------------------------------------------------------------ backups
     def _backups(self, now: float) -> list[Instruction]:
         """Backups of every whole unit overdue against the run's median latency."""
         if self.backup_after is None or len(self._recent) < _MIN_SAMPLES:
             return []
-        bound = self.backup_after * statistics.median(self._recent)
+        bound = _backup_bound(self.backup_after, statistics.median(self._recent))
         out: list[Instruction] = []
         for key, task in list(self.tasks.items()):
             if task.message is None and key not in self._twins and \
@@ -897,25 +986,30 @@ class WorkerPool:
             return math.inf
         due = next((t.sent for k, t in self.tasks.items() if t.message is None
                     and k not in self._twins and k not in self._halves), None)
-        bound = self.backup_after * statistics.median(self._recent)
+        bound = _backup_bound(self.backup_after, statistics.median(self._recent))
         return math.inf if due is None else _just_after(due + bound)
 
     def _backup(self, key: str, task: Task) -> SendBackup | None:
-        own = self.workers[task.unit.worker_index]
+        j = self._backup_target(task.unit.worker_index, task.unit.partitions)
+        if j is None:
+            self._twins[key] = key  # nowhere to send it: never try again
+            return None
+        self._backup_to[key] = j
+        return self._decide(SendBackup(key, task.unit, j, stimulus_id=self._sid))
+
+    def _backup_target(self, index: int, partitions: Sequence[int]) -> int | None:
+        """The worker index to compute work of ``index`` again: another worker, not found
+        slow, holding the most of ``partitions``, then the least busy (None: none)."""
+        own = self.workers[index]
         others = [j for j in range(len(self.workers)) if self.workers[j] != own
                   and self.workers[j] not in self.shunned]
         if not others:
-            self._twins[key] = key  # nowhere to send it: never try again
             return None
-        # a worker holding the most of the unit's partitions, then the least busy
         busy = {w: 0 for w in self.workers}
         for t in self.tasks.values():
             busy[t.worker] = busy.get(t.worker, 0) + 1
-        parts = task.unit.partitions
-        j = min(others, key=lambda o: (-sum(p in self.placement[o] for p in parts),
-                                       busy[self.workers[o]], o))
-        self._backup_to[key] = j
-        return self._decide(SendBackup(key, task.unit, j, stimulus_id=self._sid))
+        return min(others, key=lambda o: (-sum(p in self.placement[o] for p in partitions),
+                                          busy[self.workers[o]], o))
 
     # ------------------------------------------------------------------ the log
     def _decide(self, instruction: Any) -> Any:

@@ -30,6 +30,7 @@ from daskstraggle.data.matrix import Matrix
 from daskstraggle.engine import events
 from daskstraggle.engine.pool import (
     AwaitWorkers,
+    BackupFold,
     Cancel,
     CheckStatus,
     Deliver,
@@ -97,26 +98,28 @@ __all__ = ["MAX_LOCAL_WORKERS", "MEMBERSHIP_INTERVAL", "OWN_CLUSTER_CONFIG", "Da
 
 logger = logging.getLogger(__name__)
 
-#: An exact pass's fold still running this many times after half the folds finished
-#: (and at least BACKUP_MIN seconds after the start) is computed again elsewhere.
-BACKUP_FACTOR = 4.0
-BACKUP_MIN = 2.0
-#: Seconds an exact pass sleeps at most between its checks (backups, membership) while
-#: no fold result is queued; an arriving result wakes it at once.
+#: Seconds an exact pass sleeps at most between its looks at the statuses while no fold
+#: result is queued (an arriving result and the pool's wake-up time end it sooner).
 FOLD_POLL = 0.05
 #: Seconds a wait for results sleeps at most between its looks for an announced
 #: retirement (the pool's wake-up time and an arriving result end it sooner).
 NEWS_POLL = 0.1
 
-def _collect(ac: Any, fold_of: dict[Any, int], results: dict[int, Any]) -> None:
+def _collect(ac: Any, fold_of: dict[Any, int], results: dict[int, Any]) -> list[int]:
     """Take the folds ``as_completed`` has ready into ``results`` (the first result of each
-    fold counts); a fold that failed or was cancelled raises (``as_completed`` hands its
-    error over as a value, which must never be folded in as a result)."""
+    fold counts) and return those done now; a fold that failed or was cancelled raises
+    (``as_completed`` hands its error over as a value, which must never be folded in as a
+    result)."""
+    done = []
     while ac.has_ready():
         future, value = next(ac)
         if future.status != "finished":
             future.result()  # raises it: a task's error, or the cancellation
-        results.setdefault(fold_of[future.key], value)
+        n = fold_of[future.key]
+        if n not in results:
+            results[n] = value
+            done.append(n)
+    return done
 
 
 def _wait_ready(ac: Any, timeout: float) -> None:
@@ -380,6 +383,9 @@ class DaskRuntime(Runtime):
         self._asked: set[str] = set()
         self._out_of_memory: set[str] = set()
         self._news: RetirementNews | None = None
+        # the exact pass in flight: its folds, their as_completed, fold of each key, and
+        # the function, arguments and combine (what a BackupFold computes again)
+        self._pass: tuple[list[list[Any]], Any, dict[Any, int], tuple[Any, ...]] | None = None
         self._scheduler_lost = False
         self._token = uuid.uuid4().hex[:8]
         self.client, self._owned = connect(
@@ -547,9 +553,10 @@ class DaskRuntime(Runtime):
         left (the folds are cancelled and the pass must start again).
 
         A fold counts once its result has reached the client: a worker frozen right
-        after computing one still holds it, and is backed up like a slow one. A fold that
-        failed or was cancelled raises (``as_completed`` hands its error over as a value,
-        which must never be folded in as a result).
+        after computing one still holds it, and the pool backs it up like a slow one
+        (:class:`~daskstraggle.engine.pool.BackupFold`). A fold that failed or was
+        cancelled raises (``as_completed`` hands its error over as a value, which must
+        never be folded in as a result).
         """
         from distributed import as_completed
 
@@ -557,56 +564,27 @@ class DaskRuntime(Runtime):
                           with_results=True)
         fold_of = {fold[2].key: n for n, fold in enumerate(folds)}
         results: dict[int, Any] = {}
-        t0 = time.perf_counter()
-        half: float | None = None
+        self._pass = (folds, ac, fold_of, (fn, args, combine))
+        self._observe(events.PassStarted, self._new_stimulus_id("pass"),
+                      folds=tuple((fold[0], tuple(fold[1])) for fold in folds))
         try:
             while len(results) < len(folds):
-                _collect(ac, fold_of, results)
+                for n in _collect(ac, fold_of, results):
+                    self._observe(events.FoldDone, self._new_stimulus_id("fold"), fold=n)
                 if len(results) == len(folds):
                     break
                 now = time.perf_counter()
-                if half is None and 2 * len(results) >= len(folds):
-                    half = now - t0
-                if half is not None and now - t0 > max(BACKUP_MIN, BACKUP_FACTOR * half):
-                    for n in sorted(set(range(len(folds))) - results.keys()):
-                        self._back_up_fold(folds[n], n, ac, fold_of, (fn, args, combine))
                 if self._membership_due(now) and self._check_membership():
                     return None  # (a holder left)
-                _wait_ready(ac, FOLD_POLL)
+                if now >= self._wake:
+                    self._tick(now)
+                _wait_ready(ac, max(min(FOLD_POLL, self._wake - now), 0.0))
             return [results[n] for n in range(len(folds))]
         finally:
+            self._pass = None
+            self._observe(events.PassEnded, self._new_stimulus_id("pass-ended"))
             ac.clear()
             self.client.cancel([f for fold in folds for f in fold[2:]])
-
-    def _back_up_fold(self, fold: list[Any], n: int, ac: Any, fold_of: dict[Any, int],
-                     task: tuple[Any, ...]) -> None:
-        """Back up fold ``n`` once (:meth:`_backup`, ``task`` its function, arguments and
-        combine) and wait for the backup too."""
-        if len(fold) == 3:
-            fold.append(self._backup(fold, *task))
-            fold_of[fold[3].key] = n
-            ac.add(fold[3])
-
-    def _backup(self, fold: list[Any], fn: Callable[..., Any], args: tuple[Any, ...],
-                combine: Callable[[Any, Any], Any] | None) -> Any:
-        """Run a slow fold again on the next worker index with another address, from its
-        replicas there or from the source."""
-        assert self._matrix is not None
-        index, parts = fold[0], fold[1]
-        others = [j for j in range(len(self._held))
-                  if self._addresses[j] != self._addresses[index]]
-        if not others:
-            return fold[2]
-        j = others[0] if len(others) == 1 else min(
-            others, key=lambda o: (-sum(p in self._held[o] for p in parts), o))
-        token = uuid.uuid4().hex[:6]
-        blocks = [self._held[j][p] if p in self._held[j] else self._pinned(
-            self._matrix.loader(p), key=f"backup-load-p{p}-w{j}-{token}", worker_index=j)
-            for p in parts]
-        logger.warning("exact pass: worker %s is slow; its partitions %s are computed again "
-                       "on %s", self._addresses[index], parts, self._addresses[j])
-        return self._pinned(fold_map, fn, args, combine, *blocks,
-                            key=f"map-backup-{token}-w{j}", worker_index=j)
 
     def _check_memory(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> None:
         """Refuse, before loading, a share of the data that does not fit in a worker's
@@ -1122,6 +1100,24 @@ class DaskRuntime(Runtime):
     @_carry.register(CheckStatus)
     def _(self, instruction: CheckStatus) -> None:
         self._check_membership()
+
+    @_carry.register(BackupFold)
+    def _(self, instruction: BackupFold) -> None:
+        """Compute a slow fold of the exact pass again on the worker the pool chose (from
+        the partitions it holds, the others loaded from the source), and wait for both."""
+        assert self._pass is not None and self._matrix is not None
+        folds, ac, fold_of, (fn, args, combine) = self._pass
+        fold, j = folds[instruction.fold], instruction.to_index
+        token = uuid.uuid4().hex[:6]
+        blocks = [self._held[j][p] if p in self._held[j] else self._pinned(
+            self._matrix.loader(p), key=f"backup-load-p{p}-w{j}-{token}", worker_index=j)
+            for p in fold[1]]
+        logger.warning("exact pass: worker %s is slow; its partitions %s are computed again "
+                       "on %s", self._addresses[fold[0]], fold[1], self._addresses[j])
+        fold.append(self._pinned(fold_map, fn, args, combine, *blocks,
+                                 key=f"map-backup-{token}-w{j}", worker_index=j))
+        fold_of[fold[-1].key] = instruction.fold
+        ac.add(fold[-1])
 
     @_carry.register(AwaitWorkers)
     def _(self, instruction: AwaitWorkers) -> None:

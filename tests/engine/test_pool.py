@@ -210,3 +210,30 @@ def test_workers_that_all_run_out_of_memory_end_the_run_after_the_allowed_losses
     assert isinstance(out[-1], GiveUp) and len(out[-1].workers) == 3
     assert out[-1].workers == tuple(pool.losses[out[-1].index])
     assert len([i for i in out if isinstance(i, MoveIndex)]) <= 4
+
+
+def test_an_exact_pass_backs_up_its_slow_folds_by_the_units_rule():
+    """A fold still out FOLD_BACKUP_FACTOR times the time half the folds took (at least
+    FOLD_BACKUP_MIN s) is computed again once, on the worker holding most of its
+    partitions; the pool says when to look (WakeAt), and nothing after the pass ends."""
+    from daskstraggle.engine import pool as pool_module
+    from daskstraggle.engine.events import FoldDone, PassEnded, PassStarted, WakeAt
+
+    pool = WorkerPool(["a", "b", "c", "d"], placement=[(0, 1), (1, 2), (2, 3), (3, 0)],
+                      partition_rows=[5] * 4)
+    folds = ((0, (0, 1)), (1, (2,)), (2, (3,)))  # (worker index, partitions)
+    assert calls.tell(pool, PassStarted, 10.0, folds=folds) == []
+    assert calls.tell(pool, FoldDone, 11.0, fold=1) == []  # 1 of 3: no typical time yet
+    events = pool.handle_stimulus(FoldDone(fold=2, time=13.0, stimulus_id="fold-2"))
+    bound = max(pool_module.FOLD_BACKUP_MIN, pool_module.FOLD_BACKUP_FACTOR * 3.0)  # 12 s
+    assert [type(i).__name__ for i in events] == ["WakeAt"]
+    assert 10.0 + bound < events[0].time < 10.0 + bound + 1e-6
+    assert calls.tell(pool, Tick, 10.0 + bound, live=tuple(pool.workers)) == []  # not beyond
+    (backup,) = calls.tell(pool, Tick, 22.5, live=tuple(pool.workers))
+    # fold 0 (index 0, partitions 0 and 1) goes to index 3 or 1 (each holds one of them):
+    # the lower index of those equally placed, as for a unit's backup
+    assert (backup.fold, backup.to_index) == (0, 1)
+    assert calls.tell(pool, Tick, 30.0, live=tuple(pool.workers)) == []  # once only
+    assert calls.tell(pool, PassEnded, 31.0) == []
+    assert not [i for i in pool.handle_stimulus(
+        Tick(live=tuple(pool.workers), time=40.0, stimulus_id="t")) if not isinstance(i, WakeAt)]

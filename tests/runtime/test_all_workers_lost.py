@@ -18,6 +18,7 @@ from dask import config as dask_config
 
 from daskstraggle import config, fit_pca, open_matrix
 from daskstraggle.api import run_on
+from daskstraggle.engine.pool import WorkerPool
 from daskstraggle.errors import StraggleWarning, WorkerLostError
 from daskstraggle.methods import GD
 from daskstraggle.problems import PCA
@@ -130,6 +131,9 @@ def test_a_cancelled_or_failed_fold_raises_and_is_never_folded_in(dask_client):
 
     release = Event("daskstraggle-test-release-cancelled", client=dask_client)
     rt = DaskRuntime(dask_client)
+    # (the pool a run's load makes: it takes the pass's events)
+    rt.worker_pool = WorkerPool(rt.worker_names[:1] * 2, placement=[(0,), (1,)],
+                                partition_rows=[1, 1])
     try:
         done = dask_client.submit(int, 3, pure=False)
         slow = dask_client.submit(wait_for, release.name, pure=False)

@@ -125,12 +125,12 @@ def test_dsag_moves_rows_grown_too_stale_and_reports_the_staleness(data, fault_c
 
 def test_a_worker_frozen_before_the_injector_is_installed_is_one_line(data, monkeypatch,
                                                                       fault_cluster):
-    from daskstraggle.runtime import dask
+    from daskstraggle.engine import pool
 
     monkeypatch.setitem(dask_config.config["daskstraggle"]["timeouts"], "setup", 1.0)
     # the exact passes before it (the data's statistics, the start) back up the frozen
     # worker's partitions after this long (tested in test_worker_loss with its real value)
-    monkeypatch.setattr(dask, "BACKUP_MIN", 0.5)
+    monkeypatch.setattr(pool, "FOLD_BACKUP_MIN", 0.5)
     with DaskRuntime(fault_cluster[1], stragglers=SLOW, rng=0) as rt:
         address = rt.worker_names[0]
         pid = rt.client.run(os.getpid, workers=[address])[address]

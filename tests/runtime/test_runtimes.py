@@ -50,16 +50,18 @@ def test_an_exact_pass_returns_as_its_last_fold_arrives(dask_client, zarr_matrix
     # every pass (the load's statistics, the step-size iteration, the start and final
     # checks) waits for its folds; the last one to arrive must end the wait at once, not
     # after the poll interval (it did: 50 ms more per pass, 70 ms passes of a tiny problem).
-    # With a poll interval longer than the test may run, only an arriving fold can end a
-    # wait: a missed one hangs the run (pytest-timeout fails it)
+    # With a poll interval and a membership interval (the pool's wake-up time) longer than
+    # the test may run, only an arriving fold can end a wait: a missed one hangs the run
+    # (pytest-timeout fails it)
     poll = 3600.0
     monkeypatch.setattr(dask_runtime, "FOLD_POLL", poll)
+    monkeypatch.setattr(dask_runtime, "MEMBERSHIP_INTERVAL", poll)
     waits: list[bool] = []  # per wait of an exact pass: did it end with a fold queued?
     wait_ready = dask_runtime._wait_ready
 
     def watched(ac, timeout):
         wait_ready(ac, timeout)
-        if timeout == poll:
+        if timeout > poll / 2:
             waits.append(ac.has_ready())
 
     monkeypatch.setattr(dask_runtime, "_wait_ready", watched)
