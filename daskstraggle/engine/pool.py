@@ -44,6 +44,7 @@ did index 2 move to worker C at round 40".
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import heapq
 import itertools
@@ -306,85 +307,29 @@ class Decision:
     instruction: Any
 
 
-@functools.singledispatch
 def summary(value: Any) -> Any:
-    """A comparable summary of what a pool call returned (instructions by their type and
-    the fields that say what to do; tasks by key and worker), for replay checks.
+    """A comparable summary of instructions, for replay checks: each by its type and its
+    fields but the stimulus id, a work unit by its worker index and version, a task by its
+    key, worker and index, an array by its type.
 
     Examples
     --------
     >>> summary([Cancel(("k1",), stimulus_id="finished-k0")])
     [('Cancel', ('k1',))]
     """
-    return value if value is None or isinstance(value, str | int | float | bool) else \
-        type(value).__name__
-
-
-@summary.register(list)
-def _(value: list[Any]) -> Any:
-    return [summary(v) for v in value]
-
-
-@summary.register(tuple)
-def _(value: tuple[Any, ...]) -> Any:
-    return tuple(summary(v) for v in value)
-
-
-@summary.register(dict)
-def _(value: dict[Any, Any]) -> Any:
-    return {k: summary(v) for k, v in value.items()}
-
-
-@summary.register(Task)
-def _(value: Task) -> Any:
-    return ("Task", value.key, value.worker, value.unit.worker_index)
-
-
-@summary.register(MoveIndex)
-@summary.register(StartHelping)
-@summary.register(StopHelping)
-@summary.register(AwaitWorkers)
-@summary.register(GiveUp)
-def _(value: Any) -> Any:
-    return (type(value).__name__, *[getattr(value, f) for f in value.__slots__])
-
-
-@summary.register(Resend)
-def _(value: Resend) -> Any:
-    return ("Resend", value.index, value.cancel,
-            [(u.worker_index, u.version, only) for u, only in value.units])
-
-
-@summary.register(Cancel)
-def _(value: Cancel) -> Any:
-    return ("Cancel", value.keys)
-
-
-@summary.register(Deliver)
-def _(value: Deliver) -> Any:
-    return ("Deliver", summary(value.task), summary(value.outcome))
-
-
-@summary.register(WakeAt)
-@summary.register(CheckStatus)
-def _(value: Any) -> Any:
-    return (type(value).__name__, getattr(value, "time", None))
-
-
-@summary.register(SendBackup)
-def _(value: SendBackup) -> Any:
-    return ("SendBackup", value.key, value.to_index)
-
-
-@summary.register(SplitUnit)
-def _(value: SplitUnit) -> Any:
-    return ("SplitUnit", value.index, value.unit.version, summary(value.own),
-            summary(value.helper_part), value.helper, value.fraction)
-
-
-@summary.register(UnitPart)
-def _(value: UnitPart) -> Any:
-    return ("UnitPart", value.positions, value.rows)
+    if isinstance(value, list | tuple):
+        return type(value)(summary(v) for v in value)
+    if isinstance(value, WorkUnit):
+        return ("WorkUnit", value.worker_index, value.version)
+    if isinstance(value, Task):
+        return ("Task", value.key, value.worker, value.unit.worker_index)
+    if dataclasses.is_dataclass(value):
+        return (type(value).__name__, *[summary(getattr(value, f.name))
+                                        for f in dataclasses.fields(value)
+                                        if f.name != "stimulus_id"])
+    if value is None or isinstance(value, str | int | float | bool | frozenset):
+        return value
+    return type(value).__name__
 
 
 @dataclass
