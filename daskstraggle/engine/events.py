@@ -232,10 +232,11 @@ class Instruction:
 
 @dataclass(frozen=True, slots=True)
 class WakeAt(Instruction):
-    """Send a :class:`Tick` at ``time`` (inf: no need), unless another event comes first:
-    when work in flight becomes overdue or due for a backup, when rounds passed, or, with
-    a membership interval, when the cluster's statuses are to be looked at again. The
-    latest :class:`WakeAt` replaces the earlier ones."""
+    """Send a :class:`Tick` at ``time`` (inf: no need): when work in flight becomes
+    overdue or due for a backup (a unit, or a fold of an exact pass), at once when rounds
+    passed, or, with a membership interval, when the cluster's statuses are to be looked at
+    again. The latest :class:`WakeAt` replaces the earlier ones; the pool sends one
+    whenever the time changes."""
 
     time: float
 

@@ -788,7 +788,7 @@ class WorkerPool:
             self._stuck = bool(late) and not out
         out += self._backups(event.time) + self._fold_backups(event.time)
         if event.time >= self.next_status:
-            self.next_status = math.inf  # (until the statuses come)
+            self.next_status = event.time + self.membership_interval  # (asked again then)
             out.append(CheckStatus(stimulus_id=self._sid))
         return out
 
