@@ -366,10 +366,11 @@ class Method(ABC):
         return self._version
 
     def get_params(self) -> dict[str, Any]:
-        """Return the method's parameters (for traces): the attribute of each named
-        parameter of the constructor, in its order."""
+        """Return the method's parameters (for traces): each named parameter of the
+        constructor that the method keeps under its name, in the constructor's order."""
         parameters = inspect.signature(type(self)).parameters.values()
-        return {p.name: getattr(self, p.name) for p in parameters if p.kind is not p.VAR_KEYWORD}
+        return {p.name: getattr(self, p.name) for p in parameters
+                if p.kind is not p.VAR_KEYWORD and hasattr(self, p.name)}
 
     def _begin(self, problem: Problem, iterate: np.ndarray, step_size: float) -> None:
         """Reset the state every run starts with: the problem, the step size, a float64

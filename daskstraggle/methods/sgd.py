@@ -119,9 +119,10 @@ class SGD(Method):
         self.balancer = check_balance(balance, caller=caller)
 
     def get_params(self) -> dict[str, Any]:
-        """As :meth:`Method.get_params`; ``balance`` is the balancer's parameters."""
-        balance = None if self.balancer is None else self.balancer.get_params()
-        return {**super().get_params(), "balance": balance}
+        """Return the parameters (``balance``: the balancer's)."""
+        return {"n_wait": self.n_wait, "subpartitions": self.subpartitions,
+                "collect_window": self.collect_window,
+                "balance": None if self.balancer is None else self.balancer.get_params()}
 
     def step_factor(self, problem: Problem, n_workers: int) -> float:
         """Return ``problem.stochastic_step_factor`` for :meth:`convergence_window`, the
