@@ -257,7 +257,10 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
     method_params = _method_params(params["method"], values)
     if method_params is not None:
         params["method_params"] = method_params
-    _configured_defaults(params)
+    for name, setting, read in (("max_iter", "max-iter", config.count),
+                                ("tol", "tol", config.number)):  # unset: the dask config's
+        if params.get(name) is None:
+            params[name] = read(setting)
     common = dict(params, rng=seed, progress=config.progress() and not quiet and not as_json)
     fit: Callable[..., Any] = (fit_pca if kind == "pca" else fit_logistic if kind == "logreg"
                                else fit_least_squares)
@@ -703,16 +706,6 @@ def demo(n_workers: int | None, out: Path | None, as_json: bool) -> None:
         _echo_json(summary, what="the demo")
         return
     click.echo(format_result(result, out=result_path, matrix=matrix, data_path=data_path))
-
-
-def _configured_defaults(params: dict[str, Any]) -> None:
-    """Fill the solve options left unset from the dask config (daskstraggle.config)."""
-    from daskstraggle import config
-
-    if params.get("max_iter") is None:
-        params["max_iter"] = config.count("max-iter")
-    if params.get("tol") is None:
-        params["tol"] = config.number("tol")
 
 
 def _check_demo_options(n_workers: int, out: Path | None) -> Path:
