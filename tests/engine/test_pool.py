@@ -237,3 +237,22 @@ def test_an_exact_pass_backs_up_its_slow_folds_by_the_units_rule():
     assert calls.tell(pool, PassEnded, 31.0) == []
     assert not [i for i in pool.handle_stimulus(
         Tick(live=tuple(pool.workers), time=40.0, stimulus_id="t")) if not isinstance(i, WakeAt)]
+
+
+def test_the_pool_asks_for_the_statuses_at_its_membership_interval():
+    """With a membership interval the pool wakes the runtime to look at the statuses
+    (CheckStatus) that long after the last ones came, and again an interval later if they
+    do not come; without one (the simulated runtime reports every change) it never asks."""
+    from daskstraggle.engine.events import StatusChanged, WakeAt
+    from daskstraggle.engine.pool import CheckStatus
+
+    pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[5, 5],
+                      membership_interval=1.0)
+    out = pool.handle_stimulus(StatusChanged(status={"a": "running", "b": "running"},
+                                             time=10.0, stimulus_id="status-1"))
+    assert [(type(i).__name__, i.time) for i in out] == [("WakeAt", 11.0)]
+    out = pool.handle_stimulus(Tick(live=("a", "b"), time=11.0, stimulus_id="tick-2"))
+    assert isinstance(out[0], CheckStatus) and out[0].stimulus_id == "tick-2"
+    assert isinstance(out[-1], WakeAt) and out[-1].time == 12.0  # asked again if none came
+    never = WorkerPool(["a"], placement=[(0,)], partition_rows=[5])
+    assert calls.tell(never, Tick, 1e9, live=("a",)) == []
