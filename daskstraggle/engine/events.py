@@ -1,5 +1,7 @@
 """What the runtime tells the engine (events) and what the engine tells the runtime to do
-(instructions): frozen values, in the style of distributed's ``worker_state_machine``.
+(instructions), in the style of distributed's ``worker_state_machine``: instructions are
+frozen values; events are slotted records nothing changes once made (not frozen: a frozen
+dataclass takes three times as long to make, and the runtimes make two per task).
 
 Every event carries the time at which the runtime observed it (``time``, seconds of the
 runtime's clock: real for the Dask and in-process runtimes, simulated for the simulated
@@ -69,7 +71,7 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------ events
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Event:
     """Something the runtime observed at ``time`` (seconds of its clock), named by
     ``stimulus_id``."""
@@ -78,49 +80,49 @@ class Event:
     stimulus_id: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Begin(Event):
     """The run starts (or resumes): dispatch to every worker."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Arrived(Event):
     """A result arrived (reply to :class:`Await`)."""
 
     result: WorkResult
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Quiet(Event):
     """No result arrived within the wait's timeout (reply to :class:`Await`)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Checked(Event):
     """The exact kernel sum at the asked point (reply to :class:`CheckExact`)."""
 
     result: KernelResult
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Stepped(Event):
     """The runtime's step hook ran (reply to :class:`AfterStep`)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Freed(Event):
     """Abandoning stale messages freed these worker indices (reply to :class:`Abandon`)."""
 
     workers: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Saved(Event):
     """The checkpoint was written (reply to :class:`WriteCheckpoint`)."""
 
 
 # ----------------------------------------------------------------- the workers' events
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Sending(Event):
     """``unit`` is about to be sent: the pool answers how (a ``SplitUnit`` with a ready
     helper, or nothing: whole)."""
@@ -128,7 +130,7 @@ class Sending(Event):
     unit: WorkUnit
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TaskSent(Event):
     """Task ``key`` of ``unit`` (whole, or message ``message`` of a streamed one; ``final``:
     its worker index is idle after it) went to the index's worker."""
@@ -139,7 +141,7 @@ class TaskSent(Event):
     final: bool = True
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class SplitSent(Event):
     """``unit`` went out as two parts: ``keys[0]`` to its worker, ``keys[1]`` to its
     helper."""
@@ -148,7 +150,7 @@ class SplitSent(Event):
     keys: tuple[str, str]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class BackupSent(Event):
     """The backup the pool asked for of task ``key`` went out as ``backup_key``."""
 
@@ -156,7 +158,7 @@ class BackupSent(Event):
     backup_key: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TaskFinished(Event):
     """Task ``key`` finished with ``outcome`` (a ``(result, seconds)`` pair)."""
 
@@ -164,7 +166,7 @@ class TaskFinished(Event):
     outcome: Any
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TasksDropped(Event):
     """The runtime cancelled tasks ``keys`` (abandoned stale messages, tasks whose worker
     is gone), or every task in flight (``keys`` None: the run ended)."""
@@ -172,7 +174,7 @@ class TasksDropped(Event):
     keys: tuple[str, ...] | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class StatusChanged(Event):
     """The cluster's workers and their statuses; ``retiring``: workers known to retire
     from elsewhere, ``tight``: restarts of workers that ran out of memory in this run."""
@@ -182,14 +184,14 @@ class StatusChanged(Event):
     tight: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class HelperReady(Event):
     """The helper of worker index ``index`` holds the index's partitions."""
 
     index: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class PassStarted(Event):
     """An exact pass went out: one fold per worker index in ``folds``, each ``(worker
     index, partitions)``, every partition in one fold."""
@@ -197,7 +199,7 @@ class PassStarted(Event):
     folds: tuple[tuple[int, tuple[int, ...]], ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class FoldDone(Event):
     """Fold ``fold`` (its position in :class:`PassStarted`) of the exact pass reached the
     runtime (its own result or its backup's)."""
@@ -205,12 +207,12 @@ class FoldDone(Event):
     fold: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class PassEnded(Event):
     """The exact pass is over (done, or started again after a holder left)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Tick(Event):
     """The time the pool asked to be woken at (:class:`WakeAt`) came: ``live`` are the
     workers that may take work, ``unloaded`` the tasks still waiting for their data."""

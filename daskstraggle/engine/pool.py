@@ -413,6 +413,8 @@ class WorkerPool:
                  membership_interval: float = math.inf) -> None:
         self._start = (list(workers), [tuple(p) for p in placement], list(partition_rows))
         self.watch, self.membership_interval = watch, membership_interval
+        # (whether any wake-up time but an exact pass's can be finite)
+        self._timed = watch or backup_after is not None or membership_interval < math.inf
         self.workers = list(workers)
         self.placement = [tuple(p) for p in placement]
         self.partition_rows = list(partition_rows)
@@ -486,7 +488,7 @@ class WorkerPool:
         for event in events:
             self._now, self._sid = event.time, event.stimulus_id
             got = _dispatch(type(event))(self, event)
-            wake = self._wake()
+            wake = self._wake() if self._timed or self._pass is not None else math.inf
             if wake != self._woken:
                 self._woken = wake
                 got.append(WakeAt(wake, stimulus_id=self._sid))

@@ -450,11 +450,15 @@ class Runtime(ABC):
         assert self.worker_pool is not None
         out = self.worker_pool.handle_stimulus(kind(time=self._clock(), stimulus_id=(
             self._cause if stimulus_id is None else stimulus_id), **fields))
-        if out and isinstance(out[-1], WakeAt):
+        if not out:
+            return out
+        if isinstance(out[-1], WakeAt):
             self._wake = cast(WakeAt, out.pop()).time
-        answers: list[Instruction] = [i for i in out if isinstance(i, Deliver | SplitUnit)]
+        answers: list[Instruction] = []
         for instruction in out:
-            if not isinstance(instruction, Deliver | SplitUnit):
+            if isinstance(instruction, Deliver | SplitUnit):
+                answers.append(instruction)
+            else:
                 self._cause = instruction.stimulus_id
                 self._carry(instruction)
         return answers
