@@ -21,6 +21,7 @@ from daskstraggle.latency.base import (
     LatencyModel,
     LatencySampler,
     Streams,
+    _check_in_range,
     _is_index,
     _is_number,
     _worker_indices,
@@ -124,13 +125,8 @@ class _Modifier(LatencyModel):
             value = getattr(self, f.name)
             if isinstance(value, LatencyModel):
                 value.check_n_workers(n_workers)
-        for w in getattr(self, "workers", None) or ():
-            if w >= n_workers:
-                raise InvalidParameterError(
-                    f"The 'workers' parameter of {type(self).__name__} is invalid: worker {w} is "
-                    f"out of range for {n_workers} workers (indices 0..{n_workers - 1}); list "
-                    f"indices below {n_workers}."
-                )
+        _check_in_range(f"The 'workers' parameter of {type(self).__name__}",
+                        getattr(self, "workers", None) or (), n_workers)
 
 
 class _FactorSampler(LatencySampler):

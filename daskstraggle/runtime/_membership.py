@@ -2,18 +2,9 @@
 
 The decisions (where a lost, retiring or frozen worker's indices go, what a newcomer does)
 are the pool's (:class:`~daskstraggle.engine.pool.WorkerPool`); this module reads the
-cluster for it:
-
-- every ``MEMBERSHIP_INTERVAL`` seconds while the runtime waits for results (and before
-  every exact pass) it asks the scheduler for its workers and their status
-  (:func:`~daskstraggle.runtime._connect.worker_status`);
-- :class:`RetirementNews` subscribes to each worker's scheduler events, where a
-  retirement (``client.retire_workers``, adaptive scale-down, ``dask worker --lifetime``)
-  is announced the moment it starts; :func:`retired_before_leaving` reads a vanished
-  worker's event log (it retired too fast for the news to arrive);
-- :func:`wait_for_any_worker` waits, bounded, when every worker is gone;
-- :func:`copies_elsewhere` asks which loaded partitions live workers still hold (a
-  retiring worker's, which Dask copies away before it closes).
+cluster for it: retirements announced in the workers' scheduler events, the event log of a
+worker that left, a bounded wait when every worker is gone, and which partitions live
+workers still hold.
 """
 
 from __future__ import annotations
@@ -82,9 +73,7 @@ class RetirementNews:
 
     def _on_event(self, address: str, event: Any) -> None:
         # runs in the client's event loop thread: only queue it (deque appends are atomic)
-        msg = event[1] if isinstance(event, tuple | list) and len(event) == 2 else None
-        if isinstance(msg, dict) and msg.get("action") == "worker-status-change" and \
-                msg.get("status") == RETIRING:
+        if isinstance(event, tuple | list) and len(event) == 2 and _retiring(event[1]):
             self.news.append(address)
 
     def take(self) -> set[str]:
@@ -117,8 +106,13 @@ def retired_before_leaving(client: Any, address: str) -> bool:
     except Exception as err:  # no log: call it lost
         logger.info("reading the events of %s failed (%s)", address, err)
         return False
-    return any(isinstance(msg, dict) and msg.get("action") == "worker-status-change"
-               and msg.get("status") == RETIRING for _, msg in events or ())
+    return any(_retiring(msg) for _, msg in events or ())
+
+
+def _retiring(msg: Any) -> bool:
+    """Whether a worker's scheduler event says it started retiring."""
+    return isinstance(msg, dict) and msg.get("action") == "worker-status-change" and \
+        msg.get("status") == RETIRING
 
 
 def wait_for_any_worker(client: Any, usable: Callable[[dict[str, str]], bool] | None = None,
