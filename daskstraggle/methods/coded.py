@@ -43,7 +43,34 @@ SCHEME_OPTIONS = (
 )
 
 
-class CodedGD(Method):
+class _DrawsPlacement:
+    """Keeps the assignment a coded method draws in ``placement`` for its run."""
+
+    _assignment: CodeAssignment | None = None
+
+    @property
+    def assignment(self) -> CodeAssignment | None:
+        """The drawn assignment of the current run."""
+        return self._assignment
+
+    def _keep(self, assignment: CodeAssignment, n_partitions: int) -> list[tuple[int, ...]]:
+        """Keep ``assignment`` (which must have ``n_partitions``); return its placement."""
+        if assignment.n_partitions != n_partitions:
+            raise InvalidParameterError(
+                f"{type(self).__name__} ({assignment.scheme!r} scheme) needs "
+                f"{assignment.n_partitions} partitions, the runtime has {n_partitions}.")
+        self._assignment = assignment
+        return [tuple(p) for p in assignment.placement]
+
+    def _drawn(self, placement: list[tuple[int, ...]]) -> CodeAssignment:
+        """Return the kept assignment, whose placement ``placement`` must be."""
+        if self._assignment is None or not self._assignment.matches(placement):
+            raise InvalidParameterError(
+                f"{type(self).__name__}.start needs the placement it drew itself.")
+        return self._assignment
+
+
+class CodedGD(_DrawsPlacement, Method):
     """Gradient descent with a coding scheme: step as soon as the responders decode.
 
     Every worker stores the partitions of the scheme's placement and returns its coded
@@ -104,7 +131,6 @@ class CodedGD(Method):
             self.scheme = make_scheme(scheme, **scheme_params)
         self.rng = rng
         self.nesterov = check_bool(nesterov, name="nesterov", caller="CodedGD")
-        self._assignment: CodeAssignment | None = None
 
     def get_params(self) -> dict[str, Any]:
         """As :meth:`Method.get_params`; ``scheme`` is the scheme's parameters."""
@@ -142,13 +168,7 @@ class CodedGD(Method):
                 f"{assignment.info.get('coverage_probability', float('nan')):.3g}); use more "
                 "workers, a larger batch size or another rng."
             )
-        if assignment.n_partitions != n_partitions:
-            raise InvalidParameterError(
-                f"The {assignment.scheme!r} scheme needs {assignment.n_partitions} partitions, "
-                f"the runtime has {n_partitions}."
-            )
-        self._assignment = assignment
-        placement = [tuple(p) for p in assignment.placement]
+        placement = self._keep(assignment, n_partitions)
         if n_workers > 1 and all(len(set(p)) == n_partitions for p in placement):
             warnings.warn(
                 f"The {assignment.scheme!r} scheme with these parameters stores the whole "
@@ -161,20 +181,14 @@ class CodedGD(Method):
     def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
               step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state."""
-        if self._assignment is None or not self._assignment.matches(placement):
-            raise InvalidParameterError("CodedGD.start needs the placement it drew itself.")
+        assignment = self._drawn(placement)
         self.check_problem(problem)
         self._begin(problem, iterate, step_size)
         self._momentum = Nesterov(self._x) if self.nesterov else None
         self._sent: set[int] = set()
         self._messages: dict[tuple[int, int], KernelResult] = {}
-        self._coverage = Coverage(self._assignment)
+        self._coverage = Coverage(assignment)
         self._weights: dict[tuple[int, int], float] | None = None
-
-    @property
-    def assignment(self) -> CodeAssignment | None:
-        """The drawn assignment of the current run."""
-        return self._assignment
 
     def dispatch(self, worker_index: int) -> WorkUnit | None:
         """Send the current iterate and the worker's coefficients, once per iterate."""

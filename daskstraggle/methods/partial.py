@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from daskstraggle._validation import check_choice, check_fraction, check_int
-from daskstraggle.coding.base import CodeAssignment
 from daskstraggle.coding.rcs import RCS, IncrementalDecoder, default_degrees
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit, cached_summary
+from daskstraggle.methods.coded import _DrawsPlacement
 from daskstraggle.methods.options import MethodOption, parse_int_list
 from daskstraggle.problems.base import KernelResult, Problem, combine
 
@@ -21,7 +21,7 @@ __all__ = ["ORDERINGS", "PartialRecovery"]
 ORDERINGS = ("static", "shift", "age")
 
 
-class PartialRecovery(Method):
+class PartialRecovery(_DrawsPlacement, Method):
     """Coded computation with partial recovery, tolerance ``q`` and age-aware ordering.
 
     The data is split into ``K = N`` partitions; worker ``i`` stores ``L = sum(degrees)``
@@ -112,7 +112,6 @@ class PartialRecovery(Method):
         self.age_threshold = check_int(age_threshold, name="age_threshold", caller=caller,
                                        low=0)
         self.rng = rng
-        self._assignment: CodeAssignment | None = None
 
     def _code_for(self, n_workers: int) -> RCS:
         """The RCS code for ``n_workers``: the given degrees, or the default that fits."""
@@ -141,24 +140,12 @@ class PartialRecovery(Method):
         self.check_n_workers(n_workers)
         self.code = self._code_for(n_workers)
         assignment = self.code.assign(n_workers, rng=self.rng)
-        if assignment.n_partitions != n_partitions:
-            raise InvalidParameterError(
-                f"PartialRecovery needs {assignment.n_partitions} partitions (one per "
-                f"worker), the runtime has {n_partitions}."
-            )
-        self._assignment = assignment
-        return [tuple(p) for p in assignment.placement]
-
-    @property
-    def assignment(self) -> CodeAssignment | None:
-        """The drawn RCS assignment of the current run."""
-        return self._assignment
+        return self._keep(assignment, n_partitions)
 
     def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
               step_size: float, partition_rows: list[int] | None = None) -> None:
         """Reset the run state: all ages 0, the static order."""
-        if self._assignment is None or not self._assignment.matches(placement):
-            raise InvalidParameterError("PartialRecovery.start needs the placement it drew.")
+        self._drawn(placement)
         partition_rows = self._worker_rows_of(placement, partition_rows)
         self._begin(problem, iterate, step_size)
         self._lists = [tuple(p) for p in placement]
