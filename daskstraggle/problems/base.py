@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol, Self
 import numpy as np
 
 from daskstraggle._declared_options import CliOption
+from daskstraggle.errors import StraggleError
 from daskstraggle.problems.block import Block, MatrixStats
 from daskstraggle.problems.held import KernelResult, combine
 from daskstraggle.problems.separation import Separation
@@ -78,10 +79,20 @@ class Problem(ABC):
     #: parameters, each passed to the problem's ``fit_*`` function under its ``target``.
     cli_options: ClassVar[tuple[CliOption, ...]] = ()
 
+    #: The fields :meth:`bind` fills (None until then), in :meth:`_bound`'s order.
+    _bound_fields: ClassVar[tuple[str, ...]] = ()
+
     @property
-    @abstractmethod
     def is_bound(self) -> bool:
         """Whether :meth:`bind` has fixed the data-dependent fields."""
+        return all(getattr(self, name) is not None for name in self._bound_fields)
+
+    def _bound(self) -> tuple[Any, ...]:
+        """Return the values of :attr:`_bound_fields`; raise StraggleError until bound."""
+        if not self.is_bound:
+            raise StraggleError(
+                f"{type(self).__name__} is not bound to data: call bind(stats) first.")
+        return tuple(getattr(self, name) for name in self._bound_fields)
 
     def check_shape(self, n_samples: int, n_features: int) -> None:  # noqa: B027 - optional
         """Raise InvalidParameterError if the parameters cannot fit a matrix of this shape

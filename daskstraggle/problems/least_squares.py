@@ -54,6 +54,7 @@ class _LinearModel(Problem):
     _curvature: ClassVar[float] = 1.0
     #: The loss: logistic (True) or squared (False).
     _logistic: ClassVar[bool] = False
+    _bound_fields: ClassVar[tuple[str, ...]] = ("n_features", "n_samples", "penalty")
 
     alpha: float | None = None
     fit_intercept: bool = True
@@ -124,22 +125,14 @@ class _LinearModel(Problem):
         return {"alpha": self.alpha, "fit_intercept": self.fit_intercept}
 
     @property
-    def is_bound(self) -> bool:
-        """Whether :meth:`bind` has fixed the data-dependent fields."""
-        return self.penalty is not None
-
-    @property
     def n_params(self) -> int:
         """Length of the iterate: ``n_features`` plus one with an intercept."""
         return self._bound()[0] + int(self.fit_intercept)
 
     def _bound(self) -> tuple[int, int, float]:
-        """Return ``(n_features, n_samples, penalty)`` or raise if not bound."""
-        if self.penalty is None or self.n_features is None or self.n_samples is None:
-            raise StraggleError(
-                f"{type(self).__name__} is not bound to data: call bind(stats) first."
-            )
-        return self.n_features, self.n_samples, self.penalty
+        """As :meth:`Problem._bound`: ``(n_features, n_samples, penalty)``."""
+        d, n, penalty = Problem._bound(self)
+        return d, n, penalty
 
     def _bind_fields(self, stats: MatrixStats) -> dict[str, Any]:
         """Check the statistics common to the regressions; return the bound fields."""

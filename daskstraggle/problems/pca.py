@@ -17,7 +17,6 @@ from daskstraggle.errors import (
     DivergenceError,
     InvalidDataError,
     InvalidParameterError,
-    StraggleError,
     StraggleWarning,
 )
 from daskstraggle.problems._kernels import gram_sum, pca_pass_sum
@@ -148,6 +147,7 @@ class PCA(Problem):
     )
     #: Momentum methods are refused: iterates are subspaces.
     supports_momentum: ClassVar[bool] = False
+    _bound_fields: ClassVar[tuple[str, ...]] = ("mean", "total")
 
     n_components: int = 2
     center: bool = True
@@ -184,11 +184,6 @@ class PCA(Problem):
                 "oversample": self.oversample, "min_eigengap": self.min_eigengap}
 
     @property
-    def is_bound(self) -> bool:
-        """Whether :meth:`bind` has fixed the data-dependent fields."""
-        return self.mean is not None
-
-    @property
     def n_features(self) -> int:
         """Number of columns of the bound matrix."""
         return int(self._bound()[0].shape[0])
@@ -205,10 +200,9 @@ class PCA(Problem):
         return min(self.n_components + (self.oversample or 0), self.n_features)
 
     def _bound(self) -> tuple[np.ndarray, float]:
-        """Return ``(mean, total)`` or raise if not bound."""
-        if self.mean is None or self.total is None:
-            raise StraggleError("PCA is not bound to data: call bind(stats) first.")
-        return self.mean, self.total
+        """As :meth:`Problem._bound`: ``(mean, total)``."""
+        mean, total = Problem._bound(self)
+        return mean, total
 
     def check_shape(self, n_samples: int, n_features: int) -> None:
         """As :meth:`Problem.check_shape`.
