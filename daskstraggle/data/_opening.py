@@ -22,7 +22,7 @@ from daskstraggle.data._zarr import (
     open_node,
     read,
 )
-from daskstraggle.data.genotypes import DatasetArrays, StoreArrays, VariantTable
+from daskstraggle.data.genotypes import DatasetArrays, StoreArrays, VariantTable, _is_xarray
 from daskstraggle.data.sources import (
     ArraySource,
     DaskSource,
@@ -186,26 +186,21 @@ def open_dataset(ds: Any, labels: Any, options: OpenOptions) -> Matrix:
 def open_counts(source: Any, labels: Any, rows_are_variants: bool,
                 options: OpenOptions) -> Matrix:
     """Open an in-memory 2-D array of allele counts (``genotype_dims`` given)."""
-    _check_dense(source)
-    data = source.data if _is_xarray(source) else source
-    columns = None
-    if _is_xarray(source):
-        dims = tuple(map(str, source.dims))
-        if set(dims) == {"variants", "samples"} and (dims[0] == "variants") != rows_are_variants:
-            raise InvalidParameterError(
-                f"The 'genotype_dims' parameter of open_matrix contradicts the DataArray's "
-                f"dims {dims}; pass genotype_dims={dims}."
-            )
-        sample_dim = dims[1] if rows_are_variants else dims[0]
-        if sample_dim in source.coords:
-            columns = _strings(source.coords[sample_dim].values)
-    if not _is_dask(data):
-        data = np.asarray(data)
+    data, dims = _unwrap(source)
+    if (dims is not None and set(dims) == {"variants", "samples"}
+            and (dims[0] == "variants") != rows_are_variants):
+        raise InvalidParameterError(
+            f"The 'genotype_dims' parameter of open_matrix contradicts the DataArray's "
+            f"dims {dims}; pass genotype_dims={dims}."
+        )
     if len(data.shape) != 2 or np.dtype(data.dtype).kind not in "iu":
         raise InvalidDataError(
             "genotype_dims applies to a 2-D integer array of allele counts; got "
             f"{type(source).__name__} of shape {tuple(data.shape)} and dtype {data.dtype}."
         )
+    columns = None  # the sample dim's coordinate: dims[1] if rows are variants, else dims[0]
+    if dims is not None and (sample_dim := dims[int(rows_are_variants)]) in source.coords:
+        columns = _strings(source.coords[sample_dim].values)
     if not rows_are_variants:
         data = data.T
     _check_2d(tuple(data.shape), "array of allele counts")
@@ -244,34 +239,42 @@ def default_client() -> Any:
 # ------------------------------------------------------------------------------- arrays
 def open_array(source: Any, labels: Any, chunk_rows: int | None) -> Matrix:
     """Open an in-memory input (numpy, dask, xarray)."""
-    _check_dense(source)
-    dims = ("sample", "feature")
-    columns = None
-    data = source
-    if _is_xarray(source):
+    data, dims = _unwrap(source)
+    names, columns = ("sample", "feature"), None
+    if dims is not None:
         _check_2d(source.shape, f"xarray.DataArray {source.name!r}")
-        dims = (str(source.dims[0]), str(source.dims[1]))
+        names = (dims[0], dims[1])
         if dims[1] in source.coords:
             columns = np.asarray(source.coords[dims[1]].values)
-        data = source.data
-        _check_dense(data)
     if _is_dask(data):
         _check_known_chunks(data)
         _check_2d(data.shape, "dask array")
         src: RowSource = DaskSource(data)
     else:
-        src = _array_source(source, data, chunk_rows)
+        src = _array_source(data, chunk_rows)
     y = parse_labels(labels, None, src.shape[0])
-    return Matrix(src, src.chunk_bounds, labels=y, columns=columns, dims=dims)
+    return Matrix(src, src.chunk_bounds, labels=y, columns=columns, dims=names)
 
 
-def _array_source(source: Any, data: Any, chunk_rows: int | None) -> ArraySource:
+def _unwrap(source: Any) -> tuple[Any, tuple[str, ...] | None]:
+    """The dask or numpy array of ``source`` and its xarray dims (None if not a DataArray),
+    refusing sparse input and what numpy cannot read."""
+    _check_dense(source)
+    dims = tuple(map(str, source.dims)) if _is_xarray(source) else None
+    data = source if dims is None else source.data
+    _check_dense(data)
+    if _is_dask(data):
+        return data, dims
     try:
         values = np.asarray(data)
     except Exception as err:  # anything numpy cannot turn into an array
         raise _unreadable(source) from err
     if values.ndim == 0 and values.dtype == object:  # an object numpy does not see into
         raise _unreadable(source)
+    return values, dims
+
+
+def _array_source(values: np.ndarray, chunk_rows: int | None) -> ArraySource:
     _check_2d(values.shape, "array")
     if values.dtype.kind not in "fiub":
         raise InvalidDataError(
@@ -495,10 +498,6 @@ def _check_2d(shape: tuple[int, ...], what: str) -> None:
 def _strings(values: Any) -> np.ndarray:
     """Return fixed-width str values (numpy StringDType and object arrays included)."""
     return np.array([str(v) for v in np.asarray(values, dtype=object).ravel()])
-
-
-def _is_xarray(obj: Any) -> bool:
-    return type(obj).__module__.startswith("xarray") and hasattr(obj, "dims")
 
 
 def is_dataset(obj: Any) -> bool:
