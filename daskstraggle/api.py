@@ -512,17 +512,17 @@ _FLAT_ORDER = ("method", "method_params", "step_size", "stop", "report", "runtim
                "data", "checkpoint", "out", "overwrite", "progress")
 
 
-def _flat_options() -> dict[str, tuple[str, type, str] | None]:
+def _flat_options() -> dict[str, tuple[str, type, dataclasses.Field[Any]] | None]:
     """Each option of the ``fit_*`` functions (``_FLAT_ORDER``), declared once: the field of
     one of ``solve``'s groups that holds it, as ``(solve's parameter, group, field)``, or
     None for a keyword of :func:`_run` (``solve`` takes it itself)."""
     groups = run_groups()
-    flat: dict[str, tuple[str, type, str] | None] = {}
+    flat: dict[str, tuple[str, type, dataclasses.Field[Any]] | None] = {}
     for name in _FLAT_ORDER:
         if name not in groups:
             flat[name] = None
             continue
-        flat.update({flat_name(field): (name, groups[name], field.name)
+        flat.update({flat_name(field): (name, groups[name], field)
                      for field in dataclasses.fields(groups[name])})
     return flat
 
@@ -576,11 +576,10 @@ def _options_doc() -> str:
         if name in written or where is None:
             entries.append(written.get(name) or solves[name])
             continue
-        fields = {f.name: f for f in dataclasses.fields(where[1])}
-        field = fields[where[2]]
+        field = where[2]
         entry = _doc_entries(where[1].__doc__).get(field.name)
         if entry is not None:
-            for other in fields.values():  # the group's names as the fit_* keywords
+            for other in dataclasses.fields(where[1]):  # the group's names as fit_* keywords
                 entry = entry.replace(f"``{other.name}``", f"``{flat_name(other)}``")
             entries.append(entry.replace(f"    {field.name} : ", f"    {name} : ", 1))
             continue
@@ -606,35 +605,32 @@ def _flat_parameters() -> list[inspect.Parameter]:
     default and annotation of the group field that holds it (``_GROUPED``), or of
     :func:`_run`'s own keyword."""
     run = inspect.signature(_run).parameters
-    fields = {(where[1], where[2]): field for where in _GROUPED.values() if where is not None
-              for field in dataclasses.fields(where[1]) if field.name == where[2]}
     return [run[name].replace(kind=inspect.Parameter.KEYWORD_ONLY) if where is None else
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                              default=fields[where[1:]].default,
-                              annotation=fields[where[1:]].type)
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=where[2].default,
+                              annotation=where[2].type)
             for name, where in _GROUPED.items()]
 
 
 def _grouped(flat: dict[str, Any]) -> dict[str, Any]:
     """:func:`_run`'s keywords from the flat run options (``_GROUPED``): each group built
     from its fields given (its defaults for the others), ``_run``'s own keywords as given."""
+    out: dict[str, Any] = {}
     fields: dict[str, dict[str, Any]] = {}
-    own = {}
     for name, value in flat.items():
         where = _GROUPED[name]
         if where is None:
-            own[name] = value
+            out[name] = value
         else:
-            fields.setdefault(where[0], {})[where[2]] = value
-    groups = {param: where[1](**fields[param]) for param, where in
-              {w[0]: w for w in _GROUPED.values() if w is not None}.items() if param in fields}
-    return {**own, **groups}
+            fields.setdefault(where[0], {})[where[2].name] = value
+    groups = run_groups()
+    return out | {param: groups[param](**given) for param, given in fields.items()}
 
 
 #: The flat keywords ``solve`` took before its options were grouped, and where each went.
 _MOVED_KEYWORDS = {
-    name: f"{where[0]}={where[1].__name__}({where[2]}=...)"
-    for name, where in _GROUPED.items() if where is not None and where[2] not in ("name", "path")
+    name: f"{where[0]}={where[1].__name__}({where[2].name}=...)"
+    for name, where in _GROUPED.items()
+    if where is not None and where[2].name not in ("name", "path")
 } | {"method_params": "a method object, e.g. method=DSAG(n_wait=3), or make_method(name, ...)"}
 
 
@@ -743,8 +739,7 @@ def solve(
     for name, value in moved.items():
         if name not in _MOVED_KEYWORDS:
             raise TypeError(f"solve() got an unexpected keyword argument {name!r}")
-        where = _MOVED_KEYWORDS[name]
-        group = _GROUPED[name]
+        where, group = _MOVED_KEYWORDS[name], _GROUPED[name]
         if group is None:
             groups[name] = value
         elif group[0] in given:  # the group was given too
@@ -752,7 +747,7 @@ def solve(
                 f"solve got {name}= and a group that sets it too; pass it once, as {where}."
             )
         else:
-            groups[group[0]] = dataclasses.replace(groups[group[0]], **{group[2]: value})
+            groups[group[0]] = dataclasses.replace(groups[group[0]], **{group[2].name: value})
         wheres.append(f"{name!r}: pass {where}")
     if wheres:
         warnings.warn(f"solve's flat keywords moved into groups ({'; '.join(wheres)}); the "

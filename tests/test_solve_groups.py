@@ -39,8 +39,7 @@ def test_every_fit_function_shows_every_option_with_one_default_and_its_doc(face
     assert shown == list(_FIT_OPTIONS)
     defaults = inspect.signature(_run).parameters
     for name, where in _GROUPED.items():  # the default of the field or keyword declaring it
-        default = (defaults[name].default if where is None else
-                   next(f.default for f in dataclasses.fields(where[1]) if f.name == where[2]))
+        default = defaults[name].default if where is None else where[2].default
         assert params[name].default == default, name
         assert params[name].kind is params[name].KEYWORD_ONLY, name
         assert re.search(rf"^    {name} : ", face.__doc__, flags=re.M), name
@@ -50,12 +49,12 @@ def test_every_fit_function_shows_every_option_with_one_default_and_its_doc(face
 def test_every_field_of_every_group_is_declared_once_as_a_flat_option():
     fields = [(cls, f.name) for cls in (StopRule, RuntimeSpec, DataOptions, Checkpoint, Report)
               for f in dataclasses.fields(cls)]
-    declared = [(where[1], where[2]) for where in _GROUPED.values() if where is not None]
+    declared = [(where[1], where[2].name) for where in _GROUPED.values() if where is not None]
     assert sorted(declared, key=str) == sorted(fields, key=str)
     groups = {"stop": StopRule(max_iter=7), "runtime": RuntimeSpec("sim", n_workers=3),
               "data": DataOptions(n_partitions=5), "checkpoint": Checkpoint("c.ckpt"),
               "report": Report(record_iterates=True)}
-    flat = {name: getattr(groups[where[0]], where[2]) if where else None
+    flat = {name: getattr(groups[where[0]], where[2].name) if where else None
             for name, where in _GROUPED.items()}
     assert _grouped(flat) == {**groups, **{n: None for n, w in _GROUPED.items() if w is None}}
 
