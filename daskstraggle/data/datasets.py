@@ -122,6 +122,13 @@ def _check_fileset(bed: Path, *, ploidy: int, overwrite: bool) -> None:
             )
 
 
+def _check_ints(values: dict[str, Any], caller: str, **flags: str) -> dict[str, Any]:
+    """``values``, those ``flags`` names checked as ints >= 1 (seed >= 0; CLI: the flag)."""
+    return {key: check_int(value, name=key, caller=caller, low=0 if key == "seed" else 1,
+                           remedy=f"(CLI: {flags[key]})") if key in flags else value
+            for key, value in values.items()}
+
+
 def _check_fraction(value: object, *, name: str, caller: str) -> float:
     flag = f"(CLI: --{name.replace('_', '-')})"
     value = check_nonnegative(value, name=name, caller=caller, remedy=flag)
@@ -199,11 +206,8 @@ def _write_table(name: str, out: object, values: dict[str, Any], extra: tuple[st
     import zarr
 
     caller = f"make_{name}"
-    params = dict(values)
-    for key, flag in (("n_samples", "--size"), ("n_features", "--features"),
-                      ("chunk_rows", "--chunk-rows"), ("seed", "--seed")):
-        params[key] = check_int(values[key], name=key, caller=caller,
-                                low=0 if key == "seed" else 1, remedy=f"(CLI: {flag})")
+    params = _check_ints(values, caller, n_samples="--size", n_features="--features",
+                         chunk_rows="--chunk-rows", seed="--seed")
     params["dtype"] = check_choice(values["dtype"], name="dtype", caller=caller, choices=_DTYPES)
     params[extra[0]] = check_nonnegative(extra[1], name=extra[0], caller=caller)
     overwrite = check_bool(overwrite, name="overwrite", caller=caller)
@@ -644,20 +648,15 @@ def make_genotypes(
     ...                       n_samples=30)  # doctest: +SKIP
     """
     caller = "make_genotypes"
-    params: dict[str, Any] = {
-        "n_variants": check_int(n_variants, name="n_variants", caller=caller, low=1,
-                                remedy="(CLI: --size)"),
-        "n_samples": check_int(n_samples, name="n_samples", caller=caller, low=1,
-                               remedy="(CLI: --features)"),
-        "n_populations": check_int(n_populations, name="n_populations", caller=caller, low=1,
-                                   remedy="(CLI: --populations)"),
-        "migration_rate": check_positive(migration_rate, name="migration_rate", caller=caller),
-        "ploidy": check_int(ploidy, name="ploidy", caller=caller, low=1, high=16),
-        "chunk_rows": check_int(chunk_rows, name="chunk_rows", caller=caller, low=1,
-                                remedy="(CLI: --chunk-rows)"),
-        "missing_rate": _check_fraction(missing_rate, name="missing_rate", caller=caller),
-        "seed": check_int(seed, name="seed", caller=caller, low=0, remedy="(CLI: --seed)"),
-    }
+    params: dict[str, Any] = _check_ints(
+        {"n_variants": n_variants, "n_samples": n_samples, "n_populations": n_populations,
+         "migration_rate": check_positive(migration_rate, name="migration_rate", caller=caller),
+         "ploidy": check_int(ploidy, name="ploidy", caller=caller, low=1, high=16),
+         "chunk_rows": chunk_rows,
+         "missing_rate": _check_fraction(missing_rate, name="missing_rate", caller=caller),
+         "seed": seed},
+        caller, n_variants="--size", n_samples="--features", n_populations="--populations",
+        chunk_rows="--chunk-rows", seed="--seed")
     if params["n_samples"] < params["n_populations"]:
         raise InvalidParameterError(
             f"The 'n_samples' parameter of {caller} must be an int >= {params['n_populations']} "
