@@ -68,16 +68,15 @@ def _durations(sim: Any) -> dict[str, float]:
             "p95": float(np.quantile(durations, 0.95))}
 
 
-def simulate_summary(model: Any, source: str, n_wait: int, n_iterations: int, sim: Any,
-                     order: Any) -> dict[str, Any]:
+def simulate_summary(model: Any, source: str, sim: Any, order: Any) -> dict[str, Any]:
     """Return what ``simulate --json`` prints."""
-    n_workers = sim.n_workers
+    n_workers, n_wait = sim.n_workers, sim.n_wait
     return {
         "model": model.to_dict(),
         "source": source,
         "n_workers": n_workers,
         "n_wait": n_wait,
-        "n_iterations": n_iterations,
+        "n_iterations": sim.n_iterations,
         "order_statistics": None if order is None else {
             "w": list(range(1, n_workers + 1)), "mean_s": order.mean.tolist()},
         "predicted_wth_fastest_s": None if order is None else float(order.mean[n_wait - 1]),
@@ -94,7 +93,7 @@ def fault_summary(model: Any, source: str, sim: Any) -> dict[str, Any]:
     :func:`simulate_summary` (no order statistics) plus the faults and the events."""
     from daskstraggle.runtime.fault_simulation import N_FEATURES, ROWS_PER_WORKER
 
-    out = simulate_summary(model, source, sim.n_wait, sim.n_iterations, sim, None)
+    out = simulate_summary(model, source, sim, None)
     out.update(
         faults=[f.to_spec() for f in sim.faults],
         method="dsag",
@@ -108,10 +107,10 @@ def fault_summary(model: Any, source: str, sim: Any) -> dict[str, Any]:
     return out
 
 
-def simulate_table(source: str, n_wait: int, n_iterations: int, load: float,
-                   collect_window: float, sim: Any, order: Any) -> str:
+def simulate_table(source: str, load: float, collect_window: float, sim: Any,
+                   order: Any) -> str:
     """Return what ``simulate`` prints without ``--json``."""
-    n_workers = sim.n_workers
+    n_workers, n_wait = sim.n_workers, sim.n_wait
     lines = [
         f"latency model: {source}",
         f"N = {n_workers} workers, waiting for w = {n_wait}, load {load:g}",
@@ -129,7 +128,7 @@ def simulate_table(source: str, n_wait: int, n_iterations: int, load: float,
     u = np.asarray(sim.participation)
     lines += [
         "",
-        f"{n_iterations} iterations waiting for the {n_wait} fastest fresh results "
+        f"{sim.n_iterations} iterations waiting for the {n_wait} fastest fresh results "
         f"(stale workers re-tasked at once, {collect_window:g} collect window):",
         *_iteration_lines(sim),
         f"  share of iterations each worker is fresh in: min {u.min():.2f}, max {u.max():.2f}",

@@ -528,10 +528,9 @@ def simulate(n_workers: int | None, n_wait: int | None, latency: str | None,
     order = None if stateful else order_statistics(model, n_workers, n_samples=n_samples,
                                                    load=load, rng=order_seed)
     if as_json:
-        summary = simulate_summary(model, source, n_wait, n_iterations, sim, order)
-        _echo_json(summary, what="the simulation")
+        _echo_json(simulate_summary(model, source, sim, order), what="the simulation")
         return
-    click.echo(simulate_table(source, n_wait, n_iterations, load, collect_window, sim, order))
+    click.echo(simulate_table(source, load, collect_window, sim, order))
 
 
 def _check_simulate_sources(latency: str | None, from_trace: Path | None, iid: bool,
