@@ -72,11 +72,8 @@ def qc_from_params(params: dict[str, Any]) -> GenotypeQC | None:
             "--ld-prune-order sets the order of --ld-prune; give --ld-prune WINDOW,STEP,R2 "
             "too, or drop it."
         )
-    qc = GenotypeQC(min_maf=params.pop("min_maf"), max_missing=params.pop("max_missing"),
-                    pass_only=params.pop("pass_only"), region=params.pop("region"),
-                    max_alleles=params.pop("max_alleles"), snps_only=params.pop("snps_only"),
-                    hwe=params.pop("hwe"), max_sample_missing=params.pop("max_sample_missing"),
-                    king_cutoff=params.pop("king_cutoff"),
+    dests = (flags[-1].lstrip("-").replace("-", "_") for flags, *_ in _QC_OPTIONS)
+    qc = GenotypeQC(**{dest: params.pop(dest) for dest in dests if not dest.startswith("ld_")},
                     ld_prune=parse_ld_prune(ld_text, order=ld_order))
     return parse_qc(qc, caller="pca")
 

@@ -250,9 +250,7 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
     from daskstraggle.api import fit_least_squares, fit_logistic, fit_pca
     from daskstraggle.methods.options import method_options
 
-    as_json = params.pop("as_json")
-    quiet = params.pop("quiet")
-    seed = params.pop("seed")
+    as_json, quiet, seed = (params.pop(name) for name in ("as_json", "quiet", "seed"))
     values = {dest: params.pop(dest) for dest in method_options(_method_classes())}
     method_params = _method_params(params["method"], values)
     if method_params is not None:
@@ -365,10 +363,7 @@ def _default_labels(source: str, labels: str | None,
 
     if is_url(source) and not source.startswith("file:"):
         return "y" if member_exists(source, "y", storage_options or {}) else None
-    path = Path(source.removeprefix("file://"))
-    if (path / "y").exists():
-        return "y"
-    return None
+    return "y" if (Path(source.removeprefix("file://")) / "y").exists() else None
 
 
 def _regression_command(kind: str, problem: str, summary: str) -> click.Command:
