@@ -1023,16 +1023,13 @@ def genotype_pca(
 def _check_merge(merge: Any, ds: Any) -> bool:
     """``genotype_pca``'s ``merge``: a bool, False for what has no Dataset to merge into."""
     merge = check_bool(merge, name="merge", caller="genotype_pca")
-    if merge and isinstance(ds, Matrix):
+    what = (None if not merge else "a Matrix" if isinstance(ds, Matrix) else
+            "a PLINK .bed or .pgen fileset or a .bgen file" if is_plink_path(ds) else None)
+    if what is not None:
         raise InvalidParameterError(
-            "The 'merge' parameter of genotype_pca must be False for a Matrix (there is no "
-            "Dataset to merge into). Got True instead; pass merge=False or the Dataset."
-        )
-    if merge and is_plink_path(ds):
-        raise InvalidParameterError(
-            "The 'merge' parameter of genotype_pca must be False for a PLINK .bed or .pgen "
-            "fileset or a .bgen file (there is no Dataset to merge into). Got True instead; "
-            "pass merge=False."
+            f"The 'merge' parameter of genotype_pca must be False for {what} (there is no "
+            "Dataset to merge into). Got True instead; pass merge=False"
+            + (" or the Dataset." if isinstance(ds, Matrix) else ".")
         )
     return merge
 
