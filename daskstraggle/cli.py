@@ -532,10 +532,12 @@ def _check_simulate_sources(latency: str | None, from_trace: Path | None, iid: b
                             n_workers: int | None) -> None:
     """Refuse a missing or doubled latency source, and options that do not fit it."""
     from daskstraggle.latency.faults import term_names
+    from daskstraggle.latency.spec import parse_stragglers
 
-    if latency is not None and from_trace is not None and _fault_terms(latency):
+    if latency is not None and from_trace is not None and (
+            faults := parse_stragglers(latency).faults):  # a bad spec: its own error
         raise InputError(
-            f"--from-trace takes no fault terms ({term_names(_fault_terms(latency))}); give "
+            f"--from-trace takes no fault terms ({term_names(faults)}); give "
             f"them after a latency model in --latency instead, e.g. --latency {_FAULT_EXAMPLE}"
         )
     if (latency is None) == (from_trace is None):
@@ -544,13 +546,6 @@ def _check_simulate_sources(latency: str | None, from_trace: Path | None, iid: b
         raise InputError("--iid applies to --from-trace")
     if n_workers is not None and n_workers < 1:
         raise InputError(f"--workers must be >= 1, got {n_workers}")
-
-
-def _fault_terms(latency: str) -> tuple[Any, ...]:
-    """The fault terms of a ``--latency`` spec (a spec that does not parse: its error)."""
-    from daskstraggle.latency.spec import parse_stragglers
-
-    return parse_stragglers(latency).faults
 
 
 def _simulated_model(latency: str | None, from_trace: Path | None, iid: bool,
