@@ -22,7 +22,13 @@ from daskstraggle.data._zarr import (
     open_node,
     read,
 )
-from daskstraggle.data.genotypes import DatasetArrays, StoreArrays, VariantTable, _is_xarray
+from daskstraggle.data.genotypes import (
+    DatasetArrays,
+    StoreArrays,
+    VariantTable,
+    _is_xarray,
+    _strings,
+)
 from daskstraggle.data.sources import (
     ArraySource,
     DaskSource,
@@ -176,7 +182,7 @@ def open_dataset(ds: Any, labels: Any, options: OpenOptions) -> Matrix:
         src = GenotypeArraySource(data, missing=options.missing, scaling=options.scaling,
                                   storage=options.storage)
         variants, attrs = VariantTable(DatasetArrays(ds)), {}
-    columns, groups = (_strings(ds[name].values) if name in ds.variables else None
+    columns, groups = (_strings(ds[name].values).astype(str) if name in ds.variables else None
                        for name in ("sample_id", "sample_population"))
     y = parse_labels(labels, None, src.shape[0])
     return Matrix(src, src.chunk_bounds, labels=y, columns=columns, column_groups=groups,
@@ -200,7 +206,7 @@ def open_counts(source: Any, labels: Any, rows_are_variants: bool,
         )
     columns = None  # the sample dim's coordinate: dims[1] if rows are variants, else dims[0]
     if dims is not None and (sample_dim := dims[int(rows_are_variants)]) in source.coords:
-        columns = _strings(source.coords[sample_dim].values)
+        columns = _strings(source.coords[sample_dim].values).astype(str)
     if not rows_are_variants:
         data = data.T
     _check_2d(tuple(data.shape), "array of allele counts")
@@ -450,7 +456,7 @@ def _genotype_source(path: str, node: Any, options: OpenOptions) -> GenotypeSour
 def _sample_strings(group: GroupArrays, name: str, missing_chunks: str) -> np.ndarray | None:
     if name not in group:
         return None
-    return _strings(_read_whole(group, name, missing_chunks))
+    return _strings(_read_whole(group, name, missing_chunks)).astype(str)
 
 
 def _read_whole(group: GroupArrays, name: str, missing_chunks: str) -> np.ndarray:
@@ -493,11 +499,6 @@ def _check_2d(shape: tuple[int, ...], what: str) -> None:
             f"The matrix is empty: the {what} has shape {tuple(shape)}. Pass data with at "
             "least one row and one column."
         )
-
-
-def _strings(values: Any) -> np.ndarray:
-    """Return fixed-width str values (numpy StringDType and object arrays included)."""
-    return np.array([str(v) for v in np.asarray(values, dtype=object).ravel()])
 
 
 def is_dataset(obj: Any) -> bool:
