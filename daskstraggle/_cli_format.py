@@ -125,22 +125,21 @@ def _reference_ratios(result: Any) -> np.ndarray | None:
 
 
 def _population_table(result: Any, matrix: Any) -> str:
-    comps = result.fitted["components"]
+    """Each population's size and mean scores on the first two PCs, then the share of each
+    PC's variance that lies between the populations (between-group over total sum of
+    squares)."""
     groups = np.asarray(matrix.column_groups)
-    k = min(2, comps.shape[0])
+    names, counts = np.unique(groups, return_counts=True)
+    scores = result.fitted["components"][:2]
+    k = scores.shape[0]
+    means = np.stack([scores[:, groups == g].mean(axis=1) for g in names], axis=1)  # (k, G)
     lines = ["population   samples" + "".join(f"  mean PC{j + 1} score" for j in range(k))]
-    for g in np.unique(groups):
-        sel = groups == g
-        row = f"{g:<12} {int(sel.sum()):>7}"
-        row += "".join(f"  {comps[j, sel].mean():>+14.4f}" for j in range(k))
-        lines.append(row)
-    r2 = []
-    for j in range(k):
-        scores = comps[j]
-        means = {g: scores[groups == g].mean() for g in np.unique(groups)}
-        between = sum((groups == g).sum() * (m - scores.mean()) ** 2 for g, m in means.items())
-        total = ((scores - scores.mean()) ** 2).sum()
-        r2.append(between / total if total > 0 else 0.0)
+    lines += [f"{g:<12} {n:>7}" + "".join(f"  {m:>+14.4f}" for m in means[:, i])
+              for i, (g, n) in enumerate(zip(names, counts, strict=True))]
+    centre = scores.mean(axis=1, keepdims=True)
+    between = (counts * (means - centre) ** 2).sum(axis=1)
+    total = ((scores - centre) ** 2).sum(axis=1)
+    r2 = [b / t if t > 0 else 0.0 for b, t in zip(between, total, strict=True)]
     lines.append("share of each PC's variance that lies between populations: "
                  + ", ".join(f"PC{j + 1} {v:.1%}" for j, v in enumerate(r2)))
     return "\n".join(lines)
