@@ -502,20 +502,18 @@ def _samples(path: str, header: BgenHeader, sample_file: str | os.PathLike[str] 
     return samples
 
 
-def _check_readable(path: str, offset: int, layout: int) -> None:
-    """Read the last variant's probabilities with cbgen: a file it cannot decode fails here,
+def _check_readable(source: BgenSource) -> None:
+    """Read the last variant with the source's loader: a file cbgen cannot decode fails here,
     before any work (cbgen's own report, printed by its C code, goes into the message)."""
-    cbgen = _cbgen()
     with _captured_stderr() as said:
         try:
-            with cbgen.bgen_file(path) as reader:
-                _variant_dosages(reader, offset, layout, path)
+            source.loader(source.shape[0] - 1, source.shape[0])()
             failed = False
-        except RuntimeError:
+        except CorruptDataError:
             failed = True
     if failed:
         raise InvalidDataError(
-            f"{path!r} is damaged: cbgen cannot read its last variant "
+            f"{source.path!r} is damaged: cbgen cannot read its last variant "
             f"({said[0] or 'no detail'}). {_REWRITE}"
         )
 
@@ -601,9 +599,9 @@ def open_bgen(path: str | os.PathLike[str], *, remote: dict[str, Any] | None = N
             "input reads biallelic variants. Drop them (plink2 --bgen FILE ref-first "
             "--max-alleles 2 --export bgen-1.2 --out NEW)."
         )
-    _check_readable(path, int(index["offset"][-1]), header.layout)
     source = BgenSource(path, index["offset"], header.n_samples, size=header.size,
                         layout=header.layout, calls=calls,
                         missing=options.missing, scaling=options.scaling,
                         storage=options.storage)
+    _check_readable(source)
     return file_matrix(source, path, samples, labels, _VariantArrays(index))
