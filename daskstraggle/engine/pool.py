@@ -444,6 +444,7 @@ class WorkerPool:
         self._halves: dict[str, tuple[str, int, int]] = {}  # key: (partner, part, index)
         self._half_done: dict[str, Any] = {}
         self._recent: deque[float] = deque(maxlen=200)  # latencies of recent units
+        self._bounds_now: tuple[float, float | None] | None = None  # (_latency_bounds)
         self._ages: deque[int] = deque(maxlen=200)  # rounds recent units were in flight
         self._index_latency: dict[int, deque[float]] = {}
         self._versions: list[tuple[float, int]] = []  # (time, version) newer ones sent
@@ -583,6 +584,7 @@ class WorkerPool:
         if outcome is not None:
             latency = event.time - task.sent
             self._recent.append(latency)
+            self._bounds_now = None
             self._ages.append(self.age(task.sent))
             recent = self._index_latency.get(task.unit.worker_index)
             if recent is None:
@@ -802,7 +804,7 @@ class WorkerPool:
         data loaded (``unloaded``: keys of tasks still waiting for their data).
         """
         b = self.bounds
-        seconds = self._frozen_seconds()
+        seconds = self._latency_bounds()[0]
         rounds = stale_bound(b.stale_after, self._ages, minimum=b.stale_minimum_rounds,
                              factor=b.stale_factor)
         waited: dict[str, tuple[float, int]] = {}
@@ -815,10 +817,18 @@ class WorkerPool:
                 else (f"has not answered for {age} rounds (stale)", "stale")
                 for w, (s, age) in waited.items() if s > seconds or age > rounds}
 
-    def _frozen_seconds(self) -> float:
-        b = self.bounds
-        return frozen_bound(b.frozen_after, self._recent, minimum=b.frozen_minimum,
-                            factor=b.frozen_factor)
+    def _latency_bounds(self) -> tuple[float, float | None]:
+        """The frozen bound (seconds) and the units' backup bound (None: no backups, or too
+        few latencies to judge), from the recent units' latencies: computed again only when
+        one came in (the pool's wake-up time asks for them after every event)."""
+        if self._bounds_now is None:
+            b = self.bounds
+            frozen = frozen_bound(b.frozen_after, self._recent, minimum=b.frozen_minimum,
+                                  factor=b.frozen_factor)
+            backup = None if self.backup_after is None or len(self._recent) < _MIN_SAMPLES \
+                else _backup_bound(self.backup_after, statistics.median(self._recent))
+            self._bounds_now = (frozen, backup)
+        return self._bounds_now
 
     def _wake(self) -> float:
         """When the runtime must send the next :class:`Tick` (inf: no need): at once when
@@ -834,7 +844,7 @@ class WorkerPool:
         if self._stuck or not self.tasks:
             return wake
         oldest = next(iter(self.tasks.values())).sent
-        return min(wake, _just_after(oldest + self._frozen_seconds()))
+        return min(wake, _just_after(oldest + self._latency_bounds()[0]))
 
     def _ordered(self, out: list[Instruction]) -> list[Instruction]:
         """Put every :class:`Resend` after the moves, helper starts and stops of the same
@@ -915,9 +925,9 @@ class WorkerPool:
     # ------------------------------------------------------------------ backups
     def _backups(self, now: float) -> list[Instruction]:
         """Backups of every whole unit overdue against the run's median latency."""
-        if self.backup_after is None or len(self._recent) < _MIN_SAMPLES:
+        bound = self._latency_bounds()[1]
+        if bound is None:
             return []
-        bound = _backup_bound(self.backup_after, statistics.median(self._recent))
         out: list[Instruction] = []
         for key, task in list(self.tasks.items()):
             if task.message is None and key not in self._twins and \
@@ -929,11 +939,11 @@ class WorkerPool:
 
     def _next_backup_time(self) -> float:
         """The earliest time a task in flight becomes due for a backup (inf: never)."""
-        if self.backup_after is None or len(self._recent) < _MIN_SAMPLES:
+        bound = self._latency_bounds()[1]
+        if bound is None:
             return math.inf
         due = next((t.sent for k, t in self.tasks.items() if t.message is None
                     and k not in self._twins and k not in self._halves), None)
-        bound = _backup_bound(self.backup_after, statistics.median(self._recent))
         return math.inf if due is None else _just_after(due + bound)
 
     def _backup(self, key: str, task: Task) -> SendBackup | None:
