@@ -383,6 +383,8 @@ def worker_identity(client: Any) -> dict[str, dict[str, Any]]:
         raise InvalidParameterError(
             "daskstraggle needs a synchronous distributed.Client (asynchronous=False)."
         )
+    if client.status in ("closing", "closed"):  # it gave up reconnecting (or was closed)
+        raise scheduler_lost(client, f"the client is {client.status}")
     try:
         info = client.sync(client.scheduler.identity, n_workers=-1,
                            callback_timeout=scheduler_timeout())
@@ -393,10 +395,23 @@ def worker_identity(client: Any) -> dict[str, dict[str, Any]]:
 
 def scheduler_lost(client: Any, cause: str) -> SchedulerLostError:
     """Return the one-line error for a scheduler that stopped answering."""
+    cause = " ".join(cause.split())  # one line, whatever the exception's text
     return SchedulerLostError(
-        f"Lost the connection to the Dask scheduler at {client.scheduler.address!r} "
+        f"Lost the connection to the Dask scheduler at {_scheduler_address(client)!r} "
         f"({cause}); no result was written. Restart the scheduler (and workers) and run again."
     )
+
+
+def _scheduler_address(client: Any) -> str:
+    """The address of ``client``'s scheduler, also once the client has closed (a client
+    that fails to reconnect within its timeout closes itself and forgets its ``scheduler``).
+    """
+    if client.scheduler is not None:
+        return str(client.scheduler.address)
+    cluster = getattr(client, "cluster", None)
+    if cluster is not None:
+        return str(cluster.scheduler_address)
+    return str(client._start_arg)  # the address it was given (distributed keeps no other)
 
 
 #: Most worker processes a LocalCluster started by this package may have.

@@ -56,6 +56,7 @@ from daskstraggle.problems.held import payload_bytes
 
 if TYPE_CHECKING:
     from daskstraggle.engine.coordinator import Coordinator
+    from daskstraggle.errors import StraggleError
 
 __all__ = ["Runtime", "RuntimeOptions", "fold", "fold_map", "get_runtime_class",
            "list_runtimes", "register_runtime", "run_unit", "stream_messages"]
@@ -330,6 +331,11 @@ class Runtime(ABC):
 
     def _end(self) -> None:  # noqa: B027 - optional hook
         """Undo :meth:`_begin`; called even when the run fails or is interrupted."""
+
+    def _lost(self, err: BaseException) -> StraggleError | None:
+        """The one-line error to raise instead of ``err`` when ``err`` means the cluster
+        is gone (e.g. the scheduler), else None: ``err`` propagates as it is."""
+        return None
 
     def _after_step(self) -> None:  # noqa: B027 - optional hook
         """Called after each ``method.step()`` (the simulated runtime charges update time)."""

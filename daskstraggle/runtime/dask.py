@@ -516,9 +516,9 @@ class DaskRuntime(Runtime):
             try:
                 parts = self._wait_folds(folds, fn, args, combine)
             except (OSError, TimeoutError) as err:
-                raise self._lost_scheduler(err) or err from None
+                raise self._lost(err) or err from None
             except Exception as err:  # a cancelled future; task errors propagate as they are
-                lost = self._lost_scheduler(err)
+                lost = self._lost(err)
                 if lost is None:
                     raise
                 raise lost from None
@@ -649,8 +649,17 @@ class DaskRuntime(Runtime):
                 + ": give the workers more memory (dask worker --memory-limit).")
         return own
 
-    def _lost_scheduler(self, err: BaseException) -> SchedulerLostError | None:
-        """Return a one-line SchedulerLostError when ``err`` means the scheduler is gone."""
+    def _lost(self, err: BaseException) -> SchedulerLostError | None:
+        """Return a one-line SchedulerLostError when ``err`` means the scheduler is gone:
+        our work cancelled for a lost connection, a call that failed or timed out while
+        the scheduler does not answer, or any error once the client closed itself (it
+        does after failing to reconnect within its timeout)."""
+        if isinstance(err, SchedulerLostError):
+            return None  # already said
+        if self.client.status in ("closing", "closed"):
+            self._scheduler_lost = True
+            return scheduler_lost(self.client, f"the client is {self.client.status}: "
+                                               f"{type(err).__name__}")
         text = str(err)
         if not (isinstance(err, OSError | TimeoutError) or "scheduler-connection-lost" in text
                 or type(err).__name__ in ("FutureCancelledError", "CancelledError")):
@@ -892,7 +901,7 @@ class DaskRuntime(Runtime):
                 continue
             if isinstance(outcome, BaseException):  # only cancellations come back as values
                 self._observe(events.TasksDropped, f"failed-{key}", keys=(key,))
-                raise self._lost_scheduler(outcome) or outcome
+                raise self._lost(outcome) or outcome
             if handle is not None:
                 outcome = self._held_outcome(handle, outcome)
             answer = self._observe(events.TaskFinished, f"finished-{key}", key=key, outcome=outcome)

@@ -12,10 +12,12 @@ submit and wait (:class:`~daskstraggle.runtime.base.Runtime`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -185,38 +187,52 @@ def run(
     rng = np.random.default_rng(rng)
     _check_run(runtime, method, problem, matrix, step_size)
     record_iterates = check_bool(record_iterates, name="record_iterates", caller="run")
-    runtime._validate()
-    runtime._stimulus_numbers = itertools.count(1)
-    matrix = fit_partitions(runtime, method, matrix)
-    placement = method.placement(matrix.n_partitions, runtime.n_workers)
-    settings = run_settings(method=method, problem=problem, n_workers=runtime.n_workers,
-                            matrix=matrix.describe())
-    if resume is not None:
-        resume_state(resume, settings=settings, placement=placement, max_iter=stop.max_iter)
-    t_load = time.perf_counter()
-    stats = runtime._load(matrix, placement)
-    load_duration = time.perf_counter() - t_load
-    refuse_no_calls(stats, matrix)
-    if resume is None:
-        session = _new_session(runtime, method, problem, stats, placement, settings,
-                               stop=stop, step_size=step_size, reference=reference, rng=rng,
-                               record_iterates=record_iterates)
-    else:
-        method, session = resumed_session(resume, stats, record_iterates)
-        if step_size is not None and step_size != session.step_size:
-            raise InvalidParameterError(
-                f"The checkpoint's run used step_size={session.step_size:g}; resume "
-                f"without one (CLI: --step-size) or with the same, not {step_size:g}."
-            )
-    session.checkpoint = checkpoint
-    runtime._partition_rows = [int(r) for r in matrix.partition_rows()]
-    runtime._begin(placement, runtime._partition_rows)
+    with _cluster_errors(runtime):  # a scheduler lost anywhere: one line
+        runtime._validate()
+        runtime._stimulus_numbers = itertools.count(1)
+        matrix = fit_partitions(runtime, method, matrix)
+        placement = method.placement(matrix.n_partitions, runtime.n_workers)
+        settings = run_settings(method=method, problem=problem, n_workers=runtime.n_workers,
+                                matrix=matrix.describe())
+        if resume is not None:
+            resume_state(resume, settings=settings, placement=placement, max_iter=stop.max_iter)
+        t_load = time.perf_counter()
+        stats = runtime._load(matrix, placement)
+        load_duration = time.perf_counter() - t_load
+        refuse_no_calls(stats, matrix)
+        if resume is None:
+            session = _new_session(runtime, method, problem, stats, placement, settings,
+                                   stop=stop, step_size=step_size, reference=reference, rng=rng,
+                                   record_iterates=record_iterates)
+        else:
+            method, session = resumed_session(resume, stats, record_iterates)
+            if step_size is not None and step_size != session.step_size:
+                raise InvalidParameterError(
+                    f"The checkpoint's run used step_size={session.step_size:g}; resume "
+                    f"without one (CLI: --step-size) or with the same, not {step_size:g}."
+                )
+        session.checkpoint = checkpoint
+        runtime._partition_rows = [int(r) for r in matrix.partition_rows()]
+        runtime._begin(placement, runtime._partition_rows)
+        try:
+            summary, reason = drive(runtime, method, session, stop=stop, progress=progress)
+        finally:
+            runtime._end()
+        return _conclude(runtime, method, session, summary, reason, matrix=matrix, stop=stop,
+                         load_duration=load_duration)
+
+
+@contextlib.contextmanager
+def _cluster_errors(runtime: Runtime) -> Iterator[None]:
+    """Raise the runtime's one-line error (:meth:`Runtime._lost`) in place of an error that
+    means its cluster is gone (e.g. a closed client's ``ClosedClientError``)."""
     try:
-        summary, reason = drive(runtime, method, session, stop=stop, progress=progress)
-    finally:
-        runtime._end()
-    return _conclude(runtime, method, session, summary, reason, matrix=matrix, stop=stop,
-                     load_duration=load_duration)
+        yield
+    except Exception as err:
+        lost = runtime._lost(err)
+        if lost is None:
+            raise
+        raise lost from err
 
 
 def _check_run(runtime: Runtime, method: Method, problem: Problem, matrix: Matrix,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -259,7 +260,8 @@ def test_a_killed_scheduler_ends_the_run_in_one_line(tmp_path):
             pytest.fail(f"the run did not end {START} s after the scheduler died: "
                         f"{cli.communicate()}")
         assert cli.returncode == 1, (out, err)
-        (line,) = err.strip().splitlines()  # one line, whichever check saw it first
+        assert len(err.strip().splitlines()) == 1, err  # one line, whichever check saw it first
+        (line,) = err.strip().splitlines()
         assert line.startswith(f"error: Lost the connection to the Dask scheduler at "
                                f"{address!r} ("), err
         # with the last checkpoint to carry on from
@@ -269,6 +271,55 @@ def test_a_killed_scheduler_ends_the_run_in_one_line(tmp_path):
                              f"--resume {str(tmp_path / 'run.ckpt')!r} (API: resume=)."), err
     finally:
         for proc in [scheduler, *workers]:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_client_that_gave_up_reconnecting_reads_as_a_lost_scheduler(data):
+    # a client closes itself when it cannot reconnect within its timeout; what the run
+    # calls after that (a submit, an identity) must end in the one line, not in
+    # ClosedClientError or AttributeError (seen on a busy machine, where that timeout
+    # passed before one of the run's own bounded waits)
+    from distributed.client import ClosedClientError
+
+    from daskstraggle.errors import SchedulerLostError
+
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler",
+                                  "--host", "127.0.0.1", "--port", str(port),
+                                  "--no-dashboard"], **quiet)
+    worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address,
+                               "--nthreads", "1", "--no-dashboard"], **quiet)
+    try:
+        deadline = time.perf_counter() + START
+        while scheduler.poll() is None and time.perf_counter() < deadline:
+            try:  # listening?
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        with DaskRuntime(address=address, timeout=START) as rt:
+            rt.client._timeout = 1.0  # give up reconnecting after 1 s, not START
+            scheduler.kill()
+            deadline = time.perf_counter() + START
+            while rt.client.status != "closed":
+                assert time.perf_counter() < deadline, rt.client.status
+                time.sleep(0.1)
+            with pytest.raises(SchedulerLostError) as err:
+                run_on(rt, GD(), PCA(n_components=1), data, stop=StopRule(max_iter=3))
+            with pytest.raises(ClosedClientError) as raw:  # what a submit mid-run meets
+                rt.client.submit(sum, [1, 2])
+            assert str(rt._lost(raw.value)).startswith(
+                f"Lost the connection to the Dask scheduler at {address!r} (the client is "
+                f"closed: ClosedClientError); no result was written.")
+        assert str(err.value).startswith(
+            f"Lost the connection to the Dask scheduler at {address!r} (the client is "
+            f"closed"), err.value
+        assert "\n" not in str(err.value)
+    finally:
+        for proc in [scheduler, worker]:
             proc.kill()
             proc.wait()
 
