@@ -1,22 +1,9 @@
 """Checkpoints of a run, written atomically, and resuming from them.
 
-A checkpoint is one file holding everything the driving loop needs to carry on: the
-method with its whole run state (iterate, version, momentum, caches, Krylov basis,
-random generators), the bound problem (the matrix's statistics), the convergence
-monitor, the trace so far, the elapsed time, the placement and the run's settings.
-What is *not* kept is rebuilt on resume: the data on the workers (reloaded from the
-source, then checked against the recorded statistics), results in flight when it was
-written (their work is sent again: asynchronous methods lose at most one round of
-stale results), the load balancer's latency samples and the stragglers injected.
-
-It is written at a round boundary (after a step, or when the run stops, before the
-step it would take next), every ``interval`` seconds and/or every ``iterations``
-rounds, under a temporary name that is then renamed over the previous one: a kill at
-any instant leaves the previous or the new checkpoint, never a broken one.
-
-The file is a Python pickle: load only checkpoints you (or your own runs) wrote.
-
-Pure module: no Dask imports.
+What a checkpoint holds, when it is written and what a resume rebuilds:
+``docs/architecture.md`` (Checkpoints). A kill at any instant leaves the previous or the
+new file, never a broken one. The file is a Python pickle: load only checkpoints you (or
+your own runs) wrote. Pure module: no Dask imports.
 """
 
 from __future__ import annotations
@@ -58,11 +45,51 @@ _FORMAT_VERSION = 1
 
 
 @dataclass
-class Checkpointer:
-    """Where and how often a run writes its checkpoint; writes it.
+class StateWriter:
+    """The writer of a run's state, when :attr:`schedule` (the engine's decision) says so.
 
-    When it is due is the engine's decision (:attr:`schedule`, a
-    :class:`~daskstraggle.engine.checkpoint.CheckpointSchedule`); this class does the I/O.
+    Attributes
+    ----------
+    schedule : CheckpointSchedule
+        When a write is due.
+    written : int or None
+        Iteration (trace rows) of the last state written by this run, None if none.
+    n_written : int
+        States written by this run.
+    seconds : float
+        Time spent writing them (pickling and storing).
+    """
+
+    schedule: CheckpointSchedule = field(init=False)
+    written: int | None = field(default=None, init=False)
+    n_written: int = field(default=0, init=False)
+    seconds: float = field(default=0.0, init=False)
+
+    def write(self, state: dict[str, Any], *, iteration: int, now: float | None = None) -> None:
+        """Write ``state`` (see :func:`resume_state`) over the previous one.
+
+        ``now`` (the writer's clock), when given, restarts :attr:`schedule` from this
+        write; in a run the engine does that itself.
+        """
+        t0 = time.perf_counter()
+        self._store(dump_state(state), iteration)
+        self.written = iteration
+        self.n_written += 1
+        self.seconds += time.perf_counter() - t0
+        if now is not None:
+            self.schedule.start(iteration, now)
+
+    def _store(self, data: bytes, iteration: int) -> None:
+        raise NotImplementedError
+
+    def _counts(self) -> dict[str, Any]:
+        return {"last_iteration": self.written, "n_written": self.n_written,
+                "write_seconds": self.seconds}
+
+
+@dataclass
+class Checkpointer(StateWriter):
+    """Where and how often a run writes its checkpoint file; writes it (:class:`StateWriter`).
 
     Parameters
     ----------
@@ -72,52 +99,24 @@ class Checkpointer:
         Seconds between writes. None: 60 s, unless ``iterations`` is given.
     iterations : int or None, default=None
         Also write every this many rounds.
-
-    Attributes
-    ----------
-    schedule : CheckpointSchedule
-        When a write is due (``interval`` and ``iterations``, validated).
-    written : int or None
-        Iteration (trace rows) of the last checkpoint written by this run, None if none.
-    n_written : int
-        Checkpoints written by this run.
-    seconds : float
-        Time spent writing them (pickling and the atomic write).
     """
 
     path: Path
     interval: float | None = None
     iterations: int | None = None
-    schedule: CheckpointSchedule = field(init=False)
-    written: int | None = field(default=None, init=False)
-    n_written: int = field(default=0, init=False)
-    seconds: float = field(default=0.0, init=False)
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
         self.schedule = CheckpointSchedule(interval=self.interval, iterations=self.iterations)
         self.interval, self.iterations = self.schedule.interval, self.schedule.iterations
 
-    def write(self, state: dict[str, Any], *, iteration: int, now: float | None = None) -> None:
-        """Write ``state`` (see :func:`resume_state`) atomically over the previous file.
-
-        ``now`` (the writer's clock), when given, restarts :attr:`schedule` from this
-        write; in a run the engine does that itself.
-        """
-        t0 = time.perf_counter()
-        data = dump_state(state)
+    def _store(self, data: bytes, iteration: int) -> None:
         write_atomically(self.path, lambda tmp: _write_file(tmp, data))
-        self.written = iteration
-        self.n_written += 1
-        self.seconds += time.perf_counter() - t0
-        if now is not None:
-            self.schedule.start(iteration, now)
 
     def describe(self) -> dict[str, Any]:
         """The settings and last write, for ``Result.attrs``."""
         return {"path": str(self.path), "interval_s": self.interval,
-                "iterations": self.iterations, "last_iteration": self.written,
-                "n_written": self.n_written, "write_seconds": self.seconds}
+                "iterations": self.iterations, **self._counts()}
 
 
 def check_checkpoint_path(path: str | os.PathLike[str], *, resume: str | os.PathLike[str] | None,

@@ -1,34 +1,27 @@
 """A replica of the run's state off the client, kept within a divergence bound (MLfabric).
 
-The coordinator (this client) is a run's single point of failure: its state (iterate,
-momentum, caches, trace) lives in this process, and a file checkpoint lives on this
-machine's disk, which a cloud client may not keep. With ``replica_divergence=D`` the run
-publishes its state, as the bytes of a checkpoint, to the Dask *scheduler*
-(``Client.publish_dataset``) under a name derived from the run's inputs
-(:func:`replica_name`), refreshed whenever the iterate would drift further than ``D``
-from the published one (:class:`~daskstraggle.engine.checkpoint.CheckpointSchedule`'s
-divergence rule, the engine's decision). A published dataset outlives the client that
-published it, so after the client is killed, the same command with ``--resume replica``
-(API ``resume="replica"``) on the same scheduler carries on from it: exact methods end on
-the iterates of a run that was never interrupted, having redone at most the rounds since
-the last refresh. A run that ends normally removes its replica.
-
-The replica is held in the scheduler's memory (one pickled state: the iterate, and for
-SAG/DSAG the cache of one result per worker); it dies with the scheduler, as the workers'
-data do. Only a cluster that outlives the client keeps it: a ``scheduler=`` address or a
-``client=`` of another process's cluster.
+With ``replica_divergence=D`` the run publishes its state, as the bytes of a checkpoint, to
+the Dask *scheduler* (``Client.publish_dataset``) under a name derived from the run's
+inputs (:func:`replica_name`), refreshed whenever the iterate would drift further than
+``D`` from the published one (the engine's
+:class:`~daskstraggle.engine.checkpoint.CheckpointSchedule`). A published dataset outlives
+the client, so after the client is killed the same command with ``--resume replica`` (API
+``resume="replica"``) on the same scheduler carries on from it, having redone at most the
+rounds since the last refresh. A run that ends normally removes its replica. The replica
+lives in the scheduler's memory and dies with it: only a cluster that outlives the client
+(``scheduler=``, or a ``client=`` of another process's cluster) keeps it.
 """
 
 from __future__ import annotations
 
+import builtins
 import hashlib
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from daskstraggle.engine.checkpoint import CheckpointSchedule
 from daskstraggle.errors import DataNotFoundError, SchedulerLostError
-from daskstraggle.runtime.checkpoint import dump_state, load_state
+from daskstraggle.runtime.checkpoint import StateWriter, load_state
 
 __all__ = ["Replica", "load_replica", "remove_replica", "replica_name"]
 
@@ -64,11 +57,12 @@ def replica_name(problem: str, sources: list[str]) -> str:
 
 
 @dataclass
-class Replica:
+class Replica(StateWriter):
     """Publishes a run's state to the scheduler when the divergence rule says so.
 
-    The writer of a run's state, as :class:`~daskstraggle.runtime.checkpoint.Checkpointer`
-    is for a file (``run_on(runtime, ..., checkpoint=...)`` takes either).
+    The :class:`~daskstraggle.runtime.checkpoint.StateWriter` of the scheduler, as
+    :class:`~daskstraggle.runtime.checkpoint.Checkpointer` is of a file
+    (``run_on(runtime, ..., checkpoint=...)`` takes either).
 
     Parameters
     ----------
@@ -81,14 +75,6 @@ class Replica:
 
     Attributes
     ----------
-    schedule : CheckpointSchedule
-        The divergence rule (no time or round schedule).
-    written : int or None
-        Iteration (trace rows) of the last state published, None if none.
-    n_written : int
-        States published by this run.
-    seconds : float
-        Time spent pickling and publishing them.
     bytes : int
         Size of the last state published.
     history : list of int
@@ -99,10 +85,6 @@ class Replica:
     client: Any
     name: str
     divergence: float
-    schedule: CheckpointSchedule = field(init=False)
-    written: int | None = field(default=None, init=False)
-    n_written: int = field(default=0, init=False)
-    seconds: float = field(default=0.0, init=False)
     bytes: int = field(default=0, init=False)
     history: list[int] = field(default_factory=list, init=False)
 
@@ -114,10 +96,7 @@ class Replica:
         """Where the state goes, as the error naming the last checkpoint shows it."""
         return RESUME_FROM_REPLICA
 
-    def write(self, state: dict[str, Any], *, iteration: int, now: float | None = None) -> None:
-        """Publish ``state`` over the previous replica (``now``: as for a Checkpointer)."""
-        t0 = time.perf_counter()
-        data = dump_state(state)
+    def _store(self, data: builtins.bytes, iteration: int) -> None:
         try:  # a scheduler RPC: bounded by distributed's comm timeouts
             self.client.publish_dataset(override=True, **{self.name: data})
         except (OSError, TimeoutError) as err:  # CommClosedError is an OSError
@@ -126,13 +105,8 @@ class Replica:
                 f"published ({type(err).__name__}); the replica was in its memory, so start "
                 "the run again."
             ) from None
-        self.written = iteration
-        self.n_written += 1
         self.history.append(iteration)
         self.bytes = len(data)
-        self.seconds += time.perf_counter() - t0
-        if now is not None:
-            self.schedule.start(iteration, now)
 
     def remove(self) -> None:
         """Unpublish the replica (a run that ended normally needs none)."""
@@ -140,10 +114,8 @@ class Replica:
 
     def describe(self) -> dict[str, Any]:
         """The settings and last write, for ``Result.attrs["replica"]``."""
-        return {"name": self.name, "divergence": self.divergence,
-                "last_iteration": self.written, "n_written": self.n_written,
-                "write_seconds": self.seconds, "bytes": self.bytes,
-                "history": list(self.history)}
+        return {"name": self.name, "divergence": self.divergence, **self._counts(),
+                "bytes": self.bytes, "history": list(self.history)}
 
 
 def remove_replica(client: Any, name: str) -> None:
