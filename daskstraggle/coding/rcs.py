@@ -286,7 +286,5 @@ class RCS(CodingScheme):
             "communication_load": len(self.degrees),
             "covers": True,
         }
-        return CodeAssignment(
-            scheme=self.name, n_workers=n_workers, n_partitions=n_workers,
-            placement=placement, coefficients=tuple(coef.copy() for _ in range(n_workers)),
-            info=info, decoder=_rcs_decoder)
+        return self._make(n_workers, placement, (coef.copy() for _ in range(n_workers)), info,
+                          _rcs_decoder)

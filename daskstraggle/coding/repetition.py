@@ -38,18 +38,6 @@ DECODE_TOLERANCE = 1e-9
 _MAX_PARTITIONS = 1_000_000
 
 
-def _check_stragglers(s: object, caller: str) -> int:
-    return check_int(s, name="n_stragglers", caller=caller, low=0)
-
-
-def _check_stragglers_fit(s: int, n_workers: int, caller: str) -> None:
-    if s >= n_workers:
-        raise InvalidParameterError(
-            f"The 'n_stragglers' parameter of {caller} must be an int in [0, {n_workers - 1}] "
-            f"(n_workers - 1). Got {s!r} instead. Use more workers or fewer stragglers."
-        )
-
-
 def _workers_with(assignment: CodeAssignment, received: frozenset, message: int) -> list[int]:
     """Sorted worker indices whose message ``message`` is in ``received``."""
     n = assignment.n_workers
@@ -63,17 +51,11 @@ def _workers_with(assignment: CodeAssignment, received: frozenset, message: int)
     return sorted(out)
 
 
-def _decode_uncoded(assignment: CodeAssignment, received: frozenset) -> dict | None:
-    workers = _workers_with(assignment, received, 0)
-    if len(workers) < assignment.n_workers:
-        return None
-    return _checked(assignment, {(i, 0): 1.0 for i in workers}, DECODE_TOLERANCE)
-
-
 def _decode_fractional(
     assignment: CodeAssignment, received: frozenset, *, group_size: int
 ) -> dict | None:
-    """One responder per data block (the lowest-indexed one); weights 1."""
+    """One responder per data block (the lowest-indexed one; worker ``i`` holds block
+    ``i % group_size``); weights 1."""
     chosen: dict[int, int] = {}
     for i in _workers_with(assignment, received, 0):
         chosen.setdefault(i % group_size, i)
@@ -172,12 +154,31 @@ class Uncoded(CodingScheme):
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
         info = {"recovery_threshold": n_workers, "communication_load": 1,
                 "computation_load": 1.0 / n_workers}
-        return self._one_each(n_workers, info, _decode_uncoded)
+        return self._one_each(n_workers, info,
+                              functools.partial(_decode_fractional, group_size=n_workers))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Repetition(CodingScheme):
+    """The parameter of the schemes that tolerate ``n_stragglers`` stragglers."""
+
+    n_stragglers: int = 1
+
+    def __post_init__(self) -> None:
+        check_int(self.n_stragglers, name="n_stragglers", caller=type(self).__name__, low=0)
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Require ``n_stragglers < n_workers``."""
+        if self.n_stragglers >= n_workers:
+            raise InvalidParameterError(
+                f"The 'n_stragglers' parameter of {type(self).__name__} must be an int in "
+                f"[0, {n_workers - 1}] (n_workers - 1). Got {self.n_stragglers!r} instead. "
+                "Use more workers or fewer stragglers.")
 
 
 @register_scheme
 @dataclass(frozen=True, kw_only=True, slots=True)
-class FractionalRepetition(CodingScheme):
+class FractionalRepetition(_Repetition):
     """Fractional repetition code tolerating any ``n_stragglers`` full stragglers.
 
     ``K = N`` partitions are cut into ``m = N/(s+1)`` data blocks of ``s + 1`` consecutive
@@ -215,19 +216,14 @@ class FractionalRepetition(CodingScheme):
     """
 
     name: ClassVar[str] = "fractional-repetition"
-    n_stragglers: int = 1
-
-    def __post_init__(self) -> None:
-        _check_stragglers(self.n_stragglers, type(self).__name__)
 
     def check_n_workers(self, n_workers: int) -> None:
         """Require ``n_stragglers < n_workers`` and ``(n_stragglers + 1) | n_workers``."""
-        caller = type(self).__name__
+        _Repetition.check_n_workers(self, n_workers)
         s = self.n_stragglers
-        _check_stragglers_fit(s, n_workers, caller)
         if n_workers % (s + 1):
             raise InvalidParameterError(
-                f"The 'n_stragglers' parameter of {caller} must be such that "
+                f"The 'n_stragglers' parameter of {type(self).__name__} must be such that "
                 f"n_stragglers + 1 divides n_workers={n_workers}. Got {s!r} instead. "
                 f"Use scheme='cyclic-repetition' for any n_stragglers < n_workers."
             )
@@ -245,7 +241,7 @@ class FractionalRepetition(CodingScheme):
 
 @register_scheme
 @dataclass(frozen=True, kw_only=True, slots=True)
-class CyclicRepetition(CodingScheme):
+class CyclicRepetition(_Repetition):
     """Cyclic repetition code (Algorithm 2 of [1]) tolerating any ``n_stragglers``.
 
     ``K = N``; worker ``i`` stores partitions ``i .. i+s`` (mod ``N``) and sends
@@ -291,17 +287,11 @@ class CyclicRepetition(CodingScheme):
     """
 
     name: ClassVar[str] = "cyclic-repetition"
-    n_stragglers: int = 1
     n_candidates: int = 8
 
     def __post_init__(self) -> None:
-        caller = type(self).__name__
-        _check_stragglers(self.n_stragglers, caller)
-        check_int(self.n_candidates, name="n_candidates", caller=caller, low=1)
-
-    def check_n_workers(self, n_workers: int) -> None:
-        """Require ``n_stragglers < n_workers``."""
-        _check_stragglers_fit(self.n_stragglers, n_workers, type(self).__name__)
+        _Repetition.__post_init__(self)
+        check_int(self.n_candidates, name="n_candidates", caller="CyclicRepetition", low=1)
 
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
         s = self.n_stragglers
@@ -334,7 +324,7 @@ def _as_fraction(alpha: float | numbers.Real) -> Fraction:
 
 @register_scheme
 @dataclass(frozen=True, kw_only=True, slots=True)
-class PartialStraggler(CodingScheme):
+class PartialStraggler(_Repetition):
     """Two-stage scheme of [1] Sec. 4 for ``alpha``-partial stragglers.
 
     The data is split into a naive and a coded component so that a worker that is at most
@@ -390,13 +380,12 @@ class PartialStraggler(CodingScheme):
     """
 
     name: ClassVar[str] = "partial-straggler"
-    n_stragglers: int = 1
     alpha: float = 2.0
     inner: str = "auto"
 
     def __post_init__(self) -> None:
+        _Repetition.__post_init__(self)
         caller = type(self).__name__
-        _check_stragglers(self.n_stragglers, caller)
         alpha = self.alpha
         ok = isinstance(alpha, numbers.Real) and not isinstance(alpha, bool)
         if not (ok and np.isfinite(float(alpha)) and alpha > 1):
@@ -428,7 +417,7 @@ class PartialStraggler(CodingScheme):
     def check_n_workers(self, n_workers: int) -> None:
         """Check ``n_stragglers < n_workers``, the inner code and the partition count."""
         caller = type(self).__name__
-        _check_stragglers_fit(self.n_stragglers, n_workers, caller)
+        _Repetition.check_n_workers(self, n_workers)
         self._inner_scheme(n_workers).check_n_workers(n_workers)
         a, b = self._split()
         if n_workers * (a + b) > _MAX_PARTITIONS:
