@@ -5,26 +5,18 @@ Run as a script (standard library only, so it starts fast and imports nothing of
     python -m daskstraggle.runtime._throttler --pid PID --factor F --period P \
         --lease-file PATH --lease SECONDS
 
-or, as :mod:`daskstraggle.runtime.throttle` does, ``python -I path/to/_throttler.py ...``.
 Every ``period`` seconds the process ``PID`` runs ``period / factor`` seconds and is then
-stopped (``SIGSTOP``) for the rest of the period and resumed (``SIGCONT``).
-
-The throttler exits, and resumes the process first, when
-
-- it receives ``SIGTERM``, ``SIGINT`` or ``SIGHUP``;
-- the process is gone (or a zombie);
-- the lease file was not touched for ``lease`` seconds or was removed (the client that
-  started the throttle renews it; a client killed even by ``SIGKILL`` thus releases the
-  worker within ``lease`` seconds);
-- anything else goes wrong (``SIGCONT`` is sent in a ``finally``).
-
-Only ``SIGKILL`` of the throttler itself can leave the process stopped; whoever started
-the throttler (the nanny) resumes the process when it stops the throttle.
+stopped (``SIGSTOP``) for the rest of the period. The throttler resumes the process
+(``SIGCONT``, in a ``finally``) and exits on ``SIGTERM``, ``SIGINT`` or ``SIGHUP``, when
+the process is gone (or a zombie), when the lease file was removed or not touched for
+``lease`` seconds, and on any error. Only ``SIGKILL`` of the throttler itself can leave
+the process stopped.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -38,12 +30,13 @@ class _Release(Exception):
 
 
 def _state(pid: int) -> str | None:
-    """Return the process state letter from /proc (None: gone; '?' when unknown)."""
+    """Return the state letter of ``pid`` from /proc ('R', 'S', 'T', ...; None: gone; '?':
+    unknown, or no /proc)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        return None
+        return None if os.path.isdir("/proc") else "?"
     except OSError:
         return "?"
     return data[data.rfind(b")") + 2 :][:1].decode()
@@ -52,13 +45,9 @@ def _state(pid: int) -> str | None:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         return False
-    except PermissionError:
-        return False
-    if os.path.isdir("/proc"):
-        return _state(pid) not in (None, "Z", "X")
-    return True
+    return _state(pid) not in (None, "Z", "X")
 
 
 def _lease_valid(path: str, lease: float) -> bool:
@@ -70,15 +59,19 @@ def _lease_valid(path: str, lease: float) -> bool:
 
 
 def _resume(pid: int) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGCONT)
-    except OSError:
-        pass
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 #: Seconds added to each run window (at most 20 % of it) to make up for the time a
-#: resumed process needs (calibrated here: 4x measured 3.95-4.1x on an in-place numpy loop);
-#: the factor stays approximate (about +-15 %) across machines and workloads.
+#: resumed process loses waking up (cold caches): without it a 4x throttle slowed a numpy
+#: loop 4.3-5x on a 2-core Linux VM, with it 3.95-4.1x; the factor stays approximate
+#: (about +-15 %) across machines and workloads.
 RESUME_OVERHEAD = 0.002
 
 
@@ -99,9 +92,6 @@ def throttle(pid: int, factor: float, period: float, lease_file: str, lease: flo
 
     for sig in _EXIT_SIGNALS:
         signal.signal(sig, on_signal)
-    # a resumed process loses about a millisecond of each run window (waking up, cold
-    # caches); measured on a 2-core Linux VM, a 4x throttle slowed a numpy loop 4.3-5x
-    # without this compensation
     nominal = period / factor
     run_duration = min(nominal + min(RESUME_OVERHEAD, 0.2 * nominal), period) \
         if factor > 1 else period
@@ -125,18 +115,13 @@ def throttle(pid: int, factor: float, period: float, lease_file: str, lease: flo
             finally:
                 os.kill(pid, signal.SIGCONT)
         return 0
-    except _Release:
-        return 0
-    except ProcessLookupError:
+    except (_Release, ProcessLookupError):
         return 0
     finally:
         for sig in _EXIT_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         _resume(pid)
-        try:
-            os.unlink(lease_file)
-        except OSError:
-            pass
+        _unlink(lease_file)
 
 
 def main(argv: list[str] | None = None) -> int:

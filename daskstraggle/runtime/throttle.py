@@ -8,8 +8,7 @@ comparisons (docs/architecture.md §8), acting on the worker, not inside our ker
 
 For each target worker a standard-library script (:mod:`daskstraggle.runtime._throttler`)
 runs on its host, started by the worker's nanny (which knows the pid and is never stopped),
-else by the worker itself. The script leaves the worker running whenever it ends: on
-``SIGTERM``/``SIGINT``/``SIGHUP``, when the worker is gone, on any error, and when its
+else by the worker itself; it leaves the worker running whenever it ends, also when its
 *lease* expires. The client renews the leases every ``lease / 4`` seconds, so a client that
 dies (even by ``SIGKILL``) releases its workers within ``lease`` seconds.
 
@@ -45,6 +44,10 @@ from typing import Any
 
 from daskstraggle._validation import check_addresses
 from daskstraggle.errors import InvalidParameterError, StraggleError
+from daskstraggle.runtime import _throttler
+from daskstraggle.runtime._connect import worker_identity
+from daskstraggle.runtime._throttler import _state as _process_state
+from daskstraggle.runtime._throttler import _unlink
 
 __all__ = ["ProcessThrottle", "ThrottleError"]
 
@@ -60,22 +63,6 @@ _LIVE_LOCK = threading.Lock()
 
 class ThrottleError(StraggleError, RuntimeError):
     """A throttle could not be started, or a worker could not be confirmed running."""
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _process_state(pid: int) -> str | None:
-    """Return the state letter of ``pid`` from /proc ('R', 'S', 'T', ...; None: gone; "?":
-    no /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return None if os.path.isdir("/proc") else "?"
-    except OSError:
-        return "?"
-    return data[data.rfind(b")") + 2 :][:1].decode()
 
 
 def _resume_and_check(pid: int, *, attempts: int = 20) -> str | None:
@@ -102,8 +89,6 @@ def _identity(dask_worker: Any = None) -> tuple[str, int]:
 
 def _throttler_command(pid: int, factor: float, period: float, lease_file: str,
                        lease: float) -> list[str]:
-    from daskstraggle.runtime import _throttler
-
     # -I: isolated (no script directory on sys.path, no user site); the script needs only
     # the standard library, so it starts in milliseconds
     return [
@@ -162,10 +147,7 @@ def _release(token: str, pid: int, dask_worker: Any = None) -> str | None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        try:
-            os.unlink(lease_file)
-        except OSError:
-            pass
+        _unlink(lease_file)
     return _resume_and_check(pid)
 
 
@@ -175,7 +157,7 @@ _RELEASE_TIMEOUT = 10.0
 _LOCAL_RELEASE_TIMEOUT = 2.0
 
 
-def _release_locally(throttler_pid: int, pid: int) -> str | None:
+def _release_locally(throttler_pid: int, pid: int) -> None:
     """Release a throttler on this host without Dask (client gone): signal, then resume."""
     try:
         os.kill(throttler_pid, signal.SIGTERM)
@@ -184,33 +166,32 @@ def _release_locally(throttler_pid: int, pid: int) -> str | None:
     deadline = time.monotonic() + _LOCAL_RELEASE_TIMEOUT
     while time.monotonic() < deadline and _process_state(throttler_pid) not in (None, "Z", "?"):
         time.sleep(0.01)
-    return _resume_and_check(pid)
+    _resume_and_check(pid)
 
 
-def _check_number(value: Any, *, name: str, constraint: str, ok: Any) -> float:
-    good = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if good:
-        value = float(value)
-        good = value == value and value != float("inf") and bool(ok(value))
-    if not good:
-        raise InvalidParameterError(
-            f"The {name!r} parameter of {_CALLER} must be {constraint}. Got {value!r} instead."
-        )
-    return float(value)
-
-
-def _parse_period(value: Any, name: str) -> Any:
-    if isinstance(value, str):
+def _check_number(value: Any, name: str, *, seconds: bool = True) -> float:
+    """``value`` as a finite float: seconds > 0 (or a duration string such as ``"50ms"``)
+    with ``seconds``, else a factor >= 1."""
+    if isinstance(value, str) and seconds:
         from dask.utils import parse_timedelta
 
         try:
-            return parse_timedelta(value)
+            value = parse_timedelta(value)
         except (ValueError, KeyError) as err:
             raise InvalidParameterError(
                 f"The {name!r} parameter of {_CALLER} must be seconds or a duration like "
                 f"'50ms'. Got {value!r} instead."
             ) from err
-    return value
+    good = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if good:
+        value = float(value)
+        good = value != float("inf") and (value > 0 if seconds else value >= 1)
+    if not good:
+        constraint = "a number of seconds > 0" if seconds else "a number >= 1"
+        raise InvalidParameterError(
+            f"The {name!r} parameter of {_CALLER} must be {constraint}. Got {value!r} instead."
+        )
+    return float(value)
 
 
 @dataclass(slots=True)
@@ -270,12 +251,9 @@ class ProcessThrottle:
         period: float | str = 0.05,
         lease: float | str = 10.0,
     ) -> None:
-        self.factor = _check_number(factor, name="factor", constraint="a number >= 1",
-                                    ok=lambda v: v >= 1)
-        self.period = _check_number(_parse_period(period, "period"), name="period",
-                                    constraint="a number of seconds > 0", ok=lambda v: v > 0)
-        self.lease = _check_number(_parse_period(lease, "lease"), name="lease",
-                                   constraint="a number of seconds > 0", ok=lambda v: v > 0)
+        self.factor = _check_number(factor, "factor", seconds=False)
+        self.period = _check_number(period, "period")
+        self.lease = _check_number(lease, "lease")
         if self.lease < 2 * self.period:
             raise InvalidParameterError(
                 f"The 'lease' parameter of {_CALLER} must be at least twice the period "
@@ -290,8 +268,7 @@ class ProcessThrottle:
         self.client = client
         self.workers: tuple[str, ...] = tuple(items)
 
-        # not Client.scheduler_info(): see daskstraggle.runtime._connect.worker_addresses
-        info = client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+        info = worker_identity(client)
         unknown = [w for w in self.workers if w not in info]
         if unknown:
             raise InvalidParameterError(
@@ -430,23 +407,20 @@ class ProcessThrottle:
             if not target.pid:
                 continue  # never started there
             local = target.host == here
-            state: str | None = "?"
             if local:
                 # signals first: the worker runs again even if the Dask call below stalls
-                state = _release_locally(target.throttler_pid, target.pid)
+                _release_locally(target.throttler_pid, target.pid)
             try:
                 # on the worker's side: reap the throttler, drop its entry and lease
-                result = self.client.run(
+                state = self.client.run(
                     _release, target.token, target.pid, nanny=target.via_nanny,
                     workers=[target.worker], on_error="return",
                     callback_timeout=_LOCAL_RELEASE_TIMEOUT if local else _RELEASE_TIMEOUT,
-                )
-                remote = result.get(target.worker, "?")
-                if isinstance(remote, BaseException):
-                    raise remote
-                if not local:
-                    state = remote
+                ).get(target.worker, "?")
+                if isinstance(state, BaseException):
+                    raise state
             except Exception as err:
+                state = "?"
                 if not local:
                     logger.warning("could not release the throttle of %s through Dask: %s",
                                    target.worker, err)
