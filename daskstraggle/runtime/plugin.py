@@ -1,21 +1,12 @@
 """Record the latency of daskstraggle's tasks on the Dask scheduler.
 
-:class:`LatencyPlugin` (a ``SchedulerPlugin``) stores, for each of our tasks (a string key
-starting with ``prefix``) that goes from ``processing`` to ``memory``, the worker and the
-compute and transfer spans it reported, and tracks the workers that were present, joined
-and left; its memory is bounded (``maxlen`` records per worker, ``max_departed`` departed
-workers). :class:`LatencyRecorder` is the client's side: it installs the plugin (or finds
-a preloaded one) and returns the new records at each :meth:`~LatencyRecorder.poll`. By
-default the plugin pushes each record as a scheduler event, sent before the task's result
-on the same ordered stream, so the record of every result the client has seen is already
-in a local buffer; a gap in the record numbers is filled with one round trip.
-
-The plugin is installed from the client (this module travels by value with cloudpickle,
-so the scheduler needs only ``distributed`` and the same Python version; hence no other
-daskstraggle import at module level), or by a scheduler started with ``dask scheduler
---preload daskstraggle.runtime.plugin`` (:func:`dask_setup`: one shared plugin,
-:data:`PRELOAD_NAME`, recording from the scheduler's start, for schedulers that refuse code
-from clients). A plugin registered from a client removes itself when that client leaves.
+:class:`LatencyPlugin` (a ``SchedulerPlugin``) records the worker and the compute and
+transfer spans of each of our tasks that finishes; :class:`LatencyRecorder` is the client's
+side. The plugin is installed from the client (this module travels by value with
+cloudpickle, so the scheduler needs only ``distributed`` and the same Python version; hence
+no other daskstraggle import at module level), or by a scheduler started with ``dask
+scheduler --preload daskstraggle.runtime.plugin`` (:func:`dask_setup`), for schedulers that
+refuse code from clients.
 """
 
 from __future__ import annotations
@@ -65,8 +56,6 @@ _BUFFER_FACTOR = 64
 #: The recorder keeps the recent compute durations of at most this many workers.
 _MAX_WORKERS = 4096
 
-# A record travels as a tuple (a list after msgpack), TaskLatency's fields in order.
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TaskLatency:
@@ -109,7 +98,8 @@ class TaskLatency:
 
     @classmethod
     def from_tuple(cls, record: tuple[Any, ...] | list[Any]) -> TaskLatency:
-        """Build a record from the tuple (or list) of its fields the plugin sends."""
+        """Build a record from the tuple (a list after msgpack) of its fields in order, as
+        the plugin sends it."""
         return cls(**dict(zip((f.name for f in fields(cls)), record, strict=True)))
 
 
@@ -128,6 +118,10 @@ class _WorkerLog:
 
 class LatencyPlugin(SchedulerPlugin):
     """Record the worker, compute and transfer spans of our tasks on the scheduler.
+
+    A task is recorded when its key is a string starting with ``prefix`` and it goes from
+    ``processing`` to ``memory``; the plugin also tracks the workers present, joined and
+    left.
 
     Parameters
     ----------
@@ -330,8 +324,9 @@ class LatencyPlugin(SchedulerPlugin):
 
 
 def dask_setup(scheduler: Scheduler) -> None:
-    """Install the shared plugin (default prefix and ``maxlen``) when the scheduler starts
-    with ``dask scheduler --preload daskstraggle.runtime.plugin``."""
+    """Install the shared plugin :data:`PRELOAD_NAME` (default prefix and ``maxlen``),
+    recording from the scheduler's start, when the scheduler starts with ``dask scheduler
+    --preload daskstraggle.runtime.plugin``."""
     scheduler.add_plugin(LatencyPlugin(), name=PRELOAD_NAME, idempotent=True)
 
 
@@ -393,27 +388,27 @@ async def _unregister(scheduler: Scheduler, name: str) -> None:
 # --- functions run on the scheduler (travel by value) ----------------------------------
 
 
-def _add_janitor(client: str, plugin: str, *, dask_scheduler: Scheduler) -> None:
-    dask_scheduler.add_plugin(WorkerPluginJanitor(client, plugin),
-                              name=f"{JANITOR_PREFIX}{plugin}", idempotent=True)
-
-
-def _remove_janitor(plugin: str, *, dask_scheduler: Scheduler) -> None:
-    if f"{JANITOR_PREFIX}{plugin}" in dask_scheduler.plugins:
-        dask_scheduler.remove_plugin(f"{JANITOR_PREFIX}{plugin}")
+def _janitor(plugin: str, client: str | None, *, dask_scheduler: Scheduler) -> None:
+    """Add the janitor of ``plugin`` for ``client``, or remove it (``client`` None)."""
+    name = f"{JANITOR_PREFIX}{plugin}"
+    if client is not None:
+        dask_scheduler.add_plugin(WorkerPluginJanitor(client, plugin), name=name,
+                                  idempotent=True)
+    elif name in dask_scheduler.plugins:
+        dask_scheduler.remove_plugin(name)
 
 
 def guard_worker_plugin(client: Client, plugin: str) -> None:
     """Have the scheduler unregister the worker plugin named ``plugin`` if ``client`` (the
     one that registered it) leaves."""
     _ship_by_value()
-    client.run_on_scheduler(_add_janitor, client.id, plugin)
+    client.run_on_scheduler(_janitor, plugin, client.id)
 
 
 def unguard_worker_plugin(client: Client, plugin: str) -> None:
     """Remove the guard of :func:`guard_worker_plugin` (the plugin was removed)."""
     _ship_by_value()
-    client.run_on_scheduler(_remove_janitor, plugin)
+    client.run_on_scheduler(_janitor, plugin, None)
 
 
 def _attach(name: str, topic: str | None, client: str, prefix: str, *,
@@ -473,8 +468,10 @@ class LatencyRecorder:
         (:data:`PRELOAD_NAME`) when it records ``prefix``, else a new plugin with a
         unique name.
     push : bool, default=True
-        The plugin pushes each record to this client as it happens, so :meth:`poll`
-        reads a local buffer; with False each :meth:`poll` asks the scheduler.
+        The plugin pushes each record to this client as a scheduler event, sent before
+        the task's result on the same ordered stream, so :meth:`poll` reads a local buffer
+        (a gap in the record numbers is filled with one round trip); with False each
+        :meth:`poll` asks the scheduler.
 
     Attributes
     ----------
