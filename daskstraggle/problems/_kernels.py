@@ -1,19 +1,14 @@
 r"""Fused block kernels: products of a block with a thin matrix, without a float tile.
 
 A block stores raw values ``T`` (float64, int8 dosages with -1 for a missing call, or
-packed 2-bit dosage codes) and per-row transforms: fill ``f`` for missing entries, centre
-``c`` and scale ``s``. The matrix the problems see is ``X = diag(s) (T' - c 1^T)``, ``T'``
-being ``T`` with its missing entries replaced by ``f``. Centre and scale act on the thin
-products, not the wide rows: ``X V = s * (T' V - c (1^T V))`` and
-``X^T Q = T'^T (s Q) - 1 (c^T (s Q))``. Each kernel is one pass over the stored bytes:
-:func:`pca_pass`, :func:`glm_pass`, :func:`gram` and :func:`column_moments`.
+packed 2-bit codes) and per-row transforms: fill ``f`` for missing entries, centre ``c``
+and scale ``s``. The problems see ``X = diag(s) (T' - c 1^T)``, ``T'`` being ``T`` with
+its missing entries filled; centre and scale act on the thin products:
+``X V = s * (T' V - c (1^T V))`` and ``X^T Q = T'^T (s Q) - 1 (c^T (s Q))``.
 
-Two implementations compute the same sums (to rounding; ``docs/kernels.md``): ``"numba"``
-(:mod:`daskstraggle.problems._numba_kernels`, compiled lazily and cached on disk; PCA with
-enough components runs two BLAS products per row tile instead) and ``"numpy"`` (tile by
-tile, cast to float64, the few missing entries filled). The default is numba when it can
-be imported, unless the environment variable ``DASKSTRAGGLE_NUMBA`` is ``0``. The Gram
-kernel's products are one BLAS ``syrk`` per tile in both.
+Two implementations give the same sums to rounding (``docs/kernels.md``): ``"numba"``
+(:mod:`._numba_kernels`, compiled lazily, cached on disk) and ``"numpy"`` (tile by tile).
+The default is numba when it can be imported, unless ``DASKSTRAGGLE_NUMBA`` is ``0``.
 """
 from __future__ import annotations
 
@@ -86,12 +81,6 @@ def _resolve(implementation: str | None) -> str:
     return name
 
 
-def _numba_kernel(name: str) -> Callable[..., Any]:
-    """Return a numba kernel (each compiles, or loads from numba's disk cache, on its
-    first call with a signature)."""
-    return getattr(import_numba_module(_NUMBA_KERNELS), name)  # type: ignore[no-any-return]
-
-
 def _argument_key(value: Any) -> Any:
     """What numba's type of an argument depends on, read without typing it: an array's
     dtype, dimensions, layout, writeable and aligned flags; else its Python type."""
@@ -127,8 +116,8 @@ def _compile_key(name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _call_numba(name: str, *args: Any) -> Any:
     """Call a numba kernel and return what it returns; the first call per signature
-    compiles it, warnings silenced."""
-    kernel = _numba_kernel(name)
+    compiles it (or loads it from numba's disk cache), warnings silenced."""
+    kernel = getattr(import_numba_module(_NUMBA_KERNELS), name)
     key = _compile_key(name, args)
     if key not in _compiled:
         import numba
@@ -138,6 +127,11 @@ def _call_numba(name: str, *args: Any) -> Any:
             kernel.compile(tuple(numba.typeof(a) for a in args))
             _compiled.add(key)
     return kernel(*args)
+
+
+def _call_block(name: str, block: Block, *args: Any) -> Any:
+    """:func:`_call_numba` on ``block``'s values, transforms and flags, then ``args``."""
+    return _call_numba(name, block.values, *_transforms(block), *args)
 
 
 def _use_numba(block: Block, implementation: str | None) -> bool:
@@ -284,13 +278,12 @@ def pca_pass_sum(blocks: Sequence[Block], V: np.ndarray, shift: np.ndarray | Non
     widths = {_pca_width(b) for b in fused}
     if len(fused) == len(blocks) and len(widths) == 1:
         return _pca_fused(fused, V, offset, widths.pop())
-    G, colsum, sq = _pca_pass_one(blocks[0], V, offset, implementation)
+    sums = _pca_pass_one(blocks[0], V, offset, implementation)
     for block in blocks[1:]:  # BLAS tiles, numpy, or mixed widths: one block at a time
-        g, c, s = _pca_pass_one(block, V, offset, implementation)
-        G += g
-        colsum += c
-        sq += s
-    return G, colsum, sq
+        for total, part in zip(sums, _pca_pass_one(block, V, offset, implementation),
+                               strict=True):
+            total += part
+    return sums
 
 
 def _pca_fused(blocks: Sequence[Block], V: np.ndarray, offset: np.ndarray,
@@ -302,14 +295,11 @@ def _pca_fused(blocks: Sequence[Block], V: np.ndarray, offset: np.ndarray,
     VT, GT = _pca_buffers(k, width)
     VT[:, :m] = V.T
     for block in blocks:
-        fill, center, scale, flags = _transforms(block)
         tile = _pca_tile(block, k, width)
         if tile:
-            _call_numba("pca_tiled", block.values, fill, center, scale, flags, VT, offset,
-                        GT, colsum, sq, tile, _PCA_TILE_ROWS)
+            _call_block("pca_tiled", block, VT, offset, GT, colsum, sq, tile, _PCA_TILE_ROWS)
         else:
-            _call_numba("pca", block.values, fill, center, scale, flags, VT, offset, GT,
-                        colsum, sq)
+            _call_block("pca", block, VT, offset, GT, colsum, sq)
     return GT[:, :m].T.copy(), colsum, sq  # (a copy: GT may be kept for the next call)
 
 
@@ -322,9 +312,8 @@ def _pca_pass_one(block: Block, V: np.ndarray, offset: np.ndarray,
     colsum, sq = np.zeros(k), np.zeros(k)
     if _use_numba(block, implementation):  # BLAS on tiles
         G = np.zeros((m, k))
-        fill, center, scale, flags = _transforms(block)
-        _call_numba("pca_gemm", block.values, fill, center, scale, flags,
-                    np.ascontiguousarray(V), offset, _pca_gemm_rows(block), G, colsum, sq)
+        _call_block("pca_gemm", block, np.ascontiguousarray(V), offset, _pca_gemm_rows(block),
+                    G, colsum, sq)
         return G, colsum, sq
 
     def weights(a: int, b: int, P: np.ndarray) -> np.ndarray:
@@ -376,9 +365,7 @@ def glm_pass(block: Block, w: np.ndarray, b: float, *, logistic: bool,
         grad, aligned_w = _aligned_zeros((w.shape[0],), 2)
         aligned_w[:] = w
         out = np.zeros(2)
-        fill, center, scale, flags = _transforms(block)
-        _call_numba("glm", block.values, fill, center, scale, flags, aligned_w, float(b), y,
-                    bool(logistic), grad, out)
+        _call_block("glm", block, aligned_w, float(b), y, bool(logistic), grad, out)
         return grad, float(out[0]), float(out[1])
     sums = np.zeros(2)
 
@@ -476,10 +463,8 @@ def column_moments(block: Block, *, implementation: str | None = None
     """
     if block.n_rows == 0 or not _use_numba(block, implementation):
         return None
-    fill, center, scale, flags = _transforms(block)
     sums, sq_dev = np.zeros(block.n_features), np.zeros(block.n_features)
-    sq = _call_numba("moments", block.values, fill, center, scale, flags,
-                     block.tile_rows(), sums, sq_dev)
+    sq = _call_block("moments", block, block.tile_rows(), sums, sq_dev)
     return sums, sq_dev, float(sq)
 
 
@@ -530,13 +515,12 @@ def _gram_add(block: Block, mean: np.ndarray | None, acc: np.ndarray, step: int,
     """Fold one block's shifted tiles into ``acc`` (upper triangle), ``step`` rows a tile."""
     d = block.n_features
     if _use_numba(block, implementation):
-        fill, center, scale, flags = _transforms(block)
         shift = np.zeros(d) if mean is None else np.ascontiguousarray(mean, dtype=np.float64)
         buffer = np.empty((min(step, block.n_rows), d))
         for a in range(0, block.n_rows, step):
             b = min(a + step, block.n_rows)
             tile = buffer[: b - a]
-            _call_numba("convert", block.values, a, b, fill, center, scale, flags, shift, tile)
+            _call_block("convert", block, a, b, shift, tile)
             acc = syrk_update(tile, acc)
     else:
         for _, _, tile in block.tiles(step):

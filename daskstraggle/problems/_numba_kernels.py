@@ -1,22 +1,11 @@
 """Numba bodies of the fused kernels (imported lazily by :mod:`._kernels`, never directly).
 
-Every kernel is a thin loop over a block's rows around two parts (design and measurements:
-``docs/kernels.md``):
-
-- **Rows as float64** (:func:`_rows`). float64 rows without missing entries are read in
-  place; every other block (int8 dosages, packed 2-bit codes, float64 rows with missing
-  entries) is converted :data:`CHUNK` rows at a time, missing entries filled, into a
-  float64 buffer that stays in L1 cache (:func:`_convert_rows`).
-- **The products** (:func:`_pca_rows`, :func:`_glm_rows`, :func:`_add_rows`,
-  :func:`_transform_rows`) take float64 rows, so each compiles once whatever the block's
-  dtype. They take the rows four at a time (a *group*; rows read in place a quarter of
-  the block apart, four memory streams): the projections of the four rows four columns
-  of ``V`` at a time, the thin per-row products (centre and scale act there, never on the
-  wide rows), then the rank-4 update of ``G^T``; the last ``k % 4`` columns two, then one
-  at a time, and the rows past the last whole group one at a time.
-
-Arrays a block lacks (fill, centre, scale) are passed empty with a ``False`` flag, so each
-kernel compiles once per stored dtype.
+Each kernel loops over a block's rows: float64 rows without missing entries are read in
+place, others converted :data:`CHUNK` rows at a time into a float64 buffer
+(:func:`_rows`); the products then take float64 rows four at a time, centre and scale
+acting on the thin products, never on the wide rows. Arrays a block lacks (fill, centre,
+scale) are passed empty with a ``False`` flag, so each kernel compiles once per stored
+dtype. Design and measurements: ``docs/kernels.md``.
 """
 from __future__ import annotations
 
@@ -309,6 +298,30 @@ def _pca_weights(p, s, i, center, scale, flags, vsum, shift, acc):
         acc[2, col] += c * weight
 
 
+@numba.njit(**_INLINE)
+def _row_sums(VT):
+    """The sums of the rows of ``VT`` (``1^T V``, shape (k,))."""
+    k, m = VT.shape
+    vsum = np.zeros(k)
+    for col in range(k):
+        for j in range(m):
+            vsum[col] += VT[col, j]
+    return vsum
+
+
+@numba.njit(**_INLINE)
+def _pca_finish(acc, colsum, sq, GT, has_center):
+    """Add ``acc``'s ``1^T P`` to ``colsum`` and ``|P_j|^2`` to ``sq``; with a centre, take
+    ``c^T Q`` (``acc[2]``) off every row of ``G`` (``GT`` transposed)."""
+    k, m = GT.shape
+    for col in range(k):
+        colsum[col] += acc[0, col]
+        sq[col] += acc[1, col]
+        if has_center:
+            for j in range(m):
+                GT[col, j] -= acc[2, col]
+
+
 @numba.njit(**_JIT)
 def _pca_rows(X, first, count, i, VT, GT, p, center, scale, flags, vsum, shift, acc,
               streams):
@@ -342,10 +355,7 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
     n = values.shape[0]
     k, m = VT.shape
     p = np.zeros((k, ROWS))
-    vsum = np.zeros(k)
-    for col in range(k):
-        for j in range(m):
-            vsum[col] += VT[col, j]
+    vsum = _row_sums(VT)
     acc = np.zeros((3, k))  # 1^T P, |P_j|^2, c^T Q
     buf = np.zeros((CHUNK, m))
     in_place = _reads_in_place(values, flags[0])
@@ -355,12 +365,7 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
         rows, first = _rows(values, i0, count, fill, flags[0], buf, in_place)
         _pca_rows(rows, first, count, i0, VT, GT, p, center, scale, flags, vsum, shift, acc,
                   in_place)
-    for col in range(k):
-        colsum[col] += acc[0, col]
-        sq[col] += acc[1, col]
-        if flags[1]:
-            for j in range(m):
-                GT[col, j] -= acc[2, col]
+    _pca_finish(acc, colsum, sq, GT, flags[1])
 
 
 @numba.njit(**_JIT)
@@ -425,11 +430,8 @@ def pca_tiled(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, til
     columns of ``VT`` kept in cache), the thin products, then ``G^T += Q^T T'`` tile by
     tile; equal to :func:`pca`'s results to rounding."""
     n = values.shape[0]
-    k, width = VT.shape
-    vsum = np.zeros(k)
-    for col in range(k):
-        for j in range(width):
-            vsum[col] += VT[col, j]
+    k = VT.shape[0]
+    vsum = _row_sums(VT)
     acc = np.zeros((3, k))
     P = np.zeros((k, rows))
     p = np.zeros((k, ROWS))
@@ -440,12 +442,7 @@ def pca_tiled(values, fill, center, scale, flags, VT, shift, GT, colsum, sq, til
         for r in range(b - a):
             _pca_weights(P, r, a + r, center, scale, flags, vsum, shift, acc)
         _update_tiles(values, a, b, fill, flags[0], P, GT, p, buf, tile)
-    for col in range(k):
-        colsum[col] += acc[0, col]
-        sq[col] += acc[1, col]
-        if flags[1]:
-            for j in range(width):
-                GT[col, j] -= acc[2, col]
+    _pca_finish(acc, colsum, sq, GT, flags[1])
 
 
 # ----------------------------------------------------------------------- regression
@@ -566,7 +563,7 @@ def _transform_rows(X, first, count, i, center, scale, flags, mean, out, o):
 
 
 @numba.njit(**_JIT)
-def convert(values, a, b, fill, center, scale, flags, mean, out):
+def convert(values, fill, center, scale, flags, a, b, mean, out):
     """Write rows ``[a, b)`` as ``(filled - centre) * scale - mean`` into ``out``."""
     buf = np.zeros((CHUNK, out.shape[1]))
     in_place = _reads_in_place(values, flags[0])
@@ -651,10 +648,7 @@ def pca_gemm(values, fill, center, scale, flags, V, shift, rows, G, colsum, sq):
     ``G += T^T Q`` (``G`` is ``(d, k)``; numba's ``np.dot`` releases the GIL)."""
     n = values.shape[0]
     m, k = V.shape
-    vsum = np.zeros(k)
-    for j in range(m):
-        for col in range(k):
-            vsum[col] += V[j, col]
+    vsum = _row_sums(V.T)
     acc = np.zeros((3, k))  # 1^T P, |P_j|^2, c^T Q
     p = np.empty((rows, k))
     product = np.empty((m, k))
@@ -673,9 +667,4 @@ def pca_gemm(values, fill, center, scale, flags, V, shift, rows, G, colsum, sq):
             _pca_weights(qT, r, a + r, center, scale, flags, vsum, shift, acc)
         np.dot(T.T, q, product)
         G += product
-    for col in range(k):
-        colsum[col] += acc[0, col]
-        sq[col] += acc[1, col]
-        if flags[1]:
-            for j in range(m):
-                G[j, col] -= acc[2, col]
+    _pca_finish(acc, colsum, sq, G.T, flags[1])
