@@ -6,12 +6,9 @@ retries a refused connection until the timeout: :func:`probe_scheduler` asks the
 its identity under one deadline first, failing at once on a refused connection.
 
 A LocalCluster started here blocks SIGINT in its worker processes (the client's process
-alone handles Ctrl-C and closes the cluster; the workers print no traceback of their own) and
-its workers skip zarr's exit hook (:class:`~daskstraggle.runtime._quiet.QuietExit`). On Linux
-its workers are forked from a *forkserver* that imported :data:`WORKER_PRELOAD` once, instead
-of spawned interpreters that each import numpy, numba and zarr again, while that server is
-ours and fits (:func:`worker_start_config`); otherwise, for a worker the nanny restarts, and
-when forked workers fail to start, workers are spawned.
+alone handles Ctrl-C and closes the cluster); its workers skip zarr's exit hook
+(:class:`~daskstraggle.runtime._quiet.QuietExit`) and are forked from a preloaded server
+where :func:`worker_start_config` allows (spawned when forked workers fail to start).
 """
 
 from __future__ import annotations
@@ -42,6 +39,7 @@ __all__ = [
     "MAX_LOCAL_WORKERS",
     "OWN_CLUSTER_CONFIG",
     "WORKER_PRELOAD",
+    "ask_scheduler",
     "check_client",
     "connect",
     "probe_scheduler",
@@ -383,14 +381,20 @@ def worker_identity(client: Any) -> dict[str, dict[str, Any]]:
         raise InvalidParameterError(
             "daskstraggle needs a synchronous distributed.Client (asynchronous=False)."
         )
-    if client.status in ("closing", "closed"):  # it gave up reconnecting (or was closed)
+    return dict(ask_scheduler(client, "identity", n_workers=-1)["workers"])
+
+
+def ask_scheduler(client: Any, op: str, **kwargs: Any) -> Any:
+    """Return the scheduler's answer to the RPC ``op`` (one round trip); raise
+    :func:`scheduler_lost`'s SchedulerLostError if the client is closed (it gave up
+    reconnecting) or the scheduler does not answer within :func:`scheduler_timeout` s."""
+    if client.status in ("closing", "closed"):
         raise scheduler_lost(client, f"the client is {client.status}")
     try:
-        info = client.sync(client.scheduler.identity, n_workers=-1,
+        return client.sync(getattr(client.scheduler, op), **kwargs,
                            callback_timeout=scheduler_timeout())
     except (OSError, TimeoutError) as err:
         raise scheduler_lost(client, f"{type(err).__name__}: {err}") from None
-    return dict(info["workers"])
 
 
 def scheduler_lost(client: Any, cause: str) -> SchedulerLostError:

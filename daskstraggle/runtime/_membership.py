@@ -18,7 +18,7 @@ from typing import Any
 
 from daskstraggle.engine.pool import RETIRING
 from daskstraggle.errors import WorkerLostError
-from daskstraggle.runtime._connect import scheduler_timeout, worker_status
+from daskstraggle.runtime._connect import ask_scheduler, worker_status
 
 __all__ = [
     "MEMBERSHIP_INTERVAL",
@@ -101,8 +101,7 @@ def retired_before_leaving(client: Any, address: str) -> bool:
     """Whether the scheduler's event log says the worker that left at ``address`` was
     retiring (else it was lost: killed, crashed, cut off)."""
     try:
-        events = client.sync(client.scheduler.events, topic=address,
-                             callback_timeout=scheduler_timeout())
+        events = ask_scheduler(client, "events", topic=address)
     except Exception as err:  # no log: call it lost
         logger.info("reading the events of %s failed (%s)", address, err)
         return False
@@ -154,8 +153,7 @@ def copies_elsewhere(client: Any, held: dict[int, Any], avoid: set[str]) -> dict
     if not held:
         return {}
     try:
-        holders = client.sync(client.scheduler.who_has, keys=[f.key for f in held.values()],
-                              callback_timeout=scheduler_timeout())
+        holders = ask_scheduler(client, "who_has", keys=[f.key for f in held.values()])
     except Exception as err:  # no copies known: reload
         logger.info("who_has failed (%s); reloading from the source", err)
         return {}
