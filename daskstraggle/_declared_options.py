@@ -1,10 +1,8 @@
-"""The declarations of options: a command-line option, and the values a parameter takes.
+"""The declarations of options: a command-line option (:class:`CliOption`, turned into a
+click option by the CLI), and the values a parameter takes (:class:`Constraint`).
 
-Pure: no click (the CLI turns a :class:`CliOption` into a click option). The run's option
-groups (:data:`daskstraggle.options.RUN_GROUPS`) declare each field with :func:`declared`:
-its :class:`Constraint`, its :class:`CliOption` and its flat keyword, from which come the
-``fit_*`` keywords, ``solve``'s groups, the CLI, ``docs/cli.md`` and the range checks, made
-before any cluster work.
+The run's option groups (:data:`daskstraggle.options.RUN_GROUPS`) declare each field with
+:func:`declared`; from that come the ``fit_*`` keywords, the CLI and the range checks.
 """
 
 from __future__ import annotations
@@ -132,14 +130,13 @@ class Constraint:
 
 
 def declared(default: Any, *, constraint: Constraint | None = None,
-             cli: CliOption | None = None, keyword: str | None = None,
-             doc: str | None = None) -> Any:
+             cli: CliOption | None = None, keyword: str | None = None) -> Any:
     """A field of an option group (default ``default``) with its declarations in its
     metadata: its ``constraint`` (None: checked by hand where used, or not at all), its
-    command-line option ``cli`` (None: none), its flat ``keyword`` in the ``fit_*``
-    functions (None: the field's name) and its ``doc`` there (None: the CLI's help)."""
+    command-line option ``cli`` (None: none) and its flat ``keyword`` in the ``fit_*``
+    functions (None: the field's name)."""
     return dataclasses.field(default=default, metadata={
-        "constraint": constraint, "cli": cli, "keyword": keyword, "doc": doc})
+        "constraint": constraint, "cli": cli, "keyword": keyword})
 
 
 def flat_name(field: dataclasses.Field[Any]) -> str:

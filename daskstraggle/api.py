@@ -126,10 +126,8 @@ GRAM_AUTO_MAX_FEATURES = 4096
 
 
 def _declared(runtime: Runtime | str | None) -> type[Runtime]:
-    """The class whose declarations apply to ``runtime`` (None: the Dask runtime).
-
-    Raises InvalidParameterError naming the registered runtimes for anything else.
-    """
+    """The class whose declarations apply to ``runtime`` (None: the Dask runtime); an
+    unknown name: InvalidParameterError naming the registered runtimes."""
     if isinstance(runtime, Runtime):
         return type(runtime)
     return get_runtime_class("dask" if runtime is None else runtime)
@@ -149,9 +147,8 @@ def _connects(spec: RuntimeSpec) -> bool:
 
 
 def _check_runtime(spec: RuntimeSpec, method: Method, caller: str) -> int | None:
-    """Refuse combinations that cannot work, before anything starts (``spec.stragglers``
-    parsed, ``spec.client`` the chosen one); return the workers the run will have when
-    known before connecting (None: ask the cluster)."""
+    """Refuse combinations that cannot work, before anything starts; return the workers
+    the run will have when known before connecting (None: ask the cluster)."""
     n_expected = _expected_workers(spec, caller)
     runtime, stragglers = spec.name, spec.stragglers
     if isinstance(runtime, Runtime):
@@ -208,9 +205,8 @@ def _check_declarations(declared: type[Runtime], spec: RuntimeSpec) -> None:
 
 
 def _expected_workers(spec: RuntimeSpec, caller: str) -> int | None:
-    """The workers the run starts itself, checked against the runtime's bound
-    (``n_workers``, else the configured default unless the run connects to a cluster), or
-    those of a Runtime you built; None: ask the cluster."""
+    """The workers the run starts (``n_workers`` or the configured default, checked) or a
+    built Runtime has; None: ask the cluster."""
     if spec.n_workers is not None:
         return check_n_workers(spec.n_workers, caller=caller, runtime=spec.name)
     if isinstance(spec.name, Runtime):
@@ -236,7 +232,7 @@ def _resolve_runtime(runtime: Runtime | str | None, spec: RuntimeSpec, rng: Any
 
 
 def _asked(spec: RuntimeSpec) -> dict[str, Any]:
-    """What ``spec`` asks of the runtime (every field but the runtime's name), by field."""
+    """``spec``'s fields but the runtime's name."""
     return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "name"}
 
 
@@ -250,10 +246,8 @@ _OWN_CONSTRAINTS = {"step_size": (Constraint(float), "--step-size"),
 
 def _validated(caller: str, own: dict[str, Any], groups: dict[str, Any]
                ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``own`` keywords and ``groups`` (a group not given: its defaults) with every value
-    checked by its declared constraint and normalised, or InvalidParameterError naming the
-    first value that breaks one (``_OWN_CONSTRAINTS``; the groups' fields:
-    :func:`~daskstraggle._declared_options.check_fields`)."""
+    """``own`` keywords and ``groups`` (None: its defaults), each value checked by its
+    declared constraint and normalised (``_OWN_CONSTRAINTS``, :func:`check_fields`)."""
     own = {name: constraint.check(own[name], name=name, caller=caller, flag=flag)
            for name, (constraint, flag) in _OWN_CONSTRAINTS.items()}
     groups = {name: check_fields(cls() if groups[name] is None else groups[name], caller=caller)
@@ -280,12 +274,9 @@ def _run(
     report: Report | None = None,
     caller: str | None = None,
 ) -> Result:
-    """Fit ``problem`` on ``X``: the one body behind :func:`solve` and the ``fit_*``
-    functions, which build its groups (``_GROUPED``; a group not given has its defaults).
-    Everything is checked here, once, before any cluster work: each value by its declared
-    constraint (:func:`_validated`), then what combines several; errors name ``caller``
-    (default ``fit_<problem>``).
-    """
+    """Fit ``problem`` on ``X``: the body behind :func:`solve` and the ``fit_*`` functions.
+    Everything is checked once, before any cluster work; errors name ``caller`` (default
+    ``fit_<problem>``)."""
     caller = caller or f"fit_{problem.name.replace('-', '_')}"
     own, groups = _validated(
         caller, {"step_size": step_size, "out": out, "overwrite": overwrite,
@@ -350,8 +341,8 @@ def _run(
 
 def _choices_made(result: Result, choices: list[Choice], reason: str | None
                   ) -> dict[str, Any]:
-    """The result's attributes saying what ``auto`` measured and chose (``"auto"``) and why
-    the runtime ran (``"runtime_reason"``), those that apply."""
+    """What ``auto`` measured and chose (``"auto"``) and why the runtime ran
+    (``"runtime_reason"``), those that apply."""
     made = {"auto": choices[-1].as_attrs(result) if choices else None,
             "runtime_reason": reason}
     return {key: value for key, value in made.items() if value is not None}
@@ -419,8 +410,8 @@ def _open_for(problem: Problem, X: Any, *, labels: Any, qc: GenotypeQC | None, c
 
 def _measured_run(rt: Runtime, meth: Method, problem: Problem, matrix: Matrix, *,
                   rng: Any, measure: bool, choices: list[Choice], **run: Any) -> Result:
-    """``run_on(rt, meth, problem, matrix, rng=rng, **run)``; with ``measure``, the method
-    ``auto`` chooses after probing the workers on ``matrix`` (appended to ``choices``)."""
+    """:func:`run_on`; with ``measure``, by the method ``auto`` chooses after probing the
+    workers (appended to ``choices``)."""
     if measure:
         choices.append(measure_and_choose(rt, problem, matrix, meth,
                                           rng=np.random.default_rng(rng)))
@@ -439,8 +430,7 @@ _RUNTIME_ONLY = {
 
 
 def _check_runtime_only(spec: RuntimeSpec, caller: str) -> None:
-    """Refuse ``backup_after`` and ``aggregation="tree"`` but for a runtime the fit starts
-    or connects to that sends backups or sums on its workers (``_RUNTIME_ONLY``)."""
+    """Refuse the options of ``_RUNTIME_ONLY`` but for a runtime that takes them."""
     runtime = spec.name
     for name, (allows, which, built, why) in _RUNTIME_ONLY.items():
         if getattr(spec, name) in (None, "flat") or (
@@ -455,8 +445,7 @@ def _check_runtime_only(spec: RuntimeSpec, caller: str) -> None:
 
 
 def _outlives_this_process(spec: RuntimeSpec) -> bool:
-    """Whether the run's cluster outlives this process (a replica needs one): the Dask
-    runtime with a scheduler address or a client."""
+    """Whether the run's cluster outlives this process (the Dask runtime connected)."""
     return _connects(spec) and not isinstance(spec.name, Runtime) and (
         spec.name in (None, "dask"))
 
@@ -513,9 +502,8 @@ _FLAT_ORDER = ("method", "method_params", "step_size", "stop", "report", "runtim
 
 
 def _flat_options() -> dict[str, tuple[str, type, dataclasses.Field[Any]] | None]:
-    """Each option of the ``fit_*`` functions (``_FLAT_ORDER``), declared once: the field of
-    one of ``solve``'s groups that holds it, as ``(solve's parameter, group, field)``, or
-    None for a keyword of :func:`_run` (``solve`` takes it itself)."""
+    """Each ``fit_*`` option (``_FLAT_ORDER``): ``(solve's parameter, group, field)`` of the
+    field that holds it, or None for a keyword of :func:`_run`."""
     groups = run_groups()
     flat: dict[str, tuple[str, type, dataclasses.Field[Any]] | None] = {}
     for name in _FLAT_ORDER:
@@ -538,14 +526,9 @@ _OPTIONS_DOC = """    method_params : dict or None, default=None
 
 
 def _with_run_options(fn: F) -> F:
-    """Give a ``fit_*`` function the run options as keywords, declared once.
-
-    ``fn`` takes its own parameters and ``**options``; the function returned shows them and
-    every name of ``_FIT_OPTIONS`` as a keyword-only parameter with ``_run``'s default
-    (its ``__signature__``), documents them where ``fn``'s docstring says ``<options>``,
-    refuses an unknown keyword as Python does (``TypeError``) and passes ``fn`` every
-    option, defaults filled in.
-    """
+    """``fn`` (its own parameters and ``**options``) with every run option as a keyword-only
+    parameter of its ``__signature__``, documented where its docstring says ``<options>``;
+    an unknown keyword is a ``TypeError``, and ``fn`` gets every option, defaults filled."""
     own = inspect.signature(fn)
     params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
     signature = own.replace(parameters=params + _flat_parameters())
@@ -566,10 +549,9 @@ def _with_run_options(fn: F) -> F:
 
 
 def _options_doc() -> str:
-    """The numpydoc entries of the run options, in ``_FIT_OPTIONS``' order: a keyword of
-    :func:`_run` as ``_OPTIONS_DOC`` or :func:`solve` describe it, a group's field as the
-    group's docstring does (under its flat name), else made from its declaration (its
-    ``doc``, else its command-line help)."""
+    """The numpydoc entries of the run options: a keyword of :func:`_run` as
+    ``_OPTIONS_DOC`` or :func:`solve` describe it, a field as its group's docstring does
+    (under its flat name), else from its command-line help."""
     written, solves = _doc_entries(_OPTIONS_DOC), _doc_entries(solve.__doc__)
     entries = []
     for name, where in _GROUPED.items():
@@ -584,7 +566,7 @@ def _options_doc() -> str:
             entries.append(entry.replace(f"    {field.name} : ", f"    {name} : ", 1))
             continue
         cli = field.metadata.get("cli")
-        text = field.metadata.get("doc") or (cli.help if cli is not None else "")
+        text = cli.help if cli is not None else ""
         entries.append(f"    {name} : {field.type}, default={field.default!r}\n"
                        + textwrap.fill(text, 92, initial_indent=" " * 8,
                                        subsequent_indent=" " * 8) + "\n")
@@ -601,9 +583,8 @@ def _doc_entries(doc: str | None) -> dict[str, str]:
 
 
 def _flat_parameters() -> list[inspect.Parameter]:
-    """The run options as keyword-only parameters, in ``_FIT_OPTIONS``' order, each with the
-    default and annotation of the group field that holds it (``_GROUPED``), or of
-    :func:`_run`'s own keyword."""
+    """The run options as keyword-only parameters with the default and annotation of the
+    field or :func:`_run` keyword that holds each."""
     run = inspect.signature(_run).parameters
     return [run[name].replace(kind=inspect.Parameter.KEYWORD_ONLY) if where is None else
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=where[2].default,
@@ -612,8 +593,8 @@ def _flat_parameters() -> list[inspect.Parameter]:
 
 
 def _grouped(flat: dict[str, Any]) -> dict[str, Any]:
-    """:func:`_run`'s keywords from the flat run options (``_GROUPED``): each group built
-    from its fields given (its defaults for the others), ``_run``'s own keywords as given."""
+    """:func:`_run`'s keywords from the flat run options: each group built from its
+    fields given, ``_run``'s own keywords as given."""
     out: dict[str, Any] = {}
     fields: dict[str, dict[str, Any]] = {}
     for name, value in flat.items():
@@ -734,7 +715,9 @@ def solve(
     >>> res.fitted["coef"].round(6)
     array([1., 2., 3.])
     """
-    groups, given = _solve_groups(stop, runtime, data, checkpoint, report)
+    passed = {"stop": stop, "runtime": runtime, "data": data, "checkpoint": checkpoint,
+              "report": report}
+    groups = {name: _as_group(name, cls, passed[name]) for name, cls in run_groups().items()}
     wheres = []
     for name, value in moved.items():
         if name not in _MOVED_KEYWORDS:
@@ -742,7 +725,7 @@ def solve(
         where, group = _MOVED_KEYWORDS[name], _GROUPED[name]
         if group is None:
             groups[name] = value
-        elif group[0] in given:  # the group was given too
+        elif isinstance(passed[group[0]], group[1]):  # the group was given too
             raise InvalidParameterError(
                 f"solve got {name}= and a group that sets it too; pass it once, as {where}."
             )
@@ -779,36 +762,22 @@ def _as_problem(problem: Any) -> Problem:
     )
 
 
-def _solve_groups(stop: Any, runtime: Any, data: Any, checkpoint: Any,
-                  report: Any) -> tuple[dict[str, Any], set[str]]:
-    """:func:`_run`'s groups from ``solve``'s (defaults for those not given), and the names
-    of those given as groups: a runtime name, Runtime or client becomes a
-    :class:`RuntimeSpec`, a checkpoint path a :class:`Checkpoint`."""
-    groups = run_groups()
-    passed = {"stop": stop, "runtime": runtime, "data": data, "checkpoint": checkpoint,
-              "report": report}
-    for name in ("stop", "data", "report"):
-        if passed[name] is not None:
-            _check_group(passed[name], groups[name], name)
-    given = {name for name, value in passed.items() if isinstance(value, groups[name])}
-    spec, path = groups["runtime"], groups["checkpoint"]
-    if not isinstance(runtime, RuntimeSpec | None | Runtime | str) and hasattr(
-            runtime, "scheduler_info") and hasattr(runtime, "submit"):
-        passed["runtime"] = spec(client=runtime)  # a distributed.Client
-    elif not isinstance(runtime, spec):  # a Runtime or a name, checked (or refused) by _run
-        passed["runtime"] = spec(name=runtime)
-    if not isinstance(checkpoint, path):
-        passed["checkpoint"] = path(path=checkpoint)
-    return {name: groups[name]() if value is None else value
-            for name, value in passed.items()}, given
-
-
-def _check_group(value: Any, cls: type, name: str) -> None:
-    if not isinstance(value, cls):
-        raise InvalidParameterError(
-            f"The {name!r} parameter of solve must be a {cls.__name__} or None. Got "
-            f"{type(value).__name__} instead."
-        )
+def _as_group(name: str, cls: type, value: Any) -> Any:
+    """``solve``'s group ``name`` from what was passed (None: its defaults): a runtime
+    name, Runtime or client becomes a :class:`RuntimeSpec`, a checkpoint path a
+    :class:`Checkpoint`; anything else not a ``cls`` is refused."""
+    if value is None or isinstance(value, cls):
+        return cls() if value is None else value
+    if name == "runtime":  # a Runtime or a name is checked (or refused) by _run
+        client = not isinstance(value, Runtime | str) and hasattr(
+            value, "scheduler_info") and hasattr(value, "submit")
+        return cls(client=value) if client else cls(name=value)
+    if name == "checkpoint":
+        return cls(path=value)
+    raise InvalidParameterError(
+        f"The {name!r} parameter of solve must be a {cls.__name__} or None. Got "
+        f"{type(value).__name__} instead."
+    )
 
 
 def to_plus_minus_one(labels: np.ndarray) -> np.ndarray:

@@ -1,8 +1,6 @@
-"""The grouped options of :func:`~daskstraggle.solve`: when it stops, where it runs, how it
-opens the data, how it checkpoints and what it reports.
-
-Each group is a frozen value object; the ``fit_*`` functions take its fields as flat
-keywords. How a field is declared once for all of them: :mod:`daskstraggle._declared_options`.
+"""The grouped options of :func:`~daskstraggle.solve`, frozen value objects whose fields
+the ``fit_*`` functions take as flat keywords (declared once:
+:mod:`daskstraggle._declared_options`).
 
 >>> from daskstraggle.options import Checkpoint, DataOptions, Report, RuntimeSpec
 >>> RuntimeSpec("sim", n_workers=100, stragglers="gamma(mean=0.05, var=1e-4)").n_workers
@@ -18,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daskstraggle._declared_options import CliOption, Constraint, declared
-from daskstraggle._validation import check_int, check_positive
+from daskstraggle._declared_options import CliOption, Constraint, check_fields, declared
 
 __all__ = ["RUN_GROUPS", "Checkpoint", "DataOptions", "Report", "RuntimeSpec", "StopRule",
            "run_groups"]
@@ -261,10 +258,7 @@ class StopRule:
         "--time-budget", "time_budget", "Stop after this many seconds.", type=float))
 
     def __post_init__(self) -> None:
-        check_int(self.max_iter, name="max_iter", caller="StopRule", low=1)
-        check_positive(self.tol, name="tol", caller="StopRule", allow_none=True)
-        check_positive(self.gap_tol, name="gap_tol", caller="StopRule", allow_none=True)
-        check_positive(self.time_budget, name="time_budget", caller="StopRule", allow_none=True)
+        check_fields(self, caller="StopRule")
 
     def check(self, *, iteration: int, gap: float | None, elapsed: float) -> str | None:
         """Return why to stop after 0-based ``iteration`` (the ``tol`` test aside), or None.
@@ -299,5 +293,5 @@ RUN_GROUPS: dict[str, type] = {
 
 
 def run_groups() -> dict[str, type]:
-    """The classes of :data:`RUN_GROUPS`, by ``solve``'s parameter, in their order."""
+    """A copy of :data:`RUN_GROUPS`."""
     return dict(RUN_GROUPS)

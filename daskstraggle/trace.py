@@ -1,9 +1,5 @@
-"""Results of a run: fitted quantities plus a per-iteration trace as an xarray.Dataset.
-
-Saved as one Zarr group (``Result.save``), written under a temporary name and renamed
-into place, so a failed save never leaves a half-written store nor touches an existing
-one.
-"""
+"""Results of a run: fitted quantities plus a per-iteration trace as an xarray.Dataset,
+saved atomically as one Zarr group (:meth:`Result.save`)."""
 
 from __future__ import annotations
 
@@ -256,10 +252,7 @@ class Result:
                     + (f"-PC{hidden[-1]}" if len(hidden) > 1 else "")
                     + " lie below float64's working precision next to PC1 (unresolved, "
                     "variance NaN); standardise the columns, or ask for fewer components.")
-        if tol is None:
-            bound = "no tolerance was set (tol=None)"
-        else:
-            bound = f"above tol {tol:g}"
+        bound = "no tolerance was set (tol=None)" if tol is None else f"above tol {tol:g}"
         stalled = ("the iterate stopped moving and the exact measure is not falling fast "
                    "enough to reach tol within max_iter (a noise floor); wait for more "
                    "workers (--wait)" + (" or raise max_iter (--max-iter)"
@@ -321,9 +314,8 @@ class Result:
         if self.determined is not None:
             out["determined"] = self.determined
         if self.reference_objective is not None:
-            out["reference_objective"] = self.reference_objective
-            out["gap"] = self.gap
-            out["distance"] = self.distance
+            out.update(reference_objective=self.reference_objective, gap=self.gap,
+                       distance=self.distance)
         if "staleness" in self.trace:  # sag, dsag: iterations behind of the oldest cache entry
             staleness = self.trace["staleness"].values
             out["max_staleness"] = int(np.nanmax(staleness)) if staleness.size else 0
@@ -470,10 +462,8 @@ class Result:
             The store.
         missing_chunks : {"error", "fill"}, default="error"
             ``"fill"`` reads absent chunks as the fill value, for a store written without
-            them (``write_empty_chunks=False``; :meth:`save` writes every chunk). A result
-            saved before :meth:`save` recorded its arrays (before daskstraggle wrote every
-            chunk) is read with ``"fill"``: its absent chunks may be ones equal to the
-            fill value that were never written.
+            them (``write_empty_chunks=False``; :meth:`save` writes every chunk, and
+            records its arrays: a store without that record is read with ``"fill"``).
 
         Returns
         -------
@@ -509,7 +499,8 @@ class Result:
             objective=float(attrs["objective"]),
             stop_reason=attrs["stop_reason"],
             converged=bool(attrs.get("converged", 0)),
-            optimality=_float_attr(attrs.get("optimality", "none")),
+            optimality=math.nan if (opt := attrs.get("optimality", "none")) == "none"
+            else float(opt),
             reference_objective=None if ref == "none" else float(ref),
             distance=None if dist == "none" else float(dist),
             attrs=json.loads(attrs["run"]),
@@ -518,23 +509,15 @@ class Result:
         )
 
 
-#: The attributes a saved result needs to load (:meth:`Result.to_dataset` adds
-#: ``converged`` and ``optimality``, which older stores lack).
+#: The attributes a saved result needs to load (besides ``converged`` and ``optimality``).
 _RESULT_ATTRS = ("problem", "method", "objective", "stop_reason", "feature_dim",
                  "reference_objective", "distance", "run")
 
 
 def _read_result(path: str | os.PathLike[str], missing_chunks: str) -> xr.Dataset:
     """Read the result saved at ``path`` into memory with the inputs' integrity rules
-    (``data/_zarr.py``).
-
-    DataNotFoundError if nothing is there; InvalidDataError if it is not a result (not a
-    Zarr group, or without a result's attributes and ``iterate``); CorruptDataError if an
-    array the result was saved with (its ``arrays`` attribute) is gone, and
-    MissingChunksError if a chunk is absent (unless ``missing_chunks="fill"``), before
-    anything is read; a chunk that does not decode as
-    :func:`~daskstraggle.data._zarr.read` refuses an input's.
-    """
+    (``data/_zarr.py``), raising as :meth:`Result.load` says; absent arrays and chunks are
+    refused before anything is read."""
     import zarr
 
     from daskstraggle.data._zarr import check_chunks, describe, read
@@ -585,10 +568,6 @@ def _padded(rows: list[Any], fill: float, *, width: int | None = None) -> np.nda
         if row is not None:
             out[i, : len(row)] = row
     return out
-
-
-def _float_attr(value: Any) -> float:
-    return math.nan if value == "none" else float(value)
 
 
 def _jsonable(value: Any) -> Any:
