@@ -1,28 +1,11 @@
 """``method="auto"`` on a cluster: measure the workers, simulate the candidates, run the fastest.
 
-Without a cluster (the local and simulated runtimes) ``auto`` follows a rule on the data
-(gram for PCA up to 4096 columns, block above, gd for the regressions). On a runtime whose
-workers are real processes (:attr:`Runtime.measures_workers`), for a matrix of at least
-:data:`MEASURE_MIN_BYTES`, :func:`measure_and_choose`:
-
-1. **Probes**: :data:`PROBE_ROUNDS` rounds of :class:`ProbeGD` on the run's data and
-   workers (the same tasks, so the same slow machines and injected stragglers); for gram
-   and block on genotypes only a :data:`PROBE_FRACTION` of the rows (:func:`_probed_rows`).
-2. **Fits** gamma laws per worker (:func:`~daskstraggle.latency.fit_trace`) to the
-   probe's compute and communication times (:func:`_fit_arrays`), leaving out the first
-   :data:`WARMUP_ROUNDS` rounds (compilation, first transfers, a task a previous run left
-   running).
-3. **Simulates** each candidate (:func:`candidates`) for :data:`SIM_ROUNDS` rounds under
-   that law (:func:`predict`): the method's own policy and the coordinator decide when
-   each simulated round ends, and a task carrying ``k`` shares of the rows takes ``k``
-   times as long. Gram and block play as gd or coded GD (one exact sum per round).
-4. **Chooses** by simulated seconds per round (:func:`pick`): the exact methods take the
-   same iterates, and DSAG waiting for ``n - 1`` of ``n`` workers is assumed to need as
-   many rounds as gd (measured by ``pipelines/straggler_table.py``: 69-80 rounds against
-   gd's 86; the report states the assumption). The plain method stays unless another is
-   predicted :data:`MARGIN` times faster.
-
-The choice goes into ``result.attrs["auto"]`` (:meth:`Choice.as_attrs`).
+On a runtime whose workers are real processes (:attr:`Runtime.measures_workers`), for a
+matrix of at least :data:`MEASURE_MIN_BYTES`, :func:`measure_and_choose` probes the workers
+(:class:`ProbeGD`), fits gamma laws to the probe's times (:func:`_fit_arrays`), simulates
+each of the :func:`candidates` under them (:func:`predict`) and picks one (:func:`pick`);
+elsewhere ``auto`` follows the rule on the data. The whole procedure and its assumptions:
+``docs/methods.md``. The choice goes into ``result.attrs["auto"]`` (:meth:`Choice.as_attrs`).
 """
 
 from __future__ import annotations
@@ -68,8 +51,7 @@ MAX_STRAGGLERS = 2
 #: Share of each partition's rows the probe reads for gram and block on genotypes.
 PROBE_FRACTION = 1 / 16
 #: Smallest matrix (its values as float64) worth a probe: a smaller job takes about as
-#: long as the probe itself (the demo's 20 000 x 300 genotypes: a 0.1 s gram, a 6.9 s
-#: probe on a fresh cluster), so ``auto`` keeps the rule there.
+#: long as the probe itself, so ``auto`` keeps the rule there.
 MEASURE_MIN_BYTES = 64 * 2**20
 
 
@@ -289,11 +271,6 @@ def pick(predicted: dict[str, float], plain: str) -> str:
     return plain
 
 
-def _probe_step(problem: Problem) -> float:
-    """A step that changes the iterate but cannot diverge in a few rounds."""
-    return 1.0 if isinstance(problem, PCA) else 1e-9
-
-
 def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain: Method, *,
                        rng: np.random.Generator,
                        clock: Callable[[], float] = time.perf_counter) -> Choice:
@@ -400,9 +377,10 @@ class ProbeGD(GD):
 
 def _probe(runtime: Runtime, problem: Problem, matrix: Matrix,
            rng: np.random.Generator) -> Outcome:
-    """:data:`PROBE_ROUNDS` rounds of :class:`ProbeGD` with a fixed small step."""
+    """:data:`PROBE_ROUNDS` rounds of :class:`ProbeGD` with a fixed step that moves the
+    iterate but cannot diverge in a few rounds."""
     return _rounds(runtime, ProbeGD(), problem, matrix, PROBE_ROUNDS,
-                   step_size=_probe_step(problem), rng=rng)
+                   step_size=1.0 if isinstance(problem, PCA) else 1e-9, rng=rng)
 
 
 def _rounds(runtime: Runtime, method: Method, problem: Problem, matrix: Matrix,
