@@ -2,13 +2,9 @@
 
 Every partition is loaded from its source by its own keyed task, strictly pinned to the
 worker of the index that holds it (``docs/architecture.md`` §6); the futures of those
-tasks are the data's handles. When the engine's pool moves an index
-(:class:`~daskstraggle.engine.pool.MoveIndex`), the new worker takes copies that live
-workers still hold (a retiring worker's, which Dask copies away before it closes), the
-copy of a helper that takes the index over, or reloads the rest from the source. A
-helper (:class:`~daskstraggle.engine.pool.StartHelping`) loads its own copy of the
-index's partitions; a backup reads the partitions its worker holds, or a spare copy
-loaded there once.
+tasks are the data's handles. :class:`PartitionStore` carries out the engine pool's moves
+(:class:`~daskstraggle.engine.pool.MoveIndex`) and helpers
+(:class:`~daskstraggle.engine.pool.StartHelping`) on them.
 """
 
 from __future__ import annotations
@@ -61,11 +57,14 @@ class PartitionStore:
     def load(self, matrix: Any, placement: list[tuple[int, ...]], addresses: list[str]) -> None:
         """Load partition ``p`` on the worker of every index whose placement holds it."""
         self.clear()
-        self.held = [
-            {p: self._submit(addresses[i], matrix.loader(p), key=f"load-p{p}-w{i}")
-             for p in parts}
-            for i, parts in enumerate(placement)
-        ]
+        self.held = [{p: self._load(matrix, addresses[i], p, i) for p in parts}
+                     for i, parts in enumerate(placement)]
+
+    def _load(self, matrix: Any, address: str, p: int, index: int, kind: str = "load") -> Any:
+        """Load partition ``p`` from the source on ``address`` for worker index ``index``,
+        under a key naming ``kind`` (a load after the first is made unique)."""
+        token = "" if kind == "load" else f"-{uuid.uuid4().hex[:6]}"
+        return self._submit(address, matrix.loader(p), key=f"{kind}-p{p}-w{index}{token}")
 
     def clear(self) -> None:
         """Forget every handle (the data is released with them)."""
@@ -88,8 +87,10 @@ class PartitionStore:
 
     def move(self, matrix: Any, move: MoveIndex, shunned: set[str]) -> dict[str, Any]:
         """Put worker index ``move.index``'s partitions on ``move.to`` (the pool has
-        re-pointed the index); warn unless the index was adopted by a newcomer. Return
-        the record of the move (``result.attrs["worker_losses"]``)."""
+        re-pointed the index): copies that live workers still hold (a retiring worker's,
+        which Dask copies away before it closes), the copy of a helper that takes the index
+        over, else reloaded from the source. Warn unless the index was adopted by a
+        newcomer. Return the record of the move (``result.attrs["worker_losses"]``)."""
         index, target = move.index, move.to
         parts = sorted(self.held[index])
         given = self._handover.pop(index, {}) if move.from_helper else {}
@@ -98,9 +99,8 @@ class PartitionStore:
         kept = {**copies_elsewhere(
             self.client, {p: f for p, f in self.held[index].items() if p not in given},
             avoid=avoid), **given}
-        token = uuid.uuid4().hex[:6]
-        self.held[index] = {p: kept[p] if p in kept else self._submit(
-            target, matrix.loader(p), key=f"reload-p{p}-w{index}-{token}") for p in parts}
+        self.held[index] = {p: kept[p] if p in kept else
+                            self._load(matrix, target, p, index, "reload") for p in parts}
         reloaded = [p for p in parts if p not in kept]
         how = (f"are reloaded from the source on {target}" if not kept else
                f"move to {target}, which fetches them from the workers holding them" if
@@ -120,9 +120,7 @@ class PartitionStore:
     def start_helping(self, matrix: Any, start: StartHelping) -> None:
         """Load the helped index's partitions on the newcomer."""
         index, address = start.index, start.worker
-        token = uuid.uuid4().hex[:6]
-        self.helper[index] = {p: self._submit(address, matrix.loader(p),
-                                               key=f"helper-p{p}-w{index}-{token}")
+        self.helper[index] = {p: self._load(matrix, address, p, index, "helper")
                               for p in sorted(self.held[index])}
         logger.info("worker %s joined: it helps worker index %d, whose partitions %s it "
                     "loads from the source", address, index, sorted(self.held[index]))
@@ -146,7 +144,6 @@ class PartitionStore:
                 out.append(held[p])
                 continue
             if (address, p) not in self._spares:
-                self._spares[(address, p)] = self._submit(
-                    address, matrix.loader(p), key=f"spare-p{p}-w{index}-{uuid.uuid4().hex[:6]}")
+                self._spares[(address, p)] = self._load(matrix, address, p, index, "spare")
             out.append(self._spares[(address, p)])
         return out
