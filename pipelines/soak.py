@@ -119,7 +119,7 @@ def trial(method: str, fault: str, at_round: int, *, data: Any, clean: dict[str,
         with Client(cluster, set_as_default=False) as client, \
                 DaskRuntime(client, stragglers=SLOW, rng=0, frozen_after=2.0,
                             stale_after=10) as rt:
-            rt.coordinator = None
+            rt.engine.coordinator = None
             injector = threading.Thread(target=_inject, daemon=True,
                                         args=(fault, rt, cluster, at_round, stop, freeze))
             injector.start()

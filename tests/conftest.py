@@ -319,7 +319,7 @@ def at_round() -> Iterator[Callable[..., threading.Thread]]:
 
     def start(rt: Any, n: int, action: Callable[[], Any]) -> threading.Thread:
         done = threading.Event()
-        rt.coordinator = None  # the previous run's, if any
+        rt.engine.coordinator = None  # the previous run's, if any
 
         def wait() -> None:
             while not done.is_set():

@@ -97,6 +97,9 @@ _PHASES: dict[type[Event], frozenset[Phase]] = {
     Saved: frozenset({Phase.SAVE}),
 }
 
+#: The event types the coordinator takes (the engine gives it these, the pool the rest).
+coordinator_events = frozenset(_PHASES)
+
 
 class Coordinator:
     """Drive ``method`` through a run: events in, instructions out.

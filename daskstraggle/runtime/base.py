@@ -25,6 +25,7 @@ import numpy as np
 from daskstraggle._deprecation import moved_function
 from daskstraggle._registry import Registry
 from daskstraggle.data.matrix import Matrix
+from daskstraggle.engine.engine import Engine
 from daskstraggle.engine.events import (
     Abandon,
     AfterStep,
@@ -262,7 +263,7 @@ class Runtime(ABC):
     #: runtimes whose clock does not move while the coordinator computes).
     balance_in_background: bool = True
     #: Events (with the instructions each gave) the engine of each run keeps in
-    #: ``runtime.coordinator.log`` for a replay (0: none; set it on an instance, e.g.
+    #: ``runtime.engine.log`` for a replay (0: none; set it on an instance, e.g.
     #: ``engine.coordinator.LOG_SIZE``, to record a run that fails). The events hold the
     #: workers' results, so a long log of large results takes memory.
     stimulus_log: int = 0
@@ -270,15 +271,12 @@ class Runtime(ABC):
     _inbound: int = 0
     #: Rows of each partition of the run being driven (set by the lifecycle).
     _partition_rows: list[int]
-    #: The engine of the last run driven here (its ``log``, with :attr:`stimulus_log`).
-    coordinator: Coordinator | None = None
+    _engine: Engine | None = None
     #: The ``stimulus_id`` of the instruction being carried out: what the runtime observes
     #: while it does (the units it sends) is the engine's answer to that event.
     _cause: str = ""
     #: Numbers of the run's events (:meth:`_new_stimulus_id`).
     _stimulus_numbers: Iterator[int] = itertools.count(1)
-    #: Which worker computes each worker index, for runtimes whose workers may come and go.
-    worker_pool: WorkerPool | None = None
     #: When the pool asked to be woken (its last :class:`~daskstraggle.engine.events.WakeAt`).
     _wake: float = math.inf
 
@@ -287,6 +285,29 @@ class Runtime(ABC):
         """Build the runtime a fit function asked for by name (checked beforehand against
         the declarations)."""
         raise NotImplementedError(f"the {cls.name!r} runtime cannot be built by name")
+
+    @property
+    def engine(self) -> Engine:
+        """The engine of the run driven here (the last run's after it ended): its
+        coordinator, its worker pool and, with :attr:`stimulus_log`, its log."""
+        if self._engine is None:
+            self._engine = Engine(log_size=self.stimulus_log)
+        return self._engine
+
+    @engine.setter
+    def engine(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @property
+    def coordinator(self) -> Coordinator | None:
+        """The engine's coordinator (the last run's after it ended)."""
+        return self.engine.coordinator
+
+    @property
+    def worker_pool(self) -> WorkerPool | None:
+        """Which worker computes each worker index (the engine's pool), for runtimes
+        whose workers may come and go; None in process."""
+        return self.engine.pool
 
     @property
     @abstractmethod
@@ -448,13 +469,12 @@ class Runtime(ABC):
 
     def _observe(self, kind: type[Event], stimulus_id: str | None = None,
                  **fields: Any) -> list[Instruction]:
-        """Give the worker pool an event of type ``kind`` observed now (``stimulus_id``:
+        """Give the engine's worker pool an event of type ``kind`` observed now (``stimulus_id``:
         by default the instruction being carried out, :attr:`_cause`), carry out its
         instructions (:meth:`_carry`) and return its answers (:class:`Deliver`,
         :class:`SplitUnit`). Its wake-up time is taken first: the events its
         instructions cause are handled after it and may move it."""
-        assert self.worker_pool is not None
-        out = self.worker_pool.handle_stimulus(kind(time=self._clock(), stimulus_id=(
+        out = self.engine.handle_stimulus(kind(time=self._clock(), stimulus_id=(
             self._cause if stimulus_id is None else stimulus_id), **fields))
         if not out:
             return out

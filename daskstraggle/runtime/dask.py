@@ -367,7 +367,6 @@ class DaskRuntime(Runtime):
         self._started: list[str] = []  # the workers when the runtime started
         #: The engine's worker pool of the current (or last) run: the worker of each
         #: index, the tasks in flight, every decision about slow, lost and new workers.
-        self.worker_pool: WorkerPool | None = None
         self._data: PartitionStore | None = None  # where each index's partitions are loaded
         self._futures: dict[str, Any] = {}  # the tasks in flight, by key
         self._ac: Any = None
@@ -483,12 +482,12 @@ class DaskRuntime(Runtime):
         self._matrix = matrix
         self._losses = []
         self._seen, self._asked, self._out_of_memory = {}, set(), set()
-        self.worker_pool = WorkerPool(
+        self.engine.pool = WorkerPool(
             list(self._addresses), placement=placement,
             partition_rows=[int(r) for r in matrix.partition_rows()],
             bounds=slow_bounds(self._frozen_after, self._stale_after),
-            backup_after=self._backup_after, stimuli=self.stimulus_log,
-            allowed_losses=self._allowed_losses, membership_interval=MEMBERSHIP_INTERVAL)
+            backup_after=self._backup_after, allowed_losses=self._allowed_losses,
+            membership_interval=MEMBERSHIP_INTERVAL)
         self._wake = math.inf
         self._news = RetirementNews(self.client)
         self._check_memory(matrix, placement)

@@ -27,6 +27,7 @@ from daskstraggle._validation import check_bool
 from daskstraggle.data.matrix import Matrix
 from daskstraggle.engine.convergence import ConvergenceMonitor
 from daskstraggle.engine.coordinator import Coordinator
+from daskstraggle.engine.engine import Engine
 from daskstraggle.engine.events import Begin, Event, Finish, RecordRow
 from daskstraggle.engine.recorder import TraceRecorder
 from daskstraggle.engine.session import RunSession, resumed_session
@@ -189,6 +190,7 @@ def run(
     record_iterates = check_bool(record_iterates, name="record_iterates", caller="run")
     with _cluster_errors(runtime):  # a scheduler lost anywhere: one line
         runtime._validate()
+        runtime.engine = Engine(log_size=runtime.stimulus_log)
         runtime._stimulus_numbers = itertools.count(1)
         matrix = fit_partitions(runtime, method, matrix)
         placement = method.placement(matrix.n_partitions, runtime.n_workers)
@@ -367,11 +369,10 @@ def drive(runtime: Runtime, method: Method, session: RunSession, *, stop: StopRu
         balancing = BalanceLoop(cast("SGD", method), runtime.n_workers,
                                 background=runtime.balance_in_background)
     writer = session.checkpoint
-    coordinator = Coordinator(method, session, stop=stop, n_workers=runtime.n_workers,
-                              unit_load=runtime._unit_load, balancing=balancing,
-                              checkpoint=None if writer is None else writer.schedule,
-                              log_size=runtime.stimulus_log)
-    runtime.coordinator = coordinator  # its log (with stimulus_log): for a replay
+    engine = runtime.engine
+    engine.coordinator = Coordinator(method, session, stop=stop, n_workers=runtime.n_workers,
+                                     unit_load=runtime._unit_load, balancing=balancing,
+                                     checkpoint=None if writer is None else writer.schedule)
     bar = progress_bar(
         total=stop.max_iter, initial=len(recorder), disable=None if progress else True,
         file=sys.stderr, unit="it", desc=f"{method.name} {problem.name}", leave=False,
@@ -386,7 +387,7 @@ def drive(runtime: Runtime, method: Method, session: RunSession, *, stop: StopRu
     try:
         while True:
             assert event is not None, "the coordinator expected no reply"
-            instructions, event = coordinator.handle_stimulus(event), None
+            instructions, event = engine.handle_stimulus(event), None
             for instruction in instructions:
                 if isinstance(instruction, Finish):
                     logger.info("%s stopped after %d iterations (%s)", method.name,

@@ -200,10 +200,10 @@ class SimRuntime(LocalRuntime):
         self._sampler = None if self.latency is None else self.latency.sampler(
             self._n_workers, self._seed
         )
-        self.worker_pool = WorkerPool(
+        self.engine.pool = WorkerPool(
             [str(i) for i in range(self._n_workers)], placement=placement,
             partition_rows=partition_rows, bounds=self._bounds(), backup_after=self.backup_after,
-            stimuli=self.stimulus_log, watch=bool(self.faults) or self.frozen_after is not None
+            watch=bool(self.faults) or self.frozen_after is not None
             or self.stale_after is not None)
         self._wake = math.inf
         self._events = sorted((f.at, k, f) for k, f in enumerate(self.faults))

@@ -132,7 +132,7 @@ def test_a_cancelled_or_failed_fold_raises_and_is_never_folded_in(dask_client):
     release = Event("daskstraggle-test-release-cancelled", client=dask_client)
     rt = DaskRuntime(dask_client)
     # (the pool a run's load makes: it takes the pass's events)
-    rt.worker_pool = WorkerPool(rt.worker_names[:1] * 2, placement=[(0,), (1,)],
+    rt.engine.pool = WorkerPool(rt.worker_names[:1] * 2, placement=[(0,), (1,)],
                                 partition_rows=[1, 1])
     try:
         done = dask_client.submit(int, 3, pure=False)

@@ -186,12 +186,12 @@ def test_the_runtimes_leave_their_coordinator_log_for_a_replay():
     rt.stimulus_log = LOG_SIZE  # off by default: the events hold the results' arrays
     res = run_on(rt, GD(), PCA(n_components=2), open_matrix(X), stop=StopRule(max_iter=3, tol=None),
                  rng=0)
-    events = [event for event, _ in rt.coordinator.log]
+    events = [event for event, _ in rt.engine.log]
     assert isinstance(events[0], Begin) and res.n_iter == 3
     rt.stimulus_log = 0
     run_on(rt, GD(), PCA(n_components=2), open_matrix(X), stop=StopRule(max_iter=3, tol=None),
            rng=0)
-    assert not rt.coordinator.log
+    assert not rt.engine.log
     assert sum(isinstance(e, Arrived) for e in events) == 9  # 3 rounds x 3 workers
 
 

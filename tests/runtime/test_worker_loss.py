@@ -466,7 +466,7 @@ def test_a_worker_without_a_nanny_is_replaced_then_a_newcomer_takes_its_index_ba
                 with pytest.warns(StraggleWarning, match="left the cluster"):
                     res = run_on(rt, GD(), PCA(n_components=3), data, stop=stop, rng=0)
                 assert len(set(rt.worker_names)) == 3  # one worker per index again
-                pool = rt.worker_pool
+                pool, stimuli = rt.worker_pool, rt.engine.pool_log()
         lost, adopted = res.attrs["worker_losses"]
         # no nanny, no restart: a survivor took the lost index
         assert lost["worker_index"] == index and lost["moved_to"] in before
@@ -479,7 +479,7 @@ def test_a_worker_without_a_nanny_is_replaced_then_a_newcomer_takes_its_index_ba
         np.testing.assert_allclose(res.iterate, clean.iterate, rtol=1e-9, atol=1e-12)
         # the real run's decisions replay through a fresh engine: the pool's (the loss,
         # the adoption) and the coordinator's rounds, to the same instructions
-        assert pool.stimuli and pool.fresh().replay(pool.stimuli) == []
+        assert stimuli and pool.fresh().replay(stimuli) == []
         assert [type(d.instruction).__name__ for d in pool.log] == [
             "MoveIndex", "MoveIndex"]
         # and the same scenario as a fault spec in simulated time ends on the same answer
