@@ -111,7 +111,7 @@ def make_problem(name: str, **params: Any) -> Problem:
             f"Got {name!r} instead."
         )
     cls = _REGISTRY.get(name)
-    accepted = list(cls().get_params())  # type: ignore[attr-defined]
+    accepted = list(cls().get_params())
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise InvalidParameterError(

@@ -17,8 +17,8 @@ from typing import Any, ClassVar, Protocol, Self
 import numpy as np
 
 from daskstraggle._declared_options import CliOption
-from daskstraggle.errors import StraggleError
-from daskstraggle.problems.block import Block, MatrixStats
+from daskstraggle.errors import InvalidDataError, StraggleError
+from daskstraggle.problems.block import Block, MatrixStats, check_float_range
 from daskstraggle.problems.held import KernelResult, combine
 from daskstraggle.problems.separation import Separation
 
@@ -81,6 +81,12 @@ class Problem(ABC):
 
     #: The fields :meth:`bind` fills (None until then), in :meth:`_bound`'s order.
     _bound_fields: ClassVar[tuple[str, ...]] = ()
+    #: The user parameters, in :meth:`get_params`'s order.
+    _params: ClassVar[tuple[str, ...]] = ()
+
+    def get_params(self) -> dict[str, Any]:
+        """Return the user parameters (``make_problem(name, **params)`` rebuilds it)."""
+        return {name: getattr(self, name) for name in self._params}
 
     @property
     def is_bound(self) -> bool:
@@ -93,6 +99,17 @@ class Problem(ABC):
             raise StraggleError(
                 f"{type(self).__name__} is not bound to data: call bind(stats) first.")
         return tuple(getattr(self, name) for name in self._bound_fields)
+
+    def _check_stats(self, stats: MatrixStats, *, labels: bool = False) -> None:
+        """Raise InvalidDataError if the matrix has no rows, ``labels`` and the labels are
+        not finite, or its (or its labels') squares leave float64's range."""
+        caller = type(self).__name__
+        if stats.n_samples < 1:
+            raise InvalidDataError(f"{caller} needs a matrix with at least one row; got 0 rows.")
+        if labels and not np.isfinite(stats.label_sum):
+            raise InvalidDataError(
+                f"The labels of {caller} must be finite; their sum is {stats.label_sum!r}.")
+        check_float_range(stats, caller=caller, labels=labels)
 
     def check_shape(self, n_samples: int, n_features: int) -> None:  # noqa: B027 - optional
         """Raise InvalidParameterError if the parameters cannot fit a matrix of this shape

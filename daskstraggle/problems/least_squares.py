@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import ClassVar, Self
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from daskstraggle.problems._linalg import (
     stack_r,
 )
 from daskstraggle.problems.base import KernelResult, MapReduce, Problem, Reference
-from daskstraggle.problems.block import Block, MatrixStats, check_float_range
+from daskstraggle.problems.block import Block, MatrixStats
 
 __all__ = ["LeastSquares"]
 
@@ -55,6 +55,7 @@ class _LinearModel(Problem):
     #: The loss: logistic (True) or squared (False).
     _logistic: ClassVar[bool] = False
     _bound_fields: ClassVar[tuple[str, ...]] = ("n_features", "n_samples", "penalty")
+    _params: ClassVar[tuple[str, ...]] = ("alpha", "fit_intercept")
 
     alpha: float | None = None
     fit_intercept: bool = True
@@ -120,10 +121,6 @@ class _LinearModel(Problem):
         loss /= n if self._logistic else 2.0 * n
         return KernelResult(gradient=grad / n, values=np.array([loss]), n_rows=block.n_rows)
 
-    def get_params(self) -> dict[str, Any]:
-        """Return the user parameters (``make_problem(name, **params)`` rebuilds it)."""
-        return {"alpha": self.alpha, "fit_intercept": self.fit_intercept}
-
     @property
     def n_params(self) -> int:
         """Length of the iterate: ``n_features`` plus one with an intercept."""
@@ -134,19 +131,28 @@ class _LinearModel(Problem):
         d, n, penalty = Problem._bound(self)
         return d, n, penalty
 
-    def _bind_fields(self, stats: MatrixStats) -> dict[str, Any]:
-        """Check the statistics common to the regressions; return the bound fields."""
-        cls = type(self).__name__
-        if stats.n_samples < 1:
-            raise InvalidDataError(f"{cls} needs a matrix with at least one row; got 0 rows.")
-        if not np.isfinite(stats.label_sum):
-            raise InvalidDataError(
-                f"The labels of {cls} must be finite; their sum is {stats.label_sum!r}."
-            )
-        check_float_range(stats, caller=cls, labels=True)
+    def bind(self, stats: MatrixStats) -> Self:
+        """As :meth:`Problem.bind`: a copy fixed to the matrix's shape, ``alpha`` (None:
+        ``1/n_samples``) resolved into ``penalty``.
+
+        Raises
+        ------
+        InvalidDataError
+            If the matrix has no rows, the labels are not finite, the values' or labels'
+            squares overflow or underflow float64
+            (:func:`~daskstraggle.problems.block.check_float_range`), or the labels do not
+            fit the problem (:class:`Logistic`: not exactly the two classes -1 and +1).
+        """
+        self._check_stats(stats, labels=True)
+        self._check_labels(stats)
         mean, scale = _column_standardisation(stats, center=self.fit_intercept)
-        return {"n_samples": int(stats.n_samples), "n_features": int(stats.n_features),
-                "column_mean": mean, "column_scale": scale}
+        penalty = 1.0 / stats.n_samples if self.alpha is None else self.alpha
+        return dataclasses.replace(
+            self, penalty=penalty, n_samples=int(stats.n_samples),
+            n_features=int(stats.n_features), column_mean=mean, column_scale=scale)
+
+    def _check_labels(self, stats: MatrixStats) -> None:
+        """Raise InvalidDataError if the labels do not fit the problem (default: any)."""
 
     def _standardisation(self) -> tuple[np.ndarray, np.ndarray]:
         """Return ``(m, s)``: the column shift and scale of the standardised coordinates."""
@@ -393,19 +399,6 @@ class LeastSquares(_LinearModel):
     )
 
     alpha: float = 0.0
-
-    def bind(self, stats: MatrixStats) -> Self:
-        """As :meth:`Problem.bind`: a copy fixed to the matrix's shape.
-
-        Raises
-        ------
-        InvalidDataError
-            If the matrix has no rows, the labels are not finite, or the values' or
-            labels' squares overflow or underflow float64
-            (:func:`~daskstraggle.problems.block.check_float_range`).
-        """
-        fields = self._bind_fields(stats)
-        return dataclasses.replace(self, penalty=self.alpha, **fields)
 
     def qr_kernel(self, block: Block) -> np.ndarray:
         """Return the R factor of ``[X_b, 1, y_b]`` (TSQR leaf; tiles folded about 32 MiB

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar, Self
+from typing import ClassVar
 
 import numpy as np
 
@@ -104,17 +103,8 @@ class Logistic(_LinearModel):
         CliOption("--alpha", "alpha", "L2 penalty (default 1/n_samples).", type=float),
     )
 
-    def bind(self, stats: MatrixStats) -> Self:
-        """As :meth:`Problem.bind`: a copy fixed to the matrix's shape, ``alpha`` resolved.
-
-        Raises
-        ------
-        InvalidDataError
-            If the matrix has no rows, the values' squares overflow or underflow
-            float64 (:func:`~daskstraggle.problems.block.check_float_range`), or the
-            labels are not exactly the two classes -1 and +1 (both present).
-        """
-        fields = self._bind_fields(stats)
+    def _check_labels(self, stats: MatrixStats) -> None:
+        """Raise InvalidDataError unless the labels are exactly -1 and +1 (both present)."""
         counts = stats.label_counts
         if counts is None or set(counts) != {-1.0, 1.0}:
             shown = "unknown (no labels, or many distinct values)" if counts is None else (
@@ -124,8 +114,6 @@ class Logistic(_LinearModel):
                 "The labels of logistic regression must take exactly two values, {-1, +1} "
                 f"or {{0, 1}} (mapped to -1/+1 when the data is opened); got {shown}."
             )
-        penalty = 1.0 / stats.n_samples if self.alpha is None else self.alpha
-        return dataclasses.replace(self, penalty=penalty, **fields)
 
     def _tiles(self, block: Block) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Yield ``(tile, y)`` for each tile of the block."""

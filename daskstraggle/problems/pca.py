@@ -7,7 +7,7 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import ClassVar, Self
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from daskstraggle.problems._linalg import (
     sin_largest_angle,
 )
 from daskstraggle.problems.base import KernelResult, MapReduce, Problem, Reference
-from daskstraggle.problems.block import Block, MatrixStats, check_float_range
+from daskstraggle.problems.block import Block, MatrixStats
 from daskstraggle.problems.separation import (
     Separation,
     boundary_start,
@@ -148,6 +148,7 @@ class PCA(Problem):
     #: Momentum methods are refused: iterates are subspaces.
     supports_momentum: ClassVar[bool] = False
     _bound_fields: ClassVar[tuple[str, ...]] = ("mean", "total")
+    _params: ClassVar[tuple[str, ...]] = ("n_components", "center", "oversample", "min_eigengap")
 
     n_components: int = 2
     center: bool = True
@@ -178,11 +179,6 @@ class PCA(Problem):
             object.__setattr__(self, "min_eigengap", gap)
 
     # ---------------------------------------------------------------- parameters
-    def get_params(self) -> dict[str, Any]:
-        """Return the user parameters (``make_problem("pca", **params)`` rebuilds it)."""
-        return {"n_components": self.n_components, "center": self.center,
-                "oversample": self.oversample, "min_eigengap": self.min_eigengap}
-
     @property
     def n_features(self) -> int:
         """Number of columns of the bound matrix."""
@@ -260,9 +256,7 @@ class PCA(Problem):
             total variance is zero.
         """
         self.check_shape(stats.n_samples, stats.n_features)
-        if stats.n_samples < 1:
-            raise InvalidDataError("PCA needs a matrix with at least one row; got 0 rows.")
-        check_float_range(stats, caller="PCA")
+        self._check_stats(stats)
         if self.center:
             mean = np.asarray(stats.column_means, dtype=np.float64).copy()
             total = float(stats.centered_sq_norm)
