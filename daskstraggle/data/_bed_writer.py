@@ -10,12 +10,8 @@ padding codes ``00``, as plink2 ``--make-bed`` writes them.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import tempfile
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +21,9 @@ from daskstraggle.data._contigs import chrom_code
 from daskstraggle.data.genotypes import _strings
 from daskstraggle.data.plink import _BED_DOSAGE, MAGIC, VARIANT_MAJOR
 from daskstraggle.data.sources import genotype_rows
-from daskstraggle.errors import OutputExistsError
 
-__all__ = ["FILESET", "staged_fileset", "unique_variant_ids", "write_bed"]
+__all__ = ["unique_variant_ids", "write_bed"]
 
-#: The files of a fileset, by suffix.
-FILESET = (".bed", ".bim", ".fam")
 #: Dosage + 1 (-1 missing, 0, 1, 2 ALT alleles) -> .bed 2-bit code: the inverse of the
 #: reader's code -> dosage table (01, 11, 10, 00).
 _CODES = np.argsort(_BED_DOSAGE + 1).astype(np.uint8)
@@ -84,31 +77,6 @@ def write_bed(store: str | os.PathLike[str], prefix: Path, *, family: np.ndarray
     family = samples if family is None else _strings(family)
     prefix.with_suffix(".fam").write_text(
         "".join(f"{f} {s} 0 0 0 -9\n" for f, s in zip(family, samples, strict=True)))
-
-
-@contextlib.contextmanager
-def staged_fileset(bed: Path, *, overwrite: bool) -> Iterator[Path]:
-    """Yield a staging directory; on success move its ``<name>.bed/.bim/.fam`` next to ``bed``.
-
-    A file of the fileset that exists is replaced only with ``overwrite`` (checked again
-    before the move); on any failure the staging directory is removed and nothing at
-    ``bed`` changes.
-    """
-    bed.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{bed.name}.tmp-", dir=bed.parent))
-    try:
-        yield staging
-        targets = [bed.with_suffix(s) for s in FILESET]
-        existing = [str(t) for t in targets if os.path.lexists(t)]
-        if existing and not overwrite:  # appeared while we were writing
-            raise OutputExistsError(
-                f"{existing[0]!r} exists; pass overwrite=True (CLI: --overwrite) or choose "
-                "another path"
-            )
-        for target in targets:
-            os.replace(staging / target.name, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def unique_variant_ids(contigs: Any, positions: Any, ref: Any, alt: Any,

@@ -56,10 +56,27 @@ _Seqs = list[np.random.SeedSequence]
 
 
 # ---------------------------------------------------------------------------- helpers
-def _check_out(out: object, *, caller: str, overwrite: bool, fileset: bool = False) -> Path:
-    """Return ``out`` as an absolute path; refuse ('', '.', '..' name the current folder,
-    which overwrite would replace) a ``.bed`` unless ``fileset``, a path inside a Zarr
-    store, one that exists (unless ``overwrite``) or whose folder cannot be written."""
+def _exists(path: object) -> OutputExistsError:
+    return OutputExistsError(
+        f"{str(path)!r} exists; pass overwrite=True (CLI: --overwrite) or choose another path"
+    )
+
+
+def _targets(path: Path) -> list[Path]:
+    """The paths a recipe writes: ``path``, or a ``.bed``'s fileset (.bed, .bim, .fam)."""
+    if path.suffix.lower() != ".bed":
+        return [path]
+    return [path.with_suffix(suffix) for suffix in (".bed", ".bim", ".fam")]
+
+
+def _check_out(out: object, *, caller: str, overwrite: object, progress: object,
+               fileset: bool = False) -> tuple[Path, bool, bool]:
+    """Return ``out`` as an absolute path, ``overwrite`` and ``progress`` checked; refuse
+    ('', '.', '..' name the current folder, which overwrite would replace) a ``.bed``
+    unless ``fileset``, a path inside a Zarr store, one that exists or a file of its
+    fileset that does (unless ``overwrite``) or whose folder cannot be written."""
+    overwrite = check_bool(overwrite, name="overwrite", caller=caller)
+    progress = check_bool(progress, name="progress", caller=caller)
     what = f"The 'out' parameter of {caller} (CLI: --out)"
     given = os.fspath(check_path(out, name="out", caller=f"{caller} (CLI: --out)",
                                  example="data/lin.zarr"))
@@ -71,12 +88,11 @@ def _check_out(out: object, *, caller: str, overwrite: bool, fileset: bool = Fal
             "name the Zarr store otherwise, e.g. data.zarr."
         )
     check_not_in_zarr(path, what=what)
-    if os.path.lexists(path) and not overwrite:
-        raise OutputExistsError(
-            f"{str(path)!r} exists; pass overwrite=True (CLI: --overwrite) or choose another path"
-        )
+    existing = [t for t in dict.fromkeys([path, *_targets(path)]) if os.path.lexists(t)]
+    if existing and not overwrite:
+        raise _exists(existing[0])
     check_writable_folder(path.parent, out=path, what=what)
-    return path
+    return path, overwrite, progress
 
 
 def _gib(n_bytes: float) -> str:
@@ -106,22 +122,6 @@ def _check_fits(out: Path, *, caller: str, store_bytes: float, chunk_bytes: floa
         )
 
 
-def _check_fileset(bed: Path, *, ploidy: int, overwrite: bool) -> None:
-    """Refuse a .bed output of another ploidy than 2, or whose .bim or .fam exists."""
-    if ploidy != 2:
-        raise InvalidParameterError(
-            f"The 'ploidy' parameter of make_genotypes must be 2 for a PLINK .bed output "
-            f"({str(bed)!r}): a .bed holds diploid calls. Got {ploidy!r} instead; write a VCF "
-            "Zarr store (a path not ending in .bed) for other ploidies."
-        )
-    for sibling in (bed.with_suffix(".bim"), bed.with_suffix(".fam")):
-        if os.path.lexists(sibling) and not overwrite:
-            raise OutputExistsError(
-                f"{str(sibling)!r} exists; pass overwrite=True (CLI: --overwrite) or choose "
-                "another path"
-            )
-
-
 def _check_ints(values: dict[str, Any], caller: str, **flags: str) -> dict[str, Any]:
     """``values``, those ``flags`` names checked as ints >= 1 (seed >= 0; CLI: the flag)."""
     return {key: check_int(value, name=key, caller=caller, low=0 if key == "seed" else 1,
@@ -141,28 +141,28 @@ def _check_fraction(value: object, *, name: str, caller: str) -> float:
 
 
 @contextlib.contextmanager
-def _staged(out: Path, *, overwrite: bool) -> Iterator[Path]:
-    """Yield a path in a temporary sibling of ``out``; move it to ``out`` on success (the
-    old ``out`` removed only then); on failure ``out`` is left as it was."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+def _staged(targets: list[Path], *, overwrite: bool) -> Iterator[Path]:
+    """Yield a temporary folder beside ``targets``; on success move its entries of their
+    names onto them (an old target removed only then); on failure they are left as they
+    were."""
+    targets[0].parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{targets[0].name}.tmp-", dir=targets[0].parent))
+    old = staging / ".old"
     try:
-        yield staging / out.name
-        if os.path.lexists(out):
-            if not overwrite:  # appeared while we were writing
-                raise OutputExistsError(
-                    f"{str(out)!r} exists; pass overwrite=True (CLI: --overwrite) or "
-                    "choose another path"
-                )
-            old = staging / ".old"
-            os.replace(out, old)
+        yield staging
+        existing = [t for t in targets if os.path.lexists(t)]
+        if existing and not overwrite:  # appeared while we were writing
+            raise _exists(existing[0])
+        old.mkdir()
+        for target in targets:
+            if os.path.lexists(target):
+                os.replace(target, old / target.name)
             try:
-                os.replace(staging / out.name, out)
+                os.replace(staging / target.name, target)
             except BaseException:
-                os.replace(old, out)
+                if os.path.lexists(old / target.name):
+                    os.replace(old / target.name, target)
                 raise
-        else:
-            os.replace(staging / out.name, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -210,9 +210,8 @@ def _write_table(name: str, out: object, values: dict[str, Any], extra: tuple[st
                          chunk_rows="--chunk-rows", seed="--seed")
     params["dtype"] = check_choice(values["dtype"], name="dtype", caller=caller, choices=_DTYPES)
     params[extra[0]] = check_nonnegative(extra[1], name=extra[0], caller=caller)
-    overwrite = check_bool(overwrite, name="overwrite", caller=caller)
-    progress = check_bool(progress, name="progress", caller=caller)
-    path = _check_out(out, caller=caller, overwrite=overwrite)
+    path, overwrite, progress = _check_out(out, caller=caller, overwrite=overwrite,
+                                           progress=progress)
     n_samples, n_features = params["n_samples"], params["n_features"]
     chunk = min(params["chunk_rows"], n_samples)
     # X in its dtype and y; a chunk is drawn in float64, cast and summed (about 3 copies)
@@ -223,8 +222,8 @@ def _write_table(name: str, out: object, values: dict[str, Any], extra: tuple[st
     bounds = _chunk_bounds(n_samples, chunk)
     global_seq, chunk_seqs = _streams(params["seed"], len(bounds))
     arrays, attrs = global_arrays(np.random.default_rng(global_seq), params)
-    with _staged(path, overwrite=overwrite) as tmp, _every_chunk_written():
-        group = zarr.open_group(tmp, mode="w", zarr_format=3)
+    with _staged([path], overwrite=overwrite) as tmp, _every_chunk_written():
+        group = zarr.open_group(tmp / path.name, mode="w", zarr_format=3)
         group.attrs.update({"daskstraggle_dataset": name, "params": params,
                             "seed": params["seed"], **attrs})
         X = group.create_array("X", shape=(n_samples, n_features), chunks=(chunk, n_features),
@@ -603,12 +602,10 @@ def make_genotypes(
         to emulate missing data (msprime simulates none); ``call_genotype_mask`` is set to
         match.
     seed : int, default=0
-        Seed of ``np.random.SeedSequence``; the msprime seeds come from its first child,
+        Seed of ``np.random.SeedSequence``: msprime's seeds come from its first child,
         the missing calls of variant chunk ``i`` from child ``i + 1``.
-    overwrite : bool, default=False
-        Replace an existing ``out`` (after the new store is complete).
-    progress : bool, default=False
-        Show progress bars (bio2zarr's and one over chunks) on stderr.
+    overwrite, progress : bool, default=False
+        As :func:`make_logistic` (the progress bars are bio2zarr's and one over chunks).
 
     Returns
     -------
@@ -663,9 +660,8 @@ def make_genotypes(
             f"(n_populations). Got {n_samples!r} instead. Every population needs a sample "
             "(CLI: --features, --populations)."
         )
-    overwrite = check_bool(overwrite, name="overwrite", caller=caller)
-    progress = check_bool(progress, name="progress", caller=caller)
-    path = _check_out(out, caller=caller, overwrite=overwrite, fileset=True)
+    path, overwrite, progress = _check_out(out, caller=caller, overwrite=overwrite,
+                                           progress=progress, fileset=True)
     # the calls as int8 (compressed on disk); the simulation holds int64s per sample node
     chunk = min(params["chunk_rows"], params["n_variants"])
     nodes = params["n_samples"] * params["ploidy"]
@@ -674,8 +670,12 @@ def make_genotypes(
                 sizes=f"{params['n_variants']} variants of {params['n_samples']} samples of "
                       f"ploidy {params['ploidy']}, {chunk} variants per chunk")
     bed = path.suffix.lower() == ".bed"
-    if bed:
-        _check_fileset(path, ploidy=params["ploidy"], overwrite=overwrite)
+    if bed and params["ploidy"] != 2:
+        raise InvalidParameterError(
+            f"The 'ploidy' parameter of make_genotypes must be 2 for a PLINK .bed output "
+            f"({str(path)!r}): a .bed holds diploid calls. Got {ploidy!r} instead; write a VCF "
+            "Zarr store (a path not ending in .bed) for other ploidies."
+        )
     try:
         import bio2zarr.tskit
         import msprime  # noqa: F401
@@ -715,16 +715,15 @@ def make_genotypes(
         group.attrs.update({"daskstraggle_dataset": "genotypes", "params": params,
                             "seed": params["seed"], "simulation": simulation})
 
-    if bed:
-        from daskstraggle.data._bed_writer import staged_fileset, write_bed
+    with _staged(_targets(path), overwrite=overwrite) as staging, _every_chunk_written():
+        if bed:
+            from daskstraggle.data._bed_writer import write_bed
 
-        with staged_fileset(path, overwrite=overwrite) as staging, _every_chunk_written():
             write_store(staging / "calls.vcz")
             write_bed(staging / "calls.vcz", staging / Path(path.name).with_suffix(""),
                       family=populations)
-    else:
-        with _staged(path, overwrite=overwrite) as tmp, _every_chunk_written():
-            write_store(tmp)
+        else:
+            write_store(staging / path.name)
     logger.info("wrote genotypes (%d variants x %d samples) to %s",
                 params["n_variants"], params["n_samples"], path)
     return path
