@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -352,11 +352,15 @@ def filter_variants(matrix: Matrix, qc: GenotypeQC | None, *, client: Any = None
     if keep.any() and (qc.counts_variants or qc.max_sample_missing is not None):
         current, samples = _count_steps(current, qc, keep, removed, samples_removed, client)
     if keep.any() and qc.king_cutoff is not None:
-        current, unrelated = _king_step(current, qc.king_cutoff, samples_removed, client)
+        unrelated, _ = king_keep(current, qc.king_cutoff, client=client)
+        samples_removed["king"] = int((~unrelated).sum())
+        current = _keep_columns(current, unrelated)
         samples = _compose(np.ones(matrix.n_columns, dtype=bool) if samples is None
                            else samples, unrelated)
-    if keep.any():
-        current = _drop_rows(current, keep, _ld_keep(current, qc, removed, client))
+    if keep.any() and qc.ld_prune is not None:
+        pruned = ld_prune_keep(current, qc.ld_prune, client=client)
+        removed["ld"] = int((~pruned).sum())
+        current = _drop_rows(current, keep, pruned)
     return _with_report(matrix, current, qc, keep, removed, samples, samples_removed)
 
 
@@ -420,25 +424,35 @@ def drop_no_calls(matrix: Matrix, samples: np.ndarray, variants: np.ndarray, *,
                         {"samples": samples.tolist(), "variants": variants.tolist()})
 
 
-def _site_keep(matrix: Matrix, qc: GenotypeQC, removed: dict[str, int]) -> np.ndarray:
-    """The steps on per-variant arrays (region, FILTER, alleles): the mask they keep."""
-    keep = np.ones(matrix.n_rows, dtype=bool)
-    steps: list[tuple[str, Callable[[], np.ndarray]]] = []
-    table = matrix.variants
-    if qc.region is not None:
-        steps.append(("region", lambda: _in_region(_need(table, "region"), qc.region)))
-    if qc.pass_only:
-        steps.append(("pass", lambda: _passes_filter(_need(table, "pass_only"))))
-    if qc.max_alleles is not None:
-        limit = qc.max_alleles
-        steps.append(("alleles", lambda: _allele_counts(_need(table, "max_alleles")) <= limit))
-    if qc.snps_only:
-        steps.append(("snps", lambda: _single_bases(_need(table, "snps_only"))))
+#: The steps on per-variant arrays, in the order applied: the name :class:`QCReport`
+#: counts them under, their GenotypeQC field, and the mask they keep given the variants'
+#: table and the field's value.
+_SITE_STEPS: tuple[tuple[str, str, Callable[[VariantTable, Any], np.ndarray]], ...] = (
+    ("region", "region", lambda table, region: _in_region(table, region)),
+    ("pass", "pass_only", lambda table, _: _passes_filter(table)),
+    ("alleles", "max_alleles",
+     lambda table, limit: (_alleles(table, "max_alleles") != "").sum(axis=1) <= limit),
+    ("snps", "snps_only", lambda table, _: _single_bases(_alleles(table, "snps_only"))),
+)
+
+
+def _apply_steps(keep: np.ndarray, steps: Sequence[tuple[str, Callable[[], np.ndarray]]],
+                 removed: dict[str, int]) -> np.ndarray:
+    """``keep`` and-ed with each step's mask in turn; ``removed[name]`` counts the variants
+    each step removed first."""
     for name, step in steps:
         ok = step()
         removed[name] = int((keep & ~ok).sum())
         keep &= ok
     return keep
+
+
+def _site_keep(matrix: Matrix, qc: GenotypeQC, removed: dict[str, int]) -> np.ndarray:
+    """The steps on per-variant arrays (:data:`_SITE_STEPS`): the mask they keep."""
+    table = matrix.variants
+    steps = [(name, partial(lambda f, test: test(_need(table, f), getattr(qc, f)), field, test))
+             for name, field, test in _SITE_STEPS if getattr(qc, field) not in (None, False)]
+    return _apply_steps(np.ones(matrix.n_rows, dtype=bool), steps, removed)
 
 
 def _count_steps(current: Matrix, qc: GenotypeQC, keep: np.ndarray, removed: dict[str, int],
@@ -463,7 +477,7 @@ def _count_steps(current: Matrix, qc: GenotypeQC, keep: np.ndarray, removed: dic
         samples_removed["mind"] = int((~samples).sum())
         if not samples.all():
             counts = _kept_counts(current, counts, samples, client)
-            current = current.select_columns(np.flatnonzero(samples))
+            current = _keep_columns(current, samples)
     return _drop_rows(current, keep, _count_keep(counts, qc, removed)), samples
 
 
@@ -483,17 +497,12 @@ def _count_keep(counts: CallCounts, qc: GenotypeQC, removed: dict[str, int]) -> 
     if not qc.counts_variants:
         return None
     called, maf = counts.call_rate(), counts.maf()
-    inner = np.ones(called.size, dtype=bool)
     tests: list[tuple[str, float | None, Callable[[float], np.ndarray]]] = [
         ("missing", qc.max_missing, lambda t: 1.0 - called <= t + 1e-12),
         ("hwe", qc.hwe, lambda t: counts.hwe_p() >= t),
         ("maf", qc.min_maf, lambda t: np.nan_to_num(maf, nan=-1.0) >= t - 1e-12)]
-    for name, value, test in tests:
-        if value is not None:
-            ok = test(value)
-            removed[name] = int((inner & ~ok).sum())
-            inner &= ok
-    return inner
+    steps = [(name, partial(test, value)) for name, value, test in tests if value is not None]
+    return _apply_steps(np.ones(called.size, dtype=bool), steps, removed)
 
 
 def _drop_rows(current: Matrix, keep: np.ndarray, inner: np.ndarray | None) -> Matrix:
@@ -505,23 +514,9 @@ def _drop_rows(current: Matrix, keep: np.ndarray, inner: np.ndarray | None) -> M
     return current if inner.all() else current.select_rows(np.flatnonzero(inner))
 
 
-def _king_step(current: Matrix, cutoff: float, samples_removed: dict[str, int],
-               client: Any) -> tuple[Matrix, np.ndarray]:
-    """``--king-cutoff``: the matrix of the samples kept and the mask over ``current``'s
-    samples."""
-    kept, _ = king_keep(current, cutoff, client=client)
-    samples_removed["king"] = int((~kept).sum())
-    return (current if kept.all() else current.select_columns(np.flatnonzero(kept))), kept
-
-
-def _ld_keep(current: Matrix, qc: GenotypeQC, removed: dict[str, int],
-             client: Any) -> np.ndarray | None:
-    """LD pruning's mask of ``current``'s rows (None: no pruning)."""
-    if qc.ld_prune is None:
-        return None
-    inner = ld_prune_keep(current, qc.ld_prune, client=client)
-    removed["ld"] = int((~inner).sum())
-    return inner
+def _keep_columns(current: Matrix, kept: np.ndarray) -> Matrix:
+    """The matrix of ``current``'s samples ``kept`` (a mask)."""
+    return current if kept.all() else current.select_columns(np.flatnonzero(kept))
 
 
 def _mind_keep(matrix: Matrix, missing: np.ndarray, limit: float) -> np.ndarray:
@@ -645,14 +640,8 @@ def _alleles(table: VariantTable, step: str) -> np.ndarray:
     return _strings(alleles).reshape(np.shape(alleles)[0], -1)
 
 
-def _allele_counts(table: VariantTable) -> np.ndarray:
-    """Per variant, its alleles (REF and ALTs): the non-empty entries of variant_allele."""
-    return (_alleles(table, "max_alleles") != "").sum(axis=1)
-
-
-def _single_bases(table: VariantTable) -> np.ndarray:
+def _single_bases(alleles: np.ndarray) -> np.ndarray:
     """Per variant, whether every allele it has is one character (plink2's --snps-only)."""
-    alleles = _alleles(table, "snps_only")
     used = alleles != ""
     lengths = np.frompyfunc(len, 1, 1)(alleles).astype(np.int64)
     return ((lengths == 1) | ~used).all(axis=1) & used.any(axis=1)
@@ -836,19 +825,14 @@ class StoreArrays:
         if name not in self._names:
             return None
         if index is None:
-            from daskstraggle.data._zarr import read_rows
+            from daskstraggle.data._zarr import open_array, read_rows
 
-            return np.asarray(read_rows(self.path, name, 0, _length(self, name),
+            n_rows = int(open_array(self.path, name, self.storage_options).shape[0])
+            return np.asarray(read_rows(self.path, name, 0, n_rows,
                                         missing_chunks=self.missing_chunks,
                                         storage_options=self.storage_options))
         return read_selection(self.path, name, index, None, missing_chunks=self.missing_chunks,
                               storage_options=self.storage_options)
-
-
-def _length(arrays: StoreArrays, name: str) -> int:
-    from daskstraggle.data._zarr import open_array
-
-    return int(open_array(arrays.path, name, arrays.storage_options).shape[0])
 
 
 class DatasetArrays:
