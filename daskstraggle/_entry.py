@@ -55,10 +55,8 @@ def ended() -> None:
 
     A late Ctrl-C (while the interpreter closes a cluster at exit) is ignored from now on,
     so it cannot replace the exit code by a traceback. The objects alive now are left to
-    the operating system (:func:`gc.freeze`: the exit's repeated collections took most of
-    a second with dask, distributed and numba loaded); ``atexit`` handlers still run and
-    the streams are flushed; only cycles already unreachable are not finalized (the
-    command's outputs are complete before it returns).
+    the operating system (:func:`gc.freeze`); ``atexit`` handlers still run and the streams
+    are flushed.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.freeze()
@@ -66,9 +64,8 @@ def ended() -> None:
 
 def install_interrupt_handling() -> None:
     """Make Ctrl-C (SIGINT) interrupt the main thread's own code, never a callback that
-    swallows it (see the module's docstring). For this process only: the console script
-    calls it, and ``python -m daskstraggle.cli``; a library user's interpreter (a
-    notebook's kernel) is left alone. Call it from the main thread."""
+    swallows it (see the module's docstring); for the console script's process, from its
+    main thread (a library user's interpreter is left alone)."""
     signal.signal(signal.SIGINT, _on_interrupt)
     previous = sys.unraisablehook
 
@@ -93,8 +90,7 @@ def _on_interrupt(signum: int, frame: FrameType | None) -> None:
 
 def _deliver_later(signum: int) -> None:
     """Signal ``signum`` to the main thread again in 10 ms, from another thread (from the
-    main thread itself the handler would run again at once, inside the same callback or
-    the unraisable hook, where an exception is swallowed too)."""
+    main thread the handler would run at once, where the exception is swallowed too)."""
     import threading
 
     timer = threading.Timer(_REDELIVERY_S, _thread.interrupt_main, args=(signum,))

@@ -119,7 +119,14 @@ def plot_convergence(
     runs = _named_runs(results, labels, caller=caller)
     x = check_choice(x, name="x", caller=caller, choices=("time", "iteration"))
     log = y in LOG_VARIABLES if log is None else check_bool(log, name="log", caller=caller)
-    lines = [_line(res, label, x=x, y=y, caller=caller) for label, res in runs]
+    hint = {"gap": " (the run had no reference: pass reference=True, CLI --reference, "
+                   "or y='objective')",
+            "exact_gap": " (pass reference=True and record_iterates=True)"}.get(str(y), "")
+    lines = [(label, np.asarray(res.trace["wall_time" if x == "time" else "iteration"].values),
+              _drawable(res.trace, y, ndim=1, param="y", caller=caller,
+                        among=f"; the trace of {label!r} has ",
+                        empty=f"{label!r} has no finite {y!r} in its trace{hint}."))
+             for label, res in runs]
     ax = _axes(ax)
     for label, xs, ys in lines:
         if log:
@@ -178,20 +185,6 @@ def _method_labels(runs: list[Result]) -> list[str]:
 def _is_sequence(value: Any) -> bool:
     """Whether ``value`` is a sequence other than a string."""
     return isinstance(value, Sequence) and not isinstance(value, str)
-
-
-def _line(result: Result, label: str, *, x: str, y: object,
-          caller: str) -> tuple[str, np.ndarray, np.ndarray]:
-    """``(label, x values, y values)`` of a run's line; ``y`` checked to be drawable."""
-    trace = result.trace
-    hint = {"gap": " (the run had no reference: pass reference=True, CLI --reference, "
-                   "or y='objective')",
-            "exact_gap": " (pass reference=True and record_iterates=True)"}.get(str(y), "")
-    xs = np.asarray(trace["wall_time"].values, dtype=np.float64) if x == "time" else np.asarray(
-        trace["iteration"].values)
-    return label, xs, _drawable(trace, y, ndim=1, param="y", caller=caller,
-                                among=f"; the trace of {label!r} has ",
-                                empty=f"{label!r} has no finite {y!r} in its trace{hint}.")
 
 
 def _drawable(trace: xr.Dataset, name: object, *, ndim: int, param: str, caller: str,
@@ -257,7 +250,12 @@ def plot_latency(result: Result | xr.Dataset, *, variable: str = "latency",
     True
     """
     caller = "plot_latency"
-    trace = _trace_of(result, caller=caller)
+    if not isinstance(result, Result | xr.Dataset):
+        raise InvalidTypeError(
+            f"The 'result' parameter of {caller} must be a Result or its trace (an "
+            f"xarray.Dataset). Got {type(result).__name__} instead."
+        )
+    trace = result.trace if isinstance(result, Result) else result
     values = _drawable(trace, variable, ndim=2, param="variable", caller=caller,
                        among=" and one other dimension, one of ",
                        empty=f"The trace's {variable!r} has no finite value to draw.")
@@ -276,17 +274,6 @@ def plot_latency(result: Result | xr.Dataset, *, variable: str = "latency",
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     return ax
-
-
-def _trace_of(result: Any, *, caller: str) -> xr.Dataset:
-    if isinstance(result, Result):
-        return result.trace
-    if isinstance(result, xr.Dataset):
-        return result
-    raise InvalidTypeError(
-        f"The 'result' parameter of {caller} must be a Result or its trace (an "
-        f"xarray.Dataset). Got {type(result).__name__} instead."
-    )
 
 
 def plot_pca(data: Result | xr.Dataset | Any, *, labels: Any = None,
