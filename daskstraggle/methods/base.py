@@ -30,6 +30,9 @@ __all__ = [
     "contiguous_placement",
 ]
 
+#: Which partitions each worker index stores (:meth:`Method.placement`).
+Placement = list[tuple[int, ...]]
+
 
 @dataclass(frozen=True, slots=True)
 class WorkUnit:
@@ -160,7 +163,7 @@ class RoundSummary:
     extras: dict[str, float] = field(default_factory=dict)
 
 
-def contiguous_placement(n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
+def contiguous_placement(n_partitions: int, n_workers: int) -> Placement:
     """Return the uncoded placement: contiguous, near-equal runs of partitions per worker.
 
     Parameters
@@ -258,6 +261,8 @@ class Method(ABC):
     _version: int = 0
     #: The bound problem of the current run (None before :meth:`start`).
     _problem: Problem | None = None
+    #: Results thrown away by design since the last step (:attr:`RoundSummary.n_dropped`).
+    _dropped: int = 0
     #: The run's Nesterov momentum (:class:`~daskstraggle.methods.gd.Nesterov`), set by
     #: the :meth:`start` of methods that accelerate; None: plain steps.
     _momentum: Any = None
@@ -280,7 +285,7 @@ class Method(ABC):
         targets = {option.dest: option.target for option in cls.cli_options}
         return {targets[dest]: value for dest, value in values.items()}
 
-    def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
+    def placement(self, n_partitions: int, n_workers: int) -> Placement:
         """Return which partitions each worker index stores (default: uncoded, contiguous)."""
         return contiguous_placement(n_partitions, n_workers)
 
@@ -320,10 +325,11 @@ class Method(ABC):
         """Return the number of row partitions the method needs (None: any, >= workers)."""
         return None
 
-    @abstractmethod
-    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
+    def start(self, problem: Problem, iterate: np.ndarray, placement: Placement, *,
               step_size: float, partition_rows: list[int] | None = None) -> None:
-        """Reset the run state.
+        """Reset the run state: check and keep ``problem``, the step size and a float64 copy
+        of ``iterate`` (version 0, no summary, no momentum, nothing dropped), then
+        :meth:`_reset` the method's own state.
 
         Parameters
         ----------
@@ -339,6 +345,19 @@ class Method(ABC):
             Number of rows of each partition (runtimes always pass it; methods that
             weigh partial results by the rows they cover need it).
         """
+        self.check_problem(problem)
+        self._problem = problem
+        self._step_size = float(step_size)
+        self._x = np.array(iterate, dtype=np.float64)
+        self._version = 0
+        self._summary = None
+        self._momentum = None
+        self._dropped = 0
+        self._reset(placement, partition_rows)
+
+    @abstractmethod
+    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
+        """Set the method's own run state for ``placement`` (arguments as :meth:`start`)."""
 
     @abstractmethod
     def dispatch(self, worker_index: int) -> WorkUnit | None:
@@ -372,15 +391,6 @@ class Method(ABC):
         return {p.name: getattr(self, p.name) for p in parameters
                 if p.kind is not p.VAR_KEYWORD and hasattr(self, p.name)}
 
-    def _begin(self, problem: Problem, iterate: np.ndarray, step_size: float) -> None:
-        """Reset the state every run starts with: the problem, the step size, a float64
-        copy of ``iterate``, version 0 and no summary."""
-        self._problem = problem
-        self._step_size = float(step_size)
-        self._x = np.array(iterate, dtype=np.float64)
-        self._version = 0
-        self._summary = None
-
     def _point(self) -> np.ndarray:
         """Where this round's kernel is evaluated: the iterate, or the momentum's
         look-ahead point."""
@@ -395,8 +405,7 @@ class Method(ABC):
         else:
             self._x = self._momentum.step(self._problem, gradient, objective, self._step_size)
 
-    def _worker_rows_of(self, placement: list[tuple[int, ...]],
-                        partition_rows: list[int] | None) -> list[int]:
+    def _worker_rows_of(self, placement: Placement, partition_rows: list[int] | None) -> list[int]:
         """Set ``_worker_rows`` (rows each worker index stores) and ``_total_rows``;
         return ``partition_rows``.
 
@@ -420,3 +429,26 @@ class Method(ABC):
         for i in order[1:]:
             total = total + check_plain(results[i], caller=type(self).__name__)
         return total
+
+    def _next_version(self, *cleared: Any) -> None:
+        """Advance the version and empty ``cleared`` (the round's sets and dicts): the next
+        round has no summary and nothing dropped yet."""
+        self._version += 1
+        self._summary = None
+        self._dropped = 0
+        for container in cleared:
+            container.clear()
+
+    def _summary_of(self, total: KernelResult, *, covered: float = 1, n_rows: float = 1,
+                    exact: bool = True, point: np.ndarray | None = None,
+                    **fields: Any) -> RoundSummary:
+        """Return the summary of ``total``, the kernel sum over ``covered`` of the ``n_rows``
+        rows at ``point`` (None: :meth:`_point`), scaled to every row; its objective only
+        when ``exact``; ``fields`` the other :class:`RoundSummary` fields."""
+        assert self._problem is not None
+        point = self._point() if point is None else point
+        return RoundSummary(
+            iterate=point,
+            result=total if covered == n_rows else total.scaled(n_rows / covered),
+            objective=self._problem.objective(total.values, point) if exact else None,
+            coverage=covered / n_rows, n_dropped=self._dropped, **fields)

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from daskstraggle._validation import check_int
-from daskstraggle.methods.base import RoundSummary, WorkUnit, cached_summary
+from daskstraggle.methods.base import Placement, RoundSummary, WorkUnit, cached_summary
 from daskstraggle.methods.coded import CodedSum
 from daskstraggle.problems._linalg import orthonormalize
-from daskstraggle.problems.base import KernelResult, Problem
+from daskstraggle.problems.base import KernelResult
 from daskstraggle.problems.pca import PCA
 
 __all__ = ["BlockKrylov"]
@@ -79,13 +79,12 @@ class BlockKrylov(CodedSum):
         self.max_blocks = check_int(max_blocks, name="max_blocks", caller="BlockKrylov",
                                     low=3)
 
-    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
-              step_size: float, partition_rows: list[int] | None = None) -> None:
-        """Reset the run state: the first block is ``iterate`` plus random columns up to
-        ``b`` (``iterate`` already has ``k + p`` columns when the problem oversamples)."""
-        super().start(problem, iterate, placement, step_size=step_size,
-                      partition_rows=partition_rows)
+    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
+        """The first block is the iterate plus random columns up to ``b`` (the iterate
+        already has ``k + p`` columns when the problem oversamples)."""
+        super()._reset(placement, partition_rows)
         d, width = self._x.shape
+        problem = self._problem
         assert isinstance(problem, PCA)  # check_problem refused the others
         k = problem.n_components
         self._k = k
@@ -137,7 +136,8 @@ class BlockKrylov(CodedSum):
                               total.n_rows)
         extras = {"basis_size": float(self.basis_size),
                   **({"next_ritz_value": float(theta[k])} if len(theta) > k else {})}
-        return self._exact_summary(np.ascontiguousarray(V), result, extras)
+        return self._summary_of(result, point=np.ascontiguousarray(V), extras=extras,
+                                **self._responders())
 
     def step(self) -> None:
         """Restart if the basis is full; the next block is the top Ritz residuals."""

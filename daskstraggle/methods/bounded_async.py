@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from daskstraggle._validation import check_choice, check_int
 from daskstraggle.methods.base import (
     Method,
+    Placement,
     RoundSummary,
     WorkResult,
     WorkUnit,
@@ -90,14 +89,10 @@ class BoundedAsync(Method):
         many versions."""
         return max(int(n_workers), 1)
 
-    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
-              step_size: float, partition_rows: list[int] | None = None) -> None:
-        """Reset the run state."""
+    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
         self._worker_rows_of(placement, partition_rows)
-        self._begin(problem, iterate, step_size)
         self._placement = placement
         self._pending: list[WorkResult] = []
-        self._dropped = 0
         self._choice: WorkResult | None = None
         self.applied_delays: list[int] = []
 
@@ -144,20 +139,14 @@ class BoundedAsync(Method):
     @cached_summary
     def summary(self) -> RoundSummary:
         """Return the chosen update's scaled kernel sum (the point is the current iterate)."""
-        assert self._problem is not None and self.ready()
+        assert self.ready()
         chosen = self._pick()
         i = chosen.unit.worker_index
         assert not isinstance(chosen.result, tuple)
         delay = self._delay(chosen)
-        return RoundSummary(
-            iterate=self._x,
-            result=chosen.result.scaled(self._total_rows / self._worker_rows[i]),
-            objective=None,
-            workers_used=(i,),
-            n_fresh=int(delay == 0),
-            n_stale=int(delay > 0),
-            coverage=self._worker_rows[i] / self._total_rows,
-            n_dropped=self._dropped,
+        return self._summary_of(
+            chosen.result, covered=self._worker_rows[i], n_rows=self._total_rows, exact=False,
+            workers_used=(i,), n_fresh=int(delay == 0), n_stale=int(delay > 0),
             extras={"delay": float(delay), "n_pending": float(len(self._pending) - 1)},
         )
 
@@ -168,8 +157,6 @@ class BoundedAsync(Method):
         self.applied_delays.append(self._delay(chosen))
         self._pending.remove(chosen)
         self._update(summary.result.gradient)
-        self._version += 1
-        self._dropped = 0
-        self._summary = None
+        self._next_version()
         self._choice = None
         self._expire()

@@ -12,6 +12,7 @@ from daskstraggle.coding.base import CodeAssignment, CodingScheme, Coverage, mak
 from daskstraggle.errors import InvalidParameterError, StraggleWarning
 from daskstraggle.methods.base import (
     Method,
+    Placement,
     RoundSummary,
     WorkResult,
     WorkUnit,
@@ -53,7 +54,7 @@ class _DrawsPlacement:
         """The drawn assignment of the current run."""
         return self._assignment
 
-    def _keep(self, assignment: CodeAssignment, n_partitions: int) -> list[tuple[int, ...]]:
+    def _keep(self, assignment: CodeAssignment, n_partitions: int) -> Placement:
         """Keep ``assignment`` (which must have ``n_partitions``); return its placement."""
         if assignment.n_partitions != n_partitions:
             raise InvalidParameterError(
@@ -62,7 +63,7 @@ class _DrawsPlacement:
         self._assignment = assignment
         return [tuple(p) for p in assignment.placement]
 
-    def _drawn(self, placement: list[tuple[int, ...]]) -> CodeAssignment:
+    def _drawn(self, placement: Placement) -> CodeAssignment:
         """Return the kept assignment, whose placement ``placement`` must be."""
         if self._assignment is None or not self._assignment.matches(placement):
             raise InvalidParameterError(
@@ -153,7 +154,7 @@ class CodedGD(_DrawsPlacement, Method):
         """Return the scheme's number of partitions ``K``."""
         return self.scheme.partition_count(n_workers, n_rows)
 
-    def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
+    def placement(self, n_partitions: int, n_workers: int) -> Placement:
         """Draw the assignment and return which partitions each worker stores."""
         assignment = self.scheme.assign(n_workers, rng=self.rng)
         if assignment.info.get("latency_only"):
@@ -178,13 +179,10 @@ class CodedGD(_DrawsPlacement, Method):
                 StraggleWarning, stacklevel=3)
         return placement
 
-    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
-              step_size: float, partition_rows: list[int] | None = None) -> None:
-        """Reset the run state."""
+    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
         assignment = self._drawn(placement)
-        self.check_problem(problem)
-        self._begin(problem, iterate, step_size)
-        self._momentum = Nesterov(self._x) if self.nesterov else None
+        if self.nesterov:
+            self._momentum = Nesterov(self._x)
         self._sent: set[int] = set()
         self._messages: dict[tuple[int, int], KernelResult] = {}
         self._coverage = Coverage(assignment)
@@ -221,16 +219,7 @@ class CodedGD(_DrawsPlacement, Method):
     @cached_summary
     def summary(self) -> RoundSummary:
         """Return the decoded exact kernel sum."""
-        return self._exact_summary(self._point(), self._decoded())
-
-    def _exact_summary(self, point: np.ndarray, result: KernelResult,
-                       extras: dict[str, float] | None = None) -> RoundSummary:
-        """Return the summary of a decoded round: ``result`` is exact at ``point``."""
-        assert self._problem is not None
-        used, answered = self._responders()
-        return RoundSummary(iterate=point, result=result,
-                            objective=self._problem.objective(result.values, point),
-                            workers_used=used, n_fresh=answered, extras=extras or {})
+        return self._summary_of(self._decoded(), **self._responders())
 
     def step(self) -> None:
         """Take the exact gradient step (from the look-ahead point with Nesterov)."""
@@ -244,21 +233,19 @@ class CodedGD(_DrawsPlacement, Method):
         keys = sorted(k for k, w in self._weights.items() if w != 0)
         return combine([self._messages[k] for k in keys], [self._weights[k] for k in keys])
 
-    def _responders(self) -> tuple[tuple[int, ...], int]:
-        """Return the workers whose messages entered the sum, and how many answered."""
+    def _responders(self) -> dict[str, Any]:
+        """Return ``workers_used`` (the workers whose messages entered the sum) and
+        ``n_fresh`` (how many answered), as :class:`RoundSummary` fields."""
         assert self._weights is not None
         used = sorted({k[0] for k, w in self._weights.items() if w != 0})
-        return tuple(used), len({k[0] for k in self._messages})
+        return {"workers_used": tuple(used), "n_fresh": len({k[0] for k in self._messages})}
 
     def _clear_round(self) -> None:
         """Advance the version and forget the round's messages."""
         assert self._assignment is not None
-        self._version += 1
-        self._sent.clear()
-        self._messages.clear()
+        self._next_version(self._sent, self._messages)
         self._coverage = Coverage(self._assignment)
         self._weights = None
-        self._summary = None
 
 
 class CodedSum(CodedGD):
@@ -301,7 +288,7 @@ class CodedSum(CodedGD):
             return None
         return super().partition_count(n_workers, n_rows)
 
-    def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
+    def placement(self, n_partitions: int, n_workers: int) -> Placement:
         """Draw the scheme's placement; uncoded: contiguous runs of the partitions."""
         if self.scheme.name != "uncoded":
             return super().placement(n_partitions, n_workers)
@@ -364,11 +351,9 @@ class IgnoreStragglers(SGD):
                 f"{self.n_stragglers!r} instead."
             )
 
-    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
-              step_size: float, partition_rows: list[int] | None = None) -> None:
+    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
         """Wait for all workers holding data but ``n_stragglers``."""
         holders = sum(1 for p in placement if p)
         self.check_n_workers(holders)
         self.n_wait = holders - self.n_stragglers
-        super().start(problem, iterate, placement, step_size=step_size,
-                      partition_rows=partition_rows)
+        super()._reset(placement, partition_rows)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from daskstraggle.balance.partition import subpartition_bounds
 from daskstraggle.methods.base import (
+    Placement,
     RoundSummary,
     WorkResult,
     WorkUnit,
@@ -14,7 +13,6 @@ from daskstraggle.methods.base import (
 )
 from daskstraggle.methods.cache import GradientCache, Ranges
 from daskstraggle.methods.sgd import SGD
-from daskstraggle.problems.base import Problem
 
 __all__ = ["DSAG", "SAG", "subpartition_bounds"]  # subpartition_bounds: re-exported
 
@@ -57,11 +55,9 @@ class DSAG(SGD):
     description = "sag that also folds in stale results"
     use_stale = True
 
-    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
-              step_size: float, partition_rows: list[int] | None = None) -> None:
-        """Reset the run state: empty cache, every worker at its first subpartition."""
-        super().start(problem, iterate, placement, step_size=step_size,
-                      partition_rows=partition_rows)
+    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
+        """An empty cache, every worker at its first subpartition."""
+        super()._reset(placement, partition_rows)
         self._cache = GradientCache(self._total_rows)
         self._n_stale = 0
 
@@ -96,27 +92,19 @@ class DSAG(SGD):
     @cached_summary
     def summary(self) -> RoundSummary:
         """Return the cache's sum scaled by the covered fraction of rows."""
-        assert self._problem is not None and self.ready()
-        total = self._cache.total()
+        assert self.ready()
+        cache, total = self._cache, self._cache.total()
         assert total is not None
-        covered = self._cache.covered
-        exact = covered == self._cache.n_rows and all(
-            v == self._version for v in self._cache.versions()
-        )
-        estimate = total if covered == self._cache.n_rows else total.scaled(
-            self._cache.n_rows / covered)
-        return RoundSummary(
-            iterate=self._x,
-            result=estimate,
-            objective=self._problem.objective(total.values, self._x) if exact else None,
-            workers_used=tuple(sorted({e.worker_index for e in self._cache})),
+        versions = cache.versions()
+        return self._summary_of(
+            total, covered=cache.covered, n_rows=cache.n_rows,
+            exact=cache.covered == cache.n_rows and all(v == self._version for v in versions),
+            workers_used=tuple(sorted({e.worker_index for e in cache})),
             n_fresh=len(self._fresh),
             n_stale=self._n_stale,
-            coverage=covered / self._cache.n_rows,
-            n_dropped=self._dropped,
             # iterations since the oldest cache entry's iterate: a frozen worker's rows
             # keep an old result (the runtime moves them once the worker is overdue)
-            extras={"staleness": float(self._version - min(self._cache.versions()))},
+            extras={"staleness": float(self._version - min(versions))},
         )
 
     def step(self) -> None:

@@ -12,7 +12,7 @@ from daskstraggle.methods.base import Method, RoundSummary, WorkUnit, cached_sum
 from daskstraggle.problems.base import Problem
 
 if TYPE_CHECKING:
-    from daskstraggle.methods.base import WorkResult
+    from daskstraggle.methods.base import Placement, WorkResult
 
 __all__ = ["GD", "NAG", "Nesterov"]
 
@@ -36,11 +36,7 @@ class GD(Method):
     exact_rounds = True
     dispatch_once_per_version = True
 
-    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
-              step_size: float, partition_rows: list[int] | None = None) -> None:
-        """Reset the run state."""
-        self.check_problem(problem)
-        self._begin(problem, iterate, step_size)
+    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
         self._placement = placement
         self._sent: set[int] = set()
         self._results: dict[int, WorkResult] = {}
@@ -66,29 +62,16 @@ class GD(Method):
     @cached_summary
     def summary(self) -> RoundSummary:
         """Return the exact kernel sum at the evaluated point (computed once per round)."""
-        assert self._problem is not None and self.ready()
+        assert self.ready()
         order = sorted(self._results)
-        total = self._plain_sum(self._results)
-        point = self._point()
-        return RoundSummary(
-            iterate=point,
-            result=total,
-            objective=self._problem.objective(total.values, point),
-            workers_used=tuple(order),
-            n_fresh=len(order),
-        )
+        return self._summary_of(self._plain_sum(self._results), workers_used=tuple(order),
+                                n_fresh=len(order))
 
     def step(self) -> None:
         """Take the gradient step from the evaluated point (then extrapolate, for NAG)."""
         summary = self.summary()
         self._update(summary.result.gradient, summary.objective)
-        self._advance()
-
-    def _advance(self) -> None:
-        self._version += 1
-        self._sent.clear()
-        self._results.clear()
-        self._summary = None
+        self._next_version(self._sent, self._results)
 
 
 class NAG(GD):
@@ -131,11 +114,8 @@ class NAG(GD):
                 "Got 'nag' instead."
             )
 
-    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
-              step_size: float, partition_rows: list[int] | None = None) -> None:
-        """Reset the run state (momentum counter included)."""
-        super().start(problem, iterate, placement, step_size=step_size,
-                      partition_rows=partition_rows)
+    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
+        super()._reset(placement, partition_rows)
         self._momentum = Nesterov(self._x, restart=self.restart)
 
 

@@ -117,7 +117,8 @@ class Gram(CodedSum):
         V = np.ascontiguousarray(vectors[:, ::-1])
         GV = packed_product(total.gradient, V)
         values = np.einsum("ij,ij->j", V, GV)
-        return self._exact_summary(V, KernelResult(GV, values, total.n_rows))
+        return self._summary_of(KernelResult(GV, values, total.n_rows), point=V,
+                                **self._responders())
 
     def step(self) -> None:
         """Keep the eigenvectors (a further round would compute the same matrix)."""

@@ -10,10 +10,17 @@ import numpy as np
 from daskstraggle._validation import check_choice, check_fraction, check_int
 from daskstraggle.coding.rcs import RCS, IncrementalDecoder, default_degrees
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit, cached_summary
+from daskstraggle.methods.base import (
+    Method,
+    Placement,
+    RoundSummary,
+    WorkResult,
+    WorkUnit,
+    cached_summary,
+)
 from daskstraggle.methods.coded import _DrawsPlacement
 from daskstraggle.methods.options import MethodOption, parse_int_list
-from daskstraggle.problems.base import KernelResult, Problem, combine
+from daskstraggle.problems.base import KernelResult, combine
 
 __all__ = ["ORDERINGS", "PartialRecovery"]
 
@@ -135,19 +142,17 @@ class PartialRecovery(_DrawsPlacement, Method):
         """Return ``K = n_workers``."""
         return self._code_for(n_workers).partition_count(n_workers, n_rows)
 
-    def placement(self, n_partitions: int, n_workers: int) -> list[tuple[int, ...]]:
+    def placement(self, n_partitions: int, n_workers: int) -> Placement:
         """Draw the RCS assignment; worker ``i`` stores its list of ``L`` partitions."""
         self.check_n_workers(n_workers)
         self.code = self._code_for(n_workers)
         assignment = self.code.assign(n_workers, rng=self.rng)
         return self._keep(assignment, n_partitions)
 
-    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
-              step_size: float, partition_rows: list[int] | None = None) -> None:
-        """Reset the run state: all ages 0, the static order."""
+    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
+        """All ages 0, the static order."""
         self._drawn(placement)
         partition_rows = self._worker_rows_of(placement, partition_rows)
-        self._begin(problem, iterate, step_size)
         self._lists = [tuple(p) for p in placement]
         self._rows = np.asarray(partition_rows, dtype=np.int64)
         self._K = len(partition_rows)
@@ -164,8 +169,6 @@ class PartialRecovery(_DrawsPlacement, Method):
         self._messages: dict[tuple[int, int], KernelResult] = {}
         self._sent: set[int] = set()
         self._responders: set[int] = set()
-        self._dropped = 0
-        self._summary = None
 
     @property
     def ages(self) -> np.ndarray:
@@ -216,23 +219,17 @@ class PartialRecovery(_DrawsPlacement, Method):
     @cached_summary
     def summary(self) -> RoundSummary:
         """Return the recovered partitions' sum scaled by the rows they cover."""
-        assert self._problem is not None and self.ready()
+        assert self.ready()
         recovered = sorted(self._decoder.recovered)
         weights = self._decoder.sum_weights(recovered)
         keys = sorted(weights)
-        total = combine([self._messages[k] for k in keys], [weights[k] for k in keys])
-        covered = int(self._rows[recovered].sum())
-        exact = len(recovered) == self._K
-        estimate = total if exact else total.scaled(float(self._rows.sum()) / covered)
         ages = np.where(np.isin(np.arange(self._K), recovered), 0, self._ages + 1)
-        return RoundSummary(
-            iterate=self._x,
-            result=estimate,
-            objective=self._problem.objective(total.values, self._x) if exact else None,
+        return self._summary_of(
+            combine([self._messages[k] for k in keys], [weights[k] for k in keys]),
+            covered=int(self._rows[recovered].sum()), n_rows=float(self._rows.sum()),
+            exact=len(recovered) == self._K,
             workers_used=tuple(sorted({k[0] for k in keys})),
             n_fresh=len(self._messages),
-            coverage=covered / float(self._rows.sum()),
-            n_dropped=self._dropped,
             ages=ages.astype(np.float64),
             extras={"n_recovered": float(len(recovered)), "shift": float(self._offset),
                     "max_age": float(ages.max())},
@@ -246,7 +243,7 @@ class PartialRecovery(_DrawsPlacement, Method):
         assert summary.ages is not None
         self._ages = summary.ages.astype(np.int64)
         self._offset = (self._offset + self._next_shift()) % self.code.n_stored
-        self._version += 1
+        self._next_version()
         self._new_round()
 
     def _next_shift(self) -> int:

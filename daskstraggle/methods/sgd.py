@@ -19,7 +19,7 @@ from daskstraggle.methods.options import MethodOption
 from daskstraggle.problems.base import Problem
 
 if TYPE_CHECKING:
-    from daskstraggle.methods.base import WorkResult
+    from daskstraggle.methods.base import Placement, WorkResult
 
 __all__ = ["SGD"]
 
@@ -151,20 +151,17 @@ class SGD(Method):
                 "one value or one per worker."
             )
 
-    def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]], *,
-              step_size: float, partition_rows: list[int] | None = None) -> None:
-        """Reset the run state: every worker at its first subpartition."""
+    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
+        """Every worker at its first subpartition."""
         self.check_n_workers(len(placement))
         holders = [i for i, parts in enumerate(placement) if parts]
         n_wait = len(holders) if self.n_wait is None else self.n_wait
         if n_wait > len(holders):
             raise self._n_wait_error(n_wait, len(holders), "the workers holding data")
         partition_rows = self._worker_rows_of(placement, partition_rows)
-        self._begin(problem, iterate, step_size)
         self._placement = placement
         self._n_wait_run = n_wait
         self._fresh: dict[int, WorkResult] = {}
-        self._dropped = 0
         self._partition_starts = np.concatenate([[0], np.cumsum(partition_rows)]).astype(int)
         self._next_sub = [0] * len(placement)
         self._bounds: list[np.ndarray] = []
@@ -287,30 +284,17 @@ class SGD(Method):
     @cached_summary
     def summary(self) -> RoundSummary:
         """Return the scaled sum of the fresh results (exact when every row is covered)."""
-        assert self._problem is not None and self.ready()
+        assert self.ready()
         order = sorted(self._fresh)
-        total = self._plain_sum(self._fresh)
         covered = sum(self._unit_rows(self._fresh[i].unit) for i in order)
-        exact = covered == self._total_rows
-        estimate = total if exact else total.scaled(self._total_rows / covered)
-        return RoundSummary(
-            iterate=self._x,
-            result=estimate,
-            objective=self._problem.objective(total.values, self._x) if exact else None,
-            workers_used=tuple(order),
-            n_fresh=len(order),
-            n_stale=0,
-            coverage=covered / self._total_rows,
-            n_dropped=self._dropped,
-        )
+        return self._summary_of(self._plain_sum(self._fresh), covered=covered,
+                                n_rows=self._total_rows, exact=covered == self._total_rows,
+                                workers_used=tuple(order), n_fresh=len(order))
 
     def step(self) -> None:
         """Step along the estimated gradient."""
         self._update(self.summary().result.gradient)
-        self._version += 1
-        self._fresh.clear()
-        self._dropped = 0
-        self._summary = None
+        self._next_version(self._fresh)
 
 
 def _check_subpartitions(value: Any, caller: str) -> int | tuple[int, ...]:
