@@ -137,7 +137,21 @@ class Problem(ABC):
     @abstractmethod
     def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
         """Return the gradient-like sum and objective terms over the block's rows (one
-        pass)."""
+        fused pass over its stored bytes, :mod:`daskstraggle.problems._kernels`).
+
+        Parameters
+        ----------
+        block : Block
+            Rows of the matrix (with their labels for the regressions).
+        iterate : ndarray
+            The current iterate.
+
+        Returns
+        -------
+        result : KernelResult
+            Sums over the block's rows: a ``gradient`` shaped like the iterate and the
+            objective terms ``values``.
+        """
 
     def kernel_sum(self, blocks: Sequence[Block], iterate: np.ndarray) -> KernelResult:
         """Return :meth:`kernel` at ``iterate`` summed over ``blocks`` (at least one: a

@@ -87,23 +87,11 @@ class _LinearModel(Problem):
 
     # ---------------------------------------------------------------- parameters
     def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
-        """Return the gradient of the mean loss and the loss over a block (one fused pass,
-        :func:`~daskstraggle.problems._kernels.glm_pass`).
-
-        Parameters
-        ----------
-        block : Block
-            Rows with their labels (logistic: in {-1, +1}).
-        iterate : ndarray of shape (n_params,)
-            Coefficients ``[w, b]``.
-
-        Returns
-        -------
-        result : KernelResult
-            ``gradient = [X_b^T q, sum(q)] / n``, ``n`` the number of rows of the whole
-            matrix; least squares: ``q = r = X_b w + b - y_b`` and ``values = [|r|^2 /
-            (2n)]``; logistic: ``q = -y expit(-y (X_b w + b))`` and ``values =
-            [sum(log(1 + exp(-y (X_b w + b)))) / n]``.
+        """As :meth:`Problem.kernel` for coefficients ``[w, b]``
+        (:func:`~daskstraggle.problems._kernels.glm_pass`): ``gradient = [X_b^T q, sum(q)]
+        / n``, ``n`` the rows of the whole matrix; least squares: ``q = r = X_b w + b - y_b``
+        and ``values = [|r|^2 / (2n)]``; logistic (labels in {-1, +1}): ``q = -y expit(-y
+        (X_b w + b))`` and ``values = [sum(log(1 + exp(-y (X_b w + b)))) / n]``.
 
         Raises
         ------

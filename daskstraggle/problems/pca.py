@@ -285,25 +285,12 @@ class PCA(Problem):
         return orthonormalize(rng.standard_normal((self.n_features, self.block_width)))
 
     def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:
-        """Return ``X_c^T X_c V`` and the per-component captured variance over a block.
+        """As :meth:`Problem.kernel`: ``gradient = X_c^T X_c V`` for the orthonormal basis
+        ``V`` (n_features, block_width), ``values`` the captured variances ``|X_c v_j|^2``.
 
-        One fused pass over the block's stored bytes
-        (:func:`~daskstraggle.problems._kernels.pca_pass`): with ``mu`` the column means
-        and ``m = V^T mu``, ``P = X V - 1 m^T`` and ``G = X^T P - mu (1^T P)^T`` equals
-        ``X_c^T X_c V`` exactly without centring the data.
-
-        Parameters
-        ----------
-        block : Block
-            Rows of the matrix.
-        iterate : ndarray of shape (n_features, n_components)
-            Orthonormal basis ``V``.
-
-        Returns
-        -------
-        result : KernelResult
-            ``gradient`` of shape (n_features, n_components); ``values`` of shape
-            (n_components,) holding ``|X_c v_j|^2`` over the block's rows.
+        With ``mu`` the column means and ``m = V^T mu``, ``P = X V - 1 m^T`` and ``G = X^T
+        P - mu (1^T P)^T`` equals ``X_c^T X_c V`` exactly without centring the data
+        (:func:`~daskstraggle.problems._kernels.pca_pass`).
         """
         return self.kernel_sum((block,), iterate)
 
@@ -334,15 +321,9 @@ class PCA(Problem):
 
         ``G`` is (an estimate of) ``X_c^T X_c V``; ``eta = 1`` gives the power method. The
         result is orthonormal (:func:`~daskstraggle.problems._linalg.orthonormalize`).
-
-        Notes
-        -----
-        ``lambda`` is the largest eigenvalue of the symmetric part of ``V^T G``. Scaled
-        so, ``G / lambda`` has eigenvalues near 1 on the components found, and the relaxed
-        step costs only a few iterations more than the power method; normalising by
-        ``|X_c|_F^2`` instead lets the ``(1 - eta) V`` term dominate whenever the top
-        components explain less than ``(1 - eta) / eta`` of the variance. When the
-        estimate is not positive the total variance is used.
+        ``lambda`` is the largest eigenvalue of the symmetric part of ``V^T G`` (the total
+        variance when that is not positive), so ``G / lambda`` has eigenvalues near 1 on
+        the components found whatever share of the variance they explain.
         """
         eta = float(step_size)
         V = np.asarray(iterate, dtype=np.float64)
@@ -395,25 +376,20 @@ class PCA(Problem):
         with np.errstate(divide="ignore", invalid="ignore"):
             residuals = np.linalg.norm(R, axis=0) / eigvals
         residuals = np.where(eigvals > 0, residuals, np.inf)
-        below = self._below_precision(eigvals)
-        residuals[below] = np.inf if self._hidden(eigvals) else 0.0
+        below, hidden = self._below_precision(eigvals)
+        residuals[below] = np.inf if hidden else 0.0
         return eigvals, U, residuals
 
-    def _below_precision(self, eigvals: np.ndarray) -> np.ndarray:
+    def _below_precision(self, eigvals: np.ndarray) -> tuple[np.ndarray, bool]:
         """Which Ritz values (descending) lie at or below
         :func:`~daskstraggle.problems._linalg.precision_floor` times the top one (none
-        when the top one is not positive)."""
+        when the top one is not positive), and whether they may carry variance (*hidden*:
+        some column's own variance lies below that too; otherwise the rank is lower)."""
         top = float(eigvals[0]) if len(eigvals) else 0.0
-        if not top > 0:
-            return np.zeros(len(eigvals), dtype=bool)
-        return np.asarray(eigvals <= precision_floor(self.n_features) * top)
-
-    def _hidden(self, eigvals: np.ndarray) -> bool:
-        """Whether components below the working precision may carry variance: some
-        column's own variance lies below it too. Otherwise the rank is lower."""
-        top = max(float(eigvals[0]), 0.0) if len(eigvals) else 0.0
-        return (self.least_column is not None
-                and self.least_column <= precision_floor(self.n_features) * top)
+        floor = precision_floor(self.n_features) * max(top, 0.0)
+        hidden = self.least_column is not None and self.least_column <= floor
+        below = eigvals <= floor if top > 0 else np.zeros(len(eigvals), dtype=bool)
+        return np.asarray(below), hidden
 
     def optimality(self, result: KernelResult, iterate: np.ndarray) -> float:
         """Return the largest relative eigen-residual of the Ritz pairs at ``iterate``.
@@ -478,10 +454,11 @@ class PCA(Problem):
         judged = residuals.copy()
         judged[start:] = np.minimum(residuals[start:], errors[start:])
         names = labels(values, residuals, start, gap, tol)
-        below = self._below_precision(eigvals)[:k]
+        below, hidden = self._below_precision(eigvals)
+        below = below[:k]
         if below.any():  # no eigengap, residual or variance error means anything there:
             judged[below] = 0.0  # the run stops on the others; the verdict names them
-            names = [("unresolved" if self._hidden(eigvals) else "zero") if low else name
+            names = [("unresolved" if hidden else "zero") if low else name
                      for name, low in zip(names, below, strict=True)]
         return Separation(
             measure=float(np.max(judged)), values=values, errors=np.asarray(errors),
@@ -545,11 +522,10 @@ class PCA(Problem):
         eigvals, U, residuals = self._ritz(V, result.gradient)
         k = self.n_components
         eigvals, U, residuals = eigvals[:k], U[:, :k], residuals[:k]
-        below = self._below_precision(eigvals)
+        below, hidden = self._below_precision(eigvals)
         if below.any():
-            eigvals = np.where(below, np.nan if self._hidden(eigvals) else 0.0, eigvals)
-            warnings.warn(self._precision_message(below, np.isnan(eigvals).any()),
-                          StraggleWarning, stacklevel=2)
+            eigvals = np.where(below, np.nan if hidden else 0.0, eigvals)
+            warnings.warn(self._precision_message(below, hidden), StraggleWarning, stacklevel=2)
         components = (V @ U).T
         pivot = np.argmax(np.abs(components), axis=1)
         signs = np.where(components[np.arange(components.shape[0]), pivot] < 0, -1.0, 1.0)
@@ -587,14 +563,9 @@ class PCA(Problem):
                 "or ask for fewer components (CLI: -k).")
 
     def gram_kernel(self, block: Block, *, upper: bool = False) -> np.ndarray:
-        """Return ``X_c^T X_c`` over the block's rows (centred by the global means).
-
-        Each tile is shifted by the column means before one BLAS ``syrk``, avoiding the
-        cancellation of ``X^T X - n mu mu^T`` (:func:`~daskstraggle.problems._kernels.gram`).
-        With ``upper`` only the upper triangle (zeros below the diagonal): sums of such
-        matrices are symmetrised once, by
-        :func:`~daskstraggle.problems._kernels.symmetric_from_upper`.
-        """
+        """Return ``X_c^T X_c`` over the block's rows, centred by the global means before
+        the products (:func:`~daskstraggle.problems._kernels.gram`; ``upper``: the upper
+        triangle only, zeros below the diagonal)."""
         return self.gram_kernel_sum((block,), upper=upper)
 
     def gram_kernel_sum(self, blocks: Sequence[Block], *, upper: bool = False) -> np.ndarray:
