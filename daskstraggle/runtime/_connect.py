@@ -62,8 +62,11 @@ def scheduler_timeout() -> float:
 #: warning.
 WORKERS_PER_CORE_WARNING = 4
 
-_REMEDY = ("Check the address and that the scheduler runs, or omit it to start a local "
-           "cluster.")
+def _unreachable(address: str, timeout: float, why: str) -> ClusterConnectionError:
+    return ClusterConnectionError(
+        f"Could not reach the Dask scheduler at {address!r} within {timeout:g} s{why}. Check "
+        "the address and that the scheduler runs, or omit it to start a local cluster."
+    )
 
 
 def check_client(client: Any) -> None:
@@ -99,15 +102,10 @@ def probe_scheduler(address: str, *, timeout: float) -> None:
         with socket.create_connection(get_address_host_port(address), timeout=timeout):
             pass
     except ConnectionRefusedError:
-        raise ClusterConnectionError(
-            f"Could not reach the Dask scheduler at {address!r} within {timeout:g} s: the "
-            f"connection was refused (nothing listens on that port). {_REMEDY}"
-        ) from None
+        raise _unreachable(address, timeout, ": the connection was refused (nothing listens "
+                                             "on that port)") from None
     except OSError as err:
-        raise ClusterConnectionError(
-            f"Could not reach the Dask scheduler at {address!r} within {timeout:g} s "
-            f"({type(err).__name__}: {err}). {_REMEDY}"
-        ) from None
+        raise _unreachable(address, timeout, f" ({type(err).__name__}: {err})") from None
     remaining = max(deadline - time.monotonic(), 0.5)
     with ThreadPoolExecutor(1) as pool:  # its own event loop, also under a running one
         reply = pool.submit(asyncio.run, _identity(address, remaining)).result()
@@ -500,10 +498,7 @@ def connect(
         try:
             client = Client(address, timeout=timeout, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as err:
-            raise ClusterConnectionError(
-                f"Could not reach the Dask scheduler at {address!r} within {timeout:g} s "
-                f"({type(err).__name__}). {_REMEDY}"
-            ) from err
+            raise _unreachable(address, timeout, f" ({type(err).__name__})") from err
         return client, [client]
     from daskstraggle import config
 
