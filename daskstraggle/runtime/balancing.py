@@ -1,21 +1,13 @@
 """Load balancing inside a run: the profiler fed by every result, the optimizer off the loop.
 
-:class:`BalanceLoop` is what :meth:`Runtime._drive` uses when the method has a
-``balancer`` (``SGD``/``SAG``/``DSAG`` with ``balance=True``):
-
-- every final result feeds a :class:`~daskstraggle.latency.profiler.LatencyProfiler`:
-  the compute time the worker measured (the span the scheduler plugin also records) and
-  the communication time (the coordinator's send-to-receive latency minus it), normalised
-  by the task's load, with stale results' communication replaced by a recent average;
-- after each step, at most every ``balancer.interval`` seconds, the optimizer
-  (:meth:`~daskstraggle.balance.LoadBalancer.plan`) is started on fresh statistics: in a
-  child process on real runtimes (:class:`~daskstraggle.balance._planner.PlannerProcess`;
-  a thread of this process would compete with the Dask client for the GIL), so it never
-  holds up an iteration, or inline on the simulated runtime, whose clock does not move
-  while the coordinator computes;
-- a finished, accepted plan computed from the current counts is applied with
-  ``method.set_subpartitions``; each worker's next task carries its new row range, so
-  no data moves. The event is recorded in the trace.
+:class:`BalanceLoop` is what the driving loop uses when the method has a ``balancer``
+(``SGD``/``SAG``/``DSAG`` with ``balance=True``): every final result feeds a
+:class:`~daskstraggle.latency.profiler.LatencyProfiler`; the optimizer
+(:meth:`~daskstraggle.balance.LoadBalancer.plan`) runs in a child process on real runtimes
+(:class:`~daskstraggle.balance._planner.PlannerProcess`; a thread would compete with the
+Dask client for the GIL), inline on the simulated one, whose clock does not move while the
+coordinator computes; an accepted plan is applied with ``method.set_subpartitions``, so
+each worker's next task carries its new row range and no data moves.
 """
 
 from __future__ import annotations
@@ -72,7 +64,8 @@ class BalanceLoop:
         self._last_start: float | None = None
 
     def record(self, result: WorkResult, *, now: float, load: float, stale: bool) -> None:
-        """Feed one final result's timings to the profiler."""
+        """Feed one final result's timings to the profiler: the compute time the worker
+        measured and the communication time (the round trip minus it), per unit load."""
         if not result.final or result.latency is None:
             return
         i = result.unit.worker_index
@@ -141,6 +134,8 @@ class BalanceLoop:
             return None
 
     def _apply(self, plan: BalancePlan, iteration: int) -> dict[str, Any] | None:
+        """Apply ``plan`` if accepted and computed from the current counts; return the
+        event recorded in the trace (None: not applied)."""
         current = tuple(self.method.subpartition_counts)
         if not plan.accepted or tuple(plan.previous) != current:
             return None

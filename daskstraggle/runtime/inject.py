@@ -223,13 +223,6 @@ def inject_delay(
     return total
 
 
-def _check_addresses(addresses: Any, caller: str) -> tuple[str, ...]:
-    return check_addresses(
-        addresses, name="addresses", caller=caller,
-        constraint="a non-empty list of worker addresses (the worker index is the position)",
-    )
-
-
 def _check_seed(seed: Any, caller: str) -> int:
     if seed is None:
         import numpy as np
@@ -245,6 +238,7 @@ def _check_seed(seed: Any, caller: str) -> int:
 
 
 def _client(client: Any) -> Any:
+    """``client``, or ``distributed.get_client()`` for None."""
     if client is None:
         from distributed import get_client
 
@@ -298,7 +292,9 @@ def install_injector(
             f"The 'model' parameter of {caller} must be a LatencyModel. "
             f"Got {type(model).__name__} instead."
         )
-    workers = _check_addresses(addresses, caller)
+    workers = check_addresses(
+        addresses, name="addresses", caller=caller,
+        constraint="a non-empty list of worker addresses (the worker index is the position)")
     model.check_n_workers(len(workers))
     seed = _check_seed(seed, caller)
     client = _client(client)
