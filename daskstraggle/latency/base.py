@@ -30,6 +30,7 @@ Rules every sampler follows (the conformance tests check them):
 
 from __future__ import annotations
 
+import functools
 import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -58,6 +59,8 @@ __all__ = [
 ]
 
 Draw = tuple[Any, Any]
+#: ``(name, check)`` per parameter of a model (:attr:`LatencyModel._checks`).
+Checks = tuple[tuple[str, Callable[..., Any]], ...]
 #: The per-worker random streams a sampler draws from (:func:`worker_streams`).
 Streams = Sequence[np.random.Generator]
 
@@ -246,6 +249,10 @@ def check_per_worker(
     return tuple(float(v) for v in items)
 
 
+#: :func:`check_per_worker` for times: seconds in [0, MAX_SECONDS].
+check_seconds = functools.partial(check_per_worker, high=MAX_SECONDS)
+
+
 def _lists(value: Any) -> Any:
     """``value`` with its tuples, nested ones too, as lists (for dicts and spec text)."""
     return [_lists(v) for v in value] if isinstance(value, tuple) else value
@@ -262,6 +269,14 @@ class LatencyModel(ABC):
 
     #: Registry name.
     name: ClassVar[str]
+    #: The parameters :meth:`__post_init__` checks, in order: ``(name, check)`` pairs,
+    #: ``check(value, *, name, caller)`` returning the normalised value (``caller``: the
+    #: class name).
+    _checks: ClassVar[Checks] = ()
+
+    def __post_init__(self) -> None:
+        for name, check in self._checks:
+            self._set(**{name: check(getattr(self, name), name=name, caller=type(self).__name__)})
 
     @property
     def has_distribution(self) -> bool:
@@ -546,10 +561,6 @@ class Constant(LatencyModel):
 
     name: ClassVar[str] = "constant"
     _sampler_class = _ConstantSampler
+    _checks = (("compute", check_seconds), ("communication", check_seconds))
     compute: float | tuple[float, ...] = 0.0
     communication: float | tuple[float, ...] = 0.0
-
-    def __post_init__(self) -> None:
-        for f in ("compute", "communication"):
-            self._set(**{f: check_per_worker(getattr(self, f), name=f, caller="Constant",
-                                             high=MAX_SECONDS)})

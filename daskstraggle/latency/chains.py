@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import ClassVar, cast
@@ -158,18 +159,18 @@ class TwoStateMarkov(_Modifier):
     initial: str = "fast"
     workers: int | tuple[int, ...] | None = None
 
+    _checks = (*_Modifier._checks, ("slow", _check_base),
+               ("slow_factor", functools.partial(check_positive, allow_none=True)),
+               ("p_slow", _check_probability), ("workers", _check_workers))
+
     def __post_init__(self) -> None:
-        _Modifier.__post_init__(self)
-        caller = "TwoStateMarkov"
-        slow = _check_base(self.slow, name="slow", caller=caller)
-        slow_factor = check_positive(
-            self.slow_factor, name="slow_factor", caller=caller, allow_none=True
-        )
-        if (slow is None) == (slow_factor is None):
+        LatencyModel.__post_init__(self)
+        caller, slow, p_slow = "TwoStateMarkov", self.slow, cast(float, self.p_slow)
+        if (slow is None) == (self.slow_factor is None):
             raise InvalidParameterError(
                 f"The 'slow_factor' and 'slow' parameters of {caller}: give exactly one of "
                 f"them (a factor on the compute time, or a model for the slow state). Got "
-                f"slow_factor={self.slow_factor!r}, slow={self.slow!r} instead."
+                f"slow_factor={self.slow_factor!r}, slow={slow!r} instead."
             )
         if slow is not None and not slow.has_distribution:
             raise InvalidParameterError(
@@ -177,18 +178,15 @@ class TwoStateMarkov(_Modifier):
                 f"as gamma(...)). Got {slow!r} instead; use slow_factor to scale the measured "
                 "time."
             )
-        p_slow = _check_probability(self.p_slow, name="p_slow", caller=caller)
         p_fast = p_slow if self.p_fast is None else _check_probability(
             self.p_fast, name="p_fast", caller=caller
         )
-        self._set(slow_factor=slow_factor, p_slow=p_slow, p_fast=p_fast)
         step: str | float
         if isinstance(self.step, str):
             step = check_choice(self.step, name="step", caller=caller, choices=["iteration"])
         else:
             step = check_positive(self.step, name="step", caller=caller,
                                   remedy="Give 'iteration' or a number of seconds.")
-        self._set(step=step)
         initial = check_choice(
             self.initial, name="initial", caller=caller, choices=["fast", "slow", "stationary"]
         )
@@ -197,7 +195,7 @@ class TwoStateMarkov(_Modifier):
                 f"The 'initial' parameter of {caller} cannot be 'stationary' when p_slow and "
                 "p_fast are both 0 (no stationary law). Choose 'fast' or 'slow'."
             )
-        self._set(workers=_check_workers(self.workers, caller=caller, allow_none=True))
+        self._set(p_fast=p_fast, step=step)
 
 
 @register_model
@@ -242,20 +240,14 @@ class Bursts(_Modifier):
     """
 
     name: ClassVar[str] = "bursts"
+    _checks = (*_Modifier._checks, ("factor", check_positive), ("p_enter", _check_probability),
+               ("p_leave", _check_probability), ("period", check_positive),
+               ("workers", _check_workers))
     factor: float = 1.103
     p_enter: float = 0.011
     p_leave: float = 0.286
     period: float = 10.0
     workers: int | tuple[int, ...] | None = None
-
-    def __post_init__(self) -> None:
-        _Modifier.__post_init__(self)
-        caller = "Bursts"
-        self._set(factor=check_positive(self.factor, name="factor", caller=caller),
-                  p_enter=_check_probability(self.p_enter, name="p_enter", caller=caller),
-                  p_leave=_check_probability(self.p_leave, name="p_leave", caller=caller),
-                  period=check_positive(self.period, name="period", caller=caller),
-                  workers=_check_workers(self.workers, caller=caller, allow_none=True))
 
     def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
         # the chain of TwoStateMarkov, stepped every ``period`` seconds

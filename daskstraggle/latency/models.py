@@ -7,6 +7,7 @@ Importing this module registers every model of the package, the modifiers of
 from __future__ import annotations
 
 import csv
+import functools
 import os
 from dataclasses import dataclass
 from typing import ClassVar
@@ -27,6 +28,7 @@ from daskstraggle.latency.base import (
     Streams,
     _UnitSampler,
     check_per_worker,
+    check_seconds,
     register_model,
 )
 from daskstraggle.latency.chains import Bursts, TwoStateMarkov
@@ -47,6 +49,10 @@ __all__ = [
 
 def _per_worker(value: float | tuple[float, ...], n_workers: int) -> NDArray[np.float64]:
     return np.broadcast_to(np.asarray(value, dtype=float), (n_workers,)).copy()
+
+
+_check_rate = functools.partial(check_per_worker, low=1 / MAX_SECONDS)
+_check_variance = functools.partial(check_per_worker, high=MAX_SECONDS**2)
 
 
 class _ShiftedExponentialSampler(_UnitSampler):
@@ -80,14 +86,8 @@ class _ShiftRate(LatencyModel):
     __slots__ = ()
     _shift: ClassVar[str] = "shift"
     _sampler_class = _ShiftedExponentialSampler
+    _checks = (("shift", check_seconds), ("rate", _check_rate))
     rate: float | tuple[float, ...]
-
-    def __post_init__(self) -> None:
-        caller, shift = type(self).__name__, self._shift
-        self._set(**{shift: check_per_worker(getattr(self, shift), name=shift, caller=caller,
-                                             high=MAX_SECONDS)},
-                  rate=check_per_worker(self.rate, name="rate", caller=caller,
-                                        low=1 / MAX_SECONDS))
 
 
 @register_model
@@ -199,6 +199,7 @@ class MultiMessage(_ShiftRate):
     name: ClassVar[str] = "multi-message"
     _shift: ClassVar[str] = "alpha"
     _sampler_class = _MultiMessageSampler
+    _checks = (("alpha", check_seconds), ("rate", _check_rate))
     alpha: float | tuple[float, ...] = 0.0
     rate: float | tuple[float, ...] = 1.0
 
@@ -332,20 +333,18 @@ class Gamma(LatencyModel):
 
     name: ClassVar[str] = "gamma"
     _sampler_class = _GammaSampler
+    _checks = (("mean", check_seconds), ("var", _check_variance),
+               ("communication_mean", check_seconds), ("communication_var", _check_variance))
     mean: float | tuple[float, ...]
     var: float | tuple[float, ...]
     communication_mean: float | tuple[float, ...] = 0.0
     communication_var: float | tuple[float, ...] = 0.0
 
     def __post_init__(self) -> None:
-        caller = "Gamma"
-        for name in ("mean", "var", "communication_mean", "communication_var"):
-            high = MAX_SECONDS**2 if name.endswith("var") else MAX_SECONDS
-            self._set(**{name: check_per_worker(getattr(self, name), name=name, caller=caller,
-                                                high=high)})
+        LatencyModel.__post_init__(self)
         for names in (("mean", "var"), ("communication_mean", "communication_var")):
             _check_gamma_law(getattr(self, names[0]), getattr(self, names[1]), names=names,
-                             caller=caller)
+                             caller="Gamma")
 
 
 def _check_table(

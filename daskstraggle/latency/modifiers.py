@@ -8,6 +8,7 @@ kernel, communication then 0.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, cast
@@ -17,6 +18,7 @@ import numpy as np
 from daskstraggle._validation import check_int, check_nonnegative, check_positive
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import (
+    Checks,
     Draw,
     LatencyModel,
     LatencySampler,
@@ -42,7 +44,8 @@ def _check_base(value: Any, *, name: str, caller: str, allow_none: bool = True) 
     return value
 
 
-def _check_workers(value: Any, *, caller: str, allow_none: bool) -> tuple[int, ...] | None:
+def _check_workers(value: Any, *, name: str = "workers", caller: str,
+                   allow_none: bool = True) -> tuple[int, ...] | None:
     """Normalise a worker index or a list of them to a tuple of distinct ints >= 0."""
     if value is None and allow_none:
         return None
@@ -50,7 +53,7 @@ def _check_workers(value: Any, *, caller: str, allow_none: bool) -> tuple[int, .
     workers = _worker_indices(value, term=caller, options=options)
     if len(set(workers)) != len(workers):
         raise InvalidParameterError(
-            f"The 'workers' parameter of {caller} lists a worker twice. Got {value!r} instead; "
+            f"The {name!r} parameter of {caller} lists a worker twice. Got {value!r} instead; "
             "list each worker index once."
         )
     return workers
@@ -105,13 +108,10 @@ def _scaled(
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Modifier(LatencyModel):
-    """Base of the modifiers: the ``base`` model (None: scale ``measured``), checked here.
-    Subclasses call ``_Modifier.__post_init__(self)`` first."""
+    """Base of the modifiers: the ``base`` model (None: scale ``measured``), checked first."""
 
+    _checks: ClassVar[Checks] = (("base", _check_base),)
     base: LatencyModel | None = None
-
-    def __post_init__(self) -> None:
-        self._set(base=_check_base(self.base, name="base", caller=type(self).__name__))
 
     @property
     def has_distribution(self) -> bool:
@@ -212,15 +212,14 @@ class Slowdown(_Modifier):
 
     name: ClassVar[str] = "slowdown"
     _sampler_class = _SlowdownSampler
+    _checks = (*_Modifier._checks,
+               ("workers", functools.partial(_check_workers, allow_none=False)))
     workers: int | tuple[int, ...]
     factor: float | tuple[float, ...]
 
     def __post_init__(self) -> None:
-        _Modifier.__post_init__(self)
-        caller = "Slowdown"
-        workers = _check_workers(self.workers, caller=caller, allow_none=False)
-        assert workers is not None
-        factor = self.factor
+        LatencyModel.__post_init__(self)
+        caller, workers, factor = "Slowdown", cast(tuple[int, ...], self.workers), self.factor
         if isinstance(factor, tuple | list):
             if len(factor) != len(workers):
                 raise InvalidParameterError(
@@ -230,7 +229,7 @@ class Slowdown(_Modifier):
             factor = tuple(check_positive(f, name="factor", caller=caller) for f in factor)
         else:
             factor = check_positive(factor, name="factor", caller=caller)
-        self._set(workers=workers, factor=factor)
+        self._set(factor=factor)
 
 
 class _ArtificialSampler(_FactorSampler):
@@ -287,17 +286,12 @@ class Artificial(_Modifier):
 
     name: ClassVar[str] = "artificial"
     _sampler_class = _ArtificialSampler
+    _checks = (*_Modifier._checks, ("spread", check_nonnegative),
+               ("n_recover", functools.partial(check_int, low=0)),
+               ("recover_time", check_nonnegative))
     spread: float = 0.4
     n_recover: int = 10
     recover_time: float = 1.0
-
-    def __post_init__(self) -> None:
-        _Modifier.__post_init__(self)
-        caller = "Artificial"
-        self._set(spread=check_nonnegative(self.spread, name="spread", caller=caller),
-                  n_recover=check_int(self.n_recover, name="n_recover", caller=caller, low=0),
-                  recover_time=check_nonnegative(self.recover_time, name="recover_time",
-                                                 caller=caller))
 
 
 _SCHEDULE_FORM = (
@@ -305,7 +299,8 @@ _SCHEDULE_FORM = (
 )
 
 
-def _check_changes(value: Any, *, caller: str) -> tuple[tuple[int, tuple[int, ...], float], ...]:
+def _check_changes(value: Any, *, name: str = "changes",
+                   caller: str) -> tuple[tuple[int, tuple[int, ...], float], ...]:
     """Normalise ``[[iteration, workers, factor], ...]``, sorted stably by iteration."""
     if not isinstance(value, tuple | list) or not value:
         raise InvalidParameterError(
@@ -419,11 +414,8 @@ class Schedule(_Modifier):
 
     name: ClassVar[str] = "schedule"
     _sampler_class = _ScheduleSampler
+    _checks = (*_Modifier._checks, ("changes", _check_changes))
     changes: Any
-
-    def __post_init__(self) -> None:
-        _Modifier.__post_init__(self)
-        self._set(changes=_check_changes(self.changes, caller="Schedule"))
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if a listed worker is out of range."""
