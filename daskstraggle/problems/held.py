@@ -144,17 +144,14 @@ class HeldResult:
         """Return the sum as a ``KernelResult`` (summed on the workers the first time)."""
         if self._value is None:
             terms = [(weight, leaf) for leaf, weight in self._terms.items() if weight != 0.0]
-            if terms:
-                gradient, values = terms[0][1].reducer.reduce(terms)
-                value = KernelResult(np.asarray(gradient, dtype=np.float64),
-                                     np.asarray(values, dtype=np.float64), self.n_rows)
-                if self._local is not None:
-                    value = KernelResult(value.gradient + self._local.gradient,
-                                         value.values + self._local.values, self.n_rows)
-            elif self._local is not None:
-                value = KernelResult(self._local.gradient, self._local.values, self.n_rows)
-            else:
+            parts = [terms[0][1].reducer.reduce(terms)] if terms else []
+            if self._local is not None:
+                parts.append((self._local.gradient, self._local.values))
+            if not parts:
                 raise ValueError("a held result with no leaves and no local part is empty")
+            gradient, values = (np.asarray(sum(c[1:], c[0]), dtype=np.float64)
+                                for c in zip(*parts, strict=True))
+            value = KernelResult(gradient, values, self.n_rows)
             # from now on a local sum: the workers may free the leaves' data
             self._value, self._terms, self._local = value, {}, value
         return self._value

@@ -9,8 +9,8 @@ from typing import ClassVar, Self
 import numpy as np
 
 from daskstraggle._declared_options import CliOption
-from daskstraggle._validation import check_bool, check_nonnegative
-from daskstraggle.errors import InvalidDataError, InvalidParameterError, StraggleError
+from daskstraggle._validation import _real, check_bool
+from daskstraggle.errors import InvalidDataError, StraggleError
 from daskstraggle.problems._kernels import glm_pass
 from daskstraggle.problems._linalg import (
     check_dense_size,
@@ -70,16 +70,9 @@ class _LinearModel(Problem):
         caller = type(self).__name__
         optional = type(self).__dataclass_fields__["alpha"].default is None
         if self.alpha is not None or not optional:
-            try:
-                alpha = check_nonnegative(self.alpha, name="alpha", caller=caller)
-            except InvalidParameterError:
-                if not optional:
-                    raise
-                raise InvalidParameterError(
-                    f"The 'alpha' parameter of {caller} must be a finite number >= 0 or None. "
-                    f"Got {self.alpha!r} instead."
-                ) from None
-            object.__setattr__(self, "alpha", alpha)
+            object.__setattr__(self, "alpha", _real(
+                self.alpha, lambda x: bool(np.isfinite(x)) and x >= 0, "alpha", caller,
+                "a finite number >= 0" + (" or None" if optional else "")))
         object.__setattr__(
             self, "fit_intercept",
             check_bool(self.fit_intercept, name="fit_intercept", caller=caller),
