@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -105,13 +105,10 @@ def bed_rows(raw: np.ndarray, n_samples: int, *, missing: str, scaling: str,
         Variant-major rows of a ``.bed`` file (without its 3-byte header).
     n_samples : int
         Samples per row (the padding codes of the last byte are ignored).
-    missing : {"mean", "zero"}
-        Imputation of missing calls.
-    scaling : {"patterson", "none"}
-        Per-variant standardisation.
+    missing, scaling : str
+        As :func:`~daskstraggle.data.sources.genotype_rows`.
     storage : {"int8", "packed"}, default="int8"
-        int8 dosages, or 2-bit codes four per byte
-        (:mod:`daskstraggle._packing`).
+        int8 dosages, or 2-bit codes four per byte (:mod:`daskstraggle._packing`).
     columns : ndarray of int or None, default=None
         The samples kept, in order (None: all).
 
@@ -132,10 +129,9 @@ def bed_rows(raw: np.ndarray, n_samples: int, *, missing: str, scaling: str,
         values = np.asarray(stored)  # written: a storage was asked for
     rows = _transformed(values, counted, sums.astype(np.float64), any_missing, None,
                         ploidy=2, missing=missing, scaling=scaling)
-    if storage != "packed":
-        return rows
-    return RowValues(rows.values, fill=rows.fill, center=rows.center, scale=rows.scale,
-                     packed_columns=n_samples if columns is None else len(columns))
+    if storage == "packed":
+        rows = replace(rows, packed_columns=n_samples if columns is None else len(columns))
+    return rows
 
 
 def _numpy_rows(raw: np.ndarray, n_samples: int, columns: np.ndarray | None,
@@ -195,12 +191,8 @@ class BedSource(StoredGenotypes):
         The ``.bed`` file (already checked by :func:`~daskstraggle.data.plink.open_bed`).
     n_variants, n_samples : int
         Lines of the ``.bim`` and of the ``.fam``.
-    missing : {"mean", "zero"}, default="mean"
-        Imputation of missing calls.
-    scaling : {"patterson", "none"}, default="patterson"
-        Per-variant standardisation.
-    storage : {"int8", "packed"}, default="int8"
-        How workers hold the dosages.
+    missing, scaling, storage : str, default="mean", "patterson", "int8"
+        As :class:`~daskstraggle.data.sources.GenotypeSource`.
     variant_index, sample_index : ndarray of int or None, default=None
         The file's variants and samples that this source shows (None: all, in order).
     """

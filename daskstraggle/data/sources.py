@@ -13,7 +13,7 @@ import copy
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Self
 
 import numpy as np
@@ -103,10 +103,7 @@ class _ValuesLoader:
 
 
 class ArraySource(RowSource):
-    """Rows held in an in-memory numpy array on the client.
-
-    Each loader carries only its own rows (a view pickled as a copy of just those rows).
-    """
+    """Rows of an in-memory numpy array; each loader carries only its own rows."""
 
     kind = "numpy"
 
@@ -134,12 +131,9 @@ class _DaskLoader:
 
 
 class DaskSource(RowSource):
-    """Rows of a dask array, computed on the worker that loads them.
-
-    Each loader carries the culled graph of its rows only and computes it with the
-    synchronous scheduler inside the load task, so every partition (and every replica of
-    it) is its own keyed task and never shares keys with the user's graph.
-    """
+    """Rows of a dask array: each loader carries the culled graph of its rows only and
+    computes it with the synchronous scheduler inside the load task, so a partition (and
+    each replica) never shares keys with the user's graph."""
 
     kind = "dask"
 
@@ -179,14 +173,11 @@ def _read_rows(loader: _ZarrLoader | _GenotypeLoader) -> np.ndarray:
 
 
 class ZarrSource(RowSource):
-    """Rows of a 2-D Zarr array (v2 or v3) on a file system the workers can read.
-
-    ``path`` is a local path, or an fsspec URL opened with ``storage_options`` (which
-    travel with each loader: every worker opens the store itself).
+    """Rows of a 2-D Zarr array (v2 or v3) at a local path, or an fsspec URL opened with
+    ``storage_options`` (which travel with each loader: every worker opens the store).
 
     Each loader checks, where it runs, that every chunk of its rows exists (unless
-    ``missing_chunks="fill"``) and turns decoding errors into one
-    :class:`~daskstraggle.errors.CorruptDataError` line.
+    ``missing_chunks="fill"``); decoding errors are one ``CorruptDataError`` line.
     """
 
     kind = "zarr"
@@ -256,8 +247,8 @@ def _stored(rows: RowValues, storage: str) -> RowValues:
     """The rows as a worker holds them: int8 dosages, or 2-bit codes (``"packed"``)."""
     if storage != "packed":
         return rows
-    return RowValues(pack_dosages(rows.values), fill=rows.fill, center=rows.center,
-                     scale=rows.scale, packed_columns=int(rows.values.shape[1]))
+    return replace(rows, values=pack_dosages(rows.values),
+                   packed_columns=int(rows.values.shape[1]))
 
 
 #: Allele index that pads a call of lower ploidy than the array (VCF Zarr, e.g. chrX in males).
@@ -301,8 +292,7 @@ def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues
         dosage, counted, sums, any_missing = decoded
         return _transformed(dosage, counted, sums.astype(np.float64), any_missing, None,
                             ploidy=ploidy, missing=missing, scaling=scaling)
-    # one allele slot at a time, in int8: numpy reduces a short last axis slowly and
-    # into int64 temporaries (measured 0.8 s and 20-40 bytes per call on 10^4 x 10^3)
+    # one allele slot at a time, in int8 (numpy reduces a short last axis slowly)
     shape = calls.shape[:2]
     alt, n_alleles = np.zeros(shape, dtype=np.int8), np.zeros(shape, dtype=np.int8)
     bad = np.zeros(shape, dtype=bool)
@@ -473,18 +463,14 @@ class StoredGenotypes(GenotypeRowSource):
 
 
 class GenotypeSource(StoredGenotypes):
-    """Dosage rows (one per variant) from a VCF Zarr store's ``call_genotype``.
+    """Dosage rows (one per variant, :func:`genotype_rows`) from a VCF Zarr store's
+    ``call_genotype``.
 
-    See :func:`genotype_rows` for the dosages (calls of lower ploidy are scaled to the
-    array's), the imputation of missing calls and the Patterson scaling. With
-    ``storage="packed"`` a worker holds the dosages as 2-bit codes, four calls per byte
-    (:mod:`daskstraggle._packing`): a quarter of the int8 memory. Only arrays of
-    ploidy 1 or 2 can be packed (dosages 0-2); the caller checks that.
-
+    With ``storage="packed"`` a worker holds 2-bit codes, four calls per byte
+    (:mod:`daskstraggle._packing`); only ploidy 1 or 2 packs (the caller checks that).
     ``variant_index`` and ``sample_index`` (store rows and columns, None: all) select a
-    view of the store, e.g. from an ``xarray.Dataset`` the user filtered: each loader
-    reads only the chunks holding its selected calls and applies the selection there; the
-    statistics (mean dosage, imputation, scale) are those of the selected samples.
+    view of the store (e.g. of a filtered ``xarray.Dataset``): each loader reads only the
+    chunks holding its selected calls; the statistics are those of the selected samples.
     """
 
     kind = "vcf-zarr"
@@ -541,7 +527,7 @@ def dosage_rows(dosages: np.ndarray, *, ploidy: int, missing: str, scaling: str)
     Returns
     -------
     rows : RowValues
-        int8 dosages (-1 where missing) with per-row fill, centre and scale.
+        int8 dosages (-1 where missing), as :func:`genotype_rows`.
 
     Raises
     ------
@@ -587,12 +573,11 @@ class _ArrayGenotypeLoader:
 
 
 class GenotypeArraySource(GenotypeRowSource):
-    """Dosage rows from in-memory genotypes: calls (variants, samples, ploidy) or counts.
+    """Dosage rows from in-memory genotypes: calls (variants, samples, ploidy) or counts,
+    decoded and scaled as :class:`GenotypeSource` does.
 
-    The array is numpy (each loader carries its own rows) or dask (each loader carries the
-    culled graph of its rows and computes it where it runs, e.g. reading a store the
-    Dataset was opened from). Rows are variants; the loader decodes and scales them as
-    :class:`GenotypeSource` does.
+    Each loader carries its numpy rows, or the culled graph of its dask rows (computed
+    where it runs).
     """
 
     kind = "genotypes"
@@ -615,14 +600,14 @@ class GenotypeArraySource(GenotypeRowSource):
 
     def select(self, rows: np.ndarray) -> GenotypeArraySource:
         """Return the source of rows ``rows`` (a lazy selection of a dask array)."""
-        return GenotypeArraySource(self.array[np.asarray(rows, dtype=np.int64)],
-                                   ploidy=self.ploidy, missing=self.missing,
-                                   scaling=self.scaling, storage=self.storage)
+        return self._of(self.array[np.asarray(rows, dtype=np.int64)])
 
     def select_columns(self, columns: np.ndarray) -> GenotypeArraySource:
         """Return the source of samples ``columns`` (a lazy selection of a dask array)."""
-        return GenotypeArraySource(self.array[:, np.asarray(columns, dtype=np.int64)],
-                                   ploidy=self.ploidy, missing=self.missing,
+        return self._of(self.array[:, np.asarray(columns, dtype=np.int64)])
+
+    def _of(self, array: Any) -> GenotypeArraySource:
+        return GenotypeArraySource(array, ploidy=self.ploidy, missing=self.missing,
                                    scaling=self.scaling, storage=self.storage)
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
