@@ -3,10 +3,8 @@
 Zarr reads an absent chunk as the fill value and lets decoding or metadata errors escape as
 long tracebacks; the helpers here turn each into one
 :class:`~daskstraggle.errors.CorruptDataError` line naming the store and the array. They
-touch only the keys the rows read need (one existence request per chunk; for a Zarr v3
-sharded array one byte-range request per shard for its index only, which is how an inner
-chunk absent from a shard is found), so a worker checks its own partition and the client
-never lists a whole store.
+touch only the keys of the rows read (one existence request per chunk, or one byte-range
+request per shard for its index), so a worker checks its own partition only.
 """
 
 from __future__ import annotations

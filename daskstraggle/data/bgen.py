@@ -13,9 +13,8 @@ nearest whole count within :data:`HARD_CALL_THRESHOLD`, else missing), which qua
 control (:meth:`~BgenSource.count_source`) and ``storage="packed"`` use.
 
 Sample ids come from the file, else from the Oxford ``.sample`` beside it (``ID_2``). The
-variant blocks are walked once when the file is opened, each genotype block skipped by its
-stated length, which refuses a truncated file before cbgen sees it (cbgen's own index
-crashes the process on one).
+file is indexed here (:func:`read_index`), not by cbgen, whose index crashes the process on
+a truncated file.
 """
 
 from __future__ import annotations

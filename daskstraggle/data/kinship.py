@@ -6,12 +6,9 @@ Over the variants called in both samples, with ``hethet`` (both heterozygous), `
     φ = 1/2 − (4 · ibs0 + het_hom + hom_het) / (4 · (hethet + min(het_hom, hom_het)))
 
 (Manichaikul et al. 2010, plink2's form; see ``docs/genotype-pca.md``, *Relatedness*). One
-pass over the partitions makes each sample's bit planes (:func:`king_bits`: "homozygous"
-and "carries ALT", a missing call sets neither); the client counts the pairs in compiled
-tiles (:mod:`daskstraggle.data._numba_king`), a strip of about :data:`STRIP_PAIRS` pairs
-at a time, keeping only those above the cutoff. The pruning is plink2's: while an edge
-remains, remove the partner of the first sample with exactly one related sample, else the
-first sample of most related samples.
+pass over the partitions makes each sample's bit planes (:func:`king_bits`); the client
+counts the pairs a strip of about :data:`STRIP_PAIRS` at a time, keeping those above the
+cutoff, and prunes them as plink2 does (:func:`king_prune`).
 """
 
 from __future__ import annotations
@@ -178,7 +175,9 @@ def king_related(bits: np.ndarray, cutoff: float, *,
 
 
 def king_prune(n_samples: int, pairs: np.ndarray) -> np.ndarray:
-    """Return which samples plink2's ``--king-cutoff`` keeps, given the related pairs.
+    """Return which samples plink2's ``--king-cutoff`` keeps, given the related pairs:
+    while a pair remains, remove the partner of the first sample with exactly one related
+    sample, else the first sample of most related samples.
 
     Parameters
     ----------

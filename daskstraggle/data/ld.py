@@ -1,11 +1,9 @@
 """Linkage-disequilibrium pruning: plink2's ``--indep-pairwise`` with a variant-count window.
 
-Two parts (described in ``docs/genotype-pca.md``, *LD pruning*): a pass on the workers, one
-task per partition, marks every pair of variants of one contig at most ``window - 1`` rows
-apart whose pairwise-complete r² exceeds ``r2``, from exact integer counts of the rows' bit
-planes (:mod:`daskstraggle.data._numba_ld`), the pairs across partition boundaries counted
-on the client from each partition's head and tail planes; then plink2's greedy scan runs
-on the client over that band alone. The kept set is plink2's ``.prune.in`` on the same data
+A pass on the workers marks the pairs of one contig at most ``window - 1`` rows apart whose
+pairwise-complete r² exceeds ``r2`` (the pairs across partitions on the client, from each
+partition's head and tail bit planes); plink2's greedy scan then runs on the client over
+that band (``docs/genotype-pca.md``, *LD pruning*). The kept set is plink2's ``.prune.in``
 (multi-allelic sites use the dosage of all ALT alleles, where plink2 takes the major one).
 """
 
@@ -42,9 +40,8 @@ class LDPrune:
     r2 : float
         Squared correlation above which one variant of a pair is dropped, in [0, 1).
     order : {2, 1}, default=2
-        The scan order, plink2's ``--indep-order``: 2 is plink2's default since alpha 5
-        (2023); 1 is PLINK 1.9's order (and plink2's default before alpha 5). They keep
-        slightly different sets.
+        The scan order, plink2's ``--indep-order``: 2 is plink2's default, 1 PLINK 1.9's;
+        they keep slightly different sets.
     """
 
     window: int
@@ -234,10 +231,8 @@ def _plane_band(planes: np.ndarray, codes: np.ndarray, window: int, r2: float) -
 
 def band_exceeds(values: np.ndarray, contig: np.ndarray | None, window: int,
                  r2: float) -> np.ndarray:
-    """Return which pairs of rows at most ``window - 1`` apart exceed ``r2``.
-
-    Compiled: the counts of each pair over the samples called at both come from
-    population counts of the rows' bit planes (:func:`bit_planes`).
+    """Return which pairs of rows at most ``window - 1`` apart exceed ``r2`` (each pair
+    counted over the samples called at both, from the rows' :func:`bit_planes`).
 
     Parameters
     ----------
@@ -335,10 +330,8 @@ def _stacked(rows: list[np.ndarray]) -> np.ndarray:
 def prune_band(band: np.ndarray, major: np.ndarray, constant: np.ndarray,
                contig: np.ndarray | None, window: int, step: int,
                order: int = 2) -> np.ndarray:
-    """Return the variants plink2's ``--indep-pairwise`` keeps, from the band alone.
-
-    Compiled: the scan of each contig runs in
-    :func:`daskstraggle.data._numba_ld.scan_contig`.
+    """Return the variants plink2's ``--indep-pairwise`` keeps, from the band alone
+    (each contig scanned by :func:`daskstraggle.data._numba_ld.scan_contig`).
 
     Parameters
     ----------
@@ -353,8 +346,7 @@ def prune_band(band: np.ndarray, major: np.ndarray, constant: np.ndarray,
     window, step : int
         The window and its step, in variants.
     order : {2, 1}, default=2
-        plink2's scan order (``--indep-order``): 2, its default since alpha 5 (2023); 1,
-        PLINK 1.x's and plink2's before.
+        The scan order, as :class:`LDPrune`.
 
     Returns
     -------
