@@ -244,12 +244,11 @@ def predict(options: list[Candidate], model: Gamma, n_workers: int,
         Label to simulated seconds per round.
     """
     from daskstraggle.data import open_matrix
+    from daskstraggle.runtime.fault_simulation import make_least_squares_data
     from daskstraggle.runtime.sim import SimRuntime
 
-    rows = 24 * n_workers
-    data = np.random.default_rng(rng.integers(2**32))
-    X = data.normal(size=(rows, 6))
-    y = X @ data.normal(size=6) + 0.1 * data.normal(size=rows)
+    X, y = make_least_squares_data(n_workers, rows_per_worker=24, n_features=6,
+                                   seed=int(rng.integers(2**32)))
     matrix = open_matrix(X, labels=y, n_partitions=n_workers)
     seed = int(rng.integers(2**32))
     out: dict[str, float] = {}
