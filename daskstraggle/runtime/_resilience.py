@@ -14,8 +14,6 @@ from typing import Any
 from daskstraggle.engine import resilience as _engine
 from daskstraggle.engine.resilience import (
     SlowBounds,
-    UnitPart,
-    adoption_moves,
     check_memory,
     helper_targets,
     next_fraction,
@@ -27,8 +25,6 @@ from daskstraggle.errors import StraggleError, StraggleWarning
 
 __all__ = [
     "SlowBounds",
-    "UnitPart",
-    "adoption_moves",
     "bounded",
     "check_memory",
     "cleanup_timeout",
