@@ -138,11 +138,9 @@ class LatencyProfiler:
         )
         # per worker: (time, compute per unit load, communication or NaN)
         self._samples: list[deque[tuple[float, float, float]]] = [
-            deque() for _ in range(self.n_workers)
+            deque(maxlen=self.max_samples) for _ in range(self.n_workers)
         ]
         self._newest = [-math.inf] * self.n_workers
-        self._comm_sum = [0.0] * self.n_workers
-        self._comm_count = [0] * self.n_workers
 
     def __repr__(self) -> str:
         counts = [len(s) for s in self._samples]
@@ -151,14 +149,6 @@ class LatencyProfiler:
             f"quantiles={self.quantiles}, min_samples={self.min_samples}, "
             f"samples={sum(counts)})"
         )
-
-    def _drop_left(self, worker_index: int) -> None:
-        _, _, comm = self._samples[worker_index].popleft()
-        if not math.isnan(comm):
-            self._comm_sum[worker_index] -= comm
-            self._comm_count[worker_index] -= 1
-            if self._comm_count[worker_index] == 0:
-                self._comm_sum[worker_index] = 0.0  # no drift carried over
 
     def record(
         self,
@@ -217,16 +207,11 @@ class LatencyProfiler:
         self._newest[i] = newest
         samples = self._samples[i]
         while samples and samples[0][0] < cutoff:
-            self._drop_left(i)
+            samples.popleft()
         if stale:
-            count = self._comm_count[i]
-            communication = self._comm_sum[i] / count if count else math.nan
-        while len(samples) >= self.max_samples:
-            self._drop_left(i)
-        samples.append((time, compute / load, communication))
-        if not math.isnan(communication):
-            self._comm_sum[i] += communication
-            self._comm_count[i] += 1
+            known = [c for _, _, c in samples if not math.isnan(c)]
+            communication = sum(known) / len(known) if known else math.nan
+        samples.append((time, compute / load, communication))  # the oldest goes at max_samples
 
     def reset(self, worker_index: int | None = None) -> None:
         """Forget the samples of one worker (or of all workers with None).
@@ -250,8 +235,6 @@ class LatencyProfiler:
         for i in indices:
             self._samples[i].clear()
             self._newest[i] = -math.inf
-            self._comm_sum[i] = 0.0
-            self._comm_count[i] = 0
 
     def n_samples(self, worker_index: int) -> int:
         """Return the number of samples held for ``worker_index``."""
