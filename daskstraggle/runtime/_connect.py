@@ -349,13 +349,7 @@ def worker_addresses(client: Any) -> list[str]:
 
 def worker_status(client: Any) -> dict[str, str]:
     """Return each worker's status (``"running"``, ``"paused"``, ``"closing_gracefully"``
-    while it retires, ...) by address, asked of the scheduler now (one round trip).
-
-    Raises
-    ------
-    SchedulerLostError
-        If the scheduler does not answer within :func:`scheduler_timeout` seconds.
-    """
+    while it retires, ...) by address: :func:`worker_identity`'s, raising as it does."""
     return {address: str(worker.get("status", "running"))
             for address, worker in worker_identity(client).items()}
 
@@ -373,7 +367,10 @@ def worker_identity(client: Any) -> dict[str, dict[str, Any]]:
     Raises
     ------
     SchedulerLostError
-        If the scheduler does not answer within :func:`scheduler_timeout` seconds.
+        If the client is closed or the scheduler does not answer in time
+        (:func:`ask_scheduler`).
+    InvalidParameterError
+        If ``client`` is asynchronous.
     """
     if client.asynchronous:
         raise InvalidParameterError(
