@@ -557,10 +557,8 @@ class HeterogeneousBCC(CodingScheme):
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
         m = int(self.n_partitions)
         loads = self.loads(n_workers)
-        if self.allocation == "proportional":
-            member = _disjoint_membership(loads, m)
-        else:
-            member = _random_membership(loads, m, rng)
+        member = (_disjoint_membership(loads, m) if self.allocation == "proportional"
+                  else _random_membership(loads, m, rng))
         placement = [tuple(np.flatnonzero(row).tolist()) for row in member]
         a, mu = _worker_arrays(self.shift, self.rate, n_workers, caller="HeterogeneousBCC")
         c, s = self.samples_target(n_workers)

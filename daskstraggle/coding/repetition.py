@@ -15,7 +15,7 @@ import functools
 import numbers
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -36,6 +36,12 @@ DECODE_TOLERANCE = 1e-9
 
 #: Largest number of partitions PartialStraggler accepts (guards against alpha = 1.2345678).
 _MAX_PARTITIONS = 1_000_000
+
+
+def _info(n_workers: int, s: int, **extra: Any) -> dict[str, Any]:
+    """The ``info`` of a repetition code of ``n_workers`` tolerating ``s`` stragglers."""
+    return {"recovery_threshold": n_workers - s, "communication_load": 1,
+            "computation_load": (s + 1) / n_workers, **extra}
 
 
 def _workers_with(assignment: CodeAssignment, received: frozenset, message: int) -> list[int]:
@@ -152,9 +158,7 @@ class Uncoded(CodingScheme):
     name: ClassVar[str] = "uncoded"
 
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
-        info = {"recovery_threshold": n_workers, "communication_load": 1,
-                "computation_load": 1.0 / n_workers}
-        return self._one_each(n_workers, info,
+        return self._one_each(n_workers, _info(n_workers, 0),
                               functools.partial(_decode_fractional, group_size=n_workers))
 
 
@@ -233,10 +237,9 @@ class FractionalRepetition(_Repetition):
         m = n_workers // (s + 1)
         placement = (tuple(range((i % m) * (s + 1), (i % m + 1) * (s + 1)))
                      for i in range(n_workers))
-        info = {"recovery_threshold": n_workers - s, "communication_load": 1,
-                "computation_load": (s + 1) / n_workers, "n_blocks": m}
         return self._make(n_workers, placement, (np.ones((1, s + 1)) for _ in range(n_workers)),
-                          info, functools.partial(_decode_fractional, group_size=m))
+                          _info(n_workers, s, n_blocks=m),
+                          functools.partial(_decode_fractional, group_size=m))
 
 
 @register_scheme
@@ -308,11 +311,9 @@ class CyclicRepetition(_Repetition):
         windows = [
             tuple(int(j) for j in (i + np.arange(s + 1)) % n_workers) for i in range(n_workers)
         ]
-        info = {"recovery_threshold": n_workers - s, "communication_load": 1,
-                "computation_load": (s + 1) / n_workers, "condition": best_cond}
         return self._make(n_workers, windows,
                           (best[i, list(w)].reshape(1, -1) for i, w in enumerate(windows)),
-                          info, _decode_lstsq)
+                          _info(n_workers, s, condition=best_cond), _decode_lstsq)
 
 
 def _as_fraction(alpha: float | numbers.Real) -> Fraction:
