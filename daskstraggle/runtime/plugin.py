@@ -103,17 +103,15 @@ class TaskLatency:
         return cls(**dict(zip((f.name for f in fields(cls)), record, strict=True)))
 
 
+@dataclass(slots=True)
 class _WorkerLog:
     """One worker's records and membership, as the plugin sees it."""
 
-    __slots__ = ("initial", "joined_time", "left_time", "n_records", "records")
-
-    def __init__(self, maxlen: int) -> None:
-        self.records: deque[tuple[Any, ...]] = deque(maxlen=maxlen)
-        self.n_records = 0
-        self.initial = False
-        self.joined_time: float | None = None
-        self.left_time: float | None = None
+    records: deque[tuple[Any, ...]]
+    n_records: int = 0
+    initial: bool = False
+    joined_time: float | None = None
+    left_time: float | None = None
 
 
 class LatencyPlugin(SchedulerPlugin):
@@ -319,7 +317,7 @@ class LatencyPlugin(SchedulerPlugin):
     def _log(self, worker: str) -> _WorkerLog:
         log = self._workers.get(worker)
         if log is None:
-            log = self._workers[worker] = _WorkerLog(self.maxlen)
+            log = self._workers[worker] = _WorkerLog(deque(maxlen=self.maxlen))
         return log
 
 
