@@ -82,6 +82,14 @@ def _fail(name: str, constraint: str, got: str, remedy: str = "") -> None:
     raise InvalidParameterError(message + (f" {remedy}" if remedy else ""))
 
 
+def _fail_first(bad: NDArray[np.bool_], values: NDArray[Any], name: str, constraint: str,
+                remedy: str = "") -> None:
+    """Fail naming the first entry of ``values`` that ``bad`` marks, if there is one."""
+    if bad.any():
+        k = int(np.argmax(bad))
+        _fail(name, constraint, f"{name}[{k}]={values[k].item()!r}", remedy)
+
+
 def _check_array(value: object, name: str, n_workers: int | None) -> NDArray[Any]:
     """Return ``value`` as a 1-D array with one entry per worker."""
     try:
@@ -101,9 +109,7 @@ def _check_counts(value: object, name: str, n_workers: int | None, low: int) -> 
     arr = _check_array(value, name, n_workers)
     bad = ~np.isfinite(arr) | (arr != np.round(arr)) | (arr < low) if arr.dtype.kind == "f" \
         else arr < low
-    if bad.any():
-        k = int(np.argmax(bad))
-        _fail(name, f"integers >= {low}, one per worker", f"{name}[{k}]={arr[k].item()!r}")
+    _fail_first(bad, arr, name, f"integers >= {low}, one per worker")
     return arr.astype(np.int64)
 
 
@@ -111,12 +117,10 @@ def _check_stat(value: object, name: str, n_workers: int, *, strict: bool) -> ND
     """Return finite per-worker statistics (> 0 when ``strict``, else >= 0)."""
     arr = _check_array(value, name, n_workers).astype(float)
     bad = ~np.isfinite(arr) | ((arr <= 0) if strict else (arr < 0))
-    if bad.any():
-        k = int(np.argmax(bad))
-        remedy = ("A worker without latency samples has no statistics yet: check "
-                  "ProfileStatistics.ready first.") if np.isnan(arr[k]) else ""
-        _fail(name, f"finite numbers {'>' if strict else '>='} 0, one per worker",
-              f"{name}[{k}]={arr[k].item()!r}", remedy)
+    remedy = ("A worker without latency samples has no statistics yet: check "
+              "ProfileStatistics.ready first.") if np.isnan(arr[int(np.argmax(bad))]) else ""
+    _fail_first(bad, arr, name, f"finite numbers {'>' if strict else '>='} 0, one per worker",
+                remedy)
     return arr
 
 
@@ -354,10 +358,8 @@ def optimize(
     v_z = _check_stat(compute_var, "compute_var", n_workers, strict=False)
     e_y = _check_stat(communication_mean, "communication_mean", n_workers, strict=False)
     v_y = _check_stat(communication_var, "communication_var", n_workers, strict=False)
-    if ((v_y > 0) & (e_y == 0)).any():
-        k = int(np.argmax((v_y > 0) & (e_y == 0)))
-        _fail("communication_var", "0 where 'communication_mean' is 0",
-              f"communication_var[{k}]={v_y[k].item()!r}")
+    _fail_first((v_y > 0) & (e_y == 0), v_y, "communication_var",
+                "0 where 'communication_mean' is 0")
     n_wait = check_int(n_wait, name="n_wait", caller=_CALLER, low=1, high=n_workers)
     h_min = check_positive(h_min, name="h_min", caller=_CALLER, allow_none=True)
     margin = check_fraction(margin, name="margin", caller=_CALLER)
