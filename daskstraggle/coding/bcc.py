@@ -1,12 +1,6 @@
-"""Batched coupon collector (BCC) schemes and the idealised coded-computing baseline.
-
-- :class:`BCC` (``"bcc"``): homogeneous BCC, each worker computes one random batch.
-- :class:`HeterogeneousBCC` (``"bcc-heterogeneous"``): generalized BCC for shifted-exponential
-  workers, loads from problem P2 (or load-proportional), random placement.
-- :class:`IdealMDS` (``"mds-ideal"``): latency-only idealised coded computing (DSAG VII-A).
-- :func:`p2_loads`, :func:`proportional_loads`, :func:`coverage_time`: helpers for the
-  heterogeneous comparison of the BCC paper, §IV-C.
-"""
+"""Batched coupon collector (BCC) schemes, homogeneous and heterogeneous, the idealised
+coded-computing baseline (DSAG §VII-A), and the helpers of the BCC paper's heterogeneous
+comparison (§IV-C: :func:`p2_loads`, :func:`proportional_loads`, :func:`coverage_time`)."""
 
 from __future__ import annotations
 

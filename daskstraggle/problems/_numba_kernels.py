@@ -33,10 +33,8 @@ _INLINE = {**_JIT, "inline": "always"}
 @numba.njit(**_INLINE)
 def _spread(values, row, b0, b1, codes, spread):
     """Spread the bytes ``b0 .. b1`` of packed ``row`` into ``codes``, one int8 code per
-    call (``codes[4 (jb - b0) + i]`` is the ``i``-th 2-bit code of byte ``jb``): two shifts
-    and masks per byte put its four codes into the four bytes of a uint32 (``spread``, a
-    uint32 view of ``codes``) on little-endian hosts, byte by byte elsewhere. The bytes
-    are sliced and indexed from 0, so the loop vectorises (see :func:`_tile_values`)."""
+    call (``codes[4 (jb - b0) + i]`` is the ``i``-th 2-bit code of byte ``jb``), through
+    ``spread`` (a uint32 view of ``codes``) on little-endian hosts."""
     src = values[row, b0:b1]
     if _LITTLE_ENDIAN:
         for i in range(src.shape[0]):
@@ -55,9 +53,8 @@ def _spread(values, row, b0, b1, codes, spread):
 def _tile_values(values, i0, nr, fill, has_fill, buf, c0, c1):
     """Columns ``c0 .. c1`` of float64 or int8 dosage rows as float64 into ``buf``,
     negative (missing) entries replaced by the row's fill when there is one; columns past
-    the row's end are set to zero. (Rows are sliced and indexed from 0: an index like
-    ``j - c0`` might be negative for all numba knows, and its wrap-around check keeps LLVM
-    from vectorising the loop.)"""
+    the row's end are set to zero. (Rows are sliced and indexed from 0, so LLVM
+    vectorises the loop: ``docs/kernels.md``.)"""
     end = max(min(c1, values.shape[1]), c0)
     for r in range(nr):
         row = values[i0 + r, c0:end]
@@ -76,10 +73,9 @@ def _tile_values(values, i0, nr, fill, has_fill, buf, c0, c1):
 
 def _tile_packed(values, i0, nr, fill, has_fill, buf, c0, c1):
     """Columns ``c0 .. c1`` (``c0`` a multiple of 4) of packed 2-bit rows as float64 into
-    ``buf``, code 3 (missing) filled: each row's bytes are spread into one int8 code per
-    call (:func:`_spread`), then converted in a loop LLVM vectorises. Codes past the
-    samples (the last byte's padding bits) land in columns of ``buf`` past the features
-    (``V`` is zero there); columns past the row's codes are set to zero."""
+    ``buf``, code 3 (missing) filled (:func:`_spread`, then one vectorised loop). The last
+    byte's padding codes land past the features (``V`` is zero there); columns past the
+    row's codes are set to zero."""
     b0 = c0 // 4
     b1 = min(-(-c1 // 4), values.shape[1])
     width = c1 - c0
