@@ -294,13 +294,20 @@ class LatencyModel(ABC):
                 for f in fields(self)  # type: ignore[arg-type]
                 if not (skip_base and f.name == "base")]
 
+    #: Whether a tuple parameter holds one value per worker (modifiers: per listed worker).
+    _per_worker: ClassVar[bool] = True
+
     def check_n_workers(self, n_workers: int) -> None:
-        """Raise InvalidParameterError if per-worker parameters do not fit ``n_workers``."""
+        """Raise InvalidParameterError if a nested model, a per-worker parameter or a listed
+        worker (parameter ``workers``) does not fit ``n_workers``."""
         for f in fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
             if isinstance(value, LatencyModel):
                 value.check_n_workers(n_workers)
-            elif isinstance(value, tuple) and len(value) != n_workers:
+            elif f.name == "workers" and value is not None:
+                _check_in_range(f"The 'workers' parameter of {type(self).__name__}", value,
+                                n_workers)
+            elif isinstance(value, tuple) and self._per_worker and len(value) != n_workers:
                 raise InvalidParameterError(
                     f"The {f.name!r} parameter of the {self.name!r} latency model has "
                     f"{len(value)} values but there are {n_workers} workers; give one value "

@@ -4,10 +4,7 @@ Terms of the stragglers spec (:mod:`daskstraggle.latency.spec`) for the simulate
 ``loss(workers=..., at=SECONDS)``, ``freeze(workers=..., at=..., for=SECONDS)``,
 ``join(count=..., at=...)`` and ``retire(workers=..., at=...)``. Workers are named by their
 index at the start of the run (0 .. N-1), workers that join N, N+1, ... in order. Each kind
-is one :class:`Fault` class carrying its behaviour, registered in :data:`FAULTS` (entry
-points ``daskstraggle.faults``): the simulated runtime turns it into the worker statuses
-the engine's :class:`~daskstraggle.engine.pool.WorkerPool` reads, so a simulated loss is
-handled by the decisions that handle a real one.
+is a :class:`Fault` class registered in :data:`FAULTS` (entry points ``daskstraggle.faults``).
 
 Examples
 --------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -23,7 +23,6 @@ from daskstraggle.latency.base import (
     LatencyModel,
     LatencySampler,
     Streams,
-    _check_in_range,
     _is_index,
     _is_number,
     _worker_indices,
@@ -111,22 +110,13 @@ class _Modifier(LatencyModel):
     """Base of the modifiers: the ``base`` model (None: scale ``measured``), checked first."""
 
     _checks: ClassVar[Checks] = (("base", _check_base),)
+    _per_worker = False
     base: LatencyModel | None = None
 
     @property
     def has_distribution(self) -> bool:
         """Whether a base with a distribution draws the compute time (False: ``measured``)."""
         return self.base is not None and self.base.has_distribution
-
-    def check_n_workers(self, n_workers: int) -> None:
-        """Raise InvalidParameterError if a nested model does not fit ``n_workers`` or a
-        listed worker (field ``workers``, if any) is out of range."""
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, LatencyModel):
-                value.check_n_workers(n_workers)
-        _check_in_range(f"The 'workers' parameter of {type(self).__name__}",
-                        getattr(self, "workers", None) or (), n_workers)
 
 
 class _FactorSampler(LatencySampler):
@@ -419,7 +409,7 @@ class Schedule(_Modifier):
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if a listed worker is out of range."""
-        _Modifier.check_n_workers(self, n_workers)
+        LatencyModel.check_n_workers(self, n_workers)
         for iteration, workers, _ in self.changes:
             for w in workers:
                 if w >= n_workers:

@@ -7,10 +7,8 @@ distribution; every later model term is a modifier applied on top of what preced
 (modifiers alone slow down the *real* compute time). ``throttle(workers=..., factor=...,
 period=...)`` asks for the whole-process throttle, alone or beside a model. The fault
 terms of :mod:`daskstraggle.latency.faults` (``loss``, ``freeze``, ``join``, ``retire``)
-are played by the simulated runtime. ``none`` means no stragglers. Each term is built by
-the ``from_term(name, params, base=..., spec=...)`` classmethod of the class of its name
-(the throttle, a fault kind of :data:`~daskstraggle.latency.faults.FAULTS`, else the model
-registry), so a new kind of term is one class with that method.
+are played by the simulated runtime. ``none`` means no stragglers. The class of a term's
+name builds it: ``from_term(name, params, base=..., spec=...)``.
 
 Examples (CLI ``--stragglers``)::
 
