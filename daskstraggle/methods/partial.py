@@ -161,7 +161,6 @@ class PartialRecovery(_DrawsPlacement, Method):
         self._coef = self.code.coefficient_rows()
         self._offset = 0
         self._ages = np.zeros(self._K, dtype=np.int64)
-        self._offsets: list[int] = []
         self._new_round()
 
     def _new_round(self) -> None:

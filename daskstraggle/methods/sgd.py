@@ -120,8 +120,7 @@ class SGD(Method):
 
     def get_params(self) -> dict[str, Any]:
         """Return the parameters (``balance``: the balancer's)."""
-        return {"n_wait": self.n_wait, "subpartitions": self.subpartitions,
-                "collect_window": self.collect_window,
+        return {**super().get_params(),
                 "balance": None if self.balancer is None else self.balancer.get_params()}
 
     def step_factor(self, problem: Problem, n_workers: int) -> float:
