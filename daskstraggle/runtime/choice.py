@@ -143,14 +143,13 @@ def _by_size(data_bytes: int | None, available: int | None) -> RuntimeChoice:
     if data_bytes is None:
         return RuntimeChoice(None)
     free = available_memory() if available is None else available
-    sizes = f"{_size(data_bytes)} of {_size(free)} available"
+    sizes = f"{_size(data_bytes)} of {_size(free)}"
     if data_bytes <= IN_PROCESS_MEMORY_FRACTION * free:
         return RuntimeChoice(_IN_PROCESS, None,
-                             f"default: data fit in memory ({sizes}), no client")
-    share = round(1 / IN_PROCESS_MEMORY_FRACTION)
-    return RuntimeChoice(_CLUSTER, None, f"default: data larger than 1/{share} of the memory "
-                                         f"available ({_size(data_bytes)} of {_size(free)}): "
-                                         "a LocalCluster")
+                             f"default: data fit in memory ({sizes} available), no client")
+    return RuntimeChoice(_CLUSTER, None, f"default: data larger than 1/"
+                         f"{round(1 / IN_PROCESS_MEMORY_FRACTION)} of the memory available "
+                         f"({sizes}): a LocalCluster")
 
 
 def _cluster_option(*, min_workers: int | None, stragglers: Any, backup_after: float | None,
