@@ -517,20 +517,14 @@ def _check_readable(source: BgenSource) -> None:
         )
 
 
-class _VariantArrays(BimArrays):
-    """The variants' arrays in VCF Zarr's names (a :class:`VariantTable` reader), made from
-    the index :func:`read_index` returns."""
-
-    def __init__(self, index: dict[str, Any]) -> None:
-        super().__init__("")
-        contig_id, codes = contig_codes(index["chromosome"])
-        rsid, varid = index["rsid"], index["varid"]
-        self._arrays = {
-            "contig_id": contig_id, "variant_contig": codes,
+def _variant_arrays(index: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The variants' arrays in VCF Zarr's names, from the index :func:`read_index` returns."""
+    contig_id, codes = contig_codes(index["chromosome"])
+    rsid, varid = index["rsid"], index["varid"]
+    return {"contig_id": contig_id, "variant_contig": codes,
             "variant_position": index["position"],
             "variant_id": np.where(rsid != "", rsid, varid),
-            "variant_allele": np.array(index["alleles"], dtype=str),
-        }
+            "variant_allele": np.array(index["alleles"], dtype=str)}
 
 
 # ------------------------------------------------------------------------------ open_bgen
@@ -603,4 +597,5 @@ def open_bgen(path: str | os.PathLike[str], *, remote: dict[str, Any] | None = N
                         missing=options.missing, scaling=options.scaling,
                         storage=options.storage)
     _check_readable(source)
-    return file_matrix(source, path, samples, labels, _VariantArrays(index))
+    return file_matrix(source, path, samples, labels,
+                       BimArrays(path, lambda _: _variant_arrays(index)))

@@ -236,13 +236,6 @@ def _pgen_shape(path: str) -> tuple[int, int]:
     return n_variants, n_raw
 
 
-class PvarArrays(BimArrays):
-    """The ``.pvar``'s arrays, read once when first asked (a :class:`VariantTable` reader)."""
-
-    def _read(self, path: str) -> dict[str, np.ndarray]:
-        return read_pvar(path)
-
-
 def open_pgen(path: str, *, remote: dict[str, Any] | None, array: str | None, labels: Any,
               genotype_dims: bool | None, options: Any) -> Matrix:
     """Open a PLINK 2 fileset as a genotype matrix (rows = variants).
@@ -293,4 +286,4 @@ def open_pgen(path: str, *, remote: dict[str, Any] | None, array: str | None, la
         )
     source = PgenSource(path, n_variants, n_raw, missing=options.missing,
                         scaling=options.scaling, storage=options.storage)
-    return file_matrix(source, path, samples, labels, PvarArrays(pvar))
+    return file_matrix(source, path, samples, labels, BimArrays(pvar, read_pvar))

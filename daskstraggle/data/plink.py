@@ -376,10 +376,15 @@ class BimArrays:
     ----------
     path : str
         The ``.bim`` file.
+    read : callable or None, default=None
+        ``read(path)`` returns the arrays by name: another format's (a ``.pvar``'s, a
+        ``.bgen``'s index); None: a ``.bim``'s.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str,
+                 read: Callable[[str], dict[str, np.ndarray]] | None = None) -> None:
         self.path = path
+        self._read = _read_bim if read is None else read
         self._arrays: dict[str, np.ndarray] | None = None
 
     def __call__(self, name: str, index: np.ndarray | None) -> np.ndarray | None:
@@ -390,10 +395,6 @@ class BimArrays:
         if values is None or index is None or name == "contig_id":
             return values
         return values[np.asarray(index, dtype=np.int64)]
-
-    def _read(self, path: str) -> dict[str, np.ndarray]:
-        """Read the arrays of the file at ``path`` (a subclass reads another format)."""
-        return _read_bim(path)
 
 
 def _read_bim(path: str) -> dict[str, np.ndarray]:
