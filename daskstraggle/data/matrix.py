@@ -126,8 +126,9 @@ def open_matrix(
     InvalidDataError
         If the matrix is not 2-D (not 3-D integer genotypes for VCF Zarr), is empty, is
         sparse, is a dask array with unknown chunk sizes (after boolean indexing: the
-        message says to call ``compute_chunk_sizes()``; nothing is computed here), or the
-        labels have the wrong length or are not finite.
+        message says to call ``compute_chunk_sizes()``; nothing is computed here), the
+        labels have the wrong length or are not finite, an ``xarray.Dataset`` is not in
+        VCF Zarr layout, or no variant passes ``qc``.
     CorruptDataError
         If the metadata of the store or of an array it needs cannot be read, or a chunk of
         the labels or sample ids cannot be decoded (:class:`MissingChunksError` if absent).
@@ -140,9 +141,6 @@ def open_matrix(
         URL's protocol has no fsspec implementation installed (the message names the
         package), or ``storage_options`` is given for a local path or refused by the file
         system; or a ``qc`` step needs an array the data lacks.
-    InvalidDataError
-        Also if no variant passes ``qc``, or an ``xarray.Dataset`` is not in VCF Zarr
-        layout.
 
     Examples
     --------
