@@ -57,25 +57,12 @@ __all__ = [
 
 #: The classes and functions loaded on first use (PEP 562), by the module defining each:
 #: importing a submodule (``methods.base``) loads no other method's module.
-_LAZY = {
-    "DSAG": "dsag",
-    "GD": "gd",
-    "NAG": "gd",
-    "SAG": "dsag",
-    "SGD": "sgd",
-    "BlockKrylov": "block",
-    "BoundedAsync": "bounded_async",
-    "CodedGD": "coded",
-    "CodedSum": "coded",
-    "Gram": "gram",
-    "IgnoreStragglers": "coded",
-    "Method": "base",
-    "PartialRecovery": "partial",
-    "RoundSummary": "base",
-    "WorkResult": "base",
-    "WorkUnit": "base",
-    "contiguous_placement": "base",
-}
+_LAZY = {name: module for module, names in {
+    "base": ("Method", "RoundSummary", "WorkResult", "WorkUnit", "contiguous_placement"),
+    "block": ("BlockKrylov",), "bounded_async": ("BoundedAsync",),
+    "coded": ("CodedGD", "CodedSum", "IgnoreStragglers"), "dsag": ("DSAG", "SAG"),
+    "gd": ("GD", "NAG"), "gram": ("Gram",), "partial": ("PartialRecovery",), "sgd": ("SGD",),
+}.items() for name in names}
 
 
 __getattr__, __dir__ = attach(__name__, _LAZY, __all__)
