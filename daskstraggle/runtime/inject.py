@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import numbers
 import threading
 import time
 import uuid
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from daskstraggle._validation import check_addresses
+from daskstraggle._validation import check_addresses, check_int
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel
 
@@ -224,17 +223,12 @@ def inject_delay(
 
 
 def _check_seed(seed: Any, caller: str) -> int:
+    """``seed`` checked, or fresh entropy for None (one seed for all workers)."""
     if seed is None:
         import numpy as np
 
-        entropy = cast(int, np.random.SeedSequence().entropy)  # an int when drawn fresh
-        return int(entropy)  # fresh, but one for all workers
-    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
-        raise InvalidParameterError(
-            f"The 'seed' parameter of {caller} must be an int >= 0 or None. "
-            f"Got {seed!r} instead."
-        )
-    return int(seed)
+        return int(cast(int, np.random.SeedSequence().entropy))  # an int when drawn fresh
+    return check_int(seed, name="seed", caller=caller, low=0, remedy="None draws a fresh one.")
 
 
 def _client(client: Any) -> Any:
