@@ -74,37 +74,6 @@ def _sub_sampler(
     return None if model is None else model._make_sampler(n_workers, streams)
 
 
-def _scaled(
-    base: LatencySampler | None,
-    factor: float,
-    worker_index: int,
-    *,
-    time: float,
-    iteration: int,
-    load: float,
-    measured: float | None,
-    size: int | None,
-) -> Draw:
-    """Draw from ``base`` (or use ``measured``) and multiply the compute part by ``factor``."""
-    if base is None:
-        if measured is None:
-            raise ValueError(
-                "This latency model has no base distribution: it scales the measured compute "
-                "time, so pass measured=<seconds the kernel took> to sample(), or give the "
-                "model a base such as gamma(...)."
-            )
-        compute = factor * float(measured)
-        if size is None:
-            return compute, 0.0
-        return np.full(size, compute), np.zeros(size)
-    compute, communication = base.sample(
-        worker_index, time=time, iteration=iteration, load=load, measured=measured, size=size
-    )
-    if size is None:
-        return float(compute) * factor, communication
-    return np.asarray(compute) * factor, communication
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Modifier(LatencyModel):
     """Base of the modifiers: the ``base`` model (None: scale ``measured``), checked first."""
@@ -141,9 +110,24 @@ class _FactorSampler(LatencySampler):
     def sample(self, worker_index: int, *, time: float = 0.0, iteration: int = 0,
                load: float = 1.0, measured: float | None = None,
                size: int | None = None) -> Draw:
+        """Draw from the source (or use ``measured``); multiply the compute part by the
+        factor."""
         source, factor = self._source(worker_index, time, iteration)
-        return _scaled(source, factor, worker_index, time=time, iteration=iteration, load=load,
-                       measured=measured, size=size)
+        if source is None:
+            if measured is None:
+                raise ValueError(
+                    "This latency model has no base distribution: it scales the measured "
+                    "compute time, so pass measured=<seconds the kernel took> to sample(), or "
+                    "give the model a base such as gamma(...)."
+                )
+            compute = factor * float(measured)
+            return (compute, 0.0) if size is None else (np.full(size, compute), np.zeros(size))
+        compute, communication = source.sample(
+            worker_index, time=time, iteration=iteration, load=load, measured=measured, size=size
+        )
+        if size is None:
+            return float(compute) * factor, communication
+        return np.asarray(compute) * factor, communication
 
 
 class _SlowdownSampler(_FactorSampler):
