@@ -19,9 +19,10 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from daskstraggle._registry import Registry
 from daskstraggle.errors import InvalidParameterError
@@ -32,6 +33,8 @@ from daskstraggle.latency.base import (
     _is_number,
     _worker_indices,
 )
+
+T = TypeVar("T")
 
 __all__ = ["FAULTS", "ClusterState", "Fault", "Freeze", "Join", "Loss", "Retire", "make_fault",
            "term_names"]
@@ -97,18 +100,9 @@ class Fault:
 
     @classmethod
     def from_term(cls, name: str, params: dict[str, Any], *, base: Any, spec: str) -> Fault:
-        """Build the fault of the spec term ``name(**params)``, anywhere in a spec (``for``
-        may be ``for_``); InvalidParameterError names the parameters it takes."""
-        if "for" in params:
-            params["for_"] = params.pop("for")
-        try:
-            return cls(**params)
-        except TypeError:
-            shown = ", ".join("for" if f.name == "for_" else f.name
-                              for f in dataclasses.fields(cls))
-            raise InvalidParameterError(
-                f"{name} takes {shown}; got {', '.join(sorted(params)) or 'nothing'}."
-            ) from None
+        """Build the fault of the spec term ``name(**params)``, anywhere in a spec
+        (:func:`build_term`)."""
+        return build_term(cls, name, params)
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if a worker index is out of range."""
@@ -147,6 +141,20 @@ class Fault:
         args = (f"{name.rstrip('_')}={_spec_value(getattr(self, name))}"
                 for name in [*names[1:2], "at", *names[2:]])
         return f"{self.name}({', '.join(args)})"
+
+
+def build_term(cls: type[T], name: str, params: dict[str, Any]) -> T:
+    """Return ``cls(**params)``, the dataclass of the spec term ``name`` (``for`` may be
+    ``for_``); InvalidParameterError names the parameters it takes."""
+    if "for" in params:
+        params["for_"] = params.pop("for")
+    try:
+        return cls(**params)
+    except TypeError:
+        shown = ", ".join(p.rstrip("_") for p in inspect.signature(cls).parameters)
+        raise InvalidParameterError(
+            f"{name} takes {shown}; got {', '.join(sorted(params)) or 'nothing'}."
+        ) from None
 
 
 def _spec_value(value: Any) -> str:

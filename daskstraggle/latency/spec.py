@@ -35,7 +35,7 @@ from daskstraggle.latency.base import (
     get_model_class,
     list_models,
 )
-from daskstraggle.latency.faults import FAULTS, Fault
+from daskstraggle.latency.faults import FAULTS, Fault, build_term
 
 __all__ = ["Stragglers", "ThrottleSpec", "parse_latency", "parse_stragglers"]
 
@@ -83,12 +83,7 @@ class ThrottleSpec:
     def from_term(cls, name: str, params: dict[str, Any], *, base: Any,
                   spec: str) -> ThrottleSpec:
         """Build the throttle of the spec term ``throttle(**params)``, anywhere in a spec."""
-        try:
-            return cls(**params)
-        except TypeError as err:
-            raise InvalidParameterError(
-                f"throttle takes workers, factor and period; got {sorted(params)}."
-            ) from err
+        return build_term(cls, name, params)
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if a worker index is out of range."""
