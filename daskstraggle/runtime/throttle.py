@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from daskstraggle._validation import check_addresses
@@ -259,14 +259,13 @@ class ProcessThrottle:
                 f"The 'lease' parameter of {_CALLER} must be at least twice the period "
                 f"({2 * self.period:g} s). Got {lease!r} instead."
             )
-        items = check_addresses(workers, name="workers", caller=_CALLER,
-                                constraint="a worker address or a non-empty list of them")
+        self.workers = check_addresses(workers, name="workers", caller=_CALLER,
+                                       constraint="a worker address or a non-empty list of them")
         if client is None:
             from distributed import get_client
 
             client = get_client()
         self.client = client
-        self.workers: tuple[str, ...] = tuple(items)
 
         info = worker_identity(client)
         unknown = [w for w in self.workers if w not in info]
@@ -308,12 +307,8 @@ class ProcessThrottle:
 
     @property
     def throttlers(self) -> list[dict[str, Any]]:
-        """Per target worker: address, host, worker pid, throttler pid, nanny used."""
-        return [
-            {"worker": t.worker, "host": t.host, "pid": t.pid,
-             "throttler_pid": t.throttler_pid, "via_nanny": t.via_nanny}
-            for t in self._targets
-        ]
+        """Per target worker: address, nanny used, host, worker pid, throttler pid."""
+        return [{k: v for k, v in asdict(t).items() if k != "token"} for t in self._targets]
 
     # ------------------------------------------------------------------ start / stop
 
@@ -349,9 +344,8 @@ class ProcessThrottle:
                         "nanny) did not answer."
                     )
                 started = result[target.worker]
-                target.host = started["host"]
-                target.pid = started["pid"]
-                target.throttler_pid = started["throttler_pid"]
+                target.host, target.pid, target.throttler_pid = (
+                    started[k] for k in ("host", "pid", "throttler_pid"))
             self._thread = threading.Thread(
                 target=self._renew_loop, name="daskstraggle-throttle-lease", daemon=True
             )
