@@ -489,9 +489,7 @@ def connect(
                 f"The scheduler address (CLI: --scheduler) must look like "
                 f"'tcp://127.0.0.1:8786'. Got {address!r} instead."
             )
-        # Client bounds the connection but not the handshake after it (an HTTP server
-        # would hang it forever) and retries a refused connection until the timeout
-        probe_scheduler(address, timeout=timeout)
+        probe_scheduler(address, timeout=timeout)  # see the module docstring
         try:
             client = Client(address, timeout=timeout, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as err:
