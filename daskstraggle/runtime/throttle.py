@@ -28,6 +28,7 @@ Limitations
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import numbers
 import os
@@ -118,20 +119,14 @@ def _spawn(token: str, factor: float, period: float, lease: float,
             "lease_file": lease_file}
 
 
-def _renew(tokens: list[str], dask_worker: Any = None) -> dict[str, bool]:
-    """Touch the lease files of ``tokens`` living here; return which throttlers still run."""
-    out = {}
+def _renew(tokens: list[str], dask_worker: Any = None) -> None:
+    """Touch the lease files of the throttlers ``tokens`` living here that still run."""
     with _LIVE_LOCK:
-        entries = {t: _LIVE[t] for t in tokens if t in _LIVE}
-    for token, (proc, _pid, lease_file) in entries.items():
-        running = proc.poll() is None  # poll also reaps an exited script
-        if running:
-            try:
+        entries = [_LIVE[t] for t in tokens if t in _LIVE]
+    for proc, _pid, lease_file in entries:
+        if proc.poll() is None:  # poll also reaps an exited script
+            with contextlib.suppress(OSError):
                 os.utime(lease_file)
-            except OSError:
-                running = False
-        out[token] = running
-    return out
 
 
 def _release(token: str, pid: int, dask_worker: Any = None) -> str | None:
@@ -159,10 +154,8 @@ _LOCAL_RELEASE_TIMEOUT = 2.0
 
 def _release_locally(throttler_pid: int, pid: int) -> None:
     """Release a throttler on this host without Dask (client gone): signal, then resume."""
-    try:
+    with contextlib.suppress(OSError):
         os.kill(throttler_pid, signal.SIGTERM)
-    except OSError:
-        pass
     deadline = time.monotonic() + _LOCAL_RELEASE_TIMEOUT
     while time.monotonic() < deadline and _process_state(throttler_pid) not in (None, "Z", "?"):
         time.sleep(0.01)
