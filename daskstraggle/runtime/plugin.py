@@ -11,6 +11,7 @@ refuse code from clients.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
@@ -185,10 +186,8 @@ class LatencyPlugin(SchedulerPlugin):
         log = self._log(worker)
         if log.left_time is not None:  # the same address is back
             log.left_time = None
-            try:
+            with contextlib.suppress(ValueError):
                 self._departed.remove(worker)
-            except ValueError:
-                pass
         log.joined_time = time()
 
     def remove_worker(
@@ -377,10 +376,8 @@ def _check_name(value: Any, name: str, caller: str, *, none: bool = False) -> An
 
 
 async def _unregister(scheduler: Scheduler, name: str) -> None:
-    try:
+    with contextlib.suppress(ValueError):  # already removed
         await scheduler.unregister_worker_plugin(None, name)
-    except ValueError:  # already removed
-        pass
 
 
 # --- functions run on the scheduler (travel by value) ----------------------------------
