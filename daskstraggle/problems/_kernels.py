@@ -200,9 +200,7 @@ def _pca_buffers(k: int, width: int) -> list[np.ndarray]:
     thread's from its last call with this shape when small, else new."""
     if k * width > _SCRATCH_VALUES:
         return _aligned_zeros((k, width), 2)
-    kept = getattr(_scratch, "pca", None)
-    if kept is None:
-        kept = _scratch.pca = {}
+    kept = _scratch.__dict__.setdefault("pca", {})
     pair = kept.get((k, width))
     if pair is None:
         if len(kept) >= 8:  # a few shapes per thread

@@ -107,9 +107,7 @@ def sin_largest_angle(A: np.ndarray, B: np.ndarray) -> float:
 
     Parameters
     ----------
-    A : ndarray of shape (d, k)
-        Orthonormal columns.
-    B : ndarray of shape (d, k)
+    A, B : ndarray of shape (d, k)
         Orthonormal columns.
 
     Returns

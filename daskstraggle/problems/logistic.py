@@ -72,8 +72,6 @@ class Logistic(_LinearModel):
     Notes
     -----
     Blocks carry labels already mapped to {-1.0, +1.0} (the data layer maps {0, 1}).
-    Per-sample gradients are divided by the global ``n`` on the worker, so partial sums
-    add up to the gradient of the mean loss.
 
     References
     ----------
