@@ -167,19 +167,16 @@ class HeldResult:
         return np.asarray(self.materialize().values)
 
     def _merged(self, other: Any, weight: float, n_rows: int) -> HeldResult:
-        terms = dict(self._terms)
-        local = self._local
+        terms, part = dict(self._terms), other
         if isinstance(other, HeldResult):
             for leaf, w in other._terms.items():
                 terms[leaf] = terms.get(leaf, 0.0) + weight * w
             part = other._local
-            if part is not None:
-                part = part if weight == 1.0 else part.scaled(weight)
-                local = part if local is None else local + part
-        else:
-            part = other if weight == 1.0 else other.scaled(weight)
-            local = part if local is None else local + part
-        return HeldResult(terms, n_rows, local)
+        if part is not None and weight != 1.0:
+            part = part.scaled(weight)
+        if part is not None and self._local is not None:
+            part = self._local + part
+        return HeldResult(terms, n_rows, self._local if part is None else part)
 
     def __add__(self, other: Any) -> HeldResult:
         """Sum with another held or local kernel sum (no data moves)."""
