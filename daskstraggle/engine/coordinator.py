@@ -347,7 +347,7 @@ class Coordinator:
                                                next_value=summary.extras.get("next_ritz_value"))
         if verdict == "check":
             self.phase = Phase.CHECK
-            out.append(CheckExact(summary.iterate, stimulus_id=self._sid))
+            out.append(CheckExact(summary.iterate, self.session.problem, stimulus_id=self._sid))
             return
         self._record(out, verdict, checked=False)
 

@@ -11,6 +11,11 @@ instruction carries the ``stimulus_id`` of the event that caused it, and the run
 what it observes while carrying an instruction out (a unit it sent) that instruction's id:
 the trace says which event caused each row and each move of a worker index.
 
+The lifecycle's instructions (:meth:`~daskstraggle.engine.engine.Engine.lifecycle`) come
+before and after the rounds: :class:`Load` (reply :class:`Loaded`), :class:`Compute` (an exact
+pass or another computation over every partition; reply :class:`Computed`),
+:class:`StartRounds` (reply :class:`Begin`) and :class:`EndRounds`.
+
 The run's events (the first group below) go to the
 :meth:`~daskstraggle.engine.coordinator.Coordinator.handle_stimulus` of the coordinator,
 those of the workers (the second group: tasks sent and finished, the cluster's statuses,
@@ -26,14 +31,15 @@ dispatches again). The others (:class:`Submit`, :class:`RecordRow`, :class:`Reco
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
-from daskstraggle.methods.base import RoundSummary, WorkResult, WorkUnit
-from daskstraggle.problems.base import KernelResult
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.problems.base import KernelResult, Problem
+from daskstraggle.problems.block import MatrixStats
 
 __all__ = [
     "Abandon",
@@ -44,12 +50,17 @@ __all__ = [
     "Begin",
     "CheckExact",
     "Checked",
+    "Compute",
+    "Computed",
+    "EndRounds",
     "Event",
     "Finish",
     "FoldDone",
     "Freed",
     "HelperReady",
     "Instruction",
+    "Load",
+    "Loaded",
     "PassEnded",
     "PassStarted",
     "Quiet",
@@ -58,6 +69,7 @@ __all__ = [
     "Saved",
     "Sending",
     "SplitSent",
+    "StartRounds",
     "StatusChanged",
     "Stepped",
     "Submit",
@@ -81,8 +93,23 @@ class Event:
 
 
 @dataclass(slots=True, kw_only=True)
+class Loaded(Event):
+    """The partitions are loaded; ``stats`` their totals (reply to :class:`Load`)."""
+
+    stats: MatrixStats
+
+
+@dataclass(slots=True, kw_only=True)
+class Computed(Event):
+    """What a :class:`Compute` returned."""
+
+    value: Any
+
+
+@dataclass(slots=True, kw_only=True)
 class Begin(Event):
-    """The run starts (or resumes): dispatch to every worker."""
+    """The rounds start (or resume): dispatch to every worker (reply to
+    :class:`StartRounds`)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -261,10 +288,11 @@ class Await(Instruction):
 
 @dataclass(frozen=True, slots=True)
 class CheckExact(Instruction):
-    """Compute the exact kernel sum over every partition at ``iterate``.
-    Reply: :class:`Checked`."""
+    """Compute ``problem``'s exact kernel sum over every partition at ``iterate`` (an
+    exact pass: at the start, to check a round, at the end). Reply: :class:`Checked`."""
 
     iterate: np.ndarray
+    problem: Problem
     replies: ClassVar[bool] = True
 
 
@@ -315,6 +343,42 @@ class WriteCheckpoint(Instruction):
     state: dict[str, Any]
     iteration: int
     replies: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class Load(Instruction):
+    """Load every partition on the workers of ``placement``. Reply: :class:`Loaded`."""
+
+    placement: list[tuple[int, ...]]
+    replies: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class Compute(Instruction):
+    """Return ``fn(map_reduce, *args)``, ``map_reduce(f, *a, combine=None)`` folding
+    ``f(block, *a)`` over every partition once (an exact pass, the step size's power
+    iteration, the reference solution). Reply: :class:`Computed`."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    replies: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class StartRounds(Instruction):
+    """Prepare the runtime's loop for the rounds of ``session`` (a
+    :class:`~daskstraggle.engine.session.RunSession`), whose units compute on ``work``
+    with ``method``. Reply: :class:`Begin`."""
+
+    session: Any
+    method: Method
+    work: Problem
+    replies: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class EndRounds(Instruction):
+    """The rounds are over: forget the work in flight and undo :class:`StartRounds`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -433,7 +433,8 @@ class Runtime(ABC):
     @_execute.register(CheckExact)
     def _(self, instruction: CheckExact, work: Any, problem: Problem,
           session: RunSession) -> Event | None:
-        return Checked(result=self._exact_pass(problem, instruction.iterate), time=self._clock(),
+        return Checked(result=self._exact_pass(instruction.problem, instruction.iterate),
+                       time=self._clock(),
                        stimulus_id=self._new_stimulus_id("checked"))
 
     @_execute.register(AfterStep)

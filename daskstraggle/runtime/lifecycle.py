@@ -1,11 +1,11 @@
-"""A run's lifecycle, from the data to the engine's finish, against any runtime.
+"""A run's lifecycle, from the data to the engine's conclusion, against any runtime.
 
-:func:`run` is the driver: it checks what the method asks of the runtime and the data,
-repartitions and places the partitions, has the runtime load them, binds the problem,
-picks the step size, starts (or restores) the engine's session, executes the engine's
-instructions until it finishes (:func:`drive`), and ends with one exact pass at the
-returned point. What it returns is an :class:`Outcome` (plain values and the trace's
-rows); the face (:func:`daskstraggle.api.run_on`, the ``fit_*`` functions) builds the
+:func:`run` checks what the method asks of the runtime and the data, repartitions and
+places the partitions, and has :func:`drive` carry out the engine's run
+(:meth:`Engine.lifecycle <daskstraggle.engine.engine.Engine.lifecycle>`: load, step size,
+the exact pass at the start or a checkpoint's state, the rounds, the final exact pass) on
+the runtime. What it returns is an :class:`Outcome` (plain values and the trace's rows); the
+face (:func:`daskstraggle.api.run_on`, the ``fit_*`` functions) builds the
 :class:`~daskstraggle.trace.Result` from it. The runtimes only execute: load, map-reduce,
 submit and wait (:class:`~daskstraggle.runtime.base.Runtime`).
 """
@@ -13,28 +13,37 @@ submit and wait (:class:`~daskstraggle.runtime.base.Runtime`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from daskstraggle._validation import check_bool
 from daskstraggle.data.matrix import Matrix
-from daskstraggle.engine.convergence import ConvergenceMonitor
-from daskstraggle.engine.coordinator import Coordinator
-from daskstraggle.engine.engine import Engine
-from daskstraggle.engine.events import Begin, Event, Finish, RecordRow
+from daskstraggle.engine.engine import Concluded, Engine
+from daskstraggle.engine.events import (
+    Begin,
+    Compute,
+    Computed,
+    EndRounds,
+    Event,
+    Instruction,
+    Load,
+    Loaded,
+    RecordRow,
+    StartRounds,
+)
 from daskstraggle.engine.recorder import TraceRecorder
-from daskstraggle.engine.session import RunSession, resumed_session
 from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import InvalidParameterError, NoCallError
-from daskstraggle.methods.base import Method, RoundSummary, check_oversampling
-from daskstraggle.problems.base import Problem, Reference
+from daskstraggle.methods.base import Method, check_oversampling
+from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import MatrixStats
 from daskstraggle.runtime.base import Runtime
 from daskstraggle.runtime.checkpoint import Checkpointer, resume_state, run_settings
@@ -48,47 +57,21 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Outcome:
-    """What a run ended with, before it is a :class:`~daskstraggle.trace.Result`.
+class Outcome(Concluded):
+    """What a run ended with, before it is a :class:`~daskstraggle.trace.Result`: the
+    engine's :class:`~daskstraggle.engine.engine.Concluded`, with the runtime's attributes
+    (workers, placement, the load's seconds, ...) in ``attrs``, and:
 
     Attributes
     ----------
-    method : Method
-        The method as it ended (a resumed run's is the checkpoint's).
-    session : RunSession
-        The bound problem, monitor, reference and the trace's rows (``session.recorder``).
-    reason : str
-        Why the run stopped.
-    iterate : ndarray
-        The returned point, after the problem's conclusion (e.g. PCA's rotation).
-    objective, optimality : float
-        At ``iterate``, from the final exact pass.
-    converged : bool
-        The monitor's verdict (see :mod:`daskstraggle.engine.convergence`).
-    fitted : dict
-        The problem's fitted values at ``iterate``.
-    exact_objectives : ndarray or None
-        With ``record_iterates``: the exact objective at every round's point.
     stop : StopRule
         The stop rule the run had.
     matrix : Matrix
         The data as run (after repartitioning).
-    attrs : dict
-        The runtime's and the run's attributes (workers, placement, step size, ...).
     """
 
-    method: Method
-    session: RunSession
-    reason: str
-    iterate: np.ndarray
-    objective: float
-    optimality: float
-    converged: bool
-    fitted: dict[str, Any]
-    exact_objectives: np.ndarray | None
     stop: StopRule
     matrix: Matrix
-    attrs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rows(self) -> TraceRecorder:
@@ -190,7 +173,7 @@ def run(
     record_iterates = check_bool(record_iterates, name="record_iterates", caller="run")
     with _cluster_errors(runtime):  # a scheduler lost anywhere: one line
         runtime._validate()
-        runtime.engine = Engine(log_size=runtime.stimulus_log)
+        runtime.engine = engine = Engine(log_size=runtime.stimulus_log)
         runtime._stimulus_numbers = itertools.count(1)
         matrix = fit_partitions(runtime, method, matrix)
         placement = method.placement(matrix.n_partitions, runtime.n_workers)
@@ -198,30 +181,19 @@ def run(
                                 matrix=matrix.describe())
         if resume is not None:
             resume_state(resume, settings=settings, placement=placement, max_iter=stop.max_iter)
-        t_load = time.perf_counter()
-        stats = runtime._load(matrix, placement)
-        load_duration = time.perf_counter() - t_load
-        refuse_no_calls(stats, matrix)
-        if resume is None:
-            session = _new_session(runtime, method, problem, stats, placement, settings,
-                                   stop=stop, step_size=step_size, reference=reference, rng=rng,
-                                   record_iterates=record_iterates)
-        else:
-            method, session = resumed_session(resume, stats, record_iterates)
-            if step_size is not None and step_size != session.step_size:
-                raise InvalidParameterError(
-                    f"The checkpoint's run used step_size={session.step_size:g}; resume "
-                    f"without one (CLI: --step-size) or with the same, not {step_size:g}."
-                )
-        session.checkpoint = checkpoint
         runtime._partition_rows = [int(r) for r in matrix.partition_rows()]
-        runtime._begin(placement, runtime._partition_rows)
-        try:
-            summary, reason = drive(runtime, method, session, stop=stop, progress=progress)
-        finally:
-            runtime._end()
-        return _conclude(runtime, method, session, summary, reason, matrix=matrix, stop=stop,
-                         load_duration=load_duration)
+        program = engine.lifecycle(
+            method, problem, n_workers=runtime.n_workers, placement=placement,
+            partition_rows=runtime._partition_rows, settings=settings, stop=stop,
+            step_size=step_size, reference=reference, rng=rng,
+            record_iterates=record_iterates, resume=resume, checkpoint=checkpoint,
+            unit_load=runtime._unit_load, balance_loop=functools.partial(_balance_loop, runtime))
+        done, load_duration = drive(runtime, program, matrix, stop=stop, progress=progress)
+    attrs = {"runtime": runtime.name, "workers": runtime.worker_names,
+             "placement": [list(p) for p in done.session.placement],
+             "matrix": matrix.describe(), "step_size": done.session.step_size,
+             "load_duration_s": load_duration, **done.attrs, **runtime._run_attrs()}
+    return Outcome(**{**vars(done), "attrs": attrs}, stop=stop, matrix=matrix)
 
 
 @contextlib.contextmanager
@@ -256,71 +228,6 @@ def _check_run(runtime: Runtime, method: Method, problem: Problem, matrix: Matri
         problem.check_step_size(step_size)
 
 
-def _new_session(runtime: Runtime, method: Method, problem: Problem, stats: MatrixStats,
-                 placement: list[tuple[int, ...]], settings: dict[str, Any], *,
-                 stop: StopRule, step_size: float | None, reference: bool,
-                 rng: np.random.Generator, record_iterates: bool) -> RunSession:
-    """Bind the problem, pick the step size, start the monitor: a fresh run's state."""
-    bound = problem.bind(stats)
-    if step_size is None:
-        step_size = (bound.default_step_size(runtime._map_reduce, rng)
-                     * method.step_factor(bound, runtime.n_workers))
-    ref: Reference | None = (bound.reference_solution(runtime._map_reduce) if reference
-                             else None)
-    x0 = bound.init_iterate(rng)
-    start = runtime._exact_pass(bound, x0) if method.start_pass else None
-    monitor = ConvergenceMonitor(
-        bound, tol=stop.tol, start_result=start, start=x0,
-        step_size=step_size, window=method.convergence_window(runtime.n_workers),
-        max_iter=stop.max_iter)
-    return RunSession(problem=bound, monitor=monitor, recorder=TraceRecorder(runtime.n_workers),
-                      reference=ref, step_size=step_size, placement=placement,
-                      settings=settings, stats=stats, x0=x0,
-                      iterates=[] if record_iterates else None)
-
-
-def _conclude(runtime: Runtime, method: Method, session: RunSession, summary: RoundSummary,
-              reason: str, *, matrix: Matrix, stop: StopRule,
-              load_duration: float) -> Outcome:
-    """The fitted quantities, from one exact pass at the returned point (outside the
-    timed loop, whatever the method estimated during the run)."""
-    bound, monitor, ref = session.problem, session.monitor, session.reference
-    exact = None if session.iterates is None else np.array(
-        [bound.objective(runtime._exact_pass(bound, x).values, x) for x in session.iterates])
-    x = summary.iterate
-    total = monitor.checked_result(x)  # a run that stopped on an exact check: reuse it
-    if total is None:
-        total = runtime._exact_pass(bound, x)
-    x, total = bound.conclude(x, total)
-    objective = bound.objective(total.values, x)
-    optimality = monitor.final(x, total, objective)
-    extra = {} if session.checkpoint is None else {
-        "checkpoint": session.checkpoint.describe()}
-    if session.resumed_at is not None:
-        extra["resumed_at_iteration"] = session.resumed_at
-    return Outcome(
-        method=method, session=session, reason=reason, iterate=x,
-        objective=float(objective), optimality=float(optimality),
-        converged=monitor.converged(optimality, reason), fitted=bound.finalize(x, total),
-        exact_objectives=exact, stop=stop, matrix=matrix,
-        attrs={
-            "runtime": runtime.name,
-            "workers": runtime.worker_names,
-            "placement": [list(p) for p in session.placement],
-            "matrix": matrix.describe(),
-            "step_size": session.step_size,
-            "load_duration_s": load_duration,
-            "method_params": method.get_params(),
-            "stop": {"max_iter": stop.max_iter, "tol": stop.tol, "gap_tol": stop.gap_tol,
-                     "time_budget": stop.time_budget},
-            "convergence": monitor.describe(),
-            "reference_info": {} if ref is None else ref.info,
-            **extra,
-            **runtime._run_attrs(),
-        },
-    )
-
-
 def fit_partitions(runtime: Runtime, method: Method, matrix: Matrix) -> Matrix:
     """Repartition ``matrix`` to what the method needs (at least one per worker)."""
     n_workers = runtime.n_workers
@@ -343,70 +250,101 @@ def fit_partitions(runtime: Runtime, method: Method, matrix: Matrix) -> Matrix:
     return matrix
 
 
-def drive(runtime: Runtime, method: Method, session: RunSession, *, stop: StopRule,
-          progress: bool) -> tuple[RoundSummary, str]:
-    """Execute the engine's instructions on ``runtime`` until it finishes (see
-    :mod:`daskstraggle.engine.coordinator`, where every decision is made); return the
-    finishing round and why it stopped.
+def drive(runtime: Runtime, program: Generator[Instruction, Event | None, Concluded],
+          matrix: Matrix, *, stop: StopRule, progress: bool) -> tuple[Concluded, float]:
+    """Carry out the instructions of an engine's run (:meth:`Engine.lifecycle
+    <daskstraggle.engine.engine.Engine.lifecycle>`, where every decision is made) on
+    ``runtime``, sending each reply back; return the run's conclusion and the load's seconds.
 
-    ``session`` carries the bound problem, the monitor that judges every round, the
-    trace and, when resuming, where the interrupted run stood.
+    The rounds are undone (:meth:`Runtime._end`) also when the run fails or is interrupted.
     """
-    from daskstraggle._progress import progress_bar
-
-    problem, recorder = session.problem, session.recorder
-    if session.resumed_at is None:
-        method.start(problem, session.x0, session.placement, step_size=session.step_size,
-                     partition_rows=list(runtime._partition_rows))
-    elif not session.stepped:
-        method.step()  # the checkpoint was taken at a stop, before this round's step
-    work = method.work_problem(problem)
-    balancing = None
-    if method.load_balancer() is not None:
-        from daskstraggle.runtime.balancing import BalanceLoop
-
-        # only the SGD family (SGD, SAG, DSAG) has a load balancer
-        balancing = BalanceLoop(cast("SGD", method), runtime.n_workers,
-                                background=runtime.balance_in_background)
-    writer = session.checkpoint
-    engine = runtime.engine
-    engine.coordinator = Coordinator(method, session, stop=stop, n_workers=runtime.n_workers,
-                                     unit_load=runtime._unit_load, balancing=balancing,
-                                     checkpoint=None if writer is None else writer.schedule)
-    bar = progress_bar(
-        total=stop.max_iter, initial=len(recorder), disable=None if progress else True,
-        file=sys.stderr, unit="it", desc=f"{method.name} {problem.name}", leave=False,
-    )
-    # the handler of each instruction type, looked up in singledispatch's cache: calling
-    # runtime._execute would build a bound dispatcher for every instruction (~4 us each)
-    execute = vars(Runtime)["_execute"].dispatcher.dispatch
-    event: Event | None = Begin(time=runtime._clock(),
-                                stimulus_id=runtime._new_stimulus_id("begin"))
-    runtime._inbound = 0
-    runtime._fetched_bytes()  # (what an earlier run fetched after its last row)
+    execute = vars(Runtime)["_execute"].dispatcher.dispatch  # (the handler, from the cache)
+    rounds: StartRounds | None = None
+    bar: Any = None
+    load_duration = 0.0
+    reply: Event | None = None
     try:
         while True:
-            assert event is not None, "the coordinator expected no reply"
-            instructions, event = engine.handle_stimulus(event), None
-            for instruction in instructions:
-                if isinstance(instruction, Finish):
-                    logger.info("%s stopped after %d iterations (%s)", method.name,
-                                len(recorder), instruction.reason)
-                    return instruction.summary, instruction.reason
-                if isinstance(instruction, RecordRow):
-                    _record_row(runtime, instruction, recorder, bar, progress=progress)
-                    continue
-                event = execute(type(instruction))(runtime, instruction, work, problem,
-                                                   session)
+            try:
+                instruction = program.send(reply)
+            except StopIteration as done:
+                return done.value, load_duration
+            kind, reply = type(instruction), None
+            if kind is RecordRow:
+                assert rounds is not None
+                _record_row(runtime, cast(RecordRow, instruction), rounds.session.recorder, bar,
+                            progress=progress)
+            elif kind is Load:
+                t_load = time.perf_counter()
+                stats = runtime._load(matrix, cast(Load, instruction).placement)
+                load_duration = time.perf_counter() - t_load
+                refuse_no_calls(stats, matrix)
+                reply = Loaded(stats=stats, time=runtime._clock(),
+                               stimulus_id=runtime._new_stimulus_id("loaded"))
+            elif kind is Compute:
+                compute = cast(Compute, instruction)
+                reply = Computed(value=compute.fn(runtime._map_reduce, *compute.args),
+                                 time=runtime._clock(),
+                                 stimulus_id=runtime._new_stimulus_id("computed"))
+            elif kind is StartRounds:
+                bar = _start_rounds(runtime, cast(StartRounds, instruction), stop=stop,
+                                    progress=progress)
+                rounds = cast(StartRounds, instruction)  # (begun: to be undone)
+                reply = Begin(time=runtime._clock(), stimulus_id=runtime._new_stimulus_id("begin"))
+            elif kind is EndRounds:
+                _end_rounds(runtime, rounds, bar)
+                rounds = None
+            else:
+                reply = execute(kind)(runtime, instruction, rounds and rounds.work,
+                                      rounds and rounds.session.problem,
+                                      rounds and rounds.session)
     finally:
-        bar.close()
-        if balancing is not None:
-            balancing.close()
-        runtime._cancel_pending()  # first: nothing of this run may reach the next one
-        try:
-            runtime._on_row(len(recorder) - 1, recorder, final=True)
-        except Exception as err:  # bookkeeping must not mask the run's own outcome
-            logger.warning("final latency bookkeeping failed: %s", err)
+        program.close()  # (its own clean-up: the load balancing loop)
+        if rounds is not None:
+            _end_rounds(runtime, rounds, bar)
+
+
+def _start_rounds(runtime: Runtime, rounds: StartRounds, *, stop: StopRule,
+                  progress: bool) -> Any:
+    """Prepare the runtime's loop for the rounds; return the progress bar."""
+    from daskstraggle._progress import progress_bar
+
+    session = rounds.session
+    runtime._begin(session.placement, runtime._partition_rows)
+    runtime._inbound = 0
+    runtime._fetched_bytes()  # (what an earlier run fetched after its last row)
+    return progress_bar(
+        total=stop.max_iter, initial=len(session.recorder),
+        disable=None if progress else True, file=sys.stderr, unit="it",
+        desc=f"{rounds.method.name} {session.problem.name}", leave=False,
+    )
+
+
+def _end_rounds(runtime: Runtime, rounds: StartRounds | None, bar: Any) -> None:
+    """Forget the work in flight (first: nothing of this run may reach the next one), the
+    last latency bookkeeping, undo :meth:`Runtime._begin`."""
+    bar.close()
+    try:
+        runtime._cancel_pending()
+        if rounds is not None:
+            recorder = rounds.session.recorder
+            try:
+                runtime._on_row(len(recorder) - 1, recorder, final=True)
+            except Exception as err:  # bookkeeping must not mask the run's own outcome
+                logger.warning("final latency bookkeeping failed: %s", err)
+    finally:
+        runtime._end()
+
+
+def _balance_loop(runtime: Runtime, method: Method) -> Any:
+    """The load-balancing loop of ``method`` on ``runtime`` (the SGD family has one), or
+    None."""
+    if method.load_balancer() is None:
+        return None
+    from daskstraggle.runtime.balancing import BalanceLoop
+
+    return BalanceLoop(cast("SGD", method), runtime.n_workers,
+                       background=runtime.balance_in_background)
 
 
 def _record_row(runtime: Runtime, instruction: RecordRow, recorder: TraceRecorder, bar: Any,
