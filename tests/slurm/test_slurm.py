@@ -1,0 +1,105 @@
+"""daskstraggle on a real one-node SLURM (the ``slurm`` fixture of ``conftest.py``).
+
+Every SLURM test is in this ONE file: the suite runs with ``pytest -n 2 --dist loadfile``,
+which runs a file's tests on one xdist worker, so the session's SLURM starts once per run.
+Add SLURM tests here, not in new files of this folder.
+
+The workers are real ``dask worker`` processes started by dask-jobqueue's ``SLURMCluster``
+as SLURM batch jobs. Every wait is bounded and fails in one line naming the logs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.slurm, pytest.mark.cluster]
+
+#: Seconds a job may take to start and its worker to join (a busy machine starts Python
+#: processes slowly), and the cluster's jobs to leave the queue when it closes.
+JOB_TIMEOUT = 120
+
+
+def test_ci_runs_the_slurm_tests(slurm_reason: str | None) -> None:
+    """With ``CI=true`` (CI runs as root, after ``.ci/run`` installed slurm-wlm and munge)
+    the SLURM tests must run: SLURM must be startable, never a skip."""
+    if os.environ.get("CI", "").lower() != "true":
+        if slurm_reason is not None:
+            pytest.skip(slurm_reason)
+        return
+    assert slurm_reason is None, f"CI=true, yet the SLURM tests would skip: {slurm_reason}"
+
+
+def test_a_batch_job_runs_on_the_node(slurm: Any, tmp_path: Path) -> None:
+    assert slurm.node_state() == "idle"
+    out = tmp_path / "hostname.out"
+    job = slurm.run("sbatch", "--parsable", f"--chdir={tmp_path}", f"--output={out}",
+                    "--wrap", "hostname").strip().split(";")[0]
+    slurm.wait_for(lambda: job not in slurm.jobs() and out.exists(),
+                   f"job {job} (sbatch --wrap hostname) ending", JOB_TIMEOUT)
+    assert out.read_text().strip().split(".")[0] == slurm.node
+
+
+def _aligned(components: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """``components`` with each row's sign flipped to match ``reference``'s."""
+    signs = np.sign(np.sum(components * reference, axis=1))
+    return components * signs[:, None]
+
+
+def test_fit_pca_on_slurmcluster_jobs_is_exact(slurm: Any, tmp_path: Path) -> None:
+    """Two one-core SLURM jobs, each running a ``dask worker``: a block PCA on them ends on
+    numpy's SVD and on the in-process run of the same method (to 1e-8)."""
+    from dask_jobqueue import SLURMCluster
+    from distributed import Client
+
+    from daskstraggle import fit_pca
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 8)) * np.linspace(4.0, 1.0, 8)
+
+    cluster = SLURMCluster(
+        cores=1, processes=1, memory="1GB", walltime="00:10:00", queue=slurm.partition,
+        python=sys.executable, log_directory=str(tmp_path / "logs"),
+        job_extra_directives=[f"--chdir={tmp_path}"],
+        # the scheduler (in this process) and the jobs' workers meet on the loopback
+        scheduler_options={"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"},
+    )
+    client = Client(cluster, set_as_default=False)
+    job_ids: list[str] = []
+    try:
+        cluster.scale(jobs=2)
+        try:
+            client.wait_for_workers(2, timeout=JOB_TIMEOUT)
+        except TimeoutError:
+            pytest.fail(f"SLURMCluster: 2 workers did not join within {JOB_TIMEOUT} s "
+                        f"(queue: {slurm.jobs()}; job logs in {tmp_path / 'logs'}, SLURM's "
+                        f"in {slurm.root / 'log'})", pytrace=False)
+        job_ids = sorted(str(job.job_id) for job in cluster.workers.values())
+        assert len(job_ids) == 2
+        # the workers run inside those jobs, which SLURM runs
+        # (a lambda: a pickled os.environ.get would carry this process's environment)
+        in_job = client.run(lambda: os.environ.get("SLURM_JOB_ID"))
+        assert sorted(map(str, in_job.values())) == job_ids, in_job
+        queue = slurm.jobs()
+        assert all(queue.get(job) == "RUNNING" for job in job_ids), queue
+
+        res = fit_pca(X, 2, client=client, method="block", rng=0)
+        assert not res.attrs.get("worker_losses")
+        assert sorted(queue) == sorted(slurm.jobs())  # the same jobs ran it all along
+    finally:
+        client.close()
+        cluster.close(timeout=JOB_TIMEOUT)
+    slurm.wait_for(lambda: not set(job_ids) & set(slurm.jobs()),
+                   "the SLURMCluster's jobs leaving the queue", JOB_TIMEOUT)
+
+    local = fit_pca(X, 2, runtime="local", n_workers=2, method="block", rng=0)
+    assert res.converged and res.n_iter == local.n_iter
+    np.testing.assert_allclose(res.fitted["components"], local.fitted["components"],
+                               atol=1e-8)
+    vt = np.linalg.svd(X - X.mean(axis=0), full_matrices=False)[2][:2]
+    np.testing.assert_allclose(_aligned(res.fitted["components"], vt), vt, atol=1e-8)
