@@ -142,8 +142,8 @@ def _auto_method(problem: Problem) -> str:
 
 
 def _connects(spec: RuntimeSpec) -> bool:
-    """Whether the run connects to a cluster (a client or a scheduler address)."""
-    return spec.client is not None or spec.scheduler is not None
+    """Whether the run connects to a cluster (a client, a scheduler address or file)."""
+    return (spec.client, spec.scheduler, spec.scheduler_file) != (None, None, None)
 
 
 def _check_runtime(spec: RuntimeSpec, method: Method, caller: str) -> int | None:
@@ -683,7 +683,8 @@ def solve(
     overwrite : bool, default=False
         Allow ``out`` to replace an existing path.
     progress : bool, default=False
-        Show a progress bar on stderr.
+        Show a progress bar on stderr, and the Dask dashboard's address once the
+        first round starts.
     rng : int, Generator or None, default=None
         Seed of the starting point and step-size estimate (an int also seeds the method's
         and the stragglers' draws), so a seeded run is reproducible bit for bit.
@@ -954,7 +955,8 @@ def genotype_pca(
     from daskstraggle._plink_out import variant_axes
 
     merge = _check_merge(merge, ds)
-    asked = {k: options[k] for k in ("runtime", "client", "scheduler", "n_workers")}
+    asked = {k: options[k] for k in ("runtime", "client", "scheduler", "scheduler_file",
+                                     "n_workers")}
     client = choose_runtime(**asked).client  # the variant pass's too
     storage_options = options["storage_options"]
     open_kw = {k: options.pop(k) for k in _OPEN_KEYS}

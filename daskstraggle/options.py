@@ -88,6 +88,10 @@ class RuntimeSpec:
         Cluster to run on.
     scheduler : str or None, default=None
         Scheduler address to connect to.
+    scheduler_file : path or None, default=None
+        Or the scheduler whose address this JSON file holds (``dask scheduler
+        --scheduler-file PATH``, the convention of batch jobs and dask-mpi), waited for up
+        to the ``daskstraggle.timeouts.scheduler-file`` setting (120 s).
     n_workers : int or None, default=None
         Worker processes of the LocalCluster started, at most 256, or workers of the
         in-process runtimes, at most 100,000 (None: the ``daskstraggle.workers`` setting,
@@ -121,13 +125,19 @@ class RuntimeSpec:
     scheduler: str | None = declared(None, cli=CliOption(
         "--scheduler", "scheduler", "Dask scheduler address (tcp://host:port): run on that "
         "cluster. Default: see --runtime.", metavar="ADDRESS"))
+    scheduler_file: str | os.PathLike[str] | None = declared(  # noqa: RUF009
+        None, constraint=Constraint(Path, example="scheduler.json"), cli=CliOption(
+            "--scheduler-file", "scheduler_file", "JSON file a Dask scheduler wrote (dask "
+            "scheduler --scheduler-file PATH, as in a batch job): run on that cluster, once "
+            "the file appears (up to the daskstraggle.timeouts.scheduler-file setting, "
+            "120 s).", type=Path, metavar="PATH"))
     n_workers: int | None = declared(None, cli=CliOption(  # its bound depends on the runtime
         "--workers", "n_workers", "Process workers of the LocalCluster to start (the Dask "
         "runtime, unless --runtime says otherwise), at most 256; with --runtime sim or local "
         "the in-process workers, at most 100000 (default: the daskstraggle.workers setting, "
         "4).", type=int))
     min_workers: int | None = declared(None, constraint=Constraint(int, low=1), cli=CliOption(
-        "--min-workers", "min_workers", "With --scheduler: wait (up to the "
+        "--min-workers", "min_workers", "With --scheduler(-file): wait (up to the "
         "daskstraggle.timeouts.min-workers setting, 300 s) until the cluster has this many "
         "workers before starting (e.g. jobqueue jobs starting).", type=int))
     stragglers: Any = declared(None, cli=CliOption(  # noqa: RUF009

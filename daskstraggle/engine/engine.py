@@ -17,7 +17,6 @@ Pure module: no Dask, no I/O, no clock.
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -48,8 +47,6 @@ from daskstraggle.problems.base import Problem, Reference
 from daskstraggle.problems.block import MatrixStats
 
 __all__ = ["Concluded", "Engine"]
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,8 +243,6 @@ class Engine:
             assert event is not None, "the coordinator expected no reply"
             for instruction in self.handle_stimulus(event):
                 if isinstance(instruction, Finish):
-                    logger.info("%s stopped after %d iterations (%s)", method.name,
-                                len(session.recorder), instruction.reason)
                     return instruction
                 event = yield instruction
 

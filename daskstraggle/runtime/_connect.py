@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -24,11 +25,14 @@ import time
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from daskstraggle._validation import check_int
 from daskstraggle.errors import (
     ClusterConnectionError,
+    DataNotFoundError,
+    InvalidDataError,
     InvalidParameterError,
     InvalidTypeError,
     SchedulerLostError,
@@ -43,6 +47,7 @@ __all__ = [
     "check_client",
     "connect",
     "probe_scheduler",
+    "read_scheduler_file",
     "scheduler_lost",
     "scheduler_timeout",
     "start_local_cluster",
@@ -333,7 +338,8 @@ def _local_cluster(n_workers: int, threads_per_worker: int, processes: bool,
             n_workers=n_workers,
             threads_per_worker=threads_per_worker,
             processes=processes,
-            dashboard_address=":0",  # any free port: never collide with another cluster
+            # any free port (never collide with another cluster), on this machine only
+            dashboard_address="127.0.0.1:0",
             # worker logs would print tracebacks of errors the caller already reports
             # (e.g. NaN found while loading); the exception itself still propagates
             silence_logs=logging.CRITICAL,
@@ -423,10 +429,67 @@ OWN_CLUSTER_CONFIG = {
 }
 
 
+#: Seconds a scheduler file that exists may take to hold an address (it is being written).
+SCHEDULER_FILE_GRACE = 2.0
+
+
+def read_scheduler_file(path: str | os.PathLike[str]) -> str:
+    """Return the address in the scheduler file at ``path`` (the JSON file that ``dask
+    scheduler --scheduler-file PATH`` writes, the convention of batch jobs and dask-mpi),
+    waiting for it to appear up to the ``daskstraggle.timeouts.scheduler-file`` setting.
+
+    Raises
+    ------
+    DataNotFoundError
+        If the file's folder does not exist (at once), or the file does not appear in time.
+    InvalidDataError
+        If the file holds no scheduler address (a JSON object with ``"address"``)
+        :data:`SCHEDULER_FILE_GRACE` seconds after it appeared.
+    """
+    from daskstraggle import config
+
+    path = Path(path)
+    name = f"The scheduler file (CLI: --scheduler-file) {str(path)!r}"
+    if not path.parent.is_dir():
+        raise DataNotFoundError(f"{name} is in a folder that does not exist; check the path.")
+    limit = config.seconds("timeouts.scheduler-file")
+    deadline, appeared = time.monotonic() + limit, None
+    while True:
+        address = _address_in(path)
+        if address is not None:
+            return address
+        now = time.monotonic()
+        if appeared is None and path.exists():
+            appeared = now
+        if appeared is not None and now - appeared > SCHEDULER_FILE_GRACE:
+            raise InvalidDataError(
+                f"{name} holds no scheduler address (a JSON object with \"address\", as "
+                f"'dask scheduler --scheduler-file {path}' writes); check the path."
+            )
+        if appeared is None and now > deadline:
+            raise DataNotFoundError(
+                f"{name} did not appear within {limit:g} s (the daskstraggle.timeouts."
+                f"scheduler-file setting); start the scheduler with 'dask scheduler "
+                f"--scheduler-file {path}', or check the path."
+            )
+        time.sleep(0.1)
+
+
+def _address_in(path: Path) -> str | None:
+    """The ``"address"`` of the scheduler file at ``path``, None while it has none."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    address = info.get("address") if isinstance(info, dict) else None
+    return address if isinstance(address, str) and address else None
+
+
 def connect(
     client: Any = None,
     *,
     address: str | None = None,
+    scheduler_file: str | os.PathLike[str] | None = None,
     n_workers: int | None = None,
     processes: bool = True,
     threads_per_worker: int = 1,
@@ -440,9 +503,12 @@ def connect(
         Use this client (nothing to close).
     address : str or None, default=None
         Connect to the scheduler at this address (``tcp://host:port``).
+    scheduler_file : path or None, default=None
+        Connect to the scheduler whose address this file holds
+        (:func:`read_scheduler_file`).
     n_workers : int or None, default=None
-        Start a LocalCluster with this many workers (default 4) when neither ``client``
-        nor ``address`` is given.
+        Start a LocalCluster with this many workers (default 4) when none of ``client``,
+        ``address`` and ``scheduler_file`` is given.
     processes : bool, default=True
         LocalCluster workers are processes (True) or threads.
     threads_per_worker : int, default=1
@@ -456,7 +522,10 @@ def connect(
         If the scheduler at ``address`` cannot be reached in time, refuses the connection
         (raised at once) or does not answer the handshake as a Dask scheduler in time.
     InvalidParameterError
-        If more than one of ``client``, ``address`` and ``n_workers`` is given.
+        If more than one of ``client``, ``address``, ``scheduler_file`` and ``n_workers``
+        is given.
+    DataNotFoundError, InvalidDataError
+        If ``scheduler_file`` does not appear in time or holds no address.
     InvalidTypeError
         If ``client`` is not a ``distributed.Client`` (e.g. an address string).
 
@@ -468,15 +537,18 @@ def connect(
     from distributed import Client
 
     given = [name for name, v in (("client", client), ("address", address),
+                                  ("scheduler_file", scheduler_file),
                                   ("n_workers", n_workers)) if v is not None]
     if len(given) > 1:
         raise InvalidParameterError(
-            f"Pass only one of client, address (CLI: --scheduler) and n_workers (CLI: "
-            f"--workers); got {', '.join(given)}."
+            f"Pass only one of client, address (CLI: --scheduler), scheduler_file (CLI: "
+            f"--scheduler-file) and n_workers (CLI: --workers); got {', '.join(given)}."
         )
     check_client(client)
     if client is not None:
         return client, []
+    if scheduler_file is not None:
+        address = read_scheduler_file(scheduler_file)
     if address is not None:
         from distributed.comm.addressing import get_address_host_port
 

@@ -176,6 +176,8 @@ class RuntimeOptions:
         A cluster to run on.
     scheduler : str or None
         A scheduler address to connect to.
+    scheduler_file : path or None
+        A scheduler file whose address to connect to.
     stragglers : Stragglers
         The parsed stragglers spec (latency model, throttle, simulated faults).
     seed : int or None
@@ -191,6 +193,7 @@ class RuntimeOptions:
     n_workers: int | None = None
     client: Any = None
     scheduler: str | None = None
+    scheduler_file: Any = None
     stragglers: Any = None
     seed: int | None = None
     min_workers: int | None = None
@@ -272,6 +275,8 @@ class Runtime(ABC):
     #: Rows of each partition of the run being driven (set by the lifecycle).
     _partition_rows: list[int]
     _engine: Engine | None = None
+    #: Whether a run here printed the dashboard's address (it is printed once).
+    _announced: bool = False
     #: The ``stimulus_id`` of the instruction being carried out: what the runtime observes
     #: while it does (the units it sends) is the engine's answer to that event.
     _cause: str = ""
@@ -297,6 +302,11 @@ class Runtime(ABC):
     @engine.setter
     def engine(self, engine: Engine) -> None:
         self._engine = engine
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The address of the cluster's dashboard, None without one (in process)."""
+        return None
 
     @property
     def coordinator(self) -> Coordinator | None:

@@ -54,6 +54,7 @@ def choose_runtime(
     *,
     client: Any = None,
     scheduler: str | None = None,
+    scheduler_file: Any = None,
     n_workers: int | None = None,
     min_workers: int | None = None,
     stragglers: Any = None,
@@ -80,6 +81,8 @@ def choose_runtime(
         The client given.
     scheduler : str or None, default=None
         The scheduler address given.
+    scheduler_file : path or None, default=None
+        The scheduler file given (as ``scheduler``).
     n_workers : int or None, default=None
         The workers asked for.
     min_workers : int or None, default=None
@@ -117,11 +120,12 @@ def choose_runtime(
     if runtime is not None:
         asks_cluster = (not isinstance(runtime, Runtime)
                         and not get_runtime_class(runtime).in_process)
-        if asks_cluster and client is None and scheduler is None and n_workers is None:
+        if asks_cluster and (client, scheduler, scheduler_file, n_workers) == (None,) * 4:
             client = active_client()
         return RuntimeChoice(runtime, client)
-    if client is not None or scheduler is not None:
-        which = "client" if client is not None else "scheduler"
+    if (client, scheduler, scheduler_file) != (None, None, None):
+        which = ("client" if client is not None else "scheduler" if scheduler is not None
+                 else "scheduler file")
         return RuntimeChoice(_CLUSTER, client, f"default: the {which} given")
     if n_workers is not None:
         return RuntimeChoice(_CLUSTER, None,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import time
 import uuid
 import warnings
@@ -224,6 +225,10 @@ class DaskRuntime(Runtime):
         Cluster to use; it is left running at :meth:`close`.
     address : str or None, default=None
         Scheduler address to connect to instead.
+    scheduler_file : path or None, default=None
+        Or the scheduler whose address this file holds (``dask scheduler --scheduler-file
+        PATH``, the batch jobs' convention), waited for up to the
+        ``daskstraggle.timeouts.scheduler-file`` setting (120 s).
     n_workers : int or None, default=None
         Otherwise start a LocalCluster with this many single-threaded process workers
         (default 4), closed at :meth:`close`.
@@ -301,7 +306,8 @@ class DaskRuntime(Runtime):
     @classmethod
     def from_options(cls, options: RuntimeOptions) -> DaskRuntime:
         """``DaskRuntime`` on the client or scheduler given, else on a LocalCluster."""
-        return cls(options.client, address=options.scheduler, n_workers=options.n_workers,
+        return cls(options.client, address=options.scheduler,
+                   scheduler_file=options.scheduler_file, n_workers=options.n_workers,
                    stragglers=options.stragglers, rng=options.seed,
                    min_workers=options.min_workers, backup_after=options.backup_after,
                    aggregation=options.aggregation)
@@ -311,6 +317,7 @@ class DaskRuntime(Runtime):
         client: Any = None,
         *,
         address: str | None = None,
+        scheduler_file: str | os.PathLike[str] | None = None,
         n_workers: int | None = None,
         processes: bool = True,
         timeout: float = 10.0,
@@ -388,8 +395,8 @@ class DaskRuntime(Runtime):
         self._scheduler_lost = False
         self._token = uuid.uuid4().hex[:8]
         self.client, self._owned = connect(
-            client, address=address, n_workers=n_workers, processes=processes, timeout=timeout
-        )
+            client, address=address, scheduler_file=scheduler_file, n_workers=n_workers,
+            processes=processes, timeout=timeout)
         self._data = PartitionStore(self.client, self._submit_to)
         try:
             self._started = self._wait_for_workers(timeout)
@@ -442,6 +449,15 @@ class DaskRuntime(Runtime):
     def _helpers(self) -> dict[int, str]:
         """The helper of each helped worker index."""
         return {} if self.worker_pool is None else self.worker_pool.helpers
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The address of the scheduler's dashboard (``Client.dashboard_link``), None when
+        it has none or does not say."""
+        try:
+            return str(self.client.dashboard_link) or None
+        except Exception:  # no dashboard service (--no-dashboard), or no answer
+            return None
 
     @property
     def n_workers(self) -> int:

@@ -120,7 +120,8 @@ def run(
     rng : int, Generator or None, default=None
         Seeds the starting iterate and the step-size estimate.
     progress : bool, default=False
-        Show a progress bar (iteration, objective, elapsed) on stderr.
+        Show a progress bar (iteration, objective, elapsed) on stderr, and once per runtime
+        its cluster's dashboard address (:attr:`Runtime.dashboard_link`).
     record_iterates : bool, default=False
         Keep every round's point and, after the run (outside its timing), evaluate
         the exact objective there with a pass over all partitions: the trace gains
@@ -189,6 +190,8 @@ def run(
             record_iterates=record_iterates, resume=resume, checkpoint=checkpoint,
             unit_load=runtime._unit_load, balance_loop=functools.partial(_balance_loop, runtime))
         done, load_duration = drive(runtime, program, matrix, stop=stop, progress=progress)
+    logger.info("%s stopped after %d iterations (%s)", done.method.name,
+                len(done.session.recorder), done.reason)
     attrs = {"runtime": runtime.name, "workers": runtime.worker_names,
              "placement": [list(p) for p in done.session.placement],
              "matrix": matrix.describe(), "step_size": done.session.step_size,
@@ -311,6 +314,10 @@ def _start_rounds(runtime: Runtime, rounds: StartRounds, *, stop: StopRule,
 
     session = rounds.session
     runtime._begin(session.placement, runtime._partition_rows)
+    link = runtime.dashboard_link if progress and not runtime._announced else None
+    if link is not None:  # once per runtime, where a person watches
+        runtime._announced = True
+        print(f"Dask dashboard: {link}", file=sys.stderr)
     runtime._inbound = 0
     runtime._fetched_bytes()  # (what an earlier run fetched after its last row)
     return progress_bar(
