@@ -11,6 +11,7 @@ as SLURM batch jobs. Every wait is bounded and fails in one line naming the logs
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -103,3 +104,51 @@ def test_fit_pca_on_slurmcluster_jobs_is_exact(slurm: Any, tmp_path: Path) -> No
                                atol=1e-8)
     vt = np.linalg.svd(X - X.mean(axis=0), full_matrices=False)[2][:2]
     np.testing.assert_allclose(_aligned(res.fitted["components"], vt), vt, atol=1e-8)
+
+
+def _page_block(marker: str) -> str:
+    """The code block of docs/hpc.md that contains ``marker``."""
+    page = (Path(__file__).parents[2] / "docs" / "hpc.md").read_text()
+    blocks = re.findall(r"```(?:bash|python)\n(.*?)```", page, flags=re.S)
+    (block,) = [b for b in blocks if marker in b]
+    return block
+
+
+def _replaced(text: str, replacements: dict[str, str]) -> str:
+    """``text`` with each key replaced by its value (each key must occur)."""
+    for old, new in replacements.items():
+        assert old in text, f"docs/hpc.md no longer says {old!r}: update the test"
+        text = text.replace(old, new)
+    return text
+
+
+def test_a_whole_run_as_one_batch_job_with_a_scheduler_file(slurm: Any, tmp_path: Path) -> None:
+    """docs/hpc.md's batch job, as the page gives it but sized for this node: one ``sbatch``
+    script starts a scheduler and two workers with a scheduler file and runs ``daskstraggle
+    pca --scheduler-file`` on them; the answer is the in-process run's."""
+    import zarr
+
+    from daskstraggle import fit_pca
+    from daskstraggle.trace import Result
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 8)) * np.linspace(4.0, 1.0, 8)
+    zarr.create_array(tmp_path / "x.zarr", data=X, chunks=(100, 8))
+    script = tmp_path / "pca.sbatch"
+    script.write_text(_replaced(_page_block("#SBATCH"), {
+        "--ntasks=17": "--ntasks=3 --overcommit", "--ntasks=16": "--ntasks=2",
+        # any free ports: other clusters run on this machine
+        "dask scheduler": "dask scheduler --port 0 --dashboard-address 127.0.0.1:0",
+        "/scratch/me/geno.vcz -k 10": "x.zarr -k 2", "--min-workers 16": "--min-workers 2",
+        "/scratch/me/pca.zarr": "r.zarr"}))
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    job = slurm.run("sbatch", "--parsable", f"--chdir={tmp_path}", f"--export=ALL,PATH={path}",
+                    f"--output={tmp_path / 'job.out'}", str(script)).strip().split(";")[0]
+    slurm.wait_for(lambda: job not in slurm.jobs(), f"the batch job {job} ending", JOB_TIMEOUT)
+    log = (tmp_path / "job.out").read_text()
+    assert (tmp_path / "r.zarr").exists(), log
+    res = Result.load(tmp_path / "r.zarr")
+    assert res.attrs["runtime"] == "dask" and len(res.attrs["workers"]) == 2
+    local = fit_pca(X, 2, runtime="local", n_workers=2, method="block", rng=0)
+    np.testing.assert_allclose(res.fitted["components"], local.fitted["components"],
+                               atol=1e-8)
