@@ -152,3 +152,71 @@ def test_a_whole_run_as_one_batch_job_with_a_scheduler_file(slurm: Any, tmp_path
     local = fit_pca(X, 2, runtime="local", n_workers=2, method="block", rng=0)
     np.testing.assert_allclose(res.fitted["components"], local.fitted["components"],
                                atol=1e-8)
+
+
+def test_the_hpc_page_runs_on_slurm(slurm: Any, tmp_path: Path, vcz_path: Path) -> None:
+    """docs/hpc.md's blocks, as the page gives them but sized for this node (one-core jobs,
+    two of them) and with this machine's paths: ``cluster.py`` starts a SLURMCluster and
+    keeps it up; the Python block and the command line run a block PCA of a VCF Zarr store
+    on its jobs, and the resume block carries on from the checkpoint the command left;
+    Ctrl-C to ``cluster.py`` cancels the jobs."""
+    import signal
+    import subprocess
+
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, **slurm.env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    sized = {"/scratch/me/geno.vcz": str(vcz_path), "/scratch/me/": f"{tmp_path}/"}
+    (tmp_path / "cluster.py").write_text(_replaced(_page_block("# cluster.py"), {
+        "cores=4, processes=4": "cores=1, processes=1", '"16GB"': '"1GB"',
+        "~/venvs/pca/bin/activate": str(bin_dir / "activate"),
+        "minimum_jobs=4, maximum_jobs=4": "minimum_jobs=2, maximum_jobs=2"}))
+    cluster = subprocess.Popen([sys.executable, "cluster.py"], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    address = tmp_path / "scheduler-address"
+    try:
+        slurm.wait_for(lambda: address.exists() or cluster.poll() is not None,
+                       "cluster.py writing scheduler-address", JOB_TIMEOUT)
+        assert cluster.poll() is None, cluster.communicate()[0]
+        (tmp_path / "fit.py").write_text(_replaced(_page_block("ds.fit_pca("), {
+            **sized, '", 10,': '", 3,', "min_workers=16": "min_workers=2"}))
+        python_block = subprocess.run([sys.executable, "fit.py"], cwd=tmp_path, env=env,
+                                      capture_output=True, text=True, timeout=JOB_TIMEOUT)
+        assert python_block.returncode == 0, python_block.stderr
+        # the same run from the command line (its own folder: the checkpoint stays), then
+        # resumed from the checkpoint it left
+        (tmp_path / "cli").mkdir()
+        sized["/scratch/me/"] = f"{tmp_path}/cli/"
+        for marker, extra in [("--checkpoint /scratch/me/pca.ckpt", {}),
+                              ("--resume /scratch/me/pca.ckpt",
+                               {"--out /scratch/me/pca.zarr": "--out resumed.zarr"})]:
+            command = _replaced(_page_block(marker), {
+                **extra, **sized, "-k 10": "-k 3", "--min-workers 16": "--min-workers 2"})
+            cli = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
+                                 capture_output=True, text=True, timeout=JOB_TIMEOUT)
+            assert cli.returncode == 0, cli.stderr
+        jobs = slurm.jobs()
+        assert len(jobs) == 2 and set(jobs.values()) == {"RUNNING"}, jobs
+    finally:
+        cluster.send_signal(signal.SIGINT)  # the page's Ctrl-C
+        try:
+            cluster.wait(timeout=JOB_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            cluster.kill()
+    slurm.wait_for(lambda: not slurm.jobs(), "cluster.py's jobs leaving the queue", JOB_TIMEOUT)
+    from daskstraggle.trace import Result
+
+    python_res, cli_res, resumed = (Result.load(tmp_path / name) for name in (
+        "pca.zarr", "cli/pca.zarr", "resumed.zarr"))
+    assert python_res.converged and cli_res.converged and resumed.converged
+    assert len(python_res.attrs["workers"]) == len(cli_res.attrs["workers"]) == 2
+    assert resumed.attrs["resumed_at_iteration"] == cli_res.n_iter
+    for res in (cli_res, resumed):
+        np.testing.assert_allclose(res.fitted["explained_variance"],
+                                   python_res.fitted["explained_variance"], rtol=1e-8)
+    # the page's settings for a slow queue take effect as written
+    exports = _page_block("DASK_DASKSTRAGGLE__TIMEOUTS__MIN_WORKERS")
+    read = ("import daskstraggle.config as c; "
+            "print(c.seconds('timeouts.min-workers'), c.seconds('timeouts.no-worker'))")
+    shown = subprocess.run(["bash", "-c", f"{exports}\n{sys.executable} -c \"{read}\""],
+                           capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    assert shown.stdout.split() == ["3600.0", "1800.0"], shown
