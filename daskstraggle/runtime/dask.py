@@ -72,6 +72,7 @@ from daskstraggle.runtime._membership import (
     RetirementNews,
     retired_before_leaving,
     wait_for_any_worker,
+    wait_for_workers_or_jobs,
 )
 from daskstraggle.runtime._partitions import PartitionStore
 from daskstraggle.runtime._resilience import (
@@ -407,7 +408,9 @@ class DaskRuntime(Runtime):
 
     def _wait_for_workers(self, timeout: float) -> list[str]:
         """Return the workers' addresses, waiting up to ``timeout`` s for the first one
-        (or ``min_workers_timeout`` s for ``min_workers``)."""
+        (or ``min_workers_timeout`` s for ``min_workers``); a batch job of the client's
+        dask-jobqueue cluster that ends before its worker joins ends the wait at once, in
+        one line naming the job's log."""
         workers = worker_addresses(self.client)
         wanted = self._min_workers or 1
         if len(workers) >= wanted:
@@ -415,7 +418,7 @@ class DaskRuntime(Runtime):
         if self._min_workers is not None:
             logger.warning("waiting for %d workers (%d up)", wanted, len(workers))
             try:
-                self.client.wait_for_workers(wanted, timeout=self._min_workers_timeout)
+                wait_for_workers_or_jobs(self.client, wanted, self._min_workers_timeout)
             except TimeoutError:
                 raise ClusterConnectionError(
                     f"Only {len(worker_addresses(self.client))} of the {wanted} workers asked "
@@ -425,7 +428,7 @@ class DaskRuntime(Runtime):
                 ) from None
             return worker_addresses(self.client)
         try:
-            self.client.wait_for_workers(1, timeout=timeout)
+            wait_for_workers_or_jobs(self.client, 1, timeout)
         except TimeoutError:
             address = self.client.scheduler.address
             raise ClusterConnectionError(
