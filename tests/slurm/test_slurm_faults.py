@@ -10,18 +10,22 @@ one bounded line. Every wait is bounded and fails in one line naming the logs.
 
 from __future__ import annotations
 
+import functools
+import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dask
 import numpy as np
 import pytest
 
 from daskstraggle import fit_pca
-from daskstraggle.errors import ClusterConnectionError
+from daskstraggle.errors import ClusterConnectionError, StraggleWarning, WorkerLostError
 from daskstraggle.runtime import _membership
 from daskstraggle.runtime.checkpoint import load_checkpoint
 
@@ -41,10 +45,15 @@ def _matrix() -> np.ndarray:
     return rng.normal(size=(2000, 10)) * np.linspace(3.0, 1.0, 10)
 
 
+@functools.cache
+def _clean(max_iter: int = RUN["max_iter"]) -> Any:
+    """The run in this process (two workers' partitions), the answer every fault keeps."""
+    return fit_pca(_matrix(), runtime="local", n_workers=2, **{**RUN, "max_iter": max_iter})
+
+
 @pytest.fixture(scope="module")
 def clean() -> Any:
-    """The run in this process (two workers' partitions), the answer every fault keeps."""
-    return fit_pca(_matrix(), runtime="local", n_workers=2, **RUN)
+    return _clean()
 
 
 @dataclass
@@ -136,6 +145,41 @@ def _joined(jobs: Jobs, thread: threading.Thread, out: dict[str, Any]) -> Any:
     return out["result"]
 
 
+def _at_iteration(jobs: Jobs, checkpoint: Path, iteration: int, fault: Callable[[], object]
+                  ) -> tuple[threading.Thread, dict[str, Any]]:
+    """In a thread: once the run checkpointed ``iteration``, do ``fault()`` (at most
+    JOB_TIMEOUT s later: else the thread records that the run never got there)."""
+    def act() -> object:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while _iteration(checkpoint) < iteration:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the run did not reach iteration {iteration} within "
+                                   f"{JOB_TIMEOUT} s (job logs in {jobs.logs})")
+            time.sleep(0.05)
+        return fault()
+    return _in_thread(act)
+
+
+def _done(thread: threading.Thread, out: dict[str, Any]) -> Any:
+    """The fault thread's result, once it ended (bounded); its error raised here."""
+    thread.join(JOB_TIMEOUT)
+    assert not thread.is_alive(), "the fault thread did not end"
+    if "error" in out:
+        raise out["error"]
+    return out.get("result")
+
+
+def _run(jobs: Jobs, checkpoint: Path, **kwargs: Any) -> Any:
+    """The PCA on the cluster's jobs, checkpointed every iteration (how the faults time
+    themselves), its straggler delays making each round ~0.3 s."""
+    return fit_pca(_matrix(), client=jobs.client, min_workers=2, stragglers=SLOW,
+                   checkpoint=checkpoint, checkpoint_iterations=1, **{**RUN, **kwargs})
+
+
+def _kinds(res: Any) -> list[str]:
+    return [move["kind"] for move in res.attrs.get("worker_losses", [])]
+
+
 def _same_answer(res: Any, clean: Any) -> None:
     assert res.n_iter == clean.n_iter
     np.testing.assert_allclose(res.fitted["components"], clean.fitted["components"],
@@ -213,3 +257,141 @@ def test_a_job_whose_worker_cannot_start_is_one_line_naming_its_log(jobs: Jobs, 
     assert f"see its log {log} and " in line and log.exists(), line
     assert line.endswith("Check the log and fix the job script (cluster.job_script(): "
                          "job_script_prologue, python, the environment)."), line
+
+
+# --- a. scancel -------------------------------------------------------------------------
+
+def test_scancel_of_one_job_is_a_loss_and_the_run_ends_on_the_clean_answer(
+        jobs: Jobs, clean: Any, tmp_path: Path):
+    ids = jobs.start(2)
+    ck = tmp_path / "run.ckpt"
+    fault = _at_iteration(jobs, ck, 3, lambda: jobs.slurm.run("scancel", ids[1]))
+    with pytest.warns(StraggleWarning, match="left the cluster"):
+        res = _run(jobs, ck)
+    _done(*fault)
+    assert _kinds(res) == ["lost"], res.attrs["worker_losses"]
+    _same_answer(res, clean)
+
+
+def test_scancel_of_every_job_ends_in_the_checkpoint_line_then_resume_is_clean(
+        jobs: Jobs, clean: Any, tmp_path: Path):
+    ids = jobs.start(2)
+    ck = tmp_path / "run.ckpt"
+    fault = _at_iteration(jobs, ck, 3, lambda: jobs.slurm.run("scancel", *ids))
+    # no job is resubmitted: the run waits timeouts.no-worker for a worker, then ends
+    with dask.config.set({"daskstraggle.timeouts.no-worker": "5s"}), \
+            pytest.raises(WorkerLostError) as raised:
+        _run(jobs, ck)
+    _done(*fault)
+    done = load_checkpoint(ck)["iteration"]
+    assert 3 <= done < RUN["max_iter"]
+    line = str(raised.value)
+    assert "\n" not in line
+    assert line.startswith("Every worker left the cluster and none joined within 5 s"), line
+    assert line.endswith(f" and continue from the last checkpoint (after iteration {done}): "
+                         f"--resume {str(ck)!r} (API: resume=)."), line
+    # new jobs, the same number of workers: the resumed run ends on the clean answer
+    assert not set(jobs.start(2)) & set(ids)
+    res = fit_pca(_matrix(), client=jobs.client, min_workers=2, resume=ck, **RUN)
+    assert not _kinds(res)
+    _same_answer(res, clean)
+
+
+# --- c. adapt resubmits a job that ended ------------------------------------------------
+
+def test_adapt_resubmits_a_cancelled_job_and_its_worker_takes_the_index_back(
+        jobs: Jobs, tmp_path: Path):
+    ids = jobs.start(2)
+    ck = tmp_path / "run.ckpt"
+    clean = _clean(80)
+    # adapt resubmits a job once its worker has been gone lost-worker-timeout (15 s)
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "1s"}):
+        adaptive = jobs.cluster.adapt(minimum_jobs=2, maximum_jobs=2)
+        try:
+            fault = _at_iteration(jobs, ck, 3, lambda: jobs.slurm.run("scancel", ids[1]))
+            with pytest.warns(StraggleWarning, match="left the cluster"):
+                res = _run(jobs, ck, max_iter=80)
+            _done(*fault)
+            new = set(jobs.ids()) - set(ids)
+        finally:
+            adaptive.stop()
+    assert len(new) == 1, jobs.ids()  # a new SLURM job
+    moves = res.attrs["worker_losses"]
+    assert _kinds(res) == ["lost", "adopted"], moves
+    # the newcomer took back the index the cancelled job's worker had
+    assert moves[1]["worker_index"] == moves[0]["worker_index"], moves
+    assert moves[1]["moved_to"] not in {moves[0]["lost"], moves[0]["moved_to"]}, moves
+    _same_answer(res, clean)
+
+
+# --- d. preemption (requeue), and a job held in the queue --------------------------------
+
+def test_a_requeued_job_is_a_loss_and_its_restart_takes_the_index_back(
+        jobs: Jobs, tmp_path: Path):
+    ids = jobs.start(2)
+    ck = tmp_path / "run.ckpt"
+    clean = _clean(80)
+
+    def preempt() -> None:
+        jobs.slurm.run("scontrol", "requeue", ids[1])  # killed, back in the queue
+        # SLURM holds a requeued job 120 s (BeginTime): as a preemption's job, it may
+        # start again at once
+        jobs.wait_for(lambda: jobs.slurm.jobs().get(ids[1]) == "PENDING",
+                      f"job {ids[1]} requeued")
+        jobs.slurm.run("scontrol", "update", f"JobId={ids[1]}", "StartTime=now")
+
+    fault = _at_iteration(jobs, ck, 3, preempt)
+    with pytest.warns(StraggleWarning, match="left the cluster"):
+        res = _run(jobs, ck, max_iter=80)
+    _done(*fault)
+    assert set(jobs.ids()) == set(ids)  # the same SLURM job, started again
+    assert _kinds(res) == ["lost", "adopted"], res.attrs["worker_losses"]
+    _same_answer(res, clean)
+
+
+class _Said(logging.Handler):
+    """Set an event when a log record's message starts with ``prefix``."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix, self.event = prefix, threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith(self.prefix):
+            self.event.set()
+
+
+def test_min_workers_waits_for_a_held_job_and_the_run_starts_once_it_joins(
+        jobs: Jobs, clean: Any, tmp_path: Path):
+    ids = jobs.start(2)
+    node = jobs.slurm.node
+    ck = tmp_path / "run.ckpt"
+    # a third job that stays in the queue: submitted while the node takes no new job,
+    # then held (scontrol hold acts on pending jobs)
+    jobs.slurm.run("scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=test")
+    try:
+        jobs.cluster.scale(jobs=3)
+        jobs.wait_for(lambda: len(jobs.ids()) == 3, "the third job submitted")
+        (held,) = set(jobs.ids()) - set(ids)
+        jobs.slurm.run("scontrol", "hold", held)
+    finally:
+        jobs.slurm.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+    said = _Said("waiting for 3 workers")
+    logging.getLogger("daskstraggle.runtime.dask").addHandler(said)
+
+    def release() -> int:
+        if not said.event.wait(JOB_TIMEOUT):
+            raise TimeoutError("the run did not wait for 3 workers")
+        assert jobs.slurm.jobs()[held] == "PENDING"
+        jobs.slurm.run("scontrol", "release", held)
+        return _iteration(ck)  # the run's progress when the job was released
+
+    fault = _in_thread(release)
+    try:
+        res = fit_pca(_matrix(), client=jobs.client, min_workers=3, checkpoint=ck,
+                      checkpoint_iterations=1, **RUN)
+    finally:
+        logging.getLogger("daskstraggle.runtime.dask").removeHandler(said)
+    assert _done(*fault) == -1  # nothing ran while the job was held
+    assert jobs.n_workers() == 3 and not _kinds(res)
+    _same_answer(res, clean)
