@@ -7,9 +7,9 @@ one, or another test run's): it stops exactly the processes it started, and remo
 folder. The client commands (``sbatch``, ``squeue``, ``scancel``, ``scontrol``, and
 dask-jobqueue's calls of them) find it through ``SLURM_CONF``, set for the session.
 
-Every SLURM test is in ONE file, ``test_slurm.py``: the suite runs with ``pytest -n 2
---dist loadfile``, which keeps a file on one xdist worker, so one SLURM starts per run.
-(Two starts at once would not clash anyway: each has its own ports, socket and folders.)
+The suite runs with ``pytest -n 2 --dist loadfile``, which keeps a file on one xdist worker:
+each xdist worker that runs a file of this folder starts its own SLURM (at most two per run;
+they do not clash: each has its own ports, socket and folders).
 
 Where SLURM cannot be started (not root, the Debian packages ``slurm-wlm`` and ``munge``
 not installed) the tests skip with one reason; with ``CI=true`` they fail instead.

@@ -1,8 +1,6 @@
 """daskstraggle on a real one-node SLURM (the ``slurm`` fixture of ``conftest.py``).
 
-Every SLURM test is in this ONE file: the suite runs with ``pytest -n 2 --dist loadfile``,
-which runs a file's tests on one xdist worker, so the session's SLURM starts once per run.
-Add SLURM tests here, not in new files of this folder.
+The faults a batch system makes are in ``test_slurm_faults.py``.
 
 The workers are real ``dask worker`` processes started by dask-jobqueue's ``SLURMCluster``
 as SLURM batch jobs. Every wait is bounded and fails in one line naming the logs.
