@@ -365,7 +365,8 @@ class Runtime(ABC):
 
     def _lost(self, err: BaseException) -> StraggleError | None:
         """The one-line error to raise instead of ``err`` when ``err`` means the cluster
-        is gone (e.g. the scheduler), else None: ``err`` propagates as it is."""
+        is gone (e.g. the scheduler), else None: ``err`` propagates as it is. Called before
+        the run's clean-up, which then does not wait on a cluster that is gone."""
         return None
 
     def _after_step(self) -> None:  # noqa: B027 - optional hook

@@ -673,6 +673,7 @@ class DaskRuntime(Runtime):
         the scheduler does not answer, or any error once the client closed itself (it
         does after failing to reconnect within its timeout)."""
         if isinstance(err, SchedulerLostError):
+            self._scheduler_lost = True  # (the clean-up must not wait on it)
             return None  # already said
         if self.client.status in ("closing", "closed"):
             self._scheduler_lost = True

@@ -267,40 +267,43 @@ def drive(runtime: Runtime, program: Generator[Instruction, Event | None, Conclu
     load_duration = 0.0
     reply: Event | None = None
     try:
-        while True:
-            try:
-                instruction = program.send(reply)
-            except StopIteration as done:
-                return done.value, load_duration
-            kind, reply = type(instruction), None
-            if kind is RecordRow:
-                assert rounds is not None
-                _record_row(runtime, cast(RecordRow, instruction), rounds.session.recorder, bar,
-                            progress=progress)
-            elif kind is Load:
-                t_load = time.perf_counter()
-                stats = runtime._load(matrix, cast(Load, instruction).placement)
-                load_duration = time.perf_counter() - t_load
-                refuse_no_calls(stats, matrix)
-                reply = Loaded(stats=stats, time=runtime._clock(),
-                               stimulus_id=runtime._new_stimulus_id("loaded"))
-            elif kind is Compute:
-                compute = cast(Compute, instruction)
-                reply = Computed(value=compute.fn(runtime._map_reduce, *compute.args),
-                                 time=runtime._clock(),
-                                 stimulus_id=runtime._new_stimulus_id("computed"))
-            elif kind is StartRounds:
-                bar = _start_rounds(runtime, cast(StartRounds, instruction), stop=stop,
-                                    progress=progress)
-                rounds = cast(StartRounds, instruction)  # (begun: to be undone)
-                reply = Begin(time=runtime._clock(), stimulus_id=runtime._new_stimulus_id("begin"))
-            elif kind is EndRounds:
-                _end_rounds(runtime, rounds, bar)
-                rounds = None
-            else:
-                reply = execute(kind)(runtime, instruction, rounds and rounds.work,
-                                      rounds and rounds.session.problem,
-                                      rounds and rounds.session)
+        with _cluster_errors(runtime):  # (before the clean-up: it must not wait on a
+            # cluster that is gone)
+            while True:
+                try:
+                    instruction = program.send(reply)
+                except StopIteration as done:
+                    return done.value, load_duration
+                kind, reply = type(instruction), None
+                if kind is RecordRow:
+                    assert rounds is not None
+                    _record_row(runtime, cast(RecordRow, instruction), rounds.session.recorder, bar,
+                                progress=progress)
+                elif kind is Load:
+                    t_load = time.perf_counter()
+                    stats = runtime._load(matrix, cast(Load, instruction).placement)
+                    load_duration = time.perf_counter() - t_load
+                    refuse_no_calls(stats, matrix)
+                    reply = Loaded(stats=stats, time=runtime._clock(),
+                                   stimulus_id=runtime._new_stimulus_id("loaded"))
+                elif kind is Compute:
+                    compute = cast(Compute, instruction)
+                    reply = Computed(value=compute.fn(runtime._map_reduce, *compute.args),
+                                     time=runtime._clock(),
+                                     stimulus_id=runtime._new_stimulus_id("computed"))
+                elif kind is StartRounds:
+                    bar = _start_rounds(runtime, cast(StartRounds, instruction), stop=stop,
+                                        progress=progress)
+                    rounds = cast(StartRounds, instruction)  # (begun: to be undone)
+                    reply = Begin(time=runtime._clock(),
+                                  stimulus_id=runtime._new_stimulus_id("begin"))
+                elif kind is EndRounds:
+                    _end_rounds(runtime, rounds, bar)
+                    rounds = None
+                else:
+                    reply = execute(kind)(runtime, instruction, rounds and rounds.work,
+                                          rounds and rounds.session.problem,
+                                          rounds and rounds.session)
     finally:
         program.close()  # (its own clean-up: the load balancing loop)
         if rounds is not None:

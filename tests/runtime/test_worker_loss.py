@@ -324,6 +324,47 @@ def test_a_client_that_gave_up_reconnecting_reads_as_a_lost_scheduler(data):
             proc.wait()
 
 
+def test_a_scheduler_lost_anywhere_in_the_run_spares_the_clean_up_its_wait(
+        dask_client, data, monkeypatch):
+    # wherever the run meets the lost scheduler (here: sending the 5th unit), the clean-up
+    # knows it before it runs, and does not try to remove the injector from a scheduler
+    # that is gone (a 10 s connect timeout, then a second stderr line, seen in CI)
+    from daskstraggle.errors import SchedulerLostError
+    from daskstraggle.runtime import inject
+
+    removed: list[str] = []
+    real_remove = inject.remove_injector
+    monkeypatch.setattr(inject, "remove_injector", lambda client, name: removed.append(name))
+    rt = DaskRuntime(dask_client, stragglers="gamma(mean=0.001, var=1e-8)", rng=0)
+    submit, sent = rt._submit, []
+
+    def lost_on_the_fifth(unit, problem):
+        sent.append(unit)
+        if len(sent) == 5:
+            raise SchedulerLostError("Lost the connection to the Dask scheduler (test)")
+        submit(unit, problem)
+
+    monkeypatch.setattr(rt, "_submit", lost_on_the_fifth)
+    try:
+        with pytest.raises(SchedulerLostError, match="test"):
+            run_on(rt, GD(), PCA(n_components=2), data, stop=StopRule(max_iter=5, tol=None),
+                   rng=0)
+        assert removed == []  # the clean-up did not wait on the (supposedly) lost scheduler
+    finally:
+        for name in inject_names(dask_client):  # it is not lost: leave the cluster clean
+            real_remove(dask_client, name)
+        rt.close()
+
+
+def inject_names(client) -> list[str]:
+    """The straggler injectors installed on ``client``'s workers."""
+    from daskstraggle.runtime.inject import INJECTOR_PREFIX
+
+    plugins = client.run(lambda dask_worker: list(dask_worker.plugins))
+    return sorted({n for names in plugins.values() for n in names
+                   if n.startswith(INJECTOR_PREFIX)})
+
+
 def test_a_killed_client_leaves_no_injector_on_a_shared_cluster(fault_cluster):
     from distributed import Client
 
