@@ -21,11 +21,13 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,6 +107,19 @@ class Slurm:
     def node_state(self) -> str:
         """Return the node's state as ``sinfo`` gives it (``idle``, ``mix``, ``down*``, ...)."""
         return self.run("sinfo", "--noheader", "--Node", "--format=%t").strip()
+
+    def dask_cluster(self, folder: Path, *, walltime: str = "00:10:00", **kwargs: Any) -> Any:
+        """A dask-jobqueue ``SLURMCluster`` of one-core, one-worker jobs on this SLURM, its
+        jobs' logs in ``folder / "logs"`` and their working folder ``folder``; the
+        scheduler (in this process) and the workers meet on the loopback."""
+        from dask_jobqueue import SLURMCluster
+
+        return SLURMCluster(
+            cores=1, processes=1, memory="1GB", walltime=walltime, queue=self.partition,
+            python=sys.executable, log_directory=str(folder / "logs"),
+            job_extra_directives=[f"--chdir={folder}"],
+            scheduler_options={"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"},
+            **kwargs)
 
     def wait_for(self, condition: Callable[[], object], what: str, timeout: float) -> None:
         """Poll ``condition()`` every 0.1 s for at most ``timeout`` s; else fail the test in

@@ -53,7 +53,6 @@ def _aligned(components: np.ndarray, reference: np.ndarray) -> np.ndarray:
 def test_fit_pca_on_slurmcluster_jobs_is_exact(slurm: Any, tmp_path: Path) -> None:
     """Two one-core SLURM jobs, each running a ``dask worker``: a block PCA on them ends on
     numpy's SVD and on the in-process run of the same method (to 1e-8)."""
-    from dask_jobqueue import SLURMCluster
     from distributed import Client
 
     from daskstraggle import fit_pca
@@ -61,13 +60,7 @@ def test_fit_pca_on_slurmcluster_jobs_is_exact(slurm: Any, tmp_path: Path) -> No
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, 8)) * np.linspace(4.0, 1.0, 8)
 
-    cluster = SLURMCluster(
-        cores=1, processes=1, memory="1GB", walltime="00:10:00", queue=slurm.partition,
-        python=sys.executable, log_directory=str(tmp_path / "logs"),
-        job_extra_directives=[f"--chdir={tmp_path}"],
-        # the scheduler (in this process) and the jobs' workers meet on the loopback
-        scheduler_options={"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"},
-    )
+    cluster = slurm.dask_cluster(tmp_path)
     client = Client(cluster, set_as_default=False)
     job_ids: list[str] = []
     try:

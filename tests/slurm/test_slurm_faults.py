@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -95,16 +94,10 @@ class Jobs:
 
 @pytest.fixture(scope="module")
 def jobs(slurm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
-    from dask_jobqueue import SLURMCluster
     from distributed import Client
 
     root = tmp_path_factory.mktemp("slurm-faults")
-    cluster = SLURMCluster(
-        cores=1, processes=1, memory="1GB", walltime="00:30:00", queue=slurm.partition,
-        python=sys.executable, log_directory=str(root / "logs"),
-        job_extra_directives=[f"--chdir={root}"],
-        scheduler_options={"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"},
-    )
+    cluster = slurm.dask_cluster(root, walltime="00:30:00")
     client = Client(cluster, set_as_default=False)
     try:
         yield Jobs(slurm, cluster, client, root)
