@@ -8,12 +8,10 @@ once ``ready()`` (and ``collect_window`` of the round's time later) the runtime 
 """
 from __future__ import annotations
 
-import functools
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -106,20 +104,6 @@ class WorkResult:
     final: bool = True
 
 
-def check_plain(result: WorkResult, *, caller: str) -> KernelResult:
-    """Return ``result.result``, the single kernel sum of an uncoded unit's result.
-
-    Raises
-    ------
-    InvalidParameterError
-        If ``result`` holds a coded unit's messages (a tuple of kernel sums), naming
-        ``caller``.
-    """
-    if isinstance(result.result, tuple):
-        raise InvalidParameterError(f"{caller} takes plain (uncoded) results.")
-    return result.result
-
-
 @dataclass(frozen=True, slots=True)
 class RoundSummary:
     """What a method knows when it is ready to step.
@@ -207,22 +191,6 @@ def check_oversampling(method: Method, problem: Problem) -> None:
         )
 
 
-M = TypeVar("M", bound="Method")
-
-
-def cached_summary(build: Callable[[M], RoundSummary]) -> Callable[[M], RoundSummary]:
-    """Make ``build`` a method's :meth:`Method.summary`, kept in ``self._summary`` until
-    the method sets that back to None (a new result, a step)."""
-
-    @functools.wraps(build)
-    def summary(self: M) -> RoundSummary:
-        if self._summary is None:
-            self._summary = build(self)
-        return self._summary
-
-    return summary
-
-
 class Method(ABC):
     """Abstract base of the optimisation policies.
 
@@ -255,8 +223,12 @@ class Method(ABC):
     #: The parameters the ``daskstraggle`` solve commands expose for this method
     #: (:mod:`daskstraggle.methods.options`).
     cli_options: ClassVar[tuple[MethodOption, ...]] = ()
-    #: This round's summary once built (:func:`cached_summary`); None until then.
+    #: This round's summary once built (:meth:`summary`); None until then.
     _summary: RoundSummary | None = None
+    #: Partitions each worker index stores, and the rows of each partition (None: not
+    #: given), set by :meth:`start`.
+    _placement: Placement
+    _partition_rows: list[int] | None = None
     #: Iterate version (steps taken), set by :meth:`start` and :meth:`step`.
     _version: int = 0
     #: The bound problem of the current run (None before :meth:`start`).
@@ -327,9 +299,9 @@ class Method(ABC):
 
     def start(self, problem: Problem, iterate: np.ndarray, placement: Placement, *,
               step_size: float, partition_rows: list[int] | None = None) -> None:
-        """Reset the run state: check and keep ``problem``, the step size and a float64 copy
-        of ``iterate`` (version 0, no summary, no momentum, nothing dropped), then
-        :meth:`_reset` the method's own state.
+        """Reset the run state: check and keep ``problem``, the placement, the partition rows,
+        the step size and a float64 copy of ``iterate`` (version 0, no summary, no momentum,
+        nothing dropped), then :meth:`_reset` the method's own state.
 
         Parameters
         ----------
@@ -347,17 +319,19 @@ class Method(ABC):
         """
         self.check_problem(problem)
         self._problem = problem
+        self._placement = placement
+        self._partition_rows = partition_rows
         self._step_size = float(step_size)
         self._x = np.array(iterate, dtype=np.float64)
         self._version = 0
         self._summary = None
         self._momentum = None
         self._dropped = 0
-        self._reset(placement, partition_rows)
+        self._reset()
 
     @abstractmethod
-    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
-        """Set the method's own run state for ``placement`` (arguments as :meth:`start`)."""
+    def _reset(self) -> None:
+        """Set the method's own run state for :attr:`_placement`."""
 
     @abstractmethod
     def dispatch(self, worker_index: int) -> WorkUnit | None:
@@ -371,9 +345,17 @@ class Method(ABC):
     def ready(self) -> bool:
         """Return whether enough results arrived to step."""
 
-    @abstractmethod
     def summary(self) -> RoundSummary:
-        """Return the round's evaluated point, kernel sum and counts (when ready)."""
+        """Return the round's evaluated point, kernel sum and counts (when ready), built by
+        :meth:`_summarise` once and kept until a new result or a step sets ``_summary``
+        back to None."""
+        if self._summary is None:
+            self._summary = self._summarise()
+        return self._summary
+
+    @abstractmethod
+    def _summarise(self) -> RoundSummary:
+        """Build this round's :meth:`summary`."""
 
     @abstractmethod
     def step(self) -> None:
@@ -405,29 +387,31 @@ class Method(ABC):
         else:
             self._x = self._momentum.step(self._problem, gradient, objective, self._step_size)
 
-    def _worker_rows_of(self, placement: Placement, partition_rows: list[int] | None) -> list[int]:
-        """Set ``_worker_rows`` (rows each worker index stores) and ``_total_rows``;
-        return ``partition_rows``.
-
-        Raises
-        ------
-        InvalidParameterError
-            If ``partition_rows`` is None (the runtime did not pass it).
-        """
+    def _worker_rows_of(self) -> list[int]:
+        """Set ``_worker_rows`` (rows each worker index stores) and ``_total_rows``; return
+        the partition rows. InvalidParameterError if the runtime did not pass them."""
+        partition_rows = self._partition_rows
         if partition_rows is None:
             raise InvalidParameterError(
                 f"{type(self).__name__} needs the partition row counts from the runtime.")
-        self._worker_rows = [sum(partition_rows[p] for p in parts) for parts in placement]
+        self._worker_rows = [sum(partition_rows[p] for p in parts) for parts in self._placement]
         self._total_rows = sum(partition_rows)
         return partition_rows
 
+    def _plain(self, result: WorkResult) -> KernelResult:
+        """Return ``result.result``; InvalidParameterError naming the method if it holds a
+        coded unit's messages (a tuple of kernel sums)."""
+        if isinstance(result.result, tuple):
+            raise InvalidParameterError(f"{type(self).__name__} takes plain (uncoded) results.")
+        return result.result
+
     def _plain_sum(self, results: dict[int, WorkResult]) -> KernelResult:
         """Return the sum of the non-empty ``results`` in worker index order (so it does
-        not depend on arrival order), each checked by :func:`check_plain`."""
+        not depend on arrival order), each checked by :meth:`_plain`."""
         order = sorted(results)
-        total = check_plain(results[order[0]], caller=type(self).__name__)
+        total = self._plain(results[order[0]])
         for i in order[1:]:
-            total = total + check_plain(results[i], caller=type(self).__name__)
+            total = total + self._plain(results[i])
         return total
 
     def _next_version(self, *cleared: Any) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from daskstraggle._validation import check_int
-from daskstraggle.methods.base import Placement, RoundSummary, WorkUnit, cached_summary
+from daskstraggle.methods.base import RoundSummary, WorkUnit
 from daskstraggle.methods.coded import CodedSum
 from daskstraggle.problems._linalg import orthonormalize
 from daskstraggle.problems.base import KernelResult
@@ -79,10 +79,10 @@ class BlockKrylov(CodedSum):
         self.max_blocks = check_int(max_blocks, name="max_blocks", caller="BlockKrylov",
                                     low=3)
 
-    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
+    def _reset(self) -> None:
         """The first block is the iterate plus random columns up to ``b`` (the iterate
         already has ``k + p`` columns when the problem oversamples)."""
-        super()._reset(placement, partition_rows)
+        super()._reset()
         d, width = self._x.shape
         problem = self._problem
         assert isinstance(problem, PCA)  # check_problem refused the others
@@ -121,8 +121,7 @@ class BlockKrylov(CodedSum):
         return WorkUnit(unit.worker_index, unit.partitions, self._block, unit.version,
                         coefficients=unit.coefficients)
 
-    @cached_summary
-    def summary(self) -> RoundSummary:
+    def _summarise(self) -> RoundSummary:
         """Extend the basis by the decoded block product; return the top ``k`` Ritz pairs
         ``V`` with ``X_c^T X_c V`` (exact to rounding), and in its extras the basis size and
         ``next_ritz_value``, the ``(k + 1)``-th Ritz value

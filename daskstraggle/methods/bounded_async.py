@@ -3,15 +3,7 @@
 from __future__ import annotations
 
 from daskstraggle._validation import check_choice, check_int
-from daskstraggle.methods.base import (
-    Method,
-    Placement,
-    RoundSummary,
-    WorkResult,
-    WorkUnit,
-    cached_summary,
-    check_plain,
-)
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
 from daskstraggle.methods.options import MethodOption
 from daskstraggle.problems.base import Problem
 
@@ -89,9 +81,8 @@ class BoundedAsync(Method):
         many versions."""
         return max(int(n_workers), 1)
 
-    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
-        self._worker_rows_of(placement, partition_rows)
-        self._placement = placement
+    def _reset(self) -> None:
+        self._worker_rows_of()
         self._pending: list[WorkResult] = []
         self._choice: WorkResult | None = None
         self.applied_delays: list[int] = []
@@ -115,7 +106,7 @@ class BoundedAsync(Method):
 
     def receive(self, result: WorkResult) -> None:
         """Buffer the update (dropped at once if already over the delay bound)."""
-        check_plain(result, caller="BoundedAsync")
+        self._plain(result)
         self._pending.append(result)
         self._expire()
         self._summary = None
@@ -136,9 +127,8 @@ class BoundedAsync(Method):
                 self._choice = min(pool, key=lambda r: (self._delay(r), self._pending.index(r)))
         return self._choice
 
-    @cached_summary
-    def summary(self) -> RoundSummary:
-        """Return the chosen update's scaled kernel sum (the point is the current iterate)."""
+    def _summarise(self) -> RoundSummary:
+        """The chosen update's scaled kernel sum (the point is the current iterate)."""
         assert self.ready()
         chosen = self._pick()
         i = chosen.unit.worker_index

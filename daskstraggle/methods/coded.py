@@ -10,15 +10,7 @@ import numpy as np
 from daskstraggle._validation import check_bool, check_int
 from daskstraggle.coding.base import CodeAssignment, CodingScheme, Coverage, make_scheme
 from daskstraggle.errors import InvalidParameterError, StraggleWarning
-from daskstraggle.methods.base import (
-    Method,
-    Placement,
-    RoundSummary,
-    WorkResult,
-    WorkUnit,
-    cached_summary,
-    contiguous_placement,
-)
+from daskstraggle.methods.base import Method, Placement, RoundSummary, WorkResult, WorkUnit
 from daskstraggle.methods.gd import Nesterov
 from daskstraggle.methods.options import MethodOption
 from daskstraggle.methods.sgd import SGD
@@ -179,8 +171,8 @@ class CodedGD(_DrawsPlacement, Method):
                 StraggleWarning, stacklevel=3)
         return placement
 
-    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
-        assignment = self._drawn(placement)
+    def _reset(self) -> None:
+        assignment = self._drawn(self._placement)
         if self.nesterov:
             self._momentum = Nesterov(self._x)
         self._sent: set[int] = set()
@@ -216,9 +208,8 @@ class CodedGD(_DrawsPlacement, Method):
         """True once the received messages decode to the full gradient."""
         return self._weights is not None
 
-    @cached_summary
-    def summary(self) -> RoundSummary:
-        """Return the decoded exact kernel sum."""
+    def _summarise(self) -> RoundSummary:
+        """The decoded exact kernel sum."""
         return self._summary_of(self._decoded(), **self._responders())
 
     def step(self) -> None:
@@ -292,7 +283,7 @@ class CodedSum(CodedGD):
         """Draw the scheme's placement; uncoded: contiguous runs of the partitions."""
         if self.scheme.name != "uncoded":
             return super().placement(n_partitions, n_workers)
-        placement = contiguous_placement(n_partitions, n_workers)
+        placement = Method.placement(self, n_partitions, n_workers)
         self._assignment = CodeAssignment(
             scheme="uncoded", n_workers=n_workers, n_partitions=n_partitions,
             placement=tuple(placement),
@@ -351,9 +342,9 @@ class IgnoreStragglers(SGD):
                 f"{self.n_stragglers!r} instead."
             )
 
-    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
+    def _reset(self) -> None:
         """Wait for all workers holding data but ``n_stragglers``."""
-        holders = sum(1 for p in placement if p)
+        holders = sum(1 for p in self._placement if p)
         self.check_n_workers(holders)
         self.n_wait = holders - self.n_stragglers
-        super()._reset(placement, partition_rows)
+        super()._reset()

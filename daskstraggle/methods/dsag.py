@@ -3,14 +3,7 @@
 from __future__ import annotations
 
 from daskstraggle.balance.partition import subpartition_bounds
-from daskstraggle.methods.base import (
-    Placement,
-    RoundSummary,
-    WorkResult,
-    WorkUnit,
-    cached_summary,
-    check_plain,
-)
+from daskstraggle.methods.base import RoundSummary, WorkResult, WorkUnit
 from daskstraggle.methods.cache import GradientCache, Ranges
 from daskstraggle.methods.sgd import SGD
 
@@ -55,9 +48,9 @@ class DSAG(SGD):
     description = "sag that also folds in stale results"
     use_stale = True
 
-    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
+    def _reset(self) -> None:
         """An empty cache, every worker at its first subpartition."""
-        super()._reset(placement, partition_rows)
+        super()._reset()
         self._cache = GradientCache(self._total_rows)
         self._n_stale = 0
 
@@ -79,8 +72,7 @@ class DSAG(SGD):
             self._dropped += 1
             return
         kept = self._cache.insert(self._ranges_of(unit), unit.version,
-                                  check_plain(result, caller=type(self).__name__),
-                                  unit.worker_index)
+                                  self._plain(result), unit.worker_index)
         if fresh:
             self._fresh[unit.worker_index] = result
         elif kept:
@@ -89,9 +81,8 @@ class DSAG(SGD):
             self._dropped += 1
         self._summary = None
 
-    @cached_summary
-    def summary(self) -> RoundSummary:
-        """Return the cache's sum scaled by the covered fraction of rows."""
+    def _summarise(self) -> RoundSummary:
+        """The cache's sum scaled by the covered fraction of rows."""
         assert self.ready()
         cache, total = self._cache, self._cache.total()
         assert total is not None

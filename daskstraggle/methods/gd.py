@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from daskstraggle._validation import check_choice
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import Method, RoundSummary, WorkUnit, cached_summary, check_plain
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
-
-if TYPE_CHECKING:
-    from daskstraggle.methods.base import Placement, WorkResult
 
 __all__ = ["GD", "NAG", "Nesterov"]
 
@@ -36,11 +31,10 @@ class GD(Method):
     exact_rounds = True
     dispatch_once_per_version = True
 
-    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
-        self._placement = placement
+    def _reset(self) -> None:
         self._sent: set[int] = set()
         self._results: dict[int, WorkResult] = {}
-        self._n_holding = sum(1 for p in placement if p)  # workers that answer a round
+        self._n_holding = sum(1 for p in self._placement if p)  # workers that answer a round
 
     def dispatch(self, worker_index: int) -> WorkUnit | None:
         """Send the current point to a worker that has not had it yet this round."""
@@ -51,7 +45,7 @@ class GD(Method):
 
     def receive(self, result: WorkResult) -> None:
         """Keep results of the current version; ignore older ones."""
-        check_plain(result, caller=type(self).__name__)
+        self._plain(result)
         if result.unit.version == self._version:
             self._results[result.unit.worker_index] = result
 
@@ -59,9 +53,8 @@ class GD(Method):
         """True once every worker holding data has answered for this version."""
         return len(self._results) == self._n_holding
 
-    @cached_summary
-    def summary(self) -> RoundSummary:
-        """Return the exact kernel sum at the evaluated point (computed once per round)."""
+    def _summarise(self) -> RoundSummary:
+        """The exact kernel sum at the evaluated point."""
         assert self.ready()
         order = sorted(self._results)
         return self._summary_of(self._plain_sum(self._results), workers_used=tuple(order),
@@ -114,8 +107,8 @@ class NAG(GD):
                 "Got 'nag' instead."
             )
 
-    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
-        super()._reset(placement, partition_rows)
+    def _reset(self) -> None:
+        super()._reset()
         self._momentum = Nesterov(self._x, restart=self.restart)
 
 

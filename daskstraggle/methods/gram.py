@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import RoundSummary, cached_summary
+from daskstraggle.methods.base import RoundSummary
 from daskstraggle.methods.coded import CodedSum
 from daskstraggle.problems._kernels import pack_upper, packed_product, unpack_upper
 from daskstraggle.problems._linalg import check_dense_size
@@ -102,9 +102,8 @@ class Gram(CodedSum):
         """Return the kernel the workers run: the partitions' centred Gram matrices."""
         return GramKernel(problem)
 
-    @cached_summary
-    def summary(self) -> RoundSummary:
-        """Return the exact sum's top eigenvectors and ``X_c^T X_c V`` there."""
+    def _summarise(self) -> RoundSummary:
+        """The exact sum's top eigenvectors and ``X_c^T X_c V`` there."""
         import scipy.linalg  # loaded when first needed (not by the CLI's --help)
 
         total = self._decoded()

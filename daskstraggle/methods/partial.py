@@ -10,14 +10,7 @@ import numpy as np
 from daskstraggle._validation import check_choice, check_fraction, check_int
 from daskstraggle.coding.rcs import RCS, IncrementalDecoder, default_degrees
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import (
-    Method,
-    Placement,
-    RoundSummary,
-    WorkResult,
-    WorkUnit,
-    cached_summary,
-)
+from daskstraggle.methods.base import Method, Placement, RoundSummary, WorkResult, WorkUnit
 from daskstraggle.methods.coded import _DrawsPlacement
 from daskstraggle.methods.options import MethodOption, parse_int_list
 from daskstraggle.problems.base import KernelResult, combine
@@ -149,11 +142,11 @@ class PartialRecovery(_DrawsPlacement, Method):
         assignment = self.code.assign(n_workers, rng=self.rng)
         return self._keep(assignment, n_partitions)
 
-    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
+    def _reset(self) -> None:
         """All ages 0, the static order."""
-        self._drawn(placement)
-        partition_rows = self._worker_rows_of(placement, partition_rows)
-        self._lists = [tuple(p) for p in placement]
+        self._drawn(self._placement)
+        partition_rows = self._worker_rows_of()
+        self._lists = [tuple(p) for p in self._placement]
         self._rows = np.asarray(partition_rows, dtype=np.int64)
         self._K = len(partition_rows)
         self._need = min(self._K, math.ceil((1.0 - self.tolerance) * self._K - 1e-9))
@@ -215,9 +208,8 @@ class PartialRecovery(_DrawsPlacement, Method):
         """True once ``ceil((1 - q) K)`` partitions are recovered."""
         return len(self._decoder.recovered) >= self._need
 
-    @cached_summary
-    def summary(self) -> RoundSummary:
-        """Return the recovered partitions' sum scaled by the rows they cover."""
+    def _summarise(self) -> RoundSummary:
+        """The recovered partitions' sum scaled by the rows they cover."""
         assert self.ready()
         recovered = sorted(self._decoder.recovered)
         weights = self._decoder.sum_weights(recovered)

@@ -5,7 +5,7 @@ their resizing by the load balancer (§VI)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -13,13 +13,10 @@ from daskstraggle._validation import check_int, check_nonnegative
 from daskstraggle.balance.balancer import LoadBalancer, check_balance
 from daskstraggle.balance.partition import align_next, subpartition_bounds
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.methods.base import Method, RoundSummary, WorkUnit, cached_summary, check_plain
+from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
 from daskstraggle.methods.cache import normalize_ranges
 from daskstraggle.methods.options import MethodOption
 from daskstraggle.problems.base import Problem
-
-if TYPE_CHECKING:
-    from daskstraggle.methods.base import Placement, WorkResult
 
 __all__ = ["SGD"]
 
@@ -150,15 +147,15 @@ class SGD(Method):
                 "one value or one per worker."
             )
 
-    def _reset(self, placement: Placement, partition_rows: list[int] | None) -> None:
+    def _reset(self) -> None:
         """Every worker at its first subpartition."""
+        placement = self._placement
         self.check_n_workers(len(placement))
         holders = [i for i, parts in enumerate(placement) if parts]
         n_wait = len(holders) if self.n_wait is None else self.n_wait
         if n_wait > len(holders):
             raise self._n_wait_error(n_wait, len(holders), "the workers holding data")
-        partition_rows = self._worker_rows_of(placement, partition_rows)
-        self._placement = placement
+        partition_rows = self._worker_rows_of()
         self._n_wait_run = n_wait
         self._fresh: dict[int, WorkResult] = {}
         self._partition_starts = np.concatenate([[0], np.cumsum(partition_rows)]).astype(int)
@@ -269,7 +266,7 @@ class SGD(Method):
 
     def receive(self, result: WorkResult) -> None:
         """Keep fresh results; drop stale ones (the runtime re-tasks their workers)."""
-        check_plain(result, caller=type(self).__name__)
+        self._plain(result)
         if result.unit.version == self._version:
             self._fresh[result.unit.worker_index] = result
             self._summary = None
@@ -280,9 +277,8 @@ class SGD(Method):
         """True once ``n_wait`` fresh results arrived."""
         return len(self._fresh) >= self._n_wait_run
 
-    @cached_summary
-    def summary(self) -> RoundSummary:
-        """Return the scaled sum of the fresh results (exact when every row is covered)."""
+    def _summarise(self) -> RoundSummary:
+        """The scaled sum of the fresh results (exact when every row is covered)."""
         assert self.ready()
         order = sorted(self._fresh)
         covered = sum(self._unit_rows(self._fresh[i].unit) for i in order)
