@@ -24,7 +24,7 @@ import importlib
 import os
 import struct
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -319,51 +319,6 @@ def hard_calls(dosage: np.ndarray, threshold: float = HARD_CALL_THRESHOLD) -> np
 
 
 # ------------------------------------------------------------------------------ the source
-@dataclass(frozen=True, eq=False, slots=True)
-class _BgenLoader:
-    path: str
-    size: int  # bytes when opened: another size means the file changed
-    offsets: np.ndarray  # the genotype block of each row, in the file
-    missing: str
-    scaling: str
-    storage: str
-    calls: str
-    columns: np.ndarray | None = None  # the file's samples kept; None: all
-    layout: int = 2  # the file's BGEN layout (1: v1.1)
-
-    def __call__(self) -> RowValues:
-        check_unchanged(self.path, self.size)
-        values = self._read()
-        if self.columns is not None:
-            values = np.ascontiguousarray(values[:, self.columns])
-        return called_rows(values, missing=self.missing, scaling=self.scaling,
-                           storage=self.storage)
-
-    def _read(self) -> np.ndarray:
-        """The rows' values, -1 missing, one variant at a time: hard calls (int8), or
-        expected counts, held as int8 until a count that is not whole turns them float64."""
-        hard = self.calls == "hard" or self.storage == "packed"
-        reader = _cbgen().bgen_file(self.path)
-        try:
-            values = np.empty((len(self.offsets), reader.nsamples), dtype=np.int8)
-            for i, offset in enumerate(self.offsets):
-                dosage = _variant_dosages(reader, int(offset), self.layout, self.path)
-                row = hard_calls(dosage) if hard else np.nan_to_num(dosage, nan=-1.0)
-                if values.dtype == np.int8 and not hard and not np.array_equal(row,
-                                                                              np.rint(row)):
-                    values = values.astype(np.float64)
-                values[i] = row
-        except RuntimeError as err:
-            raise CorruptDataError(
-                f"cbgen cannot read the variants of {self.path!r} from byte "
-                f"{int(self.offsets[0])} ({err}): the file is damaged or changed since it "
-                "was opened. Open it again."
-            ) from None
-        finally:
-            reader.close()
-        return values
-
-
 def _variant_dosages(reader: Any, offset: int, layout: int, path: str) -> np.ndarray:
     """One variant's expected ALT counts (NaN missing), read by cbgen at ``offset``."""
     if layout == 1:  # diploid and unphased, missing calls NaN; cbgen's read_genotype
@@ -406,6 +361,7 @@ class BgenSource(BedSource):
 
     kind = "bgen"
     calls: str
+    _per_variant = ("offsets",)
 
     def __init__(self, path: str | os.PathLike[str], offsets: np.ndarray, n_samples: int, *,
                  size: int, layout: int = 2, calls: str = "dosage", missing: str = "mean",
@@ -430,14 +386,38 @@ class BgenSource(BedSource):
         out.calls, out.dtype = "hard", np.dtype(np.int8)
         return out
 
-    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
-        """Return a loader reading variants ``[start, stop)`` of the file where it runs
-        (picklable: it carries its rows' file offsets only)."""
-        rows = (np.arange(start, stop) if self.variant_index is None
-                else self.variant_index[start:stop])
-        return _BgenLoader(self.path, self.size, self.offsets[rows], self.missing,
-                           self.scaling, self.storage, self.calls, self.sample_index,
-                           self.layout)
+    def _read(self, start: int, stop: int, rows: np.ndarray | None) -> RowValues:
+        """Rows of the copy a loader carries (its ``offsets`` those of the rows), -1 missing."""
+        check_unchanged(self.path, self.size)
+        values = self._values()
+        if self.sample_index is not None:
+            values = np.ascontiguousarray(values[:, self.sample_index])
+        return called_rows(values, missing=self.missing, scaling=self.scaling,
+                           storage=self.storage)
+
+    def _values(self) -> np.ndarray:
+        """The rows' values, -1 missing, one variant at a time: hard calls (int8), or
+        expected counts, held as int8 until a count that is not whole turns them float64."""
+        hard = self.calls == "hard" or self.storage == "packed"
+        reader = _cbgen().bgen_file(self.path)
+        try:
+            values = np.empty((len(self.offsets), reader.nsamples), dtype=np.int8)
+            for i, offset in enumerate(self.offsets):
+                dosage = _variant_dosages(reader, int(offset), self.layout, self.path)
+                row = hard_calls(dosage) if hard else np.nan_to_num(dosage, nan=-1.0)
+                if values.dtype == np.int8 and not hard and not np.array_equal(row,
+                                                                              np.rint(row)):
+                    values = values.astype(np.float64)
+                values[i] = row
+        except RuntimeError as err:
+            raise CorruptDataError(
+                f"cbgen cannot read the variants of {self.path!r} from byte "
+                f"{int(self.offsets[0])} ({err}): the file is damaged or changed since it "
+                "was opened. Open it again."
+            ) from None
+        finally:
+            reader.close()
+        return values
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""

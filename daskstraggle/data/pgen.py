@@ -10,7 +10,6 @@ missing, and everything else is as for ``.bed`` sources. The ``.pvar`` gives the
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,6 @@ from daskstraggle.data._opening import file_matrix
 from daskstraggle.data.plink import (
     BedSource,
     BimArrays,
-    _BedLoader,
     check_unique_samples,
     contig_codes,
     fileset_files,
@@ -62,50 +60,42 @@ def pgen_rows(ref_counts: np.ndarray, *, missing: str, scaling: str,
     return called_rows(dosage, missing=missing, scaling=scaling, storage=storage)
 
 
-@dataclass(frozen=True, eq=False, slots=True)
-class _PgenLoader(_BedLoader):
-    """:class:`~daskstraggle.data.plink._BedLoader`'s fields; the rows read by pgenlib."""
-
-    def __call__(self) -> RowValues:
-        reader = _reader(self.path)
-        try:
-            if (reader.get_variant_ct(), reader.get_raw_sample_ct()) != (self.n_variants,
-                                                                       self.n_samples):
-                raise CorruptDataError(
-                    f"{self.path!r} holds {reader.get_variant_ct()} variants x "
-                    f"{reader.get_raw_sample_ct()} samples, not the {self.n_variants} x "
-                    f"{self.n_samples} it had when opened; the file changed. Open it again."
-                )
-            if self.columns is not None:
-                reader.change_sample_subset(np.sort(self.columns).astype(np.uint32))
-            n_out = self.n_samples if self.columns is None else len(self.columns)
-            if self.rows is None:
-                raw = np.empty((self.stop - self.start, n_out), dtype=np.int8)
-                reader.read_range(self.start, self.stop, raw, allele_idx=0)
-            else:
-                raw = np.empty((len(self.rows), n_out), dtype=np.int8)
-                reader.read_list(np.asarray(self.rows, dtype=np.uint32), raw, allele_idx=0)
-        except RuntimeError as err:  # a record damaged (or rewritten) since it was opened
-            raise CorruptDataError(
-                f"pgenlib cannot read rows {self.start}-{self.stop} of {self.path!r} "
-                f"({_pgenlib_text(err)}): the file is damaged or changed since it was "
-                "opened. Write it again (plink2 --make-pgen)."
-            ) from None
-        finally:
-            reader.close()
-        if self.columns is not None:  # pgenlib returns the subset in file order
-            order = np.argsort(np.argsort(self.columns))
-            raw = np.ascontiguousarray(raw[:, order])
-        return pgen_rows(raw, missing=self.missing, scaling=self.scaling,
-                         storage=self.storage)
-
-
 class PgenSource(BedSource):
     """Dosage rows (one per variant) from a PLINK 2 ``.pgen`` file, read by pgenlib; the
     parameters of :class:`~daskstraggle.data.plink.BedSource`, the dosages of :func:`pgen_rows`."""
 
     kind = "plink-pgen"
-    _loader = _PgenLoader
+
+    def _read(self, start: int, stop: int, rows: np.ndarray | None) -> RowValues:
+        columns, n_variants, n_samples = self.sample_index, self.n_variants, self.n_samples
+        reader = _reader(self.path)
+        try:
+            if (reader.get_variant_ct(), reader.get_raw_sample_ct()) != (n_variants,
+                                                                       n_samples):
+                raise CorruptDataError(
+                    f"{self.path!r} holds {reader.get_variant_ct()} variants x "
+                    f"{reader.get_raw_sample_ct()} samples, not the {n_variants} x "
+                    f"{n_samples} it had when opened; the file changed. Open it again."
+                )
+            if columns is not None:
+                reader.change_sample_subset(np.sort(columns).astype(np.uint32))
+            raw = np.empty((stop - start, n_samples if columns is None else len(columns)),
+                           dtype=np.int8)
+            if rows is None:
+                reader.read_range(start, stop, raw, allele_idx=0)
+            else:
+                reader.read_list(np.asarray(rows, dtype=np.uint32), raw, allele_idx=0)
+        except RuntimeError as err:  # a record damaged (or rewritten) since it was opened
+            raise CorruptDataError(
+                f"pgenlib cannot read rows {start}-{stop} of {self.path!r} "
+                f"({_pgenlib_text(err)}): the file is damaged or changed since it was "
+                "opened. Write it again (plink2 --make-pgen)."
+            ) from None
+        finally:
+            reader.close()
+        if columns is not None:  # pgenlib returns the subset in file order
+            raw = np.ascontiguousarray(raw[:, np.argsort(np.argsort(columns))])
+        return pgen_rows(raw, missing=self.missing, scaling=self.scaling, storage=self.storage)
 
 
 # ------------------------------------------------------------------------ .pvar and .psam

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -151,36 +151,6 @@ def _numpy_rows(raw: np.ndarray, n_samples: int, columns: np.ndarray | None,
 
 
 # ---------------------------------------------------------------------------- the source
-@dataclass(frozen=True, eq=False, slots=True)
-class _BedLoader:
-    path: str
-    n_variants: int
-    n_samples: int
-    start: int
-    stop: int
-    missing: str
-    scaling: str
-    storage: str = "int8"
-    rows: np.ndarray | None = None  # the file's variants of rows [start, stop); None: those
-    columns: np.ndarray | None = None  # the file's samples kept; None: all
-
-    def __call__(self) -> RowValues:
-        width = -(-self.n_samples // 4)
-        check_unchanged(self.path, 3 + self.n_variants * width)
-        if self.rows is None:
-            raw = np.empty((self.stop - self.start, width), dtype=np.uint8)
-            with open(self.path, "rb") as f:
-                f.seek(3 + self.start * width)
-                f.readinto(raw.data.cast("B"))
-        else:
-            mapped = np.memmap(self.path, dtype=np.uint8, mode="r", offset=3,
-                               shape=(self.n_variants, width))
-            raw = np.array(mapped[self.rows])
-            del mapped
-        return bed_rows(raw, self.n_samples, missing=self.missing, scaling=self.scaling,
-                        storage=self.storage, columns=self.columns)
-
-
 class BedSource(StoredGenotypes):
     """Dosage rows (one per variant) from a PLINK 1 ``.bed`` file (:func:`bed_rows`); each
     loader reads its rows' bytes where it runs (the workers must see the client's files).
@@ -198,9 +168,6 @@ class BedSource(StoredGenotypes):
     """
 
     kind = "plink-bed"
-    #: The loader class: reads rows ``[start, stop)`` of the file where it runs (a ``.pgen``
-    #: source keeps these selections and swaps the reader).
-    _loader: type[_BedLoader] = _BedLoader
 
     def __init__(self, path: str | os.PathLike[str], n_variants: int, n_samples: int, *,
                  missing: str = "mean", scaling: str = "patterson", storage: str = "int8",
@@ -212,12 +179,22 @@ class BedSource(StoredGenotypes):
                          missing=missing, scaling=scaling, storage=storage,
                          variant_index=variant_index, sample_index=sample_index)
 
-    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
-        """Return a picklable loader reading variants ``[start, stop)`` of the file as
-        dosages where it runs."""
-        rows = None if self.variant_index is None else self.variant_index[start:stop]
-        return self._loader(self.path, self.n_variants, self.n_samples, start, stop,
-                          self.missing, self.scaling, self.storage, rows, self.sample_index)
+    def _read(self, start: int, stop: int, rows: np.ndarray | None) -> RowValues:
+        n_variants, n_samples = self.n_variants, self.n_samples
+        width = -(-n_samples // 4)
+        check_unchanged(self.path, 3 + n_variants * width)
+        if rows is None:
+            raw = np.empty((stop - start, width), dtype=np.uint8)
+            with open(self.path, "rb") as f:
+                f.seek(3 + start * width)
+                f.readinto(raw.data.cast("B"))
+        else:
+            mapped = np.memmap(self.path, dtype=np.uint8, mode="r", offset=3,
+                               shape=(n_variants, width))
+            raw = np.array(mapped[rows])
+            del mapped
+        return bed_rows(raw, n_samples, missing=self.missing, scaling=self.scaling,
+                        storage=self.storage, columns=self.sample_index)
 
 
 # ---------------------------------------------------------------------------- .bim and .fam

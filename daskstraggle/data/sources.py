@@ -153,23 +153,41 @@ class DaskSource(RowSource):
 
 # --------------------------------------------------------------------------- zarr
 @dataclass(frozen=True, eq=False, slots=True)
-class _ZarrLoader:
-    path: str
-    name: str | None
+class _Part:
+    """The loader of a stored source: ``source._read(start, stop, rows)`` where it runs.
+
+    ``source`` is the copy :func:`_carried` makes; ``rows`` are the store rows of
+    ``[start, stop)`` (None: those rows).
+    """
+
+    source: Any
     start: int
     stop: int
-    missing_chunks: str = "error"
-    storage_options: dict[str, Any] | None = None  # a URL's fsspec options; None: a path
+    rows: np.ndarray | None = None
 
     def __call__(self) -> RowValues:
-        return RowValues(np.ascontiguousarray(_read_rows(self)))
+        return self.source._read(self.start, self.stop, self.rows)
 
 
-def _read_rows(loader: _ZarrLoader | _GenotypeLoader) -> np.ndarray:
-    """Read the loader's rows where it runs, refusing absent or undecodable chunks."""
-    return np.asarray(read_rows(loader.path, loader.name, loader.start, loader.stop,
-                                missing_chunks=loader.missing_chunks,
-                                storage_options=loader.storage_options))
+def _carried(source: Any, **cut: Any) -> Any:
+    """A copy of ``source`` for a loader to carry: ``cut`` set, its chunk bounds dropped."""
+    out = copy.copy(source)
+    out.chunk_bounds = out.chunk_bounds[:0]
+    for name, value in cut.items():
+        setattr(out, name, value)
+    return out
+
+
+def _zarr_values(source: ZarrSource | GenotypeSource, start: int, stop: int,
+                 rows: np.ndarray | None = None, columns: np.ndarray | None = None) -> Any:
+    """Rows ``[start, stop)`` (store rows ``rows`` and columns ``columns``, None: those and
+    all) of the source's array, read where this runs, refusing absent or undecodable chunks."""
+    where: dict[str, Any] = {"missing_chunks": source.missing_chunks,
+                             "storage_options": source.storage_options}
+    if rows is None and columns is None:
+        return np.asarray(read_rows(source.path, source.name, start, stop, **where))
+    rows = np.arange(start, stop) if rows is None else rows
+    return read_selection(source.path, source.name, rows, columns, **where)
 
 
 class ZarrSource(RowSource):
@@ -201,8 +219,10 @@ class ZarrSource(RowSource):
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a loader that opens the store and reads rows ``[start, stop)``."""
-        return _ZarrLoader(self.path, self.name, start, stop, self.missing_chunks,
-                           self.storage_options)
+        return _Part(_carried(self), start, stop)
+
+    def _read(self, start: int, stop: int, rows: None) -> RowValues:
+        return RowValues(np.ascontiguousarray(_zarr_values(self, start, stop)))
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
@@ -215,32 +235,6 @@ GENOTYPE_SCALINGS = ("patterson", "none")
 MISSING_POLICIES = ("mean", "zero")
 #: How a worker holds genotype dosages: one int8 per call, or 2-bit codes (4 per byte).
 GENOTYPE_STORAGES = ("int8", "packed")
-
-
-@dataclass(frozen=True, eq=False, slots=True)
-class _GenotypeLoader:
-    path: str
-    name: str
-    start: int
-    stop: int
-    missing: str
-    scaling: str
-    missing_chunks: str = "error"
-    storage: str = "int8"
-    storage_options: dict[str, Any] | None = None  # a URL's fsspec options; None: a path
-    rows: np.ndarray | None = None  # the store's variants of rows [start, stop); None: those
-    columns: np.ndarray | None = None  # the store's samples read; None: all
-
-    def __call__(self) -> RowValues:
-        if self.rows is None and self.columns is None:
-            calls = _read_rows(self)
-        else:
-            rows = np.arange(self.start, self.stop) if self.rows is None else self.rows
-            calls = read_selection(self.path, self.name, rows, self.columns,
-                                   missing_chunks=self.missing_chunks,
-                                   storage_options=self.storage_options)
-        rows_ = genotype_rows(np.asarray(calls), missing=self.missing, scaling=self.scaling)
-        return _stored(rows_, self.storage)
 
 
 def _stored(rows: RowValues, storage: str) -> RowValues:
@@ -389,6 +383,11 @@ class GenotypeRowSource(RowSource):
         out.scaling, out.storage = "none", "int8"
         return out
 
+    def describe(self) -> dict[str, Any]:
+        """Return a JSON-serialisable description of the source."""
+        return {**super().describe(), "missing": self.missing, "scaling": self.scaling,
+                "ploidy": self.ploidy, "storage": self.storage}
+
 
 def selection_bounds(index: np.ndarray, chunk_rows: int) -> np.ndarray:
     """Row boundaries where the store chunk of ``index`` (store rows, in order) changes."""
@@ -453,10 +452,20 @@ class StoredGenotypes(GenotypeRowSource):
         out._set_selection(self.variant_index, index[columns])
         return out
 
+    #: Per-variant arrays of the store that a loader carries for its own rows only.
+    _per_variant: tuple[str, ...] = ()
+
+    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
+        """Return a picklable loader reading variants ``[start, stop)`` where it runs: it
+        carries their store indices, not the whole selection."""
+        rows = None if self.variant_index is None else self.variant_index[start:stop]
+        at = slice(start, stop) if rows is None else rows
+        cut = {name: getattr(self, name)[at] for name in self._per_variant}
+        return _Part(_carried(self, variant_index=None, **cut), start, stop, rows)
+
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
-        out = {**super().describe(), "path": self.path, "missing": self.missing,
-               "scaling": self.scaling, "ploidy": self.ploidy, "storage": self.storage}
+        out = {**super().describe(), "path": self.path}
         if self.variant_index is not None or self.sample_index is not None:
             out["store_shape"] = list(self.store_shape)  # a view: the selected shape differs
         return out
@@ -497,12 +506,10 @@ class GenotypeSource(StoredGenotypes):
                          storage=storage, variant_index=variant_index,
                          sample_index=sample_index)
 
-    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
-        """Return a loader reading variants ``[start, stop)`` as dosages."""
-        rows = None if self.variant_index is None else self.variant_index[start:stop]
-        return _GenotypeLoader(self.path, self.name, start, stop, self.missing, self.scaling,
-                               self.missing_chunks, self.storage, self.storage_options,
-                               rows, self.sample_index)
+    def _read(self, start: int, stop: int, rows: np.ndarray | None) -> RowValues:
+        calls = _zarr_values(self, start, stop, rows, self.sample_index)
+        return _stored(genotype_rows(calls, missing=self.missing, scaling=self.scaling),
+                       self.storage)
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
@@ -622,6 +629,4 @@ class GenotypeArraySource(GenotypeRowSource):
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
-        return {**super().describe(), "missing": self.missing, "scaling": self.scaling,
-                "ploidy": self.ploidy, "storage": self.storage,
-                "calls": "calls" if self.calls else "allele counts"}
+        return {**super().describe(), "calls": "calls" if self.calls else "allele counts"}
