@@ -21,16 +21,8 @@ from daskstraggle.data.backends import (
 if TYPE_CHECKING:  # what type checkers see; at run time they load on first use
     from daskstraggle.data.matrix import Matrix, open_matrix, partition_bounds
 
-__all__ = [
-    "Matrix",
-    "OpenRequest",
-    "SourceBackend",
-    "get_source",
-    "list_sources",
-    "open_matrix",
-    "partition_bounds",
-    "register_source",
-]
+__all__ = ["Matrix", "OpenRequest", "SourceBackend", "get_source", "list_sources", "open_matrix",
+           "partition_bounds", "register_source"]
 
 #: Loaded on first use (PEP 562): the matrix module imports dask, xarray and numpy, which
 #: importing a submodule (``data.genotypes``'s option parsers, ``data.backends``) need not.

@@ -45,18 +45,8 @@ from daskstraggle.errors import (
     InvalidParameterError,
 )
 
-__all__ = [
-    "OpenOptions",
-    "default_client",
-    "file_matrix",
-    "is_dataset",
-    "open_array",
-    "open_counts",
-    "open_dataset",
-    "open_zarr",
-    "parse_labels",
-    "zarr_counts",
-]
+__all__ = ["OpenOptions", "default_client", "file_matrix", "is_dataset", "open_array",
+           "open_counts", "open_dataset", "open_zarr", "parse_labels", "zarr_counts"]
 
 #: Default rows per chunk for in-memory inputs without chunking of their own.
 DEFAULT_CHUNK_BYTES = 32 * 2**20

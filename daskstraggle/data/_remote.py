@@ -18,13 +18,8 @@ from urllib.parse import unquote, urlparse
 from daskstraggle.data._zarr import _reason
 from daskstraggle.errors import DataNotFoundError, InvalidParameterError
 
-__all__ = [
-    "check_remote_store",
-    "is_url",
-    "member_exists",
-    "parse_location",
-    "parse_storage_options",
-]
+__all__ = ["check_remote_store", "is_url", "member_exists", "parse_location",
+           "parse_storage_options"]
 
 #: ``protocol://...`` or a chained ``protocol::protocol://...`` URL.
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*(://|::)")

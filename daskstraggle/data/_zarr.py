@@ -25,24 +25,9 @@ from daskstraggle.errors import (
     MissingChunksError,
 )
 
-__all__ = [
-    "MISSING_CHUNKS",
-    "GroupArrays",
-    "ShardLayout",
-    "absent_inner_chunks",
-    "absent_keys",
-    "check_chunks",
-    "chunk_keys",
-    "describe",
-    "fsspec_options",
-    "group_arrays",
-    "open_array",
-    "open_node",
-    "read",
-    "read_rows",
-    "read_selection",
-    "shard_layout",
-]
+__all__ = ["MISSING_CHUNKS", "GroupArrays", "ShardLayout", "absent_inner_chunks", "absent_keys",
+           "check_chunks", "chunk_keys", "describe", "fsspec_options", "group_arrays",
+           "open_array", "open_node", "read", "read_rows", "read_selection", "shard_layout"]
 
 #: Values of ``missing_chunks``: refuse absent chunks, or read them as the fill value.
 MISSING_CHUNKS = ("error", "fill")

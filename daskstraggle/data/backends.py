@@ -40,14 +40,8 @@ if TYPE_CHECKING:
     from daskstraggle.data._matrix import Matrix
     from daskstraggle.data._opening import OpenOptions
 
-__all__ = [
-    "OpenRequest",
-    "SourceBackend",
-    "get_source",
-    "guess_source",
-    "list_sources",
-    "register_source",
-]
+__all__ = ["OpenRequest", "SourceBackend", "get_source", "guess_source", "list_sources",
+           "register_source"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,7 @@ import numpy as np
 from daskstraggle._packing import pack_dosages
 from daskstraggle.data._matrix import Matrix
 from daskstraggle.data._opening import file_matrix
-from daskstraggle.data.sources import (
-    RowValues,
-    StoredGenotypes,
-    _transformed,
-)
+from daskstraggle.data.sources import RowValues, StoredGenotypes, _transformed
 from daskstraggle.errors import (
     CorruptDataError,
     DataNotFoundError,

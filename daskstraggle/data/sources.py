@@ -23,17 +23,8 @@ from daskstraggle.data._decode import decode_calls
 from daskstraggle.data._zarr import read_rows, read_selection
 from daskstraggle.errors import InvalidDataError
 
-__all__ = [
-    "ArraySource",
-    "DaskSource",
-    "GenotypeArraySource",
-    "GenotypeRowSource",
-    "GenotypeSource",
-    "RowSource",
-    "RowValues",
-    "StoredGenotypes",
-    "ZarrSource",
-]
+__all__ = ["ArraySource", "DaskSource", "GenotypeArraySource", "GenotypeRowSource",
+           "GenotypeSource", "RowSource", "RowValues", "StoredGenotypes", "ZarrSource"]
 
 
 @dataclass(frozen=True, eq=False, slots=True)
