@@ -1,10 +1,5 @@
-"""Click commands whose options are made when first needed, not when the module loads.
-
-The solve commands' options come from the declarations of the registered methods,
-problems and runtimes, whose modules import numpy and scipy: made on first use,
-``import daskstraggle.cli`` and the group's help load none of them, and a command's own
-``--help`` or run makes the same options, in the same order.
-"""
+"""Click commands whose options are made when first needed (the declarations they come
+from import numpy and scipy), not when ``daskstraggle.cli`` loads."""
 
 from __future__ import annotations
 
@@ -25,8 +20,8 @@ class _Deferred:
     def params(self) -> list[click.Parameter]:
         """Return the click parameters of the option decorators ``make()`` returns, in order."""
 
-        def target() -> None:  # pragma: no cover - never called
-            """Collects the parameters."""
+        def target() -> None:  # pragma: no cover - never called, collects the parameters
+            pass
 
         made: Any = target
         for option in reversed(self.make()):
@@ -36,8 +31,7 @@ class _Deferred:
 
 def deferred(make: Callable[[], list[Callable[..., Any]]]
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Add the options ``make()`` returns (click option decorators) at this place of the
-    command's options, made when the command first needs them (:class:`LazyCommand`)."""
+    """Add the options ``make()`` returns here, made when the command first needs them."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn.__dict__.setdefault("__click_params__", []).append(_Deferred(make))
@@ -47,8 +41,7 @@ def deferred(make: Callable[[], list[Callable[..., Any]]]
 
 
 class LazyCommand(click.Command):
-    """A command whose :func:`deferred` options are made when they are first read (its
-    ``--help``, a run, the tests' ``command.params``), in their place among the others."""
+    """A command whose :func:`deferred` options are made, in place, when first read."""
 
     _params: list[Any]
 

@@ -24,15 +24,9 @@ __all__ = ["check_plot_path", "save_run_figure"]
 def check_plot_path(path: str | os.PathLike[str] | None, *, overwrite: bool,
                     out: str | os.PathLike[str] | None,
                     inputs: Iterable[str | os.PathLike[str]]) -> Path | None:
-    """Refuse a ``--plot`` path the figure cannot or must not be written to; return it
-    (None: no figure, nothing checked).
-
-    Refused: without matplotlib (InputError); a suffix that is not an image format
-    matplotlib writes, the ``out`` store or a path in it, a path overlapping one of
-    ``inputs`` or inside another Zarr store (InvalidParameterError); a folder, or an
-    existing file without ``overwrite`` (OutputExistsError); a folder that does not exist
-    (not created, as for ``--out``) or cannot be written (OutputNotWritableError).
-    """
+    """Return the ``--plot`` path (None: None), refused without matplotlib, if not an image
+    suffix, in ``out``, overlapping ``inputs`` or a Zarr store, existing (unless
+    ``overwrite``) or a folder, or in a missing or read-only folder."""
     if path is None:
         return None
     target = Path(path)
@@ -75,16 +69,8 @@ def _formats() -> set[str]:
 
 def save_run_figure(result: Any, path: Path, *, labels: Any = None,
                     overwrite: bool = False) -> Path:
-    """Draw :func:`~daskstraggle.plot.plot_run` of ``result`` on Agg and write it to ``path``.
-
-    The figure is written to a temporary sibling first; without ``overwrite`` it is then
-    linked into place, which fails instead of replacing a file that appeared meanwhile.
-
-    Raises
-    ------
-    OutputExistsError
-        If ``path`` appeared during the run and ``overwrite`` is False.
-    """
+    """Write :func:`~daskstraggle.plot.plot_run` of ``result`` to ``path`` through a
+    temporary sibling; without ``overwrite`` OutputExistsError if ``path`` appeared."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

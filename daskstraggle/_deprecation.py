@@ -12,30 +12,13 @@ __all__ = ["moved_function", "moved_module"]
 
 
 def moved_module(old: str, new: str, names: Iterable[str]) -> Callable[[str], Any]:
-    """Return a module ``__getattr__`` that serves ``names`` of module ``old`` from ``new``.
+    """Return module ``old``'s ``__getattr__``: each of ``names`` is served from module
+    ``new`` with a ``DeprecationWarning`` naming it.
 
-    Parameters
-    ----------
-    old : str
-        The former module's dotted name (the module defining the returned function).
-    new : str
-        The dotted name of the module the names moved to.
-    names : iterable of str
-        The public names that moved.
-
-    Returns
-    -------
-    getattr : callable
-        For the old module's ``__getattr__``: each access warns with a
-        ``DeprecationWarning`` naming ``new``, then returns the object from there.
-
-    Examples
-    --------
     >>> import warnings
-    >>> get = moved_module("pkg.old", "math", ["pi"])
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     value = get("pi")
+    ...     value = moved_module("pkg.old", "math", ["pi"])("pi")
     >>> round(value, 2), caught[0].category.__name__
     (3.14, 'DeprecationWarning')
     """
@@ -56,30 +39,13 @@ def moved_module(old: str, new: str, names: Iterable[str]) -> Callable[[str], An
 
 
 def moved_function(old: str, new: str, call: str) -> Callable[..., Any]:
-    """Return a function that warns that ``old`` moved to ``new`` and calls that.
+    """Return a function that warns that ``old`` moved to ``new`` (a dotted path, imported
+    on each call) and calls it with its arguments; ``call`` shows how, in the warning.
 
-    Parameters
-    ----------
-    old : str
-        The former name, as users wrote it (e.g. ``"Runtime.run"``).
-    new : str
-        The dotted path of the function that replaces it; it is imported by name on the
-        first call (the alias may sit below the module that defines ``new``).
-    call : str
-        How the new function is called, for the warning (e.g. ``"run_on(runtime, ...)"``).
-
-    Returns
-    -------
-    alias : callable
-        Passes its arguments on unchanged (as a class attribute, the instance first).
-
-    Examples
-    --------
     >>> import warnings
-    >>> hypot = moved_function("old_hypot", "math.hypot", "math.hypot(x, y)")
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     value = hypot(3.0, 4.0)
+    ...     value = moved_function("old_hypot", "math.hypot", "math.hypot(x, y)")(3.0, 4.0)
     >>> value, caught[0].category.__name__
     (5.0, 'DeprecationWarning')
     """

@@ -1,14 +1,9 @@
 """The ``daskstraggle`` console script: Ctrl-C prints ``aborted`` and exits 130, always.
 
-This module imports only the interpreter's own small modules, and :func:`main` imports the
-command line inside the handling (the package itself loads its names on first use), so an
-interrupt while dask, distributed or numba are imported, or a cluster starts, ends like one
-during a run: ``aborted`` on stderr, exit code 130 (128 + SIGINT), no traceback.
-
-An interrupt is never lost (:func:`install_interrupt_handling`): where Python would swallow
-the ``KeyboardInterrupt`` (a garbage-collector callback such as distributed's scheduler
-registers, an object's ``__del__``, a weakref callback: "Exception ignored in ..."), the
-interrupt is signalled again 10 ms later.
+:func:`main` imports the command line inside the handling, so an interrupt while dask is
+imported ends the same way; where Python would swallow the ``KeyboardInterrupt`` (a
+garbage-collector callback, a ``__del__``: "Exception ignored in ..."), it is signalled
+again 10 ms later.
 """
 
 from __future__ import annotations
@@ -31,14 +26,7 @@ _REDELIVERY_S = 0.01
 
 
 def main() -> int:
-    """Run the ``daskstraggle`` command line; return its exit code.
-
-    Returns
-    -------
-    code : int
-        What :func:`daskstraggle.cli.main` returns (0, 1, 2 bad input, 3 diverged, 130
-        interrupted), or 130 when interrupted before or after it ran.
-    """
+    """Run the command line; return its exit code (130 when interrupted outside it)."""
     install_interrupt_handling()
     try:
         from daskstraggle.cli import main as run
@@ -51,21 +39,14 @@ def main() -> int:
 
 
 def ended() -> None:
-    """Prepare the process's exit once the command has ended and said so.
-
-    A late Ctrl-C (while the interpreter closes a cluster at exit) is ignored from now on,
-    so it cannot replace the exit code by a traceback. The objects alive now are left to
-    the operating system (:func:`gc.freeze`); ``atexit`` handlers still run and the streams
-    are flushed.
-    """
+    """Once the command has ended: ignore a late Ctrl-C, leave live objects to the OS."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.freeze()
 
 
 def install_interrupt_handling() -> None:
-    """Make Ctrl-C (SIGINT) interrupt the main thread's own code, never a callback that
-    swallows it (see the module's docstring); for the console script's process, from its
-    main thread (a library user's interpreter is left alone)."""
+    """Make Ctrl-C interrupt the main thread's own code, never a callback that swallows it
+    (the console script's process only, from its main thread)."""
     signal.signal(signal.SIGINT, _on_interrupt)
     previous = sys.unraisablehook
 
@@ -80,8 +61,7 @@ def install_interrupt_handling() -> None:
 
 
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGINT's handler: ``KeyboardInterrupt``, or, inside a garbage-collector callback,
-    the same signal again once the callback has returned."""
+    """SIGINT's handler: KeyboardInterrupt, or in a gc callback the signal again later."""
     if _in_gc_callback(frame):
         _deliver_later(signum)
         return
@@ -89,8 +69,7 @@ def _on_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def _deliver_later(signum: int) -> None:
-    """Signal ``signum`` to the main thread again in 10 ms, from another thread (from the
-    main thread the handler would run at once, where the exception is swallowed too)."""
+    """Signal ``signum`` to the main thread again in 10 ms, from another thread."""
     import threading
 
     timer = threading.Timer(_REDELIVERY_S, _thread.interrupt_main, args=(signum,))

@@ -9,23 +9,9 @@ from collections.abc import Callable, Iterable, Mapping
 
 def attach(package: str, modules: Mapping[str, str], public: Iterable[str]
            ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
-    """Return a package's ``__getattr__`` and ``__dir__`` for names loaded on first use.
-
-    Parameters
-    ----------
-    package : str
-        The package's ``__name__``.
-    modules : mapping of str to str
-        Each lazily loaded name and the submodule (relative to ``package``) defining it.
-    public : iterable of str
-        The package's ``__all__``, loaded or not.
-
-    Returns
-    -------
-    getattr, dir : callable
-        A name is imported on its first look-up and kept in the package's namespace
-        (later look-ups are plain attribute reads); an unknown name raises AttributeError.
-    """
+    """Return ``package``'s ``__getattr__`` and ``__dir__``: each name of ``modules`` is
+    imported from its submodule on first look-up and kept in the package's namespace;
+    ``__dir__`` lists ``public`` too."""
     names = sorted(public)
 
     def __getattr__(name: str) -> object:

@@ -1,9 +1,5 @@
-"""Loading the package's numba functions: whether numba is there and wanted, and one
-thread-safe import of each module of numba functions (the kernels', the genotype
-decoder's and the QC passes'), below ``data/`` and ``problems/``.
-
-numba is imported only when a function here needs it.
-"""
+"""Whether numba is there and wanted, and one thread-safe import of each module of numba
+functions; numba is imported only when a function here needs it."""
 
 from __future__ import annotations
 
@@ -51,9 +47,8 @@ _NUMBA_KEY = os.environ.encodekey(NUMBA_VARIABLE)
 
 
 def _numba_switch() -> str:
-    """``$DASKSTRAGGLE_NUMBA`` now ("1" when unset), read at every kernel call (a benchmark
-    flips it between calls), from ``os.environ``'s own store (``os.environ.get`` of an
-    unset variable raises and catches KeyErrors inside, slow in a loop of small units)."""
+    """``$DASKSTRAGGLE_NUMBA`` now ("1" when unset), read from ``os.environ``'s own store
+    (``os.environ.get`` of an unset variable is slow in a loop of small units)."""
     env = os.environ
     data = getattr(env, "_data", None)
     if env is not _ENVIRON or not isinstance(data, dict):

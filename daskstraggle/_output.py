@@ -1,9 +1,8 @@
 """Output paths that cannot destroy data: checks before any work
 (:func:`check_output_path`), atomic replacement (:func:`write_atomically`).
 
-Through the Python API a missing folder above the output is created when the result is
-written (as ``xarray.Dataset.to_zarr`` does); the command line's ``--out`` and ``--plot``
-refuse it instead (:func:`check_folder_exists`), as ``cp`` or ``curl -o`` do.
+The API creates a missing folder above the output; the command line refuses it
+(:func:`check_folder_exists`), as ``cp`` does.
 """
 
 from __future__ import annotations
@@ -79,8 +78,7 @@ def source_paths(source: Any) -> list[str]:
 
 
 def _companions(path: str) -> list[str]:
-    """The files read beside ``path`` (a ``.bed``'s ``.bim`` and ``.fam``), as its
-    source backend declares them (``companions``), in the case of its suffix."""
+    """The files read beside ``path`` (a ``.bed``'s ``.bim`` and ``.fam``)."""
     from daskstraggle.data.backends import guess_source
 
     backend = guess_source(path)
@@ -97,30 +95,9 @@ def check_output_path(
     inputs: Iterable[str | os.PathLike[str]] = (),
     what: str = "The output path (CLI: --out)",
 ) -> Path | None:
-    """Refuse an output path that would destroy data or cannot be written; return it.
-
-    Parameters
-    ----------
-    path : str, path or None
-        The output store (None: no output, nothing is checked).
-    overwrite : bool
-        Whether an existing ``path`` may be replaced.
-    inputs : iterable of str or path, default=()
-        Input stores the output must neither be, lie inside, nor contain.
-    what : str, default="The output path (CLI: --out)"
-        Names the path in the messages.
-
-    Returns
-    -------
-    path : Path or None
-        ``path`` as a Path.
-
-    Raises
-    ------
-    InvalidParameterError, OutputExistsError, OutputNotWritableError
-        As :meth:`Result.save <daskstraggle.trace.Result.save>` says (``inputs`` the input
-        data; :func:`check_not_in_zarr`, :func:`check_writable_folder`).
-    """
+    """Return ``path`` as a Path (None: None), refused as :meth:`Result.save
+    <daskstraggle.trace.Result.save>` says if it would destroy data (be, lie in or contain
+    one of ``inputs``) or cannot be written; ``what`` names it in the messages."""
     if path is None:
         return None
     # a URL, or one that pathlib folded ('s3://b/k' -> 's3:/b/k'); 2+ letters: not a drive
@@ -168,12 +145,8 @@ def check_not_input(out: Path, inputs: Iterable[str | os.PathLike[str] | None], 
 
 
 def check_not_in_zarr(out: Path, *, what: str = "The output path (CLI: --out)") -> None:
-    """Raise InvalidParameterError if a folder above ``out`` is part of a Zarr hierarchy.
-
-    A folder (real path) is a node of a hierarchy when it holds one of
-    :data:`ZARR_METADATA`: writing there adds a member to that store, whatever
-    ``overwrite`` says. ``out`` itself may be a store. ``what`` names the path.
-    """
+    """Raise InvalidParameterError if a folder above ``out`` (real path) holds one of
+    :data:`ZARR_METADATA`; ``out`` itself may be a store."""
     for folder in Path(os.path.realpath(out)).parents:
         marker = next((m for m in ZARR_METADATA if (folder / m).is_file()), None)
         if marker is not None:
@@ -198,13 +171,9 @@ def check_folder_exists(path: Path, *, what: str) -> None:
 
 def check_writable_folder(folder: Path, *, out: Path | None = None,
                           what: str = "The output path (CLI: --out)") -> None:
-    """Raise OutputNotWritableError unless files can be created in ``folder`` (or, if it
-    is missing, its nearest existing ancestor) and ``out``'s name is not longer than the
-    file system allows; ``what`` names the path (``out``, else ``folder``).
-
-    A probe file is created and deleted (the permission bits do not bind root), so
-    read-only and pseudo file systems are caught.
-    """
+    """Raise OutputNotWritableError unless a probe file can be created in ``folder`` (or
+    its nearest existing ancestor; permission bits do not bind root) and ``out``'s name is
+    not too long for the file system."""
     target = out if out is not None else folder
     ancestor = nearest_existing(folder)
     if not ancestor.is_dir():
@@ -235,8 +204,7 @@ _STAGING_BYTES = len("..tmp-") + 7 + 1 + 8
 
 
 def _check_name_length(out: Path, folder: Path, what: str) -> None:
-    """Raise OutputNotWritableError if ``out``'s name, or its temporary sibling's, is longer
-    than the file system at ``folder`` allows (found after the work, not before)."""
+    """Raise OutputNotWritableError if ``out``'s temporary sibling's name is too long."""
     try:
         limit = os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):  # not POSIX, or no such limit
@@ -330,9 +298,7 @@ def _alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def removed_on_error(paths: Iterable[str | os.PathLike[str] | None]) -> Iterator[None]:
-    """Delete, if the block raises, each of ``paths`` that did not exist when it began, so
-    an error after a run started writing (a full disk) leaves no partial output behind;
-    paths that existed before (replaced with ``overwrite``) are left as they are."""
+    """Delete, if the block raises, each of ``paths`` that did not exist when it began."""
     new = [Path(p) for p in paths if p is not None and not os.path.lexists(p)]
     try:
         yield
@@ -344,11 +310,7 @@ def removed_on_error(paths: Iterable[str | os.PathLike[str] | None]) -> Iterator
 
 
 def discard(path: Path) -> bool:
-    """Delete a file or folder tree, retrying; warn and return False if it stays.
-
-    A deletion can fail midway (a file busy or appearing meanwhile, a network file
-    system's delayed unlink); each attempt resumes where the previous one stopped.
-    """
+    """Delete a file or folder tree, retrying; warn and return False if it stays."""
     error: OSError | None = None
     for _ in range(_DISCARD_ATTEMPTS):
         try:

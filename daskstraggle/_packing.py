@@ -3,9 +3,7 @@
 Codes 0, 1 and 2 are the dosages of a call (diploid or haploid), code 3 is a missing call.
 Rows (variants) are packed along the sample axis, the first sample of a byte in its two
 lowest bits; a row of ``m`` samples takes ``ceil(m / 4)`` bytes, the unused codes of its
-last byte are 0. Pure numpy, part of the partition format (below ``data/`` and
-``problems/``): the fused kernels (:mod:`daskstraggle.problems._kernels`) read these bytes
-directly.
+last byte are 0.
 """
 
 from __future__ import annotations
@@ -28,23 +26,8 @@ def packed_width(n_columns: int) -> int:
 
 
 def pack_dosages(dosages: np.ndarray) -> np.ndarray:
-    """Pack int8 dosages (-1 missing, 0, 1, 2) into 2-bit codes, four per byte.
-
-    Parameters
-    ----------
-    dosages : ndarray of shape (n_rows, n_columns)
-        Integer dosages; negative entries are missing calls.
-
-    Returns
-    -------
-    packed : ndarray of uint8 of shape (n_rows, ceil(n_columns / 4))
-
-    Raises
-    ------
-    InvalidDataError
-        If a dosage is above 2 or not an integer (polyploid or fractional dosages do not
-        fit in 2 bits; store them as int8 instead).
-    """
+    """Pack integer dosages (negative: missing) into uint8 rows of 2-bit codes, four per
+    byte; InvalidDataError for a dosage above 2 or a non-integer dtype."""
     values = np.asarray(dosages)
     if values.dtype.kind not in "iu":
         raise InvalidDataError(
@@ -68,15 +51,7 @@ def pack_dosages(dosages: np.ndarray) -> np.ndarray:
 
 
 def unpack_dosages(packed: np.ndarray, n_columns: int) -> np.ndarray:
-    """Return the int8 dosages (-1 for missing) of packed rows.
-
-    Parameters
-    ----------
-    packed : ndarray of uint8 of shape (n_rows, ceil(n_columns / 4))
-        Output of :func:`pack_dosages`.
-    n_columns : int
-        Number of calls per row.
-    """
+    """Return the int8 dosages (-1 for missing) of ``n_columns`` calls per packed row."""
     codes = (packed[:, :, None] >> _SHIFTS) & np.uint8(3)
     codes = codes.reshape(packed.shape[0], -1)[:, :n_columns].astype(np.int8)
     codes[codes == MISSING_CODE] = -1

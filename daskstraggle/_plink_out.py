@@ -50,12 +50,8 @@ PLINK_SUFFIXES = (".eigenvec", ".eigenval", ".eigenvec.allele", ".afreq")
 
 def write_plink(result: Result, prefix: str | os.PathLike[str], matrix: Matrix | None = None,
                 *, client: Any = None, overwrite: bool = False) -> list[Path]:
-    """Write ``result`` (a genotype PCA) as plink2's ``--pca`` files, ``prefix`` + each
-    of :data:`PLINK_SUFFIXES` (the first two without ``matrix``); return their paths.
-
-    As :meth:`Result.to_plink <daskstraggle.trace.Result.to_plink>`, which documents the
-    parameters and errors. A file fails to write: the files this call created are removed.
-    """
+    """As :meth:`Result.to_plink <daskstraggle.trace.Result.to_plink>`: ``prefix`` + each
+    of :data:`PLINK_SUFFIXES` (the first two without ``matrix``)."""
     info = _check_result(result)
     inputs = source_paths(info)
     if matrix is not None:
@@ -113,22 +109,9 @@ def check_prefix(prefix: str | os.PathLike[str], *, overwrite: bool, alleles: bo
                  inputs: Iterable[str | os.PathLike[str]] = (),
                  others: Mapping[str, str | os.PathLike[str] | None] | None = None
                  ) -> list[Path]:
-    """Return the files :func:`write_plink` writes at ``prefix``, refusing any that could
-    not be written or would destroy data; called before any work.
-
-    ``inputs`` are the run's inputs (no file may be, lie in or contain one, as for
-    :func:`~daskstraggle._output.check_output_path`); ``others`` the run's other outputs by
-    role (e.g. ``{"the --out store": path}``), which no file may be or lie in.
-
-    Raises
-    ------
-    InvalidParameterError
-        If the prefix has no file name (``""``, ``dir/``), or a file is, lies in or
-        contains an input or another output, or lies in a Zarr store.
-    OutputExistsError
-        If a file exists and ``overwrite`` is False, or is a folder.
-    OutputNotWritableError
-        If the prefix's folder does not exist or cannot be written.
+    """Return the files :func:`write_plink` writes at ``prefix``, refused before any work as
+    :meth:`Result.to_plink <daskstraggle.trace.Result.to_plink>` says; no file may be or
+    lie in one of ``others``, the run's other outputs by role (``{"the --out store": path}``).
     """
     base = os.fspath(prefix)
     if os.path.basename(base) in ("", ".", ".."):
@@ -154,8 +137,7 @@ def check_prefix(prefix: str | os.PathLike[str], *, overwrite: bool, alleles: bo
 
 
 def _family_ids(info: dict[str, Any], samples: np.ndarray) -> np.ndarray | None:
-    """The ``.fam``'s family ids of ``samples`` when they came from a ``.bed`` (a subset
-    too, e.g. after ``max_sample_missing``); None otherwise or if an id is not unique."""
+    """The ``.fam``'s family ids of ``samples`` from a ``.bed`` (None: none, or not unique)."""
     path = info.get("path")
     if info.get("kind") != "plink-bed" or not path:
         return None
@@ -223,8 +205,8 @@ def variant_axes(matrix: Matrix, components: np.ndarray, s: np.ndarray, client: 
 
 
 def check_variants(matrix: Matrix) -> None:
-    """Read the variant table the allele weights need (contigs, positions, alleles, ids),
-    so a malformed ``.bim`` or ``.pvar`` is refused before the fit rather than after it."""
+    """Read the variant table the allele weights need, so a malformed ``.bim`` or ``.pvar``
+    is refused before the fit."""
     table = matrix.variants
     if table is not None:
         for name in ("variant_contig", "variant_position", "variant_allele", "variant_id"):
@@ -233,8 +215,7 @@ def check_variants(matrix: Matrix) -> None:
 
 def _variant_columns(matrix: Matrix) -> tuple[list[str], list[int], list[str], list[str],
                                                list[str] | None]:
-    """Per variant: contig (as plink2 writes it), position, REF, ALT and the given id (None:
-    no ids)."""
+    """Per variant: contig, position, REF, ALT and the given id (None: no ids)."""
     table = matrix.variants
     n = matrix.n_rows
     if table is None:

@@ -13,23 +13,9 @@ _KERNEL_MODULES = ("ipykernel", "IPython.utils._process_emscripten")
 
 
 def progress_bar(iterable: Any = None, **kwargs: Any) -> Any:
-    """Return a tqdm progress bar: a widget in Jupyter with ipywidgets, else text.
-
-    Parameters
-    ----------
-    iterable : iterable or None, default=None
-        What the bar iterates over (None: a bar to ``update`` by hand).
-    **kwargs
-        Passed to tqdm (``total``, ``desc``, ``unit``, ``disable``, ``file``, ...).
-
-    Returns
-    -------
-    bar : tqdm.std.tqdm
-        ``tqdm.auto.tqdm`` outside a kernel or in a kernel with ipywidgets; in a kernel
-        without ipywidgets, ``tqdm.std.tqdm`` on the cell's output, where
-        ``disable=None`` shows the bar as the widget would (a kernel's streams are not
-        terminals, which would hide a text bar).
-    """
+    """Return ``tqdm.auto.tqdm(iterable, **kwargs)``, but in a Jupyter kernel without
+    ipywidgets ``tqdm.std.tqdm``, shown also with ``disable=None`` (a kernel's streams are
+    not terminals)."""
     if _in_kernel() and not _widgets_available():
         from tqdm.std import tqdm
 

@@ -1,11 +1,6 @@
-"""Where a run's state is kept and resumed from: a checkpoint file or the scheduler's replica.
-
-The fit functions' options ``checkpoint``, ``checkpoint_interval``, ``checkpoint_iterations``,
-``resume`` and ``replica_divergence`` are checked here, once, before any cluster work
-(:func:`recovery`); a file checkpoint to resume is read then too. The scheduler's replica
-(:mod:`daskstraggle.runtime.replica`) can only be read once the run is connected
-(:meth:`Recovery.connect`).
-"""
+"""Where a run's state is kept and resumed from: a checkpoint file or the scheduler's
+replica, checked before any cluster work (:func:`recovery`); the replica is read once the
+run is connected (:meth:`Recovery.connect`)."""
 
 from __future__ import annotations
 
@@ -35,19 +30,9 @@ __all__ = ["Recovery", "recovery"]
 
 @dataclass
 class Recovery:
-    """A run's checkpoint writer and the state it resumes from.
-
-    Attributes
-    ----------
-    writer : Checkpointer, Replica or None
-        Where the run writes its state (a :class:`Replica` once connected).
-    state : dict or None
-        The state to resume from (a replica's once connected).
-    divergence : float or None
-        The replica's bound (``replica_divergence``); None: no replica is written.
-    from_replica : bool
-        Resume from the scheduler's replica (``resume="replica"``).
-    """
+    """A run's checkpoint ``writer`` (a Replica once connected), the ``state`` it resumes
+    from, the replica's bound ``divergence`` (None: no replica) and whether it resumes
+    ``from_replica``."""
 
     writer: Checkpointer | Replica | None = None
     state: dict[str, Any] | None = None
@@ -97,35 +82,10 @@ def recovery(checkpoint: str | os.PathLike[str] | None, interval: float | None,
              iterations: int | None, resume: str | os.PathLike[str] | None,
              divergence: float | None, *, replica_ok: bool, inputs: list[str], out: Any,
              caller: str) -> Recovery:
-    """Check the checkpoint and replica settings; read a checkpoint file to resume.
-
-    Parameters
-    ----------
-    checkpoint, interval, iterations, resume, divergence
-        The fit functions' ``checkpoint``, ``checkpoint_interval``,
-        ``checkpoint_iterations``, ``resume`` (``"replica"``: the scheduler's replica) and
-        ``replica_divergence``.
-    replica_ok : bool
-        The run connects to a cluster that outlives this process (a scheduler address or
-        a client), which a replica needs.
-    inputs : list of str
-        The run's input stores (a checkpoint file may not touch them).
-    out : path or None
-        The run's result store.
-    caller : str
-        Named in the errors.
-
-    Returns
-    -------
-    recovery : Recovery
-
-    Raises
-    ------
-    InvalidParameterError
-        For a replica without such a cluster, with a checkpoint file, or a bad bound;
-        for interval or iterations without a file; and as
-        :func:`~daskstraggle.runtime.checkpoint.check_checkpoint_path`.
-    """
+    """Check the fit functions' ``checkpoint``, ``checkpoint_interval``,
+    ``checkpoint_iterations``, ``resume`` and ``replica_divergence``; read a checkpoint file
+    to resume. ``replica_ok``: the run's cluster outlives this process, as a replica needs;
+    a checkpoint file may not touch ``inputs`` or ``out``."""
     from_replica = resume is not None and str(resume) == RESUME_FROM_REPLICA
     if divergence is not None:
         divergence = check_positive(divergence, name="replica_divergence", caller=caller)

@@ -21,22 +21,13 @@ logger = logging.getLogger(__name__)
 
 
 class Registry(Generic[T]):
-    """Classes by name, with one clear error for unknown names and parameters.
+    """Classes of ``kind`` (e.g. ``"latency model"``) by name; ``unknown(name, names)``
+    words the error for a name not registered.
 
-    Parameters
-    ----------
-    kind : str
-        What is registered, for messages (e.g. ``"latency model"``).
-    unknown : callable
-        ``unknown(name, names)`` returns the message for a name not registered.
-    group : str or None, default=None
-        Entry-point group whose classes are registered too, read once, when a name is
-        first not found or the names are first listed. An entry point that fails to load
-        or names a class registered already under another class is skipped with a
-        warning in the log.
-    load : callable or None, default=None
-        ``load()`` returns the package's own classes (importing their modules); called once,
-        before the first lookup, so a registry is cheap until it is used.
+    ``load()`` returns the package's own classes, called once before the first lookup;
+    entry-point ``group``'s classes are read once, when a name is first not found or the
+    names are first listed (one that fails to load, or clashes, is skipped with a warning in
+    the log).
     """
 
     def __init__(self, kind: str, *, unknown: Callable[[str, list[str]], str],
@@ -57,13 +48,7 @@ class Registry(Generic[T]):
                 self.register(cls)
 
     def register(self, cls: type[T]) -> type[T]:
-        """Register ``cls`` under ``cls.name`` (usable as a class decorator).
-
-        Raises
-        ------
-        ValueError
-            If another class is registered under that name already.
-        """
+        """Register ``cls`` under ``cls.name`` (a class decorator); ValueError if taken."""
         name = cls.name  # type: ignore[attr-defined]
         if name in self._classes and self._classes[name] is not cls:
             raise ValueError(f"{self.kind} name {name!r} registered twice")
@@ -103,8 +88,7 @@ class Registry(Generic[T]):
         return key in self._classes
 
     def __getitem__(self, name: str) -> type[T]:
-        """``registry[name]``: the class registered as ``name``, as a mapping reads it
-        (``KeyError`` for a name not registered)."""
+        """The class registered as ``name`` (KeyError if none)."""
         if name not in self:
             raise KeyError(name)
         return self.get(name)
@@ -114,27 +98,16 @@ class Registry(Generic[T]):
         return iter(self.names())
 
     def get(self, name: str) -> type[T]:
-        """Return the class registered as ``name`` (``_`` and ``-`` are equal).
-
-        Raises
-        ------
-        InvalidParameterError
-            If ``name`` is not registered, naming the names that are.
-        """
+        """Return the class registered as ``name`` (``_`` and ``-`` are equal), or raise
+        InvalidParameterError naming the registered names."""
         key = str(name).replace("_", "-")
         if key not in self:
             raise InvalidParameterError(self._unknown(name, self.names()))
         return self._classes[key]
 
     def make(self, name: str, **params: Any) -> T:
-        """Build the class registered as ``name`` from its parameters.
-
-        Raises
-        ------
-        InvalidParameterError
-            If the name is unknown, a parameter is missing or not accepted, or a value is
-            invalid.
-        """
+        """Build the class registered as ``name``; InvalidParameterError for an unknown
+        name, a missing or unknown parameter, or a value the class refuses."""
         cls = self.get(name)
         label = cls.name  # type: ignore[attr-defined]
         all_fields = fields(cls)  # type: ignore[arg-type]

@@ -33,30 +33,9 @@ def pca_dataset(components: np.ndarray, singular_values: np.ndarray,
                 explained_variance_ratio: np.ndarray, variant_axes: np.ndarray, *,
                 sample_id: np.ndarray | None = None,
                 variant_coords: dict[str, np.ndarray] | None = None) -> xr.Dataset:
-    """Return sgkit's ``sample_pca_*`` variables from a genotype fit (rows = variants).
-
-    Parameters
-    ----------
-    components : ndarray of shape (n_components, n_samples)
-        The samples' unit eigenvectors (``Result.fitted["components"]``).
-    singular_values : ndarray of shape (n_components,)
-        Singular values of the standardised genotypes.
-    explained_variance_ratio : ndarray of shape (n_components,)
-        ``s² / ‖Z‖²_F``.
-    variant_axes : ndarray of shape (n_variants, n_components)
-        The variants' unit axes ``Z V / s``.
-    sample_id : ndarray of shape (n_samples,) or None, default=None
-        A ``sample_id`` coordinate.
-    variant_coords : dict of str to ndarray of shape (n_variants,) or None, default=None
-        Coordinates along ``variants`` (``variant_contig``, ``variant_position``).
-
-    Returns
-    -------
-    ds : xarray.Dataset
-        ``sample_pca_projection`` (samples, components), ``sample_pca_component`` and
-        ``sample_pca_loading`` (variants, components), ``sample_pca_explained_variance``
-        and ``sample_pca_explained_variance_ratio`` (components), float64.
-    """
+    """Return sgkit's ``sample_pca_*`` variables (float64) of a genotype fit: the samples'
+    unit eigenvectors ``components`` (k, n_samples), the variants' unit axes
+    ``variant_axes`` ``Z V / s`` (n_variants, k), with the optional coordinates."""
     s = np.asarray(singular_values, dtype=np.float64)
     axes = np.asarray(variant_axes, dtype=np.float64)
     signs = np.where(axes.sum(axis=0) >= 0, 1.0, -1.0)  # dask's svd_flip (v-based)
@@ -98,28 +77,10 @@ def _spread(out: xr.Dataset, dim: str, kept: np.ndarray | None) -> xr.Dataset:
 
 def merge_into(ds: xr.Dataset, out: xr.Dataset, kept: np.ndarray | None,
                samples_kept: np.ndarray | None = None) -> xr.Dataset:
-    """Merge the PCA variables into ``ds`` as sgkit's ``merge=True`` does.
-
-    ``out``'s variables replace ``ds``'s of the same name (with a warning, as sgkit's
-    ``MergeWarning``); ``ds``'s attrs are kept. Variants that quality control removed
-    (``kept`` False) get NaN in the per-variant variables, samples it removed
-    (``samples_kept`` False) in the per-sample ones.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        The input (the same variants and samples as the fit's input).
-    out : xarray.Dataset
-        :func:`pca_dataset`'s output, without coordinates.
-    kept : ndarray of bool of shape (ds.sizes["variants"],) or None
-        The variants the fit used (None: all).
-    samples_kept : ndarray of bool of shape (ds.sizes["samples"],) or None, default=None
-        The samples the fit used (None: all).
-
-    Returns
-    -------
-    merged : xarray.Dataset
-    """
+    """Merge :func:`pca_dataset`'s ``out`` into the input ``ds`` as sgkit's ``merge=True``
+    does: ``out``'s variables replace ``ds``'s of the same name (with a warning, as sgkit's
+    ``MergeWarning``); ``ds``'s attrs are kept. Variants and samples quality control removed
+    (False in ``kept``, ``samples_kept``; None: all kept) get NaN."""
     out = out.drop_vars(list(out.coords))
     for dim, mask in (("variants", kept), ("samples", samples_kept)):
         out = _spread(out, dim, mask)
