@@ -239,32 +239,13 @@ def pca_pass(block: Block, V: np.ndarray, shift: np.ndarray | None, *,
 def pca_pass_sum(blocks: Sequence[Block], V: np.ndarray, shift: np.ndarray | None, *,
                  implementation: str | None = None,
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Return ``X^T P``, the column sums of ``P`` and ``|P_j|^2``, ``P = X V - 1 shift^T``,
-    summed over ``blocks`` (row sets ``X`` of one matrix).
+    """Return ``G = X^T P`` (n_features, k), ``1^T P`` and the squared column norms of
+    ``P`` (k,), ``P = X V - 1 shift^T`` (``shift`` None: 0), summed over ``blocks`` (row
+    sets ``X`` of one matrix, all of ``V``'s columns).
 
     The compiled kernels add every block's products into one buffer of ``G^T``, laid out
     once for all the blocks; the sums equal the blocks' :func:`pca_pass` to rounding.
-
-    Parameters
-    ----------
-    blocks : sequence of Block
-        Rows ``X`` (stored values and per-row transforms), all of ``V``'s ``n_features``
-        columns.
-    V : ndarray of shape (n_features, k)
-        Thin matrix.
-    shift : ndarray of shape (k,) or None
-        Subtracted from every row of ``X V`` (``V^T mean`` when centring); None: 0.
-    implementation : {"numba", "numpy"} or None, default=None
-        None: :func:`default_implementation`.
-
-    Returns
-    -------
-    G : ndarray of shape (n_features, k)
-        ``X^T P``.
-    colsum : ndarray of shape (k,)
-        ``1^T P``.
-    sq : ndarray of shape (k,)
-        Squared norm of each column of ``P``.
+    ``implementation`` None: :func:`default_implementation`.
     """
     V = np.asarray(V, dtype=np.float64)
     m, k = V.shape
@@ -331,29 +312,8 @@ def glm_pass(block: Block, w: np.ndarray, b: float, *, logistic: bool,
 
     With ``z = X w + b`` and labels ``y``: least squares has ``q = z - y`` and loss
     ``sum(q^2)``; logistic regression has ``q = -y expit(-y z)`` and loss
-    ``sum(log(1 + exp(-y z)))``. Nothing is divided by the number of rows.
-
-    Parameters
-    ----------
-    block : Block
-        Rows ``X`` with labels ``y``.
-    w : ndarray of shape (n_features,)
-        Coefficients.
-    b : float
-        Intercept.
-    logistic : bool
-        Logistic regression (True) or least squares (False).
-    implementation : {"numba", "numpy"} or None, default=None
-        None: :func:`default_implementation`.
-
-    Returns
-    -------
-    gradient : ndarray of shape (n_features,)
-        ``X^T q``.
-    total : float
-        ``sum(q)``.
-    loss : float
-        Summed loss over the block's rows.
+    ``sum(log(1 + exp(-y z)))``, with ``logistic``. Nothing is divided by the number of
+    rows. ``implementation`` as :func:`pca_pass_sum`.
     """
     w = np.ascontiguousarray(w, dtype=np.float64)
     assert block.y is not None  # the problems check labels first
@@ -442,23 +402,11 @@ def _filled_tiles(block: Block) -> Any:
 # ------------------------------------------------------------------------ moments
 def column_moments(block: Block, *, implementation: str | None = None
                    ) -> tuple[np.ndarray, np.ndarray, float] | None:
-    """Return the column sums and squared deviations of ``X`` and ``|X|^2``, or None.
+    """Return ``(column_sums, column_sq_dev, sq_norm)`` of the block's rows ``X``, or None.
 
     One compiled pass per tile of :meth:`Block.tiles` (tiles merged pairwise). None when
-    the numba kernels do not apply (numba absent or disabled, another dtype):
-    :func:`~daskstraggle.problems.block.block_stats` then uses numpy tiles.
-
-    Parameters
-    ----------
-    block : Block
-        Rows ``X`` (stored values and per-row transforms), at least one.
-    implementation : {"numba", "numpy"} or None, default=None
-        None: :func:`default_implementation`; ``"numpy"`` returns None.
-
-    Returns
-    -------
-    moments : tuple or None
-        ``(column_sums, column_sq_dev, sq_norm)``.
+    the numba kernels do not apply (``implementation="numpy"``, numba absent or disabled,
+    another dtype): :func:`~daskstraggle.problems.block.block_stats` then uses numpy tiles.
     """
     if block.n_rows == 0 or not _use_numba(block, implementation):
         return None
@@ -481,25 +429,10 @@ def gram_sum(blocks: Sequence[Block], mean: np.ndarray | None, *, upper: bool = 
     memory, not one per partition).
 
     Each tile is converted exactly as :meth:`Block.tiles` does and shifted by ``mean``
-    (in one fused pass with numba), then folded in with one BLAS ``syrk``.
-
-    Parameters
-    ----------
-    blocks : sequence of Block
-        At least one block; all with the same columns.
-    mean : ndarray of shape (n_features,) or None
-        Subtracted from every row; None: nothing.
-    upper : bool, default=False
-        Return the upper triangle only, zeros below the diagonal (what ``syrk``
-        accumulates): a sum of many blocks' matrices is then symmetrised once
-        (:func:`symmetric_from_upper`) instead of once per block.
-    implementation : {"numba", "numpy"} or None, default=None
-        None: :func:`default_implementation`.
-
-    Returns
-    -------
-    gram : ndarray of shape (n_features, n_features)
-        Symmetric, or its upper triangle with ``upper``.
+    (in one fused pass with numba), then folded in with one BLAS ``syrk``. ``blocks``: at
+    least one, all with the same columns; ``mean`` None: nothing subtracted. With ``upper``
+    only the upper triangle, zeros below the diagonal (what ``syrk`` accumulates): a sum of
+    many blocks' matrices is then symmetrised once (:func:`symmetric_from_upper`).
     """
     d = blocks[0].n_features
     acc = np.zeros((d, d), order="F")
@@ -528,18 +461,8 @@ def _gram_add(block: Block, mean: np.ndarray | None, acc: np.ndarray, step: int,
 
 
 def symmetric_from_upper(upper: np.ndarray) -> np.ndarray:
-    """Return the symmetric matrix whose upper triangle (diagonal included) is ``upper``'s.
-
-    Parameters
-    ----------
-    upper : ndarray of shape (d, d)
-        Only its upper triangle is read.
-
-    Returns
-    -------
-    full : ndarray of shape (d, d)
-        C-contiguous.
-    """
+    """Return the C-contiguous symmetric matrix whose upper triangle (diagonal included) is
+    ``upper``'s (only that triangle is read)."""
     full = np.array(upper, dtype=np.float64, order="C")
     _mirror_upper(full)
     return full
@@ -574,10 +497,6 @@ def pack_upper(upper: np.ndarray) -> np.ndarray:
 
     ``d (d + 1) / 2`` numbers: a Gram message is half the bytes; sums and linear
     combinations of packed triangles are the packed triangles of the sums.
-
-    Returns
-    -------
-    packed : ndarray of shape (d (d + 1) / 2,)
     """
     d = upper.shape[0]
     return np.concatenate([upper[i, i:] for i in range(d)]) if d else np.zeros(0, upper.dtype)
@@ -585,19 +504,9 @@ def pack_upper(upper: np.ndarray) -> np.ndarray:
 
 def packed_product(packed: np.ndarray, V: np.ndarray) -> np.ndarray:
     """Return ``A V`` for the symmetric ``A`` whose upper triangle :func:`pack_upper` packed
-    (one BLAS ``dspmv`` per column of ``V``; no ``d x d`` matrix is formed).
-
-    Parameters
-    ----------
-    packed : ndarray of shape (d (d + 1) / 2,)
-        The packed upper triangle (row by row: the lower triangle column by column, as
-        BLAS's packed storage with ``uplo="L"``).
-    V : ndarray of shape (d, k)
-        Thin matrix.
-
-    Returns
-    -------
-    AV : ndarray of shape (d, k)
+    (one BLAS ``dspmv`` per column of ``V``, (d, k); no ``d x d`` matrix is formed). The
+    packed upper triangle, row by row, is the lower one column by column: BLAS's packed
+    storage with ``uplo="L"``.
     """
     from scipy.linalg import blas
 
@@ -611,13 +520,8 @@ def packed_product(packed: np.ndarray, V: np.ndarray) -> np.ndarray:
 
 
 def unpack_upper(packed: np.ndarray, d: int) -> np.ndarray:
-    """Return the symmetric ``d x d`` matrix whose upper triangle :func:`pack_upper` packed.
-
-    Raises
-    ------
-    ValueError
-        If ``packed`` does not hold ``d (d + 1) / 2`` numbers.
-    """
+    """Return the symmetric ``d x d`` matrix whose upper triangle :func:`pack_upper` packed
+    (ValueError unless ``packed`` holds ``d (d + 1) / 2`` numbers)."""
     _check_packed(packed, d)
     full = np.zeros((d, d), dtype=packed.dtype)
     start = 0

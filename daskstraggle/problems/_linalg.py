@@ -1,8 +1,5 @@
-"""Dense linear-algebra helpers shared by the problems (pure numpy/scipy).
-
-Everything here works on small dense arrays (an iterate, a d x d Gram matrix, an R
-factor); nothing touches a whole data block.
-"""
+"""Dense linear-algebra helpers of the problems, on small arrays (an iterate, a d x d Gram
+matrix, an R factor), never a whole data block."""
 
 from __future__ import annotations
 
@@ -39,16 +36,8 @@ def precision_floor(n: int) -> float:
     """Return the relative size below which an eigenvalue of an ``n x n`` product is rounding.
 
     ``max(n, 8) * eps`` (numpy's ``matrix_rank`` tolerance for a Hermitian matrix): an
-    eigenvalue of ``X^T X`` at most this fraction of the largest cannot be told from zero.
-
-    Parameters
-    ----------
-    n : int
-        Order of the symmetric matrix (the number of columns of ``X``).
-
-    Returns
-    -------
-    floor : float
+    eigenvalue of ``X^T X`` (``n`` the columns of ``X``) at most this fraction of the
+    largest cannot be told from zero.
 
     Examples
     --------
@@ -62,22 +51,11 @@ def orthonormalize(Y: np.ndarray, *, tol: float = _RANK_TOL) -> np.ndarray:
     """Return an orthonormal basis of the columns of ``Y`` by QR, with the diagonal of R
     positive (so the result depends on ``Y`` only, not on LAPACK's reflector signs).
 
-    Parameters
-    ----------
-    Y : ndarray of shape (d, k)
-        Columns to orthonormalise, ``k <= d``.
-    tol : float, default=1e-12
-        A column whose part orthogonal to the previous columns is at most ``tol`` times
-        its own norm, or whose norm is at most :func:`precision_floor` ``(d)`` times the
-        largest column norm of ``Y``, is dependent: it is replaced by a random direction
-        orthogonal to the kept columns, from a generator with a fixed seed. Small
-        independent columns are kept.
-
-    Returns
-    -------
-    Q : ndarray of shape (d, k)
-        Orthonormal columns; the first columns span the same space as those of ``Y``
-        wherever ``Y`` has full column rank.
+    ``Y`` is (d, k), ``k <= d``; ``Q`` (d, k) spans the same leading spaces wherever ``Y``
+    has full column rank. A column whose part orthogonal to the previous ones is at most
+    ``tol`` times its norm, or whose norm is at most :func:`precision_floor` ``(d)`` times
+    the largest column norm, is dependent: it is replaced by a random direction orthogonal
+    to the kept columns (fixed seed). Small independent columns are kept.
     """
     Y = np.asarray(Y, dtype=np.float64)
     d, k = Y.shape
@@ -103,51 +81,23 @@ def orthonormalize(Y: np.ndarray, *, tol: float = _RANK_TOL) -> np.ndarray:
 
 
 def sin_largest_angle(A: np.ndarray, B: np.ndarray) -> float:
-    """Return the sine of the largest principal angle between two column spaces.
-
-    Parameters
-    ----------
-    A, B : ndarray of shape (d, k)
-        Orthonormal columns.
-
-    Returns
-    -------
-    sine : float
-        In [0, 1]: the spectral norm of ``A - B (B^T A)`` (accurate for tiny angles).
-    """
+    """Return the sine of the largest principal angle between the spaces of the orthonormal
+    columns ``A`` and ``B`` (d, k): the spectral norm of ``A - B (B^T A)`` in [0, 1]
+    (accurate for tiny angles)."""
     residual = A - B @ (B.T @ A)
     if residual.size == 0:
         return 0.0
     return min(1.0, float(np.linalg.norm(residual, ord=2)))
 
 
-def power_iteration(
-    matvec: Callable[[np.ndarray], np.ndarray],
-    v0: np.ndarray,
-    *,
-    n_iter: int = 20,
-) -> float:
-    """Estimate the largest eigenvalue of a symmetric positive semi-definite operator.
+def power_iteration(matvec: Callable[[np.ndarray], np.ndarray], v0: np.ndarray, *,
+                    n_iter: int = 20) -> float:
+    """Estimate the largest eigenvalue of a symmetric positive semi-definite operator
+    ``matvec`` by ``n_iter`` applications from ``v0`` (random, so not orthogonal to the
+    top eigenvector; InvalidParameterError if zero).
 
-    Parameters
-    ----------
-    matvec : callable
-        ``matvec(v)`` returns the operator applied to ``v``.
-    v0 : ndarray of shape (p,)
-        Starting vector (random, so it is not orthogonal to the top eigenvector).
-    n_iter : int, default=20
-        Number of operator applications.
-
-    Returns
-    -------
-    lam : float
-        The Rayleigh quotient at the last vector: a lower bound on the largest
-        eigenvalue that converges to it; 0 for the zero operator.
-
-    Raises
-    ------
-    InvalidParameterError
-        If ``v0`` is zero.
+    Returns the Rayleigh quotient at the last vector: a lower bound on the largest
+    eigenvalue that converges to it; 0 for the zero operator.
     """
     v = np.asarray(v0, dtype=np.float64)
     norm = float(np.linalg.norm(v))
@@ -168,18 +118,9 @@ def power_iteration(
 
 
 def stack_r(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
-    """Return the R factor of ``vstack(top, bottom)``: the TSQR combine step.
-
-    Parameters
-    ----------
-    top, bottom : ndarray of shape (m1, c), (m2, c)
-        R factors (or raw rows) of two disjoint row sets.
-
-    Returns
-    -------
-    R : ndarray of shape (min(m1 + m2, c), c)
-        ``R^T R = top^T top + bottom^T bottom``; ``(0, c)`` for no rows.
-    """
+    """Return the R factor of ``vstack(top, bottom)``, R factors (or raw rows) of two
+    disjoint row sets: the TSQR combine step. Shape (min(m1 + m2, c), c), ``R^T R = top^T
+    top + bottom^T bottom``; (0, c) for no rows."""
     A = np.vstack([top, bottom])
     if A.shape[0] == 0:
         return np.zeros((0, A.shape[1]))
@@ -188,13 +129,8 @@ def stack_r(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
 
 
 def check_dense_size(n_features: int, caller: str) -> None:
-    """Refuse an exact reference solve that would need a dense d x d matrix too large.
-
-    Raises
-    ------
-    InvalidParameterError
-        If ``n_features`` exceeds :data:`MAX_DENSE_FEATURES`.
-    """
+    """Raise InvalidParameterError if ``n_features`` exceeds :data:`MAX_DENSE_FEATURES`
+    (an exact reference solve would need a dense d x d matrix too large)."""
     if n_features > MAX_DENSE_FEATURES:
         gib = 8 * n_features**2 / 2**30
         raise InvalidParameterError(
