@@ -14,9 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from daskstraggle._validation import check_fraction, check_int, check_positive
+from daskstraggle._validation import _fail, check_fraction, check_int, check_positive
 from daskstraggle.balance.optimizer import BalancePlan, optimize
-from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.profiler import LatencyProfiler, ProfileStatistics
 
 __all__ = ["LoadBalancer", "check_balance"]
@@ -167,7 +166,4 @@ def check_balance(balance: Any, *, caller: str) -> LoadBalancer | None:
         return LoadBalancer()
     if isinstance(balance, LoadBalancer):
         return balance
-    raise InvalidParameterError(
-        f"The 'balance' parameter of {caller} must be True, False, None or a LoadBalancer. "
-        f"Got {balance!r} instead."
-    )
+    _fail("balance", caller, "True, False, None or a LoadBalancer", balance)

@@ -10,11 +10,11 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from daskstraggle._validation import check_nonnegative
+from daskstraggle._validation import _fail, check_nonnegative
 from daskstraggle.api import fit_least_squares, fit_logistic
 from daskstraggle.data import _passes
 from daskstraggle.data.matrix import Matrix
-from daskstraggle.errors import InvalidDataError, InvalidParameterError
+from daskstraggle.errors import InvalidDataError
 from daskstraggle.estimators._base import (
     _COMMON_DOC,
     _FITTED_DOC,
@@ -249,10 +249,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
     def _alpha(self, n_samples: int) -> float:
         C = self.C
         if not isinstance(C, numbers.Real) or isinstance(C, bool) or not float(C) > 0:
-            raise InvalidParameterError(
-                f"The 'C' parameter of LogisticRegression must be a float > 0 (numpy.inf: no "
-                f"penalty). Got {C!r} instead."
-            )
+            _fail("C", "LogisticRegression", "a float > 0 (numpy.inf: no penalty)", C)
         return 0.0 if np.isinf(float(C)) else 1.0 / (float(C) * n_samples)
 
     def fit(self, X: Any, y: Any = None) -> LogisticRegression:

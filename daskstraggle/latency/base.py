@@ -1,31 +1,18 @@
 """The LatencyModel contract: seeded, per-worker, possibly stateful task latency.
 
-A :class:`LatencyModel` is an immutable value object holding parameters only. Its
-:meth:`LatencyModel.sampler` builds a :class:`LatencySampler`, the stateful part that
-draws the latency of one task of one worker::
+A :class:`LatencyModel` holds parameters only; :meth:`LatencyModel.sampler` builds the
+stateful :class:`LatencySampler` that draws one task's ``(compute, communication)``. Every
+sampler follows these rules (the conformance tests check them):
 
-    sampler = model.sampler(n_workers=4, rng=0)
-    compute, communication = sampler.sample(2, time=0.3, iteration=5, load=1.0)
-
-Rules every sampler follows (the conformance tests check them):
-
-- **Per-worker streams.** Worker ``i``'s draws come only from ``sampler.streams[i]``
-  (:func:`worker_streams`) and its state evolves only through calls for worker ``i``, so a
-  sampler built on worker ``i`` alone (the worker-side injector) draws the same sequence
-  as a full sampler in the simulator.
-- **Load.** Compute time of a model with a distribution scales linearly with ``load``
-  (1.0 = an equal ``1/n_workers`` share of the rows); communication time does not.
-- **Measured compute.** Pure slow-down models (``has_distribution`` False) scale the
-  compute time a real kernel took, passed as ``measured``; communication is then 0.
-  Models with a distribution ignore ``measured``.
-- **Time and iteration.** ``time`` (seconds since the run started) and ``iteration`` (the
-  iterate version the task computes) are non-decreasing per worker; stateful models
-  advance their state lazily to them.
-- ``size=None`` returns floats; ``size=k`` returns ``k`` independent draws (arrays) at
-  the state for ``(time, iteration)``.
-- **Finite times.** Every time parameter (seconds) is at most :data:`MAX_SECONDS` and
-  every variance at most its square, so that draws, their sums and their squares stay
-  finite in float64.
+- **Per-worker streams.** Worker ``i``'s draws come only from ``sampler.streams[i]`` and its
+  state evolves only through calls for worker ``i``, so a sampler built on worker ``i`` alone
+  (the worker-side injector) draws the same sequence as a full sampler in the simulator.
+- **Load.** Compute time of a model with a distribution scales linearly with ``load``;
+  communication does not. Pure slow-down models (``has_distribution`` False) scale the
+  ``measured`` compute time instead (communication 0); the others ignore ``measured``.
+- **Time and iteration** are non-decreasing per worker; stateful models advance lazily.
+- **Finite times.** Every time parameter is at most :data:`MAX_SECONDS` and every variance
+  at most its square, so draws, their sums and squares stay finite in float64.
 """
 
 from __future__ import annotations
@@ -41,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from daskstraggle._registry import Registry
+from daskstraggle._validation import _fail, check_int
 from daskstraggle.errors import InvalidParameterError
 
 __all__ = [
@@ -184,10 +172,7 @@ def _worker_indices(value: Any, *, term: str, options: str = "") -> tuple[int, .
     (InvalidParameterError names the ``workers`` parameter of ``term``, plus ``options``)."""
     items = (value,) if _is_index(value) else value
     if not isinstance(items, tuple | list) or not items or not all(map(_is_index, items)):
-        raise InvalidParameterError(
-            f"The 'workers' parameter of {term} must be a worker index or a list of them "
-            f"(ints >= 0){options}. Got {value!r} instead."
-        )
+        _fail("workers", term, f"a worker index or a list of them (ints >= 0){options}", value)
     return tuple(int(w) for w in items)
 
 
@@ -237,9 +222,7 @@ def check_per_worker(
     items = list(value) if per_worker else [value]
     for v in items:
         if not _in_bounds(v, low, strict, high):
-            raise InvalidParameterError(
-                f"The {name!r} parameter of {caller} must be {constraint}. Got {value!r} instead."
-            )
+            _fail(name, caller, constraint, value)
     if not per_worker:
         return float(value)
     if not items:
@@ -344,13 +327,10 @@ class LatencyModel(ABC):
         InvalidParameterError
             If per-worker parameters do not have ``n_workers`` values.
         """
-        if not isinstance(n_workers, numbers.Integral) or n_workers < 1:
-            raise InvalidParameterError(
-                f"The 'n_workers' parameter of {type(self).__name__}.sampler must be an int "
-                f">= 1. Got {n_workers!r} instead."
-            )
-        self.check_n_workers(int(n_workers))
-        return self._make_sampler(int(n_workers), worker_streams(rng, int(n_workers)))
+        n_workers = check_int(n_workers, name="n_workers", caller=f"{type(self).__name__}.sampler",
+                              low=1)
+        self.check_n_workers(n_workers)
+        return self._make_sampler(n_workers, worker_streams(rng, n_workers))
 
     def to_dict(self) -> dict[str, Any]:
         """Return ``{"name": ..., **parameters}`` (nested models as dicts)."""
@@ -527,23 +507,55 @@ class _UnitSampler(LatencySampler):
         return _out(load * compute, communication, size)
 
 
-class _ConstantSampler(_UnitSampler):
+class _GammaSampler(_UnitSampler):
+    """Independent gamma compute and communication times of the laws ``(mean, var)``;
+    a variance of 0 is a deterministic time (Constant, Gamma)."""
+
     stateless = True
     shared_draws = True
 
-    def __init__(self, model: Constant, n_workers: int, streams: Streams):
+    def __init__(self, n_workers: int, streams: Streams, *laws: tuple[Any, Any]) -> None:
         super().__init__(n_workers, streams)
-        self.compute = np.broadcast_to(np.asarray(model.compute, dtype=float), (n_workers,))
-        self.communication = np.broadcast_to(
-            np.asarray(model.communication, dtype=float), (n_workers,)
-        )
+        params = []
+        for law in laws:
+            mean, var = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in law))
+            random = var > 0
+            safe_var = np.where(random, var, 1.0)
+            values = (mean, random, mean**2 / safe_var, safe_var / np.where(random, mean, 1.0))
+            params.append(tuple(np.broadcast_to(v, (n_workers,)) for v in values))
+        self.compute, self.communication = params
 
     def _units(self, worker_index, n):
-        return np.full(n, self.compute[worker_index]), self.communication[worker_index]
+        i = worker_index
+        (c_mean, c_random, c_shape, c_scale) = self.compute
+        (m_mean, m_random, m_shape, m_scale) = self.communication
+        stream = self.streams[i]
+        if c_random[i] and m_random[i]:
+            # draws interleaved (compute, communication) so size=k equals k single calls
+            both = stream.gamma([c_shape[i], m_shape[i]], [c_scale[i], m_scale[i]], size=(n, 2))
+            compute, communication = both[:, 0], both[:, 1]
+        else:
+            compute = stream.gamma(c_shape[i], c_scale[i], size=n) if c_random[i] \
+                else np.full(n, c_mean[i])
+            communication = stream.gamma(m_shape[i], m_scale[i], size=n) if m_random[i] \
+                else np.full(n, m_mean[i])
+        return compute, communication
 
     def _draw_shared(self, loads, size, generator):
-        compute = np.repeat((self.compute * loads)[:, None], size, axis=1)
-        return compute, np.repeat(self.communication[:, None], size, axis=1)
+        compute, communication = (self._all(part, size, generator)
+                                  for part in (self.compute, self.communication))
+        compute *= loads[:, None]
+        return compute, communication
+
+    def _all(self, part, size, generator):
+        mean, random, shape, scale = part
+        if random.all():
+            return generator.gamma(shape[:, None], scale[:, None], size=(self.n_workers, size))
+        out = np.repeat(mean[:, None], size, axis=1)
+        if random.any():
+            out[random] = generator.gamma(shape[random][:, None], scale[random][:, None],
+                                          size=(int(random.sum()), size))
+        return out
 
 
 @register_model
@@ -567,7 +579,9 @@ class Constant(LatencyModel):
     """
 
     name: ClassVar[str] = "constant"
-    _sampler_class = _ConstantSampler
     _checks = (("compute", check_seconds), ("communication", check_seconds))
     compute: float | tuple[float, ...] = 0.0
     communication: float | tuple[float, ...] = 0.0
+
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
+        return _GammaSampler(n_workers, streams, (self.compute, 0.0), (self.communication, 0.0))

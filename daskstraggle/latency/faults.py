@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from daskstraggle._registry import Registry
+from daskstraggle._validation import _fail, check_int
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import (
     MAX_SECONDS,
     _check_in_range,
-    _is_index,
     _is_number,
     _worker_indices,
 )
@@ -45,10 +45,7 @@ def _seconds(value: Any, *, name: str, term: str, positive: bool = False) -> flo
         (float(value) > 0 if positive else float(value) >= 0) and float(value) <= MAX_SECONDS
     if not ok:
         bound = "> 0" if positive else ">= 0"
-        raise InvalidParameterError(
-            f"The {name!r} parameter of {term} must be a number of seconds {bound} and at "
-            f"most {MAX_SECONDS:g}. Got {value!r} instead."
-        )
+        _fail(name, term, f"a number of seconds {bound} and at most {MAX_SECONDS:g}", value)
     return float(value)
 
 
@@ -236,13 +233,8 @@ class Join(Fault):
 
     def __post_init__(self) -> None:
         Fault.__post_init__(self)
-        count = self.count
-        if not (_is_index(count) and 1 <= count <= 1_000_000):
-            raise InvalidParameterError(
-                f"The 'count' parameter of join must be an int in [1, 1000000]. "
-                f"Got {count!r} instead."
-            )
-        object.__setattr__(self, "count", int(count))
+        count = check_int(self.count, name="count", caller="join", low=1, high=1_000_000)
+        object.__setattr__(self, "count", count)
 
     def apply(self, cluster: ClusterState) -> ClusterState:
         """Return ``cluster`` with ``count`` more workers."""

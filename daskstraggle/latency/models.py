@@ -15,7 +15,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from daskstraggle._validation import check_int
+from daskstraggle._validation import _fail, check_int
 from daskstraggle.errors import (
     DataNotFoundError,
     InvalidDataError,
@@ -25,7 +25,9 @@ from daskstraggle.errors import (
 from daskstraggle.latency.base import (
     MAX_SECONDS,
     LatencyModel,
+    LatencySampler,
     Streams,
+    _GammaSampler,
     _UnitSampler,
     check_per_worker,
     check_seconds,
@@ -137,21 +139,9 @@ class _MultiMessageSampler(_ShiftedExponentialSampler):
     def message_times(
         self, worker_index: int, n_messages: int, *, time: float = 0.0, iteration: int = 0
     ) -> NDArray[np.float64]:
-        """Return the finishing times of a task's ``n_messages`` computations (one draw).
-
-        Parameters
-        ----------
-        worker_index : int
-        n_messages : int
-            Number of computations (messages) in the task.
-        time, iteration : float and int, default=0
-            Unused: the model is stateless.
-
-        Returns
-        -------
-        times : ndarray of shape (n_messages,)
-            ``[1, 2, ..., n_messages] * (alpha + X)`` seconds after the task starts.
-        """
+        """Return the finishing times ``[1, 2, ..., n_messages] * (alpha + X)`` (seconds after
+        the task starts, one draw) of a task's ``n_messages`` computations; ``time`` and
+        ``iteration`` are unused (the model is stateless)."""
         n = check_int(n_messages, name="n_messages", caller="MultiMessage.message_times", low=1)
         unit = self._unit(worker_index, 1)[0]
         return np.arange(1, n + 1) * unit
@@ -202,55 +192,6 @@ class MultiMessage(_ShiftRate):
     _checks = (("alpha", check_seconds), ("rate", _check_rate))
     alpha: float | tuple[float, ...] = 0.0
     rate: float | tuple[float, ...] = 1.0
-
-
-class _GammaSampler(_UnitSampler):
-    stateless = True
-    shared_draws = True
-
-    def __init__(self, model: Gamma, n_workers: int, streams: Streams) -> None:
-        super().__init__(n_workers, streams)
-        params = []
-        for mean_name, var_name in (("mean", "var"), ("communication_mean", "communication_var")):
-            mean, var = np.broadcast_arrays(np.asarray(getattr(model, mean_name), dtype=float),
-                                            np.asarray(getattr(model, var_name), dtype=float))
-            random = var > 0
-            safe_var = np.where(random, var, 1.0)
-            values = (mean, random, mean**2 / safe_var, safe_var / np.where(random, mean, 1.0))
-            params.append(tuple(np.broadcast_to(v, (n_workers,)) for v in values))
-        self.compute, self.communication = params
-
-    def _units(self, worker_index, n):
-        i = worker_index
-        (c_mean, c_random, c_shape, c_scale) = self.compute
-        (m_mean, m_random, m_shape, m_scale) = self.communication
-        stream = self.streams[i]
-        if c_random[i] and m_random[i]:
-            # draws interleaved (compute, communication) so size=k equals k single calls
-            both = stream.gamma([c_shape[i], m_shape[i]], [c_scale[i], m_scale[i]], size=(n, 2))
-            compute, communication = both[:, 0], both[:, 1]
-        else:
-            compute = stream.gamma(c_shape[i], c_scale[i], size=n) if c_random[i] \
-                else np.full(n, c_mean[i])
-            communication = stream.gamma(m_shape[i], m_scale[i], size=n) if m_random[i] \
-                else np.full(n, m_mean[i])
-        return compute, communication
-
-    def _draw_shared(self, loads, size, generator):
-        compute, communication = (self._all(part, size, generator)
-                                  for part in (self.compute, self.communication))
-        compute *= loads[:, None]
-        return compute, communication
-
-    def _all(self, part, size, generator):
-        mean, random, shape, scale = part
-        if random.all():
-            return generator.gamma(shape[:, None], scale[:, None], size=(self.n_workers, size))
-        out = np.repeat(mean[:, None], size, axis=1)
-        if random.any():
-            out[random] = generator.gamma(shape[random][:, None], scale[random][:, None],
-                                          size=(int(random.sum()), size))
-        return out
 
 
 def _check_gamma_law(mean: float | tuple[float, ...], var: float | tuple[float, ...], *,
@@ -332,7 +273,6 @@ class Gamma(LatencyModel):
     """
 
     name: ClassVar[str] = "gamma"
-    _sampler_class = _GammaSampler
     _checks = (("mean", check_seconds), ("var", _check_variance),
                ("communication_mean", check_seconds), ("communication_var", _check_variance))
     mean: float | tuple[float, ...]
@@ -345,6 +285,10 @@ class Gamma(LatencyModel):
         for names in (("mean", "var"), ("communication_mean", "communication_var")):
             _check_gamma_law(getattr(self, names[0]), getattr(self, names[1]), names=names,
                              caller="Gamma")
+
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
+        return _GammaSampler(n_workers, streams, (self.mean, self.var),
+                             (self.communication_mean, self.communication_var))
 
 
 def _check_table(
@@ -376,55 +320,50 @@ def _read_csv(path: str) -> NDArray[np.float64]:
     """Read a replay CSV: one column per worker, optional header, '#' comment lines."""
     try:
         with open(path, newline="") as fh:
-            lines = [
-                (number, line) for number, line in enumerate(fh, start=1)
-                if line.strip() and not line.lstrip().startswith("#")
-            ]
+            lines = [(number, line) for number, line in enumerate(fh, start=1)
+                     if line.strip() and not line.lstrip().startswith("#")]
     except OSError as err:
         raise DataNotFoundError(f"Could not read the replay file {path!r}: {err}.") from err
-    rows = list(csv.reader(line for _, line in lines))
-    numbers = [n for n, _ in lines]
-    names: list[str] | None = None
-    if rows and not _is_numeric_row(rows[0]):
-        names = [cell.strip() for cell in rows[0]]
-        rows, numbers = rows[1:], numbers[1:]
+    rows = list(zip((n for n, _ in lines), csv.reader(line for _, line in lines), strict=True))
+    names = None
+    if rows and _floats(rows[0][1]) is None:
+        names = [cell.strip() for cell in rows.pop(0)[1]]
     if not rows:
         raise InvalidDataError(
             f"The replay file {path!r} has no rows of latencies; write one row per task and "
             "one column per worker."
         )
-    width = len(names) if names is not None else len(rows[0])
-    data = np.array([_csv_row(row, number, width, path)
-                     for row, number in zip(rows, numbers, strict=True)])
+    width = len(names) if names is not None else len(rows[0][1])
+    data = np.array([_csv_row(row, number, width, path) for number, row in rows])
     _check_table(
         data, what=f"The replay file {path!r}", names=names,
-        row_labels=[f"row {k} (line {n})" for k, n in enumerate(numbers)], error=InvalidDataError,
+        row_labels=[f"row {k} (line {n})" for k, (n, _) in enumerate(rows)], error=InvalidDataError,
     )
     return data
 
 
-def _is_numeric_row(row: list[str]) -> bool:
-    """Whether every cell of a CSV row reads as a number (else it is a header)."""
+def _floats(row: list[str]) -> list[float] | None:
+    """The cells of a CSV row as floats, or None if one is not a number (a header)."""
     try:
-        [float(cell) for cell in row]
+        return [float(cell) for cell in row]
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def _csv_row(row: list[str], number: int, width: int, path: str) -> list[float]:
     """Return the cells of line ``number`` of the replay file as floats, checked."""
+    values = _floats(row)
     if len(row) != width:
         raise InvalidDataError(
             f"Line {number} of the replay file {path!r} has {len(row)} cells but the "
             f"file has {width} columns (one per worker); make every row the same length."
         )
-    if not _is_numeric_row(row):
+    if values is None:
         raise InvalidDataError(
             f"Line {number} of the replay file {path!r} has a cell that is not a number: "
             f"{row!r}."
         )
-    return [float(cell) for cell in row]
+    return values
 
 
 class _ReplaySampler(_UnitSampler):
@@ -512,10 +451,8 @@ class Replay(LatencyModel):
         except (TypeError, ValueError):
             data = np.empty(0)
         if data.ndim != 2 or data.size == 0:
-            raise InvalidParameterError(
-                f"The 'table' parameter of {caller} must be a non-empty list of equally long "
-                f"rows of numbers (one column per worker). Got {self.table!r} instead."
-            )
+            _fail("table", caller, "a non-empty list of equally long rows of numbers (one column "
+                  "per worker)", self.table)
         _check_table(data, what=f"The 'table' parameter of {caller}")
         self._set(table=tuple(tuple(float(x) for x in row) for row in data))
 
@@ -538,7 +475,7 @@ class Replay(LatencyModel):
                 f"The 'array' parameter of Replay.from_array must be 2-D (n_tasks, n_workers). "
                 f"Got an array of shape {data.shape} instead."
             )
-        return cls(table=tuple(tuple(float(x) for x in row) for row in data))
+        return cls(table=tuple(map(tuple, data.tolist())))
 
     def _data(self) -> NDArray[np.float64]:
         if self.path is not None:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from daskstraggle._validation import check_int, check_nonnegative, check_positive
+from daskstraggle._validation import _fail, check_int, check_nonnegative, check_positive
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import (
     Checks,
@@ -60,10 +60,7 @@ def _check_workers(value: Any, *, name: str = "workers", caller: str,
 
 def _check_probability(value: Any, *, name: str, caller: str) -> float:
     if not (_is_number(value) and 0.0 <= float(value) <= 1.0):
-        raise InvalidParameterError(
-            f"The {name!r} parameter of {caller} must be a probability in [0, 1]. "
-            f"Got {value!r} instead."
-        )
+        _fail(name, caller, "a probability in [0, 1]", value)
     return float(value)
 
 

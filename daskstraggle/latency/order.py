@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from daskstraggle._validation import check_int, check_nonnegative
+from daskstraggle._validation import _fail, check_int, check_nonnegative
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel, LatencySampler
 
@@ -78,10 +78,7 @@ class OrderStatistics:
         """
         levels = np.asarray(q, dtype=float)
         if not np.all(np.isfinite(levels)) or np.any((levels < 0) | (levels > 1)):
-            raise InvalidParameterError(
-                f"The 'q' parameter of OrderStatistics.quantiles must be a number in [0, 1] "
-                f"or an array of them. Got {q!r} instead."
-            )
+            _fail("q", "OrderStatistics.quantiles", "a number in [0, 1] or an array of them", q)
         return np.quantile(self.samples, levels, axis=0)
 
     def to_dict(self) -> dict[str, Any]:

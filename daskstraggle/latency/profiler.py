@@ -17,8 +17,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from daskstraggle._validation import check_bool, check_int, check_nonnegative, check_positive
-from daskstraggle.errors import InvalidParameterError
+from daskstraggle._validation import (
+    _fail,
+    _real,
+    check_bool,
+    check_int,
+    check_nonnegative,
+    check_positive,
+)
 
 __all__ = ["LatencyProfiler", "ProfileStatistics"]
 
@@ -186,19 +192,12 @@ class LatencyProfiler:
             If an argument is out of range.
         """
         caller = "LatencyProfiler.record"
-        i = check_int(worker_index, name="worker_index", caller=caller, low=0,
-                      high=self.n_workers - 1)
-        if not (isinstance(time, numbers.Real) and not isinstance(time, bool)
-                and math.isfinite(time)):
-            raise InvalidParameterError(
-                f"The 'time' parameter of {caller} must be a finite number. "
-                f"Got {time!r} instead."
-            )
+        i = self._index(worker_index, caller)
+        time = _real(time, math.isfinite, "time", caller, "a finite number")
         compute = check_nonnegative(compute, name="compute", caller=caller)
         communication = check_nonnegative(communication, name="communication", caller=caller)
         load = check_positive(load, name="load", caller=caller)
         stale = check_bool(stale, name="stale", caller=caller)
-        time = float(time)
 
         newest = max(self._newest[i], time)
         cutoff = newest - self.window
@@ -226,21 +225,19 @@ class LatencyProfiler:
         InvalidParameterError
             If ``worker_index`` is out of range.
         """
-        if worker_index is None:
-            indices: Sequence[int] = range(self.n_workers)
-        else:
-            indices = [check_int(worker_index, name="worker_index",
-                                 caller="LatencyProfiler.reset", low=0,
-                                 high=self.n_workers - 1)]
+        indices: Sequence[int] = range(self.n_workers) if worker_index is None \
+            else [self._index(worker_index, "LatencyProfiler.reset")]
         for i in indices:
             self._samples[i].clear()
             self._newest[i] = -math.inf
 
     def n_samples(self, worker_index: int) -> int:
         """Return the number of samples held for ``worker_index``."""
-        i = check_int(worker_index, name="worker_index", caller="LatencyProfiler.n_samples",
-                      low=0, high=self.n_workers - 1)
-        return len(self._samples[i])
+        return len(self._samples[self._index(worker_index, "LatencyProfiler.n_samples")])
+
+    def _index(self, worker_index: int, caller: str) -> int:
+        return check_int(worker_index, name="worker_index", caller=caller, low=0,
+                         high=self.n_workers - 1)
 
     def statistics(self) -> ProfileStatistics:
         """Return each worker's trimmed mean and variance of compute and communication.
@@ -280,8 +277,5 @@ def _check_quantiles(value: Any, caller: str) -> tuple[float, float]:
         lo, hi = float(value[0]), float(value[1])
         ok = 0.0 <= lo < hi <= 1.0
     if not ok:
-        raise InvalidParameterError(
-            f"The 'quantiles' parameter of {caller} must be a pair (lo, hi) with "
-            f"0 <= lo < hi <= 1. Got {value!r} instead."
-        )
+        _fail("quantiles", caller, "a pair (lo, hi) with 0 <= lo < hi <= 1", value)
     return lo, hi

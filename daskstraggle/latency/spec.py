@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from daskstraggle._validation import _fail
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import (
     LatencyModel,
@@ -73,10 +74,7 @@ class ThrottleSpec:
                                               ("period", 0.0, True, "a number of seconds > 0")):
             value = getattr(self, name)
             if not (_is_number(value) and (value > low if strict else value >= low)):
-                raise InvalidParameterError(
-                    f"The {name!r} parameter of throttle must be {constraint}. "
-                    f"Got {value!r} instead."
-                )
+                _fail(name, "throttle", constraint, value)
             object.__setattr__(self, name, float(value))
 
     @classmethod
