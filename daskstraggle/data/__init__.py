@@ -1,9 +1,5 @@
-"""Data layer: open any supported input as a row-partitioned Matrix; dataset recipes.
-
-``open_matrix`` reads its inputs with the data source backends of
-:mod:`daskstraggle.data.backends` (``list_sources()``; others register with
-``register_source`` or the ``daskstraggle.sources`` entry-point group).
-"""
+"""Data layer: open any supported input as a row-partitioned Matrix (backends:
+:mod:`daskstraggle.data.backends`)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Write a diploid VCF Zarr store's calls as a PLINK 1 binary fileset (.bed/.bim/.fam).
-
-Used by :func:`~daskstraggle.data.datasets.make_genotypes` when its output path ends in
-``.bed``, so the same simulated calls can be given to plink2 and read back by
-:mod:`daskstraggle.data.plink`. The format is the one :mod:`daskstraggle.data.plink`
-reads: variant-major, 2-bit codes with the first sample in the lowest bits, A1 = ALT
-(code ``00`` homozygous ALT, ``10`` heterozygous, ``11`` homozygous REF, ``01`` missing),
-padding codes ``00``, as plink2 ``--make-bed`` writes them.
-"""
+"""Write a diploid VCF Zarr store's calls as a PLINK 1 binary fileset (.bed/.bim/.fam), as
+plink2 ``--make-bed`` writes it (A1 = ALT)."""
 
 from __future__ import annotations
 

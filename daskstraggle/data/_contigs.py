@@ -1,12 +1,7 @@
-"""Contig names as plink2 writes them: one spelling per chromosome (``chr22`` is ``22``).
+"""Contig names as plink2 writes them (``chr22`` is ``22``, ``chrM`` is ``MT``).
 
-plink2 reads a chromosome name by its rules (``GetChrCodeRaw`` in plink-ng's
-``plink2_common.cc``, human chromosome set) and writes the chromosome, and the ``@`` of
-``--set-all-var-ids``, in its default ``--output-chr MT`` style. Measured with PLINK
-v2.00a3.5 (``--vcf`` then ``--make-bed`` / ``--make-pgen``): a ``chr`` prefix in any case is
-dropped, ``01`` is ``1``, ``x``/``23`` are ``X``, ``24`` is ``Y``, ``25`` is ``XY``, ``M``,
-``chrM``, ``26`` and ``0M`` are ``MT``, ``27``/``28`` are ``PAR1``/``PAR2``; any other name
-(``chr1_random``, ``chrPAR1``, ``100``) is a contig of its own, written as given.
+Follows plink-ng's ``GetChrCodeRaw`` (human set) and ``--output-chr MT``, as measured with
+PLINK v2.00a3.5.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Which store rows and columns an ``xarray.Dataset`` in VCF Zarr layout shows.
 
-A Dataset opened with ``xarray.open_zarr`` and filtered (``ds.sel``, ``ds.isel``, a
-boolean mask) is a view of a store. :func:`store_view` recovers the store's path and the
-selected variant and sample indices without reading any genotype: from a lazily indexed
-variable's indexer key, or from a dask graph of open and selection steps evaluated with
-the store array replaced by ``arange(n)`` (checked against the store's values). Anything
-else (values in memory, a store behind a URL) gives None.
+:func:`store_view` recovers them without reading a genotype, from a lazily indexed variable's
+key or from a selection-only dask graph evaluated on ``arange(n)`` (checked against the
+store's values).
 """
 
 from __future__ import annotations

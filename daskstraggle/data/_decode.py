@@ -1,12 +1,7 @@
 """Genotype calls or ``.bed`` bytes to int8 dosages (or 2-bit codes) in one compiled pass.
 
-:func:`decode_calls` and :func:`decode_bed` are the fast paths of
-:func:`daskstraggle.data.sources.genotype_rows` and
-:func:`daskstraggle.data.plink.bed_rows`: one pass gives the dosages and, per variant, the
-non-missing calls and their dosage sum. Each returns None when the numpy path must run:
-numba missing or disabled (``DASKSTRAGGLE_NUMBA=0``), or calls that are not a C-contiguous
-integer array or scale to fractions. ``_numba_decode`` is imported and compiled on the
-first call, as :mod:`daskstraggle.problems._kernels` is.
+Each function returns None when the numpy path must run (numba missing or disabled, or calls
+it does not take); ``_numba_decode`` is compiled on the first call.
 """
 
 from __future__ import annotations
@@ -46,25 +41,11 @@ def _call(name: str, *args: Any) -> Any:
 def decode_bed(raw: np.ndarray, n_samples: int, columns: np.ndarray | None, *,
                storage: str | None = "int8",
                ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, bool] | None:
-    """Decode ``.bed`` rows at some samples in one compiled pass, or return None (numpy).
+    """Decode ``.bed`` rows (at the samples ``columns``, None: all) in one compiled pass.
 
-    Parameters
-    ----------
-    raw : ndarray of uint8 of shape (n_variants, ceil(n_samples / 4))
-        Variant-major ``.bed`` rows.
-    n_samples : int
-        Samples per row.
-    columns : ndarray of int or None
-        The samples to decode, in order (None: all).
-    storage : {"int8", "packed"} or None, default="int8"
-        Write int8 dosages or our 2-bit codes (:mod:`daskstraggle._packing`);
-        None: only the per-row counts.
-
-    Returns
-    -------
-    decoded : tuple or None
-        ``(values, counted, sums, any_missing)`` as :func:`decode_calls` (``values`` None
-        without ``storage``); None when numba does not apply.
+    Returns ``(values, counted, sums, any_missing)`` as :func:`decode_calls`, ``values`` int8
+    dosages or our 2-bit codes as ``storage`` says (None: only the counts), or None when numba
+    does not apply.
     """
     if default_implementation() != "numba":
         return None
@@ -85,19 +66,12 @@ def decode_bed(raw: np.ndarray, n_samples: int, columns: np.ndarray | None, *,
 def decode_calls(
     calls: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool] | None:
-    """Decode calls into int8 dosages with numba, or return None (use the numpy path).
+    """Decode calls (variants, samples, ploidy) into int8 dosages with numba.
 
-    Parameters
-    ----------
-    calls : ndarray of shape (n_variants, n_samples, ploidy)
-        Integer allele indices as in VCF Zarr ``call_genotype``.
-
-    Returns
-    -------
-    decoded : tuple or None
-        ``(dosage, counted, sums, any_missing)``: int8 dosages (-1 where missing), int64
-        non-missing calls and int64 dosage sums per variant, and whether any call is
-        missing. None when numba does not apply (see the module docstring).
+    Returns ``(dosage, counted, sums, any_missing)``: dosages (-1 missing), the non-missing
+    calls and their dosage sum per variant (int64), whether a call is missing; or None (the
+    numpy path) without numba, for calls not a C-contiguous integer array, or when a call of
+    lower ploidy scales to a fraction.
     """
     if (calls.ndim != 3 or calls.dtype.kind not in "iu" or calls.dtype.itemsize > 4
             or not calls.flags.c_contiguous or default_implementation() != "numba"):

@@ -1,10 +1,5 @@
-"""The :class:`Matrix`: a 2-D matrix described as row partitions that workers load.
-
-Rows are samples (variants for genotypes), columns features (individuals for genotypes). A
-Matrix is metadata only; nothing is loaded until a runtime asks a worker for a partition.
-It sits below the source backends, which build it (:mod:`daskstraggle.data.matrix`
-re-exports it).
-"""
+"""The :class:`Matrix`: a 2-D matrix described as row partitions that workers load
+(metadata only; re-exported by :mod:`daskstraggle.data.matrix`)."""
 
 from __future__ import annotations
 

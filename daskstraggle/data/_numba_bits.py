@@ -1,10 +1,5 @@
-"""The population count the compiled KING and LD passes share (imported lazily with them).
-
-The usual SWAR sum of bit fields (pairs, nibbles, bytes, then one multiply), which LLVM
-recognises and compiles to the CPU's population-count instruction, vectorised where the CPU
-has one; plain numba, nothing specific to a CPU family (``np.bitwise_count`` is not
-supported by numba).
-"""
+"""The population count the compiled KING and LD passes share (a SWAR sum that LLVM compiles
+to the CPU's popcount instruction; numba has no ``np.bitwise_count``)."""
 
 from __future__ import annotations
 

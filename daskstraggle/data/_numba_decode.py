@@ -1,10 +1,7 @@
-"""Numba body of the genotype decoder (imported lazily by :mod:`._decode`, never directly).
+"""Numba body of the genotype decoders (imported lazily by :mod:`._decode`, never directly).
 
-One pass over ``call_genotype`` writes the int8 dosages and, per variant, the non-missing
-calls and their dosage sum. A row is first decoded assuming no negative allele index (one
-OR tells whether one occurred); only then is it decoded again with the full rules
-(padding -2, missing -1, lower ploidy scaled), and the next row goes straight to them until
-a row without a negative index comes. Both loops are branch-free for diploid arrays.
+A row of calls is decoded first as if no allele index were negative (one OR tells), and again
+with the full rules only when one was.
 """
 
 from __future__ import annotations
@@ -74,10 +71,7 @@ def _slow_row2(calls, i, dosage):
 
 @numba.njit(**_JIT)
 def _slow_row(calls, i, dosage, ploidy):
-    """Decode row ``i`` call by call.
-
-    Returns (sum, counted, any missing, fractional, any negative index).
-    """
+    """Decode row ``i`` call by call: (sum, counted, any missing, fractional, any negative)."""
     n_samples = calls.shape[1]
     if ploidy == 2:
         return _slow_row2(calls, i, dosage)
@@ -117,24 +111,10 @@ def _slow_row(calls, i, dosage, ploidy):
 
 @numba.njit(**_JIT)
 def decode(calls, dosage, counted, sums):
-    """Write dosages, per-row non-missing counts and dosage sums; return a status code.
+    """Write ``dosage`` (-1 missing), per-row non-missing ``counted`` and dosage ``sums``.
 
-    Parameters
-    ----------
-    calls : int array of shape (n_variants, n_samples, ploidy), C-contiguous
-        Allele indices.
-    dosage : int8 array of shape (n_variants, n_samples)
-        Output: dosages, -1 for a missing call.
-    counted : int64 array of shape (n_variants,)
-        Output: non-missing calls per variant.
-    sums : int64 array of shape (n_variants,)
-        Output: sum of the non-missing dosages per variant.
-
-    Returns
-    -------
-    status : int
-        ``OK``; ``MISSING`` when some call is missing; ``FRACTIONAL`` when a call of lower
-        ploidy scales to a fraction (the outputs are then incomplete: decode in float64).
+    Returns ``OK``, ``MISSING`` (a call is missing) or ``FRACTIONAL`` (a call of lower ploidy
+    scales to a fraction: the outputs are incomplete, decode in float64).
     """
     n_variants, n_samples, ploidy = calls.shape
     status = OK
@@ -177,28 +157,9 @@ def _put(out, mode, i, j, code):
 
 @numba.njit(**_JIT)
 def bed_decode(raw, n_samples, columns, mode, out, counted, sums):
-    """Decode ``.bed`` rows at all samples or at ``columns``; per-row called and sums.
-
-    Parameters
-    ----------
-    raw : uint8 array of shape (n_variants, ceil(n_samples / 4))
-        ``.bed`` rows (sample ``s`` in bits ``2 (s % 4)`` of byte ``s // 4``).
-    n_samples : int
-        Samples per row.
-    columns : int64 array of shape (n,)
-        The samples to decode, in order; empty: all ``n_samples``, read byte by byte.
-    mode : int
-        ``COUNTS`` (``out`` untouched), ``DOSAGES`` (int8, -1 missing) or ``PACKED`` (our
-        2-bit codes; ``out`` must be zeros).
-    out : array of shape (n_variants, n) int8 or (n_variants, ceil(n / 4)) uint8
-        Output of ``mode``.
-    counted, sums : int64 arrays of shape (n_variants,)
-        Output: non-missing calls and the sum of their dosages per row.
-
-    Returns
-    -------
-    any_missing : bool
-    """
+    """Decode ``.bed`` rows at ``columns`` (empty: all ``n_samples``) into ``out`` as
+    ``mode`` says (``COUNTS``: untouched; ``PACKED``: ``out`` zeros), with per-row non-missing
+    ``counted`` and dosage ``sums``; return whether a call is missing."""
     whole = columns.shape[0] == 0
     n = n_samples if whole else columns.shape[0]
     any_missing = False

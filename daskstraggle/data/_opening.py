@@ -1,7 +1,5 @@
-"""The opening code of the built-in backends for in-package inputs, and what every backend
-shares: :class:`OpenOptions`, :func:`parse_labels` and :func:`file_matrix` (used by the
-file backends). It sits below the backends and ``open_matrix``, which import it.
-"""
+"""The opening code of the built-in backends, and what every backend shares
+(:class:`OpenOptions`, :func:`parse_labels`, :func:`file_matrix`)."""
 
 from __future__ import annotations
 

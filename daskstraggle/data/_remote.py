@@ -1,10 +1,5 @@
-"""Stores behind fsspec URLs (``s3://``, ``gs://``, ``https://``, ``memory://``, ``file://``).
-
-Workers open a URL's store themselves from the URL and ``storage_options`` (only those
-travel with a load task; a ``file://`` URL is read as a local path). The checks here run
-on the client before any cluster work and turn each way a remote store can fail into one
-line that says what to fix. See ``docs/remote-stores.md``.
-"""
+"""Stores behind fsspec URLs (``s3://``, ``gs://``, ``https://``, ``memory://``, ``file://``):
+the client's checks, each failure one line (docs/remote-stores.md)."""
 
 from __future__ import annotations
 

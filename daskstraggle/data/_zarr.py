@@ -1,10 +1,5 @@
-"""Zarr reads that refuse damaged stores: absent chunks, undecodable chunks, bad metadata.
-
-Zarr reads an absent chunk as the fill value and lets decoding or metadata errors escape as
-long tracebacks; the helpers here turn each into one
-:class:`~daskstraggle.errors.CorruptDataError` line naming the store and the array. They
-touch only the keys of the rows read (one existence request per chunk, or one byte-range
-request per shard for its index), so a worker checks its own partition only.
+"""Zarr reads that turn absent chunks, undecodable chunks and bad metadata into one
+:class:`~daskstraggle.errors.CorruptDataError` line; they touch only the keys of the rows read.
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
-"""Data sources: the backends :func:`~daskstraggle.open_matrix` reads its inputs with.
+"""The data source backends :func:`~daskstraggle.open_matrix` reads its inputs with.
 
-A backend is a class with a ``name``, a ``priority`` and, as xarray's backends,
-``guess_can_open(source)`` (by type or a path's suffix) and ``open(source, request)`` (a
-:class:`~daskstraggle.Matrix`, metadata only, or one clear error). ``open_matrix`` opens
-``source`` with the backend named, else the first in ``priority`` order (ties by name)
-that guesses it can.
-
-Built in, in that order:
-
-========== ======== ============================================================
-name       priority reads
-========== ======== ============================================================
-matrix     0        a :class:`~daskstraggle.Matrix` (labels added if given)
-plink      10       a PLINK 1 ``.bed`` path (``.bim``/``.fam`` beside it)
-pgen       11       a PLINK 2 ``.pgen`` path (``.pvar``/``.psam`` beside it; pgenlib)
-bgen       12       a ``.bgen`` path (``.sample`` beside it if it has no sample ids; cbgen)
-vcf-dataset 20      an ``xarray.Dataset`` in VCF Zarr layout (a view of its store)
-zarr       90       any other path or URL: a Zarr array or group, a VCF Zarr store
-array      100      anything else: numpy, dask, ``xarray.DataArray``, array-likes
-========== ======== ============================================================
-
-Other packages add theirs under the ``daskstraggle.sources`` entry-point group (or with
-:func:`register_source`); the default priority, 50, comes before the two that take any
-path or any object.
+``open_matrix`` opens ``source`` with the backend named, else the first in ``priority`` order
+(ties by name) whose ``guess_can_open`` takes it. The built-in ones, and how another package
+adds one: docs/architecture.md, "Adding a data source".
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
-"""BGEN files (``.bgen``) as genotype matrices, read by cbgen.
+"""BGEN files (``.bgen``, v1.1-v1.3) as genotype matrices, read by cbgen (the ``bgen`` extra).
 
-Rows are variants, columns samples. The workers read each variant's probabilities with
-cbgen (``pip install 'daskstraggle[bgen]'``) at the file offset found when the file was
-opened. BGEN v1.1-v1.3: layout 1, or layout 2 compressed with zlib or zstd; biallelic
-variants, ploidy 1 or 2, phased or not. The first allele is REF; a call's value is its
-expected ALT count, ``P(het) + 2 P(hom alt)`` (a haploid call counts double), as plink2
-reads ``--bgen FILE ref-first``. Calls flagged missing are missing.
-
-``calls="dosage"`` (PCA) gives the expected counts (float64, or int8 where a partition's
-are all whole); ``"hard"`` gives plink2's hard calls (``--hard-call-threshold 0.1``: the
-nearest whole count within :data:`HARD_CALL_THRESHOLD`, else missing), which quality
-control (:meth:`~BgenSource.count_source`) and ``storage="packed"`` use.
-
-Sample ids come from the file, else from the Oxford ``.sample`` beside it (``ID_2``). The
-file is indexed here (:func:`read_index`), not by cbgen, whose index crashes the process on
-a truncated file.
+Layout 1, or layout 2 compressed with zlib or zstd; biallelic variants, ploidy 1 or 2. The
+first allele is REF (plink2's ``--bgen FILE ref-first``). ``calls="dosage"`` (PCA) gives the
+expected ALT count ``P(het) + 2 P(hom alt)`` (a haploid call counts double; float64, or int8
+where a partition's are all whole); ``"hard"`` plink2's hard calls (the nearest whole count
+within :data:`HARD_CALL_THRESHOLD`, else missing), which quality control and
+``storage="packed"`` use. Sample ids come from the file, else from the Oxford ``.sample``
+beside it (``ID_2``). The file is indexed here, not by cbgen, whose index crashes the process
+on a truncated file.
 """
 
 from __future__ import annotations

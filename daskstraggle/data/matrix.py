@@ -1,10 +1,5 @@
-"""``open_matrix``: any supported input -> a row-partitioned :class:`Matrix`.
-
-``open_matrix`` checks its options and asks the source backends of
-:mod:`daskstraggle.data.backends` (the first whose ``guess_can_open`` accepts the input, or
-the one named) to open it; each backend owns its opening code. The :class:`Matrix` type
-lives in ``data._matrix``, below the backends that build it, and is re-exported here.
-"""
+"""``open_matrix``: any supported input -> a row-partitioned :class:`Matrix`, read by the
+backends of :mod:`daskstraggle.data.backends`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""PLINK 2 filesets (``.pgen`` with ``.pvar`` and ``.psam``) as genotype matrices.
-
-The workers read the rows with pgenlib (``pip install pgenlib``, in the ``genomics``
-extra); a call's dosage is its number of non-reference alleles (hard calls only), -1
-missing, and everything else is as for ``.bed`` sources. The ``.pvar`` gives the variants
-(``variant_allele``: REF then the ALTs), the ``.psam`` the sample ids (``IID``). A
-``.pvar.zst`` is not read: decompress it first.
+"""PLINK 2 filesets (``.pgen`` with ``.pvar`` and ``.psam``) as genotype matrices, read by
+pgenlib (the ``genomics`` extra): dosage = non-reference alleles of the hard calls. A
+``.pvar.zst`` is not read.
 """
 
 from __future__ import annotations

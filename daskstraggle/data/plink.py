@@ -1,11 +1,9 @@
 """PLINK 1 binary filesets (``.bed`` + ``.bim`` + ``.fam``) as genotype matrices.
 
-A ``.bed`` (https://www.cog-genomics.org/plink/1.9/formats#bed) starts with ``0x6c 0x1b``
-and the mode byte ``0x01`` (variant-major), then one row of ``ceil(n_samples / 4)`` bytes
-per variant of 2-bit codes, the first sample in the lowest bits: ``00`` homozygous A1,
-``01`` missing, ``10`` heterozygous, ``11`` homozygous A2. A call's dosage is its number of
-**A1** alleles; plink2 writes ALT as A1, so this counts non-reference alleles as for VCF
-Zarr. Each partition's loader reads only its own byte range where it runs.
+A ``.bed`` (https://www.cog-genomics.org/plink/1.9/formats#bed) is ``6c 1b 01`` (variant-major),
+then per variant ``ceil(n_samples / 4)`` bytes of 2-bit codes, the first sample in the lowest
+bits: ``00`` hom A1, ``01`` missing, ``10`` het, ``11`` hom A2. A dosage counts **A1** alleles
+(plink2 writes ALT as A1).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Row sources: picklable descriptions of where a matrix's rows live.
 
-A source never holds a Dask client. ``source.loader(start, stop)`` returns a small
-picklable callable that reads rows ``[start, stop)`` *where it runs* (on a worker) and
-returns them as raw values plus optional per-row transforms. Only the loader for a
-partition travels to the worker: a Zarr loader carries a path, a numpy loader carries only
-its own rows.
+``source.loader(start, stop)`` returns a small picklable callable that reads rows
+``[start, stop)`` where it runs (on a worker) as raw values plus per-row transforms.
 """
 
 from __future__ import annotations
@@ -84,13 +81,31 @@ def dask_bounds(array: Any) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(array.chunks[0])]).astype(np.int64)
 
 
-# --------------------------------------------------------------------------- numpy
+# --------------------------------------------------------------------------- in memory
+def _culled(rows: Any) -> Any:
+    """Numpy rows as they are; dask rows as the culled graph of these rows alone."""
+    if hasattr(rows, "__dask_graph__"):
+        import dask
+
+        (rows,) = dask.optimize(rows)
+    return rows
+
+
+def _computed(rows: Any) -> np.ndarray:
+    """Rows :func:`_culled` made, computed by the synchronous scheduler where this runs."""
+    if hasattr(rows, "__dask_graph__"):
+        import dask
+
+        (rows,) = dask.compute(rows, scheduler="sync")
+    return np.asarray(rows)
+
+
 @dataclass(frozen=True, eq=False, slots=True)
 class _ValuesLoader:
-    values: np.ndarray
+    rows: Any  # numpy rows, or a culled dask array of them
 
     def __call__(self) -> RowValues:
-        return RowValues(np.ascontiguousarray(self.values))
+        return RowValues(np.ascontiguousarray(_computed(self.rows)))
 
 
 class ArraySource(RowSource):
@@ -98,30 +113,18 @@ class ArraySource(RowSource):
 
     kind = "numpy"
 
-    def __init__(self, array: np.ndarray, *, chunk_rows: int) -> None:
+    def __init__(self, array: Any, *, chunk_rows: int) -> None:
         self.array = array
         self.shape = (int(array.shape[0]), int(array.shape[1]))
-        self.dtype = array.dtype
+        self.dtype = np.dtype(array.dtype)
         self.chunk_bounds = regular_bounds(self.shape[0], chunk_rows)
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
-        """Return a loader carrying rows ``[start, stop)``."""
-        return _ValuesLoader(self.array[start:stop])
+        """Return a loader carrying rows ``[start, stop)`` (a dask array's: their graph)."""
+        return _ValuesLoader(_culled(self.array[start:stop]))
 
 
-# --------------------------------------------------------------------------- dask
-@dataclass(frozen=True, eq=False, slots=True)
-class _DaskLoader:
-    rows: Any  # a culled dask array of the rows
-
-    def __call__(self) -> RowValues:
-        import dask
-
-        (values,) = dask.compute(self.rows, scheduler="sync")
-        return RowValues(np.ascontiguousarray(values))
-
-
-class DaskSource(RowSource):
+class DaskSource(ArraySource):
     """Rows of a dask array: each loader carries the culled graph of its rows only and
     computes it with the synchronous scheduler inside the load task, so a partition (and
     each replica) never shares keys with the user's graph."""
@@ -129,17 +132,8 @@ class DaskSource(RowSource):
     kind = "dask"
 
     def __init__(self, array: Any) -> None:
-        self.array = array
-        self.shape = (int(array.shape[0]), int(array.shape[1]))
-        self.dtype = np.dtype(array.dtype)
+        super().__init__(array, chunk_rows=1)
         self.chunk_bounds = dask_bounds(array)
-
-    def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
-        """Return a loader carrying the culled graph of rows ``[start, stop)``."""
-        import dask
-
-        (rows,) = dask.optimize(self.array[start:stop])
-        return _DaskLoader(rows)
 
 
 # --------------------------------------------------------------------------- zarr
@@ -549,25 +543,16 @@ def dosage_rows(dosages: np.ndarray, *, ploidy: int, missing: str, scaling: str)
 @dataclass(frozen=True, eq=False, slots=True)
 class _ArrayGenotypeLoader:
     rows: Any  # numpy rows, or a culled dask array of them
-    calls: bool  # (variants, samples, ploidy) calls; else (variants, samples) counts
-    ploidy: int
-    missing: str
-    scaling: str
-    storage: str
+    source: GenotypeArraySource  # the decoding, with no array
 
     def __call__(self) -> RowValues:
-        values = self.rows
-        if hasattr(values, "__dask_graph__"):
-            import dask
-
-            (values,) = dask.compute(values, scheduler="sync")
-        values = np.asarray(values)
-        if self.calls:
-            rows = genotype_rows(values, missing=self.missing, scaling=self.scaling)
+        values, src = _computed(self.rows), self.source
+        if src.calls:
+            rows = genotype_rows(values, missing=src.missing, scaling=src.scaling)
         else:
-            rows = dosage_rows(values, ploidy=self.ploidy, missing=self.missing,
-                               scaling=self.scaling)
-        return _stored(rows, self.storage)
+            rows = dosage_rows(values, ploidy=src.ploidy, missing=src.missing,
+                               scaling=src.scaling)
+        return _stored(rows, src.storage)
 
 
 class GenotypeArraySource(GenotypeRowSource):
@@ -610,13 +595,7 @@ class GenotypeArraySource(GenotypeRowSource):
 
     def loader(self, start: int, stop: int) -> Callable[[], RowValues]:
         """Return a loader carrying rows ``[start, stop)`` (or their culled graph)."""
-        rows = self.array[start:stop]
-        if hasattr(rows, "__dask_graph__"):
-            import dask
-
-            (rows,) = dask.optimize(rows)
-        return _ArrayGenotypeLoader(rows, self.calls, self.ploidy, self.missing, self.scaling,
-                                    self.storage)
+        return _ArrayGenotypeLoader(_culled(self.array[start:stop]), _carried(self, array=None))
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-serialisable description of the source."""
