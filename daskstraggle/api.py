@@ -25,11 +25,7 @@ import numpy as np
 from daskstraggle._declared_options import Constraint, check_fields, flat_name
 from daskstraggle._output import source_paths
 from daskstraggle._recovery import recovery
-from daskstraggle._validation import (
-    check_bool,
-    check_mapping,
-    check_rng,
-)
+from daskstraggle._validation import check_bool, check_mapping, check_rng
 from daskstraggle.data.genotypes import (
     GenotypeQC,
     check_not_allele_counts,
@@ -54,13 +50,7 @@ from daskstraggle.methods.base import check_oversampling
 from daskstraggle.options import Checkpoint, DataOptions, Report, RuntimeSpec, run_groups
 from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem
 from daskstraggle.problems.least_squares import _LinearModel
-from daskstraggle.runtime import (
-    Runtime,
-    RuntimeOptions,
-    StopRule,
-    get_runtime_class,
-    lifecycle,
-)
+from daskstraggle.runtime import Runtime, RuntimeOptions, StopRule, get_runtime_class, lifecycle
 from daskstraggle.runtime.auto import Choice, measure_and_choose, worth_measuring
 from daskstraggle.runtime.checkpoint import check_resume_iterations, check_resume_workers
 from daskstraggle.runtime.choice import choose_runtime
@@ -126,16 +116,14 @@ GRAM_AUTO_MAX_FEATURES = 4096
 
 
 def _declared(runtime: Runtime | str | None) -> type[Runtime]:
-    """The class whose declarations apply to ``runtime`` (None: the Dask runtime); an
-    unknown name: InvalidParameterError naming the registered runtimes."""
+    """The class whose declarations apply to ``runtime`` (None: the Dask runtime)."""
     if isinstance(runtime, Runtime):
         return type(runtime)
     return get_runtime_class("dask" if runtime is None else runtime)
 
 
 def _auto_method(problem: Problem) -> str:
-    """``method="auto"`` before the data is open: gram for PCA (block when oversampling
-    is asked for, or above ``GRAM_AUTO_MAX_FEATURES`` columns once known), else gd."""
+    """``method="auto"`` before the data is open (see :func:`_auto_for_data`)."""
     if isinstance(problem, PCA):
         return "gram" if problem.oversample is None else "block"
     return "gd"
@@ -147,8 +135,7 @@ def _connects(spec: RuntimeSpec) -> bool:
 
 
 def _check_runtime(spec: RuntimeSpec, method: Method, caller: str) -> int | None:
-    """Refuse combinations that cannot work, before anything starts; return the workers
-    the run will have when known before connecting (None: ask the cluster)."""
+    """Refuse what cannot work; return the run's workers if known before connecting."""
     n_expected = _expected_workers(spec, caller)
     runtime, stragglers = spec.name, spec.stragglers
     if isinstance(runtime, Runtime):
@@ -205,8 +192,7 @@ def _check_declarations(declared: type[Runtime], spec: RuntimeSpec) -> None:
 
 
 def _expected_workers(spec: RuntimeSpec, caller: str) -> int | None:
-    """The workers the run starts (``n_workers`` or the configured default, checked) or a
-    built Runtime has; None: ask the cluster."""
+    """The workers the run starts or a built Runtime has (None: ask the cluster)."""
     if spec.n_workers is not None:
         return check_n_workers(spec.n_workers, caller=caller, runtime=spec.name)
     if isinstance(spec.name, Runtime):
@@ -246,8 +232,7 @@ _OWN_CONSTRAINTS = {"step_size": (Constraint(float), "--step-size"),
 
 def _validated(caller: str, own: dict[str, Any], groups: dict[str, Any]
                ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``own`` keywords and ``groups`` (None: its defaults), each value checked by its
-    declared constraint and normalised (``_OWN_CONSTRAINTS``, :func:`check_fields`)."""
+    """``own`` keywords and ``groups`` (None: defaults), checked by their constraints."""
     own = {name: constraint.check(own[name], name=name, caller=caller, flag=flag)
            for name, (constraint, flag) in _OWN_CONSTRAINTS.items()}
     groups = {name: check_fields(cls() if groups[name] is None else groups[name], caller=caller)
@@ -274,9 +259,7 @@ def _run(
     report: Report | None = None,
     caller: str | None = None,
 ) -> Result:
-    """Fit ``problem`` on ``X``: the body behind :func:`solve` and the ``fit_*`` functions.
-    Everything is checked once, before any cluster work; errors name ``caller`` (default
-    ``fit_<problem>``)."""
+    """:func:`solve`'s body: everything checked before any cluster work."""
     caller = caller or f"fit_{problem.name.replace('-', '_')}"
     own, groups = _validated(
         caller, {"step_size": step_size, "out": out, "overwrite": overwrite,
@@ -333,19 +316,12 @@ def _run(
         with _resume_hint(rec):
             result = _run_without_no_calls(run, _as_resumed(matrix, state), problem, meth)
         rec.finished()
-    result.attrs.update(_choices_made(result, choices, choice.reason))
+    made = {"auto": choices[-1].as_attrs(result) if choices else None,  # what auto chose
+            "runtime_reason": choice.reason}
+    result.attrs.update({key: value for key, value in made.items() if value is not None})
     if out_path is not None:
         result.save(out_path, overwrite=overwrite)
     return result
-
-
-def _choices_made(result: Result, choices: list[Choice], reason: str | None
-                  ) -> dict[str, Any]:
-    """What ``auto`` measured and chose (``"auto"``) and why the runtime ran
-    (``"runtime_reason"``), those that apply."""
-    made = {"auto": choices[-1].as_attrs(result) if choices else None,
-            "runtime_reason": reason}
-    return {key: value for key, value in made.items() if value is not None}
 
 
 def _method_for(problem: Problem, method: str | Method, method_params: Any, rng: Any,
@@ -367,8 +343,7 @@ def _method_for(problem: Problem, method: str | Method, method_params: Any, rng:
 
 @contextmanager
 def _resume_hint(rec: Any) -> Iterator[None]:
-    """A lost scheduler or worker during a checkpointed run: the error says how to carry
-    on from the last checkpoint."""
+    """A lost scheduler or worker: the error says how to resume from the checkpoint."""
     try:
         yield
     except (SchedulerLostError, WorkerLostError) as err:
@@ -384,10 +359,7 @@ def _resume_hint(rec: Any) -> Iterator[None]:
 
 def _open_for(problem: Problem, X: Any, *, labels: Any, qc: GenotypeQC | None, caller: str,
               data: DataOptions) -> Matrix:
-    """Open ``X`` as ``data`` says for ``problem``, before any cluster work: labels for a
-    problem that takes them (logistic's as -1/+1), none for one that does not, and quality
-    control for genotypes only (also the steps counted on the workers, which run once a
-    cluster is up)."""
+    """Open ``X`` for ``problem`` before any cluster work (logistic's labels as -1/+1)."""
     if labels is not None and not problem.needs_labels:
         raise InvalidParameterError(
             f"The 'labels' parameter of {caller} applies to a problem fitted to labels "
@@ -410,8 +382,7 @@ def _open_for(problem: Problem, X: Any, *, labels: Any, qc: GenotypeQC | None, c
 
 def _measured_run(rt: Runtime, meth: Method, problem: Problem, matrix: Matrix, *,
                   rng: Any, measure: bool, choices: list[Choice], **run: Any) -> Result:
-    """:func:`run_on`; with ``measure``, by the method ``auto`` chooses after probing the
-    workers (appended to ``choices``)."""
+    """:func:`run_on`; with ``measure``, by the method ``auto`` measured (to ``choices``)."""
     if measure:
         choices.append(measure_and_choose(rt, problem, matrix, meth,
                                           rng=np.random.default_rng(rng)))
@@ -452,9 +423,8 @@ def _outlives_this_process(spec: RuntimeSpec) -> bool:
 
 def _auto_for_data(meth: Method, *, auto: bool, state: dict[str, Any] | None,
                    matrix: Matrix) -> Method:
-    """``method="auto"`` once the data is open: the resumed run's method (measured or by
-    the rule), else block instead of gram above ``GRAM_AUTO_MAX_FEATURES`` columns (a
-    d x d Gram matrix would not fit comfortably); ``meth`` itself for a chosen method."""
+    """``method="auto"`` once the data is open: the resumed run's method, else block
+    instead of gram above ``GRAM_AUTO_MAX_FEATURES`` columns."""
     if not auto:
         return meth
     if state is not None:
@@ -465,8 +435,7 @@ def _auto_for_data(meth: Method, *, auto: bool, state: dict[str, Any] | None,
 
 
 def _as_resumed(matrix: Matrix, state: dict[str, Any] | None) -> Matrix:
-    """``matrix`` without the samples and variants with no call that the resumed run
-    removed (recorded in its checkpoint's settings), so the shapes match."""
+    """``matrix`` without the no-call samples and variants the resumed run removed."""
     recorded = None if state is None else state["settings"].get("no_call")
     if not recorded or "no call" in matrix.describe().get("qc", {}).get("removed", {}):
         return matrix
@@ -476,10 +445,8 @@ def _as_resumed(matrix: Matrix, state: dict[str, Any] | None) -> Matrix:
 
 def _run_without_no_calls(run: Callable[[Matrix], Result], matrix: Matrix, problem: Any,
                           meth: Any) -> Result:
-    """``run(matrix)``; if the load finds samples or variants with no called genotype
-    (:class:`~daskstraggle.errors.NoCallError`), remove them with a warning and run again
-    (the load's one extra pass is paid only then). ``result.attrs["no_call"]`` lists them,
-    so a caller can select the same matrix (:func:`matrix_after_run`)."""
+    """``run(matrix)``; on a NoCallError, again without those samples and variants
+    (listed in ``result.attrs["no_call"]``, see :func:`matrix_after_run`)."""
     try:
         return run(matrix)
     except NoCallError as err:
@@ -502,8 +469,7 @@ _FLAT_ORDER = ("method", "method_params", "step_size", "stop", "report", "runtim
 
 
 def _flat_options() -> dict[str, tuple[str, type, dataclasses.Field[Any]] | None]:
-    """Each ``fit_*`` option (``_FLAT_ORDER``): ``(solve's parameter, group, field)`` of the
-    field that holds it, or None for a keyword of :func:`_run`."""
+    """Each ``fit_*`` option: ``(solve's parameter, group, field)``, None for ``_run``'s."""
     groups = run_groups()
     flat: dict[str, tuple[str, type, dataclasses.Field[Any]] | None] = {}
     for name in _FLAT_ORDER:
@@ -526,9 +492,8 @@ _OPTIONS_DOC = """    method_params : dict or None, default=None
 
 
 def _with_run_options(fn: F) -> F:
-    """``fn`` (its own parameters and ``**options``) with every run option as a keyword-only
-    parameter of its ``__signature__``, documented where its docstring says ``<options>``;
-    an unknown keyword is a ``TypeError``, and ``fn`` gets every option, defaults filled."""
+    """``fn`` with every run option as a keyword-only parameter, documented at ``<options>``;
+    ``fn`` gets every option, defaults filled."""
     own = inspect.signature(fn)
     params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
     signature = own.replace(parameters=params + _flat_parameters())
@@ -549,9 +514,7 @@ def _with_run_options(fn: F) -> F:
 
 
 def _options_doc() -> str:
-    """The numpydoc entries of the run options: a keyword of :func:`_run` as
-    ``_OPTIONS_DOC`` or :func:`solve` describe it, a field as its group's docstring does
-    (under its flat name), else from its command-line help."""
+    """The run options' numpydoc entries: solve's, the groups' (flat names) or CLI help."""
     written, solves = _doc_entries(_OPTIONS_DOC), _doc_entries(solve.__doc__)
     entries = []
     for name, where in _GROUPED.items():
@@ -574,8 +537,7 @@ def _options_doc() -> str:
 
 
 def _doc_entries(doc: str | None) -> dict[str, str]:
-    """The entries of the Parameters section of numpydoc ``doc`` (or of ``doc``, a list of
-    entries), by name."""
+    """The entries of the Parameters section of ``doc`` (or of a list of entries)."""
     head, header, tail = (doc or "").partition("Parameters\n    ----------\n")
     section = (tail if header else head).split("\n\n")[0]
     return {entry.split(" : ", 1)[0].strip(): entry.rstrip() + "\n"
@@ -583,8 +545,7 @@ def _doc_entries(doc: str | None) -> dict[str, str]:
 
 
 def _flat_parameters() -> list[inspect.Parameter]:
-    """The run options as keyword-only parameters with the default and annotation of the
-    field or :func:`_run` keyword that holds each."""
+    """The run options as keyword-only parameters (their field's or ``_run``'s defaults)."""
     run = inspect.signature(_run).parameters
     return [run[name].replace(kind=inspect.Parameter.KEYWORD_ONLY) if where is None else
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=where[2].default,
@@ -593,8 +554,7 @@ def _flat_parameters() -> list[inspect.Parameter]:
 
 
 def _grouped(flat: dict[str, Any]) -> dict[str, Any]:
-    """:func:`_run`'s keywords from the flat run options: each group built from its
-    fields given, ``_run``'s own keywords as given."""
+    """:func:`_run`'s keywords from the flat run options (groups built from fields)."""
     out: dict[str, Any] = {}
     fields: dict[str, dict[str, Any]] = {}
     for name, value in flat.items():
@@ -743,8 +703,7 @@ def solve(
 
 
 def _as_problem(problem: Any) -> Problem:
-    """``solve``'s problem: a :class:`~daskstraggle.problems.Problem`, or a registered name
-    (its defaults)."""
+    """``solve``'s problem: a Problem, or a registered name (its defaults)."""
     if isinstance(problem, Problem):
         return problem
     if isinstance(problem, str):
@@ -764,9 +723,7 @@ def _as_problem(problem: Any) -> Problem:
 
 
 def _as_group(name: str, cls: type, value: Any) -> Any:
-    """``solve``'s group ``name`` from what was passed (None: its defaults): a runtime
-    name, Runtime or client becomes a :class:`RuntimeSpec`, a checkpoint path a
-    :class:`Checkpoint`; anything else not a ``cls`` is refused."""
+    """``solve``'s group ``name`` (also from a runtime, client or checkpoint path)."""
     if value is None or isinstance(value, cls):
         return cls() if value is None else value
     if name == "runtime":  # a Runtime or a name is checked (or refused) by _run
@@ -800,9 +757,7 @@ def to_plus_minus_one(labels: np.ndarray) -> np.ndarray:
 
 
 def _seeded(name: Any, params: dict[str, Any], rng: Any) -> dict[str, Any]:
-    """Give a method that draws at random (a coding scheme's matrix, partial recovery's
-    code) the run's integer seed when its own ``rng`` is not set, so a seeded run is
-    reproducible bit for bit."""
+    """A random method's ``rng`` defaults to the run's integer seed (bit-for-bit reruns)."""
     if (isinstance(rng, int | np.integer) and params.get("rng") is None
             and isinstance(name, str) and "rng" in make_method(name, **params).get_params()):
         return {**params, "rng": int(rng)}
@@ -992,7 +947,7 @@ def genotype_pca(
 
 
 def _check_merge(merge: Any, ds: Any) -> bool:
-    """``genotype_pca``'s ``merge``: a bool, False for what has no Dataset to merge into."""
+    """``genotype_pca``'s ``merge``: False for what has no Dataset to merge into."""
     merge = check_bool(merge, name="merge", caller="genotype_pca")
     what = (None if not merge else "a Matrix" if isinstance(ds, Matrix) else
             "a PLINK .bed or .pgen fileset or a .bgen file" if is_plink_path(ds) else None)

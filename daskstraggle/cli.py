@@ -62,8 +62,7 @@ def _click_option(option: CliOption, **given: Any) -> Callable[..., Any]:
 
 
 def _method_options() -> list[Callable[..., Any]]:
-    """The options the methods declare (``Method.cli_options``), each help text prefixed
-    with the methods that take it."""
+    """The methods' declared options, each help prefixed with the methods that take it."""
     from daskstraggle.methods import method_cli_options
     from daskstraggle.methods.options import method_options
 
@@ -74,8 +73,7 @@ def _method_options() -> list[Callable[..., Any]]:
 
 
 def _problem_options(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The options problem ``name`` declares (``Problem.cli_options``), as click options
-    made when the command first needs them (:mod:`daskstraggle._cli_lazy`)."""
+    """Problem ``name``'s declared options, made when the command first needs them."""
 
     def make() -> list[Callable[..., Any]]:
         from daskstraggle.problems import get_problem_class
@@ -110,8 +108,7 @@ def _method_classes() -> list[type[Method]]:
 
 
 def _runtime_names() -> list[str]:
-    """The runtimes ``--runtime`` offers: the package's and those installed packages
-    advertise, read from the entry-point metadata (listing them imports no runtime)."""
+    """The runtimes ``--runtime`` offers: ours and the entry points' (none imported)."""
     from importlib.metadata import entry_points
 
     advertised = {point.name for point in entry_points(group="daskstraggle.runtimes")}
@@ -133,8 +130,7 @@ _CALLBACKS = {"storage_options": _storage_options}
 
 
 def _own_solve_options() -> dict[str, list[Callable[..., Any]]]:
-    """The solve commands' options that are not fields of the run's groups, by name:
-    ``--method`` and the methods' options, ``--runtime`` (the registered runtimes), ..."""
+    """The solve commands' options that are not fields of the run's groups, by name."""
     path = click.Path(path_type=Path)
     return {
         "method": [click.option("--method", default="auto", show_default=True,
@@ -179,8 +175,7 @@ def _own_solve_options() -> dict[str, list[Callable[..., Any]]]:
 
 
 def _solve_option_list() -> list[Callable[..., Any]]:
-    """Every option of the solve commands, in ``_SOLVE_ORDER``: the run options made from
-    their fields' declarations, with the command line's own."""
+    """Every option of the solve commands (declared and own), in ``_SOLVE_ORDER``."""
     from daskstraggle.options import run_groups
 
     declared = {option.dest: [_click_option(option, callback=_CALLBACKS.get(option.dest))]
@@ -215,10 +210,7 @@ def cli(verbose: int) -> None:
 
 
 def _plot_path(source: Any, params: dict[str, Any]) -> Path | None:
-    """Refuse a bad ``--out`` (also in a missing folder); pop ``--plot``, refuse a bad one.
-
-    Both before any work (see daskstraggle._output and daskstraggle._cli_plot).
-    """
+    """Refuse a bad ``--out`` (also in a missing folder); pop ``--plot``, refuse a bad one."""
     from daskstraggle._cli_plot import check_plot_path
     from daskstraggle._output import check_folder_exists, check_output_path, source_paths
 
@@ -231,8 +223,7 @@ def _plot_path(source: Any, params: dict[str, Any]) -> Path | None:
 
 
 def _method_params(method: str, values: dict[str, Any]) -> dict[str, Any] | None:
-    """The chosen method's parameters from its options (None: none given);
-    InvalidParameterError for an option of another method or a value the method refuses."""
+    """The chosen method's parameters from its options (None: none given)."""
     from daskstraggle.methods import get_method_class, method_params_from_cli
 
     if method != "auto":
@@ -279,8 +270,7 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
 
 def _echo_run(result: Any, kind: str, as_json: bool, *, out: Any, plot: Path | None,
               plink_out: str | None, written: list[Path]) -> None:
-    """Print a finished run: its table, or with ``--json`` its summary as one JSON object,
-    with the runtime that ran (and why), and the files written."""
+    """Print a finished run: its table, or with ``--json`` one JSON object."""
     from daskstraggle._cli_format import format_result
 
     ran = {"runtime": str(result.attrs["runtime"])}  # and, when chosen by default, why
@@ -367,8 +357,7 @@ def _default_labels(source: str, labels: str | None,
 
 
 def _regression_command(kind: str, problem: str, summary: str) -> click.Command:
-    """The solve command ``kind`` of a regression ``problem`` on a Zarr group's X and
-    labels (``summary``: its help's first line)."""
+    """The solve command ``kind`` of a regression ``problem`` (help: ``summary``)."""
 
     @cli.command(kind, help=f"{summary} on the Zarr group at SOURCE.")
     @click.argument("source")
@@ -550,8 +539,7 @@ def _check_simulate_sources(latency: str | None, from_trace: Path | None, iid: b
 
 def _simulated_model(latency: str | None, from_trace: Path | None, iid: bool,
                      n_workers: int | None) -> tuple[Any, tuple[Any, ...], str, int]:
-    """Return the latency model, the fault terms, the model's description and the number
-    of workers."""
+    """Return the latency model, fault terms, model's description and number of workers."""
     if from_trace is None:
         from daskstraggle.latency.spec import parse_latency, parse_stragglers
 
@@ -738,8 +726,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 @contextlib.contextmanager
 def _one_line_warnings() -> Iterator[None]:
-    """Show each of our warnings as one line ``warning: ...`` on stderr (always, not file,
-    line and code); others as usual. The filters and ``showwarning`` are restored after."""
+    """Show each of our warnings as one line ``warning: ...`` on stderr; others as usual."""
     original = warnings.showwarning
 
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
