@@ -171,13 +171,9 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
             matrix, extra, fit_pca, oversample=self.oversample, min_eigengap=self.min_eigengap))
         matrix = matrix_after_run(matrix, result)
         self._store_result(result)
-        fitted = result.fitted
-        self.components_ = np.asarray(fitted["components"], dtype=np.float64)
-        self.explained_variance_ = np.asarray(fitted["explained_variance"], dtype=np.float64)
-        self.explained_variance_ratio_ = np.asarray(fitted["explained_variance_ratio"],
-                                                    dtype=np.float64)
-        self.singular_values_ = np.asarray(fitted["singular_values"], dtype=np.float64)
-        self.mean_ = np.asarray(fitted["mean"], dtype=np.float64)
+        for name in ("components", "explained_variance", "explained_variance_ratio",
+                     "singular_values", "mean"):
+            setattr(self, f"{name}_", np.asarray(result.fitted[name], dtype=np.float64))
         self.n_components_ = k
         self.determined_ = result.determined
         self.n_samples_ = matrix.n_rows
@@ -285,14 +281,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         return matrix.select_rows(np.array([rows[key] for key in self.variant_keys_]))
 
     def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:
-        """Fit and return the projection of the training data.
-
-        Parameters
-        ----------
-        X : str, path, array-like, dask or xarray array, or Matrix
-            Training data (see :meth:`fit`).
-        y : None
-            Ignored.
+        """Fit and return the projection of the training data ``X`` (as :meth:`fit` takes it).
 
         Returns
         -------

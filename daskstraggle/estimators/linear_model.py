@@ -22,7 +22,6 @@ from daskstraggle.estimators._base import (
     _is_source,
     _keep_params,
 )
-from daskstraggle.trace import Result
 
 __all__ = ["LinearRegression", "LogisticRegression", "Ridge"]
 
@@ -57,20 +56,21 @@ class _LinearModel(_Estimator):
         X = validate_data(self, X, dtype=np.float64, reset=False)
         return X @ coef + intercept
 
-    def _fit_problem(self, matrix: Matrix, labels: Any, fit: Any, alpha: float,
-                     offset: np.ndarray | None) -> tuple[np.ndarray, float, Result]:
-        """Run ``fit`` (``fit_logistic`` or ``fit_least_squares``) on the opened data;
-        return the weights and intercept in the original coordinates (``b = b_c - offset
-        @ w`` for in-memory data centred by ``offset``), and the result."""
+    def _fit_problem(self, matrix: Matrix, labels: Any, fit: Any,
+                     offset: np.ndarray | None) -> tuple[np.ndarray, float]:
+        """Run ``fit`` (``fit_logistic`` or ``fit_least_squares``) on the opened data; return
+        the weights and intercept in the original coordinates (``b = b_c - offset @ w`` for
+        in-memory data centred by ``offset``)."""
         _, extra = self._split_params()
         result = fit(matrix, np.asarray(labels, dtype=np.float64), **self._solve_kwargs(
-            matrix, extra, fit, alpha=alpha, fit_intercept=self.fit_intercept))
+            matrix, extra, fit, alpha=self._alpha(matrix.n_rows),
+            fit_intercept=self.fit_intercept))
         self._store_result(result)
         coef = np.asarray(result.fitted["coef"], dtype=np.float64)
         intercept = float(result.fitted["intercept"])
         if offset is not None:
             intercept -= float(offset @ coef)
-        return coef, intercept, result
+        return coef, intercept
 
 
 class _Regressor(RegressorMixin, _LinearModel):
@@ -98,8 +98,7 @@ class _Regressor(RegressorMixin, _LinearModel):
             The fitted estimator.
         """
         matrix, y, offset = self._open(X, y, supervised=True, center=self.fit_intercept)
-        self.coef_, self.intercept_, _ = self._fit_problem(
-            matrix, y, fit_least_squares, self._alpha(matrix.n_rows), offset)
+        self.coef_, self.intercept_ = self._fit_problem(matrix, y, fit_least_squares, offset)
         return self
 
     def predict(self, X: Any) -> np.ndarray:
@@ -281,8 +280,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
             )
         self.classes_ = classes
         signs = np.where(y == classes[1], 1.0, -1.0)
-        coef, intercept, _ = self._fit_problem(matrix, signs, fit_logistic,
-                                               self._alpha(matrix.n_rows), offset)
+        coef, intercept = self._fit_problem(matrix, signs, fit_logistic, offset)
         self.coef_ = coef[None, :]
         self.intercept_ = np.array([intercept])
         return self

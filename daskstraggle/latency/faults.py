@@ -82,28 +82,43 @@ class ClusterState:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Fault:
+class _Term:
+    """A spec term that may stand anywhere in a spec (a fault, the throttle): its fields are
+    its parameters, ``workers`` (if any) worker indices."""
+
+    name: ClassVar[str] = ""
+
+    @classmethod
+    def from_term(cls: type[T], name: str, params: dict[str, Any], *, base: Any, spec: str) -> T:
+        """Build the term ``name(**params)`` (:func:`build_term`)."""
+        return build_term(cls, name, params)
+
+    def check_n_workers(self, n_workers: int) -> None:
+        """Raise InvalidParameterError if a worker index is out of range."""
+        _check_in_range(self.name, getattr(self, "workers", ()), n_workers)
+
+    def _spec_names(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self)]
+
+    def to_spec(self) -> str:
+        """Return the term that parses back to this one (``for_`` written ``for``)."""
+        args = (f"{name.rstrip('_')}={_spec_value(getattr(self, name))}"
+                for name in self._spec_names())
+        return f"{self.name}({', '.join(args)})"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fault(_Term):
     """A fault at simulated time ``at`` (seconds from the start of the run's loop).
 
     A subclass sets ``name`` (its spec term), declares and validates its parameters and
     overrides what it changes: :meth:`apply`, :meth:`freeze_windows`, :meth:`to_event`.
     """
 
-    name: ClassVar[str] = ""
     at: float
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "at", _seconds(self.at, name="at", term=self.name))
-
-    @classmethod
-    def from_term(cls, name: str, params: dict[str, Any], *, base: Any, spec: str) -> Fault:
-        """Build the fault of the spec term ``name(**params)``, anywhere in a spec
-        (:func:`build_term`)."""
-        return build_term(cls, name, params)
-
-    def check_n_workers(self, n_workers: int) -> None:
-        """Raise InvalidParameterError if a worker index is out of range."""
-        _check_in_range(self.name, getattr(self, "workers", ()), n_workers)
 
     def apply(self, cluster: ClusterState) -> ClusterState:
         """Return the membership this fault leaves on ``cluster`` (default: unchanged)."""
@@ -131,13 +146,10 @@ class Fault:
         return (f"{event['event']}: worker{'s' if len(workers) > 1 else ''} "
                 f"{', '.join(workers)}{until}")
 
-    def to_spec(self) -> str:
-        """Return the term that parses back to this fault: its first own parameter, ``at``,
-        then the others (``for_`` written ``for``)."""
-        names = [f.name for f in dataclasses.fields(self)]
-        args = (f"{name.rstrip('_')}={_spec_value(getattr(self, name))}"
-                for name in [*names[1:2], "at", *names[2:]])
-        return f"{self.name}({', '.join(args)})"
+    def _spec_names(self) -> list[str]:
+        """Its first own parameter, ``at``, then the others."""
+        names = _Term._spec_names(self)
+        return [*names[1:2], "at", *names[2:]]
 
 
 def build_term(cls: type[T], name: str, params: dict[str, Any]) -> T:

@@ -30,13 +30,12 @@ from daskstraggle._validation import _fail
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import (
     LatencyModel,
-    _check_in_range,
     _is_number,
     _worker_indices,
     get_model_class,
     list_models,
 )
-from daskstraggle.latency.faults import FAULTS, Fault, build_term
+from daskstraggle.latency.faults import FAULTS, Fault, _Term
 
 __all__ = ["Stragglers", "ThrottleSpec", "parse_latency", "parse_stragglers"]
 
@@ -50,7 +49,7 @@ _HELP = (
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ThrottleSpec:
+class ThrottleSpec(_Term):
     """Whole-process throttle of some workers (see ``daskstraggle.runtime.throttle``).
 
     Parameters
@@ -76,21 +75,6 @@ class ThrottleSpec:
             if not (_is_number(value) and (value > low if strict else value >= low)):
                 _fail(name, "throttle", constraint, value)
             object.__setattr__(self, name, float(value))
-
-    @classmethod
-    def from_term(cls, name: str, params: dict[str, Any], *, base: Any,
-                  spec: str) -> ThrottleSpec:
-        """Build the throttle of the spec term ``throttle(**params)``, anywhere in a spec."""
-        return build_term(cls, name, params)
-
-    def check_n_workers(self, n_workers: int) -> None:
-        """Raise InvalidParameterError if a worker index is out of range."""
-        _check_in_range(self.name, self.workers, n_workers)
-
-    def to_spec(self) -> str:
-        """Return the term that parses back to this spec."""
-        return f"throttle(workers={list(self.workers)}, factor={self.factor:g}, " \
-               f"period={self.period:g})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
