@@ -1,11 +1,8 @@
 """Numba bodies of the fused kernels (imported lazily by :mod:`._kernels`, never directly).
 
-Each kernel loops over a block's rows: float64 rows without missing entries are read in
-place, others converted :data:`CHUNK` rows at a time into a float64 buffer
-(:func:`_rows`); the products then take float64 rows four at a time, centre and scale
-acting on the thin products, never on the wide rows. Arrays a block lacks (fill, centre,
-scale) are passed empty with a ``False`` flag, so each kernel compiles once per stored
-dtype. Design and measurements: ``docs/kernels.md``.
+Rows are read in place (float64 without missing entries) or converted :data:`CHUNK` at a
+time (:func:`_rows`); arrays a block lacks (fill, centre, scale) are passed empty with a
+``False`` flag, so each kernel compiles once per stored dtype (``docs/kernels.md``).
 """
 from __future__ import annotations
 
@@ -32,9 +29,8 @@ _INLINE = {**_JIT, "inline": "always"}
 # ---------------------------------------------------------------------------- rows
 @numba.njit(**_INLINE)
 def _spread(values, row, b0, b1, codes, spread):
-    """Spread the bytes ``b0 .. b1`` of packed ``row`` into ``codes``, one int8 code per
-    call (``codes[4 (jb - b0) + i]`` is the ``i``-th 2-bit code of byte ``jb``), through
-    ``spread`` (a uint32 view of ``codes``) on little-endian hosts."""
+    """Spread the bytes ``b0 .. b1`` of packed ``row`` into ``codes`` (``codes[4 (jb - b0) +
+    i]`` the ``i``-th 2-bit code of byte ``jb``; ``spread`` its uint32 view)."""
     src = values[row, b0:b1]
     if _LITTLE_ENDIAN:
         for i in range(src.shape[0]):
@@ -51,10 +47,8 @@ def _spread(values, row, b0, b1, codes, spread):
 
 
 def _tile_values(values, i0, nr, fill, has_fill, buf, c0, c1):
-    """Columns ``c0 .. c1`` of float64 or int8 dosage rows as float64 into ``buf``,
-    negative (missing) entries replaced by the row's fill when there is one; columns past
-    the row's end are set to zero. (Rows are sliced and indexed from 0, so LLVM
-    vectorises the loop: ``docs/kernels.md``.)"""
+    """Columns ``c0 .. c1`` of float64 or int8 rows into ``buf``, negative entries filled,
+    columns past the row's end zero (rows sliced from 0, so LLVM vectorises the loop)."""
     end = max(min(c1, values.shape[1]), c0)
     for r in range(nr):
         row = values[i0 + r, c0:end]
@@ -72,10 +66,8 @@ def _tile_values(values, i0, nr, fill, has_fill, buf, c0, c1):
 
 
 def _tile_packed(values, i0, nr, fill, has_fill, buf, c0, c1):
-    """Columns ``c0 .. c1`` (``c0`` a multiple of 4) of packed 2-bit rows as float64 into
-    ``buf``, code 3 (missing) filled (:func:`_spread`, then one vectorised loop). The last
-    byte's padding codes land past the features (``V`` is zero there); columns past the
-    row's codes are set to zero."""
+    """Columns ``c0 .. c1`` (``c0`` a multiple of 4) of packed rows into ``buf``, code 3
+    filled; the last byte's padding codes land past the features (``V`` is zero there)."""
     b0 = c0 // 4
     b1 = min(-(-c1 // 4), values.shape[1])
     width = c1 - c0
@@ -93,8 +85,7 @@ def _tile_packed(values, i0, nr, fill, has_fill, buf, c0, c1):
 
 
 def _convert_tile(values, i0, nr, fill, has_fill, buf, c0, c1):
-    """Write columns ``c0 .. c1`` of rows ``i0 .. i0 + nr`` into ``buf[:nr, :c1 - c0]`` as
-    float64, missing entries filled (see overload)."""
+    """Columns ``c0 .. c1`` of rows ``i0 .. i0 + nr`` into ``buf`` as float64, filled."""
 
 
 @numba.extending.overload(_convert_tile, jit_options=_JIT)
@@ -107,14 +98,12 @@ def _convert_tile_overload(values, i0, nr, fill, has_fill, buf, c0, c1):
 
 @numba.njit(**_INLINE)
 def _convert_rows(values, i0, nr, fill, has_fill, buf):
-    """Write rows ``i0 .. i0 + nr`` of ``values`` into ``buf[:nr]`` as float64, missing
-    entries filled, columns past the row's end zero."""
+    """:func:`_convert_tile` of every column."""
     _convert_tile(values, i0, nr, fill, has_fill, buf, 0, buf.shape[1])
 
 
 def _in_place(values, buf):
-    """The array the products read: ``values`` for float64 rows, else ``buf`` (see
-    overload)."""
+    """The array the products read (see overload)."""
 
 
 @numba.extending.overload(_in_place, jit_options=_JIT, inline="always")
@@ -127,8 +116,7 @@ def _in_place_overload(values, buf):
 
 
 def _reads_in_place(values, has_fill):
-    """Whether the rows are read in place: float64 without missing entries (see
-    overload)."""
+    """Whether the rows are read in place (see overload)."""
 
 
 @numba.extending.overload(_reads_in_place, jit_options=_JIT, inline="always")
@@ -142,8 +130,7 @@ def _reads_in_place_overload(values, has_fill):
 
 @numba.njit(**_INLINE)
 def _rows(values, i0, count, fill, has_fill, buf, in_place):
-    """Rows ``i0 .. i0 + count`` as float64: ``(array, index of row i0 in it)``, the block's
-    own rows when ``in_place``, else converted into ``buf``."""
+    """``(array, index of row i0 in it)``: the block's rows, or ``buf`` converted."""
     if in_place:
         return _in_place(values, buf), i0
     _convert_rows(values, i0, count, fill, has_fill, buf)
@@ -159,9 +146,8 @@ def _chunk(n, in_place):
 # ------------------------------------------------------------------------ products
 @numba.njit(**_INLINE)
 def _project(X, r0, r1, r2, r3, VT, p):
-    """``p[c, s] = X[r_s] . VT[c]`` for the four rows ``r0 .. r3``: four columns of ``VT``
-    at a time (sixteen accumulators, each row and ``V`` value loaded once for four
-    products), then two, then one."""
+    """``p[c, s] = X[r_s] . VT[c]`` for the four rows ``r0 .. r3``, four columns of ``VT`` at
+    a time (sixteen accumulators), then two, then one."""
     k, m = VT.shape
     c = 0
     while c + 4 <= k:
@@ -194,12 +180,8 @@ def _project(X, r0, r1, r2, r3, VT, p):
     if c + 2 <= k:
         a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = 0.0
         for j in range(m):
-            v0 = VT[c, j]
-            v1 = VT[c + 1, j]
-            x0 = X[r0, j]
-            x1 = X[r1, j]
-            x2 = X[r2, j]
-            x3 = X[r3, j]
+            v0, v1 = VT[c, j], VT[c + 1, j]
+            x0, x1, x2, x3 = X[r0, j], X[r1, j], X[r2, j], X[r3, j]
             a00 += x0 * v0
             a10 += x1 * v0
             a20 += x2 * v0
@@ -235,8 +217,7 @@ def _project_row(X, row, VT, p):
 
 @numba.njit(**_INLINE)
 def _update(X, r0, r1, r2, r3, q, GT):
-    """``GT[c] += sum_s q[c, s] X[r_s]`` (a rank-4 update): four columns at a time (each
-    row value loaded once for four columns), then two, then one."""
+    """``GT[c] += sum_s q[c, s] X[r_s]`` (a rank-4 update), four columns, two, then one."""
     k, m = GT.shape
     c = 0
     while c + 4 <= k:
@@ -255,10 +236,7 @@ def _update(X, r0, r1, r2, r3, q, GT):
         q00, q01, q02, q03 = q[c, 0], q[c, 1], q[c, 2], q[c, 3]
         q10, q11, q12, q13 = q[c + 1, 0], q[c + 1, 1], q[c + 1, 2], q[c + 1, 3]
         for j in range(m):
-            x0 = X[r0, j]
-            x1 = X[r1, j]
-            x2 = X[r2, j]
-            x3 = X[r3, j]
+            x0, x1, x2, x3 = X[r0, j], X[r1, j], X[r2, j], X[r3, j]
             GT[c, j] += q00 * x0 + q01 * x1 + q02 * x2 + q03 * x3
             GT[c + 1, j] += q10 * x0 + q11 * x1 + q12 * x2 + q13 * x3
         c += 2
@@ -280,9 +258,8 @@ def _update_row(X, row, q, GT):
 
 @numba.njit(**_INLINE)
 def _pca_weights(p, s, i, center, scale, flags, vsum, shift, acc):
-    """The thin products of block row ``i`` in column ``s`` of ``p``, in place: ``t = (p -
-    c 1^T V) s - shift`` summed into ``acc[0]`` and its square into ``acc[1]``, then the
-    weight ``q = s t``, ``c q`` summed into ``acc[2]``."""
+    """Turn column ``s`` of ``p`` (block row ``i``) into ``q = s t``, ``t = (p - c 1^T V) s -
+    shift``; ``acc`` gets ``t``, ``t^2`` and ``c q``."""
     c = center[i] if flags[1] else 0.0
     s_i = scale[i] if flags[2] else 1.0
     for col in range(p.shape[0]):
@@ -307,8 +284,8 @@ def _row_sums(VT):
 
 @numba.njit(**_INLINE)
 def _pca_finish(acc, colsum, sq, GT, has_center):
-    """Add ``acc``'s ``1^T P`` to ``colsum`` and ``|P_j|^2`` to ``sq``; with a centre, take
-    ``c^T Q`` (``acc[2]``) off every row of ``G`` (``GT`` transposed)."""
+    """Add ``acc`` to ``colsum`` and ``sq``; with a centre take ``c^T Q`` off every row of
+    ``G``."""
     k, m = GT.shape
     for col in range(k):
         colsum[col] += acc[0, col]
@@ -321,9 +298,8 @@ def _pca_finish(acc, colsum, sq, GT, has_center):
 @numba.njit(**_JIT)
 def _pca_rows(X, first, count, i, VT, GT, p, center, scale, flags, vsum, shift, acc,
               streams):
-    """:func:`pca` on the float64 rows ``X[first : first + count]`` (block rows ``i ..``),
-    in groups of four rows (from the four quarters of the range with ``streams``, else
-    consecutive): projections, thin products, rank-4 update; the rest one at a time."""
+    """:func:`pca` on the rows ``X[first : first + count]`` (block rows ``i ..``), four at a
+    time (from the range's four quarters with ``streams``), the rest one at a time."""
     groups = count // ROWS
     step = groups if streams else 1  # between the rows of a group
     stride = 1 if streams else ROWS  # between the first rows of two groups
@@ -366,9 +342,8 @@ def pca(values, fill, center, scale, flags, VT, shift, GT, colsum, sq):
 
 @numba.njit(**_JIT)
 def _project_tiles(values, a, b, fill, has_fill, VT, P, p, buf, tile):
-    """``P[:, r] = T'_{a + r} . VT`` for the rows ``a .. b``, column tile by column tile:
-    each tile of ``VT`` is read once for all the rows (from cache), the rows' tile
-    converted :data:`CHUNK` rows at a time."""
+    """``P[:, r] = T'_{a + r} . VT`` for the rows ``a .. b``, column tile by column tile
+    (each tile of ``VT`` read once for all the rows)."""
     k, width = VT.shape
     for r in range(b - a):
         for c in range(k):
@@ -394,8 +369,7 @@ def _project_tiles(values, a, b, fill, has_fill, VT, P, p, buf, tile):
 
 @numba.njit(**_JIT)
 def _update_tiles(values, a, b, fill, has_fill, P, GT, p, buf, tile):
-    """``GT[:, j] += sum_r P[:, r] T'_{a + r, j}`` for the rows ``a .. b``, column tile by
-    column tile (each tile of ``GT`` read and written once for all the rows)."""
+    """``GT[:, j] += sum_r P[:, r] T'_{a + r, j}`` for the rows ``a .. b``, tile by tile."""
     k, width = GT.shape
     for c0 in range(0, width, tile):
         c1 = min(c0 + tile, width)
@@ -458,8 +432,8 @@ def _logistic_terms(margin, label):
 
 @numba.njit(**_INLINE)
 def _glm_weight(p, i, center, scale, flags, wsum, b, y, logistic, sums):
-    """The weight ``s q(z, y)`` of block row ``i`` from its product ``p = T'_i . w``, with
-    ``z = (p - c 1^T w) s + b``; ``sums`` gets ``q``, the loss and ``c s q``."""
+    """The weight ``s q(z, y)`` of block row ``i``, ``z = (p - c 1^T w) s + b``; ``sums``
+    gets ``q``, the loss and ``c s q``."""
     c = center[i] if flags[1] else 0.0
     s = scale[i] if flags[2] else 1.0
     label = y[i]
@@ -487,10 +461,8 @@ def _dot(X, row, w):
 @numba.njit(**_JIT)
 def _glm_rows(X, first, count, i, w, grad, center, scale, flags, wsum, b, y, logistic,
               sums, streams):
-    """:func:`glm` on the float64 rows ``X[first : first + count]`` (block rows ``i ..``),
-    in groups of four rows: the four dot products with ``w`` together, the four weights,
-    one rank-4 update of ``grad`` (the rows still in L1 cache); the last ``count % 4``
-    rows one at a time. ``streams`` as in :func:`_pca_rows`."""
+    """:func:`glm` on the rows ``X[first : first + count]`` (block rows ``i ..``) as
+    :func:`_pca_rows`: four dot products, four weights, one rank-4 update of ``grad``."""
     m = w.shape[0]
     groups = count // ROWS
     step = groups if streams else 1
@@ -572,9 +544,8 @@ def convert(values, fill, center, scale, flags, a, b, mean, out):
 
 @numba.njit(**_JIT)
 def _add_rows(X, first, count, i, center, scale, flags, mean, sums, dev):
-    """Add the transformed rows ``X[first : first + count]`` (block rows ``i ..``) to
-    ``sums`` when ``mean`` is empty, else their squared deviations from ``mean`` to
-    ``dev``; return the rows' squared norm (0 when summing)."""
+    """Add the transformed rows to ``sums`` (``mean`` empty), else their squared deviations
+    from ``mean`` to ``dev`` and return their squared norm."""
     has_center, has_scale = flags[1], flags[2]
     sq = 0.0
     for r in range(count):
@@ -594,8 +565,8 @@ def _add_rows(X, first, count, i, center, scale, flags, mean, sums, dev):
 
 @numba.njit(**_JIT)
 def _merge_tile(count, rows, tile_sum, tile_mean, tile_dev, sums, sq_dev):
-    """Merge a tile of ``rows`` rows (column sums, means, squared deviations) into the
-    totals of the ``count`` rows before it (Chan, Golub and LeVeque's pairwise update)."""
+    """Merge a tile of ``rows`` rows into the totals of the ``count`` before it (Chan,
+    Golub and LeVeque's pairwise update)."""
     weight = count * rows / (count + rows)
     for j in range(sums.shape[0]):
         delta = tile_mean[j] - sums[j] / count if count else 0.0
