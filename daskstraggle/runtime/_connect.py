@@ -1,14 +1,8 @@
 """Reaching a cluster without hanging: the handshake probe, the client check, LocalCluster.
 
-``distributed.Client(address, timeout=...)`` bounds the TCP connection but not the handshake
-after it (a server that never answers, e.g. the dashboard's port, makes it wait forever) and
-retries a refused connection until the timeout: :func:`probe_scheduler` asks the address for
-its identity under one deadline first, failing at once on a refused connection.
-
-A LocalCluster started here blocks SIGINT in its worker processes (the client's process
-alone handles Ctrl-C and closes the cluster); its workers skip zarr's exit hook
-(:class:`~daskstraggle.runtime._quiet.QuietExit`) and are forked from a preloaded server
-where :func:`worker_start_config` allows (spawned when forked workers fail to start).
+``distributed.Client(address, timeout=...)`` bounds neither the handshake (a server that
+never answers, e.g. a dashboard's port, hangs it) nor its retries of a refused connection:
+:func:`probe_scheduler` asks for the server's identity under one deadline first.
 """
 
 from __future__ import annotations
@@ -74,7 +68,17 @@ def _unreachable(address: str, timeout: float, why: str) -> ClusterConnectionErr
     )
 
 
+def default_client(client: Any) -> Any:
+    """``client``, or ``distributed.get_client()`` for None."""
+    if client is None:
+        from distributed import get_client
+
+        return get_client()
+    return client
+
+
 def check_client(client: Any) -> None:
+
     """Raise InvalidTypeError unless ``client`` is a ``distributed.Client`` (or None)."""
     from distributed import Client
 
@@ -233,13 +237,9 @@ def nanny_environ() -> dict[str, str]:
 def worker_start_config() -> tuple[dict[str, Any], dict[str, str]]:
     """Return the config that forks LocalCluster workers from our preloaded server (started
     with the first worker, shared by later clusters), and the environment variables to pass
-    them (those changed since the server started).
-
-    ``({}, {})``, workers spawned as usual, off Linux, when the user chose another
-    ``distributed.worker.multiprocessing-method``, when a forkserver this package did not
-    configure already runs, or when a variable read at import time changed since ours
-    started.
-    """
+    them (those changed since the server started); ``({}, {})`` (spawn as usual) off Linux,
+    under another ``distributed.worker.multiprocessing-method``, when a forkserver not ours
+    runs, or when a variable read at import time changed since ours started."""
     global _server_environ
     import dask
     from distributed.utils import get_mp_context  # (loads distributed's config too)
@@ -266,7 +266,10 @@ def worker_start_config() -> tuple[dict[str, Any], dict[str, str]]:
 def start_local_cluster(
     n_workers: int, *, threads_per_worker: int, processes: bool, config: dict[str, Any]
 ) -> tuple[Any, list[Any]]:
-    """Start a LocalCluster whose workers ignore Ctrl-C; return a client and what to close."""
+    """Start a LocalCluster whose workers ignore Ctrl-C and skip zarr's exit hook
+    (:class:`~daskstraggle.runtime._quiet.QuietExit`), forked where
+    :func:`worker_start_config` allows (spawned if that fails); return a client and what to
+    close."""
     from distributed import Client
 
     from daskstraggle.runtime._quiet import QuietExit
@@ -361,22 +364,13 @@ def worker_status(client: Any) -> dict[str, str]:
 
 
 def worker_identity(client: Any) -> dict[str, dict[str, Any]]:
-    """Return what the scheduler knows of each worker now, by address (one round trip).
+    """Return what the scheduler knows of each worker now, by address (one round trip): its
+    ``status``, ``nanny`` (the address of the nanny that restarts it, or None),
+    ``memory_limit`` (bytes, 0: none), ``nthreads`` and ``metrics`` (``memory``: the
+    process's bytes at its last heartbeat).
 
-    Returns
-    -------
-    workers : dict of str to dict
-        Each worker's ``status``, ``nanny`` (the address of the nanny that restarts it,
-        None without one), ``memory_limit`` (bytes, 0: none), ``nthreads`` and
-        ``metrics`` (``memory``: the process's bytes at its last heartbeat).
-
-    Raises
-    ------
-    SchedulerLostError
-        If the client is closed or the scheduler does not answer in time
-        (:func:`ask_scheduler`).
-    InvalidParameterError
-        If ``client`` is asynchronous.
+    Raises :func:`ask_scheduler`'s SchedulerLostError, and InvalidParameterError for an
+    asynchronous ``client``.
     """
     if client.asynchronous:
         raise InvalidParameterError(
@@ -408,9 +402,7 @@ def scheduler_lost(client: Any, cause: str) -> SchedulerLostError:
 
 
 def _scheduler_address(client: Any) -> str:
-    """The address of ``client``'s scheduler, also once the client has closed (a client
-    that fails to reconnect within its timeout closes itself and forgets its ``scheduler``).
-    """
+    """The address of ``client``'s scheduler, also once the client closed and forgot it."""
     if client.scheduler is not None:
         return str(client.scheduler.address)
     cluster = getattr(client, "cluster", None)
@@ -434,18 +426,15 @@ SCHEDULER_FILE_GRACE = 2.0
 
 
 def read_scheduler_file(path: str | os.PathLike[str]) -> str:
-    """Return the address in the scheduler file at ``path`` (the JSON file that ``dask
-    scheduler --scheduler-file PATH`` writes, the convention of batch jobs and dask-mpi),
-    waiting for it to appear up to the ``daskstraggle.timeouts.scheduler-file`` setting.
+    """Return the address in the scheduler file at ``path`` (as ``dask scheduler
+    --scheduler-file PATH`` writes it), waiting up to the ``daskstraggle.timeouts.
+    scheduler-file`` setting for it to appear.
 
-    Raises
-    ------
-    DataNotFoundError
-        If the file's folder does not exist (at once), or the file does not appear in time.
-    InvalidDataError
-        If the file holds no scheduler address (a JSON object with ``"address"``)
-        :data:`SCHEDULER_FILE_GRACE` seconds after it appeared.
+    Raises DataNotFoundError if the file's folder does not exist (at once) or the file does
+    not appear in time; InvalidDataError if it holds no ``"address"``
+    :data:`SCHEDULER_FILE_GRACE` seconds after it appeared.
     """
+
     from daskstraggle import config
 
     path = Path(path)

@@ -1,11 +1,5 @@
-"""Where each worker index's partitions are loaded on a Dask cluster, and moving them.
-
-Every partition is loaded from its source by its own keyed task, strictly pinned to the
-worker of the index that holds it (``docs/architecture.md`` §6); the futures of those
-tasks are the data's handles. :class:`PartitionStore` carries out the engine pool's moves
-(:class:`~daskstraggle.engine.pool.MoveIndex`) and helpers
-(:class:`~daskstraggle.engine.pool.StartHelping`) on them.
-"""
+"""Where each worker index's partitions are loaded on a Dask cluster (one keyed task per
+partition, strictly pinned; the futures are the data's handles), and moving them."""
 
 from __future__ import annotations
 
@@ -28,9 +22,11 @@ Submit = Callable[..., Any]
 
 
 class PartitionStore:
-    """The loaded partitions of every worker index, of their helpers, and spare copies.
+    """The loaded partitions of every worker index, of their helpers, and spare copies;
+    carries out the engine pool's moves and helpers on them.
 
     Parameters
+
     ----------
     client : distributed.Client
         The runtime's client (asked who holds copies).

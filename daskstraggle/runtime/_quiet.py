@@ -1,8 +1,6 @@
-"""A worker plugin that keeps the worker processes of our LocalClusters quiet at exit.
+"""A worker plugin that keeps the worker processes of our LocalClusters quiet at exit (apart
+from :mod:`daskstraggle.runtime._connect`, which must not import ``distributed``)."""
 
-Separate from :mod:`daskstraggle.runtime._connect` so that importing the runtime does not
-import ``distributed`` (it is imported when a cluster is started).
-"""
 
 from __future__ import annotations
 

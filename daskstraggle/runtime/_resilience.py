@@ -1,8 +1,7 @@
-"""What the Dask runtime does when workers leave, freeze or join: the pure decisions of
-:mod:`daskstraggle.engine.resilience` (re-exported here) with their settings read from
-:mod:`daskstraggle.config`, and set-up and clean-up steps bounded in time (a frozen worker
-would hold them up forever). No dask import.
-"""
+"""The engine's resilience rules (:mod:`daskstraggle.engine.resilience`, re-exported) with
+their settings from :mod:`daskstraggle.config`, and set-up and clean-up steps bounded in
+time (a frozen worker would hold them up forever). No dask import."""
+
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """Aggregation on the workers (MLfabric's in-network aggregation, on Dask).
 
 With ``aggregation="tree"`` a work unit's result stays on its worker (the coordinator gets
-its row count and timing, :func:`unit_meta`); the method receives a
-:class:`~daskstraggle.problems.held.HeldResult` and combines it, with its own weights, as
-a local result. When the method reads the sum, the :class:`TreeReducer` sums the leaves on
-the workers, :data:`FAN_IN` at a time, so one message reaches the client instead of one per
-worker; only the order of the additions differs (the iterates agree to rounding). The tree
-gets ``timeouts.stall`` seconds; a leaf whose worker left is computed again where its
-partitions are now, and the tree is built again.
+its row count and timing, :func:`unit_meta`); the method combines the
+:class:`~daskstraggle.problems.held.HeldResult` with its own weights, and
+:class:`TreeReducer` sums the leaves on the workers when the method reads the sum.
 """
 
 from __future__ import annotations
@@ -109,9 +105,14 @@ class Handle:
 
 
 class TreeReducer:
-    """Sum held results on the workers and fetch the one sum (see the module docstring).
+    """Sum held results on the workers, :data:`FAN_IN` at a time, and fetch the one sum.
+
+    One message reaches the client instead of one per worker; only the order of the
+    additions differs (the iterates agree to rounding). A leaf whose worker left is
+    computed again where its partitions are now, and the tree is built again.
 
     Parameters
+
     ----------
     client : distributed.Client
         The run's client.

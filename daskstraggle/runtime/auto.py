@@ -1,12 +1,5 @@
-"""``method="auto"`` on a cluster: measure the workers, simulate the candidates, run the fastest.
-
-On a runtime whose workers are real processes (:attr:`Runtime.measures_workers`), for a
-matrix of at least :data:`MEASURE_MIN_BYTES`, :func:`measure_and_choose` probes the workers
-(:class:`ProbeGD`), fits gamma laws to the probe's times (:func:`_fit_arrays`), simulates
-each of the :func:`candidates` under them (:func:`predict`) and picks one (:func:`pick`);
-elsewhere ``auto`` follows the rule on the data. The whole procedure and its assumptions:
-``docs/methods.md``. The choice goes into ``result.attrs["auto"]`` (:meth:`Choice.as_attrs`).
-"""
+"""``method="auto"`` on a cluster: probe the workers, simulate the candidates, run the fastest
+(:func:`measure_and_choose`; the procedure and its assumptions: ``docs/methods.md``)."""
 
 from __future__ import annotations
 
@@ -127,18 +120,10 @@ class Choice:
     probe_fraction: float = 1.0
 
     def as_attrs(self, result: Result | None = None) -> dict[str, Any]:
-        """Return the choice as plain values for ``result.attrs["auto"]``.
+        """Return the choice as plain values for ``result.attrs["auto"]``, with
+        ``achieved``, the mean seconds per round of ``result`` (the chosen method's run),
+        when its rounds are of the probe's kind (gd, coded GD or DSAG on all the rows)."""
 
-        Parameters
-        ----------
-        result : Result or None, default=None
-            The chosen method's run: adds ``achieved``, its mean seconds per round, when
-            its rounds are of the probe's kind (gd, coded GD or DSAG on all the rows).
-
-        Returns
-        -------
-        attrs : dict
-        """
         attrs: dict[str, Any] = {
             "choice": self.label, "plain": self.plain,
             "predicted": {k: round(v, 6) for k, v in self.predicted.items()},
@@ -226,23 +211,10 @@ def candidates(plain: Method, n_workers: int) -> list[Candidate]:
 
 def predict(options: list[Candidate], model: Gamma, n_workers: int,
             rng: np.random.Generator) -> dict[str, float]:
-    """Return each candidate's predicted seconds per round.
-
-    Parameters
-    ----------
-    options : list of Candidate
-    model : Gamma
-        Per-worker latency law of one task carrying an equal share of the rows.
-    n_workers : int
-    rng : Generator
-        Seeds the surrogate problem and the simulated latencies (the same for every
-        candidate, so they face the same draws).
-
-    Returns
-    -------
-    predicted : dict of str to float
-        Label to simulated seconds per round.
-    """
+    """Return each candidate's simulated seconds per round, by label, on ``n_workers``
+    workers whose tasks of an equal share of the rows take ``model``'s (per-worker)
+    latency; ``rng`` seeds the surrogate problem and the latencies (the same draws for
+    every candidate)."""
     from daskstraggle.data import open_matrix
     from daskstraggle.runtime.fault_simulation import make_least_squares_data
     from daskstraggle.runtime.sim import SimRuntime
@@ -256,8 +228,8 @@ def predict(options: list[Candidate], model: Gamma, n_workers: int,
         with SimRuntime(n_workers=n_workers, latency=model, rng=seed) as sim:
             outcome = _rounds(sim, option.surrogate, LeastSquares(), matrix, SIM_ROUNDS,
                               rng=seed)
-        durations = outcome.rows.column("iteration_duration")
-        out[option.label] = float(np.mean(durations))
+        out[option.label] = float(np.mean(outcome.rows.column("iteration_duration")))
+
     return out
 
 

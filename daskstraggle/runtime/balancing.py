@@ -1,14 +1,5 @@
-"""Load balancing inside a run: the profiler fed by every result, the optimizer off the loop.
-
-:class:`BalanceLoop` is what the driving loop uses when the method has a ``balancer``
-(``SGD``/``SAG``/``DSAG`` with ``balance=True``): every final result feeds a
-:class:`~daskstraggle.latency.profiler.LatencyProfiler`; the optimizer
-(:meth:`~daskstraggle.balance.LoadBalancer.plan`) runs in a child process on real runtimes
-(:class:`~daskstraggle.balance._planner.PlannerProcess`; a thread would compete with the
-Dask client for the GIL), inline on the simulated one, whose clock does not move while the
-coordinator computes; an accepted plan is applied with ``method.set_subpartitions``, so
-each worker's next task carries its new row range and no data moves.
-"""
+"""Load balancing inside a run: the profiler fed by every result, the optimizer off the loop
+(:class:`BalanceLoop`)."""
 
 from __future__ import annotations
 
@@ -30,7 +21,15 @@ logger = logging.getLogger(__name__)
 class BalanceLoop:
     """Profile, optimise in the background, apply plans between iterations.
 
+    Every final result feeds a :class:`~daskstraggle.latency.profiler.LatencyProfiler`;
+    the optimizer (:meth:`~daskstraggle.balance.LoadBalancer.plan`) runs in a child process
+    on real runtimes (a thread would compete with the Dask client for the GIL), inline on
+    the simulated one, whose clock does not move meanwhile; an accepted plan is applied
+    with ``method.set_subpartitions``: each worker's next task carries its new row range,
+    no data moves.
+
     Parameters
+
     ----------
     method : SGD
         A started SGD, SAG or DSAG with a ``balancer``.

@@ -1,10 +1,6 @@
-"""Checkpoints of a run, written atomically, and resuming from them.
-
-What a checkpoint holds, when it is written and what a resume rebuilds:
-``docs/architecture.md`` (Checkpoints). A kill at any instant leaves the previous or the
-new file, never a broken one. The file is a Python pickle: load only checkpoints you (or
-your own runs) wrote. Pure module: no Dask imports.
-"""
+"""Checkpoints of a run, written atomically (a kill leaves the previous or the new file),
+and resuming from them. The file is a Python pickle: load only checkpoints your own runs
+wrote. What it holds: ``docs/architecture.md`` (Checkpoints)."""
 
 from __future__ import annotations
 
@@ -48,16 +44,8 @@ _FORMAT_VERSION = 1
 class StateWriter:
     """The writer of a run's state, when :attr:`schedule` (the engine's decision) says so.
 
-    Attributes
-    ----------
-    schedule : CheckpointSchedule
-        When a write is due.
-    written : int or None
-        Iteration (trace rows) of the last state written by this run, None if none.
-    n_written : int
-        States written by this run.
-    seconds : float
-        Time spent writing them (pickling and storing).
+    It counts the states written by this run (:attr:`n_written`), the iteration of the
+    last one (:attr:`written`, None if none) and the seconds spent writing them.
     """
 
     schedule: CheckpointSchedule = field(init=False)
@@ -121,33 +109,14 @@ class Checkpointer(StateWriter):
 
 def check_checkpoint_path(path: str | os.PathLike[str], *, resume: str | os.PathLike[str] | None,
                           inputs: list[str], out: str | os.PathLike[str] | None) -> Path:
-    """Refuse a checkpoint path that would destroy something; return it.
+    """Return the checkpoint path ``path`` (CLI: ``--checkpoint``) unless it would destroy
+    something.
 
-    Parameters
-    ----------
-    path : str or path
-        The checkpoint file (CLI: ``--checkpoint``).
-    resume : str, path or None
-        The checkpoint being resumed (CLI: ``--resume``): the only existing file that
-        ``path`` may replace.
-    inputs : list of str
-        The run's input stores, which ``path`` must neither be, lie in, nor contain.
-    out : str, path or None
-        The run's result store, which ``path`` must not be.
-
-    Returns
-    -------
-    path : Path
-
-    Raises
-    ------
-    OutputExistsError
-        If ``path`` exists and is not ``resume`` (``--resume`` is suggested only for an
-        existing checkpoint).
-    InvalidParameterError
-        If ``path`` is, lies in or contains an input, lies in a Zarr store, or is ``out``.
-    OutputNotWritableError
-        If its folder cannot be written.
+    Raises OutputExistsError if ``path`` exists and is not ``resume`` (the checkpoint
+    being resumed; ``--resume`` is suggested only for an existing checkpoint);
+    InvalidParameterError if it is, lies in or contains one of ``inputs``, lies in a Zarr
+    store, or is ``out`` (the result store); OutputNotWritableError if its folder cannot
+    be written.
     """
     p = Path(path)
     what = "The checkpoint path (CLI: --checkpoint)"
@@ -222,24 +191,11 @@ def _write_file(path: Path, data: bytes) -> None:
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a checkpoint written by :class:`Checkpointer`.
+    """Return the run state in the checkpoint file ``path`` (CLI: ``--resume``), for
+    ``run(..., resume=state)``.
 
-    Parameters
-    ----------
-    path : str or path
-        The checkpoint file (CLI: ``--resume``).
-
-    Returns
-    -------
-    state : dict
-        The run state; pass it to the runtime's ``run(..., resume=state)``.
-
-    Raises
-    ------
-    DataNotFoundError
-        If there is no file at ``path``.
-    InvalidDataError
-        If the file is not a daskstraggle checkpoint (or one of another format version).
+    Raises DataNotFoundError if there is no file at ``path``, InvalidDataError if it is
+    not a daskstraggle checkpoint (or one of another format version).
     """
     p = Path(path)
     if not p.is_file():
@@ -249,25 +205,10 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def resume_state(state: dict[str, Any], *, settings: dict[str, Any],
                  placement: list[tuple[int, ...]], max_iter: int) -> None:
-    """Check that a checkpoint belongs to this run; raise one clear line if not.
-
-    Parameters
-    ----------
-    state : dict
-        From :func:`load_checkpoint`.
-    settings : dict
-        The run's :func:`run_settings`: the same method and problem (class and
-        parameters), number of workers and matrix shape as recorded.
-    placement : list of tuple of int
-        The run's placement: as recorded.
-    max_iter : int
-        The run's iteration limit: above the checkpoint's iterations.
-
-    Raises
-    ------
-    InvalidParameterError
-        If any of them differs from the checkpoint's, or ``max_iter`` is reached already.
-    """
+    """Raise InvalidParameterError (one line) unless the checkpoint ``state`` belongs to
+    this run: the same :func:`run_settings` (method and problem with their parameters,
+    number of workers, matrix shape) and placement as recorded, and ``max_iter`` above
+    its iterations."""
     check_resume_iterations(state, max_iter)
     check_resume_workers(state, settings["n_workers"])
     recorded = state["settings"]
@@ -292,22 +233,9 @@ def _another(what: str, recorded: Any, now: Any, remedy: str = "") -> InvalidPar
 
 
 def check_resume_workers(state: dict[str, Any], n_workers: int | None) -> None:
-    """Raise InvalidParameterError if the run's worker count is not the checkpoint's.
+    """Raise InvalidParameterError, naming the count to pass, if ``n_workers`` is not the
+    checkpoint's (None, not known until connecting to a cluster, passes)."""
 
-    Parameters
-    ----------
-    state : dict
-        From :func:`load_checkpoint`.
-    n_workers : int or None
-        The run's number of workers; None (not known yet: an existing cluster's count is
-        read when connecting) passes.
-
-    Raises
-    ------
-    InvalidParameterError
-        If ``n_workers`` differs from the recorded count; the message names the count to
-        pass.
-    """
     recorded = int(state["settings"]["n_workers"])
     if n_workers is not None and int(n_workers) != recorded:
         raise _another("number of workers", recorded, int(n_workers),

@@ -1,8 +1,5 @@
-"""Which runtime a fit runs on: the one asked for, else Dask's convention.
-
-One decision, :func:`choose_runtime`, taken by the ``fit_*`` functions and ``solve`` (so
-by the command line and the scikit-learn estimators, which call them).
-"""
+"""Which runtime a fit runs on: the one asked for, else Dask's convention
+(:func:`choose_runtime`, taken by the ``fit_*`` functions and ``solve``)."""
 
 from __future__ import annotations
 
@@ -77,22 +74,10 @@ def choose_runtime(
         ``backup_after``, ``aggregation="tree"``, ``min_workers``); the in-process
         runtime ``"local"`` when ``data_bytes`` is at most
         :data:`IN_PROCESS_MEMORY_FRACTION` of ``available``; else a LocalCluster.
-    client : distributed.Client or None, default=None
-        The client given.
-    scheduler : str or None, default=None
-        The scheduler address given.
-    scheduler_file : path or None, default=None
-        The scheduler file given (as ``scheduler``).
-    n_workers : int or None, default=None
-        The workers asked for.
-    min_workers : int or None, default=None
-        The workers to wait for on an existing cluster.
+    client, scheduler, scheduler_file, n_workers, min_workers, backup_after, aggregation
+        The run's options of those names, as given (:class:`~daskstraggle.options.RuntimeSpec`).
     stragglers : Stragglers or None, default=None
         The parsed stragglers spec (empty or None: none).
-    backup_after : float or None, default=None
-        The speculative-backup factor.
-    aggregation : {"flat", "tree"}, default="flat"
-        Where a round's results are summed.
     data_bytes : int or None, default=None
         What the run holds in memory (:attr:`Matrix.row_nbytes` times the rows). None:
         unknown yet; when only the data would decide, the choice's ``runtime`` is None.
@@ -142,8 +127,7 @@ def choose_runtime(
 
 
 def _by_size(data_bytes: int | None, available: int | None) -> RuntimeChoice:
-    """The default when nothing asked for a cluster: in process when the data fit in a
-    quarter of the memory available, else a LocalCluster (runtime None: size unknown)."""
+    """The default when nothing asked for a cluster (runtime None: size unknown)."""
     if data_bytes is None:
         return RuntimeChoice(None)
     free = available_memory() if available is None else available
@@ -158,8 +142,7 @@ def _by_size(data_bytes: int | None, available: int | None) -> RuntimeChoice:
 
 def _cluster_option(*, min_workers: int | None, stragglers: Any, backup_after: float | None,
                     aggregation: str) -> str | None:
-    """The first option given that the in-process runtime's declarations refuse (None:
-    none), named as the API spells it."""
+    """The first option given that the in-process runtime refuses (None: none)."""
     local = get_runtime_class(_IN_PROCESS)
     refused = {
         "min_workers": min_workers is not None,
@@ -171,15 +154,9 @@ def _cluster_option(*, min_workers: int | None, stragglers: Any, backup_after: f
 
 
 def active_client() -> Any:
-    """Return the active (default) ``distributed`` client, or None when there is none.
+    """Return the active (default) ``distributed`` client, or None when there is none (or
+    ``distributed`` was never imported: checking must not cost its import)."""
 
-    Reads it only when ``distributed`` is already imported: a process that never imported
-    it has no client, and checking must not cost its import.
-
-    Returns
-    -------
-    client : distributed.Client or None
-    """
     if "distributed" not in sys.modules:
         return None
     from distributed import default_client

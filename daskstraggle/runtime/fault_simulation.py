@@ -1,11 +1,7 @@
 """Iteration times with simulated faults: DSAG waiting for ``w`` of ``N`` in SimRuntime.
 
-:func:`daskstraggle.latency.simulate` predicts the iteration times of a coordinator that
-waits for the ``w`` fastest fresh results without running a method. Faults (the ``loss``,
-``freeze``, ``join`` and ``retire`` terms, :mod:`daskstraggle.latency.faults`) change which
-worker computes which rows, which the engine's
-:class:`~daskstraggle.engine.pool.WorkerPool` decides; so :func:`simulate_faults` runs
-DSAG itself, on a small synthetic problem, in the simulated runtime. With no faults its
+Faults change which worker computes which rows (the engine's worker pool decides), so
+:func:`simulate_faults` runs DSAG itself on a small synthetic problem; without faults its
 iteration times equal :func:`daskstraggle.latency.simulate`'s from the same seed.
 """
 
@@ -150,23 +146,10 @@ def make_least_squares_data(n_workers: int, *, rows_per_worker: int = ROWS_PER_W
 
 
 def estimate_duration(n_workers: int, n_iterations: int) -> float:
-    """Return the real seconds :func:`simulate_faults` should take, roughly.
-
-    About one task per worker and iteration, each
-    ``SECONDS_PER_TASK + SECONDS_PER_TASK_AND_WORKER * n_workers`` seconds (the
-    simulated runtime and the engine; DSAG's gradient cache is searched once per result).
-
-    Parameters
-    ----------
-    n_workers : int
-        Number of workers.
-    n_iterations : int
-        Number of iterations.
-
-    Returns
-    -------
-    seconds : float
-        The estimate, on a 2-core machine under load.
+    """Return the real seconds :func:`simulate_faults` should take on a 2-core machine under
+    load, roughly: one task per worker and iteration, each ``SECONDS_PER_TASK +
+    SECONDS_PER_TASK_AND_WORKER * n_workers`` seconds (DSAG searches its gradient cache
+    once per result).
 
     Examples
     --------
@@ -290,7 +273,7 @@ def simulate_faults(
 
 def _check_args(model: Any, faults: Any, n_workers: Any, n_wait: Any, n_iterations: Any
                 ) -> tuple[int, int, int, tuple[Fault, ...]]:
-    """Validate :func:`simulate_faults`'s arguments before any work."""
+    """Validate :func:`simulate_faults`'s arguments."""
     n_workers, n_wait, n_iterations = check_counts(n_workers, n_wait, n_iterations, _CALLER)
     check_model(model, n_workers, _CALLER)
     if isinstance(faults, Fault):
@@ -307,9 +290,9 @@ def _check_args(model: Any, faults: Any, n_workers: Any, n_wait: Any, n_iteratio
 
 def _fault_events(faults: tuple[Fault, ...], n_workers: int, end: float
                   ) -> tuple[list[dict[str, Any]], list[Fault]]:
-    """The fault terms played by ``end`` as events (:meth:`Fault.to_event`, in time order,
-    ties in the spec's order, as the simulated runtime plays them), and those timed
-    after it."""
+    """The fault terms played by ``end`` as events (in time order, ties in the spec's
+    order), and those timed after it."""
+
     ordered = sorted(faults, key=lambda f: f.at)
     played: list[dict[str, Any]] = []
     cluster = ClusterState(n_workers=n_workers)  # joining workers are named N, N+1, ...

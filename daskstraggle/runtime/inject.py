@@ -1,18 +1,6 @@
-"""Worker-side straggler injection: a latency model's delays added to our tasks.
-
-:class:`StragglerInjector` is a WorkerPlugin holding a latency model's sampler on every
-worker; our task bodies call :func:`inject_delay` after computing, which draws that
-worker's next latency and sleeps for it in the task's thread. Samplers keep per-worker
-streams (:func:`~daskstraggle.latency.base.worker_streams`), so worker ``i`` draws exactly
-what ``model.sampler(n_workers, seed).sample(i, ...)`` draws on the client or in the
-simulator, and model state (Markov chains, bursts) lives on the worker across tasks. A
-model with a distribution *adds* its draw to the real work; a pure slow-down
-(``slowdown(workers=1, factor=3)`` without a base) stretches the task to ``factor`` times
-its measured compute time.
-
-Only tasks that call :func:`inject_delay` are slowed; to slow any Dask workload (peer
-libraries) use :class:`daskstraggle.runtime.throttle.ProcessThrottle`.
-"""
+"""Worker-side straggler injection: a latency model's delays added to the tasks that call
+:func:`inject_delay` (to slow any Dask workload use
+:class:`~daskstraggle.runtime.throttle.ProcessThrottle`)."""
 
 from __future__ import annotations
 
@@ -29,6 +17,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from daskstraggle._validation import check_addresses, check_int
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel
+from daskstraggle.runtime._connect import default_client
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -48,6 +37,13 @@ INJECTOR_PREFIX = "daskstraggle-injector"
 
 class StragglerInjector(WorkerPlugin):
     """WorkerPlugin that delays our tasks on each worker by a latency model's draws.
+
+    Samplers keep per-worker streams (:func:`~daskstraggle.latency.base.worker_streams`),
+    so worker ``i`` draws exactly what ``model.sampler(n_workers, seed).sample(i, ...)``
+    draws on the client or in the simulator, and model state (Markov chains, bursts) lives
+    on the worker across tasks. A model with a distribution *adds* its draw to the real
+    work; a pure slow-down (``slowdown(workers=1, factor=3)`` without a base) stretches the
+    task to ``factor`` times its measured compute time.
 
     Parameters
     ----------
@@ -231,14 +227,6 @@ def _check_seed(seed: Any, caller: str) -> int:
     return check_int(seed, name="seed", caller=caller, low=0, remedy="None draws a fresh one.")
 
 
-def _client(client: Any) -> Any:
-    """``client``, or ``distributed.get_client()`` for None."""
-    if client is None:
-        from distributed import get_client
-
-        return get_client()
-    return client
-
 
 def install_injector(
     client: Any,
@@ -291,7 +279,7 @@ def install_injector(
         constraint="a non-empty list of worker addresses (the worker index is the position)")
     model.check_n_workers(len(workers))
     seed = _check_seed(seed, caller)
-    client = _client(client)
+    client = default_client(client)
     name = f"{INJECTOR_PREFIX}-{uuid.uuid4().hex[:10]}"
     try:
         client.register_plugin(StragglerInjector(model, workers, seed), name=name)
@@ -309,7 +297,7 @@ def remove_injector(client: Any, name: str) -> None:
     """Unregister the injector ``name`` (returned by :func:`install_injector`) from every
     worker of ``client``'s cluster (None: ``distributed.get_client()``); no-op if it is not
     there."""
-    client = _client(client)
+    client = default_client(client)
     from daskstraggle.runtime.plugin import unguard_worker_plugin
 
     try:

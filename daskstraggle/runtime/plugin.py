@@ -1,12 +1,9 @@
 """Record the latency of daskstraggle's tasks on the Dask scheduler.
 
-:class:`LatencyPlugin` (a ``SchedulerPlugin``) records the worker and the compute and
-transfer spans of each of our tasks that finishes; :class:`LatencyRecorder` is the client's
-side. The plugin is installed from the client (this module travels by value with
-cloudpickle, so the scheduler needs only ``distributed`` and the same Python version; hence
-no other daskstraggle import at module level), or by a scheduler started with ``dask
-scheduler --preload daskstraggle.runtime.plugin`` (:func:`dask_setup`), for schedulers that
-refuse code from clients.
+:class:`LatencyPlugin` records on the scheduler, :class:`LatencyRecorder` reads from the
+client. The module travels to the scheduler by value (cloudpickle), so it imports nothing
+else of daskstraggle at module level; ``dask scheduler --preload daskstraggle.runtime.plugin``
+installs the plugin at start instead (:func:`dask_setup`).
 """
 
 from __future__ import annotations
@@ -99,8 +96,7 @@ class TaskLatency:
 
     @classmethod
     def from_tuple(cls, record: tuple[Any, ...] | list[Any]) -> TaskLatency:
-        """Build a record from the tuple (a list after msgpack) of its fields in order, as
-        the plugin sends it."""
+        """Build a record from the plugin's tuple (a list after msgpack) of its fields."""
         return cls(**dict(zip((f.name for f in fields(cls)), record, strict=True)))
 
 
@@ -289,13 +285,8 @@ class LatencyPlugin(SchedulerPlugin):
         }
 
     def attach(self, topic: str, client: str | None) -> int:
-        """Publish every new record on ``topic`` and subscribe ``client`` to it.
-
-        Returns
-        -------
-        seq : int
-            Number of the newest record so far.
-        """
+        """Publish every new record on ``topic``, subscribe ``client`` to it, and return the
+        number of the newest record so far."""
         self.topics[topic] = client
         if client is not None and self._scheduler is not None:
             self._scheduler.subscribe_topic(topic, client)
@@ -328,19 +319,9 @@ def dask_setup(scheduler: Scheduler) -> None:
 
 
 class WorkerPluginJanitor(SchedulerPlugin):
-    """Unregister a worker plugin when the client that registered it leaves the scheduler.
-
-    A client killed mid-run cannot remove what it installed on the workers (a straggler
-    injector would slow every later run on a shared cluster): this plugin removes the
-    worker plugin, then itself.
-
-    Parameters
-    ----------
-    client : str
-        Id of the client that registered the worker plugin.
-    plugin : str
-        Name of the worker plugin.
-    """
+    """Unregister the worker plugin ``plugin``, then itself, when the client of id
+    ``client`` that registered it leaves (a client killed mid-run cannot; its straggler
+    injector would slow every later run on a shared cluster)."""
 
     def __init__(self, client: str, plugin: str) -> None:
         self.client = client

@@ -1,16 +1,6 @@
-"""A replica of the run's state off the client, kept within a divergence bound (MLfabric).
-
-With ``replica_divergence=D`` the run publishes its state, as the bytes of a checkpoint, to
-the Dask *scheduler* (``Client.publish_dataset``) under a name derived from the run's
-inputs (:func:`replica_name`), refreshed whenever the iterate would drift further than
-``D`` from the published one (the engine's
-:class:`~daskstraggle.engine.checkpoint.CheckpointSchedule`). A published dataset outlives
-the client, so after the client is killed the same command with ``--resume replica`` (API
-``resume="replica"``) on the same scheduler carries on from it, having redone at most the
-rounds since the last refresh. A run that ends normally removes its replica. The replica
-lives in the scheduler's memory and dies with it: only a cluster that outlives the client
-(``scheduler=``, or a ``client=`` of another process's cluster) keeps it.
-"""
+"""A replica of the run's state on the Dask scheduler, kept within a divergence bound
+(MLfabric): a killed client's run resumes from it (``--resume replica``); it dies with the
+scheduler."""
 
 from __future__ import annotations
 
@@ -60,11 +50,18 @@ def replica_name(problem: str, sources: list[str]) -> str:
 class Replica(StateWriter):
     """Publishes a run's state to the scheduler when the divergence rule says so.
 
-    The :class:`~daskstraggle.runtime.checkpoint.StateWriter` of the scheduler, as
-    :class:`~daskstraggle.runtime.checkpoint.Checkpointer` is of a file
-    (``run_on(runtime, ..., checkpoint=...)`` takes either).
+    The state, as the bytes of a checkpoint, is published (``Client.publish_dataset``)
+    whenever the iterate would drift further than ``divergence`` from the published one
+    (the engine's :class:`~daskstraggle.engine.checkpoint.CheckpointSchedule`). A
+    published dataset outlives the client, so the same command with ``--resume replica``
+    (API ``resume="replica"``) on the same scheduler carries on from it, having redone at
+    most the rounds since; it lives in the scheduler's memory, so only a cluster that
+    outlives the client (``scheduler=``, or another process's ``client=``) keeps it. A run
+    that ends normally removes it. ``run_on(runtime, ..., checkpoint=...)`` takes a
+    Replica or a :class:`~daskstraggle.runtime.checkpoint.Checkpointer`.
 
     Parameters
+
     ----------
     client : distributed.Client
         The run's client.

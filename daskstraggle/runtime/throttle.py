@@ -1,29 +1,5 @@
-"""Whole-process throttle: slow chosen Dask workers down for *any* workload.
-
-:class:`ProcessThrottle` stops and resumes worker processes on a duty cycle
-(``SIGSTOP``/``SIGCONT``): with factor ``f`` and period ``P`` a worker runs ``P/f`` seconds,
-then is stopped for ``P(1 - 1/f)``, so every task it runs (ours, dask-ml's, a plain
-``dask.array`` reduction) takes about ``f`` times as long: the straggler injection for peer
-comparisons (docs/architecture.md §8), acting on the worker, not inside our kernels.
-
-For each target worker a standard-library script (:mod:`daskstraggle.runtime._throttler`)
-runs on its host, started by the worker's nanny (which knows the pid and is never stopped),
-else by the worker itself; it leaves the worker running whenever it ends, also when its
-*lease* expires. The client renews the leases every ``lease / 4`` seconds, so a client that
-dies (even by ``SIGKILL``) releases its workers within ``lease`` seconds.
-
-Limitations
------------
-- POSIX only; the check that a worker runs again reads ``/proc/PID/stat`` (Linux), elsewhere
-  it trusts the signals.
-- The whole process stops (event loop, heartbeats, transfers to peers, as with a real
-  straggler): keep ``period`` short next to Dask's timeouts (the default 0.05 s is).
-- Periods below ~10 ms get inaccurate, and with fewer cores than busy processes the
-  slow-down is somewhat larger than ``factor``.
-- Workers that are threads of the client's or the scheduler's process cannot be throttled.
-- Only ``SIGKILL`` of the script itself can leave a worker stopped;
-  :meth:`ProcessThrottle.stop` resumes it anyway.
-"""
+"""Whole-process throttle: slow chosen Dask workers down for *any* workload (peer libraries
+included), by stopping and resuming their processes: :class:`ProcessThrottle`."""
 
 from __future__ import annotations
 
@@ -46,7 +22,7 @@ from typing import Any
 from daskstraggle._validation import check_addresses
 from daskstraggle.errors import InvalidParameterError, StraggleError
 from daskstraggle.runtime import _throttler
-from daskstraggle.runtime._connect import worker_identity
+from daskstraggle.runtime._connect import default_client, worker_identity
 from daskstraggle.runtime._throttler import _state as _process_state
 from daskstraggle.runtime._throttler import _unlink
 
@@ -83,20 +59,10 @@ def _resume_and_check(pid: int, *, attempts: int = 20) -> str | None:
     return state
 
 
+
 def _identity(dask_worker: Any = None) -> tuple[str, int]:
     """Return ``(hostname, pid)`` of the process this runs in."""
     return socket.gethostname(), os.getpid()
-
-
-def _throttler_command(pid: int, factor: float, period: float, lease_file: str,
-                       lease: float) -> list[str]:
-    # -I: isolated (no script directory on sys.path, no user site); the script needs only
-    # the standard library, so it starts in milliseconds
-    return [
-        sys.executable, "-I", os.path.abspath(_throttler.__file__),
-        "--pid", str(pid), "--factor", repr(factor), "--period", repr(period),
-        "--lease-file", lease_file, "--lease", repr(lease),
-    ]
 
 
 def _spawn(token: str, factor: float, period: float, lease: float,
@@ -109,10 +75,15 @@ def _spawn(token: str, factor: float, period: float, lease: float,
         raise ThrottleError("The nanny has no running worker process to throttle.")
     fd, lease_file = tempfile.mkstemp(prefix=f"daskstraggle-lease-{token}-")
     os.close(fd)
+    # -I: isolated (no script directory on sys.path, no user site): the script needs only
+    # the standard library, so it starts in milliseconds
     proc = subprocess.Popen(
-        _throttler_command(int(pid), factor, period, lease_file, lease),
+        [sys.executable, "-I", os.path.abspath(_throttler.__file__), "--pid", str(pid),
+         "--factor", repr(factor), "--period", repr(period), "--lease-file", lease_file,
+         "--lease", repr(lease)],
         stdin=subprocess.DEVNULL, close_fds=True,
     )
+
     with _LIVE_LOCK:
         _LIVE[token] = (proc, int(pid), lease_file)
     return {"host": socket.gethostname(), "pid": int(pid), "throttler_pid": proc.pid,
@@ -203,7 +174,12 @@ class _Target:
 class ProcessThrottle:
     """Slow chosen workers down by stopping and resuming their processes.
 
-    See the module docstring for how it works and its limitations.
+    With factor ``f`` and period ``P`` a worker runs ``P/f`` seconds, then is stopped
+    (``SIGSTOP``) for ``P(1 - 1/f)``, so every task it runs takes about ``f`` times as
+    long. A standard-library script (:mod:`daskstraggle.runtime._throttler`) does it on the
+    worker's host, started by its nanny (never stopped), else by the worker; it resumes the
+    worker whenever it ends, also when its *lease* expires: the client renews the leases
+    every ``lease / 4`` s, so a dead client's workers are released within ``lease`` s.
 
     Parameters
     ----------
@@ -224,6 +200,15 @@ class ProcessThrottle:
     InvalidParameterError
         If a parameter is invalid, a worker is unknown, or a worker runs in this client's
         or the scheduler's process (thread-based workers); nothing is started then.
+
+    Notes
+    -----
+    POSIX only; checking that a worker runs again reads ``/proc`` (Linux), elsewhere the
+    signals are trusted. The whole process stops (event loop, heartbeats, transfers, as
+    with a real straggler): keep ``period`` short next to Dask's timeouts (the default
+    is). Periods below ~10 ms get inaccurate, and with fewer cores than busy processes
+    the slow-down exceeds ``factor`` somewhat. Only ``SIGKILL`` of the script can leave a
+    worker stopped; :meth:`stop` resumes it anyway.
 
     See Also
     --------
@@ -254,12 +239,7 @@ class ProcessThrottle:
             )
         self.workers = check_addresses(workers, name="workers", caller=_CALLER,
                                        constraint="a worker address or a non-empty list of them")
-        if client is None:
-            from distributed import get_client
-
-            client = get_client()
-        self.client = client
-
+        self.client = default_client(client)
         info = worker_identity(client)
         unknown = [w for w in self.workers if w not in info]
         if unknown:
@@ -413,6 +393,7 @@ class ProcessThrottle:
                                    target.worker, err)
             if local:
                 state = _resume_and_check(target.pid)
+
             if state in ("T", "t"):
                 stuck.append(target.worker)
             elif state == "?":
