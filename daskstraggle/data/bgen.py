@@ -70,8 +70,7 @@ def _cbgen() -> Any:
 
 @contextlib.contextmanager
 def _captured_stderr() -> Iterator[list[str]]:
-    """Collect what C code (cbgen) prints on file descriptor 2 into the yielded list, so
-    that a refusal is one line."""
+    """Collect what C code (cbgen) prints on file descriptor 2 into the yielded list."""
     said: list[str] = []
     with tempfile.TemporaryFile(mode="w+b") as sink:
         saved = os.dup(2)
@@ -107,24 +106,10 @@ class BgenHeader:
 
 
 def read_header(path: str) -> BgenHeader:
-    """Read and check a ``.bgen``'s header block.
-
-    Parameters
-    ----------
-    path : str
-        The ``.bgen`` file.
-
-    Returns
-    -------
-    header : BgenHeader
-
-    Raises
-    ------
-    InvalidDataError
-        If the file is shorter than its header, has no BGEN magic, has a layout other than
-        1 or 2 or a compression other than none, zlib or zstd, or is layout 2 uncompressed
-        (cbgen misreads those), or holds no variant or no sample.
-    """
+    """Read and check a ``.bgen``'s header block; InvalidDataError if the file is shorter
+    than its header, has no BGEN magic, a layout other than 1 or 2 or a compression other
+    than none, zlib or zstd, is layout 2 uncompressed (cbgen misreads those), or holds no
+    variant or no sample."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         head = f.read(24)
@@ -180,14 +165,8 @@ def _text(f: Any, width: int) -> bytes:
 
 
 def read_sample_block(path: str, header: BgenHeader) -> np.ndarray:
-    """Return the sample ids a ``.bgen`` stores (its sample identifier block).
-
-    Raises
-    ------
-    InvalidDataError
-        If the block is cut short, counts other samples than the header, or overlaps the
-        first variant.
-    """
+    """Return the sample ids a ``.bgen`` stores; InvalidDataError if the block is cut short,
+    counts other samples than the header, or overlaps the first variant."""
     with open(path, "rb") as f:
         f.seek(header.start)
         try:
@@ -207,20 +186,10 @@ def read_sample_block(path: str, header: BgenHeader) -> np.ndarray:
 
 def read_index(path: str, header: BgenHeader) -> dict[str, Any]:
     """Return every variant's identifying data and where its probabilities start (each
-    genotype block skipped by its stated length, so a truncated file is refused here).
-
-    Returns
-    -------
-    index : dict
-        ``offset`` (uint64: the genotype block of each variant, what cbgen reads),
-        ``varid``, ``rsid``, ``chromosome`` (str), ``position`` (int64), ``alleles``
-        (a list of tuples of str).
-
-    Raises
-    ------
-    InvalidDataError
-        If a variant block runs past the end of the file.
-    """
+    genotype block skipped by its stated length, so a truncated file is refused here, in one
+    InvalidDataError line): ``offset`` (uint64: each variant's genotype block, what cbgen
+    reads), ``varid``, ``rsid``, ``chromosome`` (str), ``position`` (int64) and ``alleles``
+    (a list of tuples of str)."""
     names: dict[str, list[Any]] = {k: [] for k in ("offset", "varid", "rsid", "chromosome",
                                                     "position", "alleles")}
     layout1 = header.layout == 1
@@ -259,25 +228,11 @@ def read_index(path: str, header: BgenHeader) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ dosages
 def bgen_dosages(probability: np.ndarray, ploidy: np.ndarray, missing: np.ndarray, *,
                  phased: bool) -> np.ndarray:
-    """Return one biallelic variant's expected ALT counts from its genotype probabilities.
-
-    Parameters
-    ----------
-    probability : ndarray of float32 or float64 of shape (n_samples, n_combinations)
-        cbgen's probabilities: unphased, P(0, 1, ... copies of the second allele); phased,
-        P(first allele), P(second allele) per haplotype. NaN past a sample's ploidy and
-        at missing calls.
-    ploidy : ndarray of int of shape (n_samples,)
-        1 or 2 (0: missing).
-    missing : ndarray of bool of shape (n_samples,)
-        Calls flagged missing.
-    phased : bool
-
-    Returns
-    -------
-    dosage : ndarray of float64 of shape (n_samples,)
-        Expected ALT counts scaled to ploidy 2 (a haploid call counts double); NaN missing.
-    """
+    """Return one biallelic variant's expected ALT counts (float64, scaled to ploidy 2: a
+    haploid call counts double; NaN missing) from cbgen's ``probability`` (unphased:
+    P(0, 1, ... copies of the second allele); phased: P(first allele), P(second allele) per
+    haplotype; NaN past a sample's ploidy and at missing calls), each sample's ``ploidy``
+    (1 or 2; 0 missing) and its ``missing`` flags."""
     p = np.nan_to_num(np.asarray(probability))  # NaN past a sample's ploidy counts 0
     if phased:
         alt = p[:, 1::2].sum(axis=1, dtype=np.float64)
@@ -290,22 +245,10 @@ def bgen_dosages(probability: np.ndarray, ploidy: np.ndarray, missing: np.ndarra
 
 
 def hard_calls(dosage: np.ndarray, threshold: float = HARD_CALL_THRESHOLD) -> np.ndarray:
-    """Return plink2's hard calls of expected counts (``--hard-call-threshold``).
-
-    Parameters
-    ----------
-    dosage : ndarray of float
-        Expected ALT counts, NaN missing.
-    threshold : float, default=0.1
-        A call is hard when its count is within ``threshold`` of a whole number (plink2's
-        distance ``0.5 * sum |x_i - round(x_i)|`` over both alleles' counts, which for
-        two alleles is ``|dosage - round(dosage)|``).
-
-    Returns
-    -------
-    calls : ndarray of int8
-        The nearest whole count, -1 where missing or farther than ``threshold``.
-    """
+    """Return plink2's hard calls (``--hard-call-threshold``) of expected counts (NaN
+    missing): the nearest whole count as int8, -1 where missing or farther than
+    ``threshold`` (plink2's ``0.5 * sum |x_i - round(x_i)|`` over both alleles' counts,
+    which for two alleles is ``|dosage - round(dosage)|``)."""
     nearest = np.rint(dosage)
     hard = np.abs(dosage - nearest) <= threshold + 1e-9  # NaN compares False: missing
     return np.where(hard, nearest, -1).astype(np.int8)
@@ -330,26 +273,11 @@ def _variant_dosages(reader: Any, offset: int, layout: int, path: str) -> np.nda
 
 
 class BgenSource(BedSource):
-    """Rows of expected ALT counts (one per variant) from a ``.bgen`` file, read by cbgen;
-    otherwise as :class:`~daskstraggle.data.plink.BedSource`.
-
-    Parameters
-    ----------
-    path : str or path
-        The ``.bgen`` file (already checked by :func:`open_bgen`).
-    offsets : ndarray of uint64 of shape (n_variants,)
-        Each variant's genotype block in the file (:func:`read_index`).
-    n_samples : int
-        Samples in the file.
-    size : int
-        The file's bytes when opened.
-    layout : {2, 1}, default=2
-        The file's BGEN layout.
-    calls : {"dosage", "hard"}, default="dosage"
-        Expected counts, or plink2's hard calls.
-    missing, scaling, storage, variant_index, sample_index
-        As :class:`~daskstraggle.data.plink.BedSource` (``storage="packed"`` holds hard
-        calls).
+    """Rows of expected ALT counts (one per variant) from a ``.bgen`` file, read by cbgen at
+    ``offsets`` (each variant's genotype block, :func:`read_index`); ``size`` is the file's
+    bytes when opened, ``layout`` its BGEN layout, ``calls`` expected counts (``"dosage"``) or
+    plink2's hard calls (``"hard"``, also held by ``storage="packed"``); otherwise as
+    :class:`~daskstraggle.data.plink.BedSource`.
     """
 
     kind = "bgen"
@@ -419,18 +347,10 @@ class BgenSource(BedSource):
 
 # ------------------------------------------------------------------------- samples, variants
 def read_sample_file(path: str, bgen: str | None = None) -> np.ndarray:
-    """Return the sample ids of an Oxford ``.sample`` file (its ``ID_2`` column).
-
-    The first line names the columns (``ID_1 ID_2 missing ...``), the second gives their
-    types (``0 0 0 ...``), then one line per sample. ``bgen``, the file it belongs to, is
-    named in the errors.
-
-    Raises
-    ------
-    InvalidDataError
-        If the two header lines are not there, a line has fewer than two columns, or a
-        sample (``ID_1`` and ``ID_2``) is listed twice.
-    """
+    """Return the ``ID_2`` column of an Oxford ``.sample`` file (a line of column names, a
+    line of types ``0 0 0 ...``, one line per sample); InvalidDataError, naming ``bgen``, if
+    the two header lines are not there, a line has fewer than two columns, or a sample
+    (``ID_1`` and ``ID_2``) is listed twice."""
     with open(path, encoding="utf-8", errors="replace") as f:
         lines = [line.split() for line in f if line.strip()]
     if len(lines) < 2 or len(lines[0]) < 2 or lines[1][:1] != ["0"]:
@@ -515,11 +435,10 @@ def open_bgen(path: str | os.PathLike[str], *, remote: dict[str, Any] | None = N
     path : str or path
         The ``.bgen`` (made absolute: workers may run in another folder).
     remote, array, labels, genotype_dims
-        As :func:`daskstraggle.data.plink.open_bed` (a URL, ``array`` and
-        ``genotype_dims`` are refused).
+        As :func:`daskstraggle.data.plink.open_bed`.
     options : daskstraggle.data._opening.OpenOptions or None, default=None
-        ``missing``, ``scaling`` and ``storage`` of ``open_matrix`` (None: their defaults,
-        mean, Patterson, int8).
+        ``missing``, ``scaling`` and ``storage`` of ``open_matrix`` (None: mean, Patterson,
+        int8).
     calls : {"dosage", "hard"}, default="dosage"
         Expected ALT counts, or plink2's hard calls (see the module docstring).
     sample_file : str, path or None, default=None

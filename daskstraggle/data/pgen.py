@@ -39,19 +39,8 @@ def _reader(path: str) -> Any:
 
 def pgen_rows(ref_counts: np.ndarray, *, missing: str, scaling: str,
               storage: str = "int8") -> RowValues:
-    """Turn rows of REF counts (pgenlib's ``allele_idx=0``; -9 missing) into dosage rows.
-
-    Parameters
-    ----------
-    ref_counts : ndarray of int8 of shape (n_variants, n_samples)
-        REF allele counts, -9 where missing.
-    missing, scaling, storage : str
-        As :func:`daskstraggle.data.plink.bed_rows`.
-
-    Returns
-    -------
-    rows : RowValues
-    """
+    """Turn rows of REF counts (pgenlib's ``allele_idx=0``; -9 missing) into dosage rows, as
+    :func:`daskstraggle.data.plink.bed_rows` does."""
     dosage = np.where(ref_counts >= 0, 2 - ref_counts, -1).astype(np.int8)
     return called_rows(dosage, missing=missing, scaling=scaling, storage=storage)
 
@@ -111,19 +100,9 @@ def _header_and_rows(path: str) -> tuple[list[str], list[list[str]]]:
 
 
 def read_pvar(path: str) -> dict[str, np.ndarray]:
-    """Return a ``.pvar``'s per-variant arrays in VCF Zarr's names.
-
-    Returns
-    -------
-    arrays : dict
-        ``contig_id`` (in the file's order), ``variant_contig``, ``variant_position``,
-        ``variant_id``, ``variant_allele`` (REF then ALTs, padded with "").
-
-    Raises
-    ------
-    InvalidDataError
-        If a column the table needs is missing or a position is not an integer.
-    """
+    """Return a ``.pvar``'s ``contig_id`` (in the file's order), ``variant_contig``,
+    ``variant_position``, ``variant_id`` and ``variant_allele`` (REF then ALTs, padded with
+    ""); InvalidDataError if a column it needs is missing or a position is not an integer."""
     header, rows = _header_and_rows(path)
     column = _pvar_columns(path, header, rows)
     try:
@@ -157,15 +136,9 @@ def _pvar_columns(path: str, header: list[str], rows: list[list[str]]) -> dict[s
 
 
 def read_psam(path: str, fileset: str | None = None) -> np.ndarray:
-    """Return a ``.psam``'s sample ids (its ``IID`` column; a headerless one is a .fam).
-
-    ``fileset``, the ``.pgen``, is named in the errors.
-
-    Raises
-    ------
-    InvalidDataError
-        If a sample (``FID``, ``IID`` and ``SID``, those the file has) is listed twice.
-    """
+    """Return a ``.psam``'s sample ids (its ``IID`` column; a headerless one is a .fam);
+    InvalidDataError, naming ``fileset`` (the ``.pgen``), if a sample (``FID``, ``IID`` and
+    ``SID``, those the file has) is listed twice."""
     header, rows = _header_and_rows(path)
     names = header or ["FID", "IID"]
     columns = [names.index(n) for n in ("FID", "IID", "SID") if n in names] or [0]
@@ -224,28 +197,14 @@ def _pgen_shape(path: str) -> tuple[int, int]:
 
 def open_pgen(path: str, *, remote: dict[str, Any] | None, array: str | None, labels: Any,
               genotype_dims: bool | None, options: Any) -> Matrix:
-    """Open a PLINK 2 fileset as a genotype matrix (rows = variants).
-
-    Only metadata is read here (the ``.pgen`` header and the ``.psam``; the ``.pvar`` when
-    first needed); every check runs before any cluster work.
-
-    Parameters
-    ----------
-    path : str
-        The absolute path of the ``.pgen``; the ``.pvar`` and ``.psam`` share its prefix.
-    remote, array, labels, genotype_dims, options
-        As :func:`daskstraggle.data.plink.open_bed`.
-
-    Returns
-    -------
-    matrix : Matrix
-        As :func:`~daskstraggle.data.plink.open_bed`'s; ``variants`` read from the ``.pvar``.
+    """Open a PLINK 2 fileset as :func:`~daskstraggle.data.plink.open_bed` opens a PLINK 1
+    one (the ``.pvar`` and ``.psam`` share the ``.pgen``'s prefix; ``variants`` are read from
+    the ``.pvar`` when first needed).
 
     Raises
     ------
     InvalidParameterError, DataNotFoundError
-        As :func:`~daskstraggle.data.plink.open_bed` (for a missing ``.pgen``, ``.pvar`` or
-        ``.psam``).
+        As :func:`~daskstraggle.data.plink.open_bed`.
     InvalidDataError
         If pgenlib cannot read the ``.pgen`` (its header, or its last variant: a truncated
         file), its counts disagree with the ``.psam`` or the ``.pvar``, or the ``.psam``

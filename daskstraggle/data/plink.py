@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import replace
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -36,80 +35,24 @@ VARIANT_MAJOR = 1
 #: Variants per storage chunk at most; fewer when samples are many (about 16 M calls).
 CHUNK_ROWS = 10_000
 _CHUNK_CALLS = 2**24
-#: .bed 2-bit code -> dosage (A1 count; -1 missing) and -> our packed code (3 missing).
+#: .bed 2-bit code -> dosage (A1 count; -1 missing).
 _BED_DOSAGE = np.array([2, -1, 1, 0], dtype=np.int8)
-_BED_PACKED = np.array([2, 3, 1, 0], dtype=np.uint8)
-_SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint8)
-
-
-# ---------------------------------------------------------------------------- byte tables
-@cache
-def _tables(n_codes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Byte tables over the first ``n_codes`` codes of a byte (the rest are padding).
-
-    Returns the dosages of the four codes (as one uint32 per byte: four int8 in memory
-    order, so a gather writes four dosages at once), the dosage sum (missing counts 0),
-    the number of missing calls, and the byte in our packed codes (padding codes 0).
-    """
-    codes = (np.arange(256, dtype=np.uint8)[:, None] >> _SHIFTS) & np.uint8(3)
-    dosage = _BED_DOSAGE[codes]
-    valid = np.arange(4) < n_codes
-    sums = np.where(valid & (dosage > 0), dosage, 0).sum(axis=1).astype(np.uint8)
-    missing = (valid & (dosage < 0)).sum(axis=1).astype(np.uint8)
-    packed = np.where(valid, _BED_PACKED[codes], 0).astype(np.uint8) << _SHIFTS
-    quads = np.ascontiguousarray(dosage).view(np.uint32).reshape(256)
-    return quads, sums, missing, np.bitwise_or.reduce(packed, axis=1).astype(np.uint8)
-
-
-def _row_counts(raw: np.ndarray, n_samples: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of .bed bytes: the number of missing calls and the dosage sum."""
-    full, rest = divmod(n_samples, 4)
-    _, sums4, missing4, _ = _tables(4)
-    whole = raw[:, :full]
-    sums = np.take(sums4, whole).sum(axis=1, dtype=np.int64)
-    missing = np.take(missing4, whole).sum(axis=1, dtype=np.int64)
-    if rest:
-        _, sums_r, missing_r, _ = _tables(rest)
-        sums += np.take(sums_r, raw[:, full])
-        missing += np.take(missing_r, raw[:, full])
-    return missing, sums
-
-
-def _packed_codes(raw: np.ndarray, n_samples: int) -> np.ndarray:
-    """.bed bytes -> our packed bytes (the padding codes of the last byte set to 0)."""
-    packed = np.take(_tables(4)[3], raw)
-    rest = n_samples % 4
-    if rest:
-        packed[:, -1] = np.take(_tables(rest)[3], raw[:, -1])
-    return packed
+#: A .bed byte -> its four calls' dosages as one uint32 (four int8 in memory order, so a
+#: gather writes four dosages at once).
+_QUADS = np.ascontiguousarray(
+    _BED_DOSAGE[(np.arange(256, dtype=np.uint8)[:, None] >> np.arange(0, 8, 2)) & 3]
+).view(np.uint32).reshape(256)
 
 
 def bed_rows(raw: np.ndarray, n_samples: int, *, missing: str, scaling: str,
              storage: str = "int8", columns: np.ndarray | None = None) -> RowValues:
-    """Turn rows of ``.bed`` bytes into dosage rows, as ``genotype_rows`` does for VCF Zarr.
+    """Turn ``raw``, variant-major ``.bed`` rows (no header) of ``n_samples`` calls, into
+    dosage rows at the samples ``columns`` (None: all), as ``genotype_rows`` does for VCF Zarr.
 
     A call's dosage is its number of A1 alleles; ``01`` is missing, stored as -1 (int8) or
-    code 3 (packed). Fill, centre and scale are those of
-    :func:`~daskstraggle.data.sources.genotype_rows` (ploidy 2) over the samples kept.
-    One compiled pass (:func:`daskstraggle.data._decode.decode_bed`), else byte tables.
-
-    Parameters
-    ----------
-    raw : ndarray of uint8 of shape (n_variants, ceil(n_samples / 4))
-        Variant-major rows of a ``.bed`` file (without its 3-byte header).
-    n_samples : int
-        Samples per row (the padding codes of the last byte are ignored).
-    missing, scaling : str
-        As :func:`~daskstraggle.data.sources.genotype_rows`.
-    storage : {"int8", "packed"}, default="int8"
-        int8 dosages, or 2-bit codes four per byte (:mod:`daskstraggle._packing`).
-    columns : ndarray of int or None, default=None
-        The samples kept, in order (None: all).
-
-    Returns
-    -------
-    rows : RowValues
-        Dosages or packed codes with per-row fill, centre and scale.
+    code 3 (``storage="packed"``, :mod:`daskstraggle._packing`). Fill, centre and scale are
+    those of :func:`~daskstraggle.data.sources.genotype_rows` (ploidy 2) over the samples kept.
+    One compiled pass (:func:`daskstraggle.data._decode.decode_bed`), else a byte table.
     """
     from daskstraggle.data._decode import decode_bed
 
@@ -130,14 +73,9 @@ def bed_rows(raw: np.ndarray, n_samples: int, *, missing: str, scaling: str,
 
 def _numpy_rows(raw: np.ndarray, n_samples: int, columns: np.ndarray | None,
                 storage: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`bed_rows`' values and per-row counts without numba (byte tables)."""
-    if columns is None:
-        n_missing, sums = _row_counts(raw, n_samples)
-        if storage == "packed":  # .bed codes map to packed codes byte by byte
-            return _packed_codes(raw, n_samples), n_samples - n_missing, sums
-        dosage = np.take(_tables(4)[0], raw).view(np.int8)[:, :n_samples]
-        return np.ascontiguousarray(dosage), n_samples - n_missing, sums
-    dosage = np.ascontiguousarray(np.take(_tables(4)[0], raw).view(np.int8)[:, columns])
+    """:func:`bed_rows`' values and per-row counts without numba (a byte table)."""
+    dosage = np.take(_QUADS, raw).view(np.int8)
+    dosage = np.ascontiguousarray(dosage[:, :n_samples] if columns is None else dosage[:, columns])
     called = dosage >= 0
     values = pack_dosages(dosage) if storage == "packed" else dosage
     return (values, np.count_nonzero(called, axis=1),
@@ -146,19 +84,10 @@ def _numpy_rows(raw: np.ndarray, n_samples: int, columns: np.ndarray | None,
 
 # ---------------------------------------------------------------------------- the source
 class BedSource(StoredGenotypes):
-    """Dosage rows (one per variant) from a PLINK 1 ``.bed`` file (:func:`bed_rows`); each
-    loader reads its rows' bytes where it runs (the workers must see the client's files).
-
-    Parameters
-    ----------
-    path : str or path
-        The ``.bed`` file (already checked by :func:`~daskstraggle.data.plink.open_bed`).
-    n_variants, n_samples : int
-        Lines of the ``.bim`` and of the ``.fam``.
-    missing, scaling, storage : str, default="mean", "patterson", "int8"
-        As :class:`~daskstraggle.data.sources.GenotypeSource`.
-    variant_index, sample_index : ndarray of int or None, default=None
-        The file's variants and samples that this source shows (None: all, in order).
+    """Dosage rows (one per variant) from a PLINK 1 ``.bed`` file (:func:`bed_rows`) of
+    ``n_variants`` x ``n_samples``; each loader reads its rows' bytes where it runs (the
+    workers must see the client's files). The other parameters: as
+    :class:`~daskstraggle.data.sources.GenotypeSource`.
     """
 
     kind = "plink-bed"
@@ -203,24 +132,8 @@ def _count_lines(path: str) -> int:
 
 
 def read_columns(path: str, count: int) -> np.ndarray:
-    """Return the first ``count`` columns of a whitespace-separated text file, as str.
-
-    Parameters
-    ----------
-    path : str
-        A ``.fam`` or ``.bim`` file.
-    count : int
-        The columns wanted, from the first (``.fam``: 2 gives FID and IID).
-
-    Returns
-    -------
-    values : ndarray of str of shape (n_lines, count)
-
-    Raises
-    ------
-    InvalidDataError
-        If a line has fewer columns.
-    """
+    """Return the first ``count`` columns of a whitespace-separated text file (a ``.fam``,
+    a ``.bim``) as str, shape (n_lines, count); InvalidDataError if a line has fewer."""
     values = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, start=1):
@@ -236,23 +149,9 @@ def read_columns(path: str, count: int) -> np.ndarray:
 
 
 def check_unique_samples(ids: list[str], path: str, fileset: str | None = None) -> None:
-    """Refuse a sample id (``FID IID`` where the file has family ids) listed twice, as
-    plink2 does (``Error: Duplicate sample ID``), naming the first one repeated.
-
-    Parameters
-    ----------
-    ids : list of str
-        One per sample, in the file's order.
-    path : str
-        The file listing them (``.fam``, ``.psam``).
-    fileset : str or None, default=None
-        The ``.bed`` or ``.pgen`` it belongs to (named too).
-
-    Raises
-    ------
-    InvalidDataError
-        If an id is repeated.
-    """
+    """Refuse (InvalidDataError) a sample id listed twice in ``ids`` (one per sample of
+    ``path``, ``FID IID`` where the file has family ids), as plink2 does, naming the first
+    one repeated, ``path`` and the ``fileset`` (``.bed``, ``.pgen``) it belongs to."""
     seen: dict[str, int] = {}
     for line, sample in enumerate(ids, start=1):
         first = seen.setdefault(sample, line)
@@ -288,18 +187,11 @@ def fileset_files(path: str, remote: dict[str, Any] | None, array: str | None,
                   companions: tuple[str, ...] = ()) -> list[str]:
     """Check a genotype file's opening and return its companions' paths.
 
-    Refuses a URL (``remote`` not None), ``array`` and ``genotype_dims`` (a genotype file
-    has no members and its orientation is known), a ``path`` that is not a file, and a
-    missing companion: the file of each suffix of ``companions`` beside it, with the same
-    prefix (and the suffix in the case of ``path``'s, else lower case). ``kind`` names the
-    format, e.g. ``"PLINK .bed"``.
-
-    Raises
-    ------
-    InvalidParameterError
-        For a URL, ``array`` or ``genotype_dims``.
-    DataNotFoundError
-        If ``path`` or a companion is not a file (a folder, or nothing).
+    Refuses (InvalidParameterError) a URL (``remote`` not None), ``array`` and
+    ``genotype_dims`` (a genotype file has no members and its orientation is known); refuses
+    (DataNotFoundError) a ``path`` that is not a file and a missing companion: the file of
+    each suffix of ``companions`` beside it, with the same prefix (and the suffix in the case
+    of ``path``'s, else lower case). ``kind`` names the format, e.g. ``"PLINK .bed"``.
     """
     stem, suffix = os.path.splitext(path)
     problem = (
@@ -336,20 +228,13 @@ def fileset_files(path: str, remote: dict[str, Any] | None, array: str | None,
 
 
 class BimArrays:
-    """``reader`` of a :class:`~daskstraggle.data.genotypes.VariantTable` over a ``.bim``.
+    """``reader`` of a :class:`~daskstraggle.data.genotypes.VariantTable` over a ``.bim``
+    (or, with ``read(path)`` returning the arrays by name, another format's file).
 
     Read on the client when first asked, in the layout of VCF Zarr: ``contig_id`` and
     ``variant_contig`` (column 1), ``variant_id`` (column 2), ``variant_position``
     (column 4), ``variant_allele`` (columns 6 then 5: A2 then the counted A1, as REF then
     ALT). A ``.bim`` has no FILTER (``variant_filter`` is absent).
-
-    Parameters
-    ----------
-    path : str
-        The ``.bim`` file.
-    read : callable or None, default=None
-        ``read(path)`` returns the arrays by name: another format's (a ``.pvar``'s, a
-        ``.bgen``'s index); None: a ``.bim``'s.
     """
 
     def __init__(self, path: str,
@@ -418,14 +303,11 @@ def open_bed(path: str, *, remote: dict[str, Any] | None, array: str | None, lab
     ----------
     path : str
         The absolute path of the ``.bed`` file; the ``.bim`` and ``.fam`` share its prefix.
-    remote : dict or None
-        The fsspec options of a URL (refused: only local paths are read), None for a path.
-    array : str or None
-        ``open_matrix``'s ``array`` (refused: a fileset has no members).
+    remote, array, genotype_dims
+        ``open_matrix``'s (refused, :func:`fileset_files`): a URL's fsspec options (None
+        for a path), a group member, the parsed ``genotype_dims``.
     labels : array-like or None
         Per-variant labels (rarely useful), as for ``open_matrix``.
-    genotype_dims : bool or None
-        ``open_matrix``'s parsed ``genotype_dims`` (refused: the orientation is known).
     options : daskstraggle.data._opening.OpenOptions
         ``missing``, ``scaling`` and ``storage`` of ``open_matrix``.
 
@@ -437,10 +319,8 @@ def open_bed(path: str, *, remote: dict[str, Any] | None, array: str | None, lab
 
     Raises
     ------
-    InvalidParameterError
-        For a URL, ``array`` or ``genotype_dims``.
-    DataNotFoundError
-        If the ``.bed``, ``.bim`` or ``.fam`` does not exist (or is a folder).
+    InvalidParameterError, DataNotFoundError
+        As :func:`fileset_files`.
     InvalidDataError
         If the ``.bed`` is empty, has no PLINK 1 magic, is sample-major, or its size is not
         ``3 + n_variants * ceil(n_samples / 4)``; or the ``.bim`` or ``.fam`` is empty, or
