@@ -1,11 +1,6 @@
-"""One pass over a matrix's row partitions, for the estimators' predict and transform.
-
-Each pass applies a small function to every partition's :class:`~daskstraggle.problems.Block`
-(as its loader reads it) and returns the per-partition results in row order. With a Dask
-client the partitions are read and reduced on the workers (one task per partition, results
-of a few columns per row travel back); without one they are read in this process, one
-partition at a time, so at most one partition is in memory.
-"""
+"""One pass over a matrix's row partitions: a small function of each partition's
+:class:`~daskstraggle.problems.Block`, results in row order; one task per partition on a
+Dask client's workers, else read here one partition at a time."""
 
 from __future__ import annotations
 
@@ -26,9 +21,9 @@ if TYPE_CHECKING:
 __all__ = [
     "linear_rows",
     "map_partitions",
+    "map_values",
     "project_rows",
     "sample_scores",
-    "sum_partitions",
     "variant_pass",
 ]
 
@@ -43,7 +38,15 @@ def map_partitions(
 ) -> list[Any]:
     """Return ``make_func(a, b)(block)`` (a picklable function of the block) for every row
     partition ``[a, b)``, in order: one task per partition on ``client``'s workers, or in
-    this process (None)."""
+    this process (None).
+
+    Raises
+    ------
+    StraggleError
+        If no partition finishes within ``timeouts.stall`` seconds
+        (:mod:`daskstraggle.config`, 300 s by default): the tasks are not pinned, so a lost
+        worker's rerun elsewhere, but a frozen worker would hold its task forever.
+    """
     bounds = [int(b) for b in matrix.bounds]
     loaders = [matrix.loader(p) for p in range(matrix.n_partitions)]
     funcs = [make_func(a, b) for a, b in itertools.pairwise(bounds)]
@@ -58,47 +61,21 @@ def map_partitions(
         client.cancel(futures)
 
 
-def sum_partitions(matrix: Matrix, func: Callable[[Block], tuple[np.ndarray, ...]],
-                   client: Any = None) -> tuple[np.ndarray, ...]:
-    """Return the sum over the row partitions of ``func(block)`` (a tuple of arrays).
-
-    With a client, one task per partition; the client adds each result as it arrives and
-    releases it, so at most a few partitions' results are held at once (the rest wait on
-    the workers). Without one, the partitions are read and added here one at a time.
-    ``func`` is picklable and returns arrays of the same shapes for every partition.
-
-    Raises
-    ------
-    StraggleError
-        If no partition finishes within ``timeouts.stall`` seconds.
-    """
-    loaders = [matrix.loader(p) for p in range(matrix.n_partitions)]
-    total: list[np.ndarray] | None = None
-
-    def add(part: tuple[np.ndarray, ...]) -> None:
-        nonlocal total
-        total = ([np.array(a, dtype=np.float64) for a in part] if total is None
-                 else [t + a for t, a in zip(total, part, strict=True)])
-
-    if client is None:
-        for loader in loaders:
-            add(_apply(loader, func))
-    else:
-        futures = client.map(_apply, loaders, [func] * len(loaders), pure=False)
-        try:
-            with client.as_current():
-                for future in _as_completed_progressing(futures):
-                    add(future.result())
-                    future.release()
-        finally:
-            client.cancel(futures)
-    assert total is not None
-    return tuple(total)
+def _on_values(block: Block, func: Callable[[np.ndarray], Any]) -> Any:
+    """``func`` of a block's values (the task body of :func:`map_values`)."""
+    return func(np.asarray(block.values))
 
 
-def _as_completed_progressing(futures: list[Any]) -> Any:
-    """Yield the futures as they finish, while some finishes at least every
-    ``timeouts.stall`` seconds (as :func:`_wait_progressing`)."""
+def map_values(matrix: Any, make_func: Callable[[int, int], Callable[[np.ndarray], Any]],
+               client: Any = None) -> list[Any]:
+    """:func:`map_partitions` of a genotype matrix's raw dosages (its source's
+    ``count_source()``: negative where missing, not centred): ``make_func(a, b)(values)``."""
+    raw = dataclasses.replace(matrix, source=matrix.source.count_source())
+    return map_partitions(raw, lambda a, b: partial(_on_values, func=make_func(a, b)), client)
+
+
+def _wait_progressing(futures: list[Any]) -> None:
+    """Wait for every future while some finishes at least every ``timeouts.stall`` s."""
     from distributed import wait
 
     from daskstraggle import config
@@ -107,26 +84,13 @@ def _as_completed_progressing(futures: list[Any]) -> Any:
     remaining = list(futures)
     while remaining:
         try:
-            done, not_done = wait(remaining, timeout=bound, return_when="FIRST_COMPLETED")
+            remaining = list(wait(remaining, timeout=bound, return_when="FIRST_COMPLETED")[1])
         except TimeoutError:
             raise StraggleError(
                 f"No partition of the pass finished within {bound:g} s "
                 f"({len(remaining)} of {len(futures)} left): a worker may be frozen. Check "
                 "the workers and run again."
             ) from None
-        yield from done
-        remaining = list(not_done)
-
-
-def _wait_progressing(futures: list[Any]) -> None:
-    """Wait for every future while some finishes at least every ``timeouts.stall``
-    seconds (:mod:`daskstraggle.config`, 300 s by default).
-
-    The tasks are not pinned, so the scheduler reruns a lost worker's elsewhere; a
-    frozen worker holds its task forever, which this bounds with one line.
-    """
-    for _ in _as_completed_progressing(futures):
-        pass
 
 
 def _affine(block: Block, matrix: np.ndarray, before: np.ndarray | None = None,

@@ -28,7 +28,6 @@ from daskstraggle.data.sources import GenotypeRowSource, RowSource
 from daskstraggle.errors import InvalidDataError, InvalidParameterError, StraggleWarning
 
 if TYPE_CHECKING:
-    from daskstraggle._block import Block
     from daskstraggle.data.matrix import Matrix
 
 __all__ = [
@@ -707,18 +706,15 @@ class CallCounts:
                           self.sums - other.sums, self.sample_missing[kept], self.ploidy)
 
 
-def _partition_counts(block: Block, n_levels: int) -> tuple[np.ndarray | None, ...]:
+def _partition_counts(values: np.ndarray, n_levels: int) -> tuple[np.ndarray | None, ...]:
     """One partition's counts (the task body): per row, its calls of each dosage, its
     missing calls and (fractional dosages only, else None) its dosage sum; per column,
     its missing calls."""
     from daskstraggle._numba import import_numba_module
 
     counting = import_numba_module("daskstraggle.data._numba_counts")
-    count_calls, dosage_sums = counting.count_calls, counting.dosage_sums
-
-    values = block.values
-    levels, missing, by_sample = count_calls(values, n_levels)
-    sums = dosage_sums(values) if values.dtype.kind == "f" else None
+    levels, missing, by_sample = counting.count_calls(values, n_levels)
+    sums = counting.dosage_sums(values) if values.dtype.kind == "f" else None
     return levels, missing, sums, by_sample
 
 
@@ -726,20 +722,17 @@ def call_counts(matrix: Matrix, *, client: Any = None) -> CallCounts:
     """Count a genotype matrix's calls per variant (of each dosage, missing) and per sample
     (missing) in one pass over its raw dosages, one task per partition on ``client``'s
     workers (None: in process)."""
-    from daskstraggle.data._passes import map_partitions
+    from daskstraggle.data._passes import map_values
 
     source = matrix.source
     assert isinstance(source, GenotypeRowSource)
-    raw = replace(matrix, source=source.count_source())
     count = partial(_partition_counts, n_levels=source.ploidy + 1)
-    parts = map_partitions(raw, lambda a, b: count, client)
+    parts = map_values(matrix, lambda a, b: count, client)
     dosages = np.arange(source.ploidy + 1)
     levels = np.concatenate([p[0] for p in parts]).astype(np.int64)
     sums = np.concatenate([(p[0] @ dosages).astype(np.float64) if p[2] is None else p[2]
                            for p in parts])
-    missing = np.zeros(matrix.n_columns, dtype=np.int64)
-    for part in parts:
-        missing += part[3]
+    missing = sum((p[3] for p in parts), np.zeros(matrix.n_columns, dtype=np.int64))
     called = matrix.n_columns - np.concatenate([p[1] for p in parts]).astype(np.int64)
     return CallCounts(levels, called, sums, missing, source.ploidy)
 

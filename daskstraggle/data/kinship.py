@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -235,7 +235,7 @@ def king_keep(matrix: Any, cutoff: float, *,
     InvalidParameterError
         If the calls are not diploid.
     """
-    from daskstraggle.data._passes import map_partitions
+    from daskstraggle.data._passes import map_values
 
     source = matrix.source
     if source.ploidy != 2:
@@ -243,14 +243,9 @@ def king_keep(matrix: Any, cutoff: float, *,
             "The 'king_cutoff' parameter (CLI: --king-cutoff) compares diploid genotypes; "
             f"these calls have ploidy {source.ploidy}. Drop it."
         )
-    raw = replace(matrix, source=source.count_source())
-    parts = map_partitions(raw, lambda a, b: _king_task, client)
+    parts = map_values(matrix, lambda a, b: king_bits, client)
     bits = np.concatenate(parts, axis=2)
     del parts
     related = king_related(bits, cutoff)
     return king_prune(bits.shape[0], related.pairs), related
 
-
-def _king_task(block: Any) -> np.ndarray:
-    """The task body: :func:`king_bits` of a block's raw dosages."""
-    return king_bits(np.asarray(block.values))

@@ -392,13 +392,11 @@ def ld_prune_keep(matrix: Any, ld: LDPrune, *, client: Any = None) -> np.ndarray
     InvalidParameterError
         If the window's pairs do not fit in the memory available.
     """
-    from dataclasses import replace
     from functools import partial
 
-    from daskstraggle.data._passes import map_partitions
+    from daskstraggle.data._passes import map_values
 
     source = matrix.source
-    raw = replace(matrix, source=source.count_source())
     table = matrix.variants
     codes = table.get("variant_contig") if table is not None else None
     contig = None if codes is None else _contig_codes(np.asarray(codes), matrix.n_rows)
@@ -408,10 +406,10 @@ def ld_prune_keep(matrix: Any, ld: LDPrune, *, client: Any = None) -> np.ndarray
     window = _fitting_window(ld, contig, bounds, matrix.n_columns, int(source.ploidy))
 
     def make(a: int, b: int) -> Any:
-        return partial(_ld_task, contig=None if contig is None else contig[a:b],
+        return partial(ld_partition, contig=None if contig is None else contig[a:b],
                        window=window, r2=ld.r2, ploidy=int(source.ploidy))
 
-    parts = map_partitions(raw, make, client)
+    parts = map_values(matrix, make, client)
     band = np.concatenate([p["band"] for p in parts])
     _cross_pairs(parts, bounds, band, contig, window, ld.r2)
     major = np.concatenate([p["major"] for p in parts])
@@ -460,8 +458,3 @@ def _fitting_window(ld: LDPrune, contig: np.ndarray | None, bounds: np.ndarray,
                        f"memory free; give a WINDOW of at most {low} variants")
     return window
 
-
-def _ld_task(block: Any, *, contig: np.ndarray | None, window: int, r2: float,
-             ploidy: int) -> dict[str, np.ndarray]:
-    """The task body: :func:`ld_partition` on a block's raw dosages."""
-    return ld_partition(np.asarray(block.values), contig, window, r2, ploidy)
