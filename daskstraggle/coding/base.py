@@ -1,17 +1,9 @@
 """The CodingScheme contract: which partitions each worker stores, what it sends, how to decode.
 
-The rows are split into ``K`` partitions; ``g_k`` is the kernel sum over partition ``k``.
-A scheme draws, for ``N`` workers, a :class:`CodeAssignment` (its random parts seeded by
-``rng``): ``placement[i]``, the partitions worker ``i`` stores; ``coefficients[i]`` of
-shape ``(n_messages_i, len(placement[i]))``, worker ``i``'s message ``j`` being
-``sum_p coefficients[i][j, p] * g_{placement[i][p]}``; and ``decode(received)``, weights
-``w`` with ``sum w[(i, j)] * message_(i, j) = sum_k g_k`` exactly (float64), or None when
-the received messages cannot give the full sum (decoders check the residual and never
-return wrong weights). :class:`Coverage` tells when every partition is in some received
-message, before which no decoder can succeed.
-
-Schemes are pure numpy (no dask); a method turns an assignment into work units and a
-runtime loads ``placement``.
+``g_k`` is the kernel sum over partition ``k`` of ``K``; worker ``i``'s message ``j`` is
+``sum_p coefficients[i][j, p] * g_{placement[i][p]}``, and ``decode(received)`` returns
+weights ``w`` with ``sum w[(i, j)] * message_(i, j) = sum_k g_k`` exactly (float64), or None
+(decoders check the residual and never return wrong weights). Pure numpy.
 """
 
 from __future__ import annotations
