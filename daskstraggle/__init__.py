@@ -65,28 +65,9 @@ try:
 except ImportError:  # running from a source tree without a build
     __version__ = "0.0.0+unknown"
 
-__all__ = [
-    "DSAG",
-    "GD",
-    "NAG",
-    "PCA",
-    "GenotypeQC",
-    "LinearRegression",
-    "LogisticRegression",
-    "Matrix",
-    "Result",
-    "Ridge",
-    "StopRule",
-    "__version__",
-    "fit_least_squares",
-    "fit_logistic",
-    "fit_pca",
-    "genotype_pca",
-    "latency",
-    "open_matrix",
-    "plot",
-    "solve",
-]
+__all__ = ["DSAG", "GD", "NAG", "PCA", "GenotypeQC", "LinearRegression", "LogisticRegression",
+           "Matrix", "Result", "Ridge", "StopRule", "__version__", "fit_least_squares",
+           "fit_logistic", "fit_pca", "genotype_pca", "latency", "open_matrix", "plot", "solve"]
 
 def __getattr__(name: str) -> object:
     """Load a public name on first use: the API, the errors, the classes, the

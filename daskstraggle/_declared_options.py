@@ -1,8 +1,5 @@
-"""The declarations of options: a command-line option (:class:`CliOption`, turned into a
-click option by the CLI), and the values a parameter takes (:class:`Constraint`).
-
-The run's option groups (:data:`daskstraggle.options.RUN_GROUPS`) declare each field with
-:func:`declared`; from that come the ``fit_*`` keywords, the CLI and the range checks.
+"""The declarations of options: a command-line option (:class:`CliOption`) and the values
+a parameter takes (:class:`Constraint`), and a run option group's field (:func:`declared`).
 """
 
 from __future__ import annotations
@@ -21,54 +18,24 @@ class CliOption:
     """One parameter exposed as a command-line option: a method's parameter
     (:attr:`Method.cli_options`), a keyword of a problem's ``fit_*`` function
     (:attr:`Problem.cli_options`: ``-k``, ``--alpha``, ...) or a run option's field
-    (:func:`declared`).
+    (:func:`declared`)."""
 
-    Parameters
-    ----------
-    flag : str
-        The option, e.g. ``"--wait"``.
-    dest : str
-        The name the CLI stores the value under (unique across all methods' options).
-    help : str
-        The option's help text.
-    type : {int, float, str, bool, pathlib.Path}, default=str
-        Type of the value; ``bool`` makes an on/off flag (off counts as not given),
-        ``Path`` a path.
-    param : str or None, default=None
-        The method parameter it sets; None: ``dest``.
-    choices : tuple of str or None, default=None
-        The values allowed.
-    metavar : str or None, default=None
-        Placeholder shown in ``--help``.
-    parse : callable or None, default=None
-        ``parse(text)`` converts the given text, raising ValueError whose message
-        completes "``FLAG`` ..." (e.g. "must be comma-separated ints such as 1,2,3").
-    default : object, default=None
-        The value when not given.
-    short : str or None, default=None
-        A one-letter alias, e.g. ``"-k"``.
-    off_flag : str or None, default=None
-        With ``type=bool``: the flag that sets False (``"--no-center"``); the value is then
-        None when neither is given.
-    show_default : bool or str, default=False
-        Show ``default`` in ``--help`` (a str: show it instead).
-    multiple : bool, default=False
-        Repeatable; the value is the tuple of the values given.
-    """
-
-    flag: str
-    dest: str
+    flag: str  #: the option, e.g. ``"--wait"``
+    dest: str  #: the name the CLI stores the value under (unique across all options)
     help: str
+    #: int, float, str, bool (an on/off flag; off counts as not given) or pathlib.Path
     type: type = str
-    param: str | None = None
+    param: str | None = None  #: the parameter it sets (None: ``dest``)
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
+    #: converts the text, raising ValueError whose message completes "``FLAG`` ..."
     parse: Callable[[str], Any] | None = None
     default: Any = None
-    short: str | None = None
+    short: str | None = None  #: a one-letter alias, e.g. ``"-k"``
+    #: with ``type=bool``, the flag that sets False (``"--no-center"``; neither: None)
     off_flag: str | None = None
-    show_default: bool | str = False
-    multiple: bool = False
+    show_default: bool | str = False  #: show ``default`` in ``--help`` (a str: this)
+    multiple: bool = False  #: repeatable; the value is the tuple of the values given
 
     @property
     def is_flag(self) -> bool:
@@ -83,31 +50,16 @@ class CliOption:
 
 @dataclass(frozen=True)
 class Constraint:
-    """The values a parameter takes (scikit-learn's ``_parameter_constraints``, one per
-    parameter); any other is refused with one line built from the constraint, e.g. "The
-    'backup_after' parameter of fit_pca (CLI: --backup-after) must be a finite number > 0
-    or None. Got -1.0 instead." (:mod:`daskstraggle._validation`).
+    """The values a parameter takes (scikit-learn's ``_parameter_constraints``); any other
+    is refused with one line (:mod:`daskstraggle._validation`)."""
 
-    Parameters
-    ----------
-    type : {int, float, bool, str, pathlib.Path}
-        ``int``: an int >= ``low``; ``float``: a finite number > 0; ``bool``: True or
-        False; ``str``: one of ``choices``; ``Path``: a path that ends in a name.
-    low : int or None, default=None
-        With ``int``: the least value.
-    choices : tuple of str or None, default=None
-        With ``str``: the values allowed.
-    example : str, default="run.out"
-        With ``Path``: an example shown in the message.
-    none : bool, default=True
-        None is allowed too.
-    """
-
+    #: int (an int >= ``low``), float (a finite number > 0), bool, str (one of ``choices``)
+    #: or Path (a path that ends in a name; ``example`` shown in the message)
     type: type
     low: int | None = None
     choices: tuple[str, ...] | None = None
     example: str = "run.out"
-    none: bool = True
+    none: bool = True  #: None is allowed too
 
     def check(self, value: Any, *, name: str, caller: str, flag: str | None = None) -> Any:
         """Return ``value``, normalised (an int, a float, a bool), or raise

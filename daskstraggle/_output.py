@@ -30,17 +30,9 @@ from daskstraggle.errors import (
     StraggleWarning,
 )
 
-__all__ = [
-    "ZARR_METADATA",
-    "check_folder_exists",
-    "check_not_in_zarr",
-    "check_output_path",
-    "check_writable_folder",
-    "discard",
-    "removed_on_error",
-    "source_paths",
-    "write_atomically",
-]
+__all__ = ["ZARR_METADATA", "check_folder_exists", "check_not_in_zarr", "check_output_path",
+           "check_writable_folder", "discard", "removed_on_error", "source_paths",
+           "write_atomically"]
 
 #: Attempts at deleting a replaced output before warning that it is left behind.
 _DISCARD_ATTEMPTS = 3

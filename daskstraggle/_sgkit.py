@@ -20,13 +20,9 @@ from daskstraggle.errors import StraggleWarning
 __all__ = ["SGKIT_PCA_VARIABLES", "merge_into", "pca_dataset"]
 
 #: The variables of ``sgkit.pca(..., merge=False)``, in its order.
-SGKIT_PCA_VARIABLES = (
-    "sample_pca_projection",
-    "sample_pca_component",
-    "sample_pca_explained_variance",
-    "sample_pca_explained_variance_ratio",
-    "sample_pca_loading",
-)
+SGKIT_PCA_VARIABLES = ("sample_pca_projection", "sample_pca_component",
+                       "sample_pca_explained_variance", "sample_pca_explained_variance_ratio",
+                       "sample_pca_loading")
 
 
 def pca_dataset(components: np.ndarray, singular_values: np.ndarray,

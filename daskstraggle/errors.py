@@ -9,26 +9,11 @@ and a :class:`DivergenceError` into one line and exit code 3.
 
 from __future__ import annotations
 
-__all__ = [
-    "ClusterConnectionError",
-    "ConvergenceWarning",
-    "CorruptDataError",
-    "DataNotFoundError",
-    "DivergenceError",
-    "InputError",
-    "InvalidDataError",
-    "InvalidParameterError",
-    "InvalidTypeError",
-    "MissingChunksError",
-    "NoCallError",
-    "NonFiniteDataError",
-    "OutputExistsError",
-    "OutputNotWritableError",
-    "SchedulerLostError",
-    "StraggleError",
-    "StraggleWarning",
-    "WorkerLostError",
-]
+__all__ = ["ClusterConnectionError", "ConvergenceWarning", "CorruptDataError",
+           "DataNotFoundError", "DivergenceError", "InputError", "InvalidDataError",
+           "InvalidParameterError", "InvalidTypeError", "MissingChunksError", "NoCallError",
+           "NonFiniteDataError", "OutputExistsError", "OutputNotWritableError",
+           "SchedulerLostError", "StraggleError", "StraggleWarning", "WorkerLostError"]
 
 
 class StraggleError(Exception):

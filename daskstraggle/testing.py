@@ -10,14 +10,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = [
-    "BackgroundCommand",
-    "assert_exact_components",
-    "free_port",
-    "one_error_line",
-    "reference_dosages",
-    "reference_matrix",
-]
+__all__ = ["BackgroundCommand", "assert_exact_components", "free_port", "one_error_line",
+           "reference_dosages", "reference_matrix"]
 
 
 def assert_exact_components(result: Any, dense: np.ndarray, k: int, *, center: bool = True,

@@ -487,26 +487,21 @@ class Result:
         check_choice(missing_chunks, name="missing_chunks", caller="Result.load",
                      choices=MISSING_CHUNKS)
         ds = _read_result(path, missing_chunks)
-        attrs, feature_dim = ds.attrs, ds.attrs["feature_dim"]
+        attrs, dim = ds.attrs, ds.attrs["feature_dim"]
+        numbers: dict[str, Any] = {
+            key: None if (value := attrs.get(key, "none")) == "none" else float(value)
+            for key in ("objective", "reference_objective", "distance", "optimality")}
+        if numbers["optimality"] is None:
+            numbers["optimality"] = math.nan
         trace = ds[[v for v in ds.data_vars if "iteration" in ds[v].dims]]
-        ref, dist = attrs["reference_objective"], attrs["distance"]
         return cls(
-            problem=attrs["problem"],
-            method=attrs["method"],
+            **{key: attrs[key] for key in ("problem", "method", "stop_reason")},
             fitted={n: ds[n].values for n in _FITTED_DIMS if n in ds},
             trace=trace.drop_vars([c for c in trace.coords if c not in ("iteration", "worker")]),
-            iterate=ds["iterate"].values,
-            objective=float(attrs["objective"]),
-            stop_reason=attrs["stop_reason"],
-            converged=bool(attrs.get("converged", 0)),
-            optimality=math.nan if (opt := attrs.get("optimality", "none")) == "none"
-            else float(opt),
-            reference_objective=None if ref == "none" else float(ref),
-            distance=None if dist == "none" else float(dist),
-            attrs=json.loads(attrs["run"]),
-            feature_dim=feature_dim,
-            feature_coords=ds[feature_dim].values if feature_dim in ds.coords else None,
-        )
+            iterate=ds["iterate"].values, converged=bool(attrs.get("converged", 0)),
+            **numbers,
+            attrs=json.loads(attrs["run"]), feature_dim=dim,
+            feature_coords=ds[dim].values if dim in ds.coords else None)
 
 
 #: The attributes a saved result needs to load (besides ``converged`` and ``optimality``).
