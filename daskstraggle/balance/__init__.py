@@ -1,9 +1,5 @@
-"""Dynamic load balancing (DSAG paper §VI): the optimizer (Alg. 1) and partition alignment (Alg. 2).
-
-Pure numpy: nothing here imports dask or distributed. The runtime feeds a
-:class:`~daskstraggle.latency.profiler.LatencyProfiler` and asks :class:`LoadBalancer`
-for plans in the background; methods apply them with ``set_subpartitions``.
-"""
+"""Dynamic load balancing (DSAG paper §VI): the optimizer (Alg. 1), partition alignment
+(Alg. 2) and the :class:`LoadBalancer` a runtime asks for plans."""
 
 from daskstraggle.balance.balancer import LoadBalancer, check_balance
 from daskstraggle.balance.optimizer import BalancePlan, optimize
@@ -17,14 +13,6 @@ from daskstraggle.balance.partition import (
 )
 
 __all__ = [
-    "BalancePlan",
-    "LoadBalancer",
-    "align",
-    "align_next",
-    "check_balance",
-    "optimize",
-    "part_start",
-    "part_stop",
-    "part_trans",
-    "subpartition_bounds",
+    "BalancePlan", "LoadBalancer", "align", "align_next", "check_balance", "optimize",
+    "part_start", "part_stop", "part_trans", "subpartition_bounds"
 ]

@@ -1,9 +1,8 @@
-"""The load balancer's settings and its one entry point for runtimes: :meth:`LoadBalancer.plan`.
+"""The load balancer's settings and its one entry point for runtimes, :meth:`LoadBalancer.plan`.
 
-A runtime running a method with ``balance`` on feeds a profiler from
-:meth:`LoadBalancer.make_profiler` every result's compute and communication time and, in
-the background, asks :meth:`LoadBalancer.plan` for new subpartition counts (DSAG Alg. 1);
-an accepted plan reaches the method through ``method.set_subpartitions``.
+A runtime feeds a profiler from :meth:`LoadBalancer.make_profiler` every result's compute and
+communication time and asks :meth:`LoadBalancer.plan` in the background for new subpartition
+counts (DSAG Alg. 1); an accepted plan reaches the method through ``method.set_subpartitions``.
 """
 
 from __future__ import annotations

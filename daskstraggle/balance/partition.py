@@ -13,8 +13,7 @@ import numpy as np
 
 from daskstraggle._validation import check_int
 
-__all__ = ["align", "align_next", "part_start", "part_stop", "part_trans",
-           "subpartition_bounds"]
+__all__ = ["align", "align_next", "part_start", "part_stop", "part_trans", "subpartition_bounds"]
 
 
 def _check(n: int, p: int, caller: str, name: str = "p") -> tuple[int, int]:

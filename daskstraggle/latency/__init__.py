@@ -1,8 +1,7 @@
 """Latency models, fitting, order statistics, the event-driven simulator and the profiler.
 
-Pure numpy/scipy: nothing here imports dask or distributed. Spec strings such as
-``"gamma(mean=0.05, var=1e-4) + slowdown(workers=1, factor=4)"`` are read by
-:func:`parse_latency` / :func:`parse_stragglers` (grammar in :mod:`daskstraggle.latency.spec`).
+Spec strings such as ``"gamma(mean=0.05, var=1e-4) + slowdown(workers=1, factor=4)"`` are
+read by :func:`parse_latency` / :func:`parse_stragglers` (grammar in :mod:`.spec`).
 
 References
 ----------
@@ -41,34 +40,10 @@ from daskstraggle.latency.simulator import SimulationResult, simulate
 from daskstraggle.latency.spec import Stragglers, ThrottleSpec, parse_latency, parse_stragglers
 
 __all__ = [
-    "Artificial",
-    "Bursts",
-    "Constant",
-    "Gamma",
-    "LatencyModel",
-    "LatencyProfiler",
-    "LatencySampler",
-    "MultiMessage",
-    "OrderStatistics",
-    "ProfileStatistics",
-    "Replay",
-    "Schedule",
-    "ShiftedExponential",
-    "SimulationResult",
-    "Slowdown",
-    "Stragglers",
-    "ThrottleSpec",
-    "TwoStateMarkov",
-    "fit_gamma",
-    "fit_shifted_exponential",
-    "fit_trace",
-    "get_model_class",
-    "list_models",
-    "make_model",
-    "order_statistics",
-    "parse_latency",
-    "parse_stragglers",
-    "register_model",
-    "simulate",
-    "worker_streams",
+    "Artificial", "Bursts", "Constant", "Gamma", "LatencyModel", "LatencyProfiler",
+    "LatencySampler", "MultiMessage", "OrderStatistics", "ProfileStatistics", "Replay", "Schedule",
+    "ShiftedExponential", "SimulationResult", "Slowdown", "Stragglers", "ThrottleSpec",
+    "TwoStateMarkov", "fit_gamma", "fit_shifted_exponential", "fit_trace", "get_model_class",
+    "list_models", "make_model", "order_statistics", "parse_latency", "parse_stragglers",
+    "register_model", "simulate", "worker_streams"
 ]

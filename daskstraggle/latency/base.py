@@ -32,18 +32,9 @@ from daskstraggle._validation import _fail, check_int
 from daskstraggle.errors import InvalidParameterError
 
 __all__ = [
-    "MAX_SECONDS",
-    "PER_WORKER_STREAMS_MAX",
-    "Constant",
-    "LatencyModel",
-    "LatencySampler",
-    "WorkerStreams",
-    "check_per_worker",
-    "get_model_class",
-    "list_models",
-    "make_model",
-    "register_model",
-    "worker_streams",
+    "MAX_SECONDS", "PER_WORKER_STREAMS_MAX", "Constant", "LatencyModel", "LatencySampler",
+    "WorkerStreams", "check_per_worker", "get_model_class", "list_models", "make_model",
+    "register_model", "worker_streams"
 ]
 
 Draw = tuple[Any, Any]

@@ -27,12 +27,7 @@ from typing import Any, ClassVar, TypeVar
 from daskstraggle._registry import Registry
 from daskstraggle._validation import _fail, check_int
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency.base import (
-    MAX_SECONDS,
-    _check_in_range,
-    _is_number,
-    _worker_indices,
-)
+from daskstraggle.latency.base import MAX_SECONDS, _check_in_range, _is_number, _worker_indices
 
 T = TypeVar("T")
 
@@ -77,8 +72,7 @@ class ClusterState:
 
     def statuses(self) -> dict[str, str]:
         """Return each live worker's status as the scheduler reports it."""
-        return {w: "closing_gracefully" if w in self.retiring else "running"
-                for w in self.live()}
+        return {w: "closing_gracefully" if w in self.retiring else "running" for w in self.live()}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

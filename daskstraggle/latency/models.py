@@ -37,15 +37,8 @@ from daskstraggle.latency.chains import Bursts, TwoStateMarkov
 from daskstraggle.latency.modifiers import Artificial, Schedule, Slowdown
 
 __all__ = [
-    "Artificial",
-    "Bursts",
-    "Gamma",
-    "MultiMessage",
-    "Replay",
-    "Schedule",
-    "ShiftedExponential",
-    "Slowdown",
-    "TwoStateMarkov",
+    "Artificial", "Bursts", "Gamma", "MultiMessage", "Replay", "Schedule", "ShiftedExponential",
+    "Slowdown", "TwoStateMarkov"
 ]
 
 

@@ -88,9 +88,7 @@ class _Modifier(LatencyModel):
 class _FactorSampler(LatencySampler):
     """A base draw (or the measured time) with the compute part times ``factor(...)``."""
 
-    def __init__(
-        self, base: LatencyModel | None, n_workers: int, streams: Streams
-    ) -> None:
+    def __init__(self, base: LatencyModel | None, n_workers: int, streams: Streams) -> None:
         super().__init__(n_workers, streams)
         self.base = _sub_sampler(base, n_workers, streams)
 
@@ -128,9 +126,7 @@ class _FactorSampler(LatencySampler):
 
 
 class _SlowdownSampler(_FactorSampler):
-    def __init__(
-        self, model: Slowdown, n_workers: int, streams: Streams
-    ) -> None:
+    def __init__(self, model: Slowdown, n_workers: int, streams: Streams) -> None:
         super().__init__(model.base, n_workers, streams)
         self.stateless = self.base is None or self.base.stateless
         self.shared_draws = self.base is not None and self.base.shared_draws
@@ -206,9 +202,7 @@ class Slowdown(_Modifier):
 class _ArtificialSampler(_FactorSampler):
     stateless = False
 
-    def __init__(
-        self, model: Artificial, n_workers: int, streams: Streams
-    ) -> None:
+    def __init__(self, model: Artificial, n_workers: int, streams: Streams) -> None:
         super().__init__(model.base, n_workers, streams)
         self.factors = 1.0 + model.spread * np.arange(1, n_workers + 1) / n_workers
         self.first_recovered = n_workers - min(model.n_recover, n_workers)
@@ -312,9 +306,7 @@ class _ScheduleSampler(_FactorSampler):
 
     stateless = False  # the factor depends on ``iteration``
 
-    def __init__(
-        self, model: Schedule, n_workers: int, streams: Streams
-    ) -> None:
+    def __init__(self, model: Schedule, n_workers: int, streams: Streams) -> None:
         super().__init__(model.base, n_workers, streams)
         # per worker: the iterations its factor changes at, and the factor from there
         self._at: list[list[int]] = [[] for _ in range(n_workers)]

@@ -1,12 +1,12 @@
 """Order statistics of per-worker latency by Monte Carlo integration (DSAG paper §IV-A).
 
-The latency of the ``w``-th fastest of ``N`` workers starting together is the ``w``-th
-order statistic of ``X_i = Z_i + Y_i`` (compute plus communication). Workers need not be
-identically distributed (an i.i.d. model fitted to pooled statistics mispredicts it).
+Workers need not be identically distributed (an i.i.d. model fitted to pooled statistics
+mispredicts the order statistics of heterogeneous workers).
 """
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,22 +91,15 @@ class OrderStatistics:
 
 def _check_load(load: Any, n_workers: int, caller: str) -> NDArray[np.float64]:
     """Return ``load`` as an array of shape (n_workers,) of finite values > 0."""
-    message = (
-        f"The 'load' parameter of {caller} must be a finite number > 0 or an array of "
-        f"{n_workers} of them (one per worker). Got {load!r} instead."
-    )
-    if isinstance(load, bool | str) or (
-        not isinstance(load, numbers.Real | list | tuple | np.ndarray)
-    ):
-        raise InvalidParameterError(message)
-    try:
-        arr = np.asarray(load, dtype=float)
-    except (TypeError, ValueError) as err:
-        raise InvalidParameterError(message) from err
+    arr = np.empty(0)
+    if isinstance(load, numbers.Real | list | tuple | np.ndarray) and not isinstance(load, bool):
+        with contextlib.suppress(TypeError, ValueError):
+            arr = np.asarray(load, dtype=float)
     if arr.ndim == 0:
         arr = np.full(n_workers, float(arr))
     if arr.shape != (n_workers,) or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-        raise InvalidParameterError(message)
+        _fail("load", caller, f"a finite number > 0 or an array of {n_workers} of them (one per "
+              "worker)", load)
     return arr
 
 

@@ -1,9 +1,4 @@
-"""Moving-window latency statistics per worker, the input of the load balancer (DSAG §VI-A).
-
-Per worker: the compute time it measured and the communication time (round trip minus
-compute) of the last ``window`` seconds, trimmed to the inner quantiles (10-90 % as in the
-authors' code), summarised as mean and variance.
-"""
+"""Moving-window latency statistics per worker, the input of the load balancer (DSAG §VI-A)."""
 
 from __future__ import annotations
 

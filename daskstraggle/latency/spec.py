@@ -107,8 +107,7 @@ class Stragglers:
 
     def to_spec(self) -> str:
         """Return the spec text (``"none"`` when empty)."""
-        terms = [t.to_spec() for t in (self.model, self.throttle, *self.faults)
-                 if t is not None]
+        terms = [t.to_spec() for t in (self.model, self.throttle, *self.faults) if t is not None]
         return " + ".join(terms) or "none"
 
     def __bool__(self) -> bool:
