@@ -1,13 +1,8 @@
 """Numba body of KING-robust kinship (imported lazily by :mod:`.kinship`, never directly).
 
-:func:`sample_bits` turns a partition's int8 dosages into sample-major bit planes: per
-sample and 64 variants, a word ``hom`` (the call is 0 or 2) and a word ``alt`` (1 or 2); a
-missing call sets neither, so ``het = alt & ~hom``. :func:`pair_counts` counts, for the pairs
-``start <= i < stop``, ``j >= i``, ``hethet = |het_i & het_j|``, ``ibs0 = |hom_i & hom_j &
-(alt_i ^ alt_j)|``, ``het_hom = |het_i & hom_j|`` and ``hom_het = |hom_i & het_j|``, in
-parallel tiles of ``TILE x TILE`` samples; :func:`pair_kinship` turns each tile's counts
-into kinships for ``j > i``. The popcount is a SWAR sum that LLVM compiles to the CPU's
-population count instruction.
+Per sample and 64 variants, a word ``hom`` (the call is 0 or 2) and a word ``alt`` (1 or 2);
+a missing call sets neither, so ``het = alt & ~hom``; ``hethet = |het_i & het_j|``, ``ibs0 =
+|hom_i & hom_j & (alt_i ^ alt_j)|``, ``het_hom = |het_i & hom_j|``, ``hom_het = |hom_i & het_j|``.
 """
 
 from __future__ import annotations
@@ -54,26 +49,9 @@ def sample_bits(values, out):
 
 
 @numba.njit(inline="always", **_JIT)
-def _pair(hom_i, alt_i, hom_j, alt_j):
-    """The four counts of two samples from their planes (1-D views of equal length)."""
-    hethet = 0
-    ibs0 = 0
-    het_hom = 0
-    hom_het = 0
-    for w in range(hom_i.shape[0]):  # from 0: no negative-index wrap, so it vectorises
-        het_i = alt_i[w] & ~hom_i[w]
-        het_j = alt_j[w] & ~hom_j[w]
-        hethet += np.int64(_popcount(het_i & het_j))
-        ibs0 += np.int64(_popcount(hom_i[w] & hom_j[w] & (alt_i[w] ^ alt_j[w])))
-        het_hom += np.int64(_popcount(het_i & hom_j[w]))
-        hom_het += np.int64(_popcount(hom_i[w] & het_j))
-    return hethet, ibs0, het_hom, hom_het
-
-
-@numba.njit(inline="always", **_JIT)
 def _pair2(hom_a, alt_a, hom_b, alt_b, hom_j, alt_j):
-    """:func:`_pair` of samples ``a`` and ``j`` and of ``b`` and ``j`` in one sweep (the
-    planes of ``j`` read once)."""
+    """The four counts of samples ``a`` and ``j`` and of ``b`` and ``j`` from their planes
+    (1-D views of equal length), in one sweep that reads the planes of ``j`` once."""
     hethet_a = ibs0_a = het_hom_a = hom_het_a = 0
     hethet_b = ibs0_b = het_hom_b = hom_het_b = 0
     for w in range(hom_j.shape[0]):
@@ -101,23 +79,19 @@ def _add(acc, r, c, counts):
 @numba.njit(**_JIT)
 def _tile(bits, i0, i1, j0, j1, acc):
     """Add the counts of the pairs ``i0 <= i < i1``, ``max(j0, i) <= j < j1`` to ``acc``
-    (4 x TILE x TILE, from ``(i0, j0)``), two rows at a time."""
+    (4 x TILE x TILE, from ``(i0, j0)``), two rows at a time (an odd last row twice)."""
     n_words = bits.shape[2]
     for w0 in range(0, n_words, WORDS):
         w1 = min(w0 + WORDS, n_words)
-        for i in range(i0, i1 - 1, 2):
+        for i in range(i0, i1, 2):
+            b = min(i + 1, i1 - 1)
             for j in range(max(j0, i), j1):
                 first, second = _pair2(bits[i, 0, w0:w1], bits[i, 1, w0:w1],
-                                       bits[i + 1, 0, w0:w1], bits[i + 1, 1, w0:w1],
+                                       bits[b, 0, w0:w1], bits[b, 1, w0:w1],
                                        bits[j, 0, w0:w1], bits[j, 1, w0:w1])
                 _add(acc, i - i0, j - j0, first)
-                if j > i:  # (i + 1, i) is below the diagonal
-                    _add(acc, i + 1 - i0, j - j0, second)
-        if (i1 - i0) % 2:
-            i = i1 - 1
-            for j in range(max(j0, i), j1):
-                _add(acc, i - i0, j - j0, _pair(bits[i, 0, w0:w1], bits[i, 1, w0:w1],
-                                                bits[j, 0, w0:w1], bits[j, 1, w0:w1]))
+                if j > i < b:  # a second row; (i + 1, i) is below the diagonal
+                    _add(acc, b - i0, j - j0, second)
 
 
 @numba.njit(inline="always", **_JIT)
@@ -130,29 +104,30 @@ def _kinship(hethet, ibs0, het_hom, hom_het):
 
 
 @numba.njit(**_JIT)
-def _bounds(t, n_columns, start, stop, first, n_samples):
-    """Tile ``t``'s rows ``[i0, i1)`` and columns ``[j0, j1)``."""
+def _tile_counts(bits, t, n_columns, start, stop, first):
+    """Tile ``t``'s rows ``[i0, i1)``, columns ``[j0, j1)`` and counts (zero when it has no
+    pair ``j >= i``)."""
     i0 = start + (t // n_columns) * TILE
     j0 = first + (t % n_columns) * TILE
-    return i0, min(i0 + TILE, stop), j0, min(j0 + TILE, n_samples)
+    i1, j1 = min(i0 + TILE, stop), min(j0 + TILE, bits.shape[0])
+    acc = np.zeros((4, TILE, TILE), dtype=np.int64)
+    if j1 > i0:
+        _tile(bits, i0, i1, j0, j1, acc)
+    return i0, i1, j0, j1, acc
 
 
 @numba.njit(parallel=True, **_JIT)
 def pair_counts(bits, start, stop, first, out):
     """Write into ``out`` (4 x (stop - start) x (samples - first), zeros) the counts of the
     pairs ``start <= i < stop``, ``j >= max(i, first)``; one parallel iteration per tile of
-    ``TILE x TILE`` pairs that has such a pair."""
-    n_samples = bits.shape[0]
-    n_columns = -(-(n_samples - first) // TILE)
+    ``TILE x TILE`` pairs."""
+    n_columns = -(-(bits.shape[0] - first) // TILE)
     for t in numba.prange(-(-(stop - start) // TILE) * n_columns):
-        i0, i1, j0, j1 = _bounds(t, n_columns, start, stop, first, n_samples)
-        if j1 > i0:  # some j >= i
-            acc = np.zeros((4, TILE, TILE), dtype=np.int64)
-            _tile(bits, i0, i1, j0, j1, acc)
-            for i in range(i0, i1):
-                for j in range(max(j0, i), j1):
-                    for k in range(4):
-                        out[k, i - start, j - first] = acc[k, i - i0, j - j0]
+        i0, i1, j0, j1, acc = _tile_counts(bits, t, n_columns, start, stop, first)
+        for i in range(i0, i1):
+            for j in range(max(j0, i), j1):
+                for k in range(4):
+                    out[k, i - start, j - first] = acc[k, i - i0, j - j0]
 
 
 @numba.njit(parallel=True, **_JIT)
@@ -160,15 +135,11 @@ def pair_kinship(bits, start, stop, first, out):
     """Write into ``out`` ((stop - start) x (samples - first), NaN) the KING-robust kinship
     of the pairs ``start <= i < stop``, ``j > max(i, first - 1)``, tiled as
     :func:`pair_counts`."""
-    n_samples = bits.shape[0]
-    n_columns = -(-(n_samples - first) // TILE)
+    n_columns = -(-(bits.shape[0] - first) // TILE)
     for t in numba.prange(-(-(stop - start) // TILE) * n_columns):
-        i0, i1, j0, j1 = _bounds(t, n_columns, start, stop, first, n_samples)
-        if j1 > i0 + 1:  # some j > i
-            acc = np.zeros((4, TILE, TILE), dtype=np.int64)
-            _tile(bits, i0, i1, j0, j1, acc)
-            for i in range(i0, i1):
-                for j in range(max(j0, i + 1), j1):
-                    out[i - start, j - first] = _kinship(
-                        acc[0, i - i0, j - j0], acc[1, i - i0, j - j0],
-                        acc[2, i - i0, j - j0], acc[3, i - i0, j - j0])
+        i0, i1, j0, j1, acc = _tile_counts(bits, t, n_columns, start, stop, first)
+        for i in range(i0, i1):
+            for j in range(max(j0, i + 1), j1):
+                r, c = i - i0, j - j0
+                out[i - start, j - first] = _kinship(acc[0, r, c], acc[1, r, c], acc[2, r, c],
+                                                     acc[3, r, c])
