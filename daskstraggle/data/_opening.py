@@ -1,5 +1,5 @@
 """The opening code of the built-in backends, and what every backend shares
-(:class:`OpenOptions`, :func:`parse_labels`, :func:`file_matrix`)."""
+(:class:`OpenOptions`, :func:`parse_labels`, :func:`source_matrix`)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ from daskstraggle.errors import (
 )
 
 __all__ = ["OpenOptions", "default_client", "file_matrix", "is_dataset", "open_array",
-           "open_counts", "open_dataset", "open_zarr", "parse_labels", "zarr_counts"]
+           "open_counts", "open_dataset", "open_zarr", "parse_labels", "source_matrix",
+           "zarr_counts"]
 
 #: Default rows per chunk for in-memory inputs without chunking of their own.
 DEFAULT_CHUNK_BYTES = 32 * 2**20
@@ -77,15 +78,9 @@ def parse_labels(
     """Return ``labels`` as float64 of shape ``(n_rows,)``, or None.
 
     ``labels`` is an array-like (numpy, dask, xarray), or the name of a 1-D member of the
-    Zarr ``group`` (read on the client, its chunks checked as ``missing_chunks`` says).
-
-    Raises
-    ------
-    InvalidDataError
-        If a name is given without a group, or the labels are not 1-D numbers, one per
-        row, all finite.
-    DataNotFoundError
-        If the group has no member of that name.
+    Zarr ``group`` (read on the client, its chunks checked as ``missing_chunks`` says):
+    DataNotFoundError if the group has none, InvalidDataError if a name is given without a
+    group or the labels are not 1-D finite numbers, one per row.
     """
     if labels is None:
         return None
@@ -123,16 +118,19 @@ def parse_labels(
     return y
 
 
+def source_matrix(src: RowSource, labels: Any, group: GroupArrays | None = None,
+                  missing_chunks: str = "error", **fields: Any) -> Matrix:
+    """The Matrix of ``src`` partitioned as its chunks, ``labels`` read by :func:`parse_labels`."""
+    return Matrix(src, src.chunk_bounds, labels=parse_labels(labels, group, src.shape[0],
+                                                             missing_chunks), **fields)
+
+
 def file_matrix(source: GenotypeRowSource, path: str, samples: np.ndarray, labels: Any,
                 variants: Any) -> Matrix:
-    """The Matrix of a genotype file (rows = variants, columns = ``samples``).
-
-    ``source`` reads the file at ``path``; ``labels`` are checked by :func:`parse_labels`;
-    ``variants`` is the reader of the file's :class:`~daskstraggle.data.genotypes.VariantTable`.
-    """
-    return Matrix(source, source.chunk_bounds, labels=parse_labels(labels, None, source.shape[0]),
-                  columns=samples, dims=("variants", "samples"), attrs={"path": path},
-                  variants=VariantTable(variants))
+    """The Matrix of a genotype file at ``path`` (rows = variants, columns = ``samples``);
+    ``variants`` reads its :class:`~daskstraggle.data.genotypes.VariantTable`."""
+    return source_matrix(source, labels, columns=samples, dims=("variants", "samples"),
+                         attrs={"path": path}, variants=VariantTable(variants))
 
 
 # -------------------------------------------------------------- Datasets, allele counts
@@ -172,9 +170,8 @@ def open_dataset(ds: Any, labels: Any, options: OpenOptions) -> Matrix:
         variants, attrs = VariantTable(DatasetArrays(ds)), {}
     columns, groups = (_strings(ds[name].values).astype(str) if name in ds.variables else None
                        for name in ("sample_id", "sample_population"))
-    y = parse_labels(labels, None, src.shape[0])
-    return Matrix(src, src.chunk_bounds, labels=y, columns=columns, column_groups=groups,
-                  dims=("variants", "samples"), attrs=attrs, variants=variants)
+    return source_matrix(src, labels, columns=columns, column_groups=groups,
+                         dims=("variants", "samples"), attrs=attrs, variants=variants)
 
 
 def open_counts(source: Any, labels: Any, rows_are_variants: bool,
@@ -201,8 +198,7 @@ def open_counts(source: Any, labels: Any, rows_are_variants: bool,
     _check_packable(options, 2, "allele counts")
     src = GenotypeArraySource(data, ploidy=2, missing=options.missing, scaling=options.scaling,
                               storage=options.storage)
-    y = parse_labels(labels, None, src.shape[0])
-    return Matrix(src, src.chunk_bounds, labels=y, columns=columns, dims=("variants", "samples"))
+    return source_matrix(src, labels, columns=columns, dims=("variants", "samples"))
 
 
 def zarr_counts(matrix: Matrix, rows_are_variants: bool, options: OpenOptions) -> Matrix:
@@ -246,8 +242,7 @@ def open_array(source: Any, labels: Any, chunk_rows: int | None) -> Matrix:
         src: RowSource = DaskSource(data)
     else:
         src = _array_source(data, chunk_rows)
-    y = parse_labels(labels, None, src.shape[0])
-    return Matrix(src, src.chunk_bounds, labels=y, columns=columns, dims=names)
+    return source_matrix(src, labels, columns=columns, dims=names)
 
 
 def _unwrap(source: Any) -> tuple[Any, tuple[str, ...] | None]:
@@ -345,14 +340,11 @@ def open_zarr(path: str, array: str | None, labels: Any, options: OpenOptions) -
             )
         src = ZarrSource(path, name, node, missing_chunks=options.missing_chunks,
                          storage_options=options.storage_options)
-    y = parse_labels(labels, group, src.shape[0], options.missing_chunks)
-    variants = None
-    if isinstance(src, GenotypeSource):
-        variants = VariantTable(StoreArrays(path, options.storage_options))
-    return Matrix(
-        src, src.chunk_bounds, labels=y, columns=columns, column_groups=groups, dims=dims,
-        attrs={"path": path}, variants=variants,
-    )
+    variants = (VariantTable(StoreArrays(path, options.storage_options))
+                if isinstance(src, GenotypeSource) else None)
+    return source_matrix(src, labels, group, options.missing_chunks, columns=columns,
+                         column_groups=groups, dims=dims, attrs={"path": path},
+                         variants=variants)
 
 
 def _not_a_store(path: str) -> str:
@@ -457,11 +449,8 @@ def _read_whole(group: GroupArrays, name: str, missing_chunks: str) -> np.ndarra
 
 
 def _check_known_chunks(data: Any) -> None:
-    """Refuse a dask array whose chunk sizes are unknown (NaN), e.g. after boolean indexing.
-
-    Computing them would compute the selection, on the client, before any check of the
-    other arguments: that is the caller's choice, so the error says how.
-    """
+    """Refuse a dask array whose chunk sizes are unknown (NaN), e.g. after boolean indexing:
+    computing them computes the selection, the caller's choice, so the error says how."""
     unknown = [axis for axis, sizes in enumerate(data.chunks)
                if any(math.isnan(size) for size in sizes)]
     if unknown:

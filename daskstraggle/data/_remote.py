@@ -40,12 +40,8 @@ def parse_location(
 ) -> tuple[str, dict[str, Any] | None]:
     """Return where a store lives: ``source`` as an absolute local path (a ``file://`` URL
     is the local path it names) and None, or a URL unchanged and a copy of its fsspec
-    ``storage_options`` (``{}`` when none were given). ``caller`` is named in messages.
-
-    Raises
-    ------
-    InvalidParameterError
-        If ``storage_options`` is not a dict with str keys, or is given with a local path.
+    ``storage_options`` (``{}`` when none were given). InvalidParameterError, naming
+    ``caller``, if ``storage_options`` is not a dict with str keys or is given with a path.
     """
     if storage_options is not None and (
         not isinstance(storage_options, Mapping)
@@ -111,16 +107,11 @@ def check_remote_store(
     url: str, storage_options: dict[str, Any], *, caller: str = "open_matrix"
 ) -> None:
     """Refuse, with one line naming ``caller``, a URL (with its file system's
-    ``storage_options``) that does not lead to a readable Zarr array or group.
-
-    Raises
-    ------
-    InvalidParameterError
-        If fsspec has no implementation of the protocol installed (the message names the
-        package to install), or the file system refuses ``storage_options``.
-    DataNotFoundError
-        If the store cannot be reached (connection refused, credentials refused) or the
-        URL holds no Zarr store (no such bucket or path).
+    ``storage_options``) that does not lead to a readable Zarr array or group:
+    InvalidParameterError if fsspec has no implementation of the protocol installed (the
+    message names the package) or the file system refuses ``storage_options``;
+    DataNotFoundError if the store cannot be reached (connection or credentials refused) or
+    the URL holds no Zarr store.
     """
     fs, root = _filesystem(url, storage_options, caller)
     root = root.rstrip("/")
@@ -157,13 +148,8 @@ def _refuse_unreachable(fs: Any, path: str) -> None:
 
 
 def member_exists(url: str, name: str, storage_options: dict[str, Any]) -> bool:
-    """Return whether the Zarr group at ``url`` has a member ``name`` (checked store first).
-
-    Raises
-    ------
-    InvalidParameterError, DataNotFoundError
-        As :func:`check_remote_store`.
-    """
+    """Return whether the Zarr group at ``url`` has a member ``name`` (the store checked
+    first, as :func:`check_remote_store` does)."""
     check_remote_store(url, storage_options)
     fs, root = _filesystem(url, storage_options, "open_matrix")
     root = root.rstrip("/")
@@ -171,19 +157,14 @@ def member_exists(url: str, name: str, storage_options: dict[str, Any]) -> bool:
 
 
 def parse_storage_options(pairs: Sequence[str]) -> dict[str, Any] | None:
-    """Turn ``KEY=VALUE`` strings (CLI ``--storage-option``) into storage options.
+    """Turn ``KEY=VALUE`` strings (CLI ``--storage-option``) into storage options (None
+    when ``pairs`` is empty).
 
     Values are read as ``true``/``false`` (bool), ``none``/``null`` (None), an int, a
     float, a JSON object or list when they start with ``{`` or ``[`` (e.g.
     ``client_kwargs={"region_name": "eu-west-1"}``), and as strings otherwise.
-
-    Returns None when ``pairs`` is empty.
-
-    Raises
-    ------
-    InvalidParameterError
-        If a string has no ``=`` or an empty key, a key repeats, or a JSON value does not
-        parse.
+    InvalidParameterError if a string has no ``=`` or an empty key, a key repeats, or a JSON
+    value does not parse.
     """
     options: dict[str, Any] = {}
     for pair in pairs:

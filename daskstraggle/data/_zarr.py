@@ -59,11 +59,8 @@ def _plain(value: Any) -> Any:
 # ---------------------------------------------------------------------------- chunks
 def _grid_axes(shape: tuple[int, ...], grid: tuple[int, ...], rows: slice | np.ndarray,
                columns: np.ndarray | None) -> list[list[int]]:
-    """Return, per dimension, the sorted indices along ``grid`` of the chunks holding a selection.
-
-    ``rows`` is a slice ``[start, stop)`` or sorted indices along the first dimension;
-    ``columns`` indices along the second (None: all); the other dimensions are whole.
-    """
+    """Per dimension, the sorted indices along ``grid`` of the chunks holding a selection:
+    ``rows`` a slice ``[start, stop)`` or sorted indices, ``columns`` indices (None: all)."""
     def count(n: int, c: int) -> int:
         return -(-int(n) // int(c))
 
@@ -80,11 +77,8 @@ def _grid_axes(shape: tuple[int, ...], grid: tuple[int, ...], rows: slice | np.n
 
 
 def chunk_keys(array: Any, start: int, stop: int) -> list[str]:
-    """Return the storage keys (relative to the array) of the chunks holding rows ``[start, stop)``.
-
-    Every chunk along the other dimensions is included. For sharded arrays the keys are
-    those of the shards.
-    """
+    """Return the storage keys (relative to the array; shards' for a sharded one) of the
+    chunks holding rows ``[start, stop)``, along the other dimensions all."""
     return _keys(array, slice(start, stop), None)
 
 
@@ -127,19 +121,11 @@ def absent_keys(array: Any, keys: Iterable[str]) -> list[str]:
 
 def check_chunks(array: Any, start: int, stop: int, *, what: str, missing_chunks: str) -> None:
     """Refuse rows ``[start, stop)`` of ``array`` (named ``what`` in messages,
-    :func:`describe`) if a chunk holding them is absent; ``missing_chunks="fill"`` skips
-    the check. A sharded array's inner chunk is absent if its shard is or the shard's
-    index marks it so (:func:`absent_inner_chunks`).
-
-    Raises
-    ------
-    MissingChunksError
-        If a chunk is absent and ``missing_chunks="error"``.
-    CorruptDataError
-        If a shard's index is truncated or fails its checksum.
-    InvalidDataError
-        If the array's sharding layout cannot be checked (nested sharding, codecs around
-        the sharding codec, other index codecs); ``missing_chunks="fill"`` reads it.
+    :func:`describe`) if a chunk holding them is absent (MissingChunksError);
+    ``missing_chunks="fill"`` skips the check. A sharded array's inner chunk is absent if its
+    shard is or the shard's index marks it so: a truncated index or one failing its
+    checksum is a CorruptDataError, a layout that cannot be checked (:func:`shard_layout`)
+    an InvalidDataError.
     """
     if missing_chunks == "fill":
         return
@@ -179,10 +165,9 @@ _ABSENT = 2**64 - 1
 
 @dataclass(frozen=True, slots=True)
 class ShardLayout:
-    """Where a Zarr v3 sharded array keeps the index of each shard: the inner chunks'
-    shape (``chunks``) and number per shard along each dimension (``per_shard``); whether
-    the index ends the shard (``at_end``, zarr's default) or starts it; the ``byteorder``
-    of its uint64 (offset, length) pairs; whether a crc32c ``checksum`` follows them."""
+    """How a Zarr v3 sharded array indexes its shards: the inner chunks' shape and number
+    per shard along each dimension; whether the index ends the shard (zarr's default) or
+    starts it; the byte order of its uint64 (offset, length) pairs; a crc32c after them."""
 
     chunks: tuple[int, ...]
     per_shard: tuple[int, ...]
@@ -205,14 +190,9 @@ class ShardLayout:
 
 
 def shard_layout(array: Any, what: str) -> ShardLayout | None:
-    """Return how the shards of ``array`` are indexed, or None if it is not sharded.
-
-    Raises
-    ------
-    InvalidDataError
-        If the array is sharded in a way whose index cannot be read by a byte range:
-        nested sharding, codecs before or after the sharding codec, or index codecs other
-        than ``bytes`` optionally followed by ``crc32c``.
+    """Return how the shards of ``array`` are indexed, or None if it is not sharded;
+    InvalidDataError if the index cannot be read by a byte range (nested sharding, codecs
+    around the sharding codec, index codecs other than ``bytes`` and an optional ``crc32c``).
     """
     from zarr.codecs import BytesCodec, ShardingCodec
 
@@ -259,17 +239,11 @@ def _unreadable_sharding(codecs: tuple[Any, ...], codec: Any,
 
 def absent_inner_chunks(array: Any, shards: ShardLayout, axes: list[list[int]],
                         what: str) -> tuple[int, str]:
-    """Count the absent inner chunks of a sharded array (layout ``shards``) among
-    ``axes`` (per dimension, sorted indices on the inner chunk grid), reading one byte
-    range of ``shards.index_size`` per shard holding them, and name the first: its shard's
-    key and inner chunk, e.g. ``'c/1/0', inner chunk (2, 1): absent from the shard's
-    index`` (``""`` if none). An absent shard's inner chunks count as absent.
-
-    Raises
-    ------
-    CorruptDataError
-        If a shard is shorter than its index or its index fails its checksum.
-    """
+    """Count the absent inner chunks of a sharded array among ``axes`` (per dimension, sorted
+    indices on the inner chunk grid), reading one byte range per shard holding them, and
+    name the first (``""`` if none), e.g. ``'c/1/0', inner chunk (2, 1): absent from the
+    shard's index``; an absent shard's inner chunks are absent. CorruptDataError for a shard
+    shorter than its index or an index failing its checksum."""
     groups = [_by_shard(axis, n) for axis, n in zip(axes, shards.per_shard, strict=True)]
     coords = list(itertools.product(*(sorted(g) for g in groups)))
     encode = array.metadata.encode_chunk_key
@@ -304,13 +278,7 @@ def _by_shard(axis: list[int], per_shard: int) -> dict[int, np.ndarray]:
 
 
 def _absent_map(raw: Any, shards: ShardLayout, key: str, what: str) -> np.ndarray | None:
-    """Return which inner chunks a shard's index marks absent (None: the shard is absent).
-
-    Raises
-    ------
-    CorruptDataError
-        If the bytes are fewer than the index size or fail the crc32c checksum.
-    """
+    """Return which inner chunks a shard's index marks absent (None: the shard is absent)."""
     if raw is None:
         return None
     data, size = raw.to_bytes(), shards.index_size
@@ -342,13 +310,8 @@ def _crc32c_matches(data: bytes, stored: bytes) -> bool:
 
 # ---------------------------------------------------------------------------- reads
 def read(array: Any, selection: Any, *, what: str) -> Any:
-    """Return ``array[selection]``, or raise one line if a chunk cannot be decoded.
-
-    Raises
-    ------
-    CorruptDataError
-        If zarr or a codec fails to decode a chunk (I/O errors propagate unchanged).
-    """
+    """Return ``array[selection]``; CorruptDataError if a chunk cannot be decoded (I/O
+    errors propagate unchanged)."""
     try:
         return array[selection]
     except (OSError, MemoryError):
@@ -364,14 +327,8 @@ def open_array(path: str, name: str | None,
                storage_options: dict[str, Any] | None = None) -> Any:
     """Open the array ``name`` of the store at ``path`` (the store itself if None), read-only;
     ``storage_options`` (None for a local path) opens ``path`` as an fsspec URL.
-
-    Raises
-    ------
-    CorruptDataError
-        If its metadata cannot be read (I/O errors propagate unchanged).
-    DataNotFoundError
-        If ``path`` is a URL and no store is found there.
-    """
+    CorruptDataError if its metadata cannot be read, DataNotFoundError for a URL with no
+    store (I/O errors propagate unchanged)."""
     import zarr
 
     options = fsspec_options(storage_options)
@@ -412,18 +369,10 @@ def _node_not_found() -> tuple[type[BaseException], ...]:
 
 def read_rows(path: str, name: str | None, start: int, stop: int, *, missing_chunks: str,
               storage_options: dict[str, Any] | None = None) -> Any:
-    """Read rows ``[start, stop)`` of an array where this runs, refusing damaged chunks.
-
-    Opens the store (a path, or an fsspec URL with ``storage_options``), checks the rows'
-    chunks (:func:`check_chunks`) and reads them (:func:`read`).
-
-    Raises
-    ------
-    MissingChunksError, CorruptDataError
-        If a chunk of the rows is absent or cannot be decoded.
-    DataNotFoundError
-        If a remote store cannot be reached or read from here.
-    """
+    """Read rows ``[start, stop)`` of an array where this runs (the store a path, or an
+    fsspec URL with ``storage_options``): MissingChunksError or CorruptDataError for a chunk
+    absent (:func:`check_chunks`) or undecodable (:func:`read`), DataNotFoundError for a
+    remote store that cannot be reached or read from here."""
     def body(array: Any, what: str) -> Any:
         check_chunks(array, start, stop, what=what, missing_chunks=missing_chunks)
         return read(array, slice(start, stop), what=what)
@@ -434,13 +383,9 @@ def read_rows(path: str, name: str | None, start: int, stop: int, *, missing_chu
 def read_selection(path: str, name: str | None, rows: np.ndarray, columns: np.ndarray | None,
                    *, missing_chunks: str,
                    storage_options: dict[str, Any] | None = None) -> np.ndarray:
-    """Read the rows ``rows`` (and the columns ``columns``) of an array, where this runs.
-
-    An orthogonal selection: ``array[rows][:, columns]`` (``columns`` None: all; the
-    other dimensions whole), in the order given (repeats allowed). Only the chunks holding
-    a selected (row, column) are checked and read. Arguments and errors as
-    :func:`read_rows`.
-    """
+    """Read ``array[rows][:, columns]`` (``columns`` None: all; the other dimensions whole)
+    in the order given (repeats allowed), checking and reading only the chunks holding a
+    selected (row, column); as :func:`read_rows` otherwise."""
     unique_rows, row_order = np.unique(rows, return_inverse=True)
     unique_cols, col_order = (None, None) if columns is None else np.unique(
         columns, return_inverse=True)
@@ -555,15 +500,8 @@ class GroupArrays:
         return found
 
     def __getitem__(self, name: str) -> Any:
-        """Return the array ``name``.
-
-        Raises
-        ------
-        CorruptDataError
-            If its metadata cannot be read.
-        KeyError
-            If the group has no such array.
-        """
+        """Return the array ``name``; CorruptDataError if its metadata cannot be read,
+        KeyError if the group has no such array."""
         if name not in self:
             raise KeyError(name)
         if name in self.corrupt:
@@ -590,11 +528,8 @@ def group_arrays(group: Any, path: str) -> GroupArrays:
 
 
 def _member_names(group: Any) -> list[str] | None:
-    """Names of the direct members of ``group`` (consolidated, else listed), sorted.
-
-    None if the store lists nothing at all, not even the group's metadata document: a
-    server that gives no directory listing.
-    """
+    """Names of the direct members of ``group`` (consolidated, else listed), sorted; None if
+    the store lists nothing, not even the group's metadata (a server without listings)."""
     consolidated = group.metadata.consolidated_metadata
     if consolidated is not None:
         return sorted(consolidated.metadata)
@@ -640,17 +575,9 @@ def _has_metadata(store_path: Any) -> bool:
 
 
 def open_node(path: str, storage_options: dict[str, Any] | None = None) -> Any:
-    """Open the Zarr array or group at ``path`` read-only.
-
-    ``storage_options`` (None for a local path) opens ``path`` as an fsspec URL.
-
-    Raises
-    ------
-    CorruptDataError
-        If ``path`` holds a Zarr metadata document that cannot be read.
-    Exception
-        Whatever zarr raises when ``path`` is not a Zarr store at all (the caller words it).
-    """
+    """Open the Zarr array or group at ``path`` read-only (``storage_options``: an fsspec
+    URL's); CorruptDataError if ``path`` holds a metadata document that cannot be read, else
+    whatever zarr raises when ``path`` is not a Zarr store (the caller words it)."""
     import zarr
     from zarr.storage import FsspecStore, LocalStore, StorePath
 
