@@ -78,7 +78,6 @@ def default_client(client: Any) -> Any:
 
 
 def check_client(client: Any) -> None:
-
     """Raise InvalidTypeError unless ``client`` is a ``distributed.Client`` (or None)."""
     from distributed import Client
 
@@ -434,7 +433,6 @@ def read_scheduler_file(path: str | os.PathLike[str]) -> str:
     not appear in time; InvalidDataError if it holds no ``"address"``
     :data:`SCHEDULER_FILE_GRACE` seconds after it appeared.
     """
-
     from daskstraggle import config
 
     path = Path(path)
@@ -474,16 +472,10 @@ def _address_in(path: Path) -> str | None:
     return address if isinstance(address, str) and address else None
 
 
-def connect(
-    client: Any = None,
-    *,
-    address: str | None = None,
-    scheduler_file: str | os.PathLike[str] | None = None,
-    n_workers: int | None = None,
-    processes: bool = True,
-    threads_per_worker: int = 1,
-    timeout: float = 10.0,
-) -> tuple[Any, list[Any]]:
+def connect(client: Any = None, *, address: str | None = None,
+            scheduler_file: str | os.PathLike[str] | None = None, n_workers: int | None = None,
+            processes: bool = True, threads_per_worker: int = 1,
+            timeout: float = 10.0) -> tuple[Any, list[Any]]:
     """Return a Client and the objects to close when done (what this call started).
 
     Parameters

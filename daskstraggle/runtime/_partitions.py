@@ -26,7 +26,6 @@ class PartitionStore:
     carries out the engine pool's moves and helpers on them.
 
     Parameters
-
     ----------
     client : distributed.Client
         The runtime's client (asked who holds copies).

@@ -2,7 +2,6 @@
 their settings from :mod:`daskstraggle.config`, and set-up and clean-up steps bounded in
 time (a frozen worker would hold them up forever). No dask import."""
 
-
 from __future__ import annotations
 
 import threading

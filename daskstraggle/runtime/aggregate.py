@@ -112,7 +112,6 @@ class TreeReducer:
     computed again where its partitions are now, and the tree is built again.
 
     Parameters
-
     ----------
     client : distributed.Client
         The run's client.

@@ -123,7 +123,6 @@ class Choice:
         """Return the choice as plain values for ``result.attrs["auto"]``, with
         ``achieved``, the mean seconds per round of ``result`` (the chosen method's run),
         when its rounds are of the probe's kind (gd, coded GD or DSAG on all the rows)."""
-
         attrs: dict[str, Any] = {
             "choice": self.label, "plain": self.plain,
             "predicted": {k: round(v, 6) for k, v in self.predicted.items()},
@@ -229,7 +228,6 @@ def predict(options: list[Candidate], model: Gamma, n_workers: int,
             outcome = _rounds(sim, option.surrogate, LeastSquares(), matrix, SIM_ROUNDS,
                               rng=seed)
         out[option.label] = float(np.mean(outcome.rows.column("iteration_duration")))
-
     return out
 
 

@@ -29,7 +29,6 @@ class BalanceLoop:
     no data moves.
 
     Parameters
-
     ----------
     method : SGD
         A started SGD, SAG or DSAG with a ``balancer``.

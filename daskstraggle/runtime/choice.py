@@ -46,20 +46,12 @@ class RuntimeChoice:
     reason: str | None = None
 
 
-def choose_runtime(
-    runtime: Runtime | str | None,
-    *,
-    client: Any = None,
-    scheduler: str | None = None,
-    scheduler_file: Any = None,
-    n_workers: int | None = None,
-    min_workers: int | None = None,
-    stragglers: Any = None,
-    backup_after: float | None = None,
-    aggregation: str = "flat",
-    data_bytes: int | None = None,
-    available: int | None = None,
-) -> RuntimeChoice:
+def choose_runtime(runtime: Runtime | str | None, *, client: Any = None,
+                   scheduler: str | None = None, scheduler_file: Any = None,
+                   n_workers: int | None = None, min_workers: int | None = None,
+                   stragglers: Any = None, backup_after: float | None = None,
+                   aggregation: str = "flat", data_bytes: int | None = None,
+                   available: int | None = None) -> RuntimeChoice:
     """Return the runtime a fit runs on, its client, and why (the one rule of the default).
 
     Parameters

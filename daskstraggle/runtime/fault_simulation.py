@@ -160,17 +160,10 @@ def estimate_duration(n_workers: int, n_iterations: int) -> float:
     return float(n_workers) * float(n_iterations) * per_task
 
 
-def simulate_faults(
-    model: LatencyModel,
-    faults: Sequence[Fault],
-    n_workers: int,
-    n_wait: int,
-    n_iterations: int,
-    *,
-    collect_window: float = 0.02,
-    update_duration: float = 0.0,
-    rng: int | np.random.Generator | None = None,
-) -> FaultSimulation:
+def simulate_faults(model: LatencyModel, faults: Sequence[Fault], n_workers: int, n_wait: int,
+                    n_iterations: int, *, collect_window: float = 0.02,
+                    update_duration: float = 0.0,
+                    rng: int | np.random.Generator | None = None) -> FaultSimulation:
     """Simulate ``n_iterations`` iterations of DSAG waiting for ``n_wait`` workers, with faults.
 
     DSAG (``n_wait``, ``collect_window``) runs on :func:`make_least_squares_data`'s
@@ -292,7 +285,6 @@ def _fault_events(faults: tuple[Fault, ...], n_workers: int, end: float
                   ) -> tuple[list[dict[str, Any]], list[Fault]]:
     """The fault terms played by ``end`` as events (in time order, ties in the spec's
     order), and those timed after it."""
-
     ordered = sorted(faults, key=lambda f: f.at)
     played: list[dict[str, Any]] = []
     cluster = ClusterState(n_workers=n_workers)  # joining workers are named N, N+1, ...

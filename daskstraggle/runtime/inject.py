@@ -100,14 +100,8 @@ class StragglerInjector(WorkerPlugin):
             self.worker_index = None
             self._sampler = None
 
-    def delay(
-        self,
-        *,
-        iteration: int = 0,
-        load: float = 1.0,
-        measured: float | None = None,
-        sleep: bool = True,
-    ) -> float:
+    def delay(self, *, iteration: int = 0, load: float = 1.0, measured: float | None = None,
+              sleep: bool = True) -> float:
         """Draw this worker's next latency and sleep for the injected part.
 
         Parameters
@@ -167,14 +161,8 @@ def _check_not_in_event_loop() -> None:
     )
 
 
-def inject_delay(
-    *,
-    iteration: int = 0,
-    load: float = 1.0,
-    measured: float | None = None,
-    sleep: bool = True,
-    name: str | None = None,
-) -> float:
+def inject_delay(*, iteration: int = 0, load: float = 1.0, measured: float | None = None,
+                 sleep: bool = True, name: str | None = None) -> float:
     """Delay the calling task by the worker's injected straggler latency (call it at the end
     of a task body): each injector registered on the current worker draws and sleeps.
 
@@ -227,32 +215,14 @@ def _check_seed(seed: Any, caller: str) -> int:
     return check_int(seed, name="seed", caller=caller, low=0, remedy="None draws a fresh one.")
 
 
+def install_injector(client: Any, model: LatencyModel, addresses: Sequence[str], *,
+                     seed: int | None = None) -> str:
+    """Register a :class:`StragglerInjector` of ``model`` on every worker of ``client``'s
+    cluster (None: ``distributed.get_client()``) and return its name, unique per call
+    (starting with :data:`INJECTOR_PREFIX`; pass it to :func:`remove_injector`).
 
-def install_injector(
-    client: Any,
-    model: LatencyModel,
-    addresses: Sequence[str],
-    *,
-    seed: int | None = None,
-) -> str:
-    """Register a :class:`StragglerInjector` on every worker and return its name.
-
-    Parameters
-    ----------
-    client : distributed.Client or None
-        Client of the cluster (None: ``distributed.get_client()``).
-    model : LatencyModel
-        Latency model to inject.
-    addresses : sequence of str
-        Worker addresses by worker index.
-    seed : int or None, default=None
-        Seed of the per-worker streams (None: fresh entropy, the same on every worker).
-
-    Returns
-    -------
-    name : str
-        Plugin name, unique per call (starts with :data:`INJECTOR_PREFIX`); pass it to
-        :func:`remove_injector`.
+    ``addresses`` are the workers by worker index; ``seed`` seeds the per-worker streams
+    (None: fresh entropy, the same on every worker).
 
     Raises
     ------
@@ -309,17 +279,10 @@ def remove_injector(client: Any, name: str) -> None:
 
 
 @contextlib.contextmanager
-def injected(
-    client: Any,
-    model: LatencyModel,
-    addresses: Sequence[str],
-    *,
-    seed: int | None = None,
-) -> Iterator[str]:
-    """Inject ``model`` on the workers inside a ``with`` block (yields the plugin name).
-
-    Parameters are those of :func:`install_injector`; the injector is removed on exit,
-    also on errors.
+def injected(client: Any, model: LatencyModel, addresses: Sequence[str], *,
+             seed: int | None = None) -> Iterator[str]:
+    """Inject ``model`` on the workers inside a ``with`` block (yields the plugin name);
+    as :func:`install_injector`, the injector removed on exit, also on errors.
 
     Examples
     --------

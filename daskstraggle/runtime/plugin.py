@@ -140,15 +140,9 @@ class LatencyPlugin(SchedulerPlugin):
 
     name = PRELOAD_NAME
 
-    def __init__(
-        self,
-        prefix: str = DEFAULT_PREFIX,
-        *,
-        maxlen: int = DEFAULT_MAXLEN,
-        max_departed: int = 100,
-        topic: str | None = None,
-        client: str | None = None,
-    ) -> None:
+    def __init__(self, prefix: str = DEFAULT_PREFIX, *, maxlen: int = DEFAULT_MAXLEN,
+                 max_departed: int = 100, topic: str | None = None,
+                 client: str | None = None) -> None:
         # runs on the client (or in dask_setup), never after unpickling on the scheduler
         from daskstraggle._validation import check_int
 
@@ -162,8 +156,6 @@ class LatencyPlugin(SchedulerPlugin):
         self._workers: dict[str, _WorkerLog] = {}
         self._departed: deque[str] = deque()
         self._scheduler: Any = None
-
-    # --- scheduler hooks ---------------------------------------------------------------
 
     async def start(self, scheduler: Scheduler) -> None:
         """Learn the workers present now (``add_worker`` never fires for them)."""
@@ -239,8 +231,6 @@ class LatencyPlugin(SchedulerPlugin):
                 self.detach(topic)
         if self.owner is not None and self.owner == client:
             _remove_plugin(scheduler, self)
-
-    # --- reading -----------------------------------------------------------------------
 
     def drain(self, after_seq: int) -> tuple[list[tuple[Any, ...]], int]:
         """Return the kept records numbered after ``after_seq`` (0: all), and the last number.
@@ -424,8 +414,6 @@ def _ship_by_value() -> None:
         cloudpickle.register_pickle_by_value(module)
 
 
-# --- the client side ---------------------------------------------------------------------
-
 
 class LatencyRecorder:
     """Install the latency plugin on a cluster and read its records from the client.
@@ -481,15 +469,8 @@ class LatencyRecorder:
     ...         print(record.worker, record.compute_duration)
     """
 
-    def __init__(
-        self,
-        client: Client,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        maxlen: int = DEFAULT_MAXLEN,
-        name: str | None = None,
-        push: bool = True,
-    ) -> None:
+    def __init__(self, client: Client, *, prefix: str = DEFAULT_PREFIX,
+                 maxlen: int = DEFAULT_MAXLEN, name: str | None = None, push: bool = True) -> None:
         from daskstraggle._validation import check_bool, check_int
         from daskstraggle.errors import InvalidParameterError
 

@@ -20,20 +20,9 @@ RESUME_FROM_REPLICA = "replica"
 
 
 def replica_name(problem: str, sources: list[str]) -> str:
-    """Return the name a run's replica is published under on the scheduler.
-
-    Parameters
-    ----------
-    problem : str
-        The problem's name (``"pca"``, ``"logistic"``, ...).
-    sources : list of str
-        The run's input stores (their paths or URLs; empty for arrays in memory).
-
-    Returns
-    -------
-    name : str
-        ``"daskstraggle-replica-<problem>-<12 hex digits of the sources' hash>"``: the
-        same command names the same replica.
+    """Return the name a run's replica is published under on the scheduler:
+    ``"daskstraggle-replica-<problem>-<12 hex digits of the hash of sources>"`` (the run's
+    input stores, empty for arrays in memory), so the same command names the same replica.
 
     Examples
     --------
@@ -61,7 +50,6 @@ class Replica(StateWriter):
     Replica or a :class:`~daskstraggle.runtime.checkpoint.Checkpointer`.
 
     Parameters
-
     ----------
     client : distributed.Client
         The run's client.
@@ -122,16 +110,8 @@ def remove_replica(client: Any, name: str) -> None:
 
 
 def load_replica(client: Any, name: str) -> dict[str, Any]:
-    """Return the run state published under ``name`` on the client's scheduler.
-
-    Raises
-    ------
-    DataNotFoundError
-        If the scheduler holds no replica of that name (a run that ended normally
-        removed its own; another scheduler never had it).
-    InvalidDataError
-        If the dataset is not a daskstraggle checkpoint.
-    """
+    """Return the run state published under ``name`` on the client's scheduler; raise
+    DataNotFoundError if it holds none, InvalidDataError if it is not a checkpoint."""
     if name not in client.list_datasets():
         raise DataNotFoundError(
             f"The scheduler holds no replica of this run ({name!r}): --resume replica needs "

@@ -59,7 +59,6 @@ def _resume_and_check(pid: int, *, attempts: int = 20) -> str | None:
     return state
 
 
-
 def _identity(dask_worker: Any = None) -> tuple[str, int]:
     """Return ``(hostname, pid)`` of the process this runs in."""
     return socket.gethostname(), os.getpid()
@@ -83,7 +82,6 @@ def _spawn(token: str, factor: float, period: float, lease: float,
          "--lease", repr(lease)],
         stdin=subprocess.DEVNULL, close_fds=True,
     )
-
     with _LIVE_LOCK:
         _LIVE[token] = (proc, int(pid), lease_file)
     return {"host": socket.gethostname(), "pid": int(pid), "throttler_pid": proc.pid,
@@ -168,8 +166,6 @@ class _Target:
     throttler_pid: int = 0
 
 
-# --------------------------------------------------------------------------- the throttle
-
 
 class ProcessThrottle:
     """Slow chosen workers down by stopping and resuming their processes.
@@ -220,15 +216,8 @@ class ProcessThrottle:
     ...     client.submit(work, workers=[worker]).result()  # about 4x slower
     """
 
-    def __init__(
-        self,
-        client: Any,
-        workers: str | Any,
-        factor: float,
-        *,
-        period: float | str = 0.05,
-        lease: float | str = 10.0,
-    ) -> None:
+    def __init__(self, client: Any, workers: str | Any, factor: float, *,
+                 period: float | str = 0.05, lease: float | str = 10.0) -> None:
         self.factor = _check_number(factor, "factor", seconds=False)
         self.period = _check_number(period, "period")
         self.lease = _check_number(lease, "lease")
@@ -239,7 +228,7 @@ class ProcessThrottle:
             )
         self.workers = check_addresses(workers, name="workers", caller=_CALLER,
                                        constraint="a worker address or a non-empty list of them")
-        self.client = default_client(client)
+        self.client = client = default_client(client)
         info = worker_identity(client)
         unknown = [w for w in self.workers if w not in info]
         if unknown:
@@ -261,17 +250,12 @@ class ProcessThrottle:
                     "it would stop that process too. Use process workers (processes=True)."
                 )
         token = uuid.uuid4().hex[:10]
-        self._targets = [
-            _Target(worker=w, via_nanny=info[w].get("nanny") is not None,
-                    token=f"{token}-{i}")
-            for i, w in enumerate(self.workers)
-        ]
+        self._targets = [_Target(worker=w, via_nanny=info[w].get("nanny") is not None,
+                                 token=f"{token}-{i}") for i, w in enumerate(self.workers)]
         self._active = False
         self._stop_event = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-
-    # ------------------------------------------------------------------ properties
 
     @property
     def active(self) -> bool:
@@ -282,8 +266,6 @@ class ProcessThrottle:
     def throttlers(self) -> list[dict[str, Any]]:
         """Per target worker: address, nanny used, host, worker pid, throttler pid."""
         return [{k: v for k, v in asdict(t).items() if k != "token"} for t in self._targets]
-
-    # ------------------------------------------------------------------ start / stop
 
     def start(self) -> ProcessThrottle:
         """Start throttling the workers (no-op when already active).
@@ -307,10 +289,9 @@ class ProcessThrottle:
             return self
         try:
             for target in self._targets:
-                result = self.client.run(
-                    _spawn, target.token, self.factor, self.period, self.lease,
-                    nanny=target.via_nanny, workers=[target.worker],
-                )
+                result = self.client.run(_spawn, target.token, self.factor, self.period,
+                                         self.lease, nanny=target.via_nanny,
+                                         workers=[target.worker])
                 if target.worker not in result:
                     raise ThrottleError(
                         f"Could not start the throttle on worker {target.worker!r}: it (or its "
@@ -319,9 +300,8 @@ class ProcessThrottle:
                 started = result[target.worker]
                 target.host, target.pid, target.throttler_pid = (
                     started[k] for k in ("host", "pid", "throttler_pid"))
-            self._thread = threading.Thread(
-                target=self._renew_loop, name="daskstraggle-throttle-lease", daemon=True
-            )
+            self._thread = threading.Thread(target=self._renew_loop, daemon=True,
+                                            name="daskstraggle-throttle-lease")
             self._thread.start()
         except BaseException:
             self.stop()
@@ -332,10 +312,8 @@ class ProcessThrottle:
 
     def _renew_loop(self) -> None:
         interval = self.lease / 4
-        groups = {
-            via: [t for t in self._targets if t.via_nanny == via and t.throttler_pid]
-            for via in (True, False)
-        }
+        groups = {via: [t for t in self._targets if t.via_nanny == via and t.throttler_pid]
+                  for via in (True, False)}
         while not self._stop_event.wait(interval):
             if self.client.status in ("closing", "closed"):
                 logger.warning("throttle lease not renewed: the client is closed; the "
@@ -345,10 +323,8 @@ class ProcessThrottle:
                 if not targets:
                     continue
                 try:
-                    self.client.run(
-                        _renew, [t.token for t in targets], nanny=via,
-                        workers=[t.worker for t in targets], on_error="return",
-                    )
+                    self.client.run(_renew, [t.token for t in targets], nanny=via,
+                                    workers=[t.worker for t in targets], on_error="return")
                 except Exception as err:  # keep renewing; the lease covers a lost client
                     if not self._stop_event.is_set():
                         logger.warning("renewing the throttle lease failed: %s", err)
@@ -393,7 +369,6 @@ class ProcessThrottle:
                                    target.worker, err)
             if local:
                 state = _resume_and_check(target.pid)
-
             if state in ("T", "t"):
                 stuck.append(target.worker)
             elif state == "?":
