@@ -26,15 +26,8 @@ _PROBES = {"variants": ("variant_position", "variant_contig", "variant_id"),
 
 @dataclass(frozen=True, slots=True)
 class StoreView:
-    """A Dataset's genotypes as a selection of a local VCF Zarr store.
-
-    Attributes
-    ----------
-    path : str
-        The store (a local directory).
-    variant_index, sample_index : ndarray of int or None
-        The store's variants and samples shown, in order (None: all, in order).
-    """
+    """A Dataset's genotypes as a selection of the local VCF Zarr store at ``path``: its
+    variants and samples shown, in order (None: all, in order)."""
 
     path: str
     variant_index: np.ndarray | None
@@ -42,19 +35,9 @@ class StoreView:
 
 
 def store_view(ds: Any) -> StoreView | None:
-    """Return the store and selection behind ``ds["call_genotype"]``, or None.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        A Dataset in VCF Zarr layout.
-
-    Returns
-    -------
-    view : StoreView or None
-        None when the genotypes are not a plain selection of a local store's
-        ``call_genotype`` (in memory, computed, remote).
-    """
+    """Return the store and selection behind ``ds["call_genotype"]`` (a Dataset in VCF Zarr
+    layout), or None when it is not a plain selection of a local store's ``call_genotype``
+    (in memory, computed, remote)."""
     var = ds["call_genotype"].variable
     lazy = _lazy_key(var._data)
     view: StoreView | None

@@ -53,17 +53,9 @@ DEFAULT_CHUNK_BYTES = 32 * 2**20
 
 @dataclass(frozen=True, slots=True)
 class OpenOptions:
-    """How :func:`~daskstraggle.data.matrix.open_matrix` reads its input, checked already.
-
-    Attributes
-    ----------
-    missing, scaling, storage : str
-        Genotype decoding: ``missing``, ``genotype_scaling`` and ``genotype_storage``.
-    missing_chunks : str
-        Zarr only: ``"error"`` or ``"fill"`` for a chunk absent from the store.
-    storage_options : dict or None
-        A URL's fsspec options; None for a path.
-    """
+    """How :func:`~daskstraggle.data.matrix.open_matrix` reads its input, checked already:
+    genotype decoding (``missing``, ``genotype_scaling``, ``genotype_storage``), Zarr's
+    ``missing_chunks``, a URL's fsspec ``storage_options`` (None for a path)."""
 
     missing: str
     scaling: str

@@ -26,11 +26,8 @@ __all__ = ["ArraySource", "DaskSource", "GenotypeArraySource", "GenotypeRowSourc
 
 @dataclass(frozen=True, eq=False, slots=True)
 class RowValues:
-    """Rows read by a loader: stored values and optional per-row transforms.
-
-    See :class:`daskstraggle.problems.Block` for the meaning of ``fill``, ``center``,
-    ``scale`` and ``packed_columns`` (set when ``values`` holds 2-bit genotype codes).
-    """
+    """Rows read by a loader: stored values and the per-row transforms of
+    :class:`daskstraggle.problems.Block` (``packed_columns``: ``values`` are 2-bit codes)."""
 
     values: np.ndarray
     fill: np.ndarray | None = None
@@ -302,11 +299,8 @@ def called_rows(values: np.ndarray, *, missing: str, scaling: str, storage: str)
 def _transformed(dosage: np.ndarray, counted: np.ndarray, sums: np.ndarray,
                  any_missing: bool, is_missing: np.ndarray | None, *, ploidy: int,
                  missing: str, scaling: str) -> RowValues:
-    """Rows with fill, centre and scale from the per-variant counts and dosage sums.
-
-    ``is_missing`` (None when ``dosage`` already holds -1 at the missing calls) marks the
-    calls to set to -1.
-    """
+    """Rows with fill, centre and scale from the per-variant counts and dosage sums; the
+    calls ``is_missing`` marks (None: ``dosage`` holds -1 there already) set to -1."""
     mean = np.divide(sums, counted, out=np.zeros(len(sums)), where=counted > 0)
     fill = None
     if any_missing:
@@ -337,16 +331,9 @@ def _dosage(alt: np.ndarray, n_alleles: np.ndarray, ploidy: int,
 
 
 class GenotypeRowSource(RowSource):
-    """Base of the sources whose rows are variants' dosages (standardised by the loader).
-
-    Attributes
-    ----------
-    missing, scaling, storage : str
-        Imputation of missing calls, per-variant scaling and how workers hold the dosages
-        (see :func:`genotype_rows` and :class:`GenotypeSource`).
-    ploidy : int
-        Alleles per call (the largest dosage).
-    """
+    """Base of the sources whose rows are variants' dosages (standardised by the loader):
+    ``missing``, ``scaling`` and ``storage`` as :func:`genotype_rows` and
+    :class:`GenotypeSource` say, ``ploidy`` the alleles per call (the largest dosage)."""
 
     missing: str
     scaling: str
@@ -460,11 +447,10 @@ class GenotypeSource(StoredGenotypes):
     """Dosage rows (one per variant, :func:`genotype_rows`) from a VCF Zarr store's
     ``call_genotype``.
 
-    With ``storage="packed"`` a worker holds 2-bit codes, four calls per byte
-    (:mod:`daskstraggle._packing`); only ploidy 1 or 2 packs (the caller checks that).
-    ``variant_index`` and ``sample_index`` (store rows and columns, None: all) select a
-    view of the store (e.g. of a filtered ``xarray.Dataset``): each loader reads only the
-    chunks holding its selected calls; the statistics are those of the selected samples.
+    With ``storage="packed"`` a worker holds 2-bit codes, four calls per byte (ploidy 1 or 2
+    only, which the caller checks). ``variant_index`` and ``sample_index`` select a view of
+    the store: each loader reads only the chunks holding its selected calls, and the
+    statistics are those of the selected samples.
     """
 
     kind = "vcf-zarr"
@@ -503,29 +489,9 @@ class GenotypeSource(StoredGenotypes):
 
 # --------------------------------------------------------------------------- in memory
 def dosage_rows(dosages: np.ndarray, *, ploidy: int, missing: str, scaling: str) -> RowValues:
-    """Turn allele counts (variants, samples) into dosage rows, as :func:`genotype_rows`.
-
-    Negative counts are missing calls. Counts above ``ploidy`` are refused.
-
-    Parameters
-    ----------
-    dosages : ndarray of int of shape (n_variants, n_samples)
-        Alternate allele counts per call (sgkit's ``call_alternate_allele_count``).
-    ploidy : int
-        The largest count.
-    missing, scaling : str
-        As :func:`genotype_rows`.
-
-    Returns
-    -------
-    rows : RowValues
-        int8 dosages (-1 where missing), as :func:`genotype_rows`.
-
-    Raises
-    ------
-    InvalidDataError
-        If a count exceeds ``ploidy``.
-    """
+    """Turn alternate allele counts per call (variants, samples; sgkit's
+    ``call_alternate_allele_count``, negative: missing) into int8 dosage rows, as
+    :func:`genotype_rows`; InvalidDataError for a count above ``ploidy``."""
     counts = np.asarray(dosages)
     if counts.size and int(counts.max()) > ploidy:
         raise InvalidDataError(
@@ -556,12 +522,8 @@ class _ArrayGenotypeLoader:
 
 
 class GenotypeArraySource(GenotypeRowSource):
-    """Dosage rows from in-memory genotypes: calls (variants, samples, ploidy) or counts,
-    decoded and scaled as :class:`GenotypeSource` does.
-
-    Each loader carries its numpy rows, or the culled graph of its dask rows (computed
-    where it runs).
-    """
+    """Dosage rows from in-memory genotypes, calls (variants, samples, ploidy) or counts,
+    decoded as :class:`GenotypeSource` does; a loader carries its rows (or their graph)."""
 
     kind = "genotypes"
 
