@@ -1,10 +1,7 @@
 """The partition format: the row block that kernels consume and the matrix statistics.
 
-A :class:`Block` is one partition's rows as held in a worker's memory: the stored values
-(float, or int8 genotype dosages where -1 marks a missing call), optional per-row
-transforms (fill value for missing entries, centre, scale) and optional labels. Kernels
-never materialise a float copy of the whole block: :meth:`Block.tiles` converts it one
-cache-sized tile of rows at a time.
+Kernels never materialise a float copy of a whole :class:`Block`: :meth:`Block.tiles`
+converts it one cache-sized tile of rows at a time.
 """
 
 from __future__ import annotations

@@ -125,9 +125,8 @@ def _reference_ratios(result: Any) -> np.ndarray | None:
 
 
 def _population_table(result: Any, matrix: Any) -> str:
-    """Each population's size and mean scores on the first two PCs, then the share of each
-    PC's variance that lies between the populations (between-group over total sum of
-    squares)."""
+    """Each population's size and mean scores on PC1 and PC2, and the share of each PC's
+    variance between the populations."""
     groups = np.asarray(matrix.column_groups)
     names, counts = np.unique(groups, return_counts=True)
     scores = result.fitted["components"][:2]

@@ -56,13 +56,7 @@ def qc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def qc_from_params(params: dict[str, Any]) -> GenotypeQC | None:
-    """Pop the options' values from ``params``; return the quality control (None: none).
-
-    Raises
-    ------
-    InvalidParameterError
-        If a value is out of range (one line naming the option).
-    """
+    """Pop the options' values from ``params``; return the quality control (None: none)."""
     from daskstraggle.data.genotypes import GenotypeQC, parse_qc  # the data layer: on use
     from daskstraggle.data.ld import parse_ld_prune
 

@@ -1,9 +1,5 @@
 """What this machine has for a run: memory available to a new allocation, and where a path
-that does not exist yet would be created.
-
-One reader of each, for the checks made before any work (the default runtime's choice, LD
-pruning's window, a dataset recipe's chunk, an output folder's permissions and free space).
-"""
+that does not exist yet would be created."""
 
 from __future__ import annotations
 
@@ -13,16 +9,14 @@ __all__ = ["available_memory", "nearest_existing"]
 
 
 def available_memory() -> int:
-    """Return the bytes of memory available to a new allocation (``psutil``'s
-    ``available``: free memory plus what the kernel can reclaim)."""
+    """Return the bytes of memory available to a new allocation (psutil's ``available``)."""
     import psutil  # distributed's dependency, imported when a check needs it
 
     return int(psutil.virtual_memory().available)
 
 
 def nearest_existing(path: Path) -> Path:
-    """Return ``path`` if it exists, else its nearest existing ancestor (where it would be
-    created; the file system root at worst)."""
+    """Return ``path`` if it exists, else its nearest existing ancestor."""
     while not path.exists() and path != path.parent:
         path = path.parent
     return path

@@ -1,10 +1,8 @@
 """Imported once in the forkserver that forks the workers of a LocalCluster started here.
 
-Importing this module blocks SIGINT in the server (its forked workers ignore Ctrl-C: the
-client's process alone handles it), imports what a worker needs and runs a tiny in-process
-fit of each problem, so every forked worker starts with the numba kernels in memory. It
-leaves no thread running (forking with threads is unsafe). See
-:func:`daskstraggle.runtime._connect.worker_start_config`.
+It blocks SIGINT (the client's process alone handles Ctrl-C) and runs a tiny fit of each
+problem, so every forked worker starts with the numba kernels in memory; it leaves no thread
+running (forking with threads is unsafe).
 """
 
 from __future__ import annotations

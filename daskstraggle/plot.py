@@ -1,10 +1,7 @@
-"""Pictures of runs: convergence, per-worker latency and the PCA scatter.
-
-Every function draws on a matplotlib ``Axes`` (a new figure's when ``ax`` is None) and
-returns it; :func:`plot_run` puts the three pictures of one run side by side (what the
-CLI's ``--plot PATH.png`` writes). matplotlib is imported on first use, not with
-daskstraggle: without it each function raises an ImportError naming the command that
-installs it, ``pip install 'daskstraggle[plot]'``. Examples assume ``import numpy as np``.
+"""Pictures of runs: convergence, per-worker latency and the PCA scatter, each drawn on a
+matplotlib ``Axes`` (a new figure's when ``ax`` is None), and :func:`plot_run` (the CLI's
+``--plot``). matplotlib is imported on first use; without it an ImportError says
+``pip install 'daskstraggle[plot]'``. Examples assume ``import numpy as np``.
 """
 
 from __future__ import annotations
@@ -189,10 +186,8 @@ def _is_sequence(value: Any) -> bool:
 
 def _drawable(trace: xr.Dataset, name: object, *, ndim: int, param: str, caller: str,
               among: str, empty: str) -> np.ndarray:
-    """The values of the trace variable ``name`` over ``iteration`` (and ``ndim - 1`` more
-    dimensions) as floats; InvalidParameterError naming ``param`` and the variables there
-    are (after ``among``) if there is no such variable, InvalidDataError ``empty`` if it
-    has no finite value."""
+    """The float values of trace variable ``name`` over ``iteration`` (``ndim`` dims), or
+    InvalidParameterError (no such variable), InvalidDataError ``empty`` (none finite)."""
     names = sorted(str(v) for v in trace.data_vars
                    if trace[v].ndim == ndim and trace[v].dims[0] == "iteration")
     if not isinstance(name, str) or name not in names:

@@ -16,21 +16,8 @@ __all__ = ["BackgroundCommand", "assert_exact_components", "free_port", "one_err
 
 def assert_exact_components(result: Any, dense: np.ndarray, k: int, *, center: bool = True,
                             rtol: float = 1e-10) -> None:
-    """Assert a PCA result's components and variances equal numpy's SVD of ``dense``.
-
-    Parameters
-    ----------
-    result : Result
-        A fitted PCA.
-    dense : ndarray of shape (n_samples, n_features)
-        The matrix as the kernels see it.
-    k : int
-        Components to check (well separated: each cosine at least ``1 - rtol``).
-    center : bool, default=True
-        Whether the PCA centred the columns.
-    rtol : float, default=1e-10
-        Tolerance on ``1 - |cos|`` and on the explained variances.
-    """
+    """Assert a PCA result's first ``k`` components (well separated) and variances equal
+    numpy's SVD of ``dense`` (centred with ``center``), to ``rtol`` on ``1 - |cos|``."""
     A = dense - dense.mean(axis=0) if center else dense
     _, s, vt = np.linalg.svd(A, full_matrices=False)
     cos = np.abs(np.sum(result.fitted["components"] * vt[:k], axis=1))
@@ -59,26 +46,8 @@ def one_error_line(err: str) -> str:
 
 
 class BackgroundCommand:
-    """A command run in a subprocess in the background; :meth:`result` waits for it.
-
-    Parameters
-    ----------
-    argv : list of str
-        The command and its arguments.
-    cwd : path
-        Working directory of the command.
-    timeout : float, default=90
-        Seconds after which the command is killed (its output so far is kept).
-
-    Attributes
-    ----------
-    out, err : str
-        The command's stdout and stderr, once :meth:`result` returned.
-    elapsed : float
-        Seconds from the start to the end of the command.
-    proc : subprocess.Popen
-        The process.
-    """
+    """Command ``argv`` run in ``cwd`` in the background, killed after ``timeout`` seconds;
+    once :meth:`result` returned, ``out``, ``err`` and ``elapsed`` (seconds) are set."""
 
     def __init__(self, argv: list[str], cwd: str | Path, *, timeout: float = 90) -> None:
         self.t0 = time.monotonic()
@@ -105,20 +74,11 @@ class BackgroundCommand:
 
 
 def reference_dosages(calls: np.ndarray) -> np.ndarray:
-    """Return the dosage of every call (NaN when missing), one call at a time: an independent
-    oracle for the data layer's vectorised decoding of VCF genotype calls.
+    """Return the dosage (n_variants, n_samples) of every call of ``call_genotype``, NaN when
+    missing, one call at a time: an oracle for the data layer's vectorised decoding.
 
     An allele -2 pads a call of lower ploidy; a call with another negative allele, or
     only padding, is missing; the dosage is the alternate alleles scaled to the ploidy.
-
-    Parameters
-    ----------
-    calls : ndarray of shape (n_variants, n_samples, ploidy)
-        Allele indices (``call_genotype`` of VCF Zarr).
-
-    Returns
-    -------
-    dosage : ndarray of shape (n_variants, n_samples)
     """
     n_variants, n_samples, ploidy = calls.shape
     out = np.full((n_variants, n_samples), np.nan)
@@ -131,21 +91,8 @@ def reference_dosages(calls: np.ndarray) -> np.ndarray:
 
 
 def reference_matrix(dosage: np.ndarray, ploidy: int, *, patterson: bool) -> np.ndarray:
-    """Return the dosages with missing calls mean-imputed, optionally Patterson-scaled.
-
-    Parameters
-    ----------
-    dosage : ndarray of shape (n_variants, n_samples)
-        From :func:`reference_dosages`.
-    ploidy : int
-        The store's ploidy.
-    patterson : bool
-        Centre each variant and divide by ``sqrt(p (1 - p))``, ``p = mean / ploidy``
-        (variants with ``p (1 - p) <= 1e-12`` become 0).
-
-    Returns
-    -------
-    matrix : ndarray of shape (n_variants, n_samples)
+    """Return the dosages with missing calls mean-imputed; with ``patterson``, each variant
+    centred and divided by ``sqrt(p (1 - p))``, ``p = mean / ploidy`` (0 if at most 1e-12).
     """
     dense = dosage.copy()
     for v in range(dense.shape[0]):
