@@ -105,19 +105,9 @@ class _Estimator(BaseEstimator):
         if n_workers is None and self.runtime in ("local", "sim"):
             n_workers = min(4, matrix.n_rows)  # in process: never more workers than rows
         check_rng(self.random_state, caller=self._caller(), name="random_state", hint="")
-        return {
-            **extra,
-            **own,
-            "method": self.method,
-            "method_params": self.method_params,
-            "max_iter": self.max_iter,
-            "tol": self.tol,
-            "rng": self.random_state,
-            "runtime": self.runtime,
-            "n_workers": n_workers,
-            "client": self.client,
-            "stragglers": self.stragglers,
-        }
+        passed = {k: getattr(self, k) for k in ("method", "method_params", "max_iter", "tol",
+                                                 "runtime", "client", "stragglers")}
+        return {**extra, **own, **passed, "rng": self.random_state, "n_workers": n_workers}
 
     def _open(self, X: Any, y: Any = None, *, supervised: bool = False, center: bool = False
               ) -> tuple[Matrix, Any, np.ndarray | None]:

@@ -144,12 +144,9 @@ class LatencyProfiler:
         self._newest = [-math.inf] * self.n_workers
 
     def __repr__(self) -> str:
-        counts = [len(s) for s in self._samples]
-        return (
-            f"LatencyProfiler(n_workers={self.n_workers}, window={self.window}, "
-            f"quantiles={self.quantiles}, min_samples={self.min_samples}, "
-            f"samples={sum(counts)})"
-        )
+        return (f"LatencyProfiler(n_workers={self.n_workers}, window={self.window}, "
+                f"quantiles={self.quantiles}, min_samples={self.min_samples}, "
+                f"samples={sum(len(s) for s in self._samples)})")
 
     def record(
         self,
@@ -264,13 +261,9 @@ class LatencyProfiler:
 
 def _check_quantiles(value: Any, caller: str) -> tuple[float, float]:
     """Return ``value`` as ``(lo, hi)`` with ``0 <= lo < hi <= 1``."""
-    ok = isinstance(value, Sequence | np.ndarray) and not isinstance(value, str) \
-        and len(value) == 2
-    if ok:
-        ok = all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value)
-    if ok:
-        lo, hi = float(value[0]), float(value[1])
-        ok = 0.0 <= lo < hi <= 1.0
-    if not ok:
+    pair = isinstance(value, Sequence | np.ndarray) and not isinstance(value, str) \
+        and len(value) == 2 and all(isinstance(v, numbers.Real) and not isinstance(v, bool)
+                                    for v in value)
+    if not (pair and 0.0 <= value[0] < value[1] <= 1.0):
         _fail("quantiles", caller, "a pair (lo, hi) with 0 <= lo < hi <= 1", value)
-    return lo, hi
+    return float(value[0]), float(value[1])

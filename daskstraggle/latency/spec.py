@@ -1,22 +1,13 @@
 """Straggler and latency specs: one line of text -> models (``--stragglers``).
 
-Grammar: terms joined by ``+``; each term is ``name(key=value, ...)`` (or a bare
-``name``) where ``name`` is a registered latency model (``_`` or ``-`` alike) and the
-values are Python literals or nested terms. The first term may be a model with a
-distribution; every later model term is a modifier applied on top of what precedes it
-(modifiers alone slow down the *real* compute time). ``throttle(workers=..., factor=...,
-period=...)`` asks for the whole-process throttle, alone or beside a model. The fault
-terms of :mod:`daskstraggle.latency.faults` (``loss``, ``freeze``, ``join``, ``retire``)
-are played by the simulated runtime. ``none`` means no stragglers. The class of a term's
-name builds it: ``from_term(name, params, base=..., spec=...)``.
-
-Examples (CLI ``--stragglers``)::
-
-    slowdown(workers=1, factor=4)                      worker 1 four times slower
-    markov(p_slow=0.05, p_fast=0.2, slow_factor=4)     two-state Markov stragglers
-    gamma(mean=0.05, var=1e-4) + slowdown(workers=[0, 2], factor=3)
-    throttle(workers=1, factor=4)                      SIGSTOP/SIGCONT duty cycle
-    gamma(mean=0.05, var=1e-4) + loss(workers=1, at=2)  (simulated) worker 1 dies at 2 s
+Grammar: terms joined by ``+``; each term is ``name(key=value, ...)`` (or a bare ``name``)
+where ``name`` is a registered latency model (``_`` or ``-`` alike) and the values are Python
+literals or nested terms. The first term may be a model with a distribution; every later
+model term is a modifier applied on top of what precedes it (modifiers alone slow down the
+*real* compute time). ``throttle(workers=..., factor=..., period=...)`` asks for the
+whole-process throttle, alone or beside a model. The fault terms of
+:mod:`daskstraggle.latency.faults` (``loss``, ``freeze``, ``join``, ``retire``) are played by
+the simulated runtime. ``none`` means no stragglers. ``docs/stragglers.md`` shows each term.
 """
 
 from __future__ import annotations
