@@ -1,11 +1,6 @@
-"""Dataset recipes: simulated genotypes and synthetic regression data, written as Zarr.
-
-Every recipe validates its parameters and writes its store chunk by chunk into a hidden
-temporary sibling of ``out``, renamed into place only when complete. Data-global
-quantities (mixture mean, true coefficients, msprime seeds) come from the first child of
-``np.random.SeedSequence(seed)`` and chunk ``i``'s rows from child ``i + 1``, so the rows
-depend on ``(seed, chunk_rows)``. Layouts, sizes and times: ``datasets/README.md``.
-"""
+"""Dataset recipes: simulated genotypes and synthetic regression data, written as Zarr into
+a hidden sibling of ``out`` renamed into place when complete. Data-global draws come from
+the first child of ``np.random.SeedSequence(seed)``, chunk ``i``'s rows from child ``i + 1``."""
 
 from __future__ import annotations
 
@@ -72,9 +67,8 @@ def _targets(path: Path) -> list[Path]:
 def _check_out(out: object, *, caller: str, overwrite: object, progress: object,
                fileset: bool = False) -> tuple[Path, bool, bool]:
     """Return ``out`` as an absolute path, ``overwrite`` and ``progress`` checked; refuse
-    ('', '.', '..' name the current folder, which overwrite would replace) a ``.bed``
-    unless ``fileset``, a path inside a Zarr store, one that exists or a file of its
-    fileset that does (unless ``overwrite``) or whose folder cannot be written."""
+    a ``.bed`` unless ``fileset``, a path in a Zarr store, one that exists (or a file of its
+    fileset; unless ``overwrite``) or whose folder cannot be written."""
     overwrite = check_bool(overwrite, name="overwrite", caller=caller)
     progress = check_bool(progress, name="progress", caller=caller)
     what = f"The 'out' parameter of {caller} (CLI: --out)"
@@ -143,8 +137,7 @@ def _check_fraction(value: object, *, name: str, caller: str) -> float:
 @contextlib.contextmanager
 def _staged(targets: list[Path], *, overwrite: bool) -> Iterator[Path]:
     """Yield a temporary folder beside ``targets``; on success move its entries of their
-    names onto them (an old target removed only then); on failure they are left as they
-    were."""
+    names onto them (an old target removed only then), on failure leave them as they were."""
     targets[0].parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{targets[0].name}.tmp-", dir=targets[0].parent))
     old = staging / ".old"
@@ -177,18 +170,16 @@ def _every_chunk_written() -> Iterator[None]:
         yield
 
 
-def _streams(seed: int, n_chunks: int) -> tuple[np.random.SeedSequence, _Seqs]:
-    """Return the global seed sequence and one per chunk."""
-    children = np.random.SeedSequence(seed).spawn(n_chunks + 1)
-    return children[0], children[1:]
-
-
-def _chunk_bounds(n_rows: int, chunk_rows: int) -> list[tuple[int, int]]:
-    return [(start, min(start + chunk_rows, n_rows)) for start in range(0, n_rows, chunk_rows)]
+def _streams(seed: int, n_rows: int, chunk_rows: int) -> tuple[np.random.SeedSequence,
+                                                                 list[tuple[int, int]], _Seqs]:
+    """Return the global seed sequence, the chunks' ``(start, stop)`` rows and their seeds."""
+    bounds = [(a, min(a + chunk_rows, n_rows)) for a in range(0, n_rows, chunk_rows)]
+    children = np.random.SeedSequence(seed).spawn(len(bounds) + 1)
+    return children[0], bounds, children[1:]
 
 
 def _progress(iterable: Any, *, enabled: bool, desc: str, total: int, unit: str = "chunk") -> Any:
-    """Wrap ``iterable`` in a tqdm bar on stderr (or return a bar to update if None)."""
+    """Wrap ``iterable`` in a tqdm bar on stderr."""
     if not enabled:
         return iterable
     from daskstraggle._progress import progress_bar
@@ -219,8 +210,7 @@ def _write_table(name: str, out: object, values: dict[str, Any], extra: tuple[st
                 store_bytes=n_samples * (n_features * np.dtype(params["dtype"]).itemsize + 8),
                 chunk_bytes=8.0 * (3 * chunk + 1) * n_features,
                 sizes=f"{n_samples} rows of {n_features} columns, {chunk} rows per chunk")
-    bounds = _chunk_bounds(n_samples, chunk)
-    global_seq, chunk_seqs = _streams(params["seed"], len(bounds))
+    global_seq, bounds, chunk_seqs = _streams(params["seed"], n_samples, chunk)
     arrays, attrs = global_arrays(np.random.default_rng(global_seq), params)
     with _staged([path], overwrite=overwrite) as tmp, _every_chunk_written():
         group = zarr.open_group(tmp / path.name, mode="w", zarr_format=3)
@@ -486,15 +476,10 @@ def _simulate(
     total = max((1.05 * n_variants + 4.0 * math.sqrt(n_variants) + 10.0) / rate, 10.0)
     n_expected = math.ceil(total / SEGMENT_LENGTH)
     length = math.ceil(total / n_expected)
-    bar = _progress(None, enabled=progress, desc="msprime", total=n_expected, unit="segment")
     pieces: list[Any] = []
     found = 0
-    while found < n_variants:
-        if len(pieces) >= 10 * n_expected + 10:  # pragma: no cover - needs a 10x misestimate
-            raise StraggleError(
-                f"msprime gave {found} < {n_variants} segregating sites in {len(pieces)} "
-                f"segments of {length} bp"
-            )
+    for _ in _progress(range(10 * n_expected + 10), enabled=progress, desc="msprime",
+                       total=n_expected, unit="segment"):
         ancestry_seed, mutation_seed = (int(s) for s in rng.integers(1, 2**31 - 1, size=2))
         ts = msprime.sim_ancestry(
             samples, demography=demography, ploidy=ploidy, sequence_length=length,
@@ -506,10 +491,11 @@ def _simulate(
         pieces.append(ts.delete_sites(np.setdiff1d(np.arange(ts.num_sites), kept)))
         found += len(kept)
         logger.debug("segment %d (%d bp): %d of %d sites", len(pieces), length, found, n_variants)
-        if bar is not None:
-            bar.update()
-    if bar is not None:
-        bar.close()
+        if found == n_variants:
+            break
+    else:  # pragma: no cover - needs a 10x misestimate
+        raise StraggleError(f"msprime gave {found} < {n_variants} segregating sites in "
+                            f"{len(pieces)} segments of {length} bp")
     info = {"population_size": POPULATION_SIZE, "mutation_rate": MUTATION_RATE,
             "recombination_rate": RECOMBINATION_RATE, "segment_length": length,
             "n_segments": len(pieces), "msprime_version": msprime.__version__}
@@ -517,13 +503,12 @@ def _simulate(
     return _concatenate(pieces), info
 
 
-def _add_missing(group: Any, *, missing_rate: float, seqs: _Seqs,
-                 chunk_rows: int, progress: bool) -> None:
+def _add_missing(group: Any, *, missing_rate: float, bounds: list[tuple[int, int]],
+                 seqs: _Seqs, progress: bool) -> None:
     """Set a fraction ``missing_rate`` of calls to -1, chunk by chunk, and update the mask."""
     calls = group["call_genotype"]
     mask = group["call_genotype_mask"] if "call_genotype_mask" in group else None
-    n_variants, n_samples, ploidy = calls.shape
-    bounds = _chunk_bounds(n_variants, chunk_rows)
+    n_samples, ploidy = calls.shape[1:]
     chunks = zip(bounds, seqs, strict=True)
     for (start, stop), seq in _progress(chunks, enabled=progress, desc="missing calls",
                                         total=len(bounds)):
@@ -686,8 +671,7 @@ def make_genotypes(
             "pip install 'daskstraggle[genomics]'"
         ) from err
 
-    n_chunks = len(_chunk_bounds(params["n_variants"], chunk))
-    global_seq, chunk_seqs = _streams(params["seed"], n_chunks)
+    global_seq, bounds, chunk_seqs = _streams(params["seed"], params["n_variants"], chunk)
     ts, simulation = _simulate(params, np.random.default_rng(global_seq), progress=progress)
     mapping = ts.map_to_vcf_model()
     # bio2zarr sample i is row i of the mapping; its population is that of its first node
@@ -695,13 +679,14 @@ def make_genotypes(
     names = np.array([ts.population(p).metadata["name"] for p in range(ts.num_populations)])
     populations = names[node_population]
 
-    def write_store(tmp: Path) -> None:
+    with _staged(_targets(path), overwrite=overwrite) as staging, _every_chunk_written():
+        store = staging / ("calls.vcz" if bed else path.name)
         bio2zarr.tskit.convert(
-            ts, tmp, model_mapping=mapping, variants_chunk_size=chunk,
+            ts, store, model_mapping=mapping, variants_chunk_size=chunk,
             samples_chunk_size=min(params["n_samples"], MAX_SAMPLES_CHUNK),
             show_progress=progress, zarr_format=2,
         )
-        group = zarr.open_group(tmp, mode="r+")
+        group = zarr.open_group(store, mode="r+")
         sample_chunks = cast("zarr.Array", group["sample_id"]).chunks
         member = group.create_array("sample_population", chunks=sample_chunks,
                                     data=populations.astype(np.dtypes.StringDType()))
@@ -710,20 +695,14 @@ def make_genotypes(
         _name_alleles(group, {"0": "A", "1": "T"})
         _write_filters(group, params["n_variants"], chunk)
         if params["missing_rate"] > 0:
-            _add_missing(group, missing_rate=params["missing_rate"], seqs=chunk_seqs,
-                         chunk_rows=chunk, progress=progress)
+            _add_missing(group, missing_rate=params["missing_rate"], bounds=bounds,
+                         seqs=chunk_seqs, progress=progress)
         group.attrs.update({"daskstraggle_dataset": "genotypes", "params": params,
                             "seed": params["seed"], "simulation": simulation})
-
-    with _staged(_targets(path), overwrite=overwrite) as staging, _every_chunk_written():
         if bed:
             from daskstraggle.data._bed_writer import write_bed
 
-            write_store(staging / "calls.vcz")
-            write_bed(staging / "calls.vcz", staging / Path(path.name).with_suffix(""),
-                      family=populations)
-        else:
-            write_store(staging / path.name)
+            write_bed(store, staging / Path(path.name).with_suffix(""), family=populations)
     logger.info("wrote genotypes (%d variants x %d samples) to %s",
                 params["n_variants"], params["n_samples"], path)
     return path
