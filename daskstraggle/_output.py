@@ -213,13 +213,9 @@ def _check_name_length(out: Path, folder: Path, what: str) -> None:
 def write_atomically(out: Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` on a temporary sibling of ``out``, then put it in place.
 
-    An existing ``out`` is swapped with the temporary in one atomic step where the
-    system offers it (Linux ``renameat2(RENAME_EXCHANGE)``), so a kill at any instant
-    leaves the old or the new store at ``out``, never neither; elsewhere it is moved
-    aside and replaced by two renames (put back if the second fails). The replaced store
-    is then deleted (retried; a warning names what could not be deleted), and so are
-    temporaries and replaced stores that an earlier save killed midway left next to
-    ``out`` (their process is gone).
+    An existing ``out`` is swapped with it atomically where Linux offers it (a kill leaves
+    the old or the new store), else by two renames; the replaced store is then deleted, and
+    so are the leftovers of earlier saves whose process is gone.
     """
     out.parent.mkdir(parents=True, exist_ok=True)
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"

@@ -75,30 +75,10 @@ WORKERS_BOUND = (f"an int in [1, {MAX_LOCAL_WORKERS}] with the Dask runtime (wor
 
 def check_n_workers(value: Any, *, caller: str, runtime: Any,
                     name: str | None = None) -> int:
-    """Return the number of workers to start, or raise with the one message of the bounds.
-
-    Parameters
-    ----------
-    value : int
-        Workers the run starts itself (LocalCluster processes, or in-process workers).
-    caller : str
-        The function asked (named in the message).
-    runtime : str, Runtime or None
-        An in-process runtime (:attr:`Runtime.in_process`) allows
-        :data:`MAX_IN_PROCESS_WORKERS`, any other :data:`MAX_LOCAL_WORKERS`.
-    name : str or None, default=None
-        What the value is, for the message (default: ``caller``'s ``n_workers``).
-
-    Returns
-    -------
-    n_workers : int
-
-    Raises
-    ------
-    InvalidParameterError
-        If ``value`` is not an int within the runtime's bound (the message states both,
-        :data:`WORKERS_BOUND`), or no runtime is registered under ``runtime``.
-    """
+    """Return ``value``, the workers the run starts, or raise InvalidParameterError stating
+    :data:`WORKERS_BOUND` (an in-process ``runtime`` allows :data:`MAX_IN_PROCESS_WORKERS`,
+    any other :data:`MAX_LOCAL_WORKERS`); ``name`` says what the value is (default:
+    ``caller``'s ``n_workers``)."""
     in_process = _declared(runtime).in_process
     high = MAX_IN_PROCESS_WORKERS if in_process else MAX_LOCAL_WORKERS
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) \
@@ -316,9 +296,7 @@ def _run(
         with _resume_hint(rec):
             result = _run_without_no_calls(run, _as_resumed(matrix, state), problem, meth)
         rec.finished()
-    made = {"auto": choices[-1].as_attrs(result) if choices else None,  # what auto chose
-            "runtime_reason": choice.reason}
-    result.attrs.update({key: value for key, value in made.items() if value is not None})
+    result.attrs.update(_choices_made(result, choices, choice.reason))
     if out_path is not None:
         result.save(out_path, overwrite=overwrite)
     return result
@@ -339,6 +317,14 @@ def _method_for(problem: Problem, method: str | Method, method_params: Any, rng:
     meth.check_problem(problem)
     check_oversampling(meth, problem)
     return meth, auto
+
+
+def _choices_made(result: Result, choices: list[Choice], reason: str | None
+                  ) -> dict[str, Any]:
+    """What ``auto`` chose (``"auto"``) and why the runtime ran, those that apply."""
+    made = {"auto": choices[-1].as_attrs(result) if choices else None,
+            "runtime_reason": reason}
+    return {key: value for key, value in made.items() if value is not None}
 
 
 @contextmanager
