@@ -1,12 +1,7 @@
 """The engine: every decision of a run, as a pure state machine (no Dask, no I/O, no clock).
 
-The runtimes (:mod:`daskstraggle.runtime`) execute its instructions and report what
-happened as events (:mod:`daskstraggle.engine.events`) to one entry point,
-:meth:`Engine.handle_stimulus`; its parts decide: the coordinator (:class:`Coordinator`,
-rounds) and the worker pool (:class:`~daskstraggle.engine.pool.WorkerPool`, tasks and
-workers). The convergence verdict (:class:`ConvergenceMonitor`), the
-stop rule (:class:`StopRule`) and the checkpoint schedule (:class:`CheckpointSchedule`) are
-its parts.
+The runtimes report events to :meth:`Engine.handle_stimulus` and carry out the
+instructions it returns.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """When a run writes its checkpoint, and whether reloaded data are the checkpoint's (pure).
 
-The engine decides *when* (:class:`CheckpointSchedule`, read at round boundaries with the
-time the events carry) and hands the state over in a
-:class:`~daskstraggle.engine.events.WriteCheckpoint` instruction; writing the file is the
-runtime's (:class:`daskstraggle.runtime.checkpoint.Checkpointer`).
+Writing the file is the runtime's (:class:`daskstraggle.runtime.checkpoint.Checkpointer`).
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
 """When a run has converged, when it has diverged: the coordinator's verdict (pure).
 
-Every method reports, each round, the point it evaluated and the (exact or estimated)
-kernel sum there. From that the :class:`ConvergenceMonitor` computes the problem's
-*optimality measure* (:meth:`~daskstraggle.problems.Problem.optimality`, made relative):
-
-- PCA: the largest relative eigen-residual ``|X_c^T X_c y_i - lambda_i y_i| / lambda_i``
-  over the Ritz pairs, so every requested component is judged, not the total variance;
-- regression: the norm of the objective's gradient over its norm at the starting point.
-
-A run is **converged** when this measure, evaluated *exactly* at the returned point, is
-at most ``tol``. Methods whose rounds are exact (gd, nag, coded, and any round that saw
-every row at one iterate) are judged every round. For the stochastic methods (sgd, sag,
-dsag with subpartitions, partial with a tolerance, async) the measure is an estimate; when
-the estimate, or the iterate's change over a window of ``window`` rounds, falls below
-``tol``, the runtime makes one exact pass at the current point and the monitor decides on
-that. Exact checks are rate-limited (at least ``window`` rounds apart, the gap doubling
-after each failed check). When the iterate has stopped moving but three exact checks in a
-row fail, and the exact measure is not falling fast enough over those checks to reach
-``tol`` within the rounds left, the method is at its noise floor: the run stops as
-``"stalled"``, unconverged.
-
-Divergence is an error (:class:`~daskstraggle.errors.DivergenceError`): a non-finite
-iterate, kernel sum or objective; an exact objective above its best by more than ten
-times ``max(|best|, start - best)``; or a final objective above the starting one.
+:class:`ConvergenceMonitor` judges each round on the problem's relative optimality measure,
+exactly or from the method's estimate with exact checks; the rules (checks, the noise floor's
+``"stalled"``, divergence) are ``docs/convergence.md``.
 """
 
 from __future__ import annotations

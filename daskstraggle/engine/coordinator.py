@@ -1,26 +1,10 @@
-"""The coordinator: the pure state machine that drives a method on any runtime.
+"""The coordinator: the pure state machine that drives a method through its rounds.
 
-In the style of distributed's ``WorkerState.handle_stimulus``: the runtime feeds it
-*events* (:mod:`daskstraggle.engine.events`: the run began, a result arrived, the collect
-window passed quietly, an exact check pass came back, the step's runtime hook ran, stale
-messages were abandoned), each carrying the time the runtime observed it, and executes
-the *instructions* it returns (submit a unit, wait for a result, run an exact check pass,
-call the step hook, abandon stale messages, record a trace row, write a checkpoint,
-finish). Every decision of the driving loop lives here: dispatching to idle workers, the
-collect window, stall detection, the convergence verdict and its exact checks, the stop
-rule, the balancing cadence, abandoning stale messages and when to checkpoint.
-Membership changes (lost, frozen, joining workers) are still handled below it by the Dask
-runtime, which keeps worker indices stable.
-
-Handlers are registered per event type (``functools.singledispatchmethod``); :class:`Phase`
-says which events the coordinator expects next, and :meth:`Coordinator.validate_state`
-checks its invariants. Every instruction carries the ``stimulus_id`` of the event that
-caused it.
-On request, a bounded log of events and the instructions they gave
-(:attr:`Coordinator.log`, ``log_size``) lets a test replay a run through a fresh
-coordinator without any runtime.
-
-Pure module: no Dask, no I/O, no clock.
+The runtime feeds it events (:mod:`daskstraggle.engine.events`), each with the time it
+observed them, and carries out the instructions it returns: dispatching to idle workers,
+the collect window, stall detection, the convergence verdict and its exact checks, the
+stop rule, the balancing cadence, abandoning stale messages and checkpoints are decided
+here. :class:`Phase` says which events it expects next. Pure: no Dask, no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -28,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -68,8 +51,8 @@ __all__ = [
     "resumed_session",
 ]
 
-#: Entries (an event and its instructions) a logging coordinator keeps by default. The
-#: events hold the workers' results (arrays), so the log is off unless asked for.
+#: A log size (events, each with its instructions) that records a whole test run
+#: (:attr:`Runtime.stimulus_log <daskstraggle.runtime.base.Runtime.stimulus_log>`).
 LOG_SIZE = 10_000
 
 
@@ -121,9 +104,6 @@ class Coordinator:
         ``after_step`` each step), or None.
     checkpoint : CheckpointSchedule or None, default=None
         When to ask for a checkpoint (None: never).
-    log_size : int, default=0
-        Keep the last this many events, each with the instructions it gave, in
-        :attr:`log`, for a replay (0: no log; the events hold the results' arrays).
 
     Attributes
     ----------
@@ -135,12 +115,11 @@ class Coordinator:
 
     def __init__(self, method: Method, session: RunSession, *, stop: StopRule, n_workers: int,
                  unit_load: Callable[[WorkUnit], float], balancing: Any = None,
-                 checkpoint: CheckpointSchedule | None = None, log_size: int = 0) -> None:
+                 checkpoint: CheckpointSchedule | None = None) -> None:
         self.method, self.session, self.stop = method, session, stop
         self.balancing, self.checkpoint = balancing, checkpoint
         self.n_workers = n_workers
         self._unit_load = unit_load
-        self.log: deque[tuple[Event, tuple[Instruction, ...]]] = deque(maxlen=log_size)
         self.idle = set(range(n_workers))
         self.in_flight = 0
         self.durations: dict[int, float] = {}
@@ -178,10 +157,7 @@ class Coordinator:
                     f"{self.phase.value!r}; the runtime must reply to its last instruction."
                 )
             self.time, self._sid = event.time, event.stimulus_id
-            start = len(out)
             _dispatch(type(event))(self, event, out)
-            if self.log.maxlen:
-                self.log.append((event, tuple(out[start:])))
         return out
 
     @functools.singledispatchmethod

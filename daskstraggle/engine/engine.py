@@ -1,18 +1,9 @@
-"""The engine: one entry point for every event of a run.
+"""The engine: one entry point for every event of a run (pure: no Dask, no I/O, no clock).
 
-A run's state machine has two parts: the :class:`~daskstraggle.engine.coordinator.Coordinator`
-(rounds: what to submit, when a round ends, the convergence verdict, the stop rule,
-checkpoints) and the :class:`~daskstraggle.engine.pool.WorkerPool` (tasks and workers: which
-worker computes each index, moves after a loss, backups, helpers, when to wake the runtime).
-A runtime gives every event it observes to :meth:`Engine.handle_stimulus`, which hands it to
-the part that owns its type, and carries out the instructions it returns; the log keeps the
-events of both parts in the order they came, each with its instructions.
-
-:meth:`Engine.lifecycle` is a whole run as instructions, from the load to the conclusion: a
-generator that a small driver (:func:`daskstraggle.runtime.lifecycle.run`) sends the reply of
-each instruction it carries out.
-
-Pure module: no Dask, no I/O, no clock.
+:meth:`Engine.handle_stimulus` hands each event to the part that owns its type (the
+:class:`~daskstraggle.engine.coordinator.Coordinator`: rounds; the
+:class:`~daskstraggle.engine.pool.WorkerPool`: tasks and workers) and keeps the one log of
+both; :meth:`Engine.lifecycle` is a whole run as instructions.
 """
 
 from __future__ import annotations

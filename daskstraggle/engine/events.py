@@ -1,32 +1,11 @@
 """What the runtime tells the engine (events) and what the engine tells the runtime to do
-(instructions), in the style of distributed's ``worker_state_machine``: instructions are
-frozen values; events are slotted records nothing changes once made (not frozen: a frozen
-dataclass takes three times as long to make, and the runtimes make two per task).
+(instructions), in the style of distributed's ``worker_state_machine``.
 
-Every event carries the time at which the runtime observed it (``time``, seconds of the
-runtime's clock: real for the Dask and in-process runtimes, simulated for the simulated
-one) and a required ``stimulus_id`` naming it (``"arrived-17"``), so the engine never reads
-a clock and a logged run replays through a fresh engine to the same instructions. Every
-instruction carries the ``stimulus_id`` of the event that caused it, and the runtime gives
-what it observes while carrying an instruction out (a unit it sent) that instruction's id:
-the trace says which event caused each row and each move of a worker index.
-
-The lifecycle's instructions (:meth:`~daskstraggle.engine.engine.Engine.lifecycle`) come
-before and after the rounds: :class:`Load` (reply :class:`Loaded`), :class:`Compute` (an exact
-pass or another computation over every partition; reply :class:`Computed`),
-:class:`StartRounds` (reply :class:`Begin`) and :class:`EndRounds`.
-
-The run's events (the first group below) go to the
-:meth:`~daskstraggle.engine.coordinator.Coordinator.handle_stimulus` of the coordinator,
-those of the workers (the second group: tasks sent and finished, the cluster's statuses,
-the time passing) to the :meth:`~daskstraggle.engine.pool.WorkerPool.handle_stimulus` of the
-pool. Each coordinator call returns a list of
-instructions of which at most the last expects a reply (the next event): :class:`Await`
-(reply :class:`Arrived` or :class:`Quiet`), :class:`CheckExact` (:class:`Checked`),
-:class:`AfterStep` (:class:`Stepped`), :class:`Abandon` (:class:`Freed`) and
-:class:`WriteCheckpoint` (:class:`Saved`: the state must be written before the engine
-dispatches again). The others (:class:`Submit`, :class:`RecordRow`, :class:`RecordEvent`,
-:class:`Finish`) are carried out with no reply.
+Instructions are frozen; events are slotted records nothing changes once made (not frozen:
+a frozen dataclass takes three times as long to make, and the runtimes make two per task).
+Every event carries the time the runtime observed it, in its clock, and a ``stimulus_id``
+naming it (``"arrived-17"``); every instruction carries the ``stimulus_id`` of the event
+that caused it. Of a list of instructions at most the last expects a reply (``replies``).
 """
 
 from __future__ import annotations

@@ -1,44 +1,11 @@
 """The worker pool: which worker computes each worker index, what each has in flight, and
 what to do when a worker is slow, lost, retiring or joining (pure).
 
-The methods keep their ``N`` worker indices for the whole run; the worker behind an index
-may change. :meth:`WorkerPool.handle_stimulus` takes what the runtime observes, as events
-(:mod:`daskstraggle.engine.events`: a unit about to be sent, tasks sent, finished and
-dropped, the cluster's worker statuses, a helper ready, the time it asked to be woken at)
-and returns instructions (:class:`MoveIndex`, :class:`Resend`, :class:`Cancel`,
-:class:`SendBackup`, :class:`StartHelping`, :class:`StopHelping`, :class:`AwaitWorkers`,
-:class:`GiveUp`, :class:`SplitUnit`, :class:`Deliver`, :class:`CheckStatus` and
-:class:`~daskstraggle.engine.events.WakeAt`: the runtime never decides when to look for
-overdue work or at the statuses). The Dask runtime carries them out on a cluster, the
-simulated runtime in simulated time. Every decision is kept in a bounded log with its
-time, round and the stimulus that caused it, so :meth:`WorkerPool.history` answers "why
-did index 2 move to worker C at round 40".
-
-- **Lost** (gone from the statuses): the index moves to a live worker
-  (:func:`~daskstraggle.engine.resilience.replacement_targets`), its partitions are
-  reloaded there and its work in flight is sent again. An index that loses its worker
-  ``allowed_losses`` times in a run (a share that does not fit in a worker's memory: the
-  nanny restarts the worker, the index is reloaded, the worker dies again) ends the run
-  (:class:`GiveUp`), as Dask's ``allowed-failures`` ends a task that kills its workers.
-- **Out of memory** (``tight``: the restart of a worker the runtime saw killed for its
-  memory): taken as a replacement only when no other worker is live; it adopts no index
-  and helps none.
-- **Retiring** (status ``closing_gracefully``): the same, before it goes; the target
-  fetches the partitions from it.
-- **Frozen** (a unit unanswered for :func:`~daskstraggle.engine.resilience.frozen_bound`
-  seconds) or **stale** (in flight for :func:`~daskstraggle.engine.resilience.stale_bound`
-  rounds, its data loaded): the worker gets no more work in this run; its indices move.
-- **Joining**: a newcomer takes back an index from a worker computing for two, the one
-  that arrived there last (:func:`~daskstraggle.engine.resilience.adoption_moves`); beyond
-  that it helps the index
-  with the highest latency: the index's units are split between the two
-  (:class:`SplitUnit`, from :func:`~daskstraggle.engine.resilience.split_unit`), the share
-  following their speeds.
-- **Backups** (``backup_after``): a whole unit unanswered after that many times the median
-  latency is sent again to another worker index; the first answer counts. An exact pass's
-  fold (:class:`~daskstraggle.engine.events.PassStarted`) is backed up by the same rule,
-  :data:`FOLD_BACKUP_FACTOR` times the time half the folds took (at least
-  :data:`FOLD_BACKUP_MIN` seconds), to the same choice of worker (:class:`BackupFold`).
+:meth:`WorkerPool.handle_stimulus` takes the runtime's observations as events
+(:mod:`daskstraggle.engine.events`) and returns the instructions defined here; the indices
+stay fixed while the worker behind one may change. The rules per case (lost, out of memory,
+retiring, frozen, stale, joining, backups) are ``docs/architecture.md`` §6; every decision is
+logged with its time, round and cause (:meth:`WorkerPool.history`).
 """
 
 from __future__ import annotations
@@ -381,10 +348,6 @@ class WorkerPool:
     log_size : int, default=10_000
         Decisions kept in :attr:`log`: this many moves, backups and helpers' starts and
         stops, and this many units split.
-    stimuli : int, default=0
-        Keep the last this many events, each with the instructions it gave, in
-        :attr:`stimuli`, for a replay through a fresh pool (0: none; the events hold the
-        workers' arrays).
     allowed_losses : int or None, default=None
         End the run (:class:`GiveUp`) when a worker index loses its worker this many
         times (None: never; the Dask runtime reads ``daskstraggle.allowed-losses``).
@@ -409,7 +372,7 @@ class WorkerPool:
     def __init__(self, workers: Sequence[str], *, placement: Sequence[tuple[int, ...]],
                  partition_rows: Sequence[int], bounds: SlowBounds | None = None,
                  backup_after: float | None = None, log_size: int = 10_000,
-                 stimuli: int = 0, allowed_losses: int | None = None, watch: bool = True,
+                 allowed_losses: int | None = None, watch: bool = True,
                  membership_interval: float = math.inf) -> None:
         self._start = (list(workers), [tuple(p) for p in placement], list(partition_rows))
         self.watch, self.membership_interval = watch, membership_interval
@@ -437,8 +400,6 @@ class WorkerPool:
         self._order = itertools.count()
         self._log: deque[tuple[int, Decision]] = deque(maxlen=log_size)
         self._split_log: deque[tuple[int, Decision]] = deque(maxlen=log_size)
-        self.stimuli: deque[tuple[Event, list[Instruction]]] | None = \
-            deque(maxlen=stimuli) if stimuli else None
         self._helping: dict[int, _Helping] = {}
         self._twins: dict[str, str] = {}
         self._halves: dict[str, tuple[str, int, int]] = {}  # key: (partner, part, index)
@@ -493,8 +454,6 @@ class WorkerPool:
             if wake != self._woken:
                 self._woken = wake
                 got.append(WakeAt(wake, stimulus_id=self._sid))
-            if self.stimuli is not None:
-                self.stimuli.append((event, got))
             out += got
         return out
 

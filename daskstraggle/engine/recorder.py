@@ -1,9 +1,5 @@
-"""The rows of a run's trace as the engine's rounds produce them (pure: no xarray).
-
-The driver (:mod:`daskstraggle.runtime.lifecycle`) adds one row per judged round (the
-engine's :class:`~daskstraggle.engine.events.RecordRow`); :func:`daskstraggle.trace.trace_dataset`
-turns the rows into the result's ``trace`` Dataset.
-"""
+"""The rows of a run's trace, one per judged round (pure: no xarray;
+:func:`daskstraggle.trace.trace_dataset` makes the Dataset)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""Pure decisions about slow, lost, retiring and joining workers.
+"""Pure decisions about slow, lost, retiring and joining workers (the worker pool's rules).
 
-``frozen_bound`` and ``stale_bound`` say when a worker's unanswered work means it is
-frozen or its rows too stale; ``overdue_workers`` finds such worker indices;
-``replacement_targets`` decides where a lost worker index's partitions go and
-``adoption_moves`` which doubled-up index a newcomer takes back; ``helper_targets`` picks
-the worker index a newcomer beyond the run's worker count helps, ``split_unit`` how a
-unit's rows are shared between the two and ``next_fraction`` how the share follows their
-speeds; ``check_memory`` refuses a placement that cannot fit. The settings come as
-arguments: the runtimes read them from :mod:`daskstraggle.config` once.
+The settings come as arguments: the runtimes read them from :mod:`daskstraggle.config` once.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Stop rules: a tolerance on the optimality measure, the gap, iterations, time.
-
-:class:`StopRule` is one of the run's option groups, declared with the others in
-:mod:`daskstraggle.options` (below the engine, which reads it from here).
-"""
+"""Stop rules (:class:`StopRule`, declared in :mod:`daskstraggle.options`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The worker pool's split decision: a ready helper makes the pool emit :class:`SplitUnit`
-with the share of rows the index's own worker keeps, logged for :meth:`WorkerPool.history`
-and replayed by a fresh pool (pure: no runtime)."""
+with the share of rows the index's own worker keeps, logged for :meth:`WorkerPool.history`;
+the events an :class:`Engine` logged replay through a fresh pool (pure: no runtime)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import _pool as calls
 import numpy as np
 import pytest
 
+from daskstraggle.engine.engine import Engine
 from daskstraggle.engine.events import Tick
 from daskstraggle.engine.pool import GiveUp, MoveIndex, SplitUnit, StartHelping, WorkerPool
 from daskstraggle.methods.base import WorkUnit
@@ -17,40 +18,48 @@ def _unit(index: int, version: int, **kw) -> WorkUnit:
     return WorkUnit(index, (index,), np.full(3, float(version)), version, **kw)
 
 
-def _helped_pool(**kw) -> WorkerPool:
+def _logged(pool: WorkerPool) -> Engine:
+    """An engine whose part is ``pool``: the tests give it the events, it logs them."""
+    engine = Engine(log_size=100)
+    engine.pool = pool
+    return engine
+
+
+def _helped_pool(**kw) -> Engine:
     """Index 1 is the slower one; worker ``h`` joins beyond the worker count and helps it."""
-    pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[10, 10],
-                      stimuli=100, **kw)
-    calls.sent(pool, "k0", _unit(0, 1), now=0.0)
-    calls.sent(pool, "k1", _unit(1, 1), now=0.0)
-    calls.arrived(pool, "k0", ("r", 1.0), now=1.0)
-    calls.arrived(pool, "k1", ("r", 3.0), now=3.0)
-    out = calls.on_status(pool, {"a": "running", "b": "running", "h": "running"}, now=3.5)
-    assert [type(i).__name__ for i in out] == ["StartHelping"] and pool.helpers == {1: "h"}
-    return pool
+    engine = _logged(WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[10, 10],
+                                **kw))
+    calls.sent(engine, "k0", _unit(0, 1), now=0.0)
+    calls.sent(engine, "k1", _unit(1, 1), now=0.0)
+    calls.arrived(engine, "k0", ("r", 1.0), now=1.0)
+    calls.arrived(engine, "k1", ("r", 3.0), now=3.0)
+    out = calls.on_status(engine, {"a": "running", "b": "running", "h": "running"}, now=3.5)
+    assert [type(i).__name__ for i in out] == ["StartHelping"] and engine.pool.helpers == {1: "h"}
+    return engine
 
 
 def test_a_ready_helper_makes_the_pool_split_units_and_history_says_so():
-    pool = _helped_pool()
-    assert calls.split(pool, _unit(1, 2), now=4.0) is None  # the helper's copy is not loaded yet
-    calls.helper_ready(pool, 1)
-    assert calls.split(pool, _unit(0, 2), now=4.0) is None  # index 0 has no helper
+    engine = _helped_pool()
+    pool = engine.pool
+    assert calls.split(engine, _unit(1, 2), now=4.0) is None  # the helper's copy is not loaded yet
+    calls.helper_ready(engine, 1)
+    assert calls.split(engine, _unit(0, 2), now=4.0) is None  # index 0 has no helper
     unit = _unit(1, 2)
-    split = calls.split(pool, unit, now=4.0)
+    split = calls.split(engine, unit, now=4.0)
     assert isinstance(split, SplitUnit)
     assert (split.unit, split.index, split.helper, split.fraction) == (unit, 1, "h", 0.5)
     assert (split.own.rows, split.helper_part.rows) == ((0, 5), (5, 10))
-    calls.sent_split(pool, unit, ("p0", "p1"), now=4.0)
+    calls.sent_split(engine, unit, ("p0", "p1"), now=4.0)
     pool.validate_state()
     # the own worker's half took 3 times the helper's: it keeps less of the next unit
-    assert calls.arrived(pool, "p1", (np.ones(3), 1.0), now=5.0)[1] is None
-    task, outcome, _ = calls.arrived(pool, "p0", (np.ones(3), 3.0), now=7.0)
+    assert calls.arrived(engine, "p1", (np.ones(3), 1.0), now=5.0)[1] is None
+    task, outcome, _ = calls.arrived(engine, "p0", (np.ones(3), 3.0), now=7.0)
     assert task is not None and outcome[1] == 3.0
     np.testing.assert_array_equal(outcome[0], 2 * np.ones(3))
-    later = calls.split(pool, _unit(1, 3), now=7.0)
+    later = calls.split(engine, _unit(1, 3), now=7.0)
     assert later is not None and later.fraction == pytest.approx(0.375)
     assert later.own.rows == (0, 4)  # round(10 * 0.375)
-    calls.sent_split(pool, later.unit, ("p2", "p3"), now=7.0)
+    calls.sent_split(engine, later.unit, ("p2", "p3"), now=7.0)
     # history answers when the helper started and each split with its share and round
     history = pool.history(1)
     assert isinstance(history[0].instruction, StartHelping)
@@ -60,34 +69,36 @@ def test_a_ready_helper_makes_the_pool_split_units_and_history_says_so():
     assert history[1].instruction.unit.iterate.size == 0  # the log keeps no iterate
     assert pool.history(0) == [] and pool.joins[0]["split_units"] == 2
     # a fresh pool fed the same calls takes the same decisions, splits included
-    assert pool.fresh().replay(pool.stimuli) == []
+    assert pool.fresh().replay(engine.log) == []
 
 
 def test_streamed_units_and_one_row_units_go_whole():
-    pool = _helped_pool()
-    calls.helper_ready(pool, 1)
+    engine = _helped_pool()
+    pool = engine.pool
+    calls.helper_ready(engine, 1)
     coded = np.ones((2, 1))
-    assert calls.split(pool, _unit(1, 2, coefficients=coded, stream=True), now=4.0) is None
-    assert calls.split(pool, _unit(1, 2, rows=(3, 4)), now=4.0) is None
+    assert calls.split(engine, _unit(1, 2, coefficients=coded, stream=True), now=4.0) is None
+    assert calls.split(engine, _unit(1, 2, rows=(3, 4)), now=4.0) is None
     assert [type(d.instruction).__name__ for d in pool.history(1)] == ["StartHelping"]
 
 
 def test_splits_do_not_push_the_moves_out_of_the_bounded_log():
-    pool = _helped_pool(log_size=3)
-    calls.helper_ready(pool, 1)
+    engine = _helped_pool(log_size=3)
+    pool = engine.pool
+    calls.helper_ready(engine, 1)
     for version in range(2, 12):
         unit = _unit(1, version)
-        assert calls.split(pool, unit, now=float(version)) is not None
-        calls.sent_split(pool, unit, (f"p{version}", f"q{version}"), now=float(version))
-        calls.arrived(pool, f"p{version}", (np.ones(3), 1.0), now=version + 0.5)
-        calls.arrived(pool, f"q{version}", (np.ones(3), 1.0), now=version + 0.5)
+        assert calls.split(engine, unit, now=float(version)) is not None
+        calls.sent_split(engine, unit, (f"p{version}", f"q{version}"), now=float(version))
+        calls.arrived(engine, f"p{version}", (np.ones(3), 1.0), now=version + 0.5)
+        calls.arrived(engine, f"q{version}", (np.ones(3), 1.0), now=version + 0.5)
     # a left: its index moves to the helper, which stops helping index 1
-    calls.on_status(pool, {"b": "running", "h": "running"}, now=20.0)
+    calls.on_status(engine, {"b": "running", "h": "running"}, now=20.0)
     kinds = [type(d.instruction).__name__ for d in pool.log]
     assert kinds == ["StartHelping", "SplitUnit", "SplitUnit", "SplitUnit", "StopHelping",
                      "MoveIndex"]
     assert [d.version for d in pool.log][1:4] == [9, 10, 11]  # the last 3 splits
-    assert pool.fresh().replay(pool.stimuli) == []
+    assert pool.fresh().replay(engine.log) == []
 
 
 # ------------------------------------------------------------------ losses and memory
@@ -99,23 +110,24 @@ def test_an_index_that_keeps_losing_its_worker_ends_the_run():
     """Dask's allowed-failures for a worker index: its third loss in a run is a GiveUp
     naming the workers it lost, alone (no move, nothing sent again), logged and replayed."""
     pool = WorkerPool(["a", "b"], placement=[(0,), (1,)], partition_rows=[10, 10],
-                      stimuli=100, allowed_losses=3)
-    calls.sent(pool, "k1", _unit(1, 1), now=0.0)
+                      allowed_losses=3)
+    engine = _logged(pool)
+    calls.sent(engine, "k1", _unit(1, 1), now=0.0)
     # b runs out of memory; its nanny's restart b2 is tight: index 1 goes to a
-    out = calls.on_status(pool, {"a": "running", "b2": "running"}, now=1.0, tight=["b2"])
+    out = calls.on_status(engine, {"a": "running", "b2": "running"}, now=1.0, tight=["b2"])
     assert _kinds(out) == ["MoveIndex", "Resend"] and out[0].to == "a"
     # a dies holding both indices: only tight workers are left, so they are taken
-    out = calls.on_status(pool, {"a2": "running", "b2": "running"}, now=2.0, tight=["a2"])
+    out = calls.on_status(engine, {"a2": "running", "b2": "running"}, now=2.0, tight=["a2"])
     assert sorted((i.index, i.to) for i in out if isinstance(i, MoveIndex)) == [
         (0, "a2"), (1, "b2")]
     assert pool.losses == {0: ["a"], 1: ["b", "a"]}
     pool.validate_state()
     holder = pool.workers[1]
-    out = calls.on_status(pool, {a: "running" for a in {"a2", "b2"} - {holder}}, now=3.0)
+    out = calls.on_status(engine, {a: "running" for a in {"a2", "b2"} - {holder}}, now=3.0)
     assert _kinds(out) == ["GiveUp"]
     assert (out[0].index, out[0].workers) == (1, ("b", "a", holder))
     assert pool.history(1)[-1].instruction == out[0]
-    assert pool.fresh().replay(pool.stimuli) == []
+    assert pool.fresh().replay(engine.log) == []
 
 
 def test_retired_and_frozen_workers_are_not_losses_and_no_limit_means_none():

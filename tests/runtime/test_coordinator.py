@@ -1,6 +1,6 @@
 """The coordinator on its own, without Dask: a few lines of Python execute its
-instructions, and a run's logged stimuli replay through a fresh coordinator to the same
-instructions."""
+instructions, and a run's stimuli logged by an :class:`Engine` replay through a fresh
+coordinator to the same instructions."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from daskstraggle.api import run_on
 from daskstraggle.engine import CheckpointSchedule, Phase
 from daskstraggle.engine.convergence import ConvergenceMonitor
 from daskstraggle.engine.coordinator import LOG_SIZE, Coordinator, RunSession
+from daskstraggle.engine.engine import Engine
 from daskstraggle.engine.events import (
     Abandon,
     AfterStep,
@@ -45,7 +46,7 @@ Y = np.where(X[:, 0] + 0.5 * rng.normal(size=600) > 0, 1.0, -1.0)
 BLOCKS = [Block(X[i:i + 200], y=Y[i:i + 200]) for i in (0, 200, 400)]
 
 
-def _start(method: Method, problem, stop: StopRule, log_size: int = 0,
+def _start(method: Method, problem, stop: StopRule,
            checkpoint: CheckpointSchedule | None = None) -> Coordinator:
     """A started method and a coordinator over three in-memory partitions."""
     bound = problem.bind(block_stats(Block(X, y=Y)))
@@ -60,21 +61,23 @@ def _start(method: Method, problem, stop: StopRule, log_size: int = 0,
                          stats=block_stats(Block(X, y=Y)), x0=x0)
     method.start(bound, x0, placement, step_size=0.5, partition_rows=[200, 200, 200])
     return Coordinator(method, session, stop=stop, n_workers=3, unit_load=lambda unit: 1.0,
-                       log_size=log_size, checkpoint=checkpoint)
+                       checkpoint=checkpoint)
 
 
 def _execute(coordinator: Coordinator, *, order=lambda queue: queue.popleft(),
-             patient: bool = True):
+             patient: bool = True, engine: Engine | None = None):
     """Execute every instruction in process; units answer in FIFO order (or ``order``);
-    each event comes 10 ms after the last. Check the coordinator's invariants after
-    every event. Return the instructions and the finishing summary."""
+    each event comes 10 ms after the last, through ``engine`` when given (its coordinator
+    ``coordinator``). Check the coordinator's invariants after every event. Return the
+    instructions and the finishing summary."""
+    handle = coordinator.handle_stimulus if engine is None else engine.handle_stimulus
     problem = coordinator.session.problem
     queue: deque = deque()
     seen = []
     clock = _ticks()
     event = Begin(time=clock(), stimulus_id="s")
     for _ in range(100_000):
-        instructions = coordinator.handle_stimulus(event)
+        instructions = handle(event)
         coordinator.validate_state()
         assert not any(i.replies for i in instructions[:-1]), instructions
         for instruction in instructions:
@@ -161,9 +164,10 @@ def test_a_logged_run_replays_to_the_same_instructions(method, problem):
     stop = StopRule(max_iter=15, tol=1e-12)
     fresh = copy.deepcopy(method)
     # units answer out of order (the last sent first): stragglers, stale results
-    coordinator = _start(method, problem, stop, log_size=LOG_SIZE)
-    seen, finish = _execute(coordinator, order=lambda queue: queue.pop())
-    log = list(coordinator.log)
+    engine = Engine(log_size=LOG_SIZE)
+    engine.coordinator = _start(method, problem, stop)
+    seen, finish = _execute(engine.coordinator, order=lambda queue: queue.pop(), engine=engine)
+    log = list(engine.log)
     replay = _start(fresh, problem, stop)
     again = []
     for event, given in log:
