@@ -1,17 +1,11 @@
 """The Runtime contract: an executor of the engine's instructions.
 
-A runtime places partitions on workers, loads them, and moves work units and results;
-all decisions come from the engine (:mod:`daskstraggle.engine.coordinator`) and the
-Method, and the run's lifecycle is :func:`daskstraggle.runtime.lifecycle.run`.
-Subclasses implement four primitives: ``_load`` (load the placed partitions, return
-their statistics), ``_map_reduce`` (fold a function over every partition), ``_submit``
-(send a unit) and ``_next`` (block until some unit completes); :meth:`Runtime._execute`
-carries out each instruction with them.
+Subclasses implement four primitives, ``_load``, ``_map_reduce``, ``_submit`` and ``_next``;
+:meth:`Runtime._execute` carries out each instruction with them.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import time
@@ -33,6 +27,8 @@ from daskstraggle.engine.events import (
     Await,
     Checked,
     CheckExact,
+    Compute,
+    Computed,
     Event,
     Freed,
     Instruction,
@@ -44,13 +40,9 @@ from daskstraggle.engine.events import (
     WakeAt,
     WriteCheckpoint,
 )
-from daskstraggle.engine.pool import Deliver, SplitUnit, WorkerPool
+from daskstraggle.engine.pool import Cancel, Deliver, Resend, SplitUnit, WorkerPool
 from daskstraggle.engine.recorder import TraceRecorder
-from daskstraggle.engine.session import RunSession
-from daskstraggle.methods.base import (
-    WorkResult,
-    WorkUnit,
-)
+from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import KernelResult, Problem, combine
 from daskstraggle.problems.block import Block, MatrixStats
 from daskstraggle.problems.held import payload_bytes
@@ -272,8 +264,12 @@ class Runtime(ABC):
     stimulus_log: int = 0
     #: Bytes of results that reached the coordinator since the last trace row.
     _inbound: int = 0
-    #: Rows of each partition of the run being driven (set by the lifecycle).
+    #: Rows of each partition of the run being driven, and their sum (at least 1; both set
+    #: by the lifecycle).
     _partition_rows: list[int]
+    _total_rows: int = 1
+    #: The problem the units compute on (the last one submitted).
+    _work: Any = None
     _engine: Engine | None = None
     #: Whether a run here printed the dashboard's address (it is printed once).
     _announced: bool = False
@@ -340,8 +336,10 @@ class Runtime(ABC):
         """Fold ``fn(block, *args)`` over every partition once (one task per worker)."""
 
     @abstractmethod
-    def _submit(self, unit: WorkUnit, problem: Problem) -> None:
-        """Start computing ``unit`` on its worker."""
+    def _submit(self, unit: WorkUnit, problem: Problem, only: frozenset[int] | None = None
+                ) -> None:
+        """Start computing ``unit`` on its worker (``only``: just those messages of a
+        streamed unit, when the worker pool sends it again)."""
 
     @abstractmethod
     def _next(self, timeout: float | None = None) -> WorkResult | None:
@@ -382,14 +380,16 @@ class Runtime(ABC):
     def _unit_load(self, unit: WorkUnit) -> float:
         """Work a unit carries relative to an equal share (1.0 = ``n_rows / n_workers``)."""
         if unit.rows is not None:
-            rows = unit.rows[1] - unit.rows[0]
-            return rows * self.n_workers / max(sum(self._partition_rows), 1)
+            return self._load_of(unit.rows[1] - unit.rows[0])
         return self._rows_load(unit.partitions)
 
     def _rows_load(self, partitions: tuple[int, ...]) -> float:
         """Load (as :meth:`_unit_load`) of the full rows of ``partitions``."""
-        rows = sum(self._partition_rows[p] for p in partitions)
-        return rows * self.n_workers / max(sum(self._partition_rows), 1)
+        return self._load_of(sum(self._partition_rows[p] for p in partitions))
+
+    def _load_of(self, rows: int) -> float:
+        """Load (as :meth:`_unit_load`) of ``rows`` rows."""
+        return rows * self.n_workers / self._total_rows
 
     def _unload(self) -> None:  # noqa: B027 - optional hook
         """Release loaded partitions and pending work."""
@@ -417,61 +417,43 @@ class Runtime(ABC):
         """Return the exact kernel sum over every partition at ``iterate`` (one pass)."""
         return self._map_reduce(_kernel_at, problem, iterate)
 
-    @functools.singledispatchmethod
-    def _execute(self, instruction: Instruction, work: Any, problem: Problem,
-                 session: RunSession) -> Event | None:
-        """Carry out one engine instruction (one method per instruction type); return its
-        reply event, if any."""
-        raise TypeError(f"unknown instruction {instruction!r}")
-
-    @_execute.register(Submit)
-    def _(self, instruction: Submit, work: Any, problem: Problem,
-          session: RunSession) -> Event | None:
-        self._cause = instruction.stimulus_id
-        self._submit(instruction.unit, work)
+    def _execute(self, instruction: Instruction, work: Any, session: Any) -> Event | None:
+        """Carry out one engine instruction of the rounds (or a :class:`Compute`) with the
+        primitives; ``work`` and ``session`` are the rounds' (None before them). Return
+        the instruction's reply event, if any."""
+        match instruction:
+            case Submit(unit=unit):
+                self._cause = instruction.stimulus_id
+                self._submit(unit, work)
+            case Await(timeout=timeout):
+                result = self._next(timeout=timeout)
+                if result is None:
+                    return self._reply(Quiet)
+                self._inbound += payload_bytes(result.result)
+                return self._reply(Arrived, result=result)
+            case CheckExact(iterate=iterate, problem=problem):
+                return self._reply(Checked, result=self._exact_pass(problem, iterate))
+            case AfterStep():
+                self._after_step()
+                return self._reply(Stepped)
+            case Abandon(version=version):
+                self._cause = instruction.stimulus_id
+                return self._reply(Freed, workers=tuple(self._abandon(version)))
+            case WriteCheckpoint(state=state, iteration=iteration):
+                session.checkpoint.write(state, iteration=iteration)
+                return self._reply(Saved)
+            case RecordEvent(event=event):
+                session.recorder.add_event(event)
+            case Compute(fn=fn, args=args):
+                return self._reply(Computed, value=fn(self._map_reduce, *args))
+            case _:
+                raise TypeError(f"unknown instruction {instruction!r}")
         return None
 
-    @_execute.register(Await)
-    def _(self, instruction: Await, work: Any, problem: Problem,
-          session: RunSession) -> Event | None:
-        result = self._next(timeout=instruction.timeout)
-        if result is None:
-            return Quiet(time=self._clock(), stimulus_id=self._new_stimulus_id("quiet"))
-        self._inbound += payload_bytes(result.result)
-        return Arrived(result=result, time=self._clock(),
-                       stimulus_id=self._new_stimulus_id("arrived"))
-
-    @_execute.register(CheckExact)
-    def _(self, instruction: CheckExact, work: Any, problem: Problem,
-          session: RunSession) -> Event | None:
-        return Checked(result=self._exact_pass(instruction.problem, instruction.iterate),
-                       time=self._clock(),
-                       stimulus_id=self._new_stimulus_id("checked"))
-
-    @_execute.register(AfterStep)
-    def _(self, instruction: AfterStep, work: Any, problem: Problem,
-          session: RunSession) -> Event | None:
-        self._after_step()
-        return Stepped(time=self._clock(), stimulus_id=self._new_stimulus_id("stepped"))
-
-    @_execute.register(Abandon)
-    def _(self, instruction: Abandon, work: Any, problem: Problem,
-          session: RunSession) -> Event | None:
-        self._cause = instruction.stimulus_id
-        return Freed(workers=tuple(self._abandon(instruction.version)), time=self._clock(),
-                     stimulus_id=self._new_stimulus_id("freed"))
-
-    @_execute.register(WriteCheckpoint)
-    def _(self, instruction: WriteCheckpoint, work: Any, problem: Problem,
-          session: RunSession) -> Event | None:
-        session.checkpoint.write(instruction.state, iteration=instruction.iteration)
-        return Saved(time=self._clock(), stimulus_id=self._new_stimulus_id("saved"))
-
-    @_execute.register(RecordEvent)
-    def _(self, instruction: RecordEvent, work: Any, problem: Problem,
-          session: RunSession) -> Event | None:
-        session.recorder.add_event(instruction.event)
-        return None
+    def _reply(self, kind: type[Event], **fields: Any) -> Event:
+        """An event of type ``kind`` observed now, named by its lower-case type name."""
+        return kind(time=self._clock(), stimulus_id=self._new_stimulus_id(kind.__name__.lower()),
+                    **fields)
 
     def _new_stimulus_id(self, kind: str) -> str:
         """A new ``stimulus_id`` for an event observed here: ``kind`` and the next number
@@ -502,8 +484,34 @@ class Runtime(ABC):
         return answers
 
     def _carry(self, instruction: Instruction) -> None:
-        """Carry out one instruction of the worker pool (runtimes with a pool)."""
-        raise TypeError(f"unexpected pool instruction {instruction!r}")
+        """Carry out one instruction of the worker pool (runtimes with a pool: their
+        :meth:`_submit` takes the messages to send again, :meth:`_cancel` drops tasks)."""
+        match instruction:
+            case Resend(units=units, cancel=cancel):
+                self._cancel(cancel)
+                for unit, only in units:
+                    self._submit(unit, self._work, only)
+            case Cancel(keys=keys):
+                self._cancel(keys)
+            case _:
+                raise TypeError(f"unexpected pool instruction {instruction!r}")
+
+    def _cancel(self, keys: tuple[str, ...] | list[str]) -> None:
+        """Drop the tasks ``keys`` (runtimes with a pool)."""
+        raise NotImplementedError
+
+    def _pool_attrs(self, losses: list[dict[str, Any]], backups: float | None
+                    ) -> dict[str, Any]:
+        """The run's attributes of the worker pool: ``worker_losses`` (``losses``, the moves
+        carried out), ``worker_joins`` and, with ``backups`` (the ``backup_after`` setting),
+        the backups sent."""
+        pool = self.worker_pool
+        attrs: dict[str, Any] = {"worker_losses": list(losses)} if losses else {}
+        if pool is not None and pool.joins:
+            attrs["worker_joins"] = [dict(join) for join in pool.joins]
+        if backups is not None and pool is not None:
+            attrs["backups"] = pool.n_backups
+        return attrs
 
     def _cancel_pending(self) -> None:  # noqa: B027 - optional hook
         """Forget work still in flight when a run ends."""

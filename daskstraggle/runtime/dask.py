@@ -1,22 +1,12 @@
 """DaskRuntime: partitions on pinned workers, futures and one long-lived as_completed.
 
-Placement and data movement follow ``docs/architecture.md`` §6:
-
-- every partition (and later every replica of it) is loaded from its source by its own
-  keyed task, strictly pinned (``workers=[w], allow_other_workers=False``), so the data is
-  recomputable from the source if a worker dies and the Active Memory Manager never sees
-  "extra" replicas to drop (each key has exactly one holder);
-- strictly pinned tasks are never stolen (the stealing extension only moves a restricted
-  task to a valid worker, and the pinned worker is the only one); on a cluster we start,
-  work stealing and the Active Memory Manager are disabled anyway;
-- work units are submitted pinned to the worker holding their blocks, with the small
-  iterate inline, and their results come back through one ``as_completed`` for the
-  runtime's life.
+Every partition is loaded by its own keyed task strictly pinned to its worker, and so are the
+work units (``docs/architecture.md`` §6): nothing is stolen, and the data can be reloaded
+from the source when a worker dies.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -29,15 +19,14 @@ from typing import Any, cast
 from daskstraggle._validation import check_bool, check_choice, check_int, check_positive
 from daskstraggle.data.matrix import Matrix
 from daskstraggle.engine import events
+from daskstraggle.engine.events import Instruction
 from daskstraggle.engine.pool import (
     AwaitWorkers,
     BackupFold,
-    Cancel,
     CheckStatus,
     Deliver,
     GiveUp,
     MoveIndex,
-    Resend,
     SendBackup,
     SplitUnit,
     StartHelping,
@@ -108,10 +97,8 @@ FOLD_POLL = 0.05
 NEWS_POLL = 0.1
 
 def _collect(ac: Any, fold_of: dict[Any, int], results: dict[int, Any]) -> list[int]:
-    """Take the folds ``as_completed`` has ready into ``results`` (the first result of each
-    fold counts) and return those done now; a fold that failed or was cancelled raises
-    (``as_completed`` hands its error over as a value, which must never be folded in as a
-    result)."""
+    """Take the folds ``ac`` has ready into ``results`` (a fold's first result counts);
+    return those done now. A failed or cancelled fold raises (never folded in as a value)."""
     done = []
     while ac.has_ready():
         future, value = next(ac)
@@ -125,13 +112,9 @@ def _collect(ac: Any, fold_of: dict[Any, int], results: dict[int, Any]) -> list[
 
 
 def _wait_ready(ac: Any, timeout: float) -> None:
-    """Wait until ``ac`` (an ``as_completed``) has a result queued, at most ``timeout`` s.
-
-    ``as_completed`` queues a result and then notifies ``thread_condition`` under that
-    condition's lock, so the emptiness check must be made under the lock too: a result
-    queued between a check made outside it and the wait would otherwise sleep the whole
-    timeout.
-    """
+    """Wait until ``ac`` (an ``as_completed``) has a result queued, at most ``timeout`` s
+    (checked under its condition's lock, which its notifications hold: else a result queued
+    between the check and the wait would sleep the whole timeout)."""
     with ac.thread_condition:
         if not ac.has_ready():
             ac.thread_condition.wait(timeout=timeout)
@@ -281,14 +264,9 @@ class DaskRuntime(Runtime):
     Notes
     -----
     The methods keep the worker indices of the run's start; the worker behind an index
-    may change during a run (``docs/architecture.md`` §6): a lost, retiring, frozen or
-    stale worker's index moves to a live worker, a worker that joins takes back an index
-    from a worker computing for two, or else helps the index with the highest latency
-    (its units are split between the two). ``result.attrs["worker_losses"]`` and
-    ``["worker_joins"]`` record what happened. Every such decision is the engine's
-    (:class:`~daskstraggle.engine.pool.WorkerPool`, :attr:`worker_pool`, whose
-    ``history(index)`` says why an index moved); this class observes the cluster for it
-    and carries its instructions out.
+    may change (lost, retiring, frozen, stale, joining: ``docs/architecture.md`` §6), as
+    the engine's :attr:`worker_pool` decides (its ``history(index)`` says why);
+    ``result.attrs["worker_losses"]`` and ``["worker_joins"]`` record what happened.
 
     Examples
     --------
@@ -373,13 +351,10 @@ class DaskRuntime(Runtime):
         # its own error, not in an AttributeError of the clean-up
         self._owned: list[Any] = []
         self._started: list[str] = []  # the workers when the runtime started
-        #: The engine's worker pool of the current (or last) run: the worker of each
-        #: index, the tasks in flight, every decision about slow, lost and new workers.
         self._data: PartitionStore | None = None  # where each index's partitions are loaded
         self._futures: dict[str, Any] = {}  # the tasks in flight, by key
         self._ac: Any = None
         self._matrix: Matrix | None = None
-        self._work: Any = None
         self._losses: list[dict[str, Any]] = []
         from daskstraggle import config
 
@@ -407,31 +382,24 @@ class DaskRuntime(Runtime):
         self._ac = as_completed(loop=self.client.loop, with_results=True)
 
     def _wait_for_workers(self, timeout: float) -> list[str]:
-        """Return the workers' addresses, waiting up to ``timeout`` s for the first one
-        (or ``min_workers_timeout`` s for ``min_workers``); a batch job of the client's
-        dask-jobqueue cluster that ends before its worker joins ends the wait at once, in
-        one line naming the job's log."""
+        """The workers' addresses, after waiting up to ``timeout`` s for the first one (or
+        ``min_workers_timeout`` s for ``min_workers``)."""
         workers = worker_addresses(self.client)
         wanted = self._min_workers or 1
         if len(workers) >= wanted:
             return workers
         if self._min_workers is not None:
             logger.warning("waiting for %d workers (%d up)", wanted, len(workers))
-            try:
-                wait_for_workers_or_jobs(self.client, wanted, self._min_workers_timeout)
-            except TimeoutError:
-                raise ClusterConnectionError(
-                    f"Only {len(worker_addresses(self.client))} of the {wanted} workers asked "
-                    f"for (min_workers, CLI: --min-workers) joined the scheduler at "
-                    f"{self.client.scheduler.address!r} within {self._min_workers_timeout:g} "
-                    "s. Check that the workers' jobs started, or ask for fewer."
-                ) from None
-            return worker_addresses(self.client)
+            timeout = self._min_workers_timeout
         try:
-            wait_for_workers_or_jobs(self.client, 1, timeout)
+            wait_for_workers_or_jobs(self.client, wanted, timeout)
         except TimeoutError:
             address = self.client.scheduler.address
             raise ClusterConnectionError(
+                f"Only {len(worker_addresses(self.client))} of the {wanted} workers asked "
+                f"for (min_workers, CLI: --min-workers) joined the scheduler at {address!r} "
+                f"within {timeout:g} s. Check that the workers' jobs started, or ask for fewer."
+                if self._min_workers is not None else
                 f"The Dask scheduler at {address!r} has no workers (waited {timeout:g} s). "
                 f"Start some (dask worker {address}), or omit the scheduler to start a local "
                 "cluster."
@@ -521,13 +489,8 @@ class DaskRuntime(Runtime):
     def _map_reduce(
         self, fn: Callable[..., Any], *args: Any, combine: Callable[[Any, Any], Any] | None = None
     ) -> Any:
-        """Fold ``fn`` over every partition (once each) on the workers holding them.
-
-        The wait is bounded: if a holder leaves, its partitions are reloaded on a live
-        worker and the pass starts again (it is idempotent); a fold far slower than the
-        others (a frozen worker) gets a backup on another worker, and the first of the
-        two to finish counts.
-        """
+        """Fold ``fn`` over every partition (once each) on the workers holding them; the
+        pass starts again when a holder leaves (its partitions reloaded elsewhere)."""
         self._check_membership()
         while True:
             folds = self._fold_tasks(fn, args, combine)
@@ -546,10 +509,8 @@ class DaskRuntime(Runtime):
 
     def _fold_tasks(self, fn: Callable[..., Any], args: tuple[Any, ...],
                     combine: Callable[[Any, Any], Any] | None) -> list[list[Any]]:
-        """Submit one fold per worker index over the partitions it is first to hold.
-
-        Returns ``[index, partitions, future]`` per fold (a backup appends its future).
-        """
+        """One fold per worker index over the partitions it is first to hold:
+        ``[index, partitions, future]`` (a backup appends its future)."""
         owner: dict[int, int] = {}
         for i, held in enumerate(self._held):
             for p in held:
@@ -567,15 +528,8 @@ class DaskRuntime(Runtime):
     def _wait_folds(self, folds: list[list[Any]], fn: Callable[..., Any],
                     args: tuple[Any, ...], combine: Callable[[Any, Any], Any] | None
                     ) -> list[Any] | None:
-        """Return every fold's result (a backup's if it arrives first); None: a holder
-        left (the folds are cancelled and the pass must start again).
-
-        A fold counts once its result has reached the client: a worker frozen right
-        after computing one still holds it, and the pool backs it up like a slow one
-        (:class:`~daskstraggle.engine.pool.BackupFold`). A fold that failed or was
-        cancelled raises (``as_completed`` hands its error over as a value, which must
-        never be folded in as a result).
-        """
+        """Every fold's result (a backup's if it came first), counted once it reached the
+        client; None: a holder left (the folds are cancelled, the pass starts again)."""
         from distributed import as_completed
 
         ac = as_completed([fold[2] for fold in folds], loop=self.client.loop,
@@ -605,10 +559,9 @@ class DaskRuntime(Runtime):
             self.client.cancel([f for fold in folds for f in fold[2:]])
 
     def _check_memory(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> None:
-        """Refuse, before loading, a share of the data that does not fit in a worker's
-        memory limit beside the worker's own memory (measured once its kernels are
-        loaded) and the copies a load reads: each thread reads one partition at a time,
-        holding its bytes as read and decoded."""
+        """Refuse, before loading, a share that does not fit in a worker's memory limit
+        beside its own memory and what its threads read (a partition each, read and
+        decoded)."""
         import dask
 
         info = self._identity()
@@ -628,15 +581,8 @@ class DaskRuntime(Runtime):
 
     def _own_memory(self, addresses: list[str], info: dict[str, Any]) -> dict[str, int]:
         """Bytes each worker's process holds once it loaded the kernels (a task on each,
-        bounded by ``timeouts.setup``; a worker that does not answer in time: the memory
-        its last heartbeat reported; a thread worker in this process: 0, the process is
-        not its own).
-
-        Raises
-        ------
-        InvalidParameterError
-            If a worker's nanny restarted it for its memory limit before it answered.
-        """
+        bounded by ``timeouts.setup``; else its last heartbeat's; 0 for a thread worker);
+        InvalidParameterError if a nanny restarted one for its memory limit meanwhile."""
         from distributed import as_completed
 
         token = uuid.uuid4().hex[:6]
@@ -668,10 +614,8 @@ class DaskRuntime(Runtime):
         return own
 
     def _lost(self, err: BaseException) -> SchedulerLostError | None:
-        """Return a one-line SchedulerLostError when ``err`` means the scheduler is gone:
-        our work cancelled for a lost connection, a call that failed or timed out while
-        the scheduler does not answer, or any error once the client closed itself (it
-        does after failing to reconnect within its timeout)."""
+        """As :meth:`Runtime._lost`: ``err`` is a cancellation for a lost connection, a
+        failed call while the scheduler does not answer, or any error of a closed client."""
         if isinstance(err, SchedulerLostError):
             self._scheduler_lost = True  # (the clean-up must not wait on it)
             return None  # already said
@@ -778,12 +722,7 @@ class DaskRuntime(Runtime):
         # work units whose inputs had to be fetched from another worker, as the scheduler
         # plugin recorded them (0 when partitions stay where they were loaded, also after
         # the load balancer resizes subpartitions)
-        losses: dict[str, Any] = {"worker_losses": list(self._losses)} if self._losses else {}
-        pool = self.worker_pool
-        if pool is not None and pool.joins:
-            losses["worker_joins"] = [dict(join) for join in pool.joins]
-        if self._backup_after is not None and pool is not None:
-            losses["backups"] = pool.n_backups
+        losses = self._pool_attrs(self._losses, self._backup_after)
         if self._recorder is None:
             return losses
         return {**losses, "unit_transfers": len(self._transfers),
@@ -797,99 +736,78 @@ class DaskRuntime(Runtime):
         when it has one whose data is loaded."""
         assert self.worker_pool is not None
         self._work = problem
-        if only is None and self._submit_split(unit, problem):
+        if only is None and self._submit_split(unit):
             return
-        held = self._held[unit.worker_index]
-        if unit.stream:
-            # one task per message, each depending on the one before (same worker, so
-            # nothing moves): the worker computes them in order and each result reaches
-            # the coordinator as soon as it is done
-            previous = None
-            messages = stream_messages(unit)
-            token = uuid.uuid4().hex[:6]
-            for j, (parts, coef) in enumerate(messages):
-                if only is not None and j not in only:
-                    continue
-                args = (problem, unit.iterate, unit.version, self._rows_load(parts),
-                        self._injector)
-                future = self._pinned(
-                    run_unit_task, *args, *(held[p] for p in parts), coefficients=coef,
-                    after=previous,
-                    key=f"unit-v{unit.version}-w{unit.worker_index}-m{j}-{token}",
-                    worker_index=unit.worker_index,
-                )
-                self._observe(events.TaskSent, key=future.key, unit=unit, message=j,
+        index, held = unit.worker_index, self._held[unit.worker_index]
+        address, token = self._addresses[index], uuid.uuid4().hex[:6]
+        if not unit.stream:
+            future = self._send(unit, address, [held[p] for p in unit.partitions],
+                                unit.partitions, self._unit_load(unit),
+                                f"unit-v{unit.version}-w{index}-{token}",
+                                coefficients=unit.coefficients, rows=unit.rows)
+            self._observe(events.TaskSent, key=future.key, unit=unit)
+            return
+        # one task per message, each depending on the one before (same worker, so nothing
+        # moves): the worker computes them in order and each result reaches the
+        # coordinator as soon as it is done
+        previous = None
+        messages = stream_messages(unit)
+        for j, (parts, coef) in enumerate(messages):
+            if only is None or j in only:
+                previous = self._send(unit, address, [held[p] for p in parts], parts,
+                                      self._rows_load(parts),
+                                      f"unit-v{unit.version}-w{index}-m{j}-{token}",
+                                      after=previous, coefficients=coef)
+                self._observe(events.TaskSent, key=previous.key, unit=unit, message=j,
                               final=j == len(messages) - 1)
-                self._track(future, index=unit.worker_index, partitions=parts, args=args,
-                            kwargs={"coefficients": coef})
-                previous = future
-            return
-        args = (problem, unit.iterate, unit.version, self._unit_load(unit), self._injector)
-        kwargs = {"coefficients": unit.coefficients, "rows": unit.rows}
-        future = self._pinned(
-            run_unit_task, *args, *(held[p] for p in unit.partitions), **kwargs,
-            key=f"unit-v{unit.version}-w{unit.worker_index}-{uuid.uuid4().hex[:6]}",
-            worker_index=unit.worker_index,
-        )
-        self._observe(events.TaskSent, key=future.key, unit=unit)
-        self._track(future, index=unit.worker_index, partitions=unit.partitions, args=args,
-                    kwargs=kwargs)
 
-    def _track(self, future: Any, *, index: int, partitions: tuple[int, ...],
-               args: tuple[Any, ...], kwargs: dict[str, Any], address: str | None = None
-               ) -> None:
-        """Wait for ``future`` (a unit task the pool knows) among the run's results.
-
-        With tree aggregation its result stays on the worker: wait for a small task
-        there that reports the result's rows and timing instead, and keep what
-        computes it again where worker index ``index``'s ``partitions`` are (the other
-        arguments of :func:`run_unit_task`) should that worker leave before the sum.
-        """
+    def _send(self, unit: WorkUnit, address: str, blocks: list[Any],
+              partitions: tuple[int, ...], load: float, key: str, *, after: Any = None,
+              **kwargs: Any) -> Any:
+        """Submit :func:`run_unit_task` of ``unit`` over ``blocks`` (of ``partitions``)
+        pinned to ``address`` and wait for it among the run's results; return its future.
+        With tree aggregation wait for a small task reporting its rows and timing instead,
+        and keep how to compute it again should its worker leave before the sum."""
+        args = (self._work, unit.iterate, unit.version, load, self._injector)
+        future = self._submit_to(address, run_unit_task, *args, *blocks, after=after,
+                                 **kwargs, key=key)
         self._futures[future.key] = future
         if self.aggregation != "tree":
             self._ac.add(future)
-            return
-        address = self._addresses[index] if address is None else address
-        handle = Handle(future, address, index, tuple(partitions), args, kwargs)
+            return future
+        handle = Handle(future, address, unit.worker_index, tuple(partitions), args, kwargs)
         meta = self.client.submit(unit_meta, future, key=f"daskstraggle-meta-{future.key}",
                                   workers=[address], allow_other_workers=False, pure=False)
         self._metas[future.key] = meta
         self._meta_units[meta.key] = (future.key, handle)
         self._ac.add(meta)
+        return future
 
-    def _submit_split(self, unit: WorkUnit, problem: Problem) -> bool:
+    def _submit_split(self, unit: WorkUnit) -> bool:
         """Send ``unit`` as two tasks, on its worker and on its helper, when the pool splits
         it (a helper whose copy of the data is loaded); return whether it did."""
         pool = self.worker_pool
-        assert pool is not None
+        assert pool is not None and self._data is not None
         index = unit.worker_index
-        helper = pool.helpers.get(index)
-        if helper is None or unit.stream:
+        if pool.helpers.get(index) is None or unit.stream:
             return False
-        assert self._data is not None
         if self._data.helper_loaded(index):
             self._observe(events.HelperReady, index=index)
         answer = self._observe(events.Sending, unit=unit)
         if not answer:
             return False
         split = cast(SplitUnit, answer[0])
-        total = max(sum(self._partition_rows), 1)
-        token, futures = uuid.uuid4().hex[:6], []
+        token, keys = uuid.uuid4().hex[:6], []
         for position, (part, address, held) in enumerate(zip(
                 (split.own, split.helper_part), (self._addresses[index], split.helper),
                 (self._data.held[index], self._data.helper[index]), strict=True)):
             partitions = tuple(unit.partitions[k] for k in part.positions)
-            load = (part.rows[1] - part.rows[0]) * len(self._addresses) / total
-            args = (problem, unit.iterate, unit.version, load, self._injector)
-            kwargs = {"coefficients": part.coefficients, "rows": part.rows}
-            futures.append((self._submit_to(
-                address, run_unit_task, *args, *(held[p] for p in partitions), **kwargs,
-                key=f"unit-v{unit.version}-w{index}-part{position}-{token}"),
-                address, partitions, args, kwargs))
-        self._observe(events.SplitSent, unit=unit, keys=(futures[0][0].key, futures[1][0].key))
-        for future, address, partitions, args, kwargs in futures:
-            self._track(future, index=index, partitions=partitions, args=args, kwargs=kwargs,
-                        address=address)
+            keys.append(self._send(
+                unit, address, [held[p] for p in partitions], partitions,
+                self._load_of(part.rows[1] - part.rows[0]),
+                f"unit-v{unit.version}-w{index}-part{position}-{token}",
+                coefficients=part.coefficients, rows=part.rows).key)
+        self._observe(events.SplitSent, unit=unit, keys=(keys[0], keys[1]))
         return True
 
     # ------------------------------------------------------------------ receiving
@@ -1005,15 +923,7 @@ class DaskRuntime(Runtime):
     def _check_membership(self) -> bool:
         """Give the pool the cluster's workers and statuses; carry out its moves. Return
         whether an index moved off a worker that left, retires or froze (work pinned to
-        it never runs).
-
-        Raises
-        ------
-        WorkerLostError
-            If every worker left and none joined within ``timeouts.no-worker`` seconds.
-        SchedulerLostError
-            If the scheduler does not answer.
-        """
+        it never runs)."""
         pool = self.worker_pool
         if pool is None or not self._held:
             return False
@@ -1091,46 +1001,32 @@ class DaskRuntime(Runtime):
                       live=tuple(worker_addresses(self.client)), unloaded=unloaded)
 
     # ------------------------------------------------------------------ the pool's orders
-    @functools.singledispatchmethod
-    def _carry(self, instruction: Any) -> None:
-        """Carry out one pool instruction (one method per type)."""
-        raise TypeError(f"unexpected pool instruction {instruction!r}")
-
-    @_carry.register(MoveIndex)
-    def _(self, instruction: MoveIndex) -> None:
-        assert self.worker_pool is not None and self._data is not None
-        self._losses.append(self._data.move(self._matrix, instruction, self.worker_pool.shunned))
-
-    @_carry.register(Resend)
-    def _(self, instruction: Resend) -> None:
-        self._cancel(instruction.cancel)
-        for unit, only in instruction.units:
-            self._submit(unit, self._work, only)
-
-    @_carry.register(Cancel)
-    def _(self, instruction: Cancel) -> None:
-        self._cancel(instruction.keys)
-
-    @_carry.register(StartHelping)
-    def _(self, instruction: StartHelping) -> None:
+    def _carry(self, instruction: Instruction) -> None:
+        """As :meth:`Runtime._carry`."""
         assert self._data is not None
-        self._data.start_helping(self._matrix, instruction)
+        match instruction:
+            case MoveIndex():
+                assert self.worker_pool is not None
+                self._losses.append(self._data.move(self._matrix, instruction,
+                                                    self.worker_pool.shunned))
+            case StartHelping():
+                self._data.start_helping(self._matrix, instruction)
+            case StopHelping():
+                self._data.stop_helping(instruction)
+            case GiveUp():
+                raise self._gave_up(instruction)
+            case CheckStatus():
+                self._check_membership()
+            case BackupFold():
+                self._backup_fold(instruction)
+            case AwaitWorkers():
+                self._await_workers()
+            case SendBackup():
+                self._send_backup(instruction)
+            case _:
+                super()._carry(instruction)
 
-    @_carry.register(StopHelping)
-    def _(self, instruction: StopHelping) -> None:
-        assert self._data is not None
-        self._data.stop_helping(instruction)
-
-    @_carry.register(GiveUp)
-    def _(self, instruction: GiveUp) -> None:
-        raise self._gave_up(instruction)
-
-    @_carry.register(CheckStatus)
-    def _(self, instruction: CheckStatus) -> None:
-        self._check_membership()
-
-    @_carry.register(BackupFold)
-    def _(self, instruction: BackupFold) -> None:
+    def _backup_fold(self, instruction: BackupFold) -> None:
         """Compute a slow fold of the exact pass again on the worker the pool chose (from
         the partitions it holds, the others loaded from the source), and wait for both."""
         assert self._pass is not None and self._matrix is not None
@@ -1147,8 +1043,7 @@ class DaskRuntime(Runtime):
         fold_of[fold[-1].key] = instruction.fold
         ac.add(fold[-1])
 
-    @_carry.register(AwaitWorkers)
-    def _(self, instruction: AwaitWorkers) -> None:
+    def _await_workers(self) -> None:
         """Every worker is gone: wait (bounded) for one that may take work (not found
         frozen, not retiring), then report the statuses again."""
         pool = self.worker_pool
@@ -1158,24 +1053,18 @@ class DaskRuntime(Runtime):
         self._observe(events.StatusChanged, self._new_stimulus_id("joined"), status=status,
                       tight=frozenset(self._tight(status)))
 
-    @_carry.register(SendBackup)
     def _send_backup(self, backup: SendBackup) -> None:
         """Send a copy of an overdue unit to another worker index's worker (from its own
         copies of the partitions, or a spare copy loaded there from the source once)."""
-        assert self.worker_pool is not None
         assert self._data is not None
         unit, j = backup.unit, backup.to_index
         blocks = self._data.blocks(self._matrix, j, self._addresses[j], unit.partitions)
-        args = (self._work, unit.iterate, unit.version, self._unit_load(unit), self._injector)
-        kwargs = {"coefficients": unit.coefficients, "rows": unit.rows}
-        future = self._pinned(
-            run_unit_task, *args, *blocks, **kwargs,
-            key=f"unit-backup-v{unit.version}-w{j}-{uuid.uuid4().hex[:6]}", worker_index=j,
-        )
-        self._observe(events.BackupSent, key=backup.key, backup_key=future.key)
         # (computed again, it is the unit's own index that holds the partitions)
-        self._track(future, index=unit.worker_index, partitions=unit.partitions, args=args,
-                    kwargs=kwargs, address=self._addresses[j])
+        future = self._send(unit, self._addresses[j], blocks, unit.partitions,
+                            self._unit_load(unit),
+                            f"unit-backup-v{unit.version}-w{j}-{uuid.uuid4().hex[:6]}",
+                            coefficients=unit.coefficients, rows=unit.rows)
+        self._observe(events.BackupSent, key=backup.key, backup_key=future.key)
         logger.info("unit of worker %s overdue: backup sent to %s",
                     self._addresses[unit.worker_index], self._addresses[j])
 

@@ -1,13 +1,6 @@
-"""A run's lifecycle, from the data to the engine's conclusion, against any runtime.
-
-:func:`run` checks what the method asks of the runtime and the data, repartitions and
-places the partitions, and has :func:`drive` carry out the engine's run
-(:meth:`Engine.lifecycle <daskstraggle.engine.engine.Engine.lifecycle>`: load, step size,
-the exact pass at the start or a checkpoint's state, the rounds, the final exact pass) on
-the runtime. What it returns is an :class:`Outcome` (plain values and the trace's rows); the
-face (:func:`daskstraggle.api.run_on`, the ``fit_*`` functions) builds the
-:class:`~daskstraggle.trace.Result` from it. The runtimes only execute: load, map-reduce,
-submit and wait (:class:`~daskstraggle.runtime.base.Runtime`).
+"""A run's lifecycle against any runtime: :func:`run` checks, repartitions and places the
+data, and :func:`drive` carries out the engine's run on the runtime, returning an
+:class:`Outcome` that the face (:func:`daskstraggle.api.run_on`) turns into a Result.
 """
 
 from __future__ import annotations
@@ -29,8 +22,6 @@ from daskstraggle.data.matrix import Matrix
 from daskstraggle.engine.engine import Concluded, Engine
 from daskstraggle.engine.events import (
     Begin,
-    Compute,
-    Computed,
     EndRounds,
     Event,
     Instruction,
@@ -183,6 +174,7 @@ def run(
         if resume is not None:
             resume_state(resume, settings=settings, placement=placement, max_iter=stop.max_iter)
         runtime._partition_rows = [int(r) for r in matrix.partition_rows()]
+        runtime._total_rows = max(sum(runtime._partition_rows), 1)
         program = engine.lifecycle(
             method, problem, n_workers=runtime.n_workers, placement=placement,
             partition_rows=runtime._partition_rows, settings=settings, stop=stop,
@@ -261,7 +253,6 @@ def drive(runtime: Runtime, program: Generator[Instruction, Event | None, Conclu
 
     The rounds are undone (:meth:`Runtime._end`) also when the run fails or is interrupted.
     """
-    execute = vars(Runtime)["_execute"].dispatcher.dispatch  # (the handler, from the cache)
     rounds: StartRounds | None = None
     bar: Any = None
     load_duration = 0.0
@@ -284,26 +275,18 @@ def drive(runtime: Runtime, program: Generator[Instruction, Event | None, Conclu
                     stats = runtime._load(matrix, cast(Load, instruction).placement)
                     load_duration = time.perf_counter() - t_load
                     refuse_no_calls(stats, matrix)
-                    reply = Loaded(stats=stats, time=runtime._clock(),
-                                   stimulus_id=runtime._new_stimulus_id("loaded"))
-                elif kind is Compute:
-                    compute = cast(Compute, instruction)
-                    reply = Computed(value=compute.fn(runtime._map_reduce, *compute.args),
-                                     time=runtime._clock(),
-                                     stimulus_id=runtime._new_stimulus_id("computed"))
+                    reply = runtime._reply(Loaded, stats=stats)
                 elif kind is StartRounds:
                     bar = _start_rounds(runtime, cast(StartRounds, instruction), stop=stop,
                                         progress=progress)
                     rounds = cast(StartRounds, instruction)  # (begun: to be undone)
-                    reply = Begin(time=runtime._clock(),
-                                  stimulus_id=runtime._new_stimulus_id("begin"))
+                    reply = runtime._reply(Begin)
                 elif kind is EndRounds:
                     _end_rounds(runtime, rounds, bar)
                     rounds = None
                 else:
-                    reply = execute(kind)(runtime, instruction, rounds and rounds.work,
-                                          rounds and rounds.session.problem,
-                                          rounds and rounds.session)
+                    reply = runtime._execute(instruction, rounds and rounds.work,
+                                             rounds and rounds.session)
     finally:
         program.close()  # (its own clean-up: the load balancing loop)
         if rounds is not None:

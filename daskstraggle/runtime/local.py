@@ -188,7 +188,8 @@ class LocalRuntime(Runtime):
             return fold((fn(block, *args) for block in blocks), combine)
         return fold(_ordered_map(lambda block: fn(block, *args), blocks), combine)
 
-    def _submit(self, unit: WorkUnit, problem: Problem) -> None:
+    def _submit(self, unit: WorkUnit, problem: Problem, only: frozenset[int] | None = None
+                ) -> None:
         if self._inline:
             self._queue.extend(self._compute_unit(unit, problem))
             return

@@ -1,36 +1,14 @@
 """SimRuntime: any Method in simulated time, with worker latency from a latency model.
 
-The numbers are real (every kernel runs in this process, on the same blocks the Dask
-runtime would load); only the clock is simulated. A task a worker starts at simulated
-time ``a`` completes at ``a + compute + communication`` drawn from the latency model for
-that worker (``time=a``, ``iteration`` = the unit's version, ``load`` = its share of the
-rows). Results are delivered in completion order through the same driving loop as the
-Dask runtime, so methods make the same decisions they would on a cluster, and the trace
-has the same schema (times in simulated seconds). This is the simulator of
-:mod:`daskstraggle.latency.simulator` with a real method in the loop: for the DSAG
-coordinator semantics (SGD/DSAG with ``n_wait``) the two produce identical iteration
-times from the same seed.
-
-A 1000-worker run fits on one machine: memory is one copy of the matrix, time is the
-kernels' total compute.
-
-**Faults** (``faults=``, the ``loss``, ``freeze``, ``join`` and ``retire`` terms of the
-stragglers spec, :mod:`daskstraggle.latency.faults`) are played at their simulated times
-through the engine's :class:`~daskstraggle.engine.pool.WorkerPool`, the same decisions the
-Dask runtime takes on a cluster: a lost or retiring worker's indices move to live workers
-and their work is sent again, a frozen worker's once its work is overdue
-(``frozen_after``), a worker that joins takes back a doubled-up index or helps the slowest
-one (its units split between the two), and ``backup_after`` sends backups. The latency
-model describes each worker *index*'s work, whoever computes it; faults act on
-*workers*: a worker computing for two indices computes their units one after the other,
-a frozen one makes no progress while frozen, a lost one never answers. Data moves take
-no simulated time, and the runtime sees a change the moment it happens (a cluster's
-runtime polls every second).
+The kernels run in this process on the blocks the Dask runtime would load; only the clock is
+simulated (a task started at ``a`` completes at ``a + compute + communication``, drawn for
+its worker index). The fault terms are played at their simulated times through the engine's
+:class:`~daskstraggle.engine.pool.WorkerPool`, as the Dask runtime's decisions on a cluster;
+faults act on workers, the latency model on worker indices, and data moves take no time.
 """
 
 from __future__ import annotations
 
-import functools
 import heapq
 import itertools
 import math
@@ -42,12 +20,11 @@ import numpy as np
 
 from daskstraggle._validation import check_int, check_nonnegative
 from daskstraggle.engine import events
+from daskstraggle.engine.events import Instruction
 from daskstraggle.engine.pool import (
     AwaitWorkers,
-    Cancel,
     Deliver,
     MoveIndex,
-    Resend,
     SendBackup,
     SplitUnit,
     StartHelping,
@@ -185,8 +162,6 @@ class SimRuntime(LocalRuntime):
         self._busy: dict[str, float] = {}
         self._cluster = ClusterState(n_workers=self._n_workers)  # as the faults leave it
         self._losses: list[dict[str, Any]] = []
-        self._work: Any = None
-        self._total_rows = 0  # rows of every partition (at least 1), known from _begin
 
     def _clock(self) -> float:
         return self._now
@@ -211,19 +186,6 @@ class SimRuntime(LocalRuntime):
         self._busy = {}
         self._cluster = ClusterState(n_workers=self._n_workers)
         self._losses = []
-        self._total_rows = max(sum(partition_rows), 1)
-
-    def _rows_load(self, partitions: tuple[int, ...]) -> float:
-        # (the base class's, with the total rows summed once per run, not per unit)
-        if not self._total_rows:
-            return super()._rows_load(partitions)
-        rows = sum(self._partition_rows[p] for p in partitions)
-        return rows * self._n_workers / self._total_rows
-
-    def _unit_load(self, unit: WorkUnit) -> float:
-        if unit.rows is None or not self._total_rows:
-            return super()._unit_load(unit)
-        return (unit.rows[1] - unit.rows[0]) * self._n_workers / self._total_rows
 
     def _bounds(self) -> Any:
         from daskstraggle.runtime._resilience import slow_bounds
@@ -300,7 +262,6 @@ class SimRuntime(LocalRuntime):
         assert self.worker_pool is not None
         unit, index = split.unit, split.index
         held = self._blocks[index]
-        total = self._total_rows
         keys = []
         pool = self.worker_pool
         for part, worker in zip((split.own, split.helper_part),
@@ -308,8 +269,9 @@ class SimRuntime(LocalRuntime):
             blocks = [held[unit.partitions[k]] for k in part.positions]
             result, measured = run_unit(problem, unit.iterate, *blocks,
                                         coefficients=part.coefficients, rows=part.rows)
-            load = (part.rows[1] - part.rows[0]) * self._n_workers / total
-            compute, communication = self._draw(index, unit, load, measured)
+            compute, communication = self._draw(index, unit,
+                                                self._load_of(part.rows[1] - part.rows[0]),
+                                                measured)
             keys.append(self._push(worker, unit, result, compute, communication))
         self._observe(events.SplitSent, unit=unit, keys=(keys[0], keys[1]))
 
@@ -431,44 +393,34 @@ class SimRuntime(LocalRuntime):
         self._observe(events.StatusChanged, self._new_stimulus_id(type(fault).__name__.lower()),
                       status=self._cluster.statuses())
 
-    @functools.singledispatchmethod
-    def _carry(self, instruction: Any) -> None:
-        """Carry out one pool instruction (one method per type); a helper stopping needs
-        nothing here."""
-        assert isinstance(instruction, StopHelping), instruction
+    def _carry(self, instruction: Instruction) -> None:
+        """As :meth:`Runtime._carry`; data moves take no time, and a helper stopping
+        needs nothing here."""
+        match instruction:
+            case MoveIndex():
+                held = sorted(self._blocks[instruction.index])
+                self._losses.append({
+                    "worker_index": instruction.index, "lost": instruction.previous,
+                    "moved_to": instruction.to, "reason": instruction.why,
+                    "kind": instruction.kind, "time": self._now,
+                    "stimulus_id": instruction.stimulus_id, "partitions": held,
+                    "reloaded": [] if instruction.how == "fetch" or instruction.from_helper
+                    else list(held)})
+            case StartHelping(index=index):
+                self._observe(events.HelperReady, index=index)
+            case AwaitWorkers():
+                self._await_workers()
+            case SendBackup():
+                self._send_backup(instruction)
+            case StopHelping():
+                pass
+            case _:
+                super()._carry(instruction)
 
-    @_carry.register(MoveIndex)
-    def _(self, instruction: MoveIndex) -> None:
-        self._losses.append({
-            "worker_index": instruction.index, "lost": instruction.previous,
-            "moved_to": instruction.to, "reason": instruction.why,
-            "kind": instruction.kind, "time": self._now,
-            "stimulus_id": instruction.stimulus_id,
-            "partitions": sorted(self._blocks[instruction.index]),
-            "reloaded": [] if instruction.how == "fetch" or instruction.from_helper
-            else sorted(self._blocks[instruction.index])})
-
-    @_carry.register(Cancel)
-    def _(self, instruction: Cancel) -> None:
-        for key in instruction.keys:
+    def _cancel(self, keys: tuple[str, ...] | list[str]) -> None:
+        for key in keys:
             self._tasks.pop(key, None)
 
-    @_carry.register(Resend)
-    def _(self, instruction: Resend) -> None:
-        for key in instruction.cancel:
-            self._tasks.pop(key, None)
-        for unit, only in instruction.units:
-            self._submit(unit, self._work, only)
-
-    @_carry.register(StartHelping)
-    def _(self, instruction: StartHelping) -> None:
-        self._observe(events.HelperReady, index=instruction.index)  # data moves take no time
-
-    @_carry.register(AwaitWorkers)
-    def _(self, instruction: AwaitWorkers) -> None:
-        self._await_workers()
-
-    @_carry.register(SendBackup)
     def _send_backup(self, instruction: SendBackup) -> None:
         assert self.worker_pool is not None
         unit, j = instruction.unit, instruction.to_index
@@ -512,13 +464,7 @@ class SimRuntime(LocalRuntime):
         }
         if self.faults:
             attrs["faults"] = " + ".join(f.to_spec() for f in self.faults)
-        if self._losses:
-            attrs["worker_losses"] = list(self._losses)
-        if self.worker_pool is not None and self.worker_pool.joins:
-            attrs["worker_joins"] = [dict(j) for j in self.worker_pool.joins]
-        if self.backup_after is not None and self.worker_pool is not None:
-            attrs["backups"] = self.worker_pool.n_backups
-        return attrs
+        return {**attrs, **self._pool_attrs(self._losses, self.backup_after)}
 
     def _cancel_pending(self) -> None:
         self._heap.clear()
