@@ -3,16 +3,7 @@
 Every key, its default and what it bounds are in ``daskstraggle.yaml`` beside this module,
 registered with ``dask.config`` when this module is first imported (``dask.config.get`` in
 your own code needs ``import daskstraggle.config`` first). They are changed the way every
-Dask setting is: a YAML file in ``~/.config/dask/`` (or ``$DASK_CONFIG``), an environment
-variable, or in code::
-
-    # ~/.config/dask/daskstraggle.yaml
-    daskstraggle:
-      workers: 8
-      timeouts:
-        stall: 10 minutes
-
-    $ DASK_DASKSTRAGGLE__WORKERS=8 daskstraggle pca calls.vcz
+Dask setting is (``docs/guide.md``, Settings), e.g. in code::
 
     >>> import dask
     >>> import daskstraggle.config as config
