@@ -92,14 +92,9 @@ def check_client(client: Any) -> None:
 
 
 def probe_scheduler(address: str, *, timeout: float) -> None:
-    """Check within ``timeout`` seconds that a Dask scheduler answers at ``address``.
-
-    Raises
-    ------
-    ClusterConnectionError
-        If the connection is refused (at once), cannot be made in time, or the server
-        does not answer the handshake as a Dask scheduler in time.
-    """
+    """Check within ``timeout`` seconds that a Dask scheduler answers at ``address``; raise
+    ClusterConnectionError if the connection is refused (at once) or not made in time, or
+    the server does not answer the handshake as a Dask scheduler in time."""
     from distributed.comm.addressing import get_address_host_port, parse_address
 
     scheme, _ = parse_address(address)

@@ -22,24 +22,11 @@ Submit = Callable[..., Any]
 
 
 class PartitionStore:
-    """The loaded partitions of every worker index, of their helpers, and spare copies;
-    carries out the engine pool's moves and helpers on them.
-
-    Parameters
-    ----------
-    client : distributed.Client
-        The runtime's client (asked who holds copies).
-    submit : callable
-        ``submit(address, fn, *args, key=...)`` runs ``fn`` strictly pinned to
-        ``address`` and returns its future.
-
-    Attributes
-    ----------
-    held : list of dict of int to Future
-        Each worker index's partitions.
-    helper : dict of int to dict of int to Future
-        A helper's copy of the partitions of the index it helps.
-    """
+    """The loaded partitions of every worker index (:attr:`held`), of their helpers
+    (:attr:`helper`, by the index helped), and spare copies; carries out the engine pool's
+    moves and helpers on them. ``client`` (the runtime's) is asked who holds copies;
+    ``submit(address, fn, *args, key=...)`` runs ``fn`` strictly pinned to ``address``
+    and returns its future."""
 
     def __init__(self, client: Any, submit: Submit) -> None:
         self.client = client

@@ -100,17 +100,10 @@ def stale_bound(stale_after: int | None, ages: Iterable[int]) -> float:
 
 
 def bounded(what: str, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
-    """Return ``fn(*args)``, waiting at most ``timeout`` s (default :func:`setup_timeout`).
-
-    For set-up steps that wait for every worker's answer (installing a worker plugin),
-    which a frozen worker would hold up forever.
-
-    Raises
-    ------
-    StraggleError
-        One line naming ``what`` if ``fn`` has not returned in time (it goes on in a
-        background thread); ``fn``'s own errors propagate.
-    """
+    """Return ``fn(*args)``, a set-up step that waits for every worker (a frozen one would
+    hold it up forever), waiting at most ``timeout`` s (default :func:`setup_timeout`);
+    raise StraggleError naming ``what`` if it has not returned in time (it goes on in a
+    background thread). ``fn``'s own errors propagate."""
     limit = setup_timeout() if timeout is None else timeout
     outcome = _within(what, limit, fn, *args)
     if not outcome:

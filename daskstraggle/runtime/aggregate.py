@@ -107,22 +107,11 @@ class Handle:
 class TreeReducer:
     """Sum held results on the workers, :data:`FAN_IN` at a time, and fetch the one sum.
 
-    One message reaches the client instead of one per worker; only the order of the
-    additions differs (the iterates agree to rounding). A leaf whose worker left is
-    computed again where its partitions are now, and the tree is built again.
-
-    Parameters
-    ----------
-    client : distributed.Client
-        The run's client.
-    live : callable
-        Returns the addresses of the workers now in the cluster (after the runtime
-        has carried out any move its engine decided).
-    recompute : callable
-        ``recompute(handle) -> (future, address)``: run a lost leaf's task again where
-        its worker index's partitions are now.
-    timeout : float
-        Seconds the tree may take (``timeouts.stall``).
+    One message reaches the ``client`` instead of one per worker; only the order of the
+    additions differs (the iterates agree to rounding). A leaf whose worker is no longer
+    among ``live()`` (the workers now in the cluster, after the engine's moves) is computed
+    again where its partitions are now (``recompute(handle) -> (future, address)``), and
+    the tree is built again; the tree may take ``timeout`` seconds (``timeouts.stall``).
     """
 
     def __init__(self, client: Any, *, live: Callable[[], set[str]],
@@ -143,14 +132,9 @@ class TreeReducer:
         return fetched
 
     def reduce(self, terms: list[tuple[float, Leaf]]) -> tuple[np.ndarray, np.ndarray]:
-        """Return ``sum weight * leaf`` as ``(gradient, values)``, summed on the workers.
-
-        Raises
-        ------
-        WorkerLostError
-            If the tree does not finish within ``timeout`` seconds, or its leaves are
-            lost more than :data:`MAX_REBUILDS` times (one line naming it).
-        """
+        """Return ``sum weight * leaf`` as ``(gradient, values)``, summed on the workers;
+        raise WorkerLostError if the tree does not finish within ``timeout`` seconds or its
+        leaves are lost more than :data:`MAX_REBUILDS` times."""
         deadline = time.perf_counter() + self.timeout
         for _ in range(MAX_REBUILDS + 1):
             root = self._build(terms)

@@ -62,18 +62,9 @@ def worth_measuring(n_rows: int, n_columns: int) -> bool:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A method ``auto`` may run.
-
-    Attributes
-    ----------
-    label : str
-        How reports name it, e.g. ``"coded(s=1)"``.
-    method : Method
-        The method that runs when it is chosen.
-    surrogate : Method
-        The method the simulation plays for it (itself, or the GD method with the same
-        waiting rule for gram and block).
-    """
+    """A method ``auto`` may run: its ``label`` in reports (e.g. ``"coded(s=1)"``), the
+    ``method`` that runs when it is chosen, and the ``surrogate`` the simulation plays for
+    it (itself, or the GD method with the same waiting rule for gram and block)."""
 
     label: str
     method: Method
@@ -146,18 +137,9 @@ class Choice:
 
 
 def describe(auto: dict[str, Any]) -> str:
-    """Say what ``auto`` ran and why, from ``result.attrs["auto"]`` (:meth:`Choice.as_attrs`).
-
-    Parameters
-    ----------
-    auto : dict
-        The choice as plain values.
-
-    Returns
-    -------
-    line : str
-        ``"ran coded(s=1) after 8 probe rounds (1.2 s); predicted per gd round: ..."``, or,
-        when nothing was probed (a single candidate: one worker), that the rule chose.
+    """Say what ``auto`` ran and why, from ``result.attrs["auto"]`` (:meth:`Choice.as_attrs`):
+    ``"ran coded(s=1) after 8 probe rounds (1.2 s); predicted per gd round: ..."``, or,
+    when nothing was probed (a single candidate: one worker), that the rule chose.
 
     Examples
     --------
@@ -174,23 +156,11 @@ def describe(auto: dict[str, Any]) -> str:
 
 
 def candidates(plain: Method, n_workers: int) -> list[Candidate]:
-    """Return the methods ``auto`` compares for a plain method on ``n_workers`` workers.
-
-    Parameters
-    ----------
-    plain : Method
-        The rule's method: ``gd``, ``gram`` or ``block``.
-    n_workers : int
-        Workers of the run.
-
-    Returns
-    -------
-    candidates : list of Candidate
-        The plain method first; then, on two or more workers, its coded variants
-        (cyclic repetition tolerating ``s`` = 1 .. :data:`MAX_STRAGGLERS` stragglers,
-        ``s <= n - 2``: no worker holds the whole matrix) and, for gd, DSAG waiting for
-        ``n - 1`` workers.
-    """
+    """Return the methods ``auto`` compares for ``plain`` (the rule's ``gd``, ``gram`` or
+    ``block``) on ``n_workers`` workers: ``plain`` first; then, on two or more workers, its
+    coded variants (cyclic repetition tolerating ``s`` = 1 .. :data:`MAX_STRAGGLERS`
+    stragglers, ``s <= n - 2``: no worker holds the whole matrix) and, for gd, DSAG
+    waiting for ``n - 1`` workers."""
     gd = make_method("gd")
     coded_plain = plain.name in ("gram", "block")
     out = [Candidate(plain.name, plain, gd if coded_plain else plain)]
@@ -243,27 +213,10 @@ def pick(predicted: dict[str, float], plain: str) -> str:
 def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain: Method, *,
                        rng: np.random.Generator,
                        clock: Callable[[], float] = time.perf_counter) -> Choice:
-    """Probe the runtime's workers, simulate the candidates and choose one.
-
-    Parameters
-    ----------
-    runtime : Runtime
-        The run's runtime (its workers are probed with a short GD run on ``matrix``).
-    problem : Problem
-        The unbound problem of the run.
-    matrix : Matrix
-        The run's data.
-    plain : Method
-        The method the rule on the data gives (``gd``, ``gram`` or ``block``).
-    rng : Generator
-        Seeds the probe and the simulation.
-    clock : callable, default=time.perf_counter
-        Measures the probe's wall seconds.
-
-    Returns
-    -------
-    choice : Choice
-    """
+    """Probe the runtime's workers with a short GD run of ``problem`` (unbound) on
+    ``matrix``, simulate the :func:`candidates` for ``plain`` (the rule's method) under
+    gamma laws fitted to the probe, and return the :class:`Choice`. ``rng`` seeds the
+    probe and the simulation; ``clock`` measures the probe's wall seconds."""
     from daskstraggle.latency import fit_trace
 
     n = runtime.n_workers
@@ -282,16 +235,14 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
         probe = _probe(runtime, problem, probed, rng)
     seconds = clock() - start
     table = probe.rows.per_worker()[1]
-    latency = table[WARMUP_ROUNDS:]
     arrays = _fit_arrays(probe.rows, whole=fraction == 1.0)
-    model = fit_trace(arrays)
-    predicted = predict(options, model, n, rng)
+    predicted = predict(options, fit_trace(arrays), n, rng)
     label = pick(predicted, plain.name)
     chosen = next(option.method for option in options if option.label == label)
     return Choice(chosen, label, plain.name, predicted, PROBE_ROUNDS, seconds,
                   [float(np.nanmean(column)) if np.isfinite(column).any()
                    else float(np.mean(arrays["compute_duration"][:, j]))  # censored
-                   for j, column in enumerate(latency.T)],
+                   for j, column in enumerate(table[WARMUP_ROUNDS:].T)],
                   [[None if np.isnan(v) else round(float(v), 6) for v in row]
                    for row in table], fraction)
 

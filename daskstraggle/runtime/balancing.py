@@ -26,17 +26,9 @@ class BalanceLoop:
     on real runtimes (a thread would compete with the Dask client for the GIL), inline on
     the simulated one, whose clock does not move meanwhile; an accepted plan is applied
     with ``method.set_subpartitions``: each worker's next task carries its new row range,
-    no data moves.
-
-    Parameters
-    ----------
-    method : SGD
-        A started SGD, SAG or DSAG with a ``balancer``.
-    n_workers : int
-        Worker indices of the runtime.
-    background : bool
-        Run the optimizer in a child process (real runtimes; a thread if the process
-        cannot be started or dies) or inline (simulated time).
+    no data moves. ``method`` is a started SGD, SAG or DSAG with a ``balancer``;
+    ``background`` runs the optimizer in a child process (a thread if the process cannot
+    start or dies), else inline.
     """
 
     def __init__(self, method: SGD, n_workers: int, *, background: bool) -> None:

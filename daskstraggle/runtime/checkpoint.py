@@ -79,14 +79,8 @@ class StateWriter:
 class Checkpointer(StateWriter):
     """Where and how often a run writes its checkpoint file; writes it (:class:`StateWriter`).
 
-    Parameters
-    ----------
-    path : str or path
-        The checkpoint file (replaced atomically at every write).
-    interval : float or None, default=None
-        Seconds between writes. None: 60 s, unless ``iterations`` is given.
-    iterations : int or None, default=None
-        Also write every this many rounds.
+    The file at ``path`` is replaced atomically at every write, every ``interval`` seconds
+    (None: 60 s, unless ``iterations`` is given) and every ``iterations`` rounds.
     """
 
     path: Path
@@ -160,14 +154,9 @@ def dump_state(state: dict[str, Any]) -> bytes:
 
 
 def load_state(data: bytes, *, where: str, writer: str) -> dict[str, Any]:
-    """Return the state in checkpoint bytes (:func:`dump_state`); ``where`` names their
-    source and ``writer`` the option that writes such states, in the error.
-
-    Raises
-    ------
-    InvalidDataError
-        If the bytes are not a daskstraggle checkpoint (or one of another format version).
-    """
+    """Return the state in checkpoint bytes (:func:`dump_state`); raise InvalidDataError,
+    naming their source ``where`` and the option ``writer`` that writes such states, if
+    they are not a daskstraggle checkpoint (or one of another format version)."""
     not_ours = f"{where} is not a daskstraggle checkpoint (written by {writer})"
     try:
         state = pickle.loads(data)

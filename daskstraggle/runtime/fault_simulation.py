@@ -113,25 +113,9 @@ class _ResultLog(DSAG):
 def make_least_squares_data(n_workers: int, *, rows_per_worker: int = ROWS_PER_WORKER,
                             n_features: int = N_FEATURES, seed: int = 0
                             ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Make the small least-squares problem :func:`simulate_faults` runs.
-
-    Parameters
-    ----------
-    n_workers : int
-        Number of worker indices; each gets ``rows_per_worker`` rows.
-    rows_per_worker : int, default=4
-        Rows per worker index.
-    n_features : int, default=3
-        Columns.
-    seed : int, default=0
-        Seed of the data.
-
-    Returns
-    -------
-    X : ndarray of shape (n_workers * rows_per_worker, n_features)
-        Standard normal entries.
-    y : ndarray of shape (n_workers * rows_per_worker,)
-        ``X @ ones + 0.1 * noise``.
+    """Make the small least-squares problem :func:`simulate_faults` runs, from ``seed``:
+    ``X`` of shape ``(n_workers * rows_per_worker, n_features)``, standard normal, and
+    ``y = X @ ones + 0.1 * noise``.
 
     Examples
     --------

@@ -233,16 +233,10 @@ class LatencyPlugin(SchedulerPlugin):
             _remove_plugin(scheduler, self)
 
     def drain(self, after_seq: int) -> tuple[list[tuple[Any, ...]], int]:
-        """Return the kept records numbered after ``after_seq`` (0: all), and the last number.
-
-        Returns
-        -------
-        records : list of tuple
-            :class:`TaskLatency`'s fields, in increasing ``seq``.
-        seq : int
-            Number of the newest record; numbers in ``(after_seq, seq]`` missing from
-            ``records`` were dropped (``maxlen`` or ``max_departed``).
-        """
+        """Return the kept records numbered after ``after_seq`` (0: all), as tuples of
+        :class:`TaskLatency`'s fields in increasing ``seq``, and the newest record's number
+        ``seq``: numbers in ``(after_seq, seq]`` missing from them were dropped (``maxlen``
+        or ``max_departed``)."""
         out: list[tuple[Any, ...]] = []
         for log in self._workers.values():
             for record in reversed(log.records):
@@ -596,13 +590,8 @@ class LatencyRecorder:
                 history.append(record.compute_duration)
 
     def poll(self) -> list[TaskLatency]:
-        """Return the records of the tasks finished since the last call.
-
-        Returns
-        -------
-        records : list of TaskLatency
-            In increasing ``seq``; each record is returned once.
-        """
+        """Return the records of the tasks finished since the last call, in increasing
+        ``seq`` (each record once)."""
         self._absorb()
         with self._lock:
             out = list(self._unread)
@@ -610,14 +599,9 @@ class LatencyRecorder:
         return out
 
     def per_worker(self) -> dict[str, np.ndarray]:
-        """Return each worker's recent compute durations, oldest first (records not yet
-        polled included; the next :meth:`poll` still returns them).
-
-        Returns
-        -------
-        durations : dict of str to ndarray of shape (n_records,)
-            Worker address -> its last (at most ``maxlen``) compute durations in seconds.
-        """
+        """Return each worker's last (at most ``maxlen``) compute durations in seconds, by
+        address, oldest first (records not yet polled included; the next :meth:`poll`
+        still returns them)."""
         import numpy as np
 
         self._absorb()
