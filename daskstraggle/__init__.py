@@ -4,16 +4,9 @@ PCA, logistic regression and least squares over Zarr-chunked matrices whose row
 partitions are pinned to Dask workers; methods are pure policies driven by a Dask
 runtime, an in-process one, or a simulated clock with a latency model.
 
-The top level holds what a user starts from: ``open_matrix``, the ``fit_*`` functions,
-``genotype_pca`` and ``solve``, their ``Result``, ``Matrix``, ``GenotypeQC``, ``StopRule``,
-the common methods ``GD``, ``NAG`` and ``DSAG`` (``solve``'s other option groups are in
-:mod:`daskstraggle.options`), and the scikit-learn estimators ``PCA``,
-``LogisticRegression``, ``LinearRegression`` and ``Ridge`` (:mod:`daskstraggle.estimators`;
-``pip install 'daskstraggle[sklearn]'``), all loaded on first use. Everything else lives in
-its subpackage (:mod:`~daskstraggle.errors`, :mod:`~daskstraggle.methods`,
-:mod:`~daskstraggle.problems`, :mod:`~daskstraggle.runtime`, :mod:`~daskstraggle.latency`,
-:mod:`~daskstraggle.balance`, :mod:`~daskstraggle.plot`). The names the top level served
-before keep working for a release, with a ``DeprecationWarning`` saying where they went.
+The top level holds what a user starts from (``__all__``), each loaded on first use;
+everything else lives in its subpackage. The names it served before keep working for a
+release, with a ``DeprecationWarning`` saying where they went.
 """
 
 from __future__ import annotations
@@ -70,8 +63,7 @@ __all__ = ["DSAG", "GD", "NAG", "PCA", "GenotypeQC", "LinearRegression", "Logist
            "fit_logistic", "fit_pca", "genotype_pca", "latency", "open_matrix", "plot", "solve"]
 
 def __getattr__(name: str) -> object:
-    """Load a public name on first use: the API, the errors, the classes, the
-    scikit-learn estimators and the plot module (each module when first asked for)."""
+    """Load a public name on first use (a moved one with a DeprecationWarning)."""
     import importlib
 
     if name in _LAZY:
