@@ -88,16 +88,9 @@ class LoadBalancer:
         holders = np.flatnonzero(np.asarray(rows, dtype=np.int64) > 0)
         return holders.size > 0 and bool(stats.ready[holders].all())
 
-    def plan(
-        self,
-        stats: ProfileStatistics,
-        subpartitions: Sequence[int],
-        rows: Sequence[int],
-        *,
-        n_wait: int,
-        p_initial: Sequence[int],
-        collect_window: float = 0.02,
-    ) -> BalancePlan | None:
+    def plan(self, stats: ProfileStatistics, subpartitions: Sequence[int], rows: Sequence[int], *,
+             n_wait: int, p_initial: Sequence[int],
+             collect_window: float = 0.02) -> BalancePlan | None:
         """Propose new subpartition counts from the profiler's statistics.
 
         Parameters

@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from daskstraggle._validation import check_fraction, check_int, check_nonnegative, check_positive
 from daskstraggle.errors import InvalidParameterError
+from daskstraggle.latency.base import Seed
 from daskstraggle.latency.models import Gamma
 from daskstraggle.latency.simulator import simulate
 
@@ -240,24 +241,11 @@ def _shed_work(h: _Contribution, latency: _Latency, adjustable: NDArray[np.bool_
     return new, value
 
 
-def optimize(
-    subpartitions: ArrayLike,
-    rows: ArrayLike,
-    compute_mean: ArrayLike,
-    compute_var: ArrayLike,
-    communication_mean: ArrayLike,
-    communication_var: ArrayLike,
-    *,
-    n_wait: int,
-    p_initial: ArrayLike | None = None,
-    h_min: float | None = None,
-    margin: float = 0.1,
-    tolerance: float = 0.01,
-    comm_fraction: float = 0.1,
-    collect_window: float = 0.02,
-    n_iterations: int = 100,
-    rng: int | np.random.SeedSequence | np.random.Generator | None = 0,
-) -> BalancePlan:
+def optimize(subpartitions: ArrayLike, rows: ArrayLike, compute_mean: ArrayLike,
+             compute_var: ArrayLike, communication_mean: ArrayLike, communication_var: ArrayLike,
+             *, n_wait: int, p_initial: ArrayLike | None = None, h_min: float | None = None,
+             margin: float = 0.1, tolerance: float = 0.01, comm_fraction: float = 0.1,
+             collect_window: float = 0.02, n_iterations: int = 100, rng: Seed = 0) -> BalancePlan:
     """Propose new numbers of subpartitions that even out the workers' latencies.
 
     Parameters

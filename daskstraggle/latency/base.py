@@ -42,6 +42,8 @@ Draw = tuple[Any, Any]
 Checks = tuple[tuple[str, Callable[..., Any]], ...]
 #: The per-worker random streams a sampler draws from (:func:`worker_streams`).
 Streams = Sequence[np.random.Generator]
+#: A seed (:func:`worker_streams`): an int, a SeedSequence, a Generator or None.
+Seed = int | np.random.SeedSequence | np.random.Generator | None
 
 #: Largest time parameter (seconds) of a latency model, about 32 million years.
 MAX_SECONDS = 1e15
@@ -114,9 +116,7 @@ class WorkerStreams(Sequence[np.random.Generator]):
         return self._shared
 
 
-def worker_streams(
-    rng: int | np.random.SeedSequence | np.random.Generator | None, n_workers: int
-) -> WorkerStreams:
+def worker_streams(rng: Seed, n_workers: int) -> WorkerStreams:
     """Return one independent Generator per worker, spawned from one seed.
 
     Parameters
@@ -184,10 +184,8 @@ def _in_bounds(v: Any, low: float, strict: bool, high: float | None) -> bool:
     return (v > low if strict else v >= low) and (high is None or v <= high)
 
 
-def check_per_worker(
-    value: Any, *, name: str, caller: str, low: float = 0.0, strict: bool = False,
-    high: float | None = None,
-) -> float | tuple[float, ...]:
+def check_per_worker(value: Any, *, name: str, caller: str, low: float = 0.0, strict: bool = False,
+                     high: float | None = None) -> float | tuple[float, ...]:
     """Normalise a scalar-or-per-worker parameter to a float or a tuple of floats.
 
     Parameters
@@ -295,11 +293,7 @@ class LatencyModel(ABC):
         """Return the sampler (``n_workers`` already checked)."""
         return self._sampler_class(self, n_workers, streams)
 
-    def sampler(
-        self,
-        n_workers: int,
-        rng: int | np.random.SeedSequence | np.random.Generator | None = None,
-    ) -> LatencySampler:
+    def sampler(self, n_workers: int, rng: Seed = None) -> LatencySampler:
         """Return a stateful sampler for ``n_workers`` workers.
 
         Parameters
@@ -442,16 +436,8 @@ class LatencySampler(ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot draw every worker at once")
 
     @abstractmethod
-    def sample(
-        self,
-        worker_index: int,
-        *,
-        time: float = 0.0,
-        iteration: int = 0,
-        load: float = 1.0,
-        measured: float | None = None,
-        size: int | None = None,
-    ) -> Draw:
+    def sample(self, worker_index: int, *, time: float = 0.0, iteration: int = 0,
+               load: float = 1.0, measured: float | None = None, size: int | None = None) -> Draw:
         """Return ``(compute, communication)`` seconds for one task of ``worker_index``.
 
         Parameters

@@ -60,13 +60,8 @@ def _pack(values: list[float], iid: bool) -> float | tuple[float, ...]:
     return float(values[0]) if iid else tuple(float(v) for v in values)
 
 
-def fit_gamma(
-    compute: ArrayLike,
-    communication: ArrayLike | None = None,
-    *,
-    iid: bool = False,
-    min_samples: int = 2,
-) -> Gamma:
+def fit_gamma(compute: ArrayLike, communication: ArrayLike | None = None, *, iid: bool = False,
+              min_samples: int = 2) -> Gamma:
     """Fit the per-worker gamma latency model by moments.
 
     Parameters

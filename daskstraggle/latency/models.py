@@ -284,14 +284,9 @@ class Gamma(LatencyModel):
                              (self.communication_mean, self.communication_var))
 
 
-def _check_table(
-    data: NDArray[np.float64],
-    *,
-    what: str,
-    names: list[str] | None = None,
-    row_labels: list[str] | None = None,
-    error: type[Exception] = InvalidParameterError,
-) -> None:
+def _check_table(data: NDArray[np.float64], *, what: str, names: list[str] | None = None,
+                 row_labels: list[str] | None = None,
+                 error: type[Exception] = InvalidParameterError) -> None:
     """Raise if a cell is non-finite or negative, naming its row and column."""
     bad = ~np.isfinite(data) | (data < 0)
     if not bad.any():

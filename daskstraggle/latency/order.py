@@ -16,7 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from daskstraggle._validation import _fail, check_int, check_nonnegative
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency.base import LatencyModel, LatencySampler
+from daskstraggle.latency.base import LatencyModel, LatencySampler, Seed
 
 __all__ = ["OrderStatistics", "order_statistics"]
 
@@ -143,16 +143,9 @@ def _check_finite(values: NDArray[np.float64], *, caller: str, model: LatencyMod
         )
 
 
-def order_statistics(
-    model: LatencyModel,
-    n_workers: int,
-    *,
-    n_samples: int = 10_000,
-    load: float | ArrayLike = 1.0,
-    time: float = 0.0,
-    iteration: int = 0,
-    rng: int | np.random.SeedSequence | np.random.Generator | None = None,
-) -> OrderStatistics:
+def order_statistics(model: LatencyModel, n_workers: int, *, n_samples: int = 10_000,
+                     load: float | ArrayLike = 1.0, time: float = 0.0, iteration: int = 0,
+                     rng: Seed = None) -> OrderStatistics:
     """Estimate the latency of the ``w``-th fastest worker for every ``w`` by Monte Carlo.
 
     Every worker starts one task at ``time``; sorting each of the ``n_samples`` draws

@@ -119,15 +119,9 @@ class LatencyProfiler:
     array([5, 0])
     """
 
-    def __init__(
-        self,
-        n_workers: int,
-        *,
-        window: float = 10.0,
-        quantiles: tuple[float, float] = (0.1, 0.9),
-        min_samples: int = 10,
-        max_samples: int = 1000,
-    ) -> None:
+    def __init__(self, n_workers: int, *, window: float = 10.0,
+                 quantiles: tuple[float, float] = (0.1, 0.9), min_samples: int = 10,
+                 max_samples: int = 1000) -> None:
         caller = "LatencyProfiler"
         self.n_workers = check_int(n_workers, name="n_workers", caller=caller, low=1)
         self.window = check_positive(window, name="window", caller=caller)
@@ -148,16 +142,8 @@ class LatencyProfiler:
                 f"quantiles={self.quantiles}, min_samples={self.min_samples}, "
                 f"samples={sum(len(s) for s in self._samples)})")
 
-    def record(
-        self,
-        worker_index: int,
-        *,
-        time: float,
-        compute: float,
-        communication: float,
-        load: float = 1.0,
-        stale: bool = False,
-    ) -> None:
+    def record(self, worker_index: int, *, time: float, compute: float, communication: float,
+               load: float = 1.0, stale: bool = False) -> None:
         """Add one task's latency sample for a worker.
 
         Parameters

@@ -34,7 +34,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from daskstraggle._validation import check_choice, check_int, check_nonnegative
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency.base import LatencyModel, LatencySampler
+from daskstraggle.latency.base import LatencyModel, LatencySampler, Seed
 from daskstraggle.latency.order import _check_finite, _model_sampler
 
 __all__ = ["SimulationResult", "simulate"]
@@ -233,18 +233,10 @@ def check_counts(n_workers: Any, n_wait: Any, n_iterations: Any,
     return n_workers, n_wait, check_int(n_iterations, name="n_iterations", caller=caller, low=1)
 
 
-def simulate(
-    model: LatencyModel,
-    n_workers: int,
-    n_wait: int,
-    n_iterations: int,
-    *,
-    load: float | ArrayLike = 1.0,
-    collect_window: float = 0.02,
-    update_duration: float = 0.0,
-    method: str = "auto",
-    rng: int | np.random.SeedSequence | np.random.Generator | None = None,
-) -> SimulationResult:
+def simulate(model: LatencyModel, n_workers: int, n_wait: int, n_iterations: int, *,
+             load: float | ArrayLike = 1.0, collect_window: float = 0.02,
+             update_duration: float = 0.0, method: str = "auto",
+             rng: Seed = None) -> SimulationResult:
     """Simulate ``n_iterations`` iterations of a coordinator that waits for ``n_wait`` workers
     (DSAG's coordinator; see the module docstring).
 
