@@ -1,13 +1,6 @@
-"""Genotype matrices: quality control of variants, per-variant tables, allele-count checks.
-
-Quality control (:class:`GenotypeQC`) decides which variants a genotype PCA uses *before*
-the run (a matrix's shape is fixed up front). ``region``, ``pass_only`` and the allele
-steps read small per-variant arrays on the client; the other steps need passes over the
-genotypes on the workers, one task per partition: a counting pass (:func:`call_counts`,
-for ``--mind``, missingness, HWE and MAF), then KING kinship, then LD pruning
-(:mod:`daskstraggle.data.ld`), each on the variants and samples the steps before kept. The
-kept variants are a selection of the store's rows (no copy), recorded in a :class:`QCReport`.
-"""
+"""Genotype matrices: quality control of variants before a run (:class:`GenotypeQC`), per-variant
+tables, allele-count checks. The kept variants are a selection of the store's rows (no
+copy), recorded in a :class:`QCReport`."""
 
 from __future__ import annotations
 
@@ -92,16 +85,32 @@ def parse_region(text: object, *, caller: str = "GenotypeQC") -> Region:
     return Region(match["contig"], *bounds)
 
 
-def _check_threshold(value: object, *, name: str, flag: str, high: float) -> float | None:
+def _check_threshold(value: object, *, name: str, caller: str, high: float) -> float | None:
     if value is None:
         return None
     if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool) \
             and 0.0 <= float(value) <= high:  # NaN fails
         return float(value)
     raise InvalidParameterError(
-        f"The {name!r} parameter of GenotypeQC (CLI: {flag}) must be a number in "
-        f"[0, {high:g}] or None. Got {value!r} instead."
+        f"The {name!r} parameter of {caller} must be a number in [0, {high:g}] or None. "
+        f"Got {value!r} instead."
     )
+
+
+#: GenotypeQC's fields in order: their CLI flag and check, ``check(value, name=, caller=)``
+#: returning the normalised value.
+_FIELDS: dict[str, tuple[str, Callable[..., Any]]] = {
+    "min_maf": ("--min-maf", partial(_check_threshold, high=0.5)),
+    "max_missing": ("--max-missing", partial(_check_threshold, high=1.0)),
+    "pass_only": ("--pass-only", check_bool),
+    "region": ("--region", lambda v, **_: None if v is None else str(parse_region(v))),
+    "max_alleles": ("--max-alleles", lambda v, **kw: v if v is None else check_int(v, low=1, **kw)),
+    "snps_only": ("--snps-only", check_bool),
+    "hwe": ("--hwe", partial(_check_threshold, high=1.0)),
+    "max_sample_missing": ("--mind", partial(_check_threshold, high=1.0)),
+    "king_cutoff": ("--king-cutoff", lambda v, **_: check_king_cutoff(v)),
+    "ld_prune": ("--ld-prune", lambda v, **_: parse_ld_prune(v)),
+}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -171,33 +180,15 @@ class GenotypeQC:
 
     def __post_init__(self) -> None:
         """Check and normalise every field."""
-        set_ = partial(object.__setattr__, self)
-        set_("min_maf", _check_threshold(self.min_maf, name="min_maf", flag="--min-maf",
-                                         high=0.5))
-        set_("max_missing", _check_threshold(self.max_missing, name="max_missing",
-                                             flag="--max-missing", high=1.0))
-        set_("pass_only", check_bool(self.pass_only, name="pass_only",
-                                     caller="GenotypeQC (CLI: --pass-only)"))
-        if self.region is not None:
-            set_("region", str(parse_region(self.region)))
-        if self.max_alleles is not None:
-            set_("max_alleles", check_int(self.max_alleles, name="max_alleles",
-                                          caller="GenotypeQC (CLI: --max-alleles)", low=1))
-        set_("snps_only", check_bool(self.snps_only, name="snps_only",
-                                     caller="GenotypeQC (CLI: --snps-only)"))
-        set_("hwe", _check_threshold(self.hwe, name="hwe", flag="--hwe", high=1.0))
-        set_("max_sample_missing", _check_threshold(self.max_sample_missing,
-                                                    name="max_sample_missing", flag="--mind",
-                                                    high=1.0))
-        set_("king_cutoff", check_king_cutoff(self.king_cutoff))
-        set_("ld_prune", parse_ld_prune(self.ld_prune))
+        for name, (flag, check) in _FIELDS.items():
+            value = check(getattr(self, name), name=name, caller=f"GenotypeQC (CLI: {flag})")
+            object.__setattr__(self, name, value)
 
     @property
     def needs_counts(self) -> bool:
         """Whether a pass over the genotypes is needed (MAF, missingness, HWE, samples'
         missingness, kinship, LD pruning): run on the workers, once the runtime is up."""
-        return (self.counts_variants or self.max_sample_missing is not None
-                or self.king_cutoff is not None or self.ld_prune is not None)
+        return not self.count_steps().is_empty
 
     @property
     def counts_variants(self) -> bool:
@@ -207,22 +198,24 @@ class GenotypeQC:
     @property
     def is_empty(self) -> bool:
         """Whether every variant is kept."""
-        return (not self.needs_counts and not self.pass_only and self.region is None
-                and self.max_alleles is None and not self.snps_only)
+        return not self.given()
 
     def site_steps(self) -> GenotypeQC:
         """The steps that read only per-variant arrays (region, FILTER, alleles)."""
-        return replace(self, min_maf=None, max_missing=None, hwe=None, max_sample_missing=None,
-                       king_cutoff=None, ld_prune=None)
+        return GenotypeQC(**{k: v for k, v in self.given().items() if k in _SITE_FIELDS})
 
     def count_steps(self) -> GenotypeQC:
         """The steps that need a pass over the genotypes (:attr:`needs_counts`)."""
-        return replace(self, pass_only=False, region=None, max_alleles=None, snps_only=False)
+        return GenotypeQC(**{k: v for k, v in self.given().items() if k not in _SITE_FIELDS})
 
     def to_dict(self) -> dict[str, Any]:
         """Return the parameters as a dict (``GenotypeQC(**d)`` rebuilds it)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         return {**out, "ld_prune": None if self.ld_prune is None else str(self.ld_prune)}
+
+    def given(self) -> dict[str, Any]:
+        """:meth:`to_dict` without the steps not given (None or False)."""
+        return {k: v for k, v in self.to_dict().items() if v is not None and v is not False}
 
 
 def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:
@@ -307,8 +300,7 @@ def check_qc_applies(matrix: Matrix, qc: GenotypeQC | None) -> None:
     if qc is not None and not qc.is_empty and not isinstance(matrix.source,
                                                               GenotypeRowSource):
         raise InvalidParameterError(
-            "The 'qc' parameter (CLI: --min-maf, --max-missing, --pass-only, --region, "
-            "--max-alleles, --snps-only, --hwe, --mind, --king-cutoff, --ld-prune) "
+            f"The 'qc' parameter (CLI: {', '.join(flag for flag, _ in _FIELDS.values())}) "
             "applies to genotypes (a VCF Zarr store or Dataset, or allele counts with "
             f"genotype_dims); the matrix is {matrix.kind}. Drop it."
         )
@@ -403,15 +395,10 @@ def drop_no_calls(matrix: Matrix, samples: np.ndarray, variants: np.ndarray, *,
     """
     samples = np.asarray(samples, dtype=np.int64)
     variants = np.asarray(variants, dtype=np.int64)
-    keep_columns = np.ones(matrix.n_columns, dtype=bool)
-    keep_columns[samples] = False
-    keep_rows = np.ones(matrix.n_rows, dtype=bool)
-    keep_rows[variants] = False
-    out = matrix
-    if samples.size:
-        out = out.select_columns(np.flatnonzero(keep_columns))
-    if variants.size:
-        out = out.select_rows(np.flatnonzero(keep_rows))
+    keep_columns = ~np.isin(np.arange(matrix.n_columns), samples)
+    keep_rows = ~np.isin(np.arange(matrix.n_rows), variants)
+    out = _keep_columns(matrix, keep_columns)
+    out = out if keep_rows.all() else out.select_rows(np.flatnonzero(keep_rows))
     if warn:
         warnings.warn(f"{no_call_subject(matrix, samples, variants)} no called genotype; "
                       "removed, rather than scored 0.", StraggleWarning, stacklevel=3)
@@ -433,6 +420,7 @@ _SITE_STEPS: tuple[tuple[str, str, Callable[[VariantTable, Any], np.ndarray]], .
      lambda table, limit: (_alleles(table, "max_alleles") != "").sum(axis=1) <= limit),
     ("snps", "snps_only", lambda table, _: _single_bases(_alleles(table, "snps_only"))),
 )
+_SITE_FIELDS = tuple(field for _, field, _ in _SITE_STEPS)
 
 
 def _apply_steps(keep: np.ndarray, steps: Sequence[tuple[str, Callable[[], np.ndarray]]],
@@ -450,7 +438,7 @@ def _site_keep(matrix: Matrix, qc: GenotypeQC, removed: dict[str, int]) -> np.nd
     """The steps on per-variant arrays (:data:`_SITE_STEPS`): the mask they keep."""
     table = matrix.variants
     steps = [(name, partial(lambda f, test: test(_need(table, f), getattr(qc, f)), field, test))
-             for name, field, test in _SITE_STEPS if getattr(qc, field) not in (None, False)]
+             for name, field, test in _SITE_STEPS if field in qc.given()]
     return _apply_steps(np.ones(matrix.n_rows, dtype=bool), steps, removed)
 
 
@@ -542,14 +530,12 @@ def _with_report(original: Matrix, filtered: Matrix, qc: GenotypeQC, keep: np.nd
                  removed: dict[str, int], samples: np.ndarray | None = None,
                  samples_removed: dict[str, int] | None = None,
                  no_call: dict[str, list[int]] | None = None) -> Matrix:
-    """Attach the report to ``filtered``, composed with ``original``'s own report."""
+    """Attach the report to ``filtered``, composed with ``original``'s own report (its
+    masks and counts stay over the input)."""
     previous = original.attrs.get("qc")
     if isinstance(previous, QCReport):  # a second stage: the mask stays over the input
-        mask = previous.kept.copy()
-        mask[np.flatnonzero(mask)] = keep
-        merged = {k: v for k, v in previous.qc.to_dict().items() if v not in (None, False)}
-        merged.update({k: v for k, v in qc.to_dict().items() if v not in (None, False)})
-        qc, keep = GenotypeQC(**merged), mask
+        qc = GenotypeQC(**{**previous.qc.given(), **qc.given()})
+        keep = _compose(previous.kept, keep)
         removed = {**previous.removed, **removed}
         if previous.samples_kept is not None:
             samples = _compose(previous.samples_kept, samples)
