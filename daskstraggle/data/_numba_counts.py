@@ -1,11 +1,7 @@
-"""Numba body of quality control's counting pass (imported lazily by
-:mod:`daskstraggle.data.genotypes`, never directly).
+"""Numba body of quality control's counting pass (imported lazily by :mod:`.genotypes`).
 
-Every count is a sweep of one row, which stays in L1 while it is swept: the reductions
-vectorise, and the per-sample missing counts are one add per call into an int32 vector
-(0.27 ns a diploid call on one core of an Intel Xeon, Emerald Rapids). The loops index
-``values[i, j]`` in place: handing a row view to a helper function measured 2.5-4.5x slower
-(its loops did not vectorise).
+Every count is a sweep of one row (in L1, vectorised), indexing ``values[i, j]`` in place:
+a row view handed to a helper measured 2.5-4.5x slower (its loops did not vectorise).
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@ called samples, plane ``1 + a`` bit ``a`` of the called dosages; a row of ``m`` 
 takes ``ceil(m / 512) * 8`` words per plane (zero padding). Every count over the samples
 called at both ``x`` and ``y`` is a popcount of an AND of planes: ``n = |C_x & C_y|``,
 ``sum x = sum_a 2^a |X_a & C_y|``, ``sum xy = sum_ab 2^(a+b) |X_a & Y_b|`` (``sum x^2``
-likewise). Dosages 0-2 take eight counts per word in one loop, others the general sum
-(:func:`_counts`). :func:`scan_contig` is plink2's greedy scan over the band (see :mod:`.ld`).
+likewise).
 """
 
 from __future__ import annotations

@@ -7,9 +7,7 @@ equilibrium the number of heterozygotes ``k`` (of the parity of ``n_a``) has pro
     P(k) = n! / (n_AA! k! n_BB!) * 2^k * n_a! (2n - n_a)! / (2n)!
 
 and the p-value is the total probability of the ``k`` at most as likely as the observed
-``h`` (plink2's ``--hwe`` and ``--hardy``, without the mid-p adjustment). Quality control
-runs it on the client, on the counts of its counting pass
-(:func:`daskstraggle.data.genotypes.call_counts`).
+``h`` (plink2's ``--hwe`` and ``--hardy``, without the mid-p adjustment).
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ __all__ = ["hwe_exact_p", "hwe_exact_p_counts"]
 #: Relative tolerance within which a probability counts as equal to the observed one
 #: (plink's: ties of the recurrence's rounding count as at most as likely).
 _TIES = 1e-7
+
 
 def hwe_exact_p(het: int, hom_1: int, hom_2: int) -> float:
     """Return the exact two-sided HWE p-value of one variant's genotype counts.

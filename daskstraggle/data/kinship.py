@@ -5,10 +5,7 @@ Over the variants called in both samples, with ``hethet`` (both heterozygous), `
 
     φ = 1/2 − (4 · ibs0 + het_hom + hom_het) / (4 · (hethet + min(het_hom, hom_het)))
 
-(Manichaikul et al. 2010, plink2's form; see ``docs/genotype-pca.md``, *Relatedness*). One
-pass over the partitions makes each sample's bit planes (:func:`king_bits`); the client
-counts the pairs a strip of about :data:`STRIP_PAIRS` at a time, keeping those above the
-cutoff, and prunes them as plink2 does (:func:`king_prune`).
+(Manichaikul et al. 2010, plink2's form; see ``docs/genotype-pca.md``, *Relatedness*).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Linkage-disequilibrium pruning: plink2's ``--indep-pairwise`` with a variant-count window.
-
-A pass on the workers marks the pairs of one contig at most ``window - 1`` rows apart whose
-pairwise-complete r² exceeds ``r2`` (the pairs across partitions on the client, from each
-partition's head and tail bit planes); plink2's greedy scan then runs on the client over
-that band (``docs/genotype-pca.md``, *LD pruning*). The kept set is plink2's ``.prune.in``
-(multi-allelic sites use the dosage of all ALT alleles, where plink2 takes the major one).
-"""
+"""Linkage-disequilibrium pruning: plink2's ``--indep-pairwise`` with a variant-count window
+(``docs/genotype-pca.md``, *LD pruning*); keeps plink2's ``.prune.in``, except that a
+multi-allelic site uses the dosage of all ALT alleles where plink2 takes the major one."""
 
 from __future__ import annotations
 
@@ -215,6 +210,12 @@ def bit_planes(values: np.ndarray, ploidy: int = 2) -> tuple[np.ndarray, int]:
     return planes, factor
 
 
+def _run_edges(contig: np.ndarray | None, n_rows: int) -> np.ndarray:
+    """Where each run of equal ``contig`` values starts, then ``n_rows`` (None: one run)."""
+    contig = np.zeros(n_rows) if contig is None else np.asarray(contig)
+    return np.concatenate([[0], np.flatnonzero(contig[1:] != contig[:-1]) + 1, [n_rows]])
+
+
 def _contig_codes(contig: np.ndarray | None, n_rows: int) -> np.ndarray:
     """Each row's contig as an int64 code (equal codes: equal contigs); zeros for None."""
     if contig is None:
@@ -352,18 +353,11 @@ def prune_band(band: np.ndarray, major: np.ndarray, constant: np.ndarray,
     -------
     keep : ndarray of bool of shape (n_variants,)
     """
-    n = band.shape[0]
-    removed = np.zeros(n, dtype=bool)
-    if contig is None:
-        runs = [(0, n)]
-    else:
-        cuts = np.flatnonzero(np.asarray(contig)[1:] != np.asarray(contig)[:-1]) + 1
-        edges = np.concatenate([[0], cuts, [n]])
-        runs = [(int(a), int(b)) for a, b in itertools.pairwise(edges)]
+    removed = np.zeros(band.shape[0], dtype=bool)
     band = np.ascontiguousarray(band, dtype=bool)
     major = np.ascontiguousarray(major, dtype=np.float64)
     scan = _numba().scan_contig
-    for a, b in runs:
+    for a, b in itertools.pairwise(_run_edges(contig, band.shape[0]).tolist()):
         if b - a > 1:  # plink2 skips a contig of one variant
             removed[a:b] |= constant[a:b]
             scan(band, major, removed, a, b, int(window), int(step), int(order),
@@ -428,20 +422,10 @@ def _pairs_memory(window: int, bounds: np.ndarray, row_bytes: int) -> int:
 def _fitting_window(ld: LDPrune, contig: np.ndarray | None, bounds: np.ndarray,
                     n_samples: int, ploidy: int) -> int:
     """The window to compute with: ``ld.window``, at most the longest contig's variants
-    (a window that spans a whole contig keeps the same variants, as in plink2), if the
-    pairs it compares fit in the memory this machine has free; else refused.
-
-    Raises
-    ------
-    InvalidParameterError
-        If the band of pairs (one byte per pair, on the client) and the bit planes of
-        the rows near the partitions' edges need more memory than is available, naming
-        the largest window that fits.
-    """
+    (a window spanning a whole contig keeps the same variants, as in plink2), if the pairs
+    it compares fit in free memory; else refused naming the largest window that fits."""
     n_rows = int(bounds[-1])
-    cuts = (np.array([], dtype=np.int64) if contig is None
-            else np.flatnonzero(contig[1:] != contig[:-1]) + 1)
-    longest = int(np.diff(np.concatenate([[0], cuts, [n_rows]])).max(initial=2))
+    longest = int(np.diff(_run_edges(contig, n_rows)).max(initial=2))
     window = max(2, min(ld.window, longest))
     row_bytes = (1 + _value_bits(ploidy)) * _plane_words(n_samples) * 8
     need = _pairs_memory(window, bounds, row_bytes)
