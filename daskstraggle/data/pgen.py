@@ -17,6 +17,7 @@ from daskstraggle.data.plink import (
     BimArrays,
     check_unique_samples,
     contig_codes,
+    count_lines,
     fileset_files,
 )
 from daskstraggle.data.sources import RowValues, called_rows
@@ -152,18 +153,6 @@ def read_psam(path: str, fileset: str | None = None) -> np.ndarray:
     return np.array([r[index] for r in rows])
 
 
-def _count_records(path: str) -> int:
-    """The lines of a text file that hold a record: neither blank nor a ``#`` header."""
-    count, previous = 0, b"\n"
-    with open(path, "rb") as f:
-        while block := f.read(2**24):
-            data = np.frombuffer(previous + block, dtype=np.uint8)
-            first = data[np.flatnonzero(data[:-1] == ord("\n")) + 1]  # each line's first byte
-            count += int(np.count_nonzero(~np.isin(first, (ord("#"), ord("\n"), ord("\r")))))
-            previous = block[-1:]
-    return count
-
-
 def _pgenlib_text(err: RuntimeError) -> str:
     """pgenlib's error message, on one line."""
     detail = err.args[0] if err.args else err
@@ -222,7 +211,7 @@ def open_pgen(path: str, *, remote: dict[str, Any] | None, array: str | None, la
             f"{len(samples)} samples; the .psam is not this .pgen's, or one is empty. "
             "Write the fileset again (plink2 --make-pgen)."
         )
-    n_listed = _count_records(pvar)
+    n_listed = count_lines(pvar, b"#\n\r")
     if n_listed != n_variants:
         raise InvalidDataError(
             f"{path!r} holds {n_variants} variants but its .pvar lists {n_listed}; the .pvar "

@@ -121,14 +121,17 @@ class BedSource(StoredGenotypes):
 
 
 # ---------------------------------------------------------------------------- .bim and .fam
-def _count_lines(path: str) -> int:
-    """The number of lines of a text file (a last line without newline counts)."""
-    count, last = 0, b"\n"
+def count_lines(path: str, skip: bytes = b"") -> int:
+    """The lines of a text file (a last one without newline counts) whose first byte is not
+    one of ``skip`` (``b"#\\n\\r"``: the records, neither blank nor a ``#`` header)."""
+    count, previous = 0, b"\n"
     with open(path, "rb") as f:
         while block := f.read(2**24):
-            count += block.count(b"\n")
-            last = block[-1:]
-    return count + (last != b"\n")
+            data = np.frombuffer(previous + block, dtype=np.uint8)
+            first = data[np.flatnonzero(data[:-1] == ord("\n")) + 1]  # each line's first byte
+            count += int(np.count_nonzero(~np.isin(first, list(skip))))
+            previous = block[-1:]
+    return count
 
 
 def read_columns(path: str, count: int) -> np.ndarray:
@@ -329,7 +332,7 @@ def open_bed(path: str, *, remote: dict[str, Any] | None, array: str | None, lab
     bim, fam = fileset_files(path, remote, array, genotype_dims, kind="PLINK .bed",
                              companions=(".bim", ".fam"))
     _check_header(path)
-    n_variants = _count_lines(bim)
+    n_variants = count_lines(bim)
     ids = read_columns(fam, 2)
     samples = ids[:, 1]
     check_unique_samples([f"{f} {i}" for f, i in ids], fam, path)
