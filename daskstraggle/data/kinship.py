@@ -19,8 +19,8 @@ import numpy as np
 
 from daskstraggle.errors import InvalidParameterError
 
-__all__ = ["STRIP_PAIRS", "RelatedPairs", "check_king_cutoff", "king_bits", "king_counts",
-           "king_keep", "king_prune", "king_related"]
+__all__ = ["STRIP_PAIRS", "RelatedPairs", "check_king_cutoff", "king_bits", "king_keep",
+           "king_prune", "king_related"]
 
 #: Pairs of samples whose kinships are held at once (a strip of rows of the pair matrix):
 #: 9 bytes each (the float64 kinship and whether it is above the cutoff).
@@ -97,37 +97,6 @@ def king_bits(values: np.ndarray) -> np.ndarray:
     return bits
 
 
-def king_counts(bits: np.ndarray, start: int = 0,
-                stop: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Return the KING counts of the pairs ``(i, j)``, ``start <= i < stop``, ``j >= i``.
-
-    Parameters
-    ----------
-    bits : ndarray of uint64 of shape (n_samples, 2, n_words)
-        Bit planes from :func:`king_bits` (joined along the last axis for several
-        partitions of variants).
-    start : int, default=0
-        First row (sample ``i``).
-    stop : int or None, default=None
-        End of the rows; None: ``n_samples``.
-
-    Returns
-    -------
-    hethet, ibs0, het_hom, hom_het : ndarray of int32 of shape (stop - start, n_samples - start)
-        Entry ``[r, c]`` counts the pair ``(start + r, start + c)`` over the variants called
-        in both: both heterozygous; opposite homozygotes; the first heterozygous and the
-        second homozygous; the reverse (exact below 2^31 variants). Zero where ``c < r``
-        (pairs not counted).
-    """
-    n_samples = bits.shape[0]
-    stop = n_samples if stop is None else stop
-    out = np.zeros((4, stop - start, n_samples - start), dtype=np.int32)
-    kernels = _kernels()
-    with _lock:
-        kernels.pair_counts(np.ascontiguousarray(bits), start, stop, start, out)
-    return out[0], out[1], out[2], out[3]
-
-
 def _strips(n_samples: int, max_pairs: int) -> Iterator[tuple[int, int]]:
     """Rows ``[start, stop)`` of the pair matrix's upper triangle, about ``max_pairs``
     pairs (one row at least) each."""
@@ -145,7 +114,8 @@ def king_related(bits: np.ndarray, cutoff: float, *,
     Parameters
     ----------
     bits : ndarray of uint64 of shape (n_samples, 2, n_words)
-        Bit planes from :func:`king_bits`.
+        Bit planes from :func:`king_bits` (joined along the last axis for several
+        partitions of variants).
     cutoff : float
         Pairs with a kinship above it are kept (a pair with no heterozygous call to
         compare has none, and is never kept).

@@ -14,8 +14,7 @@ import numpy as np
 from daskstraggle._resources import available_memory as _available_memory
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
 
-__all__ = ["LDPrune", "band_exceeds", "bit_planes", "ld_prune_keep", "parse_ld_prune",
-           "prune_band"]
+__all__ = ["LDPrune", "bit_planes", "ld_prune_keep", "parse_ld_prune", "prune_band"]
 
 #: plink2's relative tolerance (``kSmallEpsilon``, 2^-44): on the threshold and on ties of
 #: the major allele frequency.
@@ -224,36 +223,12 @@ def _contig_codes(contig: np.ndarray | None, n_rows: int) -> np.ndarray:
 
 
 def _plane_band(planes: np.ndarray, codes: np.ndarray, window: int, r2: float) -> np.ndarray:
-    """:func:`band_exceeds` on bit planes and int64 contig codes."""
+    """Which pairs of rows at most ``window - 1`` apart of one contig (equal int64 ``codes``)
+    exceed ``r2``, ``cov² > R2 (1 + 2^-44) var₁ var₂`` as plink2 compares, over the samples
+    called at both: ``band[i, d - 1]`` for rows ``i`` and ``i + d`` (False past the end)."""
     band = np.zeros((planes.shape[0], window - 1), dtype=bool)
     _numba().band(planes, codes, window - 1, r2 * (1.0 + _EPSILON), band)
     return band
-
-
-def band_exceeds(values: np.ndarray, contig: np.ndarray | None, window: int,
-                 r2: float) -> np.ndarray:
-    """Return which pairs of rows at most ``window - 1`` apart exceed ``r2`` (each pair
-    counted over the samples called at both, from the rows' :func:`bit_planes`).
-
-    Parameters
-    ----------
-    values : ndarray of int8 of shape (n_rows, n_samples)
-        Dosages, negative where missing.
-    contig : ndarray of shape (n_rows,) or None
-        Each row's contig: pairs across contigs never exceed. None: one contig.
-    window : int
-        The window, in rows.
-    r2 : float
-        The threshold R2; a pair exceeds it when ``cov² > R2 (1 + 2^-44) var₁ var₂``, as
-        plink2 compares.
-
-    Returns
-    -------
-    band : ndarray of bool of shape (n_rows, window - 1)
-        ``band[i, d - 1]``: rows ``i`` and ``i + d`` exceed (False past the last row).
-    """
-    planes, _ = bit_planes(values, int(max(2, np.asarray(values).max(initial=0))))
-    return _plane_band(planes, _contig_codes(contig, planes.shape[0]), window, r2)
 
 
 def _row_stats(planes: np.ndarray, factor: int, ploidy: int) -> tuple[np.ndarray, np.ndarray]:
@@ -337,7 +312,8 @@ def prune_band(band: np.ndarray, major: np.ndarray, constant: np.ndarray,
     Parameters
     ----------
     band : ndarray of bool of shape (n_variants, window - 1)
-        :func:`band_exceeds` over all the variants.
+        Which pairs of variants at most ``window - 1`` apart exceed the threshold
+        (``band`` of :func:`ld_partition`, over all the variants).
     major : ndarray of shape (n_variants,)
         Major allele frequencies (the higher one is dropped from a pair).
     constant : ndarray of bool of shape (n_variants,)

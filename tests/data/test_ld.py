@@ -43,6 +43,13 @@ def _calls(rng: np.random.Generator, n: int = 120, m: int = 70, missing: float =
     return x
 
 
+def _band_exceeds(x: np.ndarray, contig: np.ndarray | None, window: int,
+                  r2: float) -> np.ndarray:
+    """The band (rows x window - 1) of one partition of dosages ``x``, of ploidy the largest."""
+    planes, _ = ld.bit_planes(x, int(max(2, np.asarray(x).max(initial=0))))
+    return ld._plane_band(planes, ld._contig_codes(contig, planes.shape[0]), window, r2)
+
+
 def _row_stats(x: np.ndarray, ploidy: int = 2) -> tuple[np.ndarray, np.ndarray]:
     planes, factor = ld.bit_planes(x, ploidy)
     return ld._row_stats(planes, factor, ploidy)
@@ -231,7 +238,7 @@ def test_band_is_the_oracles(data: tuple[np.ndarray, int], window: int, r2: floa
                              n_contigs: int, seed: int) -> None:
     x, _ = data
     contig = _contigs(seed, x.shape[0], n_contigs)
-    np.testing.assert_array_equal(ld.band_exceeds(x, contig, window, r2),
+    np.testing.assert_array_equal(_band_exceeds(x, contig, window, r2),
                                   _oracle_band(x, contig, window, r2))
 
 
@@ -310,8 +317,8 @@ def test_fractional_dosages_are_made_whole() -> None:
     x = _calls(np.random.default_rng(5), n=40, m=30)
     halves = np.where(x >= 0, x / 2.0, -1.0)
     assert ld.bit_planes(halves, 1)[1] == 2
-    np.testing.assert_array_equal(ld.band_exceeds(halves, None, 6, 0.2),
-                                  ld.band_exceeds(x, None, 6, 0.2))
+    np.testing.assert_array_equal(_band_exceeds(halves, None, 6, 0.2),
+                                  _band_exceeds(x, None, 6, 0.2))
     part = ld.ld_partition(halves, None, 6, 0.2, 1)
     major, constant = _oracle_stats(x, 2)
     np.testing.assert_allclose(part["major"], major, rtol=1e-15)
@@ -327,7 +334,7 @@ def test_band_is_the_pairwise_complete_r2_test(r2: float) -> None:
     rng = np.random.default_rng(0)
     x = _calls(rng, n=300)  # more than one tile of 256 rows
     window = 9
-    band = ld.band_exceeds(x, None, window, r2)
+    band = _band_exceeds(x, None, window, r2)
     expected = np.zeros_like(band)
     for i in range(x.shape[0]):
         for d in range(1, window):
@@ -341,7 +348,7 @@ def test_band_is_the_pairwise_complete_r2_test(r2: float) -> None:
 def test_band_stops_at_a_contig_edge() -> None:
     x = np.tile(np.array([[0, 1, 2, 2, 1, 0, -1, 2]], dtype=np.int8), (6, 1))
     contig = np.array([0, 0, 0, 1, 1, 1])
-    band = ld.band_exceeds(x, contig, 4, 0.5)
+    band = _band_exceeds(x, contig, 4, 0.5)
     assert band[0, :2].all() and not band[0, 2]  # rows 1, 2 on its contig; row 3 is not
     assert not band[2].any() and band[3, :2].all()
 
@@ -351,7 +358,7 @@ def test_a_pair_keeps_the_variant_whose_minor_allele_is_more_common() -> None:
     common = np.array([0, 1, 2, 1, 0, 2, 1, 1], dtype=np.int8)  # correlated, p = 0.5
     for x, kept in ((np.stack([rarer, common]), [False, True]),
                     (np.stack([common, rarer]), [True, False])):
-        band = ld.band_exceeds(x, None, 2, 0.1)
+        band = _band_exceeds(x, None, 2, 0.1)
         assert band[0, 0]
         major, constant = _row_stats(x)
         np.testing.assert_array_equal(ld.prune_band(band, major, constant, None, 2, 1), kept)
@@ -360,7 +367,7 @@ def test_a_pair_keeps_the_variant_whose_minor_allele_is_more_common() -> None:
     # a tie drops the later variant
     same = np.stack([common, common])
     major, constant = _row_stats(same)
-    keep = ld.prune_band(ld.band_exceeds(same, None, 2, 0.1), major, constant, None, 2, 1)
+    keep = ld.prune_band(_band_exceeds(same, None, 2, 0.1), major, constant, None, 2, 1)
     np.testing.assert_array_equal(keep, [True, False])
 
 
@@ -371,7 +378,7 @@ def test_threshold_is_strict_and_constant_variants_go() -> None:
     x = np.stack([a, b, c])
     major, constant = _row_stats(x)
     np.testing.assert_array_equal(constant, [False, False, True])
-    keep = ld.prune_band(ld.band_exceeds(x, None, 3, 0.0), major, constant, None, 3, 1)
+    keep = ld.prune_band(_band_exceeds(x, None, 3, 0.0), major, constant, None, 3, 1)
     np.testing.assert_array_equal(keep, [True, True, False])  # 0 > 0 is false
 
 
