@@ -38,26 +38,21 @@ def one(h, a, b, ties):
     limit = obs * (1.0 + ties)
     total = 1.0
     p = 1.0 if 1.0 <= limit else 0.0
-    # outwards from mid; the terms fall ever faster (a log-concave law), so once one
-    # is below 1e-17 of the observed, the rest add nothing in float64
-    term, homr, homc = 1.0, homr0, homc0
-    for k in range(mid, 1, -2):
-        term *= ratio_down(k, homr, homc)
-        homr, homc = homr + 1, homc + 1
-        total += term
-        if term <= limit:
-            p += term
-            if term < 1e-17 * obs or term == 0.0:
-                break
-    term, homr, homc = 1.0, homr0, homc0
-    for k in range(mid, rare - 1, 2):
-        term *= 4.0 * homr * homc / ((k + 2.0) * (k + 1.0))
-        homr, homc = homr - 1, homc - 1
-        total += term
-        if term <= limit:
-            p += term
-            if term < 1e-17 * obs or term == 0.0:
-                break
+    # outwards from mid, down then up; the terms fall ever faster (a log-concave law), so
+    # once one is below 1e-17 of the observed, the rest add nothing in float64
+    for step in (-2, 2):
+        term, homr, homc = 1.0, homr0, homc0
+        for k in range(mid, 1 if step < 0 else rare - 1, step):
+            if step < 0:
+                term *= ratio_down(k, homr, homc)
+            else:
+                term *= 4.0 * homr * homc / ((k + 2.0) * (k + 1.0))
+            homr, homc = homr - step // 2, homc - step // 2
+            total += term
+            if term <= limit:
+                p += term
+                if term < 1e-17 * obs or term == 0.0:
+                    break
     return min(1.0, p / total)
 
 
