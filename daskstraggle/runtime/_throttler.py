@@ -1,16 +1,11 @@
-"""Stop and resume one process on a duty cycle, always leaving it running at the end.
+"""Stop and resume one process on a duty cycle, always leaving it running at the end: a
+standard-library script (it starts fast), run as ``python -m daskstraggle.runtime._throttler
+--pid PID --factor F --period P --lease-file PATH --lease SECONDS``.
 
-Run as a script (standard library only, so it starts fast and imports nothing of ours)::
-
-    python -m daskstraggle.runtime._throttler --pid PID --factor F --period P \
-        --lease-file PATH --lease SECONDS
-
-Every ``period`` seconds the process ``PID`` runs ``period / factor`` seconds and is then
-stopped (``SIGSTOP``) for the rest of the period. The throttler resumes the process
-(``SIGCONT``, in a ``finally``) and exits on ``SIGTERM``, ``SIGINT`` or ``SIGHUP``, when
-the process is gone (or a zombie), when the lease file was removed or not touched for
-``lease`` seconds, and on any error. Only ``SIGKILL`` of the throttler itself can leave
-the process stopped.
+Every ``period`` seconds ``PID`` runs ``period / factor`` seconds, then is stopped
+(``SIGSTOP``) for the rest. The throttler resumes it (``SIGCONT``, in a ``finally``) and
+exits on ``SIGTERM``, ``SIGINT`` or ``SIGHUP``, when the process is gone (or a zombie),
+when the lease file was removed or not touched for ``lease`` seconds, and on any error.
 """
 
 from __future__ import annotations

@@ -73,32 +73,14 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Choice:
-    """What ``auto`` measured, predicted and chose.
-
-    Attributes
-    ----------
-    method : Method
-        The chosen method.
-    label : str
-        Its label among the candidates.
-    plain : str
-        The label of the method the rule on the data gives (kept unless another is
-        predicted :data:`MARGIN` times faster).
-    predicted : dict of str to float
-        Predicted seconds per round of the probe's kind (a gd round on the probed rows),
-        per candidate label.
-    probe_rounds : int
-        Rounds the probe ran.
-    probe_seconds : float
-        Wall seconds of the probe (its data load included).
-    worker_latency : list of float
-        Mean latency per worker over the probe rounds used for the fit (seconds).
-    probe_latency : list of list of float or None
-        The probe's trace: latency of each worker (columns) in each round (rows), None
-        where a worker delivered nothing.
-    probe_fraction : float
-        Share of the rows the probe read (1: all).
-    """
+    """What ``auto`` measured, predicted and chose: the chosen ``method`` and its
+    ``label``; the ``plain`` label, the rule's on the data (kept unless another is
+    predicted :data:`MARGIN` times faster); the ``predicted`` seconds per round of the
+    probe's kind (a gd round on the probed rows) by label; the ``probe_rounds`` and
+    ``probe_seconds`` (wall, its data load included); each worker's mean latency over the
+    rounds fitted (``worker_latency``, s); the probe's trace ``probe_latency`` (workers in
+    columns, rounds in rows, None where a worker delivered nothing); and the
+    ``probe_fraction`` of the rows it read (1: all)."""
 
     method: Method
     label: str
@@ -205,9 +187,7 @@ def pick(predicted: dict[str, float], plain: str) -> str:
     """Return the label to run: the fastest predicted, if :data:`MARGIN` times faster than
     ``plain``; else ``plain``."""
     best = min(predicted, key=predicted.__getitem__)
-    if predicted[best] * MARGIN <= predicted[plain]:
-        return best
-    return plain
+    return best if predicted[best] * MARGIN <= predicted[plain] else plain
 
 
 def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain: Method, *,

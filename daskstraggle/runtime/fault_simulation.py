@@ -236,16 +236,9 @@ def simulate_faults(model: LatencyModel, faults: Sequence[Fault], n_workers: int
         iteration_time=ends,
         iteration_duration=np.diff(ends, prepend=0.0),  # with the update, as simulate's
         n_fresh=rows.column("n_fresh").astype(np.int64),
-        n_stale=rows.column("n_stale").astype(np.int64),
-        fresh=fresh[1],
-        stale=fresh[0],
-        n_wait=n_wait,
-        faults=faults,
-        events=tuple(events),
-        not_reached=tuple(not_reached),
-        workers=tuple(pool.workers),
-        outcome=outcome,
-    )
+        n_stale=rows.column("n_stale").astype(np.int64), fresh=fresh[1], stale=fresh[0],
+        n_wait=n_wait, faults=faults, events=tuple(events), not_reached=tuple(not_reached),
+        workers=tuple(pool.workers), outcome=outcome)
 
 
 def _check_args(model: Any, faults: Any, n_workers: Any, n_wait: Any, n_iterations: Any

@@ -55,10 +55,8 @@ class StragglerInjector(WorkerPlugin):
     seed : int
         Seed of the per-worker streams (the same on every worker).
 
-    Attributes
-    ----------
-    worker_index : int or None
-        This worker's index after :meth:`setup` (None: not listed, inactive).
+    After :meth:`setup`, :attr:`worker_index` is this worker's index (None: not listed,
+    inactive).
 
     See Also
     --------

@@ -247,17 +247,10 @@ class LatencyPlugin(SchedulerPlugin):
         return out, self.seq
 
     def workers(self) -> dict[str, Any]:
-        """Return the workers seen: initial, current, joined and left, with counts.
-
-        Returns
-        -------
-        summary : dict
-            ``initial`` (sorted addresses present when the plugin started), ``current``
-            (sorted addresses present now), ``joined`` and ``left`` (address -> scheduler
-            time of the event), ``n_records`` (address -> tasks recorded) and ``seq``
-            (number of the newest record). Departed workers beyond ``max_departed`` are
-            forgotten.
-        """
+        """Return the workers seen: ``initial`` (sorted addresses present when the plugin
+        started), ``current`` (sorted, present now), ``joined`` and ``left`` (address ->
+        scheduler time of the event), ``n_records`` (address -> tasks recorded) and ``seq``
+        (the newest record's number); departed workers beyond ``max_departed`` forgotten."""
         items = self._workers.items()
         return {
             "initial": sorted(a for a, log in items if log.initial),

@@ -49,22 +49,9 @@ class Replica(StateWriter):
     that ends normally removes it. ``run_on(runtime, ..., checkpoint=...)`` takes a
     Replica or a :class:`~daskstraggle.runtime.checkpoint.Checkpointer`.
 
-    Parameters
-    ----------
-    client : distributed.Client
-        The run's client.
-    name : str
-        The dataset name (:func:`replica_name`).
-    divergence : float
-        The bound ``D`` on the iterate's distance from the published one.
-
-    Attributes
-    ----------
-    bytes : int
-        Size of the last state published.
-    history : list of int
-        The iteration of every state published, in order (what a lost client would
-        resume from at each round: the work it costs is the rounds since).
+    The dataset is named ``name`` (:func:`replica_name`); :attr:`bytes` is the size of the
+    last state published, :attr:`history` the iteration of each state published, in order
+    (what a lost client would resume from at each round).
     """
 
     client: Any

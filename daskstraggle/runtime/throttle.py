@@ -268,17 +268,9 @@ class ProcessThrottle:
         return [{k: v for k, v in asdict(t).items() if k != "token"} for t in self._targets]
 
     def start(self) -> ProcessThrottle:
-        """Start throttling the workers (no-op when already active).
-
-        Returns
-        -------
-        self : ProcessThrottle
-
-        Raises
-        ------
-        ThrottleError
-            If a throttler could not be started (those already started are stopped).
-        """
+        """Start throttling the workers (no-op when already active) and return ``self``;
+        raise ThrottleError if a throttler could not be started (those already started
+        are stopped)."""
         with self._lock:
             if self._active:
                 return self
@@ -331,13 +323,8 @@ class ProcessThrottle:
 
     def stop(self) -> None:
         """Stop throttling, resume every target worker and check that none is stopped
-        (idempotent).
-
-        Raises
-        ------
-        ThrottleError
-            If a worker could not be confirmed running (it was resumed as far as possible).
-        """
+        (idempotent); raise ThrottleError if a worker could not be confirmed running (it
+        was resumed as far as possible)."""
         with self._lock:
             if not self._active:
                 return
