@@ -421,8 +421,8 @@ SCHEDULER_FILE_GRACE = 2.0
 
 def read_scheduler_file(path: str | os.PathLike[str]) -> str:
     """Return the address in the scheduler file at ``path`` (as ``dask scheduler
-    --scheduler-file PATH`` writes it), waiting up to the ``daskstraggle.timeouts.
-    scheduler-file`` setting for it to appear.
+    --scheduler-file PATH`` writes it), waiting for it up to the
+    ``daskstraggle.timeouts.scheduler-file`` setting.
 
     Raises DataNotFoundError if the file's folder does not exist (at once) or the file does
     not appear in time; InvalidDataError if it holds no ``"address"``
