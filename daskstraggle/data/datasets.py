@@ -137,12 +137,16 @@ def _check_fraction(value: object, *, name: str, caller: str) -> float:
 @contextlib.contextmanager
 def _staged(targets: list[Path], *, overwrite: bool) -> Iterator[Path]:
     """Yield a temporary folder beside ``targets``; on success move its entries of their
-    names onto them (an old target removed only then), on failure leave them as they were."""
+    names onto them (an old target removed only then), on failure leave them as they were.
+    Zarr writes every chunk meanwhile, those of the fill value too (reads refuse absent ones)."""
+    import zarr
+
     targets[0].parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{targets[0].name}.tmp-", dir=targets[0].parent))
     old = staging / ".old"
     try:
-        yield staging
+        with zarr.config.set({"array.write_empty_chunks": True}):
+            yield staging
         existing = [t for t in targets if os.path.lexists(t)]
         if existing and not overwrite:  # appeared while we were writing
             raise _exists(existing[0])
@@ -158,16 +162,6 @@ def _staged(targets: list[Path], *, overwrite: bool) -> Iterator[Path]:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _every_chunk_written() -> Iterator[None]:
-    """Write chunks that hold only the fill value too (zarr skips them; reads refuse
-    absent chunks)."""
-    import zarr
-
-    with zarr.config.set({"array.write_empty_chunks": True}):
-        yield
 
 
 def _streams(seed: int, n_rows: int, chunk_rows: int) -> tuple[np.random.SeedSequence,
@@ -212,7 +206,7 @@ def _write_table(name: str, out: object, values: dict[str, Any], extra: tuple[st
                 sizes=f"{n_samples} rows of {n_features} columns, {chunk} rows per chunk")
     global_seq, bounds, chunk_seqs = _streams(params["seed"], n_samples, chunk)
     arrays, attrs = global_arrays(np.random.default_rng(global_seq), params)
-    with _staged([path], overwrite=overwrite) as tmp, _every_chunk_written():
+    with _staged([path], overwrite=overwrite) as tmp:
         group = zarr.open_group(tmp / path.name, mode="w", zarr_format=3)
         group.attrs.update({"daskstraggle_dataset": name, "params": params,
                             "seed": params["seed"], **attrs})
@@ -679,7 +673,7 @@ def make_genotypes(
     names = np.array([ts.population(p).metadata["name"] for p in range(ts.num_populations)])
     populations = names[node_population]
 
-    with _staged(_targets(path), overwrite=overwrite) as staging, _every_chunk_written():
+    with _staged(_targets(path), overwrite=overwrite) as staging:
         store = staging / ("calls.vcz" if bed else path.name)
         bio2zarr.tskit.convert(
             ts, store, model_mapping=mapping, variants_chunk_size=chunk,
