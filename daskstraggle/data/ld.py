@@ -72,8 +72,7 @@ def parse_ld_prune(value: object, *, order: int | None = None) -> LDPrune | None
     if value is None:
         return None
     if isinstance(value, LDPrune):
-        parts: list[Any] = [value.window, value.step, value.r2]
-        given = value.order
+        parts, given = [value.window, value.step, value.r2], value.order
     elif isinstance(value, str):
         parts, given = _split_text(value)
     elif isinstance(value, (tuple, list)):
@@ -90,7 +89,16 @@ def parse_ld_prune(value: object, *, order: int | None = None) -> LDPrune | None
     except (TypeError, ValueError):
         raise _bad(value, "WINDOW and STEP are whole numbers, R2 a number, order 1 or 2"
                    ) from None
-    return _checked(LDPrune(window, step, r2, chosen))
+    ld = LDPrune(window, step, r2, chosen)
+    for ok, fix in (
+        (window >= 2, f"WINDOW is at least 2 variants (got {window})"),
+        (1 <= step <= window, f"STEP is in [1, WINDOW={window}] (got {step})"),
+        (0.0 <= r2 < 1.0, f"R2 is in [0, 1) (got {r2:g})"),
+        (chosen in (1, 2), f"the order (CLI: --ld-prune-order) is 1 or 2 (got {chosen})"),
+    ):
+        if not ok:
+            raise _bad(ld, fix)
+    return ld
 
 
 def _split_text(value: str) -> tuple[list[Any], Any]:
@@ -110,18 +118,6 @@ def _integer(value: Any) -> int:
     if not number.is_integer():
         raise ValueError(value)
     return int(number)
-
-
-def _checked(ld: LDPrune) -> LDPrune:
-    if ld.window < 2:
-        raise _bad(ld, f"WINDOW is at least 2 variants (got {ld.window})")
-    if not 1 <= ld.step <= ld.window:
-        raise _bad(ld, f"STEP is in [1, WINDOW={ld.window}] (got {ld.step})")
-    if not 0.0 <= ld.r2 < 1.0:
-        raise _bad(ld, f"R2 is in [0, 1) (got {ld.r2:g})")
-    if ld.order not in (1, 2):
-        raise _bad(ld, f"the order (CLI: --ld-prune-order) is 1 or 2 (got {ld.order})")
-    return ld
 
 
 def _bad(value: object, fix: str) -> InvalidParameterError:
