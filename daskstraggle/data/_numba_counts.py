@@ -52,22 +52,9 @@ def _any_ploidy(values, levels, missing, by_sample):
 
 @numba.njit(**_JIT)
 def count_calls(values, n_levels):
-    """Per row of dosages (negative: missing), its calls of each dosage
-    ``0 .. n_levels - 1`` and its missing calls; per column, its missing calls.
-
-    Parameters
-    ----------
-    values : ndarray of int8 or float64 of shape (n_rows, n_columns)
-        Dosages; float64 only where a call of lower ploidy scales to a fraction.
-    n_levels : int
-        The ploidy plus one.
-
-    Returns
-    -------
-    levels : ndarray of int32 of shape (n_rows, n_levels)
-    missing : ndarray of int32 of shape (n_rows,)
-    by_sample : ndarray of int32 of shape (n_columns,)
-    """
+    """Per row of dosages (int8, or float64 where a call of lower ploidy scales to a
+    fraction; negative: missing), its calls of each dosage ``0 .. n_levels - 1`` (int32, rows
+    x n_levels) and its missing calls (int32, rows); per column, its missing calls (int32)."""
     n_rows, n_columns = values.shape
     levels = np.zeros((n_rows, n_levels), dtype=np.int32)
     missing = np.zeros(n_rows, dtype=np.int32)

@@ -17,8 +17,7 @@ import numpy as np
 
 from daskstraggle.data._numba_bits import popcount
 
-_JIT: dict[str, Any] = {"cache": True, "nogil": True, "error_model": "numpy",
-                        "boundscheck": False}
+_JIT: dict[str, Any] = {"cache": True, "nogil": True, "error_model": "numpy", "boundscheck": False}
 
 #: The sign bit of each byte of a word (a negative int8 dosage: missing).
 _SIGNS = np.uint64(0x8080808080808080)
@@ -103,8 +102,7 @@ def _diploid_counts(planes, i, j):
         d11 += _popcount(x1 & y1)
         d12 += _popcount((x1 & y2) | (x2 & y1))  # disjoint: dosages 1, 2 and 2, 1
         d22 += _popcount(x2 & y2)
-    return (n, sx1 + 2 * sx2, sy1 + 2 * sy2, sx1 + 4 * sx2, sy1 + 4 * sy2,
-            d11 + 2 * d12 + 4 * d22)
+    return (n, sx1 + 2 * sx2, sy1 + 2 * sy2, sx1 + 4 * sx2, sy1 + 4 * sy2, d11 + 2 * d12 + 4 * d22)
 
 
 @numba.njit(inline="always", **_JIT)

@@ -62,8 +62,7 @@ def hwe_exact_p_counts(het: np.ndarray, hom_1: np.ndarray, hom_2: np.ndarray) ->
     p : ndarray of shape (n_variants,)
         In (0, 1]; 1 where no genotype was called or the variant is monomorphic.
     """
-    counts = np.stack([np.asarray(c, dtype=np.int64).ravel() for c in (het, hom_1, hom_2)],
-                      axis=1)
+    counts = np.stack([np.asarray(c, dtype=np.int64).ravel() for c in (het, hom_1, hom_2)], axis=1)
     if not counts.size:
         return np.ones(0)
     unique, inverse = _distinct_rows(counts)

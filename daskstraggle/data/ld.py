@@ -87,8 +87,7 @@ def parse_ld_prune(value: object, *, order: int | None = None) -> LDPrune | None
         r2 = float(parts[-1])
         chosen = _integer(given if order is None else order)
     except (TypeError, ValueError):
-        raise _bad(value, "WINDOW and STEP are whole numbers, R2 a number, order 1 or 2"
-                   ) from None
+        raise _bad(value, "WINDOW and STEP are whole numbers, R2 a number, order 1 or 2") from None
     ld = LDPrune(window, step, r2, chosen)
     for ok, fix in (
         (window >= 2, f"WINDOW is at least 2 variants (got {window})"),
@@ -197,8 +196,7 @@ def bit_planes(values: np.ndarray, ploidy: int = 2) -> tuple[np.ndarray, int]:
     codes, factor = _integer_dosages(np.asarray(values), ploidy)
     top = int(codes.max(initial=0))
     n_rows, n_samples = codes.shape
-    planes = np.zeros((n_rows, 1 + _value_bits(top), _plane_words(n_samples)),
-                      dtype=np.uint64)
+    planes = np.zeros((n_rows, 1 + _value_bits(top), _plane_words(n_samples)), dtype=np.uint64)
     if n_samples % 8:  # whole words of 8 dosages, the padding missing
         codes = np.concatenate([codes, np.full((n_rows, -n_samples % 8), -1, np.int8)], 1)
     _numba().bit_planes(codes.view(np.uint64), planes)
@@ -332,8 +330,7 @@ def prune_band(band: np.ndarray, major: np.ndarray, constant: np.ndarray,
     for a, b in itertools.pairwise(_run_edges(contig, band.shape[0]).tolist()):
         if b - a > 1:  # plink2 skips a contig of one variant
             removed[a:b] |= constant[a:b]
-            scan(band, major, removed, a, b, int(window), int(step), int(order),
-                 1.0 + _EPSILON)
+            scan(band, major, removed, a, b, int(window), int(step), int(order), 1.0 + _EPSILON)
     return ~removed
 
 
