@@ -6,6 +6,7 @@ Subclasses implement four primitives, ``_load``, ``_map_reduce``, ``_submit`` an
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -417,38 +418,53 @@ class Runtime(ABC):
         """Return the exact kernel sum over every partition at ``iterate`` (one pass)."""
         return self._map_reduce(_kernel_at, problem, iterate)
 
+    @functools.singledispatchmethod
     def _execute(self, instruction: Instruction, work: Any, session: Any) -> Event | None:
         """Carry out one engine instruction of the rounds (or a :class:`Compute`) with the
-        primitives; ``work`` and ``session`` are the rounds' (None before them). Return
-        the instruction's reply event, if any."""
-        match instruction:
-            case Submit(unit=unit):
-                self._cause = instruction.stimulus_id
-                self._submit(unit, work)
-            case Await(timeout=timeout):
-                result = self._next(timeout=timeout)
-                if result is None:
-                    return self._reply(Quiet)
-                self._inbound += payload_bytes(result.result)
-                return self._reply(Arrived, result=result)
-            case CheckExact(iterate=iterate, problem=problem):
-                return self._reply(Checked, result=self._exact_pass(problem, iterate))
-            case AfterStep():
-                self._after_step()
-                return self._reply(Stepped)
-            case Abandon(version=version):
-                self._cause = instruction.stimulus_id
-                return self._reply(Freed, workers=tuple(self._abandon(version)))
-            case WriteCheckpoint(state=state, iteration=iteration):
-                session.checkpoint.write(state, iteration=iteration)
-                return self._reply(Saved)
-            case RecordEvent(event=event):
-                session.recorder.add_event(event)
-            case Compute(fn=fn, args=args):
-                return self._reply(Computed, value=fn(self._map_reduce, *args))
-            case _:
-                raise TypeError(f"unknown instruction {instruction!r}")
-        return None
+        primitives, one handler per instruction type; ``work`` and ``session`` are the
+        rounds' (None before them). Return the instruction's reply event, if any."""
+        raise TypeError(f"unknown instruction {instruction!r}")
+
+    @_execute.register(Submit)
+    def _(self, instruction: Submit, work: Any, session: Any) -> None:
+        self._cause = instruction.stimulus_id
+        self._submit(instruction.unit, work)
+
+    @_execute.register(Await)
+    def _(self, instruction: Await, work: Any, session: Any) -> Event:
+        result = self._next(timeout=instruction.timeout)
+        if result is None:
+            return self._reply(Quiet)
+        self._inbound += payload_bytes(result.result)
+        return self._reply(Arrived, result=result)
+
+    @_execute.register(CheckExact)
+    def _(self, instruction: CheckExact, work: Any, session: Any) -> Event:
+        return self._reply(Checked, result=self._exact_pass(instruction.problem,
+                                                            instruction.iterate))
+
+    @_execute.register(AfterStep)
+    def _(self, instruction: AfterStep, work: Any, session: Any) -> Event:
+        self._after_step()
+        return self._reply(Stepped)
+
+    @_execute.register(Abandon)
+    def _(self, instruction: Abandon, work: Any, session: Any) -> Event:
+        self._cause = instruction.stimulus_id
+        return self._reply(Freed, workers=tuple(self._abandon(instruction.version)))
+
+    @_execute.register(WriteCheckpoint)
+    def _(self, instruction: WriteCheckpoint, work: Any, session: Any) -> Event:
+        session.checkpoint.write(instruction.state, iteration=instruction.iteration)
+        return self._reply(Saved)
+
+    @_execute.register(RecordEvent)
+    def _(self, instruction: RecordEvent, work: Any, session: Any) -> None:
+        session.recorder.add_event(instruction.event)
+
+    @_execute.register(Compute)
+    def _(self, instruction: Compute, work: Any, session: Any) -> Event:
+        return self._reply(Computed, value=instruction.fn(self._map_reduce, *instruction.args))
 
     def _reply(self, kind: type[Event], **fields: Any) -> Event:
         """An event of type ``kind`` observed now, named by its lower-case type name."""
@@ -483,18 +499,22 @@ class Runtime(ABC):
                 self._carry(instruction)
         return answers
 
+    @functools.singledispatchmethod
     def _carry(self, instruction: Instruction) -> None:
-        """Carry out one instruction of the worker pool (runtimes with a pool: their
-        :meth:`_submit` takes the messages to send again, :meth:`_cancel` drops tasks)."""
-        match instruction:
-            case Resend(units=units, cancel=cancel):
-                self._cancel(cancel)
-                for unit, only in units:
-                    self._submit(unit, self._work, only)
-            case Cancel(keys=keys):
-                self._cancel(keys)
-            case _:
-                raise TypeError(f"unexpected pool instruction {instruction!r}")
+        """Carry out one instruction of the worker pool, one handler per instruction type
+        (runtimes with a pool register theirs; :meth:`_submit` takes the messages to send
+        again, :meth:`_cancel` drops tasks)."""
+        raise TypeError(f"unexpected pool instruction {instruction!r}")
+
+    @_carry.register(Resend)
+    def _(self, instruction: Resend) -> None:
+        self._cancel(instruction.cancel)
+        for unit, only in instruction.units:
+            self._submit(unit, self._work, only)
+
+    @_carry.register(Cancel)
+    def _(self, instruction: Cancel) -> None:
+        self._cancel(instruction.keys)
 
     def _cancel(self, keys: tuple[str, ...] | list[str]) -> None:
         """Drop the tasks ``keys`` (runtimes with a pool)."""

@@ -7,6 +7,7 @@ from the source when a worker dies.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -1001,31 +1002,39 @@ class DaskRuntime(Runtime):
                       live=tuple(worker_addresses(self.client)), unloaded=unloaded)
 
     # ------------------------------------------------------------------ the pool's orders
+    @functools.singledispatchmethod
     def _carry(self, instruction: Instruction) -> None:
         """As :meth:`Runtime._carry`."""
-        assert self._data is not None
-        match instruction:
-            case MoveIndex():
-                assert self.worker_pool is not None
-                self._losses.append(self._data.move(self._matrix, instruction,
-                                                    self.worker_pool.shunned))
-            case StartHelping():
-                self._data.start_helping(self._matrix, instruction)
-            case StopHelping():
-                self._data.stop_helping(instruction)
-            case GiveUp():
-                raise self._gave_up(instruction)
-            case CheckStatus():
-                self._check_membership()
-            case BackupFold():
-                self._backup_fold(instruction)
-            case AwaitWorkers():
-                self._await_workers()
-            case SendBackup():
-                self._send_backup(instruction)
-            case _:
-                super()._carry(instruction)
+        super()._carry(instruction)
 
+    @_carry.register(MoveIndex)
+    def _(self, instruction: MoveIndex) -> None:
+        assert self._data is not None and self.worker_pool is not None
+        self._losses.append(self._data.move(self._matrix, instruction, self.worker_pool.shunned))
+
+    @_carry.register(StartHelping)
+    def _(self, instruction: StartHelping) -> None:
+        assert self._data is not None
+        self._data.start_helping(self._matrix, instruction)
+
+    @_carry.register(StopHelping)
+    def _(self, instruction: StopHelping) -> None:
+        assert self._data is not None
+        self._data.stop_helping(instruction)
+
+    @_carry.register(GiveUp)
+    def _(self, instruction: GiveUp) -> None:
+        raise self._gave_up(instruction)
+
+    @_carry.register(CheckStatus)
+    def _(self, instruction: CheckStatus) -> None:
+        self._check_membership()
+
+    @_carry.register(AwaitWorkers)
+    def _(self, instruction: AwaitWorkers) -> None:
+        self._await_workers()
+
+    @_carry.register(BackupFold)
     def _backup_fold(self, instruction: BackupFold) -> None:
         """Compute a slow fold of the exact pass again on the worker the pool chose (from
         the partitions it holds, the others loaded from the source), and wait for both."""
@@ -1053,6 +1062,7 @@ class DaskRuntime(Runtime):
         self._observe(events.StatusChanged, self._new_stimulus_id("joined"), status=status,
                       tight=frozenset(self._tight(status)))
 
+    @_carry.register(SendBackup)
     def _send_backup(self, backup: SendBackup) -> None:
         """Send a copy of an overdue unit to another worker index's worker (from its own
         copies of the partitions, or a spare copy loaded there from the source once)."""

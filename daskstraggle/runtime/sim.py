@@ -9,6 +9,7 @@ faults act on workers, the latency model on worker indices, and data moves take 
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -393,34 +394,36 @@ class SimRuntime(LocalRuntime):
         self._observe(events.StatusChanged, self._new_stimulus_id(type(fault).__name__.lower()),
                       status=self._cluster.statuses())
 
+    @functools.singledispatchmethod
     def _carry(self, instruction: Instruction) -> None:
         """As :meth:`Runtime._carry`; data moves take no time, and a helper stopping
         needs nothing here."""
-        match instruction:
-            case MoveIndex():
-                held = sorted(self._blocks[instruction.index])
-                self._losses.append({
-                    "worker_index": instruction.index, "lost": instruction.previous,
-                    "moved_to": instruction.to, "reason": instruction.why,
-                    "kind": instruction.kind, "time": self._now,
-                    "stimulus_id": instruction.stimulus_id, "partitions": held,
-                    "reloaded": [] if instruction.how == "fetch" or instruction.from_helper
-                    else list(held)})
-            case StartHelping(index=index):
-                self._observe(events.HelperReady, index=index)
-            case AwaitWorkers():
-                self._await_workers()
-            case SendBackup():
-                self._send_backup(instruction)
-            case StopHelping():
-                pass
-            case _:
-                super()._carry(instruction)
+        if not isinstance(instruction, StopHelping):
+            super()._carry(instruction)
+
+    @_carry.register(MoveIndex)
+    def _(self, instruction: MoveIndex) -> None:
+        held = sorted(self._blocks[instruction.index])
+        self._losses.append({
+            "worker_index": instruction.index, "lost": instruction.previous,
+            "moved_to": instruction.to, "reason": instruction.why, "kind": instruction.kind,
+            "time": self._now, "stimulus_id": instruction.stimulus_id, "partitions": held,
+            "reloaded": [] if instruction.how == "fetch" or instruction.from_helper
+            else list(held)})
+
+    @_carry.register(StartHelping)
+    def _(self, instruction: StartHelping) -> None:
+        self._observe(events.HelperReady, index=instruction.index)
+
+    @_carry.register(AwaitWorkers)
+    def _(self, instruction: AwaitWorkers) -> None:
+        self._await_workers()
 
     def _cancel(self, keys: tuple[str, ...] | list[str]) -> None:
         for key in keys:
             self._tasks.pop(key, None)
 
+    @_carry.register(SendBackup)
     def _send_backup(self, instruction: SendBackup) -> None:
         assert self.worker_pool is not None
         unit, j = instruction.unit, instruction.to_index
