@@ -153,17 +153,6 @@ def _exceeds(counts, threshold):
 
 
 @numba.njit(parallel=True, **_JIT)
-def pairs(planes, first, second, threshold, counts, over):
-    """For the pairs of rows ``first[k]``, ``second[k]``: their counts (``counts``,
-    int64, pairs x 6, see :func:`_counts`) and the test (``over``, bool)."""
-    for k in numba.prange(first.shape[0]):
-        pair = _counts(planes, first[k], second[k])
-        for c in range(6):
-            counts[k, c] = pair[c]
-        over[k] = _exceeds(pair, threshold)
-
-
-@numba.njit(parallel=True, **_JIT)
 def band(planes, contig, width, threshold, out):
     """Fill ``out`` (bool, rows x width, False) with the test of each pair ``(i, i +
     d)``, ``d <= width``, of one contig (equal ``contig`` codes)."""

@@ -260,8 +260,9 @@ def ld_partition(values: np.ndarray, contig: np.ndarray | None, window: int, r2:
 
 def _cross_pairs(parts: list[dict[str, np.ndarray]], bounds: np.ndarray, band: np.ndarray,
                  contig: np.ndarray | None, window: int, r2: float) -> None:
-    """Fill the entries of ``band`` for the pairs that cross a partition boundary, from
-    the partitions' head and tail planes (one compiled call for them all)."""
+    """Fill the entries of ``band`` for the pairs that cross a partition boundary: per
+    boundary, the band of the ``window - 1`` rows either side, from the partitions' head
+    and tail planes."""
     width = window - 1
     n_rows = int(bounds[-1])
     rows: dict[int, np.ndarray] = {}
@@ -269,21 +270,12 @@ def _cross_pairs(parts: list[dict[str, np.ndarray]], bounds: np.ndarray, band: n
         a, b = int(bounds[p]), int(bounds[p + 1])
         rows.update((a + k, row) for k, row in enumerate(part["head"]))
         rows.update((b - len(part["tail"]) + k, row) for k, row in enumerate(part["tail"]))
-    pairs = np.array([(i, j) for cut in (int(c) for c in bounds[1:-1])
-                      for i in range(max(0, cut - width), cut)
-                      for j in range(cut, min(i + width + 1, n_rows))],
-                     dtype=np.int64).reshape(-1, 2)
     codes = _contig_codes(contig, n_rows)
-    pairs = pairs[codes[pairs[:, 0]] == codes[pairs[:, 1]]]
-    if not pairs.size:
-        return
-    first, second = pairs[:, 0], pairs[:, 1]
-    index = np.array(sorted(rows), dtype=np.int64)
-    counts = np.empty((first.size, 6), dtype=np.int64)
-    over = np.empty(first.size, dtype=bool)
-    _numba().pairs(_stacked([rows[i] for i in index]), np.searchsorted(index, first),
-                   np.searchsorted(index, second), r2 * (1.0 + _EPSILON), counts, over)
-    band[first, second - first - 1] = over
+    for cut in (int(c) for c in bounds[1:-1]):
+        a, b = max(0, cut - width), min(n_rows, cut + width)
+        near = _plane_band(_stacked([rows[i] for i in range(a, b)]), codes[a:b], window, r2)
+        crossing = np.arange(a, cut)[:, None] + np.arange(1, window) >= cut
+        band[a:cut][crossing] = near[:cut - a][crossing]
 
 
 def _stacked(rows: list[np.ndarray]) -> np.ndarray:
