@@ -188,17 +188,9 @@ def _scan_backwards(band, major, removed, members, count, split, tie):
 
 
 @numba.njit(**_JIT)
-def _removed_count(removed, members, count):
-    total = 0
-    for pos in range(count):
-        total += removed[members[pos]]
-    return total
-
-
-@numba.njit(**_JIT)
 def _compare_later(band, major, removed, members, count, pos, unchecked, offset, stop, tie):
     """Variant ``members[pos]`` against the kept variants after it that it has not yet
-    been compared with, up to the first pair in LD."""
+    been compared with, up to the first pair in LD; whether it removed one of the pair."""
     first = members[pos]
     since = unchecked[first - offset]
     unchecked[first - offset] = stop
@@ -208,28 +200,28 @@ def _compare_later(band, major, removed, members, count, pos, unchecked, offset,
             continue
         if not _drop_second(major, first, second, tie):
             removed[first] = True
-            return
+            return True
         removed[second] = True
         for r in range(q + 1, count):
             if not removed[members[r]]:
                 unchecked[first - offset] = members[r]
-                return
-        return
+                break
+        return True
+    return False
 
 
 @numba.njit(**_JIT)
 def _scan_forwards(band, major, removed, members, count, unchecked, offset, stop, tie):
     """PLINK 1.x's order: each kept variant from the first against the kept variants
     after it it has not yet been compared with, until a pass drops nothing more."""
-    while True:
-        before = _removed_count(removed, members, count)
+    dropped = True
+    while dropped:
+        dropped = False
         for pos in range(count):
             first = members[pos]
             if not removed[first] and unchecked[first - offset] != stop:
-                _compare_later(band, major, removed, members, count, pos, unchecked,
-                               offset, stop, tie)
-        if _removed_count(removed, members, count) == before:
-            return
+                dropped |= _compare_later(band, major, removed, members, count, pos, unchecked,
+                                          offset, stop, tie)
 
 
 @numba.njit(**_JIT)
