@@ -104,11 +104,11 @@ def _kinship(hethet, ibs0, het_hom, hom_het):
 
 
 @numba.njit(**_JIT)
-def _tile_counts(bits, t, n_columns, start, stop, first):
-    """Tile ``t``'s rows ``[i0, i1)``, columns ``[j0, j1)`` and counts (zero when it has no
-    pair ``j >= i``)."""
+def _tile_counts(bits, t, n_columns, start, stop):
+    """Tile ``t``'s rows ``[i0, i1)``, columns ``[j0, j1)`` (both from ``start``) and counts
+    (zero when it has no pair ``j >= i``)."""
     i0 = start + (t // n_columns) * TILE
-    j0 = first + (t % n_columns) * TILE
+    j0 = start + (t % n_columns) * TILE
     i1, j1 = min(i0 + TILE, stop), min(j0 + TILE, bits.shape[0])
     acc = np.zeros((4, TILE, TILE), dtype=np.int64)
     if j1 > i0:
@@ -117,29 +117,28 @@ def _tile_counts(bits, t, n_columns, start, stop, first):
 
 
 @numba.njit(parallel=True, **_JIT)
-def pair_counts(bits, start, stop, first, out):
-    """Write into ``out`` (4 x (stop - start) x (samples - first), zeros) the counts of the
-    pairs ``start <= i < stop``, ``j >= max(i, first)``; one parallel iteration per tile of
-    ``TILE x TILE`` pairs."""
-    n_columns = -(-(bits.shape[0] - first) // TILE)
+def pair_counts(bits, start, stop, out):
+    """Write into ``out`` (4 x (stop - start) x (samples - start), zeros) the counts of the
+    pairs ``start <= i < stop``, ``j >= i``; one parallel iteration per tile of ``TILE x
+    TILE`` pairs."""
+    n_columns = -(-(bits.shape[0] - start) // TILE)
     for t in numba.prange(-(-(stop - start) // TILE) * n_columns):
-        i0, i1, j0, j1, acc = _tile_counts(bits, t, n_columns, start, stop, first)
+        i0, i1, j0, j1, acc = _tile_counts(bits, t, n_columns, start, stop)
         for i in range(i0, i1):
             for j in range(max(j0, i), j1):
                 for k in range(4):
-                    out[k, i - start, j - first] = acc[k, i - i0, j - j0]
+                    out[k, i - start, j - start] = acc[k, i - i0, j - j0]
 
 
 @numba.njit(parallel=True, **_JIT)
-def pair_kinship(bits, start, stop, first, out):
-    """Write into ``out`` ((stop - start) x (samples - first), NaN) the KING-robust kinship
-    of the pairs ``start <= i < stop``, ``j > max(i, first - 1)``, tiled as
-    :func:`pair_counts`."""
-    n_columns = -(-(bits.shape[0] - first) // TILE)
+def pair_kinship(bits, start, stop, out):
+    """Write into ``out`` ((stop - start) x (samples - start), NaN) the KING-robust kinship
+    of the pairs ``start <= i < stop``, ``j > i``, tiled as :func:`pair_counts`."""
+    n_columns = -(-(bits.shape[0] - start) // TILE)
     for t in numba.prange(-(-(stop - start) // TILE) * n_columns):
-        i0, i1, j0, j1, acc = _tile_counts(bits, t, n_columns, start, stop, first)
+        i0, i1, j0, j1, acc = _tile_counts(bits, t, n_columns, start, stop)
         for i in range(i0, i1):
             for j in range(max(j0, i + 1), j1):
                 r, c = i - i0, j - j0
-                out[i - start, j - first] = _kinship(acc[0, r, c], acc[1, r, c], acc[2, r, c],
+                out[i - start, j - start] = _kinship(acc[0, r, c], acc[1, r, c], acc[2, r, c],
                                                      acc[3, r, c])

@@ -11,7 +11,6 @@ Over the variants called in both samples, with ``hethet`` (both heterozygous), `
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,16 +96,6 @@ def king_bits(values: np.ndarray) -> np.ndarray:
     return bits
 
 
-def _strips(n_samples: int, max_pairs: int) -> Iterator[tuple[int, int]]:
-    """Rows ``[start, stop)`` of the pair matrix's upper triangle, about ``max_pairs``
-    pairs (one row at least) each."""
-    start = 0
-    while start < n_samples:
-        rows = max(1, max_pairs // (n_samples - start))
-        yield start, min(start + rows, n_samples)
-        start += rows
-
-
 def king_related(bits: np.ndarray, cutoff: float, *,
                  max_pairs: int | None = None) -> RelatedPairs:
     """Return the pairs of samples whose KING-robust kinship is above ``cutoff``.
@@ -131,13 +120,16 @@ def king_related(bits: np.ndarray, cutoff: float, *,
     bits = np.ascontiguousarray(bits)
     kernels = _kernels()
     found, kinships = [np.empty((0, 2), dtype=np.int64)], [np.empty(0)]
-    for start, stop in _strips(bits.shape[0], limit):
+    start, n_samples = 0, bits.shape[0]
+    while start < n_samples:  # strips of rows of the upper triangle, ~limit pairs each
+        stop = min(start + max(1, limit // (n_samples - start)), n_samples)
         kinship = np.full((stop - start, bits.shape[0] - start), np.nan)
         with _lock:
-            kernels.pair_kinship(bits, start, stop, start, kinship)
+            kernels.pair_kinship(bits, start, stop, kinship)
         rows, columns = np.nonzero(kinship > cutoff)  # only j > i has a kinship
         found.append(np.stack([rows + start, columns + start], axis=1).astype(np.int64))
         kinships.append(kinship[rows, columns])
+        start = stop
     return RelatedPairs(pairs=np.concatenate(found), kinship=np.concatenate(kinships))
 
 

@@ -29,7 +29,7 @@ def _king_counts(bits: np.ndarray, start: int = 0,
     stop = bits.shape[0] if stop is None else stop
     out = np.zeros((4, stop - start, bits.shape[0] - start), dtype=np.int32)
     with kinship._lock:
-        kinship._kernels().pair_counts(np.ascontiguousarray(bits), start, stop, start, out)
+        kinship._kernels().pair_counts(np.ascontiguousarray(bits), start, stop, out)
     return tuple(out)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "plink2_qc"
@@ -221,9 +221,9 @@ def test_memory_does_not_grow_with_the_square_of_the_samples(
     strips: list[int] = []
     kernel = _numba_king.pair_kinship
 
-    def spy(bits: np.ndarray, start: int, stop: int, first: int, out: np.ndarray) -> None:
+    def spy(bits: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:
         strips.append(out.size)
-        kernel(bits, start, stop, first, out)
+        kernel(bits, start, stop, out)
 
     monkeypatch.setattr(_numba_king, "pair_kinship", spy)
     assert kinship.king_keep(_matrix(x, 100), 0.177)[1].pairs.tolist() == [[0, 1]]
