@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daskstraggle._numba import import_numba_module
 from daskstraggle._validation import check_bool, check_int
 from daskstraggle.data._zarr import GroupArrays, fsspec_options, group_arrays, read_selection
 from daskstraggle.data.kinship import check_king_cutoff, king_keep
@@ -696,8 +697,6 @@ def _partition_counts(values: np.ndarray, n_levels: int) -> tuple[np.ndarray | N
     """One partition's counts (the task body): per row, its calls of each dosage, its
     missing calls and (fractional dosages only, else None) its dosage sum; per column,
     its missing calls."""
-    from daskstraggle._numba import import_numba_module
-
     counting = import_numba_module("daskstraggle.data._numba_counts")
     levels, missing, by_sample = counting.count_calls(values, n_levels)
     sums = counting.dosage_sums(values) if values.dtype.kind == "f" else None

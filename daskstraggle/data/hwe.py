@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from daskstraggle._numba import import_numba_module
+
 __all__ = ["hwe_exact_p", "hwe_exact_p_counts"]
 
 #: Relative tolerance within which a probability counts as equal to the observed one
@@ -66,8 +68,6 @@ def hwe_exact_p_counts(het: np.ndarray, hom_1: np.ndarray, hom_2: np.ndarray) ->
     if not counts.size:
         return np.ones(0)
     unique, inverse = _distinct_rows(counts)
-    from daskstraggle._numba import import_numba_module  # numba only when used
-
     p_values = import_numba_module("daskstraggle.data._numba_hwe").p_values
     p = p_values(*(np.ascontiguousarray(unique[:, j]) for j in range(3)), _TIES)
     return np.asarray(p[inverse.ravel()], dtype=np.float64)

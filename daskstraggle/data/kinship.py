@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from daskstraggle._numba import import_numba_module
 from daskstraggle.errors import InvalidParameterError
 
 __all__ = ["STRIP_PAIRS", "RelatedPairs", "check_king_cutoff", "king_bits", "king_keep",
@@ -67,11 +69,8 @@ def check_king_cutoff(value: object) -> float | None:
     return number
 
 
-def _kernels() -> Any:
-    """The compiled kernels (numba, imported on first use)."""
-    from daskstraggle._numba import import_numba_module
-
-    return import_numba_module("daskstraggle.data._numba_king")
+#: The compiled kernels (:mod:`daskstraggle.data._numba_king`), imported on first use.
+_kernels = partial(import_numba_module, "daskstraggle.data._numba_king")
 
 
 def king_bits(values: np.ndarray) -> np.ndarray:

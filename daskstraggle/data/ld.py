@@ -7,10 +7,12 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from daskstraggle._numba import import_numba_module
 from daskstraggle._resources import available_memory as _available_memory
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
 
@@ -127,11 +129,8 @@ def _bad(value: object, fix: str) -> InvalidParameterError:
 
 
 # ----------------------------------------------------------------------- the workers' band
-def _numba() -> Any:
-    """The compiled kernels (:mod:`daskstraggle.data._numba_ld`), imported on first use."""
-    from daskstraggle._numba import import_numba_module
-
-    return import_numba_module("daskstraggle.data._numba_ld")
+#: The compiled kernels (:mod:`daskstraggle.data._numba_ld`), imported on first use.
+_numba = partial(import_numba_module, "daskstraggle.data._numba_ld")
 
 
 def _value_bits(top: int) -> int:
@@ -347,8 +346,6 @@ def ld_prune_keep(matrix: Any, ld: LDPrune, *, client: Any = None) -> np.ndarray
     InvalidParameterError
         If the window's pairs do not fit in the memory available.
     """
-    from functools import partial
-
     from daskstraggle.data._passes import map_values
 
     source = matrix.source
