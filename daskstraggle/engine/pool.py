@@ -933,6 +933,12 @@ class WorkerPool:
         return instruction
 
     @property
+    def idle(self) -> bool:
+        """Whether no work is in flight and none waits to be sent again: a wait for a
+        result could then never end."""
+        return not self.tasks and not self._held_back
+
+    @property
     def log(self) -> list[Decision]:
         """Every logged decision, in the order taken: the moves, backups and helpers'
         starts and stops (the last ``log_size``), and the units split (the last

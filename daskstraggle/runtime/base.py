@@ -43,6 +43,7 @@ from daskstraggle.engine.events import (
 )
 from daskstraggle.engine.pool import Cancel, Deliver, Resend, SplitUnit, WorkerPool
 from daskstraggle.engine.recorder import TraceRecorder
+from daskstraggle.errors import StraggleError
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import KernelResult, Problem, combine
 from daskstraggle.problems.block import Block, MatrixStats
@@ -50,7 +51,6 @@ from daskstraggle.problems.held import payload_bytes
 
 if TYPE_CHECKING:
     from daskstraggle.engine.coordinator import Coordinator
-    from daskstraggle.errors import StraggleError
 
 __all__ = ["Runtime", "RuntimeOptions", "fold", "fold_map", "get_runtime_class",
            "list_runtimes", "register_runtime", "run_unit", "stream_messages"]
@@ -432,6 +432,12 @@ class Runtime(ABC):
 
     @_execute.register(Await)
     def _(self, instruction: Await, work: Any, session: Any) -> Event:
+        pool = self.worker_pool
+        if instruction.timeout is None and pool is not None and pool.idle:
+            raise StraggleError(
+                "The run waits for a result that no worker computes (no task in flight after "
+                f"the worker pool's last decision, {pool.log[-1:]}); this is a daskstraggle "
+                "bug: please report it with the run's log.")
         result = self._next(timeout=instruction.timeout)
         if result is None:
             return self._reply(Quiet)

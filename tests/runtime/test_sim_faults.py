@@ -14,7 +14,7 @@ import pytest
 from daskstraggle import fit_pca, open_matrix
 from daskstraggle.api import run_on
 from daskstraggle.engine.pool import MoveIndex, StartHelping, WorkerPool
-from daskstraggle.errors import InvalidParameterError, WorkerLostError
+from daskstraggle.errors import InvalidParameterError, StraggleError, WorkerLostError
 from daskstraggle.latency.faults import Freeze, Join, Loss
 from daskstraggle.latency.spec import parse_stragglers
 from daskstraggle.methods import DSAG, GD, CodedGD
@@ -354,3 +354,21 @@ def test_work_is_sent_again_only_after_its_index_moved():
     out = calls.on_status(pool, {"d": "running"}, now=8.0)
     assert [type(i).__name__ for i in out] == ["MoveIndex", "MoveIndex", "Resend"]
     assert out[-1].index == 0 and out[-1].cancel == ("k2",)
+
+
+def test_a_wait_for_a_result_no_worker_computes_ends_in_one_line(monkeypatch):
+    """Never hang: were a loss's work dropped instead of sent again (a bug), the run's next
+    wait for a result could never end; it ends in one line at once instead."""
+    def drop_the_units(self, index):
+        resend = resend_of(self, index)
+        return dataclasses.replace(resend, units=())
+
+    resend_of = WorkerPool._resend
+    monkeypatch.setattr(WorkerPool, "_resend", drop_the_units)
+    with pytest.raises(StraggleError) as raised:
+        _run(GD(), "loss(workers=1, at=0.7)")
+    line = str(raised.value)
+    assert "\n" not in line and line.startswith(
+        "The run waits for a result that no worker computes (no task in flight after the "
+        "worker pool's last decision, "), line
+    assert "MoveIndex" in line and line.endswith("please report it with the run's log."), line
