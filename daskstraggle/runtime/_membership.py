@@ -220,31 +220,41 @@ def ended_jobs(cluster: Any) -> dict[str, list[str]]:
     system :data:`QUEUE_LISTINGS` does not name, or a listing that failed."""
     listing = QUEUE_LISTINGS.get(str(getattr(getattr(cluster, "job_cls", None),
                                              "submit_command", None)))
-    if listing is None:
+    waiting = {} if listing is None else _jobs_without_worker(cluster)
+    if listing is None or not waiting:
         return {}
+    queued = _queued([arg.format(ids=",".join(waiting)) for arg in listing])
+    return {} if queued is None else {job_id: job_logs(job) for job_id, job in waiting.items()
+                                      if job_id not in queued}
+
+
+def _jobs_without_worker(cluster: Any) -> dict[str, Any]:
+    """The cluster's submitted jobs, by id, whose worker is not in the cluster (a job of
+    several worker processes names them ``<name>-<i>``); empty for a cluster that is not
+    a ``JobQueueCluster`` after all."""
     try:
         joined = {str(w.get("name")) for w in cluster.scheduler_info["workers"].values()}
         jobs = {str(job.job_id): (str(name), job) for name, job in list(cluster.workers.items())
                 if getattr(job, "job_id", None)}
-    except (AttributeError, KeyError, TypeError):  # not a JobQueueCluster after all
+    except (AttributeError, KeyError, TypeError):
         return {}
-    # a job of several worker processes names them ``<name>-<i>``
-    waiting = {job_id: job for job_id, (name, job) in jobs.items()
-               if name not in joined and not any(w.startswith(f"{name}-") for w in joined)}
-    if not waiting:
-        return {}
-    argv = [arg.format(ids=",".join(waiting)) for arg in listing]
+    return {job_id: job for job_id, (name, job) in jobs.items()
+            if name not in joined and not any(w.startswith(f"{name}-") for w in joined)}
+
+
+def _queued(argv: list[str]) -> set[str] | None:
+    """The job ids the batch system's listing ``argv`` prints (first column); None if it
+    could not be asked or did not answer (squeue: none of the ids known any more)."""
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=_QUEUE_TIMEOUT,
                               check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
         logger.info("asking the batch system for its jobs failed (%s)", err)
-        return {}
-    if done.returncode != 0:  # squeue: none of the ids known any more, or no answer
+        return None
+    if done.returncode != 0:
         logger.info("%s exited with %d: %s", argv[0], done.returncode, done.stderr.strip())
-        return {}
-    queued = {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
-    return {job_id: job_logs(job) for job_id, job in waiting.items() if job_id not in queued}
+        return None
+    return {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
 
 
 def job_logs(job: Any) -> list[str]:
