@@ -34,6 +34,7 @@ from daskstraggle.latency.models import (
     Slowdown,
     TwoStateMarkov,
 )
+from daskstraggle.latency.modifiers import Link, LinkQueue, parse_bandwidth
 from daskstraggle.latency.order import OrderStatistics, order_statistics
 from daskstraggle.latency.profiler import LatencyProfiler, ProfileStatistics
 from daskstraggle.latency.simulator import SimulationResult, simulate
@@ -41,9 +42,10 @@ from daskstraggle.latency.spec import Stragglers, ThrottleSpec, parse_latency, p
 
 __all__ = [
     "Artificial", "Bursts", "Constant", "Gamma", "LatencyModel", "LatencyProfiler",
-    "LatencySampler", "MultiMessage", "OrderStatistics", "ProfileStatistics", "Replay", "Schedule",
-    "ShiftedExponential", "SimulationResult", "Slowdown", "Stragglers", "ThrottleSpec",
-    "TwoStateMarkov", "fit_gamma", "fit_shifted_exponential", "fit_trace", "get_model_class",
-    "list_models", "make_model", "order_statistics", "parse_latency", "parse_stragglers",
+    "LatencySampler", "Link", "LinkQueue", "MultiMessage", "OrderStatistics",
+    "ProfileStatistics", "Replay", "Schedule", "ShiftedExponential", "SimulationResult",
+    "Slowdown", "Stragglers", "ThrottleSpec", "TwoStateMarkov", "fit_gamma",
+    "fit_shifted_exponential", "fit_trace", "get_model_class", "list_models", "make_model",
+    "order_statistics", "parse_bandwidth", "parse_latency", "parse_stragglers",
     "register_model", "simulate", "worker_streams"
 ]

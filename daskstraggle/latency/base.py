@@ -22,7 +22,7 @@ import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,6 +30,9 @@ from numpy.typing import NDArray
 from daskstraggle._registry import Registry
 from daskstraggle._validation import _fail, check_int
 from daskstraggle.errors import InvalidParameterError
+
+if TYPE_CHECKING:
+    from daskstraggle.latency.modifiers import Link
 
 __all__ = [
     "MAX_SECONDS", "PER_WORKER_STREAMS_MAX", "Constant", "LatencyModel", "LatencySampler",
@@ -254,6 +257,12 @@ class LatencyModel(ABC):
     def has_distribution(self) -> bool:
         """Whether the model draws compute times itself (False: scales ``measured``)."""
         return True
+
+    @property
+    def link(self) -> Link | None:
+        """The model's ``link`` term, which says how long replies take on the network
+        (:class:`~daskstraggle.latency.modifiers.Link`); None: the model has none."""
+        return None
 
     def _set(self, **values: Any) -> None:
         """Store normalised parameters (the dataclass is frozen)."""

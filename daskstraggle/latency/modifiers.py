@@ -1,8 +1,10 @@
-"""Straggler modifiers: slow-downs, artificial ramps, schedules (chains: :mod:`.chains`).
+"""Straggler modifiers: slow-downs, artificial ramps, schedules (chains: :mod:`.chains`),
+and network links.
 
 A modifier multiplies the compute part drawn from its ``base`` model by its factor, or
 without a base (``has_distribution`` False) the ``measured`` compute time of a real
-kernel, communication then 0.
+kernel, communication then 0. A :class:`Link` changes no draw: it says how long a
+message's bytes take on the links, which the runtime that knows the bytes charges.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
@@ -23,13 +26,15 @@ from daskstraggle.latency.base import (
     LatencyModel,
     LatencySampler,
     Streams,
+    _in_bounds,
     _is_index,
     _is_number,
     _worker_indices,
+    check_seconds,
     register_model,
 )
 
-__all__ = ["Artificial", "Schedule", "Slowdown"]
+__all__ = ["Artificial", "Link", "LinkQueue", "Schedule", "Slowdown", "parse_bandwidth"]
 
 
 def _check_base(value: Any, *, name: str, caller: str, allow_none: bool = True) -> Any:
@@ -84,6 +89,11 @@ class _Modifier(LatencyModel):
         """Whether a base with a distribution draws the compute time (False: ``measured``)."""
         return self.base is not None and self.base.has_distribution
 
+    @property
+    def link(self) -> Link | None:
+        """The base's link term (None without a base)."""
+        return None if self.base is None else self.base.link
+
 
 class _FactorSampler(LatencySampler):
     """A base draw (or the measured time) with the compute part times ``factor(...)``."""
@@ -125,15 +135,15 @@ class _FactorSampler(LatencySampler):
         return np.asarray(compute) * factor, communication
 
 
-class _SlowdownSampler(_FactorSampler):
-    def __init__(self, model: Slowdown, n_workers: int, streams: Streams) -> None:
+class _FixedSampler(_FactorSampler):
+    """A base draw (or the measured time) with a fixed compute factor per worker, 1 unless a
+    subclass sets ``factors`` (a modifier that changes no compute time: :class:`Link`)."""
+
+    def __init__(self, model: _Modifier, n_workers: int, streams: Streams) -> None:
         super().__init__(model.base, n_workers, streams)
         self.stateless = self.base is None or self.base.stateless
         self.shared_draws = self.base is not None and self.base.shared_draws
         self.factors = np.ones(n_workers)
-        workers = cast(tuple[int, ...], model.workers)  # a tuple after __post_init__
-        factors = np.broadcast_to(np.asarray(model.factor, dtype=float), (len(workers),))
-        self.factors[list(workers)] = factors
 
     def _draw_shared(self, loads, size, generator):
         assert self.base is not None  # shared_draws needs a base
@@ -144,6 +154,14 @@ class _SlowdownSampler(_FactorSampler):
     def factor(self, worker_index: int, time: float, iteration: int) -> float:
         """Return the persistent factor of ``worker_index``."""
         return float(self.factors[worker_index])
+
+
+class _SlowdownSampler(_FixedSampler):
+    def __init__(self, model: Slowdown, n_workers: int, streams: Streams) -> None:
+        super().__init__(model, n_workers, streams)
+        workers = cast(tuple[int, ...], model.workers)  # a tuple after __post_init__
+        factors = np.broadcast_to(np.asarray(model.factor, dtype=float), (len(workers),))
+        self.factors[list(workers)] = factors
 
 
 @register_model
@@ -392,3 +410,220 @@ class Schedule(_Modifier):
                         f"(indices 0..{n_workers - 1}); list indices below {n_workers}."
                     )
 
+
+
+#: tc's rate prefixes (``kbit``: 1000 bits/s, ``kibit``: 1024), case-insensitive.
+_PREFIXES = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+             "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30, "ti": 2.0**40}
+_RATE = re.compile(r"\s*(\d*\.?\d+(?:e[+-]?\d+)?)\s*(k|m|g|t|ki|mi|gi|ti)?(bit|bps)\s*",
+                   re.IGNORECASE)
+_BANDWIDTH = ("bytes per second (a finite number >= 1) or a tc rate such as '100mbit' "
+              "(bit, kbit, mbit, gbit: bits/s; bps, kbps, mbps, gbps: bytes/s)")
+
+
+def parse_bandwidth(value: Any, *, name: str = "bandwidth", caller: str = "link",
+                    options: str = "") -> float:
+    """Return a link's bandwidth in bytes per second.
+
+    Parameters
+    ----------
+    value : float or str
+        Bytes per second (at least 1), or a rate as ``tc`` writes it: a number and a unit,
+        ``bit``, ``kbit``, ``mbit``, ``gbit``, ``tbit`` (bits per second; ``kibit``...
+        in powers of 1024) or ``bps``, ``kbps``, ``mbps``, ``gbps``, ``tbps`` (bytes per
+        second), case-insensitive.
+    name, caller : str, default="bandwidth", "link"
+        For the error message.
+    options : str, default=""
+        The other values the parameter takes, for the error message.
+
+    Returns
+    -------
+    bandwidth : float
+        Bytes per second.
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``value`` is not a number of bytes per second >= 1 or a rate with a unit.
+
+    Examples
+    --------
+    >>> parse_bandwidth("100mbit"), parse_bandwidth("1Gbit"), parse_bandwidth("2kbps")
+    (12500000.0, 125000000.0, 2000.0)
+    """
+    rate = value
+    if isinstance(value, str):
+        match = _RATE.fullmatch(value)
+        if match is not None:
+            number, prefix, unit = match.groups()
+            rate = float(number) * _PREFIXES[(prefix or "").lower()] / \
+                (8.0 if unit.lower() == "bit" else 1.0)
+    if isinstance(rate, str) or not _in_bounds(rate, 1.0, False, None):
+        _fail(name, caller, _BANDWIDTH + options, value)
+    return float(rate)
+
+
+def _check_bandwidths(value: Any, *, name: str, caller: str) -> Any:
+    """Normalise None (unlimited), a bandwidth or one per worker (:func:`parse_bandwidth`)."""
+    options = ", a list of them (one per worker) or None (unlimited)"
+    if value is None:
+        return None
+    if isinstance(value, tuple | list) and value:
+        return tuple(parse_bandwidth(v, name=name, caller=caller, options=options)
+                     for v in value)
+    return parse_bandwidth(value, name=name, caller=caller, options=options)
+
+
+def _check_coordinator(value: Any, *, name: str, caller: str) -> float | None:
+    """Normalise None (unlimited) or the coordinator's bandwidth (one number or rate)."""
+    return None if value is None else parse_bandwidth(value, name=name, caller=caller,
+                                                      options=" or None (unlimited)")
+
+
+def _of(value: Any, worker_index: int) -> float:
+    """Worker ``worker_index``'s value of a scalar-or-per-worker parameter."""
+    return float(value[worker_index] if isinstance(value, tuple) else value)
+
+
+@register_model
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Link(_Modifier):
+    """Network links: the time a reply's bytes take to reach the coordinator.
+
+    A message of ``B`` bytes from worker ``i`` takes ``latency + B / bandwidth[i]`` on
+    its worker's own link (added to the communication time drawn from ``base``), then
+    its turn on the coordinator's link, which every reply shares: ``B / coordinator``
+    seconds, first come first served after the replies that reached it before
+    (:class:`LinkQueue`). The draws of ``base`` are unchanged: the bytes are known only
+    to the runtime that carries the message (the simulated runtime charges each
+    result's bytes; on a Dask cluster the real network does).
+
+    Parameters
+    ----------
+    base : LatencyModel or None, default=None
+        Model drawn from (compute and communication). None: the real (``measured``)
+        compute time.
+    bandwidth : float, str, tuple of float or str, or None, default=None
+        Each worker's link in bytes per second, or a ``tc`` rate such as ``"100mbit"``
+        (:func:`parse_bandwidth`): one for every worker, or one per worker. None:
+        unlimited.
+    coordinator : float, str or None, default=None
+        The coordinator's link (shared by all replies), likewise. None: unlimited.
+    latency : float or tuple of float, default=0.0
+        Fixed seconds per message on a worker's link (one value, or one per worker).
+
+    See Also
+    --------
+    LinkQueue : The coordinator's link during one run.
+    daskstraggle.runtime.SimRuntime : Charges each result's bytes through the link.
+
+    Examples
+    --------
+    >>> link = Link(bandwidth=("1gbit", 1e6), coordinator=1e8, latency=1e-3)
+    >>> link.bandwidth
+    (125000000.0, 1000000.0)
+    >>> link.transfer_duration(1, 2e6)  # 1 ms + 2 MB at 1 MB/s
+    2.001
+
+    As a spec (``--stragglers``), on top of any distribution:
+
+    >>> from daskstraggle.latency.spec import parse_latency
+    >>> model = parse_latency("gamma(mean=0.1, var=1e-4) + link(bandwidth=1e9, coordinator=1e8)")
+    >>> model.link.coordinator_duration(1e6)
+    0.01
+    """
+
+    name: ClassVar[str] = "link"
+    _sampler_class = _FixedSampler  # the base's draws, unchanged
+    _per_worker = True  # tuples hold one value per worker
+    _checks = (*_Modifier._checks, ("bandwidth", _check_bandwidths),
+               ("coordinator", _check_coordinator), ("latency", check_seconds))
+    bandwidth: float | str | tuple[float | str, ...] | None = None
+    coordinator: float | str | None = None
+    latency: float | tuple[float, ...] = 0.0
+
+    def __post_init__(self) -> None:
+        LatencyModel.__post_init__(self)
+        if self.base is not None and self.base.link is not None:
+            raise InvalidParameterError(
+                "The 'base' parameter of Link already has a link term; give one link(...) "
+                "term per model, with every link's bandwidth in it."
+            )
+
+    @property
+    def link(self) -> Link:
+        """This link."""
+        return self
+
+    def transfer_duration(self, worker_index: int, nbytes: float) -> float:
+        """Return the seconds a message takes on its worker's own link.
+
+        Parameters
+        ----------
+        worker_index : int
+            The worker sending it.
+        nbytes : float
+            Its size in bytes.
+
+        Returns
+        -------
+        duration : float
+            ``latency + nbytes / bandwidth`` of that worker (no division when unlimited).
+        """
+        latency = _of(self.latency, worker_index)
+        if self.bandwidth is None:
+            return latency
+        return latency + nbytes / _of(self.bandwidth, worker_index)
+
+    def coordinator_duration(self, nbytes: float) -> float:
+        """Return the seconds a message of ``nbytes`` bytes holds the coordinator's link
+        (0 when it is unlimited)."""
+        return 0.0 if self.coordinator is None else nbytes / float(self.coordinator)
+
+
+class LinkQueue:
+    """The coordinator's link during one run: replies cross it one after another.
+
+    Parameters
+    ----------
+    link : Link
+        The link model (its ``coordinator`` bandwidth).
+
+    Attributes
+    ----------
+    free_time : float
+        When the last reply queued so far has crossed the link (0 at the start).
+
+    Examples
+    --------
+    Three replies of 1 MB reaching a 10 MB/s link at once cross it in turn:
+
+    >>> queue = LinkQueue(Link(coordinator=1e7))
+    >>> [queue.arrive(0.0, 1e6) for _ in range(3)]
+    [0.1, 0.2, 0.30000000000000004]
+    """
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.free_time = 0.0
+
+    def arrive(self, time: float, nbytes: float) -> float:
+        """Queue a reply that reaches the link at ``time``; return when it has crossed.
+
+        Replies must arrive in time order (first come, first served).
+
+        Parameters
+        ----------
+        time : float
+            Seconds when the reply's last byte left its worker's link.
+        nbytes : float
+            Its size in bytes.
+
+        Returns
+        -------
+        time : float
+            ``max(time, free_time) + nbytes / coordinator``, the new ``free_time``.
+        """
+        self.free_time = max(time, self.free_time) + self.link.coordinator_duration(nbytes)
+        return self.free_time

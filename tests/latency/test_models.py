@@ -27,7 +27,7 @@ from daskstraggle.latency.models import (
     Slowdown,
     TwoStateMarkov,
 )
-from daskstraggle.latency.modifiers import Schedule
+from daskstraggle.latency.modifiers import Link, Schedule
 from daskstraggle.latency.spec import parse_latency
 
 SEEDS = range(20)
@@ -49,6 +49,8 @@ EXAMPLES: dict[str, LatencyModel] = {
     "artificial": Artificial(base=GAMMA, spread=0.4, n_recover=1, recover_time=1.0),
     "schedule": Schedule(base=GAMMA, changes=[[2, [0, 2], 3.0], [5, 0, 0.5]]),
     "replay": Replay.from_array(np.arange(15.0).reshape(5, 3) / 10),
+    "link": Link(base=GAMMA, bandwidth=(1e9, "100mbit", 1e6), coordinator="1gbit",
+                 latency=1e-4),
 }
 
 #: Models whose law of worker i depends on the number of workers.
@@ -69,6 +71,7 @@ SCALAR_EXAMPLES: dict[str, LatencyModel] = {
                              p_slow=0.2, p_fast=0.5, initial="stationary", workers=(1, 2)),
     "bursts": Bursts(base=GAMMA1, p_enter=0.3, p_leave=0.4, period=0.5),
     "schedule": Schedule(base=GAMMA1, changes=[[2, [0, 1], 3.0], [5, 0, 0.5]]),
+    "link": Link(base=GAMMA1, bandwidth="100mbit", latency=1e-4),
 }
 
 #: Per model: (parameters, name of the bad parameter).
@@ -110,6 +113,9 @@ BAD: dict[str, list[tuple[dict, str]]] = {
                  ({"changes": [[1, -1, 2.0]]}, "changes"), ({"changes": "soon"}, "changes")],
     "replay": [({}, "path"), ({"table": ((1.0, -1.0),)}, "table"),
                ({"table": ((1.0,), (1.0, 2.0))}, "table"), ({"table": ()}, "table")],
+    "link": [({"bandwidth": 0.0}, "bandwidth"), ({"bandwidth": "fast"}, "bandwidth"),
+             ({"bandwidth": (1e9, -1.0)}, "bandwidth"), ({"coordinator": (1e9,)}, "coordinator"),
+             ({"latency": -1.0}, "latency"), ({"base": "gamma"}, "base")],
 }
 
 
@@ -474,7 +480,7 @@ def test_artificial_law(worker, time):
 # --------------------------------------------------------------------------- modifiers
 
 
-@pytest.mark.parametrize("cls", [Slowdown, TwoStateMarkov, Bursts, Artificial])
+@pytest.mark.parametrize("cls", [Slowdown, TwoStateMarkov, Bursts, Artificial, Link])
 def test_modifier_without_base(cls):
     params = {"Slowdown": {"workers": 0, "factor": 2.0},
               "TwoStateMarkov": {"slow_factor": 2.0, "p_slow": 0.1}}.get(cls.__name__, {})
@@ -566,7 +572,7 @@ def test_replay_errors(tmp_path):
 # --------------------------------------------------------------------------- many workers
 
 #: Stateless models that draw every worker at once from one stream (``shared_draws``).
-SHARED = ["constant", "shifted-exponential", "multi-message", "gamma", "slowdown"]
+SHARED = ["constant", "shifted-exponential", "multi-message", "gamma", "slowdown", "link"]
 LOADS = np.array([1.0, 2.0, 0.5])
 
 
