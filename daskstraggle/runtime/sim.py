@@ -2,7 +2,9 @@
 
 The kernels run in this process on the blocks the Dask runtime would load; only the clock is
 simulated (a task started at ``a`` completes at ``a + compute + communication``, drawn for
-its worker index). The fault terms are played at their simulated times through the engine's
+its worker index; with a ``link`` term the communication also carries the result's bytes
+over its worker's link, then over the coordinator's link, shared by all replies in turn).
+The fault terms are played at their simulated times through the engine's
 :class:`~daskstraggle.engine.pool.WorkerPool`, as the Dask runtime's decisions on a cluster;
 faults act on workers, the latency model on worker indices, and data moves take no time.
 """
@@ -36,10 +38,12 @@ from daskstraggle.engine.resilience import check_slow_settings
 from daskstraggle.errors import InvalidParameterError, WorkerLostError
 from daskstraggle.latency.base import LatencyModel, LatencySampler
 from daskstraggle.latency.faults import FAULTS, ClusterState, Fault
+from daskstraggle.latency.modifiers import LinkQueue
 from daskstraggle.latency.spec import parse_latency, parse_stragglers
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block
+from daskstraggle.problems.held import payload_bytes
 from daskstraggle.runtime.base import (
     RuntimeOptions,
     register_runtime,
@@ -66,7 +70,11 @@ class SimRuntime(LocalRuntime):
         Worker latency (a model or a spec such as ``"gamma(mean=0.05, var=1e-4)"``).
         None: each task takes the compute time its kernel really took here. A model
         without a distribution (e.g. ``"slowdown(workers=1, factor=4)"``) scales that
-        measured time.
+        measured time. A ``link(...)`` term charges each result's bytes
+        (:func:`~daskstraggle.problems.held.payload_bytes`) on its worker index's link,
+        then on the coordinator's link, which replies cross one after another in the
+        order they reach it (:class:`~daskstraggle.latency.modifiers.Link`); that time is
+        part of the trace's ``latency`` and ``communication_duration``.
     update_duration : float, default=0.0
         Simulated seconds the coordinator spends on each update (``method.step``).
     receive_duration : float, default=0.0
@@ -157,6 +165,7 @@ class SimRuntime(LocalRuntime):
         self._now = 0.0
         self._newest = 0  # newest version dispatched
         self._sampler: LatencySampler | None = None
+        self._links: LinkQueue | None = None  # the coordinator's link, state of a run
         self._real_start = 0.0
         self._events: list[tuple[float, int, Fault]] = []
         self._freezes: dict[str, list[tuple[float, float]]] = {}
@@ -176,6 +185,8 @@ class SimRuntime(LocalRuntime):
         self._sampler = None if self.latency is None else self.latency.sampler(
             self._n_workers, self._seed
         )
+        link = None if self.latency is None else self.latency.link
+        self._links = None if link is None else LinkQueue(link)
         self.engine.pool = WorkerPool(
             [str(i) for i in range(self._n_workers)], placement=placement,
             partition_rows=partition_rows, bounds=self._bounds(), backup_after=self.backup_after,
@@ -211,19 +222,27 @@ class SimRuntime(LocalRuntime):
         result, measured = run_unit(problem, unit.iterate, *(held[p] for p in unit.partitions),
                                     coefficients=unit.coefficients, rows=unit.rows)
         compute, communication = self._draw(unit.worker_index, unit, self._unit_load(unit),
-                                            measured)
+                                            measured, result)
         key = self._push(self.worker_pool.workers[unit.worker_index], unit, result, compute,
                          communication)
         self._observe(events.TaskSent, key=key, unit=unit)
 
-    def _draw(self, index: int, unit: WorkUnit, load: float, measured: float
-              ) -> tuple[float, float]:
-        """Compute and communication seconds of work on worker index ``index``."""
+    def _draw(self, index: int, unit: WorkUnit, load: float, measured: float,
+              result: Any = None) -> tuple[float, float]:
+        """Compute and communication seconds of work on worker index ``index``; the
+        communication includes ``result``'s time on the index's link (if any)."""
         if self._sampler is None:
             return float(measured), 0.0
         compute, communication = self._sampler.sample(
             index, time=self._now, iteration=unit.version, load=load, measured=measured)
-        return float(compute), float(communication)
+        return float(compute), self._sent(index, result, float(communication))
+
+    def _sent(self, index: int, result: Any, communication: float) -> float:
+        """``communication`` plus the seconds ``result`` takes on worker index ``index``'s
+        own link (unchanged without a link term)."""
+        if self._links is None or result is None:
+            return communication
+        return communication + self._links.link.transfer_duration(index, payload_bytes(result))
 
     def _push(self, worker: str, unit: WorkUnit, result: Any, compute: float,
               communication: float, *, message: int | None = None, final: bool = True,
@@ -242,7 +261,7 @@ class SimRuntime(LocalRuntime):
         # (without a freeze: start + latency, the sum the latency model's own simulator takes)
         finish = start + (work + communication) if end == start + work else end + communication
         self._tasks[key] = _SimTask(unit, result, compute, work + communication, message,
-                                    final, worker, end)
+                                    final, worker, end, queued=self._links is not None)
         heapq.heappush(self._heap, (finish, order, key))
         return key
 
@@ -272,7 +291,7 @@ class SimRuntime(LocalRuntime):
                                         coefficients=part.coefficients, rows=part.rows)
             compute, communication = self._draw(index, unit,
                                                 self._load_of(part.rows[1] - part.rows[0]),
-                                                measured)
+                                                measured, result)
             keys.append(self._push(worker, unit, result, compute, communication))
         self._observe(events.SplitSent, unit=unit, keys=(keys[0], keys[1]))
 
@@ -302,8 +321,8 @@ class SimRuntime(LocalRuntime):
             final = j == len(computed) - 1
             if only is None or j in only:
                 key = self._push(worker, unit, message, float(done_at[j] - previous),
-                                 communication, message=j, final=final, start=start,
-                                 done=float(done_at[j]))
+                                 self._sent(unit.worker_index, message, communication),
+                                 message=j, final=final, start=start, done=float(done_at[j]))
                 self._observe(events.TaskSent, key=key, unit=unit, message=j, final=final)
             previous = float(done_at[j])
 
@@ -333,12 +352,9 @@ class SimRuntime(LocalRuntime):
                 if timeout is not None:
                     self._now = deadline
                 return None
-            finish, _, key = self._heap[0]
+            finish, order, key = self._heap[0]
             task = self._tasks[key]
-            n_messages = len(task.result) if isinstance(task.result, tuple) else 1
-            if task.unit.version < self._newest:
-                n_messages = 0
-            received = max(self._now, finish) + self.receive_duration * n_messages
+            received = self._due(finish, task)
             first = min(fault_at, check_at)
             if first < received and first <= deadline:
                 self._now = max(self._now, first)
@@ -353,9 +369,31 @@ class SimRuntime(LocalRuntime):
                 return None
             heapq.heappop(self._heap)
             self._now = received
+            if task.queued:  # it reached the coordinator's link: its turn there
+                self._cross_link(finish, order, key, task)
+                continue
             done = self._receive(key, task)
             if done is not None:
                 return done
+
+    def _due(self, finish: float, task: _SimTask) -> float:
+        """When the coordinator next handles ``task`` (heap time ``finish``): the time it
+        reaches the coordinator's link (to queue there), or when it is received."""
+        if task.queued:
+            return max(self._now, finish)
+        n_messages = len(task.result) if isinstance(task.result, tuple) else 1
+        if task.unit.version < self._newest:
+            n_messages = 0
+        return max(self._now, finish) + self.receive_duration * n_messages
+
+    def _cross_link(self, arrival: float, order: int, key: str, task: _SimTask) -> None:
+        """Give ``task``, whose reply reaches the coordinator's link at ``arrival``, its
+        turn there (after the replies that reached it before): it arrives once across."""
+        assert self._links is not None
+        crossed = self._links.arrive(arrival, payload_bytes(task.result))
+        task.queued = False
+        task.latency += crossed - arrival
+        heapq.heappush(self._heap, (crossed, order, key))
 
     def _receive(self, key: str, task: _SimTask) -> WorkResult | None:
         """The pool's view of an arrived task: the method's result, or None (the first
@@ -430,7 +468,7 @@ class SimRuntime(LocalRuntime):
         blocks: list[Block] = [self._partitions[p] for p in unit.partitions]
         result, measured = run_unit(self._work, unit.iterate, *blocks,
                                     coefficients=unit.coefficients, rows=unit.rows)
-        compute, communication = self._draw(j, unit, self._unit_load(unit), measured)
+        compute, communication = self._draw(j, unit, self._unit_load(unit), measured, result)
         key = self._push(self.worker_pool.workers[j], unit, result, compute, communication)
         self._observe(events.BackupSent, key=instruction.key, backup_key=key)
 
@@ -493,6 +531,7 @@ class _SimTask:
     final: bool
     worker: str
     end: float  # when its computing ends (then the worker is free)
+    queued: bool = False  # it has yet to cross the coordinator's link
 
 
 def _freeze_windows(faults: tuple[Fault, ...]) -> dict[str, list[tuple[float, float]]]:

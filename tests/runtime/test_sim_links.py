@@ -1,0 +1,121 @@
+"""SimRuntime charges each reply's bytes through the link term: closed forms in runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import daskstraggle as ds
+from daskstraggle import open_matrix
+from daskstraggle.api import run_on
+from daskstraggle.methods import GD
+from daskstraggle.problems import LeastSquares
+from daskstraggle.runtime import SimRuntime, StopRule
+
+N_WORKERS = 4
+COMPUTE = 0.1  # seconds per task: constant, so every round's time is a closed form
+
+
+@pytest.fixture
+def Xy() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 6))
+    return X, X @ np.arange(6.0) + 0.1 * rng.normal(size=400)
+
+
+def _least_squares(Xy, stragglers: str, method: str = "gd", n_iter: int = 5):
+    X, y = Xy
+    return ds.fit_least_squares(X, y, method=method, runtime="sim", n_workers=N_WORKERS,
+                                max_iter=n_iter, tol=None, rng=0, stragglers=stragglers)
+
+
+def _reply_bytes(result) -> float:
+    """Bytes of one worker's reply (every worker sends the same) from the trace."""
+    per_round = result.trace.bytes_to_coordinator.values
+    assert np.all(per_round == per_round[0]) and per_round[0] > 0
+    return float(per_round[0]) / N_WORKERS
+
+
+def test_one_slow_worker_link_lengthens_each_round_by_its_transfer(Xy):
+    plain = _least_squares(Xy, f"constant(compute={COMPUTE})")
+    rate, latency = 1e3, 0.002  # bytes/s of worker 3's link; seconds per message
+    linked = _least_squares(
+        Xy, f"constant(compute={COMPUTE}) + link(bandwidth=(1e9, 1e9, 1e9, {rate}), "
+            f"latency={latency})")
+    nbytes = _reply_bytes(linked)
+    slow = latency + nbytes / rate  # 0.066 s for 64 bytes
+    np.testing.assert_allclose(plain.trace.iteration_duration, COMPUTE, rtol=1e-12)
+    # GD waits for every worker: the slow link's reply comes last, B / R + latency later
+    np.testing.assert_allclose(linked.trace.iteration_duration, COMPUTE + slow, rtol=1e-12)
+    comm = linked.trace.communication_duration.values
+    np.testing.assert_allclose(comm[:, 3], slow, rtol=1e-9)
+    np.testing.assert_allclose(comm[:, :3], latency + nbytes / 1e9, rtol=1e-6)
+    # an exact method: the same numbers, only later
+    np.testing.assert_array_equal(linked.iterate, plain.iterate)
+    assert "link(bandwidth=[" in linked.attrs["latency_model"]
+
+
+def test_replies_arriving_together_cross_the_coordinator_link_in_turn(Xy):
+    rate = 1e3
+    result = _least_squares(Xy, f"constant(compute={COMPUTE}) + link(coordinator={rate})")
+    turn = _reply_bytes(result) / rate
+    # the k-th reply of a round crosses at COMPUTE + k B / R_c, k = 1..4, in the order
+    # the replies were sent (worker 0 first: equal times keep that order)
+    expected = COMPUTE + turn * np.arange(1, N_WORKERS + 1)
+    np.testing.assert_allclose(result.trace.latency.values,
+                               np.broadcast_to(expected, (5, N_WORKERS)), rtol=1e-9)
+    np.testing.assert_allclose(result.trace.iteration_duration, COMPUTE + N_WORKERS * turn,
+                               rtol=1e-9)
+
+
+def test_a_later_reply_waits_for_the_one_still_on_the_coordinator_link(Xy):
+    X, y = Xy
+    nbytes = _reply_bytes(_least_squares(Xy, "constant(compute=1)", n_iter=1))
+    rate = nbytes / 1.5  # each reply holds the coordinator's link for 1.5 s
+    spec = f"constant(compute=(1.0, 2.0, 9.0, 9.0)) + link(coordinator={rate})"
+    with SimRuntime(N_WORKERS, latency=spec) as rt:
+        runs = [run_on(rt, GD(), LeastSquares(), open_matrix(X, labels=y, n_partitions=N_WORKERS),
+                       stop=StopRule(max_iter=2, tol=None), rng=0) for _ in range(2)]
+    for result in runs:  # the queue is the run's: the second run starts with an idle link
+        latency = result.trace.latency.values[0]
+        # worker 0 crosses over [1, 2.5]; worker 1 reaches the link at 2, crosses [2.5, 4];
+        # workers 2 and 3 both reach it at 9: [9, 10.5] and [10.5, 12]
+        np.testing.assert_allclose(latency, [2.5, 4.0, 10.5, 12.0], rtol=1e-9)
+        np.testing.assert_allclose(result.trace.wall_time, [12.0, 24.0], rtol=1e-9)
+    np.testing.assert_array_equal(runs[0].trace.latency, runs[1].trace.latency)
+
+
+def test_a_slow_coordinator_link_favours_the_method_with_smaller_replies(Xy):
+    X, _ = Xy
+    rate = 1e4
+    runs = {method: ds.fit_pca(X, n_components=2, method=method, runtime="sim",
+                               n_workers=N_WORKERS, max_iter=3, tol=None, rng=0,
+                               stragglers=f"constant(compute={COMPUTE}) + link(coordinator={rate})")
+            for method in ("gd", "block")}
+    nbytes = {m: _reply_bytes(r) for m, r in runs.items()}
+    assert nbytes["block"] > nbytes["gd"]
+    extra = {m: r.trace.iteration_duration.values - COMPUTE for m, r in runs.items()}
+    for method in runs:  # every round: the replies cross one after another
+        np.testing.assert_allclose(extra[method], N_WORKERS * nbytes[method] / rate, rtol=1e-9)
+    np.testing.assert_allclose(extra["block"] / extra["gd"], nbytes["block"] / nbytes["gd"],
+                               rtol=1e-9)
+
+
+def test_an_unlimited_link_changes_nothing(Xy):
+    plain = _least_squares(Xy, "constant(compute=(0.1, 0.2, 0.3, 0.4))", method="sgd")
+    linked = _least_squares(Xy, "constant(compute=(0.1, 0.2, 0.3, 0.4)) + link()",
+                            method="sgd")
+    for name in ("wall_time", "latency", "compute_duration"):
+        np.testing.assert_array_equal(linked.trace[name], plain.trace[name])
+    np.testing.assert_array_equal(linked.iterate, plain.iterate)
+
+
+def test_streamed_messages_each_carry_their_bytes(Xy):
+    # partial recovery streams two messages per unit: each one crosses the worker's link
+    result = _least_squares(Xy, f"constant(compute={COMPUTE}) + link(bandwidth=1e3)",
+                            method="partial", n_iter=3)
+    plain = _least_squares(Xy, f"constant(compute={COMPUTE})", method="partial", n_iter=3)
+    nbytes = _reply_bytes(result)
+    np.testing.assert_allclose(result.trace.wall_time - plain.trace.wall_time,
+                               nbytes / 1e3 * np.arange(1, 4), rtol=1e-9)
+    np.testing.assert_array_equal(result.iterate, plain.iterate)
