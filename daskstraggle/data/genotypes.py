@@ -215,8 +215,10 @@ class GenotypeQC:
         return {**out, "ld_prune": None if self.ld_prune is None else str(self.ld_prune)}
 
     def given(self) -> dict[str, Any]:
-        """:meth:`to_dict` without the steps not given (None or False)."""
-        return {k: v for k, v in self.to_dict().items() if v is not None and v is not False}
+        """The parameters of the steps given (not None or False), as they are (an
+        ``ld_prune`` stays an :class:`LDPrune`: its text rounds ``r2``)."""
+        return {f.name: v for f in fields(self)
+                if (v := getattr(self, f.name)) is not None and v is not False}
 
 
 def parse_qc(qc: object, *, caller: str) -> GenotypeQC | None:

@@ -472,3 +472,16 @@ def test_mind_on_in_memory_allele_counts():
     np.testing.assert_array_equal(m.attrs["qc"].samples_kept, keep)
     values = matrix_values(m)
     assert values.shape == (50, 8) and np.isfinite(values).all()
+
+
+def test_the_qc_stages_keep_every_step_as_given():
+    """The two stages of quality control (site steps, then the steps counted over the
+    genotypes) carry each parameter as given: ``r2`` keeps every digit (its text would
+    round it to six)."""
+    from daskstraggle.data.genotypes import GenotypeQC
+
+    qc = GenotypeQC(region="1:1-100", min_maf=0.0, ld_prune=(50, 5, 0.123456789123))
+    counted = qc.count_steps()
+    assert counted.ld_prune == qc.ld_prune and counted.ld_prune.r2 == 0.123456789123
+    assert counted.min_maf == 0.0 and counted.region is None
+    assert qc.site_steps() == GenotypeQC(region="1:1-100")
