@@ -253,6 +253,7 @@ def drive(runtime: Runtime, program: Generator[Instruction, Event | None, Conclu
 
     The rounds are undone (:meth:`Runtime._end`) also when the run fails or is interrupted.
     """
+    execute = vars(Runtime)["_execute"].dispatcher.dispatch  # (the handler, from the cache)
     rounds: StartRounds | None = None
     bar: Any = None
     load_duration = 0.0
@@ -285,8 +286,8 @@ def drive(runtime: Runtime, program: Generator[Instruction, Event | None, Conclu
                     _end_rounds(runtime, rounds, bar)
                     rounds = None
                 else:
-                    reply = runtime._execute(instruction, rounds and rounds.work,
-                                             rounds and rounds.session)
+                    reply = execute(kind)(runtime, instruction, rounds and rounds.work,
+                                          rounds and rounds.session)
     finally:
         program.close()  # (its own clean-up: the load balancing loop)
         if rounds is not None:
