@@ -327,11 +327,20 @@ class Method(ABC):
         self._summary = None
         self._momentum = None
         self._dropped = 0
-        self._reset()
+        if len(inspect.signature(self._reset).parameters) == 2:  # the earlier hook
+            import warnings
+
+            warnings.warn(f"{type(self).__name__}._reset(placement, partition_rows) is "
+                          "deprecated: take no arguments and read self._placement and "
+                          "self._partition_rows.", DeprecationWarning, stacklevel=2)
+            self._reset(placement, partition_rows)  # type: ignore[call-arg]
+        else:
+            self._reset()
 
     @abstractmethod
     def _reset(self) -> None:
-        """Set the method's own run state for :attr:`_placement`."""
+        """Set the method's own run state for :attr:`_placement` (and
+        :attr:`_partition_rows`)."""
 
     @abstractmethod
     def dispatch(self, worker_index: int) -> WorkUnit | None:
@@ -353,9 +362,10 @@ class Method(ABC):
             self._summary = self._summarise()
         return self._summary
 
-    @abstractmethod
     def _summarise(self) -> RoundSummary:
-        """Build this round's :meth:`summary`."""
+        """Build this round's :meth:`summary` (a method that overrides :meth:`summary`
+        itself, as methods written earlier do, need not)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _summarise()")
 
     @abstractmethod
     def step(self) -> None:

@@ -105,3 +105,32 @@ def test_kernel_result_adds():
     a = KernelResult(np.ones(2), np.array([1.0]), 3)
     b = a + a
     assert b.n_rows == 6 and b.values[0] == 2.0
+
+
+class _EarlierGD(GD):
+    """GD written to the method hooks of earlier releases: ``_reset(placement,
+    partition_rows)`` and ``summary()`` overridden (no ``_summarise``)."""
+
+    def _reset(self, placement, partition_rows):  # type: ignore[override]
+        self.placement_given = placement
+        super()._reset()
+
+    def summary(self):
+        return GD._summarise(self)
+
+
+def test_a_method_written_to_the_earlier_hooks_still_runs_with_a_deprecation_warning():
+    X = np.random.default_rng(0).normal(size=(60, 4))
+    stop = StopRule(max_iter=5, tol=None)
+    with LocalRuntime(2) as rt:
+        clean = run_on(rt, GD(), PCA(n_components=2), open_matrix(X), stop=stop, rng=0)
+        earlier = _EarlierGD()
+        with pytest.warns(DeprecationWarning, match=r"_EarlierGD\._reset\(placement, "
+                          r"partition_rows\) is deprecated: take no arguments"):
+            res = run_on(rt, earlier, PCA(n_components=2), open_matrix(X), stop=stop, rng=0)
+    np.testing.assert_array_equal(res.iterate, clean.iterate)
+    assert earlier.placement_given == earlier._placement
+    # a method that overrides summary() need not write _summarise()
+    from daskstraggle.methods.base import Method
+
+    assert "_summarise" not in Method.__abstractmethods__
