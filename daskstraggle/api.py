@@ -75,10 +75,18 @@ WORKERS_BOUND = (f"an int in [1, {MAX_LOCAL_WORKERS}] with the Dask runtime (wor
 
 def check_n_workers(value: Any, *, caller: str, runtime: Any,
                     name: str | None = None) -> int:
-    """Return ``value``, the workers the run starts, or raise InvalidParameterError stating
-    :data:`WORKERS_BOUND` (an in-process ``runtime`` allows :data:`MAX_IN_PROCESS_WORKERS`,
-    any other :data:`MAX_LOCAL_WORKERS`); ``name`` says what the value is (default:
-    ``caller``'s ``n_workers``)."""
+    """Return ``value``, the workers the run starts, after checking its bound.
+
+    An in-process ``runtime`` allows :data:`MAX_IN_PROCESS_WORKERS` workers, any other
+    :data:`MAX_LOCAL_WORKERS`; ``name`` says what the value is (default: ``caller``'s
+    ``n_workers``).
+
+    Raises
+    ------
+    InvalidParameterError
+        If ``value`` is not an int within the runtime's bound (the message states both,
+        :data:`WORKERS_BOUND`), or no runtime is registered under ``runtime``.
+    """
     in_process = _declared(runtime).in_process
     high = MAX_IN_PROCESS_WORKERS if in_process else MAX_LOCAL_WORKERS
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) \

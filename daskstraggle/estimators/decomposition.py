@@ -281,7 +281,14 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _Estimator):
         return matrix.select_rows(np.array([rows[key] for key in self.variant_keys_]))
 
     def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:
-        """Fit and return the projection of the training data ``X`` (as :meth:`fit` takes it).
+        """Fit and return the projection of the training data.
+
+        Parameters
+        ----------
+        X : str, path, array-like, dask or xarray array, or Matrix
+            Training data (see :meth:`fit`).
+        y : None
+            Ignored.
 
         Returns
         -------
