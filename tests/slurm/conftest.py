@@ -104,6 +104,12 @@ class Slurm:
         out = self.run("squeue", "--noheader", "--format=%i %T")
         return dict(line.split() for line in out.splitlines() if line.strip())
 
+    def job_state(self, job: str) -> str:
+        """Return a job's state (``RUNNING``, ``COMPLETED``, ``TIMEOUT``, ...; an ended job
+        is known for ``MinJobAge``, 300 s)."""
+        out = self.run("scontrol", "show", "job", job)
+        return out.split("JobState=", 1)[1].split()[0]
+
     def node_state(self) -> str:
         """Return the node's state as ``sinfo`` gives it (``idle``, ``mix``, ``down*``, ...)."""
         return self.run("sinfo", "--noheader", "--Node", "--format=%t").strip()

@@ -10,18 +10,29 @@ one bounded line. Every wait is bounded and fails in one line naming the logs.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dask
-import numpy as np
 import pytest
+from _slurm_jobs import (
+    JOB_TIMEOUT,
+    RUN,
+    Jobs,
+    assert_same_answer,
+    checkpointed_iteration,
+    clean_run,
+    ended,
+    fault_at_iteration,
+    in_thread,
+    loss_kinds,
+    matrix,
+    open_jobs,
+    run_pca,
+)
 
 from daskstraggle import fit_pca
 from daskstraggle.errors import ClusterConnectionError, StraggleWarning, WorkerLostError
@@ -30,153 +41,16 @@ from daskstraggle.runtime.checkpoint import load_checkpoint
 
 pytestmark = [pytest.mark.slurm, pytest.mark.cluster]
 
-#: Seconds a job may take to start and its worker to join (a busy machine starts Python
-#: processes slowly), a run to reach an iteration, and the cluster's jobs to leave.
-JOB_TIMEOUT = 120
-#: Each task sleeps ~0.2 s: a round of gd lasts ~0.3 s, long beside a membership check (1 s).
-SLOW = "gamma(mean=0.2, var=1e-6)"
-#: The run: a PCA with an exact method, to a fixed number of iterations.
-RUN = {"n_components": 3, "method": "gd", "max_iter": 40, "tol": None, "rng": 0}
-
-
-def _matrix() -> np.ndarray:
-    rng = np.random.default_rng(0)
-    return rng.normal(size=(2000, 10)) * np.linspace(3.0, 1.0, 10)
-
-
-@functools.cache
-def _clean(max_iter: int = RUN["max_iter"]) -> Any:
-    """The run in this process (two workers' partitions), the answer every fault keeps."""
-    return fit_pca(_matrix(), runtime="local", n_workers=2, **{**RUN, "max_iter": max_iter})
-
 
 @pytest.fixture(scope="module")
 def clean() -> Any:
-    return _clean()
-
-
-@dataclass
-class Jobs:
-    """The module's SLURMCluster, its client, the SLURM and the folder of its job logs."""
-
-    slurm: Any
-    cluster: Any
-    client: Any
-    root: Path
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    def ids(self) -> list[str]:
-        """The cluster's jobs (dask-jobqueue's), by worker name order."""
-        return [str(job.job_id) for _, job in sorted(self.cluster.workers.items())
-                if job.job_id is not None]
-
-    def wait_for(self, condition: Callable[[], object], what: str,
-                 timeout: float = JOB_TIMEOUT) -> None:
-        self.slurm.wait_for(condition, f"{what} (job logs in {self.logs})", timeout)
-
-    def n_workers(self) -> int:
-        return len(self.client.scheduler_info(n_workers=-1)["workers"])
-
-    def start(self, n: int) -> list[str]:
-        """End the cluster's jobs, start ``n`` new ones and wait until their workers joined;
-        return their job ids."""
-        self.cluster.scale(jobs=0)
-        self.wait_for(lambda: not self.cluster.workers and self.n_workers() == 0,
-                      "the previous jobs' workers leaving")
-        if n:
-            self.cluster.scale(jobs=n)
-            self.wait_for(lambda: self.n_workers() == n, f"{n} workers joining")
-        return self.ids()
+    return clean_run()
 
 
 @pytest.fixture(scope="module")
 def jobs(slurm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
-    from distributed import Client
-
-    root = tmp_path_factory.mktemp("slurm-faults")
-    cluster = slurm.dask_cluster(root, walltime="00:30:00")
-    client = Client(cluster, set_as_default=False)
-    try:
-        yield Jobs(slurm, cluster, client, root)
-    finally:
-        client.close()
-        cluster.close(timeout=JOB_TIMEOUT)
-
-
-def _in_thread(run: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    """Start ``run()`` in a thread; its result (or exception) lands in the dict."""
-    out: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            out["result"] = run()
-        except BaseException as err:  # handed to the test
-            out["error"] = err
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread, out
-
-
-def _iteration(path: Path) -> int:
-    try:
-        return int(load_checkpoint(path)["iteration"]) if path.exists() else -1
-    except Exception:  # being replaced: read it next time
-        return -1
-
-
-def _joined(jobs: Jobs, thread: threading.Thread, out: dict[str, Any]) -> Any:
-    thread.join(JOB_TIMEOUT)
-    if thread.is_alive():
-        pytest.fail(f"the run did not end within {JOB_TIMEOUT} s (queue: {jobs.slurm.jobs()}; "
-                    f"job logs in {jobs.logs})", pytrace=False)
-    if "error" in out:
-        raise out["error"]
-    return out["result"]
-
-
-def _at_iteration(jobs: Jobs, checkpoint: Path, iteration: int, fault: Callable[[], object]
-                  ) -> tuple[threading.Thread, dict[str, Any]]:
-    """In a thread: once the run checkpointed ``iteration``, do ``fault()`` (at most
-    JOB_TIMEOUT s later: else the thread records that the run never got there)."""
-    def act() -> object:
-        deadline = time.monotonic() + JOB_TIMEOUT
-        while _iteration(checkpoint) < iteration:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the run did not reach iteration {iteration} within "
-                                   f"{JOB_TIMEOUT} s (job logs in {jobs.logs})")
-            time.sleep(0.05)
-        return fault()
-    return _in_thread(act)
-
-
-def _done(thread: threading.Thread, out: dict[str, Any]) -> Any:
-    """The fault thread's result, once it ended (bounded); its error raised here."""
-    thread.join(JOB_TIMEOUT)
-    assert not thread.is_alive(), "the fault thread did not end"
-    if "error" in out:
-        raise out["error"]
-    return out.get("result")
-
-
-def _run(jobs: Jobs, checkpoint: Path, **kwargs: Any) -> Any:
-    """The PCA on the cluster's jobs, checkpointed every iteration (how the faults time
-    themselves), its straggler delays making each round ~0.3 s."""
-    return fit_pca(_matrix(), client=jobs.client, min_workers=2, stragglers=SLOW,
-                   checkpoint=checkpoint, checkpoint_iterations=1, **{**RUN, **kwargs})
-
-
-def _kinds(res: Any) -> list[str]:
-    return [move["kind"] for move in res.attrs.get("worker_losses", [])]
-
-
-def _same_answer(res: Any, clean: Any) -> None:
-    assert res.n_iter == clean.n_iter
-    np.testing.assert_allclose(res.fitted["components"], clean.fitted["components"],
-                               atol=1e-8)
+    with open_jobs(slurm, tmp_path_factory.mktemp("slurm-faults")) as opened:
+        yield opened
 
 
 # --- e. a job whose worker cannot start -------------------------------------------------
@@ -237,7 +111,7 @@ def test_a_job_whose_worker_cannot_start_is_one_line_naming_its_log(jobs: Jobs, 
     try:
         jobs.cluster.scale(jobs=2)
         with pytest.raises(ClusterConnectionError) as raised:
-            fit_pca(_matrix(), client=jobs.client, min_workers=2, **RUN)
+            fit_pca(matrix(), client=jobs.client, min_workers=2, **RUN)
     finally:
         bad["job_script_prologue"] = saved
     failed = [j for j in jobs.ids() if j != job]
@@ -258,24 +132,24 @@ def test_scancel_of_one_job_is_a_loss_and_the_run_ends_on_the_clean_answer(
         jobs: Jobs, clean: Any, tmp_path: Path):
     ids = jobs.start(2)
     ck = tmp_path / "run.ckpt"
-    fault = _at_iteration(jobs, ck, 3, lambda: jobs.slurm.run("scancel", ids[1]))
+    fault = fault_at_iteration(jobs, ck, 3, lambda: jobs.slurm.run("scancel", ids[1]))
     with pytest.warns(StraggleWarning, match="left the cluster"):
-        res = _run(jobs, ck)
-    _done(*fault)
-    assert _kinds(res) == ["lost"], res.attrs["worker_losses"]
-    _same_answer(res, clean)
+        res = run_pca(jobs, ck)
+    ended(*fault)
+    assert loss_kinds(res) == ["lost"], res.attrs["worker_losses"]
+    assert_same_answer(res, clean)
 
 
 def test_scancel_of_every_job_ends_in_the_checkpoint_line_then_resume_is_clean(
         jobs: Jobs, clean: Any, tmp_path: Path):
     ids = jobs.start(2)
     ck = tmp_path / "run.ckpt"
-    fault = _at_iteration(jobs, ck, 3, lambda: jobs.slurm.run("scancel", *ids))
+    fault = fault_at_iteration(jobs, ck, 3, lambda: jobs.slurm.run("scancel", *ids))
     # no job is resubmitted: the run waits timeouts.no-worker for a worker, then ends
     with dask.config.set({"daskstraggle.timeouts.no-worker": "5s"}), \
             pytest.raises(WorkerLostError) as raised:
-        _run(jobs, ck)
-    _done(*fault)
+        run_pca(jobs, ck)
+    ended(*fault)
     done = load_checkpoint(ck)["iteration"]
     assert 3 <= done < RUN["max_iter"]
     line = str(raised.value)
@@ -285,9 +159,9 @@ def test_scancel_of_every_job_ends_in_the_checkpoint_line_then_resume_is_clean(
                          f"--resume {str(ck)!r} (API: resume=)."), line
     # new jobs, the same number of workers: the resumed run ends on the clean answer
     assert not set(jobs.start(2)) & set(ids)
-    res = fit_pca(_matrix(), client=jobs.client, min_workers=2, resume=ck, **RUN)
-    assert not _kinds(res)
-    _same_answer(res, clean)
+    res = fit_pca(matrix(), client=jobs.client, min_workers=2, resume=ck, **RUN)
+    assert not loss_kinds(res)
+    assert_same_answer(res, clean)
 
 
 # --- c. adapt resubmits a job that ended ------------------------------------------------
@@ -296,25 +170,25 @@ def test_adapt_resubmits_a_cancelled_job_and_its_worker_takes_the_index_back(
         jobs: Jobs, tmp_path: Path):
     ids = jobs.start(2)
     ck = tmp_path / "run.ckpt"
-    clean = _clean(80)
+    clean = clean_run(80)
     # adapt resubmits a job once its worker has been gone lost-worker-timeout (15 s)
     with dask.config.set({"distributed.deploy.lost-worker-timeout": "1s"}):
         adaptive = jobs.cluster.adapt(minimum_jobs=2, maximum_jobs=2)
         try:
-            fault = _at_iteration(jobs, ck, 3, lambda: jobs.slurm.run("scancel", ids[1]))
+            fault = fault_at_iteration(jobs, ck, 3, lambda: jobs.slurm.run("scancel", ids[1]))
             with pytest.warns(StraggleWarning, match="left the cluster"):
-                res = _run(jobs, ck, max_iter=80)
-            _done(*fault)
+                res = run_pca(jobs, ck, max_iter=80)
+            ended(*fault)
             new = set(jobs.ids()) - set(ids)
         finally:
             adaptive.stop()
     assert len(new) == 1, jobs.ids()  # a new SLURM job
     moves = res.attrs["worker_losses"]
-    assert _kinds(res) == ["lost", "adopted"], moves
+    assert loss_kinds(res) == ["lost", "adopted"], moves
     # the newcomer took back the index the cancelled job's worker had
     assert moves[1]["worker_index"] == moves[0]["worker_index"], moves
     assert moves[1]["moved_to"] not in {moves[0]["lost"], moves[0]["moved_to"]}, moves
-    _same_answer(res, clean)
+    assert_same_answer(res, clean)
 
 
 # --- d. preemption (requeue), and a job held in the queue --------------------------------
@@ -323,7 +197,7 @@ def test_a_requeued_job_is_a_loss_and_its_restart_takes_the_index_back(
         jobs: Jobs, tmp_path: Path):
     ids = jobs.start(2)
     ck = tmp_path / "run.ckpt"
-    clean = _clean(80)
+    clean = clean_run(80)
 
     def preempt() -> None:
         jobs.slurm.run("scontrol", "requeue", ids[1])  # killed, back in the queue
@@ -333,18 +207,18 @@ def test_a_requeued_job_is_a_loss_and_its_restart_takes_the_index_back(
                       f"job {ids[1]} requeued")
         jobs.slurm.run("scontrol", "update", f"JobId={ids[1]}", "StartTime=now")
 
-    fault = _at_iteration(jobs, ck, 3, preempt)
+    fault = fault_at_iteration(jobs, ck, 3, preempt)
     # dask-jobqueue cancels a job whose worker is gone lost-worker-timeout (15 s): the
     # requeued job may take longer to start again on a busy machine
     with dask.config.set({"distributed.deploy.lost-worker-timeout": "300s"}), \
             pytest.warns(StraggleWarning, match="left the cluster"):
-        res = _run(jobs, ck, max_iter=80)
-    _done(*fault)
+        res = run_pca(jobs, ck, max_iter=80)
+    ended(*fault)
     assert set(jobs.ids()) == set(ids)  # the same SLURM job, started again
     # its restarted worker takes the index back if it joined before the run ended
-    kinds = _kinds(res)
+    kinds = loss_kinds(res)
     assert kinds[0] == "lost" and set(kinds[1:]) <= {"adopted"}, res.attrs["worker_losses"]
-    _same_answer(res, clean)
+    assert_same_answer(res, clean)
 
 
 class _Said(logging.Handler):
@@ -382,14 +256,14 @@ def test_min_workers_waits_for_a_held_job_and_the_run_starts_once_it_joins(
             raise TimeoutError("the run did not wait for 3 workers")
         assert jobs.slurm.jobs()[held] == "PENDING"
         jobs.slurm.run("scontrol", "release", held)
-        return _iteration(ck)  # the run's progress when the job was released
+        return checkpointed_iteration(ck)  # the run's progress when the job was released
 
-    fault = _in_thread(release)
+    fault = in_thread(release)
     try:
-        res = fit_pca(_matrix(), client=jobs.client, min_workers=3, checkpoint=ck,
+        res = fit_pca(matrix(), client=jobs.client, min_workers=3, checkpoint=ck,
                       checkpoint_iterations=1, **RUN)
     finally:
         logging.getLogger("daskstraggle.runtime.dask").removeHandler(said)
-    assert _done(*fault) == -1  # nothing ran while the job was held
-    assert jobs.n_workers() == 3 and not _kinds(res)
-    _same_answer(res, clean)
+    assert ended(*fault) == -1  # nothing ran while the job was held
+    assert jobs.n_workers() == 3 and not loss_kinds(res)
+    assert_same_answer(res, clean)
