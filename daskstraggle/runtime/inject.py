@@ -273,7 +273,15 @@ def remove_injector(client: Any, name: str) -> None:
     except ValueError as err:
         if "does not exist" not in str(err):
             raise
+    except OSError:  # the broadcast met a worker that just left (CommClosedError): the
+        # scheduler forgot the plugin, but live workers the broadcast missed may hold it
+        client.run(_plugin_remove, name, on_error="ignore")
     unguard_worker_plugin(client, name)
+
+
+async def _plugin_remove(name: str, dask_worker: Any) -> None:
+    """Worker function: remove the worker plugin ``name`` (a no-op where it is not)."""
+    await dask_worker.plugin_remove(name)
 
 
 @contextlib.contextmanager

@@ -289,3 +289,28 @@ def test_bad_input_fails_before_cluster_work():
         install_injector(client, Constant(), ["a", "a"], seed=0)
     with pytest.raises(InvalidParameterError, match="'seed' parameter"):
         install_injector(client, Constant(), ["a"], seed=-1)
+
+
+def test_removing_the_injector_survives_a_worker_leaving_during_the_broadcast(
+        dask_client, workers, monkeypatch):
+    """The scheduler forgets the plugin, then its broadcast to the workers meets a worker
+    that just left (CommClosedError, as when every SLURM job was cancelled): the live
+    workers the broadcast missed lose the injector all the same."""
+    from distributed.comm.core import CommClosedError
+
+    name = install_injector(dask_client, Constant(compute=0.2), workers, seed=0)
+
+    def broadcast_fails(plugin):
+        dask_client.run_on_scheduler(_forget_plugin, plugin)
+        raise CommClosedError("in <TCP (closed) ConnectionPool.unregister_worker_plugin>: "
+                              "Stream is closed")
+
+    monkeypatch.setattr(dask_client, "unregister_worker_plugin", broadcast_fails)
+    remove_injector(dask_client, name)
+    monkeypatch.undo()
+    extra, _, slept = _run_on(dask_client, workers[0], _task)
+    assert extra == 0.0 and slept == []
+
+
+def _forget_plugin(name, dask_scheduler):
+    dask_scheduler.worker_plugins.pop(name)
