@@ -45,6 +45,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from daskstraggle.errors import InvalidParameterError
+from daskstraggle.latency.modifiers import parse_bandwidth
+
 #: The scheduler's port (free in its own namespace).
 SCHEDULER_PORT = 8786
 #: Seconds the scheduler and every worker may take to be up (seconds normally).
@@ -72,13 +75,6 @@ _NAME = re.compile(r"[a-z][a-z0-9]{0,9}")
 _REGISTERED = re.compile(r"Register worker addr: (\S+) name: (\S+)")
 _instances = itertools.count()
 
-#: tc's rate units (case-insensitive) in bits per second: ``bit`` and the ``bps``
-#: (bytes per second) family, with SI (k, m, g, t) and IEC (ki, mi, gi, ti) prefixes.
-_PREFIXES = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
-             "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30, "ti": 2.0**40}
-_UNITS = {f"{prefix}{unit}": scale * bits
-          for prefix, scale in _PREFIXES.items() for unit, bits in (("bit", 1), ("bps", 8))}
-
 
 class EmulationError(RuntimeError):
     """A step of the emulated cluster's setup failed (the message names the step)."""
@@ -92,7 +88,9 @@ def parse_rate(rate: str | float) -> float:
     rate : str or float
         A number of bits per second, or a tc rate string: a number and a unit among
         ``bit``, ``kbit``, ``mbit``, ``gbit``, ``tbit`` (SI), ``kibit``... (IEC) and the
-        bytes-per-second ``bps``, ``kbps``, ``mbps``... (as tc reads them), case-insensitive.
+        bytes-per-second ``bps``, ``kbps``, ``mbps``... (as tc reads them), case-insensitive,
+        read by :func:`daskstraggle.latency.modifiers.parse_bandwidth` (which gives bytes
+        per second, and refuses a string below 8 bit/s).
 
     Returns
     -------
@@ -114,17 +112,16 @@ def parse_rate(rate: str | float) -> float:
         raise TypeError(f"The 'rate' of a link must be a tc rate string or bits per second. "
                         f"Got {type(rate).__name__} instead.")
     if isinstance(rate, str):
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]+)\s*", rate.lower())
-        if match is None or match.group(2) not in _UNITS:
-            raise ValueError(f"The 'rate' of a link must be a number and a tc unit "
-                             f"(e.g. '20mbit', '1gbit', '10kbps'). Got {rate!r} instead.")
-        bits = float(match.group(1)) * _UNITS[match.group(2)]
-    else:
-        bits = float(rate)
-    if not bits > 0 or bits == float("inf"):
+        try:  # the latency model's reading of a tc rate, in bytes per second
+            return 8 * parse_bandwidth(rate, name="rate")
+        except InvalidParameterError:
+            raise ValueError(f"The 'rate' of a link must be a positive number and a tc unit "
+                             f"(e.g. '20mbit', '1gbit', '10kbps'). Got {rate!r} instead."
+                             ) from None
+    if not 0 < rate < float("inf"):
         raise ValueError(f"The 'rate' of a link must be positive and finite. Got {rate!r} "
                          f"instead.")
-    return bits
+    return float(rate)
 
 
 def burst_bytes(bits: float) -> int:
@@ -461,7 +458,7 @@ class EmulatedCluster:
         _command(["ip", "-n", namespace, *args], step=f"ip {' '.join(args[:2])}")
 
     def _cap(self, namespace: str, device: str, bits: float) -> None:
-        _command(["tc", "-n", namespace, "qdisc", "add", "dev", device, "root", "tbf",
+        _command(["tc", "-n", namespace, "qdisc", "replace", "dev", device, "root", "tbf",
                   "rate", f"{bits:.0f}bit", "burst", str(burst_bytes(bits)),
                   "latency", self.latency], step="tc qdisc add tbf")
 
@@ -476,10 +473,38 @@ class EmulatedCluster:
         self._ip(self.switch, "link", "set", port, "master", "br0", "up")
         self._ip(namespace, "addr", "add", str(self.addresses[host]), "dev", "eth0")
         self._ip(namespace, "link", "set", "eth0", "up")
-        bits = self.rates[host]
-        if bits is not None:
-            self._cap(namespace, "eth0", bits)  # what the host sends
-            self._cap(self.switch, port, bits)  # what it receives
+        if self.rates[host] is not None:
+            self.set_rate(host, self.rates[host])
+
+    def set_rate(self, host: str, rate: str | float | None) -> None:
+        """Cap ``host``'s link at ``rate`` in both directions, now (also while it runs).
+
+        Parameters
+        ----------
+        host : str
+            :data:`SCHEDULER` or a worker's name.
+        rate : str, float or None
+            A tc rate string or bits per second (:func:`parse_rate`); None: uncapped.
+
+        Raises
+        ------
+        ValueError
+            If ``host`` is not one of the cluster's hosts, or ``rate`` is not a rate.
+        EmulationError
+            If ``tc`` fails (the cluster is not running).
+        """
+        if host not in self.rates:
+            raise ValueError(f"The 'host' parameter of EmulatedCluster.set_rate must be one "
+                             f"of {sorted(self.rates)}. Got {host!r} instead.")
+        bits = None if rate is None else parse_rate(rate)
+        # what the host sends, then what it receives
+        for namespace, device in ((self.namespace(host), "eth0"), (self.switch, f"p-{host}")):
+            if bits is None:  # fails harmlessly on a link that has no cap
+                subprocess.run(["tc", "-n", namespace, "qdisc", "del", "dev", device, "root"],
+                               capture_output=True, timeout=COMMAND_TIMEOUT, check=False)
+            else:
+                self._cap(namespace, device, bits)
+        self.rates[host] = bits
 
     def _spawn(self, host: str, args: list[str]) -> None:
         assert self._folder is not None
