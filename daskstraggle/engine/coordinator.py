@@ -36,12 +36,15 @@ from daskstraggle.engine.events import (
     Saved,
     Stepped,
     Submit,
+    Summarise,
+    Summarised,
     WriteCheckpoint,
 )
 from daskstraggle.engine.session import RunSession, resumed_session
 from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import StraggleError
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
+from daskstraggle.problems.held import HeldResult
 
 __all__ = [
     "LOG_SIZE",
@@ -63,6 +66,7 @@ class Phase(enum.Enum):
     WAIT = "wait"  # waiting for results until the method is ready (Arrived)
     COLLECT = "collect"  # ready: taking results until the collect window ends (Arrived, Quiet)
     CHECK = "check"  # an exact check pass is out (Checked)
+    SUMMARISE = "summarise"  # the runtime reads a summary of held sums (Summarised)
     STEP = "step"  # the method stepped; the runtime's hook runs (Stepped)
     ABANDON = "abandon"  # stale streamed messages are dropped (Freed)
     SAVE = "save"  # a checkpoint is being written (Saved)
@@ -75,6 +79,7 @@ _PHASES: dict[type[Event], frozenset[Phase]] = {
     Arrived: frozenset({Phase.WAIT, Phase.COLLECT}),
     Quiet: frozenset({Phase.WAIT, Phase.COLLECT}),
     Checked: frozenset({Phase.CHECK}),
+    Summarised: frozenset({Phase.SUMMARISE}),
     Stepped: frozenset({Phase.STEP}),
     Freed: frozenset({Phase.ABANDON}),
     Saved: frozenset({Phase.SAVE}),
@@ -128,6 +133,7 @@ class Coordinator:
         self.phase = Phase.NEW
         self.rows = session.resumed_at or 0
         self.time = self.t0 = self.t_round = self.deadline = 0.0
+        self._held = False  # results held on the workers came: a summary fetches them
         self._sid = ""  # the event being handled
         self._round: tuple[RoundSummary, float, float | None] | None = None
         self._finish: Finish | None = None  # the Finish that waits for the last checkpoint
@@ -278,6 +284,7 @@ class Coordinator:
 
     def _take(self, result: WorkResult) -> None:
         i = result.unit.worker_index
+        self._held = self._held or _is_held(result.result)
         if result.final:
             self._idle(i)
         self.durations[i] = result.compute_duration
@@ -315,8 +322,20 @@ class Coordinator:
         out.append(Await(max(self.deadline - self.time, 0.0), stimulus_id=self._sid))
 
     def _end_round(self, out: list[Instruction]) -> None:
-        """Judge the round: a verdict now, or after an exact check pass."""
-        summary = self.method.summary()
+        """Judge the round: a verdict now, or after an exact check pass. A summary of sums
+        held on the workers is read by the runtime first (reading fetches them: the round
+        ends when that is done)."""
+        if self._held:
+            self.phase = Phase.SUMMARISE
+            out.append(Summarise(self.method, stimulus_id=self._sid))
+            return
+        self._judge(self.method.summary(), out)
+
+    @_handle.register
+    def _(self, event: Summarised, out: list[Instruction]) -> None:
+        self._judge(event.summary, out)
+
+    def _judge(self, summary: RoundSummary, out: list[Instruction]) -> None:
         self._round = (summary, self.time, self._gap(summary.objective))
         verdict = self.session.monitor.observe(self.rows, summary.iterate, summary.result,
                                                summary.objective,
@@ -423,3 +442,9 @@ class Coordinator:
 #: The handler of each event type, looked up in singledispatch's cache: going through the
 #: descriptor would build a bound dispatcher for every event (~4 us each).
 _dispatch = vars(Coordinator)["_handle"].dispatcher.dispatch
+
+
+def _is_held(result: Any) -> bool:
+    """Whether a unit's result (or a coded unit's messages) is held on its worker."""
+    parts = result if isinstance(result, tuple) else (result,)
+    return any(isinstance(part, HeldResult) for part in parts)

@@ -52,6 +52,8 @@ __all__ = [
     "StatusChanged",
     "Stepped",
     "Submit",
+    "Summarise",
+    "Summarised",
     "TaskFinished",
     "TaskSent",
     "TasksDropped",
@@ -108,6 +110,13 @@ class Checked(Event):
     """The exact kernel sum at the asked point (reply to :class:`CheckExact`)."""
 
     result: KernelResult
+
+
+@dataclass(slots=True, kw_only=True)
+class Summarised(Event):
+    """The round's summary, read by the runtime (reply to :class:`Summarise`)."""
+
+    summary: RoundSummary
 
 
 @dataclass(slots=True, kw_only=True)
@@ -272,6 +281,16 @@ class CheckExact(Instruction):
 
     iterate: np.ndarray
     problem: Problem
+    replies: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class Summarise(Instruction):
+    """Take ``method``'s round summary: its results are sums held on the workers, which
+    reading fetches, so the runtime reads it and the round ends when the reply comes.
+    Reply: :class:`Summarised`."""
+
+    method: Method
     replies: ClassVar[bool] = True
 
 

@@ -38,6 +38,8 @@ from daskstraggle.engine.events import (
     Saved,
     Stepped,
     Submit,
+    Summarise,
+    Summarised,
     WakeAt,
     WriteCheckpoint,
 )
@@ -448,6 +450,10 @@ class Runtime(ABC):
     def _(self, instruction: CheckExact, work: Any, session: Any) -> Event:
         return self._reply(Checked, result=self._exact_pass(instruction.problem,
                                                             instruction.iterate))
+
+    @_execute.register(Summarise)
+    def _(self, instruction: Summarise, work: Any, session: Any) -> Event:
+        return self._reply(Summarised, summary=instruction.method.summary())
 
     @_execute.register(AfterStep)
     def _(self, instruction: AfterStep, work: Any, session: Any) -> Event:

@@ -91,6 +91,31 @@ def test_held_results_give_every_method_the_flat_iterates(problem, method, matri
     np.testing.assert_allclose(held.trace["objective"], flat.trace["objective"], rtol=1e-9)
 
 
+class _SlowTree(_Tree):
+    """A tree whose sum takes at least ``FETCH`` seconds to reach the coordinator."""
+
+    FETCH = 0.3
+
+    def reduce(self, terms):
+        import time
+
+        time.sleep(self.FETCH)
+        return super().reduce(terms)
+
+
+@pytest.mark.parametrize("method", ["gram", "gd"])
+def test_a_round_of_held_results_ends_when_their_sum_arrived(method, matrix):
+    """Reading a held sum fetches it: the runtime reads the round's summary (Summarise),
+    so every round's recorded time includes its own fetch, the only round of ``gram``
+    and the last of ``gd`` too (the fetch used to fall after the round's end)."""
+    with HeldLocalRuntime(n_workers=4) as rt:
+        rt.tree = _SlowTree()
+        result = run_on(rt, make_method(method), PCA(n_components=3), matrix,
+                        stop=StopRule(max_iter=3, tol=None), rng=0)
+    rounds = result.trace["iteration_duration"].values
+    assert rt.tree.sums >= len(rounds) and (rounds >= _SlowTree.FETCH).all(), rounds
+
+
 def test_the_trace_counts_the_bytes_that_reach_the_coordinator(matrix):
     with LocalRuntime(n_workers=4) as rt:
         result = run_on(rt, make_method("gd"), PCA(n_components=3), matrix,
