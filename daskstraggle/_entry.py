@@ -23,6 +23,8 @@ __all__ = ["ABORTED_EXIT_CODE", "ended", "install_interrupt_handling", "main"]
 ABORTED_EXIT_CODE = 128 + signal.SIGINT
 #: Seconds after which a deferred or swallowed interrupt is signalled again.
 _REDELIVERY_S = 0.01
+#: Whether SIGINT came (an error it caused in code that does not pass it on is Ctrl-C too).
+_interrupted = False
 
 
 def main() -> int:
@@ -34,6 +36,12 @@ def main() -> int:
         code = run()
     except KeyboardInterrupt:
         return _aborted()
+    except BaseException:
+        # an interrupt inside an extension module's import (pandas' Cython init turns it
+        # into "ImportError: PyCapsule_Import could not import module ...") is still Ctrl-C
+        if _interrupted:
+            return _aborted()
+        raise
     ended()
     return code
 
@@ -62,6 +70,8 @@ def install_interrupt_handling() -> None:
 
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:
     """SIGINT's handler: KeyboardInterrupt, or in a gc callback the signal again later."""
+    global _interrupted
+    _interrupted = True
     if _in_gc_callback(frame):
         _deliver_later(signum)
         return

@@ -63,3 +63,31 @@ def test_an_interrupt_in_a_callback_that_swallows_it_still_interrupts(where, ins
     else:  # the control: without it the interrupt is swallowed and the loop runs on
         assert proc.stdout.strip() == "lost"
         assert "Exception ignored" in proc.stderr and "KeyboardInterrupt" in proc.stderr
+
+
+#: An interrupt inside an extension module's initialisation, which turns it into an
+#: ImportError (pandas' Cython modules: "PyCapsule_Import could not import module"): the
+#: console script's ``main`` with the command line replaced by such an import.
+EXTENSION = """
+import os, signal, sys
+import daskstraggle.cli
+from daskstraggle import _entry
+
+def run():
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(20000):  # the handler runs here
+            pass
+    except KeyboardInterrupt as err:
+        raise ImportError('PyCapsule_Import could not import module "pandas"') from err
+    return 0
+
+daskstraggle.cli.main = run
+sys.exit(_entry.main())
+"""
+
+
+def test_an_interrupt_an_extension_import_turned_into_an_error_is_still_aborted():
+    proc = subprocess.run([sys.executable, "-c", EXTENSION], capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode, proc.stderr) == (130, "aborted\n")
