@@ -27,10 +27,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # the SLURM tests first: they mostly wait for jobs (minutes, little CPU), so with
-    # pytest-xdist (-n 2 --dist loadfile) they overlap the other stream's CPU-bound files
-    # instead of ending the run alone on one stream (a stable sort: order kept otherwise)
-    items.sort(key=lambda item: item.get_closest_marker("slurm") is None)
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --runslow")

@@ -3,7 +3,10 @@
 The ``slurm`` fixture of ``conftest.py`` is a real one-node SLURM; one SLURMCluster (its
 scheduler in this process) serves the module, each test starting the jobs it needs. The
 faults are SLURM's own: ``scancel``, ``scontrol requeue``, ``scontrol hold``/``release``, a
-job script that fails, and ``cluster.adapt`` resubmitting a job that ended. Each run ends
+job script that fails, ``cluster.adapt`` resubmitting a job that ended, and jobs reaching
+their walltime with and without ``--lifetime`` (here, not in a module of its own:
+pytest-xdist runs the files with most tests first, so a one-test file of two minutes'
+waiting would end the suite alone). Each run ends
 on the answer of the same exact method run in this process (``runtime="local"``), or in
 one bounded line. Every wait is bounded and fails in one line naming the logs.
 """
@@ -267,3 +270,50 @@ def test_min_workers_waits_for_a_held_job_and_the_run_starts_once_it_joins(
     assert ended(*fault) == -1  # nothing ran while the job was held
     assert jobs.n_workers() == 3 and not loss_kinds(res)
     assert_same_answer(res, clean)
+
+
+# --- b. a job at its walltime, with and without --lifetime ---------------------------
+
+#: SLURM's shortest walltime (it counts in minutes). slurmctld ends a job past its limit at
+#: its next check (every 30 s) and kills it KillWait (5 s, conftest) after the SIGTERM: the
+#: job ends 60-95 s after it started.
+WALLTIME = "00:01:00"
+#: The retiring worker's lifetime: under the walltime, and after the run started (its
+#: three workers join within seconds of each other).
+LIFETIME = ["--lifetime", "25s", "--lifetime-stagger", "0s"]
+#: Rounds of at least 0.3 s (each task sleeps 0.3 s): 330 of them outlast the killed job
+#: (the run starts once its worker joined, at most 95 s before SLURM kills it).
+STRAGGLERS = "gamma(mean=0.3, var=1e-6)"
+MAX_ITER = 330
+
+
+def test_a_job_at_its_walltime_retires_with_lifetime_and_is_lost_without(
+        jobs: Jobs, tmp_path: Path):
+    """One run on three jobs: one for the whole run; one at SLURM's shortest walltime whose
+    worker has a ``--lifetime`` under it (docs/hpc.md's recipe: it retires before SLURM
+    ends the job, a live worker fetches its partitions, nothing is reloaded); one at the
+    same walltime without it (SLURM kills it: a loss, its partitions reloaded)."""
+    slurm = jobs.slurm
+    jobs.start(1)
+    retiring = jobs.add(walltime=WALLTIME, worker_extra_args=LIFETIME)
+    killed = jobs.add(walltime=WALLTIME)
+    jobs.wait_for(lambda: jobs.n_workers() == 3, "3 workers joining")
+    worker = jobs.workers_by_job()
+    with pytest.warns(StraggleWarning) as warned:
+        res = run_pca(jobs, tmp_path / "run.ckpt", min_workers=3, stragglers=STRAGGLERS,
+                      max_iter=MAX_ITER)
+    jobs.wait_for(lambda: slurm.job_state(killed) != "RUNNING", f"job {killed} ending")
+    states = {job: slurm.job_state(job) for job in (retiring, killed)}
+    # the worker with a lifetime left before the walltime; the other reached it
+    assert states == {retiring: "COMPLETED", killed: "TIMEOUT"}, states
+    moves = res.attrs["worker_losses"]
+    kinds = loss_kinds(res)
+    assert kinds[0] == "retired" and set(kinds[1:]) == {"lost"}, moves
+    assert moves[0]["lost"] == worker[retiring] and moves[0]["reloaded"] == [], moves
+    lost = moves[1:]
+    assert {move["lost"] for move in lost} == {worker[killed]}, moves
+    assert any(move["reloaded"] for move in lost), moves  # its own partitions, from the source
+    said = [str(w.message) for w in warned if issubclass(w.category, StraggleWarning)]
+    assert any(f"{worker[retiring]} is retiring" in m for m in said), said
+    assert any(f"{worker[killed]} left the cluster" in m for m in said), said
+    assert_same_answer(res, clean_run(MAX_ITER))
