@@ -109,9 +109,6 @@ class Coordinator:
         ``after_step`` each step), or None.
     checkpoint : CheckpointSchedule or None, default=None
         When to ask for a checkpoint (None: never).
-    log_size : None
-        Deprecated and ignored: the run's :class:`~daskstraggle.engine.engine.Engine` keeps
-        the log.
 
     Attributes
     ----------
@@ -123,14 +120,7 @@ class Coordinator:
 
     def __init__(self, method: Method, session: RunSession, *, stop: StopRule, n_workers: int,
                  unit_load: Callable[[WorkUnit], float], balancing: Any = None,
-                 checkpoint: CheckpointSchedule | None = None,
-                 log_size: int | None = None) -> None:
-        if log_size is not None:
-            import warnings
-
-            warnings.warn("Coordinator(log_size=) is deprecated and ignored: the run's Engine "
-                          "keeps the one log of its events (Engine(log_size=), "
-                          "Runtime.stimulus_log).", DeprecationWarning, stacklevel=2)
+                 checkpoint: CheckpointSchedule | None = None) -> None:
         self.method, self.session, self.stop = method, session, stop
         self.balancing, self.checkpoint = balancing, checkpoint
         self.n_workers = n_workers

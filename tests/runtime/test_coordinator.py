@@ -290,12 +290,3 @@ def test_offering_work_once_per_version_gives_the_same_instructions(make):
         waited |= kind == "Await"
         mid_round += kind == "Submit" and waited
     assert mid_round > 0 or make().name == "gd"
-
-
-def test_a_coordinators_own_log_size_is_deprecated():
-    method, problem = GD(), PCA(n_components=2)
-    coordinator = _start(method, problem, StopRule(max_iter=2, tol=None))
-    with pytest.warns(DeprecationWarning, match=r"Coordinator\(log_size=\) is deprecated and "
-                      r"ignored: the run's Engine keeps the one log"):
-        Coordinator(coordinator.method, coordinator.session, stop=coordinator.stop,
-                    n_workers=3, unit_load=lambda unit: 1.0, log_size=100)
