@@ -335,7 +335,12 @@ def _check_name(value: Any, name: str, caller: str, *, none: bool = False) -> An
 
 async def _unregister(scheduler: Scheduler, name: str) -> None:
     with contextlib.suppress(ValueError):  # already removed
-        await scheduler.unregister_worker_plugin(None, name)
+        try:
+            await scheduler.unregister_worker_plugin(None, name)
+        except OSError:  # the broadcast met a worker that just left (CommClosedError): the
+            # scheduler forgot the plugin, the live workers it missed may still hold it
+            await scheduler.broadcast(msg={"op": "plugin-remove", "name": name},
+                                      on_error="ignore")
 
 
 # --- functions run on the scheduler (travel by value) ----------------------------------

@@ -314,3 +314,28 @@ def test_removing_the_injector_survives_a_worker_leaving_during_the_broadcast(
 
 def _forget_plugin(name, dask_scheduler):
     dask_scheduler.worker_plugins.pop(name)
+
+
+def test_the_janitor_survives_a_worker_leaving_during_the_broadcast():
+    """The scheduler-side twin: the janitor that unregisters a departed client's injector
+    meets the same CommClosedError, then tells the remaining workers itself."""
+    import asyncio
+
+    from distributed.comm.core import CommClosedError
+
+    from daskstraggle.runtime.plugin import _unregister
+
+    class Scheduler:
+        def __init__(self) -> None:
+            self.broadcasts: list = []
+
+        async def unregister_worker_plugin(self, comm, name):
+            raise CommClosedError("in <TCP (closed) Scheduler Broadcast>: Stream is closed")
+
+        async def broadcast(self, *, msg, on_error):
+            self.broadcasts.append((msg, on_error))
+
+    scheduler = Scheduler()
+    asyncio.run(_unregister(scheduler, "daskstraggle-injector-x"))
+    assert scheduler.broadcasts == [({"op": "plugin-remove", "name": "daskstraggle-injector-x"},
+                                     "ignore")]
