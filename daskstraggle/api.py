@@ -390,7 +390,8 @@ _RUNTIME_ONLY = {
     "backup_after": ("backups", "Dask or simulated runtime",
                      "DaskRuntime(backup_after=...) or SimRuntime(backup_after=...)",
                      "has no workers to back up"),
-    "aggregation": ("aggregates", "Dask runtime", "DaskRuntime(aggregation='tree')",
+    "aggregation": ("aggregates", "Dask or simulated runtime",
+                    "DaskRuntime(aggregation='tree') or SimRuntime(aggregation='tree')",
                     "sums its results in this process already")}
 
 

@@ -113,7 +113,8 @@ class RuntimeSpec:
         (which loads a spare copy of those partitions from the source once); the first
         answer counts. Helps methods that wait for every worker (gd, nag). None: none.
     aggregation : {"flat", "tree"}, default="flat"
-        Dask runtime: where a round's results are summed. ``"tree"`` keeps them on the
+        Dask and simulated runtimes: where a round's results are summed. ``"tree"``
+        keeps them on the
         workers and sums them there, a few at a time, so one message reaches the client
         instead of one per worker: worth it for large messages (``gram``'s d x d Gram
         matrix, wide PCA blocks) or a slow link to the client. The same iterates to
@@ -153,10 +154,11 @@ class RuntimeSpec:
         "the first answer counts). Default: no backups.", type=float, metavar="FACTOR"))
     aggregation: str = declared(
         "flat", constraint=Constraint(str, choices=("flat", "tree"), none=False),
-        cli=CliOption("--aggregation", "aggregation", "Dask runtime: where a round's results "
-                      "are summed. tree: on the workers, a few at a time, so one message "
-                      "reaches the client instead of one per worker (large messages: gram, "
-                      "wide blocks); the same iterates to rounding.", choices=("flat", "tree"),
+        cli=CliOption("--aggregation", "aggregation", "Dask and sim runtimes: where a "
+                      "round's results are summed. tree: on the workers, a few at a time, so "
+                      "one message reaches the client instead of one per worker (large "
+                      "messages: gram, wide blocks); the same iterates to rounding.",
+                      choices=("flat", "tree"),
                       default="flat", show_default=True))
 
 

@@ -26,8 +26,9 @@ and beside them the simulated prediction of the same run: ``runtime="sim"`` with
 stragglers spec ``constant(compute=[...]) + link(bandwidth=[...], coordinator=...)``, whose
 compute part per worker is the median send-to-receive latency of the same method's
 ``uncapped`` runs on that worker, and whose link term has the scenario's caps; the
-prediction's error is ``simulated / emulated - 1``. ``gram tree`` has no simulated row:
-``runtime="sim"`` sums its results in its own process and refuses ``aggregation``.
+prediction's error is ``simulated / emulated - 1``. ``gram tree`` is simulated with
+``aggregation="tree"``: the sums between workers cross their links, the root's the
+coordinator's.
 
 Without root (or without ``ip``/``tc``, bridges or tbf) the emulated half is skipped with
 its reason printed, and the simulated half runs on the measured in-process compute time
@@ -66,10 +67,6 @@ QUICK = {"workers": 3, "repeats": 1, "shape": (1_500, 256), "n_components": 4,
 #: The scenario whose round times calibrate the simulator's compute part.
 CALIBRATION = "uncapped"
 #: Methods the simulated runtime cannot run as measured (label: why).
-NOT_SIMULATED = {"gram tree": "runtime='sim' sums its results in its own process "
-                              "(no tree aggregation to simulate)"}
-_HERE = Path(__file__).resolve().parent
-
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -226,12 +223,9 @@ def run_simulated(cfg: dict[str, Any], data: str,
         if scenario == CALIBRATION and emulated is not None:
             continue
         for label, options in methods(cfg).items():
-            if label in NOT_SIMULATED:
-                continue
             names = (worker_names(cfg) if emulated is None
                      else emulated[scenario][label][0]["workers"])
             model = spec(rates, names, None if calibrated is None else calibrated[label])
-            options = {k: v for k, v in options.items() if k != "aggregation"}
             result = fit(data, options, cfg, runtime="sim", n_workers=cfg["workers"],
                          stragglers=model)
             out.setdefault(scenario, {})[label] = {**summarise(result, names), "spec": model}
@@ -263,7 +257,7 @@ def table(emulated: dict[str, Any] | None, simulated: dict[str, Any]) -> list[di
                 row |= {"simulated_round_s": sim["round_s"],
                         "simulated_bytes": sim["bytes_per_round"]}
             else:
-                row["not_simulated"] = NOT_SIMULATED.get(label, "the calibration scenario")
+                row["not_simulated"] = "the calibration scenario"
             if emulated is not None and sim is not None:
                 row["error"] = sim["round_s"] / measured["round_s"] - 1
             rows.append(row)

@@ -49,11 +49,14 @@ def test_the_spec_gives_each_worker_index_its_compute_and_link(load_pipeline):
 def test_the_table_pairs_emulated_and_simulated_rows(load_pipeline):
     pipeline = load_pipeline("network")
     row = {"round_s": 2.0, "bytes_per_round": 10.0, "rounds": 1, "load_s": 0.0, "call_s": 3.0}
-    emulated_rows = {"even": {"gram flat": row, "gram tree": row}}
-    simulated = {"even": {"gram flat": {**row, "round_s": 2.2}}}
+    emulated_rows = {"uncapped": {"gram flat": row}, "even": {"gram flat": row,
+                                                             "gram tree": row}}
+    simulated = {"even": {"gram flat": {**row, "round_s": 2.2},
+                          "gram tree": {**row, "round_s": 1.5}}}
     table = pipeline.table(emulated_rows, simulated)
-    assert table[0]["error"] == pytest.approx(0.1)
-    assert "error" not in table[1] and "tree aggregation" in table[1]["not_simulated"]
+    assert "error" not in table[0] and "calibration" in table[0]["not_simulated"]
+    assert table[1]["error"] == pytest.approx(0.1)
+    assert table[2]["error"] == pytest.approx(-0.25)
 
 
 @pytest.mark.slow

@@ -576,6 +576,18 @@ class Link(_Modifier):
             return latency
         return latency + nbytes / _of(self.bandwidth, worker_index)
 
+    def receive_duration(self, worker_index: int, nbytes: float) -> float:
+        """Return the seconds a message of ``nbytes`` bytes takes on its way *into* a
+        worker over that worker's link (another worker's result summed there, with tree
+        aggregation): ``nbytes / bandwidth``, 0 when unlimited.
+
+        Examples
+        --------
+        >>> Link(bandwidth=(1e6, 2e6)).receive_duration(1, 1e6)
+        0.5
+        """
+        return 0.0 if self.bandwidth is None else nbytes / _of(self.bandwidth, worker_index)
+
     def coordinator_duration(self, nbytes: float) -> float:
         """Return the seconds a message of ``nbytes`` bytes holds the coordinator's link
         (0 when it is unlimited)."""

@@ -3,7 +3,9 @@
 The kernels run in this process on the blocks the Dask runtime would load; only the clock is
 simulated (a task started at ``a`` completes at ``a + compute + communication``, drawn for
 its worker index; with a ``link`` term the communication also carries the result's bytes
-over its worker's link, then over the coordinator's link, shared by all replies in turn).
+over its worker's link, then over the coordinator's link, shared by all replies in turn;
+with ``aggregation="tree"`` results stay on their simulated workers and are summed there as
+on a cluster, each level's messages charged on the links they cross).
 The fault terms are played at their simulated times through the engine's
 :class:`~daskstraggle.engine.pool.WorkerPool`, as the Dask runtime's decisions on a cluster;
 faults act on workers, the latency model on worker indices, and data moves take no time.
@@ -21,7 +23,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from daskstraggle._validation import check_int, check_nonnegative
+from daskstraggle._validation import check_choice, check_int, check_nonnegative
 from daskstraggle.engine import events
 from daskstraggle.engine.events import Instruction
 from daskstraggle.engine.pool import (
@@ -43,7 +45,8 @@ from daskstraggle.latency.spec import parse_latency, parse_stragglers
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block
-from daskstraggle.problems.held import payload_bytes
+from daskstraggle.problems.held import HeldResult, Leaf, payload_bytes
+from daskstraggle.runtime.aggregate import AGGREGATIONS, build_tree, tree_sum
 from daskstraggle.runtime.base import (
     RuntimeOptions,
     register_runtime,
@@ -101,6 +104,16 @@ class SimRuntime(LocalRuntime):
         A unit in flight this many rounds means the same (as ``DaskRuntime``).
     backup_after : float or None, default=None
         Send a backup of a unit unanswered after this many times the median latency.
+    aggregation : {"flat", "tree"}, default="flat"
+        ``"tree"``: as ``DaskRuntime(aggregation="tree")``, a result stays on its worker
+        (only its size and timing reach the coordinator) and the method's read of a
+        round's sum sums the results on the workers, :data:`~daskstraggle.runtime.
+        aggregate.FAN_IN` at a time, then sends the one sum to the coordinator. The read
+        takes simulated time: each inner sum is on the worker of its first term, once
+        every term reached it (a term from another worker crosses the sender's link,
+        then the receiver's, in turn with the others it receives), and the root's sum
+        crosses its worker's link and the coordinator's. Without a ``link`` term moving
+        results takes no time.
 
     Examples
     --------
@@ -118,6 +131,7 @@ class SimRuntime(LocalRuntime):
     in_process = True
     latency_kind = "simulated"
     backups = True
+    aggregates = True
 
     @classmethod
     def from_options(cls, options: RuntimeOptions) -> SimRuntime:
@@ -125,7 +139,7 @@ class SimRuntime(LocalRuntime):
         spec = options.stragglers
         return cls(options.n_workers, latency=None if spec is None else spec.model,
                    faults=None if spec is None else spec.faults, rng=options.seed,
-                   backup_after=options.backup_after)
+                   backup_after=options.backup_after, aggregation=options.aggregation)
 
     balance_in_background = False  # the simulated clock stands still while planning
 
@@ -141,6 +155,7 @@ class SimRuntime(LocalRuntime):
         frozen_after: float | None = None,
         stale_after: int | None = None,
         backup_after: float | None = None,
+        aggregation: str = "flat",
     ) -> None:
         super().__init__(None if n_workers is None else check_int(
             n_workers, name="n_workers", caller="SimRuntime", low=1))
@@ -156,6 +171,9 @@ class SimRuntime(LocalRuntime):
                                                   caller="SimRuntime")
         self.frozen_after, self.stale_after, self.backup_after = check_slow_settings(
             frozen_after, stale_after, backup_after, caller="SimRuntime")
+        self.aggregation = check_choice(aggregation, name="aggregation", caller="SimRuntime",
+                                        choices=AGGREGATIONS)
+        self._fetched = 0  # bytes of held sums read since the last row
         self._seed = np.random.SeedSequence(
             int(rng.integers(2**63)) if isinstance(rng, np.random.Generator) else rng
         )
@@ -242,7 +260,11 @@ class SimRuntime(LocalRuntime):
         own link (unchanged without a link term)."""
         if self._links is None or result is None:
             return communication
-        return communication + self._links.link.transfer_duration(index, payload_bytes(result))
+        return communication + self._links.link.transfer_duration(index, self._payload(result))
+
+    def _payload(self, result: Any) -> int:
+        """Bytes ``result`` sends to the coordinator: none when it stays on its worker."""
+        return 0 if self.aggregation == "tree" else payload_bytes(result)
 
     def _push(self, worker: str, unit: WorkUnit, result: Any, compute: float,
               communication: float, *, message: int | None = None, final: bool = True,
@@ -390,7 +412,7 @@ class SimRuntime(LocalRuntime):
         """Give ``task``, whose reply reaches the coordinator's link at ``arrival``, its
         turn there (after the replies that reached it before): it arrives once across."""
         assert self._links is not None
-        crossed = self._links.arrive(arrival, payload_bytes(task.result))
+        crossed = self._links.arrive(arrival, self._payload(task.result))
         task.queued = False
         task.latency += crossed - arrival
         heapq.heappush(self._heap, (crossed, order, key))
@@ -405,8 +427,57 @@ class SimRuntime(LocalRuntime):
         if not answer:
             return None
         result, compute = cast(Deliver, answer[0]).outcome
+        if self.aggregation == "tree":
+            result = self._hold(result, compute, task)
         return WorkResult(task.unit, result, float(compute), latency=task.latency,
                           message=task.message, final=task.final)
+
+    # ------------------------------------------------------------------ tree aggregation
+    def _hold(self, result: Any, compute: float, task: _SimTask) -> Any:
+        """``result`` held on its worker index (one leaf per message of a coded result)."""
+        held = _Held((result, compute), task.unit.worker_index, task.end)
+        if isinstance(result, tuple):
+            return tuple(HeldResult.of(Leaf(held, r.n_rows, self, message=j))
+                         for j, r in enumerate(result))
+        return HeldResult.of(Leaf(held, result.n_rows, self))
+
+    def reduce(self, terms: list[tuple[float, Leaf]]) -> tuple[np.ndarray, np.ndarray]:
+        """Return ``sum weight * leaf`` as ``(gradient, values)``, summed as a tree on
+        the simulated workers (:class:`SimRuntime`'s ``aggregation``); the clock moves
+        to when the sum reached the coordinator."""
+        link = None if self._links is None else self._links.link
+        incoming: dict[int, float] = {}  # when each worker's link is free to receive
+
+        def submit(weights: list[float], messages: list[int | None], items: list[_Held]
+                   ) -> _Held:
+            host = items[0]
+            value = tree_sum(weights, messages, *(item.data for item in items))
+            ready = host.ready
+            for item in items[1:]:
+                if item.index != host.index and link is not None:
+                    nbytes = _nbytes(item.data)
+                    sent = item.ready + link.transfer_duration(item.index, nbytes)
+                    incoming[host.index] = (max(sent, incoming.get(host.index, 0.0))
+                                            + link.receive_duration(host.index, nbytes))
+                    ready = max(ready, incoming[host.index])
+                ready = max(ready, item.ready)
+            return _Held(value, host.index, ready)
+
+        root = build_tree([(weight, leaf.message, leaf.handle) for weight, leaf in terms],
+                          submit)
+        gradient, values = root.data
+        nbytes = int(gradient.nbytes + values.nbytes)
+        self._fetched += nbytes
+        done = root.ready
+        if self._links is not None:
+            done = self._links.arrive(max(done, self._now) + self._links.link.transfer_duration(
+                root.index, nbytes), nbytes)
+        self._now = max(self._now, done)
+        return gradient, values
+
+    def _fetched_bytes(self) -> int:
+        fetched, self._fetched = self._fetched, 0
+        return fetched
 
     def _drop_cancelled(self) -> None:
         """Pop the tasks nobody waits for (cancelled), or that never answer (their
@@ -532,6 +603,24 @@ class _SimTask:
     worker: str
     end: float  # when its computing ends (then the worker is free)
     queued: bool = False  # it has yet to cross the coordinator's link
+
+
+@dataclass(slots=True)
+class _Held:
+    """A result on a simulated worker: its data (a unit task's ``(result, seconds)``, or
+    an inner sum's ``(gradient, values)``), the worker index and when it is there."""
+
+    data: Any
+    index: int
+    ready: float
+
+
+def _nbytes(data: Any) -> int:
+    """Bytes a held item moves to another worker: a unit's result (all its messages) or
+    an inner sum's ``(gradient, values)``."""
+    if isinstance(data[0], np.ndarray):
+        return int(data[0].nbytes + data[1].nbytes)
+    return payload_bytes(data[0])
 
 
 def _freeze_windows(faults: tuple[Fault, ...]) -> dict[str, list[tuple[float, float]]]:

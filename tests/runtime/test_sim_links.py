@@ -119,3 +119,43 @@ def test_streamed_messages_each_carry_their_bytes(Xy):
     np.testing.assert_allclose(result.trace.wall_time - plain.trace.wall_time,
                                nbytes / 1e3 * np.arange(1, 4), rtol=1e-9)
     np.testing.assert_array_equal(result.iterate, plain.iterate)
+
+
+# ---------------------------------------------------------------- tree aggregation
+def _gram(X, stragglers: str, aggregation: str, method: str = "gram", **kw):
+    return ds.fit_pca(X, n_components=3, method=method, runtime="sim", n_workers=N_WORKERS,
+                      rng=0, stragglers=stragglers, aggregation=aggregation, **kw)
+
+
+@pytest.mark.parametrize("method", ["gram", "gd", "coded", "dsag", "block"])
+def test_a_simulated_tree_without_links_gives_the_flat_run_exactly(method):
+    """Results held on the simulated workers and summed there: the same iterates and
+    times as flat (moving results costs nothing without a link term), one message of
+    the sum's size per read instead of one per worker."""
+    X = np.random.default_rng(1).normal(size=(400, 12))
+    spec = "gamma(mean=0.1, var=1e-3)"
+    kw = {} if method == "gram" else {"max_iter": 6, "tol": None}
+    flat, tree = (_gram(X, spec, agg, method, **kw) for agg in ("flat", "tree"))
+    assert tree.n_iter == flat.n_iter
+    np.testing.assert_allclose(tree.iterate, flat.iterate, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(tree.trace.wall_time, flat.trace.wall_time, rtol=1e-12)
+    assert (tree.trace.bytes_to_coordinator < flat.trace.bytes_to_coordinator).all()
+
+
+def test_a_simulated_tree_charges_each_level_on_the_links_it_crosses():
+    """Four equal gram results of B bytes, FAN_IN = 4: flat, each crosses its link
+    (B / b) and the coordinator's in turn (4 B / c); tree, three cross their links into
+    worker 0's, in turn there (B / b + 3 B / b), then the sum crosses worker 0's link
+    and the coordinator's (B / b + B / c)."""
+    X = np.random.default_rng(1).normal(size=(400, 64))
+    b, c = 1e6, 2.5e5  # bytes/s: workers' links, the coordinator's
+    spec = f"constant(compute={COMPUTE}) + link(bandwidth={b}, coordinator={c})"
+    flat, tree = (_gram(X, spec, agg) for agg in ("flat", "tree"))
+    B = float(flat.trace.bytes_to_coordinator[0]) / N_WORKERS  # one 64 x 64 Gram triangle
+    assert float(tree.trace.bytes_to_coordinator[0]) == pytest.approx(B, rel=0.01)
+    np.testing.assert_allclose(flat.trace.iteration_duration, COMPUTE + B / b + 4 * B / c,
+                               rtol=1e-9)
+    np.testing.assert_allclose(tree.trace.iteration_duration,
+                               COMPUTE + 4 * B / b + B / b + B / c, rtol=1e-2)
+    assert tree.trace.iteration_duration[0] < flat.trace.iteration_duration[0]
+    np.testing.assert_allclose(tree.iterate, flat.iterate, rtol=1e-9, atol=1e-12)
