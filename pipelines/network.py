@@ -66,7 +66,8 @@ QUICK = {"workers": 3, "repeats": 1, "shape": (1_500, 256), "n_components": 4,
          "max_iter": 4, "fast": "100mbit", "slow": "10mbit", "coordinator": "50mbit"}
 #: The scenario whose round times calibrate the simulator's compute part.
 CALIBRATION = "uncapped"
-#: Methods the simulated runtime cannot run as measured (label: why).
+_HERE = Path(__file__).resolve().parent
+
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
