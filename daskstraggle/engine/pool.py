@@ -72,6 +72,7 @@ __all__ = [
     "StopHelping",
     "Task",
     "WorkerPool",
+    "fold_backup_bound",
     "summary",
 ]
 
@@ -93,6 +94,16 @@ _NO_ITERATE.flags.writeable = False
 def _just_after(t: float) -> float:
     """A time strictly after ``t`` (bounds are exceeded, not met)."""
     return math.nextafter(t + 1e-9 * max(abs(t), 1.0), math.inf)
+
+
+def fold_backup_bound(half: float) -> float:
+    """Seconds after an exact pass (or any one task per worker) started that a fold not
+    yet done is computed again elsewhere, once half the folds took ``half`` seconds.
+
+    >>> fold_backup_bound(0.1), fold_backup_bound(1.0)
+    (2.0, 4.0)
+    """
+    return _backup_bound(FOLD_BACKUP_FACTOR, half, FOLD_BACKUP_MIN)
 
 
 def _backup_bound(factor: float, typical: float, minimum: float = 0.0) -> float:
@@ -312,7 +323,7 @@ class _Pass:
 
     def bound(self) -> float:
         assert self.half is not None
-        return _backup_bound(FOLD_BACKUP_FACTOR, self.half, FOLD_BACKUP_MIN)
+        return fold_backup_bound(self.half)
 
     def waiting(self) -> list[int]:
         """The folds neither done nor backed up."""

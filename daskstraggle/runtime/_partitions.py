@@ -35,12 +35,27 @@ class PartitionStore:
         self.helper: dict[int, dict[int, Any]] = {}
         self._handover: dict[int, dict[int, Any]] = {}  # a helper's copy for its new index
         self._spares: dict[tuple[str, int], Any] = {}
+        self._loaded: tuple[Any, dict[tuple[int, str], Any]] = (None, {})
 
-    def load(self, matrix: Any, placement: list[tuple[int, ...]], addresses: list[str]) -> None:
-        """Load partition ``p`` on the worker of every index whose placement holds it."""
+    def load(self, matrix: Any, placement: list[tuple[int, ...]], addresses: list[str], *,
+             kept: dict[tuple[int, str], Any] | None = None) -> None:
+        """Load partition ``p`` on the worker of every index whose placement holds it;
+        one in ``kept`` (by partition and address: :meth:`reusable`) is used as it is."""
+        kept = dict(kept or {})
         self.clear()
-        self.held = [{p: self._load(matrix, addresses[i], p, i) for p in parts}
-                     for i, parts in enumerate(placement)]
+        self.held = [{p: kept.pop((p, addresses[i]), None) or self._load(matrix, addresses[i], p, i)
+                      for p in parts} for i, parts in enumerate(placement)]
+        self._loaded = (matrix, {(p, addresses[i]): f for i, held in enumerate(self.held)
+                                 for p, f in held.items()})
+
+    def reusable(self, matrix: Any) -> dict[tuple[int, str], Any]:
+        """The partitions of ``matrix`` (the same object) that the last :meth:`load`
+        left loaded and that are still there, by ``(partition, address)``: a run after
+        another on the same data (``auto``'s probe, then its run) loads only the rest."""
+        loaded, where = self._loaded
+        if loaded is not matrix:
+            return {}
+        return {key: f for key, f in where.items() if f.status == "finished"}
 
     def _load(self, matrix: Any, address: str, p: int, index: int, kind: str = "load") -> Any:
         """Load partition ``p`` from the source on ``address`` for worker index ``index``,
@@ -50,6 +65,7 @@ class PartitionStore:
 
     def clear(self) -> None:
         """Forget every handle (the data is released with them)."""
+        self._loaded = (None, {})
         self.held = []
         self.helper = {}
         self._handover = {}

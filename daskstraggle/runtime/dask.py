@@ -33,6 +33,7 @@ from daskstraggle.engine.pool import (
     StartHelping,
     StopHelping,
     WorkerPool,
+    fold_backup_bound,
 )
 from daskstraggle.engine.recorder import TraceRecorder
 from daskstraggle.engine.resilience import check_slow_settings
@@ -353,6 +354,7 @@ class DaskRuntime(Runtime):
         self._owned: list[Any] = []
         self._started: list[str] = []  # the workers when the runtime started
         self._data: PartitionStore | None = None  # where each index's partitions are loaded
+        self._stats: tuple[Matrix, MatrixStats] | None = None  # of the data loaded last
         self._futures: dict[str, Any] = {}  # the tasks in flight, by key
         self._ac: Any = None
         self._matrix: Matrix | None = None
@@ -465,6 +467,9 @@ class DaskRuntime(Runtime):
         )
 
     def _load(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> MatrixStats:
+        assert self._data is not None
+        kept = self._data.reusable(matrix)  # the last run's, on the same data
+        stats, self._stats = self._stats, None
         self._unload()
         self._token = uuid.uuid4().hex[:8]
         self._matrix = matrix
@@ -478,14 +483,20 @@ class DaskRuntime(Runtime):
             membership_interval=MEMBERSHIP_INTERVAL)
         self._wake = math.inf
         self._news = RetirementNews(self.client)
-        self._check_memory(matrix, placement)
-        assert self._data is not None
-        self._data.load(matrix, placement, self._addresses)
+        every = {(p, a) for parts, a in zip(placement, self._addresses, strict=True)
+                 for p in parts}
+        if not every <= kept.keys():
+            self._check_memory(matrix, placement, kept)
+        self._data.load(matrix, placement, self._addresses, kept=kept)
+        if stats is not None and stats[0] is matrix:
+            self._stats = stats
+            return stats[1]  # the same data: checked and counted already
         try:
-            return self._map_reduce(block_stats)
+            self._stats = (matrix, self._map_reduce(block_stats))
         except BaseException:
             self._unload()
             raise
+        return self._stats[1]
 
     def _map_reduce(
         self, fn: Callable[..., Any], *args: Any, combine: Callable[[Any, Any], Any] | None = None
@@ -559,10 +570,11 @@ class DaskRuntime(Runtime):
             ac.clear()
             self.client.cancel([f for fold in folds for f in fold[2:]])
 
-    def _check_memory(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> None:
+    def _check_memory(self, matrix: Matrix, placement: list[tuple[int, ...]],
+                      kept: dict[tuple[int, str], Any]) -> None:
         """Refuse, before loading, a share that does not fit in a worker's memory limit
-        beside its own memory and what its threads read (a partition each, read and
-        decoded)."""
+        beside its own memory (which holds the ``kept`` partitions already) and what its
+        threads read (a partition each, read and decoded)."""
         import dask
 
         info = self._identity()
@@ -571,7 +583,8 @@ class DaskRuntime(Runtime):
         if not limited:
             return
         rows = matrix.partition_rows()
-        shares = [int(sum(rows[p] for p in parts)) * matrix.row_nbytes for parts in placement]
+        shares = [int(sum(rows[p] for p in parts if (p, a) not in kept)) * matrix.row_nbytes
+                  for parts, a in zip(placement, self._addresses, strict=True)]
         read = 2 * max(matrix.row_nbytes, matrix.n_columns * matrix.dtype.itemsize)
         transient = [read * sum(sorted((int(rows[p]) for p in parts), reverse=True)[
             :int(info.get(a, {}).get("nthreads") or 1)])
@@ -582,7 +595,9 @@ class DaskRuntime(Runtime):
 
     def _own_memory(self, addresses: list[str], info: dict[str, Any]) -> dict[str, int]:
         """Bytes each worker's process holds once it loaded the kernels (a task on each,
-        bounded by ``timeouts.setup``; else its last heartbeat's; 0 for a thread worker);
+        bounded by ``timeouts.setup``, and once half of them answered by the backup rule
+        of exact passes: a worker still busy, e.g. with an earlier run's task, is not
+        waited for; else its last heartbeat's; 0 for a thread worker);
         InvalidParameterError if a nanny restarted one for its memory limit meanwhile."""
         from distributed import as_completed
 
@@ -591,12 +606,17 @@ class DaskRuntime(Runtime):
                    for n, a in enumerate(addresses)}
         address_of = {f.key: a for a, f in futures.items()}
         ac = as_completed(list(futures.values()), loop=self.client.loop)
-        deadline, pending = time.perf_counter() + setup_timeout(), set(futures)
+        start = time.perf_counter()
+        deadline, pending = start + setup_timeout(), set(futures)
         gone: set[str] = set()
+        bounded = False
         while pending - gone and time.perf_counter() < deadline:
             _wait_ready(ac, min(MEMBERSHIP_INTERVAL, deadline - time.perf_counter()))
             while ac.has_ready():
                 pending.discard(address_of[next(ac).key])
+            if not bounded and 2 * len(pending) <= len(futures):
+                bounded = True  # half answered: the rest get the exact passes' bound
+                deadline = min(deadline, start + fold_backup_bound(time.perf_counter() - start))
             gone = pending - set(self._status())
         ac.clear()
         own = {a: _own(f.result()) if f.status == "finished" else
@@ -1079,6 +1099,7 @@ class DaskRuntime(Runtime):
                     self._addresses[unit.worker_index], self._addresses[j])
 
     def _unload(self) -> None:
+        self._stats = None
         self._cancel_pending()
         if self._news is not None:
             self._news.close()

@@ -45,6 +45,52 @@ def test_partitions_are_pinned_to_their_workers(dask_client, zarr_matrix):
         assert len(set(keys)) == 6 and all("load-p" in k for k in keys)
 
 
+def test_a_run_after_another_on_the_same_data_keeps_its_loaded_partitions(
+        dask_client, zarr_matrix):
+    """auto's probe, then its run: the second load of the same matrix on the same
+    runtime keeps the partitions the first left where the placement puts them again
+    (their load tasks' keys are the first load's) and its statistics; other data, or
+    another placement, loads afresh."""
+    stop = StopRule(max_iter=3, tol=None)
+    m = zarr_matrix.repartition(6)
+    with DaskRuntime(dask_client) as rt:
+        first = run_on(rt, GD(), PCA(n_components=2), m, stop=stop, rng=0)
+        keys = [{p: f.key for p, f in held.items()} for held in rt._held]
+        again = run_on(rt, GD(), PCA(n_components=2), m, stop=stop, rng=0)
+        assert [{p: f.key for p, f in held.items()} for held in rt._held] == keys
+        other = run_on(rt, GD(), PCA(n_components=2), zarr_matrix.repartition(6), stop=stop,
+                       rng=0)
+        fresh = [{p: f.key for p, f in held.items()} for held in rt._held]
+    assert all(fresh[i][p] != keys[i][p] for i in range(len(keys)) for p in keys[i])
+    np.testing.assert_array_equal(again.iterate, first.iterate)
+    np.testing.assert_array_equal(other.iterate, first.iterate)
+
+
+@pytest.mark.timeout(120)
+def test_the_memory_check_does_not_wait_for_a_worker_busy_with_other_work():
+    """A worker still running a task (an earlier run's, which a cancel cannot stop) has
+    its memory read from its heartbeat once half the workers answered and the exact
+    passes' backup bound passed: the check returns while that task still runs (it used
+    to wait for it, up to ``timeouts.setup``)."""
+    import time
+
+    import dask
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client, \
+            DaskRuntime(client) as rt, dask.config.set({"daskstraggle.timeouts.setup": 600}):
+        busy = rt.worker_names[0]
+        sleeper = client.submit(time.sleep, 40, workers=[busy], pure=False)
+        while sleeper.status == "pending" and not client.processing().get(busy):
+            time.sleep(0.05)
+        info = rt._identity()
+        own = rt._own_memory(rt.worker_names, info)
+        assert sleeper.status == "pending"  # still sleeping: not waited for
+        assert own[busy] == int(info[busy]["metrics"]["memory"])  # the heartbeat's
+        assert own[rt.worker_names[1]] > 0
+
+
 def test_an_exact_pass_returns_as_its_last_fold_arrives(dask_client, zarr_matrix,
                                                         monkeypatch):
     # every pass (the load's statistics, the step-size iteration, the start and final
