@@ -609,7 +609,7 @@ def solve(
         (RCS partial recovery), ``"async"`` (bounded delay); or ``"auto"``: for PCA
         ``"gram"`` up to 4096 columns, else ``"block"``, for regression ``"gd"``; on a
         cluster, for a matrix of at least 64 MB as float64, the candidate predicted
-        fastest (by 1.5 times over the plain method) from a short probe of the workers
+        fastest (by 1.25 times over the plain method) from a short probe of the workers
         (:mod:`daskstraggle.runtime.auto`; ``result.attrs["auto"]``). A resumed run
         takes its checkpoint's method.
     step_size : float or None, default=None

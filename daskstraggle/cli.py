@@ -97,7 +97,7 @@ def _method_help() -> str:
                  for cls in _method_classes()]
     return ("Optimisation method: auto (PCA: gram up to 4096 columns, else block; regression: "
             "gd; on a cluster and for 64 MB or more, measured: a few probe rounds, then "
-            "the candidate predicted fastest, its coded variants or dsag, if 1.5x faster), "
+            "the candidate predicted fastest, its coded variants or dsag, if 1.25x faster), "
             f"{', '.join(described[:-1])} or {described[-1]}.")
 
 

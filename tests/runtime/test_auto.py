@@ -82,6 +82,27 @@ def test_predictions_follow_the_order_statistics_of_the_fitted_laws(plain):
 def test_pick_keeps_the_plain_method_unless_the_margin_is_met():
     assert auto.pick({"gd": 1.0, "dsag(w=3)": 1.0 / auto.MARGIN + 1e-9}, "gd") == "gd"
     assert auto.pick({"gd": 1.0, "dsag(w=3)": 1.0 / auto.MARGIN}, "gd") == "dsag(w=3)"
+    from daskstraggle.cli import _method_help  # (which spells it: the CLI starts faster)
+
+    assert f"if {auto.MARGIN:g}x faster" in _method_help()
+
+
+@pytest.mark.parametrize(("stragglers", "expected"), [
+    ("gamma(mean=0.1, var=1e-5) + markov(p_slow=0.1, p_fast=0.3, slow_factor=8)", "dsag"),
+    ("gamma(mean=0.1, var=1e-5) + artificial(spread=3, n_recover=1, recover_time=5)", "gd"),
+    (CLEAN, "gd")])
+def test_intermittent_stragglers_lead_to_dsag_and_a_ramp_or_none_to_gd(stragglers, expected):
+    """Each worker slow a quarter of the time, for a few rounds at a time (markov): the
+    probe sees some slow phases and dsag, which does not wait for them, is chosen (every
+    seed); DSAG's ramp (every worker slowed by another factor) or no straggler keeps gd
+    (on a cluster dsag and gd took the same time under the ramp)."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(2000, 20))
+    y = X @ rng.normal(size=20) + rng.normal(size=2000)
+    for seed in range(4):
+        res = fit_least_squares(X, y, runtime=MeasuringSim(4, latency=stragglers, rng=seed),
+                                rng=seed, max_iter=3, tol=None)
+        assert res.method == expected, res.attrs["auto"]
 
 
 @pytest.mark.parametrize(("latency", "expected"), [(SLOW, "gram(s=1)"), (CLEAN, "gram")])
