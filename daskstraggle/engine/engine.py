@@ -252,8 +252,10 @@ class Engine:
             exact = np.array(objectives)
         x = finish.summary.iterate
         total = monitor.checked_result(x)  # a run that stopped on an exact check: reuse it
-        if total is None:
+        if total is None and method.final_pass:
             total = (yield CheckExact(x, bound, stimulus_id=sid)).result
+        elif total is None:  # a run that only measures: the last round's estimate
+            total = finish.summary.result
         x, total = bound.conclude(x, total)
         objective = bound.objective(total.values, x)
         optimality = monitor.final(x, total, objective)

@@ -216,6 +216,10 @@ class Method(ABC):
     #: measure's scale, the divergence checks' starting objective). Methods that skip it
     #: may only solve problems whose optimality measure is relative already.
     start_pass: ClassVar[bool] = True
+    #: Whether the run ends with an exact pass at the returned point (the fitted values,
+    #: objective and optimality). A method whose runs only measure (``auto``'s probe)
+    #: skips it: the result then holds the last round's estimate.
+    final_pass: ClassVar[bool] = True
     #: Whether :meth:`dispatch` gives each worker index at most one unit per version, and
     #: an index it declined stays declined until :meth:`step`: the coordinator then offers
     #: work once per version instead of to every idle index after every result.

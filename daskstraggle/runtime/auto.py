@@ -245,7 +245,7 @@ class ProbeGD(GD):
     collect_window = PROBE_WINDOW
     exact_rounds = False
     dispatch_once_per_version = False
-    start_pass = False  # its rounds' times are what it measures, not its progress
+    start_pass = final_pass = False  # its rounds' times are what it measures, not its progress
 
     def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]],
               *, step_size: float, partition_rows: list[int] | None = None) -> None:

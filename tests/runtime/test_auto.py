@@ -15,7 +15,7 @@ from daskstraggle.data import open_matrix
 from daskstraggle.engine.recorder import TraceRecorder
 from daskstraggle.latency.models import Gamma
 from daskstraggle.methods import make_method
-from daskstraggle.problems import PCA
+from daskstraggle.problems import PCA, LeastSquares
 from daskstraggle.runtime import auto
 from daskstraggle.runtime.sim import SimRuntime
 from daskstraggle.trace import Result
@@ -279,3 +279,18 @@ def test_a_probe_of_a_share_of_the_rows_that_finds_a_sample_without_calls_probes
                       rng=0)
     assert res.attrs["no_call"]["samples"] == [9]  # sample 3 kept: it has calls
     assert res.attrs["auto"]["probe_fraction"] == 1.0 and res.method == "gram"
+
+
+def test_the_probe_makes_no_exact_pass(monkeypatch):
+    """The probe's rounds' times are what it measures: no exact pass at its start or end
+    (on a cluster each one waits for a slow worker's fold up to the backup bound, 2 s or
+    more); its result holds the last round's estimate."""
+    X = np.random.default_rng(1).normal(size=(400, 6))
+    matrix = open_matrix(X, labels=X @ np.arange(6.0), n_partitions=4)
+    passes = []
+    with MeasuringSim(4, latency=CLEAN, rng=0) as runtime:
+        exact_pass = runtime._exact_pass
+        monkeypatch.setattr(runtime, "_exact_pass",
+                            lambda *args: passes.append(args) or exact_pass(*args))
+        probe = auto._probe(runtime, LeastSquares(), matrix, np.random.default_rng(0))
+    assert passes == [] and len(probe.rows) == auto.PROBE_ROUNDS
