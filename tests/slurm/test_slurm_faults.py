@@ -281,9 +281,14 @@ WALLTIME = "00:01:00"
 #: The retiring worker's lifetime: under the walltime, and after the run started (its
 #: three workers join within seconds of each other).
 LIFETIME = ["--lifetime", "25s", "--lifetime-stagger", "0s"]
-#: Rounds of at least 0.3 s (each task sleeps 0.3 s): 330 of them outlast the killed job
-#: (the run starts once its worker joined, at most 95 s before SLURM kills it).
-STRAGGLERS = "gamma(mean=0.3, var=1e-6)"
+#: Each task sleeps 0.3 s until round FAST, then 3 ms. The run starts once the killed
+#: job's worker joined, at most 95 s before SLURM kills it; the retiring worker leaves
+#: within 25 s, so from then on two workers hold three indices and a round takes >= 0.6 s:
+#: round FAST comes >= 25 + (FAST - 83) * 0.6 = 119 s after the start (a busy machine only
+#: makes it later), and the rounds after it (one worker's, after the kill) take no time
+#: to speak of (the test took 265 s with 0.3 s to the end).
+FAST = 240
+STRAGGLERS = f"gamma(mean=0.3, var=1e-6) + schedule(changes=[[{FAST}, [0, 1, 2], 0.01]])"
 MAX_ITER = 330
 
 
