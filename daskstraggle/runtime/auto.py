@@ -39,9 +39,9 @@ WARMUP_ROUNDS = 2
 SIM_ROUNDS = 60
 #: How many times faster than the plain method a candidate must be predicted to replace it:
 #: above the predictions without a straggler (1.05-1.09 for dsag on 4 process workers) and
-#: under DSAG's ramp (1.07-1.30, where dsag and gd take the same time), below an
-#: intermittent (markov) straggler's (1.32-1.61, where dsag is 2.3x faster); see
-#: ``docs/measurements/straggler_table.md``.
+#: most under DSAG's ramp (1.07-1.30, where dsag and gd take the same time: either choice
+#: costs little), below an intermittent (markov) straggler's (1.32-1.61, where dsag is 2.3x
+#: faster); see ``docs/measurements/straggler_table.md``.
 MARGIN = 1.25
 #: Coded candidates tolerate up to this many stragglers (fewer on small clusters).
 MAX_STRAGGLERS = 2
