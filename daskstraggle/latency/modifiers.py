@@ -571,15 +571,13 @@ class Link(_Modifier):
         duration : float
             ``latency + nbytes / bandwidth`` of that worker (no division when unlimited).
         """
-        latency = _of(self.latency, worker_index)
-        if self.bandwidth is None:
-            return latency
-        return latency + nbytes / _of(self.bandwidth, worker_index)
+        return _of(self.latency, worker_index) + self.receive_duration(worker_index, nbytes)
 
     def receive_duration(self, worker_index: int, nbytes: float) -> float:
-        """Return the seconds a message of ``nbytes`` bytes takes on its way *into* a
-        worker over that worker's link (another worker's result summed there, with tree
-        aggregation): ``nbytes / bandwidth``, 0 when unlimited.
+        """Return the seconds ``nbytes`` bytes take on worker ``worker_index``'s link
+        without its fixed latency: on their way *into* it (another worker's result summed
+        there, with tree aggregation), or the bytes' part of :meth:`transfer_duration`:
+        ``nbytes / bandwidth``, 0 when unlimited.
 
         Examples
         --------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import itertools
 import logging
 import sys
@@ -253,7 +254,9 @@ def drive(runtime: Runtime, program: Generator[Instruction, Event | None, Conclu
 
     The rounds are undone (:meth:`Runtime._end`) also when the run fails or is interrupted.
     """
-    execute = vars(Runtime)["_execute"].dispatcher.dispatch  # (the handler, from the cache)
+    # the handler of each instruction type, from the cache of the runtime class's own
+    # ``_execute`` (a subclass may register handlers of its own)
+    execute = inspect.getattr_static(type(runtime), "_execute").dispatcher.dispatch
     rounds: StartRounds | None = None
     bar: Any = None
     load_duration = 0.0

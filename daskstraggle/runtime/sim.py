@@ -466,7 +466,7 @@ class SimRuntime(LocalRuntime):
         root = build_tree([(weight, leaf.message, leaf.handle) for weight, leaf in terms],
                           submit)
         gradient, values = root.data
-        nbytes = int(gradient.nbytes + values.nbytes)
+        nbytes = _nbytes(root.data)
         self._fetched += nbytes
         done = root.ready
         if self._links is not None:
