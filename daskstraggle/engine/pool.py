@@ -17,8 +17,8 @@ import heapq
 import itertools
 import math
 import statistics
-from collections import deque
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections import defaultdict, deque
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -103,13 +103,7 @@ def fold_backup_bound(half: float) -> float:
     >>> fold_backup_bound(0.1), fold_backup_bound(1.0)
     (2.0, 4.0)
     """
-    return _backup_bound(FOLD_BACKUP_FACTOR, half, FOLD_BACKUP_MIN)
-
-
-def _backup_bound(factor: float, typical: float, minimum: float = 0.0) -> float:
-    """The backup rule of work units and exact passes' folds alike: unanswered for
-    ``factor`` times the typical latency, and at least ``minimum`` seconds."""
-    return max(minimum, factor * typical)
+    return max(FOLD_BACKUP_MIN, FOLD_BACKUP_FACTOR * half)
 
 
 @dataclass(slots=True)
@@ -418,7 +412,8 @@ class WorkerPool:
         self._recent: deque[float] = deque(maxlen=200)  # latencies of recent units
         self._bounds_now: tuple[float, float | None] | None = None  # (_latency_bounds)
         self._ages: deque[int] = deque(maxlen=200)  # rounds recent units were in flight
-        self._index_latency: dict[int, deque[float]] = {}
+        self._index_latency: defaultdict[int, deque[float]] = defaultdict(
+            functools.partial(deque, maxlen=5))
         self._versions: list[tuple[float, int]] = []  # (time, version) newer ones sent
         self._backup_to: dict[str, int] = {}  # the worker index of each backup asked for
         self._held_back: list[Resend] = []  # resends waiting for a worker to join
@@ -556,10 +551,7 @@ class WorkerPool:
             self._recent.append(latency)
             self._bounds_now = None
             self._ages.append(self.age(task.sent))
-            recent = self._index_latency.get(task.unit.worker_index)
-            if recent is None:
-                recent = self._index_latency[task.unit.worker_index] = deque(maxlen=5)
-            recent.append(latency)
+            self._index_latency[task.unit.worker_index].append(latency)
             out.append(Deliver(task, outcome, stimulus_id=self._sid))
         return out
 
@@ -796,7 +788,7 @@ class WorkerPool:
             frozen = frozen_bound(b.frozen_after, self._recent, minimum=b.frozen_minimum,
                                   factor=b.frozen_factor)
             backup = None if self.backup_after is None or len(self._recent) < _MIN_SAMPLES \
-                else _backup_bound(self.backup_after, statistics.median(self._recent))
+                else max(0.0, self.backup_after * statistics.median(self._recent))
             self._bounds_now = (frozen, backup)
         return self._bounds_now
 
@@ -898,23 +890,21 @@ class WorkerPool:
         bound = self._latency_bounds()[1]
         if bound is None:
             return []
-        out: list[Instruction] = []
-        for key, task in list(self.tasks.items()):
-            if task.message is None and key not in self._twins and \
-                    key not in self._halves and now - task.sent > bound:
-                backup = self._backup(key, task)
-                if backup is not None:
-                    out.append(backup)
-        return out
+        due = [self._backup(k, t) for k, t in self._unbacked() if now - t.sent > bound]
+        return [backup for backup in due if backup is not None]
 
     def _next_backup_time(self) -> float:
         """The earliest time a task in flight becomes due for a backup (inf: never)."""
         bound = self._latency_bounds()[1]
         if bound is None:
             return math.inf
-        due = next((t.sent for k, t in self.tasks.items() if t.message is None
-                    and k not in self._twins and k not in self._halves), None)
-        return math.inf if due is None else _just_after(due + bound)
+        due = next(self._unbacked(), None)
+        return math.inf if due is None else _just_after(due[1].sent + bound)
+
+    def _unbacked(self) -> Iterator[tuple[str, Task]]:
+        """The whole units in flight not backed up (nor refused one), in the order sent."""
+        return ((k, t) for k, t in self.tasks.items() if t.message is None
+                and k not in self._twins and k not in self._halves)
 
     def _backup(self, key: str, task: Task) -> SendBackup | None:
         j = self._backup_target(task.unit.worker_index, task.unit.partitions)

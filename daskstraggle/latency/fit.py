@@ -247,17 +247,15 @@ def fit_trace(trace: Mapping[Any, Any], *, iid: bool = False, split: bool = True
     if n_workers is not None:
         n_workers = check_int(n_workers, name="n_workers", caller="fit_trace", low=1)
     compute = np.asarray(trace["compute_duration"], dtype=float)
-    communication = None
-    if "communication_duration" in trace:
-        communication = np.asarray(trace["communication_duration"], dtype=float)
-    if not split:
-        if "latency" in trace:
-            total = np.asarray(trace["latency"], dtype=float)
-        else:
-            total = compute if communication is None else compute + communication
-        model = fit_gamma(total, None, iid=iid)
-    else:
+    communication = np.asarray(trace["communication_duration"], dtype=float) \
+        if "communication_duration" in trace else None
+    if split:
         model = fit_gamma(compute, communication, iid=iid)
+    elif "latency" in trace:
+        model = fit_gamma(np.asarray(trace["latency"], dtype=float), None, iid=iid)
+    else:
+        model = fit_gamma(compute if communication is None else compute + communication, None,
+                          iid=iid)
     if n_workers is None:
         return model
     return _resized(model, n_traced=compute.shape[1] if compute.ndim == 2 else 1,

@@ -464,21 +464,16 @@ def parse_bandwidth(value: Any, *, name: str = "bandwidth", caller: str = "link"
     return float(rate)
 
 
-def _check_bandwidths(value: Any, *, name: str, caller: str) -> Any:
-    """Normalise None (unlimited), a bandwidth or one per worker (:func:`parse_bandwidth`)."""
-    options = ", a list of them (one per worker) or None (unlimited)"
+def _check_bandwidths(value: Any, *, name: str, caller: str, per_worker: bool = True) -> Any:
+    """Normalise None (unlimited), a bandwidth or (``per_worker``) one per worker
+    (:func:`parse_bandwidth`)."""
     if value is None:
         return None
-    if isinstance(value, tuple | list) and value:
+    options = (", a list of them (one per worker)" if per_worker else "") + " or None (unlimited)"
+    if per_worker and isinstance(value, tuple | list) and value:
         return tuple(parse_bandwidth(v, name=name, caller=caller, options=options)
                      for v in value)
     return parse_bandwidth(value, name=name, caller=caller, options=options)
-
-
-def _check_coordinator(value: Any, *, name: str, caller: str) -> float | None:
-    """Normalise None (unlimited) or the coordinator's bandwidth (one number or rate)."""
-    return None if value is None else parse_bandwidth(value, name=name, caller=caller,
-                                                      options=" or None (unlimited)")
 
 
 def _of(value: Any, worker_index: int) -> float:
@@ -538,7 +533,8 @@ class Link(_Modifier):
     _sampler_class = _FixedSampler  # the base's draws, unchanged
     _per_worker = True  # tuples hold one value per worker
     _checks = (*_Modifier._checks, ("bandwidth", _check_bandwidths),
-               ("coordinator", _check_coordinator), ("latency", check_seconds))
+               ("coordinator", functools.partial(_check_bandwidths, per_worker=False)),
+               ("latency", check_seconds))
     bandwidth: float | str | tuple[float | str, ...] | None = None
     coordinator: float | str | None = None
     latency: float | tuple[float, ...] = 0.0

@@ -16,7 +16,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from daskstraggle._validation import _fail, check_int, check_nonnegative
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency.base import LatencyModel, LatencySampler, Seed
+from daskstraggle.latency.base import LatencyModel, Seed
+from daskstraggle.latency.modifiers import _check_base
 
 __all__ = ["OrderStatistics", "order_statistics"]
 
@@ -103,23 +104,10 @@ def _check_load(load: Any, n_workers: int, caller: str) -> NDArray[np.float64]:
     return arr
 
 
-def _model_sampler(
-    model: Any, n_workers: int, load: Any, rng: Any, caller: str
-) -> tuple[NDArray[np.float64], LatencySampler]:
-    """Check ``load`` and ``model`` (:func:`check_model`); return the loads (shape
-    (n_workers,)) and the model's sampler."""
-    loads = _check_load(load, n_workers, caller)
-    return loads, check_model(model, n_workers, caller).sampler(n_workers, rng=rng)
-
-
 def check_model(model: Any, n_workers: int, caller: str) -> LatencyModel:
     """Return ``model`` if it is a LatencyModel with a distribution fitting ``n_workers``,
     else raise InvalidParameterError naming ``caller``."""
-    if not isinstance(model, LatencyModel):
-        raise InvalidParameterError(
-            f"The 'model' parameter of {caller} must be a LatencyModel. "
-            f"Got {type(model).__name__} instead."
-        )
+    _check_base(model, name="model", caller=caller, allow_none=False)
     if not model.has_distribution:
         raise InvalidParameterError(
             f"The 'model' parameter of {caller} must draw latencies itself, but the "
@@ -208,7 +196,8 @@ def order_statistics(model: LatencyModel, n_workers: int, *, n_samples: int = 10
     n_samples = check_int(n_samples, name="n_samples", caller=caller, low=1)
     time = check_nonnegative(time, name="time", caller=caller)
     iteration = check_int(iteration, name="iteration", caller=caller, low=0)
-    loads, sampler = _model_sampler(model, n_workers, load, rng, caller)
+    loads = _check_load(load, n_workers, caller)
+    sampler = check_model(model, n_workers, caller).sampler(n_workers, rng=rng)
     if not sampler.stateless:
         raise InvalidParameterError(
             f"order_statistics needs a model whose draws do not depend on time or history; "

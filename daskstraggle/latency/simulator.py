@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 from daskstraggle._validation import check_choice, check_int, check_nonnegative
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel, LatencySampler, Seed
-from daskstraggle.latency.order import _check_finite, _model_sampler
+from daskstraggle.latency.order import _check_finite, _check_load, check_model
 
 __all__ = ["SimulationResult", "simulate"]
 
@@ -210,14 +210,8 @@ def _run(sampler: LatencySampler, method: str, loads: NDArray[np.float64], loop:
     if method != "event":
         _run_vectorised(durations, loop)
         return
-    rows = durations.tolist()
-    used = [0] * len(rows)
-
-    def draw(i: int, start: float, version: int) -> float:
-        used[i] += 1
-        return rows[i][used[i] - 1]
-
-    _run_events(draw, loop)
+    rows = [iter(row) for row in durations.tolist()]  # each worker's draws, in task order
+    _run_events(lambda i, start, version: next(rows[i]), loop)
 
 
 def check_counts(n_workers: Any, n_wait: Any, n_iterations: Any,
@@ -309,7 +303,8 @@ def simulate(model: LatencyModel, n_workers: int, n_wait: int, n_iterations: int
     update_duration = check_nonnegative(update_duration, name="update_duration", caller=_CALLER)
     method = check_choice(method, name="method", caller=_CALLER,
                           choices=["auto", "event", "vectorised"])
-    loads, sampler = _model_sampler(model, n_workers, load, rng, _CALLER)
+    loads = _check_load(load, n_workers, _CALLER)
+    sampler = check_model(model, n_workers, _CALLER).sampler(n_workers, rng=rng)
     if method == "vectorised" and not sampler.stateless:
         raise InvalidParameterError(
             f"The 'method' parameter of {_CALLER} can be 'vectorised' only for a stateless "
