@@ -194,14 +194,10 @@ def inject_delay(*, iteration: int = 0, load: float = 1.0, measured: float | Non
         worker = get_worker()
     except ValueError:
         return 0.0
-    total = 0.0
-    for key, plugin in list(worker.plugins.items()):
-        if name is not None and key != name:
-            continue
-        if key.startswith(INJECTOR_PREFIX) and isinstance(plugin, StragglerInjector):
-            total += plugin.delay(iteration=iteration, load=load, measured=measured,
-                                  sleep=sleep)
-    return total
+    return sum((plugin.delay(iteration=iteration, load=load, measured=measured, sleep=sleep)
+                for key, plugin in list(worker.plugins.items())
+                if (name is None or key == name) and key.startswith(INJECTOR_PREFIX)
+                and isinstance(plugin, StragglerInjector)), 0.0)
 
 
 def _check_seed(seed: Any, caller: str) -> int:
@@ -265,23 +261,12 @@ def remove_injector(client: Any, name: str) -> None:
     """Unregister the injector ``name`` (returned by :func:`install_injector`) from every
     worker of ``client``'s cluster (None: ``distributed.get_client()``); no-op if it is not
     there."""
+    from daskstraggle.runtime.plugin import _ship_by_value, _unregister, unguard_worker_plugin
+
     client = default_client(client)
-    from daskstraggle.runtime.plugin import unguard_worker_plugin
-
-    try:
-        client.unregister_worker_plugin(name)
-    except ValueError as err:
-        if "does not exist" not in str(err):
-            raise
-    except OSError:  # the broadcast met a worker that just left (CommClosedError): the
-        # scheduler forgot the plugin, but live workers the broadcast missed may hold it
-        client.run(_plugin_remove, name, on_error="ignore")
+    _ship_by_value()
+    client.run_on_scheduler(_unregister, name)  # as the janitor of a departed client does
     unguard_worker_plugin(client, name)
-
-
-async def _plugin_remove(name: str, dask_worker: Any) -> None:
-    """Worker function: remove the worker plugin ``name`` (a no-op where it is not)."""
-    await dask_worker.plugin_remove(name)
 
 
 @contextlib.contextmanager

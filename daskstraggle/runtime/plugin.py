@@ -311,7 +311,8 @@ class WorkerPluginJanitor(SchedulerPlugin):
         import asyncio
 
         if self.plugin in scheduler.worker_plugins:
-            asyncio.get_running_loop().create_task(_unregister(scheduler, self.plugin))
+            removal = _unregister(self.plugin, dask_scheduler=scheduler)
+            asyncio.get_running_loop().create_task(removal)
         _remove_plugin(scheduler, self)
 
 
@@ -333,14 +334,16 @@ def _check_name(value: Any, name: str, caller: str, *, none: bool = False) -> An
     )
 
 
-async def _unregister(scheduler: Scheduler, name: str) -> None:
+async def _unregister(name: str, *, dask_scheduler: Scheduler) -> None:
+    """Unregister the worker plugin ``name`` from every worker (a no-op if it is not there);
+    run on the scheduler."""
     with contextlib.suppress(ValueError):  # already removed
         try:
-            await scheduler.unregister_worker_plugin(None, name)
+            await dask_scheduler.unregister_worker_plugin(None, name)
         except OSError:  # the broadcast met a worker that just left (CommClosedError): the
             # scheduler forgot the plugin, the live workers it missed may still hold it
-            await scheduler.broadcast(msg={"op": "plugin-remove", "name": name},
-                                      on_error="ignore")
+            await dask_scheduler.broadcast(msg={"op": "plugin-remove", "name": name},
+                                           on_error="ignore")
 
 
 # --- functions run on the scheduler (travel by value) ----------------------------------

@@ -299,21 +299,18 @@ def test_removing_the_injector_survives_a_worker_leaving_during_the_broadcast(
     from distributed.comm.core import CommClosedError
 
     name = install_injector(dask_client, Constant(compute=0.2), workers, seed=0)
+    scheduler = dask_client.cluster.scheduler  # (in this process)
 
-    def broadcast_fails(plugin):
-        dask_client.run_on_scheduler(_forget_plugin, plugin)
-        raise CommClosedError("in <TCP (closed) ConnectionPool.unregister_worker_plugin>: "
-                              "Stream is closed")
+    async def broadcast_fails(comm, plugin):
+        scheduler.worker_plugins.pop(plugin)
+        raise CommClosedError("in <TCP (closed) Scheduler Broadcast>: Stream is closed")
 
-    monkeypatch.setattr(dask_client, "unregister_worker_plugin", broadcast_fails)
+    monkeypatch.setattr(scheduler, "unregister_worker_plugin", broadcast_fails)
     remove_injector(dask_client, name)
     monkeypatch.undo()
+    assert name not in scheduler.worker_plugins
     extra, _, slept = _run_on(dask_client, workers[0], _task)
     assert extra == 0.0 and slept == []
-
-
-def _forget_plugin(name, dask_scheduler):
-    dask_scheduler.worker_plugins.pop(name)
 
 
 def test_the_janitor_survives_a_worker_leaving_during_the_broadcast():
@@ -336,6 +333,6 @@ def test_the_janitor_survives_a_worker_leaving_during_the_broadcast():
             self.broadcasts.append((msg, on_error))
 
     scheduler = Scheduler()
-    asyncio.run(_unregister(scheduler, "daskstraggle-injector-x"))
+    asyncio.run(_unregister("daskstraggle-injector-x", dask_scheduler=scheduler))
     assert scheduler.broadcasts == [({"op": "plugin-remove", "name": "daskstraggle-injector-x"},
                                      "ignore")]
