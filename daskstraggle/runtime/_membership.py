@@ -29,6 +29,7 @@ __all__ = [
     "copies_elsewhere",
     "ended_jobs",
     "job_logs",
+    "no_worker_error",
     "no_worker_timeout",
     "retired_before_leaving",
     "wait_for_any_worker",
@@ -160,7 +161,12 @@ def wait_for_any_worker(client: Any, usable: Callable[[dict[str, str]], bool] | 
         if remaining <= 0:
             break
         time.sleep(min(_POLL, max(remaining, 0.0)))  # a worker is there but not usable
-    raise WorkerLostError(
+    raise no_worker_error(limit)
+
+
+def no_worker_error(limit: float) -> WorkerLostError:
+    """The one line that ends a run when every worker left and none joined in ``limit`` s."""
+    return WorkerLostError(
         f"Every worker left the cluster and none joined within {limit:g} s; the run cannot "
         "go on. Start workers (or check why they died: memory limit, walltime, preemption) "
         "and run again."

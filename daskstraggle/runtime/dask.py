@@ -52,9 +52,9 @@ from daskstraggle.problems.held import HeldResult, Leaf
 from daskstraggle.runtime._connect import (
     MAX_LOCAL_WORKERS,
     OWN_CLUSTER_CONFIG,
+    ask_scheduler,
     connect,
     scheduler_lost,
-    scheduler_timeout,
     worker_addresses,
     worker_identity,
 )
@@ -133,12 +133,8 @@ def worker_memory() -> tuple[int, int]:
     nbytes : int
         The process's resident set: what Dask's nanny compares with the memory limit.
     """
-    import os
-
     import numpy as np
     import psutil
-
-    from daskstraggle.problems.block import Block
 
     block_stats(Block(values=np.zeros((2, 2))))
     return os.getpid(), int(psutil.Process().memory_info().rss)
@@ -147,8 +143,6 @@ def worker_memory() -> tuple[int, int]:
 def _own(measured: tuple[int, int]) -> int:
     """The bytes a worker's process holds, ``worker_memory``'s answer (0 for a thread
     worker of this process: the client's own memory is not the worker's)."""
-    import os
-
     pid, nbytes = measured
     return 0 if pid == os.getpid() else nbytes
 
@@ -172,8 +166,7 @@ def killed_for_memory(client: Any, addresses: set[str]) -> set[str]:
     if not addresses:
         return set()
     try:
-        events = client.sync(client.scheduler.events, topic="worker-restart-memory",
-                             callback_timeout=scheduler_timeout())
+        events = ask_scheduler(client, "events", topic="worker-restart-memory")
     except Exception as err:  # no log: not known to have run out of memory
         logger.info("reading the memory restarts failed (%s)", err)
         return set()
@@ -420,11 +413,6 @@ class DaskRuntime(Runtime):
         return [] if self._data is None else self._data.held
 
     @property
-    def _helpers(self) -> dict[int, str]:
-        """The helper of each helped worker index."""
-        return {} if self.worker_pool is None else self.worker_pool.helpers
-
-    @property
     def dashboard_link(self) -> str | None:
         """The address of the scheduler's dashboard (``Client.dashboard_link``), None when
         it has none or does not say."""
@@ -508,9 +496,8 @@ class DaskRuntime(Runtime):
             folds = self._fold_tasks(fn, args, combine)
             try:
                 parts = self._wait_folds(folds, fn, args, combine)
-            except (OSError, TimeoutError) as err:
-                raise self._lost(err) or err from None
-            except Exception as err:  # a cancelled future; task errors propagate as they are
+            except Exception as err:  # a lost connection, a cancelled future; task errors
+                # propagate as they are
                 lost = self._lost(err)
                 if lost is None:
                     raise
@@ -662,12 +649,9 @@ class DaskRuntime(Runtime):
         """Worker addresses by index, a repeated one (an index moved to a survivor after
         a loss) replaced by a placeholder: the worker injects the delays of its first
         index."""
-        seen: set[str] = set()
-        names = []
-        for i, address in enumerate(self._addresses):
-            names.append(address if address not in seen else f"{address} (also index {i})")
-            seen.add(address)
-        return names
+        addresses = self._addresses
+        return [a if a not in addresses[:i] else f"{a} (also index {i})"
+                for i, a in enumerate(addresses)]
 
     def _validate(self) -> None:
         self.stragglers.check_n_workers(self.n_workers)
@@ -894,12 +878,11 @@ class DaskRuntime(Runtime):
         the address."""
         self._check_membership()
         index = handle.worker_index
-        address = self._addresses[index]
         held = self._held[index]
-        future = self._submit_to(
-            address, run_unit_task, *handle.args, *(held[p] for p in handle.partitions),
-            **handle.kwargs, key=f"unit-again-w{index}-{uuid.uuid4().hex[:6]}")
-        return future, address
+        future = self._pinned(run_unit_task, *handle.args, *(held[p] for p in handle.partitions),
+                              **handle.kwargs, key=f"unit-again-w{index}-{uuid.uuid4().hex[:6]}",
+                              worker_index=index)
+        return future, self._addresses[index]
 
     def _fetched_bytes(self) -> int:
         return 0 if self._reducer is None else self._reducer.take_bytes()
@@ -1110,15 +1093,10 @@ class DaskRuntime(Runtime):
     def close(self) -> None:
         """Release data; close the client and cluster if this runtime started them."""
         self._unload()
-        if self._recorder is not None:
-            try:
-                self._recorder.close()
-            except Exception as err:  # closing must not mask the run's own error
-                logger.warning("closing the latency recorder failed: %s", err)
-            self._recorder = None
-        for obj in self._owned:
+        closing = ([] if self._recorder is None else [self._recorder]) + self._owned
+        self._recorder, self._owned = None, []
+        for obj in closing:  # the latency recorder first, then the client and cluster
             try:
                 obj.close()
             except Exception as err:  # closing must not mask the run's own error
                 logger.warning("closing %r failed: %s", obj, err)
-        self._owned = []

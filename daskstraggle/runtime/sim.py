@@ -37,7 +37,7 @@ from daskstraggle.engine.pool import (
     WorkerPool,
 )
 from daskstraggle.engine.resilience import check_slow_settings
-from daskstraggle.errors import InvalidParameterError, WorkerLostError
+from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel, LatencySampler
 from daskstraggle.latency.faults import FAULTS, ClusterState, Fault
 from daskstraggle.latency.modifiers import LinkQueue
@@ -46,6 +46,7 @@ from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block
 from daskstraggle.problems.held import HeldResult, Leaf, payload_bytes
+from daskstraggle.runtime._resilience import slow_bounds
 from daskstraggle.runtime.aggregate import AGGREGATIONS, build_tree, tree_sum
 from daskstraggle.runtime.base import (
     RuntimeOptions,
@@ -207,7 +208,8 @@ class SimRuntime(LocalRuntime):
         self._links = None if link is None else LinkQueue(link)
         self.engine.pool = WorkerPool(
             [str(i) for i in range(self._n_workers)], placement=placement,
-            partition_rows=partition_rows, bounds=self._bounds(), backup_after=self.backup_after,
+            partition_rows=partition_rows, backup_after=self.backup_after,
+            bounds=slow_bounds(self.frozen_after, self.stale_after),
             watch=bool(self.faults) or self.frozen_after is not None
             or self.stale_after is not None)
         self._wake = math.inf
@@ -216,11 +218,6 @@ class SimRuntime(LocalRuntime):
         self._busy = {}
         self._cluster = ClusterState(n_workers=self._n_workers)
         self._losses = []
-
-    def _bounds(self) -> Any:
-        from daskstraggle.runtime._resilience import slow_bounds
-
-        return slow_bounds(self.frozen_after, self.stale_after)
 
     # ------------------------------------------------------------------ sending
     def _submit(self, unit: WorkUnit, problem: Problem, only: frozenset[int] | None = None
@@ -547,18 +544,14 @@ class SimRuntime(LocalRuntime):
         """Every worker is gone: play the faults of the next ``timeouts.no-worker``
         seconds; one among them that adds workers (a join) carries on, else the run
         ends."""
-        from daskstraggle import config
+        from daskstraggle.runtime._membership import no_worker_error, no_worker_timeout
 
-        limit = float(config.seconds("timeouts.no-worker"))
+        limit = no_worker_timeout()
         cluster = self._cluster
         joins = sorted(at for at, _, f in self._events
                        if f.apply(cluster).joined > cluster.joined)
         if not joins or joins[0] > self._now + limit:
-            raise WorkerLostError(
-                f"Every worker left the cluster and none joined within {limit:g} s; the "
-                "run cannot go on. Start workers (or check why they died: memory limit, "
-                "walltime, preemption) and run again."
-            )
+            raise no_worker_error(limit)
         self._now = joins[0]
         while self._events and self._events[0][0] <= joins[0]:
             self._play_fault()
@@ -583,11 +576,6 @@ class SimRuntime(LocalRuntime):
         self._tasks.clear()
         if self.worker_pool is not None:
             self._observe(events.TasksDropped, self._new_stimulus_id("ended"), keys=None)
-
-    def _unload(self) -> None:
-        super()._unload()
-        self._heap.clear()
-        self._tasks.clear()
 
 
 @dataclass(slots=True)

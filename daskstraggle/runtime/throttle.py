@@ -6,7 +6,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import numbers
+import math
 import os
 import signal
 import socket
@@ -19,7 +19,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from daskstraggle._validation import check_addresses
+from daskstraggle._validation import _real, check_addresses
 from daskstraggle.errors import InvalidParameterError, StraggleError
 from daskstraggle.runtime import _throttler
 from daskstraggle.runtime._connect import default_client, worker_identity
@@ -144,16 +144,9 @@ def _check_number(value: Any, name: str, *, seconds: bool = True) -> float:
                 f"The {name!r} parameter of {_CALLER} must be seconds or a duration like "
                 f"'50ms'. Got {value!r} instead."
             ) from err
-    good = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if good:
-        value = float(value)
-        good = value != float("inf") and (value > 0 if seconds else value >= 1)
-    if not good:
-        constraint = "a number of seconds > 0" if seconds else "a number >= 1"
-        raise InvalidParameterError(
-            f"The {name!r} parameter of {_CALLER} must be {constraint}. Got {value!r} instead."
-        )
-    return float(value)
+    if seconds:
+        return _real(value, lambda x: 0 < x < math.inf, name, _CALLER, "a number of seconds > 0")
+    return _real(value, lambda x: 1 <= x < math.inf, name, _CALLER, "a number >= 1")
 
 
 @dataclass(slots=True)

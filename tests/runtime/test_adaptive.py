@@ -188,7 +188,8 @@ def test_jobs_joining_then_an_adaptive_scale_down_keep_gd_exact(
         def one_left() -> bool:
             """the cluster down to one worker, holding every index"""
             return (len(cluster.workers) == 1 and len(set(rt.worker_names)) == 1
-                    and not rt._helpers and "adapted" in scenario)
+                    and not (rt.worker_pool is not None and rt.worker_pool.helpers)
+                    and "adapted" in scenario)
 
         def adapt() -> None:
             scenario["adapted"] = cluster.adapt(minimum=1, maximum=4, interval="200ms",
