@@ -219,30 +219,24 @@ def write_atomically(out: Path, write: Callable[[Path], object]) -> Path:
     """
     out.parent.mkdir(parents=True, exist_ok=True)
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    staged = out.parent / f".{out.name}.tmp-{tag}"
-    tmp: Path | None = staged
-    old: Path | None = None
-    try:
+    staged, old = (out.parent / f".{out.name}.{kind}-{tag}" for kind in ("tmp", "old"))
+    try:  # whichever of the two names still exists at the end is a leftover
         write(staged)
         if not os.path.lexists(out):
             staged.rename(out)
         elif _exchange(staged, out):  # the temporary's name now holds the replaced store
-            old = out.parent / f".{out.name}.old-{tag}"
             staged.rename(old)
-            tmp = None
         else:
-            old = out.parent / f".{out.name}.old-{tag}"
             out.rename(old)
             try:
                 staged.rename(out)
             except BaseException:
                 if not os.path.lexists(out):
                     old.rename(out)
-                    old = None
                 raise
     finally:
-        for leftover in (tmp, old, *_stale_leftovers(out)):
-            if leftover is not None and os.path.lexists(leftover):
+        for leftover in (staged, old, *_stale_leftovers(out)):
+            if os.path.lexists(leftover):
                 discard(leftover)
     return out
 

@@ -16,7 +16,7 @@ import re
 import textwrap
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -26,6 +26,7 @@ from daskstraggle._declared_options import Constraint, check_fields, flat_name
 from daskstraggle._output import source_paths
 from daskstraggle._recovery import recovery
 from daskstraggle._validation import check_bool, check_mapping, check_rng
+from daskstraggle.data._opening import is_dataset
 from daskstraggle.data.genotypes import (
     GenotypeQC,
     check_not_allele_counts,
@@ -47,7 +48,7 @@ from daskstraggle.latency.faults import term_names
 from daskstraggle.latency.spec import parse_stragglers
 from daskstraggle.methods import Gram, Method, make_method
 from daskstraggle.methods.base import check_oversampling
-from daskstraggle.options import Checkpoint, DataOptions, Report, RuntimeSpec, run_groups
+from daskstraggle.options import RUN_GROUPS, Checkpoint, DataOptions, Report, RuntimeSpec
 from daskstraggle.problems import PCA, LeastSquares, Logistic, Problem
 from daskstraggle.problems.least_squares import _LinearModel
 from daskstraggle.runtime import Runtime, RuntimeOptions, StopRule, get_runtime_class, lifecycle
@@ -108,13 +109,6 @@ def _declared(runtime: Runtime | str | None) -> type[Runtime]:
     if isinstance(runtime, Runtime):
         return type(runtime)
     return get_runtime_class("dask" if runtime is None else runtime)
-
-
-def _auto_method(problem: Problem) -> str:
-    """``method="auto"`` before the data is open (see :func:`_auto_for_data`)."""
-    if isinstance(problem, PCA):
-        return "gram" if problem.oversample is None else "block"
-    return "gd"
 
 
 def _connects(spec: RuntimeSpec) -> bool:
@@ -193,16 +187,13 @@ def _expected_workers(spec: RuntimeSpec, caller: str) -> int | None:
                            name="The daskstraggle.workers setting (the default of --workers)")
 
 
-@contextmanager
 def _resolve_runtime(runtime: Runtime | str | None, spec: RuntimeSpec, rng: Any
-                     ) -> Iterator[Runtime]:
-    """Yield the runtime to use (``runtime``, else one made from ``spec``, closed after)."""
+                     ) -> AbstractContextManager[Runtime]:
+    """The runtime to use (``runtime``, else one made from ``spec``, closed after)."""
     if isinstance(runtime, Runtime):
-        yield runtime
-        return
+        return nullcontext(runtime)
     seed = int(rng) if isinstance(rng, int | np.integer) else None
-    with _declared(runtime).from_options(RuntimeOptions(**_asked(spec), seed=seed)) as rt:
-        yield rt
+    return _declared(runtime).from_options(RuntimeOptions(**_asked(spec), seed=seed))
 
 
 def _asked(spec: RuntimeSpec) -> dict[str, Any]:
@@ -216,16 +207,6 @@ _OWN_CONSTRAINTS = {"step_size": (Constraint(float), "--step-size"),
                     "out": (Constraint(Path, example="run.zarr"), "--out"),
                     "overwrite": (Constraint(bool, none=False), None),
                     "progress": (Constraint(bool, none=False), None)}
-
-
-def _validated(caller: str, own: dict[str, Any], groups: dict[str, Any]
-               ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``own`` keywords and ``groups`` (None: defaults), checked by their constraints."""
-    own = {name: constraint.check(own[name], name=name, caller=caller, flag=flag)
-           for name, (constraint, flag) in _OWN_CONSTRAINTS.items()}
-    groups = {name: check_fields(cls() if groups[name] is None else groups[name], caller=caller)
-              for name, cls in run_groups().items()}
-    return own, groups
 
 
 def _run(
@@ -249,14 +230,12 @@ def _run(
 ) -> Result:
     """:func:`solve`'s body: everything checked before any cluster work."""
     caller = caller or f"fit_{problem.name.replace('-', '_')}"
-    own, groups = _validated(
-        caller, {"step_size": step_size, "out": out, "overwrite": overwrite,
-                 "progress": progress},
-        {"stop": stop, "runtime": runtime, "data": data, "checkpoint": checkpoint,
-         "report": report})
-    step_size, out = own["step_size"], own["out"]
-    stop, spec, data, ckpt, report = (groups[name] for name in (
-        "stop", "runtime", "data", "checkpoint", "report"))
+    given = locals()  # each keyword checked by its constraint, a group's None: its defaults
+    step_size, out, _, _ = (constraint.check(given[name], name=name, caller=caller, flag=flag)
+                            for name, (constraint, flag) in _OWN_CONSTRAINTS.items())
+    stop, report, spec, data, ckpt = (
+        check_fields(cls() if given[name] is None else given[name], caller=caller)
+        for name, cls in RUN_GROUPS.items())
     runtime = spec.name
     if stop.gap_tol is not None and not report.reference:
         raise InvalidParameterError(
@@ -320,7 +299,9 @@ def _method_for(problem: Problem, method: str | Method, method_params: Any, rng:
             f"The 'method_params' parameter of {caller} needs an explicit method (CLI: "
             "--method); with method='auto' the method is chosen from the data."
         )
-    name = _auto_method(problem) if auto else method
+    # auto before the data is open (see _auto_for_data)
+    name = method if not auto else "gd" if not isinstance(problem, PCA) else (
+        "gram" if problem.oversample is None else "block")
     meth = make_method(name, **_seeded(name, method_params, rng))
     meth.check_problem(problem)
     check_oversampling(meth, problem)
@@ -463,20 +444,12 @@ _FLAT_ORDER = ("method", "method_params", "step_size", "stop", "report", "runtim
                "data", "checkpoint", "out", "overwrite", "progress")
 
 
-def _flat_options() -> dict[str, tuple[str, type, dataclasses.Field[Any]] | None]:
-    """Each ``fit_*`` option: ``(solve's parameter, group, field)``, None for ``_run``'s."""
-    groups = run_groups()
-    flat: dict[str, tuple[str, type, dataclasses.Field[Any]] | None] = {}
-    for name in _FLAT_ORDER:
-        if name not in groups:
-            flat[name] = None
-            continue
-        flat.update({flat_name(field): (name, groups[name], field)
-                     for field in dataclasses.fields(groups[name])})
-    return flat
-
-
-_GROUPED = _flat_options()
+#: Each ``fit_*`` option: ``(solve's parameter, group, field)``, None for ``_run``'s.
+_GROUPED: dict[str, tuple[str, type, dataclasses.Field[Any]] | None] = {
+    option: where for name in _FLAT_ORDER for option, where in (
+        [(name, None)] if name not in RUN_GROUPS else
+        [(flat_name(field), (name, RUN_GROUPS[name], field))
+         for field in dataclasses.fields(RUN_GROUPS[name])])}
 _FIT_OPTIONS = tuple(_GROUPED)
 
 #: The run options described otherwise than by :func:`solve`'s docstring or their group's
@@ -558,8 +531,7 @@ def _grouped(flat: dict[str, Any]) -> dict[str, Any]:
             out[name] = value
         else:
             fields.setdefault(where[0], {})[where[2].name] = value
-    groups = run_groups()
-    return out | {param: groups[param](**given) for param, given in fields.items()}
+    return out | {param: RUN_GROUPS[param](**given) for param, given in fields.items()}
 
 
 #: The flat keywords ``solve`` took before its options were grouped, and where each went.
@@ -673,7 +645,7 @@ def solve(
     """
     passed = {"stop": stop, "runtime": runtime, "data": data, "checkpoint": checkpoint,
               "report": report}
-    groups = {name: _as_group(name, cls, passed[name]) for name, cls in run_groups().items()}
+    groups = {name: _as_group(name, cls, passed[name]) for name, cls in RUN_GROUPS.items()}
     wheres = []
     for name, value in moved.items():
         if name not in _MOVED_KEYWORDS:
@@ -825,7 +797,7 @@ def fit_pca(
     if dims is None:
         check_not_allele_counts(X, caller="fit_pca")
     if center is None:
-        if isinstance(X, str | os.PathLike) or _is_dataset(X) or dims is not None:
+        if isinstance(X, str | os.PathLike) or is_dataset(X) or dims is not None:
             # open once here; _run takes the Matrix
             X = open_matrix(X, **{k: options[k] for k in (*_OPEN_KEYS, "genotype_dims")})
             if dims is None:
@@ -834,10 +806,6 @@ def fit_pca(
         center = not (isinstance(X, Matrix) and X.rows_standardized)
     return _run(PCA(n_components=n_components, center=center, oversample=oversample,
                     min_eigengap=min_eigengap), X, **_grouped(options))
-
-
-def _is_dataset(obj: Any) -> bool:
-    return type(obj).__module__.startswith("xarray") and hasattr(obj, "data_vars")
 
 
 #: The run options that say how to open the data.
@@ -929,7 +897,7 @@ def genotype_pca(
                              axes, sample_id=matrix.columns, variant_coords=coords)
     if not merge:
         return out
-    if not _is_dataset(ds):
+    if not is_dataset(ds):
         import xarray as xr
 
         with warnings.catch_warnings():  # a store without consolidated metadata is fine

@@ -623,15 +623,9 @@ def _non_finite(value: Any, key: str = "") -> tuple[str, Any] | None:
         return key, value
     if isinstance(value, dict):
         items: Any = ((f"{key}.{k}" if key else str(k), v) for k, v in value.items())
-    elif isinstance(value, list):
-        items = ((f"{key}[{i}]", v) for i, v in enumerate(value))
-    else:
-        return None
-    for sub_key, sub in items:
-        found = _non_finite(sub, sub_key)
-        if found is not None:
-            return found
-    return None
+    else:  # a list's items, nothing of any other value
+        items = ((f"{key}[{i}]", v) for i, v in enumerate(value if isinstance(value, list) else ()))
+    return next(filter(None, (_non_finite(sub, sub_key) for sub_key, sub in items)), None)
 
 
 # ---------------------------------------------------------------------------------- demo

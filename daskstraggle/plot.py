@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xarray as xr
 
-from daskstraggle._validation import check_bool, check_choice
+from daskstraggle._validation import _fail, check_bool, check_choice
 from daskstraggle.errors import InvalidDataError, InvalidParameterError, InvalidTypeError
 from daskstraggle.trace import Result
 
@@ -45,6 +45,11 @@ def _pyplot() -> Any:
     except ImportError:
         raise ImportError(f"daskstraggle.plot needs matplotlib: {INSTALL_HINT}") from None
     return plt
+
+
+def _type_error(param: str, caller: str, must: str, value: object) -> InvalidTypeError:
+    return InvalidTypeError(f"The {param!r} parameter of {caller} must {must}. Got "
+                            f"{type(value).__name__} instead.")
 
 
 def _axes(ax: Axes | None) -> Axes:
@@ -151,24 +156,17 @@ def _named_runs(results: Any, labels: Any, *, caller: str) -> list[tuple[str, Re
         labels, results = [str(k) for k in results], list(results.values())
     runs = [results] if isinstance(results, Result) else results
     if not _is_sequence(runs):
-        raise InvalidTypeError(
-            f"The 'results' parameter of {caller} must be a Result, a sequence of Results or "
-            f"a mapping of labels to Results. Got {type(results).__name__} instead."
-        )
+        raise _type_error("results", caller, "be a Result, a sequence of Results or a mapping "
+                          "of labels to Results", results)
     if not runs:
         raise InvalidParameterError(f"The 'results' parameter of {caller} holds no Result.")
-    wrong = [type(r).__name__ for r in runs if not isinstance(r, Result)]
+    wrong = [r for r in runs if not isinstance(r, Result)]
     if wrong:
-        raise InvalidTypeError(
-            f"The 'results' parameter of {caller} must hold Results (a fit's return value or "
-            f"Result.load(path)). Got {wrong[0]} instead."
-        )
+        raise _type_error("results", caller, "hold Results (a fit's return value or "
+                          "Result.load(path))", wrong[0])
     labels = _method_labels(runs) if labels is None else labels
     if not _is_sequence(labels) or len(labels) != len(runs):
-        raise InvalidParameterError(
-            f"The 'labels' parameter of {caller} must be a sequence of {len(runs)} strings, "
-            f"one per result. Got {labels!r} instead."
-        )
+        _fail("labels", caller, f"a sequence of {len(runs)} strings, one per result", labels)
     return [(str(label), run) for label, run in zip(labels, runs, strict=True)]
 
 
@@ -191,10 +189,7 @@ def _drawable(trace: xr.Dataset, name: object, *, ndim: int, param: str, caller:
     names = sorted(str(v) for v in trace.data_vars
                    if trace[v].ndim == ndim and trace[v].dims[0] == "iteration")
     if not isinstance(name, str) or name not in names:
-        raise InvalidParameterError(
-            f"The {param!r} parameter of {caller} must be a trace variable over iteration"
-            f"{among}{names}. Got {name!r} instead."
-        )
+        _fail(param, caller, f"a trace variable over iteration{among}{names}", name)
     values = np.asarray(trace[name].values, dtype=np.float64)
     if not np.isfinite(values).any():
         raise InvalidDataError(empty)
@@ -246,10 +241,8 @@ def plot_latency(result: Result | xr.Dataset, *, variable: str = "latency",
     """
     caller = "plot_latency"
     if not isinstance(result, Result | xr.Dataset):
-        raise InvalidTypeError(
-            f"The 'result' parameter of {caller} must be a Result or its trace (an "
-            f"xarray.Dataset). Got {type(result).__name__} instead."
-        )
+        raise _type_error("result", caller, "be a Result or its trace (an xarray.Dataset)",
+                          result)
     trace = result.trace if isinstance(result, Result) else result
     values = _drawable(trace, variable, ndim=2, param="variable", caller=caller,
                        among=" and one other dimension, one of ",
@@ -369,10 +362,8 @@ def _pca_points(data: Any, *, caller: str) -> tuple[np.ndarray, np.ndarray | Non
     try:
         points = np.asarray(data, dtype=np.float64)
     except (TypeError, ValueError):
-        raise InvalidTypeError(
-            f"The 'data' parameter of {caller} must be a PCA Result, a Dataset or an array "
-            f"of scores (n_samples, n_components). Got {type(data).__name__} instead."
-        ) from None
+        raise _type_error("data", caller, "be a PCA Result, a Dataset or an array of scores "
+                          "(n_samples, n_components)", data) from None
     if points.ndim != 2:
         raise InvalidParameterError(
             f"The 'data' parameter of {caller} must be scores of shape (n_samples, "
@@ -387,10 +378,8 @@ def _check_components(components: Any, n: int, *, caller: str) -> tuple[int, int
                   and 0 <= int(c) < n for c in components)
           and components[0] != components[1])
     if not ok:
-        raise InvalidParameterError(
-            f"The 'components' parameter of {caller} must be two distinct component indices "
-            f"in [0, {n}) (0 is PC1; the data has {n} components). Got {components!r} instead."
-        )
+        _fail("components", caller, f"two distinct component indices in [0, {n}) (0 is PC1; "
+              f"the data has {n} components)", components)
     return int(components[0]), int(components[1])
 
 
@@ -398,10 +387,8 @@ def _check_labels(labels: Any, n: int, *, caller: str) -> np.ndarray | None:
     if labels is None:
         return None
     if isinstance(labels, str) or np.ndim(labels) != 1:
-        raise InvalidTypeError(
-            f"The 'labels' parameter of {caller} must be a 1-D array-like with one label per "
-            f"point. Got {type(labels).__name__} instead."
-        )
+        raise _type_error("labels", caller, "be a 1-D array-like with one label per point",
+                          labels)
     values = np.asarray(labels)
     if values.dtype.kind == "O":
         values = values.astype(str)
@@ -450,10 +437,7 @@ def plot_run(result: Result, *, labels: Any = None, fig: Figure | None = None) -
     ['pca by gram', 'per-worker latency', 'PC1 and PC2 of 6 features']
     """
     if not isinstance(result, Result):
-        raise InvalidTypeError(
-            f"The 'result' parameter of plot_run must be a Result. Got "
-            f"{type(result).__name__} instead."
-        )
+        raise _type_error("result", "plot_run", "be a Result", result)
     trace, title = result.trace, f"{result.problem} by {result.method}"
     y = next((v for v in ("gap", "optimality", "objective") if _finite(trace, v)), None)
     panels: list[tuple[str, Callable[..., Axes] | None]] = (

@@ -31,16 +31,10 @@ __all__ = ["Result", "TraceRecorder", "check_output_path", "trace_dataset"]
 
 #: Dimensions of the fitted arrays; "feature" is renamed to the matrix's column dimension.
 _FITTED_DIMS: dict[str, tuple[str, ...]] = {
-    "components": ("component", "feature"),
-    "explained_variance": ("component",),
-    "explained_variance_ratio": ("component",),
-    "singular_values": ("component",),
-    "mean": ("feature",),
-    "residuals": ("component",),
-    "coef": ("feature",),
-    "intercept": (),
-    "grad_norm": (),
-}
+    "components": ("component", "feature"), "explained_variance": ("component",),
+    "explained_variance_ratio": ("component",), "singular_values": ("component",),
+    "mean": ("feature",), "residuals": ("component",), "coef": ("feature",), "intercept": (),
+    "grad_norm": ()}
 
 #: What :attr:`Result.quality_control` reports of the matrix's quality control record.
 _QC_COUNTS = ("n_variants", "n_kept", "removed", "n_samples", "n_samples_kept",
@@ -269,9 +263,8 @@ class Result:
         head += f"stopped by {self.stop_reason}, converged: {self.converged}"
         objective = f"objective:  {self.objective:.10g}"
         if self.reference_objective is not None:
-            objective += f"  (exact {self.reference_objective:.10g}, gap {self.gap:.3g}"
-            objective += "" if self.distance is None else f", distance {self.distance:.3g}"
-            objective += ")"
+            distance = "" if self.distance is None else f", distance {self.distance:.3g}"
+            objective += f"  (exact {self.reference_objective:.10g}, gap {self.gap:.3g}{distance})"
         run = f"time:       {self.wall_time:.3f} s solve"
         if "runtime" in self.attrs:
             run += f", {self.attrs['runtime']} runtime"
@@ -298,16 +291,9 @@ class Result:
         ``worker_joins`` (as in :attr:`attrs`) when workers were lost, moved or joined;
         the CLI's table prints its lines from the same entries.
         """
-        out: dict[str, Any] = {
-            "problem": self.problem,
-            "method": self.method,
-            "n_iter": self.n_iter,
-            "wall_time_s": self.wall_time,
-            "objective": self.objective,
-            "converged": self.converged,
-            "stop_reason": self.stop_reason,
-            "optimality": self.optimality,
-        }
+        out: dict[str, Any] = {key: getattr(self, key.removesuffix("_s")) for key in (
+            "problem", "method", "n_iter", "wall_time_s", "objective", "converged",
+            "stop_reason", "optimality")}
         shown = (("explained_variance", "explained_variance_ratio", "residuals")
                  if self.problem == "pca" else ("coef", "intercept", "grad_norm"))
         out.update({key: self.fitted[key] for key in shown if key in self.fitted})
