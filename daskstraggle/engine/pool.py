@@ -575,10 +575,8 @@ class WorkerPool:
     @_handle.register
     def _(self, event: TasksDropped) -> list[Instruction]:
         if event.keys is None:  # the run ended
-            self.tasks.clear()
-            self._twins.clear()
-            self._halves.clear()
-            self._half_done.clear()
+            for table in (self.tasks, self._twins, self._halves, self._half_done):
+                table.clear()
         for key in event.keys or ():
             self._drop_task(key)
         return []
@@ -602,10 +600,8 @@ class WorkerPool:
     def usable(self, status: Mapping[str, str]) -> bool:
         """Whether ``status`` names a worker that may take work (not going, not found
         frozen, not retiring)."""
-        retiring = (self.retiring | {a for a, s in status.items() if s == RETIRING}) - {
-            a for a, s in status.items() if s == "running"}
-        return any(s not in GOING and a not in self.shunned and a not in retiring
-                   for a, s in status.items())
+        return any(s not in GOING and a not in self.shunned
+                   and (s == "running" or a not in self.retiring) for a, s in status.items())
 
     @_handle.register
     def _(self, event: StatusChanged) -> list[Instruction]:

@@ -156,14 +156,6 @@ class _FixedSampler(_FactorSampler):
         return float(self.factors[worker_index])
 
 
-class _SlowdownSampler(_FixedSampler):
-    def __init__(self, model: Slowdown, n_workers: int, streams: Streams) -> None:
-        super().__init__(model, n_workers, streams)
-        workers = cast(tuple[int, ...], model.workers)  # a tuple after __post_init__
-        factors = np.broadcast_to(np.asarray(model.factor, dtype=float), (len(workers),))
-        self.factors[list(workers)] = factors
-
-
 @register_model
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Slowdown(_Modifier):
@@ -196,7 +188,6 @@ class Slowdown(_Modifier):
     """
 
     name: ClassVar[str] = "slowdown"
-    _sampler_class = _SlowdownSampler
     _checks = (*_Modifier._checks,
                ("workers", functools.partial(_check_workers, allow_none=False)))
     workers: int | tuple[int, ...]
@@ -215,6 +206,11 @@ class Slowdown(_Modifier):
         else:
             factor = check_positive(factor, name="factor", caller=caller)
         self._set(factor=factor)
+
+    def _make_sampler(self, n_workers: int, streams: Streams) -> LatencySampler:
+        sampler = _FixedSampler(self, n_workers, streams)
+        sampler.factors[list(cast(tuple[int, ...], self.workers))] = self.factor
+        return sampler
 
 
 class _ArtificialSampler(_FactorSampler):

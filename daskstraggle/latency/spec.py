@@ -89,12 +89,9 @@ class Stragglers:
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if the spec does not fit ``n_workers`` workers."""
-        if self.model is not None:
-            self.model.check_n_workers(n_workers)
-        if self.throttle is not None:
-            self.throttle.check_n_workers(n_workers)
-        for fault in self.faults:
-            fault.check_n_workers(n_workers)
+        for term in (self.model, self.throttle, *self.faults):
+            if term is not None:
+                term.check_n_workers(n_workers)
 
     def to_spec(self) -> str:
         """Return the spec text (``"none"`` when empty)."""
@@ -153,6 +150,13 @@ def _term(node: ast.AST, text: str, *, base: LatencyModel | None) -> Any:
     return cls.from_term(name, params, base=base, spec=text)
 
 
+def _terms(node: ast.AST) -> list[ast.AST]:
+    """The terms of ``a + b + ...``, in order."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return [*_terms(node.left), *_terms(node.right)]
+    return [node]
+
+
 def parse_stragglers(spec: str | LatencyModel | Stragglers | None) -> Stragglers:
     """Read a straggler spec (see the module docstring for the grammar).
 
@@ -208,20 +212,10 @@ def parse_stragglers(spec: str | LatencyModel | Stragglers | None) -> Stragglers
         raise InvalidParameterError(
             f"Could not parse the stragglers spec {spec!r}. {_HELP}."
         ) from None
-    terms: list[ast.AST] = []
-
-    def flatten(node: ast.AST) -> None:
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            flatten(node.left)
-            flatten(node.right)
-        else:
-            terms.append(node)
-
-    flatten(tree)
     model: LatencyModel | None = None
     throttle: ThrottleSpec | None = None
     faults: list[Fault] = []
-    for node in terms:
+    for node in _terms(tree):
         value = _term(node, text, base=model)
         if isinstance(value, Fault):
             faults.append(value)
