@@ -84,8 +84,17 @@ class _Term:
 
     @classmethod
     def from_term(cls: type[T], name: str, params: dict[str, Any], *, base: Any, spec: str) -> T:
-        """Build the term ``name(**params)`` (:func:`build_term`)."""
-        return build_term(cls, name, params)
+        """Build the term ``name(**params)`` (``for`` may be ``for_``); InvalidParameterError
+        names the parameters it takes."""
+        if "for" in params:
+            params["for_"] = params.pop("for")
+        try:
+            return cls(**params)
+        except TypeError:
+            shown = ", ".join(p.rstrip("_") for p in inspect.signature(cls).parameters)
+            raise InvalidParameterError(
+                f"{name} takes {shown}; got {', '.join(sorted(params)) or 'nothing'}."
+            ) from None
 
     def check_n_workers(self, n_workers: int) -> None:
         """Raise InvalidParameterError if a worker index is out of range."""
@@ -144,20 +153,6 @@ class Fault(_Term):
         """Its first own parameter, ``at``, then the others."""
         names = _Term._spec_names(self)
         return [*names[1:2], "at", *names[2:]]
-
-
-def build_term(cls: type[T], name: str, params: dict[str, Any]) -> T:
-    """Return ``cls(**params)``, the dataclass of the spec term ``name`` (``for`` may be
-    ``for_``); InvalidParameterError names the parameters it takes."""
-    if "for" in params:
-        params["for_"] = params.pop("for")
-    try:
-        return cls(**params)
-    except TypeError:
-        shown = ", ".join(p.rstrip("_") for p in inspect.signature(cls).parameters)
-        raise InvalidParameterError(
-            f"{name} takes {shown}; got {', '.join(sorted(params)) or 'nothing'}."
-        ) from None
 
 
 def _spec_value(value: Any) -> str:
