@@ -31,11 +31,15 @@ class PartitionStore:
     def __init__(self, client: Any, submit: Submit) -> None:
         self.client = client
         self._submit = submit
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every handle (the data is released with them)."""
+        self._loaded: tuple[Any, dict[tuple[int, str], Any]] = (None, {})
         self.held: list[dict[int, Any]] = []
         self.helper: dict[int, dict[int, Any]] = {}
         self._handover: dict[int, dict[int, Any]] = {}  # a helper's copy for its new index
         self._spares: dict[tuple[str, int], Any] = {}
-        self._loaded: tuple[Any, dict[tuple[int, str], Any]] = (None, {})
 
     def load(self, matrix: Any, placement: list[tuple[int, ...]], addresses: list[str], *,
              kept: dict[tuple[int, str], Any] | None = None) -> None:
@@ -62,14 +66,6 @@ class PartitionStore:
         under a key naming ``kind`` (a load after the first is made unique)."""
         token = "" if kind == "load" else f"-{uuid.uuid4().hex[:6]}"
         return self._submit(address, matrix.loader(p), key=f"{kind}-p{p}-w{index}{token}")
-
-    def clear(self) -> None:
-        """Forget every handle (the data is released with them)."""
-        self._loaded = (None, {})
-        self.held = []
-        self.helper = {}
-        self._handover = {}
-        self._spares = {}
 
     def loaded(self, task: Task) -> bool:
         """Whether the partitions ``task`` reads are loaded where it runs (a unit sent
@@ -136,12 +132,7 @@ class PartitionStore:
         """The handles of ``partitions`` on worker index ``index``'s worker at ``address``:
         its own, or spare copies loaded there from the source once (for a backup)."""
         held = self.held[index]
-        out = []
         for p in partitions:
-            if p in held:
-                out.append(held[p])
-                continue
-            if (address, p) not in self._spares:
+            if p not in held and (address, p) not in self._spares:
                 self._spares[(address, p)] = self._load(matrix, address, p, index, "spare")
-            out.append(self._spares[(address, p)])
-        return out
+        return [held[p] if p in held else self._spares[(address, p)] for p in partitions]

@@ -25,7 +25,6 @@ __all__ = [
     "SlowBounds",
     "bounded",
     "check_memory",
-    "cleanup_timeout",
     "frozen_bound",
     "helper_targets",
     "next_fraction",
@@ -42,12 +41,6 @@ def _config() -> Any:
     from daskstraggle import config  # dask.config, read when a bound is needed
 
     return config
-
-
-def cleanup_timeout() -> float:
-    """Seconds a clean-up step (removing the injector, stopping the throttle) may take
-    (``daskstraggle.timeouts.cleanup``, :mod:`daskstraggle.config`)."""
-    return float(_config().seconds("timeouts.cleanup"))
 
 
 def setup_timeout() -> float:
@@ -118,9 +111,10 @@ def bounded(what: str, fn: Callable[..., Any], *args: Any, timeout: float | None
 
 
 def quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:
-    """Call a clean-up step, waiting at most :func:`cleanup_timeout` s (a frozen worker never
-    answers the scheduler's broadcast); turn its failure or overrun into a warning."""
-    bound = cleanup_timeout()
+    """Call a clean-up step, waiting at most the ``daskstraggle.timeouts.cleanup`` setting's
+    seconds (a frozen worker never answers the scheduler's broadcast); turn its failure or
+    overrun into a warning."""
+    bound = float(_config().seconds("timeouts.cleanup"))
     outcome = _within(what, bound, fn, *args)
     if not outcome:
         why = f"no answer within {bound:g} s: a worker may be frozen"

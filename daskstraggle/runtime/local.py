@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -202,14 +203,11 @@ class LocalRuntime(Runtime):
     def _compute_unit(self, unit: WorkUnit, problem: Problem) -> list[WorkResult]:
         """Compute one unit: its result, or each message of a streamed unit."""
         if unit.stream:
-            elapsed = 0.0
             computed = self._compute_stream(unit, problem)
-            out = []
-            for j, (_, message, duration) in enumerate(computed):
-                elapsed += duration
-                out.append(WorkResult(unit, message, duration, latency=elapsed, message=j,
-                                      final=j == len(computed) - 1))
-            return out
+            elapsed = list(itertools.accumulate(seconds for _, _, seconds in computed))
+            return [WorkResult(unit, message, seconds, latency=elapsed[j], message=j,
+                               final=j == len(computed) - 1)
+                    for j, (_, message, seconds) in enumerate(computed)]
         held = self._blocks[unit.worker_index]
         result, duration = run_unit(problem, unit.iterate, *(held[p] for p in unit.partitions),
                                     coefficients=unit.coefficients, rows=unit.rows)

@@ -178,16 +178,21 @@ class SimRuntime(LocalRuntime):
         self._seed = np.random.SeedSequence(
             int(rng.integers(2**63)) if isinstance(rng, np.random.Generator) else rng
         )
-        self._heap: list[tuple[float, int, str]] = []
-        self._tasks: dict[str, _SimTask] = {}
         self._order = itertools.count()
+        self._reset()
+
+    def _reset(self) -> None:
+        """Set the state of a run as it starts (the latency draws: :meth:`_begin`)."""
         self._now = 0.0
         self._newest = 0  # newest version dispatched
+        self._heap: list[tuple[float, int, str]] = []
+        self._tasks: dict[str, _SimTask] = {}
         self._sampler: LatencySampler | None = None
         self._links: LinkQueue | None = None  # the coordinator's link, state of a run
-        self._real_start = 0.0
-        self._events: list[tuple[float, int, Fault]] = []
-        self._freezes: dict[str, list[tuple[float, float]]] = {}
+        self._real_start = time.perf_counter()
+        self._events: list[tuple[float, int, Fault]] = sorted(
+            (f.at, k, f) for k, f in enumerate(self.faults))
+        self._freezes = _freeze_windows(self.faults)
         self._busy: dict[str, float] = {}
         self._cluster = ClusterState(n_workers=self._n_workers)  # as the faults leave it
         self._losses: list[dict[str, Any]] = []
@@ -196,16 +201,10 @@ class SimRuntime(LocalRuntime):
         return self._now
 
     def _begin(self, placement: list[tuple[int, ...]], partition_rows: list[int]) -> None:
-        self._now = 0.0
-        self._newest = 0
-        self._heap.clear()
-        self._tasks.clear()
-        self._real_start = time.perf_counter()
-        self._sampler = None if self.latency is None else self.latency.sampler(
-            self._n_workers, self._seed
-        )
-        link = None if self.latency is None else self.latency.link
-        self._links = None if link is None else LinkQueue(link)
+        self._reset()
+        if self.latency is not None:
+            self._sampler = self.latency.sampler(self._n_workers, self._seed)
+            self._links = None if self.latency.link is None else LinkQueue(self.latency.link)
         self.engine.pool = WorkerPool(
             [str(i) for i in range(self._n_workers)], placement=placement,
             partition_rows=partition_rows, backup_after=self.backup_after,
@@ -213,11 +212,6 @@ class SimRuntime(LocalRuntime):
             watch=bool(self.faults) or self.frozen_after is not None
             or self.stale_after is not None)
         self._wake = math.inf
-        self._events = sorted((f.at, k, f) for k, f in enumerate(self.faults))
-        self._freezes = _freeze_windows(self.faults)
-        self._busy = {}
-        self._cluster = ClusterState(n_workers=self._n_workers)
-        self._losses = []
 
     # ------------------------------------------------------------------ sending
     def _submit(self, unit: WorkUnit, problem: Problem, only: frozenset[int] | None = None
