@@ -282,9 +282,11 @@ def start_local_cluster(
             cluster = _local_cluster(n_workers, threads_per_worker, processes, config, {})
         client = Client(cluster, set_as_default=False)
         client.register_plugin(QuietExit())
-    except (RuntimeError, OSError, TimeoutError) as err:
+    except BaseException as err:
         if cluster is not None:
             cluster.close()
+        if not isinstance(err, RuntimeError | OSError | TimeoutError):
+            raise
         cause = err.__cause__ or err
         script = unguarded_main()
         remedy = ("Check free memory and the process limit, or start fewer workers (CLI: "
@@ -297,10 +299,6 @@ def start_local_cluster(
             f"{type(cause).__name__}: {cause}); a worker process died while starting. "
             f"{remedy}"
         ) from err
-    except BaseException:
-        if cluster is not None:
-            cluster.close()
-        raise
     return client, [client, cluster]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
@@ -141,12 +142,7 @@ def select_rows(blocks: tuple[Block, ...], a: int, b: int) -> tuple[Block, ...]:
 
 def fold(results: Iterable[Any], combine: Callable[[Any, Any], Any] | None) -> Any:
     """Fold ``results`` in order with ``combine`` (default ``+``); at least one result."""
-    join = combine or (lambda a, b: a + b)
-    results = iter(results)
-    total = next(results)
-    for result in results:
-        total = join(total, result)
-    return total
+    return functools.reduce(combine or operator.add, results)
 
 
 def fold_map(
@@ -498,9 +494,7 @@ class Runtime(ABC):
         instructions cause are handled after it and may move it."""
         out = self.engine.handle_stimulus(kind(time=self._clock(), stimulus_id=(
             self._cause if stimulus_id is None else stimulus_id), **fields))
-        if not out:
-            return out
-        if isinstance(out[-1], WakeAt):
+        if out and isinstance(out[-1], WakeAt):
             self._wake = cast(WakeAt, out.pop()).time
         answers: list[Instruction] = []
         for instruction in out:

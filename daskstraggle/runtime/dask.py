@@ -307,6 +307,7 @@ class DaskRuntime(Runtime):
     ) -> None:
         from distributed import as_completed
 
+        from daskstraggle import config
         from daskstraggle.latency.faults import term_names
         from daskstraggle.latency.spec import parse_stragglers
 
@@ -320,8 +321,6 @@ class DaskRuntime(Runtime):
         self._min_workers = None if min_workers is None else check_int(
             min_workers, name="min_workers", caller="DaskRuntime", low=1)
         if min_workers_timeout is None:
-            from daskstraggle import config
-
             min_workers_timeout = config.seconds("timeouts.min-workers")
         self._min_workers_timeout = check_positive(
             min_workers_timeout, name="min_workers_timeout", caller="DaskRuntime")
@@ -352,8 +351,6 @@ class DaskRuntime(Runtime):
         self._ac: Any = None
         self._matrix: Matrix | None = None
         self._losses: list[dict[str, Any]] = []
-        from daskstraggle import config
-
         self._allowed_losses = config.count("allowed-losses")
         # this run's workers, seen by the scheduler: (nanny, memory limit); those that
         # left and were asked whether their nanny restarted them for memory; those it did
