@@ -93,8 +93,8 @@ def fault_summary(model: Any, source: str, sim: Any) -> dict[str, Any]:
     :func:`simulate_summary` (no order statistics) plus the faults and the events."""
     from daskstraggle.runtime.fault_simulation import N_FEATURES, ROWS_PER_WORKER
 
-    out = simulate_summary(model, source, sim, None)
-    out.update(
+    return dict(
+        simulate_summary(model, source, sim, None),
         faults=[f.to_spec() for f in sim.faults],
         method="dsag",
         problem={"name": "least-squares", "rows_per_worker": ROWS_PER_WORKER,
@@ -104,7 +104,6 @@ def fault_summary(model: Any, source: str, sim: Any) -> dict[str, Any]:
         faults_not_reached=[f.to_spec() for f in sim.not_reached],
         workers_at_end=list(sim.workers),
     )
-    return out
 
 
 def simulate_table(source: str, load: float, collect_window: float, sim: Any,

@@ -101,13 +101,10 @@ def check_fields(group: Any, *, caller: str) -> Any:
     or raise InvalidParameterError for the first field that breaks it."""
     changed = {}
     for field in dataclasses.fields(group):
-        constraint = field.metadata.get("constraint")
-        if constraint is None:
-            continue
-        cli = field.metadata.get("cli")
-        value = getattr(group, field.name)
-        checked = constraint.check(value, name=flat_name(field), caller=caller,
-                                   flag=None if cli is None else cli.flag)
-        if checked is not value:
-            changed[field.name] = checked
+        if (constraint := field.metadata.get("constraint")) is not None:
+            value = getattr(group, field.name)
+            checked = constraint.check(value, name=flat_name(field), caller=caller,
+                                       flag=getattr(field.metadata.get("cli"), "flag", None))
+            if checked is not value:
+                changed[field.name] = checked
     return dataclasses.replace(group, **changed) if changed else group

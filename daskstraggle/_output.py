@@ -121,13 +121,9 @@ def check_not_input(out: Path, inputs: Iterable[str | os.PathLike[str] | None], 
         if source is None:
             continue
         real_in = Path(os.path.realpath(source))
-        if real_out == real_in:
-            relation = "is"
-        elif real_in in real_out.parents:
-            relation = "lies inside"
-        elif real_out in real_in.parents:
-            relation = "contains"
-        else:
+        relation = ("is" if real_out == real_in else "lies inside" if real_in in real_out.parents
+                    else "contains" if real_out in real_in.parents else None)
+        if relation is None:
             continue
         raise InvalidParameterError(
             f"{what} {str(out)!r} {relation} {role} {os.fspath(source)!r}; "

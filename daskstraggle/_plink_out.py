@@ -216,20 +216,18 @@ def check_variants(matrix: Matrix) -> None:
 def _variant_columns(matrix: Matrix) -> tuple[list[str], list[int], list[str], list[str],
                                                list[str] | None]:
     """Per variant: contig, position, REF, ALT and the given id (None: no ids)."""
-    table = matrix.variants
-    n = matrix.n_rows
-    if table is None:
-        return ["0"] * n, list(range(1, n + 1)), ["A"] * n, ["T"] * n, None
-    contigs = table.contigs()
+    table, n = matrix.variants, matrix.n_rows
+    get = table.get if table is not None else dict[str, Any]().get  # no table: the defaults
+    contigs = table.contigs() if table is not None else None
     chrom = list(contigs) if contigs is not None else ["0"] * n
-    positions = table.get("variant_position")
+    positions = get("variant_position")
     pos = [int(p) for p in positions] if positions is not None else list(range(1, n + 1))
-    alleles = table.get("variant_allele")
+    alleles = get("variant_allele")
     if alleles is not None:
         alleles = _strings(alleles).reshape(n, -1)
         ref = [a or "0" for a in alleles[:, 0]]
         alt = [a or "0" for a in alleles[:, 1]] if alleles.shape[1] > 1 else ["0"] * n
     else:
         ref, alt = ["A"] * n, ["T"] * n
-    given = table.get("variant_id")
+    given = get("variant_id")
     return chrom, pos, ref, alt, (None if given is None else list(_strings(given)))

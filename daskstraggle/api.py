@@ -25,7 +25,7 @@ import numpy as np
 from daskstraggle._declared_options import Constraint, check_fields, flat_name
 from daskstraggle._output import source_paths
 from daskstraggle._recovery import recovery
-from daskstraggle._validation import check_bool, check_mapping, check_rng
+from daskstraggle._validation import _fail, check_bool, check_mapping, check_rng
 from daskstraggle.data._opening import is_dataset
 from daskstraggle.data.genotypes import (
     GenotypeQC,
@@ -462,9 +462,13 @@ _OPTIONS_DOC = """    method_params : dict or None, default=None
 def _with_run_options(fn: F) -> F:
     """``fn`` with every run option as a keyword-only parameter, documented at ``<options>``;
     ``fn`` gets every option, defaults filled."""
-    own = inspect.signature(fn)
-    params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    signature = own.replace(parameters=params + _flat_parameters())
+    own, run = inspect.signature(fn), inspect.signature(_run).parameters
+    params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD] + [
+        run[name].replace(kind=inspect.Parameter.KEYWORD_ONLY) if where is None else
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=where[2].default,
+                          annotation=where[2].type)  # the field's default, else _run's
+        for name, where in _GROUPED.items()]
+    signature = own.replace(parameters=params)
 
     @functools.wraps(fn)
     def with_options(*args: Any, **kwargs: Any) -> Any:
@@ -512,26 +516,14 @@ def _doc_entries(doc: str | None) -> dict[str, str]:
             for entry in re.split(r"(?m)^(?=    \S)", section + "\n") if entry.strip()}
 
 
-def _flat_parameters() -> list[inspect.Parameter]:
-    """The run options as keyword-only parameters (their field's or ``_run``'s defaults)."""
-    run = inspect.signature(_run).parameters
-    return [run[name].replace(kind=inspect.Parameter.KEYWORD_ONLY) if where is None else
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=where[2].default,
-                              annotation=where[2].type)
-            for name, where in _GROUPED.items()]
-
-
 def _grouped(flat: dict[str, Any]) -> dict[str, Any]:
     """:func:`_run`'s keywords from the flat run options (groups built from fields)."""
-    out: dict[str, Any] = {}
-    fields: dict[str, dict[str, Any]] = {}
+    fields: dict[str, dict[str, Any]] = {param: {} for param in RUN_GROUPS}
     for name, value in flat.items():
-        where = _GROUPED[name]
-        if where is None:
-            out[name] = value
-        else:
-            fields.setdefault(where[0], {})[where[2].name] = value
-    return out | {param: RUN_GROUPS[param](**given) for param, given in fields.items()}
+        if (where := _GROUPED[name]) is not None:
+            fields[where[0]][where[2].name] = value
+    return {name: value for name, value in flat.items() if _GROUPED[name] is None} | {
+        param: RUN_GROUPS[param](**given) for param, given in fields.items()}
 
 
 #: The flat keywords ``solve`` took before its options were grouped, and where each went.
@@ -643,8 +635,7 @@ def solve(
     >>> res.fitted["coef"].round(6)
     array([1., 2., 3.])
     """
-    passed = {"stop": stop, "runtime": runtime, "data": data, "checkpoint": checkpoint,
-              "report": report}
+    passed = locals()  # the groups as given
     groups = {name: _as_group(name, cls, passed[name]) for name, cls in RUN_GROUPS.items()}
     wheres = []
     for name, value in moved.items():
@@ -677,10 +668,7 @@ def _as_problem(problem: Any) -> Problem:
         from daskstraggle.problems import list_problems, make_problem
 
         if problem.replace("_", "-") not in list_problems():
-            raise InvalidParameterError(
-                f"The 'problem' parameter of solve must be a Problem or one of "
-                f"{list_problems()}. Got {problem!r} instead."
-            )
+            _fail("problem", "solve", f"a Problem or one of {list_problems()}", problem)
         return make_problem(problem)
     raise InvalidParameterError(
         "The 'problem' parameter of solve must be a Problem (e.g. "
@@ -873,10 +861,8 @@ def genotype_pca(
     from daskstraggle._plink_out import variant_axes
 
     merge = _check_merge(merge, ds)
-    asked = {k: options[k] for k in ("runtime", "client", "scheduler", "scheduler_file",
-                                     "n_workers")}
-    client = choose_runtime(**asked).client  # the variant pass's too
-    storage_options = options["storage_options"]
+    client = choose_runtime(**{k: options[k] for k in (  # the variant pass's too
+        "runtime", "client", "scheduler", "scheduler_file", "n_workers")}).client
     open_kw = {k: options.pop(k) for k in _OPEN_KEYS}
     matrix = open_matrix(ds, qc=options["qc"], client=client, **open_kw)
     if not matrix.genotypes or not matrix.rows_standardized:
@@ -903,7 +889,7 @@ def genotype_pca(
         with warnings.catch_warnings():  # a store without consolidated metadata is fine
             warnings.filterwarnings("ignore", "Failed to open Zarr store with consolidated",
                                     RuntimeWarning)
-            ds = xr.open_zarr(os.fspath(ds), storage_options=storage_options)
+            ds = xr.open_zarr(os.fspath(ds), storage_options=open_kw["storage_options"])
     report = matrix.attrs.get("qc")
     return _sgkit.merge_into(ds, out, None if report is None else report.kept,
                              None if report is None else report.samples_kept)

@@ -115,27 +115,23 @@ def _runtime_names() -> list[str]:
     return ["dask", "sim", "local", *sorted(advertised - {"dask", "sim", "local"})]
 
 
-#: The solve commands' options in their ``--help`` order, by the name the CLI stores each
-#: under: the command line's own (:func:`_own_solve_options`) and the run options declared
-#: on the fields of the run's option groups (:data:`daskstraggle.options.RUN_GROUPS`); a
-#: declared one not placed here comes before ``--seed``.
-_SOLVE_ORDER = ("scheduler", "n_workers", "min_workers", "method", "runtime", "stragglers",
-                "max_iter", "tol", "time_budget", "step_size", "n_partitions", "array",
-                "missing_chunks", "storage_options", "reference", "out", "overwrite", "plot",
-                "backup_after", "aggregation", "checkpoint", "checkpoint_interval",
-                "checkpoint_iterations", "resume", "replica_divergence", "seed", "as_json",
-                "quiet")
-#: The conversion of a run option's command-line value, by name.
-_CALLBACKS = {"storage_options": _storage_options}
+def _solve_option_list() -> list[Callable[..., Any]]:
+    """Every option of the solve commands, in their ``--help`` order: the command line's own
+    and, by the name the CLI stores each under, the run options declared on the fields of
+    the run's option groups (:data:`daskstraggle.options.RUN_GROUPS`); a declared one not
+    placed here comes where ``...`` stands, before ``--seed``."""
+    from daskstraggle.options import run_groups
 
-
-def _own_solve_options() -> dict[str, list[Callable[..., Any]]]:
-    """The solve commands' options that are not fields of the run's groups, by name."""
+    declared = {option.dest: _click_option(option, callback=(
+                    _storage_options if option.dest == "storage_options" else None))
+                for group in run_groups().values() for field in dataclasses.fields(group)
+                if (option := field.metadata.get("cli")) is not None}
     path = click.Path(path_type=Path)
-    return {
-        "method": [click.option("--method", default="auto", show_default=True,
-                                help=_method_help()), *_method_options()],
-        "runtime": [click.option(
+    order: list[Any] = [
+        "scheduler", "n_workers", "min_workers",
+        click.option("--method", default="auto", show_default=True, help=_method_help()),
+        *_method_options(),
+        click.option(
             "--runtime", type=click.Choice(_runtime_names()), default=None,
             help="dask: a Dask cluster (--scheduler, else a LocalCluster of --workers "
                  "processes); sim: in process, simulated time with --stragglers as the "
@@ -144,53 +140,40 @@ def _own_solve_options() -> dict[str, list[Callable[..., Any]]]:
                  "Default: dask with --scheduler, --workers or an option only it takes "
                  "(--stragglers, --backup-after, --aggregation tree, --min-workers); else "
                  "local when the data the run holds take at most a quarter of the memory "
-                 "available, else dask (a LocalCluster). The result says which ran and why.")],
-        "step_size": [click.option(
+                 "available, else dask (a LocalCluster). The result says which ran and why."),
+        "stragglers", "max_iter", "tol", "time_budget",
+        click.option(
             "--step-size", type=float, default=None,
             help="Step size (default: GD's 1 for PCA, 1/L estimated for regression; x0.9 "
                  "(PCA) or x min(1, 2/subpartitions) (regression) for sgd, sag and dsag; "
-                 "/workers for async).")],
-        "out": [click.option(
+                 "/workers for async)."),
+        "n_partitions", "array", "missing_chunks", "storage_options", "reference",
+        click.option(
             "--out", type=path, default=None,
             help="Write fitted quantities and the trace to this Zarr store (in an existing "
                  "folder: a missing one is refused, not created; never inside the input or "
-                 "another Zarr store).")],
-        "overwrite": [click.option("--overwrite", is_flag=True,
-                                   help="Allow --out (and --plot) to replace an existing path.")],
-        "plot": [click.option(
+                 "another Zarr store)."),
+        click.option("--overwrite", is_flag=True,
+                     help="Allow --out (and --plot) to replace an existing path."),
+        click.option(
             "--plot", type=path, default=None, metavar="PATH.png",
             help="Also draw the run (needs matplotlib): convergence against time (gap with "
                  "--reference, else optimality), with several workers a heatmap of each "
                  "worker's latency per iteration, for PCA PC1 against PC2 of the matrix's "
                  "columns (VCF Zarr: the samples, coloured by population). Format from the "
                  "suffix (.png, .pdf, .svg); refuses an existing path unless --overwrite, and "
-                 "a missing folder (as --out: it is not created).")],
-        "seed": [click.option("--seed", type=click.IntRange(min=0), default=0,
-                              show_default=True,
-                              help="Seed of the starting point and step-size estimate.")],
-        "as_json": [click.option("--json", "as_json", is_flag=True,
-                                 help="Print one JSON object instead of a table.")],
-        "quiet": [click.option("--quiet", is_flag=True, help="No progress bar.")],
-    }
-
-
-def _solve_option_list() -> list[Callable[..., Any]]:
-    """Every option of the solve commands (declared and own), in ``_SOLVE_ORDER``."""
-    from daskstraggle.options import run_groups
-
-    declared = {option.dest: [_click_option(option, callback=_CALLBACKS.get(option.dest))]
-                for group in run_groups().values() for field in dataclasses.fields(group)
-                if (option := field.metadata.get("cli")) is not None}
-    options = {**_own_solve_options(), **declared}
-    seed = _SOLVE_ORDER.index("seed")
-    names = [*_SOLVE_ORDER[:seed], *(name for name in declared if name not in _SOLVE_ORDER),
-             *_SOLVE_ORDER[seed:]]
-    return [option for name in names for option in options[name]]
-
-
-def _solve_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Options every solve command takes, made when the command first needs them."""
-    return deferred(_solve_option_list)(fn)
+                 "a missing folder (as --out: it is not created)."),
+        "backup_after", "aggregation", "checkpoint", "checkpoint_interval",
+        "checkpoint_iterations", "resume", "replica_divergence", ...,
+        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Seed of the starting point and step-size estimate."),
+        click.option("--json", "as_json", is_flag=True,
+                     help="Print one JSON object instead of a table."),
+        click.option("--quiet", is_flag=True, help="No progress bar."),
+    ]
+    return [option for item in order for option in (
+        [declared[item]] if isinstance(item, str) else
+        [made for dest, made in declared.items() if dest not in order] if item is ... else [item])]
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -277,9 +260,8 @@ def _echo_run(result: Any, kind: str, as_json: bool, *, out: Any, plot: Path | N
     if result.attrs.get("runtime_reason"):
         ran["runtime_reason"] = str(result.attrs["runtime_reason"])
     if as_json:
-        files = {"out": out, "plot": plot}
-        summary = {**result.summary(), **ran,
-                   **{key: str(path) for key, path in files.items() if path is not None}}
+        summary = {**result.summary(), **ran, **{
+            key: str(path) for key, path in (("out", out), ("plot", plot)) if path is not None}}
         if written:
             summary["plink"] = [str(path) for path in written]
         _echo_json(summary, what=f"the {kind} run")
@@ -304,7 +286,7 @@ def _echo_run(result: Any, kind: str, as_json: bool, *, out: Any, plot: Path | N
                    "and --covar (one more pass over the variants, in this process; quality "
                    "control then runs here before the fit).")
 @qc_options
-@_solve_options
+@deferred(_solve_option_list)
 def pca(source: str, packed_genotypes: bool, plink_out: str | None, **params: Any) -> None:
     """PCA of the matrix at SOURCE (Zarr array/group, VCF Zarr store, PLINK .bed or .pgen, BGEN)."""
     qc = qc_from_params(params)
@@ -364,7 +346,7 @@ def _regression_command(kind: str, problem: str, summary: str) -> click.Command:
     @click.option("--labels", default=None,
                   help="Name of the labels array in the Zarr group (default: 'y' when present).")
     @_problem_options(problem)
-    @_solve_options
+    @deferred(_solve_option_list)
     def command(source: str, labels: str | None, **params: Any) -> None:
         _run_solve(kind, source, params, plot=_plot_path(source, params),
                    labels=_default_labels(source, labels, params["storage_options"]),

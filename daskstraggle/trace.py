@@ -325,10 +325,9 @@ class Result:
         """Return fitted quantities and trace in one Dataset."""
         ds = self.trace.copy()
         for name, value in self.fitted.items():
-            dims = tuple(self.feature_dim if d == "feature" else d for d in _FITTED_DIMS.get(
-                name, tuple(f"{name}_dim_{i}" for i in range(np.ndim(value)))
-            ))
-            ds[name] = (dims, np.asarray(value))
+            dims = _FITTED_DIMS.get(name, tuple(f"{name}_dim_{i}" for i in range(np.ndim(value))))
+            ds[name] = (tuple(self.feature_dim if d == "feature" else d for d in dims),
+                        np.asarray(value))
         ds["iterate"] = (tuple(f"iterate_dim_{i}" for i in range(self.iterate.ndim)), self.iterate)
         if self.feature_coords is not None and self.feature_dim in ds.dims:
             coords = np.asarray(self.feature_coords)
