@@ -9,7 +9,6 @@ weights ``w`` with ``sum w[(i, j)] * message_(i, j) = sum_k g_k`` exactly (float
 from __future__ import annotations
 
 import functools
-import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import MISSING, dataclass, field, fields
@@ -18,6 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from daskstraggle._registry import Registry
+from daskstraggle._validation import check_int
 from daskstraggle.errors import InvalidParameterError
 
 __all__ = [
@@ -265,13 +265,10 @@ class CodingScheme(ABC):
         InvalidParameterError
             If the scheme's parameters do not fit ``n_workers``.
         """
-        if not isinstance(n_workers, numbers.Integral) or n_workers < 1:
-            raise InvalidParameterError(
-                f"The 'n_workers' parameter of {type(self).__name__}.assign must be an int "
-                f">= 1. Got {n_workers!r} instead."
-            )
-        self.check_n_workers(int(n_workers))
-        return self._assign(int(n_workers), np.random.default_rng(rng))
+        n_workers = check_int(n_workers, name="n_workers", caller=f"{type(self).__name__}.assign",
+                              low=1)
+        self.check_n_workers(n_workers)
+        return self._assign(n_workers, np.random.default_rng(rng))
 
     def to_dict(self) -> dict[str, Any]:
         """Return ``{"name": ..., **parameters}``."""

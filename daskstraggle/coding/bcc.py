@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from daskstraggle._validation import _fail, check_choice, check_int, check_positive
+from daskstraggle._validation import _fail, _real, check_choice, check_int, check_positive
 from daskstraggle.coding.base import CodeAssignment, CodingScheme, _checked, register_scheme
 from daskstraggle.latency.base import check_per_worker
 
@@ -101,12 +100,6 @@ def _cover_decoder(assignment: CodeAssignment, received: frozenset[Received]) ->
     if len(owner) < assignment.n_partitions:
         return None
     return _checked(assignment, {label: 1.0 for label in set(owner.values())}, _TOL)
-
-
-def _expand(value: float | tuple, n_workers: int) -> np.ndarray:
-    if isinstance(value, tuple):
-        return np.asarray(value, dtype=float)
-    return np.full(n_workers, float(value))
 
 
 @register_scheme
@@ -328,7 +321,7 @@ def _worker_arrays(shift: Any, rate: Any, n_workers: int | None,
     if not lengths:
         _fail("n_workers", caller, "given when shift and rate are floats", n_workers)
     n = lengths.pop()
-    return _expand(a, n), _expand(mu, n)
+    return np.full(n, a, dtype=float), np.full(n, mu, dtype=float)
 
 
 def _random_membership(loads: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
@@ -511,11 +504,9 @@ class HeterogeneousBCC(CodingScheme):
                        allow_none=True)
         check_choice(self.allocation, name="allocation", caller=caller,
                      choices=["p2", "proportional"])
-        if isinstance(self.shift, tuple) and isinstance(self.rate, tuple) and (
-            len(self.shift) != len(self.rate)
-        ):
-            _fail("shift", caller, f"as long as 'rate' ({len(self.rate)} entries)",
-                  self.shift)
+        if isinstance(self.shift, tuple) and isinstance(self.rate, tuple) \
+                and len(self.shift) != len(self.rate):
+            _fail("shift", caller, f"as long as 'rate' ({len(self.rate)} entries)", self.shift)
 
     def partition_count(self, n_workers: int, n_rows: int | None = None) -> int:
         """Return ``K = n_partitions``."""
@@ -619,9 +610,7 @@ class IdealMDS(CodingScheme):
     rate: float
 
     def __post_init__(self) -> None:
-        ok = isinstance(self.rate, numbers.Real) and not isinstance(self.rate, bool)
-        if not ok or not 0 < float(self.rate) <= 1:
-            _fail("rate", "IdealMDS", "a number in (0, 1]", self.rate)
+        _real(self.rate, lambda x: 0 < x <= 1, "rate", "IdealMDS", "a number in (0, 1]")
 
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:
         threshold = min(n_workers, max(1, math.ceil(float(self.rate) * n_workers - 1e-9)))

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from daskstraggle._validation import check_choice, check_int
+from daskstraggle._validation import _real, check_choice, check_int
 from daskstraggle.coding.base import CodeAssignment, CodingScheme, _checked, register_scheme
 from daskstraggle.errors import InvalidParameterError
 
@@ -387,20 +387,11 @@ class PartialStraggler(_Repetition):
     def __post_init__(self) -> None:
         _Repetition.__post_init__(self)
         caller = type(self).__name__
-        alpha = self.alpha
-        ok = isinstance(alpha, numbers.Real) and not isinstance(alpha, bool)
-        if not (ok and np.isfinite(float(alpha)) and alpha > 1):
-            raise InvalidParameterError(
-                f"The 'alpha' parameter of {caller} must be a finite number > 1 (the "
-                f"slowdown factor of a straggler). Got {alpha!r} instead. For stragglers "
-                f"that may never finish use scheme='cyclic-repetition'."
-            )
-        check_choice(
-            self.inner,
-            name="inner",
-            caller=caller,
-            choices=["auto", "fractional-repetition", "cyclic-repetition"],
-        )
+        _real(self.alpha, lambda x: bool(np.isfinite(x)) and x > 1, "alpha", caller,
+              "a finite number > 1 (the slowdown factor of a straggler)",
+              "For stragglers that may never finish use scheme='cyclic-repetition'.")
+        check_choice(self.inner, name="inner", caller=caller,
+                     choices=["auto", "fractional-repetition", "cyclic-repetition"])
 
     def _split(self) -> tuple[int, int]:
         r = Fraction(self.n_stragglers + 1) / (_as_fraction(self.alpha) - 1)
@@ -408,12 +399,9 @@ class PartialStraggler(_Repetition):
 
     def _inner_scheme(self, n_workers: int) -> CodingScheme:
         s = self.n_stragglers
-        kind = self.inner
-        if kind == "auto":
-            kind = "fractional-repetition" if n_workers % (s + 1) == 0 else "cyclic-repetition"
-        if kind == "fractional-repetition":
-            return FractionalRepetition(n_stragglers=s)
-        return CyclicRepetition(n_stragglers=s)
+        fractional = self.inner == "fractional-repetition" or (
+            self.inner == "auto" and n_workers % (s + 1) == 0)
+        return (FractionalRepetition if fractional else CyclicRepetition)(n_stragglers=s)
 
     def check_n_workers(self, n_workers: int) -> None:
         """Check ``n_stragglers < n_workers``, the inner code and the partition count."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
@@ -10,7 +9,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from daskstraggle._validation import _fail, check_nonnegative
+from daskstraggle._validation import _real, check_nonnegative
 from daskstraggle.api import fit_least_squares, fit_logistic
 from daskstraggle.data import _passes
 from daskstraggle.data.matrix import Matrix
@@ -246,10 +245,9 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         return tags
 
     def _alpha(self, n_samples: int) -> float:
-        C = self.C
-        if not isinstance(C, numbers.Real) or isinstance(C, bool) or not float(C) > 0:
-            _fail("C", "LogisticRegression", "a float > 0 (numpy.inf: no penalty)", C)
-        return 0.0 if np.isinf(float(C)) else 1.0 / (float(C) * n_samples)
+        C = _real(self.C, lambda x: x > 0, "C", "LogisticRegression",
+                  "a float > 0 (numpy.inf: no penalty)")
+        return 0.0 if np.isinf(C) else 1.0 / (C * n_samples)
 
     def fit(self, X: Any, y: Any = None) -> LogisticRegression:
         """Fit the model on two classes, as :meth:`Ridge.fit` fits targets: ``y`` holds two

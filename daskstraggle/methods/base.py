@@ -423,10 +423,7 @@ class Method(ABC):
         """Return the sum of the non-empty ``results`` in worker index order (so it does
         not depend on arrival order), each checked by :meth:`_plain`."""
         order = sorted(results)
-        total = self._plain(results[order[0]])
-        for i in order[1:]:
-            total = total + self._plain(results[i])
-        return total
+        return sum((self._plain(results[i]) for i in order[1:]), self._plain(results[order[0]]))
 
     def _next_version(self, *cleared: Any) -> None:
         """Advance the version and empty ``cleared`` (the round's sets and dicts): the next

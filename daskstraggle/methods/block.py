@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from daskstraggle._validation import check_int
-from daskstraggle.methods.base import RoundSummary, WorkUnit
+from daskstraggle.methods.base import RoundSummary
 from daskstraggle.methods.coded import CodedSum
 from daskstraggle.problems._linalg import orthonormalize
 from daskstraggle.problems.base import KernelResult
@@ -106,20 +106,18 @@ class BlockKrylov(CodedSum):
         """Columns of the current basis (after the last received block)."""
         return int(self._Q.shape[1])
 
-    def _set_basis(self, Q: np.ndarray, W: np.ndarray) -> None:
-        """Make ``Q`` (and its products ``W``) the basis, copied into the buffers."""
-        m = Q.shape[1]
-        self._Qbuf[:, :m] = Q
-        self._Wbuf[:, :m] = W
+    def _set_basis(self, Q: np.ndarray, W: np.ndarray, start: int = 0) -> None:
+        """Make ``Q`` (and its products ``W``) the basis from column ``start`` on, copied
+        into the buffers."""
+        m = start + Q.shape[1]
+        self._Qbuf[:, start:m] = Q
+        self._Wbuf[:, start:m] = W
         self._Q, self._W = self._Qbuf[:, :m], self._Wbuf[:, :m]
 
-    def dispatch(self, worker_index: int) -> WorkUnit | None:
-        """Send the current block and the worker's coefficients, once per round."""
-        unit = super().dispatch(worker_index)
-        if unit is None:
-            return None
-        return WorkUnit(unit.worker_index, unit.partitions, self._block, unit.version,
-                        coefficients=unit.coefficients)
+    def _point(self) -> np.ndarray:
+        """The current block: what the workers multiply this round (dispatched by
+        :meth:`CodedGD.dispatch`)."""
+        return self._block
 
     def _summarise(self) -> RoundSummary:
         """Extend the basis by the decoded block product; return the top ``k`` Ritz pairs
@@ -172,10 +170,7 @@ class BlockKrylov(CodedSum):
         H[m:, :m] = cross.T
         H[m:, m:] = 0.5 * (diag + diag.T)
         self._H = H
-        width = block.shape[1]
-        self._Qbuf[:, m:m + width] = block
-        self._Wbuf[:, m:m + width] = product
-        self._Q, self._W = self._Qbuf[:, :m + width], self._Wbuf[:, :m + width]
+        self._set_basis(block, product, start=m)
 
     def _rayleigh_ritz(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return Ritz values (descending) and the top Ritz vectors (those a restart can

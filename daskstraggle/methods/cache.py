@@ -165,10 +165,8 @@ class GradientCache:
 
     def total(self) -> KernelResult | None:
         """Sum of the entries' results in row order (None when empty)."""
-        total: KernelResult | None = None
-        for e in self:
-            total = e.result if total is None else total + e.result
-        return total
+        results = [e.result for e in self]
+        return sum(results[1:], results[0]) if results else None
 
     def versions(self) -> list[int]:
         """Versions of the entries in row order."""

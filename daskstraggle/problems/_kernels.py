@@ -257,13 +257,12 @@ def pca_pass_sum(blocks: Sequence[Block], V: np.ndarray, shift: np.ndarray | Non
     widths = {_pca_width(b) for b in fused}
     if len(fused) == len(blocks) and len(widths) == 1:
         return _pca_fused(fused, V, offset, widths.pop())
-    G, colsum, sq = _pca_pass_one(blocks[0], V, offset, implementation)
+    totals = _pca_pass_one(blocks[0], V, offset, implementation)
     for block in blocks[1:]:  # BLAS tiles, numpy, or mixed widths: one block at a time
-        g, c, s = _pca_pass_one(block, V, offset, implementation)
-        G += g
-        colsum += c
-        sq += s
-    return G, colsum, sq
+        for total, part in zip(totals, _pca_pass_one(block, V, offset, implementation),
+                               strict=True):
+            total += part
+    return totals
 
 
 def _pca_fused(blocks: Sequence[Block], V: np.ndarray, offset: np.ndarray,

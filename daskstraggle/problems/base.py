@@ -156,10 +156,8 @@ class Problem(ABC):
     def kernel_sum(self, blocks: Sequence[Block], iterate: np.ndarray) -> KernelResult:
         """Return :meth:`kernel` at ``iterate`` summed over ``blocks`` (at least one: a
         worker's partitions); a problem may sum into one buffer instead, as PCA does."""
-        total = self.kernel(blocks[0], iterate)
-        for block in blocks[1:]:
-            total = total + self.kernel(block, iterate)
-        return total
+        return sum((self.kernel(block, iterate) for block in blocks[1:]),
+                   self.kernel(blocks[0], iterate))
 
     @abstractmethod
     def objective(self, values: np.ndarray, iterate: np.ndarray) -> float:

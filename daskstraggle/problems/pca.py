@@ -161,11 +161,8 @@ class PCA(Problem):
 
     def __post_init__(self) -> None:
         """Validate the user parameters."""
-        object.__setattr__(
-            self,
-            "n_components",
-            check_int(self.n_components, name="n_components", caller="PCA", low=1),
-        )
+        object.__setattr__(self, "n_components", check_int(
+            self.n_components, name="n_components", caller="PCA", low=1))
         object.__setattr__(self, "center", check_bool(self.center, name="center", caller="PCA"))
         if self.oversample is not None:
             object.__setattr__(self, "oversample", check_int(
