@@ -198,10 +198,8 @@ class Slowdown(_Modifier):
         caller, workers, factor = "Slowdown", cast(tuple[int, ...], self.workers), self.factor
         if isinstance(factor, tuple | list):
             if len(factor) != len(workers):
-                raise InvalidParameterError(
-                    f"The 'factor' parameter of {caller} must be one number or one per listed "
-                    f"worker ({len(workers)}). Got {factor!r} instead."
-                )
+                _fail("factor", caller, f"one number or one per listed worker ({len(workers)})",
+                      factor)
             factor = tuple(check_positive(f, name="factor", caller=caller) for f in factor)
         else:
             factor = check_positive(factor, name="factor", caller=caller)
@@ -282,10 +280,8 @@ def _check_changes(value: Any, *, name: str = "changes",
                    caller: str) -> tuple[tuple[int, tuple[int, ...], float], ...]:
     """Normalise ``[[iteration, workers, factor], ...]``, sorted stably by iteration."""
     if not isinstance(value, tuple | list) or not value:
-        raise InvalidParameterError(
-            f"The 'changes' parameter of {caller} must be a non-empty list of "
-            f"[iteration, workers, factor] entries. Got {value!r} instead. {_SCHEDULE_FORM}"
-        )
+        _fail("changes", caller, "a non-empty list of [iteration, workers, factor] entries",
+              value, _SCHEDULE_FORM)
     out = [_check_change(entry, k, caller=caller) for k, entry in enumerate(value)]
     return tuple(sorted(out, key=lambda change: change[0]))  # stable: list order breaks ties
 
