@@ -2,11 +2,8 @@
 
 The kernels run in this process on the blocks the Dask runtime would load; only the clock is
 simulated (a task started at ``a`` completes at ``a + compute + communication``, drawn for
-its worker index; with a ``link`` term the communication also carries the result's bytes
-over its worker's link, then over the coordinator's link, shared by all replies in turn;
-with ``aggregation="tree"`` results stay on their simulated workers and are summed there as
-on a cluster, each level's messages charged on the links they cross).
-The fault terms are played at their simulated times through the engine's
+its worker index; links and tree aggregation: :class:`SimRuntime`'s ``latency`` and
+``aggregation``). The fault terms are played at their simulated times through the engine's
 :class:`~daskstraggle.engine.pool.WorkerPool`, as the Dask runtime's decisions on a cluster;
 faults act on workers, the latency model on worker indices, and data moves take no time.
 """
