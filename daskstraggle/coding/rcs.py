@@ -268,10 +268,8 @@ class RCS(CodingScheme):
         """Return the ``(len(degrees), L)`` 0/1 matrix grouping a list into codewords."""
         L = self.n_stored if n_stored is None else n_stored
         coef = np.zeros((len(self.degrees), L))
-        start = 0
-        for j, d in enumerate(self.degrees):
-            coef[j, start:start + d] = 1.0
-            start += d
+        for j, word in enumerate(rcs_codewords(range(L), self.degrees)):
+            coef[j, list(word)] = 1.0
         return coef
 
     def _assign(self, n_workers: int, rng: np.random.Generator) -> CodeAssignment:

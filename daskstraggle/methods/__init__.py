@@ -104,9 +104,14 @@ _REGISTRY: Registry[Method] = Registry(
 )
 
 
-# The registry's methods are the public functions (see daskstraggle._registry).
-list_methods = _REGISTRY.names
-get_method_class = _REGISTRY.get
+def list_methods() -> list[str]:
+    """Return the method names: :meth:`~daskstraggle._registry.Registry.names`."""
+    return _REGISTRY.names()
+
+
+def get_method_class(name: str) -> type[Method]:
+    """Return the method class ``name``: :meth:`~daskstraggle._registry.Registry.get`."""
+    return _REGISTRY.get(name)
 
 
 def method_cli_options() -> dict[str, tuple[MethodOption, ...]]:

@@ -335,12 +335,8 @@ class IgnoreStragglers(SGD):
 
     def check_n_workers(self, n_workers: int) -> None:
         """Refuse ``n_stragglers >= n_workers``."""
-        if self.n_stragglers >= n_workers:
-            raise InvalidParameterError(
-                f"The 'n_stragglers' parameter of IgnoreStragglers must be an int in "
-                f"[0, {n_workers - 1}] (below the number of workers). Got "
-                f"{self.n_stragglers!r} instead."
-            )
+        check_int(self.n_stragglers, name="n_stragglers", caller="IgnoreStragglers", low=0,
+                  high=n_workers - 1, remedy="It must be below the number of workers.")
 
     def _reset(self) -> None:
         """Wait for all workers holding data but ``n_stragglers``."""

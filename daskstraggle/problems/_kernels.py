@@ -135,17 +135,14 @@ def _call_block(name: str, block: Block, *args: Any) -> Any:
 
 
 def _use_numba(block: Block, implementation: str | None) -> bool:
-    if _resolve(implementation) != "numba":
-        return False
     values = block.values
-    flags = values.flags
-    if not flags.c_contiguous:
+    if _resolve(implementation) != "numba" or not values.flags.c_contiguous:
         return False
     if block.packed_columns is not None:
         return True
     # float64 rows are used in place, typed like the (writeable) conversion buffer
     dtype = values.dtype
-    return dtype in _NUMBA_DTYPES and (dtype != np.float64 or bool(flags.writeable))
+    return dtype in _NUMBA_DTYPES and (dtype != np.float64 or bool(values.flags.writeable))
 
 
 def _pca_uses_gemm(block: Block, k: int) -> bool:
