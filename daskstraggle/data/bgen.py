@@ -341,7 +341,6 @@ class BgenSource(BedSource):
         return values
 
     def describe(self) -> dict[str, Any]:
-        """Return a JSON-serialisable description of the source."""
         return {**super().describe(), "calls": self.calls}
 
 
@@ -400,14 +399,13 @@ def _check_readable(source: BgenSource) -> None:
     with _captured_stderr() as said:
         try:
             source.loader(source.shape[0] - 1, source.shape[0])()
-            failed = False
+            return
         except CorruptDataError:
-            failed = True
-    if failed:
-        raise InvalidDataError(
-            f"{source.path!r} is damaged: cbgen cannot read its last variant "
-            f"({said[0] or 'no detail'}). {_REWRITE}"
-        )
+            pass
+    raise InvalidDataError(
+        f"{source.path!r} is damaged: cbgen cannot read its last variant "
+        f"({said[0] or 'no detail'}). {_REWRITE}"
+    )
 
 
 def _variant_arrays(index: dict[str, Any]) -> dict[str, np.ndarray]:

@@ -64,7 +64,7 @@ def bed_rows(raw: np.ndarray, n_samples: int, *, missing: str, scaling: str,
     else:
         stored, counted, sums, any_missing = decoded
         values = np.asarray(stored)  # written: a storage was asked for
-    rows = _transformed(values, counted, sums.astype(np.float64), any_missing, None,
+    rows = _transformed(values, counted, sums.astype(np.float64), any_missing,
                         ploidy=2, missing=missing, scaling=scaling)
     if storage == "packed":
         rows = replace(rows, packed_columns=n_samples if columns is None else len(columns))

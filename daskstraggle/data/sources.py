@@ -207,7 +207,6 @@ class ZarrSource(RowSource):
         return RowValues(np.ascontiguousarray(_zarr_values(self, start, stop)))
 
     def describe(self) -> dict[str, Any]:
-        """Return a JSON-serialisable description of the source."""
         return {**super().describe(), "path": self.path, "array": self.name,
                 "missing_chunks": self.missing_chunks}
 
@@ -266,7 +265,7 @@ def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues
     decoded = decode_calls(calls)  # numba, one pass; None: numpy below
     if decoded is not None:
         dosage, counted, sums, any_missing = decoded
-        return _transformed(dosage, counted, sums.astype(np.float64), any_missing, None,
+        return _transformed(dosage, counted, sums.astype(np.float64), any_missing,
                             ploidy=ploidy, missing=missing, scaling=scaling)
     # one allele slot at a time, in int8 (numpy reduces a short last axis slowly)
     shape = calls.shape[:2]
@@ -279,33 +278,28 @@ def genotype_rows(calls: np.ndarray, *, missing: str, scaling: str) -> RowValues
         alt += slot > 0
         bad |= (slot < 0) & real
     is_missing = bad | (n_alleles == 0)
-    dosage = _dosage(alt, n_alleles, ploidy, is_missing)
-    counted = shape[1] - np.count_nonzero(is_missing, axis=1)
-    sums = np.where(is_missing, 0, dosage).sum(axis=1, dtype=np.float64)
-    return _transformed(dosage, counted, sums, bool(is_missing.any()), is_missing,
-                        ploidy=ploidy, missing=missing, scaling=scaling)
+    dosage = np.where(is_missing, -1, _dosage(alt, n_alleles, ploidy, is_missing))
+    return called_rows(dosage, missing=missing, scaling=scaling, storage="int8", ploidy=ploidy)
 
 
-def called_rows(values: np.ndarray, *, missing: str, scaling: str, storage: str) -> RowValues:
-    """Rows of diploid dosages (-1 missing; int8 or float) as a worker holds them, with the
-    fill, centre and scale of :func:`genotype_rows`."""
+def called_rows(values: np.ndarray, *, missing: str, scaling: str, storage: str,
+                ploidy: int = 2) -> RowValues:
+    """Rows of dosages (-1 missing; int8 or float; diploid unless ``ploidy``) as a worker
+    holds them, with the fill, centre and scale of :func:`genotype_rows`."""
     called = values >= 0
     sums = np.where(called, values, 0).sum(axis=1, dtype=np.float64)
-    rows = _transformed(values, np.count_nonzero(called, axis=1), sums,
-                        bool((~called).any()), None, ploidy=2, missing=missing, scaling=scaling)
+    rows = _transformed(values, np.count_nonzero(called, axis=1), sums, bool((~called).any()),
+                        ploidy=ploidy, missing=missing, scaling=scaling)
     return _stored(rows, storage)
 
 
 def _transformed(dosage: np.ndarray, counted: np.ndarray, sums: np.ndarray,
-                 any_missing: bool, is_missing: np.ndarray | None, *, ploidy: int,
-                 missing: str, scaling: str) -> RowValues:
-    """Rows with fill, centre and scale from the per-variant counts and dosage sums; the
-    calls ``is_missing`` marks (None: ``dosage`` holds -1 there already) set to -1."""
+                 any_missing: bool, *, ploidy: int, missing: str, scaling: str) -> RowValues:
+    """Rows of ``dosage`` (-1 missing) with fill, centre and scale from the per-variant
+    counts and dosage sums."""
     mean = np.divide(sums, counted, out=np.zeros(len(sums)), where=counted > 0)
     fill = None
     if any_missing:
-        if is_missing is not None:
-            dosage[is_missing] = -1
         fill = mean.copy() if missing == "mean" else np.zeros_like(mean)
     center = scale = None
     if scaling == "patterson":
@@ -356,7 +350,6 @@ class GenotypeRowSource(RowSource):
         return out
 
     def describe(self) -> dict[str, Any]:
-        """Return a JSON-serialisable description of the source."""
         return {**super().describe(), "missing": self.missing, "scaling": self.scaling,
                 "ploidy": self.ploidy, "storage": self.storage}
 
@@ -436,7 +429,6 @@ class StoredGenotypes(GenotypeRowSource):
         return _Part(_carried(self, variant_index=None, **cut), start, stop, rows)
 
     def describe(self) -> dict[str, Any]:
-        """Return a JSON-serialisable description of the source."""
         out = {**super().describe(), "path": self.path}
         if self.variant_index is not None or self.sample_index is not None:
             out["store_shape"] = list(self.store_shape)  # a view: the selected shape differs
@@ -483,7 +475,6 @@ class GenotypeSource(StoredGenotypes):
                        self.storage)
 
     def describe(self) -> dict[str, Any]:
-        """Return a JSON-serialisable description of the source."""
         return {**super().describe(), "array": self.name, "missing_chunks": self.missing_chunks}
 
 
@@ -498,12 +489,8 @@ def dosage_rows(dosages: np.ndarray, *, ploidy: int, missing: str, scaling: str)
             f"The allele counts go up to {int(counts.max())}; counts of ploidy {ploidy} "
             f"are 0-{ploidy} (negative: missing). Pass alternate allele counts per call."
         )
-    is_missing = counts < 0
-    dosage = np.where(is_missing, 0, counts).astype(np.int8)
-    counted = counts.shape[1] - np.count_nonzero(is_missing, axis=1)
-    sums = dosage.sum(axis=1, dtype=np.float64)
-    return _transformed(dosage, counted, sums, bool(is_missing.any()), is_missing,
-                        ploidy=ploidy, missing=missing, scaling=scaling)
+    return called_rows(np.where(counts < 0, -1, counts).astype(np.int8), missing=missing,
+                       scaling=scaling, storage="int8", ploidy=ploidy)
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -560,5 +547,4 @@ class GenotypeArraySource(GenotypeRowSource):
         return _ArrayGenotypeLoader(_culled(self.array[start:stop]), _carried(self, array=None))
 
     def describe(self) -> dict[str, Any]:
-        """Return a JSON-serialisable description of the source."""
         return {**super().describe(), "calls": "calls" if self.calls else "allele counts"}
