@@ -148,10 +148,8 @@ def open_dataset(ds: Any, labels: Any, options: OpenOptions) -> Matrix:
     _check_packable(options, calls.shape[2], "the Dataset's call_genotype")
     view = store_view(ds)
     if view is not None:
-        node = open_node(view.path)["call_genotype"]
-        src: GenotypeRowSource = GenotypeSource(
-            view.path, node, missing=options.missing, scaling=options.scaling,
-            missing_chunks=options.missing_chunks, storage=options.storage,
+        src: GenotypeRowSource = _genotype_source(
+            view.path, open_node(view.path)["call_genotype"], options,
             variant_index=view.variant_index, sample_index=view.sample_index)
         variants = VariantTable(StoreArrays(view.path), view.variant_index)
         attrs = {"path": view.path}
@@ -411,7 +409,7 @@ def _default_array(group: GroupArrays) -> str:
     )
 
 
-def _genotype_source(path: str, node: Any, options: OpenOptions) -> GenotypeSource:
+def _genotype_source(path: str, node: Any, options: OpenOptions, **view: Any) -> GenotypeSource:
     if len(node.shape) != 3 or np.dtype(node.dtype).kind not in "iu":
         raise InvalidDataError(
             f"{path!r}/call_genotype must be an integer array of shape "
@@ -420,9 +418,9 @@ def _genotype_source(path: str, node: Any, options: OpenOptions) -> GenotypeSour
         )
     _check_2d(node.shape[:2], f"{path}/call_genotype")
     _check_packable(options, node.shape[2], repr(path))
-    return GenotypeSource(path, node, name="call_genotype", missing=options.missing,
-                          scaling=options.scaling, missing_chunks=options.missing_chunks,
-                          storage=options.storage, storage_options=options.storage_options)
+    return GenotypeSource(path, node, missing=options.missing, scaling=options.scaling,
+                          missing_chunks=options.missing_chunks, storage=options.storage,
+                          storage_options=options.storage_options, **view)
 
 
 def _sample_strings(group: GroupArrays, name: str, missing_chunks: str) -> np.ndarray | None:

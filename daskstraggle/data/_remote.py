@@ -97,10 +97,14 @@ def _filesystem(url: str, storage_options: dict[str, Any], caller: str) -> tuple
     try:
         return url_to_fs(url, **storage_options)
     except (TypeError, ValueError) as err:
-        raise InvalidParameterError(
-            f"The 'storage_options' parameter of {caller} was refused by the file system of "
-            f"{url!r} ({_reason(err)}). Pass options it accepts {_CLI_HINT}."
-        ) from err
+        raise _refused(url, err, caller) from err
+
+
+def _refused(url: str, err: BaseException, caller: str) -> InvalidParameterError:
+    return InvalidParameterError(
+        f"The 'storage_options' parameter of {caller} was refused by the file system of "
+        f"{url!r} ({_reason(err)}). Pass options it accepts {_CLI_HINT}."
+    )
 
 
 def check_remote_store(
@@ -120,10 +124,7 @@ def check_remote_store(
         if not found:  # HTTP's exists() also answers False when the server cannot be reached
             _refuse_unreachable(fs, f"{root}/{_ROOT_KEYS[0]}")
     except TypeError as err:  # s3fs hands unknown options to its session on first use
-        raise InvalidParameterError(
-            f"The 'storage_options' parameter of {caller} was refused by the file system of "
-            f"{url!r} ({_reason(err)}). Pass options it accepts {_CLI_HINT}."
-        ) from err
+        raise _refused(url, err, caller) from err
     except Exception as err:  # botocore, aiohttp, google-auth, ... each raise their own
         raise DataNotFoundError(
             f"Cannot read the store {url!r} ({_reason(err)}). Check the URL (the 'source' "

@@ -394,10 +394,10 @@ def read_selection(path: str, name: str | None, rows: np.ndarray, columns: np.nd
         if missing_chunks == "error":
             _refuse_absent(array, unique_rows, unique_cols, what)
         values = _read_runs(array, unique_rows, unique_cols, what)
-        if len(unique_rows) != len(rows) or (unique_rows != rows).any():
+        if not np.array_equal(unique_rows, rows):
             values = values[row_order]
-        if unique_cols is not None and columns is not None and (
-                len(unique_cols) != len(columns) or (unique_cols != columns).any()):
+        if unique_cols is not None and columns is not None and not np.array_equal(
+                unique_cols, columns):
             values = values[:, col_order]
         return values
 
@@ -565,13 +565,7 @@ def _add_member(group: Any, name: str, arrays: dict[str, Any], corrupt: dict[str
 
 
 def _has_metadata(store_path: Any) -> bool:
-    from zarr.core.sync import sync
-
-    async def any_exists() -> bool:
-        found = await asyncio.gather(*[(store_path / k).exists() for k in _METADATA_KEYS[:3]])
-        return any(found)
-
-    return bool(sync(any_exists()))
+    return any(_batched([(store_path / k).exists for k in _METADATA_KEYS[:3]]))
 
 
 def open_node(path: str, storage_options: dict[str, Any] | None = None) -> Any:

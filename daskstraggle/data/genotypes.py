@@ -362,18 +362,13 @@ def no_call_subject(matrix: Matrix, samples: np.ndarray, variants: np.ndarray) -
     """``"2 sample(s) (first: ['a', 'b']) and 1 variant(s) (first: ['v3']) have"``, naming
     only what there is (ids when the matrix has them, else indices)."""
     parts = []
+    ids = None if matrix.variants is None else matrix.variants.get("variant_id")
     for what, index, names in (("sample", samples, matrix.columns),
-                               ("variant", variants, _variant_ids(matrix))):
+                               ("variant", variants, None if ids is None else _strings(ids))):
         if index.size:
             first = names[index[:3]].tolist() if names is not None else index[:3].tolist()
             parts.append(f"{index.size} {what}(s) (first: {first})")
     return " and ".join(parts) + " have"
-
-
-def _variant_ids(matrix: Matrix) -> np.ndarray | None:
-    table = matrix.variants
-    ids = None if table is None else table.get("variant_id")
-    return None if ids is None else _strings(ids)
 
 
 def matrix_after_run(matrix: Matrix, result: Any) -> Matrix:
@@ -792,7 +787,6 @@ class StoreArrays:
     def __init__(self, path: str, storage_options: dict[str, Any] | None = None) -> None:
         self.path = path
         self.storage_options = storage_options
-        self.missing_chunks = "fill"
         self._names: GroupArrays | None = None  # arrays opened by name if not listed
 
     def __call__(self, name: str, index: np.ndarray | None) -> np.ndarray | None:
@@ -804,15 +798,13 @@ class StoreArrays:
             self._names = group_arrays(group, self.path)
         if name not in self._names:
             return None
+        where: dict[str, Any] = {"missing_chunks": "fill", "storage_options": self.storage_options}
         if index is None:
-            from daskstraggle.data._zarr import open_array, read_rows
+            from daskstraggle.data._zarr import read_rows
 
-            n_rows = int(open_array(self.path, name, self.storage_options).shape[0])
-            return np.asarray(read_rows(self.path, name, 0, n_rows,
-                                        missing_chunks=self.missing_chunks,
-                                        storage_options=self.storage_options))
-        return read_selection(self.path, name, index, None, missing_chunks=self.missing_chunks,
-                              storage_options=self.storage_options)
+            n_rows = int(self._names[name].shape[0])
+            return np.asarray(read_rows(self.path, name, 0, n_rows, **where))
+        return read_selection(self.path, name, index, None, **where)
 
 
 class DatasetArrays:
