@@ -7,6 +7,7 @@ converts it one cache-sized tile of rows at a time.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -107,13 +108,9 @@ class Block:
         """Return rows ``[a, b)`` (block-local) as a block that shares the stored values."""
         if not 0 <= a <= b <= self.n_rows:
             raise ValueError(f"rows [{a}, {b}) are outside a block of {self.n_rows} rows")
-        def rows(per_row: np.ndarray | None) -> np.ndarray | None:
-            return None if per_row is None else per_row[a:b]
-
-        return dataclasses.replace(
-            self, values=self.values[a:b], start=self.start + a, y=rows(self.y),
-            fill=rows(self.fill), center=rows(self.center), scale=rows(self.scale),
-        )
+        per_row = {name: None if (v := getattr(self, name)) is None else v[a:b]
+                   for name in ("y", "fill", "center", "scale")}
+        return dataclasses.replace(self, values=self.values[a:b], start=self.start + a, **per_row)
 
     def tile_rows(self, tile_bytes: int = TILE_BYTES) -> int:
         """Return the number of rows per tile so a float64 tile has about ``tile_bytes``."""
@@ -138,12 +135,8 @@ class Block:
             Rows per tile; None picks a cache-sized tile (:meth:`tile_rows`).
         """
         step = tile_rows or self.tile_rows()
-        plain = (
-            self.values.dtype == np.float64
-            and self.fill is None
-            and self.center is None
-            and self.scale is None
-        )
+        plain = self.values.dtype == np.float64 and all(
+            per_row is None for per_row in (self.fill, self.center, self.scale))
         for a in range(0, self.n_rows, step):
             b = min(a + step, self.n_rows)
             raw = self.raw_tile(a, b)
@@ -226,14 +219,10 @@ class MatrixStats:
 
     def __add__(self, other: MatrixStats) -> MatrixStats:
         """Combine the statistics of two disjoint row ranges."""
-        if self.label_counts is None or other.label_counts is None:
-            counts = None
-        else:
-            counts = dict(self.label_counts)
-            for key, value in other.label_counts.items():
-                counts[key] = counts.get(key, 0) + value
-            if len(counts) > _MAX_CLASSES:
-                counts = None
+        counts = None
+        if self.label_counts is not None and other.label_counts is not None:
+            counts = dict(Counter(self.label_counts) + Counter(other.label_counts))
+            counts = counts if len(counts) <= _MAX_CLASSES else None
         with np.errstate(over="ignore", invalid="ignore"):  # see check_float_range
             sq_dev = _both(self.column_sq_dev, other.column_sq_dev, lambda a, b: _combine_sq_dev(
                 self.n_samples, self.column_sums, a, other.n_samples, other.column_sums, b))

@@ -53,9 +53,7 @@ def store_view(ds: Any) -> StoreView | None:
         view = StoreView(root, *indices)
     else:
         view = _dask_view(ds)
-    if view is None or not _consistent(ds, view):
-        return None
-    return view
+    return view if view is not None and _consistent(ds, view) else None
 
 
 def _dask_view(ds: Any) -> StoreView | None:
@@ -69,16 +67,11 @@ def _dask_view(ds: Any) -> StoreView | None:
     selected = {dim: _selected(ds, dim) for dim in ("variants", "samples")}
     if _has_getitem(data) != any(selected.values()):
         return None  # call_genotype was indexed apart from the rest (or the reverse)
-    indices: list[np.ndarray | None] = []
-    for dim, n in zip(("variants", "samples"), array.shape[:2], strict=True):
-        if ds.sizes[dim] == n and not selected[dim]:
-            indices.append(None)
-            continue
-        index = _probe(ds, dim, n, root)
-        if index is None:
-            return None
-        indices.append(index)
-    return StoreView(root, indices[0], indices[1])
+    indices = [None if ds.sizes[dim] == n and not selected[dim] else _probe(ds, dim, n, root)
+               for dim, n in zip(("variants", "samples"), array.shape[:2], strict=True)]
+    if any(i is _UNKNOWN for i in indices):
+        return None
+    return StoreView(root, *indices)
 
 
 def _selected(ds: Any, dim: str) -> bool:
@@ -93,8 +86,9 @@ def _has_getitem(data: Any) -> bool:
     return any(_layer_name(k) == "getitem" for k in data.__dask_graph__().layers)
 
 
-def _probe(ds: Any, dim: str, n: int, root: str) -> np.ndarray | None:
-    """The store indices of ``dim`` from a 1-D variable's graph, checked against the store."""
+def _probe(ds: Any, dim: str, n: int, root: str) -> np.ndarray:
+    """The store indices of ``dim`` from a 1-D variable's graph, checked against the store
+    (``_UNKNOWN``: none found)."""
     for name in _PROBES[dim]:
         if name not in ds.variables or ds[name].dims != (dim,):
             continue
@@ -105,7 +99,7 @@ def _probe(ds: Any, dim: str, n: int, root: str) -> np.ndarray | None:
         index = _rerooted(data, n)
         if index is not None and _same_values(ds[name].values, array, index):
             return index
-    return None
+    return _UNKNOWN
 
 
 def _rerooted(data: Any, n: int) -> np.ndarray | None:
@@ -216,7 +210,5 @@ def _positions(key: Any, n: int) -> np.ndarray | None:
 
 def _consistent(ds: Any, view: StoreView) -> bool:
     """The view's shape is the Dataset's (a last guard against a wrong recovery)."""
-    for dim, index in (("variants", view.variant_index), ("samples", view.sample_index)):
-        if index is not None and len(index) != ds.sizes[dim]:
-            return False
-    return True
+    return all(index is None or len(index) == ds.sizes[dim] for dim, index in
+               (("variants", view.variant_index), ("samples", view.sample_index)))

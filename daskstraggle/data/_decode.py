@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -20,8 +21,7 @@ _lock = threading.Lock()
 _compiled: set[Any] = set()
 
 
-def _numba_module() -> Any:
-    return import_numba_module("daskstraggle.data._numba_decode")
+_numba_module = partial(import_numba_module, "daskstraggle.data._numba_decode")
 
 
 def _call(name: str, *args: Any) -> Any:

@@ -362,10 +362,9 @@ def ld_prune_keep(matrix: Any, ld: LDPrune, *, client: Any = None) -> np.ndarray
                        window=window, r2=ld.r2, ploidy=int(source.ploidy))
 
     parts = map_values(matrix, make, client)
-    band = np.concatenate([p["band"] for p in parts])
+    band, major, constant = (np.concatenate([p[k] for p in parts])
+                             for k in ("band", "major", "constant"))
     _cross_pairs(parts, bounds, band, contig, window, ld.r2)
-    major = np.concatenate([p["major"] for p in parts])
-    constant = np.concatenate([p["constant"] for p in parts])
     return prune_band(band, major, constant, contig, window, ld.step, ld.order)
 
 
