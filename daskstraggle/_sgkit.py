@@ -10,7 +10,6 @@ and ``docs/genotype-pca.md``.
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -51,11 +50,9 @@ def pca_dataset(components: np.ndarray, singular_values: np.ndarray,
         "sample_pca_explained_variance_ratio": ("components", ratio),
         "sample_pca_loading": (("variants", "components"), axes * np.sqrt(explained)),
     })
-    coords: dict[str, Any] = {}
-    if sample_id is not None:
-        coords["sample_id"] = ("samples", np.asarray(sample_id))
-    for name, values in (variant_coords or {}).items():
-        coords[name] = ("variants", np.asarray(values))
+    coords = {} if sample_id is None else {"sample_id": ("samples", np.asarray(sample_id))}
+    coords |= {name: ("variants", np.asarray(values))
+               for name, values in (variant_coords or {}).items()}
     return out.assign_coords(coords)
 
 

@@ -136,8 +136,7 @@ def _check_runtime(spec: RuntimeSpec, method: Method, caller: str) -> int | None
             stragglers.check_n_workers(n_expected)
     if n_expected is not None:
         method.check_n_workers(n_expected)
-    if spec.min_workers is not None and (_declared(runtime).in_process
-                                         or not _connects(spec)):
+    if spec.min_workers is not None and (_declared(runtime).in_process or not _connects(spec)):
         raise InvalidParameterError(
             f"The 'min_workers' parameter of {caller} (CLI: --min-workers) waits for the "
             "workers of an existing cluster: pass client or scheduler (CLI: --scheduler) "

@@ -72,23 +72,20 @@ def _method_options() -> list[Callable[..., Any]]:
             for option in method_options(_method_classes()).values()]
 
 
+def _problem_cli_options(name: str) -> tuple[CliOption, ...]:
+    from daskstraggle.problems import get_problem_class
+
+    return get_problem_class(name).cli_options
+
+
 def _problem_options(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Problem ``name``'s declared options, made when the command first needs them."""
-
-    def make() -> list[Callable[..., Any]]:
-        from daskstraggle.problems import get_problem_class
-
-        return [_click_option(option) for option in get_problem_class(name).cli_options]
-
-    return deferred(make)
+    return deferred(lambda: [_click_option(option) for option in _problem_cli_options(name)])
 
 
 def _problem_values(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """Pop the values of problem ``name``'s options from ``params``, by fit keyword."""
-    from daskstraggle.problems import get_problem_class
-
-    return {option.target: params.pop(option.dest)
-            for option in get_problem_class(name).cli_options}
+    return {option.target: params.pop(option.dest) for option in _problem_cli_options(name)}
 
 
 def _method_help() -> str:
