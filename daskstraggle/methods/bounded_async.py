@@ -62,7 +62,7 @@ class BoundedAsync(Method):
                      "versions ago (default: no bound).", type=int),
         MethodOption("--update-order", "update_order", "apply pending updates as they "
                      "arrived (default) or the freshest first, under deadlines.",
-                     choices=("arrival", "shortest"), param="order"),
+                     choices=UPDATE_ORDERS, param="order"),
     )
 
     def __init__(self, max_delay: int | None = None, *, order: str = "arrival") -> None:

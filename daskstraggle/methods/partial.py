@@ -89,7 +89,7 @@ class PartialRecovery(_DrawsPlacement, Method):
                      "unrecovered per iteration (default 0).", type=float),
         MethodOption("--ordering", "ordering", "reorder the codeword lists each iteration: "
                      "static (RCS), shift (RCS-1, default) or age (RCS-adaptive).",
-                     choices=("static", "shift", "age")),
+                     choices=ORDERINGS),
         MethodOption("--age-threshold", "age_threshold", "with --ordering age: partitions "
                      "older than this are promoted (default 2).", type=int),
         MethodOption("--degrees", "degrees", "codeword degrees, e.g. 1,2,3; their sum is the "
@@ -102,8 +102,7 @@ class PartialRecovery(_DrawsPlacement, Method):
                  ordering: str = "shift", age_threshold: int = 2,
                  rng: int | None = None) -> None:
         self.code: RCS | None = None  # the code of the current run (set by placement)
-        self.degrees = None if degrees is None else RCS(
-            degrees=tuple(degrees) if isinstance(degrees, list) else degrees).degrees
+        self.degrees = None if degrees is None else RCS(degrees=degrees).degrees
         caller = "PartialRecovery"
         self.tolerance = check_fraction(tolerance, name="tolerance", caller=caller,
                                         closed_low=True)
