@@ -79,13 +79,9 @@ def _decode_lstsq(assignment: CodeAssignment, received: frozenset) -> dict | Non
     rows = np.zeros((len(workers), assignment.n_partitions))
     for r, i in enumerate(workers):
         rows[r, list(assignment.placement[i])] = assignment.coefficients[i][0]
-    ones = np.ones(assignment.n_partitions)
-    a = np.linalg.lstsq(rows.T, ones, rcond=None)[0]
-    if not np.all(np.isfinite(a)):
-        return None
-    if float(np.max(np.abs(a @ rows - ones))) > DECODE_TOLERANCE:
-        return None
-    return {(i, 0): float(w) for i, w in zip(workers, a, strict=True)}
+    a = np.linalg.lstsq(rows.T, np.ones(assignment.n_partitions), rcond=None)[0]
+    return _checked(assignment, {(i, 0): float(w) for i, w in zip(workers, a, strict=True)},
+                    DECODE_TOLERANCE)
 
 
 def _decode_partial(

@@ -157,15 +157,12 @@ class _Estimator(BaseEstimator):
         """Apply a per-partition function to the rows of a source; concatenate the results."""
         open_kw, _ = self._split_params()
         matrix = open_matrix(X, **open_kw)
-        self._check_columns(matrix.n_columns)
-        return np.concatenate(_passes.map_partitions(matrix, make_func, self._pass_client()))
-
-    def _check_columns(self, n_columns: int) -> None:
-        if n_columns != self.n_features_in_:
+        if matrix.n_columns != self.n_features_in_:
             raise ValueError(
-                f"X has {n_columns} features, but {self._caller()} is expecting "
+                f"X has {matrix.n_columns} features, but {self._caller()} is expecting "
                 f"{self.n_features_in_} features as input."
             )
+        return np.concatenate(_passes.map_partitions(matrix, make_func, self._pass_client()))
 
 
 _COMMON_DOC = """

@@ -73,10 +73,8 @@ class _LinearModel(Problem):
             object.__setattr__(self, "alpha", _real(
                 self.alpha, lambda x: bool(np.isfinite(x)) and x >= 0, "alpha", caller,
                 "a finite number >= 0" + (" or None" if optional else "")))
-        object.__setattr__(
-            self, "fit_intercept",
-            check_bool(self.fit_intercept, name="fit_intercept", caller=caller),
-        )
+        object.__setattr__(self, "fit_intercept", check_bool(
+            self.fit_intercept, name="fit_intercept", caller=caller))
 
     # ---------------------------------------------------------------- parameters
     def kernel(self, block: Block, iterate: np.ndarray) -> KernelResult:

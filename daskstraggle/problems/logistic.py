@@ -105,9 +105,8 @@ class Logistic(_LinearModel):
         """Raise InvalidDataError unless the labels are exactly -1 and +1 (both present)."""
         counts = stats.label_counts
         if counts is None or set(counts) != {-1.0, 1.0}:
-            shown = "unknown (no labels, or many distinct values)" if counts is None else (
-                sorted(counts)
-            )
+            shown = "unknown (no labels, or many distinct values)" if counts is None \
+                else sorted(counts)
             raise InvalidDataError(
                 "The labels of logistic regression must take exactly two values, {-1, +1} "
                 f"or {{0, 1}} (mapped to -1/+1 when the data is opened); got {shown}."
