@@ -314,14 +314,15 @@ def open_zarr(path: str, array: str | None, labels: Any, options: OpenOptions) -
             f"{path!r} is a Zarr array, not a group, so it has no member {array!r}; "
             "drop the 'array' parameter."
         )
-    columns = groups = None
+    columns = groups = variants = None
     dims = ("sample", "feature")
     if name == "call_genotype":
         assert group is not None  # call_genotype is only chosen from a group
         src: RowSource = _genotype_source(path, node, options)
         dims = ("variants", "samples")
-        columns = _sample_strings(group, "sample_id", options.missing_chunks)
-        groups = _sample_strings(group, "sample_population", options.missing_chunks)
+        columns, groups = (_sample_strings(group, n, options.missing_chunks)
+                           for n in ("sample_id", "sample_population"))
+        variants = VariantTable(StoreArrays(path, options.storage_options))
     else:
         _check_2d(node.shape, f"Zarr array {path!r}" + (f"/{name}" if name else ""))
         if np.dtype(node.dtype).kind not in "fiub":
@@ -330,8 +331,6 @@ def open_zarr(path: str, array: str | None, labels: Any, options: OpenOptions) -
             )
         src = ZarrSource(path, name, node, missing_chunks=options.missing_chunks,
                          storage_options=options.storage_options)
-    variants = (VariantTable(StoreArrays(path, options.storage_options))
-                if isinstance(src, GenotypeSource) else None)
     return source_matrix(src, labels, group, options.missing_chunks, columns=columns,
                          column_groups=groups, dims=dims, attrs={"path": path},
                          variants=variants)

@@ -217,12 +217,9 @@ def read_index(path: str, header: BgenHeader) -> dict[str, Any]:
                 f"{header.n_variants} runs past the end of the file ({header.size} bytes). "
                 f"{_REWRITE}"
             ) from None
-    index: dict[str, Any] = {name: np.array(names[name]) for name in names
-                             if name != "alleles"}
-    index["offset"] = index["offset"].astype(np.uint64)
-    index["position"] = index["position"].astype(np.int64)
-    index["alleles"] = names["alleles"]
-    return index
+    dtypes = {"offset": np.uint64, "position": np.int64}
+    return {name: values if name == "alleles" else np.array(values, dtype=dtypes.get(name))
+            for name, values in names.items()}
 
 
 # ------------------------------------------------------------------------------ dosages

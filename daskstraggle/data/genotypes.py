@@ -868,33 +868,26 @@ def _first_values(X: Any) -> np.ndarray | None:
     return None
 
 
-def looks_like_allele_counts(X: Any) -> bool:
-    """Whether ``X`` is a 2-D integer array that looks like allele counts: an xarray
+def check_not_allele_counts(X: Any, *, caller: str) -> None:
+    """Refuse, in one line, a 2-D integer array that looks like allele counts: an xarray
     DataArray named ``call_alternate_allele_count`` or with a ``variants`` or ``samples``
     dimension, or values (all of numpy, a dask array's first block) in {-1, 0, 1, 2} that
-    include a 2 or a -1 (a 0/1 matrix of binary features does not)."""
-    sample = _first_values(X)
-    if sample is None:
-        return False
-    if _is_xarray(X) and (X.name == "call_alternate_allele_count"
-                          or {"variants", "samples"} & {str(d) for d in X.dims}):
-        return True
-    if sample.size == 0:
-        return False
-    low, high = int(sample.min()), int(sample.max())
-    return low >= -1 and high <= 2 and (high == 2 or low == -1)
-
-
-def check_not_allele_counts(X: Any, *, caller: str) -> None:
-    """Refuse a 2-D integer array that looks like allele counts (see above), in one line.
+    include a 2 or a -1 (a 0/1 matrix of binary features does not).
 
     Raises
     ------
     InvalidDataError
-        If :func:`looks_like_allele_counts` says so.
+        If ``X`` looks like allele counts.
     """
-    if not looks_like_allele_counts(X):
+    sample = _first_values(X)
+    if sample is None:
         return
+    named = _is_xarray(X) and (X.name == "call_alternate_allele_count"
+                               or {"variants", "samples"} & {str(d) for d in X.dims})
+    if not named:
+        low, high = (int(sample.min()), int(sample.max())) if sample.size else (0, 0)
+        if not (low >= -1 and high <= 2 and (high == 2 or low == -1)):
+            return
     what = (f"xarray.DataArray {X.name!r} with dims {tuple(map(str, X.dims))}"
             if _is_xarray(X) else f"{type(X).__name__} of {np.dtype(X.dtype)}")
     raise InvalidDataError(
