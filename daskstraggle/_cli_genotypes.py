@@ -87,6 +87,5 @@ def qc_line(result: Any) -> str | None:
 
 def _steps(removed: dict[str, int]) -> str:
     """`` (maf removed 3, ld removed 5)``, or nothing when no step removed anything."""
-    if not removed:
-        return ""
-    return " (" + ", ".join(f"{step} removed {n}" for step, n in removed.items()) + ")"
+    steps = ", ".join(f"{step} removed {n}" for step, n in removed.items())
+    return f" ({steps})" if steps else ""

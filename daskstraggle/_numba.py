@@ -36,9 +36,7 @@ def numba_available() -> bool:
 def default_implementation() -> str:
     """Return ``"numba"`` if it is importable and not disabled (``DASKSTRAGGLE_NUMBA=0``),
     else ``"numpy"``."""
-    if _numba_switch().strip() == "0" or not numba_available():
-        return "numpy"
-    return "numba"
+    return "numpy" if _numba_switch().strip() == "0" or not numba_available() else "numba"
 
 
 #: ``os.environ`` at import, and the key of :data:`NUMBA_VARIABLE` in its store.

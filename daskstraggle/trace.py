@@ -197,9 +197,8 @@ class Result:
     @property
     def gap(self) -> float | None:
         """Objective minus the reference objective, when a reference was computed."""
-        if self.reference_objective is None:
-            return None
-        return self.objective - self.reference_objective
+        ref = self.reference_objective
+        return None if ref is None else self.objective - ref
 
     @property
     def determined(self) -> list[str] | None:
@@ -225,9 +224,7 @@ class Result:
         ``samples_removed``. The CLI's table and ``--json`` both print it.
         """
         qc = self.attrs.get("matrix", {}).get("qc")
-        if not qc:
-            return None
-        return {key: qc[key] for key in _QC_COUNTS if key in qc}
+        return {key: qc[key] for key in _QC_COUNTS if key in qc} if qc else None
 
     def convergence_message(self) -> str:
         """Return one line saying whether and why the run converged (or did not)."""
