@@ -151,9 +151,8 @@ def _family_ids(info: dict[str, Any], samples: np.ndarray) -> np.ndarray | None:
         if len(row) < 2 or row[1] in family:
             return None
         family[row[1]] = row[0]
-    if not all(str(s) in family for s in samples):
-        return None
-    return np.array([family[str(s)] for s in samples])
+    return np.array([family[str(s)] for s in samples]) if all(
+        str(s) in family for s in samples) else None
 
 
 def _eigenvec_text(components: np.ndarray, samples: np.ndarray,

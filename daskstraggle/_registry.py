@@ -112,15 +112,13 @@ class Registry(Generic[T]):
         label = cls.name  # type: ignore[attr-defined]
         all_fields = fields(cls)  # type: ignore[arg-type]
         allowed = [f.name for f in all_fields]
-        unknown = sorted(set(params) - set(allowed))
-        if unknown:
+        if unknown := sorted(set(params) - set(allowed)):
             raise InvalidParameterError(
                 f"The {self.kind} {label!r} does not take {unknown}; it takes {allowed}."
             )
         required = [f.name for f in all_fields
                     if f.default is MISSING and f.default_factory is MISSING]
-        missing = [name for name in required if name not in params]
-        if missing:
+        if missing := [name for name in required if name not in params]:
             raise InvalidParameterError(
                 f"The {self.kind} {label!r} needs {missing}, e.g. "
                 f"{label.replace('-', '_')}({', '.join(f'{m}=...' for m in required)})."
