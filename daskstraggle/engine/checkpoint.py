@@ -97,7 +97,8 @@ class CheckpointSchedule:
         by_time = self.interval is not None and now - self._last_time >= self.interval
         by_count = (self.iterations is not None
                     and iteration - self._last_iteration >= self.iterations)
-        return by_time or by_count or self._diverging(point)
+        diverging = self._diverging(point)  # every call: it remembers the step
+        return by_time or by_count or diverging
 
     def _diverging(self, point: np.ndarray | None) -> bool:
         """The divergence rule (False without a bound or a point)."""

@@ -98,3 +98,18 @@ def test_a_whole_run_is_the_engine_s_instructions(problem):
 def test_an_event_no_part_takes_yet_is_refused():
     with pytest.raises(TypeError, match="no part that takes StatusChanged"):
         Engine().handle_stimulus(StatusChanged(status={}, time=0.0, stimulus_id="status-1"))
+
+
+def test_a_write_due_by_count_still_updates_the_divergence_rules_last_step():
+    """The step the divergence rule adds is one round's, also after a round whose write
+    was due by count: measured from that round's point, not from the one before."""
+    from daskstraggle.engine.checkpoint import CheckpointSchedule
+
+    schedule = CheckpointSchedule(iterations=2, divergence=0.8)
+    schedule.start(0, 0.0, np.zeros(1))
+    assert not schedule.due(1, 0.0, np.array([0.3]))  # 0.3 + 0 <= 0.8
+    assert schedule.due(2, 0.0, np.array([0.6]))  # by count
+    schedule.start(2, 0.0, np.array([0.6]))  # written
+    # one round's step (0.3) and 0.3 from the written point: 0.6 <= 0.8, no write
+    # (measured from round 1's point the step would be 0.6: 0.9 > 0.8, a needless write)
+    assert not schedule.due(3, 0.0, np.array([0.9]))
