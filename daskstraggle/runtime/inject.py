@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from daskstraggle._validation import check_addresses, check_int
@@ -200,15 +201,6 @@ def inject_delay(*, iteration: int = 0, load: float = 1.0, measured: float | Non
                 and isinstance(plugin, StragglerInjector)), 0.0)
 
 
-def _check_seed(seed: Any, caller: str) -> int:
-    """``seed`` checked, or fresh entropy for None (one seed for all workers)."""
-    if seed is None:
-        import numpy as np
-
-        return int(cast(int, np.random.SeedSequence().entropy))  # an int when drawn fresh
-    return check_int(seed, name="seed", caller=caller, low=0, remedy="None draws a fresh one.")
-
-
 def install_injector(client: Any, model: LatencyModel, addresses: Sequence[str], *,
                      seed: int | None = None) -> str:
     """Register a :class:`StragglerInjector` of ``model`` on every worker of ``client``'s
@@ -242,7 +234,11 @@ def install_injector(client: Any, model: LatencyModel, addresses: Sequence[str],
         addresses, name="addresses", caller=caller,
         constraint="a non-empty list of worker addresses (the worker index is the position)")
     model.check_n_workers(len(workers))
-    seed = _check_seed(seed, caller)
+    if seed is None:  # fresh entropy, one seed for all workers (an int when drawn fresh)
+        seed = int(cast(int, np.random.SeedSequence().entropy))
+    else:
+        seed = check_int(seed, name="seed", caller=caller, low=0,
+                         remedy="None draws a fresh one.")
     client = default_client(client)
     name = f"{INJECTOR_PREFIX}-{uuid.uuid4().hex[:10]}"
     try:
