@@ -449,46 +449,27 @@ def _glm_weight(p, i, center, scale, flags, wsum, b, y, logistic, sums):
     return weight * s
 
 
-@numba.njit(**_INLINE)
-def _dot(X, row, w):
-    """``X[row] . w``."""
-    z = 0.0
-    for j in range(w.shape[0]):
-        z += X[row, j] * w[j]
-    return z
-
-
 @numba.njit(**_JIT)
-def _glm_rows(X, first, count, i, w, grad, center, scale, flags, wsum, b, y, logistic,
+def _glm_rows(X, first, count, i, W, G, p, center, scale, flags, wsum, b, y, logistic,
               sums, streams):
     """:func:`glm` on the rows ``X[first : first + count]`` (block rows ``i ..``) as
-    :func:`_pca_rows`: four dot products, four weights, one rank-4 update of ``grad``."""
-    m = w.shape[0]
+    :func:`_pca_rows` with the one column ``W = w^T``: four dot products, four weights
+    (in ``p``), one rank-4 update of ``G = grad^T``."""
     groups = count // ROWS
     step = groups if streams else 1
     stride = 1 if streams else ROWS
     for g in range(groups):
         r0 = first + g * stride
-        r1, r2, r3 = r0 + step, r0 + 2 * step, r0 + 3 * step
-        z0 = z1 = z2 = z3 = 0.0
-        for j in range(m):
-            wj = w[j]
-            z0 += X[r0, j] * wj
-            z1 += X[r1, j] * wj
-            z2 += X[r2, j] * wj
-            z3 += X[r3, j] * wj
-        row = i + r0 - first
-        q0 = _glm_weight(z0, row, center, scale, flags, wsum, b, y, logistic, sums)
-        q1 = _glm_weight(z1, row + step, center, scale, flags, wsum, b, y, logistic, sums)
-        q2 = _glm_weight(z2, row + 2 * step, center, scale, flags, wsum, b, y, logistic, sums)
-        q3 = _glm_weight(z3, row + 3 * step, center, scale, flags, wsum, b, y, logistic, sums)
-        for j in range(m):
-            grad[j] += q0 * X[r0, j] + q1 * X[r1, j] + q2 * X[r2, j] + q3 * X[r3, j]
-    for r in range(first + ROWS * groups, first + count):
-        q = _glm_weight(_dot(X, r, w), i + r - first, center, scale, flags, wsum, b, y,
-                        logistic, sums)
-        for j in range(m):
-            grad[j] += q * X[r, j]
+        _project(X, r0, r0 + step, r0 + 2 * step, r0 + 3 * step, W, p)
+        for s in range(ROWS):
+            p[0, s] = _glm_weight(p[0, s], i + r0 + s * step - first, center, scale, flags,
+                                  wsum, b, y, logistic, sums)
+        _update(X, r0, r0 + step, r0 + 2 * step, r0 + 3 * step, p, G)
+    for row in range(first + ROWS * groups, first + count):
+        _project_row(X, row, W, p)
+        p[0, 0] = _glm_weight(p[0, 0], i + row - first, center, scale, flags, wsum, b, y,
+                              logistic, sums)
+        _update_row(X, row, p, G)
 
 
 @numba.njit(**_JIT)
@@ -503,13 +484,14 @@ def glm(values, fill, center, scale, flags, w, b, y, logistic, grad, out):
     for j in range(m):
         wsum += w[j]
     sums = np.zeros(3)  # sum q, loss, sum c s q
+    W, G, p = w.reshape((1, m)), grad.reshape((1, m)), np.zeros((1, ROWS))
     buf = np.zeros((CHUNK, m))
     in_place = _reads_in_place(values, flags[0])
     step = _chunk(n, in_place)
     for i0 in range(0, n, step):
         count = min(step, n - i0)
         rows, first = _rows(values, i0, count, fill, flags[0], buf, in_place)
-        _glm_rows(rows, first, count, i0, w, grad, center, scale, flags, wsum, b, y, logistic,
+        _glm_rows(rows, first, count, i0, W, G, p, center, scale, flags, wsum, b, y, logistic,
                   sums, in_place)
     if flags[1]:
         for j in range(m):
