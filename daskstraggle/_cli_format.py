@@ -48,8 +48,7 @@ def format_result(result: Any, *, out: Path | None = None, matrix: Any = None,
     lines += _cluster_lines(summary)
     if matrix is not None and matrix.column_groups is not None and result.problem == "pca":
         lines.append("\n" + _population_table(result, matrix))
-    qc = qc_line(result)
-    if qc is not None:
+    if (qc := qc_line(result)) is not None:
         lines.append(qc)
     if data_path is not None:
         lines.append(f"data        {data_path}")

@@ -136,8 +136,7 @@ def check_not_in_zarr(out: Path, *, what: str = "The output path (CLI: --out)") 
     """Raise InvalidParameterError if a folder above ``out`` (real path) holds one of
     :data:`ZARR_METADATA`; ``out`` itself may be a store."""
     for folder in Path(os.path.realpath(out)).parents:
-        marker = next((m for m in ZARR_METADATA if (folder / m).is_file()), None)
-        if marker is not None:
+        if (marker := next((m for m in ZARR_METADATA if (folder / m).is_file()), None)):
             raise InvalidParameterError(
                 f"{what} {str(out)!r} lies inside the Zarr store {str(folder)!r} (it holds "
                 f"{marker}); writing there would add to that store, also with "

@@ -206,8 +206,7 @@ def variant_axes(matrix: Matrix, components: np.ndarray, s: np.ndarray, client: 
 def check_variants(matrix: Matrix) -> None:
     """Read the variant table the allele weights need, so a malformed ``.bim`` or ``.pvar``
     is refused before the fit."""
-    table = matrix.variants
-    if table is not None:
+    if (table := matrix.variants) is not None:
         for name in ("variant_contig", "variant_position", "variant_allele", "variant_id"):
             table.get(name)
 

@@ -77,8 +77,7 @@ def merge_into(ds: xr.Dataset, out: xr.Dataset, kept: np.ndarray | None,
     out = out.drop_vars(list(out.coords))
     for dim, mask in (("variants", kept), ("samples", samples_kept)):
         out = _spread(out, dim, mask)
-    clobbered = sorted(set(map(str, ds.data_vars)) & set(map(str, out.data_vars)))
-    if clobbered:
+    if clobbered := sorted(set(map(str, ds.data_vars)) & set(map(str, out.data_vars))):
         warnings.warn(f"The following variables in the input dataset will be replaced in the "
                       f"output: {', '.join(clobbered)}", StraggleWarning, stacklevel=3)
     merged = out.merge(ds, compat="override")

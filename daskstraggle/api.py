@@ -493,8 +493,7 @@ def _options_doc() -> str:
             entries.append(written.get(name) or solves[name])
             continue
         field = where[2]
-        entry = _doc_entries(where[1].__doc__).get(field.name)
-        if entry is not None:
+        if (entry := _doc_entries(where[1].__doc__).get(field.name)) is not None:
             for other in dataclasses.fields(where[1]):  # the group's names as fit_* keywords
                 entry = entry.replace(f"``{other.name}``", f"``{flat_name(other)}``")
             entries.append(entry.replace(f"    {field.name} : ", f"    {name} : ", 1))

@@ -223,8 +223,7 @@ def _run_solve(kind: str, source: Any, params: dict[str, Any], plot: Path | None
 
     as_json, quiet, seed = (params.pop(name) for name in ("as_json", "quiet", "seed"))
     values = {dest: params.pop(dest) for dest in method_options(_method_classes())}
-    method_params = _method_params(params["method"], values)
-    if method_params is not None:
+    if (method_params := _method_params(params["method"], values)) is not None:
         params["method_params"] = method_params
     for name, setting, read in (("max_iter", "max-iter", config.count),
                                 ("tol", "tol", config.number)):  # unset: the dask config's

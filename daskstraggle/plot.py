@@ -160,8 +160,7 @@ def _named_runs(results: Any, labels: Any, *, caller: str) -> list[tuple[str, Re
                           "of labels to Results", results)
     if not runs:
         raise InvalidParameterError(f"The 'results' parameter of {caller} holds no Result.")
-    wrong = [r for r in runs if not isinstance(r, Result)]
-    if wrong:
+    if wrong := [r for r in runs if not isinstance(r, Result)]:
         raise _type_error("results", caller, "hold Results (a fit's return value or "
                           "Result.load(path))", wrong[0])
     labels = _method_labels(runs) if labels is None else labels

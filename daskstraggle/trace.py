@@ -231,8 +231,7 @@ class Result:
         tol = self.attrs.get("stop", {}).get("tol")
         what = ("largest relative eigen-residual of the components" if self.problem == "pca"
                 else "relative gradient norm")
-        variance = [j + 1 for j, d in enumerate(self.determined or ()) if d == "variance"]
-        if variance:
+        if variance := [j + 1 for j, d in enumerate(self.determined or ()) if d == "variance"]:
             what = (f"{what} (PC{variance[0]}-PC{variance[-1]}: relative variance error; "
                     "their bulk has no eigengap, so only their variance is determined)")
         if self.converged:
@@ -516,8 +515,7 @@ def _read_result(path: str | os.PathLike[str], missing_chunks: str) -> xr.Datase
     if "arrays" not in ds.attrs:  # saved before every chunk was written: absent ones
         missing_chunks = "fill"   # equal to the fill value cannot be told from lost ones
     saved = json.loads(ds.attrs.get("arrays", "[]"))
-    lost = sorted(set(saved) - set(arrays))
-    if lost:
+    if lost := sorted(set(saved) - set(arrays)):
         raise CorruptDataError(
             f"{len(lost)} of {len(saved)} arrays of the result {str(path)!r} are missing "
             f"(first: {lost[0]!r}): the store is damaged. Restore it from a good copy or "
