@@ -16,7 +16,7 @@ def progress_bar(iterable: Any = None, **kwargs: Any) -> Any:
     """Return ``tqdm.auto.tqdm(iterable, **kwargs)``, but in a Jupyter kernel without
     ipywidgets ``tqdm.std.tqdm``, shown also with ``disable=None`` (a kernel's streams are
     not terminals)."""
-    if _in_kernel() and not _widgets_available():
+    if any(name in sys.modules for name in _KERNEL_MODULES) and not _widgets_available():
         from tqdm.std import tqdm
 
         if kwargs.get("disable", False) is None:
@@ -25,11 +25,6 @@ def progress_bar(iterable: Any = None, **kwargs: Any) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(iterable, **kwargs)
-
-
-def _in_kernel() -> bool:
-    """Whether this process runs a Jupyter kernel (where tqdm.auto wants a widget)."""
-    return any(name in sys.modules for name in _KERNEL_MODULES)
 
 
 def _widgets_available() -> bool:

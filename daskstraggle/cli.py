@@ -104,21 +104,18 @@ def _method_classes() -> list[type[Method]]:
     return [get_method_class(name) for name in list_methods()]
 
 
-def _runtime_names() -> list[str]:
-    """The runtimes ``--runtime`` offers: ours and the entry points' (none imported)."""
-    from importlib.metadata import entry_points
-
-    advertised = {point.name for point in entry_points(group="daskstraggle.runtimes")}
-    return ["dask", "sim", "local", *sorted(advertised - {"dask", "sim", "local"})]
-
-
 def _solve_option_list() -> list[Callable[..., Any]]:
     """Every option of the solve commands, in their ``--help`` order: the command line's own
     and, by the name the CLI stores each under, the run options declared on the fields of
     the run's option groups (:data:`daskstraggle.options.RUN_GROUPS`); a declared one not
     placed here comes where ``...`` stands, before ``--seed``."""
+    from importlib.metadata import entry_points
+
     from daskstraggle.options import run_groups
 
+    # --runtime offers ours and the entry points' runtimes (none imported)
+    advertised = {point.name for point in entry_points(group="daskstraggle.runtimes")}
+    runtimes = ["dask", "sim", "local", *sorted(advertised - {"dask", "sim", "local"})]
     declared = {option.dest: _click_option(option, callback=(
                     _storage_options if option.dest == "storage_options" else None))
                 for group in run_groups().values() for field in dataclasses.fields(group)
@@ -129,7 +126,7 @@ def _solve_option_list() -> list[Callable[..., Any]]:
         click.option("--method", default="auto", show_default=True, help=_method_help()),
         *_method_options(),
         click.option(
-            "--runtime", type=click.Choice(_runtime_names()), default=None,
+            "--runtime", type=click.Choice(runtimes), default=None,
             help="dask: a Dask cluster (--scheduler, else a LocalCluster of --workers "
                  "processes); sim: in process, simulated time with --stragglers as the "
                  "latency model; local: in process, threads, no latency; or a runtime an "
