@@ -59,7 +59,13 @@ def write_plink(result: Result, prefix: str | os.PathLike[str], matrix: Matrix |
 
         inputs += source_paths(matrix)
         matrix = matrix_after_run(matrix, result)  # without samples or variants never called
-        _check_matrix(matrix, info)
+        if list(matrix.shape) != list(info["shape"]) or not matrix.genotypes:
+            raise InvalidParameterError(
+                f"The 'matrix' parameter of to_plink must be the genotypes the result was "
+                f"fitted on, {info['shape'][0]} variants x {info['shape'][1]} samples after "
+                f"quality control; got a {matrix.kind} matrix of shape {tuple(matrix.shape)}. "
+                "Open it as for the fit (open_matrix(..., qc=...))."
+            )
     paths = check_prefix(prefix, overwrite=overwrite, alleles=matrix is not None, inputs=inputs)
     components = np.asarray(result.fitted["components"], dtype=np.float64)
     s = np.asarray(result.fitted["singular_values"], dtype=np.float64)
@@ -93,16 +99,6 @@ def _check_result(result: Result) -> dict[str, Any]:
             "matrix. Save it with Result.save instead."
         )
     return info
-
-
-def _check_matrix(matrix: Matrix, info: dict[str, Any]) -> None:
-    if list(matrix.shape) != list(info["shape"]) or not matrix.genotypes:
-        raise InvalidParameterError(
-            f"The 'matrix' parameter of to_plink must be the genotypes the result was "
-            f"fitted on, {info['shape'][0]} variants x {info['shape'][1]} samples after "
-            f"quality control; got a {matrix.kind} matrix of shape {tuple(matrix.shape)}. "
-            "Open it as for the fit (open_matrix(..., qc=...))."
-        )
 
 
 def check_prefix(prefix: str | os.PathLike[str], *, overwrite: bool, alleles: bool = True,
