@@ -103,17 +103,16 @@ def _probe(ds: Any, dim: str, n: int, root: str) -> np.ndarray:
 
 
 def _rerooted(data: Any, n: int) -> np.ndarray | None:
-    """Evaluate a selection graph with its root replaced by ``arange(n)``."""
+    """Evaluate a selection graph (one root: :func:`_dask_root` took it) with its root
+    replaced by ``arange(n)``."""
     import dask
     import dask.array as da
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
     graph = data.__dask_graph__()
-    roots = [k for k in graph.layers if k.startswith("original-")]
-    if len(roots) != 1:
-        return None
+    (root,) = [k for k in graph.layers if k.startswith("original-")]
     layers = dict(graph.layers)
-    layers[roots[0]] = MaterializedLayer({roots[0]: np.arange(n, dtype=np.int64)})
+    layers[root] = MaterializedLayer({root: np.arange(n, dtype=np.int64)})
     probe = da.Array(HighLevelGraph(layers, dict(graph.dependencies)), data.name,
                      data.chunks, dtype=np.int64)
     try:
@@ -166,9 +165,8 @@ def _lazy_key(value: Any) -> tuple[Any, tuple[Any, ...]] | None:
     key = value.key
     wrapper = value.array
     array = getattr(wrapper, "_array", None)
-    if not isinstance(key, indexing.BasicIndexer | indexing.OuterIndexer) or array is None:
-        return None
-    if type(wrapper).__name__ != "ZarrArrayWrapper":
+    if (not isinstance(key, indexing.BasicIndexer | indexing.OuterIndexer) or array is None
+            or type(wrapper).__name__ != "ZarrArrayWrapper"):
         return None
     return array, tuple(key.tuple)
 

@@ -3,6 +3,7 @@ the client's checks, each failure one line (docs/remote-stores.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -28,11 +29,6 @@ _CLI_HINT = "(CLI: --storage-option KEY=VALUE)"
 def is_url(path: object) -> bool:
     """Return whether ``path`` is an fsspec URL (``s3://bucket/x.zarr``) rather than a path."""
     return isinstance(path, str) and bool(_URL.match(path))
-
-
-def _protocols(url: str) -> list[str]:
-    """Protocols of a URL, outermost first (``simplecache::s3://b/k`` -> simplecache, s3)."""
-    return [part.split("://", 1)[0] for part in url.split("::")]
 
 
 def parse_location(
@@ -75,7 +71,7 @@ def _filesystem(url: str, storage_options: dict[str, Any], caller: str) -> tuple
     """Return ``(file system, path)`` for ``url``; refuse a protocol fsspec cannot serve."""
     import fsspec
 
-    for protocol in _protocols(url):
+    for protocol in (part.split("://", 1)[0] for part in url.split("::")):  # outermost first
         try:
             fsspec.get_filesystem_class(protocol)
         except ImportError as err:
@@ -122,7 +118,8 @@ def check_remote_store(
     try:
         found = any(fs.exists(f"{root}/{key}") for key in _ROOT_KEYS)
         if not found:  # HTTP's exists() also answers False when the server cannot be reached
-            _refuse_unreachable(fs, f"{root}/{_ROOT_KEYS[0]}")
+            with contextlib.suppress(FileNotFoundError):  # the only answer; errors propagate
+                fs.cat_file(f"{root}/{_ROOT_KEYS[0]}")
     except TypeError as err:  # s3fs hands unknown options to its session on first use
         raise _refused(url, err, caller) from err
     except Exception as err:  # botocore, aiohttp, google-auth, ... each raise their own
@@ -138,14 +135,6 @@ def check_remote_store(
             "'source' parameter; CLI: the SOURCE argument) and the 'storage_options' "
             f"parameter {_CLI_HINT}."
         )
-
-
-def _refuse_unreachable(fs: Any, path: str) -> None:
-    """Read ``path``, which was not found: only "no such file" is an answer, errors propagate."""
-    try:
-        fs.cat_file(path)
-    except FileNotFoundError:
-        pass
 
 
 def member_exists(url: str, name: str, storage_options: dict[str, Any]) -> bool:

@@ -146,16 +146,12 @@ def _refuse_absent(array: Any, rows: slice | np.ndarray, columns: np.ndarray | N
         n_absent, first = absent_inner_chunks(array, shards, axes, what)
         n_checked = math.prod(len(axis) for axis in axes)
     if n_absent:
-        raise MissingChunksError(_absent_message(what, first, n_absent, n_checked, array))
-
-
-def _absent_message(what: str, first: str, n_absent: int, n_checked: int, array: Any) -> str:
-    return (
-        f"{n_absent} of {n_checked} chunks of {what} are missing (first: {first}). Restore "
-        "the store, or if it was written with write_empty_chunks=False pass "
-        "missing_chunks='fill' (CLI: --missing-chunks fill) to read absent chunks as the "
-        f"fill value {_plain(array.fill_value)!r}."
-    )
+        raise MissingChunksError(
+            f"{n_absent} of {n_checked} chunks of {what} are missing (first: {first}). Restore "
+            "the store, or if it was written with write_empty_chunks=False pass "
+            "missing_chunks='fill' (CLI: --missing-chunks fill) to read absent chunks as the "
+            f"fill value {_plain(array.fill_value)!r}."
+        )
 
 
 # ---------------------------------------------------------------------------- shards
@@ -575,9 +571,8 @@ def open_node(path: str, storage_options: dict[str, Any] | None = None) -> Any:
     import zarr
     from zarr.storage import FsspecStore, LocalStore, StorePath
 
-    options = fsspec_options(storage_options)
     try:
-        return zarr.open(path, mode="r", **options)
+        return zarr.open(path, mode="r", **fsspec_options(storage_options))
     except (OSError, MemoryError):
         raise
     except Exception as err:
