@@ -243,8 +243,7 @@ class Matrix:
         partitions are unchanged.
         """
         if not isinstance(self.source, GenotypeRowSource):
-            raise InvalidDataError(
-                f"Only genotype matrices select columns; this is {self.kind}.")
+            raise InvalidDataError(f"Only genotype matrices select columns; this is {self.kind}.")
         columns = np.asarray(columns, dtype=np.int64)
         return replace(
             self, source=self.source.select_columns(columns),

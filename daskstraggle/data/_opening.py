@@ -320,8 +320,8 @@ def open_zarr(path: str, array: str | None, labels: Any, options: OpenOptions) -
         assert group is not None  # call_genotype is only chosen from a group
         src: RowSource = _genotype_source(path, node, options)
         dims = ("variants", "samples")
-        columns, groups = (_sample_strings(group, n, options.missing_chunks)
-                           for n in ("sample_id", "sample_population"))
+        columns, groups = (_strings(_read_whole(group, n, options.missing_chunks)).astype(str)
+                           if n in group else None for n in ("sample_id", "sample_population"))
         variants = VariantTable(StoreArrays(path, options.storage_options))
     else:
         _check_2d(node.shape, f"Zarr array {path!r}" + (f"/{name}" if name else ""))
@@ -420,12 +420,6 @@ def _genotype_source(path: str, node: Any, options: OpenOptions, **view: Any) ->
     return GenotypeSource(path, node, missing=options.missing, scaling=options.scaling,
                           missing_chunks=options.missing_chunks, storage=options.storage,
                           storage_options=options.storage_options, **view)
-
-
-def _sample_strings(group: GroupArrays, name: str, missing_chunks: str) -> np.ndarray | None:
-    if name not in group:
-        return None
-    return _strings(_read_whole(group, name, missing_chunks)).astype(str)
 
 
 def _read_whole(group: GroupArrays, name: str, missing_chunks: str) -> np.ndarray:
