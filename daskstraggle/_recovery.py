@@ -105,10 +105,9 @@ def recovery(checkpoint: str | os.PathLike[str] | None, interval: float | None,
     file_resume = None if from_replica else resume
     path = checkpoint if checkpoint is not None else file_resume
     if path is None:
-        given = [name for name, value in (("checkpoint_interval", interval),
-                                          ("checkpoint_iterations", iterations))
-                 if value is not None]
-        if given:
+        if given := [name for name, value in (("checkpoint_interval", interval),
+                                              ("checkpoint_iterations", iterations))
+                     if value is not None]:
             raise InvalidParameterError(
                 f"The {given[0]!r} parameter (CLI: --{given[0].replace('_', '-')}) needs a "
                 "checkpoint file: pass checkpoint=PATH (CLI: --checkpoint PATH)."

@@ -628,8 +628,7 @@ def demo(n_workers: int | None, out: Path | None, as_json: bool) -> None:
             f"the demo simulates genotypes with msprime and bio2zarr ({err}); install them with "
             "pip install 'daskstraggle[genomics]'"
         ) from err
-    if n_workers is None:
-        n_workers = config.workers()
+    n_workers = config.workers() if n_workers is None else n_workers
     folder = _check_demo_options(n_workers, out)
     data_path = folder / "genotypes.vcz"
     result_path = folder / "pca.zarr"
