@@ -508,9 +508,8 @@ def _read_result(path: str | os.PathLike[str], missing_chunks: str) -> xr.Datase
     except Exception as err:  # any unreadable store is the same mistake
         reason = (str(err).splitlines() or [""])[0]
         raise InvalidDataError(f"{not_result}: {type(err).__name__}: {reason}") from None
-    missing = [k for k in _RESULT_ATTRS if k not in ds.attrs] + sorted(
-        {"iterate"} - set(ds.variables))
-    if missing:
+    if missing := [k for k in _RESULT_ATTRS if k not in ds.attrs] + sorted(
+            {"iterate"} - set(ds.variables)):
         raise InvalidDataError(f"{not_result}: it has no {missing}.")
     if "arrays" not in ds.attrs:  # saved before every chunk was written: absent ones
         missing_chunks = "fill"   # equal to the fill value cannot be told from lost ones
