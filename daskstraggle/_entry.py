@@ -2,8 +2,9 @@
 
 :func:`main` imports the command line inside the handling, so an interrupt while dask is
 imported ends the same way; where Python would swallow the ``KeyboardInterrupt`` (a
-garbage-collector callback, a ``__del__``: "Exception ignored in ..."), it is signalled
-again 10 ms later.
+garbage-collector callback, a ``__del__``: "Exception ignored in ...") or an extension
+module's initialisation would turn it into an ImportError, it is signalled again 10 ms
+later; one still pending when the command returns ends it as aborted.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def main() -> int:
         from daskstraggle.cli import main as run
 
         code = run()
+        if _interrupted and code != ABORTED_EXIT_CODE:  # one swallowed, or deferred past
+            raise KeyboardInterrupt                        # the command's end
     except KeyboardInterrupt:
         return _aborted()
     except BaseException:
@@ -69,10 +72,12 @@ def install_interrupt_handling() -> None:
 
 
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGINT's handler: KeyboardInterrupt, or in a gc callback the signal again later."""
+    """SIGINT's handler: KeyboardInterrupt; in a gc callback or an import (an extension
+    module's initialisation turns it into an ImportError, which a caller may take for a
+    missing optional dependency: numba's) the signal again later."""
     global _interrupted
     _interrupted = True
-    if _in_gc_callback(frame):
+    if _in_gc_callback(frame) or _in_import(frame):
         _deliver_later(signum)
         return
     raise KeyboardInterrupt
@@ -85,6 +90,15 @@ def _deliver_later(signum: int) -> None:
     timer = threading.Timer(_REDELIVERY_S, _thread.interrupt_main, args=(signum,))
     timer.daemon = True
     timer.start()
+
+
+def _in_import(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a frame that called it runs a module's import."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _in_gc_callback(frame: FrameType | None) -> bool:

@@ -91,3 +91,46 @@ def test_an_interrupt_an_extension_import_turned_into_an_error_is_still_aborted(
     proc = subprocess.run([sys.executable, "-c", EXTENSION], capture_output=True, text=True,
                           timeout=60)
     assert (proc.returncode, proc.stderr) == (130, "aborted\n")
+
+
+#: An interrupt inside an import whose module turns it into an ImportError (an extension
+#: module's initialisation: numpy's C API in numba's) while the caller takes an ImportError
+#: for a missing optional dependency and goes on (``daskstraggle._numba.numba_available``):
+#: the command must end as aborted, not run on without numba and exit 0.
+SWALLOWING_IMPORT = """
+import os, pathlib, signal, sys, tempfile, time
+import daskstraggle.cli
+from daskstraggle import _entry
+
+folder = pathlib.Path(tempfile.mkdtemp())
+(folder / "extension_like.py").write_text('''
+import os, signal
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(20000):  # the handler runs here, inside the import
+        pass
+except KeyboardInterrupt as err:
+    raise ImportError("numpy.core.multiarray failed to import") from err
+''')
+sys.path.insert(0, str(folder))
+
+def run():
+    try:
+        import extension_like  # noqa: F401
+    except ImportError:
+        pass  # "not installed": run on without it
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:  # the rest of the command
+        pass
+    print("ran on")
+    return 0
+
+daskstraggle.cli.main = run
+sys.exit(_entry.main())
+"""
+
+
+def test_an_interrupt_inside_an_import_a_caller_would_take_for_a_missing_module_aborts():
+    proc = subprocess.run([sys.executable, "-c", SWALLOWING_IMPORT], capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "aborted\n")
