@@ -72,12 +72,12 @@ def install_interrupt_handling() -> None:
 
 
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGINT's handler: KeyboardInterrupt; in a gc callback or an import (an extension
-    module's initialisation turns it into an ImportError, which a caller may take for a
+    """SIGINT's handler: KeyboardInterrupt; in a gc callback or an extension module's
+    initialisation (which turns it into an ImportError, which a caller may take for a
     missing optional dependency: numba's) the signal again later."""
     global _interrupted
     _interrupted = True
-    if _in_gc_callback(frame) or _in_import(frame):
+    if _in_gc_callback(frame) or _in_extension_init(frame):
         _deliver_later(signum)
         return
     raise KeyboardInterrupt
@@ -92,10 +92,14 @@ def _deliver_later(signum: int) -> None:
     timer.start()
 
 
-def _in_import(frame: FrameType | None) -> bool:
-    """Whether ``frame`` or a frame that called it runs a module's import."""
+def _in_extension_init(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a frame that called it runs an extension module's
+    initialisation (which may turn an exception into an ImportError)."""
+    from importlib.machinery import ExtensionFileLoader
+
     while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
+        if (frame.f_code.co_name in ("create_module", "exec_module")
+                and isinstance(frame.f_locals.get("self"), ExtensionFileLoader)):
             return True
         frame = frame.f_back
     return False
