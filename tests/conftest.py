@@ -35,6 +35,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def _unblock_sigint() -> None:
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@pytest.fixture
+def as_from_a_shell() -> dict[str, Any]:
+    """Keywords for ``subprocess.run``/``Popen`` of a command that must take Ctrl-C as one
+    started from a shell does: pytest-xdist starts its workers with SIGINT blocked, and a
+    child inherits the mask (it was unblocked only once a test had started a LocalCluster,
+    whose multiprocessing resource tracker unblocks it: so a Ctrl-C test's result depended
+    on which files its worker ran before)."""
+    return {"preexec_fn": _unblock_sigint}
+
+
 _BACKGROUND = pytest.StashKey["Any"]()
 
 #: Fills numba's cache with every problem's kernels on float64, int8 and packed blocks

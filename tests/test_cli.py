@@ -280,13 +280,15 @@ sys.exit({function}())
     "numba",             # imported by the in-process runtime's kernels
     "xarray",            # imported by the API (the package itself loads it lazily)
 ])
-def test_ctrl_c_while_importing_prints_aborted_and_exits_130(target, gapped, tmp_path):
+def test_ctrl_c_while_importing_prints_aborted_and_exits_130(target, gapped, tmp_path,
+                                                            as_from_a_shell):
     module, function = _console_script()
     runtime = ["--runtime", "local"] if target == "numba" else ["--workers", "1"]
     argv = [sys.executable, "-c", _INTERRUPTED_SCRIPT.format(module=module, function=function),
             target, "pca", str(gapped[0]), *runtime, "--max-iter", "3", "--quiet",
             "--out", str(tmp_path / "out.zarr")]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          **as_from_a_shell)
     assert proc.returncode == 130, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines() == ["aborted"], proc.stderr
@@ -305,7 +307,8 @@ def test_ctrl_c_after_the_command_ended_keeps_its_exit_code(tmp_path):
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.05, 0.2, 0.5, 1.0, 2.0])
-def test_ctrl_c_from_outside_at_any_moment_prints_aborted_and_exits_130(delay, gapped, tmp_path):
+def test_ctrl_c_from_outside_at_any_moment_prints_aborted_and_exits_130(delay, gapped, tmp_path,
+                                                                        as_from_a_shell):
     """A real SIGINT from another process, ``delay`` seconds into the command: during the
     imports, the cluster's start or the run, whichever it lands in on this machine (the
     test asserts no timing). The delay counts from a marker the script writes once the
@@ -323,7 +326,8 @@ def test_ctrl_c_from_outside_at_any_moment_prints_aborted_and_exits_130(delay, g
     proc = subprocess.Popen([sys.executable, "-c", script, "pca", str(gapped[0]), "--workers",
                              "1", "--method", "gd", "--max-iter", "1000000", "--tol", "1e-300",
                              "--quiet", "--out", str(work / "out.zarr")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work,
+                            **as_from_a_shell)
     try:
         while not marker.exists() and proc.poll() is None:
             time.sleep(0.005)

@@ -54,9 +54,10 @@ except KeyboardInterrupt:
 
 @pytest.mark.parametrize("where", ["gc", "del"])
 @pytest.mark.parametrize("install", [True, False], ids=["handled", "control"])
-def test_an_interrupt_in_a_callback_that_swallows_it_still_interrupts(where, install):
+def test_an_interrupt_in_a_callback_that_swallows_it_still_interrupts(where, install,
+                                                                      as_from_a_shell):
     proc = subprocess.run([sys.executable, "-c", SCRIPT.format(install=install), where],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, **as_from_a_shell)
     if install:
         assert proc.stdout.strip() == "interrupted", proc.stderr
         assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr
@@ -87,9 +88,9 @@ sys.exit(_entry.main())
 """
 
 
-def test_an_interrupt_an_extension_import_turned_into_an_error_is_still_aborted():
+def test_an_interrupt_an_extension_import_turned_into_an_error_is_still_aborted(as_from_a_shell):
     proc = subprocess.run([sys.executable, "-c", EXTENSION], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, **as_from_a_shell)
     assert (proc.returncode, proc.stderr) == (130, "aborted\n")
 
 
@@ -152,10 +153,11 @@ sys.exit(_entry.main())
 
 
 @pytest.mark.parametrize("where", ["extension", "python"])
-def test_an_interrupt_an_import_turned_into_an_error_a_caller_ignores_still_aborts(where):
+def test_an_interrupt_an_import_turned_into_an_error_a_caller_ignores_still_aborts(
+        where, as_from_a_shell):
     """In an extension's initialisation the interrupt comes again once it ended (the
     command stops there); elsewhere the command runs on, then ends as aborted."""
     proc = subprocess.run([sys.executable, "-c", SWALLOWING_IMPORT, where],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, **as_from_a_shell)
     assert (proc.returncode, proc.stderr) == (130, "aborted\n")
     assert proc.stdout == ("" if where == "extension" else "ran on\n")
