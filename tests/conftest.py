@@ -26,40 +26,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False, help="run slow tests")
 
 
-#: Rough seconds a test takes, by its first mark found here (others: ``_TEST_SECONDS``).
-_MARK_SECONDS = {"slurm": 30.0, "network": 10.0, "cluster": 4.0, "background": 4.0}
-_TEST_SECONDS = 0.05
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # pytest-xdist's ``--dist loadfile`` hands out whole files; it would order them by their
-    # number of tests (its "loadscope reorder"), which leaves the few long SLURM tests for
-    # the end, on one process, while the other has nothing left. Collection order is kept
-    # instead, and pytest_collection_modifyitems puts the longest files first.
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
-
-
-def _file_seconds(items: list[pytest.Item]) -> dict[str, float]:
-    """Each test file's rough running time, from its tests' marks (``_MARK_SECONDS``)."""
-    seconds: dict[str, float] = {}
-    for item in items:
-        mark = next((m for m in _MARK_SECONDS if item.get_closest_marker(m)), None)
-        path = str(item.path)
-        seconds[path] = seconds.get(path, 0.0) + _MARK_SECONDS.get(mark, _TEST_SECONDS)
-    return seconds
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    runslow = config.getoption("--runslow")
+    if config.getoption("--runslow"):
+        return
     skip = pytest.mark.skip(reason="slow: run with --runslow")
     for item in items:
-        if "slow" in item.keywords and not runslow:
+        if "slow" in item.keywords:
             item.add_marker(skip)
-    # the longest files first (a stable sort: tests keep their order within a file), so the
-    # two xdist processes end about together
-    seconds = _file_seconds([i for i in items if runslow or "slow" not in i.keywords])
-    items.sort(key=lambda item: -seconds.get(str(item.path), 0.0))
 
 
 def _unblock_sigint() -> None:
