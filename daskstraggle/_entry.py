@@ -13,6 +13,7 @@ import _thread
 import gc
 import signal
 import sys
+from importlib.machinery import ExtensionFileLoader
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -95,8 +96,6 @@ def _deliver_later(signum: int) -> None:
 def _in_extension_init(frame: FrameType | None) -> bool:
     """Whether ``frame`` or a frame that called it runs an extension module's
     initialisation (which may turn an exception into an ImportError)."""
-    from importlib.machinery import ExtensionFileLoader
-
     while frame is not None:
         if (frame.f_code.co_name in ("create_module", "exec_module")
                 and isinstance(frame.f_locals.get("self"), ExtensionFileLoader)):

@@ -94,7 +94,6 @@ def test_an_interrupt_an_extension_import_turned_into_an_error_is_still_aborted(
     assert (proc.returncode, proc.stderr) == (130, "aborted\n")
 
 
-
 #: An interrupt inside an import that turns it into an ImportError, while the caller takes
 #: an ImportError for a missing optional dependency and goes on
 #: (``daskstraggle._numba.numba_available``). ``extension``: in an extension module's
