@@ -80,7 +80,8 @@ __all__ = [
 RETIRING = "closing_gracefully"
 #: Statuses of a worker that is going: never a target.
 GOING = (RETIRING, "closing", "closed")
-#: Results needed before the median latency is trusted for a backup decision.
+#: Results needed before the median latency is trusted for a backup decision (all the
+#: other workers' on a smaller pool: a one-round job gets no more).
 _MIN_SAMPLES = 3
 #: An exact pass's fold still running this many times the time half the folds took (and
 #: at least FOLD_BACKUP_MIN seconds after the pass started) is computed again elsewhere.
@@ -416,6 +417,7 @@ class WorkerPool:
             functools.partial(deque, maxlen=5))
         self._versions: list[tuple[float, int]] = []  # (time, version) newer ones sent
         self._backup_to: dict[str, int] = {}  # the worker index of each backup asked for
+        self._outrun: dict[int, str] = {}  # index -> the worker whose backup outran it
         self._held_back: list[Resend] = []  # resends waiting for a worker to join
         self._newest = 0
         self._now = 0.0
@@ -545,6 +547,8 @@ class WorkerPool:
             self._twins.pop(twin, None)
             if self.tasks.pop(twin, None) is not None:
                 out.append(Cancel((twin,), stimulus_id=self._sid))
+            if task.worker != self.workers[task.unit.worker_index]:  # the backup won
+                self._outrun[task.unit.worker_index] = task.worker
         outcome = self._join_half(event.key, event.outcome)
         if outcome is not None:
             latency = event.time - task.sent
@@ -783,7 +787,8 @@ class WorkerPool:
             b = self.bounds
             frozen = frozen_bound(b.frozen_after, self._recent, minimum=b.frozen_minimum,
                                   factor=b.frozen_factor)
-            backup = None if self.backup_after is None or len(self._recent) < _MIN_SAMPLES \
+            enough = min(_MIN_SAMPLES, max(1, len(self.workers) - 1))
+            backup = None if self.backup_after is None or len(self._recent) < enough \
                 else max(0.0, self.backup_after * statistics.median(self._recent))
             self._bounds_now = (frozen, backup)
         return self._bounds_now
@@ -843,8 +848,11 @@ class WorkerPool:
     # ------------------------------------------------------------------ exact passes
     @_handle.register
     def _(self, event: PassStarted) -> list[Instruction]:
+        """Back up at once the folds of the indices a backup outran this run (their
+        worker is slow: the pass would wait the backup bound for it)."""
         self._pass = _Pass(event.folds, event.time, set(), set())
-        return []
+        return self._backup_folds([n for n, (index, _) in enumerate(event.folds)
+                                   if index in self._outrun])
 
     @_handle.register
     def _(self, event: FoldDone) -> list[Instruction]:
@@ -865,11 +873,22 @@ class WorkerPool:
         p = self._pass
         if p is None or p.half is None or now - p.start <= p.bound():
             return []
+        return self._backup_folds(p.waiting())
+
+    def _backup_folds(self, folds: list[int]) -> list[Instruction]:
+        """A :class:`BackupFold` of each of the pass's ``folds``: to the worker whose
+        backup outran its index's unit this run, if it may still take work, else to
+        :meth:`_backup_target`'s."""
+        p = self._pass
+        assert p is not None
         out: list[Instruction] = []
-        for n in p.waiting():
+        for n in folds:
             p.backed_up.add(n)
             index, partitions = p.folds[n]
-            to = self._backup_target(index, partitions)
+            faster = self._outrun.get(index)
+            to = (self.workers.index(faster) if faster in self.workers
+                  and faster not in self.shunned and faster != self.workers[index]
+                  else self._backup_target(index, partitions))
             if to is not None:
                 out.append(self._decide(BackupFold(n, to, stimulus_id=self._sid)))
         return out

@@ -127,6 +127,12 @@ class PartitionStore:
         logger.info("helper %s of worker index %d %s: it stops helping", stop.worker,
                     stop.index, stop.why)
 
+    def copies(self, index: int, address: str) -> dict[int, Any]:
+        """The handles of the partitions worker index ``index``'s worker at ``address``
+        holds: its own and the spare copies loaded there, by partition."""
+        return {**{p: h for (a, p), h in self._spares.items() if a == address},
+                **self.held[index]}
+
     def blocks(self, matrix: Any, index: int, address: str, partitions: tuple[int, ...]
                ) -> list[Any]:
         """The handles of ``partitions`` on worker index ``index``'s worker at ``address``:

@@ -247,6 +247,9 @@ class Runtime(ABC):
     latency_kind: ClassVar[Literal["none", "simulated", "injected"]] = "injected"
     #: Whether it sends speculative backups (``backup_after``).
     backups: ClassVar[bool] = False
+    #: Its runs' backup setting, where it sends them: a unit unanswered this many times
+    #: the median latency is computed again on another worker (None: no backups).
+    backup_after: float | None = None
     #: Whether it can sum results on the workers (``aggregation="tree"``).
     aggregates: ClassVar[bool] = False
     #: Whether ``method="auto"`` measures its workers before choosing (a short probe and

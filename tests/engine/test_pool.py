@@ -251,6 +251,38 @@ def test_an_exact_pass_backs_up_its_slow_folds_by_the_units_rule():
         Tick(live=tuple(pool.workers), time=40.0, stimulus_id="t")) if not isinstance(i, WakeAt)]
 
 
+def test_a_worker_outrun_by_its_backup_has_its_folds_backed_up_as_the_pass_starts():
+    """Gram's round with backups on, three workers: once a and c answered (two latencies
+    are enough on three workers), b's unit is backed up on a, whose copy comes first. The
+    exact pass after it backs b's fold up on a at once (it would have waited
+    the backup bound, >= FOLD_BACKUP_MIN s, for b); a's fold, whose unit was not
+    outrun, waits as before, and so does every fold of a pool whose backups lost."""
+    from daskstraggle.engine.events import PassStarted
+
+    def pool_after_round(backup_first: bool) -> WorkerPool:
+        pool = WorkerPool(["a", "b", "c"], placement=[(0,), (1,), (2,)],
+                          partition_rows=[5] * 3, backup_after=1.5)
+        for i, key in enumerate(("ka", "kb", "kc")):
+            calls.sent(pool, key, _unit(i, 1), now=0.0)
+        calls.arrived(pool, "ka", ("r", 1.0), now=1.0)
+        calls.arrived(pool, "kc", ("r", 1.0), now=1.0)
+        (backup,) = calls.backups(pool, now=1.6)  # 1.5 x the median latency (1 s)
+        assert (backup.key, backup.to_index) == ("kb", 0)
+        calls.backup_sent(pool, "kb", "kb-backup", now=1.6)
+        first, second = ("kb-backup", "kb") if backup_first else ("kb", "kb-backup")
+        _, outcome, cancels = calls.arrived(pool, first, ("r", 1.0), now=2.6)
+        assert outcome is not None and [c.keys for c in cancels] == [(second,)]
+        return pool
+
+    folds = ((0, (0,)), (1, (1,)), (2, (2,)))
+    pool = pool_after_round(backup_first=True)
+    (early,) = calls.tell(pool, PassStarted, 10.0, folds=folds)
+    assert (early.fold, early.to_index) == (1, 0)  # to a, whose copy outran b's
+    assert calls.tell(pool, Tick, 10.5, live=tuple(pool.workers)) == []  # once only
+    pool = pool_after_round(backup_first=False)  # b was slow to start, not slow
+    assert calls.tell(pool, PassStarted, 10.0, folds=folds) == []
+
+
 def test_the_pool_asks_for_the_statuses_at_its_membership_interval():
     """With a membership interval the pool wakes the runtime to look at the statuses
     (CheckStatus) that long after the last ones came, and again an interval later if they

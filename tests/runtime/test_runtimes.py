@@ -91,6 +91,24 @@ def test_the_memory_check_does_not_wait_for_a_worker_busy_with_other_work():
         assert own[rt.worker_names[1]] > 0
 
 
+@pytest.mark.cluster
+def test_a_share_far_below_the_limits_loads_without_measuring_the_workers(
+        dask_client, zarr_matrix, monkeypatch):
+    """Each worker's own memory is measured (a task on each, which waits for a busy one)
+    only when the share would not fit beside its last heartbeat's and room for the
+    kernels; a small share is loaded at once."""
+    measured: list[list[str]] = []
+    monkeypatch.setattr(DaskRuntime, "_own_memory",
+                        lambda self, addresses, info: measured.append(addresses) or {})
+    with DaskRuntime(dask_client) as rt:
+        for allowance in (dask_runtime.KERNELS_ALLOWANCE, 2**60):  # 2**60: nothing fits
+            monkeypatch.setattr(dask_runtime, "KERNELS_ALLOWANCE", allowance)
+            run_on(rt, GD(), PCA(n_components=2), zarr_matrix, rng=0,
+                   stop=StopRule(max_iter=1, tol=None))
+            rt._unload()  # (the next run loads again)
+    assert measured == [sorted(rt.worker_names)]  # the second run's only
+
+
 def test_an_exact_pass_returns_as_its_last_fold_arrives(dask_client, zarr_matrix,
                                                         monkeypatch):
     # every pass (the load's statistics, the step-size iteration, the start and final
