@@ -357,11 +357,11 @@ def _open_for(problem: Problem, X: Any, *, labels: Any, qc: GenotypeQC | None, c
 def _measured_run(rt: Runtime, meth: Method, problem: Problem, matrix: Matrix, *,
                   rng: Any, measure: bool, choices: list[Choice], **run: Any) -> Result:
     """:func:`run_on`; with ``measure``, by the method ``auto`` measured (to ``choices``)."""
-    if measure:
-        choices.append(measure_and_choose(rt, problem, matrix, meth,
-                                          rng=np.random.default_rng(rng)))
-        meth = choices[-1].method
-    return run_on(rt, meth, problem, matrix, rng=rng, **run)
+    if not measure:
+        return run_on(rt, meth, problem, matrix, rng=rng, **run)
+    choices.append(measure_and_choose(rt, problem, matrix, meth, rng=np.random.default_rng(rng)))
+    with choices[-1].applied(rt):
+        return run_on(rt, choices[-1].method, problem, matrix, rng=rng, **run)
 
 
 #: The options only some runtimes take: the runtime class's attribute that allows each, the
@@ -571,7 +571,8 @@ def solve(
         (RCS partial recovery), ``"async"`` (bounded delay); or ``"auto"``: for PCA
         ``"gram"`` up to 4096 columns, else ``"block"``, for regression ``"gd"``; on a
         cluster, for a matrix of at least 64 MB as float64, the candidate predicted
-        fastest (by 1.25 times over the plain method) from a short probe of the workers
+        fastest (by 1.25 times over the plain method) from a short probe of the workers,
+        and ``"gram"`` with speculative backups (no probe: its one round is the job)
         (:mod:`daskstraggle.runtime.auto`; ``result.attrs["auto"]``). A resumed run
         takes its checkpoint's method.
     step_size : float or None, default=None

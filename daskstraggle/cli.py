@@ -94,7 +94,8 @@ def _method_help() -> str:
                  for cls in _method_classes()]
     return ("Optimisation method: auto (PCA: gram up to 4096 columns, else block; regression: "
             "gd; on a cluster and for 64 MB or more, measured: a few probe rounds, then "
-            "the candidate predicted fastest, its coded variants or dsag, if 1.25x faster), "
+            "the candidate predicted fastest, its coded variants or dsag, if 1.25x faster; "
+            "gram with speculative backups), "
             f"{', '.join(described[:-1])} or {described[-1]}.")
 
 

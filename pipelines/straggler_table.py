@@ -32,6 +32,7 @@ Usage::
     python pipelines/straggler_table.py --quick      # smoke run, small data, one straggler
     python pipelines/straggler_table.py --sections sim
     python pipelines/straggler_table.py --workers 8 --stragglers slowdown artificial
+    python pipelines/straggler_table.py --sections cluster --jobs pca
 
 Results (every run, medians, ratios, machine, versions) go to
 ``results/straggler_table/<UTC timestamp>.json``.
@@ -54,6 +55,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 SECTIONS = ("cluster", "sim")
+JOBS = ("logistic", "pca")
 
 FULL = {"workers": 4, "repeats": 3, "logistic": (400_000, 100), "genotypes": (60_000, 1_500),
         "tol": 1e-6, "max_iter": 300, "sim_workers": 100, "sim_rows": 20_000, "sim_rounds": 100}
@@ -130,7 +132,8 @@ def _auto_row(choice: dict[str, Any] | None, ran: str, solve_s: float) -> dict[s
     predicted = choice.get("predicted") or {}
     label = choice.get("choice", ran)
     return {"solve_s": solve_s + probe_s, "run_s": solve_s, "probe_s": probe_s,
-            "choice": label, "predicted": predicted.get(label),
+            "choice": label, "backup_after": choice.get("backup_after"),
+            "predicted": predicted.get(label),
             "predicted_plain": predicted.get(choice.get("plain")),
             "achieved": choice.get("achieved")}
 
@@ -168,7 +171,7 @@ def _auto_columns(row: dict[str, Any], runs: list[dict[str, Any]],
     if calls and row["call_s"]:
         fastest = min(calls, key=calls.__getitem__)
         row.update(best_call=fastest, vs_best_call=row["call_s"] / calls[fastest])
-    row.update(choices=[r["choice"] for r in runs],
+    row.update(choices=[r["choice"] for r in runs], backup_after=runs[0].get("backup_after"),
                probe_s=statistics.median(r["probe_s"] for r in runs),
                predicted=_median_of_known(r["predicted"] for r in runs),
                achieved=_median_of_known(r["achieved"] for r in runs),
@@ -193,14 +196,18 @@ def run_cluster(cfg: dict[str, Any], workdir: Path) -> dict[str, Any]:
 
     from daskstraggle.data.datasets import make_genotypes, make_logistic
 
-    n, d = cfg["logistic"]
-    logit = make_logistic(workdir / "logit.zarr", n_samples=n, n_features=d,
-                          chunk_rows=max(1, n // (2 * cfg["workers"])), seed=0)
-    m, s = cfg["genotypes"]
-    geno = make_genotypes(workdir / "geno.vcz", n_variants=m, n_samples=s, n_populations=3,
-                          chunk_rows=max(1, m // (2 * cfg["workers"])), seed=0)
-    jobs = {"logistic": (logit, regression_cases(cfg["workers"], cfg.get("stragglers")), "gd"),
-            "pca": (geno, pca_cases(cfg.get("stragglers")), "gram")}
+    jobs: dict[str, tuple[Any, list[Any], str]] = {}
+    if "logistic" in cfg.get("jobs", JOBS):
+        n, d = cfg["logistic"]
+        logit = make_logistic(workdir / "logit.zarr", n_samples=n, n_features=d,
+                              chunk_rows=max(1, n // (2 * cfg["workers"])), seed=0)
+        jobs["logistic"] = (logit, regression_cases(cfg["workers"], cfg.get("stragglers")), "gd")
+    if "pca" in cfg.get("jobs", JOBS):
+        m, s = cfg["genotypes"]
+        geno = make_genotypes(workdir / "geno.vcz", n_variants=m, n_samples=s,
+                              n_populations=3, chunk_rows=max(1, m // (2 * cfg["workers"])),
+                              seed=0)
+        jobs["pca"] = (geno, pca_cases(cfg.get("stragglers")), "gram")
     out: dict[str, Any] = {}
     with LocalCluster(n_workers=cfg["workers"], threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
@@ -287,7 +294,9 @@ def report(results: dict[str, Any]) -> list[str]:
                          f"{'converged' if row['converged'] else 'not converged'}")
             if "choices" in row:
                 achieved = "-" if row["achieved"] is None else f"{row['achieved']:.3g}"
-                predicted = ("not probed: its rule chose"
+                backups = (f" with backups after {row['backup_after']:g}x the median"
+                           if row.get("backup_after") else "")
+                predicted = (f"not probed: its rule chose{backups}"
                              if row["predicted"] is None else
                              f"probe {row['probe_s']:.2f} s; predicted {row['predicted']:.3g}"
                              f" s per gd round, achieved {achieved}")
@@ -308,6 +317,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="process workers of the cluster section (default 4)")
     parser.add_argument("--stragglers", nargs="+", choices=list(STRAGGLERS), default=None,
                         help="the cluster section's stragglers (default: all; --quick: slowdown)")
+    parser.add_argument("--jobs", nargs="+", choices=JOBS, default=list(JOBS),
+                        help="the cluster section's jobs (default: both)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_foundation import machine_info, write_results
@@ -317,6 +328,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cfg["workers"] = args.workers
     if args.stragglers is not None:
         cfg["stragglers"] = args.stragglers
+    cfg["jobs"] = args.jobs
     results: dict[str, Any] = {"config": cfg, "quick": args.quick, "stragglers": STRAGGLERS,
                                "machine": machine_info()}
     t0 = time.perf_counter()

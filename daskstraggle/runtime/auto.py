@@ -1,12 +1,14 @@
-"""``method="auto"`` on a cluster: probe the workers, simulate the candidates, run the fastest
-(:func:`measure_and_choose`; the procedure and its assumptions: ``docs/methods.md``)."""
+"""``method="auto"`` on a cluster: probe the workers, simulate the candidates, run the fastest;
+``gram`` with speculative backups instead (:func:`measure_and_choose`; the procedure and its
+assumptions: ``docs/methods.md``)."""
 
 from __future__ import annotations
 
 import itertools
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +49,11 @@ MARGIN = 1.25
 MAX_STRAGGLERS = 2
 #: Share of each partition's rows the probe reads for gram and block on genotypes.
 PROBE_FRACTION = 1 / 16
+#: The speculative backups ``auto`` runs ``gram`` with (``backup_after``: a worker's unit
+#: unanswered this many times the median latency is computed again on another worker),
+#: unless the runtime has its own. Its one exact round is the whole job, so no probe can
+#: pay off; with a worker 8x slow, gram's round then takes about what coded gram's does.
+ONE_ROUND_BACKUP_AFTER = 1.5
 #: Smallest matrix (its values as float64) worth a probe: a smaller job takes about as
 #: long as the probe itself, so ``auto`` keeps the rule there.
 MEASURE_MIN_BYTES = 64 * 2**20
@@ -83,8 +90,9 @@ class Choice:
     probe's kind (a gd round on the probed rows) by label; the ``probe_rounds`` and
     ``probe_seconds`` (wall, its data load included); each worker's mean latency over the
     rounds fitted (``worker_latency``, s); the probe's trace ``probe_latency`` (workers in
-    columns, rounds in rows, None where a worker delivered nothing); and the
-    ``probe_fraction`` of the rows it read (1: all)."""
+    columns, rounds in rows, None where a worker delivered nothing); the
+    ``probe_fraction`` of the rows it read (1: all); and the ``backup_after`` it runs the
+    method with (None: the runtime's own setting)."""
 
     method: Method
     label: str
@@ -95,6 +103,19 @@ class Choice:
     worker_latency: list[float] = field(default_factory=list)
     probe_latency: list[list[float | None]] = field(default_factory=list)
     probe_fraction: float = 1.0
+    backup_after: float | None = None
+
+    @contextmanager
+    def applied(self, runtime: Runtime) -> Iterator[None]:
+        """Run with the choice's settings: its ``backup_after`` on ``runtime`` (restored
+        after)."""
+        before = runtime.backup_after
+        if self.backup_after is not None:
+            runtime.backup_after = self.backup_after
+        try:
+            yield
+        finally:
+            runtime.backup_after = before
 
     def as_attrs(self, result: Result | None = None) -> dict[str, Any]:
         """Return the choice as plain values for ``result.attrs["auto"]``, with
@@ -104,7 +125,7 @@ class Choice:
             "choice": self.label, "plain": self.plain,
             "predicted": {k: round(v, 6) for k, v in self.predicted.items()},
             "probe_rounds": self.probe_rounds, "probe_seconds": round(self.probe_seconds, 3),
-            "probe_fraction": self.probe_fraction,
+            "probe_fraction": self.probe_fraction, "backup_after": self.backup_after,
             "worker_latency": [round(v, 6) for v in self.worker_latency],
             "probe_latency": self.probe_latency,
             "margin": MARGIN,
@@ -132,6 +153,10 @@ def describe(auto: dict[str, Any]) -> str:
     >>> describe({"choice": "gd", "probe_rounds": 0, "probe_seconds": 0.0, "predicted": {}})
     'ran gd, the rule on the data (one candidate on this cluster: nothing to probe)'
     """
+    if auto.get("backup_after") is not None and not auto["probe_rounds"]:
+        return (f"ran {auto['choice']} with speculative backups (a worker's unit unanswered "
+                f"{auto['backup_after']:g} times the median latency is computed again "
+                "elsewhere): one exact round is the whole job, no probe could pay off")
     if not auto["probe_rounds"] or not auto["predicted"]:
         return (f"ran {auto['choice']}, the rule on the data (one candidate on this cluster: "
                 "nothing to probe)")
@@ -200,13 +225,19 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
     """Probe the runtime's workers with a short GD run of ``problem`` (unbound) on
     ``matrix``, simulate the :func:`candidates` for ``plain`` (the rule's method) under
     gamma laws fitted to the probe, and return the :class:`Choice`. ``rng`` seeds the
-    probe and the simulation; ``clock`` measures the probe's wall seconds."""
+    probe and the simulation; ``clock`` measures the probe's wall seconds. ``gram`` on a
+    runtime that sends backups is not probed (its one round is the whole job): it runs
+    with ``backup_after`` :data:`ONE_ROUND_BACKUP_AFTER` unless the runtime has its own."""
     from daskstraggle.latency import fit_trace
 
     n = runtime.n_workers
     options = candidates(plain, n)
     if len(options) == 1:
         return Choice(plain, plain.name, plain.name, {}, 0, 0.0)
+    if plain.name == "gram" and type(runtime).backups:
+        after = runtime.backup_after
+        return Choice(plain, plain.name, plain.name, {}, 0, 0.0, backup_after=(
+            ONE_ROUND_BACKUP_AFTER if after is None else after))
     start = clock()
     probed, fraction = _probed_rows(matrix, plain, n)
     try:

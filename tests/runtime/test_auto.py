@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from daskstraggle import fit_least_squares, fit_logistic, fit_pca
+from daskstraggle.api import run_on
 from daskstraggle.data import open_matrix
+from daskstraggle.engine.stop import StopRule
 from daskstraggle.engine.recorder import TraceRecorder
 from daskstraggle.latency.models import Gamma
 from daskstraggle.methods import make_method
@@ -105,14 +107,14 @@ def test_intermittent_stragglers_lead_to_dsag_and_a_ramp_or_none_to_gd(straggler
         assert res.method == expected, res.attrs["auto"]
 
 
-@pytest.mark.parametrize(("latency", "expected"), [(SLOW, "gram(s=1)"), (CLEAN, "gram")])
+@pytest.mark.parametrize(("latency", "expected"), [(SLOW, "block(s=1)"), (CLEAN, "block")])
 def test_measuring_a_runtime_chooses_for_its_stragglers(latency, expected):
     X = np.random.default_rng(1).normal(size=(400, 12))
     matrix = open_matrix(X, n_partitions=4)
     with MeasuringSim(4, latency=latency, rng=0) as runtime:
         choice = auto.measure_and_choose(runtime, PCA(n_components=2), matrix,
-                                         make_method("gram"), rng=np.random.default_rng(0))
-    assert choice.label == expected and choice.method.name == "gram"
+                                         make_method("block"), rng=np.random.default_rng(0))
+    assert choice.label == expected and choice.method.name == "block"
     assert choice.probe_rounds == auto.PROBE_ROUNDS and len(choice.worker_latency) == 4
     slow = np.asarray(choice.worker_latency)
     if latency == SLOW:  # the probe saw worker 0 eight times slower
@@ -140,15 +142,16 @@ def test_the_probe_does_not_wait_for_a_busy_worker_and_counts_it_slow():
     """Worker 0 is busy (frozen) for the whole probe, as a worker still computing a task an
     earlier run left running: gd rounds would wait 1000 simulated seconds for it; the
     probe's rounds go on with the other three, worker 0's latency is censored at the
-    rounds' durations, and the coded gram, which does not wait for it, is chosen."""
+    rounds' durations, and the coded block method, which does not wait for it, is
+    chosen."""
     X = np.random.default_rng(1).normal(size=(400, 12))
     matrix = open_matrix(X, n_partitions=4)
     with MeasuringSim(4, latency=CLEAN, faults="freeze(workers=0, at=0, for=1000)",
                       rng=0) as runtime:
         choice = auto.measure_and_choose(runtime, PCA(n_components=2), matrix,
-                                         make_method("gram"), rng=np.random.default_rng(0),
+                                         make_method("block"), rng=np.random.default_rng(0),
                                          clock=runtime._clock)
-    assert choice.label == "gram(s=1)"
+    assert choice.label == "block(s=1)"
     assert choice.probe_seconds < 10  # simulated seconds (gd rounds: over 1000)
     assert all(row[0] is None for row in choice.probe_latency)  # never answered
 
@@ -192,7 +195,7 @@ def test_auto_in_the_fit_functions_reports_what_it_measured_and_chose(tmp_path):
                          rng=0, max_iter=5, tol=None)
     assert clean.method == "gd" and clean.attrs["auto"]["choice"] == "gd"
     pca = fit_pca(X, n_components=2, runtime=MeasuringSim(4, latency=SLOW, rng=0), rng=0)
-    assert pca.method == "gram" and pca.attrs["auto"]["choice"] == "gram(s=1)"
+    assert pca.method == "gram" and pca.attrs["auto"]["choice"] == "gram"  # (backups: below)
     # no probe where the runtime does not measure, nor for a method given by name
     assert "auto" not in fit_pca(X, n_components=2, runtime="sim", n_workers=4).attrs
     assert "auto" not in fit_least_squares(
@@ -234,21 +237,53 @@ def test_on_process_workers_auto_picks_a_straggler_resilient_method_only_with_a_
     assert clean.method == "gd" and clean.attrs["auto"]["choice"] == "gd", clean.attrs["auto"]
 
 
-def test_gram_on_genotypes_probes_a_share_of_each_partitions_rows(vcz_path):
-    """A probe as long as gram's one round would cost more than it saves: it reads the
-    first sixteenth of each partition, and a slow worker shows as slow there."""
+def test_block_on_genotypes_probes_a_share_of_each_partitions_rows(vcz_path):
+    """A probe as long as a few of the block method's rounds would cost more than it
+    saves: it reads the first sixteenth of each partition, and a slow worker shows as
+    slow there."""
     matrix = open_matrix(vcz_path, n_partitions=4)
-    probed, fraction = auto._probed_rows(matrix, make_method("gram"), 4)
+    probed, fraction = auto._probed_rows(matrix, make_method("block"), 4)
     assert probed.n_partitions >= 4 and fraction == probed.n_rows / matrix.n_rows
     assert fraction <= 2 * auto.PROBE_FRACTION
     whole, share = auto._probed_rows(matrix, make_method("gd"), 4)  # iterative: all rows
     assert whole is matrix and share == 1.0
-    res = fit_pca(vcz_path, n_components=2, runtime=MeasuringSim(4, latency=SLOW, rng=0),
-                  n_partitions=4, rng=0)
-    report = res.attrs["auto"]
-    assert report["choice"].startswith("gram(s=") and report["probe_fraction"] == fraction
-    assert np.argmax(report["worker_latency"]) == 0  # the slow worker, seen on few rows
-    assert "achieved" not in report  # gram's round is not the probe's kind
+    with MeasuringSim(4, latency=SLOW, rng=0) as runtime:
+        choice = auto.measure_and_choose(runtime, PCA(n_components=2), matrix,
+                                         make_method("block"), rng=np.random.default_rng(0))
+    assert choice.label.startswith("block(s=") and choice.probe_fraction == fraction
+    assert np.argmax(choice.worker_latency) == 0  # the slow worker, seen on few rows
+    res = run_on(MeasuringSim(4, latency=SLOW, rng=0), choice.method, PCA(n_components=2),
+                 matrix, rng=0, stop=StopRule(max_iter=2, tol=None))
+    assert "achieved" not in choice.as_attrs(res)  # block's round is not the probe's kind
+
+
+def test_gram_runs_with_speculative_backups_and_no_probe():
+    """Gram's one exact round is the whole job: auto probes nothing and runs it with
+    backups, so a worker 8x slow costs about what the coded gram's twice-as-large shares
+    cost (simulated seconds), and the answer is the exact one."""
+    X = np.random.default_rng(7).normal(size=(400, 12))
+    exact = fit_pca(X, n_components=2, runtime="local", n_workers=4, method="gram", rng=0)
+    coded = {"scheme": "cyclic-repetition", "n_stragglers": 1}
+    runs = {}
+    for name, method, params in [("auto", "auto", None), ("plain", "gram", None),
+                                 ("coded", "gram", coded)]:
+        with MeasuringSim(4, latency=SLOW, rng=0) as runtime:
+            runs[name] = fit_pca(X, n_components=2, method=method, method_params=params,
+                                 runtime=runtime, rng=0)
+            assert runtime.backup_after is None  # the runtime's own setting, restored
+        np.testing.assert_allclose(np.abs(runs[name].fitted["components"]),
+                                   np.abs(exact.fitted["components"]), atol=1e-10)
+    report = runs["auto"].attrs["auto"]
+    assert report["probe_rounds"] == 0 and report["choice"] == "gram"
+    assert report["backup_after"] == auto.ONE_ROUND_BACKUP_AFTER
+    assert runs["auto"].attrs["backups"] == 1  # the slow worker's unit, computed again
+    assert "with speculative backups" in auto.describe(report)
+    # worker 0 takes 0.8 s, which plain gram waits for; the backup goes at 1.5 x 0.1 s
+    assert runs["plain"].wall_time == pytest.approx(0.8, rel=0.1)
+    assert runs["auto"].wall_time < 0.35 and runs["coded"].wall_time < 0.35
+    with MeasuringSim(4, latency=SLOW, rng=0, backup_after=3.0) as runtime:  # the user's
+        assert fit_pca(X, n_components=2, runtime=runtime, rng=0).attrs["auto"][
+            "backup_after"] == 3.0
 
 
 def test_a_small_matrix_is_not_probed(monkeypatch):
