@@ -5,6 +5,7 @@ assumptions: ``docs/methods.md``)."""
 from __future__ import annotations
 
 import itertools
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -49,6 +50,10 @@ MARGIN = 1.25
 MAX_STRAGGLERS = 2
 #: Share of each partition's rows the probe reads for gram and block on genotypes.
 PROBE_FRACTION = 1 / 16
+#: Share of its rows each probe task reads when the probe runs on the run's data (all the
+#: rows loaded): its rounds are that much shorter (a straggler held each of them 3x the
+#: others' time), its messages those of the run; the compute times are scaled back up.
+TASK_FRACTION = 1 / 4
 #: The speculative backups ``auto`` runs ``gram`` with (``backup_after``: a worker's unit
 #: unanswered this many times the median latency is computed again on another worker),
 #: unless the runtime has its own. Its one exact round is the whole job, so no probe can
@@ -90,7 +95,8 @@ class Choice:
     probe's kind (a gd round on the probed rows) by label; the ``probe_rounds`` and
     ``probe_seconds`` (wall, its data load included); each worker's mean latency over the
     rounds fitted (``worker_latency``, s); the probe's trace ``probe_latency`` (workers in
-    columns, rounds in rows, None where a worker delivered nothing); the
+    columns, rounds in rows, None where a worker delivered nothing), both as tasks of all
+    the worker's rows loaded (compute times scaled up from :data:`TASK_FRACTION`); the
     ``probe_fraction`` of the rows it read (1: all); and the ``backup_after`` it runs the
     method with (None: the runtime's own setting)."""
 
@@ -241,16 +247,17 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
     start = clock()
     probed, fraction = _probed_rows(matrix, plain, n)
     try:
-        probe = _probe(runtime, problem, probed, rng)
+        probe = _probe(runtime, problem, probed, rng, share=_task_share(fraction))
     except NoCallError:
         if fraction == 1.0:
             raise  # the run's own refusal: the caller removes them and runs again
         # a share of the rows can miss every call of a sample that has calls elsewhere
         probed, fraction = matrix, 1.0
-        probe = _probe(runtime, problem, probed, rng)
+        probe = _probe(runtime, problem, probed, rng, share=_task_share(fraction))
     seconds = clock() - start
-    table = probe.rows.per_worker()[1]
-    arrays = _fit_arrays(probe.rows, whole=fraction == 1.0)
+    compute, _, communication = probe.rows.per_worker()
+    table = compute / _task_share(fraction) + communication  # as tasks of a whole share
+    arrays = _fit_arrays(probe.rows, whole=fraction == 1.0, share=_task_share(fraction))
     predicted = predict(options, fit_trace(arrays), n, rng)
     label = pick(predicted, plain.name)
     chosen = next(option.method for option in options if option.label == label)
@@ -268,10 +275,20 @@ class ProbeGD(GD):
     A round is ready once every worker holding data but one answered for it; the
     coordinator then waits :data:`PROBE_WINDOW` times the round's time so far for the last
     (:attr:`collect_window`). A worker is sent the current point only once it answered its
-    previous task, so a slow worker's latency is its own, not that of a queue. The sum of
-    a round without every worker is partial: its objective is not claimed (None). Only the
+    previous task, so a slow worker's latency is its own, not that of a queue. Each task
+    reads the first ``share`` of its worker's rows. The sum of a round without every
+    worker or every row is partial: its objective is not claimed (None). Only the
     latencies matter; the iterate just moves.
+
+    Parameters
+    ----------
+    share : float, default=1.0
+        Share of its worker's rows each task reads (in (0, 1]).
     """
+
+    def __init__(self, share: float = 1.0) -> None:
+        super().__init__()
+        self.share = share
 
     collect_window = PROBE_WINDOW
     exact_rounds = False
@@ -290,8 +307,12 @@ class ProbeGD(GD):
         if worker_index in self._busy:
             return None
         unit = super().dispatch(worker_index)
-        if unit is not None:
-            self._busy.add(worker_index)
+        if unit is None:
+            return None
+        self._busy.add(worker_index)
+        if self.share < 1 and self._partition_rows is not None:
+            rows = sum(self._partition_rows[p] for p in unit.partitions)
+            unit = replace(unit, rows=(0, max(1, math.ceil(rows * self.share))))
         return unit
 
     def receive(self, result: WorkResult) -> None:
@@ -306,17 +327,25 @@ class ProbeGD(GD):
     def summary(self) -> RoundSummary:
         """The (possibly partial) sum; an objective only when every worker answered."""
         summary = super().summary()
-        if len(self._results) < self._n_holding and summary.objective is not None:
+        partial = len(self._results) < self._n_holding or self.share < 1
+        if partial and summary.objective is not None:
             summary = self._summary = replace(summary, objective=None)
         return summary
 
 
-def _probe(runtime: Runtime, problem: Problem, matrix: Matrix,
-           rng: np.random.Generator) -> Outcome:
-    """:data:`PROBE_ROUNDS` rounds of :class:`ProbeGD` with a fixed step that moves the
-    iterate but cannot diverge in a few rounds."""
-    return _rounds(runtime, ProbeGD(), problem, matrix, PROBE_ROUNDS,
+def _probe(runtime: Runtime, problem: Problem, matrix: Matrix, rng: np.random.Generator,
+           share: float = 1.0) -> Outcome:
+    """:data:`PROBE_ROUNDS` rounds of :class:`ProbeGD` (each task on ``share`` of its
+    worker's rows) with a fixed step that moves the iterate but cannot diverge in a few
+    rounds."""
+    return _rounds(runtime, ProbeGD(share), problem, matrix, PROBE_ROUNDS,
                    step_size=1.0 if isinstance(problem, PCA) else 1e-9, rng=rng)
+
+
+def _task_share(fraction: float) -> float:
+    """Share of its worker's rows a probe task reads, the probe having loaded ``fraction``
+    of the rows: :data:`TASK_FRACTION` of the run's data, all of a share."""
+    return TASK_FRACTION if fraction == 1.0 else 1.0
 
 
 def _rounds(runtime: Runtime, method: Method, problem: Problem, matrix: Matrix,
@@ -328,19 +357,22 @@ def _rounds(runtime: Runtime, method: Method, problem: Problem, matrix: Matrix,
                    stop=StopRule(max_iter=n_rounds, tol=None), **kwargs)
 
 
-def _fit_arrays(rows: TraceRecorder, *, whole: bool) -> dict[str, np.ndarray]:
+def _fit_arrays(rows: TraceRecorder, *, whole: bool, share: float = 1.0
+                ) -> dict[str, np.ndarray]:
     """The probe rounds the laws are fitted to (the warm-up left out): each worker's
-    compute time (measured on the worker: the task and any injected delay), which the
-    simulation scales with a task's rows, and, when the probe read all the rows, its
-    communication time, which it does not. A probe of a share of the rows says nothing
-    of the real round's messages (gram's is d x d), so then compute alone decides.
+    compute time (measured on the worker: the task and any injected delay), divided by
+    the ``share`` of its rows each task read (a whole task's), which the simulation
+    scales with a task's rows, and, when the probe ran on all the rows, its
+    communication time, which it does not. A probe of a share of the rows loaded says
+    nothing of the real round's messages (gram's is d x d), so then compute alone decides.
 
     A worker with fewer than two answers in those rounds (busy, or far slower than the
     probe waited for) is censored: each round it did not answer counts as a compute
     time of the round's duration, and as the other workers' median communication time."""
     compute, _, measured = (a[WARMUP_ROUNDS:] for a in rows.per_worker())
+    compute = compute / share
     communication = measured if whole else None
-    rounds = rows.column("iteration_duration")[WARMUP_ROUNDS:]
+    rounds = rows.column("iteration_duration")[WARMUP_ROUNDS:] / share
     for worker in np.flatnonzero(np.isfinite(compute).sum(axis=0) < 2):
         missing = ~np.isfinite(compute[:, worker])
         compute[missing, worker] = rounds[missing]

@@ -156,6 +156,29 @@ def test_the_probe_does_not_wait_for_a_busy_worker_and_counts_it_slow():
     assert all(row[0] is None for row in choice.probe_latency)  # never answered
 
 
+def test_a_probe_of_the_runs_data_reads_a_share_of_each_workers_rows():
+    """On the data the run loads, each probe task reads the first TASK_FRACTION of its
+    worker's rows (a round that much shorter, the same message), and the compute times
+    are fitted as a whole share's: the prediction is per round of the run."""
+    probe = auto.ProbeGD(share=auto.TASK_FRACTION)
+    probe.start(LeastSquares(), np.zeros(6), [(0, 1), (2,)], step_size=1.0,
+                partition_rows=[10, 30, 17])
+    assert probe.dispatch(0).rows == (0, 10) and probe.dispatch(1).rows == (0, 5)
+    assert probe.dispatch(0) is None  # busy until it answers
+    whole = auto.ProbeGD()
+    whole.start(LeastSquares(), np.zeros(6), [(0,)], step_size=1.0,
+                partition_rows=[10])
+    assert whole.dispatch(0).rows is None
+    rows = TraceRecorder(2)
+    for _ in range(auto.WARMUP_ROUNDS + 2):
+        rows.add(wall_time=0.0, iteration_duration=0.2, objective=None, gap=None, n_fresh=2,
+                 n_stale=0, workers_used=(0, 1), compute_durations={0: 0.05, 1: 0.1},
+                 latencies={0: 0.06, 1: 0.11})
+    arrays = auto._fit_arrays(rows, whole=True, share=0.25)
+    np.testing.assert_allclose(arrays["compute_duration"], [[0.2, 0.4]] * 2)
+    np.testing.assert_allclose(arrays["communication_duration"], 0.01, atol=1e-12)
+
+
 def test_a_censored_worker_is_fitted_at_the_probe_rounds_durations():
     nan = np.nan
     compute = np.array([[0.1, 0.1, nan]] * 2 + [[0.1, 0.12, nan], [0.11, 0.1, 0.9],
