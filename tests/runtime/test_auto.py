@@ -13,8 +13,8 @@ import pytest
 from daskstraggle import fit_least_squares, fit_logistic, fit_pca
 from daskstraggle.api import run_on
 from daskstraggle.data import open_matrix
-from daskstraggle.engine.stop import StopRule
 from daskstraggle.engine.recorder import TraceRecorder
+from daskstraggle.engine.stop import StopRule
 from daskstraggle.latency.models import Gamma
 from daskstraggle.methods import make_method
 from daskstraggle.problems import PCA, LeastSquares
@@ -79,6 +79,18 @@ def test_predictions_follow_the_order_statistics_of_the_fitted_laws(plain):
     if plain == "gd":  # waits for the 3 fast workers: 0.1
         assert slow["dsag(w=3)"] == pytest.approx(0.1, rel=0.1)
         assert auto.pick(slow, plain) == "dsag(w=3)"
+
+
+def test_predictions_call_no_numba_kernel(monkeypatch):
+    """The client of a cluster runs no kernel: the simulation of the candidates must not
+    compile one there (numba's compilation cost a CLI call 0.4 s)."""
+    from daskstraggle.problems import _kernels
+
+    called = []
+    monkeypatch.setattr(_kernels, "_call_numba", lambda *args: called.append(args[0]))
+    auto.predict(auto.candidates(make_method("gd"), 4), _model(4, 8.0), 4,
+                 np.random.default_rng(0))
+    assert called == []
 
 
 def test_pick_keeps_the_plain_method_unless_the_margin_is_met():
