@@ -289,14 +289,14 @@ class ProbeGD(GD):
         Share of its worker's rows each task reads (in (0, 1]).
     """
 
-    def __init__(self, share: float = 1.0) -> None:
-        super().__init__()
-        self.share = share
-
     collect_window = PROBE_WINDOW
     exact_rounds = False
     dispatch_once_per_version = False
     start_pass = final_pass = False  # its rounds' times are what it measures, not its progress
+
+    def __init__(self, share: float = 1.0) -> None:
+        super().__init__()
+        self.share = share
 
     def start(self, problem: Problem, iterate: np.ndarray, placement: list[tuple[int, ...]],
               *, step_size: float, partition_rows: list[int] | None = None) -> None:

@@ -127,6 +127,7 @@ def _wait_ready(ac: Any, timeout: float) -> None:
 #: last heartbeat's memory and this much is loaded without measuring the worker first.
 KERNELS_ALLOWANCE = 256 * 2**20
 
+
 def worker_memory() -> tuple[int, int]:
     """Worker task: load the kernels a load pass runs (a tiny block's statistics), then
     return the worker's process and the bytes it holds.
