@@ -10,6 +10,9 @@ PCA of a Gaussian n x d store by
   triangle) with ``aggregation`` flat (one reply per worker reaches the client) and tree
   (the replies are summed on a worker first, one message reaches the client);
 - ``gram coded``: ``gram`` with cyclic repetition, ``n_stragglers=1`` (waits for all but one);
+- ``gram backups``: ``gram`` with speculative backups (``backup_after=1.5``, as ``--method
+  auto`` runs it on a cluster): a reply 1.5x the others' median late is computed again on
+  another worker, whose own link carries it;
 - ``block``: block subspace iteration (replies of d x 2k numbers), ``max_iter`` rounds;
 - ``dsag``: DSAG waiting for all but one worker (replies of d x k), ``max_iter`` rounds;
 
@@ -64,6 +67,8 @@ FULL = {"workers": 4, "repeats": 3, "shape": (2_000, 512), "n_components": 4,
         "max_iter": 10, "fast": "100mbit", "slow": "10mbit", "coordinator": "50mbit"}
 QUICK = {"workers": 3, "repeats": 1, "shape": (1_500, 256), "n_components": 4,
          "max_iter": 4, "fast": "100mbit", "slow": "10mbit", "coordinator": "50mbit"}
+#: ``gram backups``' setting, what ``--method auto`` runs gram with on a cluster.
+BACKUP_AFTER = 1.5
 #: The scenario whose round times calibrate the simulator's compute part.
 CALIBRATION = "uncapped"
 _HERE = Path(__file__).resolve().parent
@@ -95,6 +100,7 @@ def methods(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "gram tree": {"method": "gram", "aggregation": "tree"},
             "gram coded": {"method": "gram", "method_params": {
                 "scheme": "cyclic-repetition", "n_stragglers": 1}},
+            "gram backups": {"method": "gram", "backup_after": BACKUP_AFTER},
             "block": {"method": "block", **rounds},
             "dsag": {"method": "dsag", "method_params": {"n_wait": cfg["workers"] - 1},
                      **rounds}}
@@ -299,7 +305,7 @@ def report(results: dict[str, Any]) -> list[str]:
                  "the client emulated / simulated")
     for row in results["table"]:
         error = f"{row['error']:+.0%}" if "error" in row else "-"
-        lines.append(f"  {row['scenario']:17s} {row['method']:10s} "
+        lines.append(f"  {row['scenario']:17s} {row['method']:12s} "
                      f"{_cell(row, 'emulated_round_s', 1e3, '8.0f')} / "
                      f"{_cell(row, 'simulated_round_s', 1e3, '8.0f')} ms ({error:>5s})  "
                      f"{_cell(row, 'emulated_bytes', 1e-6, '7.3f')} / "
