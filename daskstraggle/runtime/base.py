@@ -372,6 +372,10 @@ class Runtime(ABC):
     def _after_step(self) -> None:  # noqa: B027 - optional hook
         """Called after each ``method.step()`` (the simulated runtime charges update time)."""
 
+    def _wrote(self, nbytes: int) -> None:  # noqa: B027 - optional hook
+        """Called after the run's state (``nbytes``) was written: a checkpoint or a replica
+        (the simulated runtime charges its bytes on the coordinator's link)."""
+
     def _on_row(self, row: int, recorder: TraceRecorder, final: bool = False) -> None:  # noqa: B027
         """Called after each trace row (and once with ``final=True`` at the end)."""
 
@@ -467,6 +471,7 @@ class Runtime(ABC):
     @_execute.register(WriteCheckpoint)
     def _(self, instruction: WriteCheckpoint, work: Any, session: Any) -> Event:
         session.checkpoint.write(instruction.state, iteration=instruction.iteration)
+        self._wrote(session.checkpoint.nbytes)
         return self._reply(Saved)
 
     @_execute.register(RecordEvent)

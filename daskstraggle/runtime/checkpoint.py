@@ -52,6 +52,8 @@ class StateWriter:
     written: int | None = field(default=None, init=False)
     n_written: int = field(default=0, init=False)
     seconds: float = field(default=0.0, init=False)
+    #: Bytes of the last state written (0 before the first).
+    nbytes: int = field(default=0, init=False)
 
     def write(self, state: dict[str, Any], *, iteration: int, now: float | None = None) -> None:
         """Write ``state`` (see :func:`resume_state`) over the previous one.
@@ -60,7 +62,9 @@ class StateWriter:
         write; in a run the engine does that itself.
         """
         t0 = time.perf_counter()
-        self._store(dump_state(state), iteration)
+        data = dump_state(state)
+        self._store(data, iteration)
+        self.nbytes = len(data)
         self.written = iteration
         self.n_written += 1
         self.seconds += time.perf_counter() - t0

@@ -550,6 +550,13 @@ class SimRuntime(LocalRuntime):
     def _after_step(self) -> None:
         self._now += self.update_duration
 
+    def _wrote(self, nbytes: int) -> None:
+        """The state crosses the coordinator's link (the link term's ``coordinator``; the
+        replies' too: a checkpoint on a network filesystem, a replica on the scheduler),
+        and the coordinator waits for it."""
+        if self._links is not None:
+            self._now = self._links.arrive(self._now, nbytes)
+
     def _run_attrs(self) -> dict[str, Any]:
         attrs: dict[str, Any] = {
             "simulated": True,

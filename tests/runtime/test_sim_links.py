@@ -159,3 +159,34 @@ def test_a_simulated_tree_charges_each_level_on_the_links_it_crosses():
                                COMPUTE + 4 * B / b + B / b + B / c, rtol=1e-2)
     assert tree.trace.iteration_duration[0] < flat.trace.iteration_duration[0]
     np.testing.assert_allclose(tree.iterate, flat.iterate, rtol=1e-9, atol=1e-12)
+
+
+def test_a_checkpoint_write_crosses_the_coordinator_link_in_simulated_time(
+        Xy, tmp_path, monkeypatch):
+    """Every round's state written (checkpoint_iterations=1) holds the coordinator B / R_c
+    simulated seconds before the next round, B the bytes of that state (it grows with the
+    trace); without a coordinator rate it takes no time."""
+    from daskstraggle.runtime import checkpoint
+
+    X, y = Xy
+    rate = 1e4
+    sizes: list[int] = []
+    dump = checkpoint.dump_state
+    monkeypatch.setattr(checkpoint, "dump_state",
+                        lambda state: sizes.append(len(data := dump(state))) or data)
+
+    def run(stragglers: str, path: str | None):
+        kw = {"checkpoint": tmp_path / path, "checkpoint_iterations": 1} if path else {}
+        return ds.fit_least_squares(X, y, method="gd", runtime="sim", n_workers=N_WORKERS,
+                                    max_iter=5, tol=None, rng=0, stragglers=stragglers, **kw)
+
+    linked = f"constant(compute={COMPUTE}) + link(coordinator={rate})"
+    plain, written = run(linked, None), run(linked, "a.ckpt")
+    assert len(sizes) == written.attrs["checkpoint"]["n_written"] == 5
+    rounds = plain.trace.iteration_duration.values
+    # between two rows: the round, and the state written after the first of them
+    gaps = np.diff(written.trace.wall_time.values) - rounds[1:]
+    np.testing.assert_allclose(gaps, np.asarray(sizes[:-1]) / rate, rtol=1e-9)
+    np.testing.assert_array_equal(written.iterate, plain.iterate)
+    free = f"constant(compute={COMPUTE})"
+    assert run(free, "b.ckpt").wall_time == pytest.approx(run(free, None).wall_time, abs=1e-12)
