@@ -31,8 +31,8 @@ _interrupted = False
 
 def main() -> int:
     """Run the command line; return its exit code (130 when interrupted outside it)."""
-    install_interrupt_handling()
-    try:
+    try:  # (an interrupt before the handler is in: Python's KeyboardInterrupt, caught)
+        install_interrupt_handling()
         from daskstraggle.cli import main as run
 
         code = run()

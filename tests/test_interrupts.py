@@ -160,3 +160,28 @@ def test_an_interrupt_an_import_turned_into_an_error_a_caller_ignores_still_abor
                           capture_output=True, text=True, timeout=60, **as_from_a_shell)
     assert (proc.returncode, proc.stderr) == (130, "aborted\n")
     assert proc.stdout == ("" if where == "extension" else "ran on\n")
+
+
+#: A Ctrl-C that lands as the command starts, before its handler is in (Python's own
+#: KeyboardInterrupt, raised a few bytecodes later).
+EARLY = """
+import os, signal, sys
+from daskstraggle import _entry
+
+def interrupted_while_installing():
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(20000):  # the default handler raises KeyboardInterrupt here
+        pass
+
+_entry.install_interrupt_handling = interrupted_while_installing
+sys.exit(_entry.main())
+"""
+
+
+def test_an_interrupt_before_the_handler_is_in_is_aborted(as_from_a_shell):
+    """The window between the entry's call and its handler's installation: one line,
+    ``aborted``, exit 130, no traceback (it was Python's traceback, status -2)."""
+    proc = subprocess.run([sys.executable, "-c", EARLY, "--version"], capture_output=True,
+                          text=True, timeout=120, **as_from_a_shell)
+    assert proc.returncode == 130, (proc.returncode, proc.stderr)
+    assert proc.stderr == "aborted\n" and proc.stdout == ""
