@@ -259,8 +259,9 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
         probe = _probe(runtime, problem, probed, rng, share=_task_share(fraction))
     seconds = clock() - start
     compute, _, communication = probe.rows.per_worker()
-    table = compute / _task_share(fraction) + communication  # as tasks of a whole share
-    arrays = _fit_arrays(probe.rows, whole=fraction == 1.0, share=_task_share(fraction))
+    share = _task_share(fraction)
+    table = compute / share + communication  # as tasks of a whole share
+    arrays = _fit_arrays(probe.rows, whole=fraction == 1.0, share=share)
     predicted = predict(options, fit_trace(arrays), n, rng)
     label = pick(predicted, plain.name)
     chosen = next(option.method for option in options if option.label == label)
