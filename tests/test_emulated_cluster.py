@@ -43,6 +43,7 @@ import json, sys, time
 import numpy as np
 from distributed import Client, wait
 import daskstraggle
+from daskstraggle.runtime import DaskRuntime
 
 address, payload, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 workers = sys.argv[4:]
@@ -64,6 +65,13 @@ with Client(address, timeout="30s") as client:
             seconds[name].append(time.perf_counter() - start)
             assert data.nbytes == payload
             del future, data
+    runtime = DaskRuntime(client=client)  # its own link probe
+    link = runtime.measure_links(payload)
+    names = {a: ws["name"] for a, ws in client.scheduler_info()["workers"].items()}
+    fitted = {names[a]: payload / (link.transfer_duration(i, payload)
+                                   + link.coordinator_duration(payload))
+              for i, a in enumerate(runtime.worker_names)}
+    runtime.close()
     X = np.random.default_rng(1).normal(size=(600, 16)) * np.linspace(4, 0.5, 16)
     remote = daskstraggle.fit_pca(X, 2, method="gram", client=client, rng=0)
     local = daskstraggle.fit_pca(X, 2, method="gram", runtime="local", rng=0)
@@ -75,6 +83,7 @@ def components(result):
 
 print(json.dumps({
     "seconds": seconds,
+    "fitted_rate": fitted,
     "workers": where,
     "converged": bool(remote.converged),
     "remote": components(remote), "local": components(local),
@@ -243,6 +252,19 @@ def test_the_capped_worker_transfers_at_its_cap(emulated_run: dict[str, Any]) ->
     # the fast links are not the bottleneck: their transfers beat the capped one's
     fast = [min(emulated_run["seconds"][name]) for name in LINKS if name != CAPPED]
     assert max(fast) < seconds[0], emulated_run["seconds"]
+
+
+@pytest.mark.cluster
+@pytest.mark.network
+def test_the_runtimes_link_probe_finds_the_capped_worker_at_its_cap(
+        emulated_run: dict[str, Any]) -> None:
+    """``DaskRuntime.measure_links`` (what ``method="auto"`` measures before gram): the
+    capped worker's message alone, in the fitted link model, crosses at its cap (within
+    30 %); the others' links are far faster."""
+    rates = emulated_run["fitted_rate"]  # bytes/s of a PAYLOAD message alone
+    cap = emulated.parse_rate(LINKS[CAPPED])
+    assert 0.7 * cap <= rates[CAPPED] * 8 <= 1.3 * cap, rates
+    assert min(rates[name] for name in LINKS if name != CAPPED) > 3 * rates[CAPPED], rates
 
 
 @pytest.mark.cluster

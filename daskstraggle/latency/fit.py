@@ -11,8 +11,15 @@ from numpy.typing import ArrayLike, NDArray
 from daskstraggle._validation import check_bool, check_choice, check_int
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
 from daskstraggle.latency.models import Gamma, ShiftedExponential
+from daskstraggle.latency.modifiers import Link
 
-__all__ = ["fit_gamma", "fit_shifted_exponential", "fit_trace"]
+__all__ = ["fit_gamma", "fit_link", "fit_shifted_exponential", "fit_trace"]
+
+#: The bandwidth (bytes/s) a fitted link gets where the measurements leave no time to its
+#: bytes: the coordinator's link carried them as fast as they were sent.
+UNLIMITED = 1e15
+#: Values of the coordinator's time per message :func:`fit_link` tries.
+_GRID = 2001
 
 
 def _as_samples(values: ArrayLike, *, name: str, caller: str) -> NDArray[np.float64]:
@@ -180,6 +187,86 @@ def fit_shifted_exponential(
         shifts.append(float(shift))
         rates.append(float(1.0 / spread))
     return ShiftedExponential(shift=tuple(shifts), rate=tuple(rates))
+
+
+def fit_link(nbytes: float, alone: ArrayLike, arrivals: ArrayLike, *,
+             latency: ArrayLike | None = None) -> Link:
+    """Fit the network links (:class:`~daskstraggle.latency.modifiers.Link`) to the times
+    messages of ``nbytes`` bytes took from each worker to the coordinator.
+
+    In the link model a message alone crosses its worker's link, then the coordinator's:
+    ``alone_i = latency_i + nbytes / bandwidth_i + nbytes / coordinator``; messages sent at
+    once reach the coordinator's link at ``alone_i - nbytes / coordinator`` and cross it
+    one after another. The coordinator's ``nbytes / coordinator`` is the value in
+    ``[0, min_i(alone_i - latency_i)]`` (:data:`_GRID` points) whose queue best gives the
+    sorted ``arrivals`` (least squares); each worker's link is what is left of its time
+    alone (:data:`UNLIMITED` where nothing is). A link measured this way gives the same
+    times, and is itself where the messages sent at once queued on the coordinator's link
+    (else the coordinator's rate is not in the times: the smallest fitting
+    ``nbytes / coordinator`` is taken, the rest given to the workers' links).
+
+    Parameters
+    ----------
+    nbytes : float
+        The messages' size in bytes (> 0).
+    alone : array-like of shape (n_workers,)
+        Seconds each worker's message took when it was the only one in flight.
+    arrivals : array-like of shape (n_workers,)
+        Seconds after they were all asked for at once when each worker's message arrived.
+    latency : array-like of shape (n_workers,) or None, default=None
+        Seconds a message of a few bytes took from each worker: the fixed part of every
+        message (None: none).
+
+    Returns
+    -------
+    link : Link
+        ``bandwidth`` one per worker, ``coordinator``, ``latency`` per worker.
+
+    Raises
+    ------
+    InvalidDataError
+        If the times are not finite seconds >= 0, one per worker.
+    InvalidParameterError
+        If ``nbytes`` is not a positive number.
+
+    Examples
+    --------
+    Three workers send 1 MB each: alone in 0.1 s, the third in 1 s; sent at once the
+    first two arrive after 0.1 and 0.2 s: the coordinator takes 10 MB/s, the first two
+    workers' links no time, the third's 0.9 s (1.1 MB/s).
+
+    >>> link = fit_link(1e6, [0.1, 0.1, 1.0], [0.1, 0.2, 1.0])
+    >>> round(link.coordinator), [round(b) for b in link.bandwidth]
+    (10000000, [1000000000000000, 1000000000000000, 1111111])
+    """
+    from daskstraggle._validation import check_positive
+
+    caller = "fit_link"
+    nbytes = check_positive(nbytes, name="nbytes", caller=caller)
+    alone_s = _as_samples(alone, name="alone", caller=caller).ravel()
+    arrival_s = np.sort(_as_samples(arrivals, name="arrivals", caller=caller).ravel())
+    fixed = (np.zeros_like(alone_s) if latency is None
+             else _as_samples(latency, name="latency", caller=caller).ravel())
+    if not alone_s.size == arrival_s.size == fixed.size or np.isnan(
+            np.concatenate([alone_s, arrival_s, fixed])).any():
+        raise InvalidDataError(
+            f"The 'alone', 'arrivals' and 'latency' parameters of {caller} must hold one "
+            f"finite time per worker each. Got {alone_s.size}, {arrival_s.size} and "
+            f"{fixed.size} values instead."
+        )
+    fixed = np.minimum(fixed, alone_s)
+    crossing = np.linspace(0.0, float(np.min(alone_s - fixed)), _GRID)  # nbytes / coordinator
+    free = np.zeros(_GRID)
+    error = np.zeros(_GRID)
+    for at, measured in zip(np.sort(alone_s), arrival_s, strict=True):
+        free = np.maximum(at - crossing, free) + crossing
+        error += (free - measured) ** 2
+    best = float(crossing[np.argmin(error)])
+    own = alone_s - fixed - best
+    bandwidth = [UNLIMITED if t * UNLIMITED <= nbytes else nbytes / t for t in own]
+    return Link(bandwidth=tuple(bandwidth),
+                coordinator=UNLIMITED if best * UNLIMITED <= nbytes else nbytes / best,
+                latency=tuple(float(v) for v in fixed))
 
 
 def fit_trace(trace: Mapping[Any, Any], *, iid: bool = False, split: bool = True,

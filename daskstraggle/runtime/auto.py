@@ -17,6 +17,9 @@ import numpy as np
 
 from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import ConvergenceWarning, NoCallError
+from daskstraggle.latency.base import Constant
+from daskstraggle.latency.fit import UNLIMITED
+from daskstraggle.latency.modifiers import Link
 from daskstraggle.methods import make_method
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
 from daskstraggle.methods.gd import GD
@@ -26,7 +29,7 @@ from daskstraggle.runtime.lifecycle import Outcome, run
 if TYPE_CHECKING:
     from daskstraggle.data.matrix import Matrix
     from daskstraggle.engine.recorder import TraceRecorder
-    from daskstraggle.latency.models import Gamma
+    from daskstraggle.latency.base import LatencyModel
     from daskstraggle.problems.base import Problem
     from daskstraggle.runtime.base import Runtime
     from daskstraggle.trace import Result
@@ -38,6 +41,9 @@ PROBE_ROUNDS = 8
 PROBE_WINDOW = 3.0
 #: Leading probe rounds left out of the latency fit.
 WARMUP_ROUNDS = 2
+#: Bytes of each message of the simulation's surrogate problem (least squares on 6
+#: columns: a gradient of 6 float64 values and 2 more).
+SURROGATE_MESSAGE_BYTES = 64
 #: Rounds each candidate plays in the simulation.
 SIM_ROUNDS = 60
 #: How many times faster than the plain method a candidate must be predicted to replace it:
@@ -59,6 +65,14 @@ TASK_FRACTION = 1 / 4
 #: unless the runtime has its own. Its one exact round is the whole job, so no probe can
 #: pay off; with a worker 8x slow, gram's round then takes about what coded gram's does.
 ONE_ROUND_BACKUP_AFTER = 1.5
+#: Largest message the link probe sends (:meth:`Runtime.measure_links`); larger replies are
+#: charged their own bytes at the rates it measured.
+LINK_PROBE_BYTES = 4 * 2**20
+#: Rounds of gram's compute probe: a warm-up, then the one measured.
+GRAM_PROBE_ROUNDS = 2
+#: Share of each worker's rows the tasks of gram's compute probe read (two rounds of
+#: :class:`ProbeGram`, the first a warm-up), when the links measured can hold its round up.
+GRAM_PROBE_SHARE = 1 / 32
 #: Smallest matrix (its values as float64) worth a probe: a smaller job takes about as
 #: long as the probe itself, so ``auto`` keeps the rule there.
 MEASURE_MIN_BYTES = 64 * 2**20
@@ -79,12 +93,16 @@ def worth_measuring(n_rows: int, n_columns: int) -> bool:
 @dataclass(frozen=True)
 class Candidate:
     """A method ``auto`` may run: its ``label`` in reports (e.g. ``"coded(s=1)"``), the
-    ``method`` that runs when it is chosen, and the ``surrogate`` the simulation plays for
-    it (itself, or the GD method with the same waiting rule for gram and block)."""
+    ``method`` that runs when it is chosen, the ``surrogate`` the simulation plays for
+    it (itself, or the GD method with the same waiting rule for gram and block), and the
+    runtime settings it runs with: ``backup_after`` (None: the runtime's own) and
+    ``aggregation`` (None: the runtime's own)."""
 
     label: str
     method: Method
     surrogate: Method
+    backup_after: float | None = None
+    aggregation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,8 +115,9 @@ class Choice:
     rounds fitted (``worker_latency``, s); the probe's trace ``probe_latency`` (workers in
     columns, rounds in rows, None where a worker delivered nothing), both as tasks of all
     the worker's rows loaded (compute times scaled up from :data:`TASK_FRACTION`); the
-    ``probe_fraction`` of the rows it read (1: all); and the ``backup_after`` it runs the
-    method with (None: the runtime's own setting)."""
+    ``probe_fraction`` of the rows it read (1: all); the ``backup_after`` and
+    ``aggregation`` it runs the method with (None: the runtime's own settings); and the
+    ``link`` measured to the coordinator (None: not measured)."""
 
     method: Method
     label: str
@@ -110,18 +129,24 @@ class Choice:
     probe_latency: list[list[float | None]] = field(default_factory=list)
     probe_fraction: float = 1.0
     backup_after: float | None = None
+    aggregation: str | None = None
+    link: Link | None = None
 
     @contextmanager
     def applied(self, runtime: Runtime) -> Iterator[None]:
-        """Run with the choice's settings: its ``backup_after`` on ``runtime`` (restored
-        after)."""
-        before = runtime.backup_after
+        """Run with the choice's settings: its ``backup_after`` and ``aggregation`` on
+        ``runtime`` (restored after)."""
+        before = runtime.backup_after, getattr(runtime, "aggregation", None)
         if self.backup_after is not None:
             runtime.backup_after = self.backup_after
+        if self.aggregation is not None:
+            runtime.aggregation = self.aggregation  # type: ignore[attr-defined]
         try:
             yield
         finally:
-            runtime.backup_after = before
+            runtime.backup_after = before[0]
+            if self.aggregation is not None:
+                runtime.aggregation = before[1]  # type: ignore[attr-defined]
 
     def as_attrs(self, result: Result | None = None) -> dict[str, Any]:
         """Return the choice as plain values for ``result.attrs["auto"]``, with
@@ -132,6 +157,7 @@ class Choice:
             "predicted": {k: round(v, 6) for k, v in self.predicted.items()},
             "probe_rounds": self.probe_rounds, "probe_seconds": round(self.probe_seconds, 3),
             "probe_fraction": self.probe_fraction, "backup_after": self.backup_after,
+            "aggregation": self.aggregation, "link": _link_attrs(self.link),
             "worker_latency": [round(v, 6) for v in self.worker_latency],
             "probe_latency": self.probe_latency,
             "margin": MARGIN,
@@ -159,16 +185,22 @@ def describe(auto: dict[str, Any]) -> str:
     >>> describe({"choice": "gd", "probe_rounds": 0, "probe_seconds": 0.0, "predicted": {}})
     'ran gd, the rule on the data (one candidate on this cluster: nothing to probe)'
     """
+    link = auto.get("link")
+    links = "" if not link else (
+        f"; links measured: slowest worker {min(link['bandwidth']) / 1e6:.3g} MB/s, "
+        f"coordinator {link['coordinator'] / 1e6:.3g} MB/s")
     if auto.get("backup_after") is not None and not auto["probe_rounds"]:
         return (f"ran {auto['choice']} with speculative backups (a worker's unit unanswered "
                 f"{auto['backup_after']:g} times the median latency is computed again "
-                "elsewhere): one exact round is the whole job, no probe could pay off")
+                "elsewhere): one exact round is the whole job, no probe could pay off"
+                + (links and links + ", too fast to hold its round up"))
     if not auto["probe_rounds"] or not auto["predicted"]:
         return (f"ran {auto['choice']}, the rule on the data (one candidate on this cluster: "
                 "nothing to probe)")
     ranked = sorted(auto["predicted"].items(), key=lambda kv: kv[1])
+    kind = "gram" if auto.get("plain") == "gram" else "gd"
     return (f"ran {auto['choice']} after {auto['probe_rounds']} probe rounds "
-            f"({auto['probe_seconds']:.1f} s); predicted per gd round: "
+            f"({auto['probe_seconds']:.1f} s){links}; predicted per {kind} round: "
             + ", ".join(f"{label} {seconds:.3g} s" for label, seconds in ranked))
 
 
@@ -195,12 +227,27 @@ def candidates(plain: Method, n_workers: int) -> list[Candidate]:
     return out
 
 
-def predict(options: list[Candidate], model: Gamma, n_workers: int,
-            rng: np.random.Generator) -> dict[str, float]:
+def gram_candidates(gram: Method, n_workers: int, backup_after: float) -> list[Candidate]:
+    """Return the candidates for ``gram`` when the links may hold its round up: itself
+    with speculative backups (``backup_after``), its coded variants (:func:`candidates`)
+    and, on three or more workers, itself with ``aggregation="tree"`` (one sum reaches
+    the coordinator)."""
+    plain, *coded = candidates(gram, n_workers)
+    out = [replace(plain, backup_after=backup_after), *coded]
+    if n_workers >= 3:
+        out.append(Candidate(f"{gram.name}(tree)", gram, plain.surrogate, aggregation="tree"))
+    return out
+
+
+def predict(options: list[Candidate], model: LatencyModel, n_workers: int,
+            rng: np.random.Generator, *, link: Link | None = None, message_bytes: int = 0,
+            rounds: int = SIM_ROUNDS) -> dict[str, float]:
     """Return each candidate's simulated seconds per round, by label, on ``n_workers``
     workers whose tasks of an equal share of the rows take ``model``'s (per-worker)
-    latency; ``rng`` seeds the surrogate problem and the latencies (the same draws for
-    every candidate)."""
+    latency, over ``rounds`` rounds (each candidate with its runtime settings); ``rng``
+    seeds the surrogate problem and the latencies (the same draws for every candidate).
+    With a ``link``, every message also crosses it as one of ``message_bytes`` bytes
+    would (the surrogate's smaller messages meet bandwidths scaled down by as much)."""
     from daskstraggle.data import open_matrix
     from daskstraggle.runtime.fault_simulation import make_least_squares_data
     from daskstraggle.runtime.sim import SimRuntime
@@ -212,13 +259,57 @@ def predict(options: list[Candidate], model: Gamma, n_workers: int,
     X.setflags(write=False)
     matrix = open_matrix(X, labels=y, n_partitions=n_workers)
     seed = int(rng.integers(2**32))
+    if link is not None:
+        model = _scaled(link, model, message_bytes / SURROGATE_MESSAGE_BYTES)
     out: dict[str, float] = {}
     for option in options:
-        with SimRuntime(n_workers=n_workers, latency=model, rng=seed) as sim:
-            outcome = _rounds(sim, option.surrogate, LeastSquares(), matrix, SIM_ROUNDS,
-                              rng=seed)
+        with SimRuntime(n_workers=n_workers, latency=model, rng=seed,
+                        backup_after=option.backup_after,
+                        aggregation=option.aggregation or "flat") as sim:
+            outcome = _rounds(sim, option.surrogate, LeastSquares(), matrix, rounds, rng=seed)
         out[option.label] = float(np.mean(outcome.rows.column("iteration_duration")))
     return out
+
+
+def _scaled(link: Link, model: LatencyModel, factor: float) -> Link:
+    """``link`` on top of ``model``, its bandwidths divided by ``factor`` (a message
+    ``factor`` times smaller takes as long)."""
+    def scale(value: Any) -> Any:
+        if value is None:
+            return None
+        return tuple(v / factor for v in value) if isinstance(value, tuple) else value / factor
+
+    return Link(base=model, bandwidth=scale(link.bandwidth),
+                coordinator=scale(link.coordinator), latency=link.latency)
+
+
+def _link_attrs(link: Link | None) -> dict[str, Any] | None:
+    """The measured ``link`` as plain values (bytes/s per worker, of the coordinator;
+    seconds per message), None when not measured."""
+    if link is None:
+        return None
+    return {"bandwidth": [float(b) for b in np.atleast_1d(link.bandwidth or UNLIMITED)],
+            "coordinator": float(link.coordinator or UNLIMITED),
+            "latency": [round(float(v), 6) for v in np.atleast_1d(link.latency)]}
+
+
+def links_matter(link: Link, n_workers: int, nbytes: int, backup_after: float) -> bool:
+    """Whether the links can hold up a round whose every worker sends ``nbytes`` bytes
+    beyond what speculative backups after ``backup_after`` times the median catch: one
+    worker's message alone takes longer than that times the median worker's, or all of
+    them queue on the coordinator's link longer than that.
+
+    Examples
+    --------
+    >>> links_matter(Link(bandwidth=(1e8, 1e8, 1e6)), 3, 10**6, 1.5)
+    True
+    >>> links_matter(Link(bandwidth=1e8, coordinator=1e9), 3, 10**6, 1.5)
+    False
+    """
+    alone = [link.transfer_duration(i, nbytes) + link.coordinator_duration(nbytes)
+             for i in range(n_workers)]
+    typical = backup_after * float(np.median(alone))
+    return max(alone) > typical or n_workers * link.coordinator_duration(nbytes) > typical
 
 
 def pick(predicted: dict[str, float], plain: str) -> str:
@@ -245,8 +336,8 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
         return Choice(plain, plain.name, plain.name, {}, 0, 0.0)
     if plain.name == "gram" and type(runtime).backups:
         after = runtime.backup_after
-        return Choice(plain, plain.name, plain.name, {}, 0, 0.0, backup_after=(
-            ONE_ROUND_BACKUP_AFTER if after is None else after))
+        return _choose_gram(runtime, problem, matrix, plain, rng=rng, clock=clock,
+                            backup_after=ONE_ROUND_BACKUP_AFTER if after is None else after)
     start = clock()
     probed, fraction = _probed_rows(matrix, plain, n)
     try:
@@ -271,6 +362,38 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
                    for j, column in enumerate(table[WARMUP_ROUNDS:].T)],
                   [[None if np.isnan(v) else round(float(v), 6) for v in row]
                    for row in table], fraction)
+
+
+def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Method, *,
+                 rng: np.random.Generator, clock: Callable[[], float],
+                 backup_after: float) -> Choice:
+    """``gram`` with speculative backups, unless the links measured
+    (:meth:`Runtime.measure_links`, messages of gram's packed triangle up to
+    :data:`LINK_PROBE_BYTES`) can hold its round up (:func:`links_matter`): then two
+    rounds of :class:`ProbeGram` measure each worker's compute, and the
+    :func:`gram_candidates` are simulated on it and the links, one round each."""
+    start = clock()
+    n = runtime.n_workers
+    nbytes = 8 * matrix.n_columns * (matrix.n_columns + 1) // 2
+    link = runtime.measure_links(min(nbytes, LINK_PROBE_BYTES))
+    if link is None or not links_matter(link, n, nbytes, backup_after):
+        return Choice(gram, gram.name, gram.name, {}, 0, clock() - start,
+                      backup_after=backup_after, link=link)
+    probed, fraction = _probed_rows(matrix, gram, n)
+    share = GRAM_PROBE_SHARE if fraction == 1.0 else 1.0
+    probe = _rounds(runtime, ProbeGram(share), problem, probed, GRAM_PROBE_ROUNDS,
+                    step_size=1.0, rng=rng)
+    compute = probe.rows.per_worker()[0][-1] / (share * fraction)  # a whole share's
+    typical = float(np.nanmedian(compute)) if np.isfinite(compute).any() else 0.0
+    model = Constant(compute=tuple(float(c) if np.isfinite(c) else typical for c in compute))
+    options = gram_candidates(gram, n, backup_after)
+    predicted = predict(options, model, n, rng, link=link, message_bytes=nbytes, rounds=1)
+    label = pick(predicted, gram.name)
+    chosen = next(option for option in options if option.label == label)
+    return Choice(chosen.method, label, gram.name, predicted, GRAM_PROBE_ROUNDS,
+                  clock() - start, [float(c) for c in compute], probe_fraction=fraction,
+                  backup_after=chosen.backup_after, aggregation=chosen.aggregation,
+                  link=link)
 
 
 class ProbeGD(GD):
@@ -335,6 +458,33 @@ class ProbeGD(GD):
         if partial and summary.objective is not None:
             summary = self._summary = replace(summary, objective=None)
         return summary
+
+
+class ProbeGram(ProbeGD):
+    """The probe of gram's compute: :class:`ProbeGD` whose tasks also compute the Gram
+    matrix of the rows they read (:class:`_TimedGram`), so that each worker's compute
+    time is gram's, while its message stays a gradient."""
+
+    def work_problem(self, problem: Problem) -> Any:
+        """The problem's kernel, after its rows' Gram matrix."""
+        return _TimedGram(problem)
+
+
+@dataclass(frozen=True, slots=True)
+class _TimedGram:
+    """Worker side of :class:`ProbeGram`: ``problem``'s kernel sum, after the blocks'
+    centred Gram matrix (computed for its time, not sent)."""
+
+    problem: Any
+
+    def kernel_sum(self, blocks: Any, iterate: np.ndarray) -> Any:
+        """The Gram matrix of ``blocks``, then the kernel sum sent."""
+        self.problem.gram_kernel_sum(blocks, upper=True)
+        return self.problem.kernel_sum(blocks, iterate)
+
+    def kernel(self, block: Any, iterate: np.ndarray) -> Any:
+        """:meth:`kernel_sum` of one block."""
+        return self.kernel_sum((block,), iterate)
 
 
 def _probe(runtime: Runtime, problem: Problem, matrix: Matrix, rng: np.random.Generator,

@@ -54,6 +54,7 @@ from daskstraggle.problems.held import payload_bytes
 
 if TYPE_CHECKING:
     from daskstraggle.engine.coordinator import Coordinator
+    from daskstraggle.latency.modifiers import Link
 
 __all__ = ["Runtime", "RuntimeOptions", "fold", "fold_map", "get_runtime_class",
            "list_runtimes", "register_runtime", "run_unit", "stream_messages"]
@@ -326,6 +327,12 @@ class Runtime(ABC):
     def worker_names(self) -> list[str]:
         """A name per worker index (Dask addresses for the Dask runtime)."""
         return [str(i) for i in range(self.n_workers)]
+
+    def measure_links(self, nbytes: int) -> Link | None:
+        """Measure each worker's link to the coordinator with messages of ``nbytes`` bytes
+        (:func:`~daskstraggle.latency.fit.fit_link`); None when there are no links to
+        weigh (in process) or they could not be measured."""
+        return None
 
     @abstractmethod
     def _load(self, matrix: Matrix, placement: list[tuple[int, ...]]) -> MatrixStats:

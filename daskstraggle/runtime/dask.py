@@ -45,6 +45,7 @@ from daskstraggle.errors import (
     StraggleWarning,
     WorkerLostError,
 )
+from daskstraggle.latency.modifiers import Link
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
@@ -58,6 +59,7 @@ from daskstraggle.runtime._connect import (
     worker_addresses,
     worker_identity,
 )
+from daskstraggle.runtime._links import measure_links
 from daskstraggle.runtime._membership import (
     MEMBERSHIP_INTERVAL,
     RetirementNews,
@@ -443,6 +445,14 @@ class DaskRuntime(Runtime):
     def worker_names(self) -> list[str]:
         """Worker addresses, by worker index."""
         return list(self._addresses)
+
+    def measure_links(self, nbytes: int) -> Link | None:
+        """Measure each worker's link to this client with messages of ``nbytes`` bytes,
+        one worker at a time and all at once (a few seconds at most on 10 Mbit/s links
+        for a 1 MB message), each wait bounded by ``timeouts.setup``; None when a bound
+        was not met or a worker left. See :meth:`Runtime.measure_links`."""
+        return measure_links(self.client, self._submit_to, list(self._addresses), nbytes,
+                             setup_timeout())
 
     def _pinned(
         self, fn: Callable[..., Any], *args: Any, key: str, worker_index: int, **kwargs: Any

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from daskstraggle.errors import InvalidDataError, InvalidParameterError
-from daskstraggle.latency.fit import fit_gamma, fit_shifted_exponential, fit_trace
+from daskstraggle.latency.fit import (
+    UNLIMITED,
+    fit_gamma,
+    fit_link,
+    fit_shifted_exponential,
+    fit_trace,
+)
 from daskstraggle.latency.models import Gamma, ShiftedExponential
 
 MEAN = (0.1, 0.2, 0.4)
@@ -182,3 +188,25 @@ def test_fit_trace_bad_n_workers(bad):
     trace = {"compute_duration": [[0.1, 0.2], [0.3, 0.2]]}
     with pytest.raises(InvalidParameterError, match="'n_workers' parameter of fit_trace"):
         fit_trace(trace, n_workers=bad)
+
+
+def test_fit_link_on_a_shared_port_finds_the_coordinator_and_the_slow_worker():
+    """Measured links share a port's rate fairly (TCP), not one message after another:
+    two fast workers sending at once on a 100 Mbit/s port both arrive after 2 M / rate,
+    the third's own 10 Mbit/s link after 10 M / rate. The fit still finds the port and the
+    slow worker: its message alone takes as long in the model as it was measured."""
+    m = 10**6 / 12.5e6  # seconds of one message at 100 Mbit/s
+    link = fit_link(10**6, [m, m, 10 * m], [2 * m, 2 * m, 10 * m], latency=[0.0] * 3)
+    assert link.coordinator == pytest.approx(12.5e6, rel=0.01)
+    assert link.bandwidth[:2] == (UNLIMITED, UNLIMITED)
+    alone = link.transfer_duration(2, 10**6) + link.coordinator_duration(10**6)
+    assert alone == pytest.approx(10 * m, rel=0.01)
+
+
+def test_fit_link_refuses_times_that_are_not_one_per_worker():
+    with pytest.raises(InvalidDataError, match="one finite time per worker"):
+        fit_link(10**6, [0.1, 0.1], [0.1])
+    with pytest.raises(InvalidDataError, match="infinite or negative"):
+        fit_link(10**6, [0.1, -1.0], [0.1, 0.2])
+    with pytest.raises(InvalidParameterError, match="'nbytes'"):
+        fit_link(0, [0.1], [0.1])

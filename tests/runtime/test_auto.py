@@ -372,3 +372,87 @@ def test_the_probe_makes_no_exact_pass(monkeypatch):
                             lambda *args: passes.append(args) or exact_pass(*args))
         probe = auto._probe(runtime, LeastSquares(), matrix, np.random.default_rng(0))
     assert passes == [] and len(probe.rows) == auto.PROBE_ROUNDS
+
+
+#: Links of a simulated cluster (a compute time of 10 ms per share, gram replies of 263 kB):
+#: one worker's link 10x slower than the others, every link fast, and (six workers) the
+#: coordinator's link 100x slower than the workers'.
+SLOW_LINK = ("constant(compute=0.01) + link(bandwidth=['100mbit', '100mbit', '10mbit'], "
+             "coordinator='100mbit')")
+FAST_LINKS = "constant(compute=0.01) + link(bandwidth='10gbit', coordinator='10gbit')"
+SLOW_COORDINATOR = "constant(compute=0.002) + link(bandwidth='1gbit', coordinator='10mbit')"
+
+
+def _gram_runs(X: np.ndarray, n: int, latency: str) -> dict[str, Result]:
+    """auto, plain gram, with backups, coded (s=1) and tree-aggregated on the same
+    simulated links."""
+    coded = {"scheme": "cyclic-repetition", "n_stragglers": 1}
+    after = auto.ONE_ROUND_BACKUP_AFTER
+    runs = {}
+    for name, method, params, backups, aggregation in [
+            ("auto", "auto", None, None, "flat"), ("plain", "gram", None, None, "flat"),
+            ("backups", "gram", None, after, "flat"), ("coded", "gram", coded, None, "flat"),
+            ("tree", "gram", None, None, "tree")]:
+        with MeasuringSim(n, latency=latency, rng=0, backup_after=backups,
+                          aggregation=aggregation) as runtime:
+            runs[name] = fit_pca(X, n_components=2, method=method, method_params=params,
+                                 runtime=runtime, rng=0)
+            # the runtime's own settings, restored after the run auto chose
+            assert (runtime.backup_after, runtime.aggregation) == (backups, aggregation)
+    return runs
+
+
+@pytest.mark.parametrize(("n", "latency", "expected"), [
+    (3, SLOW_LINK, "gram(s=1)"), (6, SLOW_COORDINATOR, "gram(tree)")])
+def test_gram_on_links_that_hold_its_round_up_runs_the_fastest_on_them(n, latency, expected):
+    """A worker's slow link is not caught by backups (its share computed again elsewhere
+    comes late too): the coded gram waits for the others; a slow coordinator's link is
+    crossed by one sum with tree aggregation. auto measures the links, probes gram's
+    compute in two rounds, and runs the candidate that is fastest on them, as fast as
+    that candidate run by hand (simulated seconds), with the exact answer."""
+    X = np.random.default_rng(3).normal(size=(1500, 256))
+    exact = fit_pca(X, n_components=2, runtime="local", method="gram", rng=0)
+    runs = _gram_runs(X, n, latency)
+    report = runs["auto"].attrs["auto"]
+    assert report["choice"] == expected and report["probe_rounds"] == auto.GRAM_PROBE_ROUNDS
+    fastest = min(("backups", "coded", "tree"), key=lambda name: runs[name].wall_time)
+    assert runs["auto"].wall_time == pytest.approx(runs[fastest].wall_time, rel=0.02)
+    assert runs["plain"].wall_time > 1.5 * runs["auto"].wall_time
+    # each prediction within 5 % of the same run by hand
+    by_hand = {"gram": "backups", "gram(s=1)": "coded", "gram(tree)": "tree"}
+    for label, name in by_hand.items():
+        assert report["predicted"][label] == pytest.approx(runs[name].wall_time, rel=0.05)
+    assert report["link"]["coordinator"] > 0 and len(report["link"]["bandwidth"]) == n
+    assert "links measured" in auto.describe(report)
+    np.testing.assert_allclose(np.abs(runs["auto"].fitted["components"]),
+                               np.abs(exact.fitted["components"]), atol=1e-10)
+
+
+def test_links_too_fast_to_hold_gram_up_keep_the_backups_without_a_compute_probe():
+    X = np.random.default_rng(3).normal(size=(600, 32))
+    with MeasuringSim(3, latency=FAST_LINKS, rng=0) as runtime:
+        report = fit_pca(X, n_components=2, runtime=runtime, rng=0).attrs["auto"]
+    assert report["choice"] == "gram" and report["probe_rounds"] == 0
+    assert report["backup_after"] == auto.ONE_ROUND_BACKUP_AFTER
+    assert report["link"]["bandwidth"] == pytest.approx([1.25e9] * 3)
+    assert "too fast to hold its round up" in auto.describe(report)
+
+
+def test_the_surrogate_messages_are_the_bytes_predict_scales_by():
+    """Bandwidths are scaled by the surrogate's message size: if the surrogate changed,
+    every link prediction would be off by as much."""
+    X = np.random.default_rng(0).normal(size=(72, 6))
+    with SimRuntime(3) as sim:
+        outcome = auto._rounds(sim, make_method("gd"), LeastSquares(),
+                               open_matrix(X, labels=X[:, 0], n_partitions=3), 2, rng=0)
+    assert outcome.rows.column("bytes_to_coordinator")[-1] == 3 * auto.SURROGATE_MESSAGE_BYTES
+
+
+def test_links_matter_when_a_worker_or_the_coordinator_holds_messages_up():
+    from daskstraggle.latency.modifiers import Link
+
+    even = Link(bandwidth=1e8, coordinator=1e9)
+    assert not auto.links_matter(even, 4, 10**6, 1.5)
+    assert auto.links_matter(Link(bandwidth=(1e8, 1e8, 1e8, 1e7), coordinator=1e9), 4, 10**6,
+                             1.5)
+    assert auto.links_matter(Link(bandwidth=1e9, coordinator=1e8), 4, 10**6, 1.5)

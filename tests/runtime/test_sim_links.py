@@ -8,6 +8,7 @@ import pytest
 import daskstraggle as ds
 from daskstraggle import open_matrix
 from daskstraggle.api import run_on
+from daskstraggle.latency.spec import parse_latency
 from daskstraggle.methods import GD
 from daskstraggle.problems import LeastSquares
 from daskstraggle.runtime import SimRuntime, StopRule
@@ -190,3 +191,35 @@ def test_a_checkpoint_write_crosses_the_coordinator_link_in_simulated_time(
     np.testing.assert_array_equal(written.iterate, plain.iterate)
     free = f"constant(compute={COMPUTE})"
     assert run(free, "b.ckpt").wall_time == pytest.approx(run(free, None).wall_time, abs=1e-12)
+
+
+@pytest.mark.parametrize(("spec", "same"), [
+    ("link(bandwidth=['100mbit', '100mbit', '10mbit'], coordinator='100mbit')", True),
+    ("link(bandwidth='100mbit', coordinator='50mbit', latency=0.002)", True),
+    ("link(bandwidth=[1e7, 2e7, 4e7], coordinator=1e8, latency=[0.001, 0.0, 0.003])", False),
+])
+def test_fit_link_gives_a_link_back_from_its_own_messages(spec, same):
+    """The simulated runtime measures its link model as a cluster's are measured (alone
+    and at once): the fitted link gives the same times, and is the model itself where the
+    messages sent at once queue on the coordinator's link (the coordinator to the grid's
+    resolution). Where they do not (the third: each reaches it after the one before has
+    crossed), its rate is not in the times: the fit gives their time to the workers'."""
+    from daskstraggle.latency.modifiers import LinkQueue
+
+    model = parse_latency(f"constant(compute=0.01) + {spec}").link
+    fitted = SimRuntime(3, latency=f"constant(compute=0.01) + {spec}").measure_links(10**6)
+
+    def times(link):
+        sent = sorted(link.transfer_duration(i, 10**6) for i in range(3))
+        queue = LinkQueue(link)
+        return ([link.transfer_duration(i, 10**6) + link.coordinator_duration(10**6)
+                 for i in range(3)], [queue.arrive(t, 10**6) for t in sent])
+
+    for got, expected in zip(times(fitted), times(model), strict=True):
+        assert got == pytest.approx(expected, rel=2e-3)
+    assert np.broadcast_to(fitted.latency, 3) == pytest.approx(np.broadcast_to(model.latency, 3))
+    bandwidth = model.bandwidth if isinstance(model.bandwidth, tuple) else (model.bandwidth,) * 3
+    if same:
+        assert fitted.coordinator == pytest.approx(model.coordinator, rel=2e-3)
+        assert fitted.bandwidth == pytest.approx(bandwidth, rel=2e-3)
+    assert SimRuntime(3, latency="constant(compute=0.01)").measure_links(10**6) is None
