@@ -15,6 +15,12 @@ PCA of a Gaussian n x d store by
   another worker, whose own link carries it;
 - ``block``: block subspace iteration (replies of d x 2k numbers), ``max_iter`` rounds;
 - ``dsag``: DSAG waiting for all but one worker (replies of d x k), ``max_iter`` rounds;
+- ``auto``: ``--method auto``, which measures the links (``DaskRuntime.measure_links``)
+  and, where they can hold gram's round up, probes gram's compute and runs the fastest of
+  gram with backups, coded gram and tree-aggregated gram on them (the store is below
+  auto's probing threshold, which the client lowers to 0 here: what is measured is the
+  choice on links); its row's "call" includes that probe, and it is simulated by the row
+  of the method it chose;
 
 in each link scenario (the caps changed in place with ``tc``, between client runs):
 
@@ -69,6 +75,8 @@ QUICK = {"workers": 3, "repeats": 1, "shape": (1_500, 256), "n_components": 4,
          "max_iter": 4, "fast": "100mbit", "slow": "10mbit", "coordinator": "50mbit"}
 #: ``gram backups``' setting, what ``--method auto`` runs gram with on a cluster.
 BACKUP_AFTER = 1.5
+#: The label of ``--method auto``'s row (not simulated: its choice is another row).
+AUTO = "auto"
 #: The scenario whose round times calibrate the simulator's compute part.
 CALIBRATION = "uncapped"
 _HERE = Path(__file__).resolve().parent
@@ -103,7 +111,8 @@ def methods(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "gram backups": {"method": "gram", "backup_after": BACKUP_AFTER},
             "block": {"method": "block", **rounds},
             "dsag": {"method": "dsag", "method_params": {"n_wait": cfg["workers"] - 1},
-                     **rounds}}
+                     **rounds},
+            AUTO: {"method": "auto"}}
 
 
 def fit(data: str, options: dict[str, Any], cfg: dict[str, Any], **where: Any) -> Any:
@@ -126,7 +135,8 @@ def summarise(result: Any, names: list[str]) -> dict[str, Any]:
             "bytes_per_round": float(np.median(trace["bytes_to_coordinator"].values)),
             "rounds": int(result.n_iter), "objective": float(result.objective),
             "load_s": float(result.attrs.get("load_duration_s") or 0.0),
-            "workers": names, "latency_s": [float(v) for v in latency]}
+            "workers": names, "latency_s": [float(v) for v in latency],
+            "choice": (result.attrs.get("auto") or {}).get("choice")}
 
 
 def client_run(argv: list[str]) -> None:
@@ -134,6 +144,9 @@ def client_run(argv: list[str]) -> None:
     comma-separated labels in the order to run); prints one JSON line of rows by label."""
     from distributed import Client
 
+    from daskstraggle.runtime import auto
+
+    auto.MEASURE_MIN_BYTES = 0  # these stores are small: measure the choice on links anyway
     address, data, cfg, labels = argv[0], argv[1], json.loads(argv[2]), argv[3].split(",")
     todo = methods(cfg)
     rows = {}
@@ -146,6 +159,8 @@ def client_run(argv: list[str]) -> None:
             call = time.perf_counter() - start
             names = [by_address.get(w, str(w)) for w in result.attrs["workers"]]
             rows[label] = {**summarise(result, names), "call_s": call}
+            if label == AUTO:
+                log(f"auto: {auto.describe(result.attrs['auto'])}")
     print(json.dumps(rows))
 
 
@@ -193,6 +208,8 @@ def calibration(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, d
     """Per method, each worker's median send-to-receive latency in the uncapped runs."""
     out: dict[str, dict[str, float]] = {}
     for label, rows in runs[CALIBRATION].items():
+        if label == AUTO:
+            continue
         seen: dict[str, list[float]] = {}
         for row in rows:
             for name, value in zip(row["workers"], row["latency_s"], strict=True):
@@ -230,6 +247,8 @@ def run_simulated(cfg: dict[str, Any], data: str,
         if scenario == CALIBRATION and emulated is not None:
             continue
         for label, options in methods(cfg).items():
+            if label == AUTO:
+                continue
             names = (worker_names(cfg) if emulated is None
                      else emulated[scenario][label][0]["workers"])
             model = spec(rates, names, None if calibrated is None else calibrated[label])
@@ -243,7 +262,9 @@ _KEYS = ("round_s", "bytes_per_round", "rounds", "load_s", "call_s")
 
 
 def _medians(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
-    return {scenario: {label: {key: statistics.median(r[key] for r in rows) for key in _KEYS}
+    """Per scenario and label the median of each of :data:`_KEYS`, and auto's choices."""
+    return {scenario: {label: {**{key: statistics.median(r[key] for r in rows) for key in _KEYS},
+                               "choices": sorted({str(r.get("choice")) for r in rows})}
                        for label, rows in labels.items()}
             for scenario, labels in runs.items()}
 
@@ -264,7 +285,10 @@ def table(emulated: dict[str, Any] | None, simulated: dict[str, Any]) -> list[di
                 row |= {"simulated_round_s": sim["round_s"],
                         "simulated_bytes": sim["bytes_per_round"]}
             else:
-                row["not_simulated"] = "the calibration scenario"
+                row["not_simulated"] = ("its choice's row" if label == AUTO
+                                        else "the calibration scenario")
+            if label == AUTO and emulated is not None:
+                row["choices"] = measured["choices"]
             if emulated is not None and sim is not None:
                 row["error"] = sim["round_s"] / measured["round_s"] - 1
             rows.append(row)
@@ -305,11 +329,12 @@ def report(results: dict[str, Any]) -> list[str]:
                  "the client emulated / simulated")
     for row in results["table"]:
         error = f"{row['error']:+.0%}" if "error" in row else "-"
+        chose = f"  ran {', '.join(row['choices'])}" if "choices" in row else ""
         lines.append(f"  {row['scenario']:17s} {row['method']:12s} "
                      f"{_cell(row, 'emulated_round_s', 1e3, '8.0f')} / "
                      f"{_cell(row, 'simulated_round_s', 1e3, '8.0f')} ms ({error:>5s})  "
                      f"{_cell(row, 'emulated_bytes', 1e-6, '7.3f')} / "
-                     f"{_cell(row, 'simulated_bytes', 1e-6, '7.3f')} MB")
+                     f"{_cell(row, 'simulated_bytes', 1e-6, '7.3f')} MB{chose}")
     return lines
 
 

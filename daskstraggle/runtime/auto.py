@@ -187,8 +187,10 @@ def describe(auto: dict[str, Any]) -> str:
     """
     link = auto.get("link")
     links = "" if not link else (
-        f"; links measured: slowest worker {min(link['bandwidth']) / 1e6:.3g} MB/s, "
-        f"coordinator {link['coordinator'] / 1e6:.3g} MB/s")
+        "; links measured: slowest worker " + (
+            "not slower than the coordinator" if min(link["bandwidth"]) >= UNLIMITED
+            else f"{min(link['bandwidth']) / 1e6:.3g} MB/s")
+        + f", coordinator {link['coordinator'] / 1e6:.3g} MB/s")
     if auto.get("backup_after") is not None and not auto["probe_rounds"]:
         return (f"ran {auto['choice']} with speculative backups (a worker's unit unanswered "
                 f"{auto['backup_after']:g} times the median latency is computed again "
@@ -247,7 +249,10 @@ def predict(options: list[Candidate], model: LatencyModel, n_workers: int,
     latency, over ``rounds`` rounds (each candidate with its runtime settings); ``rng``
     seeds the surrogate problem and the latencies (the same draws for every candidate).
     With a ``link``, every message also crosses it as one of ``message_bytes`` bytes
-    would (the surrogate's smaller messages meet bandwidths scaled down by as much)."""
+    would (the surrogate's smaller messages meet bandwidths scaled down by as much); for
+    tree aggregation, whose sums cross the workers' links, a worker link the measurement
+    could not tell from the coordinator's (:data:`~daskstraggle.latency.fit.UNLIMITED`)
+    is taken to be as slow as the coordinator's."""
     from daskstraggle.data import open_matrix
     from daskstraggle.runtime.fault_simulation import make_least_squares_data
     from daskstraggle.runtime.sim import SimRuntime
@@ -259,11 +264,15 @@ def predict(options: list[Candidate], model: LatencyModel, n_workers: int,
     X.setflags(write=False)
     matrix = open_matrix(X, labels=y, n_partitions=n_workers)
     seed = int(rng.integers(2**32))
+    models = {"flat": model, "tree": model}
     if link is not None:
-        model = _scaled(link, model, message_bytes / SURROGATE_MESSAGE_BYTES)
+        factor = message_bytes / SURROGATE_MESSAGE_BYTES
+        models = {"flat": _scaled(link, model, factor),
+                  "tree": _scaled(_cautious(link), model, factor)}
     out: dict[str, float] = {}
     for option in options:
-        with SimRuntime(n_workers=n_workers, latency=model, rng=seed,
+        with SimRuntime(n_workers=n_workers, latency=models[option.aggregation or "flat"],
+                        rng=seed,
                         backup_after=option.backup_after,
                         aggregation=option.aggregation or "flat") as sim:
             outcome = _rounds(sim, option.surrogate, LeastSquares(), matrix, rounds, rng=seed)
@@ -281,6 +290,16 @@ def _scaled(link: Link, model: LatencyModel, factor: float) -> Link:
 
     return Link(base=model, bandwidth=scale(link.bandwidth),
                 coordinator=scale(link.coordinator), latency=link.latency)
+
+
+def _cautious(link: Link) -> Link:
+    """``link`` with every worker link measured as :data:`UNLIMITED` (its time was all the
+    coordinator's: alone, a message was as slow as the coordinator's link) set to the
+    coordinator's rate."""
+    if not isinstance(link.bandwidth, tuple) or link.coordinator is None:
+        return link
+    cap = float(link.coordinator)
+    return replace(link, bandwidth=tuple(cap if b >= UNLIMITED else b for b in link.bandwidth))
 
 
 def _link_attrs(link: Link | None) -> dict[str, Any] | None:
