@@ -136,7 +136,15 @@ def summarise(result: Any, names: list[str]) -> dict[str, Any]:
             "rounds": int(result.n_iter), "objective": float(result.objective),
             "load_s": float(result.attrs.get("load_duration_s") or 0.0),
             "workers": names, "latency_s": [float(v) for v in latency],
-            "choice": (result.attrs.get("auto") or {}).get("choice")}
+            "choice": (result.attrs.get("auto") or {}).get("choice"),
+            "auto": _described(result.attrs.get("auto"))}
+
+
+def _described(report: dict[str, Any] | None) -> str | None:
+    """What ``auto`` ran and why (None: not auto)."""
+    from daskstraggle.runtime.auto import describe
+
+    return None if report is None else describe(report)
 
 
 def client_run(argv: list[str]) -> None:

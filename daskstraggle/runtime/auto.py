@@ -68,10 +68,10 @@ ONE_ROUND_BACKUP_AFTER = 1.5
 #: Largest message the link probe sends (:meth:`Runtime.measure_links`); larger replies are
 #: charged their own bytes at the rates it measured.
 LINK_PROBE_BYTES = 4 * 2**20
-#: Rounds of gram's compute probe: a warm-up, then the one measured.
-GRAM_PROBE_ROUNDS = 2
-#: Share of each worker's rows the tasks of gram's compute probe read (two rounds of
-#: :class:`ProbeGram`, the first a warm-up), when the links measured can hold its round up.
+#: Share of each worker's rows the tasks of gram's compute probe read in its first two
+#: rounds (a warm-up, then one measured), twice that in its third: the two measured give
+#: the fixed cost of a task and the cost of its rows. It runs when the links measured can
+#: hold gram's round up (:class:`ProbeGram`).
 GRAM_PROBE_SHARE = 1 / 32
 #: Smallest matrix (its values as float64) worth a probe: a smaller job takes about as
 #: long as the probe itself, so ``auto`` keeps the rule there.
@@ -299,7 +299,8 @@ def _cautious(link: Link) -> Link:
     if not isinstance(link.bandwidth, tuple) or link.coordinator is None:
         return link
     cap = float(link.coordinator)
-    return replace(link, bandwidth=tuple(cap if b >= UNLIMITED else b for b in link.bandwidth))
+    return replace(link, bandwidth=tuple(cap if float(b) >= UNLIMITED else float(b)
+                                         for b in link.bandwidth))
 
 
 def _link_attrs(link: Link | None) -> dict[str, Any] | None:
@@ -388,9 +389,10 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
                  backup_after: float) -> Choice:
     """``gram`` with speculative backups, unless the links measured
     (:meth:`Runtime.measure_links`, messages of gram's packed triangle up to
-    :data:`LINK_PROBE_BYTES`) can hold its round up (:func:`links_matter`): then two
-    rounds of :class:`ProbeGram` measure each worker's compute, and the
-    :func:`gram_candidates` are simulated on it and the links, one round each."""
+    :data:`LINK_PROBE_BYTES`) can hold its round up (:func:`links_matter`): then three
+    rounds of :class:`ProbeGram` measure each worker's compute (a task's fixed cost and
+    its rows'; on a genotype matrix on :data:`PROBE_FRACTION` of the rows, scaled up),
+    and the :func:`gram_candidates` are simulated on it and the links, one round each."""
     start = clock()
     n = runtime.n_workers
     nbytes = 8 * matrix.n_columns * (matrix.n_columns + 1) // 2
@@ -399,17 +401,23 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
         return Choice(gram, gram.name, gram.name, {}, 0, clock() - start,
                       backup_after=backup_after, link=link)
     probed, fraction = _probed_rows(matrix, gram, n)
-    share = GRAM_PROBE_SHARE if fraction == 1.0 else 1.0
-    probe = _rounds(runtime, ProbeGram(share), problem, probed, GRAM_PROBE_ROUNDS,
+    share = GRAM_PROBE_SHARE if fraction == 1.0 else 1 / 2
+    shares = (share, share, 2 * share)  # a warm-up, then two sizes: cost per row, per task
+    probe = _rounds(runtime, ProbeGram(shares), problem, probed, len(shares),
                     step_size=1.0, rng=rng)
-    compute = probe.rows.per_worker()[0][-1] / (share * fraction)  # a whole share's
+    one, two = probe.rows.per_worker()[0][1:3]
+    # seconds per whole share of the probed rows, the workers' median (a task's time on a
+    # small job is mostly noise); each worker keeps its own fixed cost
+    per_share = float(np.nanmedian(np.maximum(two - one, 0.0))) / share if np.isfinite(
+        two - one).any() else 0.0
+    compute = np.maximum(one - per_share * share, 0.0) + per_share / fraction  # a run's task
     typical = float(np.nanmedian(compute)) if np.isfinite(compute).any() else 0.0
     model = Constant(compute=tuple(float(c) if np.isfinite(c) else typical for c in compute))
     options = gram_candidates(gram, n, backup_after)
     predicted = predict(options, model, n, rng, link=link, message_bytes=nbytes, rounds=1)
     label = pick(predicted, gram.name)
     chosen = next(option for option in options if option.label == label)
-    return Choice(chosen.method, label, gram.name, predicted, GRAM_PROBE_ROUNDS,
+    return Choice(chosen.method, label, gram.name, predicted, len(shares),
                   clock() - start, [float(c) for c in compute], probe_fraction=fraction,
                   backup_after=chosen.backup_after, aggregation=chosen.aggregation,
                   link=link)
@@ -482,7 +490,23 @@ class ProbeGD(GD):
 class ProbeGram(ProbeGD):
     """The probe of gram's compute: :class:`ProbeGD` whose tasks also compute the Gram
     matrix of the rows they read (:class:`_TimedGram`), so that each worker's compute
-    time is gram's, while its message stays a gradient."""
+    time is gram's, while its message stays a gradient. Round ``r`` reads
+    ``shares[r]`` of each worker's rows (the last share after the last).
+
+    Parameters
+    ----------
+    shares : tuple of float
+        Share of its worker's rows each task of each round reads (in (0, 1]).
+    """
+
+    def __init__(self, shares: tuple[float, ...]) -> None:
+        super().__init__(shares[0])
+        self.shares = shares
+
+    def dispatch(self, worker_index: int) -> WorkUnit | None:
+        """As :meth:`ProbeGD.dispatch`, on this round's share of the rows."""
+        self.share = self.shares[min(self._version, len(self.shares) - 1)]
+        return super().dispatch(worker_index)
 
     def work_problem(self, problem: Problem) -> Any:
         """The problem's kernel, after its rows' Gram matrix."""
