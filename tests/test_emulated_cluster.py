@@ -259,12 +259,13 @@ def test_the_capped_worker_transfers_at_its_cap(emulated_run: dict[str, Any]) ->
 def test_the_runtimes_link_probe_finds_the_capped_worker_at_its_cap(
         emulated_run: dict[str, Any]) -> None:
     """``DaskRuntime.measure_links`` (what ``method="auto"`` measures before gram): the
-    capped worker's message alone, in the fitted link model, crosses at its cap (within
-    30 %); the others' links are far faster."""
+    capped worker's message alone, in the fitted link model, is far slower than the
+    others' and never slower than its cap (it is not waited for beyond 3x the others'
+    time: then its link is known to be at least that slow)."""
     rates = emulated_run["fitted_rate"]  # bytes/s of a PAYLOAD message alone
     cap = emulated.parse_rate(LINKS[CAPPED])
-    assert 0.7 * cap <= rates[CAPPED] * 8 <= 1.3 * cap, rates
-    assert min(rates[name] for name in LINKS if name != CAPPED) > 3 * rates[CAPPED], rates
+    assert rates[CAPPED] * 8 >= 0.7 * cap, rates
+    assert min(rates[name] for name in LINKS if name != CAPPED) > 2 * rates[CAPPED], rates
 
 
 @pytest.mark.cluster

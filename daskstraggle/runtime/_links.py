@@ -1,5 +1,5 @@
 """Measure a Dask cluster's links to the client: messages of a given size from each worker,
-one at a time and all at once (:meth:`DaskRuntime.measure_links
+all at once and one at a time (:meth:`DaskRuntime.measure_links
 <daskstraggle.runtime.DaskRuntime.measure_links>`)."""
 
 from __future__ import annotations
@@ -13,9 +13,14 @@ import numpy as np
 
 from daskstraggle.latency.fit import fit_link
 from daskstraggle.latency.modifiers import Link
+from daskstraggle.runtime._resilience import wait_ready
 
 #: Bytes of the message that measures each link's fixed time per message.
 SMALL_BYTES = 64
+#: Once every worker's message but one arrived, how many times the time so far the
+#: measurement waits for the last (a slower one is censored: its link is known to be at
+#: least that slow, and it is not waited for).
+WINDOW = 3.0
 
 
 def payload(nbytes: int, seed: int) -> np.ndarray:
@@ -26,41 +31,66 @@ def payload(nbytes: int, seed: int) -> np.ndarray:
 def measure_links(client: Any, submit_to: Callable[..., Any], addresses: list[str],
                   nbytes: int, timeout: float) -> Link | None:
     """Fit the links from ``addresses`` (by worker index) to ``client``
-    (:func:`~daskstraggle.latency.fit.fit_link`): a message of :data:`SMALL_BYTES` from
-    each worker, one at a time (the fixed part), one of ``nbytes`` from each, one at a
-    time, then one from every worker at once, each fetched only once every worker holds
-    it (so only the transfer is timed, by the client's clock). ``submit_to(address, fn,
-    *args, key=)`` pins a task. Every wait is bounded by ``timeout`` seconds; None when
-    one was not met or a worker left (the links could not be measured)."""
-    from distributed import as_completed, wait
+    (:func:`~daskstraggle.latency.fit.fit_link`) from messages made on the workers and
+    fetched, by the client's clock, only once every worker holds its own: one of
+    :data:`SMALL_BYTES` from each worker, one at a time (the fixed part); one of
+    ``nbytes`` from every worker at once, waiting for the last only :data:`WINDOW` times
+    as long as for the others; then one of ``nbytes`` from each worker that arrived, one
+    at a time. A worker not waited for counts as having taken the time waited, alone and
+    at once (its link at least that slow). ``submit_to(address, fn, *args, key=)`` pins
+    a task. Every wait is bounded by ``timeout`` seconds; None when one was not met or a
+    worker left (the links could not be measured)."""
+    from distributed import wait
 
     token = uuid.uuid4().hex[:6]
-    held: list[Any] = []
-
-    def ready(size: int, tag: str) -> list[Any]:
-        futures = [submit_to(address, payload, size, index, key=f"link-{tag}-{index}-{token}")
-                   for index, address in enumerate(addresses)]
-        held.extend(futures)
-        wait(futures, timeout=timeout)
-        return futures
-
-    def one_at_a_time(futures: list[Any]) -> list[float]:
-        seconds = []
-        for future in futures:
-            start = time.perf_counter()
-            future.result(timeout=timeout)
-            seconds.append(time.perf_counter() - start)
-        return seconds
-
+    batches = {tag: [submit_to(address, payload, size, index,
+                               key=f"link-{tag}-{index}-{token}")
+                     for index, address in enumerate(addresses)]
+               for tag, size in (("small", SMALL_BYTES), ("alone", nbytes),
+                                 ("together", nbytes))}
+    held = [future for futures in batches.values() for future in futures]
     try:
-        latency = one_at_a_time(ready(SMALL_BYTES, "small"))
-        alone = one_at_a_time(ready(nbytes, "alone"))
-        together = ready(nbytes, "together")
-        start = time.perf_counter()
-        arrivals = [time.perf_counter() - start
-                    for _ in as_completed(together, with_results=True, timeout=timeout)]
+        wait(held, timeout=timeout)
+        latency = [_fetched(future, timeout) for future in batches["small"]]
+        arrivals, missing = _arrivals(batches["together"], timeout)
+        alone = [arrivals[i] if i in missing else _fetched(future, timeout)
+                 for i, future in enumerate(batches["alone"])]
     except Exception:  # a bound not met, a worker gone: no measurement
         return None
     finally:
         client.cancel(held)
     return fit_link(nbytes, alone, arrivals, latency=latency)
+
+
+def _fetched(future: Any, timeout: float) -> float:
+    """Seconds the client takes to fetch ``future``'s result."""
+    start = time.perf_counter()
+    future.result(timeout=timeout)
+    return time.perf_counter() - start
+
+
+def _arrivals(futures: list[Any], timeout: float) -> tuple[list[float], set[int]]:
+    """Seconds after asking for all of ``futures``' results at once when each arrived,
+    and the one not waited for: once all but one did, the last is waited for
+    :data:`WINDOW` times as long, and if still missing counts as arriving at the end of
+    the wait. TimeoutError if more than one is missing after ``timeout`` seconds."""
+    from distributed import as_completed
+
+    index = {future.key: i for i, future in enumerate(futures)}
+    arrived: dict[int, float] = {}
+    start = time.perf_counter()
+    deadline = start + timeout
+    ac = as_completed(futures, with_results=True)
+    while len(arrived) < len(futures) and time.perf_counter() < deadline:
+        wait_ready(ac, deadline - time.perf_counter())
+        while ac.has_ready():
+            future, _ = next(ac)
+            arrived[index[future.key]] = time.perf_counter() - start
+        if len(arrived) == len(futures) - 1 and len(futures) > 1:
+            deadline = min(deadline, start + WINDOW * max(arrived.values()))
+    if len(arrived) < len(futures) - 1:
+        raise TimeoutError("the links' messages did not arrive in time")
+    ac.clear()
+    end = time.perf_counter() - start
+    return ([arrived.get(i, end) for i in range(len(futures))],
+            set(range(len(futures))) - set(arrived))

@@ -35,6 +35,7 @@ __all__ = [
     "slow_bounds",
     "split_unit",
     "stale_bound",
+    "wait_ready",
 ]
 
 def _config() -> Any:
@@ -142,3 +143,12 @@ def _within(what: str, limit: float, fn: Callable[..., Any], *args: Any
     thread.start()
     thread.join(limit)
     return outcome
+
+
+def wait_ready(ac: Any, timeout: float) -> None:
+    """Wait until ``ac`` (an ``as_completed``) has a result queued, at most ``timeout`` s
+    (checked under its condition's lock, which its notifications hold: else a result queued
+    between the check and the wait would sleep the whole timeout)."""
+    with ac.thread_condition:
+        if not ac.has_ready():
+            ac.thread_condition.wait(timeout=timeout)

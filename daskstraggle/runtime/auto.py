@@ -67,7 +67,7 @@ TASK_FRACTION = 1 / 4
 ONE_ROUND_BACKUP_AFTER = 1.5
 #: Largest message the link probe sends (:meth:`Runtime.measure_links`); larger replies are
 #: charged their own bytes at the rates it measured.
-LINK_PROBE_BYTES = 4 * 2**20
+LINK_PROBE_BYTES = 2**20
 #: Share of each worker's rows the tasks of gram's compute probe read in its first two
 #: rounds (a warm-up, then one measured), twice that in its third: the two measured give
 #: the fixed cost of a task and the cost of its rows. It runs when the links measured can
@@ -405,22 +405,42 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
     shares = (share, share, 2 * share)  # a warm-up, then two sizes: cost per row, per task
     probe = _rounds(runtime, ProbeGram(shares), problem, probed, len(shares),
                     step_size=1.0, rng=rng)
-    one, two = probe.rows.per_worker()[0][1:3]
-    # seconds per whole share of the probed rows, the workers' median (a task's time on a
-    # small job is mostly noise); each worker keeps its own fixed cost
-    per_share = float(np.nanmedian(np.maximum(two - one, 0.0))) / share if np.isfinite(
-        two - one).any() else 0.0
-    compute = np.maximum(one - per_share * share, 0.0) + per_share / fraction  # a run's task
-    typical = float(np.nanmedian(compute)) if np.isfinite(compute).any() else 0.0
-    model = Constant(compute=tuple(float(c) if np.isfinite(c) else typical for c in compute))
+    model = _gram_model(probe.rows, share, fraction)
     options = gram_candidates(gram, n, backup_after)
-    predicted = predict(options, model, n, rng, link=link, message_bytes=nbytes, rounds=1)
+    # the probe's messages are small: its communication time holds each message's fixed
+    # cost (Dask's scheduling and the fetch), so the link adds its bytes only
+    predicted = predict(options, model, n, rng, link=replace(link, latency=0.0),
+                        message_bytes=nbytes, rounds=1)
     label = pick(predicted, gram.name)
     chosen = next(option for option in options if option.label == label)
     return Choice(chosen.method, label, gram.name, predicted, len(shares),
-                  clock() - start, [float(c) for c in compute], probe_fraction=fraction,
+                  clock() - start, list(np.add(model.compute, model.communication)),
+                  probe_fraction=fraction,
                   backup_after=chosen.backup_after, aggregation=chosen.aggregation,
                   link=link)
+
+
+def _gram_model(rows: TraceRecorder, share: float, fraction: float) -> Constant:
+    """Each worker's time for a task of gram on its whole share, from :class:`ProbeGram`'s
+    rounds 1 and 2 (``share`` and twice it of the ``fraction`` of the rows probed): the
+    cost of its rows, the workers' median (a task's time on a small job is mostly noise),
+    plus each worker's own fixed cost; and its communication time, the median of the two
+    rounds. A worker that did not answer gets the others' median."""
+    compute, _, communication = (a[1:3] for a in rows.per_worker())
+    one, two = compute
+    slope = two - one
+    per_share = (float(np.nanmedian(np.maximum(slope, 0.0))) / share
+                 if np.isfinite(slope).any() else 0.0)
+    whole = np.maximum(one - per_share * share, 0.0) + per_share / fraction
+    with warnings.catch_warnings():  # a worker that never answered: NaN, filled below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        sent = np.nanmedian(communication, axis=0)
+
+    def filled(values: np.ndarray) -> tuple[float, ...]:
+        typical = float(np.nanmedian(values)) if np.isfinite(values).any() else 0.0
+        return tuple(float(v) if np.isfinite(v) else typical for v in values)
+
+    return Constant(compute=filled(whole), communication=filled(sent))
 
 
 class ProbeGD(GD):

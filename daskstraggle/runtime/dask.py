@@ -1,4 +1,4 @@
-"""DaskRuntime: partitions on pinned workers, futures and one long-lived as_completed.
+"""DaskRuntime: partitions on pinned workers, futures and one long-lived stream of results.
 
 Every partition is loaded by its own keyed task strictly pinned to its worker, and so are the
 work units (``docs/architecture.md`` §6): nothing is stolen, and the data can be reloaded
@@ -75,7 +75,9 @@ from daskstraggle.runtime._resilience import (
     replacement_targets,
     setup_timeout,
     slow_bounds,
+    wait_ready,
 )
+from daskstraggle.runtime._results import ResultStream
 from daskstraggle.runtime.aggregate import AGGREGATIONS, Handle, TreeReducer, unit_meta
 from daskstraggle.runtime.base import (
     Runtime,
@@ -113,15 +115,6 @@ def _collect(ac: Any, fold_of: dict[Any, int], results: dict[int, Any]) -> list[
             results[n] = value
             done.append(n)
     return done
-
-
-def _wait_ready(ac: Any, timeout: float) -> None:
-    """Wait until ``ac`` (an ``as_completed``) has a result queued, at most ``timeout`` s
-    (checked under its condition's lock, which its notifications hold: else a result queued
-    between the check and the wait would sleep the whole timeout)."""
-    with ac.thread_condition:
-        if not ac.has_ready():
-            ac.thread_condition.wait(timeout=timeout)
 
 
 #: Bytes a worker's process may grow by when it first loads the kernels (145 MB measured
@@ -313,7 +306,6 @@ class DaskRuntime(Runtime):
         backup_after: float | None = None,
         aggregation: str = "flat",
     ) -> None:
-        from distributed import as_completed
 
         from daskstraggle import config
         from daskstraggle.latency.faults import term_names
@@ -380,7 +372,7 @@ class DaskRuntime(Runtime):
         except BaseException:
             self.close()
             raise
-        self._ac = as_completed(loop=self.client.loop, with_results=True)
+        self._ac = ResultStream(self.client)
 
     def _wait_for_workers(self, timeout: float) -> list[str]:
         """The workers' addresses, after waiting up to ``timeout`` s for the first one (or
@@ -562,7 +554,7 @@ class DaskRuntime(Runtime):
                     return None  # (a holder left)
                 if now >= self._wake:
                     self._tick(now)
-                _wait_ready(ac, max(min(FOLD_POLL, self._wake - now), 0.0))
+                wait_ready(ac, max(min(FOLD_POLL, self._wake - now), 0.0))
             return [results[n] for n in range(len(folds))]
         finally:
             self._pass = None
@@ -620,7 +612,7 @@ class DaskRuntime(Runtime):
         gone: set[str] = set()
         bounded = False
         while pending - gone and time.perf_counter() < deadline:
-            _wait_ready(ac, min(MEMBERSHIP_INTERVAL, deadline - time.perf_counter()))
+            wait_ready(ac, min(MEMBERSHIP_INTERVAL, deadline - time.perf_counter()))
             while ac.has_ready():
                 pending.discard(address_of[next(ac).key])
             if not bounded and 2 * len(pending) <= len(futures):
@@ -855,7 +847,7 @@ class DaskRuntime(Runtime):
                     self._check_membership()
                 elif now >= self._wake:
                     self._tick(now)
-                _wait_ready(self._ac, max(min(deadline, self._wake, now + NEWS_POLL) - now,
+                wait_ready(self._ac, max(min(deadline, self._wake, now + NEWS_POLL) - now,
                                           0.0))
             future, outcome = next(self._ac)
             key, handle = self._meta_units.pop(future.key, (future.key, None))

@@ -121,14 +121,14 @@ def test_an_exact_pass_returns_as_its_last_fold_arrives(dask_client, zarr_matrix
     monkeypatch.setattr(dask_runtime, "FOLD_POLL", poll)
     monkeypatch.setattr(dask_runtime, "MEMBERSHIP_INTERVAL", poll)
     waits: list[bool] = []  # per wait of an exact pass: did it end with a fold queued?
-    wait_ready = dask_runtime._wait_ready
+    wait_ready = dask_runtime.wait_ready
 
     def watched(ac, timeout):
         wait_ready(ac, timeout)
         if timeout > poll / 2:
             waits.append(ac.has_ready())
 
-    monkeypatch.setattr(dask_runtime, "_wait_ready", watched)
+    monkeypatch.setattr(dask_runtime, "wait_ready", watched)
     with DaskRuntime(dask_client) as rt:
         result = run_on(rt, GD(), PCA(n_components=2), zarr_matrix,
                         stop=StopRule(max_iter=2, tol=None), rng=0)
