@@ -137,7 +137,8 @@ def summarise(result: Any, names: list[str]) -> dict[str, Any]:
             "load_s": float(result.attrs.get("load_duration_s") or 0.0),
             "workers": names, "latency_s": [float(v) for v in latency],
             "choice": (result.attrs.get("auto") or {}).get("choice"),
-            "auto": _described(result.attrs.get("auto"))}
+            "auto": _described(result.attrs.get("auto")),
+            "links": (result.attrs.get("auto") or {}).get("link")}
 
 
 def _described(report: dict[str, Any] | None) -> str | None:

@@ -66,11 +66,12 @@ with Client(address, timeout="30s") as client:
             assert data.nbytes == payload
             del future, data
     runtime = DaskRuntime(client=client)  # its own link probe
-    link = runtime.measure_links(payload)
+    link, peers = runtime.measure_links(payload)
     names = {a: ws["name"] for a, ws in client.scheduler_info()["workers"].items()}
     fitted = {names[a]: payload / (link.transfer_duration(i, payload)
                                    + link.coordinator_duration(payload))
               for i, a in enumerate(runtime.worker_names)}
+    peer = {names[a]: peers.bandwidth[i] for i, a in enumerate(runtime.worker_names)}
     runtime.close()
     X = np.random.default_rng(1).normal(size=(600, 16)) * np.linspace(4, 0.5, 16)
     remote = daskstraggle.fit_pca(X, 2, method="gram", client=client, rng=0)
@@ -84,6 +85,7 @@ def components(result):
 print(json.dumps({
     "seconds": seconds,
     "fitted_rate": fitted,
+    "peer_rate": peer,
     "workers": where,
     "converged": bool(remote.converged),
     "remote": components(remote), "local": components(local),
@@ -266,6 +268,9 @@ def test_the_runtimes_link_probe_finds_the_capped_worker_at_its_cap(
     cap = emulated.parse_rate(LINKS[CAPPED])
     assert rates[CAPPED] * 8 >= 0.7 * cap, rates
     assert min(rates[name] for name in LINKS if name != CAPPED) > 2 * rates[CAPPED], rates
+    # between workers (a ring left the capped one out): the fast links far above its cap
+    peers = emulated_run["peer_rate"]
+    assert min(peers[name] for name in LINKS if name != CAPPED) * 8 > 10 * cap, peers
 
 
 @pytest.mark.cluster

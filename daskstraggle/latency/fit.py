@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -13,7 +13,8 @@ from daskstraggle.errors import InvalidDataError, InvalidParameterError
 from daskstraggle.latency.models import Gamma, ShiftedExponential
 from daskstraggle.latency.modifiers import Link
 
-__all__ = ["fit_gamma", "fit_link", "fit_shifted_exponential", "fit_trace"]
+__all__ = ["Links", "fit_gamma", "fit_link", "fit_peers", "fit_shifted_exponential",
+           "fit_trace"]
 
 #: The bandwidth (bytes/s) a fitted link gets where the measurements leave no time to its
 #: bytes: the coordinator's link carried them as fast as they were sent.
@@ -267,6 +268,68 @@ def fit_link(nbytes: float, alone: ArrayLike, arrivals: ArrayLike, *,
     return Link(bandwidth=tuple(bandwidth),
                 coordinator=UNLIMITED if best * UNLIMITED <= nbytes else nbytes / best,
                 latency=tuple(float(v) for v in fixed))
+
+
+class Links(NamedTuple):
+    """A cluster's links as measured: ``to_coordinator``, the path of every reply (each
+    worker's link, then the coordinator's, :func:`fit_link`), and ``between_workers``,
+    the same with each worker's bandwidth as its messages to other workers found it
+    (:func:`fit_peers`: the path of tree aggregation's sums)."""
+
+    to_coordinator: Link
+    between_workers: Link
+
+
+def fit_peers(nbytes: float, edges: Sequence[tuple[int, int, float]],
+              fallback: Sequence[float]) -> tuple[float, ...]:
+    """Fit each worker's bandwidth to the seconds messages of ``nbytes`` bytes took from
+    one worker to another.
+
+    In the link model such a message crosses the sender's link, then the receiver's:
+    ``seconds = nbytes / bandwidth_i + nbytes / bandwidth_j``. The least-squares solution
+    of smallest norm over the workers in ``edges`` is taken (on two workers, or on an
+    even ring, the sum of two links is all the times say: each gets half), each time at
+    least 0; a worker in no edge keeps its ``fallback`` bandwidth.
+
+    Parameters
+    ----------
+    nbytes : float
+        The messages' size in bytes (> 0).
+    edges : sequence of (int, int, float)
+        ``(sender, receiver, seconds)`` of each message (its fixed cost taken out).
+    fallback : sequence of float
+        Each worker's bandwidth where no edge says (bytes/s); its length is the number
+        of workers.
+
+    Returns
+    -------
+    bandwidth : tuple of float
+        Bytes per second per worker (:data:`UNLIMITED` where the times leave none).
+
+    Examples
+    --------
+    A ring of three: 1 MB took 0.2 s from worker 0 to 1 and from 2 to 0, 1.1 s from 1 to
+    2: worker 2's link is the slow one (1 MB/s), the others take 0.1 s each.
+
+    >>> [round(b) for b in fit_peers(1e6, [(0, 1, 0.2), (1, 2, 1.1), (2, 0, 1.1)],
+    ...                              [1e9] * 3)]
+    [10000000, 10000000, 1000000]
+    """
+    out = np.asarray(fallback, dtype=float).copy()
+    involved = sorted({w for i, j, _ in edges for w in (i, j)})
+    if not involved:
+        return tuple(float(b) for b in out)
+    column = {w: k for k, w in enumerate(involved)}
+    A = np.zeros((len(edges), len(involved)))
+    t = np.zeros(len(edges))
+    for row, (i, j, seconds) in enumerate(edges):
+        A[row, column[i]] += 1.0
+        A[row, column[j]] += 1.0
+        t[row] = max(float(seconds), 0.0) / nbytes
+    per_byte = np.maximum(np.linalg.lstsq(A, t, rcond=None)[0], 0.0)
+    for w, x in zip(involved, per_byte, strict=True):
+        out[w] = UNLIMITED if x * UNLIMITED <= 1 else 1 / x
+    return tuple(float(b) for b in out)
 
 
 def fit_trace(trace: Mapping[Any, Any], *, iid: bool = False, split: bool = True,

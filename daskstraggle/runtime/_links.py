@@ -7,12 +7,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
+from typing import Any, cast
 
 import numpy as np
 
-from daskstraggle.latency.fit import fit_link
-from daskstraggle.latency.modifiers import Link
+from daskstraggle.latency.fit import Links, fit_link, fit_peers
 from daskstraggle.runtime._resilience import wait_ready
 
 #: Bytes of the message that measures each link's fixed time per message.
@@ -29,17 +29,20 @@ def payload(nbytes: int, seed: int) -> np.ndarray:
 
 
 def measure_links(client: Any, submit_to: Callable[..., Any], addresses: list[str],
-                  nbytes: int, timeout: float) -> Link | None:
+                  nbytes: int, timeout: float) -> Links | None:
     """Fit the links from ``addresses`` (by worker index) to ``client``
     (:func:`~daskstraggle.latency.fit.fit_link`) from messages made on the workers and
     fetched, by the client's clock, only once every worker holds its own: one of
     :data:`SMALL_BYTES` from each worker, one at a time (the fixed part); one of
     ``nbytes`` from every worker at once, waiting for the last only :data:`WINDOW` times
     as long as for the others; then one of ``nbytes`` from each worker that arrived, one
-    at a time. A worker not waited for counts as having taken the time waited, alone and
-    at once (its link at least that slow). ``submit_to(address, fn, *args, key=)`` pins
-    a task. Every wait is bounded by ``timeout`` seconds; None when one was not met or a
-    worker left (the links could not be measured)."""
+    at a time; then each worker's message moved to the next worker in a ring, less the
+    same with the small message (:func:`~daskstraggle.latency.fit.fit_peers`: the links
+    between workers). A worker not waited for counts as having taken the time waited,
+    alone and at once (its link at least that slow), and is left out of the ring.
+    ``submit_to(address, fn, *args, key=)`` pins a task. Every wait is bounded by
+    ``timeout`` seconds; None when one was not met or a worker left (the links could not
+    be measured)."""
     from distributed import wait
 
     token = uuid.uuid4().hex[:6]
@@ -55,11 +58,34 @@ def measure_links(client: Any, submit_to: Callable[..., Any], addresses: list[st
         arrivals, missing = _arrivals(batches["together"], timeout)
         alone = [arrivals[i] if i in missing else _fetched(future, timeout)
                  for i, future in enumerate(batches["alone"])]
+        ring = [(i, (i + 1) % len(addresses)) for i in range(len(addresses))
+                if len(addresses) > 1 and not {i, (i + 1) % len(addresses)} & missing]
+        edges = [(i, j, -_moved(submit_to, addresses[j], batches["small"][i], token, timeout)
+                  + _moved(submit_to, addresses[j], batches["alone"][i], token, timeout))
+                 for i, j in ring]  # the small one first: it opens the connection
     except Exception:  # a bound not met, a worker gone: no measurement
         return None
     finally:
         client.cancel(held)
-    return fit_link(nbytes, alone, arrivals, latency=latency)
+    link = fit_link(nbytes, alone, arrivals, latency=latency)
+    peers = fit_peers(nbytes, edges, fallback=cast(tuple[float, ...], link.bandwidth))
+    return Links(link, replace(link, bandwidth=peers))
+
+
+def _size(data: np.ndarray) -> int:
+    """Worker task: the bytes it was given (from another worker)."""
+    return int(data.nbytes)
+
+
+def _moved(submit_to: Callable[..., Any], address: str, future: Any, token: str,
+           timeout: float) -> float:
+    """Seconds from asking the worker at ``address`` for a task on ``future``'s data (held
+    by another worker) to its (tiny) result: the transfer between them, and the fixed
+    cost of a task."""
+    start = time.perf_counter()
+    submit_to(address, _size, future, key=f"link-peer-{future.key}-{token}").result(
+        timeout=timeout)
+    return time.perf_counter() - start
 
 
 def _fetched(future: Any, timeout: float) -> float:

@@ -18,7 +18,7 @@ import numpy as np
 from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import ConvergenceWarning, NoCallError
 from daskstraggle.latency.base import Constant
-from daskstraggle.latency.fit import UNLIMITED
+from daskstraggle.latency.fit import UNLIMITED, Links
 from daskstraggle.latency.modifiers import Link
 from daskstraggle.methods import make_method
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
@@ -117,7 +117,7 @@ class Choice:
     the worker's rows loaded (compute times scaled up from :data:`TASK_FRACTION`); the
     ``probe_fraction`` of the rows it read (1: all); the ``backup_after`` and
     ``aggregation`` it runs the method with (None: the runtime's own settings); and the
-    ``link`` measured to the coordinator (None: not measured)."""
+    ``links`` measured (None: not measured)."""
 
     method: Method
     label: str
@@ -130,7 +130,7 @@ class Choice:
     probe_fraction: float = 1.0
     backup_after: float | None = None
     aggregation: str | None = None
-    link: Link | None = None
+    links: Links | None = None
 
     @contextmanager
     def applied(self, runtime: Runtime) -> Iterator[None]:
@@ -157,7 +157,7 @@ class Choice:
             "predicted": {k: round(v, 6) for k, v in self.predicted.items()},
             "probe_rounds": self.probe_rounds, "probe_seconds": round(self.probe_seconds, 3),
             "probe_fraction": self.probe_fraction, "backup_after": self.backup_after,
-            "aggregation": self.aggregation, "link": _link_attrs(self.link),
+            "aggregation": self.aggregation, "link": _link_attrs(self.links),
             "worker_latency": [round(v, 6) for v in self.worker_latency],
             "probe_latency": self.probe_latency,
             "margin": MARGIN,
@@ -242,17 +242,16 @@ def gram_candidates(gram: Method, n_workers: int, backup_after: float) -> list[C
 
 
 def predict(options: list[Candidate], model: LatencyModel, n_workers: int,
-            rng: np.random.Generator, *, link: Link | None = None, message_bytes: int = 0,
+            rng: np.random.Generator, *, links: Links | None = None, message_bytes: int = 0,
             rounds: int = SIM_ROUNDS) -> dict[str, float]:
     """Return each candidate's simulated seconds per round, by label, on ``n_workers``
     workers whose tasks of an equal share of the rows take ``model``'s (per-worker)
     latency, over ``rounds`` rounds (each candidate with its runtime settings); ``rng``
     seeds the surrogate problem and the latencies (the same draws for every candidate).
-    With a ``link``, every message also crosses it as one of ``message_bytes`` bytes
-    would (the surrogate's smaller messages meet bandwidths scaled down by as much); for
-    tree aggregation, whose sums cross the workers' links, a worker link the measurement
-    could not tell from the coordinator's (:data:`~daskstraggle.latency.fit.UNLIMITED`)
-    is taken to be as slow as the coordinator's."""
+    With ``links``, every message also crosses them as one of ``message_bytes`` bytes
+    would (the surrogate's smaller messages meet bandwidths scaled down by as much): the
+    replies to the coordinator its ``to_coordinator`` links, tree aggregation's sums the
+    ``between_workers`` ones."""
     from daskstraggle.data import open_matrix
     from daskstraggle.runtime.fault_simulation import make_least_squares_data
     from daskstraggle.runtime.sim import SimRuntime
@@ -265,10 +264,10 @@ def predict(options: list[Candidate], model: LatencyModel, n_workers: int,
     matrix = open_matrix(X, labels=y, n_partitions=n_workers)
     seed = int(rng.integers(2**32))
     models = {"flat": model, "tree": model}
-    if link is not None:
+    if links is not None:
         factor = message_bytes / SURROGATE_MESSAGE_BYTES
-        models = {"flat": _scaled(link, model, factor),
-                  "tree": _scaled(_cautious(link), model, factor)}
+        models = {"flat": _scaled(links.to_coordinator, model, factor),
+                  "tree": _scaled(links.between_workers, model, factor)}
     out: dict[str, float] = {}
     for option in options:
         with SimRuntime(n_workers=n_workers, latency=models[option.aggregation or "flat"],
@@ -292,23 +291,17 @@ def _scaled(link: Link, model: LatencyModel, factor: float) -> Link:
                 coordinator=scale(link.coordinator), latency=link.latency)
 
 
-def _cautious(link: Link) -> Link:
-    """``link`` with every worker link measured as :data:`UNLIMITED` (its time was all the
-    coordinator's: alone, a message was as slow as the coordinator's link) set to the
-    coordinator's rate."""
-    if not isinstance(link.bandwidth, tuple) or link.coordinator is None:
-        return link
-    cap = float(link.coordinator)
-    return replace(link, bandwidth=tuple(cap if float(b) >= UNLIMITED else float(b)
-                                         for b in link.bandwidth))
-
-
-def _link_attrs(link: Link | None) -> dict[str, Any] | None:
-    """The measured ``link`` as plain values (bytes/s per worker, of the coordinator;
-    seconds per message), None when not measured."""
-    if link is None:
+def _link_attrs(links: Links | None) -> dict[str, Any] | None:
+    """The measured ``links`` as plain values (bytes/s per worker to the coordinator and
+    to other workers, of the coordinator; seconds per message), None when not measured."""
+    if links is None:
         return None
-    return {"bandwidth": [float(b) for b in np.atleast_1d(link.bandwidth or UNLIMITED)],
+    link, peers = links
+
+    def rates(value: Any) -> list[float]:
+        return [float(b) for b in np.atleast_1d(value or UNLIMITED)]
+
+    return {"bandwidth": rates(link.bandwidth), "peer_bandwidth": rates(peers.bandwidth),
             "coordinator": float(link.coordinator or UNLIMITED),
             "latency": [round(float(v), 6) for v in np.atleast_1d(link.latency)]}
 
@@ -332,11 +325,25 @@ def links_matter(link: Link, n_workers: int, nbytes: int, backup_after: float) -
     return max(alone) > typical or n_workers * link.coordinator_duration(nbytes) > typical
 
 
-def pick(predicted: dict[str, float], plain: str) -> str:
+def pick(predicted: dict[str, float], plain: str, trees: frozenset[str] | set[str] = frozenset()
+         ) -> str:
     """Return the label to run: the fastest predicted, if :data:`MARGIN` times faster than
-    ``plain``; else ``plain``."""
-    best = min(predicted, key=predicted.__getitem__)
-    return best if predicted[best] * MARGIN <= predicted[plain] else plain
+    ``plain``; else ``plain``. A label in ``trees`` (tree aggregation, the least faithful
+    prediction: its sums' tasks are charged roughly) must be :data:`MARGIN` times faster
+    than the label chosen among the others.
+
+    Examples
+    --------
+    >>> pick({"gram": 1.0, "gram(s=1)": 0.7, "gram(tree)": 0.6}, "gram", {"gram(tree)"})
+    'gram(s=1)'
+    >>> pick({"gram": 1.0, "gram(s=1)": 0.7, "gram(tree)": 0.5}, "gram", {"gram(tree)"})
+    'gram(tree)'
+    """
+    flat = {k: v for k, v in predicted.items() if k not in trees}
+    best = min(flat, key=flat.__getitem__)
+    label = best if flat[best] * MARGIN <= flat[plain] else plain
+    return min((t for t in trees if predicted[t] * MARGIN <= predicted[label]),
+               key=predicted.__getitem__, default=label)
 
 
 def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain: Method, *,
@@ -392,14 +399,18 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
     :data:`LINK_PROBE_BYTES`) can hold its round up (:func:`links_matter`): then three
     rounds of :class:`ProbeGram` measure each worker's compute (a task's fixed cost and
     its rows'; on a genotype matrix on :data:`PROBE_FRACTION` of the rows, scaled up),
-    and the :func:`gram_candidates` are simulated on it and the links, one round each."""
+    and the :func:`gram_candidates` are simulated on it and the links, one round each;
+    tree aggregation's prediction is charged, per level of sums (each a task of its own,
+    which the simulation does not charge), the least of the probe tasks' communication
+    times less their message's time on the links, and is run only if predicted
+    :data:`MARGIN` times faster than the flat candidate chosen."""
     start = clock()
     n = runtime.n_workers
     nbytes = 8 * matrix.n_columns * (matrix.n_columns + 1) // 2
-    link = runtime.measure_links(min(nbytes, LINK_PROBE_BYTES))
-    if link is None or not links_matter(link, n, nbytes, backup_after):
+    links = runtime.measure_links(min(nbytes, LINK_PROBE_BYTES))
+    if links is None or not links_matter(links.to_coordinator, n, nbytes, backup_after):
         return Choice(gram, gram.name, gram.name, {}, 0, clock() - start,
-                      backup_after=backup_after, link=link)
+                      backup_after=backup_after, links=links)
     probed, fraction = _probed_rows(matrix, gram, n)
     share = GRAM_PROBE_SHARE if fraction == 1.0 else 1 / 2
     shares = (share, share, 2 * share)  # a warm-up, then two sizes: cost per row, per task
@@ -409,15 +420,38 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
     options = gram_candidates(gram, n, backup_after)
     # the probe's messages are small: its communication time holds each message's fixed
     # cost (Dask's scheduling and the fetch), so the link adds its bytes only
-    predicted = predict(options, model, n, rng, link=replace(link, latency=0.0),
-                        message_bytes=nbytes, rounds=1)
-    label = pick(predicted, gram.name)
+    predicted = predict(options, model, n, rng, message_bytes=nbytes, rounds=1,
+                        links=Links(*(replace(link, latency=0.0) for link in links)))
+    trees = {option.label for option in options if option.aggregation == "tree"}
+    for tree in trees:
+        predicted[tree] += _tree_levels(n) * _task_overhead(probe.rows, model,
+                                                             links.to_coordinator)
+    label = pick(predicted, gram.name, trees=trees)
     chosen = next(option for option in options if option.label == label)
     return Choice(chosen.method, label, gram.name, predicted, len(shares),
                   clock() - start, list(np.add(model.compute, model.communication)),
                   probe_fraction=fraction,
                   backup_after=chosen.backup_after, aggregation=chosen.aggregation,
-                  link=link)
+                  links=links)
+
+
+def _task_overhead(rows: TraceRecorder, model: Constant, link: Link) -> float:
+    """Seconds a task costs on the cluster beyond its compute and its message's time on
+    ``link``: the least over the workers (the first reply does not queue behind the
+    others) of the probe's communication time (``model``'s) less that of its messages
+    (``rows``, the probe's trace)."""
+    n = rows.per_worker()[0].shape[1]
+    sent = float(np.nanmedian(rows.column("bytes_to_coordinator")[1:])) / n
+    return max(0.0, min(c - link.transfer_duration(i, sent) - link.coordinator_duration(sent)
+                        for i, c in enumerate(np.broadcast_to(model.communication, n))))
+
+
+def _tree_levels(n_workers: int) -> int:
+    """Levels of tree aggregation's sums over ``n_workers`` results (:data:`~daskstraggle.
+    runtime.aggregate.FAN_IN` at a time)."""
+    from daskstraggle.runtime.aggregate import FAN_IN
+
+    return max(1, math.ceil(math.log(n_workers) / math.log(FAN_IN)))
 
 
 def _gram_model(rows: TraceRecorder, share: float, fraction: float) -> Constant:

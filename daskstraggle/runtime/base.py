@@ -54,7 +54,7 @@ from daskstraggle.problems.held import payload_bytes
 
 if TYPE_CHECKING:
     from daskstraggle.engine.coordinator import Coordinator
-    from daskstraggle.latency.modifiers import Link
+    from daskstraggle.latency.fit import Links
 
 __all__ = ["Runtime", "RuntimeOptions", "fold", "fold_map", "get_runtime_class",
            "list_runtimes", "register_runtime", "run_unit", "stream_messages"]
@@ -328,9 +328,10 @@ class Runtime(ABC):
         """A name per worker index (Dask addresses for the Dask runtime)."""
         return [str(i) for i in range(self.n_workers)]
 
-    def measure_links(self, nbytes: int) -> Link | None:
-        """Measure each worker's link to the coordinator with messages of ``nbytes`` bytes
-        (:func:`~daskstraggle.latency.fit.fit_link`); None when there are no links to
+    def measure_links(self, nbytes: int) -> Links | None:
+        """Measure the links with messages of ``nbytes`` bytes: each worker's to the
+        coordinator (:func:`~daskstraggle.latency.fit.fit_link`) and between workers
+        (:func:`~daskstraggle.latency.fit.fit_peers`); None when there are no links to
         weigh (in process) or they could not be measured."""
         return None
 

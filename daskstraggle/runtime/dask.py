@@ -45,7 +45,7 @@ from daskstraggle.errors import (
     StraggleWarning,
     WorkerLostError,
 )
-from daskstraggle.latency.modifiers import Link
+from daskstraggle.latency.fit import Links
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
 from daskstraggle.problems.block import Block, MatrixStats, block_stats
@@ -438,11 +438,12 @@ class DaskRuntime(Runtime):
         """Worker addresses, by worker index."""
         return list(self._addresses)
 
-    def measure_links(self, nbytes: int) -> Link | None:
+    def measure_links(self, nbytes: int) -> Links | None:
         """Measure each worker's link to this client with messages of ``nbytes`` bytes,
-        one worker at a time and all at once (a few seconds at most on 10 Mbit/s links
-        for a 1 MB message), each wait bounded by ``timeouts.setup``; None when a bound
-        was not met or a worker left. See :meth:`Runtime.measure_links`."""
+        all at once and one worker at a time, and between workers in a ring (a worker
+        3x slower than the others is not waited for), each wait bounded by
+        ``timeouts.setup``; None when a bound was not met or a worker left. See
+        :meth:`Runtime.measure_links`."""
         return measure_links(self.client, self._submit_to, list(self._addresses), nbytes,
                              setup_timeout())
 

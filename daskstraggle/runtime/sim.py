@@ -37,8 +37,8 @@ from daskstraggle.engine.resilience import check_slow_settings
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel, LatencySampler
 from daskstraggle.latency.faults import FAULTS, ClusterState, Fault
-from daskstraggle.latency.fit import fit_link
-from daskstraggle.latency.modifiers import Link, LinkQueue
+from daskstraggle.latency.fit import Links, fit_link
+from daskstraggle.latency.modifiers import LinkQueue
 from daskstraggle.latency.spec import parse_latency, parse_stragglers
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
@@ -195,20 +195,21 @@ class SimRuntime(LocalRuntime):
         self._cluster = ClusterState(n_workers=self._n_workers)  # as the faults leave it
         self._losses: list[dict[str, Any]] = []
 
-    def measure_links(self, nbytes: int) -> Link | None:
+    def measure_links(self, nbytes: int) -> Links | None:
         """The links of the latency model's ``link`` term, as a measurement finds them
         (:func:`~daskstraggle.latency.fit.fit_link` of its messages' times alone and at
-        once: a link gives itself back); None without one."""
+        once), the same between workers; None without one."""
         link = None if self.latency is None else self.latency.link
         if link is None:
             return None
         workers = range(self._n_workers)
         sent = sorted(link.transfer_duration(i, nbytes) for i in workers)
         queue = LinkQueue(link)
-        return fit_link(nbytes, [link.transfer_duration(i, nbytes)
-                                 + link.coordinator_duration(nbytes) for i in workers],
-                        [queue.arrive(t, nbytes) for t in sent],
-                        latency=[link.transfer_duration(i, 0) for i in workers])
+        fitted = fit_link(nbytes, [link.transfer_duration(i, nbytes)
+                                   + link.coordinator_duration(nbytes) for i in workers],
+                          [queue.arrive(t, nbytes) for t in sent],
+                          latency=[link.transfer_duration(i, 0) for i in workers])
+        return Links(fitted, fitted)
 
     def _clock(self) -> float:
         return self._now

@@ -10,6 +10,7 @@ from daskstraggle.latency.fit import (
     UNLIMITED,
     fit_gamma,
     fit_link,
+    fit_peers,
     fit_shifted_exponential,
     fit_trace,
 )
@@ -210,3 +211,15 @@ def test_fit_link_refuses_times_that_are_not_one_per_worker():
         fit_link(10**6, [0.1, -1.0], [0.1, 0.2])
     with pytest.raises(InvalidParameterError, match="'nbytes'"):
         fit_link(0, [0.1], [0.1])
+
+
+def test_fit_peers_solves_a_ring_and_keeps_the_fallback_elsewhere():
+    # four workers, messages of 1 MB; worker 3 left out (no edge): its fallback stays
+    edges = [(0, 1, 0.2), (1, 2, 1.1), (2, 0, 1.1)]
+    bandwidth = fit_peers(1e6, edges, fallback=[5.0, 5.0, 5.0, 7.0])
+    assert bandwidth == pytest.approx((1e7, 1e7, 1e6, 7.0))
+    # two workers: one equation, each link half of it
+    assert fit_peers(1e6, [(0, 1, 0.2), (1, 0, 0.2)], [1.0, 1.0]) == pytest.approx((1e7, 1e7))
+    # no time left for a link: unlimited
+    assert fit_peers(1e6, [(0, 1, 0.0)], [1.0, 1.0]) == (UNLIMITED, UNLIMITED)
+    assert fit_peers(1e6, [], [3.0]) == (3.0,)

@@ -458,23 +458,24 @@ def test_links_matter_when_a_worker_or_the_coordinator_holds_messages_up():
     assert auto.links_matter(Link(bandwidth=1e9, coordinator=1e8), 4, 10**6, 1.5)
 
 
-def test_tree_is_predicted_on_workers_links_as_slow_as_the_coordinators_where_unseen():
-    """A message alone as slow as the coordinator's link leaves the workers' links unseen
-    (the fit gives them no time); tree aggregation's sums cross them, so its prediction
-    takes them as slow as the coordinator's: on six such links the tree is not predicted
-    faster than gram, where on the same coordinator with measured fast workers it is."""
-    from daskstraggle.latency.fit import UNLIMITED
+def test_tree_is_predicted_on_the_links_between_workers():
+    """Tree aggregation's sums cross the links between workers (the measurement's
+    ``between_workers``), the replies the links to the coordinator: on six workers whose
+    links to each other are as slow as the coordinator's, the tree is not predicted
+    faster than gram; with fast links between them it is, gram's prediction unchanged."""
+    from daskstraggle.latency.fit import Links
     from daskstraggle.latency.modifiers import Link
 
     options = auto.gram_candidates(make_method("gram"), 6, auto.ONE_ROUND_BACKUP_AFTER)
     model = auto.Constant(compute=0.002)
+    to_coordinator = Link(bandwidth=(1.25e8,) * 6, coordinator=1.25e6)
 
-    def predicted(bandwidth: float) -> dict[str, float]:
-        link = Link(bandwidth=(bandwidth,) * 6, coordinator=1.25e6)
-        return auto.predict(options, model, 6, np.random.default_rng(0), link=link,
+    def predicted(between: float) -> dict[str, float]:
+        links = Links(to_coordinator, Link(bandwidth=(between,) * 6, coordinator=1.25e6))
+        return auto.predict(options, model, 6, np.random.default_rng(0), links=links,
                             message_bytes=263_000, rounds=1)
 
-    unseen, seen = predicted(UNLIMITED), predicted(1.25e8)
-    assert unseen["gram(tree)"] > unseen["gram"]
-    assert seen["gram(tree)"] < seen["gram"] / 3
-    assert unseen["gram"] == pytest.approx(seen["gram"], rel=0.05)
+    slow, fast = predicted(1.25e6), predicted(1.25e8)
+    assert slow["gram(tree)"] > slow["gram"]
+    assert fast["gram(tree)"] < fast["gram"] / 3
+    assert slow["gram"] == pytest.approx(fast["gram"], rel=0.05)

@@ -207,7 +207,9 @@ def test_fit_link_gives_a_link_back_from_its_own_messages(spec, same):
     from daskstraggle.latency.modifiers import LinkQueue
 
     model = parse_latency(f"constant(compute=0.01) + {spec}").link
-    fitted = SimRuntime(3, latency=f"constant(compute=0.01) + {spec}").measure_links(10**6)
+    links = SimRuntime(3, latency=f"constant(compute=0.01) + {spec}").measure_links(10**6)
+    fitted = links.to_coordinator
+    assert links.between_workers == fitted  # one link per worker in the simulated model
 
     def times(link):
         sent = sorted(link.transfer_duration(i, 10**6) for i in range(3))
