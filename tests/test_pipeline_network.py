@@ -67,17 +67,21 @@ def test_quick_run_writes_the_table(tmp_path):
     assert results["quick"] is True
     rows = {(r["scenario"], r["method"]): r for r in results["table"]}
     scenarios = {"uncapped", "even", "slow link", "slow coordinator"}
-    methods = {"gram flat", "gram tree", "gram coded", "block", "dsag"}
+    methods = {"gram flat", "gram tree", "gram coded", "gram backups", "block", "dsag"}
     if results["emulated_skipped"] is not None:  # the simulated half only, and why
         assert results["emulated_skipped"] in printed
-        assert set(rows) == {(s, m) for s in scenarios for m in methods - {"gram tree"}}
+        assert set(rows) == {(s, m) for s in scenarios for m in methods}
         assert all(r["simulated_round_s"] > 0 for r in rows.values())
         return
     assert emulated.unavailable() is None
-    assert set(rows) == {(s, m) for s in scenarios for m in methods}
+    assert set(rows) == {(s, m) for s in scenarios for m in methods | {"auto"}}
     for (scenario, method), row in rows.items():
         assert row["emulated_round_s"] > 0 and row["emulated_bytes"] > 0
-        if scenario == "uncapped" or method == "gram tree":  # the calibration; not simulable
+        if method == "auto":  # what it ran is another row, and is said
+            assert "error" not in row and row["not_simulated"] == "its choice's row"
+            assert set(row["choices"]) <= {"gram", "gram(s=1)", "gram(tree)"}
+            continue
+        if scenario == "uncapped":  # the calibration
             assert "error" not in row and row["not_simulated"]
             continue
         # the same configuration simulated, its replies of the same size
