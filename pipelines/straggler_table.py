@@ -16,6 +16,12 @@ Issue 29, part 4. One table, two settings, the same policy code:
   gram coded (cyclic repetition, s = 1) with it. Each run is one ``fit_*`` call on the
   same cluster; its solve time is ``result.wall_time`` (after the load, as the paper's
   timings). ``repeats`` rounds, the order of the cases rotated each round; medians.
+- ``links``: the same jobs on an emulated cluster of ``workers`` hosts (network namespaces,
+  ``pipelines/_emulated.py``; root only, else skipped with its reason) whose links are
+  uncapped for the clean runs, and for the ``slow link`` straggler all at ``fast_link``
+  but the last worker's, at ``slow_link``: the link is the straggler, nothing is injected.
+  Cases: gram, coded gram and auto for the PCA; gd, coded GD, DSAG and auto for the
+  logistic regression; each job's clean runs on the uncapped links.
 - ``sim``: the logistic cases at ``sim_workers`` (100) simulated workers
   (``runtime="sim"``, latency ``gamma(mean=0.05, var=1e-4)`` plus the same ``slowdown`` on
   a tenth of the workers, the ``markov`` one, or DSAG's ramp; coded with s = that tenth),
@@ -46,6 +52,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -54,20 +61,23 @@ import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-SECTIONS = ("cluster", "sim")
+SECTIONS = ("cluster", "links", "sim")
 JOBS = ("logistic", "pca")
 
 FULL = {"workers": 4, "repeats": 3, "logistic": (400_000, 100), "genotypes": (60_000, 1_500),
-        "tol": 1e-6, "max_iter": 300, "sim_workers": 100, "sim_rows": 20_000, "sim_rounds": 100}
+        "tol": 1e-6, "max_iter": 300, "sim_workers": 100, "sim_rows": 20_000, "sim_rounds": 100,
+        "fast_link": "1gbit", "slow_link": "10mbit"}
 #: A smoke run of every path (both jobs, auto's rows, both sections) in seconds: one
 #: straggler, 2 workers, a few rounds (the data are below auto's probing threshold).
 QUICK = {"workers": 2, "repeats": 1, "logistic": (2_000, 5), "genotypes": (400, 40),
          "tol": 1e-6, "max_iter": 10, "sim_workers": 20, "sim_rows": 2_000, "sim_rounds": 30,
-         "stragglers": ["slowdown"]}
+         "stragglers": ["slowdown"], "fast_link": "1gbit", "slow_link": "10mbit"}
 
 STRAGGLERS = {"slowdown": "slowdown(workers=1, factor=8)",
               "markov": "markov(p_slow=0.1, p_fast=0.3, slow_factor=8)",
               "artificial": "artificial(spread=3, n_recover=1, recover_time=5)"}
+#: The ``links`` section's straggler: the last worker's link capped at ``slow_link``.
+SLOW_LINK = "slow link"
 
 
 def log(msg: str) -> None:
@@ -107,7 +117,7 @@ def _solve(job: str, data: Any, method: str, params: dict[str, Any], straggler: 
     import daskstraggle as ds
 
     kw = dict(method=method, method_params=params or None, rng=0,
-              stragglers=STRAGGLERS[straggler] if straggler else None, **where)
+              stragglers=STRAGGLERS.get(straggler or ""), **where)  # a slow link: none
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -186,14 +196,15 @@ def _median_of_known(values: Any) -> float | None:
 
 def _plain_of(labels: list[str], base: str) -> dict[str, str]:
     """Each case's plain run with the same straggler (``gd markov`` for ``dsag w=3 markov``)."""
-    return {label: f"{base} {label.rsplit(' ', 1)[1]}" for label in labels
-            if not label.endswith("clean")}
+    names = [*STRAGGLERS, SLOW_LINK]
+    return {label: f"{base} {name}" for label in labels for name in names
+            if label.endswith(f" {name}")}
 
 
-def run_cluster(cfg: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    """The ``cluster`` section: both jobs on one LocalCluster, ``repeats`` rotated rounds."""
-    from distributed import Client, LocalCluster
-
+def datasets(cfg: dict[str, Any], workdir: Path, stragglers: list[str] | None
+             ) -> dict[str, tuple[Any, list[Any], str]]:
+    """Each job's store (made in ``workdir``), its cases for ``stragglers`` and its plain
+    method."""
     from daskstraggle.data.datasets import make_genotypes, make_logistic
 
     jobs: dict[str, tuple[Any, list[Any], str]] = {}
@@ -201,13 +212,21 @@ def run_cluster(cfg: dict[str, Any], workdir: Path) -> dict[str, Any]:
         n, d = cfg["logistic"]
         logit = make_logistic(workdir / "logit.zarr", n_samples=n, n_features=d,
                               chunk_rows=max(1, n // (2 * cfg["workers"])), seed=0)
-        jobs["logistic"] = (logit, regression_cases(cfg["workers"], cfg.get("stragglers")), "gd")
+        jobs["logistic"] = (str(logit), regression_cases(cfg["workers"], stragglers), "gd")
     if "pca" in cfg.get("jobs", JOBS):
         m, s = cfg["genotypes"]
         geno = make_genotypes(workdir / "geno.vcz", n_variants=m, n_samples=s,
                               n_populations=3, chunk_rows=max(1, m // (2 * cfg["workers"])),
                               seed=0)
-        jobs["pca"] = (geno, pca_cases(cfg.get("stragglers")), "gram")
+        jobs["pca"] = (str(geno), pca_cases(stragglers), "gram")
+    return jobs
+
+
+def run_cluster(cfg: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """The ``cluster`` section: both jobs on one LocalCluster, ``repeats`` rotated rounds."""
+    from distributed import Client, LocalCluster
+
+    jobs = datasets(cfg, workdir, cfg.get("stragglers"))
     out: dict[str, Any] = {}
     with LocalCluster(n_workers=cfg["workers"], threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
@@ -224,17 +243,112 @@ def run_cluster(cfg: dict[str, Any], workdir: Path) -> dict[str, Any]:
     return out
 
 
+def links_client(argv: list[str]) -> None:
+    """The client of the ``links`` section, in the scheduler's namespace: ``ADDRESS CONFIG
+    JOB DATA LABELS`` (JSON config, comma-separated case labels in the order to run);
+    prints one JSON line of rows by label."""
+    from distributed import Client
+
+    address, cfg, job, data = argv[0], json.loads(argv[1]), argv[2], argv[3]
+    cases = {label: rest for label, *rest in datasets_cases(job, cfg)}
+    rows = {}
+    with Client(address, timeout="30s") as client:
+        client.wait_for_workers(cfg["workers"], timeout=60)
+        _warm(client)
+        for label in argv[4].split(","):
+            rows[label] = _solve(job, data, *cases[label], cfg, client=client)
+            log(f"links {job} {label}: {rows[label]['solve_s']:.2f} s")
+    print(json.dumps(rows))
+
+
+def _warm(client: Any) -> None:
+    """A tiny fit of each kind through ``client``: this client process's imports and the
+    workers' kernels are not timed in the first case."""
+    import numpy as np
+
+    import daskstraggle as ds
+
+    X = np.random.default_rng(0).normal(size=(64, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds.fit_pca(X, 2, method="gram", client=client, rng=0)
+        ds.fit_logistic(X, np.where(X[:, 0] > 0, 1.0, 0.0), client=client, rng=0, max_iter=2)
+
+
+def datasets_cases(job: str, cfg: dict[str, Any]) -> list[tuple[str, str, dict[str, Any],
+                                                                 str | None]]:
+    """The ``links`` section's cases of ``job``: clean, and with a :data:`SLOW_LINK`."""
+    if job == "pca":
+        return pca_cases([SLOW_LINK])
+    return regression_cases(cfg["workers"], [SLOW_LINK])
+
+
+def run_links(cfg: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """The ``links`` section: each job's clean cases on uncapped links and its slow-link
+    cases with the last worker's link at ``slow_link``, on one emulated cluster, after a
+    discarded warm-up run of each job; ``repeats`` rotated rounds."""
+    from _emulated import EmulatedCluster, unavailable
+
+    reason = unavailable()
+    if reason is not None:
+        log(f"links section skipped: {reason}")
+        return {"skipped": reason}
+    jobs = datasets(cfg, workdir, [SLOW_LINK])
+    names = [f"w{i}" for i in range(cfg["workers"])]
+    scenarios = {"clean": dict.fromkeys(["sched", *names]),
+                 SLOW_LINK: {"sched": cfg["fast_link"], **dict.fromkeys(names, cfg["fast_link"]),
+                             names[-1]: cfg["slow_link"]}}
+    env = {**os.environ}
+    out: dict[str, Any] = {}
+    with EmulatedCluster(dict.fromkeys(names), env=env) as cluster:
+        for job, (data, cases, base) in jobs.items():
+            runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in cases}
+            _links_run(cluster, cfg, job, data, [cases[0][0]], env)  # warm-up, discarded
+            for repeat in range(cfg["repeats"]):
+                for scenario, rates in scenarios.items():
+                    for host, rate in rates.items():
+                        cluster.set_rate(host, rate)
+                    labels = [label for label, *_, straggler in cases
+                              if (straggler or "clean") == scenario]
+                    k = repeat % len(labels)
+                    for label, row in _links_run(cluster, cfg, job, data,
+                                                 labels[k:] + labels[:k], env).items():
+                        runs[label].append(row)
+            out[job] = {"runs": runs, "median": _table(runs, base, _plain_of(list(runs), base)),
+                        "links": {"fast": cfg["fast_link"], "slow": cfg["slow_link"]}}
+    return out
+
+
+def _links_run(cluster: Any, cfg: dict[str, Any], job: str, data: str, labels: list[str],
+               env: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Run :func:`links_client` on ``cluster`` for ``labels``; its rows by label."""
+    here = str(Path(__file__).resolve().parent)
+    code = (f"import sys; sys.path.insert(0, {here!r}); import straggler_table; "
+            "straggler_table.links_client(sys.argv[1:])")
+    done = cluster.run([sys.executable, "-c", code, cluster.scheduler_address,
+                        json.dumps(cfg), job, data, ",".join(labels)], timeout=1800, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"the links client failed: {done.stderr.strip()[-2000:]}")
+    rows: dict[str, dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return rows
+
+
 def sim_stragglers(n_workers: int) -> dict[str, str]:
     """The latency spec of each straggler of the ``sim`` section at ``n_workers`` simulated
     workers: the same three models as the cluster section, on a gamma base law; a tenth of
     the workers slowed 8x, every worker turning slow at random, or DSAG's ramp (its last
-    tenth recovering after 2 simulated seconds)."""
-    slow = list(range(0, n_workers, 10))
+    tenth recovering after 2 simulated seconds); and a :data:`SLOW_LINK` on a tenth of the
+    workers, whose replies take 8x the mean compute on it."""
+    slow = set(range(0, n_workers, 10))
     base = "gamma(mean=0.05, var=1e-4)"
-    return {"slowdown": f"{base} + slowdown(workers={slow}, factor=8)",
+    # a slow link: the 176-byte replies (20 coefficients and 2 values) of a tenth of the
+    # workers take 0.4 s on it, as long as 8x the compute; the others' links are fast
+    links = ", ".join("440" if i in slow else "1e9" for i in range(n_workers))
+    return {"slowdown": f"{base} + slowdown(workers={sorted(slow)}, factor=8)",
             "markov": f"{base} + markov(p_slow=0.1, p_fast=0.3, slow_factor=8)",
             "artificial": f"{base} + artificial(spread=3, n_recover={len(slow)}, "
-                          "recover_time=2)"}
+                          "recover_time=2)",
+            SLOW_LINK: f"{base} + link(bandwidth=[{links}])"}
 
 
 def sim_cases(n_workers: int) -> list[tuple[str, str, dict[str, Any], str]]:
@@ -282,7 +396,11 @@ def run_sim(cfg: dict[str, Any]) -> dict[str, Any]:
 def report(results: dict[str, Any]) -> list[str]:
     """The tables as text."""
     lines = []
-    for name, block in [*results.get("cluster", {}).items(),
+    links = {f"{job} (emulated links)": block for job, block in results.get("links", {}).items()
+             if isinstance(block, dict) and "median" in block}
+    if "skipped" in results.get("links", {}):
+        lines.append(f"\nlinks section skipped: {results['links']['skipped']}")
+    for name, block in [*results.get("cluster", {}).items(), *links.items(),
                         *([("sim", results["sim"])] if "sim" in results else [])]:
         lines.append(f"\n{name}: median solve time, rounds, speed-up against the plain method "
                      "with the same straggler, cost against the clean run")
@@ -335,6 +453,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "cluster" in args.sections:
         with tempfile.TemporaryDirectory() as tmp:
             results["cluster"] = run_cluster(cfg, Path(tmp))
+    if "links" in args.sections:
+        with tempfile.TemporaryDirectory() as tmp:
+            results["links"] = run_links(cfg, Path(tmp))
     if "sim" in args.sections:
         results["sim"] = run_sim(cfg)
     results["elapsed_s"] = time.perf_counter() - t0
