@@ -1,4 +1,4 @@
-"""Smoke test of ``pipelines/straggler_table.py``: its whole ``--quick`` (both sections).
+"""Smoke test of ``pipelines/straggler_table.py``: its whole ``--quick`` (every section).
 
 What must hold whatever the draws in the simulated section: the same rounds for every case;
 with a tenth of the workers slowed 8x, plain GD waits for them (several times the clean
@@ -21,11 +21,12 @@ def test_quick_table(tmp_path):
     assert saved["quick"] is True
     median = saved["sim"]["median"]
     assert list(median) == ["gd clean"] + [
-        f"{case} {name}" for name in ("slowdown", "markov", "artificial")
+        f"{case} {name}" for name in ("slowdown", "markov", "artificial", "slow link")
         for case in ("gd", "coded s=2", "dsag w=18")]
     assert {row["iterations"] for row in median.values()} == {30}
-    assert median["gd slowdown"]["vs_clean"] > 3
-    assert median["dsag w=18 slowdown"]["vs_clean"] < 1.5
+    for straggler in ("slowdown", "slow link"):  # a tenth of the workers 8x slow, or their links
+        assert median[f"gd {straggler}"]["vs_clean"] > 3
+        assert median[f"dsag w=18 {straggler}"]["vs_clean"] < 1.5
     assert 1 < median["coded s=2 slowdown"]["speedup_vs_plain_with_straggler"] < \
         median["dsag w=18 slowdown"]["speedup_vs_plain_with_straggler"]
     exact = {round(row["objective"], 12) for label, row in median.items()
@@ -44,7 +45,18 @@ def test_quick_table(tmp_path):
             if label.startswith("auto"):  # not probed: the rule's pick, no prediction
                 assert row["choices"] == [plain] and row["probe_s"] == 0
                 assert row["predicted"] is None and row["achieved"] is None
-    assert printed.count("not probed: its rule chose") == 4
+    assert printed.count("not probed: its rule chose") == 4 + 4 * (saved["links"].get(
+        "skipped") is None)
+
+    links = saved["links"]  # the emulated cluster, where namespaces can be made
+    if "skipped" not in links:
+        assert list(links["pca"]["median"]) == [
+            "gram clean", "auto clean", "gram slow link", "gram coded s=1 slow link",
+            "auto slow link"]
+        assert list(links["logistic"]["median"]) == [
+            "gd clean", "auto clean", "gd slow link", "coded s=1 slow link",
+            "dsag w=1 slow link", "auto slow link"]
+        assert links["pca"]["median"]["gram slow link"]["speedup_vs_plain_with_straggler"] == 1
 
 
 def test_the_cluster_cases_follow_the_chosen_stragglers_and_workers(load_pipeline):

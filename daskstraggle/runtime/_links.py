@@ -14,6 +14,7 @@ import numpy as np
 
 from daskstraggle.latency.fit import Links, fit_link, fit_peers
 from daskstraggle.runtime._resilience import wait_ready
+from daskstraggle.runtime._results import ResultStream
 
 #: Bytes of the message that measures each link's fixed time per message.
 SMALL_BYTES = 64
@@ -100,23 +101,23 @@ def _arrivals(futures: list[Any], timeout: float) -> tuple[list[float], set[int]
     and the one not waited for: once all but one did, the last is waited for
     :data:`WINDOW` times as long, and if still missing counts as arriving at the end of
     the wait. TimeoutError if more than one is missing after ``timeout`` seconds."""
-    from distributed import as_completed
-
     index = {future.key: i for i, future in enumerate(futures)}
     arrived: dict[int, float] = {}
     start = time.perf_counter()
     deadline = start + timeout
-    ac = as_completed(futures, with_results=True)
+    stream = ResultStream(futures[0].client)  # each fetched alone: none waits for another
+    for future in futures:
+        stream.add(future)
     while len(arrived) < len(futures) and time.perf_counter() < deadline:
-        wait_ready(ac, deadline - time.perf_counter())
-        while ac.has_ready():
-            future, _ = next(ac)
+        wait_ready(stream, deadline - time.perf_counter())
+        while stream.has_ready():
+            future, _ = next(stream)
             arrived[index[future.key]] = time.perf_counter() - start
         if len(arrived) == len(futures) - 1 and len(futures) > 1:
             deadline = min(deadline, start + WINDOW * max(arrived.values()))
     if len(arrived) < len(futures) - 1:
         raise TimeoutError("the links' messages did not arrive in time")
-    ac.clear()
+    stream.clear()
     end = time.perf_counter() - start
     return ([arrived.get(i, end) for i in range(len(futures))],
             set(range(len(futures))) - set(arrived))

@@ -397,8 +397,8 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
     """``gram`` with speculative backups, unless the links measured
     (:meth:`Runtime.measure_links`, messages of gram's packed triangle up to
     :data:`LINK_PROBE_BYTES`) can hold its round up (:func:`links_matter`): then three
-    rounds of :class:`ProbeGram` measure each worker's compute (a task's fixed cost and
-    its rows'; on a genotype matrix on :data:`PROBE_FRACTION` of the rows, scaled up),
+    rounds of :class:`ProbeGram` on the run's data measure each worker's compute (a task's
+    fixed cost and its rows'),
     and the :func:`gram_candidates` are simulated on it and the links, one round each;
     tree aggregation's prediction is charged, per level of sums (each a task of its own,
     which the simulation does not charge), the least of the probe tasks' communication
@@ -411,12 +411,11 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
     if links is None or not links_matter(links.to_coordinator, n, nbytes, backup_after):
         return Choice(gram, gram.name, gram.name, {}, 0, clock() - start,
                       backup_after=backup_after, links=links)
-    probed, fraction = _probed_rows(matrix, gram, n)
-    share = GRAM_PROBE_SHARE if fraction == 1.0 else 1 / 2
+    share = GRAM_PROBE_SHARE  # of the run's data: the run reuses what the probe loaded
     shares = (share, share, 2 * share)  # a warm-up, then two sizes: cost per row, per task
-    probe = _rounds(runtime, ProbeGram(shares), problem, probed, len(shares),
+    probe = _rounds(runtime, ProbeGram(shares), problem, matrix, len(shares),
                     step_size=1.0, rng=rng)
-    model = _gram_model(probe.rows, share, fraction)
+    model = _gram_model(probe.rows, share)
     options = gram_candidates(gram, n, backup_after)
     # the probe's messages are small: its communication time holds each message's fixed
     # cost (Dask's scheduling and the fetch), so the link adds its bytes only
@@ -430,7 +429,6 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
     chosen = next(option for option in options if option.label == label)
     return Choice(chosen.method, label, gram.name, predicted, len(shares),
                   clock() - start, list(np.add(model.compute, model.communication)),
-                  probe_fraction=fraction,
                   backup_after=chosen.backup_after, aggregation=chosen.aggregation,
                   links=links)
 
@@ -454,18 +452,18 @@ def _tree_levels(n_workers: int) -> int:
     return max(1, math.ceil(math.log(n_workers) / math.log(FAN_IN)))
 
 
-def _gram_model(rows: TraceRecorder, share: float, fraction: float) -> Constant:
+def _gram_model(rows: TraceRecorder, share: float) -> Constant:
     """Each worker's time for a task of gram on its whole share, from :class:`ProbeGram`'s
-    rounds 1 and 2 (``share`` and twice it of the ``fraction`` of the rows probed): the
-    cost of its rows, the workers' median (a task's time on a small job is mostly noise),
-    plus each worker's own fixed cost; and its communication time, the median of the two
-    rounds. A worker that did not answer gets the others' median."""
+    rounds 1 and 2 (``share`` and twice it of each worker's rows): the cost of its rows,
+    the workers' median (a task's time on a small job is mostly noise), plus each worker's
+    own fixed cost; and its communication time, the median of the two rounds. A worker
+    that did not answer gets the others' median."""
     compute, _, communication = (a[1:3] for a in rows.per_worker())
     one, two = compute
     slope = two - one
     per_share = (float(np.nanmedian(np.maximum(slope, 0.0))) / share
                  if np.isfinite(slope).any() else 0.0)
-    whole = np.maximum(one - per_share * share, 0.0) + per_share / fraction
+    whole = np.maximum(one - per_share * share, 0.0) + per_share
     with warnings.catch_warnings():  # a worker that never answered: NaN, filled below
         warnings.simplefilter("ignore", RuntimeWarning)
         sent = np.nanmedian(communication, axis=0)
