@@ -34,12 +34,12 @@ def measure_links(client: Any, submit_to: Callable[..., Any], addresses: list[st
     """Fit the links from ``addresses`` (by worker index) to ``client``
     (:func:`~daskstraggle.latency.fit.fit_link`) from messages made on the workers and
     fetched, by the client's clock, only once every worker holds its own: one of
-    :data:`SMALL_BYTES` from each worker, one at a time (the fixed part); one of
-    ``nbytes`` from every worker at once, waiting for the last only :data:`WINDOW` times
-    as long as for the others; then one of ``nbytes`` from each worker that arrived, one
-    at a time; then each worker's message moved to the next worker in a ring, less the
-    same with the small message (:func:`~daskstraggle.latency.fit.fit_peers`: the links
-    between workers). A worker not waited for counts as having taken the time waited,
+    :data:`SMALL_BYTES` from every worker (the fixed part); one of ``nbytes`` from every
+    worker at once, waiting for the last only :data:`WINDOW` times as long as for the
+    others; then one of ``nbytes`` from each worker that arrived, one at a time; then each
+    worker's message moved to the next worker in a ring (all moves at once), less the same
+    with the small message (:func:`~daskstraggle.latency.fit.fit_peers`: the links between
+    workers). A worker not waited for counts as having taken the time waited,
     alone and at once (its link at least that slow), and is left out of the ring.
     ``submit_to(address, fn, *args, key=)`` pins a task. Every wait is bounded by
     ``timeout`` seconds; None when one was not met or a worker left (the links could not
@@ -55,15 +55,20 @@ def measure_links(client: Any, submit_to: Callable[..., Any], addresses: list[st
     held = [future for futures in batches.values() for future in futures]
     try:
         wait(held, timeout=timeout)
-        latency = [_fetched(future, timeout) for future in batches["small"]]
+        latency = _arrivals(batches["small"], timeout, window=False)[0]
         arrivals, missing = _arrivals(batches["together"], timeout)
         alone = [arrivals[i] if i in missing else _fetched(future, timeout)
                  for i, future in enumerate(batches["alone"])]
         ring = [(i, (i + 1) % len(addresses)) for i in range(len(addresses))
                 if len(addresses) > 1 and not {i, (i + 1) % len(addresses)} & missing]
-        edges = [(i, j, -_moved(submit_to, addresses[j], batches["small"][i], token, timeout)
-                  + _moved(submit_to, addresses[j], batches["alone"][i], token, timeout))
-                 for i, j in ring]  # the small one first: it opens the connection
+        # all at once (each worker sends one and receives one), the small ones first:
+        # they open the connections
+        moved = {tag: _arrivals([submit_to(addresses[j], _size, batches[tag][i],
+                                           key=f"link-peer-{tag}-{i}-{token}")
+                                 for i, j in ring], timeout, window=False)[0]
+                 for tag in ("small", "alone")} if ring else {"small": [], "alone": []}
+        edges = [(i, j, big - small) for (i, j), small, big
+                 in zip(ring, moved["small"], moved["alone"], strict=True)]
     except Exception:  # a bound not met, a worker gone: no measurement
         return None
     finally:
@@ -78,17 +83,6 @@ def _size(data: np.ndarray) -> int:
     return int(data.nbytes)
 
 
-def _moved(submit_to: Callable[..., Any], address: str, future: Any, token: str,
-           timeout: float) -> float:
-    """Seconds from asking the worker at ``address`` for a task on ``future``'s data (held
-    by another worker) to its (tiny) result: the transfer between them, and the fixed
-    cost of a task."""
-    start = time.perf_counter()
-    submit_to(address, _size, future, key=f"link-peer-{future.key}-{token}").result(
-        timeout=timeout)
-    return time.perf_counter() - start
-
-
 def _fetched(future: Any, timeout: float) -> float:
     """Seconds the client takes to fetch ``future``'s result."""
     start = time.perf_counter()
@@ -96,11 +90,12 @@ def _fetched(future: Any, timeout: float) -> float:
     return time.perf_counter() - start
 
 
-def _arrivals(futures: list[Any], timeout: float) -> tuple[list[float], set[int]]:
+def _arrivals(futures: list[Any], timeout: float, *, window: bool = True
+              ) -> tuple[list[float], set[int]]:
     """Seconds after asking for all of ``futures``' results at once when each arrived,
-    and the one not waited for: once all but one did, the last is waited for
-    :data:`WINDOW` times as long, and if still missing counts as arriving at the end of
-    the wait. TimeoutError if more than one is missing after ``timeout`` seconds."""
+    and the one not waited for: with ``window``, once all but one did, the last is waited
+    for :data:`WINDOW` times as long, and if still missing counts as arriving at the end
+    of the wait. TimeoutError if more are missing after ``timeout`` seconds."""
     index = {future.key: i for i, future in enumerate(futures)}
     arrived: dict[int, float] = {}
     start = time.perf_counter()
@@ -113,9 +108,9 @@ def _arrivals(futures: list[Any], timeout: float) -> tuple[list[float], set[int]
         while stream.has_ready():
             future, _ = next(stream)
             arrived[index[future.key]] = time.perf_counter() - start
-        if len(arrived) == len(futures) - 1 and len(futures) > 1:
+        if window and len(arrived) == len(futures) - 1 and len(futures) > 1:
             deadline = min(deadline, start + WINDOW * max(arrived.values()))
-    if len(arrived) < len(futures) - 1:
+    if len(arrived) < len(futures) - window:
         raise TimeoutError("the links' messages did not arrive in time")
     stream.clear()
     end = time.perf_counter() - start

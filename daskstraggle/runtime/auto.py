@@ -306,23 +306,28 @@ def _link_attrs(links: Links | None) -> dict[str, Any] | None:
             "latency": [round(float(v), 6) for v in np.atleast_1d(link.latency)]}
 
 
-def links_matter(link: Link, n_workers: int, nbytes: int, backup_after: float) -> bool:
+def links_matter(link: Link, n_workers: int, nbytes: int, backup_after: float,
+                 least: float = 0.0) -> bool:
     """Whether the links can hold up a round whose every worker sends ``nbytes`` bytes
-    beyond what speculative backups after ``backup_after`` times the median catch: one
-    worker's message alone takes longer than that times the median worker's, or all of
-    them queue on the coordinator's link longer than that.
+    beyond what speculative backups after ``backup_after`` times the median catch, by
+    more than ``least`` seconds (what measuring them took: less cannot pay for probing
+    further): one worker's message alone takes longer than that times the median
+    worker's, or all of them queue on the coordinator's link longer than that.
 
     Examples
     --------
     >>> links_matter(Link(bandwidth=(1e8, 1e8, 1e6)), 3, 10**6, 1.5)
     True
+    >>> links_matter(Link(bandwidth=(1e8, 1e8, 1e6)), 3, 10**6, 1.5, least=2.0)
+    False
     >>> links_matter(Link(bandwidth=1e8, coordinator=1e9), 3, 10**6, 1.5)
     False
     """
     alone = [link.transfer_duration(i, nbytes) + link.coordinator_duration(nbytes)
              for i in range(n_workers)]
-    typical = backup_after * float(np.median(alone))
-    return max(alone) > typical or n_workers * link.coordinator_duration(nbytes) > typical
+    median = float(np.median(alone))
+    held = max(max(alone), n_workers * link.coordinator_duration(nbytes))
+    return held > backup_after * median and held - median > least
 
 
 def pick(predicted: dict[str, float], plain: str, trees: frozenset[str] | set[str] = frozenset()
@@ -396,7 +401,8 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
                  backup_after: float) -> Choice:
     """``gram`` with speculative backups, unless the links measured
     (:meth:`Runtime.measure_links`, messages of gram's packed triangle up to
-    :data:`LINK_PROBE_BYTES`) can hold its round up (:func:`links_matter`): then three
+    :data:`LINK_PROBE_BYTES`) can hold its round up by more than measuring them took
+    (:func:`links_matter`): then three
     rounds of :class:`ProbeGram` on the run's data measure each worker's compute (a task's
     fixed cost and its rows'),
     and the :func:`gram_candidates` are simulated on it and the links, one round each;
@@ -408,7 +414,8 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
     n = runtime.n_workers
     nbytes = 8 * matrix.n_columns * (matrix.n_columns + 1) // 2
     links = runtime.measure_links(min(nbytes, LINK_PROBE_BYTES))
-    if links is None or not links_matter(links.to_coordinator, n, nbytes, backup_after):
+    if links is None or not links_matter(links.to_coordinator, n, nbytes, backup_after,
+                                         least=clock() - start):
         return Choice(gram, gram.name, gram.name, {}, 0, clock() - start,
                       backup_after=backup_after, links=links)
     share = GRAM_PROBE_SHARE  # of the run's data: the run reuses what the probe loaded
