@@ -195,7 +195,8 @@ def describe(auto: dict[str, Any]) -> str:
         return (f"ran {auto['choice']} with speculative backups (a worker's unit unanswered "
                 f"{auto['backup_after']:g} times the median latency is computed again "
                 "elsewhere): one exact round is the whole job, no probe could pay off"
-                + (links and links + ", too fast to hold its round up"))
+                + (links and links + ": they hold its round up by less than measuring them "
+                   "took"))
     if not auto["probe_rounds"] or not auto["predicted"]:
         return (f"ran {auto['choice']}, the rule on the data (one candidate on this cluster: "
                 "nothing to probe)")
