@@ -22,6 +22,8 @@ SMALL_BYTES = 64
 #: measurement waits for the last (a slower one is censored: its link is known to be at
 #: least that slow, and it is not waited for).
 WINDOW = 3.0
+#: Seconds between two looks at whether the messages are made.
+POLL = 0.005
 
 
 def payload(nbytes: int, seed: int) -> np.ndarray:
@@ -33,19 +35,17 @@ def measure_links(client: Any, submit_to: Callable[..., Any], addresses: list[st
                   nbytes: int, timeout: float) -> Links | None:
     """Fit the links from ``addresses`` (by worker index) to ``client``
     (:func:`~daskstraggle.latency.fit.fit_link`) from messages made on the workers and
-    fetched, by the client's clock, only once every worker holds its own: one of
-    :data:`SMALL_BYTES` from every worker (the fixed part); one of ``nbytes`` from every
-    worker at once, waiting for the last only :data:`WINDOW` times as long as for the
-    others; then one of ``nbytes`` from each worker that arrived, one at a time; then each
-    worker's message moved to the next worker in a ring (all moves at once), less the same
-    with the small message (:func:`~daskstraggle.latency.fit.fit_peers`: the links between
-    workers). A worker not waited for counts as having taken the time waited,
-    alone and at once (its link at least that slow), and is left out of the ring.
-    ``submit_to(address, fn, *args, key=)`` pins a task. Every wait is bounded by
+    fetched, by the client's clock, once made: one of :data:`SMALL_BYTES` from every
+    worker (the fixed part; a worker that has not made it :data:`WINDOW` times as late as
+    half of the others, still busy with an earlier run's task, is left out: its links are
+    taken as the others' median); one of ``nbytes`` from every worker at once (one
+    :data:`WINDOW` times as late as half of the others is not waited for: it counts as
+    having taken the time waited, alone and at once, its link at least that slow); one of
+    ``nbytes`` from each other worker, one at a time; then each of those workers' message
+    moved to the next one in a ring (:func:`~daskstraggle.latency.fit.fit_peers`: the links
+    between workers). ``submit_to(address, fn, *args, key=)`` pins a task. Every wait is bounded by
     ``timeout`` seconds; None when one was not met or a worker left (the links could not
     be measured)."""
-    from distributed import wait
-
     token = uuid.uuid4().hex[:6]
     batches = {tag: [submit_to(address, payload, size, index,
                                key=f"link-{tag}-{index}-{token}")
@@ -54,33 +54,74 @@ def measure_links(client: Any, submit_to: Callable[..., Any], addresses: list[st
                                  ("together", nbytes))}
     held = [future for futures in batches.values() for future in futures]
     try:
-        wait(held, timeout=timeout)
-        latency = _arrivals(batches["small"], timeout, window=False)[0]
-        arrivals, missing = _arrivals(batches["together"], timeout)
-        alone = [arrivals[i] if i in missing else _fetched(future, timeout)
-                 for i, future in enumerate(batches["alone"])]
-        ring = [(i, (i + 1) % len(addresses)) for i in range(len(addresses))
-                if len(addresses) > 1 and not {i, (i + 1) % len(addresses)} & missing]
-        # all at once (each worker sends one and receives one), the small ones first:
-        # they open the connections
-        moved = {tag: _arrivals([submit_to(addresses[j], _size, batches[tag][i],
-                                           key=f"link-peer-{tag}-{i}-{token}")
-                                 for i, j in ring], timeout, window=False)[0]
-                 for tag in ("small", "alone")} if ring else {"small": [], "alone": []}
-        edges = [(i, j, big - small) for (i, j), small, big
-                 in zip(ring, moved["small"], moved["alone"], strict=True)]
+        latency, alone, arrivals, edges = _measured(submit_to, addresses, batches, token,
+                                                    timeout)
     except Exception:  # a bound not met, a worker gone: no measurement
         return None
     finally:
         client.cancel(held)
-    link = fit_link(nbytes, alone, arrivals, latency=latency)
+    n = len(addresses)
+    link = fit_link(nbytes, _each(alone, n), _each(arrivals, n), latency=_each(latency, n))
     peers = fit_peers(nbytes, edges, fallback=cast(tuple[float, ...], link.bandwidth))
     return Links(link, replace(link, bandwidth=peers))
+
+
+def _measured(submit_to: Callable[..., Any], addresses: list[str],
+              batches: dict[str, list[Any]], token: str, timeout: float
+              ) -> tuple[dict[int, float], dict[int, float], dict[int, float],
+                         list[tuple[int, int, float]]]:
+    """The times of :func:`measure_links`'s messages, by the index of each worker not
+    left out: the small one's, alone, at once; and the ring's edges."""
+    small, busy = _arrivals(batches["small"], timeout)  # busy: an earlier run's task
+    live = [i for i in range(len(addresses)) if i not in busy]
+    _made([batches[tag][i] for tag in ("alone", "together") for i in live], timeout)
+    times, late = _arrivals([batches["together"][i] for i in live], timeout)
+    arrivals = dict(zip(live, times, strict=True))
+    slow = {live[k] for k in late}
+    alone = {i: arrivals[i] if i in slow else _fetched(batches["alone"][i], timeout)
+             for i in live}
+    edges = _ring(submit_to, addresses, batches, [i for i in live if i not in slow], token,
+                  timeout)
+    return {i: small[i] for i in live}, alone, arrivals, edges
+
+
+def _each(values: dict[int, float], n: int) -> list[float]:
+    """``values`` by worker index, the others' median for a worker left out (busy)."""
+    typical = float(np.median(list(values.values())))
+    return [values.get(i, typical) for i in range(n)]
+
+
+def _ring(submit_to: Callable[..., Any], addresses: list[str], batches: dict[str, list[Any]],
+          ring: list[int], token: str, timeout: float) -> list[tuple[int, int, float]]:
+    """``(sender, receiver, seconds)`` of each ``ring`` worker's ``"alone"`` message moved
+    to the next one in the ring, less the same with its ``"small"`` one: all moves at once
+    (each worker sends one and receives one), the small ones first (they open the
+    connections)."""
+    pairs = [(i, ring[(k + 1) % len(ring)]) for k, i in enumerate(ring)] if len(ring) > 1 \
+        else []
+    if not pairs:
+        return []
+    moved = {tag: _arrivals([submit_to(addresses[j], _size, batches[tag][i],
+                                       key=f"link-peer-{tag}-{i}-{token}")
+                             for i, j in pairs], timeout, window=False)[0]
+             for tag in ("small", "alone")}
+    return [(i, j, big - small)
+            for (i, j), small, big in zip(pairs, moved["small"], moved["alone"], strict=True)]
 
 
 def _size(data: np.ndarray) -> int:
     """Worker task: the bytes it was given (from another worker)."""
     return int(data.nbytes)
+
+
+def _made(futures: list[Any], timeout: float) -> None:
+    """Wait until every one of ``futures`` finished (TimeoutError after ``timeout`` s),
+    without fetching them, on their own client (which need not be the default one)."""
+    deadline = time.perf_counter() + timeout
+    while not all(future.done() for future in futures):
+        if time.perf_counter() > deadline:
+            raise TimeoutError("the links' messages were not made in time")
+        time.sleep(POLL)
 
 
 def _fetched(future: Any, timeout: float) -> float:
@@ -93,9 +134,10 @@ def _fetched(future: Any, timeout: float) -> float:
 def _arrivals(futures: list[Any], timeout: float, *, window: bool = True
               ) -> tuple[list[float], set[int]]:
     """Seconds after asking for all of ``futures``' results at once when each arrived,
-    and the one not waited for: with ``window``, once all but one did, the last is waited
-    for :data:`WINDOW` times as long, and if still missing counts as arriving at the end
-    of the wait. TimeoutError if more are missing after ``timeout`` seconds."""
+    and those not waited for: with ``window``, once half of them did, the others are
+    waited for :data:`WINDOW` times as long, and one still missing counts as arriving at
+    the end of the wait. TimeoutError if fewer than that arrived (without ``window``: any
+    missing) after ``timeout`` seconds."""
     index = {future.key: i for i, future in enumerate(futures)}
     arrived: dict[int, float] = {}
     start = time.perf_counter()
@@ -108,9 +150,9 @@ def _arrivals(futures: list[Any], timeout: float, *, window: bool = True
         while stream.has_ready():
             future, _ = next(stream)
             arrived[index[future.key]] = time.perf_counter() - start
-        if window and len(arrived) == len(futures) - 1 and len(futures) > 1:
+        if window and arrived and 2 * len(arrived) >= len(futures):
             deadline = min(deadline, start + WINDOW * max(arrived.values()))
-    if len(arrived) < len(futures) - window:
+    if 2 * len(arrived) < len(futures) or (not window and len(arrived) < len(futures)):
         raise TimeoutError("the links' messages did not arrive in time")
     stream.clear()
     end = time.perf_counter() - start
