@@ -18,9 +18,9 @@ from daskstraggle.runtime._results import ResultStream
 
 #: Bytes of the message that measures each link's fixed time per message.
 SMALL_BYTES = 64
-#: Once every worker's message but one arrived, how many times the time so far the
-#: measurement waits for the last (a slower one is censored: its link is known to be at
-#: least that slow, and it is not waited for).
+#: Once half of the workers' messages arrived, how many times the time so far the
+#: measurement waits for the others (a later one is not waited for: the worker is busy, or
+#: its link is known to be at least that slow).
 WINDOW = 3.0
 #: Seconds between two looks at whether the messages are made.
 POLL = 0.005
@@ -43,9 +43,9 @@ def measure_links(client: Any, submit_to: Callable[..., Any], addresses: list[st
     having taken the time waited, alone and at once, its link at least that slow); one of
     ``nbytes`` from each other worker, one at a time; then each of those workers' message
     moved to the next one in a ring (:func:`~daskstraggle.latency.fit.fit_peers`: the links
-    between workers). ``submit_to(address, fn, *args, key=)`` pins a task. Every wait is bounded by
-    ``timeout`` seconds; None when one was not met or a worker left (the links could not
-    be measured)."""
+    between workers). ``submit_to(address, fn, *args, key=)`` pins a task. Every wait is
+    bounded by ``timeout`` seconds; None when one was not met or a worker left (the links
+    could not be measured)."""
     token = uuid.uuid4().hex[:6]
     batches = {tag: [submit_to(address, payload, size, index,
                                key=f"link-{tag}-{index}-{token}")
