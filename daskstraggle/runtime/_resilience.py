@@ -146,9 +146,10 @@ def _within(what: str, limit: float, fn: Callable[..., Any], *args: Any
 
 
 def wait_ready(ac: Any, timeout: float) -> None:
-    """Wait until ``ac`` (an ``as_completed``) has a result queued, at most ``timeout`` s
-    (checked under its condition's lock, which its notifications hold: else a result queued
-    between the check and the wait would sleep the whole timeout)."""
+    """Wait until ``ac`` (an ``as_completed`` or a ``ResultStream``) has a result queued,
+    at most ``timeout`` s (checked under its condition's lock, which its notifications
+    hold: else a result queued between the check and the wait would sleep the whole
+    timeout)."""
     with ac.thread_condition:
         if not ac.has_ready():
             ac.thread_condition.wait(timeout=timeout)

@@ -306,7 +306,6 @@ class DaskRuntime(Runtime):
         backup_after: float | None = None,
         aggregation: str = "flat",
     ) -> None:
-
         from daskstraggle import config
         from daskstraggle.latency.faults import term_names
         from daskstraggle.latency.spec import parse_stragglers
@@ -440,10 +439,10 @@ class DaskRuntime(Runtime):
 
     def measure_links(self, nbytes: int) -> Links | None:
         """Measure each worker's link to this client with messages of ``nbytes`` bytes,
-        all at once and one worker at a time, and between workers in a ring (a worker
-        3x slower than the others is not waited for), each wait bounded by
-        ``timeouts.setup``; None when a bound was not met or a worker left. See
-        :meth:`Runtime.measure_links`."""
+        all at once and one worker at a time, and between workers in a ring (a worker 3x
+        later than half of the others, busy or behind a slow link, is not waited for),
+        each wait bounded by ``timeouts.setup``; None when a bound was not met or a worker
+        left. See :meth:`Runtime.measure_links`."""
         return measure_links(self.client, self._submit_to, list(self._addresses), nbytes,
                              setup_timeout())
 
