@@ -22,7 +22,14 @@ from daskstraggle.latency.base import (
     register_model,
     worker_streams,
 )
-from daskstraggle.latency.fit import fit_gamma, fit_shifted_exponential, fit_trace
+from daskstraggle.latency.fit import (
+    Links,
+    fit_gamma,
+    fit_link,
+    fit_peers,
+    fit_shifted_exponential,
+    fit_trace,
+)
 from daskstraggle.latency.models import (
     Artificial,
     Bursts,
@@ -42,10 +49,10 @@ from daskstraggle.latency.spec import Stragglers, ThrottleSpec, parse_latency, p
 
 __all__ = [
     "Artificial", "Bursts", "Constant", "Gamma", "LatencyModel", "LatencyProfiler",
-    "LatencySampler", "Link", "LinkQueue", "MultiMessage", "OrderStatistics",
+    "LatencySampler", "Link", "LinkQueue", "Links", "MultiMessage", "OrderStatistics",
     "ProfileStatistics", "Replay", "Schedule", "ShiftedExponential", "SimulationResult",
-    "Slowdown", "Stragglers", "ThrottleSpec", "TwoStateMarkov", "fit_gamma",
-    "fit_shifted_exponential", "fit_trace", "get_model_class", "list_models", "make_model",
-    "order_statistics", "parse_bandwidth", "parse_latency", "parse_stragglers",
+    "Slowdown", "Stragglers", "ThrottleSpec", "TwoStateMarkov", "fit_gamma", "fit_link",
+    "fit_peers", "fit_shifted_exponential", "fit_trace", "get_model_class", "list_models",
+    "make_model", "order_statistics", "parse_bandwidth", "parse_latency", "parse_stragglers",
     "register_model", "simulate", "worker_streams"
 ]
