@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """The straggler table: plain GD against the straggler-resilient methods, with repeats.
 
-Issue 29, part 4. One table, two settings, the same policy code:
+Issue 29, part 4 (the ``links`` section: issue 46, item 5). One table, three settings, the
+same policy code:
 
 - ``cluster``: a LocalCluster of ``workers`` single-threaded process workers (4 by default).
   A *sleep-based* straggler (``slowdown(workers=1, factor=8)``: each of worker 1's tasks
@@ -39,6 +40,7 @@ Usage::
     python pipelines/straggler_table.py --sections sim
     python pipelines/straggler_table.py --workers 8 --stragglers slowdown artificial
     python pipelines/straggler_table.py --sections cluster --jobs pca
+    python pipelines/straggler_table.py --sections links     # as root: an emulated cluster
 
 Results (every run, medians, ratios, machine, versions) go to
 ``results/straggler_table/<UTC timestamp>.json``.
@@ -67,7 +69,7 @@ JOBS = ("logistic", "pca")
 FULL = {"workers": 4, "repeats": 3, "logistic": (400_000, 100), "genotypes": (60_000, 1_500),
         "tol": 1e-6, "max_iter": 300, "sim_workers": 100, "sim_rows": 20_000, "sim_rounds": 100,
         "fast_link": "1gbit", "slow_link": "10mbit"}
-#: A smoke run of every path (both jobs, auto's rows, both sections) in seconds: one
+#: A smoke run of every path (both jobs, auto's rows, every section) in seconds: one
 #: straggler, 2 workers, a few rounds (the data are below auto's probing threshold).
 QUICK = {"workers": 2, "repeats": 1, "logistic": (2_000, 5), "genotypes": (400, 40),
          "tol": 1e-6, "max_iter": 10, "sim_workers": 20, "sim_rows": 2_000, "sim_rounds": 30,
