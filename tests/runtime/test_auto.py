@@ -408,7 +408,7 @@ def test_gram_on_links_that_hold_its_round_up_runs_the_fastest_on_them(n, latenc
     """A worker's slow link is not caught by backups (its share computed again elsewhere
     comes late too): the coded gram waits for the others; a slow coordinator's link is
     crossed by one sum with tree aggregation. auto measures the links, probes gram's
-    compute in two rounds, and runs the candidate that is fastest on them, as fast as
+    compute in three rounds, and runs the candidate that is fastest on them, as fast as
     that candidate run by hand (simulated seconds), with the exact answer."""
     X = np.random.default_rng(3).normal(size=(1500, 256))
     exact = fit_pca(X, n_components=2, runtime="local", method="gram", rng=0)
