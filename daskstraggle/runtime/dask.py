@@ -533,11 +533,11 @@ class DaskRuntime(Runtime):
                     args: tuple[Any, ...], combine: Callable[[Any, Any], Any] | None
                     ) -> list[Any] | None:
         """Every fold's result (a backup's if it came first), counted once it reached the
-        client; None: a holder left (the folds are cancelled, the pass starts again)."""
-        from distributed import as_completed
-
-        ac = as_completed([fold[2] for fold in folds], loop=self.client.loop,
-                          with_results=True)
+        client (each fetched alone: a fold behind a slow link holds up no other);
+        None: a holder left (the folds are cancelled, the pass starts again)."""
+        ac = ResultStream(self.client)
+        for task in folds:
+            ac.add(task[2])
         fold_of = {fold[2].key: n for n, fold in enumerate(folds)}
         results: dict[int, Any] = {}
         self._pass = (folds, ac, fold_of, (fn, args, combine))
