@@ -63,9 +63,12 @@ ADDRESS_RANGE = ipaddress.IPv4Network("10.231.0.0/16")
 SCHEDULER = "sched"
 #: The token bucket's queue: the longest a packet may wait before it is dropped.
 DEFAULT_LATENCY = "50ms"
-#: The smallest bucket, in bytes: a whole GSO segment (64 KiB) fits, so that tbf passes
-#: the veth's large segments whole instead of splitting every one of them.
-MIN_BURST = 64 * 1024
+#: The smallest bucket, in bytes: two full Ethernet frames. A message passes a bucket's
+#: worth at line rate on an idle link, which the simulator's links do not model: the
+#: smaller the bucket, the truer the cap (a 64 KiB bucket let a 10 Mbit/s link pass a
+#: 16 KB reply at once, where the simulator charged it 13 ms). tbf splits the veth's
+#: larger GSO segments to pass them.
+MIN_BURST = 2 * 1514
 #: The bucket holds at least this many seconds of the rate (what a 1 Gbit/s link needs to
 #: reach its rate: a bucket of one segment refills faster than the queue is served).
 BURST_SECONDS = 0.002
@@ -140,7 +143,7 @@ def burst_bytes(bits: float) -> int:
     Examples
     --------
     >>> burst_bytes(20e6), burst_bytes(1e9)
-    (65536, 250000)
+    (5000, 250000)
     """
     return max(MIN_BURST, int(bits / 8 * BURST_SECONDS))
 

@@ -34,7 +34,8 @@ the client per round (the trace's ``iteration_duration`` and ``bytes_to_coordina
 and beside them the simulated prediction of the same run: ``runtime="sim"`` with the
 stragglers spec ``constant(compute=[...]) + link(bandwidth=[...], coordinator=...)``, whose
 compute part per worker is the median send-to-receive latency of the same method's
-``uncapped`` runs on that worker, and whose link term has the scenario's caps; the
+``uncapped`` runs on that worker (per share of the rows: a coded task reads two), and whose
+link term has the scenario's caps; the
 prediction's error is ``simulated / emulated - 1``. ``gram tree`` is simulated with
 ``aggregation="tree"``: the sums between workers cross their links, the root's the
 coordinator's.
@@ -213,18 +214,22 @@ def run_emulated(cfg: dict[str, Any], data: str) -> dict[str, dict[str, list[dic
     return runs
 
 
-def calibration(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, dict[str, float]]:
-    """Per method, each worker's median send-to-receive latency in the uncapped runs."""
+def calibration(runs: dict[str, dict[str, list[dict[str, Any]]]], cfg: dict[str, Any]
+                ) -> dict[str, dict[str, float]]:
+    """Per method, each worker's median send-to-receive latency in the uncapped runs, per
+    share of the rows its tasks read (a coded task reads ``n_stragglers + 1`` shares: the
+    simulated runtime charges it that many times the compute given)."""
     out: dict[str, dict[str, float]] = {}
     for label, rows in runs[CALIBRATION].items():
         if label == AUTO:
             continue
+        load = 1 + methods(cfg)[label].get("method_params", {}).get("n_stragglers", 0)
         seen: dict[str, list[float]] = {}
         for row in rows:
             for name, value in zip(row["workers"], row["latency_s"], strict=True):
                 if np.isfinite(value):
                     seen.setdefault(name, []).append(value)
-        out[label] = {name: statistics.median(values) for name, values in seen.items()}
+        out[label] = {name: statistics.median(values) / load for name, values in seen.items()}
     return out
 
 
@@ -250,7 +255,7 @@ def run_simulated(cfg: dict[str, Any], data: str,
     """The simulated run of every scenario (but the calibration) and method: on the
     emulated runs' calibration and worker order when there are some, else on the
     measured compute."""
-    calibrated = None if emulated is None else calibration(emulated)
+    calibrated = None if emulated is None else calibration(emulated, cfg)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for scenario, rates in scenarios(cfg).items():
         if scenario == CALIBRATION and emulated is not None:

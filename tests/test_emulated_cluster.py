@@ -68,8 +68,7 @@ with Client(address, timeout="30s") as client:
     runtime = DaskRuntime(client=client)  # its own link probe
     link, peers = runtime.measure_links(payload)
     names = {a: ws["name"] for a, ws in client.scheduler_info()["workers"].items()}
-    fitted = {names[a]: payload / (link.transfer_duration(i, payload)
-                                   + link.coordinator_duration(payload))
+    fitted = {names[a]: payload / link.message_duration(i, payload)
               for i, a in enumerate(runtime.worker_names)}
     peer = {names[a]: peers.bandwidth[i] for i, a in enumerate(runtime.worker_names)}
     runtime.close()
@@ -168,8 +167,9 @@ def test_a_rate_of_another_type_is_refused_with_its_type() -> None:
         emulated.parse_rate(True)
 
 
-def test_the_bucket_holds_a_gso_segment_and_two_milliseconds_of_the_rate() -> None:
-    assert emulated.burst_bytes(1e6) == 64 * 1024
+def test_the_bucket_holds_two_frames_and_two_milliseconds_of_the_rate() -> None:
+    assert emulated.burst_bytes(1e6) == 2 * 1514
+    assert emulated.burst_bytes(10e6) == 2 * 1514  # 2 ms would be less than two frames
     assert emulated.burst_bytes(1e9) == 250_000
 
 

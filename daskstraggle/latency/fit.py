@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -195,16 +196,18 @@ def fit_link(nbytes: float, alone: ArrayLike, arrivals: ArrayLike, *,
     """Fit the network links (:class:`~daskstraggle.latency.modifiers.Link`) to the times
     messages of ``nbytes`` bytes took from each worker to the coordinator.
 
-    In the link model a message alone crosses its worker's link, then the coordinator's:
-    ``alone_i = latency_i + nbytes / bandwidth_i + nbytes / coordinator``; messages sent at
-    once reach the coordinator's link at ``alone_i - nbytes / coordinator`` and cross it
-    one after another. The coordinator's ``nbytes / coordinator`` is the value in
-    ``[0, min_i(alone_i - latency_i)]`` (:data:`_GRID` points) whose queue best gives the
-    sorted ``arrivals`` (least squares); each worker's link is what is left of its time
-    alone (:data:`UNLIMITED` where nothing is). A link measured this way gives the same
-    times, and is itself where the messages sent at once queued on the coordinator's link
-    (else the coordinator's rate is not in the times: the smallest fitting
-    ``nbytes / coordinator`` is taken, the rest given to the workers' links).
+    In the link model (:class:`~daskstraggle.latency.modifiers.Link`) a message streams
+    through its worker's link and the coordinator's: alone it takes ``alone_i = latency_i
+    + max(nbytes / bandwidth_i, nbytes / coordinator)``; messages sent at once hold the
+    coordinator's link ``nbytes / coordinator`` each in turn, in the order of their times
+    alone, each arriving no sooner than alone. The coordinator's ``nbytes / coordinator``
+    is the value in ``[0, min_i(alone_i - latency_i)]`` (:data:`_GRID` points) whose queue
+    best gives the sorted ``arrivals`` (least squares); each worker's link is its time
+    alone where that is longer, else :data:`UNLIMITED` (the coordinator's link was the
+    slower: the worker's is not in the times, and no faster path is). A link measured
+    this way gives the same times; its coordinator is the real one where the messages
+    sent at once queued on it (else its rate is not in the times: the smallest fitting
+    ``nbytes / coordinator`` is taken).
 
     Parameters
     ----------
@@ -234,11 +237,11 @@ def fit_link(nbytes: float, alone: ArrayLike, arrivals: ArrayLike, *,
     --------
     Three workers send 1 MB each: alone in 0.1 s, the third in 1 s; sent at once the
     first two arrive after 0.1 and 0.2 s: the coordinator takes 10 MB/s, the first two
-    workers' links no time, the third's 0.9 s (1.1 MB/s).
+    workers' links are at least as fast, the third's 1 MB/s.
 
     >>> link = fit_link(1e6, [0.1, 0.1, 1.0], [0.1, 0.2, 1.0])
     >>> round(link.coordinator), [round(b) for b in link.bandwidth]
-    (10000000, [1000000000000000, 1000000000000000, 1111111])
+    (10000000, [1000000000000000, 1000000000000000, 1000000])
     """
     from daskstraggle._validation import check_positive
 
@@ -259,12 +262,13 @@ def fit_link(nbytes: float, alone: ArrayLike, arrivals: ArrayLike, *,
     crossing = np.linspace(0.0, float(np.min(alone_s - fixed)), _GRID)  # nbytes / coordinator
     free = np.zeros(_GRID)
     error = np.zeros(_GRID)
-    for at, measured in zip(np.sort(alone_s), arrival_s, strict=True):
-        free = np.maximum(at - crossing, free) + crossing
-        error += (free - measured) ** 2
+    for k, measured in zip(np.argsort(alone_s, kind="stable"), arrival_s, strict=True):
+        free = np.maximum(free, fixed[k]) + crossing
+        error += (np.maximum(alone_s[k], free) - measured) ** 2
     best = float(crossing[np.argmin(error)])
-    own = alone_s - fixed - best
-    bandwidth = [UNLIMITED if t * UNLIMITED <= nbytes else nbytes / t for t in own]
+    own = alone_s - fixed
+    bandwidth = [UNLIMITED if t <= best * (1 + 1e-9) or t * UNLIMITED <= nbytes
+                 else nbytes / t for t in own]
     return Link(bandwidth=tuple(bandwidth),
                 coordinator=UNLIMITED if best * UNLIMITED <= nbytes else nbytes / best,
                 latency=tuple(float(v) for v in fixed))
@@ -272,7 +276,7 @@ def fit_link(nbytes: float, alone: ArrayLike, arrivals: ArrayLike, *,
 
 class Links(NamedTuple):
     """A cluster's links as measured: ``to_coordinator``, the path of every reply (each
-    worker's link, then the coordinator's, :func:`fit_link`), and ``between_workers``,
+    worker's link and the coordinator's, :func:`fit_link`), and ``between_workers``,
     the same with each worker's bandwidth as its messages to other workers found it
     (:func:`fit_peers`: the path of tree aggregation's sums)."""
 
@@ -285,11 +289,13 @@ def fit_peers(nbytes: float, edges: Sequence[tuple[int, int, float]],
     """Fit each worker's bandwidth to the seconds messages of ``nbytes`` bytes took from
     one worker to another.
 
-    In the link model such a message crosses the sender's link, then the receiver's:
-    ``seconds = nbytes / bandwidth_i + nbytes / bandwidth_j``. The least-squares solution
-    of smallest norm over the workers in ``edges`` is taken (on two workers, or on an
-    even ring, the sum of two links is all the times say: each gets half), each time at
-    least 0; a worker in no edge keeps its ``fallback`` bandwidth.
+    In the link model such a message streams through the sender's link and the
+    receiver's: ``seconds = nbytes / min(bandwidth_i, bandwidth_j)``. Each worker in
+    ``edges`` is given its fastest message's rate (its link is at least that fast, and
+    the slower of the two links of each message gives that message's time when the
+    edges are so measured: a ring with one slow link gives the slow worker both of its
+    messages' rate, its neighbours their other message's); a worker in no edge keeps its
+    ``fallback`` bandwidth.
 
     Parameters
     ----------
@@ -308,27 +314,20 @@ def fit_peers(nbytes: float, edges: Sequence[tuple[int, int, float]],
 
     Examples
     --------
-    A ring of three: 1 MB took 0.2 s from worker 0 to 1 and from 2 to 0, 1.1 s from 1 to
-    2: worker 2's link is the slow one (1 MB/s), the others take 0.1 s each.
+    A ring of three: 1 MB took 0.1 s from worker 0 to 1, 1 s from 1 to 2 and from 2 to
+    0: worker 2's link is the slow one (1 MB/s), the others 10 MB/s.
 
-    >>> [round(b) for b in fit_peers(1e6, [(0, 1, 0.2), (1, 2, 1.1), (2, 0, 1.1)],
+    >>> [round(b) for b in fit_peers(1e6, [(0, 1, 0.1), (1, 2, 1.0), (2, 0, 1.0)],
     ...                              [1e9] * 3)]
     [10000000, 10000000, 1000000]
     """
     out = np.asarray(fallback, dtype=float).copy()
-    involved = sorted({w for i, j, _ in edges for w in (i, j)})
-    if not involved:
-        return tuple(float(b) for b in out)
-    column = {w: k for k, w in enumerate(involved)}
-    A = np.zeros((len(edges), len(involved)))
-    t = np.zeros(len(edges))
-    for row, (i, j, seconds) in enumerate(edges):
-        A[row, column[i]] += 1.0
-        A[row, column[j]] += 1.0
-        t[row] = max(float(seconds), 0.0) / nbytes
-    per_byte = np.maximum(np.linalg.lstsq(A, t, rcond=None)[0], 0.0)
-    for w, x in zip(involved, per_byte, strict=True):
-        out[w] = UNLIMITED if x * UNLIMITED <= 1 else 1 / x
+    fastest: dict[int, float] = {}
+    for i, j, seconds in edges:
+        for w in (i, j):
+            fastest[w] = min(fastest.get(w, math.inf), max(float(seconds), 0.0))
+    for w, seconds in fastest.items():
+        out[w] = UNLIMITED if seconds * UNLIMITED <= nbytes else nbytes / seconds
     return tuple(float(b) for b in out)
 
 

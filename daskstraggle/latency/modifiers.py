@@ -479,12 +479,14 @@ class Link(_Modifier):
     """Network links: the time a reply's bytes take to reach the coordinator.
 
     A message of ``B`` bytes from worker ``i`` takes ``latency + B / bandwidth[i]`` on
-    its worker's own link (added to the communication time drawn from ``base``), then
-    its turn on the coordinator's link, which every reply shares: ``B / coordinator``
-    seconds, first come first served after the replies that reached it before
-    (:class:`LinkQueue`). The draws of ``base`` are unchanged: the bytes are known only
-    to the runtime that carries the message (the simulated runtime charges each
-    result's bytes; on a Dask cluster the real network does).
+    its worker's own link (added to the communication time drawn from ``base``) and
+    streams on through the coordinator's link, which every reply shares, as it goes
+    (as TCP through a switch): it holds that link ``B / coordinator`` seconds, first
+    come first served after the replies that reached it before, and has arrived when
+    both links are crossed (:class:`LinkQueue`); alone, ``latency + B / min(bandwidth[i],
+    coordinator)`` (:meth:`message_duration`). The draws of ``base`` are unchanged: the
+    bytes are known only to the runtime that carries the message (the simulated runtime
+    charges each result's bytes; on a Dask cluster the real network does).
 
     Parameters
     ----------
@@ -579,9 +581,25 @@ class Link(_Modifier):
         (0 when it is unlimited)."""
         return 0.0 if self.coordinator is None else nbytes / float(self.coordinator)
 
+    def message_duration(self, worker_index: int, nbytes: float) -> float:
+        """Return the seconds a message of ``nbytes`` bytes from worker ``worker_index``
+        takes to the coordinator when it is the only one in flight: its latency, and its
+        bytes at the slower of the two links they stream through.
+
+        Examples
+        --------
+        >>> Link(bandwidth=(1e6, 1e8), coordinator=1e7).message_duration(0, 1e6)
+        1.0
+        >>> Link(bandwidth=(1e6, 1e8), coordinator=1e7).message_duration(1, 1e6)
+        0.1
+        """
+        return _of(self.latency, worker_index) + max(self.receive_duration(worker_index, nbytes),
+                                                     self.coordinator_duration(nbytes))
+
 
 class LinkQueue:
-    """The coordinator's link during one run: replies cross it one after another.
+    """The coordinator's link during one run: the replies' bytes cross it in turn, each
+    reply no sooner than its own worker's link delivered it.
 
     Parameters
     ----------
@@ -591,7 +609,8 @@ class LinkQueue:
     Attributes
     ----------
     free_time : float
-        When the last reply queued so far has crossed the link (0 at the start).
+        When the link has carried the bytes of every reply queued so far, each from when
+        it reached the link (0 at the start).
 
     Examples
     --------
@@ -606,10 +625,14 @@ class LinkQueue:
         self.link = link
         self.free_time = 0.0
 
-    def arrive(self, time: float, nbytes: float) -> float:
-        """Queue a reply that reaches the link at ``time``; return when it has crossed.
+    def arrive(self, time: float, nbytes: float, streamed: float = 0.0) -> float:
+        """Queue a reply whose last byte left its worker's link at ``time``, after
+        ``streamed`` seconds on it; return when it has crossed the coordinator's link too.
 
-        Replies must arrive in time order (first come, first served).
+        Its bytes reach the coordinator's link from ``time - streamed`` on, and take their
+        ``nbytes / coordinator`` seconds there after the bytes queued before them (first
+        come, first served, in the order the replies are queued); the reply has arrived
+        when both links are crossed.
 
         Parameters
         ----------
@@ -617,11 +640,27 @@ class LinkQueue:
             Seconds when the reply's last byte left its worker's link.
         nbytes : float
             Its size in bytes.
+        streamed : float, default=0.0
+            Seconds its bytes took on its worker's link (0: the reply reaches the
+            coordinator's link whole at ``time``, as a checkpoint the coordinator writes).
 
         Returns
         -------
         time : float
-            ``max(time, free_time) + nbytes / coordinator``, the new ``free_time``.
+            ``max(time, free_time)``, where the new ``free_time`` is
+            ``max(free_time, time - streamed) + nbytes / coordinator``.
+
+        Examples
+        --------
+        Two replies of 1 MB trickle from 1 MB/s worker links for 1 s; the 10 MB/s
+        coordinator's link carried both as they came:
+
+        >>> queue = LinkQueue(Link(coordinator=1e7))
+        >>> queue.arrive(1.0, 1e6, streamed=1.0), queue.arrive(1.0, 1e6, streamed=1.0)
+        (1.0, 1.0)
+        >>> queue.arrive(2.0, 1e6)  # whole at 2 s: 0.1 s across
+        2.1
         """
-        self.free_time = max(time, self.free_time) + self.link.coordinator_duration(nbytes)
-        return self.free_time
+        self.free_time = (max(self.free_time, time - streamed)
+                          + self.link.coordinator_duration(nbytes))
+        return max(time, self.free_time)

@@ -19,7 +19,7 @@ from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import ConvergenceWarning, NoCallError
 from daskstraggle.latency.base import Constant
 from daskstraggle.latency.fit import UNLIMITED, Links
-from daskstraggle.latency.modifiers import Link
+from daskstraggle.latency.modifiers import Link, LinkQueue
 from daskstraggle.methods import make_method
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
 from daskstraggle.methods.gd import GD
@@ -324,8 +324,7 @@ def links_matter(link: Link, n_workers: int, nbytes: int, backup_after: float,
     >>> links_matter(Link(bandwidth=1e8, coordinator=1e9), 3, 10**6, 1.5)
     False
     """
-    alone = [link.transfer_duration(i, nbytes) + link.coordinator_duration(nbytes)
-             for i in range(n_workers)]
+    alone = [link.message_duration(i, nbytes) for i in range(n_workers)]
     median = float(np.median(alone))
     held = max(max(alone), n_workers * link.coordinator_duration(nbytes))
     return held > backup_after * median and held - median > least
@@ -408,9 +407,9 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
     fixed cost and its rows'),
     and the :func:`gram_candidates` are simulated on it and the links, one round each;
     tree aggregation's prediction is charged, per level of sums (each a task of its own,
-    which the simulation does not charge), the least of the probe tasks' communication
-    times less their message's time on the links, and is run only if predicted
-    :data:`MARGIN` times faster than the flat candidate chosen."""
+    which the simulation does not charge), the least of the probe tasks' fixed costs
+    (their communication beyond their messages' bytes on the links), and is run only if
+    predicted :data:`MARGIN` times faster than the flat candidate chosen."""
     start = clock()
     n = runtime.n_workers
     nbytes = 8 * matrix.n_columns * (matrix.n_columns + 1) // 2
@@ -423,33 +422,22 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
     shares = (share, share, 2 * share)  # a warm-up, then two sizes: cost per row, per task
     probe = _rounds(runtime, ProbeGram(shares), problem, matrix, len(shares),
                     step_size=1.0, rng=rng)
-    model = _gram_model(probe.rows, share)
+    # the probe's communication times hold each message's fixed cost (Dask's scheduling
+    # and the fetch): the links add their bytes only
+    bytes_only = Links(*(replace(link, latency=0.0) for link in links))
+    model = _gram_model(probe.rows, share, bytes_only.to_coordinator)
     options = gram_candidates(gram, n, backup_after)
-    # the probe's messages are small: its communication time holds each message's fixed
-    # cost (Dask's scheduling and the fetch), so the link adds its bytes only
     predicted = predict(options, model, n, rng, message_bytes=nbytes, rounds=1,
-                        links=Links(*(replace(link, latency=0.0) for link in links)))
+                        links=bytes_only)
     trees = {option.label for option in options if option.aggregation == "tree"}
-    for tree in trees:
-        predicted[tree] += _tree_levels(n) * _task_overhead(probe.rows, model,
-                                                             links.to_coordinator)
+    for tree in trees:  # a task per level of sums, each its least fixed cost
+        predicted[tree] += _tree_levels(n) * min(np.atleast_1d(model.communication))
     label = pick(predicted, gram.name, trees=trees)
     chosen = next(option for option in options if option.label == label)
     return Choice(chosen.method, label, gram.name, predicted, len(shares),
                   clock() - start, list(np.add(model.compute, model.communication)),
                   backup_after=chosen.backup_after, aggregation=chosen.aggregation,
                   links=links)
-
-
-def _task_overhead(rows: TraceRecorder, model: Constant, link: Link) -> float:
-    """Seconds a task costs on the cluster beyond its compute and its message's time on
-    ``link``: the least over the workers (the first reply does not queue behind the
-    others) of the probe's communication time (``model``'s) less that of its messages
-    (``rows``, the probe's trace)."""
-    n = rows.per_worker()[0].shape[1]
-    sent = float(np.nanmedian(rows.column("bytes_to_coordinator")[1:])) / n
-    return max(0.0, min(c - link.transfer_duration(i, sent) - link.coordinator_duration(sent)
-                        for i, c in enumerate(np.broadcast_to(model.communication, n))))
 
 
 def _tree_levels(n_workers: int) -> int:
@@ -460,18 +448,26 @@ def _tree_levels(n_workers: int) -> int:
     return max(1, math.ceil(math.log(n_workers) / math.log(FAN_IN)))
 
 
-def _gram_model(rows: TraceRecorder, share: float) -> Constant:
+def _gram_model(rows: TraceRecorder, share: float, link: Link) -> Constant:
     """Each worker's time for a task of gram on its whole share, from :class:`ProbeGram`'s
     rounds 1 and 2 (``share`` and twice it of each worker's rows): the cost of its rows,
     the workers' median (a task's time on a small job is mostly noise), plus each worker's
-    own fixed cost; and its communication time, the median of the two rounds. A worker
-    that did not answer gets the others' median."""
-    compute, _, communication = (a[1:3] for a in rows.per_worker())
+    own fixed cost; and its communication time beyond its message's on ``link`` (the
+    fixed cost of a message: Dask's scheduling and the fetch), the median of the two
+    rounds. A worker that did not answer gets the others' median."""
+    compute, latency, communication = (a[1:3] for a in rows.per_worker())
     one, two = compute
     slope = two - one
     per_share = (float(np.nanmedian(np.maximum(slope, 0.0))) / share
                  if np.isfinite(slope).any() else 0.0)
     whole = np.maximum(one - per_share * share, 0.0) + per_share
+    nbytes = rows.column("bytes_to_coordinator")[1:3] / compute.shape[1]
+    for r in range(2):  # each message's time on the links, queued as they arrived
+        queue = LinkQueue(link)
+        for i in np.argsort(latency[r]):  # (NaN last: no message)
+            left = compute[r, i] + link.transfer_duration(i, nbytes[r])
+            crossed = queue.arrive(left, nbytes[r], link.receive_duration(i, nbytes[r]))
+            communication[r, i] = max(0.0, latency[r, i] - crossed)
     with warnings.catch_warnings():  # a worker that never answered: NaN, filled below
         warnings.simplefilter("ignore", RuntimeWarning)
         sent = np.nanmedian(communication, axis=0)

@@ -15,7 +15,7 @@ import heapq
 import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -37,7 +37,7 @@ from daskstraggle.engine.resilience import check_slow_settings
 from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel, LatencySampler
 from daskstraggle.latency.faults import FAULTS, ClusterState, Fault
-from daskstraggle.latency.fit import Links, fit_link
+from daskstraggle.latency.fit import Links, fit_link, fit_peers
 from daskstraggle.latency.modifiers import LinkQueue
 from daskstraggle.latency.spec import parse_latency, parse_stragglers
 from daskstraggle.methods.base import WorkResult, WorkUnit
@@ -74,9 +74,9 @@ class SimRuntime(LocalRuntime):
         without a distribution (e.g. ``"slowdown(workers=1, factor=4)"``) scales that
         measured time. A ``link(...)`` term charges each result's bytes
         (:func:`~daskstraggle.problems.held.payload_bytes`) on its worker index's link,
-        then on the coordinator's link, which replies cross one after another in the
-        order they reach it (:class:`~daskstraggle.latency.modifiers.Link`); that time is
-        part of the trace's ``latency`` and ``communication_duration``.
+        through which they stream on to the coordinator's link, whose time the replies
+        share in the order they reach it (:class:`~daskstraggle.latency.modifiers.Link`);
+        that time is part of the trace's ``latency`` and ``communication_duration``.
     update_duration : float, default=0.0
         Simulated seconds the coordinator spends on each update (``method.step``).
     receive_duration : float, default=0.0
@@ -109,10 +109,10 @@ class SimRuntime(LocalRuntime):
         round's sum sums the results on the workers, :data:`~daskstraggle.runtime.
         aggregate.FAN_IN` at a time, then sends the one sum to the coordinator. The read
         takes simulated time: each inner sum is on the worker of its first term, once
-        every term reached it (a term from another worker crosses the sender's link,
-        then the receiver's, in turn with the others it receives), and the root's sum
-        crosses its worker's link and the coordinator's. Without a ``link`` term moving
-        results takes no time.
+        every term reached it (a term from another worker streams through the sender's
+        link and the receiver's, which carries the terms it receives in turn), and the
+        root's sum through its worker's link and the coordinator's. Without a ``link``
+        term moving results takes no time.
 
     Examples
     --------
@@ -198,18 +198,23 @@ class SimRuntime(LocalRuntime):
     def measure_links(self, nbytes: int) -> Links | None:
         """The links of the latency model's ``link`` term, as a measurement finds them
         (:func:`~daskstraggle.latency.fit.fit_link` of its messages' times alone and at
-        once), the same between workers; None without one."""
+        once; :func:`~daskstraggle.latency.fit.fit_peers` of messages moved in a ring
+        between workers); None without one."""
         link = None if self.latency is None else self.latency.link
         if link is None:
             return None
         workers = range(self._n_workers)
-        sent = sorted(link.transfer_duration(i, nbytes) for i in workers)
+        sent = sorted((link.transfer_duration(i, nbytes), link.receive_duration(i, nbytes))
+                      for i in workers)
         queue = LinkQueue(link)
-        fitted = fit_link(nbytes, [link.transfer_duration(i, nbytes)
-                                   + link.coordinator_duration(nbytes) for i in workers],
-                          [queue.arrive(t, nbytes) for t in sent],
+        fitted = fit_link(nbytes, [link.message_duration(i, nbytes) for i in workers],
+                          [queue.arrive(t, nbytes, streamed) for t, streamed in sent],
                           latency=[link.transfer_duration(i, 0) for i in workers])
-        return Links(fitted, fitted)
+        moved = [link.receive_duration(i, nbytes) for i in workers]  # worker to worker
+        ring = [(i, j, max(moved[i], moved[j]))
+                for i, j in zip(workers, [*workers[1:], 0], strict=True) if i != j]
+        peers = fit_peers(nbytes, ring, fallback=cast(tuple[float, ...], fitted.bandwidth))
+        return Links(fitted, replace(fitted, bandwidth=peers))
 
     def _clock(self) -> float:
         return self._now
@@ -417,7 +422,10 @@ class SimRuntime(LocalRuntime):
         """Give ``task``, whose reply reaches the coordinator's link at ``arrival``, its
         turn there (after the replies that reached it before): it arrives once across."""
         assert self._links is not None
-        crossed = self._links.arrive(arrival, self._payload(task.result))
+        nbytes = self._payload(task.result)
+        assert self.worker_pool is not None
+        crossed = self._links.arrive(arrival, nbytes, self._links.link.receive_duration(
+            self.worker_pool.workers.index(task.worker), nbytes))
         task.queued = False
         task.latency += crossed - arrival
         heapq.heappush(self._heap, (crossed, order, key))
@@ -451,7 +459,7 @@ class SimRuntime(LocalRuntime):
         the simulated workers (:class:`SimRuntime`'s ``aggregation``); the clock moves
         to when the sum reached the coordinator."""
         link = None if self._links is None else self._links.link
-        incoming: dict[int, float] = {}  # when each worker's link is free to receive
+        incoming: dict[int, float] = {}  # when each worker's link carried what it got
 
         def submit(weights: list[float], messages: list[int | None], items: list[_Held]
                    ) -> _Held:
@@ -461,10 +469,13 @@ class SimRuntime(LocalRuntime):
             for item in items[1:]:
                 if item.index != host.index and link is not None:
                     nbytes = _nbytes(item.data)
+                    # its bytes stream from the sender's link through the receiver's
                     sent = item.ready + link.transfer_duration(item.index, nbytes)
-                    incoming[host.index] = (max(sent, incoming.get(host.index, 0.0))
-                                            + link.receive_duration(host.index, nbytes))
-                    ready = max(ready, incoming[host.index])
+                    incoming[host.index] = (
+                        max(sent - link.receive_duration(item.index, nbytes),
+                            incoming.get(host.index, 0.0))
+                        + link.receive_duration(host.index, nbytes))
+                    ready = max(ready, sent, incoming[host.index])
                 ready = max(ready, item.ready)
             return _Held(value, host.index, ready)
 
@@ -475,8 +486,9 @@ class SimRuntime(LocalRuntime):
         self._fetched += nbytes
         done = root.ready
         if self._links is not None:
-            done = self._links.arrive(max(done, self._now) + self._links.link.transfer_duration(
-                root.index, nbytes), nbytes)
+            link = self._links.link
+            done = self._links.arrive(max(done, self._now) + link.transfer_duration(
+                root.index, nbytes), nbytes, link.receive_duration(root.index, nbytes))
         self._now = max(self._now, done)
         return gradient, values
 

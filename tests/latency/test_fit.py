@@ -200,8 +200,8 @@ def test_fit_link_on_a_shared_port_finds_the_coordinator_and_the_slow_worker():
     link = fit_link(10**6, [m, m, 10 * m], [2 * m, 2 * m, 10 * m], latency=[0.0] * 3)
     assert link.coordinator == pytest.approx(12.5e6, rel=0.01)
     assert link.bandwidth[:2] == (UNLIMITED, UNLIMITED)
-    alone = link.transfer_duration(2, 10**6) + link.coordinator_duration(10**6)
-    assert alone == pytest.approx(10 * m, rel=0.01)
+    assert link.message_duration(2, 10**6) == pytest.approx(10 * m, rel=0.01)
+    assert link.bandwidth[2] == pytest.approx(1.25e6, rel=0.01)  # its own 10 Mbit/s
 
 
 def test_fit_link_refuses_times_that_are_not_one_per_worker():
@@ -215,11 +215,15 @@ def test_fit_link_refuses_times_that_are_not_one_per_worker():
 
 def test_fit_peers_solves_a_ring_and_keeps_the_fallback_elsewhere():
     # four workers, messages of 1 MB; worker 3 left out (no edge): its fallback stays
-    edges = [(0, 1, 0.2), (1, 2, 1.1), (2, 0, 1.1)]
+    # (a message streams through both links: it takes the slower one's time)
+    edges = [(0, 1, 0.1), (1, 2, 1.0), (2, 0, 1.0)]
     bandwidth = fit_peers(1e6, edges, fallback=[5.0, 5.0, 5.0, 7.0])
     assert bandwidth == pytest.approx((1e7, 1e7, 1e6, 7.0))
-    # two workers: one equation, each link half of it
-    assert fit_peers(1e6, [(0, 1, 0.2), (1, 0, 0.2)], [1.0, 1.0]) == pytest.approx((1e7, 1e7))
+    # the fitted links give every edge's time back
+    assert [1e6 / min(bandwidth[i], bandwidth[j]) for i, j, _ in edges] == pytest.approx(
+        [seconds for _, _, seconds in edges])
+    # two workers: each link at least as fast as their messages
+    assert fit_peers(1e6, [(0, 1, 0.2), (1, 0, 0.2)], [1.0, 1.0]) == pytest.approx((5e6, 5e6))
     # no time left for a link: unlimited
     assert fit_peers(1e6, [(0, 1, 0.0)], [1.0, 1.0]) == (UNLIMITED, UNLIMITED)
     assert fit_peers(1e6, [], [3.0]) == (3.0,)
