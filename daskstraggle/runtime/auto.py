@@ -111,7 +111,8 @@ class Choice:
     ``label``; the ``plain`` label, the rule's on the data (kept unless another is
     predicted :data:`MARGIN` times faster); the ``predicted`` seconds per round of the
     probe's kind (a gd round on the probed rows) by label; the ``probe_rounds`` and
-    ``probe_seconds`` (wall, its data load included); each worker's mean latency over the
+    ``probe_seconds`` (wall, from the probe's start to the choice: its data load and any
+    link measurement included); each worker's mean latency over the
     rounds fitted (``worker_latency``, s); the probe's trace ``probe_latency`` (workers in
     columns, rounds in rows, None where a worker delivered nothing), both as tasks of all
     the worker's rows loaded (compute times scaled up from :data:`TASK_FRACTION`); the
@@ -356,10 +357,15 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
                        clock: Callable[[], float] = time.perf_counter) -> Choice:
     """Probe the runtime's workers with a short GD run of ``problem`` (unbound) on
     ``matrix``, simulate the :func:`candidates` for ``plain`` (the rule's method) under
-    gamma laws fitted to the probe, and return the :class:`Choice`. ``rng`` seeds the
-    probe and the simulation; ``clock`` measures the probe's wall seconds. ``gram`` on a
-    runtime that sends backups is not probed (its one round is the whole job): it runs
-    with ``backup_after`` :data:`ONE_ROUND_BACKUP_AFTER` unless the runtime has its own."""
+    gamma laws fitted to the probe, and return the :class:`Choice`. For ``gd`` on three
+    or more workers whose replies queued on their way to the coordinator long enough that
+    one sum could pay (:func:`_tree_may_pay`), the links are measured and ``gd`` with
+    ``aggregation="tree"`` is a candidate too (:func:`_predict_tree`), run only if
+    :data:`MARGIN` times faster than the flat choice. ``rng`` seeds the probe and the
+    simulation; ``clock`` measures the probe's wall seconds. ``gram`` on a runtime that
+    sends backups is not probed (its one round is the whole job): it runs with
+    ``backup_after`` :data:`ONE_ROUND_BACKUP_AFTER` unless the runtime has its own
+    (:func:`_choose_gram`)."""
     from daskstraggle.latency import fit_trace
 
     n = runtime.n_workers
@@ -371,29 +377,95 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
         return _choose_gram(runtime, problem, matrix, plain, rng=rng, clock=clock,
                             backup_after=ONE_ROUND_BACKUP_AFTER if after is None else after)
     start = clock()
-    probed, fraction = _probed_rows(matrix, plain, n)
+    probe, fraction = _probe_some(runtime, problem, matrix, plain, rng)
+    share = _task_share(fraction)
+    arrays = _fit_arrays(probe.rows, whole=fraction == 1.0, share=share)
+    predicted = predict(options, fit_trace(arrays), n, rng)
+    links = None
+    if plain.name == "gd" and fraction == 1.0 and n >= 3 and _tree_may_pay(
+            probe.rows, min(predicted.values())):
+        links, tree, seconds = _predict_tree(runtime, plain, probe.rows, share, rng)
+        if tree is not None:
+            options.append(tree)
+            predicted[tree.label] = seconds
+    label = pick(predicted, plain.name,
+                 trees={o.label for o in options if o.aggregation == "tree"})
+    chosen = next(option for option in options if option.label == label)
+    return Choice(chosen.method, label, plain.name, predicted, PROBE_ROUNDS, clock() - start,
+                  *_latency_tables(probe.rows, arrays, share), fraction,
+                  aggregation=chosen.aggregation, links=links)
+
+
+def _probe_some(runtime: Runtime, problem: Problem, matrix: Matrix, plain: Method,
+                rng: np.random.Generator) -> tuple[Outcome, float]:
+    """:func:`_probe` on the rows :func:`_probed_rows` picks (all of them if a share of
+    them misses every call of a sample); the outcome and the share of the rows read."""
+    probed, fraction = _probed_rows(matrix, plain, runtime.n_workers)
     try:
-        probe = _probe(runtime, problem, probed, rng, share=_task_share(fraction))
+        return _probe(runtime, problem, probed, rng, share=_task_share(fraction)), fraction
     except NoCallError:
         if fraction == 1.0:
             raise  # the run's own refusal: the caller removes them and runs again
-        # a share of the rows can miss every call of a sample that has calls elsewhere
-        probed, fraction = matrix, 1.0
-        probe = _probe(runtime, problem, probed, rng, share=_task_share(fraction))
-    seconds = clock() - start
-    compute, _, communication = probe.rows.per_worker()
-    share = _task_share(fraction)
-    table = compute / share + communication  # as tasks of a whole share
-    arrays = _fit_arrays(probe.rows, whole=fraction == 1.0, share=share)
-    predicted = predict(options, fit_trace(arrays), n, rng)
-    label = pick(predicted, plain.name)
-    chosen = next(option.method for option in options if option.label == label)
-    return Choice(chosen, label, plain.name, predicted, PROBE_ROUNDS, seconds,
-                  [float(np.nanmean(column)) if np.isfinite(column).any()
-                   else float(np.mean(arrays["compute_duration"][:, j]))  # censored
-                   for j, column in enumerate(table[WARMUP_ROUNDS:].T)],
-                  [[None if np.isnan(v) else round(float(v), 6) for v in row]
-                   for row in table], fraction)
+    # a share of the rows can miss every call of a sample that has calls elsewhere
+    return _probe(runtime, problem, matrix, rng, share=_task_share(1.0)), 1.0
+
+
+def _latency_tables(rows: TraceRecorder, arrays: dict[str, np.ndarray], share: float
+                    ) -> tuple[list[float], list[list[float | None]]]:
+    """:class:`Choice`'s ``worker_latency`` and ``probe_latency`` from the probe's trace
+    ``rows``, as tasks of a whole ``share`` (a censored worker's mean from ``arrays``)."""
+    compute, _, communication = rows.per_worker()
+    table = compute / share + communication
+    means = [float(np.nanmean(column)) if np.isfinite(column).any()
+             else float(np.mean(arrays["compute_duration"][:, j]))  # censored
+             for j, column in enumerate(table[WARMUP_ROUNDS:].T)]
+    return means, [[None if np.isnan(v) else round(float(v), 6) for v in row] for row in table]
+
+
+def _tree_may_pay(rows: TraceRecorder, best: float) -> bool:
+    """Whether tree aggregation could run a round :data:`MARGIN` times faster than
+    ``best`` seconds, by the probe's trace ``rows``: it saves at most the time the
+    replies queued on their way to the coordinator (the spread of the workers' median
+    communication times: the first reply's did not queue) and costs at least a task's
+    fixed cost (the least of those times) per level of sums."""
+    communication = rows.per_worker()[2][WARMUP_ROUNDS:]
+    with warnings.catch_warnings():  # a worker that never answered: NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        typical = np.nanmedian(communication, axis=0)
+    typical = typical[np.isfinite(typical)]
+    if typical.size < 2:
+        return False
+    levels = _tree_levels(communication.shape[1])
+    return float(np.ptp(typical)) > best * (1 - 1 / MARGIN) + levels * float(typical.min())
+
+
+def _predict_tree(runtime: Runtime, plain: Method, rows: TraceRecorder, share: float,
+                  rng: np.random.Generator) -> tuple[Links | None, Candidate | None, float]:
+    """Measure the links with the probe's messages (``rows``: its trace, each task on
+    ``share`` of its rows) and predict ``plain`` with ``aggregation="tree"`` on them:
+    the laws fitted to the probe's compute and to its communication beyond the messages'
+    bytes, the sums simulated on the links between workers, each level of sums charged
+    the least of the workers' median fixed cost (a task of its own). Return the links
+    (None: not measured), the tree candidate (None: no prediction) and its seconds per
+    round."""
+    from daskstraggle.latency import fit_trace
+
+    n = runtime.n_workers
+    latency = rows.per_worker()[1][WARMUP_ROUNDS:]
+    nbytes = int(np.median(rows.column("bytes_to_coordinator")[WARMUP_ROUNDS:]
+                           / np.maximum(np.isfinite(latency).sum(axis=1), 1)))
+    links = runtime.measure_links(max(1, min(nbytes, LINK_PROBE_BYTES)))
+    if links is None:
+        return None, None, math.inf
+    bytes_only = Links(*(replace(link, latency=0.0) for link in links))
+    arrays = _fit_arrays(rows, whole=True, share=share, link=bytes_only.to_coordinator)
+    tree = Candidate(f"{plain.name}(tree)", plain, plain, aggregation="tree")
+    seconds = predict([tree], fit_trace(arrays), n, rng, links=bytes_only,
+                      message_bytes=nbytes)[tree.label]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        fixed = np.nanmedian(arrays["communication_duration"], axis=0)
+    return links, tree, seconds + _tree_levels(n) * float(np.nanmin(fixed))
 
 
 def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Method, *,
@@ -448,6 +520,23 @@ def _tree_levels(n_workers: int) -> int:
     return max(1, math.ceil(math.log(n_workers) / math.log(FAN_IN)))
 
 
+def _beyond_links(rows: TraceRecorder, link: Link) -> np.ndarray:
+    """The probe's communication times (rounds x workers, NaN where a worker did not
+    answer) less each message's time on ``link``, the messages of a round queued on the
+    coordinator's link in the order they arrived: what a message costs beyond its bytes
+    (Dask's scheduling and the fetch), at least 0."""
+    compute, latency, communication = rows.per_worker()
+    answered = np.isfinite(latency).sum(axis=1)
+    sizes = rows.column("bytes_to_coordinator") / np.maximum(answered, 1)
+    for r, nbytes in enumerate(sizes):
+        queue = LinkQueue(link)
+        for i in np.argsort(latency[r])[:answered[r]]:  # in arrival order (NaN last)
+            left = compute[r, i] + link.transfer_duration(i, nbytes)
+            crossed = queue.arrive(left, nbytes, link.receive_duration(i, nbytes))
+            communication[r, i] = max(0.0, latency[r, i] - crossed)
+    return communication
+
+
 def _gram_model(rows: TraceRecorder, share: float, link: Link) -> Constant:
     """Each worker's time for a task of gram on its whole share, from :class:`ProbeGram`'s
     rounds 1 and 2 (``share`` and twice it of each worker's rows): the cost of its rows,
@@ -455,19 +544,12 @@ def _gram_model(rows: TraceRecorder, share: float, link: Link) -> Constant:
     own fixed cost; and its communication time beyond its message's on ``link`` (the
     fixed cost of a message: Dask's scheduling and the fetch), the median of the two
     rounds. A worker that did not answer gets the others' median."""
-    compute, latency, communication = (a[1:3] for a in rows.per_worker())
-    one, two = compute
+    one, two = rows.per_worker()[0][1:3]
+    communication = _beyond_links(rows, link)[1:3]
     slope = two - one
     per_share = (float(np.nanmedian(np.maximum(slope, 0.0))) / share
                  if np.isfinite(slope).any() else 0.0)
     whole = np.maximum(one - per_share * share, 0.0) + per_share
-    nbytes = rows.column("bytes_to_coordinator")[1:3] / compute.shape[1]
-    for r in range(2):  # each message's time on the links, queued as they arrived
-        queue = LinkQueue(link)
-        for i in np.argsort(latency[r]):  # (NaN last: no message)
-            left = compute[r, i] + link.transfer_duration(i, nbytes[r])
-            crossed = queue.arrive(left, nbytes[r], link.receive_duration(i, nbytes[r]))
-            communication[r, i] = max(0.0, latency[r, i] - crossed)
     with warnings.catch_warnings():  # a worker that never answered: NaN, filled below
         warnings.simplefilter("ignore", RuntimeWarning)
         sent = np.nanmedian(communication, axis=0)
@@ -610,19 +692,24 @@ def _rounds(runtime: Runtime, method: Method, problem: Problem, matrix: Matrix,
                    stop=StopRule(max_iter=n_rounds, tol=None), **kwargs)
 
 
-def _fit_arrays(rows: TraceRecorder, *, whole: bool, share: float = 1.0
-                ) -> dict[str, np.ndarray]:
+def _fit_arrays(rows: TraceRecorder, *, whole: bool, share: float = 1.0,
+                link: Link | None = None) -> dict[str, np.ndarray]:
     """The probe rounds the laws are fitted to (the warm-up left out): each worker's
     compute time (measured on the worker: the task and any injected delay), divided by
     the ``share`` of its rows each task read (a whole task's), which the simulation
     scales with a task's rows, and, when the probe ran on all the rows, its
     communication time, which it does not. A probe of a share of the rows loaded says
     nothing of the real round's messages (gram's is d x d), so then compute alone decides.
+    With ``link``, the communication time is taken beyond the messages' time on it
+    (:func:`_beyond_links`: the fixed cost of a message, for a run whose messages cross
+    other links).
 
     A worker with fewer than two answers in those rounds (busy, or far slower than the
     probe waited for) is censored: each round it did not answer counts as a compute
     time of the round's duration, and as the other workers' median communication time."""
     compute, _, measured = (a[WARMUP_ROUNDS:] for a in rows.per_worker())
+    if link is not None:
+        measured = _beyond_links(rows, link)[WARMUP_ROUNDS:]
     compute = compute / share
     communication = measured if whole else None
     rounds = rows.column("iteration_duration")[WARMUP_ROUNDS:] / share

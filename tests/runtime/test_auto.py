@@ -482,3 +482,37 @@ def test_tree_is_predicted_on_the_links_between_workers():
     assert slow["gram(tree)"] > slow["gram"]
     assert fast["gram(tree)"] < fast["gram"] / 3
     assert slow["gram"] == pytest.approx(fast["gram"], rel=0.05)
+
+
+@pytest.mark.parametrize(("coordinator", "expected"), [(1e6, "gd(tree)"), ("10gbit", "gd")])
+def test_gd_on_a_slow_coordinator_link_runs_tree_aggregation(coordinator, expected):
+    """Least squares on 2000 columns, six workers: each gradient is 16 kB, and on a 1 MB/s
+    coordinator's link the six of a round queue for 96 ms where a worker computes for
+    2 ms. The probe's replies take that long, so auto measures the links and predicts gd
+    with tree aggregation (one sum reaches the coordinator; the sums cross 1 Gbit/s links
+    between workers): it runs it, as fast as gd with tree aggregation by hand, to the same
+    iterate as gd. On a 10 Gbit/s link the replies take no time: no link is measured."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(1200, 2000))
+    y = X @ rng.normal(size=2000)
+    latency = f"constant(compute=0.002) + link(bandwidth='1gbit', coordinator={coordinator!r})"
+
+    def fit(method, aggregation="flat"):
+        with MeasuringSim(6, latency=latency, rng=0, aggregation=aggregation) as runtime:
+            result = fit_least_squares(X, y, method=method, runtime=runtime, rng=0,
+                                       max_iter=5, tol=None)
+            assert runtime.aggregation == aggregation  # restored after the run
+        return result
+
+    chosen, by_hand = fit("auto"), fit("gd", "tree" if expected == "gd(tree)" else "flat")
+    report = chosen.attrs["auto"]
+    assert report["choice"] == expected, report
+    assert report["aggregation"] == ("tree" if expected == "gd(tree)" else None)
+    assert (report["link"] is None) == (expected == "gd")
+    rounds = chosen.trace.iteration_duration.values
+    assert np.median(rounds) == pytest.approx(np.median(by_hand.trace.iteration_duration.values),
+                                              rel=0.02)
+    if expected == "gd(tree)":
+        assert report["predicted"]["gd(tree)"] == pytest.approx(np.median(rounds), rel=0.1)
+        assert report["predicted"]["gd"] > 3 * report["predicted"]["gd(tree)"]
+    np.testing.assert_allclose(chosen.iterate, by_hand.iterate, rtol=1e-9)
