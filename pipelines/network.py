@@ -38,7 +38,8 @@ compute part per worker is the median send-to-receive latency of the same method
 link term has the scenario's caps; the
 prediction's error is ``simulated / emulated - 1``. ``gram tree`` is simulated with
 ``aggregation="tree"``: the sums between workers cross their links, the root's the
-coordinator's.
+coordinator's, and each sum is a task of ``sum_duration`` seconds (the uncapped tree's
+round beyond flat gram's, per level of sums).
 
 Without root (or without ``ip``/``tc``, bridges or tbf) the emulated half is skipped with
 its reason printed, and the simulated half runs on the measured in-process compute time
@@ -61,6 +62,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
 import json  # noqa: E402
+import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -255,7 +257,10 @@ def run_simulated(cfg: dict[str, Any], data: str,
     """The simulated run of every scenario (but the calibration) and method: on the
     emulated runs' calibration and worker order when there are some, else on the
     measured compute."""
+    from daskstraggle.runtime import SimRuntime
+
     calibrated = None if emulated is None else calibration(emulated, cfg)
+    sums = 0.0 if emulated is None else sum_duration(emulated, cfg)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for scenario, rates in scenarios(cfg).items():
         if scenario == CALIBRATION and emulated is not None:
@@ -266,10 +271,27 @@ def run_simulated(cfg: dict[str, Any], data: str,
             names = (worker_names(cfg) if emulated is None
                      else emulated[scenario][label][0]["workers"])
             model = spec(rates, names, None if calibrated is None else calibrated[label])
-            result = fit(data, options, cfg, runtime="sim", n_workers=cfg["workers"],
-                         stragglers=model)
-            out.setdefault(scenario, {})[label] = {**summarise(result, names), "spec": model}
+            settings = {key: options[key] for key in ("aggregation", "backup_after")
+                        if key in options}
+            runtime = SimRuntime(cfg["workers"], latency=model, sum_duration=sums, **settings)
+            result = fit(data, {k: v for k, v in options.items() if k not in settings}, cfg,
+                         runtime=runtime)
+            out.setdefault(scenario, {})[label] = {**summarise(result, names), "spec": model,
+                                                   "sum_duration_s": sums}
     return out
+
+
+def sum_duration(runs: dict[str, dict[str, list[dict[str, Any]]]], cfg: dict[str, Any]
+                 ) -> float:
+    """Seconds a sum of tree aggregation costs as a task of its own, from the uncapped
+    runs: the tree's median round beyond flat gram's, per level of sums (the simulated
+    runtime's ``sum_duration``; at least 0)."""
+    from daskstraggle.runtime.aggregate import FAN_IN
+
+    levels = max(1, math.ceil(math.log(cfg["workers"]) / math.log(FAN_IN)))
+    rounds = {label: statistics.median(row["round_s"] for row in runs[CALIBRATION][label])
+              for label in ("gram tree", "gram flat")}
+    return max(0.0, rounds["gram tree"] - rounds["gram flat"]) / levels
 
 
 _KEYS = ("round_s", "bytes_per_round", "rounds", "load_s", "call_s")

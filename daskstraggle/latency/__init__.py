@@ -41,7 +41,7 @@ from daskstraggle.latency.models import (
     Slowdown,
     TwoStateMarkov,
 )
-from daskstraggle.latency.modifiers import Link, LinkQueue, parse_bandwidth
+from daskstraggle.latency.modifiers import Link, SharedLink, parse_bandwidth, share_link
 from daskstraggle.latency.order import OrderStatistics, order_statistics
 from daskstraggle.latency.profiler import LatencyProfiler, ProfileStatistics
 from daskstraggle.latency.simulator import SimulationResult, simulate
@@ -49,10 +49,11 @@ from daskstraggle.latency.spec import Stragglers, ThrottleSpec, parse_latency, p
 
 __all__ = [
     "Artificial", "Bursts", "Constant", "Gamma", "LatencyModel", "LatencyProfiler",
-    "LatencySampler", "Link", "LinkQueue", "Links", "MultiMessage", "OrderStatistics",
-    "ProfileStatistics", "Replay", "Schedule", "ShiftedExponential", "SimulationResult",
-    "Slowdown", "Stragglers", "ThrottleSpec", "TwoStateMarkov", "fit_gamma", "fit_link",
-    "fit_peers", "fit_shifted_exponential", "fit_trace", "get_model_class", "list_models",
-    "make_model", "order_statistics", "parse_bandwidth", "parse_latency", "parse_stragglers",
-    "register_model", "simulate", "worker_streams"
+    "LatencySampler", "Link", "Links", "MultiMessage", "OrderStatistics",
+    "ProfileStatistics", "Replay", "Schedule", "SharedLink", "ShiftedExponential",
+    "SimulationResult", "Slowdown", "Stragglers", "ThrottleSpec", "TwoStateMarkov",
+    "fit_gamma", "fit_link", "fit_peers", "fit_shifted_exponential", "fit_trace",
+    "get_model_class", "list_models", "make_model", "order_statistics", "parse_bandwidth",
+    "parse_latency", "parse_stragglers", "register_model", "share_link", "simulate",
+    "worker_streams"
 ]

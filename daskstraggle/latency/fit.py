@@ -20,8 +20,10 @@ __all__ = ["Links", "fit_gamma", "fit_link", "fit_peers", "fit_shifted_exponenti
 #: The bandwidth (bytes/s) a fitted link gets where the measurements leave no time to its
 #: bytes: the coordinator's link carried them as fast as they were sent.
 UNLIMITED = 1e15
-#: Values of the coordinator's time per message :func:`fit_link` tries.
-_GRID = 2001
+#: How much later than alone a message sent with the others must arrive to count as held
+#: by the coordinator's link (:func:`fit_link`); also the slack within which a worker's
+#: link counts as no slower than the coordinator's.
+HELD = 0.05
 
 
 def _as_samples(values: ArrayLike, *, name: str, caller: str) -> NDArray[np.float64]:
@@ -198,16 +200,16 @@ def fit_link(nbytes: float, alone: ArrayLike, arrivals: ArrayLike, *,
 
     In the link model (:class:`~daskstraggle.latency.modifiers.Link`) a message streams
     through its worker's link and the coordinator's: alone it takes ``alone_i = latency_i
-    + max(nbytes / bandwidth_i, nbytes / coordinator)``; messages sent at once hold the
-    coordinator's link ``nbytes / coordinator`` each in turn, in the order of their times
-    alone, each arriving no sooner than alone. The coordinator's ``nbytes / coordinator``
-    is the value in ``[0, min_i(alone_i - latency_i)]`` (:data:`_GRID` points) whose queue
-    best gives the sorted ``arrivals`` (least squares); each worker's link is its time
-    alone where that is longer, else :data:`UNLIMITED` (the coordinator's link was the
-    slower: the worker's is not in the times, and no faster path is). A link measured
-    this way gives the same times; its coordinator is the real one where the messages
-    sent at once queued on it (else its rate is not in the times: the smallest fitting
-    ``nbytes / coordinator`` is taken).
+    + max(nbytes / bandwidth_i, nbytes / coordinator)``; messages sent at once share the
+    coordinator's link (:class:`~daskstraggle.latency.modifiers.SharedLink`). The
+    messages that arrived later at once than alone (by over :data:`HELD`) were held by
+    the coordinator's link; when the last of them arrived, their bytes had crossed it,
+    and those of the others as far as their own links carried them by then: the
+    coordinator's rate is those bytes over that time (:data:`UNLIMITED` when no message
+    was held: its rate is not in the times). Each worker's link is ``nbytes`` over its
+    time alone, where that is longer than the coordinator's time, else :data:`UNLIMITED`
+    (the coordinator's link was the slower: the worker's is not in the times). A link
+    measured this way gives the same times.
 
     Parameters
     ----------
@@ -216,7 +218,8 @@ def fit_link(nbytes: float, alone: ArrayLike, arrivals: ArrayLike, *,
     alone : array-like of shape (n_workers,)
         Seconds each worker's message took when it was the only one in flight.
     arrivals : array-like of shape (n_workers,)
-        Seconds after they were all asked for at once when each worker's message arrived.
+        Seconds after they were all asked for at once when each worker's message arrived
+        (by worker, as ``alone``).
     latency : array-like of shape (n_workers,) or None, default=None
         Seconds a message of a few bytes took from each worker: the fixed part of every
         message (None: none).
@@ -236,10 +239,10 @@ def fit_link(nbytes: float, alone: ArrayLike, arrivals: ArrayLike, *,
     Examples
     --------
     Three workers send 1 MB each: alone in 0.1 s, the third in 1 s; sent at once the
-    first two arrive after 0.1 and 0.2 s: the coordinator takes 10 MB/s, the first two
-    workers' links are at least as fast, the third's 1 MB/s.
+    first two arrive after 2/9 s, when 2 + 2/9 MB had crossed: the coordinator takes
+    10 MB/s, the first two workers' links are at least as fast, the third's 1 MB/s.
 
-    >>> link = fit_link(1e6, [0.1, 0.1, 1.0], [0.1, 0.2, 1.0])
+    >>> link = fit_link(1e6, [0.1, 0.1, 1.0], [2 / 9, 2 / 9, 1.0])
     >>> round(link.coordinator), [round(b) for b in link.bandwidth]
     (10000000, [1000000000000000, 1000000000000000, 1000000])
     """
@@ -248,7 +251,7 @@ def fit_link(nbytes: float, alone: ArrayLike, arrivals: ArrayLike, *,
     caller = "fit_link"
     nbytes = check_positive(nbytes, name="nbytes", caller=caller)
     alone_s = _as_samples(alone, name="alone", caller=caller).ravel()
-    arrival_s = np.sort(_as_samples(arrivals, name="arrivals", caller=caller).ravel())
+    arrival_s = _as_samples(arrivals, name="arrivals", caller=caller).ravel()
     fixed = (np.zeros_like(alone_s) if latency is None
              else _as_samples(latency, name="latency", caller=caller).ravel())
     if not alone_s.size == arrival_s.size == fixed.size or np.isnan(
@@ -259,18 +262,18 @@ def fit_link(nbytes: float, alone: ArrayLike, arrivals: ArrayLike, *,
             f"{fixed.size} values instead."
         )
     fixed = np.minimum(fixed, alone_s)
-    crossing = np.linspace(0.0, float(np.min(alone_s - fixed)), _GRID)  # nbytes / coordinator
-    free = np.zeros(_GRID)
-    error = np.zeros(_GRID)
-    for k, measured in zip(np.argsort(alone_s, kind="stable"), arrival_s, strict=True):
-        free = np.maximum(free, fixed[k]) + crossing
-        error += (np.maximum(alone_s[k], free) - measured) ** 2
-    best = float(crossing[np.argmin(error)])
     own = alone_s - fixed
-    bandwidth = [UNLIMITED if t <= best * (1 + 1e-9) or t * UNLIMITED <= nbytes
+    held = arrival_s > alone_s * (1 + HELD)
+    coordinator = UNLIMITED
+    if held.any():
+        until = float(arrival_s[held].max())
+        carried = np.where(held, 1.0, np.minimum(1.0, np.maximum(until - fixed, 0.0)
+                                                  / np.maximum(own, 1e-300)))
+        coordinator = min(UNLIMITED, nbytes * float(carried.sum())
+                          / max(until - float(fixed.min()), 1e-300))
+    bandwidth = [UNLIMITED if t * coordinator <= nbytes * (1 + HELD) or t * UNLIMITED <= nbytes
                  else nbytes / t for t in own]
-    return Link(bandwidth=tuple(bandwidth),
-                coordinator=UNLIMITED if best * UNLIMITED <= nbytes else nbytes / best,
+    return Link(bandwidth=tuple(bandwidth), coordinator=coordinator,
                 latency=tuple(float(v) for v in fixed))
 
 

@@ -34,7 +34,8 @@ from daskstraggle.latency.base import (
     register_model,
 )
 
-__all__ = ["Artificial", "Link", "LinkQueue", "Schedule", "Slowdown", "parse_bandwidth"]
+__all__ = ["Artificial", "Link", "Schedule", "SharedLink", "Slowdown", "parse_bandwidth",
+           "share_link"]
 
 
 def _check_base(value: Any, *, name: str, caller: str, allow_none: bool = True) -> Any:
@@ -480,10 +481,9 @@ class Link(_Modifier):
 
     A message of ``B`` bytes from worker ``i`` takes ``latency + B / bandwidth[i]`` on
     its worker's own link (added to the communication time drawn from ``base``) and
-    streams on through the coordinator's link, which every reply shares, as it goes
-    (as TCP through a switch): it holds that link ``B / coordinator`` seconds, first
-    come first served after the replies that reached it before, and has arrived when
-    both links are crossed (:class:`LinkQueue`); alone, ``latency + B / min(bandwidth[i],
+    streams on through the coordinator's link as it goes (as TCP through a switch),
+    sharing that link's ``coordinator`` bytes per second equally with the other replies
+    in flight (:class:`SharedLink`): alone it takes ``latency + B / min(bandwidth[i],
     coordinator)`` (:meth:`message_duration`). The draws of ``base`` are unchanged: the
     bytes are known only to the runtime that carries the message (the simulated runtime
     charges each result's bytes; on a Dask cluster the real network does).
@@ -504,7 +504,7 @@ class Link(_Modifier):
 
     See Also
     --------
-    LinkQueue : The coordinator's link during one run.
+    SharedLink : The coordinator's link during one run.
     daskstraggle.runtime.SimRuntime : Charges each result's bytes through the link.
 
     Examples
@@ -574,7 +574,12 @@ class Link(_Modifier):
         >>> Link(bandwidth=(1e6, 2e6)).receive_duration(1, 1e6)
         0.5
         """
-        return 0.0 if self.bandwidth is None else nbytes / _of(self.bandwidth, worker_index)
+        return nbytes / self.rate(worker_index) if nbytes else 0.0
+
+    def rate(self, worker_index: int) -> float:
+        """Return worker ``worker_index``'s link in bytes per second (``math.inf`` when
+        unlimited)."""
+        return math.inf if self.bandwidth is None else _of(self.bandwidth, worker_index)
 
     def coordinator_duration(self, nbytes: float) -> float:
         """Return the seconds a message of ``nbytes`` bytes holds the coordinator's link
@@ -597,70 +602,125 @@ class Link(_Modifier):
                                                      self.coordinator_duration(nbytes))
 
 
-class LinkQueue:
-    """The coordinator's link during one run: the replies' bytes cross it in turn, each
-    reply no sooner than its own worker's link delivered it.
+class SharedLink:
+    """The coordinator's link during one run, shared by the replies in flight.
+
+    A reply's bytes enter the link when its first byte leaves its worker (:meth:`add`)
+    and share its bandwidth equally with the others in flight, as TCP streams do through
+    a switch port, none faster than its own worker's link (max-min fair shares: a reply
+    held back by its own link leaves the rest to the others). The caller takes the
+    replies out in the order they finish (:meth:`next_done`, :meth:`finish`): every
+    time given is at or after the last one, and before the next reply finishes.
 
     Parameters
     ----------
     link : Link
-        The link model (its ``coordinator`` bandwidth).
-
-    Attributes
-    ----------
-    free_time : float
-        When the link has carried the bytes of every reply queued so far, each from when
-        it reached the link (0 at the start).
+        The link model (its ``coordinator`` bandwidth; None: every reply at its own
+        link's rate).
 
     Examples
     --------
-    Three replies of 1 MB reaching a 10 MB/s link at once cross it in turn:
+    Three replies of 1 MB reach a 10 MB/s link at once: they share it, and all arrive
+    after 0.3 s; one of them behind a 1 MB/s link arrives at 1 s, the other two after
+    2 MB at 9 MB/s:
 
-    >>> queue = LinkQueue(Link(coordinator=1e7))
-    >>> [queue.arrive(0.0, 1e6) for _ in range(3)]
-    [0.1, 0.2, 0.30000000000000004]
+    >>> from daskstraggle.latency.modifiers import share_link
+    >>> share_link(Link(coordinator=1e7), [0.0] * 3, 1e6)
+    [0.3, 0.3, 0.3]
+    >>> [round(t, 3) for t in share_link(Link(coordinator=1e7), [0.0] * 3, 1e6,
+    ...                                   rates=[1e6, math.inf, math.inf])]
+    [1.0, 0.222, 0.222]
     """
 
     def __init__(self, link: Link) -> None:
         self.link = link
-        self.free_time = 0.0
+        self.time = 0.0
+        self._flows: dict[Any, list[float]] = {}  # key -> [bytes left, its own rate]
 
-    def arrive(self, time: float, nbytes: float, streamed: float = 0.0) -> float:
-        """Queue a reply whose last byte left its worker's link at ``time``, after
-        ``streamed`` seconds on it; return when it has crossed the coordinator's link too.
+    def add(self, key: Any, time: float, nbytes: float, rate: float = math.inf) -> None:
+        """A reply ``key`` of ``nbytes`` bytes enters the link at ``time``, fed by its
+        worker's link at ``rate`` bytes per second."""
+        self._advance(time)
+        self._flows[key] = [float(nbytes), float(rate)]
 
-        Its bytes reach the coordinator's link from ``time - streamed`` on, and take their
-        ``nbytes / coordinator`` seconds there after the bytes queued before them (first
-        come, first served, in the order the replies are queued); the reply has arrived
-        when both links are crossed.
+    def next_done(self) -> tuple[float, Any] | None:
+        """When the next reply finishes if no other enters before, and its key (None:
+        none in flight)."""
+        if not self._flows:
+            return None
+        rates = self._rates()
+        key = min(self._flows, key=lambda k: _seconds(self._flows[k][0], rates[k]))
+        return self.time + _seconds(self._flows[key][0], rates[key]), key
 
-        Parameters
-        ----------
-        time : float
-            Seconds when the reply's last byte left its worker's link.
-        nbytes : float
-            Its size in bytes.
-        streamed : float, default=0.0
-            Seconds its bytes took on its worker's link (0: the reply reaches the
-            coordinator's link whole at ``time``, as a checkpoint the coordinator writes).
+    def finish(self, key: Any, time: float) -> None:
+        """Take out reply ``key``, finished at ``time`` (:meth:`next_done`)."""
+        self._advance(time)
+        del self._flows[key]
 
-        Returns
-        -------
-        time : float
-            ``max(time, free_time)``, where the new ``free_time`` is
-            ``max(free_time, time - streamed) + nbytes / coordinator``.
+    def cross(self, time: float, nbytes: float, rate: float = math.inf
+              ) -> tuple[float, list[tuple[float, Any]]]:
+        """Carry a message of ``nbytes`` from ``time`` on (a checkpoint, a tree's sum)
+        and return when it has crossed, with the ``(time, key)`` of the replies that
+        finished before it (taken out)."""
+        token = object()
+        self.add(token, time, nbytes, rate)
+        before: list[tuple[float, Any]] = []
+        while True:
+            done, key = cast(tuple[float, Any], self.next_done())
+            self.finish(key, done)
+            if key is token:
+                return done, before
+            before.append((done, key))
 
-        Examples
-        --------
-        Two replies of 1 MB trickle from 1 MB/s worker links for 1 s; the 10 MB/s
-        coordinator's link carried both as they came:
+    def _advance(self, time: float) -> None:
+        """Move every reply on to ``time`` at its share."""
+        if time > self.time and self._flows:
+            rates = self._rates()
+            for key, flow in self._flows.items():
+                flow[0] = max(0.0, flow[0] - rates[key] * (time - self.time))
+        self.time = max(self.time, time)
 
-        >>> queue = LinkQueue(Link(coordinator=1e7))
-        >>> queue.arrive(1.0, 1e6, streamed=1.0), queue.arrive(1.0, 1e6, streamed=1.0)
-        (1.0, 1.0)
-        >>> queue.arrive(2.0, 1e6)  # whole at 2 s: 0.1 s across
-        2.1
-        """
-        self.free_time = (max(self.free_time, time - streamed)
-                          + self.link.coordinator_duration(nbytes))
-        return max(time, self.free_time)
+    def _rates(self) -> dict[Any, float]:
+        """Each reply's bytes per second: max-min fair shares of the coordinator's link
+        under each reply's own rate."""
+        left = math.inf if self.link.coordinator is None else float(self.link.coordinator)
+        rates = {}
+        order = sorted(self._flows, key=lambda k: self._flows[k][1])
+        for k, key in enumerate(order):
+            share = left / (len(order) - k)
+            rates[key] = min(self._flows[key][1], share)
+            left -= rates[key]
+        return rates
+
+
+def _seconds(nbytes: float, rate: float) -> float:
+    """Seconds ``nbytes`` take at ``rate`` bytes per second (none when nothing is left,
+    or at an unlimited rate)."""
+    return 0.0 if nbytes <= 0 or rate == math.inf else nbytes / rate
+
+
+def share_link(link: Link, starts: list[float], nbytes: float,
+               rates: list[float] | None = None) -> list[float]:
+    """Return when each of messages of ``nbytes`` bytes, entering the coordinator's link
+    of ``link`` at ``starts`` (fed at ``rates``: None, unlimited), has crossed it, all
+    sharing it (:class:`SharedLink`).
+
+    Examples
+    --------
+    >>> share_link(Link(coordinator=1e6), [0.0, 1.0], 1e6)  # one after the other
+    [1.0, 2.0]
+    """
+    shared = SharedLink(link)
+    feeds = [math.inf] * len(starts) if rates is None else rates
+    done = [0.0] * len(starts)
+    pending = sorted(range(len(starts)), key=starts.__getitem__)
+    while pending or shared.next_done() is not None:
+        upcoming = shared.next_done()
+        if pending and (upcoming is None or starts[pending[0]] <= upcoming[0]):
+            i = pending.pop(0)
+            shared.add(i, starts[i], nbytes, feeds[i])
+        else:
+            at, key = cast(tuple[float, Any], upcoming)
+            shared.finish(key, at)
+            done[key] = at
+    return done

@@ -19,7 +19,7 @@ from daskstraggle.engine.stop import StopRule
 from daskstraggle.errors import ConvergenceWarning, NoCallError
 from daskstraggle.latency.base import Constant
 from daskstraggle.latency.fit import UNLIMITED, Links
-from daskstraggle.latency.modifiers import Link, LinkQueue
+from daskstraggle.latency.modifiers import Link, share_link
 from daskstraggle.methods import make_method
 from daskstraggle.methods.base import Method, RoundSummary, WorkResult, WorkUnit
 from daskstraggle.methods.gd import GD
@@ -73,6 +73,11 @@ LINK_PROBE_BYTES = 2**20
 #: the fixed cost of a task and the cost of its rows. It runs when the links measured can
 #: hold gram's round up (:class:`ProbeGram`).
 GRAM_PROBE_SHARE = 1 / 32
+#: Smallest reply (bytes) for which ``auto`` weighs tree aggregation for ``gd``: smaller
+#: replies of 16 workers cross a 100 Mbit/s coordinator's link in about the 20-30 ms a
+#: level of sums costs as a task of its own (a 2-core machine), so the tree cannot be
+#: faster by the margin there, and the links are not measured.
+TREE_MIN_BYTES = 16 * 2**10
 #: Smallest matrix (its values as float64) worth a probe: a smaller job takes about as
 #: long as the probe itself, so ``auto`` keeps the rule there.
 MEASURE_MIN_BYTES = 64 * 2**20
@@ -245,7 +250,7 @@ def gram_candidates(gram: Method, n_workers: int, backup_after: float) -> list[C
 
 def predict(options: list[Candidate], model: LatencyModel, n_workers: int,
             rng: np.random.Generator, *, links: Links | None = None, message_bytes: int = 0,
-            rounds: int = SIM_ROUNDS) -> dict[str, float]:
+            rounds: int = SIM_ROUNDS, sum_duration: float = 0.0) -> dict[str, float]:
     """Return each candidate's simulated seconds per round, by label, on ``n_workers``
     workers whose tasks of an equal share of the rows take ``model``'s (per-worker)
     latency, over ``rounds`` rounds (each candidate with its runtime settings); ``rng``
@@ -253,7 +258,7 @@ def predict(options: list[Candidate], model: LatencyModel, n_workers: int,
     With ``links``, every message also crosses them as one of ``message_bytes`` bytes
     would (the surrogate's smaller messages meet bandwidths scaled down by as much): the
     replies to the coordinator its ``to_coordinator`` links, tree aggregation's sums the
-    ``between_workers`` ones."""
+    ``between_workers`` ones, each sum a task of ``sum_duration`` seconds."""
     from daskstraggle.data import open_matrix
     from daskstraggle.runtime.fault_simulation import make_least_squares_data
     from daskstraggle.runtime.sim import SimRuntime
@@ -274,7 +279,7 @@ def predict(options: list[Candidate], model: LatencyModel, n_workers: int,
     for option in options:
         with SimRuntime(n_workers=n_workers, latency=models[option.aggregation or "flat"],
                         rng=seed,
-                        backup_after=option.backup_after,
+                        backup_after=option.backup_after, sum_duration=sum_duration,
                         aggregation=option.aggregation or "flat") as sim:
             outcome = _rounds(sim, option.surrogate, LeastSquares(), matrix, rounds, rng=seed)
         out[option.label] = float(np.mean(outcome.rows.column("iteration_duration")))
@@ -424,19 +429,23 @@ def _latency_tables(rows: TraceRecorder, arrays: dict[str, np.ndarray], share: f
 
 def _tree_may_pay(rows: TraceRecorder, best: float) -> bool:
     """Whether tree aggregation could run a round :data:`MARGIN` times faster than
-    ``best`` seconds, by the probe's trace ``rows``: it saves at most the time the
-    replies queued on their way to the coordinator (the spread of the workers' median
-    communication times: the first reply's did not queue) and costs at least a task's
-    fixed cost (the least of those times) per level of sums."""
+    ``best`` seconds, by the probe's trace ``rows``: its messages are of
+    :data:`TREE_MIN_BYTES` or more, and the slowest worker's median communication time
+    (what one sum could save at most) is over the share of ``best`` the margin asks."""
     communication = rows.per_worker()[2][WARMUP_ROUNDS:]
+    if not np.isfinite(communication).any() or _message_bytes(rows) < TREE_MIN_BYTES:
+        return False
     with warnings.catch_warnings():  # a worker that never answered: NaN
         warnings.simplefilter("ignore", RuntimeWarning)
-        typical = np.nanmedian(communication, axis=0)
-    typical = typical[np.isfinite(typical)]
-    if typical.size < 2:
-        return False
-    levels = _tree_levels(communication.shape[1])
-    return float(np.ptp(typical)) > best * (1 - 1 / MARGIN) + levels * float(typical.min())
+        slowest = float(np.nanmax(np.nanmedian(communication, axis=0)))
+    return slowest > best * (1 - 1 / MARGIN)
+
+
+def _message_bytes(rows: TraceRecorder) -> int:
+    """The median bytes of one reply in the probe's rounds (the warm-up left out)."""
+    answered = np.isfinite(rows.per_worker()[1][WARMUP_ROUNDS:]).sum(axis=1)
+    return int(np.median(rows.column("bytes_to_coordinator")[WARMUP_ROUNDS:]
+                         / np.maximum(answered, 1)))
 
 
 def _predict_tree(runtime: Runtime, plain: Method, rows: TraceRecorder, share: float,
@@ -444,28 +453,25 @@ def _predict_tree(runtime: Runtime, plain: Method, rows: TraceRecorder, share: f
     """Measure the links with the probe's messages (``rows``: its trace, each task on
     ``share`` of its rows) and predict ``plain`` with ``aggregation="tree"`` on them:
     the laws fitted to the probe's compute and to its communication beyond the messages'
-    bytes, the sums simulated on the links between workers, each level of sums charged
-    the least of the workers' median fixed cost (a task of its own). Return the links
+    bytes, the sums simulated on the links between workers, each sum a task of the least
+    of the workers' median fixed cost (``SimRuntime(sum_duration=)``). Return the links
     (None: not measured), the tree candidate (None: no prediction) and its seconds per
     round."""
     from daskstraggle.latency import fit_trace
 
     n = runtime.n_workers
-    latency = rows.per_worker()[1][WARMUP_ROUNDS:]
-    nbytes = int(np.median(rows.column("bytes_to_coordinator")[WARMUP_ROUNDS:]
-                           / np.maximum(np.isfinite(latency).sum(axis=1), 1)))
+    nbytes = _message_bytes(rows)
     links = runtime.measure_links(max(1, min(nbytes, LINK_PROBE_BYTES)))
     if links is None:
         return None, None, math.inf
     bytes_only = Links(*(replace(link, latency=0.0) for link in links))
     arrays = _fit_arrays(rows, whole=True, share=share, link=bytes_only.to_coordinator)
     tree = Candidate(f"{plain.name}(tree)", plain, plain, aggregation="tree")
-    seconds = predict([tree], fit_trace(arrays), n, rng, links=bytes_only,
-                      message_bytes=nbytes)[tree.label]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        fixed = np.nanmedian(arrays["communication_duration"], axis=0)
-    return links, tree, seconds + _tree_levels(n) * float(np.nanmin(fixed))
+        fixed = float(np.nanmin(np.nanmedian(arrays["communication_duration"], axis=0)))
+    return links, tree, predict([tree], fit_trace(arrays), n, rng, links=bytes_only,
+                                message_bytes=nbytes, sum_duration=fixed)[tree.label]
 
 
 def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Method, *,
@@ -478,10 +484,10 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
     rounds of :class:`ProbeGram` on the run's data measure each worker's compute (a task's
     fixed cost and its rows'),
     and the :func:`gram_candidates` are simulated on it and the links, one round each;
-    tree aggregation's prediction is charged, per level of sums (each a task of its own,
-    which the simulation does not charge), the least of the probe tasks' fixed costs
-    (their communication beyond their messages' bytes on the links), and is run only if
-    predicted :data:`MARGIN` times faster than the flat candidate chosen."""
+    tree aggregation's sums are simulated as tasks of the least of the probe tasks'
+    fixed costs (their communication beyond their messages' bytes on the links:
+    ``SimRuntime(sum_duration=)``), and the tree runs only if predicted :data:`MARGIN`
+    times faster than the flat candidate chosen."""
     start = clock()
     n = runtime.n_workers
     nbytes = 8 * matrix.n_columns * (matrix.n_columns + 1) // 2
@@ -500,11 +506,10 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
     model = _gram_model(probe.rows, share, bytes_only.to_coordinator)
     options = gram_candidates(gram, n, backup_after)
     predicted = predict(options, model, n, rng, message_bytes=nbytes, rounds=1,
-                        links=bytes_only)
-    trees = {option.label for option in options if option.aggregation == "tree"}
-    for tree in trees:  # a task per level of sums, each its least fixed cost
-        predicted[tree] += _tree_levels(n) * min(np.atleast_1d(model.communication))
-    label = pick(predicted, gram.name, trees=trees)
+                        links=bytes_only,  # a sum: a task, the least fixed cost
+                        sum_duration=min(np.atleast_1d(model.communication)))
+    label = pick(predicted, gram.name,
+                 trees={option.label for option in options if option.aggregation == "tree"})
     chosen = next(option for option in options if option.label == label)
     return Choice(chosen.method, label, gram.name, predicted, len(shares),
                   clock() - start, list(np.add(model.compute, model.communication)),
@@ -512,28 +517,19 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
                   links=links)
 
 
-def _tree_levels(n_workers: int) -> int:
-    """Levels of tree aggregation's sums over ``n_workers`` results (:data:`~daskstraggle.
-    runtime.aggregate.FAN_IN` at a time)."""
-    from daskstraggle.runtime.aggregate import FAN_IN
-
-    return max(1, math.ceil(math.log(n_workers) / math.log(FAN_IN)))
-
-
 def _beyond_links(rows: TraceRecorder, link: Link) -> np.ndarray:
     """The probe's communication times (rounds x workers, NaN where a worker did not
-    answer) less each message's time on ``link``, the messages of a round queued on the
-    coordinator's link in the order they arrived: what a message costs beyond its bytes
-    (Dask's scheduling and the fetch), at least 0."""
+    answer) less each message's time on ``link``, a round's messages sharing the
+    coordinator's link from the end of their compute: what a message costs beyond its
+    bytes (Dask's scheduling and the fetch), at least 0."""
     compute, latency, communication = rows.per_worker()
-    answered = np.isfinite(latency).sum(axis=1)
-    sizes = rows.column("bytes_to_coordinator") / np.maximum(answered, 1)
+    answered = np.isfinite(latency)
+    sizes = rows.column("bytes_to_coordinator") / np.maximum(answered.sum(axis=1), 1)
     for r, nbytes in enumerate(sizes):
-        queue = LinkQueue(link)
-        for i in np.argsort(latency[r])[:answered[r]]:  # in arrival order (NaN last)
-            left = compute[r, i] + link.transfer_duration(i, nbytes)
-            crossed = queue.arrive(left, nbytes, link.receive_duration(i, nbytes))
-            communication[r, i] = max(0.0, latency[r, i] - crossed)
+        workers = np.flatnonzero(answered[r])
+        crossed = share_link(link, [float(compute[r, i]) for i in workers], nbytes,
+                             [link.rate(int(i)) for i in workers])
+        communication[r, workers] = np.maximum(0.0, latency[r, workers] - crossed)
     return communication
 
 

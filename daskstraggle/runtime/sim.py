@@ -38,7 +38,7 @@ from daskstraggle.errors import InvalidParameterError
 from daskstraggle.latency.base import LatencyModel, LatencySampler
 from daskstraggle.latency.faults import FAULTS, ClusterState, Fault
 from daskstraggle.latency.fit import Links, fit_link, fit_peers
-from daskstraggle.latency.modifiers import LinkQueue
+from daskstraggle.latency.modifiers import SharedLink, share_link
 from daskstraggle.latency.spec import parse_latency, parse_stragglers
 from daskstraggle.methods.base import WorkResult, WorkUnit
 from daskstraggle.problems.base import Problem
@@ -88,6 +88,10 @@ class SimRuntime(LocalRuntime):
         for the newest dispatched version cost time: as in the paper's master, which
         stops receiving once it can step, results of older versions are dropped at no
         cost (with ``receive_duration=0`` nothing changes).
+    sum_duration : float, default=0.0
+        Simulated seconds each of tree aggregation's sums costs as a task of its own
+        (scheduled, its terms fetched, the sum made), beyond its terms' bytes on the
+        links (``aggregation="tree"`` only).
     rng : int, Generator or None, default=None
         Seed of the latency draws (independent of the run's ``rng``).
     faults : str, sequence of Fault or None, default=None
@@ -149,6 +153,7 @@ class SimRuntime(LocalRuntime):
         *,
         update_duration: float = 0.0,
         receive_duration: float = 0.0,
+        sum_duration: float = 0.0,
         rng: int | np.random.Generator | None = None,
         faults: str | tuple[Fault, ...] | list[Fault] | None = None,
         frozen_after: float | None = None,
@@ -168,6 +173,8 @@ class SimRuntime(LocalRuntime):
                                                  caller="SimRuntime")
         self.receive_duration = check_nonnegative(receive_duration, name="receive_duration",
                                                   caller="SimRuntime")
+        self.sum_duration = check_nonnegative(sum_duration, name="sum_duration",
+                                              caller="SimRuntime")
         self.frozen_after, self.stale_after, self.backup_after = check_slow_settings(
             frozen_after, stale_after, backup_after, caller="SimRuntime")
         self.aggregation = check_choice(aggregation, name="aggregation", caller="SimRuntime",
@@ -186,7 +193,7 @@ class SimRuntime(LocalRuntime):
         self._heap: list[tuple[float, int, str]] = []
         self._tasks: dict[str, _SimTask] = {}
         self._sampler: LatencySampler | None = None
-        self._links: LinkQueue | None = None  # the coordinator's link, state of a run
+        self._links: SharedLink | None = None  # the coordinator's link, state of a run
         self._real_start = time.perf_counter()
         self._events: list[tuple[float, int, Fault]] = sorted(
             (f.at, k, f) for k, f in enumerate(self.faults))
@@ -204,12 +211,10 @@ class SimRuntime(LocalRuntime):
         if link is None:
             return None
         workers = range(self._n_workers)
-        sent = sorted((link.transfer_duration(i, nbytes), link.receive_duration(i, nbytes))
-                      for i in workers)
-        queue = LinkQueue(link)
-        fitted = fit_link(nbytes, [link.message_duration(i, nbytes) for i in workers],
-                          [queue.arrive(t, nbytes, streamed) for t, streamed in sent],
-                          latency=[link.transfer_duration(i, 0) for i in workers])
+        fixed = [link.transfer_duration(i, 0) for i in workers]
+        at_once = share_link(link, fixed, nbytes, [link.rate(i) for i in workers])
+        fitted = fit_link(nbytes, [link.message_duration(i, nbytes) for i in workers], at_once,
+                          latency=fixed)
         moved = [link.receive_duration(i, nbytes) for i in workers]  # worker to worker
         ring = [(i, j, max(moved[i], moved[j]))
                 for i, j in zip(workers, [*workers[1:], 0], strict=True) if i != j]
@@ -223,7 +228,7 @@ class SimRuntime(LocalRuntime):
         self._reset()
         if self.latency is not None:
             self._sampler = self.latency.sampler(self._n_workers, self._seed)
-            self._links = None if self.latency.link is None else LinkQueue(self.latency.link)
+            self._links = None if self.latency.link is None else SharedLink(self.latency.link)
         self.engine.pool = WorkerPool(
             [str(i) for i in range(self._n_workers)], placement=placement,
             partition_rows=partition_rows, backup_after=self.backup_after,
@@ -292,10 +297,19 @@ class SimRuntime(LocalRuntime):
         end = self._frozen_end(worker, start, work)
         # (without a freeze: start + latency, the sum the latency model's own simulator takes)
         finish = start + (work + communication) if end == start + work else end + communication
-        self._tasks[key] = _SimTask(unit, result, compute, work + communication, message,
-                                    final, worker, end, queued=self._links is not None)
+        task = _SimTask(unit, result, compute, work + communication, message, final, worker,
+                        end, queued=self._links is not None, left=finish)
+        self._tasks[key] = task
+        if task.queued:  # its first byte reaches the coordinator's link
+            finish -= self._links.link.receive_duration(self._index(worker),  # type: ignore
+                                                        self._payload(result))
         heapq.heappush(self._heap, (finish, order, key))
         return key
+
+    def _index(self, worker: str) -> int:
+        """The worker index of ``worker``."""
+        assert self.worker_pool is not None
+        return self.worker_pool.workers.index(worker)
 
     def _frozen_end(self, worker: str, start: float, work: float) -> float:
         """When ``work`` seconds of computing started at ``start`` end on ``worker``."""
@@ -376,7 +390,8 @@ class SimRuntime(LocalRuntime):
             self._drop_cancelled()
             fault_at = self._events[0][0] if self._events else math.inf
             check_at = self._wake
-            if not self._heap:
+            received, crossing = self._upcoming()
+            if received == math.inf:  # nothing in flight
                 if fault_at <= deadline and fault_at < math.inf:
                     self._now = max(self._now, fault_at)
                     self._play_fault()
@@ -384,9 +399,6 @@ class SimRuntime(LocalRuntime):
                 if timeout is not None:
                     self._now = deadline
                 return None
-            finish, order, key = self._heap[0]
-            task = self._tasks[key]
-            received = self._due(finish, task)
             first = min(fault_at, check_at)
             if first < received and first <= deadline:
                 self._now = max(self._now, first)
@@ -399,14 +411,32 @@ class SimRuntime(LocalRuntime):
             if received > deadline:
                 self._now = deadline
                 return None
-            heapq.heappop(self._heap)
+            if crossing is not None:  # a reply has crossed the coordinator's link
+                cast(SharedLink, self._links).finish(crossing, received)
+                self._crossed(received, crossing)
+                continue
+            finish, order, key = heapq.heappop(self._heap)
+            task = self._tasks[key]
             self._now = received
-            if task.queued:  # it reached the coordinator's link: its turn there
+            if task.queued:  # it reaches the coordinator's link: it shares it from now on
                 self._cross_link(finish, order, key, task)
                 continue
             done = self._receive(key, task)
             if done is not None:
                 return done
+
+    def _upcoming(self) -> tuple[float, str | None]:
+        """When the next task in flight is due (received, or reaching the coordinator's
+        link), or the next reply crosses that link first (then its key), ``math.inf``
+        when nothing is in flight."""
+        due = math.inf
+        if self._heap:
+            finish, _, key = self._heap[0]
+            due = self._due(finish, self._tasks[key])
+        crossing = None if self._links is None else self._links.next_done()
+        if crossing is not None and crossing[0] <= due:
+            return crossing[0], crossing[1]
+        return due, None
 
     def _due(self, finish: float, task: _SimTask) -> float:
         """When the coordinator next handles ``task`` (heap time ``finish``): the time it
@@ -419,16 +449,20 @@ class SimRuntime(LocalRuntime):
         return max(self._now, finish) + self.receive_duration * n_messages
 
     def _cross_link(self, arrival: float, order: int, key: str, task: _SimTask) -> None:
-        """Give ``task``, whose reply reaches the coordinator's link at ``arrival``, its
-        turn there (after the replies that reached it before): it arrives once across."""
+        """``task``'s reply reaches the coordinator's link at ``arrival``: it shares the
+        link from then on (:meth:`_next` receives it once across)."""
         assert self._links is not None
-        nbytes = self._payload(task.result)
-        assert self.worker_pool is not None
-        crossed = self._links.arrive(arrival, nbytes, self._links.link.receive_duration(
-            self.worker_pool.workers.index(task.worker), nbytes))
-        task.queued = False
-        task.latency += crossed - arrival
-        heapq.heappush(self._heap, (crossed, order, key))
+        self._links.add(key, arrival, self._payload(task.result),
+                        self._links.link.rate(self._index(task.worker)))
+
+    def _crossed(self, at: float, key: str) -> None:
+        """Reply ``key`` has crossed the coordinator's link at ``at``: it is received
+        then (nothing, if nobody waits for it any more: its bytes crossed all the same)."""
+        task = self._tasks.get(key)
+        if task is not None:
+            task.queued = False
+            task.latency += at - task.left
+            heapq.heappush(self._heap, (at, next(self._order), key))
 
     def _receive(self, key: str, task: _SimTask) -> WorkResult | None:
         """The pool's view of an arrived task: the method's result, or None (the first
@@ -477,7 +511,7 @@ class SimRuntime(LocalRuntime):
                         + link.receive_duration(host.index, nbytes))
                     ready = max(ready, sent, incoming[host.index])
                 ready = max(ready, item.ready)
-            return _Held(value, host.index, ready)
+            return _Held(value, host.index, ready + self.sum_duration)
 
         root = build_tree([(weight, leaf.message, leaf.handle) for weight, leaf in terms],
                           submit)
@@ -487,8 +521,8 @@ class SimRuntime(LocalRuntime):
         done = root.ready
         if self._links is not None:
             link = self._links.link
-            done = self._links.arrive(max(done, self._now) + link.transfer_duration(
-                root.index, nbytes), nbytes, link.receive_duration(root.index, nbytes))
+            done = self._cross(max(done, self._now) + link.transfer_duration(root.index, 0),
+                               nbytes, link.rate(root.index))
         self._now = max(self._now, done)
         return gradient, values
 
@@ -584,7 +618,15 @@ class SimRuntime(LocalRuntime):
         replies' too: a checkpoint on a network filesystem, a replica on the scheduler),
         and the coordinator waits for it."""
         if self._links is not None:
-            self._now = self._links.arrive(self._now, nbytes)
+            self._now = self._cross(self._now, nbytes)
+
+    def _cross(self, time: float, nbytes: int, rate: float = math.inf) -> float:
+        """When a message the coordinator waits for, entering its link at ``time`` (fed at
+        ``rate``), has crossed it; the replies that crossed first are received."""
+        done, before = cast(SharedLink, self._links).cross(time, nbytes, rate)
+        for at, key in before:
+            self._crossed(at, key)
+        return done
 
     def _run_attrs(self) -> dict[str, Any]:
         attrs: dict[str, Any] = {
@@ -592,6 +634,7 @@ class SimRuntime(LocalRuntime):
             "latency_model": "none" if self.latency is None else self.latency.to_spec(),
             "update_duration_s": self.update_duration,
             "receive_duration_s": self.receive_duration,
+            "sum_duration_s": self.sum_duration,
             "real_duration_s": time.perf_counter() - self._real_start,
         }
         if self.faults:
@@ -618,6 +661,7 @@ class _SimTask:
     worker: str
     end: float  # when its computing ends (then the worker is free)
     queued: bool = False  # it has yet to cross the coordinator's link
+    left: float = 0.0  # when its last byte left its worker's link
 
 
 @dataclass(slots=True)

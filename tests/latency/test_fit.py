@@ -192,12 +192,13 @@ def test_fit_trace_bad_n_workers(bad):
 
 
 def test_fit_link_on_a_shared_port_finds_the_coordinator_and_the_slow_worker():
-    """Measured links share a port's rate fairly (TCP), not one message after another:
-    two fast workers sending at once on a 100 Mbit/s port both arrive after 2 M / rate,
-    the third's own 10 Mbit/s link after 10 M / rate. The fit still finds the port and the
-    slow worker: its message alone takes as long in the model as it was measured."""
+    """Measured links share a port's rate fairly (TCP): two fast workers sending at once
+    on a 100 Mbit/s port with a third behind its own 10 Mbit/s link get 90 % of the port
+    between them, and arrive after 2.22 M / rate, the third after 10 M / rate. The fit
+    finds the port and the slow worker: its message alone takes as long in the model as
+    it was measured."""
     m = 10**6 / 12.5e6  # seconds of one message at 100 Mbit/s
-    link = fit_link(10**6, [m, m, 10 * m], [2 * m, 2 * m, 10 * m], latency=[0.0] * 3)
+    link = fit_link(10**6, [m, m, 10 * m], [20 / 9 * m, 20 / 9 * m, 10 * m], latency=[0.0] * 3)
     assert link.coordinator == pytest.approx(12.5e6, rel=0.01)
     assert link.bandwidth[:2] == (UNLIMITED, UNLIMITED)
     assert link.message_duration(2, 10**6) == pytest.approx(10 * m, rel=0.01)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from daskstraggle.errors import InvalidParameterError
-from daskstraggle.latency import Link, LinkQueue, parse_bandwidth
+from daskstraggle.latency import Link, SharedLink, parse_bandwidth, share_link
 from daskstraggle.latency.base import Constant, LatencyModel
 from daskstraggle.latency.models import Gamma, Slowdown
 from daskstraggle.latency.spec import parse_latency, parse_stragglers
@@ -113,19 +113,36 @@ def test_one_reply_takes_its_bytes_over_the_bandwidth_plus_the_latency(nbytes, r
 
 @pytest.mark.parametrize(("n", "nbytes", "rate"),
                          [(4, 64.0, 1e3), (10, 1e6, 1.25e8), (1, 5.0, 1.0)])
-def test_simultaneous_equal_replies_cross_the_coordinator_link_in_turn(n, nbytes, rate):
-    queue = LinkQueue(Link(coordinator=rate))
-    crossed = [queue.arrive(0.0, nbytes) for _ in range(n)]
-    np.testing.assert_allclose(crossed, [k * nbytes / rate for k in range(1, n + 1)], rtol=1e-12)
-    assert crossed == sorted(crossed) and queue.free_time == crossed[-1]
+def test_simultaneous_equal_replies_share_the_coordinator_link(n, nbytes, rate):
+    """Sent at once, n equal replies share the link equally: all arrive when its n
+    messages' bytes have crossed (TCP streams through one port)."""
+    crossed = share_link(Link(coordinator=rate), [0.0] * n, nbytes)
+    np.testing.assert_allclose(crossed, [n * nbytes / rate] * n, rtol=1e-12)
 
 
 def test_a_reply_reaching_an_idle_coordinator_link_does_not_wait():
-    queue = LinkQueue(Link(coordinator=100.0))
-    assert queue.arrive(1.0, 150.0) == 2.5  # idle: 1 + 1.5
-    assert queue.arrive(2.0, 150.0) == 4.0  # behind the first: 2.5 + 1.5
-    assert queue.arrive(10.0, 50.0) == 10.5  # idle again
-    assert LinkQueue(Link()).arrive(3.0, 1e9) == 3.0  # unlimited
+    link = Link(coordinator=100.0)
+    # alone from 1 s, shared from 2 s (50 B left at 50 B/s), alone again; idle at 10 s
+    assert share_link(link, [1.0, 2.0, 10.0], 150.0) == pytest.approx([3.0, 4.0, 11.5])
+    assert share_link(Link(), [3.0], 1e9) == [3.0]  # unlimited
+
+
+def test_a_reply_held_by_its_own_link_leaves_the_rest_to_the_others():
+    """Max-min fair shares: a reply whose own link carries 10 B/s takes 10 of the
+    coordinator's 100; the two others share 90 until they are done, then it goes on."""
+    crossed = share_link(Link(coordinator=100.0), [0.0] * 3, 450.0, rates=[10.0, 1e9, 1e9])
+    assert crossed == pytest.approx([45.0, 10.0, 10.0])
+
+
+def test_the_shared_link_carries_a_message_behind_the_replies_in_flight():
+    """A checkpoint written while two replies are in flight shares the link with them
+    and is done once its bytes crossed; the replies that finished first come back."""
+    shared = SharedLink(Link(coordinator=100.0))
+    shared.add("a", 0.0, 100.0)
+    shared.add("b", 0.0, 300.0)
+    done, before = shared.cross(0.0, 100.0)  # a third of 100 B/s each
+    assert done == pytest.approx(3.0) and before == [(pytest.approx(3.0), "a")]
+    assert shared.next_done() == (pytest.approx(5.0), "b")  # 200 B left, alone at 100 B/s
 
 
 def test_constant_base_keeps_its_own_communication():

@@ -484,17 +484,20 @@ def test_tree_is_predicted_on_the_links_between_workers():
     assert slow["gram"] == pytest.approx(fast["gram"], rel=0.05)
 
 
-@pytest.mark.parametrize(("coordinator", "expected"), [(1e6, "gd(tree)"), ("10gbit", "gd")])
-def test_gd_on_a_slow_coordinator_link_runs_tree_aggregation(coordinator, expected):
-    """Least squares on 2000 columns, six workers: each gradient is 16 kB, and on a 1 MB/s
-    coordinator's link the six of a round queue for 96 ms where a worker computes for
-    2 ms. The probe's replies take that long, so auto measures the links and predicts gd
-    with tree aggregation (one sum reaches the coordinator; the sums cross 1 Gbit/s links
-    between workers): it runs it, as fast as gd with tree aggregation by hand, to the same
-    iterate as gd. On a 10 Gbit/s link the replies take no time: no link is measured."""
+@pytest.mark.parametrize(("columns", "coordinator", "expected"), [
+    (2400, 1e6, "gd(tree)"), (2400, "10gbit", "gd"), (1000, 1e6, "gd")])
+def test_gd_on_a_slow_coordinator_link_runs_tree_aggregation(columns, coordinator, expected):
+    """Least squares on 2400 columns, six workers: each gradient is 19 kB (over
+    TREE_MIN_BYTES), and on a 1 MB/s coordinator's link the six of a round share it for
+    115 ms where a worker computes for 2 ms. The probe's replies take that long, so auto
+    measures the links and predicts gd with tree aggregation (one sum reaches the
+    coordinator; the sums cross 1 Gbit/s links between workers): it runs it, as fast as
+    gd with tree aggregation by hand, to the same iterate as gd. On a 10 Gbit/s link the
+    replies take no time, and replies of 1000 columns (8 kB) are too small for a level
+    of sums to pay on a cluster: no link is measured."""
     rng = np.random.default_rng(5)
-    X = rng.normal(size=(1200, 2000))
-    y = X @ rng.normal(size=2000)
+    X = rng.normal(size=(1200, columns))
+    y = X @ rng.normal(size=columns)
     latency = f"constant(compute=0.002) + link(bandwidth='1gbit', coordinator={coordinator!r})"
 
     def fit(method, aggregation="flat"):

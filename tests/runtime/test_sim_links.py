@@ -56,32 +56,32 @@ def test_one_slow_worker_link_lengthens_each_round_by_its_transfer(Xy):
     assert "link(bandwidth=[" in linked.attrs["latency_model"]
 
 
-def test_replies_arriving_together_cross_the_coordinator_link_in_turn(Xy):
+def test_replies_arriving_together_share_the_coordinator_link(Xy):
     rate = 1e3
     result = _least_squares(Xy, f"constant(compute={COMPUTE}) + link(coordinator={rate})")
     turn = _reply_bytes(result) / rate
-    # the k-th reply of a round crosses at COMPUTE + k B / R_c, k = 1..4, in the order
-    # the replies were sent (worker 0 first: equal times keep that order)
-    expected = COMPUTE + turn * np.arange(1, N_WORKERS + 1)
+    # the four replies of a round share the link from COMPUTE on: all cross at
+    # COMPUTE + 4 B / R_c (TCP streams through one port)
+    expected = COMPUTE + N_WORKERS * turn
     np.testing.assert_allclose(result.trace.latency.values,
-                               np.broadcast_to(expected, (5, N_WORKERS)), rtol=1e-9)
-    np.testing.assert_allclose(result.trace.iteration_duration, COMPUTE + N_WORKERS * turn,
-                               rtol=1e-9)
+                               np.full((5, N_WORKERS), expected), rtol=1e-9)
+    np.testing.assert_allclose(result.trace.iteration_duration, expected, rtol=1e-9)
 
 
-def test_a_later_reply_waits_for_the_one_still_on_the_coordinator_link(Xy):
+def test_a_later_reply_shares_the_link_with_the_one_still_on_it(Xy):
     X, y = Xy
     nbytes = _reply_bytes(_least_squares(Xy, "constant(compute=1)", n_iter=1))
-    rate = nbytes / 1.5  # each reply holds the coordinator's link for 1.5 s
+    rate = nbytes / 1.5  # a reply alone holds the coordinator's link for 1.5 s
     spec = f"constant(compute=(1.0, 2.0, 9.0, 9.0)) + link(coordinator={rate})"
     with SimRuntime(N_WORKERS, latency=spec) as rt:
         runs = [run_on(rt, GD(), LeastSquares(), open_matrix(X, labels=y, n_partitions=N_WORKERS),
                        stop=StopRule(max_iter=2, tol=None), rng=0) for _ in range(2)]
-    for result in runs:  # the queue is the run's: the second run starts with an idle link
+    for result in runs:  # the link is the run's: the second run starts with an idle link
         latency = result.trace.latency.values[0]
-        # worker 0 crosses over [1, 2.5]; worker 1 reaches the link at 2, crosses [2.5, 4];
-        # workers 2 and 3 both reach it at 9: [9, 10.5] and [10.5, 12]
-        np.testing.assert_allclose(latency, [2.5, 4.0, 10.5, 12.0], rtol=1e-9)
+        # worker 0 alone over [1, 2] (2/3 of its bytes), then with worker 1 at half the
+        # rate: done at 3; worker 1 then alone: 1/3 crossed by 3, done at 4; workers 2
+        # and 3 both from 9, sharing: done at 12
+        np.testing.assert_allclose(latency, [3.0, 4.0, 12.0, 12.0], rtol=1e-9)
         np.testing.assert_allclose(result.trace.wall_time, [12.0, 24.0], rtol=1e-9)
     np.testing.assert_array_equal(runs[0].trace.latency, runs[1].trace.latency)
 
@@ -201,9 +201,9 @@ def test_fit_link_gives_a_link_back_from_its_own_messages(spec, same):
     """The simulated runtime measures its link model as a cluster's are measured (alone
     and at once): the fitted link gives the same times, each message the rate of the
     slower of its two links, and the coordinator is the model's where the messages sent
-    at once queue on its link (to the grid's resolution). Where they do not (the third:
-    every worker's link is slower), its rate is not in the times."""
-    from daskstraggle.latency.modifiers import LinkQueue
+    at once are held on its link. Where they are not (the third: every worker's link is
+    slower), its rate is not in the times."""
+    from daskstraggle.latency.modifiers import share_link
 
     model = parse_latency(f"constant(compute=0.01) + {spec}").link
     links = SimRuntime(3, latency=f"constant(compute=0.01) + {spec}").measure_links(10**6)
@@ -215,11 +215,9 @@ def test_fit_link_gives_a_link_back_from_its_own_messages(spec, same):
         assert min(peers[i], peers[j]) == pytest.approx(min(own[i], own[j]))
 
     def times(link):
-        sent = sorted((link.transfer_duration(i, 10**6), link.receive_duration(i, 10**6))
-                      for i in range(3))
-        queue = LinkQueue(link)
         return ([link.message_duration(i, 10**6) for i in range(3)],
-                [queue.arrive(t, 10**6, streamed) for t, streamed in sent])
+                share_link(link, [link.transfer_duration(i, 0) for i in range(3)], 10**6,
+                           [link.rate(i) for i in range(3)]))
 
     for got, expected in zip(times(fitted), times(model), strict=True):
         assert got == pytest.approx(expected, rel=2e-3)
