@@ -201,8 +201,8 @@ def describe(auto: dict[str, Any]) -> str:
         return (f"ran {auto['choice']} with speculative backups (a worker's unit unanswered "
                 f"{auto['backup_after']:g} times the median latency is computed again "
                 "elsewhere): one exact round is the whole job, no probe could pay off"
-                + (links and links + ": they hold its round up by less than measuring them "
-                   "took"))
+                + (links and links + ": another method could save its round less than "
+                   "measuring them took"))
     if not auto["probe_rounds"] or not auto["predicted"]:
         return (f"ran {auto['choice']}, the rule on the data (one candidate on this cluster: "
                 "nothing to probe)")
@@ -315,25 +315,29 @@ def _link_attrs(links: Links | None) -> dict[str, Any] | None:
 
 def links_matter(link: Link, n_workers: int, nbytes: int, backup_after: float,
                  least: float = 0.0) -> bool:
-    """Whether the links can hold up a round whose every worker sends ``nbytes`` bytes
-    beyond what speculative backups after ``backup_after`` times the median catch, by
-    more than ``least`` seconds (what measuring them took: less cannot pay for probing
-    further): one worker's message alone takes longer than that times the median
-    worker's, or all of them queue on the coordinator's link longer than that.
+    """Whether another method could save a round of gram with speculative backups (after
+    ``backup_after`` times the median latency) more than ``least`` seconds (what measuring
+    the links took: less cannot pay for probing further), its every worker sending
+    ``nbytes`` bytes on ``link``: a worker's message alone takes over that times the
+    median worker's, and the backups wait up to that long for it (a backup's message then
+    crosses a fast link); or the messages share the coordinator's link longer than the
+    slowest takes alone, which no backup shortens.
 
     Examples
     --------
     >>> links_matter(Link(bandwidth=(1e8, 1e8, 1e6)), 3, 10**6, 1.5)
     True
-    >>> links_matter(Link(bandwidth=(1e8, 1e8, 1e6)), 3, 10**6, 1.5, least=2.0)
+    >>> links_matter(Link(bandwidth=(1e8, 1e8, 1e6)), 3, 10**6, 1.5, least=0.1)
     False
     >>> links_matter(Link(bandwidth=1e8, coordinator=1e9), 3, 10**6, 1.5)
     False
     """
     alone = [link.message_duration(i, nbytes) for i in range(n_workers)]
     median = float(np.median(alone))
-    held = max(max(alone), n_workers * link.coordinator_duration(nbytes))
-    return held > backup_after * median and held - median > least
+    caught = (min(max(alone) - median, backup_after * median)
+              if max(alone) > backup_after * median else 0.0)
+    shared = n_workers * link.coordinator_duration(nbytes) - max(alone)
+    return max(caught, shared) > least
 
 
 def pick(predicted: dict[str, float], plain: str, trees: frozenset[str] | set[str] = frozenset()
@@ -479,8 +483,8 @@ def _choose_gram(runtime: Runtime, problem: Problem, matrix: Matrix, gram: Metho
                  backup_after: float) -> Choice:
     """``gram`` with speculative backups, unless the links measured
     (:meth:`Runtime.measure_links`, messages of gram's packed triangle up to
-    :data:`LINK_PROBE_BYTES`) can hold its round up by more than measuring them took
-    (:func:`links_matter`): then three
+    :data:`LINK_PROBE_BYTES`) say another method could save its round more than
+    measuring them took (:func:`links_matter`): then three
     rounds of :class:`ProbeGram` on the run's data measure each worker's compute (a task's
     fixed cost and its rows'),
     and the :func:`gram_candidates` are simulated on it and the links, one round each;
