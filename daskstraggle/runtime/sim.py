@@ -74,9 +74,9 @@ class SimRuntime(LocalRuntime):
         without a distribution (e.g. ``"slowdown(workers=1, factor=4)"``) scales that
         measured time. A ``link(...)`` term charges each result's bytes
         (:func:`~daskstraggle.problems.held.payload_bytes`) on its worker index's link,
-        through which they stream on to the coordinator's link, whose time the replies
-        share in the order they reach it (:class:`~daskstraggle.latency.modifiers.Link`);
-        that time is part of the trace's ``latency`` and ``communication_duration``.
+        through which they stream on to the coordinator's link, shared by the replies in
+        flight (:class:`~daskstraggle.latency.modifiers.SharedLink`); that time is part
+        of the trace's ``latency`` and ``communication_duration``.
     update_duration : float, default=0.0
         Simulated seconds the coordinator spends on each update (``method.step``).
     receive_duration : float, default=0.0
@@ -415,11 +415,11 @@ class SimRuntime(LocalRuntime):
                 cast(SharedLink, self._links).finish(crossing, received)
                 self._crossed(received, crossing)
                 continue
-            finish, order, key = heapq.heappop(self._heap)
+            _, _, key = heapq.heappop(self._heap)
             task = self._tasks[key]
             self._now = received
             if task.queued:  # it reaches the coordinator's link: it shares it from now on
-                self._cross_link(finish, order, key, task)
+                self._cross_link(received, key, task)
                 continue
             done = self._receive(key, task)
             if done is not None:
@@ -448,7 +448,7 @@ class SimRuntime(LocalRuntime):
             n_messages = 0
         return max(self._now, finish) + self.receive_duration * n_messages
 
-    def _cross_link(self, arrival: float, order: int, key: str, task: _SimTask) -> None:
+    def _cross_link(self, arrival: float, key: str, task: _SimTask) -> None:
         """``task``'s reply reaches the coordinator's link at ``arrival``: it shares the
         link from then on (:meth:`_next` receives it once across)."""
         assert self._links is not None
