@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -81,6 +82,11 @@ _instances = itertools.count()
 
 class EmulationError(RuntimeError):
     """A step of the emulated cluster's setup failed (the message names the step)."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM while a cluster is up: leave through its ``__exit__`` (exit status 143)."""
+    raise SystemExit(128 + signum)
 
 
 def parse_rate(rate: str | float) -> float:
@@ -394,6 +400,7 @@ class EmulatedCluster:
         self.addresses: dict[str, ipaddress.IPv4Interface] = {}
         self._namespaces: list[str] = []
         self._processes: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._sigterm: Any = None  # the SIGTERM handler before __enter__
         self._folder: Path | None = None
 
     # --- names -----------------------------------------------------------------------
@@ -421,17 +428,27 @@ class EmulatedCluster:
     # --- lifecycle -------------------------------------------------------------------
 
     def __enter__(self) -> EmulatedCluster:
-        """Build the network, start the processes and wait for every worker."""
+        """Build the network, start the processes and wait for every worker. Until
+        :meth:`__exit__`, SIGTERM (``timeout``, ``kill``) ends the program through it
+        (from the main thread): the cluster is torn down, not left behind."""
+        self._sigterm = None
+        if threading.current_thread() is threading.main_thread():
+            self._sigterm = signal.signal(signal.SIGTERM, _terminated)
         try:
             self._start()
         except BaseException:
-            self.close()
+            self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         """Stop the processes and delete the namespaces."""
-        self.close()
+        try:
+            self.close()
+        finally:
+            if self._sigterm is not None:
+                signal.signal(signal.SIGTERM, self._sigterm)
+                self._sigterm = None
 
     def _start(self) -> None:
         self._folder = Path(tempfile.mkdtemp(prefix=f"{self.prefix}-"))

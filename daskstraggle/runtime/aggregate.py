@@ -9,11 +9,12 @@ its row count and timing, :func:`unit_meta`); the method combines the
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -164,27 +165,36 @@ class TreeReducer:
 
     def _wait(self, root: Any, terms: list[tuple[float, Leaf]],
               deadline: float) -> tuple[np.ndarray, np.ndarray] | None:
-        """Wait for the root; None if leaves were lost (they are recomputed first)."""
-        while True:
-            now = time.perf_counter()
-            if now >= deadline:
-                self.client.cancel([root])
-                raise WorkerLostError(
-                    f"summing {len(terms)} results on the workers took more than "
-                    f"{self.timeout:g} s (timeouts.stall); the workers holding them do "
-                    "not answer."
-                )
-            try:
-                return root.result(timeout=min(POLL, deadline - now))
-            except TimeoutError:
-                pass
-            except Exception:  # a leaf's data went with its worker, or the sum failed
-                if not self._lost(terms):
-                    raise
+        """Wait for the root to be computed, then fetch it once, whole (a fetch cut short
+        by a timeout starts over: a sum slower to send than one poll over a slow link
+        would never arrive); None if leaves were lost (they are recomputed first)."""
+        computed = threading.Event()
+        root.add_done_callback(lambda _: computed.set())
+        while not computed.wait(max(0.0, min(POLL, deadline - time.perf_counter()))):
+            if time.perf_counter() >= deadline:
+                self._stalled(root, terms)
             lost = self._lost(terms)
             if lost:
                 self._replace(lost)
                 return None
+        try:
+            return root.result(timeout=max(deadline - time.perf_counter(), POLL))
+        except TimeoutError:
+            self._stalled(root, terms)
+        except Exception:  # a leaf's data went with its worker, or the sum failed
+            lost = self._lost(terms)
+            if not lost:
+                raise
+            self._replace(lost)
+        return None
+
+    def _stalled(self, root: Any, terms: list[tuple[float, Leaf]]) -> NoReturn:
+        """Cancel ``root`` and raise WorkerLostError: the tree took too long."""
+        self.client.cancel([root])
+        raise WorkerLostError(
+            f"summing {len(terms)} results on the workers took more than "
+            f"{self.timeout:g} s (timeouts.stall); the workers holding them do not answer."
+        )
 
     def _lost(self, terms: list[tuple[float, Leaf]]) -> list[Leaf]:
         """The leaves whose worker left (or whose data is gone)."""

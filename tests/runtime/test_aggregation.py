@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -188,3 +189,33 @@ def test_aggregation_is_refused_in_one_line_where_nothing_sums_on_workers(low_ra
                           runtime=rt)
     with pytest.raises(InvalidParameterError, match="'aggregation'"):
         DaskRuntime(aggregation="ring")
+
+
+class _SlowToSend:
+    """A computed sum whose fetch takes ``seconds``: a fetch given less time is cut short
+    (TimeoutError) and starts over on the next call, as a Dask fetch does."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.fetches = 0
+
+    def add_done_callback(self, fn) -> None:
+        fn(self)  # computed already
+
+    def result(self, timeout=None):
+        self.fetches += 1
+        if timeout is not None and timeout < self.seconds:
+            raise TimeoutError
+        return np.ones(3), np.zeros(1)
+
+
+def test_a_sum_slower_to_send_than_a_poll_is_fetched_once_whole():
+    """Over a slow link the root sum took longer to send than the reducer's poll: fetched
+    with the poll's timeout, every fetch was cut short and started over until the stall
+    bound (a 4-worker run on a 10 Mbit/s link stalled for minutes). It is fetched once,
+    with the time left."""
+    reducer = aggregate.TreeReducer(None, live=set, recompute=None, timeout=3.0)
+    root = _SlowToSend(seconds=10 * aggregate.POLL)
+    gradient, values = reducer._wait(root, [], deadline=time.perf_counter() + 3.0)
+    assert root.fetches == 1
+    np.testing.assert_array_equal(gradient, np.ones(3))
