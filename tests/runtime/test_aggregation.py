@@ -216,6 +216,6 @@ def test_a_sum_slower_to_send_than_a_poll_is_fetched_once_whole():
     with the time left."""
     reducer = aggregate.TreeReducer(None, live=set, recompute=None, timeout=3.0)
     root = _SlowToSend(seconds=10 * aggregate.POLL)
-    gradient, values = reducer._wait(root, [], deadline=time.perf_counter() + 3.0)
+    gradient, _ = reducer._wait(root, [], deadline=time.perf_counter() + 3.0)
     assert root.fetches == 1
     np.testing.assert_array_equal(gradient, np.ones(3))
