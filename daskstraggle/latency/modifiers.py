@@ -683,7 +683,9 @@ class SharedLink:
     def _rates(self) -> dict[Any, float]:
         """Each reply's bytes per second: max-min fair shares of the coordinator's link
         under each reply's own rate."""
-        left = math.inf if self.link.coordinator is None else float(self.link.coordinator)
+        if self.link.coordinator is None:  # each at its own rate
+            return {key: flow[1] for key, flow in self._flows.items()}
+        left = float(self.link.coordinator)
         rates = {}
         order = sorted(self._flows, key=lambda k: self._flows[k][1])
         for k, key in enumerate(order):

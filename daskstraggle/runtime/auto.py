@@ -367,8 +367,8 @@ def measure_and_choose(runtime: Runtime, problem: Problem, matrix: Matrix, plain
     """Probe the runtime's workers with a short GD run of ``problem`` (unbound) on
     ``matrix``, simulate the :func:`candidates` for ``plain`` (the rule's method) under
     gamma laws fitted to the probe, and return the :class:`Choice`. For ``gd`` on three
-    or more workers whose replies queued on their way to the coordinator long enough that
-    one sum could pay (:func:`_tree_may_pay`), the links are measured and ``gd`` with
+    or more workers whose replies are of :data:`TREE_MIN_BYTES` or more and took long
+    enough that one sum could pay (:func:`_tree_may_pay`), the links are measured and ``gd`` with
     ``aggregation="tree"`` is a candidate too (:func:`_predict_tree`), run only if
     :data:`MARGIN` times faster than the flat choice. ``rng`` seeds the probe and the
     simulation; ``clock`` measures the probe's wall seconds. ``gram`` on a runtime that
