@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import itertools
+import json
 import os
 import re
 import shutil
@@ -583,6 +584,26 @@ class EmulatedCluster:
                                    **kwargs}
         return subprocess.run(["ip", "netns", "exec", self.namespace(SCHEDULER), *argv],
                               timeout=timeout, **options)
+
+    def run_json(self, module: str, function: str, args: Sequence[str], *, timeout: float,
+                 what: str, **kwargs: Any) -> Any:
+        """Call ``function(argv)`` of the pipeline ``module`` (a file beside this one) in a
+        Python client in the scheduler's namespace (:meth:`run`), ``argv`` the scheduler's
+        address and ``args``; return the JSON of the last line it printed.
+
+        Raises
+        ------
+        RuntimeError
+            If the client failed (the message names ``what`` and ends its stderr).
+        """
+        here = str(Path(__file__).resolve().parent)
+        code = (f"import sys; sys.path.insert(0, {here!r}); import {module}; "
+                f"{module}.{function}(sys.argv[1:])")
+        done = self.run([sys.executable, "-c", code, self.scheduler_address, *args],
+                        timeout=timeout, **kwargs)
+        if done.returncode != 0:
+            raise RuntimeError(f"{what} failed: {done.stderr.strip()[-2000:]}")
+        return json.loads(done.stdout.strip().splitlines()[-1])
 
     def close(self) -> None:
         """Stop the processes, then delete the namespaces, in reverse order (bounded).

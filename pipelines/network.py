@@ -176,20 +176,12 @@ def client_run(argv: list[str]) -> None:
     print(json.dumps(rows))
 
 
-def _client_argv(data: str, cfg: dict[str, Any], labels: list[str], address: str) -> list[str]:
-    code = (f"import sys; sys.path.insert(0, {str(_HERE)!r}); import network; "
-            "network.client_run(sys.argv[1:])")
-    return [sys.executable, "-c", code, address, data, json.dumps(cfg), ",".join(labels)]
-
-
 def _client(cluster: Any, data: str, cfg: dict[str, Any], labels: list[str], env: dict[str, str],
             scenario: str) -> dict[str, dict[str, Any]]:
     """Run :func:`client_run` on ``cluster`` for ``labels``; its rows by label."""
-    done = cluster.run(_client_argv(data, cfg, labels, cluster.scheduler_address),
-                       timeout=300, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"the client failed in {scenario!r}: {done.stderr.strip()[-2000:]}")
-    rows: dict[str, dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    rows: dict[str, dict[str, Any]] = cluster.run_json(
+        "network", "client_run", [data, json.dumps(cfg), ",".join(labels)], timeout=300,
+        what=f"the client in {scenario!r}", env=env)
     return rows
 
 

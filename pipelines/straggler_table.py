@@ -324,14 +324,9 @@ def run_links(cfg: dict[str, Any], workdir: Path) -> dict[str, Any]:
 def _links_run(cluster: Any, cfg: dict[str, Any], job: str, data: str, labels: list[str],
                env: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Run :func:`links_client` on ``cluster`` for ``labels``; its rows by label."""
-    here = str(Path(__file__).resolve().parent)
-    code = (f"import sys; sys.path.insert(0, {here!r}); import straggler_table; "
-            "straggler_table.links_client(sys.argv[1:])")
-    done = cluster.run([sys.executable, "-c", code, cluster.scheduler_address,
-                        json.dumps(cfg), job, data, ",".join(labels)], timeout=1800, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"the links client failed: {done.stderr.strip()[-2000:]}")
-    rows: dict[str, dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    rows: dict[str, dict[str, Any]] = cluster.run_json(
+        "straggler_table", "links_client", [json.dumps(cfg), job, data, ",".join(labels)],
+        timeout=1800, what="the links client", env=env)
     return rows
 
 
