@@ -97,10 +97,9 @@ def _ring(submit_to: Callable[..., Any], addresses: list[str], batches: dict[str
     to the next one in the ring, less the same with its ``"small"`` one: all moves at once
     (each worker sends one and receives one), the small ones first (they open the
     connections)."""
-    pairs = [(i, ring[(k + 1) % len(ring)]) for k, i in enumerate(ring)] if len(ring) > 1 \
-        else []
-    if not pairs:
+    if len(ring) < 2:
         return []
+    pairs = [(i, ring[(k + 1) % len(ring)]) for k, i in enumerate(ring)]
     moved = {tag: _arrivals([submit_to(addresses[j], _size, batches[tag][i],
                                        key=f"link-peer-{tag}-{i}-{token}")
                              for i, j in pairs], timeout, window=False)[0]
